@@ -1,0 +1,35 @@
+# Two commands are all the set-up there is: `make run` and `make test`.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-stamp
+
+.PHONY: run test lint bench clean
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@echo "installing corral and its dependencies into $(VENV) ..."
+	@$(BIN)/python -m pip install -q --upgrade pip
+	@$(BIN)/python -m pip install -q -e '.[dev]'
+	@touch $(STAMP)
+
+run: $(STAMP)
+	@echo "corral: migrating the embedded database (./corral.db) ..."
+	@$(BIN)/corral db upgrade
+	@echo "corral: starting on SQLite with the process executor; state in ./.corral/"
+	@$(BIN)/corral serve --demo
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff format --check src tests bench
+	$(BIN)/mypy
+	$(BIN)/lint-imports
+
+test: lint
+	$(BIN)/pytest
+
+bench: $(STAMP)
+	$(BIN)/python bench/throughput.py
+
+clean:
+	rm -rf $(VENV) corral.db corral.db-wal corral.db-shm .corral

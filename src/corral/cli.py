@@ -1,0 +1,364 @@
+"""The `corral` command. Each subcommand checks its arguments, then makes one call.
+
+Exit codes: 0 ok; 1 the operation failed (database unreachable, job not found, ...);
+2 bad usage, bad settings or refused input.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import signal
+import sys
+from collections.abc import Awaitable, Callable, Coroutine
+from datetime import datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+from rich.console import Console
+from rich.logging import RichHandler
+from rich.table import Table
+
+from corral import client, config, dispatcher, errors, model, runtime, store
+
+T = TypeVar("T")
+out = Console(highlight=False)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+EXIT_FAILED, EXIT_USAGE = 1, 2
+DEMO_JOBS: list[dict[str, Any]] = [
+    {"key": "demo-hello", "command": ["sh", "-c", "echo hello from corral; sleep 1"]},
+    {"key": "demo-urgent", "command": ["sh", "-c", "echo urgent work first"], "priority": 10},
+    {"key": "demo-slow", "command": ["sh", "-c", "echo working; sleep 5; echo done"]},
+    {"key": "demo-env", "command": ["sh", "-c", "echo job $CORRAL_JOB_ID attempt $CORRAL_ATTEMPT fence $CORRAL_FENCE"]},
+    {
+        "key": "demo-flaky",
+        "command": ["sh", "-c", "echo failing on purpose >&2; exit 3"],
+        "max_attempts": 2,
+    },
+]
+
+
+class State:
+    """What the top-level options hand to subcommands."""
+
+    def __init__(self, config_file: Path | None) -> None:
+        self.config_file = config_file
+
+    def settings(self) -> config.Settings:
+        return config.Settings.load(self.config_file)
+
+
+def run(coro: Coroutine[Any, Any, T]) -> T:
+    return asyncio.run(coro)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--config", "config_file", type=click.Path(path_type=Path), help="Settings file (default ./corral.toml).")
+@click.pass_context
+def main(ctx: click.Context, config_file: Path | None) -> None:
+    """corral: a crash-safe job dispatcher."""
+    ctx.obj = State(config_file)
+
+
+# --- db -----------------------------------------------------------------------------------------
+
+
+@main.group()
+def db() -> None:
+    """Manage the database schema."""
+
+
+@db.command("upgrade")
+@click.pass_obj
+def db_upgrade(state: State) -> None:
+    """Create or upgrade the schema to this corral's newest revision."""
+    settings = state.settings()
+
+    async def upgrade() -> tuple[str | None, str | None]:
+        db = store.Store.connect(settings.database_url)
+        try:
+            return await db.migrate()
+        finally:
+            await db.close()
+
+    before, after = run(upgrade())
+    if before == after:
+        out.print(f"database is up to date (revision {after})")
+    else:
+        out.print(f"database upgraded from {before or 'empty'} to revision {after}")
+
+
+# --- submit -------------------------------------------------------------------------------------
+
+
+def _labels(pairs: tuple[str, ...]) -> dict[str, str]:
+    labels = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise errors.InvalidInput(f"--label {pair!r}: use KEY=VALUE")
+        model.check_label(key, value)
+        labels[key] = value
+    return labels
+
+
+def _json_option(name: str, text: str | None) -> Any:
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise errors.InvalidInput(f"{name}: not valid JSON ({exc})") from None
+
+
+@main.command(context_settings={"allow_interspersed_args": False})
+@click.option("--queue", default="default", show_default=True)
+@click.option("--pool", default=None)
+@click.option("--priority", type=int, default=0, show_default=True, help="Higher runs first.")
+@click.option("--tenant", default="default", show_default=True)
+@click.option("--idempotency-key", default=None, help="Submitting the same key again returns the first job.")
+@click.option("--max-attempts", type=int, default=None, help="Attempts before the job fails (default from settings).")
+@click.option("--label", "label_pairs", multiple=True, metavar="KEY=VALUE")
+@click.option("--executor", default="process", show_default=True)
+@click.option("--spec", "spec_json", default=None, help="Executor spec as JSON (instead of a command).")
+@click.option("--payload", "payload_json", default=None, help="Payload as JSON.")
+@click.option("--payload-file", type=click.File("r"), default=None, help="Payload as JSON from a file (- for stdin).")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.argument("command", nargs=-1)
+@click.pass_obj
+def submit(state: State, command: tuple[str, ...], label_pairs: tuple[str, ...], spec_json: str | None,
+           payload_json: str | None, payload_file: Any, as_json: bool, **options: Any) -> None:
+    """Submit a job: corral submit [OPTIONS] -- CMD [ARGS...]"""
+    spec = _json_option("--spec", spec_json)
+    if spec is None:
+        spec = {"command": list(command)}
+    elif command:
+        raise errors.InvalidInput("give either --spec or a command after --, not both")
+    labels = _labels(label_pairs)
+    if payload_file is not None:
+        if payload_json is not None:
+            raise errors.InvalidInput("give either --payload or --payload-file, not both")
+        payload_json = payload_file.read()
+    payload = _json_option("--payload", payload_json)
+
+    async def go() -> tuple[int, bool]:
+        async with runtime.connect(state.settings()) as c:
+            return await c.submit(spec=spec, payload=payload, labels=labels, **options)
+
+    job_id, created = run(go())
+    if as_json:
+        out.print_json(json.dumps({"id": job_id, "created": created}))
+    elif created:
+        out.print(job_id)
+    else:
+        out.print(job_id)
+        err.print(f"job {job_id} already exists for this idempotency key; nothing new was submitted")
+
+
+# --- serve and dispatcher -------------------------------------------------------------------------
+
+
+def _logging(settings: config.Settings) -> None:
+    logging.basicConfig(
+        level=settings.log_level,
+        format="%(name)s: %(message)s",
+        handlers=[RichHandler(console=err, show_path=False, rich_tracebacks=True)],
+    )
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+
+
+async def _until_signalled(body: Callable[[asyncio.Event], Awaitable[None]]) -> None:
+    """Run `body(stop)`; SIGTERM or SIGINT sets `stop` so the body can end cleanly."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await body(stop)
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+
+
+async def _dispatch(settings: config.Settings, *, demo: bool) -> None:
+    async with runtime.opened(settings) as rt:
+        if demo:
+            await _submit_demo(client.Client(store=rt.store, executors=rt.executors, settings=settings, clock=rt.clock))
+        d = dispatcher.Dispatcher(store=rt.store, executors=rt.executors, clock=rt.clock, settings=settings)
+        err.print(f"corral is dispatching from {rt.store.url} with executors: {', '.join(rt.executors)}."
+                  " Press Ctrl+C (or send SIGTERM) to stop.")
+        await _until_signalled(d.run)
+
+
+async def _submit_demo(c: client.Client) -> None:
+    made = 0
+    for job in DEMO_JOBS:
+        _, created = await c.submit(
+            spec={"command": job["command"]}, idempotency_key=job["key"], queue="demo",
+            priority=job.get("priority", 0), max_attempts=job.get("max_attempts"),
+        )
+        made += created
+    if made:
+        err.print(f"submitted {made} demo jobs; watch them with `.venv/bin/corral jobs list` in another terminal")
+
+
+@main.command()
+@click.option("--demo", is_flag=True, help="Submit a few demo jobs on first start.")
+@click.pass_obj
+def serve(state: State, demo: bool) -> None:
+    """Run corral: the dispatcher loop (and every service it grows)."""
+    settings = state.settings()
+    _logging(settings)
+    run(_dispatch(settings, demo=demo))
+
+
+@main.command("dispatcher")
+@click.pass_obj
+def dispatcher_cmd(state: State) -> None:
+    """Run the dispatcher loop alone."""
+    settings = state.settings()
+    _logging(settings)
+    run(_dispatch(settings, demo=False))
+
+
+# --- jobs ---------------------------------------------------------------------------------------
+
+
+@main.group()
+def jobs() -> None:
+    """Look at and manage jobs."""
+
+
+def _when(at: datetime | None) -> str:
+    return at.strftime("%Y-%m-%d %H:%M:%S") if at else "-"
+
+
+def _job_dict(job: model.Job) -> dict[str, Any]:
+    return {
+        "id": job.id, "state": job.state, "queue": job.queue, "pool": job.pool, "tenant": job.tenant,
+        "priority": job.priority, "executor": job.executor, "spec": job.spec, "payload": job.payload,
+        "attempts": job.attempt_count, "max_attempts": job.max_attempts, "run_at": job.run_at.isoformat(),
+        "idempotency_key": job.idempotency_key, "labels": job.labels,
+        "created_at": job.created_at.isoformat(), "updated_at": job.updated_at.isoformat(),
+    }
+
+
+def _iso(at: datetime | None) -> str | None:
+    return at.isoformat() if at else None
+
+
+@jobs.command("list")
+@click.option("--state", "states", multiple=True, help="Only jobs in this state (repeatable).")
+@click.option("--limit", type=click.IntRange(1, 10_000), default=50, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+def jobs_list(state: State, states: tuple[str, ...], limit: int, as_json: bool) -> None:
+    """List the newest jobs."""
+
+    async def go() -> list[model.Job]:
+        async with runtime.connect(state.settings()) as c:
+            return await c.jobs(states=states, limit=limit)
+
+    found = run(go())
+    if as_json:
+        out.print_json(json.dumps([_job_dict(j) for j in found]))
+        return
+    table = Table("id", "state", "queue", "executor", "prio", "attempts", "updated")
+    for j in found:
+        table.add_row(str(j.id), j.state, j.queue, j.executor, str(j.priority),
+                      f"{j.attempt_count}/{j.max_attempts}", _when(j.updated_at))
+    out.print(table)
+
+
+@jobs.command("show")
+@click.argument("job_id", type=int)
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+def jobs_show(state: State, job_id: int, as_json: bool) -> None:
+    """Show a job, its attempts and its events (the run log)."""
+
+    async def go() -> client.JobView:
+        async with runtime.connect(state.settings()) as c:
+            return await c.job(job_id)
+
+    view = run(go())
+    if as_json:
+        out.print_json(json.dumps(_view_dict(view)))
+        return
+    _print_view(view)
+
+
+def _view_dict(view: client.JobView) -> dict[str, Any]:
+    return {
+        **_job_dict(view.job),
+        "attempt_list": [
+            {"fence": a.id, "attempt": a.attempt_no, "launch_name": a.launch_name, "state": a.state,
+             "started_at": _iso(a.started_at), "finished_at": _iso(a.finished_at), "exit_code": a.exit_code,
+             "reason": a.reason, "last_seen_at": _iso(a.last_seen_at)}
+            for a in view.attempts
+        ],
+        "events": [
+            {"at": e.at.isoformat(), "entity": e.entity, "attempt_id": e.attempt_id, "from": e.from_state,
+             "to": e.to_state, "reason": e.reason, "details": e.details}
+            for e in view.events
+        ],
+    }
+
+
+def _print_view(view: client.JobView) -> None:
+    j = view.job
+    out.print(f"[bold]job {j.id}[/bold]  {j.state}  queue={j.queue} executor={j.executor} priority={j.priority}"
+              f" attempts={j.attempt_count}/{j.max_attempts} tenant={j.tenant}")
+    out.print(f"spec: {json.dumps(j.spec)}")
+    if j.idempotency_key:
+        out.print(f"idempotency key: {j.idempotency_key}")
+    attempts = Table("fence", "attempt", "launch name", "state", "started", "finished", "exit", "reason")
+    for a in view.attempts:
+        attempts.add_row(str(a.id), str(a.attempt_no), a.launch_name, a.state, _when(a.started_at),
+                         _when(a.finished_at), "-" if a.exit_code is None else str(a.exit_code), a.reason or "")
+    out.print(attempts)
+    events = Table("at", "what", "from", "to", "reason")
+    for e in view.events:
+        what = e.entity if e.attempt_id is None else f"{e.entity} (fence {e.attempt_id})"
+        events.add_row(_when(e.at), what, e.from_state or "-", e.to_state, e.reason)
+    out.print(events)
+
+
+@jobs.command("cancel")
+@click.argument("job_id", type=int)
+@click.pass_obj
+def jobs_cancel(state: State, job_id: int) -> None:
+    """Cancel a job; a running attempt is stopped (SIGTERM, then SIGKILL after the grace)."""
+
+    async def go() -> model.Attempt | None:
+        async with runtime.connect(state.settings()) as c:
+            return await c.cancel(job_id)
+
+    attempt = run(go())
+    stopped = f"; stopped attempt {attempt.launch_name}" if attempt else ""
+    out.print(f"job {job_id} cancelled{stopped}")
+
+
+def entrypoint() -> None:
+    """Run the CLI, mapping corral's errors to one line and an exit code."""
+    try:
+        code = main.main(standalone_mode=False)
+    except click.exceptions.Abort:
+        err.print("aborted")
+        sys.exit(EXIT_FAILED)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except (errors.ConfigError, errors.InvalidInput) as exc:
+        err.print(f"error: {exc}", markup=False)
+        sys.exit(EXIT_USAGE)
+    except errors.CorralError as exc:
+        err.print(f"error: {exc}", markup=False)
+        sys.exit(EXIT_FAILED)
+    except KeyboardInterrupt:
+        sys.exit(130)
+    sys.exit(code if isinstance(code, int) else 0)

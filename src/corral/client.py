@@ -1,0 +1,143 @@
+"""The Python API for submitting, inspecting and cancelling jobs.
+
+Everything a user sends is checked here, at the edge, before anything is written: a
+refused job raises InvalidInput naming the field and the rule, and leaves no trace.
+
+    async with corral.connect() as client:
+        job_id, created = await client.submit(spec={"command": ["echo", "hello"]})
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from corral import clock, config, errors, model, store
+from corral.executors.base import Executor
+
+log = logging.getLogger("corral.client")
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,199}$")
+PRIORITY_RANGE = (-1000, 1000)
+
+
+@dataclass(frozen=True, slots=True)
+class JobView:
+    """A job with its attempts and its run log."""
+
+    job: model.Job
+    attempts: list[model.Attempt]
+    events: list[model.Event]
+
+
+class Client:
+    """Submit and manage jobs against one store."""
+
+    def __init__(
+        self, *, store: store.Store, executors: Mapping[str, Executor], settings: config.Settings,
+        clock: clock.Clock,
+    ) -> None:
+        self.store = store
+        self.executors = executors
+        self.settings = settings
+        self.clock = clock
+
+    async def submit(
+        self,
+        *,
+        spec: Mapping[str, Any],
+        executor: str = "process",
+        payload: Any = None,
+        queue: str = "default",
+        pool: str | None = None,
+        tenant: str = "default",
+        priority: int = 0,
+        max_attempts: int | None = None,
+        idempotency_key: str | None = None,
+        labels: Mapping[str, str] | None = None,
+        run_at: datetime | None = None,
+    ) -> tuple[int, bool]:
+        """Store a job; returns (job id, created). A repeated idempotency key returns the
+        existing job with created=False."""
+        new = self.validate(
+            spec=spec, executor=executor, payload=payload, queue=queue, pool=pool, tenant=tenant,
+            priority=priority, max_attempts=max_attempts, idempotency_key=idempotency_key,
+            labels=labels or {}, run_at=run_at,
+        )
+        [(job_id, created)] = await self.store.job_submit(new=[new], now=self.clock.now())
+        return job_id, created
+
+    def validate(
+        self, *, spec: Mapping[str, Any], executor: str, payload: Any, queue: str, pool: str | None,
+        tenant: str, priority: int, max_attempts: int | None, idempotency_key: str | None,
+        labels: Mapping[str, str], run_at: datetime | None,
+    ) -> model.NewJob:
+        """The job as it will be stored, or InvalidInput naming the first field that is wrong."""
+        if executor not in self.executors:
+            raise errors.InvalidInput(
+                f"executor: unknown executor {executor!r}; this corral runs: {', '.join(sorted(self.executors))}"
+            )
+        for field, value in (("queue", queue), ("tenant", tenant), ("pool", pool)):
+            if value is not None and not _NAME.match(value):
+                raise errors.InvalidInput(
+                    f"{field}: {value!r} must be 1-200 characters of [A-Za-z0-9_.-], starting alphanumeric"
+                )
+        if not PRIORITY_RANGE[0] <= priority <= PRIORITY_RANGE[1]:
+            raise errors.InvalidInput(f"priority: {priority} must be between {PRIORITY_RANGE[0]} and {PRIORITY_RANGE[1]}")
+        attempts = self.settings.default_max_attempts if max_attempts is None else max_attempts
+        if not 1 <= attempts <= 1000:
+            raise errors.InvalidInput(f"max_attempts: {attempts} must be between 1 and 1000")
+        if idempotency_key is not None and not 1 <= len(idempotency_key) <= 500:
+            raise errors.InvalidInput("idempotency_key: must be 1-500 characters")
+        if run_at is not None and run_at.tzinfo is None:
+            raise errors.InvalidInput("run_at: must carry a timezone")
+        for key, value in labels.items():
+            model.check_label(key, value)
+        self._check_payload(payload)
+        return model.NewJob(
+            executor=executor, spec=self.executors[executor].validate_spec(spec), payload=payload,
+            queue=queue, pool=pool, tenant=tenant, priority=priority, max_attempts=attempts,
+            idempotency_key=idempotency_key, labels=dict(labels), run_at=run_at,
+        )
+
+    def _check_payload(self, payload: Any) -> None:
+        try:
+            size = len(json.dumps(payload, allow_nan=False).encode())
+        except (TypeError, ValueError) as exc:
+            raise errors.InvalidInput(f"payload: must be JSON ({exc})") from None
+        if size > self.settings.max_payload_bytes:
+            raise errors.PayloadTooLarge(
+                f"payload: {size} bytes is over the limit of {self.settings.max_payload_bytes}"
+                " (max_payload_bytes); store large data elsewhere and pass a reference"
+            )
+
+    async def job(self, job_id: int) -> JobView:
+        """A job with its attempts and events; NotFound if there is none."""
+        job = await self.store.job_get(job_id=job_id)
+        attempts = await self.store.attempt_list(job_id=job_id)
+        return JobView(job, attempts, await self.store.event_list(job_id=job_id))
+
+    async def jobs(self, *, states: Iterable[str] = (), limit: int = 100) -> list[model.Job]:
+        states = list(states)
+        for state in states:
+            if state not in model.JobState.__members__.values():
+                raise errors.InvalidInput(
+                    f"state: {state!r} is not a job state; use one of {', '.join(model.JobState)}"
+                )
+        return await self.store.job_list(states=states, limit=limit)
+
+    async def cancel(self, job_id: int, *, reason: str = "cancelled by request") -> model.Attempt | None:
+        """Cancel a job; if an attempt was active, stop it on its platform too."""
+        attempt = await self.store.job_cancel(job_id=job_id, now=self.clock.now(), reason=reason)
+        if attempt is not None and attempt.executor in self.executors:
+            try:
+                await self.executors[attempt.executor].cancel(attempt.launch_name, self.settings.timeouts.cancel_grace)
+            except errors.ExecutorError as exc:
+                log.warning("job %d: %s could not be stopped now (%s); recovery will stop it",
+                            job_id, attempt.launch_name, exc)
+        return attempt

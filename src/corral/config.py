@@ -1,0 +1,165 @@
+"""Settings: one validated object read from `corral.toml` and `CORRAL_*` environment variables.
+
+Environment variables win over the file; nested settings use a double underscore
+(`CORRAL_TIMEOUTS__ATTEMPT_DEADLINE=240`). Durations accept seconds or `500ms`, `90s`,
+`4m`, `1h`, `1h30m`. Unknown keys and bad values raise ConfigError naming the setting.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+from pathlib import Path
+from typing import Annotated, Any, ClassVar
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+from corral import errors
+
+DEFAULT_CONFIG_FILE = Path("corral.toml")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
+
+
+def parse_duration(value: Any) -> timedelta:
+    """Seconds (a number or a numeric string) or a string such as `90s`, `4m`, `1h30m`."""
+    if isinstance(value, timedelta):
+        seconds = value.total_seconds()
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        seconds = float(value)
+    elif isinstance(value, str) and re.fullmatch(r"\d+(\.\d+)?", value.strip()):
+        seconds = float(value)
+    elif isinstance(value, str) and (text := value.strip().lower()) and _DURATION.sub("", text) == "":
+        seconds = sum(float(n) * _UNIT_SECONDS[u] for n, u in _DURATION.findall(text))
+    else:
+        raise ValueError(f"{value!r} is not a duration: use seconds or e.g. 500ms, 90s, 4m, 1h")
+    if seconds <= 0:
+        raise ValueError(f"{value!r}: a duration must be greater than zero")
+    return timedelta(seconds=seconds)
+
+
+Duration = Annotated[timedelta, BeforeValidator(parse_duration)]
+
+
+class Timeouts(BaseModel):
+    """Time limits. Each inner limit is shorter than the one around it (see DESIGN.md)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    attempt_deadline: Duration = Field(timedelta(seconds=240), description="An attempt is stopped after this long.")
+    recovery_grace: Duration = Field(
+        timedelta(seconds=360), description="After this long without a platform object, an attempt counts as lost."
+    )
+    launch_grace: Duration = Field(
+        timedelta(seconds=30), description="A launching attempt older than this is checked by recovery."
+    )
+    cancel_grace: Duration = Field(
+        timedelta(seconds=10), description="Time between the polite stop (SIGTERM) and the forced one (SIGKILL)."
+    )
+    dispatch_interval: Duration = Field(
+        timedelta(seconds=1), description="How often the dispatcher claims when the queue was empty."
+    )
+    observe_interval: Duration = Field(
+        timedelta(seconds=2), description="How often the dispatcher polls running attempts."
+    )
+
+
+class ProcessExecutorSettings(BaseModel):
+    """The embedded `process` executor."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    root: Path | None = Field(None, description="Run folders live here; default <state_dir>/runs.")
+
+
+class ExecutorSettings(BaseModel):
+    """Which executors this corral runs, and their settings."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    enabled: tuple[str, ...] = Field(("process",), description="Executor kinds to run.")
+    process: ProcessExecutorSettings = ProcessExecutorSettings()
+
+
+_DB_SCHEMES = re.compile(r"^(sqlite|postgresql(\+psycopg)?)://")
+
+
+class Settings(BaseSettings):
+    """Everything corral can be told. Read with Settings.load()."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="CORRAL_", env_nested_delimiter="__", extra="forbid", frozen=True
+    )
+    _toml_file: ClassVar[Path | None] = None
+
+    database_url: str = Field("sqlite:///./corral.db", description="SQLite file or PostgreSQL URL.")
+    state_dir: Path = Field(Path(".corral"), description="Local state: run folders, logs.")
+    claim_batch_limit: int = Field(100, ge=1, le=10_000, description="Most jobs claimed per tick.")
+    launch_concurrency: int = Field(16, ge=1, le=1_000, description="Launches in flight at once.")
+    max_payload_bytes: int = Field(1 << 20, ge=1, description="Largest accepted payload (JSON bytes).")
+    default_max_attempts: int = Field(3, ge=1, le=1_000, description="Attempts a job gets by default.")
+    api_url: str | None = Field(None, description="Passed to attempts as CORRAL_API_URL.")
+    log_level: str = Field("INFO", pattern=r"^(DEBUG|INFO|WARNING|ERROR)$")
+    timeouts: Timeouts = Timeouts()
+    executors: ExecutorSettings = ExecutorSettings()
+
+    @field_validator("database_url")
+    @classmethod
+    def _known_database(cls, url: str) -> str:
+        if not _DB_SCHEMES.match(url):
+            raise ValueError(
+                f"{url!r} is not a supported database URL: use sqlite:///PATH or"
+                " postgresql+psycopg://USER@HOST:PORT/DB"
+            )
+        return url
+
+    @property
+    def process_root(self) -> Path:
+        return self.executors.process.root or self.state_dir / "runs"
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        if cls._toml_file is not None:
+            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=cls._toml_file))
+        return tuple(sources)
+
+    @classmethod
+    def load(cls, config_file: Path | None = None, **overrides: Any) -> Settings:
+        """Read settings from `config_file` (default ./corral.toml if present) and the env."""
+        path = config_file if config_file is not None else DEFAULT_CONFIG_FILE
+        if config_file is not None and not path.is_file():
+            raise errors.ConfigError(f"config file {str(path)!r} does not exist")
+        source = type(cls.__name__, (cls,), {"_toml_file": path if path.is_file() else None})
+        try:
+            return source(**overrides)
+        except ValidationError as exc:
+            raise errors.ConfigError(describe(exc, origin=str(path) if path.is_file() else None)) from None
+        except ValueError as exc:  # a TOML syntax error, or an env value that is not JSON
+            raise errors.ConfigError(f"cannot read settings: {exc}") from None
+
+
+def describe(exc: ValidationError, *, origin: str | None = None) -> str:
+    """One line per broken setting: `setting: what is wrong`."""
+    lines = []
+    for err in exc.errors():
+        name = ".".join(str(p) for p in err["loc"]) or "settings"
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            msg = "unknown setting"
+        lines.append(f"{name}: {msg}")
+    where = f" (from {origin} and CORRAL_* environment)" if origin else ""
+    return f"invalid settings{where}: " + "; ".join(lines)

@@ -1,0 +1,225 @@
+"""The dispatcher: claim due jobs, launch their attempts, record them, and apply completions.
+
+The cycle follows the outbox rule. (1) Claim: one transaction moves up to
+`claim_batch_limit` jobs to running and creates their attempts in `launching`, and
+commits. (2) Launch: outside any transaction, each attempt is created on its platform
+under its deterministic launch name; "already exists" counts as launched. (3) Record:
+the launched attempts move to `running`. A crash between any two steps leaves an attempt
+that recovery can finish from the store and the platform alone, never a lost job.
+
+Completions arrive pushed (an executor's `events()`) or polled (`observe()` of the
+store's active attempts) and are written in batches through the store's compare-and-set
+transitions, so the same completion arriving twice applies once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from corral import clock, config, errors, model, store
+from corral.executors.base import Executor
+
+log = logging.getLogger("corral.dispatcher")
+
+
+@dataclass(frozen=True, slots=True)
+class Tick:
+    """What one claim -> launch -> record cycle did."""
+
+    claimed: int = 0
+    launched: int = 0
+    launch_errors: int = 0
+    recorded: int = 0
+
+
+class Dispatcher:
+    """Runs the dispatch cycle and applies completions for a set of executors."""
+
+    def __init__(
+        self,
+        *,
+        store: store.Store,
+        executors: Mapping[str, Executor],
+        clock: clock.Clock,
+        settings: config.Settings,
+    ) -> None:
+        if not executors:
+            raise errors.ConfigError("executors.enabled: the dispatcher needs at least one executor")
+        self.store = store
+        self.executors = dict(executors)
+        self.clock = clock
+        self.settings = settings
+        self._completions: asyncio.Queue[store.Finish] = asyncio.Queue()
+        self._launch_slots = asyncio.Semaphore(settings.launch_concurrency)
+
+    # --- the cycle -------------------------------------------------------------------------
+
+    async def run_once(self) -> Tick:
+        """One cycle: claim, launch, record. Launch errors leave attempts for recovery."""
+        claimed = await self.store.job_claim(
+            now=self.clock.now(), limit=self.settings.claim_batch_limit, executors=list(self.executors)
+        )
+        if not claimed:
+            return Tick()
+        results = await asyncio.gather(*(self._launch(c) for c in claimed))
+        launched = [c.attempt.id for c, ok in zip(claimed, results, strict=True) if ok]
+        recorded = await self.store.attempt_record_running(fences=launched, now=self.clock.now())
+        tick = Tick(len(claimed), len(launched), len(claimed) - len(launched), len(recorded))
+        log.info(
+            "tick: claimed %d, launched %d, launch errors %d, recorded running %d",
+            tick.claimed, tick.launched, tick.launch_errors, tick.recorded,
+        )
+        return tick
+
+    async def _launch(self, claimed: model.Claimed) -> bool:
+        launch = model.build_launch(
+            claimed,
+            api_url=self.settings.api_url,
+            deadline_seconds=self.settings.timeouts.attempt_deadline.total_seconds(),
+        )
+        try:
+            async with self._launch_slots:
+                await self.executors[launch.executor].launch(launch)
+        except Exception as exc:  # any failure: the attempt stays `launching` for recovery
+            await self._note_launch_error(claimed, exc)
+            return False
+        return True
+
+    async def _note_launch_error(self, claimed: model.Claimed, exc: Exception) -> None:
+        why = f"launch failed: {exc}" if isinstance(exc, errors.CorralError) else f"launch failed: {exc!r}"
+        log.warning("job %d attempt %s: %s (left launching for recovery)", claimed.job.id,
+                    claimed.attempt.launch_name, why, exc_info=not isinstance(exc, errors.CorralError))
+        await self.store.event_note(
+            job_id=claimed.job.id, attempt_id=claimed.attempt.id, state=model.AttemptState.LAUNCHING,
+            reason=why + "; left launching for recovery", now=self.clock.now(),
+            details={"launch_name": claimed.attempt.launch_name, "error": type(exc).__name__},
+        )
+
+    # --- completions ---------------------------------------------------------------------------
+
+    def offer(self, observation: model.Observation, *, fence: int | None = None) -> bool:
+        """Queue a finished observation for the completion writer; False if it is not one.
+
+        `fence` is the attempt the caller observed; an observation whose labels carry another
+        identity (a stale object under the same name) is ignored.
+        """
+        identity = observation.identity
+        if not observation.phase.finished or identity is None:
+            return False
+        if fence is not None and identity.fence != fence:
+            log.warning("%s: carries fence %d, expected %d; ignored", observation.name, identity.fence, fence)
+            return False
+        self._completions.put_nowait(
+            store.Finish(
+                fence=identity.fence,
+                succeeded=observation.phase is model.Phase.SUCCEEDED and observation.exit_code in (0, None),
+                exit_code=observation.exit_code,
+                reason=observation.reason,
+            )
+        )
+        return True
+
+    async def flush_completions(self) -> list[store.Outcome]:
+        """Apply every queued completion now, in batches of `claim_batch_limit`."""
+        outcomes: list[store.Outcome] = []
+        while not self._completions.empty():
+            outcomes += await self._apply(self._drain(self.settings.claim_batch_limit))
+        return outcomes
+
+    def _drain(self, room: int) -> list[store.Finish]:
+        batch: list[store.Finish] = []
+        while not self._completions.empty() and len(batch) < room:
+            batch.append(self._completions.get_nowait())
+        return batch
+
+    async def _apply(self, batch: Sequence[store.Finish]) -> list[store.Outcome]:
+        if not batch:
+            return []
+        outcomes = await self.store.attempt_finish(finishes=batch, now=self.clock.now())
+        for o in outcomes:
+            log.info("job %d: attempt (fence %d) %s, job %s", o.job_id, o.fence, o.attempt_state, o.job_state)
+        return outcomes
+
+    async def _write_completions(self) -> None:
+        """Forever: wait for a completion, then write all that have queued up, as one batch."""
+        while True:
+            first = await self._completions.get()
+            await self._apply([first, *self._drain(self.settings.claim_batch_limit - 1)])
+
+    async def _watch(self, executor: Executor) -> None:
+        async for observation in executor.events():
+            self.offer(observation)
+
+    async def poll_once(self) -> int:
+        """Observe every active attempt in the store; queue the finished ones. Returns how many."""
+        found = 0
+        for kind, executor in self.executors.items():
+            after = 0
+            while page := await self.store.attempt_list_active(
+                executor=kind, limit=self.settings.claim_batch_limit, after=after
+            ):
+                after = page[-1].id
+                found += await self._observe_page(executor, page)
+        return found
+
+    async def _observe_page(self, executor: Executor, page: Sequence[model.Attempt]) -> int:
+        try:
+            seen = await executor.observe([a.launch_name for a in page])
+        except errors.ExecutorError as exc:
+            log.warning("%s: cannot observe %d attempts: %s", executor.kind, len(page), exc)
+            return 0
+        found, alive = 0, []
+        for attempt in page:
+            obs = seen.get(attempt.launch_name)
+            if obs is None:
+                continue
+            if self.offer(obs, fence=attempt.id):
+                found += 1
+            elif obs.phase in (model.Phase.RUNNING, model.Phase.PENDING):
+                alive.append(attempt.id)
+        await self.store.attempt_seen(fences=alive, now=self.clock.now())
+        return found
+
+    async def _poll(self) -> None:
+        interval = self.settings.timeouts.observe_interval.total_seconds()
+        while True:
+            try:
+                await self.poll_once()
+            except errors.CorralError as exc:
+                log.warning("poll failed, trying again in %.1fs: %s", interval, exc)
+            await self.clock.sleep(interval)
+
+    # --- the loop ------------------------------------------------------------------------------
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Dispatch until `stop` is set; then finish the tick in hand and write completions."""
+        helpers = [asyncio.create_task(self._write_completions(), name="completions")]
+        helpers.append(asyncio.create_task(self._poll(), name="poll"))
+        helpers += [asyncio.create_task(self._watch(e), name=f"watch-{e.kind}") for e in self.executors.values()]
+        log.info("dispatcher started: executors %s, claim batch %d", ", ".join(self.executors),
+                 self.settings.claim_batch_limit)
+        try:
+            await self._loop(stop)
+        finally:
+            for task in helpers:
+                task.cancel()
+            for task in helpers:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            await self.flush_completions()
+            log.info("dispatcher stopped")
+
+    async def _loop(self, stop: asyncio.Event) -> None:
+        interval = self.settings.timeouts.dispatch_interval.total_seconds()
+        while not stop.is_set():
+            try:
+                tick = await asyncio.shield(self.run_once())
+            except errors.StoreError as exc:
+                log.error("tick failed, trying again in %.1fs: %s", interval, exc)
+                tick = Tick()
+            if tick.claimed < self.settings.claim_batch_limit:
+                await clock.sleep_or_stop(self.clock, stop, interval)

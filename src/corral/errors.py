@@ -1,0 +1,60 @@
+"""corral's error tree: every error corral raises on purpose derives from CorralError.
+
+    CorralError
+    ├── ConfigError            bad settings (exit 2)
+    ├── InvalidInput           a request corral refuses at the edge (exit 2)
+    │   └── PayloadTooLarge
+    ├── IllegalTransition      a state change the transition table does not allow
+    ├── NotFound               no such job or attempt (exit 1)
+    ├── StoreError             the database failed or cannot be reached (exit 1)
+    │   └── SchemaOutOfDate    the database needs `corral db upgrade`
+    └── ExecutorError          a platform call failed
+        └── LaunchConflict     the launch name exists but carries another identity
+
+The CLI maps ConfigError and InvalidInput to exit code 2 and every other CorralError to 1.
+"""
+
+from __future__ import annotations
+
+
+class CorralError(Exception):
+    """corral could not do what was asked."""
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message or (self.__doc__ or "").strip())
+
+
+class ConfigError(CorralError):
+    """Raised when a setting is missing, unknown or breaks a rule."""
+
+
+class InvalidInput(CorralError):
+    """Raised when a submitted job or request is refused at the edge."""
+
+
+class PayloadTooLarge(InvalidInput):
+    """Raised when a job's payload is larger than `max_payload_bytes`."""
+
+
+class IllegalTransition(CorralError):
+    """Raised when a state change is not in the transition table."""
+
+
+class NotFound(CorralError):
+    """Raised when a job or attempt does not exist."""
+
+
+class StoreError(CorralError):
+    """Raised when the database fails or cannot be reached."""
+
+
+class SchemaOutOfDate(StoreError):
+    """Raised when the database schema is older than this corral: run `corral db upgrade`."""
+
+
+class ExecutorError(CorralError):
+    """Raised when an executor's platform call fails."""
+
+
+class LaunchConflict(ExecutorError):
+    """Raised when a launch name exists on the platform with another attempt's identity."""

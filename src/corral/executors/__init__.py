@@ -1,0 +1,1 @@
+"""Executors: one module per platform, each behind the Executor protocol in base.py."""

@@ -1,0 +1,61 @@
+"""The Executor protocol: how corral launches, observes and cancels attempts on a platform.
+
+Every executor is idempotent by launch name: launching a name that already exists is not
+an error and never starts a second copy. Observations say only what the platform says;
+a platform that cannot be asked raises ExecutorError rather than guessing `absent`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping, Sequence
+from datetime import timedelta
+from typing import Any, Protocol, runtime_checkable
+
+from corral import model
+
+
+@runtime_checkable
+class Executor(Protocol):
+    """A plug-in that runs attempts on one platform."""
+
+    kind: str
+
+    def validate_spec(self, spec: Mapping[str, Any]) -> dict[str, Any]:
+        """The spec, normalised; raise InvalidInput naming the field and the rule it broke.
+        Called at submit, so a job that cannot launch is refused before it is stored."""
+        ...
+
+    async def start(self) -> None:
+        """Get ready (connect, create folders). Called once before any other method."""
+        ...
+
+    async def close(self) -> None:
+        """Release what `start` took. Running attempts keep running."""
+        ...
+
+    async def launch(self, launch: model.Launch) -> None:
+        """Create `launch.name` on the platform; an existing name with this identity counts
+        as launched, one with another identity raises LaunchConflict."""
+        ...
+
+    async def observe(self, names: Sequence[str]) -> dict[str, model.Observation]:
+        """What the platform shows for each name (`absent` when it shows nothing)."""
+        ...
+
+    async def list_managed(self, selector: Mapping[str, str]) -> list[model.Observation]:
+        """Every launch whose labels include all of `selector`."""
+        ...
+
+    async def cancel(self, name: str, grace: timedelta) -> None:
+        """Stop a launch: ask politely, then force after `grace`. Absent names are fine."""
+        ...
+
+    def events(self) -> AsyncIterator[model.Observation]:
+        """Pushed observations of launches that changed (finished ones matter most).
+        An executor without push yields nothing; the dispatcher polls it instead."""
+        ...
+
+
+def spec_error(kind: str, field: str, rule: str) -> str:
+    """The one wording for a refused spec field, so every executor names field and rule alike."""
+    return f"{kind} spec: {field}: {rule}"

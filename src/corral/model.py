@@ -1,0 +1,380 @@
+"""corral's vocabulary as plain data: jobs, attempts, events, launches, observations.
+
+Pure: no I/O, no clock, nothing of corral but its error tree. The transition tables
+here are the single source of truth for which state changes exist; the store applies
+them with compare-and-set, and everything else asks `check_transition` first.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any, Literal
+
+from corral import errors
+
+Entity = Literal["job", "attempt"]
+
+
+class JobState(StrEnum):
+    """Where a job is in its life."""
+
+    SCHEDULED = "scheduled"
+    QUEUED = "queued"
+    PARKED = "parked"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    QUARANTINED = "quarantined"
+    CANCELLED = "cancelled"
+
+
+class AttemptState(StrEnum):
+    """Where one launch of a job is in its life."""
+
+    LAUNCHING = "launching"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    LOST = "lost"
+    CANCELLED = "cancelled"
+    SUPERSEDED = "superseded"
+
+
+J, A = JobState, AttemptState
+
+JOB_TRANSITIONS: Mapping[JobState, frozenset[JobState]] = {
+    J.SCHEDULED: frozenset({J.QUEUED, J.CANCELLED}),
+    J.QUEUED: frozenset({J.PARKED, J.RUNNING, J.CANCELLED}),
+    J.PARKED: frozenset({J.QUEUED, J.CANCELLED}),
+    # running -> queued is a retry: the attempt failed and attempts remain.
+    J.RUNNING: frozenset({J.SUCCEEDED, J.FAILED, J.QUARANTINED, J.CANCELLED, J.QUEUED}),
+    # A person may send a quarantined job back (after a fix) or discard it.
+    J.QUARANTINED: frozenset({J.QUEUED, J.CANCELLED}),
+    J.SUCCEEDED: frozenset(),
+    J.FAILED: frozenset(),
+    J.CANCELLED: frozenset(),
+}
+
+ATTEMPT_TRANSITIONS: Mapping[AttemptState, frozenset[AttemptState]] = {
+    # A launching attempt may finish before `running` is recorded (a fast job, or a
+    # completion seen by recovery), so the end states are reachable from both.
+    A.LAUNCHING: frozenset({A.RUNNING, A.SUCCEEDED, A.FAILED, A.LOST, A.CANCELLED, A.SUPERSEDED}),
+    A.RUNNING: frozenset({A.SUCCEEDED, A.FAILED, A.LOST, A.CANCELLED, A.SUPERSEDED}),
+    A.SUCCEEDED: frozenset(),
+    A.FAILED: frozenset(),
+    A.LOST: frozenset(),
+    A.CANCELLED: frozenset(),
+    A.SUPERSEDED: frozenset(),
+}
+
+FINAL_JOB_STATES = frozenset(s for s, nxt in JOB_TRANSITIONS.items() if not nxt)
+FINAL_ATTEMPT_STATES = frozenset(s for s, nxt in ATTEMPT_TRANSITIONS.items() if not nxt)
+ACTIVE_ATTEMPT_STATES = frozenset({A.LAUNCHING, A.RUNNING})
+
+
+def check_transition(entity: Entity, frm: str, to: str) -> None:
+    """Raise IllegalTransition unless `frm -> to` is in the entity's transition table."""
+    table: Mapping[Any, frozenset[Any]] = JOB_TRANSITIONS if entity == "job" else ATTEMPT_TRANSITIONS
+    states = JobState if entity == "job" else AttemptState
+    try:
+        allowed = table[states(frm)]
+        target = states(to)
+    except ValueError as exc:
+        raise errors.IllegalTransition(f"{entity} state {exc.args[0]}") from None
+    if target not in allowed:
+        raise errors.IllegalTransition(
+            f"{entity} cannot go from {frm!r} to {to!r}"
+            f" (allowed from {frm!r}: {', '.join(sorted(allowed)) or 'none, it is final'})"
+        )
+
+
+# --- launch names -----------------------------------------------------------------------
+
+MAX_NAME = 63
+_DNS_BAD = re.compile(r"[^a-z0-9-]+")
+
+
+def launch_name(job_id: int | str, attempt_no: int) -> str:
+    """The deterministic platform name of an attempt: `corral-<job id>-<attempt no>`.
+
+    Always a DNS-1123 label (lower-case alphanumerics and '-', starting and ending with
+    an alphanumeric, at most 63 characters), for any job id: an id that is too long or
+    not DNS-safe is cleaned and shortened, with a hash of the original keeping it unique.
+    """
+    raw = str(job_id)
+    clean = _DNS_BAD.sub("-", raw.lower()).strip("-")
+    suffix = f"-{attempt_no}"
+    room = MAX_NAME - len("corral-") - len(suffix)
+    if clean != raw or len(clean) > room:
+        digest = hashlib.sha256(raw.encode()).hexdigest()[:10]
+        keep = room - len(digest) - 1
+        clean = f"{clean[:keep].strip('-')}-{digest}".strip("-")
+    return f"corral-{clean}{suffix}"
+
+
+# --- self-describing labels ---------------------------------------------------------------
+
+LABEL_PREFIX = "corral.dev/"
+MANAGED_BY = LABEL_PREFIX + "managed-by"
+JOB_ID = LABEL_PREFIX + "job-id"
+ATTEMPT = LABEL_PREFIX + "attempt"
+FENCE = LABEL_PREFIX + "fence"
+TENANT = LABEL_PREFIX + "tenant"
+CAPABILITY = LABEL_PREFIX + "capability"
+IDEMPOTENCY_KEY = LABEL_PREFIX + "idempotency-key"
+MANAGER = "corral"
+
+_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
+_LABEL_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+_LABEL_PREFIX_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+def check_label(key: str, value: str) -> None:
+    """Raise InvalidInput unless key=value is a valid Kubernetes label."""
+    prefix, _, name = key.rpartition("/")
+    if not _LABEL_NAME.match(name) or (prefix and (len(prefix) > 253 or not _LABEL_PREFIX_RE.match(prefix))):
+        raise errors.InvalidInput(
+            f"label key {key!r}: must be [prefix/]name, name 1-63 characters of [A-Za-z0-9-_.]"
+            " starting and ending alphanumeric, prefix a DNS subdomain"
+        )
+    if key.startswith(LABEL_PREFIX):
+        raise errors.InvalidInput(f"label key {key!r}: the prefix {LABEL_PREFIX!r} is reserved for corral")
+    if not _LABEL_VALUE.match(value):
+        raise errors.InvalidInput(
+            f"label {key}={value!r}: value must be at most 63 characters of [A-Za-z0-9-_.]"
+            " starting and ending alphanumeric"
+        )
+
+
+def label_safe(value: str) -> str:
+    """`value` itself if it is a valid label value, else a stable hash of it."""
+    if _LABEL_VALUE.match(value):
+        return value
+    return "h-" + hashlib.sha256(value.encode()).hexdigest()[:40]
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    """Which attempt a launch belongs to, as read back from its labels."""
+
+    job_id: int
+    attempt_no: int
+    fence: int
+
+
+def identity_labels(
+    *, job_id: int, attempt_no: int, fence: int, tenant: str, capability: str, idempotency_key: str | None
+) -> dict[str, str]:
+    """The labels every launch carries, on every platform."""
+    labels = {
+        MANAGED_BY: MANAGER,
+        JOB_ID: str(job_id),
+        ATTEMPT: str(attempt_no),
+        FENCE: str(fence),
+        TENANT: label_safe(tenant),
+        CAPABILITY: label_safe(capability),
+    }
+    if idempotency_key is not None:
+        labels[IDEMPOTENCY_KEY] = label_safe(idempotency_key)
+    return labels
+
+
+def identity_from_labels(labels: Mapping[str, str]) -> Identity | None:
+    """Rebuild an attempt's identity from a launch's labels; None if corral does not manage it."""
+    if labels.get(MANAGED_BY) != MANAGER:
+        return None
+    try:
+        return Identity(int(labels[JOB_ID]), int(labels[ATTEMPT]), int(labels[FENCE]))
+    except (KeyError, ValueError):
+        return None
+
+
+# --- jobs, attempts, events ------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class NewJob:
+    """A job as submitted, already validated at the edge (see corral.client)."""
+
+    executor: str
+    spec: Mapping[str, Any]
+    payload: Any = None
+    queue: str = "default"
+    pool: str | None = None
+    tenant: str = "default"
+    priority: int = 0
+    max_attempts: int = 3
+    idempotency_key: str | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)
+    run_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """A durable request for work, as the store holds it."""
+
+    id: int
+    tenant: str
+    queue: str
+    pool: str | None
+    priority: int
+    executor: str
+    spec: Mapping[str, Any]
+    payload: Any
+    state: JobState
+    run_at: datetime
+    idempotency_key: str | None
+    max_attempts: int
+    attempt_count: int
+    labels: Mapping[str, str]
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """One launch of a job. Its id is global and only grows: it is the fence token."""
+
+    id: int
+    job_id: int
+    attempt_no: int
+    launch_name: str
+    executor: str
+    state: AttemptState
+    created_at: datetime
+    updated_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    exit_code: int | None
+    reason: str | None
+    last_seen_at: datetime | None
+
+    @property
+    def fence(self) -> int:
+        return self.id
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One row of a job's run log: a state change of the job or one of its attempts."""
+
+    id: int
+    job_id: int
+    attempt_id: int | None
+    entity: Entity
+    from_state: str | None
+    to_state: str
+    reason: str
+    at: datetime
+    details: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Claimed:
+    """A job the dispatcher has claimed, with the attempt created for it (in `launching`)."""
+
+    job: Job
+    attempt: Attempt
+
+
+# --- launches and observations ----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Launch:
+    """Everything an executor needs to start one attempt, under its deterministic name."""
+
+    name: str
+    job_id: int
+    attempt_no: int
+    fence: int
+    tenant: str
+    executor: str
+    spec: Mapping[str, Any]
+    payload: Any
+    labels: Mapping[str, str]
+    env: Mapping[str, str]
+    deadline_seconds: float | None = None
+
+    @property
+    def identity(self) -> Identity:
+        return Identity(self.job_id, self.attempt_no, self.fence)
+
+
+class Phase(StrEnum):
+    """What an executor sees of a launch name."""
+
+    ABSENT = "absent"
+    PENDING = "pending"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+
+    @property
+    def finished(self) -> bool:
+        return self in (Phase.SUCCEEDED, Phase.FAILED)
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """One look at a launch name on its platform."""
+
+    name: str
+    phase: Phase
+    labels: Mapping[str, str] = field(default_factory=dict)
+    exit_code: int | None = None
+    reason: str | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+
+    @property
+    def identity(self) -> Identity | None:
+        return identity_from_labels(self.labels)
+
+
+def attempt_env(launch_labels: Mapping[str, str], *, name: str, api_url: str | None) -> dict[str, str]:
+    """The CORRAL_* environment every attempt runs with."""
+    env = {
+        "CORRAL_JOB_ID": launch_labels[JOB_ID],
+        "CORRAL_ATTEMPT": launch_labels[ATTEMPT],
+        "CORRAL_FENCE": launch_labels[FENCE],
+        "CORRAL_TENANT": launch_labels[TENANT],
+        "CORRAL_LAUNCH_NAME": name,
+    }
+    if api_url:
+        env["CORRAL_API_URL"] = api_url
+    return env
+
+
+def build_launch(claimed: Claimed, *, api_url: str | None, deadline_seconds: float | None) -> Launch:
+    """The Launch for a claimed attempt: name, identity labels, user labels and env."""
+    job, attempt = claimed.job, claimed.attempt
+    labels = {**job.labels}
+    labels.update(
+        identity_labels(
+            job_id=job.id,
+            attempt_no=attempt.attempt_no,
+            fence=attempt.id,
+            tenant=job.tenant,
+            capability=job.queue,
+            idempotency_key=job.idempotency_key,
+        )
+    )
+    return Launch(
+        name=attempt.launch_name,
+        job_id=job.id,
+        attempt_no=attempt.attempt_no,
+        fence=attempt.id,
+        tenant=job.tenant,
+        executor=job.executor,
+        spec=job.spec,
+        payload=job.payload,
+        labels=labels,
+        env=attempt_env(labels, name=attempt.launch_name, api_url=api_url),
+        deadline_seconds=deadline_seconds,
+    )

@@ -1,0 +1,78 @@
+"""Wiring: turn Settings into a connected store and started executors, in a safe order.
+
+Every command that touches jobs opens a Runtime: the store is reached and its schema
+checked first, then the executors are started; closing undoes both. Running attempts are
+not touched by closing: they belong to their platform.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from corral import client, clock, config, errors, store
+from corral.executors.base import Executor
+from corral.executors.process import ProcessExecutor
+
+ExecutorFactory = Callable[[config.Settings, clock.Clock], Executor]
+
+EXECUTORS: dict[str, ExecutorFactory] = {
+    "process": lambda settings, clk: ProcessExecutor(root=settings.process_root, clock=clk),
+}
+
+
+def executors_build(settings: config.Settings, clk: clock.Clock) -> dict[str, Executor]:
+    """The executors `executors.enabled` names, not yet started."""
+    unknown = [kind for kind in settings.executors.enabled if kind not in EXECUTORS]
+    if unknown:
+        raise errors.ConfigError(
+            f"executors.enabled: unknown executor {', '.join(map(repr, unknown))};"
+            f" known: {', '.join(sorted(EXECUTORS))}"
+        )
+    return {kind: EXECUTORS[kind](settings, clk) for kind in settings.executors.enabled}
+
+
+@dataclass(frozen=True, slots=True)
+class Runtime:
+    """The running parts a command works with."""
+
+    settings: config.Settings
+    clock: clock.Clock
+    store: store.Store
+    executors: dict[str, Executor]
+
+
+@contextlib.asynccontextmanager
+async def opened(
+    settings: config.Settings,
+    *,
+    clk: clock.Clock | None = None,
+    executors: dict[str, Executor] | None = None,
+) -> AsyncIterator[Runtime]:
+    """Connect the store (checking its schema), then start the executors; undo on exit."""
+    clk = clk or clock.SystemClock()
+    db = store.Store.connect(settings.database_url)
+    started: list[Executor] = []
+    try:
+        await db.check_schema()
+        built = executors if executors is not None else executors_build(settings, clk)
+        for executor in built.values():
+            await executor.start()
+            started.append(executor)
+        yield Runtime(settings, clk, db, built)
+    finally:
+        for executor in reversed(started):
+            await executor.close()
+        await db.close()
+
+
+@contextlib.asynccontextmanager
+async def connect(
+    settings: config.Settings | None = None, *, config_file: Path | None = None
+) -> AsyncIterator[client.Client]:
+    """A Client on the settings given, or on corral.toml and CORRAL_* variables."""
+    settings = settings or config.Settings.load(config_file)
+    async with opened(settings) as rt:
+        yield client.Client(store=rt.store, executors=rt.executors, settings=settings, clock=rt.clock)

@@ -1,0 +1,146 @@
+"""The durable store: jobs, attempts and events in SQLite (embedded) or PostgreSQL (scale).
+
+`Store` is the async face of the store: each method runs one query function from
+queries.py in one transaction on a worker thread, so the event loop never blocks on the
+database. Database errors are translated once, here, into StoreError (cause kept).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
+from typing import Any, TypeVar
+
+from sqlalchemy import Connection, Engine
+from sqlalchemy import exc as sa_exc
+
+from corral import errors, model
+from corral.store import dialects, migrate, queries
+from corral.store.queries import Finish, Outcome
+
+__all__ = ["Finish", "Outcome", "Store"]
+
+T = TypeVar("T")
+
+
+class Store:
+    """Jobs, attempts and events, behind compare-and-set transitions."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.dialect = engine.dialect.name
+        # SQLite has one writer at a time: one thread keeps this process from queueing on
+        # its own lock. PostgreSQL takes as many as the connection pool holds.
+        workers = 1 if self.dialect == "sqlite" else 5
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="corral-store")
+
+    @classmethod
+    def connect(cls, url: str) -> Store:
+        """A Store for `url` (no connection is made until the first call)."""
+        try:
+            return cls(dialects.engine_create(url))
+        except (sa_exc.ArgumentError, ImportError, ValueError) as exc:
+            raise errors.ConfigError(f"database_url: {url!r} is not usable: {exc}") from exc
+
+    @property
+    def url(self) -> str:
+        return self.engine.url.render_as_string(hide_password=True)
+
+    async def close(self) -> None:
+        self._pool.shutdown(wait=True)
+        self.engine.dispose()
+
+    def _run(self, fn: Callable[[Connection], T]) -> T:
+        try:
+            with self.engine.begin() as conn:
+                return fn(conn)
+        except sa_exc.OperationalError as exc:
+            raise errors.StoreError(f"database {self.url} failed: {_first_line(exc.orig or exc)}") from exc
+        except sa_exc.DBAPIError as exc:
+            raise errors.StoreError(f"database error: {_first_line(exc.orig or exc)}") from exc
+
+    async def _tx(self, fn: Callable[..., T], /, **kwargs: Any) -> T:
+        """Run `fn(conn, **kwargs)` in one transaction on the store's worker thread."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._pool, self._run, functools.partial(fn, **kwargs))
+
+    # --- schema --------------------------------------------------------------------------
+
+    async def migrate(self) -> tuple[str | None, str | None]:
+        """Upgrade the schema to the newest revision; returns (before, after)."""
+
+        def upgrade(conn: Connection) -> tuple[str | None, str | None]:
+            before = migrate.current(conn)
+            migrate.upgrade(conn)
+            return before, migrate.current(conn)
+
+        return await self._tx(upgrade)
+
+    async def check_schema(self) -> None:
+        """Raise SchemaOutOfDate unless the database is at this corral's newest revision."""
+        current = await self._tx(migrate.current)
+        if current != migrate.head():
+            raise errors.SchemaOutOfDate(
+                f"database {self.url} is at schema revision {current or 'none'}, this corral needs"
+                f" {migrate.head()}: run `corral db upgrade`"
+            )
+
+    # --- operations (see queries.py for what each does) --------------------------------------
+
+    async def transition(self, **kwargs: Any) -> list[int]:
+        return await self._tx(queries.transition, **kwargs)
+
+    async def analyze(self) -> None:
+        await self._tx(queries.analyze)
+
+    async def job_claim_plan(self, *, now: datetime, limit: int, executors: Sequence[str]) -> list[str]:
+        return await self._tx(queries.job_claim_plan, now=now, limit=limit, executors=executors)
+
+    async def job_submit(self, *, new: Sequence[model.NewJob], now: datetime) -> list[tuple[int, bool]]:
+        return await self._tx(queries.job_submit, new=new, now=now)
+
+    async def job_claim(self, *, now: datetime, limit: int, executors: Sequence[str]) -> list[model.Claimed]:
+        return await self._tx(queries.job_claim, now=now, limit=limit, executors=executors)
+
+    async def attempt_record_running(self, *, fences: Sequence[int], now: datetime) -> list[int]:
+        return await self._tx(queries.attempt_record_running, fences=fences, now=now)
+
+    async def attempt_finish(self, *, finishes: Sequence[Finish], now: datetime) -> list[Outcome]:
+        return await self._tx(queries.attempt_finish, finishes=finishes, now=now)
+
+    async def attempt_seen(self, *, fences: Sequence[int], now: datetime) -> None:
+        await self._tx(queries.attempt_seen, fences=fences, now=now)
+
+    async def attempt_list_active(self, *, executor: str, limit: int, after: int = 0) -> list[model.Attempt]:
+        return await self._tx(queries.attempt_list_active, executor=executor, limit=limit, after=after)
+
+    async def event_note(self, **kwargs: Any) -> None:
+        await self._tx(queries.event_note, **kwargs)
+
+    async def job_cancel(self, *, job_id: int, now: datetime, reason: str) -> model.Attempt | None:
+        return await self._tx(queries.job_cancel, job_id=job_id, now=now, reason=reason)
+
+    async def job_get(self, *, job_id: int) -> model.Job:
+        return await self._tx(queries.job_get, job_id=job_id)
+
+    async def job_list(
+        self, *, states: Iterable[str] = (), limit: int = 100, queue: str | None = None
+    ) -> list[model.Job]:
+        return await self._tx(queries.job_list, states=list(states), limit=limit, queue=queue)
+
+    async def job_count_by_state(self) -> dict[str, int]:
+        return await self._tx(queries.job_count_by_state)
+
+    async def attempt_list(self, *, job_id: int) -> list[model.Attempt]:
+        return await self._tx(queries.attempt_list, job_id=job_id)
+
+    async def event_list(self, *, job_id: int) -> list[model.Event]:
+        return await self._tx(queries.event_list, job_id=job_id)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

@@ -1,0 +1,124 @@
+"""The tables corral keeps: jobs, attempts (whose id is the fence) and the events run log.
+
+The migrations in migrations/versions must build exactly this schema; a test diffs them.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Column,
+    DateTime,
+    Dialect,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.types import TypeDecorator
+
+metadata = MetaData(
+    naming_convention={
+        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+        "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+        "pk": "pk_%(table_name)s",
+    }
+)
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Timezone-aware UTC datetimes on both databases (SQLite stores naive UTC text)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("corral stores only timezone-aware datetimes")
+        value = value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+Json: Any = JSON().with_variant(JSONB(), "postgresql")
+# SQLite makes only an INTEGER PRIMARY KEY the rowid alias that autoincrements.
+Id: Any = BigInteger().with_variant(Integer(), "sqlite")
+
+jobs = Table(
+    "jobs",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("tenant", String(200), nullable=False),
+    Column("queue", String(200), nullable=False),
+    Column("pool", String(200)),
+    Column("priority", Integer, nullable=False),
+    Column("executor", String(50), nullable=False),
+    Column("spec", Json, nullable=False),
+    Column("payload", Json),
+    Column("state", String(20), nullable=False),
+    Column("run_at", UTCDateTime, nullable=False),
+    Column("idempotency_key", String(500)),
+    Column("max_attempts", Integer, nullable=False),
+    Column("attempt_count", Integer, nullable=False),
+    Column("labels", Json, nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+    UniqueConstraint("tenant", "idempotency_key"),
+)
+# The claim walks this index in order and stops after `limit` rows, so its cost does not
+# grow with the number of finished jobs (another `state`) or of queued ones (LIMIT).
+# A plain index, not a partial one: SQLite 3.40's planner skips the partial index.
+Index("ix_jobs_claim", jobs.c.state, jobs.c.priority.desc(), jobs.c.run_at, jobs.c.id)
+
+attempts = Table(
+    "attempts",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),  # the fence token
+    Column("job_id", Id, ForeignKey("jobs.id"), nullable=False),
+    Column("attempt_no", Integer, nullable=False),
+    Column("launch_name", String(63), nullable=False, unique=True),
+    Column("executor", String(50), nullable=False),
+    Column("state", String(20), nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+    Column("started_at", UTCDateTime),
+    Column("finished_at", UTCDateTime),
+    Column("exit_code", Integer),
+    Column("reason", Text),
+    Column("last_seen_at", UTCDateTime),
+    UniqueConstraint("job_id", "attempt_no"),
+    Index("ix_attempts_active", "state", "executor", "id"),
+    sqlite_autoincrement=True,  # never reuse an id: a reused fence would unfence a writer
+)
+
+events = Table(
+    "events",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("job_id", Id, ForeignKey("jobs.id"), nullable=False),
+    Column("attempt_id", Id),
+    Column("entity", String(10), nullable=False),
+    Column("from_state", String(20)),
+    Column("to_state", String(20), nullable=False),
+    Column("reason", Text, nullable=False),
+    Column("at", UTCDateTime, nullable=False),
+    Column("details", Json, nullable=False),
+    Index("ix_events_job", "job_id", "id"),
+    sqlite_autoincrement=True,
+)

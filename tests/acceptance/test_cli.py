@@ -1,0 +1,181 @@
+"""The `corral` command as a user runs it: a real subprocess on a real SQLite file."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+Run = Callable[..., subprocess.CompletedProcess[str]]
+
+
+def corral_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CORRAL_")}
+    env["CORRAL_TIMEOUTS__DISPATCH_INTERVAL"] = "200ms"
+    env["CORRAL_TIMEOUTS__OBSERVE_INTERVAL"] = "200ms"
+    env.update(extra or {})
+    return env
+
+
+@pytest.fixture
+def corral(tmp_path: Path) -> Run:
+    def run(*args: str, env: dict[str, str] | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run(
+            [sys.executable, "-m", "corral", *args], cwd=tmp_path, env=corral_env(env),
+            capture_output=True, text=True, timeout=60,
+        )
+        if check and proc.returncode != 0:
+            raise AssertionError(f"corral {' '.join(args)} exited {proc.returncode}: {proc.stderr}")
+        return proc
+
+    run("db", "upgrade")
+    return run
+
+
+def serve(tmp_path: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "corral", "serve"], cwd=tmp_path, env=corral_env(),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+
+
+def job(corral: Run, job_id: str) -> dict[str, object]:
+    data: dict[str, object] = json.loads(corral("jobs", "show", job_id, "--json").stdout)
+    return data
+
+
+def wait_for_state(corral: Run, job_id: str, state: str, seconds: float = 30) -> dict[str, object]:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        found = job(corral, job_id)
+        if found["state"] == state:
+            return found
+        time.sleep(0.2)
+    raise AssertionError(f"job {job_id} not {state} after {seconds}s: {found}")
+
+
+def test_upgrade_is_idempotent(corral: Run) -> None:
+    assert "up to date" in corral("db", "upgrade").stdout
+
+
+def test_submit_prints_the_id_and_a_repeated_key_says_so(corral: Run) -> None:
+    first = corral("submit", "--idempotency-key", "nightly-1", "--label", "team=data", "--", "true")
+    again = corral("submit", "--idempotency-key", "nightly-1", "--", "true")
+    assert first.stdout.strip() == again.stdout.strip() == "1"
+    assert "already exists" in again.stderr
+    as_json = json.loads(corral("submit", "--json", "--queue", "etl", "--priority", "5", "--", "true").stdout)
+    assert as_json == {"id": 2, "created": True}
+    listed = json.loads(corral("jobs", "list", "--json").stdout)
+    assert [(j["id"], j["queue"], j["priority"], j["state"]) for j in listed] == [(2, "etl", 5, "queued"), (1, "default", 0, "queued")]
+    assert listed[1]["labels"] == {"team": "data"}
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "code", "message"),
+    [
+        (["submit", "--"], {}, 2, "process spec: command: must be a non-empty list of strings"),
+        (["submit", "--executor", "k8s", "--", "true"], {}, 2, "executor: unknown executor 'k8s'"),
+        (["submit", "--label", "team", "--", "true"], {}, 2, "--label 'team': use KEY=VALUE"),
+        (["submit", "--label", "te am=x", "--", "true"], {}, 2, "label key 'te am'"),
+        (["submit", "--payload", "{not json", "--", "true"], {}, 2, "--payload: not valid JSON"),
+        (["submit", "--priority", "5000", "--", "true"], {}, 2, "priority: 5000 must be between"),
+        (["submit", "--queue", "bad queue", "--", "true"], {}, 2, "queue: 'bad queue' must be"),
+        (["submit", "--max-attempts", "0", "--", "true"], {}, 2, "max_attempts: 0 must be between"),
+        (["submit", "--", "true"], {"CORRAL_MAX_PAYLOAD_BYTES": "x"}, 2, "max_payload_bytes"),
+        (["jobs", "list"], {"CORRAL_DATABASE_URL": "mysql://h/db"}, 2, "database_url: 'mysql://h/db' is not a supported"),
+        (["jobs", "list"], {"CORRAL_DATABASE_URL": "postgresql+psycopg://u@127.0.0.1:1/db"}, 1, "Connection refused"),
+        (["jobs", "list"], {"CORRAL_EXECUTORS__ENABLED": '["process","warp"]'}, 2, "unknown executor 'warp'"),
+        (["jobs", "show", "42"], {}, 1, "no job with id 42"),
+        (["jobs", "list", "--state", "done"], {}, 2, "state: 'done' is not a job state"),
+        (["jobs", "cancel", "42"], {}, 1, "no job with id 42"),
+        (["nope"], {}, 2, "No such command"),
+    ],
+)
+def test_bad_input_is_one_line_with_an_exit_code_and_writes_nothing(
+    corral: Run, args: list[str], env: dict[str, str], code: int, message: str
+) -> None:
+    proc = corral(*args, env=env, check=False)
+    assert proc.returncode == code, proc.stderr
+    assert message in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert json.loads(corral("jobs", "list", "--json").stdout) == []
+
+
+def test_oversized_payload_is_refused(corral: Run, tmp_path: Path) -> None:
+    big = tmp_path / "big.json"
+    big.write_text(json.dumps("x" * 2000))
+    proc = corral("submit", "--payload-file", str(big), "--", "true", env={"CORRAL_MAX_PAYLOAD_BYTES": "1000"}, check=False)
+    assert proc.returncode == 2
+    assert "payload: 2002 bytes is over the limit of 1000" in proc.stderr
+    assert json.loads(corral("jobs", "list", "--json").stdout) == []
+
+
+def test_serve_before_upgrade_says_what_to_do(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, "-m", "corral", "serve"], cwd=tmp_path, env=corral_env(),
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1
+    assert "run `corral db upgrade`" in proc.stderr
+
+
+def test_serve_runs_jobs_and_stops_cleanly_on_sigterm(corral: Run, tmp_path: Path) -> None:
+    ok = corral("submit", "--", "sh", "-c", "echo out $CORRAL_JOB_ID; echo err >&2").stdout.strip()
+    bad = corral("submit", "--max-attempts", "2", "--", "sh", "-c", "exit 7").stdout.strip()
+    server = serve(tmp_path)
+    try:
+        done = wait_for_state(corral, ok, "succeeded")
+        failed = wait_for_state(corral, bad, "failed")
+    finally:
+        server.send_signal(signal.SIGTERM)
+        _, stderr = server.communicate(timeout=30)
+    assert server.returncode == 0, stderr
+    assert "dispatcher stopped" in stderr
+    [attempt] = done["attempt_list"]  # type: ignore[misc]
+    run_dir = tmp_path / ".corral" / "runs" / attempt["launch_name"]
+    assert (run_dir / "stdout.log").read_text() == f"out {ok}\n"
+    assert [a["exit_code"] for a in failed["attempt_list"]] == [7, 7]  # type: ignore[union-attr]
+    assert [e["to"] for e in failed["events"]][-1] == "failed"  # type: ignore[index]
+
+
+def test_a_job_started_before_a_crash_completes_after_the_restart(corral: Run, tmp_path: Path) -> None:
+    job_id = corral("submit", "--", "sh", "-c", "sleep 2; echo survived").stdout.strip()
+    first = serve(tmp_path)
+    try:
+        wait_for_state(corral, job_id, "running")
+    finally:
+        first.kill()  # SIGKILL: no clean-up of any kind
+        first.communicate(timeout=30)
+    assert job(corral, job_id)["state"] == "running"
+    second = serve(tmp_path)
+    try:
+        done = wait_for_state(corral, job_id, "succeeded")
+    finally:
+        second.send_signal(signal.SIGTERM)
+        second.communicate(timeout=30)
+    [attempt] = done["attempt_list"]  # type: ignore[misc]
+    assert attempt["attempt"] == 1  # the same attempt, observed after the restart, not a relaunch
+    assert (tmp_path / ".corral" / "runs" / attempt["launch_name"] / "stdout.log").read_text() == "survived\n"
+
+
+def test_cancel_stops_a_running_job(corral: Run, tmp_path: Path) -> None:
+    job_id = corral("submit", "--", "sleep", "60").stdout.strip()
+    server = serve(tmp_path)
+    try:
+        wait_for_state(corral, job_id, "running")
+        time.sleep(0.5)
+        assert "cancelled; stopped attempt" in corral("jobs", "cancel", job_id).stdout
+        found = job(corral, job_id)
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.communicate(timeout=30)
+    assert found["state"] == "cancelled"
+    assert [a["state"] for a in found["attempt_list"]] == ["cancelled"]  # type: ignore[union-attr]
+    again = corral("jobs", "cancel", job_id, check=False)
+    assert again.returncode == 2
+    assert "already ended" in again.stderr

@@ -1,0 +1,91 @@
+"""Shared fixtures: a store on a real SQLite file and on the real PostgreSQL server.
+
+PostgreSQL tests use a database created for this test session (dropped at the end) and
+an emptied schema per test. They skip when the server is unreachable locally, and fail
+when the CI variable is set.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
+
+from corral import store
+from corral.testing import FrozenClock
+
+PG_ENV = "CORRAL_TEST_POSTGRES_URL"
+DEFAULT_PG = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+
+
+def _pg_admin_url() -> str | None:
+    url = os.environ.get(PG_ENV) or DEFAULT_PG
+    try:
+        engine = create_engine(url, connect_args={"connect_timeout": 3})
+        with engine.connect() as conn:
+            conn.execute(text("select 1"))
+        engine.dispose()
+    except Exception as exc:
+        if os.environ.get("CI"):
+            pytest.fail(f"PostgreSQL at {url} is unreachable on CI: {exc}")
+        return None
+    return url
+
+
+@pytest.fixture(scope="session")
+def pg_url() -> Iterator[str]:
+    """A fresh PostgreSQL database for this session, migrated to head."""
+    admin = _pg_admin_url()
+    if admin is None:
+        pytest.skip(f"PostgreSQL unreachable (set {PG_ENV}); skipped locally, fails on CI")
+    name = f"corral_t_{uuid.uuid4().hex[:10]}"
+    engine = create_engine(admin, isolation_level="AUTOCOMMIT")
+    with engine.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    url = make_url(admin).set(database=name).render_as_string(hide_password=False)
+    db = store.Store.connect(url)
+    asyncio.run(db.migrate())
+    asyncio.run(db.close())
+    yield url
+    with engine.connect() as conn:
+        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    engine.dispose()
+
+
+def pg_empty(url: str) -> None:
+    engine = create_engine(url)
+    with engine.begin() as conn:
+        conn.execute(text("TRUNCATE events, attempts, jobs RESTART IDENTITY CASCADE"))
+    engine.dispose()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A migrated, empty database URL on each backend."""
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path / 'corral.db'}"
+        db = store.Store.connect(url)
+        asyncio.run(db.migrate())
+        asyncio.run(db.close())
+        return url
+    url: str = request.getfixturevalue("pg_url")
+    pg_empty(url)
+    return url
+
+
+@pytest.fixture
+async def db(db_url: str) -> AsyncIterator[store.Store]:
+    s = store.Store.connect(db_url)
+    yield s
+    await s.close()
+
+
+@pytest.fixture
+def clock() -> FrozenClock:
+    return FrozenClock()

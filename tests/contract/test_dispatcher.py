@@ -1,0 +1,150 @@
+"""The dispatch cycle on both databases, with executor doubles that finish at once."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+
+import pytest
+
+from corral import config, dispatcher, errors, model, store
+from corral.testing import FrozenClock
+from tests.support.noop import NoopExecutor
+
+J, A = model.JobState, model.AttemptState
+
+
+class FlakyLaunch(NoopExecutor):
+    """Refuses to launch the names in `refuse`."""
+
+    def __init__(self, refuse: set[str]) -> None:
+        super().__init__()
+        self.refuse = refuse
+
+    async def launch(self, launch: model.Launch) -> None:
+        if launch.name in self.refuse:
+            raise errors.ExecutorError(f"platform said no to {launch.name}")
+        await super().launch(launch)
+
+
+def make(db: store.Store, clock: FrozenClock, executor: NoopExecutor, **settings: object) -> dispatcher.Dispatcher:
+    return dispatcher.Dispatcher(
+        store=db, executors={"noop": executor}, clock=clock, settings=config.Settings(**settings)  # type: ignore[arg-type]
+    )
+
+
+async def submit(db: store.Store, clock: FrozenClock, n: int, **kw: object) -> list[int]:
+    jobs = [model.NewJob(executor="noop", spec={}, **kw) for _ in range(n)]  # type: ignore[arg-type]
+    return [job_id for job_id, _ in await db.job_submit(new=jobs, now=clock.now())]
+
+
+async def deliver(d: dispatcher.Dispatcher, executor: NoopExecutor, count: int) -> list[store.Outcome]:
+    """Hand `count` pushed observations to the dispatcher and write them."""
+    events = executor.events()
+    for _ in range(count):
+        d.offer(await asyncio.wait_for(anext(events), timeout=5))
+    return await d.flush_completions()
+
+
+async def states(db: store.Store, ids: list[int]) -> list[str]:
+    return [(await db.job_get(job_id=i)).state for i in ids]
+
+
+async def test_a_tick_claims_launches_and_records_running(db: store.Store, clock: FrozenClock) -> None:
+    executor = NoopExecutor()
+    d = make(db, clock, executor, claim_batch_limit=3)
+    ids = await submit(db, clock, 5)
+    tick = await d.run_once()
+    assert tick == dispatcher.Tick(claimed=3, launched=3, launch_errors=0, recorded=3)
+    assert executor.launched == 3
+    launch = next(iter(executor.launches.values()))
+    assert model.identity_from_labels(launch.labels) == launch.identity
+    assert launch.env["CORRAL_FENCE"] == str(launch.fence)
+    assert await states(db, ids) == [J.RUNNING] * 3 + [J.QUEUED] * 2
+    outcomes = await deliver(d, executor, 3)
+    assert {o.job_state for o in outcomes} == {J.SUCCEEDED}
+    assert await states(db, ids[:3]) == [J.SUCCEEDED] * 3
+
+
+async def test_a_launch_error_leaves_the_attempt_for_recovery(db: store.Store, clock: FrozenClock) -> None:
+    ids = await submit(db, clock, 3)
+    executor = FlakyLaunch(refuse={model.launch_name(ids[1], 1)})
+    d = make(db, clock, executor)
+    tick = await d.run_once()
+    assert (tick.claimed, tick.launched, tick.launch_errors, tick.recorded) == (3, 2, 1, 2)
+    [attempt] = await db.attempt_list(job_id=ids[1])
+    assert attempt.state == A.LAUNCHING
+    assert (await db.job_get(job_id=ids[1])).state == J.RUNNING  # not lost: recovery adopts or relaunches it
+    note = (await db.event_list(job_id=ids[1]))[-1]
+    assert "launch failed: platform said no" in note.reason
+    assert note.attempt_id == attempt.id
+
+
+async def test_the_same_completion_twice_applies_once(db: store.Store, clock: FrozenClock) -> None:
+    executor = NoopExecutor()
+    d = make(db, clock, executor)
+    [job_id] = await submit(db, clock, 1)
+    await d.run_once()
+    obs = await asyncio.wait_for(anext(executor.events()), timeout=5)
+    for _ in range(3):
+        d.offer(obs)
+    assert len(await d.flush_completions()) == 1
+    d.offer(obs)
+    assert await d.flush_completions() == []
+    reasons = [e.to_state for e in await db.event_list(job_id=job_id)]
+    assert reasons.count("succeeded") == 2  # once for the attempt, once for the job
+
+
+async def test_failures_retry_until_attempts_run_out(db: store.Store, clock: FrozenClock) -> None:
+    executor = NoopExecutor(fail_exit_code=3)
+    d = make(db, clock, executor)
+    [job_id] = await submit(db, clock, 1, max_attempts=3)
+    for expected in (J.QUEUED, J.QUEUED, J.FAILED):
+        assert (await d.run_once()).launched == 1
+        [outcome] = await deliver(d, executor, 1)
+        assert outcome.job_state == expected
+    attempts = await db.attempt_list(job_id=job_id)
+    assert [(a.attempt_no, a.state, a.exit_code) for a in attempts] == [(n, A.FAILED, 3) for n in (1, 2, 3)]
+    assert await d.run_once() == dispatcher.Tick()
+
+
+async def test_an_observation_with_another_fence_is_ignored(db: store.Store, clock: FrozenClock) -> None:
+    executor = NoopExecutor()
+    d = make(db, clock, executor)
+    await submit(db, clock, 1)
+    await d.run_once()
+    obs = await asyncio.wait_for(anext(executor.events()), timeout=5)
+    assert not d.offer(obs, fence=obs.identity.fence + 1 if obs.identity else 0)
+
+
+async def test_polling_completes_attempts_launched_before_a_restart(db: store.Store, clock: FrozenClock) -> None:
+    executor = NoopExecutor()
+    ids = await submit(db, clock, 4)
+    await make(db, clock, executor, claim_batch_limit=4).run_once()
+    # A new dispatcher (a restart) never saw the pushed events; it finds them by polling.
+    fresh = make(db, clock, executor, claim_batch_limit=3)
+    assert await fresh.poll_once() == 4
+    await fresh.flush_completions()
+    assert await states(db, ids) == [J.SUCCEEDED] * 4
+
+
+async def test_run_drains_the_queue_and_stops_cleanly(db: store.Store, clock: FrozenClock) -> None:
+    executor = NoopExecutor()
+    d = make(db, clock, executor, claim_batch_limit=10)
+    ids = await submit(db, clock, 35)
+    stop = asyncio.Event()
+    runner = asyncio.create_task(d.run(stop))
+    for _ in range(500):
+        if (await db.job_count_by_state()).get("succeeded") == 35:
+            break
+        await asyncio.sleep(0.01)
+    stop.set()
+    await asyncio.wait_for(runner, timeout=10)
+    assert await states(db, ids) == [J.SUCCEEDED] * 35
+    assert executor.launch_calls == 35
+
+
+async def test_a_dispatcher_needs_an_executor(db: store.Store, clock: FrozenClock) -> None:
+    empty: Mapping[str, NoopExecutor] = {}
+    with pytest.raises(errors.ConfigError, match="executor"):
+        dispatcher.Dispatcher(store=db, executors=empty, clock=clock, settings=config.Settings())

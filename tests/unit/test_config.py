@@ -1,0 +1,85 @@
+"""Settings: durations, the TOML file, CORRAL_* variables, and errors that name the setting."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from corral import errors
+from corral.config import Settings, parse_duration
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [(90, 90), (1.5, 1.5), ("90", 90), ("90s", 90), ("4m", 240), ("1h", 3600), ("1h30m", 5400), ("500ms", 0.5)],
+)
+def test_durations(text: object, seconds: float) -> None:
+    assert parse_duration(text) == timedelta(seconds=seconds)
+
+
+@pytest.mark.parametrize("text", ["", "4x", "-3", 0, "m", True, "1 h"])
+def test_bad_durations(text: object) -> None:
+    with pytest.raises(ValueError, match="duration"):
+        parse_duration(text)
+
+
+@pytest.fixture(autouse=True)
+def _no_corral_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.chdir(tmp_path)
+    for key in ("CORRAL_DATABASE_URL", "CORRAL_TIMEOUTS__ATTEMPT_DEADLINE", "CORRAL_CLAIM_BATCH_LIMIT"):
+        monkeypatch.delenv(key, raising=False)
+
+
+def test_defaults_are_the_embedded_setup() -> None:
+    s = Settings.load()
+    assert s.database_url == "sqlite:///./corral.db"
+    assert s.executors.enabled == ("process",)
+    assert s.process_root == Path(".corral/runs")
+
+
+def test_toml_file_then_env_wins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('claim_batch_limit = 7\n[timeouts]\nattempt_deadline = "90s"\ncancel_grace = 3\n')
+    s = Settings.load(cfg)
+    assert (s.claim_batch_limit, s.timeouts.attempt_deadline, s.timeouts.cancel_grace) == (
+        7, timedelta(seconds=90), timedelta(seconds=3))
+    monkeypatch.setenv("CORRAL_TIMEOUTS__ATTEMPT_DEADLINE", "4m")
+    monkeypatch.setenv("CORRAL_CLAIM_BATCH_LIMIT", "9")
+    s = Settings.load(cfg)
+    assert (s.claim_batch_limit, s.timeouts.attempt_deadline) == (9, timedelta(minutes=4))
+
+
+def test_corral_toml_in_the_working_directory_is_read(tmp_path: Path) -> None:
+    (tmp_path / "corral.toml").write_text("claim_batch_limit = 3\n")
+    assert Settings.load().claim_batch_limit == 3
+
+
+@pytest.mark.parametrize(
+    ("toml", "named"),
+    [
+        ("claim_batch_limt = 3\n", "claim_batch_limt: unknown setting"),
+        ("[timeouts]\nattempt_deadlin = 3\n", "timeouts.attempt_deadlin: unknown setting"),
+        ("[timeouts]\nattempt_deadline = \"soon\"\n", "timeouts.attempt_deadline: 'soon' is not a duration"),
+        ("claim_batch_limit = 0\n", "claim_batch_limit: Input should be greater than or equal to 1"),
+        ('database_url = "mysql://x"\n', "database_url: 'mysql://x' is not a supported database URL"),
+        ("claim_batch_limit = \n", "cannot read settings"),
+    ],
+)
+def test_bad_settings_name_the_setting(tmp_path: Path, toml: str, named: str) -> None:
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(toml)
+    with pytest.raises(errors.ConfigError, match=named.replace("(", r"\(")):
+        Settings.load(cfg)
+
+
+def test_bad_env_value_names_the_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CORRAL_TIMEOUTS__ATTEMPT_DEADLINE", "4x")
+    with pytest.raises(errors.ConfigError, match="timeouts.attempt_deadline"):
+        Settings.load()
+
+
+def test_missing_config_file_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(errors.ConfigError, match="does not exist"):
+        Settings.load(tmp_path / "nope.toml")
