@@ -1,0 +1,270 @@
+"""Throughput and claim latency of corral's store and dispatcher, against a raw baseline.
+
+    .venv/bin/python bench/throughput.py [--jobs 20000] [--batch 100] [--db sqlite,postgres]
+                                         [--big 1000000] [--pg-url URL]
+
+For each database it measures, in one run:
+  * submit jobs/s (batches of 1,000) and dispatch+complete jobs/s for N no-op jobs through
+    the real Dispatcher (claim -> launch -> record running -> completion, every attempt row
+    and event written) with an executor that finishes at launch;
+  * the physical limit: a raw loop on the same driver that claims with the same batch size
+    (UPDATE ... WHERE id IN (SELECT ... LIMIT n [FOR UPDATE SKIP LOCKED]) RETURNING) and
+    marks the rows done, each step its own transaction; and corral/raw as a ratio;
+  * p50/p99 claim latency (the claim transaction, rolled back so the queue stays the same
+    size) with 10k queued, with `--big` queued, and with `--big` finished jobs in the table;
+  * the dispatcher's peak RSS (the dispatch phase runs in its own process).
+Prints one JSON document.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import multiprocessing
+import os
+import resource
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import psycopg
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
+
+from corral import config, dispatcher, model, store
+from corral.clock import SystemClock
+from corral.store import queries
+from tests.support.noop import NoopExecutor
+
+DEFAULT_PG = os.environ.get("CORRAL_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+
+
+# --- databases ---------------------------------------------------------------------------------
+
+
+class Database:
+    """A fresh, migrated database for one scenario, dropped afterwards."""
+
+    def __init__(self, kind: str, pg_admin: str) -> None:
+        self.kind, self.pg_admin = kind, pg_admin
+        if kind == "sqlite":
+            self.dir = tempfile.mkdtemp(prefix="corral-bench-")
+            self.url = f"sqlite:///{self.dir}/bench.db"
+        else:
+            self.name = f"corral_bench_{uuid.uuid4().hex[:8]}"
+            self._admin(f'CREATE DATABASE "{self.name}"')
+            self.url = make_url(pg_admin).set(database=self.name).render_as_string(hide_password=False)
+        db = store.Store.connect(self.url)
+        asyncio.run(db.migrate())
+        asyncio.run(db.close())
+
+    def _admin(self, sql: str) -> None:
+        engine = create_engine(self.pg_admin, isolation_level="AUTOCOMMIT")
+        with engine.connect() as conn:
+            conn.execute(text(sql))
+        engine.dispose()
+
+    def drop(self) -> None:
+        if self.kind == "sqlite":
+            for f in Path(self.dir).iterdir():
+                f.unlink()
+            os.rmdir(self.dir)
+        else:
+            self._admin(f'DROP DATABASE IF EXISTS "{self.name}" WITH (FORCE)')
+
+    def raw_connect(self) -> Any:
+        """A plain driver connection (sqlite3 / psycopg) set up as corral sets up its own."""
+        if self.kind == "sqlite":
+            conn = sqlite3.connect(self.url.removeprefix("sqlite:///"), isolation_level=None)
+            for pragma in ("journal_mode=WAL", "busy_timeout=30000", "synchronous=FULL"):
+                conn.execute(f"PRAGMA {pragma}")
+            return conn
+        return psycopg.connect(make_url(self.url).set(drivername="postgresql").render_as_string(hide_password=False))
+
+
+def seed(db: Database, *, state: str, count: int) -> None:
+    """Insert `count` jobs in `state` quickly (one INSERT ... SELECT)."""
+    cols = ("tenant, queue, pool, priority, executor, spec, payload, state, run_at, idempotency_key,"
+            " max_attempts, attempt_count, labels, created_at, updated_at")
+    if db.kind == "sqlite":
+        sql = (f"WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < {count}) "
+               f"INSERT INTO jobs ({cols}) SELECT 'default', 'default', NULL, 0, 'noop', '{{}}', NULL, "
+               f"'{state}', '2020-01-01 00:00:00.000000', NULL, 3, 0, '{{}}', '2020-01-01 00:00:00.000000', "
+               f"'2020-01-01 00:00:00.000000' FROM n")
+    else:
+        sql = (f"INSERT INTO jobs ({cols}) SELECT 'default', 'default', NULL, 0, 'noop', '{{}}'::jsonb, NULL, "
+               f"'{state}', '2020-01-01', NULL, 3, 0, '{{}}'::jsonb, '2020-01-01', '2020-01-01' "
+               f"FROM generate_series(1, {count})")
+    engine = store.dialects.engine_create(db.url)
+    with engine.begin() as conn:
+        conn.exec_driver_sql(sql)
+        conn.exec_driver_sql("ANALYZE")
+    engine.dispose()
+
+
+# --- corral ------------------------------------------------------------------------------------
+
+
+def corral_phase(url: str, jobs: int, batch: int, out: Any) -> None:
+    """Submit `jobs` no-op jobs, then dispatch and complete them all (runs in its own process)."""
+    out.put(asyncio.run(_corral_phase(url, jobs, batch)))
+
+
+async def _corral_phase(url: str, jobs: int, batch: int) -> dict[str, float]:
+    clock = SystemClock()
+    db = store.Store.connect(url)
+    t0 = time.perf_counter()
+    for start in range(0, jobs, 1000):
+        chunk = [model.NewJob(executor="noop", spec={}) for _ in range(min(1000, jobs - start))]
+        await db.job_submit(new=chunk, now=clock.now())
+    submit_s = time.perf_counter() - t0
+    settings = config.Settings(claim_batch_limit=batch, timeouts=config.Timeouts(dispatch_interval=0.05))
+    executor = NoopExecutor()
+    d = dispatcher.Dispatcher(store=db, executors={"noop": executor}, clock=clock, settings=settings)
+    stop = asyncio.Event()
+    t0 = time.perf_counter()
+    runner = asyncio.create_task(d.run(stop))
+    while (await db.job_count_by_state()).get("succeeded", 0) < jobs:
+        await asyncio.sleep(0.05)
+    dispatch_s = time.perf_counter() - t0
+    stop.set()
+    await runner
+    await db.close()
+    assert executor.launched == jobs
+    return {
+        "submit_jobs_per_s": jobs / submit_s,
+        "dispatch_complete_jobs_per_s": jobs / dispatch_s,
+        "dispatcher_max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
+
+
+# --- raw baseline --------------------------------------------------------------------------------
+
+
+def raw_phase(db: Database, jobs: int, batch: int) -> float:
+    """The same claim and completion, as bare SQL on the same driver: jobs/s."""
+    conn = db.raw_connect()
+    lock = "" if db.kind == "sqlite" else "FOR UPDATE SKIP LOCKED"
+    ph = "?" if db.kind == "sqlite" else "%s"
+    cur = conn.cursor()
+    cur.execute("CREATE TABLE raw_jobs (id INTEGER PRIMARY KEY, state TEXT NOT NULL, priority INT NOT NULL,"
+                " run_at TIMESTAMP NOT NULL)")
+    cur.execute("CREATE INDEX ix_raw ON raw_jobs (state, priority DESC, run_at, id)")
+    rows = [(i, "queued", 0, "2020-01-01") for i in range(1, jobs + 1)]
+    _raw_tx(conn, db.kind, lambda c: c.executemany(f"INSERT INTO raw_jobs VALUES ({ph}, {ph}, {ph}, {ph})", rows))
+    claim = (f"UPDATE raw_jobs SET state = 'running' WHERE id IN (SELECT id FROM raw_jobs WHERE state = 'queued'"
+             f" AND run_at <= CURRENT_TIMESTAMP ORDER BY state, priority DESC, run_at, id LIMIT {batch} {lock})"
+             f" RETURNING id")
+    done = 0
+    t0 = time.perf_counter()
+    while True:
+        ids = _raw_tx(conn, db.kind, lambda c: [r[0] for r in c.execute(claim).fetchall()])
+        if not ids:
+            break
+        marks = ", ".join(ph for _ in ids)
+        _raw_tx(conn, db.kind, lambda c, ids=ids, marks=marks: c.execute(
+            f"UPDATE raw_jobs SET state = 'done' WHERE id IN ({marks})", ids))
+        done += len(ids)
+    elapsed = time.perf_counter() - t0
+    conn.close()
+    assert done == jobs
+    return jobs / elapsed
+
+
+def _raw_tx(conn: Any, kind: str, body: Any) -> Any:
+    cur = conn.cursor()
+    if kind == "sqlite":
+        cur.execute("BEGIN IMMEDIATE")
+        result = body(cur)
+        cur.execute("COMMIT")
+        return result
+    result = body(cur)
+    conn.commit()
+    return result
+
+
+# --- claim latency -------------------------------------------------------------------------------
+
+
+def claim_latency(db: Database, batch: int, samples: int = 200) -> dict[str, float]:
+    """p50/p99 of the claim transaction (rolled back each time, so the queue is unchanged)."""
+    engine = store.dialects.engine_create(db.url)
+    now = SystemClock().now()
+    timings = []
+    with engine.connect() as conn:
+        for _ in range(samples + 10):
+            t0 = time.perf_counter()
+            tx = conn.begin()
+            claimed = queries.job_claim(conn, now=now, limit=batch, executors=["noop"])
+            tx.rollback()
+            timings.append(time.perf_counter() - t0)
+            assert len(claimed) == batch
+    engine.dispose()
+    timings = sorted(timings[10:])  # the first few warm caches up
+    return {"p50_ms": 1000 * statistics.median(timings), "p99_ms": 1000 * timings[int(0.99 * len(timings)) - 1]}
+
+
+def latency_scenarios(kind: str, pg: str, batch: int, big: int) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for label, queued, finished in (("10k_queued", 10_000, 0), (f"{big}_queued", big, 0),
+                                    (f"{big}_finished_10k_queued", 10_000, big)):
+        db = Database(kind, pg)
+        try:
+            if finished:
+                seed(db, state="succeeded", count=finished)
+            seed(db, state="queued", count=queued)
+            out[label] = claim_latency(db, batch)
+        finally:
+            db.drop()
+    base = out["10k_queued"]["p99_ms"]
+    out["p99_ratio_big_queued_vs_10k"] = out[f"{big}_queued"]["p99_ms"] / base
+    out["p99_ratio_big_finished_vs_10k"] = out[f"{big}_finished_10k_queued"]["p99_ms"] / base
+    return out
+
+
+# --- main ------------------------------------------------------------------------------------------
+
+
+def run_database(kind: str, args: argparse.Namespace) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    db = Database(kind, args.pg_url)
+    try:
+        ctx = multiprocessing.get_context("spawn")
+        queue = ctx.Queue()
+        proc = ctx.Process(target=corral_phase, args=(db.url, args.jobs, args.batch, queue))
+        proc.start()
+        result["corral"] = queue.get()
+        proc.join()
+        result["raw_jobs_per_s"] = raw_phase(db, args.jobs, args.batch)
+    finally:
+        db.drop()
+    result["ratio_corral_vs_raw"] = result["corral"]["dispatch_complete_jobs_per_s"] / result["raw_jobs_per_s"]
+    result["claim_latency"] = latency_scenarios(kind, args.pg_url, args.batch, args.big)
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=20_000)
+    parser.add_argument("--batch", type=int, default=100)
+    parser.add_argument("--big", type=int, default=1_000_000, help="Rows for the large-table latency cases.")
+    parser.add_argument("--db", default="sqlite,postgres")
+    parser.add_argument("--pg-url", default=DEFAULT_PG)
+    args = parser.parse_args()
+    report: dict[str, Any] = {"jobs": args.jobs, "claim_batch": args.batch, "big": args.big}
+    for kind in args.db.split(","):
+        print(f"benchmarking {kind} ...", file=sys.stderr)
+        report[kind] = run_database(kind, args)
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()

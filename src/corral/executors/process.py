@@ -1,0 +1,396 @@
+"""The `process` executor: corral's embedded default, a tiny Kubernetes on one machine.
+
+It exists so that corral runs jobs with nothing but a folder: no cluster, no daemon.
+Each launch name is a run folder under `root`; the folder is the whole truth about the
+launch, so a new corral (or another one beside it) rebuilds everything from it.
+
+    <root>/<launch name>/
+        launch.json   name, labels, spec, env, deadline, cwd (written before the claim)
+        labels.json   the launch's labels, for `observe` and `list_managed`
+        shim.pid      the supervisor's pid and /proc start time (guards against pid reuse)
+        child.pid     the command's pid, /proc start time and `started_at`
+        stdout.log    the command's output
+        stderr.log
+        shim.log      the supervisor's own complaints, if any
+        cancel        present once a cancel was asked for (holds the grace)
+        exit.json     exit code, reason, start and end: present once it finished
+
+The folder is prepared under a `.tmp-*` name and claimed by the shim (process_shim.py)
+with one atomic rename, so a name is launched at most once, even by two corrals at the
+same moment. The shim runs detached in its own session, so commands outlive corral.
+Liveness is read from /proc, so this executor needs Linux.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import AsyncGenerator, Iterator, Mapping, Sequence
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from corral import clock, errors, model
+from corral.executors import base
+
+KIND = "process"
+SHIM = Path(__file__).with_name("process_shim.py")
+KILL_GRACE_SECONDS = 10.0
+"""How long a command gets between SIGTERM and SIGKILL when its deadline passes."""
+SHIM_ANSWER_SECONDS = 30.0
+"""How long `launch` waits for the shim to say `started` or `exists`."""
+SUPERVISOR_DIED = "supervisor died before recording an exit"
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$")
+_SPEC_FIELDS = ("command", "cwd", "env")
+
+
+class ProcessExecutor:
+    """Runs each launch as a local process, supervised by a detached shim."""
+
+    kind = KIND
+
+    def __init__(self, *, root: Path, clock: clock.Clock, poll_interval: float = 0.1) -> None:
+        self.root = Path(root)
+        self._clock = clock
+        self._poll_interval = poll_interval
+        self._watched: set[str] = set()
+        self._closed = False
+
+    # --- spec ------------------------------------------------------------------------------
+
+    def validate_spec(self, spec: Mapping[str, Any]) -> dict[str, Any]:
+        """The spec `{"command": [...], "env": {...}, "cwd": "..."}`, normalised."""
+        unknown = sorted(set(spec) - set(_SPEC_FIELDS))
+        if unknown:
+            allowed = ", ".join(_SPEC_FIELDS)
+            raise errors.InvalidInput(
+                base.spec_error(KIND, unknown[0], f"unknown field (allowed: {allowed})")
+            )
+        normal: dict[str, Any] = {"command": _checked_command(spec.get("command"))}
+        if "env" in spec:
+            normal["env"] = _checked_env(spec["env"])
+        if "cwd" in spec:
+            normal["cwd"] = _checked_cwd(spec["cwd"])
+        return normal
+
+    # --- life ------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Create the root folder."""
+        await asyncio.to_thread(self._make_root)
+
+    async def close(self) -> None:
+        """Stop `events`. Running commands keep running under their shims."""
+        self._closed = True
+
+    # --- the protocol --------------------------------------------------------------------
+
+    async def launch(self, launch: model.Launch) -> None:
+        """Claim `launch.name` and start its command; idempotent by name and identity."""
+        spec = self.validate_spec(launch.spec)
+        run_dir = self._run_dir(launch.name)
+        await asyncio.to_thread(self._launch_blocking, launch, spec, run_dir)
+        self._watched.add(launch.name)
+
+    async def observe(self, names: Sequence[str]) -> dict[str, model.Observation]:
+        """What each name's run folder shows."""
+        dirs = {name: self._run_dir(name) for name in names}
+        return await asyncio.to_thread(_observe_many, dirs)
+
+    async def list_managed(self, selector: Mapping[str, str]) -> list[model.Observation]:
+        """Observations of every run folder whose labels include all of `selector`."""
+        return await asyncio.to_thread(self._list_blocking, dict(selector))
+
+    async def cancel(self, name: str, grace: timedelta) -> None:
+        """Ask the command to stop (SIGTERM to its group), then SIGKILL it after `grace`."""
+        run_dir = self._run_dir(name)
+        seconds = max(grace.total_seconds(), 0.0)
+        if not await asyncio.to_thread(_cancel_begin, run_dir, seconds):
+            return
+        until = self._clock.monotonic() + seconds
+        while (left := until - self._clock.monotonic()) > 0:
+            if await asyncio.to_thread(_has_exit, run_dir):
+                return
+            await self._clock.sleep(min(self._poll_interval, left))
+        await asyncio.to_thread(_signal_child_group, run_dir, signal.SIGKILL)
+
+    async def events(self) -> AsyncGenerator[model.Observation, None]:
+        """Yields, once each, the finish of launches made by this instance, until `close`."""
+        while not self._closed:
+            if self._watched:
+                names = sorted(self._watched)
+                seen = await self.observe(names)
+                for name in names:
+                    obs = seen[name]
+                    if obs.phase.finished or obs.phase is model.Phase.ABSENT:
+                        self._watched.discard(name)
+                        yield obs
+            await self._clock.sleep(self._poll_interval)
+
+    # --- blocking parts (run in a thread) -----------------------------------------------------
+
+    def _run_dir(self, name: str) -> Path:
+        if not _NAME.match(name):
+            raise errors.InvalidInput(
+                f"process launch name {name!r}: must be 1-253 characters of [A-Za-z0-9._-]"
+                " starting alphanumeric"
+            )
+        return self.root / name
+
+    def _make_root(self) -> None:
+        with _platform(f"create the process executor's root {self.root}"):
+            self.root.mkdir(parents=True, exist_ok=True)
+
+    def _launch_blocking(self, launch: model.Launch, spec: dict[str, Any], run_dir: Path) -> None:
+        if run_dir.exists():
+            _check_same_identity(run_dir, launch)
+            return
+        with _platform(f"launch {launch.name!r}"):
+            tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{launch.name}-", dir=self.root))
+            try:
+                _write_launch_files(tmp, launch, spec)
+                answer = _run_shim(tmp, run_dir)
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
+        if answer == "exists":
+            _check_same_identity(run_dir, launch)
+
+    def _list_blocking(self, selector: dict[str, str]) -> list[model.Observation]:
+        with _platform(f"list the run folders in {self.root}"):
+            entries = sorted(os.scandir(self.root), key=lambda e: e.name)
+            dirs = {e.name: Path(e.path) for e in entries if _is_run_dir(e)}
+            found = {name: d for name, d in dirs.items() if _matches(d, selector)}
+        return list(_observe_many(found).values())
+
+
+# --- spec checks ------------------------------------------------------------------------------
+
+
+def _checked_command(command: Any) -> list[str]:
+    ok = isinstance(command, list | tuple) and len(command) > 0
+    if not ok or not all(isinstance(arg, str) and arg for arg in command):
+        raise errors.InvalidInput(
+            base.spec_error(KIND, "command", "must be a non-empty list of strings")
+        )
+    return list(command)
+
+
+def _checked_env(env: Any) -> dict[str, str]:
+    ok = isinstance(env, Mapping) and all(
+        isinstance(k, str) and k and "=" not in k and isinstance(v, str) for k, v in env.items()
+    )
+    if not ok:
+        raise errors.InvalidInput(
+            base.spec_error(KIND, "env", "must be a mapping of variable names to strings")
+        )
+    return dict(env)
+
+
+def _checked_cwd(cwd: Any) -> str:
+    if not isinstance(cwd, str) or not cwd:
+        raise errors.InvalidInput(base.spec_error(KIND, "cwd", "must be a non-empty string"))
+    return cwd
+
+
+# --- launching -------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _platform(doing: str) -> Iterator[None]:
+    """Translate the operating system's errors into ExecutorError, keeping the cause."""
+    try:
+        yield
+    except OSError as exc:
+        raise errors.ExecutorError(f"process executor could not {doing}: {exc}") from exc
+
+
+def _write_launch_files(tmp: Path, launch: model.Launch, spec: dict[str, Any]) -> None:
+    cwd = os.path.join(os.getcwd(), spec.get("cwd", ""))
+    _write_json(
+        tmp / "launch.json",
+        {
+            "name": launch.name,
+            "labels": dict(launch.labels),
+            "spec": spec,
+            "env": dict(launch.env),
+            "deadline_seconds": launch.deadline_seconds,
+            "cwd": cwd,
+        },
+    )
+    _write_json(tmp / "labels.json", dict(launch.labels))
+
+
+def _write_json(path: Path, data: Any) -> None:
+    with open(path, "w", encoding="utf-8") as fh:
+        json.dump(data, fh)
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def _run_shim(tmp: Path, run_dir: Path) -> str:
+    """Start the shim and return its answer: `started` or `exists`."""
+    argv = [sys.executable, "-I", str(SHIM), str(tmp), str(run_dir), str(KILL_GRACE_SECONDS)]
+    with subprocess.Popen(
+        argv,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    ) as shim:
+        try:
+            out, err = shim.communicate(timeout=SHIM_ANSWER_SECONDS)
+        except subprocess.TimeoutExpired:
+            raise errors.ExecutorError(
+                f"process shim for {run_dir.name!r} gave no answer in {SHIM_ANSWER_SECONDS}s"
+            ) from None
+    answer = out.decode(errors="replace").strip()
+    if answer not in ("started", "exists"):
+        detail = err.decode(errors="replace").strip()[-2000:] or "no answer"
+        raise errors.ExecutorError(f"process shim for {run_dir.name!r} failed: {detail}")
+    return answer
+
+
+def _check_same_identity(run_dir: Path, launch: model.Launch) -> None:
+    """Return if `run_dir` belongs to `launch`'s attempt, else raise LaunchConflict."""
+    with _platform(f"read the labels of {launch.name!r}"):
+        theirs = _read_json(run_dir / "labels.json") or {}
+    mine, other = model.identity_from_labels(launch.labels), model.identity_from_labels(theirs)
+    if mine == other and (mine is not None or dict(launch.labels) == theirs):
+        return
+    raise errors.LaunchConflict(
+        f"launch name {launch.name!r} already exists for {_describe(other, theirs)},"
+        f" not for {_describe(mine, launch.labels)}"
+    )
+
+
+def _describe(identity: model.Identity | None, labels: Mapping[str, str]) -> str:
+    if identity is None:
+        return f"a launch corral does not manage (labels {dict(labels)})"
+    return f"job {identity.job_id} attempt {identity.attempt_no} fence {identity.fence}"
+
+
+# --- observing -------------------------------------------------------------------------------
+
+
+def _observe_many(dirs: Mapping[str, Path]) -> dict[str, model.Observation]:
+    return {name: _observe_one(name, run_dir) for name, run_dir in dirs.items()}
+
+
+def _observe_one(name: str, run_dir: Path) -> model.Observation:
+    with _platform(f"observe {name!r}"):
+        if not run_dir.is_dir():
+            return model.Observation(name=name, phase=model.Phase.ABSENT)
+        labels = _read_json(run_dir / "labels.json") or {}
+        finished = _finished(name, run_dir, labels)
+        if finished is not None:
+            return finished
+        child = _read_json(run_dir / "child.pid")
+        started_at = _time(child.get("started_at")) if child else None
+        if _alive(_read_json(run_dir / "shim.pid")):
+            phase = model.Phase.RUNNING if child else model.Phase.PENDING
+            return model.Observation(name, phase, labels, started_at=started_at)
+        # The shim may have written exit.json and ended since we first looked.
+        return _finished(name, run_dir, labels) or model.Observation(
+            name, model.Phase.FAILED, labels, reason=SUPERVISOR_DIED, started_at=started_at
+        )
+
+
+def _finished(name: str, run_dir: Path, labels: dict[str, str]) -> model.Observation | None:
+    record = _read_json(run_dir / "exit.json")
+    if record is None:
+        return None
+    succeeded = bool(record.get("succeeded", record.get("exit_code") == 0))
+    return model.Observation(
+        name=name,
+        phase=model.Phase.SUCCEEDED if succeeded else model.Phase.FAILED,
+        labels=labels,
+        exit_code=record.get("exit_code"),
+        reason=record.get("reason"),
+        started_at=_time(record.get("started_at")),
+        finished_at=_time(record.get("finished_at")),
+    )
+
+
+def _read_json(path: Path) -> Any:
+    """The JSON in `path`, or None when there is no such file."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise errors.ExecutorError(f"process executor found a damaged file {path}: {exc}") from exc
+
+
+def _time(value: Any) -> datetime | None:
+    return datetime.fromisoformat(value) if isinstance(value, str) else None
+
+
+def _has_exit(run_dir: Path) -> bool:
+    return (run_dir / "exit.json").exists()
+
+
+def _is_run_dir(entry: os.DirEntry[str]) -> bool:
+    return not entry.name.startswith(".") and entry.is_dir()
+
+
+def _matches(run_dir: Path, selector: Mapping[str, str]) -> bool:
+    labels = _read_json(run_dir / "labels.json") or {}
+    return all(labels.get(key) == value for key, value in selector.items())
+
+
+# --- processes ---------------------------------------------------------------------------------
+
+
+def _proc_stat(pid: int) -> tuple[str, int] | None:
+    """(state, start time) of a live pid from /proc/<pid>/stat, or None if it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8")
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    # The command name (field 2) may hold spaces and parentheses: split after the last ')'.
+    fields = stat.rpartition(")")[2].split()
+    return fields[0], int(fields[19])
+
+
+def _alive(record: Any) -> bool:
+    """Whether the process in a `*.pid` record still runs (same pid AND same start time)."""
+    if not isinstance(record, dict) or not isinstance(record.get("pid"), int):
+        return False
+    stat = _proc_stat(record["pid"])
+    if stat is None or stat[0] == "Z":
+        return False
+    return record.get("start_time") is None or stat[1] == record["start_time"]
+
+
+def _cancel_begin(run_dir: Path, grace_seconds: float) -> bool:
+    """Mark the run as cancelled and SIGTERM its command; False if there is nothing to stop."""
+    with _platform(f"cancel {run_dir.name!r}"):
+        if not run_dir.is_dir() or _has_exit(run_dir):
+            return False
+        marker = run_dir / "cancel"
+        tmp = run_dir / ".cancel.tmp"
+        _write_json(tmp, {"grace_seconds": grace_seconds})
+        os.rename(tmp, marker)
+    _signal_child_group(run_dir, signal.SIGTERM)
+    return True
+
+
+def _signal_child_group(run_dir: Path, sig: signal.Signals) -> None:
+    """Send `sig` to the command's process group, if the command is still the one we started."""
+    with _platform(f"signal {run_dir.name!r}"):
+        child = _read_json(run_dir / "child.pid")
+        if _has_exit(run_dir) or not _alive(child):
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(child["pid"], sig)

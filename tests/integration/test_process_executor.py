@@ -1,0 +1,361 @@
+"""The process executor with real processes and real run folders (in pytest's tmp_path)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import sys
+import textwrap
+import time
+from collections.abc import AsyncIterator, Sequence
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from corral import clock, errors, model
+from corral.executors import base, process
+
+pytestmark = pytest.mark.timeout(60)
+
+SRC = Path(__file__).resolve().parents[2] / "src"
+
+
+def make_launch(
+    name: str,
+    command: Sequence[str],
+    *,
+    job_id: int = 1,
+    attempt_no: int = 1,
+    fence: int = 1,
+    deadline_seconds: float | None = None,
+    **spec: Any,
+) -> model.Launch:
+    labels = model.identity_labels(
+        job_id=job_id,
+        attempt_no=attempt_no,
+        fence=fence,
+        tenant="acme",
+        capability="default",
+        idempotency_key=None,
+    )
+    return model.Launch(
+        name=name,
+        job_id=job_id,
+        attempt_no=attempt_no,
+        fence=fence,
+        tenant="acme",
+        executor="process",
+        spec={"command": list(command), **spec},
+        payload=None,
+        labels=labels,
+        env=model.attempt_env(labels, name=name, api_url="http://corral.test"),
+        deadline_seconds=deadline_seconds,
+    )
+
+
+def sh(script: str) -> list[str]:
+    return ["sh", "-c", script]
+
+
+async def wait_for(
+    ex: process.ProcessExecutor, name: str, *, finished: bool = True, within: float = 15.0
+) -> model.Observation:
+    """Poll until `name` is finished (or, with finished=False, running)."""
+    until = time.monotonic() + within
+    while True:
+        obs = (await ex.observe([name]))[name]
+        if obs.phase.finished if finished else obs.phase is model.Phase.RUNNING:
+            return obs
+        assert time.monotonic() < until, f"still {obs} after {within}s"
+        await asyncio.sleep(0.05)
+
+
+def kill_leftovers(root: Path) -> None:
+    """Kill the command groups and shims of unfinished runs, so no test leaves processes."""
+    if not root.is_dir():
+        return
+    for run_dir in root.iterdir():
+        if (run_dir / "exit.json").exists():
+            continue
+        for pid_file, kill in (("child.pid", os.killpg), ("shim.pid", os.kill)):
+            with contextlib.suppress(OSError, ValueError, KeyError):
+                kill(json.loads((run_dir / pid_file).read_text())["pid"], signal.SIGKILL)
+
+
+@pytest.fixture
+async def executor(tmp_path: Path) -> AsyncIterator[process.ProcessExecutor]:
+    root = tmp_path / "runs"
+    ex = process.ProcessExecutor(root=root, clock=clock.SystemClock(), poll_interval=0.05)
+    await ex.start()
+    yield ex
+    await ex.close()
+    kill_leftovers(ex.root)
+
+
+def test_it_is_an_executor(executor: process.ProcessExecutor) -> None:
+    assert isinstance(executor, base.Executor)
+    assert executor.kind == "process"
+
+
+async def test_success(executor: process.ProcessExecutor) -> None:
+    await executor.launch(make_launch("ok-1", sh("echo hello")))
+    obs = await wait_for(executor, "ok-1")
+    assert obs.phase is model.Phase.SUCCEEDED
+    assert obs.exit_code == 0
+    assert obs.identity == model.Identity(1, 1, 1)
+    assert obs.started_at is not None
+    assert obs.finished_at is not None
+    assert obs.started_at.tzinfo is not None
+    assert obs.finished_at >= obs.started_at
+    assert (executor.root / "ok-1" / "stdout.log").read_text() == "hello\n"
+
+
+async def test_failure_keeps_stderr(executor: process.ProcessExecutor) -> None:
+    await executor.launch(make_launch("bad-1", sh("echo oops >&2; exit 3")))
+    obs = await wait_for(executor, "bad-1")
+    assert obs.phase is model.Phase.FAILED
+    assert obs.exit_code == 3
+    assert obs.reason == "exited with code 3"
+    assert (executor.root / "bad-1" / "stderr.log").read_text() == "oops\n"
+
+
+async def test_command_that_cannot_start_fails(executor: process.ProcessExecutor) -> None:
+    await executor.launch(make_launch("nope-1", ["/no/such/program"]))
+    obs = await wait_for(executor, "nope-1")
+    assert obs.phase is model.Phase.FAILED
+    assert obs.reason is not None
+    assert "could not start" in obs.reason
+
+
+async def test_env_and_cwd(executor: process.ProcessExecutor, tmp_path: Path) -> None:
+    script = 'echo "$CORRAL_JOB_ID $CORRAL_FENCE $CORRAL_LAUNCH_NAME $CORRAL_API_URL $MINE" > out'
+    launch = make_launch("env-1", sh(script), env={"MINE": "yes"}, cwd=str(tmp_path))
+    await executor.launch(launch)
+    assert (await wait_for(executor, "env-1")).phase is model.Phase.SUCCEEDED
+    assert (tmp_path / "out").read_text() == "1 1 env-1 http://corral.test yes\n"
+
+
+async def test_launch_twice_runs_once(executor: process.ProcessExecutor, tmp_path: Path) -> None:
+    marks = tmp_path / "marks"
+    launch = make_launch("twice-1", sh(f"echo run >> {marks}"))
+    await asyncio.gather(*(executor.launch(launch) for _ in range(5)))  # racing shims
+    await executor.launch(launch)  # the folder is there already
+    assert (await wait_for(executor, "twice-1")).phase is model.Phase.SUCCEEDED
+    assert marks.read_text() == "run\n"
+    assert sorted(p.name for p in executor.root.iterdir()) == ["twice-1"]
+
+
+RACER = textwrap.dedent(
+    """
+    import asyncio, sys, time
+    from pathlib import Path
+    from corral import clock, model
+    from corral.executors import process
+
+    root, marks, start_at = Path(sys.argv[1]), Path(sys.argv[2]), float(sys.argv[3])
+
+    async def main():
+        ex = process.ProcessExecutor(root=root, clock=clock.SystemClock())
+        await ex.start()
+        while time.time() < start_at:
+            pass
+        for i in range(4):
+            name = f"race-{i}"
+            labels = model.identity_labels(job_id=i, attempt_no=1, fence=i, tenant="t",
+                                           capability="c", idempotency_key=None)
+            await ex.launch(model.Launch(
+                name=name, job_id=i, attempt_no=1, fence=i, tenant="t", executor="process",
+                spec={"command": ["sh", "-c", f"echo run >> {marks}/{name}"]}, payload=None,
+                labels=labels, env=model.attempt_env(labels, name=name, api_url=None)))
+        await ex.close()
+
+    asyncio.run(main())
+    """
+)
+
+
+async def test_two_os_processes_launching_one_name_start_one_run(
+    executor: process.ProcessExecutor, tmp_path: Path
+) -> None:
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    start_at = time.time() + 1.0
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    argv = ["-c", RACER, str(executor.root), str(marks), str(start_at)]
+    racers = [
+        await asyncio.create_subprocess_exec(sys.executable, *argv, env=env) for _ in range(4)
+    ]
+    codes = [await asyncio.wait_for(racer.wait(), 30) for racer in racers]
+    assert codes == [0, 0, 0, 0]
+    names = [f"race-{i}" for i in range(4)]
+    for name in names:
+        assert (await wait_for(executor, name)).phase is model.Phase.SUCCEEDED
+        assert (marks / name).read_text() == "run\n"
+    assert sorted(p.name for p in executor.root.iterdir()) == names
+
+
+async def test_same_name_other_identity_conflicts(executor: process.ProcessExecutor) -> None:
+    await executor.launch(make_launch("name-1", ["true"], fence=1))
+    with pytest.raises(errors.LaunchConflict, match=r"fence 1.*fence 2"):
+        await executor.launch(make_launch("name-1", ["true"], fence=2))
+
+
+async def test_restart_survival(tmp_path: Path) -> None:
+    root = tmp_path / "runs"
+    a = process.ProcessExecutor(root=root, clock=clock.SystemClock())
+    await a.start()
+    await a.launch(make_launch("long-1", ["sleep", "1"]))
+    assert (await a.observe(["long-1"]))["long-1"].phase in (
+        model.Phase.RUNNING,
+        model.Phase.PENDING,
+    )
+    await a.close()
+    del a
+
+    b = process.ProcessExecutor(root=root, clock=clock.SystemClock())
+    await b.start()
+    try:
+        running = (await b.observe(["long-1"]))["long-1"]
+        assert running.phase is model.Phase.RUNNING
+        assert running.identity == model.Identity(1, 1, 1)
+        assert [o.name for o in await b.list_managed({model.JOB_ID: "1"})] == ["long-1"]
+        done = await wait_for(b, "long-1")
+        assert done.phase is model.Phase.SUCCEEDED
+    finally:
+        await b.close()
+        kill_leftovers(root)
+
+
+async def test_list_managed_by_selector(executor: process.ProcessExecutor) -> None:
+    await executor.launch(make_launch("sel-1", ["true"], job_id=1))
+    await executor.launch(make_launch("sel-2", ["true"], job_id=2))
+    await executor.launch(make_launch("sel-3", ["true"], job_id=2, attempt_no=2, fence=3))
+    mine = await executor.list_managed({model.JOB_ID: "2"})
+    assert sorted(o.name for o in mine) == ["sel-2", "sel-3"]
+    assert all(o.identity is not None and o.identity.job_id == 2 for o in mine)
+    everything = await executor.list_managed({model.MANAGED_BY: model.MANAGER})
+    assert len(everything) == 3
+    assert await executor.list_managed({"other": "x"}) == []
+
+
+async def test_observe_absent(executor: process.ProcessExecutor) -> None:
+    obs = await executor.observe(["never-1"])
+    assert obs == {"never-1": model.Observation("never-1", model.Phase.ABSENT)}
+
+
+async def test_cancel(executor: process.ProcessExecutor) -> None:
+    await executor.launch(make_launch("cancel-1", ["sleep", "30"]))
+    await wait_for(executor, "cancel-1", finished=False)
+    began = time.monotonic()
+    await executor.cancel("cancel-1", timedelta(seconds=5))
+    obs = await wait_for(executor, "cancel-1", within=5)
+    assert time.monotonic() - began < 5
+    assert obs.phase is model.Phase.FAILED
+    assert obs.reason is not None
+    assert "cancelled" in obs.reason
+    assert obs.exit_code == -signal.SIGTERM
+
+
+async def test_cancel_kills_what_ignores_sigterm(executor: process.ProcessExecutor) -> None:
+    await executor.launch(make_launch("stubborn-1", sh("trap '' TERM; sleep 30")))
+    await wait_for(executor, "stubborn-1", finished=False)
+    await asyncio.sleep(0.2)  # let sh set its trap
+    began = time.monotonic()
+    await executor.cancel("stubborn-1", timedelta(seconds=0.5))
+    obs = await wait_for(executor, "stubborn-1", within=5)
+    assert time.monotonic() - began >= 0.5
+    assert obs.phase is model.Phase.FAILED
+    assert obs.reason is not None
+    assert "cancelled" in obs.reason
+    assert obs.exit_code == -signal.SIGKILL
+
+
+async def test_cancel_absent_or_finished_is_a_noop(executor: process.ProcessExecutor) -> None:
+    await executor.cancel("never-1", timedelta(seconds=1))
+    await executor.launch(make_launch("done-1", ["true"]))
+    await wait_for(executor, "done-1")
+    await executor.cancel("done-1", timedelta(seconds=1))
+    assert (await executor.observe(["done-1"]))["done-1"].phase is model.Phase.SUCCEEDED
+    assert not (executor.root / "done-1" / "cancel").exists()
+
+
+async def test_deadline(executor: process.ProcessExecutor) -> None:
+    await executor.launch(make_launch("late-1", ["sleep", "30"], deadline_seconds=0.5))
+    obs = await wait_for(executor, "late-1", within=10)
+    assert obs.phase is model.Phase.FAILED
+    assert obs.reason == "deadline exceeded"
+    assert obs.exit_code == -signal.SIGTERM
+
+
+async def test_supervisor_killed(executor: process.ProcessExecutor) -> None:
+    await executor.launch(make_launch("orphan-1", ["sleep", "30"]))
+    await wait_for(executor, "orphan-1", finished=False)
+    run_dir = executor.root / "orphan-1"
+    os.kill(json.loads((run_dir / "shim.pid").read_text())["pid"], signal.SIGKILL)
+    os.killpg(json.loads((run_dir / "child.pid").read_text())["pid"], signal.SIGKILL)
+    obs = await wait_for(executor, "orphan-1", within=5)
+    assert obs.phase is model.Phase.FAILED
+    assert obs.reason is not None
+    assert obs.reason.startswith("supervisor died")
+    assert obs.exit_code is None
+    assert obs.identity == model.Identity(1, 1, 1)
+
+
+async def test_events_yield_finishes(executor: process.ProcessExecutor) -> None:
+    await executor.launch(make_launch("ev-1", ["true"]))
+    await executor.launch(make_launch("ev-2", sh("exit 4"), job_id=2))
+    seen: dict[str, model.Observation] = {}
+    async with contextlib.aclosing(executor.events()) as events:
+        async for obs in events:
+            seen[obs.name] = obs
+            if len(seen) == 2:
+                break
+    assert seen["ev-1"].phase is model.Phase.SUCCEEDED
+    assert seen["ev-2"].phase is model.Phase.FAILED
+    assert seen["ev-2"].exit_code == 4
+
+
+async def test_events_end_on_close(executor: process.ProcessExecutor) -> None:
+    async def drain() -> list[model.Observation]:
+        return [obs async for obs in executor.events()]
+
+    task = asyncio.create_task(drain())
+    await asyncio.sleep(0.1)
+    await executor.close()
+    assert await asyncio.wait_for(task, 5) == []
+
+
+@pytest.mark.parametrize(
+    ("spec", "field"),
+    [
+        ({"command": []}, "command"),
+        ({"command": ["echo", ""]}, "command"),
+        ({"command": "echo hi"}, "command"),
+        ({}, "command"),
+        ({"command": ["true"], "image": "x"}, "image"),
+        ({"command": ["true"], "env": {"A": 1}}, "env"),
+        ({"command": ["true"], "cwd": ""}, "cwd"),
+    ],
+)
+def test_validate_spec_refuses(
+    executor: process.ProcessExecutor, spec: dict[str, Any], field: str
+) -> None:
+    with pytest.raises(errors.InvalidInput, match=f"^process spec: {field}: "):
+        executor.validate_spec(spec)
+
+
+def test_validate_spec_normalises(executor: process.ProcessExecutor) -> None:
+    spec = {"command": ("echo", "hi"), "env": {"A": "1"}}
+    assert executor.validate_spec(spec) == {"command": ["echo", "hi"], "env": {"A": "1"}}
+    with pytest.raises(errors.InvalidInput, match="must be a non-empty list of strings"):
+        executor.validate_spec({"command": []})
+
+
+async def test_bad_launch_name_is_refused(executor: process.ProcessExecutor) -> None:
+    with pytest.raises(errors.InvalidInput):
+        await executor.launch(make_launch("../escape", ["true"]))
