@@ -7,7 +7,6 @@ Exit codes: 0 ok; 1 the operation failed (database unreachable, job not found, .
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import signal
@@ -33,7 +32,14 @@ DEMO_JOBS: list[dict[str, Any]] = [
     {"key": "demo-hello", "command": ["sh", "-c", "echo hello from corral; sleep 1"]},
     {"key": "demo-urgent", "command": ["sh", "-c", "echo urgent work first"], "priority": 10},
     {"key": "demo-slow", "command": ["sh", "-c", "echo working; sleep 5; echo done"]},
-    {"key": "demo-env", "command": ["sh", "-c", "echo job $CORRAL_JOB_ID attempt $CORRAL_ATTEMPT fence $CORRAL_FENCE"]},
+    {
+        "key": "demo-env",
+        "command": [
+            "sh",
+            "-c",
+            "echo job $CORRAL_JOB_ID attempt $CORRAL_ATTEMPT fence $CORRAL_FENCE",
+        ],
+    },
     {
         "key": "demo-flaky",
         "command": ["sh", "-c", "echo failing on purpose >&2; exit 3"],
@@ -57,7 +63,12 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--config", "config_file", type=click.Path(path_type=Path), help="Settings file (default ./corral.toml).")
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(path_type=Path),
+    help="Settings file (default ./corral.toml).",
+)
 @click.pass_context
 def main(ctx: click.Context, config_file: Path | None) -> None:
     """corral: a crash-safe job dispatcher."""
@@ -120,18 +131,41 @@ def _json_option(name: str, text: str | None) -> Any:
 @click.option("--pool", default=None)
 @click.option("--priority", type=int, default=0, show_default=True, help="Higher runs first.")
 @click.option("--tenant", default="default", show_default=True)
-@click.option("--idempotency-key", default=None, help="Submitting the same key again returns the first job.")
-@click.option("--max-attempts", type=int, default=None, help="Attempts before the job fails (default from settings).")
+@click.option(
+    "--idempotency-key", default=None, help="Submitting the same key again returns the first job."
+)
+@click.option(
+    "--max-attempts",
+    type=int,
+    default=None,
+    help="Attempts before the job fails (default from settings).",
+)
 @click.option("--label", "label_pairs", multiple=True, metavar="KEY=VALUE")
 @click.option("--executor", default="process", show_default=True)
-@click.option("--spec", "spec_json", default=None, help="Executor spec as JSON (instead of a command).")
+@click.option(
+    "--spec", "spec_json", default=None, help="Executor spec as JSON (instead of a command)."
+)
 @click.option("--payload", "payload_json", default=None, help="Payload as JSON.")
-@click.option("--payload-file", type=click.File("r"), default=None, help="Payload as JSON from a file (- for stdin).")
+@click.option(
+    "--payload-file",
+    type=click.File("r"),
+    default=None,
+    help="Payload as JSON from a file (- for stdin).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.argument("command", nargs=-1)
 @click.pass_obj
-def submit(state: State, command: tuple[str, ...], label_pairs: tuple[str, ...], spec_json: str | None,
-           payload_json: str | None, payload_file: Any, as_json: bool, **options: Any) -> None:
+def submit(
+    state: State,
+    /,
+    command: tuple[str, ...],
+    label_pairs: tuple[str, ...],
+    spec_json: str | None,
+    payload_json: str | None,
+    payload_file: Any,
+    as_json: bool,
+    **options: Any,
+) -> None:
     """Submit a job: corral submit [OPTIONS] -- CMD [ARGS...]"""
     spec = _json_option("--spec", spec_json)
     if spec is None:
@@ -156,7 +190,9 @@ def submit(state: State, command: tuple[str, ...], label_pairs: tuple[str, ...],
         out.print(job_id)
     else:
         out.print(job_id)
-        err.print(f"job {job_id} already exists for this idempotency key; nothing new was submitted")
+        err.print(
+            f"job {job_id} already exists for this idempotency key; nothing new was submitted"
+        )
 
 
 # --- serve and dispatcher -------------------------------------------------------------------------
@@ -187,10 +223,18 @@ async def _until_signalled(body: Callable[[asyncio.Event], Awaitable[None]]) -> 
 async def _dispatch(settings: config.Settings, *, demo: bool) -> None:
     async with runtime.opened(settings) as rt:
         if demo:
-            await _submit_demo(client.Client(store=rt.store, executors=rt.executors, settings=settings, clock=rt.clock))
-        d = dispatcher.Dispatcher(store=rt.store, executors=rt.executors, clock=rt.clock, settings=settings)
-        err.print(f"corral is dispatching from {rt.store.url} with executors: {', '.join(rt.executors)}."
-                  " Press Ctrl+C (or send SIGTERM) to stop.")
+            await _submit_demo(
+                client.Client(
+                    store=rt.store, executors=rt.executors, settings=settings, clock=rt.clock
+                )
+            )
+        d = dispatcher.Dispatcher(
+            store=rt.store, executors=rt.executors, clock=rt.clock, settings=settings
+        )
+        err.print(
+            f"corral is dispatching from {rt.store.url} with executors: {', '.join(rt.executors)}."
+            " Press Ctrl+C (or send SIGTERM) to stop."
+        )
         await _until_signalled(d.run)
 
 
@@ -198,12 +242,18 @@ async def _submit_demo(c: client.Client) -> None:
     made = 0
     for job in DEMO_JOBS:
         _, created = await c.submit(
-            spec={"command": job["command"]}, idempotency_key=job["key"], queue="demo",
-            priority=job.get("priority", 0), max_attempts=job.get("max_attempts"),
+            spec={"command": job["command"]},
+            idempotency_key=job["key"],
+            queue="demo",
+            priority=job.get("priority", 0),
+            max_attempts=job.get("max_attempts"),
         )
         made += created
     if made:
-        err.print(f"submitted {made} demo jobs; watch them with `.venv/bin/corral jobs list` in another terminal")
+        err.print(
+            f"submitted {made} demo jobs; watch them with `.venv/bin/corral jobs list`"
+            " in another terminal"
+        )
 
 
 @main.command()
@@ -239,11 +289,22 @@ def _when(at: datetime | None) -> str:
 
 def _job_dict(job: model.Job) -> dict[str, Any]:
     return {
-        "id": job.id, "state": job.state, "queue": job.queue, "pool": job.pool, "tenant": job.tenant,
-        "priority": job.priority, "executor": job.executor, "spec": job.spec, "payload": job.payload,
-        "attempts": job.attempt_count, "max_attempts": job.max_attempts, "run_at": job.run_at.isoformat(),
-        "idempotency_key": job.idempotency_key, "labels": job.labels,
-        "created_at": job.created_at.isoformat(), "updated_at": job.updated_at.isoformat(),
+        "id": job.id,
+        "state": job.state,
+        "queue": job.queue,
+        "pool": job.pool,
+        "tenant": job.tenant,
+        "priority": job.priority,
+        "executor": job.executor,
+        "spec": job.spec,
+        "payload": job.payload,
+        "attempts": job.attempt_count,
+        "max_attempts": job.max_attempts,
+        "run_at": job.run_at.isoformat(),
+        "idempotency_key": job.idempotency_key,
+        "labels": job.labels,
+        "created_at": job.created_at.isoformat(),
+        "updated_at": job.updated_at.isoformat(),
     }
 
 
@@ -269,8 +330,15 @@ def jobs_list(state: State, states: tuple[str, ...], limit: int, as_json: bool) 
         return
     table = Table("id", "state", "queue", "executor", "prio", "attempts", "updated")
     for j in found:
-        table.add_row(str(j.id), j.state, j.queue, j.executor, str(j.priority),
-                      f"{j.attempt_count}/{j.max_attempts}", _when(j.updated_at))
+        table.add_row(
+            str(j.id),
+            j.state,
+            j.queue,
+            j.executor,
+            str(j.priority),
+            f"{j.attempt_count}/{j.max_attempts}",
+            _when(j.updated_at),
+        )
     out.print(table)
 
 
@@ -296,14 +364,29 @@ def _view_dict(view: client.JobView) -> dict[str, Any]:
     return {
         **_job_dict(view.job),
         "attempt_list": [
-            {"fence": a.id, "attempt": a.attempt_no, "launch_name": a.launch_name, "state": a.state,
-             "started_at": _iso(a.started_at), "finished_at": _iso(a.finished_at), "exit_code": a.exit_code,
-             "reason": a.reason, "last_seen_at": _iso(a.last_seen_at)}
+            {
+                "fence": a.id,
+                "attempt": a.attempt_no,
+                "launch_name": a.launch_name,
+                "state": a.state,
+                "started_at": _iso(a.started_at),
+                "finished_at": _iso(a.finished_at),
+                "exit_code": a.exit_code,
+                "reason": a.reason,
+                "last_seen_at": _iso(a.last_seen_at),
+            }
             for a in view.attempts
         ],
         "events": [
-            {"at": e.at.isoformat(), "entity": e.entity, "attempt_id": e.attempt_id, "from": e.from_state,
-             "to": e.to_state, "reason": e.reason, "details": e.details}
+            {
+                "at": e.at.isoformat(),
+                "entity": e.entity,
+                "attempt_id": e.attempt_id,
+                "from": e.from_state,
+                "to": e.to_state,
+                "reason": e.reason,
+                "details": e.details,
+            }
             for e in view.events
         ],
     }
@@ -311,15 +394,28 @@ def _view_dict(view: client.JobView) -> dict[str, Any]:
 
 def _print_view(view: client.JobView) -> None:
     j = view.job
-    out.print(f"[bold]job {j.id}[/bold]  {j.state}  queue={j.queue} executor={j.executor} priority={j.priority}"
-              f" attempts={j.attempt_count}/{j.max_attempts} tenant={j.tenant}")
+    out.print(
+        f"[bold]job {j.id}[/bold]  {j.state}  queue={j.queue} executor={j.executor}"
+        f" priority={j.priority}"
+        f" attempts={j.attempt_count}/{j.max_attempts} tenant={j.tenant}"
+    )
     out.print(f"spec: {json.dumps(j.spec)}")
     if j.idempotency_key:
         out.print(f"idempotency key: {j.idempotency_key}")
-    attempts = Table("fence", "attempt", "launch name", "state", "started", "finished", "exit", "reason")
+    attempts = Table(
+        "fence", "attempt", "launch name", "state", "started", "finished", "exit", "reason"
+    )
     for a in view.attempts:
-        attempts.add_row(str(a.id), str(a.attempt_no), a.launch_name, a.state, _when(a.started_at),
-                         _when(a.finished_at), "-" if a.exit_code is None else str(a.exit_code), a.reason or "")
+        attempts.add_row(
+            str(a.id),
+            str(a.attempt_no),
+            a.launch_name,
+            a.state,
+            _when(a.started_at),
+            _when(a.finished_at),
+            "-" if a.exit_code is None else str(a.exit_code),
+            a.reason or "",
+        )
     out.print(attempts)
     events = Table("at", "what", "from", "to", "reason")
     for e in view.events:

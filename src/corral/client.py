@@ -39,7 +39,11 @@ class Client:
     """Submit and manage jobs against one store."""
 
     def __init__(
-        self, *, store: store.Store, executors: Mapping[str, Executor], settings: config.Settings,
+        self,
+        *,
+        store: store.Store,
+        executors: Mapping[str, Executor],
+        settings: config.Settings,
         clock: clock.Clock,
     ) -> None:
         self.store = store
@@ -65,30 +69,52 @@ class Client:
         """Store a job; returns (job id, created). A repeated idempotency key returns the
         existing job with created=False."""
         new = self.validate(
-            spec=spec, executor=executor, payload=payload, queue=queue, pool=pool, tenant=tenant,
-            priority=priority, max_attempts=max_attempts, idempotency_key=idempotency_key,
-            labels=labels or {}, run_at=run_at,
+            spec=spec,
+            executor=executor,
+            payload=payload,
+            queue=queue,
+            pool=pool,
+            tenant=tenant,
+            priority=priority,
+            max_attempts=max_attempts,
+            idempotency_key=idempotency_key,
+            labels=labels or {},
+            run_at=run_at,
         )
         [(job_id, created)] = await self.store.job_submit(new=[new], now=self.clock.now())
         return job_id, created
 
     def validate(
-        self, *, spec: Mapping[str, Any], executor: str, payload: Any, queue: str, pool: str | None,
-        tenant: str, priority: int, max_attempts: int | None, idempotency_key: str | None,
-        labels: Mapping[str, str], run_at: datetime | None,
+        self,
+        *,
+        spec: Mapping[str, Any],
+        executor: str,
+        payload: Any,
+        queue: str,
+        pool: str | None,
+        tenant: str,
+        priority: int,
+        max_attempts: int | None,
+        idempotency_key: str | None,
+        labels: Mapping[str, str],
+        run_at: datetime | None,
     ) -> model.NewJob:
         """The job as it will be stored, or InvalidInput naming the first field that is wrong."""
         if executor not in self.executors:
             raise errors.InvalidInput(
-                f"executor: unknown executor {executor!r}; this corral runs: {', '.join(sorted(self.executors))}"
+                f"executor: unknown executor {executor!r};"
+                f" this corral runs: {', '.join(sorted(self.executors))}"
             )
         for field, value in (("queue", queue), ("tenant", tenant), ("pool", pool)):
             if value is not None and not _NAME.match(value):
                 raise errors.InvalidInput(
-                    f"{field}: {value!r} must be 1-200 characters of [A-Za-z0-9_.-], starting alphanumeric"
+                    f"{field}: {value!r} must be 1-200 characters of [A-Za-z0-9_.-],"
+                    " starting alphanumeric"
                 )
         if not PRIORITY_RANGE[0] <= priority <= PRIORITY_RANGE[1]:
-            raise errors.InvalidInput(f"priority: {priority} must be between {PRIORITY_RANGE[0]} and {PRIORITY_RANGE[1]}")
+            raise errors.InvalidInput(
+                f"priority: {priority} must be between {PRIORITY_RANGE[0]} and {PRIORITY_RANGE[1]}"
+            )
         attempts = self.settings.default_max_attempts if max_attempts is None else max_attempts
         if not 1 <= attempts <= 1000:
             raise errors.InvalidInput(f"max_attempts: {attempts} must be between 1 and 1000")
@@ -100,9 +126,17 @@ class Client:
             model.check_label(key, value)
         self._check_payload(payload)
         return model.NewJob(
-            executor=executor, spec=self.executors[executor].validate_spec(spec), payload=payload,
-            queue=queue, pool=pool, tenant=tenant, priority=priority, max_attempts=attempts,
-            idempotency_key=idempotency_key, labels=dict(labels), run_at=run_at,
+            executor=executor,
+            spec=self.executors[executor].validate_spec(spec),
+            payload=payload,
+            queue=queue,
+            pool=pool,
+            tenant=tenant,
+            priority=priority,
+            max_attempts=attempts,
+            idempotency_key=idempotency_key,
+            labels=dict(labels),
+            run_at=run_at,
         )
 
     def _check_payload(self, payload: Any) -> None:
@@ -131,13 +165,21 @@ class Client:
                 )
         return await self.store.job_list(states=states, limit=limit)
 
-    async def cancel(self, job_id: int, *, reason: str = "cancelled by request") -> model.Attempt | None:
+    async def cancel(
+        self, job_id: int, *, reason: str = "cancelled by request"
+    ) -> model.Attempt | None:
         """Cancel a job; if an attempt was active, stop it on its platform too."""
         attempt = await self.store.job_cancel(job_id=job_id, now=self.clock.now(), reason=reason)
         if attempt is not None and attempt.executor in self.executors:
             try:
-                await self.executors[attempt.executor].cancel(attempt.launch_name, self.settings.timeouts.cancel_grace)
+                await self.executors[attempt.executor].cancel(
+                    attempt.launch_name, self.settings.timeouts.cancel_grace
+                )
             except errors.ExecutorError as exc:
-                log.warning("job %d: %s could not be stopped now (%s); recovery will stop it",
-                            job_id, attempt.launch_name, exc)
+                log.warning(
+                    "job %d: %s could not be stopped now (%s); recovery will stop it",
+                    job_id,
+                    attempt.launch_name,
+                    exc,
+                )
         return attempt

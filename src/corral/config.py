@@ -25,23 +25,33 @@ from corral import errors
 DEFAULT_CONFIG_FILE = Path("corral.toml")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
+_NUMBER = re.compile(r"\d+(\.\d+)?")
 
 
 def parse_duration(value: Any) -> timedelta:
     """Seconds (a number or a numeric string) or a string such as `90s`, `4m`, `1h30m`."""
-    if isinstance(value, timedelta):
-        seconds = value.total_seconds()
-    elif isinstance(value, int | float) and not isinstance(value, bool):
-        seconds = float(value)
-    elif isinstance(value, str) and re.fullmatch(r"\d+(\.\d+)?", value.strip()):
-        seconds = float(value)
-    elif isinstance(value, str) and (text := value.strip().lower()) and _DURATION.sub("", text) == "":
-        seconds = sum(float(n) * _UNIT_SECONDS[u] for n, u in _DURATION.findall(text))
-    else:
+    seconds = _seconds(value)
+    if seconds is None:
         raise ValueError(f"{value!r} is not a duration: use seconds or e.g. 500ms, 90s, 4m, 1h")
     if seconds <= 0:
         raise ValueError(f"{value!r}: a duration must be greater than zero")
     return timedelta(seconds=seconds)
+
+
+def _seconds(value: Any) -> float | None:
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        return float(value)
+    if not isinstance(value, str) or not (text := value.strip().lower()):
+        return None
+    if _NUMBER.fullmatch(text):
+        return float(text)
+    if _DURATION.sub("", text) == "":
+        return sum(float(n) * _UNIT_SECONDS[u] for n, u in _DURATION.findall(text))
+    return None
 
 
 Duration = Annotated[timedelta, BeforeValidator(parse_duration)]
@@ -52,18 +62,24 @@ class Timeouts(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    attempt_deadline: Duration = Field(timedelta(seconds=240), description="An attempt is stopped after this long.")
+    attempt_deadline: Duration = Field(
+        timedelta(seconds=240), description="An attempt is stopped after this long."
+    )
     recovery_grace: Duration = Field(
-        timedelta(seconds=360), description="After this long without a platform object, an attempt counts as lost."
+        timedelta(seconds=360),
+        description="After this long without a platform object, an attempt counts as lost.",
     )
     launch_grace: Duration = Field(
-        timedelta(seconds=30), description="A launching attempt older than this is checked by recovery."
+        timedelta(seconds=30),
+        description="A launching attempt older than this is checked by recovery.",
     )
     cancel_grace: Duration = Field(
-        timedelta(seconds=10), description="Time between the polite stop (SIGTERM) and the forced one (SIGKILL)."
+        timedelta(seconds=10),
+        description="Time between the polite stop (SIGTERM) and the forced one (SIGKILL).",
     )
     dispatch_interval: Duration = Field(
-        timedelta(seconds=1), description="How often the dispatcher claims when the queue was empty."
+        timedelta(seconds=1),
+        description="How often the dispatcher claims when the queue was empty.",
     )
     observe_interval: Duration = Field(
         timedelta(seconds=2), description="How often the dispatcher polls running attempts."
@@ -102,8 +118,12 @@ class Settings(BaseSettings):
     state_dir: Path = Field(Path(".corral"), description="Local state: run folders, logs.")
     claim_batch_limit: int = Field(100, ge=1, le=10_000, description="Most jobs claimed per tick.")
     launch_concurrency: int = Field(16, ge=1, le=1_000, description="Launches in flight at once.")
-    max_payload_bytes: int = Field(1 << 20, ge=1, description="Largest accepted payload (JSON bytes).")
-    default_max_attempts: int = Field(3, ge=1, le=1_000, description="Attempts a job gets by default.")
+    max_payload_bytes: int = Field(
+        1 << 20, ge=1, description="Largest accepted payload (JSON bytes)."
+    )
+    default_max_attempts: int = Field(
+        3, ge=1, le=1_000, description="Attempts a job gets by default."
+    )
     api_url: str | None = Field(None, description="Passed to attempts as CORRAL_API_URL.")
     log_level: str = Field("INFO", pattern=r"^(DEBUG|INFO|WARNING|ERROR)$")
     timeouts: Timeouts = Timeouts()
@@ -145,9 +165,12 @@ class Settings(BaseSettings):
             raise errors.ConfigError(f"config file {str(path)!r} does not exist")
         source = type(cls.__name__, (cls,), {"_toml_file": path if path.is_file() else None})
         try:
-            return source(**overrides)
+            settings: Settings = source(**overrides)
+            return settings
         except ValidationError as exc:
-            raise errors.ConfigError(describe(exc, origin=str(path) if path.is_file() else None)) from None
+            raise errors.ConfigError(
+                describe(exc, origin=str(path) if path.is_file() else None)
+            ) from None
         except ValueError as exc:  # a TOML syntax error, or an env value that is not JSON
             raise errors.ConfigError(f"cannot read settings: {exc}") from None
 

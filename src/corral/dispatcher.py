@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from corral import clock, config, errors, model, store
+from corral import store as store_  # the module, where a parameter is named `store`
 from corral.executors.base import Executor
 
 log = logging.getLogger("corral.dispatcher")
@@ -48,30 +49,47 @@ class Dispatcher:
         settings: config.Settings,
     ) -> None:
         if not executors:
-            raise errors.ConfigError("executors.enabled: the dispatcher needs at least one executor")
+            raise errors.ConfigError(
+                "executors.enabled: the dispatcher needs at least one executor"
+            )
         self.store = store
         self.executors = dict(executors)
         self.clock = clock
         self.settings = settings
-        self._completions: asyncio.Queue[store.Finish] = asyncio.Queue()
+        self._completions = asyncio.Queue[store_.Finish]()
+        self._arrived = asyncio.Event()
+        # Held by a tick from claim to settle and by the completion writer while it writes:
+        # completions that arrive during a tick are written in the tick's last transaction.
+        self._writing = asyncio.Lock()
         self._launch_slots = asyncio.Semaphore(settings.launch_concurrency)
 
     # --- the cycle -------------------------------------------------------------------------
 
     async def run_once(self) -> Tick:
         """One cycle: claim, launch, record. Launch errors leave attempts for recovery."""
-        claimed = await self.store.job_claim(
-            now=self.clock.now(), limit=self.settings.claim_batch_limit, executors=list(self.executors)
-        )
-        if not claimed:
-            return Tick()
-        results = await asyncio.gather(*(self._launch(c) for c in claimed))
-        launched = [c.attempt.id for c, ok in zip(claimed, results, strict=True) if ok]
-        recorded = await self.store.attempt_record_running(fences=launched, now=self.clock.now())
+        async with self._writing:
+            claimed = await self.store.job_claim(
+                now=self.clock.now(),
+                limit=self.settings.claim_batch_limit,
+                executors=list(self.executors),
+            )
+            if not claimed:
+                return Tick()
+            results = await asyncio.gather(*(self._launch(c) for c in claimed))
+            launched = [c.attempt.id for c, ok in zip(claimed, results, strict=True) if ok]
+            recorded, outcomes = await self.store.attempt_settle(
+                launched=launched,
+                finishes=self._drain(self.settings.claim_batch_limit),
+                now=self.clock.now(),
+            )
+        self._log_outcomes(outcomes)
         tick = Tick(len(claimed), len(launched), len(claimed) - len(launched), len(recorded))
         log.info(
             "tick: claimed %d, launched %d, launch errors %d, recorded running %d",
-            tick.claimed, tick.launched, tick.launch_errors, tick.recorded,
+            tick.claimed,
+            tick.launched,
+            tick.launch_errors,
+            tick.recorded,
         )
         return tick
 
@@ -90,12 +108,24 @@ class Dispatcher:
         return True
 
     async def _note_launch_error(self, claimed: model.Claimed, exc: Exception) -> None:
-        why = f"launch failed: {exc}" if isinstance(exc, errors.CorralError) else f"launch failed: {exc!r}"
-        log.warning("job %d attempt %s: %s (left launching for recovery)", claimed.job.id,
-                    claimed.attempt.launch_name, why, exc_info=not isinstance(exc, errors.CorralError))
+        why = (
+            f"launch failed: {exc}"
+            if isinstance(exc, errors.CorralError)
+            else f"launch failed: {exc!r}"
+        )
+        log.warning(
+            "job %d attempt %s: %s (left launching for recovery)",
+            claimed.job.id,
+            claimed.attempt.launch_name,
+            why,
+            exc_info=not isinstance(exc, errors.CorralError),
+        )
         await self.store.event_note(
-            job_id=claimed.job.id, attempt_id=claimed.attempt.id, state=model.AttemptState.LAUNCHING,
-            reason=why + "; left launching for recovery", now=self.clock.now(),
+            job_id=claimed.job.id,
+            attempt_id=claimed.attempt.id,
+            state=model.AttemptState.LAUNCHING,
+            reason=why + "; left launching for recovery",
+            now=self.clock.now(),
             details={"launch_name": claimed.attempt.launch_name, "error": type(exc).__name__},
         )
 
@@ -111,12 +141,19 @@ class Dispatcher:
         if not observation.phase.finished or identity is None:
             return False
         if fence is not None and identity.fence != fence:
-            log.warning("%s: carries fence %d, expected %d; ignored", observation.name, identity.fence, fence)
+            log.warning(
+                "%s: carries fence %d, expected %d; ignored",
+                observation.name,
+                identity.fence,
+                fence,
+            )
             return False
+        self._arrived.set()
         self._completions.put_nowait(
             store.Finish(
                 fence=identity.fence,
-                succeeded=observation.phase is model.Phase.SUCCEEDED and observation.exit_code in (0, None),
+                succeeded=observation.phase is model.Phase.SUCCEEDED
+                and observation.exit_code in (0, None),
                 exit_code=observation.exit_code,
                 reason=observation.reason,
             )
@@ -140,15 +177,26 @@ class Dispatcher:
         if not batch:
             return []
         outcomes = await self.store.attempt_finish(finishes=batch, now=self.clock.now())
-        for o in outcomes:
-            log.info("job %d: attempt (fence %d) %s, job %s", o.job_id, o.fence, o.attempt_state, o.job_state)
+        self._log_outcomes(outcomes)
         return outcomes
 
+    def _log_outcomes(self, outcomes: Sequence[store.Outcome]) -> None:
+        for o in outcomes:
+            log.info(
+                "job %d: attempt (fence %d) %s, job %s",
+                o.job_id,
+                o.fence,
+                o.attempt_state,
+                o.job_state,
+            )
+
     async def _write_completions(self) -> None:
-        """Forever: wait for a completion, then write all that have queued up, as one batch."""
+        """Forever: when completions have arrived, write all that queued up, in batches."""
         while True:
-            first = await self._completions.get()
-            await self._apply([first, *self._drain(self.settings.claim_batch_limit - 1)])
+            await self._arrived.wait()
+            async with self._writing:
+                self._arrived.clear()
+                await self.flush_completions()
 
     async def _watch(self, executor: Executor) -> None:
         async for observation in executor.events():
@@ -199,9 +247,15 @@ class Dispatcher:
         """Dispatch until `stop` is set; then finish the tick in hand and write completions."""
         helpers = [asyncio.create_task(self._write_completions(), name="completions")]
         helpers.append(asyncio.create_task(self._poll(), name="poll"))
-        helpers += [asyncio.create_task(self._watch(e), name=f"watch-{e.kind}") for e in self.executors.values()]
-        log.info("dispatcher started: executors %s, claim batch %d", ", ".join(self.executors),
-                 self.settings.claim_batch_limit)
+        helpers += [
+            asyncio.create_task(self._watch(e), name=f"watch-{e.kind}")
+            for e in self.executors.values()
+        ]
+        log.info(
+            "dispatcher started: executors %s, claim batch %d",
+            ", ".join(self.executors),
+            self.settings.claim_batch_limit,
+        )
         try:
             await self._loop(stop)
         finally:

@@ -79,7 +79,9 @@ ACTIVE_ATTEMPT_STATES = frozenset({A.LAUNCHING, A.RUNNING})
 
 def check_transition(entity: Entity, frm: str, to: str) -> None:
     """Raise IllegalTransition unless `frm -> to` is in the entity's transition table."""
-    table: Mapping[Any, frozenset[Any]] = JOB_TRANSITIONS if entity == "job" else ATTEMPT_TRANSITIONS
+    table: Mapping[Any, frozenset[Any]] = (
+        JOB_TRANSITIONS if entity == "job" else ATTEMPT_TRANSITIONS
+    )
     states = JobState if entity == "job" else AttemptState
     try:
         allowed = table[states(frm)]
@@ -137,13 +139,17 @@ _LABEL_PREFIX_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0
 def check_label(key: str, value: str) -> None:
     """Raise InvalidInput unless key=value is a valid Kubernetes label."""
     prefix, _, name = key.rpartition("/")
-    if not _LABEL_NAME.match(name) or (prefix and (len(prefix) > 253 or not _LABEL_PREFIX_RE.match(prefix))):
+    if not _LABEL_NAME.match(name) or (
+        prefix and (len(prefix) > 253 or not _LABEL_PREFIX_RE.match(prefix))
+    ):
         raise errors.InvalidInput(
             f"label key {key!r}: must be [prefix/]name, name 1-63 characters of [A-Za-z0-9-_.]"
             " starting and ending alphanumeric, prefix a DNS subdomain"
         )
     if key.startswith(LABEL_PREFIX):
-        raise errors.InvalidInput(f"label key {key!r}: the prefix {LABEL_PREFIX!r} is reserved for corral")
+        raise errors.InvalidInput(
+            f"label key {key!r}: the prefix {LABEL_PREFIX!r} is reserved for corral"
+        )
     if not _LABEL_VALUE.match(value):
         raise errors.InvalidInput(
             f"label {key}={value!r}: value must be at most 63 characters of [A-Za-z0-9-_.]"
@@ -168,7 +174,13 @@ class Identity:
 
 
 def identity_labels(
-    *, job_id: int, attempt_no: int, fence: int, tenant: str, capability: str, idempotency_key: str | None
+    *,
+    job_id: int,
+    attempt_no: int,
+    fence: int,
+    tenant: str,
+    capability: str,
+    idempotency_key: str | None,
 ) -> dict[str, str]:
     """The labels every launch carries, on every platform."""
     labels = {
@@ -337,7 +349,9 @@ class Observation:
         return identity_from_labels(self.labels)
 
 
-def attempt_env(launch_labels: Mapping[str, str], *, name: str, api_url: str | None) -> dict[str, str]:
+def attempt_env(
+    launch_labels: Mapping[str, str], *, name: str, api_url: str | None
+) -> dict[str, str]:
     """The CORRAL_* environment every attempt runs with."""
     env = {
         "CORRAL_JOB_ID": launch_labels[JOB_ID],
@@ -351,7 +365,9 @@ def attempt_env(launch_labels: Mapping[str, str], *, name: str, api_url: str | N
     return env
 
 
-def build_launch(claimed: Claimed, *, api_url: str | None, deadline_seconds: float | None) -> Launch:
+def build_launch(
+    claimed: Claimed, *, api_url: str | None, deadline_seconds: float | None
+) -> Launch:
     """The Launch for a claimed attempt: name, identity labels, user labels and env."""
     job, attempt = claimed.job, claimed.attempt
     labels = {**job.labels}

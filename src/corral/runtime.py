@@ -75,4 +75,6 @@ async def connect(
     """A Client on the settings given, or on corral.toml and CORRAL_* variables."""
     settings = settings or config.Settings.load(config_file)
     async with opened(settings) as rt:
-        yield client.Client(store=rt.store, executors=rt.executors, settings=settings, clock=rt.clock)
+        yield client.Client(
+            store=rt.store, executors=rt.executors, settings=settings, clock=rt.clock
+        )

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 
 class FrozenClock:
-    """A Clock for tests: `now` stands still until `advance`; `sleep` advances instead of waiting."""
+    """A Clock for tests: `now` stands still until `advance`; `sleep` advances time at once."""
 
     def __init__(self, start: datetime | None = None) -> None:
         self._now = start or datetime(2026, 1, 1, tzinfo=UTC)

@@ -26,10 +26,16 @@ def corral_env(extra: dict[str, str] | None = None) -> dict[str, str]:
 
 @pytest.fixture
 def corral(tmp_path: Path) -> Run:
-    def run(*args: str, env: dict[str, str] | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
+    def run(
+        *args: str, env: dict[str, str] | None = None, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
         proc = subprocess.run(
-            [sys.executable, "-m", "corral", *args], cwd=tmp_path, env=corral_env(env),
-            capture_output=True, text=True, timeout=60,
+            [sys.executable, "-m", "corral", *args],
+            cwd=tmp_path,
+            env=corral_env(env),
+            capture_output=True,
+            text=True,
+            timeout=60,
         )
         if check and proc.returncode != 0:
             raise AssertionError(f"corral {' '.join(args)} exited {proc.returncode}: {proc.stderr}")
@@ -41,8 +47,12 @@ def corral(tmp_path: Path) -> Run:
 
 def serve(tmp_path: Path) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "corral", "serve"], cwd=tmp_path, env=corral_env(),
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [sys.executable, "-m", "corral", "serve"],
+        cwd=tmp_path,
+        env=corral_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
 
 
@@ -70,10 +80,15 @@ def test_submit_prints_the_id_and_a_repeated_key_says_so(corral: Run) -> None:
     again = corral("submit", "--idempotency-key", "nightly-1", "--", "true")
     assert first.stdout.strip() == again.stdout.strip() == "1"
     assert "already exists" in again.stderr
-    as_json = json.loads(corral("submit", "--json", "--queue", "etl", "--priority", "5", "--", "true").stdout)
+    as_json = json.loads(
+        corral("submit", "--json", "--queue", "etl", "--priority", "5", "--", "true").stdout
+    )
     assert as_json == {"id": 2, "created": True}
     listed = json.loads(corral("jobs", "list", "--json").stdout)
-    assert [(j["id"], j["queue"], j["priority"], j["state"]) for j in listed] == [(2, "etl", 5, "queued"), (1, "default", 0, "queued")]
+    assert [(j["id"], j["queue"], j["priority"], j["state"]) for j in listed] == [
+        (2, "etl", 5, "queued"),
+        (1, "default", 0, "queued"),
+    ]
     assert listed[1]["labels"] == {"team": "data"}
 
 
@@ -89,9 +104,24 @@ def test_submit_prints_the_id_and_a_repeated_key_says_so(corral: Run) -> None:
         (["submit", "--queue", "bad queue", "--", "true"], {}, 2, "queue: 'bad queue' must be"),
         (["submit", "--max-attempts", "0", "--", "true"], {}, 2, "max_attempts: 0 must be between"),
         (["submit", "--", "true"], {"CORRAL_MAX_PAYLOAD_BYTES": "x"}, 2, "max_payload_bytes"),
-        (["jobs", "list"], {"CORRAL_DATABASE_URL": "mysql://h/db"}, 2, "database_url: 'mysql://h/db' is not a supported"),
-        (["jobs", "list"], {"CORRAL_DATABASE_URL": "postgresql+psycopg://u@127.0.0.1:1/db"}, 1, "Connection refused"),
-        (["jobs", "list"], {"CORRAL_EXECUTORS__ENABLED": '["process","warp"]'}, 2, "unknown executor 'warp'"),
+        (
+            ["jobs", "list"],
+            {"CORRAL_DATABASE_URL": "mysql://h/db"},
+            2,
+            "database_url: 'mysql://h/db' is not a supported",
+        ),
+        (
+            ["jobs", "list"],
+            {"CORRAL_DATABASE_URL": "postgresql+psycopg://u@127.0.0.1:1/db"},
+            1,
+            "Connection refused",
+        ),
+        (
+            ["jobs", "list"],
+            {"CORRAL_EXECUTORS__ENABLED": '["process","warp"]'},
+            2,
+            "unknown executor 'warp'",
+        ),
         (["jobs", "show", "42"], {}, 1, "no job with id 42"),
         (["jobs", "list", "--state", "done"], {}, 2, "state: 'done' is not a job state"),
         (["jobs", "cancel", "42"], {}, 1, "no job with id 42"),
@@ -111,15 +141,29 @@ def test_bad_input_is_one_line_with_an_exit_code_and_writes_nothing(
 def test_oversized_payload_is_refused(corral: Run, tmp_path: Path) -> None:
     big = tmp_path / "big.json"
     big.write_text(json.dumps("x" * 2000))
-    proc = corral("submit", "--payload-file", str(big), "--", "true", env={"CORRAL_MAX_PAYLOAD_BYTES": "1000"}, check=False)
+    proc = corral(
+        "submit",
+        "--payload-file",
+        str(big),
+        "--",
+        "true",
+        env={"CORRAL_MAX_PAYLOAD_BYTES": "1000"},
+        check=False,
+    )
     assert proc.returncode == 2
     assert "payload: 2002 bytes is over the limit of 1000" in proc.stderr
     assert json.loads(corral("jobs", "list", "--json").stdout) == []
 
 
 def test_serve_before_upgrade_says_what_to_do(tmp_path: Path) -> None:
-    proc = subprocess.run([sys.executable, "-m", "corral", "serve"], cwd=tmp_path, env=corral_env(),
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "corral", "serve"],
+        cwd=tmp_path,
+        env=corral_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 1
     assert "run `corral db upgrade`" in proc.stderr
 
@@ -143,7 +187,9 @@ def test_serve_runs_jobs_and_stops_cleanly_on_sigterm(corral: Run, tmp_path: Pat
     assert [e["to"] for e in failed["events"]][-1] == "failed"  # type: ignore[index]
 
 
-def test_a_job_started_before_a_crash_completes_after_the_restart(corral: Run, tmp_path: Path) -> None:
+def test_a_job_started_before_a_crash_completes_after_the_restart(
+    corral: Run, tmp_path: Path
+) -> None:
     job_id = corral("submit", "--", "sh", "-c", "sleep 2; echo survived").stdout.strip()
     first = serve(tmp_path)
     try:
@@ -160,7 +206,9 @@ def test_a_job_started_before_a_crash_completes_after_the_restart(corral: Run, t
         second.communicate(timeout=30)
     [attempt] = done["attempt_list"]  # type: ignore[misc]
     assert attempt["attempt"] == 1  # the same attempt, observed after the restart, not a relaunch
-    assert (tmp_path / ".corral" / "runs" / attempt["launch_name"] / "stdout.log").read_text() == "survived\n"
+    assert (
+        tmp_path / ".corral" / "runs" / attempt["launch_name"] / "stdout.log"
+    ).read_text() == "survived\n"
 
 
 def test_cancel_stops_a_running_job(corral: Run, tmp_path: Path) -> None:

@@ -27,9 +27,14 @@ class FlakyLaunch(NoopExecutor):
         await super().launch(launch)
 
 
-def make(db: store.Store, clock: FrozenClock, executor: NoopExecutor, **settings: object) -> dispatcher.Dispatcher:
+def make(
+    db: store.Store, clock: FrozenClock, executor: NoopExecutor, **settings: object
+) -> dispatcher.Dispatcher:
     return dispatcher.Dispatcher(
-        store=db, executors={"noop": executor}, clock=clock, settings=config.Settings(**settings)  # type: ignore[arg-type]
+        store=db,
+        executors={"noop": executor},
+        clock=clock,
+        settings=config.Settings(**settings),  # type: ignore[arg-type]
     )
 
 
@@ -38,7 +43,9 @@ async def submit(db: store.Store, clock: FrozenClock, n: int, **kw: object) -> l
     return [job_id for job_id, _ in await db.job_submit(new=jobs, now=clock.now())]
 
 
-async def deliver(d: dispatcher.Dispatcher, executor: NoopExecutor, count: int) -> list[store.Outcome]:
+async def deliver(
+    d: dispatcher.Dispatcher, executor: NoopExecutor, count: int
+) -> list[store.Outcome]:
     """Hand `count` pushed observations to the dispatcher and write them."""
     events = executor.events()
     for _ in range(count):
@@ -50,7 +57,9 @@ async def states(db: store.Store, ids: list[int]) -> list[str]:
     return [(await db.job_get(job_id=i)).state for i in ids]
 
 
-async def test_a_tick_claims_launches_and_records_running(db: store.Store, clock: FrozenClock) -> None:
+async def test_a_tick_claims_launches_and_records_running(
+    db: store.Store, clock: FrozenClock
+) -> None:
     executor = NoopExecutor()
     d = make(db, clock, executor, claim_batch_limit=3)
     ids = await submit(db, clock, 5)
@@ -66,7 +75,9 @@ async def test_a_tick_claims_launches_and_records_running(db: store.Store, clock
     assert await states(db, ids[:3]) == [J.SUCCEEDED] * 3
 
 
-async def test_a_launch_error_leaves_the_attempt_for_recovery(db: store.Store, clock: FrozenClock) -> None:
+async def test_a_launch_error_leaves_the_attempt_for_recovery(
+    db: store.Store, clock: FrozenClock
+) -> None:
     ids = await submit(db, clock, 3)
     executor = FlakyLaunch(refuse={model.launch_name(ids[1], 1)})
     d = make(db, clock, executor)
@@ -74,7 +85,9 @@ async def test_a_launch_error_leaves_the_attempt_for_recovery(db: store.Store, c
     assert (tick.claimed, tick.launched, tick.launch_errors, tick.recorded) == (3, 2, 1, 2)
     [attempt] = await db.attempt_list(job_id=ids[1])
     assert attempt.state == A.LAUNCHING
-    assert (await db.job_get(job_id=ids[1])).state == J.RUNNING  # not lost: recovery adopts or relaunches it
+    assert (
+        await db.job_get(job_id=ids[1])
+    ).state == J.RUNNING  # not lost: recovery adopts or relaunches it
     note = (await db.event_list(job_id=ids[1]))[-1]
     assert "launch failed: platform said no" in note.reason
     assert note.attempt_id == attempt.id
@@ -104,11 +117,15 @@ async def test_failures_retry_until_attempts_run_out(db: store.Store, clock: Fro
         [outcome] = await deliver(d, executor, 1)
         assert outcome.job_state == expected
     attempts = await db.attempt_list(job_id=job_id)
-    assert [(a.attempt_no, a.state, a.exit_code) for a in attempts] == [(n, A.FAILED, 3) for n in (1, 2, 3)]
+    assert [(a.attempt_no, a.state, a.exit_code) for a in attempts] == [
+        (n, A.FAILED, 3) for n in (1, 2, 3)
+    ]
     assert await d.run_once() == dispatcher.Tick()
 
 
-async def test_an_observation_with_another_fence_is_ignored(db: store.Store, clock: FrozenClock) -> None:
+async def test_an_observation_with_another_fence_is_ignored(
+    db: store.Store, clock: FrozenClock
+) -> None:
     executor = NoopExecutor()
     d = make(db, clock, executor)
     await submit(db, clock, 1)
@@ -117,7 +134,9 @@ async def test_an_observation_with_another_fence_is_ignored(db: store.Store, clo
     assert not d.offer(obs, fence=obs.identity.fence + 1 if obs.identity else 0)
 
 
-async def test_polling_completes_attempts_launched_before_a_restart(db: store.Store, clock: FrozenClock) -> None:
+async def test_polling_completes_attempts_launched_before_a_restart(
+    db: store.Store, clock: FrozenClock
+) -> None:
     executor = NoopExecutor()
     ids = await submit(db, clock, 4)
     await make(db, clock, executor, claim_batch_limit=4).run_once()

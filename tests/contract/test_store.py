@@ -27,19 +27,40 @@ async def claim(db: store.Store, clock: FrozenClock, limit: int = 100) -> list[m
     return await db.job_claim(now=clock.now(), limit=limit, executors=["noop"])
 
 
-async def test_submit_stores_queued_jobs_with_a_submitted_event(db: store.Store, clock: FrozenClock) -> None:
-    [job_id] = await submit(db, clock, new(payload={"x": 1}, labels={"team": "data"}, queue="q", priority=5))
+async def test_submit_stores_queued_jobs_with_a_submitted_event(
+    db: store.Store, clock: FrozenClock
+) -> None:
+    [job_id] = await submit(
+        db, clock, new(payload={"x": 1}, labels={"team": "data"}, queue="q", priority=5)
+    )
     job = await db.job_get(job_id=job_id)
-    assert (job.state, job.queue, job.priority, job.payload, job.labels) == (J.QUEUED, "q", 5, {"x": 1}, {"team": "data"})
+    assert (job.state, job.queue, job.priority, job.payload, job.labels) == (
+        J.QUEUED,
+        "q",
+        5,
+        {"x": 1},
+        {"team": "data"},
+    )
     assert job.run_at == clock.now()
     [event] = await db.event_list(job_id=job_id)
-    assert (event.entity, event.from_state, event.to_state, event.reason) == ("job", None, "queued", "submitted")
+    assert (event.entity, event.from_state, event.to_state, event.reason) == (
+        "job",
+        None,
+        "queued",
+        "submitted",
+    )
 
 
-async def test_idempotency_key_returns_the_existing_job_per_tenant(db: store.Store, clock: FrozenClock) -> None:
+async def test_idempotency_key_returns_the_existing_job_per_tenant(
+    db: store.Store, clock: FrozenClock
+) -> None:
     first = await db.job_submit(new=[new(idempotency_key="k1")], now=clock.now())
-    again = await db.job_submit(new=[new(idempotency_key="k1"), new(idempotency_key="k1")], now=clock.now())
-    other_tenant = await db.job_submit(new=[new(idempotency_key="k1", tenant="t2")], now=clock.now())
+    again = await db.job_submit(
+        new=[new(idempotency_key="k1"), new(idempotency_key="k1")], now=clock.now()
+    )
+    other_tenant = await db.job_submit(
+        new=[new(idempotency_key="k1", tenant="t2")], now=clock.now()
+    )
     assert first[0][1] is True
     assert again == [(first[0][0], False), (first[0][0], False)]
     assert other_tenant[0][0] != first[0][0]
@@ -47,11 +68,14 @@ async def test_idempotency_key_returns_the_existing_job_per_tenant(db: store.Sto
     assert len(await db.event_list(job_id=first[0][0])) == 1
 
 
-async def test_claim_takes_due_jobs_by_priority_then_run_at(db: store.Store, clock: FrozenClock) -> None:
+async def test_claim_takes_due_jobs_by_priority_then_run_at(
+    db: store.Store, clock: FrozenClock
+) -> None:
     later = clock.now() - timedelta(seconds=1)
     earlier = clock.now() - timedelta(seconds=10)
     ids = await submit(
-        db, clock,
+        db,
+        clock,
         new(priority=0, run_at=earlier),
         new(priority=5, run_at=later),
         new(priority=0, run_at=later),
@@ -66,7 +90,9 @@ async def test_claim_takes_due_jobs_by_priority_then_run_at(db: store.Store, clo
     assert [c.job.id for c in await claim(db, clock)] == [ids[3]]
 
 
-async def test_claim_creates_launching_attempts_with_growing_fences(db: store.Store, clock: FrozenClock) -> None:
+async def test_claim_creates_launching_attempts_with_growing_fences(
+    db: store.Store, clock: FrozenClock
+) -> None:
     ids = await submit(db, clock, new(), new(), new())
     claimed = await claim(db, clock)
     fences = [c.attempt.id for c in claimed]
@@ -78,12 +104,25 @@ async def test_claim_creates_launching_attempts_with_growing_fences(db: store.St
         assert c.attempt.state == A.LAUNCHING
         assert c.attempt.launch_name == model.launch_name(c.job.id, 1)
     events = await db.event_list(job_id=ids[0])
-    assert [(e.from_state, e.to_state, e.attempt_id) for e in events][-1] == ("queued", "running", fences[0])
+    assert [(e.from_state, e.to_state, e.attempt_id) for e in events][-1] == (
+        "queued",
+        "running",
+        fences[0],
+    )
 
 
-async def test_transition_is_compare_and_set_and_a_lost_race_is_a_no_op(db: store.Store, clock: FrozenClock) -> None:
+async def test_transition_is_compare_and_set_and_a_lost_race_is_a_no_op(
+    db: store.Store, clock: FrozenClock
+) -> None:
     [job_id] = await submit(db, clock, new())
-    args = {"entity": "job", "ids": [job_id], "expected": "queued", "to": "cancelled", "now": clock.now(), "reason": "r"}
+    args = {
+        "entity": "job",
+        "ids": [job_id],
+        "expected": "queued",
+        "to": "cancelled",
+        "now": clock.now(),
+        "reason": "r",
+    }
     assert await db.transition(**args) == [job_id]
     assert await db.transition(**args) == []
     events = await db.event_list(job_id=job_id)
@@ -93,7 +132,14 @@ async def test_transition_is_compare_and_set_and_a_lost_race_is_a_no_op(db: stor
 async def test_illegal_transition_names_both_states(db: store.Store, clock: FrozenClock) -> None:
     [job_id] = await submit(db, clock, new())
     with pytest.raises(errors.IllegalTransition, match="'succeeded' to 'queued'"):
-        await db.transition(entity="job", ids=[job_id], expected="succeeded", to="queued", now=clock.now(), reason="r")
+        await db.transition(
+            entity="job",
+            ids=[job_id],
+            expected="succeeded",
+            to="queued",
+            now=clock.now(),
+            reason="r",
+        )
 
 
 async def test_attempt_writes_are_fenced(db: store.Store, clock: FrozenClock) -> None:
@@ -112,18 +158,30 @@ async def test_success_completes_job_once(db: store.Store, clock: FrozenClock) -
     await db.attempt_record_running(fences=[c.attempt.id], now=clock.now())
     done = Finish(c.attempt.id, True, 0, None)
     [outcome] = await db.attempt_finish(finishes=[done, done], now=clock.now())
-    assert (outcome.job_id, outcome.attempt_state, outcome.job_state) == (job_id, A.SUCCEEDED, J.SUCCEEDED)
+    assert (outcome.job_id, outcome.attempt_state, outcome.job_state) == (
+        job_id,
+        A.SUCCEEDED,
+        J.SUCCEEDED,
+    )
     assert await db.attempt_finish(finishes=[done], now=clock.now()) == []
     events = await db.event_list(job_id=job_id)
     assert [(e.entity, e.to_state) for e in events] == [
-        ("job", "queued"), ("job", "running"), ("attempt", "running"), ("attempt", "succeeded"), ("job", "succeeded"),
+        ("job", "queued"),
+        ("job", "running"),
+        ("attempt", "running"),
+        ("attempt", "succeeded"),
+        ("job", "succeeded"),
     ]
 
 
-async def test_completion_while_still_launching_applies(db: store.Store, clock: FrozenClock) -> None:
-    [job_id] = await submit(db, clock, new())
+async def test_completion_while_still_launching_applies(
+    db: store.Store, clock: FrozenClock
+) -> None:
+    await submit(db, clock, new())
     [c] = await claim(db, clock)
-    [outcome] = await db.attempt_finish(finishes=[Finish(c.attempt.id, True, 0, None)], now=clock.now())
+    [outcome] = await db.attempt_finish(
+        finishes=[Finish(c.attempt.id, True, 0, None)], now=clock.now()
+    )
     assert outcome.job_state == J.SUCCEEDED
     assert await db.attempt_record_running(fences=[c.attempt.id], now=clock.now()) == []
 
@@ -133,23 +191,35 @@ async def test_failure_retries_then_fails_and_a_stale_completion_changes_nothing
 ) -> None:
     [job_id] = await submit(db, clock, new(max_attempts=2))
     [first] = await claim(db, clock)
-    [o1] = await db.attempt_finish(finishes=[Finish(first.attempt.id, False, 3, "boom")], now=clock.now())
+    [o1] = await db.attempt_finish(
+        finishes=[Finish(first.attempt.id, False, 3, "boom")], now=clock.now()
+    )
     assert o1.job_state == J.QUEUED
     [second] = await claim(db, clock)
     assert second.attempt.attempt_no == 2
     assert second.attempt.id > first.attempt.id
     # The first attempt's completion arrives again: it is stale and must not touch the job.
-    assert await db.attempt_finish(finishes=[Finish(first.attempt.id, True, 0, None)], now=clock.now()) == []
+    assert (
+        await db.attempt_finish(finishes=[Finish(first.attempt.id, True, 0, None)], now=clock.now())
+        == []
+    )
     assert (await db.job_get(job_id=job_id)).state == J.RUNNING
-    [o2] = await db.attempt_finish(finishes=[Finish(second.attempt.id, False, 3, "boom")], now=clock.now())
+    [o2] = await db.attempt_finish(
+        finishes=[Finish(second.attempt.id, False, 3, "boom")], now=clock.now()
+    )
     assert o2.job_state == J.FAILED
     attempts = await db.attempt_list(job_id=job_id)
-    assert [(a.state, a.exit_code, a.reason) for a in attempts] == [("failed", 3, "boom"), ("failed", 3, "boom")]
+    assert [(a.state, a.exit_code, a.reason) for a in attempts] == [
+        ("failed", 3, "boom"),
+        ("failed", 3, "boom"),
+    ]
 
 
 async def test_cancel_queued_and_running_jobs(db: store.Store, clock: FrozenClock) -> None:
     queued, running = await submit(db, clock, new(), new())
-    await db.transition(entity="job", ids=[queued], expected="queued", to="parked", now=clock.now(), reason="t")
+    await db.transition(
+        entity="job", ids=[queued], expected="queued", to="parked", now=clock.now(), reason="t"
+    )
     [c] = await claim(db, clock)
     assert c.job.id == running
     assert await db.job_cancel(job_id=queued, now=clock.now(), reason="by test") is None
@@ -158,7 +228,10 @@ async def test_cancel_queued_and_running_jobs(db: store.Store, clock: FrozenCloc
     assert attempt.id == c.attempt.id
     assert [a.state for a in await db.attempt_list(job_id=running)] == [A.CANCELLED]
     # The cancelled attempt's late completion is a no-op.
-    assert await db.attempt_finish(finishes=[Finish(c.attempt.id, True, 0, None)], now=clock.now()) == []
+    assert (
+        await db.attempt_finish(finishes=[Finish(c.attempt.id, True, 0, None)], now=clock.now())
+        == []
+    )
     assert (await db.job_get(job_id=running)).state == J.CANCELLED
     with pytest.raises(errors.InvalidInput, match="already ended"):
         await db.job_cancel(job_id=running, now=clock.now(), reason="again")
@@ -176,7 +249,10 @@ async def test_active_attempts_page_by_fence(db: store.Store, clock: FrozenClock
 
 async def test_concurrent_claimers_never_share_a_job(db: store.Store, clock: FrozenClock) -> None:
     await db.job_submit(new=[new() for _ in range(300)], now=clock.now())
-    others = [store.Store.connect(str(db.engine.url.render_as_string(hide_password=False))) for _ in range(3)]
+    others = [
+        store.Store.connect(str(db.engine.url.render_as_string(hide_password=False)))
+        for _ in range(3)
+    ]
     try:
         results = await asyncio.gather(*(_claim_all(s, clock) for s in [db, *others]))
     finally:
@@ -209,6 +285,8 @@ def test_migrations_build_the_same_schema_as_the_tables(db_url: str) -> None:
     engine = create_engine(db_url)
     with engine.connect() as conn:
         assert migrate.current(conn) == migrate.head()
-        diff = compare_metadata(MigrationContext.configure(conn, opts={"compare_type": True}), tables.metadata)
+        diff = compare_metadata(
+            MigrationContext.configure(conn, opts={"compare_type": True}), tables.metadata
+        )
     engine.dispose()
     assert diff == []

@@ -13,7 +13,16 @@ from corral.config import Settings, parse_duration
 
 @pytest.mark.parametrize(
     ("text", "seconds"),
-    [(90, 90), (1.5, 1.5), ("90", 90), ("90s", 90), ("4m", 240), ("1h", 3600), ("1h30m", 5400), ("500ms", 0.5)],
+    [
+        (90, 90),
+        (1.5, 1.5),
+        ("90", 90),
+        ("90s", 90),
+        ("4m", 240),
+        ("1h", 3600),
+        ("1h30m", 5400),
+        ("500ms", 0.5),
+    ],
 )
 def test_durations(text: object, seconds: float) -> None:
     assert parse_duration(text) == timedelta(seconds=seconds)
@@ -28,7 +37,11 @@ def test_bad_durations(text: object) -> None:
 @pytest.fixture(autouse=True)
 def _no_corral_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.chdir(tmp_path)
-    for key in ("CORRAL_DATABASE_URL", "CORRAL_TIMEOUTS__ATTEMPT_DEADLINE", "CORRAL_CLAIM_BATCH_LIMIT"):
+    for key in (
+        "CORRAL_DATABASE_URL",
+        "CORRAL_TIMEOUTS__ATTEMPT_DEADLINE",
+        "CORRAL_CLAIM_BATCH_LIMIT",
+    ):
         monkeypatch.delenv(key, raising=False)
 
 
@@ -41,10 +54,15 @@ def test_defaults_are_the_embedded_setup() -> None:
 
 def test_toml_file_then_env_wins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     cfg = tmp_path / "c.toml"
-    cfg.write_text('claim_batch_limit = 7\n[timeouts]\nattempt_deadline = "90s"\ncancel_grace = 3\n')
+    cfg.write_text(
+        'claim_batch_limit = 7\n[timeouts]\nattempt_deadline = "90s"\ncancel_grace = 3\n'
+    )
     s = Settings.load(cfg)
     assert (s.claim_batch_limit, s.timeouts.attempt_deadline, s.timeouts.cancel_grace) == (
-        7, timedelta(seconds=90), timedelta(seconds=3))
+        7,
+        timedelta(seconds=90),
+        timedelta(seconds=3),
+    )
     monkeypatch.setenv("CORRAL_TIMEOUTS__ATTEMPT_DEADLINE", "4m")
     monkeypatch.setenv("CORRAL_CLAIM_BATCH_LIMIT", "9")
     s = Settings.load(cfg)
@@ -61,9 +79,18 @@ def test_corral_toml_in_the_working_directory_is_read(tmp_path: Path) -> None:
     [
         ("claim_batch_limt = 3\n", "claim_batch_limt: unknown setting"),
         ("[timeouts]\nattempt_deadlin = 3\n", "timeouts.attempt_deadlin: unknown setting"),
-        ("[timeouts]\nattempt_deadline = \"soon\"\n", "timeouts.attempt_deadline: 'soon' is not a duration"),
-        ("claim_batch_limit = 0\n", "claim_batch_limit: Input should be greater than or equal to 1"),
-        ('database_url = "mysql://x"\n', "database_url: 'mysql://x' is not a supported database URL"),
+        (
+            '[timeouts]\nattempt_deadline = "soon"\n',
+            "timeouts.attempt_deadline: 'soon' is not a duration",
+        ),
+        (
+            "claim_batch_limit = 0\n",
+            "claim_batch_limit: Input should be greater than or equal to 1",
+        ),
+        (
+            'database_url = "mysql://x"\n',
+            "database_url: 'mysql://x' is not a supported database URL",
+        ),
         ("claim_batch_limit = \n", "cannot read settings"),
     ],
 )

@@ -15,8 +15,13 @@ DNS_1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 @pytest.mark.parametrize(
     ("entity", "frm", "to"),
-    [("job", "queued", "running"), ("job", "running", "queued"), ("attempt", "launching", "running"),
-     ("attempt", "running", "lost"), ("attempt", "launching", "succeeded")],
+    [
+        ("job", "queued", "running"),
+        ("job", "running", "queued"),
+        ("attempt", "launching", "running"),
+        ("attempt", "running", "lost"),
+        ("attempt", "launching", "succeeded"),
+    ],
 )
 def test_allowed_transitions_pass(entity: model.Entity, frm: str, to: str) -> None:
     model.check_transition(entity, frm, to)
@@ -24,8 +29,12 @@ def test_allowed_transitions_pass(entity: model.Entity, frm: str, to: str) -> No
 
 @pytest.mark.parametrize(
     ("entity", "frm", "to"),
-    [("job", "succeeded", "running"), ("job", "queued", "succeeded"), ("attempt", "failed", "running"),
-     ("attempt", "succeeded", "failed")],
+    [
+        ("job", "succeeded", "running"),
+        ("job", "queued", "succeeded"),
+        ("attempt", "failed", "running"),
+        ("attempt", "succeeded", "failed"),
+    ],
 )
 def test_illegal_transitions_name_both_states(entity: model.Entity, frm: str, to: str) -> None:
     with pytest.raises(errors.IllegalTransition, match=f"'{frm}' to '{to}'"):
@@ -46,8 +55,10 @@ def test_launch_name_is_plain_for_numeric_ids() -> None:
     assert model.launch_name(42, 3) == "corral-42-3"
 
 
-@given(job_id=st.one_of(st.integers(min_value=0, max_value=2**63), st.text(min_size=1, max_size=300)),
-       attempt_no=st.integers(min_value=1, max_value=10**6))
+@given(
+    job_id=st.one_of(st.integers(min_value=0, max_value=2**63), st.text(min_size=1, max_size=300)),
+    attempt_no=st.integers(min_value=1, max_value=10**6),
+)
 def test_launch_name_is_dns_safe_and_short_for_any_id(job_id: int | str, attempt_no: int) -> None:
     name = model.launch_name(job_id, attempt_no)
     assert len(name) <= 63
@@ -63,23 +74,31 @@ def test_distinct_unsafe_ids_get_distinct_names(a: str, b: str) -> None:
 
 
 def test_identity_round_trips_through_labels() -> None:
-    labels = model.identity_labels(job_id=7, attempt_no=2, fence=99, tenant="acme", capability="etl",
-                                   idempotency_key="x" * 200)
+    labels = model.identity_labels(
+        job_id=7, attempt_no=2, fence=99, tenant="acme", capability="etl", idempotency_key="x" * 200
+    )
     assert model.identity_from_labels(labels) == model.Identity(7, 2, 99)
     assert len(labels[model.IDEMPOTENCY_KEY]) <= 63
     assert model.identity_from_labels({"app": "other"}) is None
     assert model.identity_from_labels({**labels, model.FENCE: "nope"}) is None
 
 
-@pytest.mark.parametrize(("key", "value"), [("team", "data"), ("example.com/team", "a-b.c_d"), ("x", "")])
+@pytest.mark.parametrize(
+    ("key", "value"), [("team", "data"), ("example.com/team", "a-b.c_d"), ("x", "")]
+)
 def test_valid_labels(key: str, value: str) -> None:
     model.check_label(key, value)
 
 
 @pytest.mark.parametrize(
     ("key", "value", "why"),
-    [("-bad", "v", "label key"), ("team", "has space", "value"), ("team", "x" * 64, "value"),
-     ("corral.dev/job-id", "1", "reserved"), ("UPPER.com/x", "v", "label key")],
+    [
+        ("-bad", "v", "label key"),
+        ("team", "has space", "value"),
+        ("team", "x" * 64, "value"),
+        ("corral.dev/job-id", "1", "reserved"),
+        ("UPPER.com/x", "v", "label key"),
+    ],
 )
 def test_invalid_labels_are_refused_with_the_rule(key: str, value: str, why: str) -> None:
     with pytest.raises(errors.InvalidInput, match=why):

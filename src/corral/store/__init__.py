@@ -58,7 +58,9 @@ class Store:
             with self.engine.begin() as conn:
                 return fn(conn)
         except sa_exc.OperationalError as exc:
-            raise errors.StoreError(f"database {self.url} failed: {_first_line(exc.orig or exc)}") from exc
+            raise errors.StoreError(
+                f"database {self.url} failed: {_first_line(exc.orig or exc)}"
+            ) from exc
         except sa_exc.DBAPIError as exc:
             raise errors.StoreError(f"database error: {_first_line(exc.orig or exc)}") from exc
 
@@ -91,22 +93,34 @@ class Store:
     # --- operations (see queries.py for what each does) --------------------------------------
 
     async def transition(self, **kwargs: Any) -> list[int]:
-        return await self._tx(queries.transition, **kwargs)
+        """queries.transition in its own transaction; returns the ids that changed."""
+        return [a.id for a in await self._tx(queries.transition, **kwargs)]
 
     async def analyze(self) -> None:
         await self._tx(queries.analyze)
 
-    async def job_claim_plan(self, *, now: datetime, limit: int, executors: Sequence[str]) -> list[str]:
+    async def job_claim_plan(
+        self, *, now: datetime, limit: int, executors: Sequence[str]
+    ) -> list[str]:
         return await self._tx(queries.job_claim_plan, now=now, limit=limit, executors=executors)
 
-    async def job_submit(self, *, new: Sequence[model.NewJob], now: datetime) -> list[tuple[int, bool]]:
+    async def job_submit(
+        self, *, new: Sequence[model.NewJob], now: datetime
+    ) -> list[tuple[int, bool]]:
         return await self._tx(queries.job_submit, new=new, now=now)
 
-    async def job_claim(self, *, now: datetime, limit: int, executors: Sequence[str]) -> list[model.Claimed]:
+    async def job_claim(
+        self, *, now: datetime, limit: int, executors: Sequence[str]
+    ) -> list[model.Claimed]:
         return await self._tx(queries.job_claim, now=now, limit=limit, executors=executors)
 
     async def attempt_record_running(self, *, fences: Sequence[int], now: datetime) -> list[int]:
         return await self._tx(queries.attempt_record_running, fences=fences, now=now)
+
+    async def attempt_settle(
+        self, *, launched: Sequence[int], finishes: Sequence[Finish], now: datetime
+    ) -> tuple[list[int], list[Outcome]]:
+        return await self._tx(queries.attempt_settle, launched=launched, finishes=finishes, now=now)
 
     async def attempt_finish(self, *, finishes: Sequence[Finish], now: datetime) -> list[Outcome]:
         return await self._tx(queries.attempt_finish, finishes=finishes, now=now)
@@ -114,8 +128,12 @@ class Store:
     async def attempt_seen(self, *, fences: Sequence[int], now: datetime) -> None:
         await self._tx(queries.attempt_seen, fences=fences, now=now)
 
-    async def attempt_list_active(self, *, executor: str, limit: int, after: int = 0) -> list[model.Attempt]:
-        return await self._tx(queries.attempt_list_active, executor=executor, limit=limit, after=after)
+    async def attempt_list_active(
+        self, *, executor: str, limit: int, after: int = 0
+    ) -> list[model.Attempt]:
+        return await self._tx(
+            queries.attempt_list_active, executor=executor, limit=limit, after=after
+        )
 
     async def event_note(self, **kwargs: Any) -> None:
         await self._tx(queries.event_note, **kwargs)

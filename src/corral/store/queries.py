@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Row, Select, and_, func, insert, select, tuple_, update
+from sqlalchemy import Connection, Select, and_, func, insert, select, tuple_, update
 
 from corral import errors, model
 from corral.store import dialects
@@ -22,6 +22,16 @@ A, J = model.AttemptState, model.JobState
 
 
 # --- the one transition function ------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Applied:
+    """A row a transition changed: its id, its job, and its attempt number (for a job, the
+    number of its current attempt)."""
+
+    id: int
+    job_id: int
+    attempt_no: int
 
 
 def transition(
@@ -37,67 +47,87 @@ def transition(
     details: Mapping[str, Any] | None = None,
     attempt_nos: Sequence[int] | None = None,
     attempt_ids: Sequence[int | None] | None = None,
-) -> list[int]:
+    where: Sequence[Any] = (),
+) -> list[Applied]:
     """Move every row of `ids` from `expected` to `to`, if it is still in `expected`.
 
     The compare-and-set is in the WHERE clause, so a row that another writer moved first
-    is left alone: a lost race returns fewer ids, never an error or a second effect. For
+    is left alone: a lost race returns fewer rows, never an error or a second effect. For
     attempts the id is the fence; for jobs `attempt_nos` (when given) fences the write to
-    the job's current attempt. One event is appended per applied row, in the same
-    transaction. Returns the ids that changed.
+    the job's current attempt. `where` adds conditions a row must also meet. One event is
+    appended per applied row, in the same transaction. Returns the rows that changed.
     """
     model.check_transition(entity, expected, to)
     if not ids:
         return []
     table = jobs if entity == "job" else attempts
-    where = [table.c.state == expected]
+    conditions = [table.c.state == expected, *where]
     if attempt_nos is not None:
-        where.append(tuple_(jobs.c.id, jobs.c.attempt_count).in_(list(zip(ids, attempt_nos, strict=True))))
+        pairs = list(zip(ids, attempt_nos, strict=True))
+        conditions.append(tuple_(jobs.c.id, jobs.c.attempt_count).in_(pairs))
     else:
-        where.append(table.c.id.in_(ids))
-    job_col = jobs.c.id if entity == "job" else attempts.c.job_id
+        conditions.append(table.c.id.in_(ids))
+    cols = (
+        (jobs.c.id, jobs.c.attempt_count)
+        if entity == "job"
+        else (attempts.c.job_id, attempts.c.attempt_no)
+    )
     stmt = (
         update(table)
-        .where(and_(*where))
+        .where(and_(*conditions))
         .values(state=to, updated_at=now, **(values or {}))
-        .returning(table.c.id, job_col)
+        .returning(table.c.id, *cols)
     )
-    applied = conn.execute(stmt).all()
+    applied = [Applied(*row) for row in conn.execute(stmt)]
     by_id = dict(zip(ids, attempt_ids, strict=True)) if attempt_ids is not None else {}
-    rows = [
-        {
-            "job_id": job_id,
-            "attempt_id": row_id if entity == "attempt" else by_id.get(row_id),
-            "entity": entity,
-            "from_state": expected,
-            "to_state": to,
-            "reason": reason,
-            "at": now,
-            "details": dict(details or {}),
-        }
-        for row_id, job_id in applied
-    ]
-    event_insert(conn, rows)
-    return [row_id for row_id, _ in applied]
+    event_insert(
+        conn,
+        [
+            {
+                "job_id": a.job_id,
+                "attempt_id": a.id if entity == "attempt" else by_id.get(a.id),
+                "entity": entity,
+                "from_state": expected,
+                "to_state": to,
+                "reason": reason,
+                "at": now,
+                "details": dict(details or {}),
+            }
+            for a in applied
+        ],
+    )
+    return applied
 
 
 def event_insert(conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
     """Append events (one multi-row INSERT)."""
-    if rows:
-        conn.execute(insert(events), list(rows))
+    dialects.insert_many(conn, events, rows)
 
 
 def event_note(
-    conn: Connection, *, job_id: int, attempt_id: int | None, state: str, reason: str, now: datetime,
-    details: Mapping[str, Any] | None = None, entity: model.Entity = "attempt",
+    conn: Connection,
+    *,
+    job_id: int,
+    attempt_id: int | None,
+    state: str,
+    reason: str,
+    now: datetime,
+    details: Mapping[str, Any] | None = None,
+    entity: model.Entity = "attempt",
 ) -> None:
     """Append an event that records news without a state change (e.g. a launch error)."""
     event_insert(
         conn,
         [
             {
-                "job_id": job_id, "attempt_id": attempt_id, "entity": entity, "from_state": state,
-                "to_state": state, "reason": reason, "at": now, "details": dict(details or {}),
+                "job_id": job_id,
+                "attempt_id": attempt_id,
+                "entity": entity,
+                "from_state": state,
+                "to_state": state,
+                "reason": reason,
+                "at": now,
+                "details": dict(details or {}),
             }
         ],
     )
@@ -106,7 +136,9 @@ def event_note(
 # --- submit -------------------------------------------------------------------------------------
 
 
-def job_submit(conn: Connection, *, new: Sequence[model.NewJob], now: datetime) -> list[tuple[int, bool]]:
+def job_submit(
+    conn: Connection, *, new: Sequence[model.NewJob], now: datetime
+) -> list[tuple[int, bool]]:
     """Insert jobs as `queued`; a (tenant, idempotency key) seen before returns the existing id.
 
     Returns (job id, created) in the order of `new`.
@@ -126,8 +158,14 @@ def job_submit(conn: Connection, *, new: Sequence[model.NewJob], now: datetime) 
         conn,
         [
             {
-                "job_id": job_id, "attempt_id": None, "entity": "job", "from_state": None,
-                "to_state": J.QUEUED, "reason": "submitted", "at": now, "details": {},
+                "job_id": job_id,
+                "attempt_id": None,
+                "entity": "job",
+                "from_state": None,
+                "to_state": J.QUEUED,
+                "reason": "submitted",
+                "at": now,
+                "details": {},
             }
             for job_id, made in result
             if made
@@ -142,7 +180,9 @@ def _job_submit_keyed(conn: Connection, job: model.NewJob, now: datetime) -> tup
     if job_id is not None:
         return job_id, True
     existing = conn.execute(
-        select(jobs.c.id).where(jobs.c.tenant == job.tenant, jobs.c.idempotency_key == job.idempotency_key)
+        select(jobs.c.id).where(
+            jobs.c.tenant == job.tenant, jobs.c.idempotency_key == job.idempotency_key
+        )
     ).scalar_one()
     return existing, False
 
@@ -184,18 +224,25 @@ def job_claim(
     if not claimed_jobs:
         return []
     rows = [_attempt_row(job, now) for job in claimed_jobs]
-    fences = conn.execute(insert(attempts).returning(attempts.c.id, sort_by_parameter_order=True), rows)
+    # Each claimed job gets one attempt, so the job id maps fences back to rows. (Asking for
+    # rows in parameter order would make SQLite insert them one statement at a time.)
+    fences = dict(dialects.insert_many(conn, attempts, rows, returning=["job_id", "id"]))
     claimed = [
-        model.Claimed(job, attempt_from_row({**row, "id": fence}))
-        for job, row, fence in zip(claimed_jobs, rows, fences.scalars().all(), strict=True)
+        model.Claimed(job, _new_attempt(row, fences[job.id]))
+        for job, row in zip(claimed_jobs, rows, strict=True)
     ]
     event_insert(
         conn,
         [
             {
-                "job_id": c.job.id, "attempt_id": c.attempt.id, "entity": "job", "from_state": J.QUEUED,
-                "to_state": J.RUNNING, "reason": f"claimed: attempt {c.attempt.attempt_no} launching",
-                "at": now, "details": {"launch_name": c.attempt.launch_name},
+                "job_id": c.job.id,
+                "attempt_id": c.attempt.id,
+                "entity": "job",
+                "from_state": J.QUEUED,
+                "to_state": J.RUNNING,
+                "reason": f"claimed: attempt {c.attempt.attempt_no} launching",
+                "at": now,
+                "details": {"launch_name": c.attempt.launch_name},
             }
             for c in claimed
         ],
@@ -203,7 +250,9 @@ def job_claim(
     return claimed
 
 
-def _claim_pick(conn: Connection, *, now: datetime, limit: int, executors: Sequence[str]) -> Select[Any]:
+def _claim_pick(
+    conn: Connection, *, now: datetime, limit: int, executors: Sequence[str]
+) -> Select[Any]:
     """The due jobs a claim takes: most urgent first, at most `limit`, skipping locked rows."""
     due = (
         select(jobs.c.id)
@@ -214,11 +263,17 @@ def _claim_pick(conn: Connection, *, now: datetime, limit: int, executors: Seque
     return dialects.skip_locked(conn, due)
 
 
-def _claim_statement(conn: Connection, *, now: datetime, limit: int, executors: Sequence[str]) -> Any:
+def _claim_statement(
+    conn: Connection, *, now: datetime, limit: int, executors: Sequence[str]
+) -> Any:
     # A materialised CTE runs the pick exactly once. As a plain IN (subquery), PostgreSQL may
     # run it again per row, and with SKIP LOCKED each run can pick other rows: more than
     # `limit` jobs would be claimed.
-    picked = _claim_pick(conn, now=now, limit=limit, executors=executors).cte("due").prefix_with("MATERIALIZED")
+    picked = (
+        _claim_pick(conn, now=now, limit=limit, executors=executors)
+        .cte("due")
+        .prefix_with("MATERIALIZED")
+    )
     return (
         update(jobs)
         .where(jobs.c.id.in_(select(picked.c.id)), jobs.c.state == J.QUEUED)
@@ -227,10 +282,24 @@ def _claim_statement(conn: Connection, *, now: datetime, limit: int, executors: 
     )
 
 
-def job_claim_plan(conn: Connection, *, now: datetime, limit: int, executors: Sequence[str]) -> list[str]:
+def job_claim_plan(
+    conn: Connection, *, now: datetime, limit: int, executors: Sequence[str]
+) -> list[str]:
     """The database's plan for the claim's pick, one line a step (nothing is claimed)."""
     pick = _claim_pick(conn, now=now, limit=limit, executors=executors)
     return [str(row[-1]) for row in conn.execute(dialects.Explain(pick))]
+
+
+def _new_attempt(row: Mapping[str, Any], fence: int) -> model.Attempt:
+    return model.Attempt(
+        id=fence,
+        started_at=None,
+        finished_at=None,
+        exit_code=None,
+        reason=None,
+        last_seen_at=None,
+        **{**row, "state": A(row["state"])},
+    )
 
 
 def _urgency(job: model.Job) -> tuple[int, datetime, int]:
@@ -246,11 +315,6 @@ def _attempt_row(job: model.Job, now: datetime) -> dict[str, Any]:
         "state": A.LAUNCHING,
         "created_at": now,
         "updated_at": now,
-        "started_at": None,
-        "finished_at": None,
-        "exit_code": None,
-        "reason": None,
-        "last_seen_at": None,
     }
 
 
@@ -259,10 +323,26 @@ def _attempt_row(job: model.Job, now: datetime) -> dict[str, Any]:
 
 def attempt_record_running(conn: Connection, *, fences: Sequence[int], now: datetime) -> list[int]:
     """launching -> running for each fence still launching (the outbox's third step)."""
-    return transition(
-        conn, entity="attempt", ids=fences, expected=A.LAUNCHING, to=A.RUNNING, now=now,
-        reason="launched", values={"started_at": now, "last_seen_at": now},
+    applied = transition(
+        conn,
+        entity="attempt",
+        ids=fences,
+        expected=A.LAUNCHING,
+        to=A.RUNNING,
+        now=now,
+        reason="launched",
+        values={"started_at": now, "last_seen_at": now},
     )
+    return [a.id for a in applied]
+
+
+def attempt_settle(
+    conn: Connection, *, launched: Sequence[int], finishes: Sequence[Finish], now: datetime
+) -> tuple[list[int], list[Outcome]]:
+    """One transaction for a tick's last step: apply the completions that have arrived,
+    then record the launched attempts that are still launching as running."""
+    outcomes = attempt_finish(conn, finishes=finishes, now=now)
+    return attempt_record_running(conn, fences=launched, now=now), outcomes
 
 
 @dataclass(frozen=True, slots=True)
@@ -294,54 +374,76 @@ def attempt_finish(conn: Connection, *, finishes: Sequence[Finish], now: datetim
     groups: dict[tuple[bool, int | None, str | None], list[int]] = defaultdict(list)
     for f in finishes:
         groups[(f.succeeded, f.exit_code, f.reason)].append(f.fence)
-    done: dict[int, model.AttemptState] = {}
+    ended: dict[bool, list[Applied]] = {True: [], False: []}
     for (ok, code, reason), fences in groups.items():
-        to = A.SUCCEEDED if ok else A.FAILED
         values = {"exit_code": code, "reason": reason, "finished_at": now, "last_seen_at": now}
         why = reason or (f"exit {code}" if code is not None else "finished")
-        for expected in (A.RUNNING, A.LAUNCHING):
-            todo = [f for f in fences if f not in done]
-            for fence in transition(
-                conn, entity="attempt", ids=todo, expected=expected, to=to, now=now, reason=why, values=values
-            ):
-                done[fence] = to
-    return _jobs_follow(conn, done, now)
-
-
-def _jobs_follow(conn: Connection, done: Mapping[int, model.AttemptState], now: datetime) -> list[Outcome]:
-    if not done:
-        return []
-    rows = conn.execute(
-        select(attempts.c.id, attempts.c.job_id, attempts.c.attempt_no, jobs.c.max_attempts)
-        .join(jobs, jobs.c.id == attempts.c.job_id)
-        .where(attempts.c.id.in_(list(done)))
-    ).all()
-    plan: dict[tuple[model.JobState, str], list[Row[Any]]] = defaultdict(list)
-    for row in rows:
-        plan[_job_next(done[row.id], row.attempt_no, row.max_attempts)].append(row)
-    outcomes = []
-    for (to, why), group in plan.items():
-        values = {"run_at": now} if to == J.QUEUED else {}
-        applied = set(
-            transition(
-                conn, entity="job", ids=[r.job_id for r in group], expected=J.RUNNING, to=to, now=now,
-                reason=why, values=values, attempt_nos=[r.attempt_no for r in group],
-                attempt_ids=[r.id for r in group],
+        todo = set(fences)
+        for expected in (A.LAUNCHING, A.RUNNING):
+            applied = transition(
+                conn,
+                entity="attempt",
+                ids=sorted(todo),
+                expected=expected,
+                to=A.SUCCEEDED if ok else A.FAILED,
+                now=now,
+                reason=why,
+                values=values,
             )
-        )
-        outcomes += [Outcome(r.job_id, r.id, done[r.id], to) for r in group if r.job_id in applied]
+            ended[ok] += applied
+            todo -= {a.id for a in applied}
+    return _jobs_follow(conn, ended, now)
+
+
+def _jobs_follow(
+    conn: Connection, ended: Mapping[bool, Sequence[Applied]], now: datetime
+) -> list[Outcome]:
+    """Move the jobs of ended attempts on, fenced to that attempt being the job's current one."""
+    outcomes = []
+    plans = [
+        (ended[True], J.SUCCEEDED, "attempt {n} succeeded", (), {}),
+        (
+            ended[False],
+            J.QUEUED,
+            "retry: attempt {n} failed, attempts remain",
+            [jobs.c.attempt_count < jobs.c.max_attempts],
+            {"run_at": now},
+        ),
+        (
+            ended[False],
+            J.FAILED,
+            "attempt {n} failed: no attempts left",
+            [jobs.c.attempt_count >= jobs.c.max_attempts],
+            {},
+        ),
+    ]
+    for attempts_ended, to, why, where, values in plans:
+        by_no: dict[int, list[Applied]] = defaultdict(list)
+        for a in attempts_ended:
+            by_no[a.attempt_no].append(a)
+        for n, group in by_no.items():  # one reason per attempt number keeps the run log exact
+            applied = transition(
+                conn,
+                entity="job",
+                ids=[a.job_id for a in group],
+                expected=J.RUNNING,
+                to=to,
+                now=now,
+                reason=why.format(n=n),
+                values=values,
+                where=where,
+                attempt_nos=[a.attempt_no for a in group],
+                attempt_ids=[a.id for a in group],
+            )
+            fence = {a.job_id: a.id for a in group}
+            state = A.SUCCEEDED if to == J.SUCCEEDED else A.FAILED
+            outcomes += [Outcome(j.id, fence[j.id], state, to) for j in applied]
     return outcomes
 
 
-def _job_next(attempt: model.AttemptState, attempt_no: int, max_attempts: int) -> tuple[model.JobState, str]:
-    if attempt == A.SUCCEEDED:
-        return J.SUCCEEDED, f"attempt {attempt_no} succeeded"
-    if attempt_no < max_attempts:
-        return J.QUEUED, f"retry: attempt {attempt_no} of {max_attempts} {attempt}"
-    return J.FAILED, f"attempt {attempt_no} of {max_attempts} {attempt}: no attempts left"
-
-
-def attempt_list_active(conn: Connection, *, executor: str, limit: int, after: int = 0) -> list[model.Attempt]:
+def attempt_list_active(
+    conn: Connection, *, executor: str, limit: int, after: int = 0
+) -> list[model.Attempt]:
     """Attempts launching or running on `executor`, oldest fence first, after fence `after`."""
     stmt = (
         select(attempts)
@@ -369,27 +471,46 @@ def attempt_seen(conn: Connection, *, fences: Sequence[int], now: datetime) -> N
 # --- cancel ------------------------------------------------------------------------------------
 
 
-def job_cancel(conn: Connection, *, job_id: int, now: datetime, reason: str) -> model.Attempt | None:
+def job_cancel(
+    conn: Connection, *, job_id: int, now: datetime, reason: str
+) -> model.Attempt | None:
     """Cancel a job that has not ended; returns its active attempt (now cancelled), if any.
 
     Raises NotFound, or InvalidInput when the job has already ended.
     """
     job = job_get(conn, job_id=job_id)
     if job.state in model.FINAL_JOB_STATES:
-        raise errors.InvalidInput(f"job {job_id} has already ended ({job.state}); nothing to cancel")
+        raise errors.InvalidInput(
+            f"job {job_id} has already ended ({job.state}); nothing to cancel"
+        )
     if not transition(
-        conn, entity="job", ids=[job_id], expected=job.state, to=J.CANCELLED, now=now, reason=reason
+        conn,
+        entity="job",
+        ids=[job_id],
+        expected=job.state,
+        to=J.CANCELLED,
+        now=now,
+        reason=reason,
+        attempt_nos=[job.attempt_count],
     ):
         raise errors.InvalidInput(f"job {job_id} changed state while cancelling; look again")
     active = conn.execute(
-        select(attempts).where(attempts.c.job_id == job_id, attempts.c.state.in_([A.LAUNCHING, A.RUNNING]))
+        select(attempts).where(
+            attempts.c.job_id == job_id, attempts.c.state.in_([A.LAUNCHING, A.RUNNING])
+        )
     ).first()
     if active is None:
         return None
     attempt = attempt_from_row(active._mapping)
     transition(
-        conn, entity="attempt", ids=[attempt.id], expected=attempt.state, to=A.CANCELLED, now=now,
-        reason=reason, values={"finished_at": now},
+        conn,
+        entity="attempt",
+        ids=[attempt.id],
+        expected=attempt.state,
+        to=A.CANCELLED,
+        now=now,
+        reason=reason,
+        values={"finished_at": now},
     )
     return attempt
 
@@ -441,5 +562,5 @@ def job_from_row(row: Any) -> model.Job:
     return model.Job(**{**m, "state": J(m["state"])})
 
 
-def attempt_from_row(row: Mapping[str, Any]) -> model.Attempt:
+def attempt_from_row(row: Any) -> model.Attempt:
     return model.Attempt(**{**row, "state": A(row["state"])})

@@ -1,0 +1,36 @@
+"""A dispatcher in its own OS process, with the no-op executor, for multi-dispatcher tests."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from corral import config, dispatcher, store
+from corral.clock import SystemClock
+from tests.support.noop import NoopExecutor
+
+
+def run(url: str, ledger: str, claim_batch_limit: int) -> None:
+    """Dispatch until no job is queued or running, then write every launched name to `ledger`."""
+    asyncio.run(_run(url, Path(ledger), claim_batch_limit))
+
+
+async def _run(url: str, ledger: Path, claim_batch_limit: int) -> None:
+    db = store.Store.connect(url)
+    executor = NoopExecutor()
+    settings = config.Settings(
+        database_url=url,
+        claim_batch_limit=claim_batch_limit,
+        timeouts=config.Timeouts(dispatch_interval=0.02, observe_interval=0.5),
+    )
+    d = dispatcher.Dispatcher(
+        store=db, executors={"noop": executor}, clock=SystemClock(), settings=settings
+    )
+    stop = asyncio.Event()
+    runner = asyncio.create_task(d.run(stop))
+    while await db.job_list(states=["queued", "running"], limit=1):
+        await asyncio.sleep(0.05)
+    stop.set()
+    await runner
+    await db.close()
+    ledger.write_text("".join(f"{name}\n" for name in executor.launches))
