@@ -7,9 +7,10 @@ For each database it measures, in one run:
   * submit jobs/s (batches of 1,000) and dispatch+complete jobs/s for N no-op jobs through
     the real Dispatcher (claim -> launch -> record running -> completion, every attempt row
     and event written) with an executor that finishes at launch;
-  * the physical limit: a raw loop on the same driver that claims with the same batch size
-    (UPDATE ... WHERE id IN (SELECT ... LIMIT n [FOR UPDATE SKIP LOCKED]) RETURNING) and
-    marks the rows done, each step its own transaction; and corral/raw as a ratio;
+  * the physical limit: a raw loop on the same driver and the same jobs table that claims
+    with the same batch size (UPDATE ... WHERE id IN (SELECT ... LIMIT n [FOR UPDATE SKIP
+    LOCKED]) RETURNING) and marks the rows done, each step its own transaction, writing no
+    attempts and no events; and corral/raw as a ratio;
   * p50/p99 claim latency (the claim transaction, rolled back so the queue stays the same
     size) with 10k queued, with `--big` queued, and with `--big` finished jobs in the table;
   * the dispatcher's peak RSS (the dispatch phase runs in its own process).
@@ -166,41 +167,23 @@ async def _corral_phase(url: str, jobs: int, batch: int) -> dict[str, float]:
 
 
 def raw_phase(db: Database, jobs: int, batch: int) -> float:
-    """The same claim and completion, as bare SQL on the same driver: jobs/s."""
+    """The same claim and completion as bare SQL on the same driver and the same jobs table
+    (same indexes), without attempts or events: jobs/s."""
+    seed(db, state="queued", count=jobs)
     conn = db.raw_connect()
     lock = "" if db.kind == "sqlite" else "FOR UPDATE SKIP LOCKED"
     ph = "?" if db.kind == "sqlite" else "%s"
-    cur = conn.cursor()
-    cur.execute(
-        "CREATE TABLE raw_jobs (id INTEGER PRIMARY KEY, state TEXT NOT NULL, priority INT NOT NULL,"
-        " run_at TIMESTAMP NOT NULL)"
-    )
-    cur.execute("CREATE INDEX ix_raw ON raw_jobs (state, priority DESC, run_at, id)")
-    rows = [(i, "queued", 0, "2020-01-01") for i in range(1, jobs + 1)]
-    _raw_tx(
-        conn,
-        db.kind,
-        lambda c: c.executemany(f"INSERT INTO raw_jobs VALUES ({ph}, {ph}, {ph}, {ph})", rows),
-    )
     claim = (
-        f"UPDATE raw_jobs SET state = 'running' WHERE id IN (SELECT id FROM raw_jobs WHERE state = 'queued'"
+        f"UPDATE jobs SET state = 'running' WHERE id IN (SELECT id FROM jobs WHERE state = 'queued'"
         f" AND run_at <= CURRENT_TIMESTAMP ORDER BY state, priority DESC, run_at, id LIMIT {batch} {lock})"
         f" RETURNING id"
     )
     done = 0
     t0 = time.perf_counter()
-    while True:
-        ids = _raw_tx(conn, db.kind, lambda c: [r[0] for r in c.execute(claim).fetchall()])
-        if not ids:
-            break
+    while ids := _raw_tx(conn, db.kind, lambda c: [r[0] for r in c.execute(claim).fetchall()]):
         marks = ", ".join(ph for _ in ids)
-        _raw_tx(
-            conn,
-            db.kind,
-            lambda c, ids=ids, marks=marks: c.execute(
-                f"UPDATE raw_jobs SET state = 'done' WHERE id IN ({marks})", ids
-            ),
-        )
+        mark_done = f"UPDATE jobs SET state = 'succeeded' WHERE id IN ({marks})"
+        _raw_tx(conn, db.kind, lambda c, sql=mark_done, ids=ids: c.execute(sql, ids))
         done += len(ids)
     elapsed = time.perf_counter() - t0
     conn.close()
@@ -278,9 +261,13 @@ def run_database(kind: str, args: argparse.Namespace) -> dict[str, Any]:
         proc.start()
         result["corral"] = queue.get()
         proc.join()
-        result["raw_jobs_per_s"] = raw_phase(db, args.jobs, args.batch)
     finally:
         db.drop()
+    raw_db = Database(kind, args.pg_url)
+    try:
+        result["raw_jobs_per_s"] = raw_phase(raw_db, args.jobs, args.batch)
+    finally:
+        raw_db.drop()
     result["ratio_corral_vs_raw"] = (
         result["corral"]["dispatch_complete_jobs_per_s"] / result["raw_jobs_per_s"]
     )

@@ -101,9 +101,10 @@ def insert_many(
 
     The hot path (claims, events) writes hundreds of rows a batch. SQLAlchemy's generic
     executemany costs about 50 microseconds a row in Python; this builds one multi-row
-    VALUES statement (SQLite) or one INSERT ... SELECT FROM unnest(arrays) (PostgreSQL, a
-    fixed statement text the server can plan once), converting values exactly as the
-    table's types store them. Rows must all have the same keys.
+    VALUES statement (SQLite), or on PostgreSQL uses COPY (no RETURNING) or one
+    INSERT ... SELECT FROM unnest(arrays) (a fixed statement text the server plans once),
+    converting values exactly as the table's types store them. Rows must all have the
+    same keys.
     """
     if not rows:
         return []
@@ -114,6 +115,9 @@ def insert_many(
             memo: dict[Any, Any] = {}  # a batch repeats the same `now` and `{}` many times
             values = [(*v[:i], _memo_call(memo, convert, v[i]), *v[i + 1 :]) for v in values]
     tail = f" RETURNING {', '.join(returning)}" if returning else ""
+    if conn.dialect.name == "postgresql" and not tail:
+        _pg_copy(conn, table, cols, values)
+        return []
     if conn.dialect.name == "postgresql":
         return _pg_insert_unnest(conn, table, cols, values, tail)
     out: list[tuple[Any, ...]] = []
@@ -140,6 +144,17 @@ def _pg_insert_unnest(
     )
     result = conn.exec_driver_sql(sql, tuple(list(column) for column in zip(*values, strict=True)))
     return [tuple(r) for r in result] if tail else []
+
+
+def _pg_copy(conn: Connection, table: Table, cols: list[str], values: list[tuple[Any, ...]]) -> None:
+    """COPY rows in, inside the connection's open transaction (half the cost of INSERT)."""
+    cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+    try:
+        with cursor.copy(f"COPY {table.name} ({', '.join(cols)}) FROM STDIN") as copy:
+            for row in values:
+                copy.write_row(row)
+    finally:
+        cursor.close()
 
 
 def _pg_array_type(type_: Any) -> str:
