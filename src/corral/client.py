@@ -9,6 +9,7 @@ refused job raises InvalidInput naming the field and the rule, and leaves no tra
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import re
@@ -68,76 +69,54 @@ class Client:
     ) -> tuple[int, bool]:
         """Store a job; returns (job id, created). A repeated idempotency key returns the
         existing job with created=False."""
-        new = self.validate(
-            spec=spec,
+        draft = model.NewJob(
             executor=executor,
+            spec=spec,
             payload=payload,
             queue=queue,
             pool=pool,
             tenant=tenant,
             priority=priority,
-            max_attempts=max_attempts,
+            max_attempts=self.settings.default_max_attempts
+            if max_attempts is None
+            else max_attempts,
             idempotency_key=idempotency_key,
-            labels=labels or {},
+            labels=dict(labels or {}),
             run_at=run_at,
         )
-        [(job_id, created)] = await self.store.job_submit(new=[new], now=self.clock.now())
+        [(job_id, created)] = await self.store.job_submit(
+            new=[self.validate(draft)], now=self.clock.now()
+        )
         return job_id, created
 
-    def validate(
-        self,
-        *,
-        spec: Mapping[str, Any],
-        executor: str,
-        payload: Any,
-        queue: str,
-        pool: str | None,
-        tenant: str,
-        priority: int,
-        max_attempts: int | None,
-        idempotency_key: str | None,
-        labels: Mapping[str, str],
-        run_at: datetime | None,
-    ) -> model.NewJob:
+    def validate(self, job: model.NewJob) -> model.NewJob:
         """The job as it will be stored, or InvalidInput naming the first field that is wrong."""
-        if executor not in self.executors:
+        if job.executor not in self.executors:
             raise errors.InvalidInput(
-                f"executor: unknown executor {executor!r};"
+                f"executor: unknown executor {job.executor!r};"
                 f" this corral runs: {', '.join(sorted(self.executors))}"
             )
-        for field, value in (("queue", queue), ("tenant", tenant), ("pool", pool)):
+        for field, value in (("queue", job.queue), ("tenant", job.tenant), ("pool", job.pool)):
             if value is not None and not _NAME.match(value):
                 raise errors.InvalidInput(
                     f"{field}: {value!r} must be 1-200 characters of [A-Za-z0-9_.-],"
                     " starting alphanumeric"
                 )
-        if not PRIORITY_RANGE[0] <= priority <= PRIORITY_RANGE[1]:
+        low, high = PRIORITY_RANGE
+        if not low <= job.priority <= high:
+            raise errors.InvalidInput(f"priority: {job.priority} must be between {low} and {high}")
+        if not 1 <= job.max_attempts <= 1000:
             raise errors.InvalidInput(
-                f"priority: {priority} must be between {PRIORITY_RANGE[0]} and {PRIORITY_RANGE[1]}"
+                f"max_attempts: {job.max_attempts} must be between 1 and 1000"
             )
-        attempts = self.settings.default_max_attempts if max_attempts is None else max_attempts
-        if not 1 <= attempts <= 1000:
-            raise errors.InvalidInput(f"max_attempts: {attempts} must be between 1 and 1000")
-        if idempotency_key is not None and not 1 <= len(idempotency_key) <= 500:
+        if job.idempotency_key is not None and not 1 <= len(job.idempotency_key) <= 500:
             raise errors.InvalidInput("idempotency_key: must be 1-500 characters")
-        if run_at is not None and run_at.tzinfo is None:
+        if job.run_at is not None and job.run_at.tzinfo is None:
             raise errors.InvalidInput("run_at: must carry a timezone")
-        for key, value in labels.items():
+        for key, value in job.labels.items():
             model.check_label(key, value)
-        self._check_payload(payload)
-        return model.NewJob(
-            executor=executor,
-            spec=self.executors[executor].validate_spec(spec),
-            payload=payload,
-            queue=queue,
-            pool=pool,
-            tenant=tenant,
-            priority=priority,
-            max_attempts=attempts,
-            idempotency_key=idempotency_key,
-            labels=dict(labels),
-            run_at=run_at,
-        )
+        self._check_payload(job.payload)
+        return dataclasses.replace(job, spec=self.executors[job.executor].validate_spec(job.spec))
 
     def _check_payload(self, payload: Any) -> None:
         try:

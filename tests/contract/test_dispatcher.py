@@ -167,3 +167,37 @@ async def test_a_dispatcher_needs_an_executor(db: store.Store, clock: FrozenCloc
     empty: Mapping[str, NoopExecutor] = {}
     with pytest.raises(errors.ConfigError, match="executor"):
         dispatcher.Dispatcher(store=db, executors=empty, clock=clock, settings=config.Settings())
+
+
+class GatedLaunch(NoopExecutor):
+    """Holds every launch until `gate` opens, so a test can stop the loop mid-tick."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entered = asyncio.Event()
+        self.gate = asyncio.Event()
+
+    async def launch(self, launch: model.Launch) -> None:
+        self.entered.set()
+        await self.gate.wait()
+        await super().launch(launch)
+
+
+async def test_stop_finishes_the_launch_in_hand_and_claims_no_more(
+    db: store.Store, clock: FrozenClock
+) -> None:
+    executor = GatedLaunch()
+    d = make(db, clock, executor, claim_batch_limit=10)
+    first = await submit(db, clock, 3)
+    stop = asyncio.Event()
+    runner = asyncio.create_task(d.run(stop))
+    await asyncio.wait_for(executor.entered.wait(), timeout=5)
+    stop.set()  # SIGTERM arrives while the tick's launches are in flight
+    later = await submit(db, clock, 2)
+    executor.gate.set()
+    await asyncio.wait_for(runner, timeout=10)
+    assert executor.launched == 3
+    for job_id in first:
+        [attempt] = await db.attempt_list(job_id=job_id)
+        assert attempt.state == A.SUCCEEDED, "launched, recorded and completed before exit"
+    assert await states(db, later) == [J.QUEUED, J.QUEUED]

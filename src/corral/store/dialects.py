@@ -9,20 +9,27 @@ from typing import Any
 
 from sqlalchemy import (
     JSON,
+    BigInteger,
+    Column,
     Connection,
     DateTime,
     Engine,
     Integer,
     Select,
     Table,
+    any_,
+    bindparam,
     create_engine,
     event,
+    func,
+    select,
+    tuple_,
 )
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.base import Executable
-from sqlalchemy.sql.elements import ClauseElement
+from sqlalchemy.sql.elements import ClauseElement, ColumnElement
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 
@@ -66,6 +73,28 @@ def skip_locked(conn: Connection, stmt: Select[Any]) -> Select[Any]:
     if conn.dialect.name == "postgresql":
         return stmt.with_for_update(skip_locked=True)
     return stmt
+
+
+def one_of(conn: Connection, column: Column[Any], ids: Sequence[int]) -> ColumnElement[bool]:
+    """`column IN ids`. On PostgreSQL one array parameter (`= ANY(:ids)`): the statement text
+    stays the same whatever the batch size, so it is parsed and planned once."""
+    if conn.dialect.name == "postgresql":
+        return column == any_(bindparam(None, list(ids), type_=postgresql.ARRAY(BigInteger())))
+    return column.in_(list(ids))
+
+
+def pairs_in(
+    conn: Connection, first: Column[Any], second: Column[Any], pairs: Sequence[tuple[int, int]]
+) -> ColumnElement[bool]:
+    """`(first, second) IN pairs`, with the same one-plan form on PostgreSQL (unnest)."""
+    if conn.dialect.name == "postgresql":
+        arrays = [
+            bindparam(None, [p[i] for p in pairs], type_=postgresql.ARRAY(BigInteger()))
+            for i in (0, 1)
+        ]
+        table = func.unnest(*arrays).table_valued("a", "b").render_derived("u")
+        return tuple_(first, second).in_(select(table.c.a, table.c.b))
+    return tuple_(first, second).in_(list(pairs))
 
 
 def insert_ignore_conflict(conn: Connection, table: Table, columns: Sequence[str]) -> Any:
@@ -146,7 +175,9 @@ def _pg_insert_unnest(
     return [tuple(r) for r in result] if tail else []
 
 
-def _pg_copy(conn: Connection, table: Table, cols: list[str], values: list[tuple[Any, ...]]) -> None:
+def _pg_copy(
+    conn: Connection, table: Table, cols: Sequence[str], values: Sequence[tuple[Any, ...]]
+) -> None:
     """COPY rows in, inside the connection's open transaction (half the cost of INSERT)."""
     cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
     try:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Select, and_, func, insert, select, tuple_, update
+from sqlalchemy import Connection, Select, and_, func, insert, select, update
 
 from corral import errors, model
 from corral.store import dialects
@@ -61,12 +61,10 @@ def transition(
     if not ids:
         return []
     table = jobs if entity == "job" else attempts
-    conditions = [table.c.state == expected, *where]
+    conditions = [dialects.one_of(conn, table.c.id, ids), table.c.state == expected, *where]
     if attempt_nos is not None:
         pairs = list(zip(ids, attempt_nos, strict=True))
-        conditions.append(tuple_(jobs.c.id, jobs.c.attempt_count).in_(pairs))
-    else:
-        conditions.append(table.c.id.in_(ids))
+        conditions.append(dialects.pairs_in(conn, jobs.c.id, jobs.c.attempt_count, pairs))
     cols = (
         (jobs.c.id, jobs.c.attempt_count)
         if entity == "job"
@@ -342,7 +340,9 @@ def attempt_settle(
     """One transaction for a tick's last step: apply the completions that have arrived,
     then record the launched attempts that are still launching as running."""
     outcomes = attempt_finish(conn, finishes=finishes, now=now)
-    return attempt_record_running(conn, fences=launched, now=now), outcomes
+    ended = {o.fence for o in outcomes}
+    still = [fence for fence in launched if fence not in ended]
+    return attempt_record_running(conn, fences=still, now=now), outcomes
 
 
 @dataclass(frozen=True, slots=True)
