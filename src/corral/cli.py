@@ -28,6 +28,7 @@ out = Console(highlight=False)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 EXIT_FAILED, EXIT_USAGE = 1, 2
+JOB_ID = click.IntRange(1, 2**63 - 1)
 DEMO_JOBS: list[dict[str, Any]] = [
     {"key": "demo-hello", "command": ["sh", "-c", "echo hello from corral; sleep 1"]},
     {"key": "demo-urgent", "command": ["sh", "-c", "echo urgent work first"], "priority": 10},
@@ -176,7 +177,10 @@ def submit(
     if payload_file is not None:
         if payload_json is not None:
             raise errors.InvalidInput("give either --payload or --payload-file, not both")
-        payload_json = payload_file.read()
+        try:
+            payload_json = payload_file.read()
+        except UnicodeDecodeError as exc:
+            raise errors.InvalidInput(f"--payload-file: not UTF-8 text ({exc.reason})") from None
     payload = _json_option("--payload", payload_json)
 
     async def go() -> tuple[int, bool]:
@@ -343,7 +347,7 @@ def jobs_list(state: State, states: tuple[str, ...], limit: int, as_json: bool) 
 
 
 @jobs.command("show")
-@click.argument("job_id", type=int)
+@click.argument("job_id", type=JOB_ID)
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_obj
 def jobs_show(state: State, job_id: int, as_json: bool) -> None:
@@ -425,7 +429,7 @@ def _print_view(view: client.JobView) -> None:
 
 
 @jobs.command("cancel")
-@click.argument("job_id", type=int)
+@click.argument("job_id", type=JOB_ID)
 @click.pass_obj
 def jobs_cancel(state: State, job_id: int) -> None:
     """Cancel a job; a running attempt is stopped (SIGTERM, then SIGKILL after the grace)."""

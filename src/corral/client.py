@@ -156,7 +156,8 @@ class Client:
                 )
             except errors.ExecutorError as exc:
                 log.warning(
-                    "job %d: %s could not be stopped now (%s); recovery will stop it",
+                    "job %d: %s could not be stopped now (%s); it is cancelled in the store,"
+                    " so its result will be ignored: stop it on its platform by hand",
                     job_id,
                     attempt.launch_name,
                     exc,

@@ -25,6 +25,7 @@ from corral import errors
 DEFAULT_CONFIG_FILE = Path("corral.toml")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
+MIN_DURATION, MAX_DURATION = 0.001, 365 * 86400.0
 _NUMBER = re.compile(r"\d+(\.\d+)?")
 
 
@@ -33,8 +34,8 @@ def parse_duration(value: Any) -> timedelta:
     seconds = _seconds(value)
     if seconds is None:
         raise ValueError(f"{value!r} is not a duration: use seconds or e.g. 500ms, 90s, 4m, 1h")
-    if seconds <= 0:
-        raise ValueError(f"{value!r}: a duration must be greater than zero")
+    if not MIN_DURATION <= seconds <= MAX_DURATION:
+        raise ValueError(f"{value!r}: a duration must be between 1ms and 365 days")
     return timedelta(seconds=seconds)
 
 
@@ -171,7 +172,7 @@ class Settings(BaseSettings):
             raise errors.ConfigError(
                 describe(exc, origin=str(path) if path.is_file() else None)
             ) from None
-        except ValueError as exc:  # a TOML syntax error, or an env value that is not JSON
+        except (ValueError, OverflowError) as exc:  # TOML syntax, an env value that is not JSON
             raise errors.ConfigError(f"cannot read settings: {exc}") from None
 
 

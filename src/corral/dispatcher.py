@@ -15,16 +15,17 @@ transitions, so the same completion arriving twice applies once.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 
 from corral import clock, config, errors, model, store
 from corral import store as store_  # the module, where a parameter is named `store`
 from corral.executors.base import Executor
 
 log = logging.getLogger("corral.dispatcher")
+_JOB_NEXT = {model.JobState.QUEUED: "queued for retry"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +58,9 @@ class Dispatcher:
         self.clock = clock
         self.settings = settings
         self._completions = asyncio.Queue[store_.Finish]()
+        self._pending: set[int] = set()  # fences queued or being written: polls repeat them
         self._arrived = asyncio.Event()
+        self._stopping: set[asyncio.Task[None]] = set()  # cancels of attempts cancelled mid-launch
         # Held by a tick from claim to settle and by the completion writer while it writes:
         # completions that arrive during a tick are written in the tick's last transaction.
         self._writing = asyncio.Lock()
@@ -77,12 +80,18 @@ class Dispatcher:
                 return Tick()
             results = await asyncio.gather(*(self._launch(c) for c in claimed))
             launched = [c.attempt.id for c, ok in zip(claimed, results, strict=True) if ok]
-            recorded, outcomes = await self.store.attempt_settle(
-                launched=launched,
-                finishes=self._drain(self.settings.claim_batch_limit),
-                now=self.clock.now(),
-            )
+            finishes = self._drain(self.settings.claim_batch_limit)
+            try:
+                recorded, outcomes = await self.store.attempt_settle(
+                    launched=launched, finishes=finishes, now=self.clock.now()
+                )
+            except errors.CorralError:
+                self._requeue(finishes)
+                raise
+        self._done(finishes)
         self._log_outcomes(outcomes)
+        moved = set(launched) - set(recorded) - {o.fence for o in outcomes}
+        self._stop_moved([c.attempt for c in claimed if c.attempt.id in moved])
         tick = Tick(len(claimed), len(launched), len(claimed) - len(launched), len(recorded))
         log.info(
             "tick: claimed %d, launched %d, launch errors %d, recorded running %d",
@@ -92,6 +101,24 @@ class Dispatcher:
             tick.recorded,
         )
         return tick
+
+    def _stop_moved(self, attempts: Sequence[model.Attempt]) -> None:
+        """Attempts that left `launching` while they were being launched (a cancel, say) must
+        not keep running: stop them on their platform, without holding up the loop."""
+        grace = self.settings.timeouts.cancel_grace
+        for attempt in attempts:
+            log.info("%s changed while launching; stopping it", attempt.launch_name)
+            executor = self.executors[attempt.executor]
+            task = asyncio.create_task(self._cancel_quietly(executor, attempt.launch_name, grace))
+            self._stopping.add(task)
+            task.add_done_callback(self._stopping.discard)
+
+    @staticmethod
+    async def _cancel_quietly(executor: Executor, name: str, grace: timedelta) -> None:
+        try:
+            await executor.cancel(name, grace)
+        except errors.CorralError as exc:
+            log.warning("%s: could not stop it: %s", name, exc)
 
     async def _launch(self, claimed: model.Claimed) -> bool:
         launch = model.build_launch(
@@ -140,6 +167,8 @@ class Dispatcher:
         identity = observation.identity
         if not observation.phase.finished or identity is None:
             return False
+        if identity.fence in self._pending:
+            return True
         if fence is not None and identity.fence != fence:
             log.warning(
                 "%s: carries fence %d, expected %d; ignored",
@@ -149,6 +178,7 @@ class Dispatcher:
             )
             return False
         self._arrived.set()
+        self._pending.add(identity.fence)
         self._completions.put_nowait(
             store.Finish(
                 fence=identity.fence,
@@ -176,31 +206,63 @@ class Dispatcher:
     async def _apply(self, batch: Sequence[store.Finish]) -> list[store.Outcome]:
         if not batch:
             return []
-        outcomes = await self.store.attempt_finish(finishes=batch, now=self.clock.now())
+        try:
+            outcomes = await self.store.attempt_finish(finishes=batch, now=self.clock.now())
+        except errors.CorralError:
+            self._requeue(batch)
+            raise
+        self._done(batch)
         self._log_outcomes(outcomes)
         return outcomes
+
+    def _requeue(self, batch: Sequence[store.Finish]) -> None:
+        """Put back completions a failed write took out: they are written next time."""
+        for finish in batch:
+            self._completions.put_nowait(finish)
+        if batch:
+            self._arrived.set()
+
+    def _done(self, batch: Sequence[store.Finish]) -> None:
+        self._pending.difference_update(f.fence for f in batch)
 
     def _log_outcomes(self, outcomes: Sequence[store.Outcome]) -> None:
         for o in outcomes:
             log.info(
-                "job %d: attempt (fence %d) %s, job %s",
+                "job %d attempt %d (fence %d) %s; job %s",
                 o.job_id,
+                o.attempt_no,
                 o.fence,
                 o.attempt_state,
-                o.job_state,
+                _JOB_NEXT.get(o.job_state, o.job_state),
             )
 
     async def _write_completions(self) -> None:
-        """Forever: when completions have arrived, write all that queued up, in batches."""
+        """Forever: when completions have arrived, write all that queued up, in batches.
+        A failed write keeps them queued and is tried again after `dispatch_interval`."""
+        retry = self.settings.timeouts.dispatch_interval.total_seconds()
         while True:
             await self._arrived.wait()
-            async with self._writing:
-                self._arrived.clear()
-                await self.flush_completions()
+            try:
+                async with self._writing:
+                    self._arrived.clear()
+                    await self.flush_completions()
+            except errors.CorralError as exc:
+                log.error("writing completions failed, trying again in %.1fs: %s", retry, exc)
+                await self.clock.sleep(retry)
 
     async def _watch(self, executor: Executor) -> None:
-        async for observation in executor.events():
-            self.offer(observation)
+        """Forever: take the executor's pushed observations; polling covers any gap."""
+        retry = self.settings.timeouts.observe_interval.total_seconds()
+        while True:
+            try:
+                async for observation in executor.events():
+                    self.offer(observation)
+                return  # the executor closed its stream
+            except errors.CorralError as exc:
+                log.warning(
+                    "%s: event stream failed, restarting in %.1fs: %s", executor.kind, retry, exc
+                )
+                await self.clock.sleep(retry)
 
     async def poll_once(self) -> int:
         """Observe every active attempt in the store; queue the finished ones. Returns how many."""
@@ -261,11 +323,19 @@ class Dispatcher:
         finally:
             for task in helpers:
                 task.cancel()
-            for task in helpers:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
-            await self.flush_completions()
+            await asyncio.gather(*helpers, *self._stopping, return_exceptions=True)
+            await self._final_flush()
             log.info("dispatcher stopped")
+
+    async def _final_flush(self) -> None:
+        try:
+            await self.flush_completions()
+        except errors.CorralError as exc:
+            log.error(
+                "%d completions not written (%s); the next start finds them again by polling",
+                self._completions.qsize(),
+                exc,
+            )
 
     async def _loop(self, stop: asyncio.Event) -> None:
         interval = self.settings.timeouts.dispatch_interval.total_seconds()

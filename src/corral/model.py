@@ -350,14 +350,14 @@ class Observation:
 
 
 def attempt_env(
-    launch_labels: Mapping[str, str], *, name: str, api_url: str | None
+    launch_labels: Mapping[str, str], *, name: str, tenant: str, api_url: str | None
 ) -> dict[str, str]:
     """The CORRAL_* environment every attempt runs with."""
     env = {
         "CORRAL_JOB_ID": launch_labels[JOB_ID],
         "CORRAL_ATTEMPT": launch_labels[ATTEMPT],
         "CORRAL_FENCE": launch_labels[FENCE],
-        "CORRAL_TENANT": launch_labels[TENANT],
+        "CORRAL_TENANT": tenant,  # the label may be a hash of a long name; this is the name
         "CORRAL_LAUNCH_NAME": name,
     }
     if api_url:
@@ -391,6 +391,6 @@ def build_launch(
         spec=job.spec,
         payload=job.payload,
         labels=labels,
-        env=attempt_env(labels, name=attempt.launch_name, api_url=api_url),
+        env=attempt_env(labels, name=attempt.launch_name, tenant=job.tenant, api_url=api_url),
         deadline_seconds=deadline_seconds,
     )

@@ -201,3 +201,71 @@ async def test_stop_finishes_the_launch_in_hand_and_claims_no_more(
         [attempt] = await db.attempt_list(job_id=job_id)
         assert attempt.state == A.SUCCEEDED, "launched, recorded and completed before exit"
     assert await states(db, later) == [J.QUEUED, J.QUEUED]
+
+
+async def test_a_job_cancelled_while_launching_is_stopped(
+    db: store.Store, clock: FrozenClock
+) -> None:
+    executor = GatedLaunch()
+    d = make(db, clock, executor)
+    [job_id] = await submit(db, clock, 1)
+    tick = asyncio.create_task(d.run_once())
+    await asyncio.wait_for(executor.entered.wait(), timeout=5)
+    await db.job_cancel(job_id=job_id, now=clock.now(), reason="by test")  # claim done, launch not
+    executor.gate.set()
+    assert (await tick).recorded == 0
+    for _ in range(100):
+        if executor.cancelled:
+            break
+        await asyncio.sleep(0.01)
+    assert executor.cancelled == [model.launch_name(job_id, 1)]
+    assert (await db.job_get(job_id=job_id)).state == J.CANCELLED
+
+
+class FailingOnce(store.Store):
+    """A store whose first completion write fails, like a database that blips."""
+
+    failed = False
+
+    async def attempt_finish(self, **kwargs: object) -> list[store.Outcome]:
+        if not self.failed:
+            self.failed = True
+            raise errors.StoreError("database blipped")
+        return await super().attempt_finish(**kwargs)  # type: ignore[arg-type]
+
+
+async def test_completions_survive_a_failed_write(db_url: str, clock: FrozenClock) -> None:
+    db = FailingOnce(store.Store.connect(db_url).engine)
+    executor = NoopExecutor()
+    d = make(db, clock, executor)  # type: ignore[arg-type]
+    [job_id] = await submit(db, clock, 1)
+    [claimed] = await db.job_claim(now=clock.now(), limit=1, executors=["noop"])
+    launch = model.build_launch(claimed, api_url=None, deadline_seconds=None)
+    finished = model.Observation(launch.name, model.Phase.SUCCEEDED, launch.labels, exit_code=0)
+    stop = asyncio.Event()
+    runner = asyncio.create_task(d.run(stop))
+    d.offer(finished)
+    d.offer(finished)  # a repeat while the first is pending is not queued twice
+    for _ in range(300):
+        if (await db.job_get(job_id=job_id)).state == J.SUCCEEDED:
+            break
+        await asyncio.sleep(0.01)
+    stop.set()
+    await asyncio.wait_for(runner, timeout=10)
+    assert db.failed
+    assert (await db.job_get(job_id=job_id)).state == J.SUCCEEDED
+    await db.close()
+
+
+async def test_a_failed_flush_keeps_the_completions_queued(db_url: str, clock: FrozenClock) -> None:
+    db = FailingOnce(store.Store.connect(db_url).engine)
+    d = make(db, clock, NoopExecutor())  # type: ignore[arg-type]
+    [job_id] = await submit(db, clock, 1)
+    [claimed] = await db.job_claim(now=clock.now(), limit=1, executors=["noop"])
+    launch = model.build_launch(claimed, api_url=None, deadline_seconds=None)
+    d.offer(model.Observation(launch.name, model.Phase.FAILED, launch.labels, exit_code=2))
+    with pytest.raises(errors.StoreError):
+        await d.flush_completions()
+    [outcome] = await d.flush_completions()
+    assert (outcome.job_id, outcome.job_state) == (job_id, J.QUEUED)
+    await db.close()

@@ -233,8 +233,11 @@ async def test_cancel_queued_and_running_jobs(db: store.Store, clock: FrozenCloc
         == []
     )
     assert (await db.job_get(job_id=running)).state == J.CANCELLED
-    with pytest.raises(errors.InvalidInput, match="already ended"):
-        await db.job_cancel(job_id=running, now=clock.now(), reason="again")
+    done = (await submit(db, clock, new()))[0]
+    [d] = await claim(db, clock)
+    await db.attempt_finish(finishes=[Finish(d.attempt.id, True, 0, None)], now=clock.now())
+    with pytest.raises(errors.InvalidInput, match=r"already ended \(succeeded\)"):
+        await db.job_cancel(job_id=done, now=clock.now(), reason="too late")
     with pytest.raises(errors.NotFound):
         await db.job_cancel(job_id=999_999, now=clock.now(), reason="none")
 
@@ -290,3 +293,19 @@ def test_migrations_build_the_same_schema_as_the_tables(db_url: str) -> None:
         )
     engine.dispose()
     assert diff == []
+
+
+async def test_cancelling_twice_is_a_no_op(db: store.Store, clock: FrozenClock) -> None:
+    [job_id] = await submit(db, clock, new())
+    assert await db.job_cancel(job_id=job_id, now=clock.now(), reason="once") is None
+    assert await db.job_cancel(job_id=job_id, now=clock.now(), reason="twice") is None
+    assert [e.to_state for e in await db.event_list(job_id=job_id)] == ["queued", "cancelled"]
+
+
+async def test_a_schema_from_a_newer_corral_is_named(db: store.Store, db_url: str) -> None:
+    engine = create_engine(db_url)
+    with engine.begin() as conn:
+        conn.exec_driver_sql("UPDATE alembic_version SET version_num = '9999'")
+    engine.dispose()
+    with pytest.raises(errors.SchemaOutOfDate, match="newer corral"):
+        await db.check_schema()

@@ -53,7 +53,7 @@ def make_launch(
         spec={"command": list(command), **spec},
         payload=None,
         labels=labels,
-        env=model.attempt_env(labels, name=name, api_url="http://corral.test"),
+        env=model.attempt_env(labels, name=name, tenant="acme", api_url="http://corral.test"),
         deadline_seconds=deadline_seconds,
     )
 
@@ -132,12 +132,19 @@ async def test_command_that_cannot_start_fails(executor: process.ProcessExecutor
     assert "could not start" in obs.reason
 
 
-async def test_env_and_cwd(executor: process.ProcessExecutor, tmp_path: Path) -> None:
-    script = 'echo "$CORRAL_JOB_ID $CORRAL_FENCE $CORRAL_LAUNCH_NAME $CORRAL_API_URL $MINE" > out'
+async def test_env_and_cwd(
+    executor: process.ProcessExecutor, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CORRAL_DATABASE_URL", "postgresql+psycopg://secret@db/corral")
+    script = (
+        'echo "$CORRAL_JOB_ID $CORRAL_FENCE $CORRAL_LAUNCH_NAME $CORRAL_API_URL $CORRAL_TENANT'
+        ' $MINE [$CORRAL_DATABASE_URL]" > out'
+    )
     launch = make_launch("env-1", sh(script), env={"MINE": "yes"}, cwd=str(tmp_path))
     await executor.launch(launch)
     assert (await wait_for(executor, "env-1")).phase is model.Phase.SUCCEEDED
-    assert (tmp_path / "out").read_text() == "1 1 env-1 http://corral.test yes\n"
+    # corral's own settings are not passed on to the job
+    assert (tmp_path / "out").read_text() == "1 1 env-1 http://corral.test acme yes []\n"
 
 
 async def test_launch_twice_runs_once(executor: process.ProcessExecutor, tmp_path: Path) -> None:
@@ -171,7 +178,7 @@ RACER = textwrap.dedent(
             await ex.launch(model.Launch(
                 name=name, job_id=i, attempt_no=1, fence=i, tenant="t", executor="process",
                 spec={"command": ["sh", "-c", f"echo run >> {marks}/{name}"]}, payload=None,
-                labels=labels, env=model.attempt_env(labels, name=name, api_url=None)))
+                labels=labels, env=model.attempt_env(labels, name=name, tenant="t", api_url=None)))
         await ex.close()
 
     asyncio.run(main())
@@ -306,6 +313,37 @@ async def test_supervisor_killed(executor: process.ProcessExecutor) -> None:
     assert obs.identity == model.Identity(1, 1, 1)
 
 
+async def test_a_command_outliving_its_killed_supervisor_is_still_running(
+    executor: process.ProcessExecutor,
+) -> None:
+    await executor.launch(make_launch("orphan-2", ["sleep", "30"]))
+    await wait_for(executor, "orphan-2", finished=False)
+    run_dir = executor.root / "orphan-2"
+    os.kill(json.loads((run_dir / "shim.pid").read_text())["pid"], signal.SIGKILL)
+    await asyncio.sleep(0.3)
+    obs = (await executor.observe(["orphan-2"]))["orphan-2"]
+    assert obs.phase is model.Phase.RUNNING, (
+        "the work goes on; it must not be retried beside itself"
+    )
+    assert obs.reason is not None
+    assert obs.reason.startswith("supervisor died")
+    await executor.cancel("orphan-2", timedelta(seconds=0.2))  # cancel still reaches it
+    obs = await wait_for(executor, "orphan-2", within=5)
+    assert obs.phase is model.Phase.FAILED
+
+
+async def test_one_damaged_run_folder_does_not_hide_the_others(
+    executor: process.ProcessExecutor,
+) -> None:
+    await executor.launch(make_launch("good-1", ["true"]))
+    await executor.launch(make_launch("bad-1", ["true"], job_id=2))
+    await wait_for(executor, "good-1")
+    (executor.root / "bad-1" / "labels.json").write_text("{not json")
+    seen = await executor.observe(["good-1", "bad-1"])
+    assert seen["good-1"].phase is model.Phase.SUCCEEDED
+    assert "bad-1" not in seen  # unknown, not absent: nothing may relaunch it
+
+
 async def test_events_yield_finishes(executor: process.ProcessExecutor) -> None:
     await executor.launch(make_launch("ev-1", ["true"]))
     await executor.launch(make_launch("ev-2", sh("exit 4"), job_id=2))
@@ -340,6 +378,9 @@ async def test_events_end_on_close(executor: process.ProcessExecutor) -> None:
         ({"command": ["true"], "image": "x"}, "image"),
         ({"command": ["true"], "env": {"A": 1}}, "env"),
         ({"command": ["true"], "cwd": ""}, "cwd"),
+        ({"command": ["echo", "a\0b"]}, "command"),
+        ({"command": ["true"], "env": {"A": "x\0"}}, "env"),
+        ({"command": ["true"], "cwd": "/tmp\0"}, "cwd"),
     ],
 )
 def test_validate_spec_refuses(

@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import re
 import shutil
@@ -40,6 +41,8 @@ from typing import Any
 
 from corral import clock, errors, model
 from corral.executors import base
+
+log = logging.getLogger("corral.executors.process")
 
 KIND = "process"
 SHIM = Path(__file__).with_name("process_shim.py")
@@ -69,6 +72,8 @@ class ProcessExecutor:
 
     def validate_spec(self, spec: Mapping[str, Any]) -> dict[str, Any]:
         """The spec `{"command": [...], "env": {...}, "cwd": "..."}`, normalised."""
+        if not isinstance(spec, Mapping):
+            raise errors.InvalidInput(base.spec_error(KIND, "spec", "must be a JSON object"))
         unknown = sorted(set(spec) - set(_SPEC_FIELDS))
         if unknown:
             allowed = ", ".join(_SPEC_FIELDS)
@@ -181,13 +186,18 @@ def _checked_command(command: Any) -> list[str]:
         raise errors.InvalidInput(
             base.spec_error(KIND, "command", "must be a non-empty list of strings")
         )
+    if any("\0" in arg for arg in command):
+        raise errors.InvalidInput(base.spec_error(KIND, "command", "must not contain NUL bytes"))
     return list(command)
 
 
 def _checked_env(env: Any) -> dict[str, str]:
     ok = isinstance(env, Mapping) and all(
-        isinstance(k, str) and k and "=" not in k and isinstance(v, str) for k, v in env.items()
+        isinstance(k, str) and k and "=" not in k and "\0" not in k + v
+        for k, v in env.items()
+        if isinstance(v, str)
     )
+    ok = ok and all(isinstance(v, str) for v in env.values())
     if not ok:
         raise errors.InvalidInput(
             base.spec_error(KIND, "env", "must be a mapping of variable names to strings")
@@ -196,8 +206,8 @@ def _checked_env(env: Any) -> dict[str, str]:
 
 
 def _checked_cwd(cwd: Any) -> str:
-    if not isinstance(cwd, str) or not cwd:
-        raise errors.InvalidInput(base.spec_error(KIND, "cwd", "must be a non-empty string"))
+    if not isinstance(cwd, str) or not cwd or "\0" in cwd:
+        raise errors.InvalidInput(base.spec_error(KIND, "cwd", "must be a non-empty path"))
     return cwd
 
 
@@ -282,7 +292,15 @@ def _describe(identity: model.Identity | None, labels: Mapping[str, str]) -> str
 
 
 def _observe_many(dirs: Mapping[str, Path]) -> dict[str, model.Observation]:
-    return {name: _observe_one(name, run_dir) for name, run_dir in dirs.items()}
+    """Observations by name; a run folder that cannot be read is left out (unknown), so
+    one damaged folder does not hide the others."""
+    seen = {}
+    for name, run_dir in dirs.items():
+        try:
+            seen[name] = _observe_one(name, run_dir)
+        except errors.ExecutorError as exc:
+            log.warning("%s", exc)
+    return seen
 
 
 def _observe_one(name: str, run_dir: Path) -> model.Observation:
@@ -298,6 +316,10 @@ def _observe_one(name: str, run_dir: Path) -> model.Observation:
         if _alive(_read_json(run_dir / "shim.pid")):
             phase = model.Phase.RUNNING if child else model.Phase.PENDING
             return model.Observation(name, phase, labels, started_at=started_at)
+        if _alive(child):  # the supervisor was killed, the command was not: it still runs
+            return model.Observation(
+                name, model.Phase.RUNNING, labels, reason=SUPERVISOR_DIED, started_at=started_at
+            )
         # The shim may have written exit.json and ended since we first looked.
         return _finished(name, run_dir, labels) or model.Observation(
             name, model.Phase.FAILED, labels, reason=SUPERVISOR_DIED, started_at=started_at

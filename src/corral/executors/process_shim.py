@@ -110,6 +110,7 @@ def claim(tmp: Path, final: Path) -> bool:
     """Rename `tmp` to `final`; False (and `tmp` removed) when `final` already exists."""
     me = os.getpid()
     write_json_atomic(tmp / "shim.pid", {"pid": me, "start_time": proc_start_time(me)})
+    fsync_dir(tmp)  # the folder's entries are on disk before the name is claimed
     try:
         os.rename(tmp, final)
     except OSError as exc:
@@ -127,7 +128,9 @@ def claim(tmp: Path, final: Path) -> bool:
 def start_child(run_dir: Path, launch: dict[str, Any]) -> subprocess.Popen[bytes]:
     """Start the command in its own process group and record its pid and start."""
     spec = launch["spec"]
-    env = {**os.environ, **spec.get("env", {}), **launch["env"]}
+    # corral's own settings (database URL, ...) are not the job's business.
+    inherited = {k: v for k, v in os.environ.items() if not k.startswith("CORRAL_")}
+    env = {**inherited, **spec.get("env", {}), **launch["env"]}
     with (
         open(run_dir / "stdout.log", "ab") as out,
         open(run_dir / "stderr.log", "ab") as err,
@@ -243,7 +246,7 @@ def run(run_dir: Path, kill_grace: float) -> None:
     launch = json.loads((run_dir / "launch.json").read_text(encoding="utf-8"))
     try:
         child = start_child(run_dir, launch)
-    except OSError as exc:
+    except (OSError, ValueError) as exc:  # ValueError: e.g. a NUL byte in an argument
         record = exit_record(START_FAILED_EXIT_CODE, None, None)
         record["reason"] = f"could not start the command: {exc}"
         write_json_atomic(run_dir / "exit.json", record)

@@ -84,6 +84,11 @@ class Store:
     async def check_schema(self) -> None:
         """Raise SchemaOutOfDate unless the database is at this corral's newest revision."""
         current = await self._tx(migrate.current)
+        if current is not None and not migrate.known(current):
+            raise errors.SchemaOutOfDate(
+                f"database {self.url} is at schema revision {current}, which this corral does not"
+                " know: a newer corral upgraded it; run that version"
+            )
         if current != migrate.head():
             raise errors.SchemaOutOfDate(
                 f"database {self.url} is at schema revision {current or 'none'}, this corral needs"

@@ -75,6 +75,15 @@ def skip_locked(conn: Connection, stmt: Select[Any]) -> Select[Any]:
     return stmt
 
 
+def lock_in_order(conn: Connection, table: Table, ids: Sequence[int]) -> None:
+    """PostgreSQL: lock these rows in id order first, so two writers that update the same
+    rows in different orders wait for each other instead of deadlocking. (SQLite writers
+    never overlap.)"""
+    if conn.dialect.name == "postgresql" and ids:
+        pick = select(table.c.id).where(one_of(conn, table.c.id, ids)).order_by(table.c.id)
+        conn.execute(pick.with_for_update())
+
+
 def one_of(conn: Connection, column: Column[Any], ids: Sequence[int]) -> ColumnElement[bool]:
     """`column IN ids`. On PostgreSQL one array parameter (`= ANY(:ids)`): the statement text
     stays the same whatever the batch size, so it is parsed and planned once."""

@@ -31,3 +31,9 @@ def current(conn: Connection) -> str | None:
 
 def head() -> str | None:
     return ScriptDirectory.from_config(alembic_config()).get_current_head()
+
+
+def known(revision: str) -> bool:
+    """Whether `revision` is one of this corral's migrations."""
+    script = ScriptDirectory.from_config(alembic_config())
+    return any(r.revision == revision for r in script.walk_revisions())

@@ -361,6 +361,7 @@ class Outcome:
 
     job_id: int
     fence: int
+    attempt_no: int
     attempt_state: model.AttemptState
     job_state: model.JobState
 
@@ -371,6 +372,7 @@ def attempt_finish(conn: Connection, *, finishes: Sequence[Finish], now: datetim
     A success ends the job `succeeded`; a failure sends it back to `queued` while attempts
     remain, else ends it `failed`.
     """
+    dialects.lock_in_order(conn, attempts, [f.fence for f in finishes])
     groups: dict[tuple[bool, int | None, str | None], list[int]] = defaultdict(list)
     for f in finishes:
         groups[(f.succeeded, f.exit_code, f.reason)].append(f.fence)
@@ -437,7 +439,7 @@ def _jobs_follow(
             )
             fence = {a.job_id: a.id for a in group}
             state = A.SUCCEEDED if to == J.SUCCEEDED else A.FAILED
-            outcomes += [Outcome(j.id, fence[j.id], state, to) for j in applied]
+            outcomes += [Outcome(j.id, fence[j.id], n, state, to) for j in applied]
     return outcomes
 
 
@@ -476,12 +478,28 @@ def job_cancel(
 ) -> model.Attempt | None:
     """Cancel a job that has not ended; returns its active attempt (now cancelled), if any.
 
-    Raises NotFound, or InvalidInput when the job has already ended.
+    Cancelling a cancelled job again is a no-op. Raises NotFound, or InvalidInput when the
+    job ended otherwise or changed under us. Attempts are written before their job, the
+    same order completions use, so a cancel and a completion cannot deadlock.
     """
     job = job_get(conn, job_id=job_id)
+    if job.state == J.CANCELLED:
+        return None
     if job.state in model.FINAL_JOB_STATES:
         raise errors.InvalidInput(
             f"job {job_id} has already ended ({job.state}); nothing to cancel"
+        )
+    attempt = _active_attempt(conn, job_id)
+    if attempt is not None:
+        transition(
+            conn,
+            entity="attempt",
+            ids=[attempt.id],
+            expected=attempt.state,
+            to=A.CANCELLED,
+            now=now,
+            reason=reason,
+            values={"finished_at": now},
         )
     if not transition(
         conn,
@@ -494,25 +512,16 @@ def job_cancel(
         attempt_nos=[job.attempt_count],
     ):
         raise errors.InvalidInput(f"job {job_id} changed state while cancelling; look again")
-    active = conn.execute(
+    return attempt
+
+
+def _active_attempt(conn: Connection, job_id: int) -> model.Attempt | None:
+    row = conn.execute(
         select(attempts).where(
             attempts.c.job_id == job_id, attempts.c.state.in_([A.LAUNCHING, A.RUNNING])
         )
     ).first()
-    if active is None:
-        return None
-    attempt = attempt_from_row(active._mapping)
-    transition(
-        conn,
-        entity="attempt",
-        ids=[attempt.id],
-        expected=attempt.state,
-        to=A.CANCELLED,
-        now=now,
-        reason=reason,
-        values={"finished_at": now},
-    )
-    return attempt
+    return None if row is None else attempt_from_row(row._mapping)
 
 
 # --- reads --------------------------------------------------------------------------------------
