@@ -21,7 +21,7 @@ from rich.console import Console
 from rich.logging import RichHandler
 from rich.table import Table
 
-from corral import client, config, dispatcher, errors, model, runtime, store
+from corral import client, config, errors, model, runtime, store
 
 T = TypeVar("T")
 out = Console(highlight=False)
@@ -224,7 +224,7 @@ async def _until_signalled(body: Callable[[asyncio.Event], Awaitable[None]]) -> 
             loop.remove_signal_handler(sig)
 
 
-async def _dispatch(settings: config.Settings, *, demo: bool) -> None:
+async def _serve(settings: config.Settings, *, demo: bool, dispatch: bool, reconcile: bool) -> None:
     async with runtime.opened(settings) as rt:
         if demo:
             await _submit_demo(
@@ -232,14 +232,16 @@ async def _dispatch(settings: config.Settings, *, demo: bool) -> None:
                     store=rt.store, executors=rt.executors, settings=settings, clock=rt.clock
                 )
             )
-        d = dispatcher.Dispatcher(
-            store=rt.store, executors=rt.executors, clock=rt.clock, settings=settings
+        doing = " and ".join(
+            what for what, on in (("dispatching", dispatch), ("reconciling", reconcile)) if on
         )
         err.print(
-            f"corral is dispatching from {rt.store.url} with executors: {', '.join(rt.executors)}."
+            f"corral is {doing} on {rt.store.url} with executors: {', '.join(rt.executors)}."
             " Press Ctrl+C (or send SIGTERM) to stop."
         )
-        await _until_signalled(d.run)
+        await _until_signalled(
+            lambda stop: runtime.serve(rt, stop, dispatch=dispatch, reconcile=reconcile)
+        )
 
 
 async def _submit_demo(c: client.Client) -> None:
@@ -264,10 +266,10 @@ async def _submit_demo(c: client.Client) -> None:
 @click.option("--demo", is_flag=True, help="Submit a few demo jobs on first start.")
 @click.pass_obj
 def serve(state: State, demo: bool) -> None:
-    """Run corral: the dispatcher loop (and every service it grows)."""
+    """Run corral: the dispatcher and the reconciler."""
     settings = state.settings()
     _logging(settings)
-    run(_dispatch(settings, demo=demo))
+    run(_serve(settings, demo=demo, dispatch=True, reconcile=True))
 
 
 @main.command("dispatcher")
@@ -276,7 +278,16 @@ def dispatcher_cmd(state: State) -> None:
     """Run the dispatcher loop alone."""
     settings = state.settings()
     _logging(settings)
-    run(_dispatch(settings, demo=False))
+    run(_serve(settings, demo=False, dispatch=True, reconcile=False))
+
+
+@main.command("reconciler")
+@click.pass_obj
+def reconciler_cmd(state: State) -> None:
+    """Run the reconciler loop alone (recovery: adopt, relaunch, complete, time out, lost)."""
+    settings = state.settings()
+    _logging(settings)
+    run(_serve(settings, demo=False, dispatch=False, reconcile=True))
 
 
 # --- jobs ---------------------------------------------------------------------------------------

@@ -12,7 +12,15 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Any, ClassVar
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -74,6 +82,13 @@ class Timeouts(BaseModel):
         timedelta(seconds=30),
         description="A launching attempt older than this is checked by recovery.",
     )
+    lease_timeout: Duration = Field(
+        timedelta(seconds=60),
+        description="A running attempt without news (observation, heartbeat) this long is checked.",
+    )
+    reconcile_interval: Duration = Field(
+        timedelta(seconds=10), description="How often the reconciler makes a pass."
+    )
     cancel_grace: Duration = Field(
         timedelta(seconds=10),
         description="Time between the polite stop (SIGTERM) and the forced one (SIGKILL).",
@@ -118,6 +133,9 @@ class Settings(BaseSettings):
     database_url: str = Field("sqlite:///./corral.db", description="SQLite file or PostgreSQL URL.")
     state_dir: Path = Field(Path(".corral"), description="Local state: run folders, logs.")
     claim_batch_limit: int = Field(100, ge=1, le=10_000, description="Most jobs claimed per tick.")
+    recovery_batch_limit: int = Field(
+        500, ge=1, le=100_000, description="Most attempts one reconciler pass looks at."
+    )
     launch_concurrency: int = Field(16, ge=1, le=1_000, description="Launches in flight at once.")
     max_payload_bytes: int = Field(
         1 << 20, ge=1, description="Largest accepted payload (JSON bytes)."
@@ -139,6 +157,16 @@ class Settings(BaseSettings):
                 " postgresql+psycopg://USER@HOST:PORT/DB"
             )
         return url
+
+    @model_validator(mode="after")
+    def _recovery_covers_a_tick(self) -> Settings:
+        if self.recovery_batch_limit < self.claim_batch_limit:
+            raise ValueError(
+                f"recovery_batch_limit ({self.recovery_batch_limit}) must be at least"
+                f" claim_batch_limit ({self.claim_batch_limit}): one reconciler pass must be able"
+                " to repair every attempt of a tick that failed half-way"
+            )
+        return self
 
     @property
     def process_root(self) -> Path:

@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 
-from corral import clock, config, errors, model, store
+from corral import clock, config, errors, failpoints, model, store
 from corral import store as store_  # the module, where a parameter is named `store`
 from corral.executors.base import Executor
 
@@ -78,8 +78,10 @@ class Dispatcher:
             )
             if not claimed:
                 return Tick()
+            failpoints.hit("after_claim_commit")
             results = await asyncio.gather(*(self._launch(c) for c in claimed))
             launched = [c.attempt.id for c, ok in zip(claimed, results, strict=True) if ok]
+            failpoints.hit("before_record_running")
             finishes = self._drain(self.settings.claim_batch_limit)
             try:
                 recorded, outcomes = await self.store.attempt_settle(
@@ -132,6 +134,7 @@ class Dispatcher:
         except Exception as exc:  # any failure: the attempt stays `launching` for recovery
             await self._note_launch_error(claimed, exc)
             return False
+        failpoints.hit("after_launch")
         return True
 
     async def _note_launch_error(self, claimed: model.Claimed, exc: Exception) -> None:
@@ -182,8 +185,9 @@ class Dispatcher:
         self._completions.put_nowait(
             store.Finish(
                 fence=identity.fence,
-                succeeded=observation.phase is model.Phase.SUCCEEDED
-                and observation.exit_code in (0, None),
+                state=model.AttemptState.SUCCEEDED
+                if observation.phase is model.Phase.SUCCEEDED and observation.exit_code in (0, None)
+                else model.AttemptState.FAILED,
                 exit_code=observation.exit_code,
                 reason=observation.reason,
             )

@@ -7,12 +7,13 @@ not touched by closing: they belong to their platform.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from corral import client, clock, config, errors, store
+from corral import client, clock, config, dispatcher, errors, reconciler, store
 from corral.executors.base import Executor
 from corral.executors.process import ProcessExecutor
 
@@ -78,3 +79,25 @@ async def connect(
         yield client.Client(
             store=rt.store, executors=rt.executors, settings=settings, clock=rt.clock
         )
+
+
+async def serve(
+    rt: Runtime, stop: asyncio.Event, *, dispatch: bool = True, reconcile: bool = True
+) -> None:
+    """Run the dispatcher and/or the reconciler on an opened runtime until `stop` is set.
+
+    `opened` has started every executor before this runs, so the first recovery pass
+    never asks a platform that is not ready yet.
+    """
+    loops = []
+    if dispatch:
+        d = dispatcher.Dispatcher(
+            store=rt.store, executors=rt.executors, clock=rt.clock, settings=rt.settings
+        )
+        loops.append(d.run(stop))
+    if reconcile:
+        r = reconciler.Reconciler(
+            store=rt.store, executors=rt.executors, clock=rt.clock, settings=rt.settings
+        )
+        loops.append(r.run(stop))
+    await asyncio.gather(*loops)

@@ -156,7 +156,7 @@ async def test_success_completes_job_once(db: store.Store, clock: FrozenClock) -
     [job_id] = await submit(db, clock, new())
     [c] = await claim(db, clock)
     await db.attempt_record_running(fences=[c.attempt.id], now=clock.now())
-    done = Finish(c.attempt.id, True, 0, None)
+    done = Finish(c.attempt.id, A.SUCCEEDED, 0, None)
     [outcome] = await db.attempt_finish(finishes=[done, done], now=clock.now())
     assert (outcome.job_id, outcome.attempt_state, outcome.job_state) == (
         job_id,
@@ -180,7 +180,7 @@ async def test_completion_while_still_launching_applies(
     await submit(db, clock, new())
     [c] = await claim(db, clock)
     [outcome] = await db.attempt_finish(
-        finishes=[Finish(c.attempt.id, True, 0, None)], now=clock.now()
+        finishes=[Finish(c.attempt.id, A.SUCCEEDED, 0, None)], now=clock.now()
     )
     assert outcome.job_state == J.SUCCEEDED
     assert await db.attempt_record_running(fences=[c.attempt.id], now=clock.now()) == []
@@ -192,7 +192,7 @@ async def test_failure_retries_then_fails_and_a_stale_completion_changes_nothing
     [job_id] = await submit(db, clock, new(max_attempts=2))
     [first] = await claim(db, clock)
     [o1] = await db.attempt_finish(
-        finishes=[Finish(first.attempt.id, False, 3, "boom")], now=clock.now()
+        finishes=[Finish(first.attempt.id, A.FAILED, 3, "boom")], now=clock.now()
     )
     assert o1.job_state == J.QUEUED
     [second] = await claim(db, clock)
@@ -200,12 +200,14 @@ async def test_failure_retries_then_fails_and_a_stale_completion_changes_nothing
     assert second.attempt.id > first.attempt.id
     # The first attempt's completion arrives again: it is stale and must not touch the job.
     assert (
-        await db.attempt_finish(finishes=[Finish(first.attempt.id, True, 0, None)], now=clock.now())
+        await db.attempt_finish(
+            finishes=[Finish(first.attempt.id, A.SUCCEEDED, 0, None)], now=clock.now()
+        )
         == []
     )
     assert (await db.job_get(job_id=job_id)).state == J.RUNNING
     [o2] = await db.attempt_finish(
-        finishes=[Finish(second.attempt.id, False, 3, "boom")], now=clock.now()
+        finishes=[Finish(second.attempt.id, A.FAILED, 3, "boom")], now=clock.now()
     )
     assert o2.job_state == J.FAILED
     attempts = await db.attempt_list(job_id=job_id)
@@ -229,13 +231,15 @@ async def test_cancel_queued_and_running_jobs(db: store.Store, clock: FrozenCloc
     assert [a.state for a in await db.attempt_list(job_id=running)] == [A.CANCELLED]
     # The cancelled attempt's late completion is a no-op.
     assert (
-        await db.attempt_finish(finishes=[Finish(c.attempt.id, True, 0, None)], now=clock.now())
+        await db.attempt_finish(
+            finishes=[Finish(c.attempt.id, A.SUCCEEDED, 0, None)], now=clock.now()
+        )
         == []
     )
     assert (await db.job_get(job_id=running)).state == J.CANCELLED
     done = (await submit(db, clock, new()))[0]
     [d] = await claim(db, clock)
-    await db.attempt_finish(finishes=[Finish(d.attempt.id, True, 0, None)], now=clock.now())
+    await db.attempt_finish(finishes=[Finish(d.attempt.id, A.SUCCEEDED, 0, None)], now=clock.now())
     with pytest.raises(errors.InvalidInput, match=r"already ended \(succeeded\)"):
         await db.job_cancel(job_id=done, now=clock.now(), reason="too late")
     with pytest.raises(errors.NotFound):

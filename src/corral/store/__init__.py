@@ -119,8 +119,16 @@ class Store:
     ) -> list[model.Claimed]:
         return await self._tx(queries.job_claim, now=now, limit=limit, executors=executors)
 
-    async def attempt_record_running(self, *, fences: Sequence[int], now: datetime) -> list[int]:
-        return await self._tx(queries.attempt_record_running, fences=fences, now=now)
+    async def attempt_record_running(
+        self, *, fences: Sequence[int], now: datetime, reason: str = "launched"
+    ) -> list[int]:
+        return await self._tx(queries.attempt_record_running, fences=fences, now=now, reason=reason)
+
+    async def attempt_list_for_recovery(self, **kwargs: Any) -> list[model.Claimed]:
+        return await self._tx(queries.attempt_list_for_recovery, **kwargs)
+
+    async def attempt_states(self, *, fences: Sequence[int]) -> dict[int, tuple[str, str]]:
+        return await self._tx(queries.attempt_states, fences=fences)
 
     async def attempt_settle(
         self, *, launched: Sequence[int], finishes: Sequence[Finish], now: datetime

@@ -9,12 +9,12 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, Select, and_, func, insert, select, update
+from sqlalchemy import Connection, Select, and_, func, insert, or_, select, update
 
-from corral import errors, model
+from corral import errors, failpoints, model
 from corral.store import dialects
 from corral.store.tables import attempts, events, jobs
 
@@ -319,8 +319,11 @@ def _attempt_row(job: model.Job, now: datetime) -> dict[str, Any]:
 # --- attempts after launch ---------------------------------------------------------------------
 
 
-def attempt_record_running(conn: Connection, *, fences: Sequence[int], now: datetime) -> list[int]:
-    """launching -> running for each fence still launching (the outbox's third step)."""
+def attempt_record_running(
+    conn: Connection, *, fences: Sequence[int], now: datetime, reason: str = "launched"
+) -> list[int]:
+    """launching -> running for each fence still launching (the outbox's third step, or
+    recovery adopting or relaunching an attempt)."""
     applied = transition(
         conn,
         entity="attempt",
@@ -328,7 +331,7 @@ def attempt_record_running(conn: Connection, *, fences: Sequence[int], now: date
         expected=A.LAUNCHING,
         to=A.RUNNING,
         now=now,
-        reason="launched",
+        reason=reason,
         values={"started_at": now, "last_seen_at": now},
     )
     return [a.id for a in applied]
@@ -347,10 +350,10 @@ def attempt_settle(
 
 @dataclass(frozen=True, slots=True)
 class Finish:
-    """A finished attempt as an executor observed it."""
+    """An attempt's end as an executor (or recovery) saw it: succeeded, failed or lost."""
 
     fence: int
-    succeeded: bool
+    state: model.AttemptState
     exit_code: int | None
     reason: str | None
 
@@ -366,64 +369,75 @@ class Outcome:
     job_state: model.JobState
 
 
+ENDINGS = frozenset({A.SUCCEEDED, A.FAILED, A.LOST})
+
+
 def attempt_finish(conn: Connection, *, finishes: Sequence[Finish], now: datetime) -> list[Outcome]:
     """Apply completions: each attempt ends once (repeats are no-ops), then its job follows.
 
-    A success ends the job `succeeded`; a failure sends it back to `queued` while attempts
-    remain, else ends it `failed`.
+    A success ends the job `succeeded`; a failure or a loss sends it back to `queued`
+    while attempts remain, else ends it `failed`.
     """
+    if bad := {f.state for f in finishes} - ENDINGS:
+        raise errors.IllegalTransition(f"an attempt cannot finish as {', '.join(sorted(bad))}")
     dialects.lock_in_order(conn, attempts, [f.fence for f in finishes])
-    groups: dict[tuple[bool, int | None, str | None], list[int]] = defaultdict(list)
+    groups: dict[tuple[model.AttemptState, int | None, str | None], list[int]] = defaultdict(list)
     for f in finishes:
-        groups[(f.succeeded, f.exit_code, f.reason)].append(f.fence)
-    ended: dict[bool, list[Applied]] = {True: [], False: []}
-    for (ok, code, reason), fences in groups.items():
+        groups[(f.state, f.exit_code, f.reason)].append(f.fence)
+    ended: list[tuple[Applied, model.AttemptState]] = []
+    for (to, code, reason), fences in groups.items():
         values = {"exit_code": code, "reason": reason, "finished_at": now, "last_seen_at": now}
-        why = reason or (f"exit {code}" if code is not None else "finished")
+        why = reason or (f"exit {code}" if code is not None else str(to))
         todo = set(fences)
         for expected in (A.LAUNCHING, A.RUNNING):
+            if to == A.LOST and expected == A.LAUNCHING:
+                continue  # a launching attempt that is not there is launched again, not lost
             applied = transition(
                 conn,
                 entity="attempt",
                 ids=sorted(todo),
                 expected=expected,
-                to=A.SUCCEEDED if ok else A.FAILED,
+                to=to,
                 now=now,
                 reason=why,
                 values=values,
             )
-            ended[ok] += applied
+            ended += [(a, to) for a in applied]
             todo -= {a.id for a in applied}
+    failpoints.hit("mid_completion")
     return _jobs_follow(conn, ended, now)
 
 
 def _jobs_follow(
-    conn: Connection, ended: Mapping[bool, Sequence[Applied]], now: datetime
+    conn: Connection, ended: Sequence[tuple[Applied, model.AttemptState]], now: datetime
 ) -> list[Outcome]:
     """Move the jobs of ended attempts on, fenced to that attempt being the job's current one."""
-    outcomes = []
+    won = [a for a, state in ended if state == A.SUCCEEDED]
+    lost = [a for a, state in ended if state != A.SUCCEEDED]
+    state_of = {a.id: state for a, state in ended}
     plans = [
-        (ended[True], J.SUCCEEDED, "attempt {n} succeeded", (), {}),
+        (won, J.SUCCEEDED, "attempt {n} succeeded", (), {}),
         (
-            ended[False],
+            lost,
             J.QUEUED,
-            "retry: attempt {n} failed, attempts remain",
+            "retry: attempt {n} {state}, attempts remain",
             [jobs.c.attempt_count < jobs.c.max_attempts],
             {"run_at": now},
         ),
         (
-            ended[False],
+            lost,
             J.FAILED,
-            "attempt {n} failed: no attempts left",
+            "attempt {n} {state}: no attempts left",
             [jobs.c.attempt_count >= jobs.c.max_attempts],
             {},
         ),
     ]
+    outcomes = []
     for attempts_ended, to, why, where, values in plans:
-        by_no: dict[int, list[Applied]] = defaultdict(list)
+        by_kind: dict[tuple[int, model.AttemptState], list[Applied]] = defaultdict(list)
         for a in attempts_ended:
-            by_no[a.attempt_no].append(a)
-        for n, group in by_no.items():  # one reason per attempt number keeps the run log exact
+            by_kind[(a.attempt_no, state_of[a.id])].append(a)
+        for (n, state), group in by_kind.items():  # one reason each keeps the run log exact
             applied = transition(
                 conn,
                 entity="job",
@@ -431,14 +445,13 @@ def _jobs_follow(
                 expected=J.RUNNING,
                 to=to,
                 now=now,
-                reason=why.format(n=n),
+                reason=why.format(n=n, state=state),
                 values=values,
                 where=where,
                 attempt_nos=[a.attempt_no for a in group],
                 attempt_ids=[a.id for a in group],
             )
             fence = {a.job_id: a.id for a in group}
-            state = A.SUCCEEDED if to == J.SUCCEEDED else A.FAILED
             outcomes += [Outcome(j.id, fence[j.id], n, state, to) for j in applied]
     return outcomes
 
@@ -458,6 +471,51 @@ def attempt_list_active(
         .limit(limit)
     )
     return [attempt_from_row(r._mapping) for r in conn.execute(stmt)]
+
+
+def attempt_list_for_recovery(
+    conn: Connection,
+    *,
+    now: datetime,
+    launch_grace: timedelta,
+    lease_timeout: timedelta,
+    attempt_deadline: timedelta,
+    limit: int,
+) -> list[model.Claimed]:
+    """Attempts recovery must look at, oldest fence first, each with its job: launching
+    for longer than `launch_grace`; running without news for `lease_timeout`, or for
+    longer than `attempt_deadline`."""
+    stale = or_(
+        and_(attempts.c.state == A.LAUNCHING, attempts.c.created_at <= now - launch_grace),
+        and_(
+            attempts.c.state == A.RUNNING,
+            or_(
+                attempts.c.last_seen_at <= now - lease_timeout,
+                attempts.c.started_at <= now - attempt_deadline,
+            ),
+        ),
+    )
+    stmt = select(attempts).where(stale).order_by(attempts.c.id).limit(limit)
+    found = [attempt_from_row(r._mapping) for r in conn.execute(stmt)]
+    if not found:
+        return []
+    job_rows = conn.execute(
+        select(jobs).where(dialects.one_of(conn, jobs.c.id, [a.job_id for a in found]))
+    )
+    by_id = {job.id: job for job in (job_from_row(r) for r in job_rows)}
+    return [model.Claimed(by_id[a.job_id], a) for a in found]
+
+
+def attempt_states(conn: Connection, *, fences: Sequence[int]) -> dict[int, tuple[str, str]]:
+    """(attempt state, job state) for each fence the store knows."""
+    if not fences:
+        return {}
+    stmt = (
+        select(attempts.c.id, attempts.c.state, jobs.c.state)
+        .join(jobs, jobs.c.id == attempts.c.job_id)
+        .where(dialects.one_of(conn, attempts.c.id, fences))
+    )
+    return {fence: (a_state, j_state) for fence, a_state, j_state in conn.execute(stmt)}
 
 
 def attempt_seen(conn: Connection, *, fences: Sequence[int], now: datetime) -> None:

@@ -1,0 +1,327 @@
+"""The reconciler: recovery that lives outside the thing that failed.
+
+A dispatcher can die between any two steps of its cycle, and a platform can lose what it
+was running. The reconciler is a separate loop (in `corral serve`, or alone as `corral
+reconciler`) that finds attempts past their grace, asks their executor what is really
+there, and repairs through the store's compare-and-set transitions, so any number of
+reconcilers and dispatchers can work on one database at once.
+
+    launching, past launch_grace      present, this identity   -> adopt (running)
+                                      absent                   -> launch again, same name
+                                      present, other identity  -> failed: launch conflict
+                                      finished                 -> complete it
+    running, no news for lease_timeout finished                -> complete it
+    or past attempt_deadline           running, past deadline  -> stop it; failed: timed out
+                                      absent, past recovery_grace -> lost; the job retries
+    the platform cannot be asked                               -> nothing; note it, try again
+
+It also stops orphans: launches carrying corral's labels whose attempt has ended, or whose
+job was cancelled. Everything it knows about a launch it reads from the launch's labels,
+never from memory, so a reconciler started after every process died rebuilds the picture.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from datetime import timedelta
+
+from corral import clock, config, errors, failpoints, model, store
+from corral.executors.base import Executor
+
+log = logging.getLogger("corral.reconciler")
+A, J, P = model.AttemptState, model.JobState, model.Phase
+
+
+@dataclass(slots=True)
+class Pass:
+    """What one reconciler pass did."""
+
+    looked: int = 0
+    adopted: int = 0
+    relaunched: int = 0
+    completed: int = 0
+    timed_out: int = 0
+    lost: int = 0
+    conflicts: int = 0
+    unknown: int = 0
+    waiting: int = 0
+    orphans_cancelled: int = 0
+
+    def __str__(self) -> str:
+        return ", ".join(
+            f"{f.name.replace('_', ' ')} {getattr(self, f.name)}" for f in fields(self)
+        )
+
+
+@dataclass(slots=True)
+class _Work:
+    """Repairs gathered while looking at one executor's attempts, written together."""
+
+    adopt: list[int] = field(default_factory=list)
+    finishes: list[store.Finish] = field(default_factory=list)
+    alive: list[int] = field(default_factory=list)
+    stop: list[str] = field(default_factory=list)
+
+
+class Reconciler:
+    """Finds attempts past their grace and repairs them from what the platform shows."""
+
+    def __init__(
+        self,
+        *,
+        store: store.Store,
+        executors: Mapping[str, Executor],
+        clock: clock.Clock,
+        settings: config.Settings,
+    ) -> None:
+        self.store = store
+        self.executors = dict(executors)
+        self.clock = clock
+        self.settings = settings
+        self.t = settings.timeouts
+        self._noted_unknown: set[int] = set()  # fences already noted, to keep the run log short
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Make a pass every `reconcile_interval` until `stop` is set."""
+        interval = self.t.reconcile_interval.total_seconds()
+        log.info(
+            "reconciler started: every %.1fs, at most %d attempts a pass",
+            interval,
+            self.settings.recovery_batch_limit,
+        )
+        while not stop.is_set():
+            try:
+                await self.run_once()
+            except errors.CorralError as exc:
+                log.error("pass failed, trying again in %.1fs: %s", interval, exc)
+            await clock.sleep_or_stop(self.clock, stop, interval)
+        log.info("reconciler stopped")
+
+    async def run_once(self) -> Pass:
+        """One pass: repair at most `recovery_batch_limit` attempts, then stop orphans."""
+        summary = Pass()
+        due = await self.store.attempt_list_for_recovery(
+            now=self.clock.now(),
+            launch_grace=self.t.launch_grace,
+            lease_timeout=self.t.lease_timeout,
+            attempt_deadline=self.t.attempt_deadline,
+            limit=self.settings.recovery_batch_limit,
+        )
+        summary.looked = len(due)
+        by_kind: dict[str, list[model.Claimed]] = defaultdict(list)
+        for item in due:
+            by_kind[item.attempt.executor].append(item)
+        for kind, items in by_kind.items():
+            await self._repair_all(kind, items, summary)
+        for executor in self.executors.values():
+            await self._stop_orphans(executor, summary)
+        if summary.looked or summary.orphans_cancelled:
+            log.info("pass: %s", summary)
+        return summary
+
+    # --- repairs ---------------------------------------------------------------------------
+
+    async def _repair_all(self, kind: str, items: Sequence[model.Claimed], summary: Pass) -> None:
+        executor = self.executors.get(kind)
+        if executor is None:
+            log.warning(
+                "%d attempts need executor %r, which this corral does not run", len(items), kind
+            )
+            summary.unknown += len(items)
+            return
+        try:
+            seen = await executor.observe([i.attempt.launch_name for i in items])
+        except errors.ExecutorError as exc:
+            await self._note_unknown(items, f"platform unknown: {exc}", summary)
+            return
+        work = _Work()
+        for item in items:
+            obs = seen.get(item.attempt.launch_name)
+            if obs is None:
+                await self._note_unknown(
+                    [item], "platform unknown: no answer for this name", summary
+                )
+            elif item.attempt.state == A.LAUNCHING:
+                await self._repair_launching(executor, item, obs, work, summary)
+            else:
+                self._repair_running(item, obs, work, summary)
+        await self._write(executor, work)
+
+    async def _repair_launching(
+        self,
+        executor: Executor,
+        item: model.Claimed,
+        obs: model.Observation,
+        work: _Work,
+        summary: Pass,
+    ) -> None:
+        attempt = item.attempt
+        if obs.phase is not P.ABSENT and obs.identity != _identity(attempt):
+            summary.conflicts += 1
+            self._repaired(attempt, "launch conflict")
+            work.finishes.append(_failed(attempt, _conflict(obs, attempt)))
+        elif obs.phase.finished:
+            summary.completed += 1
+            self._repaired(attempt, f"completed ({obs.phase})")
+            work.finishes.append(_finish(attempt, obs))
+        elif obs.phase is P.ABSENT:
+            await self._relaunch(executor, item, work, summary)
+        else:
+            summary.adopted += 1
+            self._repaired(attempt, "adopted")
+            work.adopt.append(attempt.id)
+
+    async def _relaunch(
+        self, executor: Executor, item: model.Claimed, work: _Work, summary: Pass
+    ) -> None:
+        launch = model.build_launch(
+            item,
+            api_url=self.settings.api_url,
+            deadline_seconds=self.t.attempt_deadline.total_seconds(),
+        )
+        try:
+            await executor.launch(launch)
+        except errors.LaunchConflict as exc:
+            summary.conflicts += 1
+            self._repaired(item.attempt, "launch conflict")
+            work.finishes.append(_failed(item.attempt, f"launch conflict: {exc}"))
+            return
+        except errors.ExecutorError as exc:
+            await self._note_unknown([item], f"relaunch failed, will try again: {exc}", summary)
+            return
+        failpoints.hit("mid_repair")
+        summary.relaunched += 1
+        self._repaired(item.attempt, "relaunched")
+        await self.store.attempt_record_running(
+            fences=[item.attempt.id],
+            now=self.clock.now(),
+            reason="relaunched: nothing was on the platform under its name",
+        )
+
+    def _repair_running(
+        self, item: model.Claimed, obs: model.Observation, work: _Work, summary: Pass
+    ) -> None:
+        attempt, now = item.attempt, self.clock.now()
+        started = attempt.started_at or attempt.created_at
+        if obs.phase is not P.ABSENT and obs.identity != _identity(attempt):
+            summary.unknown += 1  # someone else's object under our name: never adopt or fail on it
+            log.warning(
+                "%s shows another identity (%s); leaving it", attempt.launch_name, obs.labels
+            )
+        elif obs.phase.finished:
+            summary.completed += 1
+            self._repaired(attempt, f"completed ({obs.phase}), missed while no dispatcher watched")
+            work.finishes.append(_finish(attempt, obs))
+        elif obs.phase is not P.ABSENT and started + self.t.attempt_deadline <= now:
+            summary.timed_out += 1
+            self._repaired(attempt, "timed out")
+            work.stop.append(attempt.launch_name)
+            deadline = self.t.attempt_deadline.total_seconds()
+            work.finishes.append(
+                _failed(attempt, f"timed out: ran past attempt_deadline ({deadline:g}s)")
+            )
+        elif obs.phase is not P.ABSENT:
+            work.alive.append(attempt.id)
+        elif started + self.t.recovery_grace <= now:
+            summary.lost += 1
+            self._repaired(attempt, "lost")
+            work.finishes.append(
+                store.Finish(
+                    attempt.id, A.LOST, None, "lost: not on the platform past recovery_grace"
+                )
+            )
+        else:
+            summary.waiting += 1  # absent, but not for long enough to be sure
+
+    async def _write(self, executor: Executor, work: _Work) -> None:
+        now = self.clock.now()
+        grace = self.t.cancel_grace
+        await asyncio.gather(*(self._stop(executor, name, grace) for name in work.stop))
+        if work.adopt:
+            await self.store.attempt_record_running(
+                fences=work.adopt, now=now, reason="adopted: found on the platform with its labels"
+            )
+        if work.finishes:
+            await self.store.attempt_finish(finishes=work.finishes, now=now)
+        await self.store.attempt_seen(fences=work.alive, now=now)
+        self._noted_unknown.difference_update(work.adopt + work.alive)
+
+    # --- orphans ---------------------------------------------------------------------------
+
+    async def _stop_orphans(self, executor: Executor, summary: Pass) -> None:
+        try:
+            managed = await executor.list_managed({model.MANAGED_BY: model.MANAGER})
+        except errors.ExecutorError as exc:
+            log.warning("%s: cannot list launches for orphans: %s", executor.kind, exc)
+            return
+        live = [o for o in managed if o.identity is not None and o.phase in (P.PENDING, P.RUNNING)]
+        states = await self.store.attempt_states(
+            fences=[o.identity.fence for o in live if o.identity]
+        )
+        for obs in live:
+            identity = obs.identity
+            assert identity is not None
+            attempt_state, job_state = states.get(identity.fence, (None, None))
+            if attempt_state in model.FINAL_ATTEMPT_STATES or job_state == J.CANCELLED:
+                why = f"orphan cancelled: attempt is {attempt_state}, job is {job_state}"
+                await self._stop(executor, obs.name, self.t.cancel_grace)
+                await self.store.event_note(
+                    job_id=identity.job_id,
+                    attempt_id=identity.fence,
+                    state=str(attempt_state),
+                    reason=why,
+                    now=self.clock.now(),
+                    details={"launch_name": obs.name},
+                )
+                log.info("%s: %s", obs.name, why)
+                summary.orphans_cancelled += 1
+
+    # --- helpers ---------------------------------------------------------------------------
+
+    async def _stop(self, executor: Executor, name: str, grace: timedelta) -> None:
+        try:
+            await executor.cancel(name, grace)
+        except errors.ExecutorError as exc:
+            log.warning("%s: could not stop it, will try again: %s", name, exc)
+
+    async def _note_unknown(self, items: Sequence[model.Claimed], why: str, summary: Pass) -> None:
+        summary.unknown += len(items)
+        log.warning("%d attempts: %s", len(items), why)
+        for item in items:
+            if item.attempt.id in self._noted_unknown:
+                continue
+            self._noted_unknown.add(item.attempt.id)
+            await self.store.event_note(
+                job_id=item.job.id,
+                attempt_id=item.attempt.id,
+                state=item.attempt.state,
+                reason=why,
+                now=self.clock.now(),
+                details={"launch_name": item.attempt.launch_name},
+            )
+
+    @staticmethod
+    def _repaired(attempt: model.Attempt, what: str) -> None:
+        log.info("%s (job %d, fence %d): %s", attempt.launch_name, attempt.job_id, attempt.id, what)
+
+
+def _identity(attempt: model.Attempt) -> model.Identity:
+    return model.Identity(attempt.job_id, attempt.attempt_no, attempt.id)
+
+
+def _finish(attempt: model.Attempt, obs: model.Observation) -> store.Finish:
+    ok = obs.phase is P.SUCCEEDED and obs.exit_code in (0, None)
+    return store.Finish(attempt.id, A.SUCCEEDED if ok else A.FAILED, obs.exit_code, obs.reason)
+
+
+def _failed(attempt: model.Attempt, why: str) -> store.Finish:
+    return store.Finish(attempt.id, A.FAILED, None, why)
+
+
+def _conflict(obs: model.Observation, attempt: model.Attempt) -> str:
+    owner = obs.identity or "something corral does not manage"
+    return f"launch conflict: {attempt.launch_name} holds {owner}, not fence {attempt.id}"

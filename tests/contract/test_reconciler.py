@@ -1,0 +1,258 @@
+"""Recovery on both databases, against a platform double that holds launches in place."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from corral import config, errors, model, reconciler, runtime, store
+from corral.store import Finish
+from corral.testing import FrozenClock
+from tests.support.platform import Platform
+
+A, J, P = model.AttemptState, model.JobState, model.Phase
+TIMEOUTS = config.Timeouts(
+    launch_grace=30, lease_timeout=60, attempt_deadline=240, recovery_grace=360, cancel_grace=1
+)
+
+
+def settings(**kw: object) -> config.Settings:
+    return config.Settings(timeouts=TIMEOUTS, **kw)  # type: ignore[arg-type]
+
+
+def make(db: store.Store, clock: FrozenClock, platform: Platform) -> reconciler.Reconciler:
+    return reconciler.Reconciler(
+        store=db, executors={"noop": platform}, clock=clock, settings=settings()
+    )
+
+
+async def claimed(
+    db: store.Store, clock: FrozenClock, n: int = 1, **kw: object
+) -> list[model.Claimed]:
+    """Submit and claim `n` jobs: attempts in `launching`, as a dispatcher that died left them."""
+    jobs = [model.NewJob(executor="noop", spec={}, **kw) for _ in range(n)]  # type: ignore[arg-type]
+    await db.job_submit(new=jobs, now=clock.now())
+    return await db.job_claim(now=clock.now(), limit=n, executors=["noop"])
+
+
+def launch_of(c: model.Claimed) -> model.Launch:
+    return model.build_launch(c, api_url=None, deadline_seconds=None)
+
+
+async def running(
+    db: store.Store, clock: FrozenClock, n: int = 1, **kw: object
+) -> list[model.Claimed]:
+    found = await claimed(db, clock, n, **kw)
+    await db.attempt_record_running(fences=[c.attempt.id for c in found], now=clock.now())
+    return found
+
+
+async def attempt(db: store.Store, c: model.Claimed) -> model.Attempt:
+    return next(a for a in await db.attempt_list(job_id=c.job.id) if a.id == c.attempt.id)
+
+
+async def reasons(db: store.Store, c: model.Claimed) -> list[str]:
+    return [e.reason for e in await db.event_list(job_id=c.job.id)]
+
+
+async def test_a_launching_attempt_inside_its_grace_is_left_alone(
+    db: store.Store, clock: FrozenClock
+) -> None:
+    platform = Platform()
+    await claimed(db, clock)
+    clock.advance(10)
+    assert (await make(db, clock, platform).run_once()).looked == 0
+    assert not platform.launches
+
+
+async def test_an_absent_launch_is_launched_again_under_the_same_name(
+    db: store.Store, clock: FrozenClock
+) -> None:
+    platform = Platform()
+    [c] = await claimed(db, clock)  # crash between claim and launch
+    clock.advance(31)
+    summary = await make(db, clock, platform).run_once()
+    assert (summary.looked, summary.relaunched) == (1, 1)
+    assert platform.launches == {c.attempt.launch_name: 1}
+    assert (await attempt(db, c)).state == A.RUNNING
+    assert any(r.startswith("relaunched") for r in await reasons(db, c))
+    assert (await make(db, clock, platform).run_once()).looked == 0  # fresh news now
+
+
+async def test_a_present_launch_with_this_identity_is_adopted(
+    db: store.Store, clock: FrozenClock
+) -> None:
+    platform = Platform()
+    [c] = await claimed(db, clock)
+    platform.put(launch_of(c))  # crash between launch and record
+    clock.advance(31)
+    assert (await make(db, clock, platform).run_once()).adopted == 1
+    assert not platform.launches, "adopting launches nothing"
+    assert (await attempt(db, c)).state == A.RUNNING
+    assert any(r.startswith("adopted") for r in await reasons(db, c))
+
+
+async def test_a_launch_name_held_by_another_identity_is_a_conflict(
+    db: store.Store, clock: FrozenClock
+) -> None:
+    platform = Platform()
+    [c] = await claimed(db, clock)
+    stale = model.build_launch(
+        model.Claimed(c.job, model.Attempt(**{**_fields(c.attempt), "id": c.attempt.id + 1000})),
+        api_url=None,
+        deadline_seconds=None,
+    )
+    platform.put(stale)
+    clock.advance(31)
+    assert (await make(db, clock, platform).run_once()).conflicts == 1
+    a = await attempt(db, c)
+    assert a.state == A.FAILED
+    assert a.reason is not None
+    assert a.reason.startswith("launch conflict")
+    assert (await db.job_get(job_id=c.job.id)).state == J.QUEUED  # the job retries
+
+
+async def test_a_finish_nobody_saw_is_completed(db: store.Store, clock: FrozenClock) -> None:
+    platform = Platform()
+    [ok, bad] = await running(db, clock, 2, max_attempts=1)
+    platform.put(launch_of(ok), P.SUCCEEDED, exit_code=0)
+    platform.put(launch_of(bad), P.FAILED, exit_code=3)
+    clock.advance(61)  # no news for lease_timeout
+    assert (await make(db, clock, platform).run_once()).completed == 2
+    assert (await db.job_get(job_id=ok.job.id)).state == J.SUCCEEDED
+    assert (await db.job_get(job_id=bad.job.id)).state == J.FAILED
+
+
+async def test_an_attempt_past_its_deadline_is_stopped_and_failed(
+    db: store.Store, clock: FrozenClock
+) -> None:
+    platform = Platform()
+    [c] = await running(db, clock)
+    platform.put(launch_of(c))
+    clock.advance(241)
+    assert (await make(db, clock, platform).run_once()).timed_out == 1
+    assert platform.cancelled == [c.attempt.launch_name]
+    a = await attempt(db, c)
+    assert (a.state, a.reason) == (A.FAILED, "timed out: ran past attempt_deadline (240s)")
+    assert (await db.job_get(job_id=c.job.id)).state == J.QUEUED
+
+
+async def test_absent_is_lost_only_past_recovery_grace(db: store.Store, clock: FrozenClock) -> None:
+    platform = Platform()
+    [c] = await running(db, clock)
+    clock.advance(61)
+    r = make(db, clock, platform)
+    assert (await r.run_once()).waiting == 1, "absent but recently started: wait"
+    assert (await attempt(db, c)).state == A.RUNNING
+    clock.advance(300)
+    assert (await r.run_once()).lost == 1
+    assert (await attempt(db, c)).state == A.LOST
+    assert (await db.job_get(job_id=c.job.id)).state == J.QUEUED
+    [again] = await db.job_claim(now=clock.now(), limit=1, executors=["noop"])
+    assert again.attempt.id > c.attempt.id, "the retry carries a higher fence"
+
+
+async def test_a_platform_that_cannot_be_asked_changes_nothing(
+    db: store.Store, clock: FrozenClock
+) -> None:
+    platform = Platform()
+    [launching] = await claimed(db, clock)
+    [quiet] = await running(db, clock)
+    platform.down = True
+    clock.advance(400)
+    r = make(db, clock, platform)
+    for _ in range(3):
+        summary = await r.run_once()
+        assert (summary.unknown, summary.relaunched, summary.lost) == (2, 0, 0)
+    assert (await attempt(db, launching)).state == A.LAUNCHING
+    assert (await attempt(db, quiet)).state == A.RUNNING
+    notes = [x for x in await reasons(db, quiet) if x.startswith("platform unknown")]
+    assert len(notes) == 1, "noted once, not every pass"
+    platform.down = False
+    summary = await r.run_once()
+    assert (summary.relaunched, summary.lost) == (1, 1)
+
+
+async def test_orphans_of_ended_attempts_and_cancelled_jobs_are_stopped(
+    db: store.Store, clock: FrozenClock
+) -> None:
+    platform = Platform()
+    [ended, cancelled, healthy] = await running(db, clock, 3)
+    for c in (ended, cancelled, healthy):
+        platform.put(launch_of(c))
+    await db.attempt_finish(
+        finishes=[Finish(ended.attempt.id, A.FAILED, 1, "gave up")], now=clock.now()
+    )
+    await db.job_cancel(job_id=cancelled.job.id, now=clock.now(), reason="by test")
+    assert (await make(db, clock, platform).run_once()).orphans_cancelled == 2
+    assert sorted(platform.cancelled) == sorted(
+        [ended.attempt.launch_name, cancelled.attempt.launch_name]
+    )
+    assert any(r.startswith("orphan cancelled") for r in await reasons(db, ended))
+
+
+async def test_many_reconcilers_repair_each_attempt_once(
+    db: store.Store, db_url: str, clock: FrozenClock
+) -> None:
+    platform = Platform()
+    found = await claimed(db, clock, 20)
+    for c in found[:10]:
+        platform.put(launch_of(c))  # half to adopt, half to relaunch
+    clock.advance(31)
+    others = [store.Store.connect(db_url) for _ in range(3)]
+    try:
+        passes = await asyncio.gather(*(make(s, clock, platform).run_once() for s in [db, *others]))
+    finally:
+        for s in others:
+            await s.close()
+    assert sum(p.looked for p in passes) >= 20
+    assert all(n == 1 for n in platform.launches.values())
+    for c in found:
+        states = [e.to_state for e in await db.event_list(job_id=c.job.id) if e.entity == "attempt"]
+        assert states == ["running"], f"job {c.job.id}: {states}"
+
+
+async def test_the_same_completion_from_everywhere_applies_once(
+    db: store.Store, db_url: str, clock: FrozenClock
+) -> None:
+    [c] = await running(db, clock, max_attempts=3)
+    finish = Finish(c.attempt.id, A.FAILED, 2, "exit 2")
+    deliverers = [store.Store.connect(db_url) for _ in range(4)]  # watcher, reconciler, repeats
+    try:
+        results = await asyncio.gather(
+            *(
+                s.attempt_finish(finishes=[finish], now=clock.now())
+                for s in deliverers
+                for _ in range(3)
+            )
+        )
+    finally:
+        for s in deliverers:
+            await s.close()
+    assert sum(len(r) for r in results) == 1, "one state change, one retry decision"
+    events = [(e.entity, e.to_state) for e in await db.event_list(job_id=c.job.id)]
+    assert events.count(("attempt", "failed")) == 1
+    assert events.count(("job", "queued")) == 2  # submitted, then one retry
+
+
+async def test_the_first_pass_waits_for_executors_to_be_ready(db_url: str) -> None:
+    slow = Platform(start_delay=0.3)
+    s = config.Settings(database_url=db_url, timeouts=config.Timeouts(reconcile_interval=0.05))
+    stop = asyncio.Event()
+    async with runtime.opened(s, executors={"noop": slow}) as rt:
+        task = asyncio.create_task(runtime.serve(rt, stop, dispatch=False))
+        await asyncio.sleep(0.2)
+        stop.set()
+        await asyncio.wait_for(task, timeout=5)
+    assert slow.ready
+    assert slow.calls_before_ready == 0
+
+
+def test_recovery_batch_must_cover_a_claim_batch() -> None:
+    with pytest.raises(errors.ConfigError, match="one reconciler pass must be able to repair"):
+        config.Settings.load(None, claim_batch_limit=200, recovery_batch_limit=100)
+
+
+def _fields(a: model.Attempt) -> dict[str, object]:
+    return {f: getattr(a, f) for f in a.__dataclass_fields__}
