@@ -88,9 +88,16 @@ def now_iso() -> str:
 
 
 def announce(answer: str) -> None:
-    """Tell the launcher `answer` on stdout, then let go of the launcher's pipe."""
-    sys.stdout.write(answer + "\n")
-    sys.stdout.flush()
+    """Tell the launcher `answer` on stdout, then let go of the launcher's pipe.
+
+    The launcher may have died since it started us (corral killed mid-launch): then nobody
+    reads the answer, and the launch goes on all the same; recovery adopts it.
+    """
+    try:
+        sys.stdout.write(answer + "\n")
+        sys.stdout.flush()
+    except OSError:  # BrokenPipeError: the launcher is gone
+        pass
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 1)
     os.close(devnull)
