@@ -1,0 +1,105 @@
+"""Real corral processes killed with SIGKILL at random moments, over and over, then let
+finish: every job still ends exactly once, nothing runs twice, nothing is left stuck."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.support.crash import Report, Site, stop, wait_until
+
+JOBS = 200
+KILLS = 12
+
+
+def seeded() -> random.Random:
+    seed = int(os.environ.get("CORRAL_CHAOS_SEED", str(int(time.time()))))
+    print(f"chaos seed {seed} (set CORRAL_CHAOS_SEED to repeat)")
+    return random.Random(seed)
+
+
+def figures(report: Report, kills: int) -> dict[str, int]:
+    found = {
+        "jobs": len(report.jobs),
+        "kills": kills,
+        "attempts": len(report.attempts),
+        "relaunches": report.count("relaunched"),
+        "adoptions": report.count("adopted"),
+        "completed_by_recovery": sum(
+            1 for a in report.attempts if a.reason and "missed" in (a.reason or "")
+        ),
+        "lost": sum(1 for a in report.attempts if a.state == "lost"),
+    }
+    print("chaos figures:", json.dumps(found))
+    return found
+
+
+def run_to_the_end(site: Site, ids: list[int], *commands: str) -> Report:
+    procs = [site.start(c) for c in commands]
+    try:
+        wait_until(lambda: Report(site.url, ids).all_final(), 180, "all jobs final")
+    finally:
+        for p in procs:
+            stop(p)
+    report = Report(site.url, ids)
+    report.check(site.ledger_entries())
+    return report
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_serve_killed_at_random_moments(tmp_path: Path, db_url: str) -> None:
+    rnd = seeded()
+    site = Site(tmp_path, db_url)
+    ids = site.submit(JOBS, sleep=0.1)
+    for _ in range(KILLS):
+        proc = site.start()
+        time.sleep(rnd.uniform(0.2, 1.5))
+        proc.kill()
+        proc.wait()
+        assert proc.stderr is not None
+        proc.stderr.close()
+    report = run_to_the_end(site, ids, "serve")
+    found = figures(report, KILLS)
+    assert found["lost"] == 0, "nothing here outlives recovery_grace"
+    assert len(site.ledger_entries()) == found["attempts"] - _never_ran(report)
+
+
+@pytest.mark.slow
+@pytest.mark.postgres
+@pytest.mark.timeout(400)
+def test_two_dispatchers_and_a_reconciler_killed_independently(tmp_path: Path, pg_url: str) -> None:
+    from tests.conftest import pg_empty
+
+    pg_empty(pg_url)
+    rnd = seeded()
+    site = Site(tmp_path, pg_url)
+    ids = site.submit(JOBS, sleep=0.1)
+    roles = ["dispatcher", "dispatcher", "reconciler"]
+    procs: list[subprocess.Popen[str]] = [site.start(r) for r in roles]
+    kills = 0
+    while kills < KILLS:
+        time.sleep(rnd.uniform(0.1, 0.8))
+        victim = rnd.randrange(len(procs))
+        procs[victim].kill()
+        procs[victim].wait()
+        assert procs[victim].stderr is not None
+        procs[victim].stderr.close()
+        kills += 1
+        procs[victim] = site.start(roles[victim])
+    for p in procs:
+        stop(p)
+    report = run_to_the_end(site, ids, "dispatcher", "dispatcher", "reconciler")
+    found = figures(report, kills)
+    assert found["lost"] == 0
+
+
+def _never_ran(report: Report) -> int:
+    """Attempts that ended without their command running (a launch conflict, say)."""
+    return sum(1 for a in report.attempts if a.reason and a.reason.startswith("launch conflict"))
