@@ -62,6 +62,8 @@ class _Work:
     """Repairs gathered while looking at one executor's attempts, written together."""
 
     adopt: list[int] = field(default_factory=list)
+    relaunch: list[model.Claimed] = field(default_factory=list)
+    relaunched: list[int] = field(default_factory=list)
     finishes: list[store.Finish] = field(default_factory=list)
     alive: list[int] = field(default_factory=list)
     stop: list[str] = field(default_factory=list)
@@ -146,14 +148,19 @@ class Reconciler:
                     [item], "platform unknown: no answer for this name", summary
                 )
             elif item.attempt.state == A.LAUNCHING:
-                await self._repair_launching(executor, item, obs, work, summary)
+                self._repair_launching(item, obs, work, summary)
             else:
                 self._repair_running(item, obs, work, summary)
+        slots = asyncio.Semaphore(self.settings.launch_concurrency)
+        await asyncio.gather(
+            *(self._relaunch(executor, i, slots, work, summary) for i in work.relaunch)
+        )
+        if work.relaunched:
+            failpoints.hit("mid_repair")
         await self._write(executor, work)
 
-    async def _repair_launching(
+    def _repair_launching(
         self,
-        executor: Executor,
         item: model.Claimed,
         obs: model.Observation,
         work: _Work,
@@ -169,22 +176,30 @@ class Reconciler:
             self._repaired(attempt, f"completed ({obs.phase})")
             work.finishes.append(_finish(attempt, obs))
         elif obs.phase is P.ABSENT:
-            await self._relaunch(executor, item, work, summary)
+            work.relaunch.append(item)
         else:
             summary.adopted += 1
             self._repaired(attempt, "adopted")
             work.adopt.append(attempt.id)
 
     async def _relaunch(
-        self, executor: Executor, item: model.Claimed, work: _Work, summary: Pass
+        self,
+        executor: Executor,
+        item: model.Claimed,
+        slots: asyncio.Semaphore,
+        work: _Work,
+        summary: Pass,
     ) -> None:
+        """Launch an attempt again under its own name: if the first launch did get through
+        after all, the platform refuses a second copy."""
         launch = model.build_launch(
             item,
             api_url=self.settings.api_url,
             deadline_seconds=self.t.attempt_deadline.total_seconds(),
         )
         try:
-            await executor.launch(launch)
+            async with slots:
+                await executor.launch(launch)
         except errors.LaunchConflict as exc:
             summary.conflicts += 1
             self._repaired(item.attempt, "launch conflict")
@@ -193,14 +208,9 @@ class Reconciler:
         except errors.ExecutorError as exc:
             await self._note_unknown([item], f"relaunch failed, will try again: {exc}", summary)
             return
-        failpoints.hit("mid_repair")
         summary.relaunched += 1
         self._repaired(item.attempt, "relaunched")
-        await self.store.attempt_record_running(
-            fences=[item.attempt.id],
-            now=self.clock.now(),
-            reason="relaunched: nothing was on the platform under its name",
-        )
+        work.relaunched.append(item.attempt.id)
 
     def _repair_running(
         self, item: model.Claimed, obs: model.Observation, work: _Work, summary: Pass
@@ -245,10 +255,16 @@ class Reconciler:
             await self.store.attempt_record_running(
                 fences=work.adopt, now=now, reason="adopted: found on the platform with its labels"
             )
+        if work.relaunched:
+            await self.store.attempt_record_running(
+                fences=work.relaunched,
+                now=now,
+                reason="relaunched: nothing was on the platform under its name",
+            )
         if work.finishes:
             await self.store.attempt_finish(finishes=work.finishes, now=now)
         await self.store.attempt_seen(fences=work.alive, now=now)
-        self._noted_unknown.difference_update(work.adopt + work.alive)
+        self._noted_unknown.difference_update(work.adopt + work.relaunched + work.alive)
 
     # --- orphans ---------------------------------------------------------------------------
 
