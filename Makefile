@@ -30,6 +30,7 @@ test: lint
 
 bench: $(STAMP)
 	$(BIN)/python bench/throughput.py
+	$(BIN)/python bench/recovery.py
 
 clean:
 	rm -rf $(VENV) corral.db corral.db-wal corral.db-shm .corral

@@ -1,0 +1,52 @@
+"""With every corral process gone and the store intact, a fresh reconciler and a fresh
+process executor (no memory of anything) rebuild which launch is which attempt from the
+run folders' labels alone."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from corral import config, model, reconciler, store
+from corral.clock import SystemClock
+from corral.executors.process import ProcessExecutor
+
+A, J = model.AttemptState, model.JobState
+
+
+async def test_a_fresh_reconciler_adopts_and_stops_orphans_from_labels(
+    db: store.Store, tmp_path: Path
+) -> None:
+    clock = SystemClock()
+    first = ProcessExecutor(root=tmp_path / "runs", clock=clock)
+    await first.start()
+    spec = {"command": ["sleep", "30"]}
+    jobs = [model.NewJob(executor="process", spec=spec) for _ in range(3)]
+    await db.job_submit(new=jobs, now=clock.now())
+    claimed = await db.job_claim(now=clock.now(), limit=3, executors=["process"])
+    for c in claimed:  # launched, then corral died before recording anything
+        await first.launch(model.build_launch(c, api_url=None, deadline_seconds=None))
+    await first.close()
+    del first
+    keep, cancel, adopt = claimed
+    await db.job_cancel(
+        job_id=cancel.job.id, now=clock.now(), reason="cancelled while corral was down"
+    )
+
+    fresh = ProcessExecutor(root=tmp_path / "runs", clock=clock)
+    await fresh.start()
+    settings = config.Settings(timeouts=config.Timeouts(launch_grace="1ms", cancel_grace="2s"))
+    r = reconciler.Reconciler(
+        store=db, executors={"process": fresh}, clock=clock, settings=settings
+    )
+    await asyncio.sleep(0.05)
+    summary = await r.run_once()
+    assert (summary.adopted, summary.orphans_cancelled, summary.relaunched) == (2, 1, 0)
+    states = {a.job_id: a.state for c in claimed for a in await db.attempt_list(job_id=c.job.id)}
+    assert states == {keep.job.id: A.RUNNING, cancel.job.id: A.CANCELLED, adopt.job.id: A.RUNNING}
+    stopped = (await fresh.observe([cancel.attempt.launch_name]))[cancel.attempt.launch_name]
+    assert stopped.phase is model.Phase.FAILED
+    assert stopped.identity == model.Identity(cancel.job.id, 1, cancel.attempt.id)
+    for c in (keep, adopt):  # clean up the two still sleeping
+        await fresh.cancel(c.attempt.launch_name, config.parse_duration("1s"))
+    await fresh.close()
