@@ -86,6 +86,9 @@ class Reconciler:
         self.settings = settings
         self.t = settings.timeouts
         self._noted_unknown: set[int] = set()  # fences already noted, to keep the run log short
+        # Where the last pass stopped: attempts that must wait (absent but not yet lost, or on
+        # a platform that cannot be asked) must not keep the ones behind them from a look.
+        self._cursor = 0
 
     async def run(self, stop: asyncio.Event) -> None:
         """Make a pass every `reconcile_interval` until `stop` is set."""
@@ -112,7 +115,10 @@ class Reconciler:
             lease_timeout=self.t.lease_timeout,
             attempt_deadline=self.t.attempt_deadline,
             limit=self.settings.recovery_batch_limit,
+            after=self._cursor,
         )
+        full = len(due) == self.settings.recovery_batch_limit
+        self._cursor = due[-1].attempt.id if full else 0
         summary.looked = len(due)
         by_kind: dict[str, list[model.Claimed]] = defaultdict(list)
         for item in due:

@@ -256,3 +256,20 @@ def test_recovery_batch_must_cover_a_claim_batch() -> None:
 
 def _fields(a: model.Attempt) -> dict[str, object]:
     return {f: getattr(a, f) for f in a.__dataclass_fields__}
+
+
+async def test_attempts_that_must_wait_do_not_starve_the_rest(
+    db: store.Store, clock: FrozenClock
+) -> None:
+    platform = Platform()
+    waiting = await running(db, clock, 3)  # absent, not yet past recovery_grace: they wait
+    clock.advance(61)
+    [launching] = await claimed(db, clock)  # behind them in fence order
+    clock.advance(31)
+    s = config.Settings(timeouts=TIMEOUTS, claim_batch_limit=2, recovery_batch_limit=2)
+    r = reconciler.Reconciler(store=db, executors={"noop": platform}, clock=clock, settings=s)
+    first, second = await r.run_once(), await r.run_once()
+    assert (first.waiting, second.waiting, second.relaunched) == (2, 1, 1)
+    assert (await attempt(db, launching)).state == A.RUNNING
+    for c in waiting:
+        assert (await attempt(db, c)).state == A.RUNNING

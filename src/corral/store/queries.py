@@ -481,10 +481,11 @@ def attempt_list_for_recovery(
     lease_timeout: timedelta,
     attempt_deadline: timedelta,
     limit: int,
+    after: int = 0,
 ) -> list[model.Claimed]:
-    """Attempts recovery must look at, oldest fence first, each with its job: launching
-    for longer than `launch_grace`; running without news for `lease_timeout`, or for
-    longer than `attempt_deadline`."""
+    """Attempts recovery must look at, by fence from `after` on, each with its job:
+    launching for longer than `launch_grace`; running without news for `lease_timeout`,
+    or for longer than `attempt_deadline`."""
     stale = or_(
         and_(attempts.c.state == A.LAUNCHING, attempts.c.created_at <= now - launch_grace),
         and_(
@@ -495,7 +496,7 @@ def attempt_list_for_recovery(
             ),
         ),
     )
-    stmt = select(attempts).where(stale).order_by(attempts.c.id).limit(limit)
+    stmt = select(attempts).where(stale, attempts.c.id > after).order_by(attempts.c.id).limit(limit)
     found = [attempt_from_row(r._mapping) for r in conn.execute(stmt)]
     if not found:
         return []
