@@ -225,7 +225,7 @@ async def _until_signalled(body: Callable[[asyncio.Event], Awaitable[None]]) -> 
 
 
 async def _serve(settings: config.Settings, *, demo: bool, dispatch: bool, reconcile: bool) -> None:
-    async with runtime.opened(settings) as rt:
+    async def ready(rt: runtime.Runtime) -> None:
         if demo:
             await _submit_demo(
                 client.Client(
@@ -239,9 +239,12 @@ async def _serve(settings: config.Settings, *, demo: bool, dispatch: bool, recon
             f"corral is {doing} on {rt.store.url} with executors: {', '.join(rt.executors)}."
             " Press Ctrl+C (or send SIGTERM) to stop."
         )
-        await _until_signalled(
-            lambda stop: runtime.serve(rt, stop, dispatch=dispatch, reconcile=reconcile)
+
+    await _until_signalled(
+        lambda stop: runtime.serve(
+            settings, stop, dispatch=dispatch, reconcile=reconcile, on_ready=ready
         )
+    )
 
 
 async def _submit_demo(c: client.Client) -> None:

@@ -93,7 +93,7 @@ class Dispatcher:
         self._done(finishes)
         self._log_outcomes(outcomes)
         moved = set(launched) - set(recorded) - {o.fence for o in outcomes}
-        self._stop_moved([c.attempt for c in claimed if c.attempt.id in moved])
+        await self._stop_moved([c.attempt for c in claimed if c.attempt.id in moved])
         tick = Tick(len(claimed), len(launched), len(claimed) - len(launched), len(recorded))
         log.info(
             "tick: claimed %d, launched %d, launch errors %d, recorded running %d",
@@ -104,12 +104,20 @@ class Dispatcher:
         )
         return tick
 
-    def _stop_moved(self, attempts: Sequence[model.Attempt]) -> None:
-        """Attempts that left `launching` while they were being launched (a cancel, say) must
-        not keep running: stop them on their platform, without holding up the loop."""
+    async def _stop_moved(self, attempts: Sequence[model.Attempt]) -> None:
+        """Attempts that left `launching` while being launched: if they ended (a cancel, say)
+        they must not keep running, so stop them, without holding up the loop. Ones recovery
+        adopted in the meantime are running as they should and are left alone."""
+        if not attempts:
+            return
+        states = await self.store.attempt_states(fences=[a.id for a in attempts])
         grace = self.settings.timeouts.cancel_grace
         for attempt in attempts:
-            log.info("%s changed while launching; stopping it", attempt.launch_name)
+            status = states.get(attempt.id)
+            ended = status is not None and status.attempt_state in model.FINAL_ATTEMPT_STATES
+            if not (ended or (status is not None and status.job_state == model.JobState.CANCELLED)):
+                continue
+            log.info("%s ended while launching; stopping it", attempt.launch_name)
             executor = self.executors[attempt.executor]
             task = asyncio.create_task(self._cancel_quietly(executor, attempt.launch_name, grace))
             self._stopping.add(task)
@@ -123,6 +131,15 @@ class Dispatcher:
             log.warning("%s: could not stop it: %s", name, exc)
 
     async def _launch(self, claimed: model.Claimed) -> bool:
+        age = self.clock.now() - claimed.attempt.created_at
+        if age > self.settings.timeouts.launch_grace:
+            # Recovery may already have launched, finished and (on some platforms) deleted it:
+            # a launch this late could run it a second time. Leave it to recovery.
+            await self._note_launch_error(
+                claimed,
+                errors.ExecutorError(f"claimed {age.total_seconds():.0f}s ago, past launch_grace"),
+            )
+            return False
         launch = model.build_launch(
             claimed,
             api_url=self.settings.api_url,

@@ -66,7 +66,7 @@ class _Work:
     relaunched: list[int] = field(default_factory=list)
     finishes: list[store.Finish] = field(default_factory=list)
     alive: list[int] = field(default_factory=list)
-    stop: list[str] = field(default_factory=list)
+    overdue: list[model.Attempt] = field(default_factory=list)
 
 
 class Reconciler:
@@ -198,12 +198,11 @@ class Reconciler:
     ) -> None:
         """Launch an attempt again under its own name: if the first launch did get through
         after all, the platform refuses a second copy."""
-        launch = model.build_launch(
-            item,
-            api_url=self.settings.api_url,
-            deadline_seconds=self.t.attempt_deadline.total_seconds(),
-        )
+        deadline = self.t.attempt_deadline.total_seconds()
         try:
+            launch = model.build_launch(
+                item, api_url=self.settings.api_url, deadline_seconds=deadline
+            )
             async with slots:
                 await executor.launch(launch)
         except errors.LaunchConflict as exc:
@@ -211,8 +210,15 @@ class Reconciler:
             self._repaired(item.attempt, "launch conflict")
             work.finishes.append(_failed(item.attempt, f"launch conflict: {exc}"))
             return
-        except errors.ExecutorError as exc:
-            await self._note_unknown([item], f"relaunch failed, will try again: {exc}", summary)
+        except errors.CorralError as exc:
+            if item.attempt.created_at + self.t.recovery_grace <= self.clock.now():
+                summary.conflicts += 1  # it never got onto the platform: give up on it
+                self._repaired(item.attempt, "launch failed for good")
+                work.finishes.append(
+                    _failed(item.attempt, f"launch failed past recovery_grace: {exc}")
+                )
+            else:
+                await self._note_unknown([item], f"relaunch failed, will try again: {exc}", summary)
             return
         summary.relaunched += 1
         self._repaired(item.attempt, "relaunched")
@@ -235,11 +241,7 @@ class Reconciler:
         elif obs.phase is not P.ABSENT and started + self.t.attempt_deadline <= now:
             summary.timed_out += 1
             self._repaired(attempt, "timed out")
-            work.stop.append(attempt.launch_name)
-            deadline = self.t.attempt_deadline.total_seconds()
-            work.finishes.append(
-                _failed(attempt, f"timed out: ran past attempt_deadline ({deadline:g}s)")
-            )
+            work.overdue.append(attempt)
         elif obs.phase is not P.ABSENT:
             work.alive.append(attempt.id)
         elif started + self.t.recovery_grace <= now:
@@ -254,9 +256,8 @@ class Reconciler:
             summary.waiting += 1  # absent, but not for long enough to be sure
 
     async def _write(self, executor: Executor, work: _Work) -> None:
+        work.finishes += await self._stop_overdue(executor, work.overdue)
         now = self.clock.now()
-        grace = self.t.cancel_grace
-        await asyncio.gather(*(self._stop(executor, name, grace) for name in work.stop))
         if work.adopt:
             await self.store.attempt_record_running(
                 fences=work.adopt, now=now, reason="adopted: found on the platform with its labels"
@@ -272,6 +273,34 @@ class Reconciler:
         await self.store.attempt_seen(fences=work.alive, now=now)
         self._noted_unknown.difference_update(work.adopt + work.relaunched + work.alive)
 
+    async def _stop_overdue(
+        self, executor: Executor, overdue: Sequence[model.Attempt]
+    ) -> list[store.Finish]:
+        """Stop attempts past their deadline, then record what the platform shows: a stop
+        that did not get through records nothing (the next pass tries again), so a retry
+        never runs beside a copy that is still going; one that finished in time succeeded."""
+        if not overdue:
+            return []
+        grace = self.t.cancel_grace
+        stopped = await asyncio.gather(
+            *(self._stop(executor, a.launch_name, grace) for a in overdue)
+        )
+        done = [a for a, ok in zip(overdue, stopped, strict=True) if ok]
+        try:
+            seen = await executor.observe([a.launch_name for a in done])
+        except errors.ExecutorError as exc:
+            log.warning("%d stopped attempts: cannot look again: %s", len(done), exc)
+            return []
+        deadline = self.t.attempt_deadline.total_seconds()
+        finishes = []
+        for a in done:
+            obs = seen.get(a.launch_name)
+            if obs is not None and obs.phase is P.SUCCEEDED and obs.exit_code in (0, None):
+                finishes.append(_finish(a, obs))
+            else:
+                finishes.append(_failed(a, f"timed out: ran past attempt_deadline ({deadline:g}s)"))
+        return finishes
+
     # --- orphans ---------------------------------------------------------------------------
 
     async def _stop_orphans(self, executor: Executor, summary: Pass) -> None:
@@ -280,35 +309,53 @@ class Reconciler:
         except errors.ExecutorError as exc:
             log.warning("%s: cannot list launches for orphans: %s", executor.kind, exc)
             return
-        live = [o for o in managed if o.identity is not None and o.phase in (P.PENDING, P.RUNNING)]
-        states = await self.store.attempt_states(
-            fences=[o.identity.fence for o in live if o.identity]
+        live = {
+            o.identity.fence: o
+            for o in managed
+            if o.identity is not None and o.phase in (P.PENDING, P.RUNNING)
+        }
+        states = await self.store.attempt_states(fences=list(live))
+        orphans = [
+            (obs, status)
+            for fence, obs in live.items()
+            if (status := states.get(fence)) is not None
+            and status.identity == obs.identity  # the very attempt, not a namesake fence
+            and (
+                status.attempt_state in model.FINAL_ATTEMPT_STATES
+                or status.job_state == J.CANCELLED
+            )
+        ]
+        await asyncio.gather(
+            *(self._stop_orphan(executor, obs, st, summary) for obs, st in orphans)
         )
-        for obs in live:
-            identity = obs.identity
-            assert identity is not None
-            attempt_state, job_state = states.get(identity.fence, (None, None))
-            if attempt_state in model.FINAL_ATTEMPT_STATES or job_state == J.CANCELLED:
-                why = f"orphan cancelled: attempt is {attempt_state}, job is {job_state}"
-                await self._stop(executor, obs.name, self.t.cancel_grace)
-                await self.store.event_note(
-                    job_id=identity.job_id,
-                    attempt_id=identity.fence,
-                    state=str(attempt_state),
-                    reason=why,
-                    now=self.clock.now(),
-                    details={"launch_name": obs.name},
-                )
-                log.info("%s: %s", obs.name, why)
-                summary.orphans_cancelled += 1
+
+    async def _stop_orphan(
+        self, executor: Executor, obs: model.Observation, status: store.Status, summary: Pass
+    ) -> None:
+        why = f"orphan cancelled: attempt is {status.attempt_state}, job is {status.job_state}"
+        if not await self._stop(executor, obs.name, self.t.cancel_grace):
+            return
+        await self.store.event_note(
+            job_id=status.identity.job_id,
+            attempt_id=status.identity.fence,
+            state=status.attempt_state,
+            reason=why,
+            now=self.clock.now(),
+            details={"launch_name": obs.name},
+        )
+        log.info("%s: %s", obs.name, why)
+        summary.orphans_cancelled += 1
 
     # --- helpers ---------------------------------------------------------------------------
 
-    async def _stop(self, executor: Executor, name: str, grace: timedelta) -> None:
+    async def _stop(self, executor: Executor, name: str, grace: timedelta) -> bool:
+        """Cancel `name` on its platform; False (and a log line) when that did not get through."""
         try:
             await executor.cancel(name, grace)
         except errors.ExecutorError as exc:
             log.warning("%s: could not stop it, will try again: %s", name, exc)
+            return False
+        return True
 
     async def _note_unknown(self, items: Sequence[model.Claimed], why: str, summary: Pass) -> None:
         summary.unknown += len(items)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +18,7 @@ from corral.executors.base import Executor
 from corral.executors.process import ProcessExecutor
 
 ExecutorFactory = Callable[[config.Settings, clock.Clock], Executor]
+
 
 EXECUTORS: dict[str, ExecutorFactory] = {
     "process": lambda settings, clk: ProcessExecutor(root=settings.process_root, clock=clk),
@@ -82,22 +83,33 @@ async def connect(
 
 
 async def serve(
-    rt: Runtime, stop: asyncio.Event, *, dispatch: bool = True, reconcile: bool = True
+    settings: config.Settings,
+    stop: asyncio.Event,
+    *,
+    dispatch: bool = True,
+    reconcile: bool = True,
+    executors: dict[str, Executor] | None = None,
+    clk: clock.Clock | None = None,
+    on_ready: Callable[[Runtime], Awaitable[None]] | None = None,
 ) -> None:
-    """Run the dispatcher and/or the reconciler on an opened runtime until `stop` is set.
+    """Open the runtime, then run the dispatcher and/or the reconciler until `stop` is set.
 
-    `opened` has started every executor before this runs, so the first recovery pass
-    never asks a platform that is not ready yet.
+    The order is the point: the store is reached and every executor has started before
+    `on_ready` and before either loop, so the first recovery pass never asks a platform
+    that is not ready yet.
     """
-    loops = []
-    if dispatch:
-        d = dispatcher.Dispatcher(
-            store=rt.store, executors=rt.executors, clock=rt.clock, settings=rt.settings
-        )
-        loops.append(d.run(stop))
-    if reconcile:
-        r = reconciler.Reconciler(
-            store=rt.store, executors=rt.executors, clock=rt.clock, settings=rt.settings
-        )
-        loops.append(r.run(stop))
-    await asyncio.gather(*loops)
+    async with opened(settings, clk=clk, executors=executors) as rt:
+        if on_ready is not None:
+            await on_ready(rt)
+        loops = []
+        if dispatch:
+            d = dispatcher.Dispatcher(
+                store=rt.store, executors=rt.executors, clock=rt.clock, settings=rt.settings
+            )
+            loops.append(d.run(stop))
+        if reconcile:
+            r = reconciler.Reconciler(
+                store=rt.store, executors=rt.executors, clock=rt.clock, settings=rt.settings
+            )
+            loops.append(r.run(stop))
+        await asyncio.gather(*loops)

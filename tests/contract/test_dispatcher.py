@@ -269,3 +269,45 @@ async def test_a_failed_flush_keeps_the_completions_queued(db_url: str, clock: F
     [outcome] = await d.flush_completions()
     assert (outcome.job_id, outcome.job_state) == (job_id, J.QUEUED)
     await db.close()
+
+
+async def test_an_attempt_recovery_adopted_mid_launch_is_left_running(
+    db: store.Store, clock: FrozenClock
+) -> None:
+    executor = GatedLaunch()
+    d = make(db, clock, executor)
+    [job_id] = await submit(db, clock, 1)
+    tick = asyncio.create_task(d.run_once())
+    await asyncio.wait_for(executor.entered.wait(), timeout=5)
+    [a] = await db.attempt_list(job_id=job_id)
+    await db.attempt_record_running(fences=[a.id], now=clock.now(), reason="adopted")  # recovery
+    executor.gate.set()
+    await tick
+    await asyncio.sleep(0.05)
+    assert executor.cancelled == []
+
+
+class ClockAdvancingLaunch(NoopExecutor):
+    """The first launch takes longer than launch_grace (the clock moves 31s during it)."""
+
+    def __init__(self, clock: FrozenClock) -> None:
+        super().__init__()
+        self.clock = clock
+
+    async def launch(self, launch: model.Launch) -> None:
+        if not self.launches:
+            self.clock.advance(31)
+        await super().launch(launch)
+
+
+async def test_a_launch_later_than_launch_grace_is_left_to_recovery(
+    db: store.Store, clock: FrozenClock
+) -> None:
+    executor = ClockAdvancingLaunch(clock)
+    d = make(db, clock, executor, launch_concurrency=1)
+    _, second = await submit(db, clock, 2)
+    tick = await d.run_once()
+    assert (tick.launched, tick.launch_errors) == (1, 1)
+    [late] = await db.attempt_list(job_id=second)
+    assert late.state == A.LAUNCHING
+    assert "past launch_grace" in (await db.event_list(job_id=second))[-1].reason

@@ -240,13 +240,19 @@ async def test_the_first_pass_waits_for_executors_to_be_ready(db_url: str) -> No
     slow = Platform(start_delay=0.3)
     s = config.Settings(database_url=db_url, timeouts=config.Timeouts(reconcile_interval=0.05))
     stop = asyncio.Event()
-    async with runtime.opened(s, executors={"noop": slow}) as rt:
-        task = asyncio.create_task(runtime.serve(rt, stop, dispatch=False))
-        await asyncio.sleep(0.2)
-        stop.set()
-        await asyncio.wait_for(task, timeout=5)
+    readied = 0
+
+    async def count(_: runtime.Runtime) -> None:
+        nonlocal readied
+        readied += 1
+
+    task = asyncio.create_task(runtime.serve(s, stop, executors={"noop": slow}, on_ready=count))
+    await asyncio.sleep(0.6)  # the slow start (0.3s), then a few passes and ticks
+    stop.set()
+    await asyncio.wait_for(task, timeout=5)
     assert slow.ready
-    assert slow.calls_before_ready == 0
+    assert readied == 1
+    assert slow.calls_before_ready == 0, "a pass or a tick asked the platform before it was ready"
 
 
 def test_recovery_batch_must_cover_a_claim_batch() -> None:
@@ -273,3 +279,51 @@ async def test_attempts_that_must_wait_do_not_starve_the_rest(
     assert (await attempt(db, launching)).state == A.RUNNING
     for c in waiting:
         assert (await attempt(db, c)).state == A.RUNNING
+
+
+async def test_a_relaunch_that_keeps_failing_ends_past_recovery_grace(
+    db: store.Store, clock: FrozenClock
+) -> None:
+    platform = Platform()
+    [c] = await claimed(db, clock)
+    platform.down_for_launch = True
+    clock.advance(31)
+    r = make(db, clock, platform)
+    assert (await r.run_once()).unknown == 1
+    assert (await attempt(db, c)).state == A.LAUNCHING, "not yet: the platform may recover"
+    clock.advance(400)
+    await r.run_once()
+    a = await attempt(db, c)
+    assert a.state == A.FAILED
+    assert a.reason is not None
+    assert a.reason.startswith("launch failed past recovery_grace")
+    assert (await db.job_get(job_id=c.job.id)).state == J.QUEUED
+
+
+async def test_a_timed_out_attempt_that_cannot_be_stopped_is_not_failed(
+    db: store.Store, clock: FrozenClock
+) -> None:
+    platform = Platform()
+    [c] = await running(db, clock)
+    platform.put(launch_of(c))
+    platform.cancel_fails = True
+    clock.advance(241)
+    r = make(db, clock, platform)
+    await r.run_once()
+    assert (await attempt(db, c)).state == A.RUNNING, "a retry must not run beside it"
+    platform.cancel_fails = False
+    await r.run_once()
+    assert (await attempt(db, c)).state == A.FAILED
+
+
+async def test_a_namesake_fence_is_not_an_orphan(db: store.Store, clock: FrozenClock) -> None:
+    platform = Platform()
+    [ended] = await running(db, clock)
+    await db.attempt_finish(finishes=[Finish(ended.attempt.id, A.FAILED, 1, "x")], now=clock.now())
+    other = model.Claimed(
+        model.Job(**{**_fields(ended.job), "id": ended.job.id + 500}),  # type: ignore[arg-type]
+        ended.attempt,
+    )
+    platform.put(launch_of(other))  # same fence, another job: a store restored from backup
+    assert (await make(db, clock, platform).run_once()).orphans_cancelled == 0
+    assert not platform.cancelled

@@ -400,3 +400,13 @@ def test_validate_spec_normalises(executor: process.ProcessExecutor) -> None:
 async def test_bad_launch_name_is_refused(executor: process.ProcessExecutor) -> None:
     with pytest.raises(errors.InvalidInput):
         await executor.launch(make_launch("../escape", ["true"]))
+
+
+async def test_a_missing_root_is_an_error_not_absent(tmp_path: Path) -> None:
+    ex = process.ProcessExecutor(root=tmp_path / "runs", clock=clock.SystemClock())
+    await ex.start()
+    (tmp_path / "runs").rmdir()
+    with pytest.raises(errors.ExecutorError, match="missing"):
+        await ex.observe(["corral-1-1"])
+    with pytest.raises(errors.ExecutorError, match="missing"):
+        await ex.list_managed({})

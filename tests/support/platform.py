@@ -27,6 +27,8 @@ class Platform:
         self.launches: Counter[str] = Counter()  # real creations by name
         self.cancelled: list[str] = []
         self.down = False
+        self.down_for_launch = False
+        self.cancel_fails = False
         self.ready = False
         self.calls_before_ready = 0
         self._start_delay = start_delay
@@ -50,6 +52,8 @@ class Platform:
 
     async def launch(self, launch: model.Launch) -> None:
         self._check()
+        if self.down_for_launch:
+            raise errors.ExecutorError("platform refuses new launches")
         existing = self.objects.get(launch.name)
         if existing is not None:
             if existing.identity != launch.identity:
@@ -72,6 +76,8 @@ class Platform:
 
     async def cancel(self, name: str, grace: timedelta) -> None:
         self._check()
+        if self.cancel_fails:
+            raise errors.ExecutorError("platform did not take the delete")
         if (obs := self.objects.get(name)) is not None and not obs.phase.finished:
             self.cancelled.append(name)
             self.objects[name] = model.Observation(

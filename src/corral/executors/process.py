@@ -62,7 +62,7 @@ class ProcessExecutor:
     kind = KIND
 
     def __init__(self, *, root: Path, clock: clock.Clock, poll_interval: float = 0.1) -> None:
-        self.root = Path(root)
+        self.root = Path(root).absolute()  # fixed now: a later chdir must not move it
         self._clock = clock
         self._poll_interval = poll_interval
         self._watched: set[str] = set()
@@ -92,6 +92,7 @@ class ProcessExecutor:
     async def start(self) -> None:
         """Create the root folder."""
         await asyncio.to_thread(self._make_root)
+        log.info("process executor: run folders in %s", self.root)
 
     async def close(self) -> None:
         """Stop `events`. Running commands keep running under their shims."""
@@ -109,7 +110,7 @@ class ProcessExecutor:
     async def observe(self, names: Sequence[str]) -> dict[str, model.Observation]:
         """What each name's run folder shows."""
         dirs = {name: self._run_dir(name) for name in names}
-        return await asyncio.to_thread(_observe_many, dirs)
+        return await asyncio.to_thread(self._observe_blocking, dirs)
 
     async def list_managed(self, selector: Mapping[str, str]) -> list[model.Observation]:
         """Observations of every run folder whose labels include all of `selector`."""
@@ -169,7 +170,18 @@ class ProcessExecutor:
         if answer == "exists":
             _check_same_identity(run_dir, launch)
 
+    def _check_root(self) -> None:
+        # A root that vanished (deleted, unmounted) must not read as "every launch absent":
+        # recovery would launch everything again.
+        if not self.root.is_dir():
+            raise errors.ExecutorError(f"process executor: run folder root {self.root} is missing")
+
+    def _observe_blocking(self, dirs: Mapping[str, Path]) -> dict[str, model.Observation]:
+        self._check_root()
+        return _observe_many(dirs)
+
     def _list_blocking(self, selector: dict[str, str]) -> list[model.Observation]:
+        self._check_root()
         with _platform(f"list the run folders in {self.root}"):
             entries = sorted(os.scandir(self.root), key=lambda e: e.name)
             dirs = {e.name: Path(e.path) for e in entries if _is_run_dir(e)}
@@ -367,7 +379,11 @@ def _is_run_dir(entry: os.DirEntry[str]) -> bool:
 
 
 def _matches(run_dir: Path, selector: Mapping[str, str]) -> bool:
-    labels = _read_json(run_dir / "labels.json") or {}
+    try:
+        labels = _read_json(run_dir / "labels.json") or {}
+    except errors.ExecutorError as exc:  # one damaged folder must not hide the others
+        log.warning("%s", exc)
+        return False
     return all(labels.get(key) == value for key, value in selector.items())
 
 

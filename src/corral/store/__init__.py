@@ -19,9 +19,9 @@ from sqlalchemy import exc as sa_exc
 
 from corral import errors, model
 from corral.store import dialects, migrate, queries
-from corral.store.queries import Finish, Outcome
+from corral.store.queries import Finish, Outcome, Status
 
-__all__ = ["Finish", "Outcome", "Store"]
+__all__ = ["Finish", "Outcome", "Status", "Store"]
 
 T = TypeVar("T")
 
@@ -127,7 +127,7 @@ class Store:
     async def attempt_list_for_recovery(self, **kwargs: Any) -> list[model.Claimed]:
         return await self._tx(queries.attempt_list_for_recovery, **kwargs)
 
-    async def attempt_states(self, *, fences: Sequence[int]) -> dict[int, tuple[str, str]]:
+    async def attempt_states(self, *, fences: Sequence[int]) -> dict[int, queries.Status]:
         return await self._tx(queries.attempt_states, fences=fences)
 
     async def attempt_settle(

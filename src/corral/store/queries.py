@@ -404,7 +404,8 @@ def attempt_finish(conn: Connection, *, finishes: Sequence[Finish], now: datetim
             )
             ended += [(a, to) for a in applied]
             todo -= {a.id for a in applied}
-    failpoints.hit("mid_completion")
+    if ended:
+        failpoints.hit("mid_completion")
     return _jobs_follow(conn, ended, now)
 
 
@@ -507,16 +508,30 @@ def attempt_list_for_recovery(
     return [model.Claimed(by_id[a.job_id], a) for a in found]
 
 
-def attempt_states(conn: Connection, *, fences: Sequence[int]) -> dict[int, tuple[str, str]]:
-    """(attempt state, job state) for each fence the store knows."""
+@dataclass(frozen=True, slots=True)
+class Status:
+    """Where an attempt and its job stand, with the attempt's identity."""
+
+    attempt_state: str
+    job_state: str
+    identity: model.Identity
+
+
+def attempt_states(conn: Connection, *, fences: Sequence[int]) -> dict[int, Status]:
+    """The status of each fence the store knows."""
     if not fences:
         return {}
     stmt = (
-        select(attempts.c.id, attempts.c.state, jobs.c.state)
+        select(
+            attempts.c.id, attempts.c.state, jobs.c.state, attempts.c.job_id, attempts.c.attempt_no
+        )
         .join(jobs, jobs.c.id == attempts.c.job_id)
         .where(dialects.one_of(conn, attempts.c.id, fences))
     )
-    return {fence: (a_state, j_state) for fence, a_state, j_state in conn.execute(stmt)}
+    return {
+        fence: Status(a_state, j_state, model.Identity(job_id, attempt_no, fence))
+        for fence, a_state, j_state, job_id, attempt_no in conn.execute(stmt)
+    }
 
 
 def attempt_seen(conn: Connection, *, fences: Sequence[int], now: datetime) -> None:
