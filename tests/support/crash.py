@@ -24,6 +24,9 @@ FAST = {
     "CORRAL_TIMEOUTS__RECOVERY_GRACE": "90s",
     "CORRAL_TIMEOUTS__CANCEL_GRACE": "1s",
     "CORRAL_LOG_LEVEL": "WARNING",
+    # Small ticks with few launches in flight: a kill lands mid-tick more often.
+    "CORRAL_CLAIM_BATCH_LIMIT": "20",
+    "CORRAL_LAUNCH_CONCURRENCY": "4",
 }
 
 

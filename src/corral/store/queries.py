@@ -81,20 +81,44 @@ def transition(
     event_insert(
         conn,
         [
-            {
-                "job_id": a.job_id,
-                "attempt_id": a.id if entity == "attempt" else by_id.get(a.id),
-                "entity": entity,
-                "from_state": expected,
-                "to_state": to,
-                "reason": reason,
-                "at": now,
-                "details": dict(details or {}),
-            }
+            event_row(
+                job_id=a.job_id,
+                attempt_id=a.id if entity == "attempt" else by_id.get(a.id),
+                entity=entity,
+                frm=expected,
+                to=to,
+                reason=reason,
+                now=now,
+                details=details,
+            )
             for a in applied
         ],
     )
     return applied
+
+
+def event_row(
+    *,
+    job_id: int,
+    attempt_id: int | None,
+    entity: model.Entity,
+    frm: str | None,
+    to: str,
+    reason: str,
+    now: datetime,
+    details: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """One row of the events table."""
+    return {
+        "job_id": job_id,
+        "attempt_id": attempt_id,
+        "entity": entity,
+        "from_state": frm,
+        "to_state": to,
+        "reason": reason,
+        "at": now,
+        "details": dict(details or {}),
+    }
 
 
 def event_insert(conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
@@ -114,21 +138,17 @@ def event_note(
     entity: model.Entity = "attempt",
 ) -> None:
     """Append an event that records news without a state change (e.g. a launch error)."""
-    event_insert(
-        conn,
-        [
-            {
-                "job_id": job_id,
-                "attempt_id": attempt_id,
-                "entity": entity,
-                "from_state": state,
-                "to_state": state,
-                "reason": reason,
-                "at": now,
-                "details": dict(details or {}),
-            }
-        ],
+    row = event_row(
+        job_id=job_id,
+        attempt_id=attempt_id,
+        entity=entity,
+        frm=state,
+        to=state,
+        reason=reason,
+        now=now,
+        details=details,
     )
+    event_insert(conn, [row])
 
 
 # --- submit -------------------------------------------------------------------------------------
@@ -155,16 +175,15 @@ def job_submit(
     event_insert(
         conn,
         [
-            {
-                "job_id": job_id,
-                "attempt_id": None,
-                "entity": "job",
-                "from_state": None,
-                "to_state": J.QUEUED,
-                "reason": "submitted",
-                "at": now,
-                "details": {},
-            }
+            event_row(
+                job_id=job_id,
+                attempt_id=None,
+                entity="job",
+                frm=None,
+                to=J.QUEUED,
+                reason="submitted",
+                now=now,
+            )
             for job_id, made in result
             if made
         ],
@@ -214,7 +233,10 @@ def job_claim(
     """Claim up to `limit` due jobs (most urgent first) and create their attempts in `launching`.
 
     One transaction: the jobs move queued -> running (compare-and-set), each gets a new
-    attempt whose id is its fence, and one event per job records the claim.
+    attempt whose id is its fence, and one event per job records the claim. This is the one
+    state change that does not go through `transition`: it picks and moves the rows in a
+    single statement, so PostgreSQL runs the pick once under SKIP LOCKED. It checks the same
+    transition table and writes its events in the same transaction.
     """
     model.check_transition("job", J.QUEUED, J.RUNNING)
     stmt = _claim_statement(conn, now=now, limit=limit, executors=executors)
@@ -232,16 +254,16 @@ def job_claim(
     event_insert(
         conn,
         [
-            {
-                "job_id": c.job.id,
-                "attempt_id": c.attempt.id,
-                "entity": "job",
-                "from_state": J.QUEUED,
-                "to_state": J.RUNNING,
-                "reason": f"claimed: attempt {c.attempt.attempt_no} launching",
-                "at": now,
-                "details": {"launch_name": c.attempt.launch_name},
-            }
+            event_row(
+                job_id=c.job.id,
+                attempt_id=c.attempt.id,
+                entity="job",
+                frm=J.QUEUED,
+                to=J.RUNNING,
+                reason=f"claimed: attempt {c.attempt.attempt_no} launching",
+                now=now,
+                details={"launch_name": c.attempt.launch_name},
+            )
             for c in claimed
         ],
     )
