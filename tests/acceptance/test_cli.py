@@ -20,6 +20,8 @@ def corral_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CORRAL_")}
     env["CORRAL_TIMEOUTS__DISPATCH_INTERVAL"] = "200ms"
     env["CORRAL_TIMEOUTS__OBSERVE_INTERVAL"] = "200ms"
+    env["CORRAL_TIMEOUTS__LAUNCH_GRACE"] = "2s"
+    env["CORRAL_TIMEOUTS__RECONCILE_INTERVAL"] = "500ms"
     env.update(extra or {})
     return env
 
@@ -61,7 +63,7 @@ def job(corral: Run, job_id: str) -> dict[str, object]:
     return data
 
 
-def wait_for_state(corral: Run, job_id: str, state: str, seconds: float = 30) -> dict[str, object]:
+def wait_for_state(corral: Run, job_id: str, state: str, seconds: float = 60) -> dict[str, object]:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         found = job(corral, job_id)
@@ -69,6 +71,11 @@ def wait_for_state(corral: Run, job_id: str, state: str, seconds: float = 30) ->
             return found
         time.sleep(0.2)
     raise AssertionError(f"job {job_id} not {state} after {seconds}s: {found}")
+
+
+def first_attempt_state(corral: Run, job_id: str) -> str | None:
+    attempts: list[dict[str, str]] = job(corral, job_id)["attempt_list"]  # type: ignore[assignment]
+    return attempts[0]["state"] if attempts else None
 
 
 def test_upgrade_is_idempotent(corral: Run) -> None:
@@ -219,7 +226,10 @@ def test_a_job_started_before_a_crash_completes_after_the_restart(
     job_id = corral("submit", "--", "sh", "-c", "sleep 2; echo survived").stdout.strip()
     first = serve(tmp_path)
     try:
-        wait_for_state(corral, job_id, "running")
+        deadline = time.monotonic() + 60
+        while first_attempt_state(corral, job_id) != "running":  # launched and recorded
+            assert time.monotonic() < deadline, "never running"
+            time.sleep(0.2)
     finally:
         first.kill()  # SIGKILL: no clean-up of any kind
         first.communicate(timeout=30)

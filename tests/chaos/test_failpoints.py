@@ -34,6 +34,7 @@ def finish_cleanly(site: Site, ids: list[int]) -> Report:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(400)
 @pytest.mark.parametrize(
     "name", ["after_claim_commit", "after_launch", "before_record_running", "mid_completion"]
 )
@@ -46,6 +47,7 @@ def test_crash_at_a_failpoint_then_restart(site: Site, name: str) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(400)
 def test_crash_in_the_middle_of_a_reconciler_repair(site: Site) -> None:
     ids = site.submit(JOBS)
     crash_at(site, "after_claim_commit")  # leaves attempts launching with nothing launched

@@ -57,11 +57,9 @@ def test_serve_killed_at_random_moments(tmp_path: Path, db_url: str) -> None:
     ids = site.submit(JOBS, sleep=0.1)
     for _ in range(KILLS):
         proc = site.start()
-        time.sleep(rnd.uniform(0.5, 1.8))  # python needs ~0.5s to start
+        time.sleep(rnd.uniform(1.2, 3.0))  # python needs ~1s to start
         proc.kill()
         proc.wait()
-        assert proc.stderr is not None
-        proc.stderr.close()
     report = run_to_the_end(site, ids, "serve")
     found = figures(report, KILLS)
     assert_each_job_ran_once(site, report, found)
@@ -85,8 +83,6 @@ def test_two_dispatchers_and_a_reconciler_killed_independently(tmp_path: Path, p
         victim = rnd.randrange(len(procs))
         procs[victim].kill()
         procs[victim].wait()
-        assert procs[victim].stderr is not None
-        procs[victim].stderr.close()
         kills += 1
         procs[victim] = site.start(roles[victim])
     for p in procs:

@@ -24,15 +24,22 @@ def test_four_dispatcher_processes_run_every_job_exactly_once(pg_url: str, tmp_p
     asyncio.run(_submit(pg_url))
     ctx = multiprocessing.get_context("spawn")
     ledgers = [tmp_path / f"dispatcher-{i}.txt" for i in range(DISPATCHERS)]
+    start = ctx.Barrier(DISPATCHERS)  # all import corral first, then all dispatch together
     procs = [
-        ctx.Process(target=dispatch_worker.run, args=(pg_url, str(ledger), 50))
+        ctx.Process(target=dispatch_worker.run, args=(pg_url, str(ledger), 50, start))
         for ledger in ledgers
     ]
     for p in procs:
         p.start()
-    for p in procs:
-        p.join(timeout=150)
-        assert p.exitcode == 0, f"dispatcher process exited {p.exitcode}"
+    try:
+        for p in procs:
+            p.join(timeout=150)
+            assert p.exitcode == 0, f"dispatcher process exited {p.exitcode}"
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.terminate()
+                p.join()
     launched = [ledger.read_text().split() for ledger in ledgers]
     names = Counter(name for names in launched for name in names)
     assert sum(names.values()) == JOBS, "every job launched once"

@@ -216,7 +216,7 @@ async def test_restart_survival(tmp_path: Path) -> None:
     root = tmp_path / "runs"
     a = process.ProcessExecutor(root=root, clock=clock.SystemClock())
     await a.start()
-    await a.launch(make_launch("long-1", ["sleep", "1"]))
+    await a.launch(make_launch("long-1", ["sleep", "3"]))
     assert (await a.observe(["long-1"]))["long-1"].phase in (
         model.Phase.RUNNING,
         model.Phase.PENDING,
@@ -269,12 +269,15 @@ async def test_cancel(executor: process.ProcessExecutor) -> None:
 
 
 async def test_cancel_kills_what_ignores_sigterm(executor: process.ProcessExecutor) -> None:
-    await executor.launch(make_launch("stubborn-1", sh("trap '' TERM; sleep 30")))
-    await wait_for(executor, "stubborn-1", finished=False)
-    await asyncio.sleep(0.2)  # let sh set its trap
+    await executor.launch(make_launch("stubborn-1", sh("trap '' TERM; echo ready; sleep 30")))
+    out = executor.root / "stubborn-1" / "stdout.log"
+    until = time.monotonic() + 15
+    while not (out.exists() and out.read_text() == "ready\n"):  # the trap is set
+        assert time.monotonic() < until, "sh never got going"
+        await asyncio.sleep(0.05)
     began = time.monotonic()
     await executor.cancel("stubborn-1", timedelta(seconds=0.5))
-    obs = await wait_for(executor, "stubborn-1", within=5)
+    obs = await wait_for(executor, "stubborn-1", within=15)
     assert time.monotonic() - began >= 0.5
     assert obs.phase is model.Phase.FAILED
     assert obs.reason is not None
@@ -320,8 +323,10 @@ async def test_a_command_outliving_its_killed_supervisor_is_still_running(
     await wait_for(executor, "orphan-2", finished=False)
     run_dir = executor.root / "orphan-2"
     os.kill(json.loads((run_dir / "shim.pid").read_text())["pid"], signal.SIGKILL)
-    await asyncio.sleep(0.3)
-    obs = (await executor.observe(["orphan-2"]))["orphan-2"]
+    until = time.monotonic() + 5
+    while not (obs := (await executor.observe(["orphan-2"]))["orphan-2"]).reason:
+        assert time.monotonic() < until, f"supervisor death not seen: {obs}"
+        await asyncio.sleep(0.05)
     assert obs.phase is model.Phase.RUNNING, (
         "the work goes on; it must not be retried beside itself"
     )

@@ -44,7 +44,11 @@ async def test_a_fresh_reconciler_adopts_and_stops_orphans_from_labels(
     assert (summary.adopted, summary.orphans_cancelled, summary.relaunched) == (2, 1, 0)
     states = {a.job_id: a.state for c in claimed for a in await db.attempt_list(job_id=c.job.id)}
     assert states == {keep.job.id: A.RUNNING, cancel.job.id: A.CANCELLED, adopt.job.id: A.RUNNING}
-    stopped = (await fresh.observe([cancel.attempt.launch_name]))[cancel.attempt.launch_name]
+    name = cancel.attempt.launch_name
+    for _ in range(200):  # the SIGKILL after the grace lands; the shim writes the exit
+        if (stopped := (await fresh.observe([name]))[name]).phase.finished:
+            break
+        await asyncio.sleep(0.05)
     assert stopped.phase is model.Phase.FAILED
     assert stopped.identity == model.Identity(cancel.job.id, 1, cancel.attempt.id)
     for c in (keep, adopt):  # clean up the two still sleeping

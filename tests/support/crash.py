@@ -57,14 +57,15 @@ class Site:
         )
 
     def start(self, command: str = "serve", **extra: str) -> subprocess.Popen[str]:
-        return subprocess.Popen(
-            [sys.executable, "-m", "corral", command],
-            cwd=self.root,
-            env=self.env(**extra),
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        with open(self.root / "corral.log", "a") as log:  # a file never fills up and blocks
+            return subprocess.Popen(
+                [sys.executable, "-m", "corral", command],
+                cwd=self.root,
+                env=self.env(**extra),
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+                text=True,
+            )
 
     def submit(self, count: int, sleep: float = 0.1) -> list[int]:
         """Jobs that append `job id,attempt,fence` to the ledger, then sleep a little."""

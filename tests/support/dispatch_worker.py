@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 from corral import config, dispatcher, store
 from corral.clock import SystemClock
 from tests.support.noop import NoopExecutor
 
 
-def run(url: str, ledger: str, claim_batch_limit: int) -> None:
-    """Dispatch until no job is queued or running, then write every launched name to `ledger`."""
+def run(url: str, ledger: str, claim_batch_limit: int, start: Any = None) -> None:
+    """Dispatch until no job is queued or running, then write every launched name to `ledger`.
+    `start`, a multiprocessing barrier, makes all the workers begin together."""
+    if start is not None:
+        start.wait(timeout=120)
     asyncio.run(_run(url, Path(ledger), claim_batch_limit))
 
 
