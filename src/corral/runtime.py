@@ -21,7 +21,11 @@ ExecutorFactory = Callable[[config.Settings, clock.Clock], Executor]
 
 
 EXECUTORS: dict[str, ExecutorFactory] = {
-    "process": lambda settings, clk: ProcessExecutor(root=settings.process_root, clock=clk),
+    "process": lambda settings, clk: ProcessExecutor(
+        root=settings.process_root,
+        clock=clk,
+        kill_grace=settings.timeouts.cancel_grace.total_seconds(),
+    ),
 }
 
 

@@ -302,6 +302,24 @@ async def test_deadline(executor: process.ProcessExecutor) -> None:
     assert obs.exit_code == -signal.SIGTERM
 
 
+async def test_past_the_deadline_what_ignores_sigterm_is_killed_after_the_grace(
+    tmp_path: Path,
+) -> None:
+    ex = process.ProcessExecutor(root=tmp_path / "runs", clock=clock.SystemClock(), kill_grace=0.5)
+    await ex.start()
+    script = sh("trap '' TERM; sleep 30")
+    await ex.launch(make_launch("stubborn-late", script, deadline_seconds=2))  # sh is up by then
+    began = time.monotonic()
+    obs = await wait_for(ex, "stubborn-late", within=15)
+    assert (obs.phase, obs.reason, obs.exit_code) == (
+        model.Phase.FAILED,
+        "deadline exceeded",
+        -signal.SIGKILL,
+    )
+    assert time.monotonic() - began < 10, "the configured grace, not the 10s default"
+    await ex.close()
+
+
 async def test_supervisor_killed(executor: process.ProcessExecutor) -> None:
     await executor.launch(make_launch("orphan-1", ["sleep", "30"]))
     await wait_for(executor, "orphan-1", finished=False)

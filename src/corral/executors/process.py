@@ -47,7 +47,7 @@ log = logging.getLogger("corral.executors.process")
 KIND = "process"
 SHIM = Path(__file__).with_name("process_shim.py")
 KILL_GRACE_SECONDS = 10.0
-"""How long a command gets between SIGTERM and SIGKILL when its deadline passes."""
+"""By default, how long a command gets between SIGTERM and SIGKILL when its deadline passes."""
 SHIM_ANSWER_SECONDS = 30.0
 """How long `launch` waits for the shim to say `started` or `exists`."""
 SUPERVISOR_DIED = "supervisor died before recording an exit"
@@ -61,10 +61,18 @@ class ProcessExecutor:
 
     kind = KIND
 
-    def __init__(self, *, root: Path, clock: clock.Clock, poll_interval: float = 0.1) -> None:
+    def __init__(
+        self,
+        *,
+        root: Path,
+        clock: clock.Clock,
+        poll_interval: float = 0.1,
+        kill_grace: float = KILL_GRACE_SECONDS,
+    ) -> None:
         self.root = Path(root).absolute()  # fixed now: a later chdir must not move it
         self._clock = clock
         self._poll_interval = poll_interval
+        self._kill_grace = kill_grace
         self._watched: set[str] = set()
         self._closed = False
 
@@ -164,7 +172,7 @@ class ProcessExecutor:
             tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{launch.name}-", dir=self.root))
             try:
                 _write_launch_files(tmp, launch, spec)
-                answer = _run_shim(tmp, run_dir)
+                answer = _run_shim(tmp, run_dir, self._kill_grace)
             finally:
                 shutil.rmtree(tmp, ignore_errors=True)
         if answer == "exists":
@@ -258,9 +266,9 @@ def _write_json(path: Path, data: Any) -> None:
         os.fsync(fh.fileno())
 
 
-def _run_shim(tmp: Path, run_dir: Path) -> str:
+def _run_shim(tmp: Path, run_dir: Path, kill_grace: float) -> str:
     """Start the shim and return its answer: `started` or `exists`."""
-    argv = [sys.executable, "-I", str(SHIM), str(tmp), str(run_dir), str(KILL_GRACE_SECONDS)]
+    argv = [sys.executable, "-I", str(SHIM), str(tmp), str(run_dir), str(kill_grace)]
     with subprocess.Popen(
         argv,
         stdin=subprocess.DEVNULL,
