@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from corral import failpoints
-from tests.support.crash import Report, Site, stop, wait_exit, wait_until
+from tests.support.crash import Site, run_to_the_end, wait_exit
 
 JOBS = 3
 
@@ -22,17 +22,6 @@ def crash_at(site: Site, name: str) -> None:
     assert wait_exit(proc, 60) == failpoints.CRASH_EXIT_CODE, f"did not crash at {name}"
 
 
-def finish_cleanly(site: Site, ids: list[int]) -> Report:
-    proc = site.start()
-    try:
-        wait_until(lambda: Report(site.url, ids).all_final(), 60, "all jobs final")
-    finally:
-        stop(proc)
-    report = Report(site.url, ids)
-    report.check(site.ledger_entries())
-    return report
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(400)
 @pytest.mark.parametrize(
@@ -41,7 +30,7 @@ def finish_cleanly(site: Site, ids: list[int]) -> Report:
 def test_crash_at_a_failpoint_then_restart(site: Site, name: str) -> None:
     ids = site.submit(JOBS)
     crash_at(site, name)
-    report = finish_cleanly(site, ids)
+    report = run_to_the_end(site, ids)
     assert all(j.state == "succeeded" for j in report.jobs)
     assert sorted(j for j, _, _ in site.ledger_entries()) == sorted(ids), "each job ran once"
 
@@ -55,7 +44,7 @@ def test_crash_in_the_middle_of_a_reconciler_repair(site: Site) -> None:
     assert wait_exit(proc, 60) == failpoints.CRASH_EXIT_CODE  # relaunched, not yet recorded
     runs = site.root / "state" / "runs"
     assert len([d for d in runs.iterdir() if not d.name.startswith(".")]) == JOBS  # relaunched
-    report = finish_cleanly(site, ids)
+    report = run_to_the_end(site, ids)
     # The unrecorded relaunches were found and finished, not launched a third time or retried.
     assert [a.attempt_no for a in report.attempts] == [1] * JOBS
     assert all(j.state == "succeeded" for j in report.jobs)

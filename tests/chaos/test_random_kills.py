@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.crash import Report, Site, stop, wait_until
+from tests.support.crash import Report, Site, run_to_the_end, stop
 
 JOBS = 200
 KILLS = 12
@@ -35,18 +35,6 @@ def figures(report: Report, kills: int) -> dict[str, int]:
     }
     print("chaos figures:", json.dumps(found))
     return found
-
-
-def run_to_the_end(site: Site, ids: list[int], *commands: str) -> Report:
-    procs = [site.start(c) for c in commands]
-    try:
-        wait_until(lambda: Report(site.url, ids).all_final(), 180, "all jobs final")
-    finally:
-        for p in procs:
-            stop(p)
-    report = Report(site.url, ids)
-    report.check(site.ledger_entries())
-    return report
 
 
 @pytest.mark.slow
