@@ -293,6 +293,38 @@ def reconciler_cmd(state: State) -> None:
     run(_serve(settings, demo=False, dispatch=False, reconcile=True))
 
 
+# --- check ----------------------------------------------------------------------------------------
+
+
+@main.command()
+@click.pass_obj
+def check(state: State) -> None:
+    """Show how the limits nest (inner < outer, with the margin); exit 1 if one does not."""
+    settings = config.Settings.load(state.config_file, check_chain=False)
+    table = Table("inner limit", "value", "outer limit", "value", "to spare", "needs", "")
+    for c in config.chain(settings):
+        link = c.link
+        inner = link.inner + (f" + {link.extra}" if link.extra else "")
+        unit = "s" if link.inner.startswith("timeouts.") else ""
+        table.add_row(
+            inner,
+            f"{c.outer - c.spare:g}{unit}",
+            link.outer,
+            f"{c.outer:g}{unit}",
+            f"{c.spare:g}{unit}",
+            f"{c.needed:g}{unit}",
+            "ok" if c.ok else "[red]BROKEN[/red]",
+        )
+    out.print(table)
+    broken = config.chain_violations(settings)
+    for line in broken:
+        err.print(f"error: {line}", markup=False)
+    if broken:
+        raise SystemExit(EXIT_FAILED)
+    margin = settings.timeouts.margin.total_seconds()
+    out.print(f"all {len(config.CHAIN)} limits nest (margin {margin:g}s)")
+
+
 # --- jobs ---------------------------------------------------------------------------------------
 
 

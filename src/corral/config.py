@@ -8,6 +8,7 @@ Environment variables win over the file; nested settings use a double underscore
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Any, ClassVar
@@ -89,6 +90,10 @@ class Timeouts(BaseModel):
     reconcile_interval: Duration = Field(
         timedelta(seconds=10), description="How often the reconciler makes a pass."
     )
+    margin: Duration = Field(
+        timedelta(seconds=5),
+        description="How much shorter an inner time limit must be than the one around it.",
+    )
     cancel_grace: Duration = Field(
         timedelta(seconds=10),
         description="Time between the polite stop (SIGTERM) and the forced one (SIGKILL).",
@@ -129,6 +134,7 @@ class Settings(BaseSettings):
         env_prefix="CORRAL_", env_nested_delimiter="__", extra="forbid", frozen=True
     )
     _toml_file: ClassVar[Path | None] = None
+    _check_chain: ClassVar[bool] = True
 
     database_url: str = Field("sqlite:///./corral.db", description="SQLite file or PostgreSQL URL.")
     state_dir: Path = Field(Path(".corral"), description="Local state: run folders, logs.")
@@ -159,13 +165,9 @@ class Settings(BaseSettings):
         return url
 
     @model_validator(mode="after")
-    def _recovery_covers_a_tick(self) -> Settings:
-        if self.recovery_batch_limit < self.claim_batch_limit:
-            raise ValueError(
-                f"recovery_batch_limit ({self.recovery_batch_limit}) must be at least"
-                f" claim_batch_limit ({self.claim_batch_limit}): one reconciler pass must be able"
-                " to repair every attempt of a tick that failed half-way"
-            )
+    def _limits_nest(self) -> Settings:
+        if self._check_chain and (broken := chain_violations(self)):
+            raise ValueError("; ".join(broken))
         return self
 
     @property
@@ -187,12 +189,22 @@ class Settings(BaseSettings):
         return tuple(sources)
 
     @classmethod
-    def load(cls, config_file: Path | None = None, **overrides: Any) -> Settings:
-        """Read settings from `config_file` (default ./corral.toml if present) and the env."""
+    def load(
+        cls, config_file: Path | None = None, *, check_chain: bool = True, **overrides: Any
+    ) -> Settings:
+        """Read settings from `config_file` (default ./corral.toml if present) and the env.
+
+        `check_chain=False` reads settings whose time limits do not nest, so that `corral
+        check` can show what is wrong; everything else refuses them.
+        """
         path = config_file if config_file is not None else DEFAULT_CONFIG_FILE
         if config_file is not None and not path.is_file():
             raise errors.ConfigError(f"config file {str(path)!r} does not exist")
-        source = type(cls.__name__, (cls,), {"_toml_file": path if path.is_file() else None})
+        source = type(
+            cls.__name__,
+            (cls,),
+            {"_toml_file": path if path.is_file() else None, "_check_chain": check_chain},
+        )
         try:
             settings: Settings = source(**overrides)
             return settings
@@ -204,14 +216,119 @@ class Settings(BaseSettings):
             raise errors.ConfigError(f"cannot read settings: {exc}") from None
 
 
+# --- the chain of limits ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Link:
+    """One relation of the chain: `inner` (plus `extra`) must stay below `outer`.
+
+    A strict link needs at least `timeouts.margin` to spare; a loose one only `<=`.
+    """
+
+    inner: str
+    outer: str
+    strict: bool
+    why: str
+    extra: str | None = None
+
+
+CHAIN = (
+    Link(
+        "timeouts.attempt_deadline",
+        "timeouts.recovery_grace",
+        strict=True,
+        extra="timeouts.cancel_grace",
+        why="an attempt still being stopped at its deadline must not be taken for lost"
+        " and launched a second time",
+    ),
+    Link(
+        "timeouts.lease_timeout",
+        "timeouts.recovery_grace",
+        strict=False,
+        why="recovery must look at a quiet attempt before it may call it lost",
+    ),
+    Link(
+        "claim_batch_limit",
+        "recovery_batch_limit",
+        strict=False,
+        why="one reconciler pass must be able to repair every attempt of a tick that failed"
+        " half-way",
+    ),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class LinkCheck:
+    """A link of the chain with this configuration's values."""
+
+    link: Link
+    inner: float
+    outer: float
+    spare: float  # outer - inner - extra
+    needed: float  # the margin for a strict link, else 0
+
+    @property
+    def ok(self) -> bool:
+        return self.spare >= self.needed
+
+
+def chain(settings: Settings) -> list[LinkCheck]:
+    """Every link of the chain, with values (seconds for durations)."""
+    margin = settings.timeouts.margin.total_seconds()
+    checks = []
+    for link in CHAIN:
+        inner, outer = _value(settings, link.inner), _value(settings, link.outer)
+        extra = _value(settings, link.extra) if link.extra else 0.0
+        checks.append(
+            LinkCheck(link, inner, outer, outer - inner - extra, margin if link.strict else 0)
+        )
+    return checks
+
+
+def chain_violations(settings: Settings) -> list[str]:
+    """One message per broken link, naming both settings, their values and the margin."""
+    out = []
+    for c in chain(settings):
+        link = c.link
+        inner = f"{link.inner} ({_show(link.inner, c.inner)})"
+        if link.extra:
+            inner += f" + {link.extra} ({_show(link.extra, _value_of(c, link.extra))})"
+        rule = (
+            f"at least {_show(link.inner, c.needed)} (timeouts.margin) less than"
+            if link.strict
+            else "at most"
+        )
+        if not c.ok:
+            out.append(
+                f"{inner} must be {rule} {link.outer} ({_show(link.outer, c.outer)}): {link.why}"
+            )
+    return out
+
+
+def _value(settings: Settings, dotted: str) -> float:
+    value: Any = settings
+    for part in dotted.split("."):
+        value = getattr(value, part)
+    return value.total_seconds() if isinstance(value, timedelta) else float(value)
+
+
+def _value_of(check: LinkCheck, name: str) -> float:
+    return check.outer - check.inner - check.spare
+
+
+def _show(name: str, value: float) -> str:
+    return f"{value:g}s" if name.startswith("timeouts.") else f"{value:g}"
+
+
 def describe(exc: ValidationError, *, origin: str | None = None) -> str:
     """One line per broken setting: `setting: what is wrong`."""
     lines = []
     for err in exc.errors():
-        name = ".".join(str(p) for p in err["loc"]) or "settings"
+        name = ".".join(str(p) for p in err["loc"])
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             msg = "unknown setting"
-        lines.append(f"{name}: {msg}")
+        lines.append(f"{name}: {msg}" if name else msg)
     where = f" (from {origin} and CORRAL_* environment)" if origin else ""
     return f"invalid settings{where}: " + "; ".join(lines)

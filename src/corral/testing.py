@@ -1,9 +1,13 @@
-"""Helpers for testing code that uses corral: a clock that only moves when told to."""
+"""Helpers for testing code that uses corral: a clock that only moves when told to, and
+the time-limit chain check for a deployment's own CI."""
 
 from __future__ import annotations
 
 import asyncio
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from corral import config
 
 
 class FrozenClock:
@@ -26,3 +30,15 @@ class FrozenClock:
     async def sleep(self, seconds: float) -> None:
         self.advance(seconds)
         await asyncio.sleep(0)
+
+
+def assert_timeouts_nest(
+    settings: config.Settings | None = None, *, config_file: Path | None = None
+) -> None:
+    """Fail (AssertionError, one line per broken link) unless every time limit nests inside
+    the one around it with the margin. With no `settings`, reads `config_file` (default
+    ./corral.toml) and the CORRAL_* environment, as corral itself would."""
+    if settings is None:
+        settings = config.Settings.load(config_file, check_chain=False)
+    broken = config.chain_violations(settings)
+    assert not broken, "time limits do not nest:\n" + "\n".join(broken)

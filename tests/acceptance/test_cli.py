@@ -261,3 +261,33 @@ def test_cancel_stops_a_running_job(corral: Run, tmp_path: Path) -> None:
     assert found["state"] == "cancelled"
     assert [a["state"] for a in found["attempt_list"]] == ["cancelled"]  # type: ignore[union-attr]
     assert corral("jobs", "cancel", job_id).returncode == 0  # cancelling again is a no-op
+
+
+def test_check_shows_the_chain_and_fails_on_a_broken_link(tmp_path: Path) -> None:
+    def check(**env: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "corral", "check"],
+            cwd=tmp_path,
+            env=corral_env(env),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    ok = check()
+    assert ok.returncode == 0, ok.stderr
+    assert "limits nest" in ok.stdout
+    broken = check(CORRAL_TIMEOUTS__ATTEMPT_DEADLINE="6m")
+    assert broken.returncode == 1
+    assert "BROKEN" in broken.stdout
+    assert "timeouts.attempt_deadline (360s) + timeouts.cancel_grace (10s) must be" in broken.stderr
+    refused = subprocess.run(
+        [sys.executable, "-m", "corral", "serve"],
+        cwd=tmp_path,
+        env=corral_env({"CORRAL_TIMEOUTS__ATTEMPT_DEADLINE": "6m"}),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert refused.returncode == 2, "corral refuses to start on limits that do not nest"
+    assert "timeouts.recovery_grace (360s)" in refused.stderr

@@ -6,9 +6,12 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from corral import errors
 from corral.config import Settings, parse_duration
+from corral.testing import assert_timeouts_nest
 
 
 @pytest.mark.parametrize(
@@ -110,3 +113,68 @@ def test_bad_env_value_names_the_setting(monkeypatch: pytest.MonkeyPatch) -> Non
 def test_missing_config_file_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(errors.ConfigError, match="does not exist"):
         Settings.load(tmp_path / "nope.toml")
+
+
+# --- the chain of limits -------------------------------------------------------------------
+
+seconds = st.integers(min_value=1, max_value=10_000)
+
+
+@given(
+    attempt=seconds,
+    cancel=seconds,
+    recovery=seconds,
+    lease=seconds,
+    margin=seconds,
+    claim=st.integers(1, 10_000),
+    recovery_batch=st.integers(1, 100_000),
+)
+def test_the_chain_accepts_exactly_the_nesting_settings(
+    attempt: int,
+    cancel: int,
+    recovery: int,
+    lease: int,
+    margin: int,
+    claim: int,
+    recovery_batch: int,
+) -> None:
+    nests = attempt + cancel + margin <= recovery and lease <= recovery and claim <= recovery_batch
+    timeouts = {
+        "attempt_deadline": attempt,
+        "cancel_grace": cancel,
+        "recovery_grace": recovery,
+        "lease_timeout": lease,
+        "margin": margin,
+    }
+    overrides = {
+        "timeouts": timeouts,
+        "claim_batch_limit": claim,
+        "recovery_batch_limit": recovery_batch,
+    }
+    if nests:
+        Settings.load(None, **overrides)
+        assert_timeouts_nest(Settings.load(None, **overrides))
+    else:
+        with pytest.raises(errors.ConfigError, match="must be"):
+            Settings.load(None, **overrides)
+        with pytest.raises(AssertionError, match="do not nest"):
+            assert_timeouts_nest(Settings.load(None, check_chain=False, **overrides))
+
+
+def test_a_broken_link_names_both_settings_their_values_and_the_margin() -> None:
+    with pytest.raises(errors.ConfigError) as caught:
+        Settings.load(None, timeouts={"attempt_deadline": 350, "recovery_grace": 360})
+    assert str(caught.value) == (
+        "invalid settings: timeouts.attempt_deadline (350s) + timeouts.cancel_grace (10s) must be"
+        " at least 5s (timeouts.margin) less than timeouts.recovery_grace (360s): an attempt still"
+        " being stopped at its deadline must not be taken for lost and launched a second time"
+    )
+
+
+def test_assert_timeouts_nest_reads_the_config_file(tmp_path: Path) -> None:
+    good, bad = tmp_path / "good.toml", tmp_path / "bad.toml"
+    good.write_text('[timeouts]\nattempt_deadline = "4m"\nrecovery_grace = "6m"\n')
+    bad.write_text('[timeouts]\nlease_timeout = "10m"\nrecovery_grace = "6m"\n')
+    assert_timeouts_nest(config_file=good)
+    with pytest.raises(AssertionError, match="timeouts.lease_timeout \\(600s\\) must be at most"):
+        assert_timeouts_nest(config_file=bad)
