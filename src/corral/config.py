@@ -107,6 +107,18 @@ class Timeouts(BaseModel):
     )
 
 
+class RetrySettings(BaseModel):
+    """How failed jobs are retried (backoff with full jitter)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    base: Duration = Field(timedelta(seconds=1), description="The first retry waits up to this.")
+    cap: Duration = Field(timedelta(minutes=5), description="No retry waits longer than this.")
+    seed: int | None = Field(
+        None, description="Seed for the jitter (tests, replays); None is random."
+    )
+
+
 class ProcessExecutorSettings(BaseModel):
     """The embedded `process` executor."""
 
@@ -152,6 +164,7 @@ class Settings(BaseSettings):
     api_url: str | None = Field(None, description="Passed to attempts as CORRAL_API_URL.")
     log_level: str = Field("INFO", pattern=r"^(DEBUG|INFO|WARNING|ERROR)$")
     timeouts: Timeouts = Timeouts()
+    retry: RetrySettings = RetrySettings()
     executors: ExecutorSettings = ExecutorSettings()
 
     @field_validator("database_url")

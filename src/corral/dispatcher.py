@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 
-from corral import clock, config, errors, failpoints, model, store
+from corral import clock, config, errors, failpoints, model, retry, store
 from corral import store as store_  # the module, where a parameter is named `store`
 from corral.executors.base import Executor
 
@@ -48,6 +48,7 @@ class Dispatcher:
         executors: Mapping[str, Executor],
         clock: clock.Clock,
         settings: config.Settings,
+        backoff: retry.Backoff | None = None,
     ) -> None:
         if not executors:
             raise errors.ConfigError(
@@ -57,6 +58,7 @@ class Dispatcher:
         self.executors = dict(executors)
         self.clock = clock
         self.settings = settings
+        self.backoff = backoff or retry.Backoff.from_settings(settings)
         self._completions = asyncio.Queue[store_.Finish]()
         self._pending: set[int] = set()  # fences queued or being written: polls repeat them
         self._arrived = asyncio.Event()
@@ -85,7 +87,10 @@ class Dispatcher:
             finishes = self._drain(self.settings.claim_batch_limit)
             try:
                 recorded, outcomes = await self.store.attempt_settle(
-                    launched=launched, finishes=finishes, now=self.clock.now()
+                    launched=launched,
+                    finishes=finishes,
+                    now=self.clock.now(),
+                    backoff=self.backoff.delay,
                 )
             except errors.CorralError:
                 self._requeue(finishes)
@@ -228,7 +233,9 @@ class Dispatcher:
         if not batch:
             return []
         try:
-            outcomes = await self.store.attempt_finish(finishes=batch, now=self.clock.now())
+            outcomes = await self.store.attempt_finish(
+                finishes=batch, now=self.clock.now(), backoff=self.backoff.delay
+            )
         except errors.CorralError:
             self._requeue(batch)
             raise

@@ -29,7 +29,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import timedelta
 
-from corral import clock, config, errors, failpoints, model, store
+from corral import clock, config, errors, failpoints, model, retry, store
 from corral.executors.base import Executor
 
 log = logging.getLogger("corral.reconciler")
@@ -79,12 +79,14 @@ class Reconciler:
         executors: Mapping[str, Executor],
         clock: clock.Clock,
         settings: config.Settings,
+        backoff: retry.Backoff | None = None,
     ) -> None:
         self.store = store
         self.executors = dict(executors)
         self.clock = clock
         self.settings = settings
         self.t = settings.timeouts
+        self.backoff = backoff or retry.Backoff.from_settings(settings)
         self._noted_unknown: set[int] = set()  # fences already noted, to keep the run log short
         # Where the last pass stopped: attempts that must wait (absent but not yet lost, or on
         # a platform that cannot be asked) must not keep the ones behind them from a look.
@@ -269,7 +271,9 @@ class Reconciler:
                 reason="relaunched: nothing was on the platform under its name",
             )
         if work.finishes:
-            await self.store.attempt_finish(finishes=work.finishes, now=now)
+            await self.store.attempt_finish(
+                finishes=work.finishes, now=now, backoff=self.backoff.delay
+            )
         await self.store.attempt_seen(fences=work.alive, now=now)
         self._noted_unknown.difference_update(work.adopt + work.relaunched + work.alive)
 

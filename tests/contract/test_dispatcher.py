@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import random
 from collections.abc import Mapping
+from datetime import timedelta
 
 import pytest
 
-from corral import config, dispatcher, errors, model, store
+from corral import config, dispatcher, errors, model, retry, store
 from corral.testing import FrozenClock
 from tests.support.noop import NoopExecutor
 
@@ -108,14 +110,27 @@ async def test_the_same_completion_twice_applies_once(db: store.Store, clock: Fr
     assert reasons.count("succeeded") == 2  # once for the attempt, once for the job
 
 
-async def test_failures_retry_until_attempts_run_out(db: store.Store, clock: FrozenClock) -> None:
+async def test_failures_retry_after_a_jittered_backoff_until_attempts_run_out(
+    db: store.Store, clock: FrozenClock
+) -> None:
     executor = NoopExecutor(fail_exit_code=3)
-    d = make(db, clock, executor)
+    d = make(db, clock, executor, retry={"base": 10, "cap": 15, "seed": 7})
+    same = retry.Backoff(10, 15, random.Random(7))  # the dispatcher's, seeded alike
+    expected_delays = [same.delay(n) for n in (1, 2)]
     [job_id] = await submit(db, clock, 1, max_attempts=3)
-    for expected in (J.QUEUED, J.QUEUED, J.FAILED):
+    for n, expected in enumerate((J.QUEUED, J.QUEUED, J.FAILED), start=1):
         assert (await d.run_once()).launched == 1
+        failed_at = clock.now()
         [outcome] = await deliver(d, executor, 1)
         assert outcome.job_state == expected
+        if expected == J.QUEUED:
+            job = await db.job_get(job_id=job_id)
+            assert job.run_at == failed_at + timedelta(seconds=expected_delays[n - 1]), (
+                "seeded: exact"
+            )
+            assert job.run_at - failed_at <= timedelta(seconds=min(15, 10 * 2 ** (n - 1)))
+            assert await d.run_once() == dispatcher.Tick(), "not due before its backoff"
+            clock.advance(16)
     attempts = await db.attempt_list(job_id=job_id)
     assert [(a.attempt_no, a.state, a.exit_code) for a in attempts] == [
         (n, A.FAILED, 3) for n in (1, 2, 3)

@@ -149,6 +149,7 @@ async def test_absent_is_lost_only_past_recovery_grace(db: store.Store, clock: F
     assert (await r.run_once()).lost == 1
     assert (await attempt(db, c)).state == A.LOST
     assert (await db.job_get(job_id=c.job.id)).state == J.QUEUED
+    clock.advance(2)  # past the retry's backoff (base 1s)
     [again] = await db.job_claim(now=clock.now(), limit=1, executors=["noop"])
     assert again.attempt.id > c.attempt.id, "the retry carries a higher fence"
 

@@ -317,3 +317,24 @@ async def test_a_schema_from_a_newer_corral_is_named(db: store.Store, db_url: st
         with engine.begin() as conn:
             conn.exec_driver_sql(f"UPDATE alembic_version SET version_num = '{migrate.head()}'")
         engine.dispose()
+
+
+async def test_retries_in_one_batch_each_get_their_own_backoff(
+    db: store.Store, clock: FrozenClock
+) -> None:
+    ids = await submit(db, clock, new(), new(), new(max_attempts=1))
+    claimed = {c.job.id: c for c in await claim(db, clock)}
+    delays = iter([3.0, 7.0, 11.0])
+    outcomes = await db.attempt_finish(
+        finishes=[Finish(claimed[i].attempt.id, A.FAILED, 1, "boom") for i in ids],
+        now=clock.now(),
+        backoff=lambda _n: next(delays),
+    )
+    assert sorted(o.job_state for o in outcomes) == [J.FAILED, J.QUEUED, J.QUEUED]
+    waits = sorted(
+        [((await db.job_get(job_id=i)).run_at - clock.now()).total_seconds() for i in ids[:2]]
+    )
+    assert waits in ([3.0, 7.0], [3.0, 11.0], [7.0, 11.0])  # each its own delay, one UPDATE
+    assert await claim(db, clock) == [], "nothing is due before its backoff"
+    clock.advance(12)
+    assert sorted(c.job.id for c in await claim(db, clock)) == sorted(ids[:2])

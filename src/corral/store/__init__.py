@@ -131,12 +131,21 @@ class Store:
         return await self._tx(queries.attempt_states, fences=fences)
 
     async def attempt_settle(
-        self, *, launched: Sequence[int], finishes: Sequence[Finish], now: datetime
+        self,
+        *,
+        launched: Sequence[int],
+        finishes: Sequence[Finish],
+        now: datetime,
+        backoff: queries.Backoff | None = None,
     ) -> tuple[list[int], list[Outcome]]:
-        return await self._tx(queries.attempt_settle, launched=launched, finishes=finishes, now=now)
+        return await self._tx(
+            queries.attempt_settle, launched=launched, finishes=finishes, now=now, backoff=backoff
+        )
 
-    async def attempt_finish(self, *, finishes: Sequence[Finish], now: datetime) -> list[Outcome]:
-        return await self._tx(queries.attempt_finish, finishes=finishes, now=now)
+    async def attempt_finish(
+        self, *, finishes: Sequence[Finish], now: datetime, backoff: queries.Backoff | None = None
+    ) -> list[Outcome]:
+        return await self._tx(queries.attempt_finish, finishes=finishes, now=now, backoff=backoff)
 
     async def attempt_seen(self, *, fences: Sequence[int], now: datetime) -> None:
         await self._tx(queries.attempt_seen, fences=fences, now=now)

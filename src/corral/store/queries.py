@@ -7,16 +7,16 @@ always an argument (`now`), never read here. Dialect differences live in dialect
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, Select, and_, func, insert, or_, select, update
+from sqlalchemy import Connection, Select, and_, case, func, insert, literal, or_, select, update
 
 from corral import errors, failpoints, model
 from corral.store import dialects
-from corral.store.tables import attempts, events, jobs
+from corral.store.tables import UTCDateTime, attempts, events, jobs
 
 A, J = model.AttemptState, model.JobState
 
@@ -359,12 +359,21 @@ def attempt_record_running(
     return [a.id for a in applied]
 
 
+Backoff = Callable[[int], float]
+"""Seconds a job waits before its next attempt, given the number of the attempt that failed."""
+
+
 def attempt_settle(
-    conn: Connection, *, launched: Sequence[int], finishes: Sequence[Finish], now: datetime
+    conn: Connection,
+    *,
+    launched: Sequence[int],
+    finishes: Sequence[Finish],
+    now: datetime,
+    backoff: Backoff | None = None,
 ) -> tuple[list[int], list[Outcome]]:
     """One transaction for a tick's last step: apply the completions that have arrived,
     then record the launched attempts that are still launching as running."""
-    outcomes = attempt_finish(conn, finishes=finishes, now=now)
+    outcomes = attempt_finish(conn, finishes=finishes, now=now, backoff=backoff)
     ended = {o.fence for o in outcomes}
     still = [fence for fence in launched if fence not in ended]
     return attempt_record_running(conn, fences=still, now=now), outcomes
@@ -394,11 +403,14 @@ class Outcome:
 ENDINGS = frozenset({A.SUCCEEDED, A.FAILED, A.LOST})
 
 
-def attempt_finish(conn: Connection, *, finishes: Sequence[Finish], now: datetime) -> list[Outcome]:
+def attempt_finish(
+    conn: Connection, *, finishes: Sequence[Finish], now: datetime, backoff: Backoff | None = None
+) -> list[Outcome]:
     """Apply completions: each attempt ends once (repeats are no-ops), then its job follows.
 
     A success ends the job `succeeded`; a failure or a loss sends it back to `queued`
-    while attempts remain, else ends it `failed`.
+    while attempts remain (due again after `backoff`, at once without one), else ends it
+    `failed`.
     """
     if bad := {f.state for f in finishes} - ENDINGS:
         raise errors.IllegalTransition(f"an attempt cannot finish as {', '.join(sorted(bad))}")
@@ -428,11 +440,14 @@ def attempt_finish(conn: Connection, *, finishes: Sequence[Finish], now: datetim
             todo -= {a.id for a in applied}
     if ended:
         failpoints.hit("mid_completion")
-    return _jobs_follow(conn, ended, now)
+    return _jobs_follow(conn, ended, now, backoff)
 
 
 def _jobs_follow(
-    conn: Connection, ended: Sequence[tuple[Applied, model.AttemptState]], now: datetime
+    conn: Connection,
+    ended: Sequence[tuple[Applied, model.AttemptState]],
+    now: datetime,
+    backoff: Backoff | None,
 ) -> list[Outcome]:
     """Move the jobs of ended attempts on, fenced to that attempt being the job's current one."""
     won = [a for a, state in ended if state == A.SUCCEEDED]
@@ -443,9 +458,11 @@ def _jobs_follow(
         (
             lost,
             J.QUEUED,
-            "retry: attempt {n} {state}, attempts remain",
+            "retry: attempt {n} {state}, attempts remain; due again after a backoff"
+            if backoff
+            else "retry: attempt {n} {state}, attempts remain",
             [jobs.c.attempt_count < jobs.c.max_attempts],
-            {"run_at": now},
+            {"run_at": _retry_at(lost, now, backoff)},
         ),
         (
             lost,
@@ -618,6 +635,21 @@ def _active_attempt(conn: Connection, job_id: int) -> model.Attempt | None:
         )
     ).first()
     return None if row is None else attempt_from_row(row._mapping)
+
+
+def _retry_at(lost: Sequence[Applied], now: datetime, backoff: Backoff | None) -> Any:
+    """The new run_at of each job that will retry: one CASE over the job ids, so a batch of
+    retries, each with its own jittered delay, is still one UPDATE."""
+    if backoff is None or not lost:
+        return now
+    whens = [
+        (
+            jobs.c.id == a.job_id,
+            literal(now + timedelta(seconds=backoff(a.attempt_no)), UTCDateTime()),
+        )
+        for a in lost
+    ]
+    return case(*whens, else_=literal(now, UTCDateTime()))
 
 
 # --- reads --------------------------------------------------------------------------------------

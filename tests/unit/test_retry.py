@@ -1,0 +1,34 @@
+"""Backoff with full jitter: every delay within its ceiling, exact under a seed."""
+
+from __future__ import annotations
+
+import random
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from corral import config, retry
+
+
+@given(
+    base=st.floats(min_value=0.001, max_value=3600),
+    cap=st.floats(min_value=0.001, max_value=86400),
+    attempt_no=st.integers(min_value=1, max_value=10_000),
+    seed=st.integers(),
+)
+def test_every_delay_lies_between_zero_and_its_ceiling(
+    base: float, cap: float, attempt_no: int, seed: int
+) -> None:
+    delay = retry.Backoff(base, cap, random.Random(seed)).delay(attempt_no)
+    assert 0 <= delay <= min(cap, base * 2.0 ** min(attempt_no - 1, 64))
+
+
+def test_the_ceiling_doubles_up_to_the_cap() -> None:
+    b = retry.Backoff(1, 10)
+    assert [b.ceiling(n) for n in range(1, 7)] == [1, 2, 4, 8, 10, 10]
+
+
+def test_a_seed_makes_delays_exact() -> None:
+    settings = config.Settings(retry=config.RetrySettings(seed=42))
+    one, two = retry.Backoff.from_settings(settings), retry.Backoff.from_settings(settings)
+    assert [one.delay(n) for n in range(1, 6)] == [two.delay(n) for n in range(1, 6)]
