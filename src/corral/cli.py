@@ -474,6 +474,19 @@ def _print_view(view: client.JobView) -> None:
     out.print(events)
 
 
+@jobs.command("explain")
+@click.argument("job_id", type=JOB_ID)
+@click.pass_obj
+def jobs_explain(state: State, job_id: int) -> None:
+    """Say in one line why a job is not running now (backoff, not due, ...)."""
+
+    async def go() -> str:
+        async with runtime.connect(state.settings()) as c:
+            return await c.explain(job_id)
+
+    out.print(f"job {job_id}: {run(go())}", markup=False)
+
+
 @jobs.command("cancel")
 @click.argument("job_id", type=JOB_ID)
 @click.pass_obj

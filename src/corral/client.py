@@ -135,6 +135,10 @@ class Client:
         attempts = await self.store.attempt_list(job_id=job_id)
         return JobView(job, attempts, await self.store.event_list(job_id=job_id))
 
+    async def explain(self, job_id: int) -> str:
+        """One line: why the job is not running now (or what it is doing)."""
+        return explain(await self.job(job_id), self.clock.now())
+
     async def jobs(self, *, states: Iterable[str] = (), limit: int = 100) -> list[model.Job]:
         states = list(states)
         for state in states:
@@ -163,3 +167,33 @@ class Client:
                     exc,
                 )
         return attempt
+
+
+def explain(view: JobView, now: datetime) -> str:
+    """Why a job is where it is, in one line, from its row, attempts and run log."""
+    job, J = view.job, model.JobState
+    last = view.events[-1].reason if view.events else ""
+    wait = (job.run_at - now).total_seconds()
+    at = job.run_at.strftime("%Y-%m-%d %H:%M:%S UTC")
+    if job.state == J.QUEUED and wait > 0 and job.attempt_count:
+        n = job.attempt_count
+        return f"backoff: attempt {n} failed; attempt {n + 1} is due at {at} (in {wait:.0f}s)"
+    if job.state == J.QUEUED and wait > 0:
+        return f"not due yet: runs at {at} (in {wait:.0f}s)"
+    if job.state == J.QUEUED:
+        return (
+            f"due now: waiting for a dispatcher running executor {job.executor!r} to claim it"
+            " (is `corral serve` or `corral dispatcher` running?)"
+        )
+    if job.state == J.RUNNING and view.attempts:
+        a = view.attempts[-1]
+        seen = a.last_seen_at.strftime("%H:%M:%S") if a.last_seen_at else "never"
+        return (
+            f"running: attempt {a.attempt_no} ({a.launch_name}, fence {a.id}) is {a.state};"
+            f" last news {seen}"
+        )
+    if job.state == J.PARKED:
+        return f"parked: no live worker can run it yet ({last})"
+    if job.state == J.QUARANTINED:
+        return f"quarantined: waits for a person ({last})"
+    return f"{job.state}: {last}"

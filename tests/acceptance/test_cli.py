@@ -97,6 +97,7 @@ def test_submit_prints_the_id_and_a_repeated_key_says_so(corral: Run) -> None:
         (1, "default", 0, "queued"),
     ]
     assert listed[1]["labels"] == {"team": "data"}
+    assert "job 1: due now: waiting for a dispatcher" in corral("jobs", "explain", "1").stdout
 
 
 @pytest.mark.parametrize(
