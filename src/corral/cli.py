@@ -305,14 +305,13 @@ def check(state: State) -> None:
     for c in config.chain(settings):
         link = c.link
         inner = link.inner + (f" + {link.extra}" if link.extra else "")
-        unit = "s" if link.inner.startswith("timeouts.") else ""
         table.add_row(
             inner,
-            f"{c.outer - c.spare:g}{unit}",
+            c.show(c.inner + c.extra),
             link.outer,
-            f"{c.outer:g}{unit}",
-            f"{c.spare:g}{unit}",
-            f"{c.needed:g}{unit}",
+            c.show(c.outer),
+            c.show(c.spare),
+            c.show(c.needed),
             "ok" if c.ok else "[red]BROKEN[/red]",
         )
     out.print(table)

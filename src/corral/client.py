@@ -177,7 +177,8 @@ def explain(view: JobView, now: datetime) -> str:
     at = job.run_at.strftime("%Y-%m-%d %H:%M:%S UTC")
     if job.state == J.QUEUED and wait > 0 and job.attempt_count:
         n = job.attempt_count
-        return f"backoff: attempt {n} failed; attempt {n + 1} is due at {at} (in {wait:.0f}s)"
+        how = view.attempts[-1].state if view.attempts else "failed"
+        return f"backoff: attempt {n} {how}; attempt {n + 1} is due at {at} (in {wait:.1f}s)"
     if job.state == J.QUEUED and wait > 0:
         return f"not due yet: runs at {at} (in {wait:.0f}s)"
     if job.state == J.QUEUED:

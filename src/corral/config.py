@@ -115,7 +115,9 @@ class RetrySettings(BaseModel):
     base: Duration = Field(timedelta(seconds=1), description="The first retry waits up to this.")
     cap: Duration = Field(timedelta(minutes=5), description="No retry waits longer than this.")
     seed: int | None = Field(
-        None, description="Seed for the jitter (tests, replays); None is random."
+        None,
+        description="Seed for the jitter, for tests and replays only: every process with the"
+        " same seed draws the same delays, which undoes the jitter between them.",
     )
 
 
@@ -273,65 +275,67 @@ CHAIN = (
 
 @dataclass(frozen=True, slots=True)
 class LinkCheck:
-    """A link of the chain with this configuration's values."""
+    """A link of the chain with this configuration's values, in whole units (microseconds
+    for durations, so that a limit that meets the rule exactly is not refused by rounding)."""
 
     link: Link
-    inner: float
-    outer: float
-    spare: float  # outer - inner - extra
-    needed: float  # the margin for a strict link, else 0
+    inner: int
+    extra: int
+    outer: int
+    needed: int  # the margin for a strict link, else 0
+
+    @property
+    def spare(self) -> int:
+        return self.outer - self.inner - self.extra
 
     @property
     def ok(self) -> bool:
         return self.spare >= self.needed
 
+    def show(self, units: int) -> str:
+        """`units` as a person reads them: seconds for time limits, counts otherwise."""
+        if self.link.inner.startswith("timeouts."):
+            return f"{units / 1_000_000:g}s"
+        return f"{units:g}"
+
 
 def chain(settings: Settings) -> list[LinkCheck]:
-    """Every link of the chain, with values (seconds for durations)."""
-    margin = settings.timeouts.margin.total_seconds()
-    checks = []
-    for link in CHAIN:
-        inner, outer = _value(settings, link.inner), _value(settings, link.outer)
-        extra = _value(settings, link.extra) if link.extra else 0.0
-        checks.append(
-            LinkCheck(link, inner, outer, outer - inner - extra, margin if link.strict else 0)
+    """Every link of the chain, with this configuration's values."""
+    margin = _units(settings, "timeouts.margin")
+    return [
+        LinkCheck(
+            link,
+            inner=_units(settings, link.inner),
+            extra=_units(settings, link.extra) if link.extra else 0,
+            outer=_units(settings, link.outer),
+            needed=margin if link.strict else 0,
         )
-    return checks
+        for link in CHAIN
+    ]
 
 
 def chain_violations(settings: Settings) -> list[str]:
     """One message per broken link, naming both settings, their values and the margin."""
     out = []
     for c in chain(settings):
+        if c.ok:
+            continue
         link = c.link
-        inner = f"{link.inner} ({_show(link.inner, c.inner)})"
+        inner = f"{link.inner} ({c.show(c.inner)})"
         if link.extra:
-            inner += f" + {link.extra} ({_show(link.extra, _value_of(c, link.extra))})"
+            inner += f" + {link.extra} ({c.show(c.extra)})"
         rule = (
-            f"at least {_show(link.inner, c.needed)} (timeouts.margin) less than"
-            if link.strict
-            else "at most"
+            f"at least {c.show(c.needed)} (timeouts.margin) less than" if link.strict else "at most"
         )
-        if not c.ok:
-            out.append(
-                f"{inner} must be {rule} {link.outer} ({_show(link.outer, c.outer)}): {link.why}"
-            )
+        out.append(f"{inner} must be {rule} {link.outer} ({c.show(c.outer)}): {link.why}")
     return out
 
 
-def _value(settings: Settings, dotted: str) -> float:
+def _units(settings: Settings, dotted: str) -> int:
     value: Any = settings
     for part in dotted.split("."):
         value = getattr(value, part)
-    return value.total_seconds() if isinstance(value, timedelta) else float(value)
-
-
-def _value_of(check: LinkCheck, name: str) -> float:
-    return check.outer - check.inner - check.spare
-
-
-def _show(name: str, value: float) -> str:
-    return f"{value:g}s" if name.startswith("timeouts.") else f"{value:g}"
+    return value // timedelta(microseconds=1) if isinstance(value, timedelta) else int(value)
 
 
 def describe(exc: ValidationError, *, origin: str | None = None) -> str:

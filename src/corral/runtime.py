@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from corral import client, clock, config, dispatcher, errors, reconciler, store
+from corral import client, clock, config, dispatcher, errors, reconciler, retry, store
 from corral.executors.base import Executor
 from corral.executors.process import ProcessExecutor
 
@@ -106,14 +106,23 @@ async def serve(
         if on_ready is not None:
             await on_ready(rt)
         loops = []
+        backoff = retry.Backoff.from_settings(rt.settings)  # one random source per process
         if dispatch:
             d = dispatcher.Dispatcher(
-                store=rt.store, executors=rt.executors, clock=rt.clock, settings=rt.settings
+                store=rt.store,
+                executors=rt.executors,
+                clock=rt.clock,
+                settings=rt.settings,
+                backoff=backoff,
             )
             loops.append(d.run(stop))
         if reconcile:
             r = reconciler.Reconciler(
-                store=rt.store, executors=rt.executors, clock=rt.clock, settings=rt.settings
+                store=rt.store,
+                executors=rt.executors,
+                clock=rt.clock,
+                settings=rt.settings,
+                backoff=backoff,
             )
             loops.append(r.run(stop))
         await asyncio.gather(*loops)

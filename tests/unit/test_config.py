@@ -117,15 +117,15 @@ def test_missing_config_file_is_an_error(tmp_path: Path) -> None:
 
 # --- the chain of limits -------------------------------------------------------------------
 
-seconds = st.integers(min_value=1, max_value=10_000)
+millis = st.integers(min_value=1, max_value=10_000_000)  # durations in whole milliseconds
 
 
 @given(
-    attempt=seconds,
-    cancel=seconds,
-    recovery=seconds,
-    lease=seconds,
-    margin=seconds,
+    attempt=millis,
+    cancel=millis,
+    recovery=millis,
+    lease=millis,
+    margin=millis,
     claim=st.integers(1, 10_000),
     recovery_batch=st.integers(1, 100_000),
 )
@@ -140,11 +140,11 @@ def test_the_chain_accepts_exactly_the_nesting_settings(
 ) -> None:
     nests = attempt + cancel + margin <= recovery and lease <= recovery and claim <= recovery_batch
     timeouts = {
-        "attempt_deadline": attempt,
-        "cancel_grace": cancel,
-        "recovery_grace": recovery,
-        "lease_timeout": lease,
-        "margin": margin,
+        "attempt_deadline": f"{attempt}ms",
+        "cancel_grace": f"{cancel}ms",
+        "recovery_grace": f"{recovery}ms",
+        "lease_timeout": f"{lease}ms",
+        "margin": f"{margin}ms",
     }
     overrides = {
         "timeouts": timeouts,
@@ -178,3 +178,15 @@ def test_assert_timeouts_nest_reads_the_config_file(tmp_path: Path) -> None:
     assert_timeouts_nest(config_file=good)
     with pytest.raises(AssertionError, match="timeouts.lease_timeout \\(600s\\) must be at most"):
         assert_timeouts_nest(config_file=bad)
+
+
+def test_limits_that_meet_the_rule_exactly_are_accepted() -> None:
+    # 0.1 + 0.1 + 0.1 is not 0.3 in floating point; the check counts whole microseconds.
+    exact = {
+        "recovery_grace": 0.3,
+        "attempt_deadline": 0.1,
+        "cancel_grace": 0.1,
+        "margin": 0.1,
+        "lease_timeout": 0.3,
+    }
+    Settings.load(None, timeouts=exact)

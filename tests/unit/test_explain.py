@@ -41,7 +41,7 @@ def test_not_due_yet() -> None:
 def test_backoff_after_a_failure() -> None:
     line = say(replace(JOB, attempt_count=1, run_at=NOW + timedelta(seconds=4)))
     assert line.startswith("backoff: attempt 1 failed; attempt 2 is due at")
-    assert "(in 4s)" in line
+    assert "(in 4.0s)" in line
 
 
 def test_due_but_nobody_dispatching() -> None:
