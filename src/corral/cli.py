@@ -270,27 +270,27 @@ async def _submit_demo(c: client.Client) -> None:
 @click.pass_obj
 def serve(state: State, demo: bool) -> None:
     """Run corral: the dispatcher and the reconciler."""
-    settings = state.settings()
-    _logging(settings)
-    run(_serve(settings, demo=demo, dispatch=True, reconcile=True))
+    _run_loops(state, demo=demo, dispatch=True, reconcile=True)
 
 
 @main.command("dispatcher")
 @click.pass_obj
 def dispatcher_cmd(state: State) -> None:
     """Run the dispatcher loop alone."""
-    settings = state.settings()
-    _logging(settings)
-    run(_serve(settings, demo=False, dispatch=True, reconcile=False))
+    _run_loops(state, demo=False, dispatch=True, reconcile=False)
 
 
 @main.command("reconciler")
 @click.pass_obj
 def reconciler_cmd(state: State) -> None:
     """Run the reconciler loop alone (recovery: adopt, relaunch, complete, time out, lost)."""
+    _run_loops(state, demo=False, dispatch=False, reconcile=True)
+
+
+def _run_loops(state: State, *, demo: bool, dispatch: bool, reconcile: bool) -> None:
     settings = state.settings()
     _logging(settings)
-    run(_serve(settings, demo=False, dispatch=False, reconcile=True))
+    run(_serve(settings, demo=demo, dispatch=dispatch, reconcile=reconcile))
 
 
 # --- check ----------------------------------------------------------------------------------------

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from datetime import timedelta
 
 import pytest
@@ -218,14 +218,22 @@ async def test_stop_finishes_the_launch_in_hand_and_claims_no_more(
     assert await states(db, later) == [J.QUEUED, J.QUEUED]
 
 
-async def test_a_job_cancelled_while_launching_is_stopped(
+async def tick_held_mid_launch(
     db: store.Store, clock: FrozenClock
-) -> None:
+) -> tuple[GatedLaunch, int, asyncio.Task[dispatcher.Tick]]:
+    """A tick that has claimed one job and is held inside its launch (gate closed)."""
     executor = GatedLaunch()
     d = make(db, clock, executor)
     [job_id] = await submit(db, clock, 1)
     tick = asyncio.create_task(d.run_once())
     await asyncio.wait_for(executor.entered.wait(), timeout=5)
+    return executor, job_id, tick
+
+
+async def test_a_job_cancelled_while_launching_is_stopped(
+    db: store.Store, clock: FrozenClock
+) -> None:
+    executor, job_id, tick = await tick_held_mid_launch(db, clock)
     await db.job_cancel(job_id=job_id, now=clock.now(), reason="by test")  # claim done, launch not
     executor.gate.set()
     assert (await tick).recorded == 0
@@ -289,11 +297,7 @@ async def test_a_failed_flush_keeps_the_completions_queued(db_url: str, clock: F
 async def test_an_attempt_recovery_adopted_mid_launch_is_left_running(
     db: store.Store, clock: FrozenClock
 ) -> None:
-    executor = GatedLaunch()
-    d = make(db, clock, executor)
-    [job_id] = await submit(db, clock, 1)
-    tick = asyncio.create_task(d.run_once())
-    await asyncio.wait_for(executor.entered.wait(), timeout=5)
+    executor, job_id, tick = await tick_held_mid_launch(db, clock)
     [a] = await db.attempt_list(job_id=job_id)
     await db.attempt_record_running(fences=[a.id], now=clock.now(), reason="adopted")  # recovery
     executor.gate.set()
@@ -326,3 +330,37 @@ async def test_a_launch_later_than_launch_grace_is_left_to_recovery(
     [late] = await db.attempt_list(job_id=second)
     assert late.state == A.LAUNCHING
     assert "past launch_grace" in (await db.event_list(job_id=second))[-1].reason
+
+
+class BrokenStreamOnce(NoopExecutor):
+    """Its event stream fails once; polling sees nothing, so only the stream can complete."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.broke = False
+
+    async def observe(self, names: Sequence[str]) -> dict[str, model.Observation]:
+        return {n: model.Observation(n, model.Phase.RUNNING) for n in names}
+
+    async def events(self) -> AsyncIterator[model.Observation]:
+        if not self.broke:
+            self.broke = True
+            raise errors.ExecutorError("watch connection dropped")
+        async for obs in super().events():
+            yield obs
+
+
+async def test_a_broken_event_stream_is_restarted(db: store.Store, clock: FrozenClock) -> None:
+    executor = BrokenStreamOnce()
+    d = make(db, clock, executor)
+    [job_id] = await submit(db, clock, 1)
+    stop = asyncio.Event()
+    runner = asyncio.create_task(d.run(stop))
+    for _ in range(500):
+        if (await db.job_get(job_id=job_id)).state == J.SUCCEEDED:
+            break
+        await asyncio.sleep(0.01)
+    stop.set()
+    await asyncio.wait_for(runner, timeout=10)
+    assert executor.broke
+    assert (await db.job_get(job_id=job_id)).state == J.SUCCEEDED
