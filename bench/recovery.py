@@ -47,7 +47,7 @@ async def orphan(
     if scenario in ("complete", "lost"):
         await db.attempt_record_running(fences=[c.attempt.id for c in claimed], now=then)
     for c in claimed:
-        launch = model.build_launch(c, api_url=None, deadline_seconds=None)
+        launch = model.build_launch(c, reach=model.Reach(), deadline_seconds=None)
         if scenario == "adopt":
             platform.put(launch)
         elif scenario == "complete":

@@ -144,7 +144,8 @@ async def _corral_phase(url: str, jobs: int, batch: int) -> dict[str, float]:
         await db.job_submit(new=chunk, now=clock.now())
     submit_s = time.perf_counter() - t0
     settings = config.Settings(
-        claim_batch_limit=batch, timeouts=config.Timeouts(dispatch_interval=0.05)
+        claim_batch_limit=batch,
+        timeouts=config.Timeouts(dispatch_interval=0.05, tick_deadline=0.04, tick_margin=0.01),
     )
     executor = NoopExecutor()
     d = dispatcher.Dispatcher(

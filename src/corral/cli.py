@@ -1,7 +1,8 @@
 """The `corral` command. Each subcommand checks its arguments, then makes one call.
 
 Exit codes: 0 ok; 1 the operation failed (database unreachable, job not found, ...);
-2 bad usage, bad settings or refused input.
+2 bad usage, bad settings or refused input; 3 a heartbeat from an attempt that a newer
+one replaced (the job should stop).
 """
 
 from __future__ import annotations
@@ -21,13 +22,13 @@ from rich.console import Console
 from rich.logging import RichHandler
 from rich.table import Table
 
-from corral import client, config, errors, model, runtime, store
+from corral import client, config, errors, model, runtime, store, worker
 
 T = TypeVar("T")
 out = Console(highlight=False)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
-EXIT_FAILED, EXIT_USAGE = 1, 2
+EXIT_FAILED, EXIT_USAGE, EXIT_STALE = 1, 2, 3
 JOB_ID = click.IntRange(1, 2**63 - 1)
 DEMO_JOBS: list[dict[str, Any]] = [
     {"key": "demo-hello", "command": ["sh", "-c", "echo hello from corral; sleep 1"]},
@@ -127,6 +128,22 @@ def _json_option(name: str, text: str | None) -> Any:
         raise errors.InvalidInput(f"{name}: not valid JSON ({exc})") from None
 
 
+def _policy(
+    text: str | None, *, deadline: str | None, heartbeat: bool, on_unknown: str | None
+) -> dict[str, Any]:
+    """--policy with the shortcut options laid over it."""
+    policy = _json_option("--policy", text) or {}
+    if not isinstance(policy, dict):
+        raise errors.InvalidInput("--policy: must be a JSON object")
+    if deadline is not None:
+        policy.setdefault("limits", {})["attempt_deadline"] = deadline
+    if heartbeat:
+        policy["heartbeat"] = True
+    if on_unknown is not None:
+        policy["on_unknown"] = on_unknown
+    return policy
+
+
 @main.command(context_settings={"allow_interspersed_args": False})
 @click.option("--queue", default="default", show_default=True)
 @click.option("--pool", default=None)
@@ -153,6 +170,25 @@ def _json_option(name: str, text: str | None) -> Any:
     default=None,
     help="Payload as JSON from a file (- for stdin).",
 )
+@click.option(
+    "--policy",
+    "policy_json",
+    default=None,
+    help='The job\'s own policy as JSON, e.g. \'{"failure_rules": [{"on_exit_codes":'
+    ' {"operator": "In", "values": [3]}, "action": "fail"}]}\'.',
+)
+@click.option("--deadline", default=None, help="Tighten the attempt deadline, e.g. 30s or 5m.")
+@click.option(
+    "--heartbeat",
+    is_flag=True,
+    help="The job sends heartbeats (`corral heartbeat`); silence past its lease is unknown.",
+)
+@click.option(
+    "--on-unknown",
+    type=click.Choice(["wait", "fence_and_relaunch"]),
+    default=None,
+    help="What to do when the attempt's state is unknown (default wait).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.argument("command", nargs=-1)
 @click.pass_obj
@@ -165,9 +201,14 @@ def submit(
     payload_json: str | None,
     payload_file: Any,
     as_json: bool,
+    policy_json: str | None,
+    deadline: str | None,
+    heartbeat: bool,
+    on_unknown: str | None,
     **options: Any,
 ) -> None:
     """Submit a job: corral submit [OPTIONS] -- CMD [ARGS...]"""
+    policy = _policy(policy_json, deadline=deadline, heartbeat=heartbeat, on_unknown=on_unknown)
     spec = _json_option("--spec", spec_json)
     if spec is None:
         spec = {"command": list(command)}
@@ -185,7 +226,9 @@ def submit(
 
     async def go() -> tuple[int, bool]:
         async with runtime.connect(state.settings()) as c:
-            return await c.submit(spec=spec, payload=payload, labels=labels, **options)
+            return await c.submit(
+                spec=spec, payload=payload, labels=labels, policy=policy, **options
+            )
 
     job_id, created = run(go())
     if as_json:
@@ -302,6 +345,7 @@ def check(state: State) -> None:
     """Show how the limits nest (inner < outer, with the margin); exit 1 if one does not."""
     settings = config.Settings.load(state.config_file, check_chain=False)
     table = Table("inner limit", "value", "outer limit", "value", "to spare", "needs", "")
+    table.title = "each inner limit must be shorter than the outer one by the margin it needs"
     for c in config.chain(settings):
         link = c.link
         inner = link.inner + (f" + {link.extra}" if link.extra else "")
@@ -311,7 +355,9 @@ def check(state: State) -> None:
             link.outer,
             c.show(c.outer),
             c.show(c.spare),
-            c.show(c.needed),
+            f"{c.show(c.needed)} ({c.link.margin.removeprefix('timeouts.')})"
+            if c.link.margin
+            else "<=",
             "ok" if c.ok else "[red]BROKEN[/red]",
         )
     out.print(table)
@@ -321,7 +367,8 @@ def check(state: State) -> None:
     if broken:
         raise SystemExit(EXIT_FAILED)
     margin = settings.timeouts.margin.total_seconds()
-    out.print(f"all {len(config.CHAIN)} limits nest (margin {margin:g}s)")
+    tick = settings.timeouts.tick_margin.total_seconds()
+    out.print(f"all {len(config.CHAIN)} limits nest (margin {margin:g}s, tick margin {tick:g}s)")
 
 
 # --- jobs ---------------------------------------------------------------------------------------
@@ -352,6 +399,7 @@ def _job_dict(job: model.Job) -> dict[str, Any]:
         "run_at": job.run_at.isoformat(),
         "idempotency_key": job.idempotency_key,
         "labels": job.labels,
+        "policy": job.policy,
         "created_at": job.created_at.isoformat(),
         "updated_at": job.updated_at.isoformat(),
     }
@@ -423,6 +471,10 @@ def _view_dict(view: client.JobView) -> dict[str, Any]:
                 "exit_code": a.exit_code,
                 "reason": a.reason,
                 "last_seen_at": _iso(a.last_seen_at),
+                "deadline_at": _iso(a.deadline_at),
+                "lease_until": _iso(a.lease_until),
+                "failure_class": a.failure_class,
+                "fingerprint": a.fingerprint,
             }
             for a in view.attempts
         ],
@@ -452,7 +504,7 @@ def _print_view(view: client.JobView) -> None:
     if j.idempotency_key:
         out.print(f"idempotency key: {j.idempotency_key}")
     attempts = Table(
-        "fence", "attempt", "launch name", "state", "started", "finished", "exit", "reason"
+        "fence", "attempt", "launch name", "state", "started", "finished", "exit", "class", "reason"
     )
     for a in view.attempts:
         attempts.add_row(
@@ -463,6 +515,7 @@ def _print_view(view: client.JobView) -> None:
             _when(a.started_at),
             _when(a.finished_at),
             "-" if a.exit_code is None else str(a.exit_code),
+            a.failure_class or "",
             a.reason or "",
         )
     out.print(attempts)
@@ -501,6 +554,89 @@ def jobs_cancel(state: State, job_id: int) -> None:
     out.print(f"job {job_id} cancelled{stopped}")
 
 
+# --- dead (quarantined jobs) ---------------------------------------------------------------------
+
+
+@main.group()
+def dead() -> None:
+    """Quarantined jobs (poison pills): look at them, retry after a fix, or discard."""
+
+
+@dead.command("list")
+@click.option("--limit", type=click.IntRange(1, 10_000), default=50, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+def dead_list(state: State, limit: int, as_json: bool) -> None:
+    """List quarantined jobs with their last failure."""
+
+    async def go() -> list[client.JobView]:
+        async with runtime.connect(state.settings()) as c:
+            return await c.dead(limit=limit)
+
+    views = run(go())
+    if as_json:
+        out.print_json(json.dumps([_view_dict(v) for v in views]))
+        return
+    table = Table("id", "queue", "attempts", "class", "fingerprint", "last failure", "since")
+    for v in views:
+        last = v.attempts[-1] if v.attempts else None
+        table.add_row(
+            str(v.job.id),
+            v.job.queue,
+            f"{v.job.attempt_count}/{v.job.max_attempts}",
+            (last.failure_class or "") if last else "",
+            (last.fingerprint or "") if last else "",
+            (last.reason or "") if last else "",
+            _when(v.job.updated_at),
+        )
+    out.print(table)
+    if not views:
+        err.print("no quarantined jobs")
+
+
+@dead.command("retry")
+@click.argument("job_id", type=JOB_ID)
+@click.pass_obj
+def dead_retry(state: State, job_id: int) -> None:
+    """Send a quarantined job back to the queue for a new attempt (after a fix)."""
+
+    async def go() -> None:
+        async with runtime.connect(state.settings()) as c:
+            await c.dead_retry(job_id)
+
+    run(go())
+    out.print(f"job {job_id} queued again")
+
+
+@dead.command("discard")
+@click.argument("job_id", type=JOB_ID)
+@click.pass_obj
+def dead_discard(state: State, job_id: int) -> None:
+    """Give up on a quarantined job (it ends cancelled; its run log stays)."""
+
+    async def go() -> None:
+        async with runtime.connect(state.settings()) as c:
+            await c.dead_discard(job_id)
+
+    run(go())
+    out.print(f"job {job_id} discarded")
+
+
+# --- inside a job --------------------------------------------------------------------------------
+
+
+@main.command("heartbeat")
+@click.pass_obj
+def heartbeat_cmd(state: State) -> None:
+    """Inside a job: tell corral this attempt is alive (reads CORRAL_JOB_ID, CORRAL_FENCE).
+
+    Exits 3 when a newer attempt has replaced this one: the job should stop."""
+    settings = config.Settings.load(state.config_file, check_chain=False)
+    lease = worker.heartbeat(worker.current_attempt(), settings)
+    if lease is not None:
+        out.print(f"lease renewed until {lease.isoformat()}")
+
+
 def entrypoint() -> None:
     """Run the CLI, mapping corral's errors to one line and an exit code."""
     try:
@@ -514,6 +650,9 @@ def entrypoint() -> None:
     except (errors.ConfigError, errors.InvalidInput) as exc:
         err.print(f"error: {exc}", markup=False)
         sys.exit(EXIT_USAGE)
+    except errors.StaleFence as exc:
+        err.print(f"error: {exc}", markup=False)
+        sys.exit(EXIT_STALE)
     except errors.CorralError as exc:
         err.print(f"error: {exc}", markup=False)
         sys.exit(EXIT_FAILED)

@@ -66,9 +66,14 @@ class Client:
         idempotency_key: str | None = None,
         labels: Mapping[str, str] | None = None,
         run_at: datetime | None = None,
+        policy: Mapping[str, Any] | config.JobPolicy | None = None,
     ) -> tuple[int, bool]:
         """Store a job; returns (job id, created). A repeated idempotency key returns the
-        existing job with created=False."""
+        existing job with created=False.
+
+        `policy` is the job's own retry, limit and failure policy (config.JobPolicy), e.g.
+        `{"limits": {"attempt_deadline": "30s"}, "failure_rules": [{"on_exit_codes":
+        {"operator": "In", "values": [3]}, "action": "fail"}]}`."""
         draft = model.NewJob(
             executor=executor,
             spec=spec,
@@ -83,6 +88,7 @@ class Client:
             idempotency_key=idempotency_key,
             labels=dict(labels or {}),
             run_at=run_at,
+            policy=policy.stored() if isinstance(policy, config.JobPolicy) else dict(policy or {}),
         )
         [(job_id, created)] = await self.store.job_submit(
             new=[self.validate(draft)], now=self.clock.now()
@@ -116,7 +122,9 @@ class Client:
         for key, value in job.labels.items():
             model.check_label(key, value)
         self._check_payload(job.payload)
-        return dataclasses.replace(job, spec=self.executors[job.executor].validate_spec(job.spec))
+        policy = config.job_policy(self.settings, job.policy).stored()
+        spec = self.executors[job.executor].validate_spec(job.spec)
+        return dataclasses.replace(job, spec=spec, policy=policy)
 
     def _check_payload(self, payload: Any) -> None:
         try:
@@ -148,6 +156,29 @@ class Client:
                 )
         return await self.store.job_list(states=states, limit=limit)
 
+    async def heartbeat(self, job_id: int, fence: int) -> datetime | None:
+        """News from inside attempt `fence`: renews its lease (returns the lease's new end, or
+        None for a job without one). StaleFence when a newer attempt replaced it: stop."""
+        return await self.store.attempt_heartbeat(
+            job_id=job_id,
+            fence=fence,
+            now=self.clock.now(),
+            lease_timeout=self.settings.timeouts.lease_timeout,
+        )
+
+    async def dead(self, *, limit: int = 100) -> list[JobView]:
+        """Quarantined jobs, newest first, each with its attempts and run log."""
+        found = await self.store.job_list(states=[model.JobState.QUARANTINED], limit=limit)
+        return [await self.job(j.id) for j in found]
+
+    async def dead_retry(self, job_id: int, *, reason: str = "retried by a person") -> None:
+        """Send a quarantined job back to the queue for one more attempt (after a fix)."""
+        await self.store.job_dead_retry(job_id=job_id, now=self.clock.now(), reason=reason)
+
+    async def dead_discard(self, job_id: int, *, reason: str = "discarded by a person") -> None:
+        """Give up on a quarantined job: it ends cancelled."""
+        await self.store.job_dead_discard(job_id=job_id, now=self.clock.now(), reason=reason)
+
     async def cancel(
         self, job_id: int, *, reason: str = "cancelled by request"
     ) -> model.Attempt | None:
@@ -173,8 +204,14 @@ def explain(view: JobView, now: datetime) -> str:
     """Why a job is where it is, in one line, from its row, attempts and run log."""
     job, J = view.job, model.JobState
     last = view.events[-1].reason if view.events else ""
+    news = view.events[-1].details if view.events else {}
     wait = (job.run_at - now).total_seconds()
     at = job.run_at.strftime("%Y-%m-%d %H:%M:%S UTC")
+    if job.state == J.QUEUED and wait > 0 and news.get("budget") == "empty":
+        return (
+            f"budget empty: queue {job.queue!r} has spent its retry budget; attempt"
+            f" {job.attempt_count + 1} waits for a token until {at} (in {wait:.1f}s)"
+        )
     if job.state == J.QUEUED and wait > 0 and job.attempt_count:
         n = job.attempt_count
         how = view.attempts[-1].state if view.attempts else "failed"
@@ -189,12 +226,24 @@ def explain(view: JobView, now: datetime) -> str:
     if job.state == J.RUNNING and view.attempts:
         a = view.attempts[-1]
         seen = a.last_seen_at.strftime("%H:%M:%S") if a.last_seen_at else "never"
+        unknown = next(
+            (
+                e.reason
+                for e in reversed(view.events)
+                if e.attempt_id == a.id and e.details.get("unknown") == "wait"
+            ),
+            None,
+        )
+        state = f"in the unknown state: {unknown}" if unknown else f"{a.state}"
         return (
-            f"running: attempt {a.attempt_no} ({a.launch_name}, fence {a.id}) is {a.state};"
+            f"running: attempt {a.attempt_no} ({a.launch_name}, fence {a.id}) is {state};"
             f" last news {seen}"
         )
     if job.state == J.PARKED:
         return f"parked: no live worker can run it yet ({last})"
     if job.state == J.QUARANTINED:
-        return f"quarantined: waits for a person ({last})"
+        return (
+            f"quarantined: waits for a person ({last}); `corral dead retry {job.id}` after a fix,"
+            f" or `corral dead discard {job.id}`"
+        )
     return f"{job.state}: {last}"

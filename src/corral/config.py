@@ -8,16 +8,18 @@ Environment variables win over the file; nested settings use a double underscore
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
     BaseModel,
     BeforeValidator,
     ConfigDict,
     Field,
+    PlainSerializer,
     ValidationError,
     field_validator,
     model_validator,
@@ -64,13 +66,53 @@ def _seconds(value: Any) -> float | None:
     return None
 
 
-Duration = Annotated[timedelta, BeforeValidator(parse_duration)]
+Duration = Annotated[
+    timedelta,
+    BeforeValidator(parse_duration),
+    PlainSerializer(lambda d: d.total_seconds(), return_type=float),
+]
+
+
+_INNER = (
+    ("attempt_deadline", "step_deadline", "margin"),
+    ("step_deadline", "http_request_timeout", "margin"),
+    ("lease_timeout", "heartbeat_interval", "margin"),
+    ("dispatch_interval", "tick_deadline", "tick_margin"),
+    ("launch_grace", "tick_deadline", "tick_margin"),
+)
+"""(outer, inner, margin): an inner limit left unset is tightened with its outer one."""
+
+
+def tighten_inner(limits: Mapping[str, timedelta], given: set[str]) -> dict[str, timedelta]:
+    """`limits` (every time limit by name) with each inner limit not in `given` shortened,
+    where it must be, to its outer limit less the margin (never below 1ms)."""
+    out = dict(limits)
+    for outer, inner, margin in _INNER:
+        room = out[outer] - out[margin]
+        if inner not in given and out[inner] > room >= timedelta(seconds=MIN_DURATION):
+            out[inner] = room
+    return out
 
 
 class Timeouts(BaseModel):
-    """Time limits. Each inner limit is shorter than the one around it (see DESIGN.md)."""
+    """Time limits. Each inner limit is shorter than the one around it (see DESIGN.md).
+
+    An inner limit left unset follows its outer one down: set only attempt_deadline to 90s
+    and step_deadline becomes 85s (with the 5s margin) instead of refusing its default."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _unset_inner_limits_follow(cls, data: Any) -> Any:
+        if not isinstance(data, Mapping):
+            return data
+        try:
+            given = {k: parse_duration(v) for k, v in data.items() if k in cls.model_fields}
+        except ValueError:
+            return data  # field validation names the bad value
+        defaults = {k: f.default for k, f in cls.model_fields.items()}
+        return {**data, **tighten_inner({**defaults, **given}, set(given))}
 
     attempt_deadline: Duration = Field(
         timedelta(seconds=240), description="An attempt is stopped after this long."
@@ -105,13 +147,53 @@ class Timeouts(BaseModel):
     observe_interval: Duration = Field(
         timedelta(seconds=2), description="How often the dispatcher polls running attempts."
     )
+    tick_deadline: Duration = Field(
+        timedelta(milliseconds=500),
+        description="A tick starts no new launch after this long; the rest go first next tick.",
+    )
+    tick_margin: Duration = Field(
+        timedelta(milliseconds=100),
+        description="The margin for the links between sub-second limits (the tick's).",
+    )
+    heartbeat_interval: Duration = Field(
+        timedelta(seconds=20),
+        description="How often a job that sends heartbeats sends one (CORRAL_HEARTBEAT_INTERVAL).",
+    )
+    step_deadline: Duration = Field(
+        timedelta(seconds=120), description="The longest one step of an attempt may take."
+    )
+    http_request_timeout: Duration = Field(
+        timedelta(seconds=30), description="The longest one HTTP request of a step may take."
+    )
 
 
-class RetrySettings(BaseModel):
-    """How failed jobs are retried (backoff with full jitter)."""
+class BudgetSettings(BaseModel):
+    """A retry budget per queue: a token bucket that retries draw from, so a failure of
+    everything at once does not become a storm of retries."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    ratio: float = Field(
+        0.2, ge=0.0, le=10.0, description="Tokens each first attempt in the queue adds."
+    )
+    floor_per_minute: float = Field(
+        10.0, gt=0.0, le=1_000_000.0, description="Tokens added per minute whatever the traffic."
+    )
+    burst: float = Field(100.0, ge=1.0, le=1_000_000.0, description="The most tokens kept.")
+
+
+class RetrySettings(BaseModel):
+    """How failed jobs are retried (backoff with full jitter), and when they stop."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    quarantine_after: int = Field(
+        2,
+        ge=1,
+        le=100,
+        description="Quarantine a job after this many consecutive attempts fail the same way.",
+    )
+    budget: BudgetSettings = BudgetSettings()
     base: Duration = Field(timedelta(seconds=1), description="The first retry waits up to this.")
     cap: Duration = Field(timedelta(minutes=5), description="No retry waits longer than this.")
     seed: int | None = Field(
@@ -164,6 +246,12 @@ class Settings(BaseSettings):
         3, ge=1, le=1_000, description="Attempts a job gets by default."
     )
     api_url: str | None = Field(None, description="Passed to attempts as CORRAL_API_URL.")
+    jobs_get_database_url: bool = Field(
+        True,
+        description="Pass database_url to attempts as CORRAL_DATABASE_URL, so that `corral"
+        " heartbeat` inside a job reaches the store. Turn off when jobs must not hold the"
+        " database's credentials.",
+    )
     log_level: str = Field("INFO", pattern=r"^(DEBUG|INFO|WARNING|ERROR)$")
     timeouts: Timeouts = Timeouts()
     retry: RetrySettings = RetrySettings()
@@ -184,6 +272,18 @@ class Settings(BaseSettings):
         if self._check_chain and (broken := chain_violations(self)):
             raise ValueError("; ".join(broken))
         return self
+
+    @property
+    def database_url_for_jobs(self) -> str | None:
+        """database_url as a job sees it: a relative SQLite path made absolute, since a job
+        runs in a folder of its own."""
+        if not self.jobs_get_database_url:
+            return None
+        prefix = "sqlite:///"
+        path = self.database_url.removeprefix(prefix)
+        if self.database_url.startswith(prefix) and not path.startswith(("/", ":memory:")):
+            return prefix + str(Path(path).absolute())
+        return self.database_url
 
     @property
     def process_root(self) -> Path:
@@ -238,39 +338,75 @@ class Settings(BaseSettings):
 class Link:
     """One relation of the chain: `inner` (plus `extra`) must stay below `outer`.
 
-    A strict link needs at least `timeouts.margin` to spare; a loose one only `<=`.
+    A strict link needs at least the setting named by `margin` to spare; a loose one
+    (margin None) only `<=`.
     """
 
     inner: str
     outer: str
-    strict: bool
     why: str
+    margin: str | None = "timeouts.margin"
     extra: str | None = None
 
 
 CHAIN = (
     Link(
+        "timeouts.http_request_timeout",
+        "timeouts.step_deadline",
+        why="a step must outlive the requests it makes, or it fails where a request would",
+    ),
+    Link(
+        "timeouts.step_deadline",
+        "timeouts.attempt_deadline",
+        why="an attempt must outlive its longest step",
+    ),
+    Link(
         "timeouts.attempt_deadline",
         "timeouts.recovery_grace",
-        strict=True,
         extra="timeouts.cancel_grace",
         why="an attempt still being stopped at its deadline must not be taken for lost"
         " and launched a second time",
     ),
     Link(
+        "timeouts.heartbeat_interval",
+        "timeouts.lease_timeout",
+        why="a lease must outlast the gap between two heartbeats, or a healthy job looks silent",
+    ),
+    Link(
         "timeouts.lease_timeout",
         "timeouts.recovery_grace",
-        strict=False,
+        margin=None,
         why="recovery must look at a quiet attempt before it may call it lost",
+    ),
+    Link(
+        "timeouts.tick_deadline",
+        "timeouts.dispatch_interval",
+        margin="timeouts.tick_margin",
+        why="a tick must end before the next one is due",
+    ),
+    Link(
+        "timeouts.tick_deadline",
+        "timeouts.launch_grace",
+        margin="timeouts.tick_margin",
+        why="recovery must not take an attempt for stuck while its own tick is launching it",
     ),
     Link(
         "claim_batch_limit",
         "recovery_batch_limit",
-        strict=False,
+        margin=None,
         why="one reconciler pass must be able to repair every attempt of a tick that failed"
         " half-way",
     ),
 )
+
+JOB_LIMITS = (
+    "http_request_timeout",
+    "step_deadline",
+    "attempt_deadline",
+    "heartbeat_interval",
+    "lease_timeout",
+)
+"""The time limits a job may tighten for itself (never loosen)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -299,25 +435,32 @@ class LinkCheck:
         return f"{units:g}"
 
 
-def chain(settings: Settings) -> list[LinkCheck]:
-    """Every link of the chain, with this configuration's values."""
-    margin = _units(settings, "timeouts.margin")
+def chain(settings: Settings, limits: Mapping[str, timedelta] | None = None) -> list[LinkCheck]:
+    """Every link of the chain, with this configuration's values; `limits` replaces some
+    time limits (a job's own, by name without `timeouts.`)."""
+    replaced = {f"timeouts.{name}": value for name, value in (limits or {}).items()}
+
+    def units(dotted: str) -> int:
+        return _units(replaced[dotted]) if dotted in replaced else _units(_get(settings, dotted))
+
     return [
         LinkCheck(
             link,
-            inner=_units(settings, link.inner),
-            extra=_units(settings, link.extra) if link.extra else 0,
-            outer=_units(settings, link.outer),
-            needed=margin if link.strict else 0,
+            inner=units(link.inner),
+            extra=units(link.extra) if link.extra else 0,
+            outer=units(link.outer),
+            needed=units(link.margin) if link.margin else 0,
         )
         for link in CHAIN
     ]
 
 
-def chain_violations(settings: Settings) -> list[str]:
+def chain_violations(
+    settings: Settings, limits: Mapping[str, timedelta] | None = None
+) -> list[str]:
     """One message per broken link, naming both settings, their values and the margin."""
     out = []
-    for c in chain(settings):
+    for c in chain(settings, limits):
         if c.ok:
             continue
         link = c.link
@@ -325,27 +468,168 @@ def chain_violations(settings: Settings) -> list[str]:
         if link.extra:
             inner += f" + {link.extra} ({c.show(c.extra)})"
         rule = (
-            f"at least {c.show(c.needed)} (timeouts.margin) less than" if link.strict else "at most"
+            f"at least {c.show(c.needed)} ({link.margin}) less than" if link.margin else "at most"
         )
         out.append(f"{inner} must be {rule} {link.outer} ({c.show(c.outer)}): {link.why}")
     return out
 
 
-def _units(settings: Settings, dotted: str) -> int:
+def _get(settings: Settings, dotted: str) -> Any:
     value: Any = settings
     for part in dotted.split("."):
         value = getattr(value, part)
+    return value
+
+
+def _units(value: Any) -> int:
     return value // timedelta(microseconds=1) if isinstance(value, timedelta) else int(value)
 
 
-def describe(exc: ValidationError, *, origin: str | None = None) -> str:
+# --- a job's own policy ---------------------------------------------------------------------------
+
+
+class ExitCodes(BaseModel):
+    """Which exit codes a failure rule matches (Kubernetes' podFailurePolicy shape)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    operator: Literal["In", "NotIn"]
+    values: tuple[int, ...] = Field(min_length=1, max_length=255)
+
+    @field_validator("values")
+    @classmethod
+    def _codes(cls, values: tuple[int, ...]) -> tuple[int, ...]:
+        if any(not 0 <= v <= 255 for v in values):
+            raise ValueError("exit codes are 0-255")
+        if len(set(values)) != len(values):
+            raise ValueError("exit codes must not repeat")
+        return tuple(sorted(values))
+
+    @model_validator(mode="after")
+    def _no_zero_in(self) -> ExitCodes:
+        if self.operator == "In" and 0 in self.values:
+            raise ValueError("0 is success, not a failure: it cannot be used with operator In")
+        return self
+
+    def match(self, code: int) -> bool:
+        return (code in self.values) == (self.operator == "In")
+
+
+class FailureRule(BaseModel):
+    """What to do with a failed attempt whose command exited with a matching code:
+    `retry` (a transient failure), `fail` (permanent: quarantine the job at once) or
+    `ignore` (retry, and the attempt does not count toward max_attempts)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    on_exit_codes: ExitCodes
+    action: Literal["retry", "fail", "ignore"]
+
+
+class RetryOverrides(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    base: Duration | None = None
+    cap: Duration | None = None
+
+
+class Limits(BaseModel):
+    """Time limits a job tightens for itself; unset ones come from the settings."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    http_request_timeout: Duration | None = None
+    step_deadline: Duration | None = None
+    attempt_deadline: Duration | None = None
+    heartbeat_interval: Duration | None = None
+    lease_timeout: Duration | None = None
+
+    def given(self) -> dict[str, timedelta]:
+        return {name: value for name in JOB_LIMITS if (value := getattr(self, name)) is not None}
+
+
+class JobPolicy(BaseModel):
+    """How one job is retried, limited and judged when it fails. Stored with the job."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    retry: RetryOverrides = RetryOverrides()
+    limits: Limits = Limits()
+    heartbeat: bool = Field(
+        False,
+        description="The job sends heartbeats: silence for lease_timeout is the unknown state.",
+    )
+    on_unknown: Literal["wait", "fence_and_relaunch"] = "wait"
+    failure_rules: tuple[FailureRule, ...] = Field((), max_length=20)
+    quarantine_after: int | None = Field(None, ge=1, le=100)
+
+    @classmethod
+    def read(cls, stored: Mapping[str, Any] | None) -> JobPolicy:
+        """The policy as stored with a job (an empty mapping is every default)."""
+        return _DEFAULT_POLICY if not stored else cls.model_validate(stored)
+
+    def stored(self) -> dict[str, Any]:
+        """The JSON kept with the job: only what differs from the defaults."""
+        return self.model_dump(mode="json", exclude_defaults=True)
+
+    def deadline(self, settings: Settings) -> timedelta:
+        return self.limits.attempt_deadline or settings.timeouts.attempt_deadline
+
+    def lease(self, settings: Settings) -> timedelta:
+        return self.limits.lease_timeout or settings.timeouts.lease_timeout
+
+    def heartbeat_every(self, settings: Settings) -> timedelta:
+        return self.limits.heartbeat_interval or settings.timeouts.heartbeat_interval
+
+
+_DEFAULT_POLICY = JobPolicy()
+
+
+def job_policy(settings: Settings, raw: Any) -> JobPolicy:
+    """A submitted policy, validated: it may tighten the limits, never loosen them, and the
+    chain must still nest. InvalidInput names the field and the rule."""
+    if isinstance(raw, JobPolicy):
+        policy = raw
+    else:
+        try:
+            policy = JobPolicy.model_validate(raw or {})
+        except ValidationError as exc:
+            raise errors.InvalidInput(
+                describe(exc, what="policy", prefix="policy.").removeprefix("invalid policy: ")
+            ) from None
+    for name, value in policy.limits.given().items():
+        ceiling = getattr(settings.timeouts, name)
+        if value > ceiling:
+            raise errors.InvalidInput(
+                f"policy.limits.{name}: {value.total_seconds():g}s is longer than"
+                f" timeouts.{name} ({ceiling.total_seconds():g}s); a job may tighten its limits,"
+                " never loosen them"
+            )
+    given = policy.limits.given()
+    current = dict(settings.timeouts)
+    limits = {
+        name: value
+        for name, value in tighten_inner({**current, **given}, set(given)).items()
+        if name in JOB_LIMITS and (name in given or value != current[name])
+    }
+    if broken := chain_violations(settings, limits):
+        raise errors.InvalidInput(f"policy.limits: with this job's limits, {broken[0]}")
+    policy = policy.model_copy(update={"limits": Limits(**limits)})
+    if policy.retry.base and policy.retry.cap and policy.retry.base > policy.retry.cap:
+        raise errors.InvalidInput("policy.retry.base: must not be longer than policy.retry.cap")
+    return policy
+
+
+def describe(
+    exc: ValidationError, *, origin: str | None = None, what: str = "settings", prefix: str = ""
+) -> str:
     """One line per broken setting: `setting: what is wrong`."""
     lines = []
     for err in exc.errors():
-        name = ".".join(str(p) for p in err["loc"])
+        name = ".".join([prefix.rstrip(".")] * bool(prefix) + [str(p) for p in err["loc"]])
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
-            msg = "unknown setting"
+            msg = "unknown setting" if what == "settings" else "unknown field"
         lines.append(f"{name}: {msg}" if name else msg)
     where = f" (from {origin} and CORRAL_* environment)" if origin else ""
-    return f"invalid settings{where}: " + "; ".join(lines)
+    return f"invalid {what}{where}: " + "; ".join(lines)

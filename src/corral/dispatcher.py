@@ -17,11 +17,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 
 from corral import clock, config, errors, failpoints, model, retry, store
-from corral import store as store_  # the module, where a parameter is named `store`
+from corral import retry as retry_  # the modules, where a parameter has their name
+from corral import store as store_
+from corral.executors import base
 from corral.executors.base import Executor
 
 log = logging.getLogger("corral.dispatcher")
@@ -36,6 +38,8 @@ class Tick:
     launched: int = 0
     launch_errors: int = 0
     recorded: int = 0
+    carried: int = 0  # claimed but not launched before tick_deadline: first in the next tick
+    more: bool = field(default=False, compare=False)  # full claim or carried: tick again now
 
 
 class Dispatcher:
@@ -48,7 +52,7 @@ class Dispatcher:
         executors: Mapping[str, Executor],
         clock: clock.Clock,
         settings: config.Settings,
-        backoff: retry.Backoff | None = None,
+        retry: retry.Retry | None = None,
     ) -> None:
         if not executors:
             raise errors.ConfigError(
@@ -58,7 +62,11 @@ class Dispatcher:
         self.executors = dict(executors)
         self.clock = clock
         self.settings = settings
-        self.backoff = backoff or retry.Backoff.from_settings(settings)
+        self.retry = retry or retry_.Retry.from_settings(settings)
+        self.clocks = store_.Clocks(
+            settings.timeouts.attempt_deadline, settings.timeouts.lease_timeout
+        )
+        self._carried: list[model.Claimed] = []  # claimed, not yet launched: next tick's first
         self._completions = asyncio.Queue[store_.Finish]()
         self._pending: set[int] = set()  # fences queued or being written: polls repeat them
         self._arrived = asyncio.Event()
@@ -71,26 +79,38 @@ class Dispatcher:
     # --- the cycle -------------------------------------------------------------------------
 
     async def run_once(self) -> Tick:
-        """One cycle: claim, launch, record. Launch errors leave attempts for recovery."""
+        """One cycle: claim, launch, record. Launch errors leave attempts for recovery.
+
+        No launch starts after `tick_deadline`: the attempts not launched by then stay
+        claimed by this dispatcher and are launched first in the next tick (which claims
+        that many fewer), so a slow platform makes ticks shorter, not longer."""
         async with self._writing:
-            claimed = await self.store.job_claim(
-                now=self.clock.now(),
-                limit=self.settings.claim_batch_limit,
-                executors=list(self.executors),
+            until = self.clock.monotonic() + self.settings.timeouts.tick_deadline.total_seconds()
+            carried, self._carried = self._carried, []
+            room = self.settings.claim_batch_limit - len(carried)
+            fresh = (
+                await self.store.job_claim(
+                    now=self.clock.now(),
+                    limit=room,
+                    executors=list(self.executors),
+                    clocks=self.clocks,
+                )
+                if room > 0
+                else []
             )
-            if not claimed:
+            todo = carried + fresh
+            if not todo:
                 return Tick()
-            failpoints.hit("after_claim_commit")
-            results = await asyncio.gather(*(self._launch(c) for c in claimed))
-            launched = [c.attempt.id for c, ok in zip(claimed, results, strict=True) if ok]
+            if fresh:
+                failpoints.hit("after_claim_commit")
+            results = await asyncio.gather(*(self._launch(c, until) for c in todo))
+            self._carried = [c for c, r in zip(todo, results, strict=True) if r is None]
+            launched = [c.attempt.id for c, r in zip(todo, results, strict=True) if r]
             failpoints.hit("before_record_running")
             finishes = self._drain(self.settings.claim_batch_limit)
             try:
                 recorded, outcomes = await self.store.attempt_settle(
-                    launched=launched,
-                    finishes=finishes,
-                    now=self.clock.now(),
-                    backoff=self.backoff.delay,
+                    launched=launched, finishes=finishes, now=self.clock.now(), retry=self.retry
                 )
             except errors.CorralError:
                 self._requeue(finishes)
@@ -98,14 +118,22 @@ class Dispatcher:
         self._done(finishes)
         self._log_outcomes(outcomes)
         moved = set(launched) - set(recorded) - {o.fence for o in outcomes}
-        await self._stop_moved([c.attempt for c in claimed if c.attempt.id in moved])
-        tick = Tick(len(claimed), len(launched), len(claimed) - len(launched), len(recorded))
+        await self._stop_moved([c.attempt for c in todo if c.attempt.id in moved])
+        tick = Tick(
+            claimed=len(fresh),
+            launched=len(launched),
+            launch_errors=len(todo) - len(launched) - len(self._carried),
+            recorded=len(recorded),
+            carried=len(self._carried),
+            more=len(fresh) == room or bool(self._carried),
+        )
         log.info(
-            "tick: claimed %d, launched %d, launch errors %d, recorded running %d",
+            "tick: claimed %d, launched %d, launch errors %d, recorded running %d%s",
             tick.claimed,
             tick.launched,
             tick.launch_errors,
             tick.recorded,
+            f", {tick.carried} left for the next tick (tick_deadline)" if tick.carried else "",
         )
         return tick
 
@@ -135,8 +163,17 @@ class Dispatcher:
         except errors.CorralError as exc:
             log.warning("%s: could not stop it: %s", name, exc)
 
-    async def _launch(self, claimed: model.Claimed) -> bool:
-        age = self.clock.now() - claimed.attempt.created_at
+    async def _launch(self, claimed: model.Claimed, until: float) -> bool | None:
+        """Launch one attempt: True when launched, False on an error (recovery takes it), None
+        when the tick's deadline passed before its turn came."""
+        async with self._launch_slots:
+            if self.clock.monotonic() > until:
+                return None
+            return await self._launch_now(claimed)
+
+    async def _launch_now(self, claimed: model.Claimed) -> bool:
+        now = self.clock.now()
+        age = now - claimed.attempt.created_at
         if age > self.settings.timeouts.launch_grace:
             # Recovery may already have launched, finished and (on some platforms) deleted it:
             # a launch this late could run it a second time. Leave it to recovery.
@@ -145,14 +182,9 @@ class Dispatcher:
                 errors.ExecutorError(f"claimed {age.total_seconds():.0f}s ago, past launch_grace"),
             )
             return False
-        launch = model.build_launch(
-            claimed,
-            api_url=self.settings.api_url,
-            deadline_seconds=self.settings.timeouts.attempt_deadline.total_seconds(),
-        )
         try:
-            async with self._launch_slots:
-                await self.executors[launch.executor].launch(launch)
+            launch = base.launch_for(claimed, self.settings, now)
+            await self.executors[launch.executor].launch(launch)
         except Exception as exc:  # any failure: the attempt stays `launching` for recovery
             await self._note_launch_error(claimed, exc)
             return False
@@ -212,6 +244,8 @@ class Dispatcher:
                 else model.AttemptState.FAILED,
                 exit_code=observation.exit_code,
                 reason=observation.reason,
+                failure_class=observation.failure_class,
+                message=observation.message,
             )
         )
         return True
@@ -234,7 +268,7 @@ class Dispatcher:
             return []
         try:
             outcomes = await self.store.attempt_finish(
-                finishes=batch, now=self.clock.now(), backoff=self.backoff.delay
+                finishes=batch, now=self.clock.now(), retry=self.retry
             )
         except errors.CorralError:
             self._requeue(batch)
@@ -366,12 +400,20 @@ class Dispatcher:
             )
 
     async def _loop(self, stop: asyncio.Event) -> None:
+        """A tick every `dispatch_interval` (start to start); at once while there is more."""
         interval = self.settings.timeouts.dispatch_interval.total_seconds()
         while not stop.is_set():
+            began = self.clock.monotonic()
             try:
                 tick = await asyncio.shield(self.run_once())
             except errors.StoreError as exc:
                 log.error("tick failed, trying again in %.1fs: %s", interval, exc)
                 tick = Tick()
-            if tick.claimed < self.settings.claim_batch_limit:
-                await clock.sleep_or_stop(self.clock, stop, interval)
+            if not tick.more:
+                took = self.clock.monotonic() - began
+                await clock.sleep_or_stop(self.clock, stop, max(interval - took, 0.0))
+        if self._carried:
+            log.info(
+                "%d claimed attempts were not launched before the stop; recovery launches them",
+                len(self._carried),
+            )

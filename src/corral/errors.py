@@ -6,6 +6,7 @@
     │   └── PayloadTooLarge
     ├── IllegalTransition      a state change the transition table does not allow
     ├── NotFound               no such job or attempt (exit 1)
+    ├── StaleFence             a newer attempt has replaced the one that asked (exit 3)
     ├── StoreError             the database failed or cannot be reached (exit 1)
     │   └── SchemaOutOfDate    the database needs `corral db upgrade`
     └── ExecutorError          a platform call failed
@@ -42,6 +43,10 @@ class IllegalTransition(CorralError):
 
 class NotFound(CorralError):
     """Raised when a job or attempt does not exist."""
+
+
+class StaleFence(CorralError):
+    """Raised when an attempt that is no longer its job's current one reports in: it must stop."""
 
 
 class StoreError(CorralError):

@@ -45,6 +45,14 @@ class AttemptState(StrEnum):
     SUPERSEDED = "superseded"
 
 
+class FailureClass(StrEnum):
+    """What a failed attempt says about the next one."""
+
+    TRANSIENT = "transient"  # worth retrying: a timeout, a kill, a lost node
+    PERMANENT = "permanent"  # retrying cannot help: quarantine the job at once
+    UNKNOWN = "unknown"  # retry, but the same failure again and again makes it a poison pill
+
+
 J, A = JobState, AttemptState
 
 JOB_TRANSITIONS: Mapping[JobState, frozenset[JobState]] = {
@@ -224,6 +232,7 @@ class NewJob:
     idempotency_key: str | None = None
     labels: Mapping[str, str] = field(default_factory=dict)
     run_at: datetime | None = None
+    policy: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,6 +255,7 @@ class Job:
     labels: Mapping[str, str]
     created_at: datetime
     updated_at: datetime
+    policy: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -265,6 +275,10 @@ class Attempt:
     exit_code: int | None
     reason: str | None
     last_seen_at: datetime | None
+    deadline_at: datetime | None = None  # stopped here, whatever the platform does
+    lease_until: datetime | None = None  # a job that sends heartbeats is silent after this
+    failure_class: FailureClass | None = None
+    fingerprint: str | None = None
 
     @property
     def fence(self) -> int:
@@ -343,14 +357,25 @@ class Observation:
     reason: str | None = None
     started_at: datetime | None = None
     finished_at: datetime | None = None
+    failure_class: FailureClass | None = None  # the platform's own verdict, when it has one
+    message: str | None = None  # the last line of stderr, or the platform's termination message
 
     @property
     def identity(self) -> Identity | None:
         return identity_from_labels(self.labels)
 
 
+@dataclass(frozen=True, slots=True)
+class Reach:
+    """How an attempt reaches corral from inside (for heartbeats): passed in its env."""
+
+    api_url: str | None = None
+    database_url: str | None = None
+    heartbeat_seconds: float | None = None
+
+
 def attempt_env(
-    launch_labels: Mapping[str, str], *, name: str, tenant: str, api_url: str | None
+    launch_labels: Mapping[str, str], *, name: str, tenant: str, reach: Reach
 ) -> dict[str, str]:
     """The CORRAL_* environment every attempt runs with."""
     env = {
@@ -360,14 +385,16 @@ def attempt_env(
         "CORRAL_TENANT": tenant,  # the label may be a hash of a long name; this is the name
         "CORRAL_LAUNCH_NAME": name,
     }
-    if api_url:
-        env["CORRAL_API_URL"] = api_url
+    if reach.api_url:
+        env["CORRAL_API_URL"] = reach.api_url
+    if reach.database_url:
+        env["CORRAL_DATABASE_URL"] = reach.database_url
+    if reach.heartbeat_seconds is not None:
+        env["CORRAL_HEARTBEAT_INTERVAL"] = f"{reach.heartbeat_seconds:g}"
     return env
 
 
-def build_launch(
-    claimed: Claimed, *, api_url: str | None, deadline_seconds: float | None
-) -> Launch:
+def build_launch(claimed: Claimed, *, reach: Reach, deadline_seconds: float | None) -> Launch:
     """The Launch for a claimed attempt: name, identity labels, user labels and env."""
     job, attempt = claimed.job, claimed.attempt
     labels = {**job.labels}
@@ -391,6 +418,6 @@ def build_launch(
         spec=job.spec,
         payload=job.payload,
         labels=labels,
-        env=attempt_env(labels, name=attempt.launch_name, tenant=job.tenant, api_url=api_url),
+        env=attempt_env(labels, name=attempt.launch_name, tenant=job.tenant, reach=reach),
         deadline_seconds=deadline_seconds,
     )

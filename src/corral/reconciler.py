@@ -10,10 +10,18 @@ reconcilers and dispatchers can work on one database at once.
                                       absent                   -> launch again, same name
                                       present, other identity  -> failed: launch conflict
                                       finished                 -> complete it
+                                      absent, past its deadline -> failed: timed out
     running, no news for lease_timeout finished                -> complete it
-    or past attempt_deadline           running, past deadline  -> stop it; failed: timed out
+    past its lease (heartbeats stopped) running, past deadline  -> stop it; failed: timed out
+    or past its deadline               running, lease over     -> unknown: the job's policy
                                       absent, past recovery_grace -> lost; the job retries
-    the platform cannot be asked                               -> nothing; note it, try again
+    the platform cannot be asked      launching                -> nothing; note it, try again
+                                      running                  -> unknown: the job's policy
+
+The unknown state has a policy per job: `wait` leaves the attempt running until its
+deadline (the lease is stretched to it, and the run log says why); `fence_and_relaunch`
+supersedes it and queues the job for a new attempt with a higher fence (fenced sinks then
+refuse the old one's writes), and stops the old one where the platform lets it.
 
 It also stops orphans: launches carrying corral's labels whose attempt has ended, or whose
 job was cancelled. Everything it knows about a launch it reads from the launch's labels,
@@ -27,9 +35,11 @@ import logging
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from corral import clock, config, errors, failpoints, model, retry, store
+from corral import retry as retry_  # the module, where a parameter has its name
+from corral.executors import base
 from corral.executors.base import Executor
 
 log = logging.getLogger("corral.reconciler")
@@ -49,6 +59,7 @@ class Pass:
     conflicts: int = 0
     unknown: int = 0
     waiting: int = 0
+    superseded: int = 0
     orphans_cancelled: int = 0
 
     def __str__(self) -> str:
@@ -67,6 +78,7 @@ class _Work:
     finishes: list[store.Finish] = field(default_factory=list)
     alive: list[int] = field(default_factory=list)
     overdue: list[model.Attempt] = field(default_factory=list)
+    unknown: list[tuple[model.Claimed, str]] = field(default_factory=list)
 
 
 class Reconciler:
@@ -79,14 +91,14 @@ class Reconciler:
         executors: Mapping[str, Executor],
         clock: clock.Clock,
         settings: config.Settings,
-        backoff: retry.Backoff | None = None,
+        retry: retry.Retry | None = None,
     ) -> None:
         self.store = store
         self.executors = dict(executors)
         self.clock = clock
         self.settings = settings
         self.t = settings.timeouts
-        self.backoff = backoff or retry.Backoff.from_settings(settings)
+        self.retry = retry or retry_.Retry.from_settings(settings)
         self._noted_unknown: set[int] = set()  # fences already noted, to keep the run log short
         # Where the last pass stopped: attempts that must wait (absent but not yet lost, or on
         # a platform that cannot be asked) must not keep the ones behind them from a look.
@@ -143,18 +155,21 @@ class Reconciler:
             )
             summary.unknown += len(items)
             return
+        work = _Work()
         try:
             seen = await executor.observe([i.attempt.launch_name for i in items])
         except errors.ExecutorError as exc:
-            await self._note_unknown(items, f"platform unknown: {exc}", summary)
-            return
-        work = _Work()
+            seen = {}
+            why = f"platform unknown: {exc}"
+        else:
+            why = "platform unknown: no answer for this name"
         for item in items:
             obs = seen.get(item.attempt.launch_name)
-            if obs is None:
-                await self._note_unknown(
-                    [item], "platform unknown: no answer for this name", summary
-                )
+            if obs is None and item.attempt.state == A.RUNNING:
+                summary.unknown += 1
+                work.unknown.append((item, why))
+            elif obs is None:
+                await self._note_unknown([item], why, summary)
             elif item.attempt.state == A.LAUNCHING:
                 self._repair_launching(item, obs, work, summary)
             else:
@@ -183,6 +198,10 @@ class Reconciler:
             summary.completed += 1
             self._repaired(attempt, f"completed ({obs.phase})")
             work.finishes.append(_finish(attempt, obs))
+        elif obs.phase is P.ABSENT and _past(attempt.deadline_at, self.clock.now()):
+            summary.timed_out += 1
+            self._repaired(attempt, "deadline passed before it was launched")
+            work.finishes.append(_failed(attempt, "timed out: its deadline passed before launch"))
         elif obs.phase is P.ABSENT:
             work.relaunch.append(item)
         else:
@@ -200,11 +219,8 @@ class Reconciler:
     ) -> None:
         """Launch an attempt again under its own name: if the first launch did get through
         after all, the platform refuses a second copy."""
-        deadline = self.t.attempt_deadline.total_seconds()
         try:
-            launch = model.build_launch(
-                item, api_url=self.settings.api_url, deadline_seconds=deadline
-            )
+            launch = base.launch_for(item, self.settings, self.clock.now())
             async with slots:
                 await executor.launch(launch)
         except errors.LaunchConflict as exc:
@@ -231,6 +247,7 @@ class Reconciler:
     ) -> None:
         attempt, now = item.attempt, self.clock.now()
         started = attempt.started_at or attempt.created_at
+        deadline = attempt.deadline_at or started + self.t.attempt_deadline
         if obs.phase is not P.ABSENT and obs.identity != _identity(attempt):
             summary.unknown += 1  # someone else's object under our name: never adopt or fail on it
             log.warning(
@@ -240,10 +257,13 @@ class Reconciler:
             summary.completed += 1
             self._repaired(attempt, f"completed ({obs.phase}), missed while no dispatcher watched")
             work.finishes.append(_finish(attempt, obs))
-        elif obs.phase is not P.ABSENT and started + self.t.attempt_deadline <= now:
+        elif obs.phase is not P.ABSENT and deadline <= now:
             summary.timed_out += 1
             self._repaired(attempt, "timed out")
             work.overdue.append(attempt)
+        elif obs.phase is not P.ABSENT and _past(attempt.lease_until, now):
+            summary.unknown += 1
+            work.unknown.append((item, f"silent: no heartbeat for its lease; it shows {obs.phase}"))
         elif obs.phase is not P.ABSENT:
             work.alive.append(attempt.id)
         elif started + self.t.recovery_grace <= now:
@@ -259,6 +279,7 @@ class Reconciler:
 
     async def _write(self, executor: Executor, work: _Work) -> None:
         work.finishes += await self._stop_overdue(executor, work.overdue)
+        await self._unknown(executor, work.unknown)
         now = self.clock.now()
         if work.adopt:
             await self.store.attempt_record_running(
@@ -271,9 +292,7 @@ class Reconciler:
                 reason="relaunched: nothing was on the platform under its name",
             )
         if work.finishes:
-            await self.store.attempt_finish(
-                finishes=work.finishes, now=now, backoff=self.backoff.delay
-            )
+            await self.store.attempt_finish(finishes=work.finishes, now=now, retry=self.retry)
         await self.store.attempt_seen(fences=work.alive, now=now)
         self._noted_unknown.difference_update(work.adopt + work.relaunched + work.alive)
 
@@ -295,15 +314,65 @@ class Reconciler:
         except errors.ExecutorError as exc:
             log.warning("%d stopped attempts: cannot look again: %s", len(done), exc)
             return []
-        deadline = self.t.attempt_deadline.total_seconds()
         finishes = []
         for a in done:
             obs = seen.get(a.launch_name)
             if obs is not None and obs.phase is P.SUCCEEDED and obs.exit_code in (0, None):
                 finishes.append(_finish(a, obs))
             else:
-                finishes.append(_failed(a, f"timed out: ran past attempt_deadline ({deadline:g}s)"))
+                finishes.append(_failed(a, "timed out: ran past its deadline, stopped by recovery"))
         return finishes
+
+    # --- the unknown state -------------------------------------------------------------------
+
+    async def _unknown(
+        self, executor: Executor, items: Sequence[tuple[model.Claimed, str]]
+    ) -> None:
+        """Apply each job's unknown-state policy: relaunch with a higher fence, or wait."""
+        relaunch = [
+            (item, why)
+            for item, why in items
+            if config.JobPolicy.read(item.job.policy).on_unknown == "fence_and_relaunch"
+        ]
+        superseded: set[int] = set()
+        if relaunch:
+            fences = [item.attempt.id for item, _ in relaunch]
+            superseded = set(
+                await self.store.attempt_supersede(
+                    fences=fences,
+                    now=self.clock.now(),
+                    reason=f"superseded: unknown state ({relaunch[0][1]}); policy"
+                    " fence_and_relaunch",
+                )
+            )
+            old = [item.attempt for item, _ in relaunch if item.attempt.id in superseded]
+            for attempt in old:
+                self._repaired(attempt, "superseded; its job gets a new attempt, a higher fence")
+            # Best effort: fenced sinks refuse its writes whether or not this gets through.
+            await asyncio.gather(
+                *(self._stop(executor, a.launch_name, self.t.cancel_grace) for a in old)
+            )
+        waiting = [
+            (item, why)
+            for item, why in items
+            if item.attempt.id not in superseded and item.attempt.id not in self._noted_unknown
+        ]
+        for item, why in waiting:
+            self._noted_unknown.add(item.attempt.id)
+            log.warning(
+                "%s (job %d, fence %d) is in the unknown state: %s; waiting until its deadline",
+                item.attempt.launch_name,
+                item.job.id,
+                item.attempt.id,
+                why,
+            )
+        for why in {why for _, why in waiting}:
+            same = [item for item, w in waiting if w == why]
+            await self.store.attempt_wait(
+                items=[(i.job.id, i.attempt.id) for i in same],
+                now=self.clock.now(),
+                reason=f"unknown state ({why}); policy wait: left to run until its deadline",
+            )
 
     # --- orphans ---------------------------------------------------------------------------
 
@@ -388,11 +457,23 @@ def _identity(attempt: model.Attempt) -> model.Identity:
 
 def _finish(attempt: model.Attempt, obs: model.Observation) -> store.Finish:
     ok = obs.phase is P.SUCCEEDED and obs.exit_code in (0, None)
-    return store.Finish(attempt.id, A.SUCCEEDED if ok else A.FAILED, obs.exit_code, obs.reason)
+    return store.Finish(
+        attempt.id,
+        A.SUCCEEDED if ok else A.FAILED,
+        obs.exit_code,
+        obs.reason,
+        obs.failure_class,
+        obs.message,
+    )
 
 
 def _failed(attempt: model.Attempt, why: str) -> store.Finish:
-    return store.Finish(attempt.id, A.FAILED, None, why)
+    """A failure recovery decided on (a timeout, a launch conflict): never the job's fault."""
+    return store.Finish(attempt.id, A.FAILED, None, why, model.FailureClass.TRANSIENT)
+
+
+def _past(at: datetime | None, now: datetime) -> bool:
+    return at is not None and at <= now
 
 
 def _conflict(obs: model.Observation, attempt: model.Attempt) -> str:

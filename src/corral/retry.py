@@ -1,16 +1,27 @@
-"""Retries: how long a failed job waits before its next attempt.
+"""Retries: how long a failed job waits, whether it may retry at all, and how a failure is judged.
 
-Exponential backoff with full jitter: the n-th retry waits a random time between zero and
-min(cap, base * 2**(n-1)), so jobs that failed together do not come back together. The
-random source is passed in, so tests (and anyone replaying an incident) get exact delays.
+- Backoff: exponential with full jitter. The n-th retry waits a random time between zero and
+  min(cap, base * 2**(n-1)), so jobs that failed together do not come back together. The
+  random source is passed in, so tests (and anyone replaying an incident) get exact delays.
+- Budget: a token bucket per queue. Each retry takes a token; each first attempt adds
+  `ratio` of one, and time adds `floor_per_minute`. A retry that finds the bucket empty
+  is delayed until the floor has paid for it, never dropped, so when everything fails at
+  once the retries stay a small share of the traffic instead of multiplying it.
+- classify: every failed attempt gets a class (transient, permanent, unknown) and a
+  fingerprint, from the platform's verdict and the job's exit-code rules.
 """
 
 from __future__ import annotations
 
+import hashlib
 import random
+import re
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 
-from corral import config
+from corral import config, model
+
+FailureClass = model.FailureClass
 
 
 @dataclass(slots=True)
@@ -29,11 +40,158 @@ class Backoff:
             rng=rng or random.Random(settings.retry.seed),
         )
 
-    def ceiling(self, attempt_no: int) -> float:
+    def ceiling(
+        self, attempt_no: int, base: float | None = None, cap: float | None = None
+    ) -> float:
         """The longest wait after attempt `attempt_no` (1 for the first) failed."""
         exponent = min(max(attempt_no - 1, 0), 64)  # 2**64 * base is past any cap
-        return min(self.cap, self.base * 2.0**exponent)
+        return min(self.cap if cap is None else cap, (base or self.base) * 2.0**exponent)
 
-    def delay(self, attempt_no: int) -> float:
-        """Seconds to wait before the attempt after `attempt_no`."""
-        return self.rng.uniform(0.0, self.ceiling(attempt_no))
+    def delay(self, attempt_no: int, base: float | None = None, cap: float | None = None) -> float:
+        """Seconds to wait before the attempt after `attempt_no`; `base` and `cap` are a
+        job's own, when it has them."""
+        return self.rng.uniform(0.0, self.ceiling(attempt_no, base, cap))
+
+    def for_policy(self, attempt_no: int, policy: config.JobPolicy) -> float:
+        retry = policy.retry
+        return self.delay(
+            attempt_no,
+            retry.base.total_seconds() if retry.base else None,
+            retry.cap.total_seconds() if retry.cap else None,
+        )
+
+
+# --- the retry budget ---------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Bucket:
+    """One queue's retry budget as stored: tokens at `updated_at`, with first attempts
+    counted up to (and including) fence `counted_fence`."""
+
+    tokens: float
+    updated_at: datetime
+    counted_fence: int
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    """The token bucket's arithmetic (the store keeps the bucket)."""
+
+    ratio: float
+    floor_per_second: float
+    burst: float
+
+    @classmethod
+    def from_settings(cls, settings: config.Settings) -> Budget:
+        b = settings.retry.budget
+        return cls(b.ratio, b.floor_per_minute / 60.0, b.burst)
+
+    @property
+    def firsts_to_fill(self) -> int:
+        """First attempts that fill an empty bucket: counting more changes nothing."""
+        return int(self.burst / self.ratio) + 1 if self.ratio > 0 else 0
+
+    def refill(self, bucket: Bucket, now: datetime, firsts: int) -> float:
+        """Tokens now: what was there, plus time's share, plus `firsts` new first attempts.
+        Debt (a negative balance, from delayed retries) is paid back first."""
+        elapsed = max((now - bucket.updated_at).total_seconds(), 0.0)
+        earned = elapsed * self.floor_per_second + firsts * self.ratio
+        return min(self.burst, bucket.tokens + earned)
+
+    def reserve(self, tokens: float, now: datetime) -> tuple[float, datetime | None]:
+        """Take one token; returns the new balance and, when there was none to take, when
+        the floor will have paid for this one (the retry waits until then)."""
+        tokens -= 1.0
+        if tokens >= 0:
+            return tokens, None
+        return tokens, now + timedelta(seconds=-tokens / self.floor_per_second)
+
+
+# --- failure classes ------------------------------------------------------------------------------
+
+_DIGITS = re.compile(r"\d+")
+MESSAGE_CHARS = 200
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """How a failed attempt is judged."""
+
+    cls: FailureClass
+    fingerprint: str
+    counts: bool  # False when a rule says to ignore it: it does not use up an attempt
+    why: str  # which rule or default decided the class
+
+
+def fingerprint(
+    executor: str, exit_code: int | None, reason: str | None, message: str | None
+) -> str:
+    """What identifies "the same failure" across attempts: the executor, the exit code (or
+    signal), the reason and the last line of stderr, with numbers masked so a timestamp or a
+    pid in the message does not make every failure look new."""
+    parts = [
+        executor,
+        "-" if exit_code is None else str(exit_code),
+        _DIGITS.sub("#", reason or ""),
+        _DIGITS.sub("#", (message or "")[:MESSAGE_CHARS]),
+    ]
+    return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()[:16]
+
+
+def classify(
+    policy: config.JobPolicy,
+    *,
+    executor: str,
+    state: model.AttemptState,
+    exit_code: int | None,
+    reason: str | None,
+    hint: FailureClass | None,
+    message: str | None,
+) -> Failure:
+    """Judge a failed (or lost) attempt.
+
+    The platform's verdict comes first (a deadline, SIGKILL, OOM, a lost node are
+    transient), then the job's exit-code rules in order, first match wins; anything else is
+    `unknown`. A lost attempt is transient: nothing says the job itself is at fault.
+    """
+    print_ = fingerprint(executor, exit_code, reason, message)
+    if state == model.AttemptState.LOST:
+        return Failure(FailureClass.TRANSIENT, print_, True, "lost by its platform")
+    if hint is not None:
+        return Failure(hint, print_, True, f"{executor} executor: {reason or hint}")
+    if exit_code is not None and exit_code >= 0:
+        for n, rule in enumerate(policy.failure_rules):
+            if rule.on_exit_codes.match(exit_code):
+                codes = ", ".join(map(str, rule.on_exit_codes.values))
+                why = (
+                    f"rule {n + 1}: exit code {exit_code} {rule.on_exit_codes.operator}"
+                    f" [{codes}] -> {rule.action}"
+                )
+                cls = FailureClass.PERMANENT if rule.action == "fail" else FailureClass.TRANSIENT
+                return Failure(cls, print_, rule.action != "ignore", why)
+    return Failure(FailureClass.UNKNOWN, print_, True, "no rule matched")
+
+
+# --- everything the store needs to move a failed job on ------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Retry:
+    """The retry rules in force: backoff, the per-queue budget, and when to quarantine.
+    `budget` None spends no tokens (tests of other things); `backoff` None retries at once."""
+
+    backoff: Backoff | None = None
+    budget: Budget | None = None
+    quarantine_after: int = 2
+
+    @classmethod
+    def from_settings(cls, settings: config.Settings, rng: random.Random | None = None) -> Retry:
+        return cls(
+            Backoff.from_settings(settings, rng),
+            Budget.from_settings(settings),
+            settings.retry.quarantine_after,
+        )
+
+    def delay(self, attempt_no: int, policy: config.JobPolicy) -> float:
+        return 0.0 if self.backoff is None else self.backoff.for_policy(attempt_no, policy)

@@ -106,14 +106,14 @@ async def serve(
         if on_ready is not None:
             await on_ready(rt)
         loops = []
-        backoff = retry.Backoff.from_settings(rt.settings)  # one random source per process
+        rules = retry.Retry.from_settings(rt.settings)  # one random source per process
         if dispatch:
             d = dispatcher.Dispatcher(
                 store=rt.store,
                 executors=rt.executors,
                 clock=rt.clock,
                 settings=rt.settings,
-                backoff=backoff,
+                retry=rules,
             )
             loops.append(d.run(stop))
         if reconcile:
@@ -122,7 +122,7 @@ async def serve(
                 executors=rt.executors,
                 clock=rt.clock,
                 settings=rt.settings,
-                backoff=backoff,
+                retry=rules,
             )
             loops.append(r.run(stop))
         await asyncio.gather(*loops)

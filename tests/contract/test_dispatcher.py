@@ -117,7 +117,10 @@ async def test_failures_retry_after_a_jittered_backoff_until_attempts_run_out(
     d = make(db, clock, executor, retry={"base": 10, "cap": 15, "seed": 7})
     same = retry.Backoff(10, 15, random.Random(7))  # the dispatcher's, seeded alike
     expected_delays = [same.delay(n) for n in (1, 2)]
-    [job_id] = await submit(db, clock, 1, max_attempts=3)
+    retry_3 = {
+        "failure_rules": [{"on_exit_codes": {"operator": "In", "values": [3]}, "action": "retry"}]
+    }
+    [job_id] = await submit(db, clock, 1, max_attempts=3, policy=retry_3)
     for n, expected in enumerate((J.QUEUED, J.QUEUED, J.FAILED), start=1):
         assert (await d.run_once()).launched == 1
         failed_at = clock.now()
@@ -263,7 +266,7 @@ async def test_completions_survive_a_failed_write(db_url: str, clock: FrozenCloc
     d = make(db, clock, executor)  # type: ignore[arg-type]
     [job_id] = await submit(db, clock, 1)
     [claimed] = await db.job_claim(now=clock.now(), limit=1, executors=["noop"])
-    launch = model.build_launch(claimed, api_url=None, deadline_seconds=None)
+    launch = model.build_launch(claimed, reach=model.Reach(), deadline_seconds=None)
     finished = model.Observation(launch.name, model.Phase.SUCCEEDED, launch.labels, exit_code=0)
     stop = asyncio.Event()
     runner = asyncio.create_task(d.run(stop))
@@ -285,7 +288,7 @@ async def test_a_failed_flush_keeps_the_completions_queued(db_url: str, clock: F
     d = make(db, clock, NoopExecutor())  # type: ignore[arg-type]
     [job_id] = await submit(db, clock, 1)
     [claimed] = await db.job_claim(now=clock.now(), limit=1, executors=["noop"])
-    launch = model.build_launch(claimed, api_url=None, deadline_seconds=None)
+    launch = model.build_launch(claimed, reach=model.Reach(), deadline_seconds=None)
     d.offer(model.Observation(launch.name, model.Phase.FAILED, launch.labels, exit_code=2))
     with pytest.raises(errors.StoreError):
         await d.flush_completions()
@@ -326,7 +329,11 @@ async def test_a_launch_later_than_launch_grace_is_left_to_recovery(
     d = make(db, clock, executor, launch_concurrency=1)
     _, second = await submit(db, clock, 2)
     tick = await d.run_once()
-    assert (tick.launched, tick.launch_errors) == (1, 1)
+    # The slow launch also used up the tick's deadline: the second waits for the next tick,
+    assert (tick.launched, tick.launch_errors, tick.carried) == (1, 0, 1)
+    # which finds it past launch_grace and leaves it to recovery.
+    tick = await d.run_once()
+    assert (tick.claimed, tick.launched, tick.launch_errors, tick.carried) == (0, 0, 1, 0)
     [late] = await db.attempt_list(job_id=second)
     assert late.state == A.LAUNCHING
     assert "past launch_grace" in (await db.event_list(job_id=second))[-1].reason

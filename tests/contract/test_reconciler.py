@@ -37,7 +37,7 @@ async def claimed(
 
 
 def launch_of(c: model.Claimed) -> model.Launch:
-    return model.build_launch(c, api_url=None, deadline_seconds=None)
+    return model.build_launch(c, reach=model.Reach(), deadline_seconds=None)
 
 
 async def running(
@@ -100,7 +100,7 @@ async def test_a_launch_name_held_by_another_identity_is_a_conflict(
     [c] = await claimed(db, clock)
     stale = model.build_launch(
         model.Claimed(c.job, model.Attempt(**{**_fields(c.attempt), "id": c.attempt.id + 1000})),
-        api_url=None,
+        reach=model.Reach(),
         deadline_seconds=None,
     )
     platform.put(stale)
@@ -134,7 +134,7 @@ async def test_an_attempt_past_its_deadline_is_stopped_and_failed(
     assert (await make(db, clock, platform).run_once()).timed_out == 1
     assert platform.cancelled == [c.attempt.launch_name]
     a = await attempt(db, c)
-    assert (a.state, a.reason) == (A.FAILED, "timed out: ran past attempt_deadline (240s)")
+    assert (a.state, a.reason) == (A.FAILED, "timed out: ran past its deadline, stopped by recovery")
     assert (await db.job_get(job_id=c.job.id)).state == J.QUEUED
 
 
@@ -168,7 +168,7 @@ async def test_a_platform_that_cannot_be_asked_changes_nothing(
         assert (summary.unknown, summary.relaunched, summary.lost) == (2, 0, 0)
     assert (await attempt(db, launching)).state == A.LAUNCHING
     assert (await attempt(db, quiet)).state == A.RUNNING
-    notes = [x for x in await reasons(db, quiet) if x.startswith("platform unknown")]
+    notes = [x for x in await reasons(db, quiet) if x.startswith("unknown state (platform")]
     assert len(notes) == 1, "noted once, not every pass"
     platform.down = False
     summary = await r.run_once()

@@ -8,11 +8,11 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import create_engine
 
-from corral import errors, model, store
+from corral import config, errors, model, retry, store
 from corral.store import Finish, migrate, tables
 from corral.testing import FrozenClock
 
-J, A = model.JobState, model.AttemptState
+J, A, FC = model.JobState, model.AttemptState, model.FailureClass
 
 
 def new(**kw: object) -> model.NewJob:
@@ -192,7 +192,7 @@ async def test_failure_retries_then_fails_and_a_stale_completion_changes_nothing
     [job_id] = await submit(db, clock, new(max_attempts=2))
     [first] = await claim(db, clock)
     [o1] = await db.attempt_finish(
-        finishes=[Finish(first.attempt.id, A.FAILED, 3, "boom")], now=clock.now()
+        finishes=[Finish(first.attempt.id, A.FAILED, 3, "boom", FC.TRANSIENT)], now=clock.now()
     )
     assert o1.job_state == J.QUEUED
     [second] = await claim(db, clock)
@@ -207,7 +207,7 @@ async def test_failure_retries_then_fails_and_a_stale_completion_changes_nothing
     )
     assert (await db.job_get(job_id=job_id)).state == J.RUNNING
     [o2] = await db.attempt_finish(
-        finishes=[Finish(second.attempt.id, A.FAILED, 3, "boom")], now=clock.now()
+        finishes=[Finish(second.attempt.id, A.FAILED, 3, "boom", FC.TRANSIENT)], now=clock.now()
     )
     assert o2.job_state == J.FAILED
     attempts = await db.attempt_list(job_id=job_id)
@@ -325,10 +325,15 @@ async def test_retries_in_one_batch_each_get_their_own_backoff(
     ids = await submit(db, clock, new(), new(), new(max_attempts=1))
     claimed = {c.job.id: c for c in await claim(db, clock)}
     delays = iter([3.0, 7.0, 11.0])
+
+    class Fixed(retry.Backoff):
+        def for_policy(self, attempt_no: int, policy: config.JobPolicy) -> float:
+            return next(delays)
+
     outcomes = await db.attempt_finish(
         finishes=[Finish(claimed[i].attempt.id, A.FAILED, 1, "boom") for i in ids],
         now=clock.now(),
-        backoff=lambda _n: next(delays),
+        retry=retry.Retry(backoff=Fixed(1, 1)),
     )
     assert sorted(o.job_state for o in outcomes) == [J.FAILED, J.QUEUED, J.QUEUED]
     waits = sorted(

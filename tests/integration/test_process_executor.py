@@ -53,7 +53,9 @@ def make_launch(
         spec={"command": list(command), **spec},
         payload=None,
         labels=labels,
-        env=model.attempt_env(labels, name=name, tenant="acme", api_url="http://corral.test"),
+        env=model.attempt_env(
+            labels, name=name, tenant="acme", reach=model.Reach(api_url="http://corral.test")
+        ),
         deadline_seconds=deadline_seconds,
     )
 
@@ -178,7 +180,7 @@ RACER = textwrap.dedent(
             await ex.launch(model.Launch(
                 name=name, job_id=i, attempt_no=1, fence=i, tenant="t", executor="process",
                 spec={"command": ["sh", "-c", f"echo run >> {marks}/{name}"]}, payload=None,
-                labels=labels, env=model.attempt_env(labels, name=name, tenant="t", api_url=None)))
+                labels=labels, env=model.attempt_env(labels, name=name, tenant="t", reach=model.Reach())))
         await ex.close()
 
     asyncio.run(main())

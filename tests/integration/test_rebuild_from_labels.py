@@ -25,7 +25,7 @@ async def test_a_fresh_reconciler_adopts_and_stops_orphans_from_labels(
     await db.job_submit(new=jobs, now=clock.now())
     claimed = await db.job_claim(now=clock.now(), limit=3, executors=["process"])
     for c in claimed:  # launched, then corral died before recording anything
-        await first.launch(model.build_launch(c, api_url=None, deadline_seconds=None))
+        await first.launch(model.build_launch(c, reach=model.Reach(), deadline_seconds=None))
     await first.close()
     del first
     keep, cancel, adopt = claimed
@@ -35,7 +35,11 @@ async def test_a_fresh_reconciler_adopts_and_stops_orphans_from_labels(
 
     fresh = ProcessExecutor(root=tmp_path / "runs", clock=clock)
     await fresh.start()
-    settings = config.Settings(timeouts=config.Timeouts(launch_grace="1ms", cancel_grace="2s"))
+    settings = config.Settings(
+        timeouts=config.Timeouts(
+            launch_grace="3ms", tick_deadline="1ms", tick_margin="1ms", cancel_grace="2s"
+        )
+    )
     r = reconciler.Reconciler(
         store=db, executors={"process": fresh}, clock=clock, settings=settings
     )

@@ -16,6 +16,8 @@ from corral import model, store
 # Short limits so recovery happens within seconds; jobs never come near the deadline.
 FAST = {
     "CORRAL_TIMEOUTS__DISPATCH_INTERVAL": "100ms",
+    "CORRAL_TIMEOUTS__TICK_DEADLINE": "80ms",
+    "CORRAL_TIMEOUTS__TICK_MARGIN": "20ms",
     "CORRAL_TIMEOUTS__OBSERVE_INTERVAL": "200ms",
     "CORRAL_TIMEOUTS__RECONCILE_INTERVAL": "300ms",
     "CORRAL_TIMEOUTS__LAUNCH_GRACE": "1s",

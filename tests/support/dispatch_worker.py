@@ -25,7 +25,9 @@ async def _run(url: str, ledger: Path, claim_batch_limit: int) -> None:
     settings = config.Settings(
         database_url=url,
         claim_batch_limit=claim_batch_limit,
-        timeouts=config.Timeouts(dispatch_interval=0.02, observe_interval=0.5),
+        timeouts=config.Timeouts(
+            dispatch_interval=0.02, tick_deadline=0.015, tick_margin=0.005, observe_interval=0.5
+        ),
     )
     d = dispatcher.Dispatcher(
         store=db, executors={"noop": executor}, clock=SystemClock(), settings=settings

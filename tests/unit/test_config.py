@@ -121,33 +121,44 @@ millis = st.integers(min_value=1, max_value=10_000_000)  # durations in whole mi
 
 
 @given(
-    attempt=millis,
-    cancel=millis,
-    recovery=millis,
-    lease=millis,
-    margin=millis,
+    ms=st.fixed_dictionaries(
+        {
+            name: millis
+            for name in (
+                "http_request_timeout",
+                "step_deadline",
+                "attempt_deadline",
+                "cancel_grace",
+                "recovery_grace",
+                "heartbeat_interval",
+                "lease_timeout",
+                "tick_deadline",
+                "dispatch_interval",
+                "launch_grace",
+                "margin",
+                "tick_margin",
+            )
+        }
+    ),
     claim=st.integers(1, 10_000),
     recovery_batch=st.integers(1, 100_000),
 )
 def test_the_chain_accepts_exactly_the_nesting_settings(
-    attempt: int,
-    cancel: int,
-    recovery: int,
-    lease: int,
-    margin: int,
-    claim: int,
-    recovery_batch: int,
+    ms: dict[str, int], claim: int, recovery_batch: int
 ) -> None:
-    nests = attempt + cancel + margin <= recovery and lease <= recovery and claim <= recovery_batch
-    timeouts = {
-        "attempt_deadline": f"{attempt}ms",
-        "cancel_grace": f"{cancel}ms",
-        "recovery_grace": f"{recovery}ms",
-        "lease_timeout": f"{lease}ms",
-        "margin": f"{margin}ms",
-    }
+    m, tm = ms["margin"], ms["tick_margin"]
+    nests = (
+        ms["http_request_timeout"] + m <= ms["step_deadline"]
+        and ms["step_deadline"] + m <= ms["attempt_deadline"]
+        and ms["attempt_deadline"] + ms["cancel_grace"] + m <= ms["recovery_grace"]
+        and ms["heartbeat_interval"] + m <= ms["lease_timeout"]
+        and ms["lease_timeout"] <= ms["recovery_grace"]
+        and ms["tick_deadline"] + tm <= ms["dispatch_interval"]
+        and ms["tick_deadline"] + tm <= ms["launch_grace"]
+        and claim <= recovery_batch
+    )
     overrides = {
-        "timeouts": timeouts,
+        "timeouts": {name: f"{value}ms" for name, value in ms.items()},
         "claim_batch_limit": claim,
         "recovery_batch_limit": recovery_batch,
     }
@@ -159,6 +170,16 @@ def test_the_chain_accepts_exactly_the_nesting_settings(
             Settings.load(None, **overrides)
         with pytest.raises(AssertionError, match="do not nest"):
             assert_timeouts_nest(Settings.load(None, check_chain=False, **overrides))
+
+
+def test_unset_inner_limits_follow_their_outer_limit_down() -> None:
+    t = Settings.load(None, timeouts={"attempt_deadline": "90s", "dispatch_interval": "300ms"})
+    assert t.timeouts.step_deadline == timedelta(seconds=85)
+    assert t.timeouts.http_request_timeout == timedelta(seconds=30)  # its default still fits
+    assert t.timeouts.tick_deadline == timedelta(milliseconds=200)
+    # A limit that is set is never moved: it is checked.
+    with pytest.raises(errors.ConfigError, match="timeouts.step_deadline \\(100s\\)"):
+        Settings.load(None, timeouts={"attempt_deadline": "90s", "step_deadline": "100s"})
 
 
 def test_a_broken_link_names_both_settings_their_values_and_the_margin() -> None:
@@ -183,10 +204,13 @@ def test_assert_timeouts_nest_reads_the_config_file(tmp_path: Path) -> None:
 def test_limits_that_meet_the_rule_exactly_are_accepted() -> None:
     # 0.1 + 0.1 + 0.1 is not 0.3 in floating point; the check counts whole microseconds.
     exact = {
-        "recovery_grace": 0.3,
-        "attempt_deadline": 0.1,
+        "recovery_grace": 0.5,
+        "attempt_deadline": 0.3,
+        "step_deadline": 0.2,
+        "http_request_timeout": 0.1,
         "cancel_grace": 0.1,
         "margin": 0.1,
-        "lease_timeout": 0.3,
+        "lease_timeout": 0.5,
+        "heartbeat_interval": 0.4,
     }
     Settings.load(None, timeouts=exact)

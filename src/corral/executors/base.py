@@ -8,10 +8,10 @@ a platform that cannot be asked raises ExecutorError rather than guessing `absen
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, Protocol, runtime_checkable
 
-from corral import model
+from corral import config, errors, model
 
 
 @runtime_checkable
@@ -59,3 +59,25 @@ class Executor(Protocol):
 def spec_error(kind: str, field: str, rule: str) -> str:
     """The one wording for a refused spec field, so every executor names field and rule alike."""
     return f"{kind} spec: {field}: {rule}"
+
+
+def launch_for(claimed: model.Claimed, settings: config.Settings, now: datetime) -> model.Launch:
+    """The Launch of a claimed attempt as these settings make it: its env says how to reach
+    corral and how often to send heartbeats, and its platform deadline is what is left of
+    the attempt's own (fixed at the claim). ExecutorError when none is left."""
+    policy = config.JobPolicy.read(claimed.job.policy)
+    deadline = claimed.attempt.deadline_at
+    if deadline is None:
+        seconds = policy.deadline(settings).total_seconds()
+    elif (seconds := (deadline - now).total_seconds()) <= 0:
+        raise errors.ExecutorError(
+            f"{claimed.attempt.launch_name}: its deadline passed before it could be launched"
+        )
+    reach = model.Reach(
+        api_url=settings.api_url,
+        database_url=settings.database_url_for_jobs,
+        heartbeat_seconds=policy.heartbeat_every(settings).total_seconds()
+        if policy.heartbeat
+        else None,
+    )
+    return model.build_launch(claimed, reach=reach, deadline_seconds=seconds)

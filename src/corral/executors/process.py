@@ -342,7 +342,13 @@ def _observe_one(name: str, run_dir: Path) -> model.Observation:
             )
         # The shim may have written exit.json and ended since we first looked.
         return _finished(name, run_dir, labels) or model.Observation(
-            name, model.Phase.FAILED, labels, reason=SUPERVISOR_DIED, started_at=started_at
+            name,
+            model.Phase.FAILED,
+            labels,
+            reason=SUPERVISOR_DIED,
+            started_at=started_at,
+            failure_class=model.FailureClass.TRANSIENT,
+            message=_last_line(run_dir / "stderr.log"),
         )
 
 
@@ -359,7 +365,38 @@ def _finished(name: str, run_dir: Path, labels: dict[str, str]) -> model.Observa
         reason=record.get("reason"),
         started_at=_time(record.get("started_at")),
         finished_at=_time(record.get("finished_at")),
+        failure_class=None if succeeded else _verdict(record),
+        message=None if succeeded else _last_line(run_dir / "stderr.log"),
     )
+
+
+_TRANSIENT_REASONS = ("deadline exceeded", "supervisor terminated", SUPERVISOR_DIED)
+
+
+def _verdict(record: Mapping[str, Any]) -> model.FailureClass | None:
+    """This platform's own class for a failure, where it knows better than exit-code rules:
+    stopped at the deadline or killed by SIGKILL (the OOM killer's signal) is transient, a
+    command that could not start at all is permanent. None: let the job's rules decide."""
+    reason, code = str(record.get("reason") or ""), record.get("exit_code")
+    if reason in _TRANSIENT_REASONS or code == -signal.SIGKILL:
+        return model.FailureClass.TRANSIENT
+    if reason.startswith("could not start the command"):
+        return model.FailureClass.PERMANENT
+    return None
+
+
+def _last_line(path: Path, tail: int = 4096) -> str | None:
+    """The last non-empty line of a log file (from its last `tail` bytes), if any."""
+    try:
+        with path.open("rb") as f:
+            f.seek(max(f.seek(0, os.SEEK_END) - tail, 0))
+            lines = f.read().decode("utf-8", "replace").splitlines()
+    except OSError:
+        return None
+    for line in reversed(lines):
+        if line := line.strip():
+            return line[:500]
+    return None
 
 
 def _read_json(path: Path) -> Any:

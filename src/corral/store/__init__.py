@@ -17,11 +17,11 @@ from typing import Any, TypeVar
 from sqlalchemy import Connection, Engine
 from sqlalchemy import exc as sa_exc
 
-from corral import errors, model
+from corral import errors, model, retry
 from corral.store import dialects, migrate, queries
-from corral.store.queries import Finish, Outcome, Status
+from corral.store.queries import Clocks, Finish, Outcome, Status
 
-__all__ = ["Finish", "Outcome", "Status", "Store"]
+__all__ = ["Clocks", "Finish", "Outcome", "Status", "Store"]
 
 T = TypeVar("T")
 
@@ -115,9 +115,16 @@ class Store:
         return await self._tx(queries.job_submit, new=new, now=now)
 
     async def job_claim(
-        self, *, now: datetime, limit: int, executors: Sequence[str]
+        self,
+        *,
+        now: datetime,
+        limit: int,
+        executors: Sequence[str],
+        clocks: queries.Clocks | None = None,
     ) -> list[model.Claimed]:
-        return await self._tx(queries.job_claim, now=now, limit=limit, executors=executors)
+        return await self._tx(
+            queries.job_claim, now=now, limit=limit, executors=executors, clocks=clocks
+        )
 
     async def attempt_record_running(
         self, *, fences: Sequence[int], now: datetime, reason: str = "launched"
@@ -136,19 +143,36 @@ class Store:
         launched: Sequence[int],
         finishes: Sequence[Finish],
         now: datetime,
-        backoff: queries.Backoff | None = None,
+        retry: retry.Retry | None = None,
     ) -> tuple[list[int], list[Outcome]]:
         return await self._tx(
-            queries.attempt_settle, launched=launched, finishes=finishes, now=now, backoff=backoff
+            queries.attempt_settle, launched=launched, finishes=finishes, now=now, retry=retry
         )
 
     async def attempt_finish(
-        self, *, finishes: Sequence[Finish], now: datetime, backoff: queries.Backoff | None = None
+        self, *, finishes: Sequence[Finish], now: datetime, retry: retry.Retry | None = None
     ) -> list[Outcome]:
-        return await self._tx(queries.attempt_finish, finishes=finishes, now=now, backoff=backoff)
+        return await self._tx(queries.attempt_finish, finishes=finishes, now=now, retry=retry)
 
     async def attempt_seen(self, *, fences: Sequence[int], now: datetime) -> None:
         await self._tx(queries.attempt_seen, fences=fences, now=now)
+
+    async def attempt_heartbeat(self, **kwargs: Any) -> datetime | None:
+        return await self._tx(queries.attempt_heartbeat, **kwargs)
+
+    async def attempt_wait(self, **kwargs: Any) -> None:
+        await self._tx(queries.attempt_wait, **kwargs)
+
+    async def attempt_supersede(
+        self, *, fences: Sequence[int], now: datetime, reason: str
+    ) -> list[int]:
+        return await self._tx(queries.attempt_supersede, fences=fences, now=now, reason=reason)
+
+    async def job_dead_retry(self, *, job_id: int, now: datetime, reason: str) -> None:
+        await self._tx(queries.job_dead_retry, job_id=job_id, now=now, reason=reason)
+
+    async def job_dead_discard(self, *, job_id: int, now: datetime, reason: str) -> None:
+        await self._tx(queries.job_dead_discard, job_id=job_id, now=now, reason=reason)
 
     async def attempt_list_active(
         self, *, executor: str, limit: int, after: int = 0

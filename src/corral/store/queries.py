@@ -7,18 +7,20 @@ always an argument (`now`), never read here. Dialect differences live in dialect
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Connection, Select, and_, case, func, insert, literal, or_, select, update
 
-from corral import errors, failpoints, model
+from corral import config, errors, failpoints, model, retry
 from corral.store import dialects
-from corral.store.tables import UTCDateTime, attempts, events, jobs
+from corral.store.tables import UTCDateTime, attempts, events, jobs, retry_budgets
 
 A, J = model.AttemptState, model.JobState
+FC = model.FailureClass
+ACTIVE = (A.LAUNCHING, A.RUNNING)
 
 
 # --- the one transition function ------------------------------------------------------------
@@ -221,14 +223,28 @@ def _job_row(job: model.NewJob, now: datetime) -> dict[str, Any]:
         "labels": dict(job.labels),
         "created_at": now,
         "updated_at": now,
+        "policy": dict(job.policy),
     }
 
 
 # --- claim --------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True, slots=True)
+class Clocks:
+    """The limits an attempt starts with when its job sets none of its own."""
+
+    attempt_deadline: timedelta
+    lease_timeout: timedelta
+
+
 def job_claim(
-    conn: Connection, *, now: datetime, limit: int, executors: Sequence[str]
+    conn: Connection,
+    *,
+    now: datetime,
+    limit: int,
+    executors: Sequence[str],
+    clocks: Clocks | None = None,
 ) -> list[model.Claimed]:
     """Claim up to `limit` due jobs (most urgent first) and create their attempts in `launching`.
 
@@ -243,7 +259,7 @@ def job_claim(
     claimed_jobs = sorted((job_from_row(r) for r in conn.execute(stmt)), key=_urgency)
     if not claimed_jobs:
         return []
-    rows = [_attempt_row(job, now) for job in claimed_jobs]
+    rows = [_attempt_row(job, now, clocks) for job in claimed_jobs]
     # Each claimed job gets one attempt, so the job id maps fences back to rows. (Asking for
     # rows in parameter order would make SQLite insert them one statement at a time.)
     fences = dict(dialects.insert_many(conn, attempts, rows, returning=["job_id", "id"]))
@@ -326,7 +342,15 @@ def _urgency(job: model.Job) -> tuple[int, datetime, int]:
     return (-job.priority, job.run_at, job.id)
 
 
-def _attempt_row(job: model.Job, now: datetime) -> dict[str, Any]:
+def _attempt_row(job: model.Job, now: datetime, clocks: Clocks | None) -> dict[str, Any]:
+    """A new attempt: its deadline is fixed now, from the job's own limit or the default;
+    a job that sends heartbeats owes its first one within its lease."""
+    deadline_at = lease_until = None
+    if clocks is not None:
+        policy = config.JobPolicy.read(job.policy)
+        deadline_at = now + (policy.limits.attempt_deadline or clocks.attempt_deadline)
+        if policy.heartbeat:
+            lease_until = now + (policy.limits.lease_timeout or clocks.lease_timeout)
     return {
         "job_id": job.id,
         "attempt_no": job.attempt_count,
@@ -335,6 +359,8 @@ def _attempt_row(job: model.Job, now: datetime) -> dict[str, Any]:
         "state": A.LAUNCHING,
         "created_at": now,
         "updated_at": now,
+        "deadline_at": deadline_at,
+        "lease_until": lease_until,
     }
 
 
@@ -359,21 +385,17 @@ def attempt_record_running(
     return [a.id for a in applied]
 
 
-Backoff = Callable[[int], float]
-"""Seconds a job waits before its next attempt, given the number of the attempt that failed."""
-
-
 def attempt_settle(
     conn: Connection,
     *,
     launched: Sequence[int],
     finishes: Sequence[Finish],
     now: datetime,
-    backoff: Backoff | None = None,
+    retry: retry.Retry | None = None,
 ) -> tuple[list[int], list[Outcome]]:
     """One transaction for a tick's last step: apply the completions that have arrived,
     then record the launched attempts that are still launching as running."""
-    outcomes = attempt_finish(conn, finishes=finishes, now=now, backoff=backoff)
+    outcomes = attempt_finish(conn, finishes=finishes, now=now, retry=retry)
     ended = {o.fence for o in outcomes}
     still = [fence for fence in launched if fence not in ended]
     return attempt_record_running(conn, fences=still, now=now), outcomes
@@ -381,12 +403,17 @@ def attempt_settle(
 
 @dataclass(frozen=True, slots=True)
 class Finish:
-    """An attempt's end as an executor (or recovery) saw it: succeeded, failed or lost."""
+    """An attempt's end as an executor (or recovery) saw it: succeeded, failed or lost.
+
+    `failure_class` is the platform's own verdict on a failure, when it has one (a deadline
+    or a kill is transient); `message` is the last line of stderr or the like."""
 
     fence: int
     state: model.AttemptState
     exit_code: int | None
     reason: str | None
+    failure_class: model.FailureClass | None = None
+    message: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -403,27 +430,50 @@ class Outcome:
 ENDINGS = frozenset({A.SUCCEEDED, A.FAILED, A.LOST})
 
 
+@dataclass(frozen=True, slots=True)
+class _Judged:
+    job: model.Job
+    policy: config.JobPolicy
+    failure: retry.Failure
+
+
 def attempt_finish(
-    conn: Connection, *, finishes: Sequence[Finish], now: datetime, backoff: Backoff | None = None
+    conn: Connection,
+    *,
+    finishes: Sequence[Finish],
+    now: datetime,
+    retry: retry.Retry | None = None,
 ) -> list[Outcome]:
     """Apply completions: each attempt ends once (repeats are no-ops), then its job follows.
 
-    A success ends the job `succeeded`; a failure or a loss sends it back to `queued`
-    while attempts remain (due again after `backoff`, at once without one), else ends it
-    `failed`.
+    A success ends the job `succeeded`. A failure or a loss is classed (retry.classify):
+    a permanent one, or the same unknown one `quarantine_after` times in a row, quarantines
+    the job; otherwise it goes back to `queued` while attempts remain (due after a backoff,
+    and after a token from its queue's retry budget), else ends `failed`.
     """
     if bad := {f.state for f in finishes} - ENDINGS:
         raise errors.IllegalTransition(f"an attempt cannot finish as {', '.join(sorted(bad))}")
+    rules = retry or _PLAIN
     dialects.lock_in_order(conn, attempts, [f.fence for f in finishes])
-    groups: dict[tuple[model.AttemptState, int | None, str | None], list[int]] = defaultdict(list)
+    judged = _judge(conn, [f for f in finishes if f.state != A.SUCCEEDED])
+    groups: dict[tuple[Any, ...], list[int]] = defaultdict(list)
     for f in finishes:
-        groups[(f.state, f.exit_code, f.reason)].append(f.fence)
+        j = judged.get(f.fence)
+        cls, print_ = (j.failure.cls, j.failure.fingerprint) if j else (None, None)
+        groups[(f.state, f.exit_code, f.reason, cls, print_)].append(f.fence)
     ended: list[tuple[Applied, model.AttemptState]] = []
-    for (to, code, reason), fences in groups.items():
-        values = {"exit_code": code, "reason": reason, "finished_at": now, "last_seen_at": now}
+    for (to, code, reason, cls, print_), fences in groups.items():
+        values = {
+            "exit_code": code,
+            "reason": reason,
+            "finished_at": now,
+            "last_seen_at": now,
+            "failure_class": cls,
+            "fingerprint": print_,
+        }
         why = reason or (f"exit {code}" if code is not None else str(to))
         todo = set(fences)
-        for expected in (A.LAUNCHING, A.RUNNING):
+        for expected in ACTIVE:
             if to == A.LOST and expected == A.LAUNCHING:
                 continue  # a launching attempt that is not there is launched again, not lost
             applied = transition(
@@ -433,67 +483,283 @@ def attempt_finish(
                 expected=expected,
                 to=to,
                 now=now,
-                reason=why,
+                reason=why if cls is None else f"{why} ({cls})",
                 values=values,
             )
             ended += [(a, to) for a in applied]
             todo -= {a.id for a in applied}
     if ended:
         failpoints.hit("mid_completion")
-    return _jobs_follow(conn, ended, now, backoff)
-
-
-def _jobs_follow(
-    conn: Connection,
-    ended: Sequence[tuple[Applied, model.AttemptState]],
-    now: datetime,
-    backoff: Backoff | None,
-) -> list[Outcome]:
-    """Move the jobs of ended attempts on, fenced to that attempt being the job's current one."""
     won = [a for a, state in ended if state == A.SUCCEEDED]
-    lost = [a for a, state in ended if state != A.SUCCEEDED]
-    state_of = {a.id: state for a, state in ended}
-    plans = [
-        (won, J.SUCCEEDED, "attempt {n} succeeded", (), {}),
-        (
-            lost,
-            J.QUEUED,
-            "retry: attempt {n} {state}, attempts remain; due again after a backoff"
-            if backoff
-            else "retry: attempt {n} {state}, attempts remain",
-            [jobs.c.attempt_count < jobs.c.max_attempts],
-            {"run_at": _retry_at(lost, now, backoff)},
-        ),
-        (
-            lost,
-            J.FAILED,
-            "attempt {n} {state}: no attempts left",
-            [jobs.c.attempt_count >= jobs.c.max_attempts],
-            {},
-        ),
-    ]
+    outcomes = _jobs_succeed(conn, won, now)
+    lost = [(a, state) for a, state in ended if state != A.SUCCEEDED]
+    return outcomes + _jobs_after_failure(conn, lost, judged, now, rules)
+
+
+_PLAIN = retry.Retry()
+
+
+def _judge(conn: Connection, failed: Sequence[Finish]) -> dict[int, _Judged]:
+    """Class and fingerprint of each failed attempt still active, with its job."""
+    if not failed:
+        return {}
+    rows = conn.execute(
+        select(attempts.c.id.label("fence"), attempts.c.executor.label("platform"), *jobs.c)
+        .join(jobs, jobs.c.id == attempts.c.job_id)
+        .where(
+            dialects.one_of(conn, attempts.c.id, [f.fence for f in failed]),
+            attempts.c.state.in_(ACTIVE),
+        )
+    ).all()
+    found = {
+        r.fence: (r.platform, job_from_row({c.name: r._mapping[c.name] for c in jobs.c}))
+        for r in rows
+    }
+    out = {}
+    for f in failed:
+        if f.fence not in found:
+            continue
+        executor, job = found[f.fence]
+        policy = config.JobPolicy.read(job.policy)
+        failure = retry.classify(
+            policy,
+            executor=executor,
+            state=f.state,
+            exit_code=f.exit_code,
+            reason=f.reason,
+            hint=f.failure_class,
+            message=f.message,
+        )
+        out[f.fence] = _Judged(job, policy, failure)
+    return out
+
+
+def _jobs_succeed(conn: Connection, won: Sequence[Applied], now: datetime) -> list[Outcome]:
+    """Jobs whose current attempt succeeded end `succeeded` (fenced to that attempt)."""
+    by_no: dict[int, list[Applied]] = defaultdict(list)
+    for a in won:
+        by_no[a.attempt_no].append(a)
     outcomes = []
-    for attempts_ended, to, why, where, values in plans:
-        by_kind: dict[tuple[int, model.AttemptState], list[Applied]] = defaultdict(list)
-        for a in attempts_ended:
-            by_kind[(a.attempt_no, state_of[a.id])].append(a)
-        for (n, state), group in by_kind.items():  # one reason each keeps the run log exact
-            applied = transition(
-                conn,
-                entity="job",
-                ids=[a.job_id for a in group],
-                expected=J.RUNNING,
-                to=to,
-                now=now,
-                reason=why.format(n=n, state=state),
-                values=values,
-                where=where,
-                attempt_nos=[a.attempt_no for a in group],
-                attempt_ids=[a.id for a in group],
-            )
-            fence = {a.job_id: a.id for a in group}
-            outcomes += [Outcome(j.id, fence[j.id], n, state, to) for j in applied]
+    for n, group in by_no.items():  # one reason each keeps the run log exact
+        applied = transition(
+            conn,
+            entity="job",
+            ids=[a.job_id for a in group],
+            expected=J.RUNNING,
+            to=J.SUCCEEDED,
+            now=now,
+            reason=f"attempt {n} succeeded",
+            attempt_nos=[a.attempt_no for a in group],
+            attempt_ids=[a.id for a in group],
+        )
+        fence = {a.job_id: a.id for a in group}
+        outcomes += [Outcome(j.id, fence[j.id], n, A.SUCCEEDED, J.SUCCEEDED) for j in applied]
     return outcomes
+
+
+@dataclass(frozen=True, slots=True)
+class _Next:
+    """Where a job goes after a failed attempt, and why."""
+
+    to: model.JobState
+    reason: str
+    details: tuple[tuple[str, Any], ...] = ()
+    run_at: datetime | None = None
+    extra_attempt: bool = False  # an ignored failure does not use up an attempt
+
+
+def _jobs_after_failure(
+    conn: Connection,
+    lost: Sequence[tuple[Applied, model.AttemptState]],
+    judged: Mapping[int, _Judged],
+    now: datetime,
+    rules: retry.Retry,
+) -> list[Outcome]:
+    """Move each job on after its current attempt failed: quarantined, queued or failed."""
+    if not lost:
+        return []
+    streaks = _streaks(conn, [(a, judged[a.id]) for a, _ in lost], rules)
+    plans = {a.id: _next(a, state, judged[a.id], streaks[a.id], now, rules) for a, state in lost}
+    _spend_budget(conn, [(a, judged[a.id]) for a, _ in lost], plans, now, rules)
+    groups: dict[tuple[Any, ...], list[Applied]] = defaultdict(list)
+    for a, _ in lost:
+        p = plans[a.id]
+        groups[(p.to, p.reason, p.details)].append(a)
+    state_of = {a.id: state for a, state in lost}
+    outcomes = []
+    for (to, reason, details), group in groups.items():
+        values: dict[str, Any] = {}
+        if to == J.QUEUED:
+            values["run_at"] = _per_job(group, {a.job_id: plans[a.id].run_at for a in group}, now)
+        if any(plans[a.id].extra_attempt for a in group):
+            values["max_attempts"] = jobs.c.max_attempts + 1
+        applied = transition(
+            conn,
+            entity="job",
+            ids=[a.job_id for a in group],
+            expected=J.RUNNING,
+            to=to,
+            now=now,
+            reason=reason,
+            values=values,
+            details=dict(details),
+            attempt_nos=[a.attempt_no for a in group],
+            attempt_ids=[a.id for a in group],
+        )
+        fence = {a.job_id: a for a in group}
+        outcomes += [
+            Outcome(j.id, fence[j.id].id, fence[j.id].attempt_no, state_of[fence[j.id].id], to)
+            for j in applied
+        ]
+    return outcomes
+
+
+def _next(
+    a: Applied,
+    state: model.AttemptState,
+    j: _Judged,
+    streak: int,
+    now: datetime,
+    rules: retry.Retry,
+) -> _Next:
+    f, job, n = j.failure, j.job, a.attempt_no
+    cls = f.cls
+    details = (("failure_class", str(cls)), ("fingerprint", f.fingerprint), ("rule", f.why))
+    if cls == FC.PERMANENT:
+        return _Next(
+            J.QUARANTINED, f"quarantined: attempt {n} failed permanently ({f.why})", details
+        )
+    k = j.policy.quarantine_after or rules.quarantine_after
+    if cls == FC.UNKNOWN and streak >= k:
+        same = "failed" if k == 1 else f"failed the same way {k} times in a row"
+        return _Next(
+            J.QUARANTINED,
+            f"quarantined: attempt {n} {same} (fingerprint {f.fingerprint}); waits for a person",
+            details,
+        )
+    if f.counts and job.attempt_count >= job.max_attempts:
+        return _Next(J.FAILED, f"attempt {n} {state} ({cls}): no attempts left", details)
+    ignored = "" if f.counts else ", which does not count toward max_attempts"
+    delay = rules.delay(n, j.policy)
+    wait = "; due again after a backoff" if delay > 0 else ""
+    return _Next(
+        J.QUEUED,
+        f"retry: attempt {n} {state} ({cls}){ignored}, attempts remain{wait}",
+        details,
+        run_at=now + timedelta(seconds=delay),
+        extra_attempt=not f.counts,
+    )
+
+
+def _streaks(
+    conn: Connection, ended: Sequence[tuple[Applied, _Judged]], rules: retry.Retry
+) -> dict[int, int]:
+    """For each ended attempt of unknown class: how many attempts in a row, ending with it,
+    failed with its fingerprint."""
+    out = {a.id: 1 for a, _ in ended}
+    todo = [(a, j) for a, j in ended if j.failure.cls == FC.UNKNOWN and a.attempt_no > 1]
+    if not todo:
+        return out
+    longest = max(j.policy.quarantine_after or rules.quarantine_after for _, j in todo)
+    rows = conn.execute(
+        select(attempts.c.job_id, attempts.c.attempt_no, attempts.c.fingerprint)
+        .where(
+            dialects.one_of(conn, attempts.c.job_id, [a.job_id for a, _ in todo]),
+            attempts.c.state == A.FAILED,
+            attempts.c.failure_class == FC.UNKNOWN,
+        )
+        .order_by(attempts.c.job_id, attempts.c.attempt_no.desc())
+    ).all()
+    prints = {(job_id, n): fp for job_id, n, fp in rows}
+    for a, j in todo:
+        n = a.attempt_no - 1
+        while out[a.id] < longest and prints.get((a.job_id, n)) == j.failure.fingerprint:
+            out[a.id] += 1
+            n -= 1
+    return out
+
+
+def _spend_budget(
+    conn: Connection,
+    retries: Sequence[tuple[Applied, _Judged]],
+    plans: dict[int, _Next],
+    now: datetime,
+    rules: retry.Retry,
+) -> None:
+    """Take a token from its queue's budget for every retry; a retry that finds none waits
+    until the budget has one for it (its plan's run_at moves, and its reason says so)."""
+    if rules.budget is None:
+        return
+    by_queue: dict[str, list[Applied]] = defaultdict(list)
+    for a, j in retries:
+        if plans[a.id].to == J.QUEUED:
+            by_queue[j.job.queue].append(a)
+    for queue in sorted(by_queue):  # one order for every writer: no deadlock on PostgreSQL
+        group = by_queue[queue]
+        for a, ready in zip(
+            group, _budget_take(conn, queue, len(group), now, rules.budget), strict=True
+        ):
+            p = plans[a.id]
+            if ready is None or p.run_at is None or ready <= p.run_at:
+                continue
+            plans[a.id] = _Next(
+                p.to,
+                p.reason.replace("; due again after a backoff", "")
+                + f"; queue {queue!r} retry budget is empty, so it waits for a token",
+                (*p.details, ("budget", "empty"), ("queue", queue)),
+                run_at=ready,
+                extra_attempt=p.extra_attempt,
+            )
+
+
+def _budget_take(
+    conn: Connection, queue: str, n: int, now: datetime, budget: retry.Budget
+) -> list[datetime | None]:
+    """Take `n` tokens from `queue`'s bucket; for each, when it is paid for (None: at once)."""
+    # A queue's budget starts full; from then on first attempts are counted by fence.
+    newest = conn.execute(select(func.coalesce(func.max(attempts.c.id), 0))).scalar_one()
+    conn.execute(
+        dialects.insert_ignore_conflict(conn, retry_budgets, ["queue"]).values(
+            queue=queue, tokens=budget.burst, updated_at=now, counted_fence=newest
+        )
+    )
+    row = conn.execute(
+        select(retry_budgets).where(retry_budgets.c.queue == queue).with_for_update()
+    ).one()
+    bucket = retry.Bucket(row.tokens, row.updated_at, row.counted_fence)
+    # First attempts since the last count (enough of them fill the bucket: stop there).
+    # One started in a transaction that commits after this one is not counted: the budget
+    # errs on the side of fewer retries.
+    firsts = (
+        select(attempts.c.id)
+        .join(jobs, jobs.c.id == attempts.c.job_id)
+        .where(
+            attempts.c.id > bucket.counted_fence,
+            attempts.c.id <= newest,
+            attempts.c.attempt_no == 1,
+            jobs.c.queue == queue,
+        )
+        .limit(budget.firsts_to_fill)
+        .subquery()
+    )
+    counted = conn.execute(select(func.count()).select_from(firsts)).scalar_one()
+    tokens = budget.refill(bucket, now, counted)
+    ready = []
+    for _ in range(n):
+        tokens, at = budget.reserve(tokens, now)
+        ready.append(at)
+    conn.execute(
+        update(retry_budgets)
+        .where(retry_budgets.c.queue == queue)
+        .values(tokens=tokens, updated_at=now, counted_fence=max(newest, bucket.counted_fence))
+    )
+    return ready
+
+
+def _per_job(group: Sequence[Applied], at: Mapping[int, datetime | None], now: datetime) -> Any:
+    """Each job's own value in one UPDATE: a CASE over the job ids."""
+    whens = [(jobs.c.id == a.job_id, literal(at[a.job_id] or now, UTCDateTime())) for a in group]
+    return case(*whens, else_=literal(now, UTCDateTime()))
 
 
 def attempt_list_active(
@@ -525,14 +791,20 @@ def attempt_list_for_recovery(
 ) -> list[model.Claimed]:
     """Attempts recovery must look at, by fence from `after` on, each with its job:
     launching for longer than `launch_grace`; running without news for `lease_timeout`,
-    or for longer than `attempt_deadline`."""
+    past its lease (a job that sends heartbeats went quiet), or past its deadline
+    (`attempt_deadline` from its start for attempts made before deadlines were stored)."""
     stale = or_(
         and_(attempts.c.state == A.LAUNCHING, attempts.c.created_at <= now - launch_grace),
         and_(
             attempts.c.state == A.RUNNING,
             or_(
                 attempts.c.last_seen_at <= now - lease_timeout,
-                attempts.c.started_at <= now - attempt_deadline,
+                attempts.c.lease_until <= now,
+                attempts.c.deadline_at <= now,
+                and_(
+                    attempts.c.deadline_at.is_(None),
+                    attempts.c.started_at <= now - attempt_deadline,
+                ),
             ),
         ),
     )
@@ -574,13 +846,125 @@ def attempt_states(conn: Connection, *, fences: Sequence[int]) -> dict[int, Stat
 
 
 def attempt_seen(conn: Connection, *, fences: Sequence[int], now: datetime) -> None:
-    """Record news of still-running attempts (a heartbeat or an observation)."""
+    """Record news of still-running attempts (an observation)."""
     if fences:
         conn.execute(
             update(attempts)
-            .where(attempts.c.id.in_(fences), attempts.c.state.in_([A.LAUNCHING, A.RUNNING]))
+            .where(attempts.c.id.in_(fences), attempts.c.state.in_(ACTIVE))
             .values(last_seen_at=now)
         )
+
+
+def attempt_heartbeat(
+    conn: Connection, *, job_id: int, fence: int, now: datetime, lease_timeout: timedelta
+) -> datetime | None:
+    """A heartbeat from inside attempt `fence` of job `job_id`: news, and for a job that
+    sends heartbeats a lease renewed from now. Returns the new lease end (None when the job
+    is not on a lease). Raises StaleFence when the attempt is no longer its job's current
+    one (it must stop), NotFound when there is no such attempt."""
+    row = conn.execute(
+        select(attempts.c.state, attempts.c.attempt_no, attempts.c.lease_until, jobs.c.policy)
+        .join(jobs, jobs.c.id == attempts.c.job_id)
+        .where(attempts.c.id == fence, attempts.c.job_id == job_id)
+    ).first()
+    if row is None:
+        raise errors.NotFound(f"job {job_id} has no attempt with fence {fence}")
+    lease = None
+    if row.lease_until is not None:
+        lease = now + (config.JobPolicy.read(row.policy).limits.lease_timeout or lease_timeout)
+    changed = conn.execute(
+        update(attempts)
+        .where(attempts.c.id == fence, attempts.c.state.in_(ACTIVE))
+        .values(last_seen_at=now, lease_until=lease)
+    ).rowcount
+    if not changed:
+        newest = conn.execute(
+            select(func.max(attempts.c.id)).where(attempts.c.job_id == job_id)
+        ).scalar_one()
+        current = f"; the job's newest attempt has fence {newest}" if newest != fence else ""
+        raise errors.StaleFence(
+            f"fence {fence} is stale: attempt {row.attempt_no} of job {job_id} is"
+            f" {row.state}{current}; stop this attempt"
+        )
+    return lease
+
+
+def attempt_wait(
+    conn: Connection, *, items: Sequence[tuple[int, int]], now: datetime, reason: str
+) -> None:
+    """Unknown state, policy `wait`: for each (job id, fence) still running, stop looking
+    until its deadline (the lease runs to the deadline) and say so in the run log."""
+    if not items:
+        return
+    fences = [fence for _, fence in items]
+    done = conn.execute(
+        update(attempts)
+        .where(dialects.one_of(conn, attempts.c.id, fences), attempts.c.state == A.RUNNING)
+        .values(lease_until=attempts.c.deadline_at)
+        .returning(attempts.c.id, attempts.c.job_id)
+    ).all()
+    event_insert(
+        conn,
+        [
+            event_row(
+                job_id=job_id,
+                attempt_id=fence,
+                entity="attempt",
+                frm=A.RUNNING,
+                to=A.RUNNING,
+                reason=reason,
+                now=now,
+                details={"unknown": "wait"},
+            )
+            for fence, job_id in done
+        ],
+    )
+
+
+def attempt_supersede(
+    conn: Connection, *, fences: Sequence[int], now: datetime, reason: str
+) -> list[int]:
+    """Unknown state, policy `fence_and_relaunch`: each running attempt of `fences` whose job
+    has attempts left is superseded, and its job queued at once for a new attempt, whose
+    higher fence makes sinks refuse the old one's writes. Returns the superseded fences;
+    the others (no attempts left) are left as they are."""
+    dialects.lock_in_order(conn, attempts, fences)
+    rows = conn.execute(
+        select(attempts.c.id, attempts.c.job_id, attempts.c.attempt_no)
+        .join(jobs, jobs.c.id == attempts.c.job_id)
+        .where(
+            dialects.one_of(conn, attempts.c.id, fences),
+            attempts.c.state == A.RUNNING,
+            jobs.c.state == J.RUNNING,
+            jobs.c.attempt_count == attempts.c.attempt_no,
+            jobs.c.attempt_count < jobs.c.max_attempts,
+        )
+    ).all()
+    if not rows:
+        return []
+    applied = transition(
+        conn,
+        entity="attempt",
+        ids=[r.id for r in rows],
+        expected=A.RUNNING,
+        to=A.SUPERSEDED,
+        now=now,
+        reason=reason,
+        values={"finished_at": now},
+    )
+    transition(
+        conn,
+        entity="job",
+        ids=[a.job_id for a in applied],
+        expected=J.RUNNING,
+        to=J.QUEUED,
+        now=now,
+        reason=f"relaunch with a higher fence: {reason}",
+        values={"run_at": now},
+        attempt_nos=[a.attempt_no for a in applied],
+        attempt_ids=[a.id for a in applied],
+    )
+    return [a.id for a in applied]
 
 
 # --- cancel ------------------------------------------------------------------------------------
@@ -637,19 +1021,52 @@ def _active_attempt(conn: Connection, job_id: int) -> model.Attempt | None:
     return None if row is None else attempt_from_row(row._mapping)
 
 
-def _retry_at(lost: Sequence[Applied], now: datetime, backoff: Backoff | None) -> Any:
-    """The new run_at of each job that will retry: one CASE over the job ids, so a batch of
-    retries, each with its own jittered delay, is still one UPDATE."""
-    if backoff is None or not lost:
-        return now
-    whens = [
-        (
-            jobs.c.id == a.job_id,
-            literal(now + timedelta(seconds=backoff(a.attempt_no)), UTCDateTime()),
+# --- quarantine ----------------------------------------------------------------------------------
+
+
+def job_dead_retry(conn: Connection, *, job_id: int, now: datetime, reason: str) -> None:
+    """A person sends a quarantined job back: queued now, with one more attempt if it had
+    none left."""
+    _quarantined(conn, job_id)
+    transition(
+        conn,
+        entity="job",
+        ids=[job_id],
+        expected=J.QUARANTINED,
+        to=J.QUEUED,
+        now=now,
+        reason=reason,
+        values={
+            "run_at": now,
+            "max_attempts": case(
+                (jobs.c.max_attempts > jobs.c.attempt_count, jobs.c.max_attempts),
+                else_=jobs.c.attempt_count + 1,
+            ),
+        },
+    )
+
+
+def job_dead_discard(conn: Connection, *, job_id: int, now: datetime, reason: str) -> None:
+    """A person gives up on a quarantined job: it ends `cancelled`."""
+    _quarantined(conn, job_id)
+    transition(
+        conn,
+        entity="job",
+        ids=[job_id],
+        expected=J.QUARANTINED,
+        to=J.CANCELLED,
+        now=now,
+        reason=reason,
+    )
+
+
+def _quarantined(conn: Connection, job_id: int) -> None:
+    job = job_get(conn, job_id=job_id)
+    if job.state != J.QUARANTINED:
+        raise errors.InvalidInput(
+            f"job {job_id} is {job.state}, not quarantined; `corral dead list` shows the"
+            " quarantined jobs"
         )
-        for a in lost
-    ]
-    return case(*whens, else_=literal(now, UTCDateTime()))
 
 
 # --- reads --------------------------------------------------------------------------------------
@@ -700,4 +1117,7 @@ def job_from_row(row: Any) -> model.Job:
 
 
 def attempt_from_row(row: Any) -> model.Attempt:
-    return model.Attempt(**{**row, "state": A(row["state"])})
+    cls = row.get("failure_class")
+    return model.Attempt(
+        **{**row, "state": A(row["state"]), "failure_class": FC(cls) if cls else None}
+    )

@@ -14,6 +14,7 @@ from sqlalchemy import (
     Column,
     DateTime,
     Dialect,
+    Float,
     ForeignKey,
     Index,
     Integer,
@@ -22,6 +23,7 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    text,
 )
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.types import TypeDecorator
@@ -79,6 +81,7 @@ jobs = Table(
     Column("labels", Json, nullable=False),
     Column("created_at", UTCDateTime, nullable=False),
     Column("updated_at", UTCDateTime, nullable=False),
+    Column("policy", Json, nullable=False, server_default=text("'{}'")),
     UniqueConstraint("tenant", "idempotency_key"),
 )
 # The claim walks this index in order and stops after `limit` rows, so its cost does not
@@ -102,9 +105,24 @@ attempts = Table(
     Column("exit_code", Integer),
     Column("reason", Text),
     Column("last_seen_at", UTCDateTime),
+    Column("deadline_at", UTCDateTime),
+    Column("lease_until", UTCDateTime),
+    Column("failure_class", String(20)),
+    Column("fingerprint", String(64)),
     UniqueConstraint("job_id", "attempt_no"),
     Index("ix_attempts_active", "state", "executor", "id"),
     sqlite_autoincrement=True,  # never reuse an id: a reused fence would unfence a writer
+)
+
+# One token bucket per queue: retries draw a token each; first attempts (counted by fence,
+# from `counted_fence` on) and the passing of time put tokens back. See corral.retry.Budget.
+retry_budgets = Table(
+    "retry_budgets",
+    metadata,
+    Column("queue", String(200), primary_key=True),
+    Column("tokens", Float, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+    Column("counted_fence", Id, nullable=False),
 )
 
 events = Table(
