@@ -18,6 +18,7 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
 from corral import store
+from corral.store import tables
 from corral.testing import FrozenClock
 
 PG_ENV = "CORRAL_TEST_POSTGRES_URL"
@@ -60,8 +61,9 @@ def pg_url() -> Iterator[str]:
 
 def pg_empty(url: str) -> None:
     engine = create_engine(url)
+    names = ", ".join(t.name for t in reversed(tables.metadata.sorted_tables))
     with engine.begin() as conn:
-        conn.execute(text("TRUNCATE events, attempts, jobs RESTART IDENTITY CASCADE"))
+        conn.execute(text(f"TRUNCATE {names} RESTART IDENTITY CASCADE"))
     engine.dispose()
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import click
+from rich import box
 from rich.console import Console
 from rich.logging import RichHandler
 from rich.table import Table
@@ -344,20 +345,16 @@ def _run_loops(state: State, *, demo: bool, dispatch: bool, reconcile: bool) -> 
 def check(state: State) -> None:
     """Show how the limits nest (inner < outer, with the margin); exit 1 if one does not."""
     settings = config.Settings.load(state.config_file, check_chain=False)
-    table = Table("inner limit", "value", "outer limit", "value", "to spare", "needs", "")
+    table = Table("inner < outer", "values", "to spare", "needs", "", box=box.SIMPLE_HEAD)
     table.title = "each inner limit must be shorter than the outer one by the margin it needs"
     for c in config.chain(settings):
         link = c.link
-        inner = link.inner + (f" + {link.extra}" if link.extra else "")
+        inner = _short(link.inner) + (f" + {_short(link.extra)}" if link.extra else "")
         table.add_row(
-            inner,
-            c.show(c.inner + c.extra),
-            link.outer,
-            c.show(c.outer),
+            f"{inner} {'<' if link.margin else '<='} {_short(link.outer)}",
+            f"{c.show(c.inner + c.extra)} vs {c.show(c.outer)}",
             c.show(c.spare),
-            f"{c.show(c.needed)} ({c.link.margin.removeprefix('timeouts.')})"
-            if c.link.margin
-            else "<=",
+            f"{c.show(c.needed)} ({_short(link.margin)})" if link.margin else "-",
             "ok" if c.ok else "[red]BROKEN[/red]",
         )
     out.print(table)
@@ -369,6 +366,10 @@ def check(state: State) -> None:
     margin = settings.timeouts.margin.total_seconds()
     tick = settings.timeouts.tick_margin.total_seconds()
     out.print(f"all {len(config.CHAIN)} limits nest (margin {margin:g}s, tick margin {tick:g}s)")
+
+
+def _short(setting: str) -> str:
+    return setting.removeprefix("timeouts.")
 
 
 # --- jobs ---------------------------------------------------------------------------------------
@@ -577,21 +578,27 @@ def dead_list(state: State, limit: int, as_json: bool) -> None:
     if as_json:
         out.print_json(json.dumps([_view_dict(v) for v in views]))
         return
-    table = Table("id", "queue", "attempts", "class", "fingerprint", "last failure", "since")
+    table = Table("id", "queue", "attempts", "last failure", "since")
+    table.add_column("class", no_wrap=True)
+    table.add_column("fingerprint", no_wrap=True)
     for v in views:
         last = v.attempts[-1] if v.attempts else None
         table.add_row(
             str(v.job.id),
             v.job.queue,
             f"{v.job.attempt_count}/{v.job.max_attempts}",
-            (last.failure_class or "") if last else "",
-            (last.fingerprint or "") if last else "",
             (last.reason or "") if last else "",
             _when(v.job.updated_at),
+            (last.failure_class or "") if last else "",
+            (last.fingerprint or "") if last else "",
         )
     out.print(table)
-    if not views:
-        err.print("no quarantined jobs")
+    err.print(
+        f"{len(views)} quarantined jobs; after a fix `corral dead retry ID`, to give up"
+        " `corral dead discard ID`"
+        if views
+        else "no quarantined jobs"
+    )
 
 
 @dead.command("retry")

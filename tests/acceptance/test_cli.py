@@ -151,6 +151,21 @@ def test_submit_prints_the_id_and_a_repeated_key_says_so(corral: Run) -> None:
             2,
             "between 1ms and 365 days",
         ),
+        (
+            ["submit", "--deadline", "10m", "--", "true"],
+            {},
+            2,
+            "policy.limits.attempt_deadline: 600s is longer than timeouts.attempt_deadline",
+        ),
+        (
+            ["submit", "--policy", '{"failure_rules": [{"action": "fail"}]}', "--", "true"],
+            {},
+            2,
+            "policy.failure_rules.0.on_exit_codes: Field required",
+        ),
+        (["submit", "--policy", "[1]", "--", "true"], {}, 2, "--policy: must be a JSON object"),
+        (["heartbeat"], {}, 2, "CORRAL_JOB_ID is not set: this is not running as a corral"),
+        (["dead", "retry", "42"], {}, 1, "no job with id 42"),
     ],
 )
 def test_bad_input_is_one_line_with_an_exit_code_and_writes_nothing(
@@ -203,7 +218,10 @@ def test_serve_before_upgrade_says_what_to_do(tmp_path: Path) -> None:
 
 def test_serve_runs_jobs_and_stops_cleanly_on_sigterm(corral: Run, tmp_path: Path) -> None:
     ok = corral("submit", "--", "sh", "-c", "echo out $CORRAL_JOB_ID; echo err >&2").stdout.strip()
-    bad = corral("submit", "--max-attempts", "2", "--", "sh", "-c", "exit 7").stdout.strip()
+    retry_7 = '{"failure_rules": [{"on_exit_codes": {"operator": "In", "values": [7]}, "action": "retry"}]}'
+    bad = corral(
+        "submit", "--max-attempts", "2", "--policy", retry_7, "--", "sh", "-c", "exit 7"
+    ).stdout.strip()
     server = serve(tmp_path)
     try:
         done = wait_for_state(corral, ok, "succeeded")
@@ -279,7 +297,9 @@ def test_check_shows_the_chain_and_fails_on_a_broken_link(tmp_path: Path) -> Non
 
     ok = check()
     assert ok.returncode == 0, ok.stderr
-    assert "limits nest" in ok.stdout
+    assert "all 8 limits nest" in ok.stdout
+    for limit in ("http_request_timeout", "step_deadline", "heartbeat_interval", "tick_deadline"):
+        assert limit in ok.stdout
     broken = check(CORRAL_TIMEOUTS__ATTEMPT_DEADLINE="6m")
     assert broken.returncode == 1
     assert "BROKEN" in broken.stdout
@@ -294,3 +314,32 @@ def test_check_shows_the_chain_and_fails_on_a_broken_link(tmp_path: Path) -> Non
     )
     assert refused.returncode == 2, "corral refuses to start on limits that do not nest"
     assert "timeouts.recovery_grace (360s)" in refused.stderr
+
+
+def test_dead_lists_retries_and_discards_quarantined_jobs(corral: Run, tmp_path: Path) -> None:
+    fail_4 = '{"failure_rules": [{"on_exit_codes": {"operator": "In", "values": [4]}, "action": "fail"}]}'
+    keep = corral("submit", "--policy", fail_4, "--", "sh", "-c", "exit 4").stdout.strip()
+    drop = corral("submit", "--policy", fail_4, "--", "sh", "-c", "exit 4").stdout.strip()
+    proc = serve(tmp_path)
+    try:
+        for job_id in (keep, drop):
+            wait_for_state(corral, job_id, "quarantined")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=30)
+    listed = json.loads(corral("dead", "list", "--json").stdout)
+    assert sorted(str(j["id"]) for j in listed) == sorted([keep, drop])
+    assert listed[0]["attempt_list"][0]["failure_class"] == "permanent"
+    table = corral("dead", "list")
+    assert "permanent" in table.stdout
+    assert "2 quarantined jobs" in table.stderr
+    explained = corral("jobs", "explain", keep).stdout
+    assert "quarantined: waits for a person" in explained
+    assert f"corral dead retry {keep}" in explained
+    assert corral("dead", "retry", keep).stdout.strip() == f"job {keep} queued again"
+    assert corral("dead", "discard", drop).stdout.strip() == f"job {drop} discarded"
+    assert job(corral, keep)["state"] == "queued"
+    assert job(corral, drop)["state"] == "cancelled"
+    again = corral("dead", "discard", drop, check=False)
+    assert again.returncode == 2
+    assert "is cancelled, not quarantined" in again.stderr

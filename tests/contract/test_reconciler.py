@@ -134,7 +134,10 @@ async def test_an_attempt_past_its_deadline_is_stopped_and_failed(
     assert (await make(db, clock, platform).run_once()).timed_out == 1
     assert platform.cancelled == [c.attempt.launch_name]
     a = await attempt(db, c)
-    assert (a.state, a.reason) == (A.FAILED, "timed out: ran past its deadline, stopped by recovery")
+    assert (a.state, a.reason) == (
+        A.FAILED,
+        "timed out: ran past its deadline, stopped by recovery",
+    )
     assert (await db.job_get(job_id=c.job.id)).state == J.QUEUED
 
 

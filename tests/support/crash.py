@@ -25,6 +25,7 @@ FAST = {
     "CORRAL_TIMEOUTS__ATTEMPT_DEADLINE": "60s",
     "CORRAL_TIMEOUTS__RECOVERY_GRACE": "90s",
     "CORRAL_TIMEOUTS__CANCEL_GRACE": "1s",
+    "CORRAL_TIMEOUTS__MARGIN": "500ms",  # room for heartbeat_interval inside the 2s lease
     "CORRAL_LOG_LEVEL": "WARNING",
     # Small ticks with few launches in flight: a kill lands mid-tick more often.
     "CORRAL_CLAIM_BATCH_LIMIT": "20",

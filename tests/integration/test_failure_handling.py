@@ -1,0 +1,182 @@
+"""Failure handling end to end: `corral serve`'s loops, real processes, a real SQLite file.
+
+Poison pills are quarantined and never launched again; a job past its deadline is killed
+and classed transient; a job whose heartbeats stop meets its unknown-state policy; a
+heartbeat from a superseded attempt is refused with exit code 3.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from corral import client, config, model, runtime, store
+from tests.integration.test_process_executor import kill_leftovers
+
+J, A, FC = model.JobState, model.AttemptState, model.FailureClass
+PY = sys.executable
+HEARTBEAT = f"{PY} -m corral heartbeat"
+
+pytestmark = pytest.mark.slow
+
+
+@dataclass
+class Corral:
+    client: client.Client
+    root: Path
+    database_url: str
+
+    async def submit(self, script: str, **kw: Any) -> int:
+        job_id, _ = await self.client.submit(spec={"command": ["sh", "-c", script]}, **kw)
+        return job_id
+
+    async def wait(self, job_id: int, *states: J, seconds: float = 40) -> client.JobView:
+        until = time.monotonic() + seconds
+        while time.monotonic() < until:
+            view = await self.client.job(job_id)
+            if view.job.state in states:
+                return view
+            await asyncio.sleep(0.1)
+        raise AssertionError(f"job {job_id} not {states} after {seconds}s: {view}")
+
+    def runs(self, job_id: int) -> list[str]:
+        return sorted(p.name for p in self.root.glob(f"corral-{job_id}-*"))
+
+
+@pytest.fixture
+async def corral(tmp_path: Path) -> AsyncIterator[Corral]:
+    url = f"sqlite:///{tmp_path}/corral.db"
+    settings = config.Settings(
+        database_url=url,
+        state_dir=tmp_path / "state",
+        timeouts=config.Timeouts(
+            margin="500ms",
+            tick_margin="50ms",
+            dispatch_interval="200ms",
+            observe_interval="200ms",
+            reconcile_interval="300ms",
+            launch_grace="2s",
+            lease_timeout="10s",
+            attempt_deadline="20s",
+            cancel_grace="1s",
+            recovery_grace="30s",
+        ),
+    )
+    db = store.Store.connect(url)
+    await db.migrate()
+    await db.close()
+    stop = asyncio.Event()
+    loops = asyncio.create_task(runtime.serve(settings, stop))
+    async with runtime.connect(settings) as c:
+        try:
+            yield Corral(c, settings.process_root, url)
+        finally:
+            stop.set()
+            await asyncio.wait_for(loops, 30)
+            kill_leftovers(settings.process_root)
+
+
+async def test_a_poison_pill_is_quarantined_and_never_launched_again(corral: Corral) -> None:
+    job_id = await corral.submit(
+        'echo "$(date +%s%N) ERROR: no such table: users" >&2; exit 3', max_attempts=5
+    )
+    view = await corral.wait(job_id, J.QUARANTINED)
+    assert [(a.state, a.exit_code, a.failure_class) for a in view.attempts] == [
+        (A.FAILED, 3, FC.UNKNOWN),
+        (A.FAILED, 3, FC.UNKNOWN),
+    ]
+    assert view.attempts[0].fingerprint == view.attempts[1].fingerprint, "the time is masked"
+    await asyncio.sleep(1.5)
+    assert corral.runs(job_id) == [f"corral-{job_id}-1", f"corral-{job_id}-2"]
+    assert (await corral.client.job(job_id)).job.state == J.QUARANTINED
+    [dead] = await corral.client.dead()
+    assert dead.job.id == job_id
+
+
+async def test_a_permanent_exit_code_is_quarantined_after_one_attempt(corral: Corral) -> None:
+    rule = {"on_exit_codes": {"operator": "In", "values": [4]}, "action": "fail"}
+    job_id = await corral.submit("exit 4", max_attempts=5, policy={"failure_rules": [rule]})
+    view = await corral.wait(job_id, J.QUARANTINED)
+    assert [(a.exit_code, a.failure_class) for a in view.attempts] == [(4, FC.PERMANENT)]
+    await corral.client.dead_retry(job_id)  # "after a fix": it fails again, straight back
+    view = await corral.wait(job_id, J.QUARANTINED)
+    assert len(view.attempts) == 2
+    assert [e.reason for e in view.events if e.reason == "retried by a person"]
+
+
+async def test_a_job_past_its_deadline_is_killed_and_classed_transient(corral: Corral) -> None:
+    started = time.monotonic()
+    job_id = await corral.submit(
+        "sleep 30", max_attempts=1, policy={"limits": {"attempt_deadline": "2s"}}
+    )
+    view = await corral.wait(job_id, J.FAILED)
+    [a] = view.attempts
+    assert (a.reason, a.failure_class) == ("deadline exceeded", FC.TRANSIENT)
+    assert time.monotonic() - started < 10, "killed at its own 2s deadline, not the default 20s"
+
+
+async def test_silence_with_policy_wait_runs_to_the_deadline(corral: Corral) -> None:
+    policy = {
+        "heartbeat": True,
+        "on_unknown": "wait",
+        "limits": {"lease_timeout": "2s", "attempt_deadline": "6s"},
+    }
+    job_id = await corral.submit(f"{HEARTBEAT} && sleep 30", max_attempts=1, policy=policy)
+    view = await corral.wait(job_id, J.FAILED, seconds=30)
+    [a] = view.attempts
+    assert (a.state, a.reason) == (A.FAILED, "deadline exceeded")
+    waits = [e for e in view.events if e.details.get("unknown") == "wait"]
+    assert len(waits) == 1
+    assert waits[0].reason.startswith("unknown state (silent: no heartbeat for its lease")
+
+
+async def test_silence_with_fence_and_relaunch_relaunches_and_refuses_the_old_fence(
+    corral: Corral,
+) -> None:
+    policy = {
+        "heartbeat": True,
+        "on_unknown": "fence_and_relaunch",
+        "limits": {"lease_timeout": "2s", "attempt_deadline": "15s"},
+    }
+    script = f'{HEARTBEAT} || exit 9; if [ "$CORRAL_ATTEMPT" = 1 ]; then sleep 30; fi; echo done'
+    job_id = await corral.submit(script, max_attempts=2, policy=policy)
+    view = await corral.wait(job_id, J.SUCCEEDED, seconds=30)
+    first, second = view.attempts
+    assert (first.state, second.state) == (A.SUPERSEDED, A.SUCCEEDED)
+    assert second.id > first.id
+    assert any(e.reason.startswith("superseded: unknown state (silent") for e in view.events)
+    # The superseded attempt was stopped on its platform.
+    for _ in range(50):
+        if (corral.root / first.launch_name / "exit.json").exists():
+            break
+        await asyncio.sleep(0.1)
+    exit_record = json.loads((corral.root / first.launch_name / "exit.json").read_text())
+    assert exit_record["reason"] == "cancelled"
+    # Its heartbeat, were it still alive, is refused: exit code 3 tells the job to stop.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CORRAL_")}
+    env.update(
+        CORRAL_JOB_ID=str(job_id),
+        CORRAL_ATTEMPT="1",
+        CORRAL_FENCE=str(first.id),
+        CORRAL_DATABASE_URL=corral.database_url,
+    )
+    proc = await asyncio.to_thread(
+        subprocess.run,
+        [PY, "-m", "corral", "heartbeat"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 3, proc.stderr
+    assert f"fence {first.id} is stale: attempt 1 of job {job_id} is superseded" in proc.stderr
