@@ -108,6 +108,12 @@ class Client:
                     f"{field}: {value!r} must be 1-200 characters of [A-Za-z0-9_.-],"
                     " starting alphanumeric"
                 )
+        if job.pool is not None and job.pool not in self.settings.pools:
+            known = ", ".join(sorted(self.settings.pools)) or "none are configured"
+            raise errors.InvalidInput(
+                f"pool: {job.pool!r} is not a configured pool ({known}); add it to [pools]"
+                " in corral.toml with its number of slots"
+            )
         low, high = PRIORITY_RANGE
         if not low <= job.priority <= high:
             raise errors.InvalidInput(f"priority: {job.priority} must be between {low} and {high}")
@@ -145,7 +151,12 @@ class Client:
 
     async def explain(self, job_id: int) -> str:
         """One line: why the job is not running now (or what it is doing)."""
-        return explain(await self.job(job_id), self.clock.now())
+        view = await self.job(job_id)
+        slots = self.settings.pools.get(view.job.pool or "")
+        if slots is None or view.job.state != model.JobState.QUEUED:
+            return explain(view, self.clock.now())
+        running = await self.store.pool_running(pools=[view.job.pool or ""])
+        return explain(view, self.clock.now(), pool=(running.get(view.job.pool or "", 0), slots))
 
     async def jobs(self, *, states: Iterable[str] = (), limit: int = 100) -> list[model.Job]:
         states = list(states)
@@ -200,8 +211,9 @@ class Client:
         return attempt
 
 
-def explain(view: JobView, now: datetime) -> str:
-    """Why a job is where it is, in one line, from its row, attempts and run log."""
+def explain(view: JobView, now: datetime, *, pool: tuple[int, int] | None = None) -> str:
+    """Why a job is where it is, in one line, from its row, attempts and run log (and, for
+    a job in a pool, the pool's (running, slots))."""
     job, J = view.job, model.JobState
     last = view.events[-1].reason if view.events else ""
     news = view.events[-1].details if view.events else {}
@@ -218,6 +230,11 @@ def explain(view: JobView, now: datetime) -> str:
         return f"backoff: attempt {n} {how}; attempt {n + 1} is due at {at} (in {wait:.1f}s)"
     if job.state == J.QUEUED and wait > 0:
         return f"not due yet: runs at {at} (in {wait:.0f}s)"
+    if job.state == J.QUEUED and pool is not None and pool[0] >= pool[1]:
+        return (
+            f"pool full: pool {job.pool!r} runs {pool[0]} of its {pool[1]} slots;"
+            " this job waits for one to free up"
+        )
     if job.state == J.QUEUED:
         return (
             f"due now: waiting for a dispatcher running executor {job.executor!r} to claim it"

@@ -220,6 +220,7 @@ class ExecutorSettings(BaseModel):
     process: ProcessExecutorSettings = ProcessExecutorSettings()
 
 
+_POOL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,199}$")
 _DB_SCHEMES = re.compile(r"^(sqlite|postgresql(\+psycopg)?)://")
 
 
@@ -235,6 +236,11 @@ class Settings(BaseSettings):
     database_url: str = Field("sqlite:///./corral.db", description="SQLite file or PostgreSQL URL.")
     state_dir: Path = Field(Path(".corral"), description="Local state: run folders, logs.")
     claim_batch_limit: int = Field(100, ge=1, le=10_000, description="Most jobs claimed per tick.")
+    pools: dict[str, int] = Field(
+        default_factory=dict,
+        description="Named pools and their slots: at most that many of a pool's jobs run at"
+        " once (e.g. backfill = 2). A job names its pool; jobs without one are not capped.",
+    )
     recovery_batch_limit: int = Field(
         500, ge=1, le=100_000, description="Most attempts one reconciler pass looks at."
     )
@@ -266,6 +272,16 @@ class Settings(BaseSettings):
                 " postgresql+psycopg://USER@HOST:PORT/DB"
             )
         return url
+
+    @field_validator("pools")
+    @classmethod
+    def _pool_slots(cls, pools: dict[str, int]) -> dict[str, int]:
+        for name, slots in pools.items():
+            if not _POOL_NAME.match(name):
+                raise ValueError(f"pool {name!r}: a name is 1-200 characters of [A-Za-z0-9_.-]")
+            if not 1 <= slots <= 100_000:
+                raise ValueError(f"pool {name!r}: slots must be between 1 and 100000, not {slots}")
+        return pools
 
     @model_validator(mode="after")
     def _limits_nest(self) -> Settings:

@@ -94,6 +94,7 @@ class Dispatcher:
                     limit=room,
                     executors=list(self.executors),
                     clocks=self.clocks,
+                    pools=self.settings.pools,
                 )
                 if room > 0
                 else []

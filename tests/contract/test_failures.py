@@ -3,6 +3,7 @@ per-job deadlines and the unknown state."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 from typing import Any
 
@@ -364,3 +365,53 @@ async def test_a_systemic_failure_stays_within_the_retry_budget(
     assert {(await db.job_get(job_id=i)).state for i in ids} == {J.FAILED}
     span = (retries_at[-1] - start).total_seconds()
     assert span >= (2000 - 20 - 100) / 2, "the floor (2 a second) paced the rest"
+
+
+# --- pools ----------------------------------------------------------------------------------------
+
+
+async def test_a_pool_caps_how_many_of_its_jobs_run(db: store.Store, clock: FrozenClock) -> None:
+    pools = {"backfill": 2}
+    backfill = await submit(db, clock, 5, pool="backfill", priority=10)
+    others = await submit(db, clock, 3)
+    clocks = store.Clocks(timedelta(seconds=240), timedelta(seconds=60))
+
+    async def take(n: int = 10) -> list[model.Claimed]:
+        return await db.job_claim(
+            now=clock.now(), limit=n, executors=["noop"], clocks=clocks, pools=pools
+        )
+
+    first = await take()
+    assert sorted(c.job.id for c in first) == sorted(backfill[:2] + others)
+    assert await take() == [], "the pool is full"
+    done = next(c for c in first if c.job.pool == "backfill")
+    await db.attempt_finish(
+        finishes=[Finish(done.attempt.id, A.SUCCEEDED, 0, None)], now=clock.now()
+    )
+    [next_one] = await take()
+    assert next_one.job.id == backfill[2]
+    settings = config.Settings(pools=pools)
+    c = client.Client(store=db, executors={"noop": NoopExecutor()}, settings=settings, clock=clock)
+    assert await c.explain(backfill[3]) == (
+        "pool full: pool 'backfill' runs 2 of its 2 slots; this job waits for one to free up"
+    )
+    with pytest.raises(errors.InvalidInput, match="pool: 'nightly' is not a configured pool"):
+        await c.submit(spec={}, executor="noop", pool="nightly")
+
+
+async def test_claims_at_the_same_moment_never_overfill_a_pool(
+    db_url: str, clock: FrozenClock
+) -> None:
+    stores = [store.Store.connect(db_url) for _ in range(4)]
+    try:
+        await submit(stores[0], clock, 20, pool="backfill")
+        claims = await asyncio.gather(
+            *(
+                s.job_claim(now=clock.now(), limit=5, executors=["noop"], pools={"backfill": 3})
+                for s in stores
+            )
+        )
+        assert sum(len(c) for c in claims) == 3
+    finally:
+        for s in stores:
+            await s.close()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import Any, TypeVar
@@ -121,10 +121,19 @@ class Store:
         limit: int,
         executors: Sequence[str],
         clocks: queries.Clocks | None = None,
+        pools: Mapping[str, int] | None = None,
     ) -> list[model.Claimed]:
         return await self._tx(
-            queries.job_claim, now=now, limit=limit, executors=executors, clocks=clocks
+            queries.job_claim,
+            now=now,
+            limit=limit,
+            executors=executors,
+            clocks=clocks,
+            pools=pools,
         )
+
+    async def pool_running(self, *, pools: Sequence[str]) -> dict[str, int]:
+        return await self._tx(queries.pool_running, pools=pools)
 
     async def attempt_record_running(
         self, *, fences: Sequence[int], now: datetime, reason: str = "launched"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
@@ -73,6 +74,14 @@ def skip_locked(conn: Connection, stmt: Select[Any]) -> Select[Any]:
     if conn.dialect.name == "postgresql":
         return stmt.with_for_update(skip_locked=True)
     return stmt
+
+
+def take_turns(conn: Connection, name: str) -> None:
+    """PostgreSQL: wait for other transactions that take turns on `name` to end (a
+    transaction-scoped advisory lock). SQLite writers take turns anyway."""
+    if conn.dialect.name == "postgresql":
+        key = int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big", signed=True)
+        conn.execute(select(func.pg_advisory_xact_lock(key)))
 
 
 def lock_in_order(conn: Connection, table: Table, ids: Sequence[int]) -> None:

@@ -245,6 +245,7 @@ def job_claim(
     limit: int,
     executors: Sequence[str],
     clocks: Clocks | None = None,
+    pools: Mapping[str, int] | None = None,
 ) -> list[model.Claimed]:
     """Claim up to `limit` due jobs (most urgent first) and create their attempts in `launching`.
 
@@ -255,7 +256,11 @@ def job_claim(
     transition table and writes its events in the same transaction.
     """
     model.check_transition("job", J.QUEUED, J.RUNNING)
-    stmt = _claim_statement(conn, now=now, limit=limit, executors=executors)
+    if pools:
+        ids = _claim_pick_pooled(conn, now=now, limit=limit, executors=executors, pools=pools)
+        stmt = _claim_update(dialects.one_of(conn, jobs.c.id, ids), now)
+    else:
+        stmt = _claim_statement(conn, now=now, limit=limit, executors=executors)
     claimed_jobs = sorted((job_from_row(r) for r in conn.execute(stmt)), key=_urgency)
     if not claimed_jobs:
         return []
@@ -287,16 +292,71 @@ def job_claim(
 
 
 def _claim_pick(
-    conn: Connection, *, now: datetime, limit: int, executors: Sequence[str]
+    conn: Connection,
+    *,
+    now: datetime,
+    limit: int,
+    executors: Sequence[str],
+    where: Sequence[Any] = (),
+    columns: Sequence[Any] = (jobs.c.id,),
 ) -> Select[Any]:
     """The due jobs a claim takes: most urgent first, at most `limit`, skipping locked rows."""
     due = (
-        select(jobs.c.id)
-        .where(jobs.c.state == J.QUEUED, jobs.c.run_at <= now, jobs.c.executor.in_(executors))
+        select(*columns)
+        .where(
+            jobs.c.state == J.QUEUED,
+            jobs.c.run_at <= now,
+            jobs.c.executor.in_(executors),
+            *where,
+        )
         .order_by(jobs.c.state, jobs.c.priority.desc(), jobs.c.run_at, jobs.c.id)
         .limit(limit)
     )
     return dialects.skip_locked(conn, due)
+
+
+def _claim_pick_pooled(
+    conn: Connection,
+    *,
+    now: datetime,
+    limit: int,
+    executors: Sequence[str],
+    pools: Mapping[str, int],
+) -> list[int]:
+    """The claim's pick when pools cap concurrency: the most urgent jobs outside any pool
+    and, per pool, at most its free slots; then the `limit` most urgent of those. Claims
+    that count a pool's running jobs take turns (PostgreSQL: one transaction-scoped lock),
+    so two dispatchers cannot both fill the last slot."""
+    dialects.take_turns(conn, "corral.pools")
+    running = pool_running(conn, pools=list(pools))
+    columns = (jobs.c.id, jobs.c.priority, jobs.c.run_at)
+    unpooled = or_(jobs.c.pool.is_(None), jobs.c.pool.not_in(list(pools)))
+    picks = [(unpooled, limit)]
+    picks += [
+        (jobs.c.pool == pool, min(slots - running.get(pool, 0), limit))
+        for pool, slots in sorted(pools.items())
+    ]
+    found: list[Any] = []
+    for condition, room in picks:
+        if room > 0:
+            stmt = _claim_pick(
+                conn, now=now, limit=room, executors=executors, where=[condition], columns=columns
+            )
+            found += conn.execute(stmt).all()
+    found.sort(key=lambda r: (-r.priority, r.run_at, r.id))
+    return [r.id for r in found[:limit]]
+
+
+def pool_running(conn: Connection, *, pools: Sequence[str]) -> dict[str, int]:
+    """How many jobs of each pool are running now."""
+    if not pools:
+        return {}
+    stmt = (
+        select(jobs.c.pool, func.count())
+        .where(jobs.c.state == J.RUNNING, jobs.c.pool.in_(list(pools)))
+        .group_by(jobs.c.pool)
+    )
+    return {pool: count for pool, count in conn.execute(stmt)}
 
 
 def _claim_statement(
@@ -310,9 +370,13 @@ def _claim_statement(
         .cte("due")
         .prefix_with("MATERIALIZED")
     )
+    return _claim_update(jobs.c.id.in_(select(picked.c.id)), now)
+
+
+def _claim_update(picked: Any, now: datetime) -> Any:
     return (
         update(jobs)
-        .where(jobs.c.id.in_(select(picked.c.id)), jobs.c.state == J.QUEUED)
+        .where(picked, jobs.c.state == J.QUEUED)
         .values(state=J.RUNNING, attempt_count=jobs.c.attempt_count + 1, updated_at=now)
         .returning(*jobs.c)
     )
