@@ -170,12 +170,7 @@ class Client:
     async def heartbeat(self, job_id: int, fence: int) -> datetime | None:
         """News from inside attempt `fence`: renews its lease (returns the lease's new end, or
         None for a job without one). StaleFence when a newer attempt replaced it: stop."""
-        return await self.store.attempt_heartbeat(
-            job_id=job_id,
-            fence=fence,
-            now=self.clock.now(),
-            lease_timeout=self.settings.timeouts.lease_timeout,
-        )
+        return await self.store.attempt_heartbeat(job_id=job_id, fence=fence, now=self.clock.now())
 
     async def dead(self, *, limit: int = 100) -> list[JobView]:
         """Quarantined jobs, newest first, each with its attempts and run log."""

@@ -7,6 +7,8 @@ Environment variables win over the file; nested settings use a double underscore
 
 from __future__ import annotations
 
+import functools
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -224,6 +226,15 @@ _POOL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,199}$")
 _DB_SCHEMES = re.compile(r"^(sqlite|postgresql(\+psycopg)?)://")
 
 
+@functools.lru_cache(maxsize=16)
+def _url_for_jobs(url: str, cwd: str) -> str:
+    prefix = "sqlite:///"
+    path = url.removeprefix(prefix)
+    if url.startswith(prefix) and not path.startswith(("/", ":memory:")):
+        return prefix + os.path.join(cwd, path)
+    return url
+
+
 class Settings(BaseSettings):
     """Everything corral can be told. Read with Settings.load()."""
 
@@ -295,11 +306,7 @@ class Settings(BaseSettings):
         runs in a folder of its own."""
         if not self.jobs_get_database_url:
             return None
-        prefix = "sqlite:///"
-        path = self.database_url.removeprefix(prefix)
-        if self.database_url.startswith(prefix) and not path.startswith(("/", ":memory:")):
-            return prefix + str(Path(path).absolute())
-        return self.database_url
+        return _url_for_jobs(self.database_url, os.getcwd())
 
     @property
     def process_root(self) -> Path:

@@ -81,12 +81,11 @@ class Dispatcher:
     async def run_once(self) -> Tick:
         """One cycle: claim, launch, record. Launch errors leave attempts for recovery.
 
-        No launch starts after `tick_deadline`: the attempts not launched by then stay
-        claimed by this dispatcher and are launched first in the next tick (which claims
-        that many fewer), so a slow platform makes ticks shorter, not longer."""
+        No launch starts later than `tick_deadline` after the claim: the attempts not
+        launched by then stay claimed by this dispatcher and are launched first in the next
+        tick (which claims that many fewer), so a slow platform makes ticks shorter."""
         async with self._writing:
-            until = self.clock.monotonic() + self.settings.timeouts.tick_deadline.total_seconds()
-            carried, self._carried = self._carried, []
+            carried = self._carried
             room = self.settings.claim_batch_limit - len(carried)
             fresh = (
                 await self.store.job_claim(
@@ -99,9 +98,12 @@ class Dispatcher:
                 if room > 0
                 else []
             )
+            self._carried = []
             todo = carried + fresh
             if not todo:
                 return Tick()
+            # Counted from the claim's commit: the launches are what the deadline bounds.
+            until = self.clock.monotonic() + self.settings.timeouts.tick_deadline.total_seconds()
             if fresh:
                 failpoints.hit("after_claim_commit")
             results = await asyncio.gather(*(self._launch(c, until) for c in todo))

@@ -277,6 +277,7 @@ class Attempt:
     last_seen_at: datetime | None
     deadline_at: datetime | None = None  # stopped here, whatever the platform does
     lease_until: datetime | None = None  # a job that sends heartbeats is silent after this
+    lease_seconds: float | None = None  # its lease, renewed from each heartbeat
     failure_class: FailureClass | None = None
     fingerprint: str | None = None
 

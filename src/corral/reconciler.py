@@ -261,8 +261,8 @@ class Reconciler:
             summary.timed_out += 1
             self._repaired(attempt, "timed out")
             work.overdue.append(attempt)
-        elif obs.phase is not P.ABSENT and _past(attempt.lease_until, now):
-            summary.unknown += 1
+        elif obs.phase is P.RUNNING and _past(attempt.lease_until, now):
+            summary.unknown += 1  # (a pending one has not started: it cannot send heartbeats)
             work.unknown.append((item, f"silent: no heartbeat for its lease; it shows {obs.phase}"))
         elif obs.phase is not P.ABSENT:
             work.alive.append(attempt.id)
@@ -294,7 +294,9 @@ class Reconciler:
         if work.finishes:
             await self.store.attempt_finish(finishes=work.finishes, now=now, retry=self.retry)
         await self.store.attempt_seen(fences=work.alive, now=now)
-        self._noted_unknown.difference_update(work.adopt + work.relaunched + work.alive)
+        self._noted_unknown.difference_update(
+            work.adopt + work.relaunched + work.alive + [f.fence for f in work.finishes]
+        )
 
     async def _stop_overdue(
         self, executor: Executor, overdue: Sequence[model.Attempt]
@@ -334,17 +336,17 @@ class Reconciler:
             for item, why in items
             if config.JobPolicy.read(item.job.policy).on_unknown == "fence_and_relaunch"
         ]
+        relaunch_items = [item for item, _ in relaunch]
         superseded: set[int] = set()
-        if relaunch:
-            fences = [item.attempt.id for item, _ in relaunch]
-            superseded = set(
+        for why in sorted({why for _, why in relaunch}):
+            superseded.update(
                 await self.store.attempt_supersede(
-                    fences=fences,
+                    fences=[item.attempt.id for item, w in relaunch if w == why],
                     now=self.clock.now(),
-                    reason=f"superseded: unknown state ({relaunch[0][1]}); policy"
-                    " fence_and_relaunch",
+                    reason=f"superseded: unknown state ({why}); policy fence_and_relaunch",
                 )
             )
+        if superseded:
             old = [item.attempt for item, _ in relaunch if item.attempt.id in superseded]
             for attempt in old:
                 self._repaired(attempt, "superseded; its job gets a new attempt, a higher fence")
@@ -352,10 +354,13 @@ class Reconciler:
             await asyncio.gather(
                 *(self._stop(executor, a.launch_name, self.t.cancel_grace) for a in old)
             )
+        # A lease is stretched to the deadline once per silence (the store remembers); an
+        # attempt without one (the platform cannot be asked) is noted once per process.
         waiting = [
-            (item, why)
+            (item, why if item not in relaunch_items else f"{why}; no attempts left to relaunch")
             for item, why in items
-            if item.attempt.id not in superseded and item.attempt.id not in self._noted_unknown
+            if item.attempt.id not in superseded
+            and (item.attempt.lease_until is not None or item.attempt.id not in self._noted_unknown)
         ]
         for item, why in waiting:
             self._noted_unknown.add(item.attempt.id)
@@ -366,12 +371,12 @@ class Reconciler:
                 item.attempt.id,
                 why,
             )
-        for why in {why for _, why in waiting}:
+        for why in sorted({why for _, why in waiting}):
             same = [item for item, w in waiting if w == why]
             await self.store.attempt_wait(
                 items=[(i.job.id, i.attempt.id) for i in same],
                 now=self.clock.now(),
-                reason=f"unknown state ({why}); policy wait: left to run until its deadline",
+                reason=f"unknown state ({why}); left to run until its deadline",
             )
 
     # --- orphans ---------------------------------------------------------------------------

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import hashlib
+import math
 import random
 import re
 from dataclasses import dataclass, field
@@ -87,10 +88,10 @@ class Budget:
         b = settings.retry.budget
         return cls(b.ratio, b.floor_per_minute / 60.0, b.burst)
 
-    @property
-    def firsts_to_fill(self) -> int:
-        """First attempts that fill an empty bucket: counting more changes nothing."""
-        return int(self.burst / self.ratio) + 1 if self.ratio > 0 else 0
+    def firsts_to_fill(self, tokens: float) -> int:
+        """First attempts that fill a bucket holding `tokens` (a debt counts): counting more
+        changes nothing."""
+        return math.ceil((self.burst - tokens) / self.ratio) + 1 if self.ratio > 0 else 0
 
     def refill(self, bucket: Bucket, now: datetime, firsts: int) -> float:
         """Tokens now: what was there, plus time's share, plus `firsts` new first attempts.

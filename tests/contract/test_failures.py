@@ -198,11 +198,12 @@ async def test_a_heartbeat_renews_the_lease_and_a_stale_fence_is_refused(
         db, clock, policy={"heartbeat": True, "on_unknown": "fence_and_relaunch"}
     )
     [c] = await claim(db, clock)
+    clock.advance(25)  # a slow launch: the lease starts again when it is recorded running
     await db.attempt_record_running(fences=[c.attempt.id], now=clock.now())
+    [a] = await db.attempt_list(job_id=job_id)
+    assert a.lease_until == clock.now() + timedelta(seconds=60)
     clock.advance(40)
-    lease = await db.attempt_heartbeat(
-        job_id=job_id, fence=c.attempt.id, now=clock.now(), lease_timeout=timedelta(seconds=60)
-    )
+    lease = await db.attempt_heartbeat(job_id=job_id, fence=c.attempt.id, now=clock.now())
     assert lease == clock.now() + timedelta(seconds=60)
     [a] = await db.attempt_list(job_id=job_id)
     assert (a.last_seen_at, a.lease_until) == (clock.now(), lease)
@@ -211,15 +212,12 @@ async def test_a_heartbeat_renews_the_lease_and_a_stale_fence_is_refused(
     ]
     [new] = await claim(db, clock)
     with pytest.raises(errors.StaleFence, match=f"newest attempt has fence {new.attempt.id}"):
-        await db.attempt_heartbeat(
-            job_id=job_id, fence=c.attempt.id, now=clock.now(), lease_timeout=timedelta(seconds=60)
-        )
+        await db.attempt_heartbeat(job_id=job_id, fence=c.attempt.id, now=clock.now())
     with pytest.raises(errors.NotFound):
         await db.attempt_heartbeat(
             job_id=job_id,
             fence=new.attempt.id + 99,
             now=clock.now(),
-            lease_timeout=timedelta(seconds=60),
         )
 
 

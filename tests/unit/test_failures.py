@@ -193,3 +193,10 @@ def test_an_empty_budget_delays_each_retry_one_token_further() -> None:
         tokens, at = budget.reserve(tokens, T0)
         got.append(None if at is None else (at - T0).total_seconds())
     assert got == [None, None, 1.0, 2.0]
+
+
+def test_a_bucket_in_debt_counts_enough_first_attempts_to_fill_it() -> None:
+    budget = retry.Budget(ratio=0.2, floor_per_second=1.0, burst=100)
+    assert budget.firsts_to_fill(100) == 1
+    assert budget.firsts_to_fill(-900) == 5001  # pays the debt, then fills
+    assert retry.Budget(ratio=0.0, floor_per_second=1.0, burst=100).firsts_to_fill(0) == 0

@@ -15,6 +15,7 @@ from sqlalchemy import (
     Connection,
     DateTime,
     Engine,
+    Float,
     Integer,
     Select,
     Table,
@@ -209,6 +210,8 @@ def _pg_copy(
 def _pg_array_type(type_: Any) -> str:
     if isinstance(type_, Integer):
         return "bigint"
+    if isinstance(type_, Float):
+        return "double precision"
     if isinstance(type_, DateTime) or isinstance(getattr(type_, "impl", None), DateTime):
         return "timestamptz"
     return "text"  # strings, and JSON as text cast to jsonb

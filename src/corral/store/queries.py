@@ -409,12 +409,13 @@ def _urgency(job: model.Job) -> tuple[int, datetime, int]:
 def _attempt_row(job: model.Job, now: datetime, clocks: Clocks | None) -> dict[str, Any]:
     """A new attempt: its deadline is fixed now, from the job's own limit or the default;
     a job that sends heartbeats owes its first one within its lease."""
-    deadline_at = lease_until = None
+    deadline_at = lease_until = lease = None
     if clocks is not None:
         policy = config.JobPolicy.read(job.policy)
         deadline_at = now + (policy.limits.attempt_deadline or clocks.attempt_deadline)
         if policy.heartbeat:
-            lease_until = now + (policy.limits.lease_timeout or clocks.lease_timeout)
+            lease = policy.limits.lease_timeout or clocks.lease_timeout
+            lease_until = now + lease
     return {
         "job_id": job.id,
         "attempt_no": job.attempt_count,
@@ -425,6 +426,7 @@ def _attempt_row(job: model.Job, now: datetime, clocks: Clocks | None) -> dict[s
         "updated_at": now,
         "deadline_at": deadline_at,
         "lease_until": lease_until,
+        "lease_seconds": None if lease is None else lease.total_seconds(),
     }
 
 
@@ -435,7 +437,8 @@ def attempt_record_running(
     conn: Connection, *, fences: Sequence[int], now: datetime, reason: str = "launched"
 ) -> list[int]:
     """launching -> running for each fence still launching (the outbox's third step, or
-    recovery adopting or relaunching an attempt)."""
+    recovery adopting or relaunching an attempt). A job that sends heartbeats gets its
+    whole lease from now: the time it waited to be launched does not count against it."""
     applied = transition(
         conn,
         entity="attempt",
@@ -446,7 +449,21 @@ def attempt_record_running(
         reason=reason,
         values={"started_at": now, "last_seen_at": now},
     )
-    return [a.id for a in applied]
+    ids = [a.id for a in applied]
+    if ids:
+        leased = conn.execute(
+            select(attempts.c.id, attempts.c.lease_seconds).where(
+                dialects.one_of(conn, attempts.c.id, ids), attempts.c.lease_seconds.is_not(None)
+            )
+        ).all()
+        if leased:
+            until = {fence: now + timedelta(seconds=seconds) for fence, seconds in leased}
+            conn.execute(
+                update(attempts)
+                .where(dialects.one_of(conn, attempts.c.id, list(until)))
+                .values(lease_until=_per_row(attempts.c.id, until, now))
+            )
+    return ids
 
 
 def attempt_settle(
@@ -654,7 +671,8 @@ def _jobs_after_failure(
     for (to, reason, details), group in groups.items():
         values: dict[str, Any] = {}
         if to == J.QUEUED:
-            values["run_at"] = _per_job(group, {a.job_id: plans[a.id].run_at for a in group}, now)
+            run_at = {a.job_id: plans[a.id].run_at for a in group}
+            values["run_at"] = _per_row(jobs.c.id, run_at, now)
         if any(plans[a.id].extra_attempt for a in group):
             values["max_attempts"] = jobs.c.max_attempts + 1
         applied = transition(
@@ -803,7 +821,7 @@ def _budget_take(
             attempts.c.attempt_no == 1,
             jobs.c.queue == queue,
         )
-        .limit(budget.firsts_to_fill)
+        .limit(budget.firsts_to_fill(bucket.tokens))
         .subquery()
     )
     counted = conn.execute(select(func.count()).select_from(firsts)).scalar_one()
@@ -815,15 +833,19 @@ def _budget_take(
     conn.execute(
         update(retry_budgets)
         .where(retry_budgets.c.queue == queue)
-        .values(tokens=tokens, updated_at=now, counted_fence=max(newest, bucket.counted_fence))
+        .values(
+            tokens=tokens,
+            updated_at=max(now, bucket.updated_at),  # two hosts' clocks: never count time twice
+            counted_fence=max(newest, bucket.counted_fence),
+        )
     )
     return ready
 
 
-def _per_job(group: Sequence[Applied], at: Mapping[int, datetime | None], now: datetime) -> Any:
-    """Each job's own value in one UPDATE: a CASE over the job ids."""
-    whens = [(jobs.c.id == a.job_id, literal(at[a.job_id] or now, UTCDateTime())) for a in group]
-    return case(*whens, else_=literal(now, UTCDateTime()))
+def _per_row(key: Any, at: Mapping[int, datetime | None], default: datetime) -> Any:
+    """Each row's own time in one UPDATE: a CASE over the rows' ids."""
+    whens = [(key == row_id, literal(t or default, UTCDateTime())) for row_id, t in at.items()]
+    return case(*whens, else_=literal(default, UTCDateTime()))
 
 
 def attempt_list_active(
@@ -920,22 +942,22 @@ def attempt_seen(conn: Connection, *, fences: Sequence[int], now: datetime) -> N
 
 
 def attempt_heartbeat(
-    conn: Connection, *, job_id: int, fence: int, now: datetime, lease_timeout: timedelta
+    conn: Connection, *, job_id: int, fence: int, now: datetime
 ) -> datetime | None:
     """A heartbeat from inside attempt `fence` of job `job_id`: news, and for a job that
     sends heartbeats a lease renewed from now. Returns the new lease end (None when the job
     is not on a lease). Raises StaleFence when the attempt is no longer its job's current
     one (it must stop), NotFound when there is no such attempt."""
     row = conn.execute(
-        select(attempts.c.state, attempts.c.attempt_no, attempts.c.lease_until, jobs.c.policy)
-        .join(jobs, jobs.c.id == attempts.c.job_id)
-        .where(attempts.c.id == fence, attempts.c.job_id == job_id)
+        select(attempts.c.state, attempts.c.attempt_no, attempts.c.lease_seconds).where(
+            attempts.c.id == fence, attempts.c.job_id == job_id
+        )
     ).first()
     if row is None:
         raise errors.NotFound(f"job {job_id} has no attempt with fence {fence}")
-    lease = None
-    if row.lease_until is not None:
-        lease = now + (config.JobPolicy.read(row.policy).limits.lease_timeout or lease_timeout)
+    # The lease's length was fixed at the claim, from the job and corral's settings: a
+    # heartbeat only says when it was sent.
+    lease = None if row.lease_seconds is None else now + timedelta(seconds=row.lease_seconds)
     changed = conn.execute(
         update(attempts)
         .where(attempts.c.id == fence, attempts.c.state.in_(ACTIVE))

@@ -107,6 +107,7 @@ attempts = Table(
     Column("last_seen_at", UTCDateTime),
     Column("deadline_at", UTCDateTime),
     Column("lease_until", UTCDateTime),
+    Column("lease_seconds", Float),  # set for a job that sends heartbeats: its lease length
     Column("failure_class", String(20)),
     Column("fingerprint", String(64)),
     UniqueConstraint("job_id", "attempt_no"),

@@ -28,6 +28,7 @@ def upgrade() -> None:
     op.add_column("jobs", sa.Column("policy", Json, nullable=False, server_default=sa.text("'{}'")))
     op.add_column("attempts", at("deadline_at"))
     op.add_column("attempts", at("lease_until"))
+    op.add_column("attempts", sa.Column("lease_seconds", sa.Float(), nullable=True))
     op.add_column("attempts", sa.Column("failure_class", sa.String(length=20), nullable=True))
     op.add_column("attempts", sa.Column("fingerprint", sa.String(length=64), nullable=True))
     op.create_table(
@@ -43,7 +44,13 @@ def upgrade() -> None:
 def downgrade() -> None:
     op.drop_table("retry_budgets")
     with op.batch_alter_table("attempts") as batch:
-        for column in ("fingerprint", "failure_class", "lease_until", "deadline_at"):
+        for column in (
+            "fingerprint",
+            "failure_class",
+            "lease_seconds",
+            "lease_until",
+            "deadline_at",
+        ):
             batch.drop_column(column)
     with op.batch_alter_table("jobs") as batch:
         batch.drop_column("policy")
