@@ -594,8 +594,8 @@ def dead_list(state: State, limit: int, as_json: bool) -> None:
         )
     out.print(table)
     err.print(
-        f"{len(views)} quarantined jobs; after a fix `corral dead retry ID`, to give up"
-        " `corral dead discard ID`"
+        f"{len(views)} quarantined job{'s' * (len(views) != 1)}; after a fix"
+        " `corral dead retry ID`, to give up `corral dead discard ID`"
         if views
         else "no quarantined jobs"
     )

@@ -254,8 +254,9 @@ def explain(view: JobView, now: datetime, *, pool: tuple[int, int] | None = None
     if job.state == J.PARKED:
         return f"parked: no live worker can run it yet ({last})"
     if job.state == J.QUARANTINED:
+        why = last.removeprefix("quarantined: ").removesuffix("; waits for a person")
         return (
-            f"quarantined: waits for a person ({last}); `corral dead retry {job.id}` after a fix,"
+            f"quarantined: waits for a person ({why}); `corral dead retry {job.id}` after a fix,"
             f" or `corral dead discard {job.id}`"
         )
     return f"{job.state}: {last}"
