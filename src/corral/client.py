@@ -179,11 +179,15 @@ class Client:
 
     async def dead_retry(self, job_id: int, *, reason: str = "retried by a person") -> None:
         """Send a quarantined job back to the queue for one more attempt (after a fix)."""
-        await self.store.job_dead_retry(job_id=job_id, now=self.clock.now(), reason=reason)
+        await self.store.job_unquarantine(
+            job_id=job_id, to=model.JobState.QUEUED, now=self.clock.now(), reason=reason
+        )
 
     async def dead_discard(self, job_id: int, *, reason: str = "discarded by a person") -> None:
         """Give up on a quarantined job: it ends cancelled."""
-        await self.store.job_dead_discard(job_id=job_id, now=self.clock.now(), reason=reason)
+        await self.store.job_unquarantine(
+            job_id=job_id, to=model.JobState.CANCELLED, now=self.clock.now(), reason=reason
+        )
 
     async def cancel(
         self, job_id: int, *, reason: str = "cancelled by request"

@@ -125,20 +125,20 @@ async def test_a_person_retries_or_discards_a_quarantined_job(
     keep, drop = await submit(db, clock, 2, max_attempts=1, policy={"failure_rules": [RULE_FAIL_4]})
     for c in await claim(db, clock):
         await fail(db, clock, c, 4)
-    await db.job_dead_retry(job_id=keep, now=clock.now(), reason="retried by a person")
-    await db.job_dead_discard(job_id=drop, now=clock.now(), reason="discarded by a person")
+    await db.job_unquarantine(job_id=keep, to=J.QUEUED, now=clock.now(), reason="by a person")
+    await db.job_unquarantine(job_id=drop, to=J.CANCELLED, now=clock.now(), reason="gave up")
     assert [(await db.job_get(job_id=i)).state for i in (keep, drop)] == [J.QUEUED, J.CANCELLED]
     job = await db.job_get(job_id=keep)
     assert (job.attempt_count, job.max_attempts) == (1, 2), "one more attempt than it had"
     [again] = await claim(db, clock)
     assert (again.job.id, again.attempt.attempt_no) == (keep, 2)
     with pytest.raises(errors.InvalidInput, match="is running, not quarantined"):
-        await db.job_dead_discard(job_id=keep, now=clock.now(), reason="x")
+        await db.job_unquarantine(job_id=keep, to=J.CANCELLED, now=clock.now(), reason="x")
 
 
 async def test_not_found_is_not_found(db: store.Store, clock: FrozenClock) -> None:
     with pytest.raises(errors.NotFound):
-        await db.job_dead_retry(job_id=999_999, now=clock.now(), reason="x")
+        await db.job_unquarantine(job_id=999_999, to=J.QUEUED, now=clock.now(), reason="x")
 
 
 async def test_retries_beyond_the_budget_are_delayed_with_an_event(
@@ -231,9 +231,9 @@ def recon(db: store.Store, clock: FrozenClock, platform: Platform) -> reconciler
 
 
 async def launched(
-    db: store.Store, clock: FrozenClock, platform: Platform, policy: dict[str, Any]
+    db: store.Store, clock: FrozenClock, platform: Platform, policy: dict[str, Any], **kw: Any
 ) -> model.Claimed:
-    await submit(db, clock, policy={"heartbeat": True, **policy})
+    await submit(db, clock, policy={"heartbeat": True, **policy}, **kw)
     [c] = await claim(db, clock)
     await platform.launch(model.build_launch(c, reach=model.Reach(), deadline_seconds=None))
     await db.attempt_record_running(fences=[c.attempt.id], now=clock.now())
@@ -307,17 +307,13 @@ async def test_fence_and_relaunch_without_attempts_left_waits(
     db: store.Store, clock: FrozenClock
 ) -> None:
     platform = Platform()
-    platform.ready = True
-    await submit(
-        db, clock, max_attempts=1, policy={"heartbeat": True, "on_unknown": "fence_and_relaunch"}
-    )
-    [c] = await claim(db, clock)
-    await platform.launch(model.build_launch(c, reach=model.Reach(), deadline_seconds=None))
-    await db.attempt_record_running(fences=[c.attempt.id], now=clock.now())
+    c = await launched(db, clock, platform, {"on_unknown": "fence_and_relaunch"}, max_attempts=1)
     clock.advance(61)
     await recon(db, clock, platform).run_once()
     [a] = await db.attempt_list(job_id=c.job.id)
     assert (a.state, a.lease_until) == (A.RUNNING, a.deadline_at)
+    last = (await db.event_list(job_id=c.job.id))[-1]
+    assert last.reason.endswith("; no attempts left to relaunch); left to run until its deadline")
 
 
 # --- a systemic failure -----------------------------------------------------------------------------

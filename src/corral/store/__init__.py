@@ -177,11 +177,10 @@ class Store:
     ) -> list[int]:
         return await self._tx(queries.attempt_supersede, fences=fences, now=now, reason=reason)
 
-    async def job_dead_retry(self, *, job_id: int, now: datetime, reason: str) -> None:
-        await self._tx(queries.job_dead_retry, job_id=job_id, now=now, reason=reason)
-
-    async def job_dead_discard(self, *, job_id: int, now: datetime, reason: str) -> None:
-        await self._tx(queries.job_dead_discard, job_id=job_id, now=now, reason=reason)
+    async def job_unquarantine(
+        self, *, job_id: int, to: model.JobState, now: datetime, reason: str
+    ) -> None:
+        await self._tx(queries.job_unquarantine, job_id=job_id, to=to, now=now, reason=reason)
 
     async def attempt_list_active(
         self, *, executor: str, limit: int, after: int = 0

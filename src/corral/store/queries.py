@@ -1110,39 +1110,30 @@ def _active_attempt(conn: Connection, job_id: int) -> model.Attempt | None:
 # --- quarantine ----------------------------------------------------------------------------------
 
 
-def job_dead_retry(conn: Connection, *, job_id: int, now: datetime, reason: str) -> None:
-    """A person sends a quarantined job back: queued now, with one more attempt if it had
-    none left."""
+def job_unquarantine(
+    conn: Connection, *, job_id: int, to: model.JobState, now: datetime, reason: str
+) -> None:
+    """A person decides on a quarantined job: back to `queued` now (with one more attempt
+    if it had none left), or `cancelled` to give up on it."""
     _quarantined(conn, job_id)
-    transition(
-        conn,
-        entity="job",
-        ids=[job_id],
-        expected=J.QUARANTINED,
-        to=J.QUEUED,
-        now=now,
-        reason=reason,
-        values={
+    values: dict[str, Any] = {}
+    if to == J.QUEUED:
+        values = {
             "run_at": now,
             "max_attempts": case(
                 (jobs.c.max_attempts > jobs.c.attempt_count, jobs.c.max_attempts),
                 else_=jobs.c.attempt_count + 1,
             ),
-        },
-    )
-
-
-def job_dead_discard(conn: Connection, *, job_id: int, now: datetime, reason: str) -> None:
-    """A person gives up on a quarantined job: it ends `cancelled`."""
-    _quarantined(conn, job_id)
+        }
     transition(
         conn,
         entity="job",
         ids=[job_id],
         expected=J.QUARANTINED,
-        to=J.CANCELLED,
+        to=to,
         now=now,
         reason=reason,
+        values=values,
     )
 
 
