@@ -371,3 +371,42 @@ async def test_a_broken_event_stream_is_restarted(db: store.Store, clock: Frozen
     await asyncio.wait_for(runner, timeout=10)
     assert executor.broke
     assert (await db.job_get(job_id=job_id)).state == J.SUCCEEDED
+
+
+class SlowLaunch(NoopExecutor):
+    """Each launch takes 200ms of the (frozen) clock."""
+
+    def __init__(self, clock: FrozenClock) -> None:
+        super().__init__()
+        self.clock = clock
+
+    async def launch(self, launch: model.Launch) -> None:
+        await self.clock.sleep(0.2)
+        await super().launch(launch)
+
+
+async def test_a_tick_stops_launching_at_its_deadline_and_the_next_goes_on(
+    db: store.Store, clock: FrozenClock
+) -> None:
+    executor = SlowLaunch(clock)
+    d = make(
+        db,
+        clock,
+        executor,
+        claim_batch_limit=5,
+        launch_concurrency=1,
+        timeouts=config.Timeouts(tick_deadline="500ms"),
+    )
+    await submit(db, clock, 12)
+    ticks = []
+    while len(ticks) < 20 and executor.launched < 12:
+        ticks.append(await d.run_once())
+    carried_in = 0
+    for tick in ticks:
+        assert tick.launched <= 3, "no launch starts past the 500ms deadline (200ms each)"
+        assert tick.claimed + carried_in <= 5, "claimed and unlaunched never exceed a batch"
+        carried_in = tick.carried
+    assert ticks[0] == dispatcher.Tick(claimed=5, launched=3, recorded=3, carried=2)
+    assert ticks[1].claimed == 3, "the next tick claims that many fewer"
+    assert executor.launched == 12
+    assert executor.launch_calls == 12, "every attempt launched once"

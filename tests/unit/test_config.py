@@ -214,3 +214,18 @@ def test_limits_that_meet_the_rule_exactly_are_accepted() -> None:
         "heartbeat_interval": 0.4,
     }
     Settings.load(None, timeouts=exact)
+
+
+def test_jobs_get_an_absolute_database_url_unless_told_not_to(tmp_path: Path) -> None:
+    import os
+
+    here = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        relative = Settings.load(None, database_url="sqlite:///./corral.db")
+        assert relative.database_url_for_jobs == f"sqlite:///{tmp_path}/./corral.db"
+        pg = "postgresql+psycopg://corral@db:5432/corral"
+        assert Settings.load(None, database_url=pg).database_url_for_jobs == pg
+        assert Settings.load(None, jobs_get_database_url=False).database_url_for_jobs is None
+    finally:
+        os.chdir(here)
