@@ -31,6 +31,7 @@ test: lint
 bench: $(STAMP)
 	$(BIN)/python bench/throughput.py
 	$(BIN)/python bench/recovery.py
+	$(BIN)/python bench/retry_storm.py
 
 clean:
 	rm -rf $(VENV) corral.db corral.db-wal corral.db-shm .corral
