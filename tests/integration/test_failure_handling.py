@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from unittest.mock import patch
 
 import pytest
 
@@ -180,3 +181,50 @@ async def test_silence_with_fence_and_relaunch_relaunches_and_refuses_the_old_fe
     )
     assert proc.returncode == 3, proc.stderr
     assert f"fence {first.id} is stale: attempt 1 of job {job_id} is superseded" in proc.stderr
+
+
+async def test_keep_alive_holds_the_lease_of_a_long_quiet_job(corral: Corral) -> None:
+    policy = {
+        "heartbeat": True,
+        "on_unknown": "fence_and_relaunch",
+        "limits": {"lease_timeout": "2s", "attempt_deadline": "15s"},
+    }
+    code = (
+        "import time; from corral.worker import keep_alive\n"
+        "with keep_alive():\n"
+        "    time.sleep(5)\n"
+        "print('done')"
+    )
+    job_id, _ = await corral.client.submit(
+        spec={"command": [PY, "-c", code]}, max_attempts=2, policy=policy
+    )
+    view = await corral.wait(job_id, J.SUCCEEDED, seconds=30)
+    assert [a.state for a in view.attempts] == [A.SUCCEEDED], "never taken for silent"
+    assert not [e for e in view.events if "unknown state" in e.reason]
+
+
+async def test_keep_alive_stops_a_superseded_attempt(corral: Corral) -> None:
+    from corral import worker
+
+    policy = {"heartbeat": True, "limits": {"lease_timeout": "5s"}}
+    job_id = await corral.submit("sleep 30", max_attempts=2, policy=policy)
+    await corral.wait(job_id, J.RUNNING)
+    while (a := (await corral.client.job(job_id)).attempts[0]).state != A.RUNNING:
+        await asyncio.sleep(0.05)
+    now = corral.client.clock.now()
+    assert await corral.client.store.attempt_supersede(fences=[a.id], now=now, reason="test")
+    told: list[str] = []
+    attempt = worker.CurrentAttempt(job_id, 1, a.id, a.launch_name, "default", None)
+    settings = config.Settings(database_url=corral.database_url)
+
+    def watch() -> bool:
+        with (
+            patch.object(worker, "current_attempt", return_value=attempt),
+            worker.keep_alive(
+                0.2, on_stale=lambda: told.append("stop"), settings=settings
+            ) as stale,
+        ):
+            return stale.wait(10)
+
+    assert await asyncio.to_thread(watch)
+    assert told == ["stop"]
