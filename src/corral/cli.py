@@ -18,12 +18,14 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import click
+import yaml
 from rich import box
 from rich.console import Console
 from rich.logging import RichHandler
 from rich.table import Table
 
-from corral import client, config, errors, model, runtime, store, worker
+from corral import client, clock, config, errors, model, runtime, store, worker
+from corral.executors import kubernetes
 
 T = TypeVar("T")
 out = Console(highlight=False)
@@ -145,6 +147,64 @@ def _policy(
     return policy
 
 
+def _spec(
+    executor: str,
+    command: tuple[str, ...],
+    spec_json: str | None,
+    *,
+    image: str | None,
+    placement: str | None,
+) -> Any:
+    """The executor spec from --spec (checked by its executor), or from the command."""
+    spec = _json_option("--spec", spec_json)
+    if spec is not None:
+        if command or image or placement:
+            raise errors.InvalidInput(
+                "give either --spec or a command after -- (with --image, --placement), not both"
+            )
+        return spec
+    if executor == kubernetes.KIND:
+        made: dict[str, Any] = {"image": image, "command": list(command)}
+        if placement is not None:
+            made["placement"] = placement
+        return made
+    if image or placement:
+        raise errors.InvalidInput("--image and --placement are for --executor kubernetes")
+    return {"command": list(command)}
+
+
+def _dry_run(
+    state: State,
+    *,
+    spec: Any,
+    executor: str,
+    max_attempts: int | None,
+    output: str = "yaml",
+    **fields: Any,
+) -> None:
+    """Print the platform object the first attempt would create; nothing is stored."""
+    settings = state.settings()
+    templates = {kubernetes.KIND: kubernetes.JobTemplate(settings)}
+    if executor not in templates:
+        raise errors.InvalidInput(
+            f"--dry-run: prints the Kubernetes object of --executor {kubernetes.KIND},"
+            f" not of {executor!r}"
+        )
+    draft = model.NewJob(
+        executor=executor,
+        spec=spec,
+        max_attempts=settings.default_max_attempts if max_attempts is None else max_attempts,
+        **fields,
+    )
+    job = client.check_job(draft, executors=templates, settings=settings)
+    doc = kubernetes.dry_run(job, settings, clock.SystemClock().now())
+    if output == "json":
+        out.print_json(json.dumps(doc))
+    else:
+        out.print(yaml.safe_dump(doc, sort_keys=False), end="", markup=False, highlight=False)
+    err.print("dry run: nothing stored or created; job id and fence read 0 until it is stored")
+
+
 @main.command(context_settings={"allow_interspersed_args": False})
 @click.option("--queue", default="default", show_default=True)
 @click.option("--pool", default=None)
@@ -190,6 +250,21 @@ def _policy(
     default=None,
     help="What to do when the attempt's state is unknown (default wait).",
 )
+@click.option("--image", default=None, help="Container image (executor kubernetes).")
+@click.option("--placement", default=None, help="Placement class (executor kubernetes).")
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Print the Job the first attempt would create; store and create nothing.",
+)
+@click.option(
+    "-o",
+    "--output",
+    type=click.Choice(["yaml", "json"]),
+    default="yaml",
+    show_default=True,
+    help="With --dry-run: the format.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.argument("command", nargs=-1)
 @click.pass_obj
@@ -206,15 +281,15 @@ def submit(
     deadline: str | None,
     heartbeat: bool,
     on_unknown: str | None,
+    image: str | None,
+    placement: str | None,
+    dry_run: bool,
+    output: str,
     **options: Any,
 ) -> None:
     """Submit a job: corral submit [OPTIONS] -- CMD [ARGS...]"""
     policy = _policy(policy_json, deadline=deadline, heartbeat=heartbeat, on_unknown=on_unknown)
-    spec = _json_option("--spec", spec_json)
-    if spec is None:
-        spec = {"command": list(command)}
-    elif command:
-        raise errors.InvalidInput("give either --spec or a command after --, not both")
+    spec = _spec(options["executor"], command, spec_json, image=image, placement=placement)
     labels = _labels(label_pairs)
     if payload_file is not None:
         if payload_json is not None:
@@ -224,6 +299,17 @@ def submit(
         except UnicodeDecodeError as exc:
             raise errors.InvalidInput(f"--payload-file: not UTF-8 text ({exc.reason})") from None
     payload = _json_option("--payload", payload_json)
+    if dry_run:
+        _dry_run(
+            state,
+            spec=spec,
+            payload=payload,
+            labels=labels,
+            policy=policy,
+            output=output,
+            **options,
+        )
+        return
 
     async def go() -> tuple[int, bool]:
         async with runtime.connect(state.settings()) as c:
@@ -346,6 +432,7 @@ def check(state: State) -> None:
     """Show how the limits nest (inner < outer, with the margin); exit 1 if one does not."""
     settings = config.Settings.load(state.config_file, check_chain=False)
     table = Table("inner < outer", "values", "to spare", "needs", "", box=box.SIMPLE_HEAD)
+    table.columns[0].overflow = "fold"
     table.title = "each inner limit must be shorter than the outer one by the margin it needs"
     for c in config.chain(settings):
         link = c.link
@@ -369,7 +456,7 @@ def check(state: State) -> None:
 
 
 def _short(setting: str) -> str:
-    return setting.removeprefix("timeouts.")
+    return setting.removeprefix("timeouts.").removeprefix("executors.")
 
 
 # --- jobs ---------------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from corral import clock, config, errors, model, store
 from corral.executors.base import Executor
@@ -97,51 +97,7 @@ class Client:
 
     def validate(self, job: model.NewJob) -> model.NewJob:
         """The job as it will be stored, or InvalidInput naming the first field that is wrong."""
-        if job.executor not in self.executors:
-            raise errors.InvalidInput(
-                f"executor: unknown executor {job.executor!r};"
-                f" this corral runs: {', '.join(sorted(self.executors))}"
-            )
-        for field, value in (("queue", job.queue), ("tenant", job.tenant), ("pool", job.pool)):
-            if value is not None and not _NAME.match(value):
-                raise errors.InvalidInput(
-                    f"{field}: {value!r} must be 1-200 characters of [A-Za-z0-9_.-],"
-                    " starting alphanumeric"
-                )
-        if job.pool is not None and job.pool not in self.settings.pools:
-            known = ", ".join(sorted(self.settings.pools)) or "none are configured"
-            raise errors.InvalidInput(
-                f"pool: {job.pool!r} is not a configured pool ({known}); add it to [pools]"
-                " in corral.toml with its number of slots"
-            )
-        low, high = PRIORITY_RANGE
-        if not low <= job.priority <= high:
-            raise errors.InvalidInput(f"priority: {job.priority} must be between {low} and {high}")
-        if not 1 <= job.max_attempts <= 1000:
-            raise errors.InvalidInput(
-                f"max_attempts: {job.max_attempts} must be between 1 and 1000"
-            )
-        if job.idempotency_key is not None and not 1 <= len(job.idempotency_key) <= 500:
-            raise errors.InvalidInput("idempotency_key: must be 1-500 characters")
-        if job.run_at is not None and job.run_at.tzinfo is None:
-            raise errors.InvalidInput("run_at: must carry a timezone")
-        for key, value in job.labels.items():
-            model.check_label(key, value)
-        self._check_payload(job.payload)
-        policy = config.job_policy(self.settings, job.policy).stored()
-        spec = self.executors[job.executor].validate_spec(job.spec)
-        return dataclasses.replace(job, spec=spec, policy=policy)
-
-    def _check_payload(self, payload: Any) -> None:
-        try:
-            size = len(json.dumps(payload, allow_nan=False).encode())
-        except (TypeError, ValueError) as exc:
-            raise errors.InvalidInput(f"payload: must be JSON ({exc})") from None
-        if size > self.settings.max_payload_bytes:
-            raise errors.PayloadTooLarge(
-                f"payload: {size} bytes is over the limit of {self.settings.max_payload_bytes}"
-                " (max_payload_bytes); store large data elsewhere and pass a reference"
-            )
+        return check_job(job, executors=self.executors, settings=self.settings)
 
     async def job(self, job_id: int) -> JobView:
         """A job with its attempts and events; NotFound if there is none."""
@@ -208,6 +164,62 @@ class Client:
                     exc,
                 )
         return attempt
+
+
+class SpecChecker(Protocol):
+    """What validating a job needs of an executor."""
+
+    def validate_spec(self, spec: Mapping[str, Any]) -> dict[str, Any]: ...
+
+
+def check_job(
+    job: model.NewJob, *, executors: Mapping[str, SpecChecker], settings: config.Settings
+) -> model.NewJob:
+    """The job as it will be stored, or InvalidInput naming the first field that is wrong."""
+    if job.executor not in executors:
+        raise errors.InvalidInput(
+            f"executor: unknown executor {job.executor!r};"
+            f" this corral runs: {', '.join(sorted(executors))}"
+        )
+    for field, value in (("queue", job.queue), ("tenant", job.tenant), ("pool", job.pool)):
+        if value is not None and not _NAME.match(value):
+            raise errors.InvalidInput(
+                f"{field}: {value!r} must be 1-200 characters of [A-Za-z0-9_.-],"
+                " starting alphanumeric"
+            )
+    if job.pool is not None and job.pool not in settings.pools:
+        known = ", ".join(sorted(settings.pools)) or "none are configured"
+        raise errors.InvalidInput(
+            f"pool: {job.pool!r} is not a configured pool ({known}); add it to [pools]"
+            " in corral.toml with its number of slots"
+        )
+    low, high = PRIORITY_RANGE
+    if not low <= job.priority <= high:
+        raise errors.InvalidInput(f"priority: {job.priority} must be between {low} and {high}")
+    if not 1 <= job.max_attempts <= 1000:
+        raise errors.InvalidInput(f"max_attempts: {job.max_attempts} must be between 1 and 1000")
+    if job.idempotency_key is not None and not 1 <= len(job.idempotency_key) <= 500:
+        raise errors.InvalidInput("idempotency_key: must be 1-500 characters")
+    if job.run_at is not None and job.run_at.tzinfo is None:
+        raise errors.InvalidInput("run_at: must carry a timezone")
+    for key, value in job.labels.items():
+        model.check_label(key, value)
+    _check_payload(job.payload, settings)
+    policy = config.job_policy(settings, job.policy).stored()
+    spec = executors[job.executor].validate_spec(job.spec)
+    return dataclasses.replace(job, spec=spec, policy=policy)
+
+
+def _check_payload(payload: Any, settings: config.Settings) -> None:
+    try:
+        size = len(json.dumps(payload, allow_nan=False).encode())
+    except (TypeError, ValueError) as exc:
+        raise errors.InvalidInput(f"payload: must be JSON ({exc})") from None
+    if size > settings.max_payload_bytes:
+        raise errors.PayloadTooLarge(
+            f"payload: {size} bytes is over the limit of {settings.max_payload_bytes}"
+            " (max_payload_bytes); store large data elsewhere and pass a reference"
+        )
 
 
 def explain(view: JobView, now: datetime, *, pool: tuple[int, int] | None = None) -> str:

@@ -213,6 +213,82 @@ class ProcessExecutorSettings(BaseModel):
     root: Path | None = Field(None, description="Run folders live here; default <state_dir>/runs.")
 
 
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+
+
+class Toleration(BaseModel):
+    """A Kubernetes toleration (core/v1 Toleration)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    key: str | None = None
+    operator: Literal["Exists", "Equal"] = "Equal"
+    value: str | None = None
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+
+    @model_validator(mode="after")
+    def _exists_has_no_value(self) -> Toleration:
+        if self.operator == "Exists" and self.value:
+            raise ValueError("a toleration with operator Exists takes no value")
+        return self
+
+    def manifest(self) -> dict[str, str]:
+        return {k: v for k, v in self.model_dump().items() if v is not None}
+
+
+class Placement(BaseModel):
+    """Where a class of jobs runs: e.g. `critical` on the on-demand pool, `batch` on spot."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    tolerations: tuple[Toleration, ...] = ()
+    priority_class: str | None = Field(None, description="A PriorityClass name.")
+
+
+class KubernetesExecutorSettings(BaseModel):
+    """The `kubernetes` executor: each attempt is a batch/v1 Job."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    namespace: str = Field("default", description="Where Jobs are created.")
+    service_account: str | None = Field(None, description="Default service account of Jobs.")
+    ttl_after_finished: Duration = Field(
+        timedelta(days=1),
+        description="A finished Job is kept this long: it must outlive a corral outage"
+        " (longer than timeouts.recovery_grace), or its outcome is gone before recovery reads it.",
+    )
+    termination_grace: Duration = Field(
+        timedelta(seconds=30), description="terminationGracePeriodSeconds of each pod."
+    )
+    placements: dict[str, Placement] = Field(
+        default_factory=dict, description="Placement classes by name; a job names one."
+    )
+    default_placement: str | None = Field(None, description="For jobs that name none.")
+    database_url_secret: str | None = Field(
+        None,
+        description="`secret-name/key` of a Secret holding the URL pods use for `corral"
+        " heartbeat` (CORRAL_DATABASE_URL); the URL itself never goes into a Job.",
+        pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[-._a-zA-Z0-9]+$",
+    )
+
+    @field_validator("namespace")
+    @classmethod
+    def _namespace(cls, value: str) -> str:
+        if not _DNS_LABEL.match(value):
+            raise ValueError(f"{value!r} is not a DNS-1123 label (a-z, 0-9, '-', at most 63)")
+        return value
+
+    @model_validator(mode="after")
+    def _default_is_a_class(self) -> KubernetesExecutorSettings:
+        if self.default_placement is not None and self.default_placement not in self.placements:
+            raise ValueError(
+                f"default_placement {self.default_placement!r} is not one of the placements"
+                f" ({', '.join(sorted(self.placements)) or 'none configured'})"
+            )
+        return self
+
+
 class ExecutorSettings(BaseModel):
     """Which executors this corral runs, and their settings."""
 
@@ -220,6 +296,7 @@ class ExecutorSettings(BaseModel):
 
     enabled: tuple[str, ...] = Field(("process",), description="Executor kinds to run.")
     process: ProcessExecutorSettings = ProcessExecutorSettings()
+    kubernetes: KubernetesExecutorSettings = KubernetesExecutorSettings()
 
 
 _POOL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,199}$")
@@ -412,6 +489,12 @@ CHAIN = (
         "timeouts.launch_grace",
         margin="timeouts.tick_margin",
         why="recovery must not take an attempt for stuck while its own tick is launching it",
+    ),
+    Link(
+        "timeouts.recovery_grace",
+        "executors.kubernetes.ttl_after_finished",
+        why="a finished Kubernetes Job must outlive a corral outage, or its outcome is deleted"
+        " before recovery can read it",
     ),
     Link(
         "claim_batch_limit",

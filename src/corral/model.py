@@ -145,24 +145,31 @@ _LABEL_PREFIX_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0
 
 
 def check_label(key: str, value: str) -> None:
-    """Raise InvalidInput unless key=value is a valid Kubernetes label."""
-    prefix, _, name = key.rpartition("/")
-    if not _LABEL_NAME.match(name) or (
-        prefix and (len(prefix) > 253 or not _LABEL_PREFIX_RE.match(prefix))
-    ):
-        raise errors.InvalidInput(
-            f"label key {key!r}: must be [prefix/]name, name 1-63 characters of [A-Za-z0-9-_.]"
-            " starting and ending alphanumeric, prefix a DNS subdomain"
-        )
+    """Raise InvalidInput unless key=value is a valid Kubernetes label a user may set."""
+    if problem := label_problem(key, value):
+        raise errors.InvalidInput(problem)
     if key.startswith(LABEL_PREFIX):
         raise errors.InvalidInput(
             f"label key {key!r}: the prefix {LABEL_PREFIX!r} is reserved for corral"
         )
+
+
+def label_problem(key: str, value: str) -> str | None:
+    """What is wrong with key=value as a Kubernetes label, or None."""
+    prefix, _, name = key.rpartition("/")
+    if not _LABEL_NAME.match(name) or (
+        prefix and (len(prefix) > 253 or not _LABEL_PREFIX_RE.match(prefix))
+    ):
+        return (
+            f"label key {key!r}: must be [prefix/]name, name 1-63 characters of [A-Za-z0-9-_.]"
+            " starting and ending alphanumeric, prefix a DNS subdomain"
+        )
     if not _LABEL_VALUE.match(value):
-        raise errors.InvalidInput(
+        return (
             f"label {key}={value!r}: value must be at most 63 characters of [A-Za-z0-9-_.]"
             " starting and ending alphanumeric"
         )
+    return None
 
 
 def label_safe(value: str) -> str:
@@ -327,6 +334,7 @@ class Launch:
     labels: Mapping[str, str]
     env: Mapping[str, str]
     deadline_seconds: float | None = None
+    annotations: Mapping[str, str] = field(default_factory=dict)  # label values in full
 
     @property
     def identity(self) -> Identity:
@@ -421,4 +429,13 @@ def build_launch(claimed: Claimed, *, reach: Reach, deadline_seconds: float | No
         labels=labels,
         env=attempt_env(labels, name=attempt.launch_name, tenant=job.tenant, reach=reach),
         deadline_seconds=deadline_seconds,
+        annotations={
+            key: value
+            for key, value in (
+                (TENANT, job.tenant),
+                (CAPABILITY, job.queue),
+                (IDEMPOTENCY_KEY, job.idempotency_key),
+            )
+            if value is not None and label_safe(value) != value
+        },
     )

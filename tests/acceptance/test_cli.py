@@ -297,7 +297,7 @@ def test_check_shows_the_chain_and_fails_on_a_broken_link(tmp_path: Path) -> Non
 
     ok = check()
     assert ok.returncode == 0, ok.stderr
-    assert "all 8 limits nest" in ok.stdout
+    assert "all 9 limits nest" in ok.stdout
     for limit in ("http_request_timeout", "step_deadline", "heartbeat_interval", "tick_deadline"):
         assert limit in ok.stdout
     broken = check(CORRAL_TIMEOUTS__ATTEMPT_DEADLINE="6m")
@@ -343,3 +343,24 @@ def test_dead_lists_retries_and_discards_quarantined_jobs(corral: Run, tmp_path:
     again = corral("dead", "discard", drop, check=False)
     assert again.returncode == 2
     assert "is cancelled, not quarantined" in again.stderr
+
+
+def test_submit_dry_run_prints_the_kubernetes_job_and_stores_nothing(corral: Run) -> None:
+    import yaml
+
+    args = ["submit", "--executor", "kubernetes", "--image", "busybox:1.36", "--dry-run"]
+    proc = corral(*args, "--deadline", "2m", "--queue", "etl", "--", "sh", "-c", "echo hi")
+    doc = yaml.safe_load(proc.stdout)
+    assert (doc["kind"], doc["metadata"]["name"]) == ("Job", "corral-0-1")
+    assert doc["spec"]["activeDeadlineSeconds"] == 120
+    assert doc["spec"]["template"]["spec"]["containers"][0]["command"] == ["sh", "-c", "echo hi"]
+    assert "nothing stored or created" in proc.stderr
+    as_json = json.loads(corral(*args, "-o", "json", "--", "true").stdout)
+    assert as_json["spec"]["backoffLimit"] == 0
+    refused = corral(*args, "--placement", "gpu", "--", "true", check=False)
+    assert refused.returncode == 2
+    assert "kubernetes spec: placement: unknown placement class 'gpu'" in refused.stderr
+    process = corral("submit", "--dry-run", "--", "true", check=False)
+    assert process.returncode == 2
+    assert "--dry-run: prints the Kubernetes object of --executor kubernetes" in process.stderr
+    assert json.loads(corral("jobs", "list", "--json").stdout) == []

@@ -1,0 +1,209 @@
+"""The Jobs the `kubernetes` executor creates: their fields, and that every one of them
+passes the published schemas (strict) of the oldest and newest supported Kubernetes."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from corral import config, errors, model
+from corral.executors import kubernetes as k8s
+
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+PLACEMENTS = {
+    "critical": {"node_selector": {"pool": "on-demand"}, "priority_class": "high"},
+    "batch": {
+        "node_selector": {"pool": "spot"},
+        "tolerations": [{"key": "spot", "operator": "Exists", "effect": "NoSchedule"}],
+    },
+}
+
+
+def make_settings(**k8s_settings: Any) -> config.Settings:
+    return config.Settings(
+        executors={"kubernetes": {"placements": PLACEMENTS, "namespace": "jobs", **k8s_settings}}
+    )
+
+
+def job(spec: dict[str, Any], **kw: Any) -> dict[str, Any]:
+    s = kw.pop("settings", None) or make_settings()
+    template = k8s.JobTemplate(s)
+    new = model.NewJob(executor="kubernetes", spec=template.validate_spec(spec), **kw)
+    return k8s.dry_run(new, s, NOW)
+
+
+def test_a_job_carries_corrals_rules_labels_and_environment() -> None:
+    doc = job(
+        {"image": "busybox:1.36", "command": ["sh", "-c", "echo hi"], "env": {"MODE": "x"}},
+        labels={"team": "data"},
+        queue="etl",
+        policy={"limits": {"attempt_deadline": 90.5}},
+    )
+    spec, pod = doc["spec"], doc["spec"]["template"]["spec"]
+    assert (doc["apiVersion"], doc["kind"], doc["metadata"]["name"]) == (
+        "batch/v1",
+        "Job",
+        "corral-0-1",
+    )
+    assert doc["metadata"]["namespace"] == "jobs"
+    assert spec["backoffLimit"] == 0, "corral owns retries"
+    assert spec["activeDeadlineSeconds"] == 91, "the job's own deadline, whole seconds up"
+    assert spec["ttlSecondsAfterFinished"] == 86400
+    assert pod["restartPolicy"] == "Never"
+    assert pod["terminationGracePeriodSeconds"] == 30
+    labels = doc["metadata"]["labels"]
+    assert labels == spec["template"]["metadata"]["labels"], "the pods carry them too"
+    assert labels["team"] == "data"
+    assert model.identity_from_labels(labels) == model.Identity(0, 1, 0)
+    assert labels[model.CAPABILITY] == "etl"
+    [container] = pod["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["MODE"] == "x"
+    assert (env["CORRAL_JOB_ID"], env["CORRAL_ATTEMPT"], env["CORRAL_FENCE"]) == ("0", "1", "0")
+    assert "CORRAL_DATABASE_URL" not in env, "never a database URL in the clear"
+    k8s.check_manifest(doc)
+
+
+def test_long_values_are_hashed_in_labels_and_kept_whole_in_annotations() -> None:
+    tenant = "acme-" + "x" * 80
+    doc = job({"image": "busybox", "command": ["true"]}, tenant=tenant, idempotency_key="a b/c")
+    labels, notes = doc["metadata"]["labels"], doc["metadata"]["annotations"]
+    assert labels[model.TENANT].startswith("h-")
+    assert notes == {model.TENANT: tenant, model.IDEMPOTENCY_KEY: "a b/c"}
+    k8s.check_manifest(doc)
+
+
+def test_placement_classes_and_the_database_secret() -> None:
+    s = make_settings(database_url_secret="corral-db/url", service_account="runner")
+    batch = job({"image": "busybox", "command": ["true"], "placement": "batch"}, settings=s)
+    pod = batch["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"pool": "spot"}
+    assert pod["tolerations"] == [{"key": "spot", "operator": "Exists", "effect": "NoSchedule"}]
+    assert pod["serviceAccountName"] == "runner"
+    [container] = pod["containers"]
+    [secret] = [e for e in container["env"] if e["name"] == "CORRAL_DATABASE_URL"]
+    assert secret == {
+        "name": "CORRAL_DATABASE_URL",
+        "valueFrom": {"secretKeyRef": {"name": "corral-db", "key": "url"}},
+    }
+    critical = job(
+        {
+            "image": "busybox",
+            "command": ["true"],
+            "placement": "critical",
+            "service_account": "etl",
+        },
+        settings=s,
+    )["spec"]["template"]["spec"]
+    assert (critical["priorityClassName"], critical["serviceAccountName"]) == ("high", "etl")
+    k8s.check_manifest(batch)
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ({"command": ["true"]}, "image: required"),
+        ({"image": "a b", "command": ["true"]}, "image: required"),
+        ({"image": "busybox"}, "command: required"),
+        ({"image": "busybox", "command": []}, "command: required"),
+        (
+            {"image": "busybox", "command": ["true"], "placement": "gpu"},
+            "unknown placement class 'gpu' (batch, critical)",
+        ),
+        ({"image": "busybox", "command": ["true"], "env": {"1X": "a"}}, "not a valid environment"),
+        ({"image": "busybox", "command": ["true"], "env": {"CORRAL_FENCE": "9"}}, "set by corral"),
+        (
+            {"image": "busybox", "command": ["true"], "env": {"A": 1}},
+            "A: the value must be a string",
+        ),
+        (
+            {"image": "busybox", "command": ["true"], "resources": {"requests": {"cpu": "lots"}}},
+            "resources.requests.cpu: 'lots' is not a quantity",
+        ),
+        (
+            {"image": "busybox", "command": ["true"], "resources": {"wants": {}}},
+            "requests` and/or `limits",
+        ),
+        ({"image": "busybox", "command": ["true"], "service_account": "Bad_Name"}, "DNS-1123"),
+        ({"image": "busybox", "command": ["true"], "replicas": 2}, "replicas: unknown field"),
+    ],
+)
+def test_a_bad_spec_is_refused_naming_the_field(spec: dict[str, Any], message: str) -> None:
+    with pytest.raises(errors.InvalidInput) as caught:
+        k8s.JobTemplate(make_settings()).validate_spec(spec)
+    assert str(caught.value).startswith("kubernetes spec: ")
+    assert message in str(caught.value)
+
+
+def good_doc() -> dict[str, Any]:
+    return job({"image": "busybox", "command": ["true"]})
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda d: d["spec"].update(backofLimit=1), "Additional properties are not allowed"),
+        (lambda d: d["spec"].update(backoffLimit="zero"), "spec.backoffLimit"),
+        (lambda d: d["metadata"].update(name="Corral-1-1"), "must be a DNS-1123 label"),
+        (lambda d: d["metadata"].update(name="corral-" + "1" * 60), "at most 63 characters"),
+        (lambda d: d["metadata"]["labels"].update(team="has space"), "label team='has space'"),
+    ],
+)
+def test_the_manifest_check_catches_what_the_api_server_would_refuse(
+    change: Any, message: str
+) -> None:
+    doc = good_doc()
+    change(doc)
+    with pytest.raises(errors.InvalidInput, match=message):
+        k8s.check_manifest(doc)
+
+
+names = st.from_regex(r"[A-Z_][A-Z0-9_]{0,20}", fullmatch=True).filter(
+    lambda n: not n.startswith("CORRAL_")
+)
+quantities = st.sampled_from(["1", "500m", "0.5", "2Gi", "512Mi", "1e3", "100k"])
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    image=st.from_regex(r"[a-z0-9]+(/[a-z0-9]+)?(:[a-z0-9.]+)?", fullmatch=True),
+    command=st.lists(
+        st.text(st.characters(blacklist_characters="\x00"), max_size=20), min_size=1, max_size=4
+    ),
+    env=st.dictionaries(names, st.text(max_size=10), max_size=3),
+    placement=st.sampled_from([None, "batch", "critical"]),
+    requests=st.dictionaries(
+        st.sampled_from(["cpu", "memory", "nvidia.com/gpu"]), quantities, max_size=3
+    ),
+    deadline=st.floats(min_value=10, max_value=240),
+    tenant=st.from_regex(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,120}", fullmatch=True),
+)
+def test_every_job_corral_makes_passes_the_strict_schemas(
+    image: str,
+    command: list[str],
+    env: dict[str, str],
+    placement: str | None,
+    requests: dict[str, str],
+    deadline: float,
+    tenant: str,
+) -> None:
+    spec: dict[str, Any] = {"image": image, "command": command, "env": env}
+    if placement:
+        spec["placement"] = placement
+    if requests:
+        spec["resources"] = {"requests": requests}
+    doc = job(spec, tenant=tenant, policy={"limits": {"attempt_deadline": deadline}})
+    k8s.check_manifest(doc)
+
+
+def test_a_ttl_shorter_than_recovery_grace_is_refused() -> None:
+    with pytest.raises(errors.ConfigError, match="executors.kubernetes.ttl_after_finished"):
+        config.Settings.load(None, executors={"kubernetes": {"ttl_after_finished": "5m"}})
+    with pytest.raises(errors.ConfigError, match="default_placement 'gpu' is not one"):
+        config.Settings.load(None, executors={"kubernetes": {"default_placement": "gpu"}})
+    with pytest.raises(errors.ConfigError, match="not a DNS-1123 label"):
+        config.Settings.load(None, executors={"kubernetes": {"namespace": "Jobs"}})
