@@ -24,7 +24,7 @@ from rich.console import Console
 from rich.logging import RichHandler
 from rich.table import Table
 
-from corral import client, clock, config, errors, model, runtime, store, worker
+from corral import client, clock, config, errors, lint, model, runtime, store, worker
 from corral.executors import kubernetes
 
 T = TypeVar("T")
@@ -640,6 +640,27 @@ def jobs_cancel(state: State, job_id: int) -> None:
     attempt = run(go())
     stopped = f"; stopped attempt {attempt.launch_name}" if attempt else ""
     out.print(f"job {job_id} cancelled{stopped}")
+
+
+# --- lint ----------------------------------------------------------------------------------------
+
+
+@main.command("lint")
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print the findings as JSON.")
+@click.pass_obj
+def lint_cmd(state: State, paths: tuple[Path, ...], as_json: bool) -> None:
+    """Check Kubernetes manifests for what would hurt corral; exit 1 on findings."""
+    settings = config.Settings.load(state.config_file, check_chain=False)
+    findings = lint.lint_paths(paths, settings)
+    if as_json:
+        out.print_json(json.dumps([f.as_dict() for f in findings]))
+    else:
+        for finding in findings:
+            out.print(str(finding), markup=False, highlight=False, soft_wrap=True)
+        err.print(f"{len(findings)} finding{'s' * (len(findings) != 1)}")
+    if findings:
+        raise SystemExit(EXIT_FAILED)
 
 
 # --- dead (quarantined jobs) ---------------------------------------------------------------------

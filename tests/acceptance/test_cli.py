@@ -364,3 +364,25 @@ def test_submit_dry_run_prints_the_kubernetes_job_and_stores_nothing(corral: Run
     assert process.returncode == 2
     assert "--dry-run: prints the Kubernetes object of --executor kubernetes" in process.stderr
     assert json.loads(corral("jobs", "list", "--json").stdout) == []
+
+
+def test_lint_reports_findings_with_exit_1_and_json(corral: Run, tmp_path: Path) -> None:
+    manifest = tmp_path / "worker.yaml"
+    manifest.write_text(
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: corral\n  labels:\n"
+        "    corral.dev/component: dispatcher\nspec:\n  template:\n    spec:\n"
+        "      containers: []\n"
+    )
+    proc = corral("lint", str(manifest), check=False)
+    assert proc.returncode == 1
+    assert f"{manifest}:9: grace-period: Deployment corral:" in proc.stdout
+    assert "1 finding" in proc.stderr
+    [finding] = json.loads(corral("lint", "--json", str(manifest), check=False).stdout)
+    assert (finding["rule"], finding["line"]) == ("grace-period", 9)
+    manifest.write_text(
+        manifest.read_text().replace(
+            "containers: []", "terminationGracePeriodSeconds: 60\n      containers: []"
+        )
+    )
+    assert corral("lint", str(tmp_path)).returncode == 0
+    assert corral("lint", str(tmp_path / "nope.yaml"), check=False).returncode == 2
