@@ -211,6 +211,11 @@ class ProcessExecutorSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     root: Path | None = Field(None, description="Run folders live here; default <state_dir>/runs.")
+    retention: Duration = Field(
+        timedelta(days=7),
+        description="A finished run's folder (its logs, its exit) is removed this long after"
+        " it finished; longer than timeouts.recovery_grace, so recovery always reads it first.",
+    )
 
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
@@ -489,6 +494,11 @@ CHAIN = (
         "timeouts.launch_grace",
         margin="timeouts.tick_margin",
         why="recovery must not take an attempt for stuck while its own tick is launching it",
+    ),
+    Link(
+        "timeouts.recovery_grace",
+        "executors.process.retention",
+        why="a finished run must stay until recovery has read how it ended",
     ),
     Link(
         "timeouts.recovery_grace",

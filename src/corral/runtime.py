@@ -25,6 +25,7 @@ EXECUTORS: dict[str, ExecutorFactory] = {
         root=settings.process_root,
         clock=clk,
         kill_grace=settings.timeouts.cancel_grace.total_seconds(),
+        retention=settings.executors.process.retention,
     ),
 }
 

@@ -297,7 +297,7 @@ def test_check_shows_the_chain_and_fails_on_a_broken_link(tmp_path: Path) -> Non
 
     ok = check()
     assert ok.returncode == 0, ok.stderr
-    assert "all 9 limits nest" in ok.stdout
+    assert "all 10 limits nest" in ok.stdout
     for limit in ("http_request_timeout", "step_deadline", "heartbeat_interval", "tick_deadline"):
         assert limit in ok.stdout
     broken = check(CORRAL_TIMEOUTS__ATTEMPT_DEADLINE="6m")

@@ -435,3 +435,39 @@ async def test_a_missing_root_is_an_error_not_absent(tmp_path: Path) -> None:
         await ex.observe(["corral-1-1"])
     with pytest.raises(errors.ExecutorError, match="missing"):
         await ex.list_managed({})
+
+
+async def test_finished_runs_are_removed_after_the_retention(tmp_path: Path) -> None:
+    """Like a Kubernetes Job's TTL after finished: a finished run folder goes once it is
+    older than the retention; running ones, young ones and damaged ones stay."""
+    from datetime import UTC, datetime, timedelta
+
+    from corral.testing import FrozenClock
+
+    later = FrozenClock(datetime.now(UTC) + timedelta(hours=2))
+    ex = process.ProcessExecutor(
+        root=tmp_path / "runs", clock=later, poll_interval=0.05, retention=timedelta(hours=1)
+    )
+    await ex.start()
+    try:
+        await ex.launch(make_launch("done-1", sh("true")))
+        await ex.launch(make_launch("busy-1", sh("sleep 30"), fence=2, attempt_no=2))
+        await wait_for(ex, "done-1")
+        (ex.root / ".tmp-crashed-1-abc").mkdir()
+        os.utime(ex.root / ".tmp-crashed-1-abc", (0, 0))
+        damaged = ex.root / "damaged-1"
+        damaged.mkdir()
+        (damaged / "exit.json").write_text("{not json")
+        seen = {o.name for o in await ex.list_managed({model.MANAGED_BY: model.MANAGER})}
+        assert seen == {"busy-1"}, "the finished run is gone; the running one stays"
+        assert sorted(p.name for p in ex.root.iterdir()) == ["busy-1", "damaged-1"]
+        young = process.ProcessExecutor(
+            root=tmp_path / "runs2", clock=clock.SystemClock(), retention=timedelta(hours=1)
+        )
+        await young.start()
+        await young.launch(make_launch("done-2", sh("true")))
+        await wait_for(young, "done-2")
+        assert [o.name for o in await young.list_managed({})] == ["done-2"], "too young to go"
+        kill_leftovers(young.root)
+    finally:
+        kill_leftovers(ex.root)

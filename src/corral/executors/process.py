@@ -35,7 +35,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import AsyncGenerator, Iterator, Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -68,11 +68,13 @@ class ProcessExecutor:
         clock: clock.Clock,
         poll_interval: float = 0.1,
         kill_grace: float = KILL_GRACE_SECONDS,
+        retention: timedelta | None = None,
     ) -> None:
         self.root = Path(root).absolute()  # fixed now: a later chdir must not move it
         self._clock = clock
         self._poll_interval = poll_interval
         self._kill_grace = kill_grace
+        self._retention = retention
         self._watched: set[str] = set()
         self._closed = False
 
@@ -192,9 +194,23 @@ class ProcessExecutor:
         self._check_root()
         with _platform(f"list the run folders in {self.root}"):
             entries = sorted(os.scandir(self.root), key=lambda e: e.name)
+            if self._retention is not None:
+                entries = self._expire(entries, self._clock.now() - self._retention)
             dirs = {e.name: Path(e.path) for e in entries if _is_run_dir(e)}
             found = {name: d for name, d in dirs.items() if _matches(d, selector)}
         return list(_observe_many(found).values())
+
+    def _expire(self, entries: list[os.DirEntry[str]], before: datetime) -> list[os.DirEntry[str]]:
+        """Like Kubernetes' TTL after finished: delete run folders that finished before
+        `before`, and launch folders a crash left half-made that old; return the rest."""
+        kept = []
+        for entry in entries:
+            if _expired(entry, before):
+                shutil.rmtree(entry.path, ignore_errors=True)
+                log.info("%s: finished more than the retention ago; removed", entry.name)
+            else:
+                kept.append(entry)
+        return kept
 
 
 # --- spec checks ------------------------------------------------------------------------------
@@ -417,6 +433,19 @@ def _time(value: Any) -> datetime | None:
 
 def _has_exit(run_dir: Path) -> bool:
     return (run_dir / "exit.json").exists()
+
+
+def _expired(entry: os.DirEntry[str], before: datetime) -> bool:
+    if not entry.is_dir():
+        return False
+    if entry.name.startswith(".tmp-"):  # a launch that never got claimed (a crash)
+        return datetime.fromtimestamp(entry.stat().st_mtime, UTC) < before
+    try:
+        record = _read_json(Path(entry.path) / "exit.json")
+    except errors.ExecutorError:
+        return False  # damaged: leave it for a person to look at
+    finished = _time(record.get("finished_at")) if isinstance(record, dict) else None
+    return finished is not None and finished < before
 
 
 def _is_run_dir(entry: os.DirEntry[str]) -> bool:
