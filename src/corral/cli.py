@@ -198,10 +198,13 @@ def _dry_run(
     )
     job = client.check_job(draft, executors=templates, settings=settings)
     doc = kubernetes.dry_run(job, settings, clock.SystemClock().now())
-    if output == "json":
-        out.print_json(json.dumps(doc))
-    else:
-        out.print(yaml.safe_dump(doc, sort_keys=False), end="", markup=False, highlight=False)
+    # Plain writes: a console would wrap long lines, and the output is meant for kubectl.
+    text = (
+        json.dumps(doc, indent=2) + "\n"
+        if output == "json"
+        else yaml.safe_dump(doc, sort_keys=False)
+    )
+    click.echo(text, nl=False)
     err.print("dry run: nothing stored or created; job id and fence read 0 until it is stored")
 
 

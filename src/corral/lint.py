@@ -54,24 +54,44 @@ def lint_paths(paths: Sequence[Path], settings: config.Settings) -> list[Finding
     """Findings in every YAML file of `paths` (folders are read recursively)."""
     found: list[Finding] = []
     for file in _files(paths):
-        found += lint_text(file.read_text(encoding="utf-8"), str(file), settings)
+        try:
+            text = file.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise errors.InvalidInput(f"{file}: cannot read it as UTF-8 text: {exc}") from None
+        found += lint_text(text, str(file), settings)
     return found
 
 
 def lint_text(text: str, path: str, settings: config.Settings) -> list[Finding]:
     """Findings in one file's text. InvalidInput when it is not YAML."""
     try:
-        nodes = list(yaml.compose_all(text, Loader=yaml.SafeLoader))
+        docs = [(node, _construct(node)) for node in yaml.compose_all(text, yaml.SafeLoader)]
     except yaml.YAMLError as exc:
         raise errors.InvalidInput(f"{path}: not valid YAML: {exc}") from None
     found: list[Finding] = []
-    for node in nodes:
-        if node is None:
-            continue
-        doc = _construct(node)
-        if isinstance(doc, Mapping) and "kind" in doc:
-            found += _lint_doc(_Doc(doc, node, path), settings)
+    for node, doc in docs:
+        found += _lint_node(node, doc, path, settings)
     return found
+
+
+def _lint_node(node: Any, doc: Any, path: str, settings: config.Settings) -> list[Finding]:
+    """A document, or each item of a `kind: List` (as `kubectl get -o yaml` writes)."""
+    if not isinstance(doc, Mapping) or "kind" not in doc:
+        return []
+    if doc.get("kind") == "List" and isinstance(doc.get("items"), list):
+        items = _child(node, "items")
+        nodes = items.value if isinstance(items, yaml.SequenceNode) else [None] * len(doc["items"])
+        found: list[Finding] = []
+        for item_node, item in zip(nodes, doc["items"], strict=False):
+            found += _lint_node(item_node or node, item, path, settings)
+        return found
+    return _lint_doc(_Doc(doc, node, path), settings)
+
+
+def _child(node: Any, key: str) -> Any:
+    if isinstance(node, yaml.MappingNode):
+        return next((v for k, v in node.value if getattr(k, "value", None) == key), None)
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +114,7 @@ class _Doc:
         for key in keys:
             if not isinstance(node, yaml.MappingNode):
                 break
-            pair = next(((k, v) for k, v in node.value if k.value == key), None)
+            pair = next(((k, v) for k, v in node.value if getattr(k, "value", None) == key), None)
             if pair is None:
                 break
             line, node = pair[0].start_mark.line, pair[1]
@@ -113,8 +133,8 @@ def _lint_doc(doc: _Doc, settings: config.Settings) -> list[Finding]:
 
 
 def _grace_period(doc: _Doc) -> Iterator[Finding]:
-    labels = _get(doc.data, "metadata", "labels") or {}
-    notes = _get(doc.data, "metadata", "annotations") or {}
+    labels = _mapping(_get(doc.data, "metadata", "labels"))
+    notes = _mapping(_get(doc.data, "metadata", "annotations"))
     if COMPONENT not in labels and DRAIN not in notes:
         return
     pod = ("spec", "template", "spec")
@@ -133,7 +153,15 @@ def _grace_period(doc: _Doc) -> Iterator[Finding]:
     except (TypeError, ValueError):
         yield doc.finding("grace-period", f"{DRAIN} {drain!r} is not a number of seconds")
         return
-    if needed is not None and float(grace) <= needed:
+    if not isinstance(grace, int | float) or isinstance(grace, bool):
+        yield doc.finding(
+            "grace-period",
+            f"terminationGracePeriodSeconds {grace!r} is not a number of seconds",
+            *pod,
+            "terminationGracePeriodSeconds",
+        )
+        return
+    if needed is not None and grace <= needed:
         yield doc.finding(
             "grace-period",
             f"terminationGracePeriodSeconds {grace} is not above its drain time ({drain}s):"
@@ -144,7 +172,7 @@ def _grace_period(doc: _Doc) -> Iterator[Finding]:
 
 
 def _runs(doc: _Doc, settings: config.Settings) -> Iterator[Finding]:
-    labels = _get(doc.data, "metadata", "labels") or {}
+    labels = _mapping(_get(doc.data, "metadata", "labels"))
     managed = labels.get(model.MANAGED_BY) == model.MANAGER
     namespace = _get(doc.data, "metadata", "namespace")
     corrals = settings.executors.kubernetes.namespace
@@ -173,7 +201,9 @@ def _runs(doc: _Doc, settings: config.Settings) -> Iterator[Finding]:
 def _files(paths: Sequence[Path]) -> Iterator[Path]:
     for path in paths:
         if path.is_dir():
-            yield from sorted(p for p in path.rglob("*") if p.suffix in (".yaml", ".yml"))
+            yield from sorted(
+                p for p in path.rglob("*") if p.suffix in (".yaml", ".yml") and p.is_file()
+            )
         elif path.is_file():
             yield path
         else:
@@ -186,6 +216,10 @@ def _construct(node: yaml.Node) -> Any:
         return loader.construct_document(node)
     finally:
         loader.dispose()
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
 
 
 def _get(data: Any, *keys: str) -> Any:

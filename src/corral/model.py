@@ -152,6 +152,14 @@ def check_label(key: str, value: str) -> None:
         raise errors.InvalidInput(
             f"label key {key!r}: the prefix {LABEL_PREFIX!r} is reserved for corral"
         )
+    if key in _SET_BY_KUBERNETES or key.startswith(_KUBERNETES_PREFIXES):
+        raise errors.InvalidInput(
+            f"label key {key!r}: Kubernetes sets it on a Job's pods; choose another key"
+        )
+
+
+_SET_BY_KUBERNETES = frozenset({"job-name", "controller-uid"})
+_KUBERNETES_PREFIXES = ("batch.kubernetes.io/", "kubernetes.io/", "k8s.io/")
 
 
 def label_problem(key: str, value: str) -> str | None:

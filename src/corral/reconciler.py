@@ -61,6 +61,7 @@ class Pass:
     waiting: int = 0
     superseded: int = 0
     orphans_cancelled: int = 0
+    forgotten: int = 0
 
     def __str__(self) -> str:
         return ", ".join(
@@ -141,7 +142,7 @@ class Reconciler:
             await self._repair_all(kind, items, summary)
         for executor in self.executors.values():
             await self._stop_orphans(executor, summary)
-        if summary.looked or summary.orphans_cancelled:
+        if summary.looked or summary.orphans_cancelled or summary.forgotten:
             log.info("pass: %s", summary)
         return summary
 
@@ -387,6 +388,8 @@ class Reconciler:
         except errors.ExecutorError as exc:
             log.warning("%s: cannot list launches for orphans: %s", executor.kind, exc)
             return
+        if isinstance(executor, base.Forgets):
+            await self._forget_old(executor, managed, summary)
         live = {
             o.identity.fence: o
             for o in managed
@@ -406,6 +409,39 @@ class Reconciler:
         await asyncio.gather(
             *(self._stop_orphan(executor, obs, st, summary) for obs, st in orphans)
         )
+
+    async def _forget_old(
+        self, executor: base.Forgets, managed: Sequence[model.Observation], summary: Pass
+    ) -> None:
+        """Forget launches that finished more than the executor's retention ago, once the
+        store holds their attempts as ended (never one recovery may still read)."""
+        before = self.clock.now() - executor.retention
+        old = {
+            o.identity.fence: o
+            for o in managed
+            if o.identity is not None
+            and o.phase.finished
+            and o.finished_at is not None
+            and o.finished_at < before
+        }
+        if not old:
+            return
+        states = await self.store.attempt_states(fences=list(old))
+        names = [
+            obs.name
+            for fence, obs in old.items()
+            if (st := states.get(fence)) is not None
+            and st.identity == obs.identity
+            and st.attempt_state in model.FINAL_ATTEMPT_STATES
+        ]
+        if names:
+            try:
+                await executor.forget(names)
+            except errors.ExecutorError as exc:
+                log.warning("%s: could not remove old launches: %s", executor.kind, exc)
+                return
+            summary.forgotten += len(names)
+            log.info("%s: removed %d launches past their retention", executor.kind, len(names))
 
     async def _stop_orphan(
         self, executor: Executor, obs: model.Observation, status: store.Status, summary: Pass

@@ -355,6 +355,9 @@ def test_submit_dry_run_prints_the_kubernetes_job_and_stores_nothing(corral: Run
     assert doc["spec"]["activeDeadlineSeconds"] == 120
     assert doc["spec"]["template"]["spec"]["containers"][0]["command"] == ["sh", "-c", "echo hi"]
     assert "nothing stored or created" in proc.stderr
+    long_arg = "echo " + "x" * 150
+    piped = yaml.safe_load(corral(*args, "--", "sh", "-c", long_arg).stdout)
+    assert piped["spec"]["template"]["spec"]["containers"][0]["command"][2] == long_arg
     as_json = json.loads(corral(*args, "-o", "json", "--", "true").stdout)
     assert as_json["spec"]["backoffLimit"] == 0
     refused = corral(*args, "--placement", "gpu", "--", "true", check=False)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import os
 import signal
@@ -437,37 +438,50 @@ async def test_a_missing_root_is_an_error_not_absent(tmp_path: Path) -> None:
         await ex.list_managed({})
 
 
-async def test_finished_runs_are_removed_after_the_retention(tmp_path: Path) -> None:
-    """Like a Kubernetes Job's TTL after finished: a finished run folder goes once it is
-    older than the retention; running ones, young ones and damaged ones stay."""
+async def test_old_finished_runs_are_forgotten_only_once_the_store_holds_them_ended(
+    tmp_path: Path,
+) -> None:
+    """Like a Kubernetes Job's TTL after finished, but safe across a long outage: the
+    reconciler removes a run folder past the retention only when its attempt has ended in
+    the store; one recovery has yet to read stays, as do running ones."""
     from datetime import UTC, datetime, timedelta
 
+    from corral import config, reconciler, store
+    from corral.store import Finish
     from corral.testing import FrozenClock
 
-    later = FrozenClock(datetime.now(UTC) + timedelta(hours=2))
-    ex = process.ProcessExecutor(
-        root=tmp_path / "runs", clock=later, poll_interval=0.05, retention=timedelta(hours=1)
-    )
+    db = store.Store.connect(f"sqlite:///{tmp_path}/c.db")
+    await db.migrate()
+    later = FrozenClock(datetime.now(UTC) + timedelta(days=8))
+    ex = process.ProcessExecutor(root=tmp_path / "runs", clock=later, poll_interval=0.05)
+    assert isinstance(ex, base.Forgets)
+    assert ex.retention == timedelta(days=7)
     await ex.start()
     try:
-        await ex.launch(make_launch("done-1", sh("true")))
-        await ex.launch(make_launch("busy-1", sh("sleep 30"), fence=2, attempt_no=2))
-        await wait_for(ex, "done-1")
+        await db.job_submit(new=[model.NewJob(executor="process", spec={})] * 3, now=later.now())
+        done, unread, busy = await db.job_claim(now=later.now(), limit=3, executors=["process"])
+        scripts = [(done, "true"), (unread, "true"), (busy, "sleep 30")]
+        for c, script in scripts:
+            launch = model.build_launch(c, reach=model.Reach(), deadline_seconds=None)
+            await ex.launch(dataclasses.replace(launch, spec={"command": ["sh", "-c", script]}))
+        fences = [c.attempt.id for c, _ in scripts]
+        await db.attempt_record_running(fences=fences, now=later.now())
+        await wait_for(ex, done.attempt.launch_name)
+        await wait_for(ex, unread.attempt.launch_name)
+        await db.attempt_finish(
+            finishes=[Finish(done.attempt.id, model.AttemptState.SUCCEEDED, 0, None)],
+            now=later.now(),
+        )
         (ex.root / ".tmp-crashed-1-abc").mkdir()
         os.utime(ex.root / ".tmp-crashed-1-abc", (0, 0))
-        damaged = ex.root / "damaged-1"
-        damaged.mkdir()
-        (damaged / "exit.json").write_text("{not json")
-        seen = {o.name for o in await ex.list_managed({model.MANAGED_BY: model.MANAGER})}
-        assert seen == {"busy-1"}, "the finished run is gone; the running one stays"
-        assert sorted(p.name for p in ex.root.iterdir()) == ["busy-1", "damaged-1"]
-        young = process.ProcessExecutor(
-            root=tmp_path / "runs2", clock=clock.SystemClock(), retention=timedelta(hours=1)
+        r = reconciler.Reconciler(
+            store=db, executors={"process": ex}, clock=later, settings=config.Settings()
         )
-        await young.start()
-        await young.launch(make_launch("done-2", sh("true")))
-        await wait_for(young, "done-2")
-        assert [o.name for o in await young.list_managed({})] == ["done-2"], "too young to go"
-        kill_leftovers(young.root)
+        assert (await r.run_once()).forgotten == 1
+        left = sorted(p.name for p in ex.root.iterdir())
+        assert left == sorted([unread.attempt.launch_name, busy.attempt.launch_name])
+        await ex.forget([busy.attempt.launch_name])
+        assert (ex.root / busy.attempt.launch_name).is_dir(), "never a run still going"
     finally:
         kill_leftovers(ex.root)
+        await db.close()

@@ -130,6 +130,11 @@ def test_placement_classes_and_the_database_secret() -> None:
         ),
         ({"image": "busybox", "command": ["true"], "service_account": "Bad_Name"}, "DNS-1123"),
         ({"image": "busybox", "command": ["true"], "replicas": 2}, "replicas: unknown field"),
+        (
+            {"image": "busybox", "command": ["true"], "placement": ["batch"]},
+            "unknown placement class",
+        ),
+        ({"image": "busybox", "command": ["true"], "env": {"..": "x"}}, "not a valid environment"),
     ],
 )
 def test_a_bad_spec_is_refused_naming_the_field(spec: dict[str, Any], message: str) -> None:
@@ -207,3 +212,22 @@ def test_a_ttl_shorter_than_recovery_grace_is_refused() -> None:
         config.Settings.load(None, executors={"kubernetes": {"default_placement": "gpu"}})
     with pytest.raises(errors.ConfigError, match="not a DNS-1123 label"):
         config.Settings.load(None, executors={"kubernetes": {"namespace": "Jobs"}})
+
+
+def test_huge_pages_are_a_resource_and_kubernetes_own_label_keys_are_refused() -> None:
+    spec = {
+        "image": "busybox",
+        "command": ["true"],
+        "resources": {"limits": {"hugepages-2Mi": "1Gi"}},
+    }
+    k8s.check_manifest(job(spec))
+    for key in ("job-name", "batch.kubernetes.io/job-name", "kubernetes.io/arch"):
+        with pytest.raises(errors.InvalidInput, match="Kubernetes sets it"):
+            model.check_label(key, "x")
+
+
+def test_a_placement_removed_from_the_settings_is_a_clear_launch_error() -> None:
+    template = k8s.JobTemplate(make_settings())
+    spec = template.validate_spec({"image": "busybox", "command": ["true"], "placement": "batch"})
+    with pytest.raises(errors.ExecutorError, match="'batch' is no longer in the settings"):
+        k8s.JobTemplate(config.Settings()).manifest(k8s.placeholder_launch(spec), spec)

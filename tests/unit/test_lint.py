@@ -119,3 +119,41 @@ def test_clean_manifests_have_no_findings_and_bad_yaml_is_an_error(tmp_path: Pat
         lint.lint_paths([bad], SETTINGS)
     with pytest.raises(errors.InvalidInput, match="no such file or folder"):
         lint.lint_paths([tmp_path / "missing.yaml"], SETTINGS)
+
+
+def test_odd_manifests_are_findings_or_one_line_errors_never_a_crash(tmp_path: Path) -> None:
+    listed = """\
+apiVersion: v1
+kind: List
+items:
+- apiVersion: batch/v1
+  kind: Job
+  metadata:
+    name: from-kubectl
+    namespace: jobs
+  spec: {}
+- just a string
+---
+kind: Deployment
+metadata:
+  name: odd
+  labels: not-a-mapping
+  annotations:
+    corral.dev/drain-seconds: "20"
+spec:
+  template:
+    spec:
+      terminationGracePeriodSeconds: "${GRACE}"
+"""
+    found = lint.lint_text(listed, "odd.yaml", SETTINGS)
+    assert [(f.line, f.rule, f.name) for f in found] == [
+        (6, "unlabelled", "from-kubectl"),
+        (21, "grace-period", "odd"),
+    ]
+    assert "'${GRACE}' is not a number of seconds" in found[1].message
+    with pytest.raises(errors.InvalidInput, match="not valid YAML"):
+        lint.lint_text("kind: Job\nmetadata: !Ref other\n", "tagged.yaml", SETTINGS)
+    latin = tmp_path / "latin.yaml"
+    latin.write_bytes("kind: Job\nmetadata: {name: caf\xe9}\n".encode("latin-1"))
+    with pytest.raises(errors.InvalidInput, match="cannot read it as UTF-8"):
+        lint.lint_paths([latin], SETTINGS)

@@ -56,6 +56,21 @@ class Executor(Protocol):
         ...
 
 
+@runtime_checkable
+class Forgets(Protocol):
+    """An executor whose platform keeps finished launches until told to forget them (a
+    platform with its own TTL, like Kubernetes, needs none of this). The reconciler asks
+    it to forget launches that finished more than `retention` ago and whose attempts the
+    store holds as ended, so nothing recovery still needs is ever removed."""
+
+    kind: str
+    retention: timedelta
+
+    async def forget(self, names: Sequence[str]) -> None:
+        """Remove these finished launches and everything they left."""
+        ...
+
+
 def spec_error(kind: str, field: str, rule: str) -> str:
     """The one wording for a refused spec field, so every executor names field and rule alike."""
     return f"{kind} spec: {field}: {rule}"

@@ -48,7 +48,7 @@ _ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
 _QUANTITY = re.compile(
     r"^[+]?([0-9]+(\.[0-9]*)?|\.[0-9]+)(([KMGTPE]i)|[numkMGTPE]|[eE][+-]?[0-9]+)?$"
 )
-_RESOURCE_NAME = re.compile(r"^([a-z0-9.-]+/)?[a-z0-9]([-a-z0-9_.]*[a-z0-9])?$")
+_RESOURCE_NAME = re.compile(r"^([a-z0-9.-]+/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 
 
 class JobTemplate:
@@ -76,7 +76,7 @@ class JobTemplate:
             normal["env"] = _env(spec["env"])
         placement = spec.get("placement", self.k8s.default_placement)
         if placement is not None:
-            if placement not in self.k8s.placements:
+            if not isinstance(placement, str) or placement not in self.k8s.placements:
                 known = ", ".join(sorted(self.k8s.placements)) or "none are configured"
                 raise _bad("placement", f"unknown placement class {placement!r} ({known})")
             normal["placement"] = placement
@@ -108,6 +108,11 @@ class JobTemplate:
         if account:
             pod["serviceAccountName"] = account
         if placement := spec.get("placement"):
+            if placement not in k8s.placements:
+                raise errors.ExecutorError(
+                    f"{launch.name}: placement class {placement!r} is no longer in the settings"
+                    " (executors.kubernetes.placements); add it back or cancel the job"
+                )
             pod.update(_placement(k8s.placements[placement]))
         metadata: dict[str, Any] = {
             "name": launch.name,
@@ -297,7 +302,7 @@ def _env(env: Any) -> dict[str, str]:
         raise _bad("env", "must be an object of NAME: value strings")
     out = {}
     for name, value in env.items():
-        if not isinstance(name, str) or not _ENV_NAME.match(name):
+        if not isinstance(name, str) or not _ENV_NAME.match(name) or name in (".", ".."):
             raise _bad("env", f"{name!r} is not a valid environment variable name")
         if name.startswith("CORRAL_"):
             raise _bad("env", f"{name!r}: names starting CORRAL_ are set by corral")

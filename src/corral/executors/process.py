@@ -74,7 +74,7 @@ class ProcessExecutor:
         self._clock = clock
         self._poll_interval = poll_interval
         self._kill_grace = kill_grace
-        self._retention = retention
+        self.retention = retention or timedelta(days=7)
         self._watched: set[str] = set()
         self._closed = False
 
@@ -194,23 +194,35 @@ class ProcessExecutor:
         self._check_root()
         with _platform(f"list the run folders in {self.root}"):
             entries = sorted(os.scandir(self.root), key=lambda e: e.name)
-            if self._retention is not None:
-                entries = self._expire(entries, self._clock.now() - self._retention)
+            self._sweep_half_made(entries, self._clock.now() - self.retention)
             dirs = {e.name: Path(e.path) for e in entries if _is_run_dir(e)}
             found = {name: d for name, d in dirs.items() if _matches(d, selector)}
         return list(_observe_many(found).values())
 
-    def _expire(self, entries: list[os.DirEntry[str]], before: datetime) -> list[os.DirEntry[str]]:
-        """Like Kubernetes' TTL after finished: delete run folders that finished before
-        `before`, and launch folders a crash left half-made that old; return the rest."""
-        kept = []
+    def _sweep_half_made(self, entries: list[os.DirEntry[str]], before: datetime) -> None:
+        """Remove launch folders a crash left half-made (never claimed) that are older than
+        the retention: nothing runs in them and no launch waits on them."""
         for entry in entries:
-            if _expired(entry, before):
+            if not entry.name.startswith(".tmp-"):
+                continue
+            try:
+                made = datetime.fromtimestamp(entry.stat().st_mtime, UTC)
+            except OSError:
+                continue  # claimed or removed since the scan
+            if made < before:
                 shutil.rmtree(entry.path, ignore_errors=True)
-                log.info("%s: finished more than the retention ago; removed", entry.name)
-            else:
-                kept.append(entry)
-        return kept
+
+    async def forget(self, names: Sequence[str]) -> None:
+        """Remove the run folders of these finished launches (logs, exit record and all).
+        The reconciler calls this only for attempts the store holds as ended."""
+        dirs = [self._run_dir(name) for name in names]
+        await asyncio.to_thread(self._forget_blocking, dirs)
+
+    def _forget_blocking(self, dirs: Sequence[Path]) -> None:
+        for run_dir in dirs:
+            if _has_exit(run_dir):  # only a finished run: never one still going
+                shutil.rmtree(run_dir, ignore_errors=True)
+                log.info("%s: finished longer ago than the retention; removed", run_dir.name)
 
 
 # --- spec checks ------------------------------------------------------------------------------
@@ -428,24 +440,15 @@ def _read_json(path: Path) -> Any:
 
 
 def _time(value: Any) -> datetime | None:
-    return datetime.fromisoformat(value) if isinstance(value, str) else None
+    try:
+        at = datetime.fromisoformat(value) if isinstance(value, str) else None
+    except ValueError:
+        return None
+    return at if at is None or at.tzinfo is not None else at.replace(tzinfo=UTC)
 
 
 def _has_exit(run_dir: Path) -> bool:
     return (run_dir / "exit.json").exists()
-
-
-def _expired(entry: os.DirEntry[str], before: datetime) -> bool:
-    if not entry.is_dir():
-        return False
-    if entry.name.startswith(".tmp-"):  # a launch that never got claimed (a crash)
-        return datetime.fromtimestamp(entry.stat().st_mtime, UTC) < before
-    try:
-        record = _read_json(Path(entry.path) / "exit.json")
-    except errors.ExecutorError:
-        return False  # damaged: leave it for a person to look at
-    finished = _time(record.get("finished_at")) if isinstance(record, dict) else None
-    return finished is not None and finished < before
 
 
 def _is_run_dir(entry: os.DirEntry[str]) -> bool:
