@@ -205,9 +205,26 @@ def check_job(
     for key, value in job.labels.items():
         model.check_label(key, value)
     _check_payload(job.payload, settings)
-    policy = config.job_policy(settings, job.policy).stored()
+    policy = config.job_policy(settings, job.policy)
+    _check_reach(job.executor, policy, settings)
     spec = executors[job.executor].validate_spec(job.spec)
-    return dataclasses.replace(job, spec=spec, policy=policy)
+    return dataclasses.replace(job, spec=spec, policy=policy.stored())
+
+
+def _check_reach(executor: str, policy: config.JobPolicy, settings: config.Settings) -> None:
+    """A job that promises heartbeats must be able to send them from where it runs."""
+    if not policy.heartbeat or settings.api_url:
+        return
+    if executor == "kubernetes" and not settings.executors.kubernetes.database_url_secret:
+        raise errors.InvalidInput(
+            "policy.heartbeat: a kubernetes job cannot reach corral to send heartbeats; set"
+            " executors.kubernetes.database_url_secret (or api_url)"
+        )
+    if executor == "process" and not settings.jobs_get_database_url:
+        raise errors.InvalidInput(
+            "policy.heartbeat: with jobs_get_database_url off, a process job cannot reach"
+            " corral to send heartbeats; set api_url or turn jobs_get_database_url on"
+        )
 
 
 def _check_payload(payload: Any, settings: config.Settings) -> None:

@@ -33,7 +33,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from corral import errors
+from corral import errors, model
 
 DEFAULT_CONFIG_FILE = Path("corral.toml")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
@@ -219,6 +219,9 @@ class ProcessExecutorSettings(BaseModel):
 
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_DNS_SUBDOMAIN = re.compile(
+    r"^(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+)
 
 
 class Toleration(BaseModel):
@@ -235,6 +238,10 @@ class Toleration(BaseModel):
     def _exists_has_no_value(self) -> Toleration:
         if self.operator == "Exists" and self.value:
             raise ValueError("a toleration with operator Exists takes no value")
+        if self.key is None and self.operator != "Exists":
+            raise ValueError("a toleration without a key must use operator Exists")
+        if self.key is not None and (problem := model.label_problem(self.key, self.value or "")):
+            raise ValueError(f"toleration: {problem}")
         return self
 
     def manifest(self) -> dict[str, str]:
@@ -250,6 +257,21 @@ class Placement(BaseModel):
     tolerations: tuple[Toleration, ...] = ()
     priority_class: str | None = Field(None, description="A PriorityClass name.")
 
+    @field_validator("node_selector")
+    @classmethod
+    def _selector_labels(cls, selector: dict[str, str]) -> dict[str, str]:
+        for key, value in selector.items():
+            if problem := model.label_problem(key, value):
+                raise ValueError(f"node_selector: {problem}")
+        return selector
+
+    @field_validator("priority_class")
+    @classmethod
+    def _priority_class(cls, name: str | None) -> str | None:
+        if name is not None and not _DNS_SUBDOMAIN.match(name):
+            raise ValueError(f"{name!r} is not a DNS-1123 subdomain")
+        return name
+
 
 class KubernetesExecutorSettings(BaseModel):
     """The `kubernetes` executor: each attempt is a batch/v1 Job."""
@@ -257,7 +279,11 @@ class KubernetesExecutorSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     namespace: str = Field("default", description="Where Jobs are created.")
-    service_account: str | None = Field(None, description="Default service account of Jobs.")
+    service_account: str | None = Field(
+        None,
+        description="Default service account of Jobs.",
+        pattern=r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$",
+    )
     ttl_after_finished: Duration = Field(
         timedelta(days=1),
         description="A finished Job is kept this long: it must outlive a corral outage"

@@ -135,6 +135,29 @@ def test_placement_classes_and_the_database_secret() -> None:
             "unknown placement class",
         ),
         ({"image": "busybox", "command": ["true"], "env": {"..": "x"}}, "not a valid environment"),
+        (
+            {
+                "image": "b",
+                "command": ["x"],
+                "resources": {"requests": {"memory": "2Gi"}, "limits": {"memory": "1Gi"}},
+            },
+            "resources.requests.memory: 2Gi is more than its limit 1Gi",
+        ),
+        (
+            {"image": "b", "command": ["x"], "resources": {"limits": {"nvidia.com/gpu": "500m"}}},
+            "an extended resource is whole units",
+        ),
+        (
+            {
+                "image": "b",
+                "command": ["x"],
+                "resources": {
+                    "requests": {"nvidia.com/gpu": "1"},
+                    "limits": {"nvidia.com/gpu": "2"},
+                },
+            },
+            "request must equal its limit",
+        ),
     ],
 )
 def test_a_bad_spec_is_refused_naming_the_field(spec: dict[str, Any], message: str) -> None:
@@ -181,9 +204,8 @@ quantities = st.sampled_from(["1", "500m", "0.5", "2Gi", "512Mi", "1e3", "100k"]
     ),
     env=st.dictionaries(names, st.text(max_size=10), max_size=3),
     placement=st.sampled_from([None, "batch", "critical"]),
-    requests=st.dictionaries(
-        st.sampled_from(["cpu", "memory", "nvidia.com/gpu"]), quantities, max_size=3
-    ),
+    requests=st.dictionaries(st.sampled_from(["cpu", "memory"]), quantities, max_size=2),
+    gpus=st.sampled_from([None, "1", "2"]),
     deadline=st.floats(min_value=10, max_value=240),
     tenant=st.from_regex(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,120}", fullmatch=True),
 )
@@ -193,10 +215,13 @@ def test_every_job_corral_makes_passes_the_strict_schemas(
     env: dict[str, str],
     placement: str | None,
     requests: dict[str, str],
+    gpus: str | None,
     deadline: float,
     tenant: str,
 ) -> None:
     spec: dict[str, Any] = {"image": image, "command": command, "env": env}
+    if gpus:
+        requests = {**requests, "nvidia.com/gpu": gpus}
     if placement:
         spec["placement"] = placement
     if requests:
@@ -231,3 +256,47 @@ def test_a_placement_removed_from_the_settings_is_a_clear_launch_error() -> None
     spec = template.validate_spec({"image": "busybox", "command": ["true"], "placement": "batch"})
     with pytest.raises(errors.ExecutorError, match="'batch' is no longer in the settings"):
         k8s.JobTemplate(config.Settings()).manifest(k8s.placeholder_launch(spec), spec)
+
+
+def test_quantities_read_as_kubernetes_reads_them() -> None:
+    from decimal import Decimal
+
+    assert k8s.quantity("500m") == Decimal("0.5")
+    assert k8s.quantity("1Gi") == 2**30
+    assert k8s.quantity("1.5M") == 1_500_000
+    assert k8s.quantity("1e3") == 1000
+    assert k8s.quantity("512Mi") < k8s.quantity("1G")
+
+
+@pytest.mark.parametrize(
+    ("placements", "message"),
+    [
+        ({"x": {"node_selector": {"pool": "has space"}}}, "node_selector: label pool='has space'"),
+        ({"x": {"tolerations": [{"operator": "Equal", "value": "a"}]}}, "without a key must use"),
+        (
+            {"x": {"tolerations": [{"key": "bad key", "operator": "Exists"}]}},
+            "toleration: label key",
+        ),
+        ({"x": {"priority_class": "High"}}, "not a DNS-1123 subdomain"),
+    ],
+)
+def test_placement_classes_are_checked_when_settings_load(
+    placements: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(errors.ConfigError, match=message):
+        config.Settings.load(None, executors={"kubernetes": {"placements": placements}})
+
+
+def test_a_heartbeat_job_must_be_able_to_reach_corral() -> None:
+    from corral import client
+
+    new = model.NewJob(
+        executor="kubernetes",
+        spec={"image": "busybox", "command": ["true"]},
+        policy={"heartbeat": True},
+    )
+    s = make_settings()
+    with pytest.raises(errors.InvalidInput, match="cannot reach corral to send heartbeats"):
+        client.check_job(new, executors={"kubernetes": k8s.JobTemplate(s)}, settings=s)
+    ok = make_settings(database_url_secret="corral-db/url")
+    assert client.check_job(new, executors={"kubernetes": k8s.JobTemplate(ok)}, settings=ok)

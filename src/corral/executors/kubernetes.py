@@ -28,6 +28,7 @@ import math
 import re
 from collections.abc import Mapping
 from datetime import datetime
+from decimal import Decimal
 from typing import Any
 
 import kubernetes_validate
@@ -312,6 +313,24 @@ def _env(env: Any) -> dict[str, str]:
     return out
 
 
+_SUFFIX: dict[str, Decimal] = {
+    **{s: Decimal(2) ** (10 * n) for n, s in enumerate(("Ki", "Mi", "Gi", "Ti", "Pi", "Ei"), 1)},
+    **{s: Decimal(10) ** e for s, e in (("n", -9), ("u", -6), ("m", -3), ("", 0), ("k", 3))},
+    **{s: Decimal(10) ** (3 * n) for n, s in enumerate(("M", "G", "T", "P", "E"), 2)},
+}
+
+
+def quantity(text: str) -> Decimal:
+    """A Kubernetes resource quantity as a number (`500m` is 0.5, `1Gi` is 2**30)."""
+    match = re.fullmatch(r"[+]?([0-9.]+)([KMGTPE]i|[numkMGTPE]|[eE][+-]?[0-9]+)?", text)
+    if match is None or not _QUANTITY.match(text):
+        raise ValueError(f"{text!r} is not a quantity")
+    number, suffix = Decimal(match.group(1)), match.group(2) or ""
+    if suffix[:1] in ("e", "E"):
+        return number * Decimal(10) ** int(suffix[1:])
+    return number * _SUFFIX[suffix]
+
+
 def _resources(resources: Any) -> dict[str, dict[str, str]]:
     if not isinstance(resources, Mapping) or set(resources) - {"requests", "limits"}:
         raise _bad("resources", "must be an object with `requests` and/or `limits`")
@@ -328,4 +347,24 @@ def _resources(resources: Any) -> dict[str, dict[str, str]]:
                     f"{amount!r} is not a quantity (e.g. 500m, 2, 1Gi, 512Mi)",
                 )
         out[part] = {str(k): str(v) for k, v in amounts.items()}
+    _requests_fit_limits(out.get("requests", {}), out.get("limits", {}))
     return out
+
+
+def _requests_fit_limits(requests: Mapping[str, str], limits: Mapping[str, str]) -> None:
+    """What the API server checks: a request is at most its limit, and an extended
+    resource (a name with a domain, like nvidia.com/gpu) is whole and not overcommitted."""
+    for name, amount in {**requests, **limits}.items():
+        if "/" in name and not name.startswith(("kubernetes.io/", "requests.")):
+            if quantity(amount) % 1:
+                raise _bad(f"resources.{name}", f"{amount}: an extended resource is whole units")
+            if name in requests and name in limits and requests[name] != limits[name]:
+                raise _bad(
+                    f"resources.{name}", "an extended resource's request must equal its limit"
+                )
+    for name, request in requests.items():
+        if name in limits and quantity(request) > quantity(limits[name]):
+            raise _bad(
+                f"resources.requests.{name}",
+                f"{request} is more than its limit {limits[name]}",
+            )
