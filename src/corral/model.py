@@ -324,6 +324,46 @@ class Claimed:
     attempt: Attempt
 
 
+def first_claim(new: NewJob, now: datetime) -> Claimed:
+    """The claim of a job not stored yet, as its first attempt would get it: job id and
+    fence are placeholders (0). For dry runs and for checking what a spec would launch."""
+    job = Job(
+        id=0,
+        tenant=new.tenant,
+        queue=new.queue,
+        pool=new.pool,
+        priority=new.priority,
+        executor=new.executor,
+        spec=new.spec,
+        payload=new.payload,
+        state=JobState.RUNNING,
+        run_at=new.run_at or now,
+        idempotency_key=new.idempotency_key,
+        max_attempts=new.max_attempts,
+        attempt_count=1,
+        labels=new.labels,
+        created_at=now,
+        updated_at=now,
+        policy=new.policy,
+    )
+    attempt = Attempt(
+        id=0,
+        job_id=0,
+        attempt_no=1,
+        launch_name=launch_name(0, 1),
+        executor=new.executor,
+        state=AttemptState.LAUNCHING,
+        created_at=now,
+        updated_at=now,
+        started_at=None,
+        finished_at=None,
+        exit_code=None,
+        reason=None,
+        last_seen_at=None,
+    )
+    return Claimed(job, attempt)
+
+
 # --- launches and observations ----------------------------------------------------------------
 
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
@@ -138,67 +138,19 @@ class JobTemplate:
 def dry_run(job: model.NewJob, settings: config.Settings, now: datetime) -> dict[str, Any]:
     """The Job the first attempt of `job` (already validated) would create, without a store
     or a cluster: its job id and fence are placeholders (0) until it is stored."""
-    stored = model.Job(
-        id=0,
-        tenant=job.tenant,
-        queue=job.queue,
-        pool=job.pool,
-        priority=job.priority,
-        executor=job.executor,
-        spec=job.spec,
-        payload=job.payload,
-        state=model.JobState.RUNNING,
-        run_at=job.run_at or now,
-        idempotency_key=job.idempotency_key,
-        max_attempts=job.max_attempts,
-        attempt_count=1,
-        labels=job.labels,
-        created_at=now,
-        updated_at=now,
-        policy=job.policy,
-    )
-    attempt = model.Attempt(
-        id=0,
-        job_id=0,
-        attempt_no=1,
-        launch_name=model.launch_name(0, 1),
-        executor=job.executor,
-        state=model.AttemptState.LAUNCHING,
-        created_at=now,
-        updated_at=now,
-        started_at=None,
-        finished_at=None,
-        exit_code=None,
-        reason=None,
-        last_seen_at=None,
-    )
-    launch = base.launch_for(model.Claimed(stored, attempt), settings, now)
+    launch = base.launch_for(model.first_claim(job, now), settings, now)
     return JobTemplate(settings).manifest(launch, job.spec)
 
 
-def placeholder_launch(spec: Mapping[str, Any], *, job_id: int = 0) -> model.Launch:
-    """A Launch for a job not stored yet (job id and fence 0): for checks and dry runs."""
-    labels = model.identity_labels(
-        job_id=job_id,
-        attempt_no=1,
-        fence=0,
-        tenant="default",
-        capability="default",
-        idempotency_key=None,
+def placeholder_launch(spec: Mapping[str, Any]) -> model.Launch:
+    """The Launch of a job not stored yet, with this spec and nothing else: for checks."""
+    draft = model.NewJob(executor=KIND, spec=spec)
+    return model.build_launch(
+        model.first_claim(draft, _EPOCH), reach=model.Reach(), deadline_seconds=None
     )
-    name = model.launch_name(job_id, 1)
-    return model.Launch(
-        name=name,
-        job_id=job_id,
-        attempt_no=1,
-        fence=0,
-        tenant="default",
-        executor=KIND,
-        spec=spec,
-        payload=None,
-        labels=labels,
-        env=model.attempt_env(labels, name=name, tenant="default", reach=model.Reach()),
-    )
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 # --- checks ---------------------------------------------------------------------------------------
