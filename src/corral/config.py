@@ -144,7 +144,7 @@ class Timeouts(BaseModel):
     )
     dispatch_interval: Duration = Field(
         timedelta(seconds=1),
-        description="How often the dispatcher claims when the queue was empty.",
+        description="A tick starts this often (start to start); at once while there is more.",
     )
     observe_interval: Duration = Field(
         timedelta(seconds=2), description="How often the dispatcher polls running attempts."

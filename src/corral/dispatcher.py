@@ -63,7 +63,7 @@ class Dispatcher:
         self.clock = clock
         self.settings = settings
         self.retry = retry or retry_.Retry.from_settings(settings)
-        self.clocks = store_.Clocks(
+        self.limits = store_.DefaultLimits(
             settings.timeouts.attempt_deadline, settings.timeouts.lease_timeout
         )
         self._carried: list[model.Claimed] = []  # claimed, not yet launched: next tick's first
@@ -92,7 +92,7 @@ class Dispatcher:
                     now=self.clock.now(),
                     limit=room,
                     executors=list(self.executors),
-                    clocks=self.clocks,
+                    limits=self.limits,
                     pools=self.settings.pools,
                 )
                 if room > 0

@@ -181,7 +181,7 @@ class Reconciler:
         )
         if work.relaunched:
             failpoints.hit("mid_repair")
-        await self._write(executor, work)
+        await self._write(executor, work, summary)
 
     def _repair_launching(
         self,
@@ -278,9 +278,9 @@ class Reconciler:
         else:
             summary.waiting += 1  # absent, but not for long enough to be sure
 
-    async def _write(self, executor: Executor, work: _Work) -> None:
+    async def _write(self, executor: Executor, work: _Work, summary: Pass) -> None:
         work.finishes += await self._stop_overdue(executor, work.overdue)
-        await self._unknown(executor, work.unknown)
+        await self._unknown(executor, work.unknown, summary)
         now = self.clock.now()
         if work.adopt:
             await self.store.attempt_record_running(
@@ -329,7 +329,7 @@ class Reconciler:
     # --- the unknown state -------------------------------------------------------------------
 
     async def _unknown(
-        self, executor: Executor, items: Sequence[tuple[model.Claimed, str]]
+        self, executor: Executor, items: Sequence[tuple[model.Claimed, str]], summary: Pass
     ) -> None:
         """Apply each job's unknown-state policy: relaunch with a higher fence, or wait."""
         relaunch = [
@@ -349,6 +349,7 @@ class Reconciler:
             )
         if superseded:
             old = [item.attempt for item, _ in relaunch if item.attempt.id in superseded]
+            summary.superseded += len(old)
             for attempt in old:
                 self._repaired(attempt, "superseded; its job gets a new attempt, a higher fence")
             # Best effort: fenced sinks refuse its writes whether or not this gets through.
@@ -375,7 +376,7 @@ class Reconciler:
         for why in sorted({why for _, why in waiting}):
             same = [item for item, w in waiting if w == why]
             await self.store.attempt_wait(
-                items=[(i.job.id, i.attempt.id) for i in same],
+                fences=[i.attempt.id for i in same],
                 now=self.clock.now(),
                 reason=f"unknown state ({why}); left to run until its deadline",
             )

@@ -410,3 +410,42 @@ async def test_a_tick_stops_launching_at_its_deadline_and_the_next_goes_on(
     assert ticks[1].claimed == 3, "the next tick claims that many fewer"
     assert executor.launched == 12
     assert executor.launch_calls == 12, "every attempt launched once"
+
+
+class ClaimFailsOnce(store.Store):
+    """A store whose second claim fails, like a database that blips mid-run."""
+
+    claims = 0
+
+    async def job_claim(self, **kwargs: object) -> list[model.Claimed]:
+        self.claims += 1
+        if self.claims == 2:
+            raise errors.StoreError("database blipped")
+        return await super().job_claim(**kwargs)  # type: ignore[arg-type]
+
+
+async def test_attempts_carried_to_the_next_tick_survive_a_failed_claim(
+    db_url: str, clock: FrozenClock
+) -> None:
+    db = ClaimFailsOnce(store.Store.connect(db_url).engine)
+    executor = SlowLaunch(clock)
+    d = dispatcher.Dispatcher(
+        store=db,
+        executors={"noop": executor},
+        clock=clock,
+        settings=config.Settings(
+            claim_batch_limit=5,
+            launch_concurrency=1,
+            timeouts=config.Timeouts(tick_deadline="500ms"),
+        ),
+    )
+    try:
+        await submit(db, clock, 5)
+        assert (await d.run_once()).carried == 2
+        with pytest.raises(errors.StoreError):
+            await d.run_once()
+        tick = await d.run_once()
+        assert (tick.claimed, tick.launched) == (0, 2), "the carried two go first, none lost"
+        assert executor.launched == 5
+    finally:
+        await db.close()

@@ -34,8 +34,8 @@ async def submit(
 
 
 async def claim(db: store.Store, clock: FrozenClock, n: int = 100) -> list[model.Claimed]:
-    clocks = store.Clocks(timedelta(seconds=240), timedelta(seconds=60))
-    return await db.job_claim(now=clock.now(), limit=n, executors=["noop"], clocks=clocks)
+    limits = store.DefaultLimits(timedelta(seconds=240), timedelta(seconds=60))
+    return await db.job_claim(now=clock.now(), limit=n, executors=["noop"], limits=limits)
 
 
 async def fail(
@@ -274,7 +274,8 @@ async def test_silence_with_fence_and_relaunch_supersedes_and_relaunches(
     platform.ready = True
     c = await launched(db, clock, platform, {"on_unknown": "fence_and_relaunch"})
     clock.advance(61)
-    assert (await recon(db, clock, platform).run_once()).unknown == 1
+    summary = await recon(db, clock, platform).run_once()
+    assert (summary.unknown, summary.superseded) == (1, 1)
     [old] = await db.attempt_list(job_id=c.job.id)
     assert old.state == A.SUPERSEDED
     assert platform.cancelled == [c.attempt.launch_name], "the old one is stopped, best effort"
@@ -368,11 +369,11 @@ async def test_a_pool_caps_how_many_of_its_jobs_run(db: store.Store, clock: Froz
     pools = {"backfill": 2}
     backfill = await submit(db, clock, 5, pool="backfill", priority=10)
     others = await submit(db, clock, 3)
-    clocks = store.Clocks(timedelta(seconds=240), timedelta(seconds=60))
+    limits = store.DefaultLimits(timedelta(seconds=240), timedelta(seconds=60))
 
     async def take(n: int = 10) -> list[model.Claimed]:
         return await db.job_claim(
-            now=clock.now(), limit=n, executors=["noop"], clocks=clocks, pools=pools
+            now=clock.now(), limit=n, executors=["noop"], limits=limits, pools=pools
         )
 
     first = await take()
@@ -409,3 +410,20 @@ async def test_claims_at_the_same_moment_never_overfill_a_pool(
     finally:
         for s in stores:
             await s.close()
+
+
+async def test_a_launching_attempt_past_its_deadline_is_failed_not_relaunched(
+    db: store.Store, clock: FrozenClock
+) -> None:
+    platform = Platform()
+    await submit(db, clock, policy={"limits": {"attempt_deadline": "20s"}})
+    [c] = await claim(db, clock)  # the dispatcher died before launching it
+    clock.advance(31)  # past launch_grace (30s) and past its own 20s deadline
+    assert (await recon(db, clock, platform).run_once()).timed_out == 1
+    assert platform.launches == {}, "never launched that late"
+    [a] = await db.attempt_list(job_id=c.job.id)
+    assert (a.state, a.reason, a.failure_class) == (
+        A.FAILED,
+        "timed out: its deadline passed before launch",
+        FC.TRANSIENT,
+    )

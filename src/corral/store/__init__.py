@@ -19,9 +19,9 @@ from sqlalchemy import exc as sa_exc
 
 from corral import errors, model, retry
 from corral.store import dialects, migrate, queries
-from corral.store.queries import Clocks, Finish, Outcome, Status
+from corral.store.queries import DefaultLimits, Finish, Outcome, Status
 
-__all__ = ["Clocks", "Finish", "Outcome", "Status", "Store"]
+__all__ = ["DefaultLimits", "Finish", "Outcome", "Status", "Store"]
 
 T = TypeVar("T")
 
@@ -120,7 +120,7 @@ class Store:
         now: datetime,
         limit: int,
         executors: Sequence[str],
-        clocks: queries.Clocks | None = None,
+        limits: queries.DefaultLimits | None = None,
         pools: Mapping[str, int] | None = None,
     ) -> list[model.Claimed]:
         return await self._tx(
@@ -128,7 +128,7 @@ class Store:
             now=now,
             limit=limit,
             executors=executors,
-            clocks=clocks,
+            limits=limits,
             pools=pools,
         )
 
@@ -166,11 +166,11 @@ class Store:
     async def attempt_seen(self, *, fences: Sequence[int], now: datetime) -> None:
         await self._tx(queries.attempt_seen, fences=fences, now=now)
 
-    async def attempt_heartbeat(self, **kwargs: Any) -> datetime | None:
-        return await self._tx(queries.attempt_heartbeat, **kwargs)
+    async def attempt_heartbeat(self, *, job_id: int, fence: int, now: datetime) -> datetime | None:
+        return await self._tx(queries.attempt_heartbeat, job_id=job_id, fence=fence, now=now)
 
-    async def attempt_wait(self, **kwargs: Any) -> None:
-        await self._tx(queries.attempt_wait, **kwargs)
+    async def attempt_wait(self, *, fences: Sequence[int], now: datetime, reason: str) -> None:
+        await self._tx(queries.attempt_wait, fences=fences, now=now, reason=reason)
 
     async def attempt_supersede(
         self, *, fences: Sequence[int], now: datetime, reason: str

@@ -231,8 +231,8 @@ def _job_row(job: model.NewJob, now: datetime) -> dict[str, Any]:
 
 
 @dataclass(frozen=True, slots=True)
-class Clocks:
-    """The limits an attempt starts with when its job sets none of its own."""
+class DefaultLimits:
+    """The time limits an attempt gets at its claim when its job sets none of its own."""
 
     attempt_deadline: timedelta
     lease_timeout: timedelta
@@ -244,7 +244,7 @@ def job_claim(
     now: datetime,
     limit: int,
     executors: Sequence[str],
-    clocks: Clocks | None = None,
+    limits: DefaultLimits | None = None,
     pools: Mapping[str, int] | None = None,
 ) -> list[model.Claimed]:
     """Claim up to `limit` due jobs (most urgent first) and create their attempts in `launching`.
@@ -264,7 +264,7 @@ def job_claim(
     claimed_jobs = sorted((job_from_row(r) for r in conn.execute(stmt)), key=_urgency)
     if not claimed_jobs:
         return []
-    rows = [_attempt_row(job, now, clocks) for job in claimed_jobs]
+    rows = [_attempt_row(job, now, limits) for job in claimed_jobs]
     # Each claimed job gets one attempt, so the job id maps fences back to rows. (Asking for
     # rows in parameter order would make SQLite insert them one statement at a time.)
     fences = dict(dialects.insert_many(conn, attempts, rows, returning=["job_id", "id"]))
@@ -406,15 +406,15 @@ def _urgency(job: model.Job) -> tuple[int, datetime, int]:
     return (-job.priority, job.run_at, job.id)
 
 
-def _attempt_row(job: model.Job, now: datetime, clocks: Clocks | None) -> dict[str, Any]:
+def _attempt_row(job: model.Job, now: datetime, limits: DefaultLimits | None) -> dict[str, Any]:
     """A new attempt: its deadline is fixed now, from the job's own limit or the default;
     a job that sends heartbeats owes its first one within its lease."""
     deadline_at = lease_until = lease = None
-    if clocks is not None:
+    if limits is not None:
         policy = config.JobPolicy.read(job.policy)
-        deadline_at = now + (policy.limits.attempt_deadline or clocks.attempt_deadline)
+        deadline_at = now + (policy.limits.attempt_deadline or limits.attempt_deadline)
         if policy.heartbeat:
-            lease = policy.limits.lease_timeout or clocks.lease_timeout
+            lease = policy.limits.lease_timeout or limits.lease_timeout
             lease_until = now + lease
     return {
         "job_id": job.id,
@@ -975,14 +975,11 @@ def attempt_heartbeat(
     return lease
 
 
-def attempt_wait(
-    conn: Connection, *, items: Sequence[tuple[int, int]], now: datetime, reason: str
-) -> None:
-    """Unknown state, policy `wait`: for each (job id, fence) still running, stop looking
-    until its deadline (the lease runs to the deadline) and say so in the run log."""
-    if not items:
+def attempt_wait(conn: Connection, *, fences: Sequence[int], now: datetime, reason: str) -> None:
+    """Unknown state, policy `wait`: each fence still running is left alone until its
+    deadline (its lease runs to the deadline), and the run log says so."""
+    if not fences:
         return
-    fences = [fence for _, fence in items]
     done = conn.execute(
         update(attempts)
         .where(dialects.one_of(conn, attempts.c.id, fences), attempts.c.state == A.RUNNING)
