@@ -24,8 +24,7 @@ from rich.console import Console
 from rich.logging import RichHandler
 from rich.table import Table
 
-from corral import client, clock, config, errors, lint, model, runtime, store, worker
-from corral.executors import kubernetes
+from corral import client, clock, config, errors, health, lint, model, runtime, store, worker
 
 T = TypeVar("T")
 out = Console(highlight=False)
@@ -59,8 +58,8 @@ class State:
     def __init__(self, config_file: Path | None) -> None:
         self.config_file = config_file
 
-    def settings(self) -> config.Settings:
-        return config.Settings.load(self.config_file)
+    def settings(self, **overrides: Any) -> config.Settings:
+        return config.Settings.load(self.config_file, **overrides)
 
 
 def run(coro: Coroutine[Any, Any, T]) -> T:
@@ -147,6 +146,26 @@ def _policy(
     return policy
 
 
+_DryRun = Callable[[model.NewJob, config.Settings, datetime], dict[str, Any]]
+CONTAINER_EXECUTORS = ("argo", "kubernetes")
+"""The executors that run a container image (--image, --placement) on Kubernetes."""
+
+
+def _container_executor(
+    kind: str,
+) -> tuple[Callable[[config.Settings], client.SpecChecker], _DryRun]:
+    """What checks a container executor's spec, and what makes the object --dry-run
+    prints. Imported on use: the cluster clients take most of a second to load, which
+    every other command (`corral heartbeat` inside a job, say) would pay for nothing."""
+    if kind == "argo":
+        from corral.executors import argo
+
+        return argo.WorkflowTemplate, argo.dry_run
+    from corral.executors import kubernetes
+
+    return kubernetes.JobTemplate, kubernetes.dry_run
+
+
 def _spec(
     executor: str,
     command: tuple[str, ...],
@@ -163,14 +182,20 @@ def _spec(
                 "give either --spec or a command after -- (with --image, --placement), not both"
             )
         return spec
-    if executor == kubernetes.KIND:
+    if executor in CONTAINER_EXECUTORS:
         made: dict[str, Any] = {"image": image, "command": list(command)}
         if placement is not None:
             made["placement"] = placement
         return made
     if image or placement:
-        raise errors.InvalidInput("--image and --placement are for --executor kubernetes")
+        raise errors.InvalidInput(
+            f"--image and --placement are for --executor {_container_kinds()}"
+        )
     return {"command": list(command)}
+
+
+def _container_kinds() -> str:
+    return " or ".join(sorted(CONTAINER_EXECUTORS))
 
 
 def _dry_run(
@@ -184,20 +209,20 @@ def _dry_run(
 ) -> None:
     """Print the platform object the first attempt would create; nothing is stored."""
     settings = state.settings()
-    templates = {kubernetes.KIND: kubernetes.JobTemplate(settings)}
-    if executor not in templates:
+    if executor not in CONTAINER_EXECUTORS:
         raise errors.InvalidInput(
-            f"--dry-run: prints the Kubernetes object of --executor {kubernetes.KIND},"
+            f"--dry-run: prints the Kubernetes object of --executor {_container_kinds()},"
             f" not of {executor!r}"
         )
+    template, dry_run = _container_executor(executor)
     draft = model.NewJob(
         executor=executor,
         spec=spec,
         max_attempts=settings.default_max_attempts if max_attempts is None else max_attempts,
         **fields,
     )
-    job = client.check_job(draft, executors=templates, settings=settings)
-    doc = kubernetes.dry_run(job, settings, clock.SystemClock().now())
+    job = client.check_job(draft, executors={executor: template(settings)}, settings=settings)
+    doc = dry_run(job, settings, clock.SystemClock().now())
     # Plain writes: a console would wrap long lines, and the output is meant for kubectl.
     text = (
         json.dumps(doc, indent=2) + "\n"
@@ -253,12 +278,12 @@ def _dry_run(
     default=None,
     help="What to do when the attempt's state is unknown (default wait).",
 )
-@click.option("--image", default=None, help="Container image (executor kubernetes).")
-@click.option("--placement", default=None, help="Placement class (executor kubernetes).")
+@click.option("--image", default=None, help="Container image (executor kubernetes or argo).")
+@click.option("--placement", default=None, help="Placement class (executor kubernetes or argo).")
 @click.option(
     "--dry-run",
     is_flag=True,
-    help="Print the Job the first attempt would create; store and create nothing.",
+    help="Print the Job or Workflow the first attempt would create; store and create nothing.",
 )
 @click.option(
     "-o",
@@ -398,32 +423,88 @@ async def _submit_demo(c: client.Client) -> None:
         )
 
 
+HEALTH_FILE = click.option(
+    "--health-file",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="Note every finished tick and pass in this file, for `corral health`"
+    " (default: the health_file setting).",
+)
+
+
 @main.command()
 @click.option("--demo", is_flag=True, help="Submit a few demo jobs on first start.")
+@HEALTH_FILE
 @click.pass_obj
-def serve(state: State, demo: bool) -> None:
+def serve(state: State, demo: bool, health_file: Path | None) -> None:
     """Run corral: the dispatcher and the reconciler."""
-    _run_loops(state, demo=demo, dispatch=True, reconcile=True)
+    _run_loops(state, health_file, demo=demo, dispatch=True, reconcile=True)
 
 
 @main.command("dispatcher")
+@HEALTH_FILE
 @click.pass_obj
-def dispatcher_cmd(state: State) -> None:
+def dispatcher_cmd(state: State, health_file: Path | None) -> None:
     """Run the dispatcher loop alone."""
-    _run_loops(state, demo=False, dispatch=True, reconcile=False)
+    _run_loops(state, health_file, demo=False, dispatch=True, reconcile=False)
 
 
 @main.command("reconciler")
+@HEALTH_FILE
 @click.pass_obj
-def reconciler_cmd(state: State) -> None:
+def reconciler_cmd(state: State, health_file: Path | None) -> None:
     """Run the reconciler loop alone (recovery: adopt, relaunch, complete, time out, lost)."""
-    _run_loops(state, demo=False, dispatch=False, reconcile=True)
+    _run_loops(state, health_file, demo=False, dispatch=False, reconcile=True)
 
 
-def _run_loops(state: State, *, demo: bool, dispatch: bool, reconcile: bool) -> None:
-    settings = state.settings()
+def _run_loops(
+    state: State, health_file: Path | None, *, demo: bool, dispatch: bool, reconcile: bool
+) -> None:
+    overrides = {"health_file": health_file} if health_file is not None else {}
+    settings = state.settings(**overrides)
     _logging(settings)
     run(_serve(settings, demo=demo, dispatch=dispatch, reconcile=reconcile))
+
+
+@main.command("health")
+@click.option(
+    "--file",
+    "path",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="The health file (default: the health_file setting).",
+)
+@click.option(
+    "--max-age",
+    default=None,
+    help=f"A loop whose last tick or pass ended longer ago than this is stuck, e.g. 90s"
+    f" (default {health.DEFAULT_MAX_AGE.total_seconds():g}s; with --ready, no age check).",
+)
+@click.option(
+    "--ready",
+    is_flag=True,
+    help="Only check that every loop has finished its first tick or pass.",
+)
+@click.pass_obj
+def health_cmd(state: State, path: Path | None, max_age: str | None, ready: bool) -> None:
+    """Exit 0 when a running corral's loops are alive (its health file is fresh), else 1.
+
+    For liveness and readiness probes: run corral with --health-file PATH (or the
+    health_file setting), and check that file here."""
+    if path is None:
+        path = config.Settings.load(state.config_file, check_chain=False).health_file
+    if path is None:
+        raise errors.InvalidInput(
+            "no health file to check: give --file PATH or set health_file (CORRAL_HEALTH_FILE)"
+        )
+    limit = None if ready else health.DEFAULT_MAX_AGE
+    if max_age is not None:
+        try:
+            limit = config.parse_duration(max_age)
+        except ValueError as exc:
+            raise errors.InvalidInput(f"--max-age: {exc}") from None
+    said = health.check(path, now=clock.SystemClock().now(), max_age=limit)
+    out.print(said, markup=False, soft_wrap=True)
 
 
 # --- check ----------------------------------------------------------------------------------------

@@ -25,6 +25,8 @@ log = logging.getLogger("corral.client")
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,199}$")
 PRIORITY_RANGE = (-1000, 1000)
+CLUSTER_EXECUTORS = ("kubernetes", "argo")
+"""The executors whose jobs run as pods under the `executors.kubernetes` settings."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,9 +217,9 @@ def _check_reach(executor: str, policy: config.JobPolicy, settings: config.Setti
     """A job that promises heartbeats must be able to send them from where it runs."""
     if not policy.heartbeat or settings.api_url:
         return
-    if executor == "kubernetes" and not settings.executors.kubernetes.database_url_secret:
+    if executor in CLUSTER_EXECUTORS and not settings.executors.kubernetes.database_url_secret:
         raise errors.InvalidInput(
-            "policy.heartbeat: a kubernetes job cannot reach corral to send heartbeats; set"
+            f"policy.heartbeat: {executor} jobs cannot reach corral to send heartbeats; set"
             " executors.kubernetes.database_url_secret (or api_url)"
         )
     if executor == "process" and not settings.jobs_get_database_url:

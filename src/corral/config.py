@@ -296,6 +296,20 @@ class KubernetesExecutorSettings(BaseModel):
         default_factory=dict, description="Placement classes by name; a job names one."
     )
     default_placement: str | None = Field(None, description="For jobs that name none.")
+    kubeconfig: Path | None = Field(
+        None,
+        description="A kubeconfig file; unset: the pod's service account in a cluster,"
+        " else ~/.kube/config.",
+    )
+    context: str | None = Field(None, description="The kubeconfig context to use.")
+    request_timeout: Duration = Field(
+        timedelta(seconds=10),
+        description="Client-side limit of one API request: a cut connection fails, never hangs.",
+    )
+    watch_timeout: Duration = Field(
+        timedelta(minutes=4),
+        description="How long one watch request lasts (server side) before it is renewed.",
+    )
     database_url_secret: str | None = Field(
         None,
         description="`secret-name/key` of a Secret holding the URL pods use for `corral"
@@ -378,6 +392,11 @@ class Settings(BaseSettings):
         " database's credentials.",
     )
     log_level: str = Field("INFO", pattern=r"^(DEBUG|INFO|WARNING|ERROR)$")
+    health_file: Path | None = Field(
+        None,
+        description="When set, the dispatcher and reconciler loops note every finished tick"
+        " and pass in this file, for `corral health` (e.g. Kubernetes exec probes).",
+    )
     timeouts: Timeouts = Timeouts()
     retry: RetrySettings = RetrySettings()
     executors: ExecutorSettings = ExecutorSettings()

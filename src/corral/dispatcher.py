@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 
@@ -370,8 +370,11 @@ class Dispatcher:
 
     # --- the loop ------------------------------------------------------------------------------
 
-    async def run(self, stop: asyncio.Event) -> None:
-        """Dispatch until `stop` is set; then finish the tick in hand and write completions."""
+    async def run(self, stop: asyncio.Event, *, on_tick: Callable[[], None] | None = None) -> None:
+        """Dispatch until `stop` is set; then finish the tick in hand and write completions.
+
+        `on_tick` is called after every tick, one that failed included: the loop is alive
+        (corral.health). It runs on the event loop, so it must return at once."""
         helpers = [asyncio.create_task(self._write_completions(), name="completions")]
         helpers.append(asyncio.create_task(self._poll(), name="poll"))
         helpers += [
@@ -384,7 +387,7 @@ class Dispatcher:
             self.settings.claim_batch_limit,
         )
         try:
-            await self._loop(stop)
+            await self._loop(stop, on_tick)
         finally:
             for task in helpers:
                 task.cancel()
@@ -402,7 +405,7 @@ class Dispatcher:
                 exc,
             )
 
-    async def _loop(self, stop: asyncio.Event) -> None:
+    async def _loop(self, stop: asyncio.Event, on_tick: Callable[[], None] | None) -> None:
         """A tick every `dispatch_interval` (start to start); at once while there is more."""
         interval = self.settings.timeouts.dispatch_interval.total_seconds()
         while not stop.is_set():
@@ -412,6 +415,8 @@ class Dispatcher:
             except errors.StoreError as exc:
                 log.error("tick failed, trying again in %.1fs: %s", interval, exc)
                 tick = Tick()
+            if on_tick is not None:
+                on_tick()
             if not tick.more:
                 took = self.clock.monotonic() - began
                 await clock.sleep_or_stop(self.clock, stop, max(interval - took, 0.0))

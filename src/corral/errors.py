@@ -9,8 +9,9 @@
     ├── StaleFence             a newer attempt has replaced the one that asked (exit 3)
     ├── StoreError             the database failed or cannot be reached (exit 1)
     │   └── SchemaOutOfDate    the database needs `corral db upgrade`
-    └── ExecutorError          a platform call failed
-        └── LaunchConflict     the launch name exists but carries another identity
+    ├── ExecutorError          a platform call failed
+    │   └── LaunchConflict     the launch name exists but carries another identity
+    └── Unhealthy              a loop has stopped moving, or has not started (exit 1)
 
 The CLI maps ConfigError and InvalidInput to exit code 2 and every other CorralError to 1.
 """
@@ -63,3 +64,7 @@ class ExecutorError(CorralError):
 
 class LaunchConflict(ExecutorError):
     """Raised when a launch name exists on the platform with another attempt's identity."""
+
+
+class Unhealthy(CorralError):
+    """Raised when a health file is missing, unreadable, or older than allowed."""

@@ -196,6 +196,13 @@ class Identity:
     fence: int
 
 
+def describe_identity(identity: Identity | None, labels: Mapping[str, str]) -> str:
+    """An attempt's identity in words, for conflicts: whose launch a name holds."""
+    if identity is None:
+        return f"a launch corral does not manage (labels {dict(labels)})"
+    return f"job {identity.job_id} attempt {identity.attempt_no} fence {identity.fence}"
+
+
 def identity_labels(
     *,
     job_id: int,

@@ -33,7 +33,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timedelta
 
@@ -105,8 +105,11 @@ class Reconciler:
         # a platform that cannot be asked) must not keep the ones behind them from a look.
         self._cursor = 0
 
-    async def run(self, stop: asyncio.Event) -> None:
-        """Make a pass every `reconcile_interval` until `stop` is set."""
+    async def run(self, stop: asyncio.Event, *, on_pass: Callable[[], None] | None = None) -> None:
+        """Make a pass every `reconcile_interval` until `stop` is set.
+
+        `on_pass` is called after every pass, one that failed included: the loop is alive
+        (corral.health). It runs on the event loop, so it must return at once."""
         interval = self.t.reconcile_interval.total_seconds()
         log.info(
             "reconciler started: every %.1fs, at most %d attempts a pass",
@@ -118,6 +121,8 @@ class Reconciler:
                 await self.run_once()
             except errors.CorralError as exc:
                 log.error("pass failed, trying again in %.1fs: %s", interval, exc)
+            if on_pass is not None:
+                on_pass()
             await clock.sleep_or_stop(self.clock, stop, interval)
         log.info("reconciler stopped")
 
@@ -228,6 +233,19 @@ class Reconciler:
             summary.conflicts += 1
             self._repaired(item.attempt, "launch conflict")
             work.finishes.append(_failed(item.attempt, f"launch conflict: {exc}"))
+            return
+        except errors.InvalidInput as exc:  # the platform refuses the object: no retry helps
+            summary.conflicts += 1
+            self._repaired(item.attempt, "launch refused")
+            work.finishes.append(
+                store.Finish(
+                    item.attempt.id,
+                    A.FAILED,
+                    None,
+                    f"launch refused by the platform: {exc}",
+                    model.FailureClass.PERMANENT,
+                )
+            )
             return
         except errors.CorralError as exc:
             if item.attempt.created_at + self.t.recovery_grace <= self.clock.now():

@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from corral import client, clock, config, dispatcher, errors, reconciler, retry, store
+from corral import client, clock, config, dispatcher, errors, health, reconciler, retry, store
 from corral.executors.base import Executor
 from corral.executors.process import ProcessExecutor
 
@@ -27,7 +27,21 @@ EXECUTORS: dict[str, ExecutorFactory] = {
         kill_grace=settings.timeouts.cancel_grace.total_seconds(),
         retention=settings.executors.process.retention,
     ),
+    "kubernetes": lambda settings, clk: _cluster_executor("kubernetes", settings, clk),
+    "argo": lambda settings, clk: _cluster_executor("argo", settings, clk),
 }
+
+
+def _cluster_executor(kind: str, settings: config.Settings, clk: clock.Clock) -> Executor:
+    """A kubernetes or argo executor, imported only when enabled: the cluster clients
+    take most of a second to load."""
+    if kind == "argo":
+        from corral.executors.argo import ArgoExecutor
+
+        return ArgoExecutor(settings=settings, clock=clk)
+    from corral.executors.kubernetes import KubernetesExecutor
+
+    return KubernetesExecutor(settings=settings, clock=clk)
 
 
 def executors_build(settings: config.Settings, clk: clock.Clock) -> dict[str, Executor]:
@@ -101,9 +115,15 @@ async def serve(
 
     The order is the point: the store is reached and every executor has started before
     `on_ready` and before either loop, so the first recovery pass never asks a platform
-    that is not ready yet.
+    that is not ready yet. With `health_file` set, a file left by an earlier run is removed
+    first, and the file appears once every loop has finished its first round.
     """
-    async with opened(settings, clk=clk, executors=executors) as rt:
+    clk = clk or clock.SystemClock()
+    names = [n for n, on in ((health.DISPATCHER, dispatch), (health.RECONCILER, reconcile)) if on]
+    async with (
+        health.HealthFile(settings.health_file, clk, names) as beats,
+        opened(settings, clk=clk, executors=executors) as rt,
+    ):
         if on_ready is not None:
             await on_ready(rt)
         loops = []
@@ -116,7 +136,7 @@ async def serve(
                 settings=rt.settings,
                 retry=rules,
             )
-            loops.append(d.run(stop))
+            loops.append(d.run(stop, on_tick=beats.recorder(health.DISPATCHER)))
         if reconcile:
             r = reconciler.Reconciler(
                 store=rt.store,
@@ -125,5 +145,5 @@ async def serve(
                 settings=rt.settings,
                 retry=rules,
             )
-            loops.append(r.run(stop))
+            loops.append(r.run(stop, on_pass=beats.recorder(health.RECONCILER)))
         await asyncio.gather(*loops)

@@ -10,6 +10,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -345,28 +346,56 @@ def test_dead_lists_retries_and_discards_quarantined_jobs(corral: Run, tmp_path:
     assert "is cancelled, not quarantined" in again.stderr
 
 
-def test_submit_dry_run_prints_the_kubernetes_job_and_stores_nothing(corral: Run) -> None:
+DRY_RUNS: dict[str, tuple[str, Callable[[Any], Any], Callable[[Any], Any]]] = {
+    # kind: (the object, its container, its retry limit: 0, for corral owns retries)
+    "kubernetes": (
+        "Job",
+        lambda doc: doc["spec"]["template"]["spec"]["containers"][0],
+        lambda doc: doc["spec"]["backoffLimit"],
+    ),
+    "argo": (
+        "Workflow",
+        lambda doc: doc["spec"]["templates"][0]["container"],
+        lambda doc: doc["spec"]["templates"][0]["retryStrategy"]["limit"],
+    ),
+}
+
+
+@pytest.mark.parametrize("executor", sorted(DRY_RUNS))
+def test_submit_dry_run_prints_the_platform_object_and_stores_nothing(
+    corral: Run, executor: str
+) -> None:
     import yaml
 
-    args = ["submit", "--executor", "kubernetes", "--image", "busybox:1.36", "--dry-run"]
+    kind, container, retries = DRY_RUNS[executor]
+    args = ["submit", "--executor", executor, "--image", "busybox:1.36", "--dry-run"]
     proc = corral(*args, "--deadline", "2m", "--queue", "etl", "--", "sh", "-c", "echo hi")
     doc = yaml.safe_load(proc.stdout)
-    assert (doc["kind"], doc["metadata"]["name"]) == ("Job", "corral-0-1")
+    assert (doc["kind"], doc["metadata"]["name"]) == (kind, "corral-0-1")
     assert doc["spec"]["activeDeadlineSeconds"] == 120
-    assert doc["spec"]["template"]["spec"]["containers"][0]["command"] == ["sh", "-c", "echo hi"]
+    assert container(doc)["command"] == ["sh", "-c", "echo hi"]
+    assert container(doc)["image"] == "busybox:1.36"
     assert "nothing stored or created" in proc.stderr
     long_arg = "echo " + "x" * 150
     piped = yaml.safe_load(corral(*args, "--", "sh", "-c", long_arg).stdout)
-    assert piped["spec"]["template"]["spec"]["containers"][0]["command"][2] == long_arg
+    assert container(piped)["command"][2] == long_arg
     as_json = json.loads(corral(*args, "-o", "json", "--", "true").stdout)
-    assert as_json["spec"]["backoffLimit"] == 0
+    assert retries(as_json) == 0
     refused = corral(*args, "--placement", "gpu", "--", "true", check=False)
     assert refused.returncode == 2
-    assert "kubernetes spec: placement: unknown placement class 'gpu'" in refused.stderr
+    assert f"{executor} spec: placement: unknown placement class 'gpu'" in refused.stderr
+    assert json.loads(corral("jobs", "list", "--json").stdout) == []
+
+
+def test_submit_dry_run_and_image_are_for_the_container_executors(corral: Run) -> None:
     process = corral("submit", "--dry-run", "--", "true", check=False)
     assert process.returncode == 2
-    assert "--dry-run: prints the Kubernetes object of --executor kubernetes" in process.stderr
-    assert json.loads(corral("jobs", "list", "--json").stdout) == []
+    assert "--dry-run: prints the Kubernetes object of --executor argo or kubernetes" in (
+        process.stderr
+    )
+    image = corral("submit", "--image", "busybox", "--", "true", check=False)
+    assert image.returncode == 2
+    assert "--image and --placement are for --executor argo or kubernetes" in image.stderr
 
 
 def test_lint_reports_findings_with_exit_1_and_json(corral: Run, tmp_path: Path) -> None:

@@ -20,6 +20,7 @@ import pytest
 
 from corral import clock, errors, model
 from corral.executors import base, process
+from tests.support import launches
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -36,28 +37,15 @@ def make_launch(
     deadline_seconds: float | None = None,
     **spec: Any,
 ) -> model.Launch:
-    labels = model.identity_labels(
+    return launches.make_launch(
+        "process",
+        name,
+        {"command": list(command), **spec},
         job_id=job_id,
         attempt_no=attempt_no,
         fence=fence,
-        tenant="acme",
-        capability="default",
-        idempotency_key=None,
-    )
-    return model.Launch(
-        name=name,
-        job_id=job_id,
-        attempt_no=attempt_no,
-        fence=fence,
-        tenant="acme",
-        executor="process",
-        spec={"command": list(command), **spec},
-        payload=None,
-        labels=labels,
-        env=model.attempt_env(
-            labels, name=name, tenant="acme", reach=model.Reach(api_url="http://corral.test")
-        ),
         deadline_seconds=deadline_seconds,
+        reach=model.Reach(api_url="http://corral.test"),
     )
 
 

@@ -20,21 +20,29 @@ the attempt's deadline, `ttlSecondsAfterFinished` long enough to outlive a corra
 the attempt's labels on the Job and its pod template (full values of hashed ones in
 annotations), the CORRAL_* environment, and the placement class's node selector,
 tolerations and priority class.
+
+The `argo` executor takes the same spec, checked by `normalise_spec`, and runs the same
+container (`container`) under the same placement classes.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import re
-from collections.abc import Mapping
-from datetime import UTC, datetime
+from collections.abc import AsyncGenerator, Mapping, Sequence
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
-from typing import Any
+from typing import Any, cast
 
 import kubernetes_validate
+import pydantic
+from kubernetes.aio import client as kube
 
 from corral import config, errors, model
-from corral.executors import base
+from corral.executors import base, kube_client
+
+log = logging.getLogger("corral.executors.kubernetes")
 
 KIND = "kubernetes"
 SUPPORTED_VERSIONS = ("1.31", "1.37")
@@ -65,29 +73,7 @@ class JobTemplate:
 
     def validate_spec(self, spec: Mapping[str, Any]) -> dict[str, Any]:
         """The spec, normalised; InvalidInput names the field and the rule."""
-        if not isinstance(spec, Mapping):
-            raise _bad("spec", "must be a JSON object")
-        if unknown := sorted(set(spec) - set(_SPEC_FIELDS)):
-            raise _bad(unknown[0], f"unknown field (allowed: {', '.join(_SPEC_FIELDS)})")
-        image = spec.get("image")
-        if not isinstance(image, str) or not image.strip() or any(c.isspace() for c in image):
-            raise _bad("image", "required: a container image reference, e.g. busybox:1.36")
-        normal: dict[str, Any] = {"image": image, "command": _command(spec.get("command"))}
-        if "env" in spec:
-            normal["env"] = _env(spec["env"])
-        placement = spec.get("placement", self.k8s.default_placement)
-        if placement is not None:
-            if not isinstance(placement, str) or placement not in self.k8s.placements:
-                known = ", ".join(sorted(self.k8s.placements)) or "none are configured"
-                raise _bad("placement", f"unknown placement class {placement!r} ({known})")
-            normal["placement"] = placement
-        if "resources" in spec:
-            normal["resources"] = _resources(spec["resources"])
-        account = spec.get("service_account")
-        if account is not None:
-            if not isinstance(account, str) or not _DNS_SUBDOMAIN.match(account):
-                raise _bad("service_account", "must be a DNS-1123 subdomain")
-            normal["service_account"] = account
+        normal = normalise_spec(spec, self.k8s, kind=KIND)
         # The whole Job this spec makes must pass the schemas: refuse it now, not at launch.
         check_manifest(self.manifest(placeholder_launch(normal), normal))
         return normal
@@ -97,24 +83,16 @@ class JobTemplate:
     def manifest(self, launch: model.Launch, spec: Mapping[str, Any]) -> dict[str, Any]:
         """The batch/v1 Job for `launch`."""
         k8s = self.k8s
-        deadline = launch.deadline_seconds
-        if deadline is None:
-            deadline = self.settings.timeouts.attempt_deadline.total_seconds()
         pod: dict[str, Any] = {
             "restartPolicy": "Never",
-            "terminationGracePeriodSeconds": _whole(k8s.termination_grace.total_seconds()),
-            "containers": [_container(launch, spec, k8s.database_url_secret)],
+            "terminationGracePeriodSeconds": whole_seconds(k8s.termination_grace.total_seconds()),
+            "containers": [container(launch, spec, k8s.database_url_secret)],
         }
         account = spec.get("service_account", k8s.service_account)
         if account:
             pod["serviceAccountName"] = account
-        if placement := spec.get("placement"):
-            if placement not in k8s.placements:
-                raise errors.ExecutorError(
-                    f"{launch.name}: placement class {placement!r} is no longer in the settings"
-                    " (executors.kubernetes.placements); add it back or cancel the job"
-                )
-            pod.update(_placement(k8s.placements[placement]))
+        if placement := placement_class(spec, k8s, launch.name):
+            pod.update(_placement(placement))
         metadata: dict[str, Any] = {
             "name": launch.name,
             "namespace": k8s.namespace,
@@ -128,8 +106,19 @@ class JobTemplate:
             "metadata": metadata,
             "spec": {
                 "backoffLimit": 0,
-                "activeDeadlineSeconds": _whole(deadline),
-                "ttlSecondsAfterFinished": _whole(k8s.ttl_after_finished.total_seconds()),
+                "activeDeadlineSeconds": active_deadline(launch, self.settings),
+                "ttlSecondsAfterFinished": whole_seconds(k8s.ttl_after_finished.total_seconds()),
+                # A pod lost with its node, or evicted, is replaced within the same attempt
+                # (and Job): only once the old pod is gone, so two never run at once.
+                "podFailurePolicy": {
+                    "rules": [
+                        {
+                            "action": "Ignore",
+                            "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
+                        }
+                    ]
+                },
+                "podReplacementPolicy": "Failed",
                 "template": {"metadata": {"labels": dict(launch.labels)}, "spec": pod},
             },
         }
@@ -142,15 +131,65 @@ def dry_run(job: model.NewJob, settings: config.Settings, now: datetime) -> dict
     return JobTemplate(settings).manifest(launch, job.spec)
 
 
-def placeholder_launch(spec: Mapping[str, Any]) -> model.Launch:
+def placeholder_launch(spec: Mapping[str, Any], *, kind: str = KIND) -> model.Launch:
     """The Launch of a job not stored yet, with this spec and nothing else: for checks."""
-    draft = model.NewJob(executor=KIND, spec=spec)
+    draft = model.NewJob(executor=kind, spec=spec)
     return model.build_launch(
         model.first_claim(draft, _EPOCH), reach=model.Reach(), deadline_seconds=None
     )
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+# --- the spec -------------------------------------------------------------------------------------
+
+
+def normalise_spec(
+    spec: Mapping[str, Any], cluster: config.KubernetesExecutorSettings, *, kind: str
+) -> dict[str, Any]:
+    """A container spec (image, command, env, placement, resources, service_account),
+    normalised under these cluster settings; InvalidInput names the `kind` of executor,
+    the field and the rule. It checks the fields only, not the object they make."""
+    try:
+        return _normalise(spec, cluster)
+    except _Refused as exc:
+        raise errors.InvalidInput(base.spec_error(kind, exc.field, exc.rule)) from None
+
+
+def _normalise(spec: Mapping[str, Any], k8s: config.KubernetesExecutorSettings) -> dict[str, Any]:
+    if not isinstance(spec, Mapping):
+        raise _bad("spec", "must be a JSON object")
+    if unknown := sorted(set(spec) - set(_SPEC_FIELDS)):
+        raise _bad(unknown[0], f"unknown field (allowed: {', '.join(_SPEC_FIELDS)})")
+    image = spec.get("image")
+    if not isinstance(image, str) or not image.strip() or any(c.isspace() for c in image):
+        raise _bad("image", "required: a container image reference, e.g. busybox:1.36")
+    normal: dict[str, Any] = {"image": image, "command": _command(spec.get("command"))}
+    if "env" in spec:
+        normal["env"] = _env(spec["env"])
+    placement = spec.get("placement", k8s.default_placement)
+    if placement is not None:
+        if not isinstance(placement, str) or placement not in k8s.placements:
+            known = ", ".join(sorted(k8s.placements)) or "none are configured"
+            raise _bad("placement", f"unknown placement class {placement!r} ({known})")
+        normal["placement"] = placement
+    if "resources" in spec:
+        normal["resources"] = _resources(spec["resources"])
+    account = spec.get("service_account")
+    if account is not None:
+        if not isinstance(account, str) or not _DNS_SUBDOMAIN.match(account):
+            raise _bad("service_account", "must be a DNS-1123 subdomain")
+        normal["service_account"] = account
+    return normal
+
+
+class _Refused(Exception):
+    """A spec field broke a rule; normalise_spec words it for the executor that asked."""
+
+    def __init__(self, field: str, rule: str) -> None:
+        super().__init__(field, rule)
+        self.field, self.rule = field, rule
 
 
 # --- checks ---------------------------------------------------------------------------------------
@@ -201,7 +240,9 @@ def _all_labels(doc: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
 # --- parts ---------------------------------------------------------------------------------------
 
 
-def _container(launch: model.Launch, spec: Mapping[str, Any], secret: str | None) -> dict[str, Any]:
+def container(launch: model.Launch, spec: Mapping[str, Any], secret: str | None) -> dict[str, Any]:
+    """The core/v1 Container that runs a normalised spec for `launch`: its image, command,
+    resources and environment, the database URL read from Secret `secret` (`name/key`)."""
     # corral's own variables win; the database URL never goes into a manifest in the clear.
     env = {**spec.get("env", {}), **launch.env}
     env.pop(DATABASE_URL, None)
@@ -215,10 +256,29 @@ def _container(launch: model.Launch, spec: Mapping[str, Any], secret: str | None
         "image": spec["image"],
         "command": list(spec["command"]),
         "env": entries,
+        # A failed container's last log lines become its termination message: corral
+        # reads the last line as the failure's message, as it reads stderr for processes.
+        "terminationMessagePolicy": "FallbackToLogsOnError",
     }
     if resources := spec.get("resources"):
         container["resources"] = resources
     return container
+
+
+def placement_class(
+    spec: Mapping[str, Any], cluster: config.KubernetesExecutorSettings, name: str
+) -> config.Placement | None:
+    """The placement class a normalised spec names, or None when it names none.
+    ExecutorError when the settings no longer hold it, so `name` cannot launch."""
+    placement = spec.get("placement")
+    if not placement:
+        return None
+    if placement not in cluster.placements:
+        raise errors.ExecutorError(
+            f"{name}: placement class {placement!r} is no longer in the settings"
+            " (executors.kubernetes.placements); add it back or cancel the job"
+        )
+    return cluster.placements[placement]
 
 
 def _placement(placement: config.Placement) -> dict[str, Any]:
@@ -232,12 +292,22 @@ def _placement(placement: config.Placement) -> dict[str, Any]:
     return out
 
 
-def _whole(seconds: float) -> int:
+def active_deadline(launch: model.Launch, settings: config.Settings) -> int:
+    """The whole seconds `launch` may run: what is left of its deadline, or the settings'
+    attempt deadline for a launch that carries none."""
+    deadline = launch.deadline_seconds
+    if deadline is None:
+        deadline = settings.timeouts.attempt_deadline.total_seconds()
+    return whole_seconds(deadline)
+
+
+def whole_seconds(seconds: float) -> int:
+    """`seconds` rounded up to whole seconds, at least 1, as Kubernetes fields take them."""
     return max(1, math.ceil(seconds))
 
 
-def _bad(field: str, rule: str) -> errors.InvalidInput:
-    return errors.InvalidInput(base.spec_error(KIND, field, rule))
+def _bad(field: str, rule: str) -> _Refused:
+    return _Refused(field, rule)
 
 
 def _command(command: Any) -> list[str]:
@@ -320,3 +390,212 @@ def _requests_fit_limits(requests: Mapping[str, str], limits: Mapping[str, str])
                 f"resources.requests.{name}",
                 f"{request} is more than its limit {limits[name]}",
             )
+
+
+# --- the executor -------------------------------------------------------------------------------
+
+_FINAL = ("Complete", "Failed")
+
+
+class KubernetesExecutor(kube_client.ClusterExecutor):
+    """Runs each attempt as one batch/v1 Job, and reads its outcome back from the Job's
+    conditions and its pod. Its only truth is the API server: corral keeps no copy."""
+
+    kind = KIND
+    objects = "Jobs"
+    make_template = JobTemplate
+
+    def _bind(self, api_client: kube.ApiClient) -> None:
+        self._batch = kube.BatchV1Api(api_client)
+        self._core = kube.CoreV1Api(api_client)
+
+    # --- the protocol --------------------------------------------------------------------
+
+    async def launch(self, launch: model.Launch) -> None:
+        """Create the Job `launch.name`. A Job of that name that carries this attempt's
+        identity and is not being deleted counts as launched (a create whose answer was
+        lost, then tried again); any other raises LaunchConflict."""
+        doing = f"creating Job {self.namespace}/{launch.name}"
+        manifest = self.template.manifest(launch, self.template.validate_spec(launch.spec))
+        try:
+            body = kube.V1Job.from_dict(manifest)
+        except pydantic.ValidationError as exc:
+            raise errors.InvalidInput(f"{doing}: not a valid Job: {exc}") from None
+        if body is None:
+            raise errors.InvalidInput(f"{doing}: empty manifest")
+        exists = await self.api.call(
+            doing,
+            lambda: self._batch.create_namespaced_job_without_preload_content(
+                self.namespace, body, _request_timeout=self.api.timeout
+            ),
+            ok=lambda exc: kube_client.is_status(exc, 409),
+        )
+        if exists is None:
+            kube_client.check_existing(
+                f"Job {self.namespace}/{launch.name}", await self._get(launch.name), launch
+            )
+
+    async def observe(self, names: Sequence[str]) -> dict[str, model.Observation]:
+        """A fresh read of each Job (and, for a failed one, its pods)."""
+        return await self.observe_each(names, self._get, self._observation)
+
+    async def list_managed(self, selector: Mapping[str, str]) -> list[model.Observation]:
+        """Every Job in the namespace whose labels include all of `selector`."""
+        text = kube_client.selector_text(selector)
+        result = await self.api.call(
+            f"listing Jobs ({text})",
+            lambda: self._batch.list_namespaced_job_without_preload_content(
+                self.namespace, label_selector=text, _request_timeout=self.api.timeout
+            ),
+        )
+        return [await self._observation(job) for job in kube_client.items(result)]
+
+    async def cancel(self, name: str, grace: timedelta) -> None:
+        """Delete the Job with `propagationPolicy: Background`, so its pods are deleted too
+        (never orphaned); `grace` is the Job's deletion grace. Each pod then gets SIGTERM,
+        and SIGKILL after its own terminationGracePeriodSeconds
+        (`executors.kubernetes.termination_grace`). A Job already gone is fine."""
+        seconds = max(0, math.ceil(grace.total_seconds()))
+        options = kube.V1DeleteOptions(
+            propagation_policy="Background", grace_period_seconds=seconds
+        )
+        await self.api.call(
+            f"deleting Job {self.namespace}/{name}",
+            lambda: self._batch.delete_namespaced_job_without_preload_content(
+                name, self.namespace, body=options, _request_timeout=self.api.timeout
+            ),
+            ok=lambda exc: kube_client.is_status(exc, 404),
+        )
+
+    async def events(self) -> AsyncGenerator[model.Observation, None]:
+        """Each Job's finish, once, as the watch sees it. Jobs that had finished before the
+        first list are left to recovery; a relist after 410 Gone yields the finishes the
+        stream missed. Polling (`observe`) covers whatever a broken watch still misses."""
+        async for job in kube_client.finishes(
+            self.api.changes(
+                "Jobs",
+                self._batch.list_namespaced_job,
+                selector=kube_client.MANAGED,
+                closed=self._closed,
+                namespace=self.namespace,
+            ),
+            finished=_finished,
+        ):
+            yield await self._observation(job)
+
+    # --- reading -------------------------------------------------------------------------
+
+    async def _get(self, name: str) -> dict[str, Any] | None:
+        job = await self.api.call(
+            f"reading Job {self.namespace}/{name}",
+            lambda: self._batch.read_namespaced_job_without_preload_content(
+                name, self.namespace, _request_timeout=self.api.timeout
+            ),
+            ok=lambda exc: kube_client.is_status(exc, 404),
+        )
+        return job
+
+    async def _pods(self, job: Mapping[str, Any]) -> list[dict[str, Any]]:
+        uid = job["metadata"].get("uid", "")
+        result = await self.api.call(
+            f"listing the pods of Job {job['metadata'].get('name')}",
+            lambda: self._core.list_namespaced_pod_without_preload_content(
+                self.namespace,
+                label_selector=f"batch.kubernetes.io/controller-uid={uid}",
+                _request_timeout=self.api.timeout,
+            ),
+        )
+        return kube_client.items(result)
+
+    async def _observation(self, job: Mapping[str, Any]) -> model.Observation:
+        pods = await self._pods(job) if _condition(job, "Failed") else []
+        return job_observation(job, pods)
+
+
+def job_observation(job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> model.Observation:
+    """What a Job (and, when it failed, its pods) says of its attempt.
+
+    Success is the `Complete` condition and nothing else. `Failed` reads the pod that
+    failed last for the exit code, the termination reason (OOMKilled, Error...) and the
+    last line of its termination message; DeadlineExceeded and pod disruptions (a node
+    lost, an eviction) are transient. Any number of pods is still one attempt."""
+    meta, status = job.get("metadata", {}), job.get("status") or {}
+    name, labels = str(meta.get("name", "")), kube_client.labels_of(job)
+    started = kube_client.timestamp(status.get("startTime"))
+    complete, failed = _condition(job, "Complete"), _condition(job, "Failed")
+    if complete is not None:
+        return model.Observation(
+            name=name,
+            phase=model.Phase.SUCCEEDED,
+            labels=labels,
+            exit_code=0,
+            started_at=started,
+            finished_at=kube_client.timestamp(
+                status.get("completionTime") or complete.get("lastTransitionTime")
+            ),
+        )
+    if failed is None:
+        running = int(status.get("ready") or 0) > 0
+        return model.Observation(
+            name=name,
+            phase=model.Phase.RUNNING if running else model.Phase.PENDING,
+            labels=labels,
+            started_at=started,
+        )
+    why = str(failed.get("reason") or "Failed")
+    pod = _last_failed(pods)
+    terminated = _terminated(pod)
+    exit_code = terminated.get("exitCode") if terminated else None
+    message = kube_client.last_line(terminated.get("message")) if terminated else None
+    verdict: model.FailureClass | None = None
+    if why == "DeadlineExceeded":
+        reason, verdict = "deadline exceeded: the Job ran past activeDeadlineSeconds", _TRANSIENT
+    elif pod is not None and (disruption := _condition(pod, "DisruptionTarget")) is not None:
+        reason = f"pod disrupted: {disruption.get('reason') or 'DisruptionTarget'}"
+        verdict = _TRANSIENT
+    elif terminated:
+        reason = str(terminated.get("reason") or "Error")
+    elif pod is None:
+        reason = f"Job failed ({why}); its pod is gone, so no exit code"
+    else:
+        reason = f"Job failed ({why}): {pod.get('status', {}).get('reason') or 'pod failed'}"
+    return model.Observation(
+        name=name,
+        phase=model.Phase.FAILED,
+        labels=labels,
+        exit_code=int(exit_code) if exit_code is not None else None,
+        reason=reason,
+        started_at=started,
+        finished_at=kube_client.timestamp(failed.get("lastTransitionTime")),
+        failure_class=verdict,
+        message=message,
+    )
+
+
+_TRANSIENT = model.FailureClass.TRANSIENT
+
+
+def _condition(obj: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
+    for cond in (obj.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == kind and cond.get("status") == "True":
+            return cast(Mapping[str, Any], cond)
+    return None
+
+
+def _finished(job: Mapping[str, Any]) -> bool:
+    return any(_condition(job, kind) is not None for kind in _FINAL)
+
+
+def _last_failed(pods: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    failed = [p for p in pods if (p.get("status") or {}).get("phase") == "Failed"]
+    failed.sort(key=lambda p: str(p.get("metadata", {}).get("creationTimestamp") or ""))
+    return failed[-1] if failed else (pods[-1] if pods else None)
+
+
+def _terminated(pod: Mapping[str, Any] | None) -> dict[str, Any]:
+    if pod is None:
+        return {}
+    for status in (pod.get("status") or {}).get("containerStatuses") or []:
+        if status.get("name") == CONTAINER:
+            return dict((status.get("state") or {}).get("terminated") or {})
+    return {}

@@ -325,15 +325,10 @@ def _check_same_identity(run_dir: Path, launch: model.Launch) -> None:
     if mine == other and (mine is not None or dict(launch.labels) == theirs):
         return
     raise errors.LaunchConflict(
-        f"launch name {launch.name!r} already exists for {_describe(other, theirs)},"
-        f" not for {_describe(mine, launch.labels)}"
+        f"launch name {launch.name!r} already exists for"
+        f" {model.describe_identity(other, theirs)},"
+        f" not for {model.describe_identity(mine, launch.labels)}"
     )
-
-
-def _describe(identity: model.Identity | None, labels: Mapping[str, str]) -> str:
-    if identity is None:
-        return f"a launch corral does not manage (labels {dict(labels)})"
-    return f"job {identity.job_id} attempt {identity.attempt_no} fence {identity.fence}"
 
 
 # --- observing -------------------------------------------------------------------------------

@@ -1,0 +1,345 @@
+"""The `argo` executor's Workflows: each attempt is one Argo Workflow that runs one container.
+
+This module turns a job's spec and an attempt's Launch into the exact Workflow corral
+creates, and checks it before anything is sent: it must read back unchanged through
+hera's models of the Argo Workflow (strict: an unknown field, or a value of the wrong
+type, is an error) and keep the name and label rules the API server enforces (DNS-1123
+names, the 63-character limit, label syntax).
+
+The spec is the `kubernetes` executor's, with the same rules, and the Workflow runs on
+the same cluster settings (`executors.kubernetes`: namespace, placement classes, service
+account, TTL, termination grace, database Secret):
+
+    spec = {
+        "image": "ghcr.io/acme/etl:1.4",          # required
+        "command": ["python", "-m", "etl"],        # required
+        "env": {"LOG_LEVEL": "info"},              # optional
+        "placement": "batch",                      # optional: a class from settings
+        "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}},
+        "service_account": "etl",                  # optional, default from settings
+    }
+
+The Workflow: one container template, `main`, as its entrypoint, running the same
+container as a Job would (the CORRAL_* environment, the database URL from a Secret);
+`retryStrategy.limit: 0` on it (corral owns retries, whatever defaults the Argo
+controller adds); `activeDeadlineSeconds` what is left of the attempt's deadline;
+`ttlStrategy.secondsAfterCompletion` long enough to outlive a corral outage; no `podGC`,
+so the pod and its logs stay until the Workflow itself is deleted; the attempt's labels
+on the Workflow and its pod (full values of hashed ones in annotations); the placement
+class's node selector, tolerations and priority class on the template; and the pod's
+termination grace through `podSpecPatch`, the one field Argo has for it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncGenerator, Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any, cast
+
+import pydantic
+from hera.workflows import models as argo
+from kubernetes.aio import client as kube
+
+from corral import config, errors, model
+from corral.executors import base, kube_client, kubernetes
+
+log = logging.getLogger("corral.executors.argo")
+
+KIND = "argo"
+API_VERSION = "argoproj.io/v1alpha1"
+TEMPLATE = "main"
+ARGO_LABEL_PREFIX = "workflows.argoproj.io/"
+"""Argo's own labels on Workflows and their pods: a launch may not set them."""
+
+
+class WorkflowTemplate:
+    """Specs and Workflow manifests for the `argo` executor, under these settings."""
+
+    kind = KIND
+
+    def __init__(self, settings: config.Settings) -> None:
+        self.settings = settings
+        self.k8s = settings.executors.kubernetes
+
+    def validate_spec(self, spec: Mapping[str, Any]) -> dict[str, Any]:
+        """The spec, normalised; InvalidInput names the field and the rule."""
+        normal = kubernetes.normalise_spec(spec, self.k8s, kind=KIND)
+        # The whole Workflow this spec makes must pass the checks: refuse it now, not at launch.
+        check_workflow(self.manifest(kubernetes.placeholder_launch(normal, kind=KIND), normal))
+        return normal
+
+    def manifest(self, launch: model.Launch, spec: Mapping[str, Any]) -> dict[str, Any]:
+        """The argoproj.io/v1alpha1 Workflow for `launch`."""
+        k8s = self.k8s
+        workflow = argo.Workflow(
+            api_version=API_VERSION,
+            kind="Workflow",
+            metadata=argo.ObjectMeta(
+                name=launch.name,
+                namespace=k8s.namespace,
+                labels=dict(launch.labels),
+                annotations=dict(launch.annotations) or None,
+            ),
+            spec=argo.WorkflowSpec(
+                entrypoint=TEMPLATE,
+                templates=[self._template(launch, spec)],
+                pod_metadata=argo.Metadata(labels=dict(launch.labels)),
+                active_deadline_seconds=kubernetes.active_deadline(launch, self.settings),
+                ttl_strategy=argo.TTLStrategy(
+                    seconds_after_completion=kubernetes.whole_seconds(
+                        k8s.ttl_after_finished.total_seconds()
+                    )
+                ),
+                service_account_name=spec.get("service_account", k8s.service_account),
+            ),
+        )
+        return workflow.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+    def _template(self, launch: model.Launch, spec: Mapping[str, Any]) -> argo.Template:
+        k8s = self.k8s
+        container = kubernetes.container(launch, spec, k8s.database_url_secret)
+        grace = kubernetes.whole_seconds(k8s.termination_grace.total_seconds())
+        placement = kubernetes.placement_class(spec, k8s, launch.name) or config.Placement()
+        return argo.Template(
+            name=TEMPLATE,
+            container=argo.Container.model_validate(container),
+            retry_strategy=argo.RetryStrategy(limit=argo.IntOrString(0)),
+            pod_spec_patch=json.dumps({"terminationGracePeriodSeconds": grace}),
+            node_selector=dict(placement.node_selector) or None,
+            tolerations=[argo.Toleration(**t.manifest()) for t in placement.tolerations] or None,
+            priority_class_name=placement.priority_class,
+        )
+
+
+def dry_run(job: model.NewJob, settings: config.Settings, now: datetime) -> dict[str, Any]:
+    """The Workflow the first attempt of `job` (already validated) would create, without a
+    store or a cluster: its job id and fence are placeholders (0) until it is stored."""
+    launch = base.launch_for(model.first_claim(job, now), settings, now)
+    return WorkflowTemplate(settings).manifest(launch, job.spec)
+
+
+# --- checks ---------------------------------------------------------------------------------------
+
+
+def check_workflow(doc: Mapping[str, Any]) -> None:
+    """Raise InvalidInput unless `doc` is an Argo Workflow that hera's models read back
+    unchanged (no unknown field, no value of another type) and that keeps the name and
+    label rules of the API server."""
+    given = dict(doc)
+    if (given.get("apiVersion"), given.get("kind")) != (API_VERSION, "Workflow"):
+        raise errors.InvalidInput(
+            f"Workflow apiVersion/kind: must be {API_VERSION}/Workflow, not"
+            f" {given.get('apiVersion')}/{given.get('kind')}"
+        )
+    try:
+        read = argo.Workflow.model_validate(given, strict=True)
+    except pydantic.ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "(top)"
+        raise errors.InvalidInput(
+            f"Workflow {where}: {first['msg']} (Argo Workflow schema)"
+        ) from None
+    back = read.model_dump(by_alias=True, exclude_unset=True, mode="json")
+    if difference := _first_difference(given, back):
+        where, problem = difference
+        raise errors.InvalidInput(f"Workflow {where}: {problem} (Argo Workflow schema)")
+    for problem in workflow_problems(doc):
+        raise errors.InvalidInput(problem)
+
+
+def workflow_problems(doc: Mapping[str, Any]) -> list[str]:
+    """The name and label rules the API server and Argo enforce but the schema does not:
+    the name is a DNS-1123 label (Argo puts it in a label on every pod), and the labels of
+    the Workflow and of its pod are valid and none of Argo's own."""
+    problems = kubernetes.manifest_problems(doc)  # the name, and the Workflow's labels
+    places = {
+        "metadata.labels": doc.get("metadata", {}).get("labels") or {},
+        "spec.podMetadata.labels": doc.get("spec", {}).get("podMetadata", {}).get("labels") or {},
+    }
+    for key, value in places["spec.podMetadata.labels"].items():
+        if problem := model.label_problem(str(key), str(value)):
+            problems.append(f"Workflow spec.podMetadata.labels: {problem}")
+    for where, labels in places.items():
+        problems.extend(
+            f"Workflow {where}: label key {key!r}: the prefix {ARGO_LABEL_PREFIX!r} is Argo's own"
+            for key in labels
+            if str(key).startswith(ARGO_LABEL_PREFIX)
+        )
+    return problems
+
+
+def _first_difference(given: Any, back: Any, where: str = "") -> tuple[str, str] | None:
+    """Where `given` and what the models read back from it first differ, and how."""
+    if isinstance(given, Mapping) and isinstance(back, Mapping):
+        for key, value in given.items():
+            path = f"{where}.{key}" if where else str(key)
+            if key not in back:
+                return path, "unknown field"
+            if found := _first_difference(value, back[key], path):
+                return found
+        return None
+    if isinstance(given, list) and isinstance(back, list) and len(given) == len(back):
+        for n, (value, again) in enumerate(zip(given, back, strict=True)):
+            if found := _first_difference(value, again, f"{where}.{n}"):
+                return found
+        return None
+    if given != back:
+        return where, f"{given!r} reads back as {back!r}"
+    return None
+
+
+# --- the executor -------------------------------------------------------------------------------
+
+GROUP, VERSION = API_VERSION.split("/")
+PLURAL = "workflows"
+_PHASES = {
+    "": model.Phase.PENDING,
+    "Pending": model.Phase.PENDING,
+    "Running": model.Phase.RUNNING,
+    "Succeeded": model.Phase.SUCCEEDED,
+    "Failed": model.Phase.FAILED,
+    "Error": model.Phase.FAILED,
+}
+
+
+class ArgoExecutor(kube_client.ClusterExecutor):
+    """Runs each attempt as one Argo Workflow, submitted through the Kubernetes API
+    (custom objects), and reads its outcome from `status.phase` and its pod node."""
+
+    kind = KIND
+    objects = "Workflows"
+    make_template = WorkflowTemplate
+
+    def _bind(self, api_client: kube.ApiClient) -> None:
+        self._custom = kube.CustomObjectsApi(api_client)
+
+    def _scope(self) -> dict[str, Any]:
+        return {"group": GROUP, "version": VERSION, "namespace": self.namespace, "plural": PLURAL}
+
+    async def launch(self, launch: model.Launch) -> None:
+        """Create the Workflow `launch.name`; the same rules for an existing name as the
+        kubernetes executor's (this attempt's and not being deleted: launched)."""
+        body = self.template.manifest(launch, self.template.validate_spec(launch.spec))
+        doing = f"creating Workflow {self.namespace}/{launch.name}"
+        made = await self.api.call(
+            doing,
+            lambda: self._custom.create_namespaced_custom_object_without_preload_content(
+                body=body, **self._scope(), _request_timeout=self.api.timeout
+            ),
+            ok=lambda exc: kube_client.is_status(exc, 409),
+        )
+        if made is None:
+            kube_client.check_existing(
+                f"Workflow {self.namespace}/{launch.name}", await self._get(launch.name), launch
+            )
+
+    async def observe(self, names: Sequence[str]) -> dict[str, model.Observation]:
+        """A fresh read of each Workflow."""
+        return await self.observe_each(names, self._get, _observed)
+
+    async def list_managed(self, selector: Mapping[str, str]) -> list[model.Observation]:
+        """Every Workflow in the namespace whose labels include all of `selector`."""
+        text = kube_client.selector_text(selector)
+        found = await self.api.call(
+            f"listing Workflows ({text})",
+            lambda: self._custom.list_namespaced_custom_object_without_preload_content(
+                **self._scope(), label_selector=text, _request_timeout=self.api.timeout
+            ),
+        )
+        return [workflow_observation(wf) for wf in kube_client.items(found)]
+
+    async def cancel(self, name: str, grace: timedelta) -> None:
+        """Argo's own stop: `spec.shutdown: Terminate` (its pods get SIGTERM, then SIGKILL
+        after their terminationGracePeriodSeconds). The Workflow stays, `Failed`, for the
+        record and its TTL. A Workflow already gone is fine."""
+        await self.api.call(
+            f"stopping Workflow {self.namespace}/{name}",
+            lambda: self._custom.patch_namespaced_custom_object_without_preload_content(
+                name=name,
+                body={"spec": {"shutdown": "Terminate"}},
+                **self._scope(),
+                _content_type="application/merge-patch+json",
+                _request_timeout=self.api.timeout,
+            ),
+            ok=lambda exc: kube_client.is_status(exc, 404),
+        )
+
+    async def events(self) -> AsyncGenerator[model.Observation, None]:
+        """Each Workflow's finish, once, as the watch sees it (as the kubernetes
+        executor's events: finishes from before the first list are recovery's)."""
+        async for obs in kube_client.finishes(
+            self.api.changes(
+                "Workflows",
+                self._custom.list_namespaced_custom_object,
+                selector=kube_client.MANAGED,
+                closed=self._closed,
+                **self._scope(),
+            ),
+            finished=lambda wf: workflow_observation(wf).phase.finished,
+        ):
+            yield workflow_observation(obs)
+
+    async def _get(self, name: str) -> dict[str, Any] | None:
+        return await self.api.call(
+            f"reading Workflow {self.namespace}/{name}",
+            lambda: self._custom.get_namespaced_custom_object_without_preload_content(
+                name=name, **self._scope(), _request_timeout=self.api.timeout
+            ),
+            ok=lambda exc: kube_client.is_status(exc, 404),
+        )
+
+
+async def _observed(wf: dict[str, Any]) -> model.Observation:
+    return workflow_observation(wf)
+
+
+def workflow_observation(wf: Mapping[str, Any]) -> model.Observation:
+    """What a Workflow says of its attempt: `status.phase`, and its pod node's exit code
+    and message. Argo's deadline and a pod deleted under it are transient failures."""
+    meta, status = wf.get("metadata", {}), wf.get("status") or {}
+    name, labels = str(meta.get("name", "")), kube_client.labels_of(wf)
+    phase = _PHASES.get(str(status.get("phase") or ""), model.Phase.PENDING)
+    started = kube_client.timestamp(status.get("startedAt"))
+    if not phase.finished:
+        return model.Observation(name=name, phase=phase, labels=labels, started_at=started)
+    finished = kube_client.timestamp(status.get("finishedAt"))
+    if phase is model.Phase.SUCCEEDED:
+        return model.Observation(
+            name=name,
+            phase=phase,
+            labels=labels,
+            exit_code=0,
+            started_at=started,
+            finished_at=finished,
+        )
+    node = _pod_node(status)
+    code = (node.get("outputs") or {}).get("exitCode")
+    text = str(node.get("message") or status.get("message") or "")
+    verdict: model.FailureClass | None = None
+    lowered = text.lower()
+    if "duration limit exceeded" in lowered or "deadline" in lowered:
+        reason, verdict = f"deadline exceeded: {text}", model.FailureClass.TRANSIENT
+    elif "pod deleted" in lowered:
+        reason, verdict = f"pod deleted: {text}", model.FailureClass.TRANSIENT
+    elif "stopped with strategy" in lowered:
+        reason = f"cancelled: {text}"
+    else:
+        reason = f"workflow {status.get('phase')}" + (f" (exit code {code})" if code else "")
+    return model.Observation(
+        name=name,
+        phase=phase,
+        labels=labels,
+        exit_code=int(code) if code not in (None, "") else None,
+        reason=reason,
+        started_at=started,
+        finished_at=finished,
+        failure_class=verdict,
+        message=kube_client.last_line(text) if code not in (None, "") else None,
+    )
+
+
+def _pod_node(status: Mapping[str, Any]) -> Mapping[str, Any]:
+    nodes = [n for n in (status.get("nodes") or {}).values() if n.get("type") == "Pod"]
+    return cast(Mapping[str, Any], nodes[-1]) if nodes else {}

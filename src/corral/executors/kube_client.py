@@ -1,0 +1,442 @@
+"""What the `kubernetes` and `argo` executors share: one connection to the cluster's API
+server, its errors turned into corral's, bounded retries, and list-then-watch.
+
+Only this module, kubernetes.py and argo.py import a Kubernetes client (the official
+`kubernetes` package, its asyncio half: no call blocks the event loop).
+
+- Every request carries a client-side timeout (`request_timeout`), so a cut connection
+  fails instead of hanging; a watch's is its server-side `timeoutSeconds` plus that.
+- 429, 5xx, timeouts and refused connections are retried a few times with full jitter
+  (creates too: they are idempotent by name); anything else fails at once.
+- Client errors become ExecutorError (the platform could not be asked) or InvalidInput
+  (422/400: the API server refused the object as invalid).
+- `changes()` lists, then watches from the list's resourceVersion, resumes from the last
+  one it saw when a stream ends or breaks, and lists again after 410 Gone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import random
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol, TypeVar
+
+import aiohttp
+from kubernetes.aio import client
+from kubernetes.aio import config as kube_config
+from kubernetes.aio import watch as kube_watch
+
+from corral import clock, config, errors, model
+
+log = logging.getLogger("corral.executors.kubernetes")
+
+T = TypeVar("T")
+RETRIES = 3
+"""How many times a request that failed for a passing reason is tried again."""
+BACKOFF_BASE = 0.2
+BACKOFF_CAP = 5.0
+WATCH_BACKOFF_CAP = 30.0
+_PASSING = {408, 425, 429, 500, 502, 503, 504}
+MANAGED = f"{model.MANAGED_BY}={model.MANAGER}"
+"""The label selector of everything corral launched."""
+OBSERVE_CONCURRENCY = 16
+"""How many reads one `observe` has in flight."""
+
+
+@dataclass(frozen=True, slots=True)
+class Listing:
+    """One consistent list: its items and the resourceVersion to watch from."""
+
+    items: list[dict[str, Any]]
+    resource_version: str
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """What a list or a watch says about one object. `kind` is ADDED, MODIFIED or DELETED
+    from a watch, or LISTED (`relisted` True after a 410: the stream missed changes)."""
+
+    kind: str
+    obj: dict[str, Any]
+    relisted: bool = False
+
+
+async def connect(
+    settings: config.KubernetesExecutorSettings,
+    configuration: client.Configuration | None = None,
+) -> client.ApiClient:
+    """An API client: on `configuration` if given, else the kubeconfig file of the
+    settings, else the pod's service account (in-cluster), else ~/.kube/config."""
+    if configuration is None:
+        configuration = client.Configuration()
+        try:
+            if settings.kubeconfig is not None:
+                await kube_config.load_kube_config(  # type: ignore[no-untyped-call]
+                    config_file=str(settings.kubeconfig),
+                    context=settings.context,
+                    client_configuration=configuration,
+                    persist_config=False,
+                )
+            elif os.environ.get("KUBERNETES_SERVICE_HOST"):  # corral runs in a pod
+                kube_config.load_incluster_config(  # type: ignore[no-untyped-call]
+                    client_configuration=configuration
+                )
+            else:
+                await kube_config.load_kube_config(  # type: ignore[no-untyped-call]
+                    context=settings.context,
+                    client_configuration=configuration,
+                    persist_config=False,
+                )
+        except (kube_config.ConfigException, OSError, ValueError) as exc:
+            raise errors.ConfigError(
+                f"executors.kubernetes: cannot load the cluster's connection settings: {exc}"
+                " (set executors.kubernetes.kubeconfig, or run corral in a pod with a"
+                " service account)"
+            ) from None
+    configuration.retries = None  # retries are ours: bounded, jittered, counted
+    return client.ApiClient(configuration)
+
+
+def is_status(exc: BaseException, *codes: int) -> bool:
+    return isinstance(exc, client.ApiException) and exc.status in codes
+
+
+def status_reason(exc: client.ApiException) -> str:
+    """The Status message the API server sent, or the HTTP reason."""
+    try:
+        body = json.loads(exc.body or "{}")
+    except (TypeError, ValueError):
+        body = {}
+    message = body.get("message") if isinstance(body, dict) else None
+    return str(message or exc.reason or "no reason given")
+
+
+def translate(exc: BaseException, doing: str) -> errors.CorralError:
+    """corral's error for a failed API call."""
+    if isinstance(exc, client.ApiException):
+        why = status_reason(exc)
+        if exc.status in (400, 422):
+            return errors.InvalidInput(f"{doing}: the API server refused it as invalid: {why}")
+        if exc.status in (401, 403):
+            return errors.ExecutorError(
+                f"{doing}: forbidden ({exc.status}): {why}; check the service account's Role"
+                " (deploy/ has the one corral needs)"
+            )
+        return errors.ExecutorError(f"{doing}: API server answered {exc.status}: {why}")
+    if isinstance(exc, TimeoutError):
+        return errors.ExecutorError(f"{doing}: no answer from the API server in time")
+    return errors.ExecutorError(f"{doing}: cannot reach the API server: {exc}")
+
+
+def passing(exc: BaseException) -> bool:
+    """Whether trying again may help."""
+    if isinstance(exc, client.ApiException):
+        return exc.status in _PASSING or exc.status == 0
+    return isinstance(exc, TimeoutError | aiohttp.ClientError | OSError)
+
+
+class Api:
+    """Calls to one API server, with timeouts, retries and error translation."""
+
+    def __init__(
+        self,
+        api_client: client.ApiClient,
+        *,
+        settings: config.KubernetesExecutorSettings,
+        clock: clock.Clock,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.client = api_client
+        self.settings = settings
+        self.timeout = settings.request_timeout.total_seconds()
+        self._clock = clock
+        self._rng = rng or random.Random()
+
+    async def call(
+        self,
+        doing: str,
+        request: Callable[[], Awaitable[aiohttp.ClientResponse]],
+        *,
+        ok: Callable[[BaseException], bool] = lambda _: False,
+        retries: int = RETRIES,
+    ) -> dict[str, Any] | None:
+        """The JSON answer of `request()` (a client call `..._without_preload_content`:
+        the answer is read as plain JSON, so fields newer than this client never break
+        it), tried again on passing failures. None when `ok(exc)` says the error is an
+        answer (404 on a get, say); otherwise corral's error."""
+        for attempt in range(retries + 1):
+            try:
+                return await _json(await request())
+            except (client.ApiException, TimeoutError, aiohttp.ClientError, OSError) as exc:
+                if ok(exc):
+                    return None
+                if attempt == retries or not passing(exc):
+                    raise translate(exc, doing) from None
+                delay = self._rng.uniform(0, min(BACKOFF_CAP, BACKOFF_BASE * 2**attempt))
+                log.info("%s: %s; trying again in %.2fs", doing, translate(exc, doing), delay)
+                await self._clock.sleep(delay)
+        raise AssertionError("unreachable")
+
+    async def changes(
+        self,
+        what: str,
+        list_call: Callable[..., Awaitable[Any]],
+        *,
+        selector: str,
+        closed: asyncio.Event,
+        **scope: Any,
+    ) -> AsyncIterator[Change]:
+        """Forever, until `closed`: list the objects `selector` matches, then watch them.
+
+        The first list is only yielded as LISTED; after a 410 Gone the list is yielded
+        again with `relisted`, since the stream missed what happened in between. A stream
+        that ends, breaks or stalls past its timeout is resumed from the last
+        resourceVersion seen, after a jittered pause when it failed."""
+        version: str | None = None
+        failures = 0
+        listed = False
+        watch_seconds = max(1, int(self.settings.watch_timeout.total_seconds()))
+        while not closed.is_set():
+            try:
+                if version is None:
+                    listing = await self._list(what, list_call, selector, scope)
+                    version = listing.resource_version
+                    for item in listing.items:
+                        yield Change("LISTED", item, relisted=listed)
+                    listed = True
+                # Events as plain JSON too ("object"), not the client's strict models;
+                # `async with` closes the stream even when this generator is dropped.
+                async with kube_watch.Watch(return_type="object") as stream:  # type: ignore[no-untyped-call]
+                    async for event in stream.stream(
+                        list_call,
+                        **scope,
+                        label_selector=selector,
+                        resource_version=version,
+                        timeout_seconds=watch_seconds,
+                        _request_timeout=watch_seconds + self.timeout,
+                    ):
+                        obj = event.get("raw_object")
+                        if not isinstance(obj, dict):
+                            continue
+                        version = obj.get("metadata", {}).get("resourceVersion") or version
+                        failures = 0
+                        if event.get("type") == "BOOKMARK":
+                            continue
+                        yield Change(str(event.get("type")), obj)
+                        if closed.is_set():
+                            return
+            except client.ApiException as exc:
+                if exc.status == 410:
+                    log.info("%s: watch expired (410 Gone); listing again", what)
+                    version = None
+                    continue
+                failures += 1
+                await self._pause(what, translate(exc, f"watching {what}"), failures, closed)
+            except (TimeoutError, aiohttp.ClientError, OSError, errors.ExecutorError) as exc:
+                failures += 1
+                await self._pause(what, exc, failures, closed)
+
+    async def _list(
+        self, what: str, list_call: Callable[..., Awaitable[Any]], selector: str, scope: Any
+    ) -> Listing:
+        owner = list_call.__self__  # type: ignore[attr-defined]
+        raw = getattr(owner, list_call.__name__ + "_without_preload_content")
+        data = await self.call(
+            f"listing {what}",
+            lambda: raw(**scope, label_selector=selector, _request_timeout=self.timeout),
+        )
+        items = [i for i in (data or {}).get("items") or [] if isinstance(i, dict)]
+        version = str((data or {}).get("metadata", {}).get("resourceVersion") or "")
+        return Listing(items, version)
+
+    async def _pause(
+        self, what: str, exc: BaseException, failures: int, closed: asyncio.Event
+    ) -> None:
+        delay = self._rng.uniform(0, min(WATCH_BACKOFF_CAP, BACKOFF_BASE * 2**failures))
+        log.warning("%s: watch broke (%s); resuming in %.1fs", what, exc, delay)
+        await self._clock.sleep(delay)
+
+
+async def _json(response: aiohttp.ClientResponse) -> dict[str, Any]:
+    """A raw answer as JSON; an error status raises the client's ApiException with the
+    Status body, as the client's own calls do."""
+    try:
+        text = await response.text()
+    finally:
+        response.release()
+    if response.status >= 400:
+        raise client.ApiException(status=response.status, reason=response.reason, body=text)
+    try:
+        data = json.loads(text) if text else {}
+    except ValueError:
+        raise client.ApiException(status=0, reason=f"not JSON: {text[:200]!r}") from None
+    return data if isinstance(data, dict) else {}
+
+
+# --- the executors' common part ------------------------------------------------------------
+
+
+class Template(Protocol):
+    """What turns a spec into the object an attempt creates (JobTemplate, WorkflowTemplate)."""
+
+    def validate_spec(self, spec: Mapping[str, Any]) -> dict[str, Any]: ...
+
+    def manifest(self, launch: model.Launch, spec: Mapping[str, Any]) -> dict[str, Any]: ...
+
+
+class ClusterExecutor:
+    """The life of an executor that runs attempts as objects on a cluster: its settings
+    (`executors.kubernetes`), its connection, and `events` stopping at `close`."""
+
+    kind: str
+    objects: str  # what it creates, for logs: "Jobs", "Workflows"
+    make_template: Callable[[config.Settings], Template]
+
+    def __init__(
+        self,
+        *,
+        settings: config.Settings,
+        clock: clock.Clock,
+        configuration: client.Configuration | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.template = type(self).make_template(settings)
+        self.k8s = settings.executors.kubernetes
+        self.namespace = self.k8s.namespace
+        self._clock = clock
+        self._configuration = configuration
+        self._rng = rng
+        self._api: Api | None = None
+        self._closed = asyncio.Event()
+
+    def validate_spec(self, spec: Mapping[str, Any]) -> dict[str, Any]:
+        return self.template.validate_spec(spec)
+
+    async def start(self) -> None:
+        """Load the connection settings; the cluster is first asked at the first call, so a
+        cluster that is down at start-up delays work instead of stopping corral."""
+        api_client = await connect(self.k8s, self._configuration)
+        self._api = Api(api_client, settings=self.k8s, clock=self._clock, rng=self._rng)
+        self._bind(api_client)
+        log.info(
+            "%s executor: %s in namespace %s at %s",
+            self.kind,
+            self.objects,
+            self.namespace,
+            api_client.configuration.host,
+        )
+
+    def _bind(self, api_client: client.ApiClient) -> None:
+        """Make the client's API groups this executor calls."""
+        raise NotImplementedError
+
+    async def close(self) -> None:
+        """Stop `events` and close the connection. What runs on the cluster keeps running."""
+        self._closed.set()
+        if self._api is not None:
+            await self._api.client.close()  # type: ignore[no-untyped-call]
+
+    @property
+    def api(self) -> Api:
+        if self._api is None:
+            raise errors.ExecutorError(f"{self.kind} executor: used before start()")
+        return self._api
+
+    async def observe_each(
+        self,
+        names: Sequence[str],
+        read: Callable[[str], Awaitable[dict[str, Any] | None]],
+        observation: Callable[[dict[str, Any]], Awaitable[model.Observation]],
+    ) -> dict[str, model.Observation]:
+        """A fresh read of each name (a few at a time): `absent` where there is none."""
+        slots = asyncio.Semaphore(OBSERVE_CONCURRENCY)
+
+        async def one(name: str) -> model.Observation:
+            async with slots:
+                found = await read(name)
+                if found is None:
+                    return model.Observation(name=name, phase=model.Phase.ABSENT)
+                return await observation(found)
+
+        return {obs.name: obs for obs in await asyncio.gather(*(one(n) for n in names))}
+
+
+# --- reading objects ------------------------------------------------------------------------
+
+
+def selector_text(selector: Mapping[str, str]) -> str:
+    """A label selector (`k=v,...`) for these labels."""
+    return ",".join(f"{k}={v}" for k, v in sorted(selector.items()))
+
+
+def items(listing: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+    return [i for i in (listing or {}).get("items") or [] if isinstance(i, dict)]
+
+
+def labels_of(obj: Mapping[str, Any]) -> dict[str, str]:
+    return {str(k): str(v) for k, v in (obj.get("metadata", {}).get("labels") or {}).items()}
+
+
+def timestamp(value: Any) -> datetime | None:
+    """An API timestamp (RFC 3339) as an aware datetime."""
+    if not value:
+        return None
+    try:
+        return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def last_line(text: Any) -> str | None:
+    """The last non-empty line of a termination message or log tail."""
+    lines = [line.strip() for line in str(text or "").splitlines() if line.strip()]
+    return lines[-1][:500] if lines else None
+
+
+def check_existing(what: str, found: Mapping[str, Any] | None, launch: model.Launch) -> None:
+    """After a 409 on create: return if `found` is this attempt's and not being deleted
+    (the create got through before, its answer was lost); else raise."""
+    if found is None:
+        raise errors.ExecutorError(
+            f"creating {what}: 409 AlreadyExists, but it was gone when read back (deleted"
+            " meanwhile); it will be tried again"
+        )
+    theirs = model.identity_from_labels(labels_of(found))
+    deleting = found.get("metadata", {}).get("deletionTimestamp")
+    if theirs == launch.identity and not deleting:
+        log.info("%s: already exists with this attempt's labels: launched", what)
+        return
+    state = (
+        f"is being deleted (since {deleting})"
+        if theirs == launch.identity
+        else f"belongs to {model.describe_identity(theirs, labels_of(found))}"
+    )
+    raise errors.LaunchConflict(
+        f"{what} exists and {state}; this launch is"
+        f" {model.describe_identity(launch.identity, launch.labels)}"
+    )
+
+
+async def finishes(
+    changes: AsyncIterator[Change], finished: Callable[[Mapping[str, Any]], bool]
+) -> AsyncIterator[dict[str, Any]]:
+    """Each object's finish, once. Objects already finished at the first list are left
+    out (recovery settles what finished while no one watched); after a relist, finishes
+    the stream missed come out."""
+    told: set[str] = set()
+    async for change in changes:
+        name = str(change.obj.get("metadata", {}).get("name", ""))
+        if change.kind == "DELETED":
+            told.discard(name)
+            continue
+        if name in told or not finished(change.obj):
+            continue
+        told.add(name)
+        if change.kind == "LISTED" and not change.relisted:
+            continue
+        yield change.obj

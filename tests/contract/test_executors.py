@@ -1,0 +1,276 @@
+"""The executor contract: what the dispatcher and the reconciler rely on, whatever the
+platform. The same tests run against the process executor (real processes), and the
+kubernetes and argo executors (the real Kubernetes client against the API double, whose
+kubelet runs each pod's command as a real process). With `-m cluster` and KUBECONFIG set,
+they run against a real cluster instead of the double (see tests/conftest.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from corral import clock, config, errors, model
+from corral.executors import argo, base, kubernetes, process
+from tests.support import kube_api
+from tests.support.launches import make_launch
+
+pytestmark = pytest.mark.timeout(90)
+
+KINDS = ("process", "kubernetes", "argo")
+IMAGE = "busybox:1.36"
+REAL_CLUSTER = pytest.param("kubernetes-cluster", marks=pytest.mark.cluster)
+"""The kubernetes executor on the cluster of KUBECONFIG, in CORRAL_TEST_NAMESPACE (a
+namespace of its own: the tests count what corral manages there, and delete it)."""
+
+
+@dataclass
+class Backend:
+    kind: str
+    executor: Any
+    cluster: kube_api.Cluster | None = None
+    real: bool = False
+
+    def same_machine(self) -> None:
+        """Skip a test that reads what a command left on this machine's disk."""
+        if self.real:
+            pytest.skip("the command runs in a pod of the real cluster, not on this machine")
+
+    def spec(self, command: Sequence[str]) -> dict[str, Any]:
+        if self.kind == "process":
+            return {"command": list(command)}
+        return {"image": IMAGE, "command": list(command)}
+
+    def launch(
+        self,
+        name: str,
+        command: Sequence[str],
+        *,
+        job_id: int = 1,
+        attempt_no: int = 1,
+        fence: int = 1,
+        deadline_seconds: float | None = None,
+    ) -> model.Launch:
+        return make_launch(
+            self.kind,
+            name,
+            self.spec(command),
+            job_id=job_id,
+            attempt_no=attempt_no,
+            fence=fence,
+            deadline_seconds=deadline_seconds,
+        )
+
+    async def wait_for(
+        self, name: str, until: Callable[[model.Observation], bool], within: float = 20.0
+    ) -> model.Observation:
+        ends = time.monotonic() + within
+        while True:
+            obs = (await self.executor.observe([name]))[name]
+            if until(obs):
+                return obs
+            assert time.monotonic() < ends, f"still {obs} after {within}s"
+            await asyncio.sleep(0.05)
+
+    async def finished(self, name: str, within: float = 20.0) -> model.Observation:
+        return await self.wait_for(name, lambda o: o.phase.finished, within)
+
+
+def cluster_settings(**k8s: Any) -> config.Settings:
+    return config.Settings(
+        executors={"kubernetes": {"namespace": "default", "termination_grace": 2, **k8s}}
+    )
+
+
+def sh(script: str) -> list[str]:
+    return ["sh", "-c", script]
+
+
+def cluster_executor(kind: str, cluster: kube_api.Cluster, settings: config.Settings) -> Any:
+    made = {
+        "kubernetes": kubernetes.KubernetesExecutor,
+        "argo": getattr(argo, "ArgoExecutor", None),
+    }[kind]
+    return made(
+        settings=settings,
+        clock=clock.SystemClock(),
+        configuration=kube_api.configuration(cluster),
+    )
+
+
+@pytest.fixture(params=[*KINDS, REAL_CLUSTER])
+async def backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Backend]:
+    kind: str = request.param
+    if kind == "kubernetes-cluster":
+        async for real in real_cluster():
+            yield real
+        return
+    if kind == "process":
+        ex = process.ProcessExecutor(
+            root=tmp_path / "runs", clock=clock.SystemClock(), poll_interval=0.05, kill_grace=2
+        )
+        await ex.start()
+        yield Backend(kind, ex)
+        await ex.close()
+        return
+    async with kube_api.cluster() as cluster:
+        ex = cluster_executor(kind, cluster, cluster_settings())
+        await ex.start()
+        yield Backend(kind, ex, cluster)
+        await ex.close()
+
+
+async def real_cluster() -> AsyncIterator[Backend]:
+    kubeconfig = os.environ.get("KUBECONFIG")
+    if not kubeconfig:
+        pytest.skip("-m cluster needs KUBECONFIG (and CORRAL_TEST_NAMESPACE)")
+    settings = config.Settings(
+        executors={
+            "kubernetes": {
+                "namespace": os.environ.get("CORRAL_TEST_NAMESPACE", "corral-test"),
+                "kubeconfig": kubeconfig,
+                "termination_grace": 2,
+            }
+        }
+    )
+    ex = kubernetes.KubernetesExecutor(settings=settings, clock=clock.SystemClock())
+    await ex.start()
+    try:
+        yield Backend("kubernetes", ex, real=True)
+    finally:
+        for obs in await ex.list_managed({model.MANAGED_BY: model.MANAGER}):
+            await ex.cancel(obs.name, timedelta(seconds=1))
+        ends = time.monotonic() + 60  # names are reused by the next test: wait them out
+        while await ex.list_managed({model.MANAGED_BY: model.MANAGER}):
+            assert time.monotonic() < ends, "the test Jobs were not deleted within 60s"
+            await asyncio.sleep(1)
+        await ex.close()
+
+
+def test_it_is_an_executor(backend: Backend) -> None:
+    assert isinstance(backend.executor, base.Executor)
+    assert backend.executor.kind == backend.kind.removesuffix("-cluster")
+
+
+async def test_success(backend: Backend) -> None:
+    await backend.executor.launch(backend.launch("ok-1", sh("echo hello")))
+    obs = await backend.finished("ok-1")
+    assert obs.phase is model.Phase.SUCCEEDED
+    assert obs.exit_code == 0
+    assert obs.identity == model.Identity(1, 1, 1)
+    assert obs.started_at is not None
+    assert obs.finished_at is not None
+    assert obs.started_at.tzinfo is not None
+    assert obs.finished_at >= obs.started_at
+
+
+async def test_failure_gives_exit_code_and_last_line(backend: Backend) -> None:
+    await backend.executor.launch(
+        backend.launch("bad-1", sh("echo working; echo oops >&2; exit 3"))
+    )
+    obs = await backend.finished("bad-1")
+    assert obs.phase is model.Phase.FAILED
+    assert obs.exit_code == 3
+    assert obs.message == "oops"
+    assert obs.identity == model.Identity(1, 1, 1)
+
+
+async def test_launch_twice_runs_once(backend: Backend, tmp_path: Path) -> None:
+    backend.same_machine()
+    marks = tmp_path / "marks"
+    launch = backend.launch("once-1", sh(f"echo x >> {marks}"))
+    await asyncio.gather(backend.executor.launch(launch), backend.executor.launch(launch))
+    await backend.executor.launch(launch)
+    await backend.finished("once-1")
+    await asyncio.sleep(0.3)
+    assert marks.read_text() == "x\n"
+
+
+async def test_same_name_other_identity_conflicts(backend: Backend) -> None:
+    await backend.executor.launch(backend.launch("clash-1", ["sleep", "5"], fence=1))
+    with pytest.raises(errors.LaunchConflict, match="clash-1"):
+        await backend.executor.launch(backend.launch("clash-1", ["sleep", "5"], fence=2))
+    await backend.executor.cancel("clash-1", timedelta(seconds=1))
+
+
+async def test_list_managed_by_selector(backend: Backend) -> None:
+    ex = backend.executor
+    await ex.launch(backend.launch("sel-1", ["true"], job_id=1))
+    await ex.launch(backend.launch("sel-2", ["true"], job_id=2))
+    await ex.launch(backend.launch("sel-3", ["true"], job_id=2, attempt_no=2, fence=3))
+    mine = await ex.list_managed({model.JOB_ID: "2"})
+    assert sorted(o.name for o in mine) == ["sel-2", "sel-3"]
+    assert all(o.identity is not None and o.identity.job_id == 2 for o in mine)
+    assert len(await ex.list_managed({model.MANAGED_BY: model.MANAGER})) == 3
+    assert await ex.list_managed({"other": "x"}) == []
+
+
+async def test_observe_absent(backend: Backend) -> None:
+    obs = await backend.executor.observe(["never-1"])
+    assert obs == {"never-1": model.Observation("never-1", model.Phase.ABSENT)}
+
+
+async def test_cancel_stops_it(backend: Backend, tmp_path: Path) -> None:
+    backend.same_machine()
+    after = tmp_path / "after"
+    await backend.executor.launch(backend.launch("cancel-1", sh(f"sleep 3; touch {after}")))
+    await backend.wait_for("cancel-1", lambda o: o.phase is model.Phase.RUNNING)
+    await backend.executor.cancel("cancel-1", timedelta(seconds=1))
+    obs = await backend.wait_for(
+        "cancel-1", lambda o: o.phase in (model.Phase.FAILED, model.Phase.ABSENT)
+    )
+    assert obs.phase is not model.Phase.SUCCEEDED
+    await asyncio.sleep(4)
+    assert not after.exists(), "the command was stopped, not left to finish"
+
+
+async def test_cancel_absent_or_finished_is_a_noop(backend: Backend) -> None:
+    await backend.executor.cancel("never-1", timedelta(seconds=1))
+    await backend.executor.launch(backend.launch("done-1", ["true"]))
+    await backend.finished("done-1")
+
+
+async def test_deadline(backend: Backend) -> None:
+    await backend.executor.launch(backend.launch("late-1", ["sleep", "30"], deadline_seconds=1))
+    obs = await backend.finished("late-1")
+    assert obs.phase is model.Phase.FAILED
+    assert obs.reason is not None
+    assert obs.reason.startswith("deadline exceeded"), obs.reason
+    assert obs.failure_class is model.FailureClass.TRANSIENT
+
+
+async def test_events_yield_each_finish_once(backend: Backend) -> None:
+    seen: list[model.Observation] = []
+
+    async def listen() -> None:
+        async for obs in backend.executor.events():
+            seen.append(obs)
+
+    task = asyncio.create_task(listen())
+    await asyncio.sleep(0.3)  # the stream is up before anything finishes
+    await backend.executor.launch(backend.launch("ev-1", ["true"], fence=1))
+    await backend.executor.launch(backend.launch("ev-2", ["false"], job_id=2, fence=2))
+    ends = time.monotonic() + 20
+    while len({o.name for o in seen}) < 2:
+        assert time.monotonic() < ends, seen
+        await asyncio.sleep(0.05)
+    await asyncio.sleep(0.5)
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    by_name = {o.name: o for o in seen}
+    assert sorted(o.name for o in seen) == ["ev-1", "ev-2"], "each finish once"
+    assert by_name["ev-1"].phase is model.Phase.SUCCEEDED
+    assert (by_name["ev-2"].phase, by_name["ev-2"].exit_code) == (model.Phase.FAILED, 1)
+
+
+async def test_a_spec_with_an_unknown_field_is_refused(backend: Backend) -> None:
+    spec = {**backend.spec(["true"]), "comand": ["typo"]}
+    with pytest.raises(errors.InvalidInput, match="comand"):
+        backend.executor.validate_spec(spec)

@@ -1,0 +1,273 @@
+"""The API double keeps the Kubernetes semantics corral relies on. Each test names the
+part of the Kubernetes documentation it follows; all of them go through the real
+`kubernetes` client over HTTP, as the executors do."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import kmock
+import pytest
+from kubernetes.aio import client
+from kubernetes.aio import watch as kube_watch
+
+from tests.support import kube_api
+
+pytestmark = pytest.mark.timeout(30)
+
+
+def job(name: str, labels: dict[str, str] | None = None, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": "default", "labels": labels or {}},
+        "spec": {
+            "backoffLimit": 0,
+            "template": {
+                "metadata": {"labels": labels or {}},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [
+                        {"name": "main", "image": "busybox", "command": ["sleep", "30"]}
+                    ],
+                },
+            },
+            **spec,
+        },
+    }
+
+
+@pytest.fixture
+async def k8s() -> AsyncIterator[tuple[kube_api.KubeApi, client.BatchV1Api, client.CoreV1Api]]:
+    api = kube_api.KubeApi()
+    async with api, kmock.Server(api) as server:
+        cfg = client.Configuration(host=str(server.url).rstrip("/"))
+        async with client.ApiClient(cfg) as c:
+            yield api, client.BatchV1Api(c), client.CoreV1Api(c)
+        api.end_watches()
+
+
+Fixture = tuple[kube_api.KubeApi, client.BatchV1Api, client.CoreV1Api]
+
+
+async def test_create_stamps_uid_resource_version_and_job_defaults(k8s: Fixture) -> None:
+    # api-concepts "Resource versions"; Job "Specifying your own Pod selector" (the API
+    # server adds controller-uid selector and labels).
+    _, batch, _ = k8s
+    a = await batch.create_namespaced_job("default", job("a"))
+    b = await batch.create_namespaced_job("default", job("b"))
+    assert a.metadata.uid
+    assert a.metadata.uid != b.metadata.uid
+    assert int(b.metadata.resource_version) > int(a.metadata.resource_version)
+    assert a.metadata.creation_timestamp is not None
+    assert a.spec.selector.match_labels == {"batch.kubernetes.io/controller-uid": a.metadata.uid}
+    assert a.spec.template.metadata.labels["batch.kubernetes.io/job-name"] == "a"
+    listing = await batch.list_namespaced_job("default")
+    assert int(listing.metadata.resource_version) >= int(b.metadata.resource_version)
+
+
+async def test_create_of_an_existing_name_is_409_already_exists(k8s: Fixture) -> None:
+    # api-concepts: a create of an existing name fails with a Status, reason AlreadyExists.
+    _, batch, _ = k8s
+    await batch.create_namespaced_job("default", job("a"))
+    with pytest.raises(client.ApiException) as caught:
+        await batch.create_namespaced_job("default", job("a"))
+    body = json.loads(caught.value.body)
+    assert caught.value.status == 409
+    assert body["kind"] == "Status"
+    assert body["reason"] == "AlreadyExists"
+    assert body["message"] == 'jobs.batch "a" already exists'
+    assert body["details"] == {"name": "a", "group": "batch", "kind": "jobs"}
+
+
+async def test_an_invalid_body_is_refused_with_422(k8s: Fixture) -> None:
+    # api-concepts "Field validation": unknown fields are errors under strict validation;
+    # object names must be DNS-1123 labels for Jobs. (Sent as raw HTTP: the client itself
+    # refuses unknown fields before sending.)
+    api, batch, _ = k8s
+    bad = job("a")
+    bad["spec"]["template"]["spec"]["containers"][0]["bogus"] = 1
+    for body in (bad, job("Not_A_Name")):
+        async with api.post("/apis/batch/v1/namespaces/default/jobs", json=body) as answer:
+            assert answer.status == 422
+            assert (await answer.json())["reason"] == "Invalid"
+    assert (await batch.list_namespaced_job("default")).items == []
+
+
+@pytest.mark.parametrize(
+    ("selector", "names"),
+    [
+        ("app=x", ["a", "b"]),
+        ("app==x", ["a", "b"]),
+        ("app!=x", ["c", "d"]),
+        ("tier in (web, db)", ["a", "c"]),
+        ("tier notin (web)", ["b", "c", "d"]),
+        ("tier", ["a", "b", "c"]),
+        ("!tier", ["d"]),
+        ("app=x,tier=web", ["a"]),
+    ],
+)
+async def test_label_selectors(k8s: Fixture, selector: str, names: list[str]) -> None:
+    # "Labels and Selectors": equality- and set-based requirements, comma means AND.
+    _, batch, _ = k8s
+    for name, labels in (
+        ("a", {"app": "x", "tier": "web"}),
+        ("b", {"app": "x", "tier": "batch"}),
+        ("c", {"app": "y", "tier": "db"}),
+        ("d", {"app": "y"}),
+    ):
+        await batch.create_namespaced_job("default", job(name, labels))
+    found = await batch.list_namespaced_job("default", label_selector=selector)
+    assert sorted(j.metadata.name for j in found.items) == names
+
+
+async def test_field_selector_on_metadata_name(k8s: Fixture) -> None:
+    # "Field Selectors": metadata.name and metadata.namespace on every resource.
+    _, batch, _ = k8s
+    for name in ("a", "b"):
+        await batch.create_namespaced_job("default", job(name))
+    found = await batch.list_namespaced_job("default", field_selector="metadata.name=b")
+    assert [j.metadata.name for j in found.items] == ["b"]
+    found = await batch.list_namespaced_job("default", field_selector="metadata.name!=b")
+    assert [j.metadata.name for j in found.items] == ["a"]
+
+
+async def test_watch_resumes_from_a_resource_version(k8s: Fixture) -> None:
+    # api-concepts "Efficient detection of changes": a watch from resourceVersion N
+    # replays every change after N, then streams.
+    api, batch, _ = k8s
+    listing = await batch.list_namespaced_job("default")
+    await batch.create_namespaced_job("default", job("a"))
+    api.patch(kube_api.JOBS, "default", "a", {"status": {"active": 1}})
+    w = kube_watch.Watch()
+    events = []
+    async for event in w.stream(
+        batch.list_namespaced_job,
+        "default",
+        resource_version=listing.metadata.resource_version,
+        timeout_seconds=1,
+    ):
+        events.append((event["type"], event["raw_object"]["metadata"]["name"]))
+    assert events == [("ADDED", "a"), ("MODIFIED", "a")]
+
+
+async def test_watch_from_a_compacted_version_is_410_expired(k8s: Fixture) -> None:
+    # api-concepts "410 Gone responses": the client must list again.
+    api, batch, _ = k8s
+    await batch.create_namespaced_job("default", job("a"))
+    old = (await batch.list_namespaced_job("default")).metadata.resource_version
+    api.patch(kube_api.JOBS, "default", "a", {"status": {"active": 1}})
+    api.compact()
+    with pytest.raises(client.ApiException) as caught:
+        async for _ in kube_watch.Watch().stream(
+            batch.list_namespaced_job, "default", resource_version=old, timeout_seconds=1
+        ):
+            pass
+    assert caught.value.status == 410
+
+
+async def test_watch_sees_live_changes_and_ends_after_its_timeout(k8s: Fixture) -> None:
+    _api, batch, _ = k8s
+    seen: list[str] = []
+
+    async def watch() -> None:
+        async for event in kube_watch.Watch().stream(
+            batch.list_namespaced_job, "default", label_selector="app=x", timeout_seconds=1
+        ):
+            seen.append(f"{event['type']} {event['raw_object']['metadata']['name']}")
+
+    task = asyncio.create_task(watch())
+    await asyncio.sleep(0.2)
+    await batch.create_namespaced_job("default", job("a", {"app": "x"}))
+    await batch.create_namespaced_job("default", job("b", {"app": "y"}))
+    await asyncio.wait_for(task, 5)
+    assert seen == ["ADDED a"], "only what the selector matches"
+
+
+async def test_delete_with_finalizers_waits_for_them(k8s: Fixture) -> None:
+    # "Finalizers": delete sets deletionTimestamp; the object goes once they are removed.
+    api, batch, _ = k8s
+    body = job("a")
+    body["metadata"]["finalizers"] = ["example.com/hold"]
+    await batch.create_namespaced_job("default", body)
+    await batch.delete_namespaced_job("a", "default")
+    held = await batch.read_namespaced_job("a", "default")
+    assert held.metadata.deletion_timestamp is not None
+    api.patch(kube_api.JOBS, "default", "a", {"metadata": {"finalizers": None}})
+    with pytest.raises(client.ApiException) as caught:
+        await batch.read_namespaced_job("a", "default")
+    assert caught.value.status == 404
+
+
+@pytest.mark.parametrize(
+    ("policy", "pods_left"),
+    [("Background", 0), ("Foreground", 0), ("Orphan", 1), (None, 1)],
+)
+async def test_propagation_policy(k8s: Fixture, policy: str | None, pods_left: int) -> None:
+    # "Garbage Collection" / "Cascading deletion": Background and Foreground delete the
+    # dependents; Orphan keeps them; batch/v1 Jobs default to orphaning (kubectl asks for
+    # background explicitly).
+    api, batch, core = k8s
+    made = await batch.create_namespaced_job("default", job("a"))
+    kube_api.JobController(api)._pod_for(api.get(kube_api.JOBS, "default", "a"))
+    assert len((await core.list_namespaced_pod("default")).items) == 1
+    options = client.V1DeleteOptions(propagation_policy=policy) if policy else None
+    await batch.delete_namespaced_job("a", "default", body=options)
+    pods = (await core.list_namespaced_pod("default")).items
+    assert len(pods) == pods_left
+    for pod in pods:
+        assert not any(o.uid == made.metadata.uid for o in pod.metadata.owner_references or [])
+
+
+async def test_injected_faults_come_before_the_store(k8s: Fixture) -> None:
+    api, batch, _ = k8s
+    api["get /apis/batch/v1/namespaces/default/jobs"][:1] << 429 << {"kind": "Status", "code": 429}
+    with pytest.raises(client.ApiException) as caught:
+        await batch.list_namespaced_job("default")
+    assert caught.value.status == 429
+    assert (await batch.list_namespaced_job("default")).items == []
+
+
+async def test_a_workflow_argo_would_refuse_is_422(k8s: Fixture) -> None:
+    # Argo's Workflow CRD: an unknown field in a template is refused (the double reads it
+    # through hera's models of the CRD, strictly).
+    api, _, _ = k8s
+    body = {
+        "apiVersion": "argoproj.io/v1alpha1",
+        "kind": "Workflow",
+        "metadata": {"name": "w", "namespace": "default"},
+        "spec": {
+            "entrypoint": "main",
+            "templates": [{"name": "main", "container": {"image": "busybox"}, "bogus": 1}],
+        },
+    }
+    url = "/apis/argoproj.io/v1alpha1/namespaces/default/workflows"
+    async with api.post(url, json=body) as answer:
+        assert answer.status == 422
+        assert "bogus" in (await answer.json())["message"]
+    assert api.objects(kube_api.WORKFLOWS) == []
+
+
+async def test_what_the_controllers_write_reads_back_through_the_typed_client(
+    k8s: Fixture,
+) -> None:
+    # The client's own models are strict (required fields, no unknown ones): pods and Jobs
+    # the double's controllers write must pass them, as a real cluster's do.
+    api, batch, core = k8s
+    kubelet, controller = kube_api.Kubelet(api), kube_api.JobController(api)
+    body = job("a")
+    body["spec"]["template"]["spec"]["containers"][0]["command"] = ["true"]
+    await batch.create_namespaced_job("default", body)
+    for _ in range(200):
+        done = await batch.read_namespaced_job("a", "default")
+        if done.status.conditions:
+            break
+        await asyncio.sleep(0.05)
+    assert [c.type for c in done.status.conditions] == ["SuccessCriteriaMet", "Complete"]
+    [pod] = (await core.list_namespaced_pod("default")).items
+    assert pod.status.container_statuses[0].state.terminated.exit_code == 0
+    await controller.close()
+    await kubelet.close()

@@ -1,0 +1,209 @@
+"""Health probes end to end: the loops call their hook after every round, a real `corral
+serve` keeps its health file fresh, and `corral health` fails when a loop stops moving
+(the process frozen with SIGSTOP), when the file is missing, or when it is stale."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from corral import config, dispatcher, errors, reconciler, store
+from corral.testing import FrozenClock
+from tests.acceptance.test_cli import corral_env
+from tests.support.noop import NoopExecutor
+
+pytestmark = pytest.mark.slow
+
+
+async def test_each_loop_calls_its_hook_after_every_round_failed_ones_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = f"sqlite:///{tmp_path / 'corral.db'}"
+    db = store.Store.connect(url)
+    await db.migrate()
+
+    async def unreachable(**_: Any) -> Any:
+        raise errors.StoreError("the database cannot be reached")
+
+    monkeypatch.setattr(db, "job_claim", unreachable)
+    monkeypatch.setattr(db, "attempt_list_for_recovery", unreachable)
+    parts: dict[str, Any] = {
+        "store": db,
+        "executors": {"noop": NoopExecutor()},
+        "clock": FrozenClock(),
+        "settings": config.Settings(database_url=url),
+    }
+    rounds = {"dispatcher": 0, "reconciler": 0}
+    stop = asyncio.Event()
+
+    def hook(loop: str) -> Any:
+        def count() -> None:
+            rounds[loop] += 1
+            if min(rounds.values()) >= 3:
+                stop.set()
+
+        return count
+
+    try:
+        await asyncio.wait_for(
+            asyncio.gather(
+                dispatcher.Dispatcher(**parts).run(stop, on_tick=hook("dispatcher")),
+                reconciler.Reconciler(**parts).run(stop, on_pass=hook("reconciler")),
+            ),
+            timeout=20,
+        )
+    finally:
+        await db.close()
+    assert min(rounds.values()) >= 3, rounds
+
+
+# --- a real corral process ------------------------------------------------------------------------
+
+
+def corral(
+    cwd: Path, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "corral", *args],
+        cwd=cwd,
+        env=corral_env(env),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+@pytest.fixture
+def folder(tmp_path: Path) -> Path:
+    upgraded = corral(tmp_path, "db", "upgrade")
+    assert upgraded.returncode == 0, upgraded.stderr
+    return tmp_path
+
+
+@pytest.fixture
+def running(folder: Path) -> Iterator[list[subprocess.Popen[str]]]:
+    """Processes a test starts; each is stopped (SIGCONT, then SIGKILL) if still running."""
+    procs: list[subprocess.Popen[str]] = []
+    yield procs
+    for proc in procs:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGCONT)
+            proc.kill()
+        proc.communicate(timeout=30)
+
+
+def start(
+    folder: Path,
+    running: list[subprocess.Popen[str]],
+    *args: str,
+    env: dict[str, str] | None = None,
+) -> subprocess.Popen[str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "corral", *args],
+        cwd=folder,
+        env=corral_env(env),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    running.append(proc)
+    return proc
+
+
+def times(path: Path, proc: subprocess.Popen[str], seconds: float = 30) -> dict[str, datetime]:
+    """The loops' times in the health file, once it is there."""
+    until = time.monotonic() + seconds
+    while time.monotonic() < until:
+        assert proc.poll() is None, f"corral exited {proc.returncode}"
+        if path.exists():
+            return {
+                k: datetime.fromisoformat(v)
+                for k, v in json.loads(path.read_text())["loops"].items()
+            }
+        time.sleep(0.1)
+    raise AssertionError(f"no health file at {path} after {seconds}s")
+
+
+def test_serve_keeps_its_health_file_fresh_and_health_sees_a_frozen_process(
+    folder: Path, running: list[subprocess.Popen[str]]
+) -> None:
+    path = folder / "run" / "health.json"
+    proc = start(folder, running, "serve", "--health-file", str(path))
+    first = times(path, proc)
+    assert set(first) == {"dispatcher", "reconciler"}
+    ready = corral(folder, "health", "--file", str(path), "--ready")
+    assert ready.returncode == 0, ready.stderr
+    assert ready.stdout.startswith("ok: dispatcher tick")
+    time.sleep(1.5)
+    later = times(path, proc)
+    assert all(later[loop] > first[loop] for loop in first), (first, later)
+    alive = corral(folder, "health", "--file", str(path), "--max-age", "10s")
+    assert alive.returncode == 0, alive.stderr
+
+    os.kill(proc.pid, signal.SIGSTOP)  # every loop stops moving, the file stays
+    time.sleep(3)
+    stuck = corral(folder, "health", "--file", str(path), "--max-age", "2s")
+    assert stuck.returncode == 1
+    assert "ago" in stuck.stderr
+    assert "the loop is stuck" in stuck.stderr
+    assert corral(folder, "health", "--file", str(path), "--ready").returncode == 0
+
+    os.kill(proc.pid, signal.SIGCONT)
+    until = time.monotonic() + 20
+    while corral(folder, "health", "--file", str(path), "--max-age", "2s").returncode != 0:
+        assert time.monotonic() < until, "the file was not freshened after SIGCONT"
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 0
+    assert path.exists(), "a clean stop leaves the file: removing it would fail a draining pod"
+
+
+def test_a_reconciler_alone_takes_its_health_file_from_the_environment(
+    folder: Path, running: list[subprocess.Popen[str]]
+) -> None:
+    path = folder / "health.json"
+    env = {"CORRAL_HEALTH_FILE": str(path)}
+    proc = start(folder, running, "reconciler", env=env)
+    assert set(times(path, proc)) == {"reconciler"}
+    checked = corral(folder, "health", "--max-age", "10s", env=env)
+    assert checked.returncode == 0, checked.stderr
+    assert checked.stdout.startswith("ok: reconciler pass")
+
+
+def test_a_restarted_corral_is_not_ready_until_its_own_first_round(
+    folder: Path, running: list[subprocess.Popen[str]]
+) -> None:
+    path = folder / "health.json"
+    path.write_text(json.dumps({"pid": 1, "loops": {"dispatcher": "2020-01-01T00:00:00+00:00"}}))
+    old = corral(folder, "health", "--file", str(path))
+    assert old.returncode == 1
+    assert "dispatcher's last tick ended" in old.stderr
+    proc = start(folder, running, "dispatcher", "--health-file", str(path))
+    until = time.monotonic() + 30
+    while json.loads(path.read_text() if path.exists() else "{}").get("pid") != proc.pid:
+        assert time.monotonic() < until, "the earlier run's file was not replaced"
+        time.sleep(0.1)
+    assert corral(folder, "health", "--file", str(path)).returncode == 0
+
+
+def test_health_fails_clearly_on_a_missing_file_or_none_configured(folder: Path) -> None:
+    missing = corral(folder, "health", "--file", str(folder / "nowhere.json"))
+    assert missing.returncode == 1
+    assert "no health file" in missing.stderr
+    assert "--health-file" in missing.stderr
+    unset = corral(folder, "health")
+    assert unset.returncode == 2
+    assert "give --file PATH or set health_file" in unset.stderr
+    bad = corral(folder, "health", "--file", "x", "--max-age", "soon")
+    assert bad.returncode == 2
+    assert "--max-age" in bad.stderr

@@ -1,0 +1,239 @@
+"""corral's loops on the kubernetes and argo executors, end to end: `runtime.serve` reads a
+kubeconfig that points at the API double, jobs go in through the client, and Jobs and
+Workflows come out; recovery settles what happened while corral was down."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from corral import client, clock, config, model, reconciler, runtime, store
+from corral.executors import base, kubernetes
+from corral.testing import FrozenClock
+from tests.support import kube_api
+
+pytestmark = [pytest.mark.timeout(90), pytest.mark.slow]
+
+J, A, P = model.JobState, model.AttemptState, model.Phase
+IMAGE = "busybox:1.36"
+
+
+def kubeconfig(path: Path, url: str) -> Path:
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "double", "cluster": {"server": url}}],
+                "users": [{"name": "corral", "user": {"token": "not-checked"}}],
+                "contexts": [
+                    {"name": "double", "context": {"cluster": "double", "user": "corral"}}
+                ],
+                "current-context": "double",
+            }
+        )
+    )
+    return path
+
+
+def make_settings(tmp_path: Path, url: str, **timeouts: Any) -> config.Settings:
+    return config.Settings(
+        database_url=f"sqlite:///{tmp_path}/corral.db",
+        state_dir=tmp_path / "state",
+        executors={
+            "enabled": ["kubernetes", "argo"],
+            "kubernetes": {
+                "namespace": "default",
+                "kubeconfig": str(kubeconfig(tmp_path / "kubeconfig", url)),
+                "termination_grace": 1,
+                "request_timeout": 2,
+                "watch_timeout": 3,
+            },
+        },
+        timeouts=config.Timeouts(
+            margin="500ms",
+            tick_margin="50ms",
+            dispatch_interval="200ms",
+            observe_interval="300ms",
+            reconcile_interval="300ms",
+            launch_grace="5s",
+            lease_timeout="10s",
+            attempt_deadline="20s",
+            cancel_grace="1s",
+            recovery_grace="30s",
+            **timeouts,
+        ),
+    )
+
+
+@dataclass
+class Corral:
+    client: client.Client
+    cluster: kube_api.Cluster
+
+    async def wait(self, job_id: int, *states: model.JobState, seconds: float = 30) -> Any:
+        ends = time.monotonic() + seconds
+        while True:
+            view = await self.client.job(job_id)
+            if view.job.state in states:
+                return view
+            assert time.monotonic() < ends, f"job {job_id} not {states}: {view}"
+            await asyncio.sleep(0.1)
+
+
+async def migrated(settings: config.Settings) -> None:
+    db = store.Store.connect(settings.database_url)
+    await db.migrate()
+    await db.close()
+
+
+@pytest.fixture
+async def corral(tmp_path: Path) -> AsyncIterator[Corral]:
+    async with kube_api.cluster() as cluster:
+        settings = make_settings(tmp_path, cluster.url)
+        await migrated(settings)
+        stop = asyncio.Event()
+        loops = asyncio.create_task(runtime.serve(settings, stop))
+        async with runtime.connect(settings) as c:
+            try:
+                yield Corral(c, cluster)
+            finally:
+                stop.set()
+                await asyncio.wait_for(loops, 30)
+
+
+@pytest.mark.parametrize("kind", ["kubernetes", "argo"])
+async def test_jobs_run_as_jobs_and_workflows(corral: Corral, kind: str) -> None:
+    ok, _ = await corral.client.submit(
+        executor=kind, spec={"image": IMAGE, "command": ["sh", "-c", "echo hi"]}
+    )
+    bad, _ = await corral.client.submit(
+        executor=kind,
+        spec={"image": IMAGE, "command": ["sh", "-c", "echo broken >&2; exit 3"]},
+        max_attempts=1,
+    )
+    assert (await corral.wait(ok, J.SUCCEEDED)).attempts[0].state == A.SUCCEEDED
+    view = await corral.wait(bad, J.FAILED, J.QUARANTINED)
+    assert view.attempts[0].exit_code == 3
+    resource = kube_api.JOBS if kind == "kubernetes" else kube_api.WORKFLOWS
+    made = {o["metadata"]["name"] for o in corral.cluster.api.objects(resource)}
+    assert made == {view.attempts[0].launch_name for view in [await corral.client.job(ok), view]}
+
+
+async def test_a_job_the_api_server_refuses_is_quarantined_not_retried(corral: Corral) -> None:
+    corral.cluster.api.validators[kube_api.JOBS] = lambda _: ["refused by an admission policy"]
+    job_id, _ = await corral.client.submit(
+        executor="kubernetes", spec={"image": IMAGE, "command": ["true"]}, max_attempts=5
+    )
+    view = await corral.wait(job_id, J.QUARANTINED)
+    assert len(view.attempts) == 1
+    assert view.attempts[0].failure_class is model.FailureClass.PERMANENT
+    reasons = " ".join(e.reason for e in view.events)
+    assert "launch refused by the platform" in reasons
+    assert "refused by an admission policy" in reasons
+
+
+async def test_cancel_deletes_the_job(corral: Corral) -> None:
+    job_id, _ = await corral.client.submit(
+        executor="kubernetes", spec={"image": IMAGE, "command": ["sleep", "30"]}
+    )
+    await corral.wait(job_id, J.RUNNING)
+    name = (await corral.client.job(job_id)).attempts[0].launch_name
+    ends = time.monotonic() + 10
+    while corral.cluster.api.find(kube_api.JOBS, "default", name) is None:
+        assert time.monotonic() < ends
+        await asyncio.sleep(0.05)
+    await corral.client.cancel(job_id)
+    await corral.wait(job_id, J.CANCELLED)
+    ends = time.monotonic() + 10
+    while corral.cluster.api.find(kube_api.JOBS, "default", name) is not None:
+        assert time.monotonic() < ends, "the Job was deleted"
+        await asyncio.sleep(0.05)
+    assert corral.cluster.api.objects(kube_api.PODS) == []
+
+
+# --- while corral was down -------------------------------------------------------------------
+
+
+async def running_attempt(
+    db: store.Store, frozen: FrozenClock, settings: config.Settings, ex: Any, command: list[str]
+) -> model.Claimed:
+    """A job claimed, launched on the double and recorded running; then corral "stops"."""
+    await db.job_submit(
+        new=[model.NewJob(executor="kubernetes", spec={"image": IMAGE, "command": command})],
+        now=frozen.now(),
+    )
+    [claimed] = await db.job_claim(now=frozen.now(), limit=1, executors=["kubernetes"])
+    await ex.launch(base.launch_for(claimed, settings, frozen.now()))
+    await db.attempt_record_running(fences=[claimed.attempt.id], now=frozen.now())
+    return claimed
+
+
+async def finished(ex: Any, name: str) -> None:
+    ends = time.monotonic() + 15
+    while not (await ex.observe([name]))[name].phase.finished:
+        assert time.monotonic() < ends
+        await asyncio.sleep(0.05)
+
+
+@pytest.fixture
+async def down(tmp_path: Path) -> AsyncIterator[tuple[Any, ...]]:
+    async with kube_api.cluster() as cluster:
+        settings = make_settings(tmp_path, cluster.url)
+        await migrated(settings)
+        db = store.Store.connect(settings.database_url)
+        ex = kubernetes.KubernetesExecutor(
+            settings=settings,
+            clock=clock.SystemClock(),
+            configuration=kube_api.configuration(cluster),
+        )
+        await ex.start()
+        frozen = FrozenClock()
+        rec = reconciler.Reconciler(
+            store=db, executors={"kubernetes": ex}, clock=frozen, settings=settings
+        )
+        yield cluster, db, ex, frozen, settings, rec
+        await ex.close()
+        await db.close()
+
+
+async def test_a_job_that_finished_while_corral_was_down_is_settled_by_recovery(
+    down: tuple[Any, ...],
+) -> None:
+    _cluster, db, ex, frozen, settings, rec = down
+    c = await running_attempt(db, frozen, settings, ex, ["sh", "-c", "exit 4"])
+    await finished(ex, c.attempt.launch_name)
+    frozen.advance(11)  # past its lease: recovery looks at it
+    summary = await rec.run_once()
+    assert summary.completed == 1
+    [attempt] = await db.attempt_list(job_id=c.job.id)
+    assert (attempt.state, attempt.exit_code) == (A.FAILED, 4)
+
+
+async def test_a_job_ttl_deleted_while_corral_was_down_is_lost_with_an_event(
+    down: tuple[Any, ...],
+) -> None:
+    cluster, db, ex, frozen, settings, rec = down
+    c = await running_attempt(db, frozen, settings, ex, ["true"])
+    name = c.attempt.launch_name
+    await finished(ex, name)
+    cluster.jobs.ttl_expire("default", name)  # its outcome is gone with it
+    frozen.advance(11)
+    await rec.run_once()
+    [attempt] = await db.attempt_list(job_id=c.job.id)
+    assert attempt.state == A.RUNNING, "absent for a moment is no proof: not a success, no retry"
+    frozen.advance(30)  # past recovery_grace
+    await rec.run_once()
+    [attempt, *_] = await db.attempt_list(job_id=c.job.id)
+    assert attempt.state == A.LOST, "never a silent success"
+    events = [e.reason for e in await db.event_list(job_id=c.job.id)]
+    assert any("lost: not on the platform past recovery_grace" in r for r in events), events
+    job = await db.job_get(job_id=c.job.id)
+    assert job.state is J.QUEUED, "retried, and the run log says why"

@@ -1,0 +1,1030 @@
+"""A Kubernetes API server double, on a real HTTP port, driven by the real client.
+
+It is kmock's KubernetesEmulator (HTTP server, URL parsing, discovery, Status errors, and
+its DSL for injecting faults: `api["get /apis/batch/v1/..."][:2] << 503`) with the object
+store replaced by one that keeps what corral relies on, each rule following the
+Kubernetes API documentation (kubernetes.io/docs/reference/using-api/api-concepts/):
+
+- every write stamps `metadata.uid` (create), `creationTimestamp`, `generation` and a
+  cluster-wide increasing `resourceVersion`; lists carry the list's resourceVersion;
+- create of an existing name answers 409 with the `AlreadyExists` Status body;
+- every created body is validated (strict schema of the newest supported Kubernetes
+  version, DNS-1123 names, label syntax) and refused with 422 `Invalid`;
+- label selectors (`=`, `==`, `!=`, `in`, `notin`, `key`, `!key`) and the
+  `metadata.name` / `metadata.namespace` field selectors;
+- watch from a resourceVersion replays what changed after it; after `compact()`, a
+  resourceVersion older than the history answers a 410 `Expired` ERROR event, and a
+  watch ends after `timeoutSeconds`;
+- delete honours finalizers (sets `deletionTimestamp`, removes the object once they are
+  gone) and `propagationPolicy` (Background and Foreground delete the object's dependents
+  by ownerReferences, Orphan keeps them; a Job deleted with no policy orphans its pods,
+  as batch/v1 does for compatibility);
+- JSON merge patches (used for `spec.shutdown` and status injection).
+
+`Kubelet`, `JobController` and `ArgoController` (below) move the objects as a cluster
+would; the kubelet runs each pod's `main` container command as a local process, so an
+executor's contract tests see real exit codes, logs and deadlines.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import itertools
+import json
+import os
+import re
+import signal
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import kmock
+import kubernetes_validate
+from kubernetes.aio import client
+
+from corral import errors
+from corral.executors import argo, kubernetes
+
+JOBS = ("batch", "v1", "jobs")
+PODS = ("", "v1", "pods")
+WORKFLOWS = ("argoproj.io", "v1alpha1", "workflows")
+KINDS = {JOBS: "Job", PODS: "Pod", WORKFLOWS: "Workflow"}
+SCHEMA_VERSION = kubernetes.SUPPORTED_VERSIONS[-1]
+
+Key = tuple[tuple[str, str, str], str, str]  # (resource, namespace, name)
+
+
+def now_text() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass(eq=False)
+class _Watcher:
+    resource: tuple[str, str, str]
+    namespace: str | None
+    matches: Callable[[Mapping[str, Any]], bool]
+    queue: asyncio.Queue[dict[str, Any] | None] = field(default_factory=asyncio.Queue)
+
+
+class ApiError(kmock.KubernetesError):
+    """A Status answer with Kubernetes' own reason and details."""
+
+
+def status_error(code: int, reason: str, message: str, **details: Any) -> ApiError:
+    return ApiError(status=code, reason=reason, message=message, details=details)
+
+
+class KubeApi(kmock.KubernetesEmulator):  # type: ignore[misc]
+    """The API double. Use as `async with KubeApi() as api, kmock.Server(api) as server`."""
+
+    def __attrs_post_init__(self) -> None:
+        super().__attrs_post_init__()
+        for (group, version, plural), kind in KINDS.items():
+            self.resources[f"{group}/{version}/{plural}"] = kmock.ResourceInfo(
+                kind=kind,
+                namespaced=True,
+                verbs={"create", "get", "list", "watch", "delete", "patch"},
+                subresources={"status"},
+            )
+        self.store: dict[Key, dict[str, Any]] = {}
+        self.rv = itertools.count(1000)
+        self.last_rv = 999
+        self.history: list[tuple[int, tuple[str, str, str], str, dict[str, Any]]] = []
+        self.oldest_rv = 999  # watches from below this answer 410 Expired
+        self.watchers: set[_Watcher] = set()
+        self.frozen = False  # watches stay open but send nothing (a silently cut link)
+        self.reply_lost: dict[tuple[str, str], int] = {}  # (verb, plural) -> count
+        self.validators: dict[tuple[str, str, str], Callable[[dict[str, Any]], list[str]]] = {
+            JOBS: _schema_problems,
+            PODS: _schema_problems,
+            WORKFLOWS: _workflow_problems,
+        }
+        self.on_change: list[Callable[[str, tuple[str, str, str], dict[str, Any]], None]] = []
+
+    # kmock's emulator mutates its own store before routing; ours does it in the handlers.
+    async def _handle(self, request: kmock.Request) -> Any:
+        return await kmock.KubernetesScaffold._handle(self, request)
+
+    # --- direct access for tests and simulators ----------------------------------------
+
+    def get(self, resource: tuple[str, str, str], namespace: str, name: str) -> dict[str, Any]:
+        return self.store[(resource, namespace, name)]
+
+    def find(
+        self, resource: tuple[str, str, str], namespace: str, name: str
+    ) -> dict[str, Any] | None:
+        return self.store.get((resource, namespace, name))
+
+    def objects(self, resource: tuple[str, str, str]) -> list[dict[str, Any]]:
+        return [obj for (res, _, _), obj in self.store.items() if res == resource]
+
+    def put(self, resource: tuple[str, str, str], obj: dict[str, Any]) -> dict[str, Any]:
+        """Create an object as the API server would (tests and controllers use this)."""
+        return self._create(resource, obj["metadata"].get("namespace", "default"), obj)
+
+    def patch(
+        self, resource: tuple[str, str, str], namespace: str, name: str, change: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """A JSON merge patch (RFC 7386), status included."""
+        key = (resource, namespace, name)
+        obj = self.store.get(key)
+        if obj is None:
+            raise _not_found(resource, name)
+        merged = _merge(copy.deepcopy(obj), change)
+        merged["metadata"]["uid"] = obj["metadata"]["uid"]
+        return self._write(key, merged, "MODIFIED")
+
+    def remove(
+        self, resource: tuple[str, str, str], namespace: str, name: str, policy: str | None = None
+    ) -> dict[str, Any]:
+        return self._delete((resource, namespace, name), policy)
+
+    def compact(self) -> None:
+        """Forget the change history, as etcd compaction does: older watches get 410."""
+        self.history.clear()
+        self.oldest_rv = self.last_rv + 1
+
+    def end_watches(self) -> None:
+        """Close every open watch stream from the server side."""
+        for watcher in list(self.watchers):
+            watcher.queue.put_nowait(None)
+
+    # --- the store ------------------------------------------------------------------------
+
+    def _create(
+        self, resource: tuple[str, str, str], namespace: str, body: dict[str, Any]
+    ) -> dict[str, Any]:
+        obj = copy.deepcopy(body)
+        meta = obj.setdefault("metadata", {})
+        name = meta.get("name")
+        if not name and meta.get("generateName"):
+            name = meta["generateName"] + uuid.uuid4().hex[:5]
+            meta["name"] = name
+        meta["namespace"] = namespace
+        key = (resource, namespace, name)
+        if key in self.store:
+            group = resource[0]
+            raise status_error(
+                409,
+                "AlreadyExists",
+                f'{resource[2]}{"." + group if group else ""} "{name}" already exists',
+                name=name,
+                group=group,
+                kind=resource[2],
+            )
+        problems = self.validators.get(resource, lambda _: [])(obj)
+        if problems:
+            raise status_error(
+                422,
+                "Invalid",
+                f'{KINDS[resource]}.{resource[0] or "core"} "{name}" is invalid: {problems[0]}',
+                name=name,
+                kind=KINDS[resource],
+                causes=[{"reason": "FieldValueInvalid", "message": p} for p in problems],
+            )
+        meta["uid"] = str(uuid.uuid4())
+        meta["creationTimestamp"] = now_text()
+        meta["generation"] = 1
+        obj.setdefault("status", {})
+        if resource == JOBS:
+            _default_job(obj)
+        return self._write(key, obj, "ADDED")
+
+    def _write(self, key: Key, obj: dict[str, Any], kind: str) -> dict[str, Any]:
+        rv = next(self.rv)
+        self.last_rv = rv
+        obj["metadata"]["resourceVersion"] = str(rv)
+        if kind == "DELETED":
+            self.store.pop(key, None)
+        else:
+            meta = obj["metadata"]
+            if meta.get("deletionTimestamp") and not meta.get("finalizers"):
+                return self._write(key, obj, "DELETED")
+            self.store[key] = obj
+        snapshot = copy.deepcopy(obj)
+        self.history.append((rv, key[0], kind, snapshot))
+        for watcher in list(self.watchers):
+            wanted = watcher.resource == key[0] and watcher.namespace in (None, key[1])
+            if wanted and watcher.matches(snapshot):
+                watcher.queue.put_nowait({"type": kind, "object": snapshot})
+        for hook in list(self.on_change):
+            hook(kind, key[0], snapshot)
+        return obj
+
+    def _delete(self, key: Key, policy: str | None) -> dict[str, Any]:
+        obj = self.store.get(key)
+        if obj is None:
+            raise _not_found(key[0], key[2])
+        if policy is None:
+            policy = "Orphan" if key[0] == JOBS else "Background"
+        uid = obj["metadata"]["uid"]
+        meta = obj["metadata"]
+        if policy == "Foreground":
+            meta.setdefault("finalizers", [])
+            if "foregroundDeletion" not in meta["finalizers"]:
+                meta["finalizers"].append("foregroundDeletion")
+        if not meta.get("deletionTimestamp"):
+            meta["deletionTimestamp"] = now_text()
+        last = self._write(key, copy.deepcopy(obj), "MODIFIED")
+        for dep_key, dep in list(self.store.items()):
+            owners = dep["metadata"].get("ownerReferences") or []
+            if not any(o.get("uid") == uid for o in owners):
+                continue
+            if policy == "Orphan":
+                rest = [o for o in owners if o.get("uid") != uid]
+                self.patch(
+                    dep_key[0],
+                    dep_key[1],
+                    dep_key[2],
+                    {"metadata": {"ownerReferences": rest or None}},
+                )
+            else:
+                with contextlib.suppress(ApiError):
+                    self._delete(dep_key, "Background")
+        if policy == "Foreground" and key in self.store:
+            finalizers = [f for f in meta["finalizers"] if f != "foregroundDeletion"]
+            last = self.patch(
+                key[0], key[1], key[2], {"metadata": {"finalizers": finalizers or None}}
+            )
+        return last
+
+    # --- HTTP handlers (kmock's fallbacks: injected reactions come first) --------------------
+
+    def _resource(self, request: kmock.Request) -> tuple[str, str, str]:
+        res = request.resource
+        triple = (res.group or "", res.version or "", res.plural or "")
+        if triple not in KINDS:
+            raise kmock.KubernetesResourceNotFoundError()
+        return triple
+
+    def _lost(self, verb: str, resource: tuple[str, str, str]) -> None:
+        left = self.reply_lost.get((verb, resource[2]), 0)
+        if left:
+            self.reply_lost[(verb, resource[2])] = left - 1
+            raise status_error(
+                504, "Timeout", "Timeout: request did not complete within requested timeout"
+            )
+
+    async def _serve_create(self, request: kmock.Request) -> Any:
+        resource = self._resource(request)
+        body = request.data if isinstance(request.data, dict) else {}
+        namespace = request.namespace or body.get("metadata", {}).get("namespace") or "default"
+        created = self._create(resource, namespace, body)
+        self._lost("create", resource)  # stored, but the answer never arrives
+        return created
+
+    async def _serve_fetch(self, request: kmock.Request) -> Any:
+        resource = self._resource(request)
+        obj = self.store.get((resource, request.namespace or "default", request.name or ""))
+        if obj is None:
+            raise _not_found(resource, request.name or "")
+        return obj
+
+    async def _serve_list(self, request: kmock.Request) -> Any:
+        resource = self._resource(request)
+        matches = _matcher(request.params)
+        items = [
+            obj
+            for (res, ns, _), obj in sorted(self.store.items())
+            if res == resource and request.namespace in (None, ns) and matches(obj)
+        ]
+        group, version, _ = resource
+        return {
+            "apiVersion": f"{group}/{version}" if group else version,
+            "kind": KINDS[resource] + "List",
+            "metadata": {"resourceVersion": str(self.last_rv)},
+            "items": items,
+        }
+
+    async def _serve_watch(self, request: kmock.Request) -> AsyncIterator[Any]:
+        resource = self._resource(request)
+        matches = _matcher(request.params)
+        since = request.params.get("resourceVersion")
+        timeout = float(request.params.get("timeoutSeconds") or 1800)
+        watcher = _Watcher(resource, request.namespace, matches)
+        yield b""
+        if since not in (None, "", "0") and int(since) < self.oldest_rv - 1:
+            yield {"type": "ERROR", "object": _expired(since, self.oldest_rv)}
+            return
+        if since in (None, "", "0"):
+            backlog = [
+                {"type": "ADDED", "object": copy.deepcopy(obj)}
+                for (res, ns, _), obj in sorted(self.store.items())
+                if res == resource and request.namespace in (None, ns) and matches(obj)
+            ]
+        else:
+            backlog = [
+                {"type": kind, "object": copy.deepcopy(obj)}
+                for rv, res, kind, obj in self.history
+                if rv > int(since) and res == resource and matches(obj)
+                if request.namespace in (None, obj["metadata"].get("namespace"))
+            ]
+        self.watchers.add(watcher)
+        try:
+            for event in backlog:
+                yield event
+            loop = asyncio.get_running_loop()
+            ends = loop.time() + timeout
+            while (left := ends - loop.time()) > 0:
+                try:
+                    event = await asyncio.wait_for(watcher.queue.get(), left)
+                except TimeoutError:
+                    return
+                if event is None:
+                    return
+                while self.frozen:  # a silent link: nothing arrives, nothing ends
+                    await asyncio.sleep(0.05)
+                yield event
+        finally:
+            self.watchers.discard(watcher)
+
+    async def _serve_update(self, request: kmock.Request) -> Any:
+        resource = self._resource(request)
+        change = request.data if isinstance(request.data, dict) else {}
+        if request.method.value == "PUT":
+            obj = self.get(resource, request.namespace or "default", request.name or "")
+            change = {
+                **change,
+                "metadata": {**change.get("metadata", {}), "uid": obj["metadata"]["uid"]},
+            }
+        return self.patch(resource, request.namespace or "default", request.name or "", change)
+
+    async def _serve_delete(self, request: kmock.Request) -> Any:
+        resource = self._resource(request)
+        options = request.data if isinstance(request.data, dict) else {}
+        policy = options.get("propagationPolicy") or request.params.get("propagationPolicy")
+        if options.get("orphanDependents") is True:
+            policy = "Orphan"
+        key = (resource, request.namespace or "default", request.name or "")
+        self._delete(key, policy)
+        return {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "status": "Success",
+            "details": {"name": key[2]},
+        }
+
+
+# --- rules -----------------------------------------------------------------------------------
+
+
+def _not_found(resource: tuple[str, str, str], name: str) -> ApiError:
+    group = resource[0]
+    return status_error(
+        404,
+        "NotFound",
+        f'{resource[2]}{"." + group if group else ""} "{name}" not found',
+        name=name,
+        group=group,
+        kind=resource[2],
+    )
+
+
+def _expired(since: str, oldest: int) -> dict[str, Any]:
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": f"too old resource version: {since} ({oldest})",
+        "reason": "Expired",
+        "code": 410,
+    }
+
+
+def _schema_problems(obj: dict[str, Any]) -> list[str]:
+    doc = {k: v for k, v in obj.items() if k != "status"}
+    try:
+        kubernetes_validate.validate(doc, SCHEMA_VERSION, strict=True)
+    except kubernetes_validate.ValidationError as exc:
+        where = ".".join(str(p) for p in exc.path) or "(top)"
+        return [f"{where}: {exc.message}"]
+    return kubernetes.manifest_problems(doc)
+
+
+def _workflow_problems(obj: dict[str, Any]) -> list[str]:
+    """What Argo's CRD schema and admission would refuse, as hera's models of it read it."""
+    try:
+        argo.check_workflow({k: v for k, v in obj.items() if k != "status"})
+    except errors.InvalidInput as exc:
+        return [str(exc)]
+    return []
+
+
+def _default_job(job: dict[str, Any]) -> None:
+    """What the API server adds to a Job: a selector on its uid, and labels to match."""
+    uid = job["metadata"]["uid"]
+    name = job["metadata"]["name"]
+    added = {
+        "batch.kubernetes.io/controller-uid": uid,
+        "batch.kubernetes.io/job-name": name,
+        "controller-uid": uid,
+        "job-name": name,
+    }
+    spec = job.setdefault("spec", {})
+    spec.setdefault("selector", {"matchLabels": {"batch.kubernetes.io/controller-uid": uid}})
+    spec.setdefault("completions", 1)
+    spec.setdefault("parallelism", 1)
+    template_meta = spec.setdefault("template", {}).setdefault("metadata", {})
+    template_meta["labels"] = {**(template_meta.get("labels") or {}), **added}
+
+
+def _merge(target: Any, patch: Any) -> Any:
+    """RFC 7386 JSON merge patch: null removes a key, maps merge, anything else replaces."""
+    if not isinstance(patch, Mapping):
+        return copy.deepcopy(patch)
+    if not isinstance(target, dict):
+        target = {}
+    for key, value in patch.items():
+        if value is None:
+            target.pop(key, None)
+        else:
+            target[key] = _merge(target.get(key), value)
+    return target
+
+
+_REQUIREMENT = re.compile(
+    r"\s*(?P<neg>!)?\s*(?P<key>[A-Za-z0-9_./-]+)\s*"
+    r"(?:(?P<op>==|=|!=|\s+in\s+|\s+notin\s+)\s*(?P<value>\([^)]*\)|[A-Za-z0-9_.-]*))?\s*$"
+)
+
+
+def parse_selector(text: str) -> Callable[[Mapping[str, str]], bool]:
+    """A label selector as the API server reads it: requirements joined by commas."""
+    parts = [p for p in _split_selector(text) if p.strip()]
+    tests: list[Callable[[Mapping[str, str]], bool]] = []
+    for part in parts:
+        m = _REQUIREMENT.match(part)
+        if not m:
+            raise status_error(400, "BadRequest", f"unable to parse requirement: {part!r}")
+        key, op, value, neg = m["key"], (m["op"] or "").strip(), m["value"], m["neg"]
+        if neg:
+            tests.append(lambda labels, k=key: k not in labels)
+        elif not op:
+            tests.append(lambda labels, k=key: k in labels)
+        elif op in ("=", "=="):
+            tests.append(lambda labels, k=key, v=value: labels.get(k) == v)
+        elif op == "!=":
+            tests.append(lambda labels, k=key, v=value: labels.get(k) != v)
+        else:
+            values = {v.strip() for v in value.strip("()").split(",")}
+            if op == "in":
+                tests.append(lambda labels, k=key, vs=values: labels.get(k) in vs)
+            else:
+                tests.append(lambda labels, k=key, vs=values: labels.get(k) not in vs)
+    return lambda labels: all(t(labels) for t in tests)
+
+
+def _split_selector(text: str) -> Iterator[str]:
+    depth, start = 0, 0
+    for i, ch in enumerate(text):
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            yield text[start:i]
+            start = i + 1
+    yield text[start:]
+
+
+def _matcher(params: Mapping[str, str]) -> Callable[[Mapping[str, Any]], bool]:
+    labels = parse_selector(params.get("labelSelector", ""))
+    fields: list[tuple[str, str, str]] = []
+    for part in filter(None, params.get("fieldSelector", "").split(",")):
+        m = re.match(r"^(metadata\.name|metadata\.namespace)\s*(==|=|!=)\s*(.*)$", part)
+        if not m:
+            raise status_error(400, "BadRequest", f'field label not supported: "{part}"')
+        fields.append((m[1].split(".")[1], m[2], m[3]))
+
+    def matches(obj: Mapping[str, Any]) -> bool:
+        meta = obj.get("metadata", {})
+        if not labels(meta.get("labels") or {}):
+            return False
+        return all((meta.get(name) == value) == (op != "!=") for name, op, value in fields)
+
+    return matches
+
+
+# --- the cluster ----------------------------------------------------------------------------
+
+
+def container_status(state: dict[str, Any], *, ready: bool = False) -> dict[str, Any]:
+    """A core/v1 ContainerStatus of the `main` container, with every required field."""
+    return {
+        "name": "main",
+        "image": "busybox:1.36",
+        "imageID": "docker.io/library/busybox@sha256:0",
+        "restartCount": 0,
+        "ready": ready,
+        "state": state,
+    }
+
+
+class _Controller:
+    """Something that works in the background of the cluster: its tasks end at close."""
+
+    def __init__(self, api: KubeApi) -> None:
+        self.api = api
+        self.tasks: set[asyncio.Task[None]] = set()
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def close(self) -> None:
+        for task in list(self.tasks):
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+
+
+class Kubelet(_Controller):
+    """Runs each pod's `main` container command as a local process and reports it in the
+    pod's status. Deleting a pod stops its process: SIGTERM, then SIGKILL after the grace."""
+
+    def __init__(self, api: KubeApi, *, start_delay: float = 0.0) -> None:
+        super().__init__(api)
+        self.start_delay = start_delay
+        self.hold = False  # pods stay Pending (no node)
+        self.procs: dict[str, asyncio.subprocess.Process] = {}
+        self.oom: set[str] = set()  # pods the "kernel" killed: their status is set already
+        api.on_change.append(self._changed)
+
+    def _changed(self, kind: str, resource: tuple[str, str, str], obj: dict[str, Any]) -> None:
+        if resource != PODS:
+            return
+        name = obj["metadata"]["name"]
+        proc = self.procs.get(name)
+        going = obj["metadata"].get("deletionTimestamp") or kind == "DELETED"
+        if kind == "ADDED":
+            self._spawn(self._run(obj))
+        elif going and proc is not None and proc.returncode is None:
+            grace = obj["spec"].get("terminationGracePeriodSeconds", 30)
+            self._spawn(_stop(proc, grace))
+
+    async def _run(self, pod: dict[str, Any]) -> None:
+        ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+        await asyncio.sleep(self.start_delay)
+        while self.hold:
+            await asyncio.sleep(0.05)
+        if self.api.find(PODS, ns, name) is None:
+            return
+        container = pod["spec"]["containers"][0]
+        env = {**os.environ, **{e["name"]: e.get("value", "") for e in container.get("env", [])}}
+        command = container.get("command", []) + container.get("args", [])
+        started = now_text()
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *command,
+                env=env,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            self._terminated(ns, name, 128, "StartError", str(exc), started)
+            return
+        self.procs[name] = proc
+        self.api.patch(
+            PODS,
+            ns,
+            name,
+            {
+                "status": {
+                    "phase": "Running",
+                    "startTime": started,
+                    "containerStatuses": [
+                        container_status({"running": {"startedAt": started}}, ready=True)
+                    ],
+                }
+            },
+        )
+        out, _ = await proc.communicate()
+        code = proc.returncode if proc.returncode >= 0 else 128 - proc.returncode
+        log = out.decode(errors="replace")
+        policy = container.get("terminationMessagePolicy")
+        message = log[-2048:] if code and policy == "FallbackToLogsOnError" else ""
+        reason = "Completed" if code == 0 else "Error"
+        self._terminated(ns, name, code, reason, message, started)
+
+    def _terminated(
+        self, ns: str, name: str, code: int, reason: str, message: str, started: str
+    ) -> None:
+        if self.api.find(PODS, ns, name) is None or name in self.oom:
+            return
+        state = {"exitCode": code, "reason": reason, "startedAt": started, "finishedAt": now_text()}
+        if message:
+            state["message"] = message
+        self.api.patch(
+            PODS,
+            ns,
+            name,
+            {
+                "status": {
+                    "phase": "Succeeded" if code == 0 else "Failed",
+                    "containerStatuses": [container_status({"terminated": state})],
+                }
+            },
+        )
+
+    def oom_kill(self, ns: str, name: str) -> None:
+        """The kernel kills the container for memory: exit 137, reason OOMKilled."""
+        self.oom.add(name)
+        proc = self.procs.get(name)
+        if proc and proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+        self.api.patch(
+            PODS,
+            ns,
+            name,
+            {
+                "status": {
+                    "phase": "Failed",
+                    "containerStatuses": [
+                        container_status({"terminated": {"exitCode": 137, "reason": "OOMKilled"}})
+                    ],
+                }
+            },
+        )
+
+    async def close(self) -> None:
+        """Kill what still runs and let each `_run` see its process end, so every pipe and
+        transport is closed before the event loop goes."""
+        for proc in self.procs.values():
+            if proc.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+        waits = [asyncio.wait_for(p.wait(), 5) for p in self.procs.values()]
+        await asyncio.gather(*waits, return_exceptions=True)
+        if self.tasks:
+            await asyncio.wait(list(self.tasks), timeout=2)
+        await super().close()
+
+
+async def _stop(proc: asyncio.subprocess.Process, grace: float) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        await asyncio.wait_for(proc.wait(), grace)
+    except TimeoutError:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+class JobController(_Controller):
+    """The Job controller as batch/v1 documents it, for one-pod Jobs with backoffLimit 0:
+    a pod per Job; `Complete` when it succeeds; `Failed` (BackoffLimitExceeded) when it
+    fails, unless a podFailurePolicy `Ignore` rule matches (then a new pod, the Job lives);
+    `Failed` (DeadlineExceeded) once activeDeadlineSeconds pass, its pods deleted; and the
+    TTL-after-finished controller's delete once `ttlSecondsAfterFinished` pass."""
+
+    def __init__(self, api: KubeApi, *, ttl_enabled: bool = True) -> None:
+        super().__init__(api)
+        self.ttl_enabled = ttl_enabled
+        api.on_change.append(self._changed)
+
+    def _changed(self, kind: str, resource: tuple[str, str, str], obj: dict[str, Any]) -> None:
+        if resource == JOBS and kind == "ADDED":
+            self._pod_for(obj)
+            self._spawn(self._deadline(obj))
+        elif resource == PODS and kind == "MODIFIED":
+            owner = _owner(obj, "Job")
+            if owner is not None:
+                self._pod_changed(obj, owner)
+
+    def _pod_for(self, job: dict[str, Any]) -> dict[str, Any]:
+        meta, template = job["metadata"], job["spec"]["template"]
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "generateName": meta["name"] + "-",
+                "namespace": meta["namespace"],
+                "labels": dict(template["metadata"].get("labels", {})),
+                "ownerReferences": [
+                    {
+                        "apiVersion": "batch/v1",
+                        "kind": "Job",
+                        "name": meta["name"],
+                        "uid": meta["uid"],
+                        "controller": True,
+                        "blockOwnerDeletion": True,
+                    }
+                ],
+            },
+            "spec": copy.deepcopy(template["spec"]),
+        }
+        made = self.api.put(PODS, pod)
+        self._job_status(
+            job, {"active": 1, "startTime": job["status"].get("startTime") or now_text()}
+        )
+        return made
+
+    def _job(self, ns: str, name: str) -> dict[str, Any] | None:
+        return self.api.find(JOBS, ns, name)
+
+    def _job_status(self, job: dict[str, Any], status: dict[str, Any]) -> None:
+        meta = job["metadata"]
+        if self._job(meta["namespace"], meta["name"]) is not None:
+            self.api.patch(JOBS, meta["namespace"], meta["name"], {"status": status})
+
+    def _pod_changed(self, pod: dict[str, Any], owner: str) -> None:
+        ns = pod["metadata"]["namespace"]
+        job = self._job(ns, owner)
+        if job is None or _finished(job):
+            return
+        phase = pod.get("status", {}).get("phase")
+        if phase == "Running":
+            self._job_status(job, {"ready": 1})
+        elif phase == "Succeeded":
+            self._finish(job, "Complete", None, succeeded=1)
+        elif phase == "Failed":
+            if _ignored(job, pod):
+                self._job_status(job, {"active": 0, "ready": 0})
+                self._pod_for(job)
+            else:
+                self._finish(job, "Failed", "BackoffLimitExceeded", failed=1)
+
+    def _finish(self, job: dict[str, Any], kind: str, reason: str | None, **counts: int) -> None:
+        stamp = now_text()
+        interim = "SuccessCriteriaMet" if kind == "Complete" else "FailureTarget"
+        conditions = [
+            {"type": t, "status": "True", "lastTransitionTime": stamp, "reason": reason or t}
+            for t in (interim, kind)
+        ]
+        status: dict[str, Any] = {"conditions": conditions, "active": 0, "ready": 0, **counts}
+        if kind == "Complete":
+            status["completionTime"] = stamp
+        self._job_status(job, status)
+        ttl = job["spec"].get("ttlSecondsAfterFinished")
+        if self.ttl_enabled and ttl is not None:
+            self._spawn(self._ttl(job, ttl))
+
+    async def _deadline(self, job: dict[str, Any]) -> None:
+        seconds = job["spec"].get("activeDeadlineSeconds")
+        if seconds is None:
+            return
+        await asyncio.sleep(seconds)
+        meta = job["metadata"]
+        now = self._job(meta["namespace"], meta["name"])
+        if now is None or now["metadata"]["uid"] != meta["uid"] or _finished(now):
+            return
+        self._finish(now, "Failed", "DeadlineExceeded", failed=1)
+        for pod in self.pods_of(now):
+            with contextlib.suppress(ApiError):
+                self.api.remove(PODS, pod["metadata"]["namespace"], pod["metadata"]["name"])
+
+    async def _ttl(self, job: dict[str, Any], seconds: float) -> None:
+        await asyncio.sleep(seconds)
+        self.ttl_expire(job["metadata"]["namespace"], job["metadata"]["name"])
+
+    def ttl_expire(self, ns: str, name: str) -> None:
+        """The TTL-after-finished controller deletes a finished Job, its pods with it."""
+        with contextlib.suppress(ApiError):
+            self.api.remove(JOBS, ns, name, "Background")
+
+    def pods_of(self, job: dict[str, Any]) -> list[dict[str, Any]]:
+        uid = job["metadata"]["uid"]
+        return [
+            pod
+            for pod in self.api.objects(PODS)
+            if any(o.get("uid") == uid for o in pod["metadata"].get("ownerReferences") or [])
+        ]
+
+    def disrupt(self, ns: str, pod_name: str, reason: str = "DeletionByTaintManager") -> None:
+        """A node goes away: the pod gets the DisruptionTarget condition and fails."""
+        self.api.patch(
+            PODS,
+            ns,
+            pod_name,
+            {
+                "status": {
+                    "phase": "Failed",
+                    "reason": "Evicted" if reason == "EvictionByEvictionAPI" else "NodeLost",
+                    "conditions": [
+                        {"type": "DisruptionTarget", "status": "True", "reason": reason}
+                    ],
+                    "containerStatuses": [
+                        container_status({"terminated": {"exitCode": 137, "reason": "Error"}})
+                    ],
+                }
+            },
+        )
+
+
+def _owner(obj: Mapping[str, Any], kind: str) -> str | None:
+    for ref in obj["metadata"].get("ownerReferences") or []:
+        if ref.get("kind") == kind and ref.get("controller"):
+            return str(ref["name"])
+    return None
+
+
+def _finished(job: Mapping[str, Any]) -> bool:
+    return any(
+        c.get("type") in ("Complete", "Failed") and c.get("status") == "True"
+        for c in job.get("status", {}).get("conditions") or []
+    )
+
+
+def _ignored(job: Mapping[str, Any], pod: Mapping[str, Any]) -> bool:
+    """Whether a podFailurePolicy `Ignore` rule on pod conditions matches this pod."""
+    conditions = {
+        c["type"]
+        for c in pod.get("status", {}).get("conditions") or []
+        if c.get("status") == "True"
+    }
+    for rule in (job["spec"].get("podFailurePolicy") or {}).get("rules", []):
+        wanted = {c["type"] for c in rule.get("onPodConditions", [])}
+        if wanted & conditions:
+            return bool(rule["action"] == "Ignore")
+    return False
+
+
+class ArgoController(_Controller):
+    """Argo's workflow controller for one-step workflows: a pod for the entrypoint's
+    container, `status.phase` Pending → Running → Succeeded / Failed / Error, a node status
+    with the exit code, `spec.shutdown: Terminate` stops it, activeDeadlineSeconds fails
+    it, and a pod deleted under a running workflow makes it Error ("pod deleted")."""
+
+    def __init__(self, api: KubeApi) -> None:
+        super().__init__(api)
+        api.on_change.append(self._changed)
+
+    def _changed(self, kind: str, resource: tuple[str, str, str], obj: dict[str, Any]) -> None:
+        if resource == WORKFLOWS and kind == "ADDED":
+            self._start(obj)
+        elif resource == WORKFLOWS and kind == "MODIFIED":
+            if obj["spec"].get("shutdown") and obj.get("status", {}).get("phase") in (
+                "Pending",
+                "Running",
+            ):
+                self._end(obj, "Failed", "Stopped with strategy 'Terminate'", None)
+                for pod in self._pods(obj):
+                    with contextlib.suppress(ApiError):
+                        self.api.remove(PODS, pod["metadata"]["namespace"], pod["metadata"]["name"])
+        elif resource == PODS:
+            owner = _owner(obj, "Workflow")
+            if owner is not None:
+                self._pod_changed(kind, obj, owner)
+
+    def _start(self, wf: dict[str, Any]) -> None:
+        meta, spec = wf["metadata"], wf["spec"]
+        entry = next(t for t in spec["templates"] if t["name"] == spec["entrypoint"])
+        pod_meta = spec.get("podMetadata", {})
+        pod_spec: dict[str, Any] = {
+            "restartPolicy": "Never",
+            "containers": [{**copy.deepcopy(entry["container"]), "name": "main"}],
+        }
+        for src, dst in (
+            ("serviceAccountName", "serviceAccountName"),
+            ("nodeSelector", "nodeSelector"),
+            ("tolerations", "tolerations"),
+            ("priorityClassName", "priorityClassName"),
+        ):
+            if src in spec:
+                pod_spec[dst] = copy.deepcopy(spec[src])
+        self.api.put(
+            PODS,
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": f"{meta['name']}-{entry['name']}-{abs(hash(meta['uid'])) % 10**10}",
+                    "namespace": meta["namespace"],
+                    "labels": {
+                        **pod_meta.get("labels", {}),
+                        "workflows.argoproj.io/workflow": meta["name"],
+                    },
+                    "ownerReferences": [
+                        {
+                            "apiVersion": "argoproj.io/v1alpha1",
+                            "kind": "Workflow",
+                            "name": meta["name"],
+                            "uid": meta["uid"],
+                            "controller": True,
+                        }
+                    ],
+                },
+                "spec": pod_spec,
+            },
+        )
+        self._set(wf, {"phase": "Pending", "startedAt": now_text()})
+        if (seconds := spec.get("activeDeadlineSeconds")) is not None:
+            self._spawn(self._deadline(wf, seconds))
+
+    def _set(self, wf: dict[str, Any], status: dict[str, Any]) -> None:
+        meta = wf["metadata"]
+        if self.api.find(WORKFLOWS, meta["namespace"], meta["name"]) is not None:
+            self.api.patch(WORKFLOWS, meta["namespace"], meta["name"], {"status": status})
+
+    def _end(self, wf: dict[str, Any], phase: str, message: str, exit_code: int | None) -> None:
+        node: dict[str, Any] = {
+            "id": wf["metadata"]["name"],
+            "name": wf["metadata"]["name"],
+            "type": "Pod",
+            "phase": phase,
+            "message": message,
+        }
+        if exit_code is not None:
+            node["outputs"] = {"exitCode": str(exit_code)}
+        self._set(
+            wf,
+            {
+                "phase": phase,
+                "message": message,
+                "finishedAt": now_text(),
+                "nodes": {wf["metadata"]["name"]: node},
+            },
+        )
+
+    def _pod_changed(self, kind: str, pod: dict[str, Any], owner: str) -> None:
+        wf = self.api.find(WORKFLOWS, pod["metadata"]["namespace"], owner)
+        if wf is None or wf.get("status", {}).get("phase") not in ("Pending", "Running"):
+            return
+        if kind == "DELETED" or pod["metadata"].get("deletionTimestamp"):
+            self._end(wf, "Error", "pod deleted", None)
+            return
+        status = pod.get("status", {})
+        phase = status.get("phase")
+        terminated = (status.get("containerStatuses") or [{}])[0].get("state", {}).get("terminated")
+        if phase == "Running":
+            self._set(wf, {"phase": "Running"})
+        elif phase == "Succeeded":
+            self._end(wf, "Succeeded", "", 0)
+        elif phase == "Failed":
+            code = terminated.get("exitCode") if terminated else None
+            reason = terminated.get("reason") if terminated else None
+            text = (terminated or {}).get("message") or ""
+            message = (
+                f"{reason}: {text}".strip()
+                if reason == "OOMKilled"
+                else (text.strip() or f"Error (exit code {code})")
+            )
+            self._end(wf, "Failed", message, code)
+
+    async def _deadline(self, wf: dict[str, Any], seconds: float) -> None:
+        await asyncio.sleep(seconds)
+        meta = wf["metadata"]
+        now = self.api.find(WORKFLOWS, meta["namespace"], meta["name"])
+        if now is None or now["metadata"]["uid"] != meta["uid"]:
+            return
+        if now.get("status", {}).get("phase") not in ("Pending", "Running"):
+            return
+        self._end(now, "Failed", "Max duration limit exceeded", None)
+        for pod in self._pods(now):
+            with contextlib.suppress(ApiError):
+                self.api.remove(PODS, pod["metadata"]["namespace"], pod["metadata"]["name"])
+
+    def _pods(self, wf: dict[str, Any]) -> list[dict[str, Any]]:
+        uid = wf["metadata"]["uid"]
+        return [
+            pod
+            for pod in self.api.objects(PODS)
+            if any(o.get("uid") == uid for o in pod["metadata"].get("ownerReferences") or [])
+        ]
+
+
+@dataclass
+class Cluster:
+    """The double, its server and its controllers, as one fixture value."""
+
+    api: KubeApi
+    server: Any
+    kubelet: Kubelet
+    jobs: JobController
+    argo: ArgoController
+
+    @property
+    def url(self) -> str:
+        return str(self.server.url).rstrip("/")
+
+
+@contextlib.asynccontextmanager
+async def cluster(*, start_delay: float = 0.0) -> AsyncIterator[Cluster]:
+    api = KubeApi()
+    async with api, kmock.Server(api) as server:
+        kubelet = Kubelet(api, start_delay=start_delay)
+        jobs = JobController(api)
+        argo = ArgoController(api)
+        try:
+            yield Cluster(api, server, kubelet, jobs, argo)
+        finally:
+            api.end_watches()
+            await jobs.close()
+            await argo.close()
+            await kubelet.close()
+
+
+def configuration(c: Cluster) -> client.Configuration:
+    """The real client's connection settings for the double."""
+    return client.Configuration(host=c.url)
+
+
+def dump(obj: Any) -> str:
+    return json.dumps(obj, indent=2, sort_keys=True)

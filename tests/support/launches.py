@@ -1,0 +1,42 @@
+"""Launches for executor tests: what the dispatcher would hand an executor."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from corral import model
+
+
+def make_launch(
+    kind: str,
+    name: str,
+    spec: dict[str, Any],
+    *,
+    job_id: int = 1,
+    attempt_no: int = 1,
+    fence: int = 1,
+    deadline_seconds: float | None = None,
+    reach: model.Reach | None = None,
+) -> model.Launch:
+    """The Launch of attempt `attempt_no` (fence `fence`) of job `job_id` on `kind`."""
+    labels = model.identity_labels(
+        job_id=job_id,
+        attempt_no=attempt_no,
+        fence=fence,
+        tenant="acme",
+        capability="default",
+        idempotency_key=None,
+    )
+    return model.Launch(
+        name=name,
+        job_id=job_id,
+        attempt_no=attempt_no,
+        fence=fence,
+        tenant="acme",
+        executor=kind,
+        spec=spec,
+        payload=None,
+        labels=labels,
+        env=model.attempt_env(labels, name=name, tenant="acme", reach=reach or model.Reach()),
+        deadline_seconds=deadline_seconds,
+    )

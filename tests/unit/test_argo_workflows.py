@@ -1,0 +1,258 @@
+"""The Workflows the `argo` executor creates: their fields, and that every one of them reads
+back unchanged through hera's models of the Argo Workflow and keeps the API server's rules."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from corral import client, config, errors, model
+from corral.executors import argo
+from corral.executors import kubernetes as k8s
+from tests.unit.test_kubernetes_jobs import NOW, make_settings
+
+
+def workflow(spec: dict[str, Any], **kw: Any) -> dict[str, Any]:
+    s = kw.pop("settings", None) or make_settings()
+    new = model.NewJob(executor="argo", spec=argo.WorkflowTemplate(s).validate_spec(spec), **kw)
+    return argo.dry_run(new, s, NOW)
+
+
+def test_a_workflow_carries_corrals_rules_labels_and_environment() -> None:
+    doc = workflow(
+        {"image": "busybox:1.36", "command": ["sh", "-c", "echo hi"], "env": {"MODE": "x"}},
+        labels={"team": "data"},
+        queue="etl",
+        policy={"limits": {"attempt_deadline": 90.5}},
+    )
+    spec, meta = doc["spec"], doc["metadata"]
+    assert (doc["apiVersion"], doc["kind"]) == ("argoproj.io/v1alpha1", "Workflow")
+    assert (meta["name"], meta["namespace"]) == ("corral-0-1", "jobs")
+    assert "generateName" not in meta, "the name is the launch's: a second launch collides"
+    assert spec["activeDeadlineSeconds"] == 91, "the job's own deadline, whole seconds up"
+    assert spec["ttlStrategy"] == {"secondsAfterCompletion": 86400}
+    assert "podGC" not in spec, "the pod and its logs stay until the Workflow is deleted"
+    assert "serviceAccountName" not in spec
+    labels = meta["labels"]
+    assert labels == spec["podMetadata"]["labels"], "the pods carry them too"
+    assert labels["team"] == "data"
+    assert model.identity_from_labels(labels) == model.Identity(0, 1, 0)
+    assert labels[model.CAPABILITY] == "etl"
+    [template] = spec["templates"]
+    assert spec["entrypoint"] == template["name"] == "main"
+    assert template["retryStrategy"] == {"limit": 0}, "corral owns retries"
+    assert json.loads(template["podSpecPatch"]) == {"terminationGracePeriodSeconds": 30}
+    env = {e["name"]: e.get("value") for e in template["container"]["env"]}
+    assert env["MODE"] == "x"
+    assert (env["CORRAL_JOB_ID"], env["CORRAL_ATTEMPT"], env["CORRAL_FENCE"]) == ("0", "1", "0")
+    assert "CORRAL_DATABASE_URL" not in env, "never a database URL in the clear"
+    argo.check_workflow(doc)
+
+
+def test_the_container_is_the_one_a_kubernetes_job_would_run() -> None:
+    spec = {
+        "image": "busybox",
+        "command": ["true"],
+        "env": {"A": "1"},
+        "resources": {"requests": {"cpu": "500m"}, "limits": {"memory": "1Gi"}},
+    }
+    s = make_settings(database_url_secret="corral-db/url")
+    new = model.NewJob(executor="argo", spec=spec)
+    job = k8s.dry_run(new, s, NOW)
+    [template] = workflow(spec, settings=s)["spec"]["templates"]
+    assert template["container"] == job["spec"]["template"]["spec"]["containers"][0]
+
+
+def test_long_values_are_hashed_in_labels_and_kept_whole_in_annotations() -> None:
+    tenant = "acme-" + "x" * 80
+    doc = workflow({"image": "busybox", "command": ["true"]}, tenant=tenant, idempotency_key="a b")
+    labels, notes = doc["metadata"]["labels"], doc["metadata"]["annotations"]
+    assert labels[model.TENANT].startswith("h-")
+    assert doc["spec"]["podMetadata"]["labels"][model.TENANT] == labels[model.TENANT]
+    assert notes == {model.TENANT: tenant, model.IDEMPOTENCY_KEY: "a b"}
+    argo.check_workflow(doc)
+
+
+def test_placement_classes_the_service_account_and_the_database_secret() -> None:
+    s = make_settings(
+        database_url_secret="corral-db/url", service_account="runner", termination_grace="45s"
+    )
+    batch = workflow({"image": "busybox", "command": ["true"], "placement": "batch"}, settings=s)
+    [template] = batch["spec"]["templates"]
+    assert template["nodeSelector"] == {"pool": "spot"}
+    assert template["tolerations"] == [
+        {"key": "spot", "operator": "Exists", "effect": "NoSchedule"}
+    ]
+    assert "priorityClassName" not in template
+    assert batch["spec"]["serviceAccountName"] == "runner"
+    assert json.loads(template["podSpecPatch"]) == {"terminationGracePeriodSeconds": 45}
+    [secret] = [e for e in template["container"]["env"] if e["name"] == "CORRAL_DATABASE_URL"]
+    assert secret == {
+        "name": "CORRAL_DATABASE_URL",
+        "valueFrom": {"secretKeyRef": {"name": "corral-db", "key": "url"}},
+    }
+    critical = workflow(
+        {
+            "image": "busybox",
+            "command": ["true"],
+            "placement": "critical",
+            "service_account": "etl",
+        },
+        settings=s,
+    )
+    [template] = critical["spec"]["templates"]
+    assert template["priorityClassName"] == "high"
+    assert critical["spec"]["serviceAccountName"] == "etl"
+    argo.check_workflow(batch)
+    argo.check_workflow(critical)
+
+
+def test_the_default_placement_applies_to_jobs_that_name_none() -> None:
+    doc = workflow(
+        {"image": "busybox", "command": ["true"]}, settings=make_settings(default_placement="batch")
+    )
+    assert doc["spec"]["templates"][0]["nodeSelector"] == {"pool": "spot"}
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ({"command": ["true"]}, "image: required"),
+        ({"image": "busybox"}, "command: required"),
+        (
+            {"image": "busybox", "command": ["true"], "placement": "gpu"},
+            "placement: unknown placement class 'gpu' (batch, critical)",
+        ),
+        ({"image": "busybox", "command": ["true"], "env": {"CORRAL_FENCE": "9"}}, "set by corral"),
+        (
+            {"image": "busybox", "command": ["true"], "resources": {"requests": {"cpu": "lots"}}},
+            "resources.requests.cpu: 'lots' is not a quantity",
+        ),
+        ({"image": "busybox", "command": ["true"], "service_account": "Bad_Name"}, "DNS-1123"),
+        ({"image": "busybox", "command": ["true"], "templates": []}, "templates: unknown field"),
+        ("busybox", "spec: must be a JSON object"),
+    ],
+)
+def test_a_bad_spec_is_refused_naming_the_field(spec: Any, message: str) -> None:
+    with pytest.raises(errors.InvalidInput) as caught:
+        argo.WorkflowTemplate(make_settings()).validate_spec(spec)
+    assert str(caught.value).startswith("argo spec: ")
+    assert message in str(caught.value)
+
+
+def good_doc() -> dict[str, Any]:
+    return workflow({"image": "busybox", "command": ["true"]})
+
+
+def template_of(doc: dict[str, Any]) -> dict[str, Any]:
+    template: dict[str, Any] = doc["spec"]["templates"][0]
+    return template
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda d: template_of(d).update(bogus=1), "spec.templates.0.bogus: unknown field"),
+        (lambda d: d["spec"].update(backoffLimit=0), "spec.backoffLimit: unknown field"),
+        (
+            lambda d: template_of(d)["container"].update(imagePullPolicyy="Always"),
+            "spec.templates.0.container.imagePullPolicyy: unknown field",
+        ),
+        (
+            lambda d: d["spec"].update(
+                active_deadline_seconds=d["spec"].pop("activeDeadlineSeconds")
+            ),
+            "spec.active_deadline_seconds: unknown field",
+        ),
+        (
+            lambda d: d["spec"].update(activeDeadlineSeconds="120"),
+            "spec.activeDeadlineSeconds: Input should be a valid integer",
+        ),
+        (
+            lambda d: d["spec"].update(activeDeadlineSeconds=True),
+            "spec.activeDeadlineSeconds: Input should be a valid integer",
+        ),
+        (lambda d: d.update(kind="CronWorkflow"), "must be argoproj.io/v1alpha1/Workflow"),
+        (lambda d: d["metadata"].update(name="Corral-1-1"), "must be a DNS-1123 label"),
+        (lambda d: d["metadata"].update(name="corral-" + "1" * 60), "at most 63 characters"),
+        (lambda d: d["metadata"]["labels"].update(team="has space"), "label team='has space'"),
+        (
+            lambda d: d["spec"]["podMetadata"]["labels"].update(team="has space"),
+            "spec.podMetadata.labels: label team='has space'",
+        ),
+        (
+            lambda d: d["metadata"]["labels"].update({"workflows.argoproj.io/completed": "true"}),
+            "is Argo's own",
+        ),
+    ],
+)
+def test_the_workflow_check_catches_what_argo_would_refuse_or_misread(
+    change: Any, message: str
+) -> None:
+    doc = good_doc()
+    argo.check_workflow(doc)
+    change(doc)
+    with pytest.raises(errors.InvalidInput, match=message):
+        argo.check_workflow(doc)
+
+
+def test_a_placement_removed_from_the_settings_is_a_clear_launch_error() -> None:
+    template = argo.WorkflowTemplate(make_settings())
+    spec = template.validate_spec({"image": "busybox", "command": ["true"], "placement": "batch"})
+    launch = k8s.placeholder_launch(spec, kind=argo.KIND)
+    with pytest.raises(errors.ExecutorError, match="'batch' is no longer in the settings"):
+        argo.WorkflowTemplate(config.Settings()).manifest(launch, spec)
+
+
+def test_a_heartbeat_job_must_be_able_to_reach_corral() -> None:
+    new = model.NewJob(
+        executor="argo",
+        spec={"image": "busybox", "command": ["true"]},
+        policy={"heartbeat": True},
+    )
+    s = make_settings()
+    with pytest.raises(errors.InvalidInput, match="argo jobs cannot reach corral"):
+        client.check_job(new, executors={"argo": argo.WorkflowTemplate(s)}, settings=s)
+    ok = make_settings(database_url_secret="corral-db/url")
+    assert client.check_job(new, executors={"argo": argo.WorkflowTemplate(ok)}, settings=ok)
+
+
+names = st.from_regex(r"[A-Z_][A-Z0-9_]{0,20}", fullmatch=True).filter(
+    lambda n: not n.startswith("CORRAL_")
+)
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    image=st.from_regex(r"[a-z0-9]+(/[a-z0-9]+)?(:[a-z0-9.]+)?", fullmatch=True),
+    command=st.lists(
+        st.text(st.characters(blacklist_characters="\x00"), max_size=20), min_size=1, max_size=4
+    ),
+    env=st.dictionaries(names, st.text(max_size=10), max_size=3),
+    placement=st.sampled_from([None, "batch", "critical"]),
+    requests=st.dictionaries(
+        st.sampled_from(["cpu", "memory"]), st.sampled_from(["1", "500m", "2Gi"]), max_size=2
+    ),
+    deadline=st.floats(min_value=10, max_value=240),
+    tenant=st.from_regex(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,120}", fullmatch=True),
+)
+def test_every_workflow_corral_makes_passes_the_check(
+    image: str,
+    command: list[str],
+    env: dict[str, str],
+    placement: str | None,
+    requests: dict[str, str],
+    deadline: float,
+    tenant: str,
+) -> None:
+    spec: dict[str, Any] = {"image": image, "command": command, "env": env}
+    if placement:
+        spec["placement"] = placement
+    if requests:
+        spec["resources"] = {"requests": requests}
+    doc = workflow(spec, tenant=tenant, policy={"limits": {"attempt_deadline": deadline}})
+    argo.check_workflow(doc)
