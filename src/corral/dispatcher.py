@@ -323,9 +323,13 @@ class Dispatcher:
                 async for observation in executor.events():
                     self.offer(observation)
                 return  # the executor closed its stream
-            except errors.CorralError as exc:
+            except Exception as exc:  # polling covers the gap; the stream must come back
                 log.warning(
-                    "%s: event stream failed, restarting in %.1fs: %s", executor.kind, retry, exc
+                    "%s: event stream failed, restarting in %.1fs: %s",
+                    executor.kind,
+                    retry,
+                    exc,
+                    exc_info=not isinstance(exc, errors.CorralError),
                 )
                 await self.clock.sleep(retry)
 

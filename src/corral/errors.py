@@ -10,7 +10,8 @@
     ├── StoreError             the database failed or cannot be reached (exit 1)
     │   └── SchemaOutOfDate    the database needs `corral db upgrade`
     ├── ExecutorError          a platform call failed
-    │   └── LaunchConflict     the launch name exists but carries another identity
+    │   ├── LaunchConflict     the launch name exists but carries another identity
+    │   └── LaunchRefused      the platform refused the object as invalid: no retry helps
     └── Unhealthy              a loop has stopped moving, or has not started (exit 1)
 
 The CLI maps ConfigError and InvalidInput to exit code 2 and every other CorralError to 1.
@@ -64,6 +65,11 @@ class ExecutorError(CorralError):
 
 class LaunchConflict(ExecutorError):
     """Raised when a launch name exists on the platform with another attempt's identity."""
+
+
+class LaunchRefused(ExecutorError):
+    """Raised when the platform refuses a launch's object as invalid (Kubernetes 400/422,
+    or an admission policy): launching it again cannot help."""
 
 
 class Unhealthy(CorralError):

@@ -234,7 +234,7 @@ class Reconciler:
             self._repaired(item.attempt, "launch conflict")
             work.finishes.append(_failed(item.attempt, f"launch conflict: {exc}"))
             return
-        except errors.InvalidInput as exc:  # the platform refuses the object: no retry helps
+        except errors.LaunchRefused as exc:  # the platform refuses the object: no retry helps
             summary.conflicts += 1
             self._repaired(item.attempt, "launch refused")
             work.finishes.append(

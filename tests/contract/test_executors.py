@@ -38,6 +38,13 @@ class Backend:
     cluster: kube_api.Cluster | None = None
     real: bool = False
 
+    async def listening(self) -> None:
+        """Return once `events()` is listening: on the double, once its watch is open."""
+        if self.cluster is not None:
+            await self.cluster.api.watched()
+        else:
+            await asyncio.sleep(0.5)
+
     def same_machine(self) -> None:
         """Skip a test that reads what a command left on this machine's disk."""
         if self.real:
@@ -254,7 +261,7 @@ async def test_events_yield_each_finish_once(backend: Backend) -> None:
             seen.append(obs)
 
     task = asyncio.create_task(listen())
-    await asyncio.sleep(0.3)  # the stream is up before anything finishes
+    await backend.listening()  # the stream is up before anything finishes
     await backend.executor.launch(backend.launch("ev-1", ["true"], fence=1))
     await backend.executor.launch(backend.launch("ev-2", ["false"], job_id=2, fence=2))
     ends = time.monotonic() + 20

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
 
+import kmock
 import pytest
 
 from corral import clock, config, errors, model
@@ -114,12 +115,30 @@ async def test_409_from_our_own_job_being_deleted_is_not_launched(
         await ex.launch(mine)
 
 
-async def test_an_invalid_job_refused_by_the_api_server_is_invalid_input(
+async def test_an_invalid_job_refused_by_the_api_server_is_launch_refused(
     cluster: kube_api.Cluster, ex: kubernetes.KubernetesExecutor
 ) -> None:
     cluster.api.validators[kube_api.JOBS] = lambda _: ["spec.template: refused by policy"]
-    with pytest.raises(errors.InvalidInput, match="refused by policy"):
+    with pytest.raises(errors.LaunchRefused, match="refused by policy"):
         await ex.launch(launch("refused-1", ["true"]))
+
+
+async def test_a_placement_class_removed_since_submit_says_to_add_it_back(
+    cluster: kube_api.Cluster,
+) -> None:
+    spec = {"image": IMAGE, "command": ["true"], "placement": "gone"}
+    ex = kubernetes.KubernetesExecutor(
+        settings=settings(),
+        clock=clock.SystemClock(),
+        configuration=kube_api.configuration(cluster),
+    )
+    await ex.start()
+    try:
+        with pytest.raises(errors.ExecutorError, match="add it back or cancel") as caught:
+            await ex.launch(make_launch("kubernetes", "moved-1", spec))
+        assert not isinstance(caught.value, errors.LaunchRefused), "not the job's fault"
+    finally:
+        await ex.close()
 
 
 # --- pods ----------------------------------------------------------------------------------
@@ -221,11 +240,12 @@ async def test_forbidden_says_to_check_the_role(
 
 
 class Listener:
-    """Collects what `ex.events()` yields, from a task started (and given half a second
-    to list and open its watch) on entry, until exit."""
+    """Collects what `ex.events()` yields, from a task started on entry (entry returns
+    once it has listed and opened its watch), until exit."""
 
-    def __init__(self, ex: Any) -> None:
+    def __init__(self, ex: Any, cluster: kube_api.Cluster) -> None:
         self.ex = ex
+        self.cluster = cluster
         self.seen: list[model.Observation] = []
 
     async def _listen(self) -> None:
@@ -234,7 +254,7 @@ class Listener:
 
     async def __aenter__(self) -> Listener:
         self.task = asyncio.create_task(self._listen())
-        await asyncio.sleep(0.5)
+        await self.cluster.api.watched()
         return self
 
     async def __aexit__(self, *_: object) -> None:
@@ -260,7 +280,7 @@ async def test_the_watch_lists_again_after_410_and_yields_what_it_missed(
 ) -> None:
     gate = tmp_path / "go"
     await ex.launch(gated("gap-1", gate))
-    async with Listener(ex) as heard:
+    async with Listener(ex, cluster) as heard:
         cluster.api.end_watches()  # the stream ends...
         cluster.api.frozen = True
         gate.touch()  # ...the Job finishes while no stream is open...
@@ -268,8 +288,12 @@ async def test_the_watch_lists_again_after_410_and_yields_what_it_missed(
         cluster.api.compact()  # ...and the history it would resume from is gone: 410
         cluster.api.frozen = False
         assert await heard.until({"gap-1"}) == [("gap-1", model.Phase.SUCCEEDED)]
-    watches = [r for r in list(cluster.api) if r.params.get("watch") in ("true", "True", "1")]
-    assert len(watches) >= 2
+    lists = [
+        r
+        for r in list(cluster.api)
+        if r.method.value == "GET" and r.url.path == JOBS_URL and "watch" not in r.params
+    ]
+    assert len(lists) == 2, "the 410 made it list again"
 
 
 async def test_a_silently_cut_watch_times_out_and_resumes(
@@ -277,7 +301,7 @@ async def test_a_silently_cut_watch_times_out_and_resumes(
 ) -> None:
     gate = tmp_path / "go"
     await ex.launch(gated("cut-1", gate))
-    async with Listener(ex) as heard:
+    async with Listener(ex, cluster) as heard:
         cluster.api.frozen = True  # open, but nothing arrives: only the client's timeout helps
         gate.touch()
         await asyncio.sleep(4)  # watch_timeout 2s + request_timeout 1s
@@ -285,12 +309,38 @@ async def test_a_silently_cut_watch_times_out_and_resumes(
         assert await heard.until({"cut-1"}) == [("cut-1", model.Phase.SUCCEEDED)]
 
 
-async def test_jobs_finished_before_the_first_list_are_left_to_recovery(
+async def test_a_watch_answered_by_error_pages_backs_off_and_recovers(
+    cluster: kube_api.Cluster,
     ex: kubernetes.KubernetesExecutor,
+    tmp_path: Any,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # A proxy in front of the API server answers watches with HTML (then with nothing):
+    # the stream must neither die nor spin.
+    watching = cluster.api["get", JOBS_URL, kmock.params(watch="true")]
+    watching[:2] << 503 << b"<html>502 Bad Gateway</html>"
+    watching[:3] << 503 << b""
+    gate = tmp_path / "go"
+    await ex.launch(gated("proxy-1", gate))
+    heard = Listener(ex, cluster)
+    heard.task = asyncio.create_task(heard._listen())
+    try:
+        await cluster.api.watched(within=30)
+        gate.touch()
+        assert await heard.until({"proxy-1"}) == [("proxy-1", model.Phase.SUCCEEDED)]
+    finally:
+        await heard.__aexit__()
+    tries = [r for r in list(cluster.api) if r.params.get("watch") == "true"]
+    assert 3 <= len(tries) <= 10, "refused, paused, tried again: no spinning"
+    assert "watch broke" in caplog.text
+
+
+async def test_jobs_finished_before_the_first_list_are_left_to_recovery(
+    cluster: kube_api.Cluster, ex: kubernetes.KubernetesExecutor
 ) -> None:
     await ex.launch(launch("old-1", ["true"], fence=1))
     await until(ex, "old-1", lambda o: o.phase.finished)
-    async with Listener(ex) as heard:
+    async with Listener(ex, cluster) as heard:
         await ex.launch(launch("new-1", ["true"], job_id=2, fence=2))
         assert await heard.until({"new-1"}) == [("new-1", model.Phase.SUCCEEDED)]
 

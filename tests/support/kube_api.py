@@ -148,6 +148,13 @@ class KubeApi(kmock.KubernetesEmulator):  # type: ignore[misc]
         self.history.clear()
         self.oldest_rv = self.last_rv + 1
 
+    async def watched(self, within: float = 20) -> None:
+        """Wait until some client has a watch open (it has listed and is listening)."""
+        ends = asyncio.get_running_loop().time() + within
+        while not self.watchers:
+            assert asyncio.get_running_loop().time() < ends, "no watch was opened"
+            await asyncio.sleep(0.02)
+
     def end_watches(self) -> None:
         """Close every open watch stream from the server side."""
         for watcher in list(self.watchers):
@@ -293,10 +300,19 @@ class KubeApi(kmock.KubernetesEmulator):  # type: ignore[misc]
             if res == resource and request.namespace in (None, ns) and matches(obj)
         ]
         group, version, _ = resource
+        meta: dict[str, Any] = {"resourceVersion": str(self.last_rv)}
+        limit, start = (
+            int(request.params.get("limit") or 0),
+            int(request.params.get("continue") or 0),
+        )
+        if limit:  # pages: the continue token here is just the offset of the next one
+            items, rest = items[start : start + limit], items[start + limit :]
+            if rest:
+                meta["continue"] = str(start + limit)
         return {
             "apiVersion": f"{group}/{version}" if group else version,
             "kind": KINDS[resource] + "List",
-            "metadata": {"resourceVersion": str(self.last_rv)},
+            "metadata": meta,
             "items": items,
         }
 
@@ -307,6 +323,8 @@ class KubeApi(kmock.KubernetesEmulator):  # type: ignore[misc]
         timeout = float(request.params.get("timeoutSeconds") or 1800)
         watcher = _Watcher(resource, request.namespace, matches)
         yield b""
+        while self.frozen:  # a silent link: the request is open, nothing comes back
+            await asyncio.sleep(0.05)
         if since not in (None, "", "0") and int(since) < self.oldest_rv - 1:
             yield {"type": "ERROR", "object": _expired(since, self.oldest_rv)}
             return
@@ -923,12 +941,20 @@ class ArgoController(_Controller):
         if self.api.find(WORKFLOWS, meta["namespace"], meta["name"]) is not None:
             self.api.patch(WORKFLOWS, meta["namespace"], meta["name"], {"status": status})
 
-    def _end(self, wf: dict[str, Any], phase: str, message: str, exit_code: int | None) -> None:
+    def _end(
+        self,
+        wf: dict[str, Any],
+        phase: str,
+        message: str,
+        exit_code: int | None,
+        *,
+        node_phase: str | None = None,
+    ) -> None:
         node: dict[str, Any] = {
             "id": wf["metadata"]["name"],
             "name": wf["metadata"]["name"],
             "type": "Pod",
-            "phase": phase,
+            "phase": node_phase or phase,
             "message": message,
         }
         if exit_code is not None:
@@ -948,7 +974,7 @@ class ArgoController(_Controller):
         if wf is None or wf.get("status", {}).get("phase") not in ("Pending", "Running"):
             return
         if kind == "DELETED" or pod["metadata"].get("deletionTimestamp"):
-            self._end(wf, "Error", "pod deleted", None)
+            self._end(wf, "Error", "pod deleted", None, node_phase="Error")
             return
         status = pod.get("status", {})
         phase = status.get("phase")
@@ -976,7 +1002,7 @@ class ArgoController(_Controller):
             return
         if now.get("status", {}).get("phase") not in ("Pending", "Running"):
             return
-        self._end(now, "Failed", "Max duration limit exceeded", None)
+        self._end(now, "Failed", "Step exceeded its deadline", None)
         for pod in self._pods(now):
             with contextlib.suppress(ApiError):
                 self.api.remove(PODS, pod["metadata"]["namespace"], pod["metadata"]["name"])

@@ -256,3 +256,58 @@ def test_every_workflow_corral_makes_passes_the_check(
         spec["resources"] = {"requests": requests}
     doc = workflow(spec, tenant=tenant, policy={"limits": {"attempt_deadline": deadline}})
     argo.check_workflow(doc)
+
+
+def _finished(phase: str, node: dict[str, Any], message: str = "") -> dict[str, Any]:
+    return {
+        "metadata": {"name": "corral-1-1", "labels": {}},
+        "status": {"phase": phase, "message": message, "nodes": {"n": {"type": "Pod", **node}}},
+    }
+
+
+@pytest.mark.parametrize(
+    ("wf", "reason", "verdict", "code"),
+    [
+        (
+            _finished("Failed", {"phase": "Failed", "message": argo.DEADLINE}),
+            "deadline exceeded",
+            "transient",
+            None,
+        ),
+        (
+            _finished("Error", {"phase": "Error", "message": "pod deleted"}),
+            "pod deleted",
+            "transient",
+            None,
+        ),
+        (
+            _finished("Failed", {"phase": "Failed"}, "Stopped with strategy 'Terminate'"),
+            "cancelled",
+            None,
+            None,
+        ),
+        # A job that prints the controller's words is still judged by its exit code.
+        (
+            _finished(
+                "Failed",
+                {
+                    "phase": "Failed",
+                    "message": "pod deleted\ndeadline",
+                    "outputs": {"exitCode": "3"},
+                },
+            ),
+            "workflow Failed (exit code 3)",
+            None,
+            3,
+        ),
+    ],
+)
+def test_a_finished_workflow_is_judged_by_the_controllers_words_only(
+    wf: dict[str, Any], reason: str, verdict: str | None, code: int | None
+) -> None:
+    obs = argo.workflow_observation(wf)
+    assert obs.phase is model.Phase.FAILED
+    assert obs.reason is not None
+    assert obs.reason.startswith(reason)
+    assert obs.failure_class == (model.FailureClass(verdict) if verdict else None)
+    assert obs.exit_code == code

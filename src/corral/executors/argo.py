@@ -221,7 +221,7 @@ class ArgoExecutor(kube_client.ClusterExecutor):
     async def launch(self, launch: model.Launch) -> None:
         """Create the Workflow `launch.name`; the same rules for an existing name as the
         kubernetes executor's (this attempt's and not being deleted: launched)."""
-        body = self.template.manifest(launch, self.template.validate_spec(launch.spec))
+        body = self.template.manifest(launch, launch.spec)  # the spec was checked at submit
         doing = f"creating Workflow {self.namespace}/{launch.name}"
         made = await self.api.call(
             doing,
@@ -241,14 +241,13 @@ class ArgoExecutor(kube_client.ClusterExecutor):
 
     async def list_managed(self, selector: Mapping[str, str]) -> list[model.Observation]:
         """Every Workflow in the namespace whose labels include all of `selector`."""
-        text = kube_client.selector_text(selector)
-        found = await self.api.call(
-            f"listing Workflows ({text})",
-            lambda: self._custom.list_namespaced_custom_object_without_preload_content(
-                **self._scope(), label_selector=text, _request_timeout=self.api.timeout
-            ),
+        listing = await self.api.list_all(
+            "Workflows",
+            self._custom.list_namespaced_custom_object,
+            selector=kube_client.selector_text(selector),
+            **self._scope(),
         )
-        return [workflow_observation(wf) for wf in kube_client.items(found)]
+        return [workflow_observation(wf) for wf in listing.items]
 
     async def cancel(self, name: str, grace: timedelta) -> None:
         """Argo's own stop: `spec.shutdown: Terminate` (its pods get SIGTERM, then SIGKILL
@@ -295,9 +294,22 @@ async def _observed(wf: dict[str, Any]) -> model.Observation:
     return workflow_observation(wf)
 
 
+DEADLINE = "Step exceeded its deadline"
+"""What Argo's controller writes on a node stopped at activeDeadlineSeconds."""
+POD_DELETED = "pod deleted"
+"""What it writes on a node whose pod went away under it (the node's phase: Error)."""
+STOPPED = "Stopped with strategy"
+"""The start of what it writes on a Workflow stopped by `spec.shutdown`."""
+
+
 def workflow_observation(wf: Mapping[str, Any]) -> model.Observation:
     """What a Workflow says of its attempt: `status.phase`, and its pod node's exit code
-    and message. Argo's deadline and a pod deleted under it are transient failures."""
+    and message.
+
+    Only the controller's own words are read for a verdict, and only whole: a node's
+    message may be the container's last log lines, which say whatever the job printed.
+    A deadline and an `Error` node with no exit code (the pod deleted, a node lost) are
+    transient; a stop by `spec.shutdown` is a cancel."""
     meta, status = wf.get("metadata", {}), wf.get("status") or {}
     name, labels = str(meta.get("name", "")), kube_client.labels_of(wf)
     phase = _PHASES.get(str(status.get("phase") or ""), model.Phase.PENDING)
@@ -315,28 +327,29 @@ def workflow_observation(wf: Mapping[str, Any]) -> model.Observation:
             finished_at=finished,
         )
     node = _pod_node(status)
-    code = (node.get("outputs") or {}).get("exitCode")
-    text = str(node.get("message") or status.get("message") or "")
+    raw_code = str((node.get("outputs") or {}).get("exitCode") or "")
+    code = int(raw_code) if raw_code.lstrip("-").isdigit() else None
+    said = str(node.get("message") or "")
+    told = str(status.get("message") or "")
     verdict: model.FailureClass | None = None
-    lowered = text.lower()
-    if "duration limit exceeded" in lowered or "deadline" in lowered:
-        reason, verdict = f"deadline exceeded: {text}", model.FailureClass.TRANSIENT
-    elif "pod deleted" in lowered:
-        reason, verdict = f"pod deleted: {text}", model.FailureClass.TRANSIENT
-    elif "stopped with strategy" in lowered:
-        reason = f"cancelled: {text}"
+    if DEADLINE in (said, told):
+        reason, verdict = f"deadline exceeded: {DEADLINE}", model.FailureClass.TRANSIENT
+    elif told.startswith(STOPPED):
+        reason = f"cancelled: {told}"
+    elif node.get("phase") == "Error" and code is None:
+        reason, verdict = f"{said or told or 'Argo error'}", model.FailureClass.TRANSIENT
     else:
         reason = f"workflow {status.get('phase')}" + (f" (exit code {code})" if code else "")
     return model.Observation(
         name=name,
         phase=phase,
         labels=labels,
-        exit_code=int(code) if code not in (None, "") else None,
+        exit_code=code,
         reason=reason,
         started_at=started,
         finished_at=finished,
         failure_class=verdict,
-        message=kube_client.last_line(text) if code not in (None, "") else None,
+        message=kube_client.last_line(said) if code is not None else None,
     )
 
 

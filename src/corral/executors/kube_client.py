@@ -46,6 +46,8 @@ MANAGED = f"{model.MANAGED_BY}={model.MANAGER}"
 """The label selector of everything corral launched."""
 OBSERVE_CONCURRENCY = 16
 """How many reads one `observe` has in flight."""
+LIST_PAGE = 500
+"""Objects per list request; longer lists come in pages."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,28 +68,39 @@ class Change:
     relisted: bool = False
 
 
+@dataclass(frozen=True, slots=True)
+class Connection:
+    """An API client, and the task that keeps its token fresh (for kubeconfig users whose
+    tokens come from an exec plugin or a cloud provider and expire: EKS, GKE)."""
+
+    client: client.ApiClient
+    refresher: asyncio.Task[None] | None = None
+
+    async def close(self) -> None:
+        if self.refresher is not None:
+            self.refresher.cancel()
+            await asyncio.gather(self.refresher, return_exceptions=True)
+        await self.client.close()  # type: ignore[no-untyped-call]
+
+
 async def connect(
     settings: config.KubernetesExecutorSettings,
     configuration: client.Configuration | None = None,
-) -> client.ApiClient:
+) -> Connection:
     """An API client: on `configuration` if given, else the kubeconfig file of the
     settings, else the pod's service account (in-cluster), else ~/.kube/config."""
+    loader = None
     if configuration is None:
         configuration = client.Configuration()
         try:
-            if settings.kubeconfig is not None:
-                await kube_config.load_kube_config(  # type: ignore[no-untyped-call]
-                    config_file=str(settings.kubeconfig),
-                    context=settings.context,
-                    client_configuration=configuration,
-                    persist_config=False,
-                )
-            elif os.environ.get("KUBERNETES_SERVICE_HOST"):  # corral runs in a pod
+            if os.environ.get("KUBERNETES_SERVICE_HOST") and settings.kubeconfig is None:
+                # corral runs in a pod: its service account token, refreshed by the client
                 kube_config.load_incluster_config(  # type: ignore[no-untyped-call]
                     client_configuration=configuration
                 )
             else:
-                await kube_config.load_kube_config(  # type: ignore[no-untyped-call]
+                loader = await kube_config.load_kube_config(  # type: ignore[no-untyped-call]
+                    config_file=str(settings.kubeconfig) if settings.kubeconfig else None,
                     context=settings.context,
                     client_configuration=configuration,
                     persist_config=False,
@@ -99,7 +112,12 @@ async def connect(
                 " service account)"
             ) from None
     configuration.retries = None  # retries are ours: bounded, jittered, counted
-    return client.ApiClient(configuration)
+    refresher = None
+    if loader is not None:
+        refresher = asyncio.get_running_loop().create_task(
+            kube_config.refresh_token(loader, configuration)  # type: ignore[no-untyped-call]
+        )
+    return Connection(client.ApiClient(configuration), refresher)
 
 
 def is_status(exc: BaseException, *codes: int) -> bool:
@@ -121,7 +139,7 @@ def translate(exc: BaseException, doing: str) -> errors.CorralError:
     if isinstance(exc, client.ApiException):
         why = status_reason(exc)
         if exc.status in (400, 422):
-            return errors.InvalidInput(f"{doing}: the API server refused it as invalid: {why}")
+            return errors.LaunchRefused(f"{doing}: the API server refused it as invalid: {why}")
         if exc.status in (401, 403):
             return errors.ExecutorError(
                 f"{doing}: forbidden ({exc.status}): {why}; check the service account's Role"
@@ -196,15 +214,18 @@ class Api:
         The first list is only yielded as LISTED; after a 410 Gone the list is yielded
         again with `relisted`, since the stream missed what happened in between. A stream
         that ends, breaks or stalls past its timeout is resumed from the last
-        resourceVersion seen, after a jittered pause when it failed."""
+        resourceVersion seen (bookmarks keep it fresh on a quiet selector). A stream that
+        fails, or ends at once with nothing in it (an error page from a proxy reads that
+        way), is resumed after a jittered pause that grows with each failure."""
         version: str | None = None
         failures = 0
         listed = False
         watch_seconds = max(1, int(self.settings.watch_timeout.total_seconds()))
         while not closed.is_set():
+            began, heard = self._clock.monotonic(), 0
             try:
                 if version is None:
-                    listing = await self._list(what, list_call, selector, scope)
+                    listing = await self.list_all(what, list_call, selector=selector, **scope)
                     version = listing.resource_version
                     for item in listing.items:
                         yield Change("LISTED", item, relisted=listed)
@@ -217,19 +238,23 @@ class Api:
                         **scope,
                         label_selector=selector,
                         resource_version=version,
+                        allow_watch_bookmarks=True,
                         timeout_seconds=watch_seconds,
                         _request_timeout=watch_seconds + self.timeout,
                     ):
-                        obj = event.get("raw_object")
+                        obj = event.get("raw_object") if isinstance(event, dict) else None
                         if not isinstance(obj, dict):
-                            continue
+                            raise client.ApiException(status=0, reason=f"not an event: {event!r}")
                         version = obj.get("metadata", {}).get("resourceVersion") or version
+                        heard += 1
                         failures = 0
                         if event.get("type") == "BOOKMARK":
                             continue
                         yield Change(str(event.get("type")), obj)
                         if closed.is_set():
                             return
+                if heard == 0 and self._clock.monotonic() - began < 1.0:
+                    raise client.ApiException(status=0, reason="the watch ended at once, empty")
             except client.ApiException as exc:
                 if exc.status == 410:
                     log.info("%s: watch expired (410 Gone); listing again", what)
@@ -237,29 +262,44 @@ class Api:
                     continue
                 failures += 1
                 await self._pause(what, translate(exc, f"watching {what}"), failures, closed)
-            except (TimeoutError, aiohttp.ClientError, OSError, errors.ExecutorError) as exc:
+            except Exception as exc:  # a broken stream must never end the watching for good
                 failures += 1
                 await self._pause(what, exc, failures, closed)
 
-    async def _list(
-        self, what: str, list_call: Callable[..., Awaitable[Any]], selector: str, scope: Any
+    async def list_all(
+        self, what: str, list_call: Callable[..., Awaitable[Any]], *, selector: str, **scope: Any
     ) -> Listing:
+        """Every object `selector` matches, in pages of LIST_PAGE (`limit`/`continue`),
+        and the resourceVersion of the list to watch from."""
         owner = list_call.__self__  # type: ignore[attr-defined]
         raw = getattr(owner, list_call.__name__ + "_without_preload_content")
-        data = await self.call(
-            f"listing {what}",
-            lambda: raw(**scope, label_selector=selector, _request_timeout=self.timeout),
-        )
-        items = [i for i in (data or {}).get("items") or [] if isinstance(i, dict)]
-        version = str((data or {}).get("metadata", {}).get("resourceVersion") or "")
-        return Listing(items, version)
+        found: list[dict[str, Any]] = []
+        token: str | None = None
+        while True:
+            page = {"_continue": token} if token else {}
+            data = await self.call(
+                f"listing {what}",
+                lambda page=page: raw(  # type: ignore[misc]
+                    **scope,
+                    **page,
+                    label_selector=selector,
+                    limit=LIST_PAGE,
+                    _request_timeout=self.timeout,
+                ),
+            )
+            found += items(data)
+            meta = (data or {}).get("metadata") or {}
+            token = meta.get("continue") or None
+            if token is None:
+                return Listing(found, str(meta.get("resourceVersion") or ""))
 
     async def _pause(
         self, what: str, exc: BaseException, failures: int, closed: asyncio.Event
     ) -> None:
         delay = self._rng.uniform(0, min(WATCH_BACKOFF_CAP, BACKOFF_BASE * 2**failures))
-        log.warning("%s: watch broke (%s); resuming in %.1fs", what, exc, delay)
-        await self._clock.sleep(delay)
+        log.warning("%s: watch broke (%r); resuming in %.1fs", what, exc, delay)
+        if not closed.is_set():
+            await self._clock.sleep(delay)
 
 
 async def _json(response: aiohttp.ClientResponse) -> dict[str, Any]:
@@ -312,6 +352,7 @@ class ClusterExecutor:
         self._configuration = configuration
         self._rng = rng
         self._api: Api | None = None
+        self._connection: Connection | None = None
         self._closed = asyncio.Event()
 
     def validate_spec(self, spec: Mapping[str, Any]) -> dict[str, Any]:
@@ -320,7 +361,8 @@ class ClusterExecutor:
     async def start(self) -> None:
         """Load the connection settings; the cluster is first asked at the first call, so a
         cluster that is down at start-up delays work instead of stopping corral."""
-        api_client = await connect(self.k8s, self._configuration)
+        self._connection = await connect(self.k8s, self._configuration)
+        api_client = self._connection.client
         self._api = Api(api_client, settings=self.k8s, clock=self._clock, rng=self._rng)
         self._bind(api_client)
         log.info(
@@ -338,8 +380,8 @@ class ClusterExecutor:
     async def close(self) -> None:
         """Stop `events` and close the connection. What runs on the cluster keeps running."""
         self._closed.set()
-        if self._api is not None:
-            await self._api.client.close()  # type: ignore[no-untyped-call]
+        if self._connection is not None:
+            await self._connection.close()
 
     @property
     def api(self) -> Api:

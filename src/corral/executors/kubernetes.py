@@ -49,6 +49,8 @@ SUPPORTED_VERSIONS = ("1.31", "1.37")
 """The oldest and the newest Kubernetes version whose schemas every Job is checked against."""
 CONTAINER = "main"
 DATABASE_URL = "CORRAL_DATABASE_URL"
+CONTROLLER_UID = "batch.kubernetes.io/controller-uid"
+"""The label the API server puts on a Job's pods: the Job's uid."""
 
 _SPEC_FIELDS = ("image", "command", "env", "placement", "resources", "service_account")
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
@@ -416,13 +418,15 @@ class KubernetesExecutor(kube_client.ClusterExecutor):
         identity and is not being deleted counts as launched (a create whose answer was
         lost, then tried again); any other raises LaunchConflict."""
         doing = f"creating Job {self.namespace}/{launch.name}"
-        manifest = self.template.manifest(launch, self.template.validate_spec(launch.spec))
+        # The spec was checked at submit; a placement class removed from the settings
+        # since then is the manifest's ExecutorError ("add it back or cancel the job").
+        manifest = self.template.manifest(launch, launch.spec)
         try:
             body = kube.V1Job.from_dict(manifest)
         except pydantic.ValidationError as exc:
-            raise errors.InvalidInput(f"{doing}: not a valid Job: {exc}") from None
+            raise errors.LaunchRefused(f"{doing}: not a valid Job: {exc}") from None
         if body is None:
-            raise errors.InvalidInput(f"{doing}: empty manifest")
+            raise errors.LaunchRefused(f"{doing}: empty manifest")
         exists = await self.api.call(
             doing,
             lambda: self._batch.create_namespaced_job_without_preload_content(
@@ -440,15 +444,29 @@ class KubernetesExecutor(kube_client.ClusterExecutor):
         return await self.observe_each(names, self._get, self._observation)
 
     async def list_managed(self, selector: Mapping[str, str]) -> list[model.Observation]:
-        """Every Job in the namespace whose labels include all of `selector`."""
-        text = kube_client.selector_text(selector)
-        result = await self.api.call(
-            f"listing Jobs ({text})",
-            lambda: self._batch.list_namespaced_job_without_preload_content(
-                self.namespace, label_selector=text, _request_timeout=self.api.timeout
-            ),
+        """Every Job in the namespace whose labels include all of `selector` (in pages),
+        with one list of corral's pods for the exit codes of the failed ones."""
+        listing = await self.api.list_all(
+            "Jobs",
+            self._batch.list_namespaced_job,
+            selector=kube_client.selector_text(selector),
+            namespace=self.namespace,
         )
-        return [await self._observation(job) for job in kube_client.items(result)]
+        pods: dict[str, list[dict[str, Any]]] = {}
+        if any(_condition(job, "Failed") for job in listing.items):
+            managed = await self.api.list_all(
+                "pods",
+                self._core.list_namespaced_pod,
+                selector=kube_client.MANAGED,
+                namespace=self.namespace,
+            )
+            for pod in managed.items:
+                uid = kube_client.labels_of(pod).get(CONTROLLER_UID, "")
+                pods.setdefault(uid, []).append(pod)
+        return [
+            job_observation(job, pods.get(job.get("metadata", {}).get("uid", ""), []))
+            for job in listing.items
+        ]
 
     async def cancel(self, name: str, grace: timedelta) -> None:
         """Delete the Job with `propagationPolicy: Background`, so its pods are deleted too
@@ -501,7 +519,7 @@ class KubernetesExecutor(kube_client.ClusterExecutor):
             f"listing the pods of Job {job['metadata'].get('name')}",
             lambda: self._core.list_namespaced_pod_without_preload_content(
                 self.namespace,
-                label_selector=f"batch.kubernetes.io/controller-uid={uid}",
+                label_selector=f"{CONTROLLER_UID}={uid}",
                 _request_timeout=self.api.timeout,
             ),
         )
