@@ -13,6 +13,7 @@ reconcilers and dispatchers can work on one database at once.
                                       absent, past its deadline -> failed: timed out
     running, no news for lease_timeout finished                -> complete it
     past its lease (heartbeats stopped) running, past deadline  -> stop it; failed: timed out
+                                        (+ cancel_grace: the platform's own stop comes first)
     or past its deadline               running, lease over     -> unknown: the job's policy
                                       absent, past recovery_grace -> lost; the job retries
     the platform cannot be asked      launching                -> nothing; note it, try again
@@ -276,10 +277,12 @@ class Reconciler:
             summary.completed += 1
             self._repaired(attempt, f"completed ({obs.phase}), missed while no dispatcher watched")
             work.finishes.append(_finish(attempt, obs))
-        elif obs.phase is not P.ABSENT and deadline <= now:
-            summary.timed_out += 1
+        elif obs.phase is not P.ABSENT and deadline + self.t.cancel_grace <= now:
+            summary.timed_out += 1  # its platform had its own stop and grace: the backstop
             self._repaired(attempt, "timed out")
             work.overdue.append(attempt)
+        elif obs.phase is not P.ABSENT and deadline <= now:
+            work.alive.append(attempt.id)  # its platform is stopping it (TERM, then KILL)
         elif obs.phase is P.RUNNING and _past(attempt.lease_until, now):
             summary.unknown += 1  # (a pending one has not started: it cannot send heartbeats)
             work.unknown.append((item, f"silent: no heartbeat for its lease; it shows {obs.phase}"))

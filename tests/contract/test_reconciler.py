@@ -130,7 +130,11 @@ async def test_an_attempt_past_its_deadline_is_stopped_and_failed(
     platform = Platform()
     [c] = await running(db, clock)
     platform.put(launch_of(c))
-    clock.advance(241)
+    clock.advance(240.5)  # past its deadline, inside cancel_grace: its platform is stopping it
+    assert (await make(db, clock, platform).run_once()).timed_out == 0
+    assert platform.cancelled == []
+    assert (await attempt(db, c)).state == A.RUNNING
+    clock.advance(0.5)  # the platform's stop had its grace: recovery is the backstop
     assert (await make(db, clock, platform).run_once()).timed_out == 1
     assert platform.cancelled == [c.attempt.launch_name]
     a = await attempt(db, c)
