@@ -39,6 +39,7 @@ class CurrentAttempt:
     launch_name: str | None
     tenant: str | None
     heartbeat_interval: float | None
+    code_version: str | None = None  # CORRAL_CODE_VERSION: what the sinks stamp on writes
 
 
 def current_attempt(env: Mapping[str, str] | None = None) -> CurrentAttempt:
@@ -53,6 +54,7 @@ def current_attempt(env: Mapping[str, str] | None = None) -> CurrentAttempt:
             launch_name=env.get("CORRAL_LAUNCH_NAME"),
             tenant=env.get("CORRAL_TENANT"),
             heartbeat_interval=float(interval) if interval else None,
+            code_version=env.get("CORRAL_CODE_VERSION") or None,
         )
     except KeyError as exc:
         raise errors.ConfigError(

@@ -1,0 +1,19 @@
+"""Fenced sinks: how a job's effects stay exactly-once when corral launches at least once.
+
+An orchestrator cannot tell a dead attempt from a slow one, so a relaunched attempt may run
+beside its original. Each attempt carries a fence (its attempt id, which only grows), and
+these sinks refuse what a stale one writes. See the README, "Exactly-once effects".
+"""
+
+from corral.sinks.fence import StaleFenceError, Writer, writer
+from corral.sinks.table import FencedTable, UpsertResult, add_fence_columns, fence_columns
+
+__all__ = [
+    "FencedTable",
+    "StaleFenceError",
+    "UpsertResult",
+    "Writer",
+    "add_fence_columns",
+    "fence_columns",
+    "writer",
+]

@@ -1,0 +1,37 @@
+"""Who is writing: the fence (and code version) a sink stamps on what an attempt writes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from corral import errors
+from corral.worker import current_attempt
+
+
+class StaleFenceError(errors.StaleFence):
+    """Raised by a sink in strict mode when a newer attempt has already written there."""
+
+    def __init__(self, message: str, *, fence: int, newer: int) -> None:
+        super().__init__(message)
+        self.fence = fence
+        self.newer = newer
+
+
+@dataclass(frozen=True, slots=True)
+class Writer:
+    """The attempt a write comes from."""
+
+    fence: int
+    code_version: str | None = None
+
+
+def writer(fence: int | None = None, code_version: str | None = None) -> Writer:
+    """`fence` and `code_version` as given, else this process's attempt (CORRAL_FENCE,
+    CORRAL_CODE_VERSION); ConfigError when neither says which attempt this is."""
+    if fence is None:
+        attempt = current_attempt()
+        fence = attempt.fence
+        code_version = code_version if code_version is not None else attempt.code_version
+    if isinstance(fence, bool) or not isinstance(fence, int) or fence < 0:
+        raise errors.InvalidInput(f"fence: must be a whole number >= 0, not {fence!r}")
+    return Writer(fence, code_version)
