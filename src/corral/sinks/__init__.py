@@ -5,6 +5,12 @@ beside its original. Each attempt carries a fence (its attempt id, which only gr
 these sinks refuse what a stale one writes. See the README, "Exactly-once effects".
 """
 
+from corral.sinks.checkpoint import (
+    load_checkpoint,
+    load_checkpoint_async,
+    save_checkpoint,
+    save_checkpoint_async,
+)
 from corral.sinks.fence import StaleFenceError, Writer, writer
 from corral.sinks.table import FencedTable, UpsertResult, add_fence_columns, fence_columns
 
@@ -15,5 +21,9 @@ __all__ = [
     "Writer",
     "add_fence_columns",
     "fence_columns",
+    "load_checkpoint",
+    "load_checkpoint_async",
+    "save_checkpoint",
+    "save_checkpoint_async",
     "writer",
 ]

@@ -195,6 +195,12 @@ class Store:
     async def job_cancel(self, *, job_id: int, now: datetime, reason: str) -> model.Attempt | None:
         return await self._tx(queries.job_cancel, job_id=job_id, now=now, reason=reason)
 
+    async def checkpoint_save(self, *, job_id: int, fence: int, state: Any, now: datetime) -> None:
+        await self._tx(queries.checkpoint_save, job_id=job_id, fence=fence, state=state, now=now)
+
+    async def checkpoint_load(self, *, job_id: int) -> tuple[int, Any] | None:
+        return await self._tx(queries.checkpoint_load, job_id=job_id)
+
     async def job_get(self, *, job_id: int) -> model.Job:
         return await self._tx(queries.job_get, job_id=job_id)
 

@@ -116,6 +116,12 @@ def pairs_in(
     return tuple_(first, second).in_(list(pairs))
 
 
+def upsert(conn: Connection, table: Table) -> Any:
+    """An INSERT that takes ON CONFLICT ... DO UPDATE, on either database."""
+    dialect_insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
+    return dialect_insert(table)
+
+
 def insert_ignore_conflict(conn: Connection, table: Table, columns: Sequence[str]) -> Any:
     """INSERT ... ON CONFLICT (columns) DO NOTHING on either database."""
     dialect_insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert

@@ -16,7 +16,7 @@ from sqlalchemy import Connection, Select, and_, case, func, insert, literal, or
 
 from corral import config, errors, failpoints, model, retry
 from corral.store import dialects
-from corral.store.tables import UTCDateTime, attempts, events, jobs, retry_budgets
+from corral.store.tables import UTCDateTime, attempts, checkpoints, events, jobs, retry_budgets
 
 A, J = model.AttemptState, model.JobState
 FC = model.FailureClass
@@ -1195,3 +1195,49 @@ def attempt_from_row(row: Any) -> model.Attempt:
     return model.Attempt(
         **{**row, "state": A(row["state"]), "failure_class": FC(cls) if cls else None}
     )
+
+
+# --- checkpoints -------------------------------------------------------------------------------
+
+
+def checkpoint_save(
+    conn: Connection, *, job_id: int, fence: int, state: Any, now: datetime
+) -> None:
+    """Keep `state` as job `job_id`'s checkpoint, written by attempt `fence`. Refused with
+    StaleFence when a newer attempt of the job exists or has saved: an attempt that was
+    replaced cannot roll its successor's progress back. One statement decides it."""
+    newest = conn.execute(
+        select(func.max(attempts.c.id)).where(attempts.c.job_id == job_id)
+    ).scalar_one_or_none()
+    if newest is None:
+        raise errors.NotFound(f"job {job_id} has no attempts: no checkpoint to keep")
+    if fence < newest:
+        raise errors.StaleFence(
+            f"fence {fence} is stale: job {job_id}'s newest attempt has fence {newest};"
+            " its checkpoint is not this attempt's to write"
+        )
+    insert = dialects.upsert(conn, checkpoints)
+    stmt = (
+        insert.values(job_id=job_id, fence=fence, state=state, saved_at=now)
+        .on_conflict_do_update(
+            index_elements=[checkpoints.c.job_id],
+            set_={"fence": fence, "state": state, "saved_at": now},
+            where=checkpoints.c.fence <= fence,
+        )
+        .returning(checkpoints.c.job_id)
+    )
+    if conn.execute(stmt).first() is None:
+        held = conn.execute(
+            select(checkpoints.c.fence).where(checkpoints.c.job_id == job_id)
+        ).scalar_one()
+        raise errors.StaleFence(
+            f"fence {fence} is stale: job {job_id}'s checkpoint was saved by fence {held}"
+        )
+
+
+def checkpoint_load(conn: Connection, *, job_id: int) -> tuple[int, Any] | None:
+    """Job `job_id`'s checkpoint: the fence that saved it and its state; None if none."""
+    row = conn.execute(
+        select(checkpoints.c.fence, checkpoints.c.state).where(checkpoints.c.job_id == job_id)
+    ).first()
+    return None if row is None else (int(row.fence), row.state)

@@ -126,6 +126,15 @@ retry_budgets = Table(
     Column("counted_fence", Id, nullable=False),
 )
 
+checkpoints = Table(
+    "checkpoints",
+    metadata,
+    Column("job_id", Id, ForeignKey("jobs.id"), primary_key=True),
+    Column("fence", Id, nullable=False),
+    Column("state", Json, nullable=False),
+    Column("saved_at", UTCDateTime, nullable=False),
+)
+
 events = Table(
     "events",
     metadata,

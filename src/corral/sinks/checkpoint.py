@@ -1,0 +1,93 @@
+"""Fenced checkpoints: a job's progress, kept in corral's store, that only its newest
+attempt may write. A relaunched attempt resumes from the newest state; the attempt it
+replaced, still running somewhere, cannot roll that state back.
+
+    from corral.sinks import load_checkpoint, save_checkpoint
+
+    done = load_checkpoint(default={"page": 0})["page"]
+    for page in range(done, pages):
+        work(page)
+        save_checkpoint({"page": page + 1})   # StaleFence once a newer attempt exists: stop
+
+Inside an attempt the job, the fence and the database come from CORRAL_JOB_ID,
+CORRAL_FENCE and CORRAL_DATABASE_URL. A state is any JSON value.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+from corral import clock, config, errors, store
+from corral.worker import CurrentAttempt, current_attempt
+
+T = TypeVar("T")
+
+
+async def save_checkpoint_async(
+    state: Any, *, attempt: CurrentAttempt | None = None, settings: config.Settings | None = None
+) -> None:
+    """Keep `state` as this job's checkpoint. StaleFence when a newer attempt of the job
+    exists or has saved one: this attempt has been replaced and must stop."""
+    attempt = attempt or current_attempt()
+    try:
+        json.dumps(state)
+    except (TypeError, ValueError) as exc:
+        raise errors.InvalidInput(f"checkpoint state: must be JSON: {exc}") from None
+    db = _store(settings)
+    try:
+        now = clock.SystemClock().now()
+        await db.checkpoint_save(job_id=attempt.job_id, fence=attempt.fence, state=state, now=now)
+    finally:
+        await db.close()
+
+
+async def load_checkpoint_async(
+    *,
+    default: Any = None,
+    attempt: CurrentAttempt | None = None,
+    settings: config.Settings | None = None,
+) -> Any:
+    """This job's newest checkpoint, whichever attempt saved it; `default` if none."""
+    attempt = attempt or current_attempt()
+    db = _store(settings)
+    try:
+        found = await db.checkpoint_load(job_id=attempt.job_id)
+    finally:
+        await db.close()
+    return default if found is None else found[1]
+
+
+def save_checkpoint(
+    state: Any, *, attempt: CurrentAttempt | None = None, settings: config.Settings | None = None
+) -> None:
+    """`save_checkpoint_async` for code that does not run an event loop."""
+    _run(save_checkpoint_async(state, attempt=attempt, settings=settings))
+
+
+def load_checkpoint(
+    *,
+    default: Any = None,
+    attempt: CurrentAttempt | None = None,
+    settings: config.Settings | None = None,
+) -> Any:
+    """`load_checkpoint_async` for code that does not run an event loop."""
+    return _run(load_checkpoint_async(default=default, attempt=attempt, settings=settings))
+
+
+def _store(settings: config.Settings | None) -> store.Store:
+    settings = settings or config.Settings.load(check_chain=False)
+    return store.Store.connect(settings.database_url)
+
+
+def _run(work: Coroutine[Any, Any, T]) -> T:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(work)
+    work.close()
+    raise errors.CorralError(
+        "save_checkpoint/load_checkpoint block; in async code use the _async versions"
+    )
