@@ -430,6 +430,17 @@ class Observation:
 
 
 @dataclass(frozen=True, slots=True)
+class Pointer:
+    """Which attempt's output a published dataset shows: write-audit-publish's pointer."""
+
+    dataset: str
+    fence: int
+    location: str
+    code_version: str | None
+    published_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
 class Reach:
     """How an attempt reaches corral from inside (for heartbeats): passed in its env."""
 

@@ -65,5 +65,5 @@ async def test_state_must_be_json(db: store.Store, db_url: str, clock: FrozenClo
 
 
 async def test_the_blocking_calls_refuse_to_run_inside_an_event_loop() -> None:
-    with pytest.raises(errors.CorralError, match="_async versions"):
+    with pytest.raises(errors.CorralError, match="_async version"):
         load_checkpoint(attempt=attempt(1, 1), settings=config.Settings())

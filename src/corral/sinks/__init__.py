@@ -12,17 +12,24 @@ from corral.sinks.checkpoint import (
     save_checkpoint_async,
 )
 from corral.sinks.fence import StaleFenceError, Writer, writer
+from corral.sinks.publish import AuditFailed, MinRows, Publisher, UniqueKeys, resolve, rows_of
 from corral.sinks.table import FencedTable, UpsertResult, add_fence_columns, fence_columns
 
 __all__ = [
+    "AuditFailed",
     "FencedTable",
+    "MinRows",
+    "Publisher",
     "StaleFenceError",
+    "UniqueKeys",
     "UpsertResult",
     "Writer",
     "add_fence_columns",
     "fence_columns",
     "load_checkpoint",
     "load_checkpoint_async",
+    "resolve",
+    "rows_of",
     "save_checkpoint",
     "save_checkpoint_async",
     "writer",

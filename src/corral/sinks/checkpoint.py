@@ -15,15 +15,12 @@ CORRAL_FENCE and CORRAL_DATABASE_URL. A state is any JSON value.
 
 from __future__ import annotations
 
-import asyncio
 import json
-from collections.abc import Coroutine
-from typing import Any, TypeVar
+from typing import Any
 
-from corral import clock, config, errors, store
+from corral import clock, config, errors
+from corral.sinks.fence import run_blocking, store_for
 from corral.worker import CurrentAttempt, current_attempt
-
-T = TypeVar("T")
 
 
 async def save_checkpoint_async(
@@ -36,7 +33,7 @@ async def save_checkpoint_async(
         json.dumps(state)
     except (TypeError, ValueError) as exc:
         raise errors.InvalidInput(f"checkpoint state: must be JSON: {exc}") from None
-    db = _store(settings)
+    db = store_for(settings)
     try:
         now = clock.SystemClock().now()
         await db.checkpoint_save(job_id=attempt.job_id, fence=attempt.fence, state=state, now=now)
@@ -52,7 +49,7 @@ async def load_checkpoint_async(
 ) -> Any:
     """This job's newest checkpoint, whichever attempt saved it; `default` if none."""
     attempt = attempt or current_attempt()
-    db = _store(settings)
+    db = store_for(settings)
     try:
         found = await db.checkpoint_load(job_id=attempt.job_id)
     finally:
@@ -64,7 +61,7 @@ def save_checkpoint(
     state: Any, *, attempt: CurrentAttempt | None = None, settings: config.Settings | None = None
 ) -> None:
     """`save_checkpoint_async` for code that does not run an event loop."""
-    _run(save_checkpoint_async(state, attempt=attempt, settings=settings))
+    run_blocking(save_checkpoint_async(state, attempt=attempt, settings=settings))
 
 
 def load_checkpoint(
@@ -74,20 +71,4 @@ def load_checkpoint(
     settings: config.Settings | None = None,
 ) -> Any:
     """`load_checkpoint_async` for code that does not run an event loop."""
-    return _run(load_checkpoint_async(default=default, attempt=attempt, settings=settings))
-
-
-def _store(settings: config.Settings | None) -> store.Store:
-    settings = settings or config.Settings.load(check_chain=False)
-    return store.Store.connect(settings.database_url)
-
-
-def _run(work: Coroutine[Any, Any, T]) -> T:
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(work)
-    work.close()
-    raise errors.CorralError(
-        "save_checkpoint/load_checkpoint block; in async code use the _async versions"
-    )
+    return run_blocking(load_checkpoint_async(default=default, attempt=attempt, settings=settings))

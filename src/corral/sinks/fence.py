@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Coroutine
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
-from corral import errors
+from corral import config, errors, store
 from corral.worker import current_attempt
+
+T = TypeVar("T")
 
 
 class StaleFenceError(errors.StaleFence):
@@ -35,3 +40,20 @@ def writer(fence: int | None = None, code_version: str | None = None) -> Writer:
     if isinstance(fence, bool) or not isinstance(fence, int) or fence < 0:
         raise errors.InvalidInput(f"fence: must be a whole number >= 0, not {fence!r}")
     return Writer(fence, code_version)
+
+
+def store_for(settings: config.Settings | None) -> store.Store:
+    """corral's store, as these settings (default: corral.toml and CORRAL_*, which inside an
+    attempt include CORRAL_DATABASE_URL) reach it."""
+    settings = settings or config.Settings.load(check_chain=False)
+    return store.Store.connect(settings.database_url)
+
+
+def run_blocking(work: Coroutine[Any, Any, T]) -> T:
+    """Run `work` to its end for code that has no event loop; refuse inside one."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(work)
+    work.close()
+    raise errors.CorralError("this call blocks; in async code use its _async version")

@@ -201,6 +201,27 @@ class Store:
     async def checkpoint_load(self, *, job_id: int) -> tuple[int, Any] | None:
         return await self._tx(queries.checkpoint_load, job_id=job_id)
 
+    async def pointer_swap(
+        self,
+        *,
+        dataset: str,
+        fence: int,
+        location: str,
+        code_version: str | None,
+        now: datetime,
+    ) -> int | None:
+        return await self._tx(
+            queries.pointer_swap,
+            dataset=dataset,
+            fence=fence,
+            location=location,
+            code_version=code_version,
+            now=now,
+        )
+
+    async def pointer_get(self, *, dataset: str) -> model.Pointer | None:
+        return await self._tx(queries.pointer_get, dataset=dataset)
+
     async def job_get(self, *, job_id: int) -> model.Job:
         return await self._tx(queries.job_get, job_id=job_id)
 

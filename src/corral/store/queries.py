@@ -16,7 +16,15 @@ from sqlalchemy import Connection, Select, and_, case, func, insert, literal, or
 
 from corral import config, errors, failpoints, model, retry
 from corral.store import dialects
-from corral.store.tables import UTCDateTime, attempts, checkpoints, events, jobs, retry_budgets
+from corral.store.tables import (
+    UTCDateTime,
+    attempts,
+    checkpoints,
+    events,
+    jobs,
+    publish_pointers,
+    retry_budgets,
+)
 
 A, J = model.AttemptState, model.JobState
 FC = model.FailureClass
@@ -1241,3 +1249,54 @@ def checkpoint_load(conn: Connection, *, job_id: int) -> tuple[int, Any] | None:
         select(checkpoints.c.fence, checkpoints.c.state).where(checkpoints.c.job_id == job_id)
     ).first()
     return None if row is None else (int(row.fence), row.state)
+
+
+# --- publish pointers ---------------------------------------------------------------------
+
+
+def pointer_swap(
+    conn: Connection,
+    *,
+    dataset: str,
+    fence: int,
+    location: str,
+    code_version: str | None,
+    now: datetime,
+) -> int | None:
+    """Point `dataset` at `location`, published by attempt `fence`: a compare-and-swap
+    that applies only when the stored fence is lower (or there is none). Returns None when
+    it applied, else the fence that holds the pointer."""
+    insert = dialects.upsert(conn, publish_pointers)
+    values = {"fence": fence, "location": location, "code_version": code_version}
+    stmt = (
+        insert.values(dataset=dataset, published_at=now, **values)
+        .on_conflict_do_update(
+            index_elements=[publish_pointers.c.dataset],
+            set_={**values, "published_at": now},
+            where=publish_pointers.c.fence < fence,
+        )
+        .returning(publish_pointers.c.dataset)
+    )
+    if conn.execute(stmt).first() is not None:
+        return None
+    return int(
+        conn.execute(
+            select(publish_pointers.c.fence).where(publish_pointers.c.dataset == dataset)
+        ).scalar_one()
+    )
+
+
+def pointer_get(conn: Connection, *, dataset: str) -> model.Pointer | None:
+    """Where `dataset` points now, and who put it there."""
+    row = conn.execute(
+        select(publish_pointers).where(publish_pointers.c.dataset == dataset)
+    ).first()
+    if row is None:
+        return None
+    return model.Pointer(
+        dataset=row.dataset,
+        fence=int(row.fence),
+        location=row.location,
+        code_version=row.code_version,
+        published_at=row.published_at,
+    )

@@ -135,6 +135,16 @@ checkpoints = Table(
     Column("saved_at", UTCDateTime, nullable=False),
 )
 
+publish_pointers = Table(
+    "publish_pointers",
+    metadata,
+    Column("dataset", String(500), primary_key=True),
+    Column("fence", Id, nullable=False),
+    Column("location", Text, nullable=False),
+    Column("code_version", Text),
+    Column("published_at", UTCDateTime, nullable=False),
+)
+
 events = Table(
     "events",
     metadata,

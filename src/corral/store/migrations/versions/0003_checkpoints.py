@@ -1,4 +1,5 @@
-"""fenced checkpoints: one per job, written only by its newest attempt
+"""fenced checkpoints (one per job, written only by its newest attempt) and publish
+pointers (one per dataset, swapped only to a newer fence)
 
 Revision ID: 0003
 Revises: 0002
@@ -31,6 +32,17 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("job_id", name="pk_checkpoints"),
     )
 
+    op.create_table(
+        "publish_pointers",
+        sa.Column("dataset", sa.String(length=500), nullable=False),
+        sa.Column("fence", Id, nullable=False),
+        sa.Column("location", sa.Text(), nullable=False),
+        sa.Column("code_version", sa.Text(), nullable=True),
+        sa.Column("published_at", sa.DateTime(timezone=True), nullable=False),
+        sa.PrimaryKeyConstraint("dataset", name="pk_publish_pointers"),
+    )
+
 
 def downgrade() -> None:
+    op.drop_table("publish_pointers")
     op.drop_table("checkpoints")
