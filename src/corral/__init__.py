@@ -10,6 +10,7 @@ from corral.dispatcher import Dispatcher
 from corral.errors import CorralError
 from corral.model import Attempt, AttemptState, Event, Job, JobState, Launch, Observation, Phase
 from corral.runtime import connect
+from corral.worker import CurrentAttempt, current_attempt
 
 __all__ = [
     "Attempt",
@@ -17,6 +18,7 @@ __all__ = [
     "Client",
     "Clock",
     "CorralError",
+    "CurrentAttempt",
     "Dispatcher",
     "Event",
     "Job",
@@ -29,4 +31,5 @@ __all__ = [
     "SystemClock",
     "Timeouts",
     "connect",
+    "current_attempt",
 ]

@@ -12,7 +12,15 @@ from corral.sinks.checkpoint import (
     save_checkpoint_async,
 )
 from corral.sinks.fence import StaleFenceError, Writer, writer
-from corral.sinks.publish import AuditFailed, MinRows, Publisher, UniqueKeys, resolve, rows_of
+from corral.sinks.publish import (
+    AuditFailed,
+    MinRows,
+    Publisher,
+    UniqueKeys,
+    resolve,
+    resolve_async,
+    rows_of,
+)
 from corral.sinks.table import FencedTable, UpsertResult, add_fence_columns, fence_columns
 
 __all__ = [
@@ -29,6 +37,7 @@ __all__ = [
     "load_checkpoint",
     "load_checkpoint_async",
     "resolve",
+    "resolve_async",
     "rows_of",
     "save_checkpoint",
     "save_checkpoint_async",

@@ -180,13 +180,14 @@ class Publisher:
 def resolve(dataset: str, *, settings: config.Settings | None = None) -> Path | None:
     """The folder readers of `dataset` read now: one attempt's whole output. None before
     anything was published."""
-    pointer = run_blocking(_pointer(dataset, settings))
-    return None if pointer is None else Path(pointer.location)
+    return run_blocking(resolve_async(dataset, settings=settings))
 
 
-async def _pointer(dataset: str, settings: config.Settings | None) -> model.Pointer | None:
+async def resolve_async(dataset: str, *, settings: config.Settings | None = None) -> Path | None:
+    """`resolve` for async code."""
     db = store_for(settings)
     try:
-        return await db.pointer_get(dataset=dataset)
+        pointer = await db.pointer_get(dataset=dataset)
     finally:
         await db.close()
+    return None if pointer is None else Path(pointer.location)

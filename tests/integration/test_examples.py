@@ -1,0 +1,43 @@
+"""examples/exactly_once_job.py runs under corral (serve, process executor, SQLite), and
+running it again as a newer attempt replaces its output whole."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from corral import config, model
+from corral.sinks import resolve_async
+from tests.integration.conftest import Corral
+
+pytestmark = pytest.mark.slow
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "exactly_once_job.py"
+J = model.JobState
+
+
+async def test_the_exactly_once_example_runs_and_publishes(corral: Corral, tmp_path: Path) -> None:
+    warehouse = tmp_path / "warehouse"
+    command = [sys.executable, str(EXAMPLE), str(warehouse), "2026-11-30"]
+    first, _ = await corral.client.submit(spec={"command": command})
+    await corral.wait(first, J.SUCCEEDED)
+    second, _ = await corral.client.submit(spec={"command": command})
+    await corral.wait(second, J.SUCCEEDED)
+    settings = config.Settings(database_url=corral.database_url)
+    folder = await resolve_async("orders/day=2026-11-30", settings=settings)
+    assert folder is not None
+    assert folder.name == f"fence={(await corral.client.job(second)).attempts[0].id}"
+    orders = [json.loads(line) for line in (folder / "part-0.jsonl").read_text().splitlines()]
+    engine = sa.create_engine(f"sqlite:///{warehouse / 'warehouse.db'}")
+    with engine.connect() as conn:
+        rows = conn.execute(sa.text("SELECT store, total, fence FROM store_totals")).all()
+    engine.dispose()
+    expected: dict[str, int] = {}
+    for order in orders:
+        expected[order["store"]] = expected.get(order["store"], 0) + order["amount"]
+    assert {store: total for store, total, _ in rows} == expected, "totals match the partition"
+    assert {fence for _, _, fence in rows} == {int(folder.name.removeprefix("fence="))}
