@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from corral.sinks.http import FenceGuard, FenceMiddleware
+from corral.sinks.http import FenceGuard, FenceMiddleware, fence_headers
+from corral.worker import CurrentAttempt
 
 
 @pytest.fixture
@@ -67,3 +68,12 @@ async def test_the_middleware_refuses_a_stale_fence_with_409(guard: FenceGuard) 
 async def test_the_header_can_be_required(guard: FenceGuard) -> None:
     app = FenceMiddleware(service, guard, require=True)
     assert (await call(app, "POST", "/orders/1", {}))[0] == 428
+
+
+async def test_a_job_sends_headers_the_middleware_checks(guard: FenceGuard) -> None:
+    app = FenceMiddleware(service, guard)
+    new = fence_headers(CurrentAttempt(4, 2, 9, None, None, None))
+    old = fence_headers(CurrentAttempt(4, 1, 5, None, None, None))
+    assert new == {"Corral-Fence": "9", "Corral-Job-Id": "4", "Idempotency-Key": "corral-4-2"}
+    assert (await call(app, "POST", "/ledger", new))[0] == 200
+    assert (await call(app, "POST", "/ledger", old))[0] == 409

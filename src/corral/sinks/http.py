@@ -27,6 +27,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 
 from corral import errors
+from corral.worker import CurrentAttempt, current_attempt
 
 FENCE_HEADER = "corral-fence"
 JOB_HEADER = "corral-job-id"
@@ -38,6 +39,20 @@ Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 App = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+def fence_headers(
+    attempt: CurrentAttempt | None = None, *, idempotency_key: str | None = None
+) -> dict[str, str]:
+    """The headers a call from an attempt carries, for a guarded service to check:
+    `Corral-Fence`, `Corral-Job-Id` and `Idempotency-Key` (default: job and attempt, the
+    same on every retry of this attempt's call)."""
+    attempt = attempt or current_attempt()
+    return {
+        "Corral-Fence": str(attempt.fence),
+        "Corral-Job-Id": str(attempt.job_id),
+        "Idempotency-Key": idempotency_key or f"corral-{attempt.job_id}-{attempt.attempt_no}",
+    }
 
 
 class FenceGuard:
