@@ -97,8 +97,27 @@ def test_clean_removes_old_staging_but_never_the_published_one(tmp_path: Path, d
     assert fresh.clean() == [], "nothing is older than the retention yet"
     clk.advance(timedelta(days=8).total_seconds() + time.time() - clk.now().timestamp())
     removed = fresh.clean()
-    assert [p.name for p in removed] == ["fence=5", "fence=7"]
+    assert [p.rsplit("/", 1)[1] for p in removed] == ["fence=5", "fence=7"]
     assert seen(db_url) == output(6)
+
+
+def test_any_fsspec_filesystem_holds_the_data(db_url: str) -> None:
+    # An object store has no folders and no rename: staging and the pointer still work.
+    for fence in (3, 4):
+        p = Publisher(
+            "sales/day",
+            root=f"memory://wh-{abs(hash(db_url))}",
+            fence=fence,
+            settings=config.Settings(database_url=db_url),
+        )
+        p.stage()
+        p.write_rows("part-0.jsonl", output(fence))
+        p.publish(audits=[MinRows(ROWS), UniqueKeys(["id"])])
+    location = resolve("sales/day", settings=config.Settings(database_url=db_url))
+    assert location is not None
+    assert location.startswith("memory://")
+    assert location.endswith("/sales/day/_staging/fence=4")
+    assert seen(db_url) == output(4)
 
 
 def test_bad_dataset_names_are_refused(tmp_path: Path, db_url: str) -> None:

@@ -3,7 +3,6 @@ running it again as a newer attempt replaces its output whole."""
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -11,7 +10,7 @@ import pytest
 import sqlalchemy as sa
 
 from corral import config, model
-from corral.sinks import resolve_async
+from corral.sinks import resolve_async, rows_of
 from tests.integration.conftest import Corral
 
 pytestmark = pytest.mark.slow
@@ -30,8 +29,9 @@ async def test_the_exactly_once_example_runs_and_publishes(corral: Corral, tmp_p
     settings = config.Settings(database_url=corral.database_url)
     folder = await resolve_async("orders/day=2026-11-30", settings=settings)
     assert folder is not None
-    assert folder.name == f"fence={(await corral.client.job(second)).attempts[0].id}"
-    orders = [json.loads(line) for line in (folder / "part-0.jsonl").read_text().splitlines()]
+    name = folder.rsplit("/", 1)[1]
+    assert name == f"fence={(await corral.client.job(second)).attempts[0].id}"
+    orders = list(rows_of(folder))
     engine = sa.create_engine(f"sqlite:///{warehouse / 'warehouse.db'}")
     with engine.connect() as conn:
         rows = conn.execute(sa.text("SELECT store, total, fence FROM store_totals")).all()
@@ -40,4 +40,4 @@ async def test_the_exactly_once_example_runs_and_publishes(corral: Corral, tmp_p
     for order in orders:
         expected[order["store"]] = expected.get(order["store"], 0) + order["amount"]
     assert {store: total for store, total, _ in rows} == expected, "totals match the partition"
-    assert {fence for _, _, fence in rows} == {int(folder.name.removeprefix("fence="))}
+    assert {fence for _, _, fence in rows} == {int(name.removeprefix("fence="))}
