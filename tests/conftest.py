@@ -67,6 +67,37 @@ def pg_empty(url: str) -> None:
     engine.dispose()
 
 
+@pytest.fixture(scope="session")
+def pg_user_url() -> Iterator[str]:
+    """A second PostgreSQL database for this session: "the user's own database", where
+    the sink tests make their tables, apart from corral's."""
+    admin = _pg_admin_url()
+    if admin is None:
+        pytest.skip(f"PostgreSQL unreachable (set {PG_ENV}); skipped locally, fails on CI")
+    name = f"corral_u_{uuid.uuid4().hex[:10]}"
+    engine = create_engine(admin, isolation_level="AUTOCOMMIT")
+    with engine.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    yield make_url(admin).set(database=name).render_as_string(hide_password=False)
+    with engine.connect() as conn:
+        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    engine.dispose()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def user_db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """An empty database of "the user's" on each backend (not corral's store)."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'user.db'}"
+    url: str = request.getfixturevalue("pg_user_url")
+    engine = create_engine(url)
+    with engine.begin() as conn:
+        conn.execute(text("DROP SCHEMA public CASCADE"))
+        conn.execute(text("CREATE SCHEMA public"))
+    engine.dispose()
+    return url
+
+
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """A migrated, empty database URL on each backend."""

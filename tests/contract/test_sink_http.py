@@ -14,8 +14,8 @@ from corral.worker import CurrentAttempt
 
 
 @pytest.fixture
-def guard(db_url: str) -> Iterator[FenceGuard]:
-    g = FenceGuard(db_url)
+def guard(user_db_url: str) -> Iterator[FenceGuard]:
+    g = FenceGuard(user_db_url)
     yield g
     g.close()
 
@@ -62,7 +62,8 @@ async def test_the_middleware_refuses_a_stale_fence_with_409(guard: FenceGuard) 
     assert (body["fence"], body["newer"], body["job_id"]) == (7, 8, "3")
     assert (await call(app, "GET", "/orders/1", {"Corral-Fence": "1"}))[0] == 200, "reads pass"
     assert (await call(app, "POST", "/orders/1", {}))[0] == 200, "no header: not a corral call"
-    assert (await call(app, "POST", "/x", {"Corral-Fence": "abc"}))[0] == 400
+    for bad in ("abc", "²", "9" * 30):
+        assert (await call(app, "POST", "/x", {"Corral-Fence": bad}))[0] == 400
 
 
 async def test_the_header_can_be_required(guard: FenceGuard) -> None:
@@ -77,3 +78,12 @@ async def test_a_job_sends_headers_the_middleware_checks(guard: FenceGuard) -> N
     assert new == {"Corral-Fence": "9", "Corral-Job-Id": "4", "Idempotency-Key": "corral-4-2"}
     assert (await call(app, "POST", "/ledger", new))[0] == 200
     assert (await call(app, "POST", "/ledger", old))[0] == 409
+
+
+def test_inside_the_handlers_transaction_the_check_and_the_write_go_together(
+    guard: FenceGuard,
+) -> None:
+    with guard.engine.begin() as conn:
+        assert guard.newest_if_stale_in(conn, "ledger", 5) is None
+    with guard.engine.begin() as conn:
+        assert guard.newest_if_stale_in(conn, "ledger", 4) == 5

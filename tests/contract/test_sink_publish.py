@@ -56,24 +56,38 @@ def seen(url: str, dataset: str = "sales/day") -> list[dict[str, int]]:
     return sorted(rows_of(folder), key=lambda r: r["id"])
 
 
+def staged(tmp: Path, url: str, fence: int, clk: FrozenClock | None = None) -> Publisher:
+    p = publisher(tmp, url, fence, clk)
+    p.stage()
+    p.write_rows("part-0.jsonl", output(fence))
+    return p
+
+
 def test_the_newest_publish_wins_in_either_order(tmp_path: Path, db_url: str) -> None:
-    for fence in (7, 8):
-        p = publisher(tmp_path, db_url, fence)
-        p.stage()
-        p.write_rows("part-0.jsonl", output(fence))
-    pointer = publisher(tmp_path, db_url, 8).publish(audits=[MinRows(ROWS)])
+    seven, eight = staged(tmp_path, db_url, 7), staged(tmp_path, db_url, 8)
+    pointer = eight.publish(audits=[MinRows(ROWS)])
     assert (pointer.fence, pointer.code_version) == (8, "v8")
     with pytest.raises(StaleFenceError, match="fence 8 published it already") as caught:
-        publisher(tmp_path, db_url, 7).publish()
+        seven.publish()
     assert (caught.value.fence, caught.value.newer) == (7, 8)
+    assert seen(db_url) == output(8)
+    assert eight.publish().fence == 8, "publishing the same folder again is no conflict"
+
+
+def test_a_published_folder_is_never_written_again(tmp_path: Path, db_url: str) -> None:
+    eight = staged(tmp_path, db_url, 8)
+    eight.publish()
+    with pytest.raises(errors.InvalidInput, match="published already"):
+        eight.write_rows("late.jsonl", output(8))
+    with pytest.raises(errors.InvalidInput, match="needs a new attempt"):
+        eight.stage()
+    with pytest.raises(errors.InvalidInput, match="needs a new attempt"):
+        publisher(tmp_path, db_url, 7).stage()
     assert seen(db_url) == output(8)
 
 
 def test_a_failed_audit_publishes_nothing_and_says_why(tmp_path: Path, db_url: str) -> None:
-    good = publisher(tmp_path, db_url, 7)
-    good.stage()
-    good.write_rows("part-0.jsonl", output(7))
-    good.publish()
+    staged(tmp_path, db_url, 7).publish()
     bad = publisher(tmp_path, db_url, 8)
     bad.stage()
     bad.write_rows("part-0.jsonl", [*output(8)[:2], output(8)[0]])
@@ -86,19 +100,18 @@ def test_a_failed_audit_publishes_nothing_and_says_why(tmp_path: Path, db_url: s
     assert seen(db_url) == output(7), "still the last good output"
 
 
-def test_clean_removes_old_staging_but_never_the_published_one(tmp_path: Path, db_url: str) -> None:
+def test_clean_removes_what_can_never_be_published_and_nothing_else(
+    tmp_path: Path, db_url: str
+) -> None:
     clk = FrozenClock()
-    for fence in (5, 6, 7):
-        p = publisher(tmp_path, db_url, fence, clk)
-        p.stage()
-        p.write_rows("part-0.jsonl", output(fence))
-    publisher(tmp_path, db_url, 6, clk).publish()
-    fresh = publisher(tmp_path, db_url, 7, clk)
-    assert fresh.clean() == [], "nothing is older than the retention yet"
+    five, six, _seven = (staged(tmp_path, db_url, f, clk) for f in (5, 6, 7))
+    assert six.clean() == [], "nothing published yet: every folder may be in use"
+    six.publish()
+    assert six.clean() == [], "nothing is older than the retention yet"
     clk.advance(timedelta(days=8).total_seconds() + time.time() - clk.now().timestamp())
-    removed = fresh.clean()
-    assert [p.rsplit("/", 1)[1] for p in removed] == ["fence=5", "fence=7"]
-    assert seen(db_url) == output(6)
+    removed = six.clean()
+    assert [r.rstrip("/").rsplit("/", 1)[1] for r in removed] == [five.staging.rsplit("/", 1)[1]]
+    assert seen(db_url) == output(6), "the published folder stays; fence 7's too"
 
 
 def test_any_fsspec_filesystem_holds_the_data(db_url: str) -> None:
@@ -116,7 +129,7 @@ def test_any_fsspec_filesystem_holds_the_data(db_url: str) -> None:
     location = resolve("sales/day", settings=config.Settings(database_url=db_url))
     assert location is not None
     assert location.startswith("memory://")
-    assert location.endswith("/sales/day/_staging/fence=4")
+    assert "/sales/day/_staging/fence=4-" in location
     assert seen(db_url) == output(4)
 
 
@@ -156,15 +169,21 @@ def test_any_interleaving_shows_one_attempts_whole_output(
 ) -> None:
     tmp = tmp_path_factory.mktemp("wap")
     dataset = f"d{tmp.name}"
+    attempts = {f: publisher(tmp, db_url, f, dataset=dataset) for f, _ in plan}
+    blocked: set[int] = set()
     published, refused = [], 0
     for fence, step in plan:
-        p = publisher(tmp, db_url, fence, dataset=dataset)
-        if step == "stage":
-            p.stage()
+        p = attempts[fence]
+        if fence in blocked:
+            refused += step == "publish"
+        elif step == "stage":
+            try:
+                p.stage()
+            except errors.InvalidInput:  # a newer attempt published before this one began
+                blocked.add(fence)
         elif step.startswith("write"):
             _, part, parts = step.split()
-            mine = output(fence)[int(part) :: int(parts)]
-            p.write_rows(f"part-{part}.jsonl", mine)
+            p.write_rows(f"part-{part}.jsonl", output(fence)[int(part) :: int(parts)])
         else:
             try:
                 p.publish(audits=[MinRows(ROWS)])

@@ -40,8 +40,8 @@ def make_table(url: str, name: str = "totals") -> sa.Engine:
 
 
 @pytest.fixture
-def engine(db_url: str) -> Iterator[sa.Engine]:
-    e = make_table(db_url)
+def engine(user_db_url: str) -> Iterator[sa.Engine]:
+    e = make_table(user_db_url)
     yield e
     e.dispose()
 
@@ -59,12 +59,12 @@ def test_newer_or_equal_fences_apply_older_ones_are_refused(engine: sa.Engine) -
     assert (r8.applied, r8.refused) == (1, 0)
     r7 = t.upsert([{"day": "a", "total": 9}, {"day": "b", "total": 9}], fence=7)
     assert (r7.applied, r7.refused) == (1, 1), "b is still 7's; a is 8's"
-    again = t.upsert([{"day": "a", "total": 3}], fence=8)
+    again = t.upsert([{"day": "a", "total": 3}], fence=8, code_version="v2")
     assert (again.applied, again.refused) == (1, 0), "the same attempt writing again applies"
     assert visible(engine) == {"a": (3, 8), "b": (9, 7)}
     with engine.connect() as conn:
         versions = dict(conn.execute(sa.text("SELECT day, code_version FROM totals")).all())
-    assert versions == {"a": None, "b": None}, "each write stamps its own code version"
+    assert versions == {"a": "v2", "b": None}, "each write stamps its own code version"
 
 
 def test_strict_writes_nothing_and_names_both_fences(engine: sa.Engine) -> None:
@@ -98,6 +98,7 @@ def test_the_fence_comes_from_the_attempts_environment(
         ([{"total": 1}], "no key column day"),
         ([{"day": "a", "total": 1}, {"day": "a", "total": 2}], "twice in one upsert"),
         ([{"day": "a", "total": 1, "fence": 99}], "set by the sink"),
+        ([{"day": "a", "total": 1}, {"day": "b"}], "the same columns"),
     ],
 )
 def test_bad_rows_are_refused_before_anything_is_written(
@@ -108,8 +109,8 @@ def test_bad_rows_are_refused_before_anything_is_written(
     assert visible(engine) == {}
 
 
-def test_a_table_without_fence_columns_gets_them(db_url: str) -> None:
-    engine = sa.create_engine(db_url)
+def test_a_table_without_fence_columns_gets_them(user_db_url: str) -> None:
+    engine = sa.create_engine(user_db_url)
     with engine.begin() as conn:
         conn.execute(sa.text("DROP TABLE IF EXISTS plain"))
         conn.execute(sa.text("CREATE TABLE plain (day TEXT PRIMARY KEY, total INTEGER)"))
@@ -183,12 +184,12 @@ def writer(url: str, fence: int, gate: Path) -> subprocess.Popen[str]:
 
 
 def test_a_paused_attempt_cannot_tear_what_its_successor_wrote(
-    engine: sa.Engine, db_url: str, tmp_path: Path
+    engine: sa.Engine, user_db_url: str, tmp_path: Path
 ) -> None:
     # Attempt 7 writes half its rows and is paused (SIGSTOP): it looks dead. Attempt 8 is
     # launched, writes all of its rows. Attempt 7 resumes (SIGCONT) and writes the rest.
     gate7 = tmp_path / "gate7"
-    seven = writer(db_url, 7, gate7)
+    seven = writer(user_db_url, 7, gate7)
     half = tmp_path / "gate7.half"
     ends = time.monotonic() + 30
     while not half.exists():
@@ -196,7 +197,7 @@ def test_a_paused_attempt_cannot_tear_what_its_successor_wrote(
         time.sleep(0.05)
     seven.send_signal(signal.SIGSTOP)
     gate7.touch()  # once it runs again, it goes on at once
-    eight = writer(db_url, 8, tmp_path / "gate8")
+    eight = writer(user_db_url, 8, tmp_path / "gate8")
     (tmp_path / "gate8").touch()
     out8, _ = eight.communicate(timeout=30)
     seven.send_signal(signal.SIGCONT)

@@ -13,7 +13,10 @@ so two callers at once cannot both pass with the older fence winning.
 
 The middleware guards unsafe methods (POST, PUT, PATCH, DELETE) keyed by the request path
 (or `key(scope)`), answers a stale call with 409 and a JSON body naming both fences, and
-lets calls without the header through (or answers 428 with `require=True`).
+lets calls without the header through (or answers 428 with `require=True`). It decides
+which calls get in, before the handler runs: an older call admitted first and slow to
+write can still land after a newer one. Where that matters, check inside the handler's
+own transaction with `guard.newest_if_stale_in(conn, resource, fence)`.
 """
 
 from __future__ import annotations
@@ -69,7 +72,11 @@ class FenceGuard:
             sa.Column("resource", sa.Text, primary_key=True),
             sa.Column("fence", sa.BigInteger, nullable=False),
         )
-        meta.create_all(self.engine)
+        try:
+            meta.create_all(self.engine)
+        except sa.exc.DBAPIError:  # another replica created it at the same moment
+            if not sa.inspect(self.engine).has_table(table):
+                raise
 
     def close(self) -> None:
         """Close the guard's database connections."""
@@ -81,6 +88,13 @@ class FenceGuard:
 
     def newest_if_stale(self, resource: str, fence: int) -> int | None:
         """None when `fence` is admitted (the newest or the same), else the newer fence."""
+        with self.engine.begin() as conn:
+            return self.newest_if_stale_in(conn, resource, fence)
+
+    def newest_if_stale_in(self, conn: sa.Connection, resource: str, fence: int) -> int | None:
+        """`newest_if_stale` inside your own transaction: call it in the transaction that
+        writes, and the resource's row stays locked until it commits, so an older call
+        cannot land its write after a newer one's."""
         dialect = postgresql if self.engine.dialect.name == "postgresql" else sqlite
         insert = dialect.insert(self.table).values(resource=resource, fence=fence)
         stmt = insert.on_conflict_do_update(
@@ -88,12 +102,11 @@ class FenceGuard:
             set_={"fence": insert.excluded.fence},
             where=self.table.c.fence <= insert.excluded.fence,
         ).returning(self.table.c.resource)
-        with self.engine.begin() as conn:
-            if conn.execute(stmt).first() is not None:
-                return None
-            held = conn.execute(
-                sa.select(self.table.c.fence).where(self.table.c.resource == resource)
-            ).scalar_one()
+        if conn.execute(stmt).first() is not None:
+            return None
+        held = conn.execute(
+            sa.select(self.table.c.fence).where(self.table.c.resource == resource)
+        ).scalar_one()
         return int(held)
 
 
@@ -125,8 +138,8 @@ class FenceMiddleware:
                 return
             await self.app(scope, receive, send)
             return
-        if not raw.isdigit():
-            await _answer(send, 400, {"error": f"Corral-Fence: not a whole number: {raw!r}"})
+        if not (raw.isascii() and raw.isdigit() and len(raw) <= 18):
+            await _answer(send, 400, {"error": f"Corral-Fence: not a fence number: {raw!r}"})
             return
         fence, resource = int(raw), self.key(scope)
         # The guard's database call blocks: off the event loop.

@@ -1,7 +1,7 @@
 """Publisher: write-audit-publish for file datasets, so readers see exactly one attempt's
 complete output, never a torn mix of two.
 
-Each attempt writes into a staging folder of its own, `<root>/<dataset>/_staging/fence=<n>/`
+Each attempt writes into a staging folder of its own, `<root>/<dataset>/_staging/fence=<n>-<token>/`
 (`root` a local path or any fsspec URL: `s3://bucket/warehouse`, `memory://...`),
 audits it, and publishes by a compare-and-swap on the dataset's pointer in corral's store:
 the swap applies only when the pointer holds a lower fence. Two attempts running at once
@@ -23,10 +23,12 @@ one the pointer names.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import csv
 import io
 import json
+import secrets
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -112,16 +114,23 @@ class Publisher:
         if fs is None:
             fs, root = fsspec.core.url_to_fs(str(root))
         self.fs: fsspec.AbstractFileSystem = fs
-        self.root = str(root).rstrip("/")
+        # One spelling of every path: what `ls` gives back (no protocol).
+        self.root = str(fs._strip_protocol(str(root))).rstrip("/")
         self.writer: Writer = writer(fence, code_version)
         self.settings = settings
         self.retention = retention
         self.clock = clk or clock.SystemClock()
+        self._staging: str | None = None
+        self._published = False
 
     @property
     def staging(self) -> str:
-        """This attempt's own folder (a path on `fs`)."""
-        return f"{self.root}/{self.dataset}/{STAGING}/fence={self.writer.fence}"
+        """This attempt's folder for this try (a path on `fs`): `fence=<n>-<token>`, new
+        at each `stage()`, so no try ever deletes or writes into another's folder, the
+        published one included."""
+        if self._staging is None:
+            raise errors.InvalidInput(f"{self.dataset}: call stage() before writing")
+        return self._staging
 
     @property
     def location(self) -> str:
@@ -129,15 +138,24 @@ class Publisher:
         return str(self.fs.unstrip_protocol(self.staging))
 
     def stage(self) -> str:
-        """Make this attempt's staging folder, emptied of an earlier try of the same
-        attempt, and return it."""
-        if self.fs.exists(self.staging):
-            self.fs.rm(self.staging, recursive=True)
-        self.fs.makedirs(self.staging, exist_ok=True)
-        return self.staging
+        """Make a new staging folder for this attempt and return it. InvalidInput when
+        this attempt (or a newer one) has published the dataset already."""
+        pointer = run_blocking(_pointer(self.dataset, self.settings))
+        if pointer is not None and pointer.fence >= self.writer.fence:
+            raise errors.InvalidInput(
+                f"{self.dataset}: fence {pointer.fence} has published it already; a new"
+                f" output needs a new attempt (this is fence {self.writer.fence})"
+            )
+        folder = f"fence={self.writer.fence}-{secrets.token_hex(4)}"
+        self._staging = f"{self.root}/{self.dataset}/{STAGING}/{folder}"
+        self._published = False
+        self.fs.makedirs(self._staging, exist_ok=False)
+        return self._staging
 
     def write_rows(self, name: str, rows: Iterable[Mapping[str, Any]]) -> str:
-        """Write rows as JSON Lines into the staging folder."""
+        """Write rows as JSON Lines into the staging folder (never after publish)."""
+        if self._published:
+            raise errors.InvalidInput(f"{self.dataset}: published already; stage() again")
         path = f"{self.staging}/{name}"
         with self.fs.open(path, "w") as out:
             for row in rows:
@@ -147,60 +165,84 @@ class Publisher:
     def publish(self, audits: Sequence[Audit] = ()) -> model.Pointer:
         """Audit the staging folder, then swap the pointer to it. AuditFailed (nothing
         published) when an audit fails; StaleFenceError when a newer attempt has
-        published already."""
+        published already. Publishing the same folder again is not refused."""
         return run_blocking(self.publish_async(audits))
 
     async def publish_async(self, audits: Sequence[Audit] = ()) -> model.Pointer:
-        if not self.fs.isdir(self.staging):
-            raise errors.InvalidInput(f"{self.dataset}: nothing staged at {self.location}")
-        problems = [p for audit in audits if (p := audit(self.location)) is not None]
+        """`publish` for async code (the audits read files: they run in a thread)."""
+        staged = self.staging
+        problems = await asyncio.to_thread(self._audit, staged, audits)
         if problems:
             raise AuditFailed(self.dataset, problems)
         db = store_for(self.settings)
         try:
-            held = await db.pointer_swap(
+            swapped = await db.pointer_swap(
                 dataset=self.dataset,
                 fence=self.writer.fence,
                 location=self.location,
                 code_version=self.writer.code_version,
                 now=self.clock.now(),
             )
-            if held is not None:
-                raise StaleFenceError(
-                    f"{self.dataset}: not published: fence {held} published it already,"
-                    f" newer than (or the same as) this attempt's {self.writer.fence}",
-                    fence=self.writer.fence,
-                    newer=held,
-                )
-            pointer = await db.pointer_get(dataset=self.dataset)
         finally:
             await db.close()
-        assert pointer is not None
-        return pointer
+        if not isinstance(swapped, model.Pointer):
+            raise StaleFenceError(
+                f"{self.dataset}: not published: fence {swapped} published it already,"
+                f" newer than (or the same as) this attempt's {self.writer.fence}",
+                fence=self.writer.fence,
+                newer=swapped,
+            )
+        self._published = True
+        return swapped
+
+    def _audit(self, staged: str, audits: Sequence[Audit]) -> list[str]:
+        if not self.fs.isdir(staged):
+            raise errors.InvalidInput(f"{self.dataset}: nothing staged at {self.location}")
+        return [p for audit in audits if (p := audit(self.location)) is not None]
 
     def clean(self) -> list[str]:
-        """Remove staging folders last changed more than `retention` ago, except the one
-        the pointer names. Returns what was removed."""
-        current = resolve(self.dataset, settings=self.settings)
+        """Remove staging folders that can never be published and are older than the
+        retention: those of fences below the published one, and this fence's other tries.
+        The published folder, and folders of newer fences (still running, perhaps), stay.
+        Returns what was removed."""
+        pointer = run_blocking(_pointer(self.dataset, self.settings))
         cutoff = self.clock.now() - self.retention
         parent = f"{self.root}/{self.dataset}/{STAGING}"
+        if pointer is None or not self.fs.exists(parent):
+            return []  # nothing published: every folder may still be a running attempt's
+        current = str(self.fs._strip_protocol(pointer.location)).rstrip("/")
         removed = []
-        folders = self.fs.ls(parent, detail=False) if self.fs.exists(parent) else []
-        for folder in sorted(str(f) for f in folders):
-            if self.fs.unstrip_protocol(folder) != current and self._changed(folder) < cutoff:
+        for folder in sorted(str(f) for f in self.fs.ls(parent, detail=False)):
+            fence = _fence_of(folder)
+            if fence is None or folder.rstrip("/") == current:
+                continue
+            if fence <= pointer.fence and self._changed(folder) < cutoff:
                 self.fs.rm(folder, recursive=True)
                 removed.append(folder)
         return removed
 
     def _changed(self, folder: str) -> datetime:
-        """When anything in `folder` last changed (object stores have no folder times)."""
+        """When anything in `folder` last changed (object stores have no folder times;
+        a folder with no time at all counts as changed now)."""
         times = [self.fs.modified(f) for f in self.fs.find(folder)]
         with contextlib.suppress(OSError, NotImplementedError, ValueError, KeyError):
             times.append(self.fs.modified(folder))
-        return max((t if t.tzinfo else t.replace(tzinfo=UTC) for t in times), default=_EPOCH)
+        aware = [t if t.tzinfo else t.replace(tzinfo=UTC) for t in times]
+        return max(aware, default=self.clock.now())
 
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+def _fence_of(folder: str) -> int | None:
+    name = folder.rstrip("/").rsplit("/", 1)[-1]
+    fence = name.removeprefix("fence=").split("-", 1)[0]
+    return int(fence) if name.startswith("fence=") and fence.isdigit() else None
+
+
+async def _pointer(dataset: str, settings: config.Settings | None) -> model.Pointer | None:
+    db = store_for(settings)
+    try:
+        return await db.pointer_get(dataset=dataset)
+    finally:
+        await db.close()
 
 
 def resolve(dataset: str, *, settings: config.Settings | None = None) -> str | None:
@@ -211,9 +253,5 @@ def resolve(dataset: str, *, settings: config.Settings | None = None) -> str | N
 
 async def resolve_async(dataset: str, *, settings: config.Settings | None = None) -> str | None:
     """`resolve` for async code."""
-    db = store_for(settings)
-    try:
-        pointer = await db.pointer_get(dataset=dataset)
-    finally:
-        await db.close()
+    pointer = await _pointer(dataset, settings)
     return None if pointer is None else pointer.location

@@ -100,6 +100,10 @@ class FencedTable:
         if not self.key:
             raise errors.ConfigError(f"FencedTable {self.table.name}: key names no column")
 
+    def close(self) -> None:
+        """Close this table's database connections."""
+        self.engine.dispose()
+
     def upsert(
         self,
         rows: Iterable[Mapping[str, Any]],
@@ -153,6 +157,11 @@ class FencedTable:
                 raise errors.InvalidInput(f"{self.table.name}: key {key} twice in one upsert")
             seen.add(key)
             batch.append({**row, FENCE: who.fence, CODE_VERSION: who.code_version})
+        if batch and any(set(row) != set(batch[0]) for row in batch):
+            raise errors.InvalidInput(f"{self.table.name}: every row must set the same columns")
+        # Rows in key order: two attempts writing the same keys lock them in the same order
+        # (a refused row is still locked on PostgreSQL), so they wait instead of deadlocking.
+        batch.sort(key=lambda row: tuple(str(row[k]) for k in self.key))
         return batch
 
     def _statement(self, batch: list[dict[str, Any]]) -> Any:

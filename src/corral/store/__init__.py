@@ -209,7 +209,7 @@ class Store:
         location: str,
         code_version: str | None,
         now: datetime,
-    ) -> int | None:
+    ) -> model.Pointer | int:
         return await self._tx(
             queries.pointer_swap,
             dataset=dataset,

@@ -1213,7 +1213,11 @@ def checkpoint_save(
 ) -> None:
     """Keep `state` as job `job_id`'s checkpoint, written by attempt `fence`. Refused with
     StaleFence when a newer attempt of the job exists or has saved: an attempt that was
-    replaced cannot roll its successor's progress back. One statement decides it."""
+    replaced cannot roll its successor's progress back. The job's row is locked first, so
+    a relaunch cannot slip between the check and the write."""
+    # A claim updates the job's row: locking it first orders this check against a
+    # relaunch committing meanwhile (PostgreSQL; SQLite writers never overlap).
+    dialects.lock_in_order(conn, jobs, [job_id])
     newest = conn.execute(
         select(func.max(attempts.c.id)).where(attempts.c.job_id == job_id)
     ).scalar_one_or_none()
@@ -1262,28 +1266,27 @@ def pointer_swap(
     location: str,
     code_version: str | None,
     now: datetime,
-) -> int | None:
+) -> model.Pointer | int:
     """Point `dataset` at `location`, published by attempt `fence`: a compare-and-swap
-    that applies only when the stored fence is lower (or there is none). Returns None when
-    it applied, else the fence that holds the pointer."""
+    that applies when the stored fence is lower, or there is none (or it is this same
+    publish again: same fence and location, so a retried publish is not refused).
+    Returns the pointer it wrote, else the fence that holds the pointer."""
     insert = dialects.upsert(conn, publish_pointers)
     values = {"fence": fence, "location": location, "code_version": code_version}
+    held = publish_pointers.c
     stmt = (
         insert.values(dataset=dataset, published_at=now, **values)
         .on_conflict_do_update(
-            index_elements=[publish_pointers.c.dataset],
+            index_elements=[held.dataset],
             set_={**values, "published_at": now},
-            where=publish_pointers.c.fence < fence,
+            where=(held.fence < fence) | ((held.fence == fence) & (held.location == location)),
         )
-        .returning(publish_pointers.c.dataset)
+        .returning(*publish_pointers.c)
     )
-    if conn.execute(stmt).first() is not None:
-        return None
-    return int(
-        conn.execute(
-            select(publish_pointers.c.fence).where(publish_pointers.c.dataset == dataset)
-        ).scalar_one()
-    )
+    row = conn.execute(stmt).first()
+    if row is not None:
+        return _pointer(row)
+    return int(conn.execute(select(held.fence).where(held.dataset == dataset)).scalar_one())
 
 
 def pointer_get(conn: Connection, *, dataset: str) -> model.Pointer | None:
@@ -1291,8 +1294,10 @@ def pointer_get(conn: Connection, *, dataset: str) -> model.Pointer | None:
     row = conn.execute(
         select(publish_pointers).where(publish_pointers.c.dataset == dataset)
     ).first()
-    if row is None:
-        return None
+    return None if row is None else _pointer(row)
+
+
+def _pointer(row: Any) -> model.Pointer:
     return model.Pointer(
         dataset=row.dataset,
         fence=int(row.fence),
