@@ -242,6 +242,12 @@ def _dry_run(
     "--idempotency-key", default=None, help="Submitting the same key again returns the first job."
 )
 @click.option(
+    "--code-version",
+    default=None,
+    help="What the job's code is (a git sha, an image tag): CORRAL_CODE_VERSION in each"
+    " attempt, stamped by the fenced sinks on what it writes.",
+)
+@click.option(
     "--max-attempts",
     type=int,
     default=None,

@@ -24,6 +24,7 @@ from corral.executors.base import Executor
 log = logging.getLogger("corral.client")
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,199}$")
+_CODE_VERSION = re.compile(r"^[!-~]{1,200}$")
 PRIORITY_RANGE = (-1000, 1000)
 CLUSTER_EXECUTORS = ("kubernetes", "argo")
 """The executors whose jobs run as pods under the `executors.kubernetes` settings."""
@@ -69,6 +70,7 @@ class Client:
         labels: Mapping[str, str] | None = None,
         run_at: datetime | None = None,
         policy: Mapping[str, Any] | config.JobPolicy | None = None,
+        code_version: str | None = None,
     ) -> tuple[int, bool]:
         """Store a job; returns (job id, created). A repeated idempotency key returns the
         existing job with created=False.
@@ -91,6 +93,7 @@ class Client:
             labels=dict(labels or {}),
             run_at=run_at,
             policy=policy.stored() if isinstance(policy, config.JobPolicy) else dict(policy or {}),
+            code_version=code_version,
         )
         [(job_id, created)] = await self.store.job_submit(
             new=[self.validate(draft)], now=self.clock.now()
@@ -204,6 +207,11 @@ def check_job(
         raise errors.InvalidInput("idempotency_key: must be 1-500 characters")
     if job.run_at is not None and job.run_at.tzinfo is None:
         raise errors.InvalidInput("run_at: must carry a timezone")
+    if job.code_version is not None and not _CODE_VERSION.match(job.code_version):
+        raise errors.InvalidInput(
+            f"code_version: {job.code_version!r} must be 1-200 printable characters, no spaces"
+            " (a git sha, an image tag)"
+        )
     for key, value in job.labels.items():
         model.check_label(key, value)
     _check_payload(job.payload, settings)

@@ -255,6 +255,7 @@ class NewJob:
     labels: Mapping[str, str] = field(default_factory=dict)
     run_at: datetime | None = None
     policy: Mapping[str, Any] = field(default_factory=dict)
+    code_version: str | None = None  # what the job's code is (a git sha, an image tag)
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,6 +279,7 @@ class Job:
     created_at: datetime
     updated_at: datetime
     policy: Mapping[str, Any] = field(default_factory=dict)
+    code_version: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -352,6 +354,7 @@ def first_claim(new: NewJob, now: datetime) -> Claimed:
         created_at=now,
         updated_at=now,
         policy=new.policy,
+        code_version=new.code_version,
     )
     attempt = Attempt(
         id=0,
@@ -450,7 +453,12 @@ class Reach:
 
 
 def attempt_env(
-    launch_labels: Mapping[str, str], *, name: str, tenant: str, reach: Reach
+    launch_labels: Mapping[str, str],
+    *,
+    name: str,
+    tenant: str,
+    reach: Reach,
+    code_version: str | None = None,
 ) -> dict[str, str]:
     """The CORRAL_* environment every attempt runs with."""
     env = {
@@ -460,6 +468,8 @@ def attempt_env(
         "CORRAL_TENANT": tenant,  # the label may be a hash of a long name; this is the name
         "CORRAL_LAUNCH_NAME": name,
     }
+    if code_version:
+        env["CORRAL_CODE_VERSION"] = code_version  # the sinks stamp it on what this writes
     if reach.api_url:
         env["CORRAL_API_URL"] = reach.api_url
     if reach.database_url:
@@ -493,7 +503,13 @@ def build_launch(claimed: Claimed, *, reach: Reach, deadline_seconds: float | No
         spec=job.spec,
         payload=job.payload,
         labels=labels,
-        env=attempt_env(labels, name=attempt.launch_name, tenant=job.tenant, reach=reach),
+        env=attempt_env(
+            labels,
+            name=attempt.launch_name,
+            tenant=job.tenant,
+            reach=reach,
+            code_version=job.code_version,
+        ),
         deadline_seconds=deadline_seconds,
         annotations={
             key: value

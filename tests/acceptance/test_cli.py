@@ -381,6 +381,12 @@ def test_submit_dry_run_prints_the_platform_object_and_stores_nothing(
     assert container(piped)["command"][2] == long_arg
     as_json = json.loads(corral(*args, "-o", "json", "--", "true").stdout)
     assert retries(as_json) == 0
+    versioned = yaml.safe_load(corral(*args, "--code-version", "git-abc1", "--", "true").stdout)
+    env = {e["name"]: e.get("value") for e in container(versioned)["env"]}
+    assert env["CORRAL_CODE_VERSION"] == "git-abc1"
+    spaced = corral(*args, "--code-version", "a b", "--", "true", check=False)
+    assert spaced.returncode == 2
+    assert "code_version: 'a b' must be 1-200 printable characters, no spaces" in spaced.stderr
     refused = corral(*args, "--placement", "gpu", "--", "true", check=False)
     assert refused.returncode == 2
     assert f"{executor} spec: placement: unknown placement class 'gpu'" in refused.stderr

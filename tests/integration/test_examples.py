@@ -24,7 +24,7 @@ async def test_the_exactly_once_example_runs_and_publishes(corral: Corral, tmp_p
     command = [sys.executable, str(EXAMPLE), str(warehouse), "2026-11-30"]
     first, _ = await corral.client.submit(spec={"command": command})
     await corral.wait(first, J.SUCCEEDED)
-    second, _ = await corral.client.submit(spec={"command": command})
+    second, _ = await corral.client.submit(spec={"command": command}, code_version="git-abc123")
     await corral.wait(second, J.SUCCEEDED)
     settings = config.Settings(database_url=corral.database_url)
     folder = await resolve_async("orders/day=2026-11-30", settings=settings)
@@ -36,9 +36,11 @@ async def test_the_exactly_once_example_runs_and_publishes(corral: Corral, tmp_p
     engine = sa.create_engine(f"sqlite:///{warehouse / 'warehouse.db'}")
     with engine.connect() as conn:
         rows = conn.execute(sa.text("SELECT store, total, fence FROM store_totals")).all()
+        versions = conn.execute(sa.text("SELECT DISTINCT code_version FROM store_totals")).all()
     engine.dispose()
     expected: dict[str, int] = {}
     for order in orders:
         expected[order["store"]] = expected.get(order["store"], 0) + order["amount"]
     assert {store: total for store, total, _ in rows} == expected, "totals match the partition"
     assert {written for _, _, written in rows} == {fence}
+    assert versions == [("git-abc123",)], "submitted with the job, stamped by the sink"

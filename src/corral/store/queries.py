@@ -232,6 +232,7 @@ def _job_row(job: model.NewJob, now: datetime) -> dict[str, Any]:
         "created_at": now,
         "updated_at": now,
         "policy": dict(job.policy),
+        "code_version": job.code_version,
     }
 
 

@@ -82,6 +82,7 @@ jobs = Table(
     Column("created_at", UTCDateTime, nullable=False),
     Column("updated_at", UTCDateTime, nullable=False),
     Column("policy", Json, nullable=False, server_default=text("'{}'")),
+    Column("code_version", Text),
     UniqueConstraint("tenant", "idempotency_key"),
 )
 # The claim walks this index in order and stops after `limit` rows, so its cost does not

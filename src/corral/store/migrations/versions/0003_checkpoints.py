@@ -1,5 +1,5 @@
-"""fenced checkpoints (one per job, written only by its newest attempt) and publish
-pointers (one per dataset, swapped only to a newer fence)
+"""fenced checkpoints (one per job, written only by its newest attempt), publish
+pointers (one per dataset, swapped only to a newer fence), and jobs.code_version
 
 Revision ID: 0003
 Revises: 0002
@@ -22,6 +22,7 @@ Json = sa.JSON().with_variant(postgresql.JSONB(astext_type=sa.Text()), "postgres
 
 
 def upgrade() -> None:
+    op.add_column("jobs", sa.Column("code_version", sa.Text(), nullable=True))
     op.create_table(
         "checkpoints",
         sa.Column("job_id", Id, nullable=False),
@@ -46,3 +47,5 @@ def upgrade() -> None:
 def downgrade() -> None:
     op.drop_table("publish_pointers")
     op.drop_table("checkpoints")
+    with op.batch_alter_table("jobs") as batch:
+        batch.drop_column("code_version")
