@@ -5,6 +5,7 @@ API server that errs or crawls. The real client, against the API double on loopb
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator
 from datetime import timedelta
@@ -50,16 +51,25 @@ async def cluster() -> AsyncIterator[kube_api.Cluster]:
         yield c
 
 
-@pytest.fixture
-async def ex(cluster: kube_api.Cluster) -> AsyncIterator[kubernetes.KubernetesExecutor]:
-    executor = kubernetes.KubernetesExecutor(
+@contextlib.asynccontextmanager
+async def started(made: Any, cluster: kube_api.Cluster) -> AsyncIterator[Any]:
+    """An executor of class `made` on the double, started, closed on exit."""
+    executor = made(
         settings=settings(),
         clock=clock.SystemClock(),
         configuration=kube_api.configuration(cluster),
     )
     await executor.start()
-    yield executor
-    await executor.close()
+    try:
+        yield executor
+    finally:
+        await executor.close()
+
+
+@pytest.fixture
+async def ex(cluster: kube_api.Cluster) -> AsyncIterator[kubernetes.KubernetesExecutor]:
+    async with started(kubernetes.KubernetesExecutor, cluster) as executor:
+        yield executor
 
 
 async def observe(ex: Any, name: str) -> model.Observation:
@@ -124,21 +134,12 @@ async def test_an_invalid_job_refused_by_the_api_server_is_launch_refused(
 
 
 async def test_a_placement_class_removed_since_submit_says_to_add_it_back(
-    cluster: kube_api.Cluster,
+    ex: kubernetes.KubernetesExecutor,
 ) -> None:
     spec = {"image": IMAGE, "command": ["true"], "placement": "gone"}
-    ex = kubernetes.KubernetesExecutor(
-        settings=settings(),
-        clock=clock.SystemClock(),
-        configuration=kube_api.configuration(cluster),
-    )
-    await ex.start()
-    try:
-        with pytest.raises(errors.ExecutorError, match="add it back or cancel") as caught:
-            await ex.launch(make_launch("kubernetes", "moved-1", spec))
-        assert not isinstance(caught.value, errors.LaunchRefused), "not the job's fault"
-    finally:
-        await ex.close()
+    with pytest.raises(errors.ExecutorError, match="add it back or cancel") as caught:
+        await ex.launch(make_launch("kubernetes", "moved-1", spec))
+    assert not isinstance(caught.value, errors.LaunchRefused), "not the job's fault"
 
 
 # --- pods ----------------------------------------------------------------------------------
@@ -350,14 +351,8 @@ async def test_jobs_finished_before_the_first_list_are_left_to_recovery(
 
 @pytest.fixture
 async def wf(cluster: kube_api.Cluster) -> AsyncIterator[argo.ArgoExecutor]:
-    executor = argo.ArgoExecutor(
-        settings=settings(),
-        clock=clock.SystemClock(),
-        configuration=kube_api.configuration(cluster),
-    )
-    await executor.start()
-    yield executor
-    await executor.close()
+    async with started(argo.ArgoExecutor, cluster) as executor:
+        yield executor
 
 
 async def test_a_workflow_whose_pod_vanished_fails_instead_of_running_forever(
@@ -385,3 +380,10 @@ async def test_argo_cancel_is_terminate_and_keeps_the_record(
     assert obs.reason is not None
     assert obs.reason.startswith("cancelled")
     assert cluster.api.get(kube_api.WORKFLOWS, NS, "term-1")["spec"]["shutdown"] == "Terminate"
+
+
+async def test_a_kubeconfig_that_cannot_be_read_is_a_config_error(tmp_path: Any) -> None:
+    broken = settings(kubeconfig=str(tmp_path / "no-such-kubeconfig"))
+    executor = kubernetes.KubernetesExecutor(settings=broken, clock=clock.SystemClock())
+    with pytest.raises(errors.ConfigError, match="executors.kubernetes: cannot load"):
+        await executor.start()

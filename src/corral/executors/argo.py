@@ -222,18 +222,12 @@ class ArgoExecutor(kube_client.ClusterExecutor):
         """Create the Workflow `launch.name`; the same rules for an existing name as the
         kubernetes executor's (this attempt's and not being deleted: launched)."""
         body = self.template.manifest(launch, launch.spec)  # the spec was checked at submit
-        doing = f"creating Workflow {self.namespace}/{launch.name}"
-        made = await self.api.call(
-            doing,
+        await self.create_once(
+            launch,
             lambda: self._custom.create_namespaced_custom_object_without_preload_content(
                 body=body, **self._scope(), _request_timeout=self.api.timeout
             ),
-            ok=lambda exc: kube_client.is_status(exc, 409),
         )
-        if made is None:
-            kube_client.check_existing(
-                f"Workflow {self.namespace}/{launch.name}", await self._get(launch.name), launch
-            )
 
     async def observe(self, names: Sequence[str]) -> dict[str, model.Observation]:
         """A fresh read of each Workflow."""

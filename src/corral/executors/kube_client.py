@@ -16,6 +16,7 @@ Only this module, kubernetes.py and argo.py import a Kubernetes client (the offi
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import json
 import logging
@@ -329,7 +330,7 @@ class Template(Protocol):
     def manifest(self, launch: model.Launch, spec: Mapping[str, Any]) -> dict[str, Any]: ...
 
 
-class ClusterExecutor:
+class ClusterExecutor(abc.ABC):
     """The life of an executor that runs attempts as objects on a cluster: its settings
     (`executors.kubernetes`), its connection, and `events` stopping at `close`."""
 
@@ -373,9 +374,26 @@ class ClusterExecutor:
             api_client.configuration.host,
         )
 
+    @abc.abstractmethod
     def _bind(self, api_client: client.ApiClient) -> None:
         """Make the client's API groups this executor calls."""
-        raise NotImplementedError
+
+    @abc.abstractmethod
+    async def _get(self, name: str) -> dict[str, Any] | None:
+        """A fresh read of the object `name`; None when there is none."""
+
+    async def create_once(
+        self,
+        launch: model.Launch,
+        request: Callable[[], Awaitable[aiohttp.ClientResponse]],
+    ) -> None:
+        """Create `launch`'s object with `request`, idempotent by name: on 409 the object
+        is read back, and counts as launched only with this attempt's identity and no
+        deletionTimestamp (a create whose answer was lost); otherwise LaunchConflict."""
+        what = f"{self.objects[:-1]} {self.namespace}/{launch.name}"
+        made = await self.api.call(f"creating {what}", request, ok=lambda exc: is_status(exc, 409))
+        if made is None:
+            check_existing(what, await self._get(launch.name), launch)
 
     async def close(self) -> None:
         """Stop `events` and close the connection. What runs on the cluster keeps running."""

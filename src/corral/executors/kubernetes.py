@@ -427,17 +427,12 @@ class KubernetesExecutor(kube_client.ClusterExecutor):
             raise errors.LaunchRefused(f"{doing}: not a valid Job: {exc}") from None
         if body is None:
             raise errors.LaunchRefused(f"{doing}: empty manifest")
-        exists = await self.api.call(
-            doing,
+        await self.create_once(
+            launch,
             lambda: self._batch.create_namespaced_job_without_preload_content(
                 self.namespace, body, _request_timeout=self.api.timeout
             ),
-            ok=lambda exc: kube_client.is_status(exc, 409),
         )
-        if exists is None:
-            kube_client.check_existing(
-                f"Job {self.namespace}/{launch.name}", await self._get(launch.name), launch
-            )
 
     async def observe(self, names: Sequence[str]) -> dict[str, model.Observation]:
         """A fresh read of each Job (and, for a failed one, its pods)."""
