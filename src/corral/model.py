@@ -280,6 +280,24 @@ class Job:
     updated_at: datetime
     policy: Mapping[str, Any] = field(default_factory=dict)
     code_version: str | None = None
+    uncharged_attempts: int = 0  # attempts that never reached their platform (see `charged`)
+
+    @property
+    def charged_attempts(self) -> int:
+        """The attempts that count toward max_attempts: all but the never-launched ones."""
+        return self.attempt_count - self.uncharged_attempts
+
+
+NEVER_LAUNCHED = "never launched"
+"""The reason of an attempt that never reached its platform: it is superseded, and its
+job pays for it with neither an attempt nor a token of its retry budget."""
+
+
+def charged(reason: str | None) -> bool:
+    """Whether an attempt that ended for `reason` counts against its job. The reason
+    decides, not the state: an attempt superseded because its state was unknown ran, and
+    counts; one superseded because it never reached its platform does not."""
+    return reason != NEVER_LAUNCHED
 
 
 @dataclass(frozen=True, slots=True)
@@ -308,6 +326,11 @@ class Attempt:
     @property
     def fence(self) -> int:
         return self.id
+
+    @property
+    def charged(self) -> bool:
+        """Whether this attempt counts toward its job's max_attempts (see `charged`)."""
+        return charged(self.reason)
 
 
 @dataclass(frozen=True, slots=True)

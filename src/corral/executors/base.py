@@ -76,6 +76,10 @@ def spec_error(kind: str, field: str, rule: str) -> str:
     return f"{kind} spec: {field}: {rule}"
 
 
+DEADLINE_BEFORE_LAUNCH = "its deadline passed before it reached its platform"
+"""Why an attempt can no longer be launched: it is superseded as never launched."""
+
+
 def launch_for(claimed: model.Claimed, settings: config.Settings, now: datetime) -> model.Launch:
     """The Launch of a claimed attempt as these settings make it: its env says how to reach
     corral and how often to send heartbeats, and its platform deadline is what is left of
@@ -85,9 +89,7 @@ def launch_for(claimed: model.Claimed, settings: config.Settings, now: datetime)
     if deadline is None:
         seconds = policy.deadline(settings).total_seconds()
     elif (seconds := (deadline - now).total_seconds()) <= 0:
-        raise errors.ExecutorError(
-            f"{claimed.attempt.launch_name}: its deadline passed before it could be launched"
-        )
+        raise errors.LaunchTooLate(f"{claimed.attempt.launch_name}: {DEADLINE_BEFORE_LAUNCH}")
     reach = model.Reach(
         api_url=settings.api_url,
         database_url=settings.database_url_for_jobs,

@@ -169,13 +169,18 @@ class Store:
     async def attempt_heartbeat(self, *, job_id: int, fence: int, now: datetime) -> datetime | None:
         return await self._tx(queries.attempt_heartbeat, job_id=job_id, fence=fence, now=now)
 
-    async def attempt_wait(self, *, fences: Sequence[int], now: datetime, reason: str) -> None:
-        await self._tx(queries.attempt_wait, fences=fences, now=now, reason=reason)
+    async def attempt_wait(self, *, fences: Sequence[int], now: datetime, reason: str) -> list[int]:
+        return await self._tx(queries.attempt_wait, fences=fences, now=now, reason=reason)
 
     async def attempt_supersede(
         self, *, fences: Sequence[int], now: datetime, reason: str
     ) -> list[int]:
         return await self._tx(queries.attempt_supersede, fences=fences, now=now, reason=reason)
+
+    async def attempt_never_launched(
+        self, *, fences: Sequence[int], now: datetime, why: str
+    ) -> list[int]:
+        return await self._tx(queries.attempt_never_launched, fences=fences, now=now, why=why)
 
     async def job_unquarantine(
         self, *, job_id: int, to: model.JobState, now: datetime, reason: str
