@@ -393,6 +393,9 @@ class Launch:
     env: Mapping[str, str]
     deadline_seconds: float | None = None
     annotations: Mapping[str, str] = field(default_factory=dict)  # label values in full
+    relaunch: bool = False
+    """This name may have been launched before: the executor must make sure no earlier copy
+    still runs before it starts one (recovery sets it; a dispatcher's first launch does not)."""
 
     @property
     def identity(self) -> Identity:
@@ -479,7 +482,9 @@ def attempt_env(
     return env
 
 
-def build_launch(claimed: Claimed, *, reach: Reach, deadline_seconds: float | None) -> Launch:
+def build_launch(
+    claimed: Claimed, *, reach: Reach, deadline_seconds: float | None, relaunch: bool = False
+) -> Launch:
     """The Launch for a claimed attempt: name, identity labels, user labels and env."""
     job, attempt = claimed.job, claimed.attempt
     labels = {**job.labels}
@@ -511,6 +516,7 @@ def build_launch(claimed: Claimed, *, reach: Reach, deadline_seconds: float | No
             code_version=job.code_version,
         ),
         deadline_seconds=deadline_seconds,
+        relaunch=relaunch,
         annotations={
             key: value
             for key, value in (
