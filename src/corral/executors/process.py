@@ -19,6 +19,12 @@ The folder is prepared under a `.tmp-*` name and claimed by the shim (process_sh
 with one atomic rename, so a name is launched at most once, even by two corrals at the
 same moment. The shim runs detached in its own session, so commands outlive corral.
 Liveness is read from /proc, so this executor needs Linux.
+
+Besides the launch's environment (`CORRAL_JOB_ID`, `CORRAL_FENCE`, ...), every command
+gets `CORRAL_RUN_DIR`, the absolute path of its run folder (its logs are there), which
+its descendants inherit. A run folder that is deleted (or replaced by another under the
+same path) while its command runs ends the run: the shim stops the command and writes
+nothing more, since whatever it wrote could land in a new folder of that name.
 """
 
 from __future__ import annotations
