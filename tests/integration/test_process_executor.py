@@ -578,6 +578,10 @@ async def patient(tmp_path: Path) -> AsyncIterator[process.ProcessExecutor]:
     kill_leftovers(ex.root)
 
 
+def relaunch_of(launch: model.Launch) -> model.Launch:
+    return dataclasses.replace(launch, relaunch=True)
+
+
 @pytest.mark.parametrize("how", ["removed", "replaced"])
 @pytest.mark.parametrize("command", [["sleep", "300"], IGNORES_TERM], ids=["term", "kill"])
 async def test_a_command_whose_run_folder_goes_is_stopped_and_nothing_is_written(
@@ -624,3 +628,54 @@ async def test_an_old_supervisor_never_writes_into_a_new_run_folder_of_its_name(
     obs = await wait_for(patient, "again-1")
     assert (obs.exit_code, obs.reason) == (3, "exited with code 3")
     assert json.loads((run_dir / "child.pid").read_text())["pid"] == new_child
+
+
+async def test_a_relaunch_stops_the_earlier_copy_before_it_starts_the_new_one(
+    patient: process.ProcessExecutor, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level("INFO", logger="corral.executors.process")
+    go = tmp_path / "go"
+    await patient.launch(make_launch("re-1", IGNORES_TERM))
+    old_shim, old_child = await started(patient, "re-1", "sleep")
+    run_dir = patient.root / "re-1"
+    shutil.rmtree(run_dir)
+    await patient.launch(relaunch_of(make_launch("re-1", waiter(go))))
+    assert not alive(old_child), "the old command still runs beside the new one"
+    assert not alive(old_shim), "the old supervisor still runs beside the new one"
+    new_child = pid_of(run_dir, "child.pid")
+    assert processes_of(run_dir) == [new_child]
+    assert f"pid {old_child}" in caplog.text
+    assert f"pid {old_shim}" in caplog.text
+    go.touch()
+    obs = await wait_for(patient, "re-1")
+    assert (obs.exit_code, obs.reason) == (3, "exited with code 3")
+
+
+async def test_a_relaunch_stops_a_command_orphaned_by_its_killed_supervisor(
+    patient: process.ProcessExecutor, tmp_path: Path
+) -> None:
+    go = tmp_path / "go"
+    await patient.launch(make_launch("orphan-3", IGNORES_TERM))
+    old_shim, old_child = await started(patient, "orphan-3", "sleep")
+    run_dir = patient.root / "orphan-3"
+    os.kill(old_shim, signal.SIGKILL)
+    await wait_gone([old_shim])
+    shutil.rmtree(run_dir)
+    await patient.launch(relaunch_of(make_launch("orphan-3", waiter(go))))
+    assert not alive(old_child), "the orphaned command still runs beside the new one"
+    assert processes_of(run_dir) == [pid_of(run_dir, "child.pid")]
+    go.touch()
+    obs = await wait_for(patient, "orphan-3")
+    assert (obs.exit_code, obs.reason) == (3, "exited with code 3")
+
+
+async def test_a_relaunch_of_a_run_still_there_stops_nothing(
+    patient: process.ProcessExecutor,
+) -> None:
+    launch = make_launch("there-1", ["sleep", "300"])
+    await patient.launch(launch)
+    shim, child = await started(patient, "there-1", "sleep")
+    await patient.launch(relaunch_of(launch))  # its folder says it runs: that is the copy
+    assert alive(shim)
+    assert alive(child)
+    assert processes_of(patient.root / "there-1") == [child]

@@ -92,6 +92,7 @@ class RunFolder:
         return os.open(name, flags | os.O_CLOEXEC, 0o644, dir_fd=self.fd)
 
     def exists(self, name: str) -> bool:
+        """Whether this folder holds a file `name`."""
         try:
             os.stat(name, dir_fd=self.fd, follow_symlinks=False)
         except FileNotFoundError:
@@ -99,6 +100,7 @@ class RunFolder:
         return True
 
     def read_json(self, name: str) -> Any:
+        """The JSON in this folder's file `name`."""
         with open(self.open(name, os.O_RDONLY), encoding="utf-8") as fh:
             return json.load(fh)
 
