@@ -416,6 +416,9 @@ class Launch:
     env: Mapping[str, str]
     deadline_seconds: float | None = None
     annotations: Mapping[str, str] = field(default_factory=dict)  # label values in full
+    relaunch: bool = False
+    """This name may have been launched before: the executor must make sure no earlier copy
+    still runs before it starts one (recovery sets it; a dispatcher's first launch does not)."""
 
     @property
     def identity(self) -> Identity:
@@ -502,7 +505,9 @@ def attempt_env(
     return env
 
 
-def build_launch(claimed: Claimed, *, reach: Reach, deadline_seconds: float | None) -> Launch:
+def build_launch(
+    claimed: Claimed, *, reach: Reach, deadline_seconds: float | None, relaunch: bool = False
+) -> Launch:
     """The Launch for a claimed attempt: name, identity labels, user labels and env."""
     job, attempt = claimed.job, claimed.attempt
     labels = {**job.labels}
@@ -534,6 +539,7 @@ def build_launch(claimed: Claimed, *, reach: Reach, deadline_seconds: float | No
             code_version=job.code_version,
         ),
         deadline_seconds=deadline_seconds,
+        relaunch=relaunch,
         annotations={
             key: value
             for key, value in (

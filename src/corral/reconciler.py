@@ -233,7 +233,7 @@ class Reconciler:
         """Launch an attempt again under its own name: if the first launch did get through
         after all, the platform refuses a second copy."""
         try:
-            launch = base.launch_for(item, self.settings, self.clock.now())
+            launch = base.launch_for(item, self.settings, self.clock.now(), relaunch=True)
             async with slots:
                 await executor.launch(launch)
         except errors.LaunchConflict as exc:

@@ -81,6 +81,7 @@ async def test_a_tick_claims_launches_and_records_running(
     launch = next(iter(executor.launches.values()))
     assert model.identity_from_labels(launch.labels) == launch.identity
     assert launch.env["CORRAL_FENCE"] == str(launch.fence)
+    assert not any(launch.relaunch for launch in executor.launches.values()), "first launches"
     assert await states(db, ids) == [J.RUNNING] * 3 + [J.QUEUED] * 2
     outcomes = await deliver(d, executor, 3)
     assert {o.job_state for o in outcomes} == {J.SUCCEEDED}
