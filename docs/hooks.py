@@ -1,10 +1,10 @@
 """mkdocs hook: the settings reference, generated from the pydantic models in corral.config.
 
-A page that holds the line `<!-- corral-settings -->` gets, in its place, one table per
-settings model (Settings, then each nested model): every field's TOML name, type, default,
-environment variable and description. A setting added to the models appears in the docs
-without anyone editing a page, and a field without a description (or a nested model
-without a docstring) fails the build, so the models keep their docs.
+A page that holds the line `<!-- corral-settings -->` gets, in its place, one section per
+settings model (Settings, then each nested model) and in it every field: its TOML name,
+description, type, default and environment variable. A setting added to the models
+appears in the docs without anyone editing a page, and a field without a description (or
+a nested model without a docstring) fails the build, so the models keep their docs.
 """
 
 from __future__ import annotations
@@ -73,10 +73,6 @@ def _table(section: _Section, delimiter: str, pending: list[_Section]) -> list[s
     if section.toml.endswith("[]"):
         heading = f"Each item of `{section.toml[:-2]}`"
     lines = [f"## {heading}", "", _flatten(doc), ""]
-    lines += [
-        "| setting | type | default | environment | what it does |",
-        "| --- | --- | --- | --- | --- |",
-    ]
     nested: list[_Section] = []
     for name, field in model.model_fields.items():
         dotted = f"{section.toml}.{name}" if section.toml else name
@@ -93,21 +89,18 @@ def _table(section: _Section, delimiter: str, pending: list[_Section]) -> list[s
         if (inner := _collection_model(field.annotation)) is not None:
             item = f"{dotted}.NAME" if _is_mapping(field.annotation) else f"{dotted}[]"
             nested.append(_Section(inner, item, None, env or section.within))
-        lines.append(
-            "| "
-            + " | ".join(
-                [
-                    f"`{dotted}`",
-                    _type(field),
-                    _default(field),
-                    _env(env, field, section),
-                    _cell(field.description),
-                ]
-            )
-            + " |"
-        )
+        lines += [
+            # The anchor is the setting's dotted name; the table of contents shows its last part.
+            f"### `{dotted}` {{ #{dotted.replace('[]', '')} data-toc-label='{name}' }}",
+            "",
+            _flatten(field.description),
+            "",
+            f"**type** {_type(field)} · **default** {_default(field)}"
+            f" · **environment** {_env(env, field, section)}",
+            "",
+        ]
     pending[:0] = nested
-    return [*lines, ""]
+    return lines
 
 
 def _env(env: str | None, field: FieldInfo, section: _Section) -> str:
@@ -120,10 +113,6 @@ def _env(env: str | None, field: FieldInfo, section: _Section) -> str:
 def _flatten(text: str) -> str:
     """One line of Markdown; `<state_dir>` and the like stay text, not HTML."""
     return " ".join(text.split()).replace("<", "&lt;").replace(">", "&gt;")
-
-
-def _cell(text: str) -> str:
-    return _flatten(text).replace("|", "\\|")
 
 
 def _args(annotation: Any) -> tuple[Any, ...]:
@@ -171,9 +160,7 @@ def _type(field: FieldInfo) -> str:
             high = meta.le if isinstance(meta, Le) else meta.lt
             bounds.append(f"{'≤' if isinstance(meta, Le) else '<'} {_number(high)}")
         elif pattern := getattr(meta, "pattern", None):
-            # Raw <code>: a `|` inside a code span would still split the table's cell.
-            code = html.escape(pattern).replace("|", "&#124;")
-            bounds.append(f"matches <code>{code}</code>")
+            bounds.append(f"matches <code>{html.escape(pattern)}</code>")
     return text + (f" ({', '.join(bounds)})" if bounds else "")
 
 
