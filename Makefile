@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: run test lint bench clean
+.PHONY: run test lint docs bench clean
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -20,12 +20,16 @@ run: $(STAMP)
 	@$(BIN)/corral serve --demo
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests bench examples
-	$(BIN)/ruff format --check src tests bench examples
+	$(BIN)/ruff check src tests bench examples docs
+	$(BIN)/ruff format --check src tests bench examples docs
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-test: lint
+# The documentation site, into site/ (git-ignored); --strict turns every warning into an error.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+
+test: lint docs
 	$(BIN)/pytest
 
 bench: $(STAMP)
@@ -34,4 +38,4 @@ bench: $(STAMP)
 	$(BIN)/python bench/retry_storm.py
 
 clean:
-	rm -rf $(VENV) corral.db corral.db-wal corral.db-shm .corral
+	rm -rf $(VENV) corral.db corral.db-wal corral.db-shm .corral site

@@ -229,10 +229,14 @@ class Toleration(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    key: str | None = None
-    operator: Literal["Exists", "Equal"] = "Equal"
-    value: str | None = None
-    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+    key: str | None = Field(None, description="The taint key; unset with Exists: every taint.")
+    operator: Literal["Exists", "Equal"] = Field(
+        "Equal", description="Equal: the taint's value must be `value`; Exists: any value."
+    )
+    value: str | None = Field(None, description="The taint value to match (operator Equal).")
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
+        None, description="The taint effect to match; unset: every effect."
+    )
 
     @model_validator(mode="after")
     def _exists_has_no_value(self) -> Toleration:
@@ -253,8 +257,12 @@ class Placement(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    node_selector: dict[str, str] = Field(default_factory=dict)
-    tolerations: tuple[Toleration, ...] = ()
+    node_selector: dict[str, str] = Field(
+        default_factory=dict, description="Node labels a pod of this class must be on."
+    )
+    tolerations: tuple[Toleration, ...] = Field(
+        (), description="Taints a pod of this class tolerates (core/v1 Toleration)."
+    )
     priority_class: str | None = Field(None, description="A PriorityClass name.")
 
     @field_validator("node_selector")
@@ -391,7 +399,11 @@ class Settings(BaseSettings):
         " heartbeat` inside a job reaches the store. Turn off when jobs must not hold the"
         " database's credentials.",
     )
-    log_level: str = Field("INFO", pattern=r"^(DEBUG|INFO|WARNING|ERROR)$")
+    log_level: str = Field(
+        "INFO",
+        pattern=r"^(DEBUG|INFO|WARNING|ERROR)$",
+        description="How much corral's loops log: DEBUG, INFO, WARNING or ERROR.",
+    )
     health_file: Path | None = Field(
         None,
         description="When set, the dispatcher and reconciler loops note every finished tick"
