@@ -94,7 +94,7 @@ def db_upgrade(state: State) -> None:
     settings = state.settings()
 
     async def upgrade() -> tuple[str | None, str | None]:
-        db = store.Store.connect(settings.database_url)
+        db = store.Store.connect(settings.database_url, timeouts=settings.timeouts)
         try:
             return await db.migrate()
         finally:
@@ -524,7 +524,8 @@ def check(state: State) -> None:
     table = Table("inner < outer", "values", "to spare", "needs", "", box=box.SIMPLE_HEAD)
     table.columns[0].overflow = "fold"
     table.title = "each inner limit must be shorter than the outer one by the margin it needs"
-    for c in config.chain(settings):
+    links = config.chain(settings)
+    for c in links:
         link = c.link
         inner = _short(link.inner) + (f" + {_short(link.extra)}" if link.extra else "")
         table.add_row(
@@ -532,9 +533,10 @@ def check(state: State) -> None:
             f"{c.show(c.inner + c.extra)} vs {c.show(c.outer)}",
             c.show(c.spare),
             f"{c.show(c.needed)} ({_short(link.margin)})" if link.margin else "-",
-            "ok" if c.ok else "[red]BROKEN[/red]",
+            _status(c),
         )
-    out.print(table)
+    # Piped (CI logs, a file), the table is not squeezed into the 80 columns of no terminal.
+    (out if out.is_terminal else Console(highlight=False, width=160)).print(table)
     broken = config.chain_violations(settings)
     for line in broken:
         err.print(f"error: {line}", markup=False)
@@ -542,7 +544,17 @@ def check(state: State) -> None:
         raise SystemExit(EXIT_FAILED)
     margin = settings.timeouts.margin.total_seconds()
     tick = settings.timeouts.tick_margin.total_seconds()
-    out.print(f"all {len(config.CHAIN)} limits nest (margin {margin:g}s, tick margin {tick:g}s)")
+    unused = sum(not c.applies for c in links)
+    out.print(
+        f"all {len(links) - unused} limits nest (margin {margin:g}s, tick margin {tick:g}s)"
+        + (f"; n/a: {unused} links for PostgreSQL, unused on SQLite" if unused else "")
+    )
+
+
+def _status(c: config.LinkCheck) -> str:
+    if not c.applies:
+        return "[dim]n/a[/dim]"
+    return "ok" if c.ok else "[red]BROKEN[/red]"
 
 
 def _short(setting: str) -> str:

@@ -23,6 +23,7 @@ from pydantic import (
     Field,
     PlainSerializer,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -52,6 +53,19 @@ def parse_duration(value: Any) -> timedelta:
     return timedelta(seconds=seconds)
 
 
+def format_duration(value: timedelta) -> str:
+    """A duration as a person writes it (and parse_duration reads it): 500ms, 2.5s, 5m, 1h30m."""
+    seconds = value.total_seconds()
+    if seconds < 1:
+        return f"{seconds * 1000:g}ms"
+    if seconds < 60 or seconds != int(seconds):
+        return f"{seconds:g}s"
+    hours, rest = divmod(int(seconds), 3600)
+    minutes, secs = divmod(rest, 60)
+    parts = ((hours, "h"), (minutes, "m"), (secs, "s"))
+    return "".join(f"{n}{unit}" for n, unit in parts if n)
+
+
 def _seconds(value: Any) -> float | None:
     if isinstance(value, timedelta):
         return value.total_seconds()
@@ -75,23 +89,41 @@ Duration = Annotated[
 ]
 
 
-_INNER = (
-    ("attempt_deadline", "step_deadline", "margin"),
-    ("step_deadline", "http_request_timeout", "margin"),
-    ("lease_timeout", "heartbeat_interval", "margin"),
-    ("dispatch_interval", "tick_deadline", "tick_margin"),
-    ("launch_grace", "tick_deadline", "tick_margin"),
+_INNER: tuple[tuple[str, str, str | None, str | None], ...] = (
+    ("attempt_deadline", "step_deadline", "margin", None),
+    ("step_deadline", "http_request_timeout", "margin", None),
+    ("lease_timeout", "heartbeat_interval", "margin", None),
+    ("dispatch_interval", "tick_deadline", "tick_margin", None),
+    ("launch_grace", "tick_deadline", "tick_margin", None),
+    ("launch_grace", "database_transaction_timeout", "tick_margin", "tick_deadline"),
+    ("lease_timeout", "database_transaction_timeout", None, None),
+    ("database_transaction_timeout", "database_statement_timeout", "tick_margin", None),
+    ("database_statement_timeout", "database_lock_timeout", "tick_margin", None),
+    ("database_transaction_timeout", "database_idle_timeout", "tick_margin", None),
+    ("database_transaction_timeout", "database_tcp_timeout", "tick_margin", None),
+    ("database_transaction_timeout", "database_connect_timeout", "tick_margin", None),
 )
-"""(outer, inner, margin): an inner limit left unset is tightened with its outer one."""
+"""(outer, inner, margin, extra): an inner limit left unset is tightened with its outer one,
+to at most outer - margin - extra (a margin of None: no margin). In this order, so that a
+limit that follows is itself followed."""
+
+_WHOLE_SECONDS = {"database_connect_timeout": 2}
+"""Limits libpq counts in whole seconds, and the least each may be: one that follows its
+outer limit down is rounded down to whole seconds, and stops at that least."""
 
 
 def tighten_inner(limits: Mapping[str, timedelta], given: set[str]) -> dict[str, timedelta]:
     """`limits` (every time limit by name) with each inner limit not in `given` shortened,
     where it must be, to its outer limit less the margin (never below 1ms)."""
     out = dict(limits)
-    for outer, inner, margin in _INNER:
-        room = out[outer] - out[margin]
-        if inner not in given and out[inner] > room >= timedelta(seconds=MIN_DURATION):
+    for outer, inner, margin, extra in _INNER:
+        room = out[outer] - (out[margin] if margin else timedelta(0))
+        room -= out[extra] if extra else timedelta(0)
+        least = timedelta(seconds=MIN_DURATION)
+        if inner in _WHOLE_SECONDS:
+            room = timedelta(seconds=room // timedelta(seconds=1))
+            least = timedelta(seconds=_WHOLE_SECONDS[inner])
+        if inner not in given and out[inner] > room >= least:
             out[inner] = room
     return out
 
@@ -155,7 +187,7 @@ class Timeouts(BaseModel):
     )
     tick_margin: Duration = Field(
         timedelta(milliseconds=100),
-        description="The margin for the links between sub-second limits (the tick's).",
+        description="The margin for the links between short limits: the tick's and the database's.",
     )
     heartbeat_interval: Duration = Field(
         timedelta(seconds=20),
@@ -167,6 +199,45 @@ class Timeouts(BaseModel):
     http_request_timeout: Duration = Field(
         timedelta(seconds=30), description="The longest one HTTP request of a step may take."
     )
+    database_connect_timeout: Duration = Field(
+        timedelta(seconds=5),
+        description="PostgreSQL: the longest making one connection may take (libpq's"
+        " connect_timeout, in whole seconds, at least 2).",
+    )
+    database_tcp_timeout: Duration = Field(
+        timedelta(seconds=10),
+        description="PostgreSQL: a connection whose other end stays silent this long is"
+        " dropped, on corral's side and on the server's (TCP keepalives, tcp_user_timeout),"
+        " so the server ends a cut client's transaction and frees its row locks.",
+    )
+    database_lock_timeout: Duration = Field(
+        timedelta(seconds=2),
+        description="PostgreSQL: the longest a statement waits for a lock (lock_timeout);"
+        " then it fails, and the work is tried again.",
+    )
+    database_statement_timeout: Duration = Field(
+        timedelta(seconds=10),
+        description="PostgreSQL: the longest one statement may run (statement_timeout).",
+    )
+    database_idle_timeout: Duration = Field(
+        timedelta(seconds=10),
+        description="PostgreSQL: the server ends a session that stays idle this long inside"
+        " a transaction (idle_in_transaction_session_timeout), releasing its locks.",
+    )
+    database_transaction_timeout: Duration = Field(
+        timedelta(seconds=20),
+        description="PostgreSQL: corral gives up one call to the store (a transaction,"
+        " connecting included) after this long without an answer; the backstop for when"
+        " the network is gone and the server's own limits cannot say so.",
+    )
+
+    @field_validator(*_WHOLE_SECONDS)
+    @classmethod
+    def _whole_seconds(cls, value: timedelta, info: ValidationInfo) -> timedelta:
+        seconds, least = value.total_seconds(), _WHOLE_SECONDS[str(info.field_name)]
+        if seconds < least or seconds != int(seconds):
+            raise ValueError(f"{seconds:g}s: libpq counts it in whole seconds, at least {least}")
+        return value
 
 
 class BudgetSettings(BaseModel):
@@ -489,7 +560,10 @@ class Link:
     """One relation of the chain: `inner` (plus `extra`) must stay below `outer`.
 
     A strict link needs at least the setting named by `margin` to spare; a loose one
-    (margin None) only `<=`.
+    (margin None) only `<=`. A `postgres_only` link is about corral's own connections to
+    PostgreSQL: it is checked only when database_url is a PostgreSQL one (SQLite uses none
+    of those limits), and always with corral's own settings (a job's tighter limits do not
+    make corral's transactions any shorter).
     """
 
     inner: str
@@ -497,6 +571,7 @@ class Link:
     why: str
     margin: str | None = "timeouts.margin"
     extra: str | None = None
+    postgres_only: bool = False
 
 
 CHAIN = (
@@ -558,6 +633,63 @@ CHAIN = (
         why="one reconciler pass must be able to repair every attempt of a tick that failed"
         " half-way",
     ),
+    Link(
+        "timeouts.database_lock_timeout",
+        "timeouts.database_statement_timeout",
+        margin="timeouts.tick_margin",
+        postgres_only=True,
+        why="a statement kept waiting for a lock must fail as a lock wait, which says what"
+        " held it up, before it fails as a slow statement",
+    ),
+    Link(
+        "timeouts.database_statement_timeout",
+        "timeouts.database_transaction_timeout",
+        margin="timeouts.tick_margin",
+        postgres_only=True,
+        why="the server must stop a slow statement, and say why, before corral gives up"
+        " waiting for its answer",
+    ),
+    Link(
+        "timeouts.database_connect_timeout",
+        "timeouts.database_transaction_timeout",
+        margin="timeouts.tick_margin",
+        postgres_only=True,
+        why="connecting is part of a call to the store: a server that cannot be reached must"
+        " fail as such before the call is given up",
+    ),
+    Link(
+        "timeouts.database_tcp_timeout",
+        "timeouts.database_transaction_timeout",
+        margin="timeouts.tick_margin",
+        postgres_only=True,
+        why="a connection cut in the middle of a call must be found dead, freeing the thread"
+        " that waits on it, before the call is given up; or given-up calls pile up in the"
+        " store's threads",
+    ),
+    Link(
+        "timeouts.database_idle_timeout",
+        "timeouts.database_transaction_timeout",
+        margin="timeouts.tick_margin",
+        postgres_only=True,
+        why="the server must end the transaction of a client gone silent, and free its row"
+        " locks, before that client gives the call up and tries again behind those locks",
+    ),
+    Link(
+        "timeouts.database_transaction_timeout",
+        "timeouts.launch_grace",
+        extra="timeouts.tick_deadline",
+        margin="timeouts.tick_margin",
+        postgres_only=True,
+        why="a claim whose answer comes late must be given up, or its attempts launched,"
+        " before recovery looks at them",
+    ),
+    Link(
+        "timeouts.database_transaction_timeout",
+        "timeouts.lease_timeout",
+        margin=None,
+        postgres_only=True,
+        why="a write that renews a lease must end, or be given up, within the lease",
+    ),
 )
 
 JOB_LIMITS = (
@@ -580,6 +712,7 @@ class LinkCheck:
     extra: int
     outer: int
     needed: int  # the margin for a strict link, else 0
+    applies: bool = True  # False: a PostgreSQL link, on SQLite
 
     @property
     def spare(self) -> int:
@@ -598,22 +731,28 @@ class LinkCheck:
 
 def chain(settings: Settings, limits: Mapping[str, timedelta] | None = None) -> list[LinkCheck]:
     """Every link of the chain, with this configuration's values; `limits` replaces some
-    time limits (a job's own, by name without `timeouts.`)."""
+    time limits (a job's own, by name without `timeouts.`) in all but PostgreSQL links."""
     replaced = {f"timeouts.{name}": value for name, value in (limits or {}).items()}
+    postgres = not settings.database_url.startswith("sqlite:")
 
-    def units(dotted: str) -> int:
-        return _units(replaced[dotted]) if dotted in replaced else _units(_get(settings, dotted))
+    def check(link: Link) -> LinkCheck:
+        def units(dotted: str | None) -> int:
+            if dotted is None:
+                return 0
+            if dotted in replaced and not link.postgres_only:
+                return _units(replaced[dotted])
+            return _units(_get(settings, dotted))
 
-    return [
-        LinkCheck(
+        return LinkCheck(
             link,
             inner=units(link.inner),
-            extra=units(link.extra) if link.extra else 0,
+            extra=units(link.extra),
             outer=units(link.outer),
-            needed=units(link.margin) if link.margin else 0,
+            needed=units(link.margin),
+            applies=postgres or not link.postgres_only,
         )
-        for link in CHAIN
-    ]
+
+    return [check(link) for link in CHAIN]
 
 
 def chain_violations(
@@ -622,7 +761,7 @@ def chain_violations(
     """One message per broken link, naming both settings, their values and the margin."""
     out = []
     for c in chain(settings, limits):
-        if c.ok:
+        if c.ok or not c.applies:
             continue
         link = c.link
         inner = f"{link.inner} ({c.show(c.inner)})"

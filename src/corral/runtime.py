@@ -74,7 +74,7 @@ async def opened(
 ) -> AsyncIterator[Runtime]:
     """Connect the store (checking its schema), then start the executors; undo on exit."""
     clk = clk or clock.SystemClock()
-    db = store.Store.connect(settings.database_url)
+    db = store.Store.connect(settings.database_url, timeouts=settings.timeouts)
     started: list[Executor] = []
     try:
         await db.check_schema()
