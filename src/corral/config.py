@@ -199,6 +199,11 @@ class Timeouts(BaseModel):
     http_request_timeout: Duration = Field(
         timedelta(seconds=30), description="The longest one HTTP request of a step may take."
     )
+    database_wait: Duration = Field(
+        timedelta(minutes=5),
+        description="At start, how long serve, dispatcher and reconciler keep trying to reach"
+        " a database that cannot be reached (with growing pauses) before they give up.",
+    )
     database_connect_timeout: Duration = Field(
         timedelta(seconds=5),
         description="PostgreSQL: the longest making one connection may take (libpq's"

@@ -63,7 +63,7 @@ class SchemaOutOfDate(StoreError):
 class StoreUnavailable(StoreError):
     """Raised when the database server cannot be reached: a connection could not be made or
     was lost, or a call got no answer within timeouts.database_transaction_timeout. Trying
-    again later may succeed."""
+    again later may succeed (long-running commands wait for it at start)."""
 
 
 class ExecutorError(CorralError):

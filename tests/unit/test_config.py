@@ -242,6 +242,7 @@ def test_database_limits_have_defaults_that_nest_inside_the_tick_and_lease_limit
     seconds = {
         name: getattr(t, f"database_{name}").total_seconds()
         for name in (
+            "wait",
             "connect_timeout",
             "tcp_timeout",
             "lock_timeout",
@@ -251,6 +252,7 @@ def test_database_limits_have_defaults_that_nest_inside_the_tick_and_lease_limit
         )
     }
     assert seconds == {
+        "wait": 300,
         "connect_timeout": 5,
         "tcp_timeout": 10,
         "lock_timeout": 2,
