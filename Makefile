@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 NFT    := /usr/sbin/nft
 
-.PHONY: run test lint bench clean
+.PHONY: run test lint docs bench clean
 
 $(STAMP): pyproject.toml | $(NFT)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -32,12 +32,16 @@ run: $(STAMP)
 	@$(BIN)/corral serve --demo
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests bench examples
-	$(BIN)/ruff format --check src tests bench examples
+	$(BIN)/ruff check src tests bench examples docs
+	$(BIN)/ruff format --check src tests bench examples docs
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-test: lint
+# The documentation site, into site/ (git-ignored); --strict turns every warning into an error.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+
+test: lint docs
 	$(BIN)/pytest
 
 bench: $(STAMP)
@@ -46,4 +50,4 @@ bench: $(STAMP)
 	$(BIN)/python bench/retry_storm.py
 
 clean:
-	rm -rf $(VENV) corral.db corral.db-wal corral.db-shm .corral
+	rm -rf $(VENV) corral.db corral.db-wal corral.db-shm .corral site

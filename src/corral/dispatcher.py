@@ -15,6 +15,7 @@ transitions, so the same completion arriving twice applies once.
 from __future__ import annotations
 
 import asyncio
+import enum
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -27,7 +28,19 @@ from corral.executors import base
 from corral.executors.base import Executor
 
 log = logging.getLogger("corral.dispatcher")
-_JOB_NEXT = {model.JobState.QUEUED: "queued for retry"}
+J, A = model.JobState, model.AttemptState
+_JOB_NEXT = {J.QUEUED: "queued for retry"}
+_STOP_IF_LAUNCHED = frozenset({A.CANCELLED, A.SUPERSEDED})
+"""Attempt states that, reached while the attempt was being launched, mean it must stop."""
+
+
+class _Result(enum.Enum):
+    """What became of one launch in a tick."""
+
+    LAUNCHED = "launched"
+    FAILED = "failed"  # left `launching` for recovery
+    LATER = "later"  # the tick's deadline came first: first in the next tick
+    TOO_LATE = "too late"  # its deadline passed before launch: never launched, not charged
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,10 +83,8 @@ class Dispatcher:
         self._completions = asyncio.Queue[store_.Finish]()
         self._pending: set[int] = set()  # fences queued or being written: polls repeat them
         self._arrived = asyncio.Event()
+        self._unrecorded: list[int] = []  # launched, `running` not written yet (a failed settle)
         self._stopping: set[asyncio.Task[None]] = set()  # cancels of attempts cancelled mid-launch
-        # Held by a tick from claim to settle and by the completion writer while it writes:
-        # completions that arrive during a tick are written in the tick's last transaction.
-        self._writing = asyncio.Lock()
         self._launch_slots = asyncio.Semaphore(settings.launch_concurrency)
 
     # --- the cycle -------------------------------------------------------------------------
@@ -83,75 +94,115 @@ class Dispatcher:
 
         No launch starts later than `tick_deadline` after the claim: the attempts not
         launched by then stay claimed by this dispatcher and are launched first in the next
-        tick (which claims that many fewer), so a slow platform makes ticks shorter."""
-        async with self._writing:
-            carried = self._carried
-            room = self.settings.claim_batch_limit - len(carried)
-            fresh = (
-                await self.store.job_claim(
-                    now=self.clock.now(),
-                    limit=room,
-                    executors=list(self.executors),
-                    limits=self.limits,
-                    pools=self.settings.pools,
-                )
-                if room > 0
-                else []
-            )
-            self._carried = []
-            todo = carried + fresh
-            if not todo:
-                return Tick()
-            # Counted from the claim's commit: the launches are what the deadline bounds.
-            until = self.clock.monotonic() + self.settings.timeouts.tick_deadline.total_seconds()
-            if fresh:
-                failpoints.hit("after_claim_commit")
-            results = await asyncio.gather(*(self._launch(c, until) for c in todo))
-            self._carried = [c for c, r in zip(todo, results, strict=True) if r is None]
-            launched = [c.attempt.id for c, r in zip(todo, results, strict=True) if r]
-            failpoints.hit("before_record_running")
-            finishes = self._drain(self.settings.claim_batch_limit)
+        tick (which claims that many fewer), so a slow platform makes ticks shorter.
+
+        A failed claim does not hold those attempts back: their deadlines are running, so
+        they are launched and recorded all the same, and then the claim's error is raised.
+        Completions have a writer of their own: a completion write that waits (on a lock,
+        on a slow network) never holds up a claim."""
+        carried, self._carried = self._carried, []
+        room = self.settings.claim_batch_limit - len(carried)
+        fresh: list[model.Claimed] = []
+        failed_claim: errors.StoreError | None = None
+        if room > 0:
             try:
-                recorded, outcomes = await self.store.attempt_settle(
-                    launched=launched, finishes=finishes, now=self.clock.now(), retry=self.retry
+                fresh = await self._claim(room)
+            except errors.StoreError as exc:
+                if not carried:
+                    raise
+                failed_claim = exc
+                log.error(
+                    "claim failed (%s); launching the %d attempts held from the last tick"
+                    " all the same",
+                    exc,
+                    len(carried),
                 )
-            except errors.CorralError:
-                self._requeue(finishes)
-                raise
-        self._done(finishes)
+        tick = await self._launch_and_record(carried + fresh, fresh=len(fresh), room=room)
+        if failed_claim is not None:
+            raise failed_claim
+        return tick
+
+    async def _claim(self, room: int) -> list[model.Claimed]:
+        return await self.store.job_claim(
+            now=self.clock.now(),
+            limit=room,
+            executors=list(self.executors),
+            limits=self.limits,
+            pools=self.settings.pools,
+        )
+
+    async def _launch_and_record(self, todo: list[model.Claimed], *, fresh: int, room: int) -> Tick:
+        if not todo and not self._unrecorded:
+            return Tick()
+        # Counted from the claim's commit: the launches are what the deadline bounds.
+        until = self.clock.monotonic() + self.settings.timeouts.tick_deadline.total_seconds()
+        if fresh:
+            failpoints.hit("after_claim_commit")
+        results = await asyncio.gather(*(self._launch(c, until) for c in todo))
+        done = dict(zip((c.attempt.id for c in todo), results, strict=True))
+        self._carried = [c for c in todo if done[c.attempt.id] is _Result.LATER]
+        launched = [c.attempt.id for c in todo if done[c.attempt.id] is _Result.LAUNCHED]
+        failpoints.hit("before_record_running")
+        recorded, outcomes = await self._settle(launched)
+        too_late = [c.attempt.id for c in todo if done[c.attempt.id] is _Result.TOO_LATE]
+        if too_late:
+            await self.store.attempt_never_launched(
+                fences=too_late, now=self.clock.now(), why=base.DEADLINE_BEFORE_LAUNCH
+            )
         self._log_outcomes(outcomes)
         moved = set(launched) - set(recorded) - {o.fence for o in outcomes}
         await self._stop_moved([c.attempt for c in todo if c.attempt.id in moved])
         tick = Tick(
-            claimed=len(fresh),
+            claimed=fresh,
             launched=len(launched),
-            launch_errors=len(todo) - len(launched) - len(self._carried),
+            launch_errors=sum(r is _Result.FAILED for r in results),
             recorded=len(recorded),
             carried=len(self._carried),
-            more=len(fresh) == room or bool(self._carried),
+            more=fresh == room or bool(self._carried),
         )
         log.info(
-            "tick: claimed %d, launched %d, launch errors %d, recorded running %d%s",
+            "tick: claimed %d, launched %d, launch errors %d, recorded running %d%s%s",
             tick.claimed,
             tick.launched,
             tick.launch_errors,
             tick.recorded,
             f", {tick.carried} left for the next tick (tick_deadline)" if tick.carried else "",
+            f", {len(too_late)} too late to launch (new attempts, not charged)" if too_late else "",
         )
         return tick
 
+    async def _settle(self, launched: list[int]) -> tuple[list[int], list[store.Outcome]]:
+        """Record the launched attempts as running, with the completions that have arrived
+        meanwhile, in one transaction. If that fails, the launched ones are recorded next
+        tick (recovery adopts them should this process die first)."""
+        finishes = self._drain(self.settings.claim_batch_limit)
+        fences = self._unrecorded + launched
+        try:
+            recorded, outcomes = await self.store.attempt_settle(
+                launched=fences, finishes=finishes, now=self.clock.now(), retry=self.retry
+            )
+        except errors.CorralError:
+            self._requeue(finishes)
+            self._unrecorded = fences
+            raise
+        self._unrecorded = []
+        self._done(finishes)
+        return recorded, outcomes
+
     async def _stop_moved(self, attempts: Sequence[model.Attempt]) -> None:
-        """Attempts that left `launching` while being launched: if they ended (a cancel, say)
-        they must not keep running, so stop them, without holding up the loop. Ones recovery
-        adopted in the meantime are running as they should and are left alone."""
+        """Attempts that left `launching` while being launched: if they were cancelled or
+        superseded meanwhile they must not keep running, so stop them, without holding up
+        the loop. Ones that finished (their completion was written meanwhile) or that
+        recovery adopted are left alone."""
         if not attempts:
             return
         states = await self.store.attempt_states(fences=[a.id for a in attempts])
         grace = self.settings.timeouts.cancel_grace
         for attempt in attempts:
             status = states.get(attempt.id)
-            ended = status is not None and status.attempt_state in model.FINAL_ATTEMPT_STATES
-            if not (ended or (status is not None and status.job_state == model.JobState.CANCELLED)):
+            if status is None or not (
+                status.attempt_state in _STOP_IF_LAUNCHED or status.job_state == J.CANCELLED
+            ):
                 continue
             log.info("%s ended while launching; stopping it", attempt.launch_name)
             executor = self.executors[attempt.executor]
@@ -166,15 +217,14 @@ class Dispatcher:
         except errors.CorralError as exc:
             log.warning("%s: could not stop it: %s", name, exc)
 
-    async def _launch(self, claimed: model.Claimed, until: float) -> bool | None:
-        """Launch one attempt: True when launched, False on an error (recovery takes it), None
-        when the tick's deadline passed before its turn came."""
+    async def _launch(self, claimed: model.Claimed, until: float) -> _Result:
+        """Launch one attempt, unless the tick's deadline passed before its turn came."""
         async with self._launch_slots:
             if self.clock.monotonic() > until:
-                return None
+                return _Result.LATER
             return await self._launch_now(claimed)
 
-    async def _launch_now(self, claimed: model.Claimed) -> bool:
+    async def _launch_now(self, claimed: model.Claimed) -> _Result:
         now = self.clock.now()
         age = now - claimed.attempt.created_at
         if age > self.settings.timeouts.launch_grace:
@@ -184,15 +234,18 @@ class Dispatcher:
                 claimed,
                 errors.ExecutorError(f"claimed {age.total_seconds():.0f}s ago, past launch_grace"),
             )
-            return False
+            return _Result.FAILED
         try:
             launch = base.launch_for(claimed, self.settings, now)
+        except errors.LaunchTooLate:
+            return _Result.TOO_LATE  # nothing was asked of the platform: a new attempt, free
+        try:
             await self.executors[launch.executor].launch(launch)
         except Exception as exc:  # any failure: the attempt stays `launching` for recovery
             await self._note_launch_error(claimed, exc)
-            return False
+            return _Result.FAILED
         failpoints.hit("after_launch")
-        return True
+        return _Result.LAUNCHED
 
     async def _note_launch_error(self, claimed: model.Claimed, exc: Exception) -> None:
         why = (
@@ -210,7 +263,7 @@ class Dispatcher:
         await self.store.event_note(
             job_id=claimed.job.id,
             attempt_id=claimed.attempt.id,
-            state=model.AttemptState.LAUNCHING,
+            state=A.LAUNCHING,
             reason=why + "; left launching for recovery",
             now=self.clock.now(),
             details={"launch_name": claimed.attempt.launch_name, "error": type(exc).__name__},
@@ -242,9 +295,9 @@ class Dispatcher:
         self._completions.put_nowait(
             store.Finish(
                 fence=identity.fence,
-                state=model.AttemptState.SUCCEEDED
+                state=A.SUCCEEDED
                 if observation.phase is model.Phase.SUCCEEDED and observation.exit_code in (0, None)
-                else model.AttemptState.FAILED,
+                else A.FAILED,
                 exit_code=observation.exit_code,
                 reason=observation.reason,
                 failure_class=observation.failure_class,
@@ -273,7 +326,9 @@ class Dispatcher:
             outcomes = await self.store.attempt_finish(
                 finishes=batch, now=self.clock.now(), retry=self.retry
             )
-        except errors.CorralError:
+        except (errors.CorralError, asyncio.CancelledError):
+            # Cancelled: the loop is stopping, and its last flush writes them again (the
+            # write in flight may commit too: a completion applies once however often).
             self._requeue(batch)
             raise
         self._done(batch)
@@ -308,9 +363,8 @@ class Dispatcher:
         while True:
             await self._arrived.wait()
             try:
-                async with self._writing:
-                    self._arrived.clear()
-                    await self.flush_completions()
+                self._arrived.clear()
+                await self.flush_completions()
             except errors.CorralError as exc:
                 log.error("writing completions failed, trying again in %.1fs: %s", retry, exc)
                 await self.clock.sleep(retry)

@@ -12,7 +12,8 @@
     │   └── StoreUnavailable   no connection: refused, cut, timed out, or no answer in time
     ├── ExecutorError          a platform call failed
     │   ├── LaunchConflict     the launch name exists but carries another identity
-    │   └── LaunchRefused      the platform refused the object as invalid: no retry helps
+    │   ├── LaunchRefused      the platform refused the object as invalid: no retry helps
+    │   └── LaunchTooLate      the attempt's deadline passed before it could be launched
     └── Unhealthy              a loop has stopped moving, or has not started (exit 1)
 
 The CLI maps ConfigError and InvalidInput to exit code 2 and every other CorralError to 1.
@@ -77,6 +78,11 @@ class LaunchConflict(ExecutorError):
 class LaunchRefused(ExecutorError):
     """Raised when the platform refuses a launch's object as invalid (Kubernetes 400/422,
     or an admission policy): launching it again cannot help."""
+
+
+class LaunchTooLate(ExecutorError):
+    """Raised when an attempt's deadline passed before it could be launched: it never ran,
+    so it is superseded as never launched (not charged) rather than failed."""
 
 
 class Unhealthy(CorralError):

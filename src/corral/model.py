@@ -280,6 +280,24 @@ class Job:
     updated_at: datetime
     policy: Mapping[str, Any] = field(default_factory=dict)
     code_version: str | None = None
+    uncharged_attempts: int = 0  # attempts that never reached their platform (see `charged`)
+
+    @property
+    def charged_attempts(self) -> int:
+        """The attempts that count toward max_attempts: all but the never-launched ones."""
+        return self.attempt_count - self.uncharged_attempts
+
+
+NEVER_LAUNCHED = "never launched"
+"""The reason of an attempt that never reached its platform: it is superseded, and its
+job pays for it with neither an attempt nor a token of its retry budget."""
+
+
+def charged(reason: str | None) -> bool:
+    """Whether an attempt that ended for `reason` counts against its job. The reason
+    decides, not the state: an attempt superseded because its state was unknown ran, and
+    counts; one superseded because it never reached its platform does not."""
+    return reason != NEVER_LAUNCHED
 
 
 @dataclass(frozen=True, slots=True)
@@ -308,6 +326,11 @@ class Attempt:
     @property
     def fence(self) -> int:
         return self.id
+
+    @property
+    def charged(self) -> bool:
+        """Whether this attempt counts toward its job's max_attempts (see `charged`)."""
+        return charged(self.reason)
 
 
 @dataclass(frozen=True, slots=True)
@@ -393,6 +416,9 @@ class Launch:
     env: Mapping[str, str]
     deadline_seconds: float | None = None
     annotations: Mapping[str, str] = field(default_factory=dict)  # label values in full
+    relaunch: bool = False
+    """This name may have been launched before: the executor must make sure no earlier copy
+    still runs before it starts one (recovery sets it; a dispatcher's first launch does not)."""
 
     @property
     def identity(self) -> Identity:
@@ -452,6 +478,24 @@ class Reach:
     heartbeat_seconds: float | None = None
 
 
+ATTEMPT_ENV = (
+    "CORRAL_JOB_ID",
+    "CORRAL_ATTEMPT",
+    "CORRAL_FENCE",
+    "CORRAL_TENANT",
+    "CORRAL_LAUNCH_NAME",
+    "CORRAL_CODE_VERSION",
+    "CORRAL_API_URL",
+    "CORRAL_DATABASE_URL",
+    "CORRAL_HEARTBEAT_INTERVAL",
+    "CORRAL_RUN_DIR",  # the process executor's run folder
+    "CORRAL_PAYLOAD_FILE",
+    "CORRAL_PAYLOAD",
+)
+"""Every variable corral may set in an attempt's environment (not settings, though two of
+them are read as settings by `corral heartbeat` inside the job)."""
+
+
 def attempt_env(
     launch_labels: Mapping[str, str],
     *,
@@ -479,7 +523,9 @@ def attempt_env(
     return env
 
 
-def build_launch(claimed: Claimed, *, reach: Reach, deadline_seconds: float | None) -> Launch:
+def build_launch(
+    claimed: Claimed, *, reach: Reach, deadline_seconds: float | None, relaunch: bool = False
+) -> Launch:
     """The Launch for a claimed attempt: name, identity labels, user labels and env."""
     job, attempt = claimed.job, claimed.attempt
     labels = {**job.labels}
@@ -511,6 +557,7 @@ def build_launch(claimed: Claimed, *, reach: Reach, deadline_seconds: float | No
             code_version=job.code_version,
         ),
         deadline_seconds=deadline_seconds,
+        relaunch=relaunch,
         annotations={
             key: value
             for key, value in (

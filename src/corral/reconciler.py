@@ -10,7 +10,9 @@ reconcilers and dispatchers can work on one database at once.
                                       absent                   -> launch again, same name
                                       present, other identity  -> failed: launch conflict
                                       finished                 -> complete it
-                                      absent, past its deadline -> failed: timed out
+                                      absent, past its deadline -> superseded: never
+                                                                  launched, not charged; the
+                                                                  job gets a new attempt
     running, no news for lease_timeout finished                -> complete it
     past its lease (heartbeats stopped) running, past deadline  -> stop it; failed: timed out
                                         (+ cancel_grace: the platform's own stop comes first)
@@ -61,6 +63,7 @@ class Pass:
     unknown: int = 0
     waiting: int = 0
     superseded: int = 0
+    never_launched: int = 0
     orphans_cancelled: int = 0
     forgotten: int = 0
 
@@ -81,6 +84,7 @@ class _Work:
     alive: list[int] = field(default_factory=list)
     overdue: list[model.Attempt] = field(default_factory=list)
     unknown: list[tuple[model.Claimed, str]] = field(default_factory=list)
+    never_launched: list[int] = field(default_factory=list)
 
 
 class Reconciler:
@@ -206,9 +210,11 @@ class Reconciler:
             self._repaired(attempt, f"completed ({obs.phase})")
             work.finishes.append(_finish(attempt, obs))
         elif obs.phase is P.ABSENT and _past(attempt.deadline_at, self.clock.now()):
-            summary.timed_out += 1
-            self._repaired(attempt, "deadline passed before it was launched")
-            work.finishes.append(_failed(attempt, "timed out: its deadline passed before launch"))
+            # Too late to launch it now, and it never ran: not the job's fault, so it costs
+            # no attempt; the job gets a new one (higher fence, fresh deadline).
+            summary.never_launched += 1
+            self._repaired(attempt, "never launched; its job gets a new attempt, not charged")
+            work.never_launched.append(attempt.id)
         elif obs.phase is P.ABSENT:
             work.relaunch.append(item)
         else:
@@ -227,7 +233,7 @@ class Reconciler:
         """Launch an attempt again under its own name: if the first launch did get through
         after all, the platform refuses a second copy."""
         try:
-            launch = base.launch_for(item, self.settings, self.clock.now())
+            launch = base.launch_for(item, self.settings, self.clock.now(), relaunch=True)
             async with slots:
                 await executor.launch(launch)
         except errors.LaunchConflict as exc:
@@ -315,9 +321,17 @@ class Reconciler:
             )
         if work.finishes:
             await self.store.attempt_finish(finishes=work.finishes, now=now, retry=self.retry)
+        if work.never_launched:
+            await self.store.attempt_never_launched(
+                fences=work.never_launched, now=now, why=base.DEADLINE_BEFORE_LAUNCH
+            )
         await self.store.attempt_seen(fences=work.alive, now=now)
         self._noted_unknown.difference_update(
-            work.adopt + work.relaunched + work.alive + [f.fence for f in work.finishes]
+            work.adopt
+            + work.relaunched
+            + work.alive
+            + work.never_launched
+            + [f.fence for f in work.finishes]
         )
 
     async def _stop_overdue(
@@ -377,30 +391,32 @@ class Reconciler:
             await asyncio.gather(
                 *(self._stop(executor, a.launch_name, self.t.cancel_grace) for a in old)
             )
-        # A lease is stretched to the deadline once per silence (the store remembers); an
-        # attempt without one (the platform cannot be asked) is noted once per process.
+        # Once per silence: the store writes (and says it wrote) only an attempt whose lease
+        # it has not stretched to the deadline yet. An attempt without a stored deadline
+        # cannot be told apart that way, so this process remembers it instead.
         waiting = [
             (item, why if item not in relaunch_items else f"{why}; no attempts left to relaunch")
             for item, why in items
             if item.attempt.id not in superseded
-            and (item.attempt.lease_until is not None or item.attempt.id not in self._noted_unknown)
+            and (item.attempt.deadline_at is not None or item.attempt.id not in self._noted_unknown)
         ]
-        for item, why in waiting:
-            self._noted_unknown.add(item.attempt.id)
-            log.warning(
-                "%s (job %d, fence %d) is in the unknown state: %s; waiting until its deadline",
-                item.attempt.launch_name,
-                item.job.id,
-                item.attempt.id,
-                why,
-            )
         for why in sorted({why for _, why in waiting}):
-            same = [item for item, w in waiting if w == why]
-            await self.store.attempt_wait(
-                fences=[i.attempt.id for i in same],
+            same = {item.attempt.id: item for item, w in waiting if w == why}
+            self._noted_unknown.update(same)
+            written = await self.store.attempt_wait(
+                fences=list(same),
                 now=self.clock.now(),
                 reason=f"unknown state ({why}); left to run until its deadline",
             )
+            for fence in written:
+                item = same[fence]
+                log.warning(
+                    "%s (job %d, fence %d) is in the unknown state: %s; waiting until its deadline",
+                    item.attempt.launch_name,
+                    item.job.id,
+                    fence,
+                    why,
+                )
 
     # --- orphans ---------------------------------------------------------------------------
 

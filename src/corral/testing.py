@@ -1,4 +1,4 @@
-"""Helpers for testing code that uses corral: a clock that only moves when told to, and
+"""Helpers for testing code that uses corral: clocks that only move when told to, and
 the time-limit chain check for a deployment's own CI."""
 
 from __future__ import annotations
@@ -30,6 +30,21 @@ class FrozenClock:
     async def sleep(self, seconds: float) -> None:
         self.advance(seconds)
         await asyncio.sleep(0)
+
+
+class PausedClock(FrozenClock):
+    """A FrozenClock whose `sleep` does not move time: it waits a moment of real time (at
+    most `pause` seconds) and returns. For running corral's loops in a test: the loops'
+    own sleeps (a poll every observe_interval, a tick every dispatch_interval) then cannot
+    push time past a deadline or a grace however often they run on a slow machine, and only
+    the test's `advance` moves it."""
+
+    def __init__(self, start: datetime | None = None, *, pause: float = 0.01) -> None:
+        super().__init__(start)
+        self._pause = pause
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(min(max(seconds, 0.0), self._pause))
 
 
 def assert_timeouts_nest(

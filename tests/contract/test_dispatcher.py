@@ -6,12 +6,14 @@ import asyncio
 import random
 from collections.abc import AsyncIterator, Mapping, Sequence
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
 from corral import config, dispatcher, errors, model, retry, store
-from corral.testing import FrozenClock
+from corral.testing import FrozenClock, PausedClock
 from tests.support.noop import NoopExecutor
+from tests.support.wait import PATIENCE, eventually
 
 J, A = model.JobState, model.AttemptState
 
@@ -51,8 +53,16 @@ async def deliver(
     """Hand `count` pushed observations to the dispatcher and write them."""
     events = executor.events()
     for _ in range(count):
-        d.offer(await asyncio.wait_for(anext(events), timeout=5))
+        d.offer(await asyncio.wait_for(anext(events), timeout=PATIENCE))
     return await d.flush_completions()
+
+
+async def _count(db: store.Store, state: str, n: int) -> bool:
+    return (await db.job_count_by_state()).get(state) == n
+
+
+async def _is(db: store.Store, job_id: int, state: J) -> bool:
+    return (await db.job_get(job_id=job_id)).state == state
 
 
 async def states(db: store.Store, ids: list[int]) -> list[str]:
@@ -71,6 +81,7 @@ async def test_a_tick_claims_launches_and_records_running(
     launch = next(iter(executor.launches.values()))
     assert model.identity_from_labels(launch.labels) == launch.identity
     assert launch.env["CORRAL_FENCE"] == str(launch.fence)
+    assert not any(launch.relaunch for launch in executor.launches.values()), "first launches"
     assert await states(db, ids) == [J.RUNNING] * 3 + [J.QUEUED] * 2
     outcomes = await deliver(d, executor, 3)
     assert {o.job_state for o in outcomes} == {J.SUCCEEDED}
@@ -100,7 +111,7 @@ async def test_the_same_completion_twice_applies_once(db: store.Store, clock: Fr
     d = make(db, clock, executor)
     [job_id] = await submit(db, clock, 1)
     await d.run_once()
-    obs = await asyncio.wait_for(anext(executor.events()), timeout=5)
+    obs = await asyncio.wait_for(anext(executor.events()), timeout=PATIENCE)
     for _ in range(3):
         d.offer(obs)
     assert len(await d.flush_completions()) == 1
@@ -148,7 +159,7 @@ async def test_an_observation_with_another_fence_is_ignored(
     d = make(db, clock, executor)
     await submit(db, clock, 1)
     await d.run_once()
-    obs = await asyncio.wait_for(anext(executor.events()), timeout=5)
+    obs = await asyncio.wait_for(anext(executor.events()), timeout=PATIENCE)
     assert not d.offer(obs, fence=obs.identity.fence + 1 if obs.identity else 0)
 
 
@@ -165,18 +176,16 @@ async def test_polling_completes_attempts_launched_before_a_restart(
     assert await states(db, ids) == [J.SUCCEEDED] * 4
 
 
-async def test_run_drains_the_queue_and_stops_cleanly(db: store.Store, clock: FrozenClock) -> None:
+async def test_run_drains_the_queue_and_stops_cleanly(db: store.Store) -> None:
+    clock = PausedClock()  # the loop's own sleeps must not move time
     executor = NoopExecutor()
     d = make(db, clock, executor, claim_batch_limit=10)
     ids = await submit(db, clock, 35)
     stop = asyncio.Event()
     runner = asyncio.create_task(d.run(stop))
-    for _ in range(500):
-        if (await db.job_count_by_state()).get("succeeded") == 35:
-            break
-        await asyncio.sleep(0.01)
+    await eventually(lambda: _count(db, "succeeded", 35), what="35 jobs succeeded")
     stop.set()
-    await asyncio.wait_for(runner, timeout=10)
+    await asyncio.wait_for(runner, timeout=PATIENCE)
     assert await states(db, ids) == [J.SUCCEEDED] * 35
     assert executor.launch_calls == 35
 
@@ -202,18 +211,19 @@ class GatedLaunch(NoopExecutor):
 
 
 async def test_stop_finishes_the_launch_in_hand_and_claims_no_more(
-    db: store.Store, clock: FrozenClock
+    db: store.Store,
 ) -> None:
+    clock = PausedClock()  # the loop's own sleeps must not move time
     executor = GatedLaunch()
     d = make(db, clock, executor, claim_batch_limit=10)
     first = await submit(db, clock, 3)
     stop = asyncio.Event()
     runner = asyncio.create_task(d.run(stop))
-    await asyncio.wait_for(executor.entered.wait(), timeout=5)
+    await asyncio.wait_for(executor.entered.wait(), timeout=PATIENCE)
     stop.set()  # SIGTERM arrives while the tick's launches are in flight
     later = await submit(db, clock, 2)
     executor.gate.set()
-    await asyncio.wait_for(runner, timeout=10)
+    await asyncio.wait_for(runner, timeout=PATIENCE)
     assert executor.launched == 3
     for job_id in first:
         [attempt] = await db.attempt_list(job_id=job_id)
@@ -229,7 +239,7 @@ async def tick_held_mid_launch(
     d = make(db, clock, executor)
     [job_id] = await submit(db, clock, 1)
     tick = asyncio.create_task(d.run_once())
-    await asyncio.wait_for(executor.entered.wait(), timeout=5)
+    await asyncio.wait_for(executor.entered.wait(), timeout=PATIENCE)
     return executor, job_id, tick
 
 
@@ -240,10 +250,7 @@ async def test_a_job_cancelled_while_launching_is_stopped(
     await db.job_cancel(job_id=job_id, now=clock.now(), reason="by test")  # claim done, launch not
     executor.gate.set()
     assert (await tick).recorded == 0
-    for _ in range(100):
-        if executor.cancelled:
-            break
-        await asyncio.sleep(0.01)
+    await eventually(lambda: executor.cancelled, what="the launch was stopped")
     assert executor.cancelled == [model.launch_name(job_id, 1)]
     assert (await db.job_get(job_id=job_id)).state == J.CANCELLED
 
@@ -260,7 +267,8 @@ class FailingOnce(store.Store):
         return await super().attempt_finish(**kwargs)  # type: ignore[arg-type]
 
 
-async def test_completions_survive_a_failed_write(db_url: str, clock: FrozenClock) -> None:
+async def test_completions_survive_a_failed_write(db_url: str) -> None:
+    clock = PausedClock()  # the loop's own sleeps must not move time
     db = FailingOnce(store.Store.connect(db_url).engine)
     executor = NoopExecutor()
     d = make(db, clock, executor)  # type: ignore[arg-type]
@@ -272,15 +280,54 @@ async def test_completions_survive_a_failed_write(db_url: str, clock: FrozenCloc
     runner = asyncio.create_task(d.run(stop))
     d.offer(finished)
     d.offer(finished)  # a repeat while the first is pending is not queued twice
-    for _ in range(300):
-        if (await db.job_get(job_id=job_id)).state == J.SUCCEEDED:
-            break
-        await asyncio.sleep(0.01)
+    await eventually(lambda: _is(db, job_id, J.SUCCEEDED), what="the job succeeded")
     stop.set()
-    await asyncio.wait_for(runner, timeout=10)
+    await asyncio.wait_for(runner, timeout=PATIENCE)
     assert db.failed
     assert (await db.job_get(job_id=job_id)).state == J.SUCCEEDED
     await db.close()
+
+
+class WaitingFinish(store.Store):
+    """A store whose completion writes wait at `gate`, like a write stuck on a row lock
+    or a slow network."""
+
+    def __init__(self, engine: Any) -> None:
+        super().__init__(engine)
+        self.gate = asyncio.Event()
+        self.waiting = asyncio.Event()
+
+    async def attempt_finish(self, **kwargs: object) -> list[store.Outcome]:
+        self.waiting.set()
+        await self.gate.wait()
+        return await super().attempt_finish(**kwargs)  # type: ignore[arg-type]
+
+
+async def test_a_completion_write_that_waits_does_not_hold_up_claims(db_url: str) -> None:
+    db = WaitingFinish(store.Store.connect(db_url).engine)
+    clock = PausedClock()  # the loop's own sleeps must not move time
+    executor = NoopExecutor()
+    d = make(db, clock, executor)  # type: ignore[arg-type]
+    [first] = await submit(db, clock, 1)
+    [claimed] = await db.job_claim(now=clock.now(), limit=1, executors=["noop"])
+    launch = model.build_launch(claimed, reach=model.Reach(), deadline_seconds=None)
+    d.offer(model.Observation(launch.name, model.Phase.SUCCEEDED, launch.labels, exit_code=0))
+    stop = asyncio.Event()
+    runner = asyncio.create_task(d.run(stop))
+    try:
+        await asyncio.wait_for(db.waiting.wait(), timeout=PATIENCE)  # that write now waits
+        later = await submit(db, clock, 3)
+        await eventually(lambda: executor.launched == 3, what="the next jobs were launched")
+        assert set(await states(db, later)) <= {J.RUNNING, J.SUCCEEDED}, "and recorded"
+        assert await states(db, [first]) == [J.RUNNING], "while the first one's write waits"
+        db.gate.set()
+        await eventually(lambda: _count(db, J.SUCCEEDED, 4), what="every job succeeded")
+        assert await states(db, [first]) == [J.SUCCEEDED]
+    finally:
+        db.gate.set()
+        stop.set()
+        await asyncio.wait_for(runner, timeout=PATIENCE)
+        await db.close()
 
 
 async def test_a_failed_flush_keeps_the_completions_queued(db_url: str, clock: FrozenClock) -> None:
@@ -357,18 +404,16 @@ class BrokenStreamOnce(NoopExecutor):
             yield obs
 
 
-async def test_a_broken_event_stream_is_restarted(db: store.Store, clock: FrozenClock) -> None:
+async def test_a_broken_event_stream_is_restarted(db: store.Store) -> None:
+    clock = PausedClock()  # the loop's own sleeps must not move time
     executor = BrokenStreamOnce()
     d = make(db, clock, executor)
     [job_id] = await submit(db, clock, 1)
     stop = asyncio.Event()
     runner = asyncio.create_task(d.run(stop))
-    for _ in range(500):
-        if (await db.job_get(job_id=job_id)).state == J.SUCCEEDED:
-            break
-        await asyncio.sleep(0.01)
+    await eventually(lambda: _is(db, job_id, J.SUCCEEDED), what="the job succeeded")
     stop.set()
-    await asyncio.wait_for(runner, timeout=10)
+    await asyncio.wait_for(runner, timeout=PATIENCE)
     assert executor.broke
     assert (await db.job_get(job_id=job_id)).state == J.SUCCEEDED
 
@@ -424,7 +469,7 @@ class ClaimFailsOnce(store.Store):
         return await super().job_claim(**kwargs)  # type: ignore[arg-type]
 
 
-async def test_attempts_carried_to_the_next_tick_survive_a_failed_claim(
+async def test_attempts_carried_to_the_next_tick_are_launched_when_the_claim_fails(
     db_url: str, clock: FrozenClock
 ) -> None:
     db = ClaimFailsOnce(store.Store.connect(db_url).engine)
@@ -440,12 +485,14 @@ async def test_attempts_carried_to_the_next_tick_survive_a_failed_claim(
         ),
     )
     try:
-        await submit(db, clock, 5)
+        ids = await submit(db, clock, 5, max_attempts=1)
         assert (await d.run_once()).carried == 2
-        with pytest.raises(errors.StoreError):
-            await d.run_once()
-        tick = await d.run_once()
-        assert (tick.claimed, tick.launched) == (0, 2), "the carried two go first, none lost"
-        assert executor.launched == 5
+        with pytest.raises(errors.StoreError, match="blipped"):
+            await d.run_once()  # the claim fails, and is said to have failed...
+        assert executor.launched == 5, "...but the two held attempts are launched all the same"
+        for job_id in ids:
+            [attempt] = await db.attempt_list(job_id=job_id)
+            assert attempt.state == A.RUNNING, "and recorded: their deadlines are running"
+        assert (await d.run_once()).claimed == 0
     finally:
         await db.close()

@@ -8,6 +8,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from sqlalchemy import create_engine, text
 
 from corral import client, config, dispatcher, errors, model, reconciler, retry, store
 from corral.store import Finish
@@ -304,6 +305,29 @@ async def test_a_platform_that_cannot_be_asked_is_unknown_too(
     assert [a.state for a in await db.attempt_list(job_id=c.job.id)] == [A.SUPERSEDED]
 
 
+async def test_the_unknown_state_is_written_once_per_silence(
+    db: store.Store, clock: FrozenClock
+) -> None:
+    platform = Platform()
+    platform.ready = True
+    c = await launched(db, clock, platform, {"on_unknown": "wait"})
+    platform.down = True  # the platform cannot be asked: every pass finds it unknown
+    r = recon(db, clock, platform)
+    clock.advance(61)
+    for _ in range(16):  # a pass a second, as with reconcile_interval = 1s
+        await r.run_once()
+        clock.advance(1)
+    unknown = [e for e in await db.event_list(job_id=c.job.id) if e.details.get("unknown")]
+    assert len(unknown) == 1, [e.reason for e in unknown]
+    await db.attempt_heartbeat(job_id=c.job.id, fence=c.attempt.id, now=clock.now())  # news
+    clock.advance(61)  # ... then silence again: a second silence, a second event
+    for _ in range(3):
+        await r.run_once()
+        clock.advance(1)
+    unknown = [e for e in await db.event_list(job_id=c.job.id) if e.details.get("unknown")]
+    assert len(unknown) == 2, [e.reason for e in unknown]
+
+
 async def test_fence_and_relaunch_without_attempts_left_waits(
     db: store.Store, clock: FrozenClock
 ) -> None:
@@ -412,18 +436,54 @@ async def test_claims_at_the_same_moment_never_overfill_a_pool(
             await s.close()
 
 
-async def test_a_launching_attempt_past_its_deadline_is_failed_not_relaunched(
+async def test_an_attempt_too_late_to_launch_is_not_charged_and_the_job_gets_a_new_one(
     db: store.Store, clock: FrozenClock
 ) -> None:
     platform = Platform()
-    await submit(db, clock, policy={"limits": {"attempt_deadline": "20s"}})
-    [c] = await claim(db, clock)  # the dispatcher died before launching it
-    clock.advance(31)  # past launch_grace (30s) and past its own 20s deadline
-    assert (await recon(db, clock, platform).run_once()).timed_out == 1
-    assert platform.launches == {}, "never launched that late"
-    [a] = await db.attempt_list(job_id=c.job.id)
-    assert (a.state, a.reason, a.failure_class) == (
-        A.FAILED,
-        "timed out: its deadline passed before launch",
-        FC.TRANSIENT,
+    [job_id] = await submit(
+        db, clock, max_attempts=1, policy={"limits": {"attempt_deadline": "20s"}}
     )
+    assert len(await claim(db, clock)) == 1  # the dispatcher died (or lost its database) here
+    clock.advance(31)  # past launch_grace (30s) and past its own 20s deadline
+    assert (await recon(db, clock, platform).run_once()).never_launched == 1
+    assert platform.launches == {}, "never launched that late"
+    [a] = await db.attempt_list(job_id=job_id)
+    assert (a.state, a.reason, a.charged) == (A.SUPERSEDED, model.NEVER_LAUNCHED, False)
+    job = await db.job_get(job_id=job_id)
+    assert (job.state, job.charged_attempts, job.uncharged_attempts) == (J.QUEUED, 0, 1)
+    [again] = await claim(db, clock)
+    assert again.attempt.id > a.id, "a higher fence"
+    assert again.attempt.deadline_at == clock.now() + timedelta(seconds=20), "a fresh deadline"
+    [o] = await db.attempt_finish(
+        finishes=[Finish(again.attempt.id, A.SUCCEEDED, 0, None)], now=clock.now()
+    )
+    assert o.job_state == J.SUCCEEDED, "max_attempts 1: the attempt that never ran cost nothing"
+
+
+async def test_a_never_launched_attempt_costs_no_retry_token_and_breaks_no_streak(
+    db: store.Store, clock: FrozenClock, db_url: str
+) -> None:
+    rules = retry.Retry(budget=retry.Budget(ratio=0, floor_per_second=1e-9, burst=5))
+    [job_id] = await submit(db, clock, max_attempts=5, policy={"quarantine_after": 2})
+    [first] = await claim(db, clock)
+    [o] = await fail(db, clock, first, 3, "no such table: users", rules=rules)
+    assert o.job_state == J.QUEUED
+    assert tokens(db_url) == pytest.approx(4), "the retry took a token"
+    [second] = await claim(db, clock)
+    assert await db.attempt_never_launched(
+        fences=[second.attempt.id], now=clock.now(), why="test"
+    ) == [second.attempt.id]
+    assert tokens(db_url) == pytest.approx(4), "the attempt that never ran took none"
+    [third] = await claim(db, clock)
+    assert third.attempt.attempt_no == 3
+    [o] = await fail(db, clock, third, 3, "no such table: users", rules=rules)
+    assert o.job_state == J.QUARANTINED, "attempts 1 and 3 failed alike: a poison pill"
+    assert (await db.job_get(job_id=job_id)).charged_attempts == 2
+
+
+def tokens(db_url: str) -> float:
+    engine = create_engine(db_url)
+    with engine.connect() as conn:
+        found = conn.execute(text("SELECT tokens FROM retry_budgets")).scalar_one()
+    engine.dispose()
+    return float(found)

@@ -75,6 +75,7 @@ async def test_an_absent_launch_is_launched_again_under_the_same_name(
     summary = await make(db, clock, platform).run_once()
     assert (summary.looked, summary.relaunched) == (1, 1)
     assert platform.launches == {c.attempt.launch_name: 1}
+    assert [launch.relaunch for launch in platform.asked] == [True], "the executor is told"
     assert (await attempt(db, c)).state == A.RUNNING
     assert any(r.startswith("relaunched") for r in await reasons(db, c))
     assert (await make(db, clock, platform).run_once()).looked == 0  # fresh news now

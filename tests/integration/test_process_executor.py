@@ -7,6 +7,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import shutil
 import signal
 import sys
 import textwrap
@@ -67,7 +68,9 @@ async def wait_for(
 
 
 def kill_leftovers(root: Path) -> None:
-    """Kill the command groups and shims of unfinished runs, so no test leaves processes."""
+    """Kill the command groups and shims of unfinished runs, so no test leaves processes;
+    also those whose run folder a test removed (found by their environment or arguments)."""
+    kill_strays(root)
     if not root.is_dir():
         return
     for run_dir in root.iterdir():
@@ -76,6 +79,23 @@ def kill_leftovers(root: Path) -> None:
         for pid_file, kill in (("child.pid", os.killpg), ("shim.pid", os.kill)):
             with contextlib.suppress(OSError, ValueError, KeyError):
                 kill(json.loads((run_dir / pid_file).read_text())["pid"], signal.SIGKILL)
+
+
+def kill_strays(root: Path) -> None:
+    """SIGKILL every process that runs in, or supervises, a run folder under `root`."""
+    inside = f"CORRAL_RUN_DIR={root}/".encode()
+    for entry in Path("/proc").iterdir():
+        try:
+            environ = (entry / "environ").read_bytes().split(b"\0")
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue  # not a process, or gone
+        shim = any(arg.endswith(b"process_shim.py") for arg in argv) and any(
+            arg.startswith(f"{root}/".encode()) for arg in argv
+        )
+        if shim or any(var.startswith(inside) for var in environ):
+            with contextlib.suppress(OSError):
+                os.kill(int(entry.name), signal.SIGKILL)
 
 
 @pytest.fixture
@@ -129,13 +149,14 @@ async def test_env_and_cwd(
     monkeypatch.setenv("CORRAL_DATABASE_URL", "postgresql+psycopg://secret@db/corral")
     script = (
         'echo "$CORRAL_JOB_ID $CORRAL_FENCE $CORRAL_LAUNCH_NAME $CORRAL_API_URL $CORRAL_TENANT'
-        ' $MINE [$CORRAL_DATABASE_URL]" > out'
+        ' $MINE [$CORRAL_DATABASE_URL] $CORRAL_RUN_DIR" > out'
     )
     launch = make_launch("env-1", sh(script), env={"MINE": "yes"}, cwd=str(tmp_path))
     await executor.launch(launch)
     assert (await wait_for(executor, "env-1")).phase is model.Phase.SUCCEEDED
     # corral's own settings are not passed on to the job
-    assert (tmp_path / "out").read_text() == "1 1 env-1 http://corral.test acme yes []\n"
+    run_dir = executor.root / "env-1"
+    assert (tmp_path / "out").read_text() == f"1 1 env-1 http://corral.test acme yes [] {run_dir}\n"
 
 
 async def test_launch_twice_runs_once(executor: process.ProcessExecutor, tmp_path: Path) -> None:
@@ -473,3 +494,188 @@ async def test_old_finished_runs_are_forgotten_only_once_the_store_holds_them_en
     finally:
         kill_leftovers(ex.root)
         await db.close()
+
+
+# --- a run folder that disappears under a running command ----------------------------------------
+
+IGNORES_TERM = sh("trap '' TERM; exec sleep 300")
+"""One process (the ignored SIGTERM survives the exec) that only SIGKILL stops."""
+
+WAITER = textwrap.dedent(
+    """
+    import os, sys, time
+    while not os.path.exists(sys.argv[1]):
+        time.sleep(0.05)
+    sys.exit(3)
+    """
+)
+
+
+def waiter(go: Path) -> list[str]:
+    """A command of one process that exits with code 3 once `go` exists."""
+    return [sys.executable, "-c", WAITER, str(go)]
+
+
+def pid_of(run_dir: Path, pid_file: str) -> int:
+    pid: int = json.loads((run_dir / pid_file).read_text())["pid"]
+    return pid
+
+
+def alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie does not: nobody may reap it here)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
+
+
+def processes_of(run_dir: Path) -> list[int]:
+    """The live pids whose environment names `run_dir` as their CORRAL_RUN_DIR."""
+    mark = f"CORRAL_RUN_DIR={run_dir}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        if mark in environ.split(b"\0") and alive(int(entry.name)):
+            found.append(int(entry.name))
+    return found
+
+
+async def wait_gone(pids: Sequence[int], within: float = 30.0) -> None:
+    until = time.monotonic() + within
+    while left := [pid for pid in pids if alive(pid)]:
+        assert time.monotonic() < until, f"{left} still alive after {within}s"
+        await asyncio.sleep(0.05)
+
+
+async def started(ex: process.ProcessExecutor, name: str, command: str) -> tuple[int, int]:
+    """(shim pid, command pid) once `name` runs and its command has become `command`."""
+    await wait_for(ex, name, finished=False)
+    run_dir = ex.root / name
+    child = pid_of(run_dir, "child.pid")
+    until = time.monotonic() + 15
+    while not Path(f"/proc/{child}/cmdline").read_bytes().startswith(command.encode()):
+        assert time.monotonic() < until, f"{name}: the command never became {command!r}"
+        await asyncio.sleep(0.05)
+    return pid_of(run_dir, "shim.pid"), child
+
+
+@pytest.fixture
+async def patient(tmp_path: Path) -> AsyncIterator[process.ProcessExecutor]:
+    """An executor whose shims give a command a minute between SIGTERM and SIGKILL: longer
+    than any test waits, so whatever stops a command that ignores SIGTERM is not its shim."""
+    ex = process.ProcessExecutor(
+        root=tmp_path / "patient", clock=clock.SystemClock(), poll_interval=0.05, kill_grace=60
+    )
+    await ex.start()
+    yield ex
+    await ex.close()
+    kill_leftovers(ex.root)
+
+
+def relaunch_of(launch: model.Launch) -> model.Launch:
+    return dataclasses.replace(launch, relaunch=True)
+
+
+@pytest.mark.parametrize("how", ["removed", "replaced"])
+@pytest.mark.parametrize("command", [["sleep", "300"], IGNORES_TERM], ids=["term", "kill"])
+async def test_a_command_whose_run_folder_goes_is_stopped_and_nothing_is_written(
+    tmp_path: Path, how: str, command: list[str]
+) -> None:
+    ex = process.ProcessExecutor(
+        root=tmp_path / "runs", clock=clock.SystemClock(), poll_interval=0.05, kill_grace=0.5
+    )
+    await ex.start()
+    await ex.launch(make_launch("gone-1", command))
+    shim, child = await started(ex, "gone-1", "sleep")
+    run_dir = ex.root / "gone-1"
+    moved = tmp_path / "moved"
+    if how == "removed":
+        shutil.rmtree(run_dir)
+    else:  # another folder under the same name is not the one the shim claimed
+        os.rename(run_dir, moved)
+        run_dir.mkdir()
+    try:
+        await wait_gone([child, shim])
+    finally:
+        kill_leftovers(ex.root)
+    assert sorted(p.name for p in ex.root.iterdir()) == ([] if how == "removed" else ["gone-1"])
+    if how == "replaced":
+        assert list(run_dir.iterdir()) == [], "nothing written into a folder it never claimed"
+        assert not (moved / "exit.json").exists(), "nor into its own, once moved away"
+    await ex.close()
+
+
+async def test_an_old_supervisor_never_writes_into_a_new_run_folder_of_its_name(
+    patient: process.ProcessExecutor, tmp_path: Path
+) -> None:
+    go = tmp_path / "go"
+    await patient.launch(make_launch("again-1", IGNORES_TERM))
+    old_shim, old_child = await started(patient, "again-1", "sleep")
+    run_dir = patient.root / "again-1"
+    shutil.rmtree(run_dir)
+    await patient.launch(make_launch("again-1", waiter(go)))  # made anew, not as a relaunch
+    new_child = pid_of(run_dir, "child.pid")
+    os.kill(old_child, signal.SIGKILL)  # the old command ends while the new folder is there
+    await wait_gone([old_child, old_shim])
+    assert not (run_dir / "exit.json").exists(), "the old supervisor wrote into the new folder"
+    go.touch()
+    obs = await wait_for(patient, "again-1")
+    assert (obs.exit_code, obs.reason) == (3, "exited with code 3")
+    assert json.loads((run_dir / "child.pid").read_text())["pid"] == new_child
+
+
+async def test_a_relaunch_stops_the_earlier_copy_before_it_starts_the_new_one(
+    patient: process.ProcessExecutor, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level("INFO", logger="corral.executors.process")
+    go = tmp_path / "go"
+    await patient.launch(make_launch("re-1", IGNORES_TERM))
+    old_shim, old_child = await started(patient, "re-1", "sleep")
+    run_dir = patient.root / "re-1"
+    shutil.rmtree(run_dir)
+    await patient.launch(relaunch_of(make_launch("re-1", waiter(go))))
+    assert not alive(old_child), "the old command still runs beside the new one"
+    assert not alive(old_shim), "the old supervisor still runs beside the new one"
+    new_child = pid_of(run_dir, "child.pid")
+    assert processes_of(run_dir) == [new_child]
+    assert f"pid {old_child}" in caplog.text
+    assert f"pid {old_shim}" in caplog.text
+    go.touch()
+    obs = await wait_for(patient, "re-1")
+    assert (obs.exit_code, obs.reason) == (3, "exited with code 3")
+
+
+async def test_a_relaunch_stops_a_command_orphaned_by_its_killed_supervisor(
+    patient: process.ProcessExecutor, tmp_path: Path
+) -> None:
+    go = tmp_path / "go"
+    await patient.launch(make_launch("orphan-3", IGNORES_TERM))
+    old_shim, old_child = await started(patient, "orphan-3", "sleep")
+    run_dir = patient.root / "orphan-3"
+    os.kill(old_shim, signal.SIGKILL)
+    await wait_gone([old_shim])
+    shutil.rmtree(run_dir)
+    await patient.launch(relaunch_of(make_launch("orphan-3", waiter(go))))
+    assert not alive(old_child), "the orphaned command still runs beside the new one"
+    assert processes_of(run_dir) == [pid_of(run_dir, "child.pid")]
+    go.touch()
+    obs = await wait_for(patient, "orphan-3")
+    assert (obs.exit_code, obs.reason) == (3, "exited with code 3")
+
+
+async def test_a_relaunch_of_a_run_still_there_stops_nothing(
+    patient: process.ProcessExecutor,
+) -> None:
+    launch = make_launch("there-1", ["sleep", "300"])
+    await patient.launch(launch)
+    shim, child = await started(patient, "there-1", "sleep")
+    await patient.launch(relaunch_of(launch))  # its folder says it runs: that is the copy
+    assert alive(shim)
+    assert alive(child)
+    assert processes_of(patient.root / "there-1") == [child]

@@ -76,7 +76,10 @@ class Site:
     def submit(self, count: int, sleep: float = 0.1) -> list[int]:
         """Jobs that append `job id,attempt,fence` to the ledger, then sleep a little."""
         line = '"$CORRAL_JOB_ID,$CORRAL_ATTEMPT,$CORRAL_FENCE"'
-        cmd = f"echo {line} >> {self.ledger}; sleep {sleep}"
+        return self.submit_shell(count, f"echo {line} >> {self.ledger}; sleep {sleep}")
+
+    def submit_shell(self, count: int, cmd: str) -> list[int]:
+        """`count` jobs that each run `sh -c cmd`."""
         return asyncio.run(_submit(self.url, cmd, count))
 
     def ledger_entries(self) -> list[tuple[int, int, int]]:

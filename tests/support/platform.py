@@ -25,6 +25,7 @@ class Platform:
     def __init__(self, *, start_delay: float = 0.0) -> None:
         self.objects: dict[str, model.Observation] = {}
         self.launches: Counter[str] = Counter()  # real creations by name
+        self.asked: list[model.Launch] = []  # every launch asked for, repeats included
         self.cancelled: list[str] = []
         self.down = False
         self.down_for_launch = False
@@ -52,6 +53,7 @@ class Platform:
 
     async def launch(self, launch: model.Launch) -> None:
         self._check()
+        self.asked.append(launch)
         if self.down_for_launch:
             raise errors.ExecutorError("platform refuses new launches")
         existing = self.objects.get(launch.name)

@@ -76,18 +76,23 @@ def spec_error(kind: str, field: str, rule: str) -> str:
     return f"{kind} spec: {field}: {rule}"
 
 
-def launch_for(claimed: model.Claimed, settings: config.Settings, now: datetime) -> model.Launch:
+DEADLINE_BEFORE_LAUNCH = "its deadline passed before it reached its platform"
+"""Why an attempt can no longer be launched: it is superseded as never launched."""
+
+
+def launch_for(
+    claimed: model.Claimed, settings: config.Settings, now: datetime, *, relaunch: bool = False
+) -> model.Launch:
     """The Launch of a claimed attempt as these settings make it: its env says how to reach
     corral and how often to send heartbeats, and its platform deadline is what is left of
-    the attempt's own (fixed at the claim). ExecutorError when none is left."""
+    the attempt's own (fixed at the claim); LaunchTooLate when none is left. `relaunch`
+    says the name may have been launched before (see `model.Launch.relaunch`)."""
     policy = config.JobPolicy.read(claimed.job.policy)
     deadline = claimed.attempt.deadline_at
     if deadline is None:
         seconds = policy.deadline(settings).total_seconds()
     elif (seconds := (deadline - now).total_seconds()) <= 0:
-        raise errors.ExecutorError(
-            f"{claimed.attempt.launch_name}: its deadline passed before it could be launched"
-        )
+        raise errors.LaunchTooLate(f"{claimed.attempt.launch_name}: {DEADLINE_BEFORE_LAUNCH}")
     reach = model.Reach(
         api_url=settings.api_url,
         database_url=settings.database_url_for_jobs,
@@ -95,4 +100,4 @@ def launch_for(claimed: model.Claimed, settings: config.Settings, now: datetime)
         if policy.heartbeat
         else None,
     )
-    return model.build_launch(claimed, reach=reach, deadline_seconds=seconds)
+    return model.build_launch(claimed, reach=reach, deadline_seconds=seconds, relaunch=relaunch)

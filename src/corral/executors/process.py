@@ -19,6 +19,21 @@ The folder is prepared under a `.tmp-*` name and claimed by the shim (process_sh
 with one atomic rename, so a name is launched at most once, even by two corrals at the
 same moment. The shim runs detached in its own session, so commands outlive corral.
 Liveness is read from /proc, so this executor needs Linux.
+
+Besides the launch's environment (`CORRAL_JOB_ID`, `CORRAL_FENCE`, ...), every command
+gets `CORRAL_RUN_DIR`, the absolute path of its run folder (its logs are there), which
+its descendants inherit. A run folder that is deleted (or replaced by another under the
+same path) while its command runs ends the run: the shim stops the command and writes
+nothing more (it writes only through the folder it claimed, never into a new one).
+
+A relaunch (`Launch.relaunch`) finds no run folder when the first launch never got
+through, but also when the folder was deleted while its run went on: its shim stops the
+command, unless the shim was killed too and left the command orphaned. So before it
+starts a new copy, a relaunch finds every live process of the run in /proc: commands by
+`CORRAL_RUN_DIR=<run folder>` in their environment (the launch name alone could belong
+to another corral on this machine), the shim by its arguments. It SIGKILLs them and
+waits until they are gone; if one survives, the launch fails and recovery tries again
+later. The scan costs a few milliseconds, which is why only a relaunch makes it.
 """
 
 from __future__ import annotations
@@ -37,7 +52,7 @@ import tempfile
 from collections.abc import AsyncGenerator, Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from corral import clock, errors, model
 from corral.executors import base
@@ -51,6 +66,8 @@ KILL_GRACE_SECONDS = 10.0
 SHIM_ANSWER_SECONDS = 30.0
 """How long `launch` waits for the shim to say `started` or `exists`."""
 SUPERVISOR_DIED = "supervisor died before recording an exit"
+STOP_WAIT_SECONDS = 5.0
+"""At least this long (else the kill grace) a relaunch waits for an earlier copy to die."""
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$")
 _SPEC_FIELDS = ("command", "cwd", "env")
@@ -114,8 +131,31 @@ class ProcessExecutor:
         """Claim `launch.name` and start its command; idempotent by name and identity."""
         spec = self.validate_spec(launch.spec)
         run_dir = self._run_dir(launch.name)
+        if launch.relaunch:
+            await self._stop_earlier_copies(run_dir)
         await asyncio.to_thread(self._launch_blocking, launch, spec, run_dir)
         self._watched.add(launch.name)
+
+    async def _stop_earlier_copies(self, run_dir: Path) -> None:
+        """SIGKILL every process still running for `run_dir` while the folder is missing, and
+        wait until none is left; ExecutorError if one outlives the wait, so that recovery
+        tries again later instead of starting a second copy beside it."""
+        run = run_dir.name
+        until = self._clock.monotonic() + max(self._kill_grace, STOP_WAIT_SECONDS)
+        stopped: set[_Process] = set()
+        while found := await asyncio.to_thread(_processes_of_run, run_dir):
+            if self._clock.monotonic() >= until:
+                pids = ", ".join(str(p.pid) for p in sorted(found))
+                raise errors.ExecutorError(
+                    f"process executor: earlier processes of {run!r} (pid {pids})"
+                    " outlived SIGKILL; not relaunching it beside them"
+                )
+            for proc in sorted(found - stopped):
+                role = "command" if proc.is_command else "supervisor"
+                log.warning("%s: stopping pid %d, the %s of an earlier launch", run, proc.pid, role)
+            await asyncio.to_thread(_kill_groups, found)
+            stopped |= found
+            await self._clock.sleep(self._poll_interval)
 
     async def observe(self, names: Sequence[str]) -> dict[str, model.Observation]:
         """What each name's run folder shows."""
@@ -230,9 +270,13 @@ class ProcessExecutor:
 
 def _checked_command(command: Any) -> list[str]:
     ok = isinstance(command, list | tuple) and len(command) > 0
-    if not ok or not all(isinstance(arg, str) and arg for arg in command):
+    if not ok or not all(isinstance(arg, str) for arg in command):
         raise errors.InvalidInput(
             base.spec_error(KIND, "command", "must be a non-empty list of strings")
+        )
+    if not command[0].strip():  # an empty argument is fine (grep '' file); no program is not
+        raise errors.InvalidInput(
+            base.spec_error(KIND, "command", "its first item, the program to run, is empty")
         )
     if any("\0" in arg for arg in command):
         raise errors.InvalidInput(base.spec_error(KIND, "command", "must not contain NUL bytes"))
@@ -504,3 +548,63 @@ def _signal_child_group(run_dir: Path, sig: signal.Signals) -> None:
             return
         with contextlib.suppress(ProcessLookupError):
             os.killpg(child["pid"], sig)
+
+
+# --- earlier copies of a run -------------------------------------------------------------------
+
+
+class _Process(NamedTuple):
+    """A live process of a run, as /proc showed it (the start time tells it from a newer
+    process that got the same pid)."""
+
+    is_command: bool  # False sorts first: a supervisor is stopped before its command
+    pid: int
+    start_time: int
+
+
+def _processes_of_run(run_dir: Path) -> set[_Process]:
+    """The live processes of `run_dir`'s run, unless the folder is there (then they are the
+    launch itself, and another corral may have just made it: nothing to stop)."""
+    if run_dir.exists():
+        return set()
+    mark = f"CORRAL_RUN_DIR={run_dir}".encode()
+    found = set()
+    with _platform(f"look for earlier processes of {run_dir.name!r} in /proc"):
+        me = str(os.getpid())
+        entries = [e for e in os.scandir("/proc") if e.name.isdigit() and e.name != me]
+    for entry in entries:
+        is_command = _belongs(entry.path, run_dir, mark)
+        stat = None if is_command is None else _proc_stat(int(entry.name))
+        if is_command is not None and stat is not None and stat[0] != "Z":
+            found.add(_Process(is_command, int(entry.name), stat[1]))
+    return found
+
+
+def _belongs(proc: str, run_dir: Path, mark: bytes) -> bool | None:
+    """True: a command of the run (by its environment); False: its shim (by its arguments);
+    None: neither, or a process gone or not ours to read."""
+    try:
+        with open(f"{proc}/environ", "rb") as fh:
+            if mark in fh.read().split(b"\0"):
+                return True
+        with open(f"{proc}/cmdline", "rb") as fh:
+            argv = fh.read().split(b"\0")
+    except OSError:
+        return None
+    shim = any(arg.endswith(SHIM.name.encode()) for arg in argv)
+    return False if shim and str(run_dir).encode() in argv else None
+
+
+def _kill_groups(found: set[_Process]) -> None:
+    """SIGKILL each process's group (what it started goes with it), if it is still the one
+    found; never corral's own group."""
+    for proc in sorted(found):
+        stat = _proc_stat(proc.pid)
+        if stat is None or stat[1] != proc.start_time:
+            continue
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            group = os.getpgid(proc.pid)
+            if group == os.getpgrp():
+                os.kill(proc.pid, signal.SIGKILL)
+            else:
+                os.killpg(group, signal.SIGKILL)

@@ -447,7 +447,10 @@ def attempt_record_running(
 ) -> list[int]:
     """launching -> running for each fence still launching (the outbox's third step, or
     recovery adopting or relaunching an attempt). A job that sends heartbeats gets its
-    whole lease from now: the time it waited to be launched does not count against it."""
+    whole lease from now: the time it waited to be launched does not count against it.
+    Rows are locked in fence order first, as completions lock them, so the two cannot
+    deadlock when they write at once (PostgreSQL)."""
+    dialects.lock_in_order(conn, attempts, fences)
     applied = transition(
         conn,
         entity="attempt",
@@ -484,7 +487,10 @@ def attempt_settle(
     retry: retry.Retry | None = None,
 ) -> tuple[list[int], list[Outcome]]:
     """One transaction for a tick's last step: apply the completions that have arrived,
-    then record the launched attempts that are still launching as running."""
+    then record the launched attempts that are still launching as running. Every row it
+    writes is locked first, in fence order: another writer (the completion writer, a
+    reconciler) may be writing some of them at the same moment."""
+    dialects.lock_in_order(conn, attempts, sorted({*launched, *(f.fence for f in finishes)}))
     outcomes = attempt_finish(conn, finishes=finishes, now=now, retry=retry)
     ended = {o.fence for o in outcomes}
     still = [fence for fence in launched if fence not in ended]
@@ -728,7 +734,7 @@ def _next(
             f"quarantined: attempt {n} {same} (fingerprint {f.fingerprint}); waits for a person",
             details,
         )
-    if f.counts and job.attempt_count >= job.max_attempts:
+    if f.counts and job.charged_attempts >= job.max_attempts:
         return _Next(J.FAILED, f"attempt {n} {state} ({cls}): no attempts left", details)
     ignored = "" if f.counts else ", which does not count toward max_attempts"
     delay = rules.delay(n, j.policy)
@@ -746,26 +752,33 @@ def _streaks(
     conn: Connection, ended: Sequence[tuple[Applied, _Judged]], rules: retry.Retry
 ) -> dict[int, int]:
     """For each ended attempt of unknown class: how many attempts in a row, ending with it,
-    failed with its fingerprint."""
+    failed with its fingerprint. Attempts that never launched are not in the row: they
+    neither break a streak nor add to it."""
     out = {a.id: 1 for a, _ in ended}
     todo = [(a, j) for a, j in ended if j.failure.cls == FC.UNKNOWN and a.attempt_no > 1]
     if not todo:
         return out
     longest = max(j.policy.quarantine_after or rules.quarantine_after for _, j in todo)
     rows = conn.execute(
-        select(attempts.c.job_id, attempts.c.attempt_no, attempts.c.fingerprint)
+        select(attempts.c.job_id, attempts.c.attempt_no, attempts.c.fingerprint, attempts.c.reason)
         .where(
             dialects.one_of(conn, attempts.c.job_id, [a.job_id for a, _ in todo]),
-            attempts.c.state == A.FAILED,
-            attempts.c.failure_class == FC.UNKNOWN,
+            or_(
+                and_(attempts.c.state == A.FAILED, attempts.c.failure_class == FC.UNKNOWN),
+                attempts.c.reason == model.NEVER_LAUNCHED,
+            ),
         )
         .order_by(attempts.c.job_id, attempts.c.attempt_no.desc())
     ).all()
-    prints = {(job_id, n): fp for job_id, n, fp in rows}
+    prints = {(r.job_id, r.attempt_no): r.fingerprint for r in rows if model.charged(r.reason)}
+    skip = {(r.job_id, r.attempt_no) for r in rows if not model.charged(r.reason)}
     for a, j in todo:
         n = a.attempt_no - 1
-        while out[a.id] < longest and prints.get((a.job_id, n)) == j.failure.fingerprint:
-            out[a.id] += 1
+        while out[a.id] < longest and n > 0:
+            if (a.job_id, n) not in skip:
+                if prints.get((a.job_id, n)) != j.failure.fingerprint:
+                    break
+                out[a.id] += 1
             n -= 1
     return out
 
@@ -984,14 +997,22 @@ def attempt_heartbeat(
     return lease
 
 
-def attempt_wait(conn: Connection, *, fences: Sequence[int], now: datetime, reason: str) -> None:
+def attempt_wait(
+    conn: Connection, *, fences: Sequence[int], now: datetime, reason: str
+) -> list[int]:
     """Unknown state, policy `wait`: each fence still running is left alone until its
-    deadline (its lease runs to the deadline), and the run log says so."""
+    deadline (its lease runs to the deadline), and the run log says so, once per silence:
+    an attempt whose lease already runs to its deadline is not written again (news, such
+    as a heartbeat, renews the lease and ends the silence). Returns the fences written."""
     if not fences:
-        return
+        return []
+    not_yet = or_(
+        attempts.c.lease_until.is_distinct_from(attempts.c.deadline_at),
+        attempts.c.deadline_at.is_(None),
+    )
     done = conn.execute(
         update(attempts)
-        .where(dialects.one_of(conn, attempts.c.id, fences), attempts.c.state == A.RUNNING)
+        .where(dialects.one_of(conn, attempts.c.id, fences), attempts.c.state == A.RUNNING, not_yet)
         .values(lease_until=attempts.c.deadline_at)
         .returning(attempts.c.id, attempts.c.job_id)
     ).all()
@@ -1011,6 +1032,7 @@ def attempt_wait(conn: Connection, *, fences: Sequence[int], now: datetime, reas
             for fence, job_id in done
         ],
     )
+    return [fence for fence, _ in done]
 
 
 def attempt_supersede(
@@ -1018,31 +1040,82 @@ def attempt_supersede(
 ) -> list[int]:
     """Unknown state, policy `fence_and_relaunch`: each running attempt of `fences` whose job
     has attempts left is superseded, and its job queued at once for a new attempt, whose
-    higher fence makes sinks refuse the old one's writes. Returns the superseded fences;
-    the others (no attempts left) are left as they are."""
+    higher fence makes sinks refuse the old one's writes. The superseded attempt ran, so it
+    is charged. Returns the superseded fences; the others (no attempts left) are left as
+    they are."""
+    left = jobs.c.attempt_count - jobs.c.uncharged_attempts < jobs.c.max_attempts
+    return _supersede(
+        conn,
+        fences=fences,
+        expected=A.RUNNING,
+        where=[left],
+        now=now,
+        reason=reason,
+        job_reason=f"relaunch with a higher fence: {reason}",
+    )
+
+
+def attempt_never_launched(
+    conn: Connection, *, fences: Sequence[int], now: datetime, why: str
+) -> list[int]:
+    """Attempts that never reached their platform and can no longer be launched (their
+    deadline, fixed at the claim, passed first): each still `launching` is superseded with
+    the reason model.NEVER_LAUNCHED, and its job queued at once for a new attempt, with a
+    higher fence and a fresh deadline. It is not charged: the job's uncharged_attempts
+    grows, so neither max_attempts nor the retry budget pays for it. Returns the
+    superseded fences; one that moved meanwhile (adopted, cancelled) is left alone."""
+    return _supersede(
+        conn,
+        fences=fences,
+        expected=A.LAUNCHING,
+        now=now,
+        reason=f"{model.NEVER_LAUNCHED}: {why}; not charged",
+        job_reason=f"new attempt: the last one {model.NEVER_LAUNCHED} ({why}); not charged",
+        attempt_reason=model.NEVER_LAUNCHED,
+        job_values={"uncharged_attempts": jobs.c.uncharged_attempts + 1},
+    )
+
+
+def _supersede(
+    conn: Connection,
+    *,
+    fences: Sequence[int],
+    expected: model.AttemptState,
+    now: datetime,
+    reason: str,
+    job_reason: str,
+    where: Sequence[Any] = (),
+    attempt_reason: str | None = None,
+    job_values: Mapping[str, Any] | None = None,
+) -> list[int]:
+    """Supersede each current attempt of `fences` still in `expected` (and meeting
+    `where`), and queue its job at once for a new attempt. Returns the superseded fences."""
     dialects.lock_in_order(conn, attempts, fences)
     rows = conn.execute(
-        select(attempts.c.id, attempts.c.job_id, attempts.c.attempt_no)
+        select(attempts.c.id)
         .join(jobs, jobs.c.id == attempts.c.job_id)
         .where(
             dialects.one_of(conn, attempts.c.id, fences),
-            attempts.c.state == A.RUNNING,
+            attempts.c.state == expected,
             jobs.c.state == J.RUNNING,
             jobs.c.attempt_count == attempts.c.attempt_no,
-            jobs.c.attempt_count < jobs.c.max_attempts,
+            *where,
         )
     ).all()
     if not rows:
         return []
+    values: dict[str, Any] = {"finished_at": now}
+    if attempt_reason is not None:
+        values["reason"] = attempt_reason
     applied = transition(
         conn,
         entity="attempt",
         ids=[r.id for r in rows],
-        expected=A.RUNNING,
+        expected=expected,
         to=A.SUPERSEDED,
         now=now,
         reason=reason,
-        values={"finished_at": now},
+        values=values,
     )
     transition(
         conn,
@@ -1051,8 +1124,8 @@ def attempt_supersede(
         expected=J.RUNNING,
         to=J.QUEUED,
         now=now,
-        reason=f"relaunch with a higher fence: {reason}",
-        values={"run_at": now},
+        reason=job_reason,
+        values={"run_at": now, **(job_values or {})},
         attempt_nos=[a.attempt_no for a in applied],
         attempt_ids=[a.id for a in applied],
     )
@@ -1122,13 +1195,14 @@ def job_unquarantine(
     """A person decides on a quarantined job: back to `queued` now (with one more attempt
     if it had none left), or `cancelled` to give up on it."""
     _quarantined(conn, job_id)
+    charged = jobs.c.attempt_count - jobs.c.uncharged_attempts
     values: dict[str, Any] = {}
     if to == J.QUEUED:
         values = {
             "run_at": now,
             "max_attempts": case(
-                (jobs.c.max_attempts > jobs.c.attempt_count, jobs.c.max_attempts),
-                else_=jobs.c.attempt_count + 1,
+                (jobs.c.max_attempts > charged, jobs.c.max_attempts),
+                else_=charged + 1,
             ),
         }
     transition(
@@ -1163,14 +1237,21 @@ def job_get(conn: Connection, *, job_id: int) -> model.Job:
 
 
 def job_list(
-    conn: Connection, *, states: Iterable[str] = (), limit: int = 100, queue: str | None = None
+    conn: Connection,
+    *,
+    states: Iterable[str] = (),
+    limit: int = 100,
+    queue: str | None = None,
+    tenant: str | None = None,
+    pool: str | None = None,
 ) -> list[model.Job]:
-    """Newest jobs first, optionally filtered by state and queue."""
+    """Newest jobs first, optionally only those in `states`, of `queue`, `tenant`, `pool`."""
     stmt = select(jobs).order_by(jobs.c.id.desc()).limit(limit)
     if states := list(states):
         stmt = stmt.where(jobs.c.state.in_(states))
-    if queue is not None:
-        stmt = stmt.where(jobs.c.queue == queue)
+    for column, value in ((jobs.c.queue, queue), (jobs.c.tenant, tenant), (jobs.c.pool, pool)):
+        if value is not None:
+            stmt = stmt.where(column == value)
     return [job_from_row(r._mapping) for r in conn.execute(stmt)]
 
 

@@ -83,6 +83,9 @@ jobs = Table(
     Column("updated_at", UTCDateTime, nullable=False),
     Column("policy", Json, nullable=False, server_default=text("'{}'")),
     Column("code_version", Text),
+    # Attempts that never reached their platform: they count toward neither max_attempts
+    # nor the retry budget (model.charged).
+    Column("uncharged_attempts", Integer, nullable=False, server_default=text("0")),
     UniqueConstraint("tenant", "idempotency_key"),
 )
 # The claim walks this index in order and stops after `limit` rows, so its cost does not
