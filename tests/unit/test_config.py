@@ -350,6 +350,11 @@ def test_database_limits_have_defaults_that_nest_inside_the_tick_and_lease_limit
     for inner in ("lock", "statement", "connect", "tcp", "idle", "transaction"):
         assert any(i == f"timeouts.database_{inner}_timeout" for i, _ in links), inner
     assert all(c.ok and c.applies for c in links.values())
+    # A job may still have a lease shorter than a store call: the links are corral's own.
+    policy = config.job_policy(
+        Settings.load(None, database_url=PG), {"limits": {"lease_timeout": "10s"}}
+    )
+    assert policy.limits.lease_timeout == timedelta(seconds=10)
 
 
 @pytest.mark.parametrize(
@@ -476,12 +481,6 @@ def test_the_connect_timeout_is_whole_seconds_and_at_least_two(value: object) ->
         match="timeouts.database_connect_timeout: .*libpq counts it in whole seconds, at least 2",
     ):
         Settings.load(None, timeouts={"database_connect_timeout": value})
-
-
-def test_a_job_may_have_a_lease_shorter_than_a_database_call() -> None:
-    settings = Settings.load(None, database_url=PG)
-    policy = config.job_policy(settings, {"limits": {"lease_timeout": "10s"}})
-    assert policy.limits.lease_timeout == timedelta(seconds=10)
 
 
 def test_durations_are_written_as_people_write_them() -> None:
