@@ -225,6 +225,7 @@ def chain_dict(settings: config.Settings) -> dict[str, Any]:
                 "needed": _amount(c, c.needed),
                 "spare": _amount(c, c.spare),
                 "ok": c.ok,
+                "applies": c.applies,
                 "why": link.why,
             }
         )
@@ -243,6 +244,12 @@ def chain_table(settings: config.Settings) -> Table:
             f"{c.show(c.inner + c.extra)} vs {c.show(c.outer)}",
             c.show(c.spare),
             f"{c.show(c.needed)} ({short(link.margin)})" if link.margin else "-",
-            "ok" if c.ok else "[red]BROKEN[/red]",
+            _status(c),
         )
     return t
+
+
+def _status(c: config.LinkCheck) -> str:
+    if not c.applies:
+        return "[dim]n/a[/dim]"  # a PostgreSQL link, on SQLite
+    return "ok" if c.ok else "[red]BROKEN[/red]"
