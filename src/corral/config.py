@@ -61,9 +61,10 @@ def format_duration(value: timedelta) -> str:
         return f"{seconds * 1000:g}ms"
     if seconds < 60 or seconds != int(seconds):
         return f"{seconds:g}s"
-    hours, rest = divmod(int(seconds), 3600)
+    days, rest = divmod(int(seconds), 86400)
+    hours, rest = divmod(rest, 3600)
     minutes, secs = divmod(rest, 60)
-    parts = ((hours, "h"), (minutes, "m"), (secs, "s"))
+    parts = ((days, "d"), (hours, "h"), (minutes, "m"), (secs, "s"))
     return "".join(f"{n}{unit}" for n, unit in parts if n)
 
 
