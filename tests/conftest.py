@@ -8,6 +8,7 @@ when the CI variable is set.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -39,24 +40,33 @@ def _pg_admin_url() -> str | None:
     return url
 
 
-@pytest.fixture(scope="session")
-def pg_url() -> Iterator[str]:
-    """A fresh PostgreSQL database for this session, migrated to head."""
+@contextlib.contextmanager
+def pg_database(prefix: str) -> Iterator[str]:
+    """A PostgreSQL database of its own for as long as the block runs (dropped after).
+    Skips when the server is unreachable locally, fails on CI."""
     admin = _pg_admin_url()
     if admin is None:
         pytest.skip(f"PostgreSQL unreachable (set {PG_ENV}); skipped locally, fails on CI")
-    name = f"corral_t_{uuid.uuid4().hex[:10]}"
+    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
     engine = create_engine(admin, isolation_level="AUTOCOMMIT")
     with engine.connect() as conn:
         conn.execute(text(f'CREATE DATABASE "{name}"'))
-    url = make_url(admin).set(database=name).render_as_string(hide_password=False)
-    db = store.Store.connect(url)
-    asyncio.run(db.migrate())
-    asyncio.run(db.close())
-    yield url
-    with engine.connect() as conn:
-        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-    engine.dispose()
+    try:
+        yield make_url(admin).set(database=name).render_as_string(hide_password=False)
+    finally:
+        with engine.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        engine.dispose()
+
+
+@pytest.fixture(scope="session")
+def pg_url() -> Iterator[str]:
+    """A fresh PostgreSQL database for this session, migrated to head."""
+    with pg_database("corral_t") as url:
+        db = store.Store.connect(url)
+        asyncio.run(db.migrate())
+        asyncio.run(db.close())
+        yield url
 
 
 def pg_empty(url: str) -> None:
@@ -71,17 +81,8 @@ def pg_empty(url: str) -> None:
 def pg_user_url() -> Iterator[str]:
     """A second PostgreSQL database for this session: "the user's own database", where
     the sink tests make their tables, apart from corral's."""
-    admin = _pg_admin_url()
-    if admin is None:
-        pytest.skip(f"PostgreSQL unreachable (set {PG_ENV}); skipped locally, fails on CI")
-    name = f"corral_u_{uuid.uuid4().hex[:10]}"
-    engine = create_engine(admin, isolation_level="AUTOCOMMIT")
-    with engine.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    yield make_url(admin).set(database=name).render_as_string(hide_password=False)
-    with engine.connect() as conn:
-        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-    engine.dispose()
+    with pg_database("corral_u") as url:
+        yield url
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])

@@ -4,7 +4,6 @@ an earlier text of one is brought up to the schema all the same."""
 from __future__ import annotations
 
 import hashlib
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,10 +11,9 @@ import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import create_engine, inspect, text
-from sqlalchemy.engine import make_url
 
 from corral.store import migrate, tables
-from tests.conftest import _pg_admin_url
+from tests.conftest import pg_database
 
 VERSIONS = migrate.MIGRATIONS / "versions"
 LANDED = Path(__file__).with_name("migrations.sha256")
@@ -27,17 +25,8 @@ def empty_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'empty.db'}"
         return
-    admin = _pg_admin_url()
-    if admin is None:
-        pytest.skip("PostgreSQL unreachable; skipped locally, fails on CI")
-    name = f"corral_m_{uuid.uuid4().hex[:10]}"
-    engine = create_engine(admin, isolation_level="AUTOCOMMIT")
-    with engine.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    yield make_url(admin).set(database=name).render_as_string(hide_password=False)
-    with engine.connect() as conn:
-        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-    engine.dispose()
+    with pg_database("corral_m") as url:
+        yield url
 
 
 def test_a_database_from_the_first_text_of_0003_is_repaired(empty_url: str) -> None:
