@@ -239,9 +239,27 @@ async def test_cancel_stops_it(backend: Backend, tmp_path: Path) -> None:
 
 
 async def test_cancel_absent_or_finished_is_a_noop(backend: Backend) -> None:
-    await backend.executor.cancel("never-1", timedelta(seconds=1))
-    await backend.executor.launch(backend.launch("done-1", ["true"]))
-    await backend.finished("done-1")
+    ex = backend.executor
+    await ex.launch(backend.launch("done-1", ["true"]))
+    done = await backend.finished("done-1")
+    assert done.phase is model.Phase.SUCCEEDED
+    managed = await ex.list_managed({model.MANAGED_BY: model.MANAGER})
+
+    await ex.cancel("never-1", timedelta(seconds=1))
+    assert await ex.observe(["never-1"]) == {
+        "never-1": model.Observation("never-1", model.Phase.ABSENT)
+    }, "cancelling an absent name creates nothing"
+    assert await ex.list_managed({model.MANAGED_BY: model.MANAGER}) == managed
+
+    await ex.cancel("done-1", timedelta(seconds=1))
+    after = (await ex.observe(["done-1"]))["done-1"]
+    assert (after.phase, after.exit_code, after.reason) == (
+        model.Phase.SUCCEEDED,
+        0,
+        done.reason,
+    ), "a finished launch keeps its result: cancelling it changes nothing"
+    assert after.identity == model.Identity(1, 1, 1)
+    assert await ex.list_managed({model.MANAGED_BY: model.MANAGER}) == managed
 
 
 async def test_deadline(backend: Backend) -> None:

@@ -202,6 +202,31 @@ async def test_delete_with_finalizers_waits_for_them(k8s: Fixture) -> None:
     assert caught.value.status == 404
 
 
+async def test_delete_with_a_stale_precondition_is_409_conflict(k8s: Fixture) -> None:
+    # DeleteOptions "preconditions": must be fulfilled before a deletion is carried out,
+    # else 409 Conflict; the object stays as it is.
+    api, batch, _ = k8s
+    made = await batch.create_namespaced_job("default", job("a"))
+    api.patch(kube_api.JOBS, "default", "a", {"status": {"active": 1}})
+    stale = client.V1Preconditions(resource_version=made.metadata.resource_version)
+    with pytest.raises(client.ApiException) as caught:
+        await batch.delete_namespaced_job(
+            "a", "default", body=client.V1DeleteOptions(preconditions=stale)
+        )
+    assert (caught.value.status, json.loads(caught.value.body)["reason"]) == (409, "Conflict")
+    assert (await batch.read_namespaced_job("a", "default")).metadata.deletion_timestamp is None
+    now = await batch.read_namespaced_job("a", "default")
+    fresh = client.V1Preconditions(
+        uid=now.metadata.uid, resource_version=now.metadata.resource_version
+    )
+    await batch.delete_namespaced_job(
+        "a", "default", body=client.V1DeleteOptions(preconditions=fresh)
+    )
+    with pytest.raises(client.ApiException) as gone:
+        await batch.read_namespaced_job("a", "default")
+    assert gone.value.status == 404
+
+
 @pytest.mark.parametrize(
     ("policy", "pods_left"),
     [("Background", 0), ("Foreground", 0), ("Orphan", 1), (None, 1)],

@@ -195,6 +195,27 @@ async def test_cancel_deletes_the_job_and_its_pods(
     assert cluster.api.objects(kube_api.PODS) == [], "Background propagation: no orphans"
 
 
+async def test_a_job_that_finishes_while_being_cancelled_keeps_its_result(
+    cluster: kube_api.Cluster, ex: kubernetes.KubernetesExecutor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await ex.launch(launch("race-1", ["sleep", "30"]))
+    await until(ex, "race-1", lambda o: o.phase is model.Phase.RUNNING)
+
+    read = ex._get
+
+    async def read_then_finish(name: str) -> dict[str, Any] | None:
+        """The cancel reads the Job running; it completes before the delete arrives."""
+        job = await read(name)
+        cluster.jobs._finish(cluster.api.get(kube_api.JOBS, NS, name), "Complete", None)
+        return job
+
+    monkeypatch.setattr(ex, "_get", read_then_finish)
+    await ex.cancel("race-1", timedelta(seconds=1))
+    job = cluster.api.get(kube_api.JOBS, NS, "race-1")
+    assert "deletionTimestamp" not in job["metadata"], "the delete's precondition refused it"
+    assert (await observe(ex, "race-1")).phase is model.Phase.SUCCEEDED
+
+
 # --- an unreliable API server --------------------------------------------------------------
 
 
