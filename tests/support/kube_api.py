@@ -49,6 +49,7 @@ from kubernetes.aio import client
 
 from corral import errors
 from corral.executors import argo, kubernetes
+from tests.support.wait import PATIENCE
 
 JOBS = ("batch", "v1", "jobs")
 PODS = ("", "v1", "pods")
@@ -149,7 +150,7 @@ class KubeApi(kmock.KubernetesEmulator):  # type: ignore[misc]
         self.history.clear()
         self.oldest_rv = self.last_rv + 1
 
-    async def watched(self, within: float = 20) -> None:
+    async def watched(self, within: float = PATIENCE) -> None:
         """Wait until some client has a watch open (it has listed and is listening)."""
         ends = asyncio.get_running_loop().time() + within
         while not self.watchers:
