@@ -16,9 +16,10 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any
 
 from corral import clock, config, errors, model, store
+from corral.executors import registry
 from corral.executors.base import Executor
 
 log = logging.getLogger("corral.client")
@@ -26,8 +27,6 @@ log = logging.getLogger("corral.client")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,199}$")
 _CODE_VERSION = re.compile(r"^[!-~]{1,200}$")
 PRIORITY_RANGE = (-1000, 1000)
-CLUSTER_EXECUTORS = ("kubernetes", "argo")
-"""The executors whose jobs run as pods under the `executors.kubernetes` settings."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,14 +118,25 @@ class Client:
         running = await self.store.pool_running(pools=[view.job.pool or ""])
         return explain(view, self.clock.now(), pool=(running.get(view.job.pool or "", 0), slots))
 
-    async def jobs(self, *, states: Iterable[str] = (), limit: int = 100) -> list[model.Job]:
+    async def jobs(
+        self,
+        *,
+        states: Iterable[str] = (),
+        queue: str | None = None,
+        tenant: str | None = None,
+        pool: str | None = None,
+        limit: int = 100,
+    ) -> list[model.Job]:
+        """The newest jobs, optionally only those in `states`, of `queue`, `tenant`, `pool`."""
         states = list(states)
         for state in states:
             if state not in model.JobState.__members__.values():
                 raise errors.InvalidInput(
                     f"state: {state!r} is not a job state; use one of {', '.join(model.JobState)}"
                 )
-        return await self.store.job_list(states=states, limit=limit)
+        return await self.store.job_list(
+            states=states, limit=limit, queue=queue, tenant=tenant, pool=pool
+        )
 
     async def heartbeat(self, job_id: int, fence: int) -> datetime | None:
         """News from inside attempt `fence`: renews its lease (returns the lease's new end, or
@@ -171,10 +181,7 @@ class Client:
         return attempt
 
 
-class SpecChecker(Protocol):
-    """What validating a job needs of an executor."""
-
-    def validate_spec(self, spec: Mapping[str, Any]) -> dict[str, Any]: ...
+SpecChecker = registry.SpecChecker
 
 
 def check_job(
@@ -182,10 +189,7 @@ def check_job(
 ) -> model.NewJob:
     """The job as it will be stored, or InvalidInput naming the first field that is wrong."""
     if job.executor not in executors:
-        raise errors.InvalidInput(
-            f"executor: unknown executor {job.executor!r};"
-            f" this corral runs: {', '.join(sorted(executors))}"
-        )
+        raise errors.InvalidInput(_not_running(job.executor, executors))
     for field, value in (("queue", job.queue), ("tenant", job.tenant), ("pool", job.pool)):
         if value is not None and not _NAME.match(value):
             raise errors.InvalidInput(
@@ -221,20 +225,31 @@ def check_job(
     return dataclasses.replace(job, spec=spec, policy=policy.stored())
 
 
+def _not_running(kind: str, executors: Mapping[str, SpecChecker]) -> str:
+    """Why a job for `kind` is refused: an executor that exists but is not enabled says how
+    to enable it; one that does not exist names those that do."""
+    running = ", ".join(sorted(executors)) or "none"
+    if kind in registry.known():
+        enabled = ", ".join(f'"{k}"' for k in [*sorted(executors), kind])
+        return (
+            f"executor: {kind!r} is not enabled in this corral (it runs: {running}); add it to"
+            f" executors.enabled in corral.toml (enabled = [{enabled}]) or set"
+            f" CORRAL_EXECUTORS__ENABLED='[{enabled}]', with its settings"
+            f" (see `[executors.{kind}]` in the settings reference)"
+        )
+    return (
+        f"executor: unknown executor {kind!r}; known: {', '.join(registry.known())}"
+        f" (this corral runs: {running})"
+    )
+
+
 def _check_reach(executor: str, policy: config.JobPolicy, settings: config.Settings) -> None:
     """A job that promises heartbeats must be able to send them from where it runs."""
-    if not policy.heartbeat or settings.api_url:
+    if not policy.heartbeat or executor not in registry.known():
         return
-    if executor in CLUSTER_EXECUTORS and not settings.executors.kubernetes.database_url_secret:
-        raise errors.InvalidInput(
-            f"policy.heartbeat: {executor} jobs cannot reach corral to send heartbeats; set"
-            " executors.kubernetes.database_url_secret (or api_url)"
-        )
-    if executor == "process" and not settings.jobs_get_database_url:
-        raise errors.InvalidInput(
-            "policy.heartbeat: with jobs_get_database_url off, a process job cannot reach"
-            " corral to send heartbeats; set api_url or turn jobs_get_database_url on"
-        )
+    reach = registry.get(executor).reach
+    if reach is not None and (problem := reach(settings)):
+        raise errors.InvalidInput(f"policy.heartbeat: {problem}")
 
 
 def _check_payload(payload: Any, settings: config.Settings) -> None:

@@ -7,6 +7,7 @@ Environment variables win over the file; nested settings use a double underscore
 
 from __future__ import annotations
 
+import difflib
 import functools
 import os
 import re
@@ -33,7 +34,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from corral import errors, model
+from corral import entrypoints, errors, failpoints, model
 
 DEFAULT_CONFIG_FILE = Path("corral.toml")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
@@ -85,15 +86,26 @@ _INNER = (
 """(outer, inner, margin): an inner limit left unset is tightened with its outer one."""
 
 
-def tighten_inner(limits: Mapping[str, timedelta], given: set[str]) -> dict[str, timedelta]:
+def tighten_inner(
+    limits: Mapping[str, timedelta], given: set[str], *, for_job: bool = False
+) -> dict[str, timedelta]:
     """`limits` (every time limit by name) with each inner limit not in `given` shortened,
-    where it must be, to its outer limit less the margin (never below 1ms)."""
+    where it must be, to its outer limit less the margin (never below 1ms). `for_job`: the
+    limits are a job's own, whose margin may shrink with them (see `job_margin`)."""
     out = dict(limits)
     for outer, inner, margin in _INNER:
-        room = out[outer] - out[margin]
+        spare = job_margin(out[margin], out[outer]) if for_job else out[margin]
+        room = out[outer] - spare
         if inner not in given and out[inner] > room >= timedelta(seconds=MIN_DURATION):
             out[inner] = room
     return out
+
+
+def job_margin(margin: timedelta, outer: timedelta) -> timedelta:
+    """The margin inside a job's own limit: the deployment's margin, or half the limit when
+    that is shorter than twice the margin. So a job with a 5s deadline gets 2.5s steps and
+    1.25s requests: short jobs can have short limits, and they still nest."""
+    return min(margin, outer / 2)
 
 
 class Timeouts(BaseModel):
@@ -292,6 +304,12 @@ class KubernetesExecutorSettings(BaseModel):
         description="Default service account of Jobs.",
         pattern=r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$",
     )
+    allowed_service_accounts: tuple[str, ...] | None = Field(
+        None,
+        description="The service accounts a job's spec may name (`service_account`). Unset:"
+        " the configured service_account alone. Any other is refused at submit: an account"
+        " such as corral's own, which can create Jobs, must never run a job.",
+    )
     ttl_after_finished: Duration = Field(
         timedelta(days=1),
         description="A finished Job is kept this long: it must outlive a corral outage"
@@ -332,6 +350,31 @@ class KubernetesExecutorSettings(BaseModel):
             raise ValueError(f"{value!r} is not a DNS-1123 label (a-z, 0-9, '-', at most 63)")
         return value
 
+    @field_validator("allowed_service_accounts")
+    @classmethod
+    def _accounts(cls, names: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        for name in names or ():
+            if not _DNS_SUBDOMAIN.match(name):
+                raise ValueError(f"{name!r} is not a DNS-1123 subdomain")
+        return names
+
+    @property
+    def accounts_allowed(self) -> tuple[str, ...]:
+        """The service accounts a job may name: allowed_service_accounts, by default the
+        configured service_account alone."""
+        if self.allowed_service_accounts is not None:
+            return self.allowed_service_accounts
+        return (self.service_account,) if self.service_account else ()
+
+    @model_validator(mode="after")
+    def _default_account_allowed(self) -> KubernetesExecutorSettings:
+        if self.service_account and self.service_account not in self.accounts_allowed:
+            raise ValueError(
+                f"service_account {self.service_account!r} must be one of"
+                " allowed_service_accounts (the jobs that name none run as it)"
+            )
+        return self
+
     @model_validator(mode="after")
     def _default_is_a_class(self) -> KubernetesExecutorSettings:
         if self.default_placement is not None and self.default_placement not in self.placements:
@@ -343,13 +386,47 @@ class KubernetesExecutorSettings(BaseModel):
 
 
 class ExecutorSettings(BaseModel):
-    """Which executors this corral runs, and their settings."""
+    """Which executors this corral runs, and their settings. Executors outside corral (see
+    corral.executors.registry) keep their settings in a table named after their kind,
+    `[executors.<kind>]`, which they read with `section(kind)`."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="allow", frozen=True)
 
-    enabled: tuple[str, ...] = Field(("process",), description="Executor kinds to run.")
+    enabled: tuple[str, ...] = Field(
+        ("process",),
+        description="Executor kinds to run, from the registered ones (`corral.executors`"
+        " entry points; corral's own: process, kubernetes, argo).",
+    )
     process: ProcessExecutorSettings = ProcessExecutorSettings()
     kubernetes: KubernetesExecutorSettings = KubernetesExecutorSettings()
+
+    @field_validator("enabled")
+    @classmethod
+    def _registered(cls, enabled: tuple[str, ...]) -> tuple[str, ...]:
+        known = entrypoints.names(entrypoints.EXECUTORS)
+        if unknown := [kind for kind in enabled if kind not in known]:
+            raise ValueError(
+                f"unknown executor {', '.join(map(repr, unknown))}; known: {', '.join(known)}"
+            )
+        if len(set(enabled)) != len(enabled):
+            raise ValueError("an executor is named twice")
+        return enabled
+
+    @model_validator(mode="after")
+    def _sections_are_executors(self) -> ExecutorSettings:
+        known = entrypoints.names(entrypoints.EXECUTORS)
+        for name in self.model_extra or {}:
+            if name not in known:
+                raise ValueError(
+                    f"{name}: unknown setting (not a registered executor;"
+                    f" known: {', '.join(known)})"
+                )
+        return self
+
+    def section(self, kind: str) -> Mapping[str, Any]:
+        """The `[executors.<kind>]` table of an executor outside corral (empty if unset)."""
+        found = (self.model_extra or {}).get(kind, {})
+        return found if isinstance(found, Mapping) else {}
 
 
 _POOL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,199}$")
@@ -421,6 +498,13 @@ class Settings(BaseSettings):
                 f"{url!r} is not a supported database URL: use sqlite:///PATH or"
                 " postgresql+psycopg://USER@HOST:PORT/DB"
             )
+        if url.startswith("sqlite:"):
+            path = url.split("://", 1)[1].removeprefix("/").partition("?")[0]
+            if path in ("", ":memory:"):
+                raise ValueError(
+                    f"{url!r} is an in-memory SQLite database, which corral's connections and"
+                    " processes cannot share: give a file, e.g. sqlite:///./corral.db"
+                )
         return url
 
     @field_validator("pools")
@@ -477,6 +561,8 @@ class Settings(BaseSettings):
         path = config_file if config_file is not None else DEFAULT_CONFIG_FILE
         if config_file is not None and not path.is_file():
             raise errors.ConfigError(f"config file {str(path)!r} does not exist")
+        if misspelt := misspelt_variables(os.environ):
+            raise errors.ConfigError("; ".join(misspelt))
         source = type(
             cls.__name__,
             (cls,),
@@ -491,6 +577,38 @@ class Settings(BaseSettings):
             ) from None
         except (ValueError, OverflowError) as exc:  # TOML syntax, an env value that is not JSON
             raise errors.ConfigError(f"cannot read settings: {exc}") from None
+
+
+# --- environment variables -----------------------------------------------------------------
+
+NOT_SETTINGS = frozenset({*model.ATTEMPT_ENV, failpoints.ENV, "CORRAL_CHAOS_SEED"})
+"""CORRAL_* variables that are not settings: what corral gives attempts, its failpoints,
+and its own tests' (as is every CORRAL_TEST_* variable)."""
+
+
+def misspelt_variables(env: Mapping[str, str]) -> list[str]:
+    """One message per CORRAL_* variable that is not a setting but is close to the name of
+    one (a typo would otherwise be ignored, and its setting silently left at its default).
+    Variables not close to any setting are left alone: they may be someone else's."""
+    fields = Settings.model_fields
+    top = {f"CORRAL_{name.upper()}" for name in fields}
+    groups = {
+        f"CORRAL_{name.upper()}"
+        for name, f in fields.items()
+        if isinstance(f.annotation, type) and issubclass(f.annotation, BaseModel)
+    }
+    found = []
+    for var in sorted(env):
+        if not var.startswith("CORRAL_") or var in NOT_SETTINGS or var.startswith("CORRAL_TEST_"):
+            continue
+        head, nested, rest = var.partition("__")
+        if var in top or (nested and head in groups):
+            continue  # a setting (a nested one's own name is checked by the model)
+        near = difflib.get_close_matches(head, groups if nested else top | NOT_SETTINGS, 1, 0.8)
+        if near and (near[0] in top or nested):
+            meant = f"{near[0]}__{rest}" if nested else near[0]
+            found.append(f"{var} is not a setting: did you mean {meant}?")
+    return found
 
 
 # --- the chain of limits ----------------------------------------------------------------------
@@ -608,32 +726,43 @@ class LinkCheck:
         return f"{units:g}"
 
 
-def chain(settings: Settings, limits: Mapping[str, timedelta] | None = None) -> list[LinkCheck]:
+def chain(
+    settings: Settings, limits: Mapping[str, timedelta] | None = None, *, for_job: bool = False
+) -> list[LinkCheck]:
     """Every link of the chain, with this configuration's values; `limits` replaces some
-    time limits (a job's own, by name without `timeouts.`)."""
+    time limits (a job's own, by name without `timeouts.`). `for_job`: a link whose outer
+    limit is one a job sets needs only the job's margin (`job_margin`)."""
     replaced = {f"timeouts.{name}": value for name, value in (limits or {}).items()}
 
-    def units(dotted: str) -> int:
-        return _units(replaced[dotted]) if dotted in replaced else _units(_get(settings, dotted))
+    def value(dotted: str) -> Any:
+        return replaced[dotted] if dotted in replaced else _get(settings, dotted)
+
+    def needed(link: Link) -> int:
+        if link.margin is None:
+            return 0
+        margin = value(link.margin)
+        if for_job and link.outer.removeprefix("timeouts.") in JOB_LIMITS:
+            margin = job_margin(margin, value(link.outer))
+        return _units(margin)
 
     return [
         LinkCheck(
             link,
-            inner=units(link.inner),
-            extra=units(link.extra) if link.extra else 0,
-            outer=units(link.outer),
-            needed=units(link.margin) if link.margin else 0,
+            inner=_units(value(link.inner)),
+            extra=_units(value(link.extra)) if link.extra else 0,
+            outer=_units(value(link.outer)),
+            needed=needed(link),
         )
         for link in CHAIN
     ]
 
 
 def chain_violations(
-    settings: Settings, limits: Mapping[str, timedelta] | None = None
+    settings: Settings, limits: Mapping[str, timedelta] | None = None, *, for_job: bool = False
 ) -> list[str]:
     """One message per broken link, naming both settings, their values and the margin."""
     out = []
-    for c in chain(settings, limits):
+    for c in chain(settings, limits, for_job=for_job):
         if c.ok:
             continue
         link = c.link
@@ -782,10 +911,10 @@ def job_policy(settings: Settings, raw: Any) -> JobPolicy:
     current = dict(settings.timeouts)
     limits = {
         name: value
-        for name, value in tighten_inner({**current, **given}, set(given)).items()
+        for name, value in tighten_inner({**current, **given}, set(given), for_job=True).items()
         if name in JOB_LIMITS and (name in given or value != current[name])
     }
-    if broken := chain_violations(settings, limits):
+    if broken := chain_violations(settings, limits, for_job=True):
         raise errors.InvalidInput(f"policy.limits: with this job's limits, {broken[0]}")
     policy = policy.model_copy(update={"limits": Limits(**limits)})
     if policy.retry.base and policy.retry.cap and policy.retry.base > policy.retry.cap:

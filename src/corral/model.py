@@ -478,6 +478,24 @@ class Reach:
     heartbeat_seconds: float | None = None
 
 
+ATTEMPT_ENV = (
+    "CORRAL_JOB_ID",
+    "CORRAL_ATTEMPT",
+    "CORRAL_FENCE",
+    "CORRAL_TENANT",
+    "CORRAL_LAUNCH_NAME",
+    "CORRAL_CODE_VERSION",
+    "CORRAL_API_URL",
+    "CORRAL_DATABASE_URL",
+    "CORRAL_HEARTBEAT_INTERVAL",
+    "CORRAL_RUN_DIR",  # the process executor's run folder
+    "CORRAL_PAYLOAD_FILE",
+    "CORRAL_PAYLOAD",
+)
+"""Every variable corral may set in an attempt's environment (not settings, though two of
+them are read as settings by `corral heartbeat` inside the job)."""
+
+
 def attempt_env(
     launch_labels: Mapping[str, str],
     *,

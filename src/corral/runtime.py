@@ -13,46 +13,14 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from corral import client, clock, config, dispatcher, errors, health, reconciler, retry, store
+from corral import client, clock, config, dispatcher, health, reconciler, retry, store
+from corral.executors import registry
 from corral.executors.base import Executor
-from corral.executors.process import ProcessExecutor
-
-ExecutorFactory = Callable[[config.Settings, clock.Clock], Executor]
-
-
-EXECUTORS: dict[str, ExecutorFactory] = {
-    "process": lambda settings, clk: ProcessExecutor(
-        root=settings.process_root,
-        clock=clk,
-        kill_grace=settings.timeouts.cancel_grace.total_seconds(),
-        retention=settings.executors.process.retention,
-    ),
-    "kubernetes": lambda settings, clk: _cluster_executor("kubernetes", settings, clk),
-    "argo": lambda settings, clk: _cluster_executor("argo", settings, clk),
-}
-
-
-def _cluster_executor(kind: str, settings: config.Settings, clk: clock.Clock) -> Executor:
-    """A kubernetes or argo executor, imported only when enabled: the cluster clients
-    take most of a second to load."""
-    if kind == "argo":
-        from corral.executors.argo import ArgoExecutor
-
-        return ArgoExecutor(settings=settings, clock=clk)
-    from corral.executors.kubernetes import KubernetesExecutor
-
-    return KubernetesExecutor(settings=settings, clock=clk)
 
 
 def executors_build(settings: config.Settings, clk: clock.Clock) -> dict[str, Executor]:
     """The executors `executors.enabled` names, not yet started."""
-    unknown = [kind for kind in settings.executors.enabled if kind not in EXECUTORS]
-    if unknown:
-        raise errors.ConfigError(
-            f"executors.enabled: unknown executor {', '.join(map(repr, unknown))};"
-            f" known: {', '.join(sorted(EXECUTORS))}"
-        )
-    return {kind: EXECUTORS[kind](settings, clk) for kind in settings.executors.enabled}
+    return {kind: registry.get(kind).build(settings, clk) for kind in settings.executors.enabled}
 
 
 @dataclass(frozen=True, slots=True)

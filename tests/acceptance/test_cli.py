@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 
+from tests.support.wait import PATIENCE
+
 Run = Callable[..., subprocess.CompletedProcess[str]]
 
 
@@ -103,11 +105,162 @@ def test_submit_prints_the_id_and_a_repeated_key_says_so(corral: Run) -> None:
     assert "job 1: due now: waiting for a dispatcher" in corral("jobs", "explain", "1").stdout
 
 
+def test_an_empty_argument_is_an_argument(corral: Run) -> None:
+    job_id = corral("submit", "--", "grep", "", "file").stdout.strip()
+    assert job(corral, job_id)["spec"] == {"command": ["grep", "", "file"]}
+
+
+def test_version_and_config_after_the_command(corral: Run, tmp_path: Path) -> None:
+    assert corral("--version").stdout.strip().startswith("corral 0.")
+    (tmp_path / "other.toml").write_text('database_url = "sqlite:///other.db"\n')
+    corral("db", "upgrade", "--config", "other.toml")
+    corral("submit", "--config", "other.toml", "--", "true")
+    assert [
+        j["id"]
+        for j in json.loads(corral("--config", "other.toml", "jobs", "list", "--json").stdout)
+    ] == [1]
+    assert json.loads(corral("jobs", "list", "--json").stdout) == [], "corral.db is another store"
+
+
+def test_commands_that_only_read_create_no_database(tmp_path: Path) -> None:
+    for args in (
+        ["jobs", "list"],
+        ["jobs", "show", "1"],
+        ["dead", "list"],
+        ["submit", "--", "true"],
+    ):
+        proc = subprocess.run(
+            [sys.executable, "-m", "corral", *args],
+            cwd=tmp_path,
+            env=corral_env(),
+            capture_output=True,
+            text=True,
+            timeout=PATIENCE,
+        )
+        assert proc.returncode == 1, proc.stderr
+        assert "there is no database at corral.db" in proc.stderr
+        assert "corral db upgrade" in proc.stderr
+        assert not (tmp_path / "corral.db").exists()
+
+
+def test_jobs_list_filters_by_queue_tenant_and_pool(corral: Run) -> None:
+    env = {"CORRAL_POOLS": '{"backfill": 2}'}
+    corral("submit", "--queue", "etl", "--", "true", env=env)
+    corral("submit", "--tenant", "acme", "--", "true", env=env)
+    corral("submit", "--pool", "backfill", "--", "true", env=env)
+
+    def ids(*args: str) -> list[int]:
+        return [
+            j["id"] for j in json.loads(corral("jobs", "list", "--json", *args, env=env).stdout)
+        ]
+
+    assert ids() == [3, 2, 1]
+    assert ids("--queue", "etl") == [1]
+    assert ids("--tenant", "acme") == [2]
+    assert ids("--pool", "backfill") == [3]
+    assert ids("--queue", "etl", "--tenant", "acme") == []
+
+
+def test_explain_and_check_print_json(corral: Run) -> None:
+    corral("submit", "--", "true")
+    explained = json.loads(corral("jobs", "explain", "1", "--json").stdout)
+    assert explained["id"] == 1
+    assert explained["state"] == "queued"
+    assert explained["cause"] == "due now"
+    assert explained["explanation"].startswith("due now: waiting for a dispatcher")
+    chain = json.loads(corral("check", "--json").stdout)
+    assert chain["ok"] is True
+    assert chain["broken"] == []
+    [link] = [x for x in chain["links"] if x["inner"] == "timeouts.step_deadline"]
+    assert (link["outer"], link["inner_value"], link["outer_value"], link["needed"]) == (
+        "timeouts.attempt_deadline",
+        120.0,
+        240.0,
+        5.0,
+    )
+    assert (link["unit"], link["ok"]) == ("seconds", True)
+    broken = corral("check", "--json", env={"CORRAL_TIMEOUTS__STEP_DEADLINE": "239"}, check=False)
+    assert broken.returncode == 1
+    assert json.loads(broken.stdout)["ok"] is False
+
+
+def test_jobs_show_cuts_no_id_state_or_name_in_a_narrow_terminal(
+    corral: Run, tmp_path: Path
+) -> None:
+    queue = "a-rather-long-queue-name"
+    corral("submit", "--queue", queue, "--max-attempts", "1", "--", "sh", "-c", "exit 3")
+    server = serve(tmp_path)
+    try:
+        wait_for_state(corral, "1", "failed")
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.communicate(timeout=PATIENCE)
+    for columns in ("80", "60"):
+        shown = corral("jobs", "show", "1", env={"COLUMNS": columns}).stdout
+        assert "…" not in shown, shown
+        for word in ("corral-1-1", queue, "failed", "fence 1"):
+            assert word in shown, shown
+        assert max(len(line) for line in shown.splitlines()) <= int(columns)
+        listed = corral("jobs", "list", env={"COLUMNS": columns}).stdout
+        assert "…" not in listed, listed
+
+
 @pytest.mark.parametrize(
     ("args", "env", "code", "message"),
     [
-        (["submit", "--"], {}, 2, "process spec: command: must be a non-empty list of strings"),
+        (["submit", "--"], {}, 2, "nothing to run: give the command after --"),
+        (["submit", "--", ""], {}, 2, "its first item, the program to run, is empty"),
         (["submit", "--executor", "k8s", "--", "true"], {}, 2, "executor: unknown executor 'k8s'"),
+        (
+            ["submit", "--executor", "kubernetes", "--image", "busybox:1.36", "--", "true"],
+            {},
+            2,
+            "executor: 'kubernetes' is not enabled in this corral (it runs: process); add it to"
+            ' executors.enabled in corral.toml (enabled = ["process", "kubernetes"])',
+        ),
+        (["submit", "--policy", "[]", "--", "true"], {}, 2, "--policy: must be a JSON object"),
+        (["submit", "--policy", "null", "--", "true"], {}, 2, "--policy: must be a JSON object"),
+        (["submit", "--policy", "0", "--", "true"], {}, 2, "--policy: must be a JSON object"),
+        (["submit", "-o", "json", "--", "true"], {}, 2, "-o/--output is the format of --dry-run"),
+        (
+            [
+                *("submit", "--deadline", "5s", "--policy"),
+                *('{"limits": {"attempt_deadline": "10s"}}', "--", "true"),
+            ],
+            {},
+            2,
+            "--deadline 5s and --policy limits.attempt_deadline 10s disagree",
+        ),
+        (
+            ["submit", "--heartbeat", "--policy", '{"heartbeat": false}', "--", "true"],
+            {},
+            2,
+            "--heartbeat and --policy heartbeat false disagree",
+        ),
+        (
+            [
+                *("submit", "--executor", "kubernetes", "--image", "Bad Image!!"),
+                *("--dry-run", "--", "true"),
+            ],
+            {},
+            2,
+            "kubernetes spec: image: 'Bad Image!!' is not an image reference",
+        ),
+        (
+            [
+                *("submit", "--executor", "kubernetes", "--dry-run", "--spec"),
+                '{"image": "busybox:1.36", "command": ["true"], "service_account": "corral"}',
+            ],
+            {},
+            2,
+            "service_account: 'corral' is not allowed: a job may only run as one of"
+            " executors.kubernetes.allowed_service_accounts",
+        ),
+        (["check"], {"CORRAL_EXECUTORS__ENABLED": '["nomad"]'}, 2, "unknown executor 'nomad'"),
+        (["jobs", "list"], {"CORRAL_DATABSE_URL": "x"}, 2, "did you mean CORRAL_DATABASE_URL?"),
+        (["jobs", "list"], {"CORRAL_DATABASE_URL": "sqlite:///"}, 2, "in-memory SQLite"),
+        (["jobs", "list"], {"CORRAL_DATABASE_URL": "sqlite:///:memory:"}, 2, "in-memory SQLite"),
+        (["jobs", "list", "--config", "nothere.toml"], {}, 2, "'nothere.toml' does not exist"),
         (["submit", "--label", "team", "--", "true"], {}, 2, "--label 'team': use KEY=VALUE"),
         (["submit", "--label", "te am=x", "--", "true"], {}, 2, "label key 'te am'"),
         (["submit", "--payload", "{not json", "--", "true"], {}, 2, "--payload: not valid JSON"),
@@ -158,6 +311,7 @@ def test_submit_prints_the_id_and_a_repeated_key_says_so(corral: Run) -> None:
             2,
             "policy.limits.attempt_deadline: 600s is longer than timeouts.attempt_deadline",
         ),
+        (["submit", "--deadline", "soon", "--", "true"], {}, 2, "--deadline: 'soon' is not"),
         (
             ["submit", "--policy", '{"failure_rules": [{"action": "fail"}]}', "--", "true"],
             {},
@@ -399,7 +553,7 @@ def test_submit_dry_run_prints_the_platform_object_and_stores_nothing(
 def test_submit_dry_run_and_image_are_for_the_container_executors(corral: Run) -> None:
     process = corral("submit", "--dry-run", "--", "true", check=False)
     assert process.returncode == 2
-    assert "--dry-run: prints the Kubernetes object of --executor argo or kubernetes" in (
+    assert "--dry-run: prints the platform object of --executor argo or kubernetes" in (
         process.stderr
     )
     image = corral("submit", "--image", "busybox", "--", "true", check=False)

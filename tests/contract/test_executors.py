@@ -18,14 +18,15 @@ from typing import Any
 import pytest
 
 from corral import clock, config, errors, model
-from corral.executors import argo, base, kubernetes, process
+from corral.executors import argo, base, kubernetes, process, registry
 from tests.support import kube_api, procs
 from tests.support.launches import make_launch
 from tests.support.wait import PATIENCE, eventually
 
 pytestmark = pytest.mark.timeout(4 * PATIENCE)  # a test waits for at most four things
 
-KINDS = ("process", "kubernetes", "argo")
+KINDS = registry.known()
+"""Every registered executor (the `corral.executors` entry points) runs this suite."""
 IMAGE = "busybox:1.36"
 REAL_CLUSTER = pytest.param("kubernetes-cluster", marks=pytest.mark.cluster)
 """The kubernetes executor on the cluster of KUBECONFIG, in CORRAL_TEST_NAMESPACE (a
@@ -126,19 +127,40 @@ async def backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterat
         async for real in real_cluster():
             yield real
         return
-    if kind == "process":
-        ex = process.ProcessExecutor(
-            root=tmp_path / "runs", clock=clock.SystemClock(), poll_interval=0.05, kill_grace=2
+    maker = BACKENDS.get(kind)
+    if maker is None:
+        pytest.fail(
+            f"executor {kind!r} is registered but has no contract backend: add one to"
+            " BACKENDS in tests/contract/test_executors.py"
         )
-        await ex.start()
-        yield Backend(kind, ex)
-        await ex.close()
-        return
+    async for made in maker(kind, tmp_path):
+        yield made
+
+
+async def process_backend(kind: str, tmp_path: Path) -> AsyncIterator[Backend]:
+    ex = process.ProcessExecutor(
+        root=tmp_path / "runs", clock=clock.SystemClock(), poll_interval=0.05, kill_grace=2
+    )
+    await ex.start()
+    yield Backend(kind, ex)
+    await ex.close()
+
+
+async def cluster_backend(kind: str, tmp_path: Path) -> AsyncIterator[Backend]:
+    """The kubernetes or argo executor on the real client, against the API double."""
     async with kube_api.cluster() as cluster:
         ex = cluster_executor(kind, cluster, cluster_settings())
         await ex.start()
         yield Backend(kind, ex, cluster)
         await ex.close()
+
+
+BACKENDS: dict[str, Callable[[str, Path], AsyncIterator[Backend]]] = {
+    "process": process_backend,
+    "kubernetes": cluster_backend,
+    "argo": cluster_backend,
+}
+"""How the suite gets each registered executor, with the platform (or its double) it needs."""
 
 
 async def real_cluster() -> AsyncIterator[Backend]:

@@ -79,7 +79,10 @@ def test_long_values_are_hashed_in_labels_and_kept_whole_in_annotations() -> Non
 
 def test_placement_classes_the_service_account_and_the_database_secret() -> None:
     s = make_settings(
-        database_url_secret="corral-db/url", service_account="runner", termination_grace="45s"
+        database_url_secret="corral-db/url",
+        service_account="runner",
+        allowed_service_accounts=["runner", "etl"],
+        termination_grace="45s",
     )
     batch = workflow({"image": "busybox", "command": ["true"], "placement": "batch"}, settings=s)
     [template] = batch["spec"]["templates"]
@@ -215,7 +218,7 @@ def test_a_heartbeat_job_must_be_able_to_reach_corral() -> None:
         policy={"heartbeat": True},
     )
     s = make_settings()
-    with pytest.raises(errors.InvalidInput, match="argo jobs cannot reach corral"):
+    with pytest.raises(errors.InvalidInput, match="cannot reach corral to send heartbeats"):
         client.check_job(new, executors={"argo": argo.WorkflowTemplate(s)}, settings=s)
     ok = make_settings(database_url_secret="corral-db/url")
     assert client.check_job(new, executors={"argo": argo.WorkflowTemplate(ok)}, settings=ok)
@@ -228,10 +231,10 @@ names = st.from_regex(r"[A-Z_][A-Z0-9_]{0,20}", fullmatch=True).filter(
 
 @settings(max_examples=30, deadline=None)
 @given(
-    image=st.from_regex(r"[a-z0-9]+(/[a-z0-9]+)?(:[a-z0-9.]+)?", fullmatch=True),
+    image=st.from_regex(r"[a-z0-9]+(/[a-z0-9]+)?(:[a-z0-9][a-z0-9.]*)?", fullmatch=True),
     command=st.lists(
         st.text(st.characters(blacklist_characters="\x00"), max_size=20), min_size=1, max_size=4
-    ),
+    ).filter(lambda command: command[0].strip()),
     env=st.dictionaries(names, st.text(max_size=10), max_size=3),
     placement=st.sampled_from([None, "batch", "critical"]),
     requests=st.dictionaries(

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from corral import errors
+from corral import config, errors
 from corral.config import Settings, parse_duration
 from corral.testing import assert_timeouts_nest
 
@@ -229,3 +229,88 @@ def test_jobs_get_an_absolute_database_url_unless_told_not_to(tmp_path: Path) ->
         assert Settings.load(None, jobs_get_database_url=False).database_url_for_jobs is None
     finally:
         os.chdir(here)
+
+
+# --- a job's own limits --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("deadline", "step", "http"),
+    [("5s", 2.5, 1.25), ("1s", 0.5, 0.25), ("10s", 5.0, 2.5), ("12s", 7.0, 3.5), ("90s", 85, 30)],
+)
+def test_a_jobs_deadline_shrinks_the_inner_limits_it_leaves_unset(
+    deadline: str, step: float, http: float
+) -> None:
+    policy = config.job_policy(Settings(), {"limits": {"attempt_deadline": deadline}})
+    limits = policy.limits
+    assert limits.step_deadline == timedelta(seconds=step)
+    assert (limits.http_request_timeout or Settings().timeouts.http_request_timeout) == (
+        timedelta(seconds=http)
+    )
+
+
+def test_a_jobs_own_inner_limit_that_does_not_fit_is_refused() -> None:
+    with pytest.raises(errors.InvalidInput, match=r"step_deadline \(4s\) must be at least 2.5s"):
+        config.job_policy(Settings(), {"limits": {"attempt_deadline": "5s", "step_deadline": "4s"}})
+
+
+# --- CORRAL_* variables and database URLs ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("variable", "meant"),
+    [
+        ("CORRAL_DATABSE_URL", "CORRAL_DATABASE_URL"),
+        ("CORRAL_CLAIM_BATCH_LIMT", "CORRAL_CLAIM_BATCH_LIMIT"),
+        ("CORRAL_TIMEOUT__ATTEMPT_DEADLINE", "CORRAL_TIMEOUTS__ATTEMPT_DEADLINE"),
+    ],
+)
+def test_a_misspelt_variable_is_refused_with_the_setting_it_looks_like(
+    monkeypatch: pytest.MonkeyPatch, variable: str, meant: str
+) -> None:
+    monkeypatch.setenv(variable, "1")
+    with pytest.raises(
+        errors.ConfigError, match=f"{variable} is not a setting: did you mean {meant}?"
+    ):
+        Settings.load()
+
+
+@pytest.mark.parametrize(
+    "variable",
+    [
+        "CORRAL_JOB_ID",
+        "CORRAL_FENCE",
+        "CORRAL_FAILPOINTS",
+        "CORRAL_RUN_DIR",
+        "CORRAL_TEST_URL",
+        "CORRAL_HOME",
+    ],
+)
+def test_what_corral_gives_attempts_and_tests_is_not_taken_for_a_typo(
+    monkeypatch: pytest.MonkeyPatch, variable: str
+) -> None:
+    monkeypatch.setenv(variable, "1" if variable != "CORRAL_FAILPOINTS" else "")
+    assert Settings.load()
+
+
+def test_a_nested_unknown_setting_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CORRAL_TIMEOUTS__ATTEMP_DEADLINE", "5")
+    with pytest.raises(errors.ConfigError, match="timeouts.attemp_deadline: unknown setting"):
+        Settings.load()
+
+
+@pytest.mark.parametrize("url", ["sqlite:///", "sqlite:///:memory:", "sqlite://"])
+def test_an_in_memory_sqlite_database_is_refused(url: str) -> None:
+    with pytest.raises(errors.ConfigError, match="in-memory SQLite database.*give a file"):
+        Settings.load(database_url=url)
+
+
+def test_only_registered_executors_can_be_enabled(tmp_path: Path) -> None:
+    (tmp_path / "corral.toml").write_text('[executors]\nenabled = ["process", "nomad"]\n')
+    with pytest.raises(
+        errors.ConfigError, match="unknown executor 'nomad'; known: argo, kubernetes, process"
+    ):
+        Settings.load(tmp_path / "corral.toml", check_chain=False)
+    (tmp_path / "corral.toml").write_text('[executors.nomad]\naddress = "x"\n')
+    with pytest.raises(errors.ConfigError, match="nomad: unknown setting"):
+        Settings.load(tmp_path / "corral.toml")

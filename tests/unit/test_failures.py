@@ -97,7 +97,7 @@ def test_a_job_may_tighten_its_limits_and_inner_ones_follow() -> None:
             "policy.limits: with this job's limits, timeouts.step_deadline (18s) must be at"
             " least 5s (timeouts.margin) less than timeouts.attempt_deadline (20s)",
         ),
-        ({"limits": {"attempt_deadline": "5s"}}, "timeouts.step_deadline (120s) must be"),
+        ({"limits": {"attempt_deadline": "1ms"}}, "timeouts.step_deadline (120s) must be"),
         ({"on_unknown": "panic"}, "policy.on_unknown: Input should be 'wait'"),
         ({"retries": 3}, "policy.retries: unknown field"),
         (

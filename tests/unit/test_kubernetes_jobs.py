@@ -12,6 +12,8 @@ from hypothesis import strategies as st
 
 from corral import config, errors, model
 from corral.executors import kubernetes as k8s
+from corral.executors import registry
+from corral.testing import FrozenClock
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 PLACEMENTS = {
@@ -78,7 +80,11 @@ def test_long_values_are_hashed_in_labels_and_kept_whole_in_annotations() -> Non
 
 
 def test_placement_classes_and_the_database_secret() -> None:
-    s = make_settings(database_url_secret="corral-db/url", service_account="runner")
+    s = make_settings(
+        database_url_secret="corral-db/url",
+        service_account="runner",
+        allowed_service_accounts=["runner", "etl"],
+    )
     batch = job({"image": "busybox", "command": ["true"], "placement": "batch"}, settings=s)
     pod = batch["spec"]["template"]["spec"]
     assert pod["nodeSelector"] == {"pool": "spot"}
@@ -107,7 +113,9 @@ def test_placement_classes_and_the_database_secret() -> None:
     ("spec", "message"),
     [
         ({"command": ["true"]}, "image: required"),
-        ({"image": "a b", "command": ["true"]}, "image: required"),
+        ({"image": "a b", "command": ["true"]}, "'a b' is not an image reference"),
+        ({"image": "Bad Image!!", "command": ["true"]}, "'Bad Image!!' is not an image reference"),
+        ({"image": "busybox", "command": ["", "x"]}, "the program to run, is empty"),
         ({"image": "busybox"}, "command: required"),
         ({"image": "busybox", "command": []}, "command: required"),
         (
@@ -198,10 +206,10 @@ quantities = st.sampled_from(["1", "500m", "0.5", "2Gi", "512Mi", "1e3", "100k"]
 
 @settings(max_examples=40, deadline=None)
 @given(
-    image=st.from_regex(r"[a-z0-9]+(/[a-z0-9]+)?(:[a-z0-9.]+)?", fullmatch=True),
+    image=st.from_regex(r"[a-z0-9]+(/[a-z0-9]+)?(:[a-z0-9][a-z0-9.]*)?", fullmatch=True),
     command=st.lists(
         st.text(st.characters(blacklist_characters="\x00"), max_size=20), min_size=1, max_size=4
-    ),
+    ).filter(lambda command: command[0].strip()),
     env=st.dictionaries(names, st.text(max_size=10), max_size=3),
     placement=st.sampled_from([None, "batch", "critical"]),
     requests=st.dictionaries(st.sampled_from(["cpu", "memory"]), quantities, max_size=2),
@@ -300,3 +308,27 @@ def test_a_heartbeat_job_must_be_able_to_reach_corral() -> None:
         client.check_job(new, executors={"kubernetes": k8s.JobTemplate(s)}, settings=s)
     ok = make_settings(database_url_secret="corral-db/url")
     assert client.check_job(new, executors={"kubernetes": k8s.JobTemplate(ok)}, settings=ok)
+
+
+@pytest.mark.parametrize("kind", ["kubernetes", "argo"])
+def test_a_job_may_run_only_as_an_allowed_service_account(kind: str) -> None:
+    template = registry.checker(kind, make_settings(service_account="runner"), FrozenClock())
+    ok = {"image": "busybox", "command": ["true"]}
+    assert template.validate_spec({**ok, "service_account": "runner"})["service_account"] == (
+        "runner"
+    )
+    with pytest.raises(errors.InvalidInput, match="allowed_service_accounts") as refused:
+        template.validate_spec({**ok, "service_account": "corral"})  # corral's own: creates Jobs
+    assert f"{kind} spec: service_account: 'corral' is not allowed" in str(refused.value)
+    nobody = registry.checker(kind, make_settings(), FrozenClock())
+    with pytest.raises(errors.InvalidInput, match=r"allowed_service_accounts \(none"):
+        nobody.validate_spec({**ok, "service_account": "runner"})
+    listed = make_settings(allowed_service_accounts=["etl", "loader"])
+    assert registry.checker(kind, listed, FrozenClock()).validate_spec(
+        {**ok, "service_account": "loader"}
+    )
+
+
+def test_the_default_service_account_must_be_allowed() -> None:
+    with pytest.raises(ValueError, match="must be one of allowed_service_accounts"):
+        make_settings(service_account="runner", allowed_service_accounts=["etl"])

@@ -61,6 +61,17 @@ _ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
 _QUANTITY = re.compile(
     r"^[+]?([0-9]+(\.[0-9]*)?|\.[0-9]+)(([KMGTPE]i)|[numkMGTPE]|[eE][+-]?[0-9]+)?$"
 )
+# A container image reference (the distribution project's grammar): an optional registry
+# host (with a port), path components of lower-case alphanumerics and separators, an
+# optional tag, an optional digest.
+_HOST_PART = r"[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?"
+_IMAGE_HOST = rf"(?:{_HOST_PART}(?:\.{_HOST_PART})*(?::[0-9]+)?/)"
+_IMAGE_PART = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_IMAGE_TAG = r"(?::[\w][\w.-]{0,127})"
+_IMAGE_DIGEST = r"(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})"
+_IMAGE = re.compile(
+    rf"^{_IMAGE_HOST}?{_IMAGE_PART}(?:/{_IMAGE_PART})*{_IMAGE_TAG}?{_IMAGE_DIGEST}?$"
+)
 _RESOURCE_NAME = re.compile(r"^([a-z0-9.-]+/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 
 
@@ -167,8 +178,14 @@ def _normalise(spec: Mapping[str, Any], k8s: config.KubernetesExecutorSettings) 
     if unknown := sorted(set(spec) - set(_SPEC_FIELDS)):
         raise _bad(unknown[0], f"unknown field (allowed: {', '.join(_SPEC_FIELDS)})")
     image = spec.get("image")
-    if not isinstance(image, str) or not image.strip() or any(c.isspace() for c in image):
+    if image is None or image == "":
         raise _bad("image", "required: a container image reference, e.g. busybox:1.36")
+    if not isinstance(image, str) or not _IMAGE.match(image):
+        raise _bad(
+            "image",
+            f"{image!r} is not an image reference: [REGISTRY[:PORT]/]NAME[:TAG][@DIGEST],"
+            " lower-case name parts, e.g. busybox:1.36 or ghcr.io/acme/etl:1.4",
+        )
     normal: dict[str, Any] = {"image": image, "command": _command(spec.get("command"))}
     if "env" in spec:
         normal["env"] = _env(spec["env"])
@@ -184,8 +201,23 @@ def _normalise(spec: Mapping[str, Any], k8s: config.KubernetesExecutorSettings) 
     if account is not None:
         if not isinstance(account, str) or not _DNS_SUBDOMAIN.match(account):
             raise _bad("service_account", "must be a DNS-1123 subdomain")
+        _allowed_account(account, k8s)
         normal["service_account"] = account
     return normal
+
+
+def _allowed_account(account: str, k8s: config.KubernetesExecutorSettings) -> None:
+    """A job runs only as an account corral was told it may use: any other could be
+    corral's own, whose token creates Jobs (a job that could name it could do anything)."""
+    allowed = k8s.accounts_allowed
+    if account not in allowed:
+        listed = ", ".join(allowed) or "none"
+        raise _bad(
+            "service_account",
+            f"{account!r} is not allowed: a job may only run as one of"
+            f" executors.kubernetes.allowed_service_accounts ({listed}; by default the"
+            " configured service_account alone); add it there if jobs may use it",
+        )
 
 
 class _Refused(Exception):
@@ -321,6 +353,8 @@ def _command(command: Any) -> list[str]:
         or not all(isinstance(a, str) and "\0" not in a for a in command)
     ):
         raise _bad("command", "required: a non-empty list of strings, e.g. ['python', 'job.py']")
+    if not command[0].strip():  # an empty argument is fine (grep '' file); no program is not
+        raise _bad("command", "its first item, the program to run, is empty")
     return list(command)
 
 

@@ -270,9 +270,13 @@ class ProcessExecutor:
 
 def _checked_command(command: Any) -> list[str]:
     ok = isinstance(command, list | tuple) and len(command) > 0
-    if not ok or not all(isinstance(arg, str) and arg for arg in command):
+    if not ok or not all(isinstance(arg, str) for arg in command):
         raise errors.InvalidInput(
             base.spec_error(KIND, "command", "must be a non-empty list of strings")
+        )
+    if not command[0].strip():  # an empty argument is fine (grep '' file); no program is not
+        raise errors.InvalidInput(
+            base.spec_error(KIND, "command", "its first item, the program to run, is empty")
         )
     if any("\0" in arg for arg in command):
         raise errors.InvalidInput(base.spec_error(KIND, "command", "must not contain NUL bytes"))

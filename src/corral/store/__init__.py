@@ -12,6 +12,7 @@ import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
+from pathlib import Path
 from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine
@@ -44,6 +45,12 @@ class Store:
             return cls(dialects.engine_create(url))
         except (sa_exc.ArgumentError, ImportError, ValueError) as exc:
             raise errors.ConfigError(f"database_url: {url!r} is not usable: {exc}") from exc
+
+    @property
+    def sqlite_path(self) -> Path | None:
+        """The file of a SQLite store; None for PostgreSQL."""
+        database = self.engine.url.database
+        return Path(database) if self.dialect == "sqlite" and database else None
 
     @property
     def url(self) -> str:
@@ -82,7 +89,14 @@ class Store:
         return await self._tx(upgrade)
 
     async def check_schema(self) -> None:
-        """Raise SchemaOutOfDate unless the database is at this corral's newest revision."""
+        """Raise SchemaOutOfDate unless the database is at this corral's newest revision.
+        A SQLite file that does not exist is not created (only `migrate` creates one), so
+        a command that only reads leaves no empty database behind."""
+        if (path := self.sqlite_path) is not None and not path.exists():
+            raise errors.SchemaOutOfDate(
+                f"there is no database at {path} (database_url {self.url}): run"
+                " `corral db upgrade` to create it, or point database_url at yours"
+            )
         current = await self._tx(migrate.current)
         if current is not None and not migrate.known(current):
             raise errors.SchemaOutOfDate(
@@ -231,9 +245,22 @@ class Store:
         return await self._tx(queries.job_get, job_id=job_id)
 
     async def job_list(
-        self, *, states: Iterable[str] = (), limit: int = 100, queue: str | None = None
+        self,
+        *,
+        states: Iterable[str] = (),
+        limit: int = 100,
+        queue: str | None = None,
+        tenant: str | None = None,
+        pool: str | None = None,
     ) -> list[model.Job]:
-        return await self._tx(queries.job_list, states=list(states), limit=limit, queue=queue)
+        return await self._tx(
+            queries.job_list,
+            states=list(states),
+            limit=limit,
+            queue=queue,
+            tenant=tenant,
+            pool=pool,
+        )
 
     async def job_count_by_state(self) -> dict[str, int]:
         return await self._tx(queries.job_count_by_state)

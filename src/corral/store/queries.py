@@ -1237,14 +1237,21 @@ def job_get(conn: Connection, *, job_id: int) -> model.Job:
 
 
 def job_list(
-    conn: Connection, *, states: Iterable[str] = (), limit: int = 100, queue: str | None = None
+    conn: Connection,
+    *,
+    states: Iterable[str] = (),
+    limit: int = 100,
+    queue: str | None = None,
+    tenant: str | None = None,
+    pool: str | None = None,
 ) -> list[model.Job]:
-    """Newest jobs first, optionally filtered by state and queue."""
+    """Newest jobs first, optionally only those in `states`, of `queue`, `tenant`, `pool`."""
     stmt = select(jobs).order_by(jobs.c.id.desc()).limit(limit)
     if states := list(states):
         stmt = stmt.where(jobs.c.state.in_(states))
-    if queue is not None:
-        stmt = stmt.where(jobs.c.queue == queue)
+    for column, value in ((jobs.c.queue, queue), (jobs.c.tenant, tenant), (jobs.c.pool, pool)):
+        if value is not None:
+            stmt = stmt.where(column == value)
     return [job_from_row(r._mapping) for r in conn.execute(stmt)]
 
 

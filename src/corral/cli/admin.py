@@ -1,0 +1,95 @@
+"""`corral db`, `check`, `lint` and `heartbeat`: the schema, the chain of limits, manifests,
+and the one command a job runs from inside."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from corral import config, lint, store, worker
+from corral.cli import render
+from corral.cli.common import EXIT_FAILED, State, config_option, err, json_option, out, print_json
+from corral.cli.common import run as run_async
+
+
+@click.group()
+def db() -> None:
+    """Manage the database schema."""
+
+
+@db.command("upgrade")
+@config_option
+@click.pass_obj
+def db_upgrade(state: State) -> None:
+    """Create or upgrade the schema to this corral's newest revision."""
+    settings = state.settings()
+
+    async def upgrade() -> tuple[str | None, str | None]:
+        database = store.Store.connect(settings.database_url)
+        try:
+            return await database.migrate()
+        finally:
+            await database.close()
+
+    before, after = run_async(upgrade())
+    if before == after:
+        out.print(f"database is up to date (revision {after})")
+    else:
+        out.print(f"database upgraded from {before or 'empty'} to revision {after}")
+
+
+@click.command()
+@json_option
+@config_option
+@click.pass_obj
+def check(state: State, as_json: bool) -> None:
+    """Show how the limits nest (inner < outer, with the margin); exit 1 if one does not."""
+    settings = state.settings(check_chain=False)
+    broken = config.chain_violations(settings)
+    if as_json:
+        print_json(render.chain_dict(settings))
+    else:
+        out.print(render.chain_table(settings))
+        for line in broken:
+            err.print(f"error: {line}", markup=False)
+    if broken:
+        raise SystemExit(EXIT_FAILED)
+    if not as_json:
+        margin = settings.timeouts.margin.total_seconds()
+        tick = settings.timeouts.tick_margin.total_seconds()
+        out.print(
+            f"all {len(config.CHAIN)} limits nest (margin {margin:g}s, tick margin {tick:g}s)"
+        )
+
+
+@click.command("lint")
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+@json_option
+@config_option
+@click.pass_obj
+def lint_cmd(state: State, paths: tuple[Path, ...], as_json: bool) -> None:
+    """Check Kubernetes manifests for what would hurt corral; exit 1 on findings."""
+    settings = state.settings(check_chain=False)
+    findings = lint.lint_paths(paths, settings)
+    if as_json:
+        print_json([f.as_dict() for f in findings])
+    else:
+        for finding in findings:
+            out.print(str(finding), markup=False, highlight=False, soft_wrap=True)
+        err.print(f"{len(findings)} finding{'s' * (len(findings) != 1)}")
+    if findings:
+        raise SystemExit(EXIT_FAILED)
+
+
+@click.command("heartbeat")
+@config_option
+@click.pass_obj
+def heartbeat_cmd(state: State) -> None:
+    """Inside a job: tell corral this attempt is alive (reads CORRAL_JOB_ID, CORRAL_FENCE).
+
+    Exits 3 when a newer attempt has replaced this one: the job should stop."""
+    settings = state.settings(check_chain=False)
+    lease = worker.heartbeat(worker.current_attempt(), settings)
+    if lease is not None:
+        out.print(f"lease renewed until {lease.isoformat()}")

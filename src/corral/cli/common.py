@@ -1,0 +1,78 @@
+"""What every `corral` command shares: the top-level state, the consoles, the exit codes,
+the `--config` option (taken before or after a command's name), and running a coroutine."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+from rich.console import Console
+
+from corral import config, errors
+
+T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
+
+out = Console(highlight=False)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+EXIT_FAILED, EXIT_USAGE, EXIT_STALE = 1, 2, 3
+JOB_ID = click.IntRange(1, 2**63 - 1)
+
+
+class State:
+    """What the top-level options hand to subcommands."""
+
+    def __init__(self, config_file: Path | None) -> None:
+        self.config_file = config_file
+
+    def settings(self, *, check_chain: bool = True, **overrides: Any) -> config.Settings:
+        """The settings from the config file and CORRAL_* environment, with `overrides`."""
+        return config.Settings.load(self.config_file, check_chain=check_chain, **overrides)
+
+
+def _take_config(ctx: click.Context, _: click.Parameter, value: Path | None) -> None:
+    if value is not None:
+        ctx.ensure_object(State).config_file = value
+
+
+def config_option(fn: F) -> F:
+    """`--config PATH` on a command itself, so `corral jobs list --config x.toml` works as
+    well as `corral --config x.toml jobs list` (the one given last wins)."""
+    option = click.option(
+        "--config",
+        type=click.Path(path_type=Path, dir_okay=False),
+        expose_value=False,
+        is_eager=True,
+        callback=_take_config,
+        help="Settings file (default ./corral.toml).",
+    )
+    return option(fn)
+
+
+def json_option(fn: F) -> F:
+    """`--json`: print the result as one JSON document (shapes in the CLI reference)."""
+    return click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")(fn)
+
+
+def run(coro: Coroutine[Any, Any, T]) -> T:
+    return asyncio.run(coro)
+
+
+def print_json(data: Any) -> None:
+    """One JSON document on stdout, plain (no console wrapping: it is meant for programs)."""
+    click.echo(json.dumps(data, indent=2, default=str))
+
+
+def parse_json(option: str, text: str | None) -> Any:
+    """The JSON value of an option, or InvalidInput naming the option."""
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise errors.InvalidInput(f"{option}: not valid JSON ({exc})") from None

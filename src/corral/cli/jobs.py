@@ -1,0 +1,161 @@
+"""`corral jobs` and `corral dead`: look at jobs, explain them, cancel them, and decide on
+quarantined ones."""
+
+from __future__ import annotations
+
+import click
+
+from corral import client, model, runtime
+from corral.cli import render
+from corral.cli.common import JOB_ID, State, config_option, err, json_option, out, print_json, run
+
+
+@click.group()
+def jobs() -> None:
+    """Look at and manage jobs."""
+
+
+@jobs.command("list")
+@click.option("--state", "states", multiple=True, help="Only jobs in this state (repeatable).")
+@click.option("--queue", default=None, help="Only jobs of this queue.")
+@click.option("--tenant", default=None, help="Only jobs of this tenant.")
+@click.option("--pool", default=None, help="Only jobs of this pool.")
+@click.option("--limit", type=click.IntRange(1, 10_000), default=50, show_default=True)
+@json_option
+@config_option
+@click.pass_obj
+def jobs_list(
+    state: State,
+    states: tuple[str, ...],
+    queue: str | None,
+    tenant: str | None,
+    pool: str | None,
+    limit: int,
+    as_json: bool,
+) -> None:
+    """List the newest jobs."""
+
+    async def go() -> list[model.Job]:
+        async with runtime.connect(state.settings()) as c:
+            return await c.jobs(states=states, queue=queue, tenant=tenant, pool=pool, limit=limit)
+
+    found = run(go())
+    if as_json:
+        print_json([render.job_dict(j) for j in found])
+        return
+    out.print(render.jobs_table(found))
+
+
+@jobs.command("show")
+@click.argument("job_id", type=JOB_ID)
+@json_option
+@config_option
+@click.pass_obj
+def jobs_show(state: State, job_id: int, as_json: bool) -> None:
+    """Show a job, its attempts and its events (the run log)."""
+
+    async def go() -> client.JobView:
+        async with runtime.connect(state.settings()) as c:
+            return await c.job(job_id)
+
+    view = run(go())
+    if as_json:
+        print_json(render.view_dict(view))
+        return
+    render.print_view(view)
+
+
+@jobs.command("explain")
+@click.argument("job_id", type=JOB_ID)
+@json_option
+@config_option
+@click.pass_obj
+def jobs_explain(state: State, job_id: int, as_json: bool) -> None:
+    """Say in one line why a job is not running now (backoff, not due, ...)."""
+
+    async def go() -> tuple[model.Job, str]:
+        async with runtime.connect(state.settings()) as c:
+            return (await c.job(job_id)).job, await c.explain(job_id)
+
+    job, said = run(go())
+    if as_json:
+        cause, _, _ = said.partition(":")
+        print_json({"id": job.id, "state": job.state, "cause": cause, "explanation": said})
+        return
+    out.print(f"job {job_id}: {said}", markup=False)
+
+
+@jobs.command("cancel")
+@click.argument("job_id", type=JOB_ID)
+@config_option
+@click.pass_obj
+def jobs_cancel(state: State, job_id: int) -> None:
+    """Cancel a job; a running attempt is stopped (SIGTERM, then SIGKILL after the grace)."""
+
+    async def go() -> model.Attempt | None:
+        async with runtime.connect(state.settings()) as c:
+            return await c.cancel(job_id)
+
+    attempt = run(go())
+    stopped = f"; stopped attempt {attempt.launch_name}" if attempt else ""
+    out.print(f"job {job_id} cancelled{stopped}")
+
+
+@click.group()
+def dead() -> None:
+    """Quarantined jobs (poison pills): look at them, retry after a fix, or discard."""
+
+
+@dead.command("list")
+@click.option("--limit", type=click.IntRange(1, 10_000), default=50, show_default=True)
+@json_option
+@config_option
+@click.pass_obj
+def dead_list(state: State, limit: int, as_json: bool) -> None:
+    """List quarantined jobs with their last failure."""
+
+    async def go() -> list[client.JobView]:
+        async with runtime.connect(state.settings()) as c:
+            return await c.dead(limit=limit)
+
+    views = run(go())
+    if as_json:
+        print_json([render.view_dict(v) for v in views])
+        return
+    out.print(render.dead_table(views))
+    err.print(
+        f"{len(views)} quarantined job{'s' * (len(views) != 1)}; after a fix"
+        " `corral dead retry ID`, to give up `corral dead discard ID`"
+        if views
+        else "no quarantined jobs"
+    )
+
+
+@dead.command("retry")
+@click.argument("job_id", type=JOB_ID)
+@config_option
+@click.pass_obj
+def dead_retry(state: State, job_id: int) -> None:
+    """Send a quarantined job back to the queue for a new attempt (after a fix)."""
+
+    async def go() -> None:
+        async with runtime.connect(state.settings()) as c:
+            await c.dead_retry(job_id)
+
+    run(go())
+    out.print(f"job {job_id} queued again")
+
+
+@dead.command("discard")
+@click.argument("job_id", type=JOB_ID)
+@config_option
+@click.pass_obj
+def dead_discard(state: State, job_id: int) -> None:
+    """Give up on a quarantined job (it ends cancelled; its run log stays)."""
+
+    async def go() -> None:
+        async with runtime.connect(state.settings()) as c:
+            await c.dead_discard(job_id)
+
+    run(go())
+    out.print(f"job {job_id} discarded")

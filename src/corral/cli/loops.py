@@ -1,0 +1,187 @@
+"""`corral serve`, `dispatcher` and `reconciler`: the long-running loops, with logging,
+signal handling and the demo jobs of `make run`; and `corral health`, their probe."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.logging import RichHandler
+
+from corral import client, clock, config, errors, health, runtime
+from corral.cli.common import State, config_option, err, out, run
+
+DEMO_JOBS: list[dict[str, Any]] = [
+    {"key": "demo-hello", "command": ["sh", "-c", "echo hello from corral; sleep 1"]},
+    {"key": "demo-urgent", "command": ["sh", "-c", "echo urgent work first"], "priority": 10},
+    {"key": "demo-slow", "command": ["sh", "-c", "echo working; sleep 5; echo done"]},
+    {
+        "key": "demo-env",
+        "command": [
+            "sh",
+            "-c",
+            "echo job $CORRAL_JOB_ID attempt $CORRAL_ATTEMPT fence $CORRAL_FENCE",
+        ],
+    },
+    {
+        "key": "demo-flaky",
+        "command": ["sh", "-c", "echo failing on purpose >&2; exit 3"],
+        "max_attempts": 2,
+    },
+]
+
+
+def setup_logging(settings: config.Settings) -> None:
+    logging.basicConfig(
+        level=settings.log_level,
+        format="%(name)s: %(message)s",
+        handlers=[RichHandler(console=err, show_path=False, rich_tracebacks=True)],
+    )
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+
+
+async def until_signalled(body: Callable[[asyncio.Event], Awaitable[None]]) -> None:
+    """Run `body(stop)`; SIGTERM or SIGINT sets `stop` so the body can end cleanly."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await body(stop)
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+
+
+async def _serve(settings: config.Settings, *, demo: bool, dispatch: bool, reconcile: bool) -> None:
+    async def ready(rt: runtime.Runtime) -> None:
+        if demo:
+            await _submit_demo(
+                client.Client(
+                    store=rt.store, executors=rt.executors, settings=settings, clock=rt.clock
+                )
+            )
+        doing = " and ".join(
+            what for what, on in (("dispatching", dispatch), ("reconciling", reconcile)) if on
+        )
+        err.print(
+            f"corral is {doing} on {rt.store.url} with executors: {', '.join(rt.executors)}."
+            " Press Ctrl+C (or send SIGTERM) to stop."
+        )
+
+    await until_signalled(
+        lambda stop: runtime.serve(
+            settings, stop, dispatch=dispatch, reconcile=reconcile, on_ready=ready
+        )
+    )
+
+
+async def _submit_demo(c: client.Client) -> None:
+    made = 0
+    for job in DEMO_JOBS:
+        _, created = await c.submit(
+            spec={"command": job["command"]},
+            idempotency_key=job["key"],
+            queue="demo",
+            priority=job.get("priority", 0),
+            max_attempts=job.get("max_attempts"),
+        )
+        made += created
+    if made:
+        err.print(
+            f"submitted {made} demo jobs; watch them with `.venv/bin/corral jobs list`"
+            " in another terminal"
+        )
+
+
+HEALTH_FILE = click.option(
+    "--health-file",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="Note every finished tick and pass in this file, for `corral health`"
+    " (default: the health_file setting).",
+)
+
+
+@click.command()
+@click.option("--demo", is_flag=True, help="Submit a few demo jobs on first start.")
+@HEALTH_FILE
+@config_option
+@click.pass_obj
+def serve(state: State, demo: bool, health_file: Path | None) -> None:
+    """Run corral: the dispatcher and the reconciler."""
+    _run_loops(state, health_file, demo=demo, dispatch=True, reconcile=True)
+
+
+@click.command("dispatcher")
+@HEALTH_FILE
+@config_option
+@click.pass_obj
+def dispatcher_cmd(state: State, health_file: Path | None) -> None:
+    """Run the dispatcher loop alone."""
+    _run_loops(state, health_file, demo=False, dispatch=True, reconcile=False)
+
+
+@click.command("reconciler")
+@HEALTH_FILE
+@config_option
+@click.pass_obj
+def reconciler_cmd(state: State, health_file: Path | None) -> None:
+    """Run the reconciler loop alone (recovery: adopt, relaunch, complete, time out, lost)."""
+    _run_loops(state, health_file, demo=False, dispatch=False, reconcile=True)
+
+
+def _run_loops(
+    state: State, health_file: Path | None, *, demo: bool, dispatch: bool, reconcile: bool
+) -> None:
+    overrides: dict[str, Any] = {"health_file": health_file} if health_file else {}
+    settings = state.settings(**overrides)
+    setup_logging(settings)
+    run(_serve(settings, demo=demo, dispatch=dispatch, reconcile=reconcile))
+
+
+@click.command("health")
+@click.option(
+    "--file",
+    "path",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="The health file (default: the health_file setting).",
+)
+@click.option(
+    "--max-age",
+    default=None,
+    help=f"A loop whose last tick or pass ended longer ago than this is stuck, e.g. 90s"
+    f" (default {health.DEFAULT_MAX_AGE.total_seconds():g}s; with --ready, no age check).",
+)
+@click.option(
+    "--ready",
+    is_flag=True,
+    help="Only check that every loop has finished its first tick or pass.",
+)
+@config_option
+@click.pass_obj
+def health_cmd(state: State, path: Path | None, max_age: str | None, ready: bool) -> None:
+    """Exit 0 when a running corral's loops are alive (its health file is fresh), else 1.
+
+    For liveness and readiness probes: run corral with --health-file PATH (or the
+    health_file setting), and check that file here."""
+    if path is None:
+        path = state.settings(check_chain=False).health_file
+    if path is None:
+        raise errors.InvalidInput(
+            "no health file to check: give --file PATH or set health_file (CORRAL_HEALTH_FILE)"
+        )
+    limit = None if ready else health.DEFAULT_MAX_AGE
+    if max_age is not None:
+        try:
+            limit = config.parse_duration(max_age)
+        except ValueError as exc:
+            raise errors.InvalidInput(f"--max-age: {exc}") from None
+    said = health.check(path, now=clock.SystemClock().now(), max_age=limit)
+    out.print(said, markup=False, soft_wrap=True)

@@ -1,0 +1,248 @@
+"""How commands show jobs, attempts and the run log: as tables and blocks for people (never
+cutting an id, a state or a name, however narrow the terminal), and as JSON for programs."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from rich import box
+from rich.table import Table
+from rich.text import Text
+
+from corral import client, config, model
+from corral.cli.common import out
+
+
+def when(at: datetime | None) -> str:
+    return at.strftime("%Y-%m-%d %H:%M:%S") if at else "-"
+
+
+def iso(at: datetime | None) -> str | None:
+    return at.isoformat() if at else None
+
+
+def table(*columns: str, keep: Sequence[str] = ()) -> Table:
+    """A table whose columns fold rather than cut; the `keep` ones never wrap either."""
+    t = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    for name in columns:
+        t.add_column(name, overflow="fold", no_wrap=name in keep)
+    return t
+
+
+# --- jobs ---------------------------------------------------------------------------------------
+
+
+def attempts_text(job: model.Job) -> str:
+    """`charged/max`, and what did not count."""
+    text = f"{job.charged_attempts}/{job.max_attempts}"
+    if job.uncharged_attempts:
+        text += f" (+{job.uncharged_attempts} never launched)"
+    return text
+
+
+def job_dict(job: model.Job) -> dict[str, Any]:
+    return {
+        "id": job.id,
+        "state": job.state,
+        "queue": job.queue,
+        "pool": job.pool,
+        "tenant": job.tenant,
+        "priority": job.priority,
+        "executor": job.executor,
+        "spec": job.spec,
+        "payload": job.payload,
+        "attempts": job.attempt_count,
+        "charged_attempts": job.charged_attempts,
+        "max_attempts": job.max_attempts,
+        "run_at": job.run_at.isoformat(),
+        "idempotency_key": job.idempotency_key,
+        "labels": job.labels,
+        "policy": job.policy,
+        "code_version": job.code_version,
+        "created_at": job.created_at.isoformat(),
+        "updated_at": job.updated_at.isoformat(),
+    }
+
+
+def jobs_table(found: Sequence[model.Job]) -> Table:
+    t = table(
+        "id",
+        "state",
+        "queue",
+        "tenant",
+        "executor",
+        "prio",
+        "attempts",
+        "updated",
+        keep=("id", "state"),
+    )
+    for j in found:
+        t.add_row(
+            str(j.id),
+            j.state,
+            j.queue,
+            j.tenant,
+            j.executor,
+            str(j.priority),
+            attempts_text(j),
+            when(j.updated_at),
+        )
+    return t
+
+
+def attempt_dict(a: model.Attempt) -> dict[str, Any]:
+    return {
+        "fence": a.id,
+        "attempt": a.attempt_no,
+        "launch_name": a.launch_name,
+        "state": a.state,
+        "charged": a.charged,
+        "started_at": iso(a.started_at),
+        "finished_at": iso(a.finished_at),
+        "exit_code": a.exit_code,
+        "reason": a.reason,
+        "last_seen_at": iso(a.last_seen_at),
+        "deadline_at": iso(a.deadline_at),
+        "lease_until": iso(a.lease_until),
+        "failure_class": a.failure_class,
+        "fingerprint": a.fingerprint,
+    }
+
+
+def view_dict(view: client.JobView) -> dict[str, Any]:
+    return {
+        **job_dict(view.job),
+        "attempt_list": [attempt_dict(a) for a in view.attempts],
+        "events": [
+            {
+                "at": e.at.isoformat(),
+                "entity": e.entity,
+                "attempt_id": e.attempt_id,
+                "from": e.from_state,
+                "to": e.to_state,
+                "reason": e.reason,
+                "details": e.details,
+            }
+            for e in view.events
+        ],
+    }
+
+
+def print_view(view: client.JobView) -> None:
+    """A job, then one block per attempt (no column of an attempt is ever cut), then its
+    run log as a table whose reasons fold."""
+    j = view.job
+    out.print(Text.assemble((f"job {j.id}", "bold"), f"  {j.state}"))
+    facts = [
+        ("queue", j.queue),
+        ("tenant", j.tenant),
+        ("pool", j.pool or "-"),
+        ("executor", j.executor),
+        ("priority", str(j.priority)),
+        ("attempts", attempts_text(j)),
+        ("run at", when(j.run_at)),
+    ]
+    if j.idempotency_key:
+        facts.append(("idempotency key", j.idempotency_key))
+    if j.code_version:
+        facts.append(("code version", j.code_version))
+    facts.append(("spec", json.dumps(j.spec)))
+    for name, value in facts:
+        out.print(f"  {name}: {value}", markup=False, soft_wrap=False)
+    for a in view.attempts:
+        print_attempt(a)
+    events = table("at", "what", "from", "to", "reason", keep=("at", "from", "to"))
+    for e in view.events:
+        what = e.entity if e.attempt_id is None else f"{e.entity} (fence {e.attempt_id})"
+        events.add_row(when(e.at), what, e.from_state or "-", e.to_state, e.reason)
+    out.print(events)
+
+
+def print_attempt(a: model.Attempt) -> None:
+    head = f"attempt {a.attempt_no}  fence {a.id}  {a.launch_name}  {a.state}"
+    if not a.charged:
+        head += "  (not charged)"
+    out.print(Text(head, style="bold"), soft_wrap=True)
+    lines = [
+        f"started {when(a.started_at)}, finished {when(a.finished_at)}",
+        f"exit {'-' if a.exit_code is None else a.exit_code}"
+        + (f", class {a.failure_class}" if a.failure_class else "")
+        + (f", fingerprint {a.fingerprint}" if a.fingerprint else ""),
+    ]
+    if a.reason:
+        lines.append(f"reason: {a.reason}")
+    for line in lines:
+        out.print(f"  {line}", markup=False)
+
+
+def dead_table(views: Sequence[client.JobView]) -> Table:
+    t = table("id", "queue", "attempts", "last failure", "since", "class", "fingerprint")
+    t.columns[0].no_wrap = True
+    for v in views:
+        last = v.attempts[-1] if v.attempts else None
+        t.add_row(
+            str(v.job.id),
+            v.job.queue,
+            attempts_text(v.job),
+            (last.reason or "") if last else "",
+            when(v.job.updated_at),
+            (last.failure_class or "") if last else "",
+            (last.fingerprint or "") if last else "",
+        )
+    return t
+
+
+# --- the chain of limits ---------------------------------------------------------------------
+
+
+def short(setting: str) -> str:
+    return setting.removeprefix("timeouts.").removeprefix("executors.")
+
+
+def _amount(c: config.LinkCheck, units: int) -> float | int:
+    return units / 1_000_000 if c.link.inner.startswith("timeouts.") else units
+
+
+def chain_dict(settings: config.Settings) -> dict[str, Any]:
+    """`corral check --json`: every link with its values (seconds, or counts), and the
+    broken ones in words."""
+    links = []
+    for c in config.chain(settings):
+        link = c.link
+        links.append(
+            {
+                "inner": link.inner,
+                "extra": link.extra,
+                "outer": link.outer,
+                "margin": link.margin,
+                "unit": "seconds" if link.inner.startswith("timeouts.") else "count",
+                "inner_value": _amount(c, c.inner),
+                "extra_value": _amount(c, c.extra) if link.extra else None,
+                "outer_value": _amount(c, c.outer),
+                "needed": _amount(c, c.needed),
+                "spare": _amount(c, c.spare),
+                "ok": c.ok,
+                "why": link.why,
+            }
+        )
+    broken = config.chain_violations(settings)
+    return {"ok": not broken, "links": links, "broken": broken}
+
+
+def chain_table(settings: config.Settings) -> Table:
+    t = table("inner < outer", "values", "to spare", "needs", "", keep=("to spare",))
+    t.title = "each inner limit must be shorter than the outer one by the margin it needs"
+    for c in config.chain(settings):
+        link = c.link
+        inner = short(link.inner) + (f" + {short(link.extra)}" if link.extra else "")
+        t.add_row(
+            f"{inner} {'<' if link.margin else '<='} {short(link.outer)}",
+            f"{c.show(c.inner + c.extra)} vs {c.show(c.outer)}",
+            c.show(c.spare),
+            f"{c.show(c.needed)} ({short(link.margin)})" if link.margin else "-",
+            "ok" if c.ok else "[red]BROKEN[/red]",
+        )
+    return t

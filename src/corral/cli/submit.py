@@ -1,0 +1,296 @@
+"""`corral submit`: a job from the command line, checked at the edge like any other, or
+the platform object its first attempt would create (`--dry-run`)."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from typing import Any
+
+import click
+import yaml
+
+from corral import clock, config, errors, model, runtime
+from corral.cli.common import State, config_option, err, out, parse_json, print_json, run
+from corral.executors import registry
+
+
+def labels_from(pairs: tuple[str, ...]) -> dict[str, str]:
+    labels = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise errors.InvalidInput(f"--label {pair!r}: use KEY=VALUE")
+        model.check_label(key, value)
+        labels[key] = value
+    return labels
+
+
+def policy_from(
+    text: str | None, *, deadline: str | None, heartbeat: bool, on_unknown: str | None
+) -> dict[str, Any]:
+    """--policy, with the shortcut options (--deadline, --heartbeat, --on-unknown) added.
+    A shortcut that says something else than --policy is refused: neither wins silently."""
+    policy = parse_json("--policy", text)
+    if text is not None and not isinstance(policy, dict):
+        raise errors.InvalidInput(
+            f'--policy: must be a JSON object, e.g. \'{{"limits": {{"attempt_deadline":'
+            f' "30s"}}}}\', not {text.strip()!r}'
+        )
+    policy = dict(policy or {})
+    if deadline is not None:
+        _seconds(deadline, "--deadline")
+        limits = policy.get("limits")
+        limits = dict(limits) if isinstance(limits, dict) else {}
+        given = limits.get("attempt_deadline")
+        if given is not None and _seconds(given) != _seconds(deadline, "--deadline"):
+            raise errors.InvalidInput(
+                f"--deadline {deadline} and --policy limits.attempt_deadline {given} disagree;"
+                " give one of them"
+            )
+        limits["attempt_deadline"] = deadline
+        policy["limits"] = limits
+    _agree(policy, "heartbeat", True if heartbeat else None, "--heartbeat")
+    _agree(policy, "on_unknown", on_unknown, "--on-unknown")
+    return policy
+
+
+def _agree(policy: dict[str, Any], field: str, value: Any, option: str) -> None:
+    if value is None:
+        return
+    if field in policy and policy[field] != value:
+        raise errors.InvalidInput(
+            f"{option} and --policy {field} {json.dumps(policy[field])} disagree; give one of them"
+        )
+    policy[field] = value
+
+
+def _seconds(value: Any, where: str = "--policy limits.attempt_deadline") -> timedelta | None:
+    try:
+        return config.parse_duration(value)
+    except ValueError as exc:
+        if where == "--deadline":
+            raise errors.InvalidInput(f"--deadline: {exc}") from None
+        return None  # the policy's own check names it
+
+
+def spec_from(
+    executor: str,
+    command: tuple[str, ...],
+    spec_json: str | None,
+    *,
+    image: str | None,
+    placement: str | None,
+) -> Any:
+    """The executor spec from --spec (checked by its executor), or from the command."""
+    spec = parse_json("--spec", spec_json)
+    if spec_json is not None:
+        if command or image or placement:
+            raise errors.InvalidInput(
+                "give either --spec or a command after -- (with --image, --placement), not both"
+            )
+        return spec
+    containers = registry.containers()
+    if executor in containers:
+        made: dict[str, Any] = {"image": image, "command": list(command)}
+        if placement is not None:
+            made["placement"] = placement
+        return made
+    if image or placement:
+        raise errors.InvalidInput(
+            f"--image and --placement are for --executor {' or '.join(containers)}"
+        )
+    if not command:
+        raise errors.InvalidInput(
+            "nothing to run: give the command after --, e.g. corral submit -- echo hi"
+        )
+    return {"command": list(command)}
+
+
+def print_dry_run(
+    state: State,
+    *,
+    spec: Any,
+    executor: str,
+    max_attempts: int | None,
+    output: str,
+    **fields: Any,
+) -> None:
+    """Print the platform object the first attempt would create; nothing is stored."""
+    from corral import client  # the client's checks, without a store
+
+    settings = state.settings()
+    reg = registry.get(executor) if executor in registry.known() else None
+    if reg is None or reg.dry_run is None:
+        with_dry_run = [k for k in registry.known() if registry.get(k).dry_run]
+        raise errors.InvalidInput(
+            f"--dry-run: prints the platform object of --executor {' or '.join(with_dry_run)},"
+            f" not of {executor!r}"
+        )
+    now = clock.SystemClock().now()
+    draft = model.NewJob(
+        executor=executor,
+        spec=spec,
+        max_attempts=settings.default_max_attempts if max_attempts is None else max_attempts,
+        **fields,
+    )
+    checker = registry.checker(executor, settings, clock.SystemClock())
+    job = client.check_job(draft, executors={executor: checker}, settings=settings)
+    doc = reg.dry_run(job, settings, now)
+    # Plain writes: a console would wrap long lines, and the output is meant for kubectl.
+    text = (
+        json.dumps(doc, indent=2) + "\n"
+        if output == "json"
+        else yaml.safe_dump(doc, sort_keys=False)
+    )
+    click.echo(text, nl=False)
+    err.print("dry run: nothing stored or created; job id and fence read 0 until it is stored")
+
+
+def _payload(payload_json: str | None, payload_file: Any) -> Any:
+    if payload_file is not None:
+        if payload_json is not None:
+            raise errors.InvalidInput("give either --payload or --payload-file, not both")
+        try:
+            payload_json = payload_file.read()
+        except UnicodeDecodeError as exc:
+            raise errors.InvalidInput(f"--payload-file: not UTF-8 text ({exc.reason})") from None
+        return parse_json("--payload-file", payload_json)
+    return parse_json("--payload", payload_json)
+
+
+def _executor_help() -> str:
+    return "Where it runs: " + ", ".join(registry.known()) + " (enabled in executors.enabled)."
+
+
+@click.command(context_settings={"allow_interspersed_args": False})
+@click.option("--queue", default="default", show_default=True)
+@click.option("--pool", default=None, help="A pool from [pools]: caps how many run at once.")
+@click.option("--priority", type=int, default=0, show_default=True, help="Higher runs first.")
+@click.option("--tenant", default="default", show_default=True)
+@click.option(
+    "--idempotency-key", default=None, help="Submitting the same key again returns the first job."
+)
+@click.option(
+    "--code-version",
+    default=None,
+    help="What the job's code is (a git sha, an image tag): CORRAL_CODE_VERSION in each"
+    " attempt, stamped by the fenced sinks on what it writes.",
+)
+@click.option(
+    "--max-attempts",
+    type=int,
+    default=None,
+    help="Attempts before the job fails (default from settings).",
+)
+@click.option("--label", "label_pairs", multiple=True, metavar="KEY=VALUE")
+@click.option("--executor", default="process", show_default=True, help=_executor_help())
+@click.option(
+    "--spec", "spec_json", default=None, help="Executor spec as JSON (instead of a command)."
+)
+@click.option("--payload", "payload_json", default=None, help="Payload as JSON.")
+@click.option(
+    "--payload-file",
+    type=click.File("r"),
+    default=None,
+    help="Payload as JSON from a file (- for stdin).",
+)
+@click.option(
+    "--policy",
+    "policy_json",
+    default=None,
+    help='The job\'s own policy as a JSON object, e.g. \'{"failure_rules": [{"on_exit_codes":'
+    ' {"operator": "In", "values": [3]}, "action": "fail"}]}\'.',
+)
+@click.option(
+    "--deadline",
+    default=None,
+    help="Tighten the attempt deadline, e.g. 30s or 5m; the inner limits shrink with it.",
+)
+@click.option(
+    "--heartbeat",
+    is_flag=True,
+    help="The job sends heartbeats (`corral heartbeat`); silence past its lease is unknown.",
+)
+@click.option(
+    "--on-unknown",
+    type=click.Choice(["wait", "fence_and_relaunch"]),
+    default=None,
+    help="What to do when the attempt's state is unknown (default wait).",
+)
+@click.option("--image", default=None, help="Container image (executor kubernetes or argo).")
+@click.option("--placement", default=None, help="Placement class (executor kubernetes or argo).")
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Print the Job or Workflow the first attempt would create; store and create nothing.",
+)
+@click.option(
+    "-o",
+    "--output",
+    type=click.Choice(["yaml", "json"]),
+    default=None,
+    help="With --dry-run: the format (default yaml).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@config_option
+@click.argument("command", nargs=-1)
+@click.pass_obj
+def submit(
+    state: State,
+    /,
+    command: tuple[str, ...],
+    label_pairs: tuple[str, ...],
+    spec_json: str | None,
+    payload_json: str | None,
+    payload_file: Any,
+    as_json: bool,
+    policy_json: str | None,
+    deadline: str | None,
+    heartbeat: bool,
+    on_unknown: str | None,
+    image: str | None,
+    placement: str | None,
+    dry_run: bool,
+    output: str | None,
+    **options: Any,
+) -> None:
+    """Submit a job: corral submit [OPTIONS] -- CMD [ARGS...]"""
+    if output is not None and not dry_run:
+        raise errors.InvalidInput(
+            "-o/--output is the format of --dry-run's object; to print the submitted job"
+            " as JSON, use --json"
+        )
+    if dry_run and as_json:
+        raise errors.InvalidInput("--dry-run prints the object itself: use -o json, not --json")
+    policy = policy_from(policy_json, deadline=deadline, heartbeat=heartbeat, on_unknown=on_unknown)
+    spec = spec_from(options["executor"], command, spec_json, image=image, placement=placement)
+    labels = labels_from(label_pairs)
+    payload = _payload(payload_json, payload_file)
+    if dry_run:
+        print_dry_run(
+            state,
+            spec=spec,
+            payload=payload,
+            labels=labels,
+            policy=policy,
+            output=output or "yaml",
+            **options,
+        )
+        return
+
+    async def go() -> tuple[int, bool]:
+        async with runtime.connect(state.settings()) as c:
+            return await c.submit(
+                spec=spec, payload=payload, labels=labels, policy=policy, **options
+            )
+
+    job_id, created = run(go())
+    if as_json:
+        print_json({"id": job_id, "created": created})
+        return
+    out.print(job_id)
+    if not created:
+        err.print(
+            f"job {job_id} already exists for this idempotency key; nothing new was submitted"
+        )

@@ -1,0 +1,103 @@
+"""corral's own executors, as pyproject.toml registers them in the `corral.executors`
+entry-point group (see registry.py). The cluster executors' modules are imported only
+when one is asked for: the Kubernetes clients take most of a second to load, which every
+other command (`corral heartbeat` inside a job, say) would pay for nothing."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from corral import clock, config, model
+from corral.executors.base import Executor
+from corral.executors.process import ProcessExecutor
+from corral.executors.registry import Registration, SpecChecker
+
+
+def _process(settings: config.Settings, clk: clock.Clock) -> Executor:
+    return ProcessExecutor(
+        root=settings.process_root,
+        clock=clk,
+        kill_grace=settings.timeouts.cancel_grace.total_seconds(),
+        retention=settings.executors.process.retention,
+    )
+
+
+def _process_reach(settings: config.Settings) -> str | None:
+    if settings.jobs_get_database_url or settings.api_url:
+        return None
+    return (
+        "with jobs_get_database_url off, a process job cannot reach corral to send"
+        " heartbeats; set api_url or turn jobs_get_database_url on"
+    )
+
+
+def _cluster_reach(settings: config.Settings) -> str | None:
+    if settings.api_url or settings.executors.kubernetes.database_url_secret:
+        return None
+    return (
+        "a job on Kubernetes cannot reach corral to send heartbeats; set"
+        " executors.kubernetes.database_url_secret (or api_url)"
+    )
+
+
+def _kubernetes(settings: config.Settings, clk: clock.Clock) -> Executor:
+    from corral.executors.kubernetes import KubernetesExecutor
+
+    return KubernetesExecutor(settings=settings, clock=clk)
+
+
+def _kubernetes_checker(settings: config.Settings) -> SpecChecker:
+    from corral.executors.kubernetes import JobTemplate
+
+    return JobTemplate(settings)
+
+
+def _kubernetes_dry_run(job: model.NewJob, settings: config.Settings, now: datetime) -> Any:
+    from corral.executors import kubernetes
+
+    return kubernetes.dry_run(job, settings, now)
+
+
+def _argo(settings: config.Settings, clk: clock.Clock) -> Executor:
+    from corral.executors.argo import ArgoExecutor
+
+    return ArgoExecutor(settings=settings, clock=clk)
+
+
+def _argo_checker(settings: config.Settings) -> SpecChecker:
+    from corral.executors.argo import WorkflowTemplate
+
+    return WorkflowTemplate(settings)
+
+
+def _argo_dry_run(job: model.NewJob, settings: config.Settings, now: datetime) -> Any:
+    from corral.executors import argo
+
+    return argo.dry_run(job, settings, now)
+
+
+PROCESS = Registration(
+    kind="process",
+    summary="a local process in a run folder, supervised (the embedded default)",
+    build=_process,
+    reach=_process_reach,
+)
+KUBERNETES = Registration(
+    kind="kubernetes",
+    summary="a batch/v1 Job in executors.kubernetes.namespace",
+    build=_kubernetes,
+    checker=_kubernetes_checker,
+    dry_run=_kubernetes_dry_run,
+    container=True,
+    reach=_cluster_reach,
+)
+ARGO = Registration(
+    kind="argo",
+    summary="an Argo Workflow (one container step) in executors.kubernetes.namespace",
+    build=_argo,
+    checker=_argo_checker,
+    dry_run=_argo_dry_run,
+    container=True,
+    reach=_cluster_reach,
+)

@@ -1,0 +1,85 @@
+"""The one table of executors: every kind corral can run, read from the entry-point group
+`corral.executors`. corral registers its own there (pyproject.toml); a package outside
+corral adds one the same way, pointing at a Registration:
+
+    [project.entry-points."corral.executors"]
+    nomad = "corral_nomad:REGISTRATION"
+
+Settings (`executors.enabled`), the runtime, the CLI (`--executor`, `--image`,
+`--dry-run`), the client (spec checks, heartbeat reach) and the executor contract suite
+all read this table, so adding an executor touches nothing else in corral. A registration
+must be cheap to import: build the executor, and import heavy clients, only when asked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol
+
+from corral import clock, config, entrypoints, errors, model
+from corral.executors.base import Executor
+
+GROUP = entrypoints.EXECUTORS
+
+
+class SpecChecker(Protocol):
+    """What checking a job's spec needs of an executor (no platform is asked)."""
+
+    def validate_spec(self, spec: Mapping[str, Any]) -> dict[str, Any]: ...
+
+
+DryRun = Callable[[model.NewJob, config.Settings, datetime], dict[str, Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class Registration:
+    """How corral knows one executor."""
+
+    kind: str
+    """The name jobs use (`--executor KIND`, `executors.enabled`): the entry's name."""
+    summary: str
+    """One line: what an attempt becomes on this platform."""
+    build: Callable[[config.Settings, clock.Clock], Executor]
+    """The executor these settings make, not yet started."""
+    checker: Callable[[config.Settings], SpecChecker] | None = None
+    """What checks a spec without starting anything (for --dry-run); default: build it."""
+    dry_run: DryRun | None = None
+    """The platform object a job's first attempt would create, for `--dry-run`."""
+    container: bool = False
+    """The spec is an image and a command: the CLI's --image and --placement apply."""
+    reach: Callable[[config.Settings], str | None] | None = None
+    """Why a job that sends heartbeats cannot reach corral from this platform with these
+    settings (what to set), or None when it can."""
+
+
+def known() -> tuple[str, ...]:
+    """Every registered kind, sorted (nothing is imported)."""
+    return entrypoints.names(GROUP)
+
+
+def get(kind: str) -> Registration:
+    """The registration of `kind`; ConfigError naming the known kinds when there is none."""
+    if kind not in known():
+        raise errors.ConfigError(
+            f"unknown executor {kind!r}; known: {', '.join(known()) or 'none'}"
+        )
+    found = entrypoints.load(GROUP, kind)
+    if not isinstance(found, Registration) or found.kind != kind:
+        raise errors.ConfigError(
+            f"executor entry {kind!r} must point at a Registration with kind {kind!r},"
+            f" not {found!r}"
+        )
+    return found
+
+
+def checker(kind: str, settings: config.Settings, clk: clock.Clock) -> SpecChecker:
+    """What checks `kind`'s specs under these settings, without starting anything."""
+    reg = get(kind)
+    return reg.checker(settings) if reg.checker else reg.build(settings, clk)
+
+
+def containers() -> tuple[str, ...]:
+    """The kinds whose spec is an image and a command."""
+    return tuple(k for k in known() if get(k).container)
