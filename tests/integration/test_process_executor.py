@@ -417,7 +417,7 @@ async def test_events_end_on_close(executor: process.ProcessExecutor) -> None:
     ("spec", "field"),
     [
         ({"command": []}, "command"),
-        ({"command": ["echo", ""]}, "command"),
+        ({"command": ["", "x"]}, "command"),
         ({"command": "echo hi"}, "command"),
         ({}, "command"),
         ({"command": ["true"], "image": "x"}, "image"),
