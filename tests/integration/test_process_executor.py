@@ -11,6 +11,7 @@ import shutil
 import signal
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import AsyncIterator, Sequence
 from datetime import timedelta
@@ -686,3 +687,51 @@ async def test_a_relaunch_of_a_run_still_there_stops_nothing(
     assert alive(shim)
     assert alive(child)
     assert processes_of(patient.root / "there-1") == [child]
+
+
+def lock_waiters(root: Path) -> list[str]:
+    """Who waits for the claims lock of `root` now, from /proc/locks: READ for a shim
+    about to claim its name, WRITE for a relaunch about to look for earlier copies."""
+    inode = os.stat(root).st_ino
+    waiting = []
+    for line in Path("/proc/locks").read_text().splitlines():
+        fields = line.split()
+        if fields[1] == "->" and fields[6].rsplit(":", 1)[-1] == str(inode):
+            waiting.append(fields[4])
+    return waiting
+
+
+async def test_a_relaunch_never_stops_the_first_launch_that_claims_the_name_meanwhile(
+    patient: process.ProcessExecutor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a slow machine recovery may relaunch a name whose first launch is still under way
+    (past launch_grace). The relaunch finds no run folder, so it looks in /proc for the
+    processes of an earlier copy; if the first launch's shim could claim the name and start
+    its command in between, the relaunch would kill the very launch it then finds there.
+    Here /proc is read only once the first launch has come as far as it can meanwhile."""
+    listing, resume = threading.Event(), threading.Event()
+    scandir = os.scandir
+
+    def slow_proc(path: Any = ".") -> Any:
+        if str(path) == "/proc" and not resume.is_set():
+            listing.set()
+            resume.wait(PATIENCE)
+        return scandir(path)
+
+    monkeypatch.setattr(os, "scandir", slow_proc)
+    launch = make_launch("slow-1", ["sleep", "300"])
+    relaunch = asyncio.create_task(patient.launch(relaunch_of(launch)))
+    await eventually(listing.is_set, what="the relaunch about to read /proc")
+    first = asyncio.create_task(patient.launch(launch))
+    await eventually(
+        lambda: first.done() or "READ" in lock_waiters(patient.root),
+        what="the first launch started, or its shim waiting to claim the name",
+    )
+    resume.set()
+    await asyncio.wait_for(relaunch, PATIENCE)
+    with pytest.raises(errors.ExecutorError, match="no answer"):
+        await first  # its shim was stopped before it claimed the name: the relaunch made it
+    obs = (await patient.observe(["slow-1"]))["slow-1"]
+    assert (obs.phase, obs.reason) == (model.Phase.RUNNING, None), "its supervisor is alive"
+    run_dir = patient.root / "slow-1"
+    assert processes_of(run_dir) == [pid_of(run_dir, "child.pid")], "one copy"
