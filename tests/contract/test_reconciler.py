@@ -248,6 +248,7 @@ async def test_the_same_completion_from_everywhere_applies_once(
     assert events.count(("job", "queued")) == 2  # submitted, then one retry
 
 
+@pytest.mark.timeout(4 * PATIENCE)
 async def test_the_first_pass_waits_for_executors_to_be_ready(
     db: store.Store, db_url: str, tmp_path: Path
 ) -> None:

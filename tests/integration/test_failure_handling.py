@@ -28,7 +28,7 @@ LEASE = "10s"
 """The lease of the jobs that send heartbeats: a job's first one comes from a Python that
 has to start and import corral, which takes seconds on a loaded machine."""
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(4 * PATIENCE)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(6 * PATIENCE)]
 
 
 async def test_a_poison_pill_is_quarantined_and_never_launched_again(corral: Corral) -> None:

@@ -21,7 +21,7 @@ from tests.support import kube_api
 from tests.support.launches import make_launch
 from tests.support.wait import PATIENCE, eventually
 
-pytestmark = pytest.mark.timeout(4 * PATIENCE)  # a test waits for at most four things
+pytestmark = pytest.mark.timeout(6 * PATIENCE)  # a test waits for at most six things
 
 NS = "default"
 JOBS_URL = "/apis/batch/v1/namespaces/default/jobs"
