@@ -399,7 +399,9 @@ def test_serve_runs_jobs_and_stops_cleanly_on_sigterm(corral: Run, tmp_path: Pat
 def test_a_job_started_before_a_crash_completes_after_the_restart(
     corral: Run, tmp_path: Path
 ) -> None:
-    job_id = corral("submit", "--", "sh", "-c", "sleep 2; echo survived").stdout.strip()
+    gate = tmp_path / "go"  # the job runs until the test opens it: past the crash
+    script = f"while [ ! -e {gate} ]; do sleep 0.05; done; echo survived"
+    job_id = corral("submit", "--", "sh", "-c", script).stdout.strip()
     first = serve(tmp_path)
     try:
         deadline = time.monotonic() + 60
@@ -411,6 +413,7 @@ def test_a_job_started_before_a_crash_completes_after_the_restart(
         first.communicate(timeout=60)
     assert job(corral, job_id)["state"] == "running"
     second = serve(tmp_path)
+    gate.touch()
     try:
         done = wait_for_state(corral, job_id, "succeeded")
     finally:
