@@ -122,6 +122,7 @@ def seed(db: Database, *, state: str, count: int) -> None:
         )
     engine = store.dialects.engine_create(db.url)
     with engine.begin() as conn:
+        store.dialects.statements_unbounded(conn)  # a bulk load may outlast statement_timeout
         conn.exec_driver_sql(sql)
         conn.exec_driver_sql("ANALYZE")
     engine.dispose()

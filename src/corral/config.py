@@ -24,6 +24,7 @@ from pydantic import (
     Field,
     PlainSerializer,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -53,6 +54,20 @@ def parse_duration(value: Any) -> timedelta:
     return timedelta(seconds=seconds)
 
 
+def format_duration(value: timedelta) -> str:
+    """A duration as a person writes it (and parse_duration reads it): 500ms, 2.5s, 5m, 1h30m."""
+    seconds = value.total_seconds()
+    if seconds < 1:
+        return f"{seconds * 1000:g}ms"
+    if seconds < 60 or seconds != int(seconds):
+        return f"{seconds:g}s"
+    days, rest = divmod(int(seconds), 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    parts = ((days, "d"), (hours, "h"), (minutes, "m"), (secs, "s"))
+    return "".join(f"{n}{unit}" for n, unit in parts if n)
+
+
 def _seconds(value: Any) -> float | None:
     if isinstance(value, timedelta):
         return value.total_seconds()
@@ -76,14 +91,27 @@ Duration = Annotated[
 ]
 
 
-_INNER = (
-    ("attempt_deadline", "step_deadline", "margin"),
-    ("step_deadline", "http_request_timeout", "margin"),
-    ("lease_timeout", "heartbeat_interval", "margin"),
-    ("dispatch_interval", "tick_deadline", "tick_margin"),
-    ("launch_grace", "tick_deadline", "tick_margin"),
+_INNER: tuple[tuple[str, str, str | None, str | None], ...] = (
+    ("attempt_deadline", "step_deadline", "margin", None),
+    ("step_deadline", "http_request_timeout", "margin", None),
+    ("lease_timeout", "heartbeat_interval", "margin", None),
+    ("dispatch_interval", "tick_deadline", "tick_margin", None),
+    ("launch_grace", "tick_deadline", "tick_margin", None),
+    ("launch_grace", "database_transaction_timeout", "tick_margin", "tick_deadline"),
+    ("lease_timeout", "database_transaction_timeout", None, None),
+    ("database_transaction_timeout", "database_statement_timeout", "tick_margin", None),
+    ("database_statement_timeout", "database_lock_timeout", "tick_margin", None),
+    ("database_transaction_timeout", "database_idle_timeout", "tick_margin", None),
+    ("database_transaction_timeout", "database_tcp_timeout", "tick_margin", None),
+    ("database_transaction_timeout", "database_connect_timeout", "tick_margin", None),
 )
-"""(outer, inner, margin): an inner limit left unset is tightened with its outer one."""
+"""(outer, inner, margin, extra): an inner limit left unset is tightened with its outer one,
+to at most outer - margin - extra (a margin of None: no margin). In this order, so that a
+limit that follows is itself followed."""
+
+_WHOLE_SECONDS = {"database_connect_timeout": 2}
+"""Limits libpq counts in whole seconds, and the least each may be: one that follows its
+outer limit down is rounded down to whole seconds, and stops at that least."""
 
 
 def tighten_inner(
@@ -93,10 +121,16 @@ def tighten_inner(
     where it must be, to its outer limit less the margin (never below 1ms). `for_job`: the
     limits are a job's own, whose margin may shrink with them (see `job_margin`)."""
     out = dict(limits)
-    for outer, inner, margin in _INNER:
-        spare = job_margin(out[margin], out[outer]) if for_job else out[margin]
-        room = out[outer] - spare
-        if inner not in given and out[inner] > room >= timedelta(seconds=MIN_DURATION):
+    for outer, inner, margin, extra in _INNER:
+        spare = out[margin] if margin else timedelta(0)
+        if for_job and margin:
+            spare = job_margin(spare, out[outer])
+        room = out[outer] - spare - (out[extra] if extra else timedelta(0))
+        least = timedelta(seconds=MIN_DURATION)
+        if inner in _WHOLE_SECONDS:
+            room = timedelta(seconds=room // timedelta(seconds=1))
+            least = timedelta(seconds=_WHOLE_SECONDS[inner])
+        if inner not in given and out[inner] > room >= least:
             out[inner] = room
     return out
 
@@ -167,7 +201,7 @@ class Timeouts(BaseModel):
     )
     tick_margin: Duration = Field(
         timedelta(milliseconds=100),
-        description="The margin for the links between sub-second limits (the tick's).",
+        description="The margin for the links between short limits: the tick's and the database's.",
     )
     heartbeat_interval: Duration = Field(
         timedelta(seconds=20),
@@ -179,6 +213,50 @@ class Timeouts(BaseModel):
     http_request_timeout: Duration = Field(
         timedelta(seconds=30), description="The longest one HTTP request of a step may take."
     )
+    database_wait: Duration = Field(
+        timedelta(minutes=5),
+        description="At start, how long serve, dispatcher and reconciler keep trying to reach"
+        " a database that cannot be reached (with growing pauses) before they give up.",
+    )
+    database_connect_timeout: Duration = Field(
+        timedelta(seconds=5),
+        description="PostgreSQL: the longest making one connection may take (libpq's"
+        " connect_timeout, in whole seconds, at least 2).",
+    )
+    database_tcp_timeout: Duration = Field(
+        timedelta(seconds=10),
+        description="PostgreSQL: a connection whose other end stays silent this long is"
+        " dropped, on corral's side and on the server's (TCP keepalives, tcp_user_timeout),"
+        " so the server ends a cut client's transaction and frees its row locks.",
+    )
+    database_lock_timeout: Duration = Field(
+        timedelta(seconds=2),
+        description="PostgreSQL: the longest a statement waits for a lock (lock_timeout);"
+        " then it fails, and the work is tried again.",
+    )
+    database_statement_timeout: Duration = Field(
+        timedelta(seconds=10),
+        description="PostgreSQL: the longest one statement may run (statement_timeout).",
+    )
+    database_idle_timeout: Duration = Field(
+        timedelta(seconds=10),
+        description="PostgreSQL: the server ends a session that stays idle this long inside"
+        " a transaction (idle_in_transaction_session_timeout), releasing its locks.",
+    )
+    database_transaction_timeout: Duration = Field(
+        timedelta(seconds=20),
+        description="PostgreSQL: corral gives up one call to the store (a transaction,"
+        " connecting included) after this long without an answer; the backstop for when"
+        " the network is gone and the server's own limits cannot say so.",
+    )
+
+    @field_validator(*_WHOLE_SECONDS)
+    @classmethod
+    def _whole_seconds(cls, value: timedelta, info: ValidationInfo) -> timedelta:
+        seconds, least = value.total_seconds(), _WHOLE_SECONDS[str(info.field_name)]
+        if seconds < least or seconds != int(seconds):
+            raise ValueError(f"{seconds:g}s: libpq counts it in whole seconds, at least {least}")
+        return value
 
 
 class BudgetSettings(BaseModel):
@@ -619,7 +697,10 @@ class Link:
     """One relation of the chain: `inner` (plus `extra`) must stay below `outer`.
 
     A strict link needs at least the setting named by `margin` to spare; a loose one
-    (margin None) only `<=`.
+    (margin None) only `<=`. A `postgres_only` link is about corral's own connections to
+    PostgreSQL: it is checked only when database_url is a PostgreSQL one (SQLite uses none
+    of those limits), and always with corral's own settings (a job's tighter limits do not
+    make corral's transactions any shorter).
     """
 
     inner: str
@@ -627,6 +708,7 @@ class Link:
     why: str
     margin: str | None = "timeouts.margin"
     extra: str | None = None
+    postgres_only: bool = False
 
 
 CHAIN = (
@@ -688,6 +770,63 @@ CHAIN = (
         why="one reconciler pass must be able to repair every attempt of a tick that failed"
         " half-way",
     ),
+    Link(
+        "timeouts.database_lock_timeout",
+        "timeouts.database_statement_timeout",
+        margin="timeouts.tick_margin",
+        postgres_only=True,
+        why="a statement kept waiting for a lock must fail as a lock wait, which says what"
+        " held it up, before it fails as a slow statement",
+    ),
+    Link(
+        "timeouts.database_statement_timeout",
+        "timeouts.database_transaction_timeout",
+        margin="timeouts.tick_margin",
+        postgres_only=True,
+        why="the server must stop a slow statement, and say why, before corral gives up"
+        " waiting for its answer",
+    ),
+    Link(
+        "timeouts.database_connect_timeout",
+        "timeouts.database_transaction_timeout",
+        margin="timeouts.tick_margin",
+        postgres_only=True,
+        why="connecting is part of a call to the store: a server that cannot be reached must"
+        " fail as such before the call is given up",
+    ),
+    Link(
+        "timeouts.database_tcp_timeout",
+        "timeouts.database_transaction_timeout",
+        margin="timeouts.tick_margin",
+        postgres_only=True,
+        why="a connection cut in the middle of a call must be found dead, freeing the thread"
+        " that waits on it, before the call is given up; or given-up calls pile up in the"
+        " store's threads",
+    ),
+    Link(
+        "timeouts.database_idle_timeout",
+        "timeouts.database_transaction_timeout",
+        margin="timeouts.tick_margin",
+        postgres_only=True,
+        why="the server must end the transaction of a client gone silent, and free its row"
+        " locks, before that client gives the call up and tries again behind those locks",
+    ),
+    Link(
+        "timeouts.database_transaction_timeout",
+        "timeouts.launch_grace",
+        extra="timeouts.tick_deadline",
+        margin="timeouts.tick_margin",
+        postgres_only=True,
+        why="a claim whose answer comes late must be given up, or its attempts launched,"
+        " before recovery looks at them",
+    ),
+    Link(
+        "timeouts.database_transaction_timeout",
+        "timeouts.lease_timeout",
+        margin=None,
+        postgres_only=True,
+        why="a write that renews a lease must end, or be given up, within the lease",
+    ),
 )
 
 JOB_LIMITS = (
@@ -710,6 +849,7 @@ class LinkCheck:
     extra: int
     outer: int
     needed: int  # the margin for a strict link, else 0
+    applies: bool = True  # False: a PostgreSQL link, on SQLite
 
     @property
     def spare(self) -> int:
@@ -730,31 +870,37 @@ def chain(
     settings: Settings, limits: Mapping[str, timedelta] | None = None, *, for_job: bool = False
 ) -> list[LinkCheck]:
     """Every link of the chain, with this configuration's values; `limits` replaces some
-    time limits (a job's own, by name without `timeouts.`). `for_job`: a link whose outer
-    limit is one a job sets needs only the job's margin (`job_margin`)."""
+    time limits (a job's own, by name without `timeouts.`) in all but PostgreSQL links.
+    `for_job`: a link whose outer limit is one a job sets needs only the job's margin
+    (`job_margin`)."""
     replaced = {f"timeouts.{name}": value for name, value in (limits or {}).items()}
+    postgres = not settings.database_url.startswith("sqlite:")
 
-    def value(dotted: str) -> Any:
-        return replaced[dotted] if dotted in replaced else _get(settings, dotted)
+    def check(link: Link) -> LinkCheck:
+        def value(dotted: str) -> Any:
+            if dotted in replaced and not link.postgres_only:
+                return replaced[dotted]
+            return _get(settings, dotted)
 
-    def needed(link: Link) -> int:
-        if link.margin is None:
-            return 0
-        margin = value(link.margin)
-        if for_job and link.outer.removeprefix("timeouts.") in JOB_LIMITS:
-            margin = job_margin(margin, value(link.outer))
-        return _units(margin)
+        def needed() -> int:
+            if link.margin is None:
+                return 0
+            margin = value(link.margin)
+            job_outer = link.outer.removeprefix("timeouts.") in JOB_LIMITS
+            if for_job and job_outer and not link.postgres_only:
+                margin = job_margin(margin, value(link.outer))
+            return _units(margin)
 
-    return [
-        LinkCheck(
+        return LinkCheck(
             link,
             inner=_units(value(link.inner)),
             extra=_units(value(link.extra)) if link.extra else 0,
             outer=_units(value(link.outer)),
-            needed=needed(link),
+            needed=needed(),
+            applies=postgres or not link.postgres_only,
         )
-        for link in CHAIN
-    ]
+
+    return [check(link) for link in CHAIN]
 
 
 def chain_violations(
@@ -763,7 +909,7 @@ def chain_violations(
     """One message per broken link, naming both settings, their values and the margin."""
     out = []
     for c in chain(settings, limits, for_job=for_job):
-        if c.ok:
+        if c.ok or not c.applies:
             continue
         link = c.link
         inner = f"{link.inner} ({c.show(c.inner)})"

@@ -8,7 +8,8 @@
     ├── NotFound               no such job or attempt (exit 1)
     ├── StaleFence             a newer attempt has replaced the one that asked (exit 3)
     ├── StoreError             the database failed or cannot be reached (exit 1)
-    │   └── SchemaOutOfDate    the database needs `corral db upgrade`
+    │   ├── SchemaOutOfDate    the database needs `corral db upgrade`
+    │   └── StoreUnavailable   no connection: refused, cut, timed out, or no answer in time
     ├── ExecutorError          a platform call failed
     │   ├── LaunchConflict     the launch name exists but carries another identity
     │   ├── LaunchRefused      the platform refused the object as invalid: no retry helps
@@ -58,6 +59,12 @@ class StoreError(CorralError):
 
 class SchemaOutOfDate(StoreError):
     """Raised when the database schema is older than this corral: run `corral db upgrade`."""
+
+
+class StoreUnavailable(StoreError):
+    """Raised when the database server cannot be reached: a connection could not be made or
+    was lost, or a call got no answer within timeouts.database_transaction_timeout. Trying
+    again later may succeed (long-running commands wait for it at start)."""
 
 
 class ExecutorError(CorralError):

@@ -3,19 +3,32 @@
 Every command that touches jobs opens a Runtime: the store is reached and its schema
 checked first, then the executors are started; closing undoes both. Running attempts are
 not touched by closing: they belong to their platform.
+
+A one-shot command fails at once when the database cannot be reached. The long-running
+loops (`serve`, which `dispatcher` and `reconciler` are too) wait for it at start, as they
+do mid-run: they try again with growing pauses (FIRST_PAUSE, doubling, at most
+LONGEST_PAUSE), one log line a try, for up to timeouts.database_wait, then give up with
+the last error. Only an unreachable server is waited for: a schema out of date or bad
+settings fail at once, since waiting cannot mend them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 
-from corral import client, clock, config, dispatcher, health, reconciler, retry, store
+from corral import client, clock, config, dispatcher, errors, health, reconciler, retry, store
 from corral.executors import registry
 from corral.executors.base import Executor
+
+log = logging.getLogger("corral.runtime")
+FIRST_PAUSE, LONGEST_PAUSE = 0.5, 10.0
+"""Seconds between two tries to reach the database at start: the first pause, the longest."""
 
 
 def executors_build(settings: config.Settings, clk: clock.Clock) -> dict[str, Executor]:
@@ -33,19 +46,75 @@ class Runtime:
     executors: dict[str, Executor]
 
 
+def pause_after(tries: int) -> float:
+    """Seconds to wait after the `tries`-th failed try to reach the database (from 1)."""
+    return min(FIRST_PAUSE * 2.0 ** min(tries - 1, 32), LONGEST_PAUSE)
+
+
+async def reach(
+    settings: config.Settings, clk: clock.Clock, stop: asyncio.Event
+) -> store.Store | None:
+    """The store, its schema checked, once the database can be reached; None when `stop` is
+    set while waiting for it. Raises the last error after timeouts.database_wait."""
+    db = store.Store.connect(settings.database_url, timeouts=settings.timeouts)
+    try:
+        if await _schema_checked(db, settings.timeouts.database_wait, clk, stop):
+            return db
+    except BaseException:
+        await db.close()
+        raise
+    await db.close()
+    return None
+
+
+async def _schema_checked(
+    db: store.Store, patience: timedelta, clk: clock.Clock, stop: asyncio.Event
+) -> bool:
+    """Check the schema until it passes (True) or `stop` is set (False), trying again while
+    the database cannot be reached, for up to `patience` of clock time."""
+    began, tries = clk.monotonic(), 0
+    while True:
+        try:
+            await db.check_schema()
+            return True
+        except errors.StoreUnavailable as exc:
+            tries += 1
+            waited = clk.monotonic() - began
+            pause = min(pause_after(tries), patience.total_seconds() - waited)
+            said = (
+                f"database unreachable (try {tries}, waited {waited:.1f}s of"
+                f" {config.format_duration(patience)}): {exc}"
+            )
+            if pause <= 0:
+                log.error("%s; giving up (timeouts.database_wait)", said)
+                raise errors.StoreUnavailable(
+                    f"{exc} (tried {tries} times in {config.format_duration(patience)},"
+                    " timeouts.database_wait)"
+                ) from exc
+            log.warning("%s; trying again in %.1fs", said, pause)
+            if await clock.sleep_or_stop(clk, stop, pause):
+                log.info("stopped while waiting for the database")
+                return False
+
+
 @contextlib.asynccontextmanager
 async def opened(
     settings: config.Settings,
     *,
     clk: clock.Clock | None = None,
     executors: dict[str, Executor] | None = None,
+    db: store.Store | None = None,
 ) -> AsyncIterator[Runtime]:
-    """Connect the store (checking its schema), then start the executors; undo on exit."""
+    """Connect the store (checking its schema), then start the executors; undo on exit.
+
+    `db` is a store already reached and checked (see `reach`); it is closed on exit too."""
     clk = clk or clock.SystemClock()
-    db = store.Store.connect(settings.database_url)
+    checked = db is not None
+    db = db or store.Store.connect(settings.database_url, timeouts=settings.timeouts)
     started: list[Executor] = []
     try:
-        await db.check_schema()
+        if not checked:
+            await db.check_schema()
         built = executors if executors is not None else executors_build(settings, clk)
         for executor in built.values():
             await executor.start()
@@ -83,35 +152,53 @@ async def serve(
 
     The order is the point: the store is reached and every executor has started before
     `on_ready` and before either loop, so the first recovery pass never asks a platform
-    that is not ready yet. With `health_file` set, a file left by an earlier run is removed
-    first, and the file appears once every loop has finished its first round.
+    that is not ready yet. A database that cannot be reached is waited for first (see
+    `reach`); `stop` set meanwhile ends the wait, and this returns. With `health_file` set,
+    a file left by an earlier run is removed first, and the file appears once every loop
+    has finished its first round.
     """
     clk = clk or clock.SystemClock()
     names = [n for n, on in ((health.DISPATCHER, dispatch), (health.RECONCILER, reconcile)) if on]
-    async with (
-        health.HealthFile(settings.health_file, clk, names) as beats,
-        opened(settings, clk=clk, executors=executors) as rt,
-    ):
-        if on_ready is not None:
-            await on_ready(rt)
-        loops = []
-        rules = retry.Retry.from_settings(rt.settings)  # one random source per process
-        if dispatch:
-            d = dispatcher.Dispatcher(
-                store=rt.store,
-                executors=rt.executors,
-                clock=rt.clock,
-                settings=rt.settings,
-                retry=rules,
+    async with health.HealthFile(settings.health_file, clk, names) as beats:
+        db = await reach(settings, clk, stop)
+        if db is None:
+            return
+        async with opened(settings, clk=clk, executors=executors, db=db) as rt:
+            await _run_loops(
+                rt, stop, beats, dispatch=dispatch, reconcile=reconcile, on_ready=on_ready
             )
-            loops.append(d.run(stop, on_tick=beats.recorder(health.DISPATCHER)))
-        if reconcile:
-            r = reconciler.Reconciler(
-                store=rt.store,
-                executors=rt.executors,
-                clock=rt.clock,
-                settings=rt.settings,
-                retry=rules,
-            )
-            loops.append(r.run(stop, on_pass=beats.recorder(health.RECONCILER)))
-        await asyncio.gather(*loops)
+
+
+async def _run_loops(
+    rt: Runtime,
+    stop: asyncio.Event,
+    beats: health.HealthFile,
+    *,
+    dispatch: bool,
+    reconcile: bool,
+    on_ready: Callable[[Runtime], Awaitable[None]] | None,
+) -> None:
+    """Run the dispatcher and/or the reconciler on an opened runtime until `stop` is set."""
+    if on_ready is not None:
+        await on_ready(rt)
+    loops = []
+    rules = retry.Retry.from_settings(rt.settings)  # one random source per process
+    if dispatch:
+        d = dispatcher.Dispatcher(
+            store=rt.store,
+            executors=rt.executors,
+            clock=rt.clock,
+            settings=rt.settings,
+            retry=rules,
+        )
+        loops.append(d.run(stop, on_tick=beats.recorder(health.DISPATCHER)))
+    if reconcile:
+        r = reconciler.Reconciler(
+            store=rt.store,
+            executors=rt.executors,
+            clock=rt.clock,
+            settings=rt.settings,
+            retry=rules,
+        )
+        loops.append(r.run(stop, on_pass=beats.recorder(health.RECONCILER)))
+    await asyncio.gather(*loops)

@@ -276,7 +276,10 @@ def test_jobs_show_cuts_no_id_state_or_name_in_a_narrow_terminal(
         ),
         (
             ["jobs", "list"],
-            {"CORRAL_DATABASE_URL": "postgresql+psycopg://u@127.0.0.1:1/db"},
+            {
+                "CORRAL_DATABASE_URL": "postgresql+psycopg://u@127.0.0.1:1/db",
+                "CORRAL_TIMEOUTS__LAUNCH_GRACE": "5s",  # room for a store call on PostgreSQL
+            },
             1,
             "Connection refused",
         ),
@@ -475,6 +478,42 @@ def test_check_shows_the_chain_and_fails_on_a_broken_link(tmp_path: Path) -> Non
     )
     assert refused.returncode == 2, "corral refuses to start on limits that do not nest"
     assert "timeouts.recovery_grace (360s)" in refused.stderr
+
+
+def test_check_shows_the_database_links_on_postgresql(tmp_path: Path) -> None:
+    def check(**env: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "corral", "check"],
+            cwd=tmp_path,
+            env=corral_env({"COLUMNS": "200", **env}),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    on_sqlite = check(CORRAL_TIMEOUTS__LAUNCH_GRACE="30s")
+    assert on_sqlite.returncode == 0, on_sqlite.stderr
+    assert "n/a: 7 links for PostgreSQL, unused on SQLite" in on_sqlite.stdout
+    assert on_sqlite.stdout.count("n/a") == 8
+    pg = "postgresql+psycopg://corral@127.0.0.1:5432/corral"  # check reads, never connects
+    ok = check(CORRAL_DATABASE_URL=pg, CORRAL_TIMEOUTS__LAUNCH_GRACE="30s")
+    assert ok.returncode == 0, ok.stderr
+    assert "all 17 limits nest" in ok.stdout
+    lines = [line.strip() for line in ok.stdout.splitlines()]
+    for link in (
+        ["database_lock_timeout", "< database_statement_timeout"],
+        ["database_transaction_timeout", "+ tick_deadline", "< launch_grace"],
+        ["database_transaction_timeout", "<= lease_timeout"],
+    ):
+        starts = [i for i, line in enumerate(lines) if line.startswith(link[0] + " ")]
+        assert any(
+            all(lines[i + k].startswith(name) for k, name in enumerate(link[1:], 1)) for i in starts
+        ), (link, ok.stdout)
+    # corral_env's 2s launch_grace leaves no room for a 5s connect inside a store call.
+    broken = check(CORRAL_DATABASE_URL=pg)
+    assert broken.returncode == 1
+    assert "BROKEN" in broken.stdout
+    assert "timeouts.database_connect_timeout (5s) must be at least 0.05s" in broken.stderr
 
 
 def test_dead_lists_retries_and_discards_quarantined_jobs(corral: Run, tmp_path: Path) -> None:

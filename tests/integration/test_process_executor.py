@@ -439,6 +439,7 @@ def test_validate_spec_refuses(
 def test_validate_spec_normalises(executor: process.ProcessExecutor) -> None:
     spec = {"command": ("echo", "hi"), "env": {"A": "1"}}
     assert executor.validate_spec(spec) == {"command": ["echo", "hi"], "env": {"A": "1"}}
+    assert executor.validate_spec({"command": ["grep", "", "f"]}) == {"command": ["grep", "", "f"]}
     with pytest.raises(errors.InvalidInput, match="must be a non-empty list of strings"):
         executor.validate_spec({"command": []})
 

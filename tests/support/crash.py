@@ -20,12 +20,15 @@ FAST = {
     "CORRAL_TIMEOUTS__TICK_MARGIN": "20ms",
     "CORRAL_TIMEOUTS__OBSERVE_INTERVAL": "200ms",
     "CORRAL_TIMEOUTS__RECONCILE_INTERVAL": "300ms",
-    "CORRAL_TIMEOUTS__LAUNCH_GRACE": "1s",
-    "CORRAL_TIMEOUTS__LEASE_TIMEOUT": "2s",
+    # On PostgreSQL a store call (connecting included: at least 2s) must fit inside both.
+    "CORRAL_TIMEOUTS__LAUNCH_GRACE": "3s",
+    "CORRAL_TIMEOUTS__LEASE_TIMEOUT": "3s",
+    "CORRAL_TIMEOUTS__DATABASE_CONNECT_TIMEOUT": "2s",
+    "CORRAL_TIMEOUTS__DATABASE_TRANSACTION_TIMEOUT": "2500ms",
     "CORRAL_TIMEOUTS__ATTEMPT_DEADLINE": "60s",
     "CORRAL_TIMEOUTS__RECOVERY_GRACE": "90s",
     "CORRAL_TIMEOUTS__CANCEL_GRACE": "1s",
-    "CORRAL_TIMEOUTS__MARGIN": "500ms",  # room for heartbeat_interval inside the 2s lease
+    "CORRAL_TIMEOUTS__MARGIN": "500ms",  # room for heartbeat_interval inside the 3s lease
     "CORRAL_LOG_LEVEL": "WARNING",
     # Small ticks with few launches in flight: a kill lands mid-tick more often.
     "CORRAL_CLAIM_BATCH_LIMIT": "20",

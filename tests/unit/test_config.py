@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 from pathlib import Path
 
@@ -10,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from corral import config, errors
-from corral.config import Settings, parse_duration
+from corral.config import Settings, chain, parse_duration
 from corral.testing import assert_timeouts_nest
 
 
@@ -314,3 +315,177 @@ def test_only_registered_executors_can_be_enabled(tmp_path: Path) -> None:
     (tmp_path / "corral.toml").write_text('[executors.nomad]\naddress = "x"\n')
     with pytest.raises(errors.ConfigError, match="nomad: unknown setting"):
         Settings.load(tmp_path / "corral.toml")
+
+
+# --- the database's limits (PostgreSQL) ------------------------------------------------------
+
+PG = "postgresql+psycopg://corral@127.0.0.1:5432/corral"
+
+
+def test_database_limits_have_defaults_that_nest_inside_the_tick_and_lease_limits() -> None:
+    t = Settings.load(None, database_url=PG).timeouts
+    seconds = {
+        name: getattr(t, f"database_{name}").total_seconds()
+        for name in (
+            "wait",
+            "connect_timeout",
+            "tcp_timeout",
+            "lock_timeout",
+            "statement_timeout",
+            "idle_timeout",
+            "transaction_timeout",
+        )
+    }
+    assert seconds == {
+        "wait": 300,
+        "connect_timeout": 5,
+        "tcp_timeout": 10,
+        "lock_timeout": 2,
+        "statement_timeout": 10,
+        "idle_timeout": 10,
+        "transaction_timeout": 20,
+    }
+    assert (t.launch_grace, t.lease_timeout) == (timedelta(seconds=30), timedelta(seconds=60))
+    links = {(c.link.inner, c.link.outer): c for c in chain(Settings.load(None, database_url=PG))}
+    for inner in ("lock", "statement", "connect", "tcp", "idle", "transaction"):
+        assert any(i == f"timeouts.database_{inner}_timeout" for i, _ in links), inner
+    assert all(c.ok and c.applies for c in links.values())
+    # A job may still have a lease shorter than a store call: the links are corral's own.
+    policy = config.job_policy(
+        Settings.load(None, database_url=PG), {"limits": {"lease_timeout": "10s"}}
+    )
+    assert policy.limits.lease_timeout == timedelta(seconds=10)
+
+
+@pytest.mark.parametrize(
+    ("timeouts", "message"),
+    [
+        (
+            {"database_lock_timeout": "10s"},
+            "timeouts.database_lock_timeout (10s) must be at least 0.1s (timeouts.tick_margin)"
+            " less than timeouts.database_statement_timeout (10s): a statement kept waiting for"
+            " a lock must fail as a lock wait",
+        ),
+        (
+            {"database_statement_timeout": "20s"},
+            "timeouts.database_statement_timeout (20s) must be at least 0.1s"
+            " (timeouts.tick_margin) less than timeouts.database_transaction_timeout (20s)",
+        ),
+        (
+            {"database_connect_timeout": "20s"},
+            "timeouts.database_connect_timeout (20s) must be at least 0.1s"
+            " (timeouts.tick_margin) less than timeouts.database_transaction_timeout (20s)",
+        ),
+        (
+            {"database_tcp_timeout": "30s"},
+            "timeouts.database_tcp_timeout (30s) must be at least",
+        ),
+        (
+            {"database_idle_timeout": "1m"},
+            "timeouts.database_idle_timeout (60s) must be at least",
+        ),
+        (
+            {"database_transaction_timeout": "30s"},
+            "timeouts.database_transaction_timeout (30s) + timeouts.tick_deadline (0.5s) must be"
+            " at least 0.1s (timeouts.tick_margin) less than timeouts.launch_grace (30s): a claim"
+            " whose answer comes late must be given up, or its attempts launched, before"
+            " recovery looks at them",
+        ),
+        (
+            {"database_transaction_timeout": "25s", "lease_timeout": "24s"},
+            "timeouts.database_transaction_timeout (25s) must be at most timeouts.lease_timeout"
+            " (24s): a write that renews a lease must end, or be given up, within the lease",
+        ),
+    ],
+)
+def test_database_limits_that_do_not_nest_are_refused_on_postgresql_only(
+    timeouts: dict[str, str], message: str
+) -> None:
+    with pytest.raises(errors.ConfigError, match=re.escape(message)):
+        Settings.load(None, database_url=PG, timeouts=timeouts)
+    # SQLite uses none of these limits: they are not checked there.
+    assert Settings.load(None, timeouts=timeouts).timeouts.model_dump()
+    with pytest.raises(AssertionError, match=re.escape(message)):
+        assert_timeouts_nest(
+            Settings.load(None, database_url=PG, check_chain=False, **{"timeouts": timeouts})
+        )
+
+
+gap = st.integers(min_value=-300, max_value=3_000)  # ms: around the 100ms tick_margin
+
+
+@given(
+    transaction=st.integers(min_value=2_000, max_value=60_000),
+    gaps=st.fixed_dictionaries(
+        {
+            name: gap
+            for name in ("lock", "statement", "tcp", "idle", "launch_grace", "lease_timeout")
+        }
+    ),
+    connect=st.integers(2, 60),
+)
+def test_the_database_links_accept_exactly_the_nesting_settings(
+    transaction: int, gaps: dict[str, int], connect: int
+) -> None:
+    tm, tick = 100, 500  # tick_margin and tick_deadline, in ms (their defaults)
+    ms = {
+        "database_transaction_timeout": transaction,
+        "database_statement_timeout": max(1, transaction - gaps["statement"]),
+        "database_lock_timeout": max(1, transaction - gaps["statement"] - gaps["lock"]),
+        "database_tcp_timeout": max(1, transaction - gaps["tcp"]),
+        "database_idle_timeout": max(1, transaction - gaps["idle"]),
+        "launch_grace": transaction + tick + gaps["launch_grace"],
+        "lease_timeout": max(5_001, transaction + gaps["lease_timeout"]),
+    }
+    nests = (
+        ms["database_lock_timeout"] + tm <= ms["database_statement_timeout"]
+        and ms["database_statement_timeout"] + tm <= transaction
+        and connect * 1000 + tm <= transaction
+        and ms["database_tcp_timeout"] + tm <= transaction
+        and ms["database_idle_timeout"] + tm <= transaction
+        and transaction + tick + tm <= ms["launch_grace"]
+        and transaction <= ms["lease_timeout"]
+    )
+    timeouts = {name: f"{value}ms" for name, value in ms.items()}
+    timeouts["database_connect_timeout"] = f"{connect}s"
+    if nests:
+        Settings.load(None, database_url=PG, timeouts=timeouts)
+    else:
+        with pytest.raises(errors.ConfigError, match="must be"):
+            Settings.load(None, database_url=PG, timeouts=timeouts)
+
+
+def test_unset_database_limits_follow_launch_grace_and_each_other_down() -> None:
+    t = Settings.load(None, database_url=PG, timeouts={"launch_grace": "10s"}).timeouts
+    assert t.database_transaction_timeout == timedelta(seconds=9.4)  # - tick_deadline, margin
+    assert t.database_statement_timeout == timedelta(seconds=9.3)
+    assert t.database_lock_timeout == timedelta(seconds=2)  # its default still fits
+    assert t.database_idle_timeout == t.database_tcp_timeout == timedelta(seconds=9.3)
+    assert t.database_connect_timeout == timedelta(seconds=5)  # its default still fits
+    t = Settings.load(None, database_url=PG, timeouts={"launch_grace": "4s"}).timeouts
+    assert t.database_transaction_timeout == timedelta(seconds=3.4)
+    assert t.database_connect_timeout == timedelta(seconds=3)  # libpq's whole seconds
+    with pytest.raises(errors.ConfigError, match=r"timeouts.database_connect_timeout \(5s\)"):
+        Settings.load(None, database_url=PG, timeouts={"launch_grace": "2s"})  # 2s at least
+    t = Settings.load(
+        None, database_url=PG, timeouts={"lease_timeout": "8s", "heartbeat_interval": "2s"}
+    ).timeouts
+    assert t.database_transaction_timeout == timedelta(seconds=8)
+    assert t.database_statement_timeout == timedelta(seconds=7.9)
+
+
+@pytest.mark.parametrize("value", ["1s", "1500ms", "2.5s", 0.5])
+def test_the_connect_timeout_is_whole_seconds_and_at_least_two(value: object) -> None:
+    with pytest.raises(
+        errors.ConfigError,
+        match="timeouts.database_connect_timeout: .*libpq counts it in whole seconds, at least 2",
+    ):
+        Settings.load(None, timeouts={"database_connect_timeout": value})
+
+
+def test_durations_are_written_as_people_write_them() -> None:
+    shown = [
+        config.format_duration(timedelta(seconds=s)) for s in (0.5, 2.5, 5, 90, 300, 5400, 62.5)
+    ]
+    assert shown == ["500ms", "2.5s", "5s", "1m30s", "5m", "1h30m", "62.5s"]
+    assert all(parse_duration(text) for text in shown)

@@ -26,7 +26,7 @@ def db_upgrade(state: State) -> None:
     settings = state.settings()
 
     async def upgrade() -> tuple[str | None, str | None]:
-        database = store.Store.connect(settings.database_url)
+        database = store.Store.connect(settings.database_url, timeouts=settings.timeouts)
         try:
             return await database.migrate()
         finally:
@@ -58,8 +58,11 @@ def check(state: State, as_json: bool) -> None:
     if not as_json:
         margin = settings.timeouts.margin.total_seconds()
         tick = settings.timeouts.tick_margin.total_seconds()
+        unused = sum(not c.applies for c in config.chain(settings))
+        note = f"; n/a: {unused} links for PostgreSQL, unused on SQLite" if unused else ""
         out.print(
-            f"all {len(config.CHAIN)} limits nest (margin {margin:g}s, tick margin {tick:g}s)"
+            f"all {len(config.CHAIN) - unused} limits nest"
+            f" (margin {margin:g}s, tick margin {tick:g}s){note}"
         )
 
 

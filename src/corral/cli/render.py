@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from rich import box
@@ -225,6 +225,7 @@ def chain_dict(settings: config.Settings) -> dict[str, Any]:
                 "needed": _amount(c, c.needed),
                 "spare": _amount(c, c.spare),
                 "ok": c.ok,
+                "applies": c.applies,
                 "why": link.why,
             }
         )
@@ -233,16 +234,41 @@ def chain_dict(settings: config.Settings) -> dict[str, Any]:
 
 
 def chain_table(settings: config.Settings) -> Table:
-    t = table("inner < outer", "values", "to spare", "needs", "", keep=("to spare",))
-    t.title = "each inner limit must be shorter than the outer one by the margin it needs"
+    """One row a link; each setting's name on a line of its own, so a narrow terminal
+    wraps between names, never inside one."""
+    t = table("inner < outer", "values", "spare", "needs", "", keep=("spare", "needs", ""))
+    t.columns[0].min_width = max(
+        len(short(name)) + 3 for link in config.CHAIN for name in (link.inner, link.outer)
+    )
+    t.columns[-1].min_width = len("BROKEN")
+    t.caption = (
+        "each inner limit must be shorter than the outer one by the margin it needs"
+        " (timeouts.margin; timeouts.tick_margin for the sub-second links)"
+    )
     for c in config.chain(settings):
         link = c.link
-        inner = short(link.inner) + (f" + {short(link.extra)}" if link.extra else "")
+        names = [short(link.inner)]
+        if link.extra:
+            names.append(f"+ {short(link.extra)}")
+        names.append(f"{'<' if link.margin else '<='} {short(link.outer)}")
         t.add_row(
-            f"{inner} {'<' if link.margin else '<='} {short(link.outer)}",
-            f"{c.show(c.inner + c.extra)} vs {c.show(c.outer)}",
-            c.show(c.spare),
-            f"{c.show(c.needed)} ({short(link.margin)})" if link.margin else "-",
-            "ok" if c.ok else "[red]BROKEN[/red]",
+            "\n".join(names),
+            f"{_show(c, c.inner + c.extra)} vs {_show(c, c.outer)}",
+            _show(c, c.spare),
+            _show(c, c.needed) if link.margin else "-",
+            _status(c),
         )
     return t
+
+
+def _show(c: config.LinkCheck, units: int) -> str:
+    """A link's amount as settings are written: 4m, 7d, 500ms, or a count."""
+    if not c.link.inner.startswith("timeouts.") or units < 0:
+        return c.show(units)
+    return config.format_duration(timedelta(microseconds=units)) if units else "0s"
+
+
+def _status(c: config.LinkCheck) -> str:
+    if not c.applies:
+        return "[dim]n/a[/dim]"  # a PostgreSQL link, on SQLite
+    return "ok" if c.ok else "[red]BROKEN[/red]"

@@ -46,7 +46,7 @@ def store_for(settings: config.Settings | None) -> store.Store:
     """corral's store, as these settings (default: corral.toml and CORRAL_*, which inside an
     attempt include CORRAL_DATABASE_URL) reach it."""
     settings = settings or config.Settings.load(check_chain=False)
-    return store.Store.connect(settings.database_url)
+    return store.Store.connect(settings.database_url, timeouts=settings.timeouts)
 
 
 def run_blocking(work: Coroutine[Any, Any, T]) -> T:

@@ -2,13 +2,17 @@
 
 `Store` is the async face of the store: each method runs one query function from
 queries.py in one transaction on a worker thread, so the event loop never blocks on the
-database. Database errors are translated once, here, into StoreError (cause kept).
+database. Database errors are translated once, here, into StoreError (cause kept):
+StoreUnavailable when a PostgreSQL server cannot be reached, and a message naming the
+setting when one of the connection's time limits (dialects.ConnectionLimits) ended a call.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import logging
+import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
@@ -18,31 +22,54 @@ from typing import Any, TypeVar
 from sqlalchemy import Connection, Engine
 from sqlalchemy import exc as sa_exc
 
-from corral import errors, model, retry
+from corral import config, errors, model, retry
 from corral.store import dialects, migrate, queries
 from corral.store.queries import DefaultLimits, Finish, Outcome, Status
 
 __all__ = ["DefaultLimits", "Finish", "Outcome", "Status", "Store"]
 
 T = TypeVar("T")
+log = logging.getLogger("corral.store")
+
+_SERVER_LIMITS = {
+    "55P03": ("waited too long for a lock", "lock"),  # lock_not_available
+    "57014": ("was cancelled", "statement"),  # query_canceled: statement_timeout
+    "25P03": ("stayed idle too long inside its transaction", "idle_in_transaction"),
+}
+"""SQLSTATEs of the server's own time limits: what happened, and which limit did it."""
+
+
+class _GivenUp(Exception):
+    """The caller stopped waiting for this transaction: roll it back, nobody reads it."""
 
 
 class Store:
     """Jobs, attempts and events, behind compare-and-set transitions."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, *, limits: dialects.ConnectionLimits | None = None) -> None:
         self.engine = engine
         self.dialect = engine.dialect.name
+        self.limits = limits
         # SQLite has one writer at a time: one thread keeps this process from queueing on
         # its own lock. PostgreSQL takes as many as the connection pool holds.
         workers = 1 if self.dialect == "sqlite" else 5
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="corral-store")
+        # The backstop around each call, on PostgreSQL only: a SQLite file has no network to
+        # lose, its waits are bounded by its busy timeout, and with its one thread a call
+        # given up would only make every call behind it fail too.
+        self._backstop = (
+            limits.transaction.total_seconds()
+            if limits is not None and self.dialect == "postgresql"
+            else None
+        )
 
     @classmethod
-    def connect(cls, url: str) -> Store:
-        """A Store for `url` (no connection is made until the first call)."""
+    def connect(cls, url: str, *, timeouts: config.Timeouts | None = None) -> Store:
+        """A Store for `url` (no connection is made until the first call), with the time
+        limits of `timeouts` (default: the default settings') on its PostgreSQL connections."""
+        limits = dialects.ConnectionLimits.of(timeouts or config.Timeouts())
         try:
-            return cls(dialects.engine_create(url))
+            return cls(dialects.engine_create(url, limits), limits=limits)
         except (sa_exc.ArgumentError, ImportError, ValueError) as exc:
             raise errors.ConfigError(f"database_url: {url!r} is not usable: {exc}") from exc
 
@@ -60,21 +87,74 @@ class Store:
         self._pool.shutdown(wait=True)
         self.engine.dispose()
 
-    def _run(self, fn: Callable[[Connection], T]) -> T:
+    def _run(self, name: str, fn: Callable[[Connection], T], given_up: threading.Event | None) -> T:
         try:
-            with self.engine.begin() as conn:
-                return fn(conn)
-        except sa_exc.OperationalError as exc:
-            raise errors.StoreError(
-                f"database {self.url} failed: {_first_line(exc.orig or exc)}"
-            ) from exc
+            conn = self.engine.connect()
         except sa_exc.DBAPIError as exc:
-            raise errors.StoreError(f"database error: {_first_line(exc.orig or exc)}") from exc
+            raise self._translate(exc, name, connecting=True) from exc
+        try:
+            with conn, conn.begin():
+                if given_up is not None and given_up.is_set():
+                    raise _GivenUp  # connecting took so long that the caller left
+                result = fn(conn)
+                if given_up is not None and given_up.is_set():
+                    raise _GivenUp  # nobody reads the result: do not commit what it did
+                return result
+        except sa_exc.DBAPIError as exc:
+            raise self._translate(exc, name, connecting=False) from exc
+
+    def _translate(
+        self, exc: sa_exc.DBAPIError, name: str, *, connecting: bool
+    ) -> errors.StoreError:
+        """One StoreError for a driver error: which, and how it reads, is decided here only."""
+        said = _first_line(exc.orig or exc)
+        if self.dialect == "sqlite":  # a file: nothing to wait for, nothing to reach
+            if isinstance(exc, sa_exc.OperationalError):
+                return errors.StoreError(f"database {self.url} failed: {said}")
+            return errors.StoreError(f"database error: {said}")
+        sqlstate = getattr(exc.orig, "sqlstate", None)
+        if sqlstate in _SERVER_LIMITS and self.limits is not None:
+            what, limit = _SERVER_LIMITS[sqlstate]
+            return errors.StoreError(
+                f"database {self.url}: {name} {what} ({self.limits.setting(limit)}): {said}"
+            )
+        if connecting or exc.connection_invalidated:
+            return errors.StoreUnavailable(f"database {self.url} cannot be reached: {said}")
+        if isinstance(exc, sa_exc.OperationalError):
+            return errors.StoreError(f"database {self.url} failed: {said}")
+        return errors.StoreError(f"database error: {said}")
 
     async def _tx(self, fn: Callable[..., T], /, **kwargs: Any) -> T:
-        """Run `fn(conn, **kwargs)` in one transaction on the store's worker thread."""
+        """Run `fn(conn, **kwargs)` in one transaction on the store's worker thread; on
+        PostgreSQL, give it up after timeouts.database_transaction_timeout (the backstop)."""
+        return await self._call(_name(fn), functools.partial(fn, **kwargs), self._backstop)
+
+    async def _call(self, name: str, call: Callable[[Connection], T], backstop: float | None) -> T:
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._pool, self._run, functools.partial(fn, **kwargs))
+        if backstop is None:
+            return await loop.run_in_executor(self._pool, self._run, name, call, None)
+        given_up = threading.Event()
+        timer = asyncio.timeout(backstop)  # real time, as the network's and libpq's limits are
+        try:
+            async with timer:
+                return await loop.run_in_executor(self._pool, self._run, name, call, given_up)
+        except TimeoutError:
+            if not timer.expired():
+                raise
+        # A call still queued for a thread is dropped. One already running cannot be stopped
+        # from here: its thread stays blocked in libpq until the connection's own limits end
+        # the wait (connect_timeout, tcp_user_timeout and keepalives, statement_timeout; all
+        # shorter than this backstop by the chain), then finds `given_up` set and rolls back,
+        # or finds its connection dead, which the pool then discards. Without those limits
+        # a cut connection would hold its thread for good, and once all the store's threads
+        # were held, every later call would time out here, queued.
+        given_up.set()
+        assert self.limits is not None
+        limit = self.limits.setting("transaction")
+        log.warning("%s: no answer from the database in time (%s); given up", name, limit)
+        raise errors.StoreUnavailable(
+            f"database {self.url}: {name} got no answer in time ({limit}); given up"
+        )
 
     # --- schema --------------------------------------------------------------------------
 
@@ -82,11 +162,12 @@ class Store:
         """Upgrade the schema to the newest revision; returns (before, after)."""
 
         def upgrade(conn: Connection) -> tuple[str | None, str | None]:
+            dialects.statements_unbounded(conn)  # a migration takes as long as it takes
             before = migrate.current(conn)
             migrate.upgrade(conn)
             return before, migrate.current(conn)
 
-        return await self._tx(upgrade)
+        return await self._call("migrate", upgrade, None)
 
     async def check_schema(self) -> None:
         """Raise SchemaOutOfDate unless the database is at this corral's newest revision.
@@ -116,7 +197,11 @@ class Store:
         return [a.id for a in await self._tx(queries.transition, **kwargs)]
 
     async def analyze(self) -> None:
-        await self._tx(queries.analyze)
+        def analyze(conn: Connection) -> None:
+            dialects.statements_unbounded(conn)  # statistics of a large table take a while
+            queries.analyze(conn)
+
+        await self._call("analyze", analyze, None)
 
     async def job_claim_plan(
         self, *, now: datetime, limit: int, executors: Sequence[str]
@@ -270,6 +355,10 @@ class Store:
 
     async def event_list(self, *, job_id: int) -> list[model.Event]:
         return await self._tx(queries.event_list, job_id=job_id)
+
+
+def _name(fn: Callable[..., Any]) -> str:
+    return getattr(fn, "__name__", type(fn).__name__)
 
 
 def _first_line(exc: BaseException) -> str:

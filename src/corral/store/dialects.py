@@ -1,11 +1,21 @@
-"""The few places SQLite and PostgreSQL differ: engine set-up, row locks, insert-or-ignore."""
+"""The few places SQLite and PostgreSQL differ: engine set-up, row locks, insert-or-ignore.
+
+Every PostgreSQL connection carries time limits (ConnectionLimits, from the database_*
+settings), so that a slow or silent network turns into an error within a known time
+instead of a process that stands still: libpq's connect timeout, TCP keepalives and
+tcp_user_timeout on corral's side; statement, lock and idle-in-transaction timeouts and the
+same TCP limits on the server's side, so the server too notices a client that was cut off
+and ends its transaction, releasing the row locks that would hold up everyone else.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Callable, Mapping, Sequence
-from datetime import UTC, datetime
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import (
@@ -33,17 +43,113 @@ from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.base import Executable
 from sqlalchemy.sql.elements import ClauseElement, ColumnElement
 
+from corral import config
+
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 
 
-def engine_create(url: str) -> Engine:
-    """An Engine for `url`; SQLite gets WAL, a busy timeout and write-locking transactions."""
+@dataclass(frozen=True, slots=True)
+class ConnectionLimits:
+    """The time limits of corral's PostgreSQL connections (the timeouts.database_* settings)."""
+
+    connect: timedelta
+    tcp: timedelta
+    statement: timedelta
+    lock: timedelta
+    idle_in_transaction: timedelta
+    transaction: timedelta
+
+    @classmethod
+    def of(cls, timeouts: config.Timeouts) -> ConnectionLimits:
+        return cls(
+            connect=timeouts.database_connect_timeout,
+            tcp=timeouts.database_tcp_timeout,
+            statement=timeouts.database_statement_timeout,
+            lock=timeouts.database_lock_timeout,
+            idle_in_transaction=timeouts.database_idle_timeout,
+            transaction=timeouts.database_transaction_timeout,
+        )
+
+    def setting(self, limit: str) -> str:
+        """The setting one of these limits comes from, and its value: for messages."""
+        name = "idle" if limit == "idle_in_transaction" else limit
+        return f"timeouts.database_{name}_timeout, {config.format_duration(getattr(self, limit))}"
+
+
+_OWN_PARAMETERS = {
+    "connect_timeout": "database_connect_timeout",
+    "keepalives": "database_tcp_timeout",
+    "keepalives_idle": "database_tcp_timeout",
+    "keepalives_interval": "database_tcp_timeout",
+    "keepalives_count": "database_tcp_timeout",
+    "tcp_user_timeout": "database_tcp_timeout",
+}
+"""libpq parameters corral sets itself, and the setting each comes from."""
+
+
+def engine_create(url: str, limits: ConnectionLimits | None = None) -> Engine:
+    """An Engine for `url`; SQLite gets WAL, a busy timeout and write-locking transactions,
+    PostgreSQL `limits` on every connection (default: those of the default settings)."""
     parsed = make_url(url)
     if parsed.drivername in ("postgresql", "postgres"):
         parsed = parsed.set(drivername="postgresql+psycopg")
     if parsed.get_backend_name() == "sqlite":
         return _sqlite_engine(parsed)
-    return create_engine(parsed, pool_size=5, max_overflow=5, pool_pre_ping=True)
+    for key in parsed.query:
+        if key in _OWN_PARAMETERS:
+            raise ValueError(
+                f"it sets {key}, which corral sets from timeouts.{_OWN_PARAMETERS[key]}:"
+                " set that instead"
+            )
+    args = pg_connect_args(limits or ConnectionLimits.of(config.Timeouts()))
+    given = parsed.query.get("options", ())
+    # Corral's `-c` options go last: where the URL's options set the same thing, corral's win.
+    args["options"] = " ".join([*([given] if isinstance(given, str) else given), args["options"]])
+    return create_engine(parsed, pool_size=5, max_overflow=5, pool_pre_ping=True, connect_args=args)
+
+
+def pg_connect_args(limits: ConnectionLimits) -> dict[str, Any]:
+    """libpq connection parameters that put `limits` on a connection, on both its ends."""
+    tcp_ms = _ms(limits.tcp)
+    # Keepalives count whole seconds: probe after half the TCP limit of silence, then every
+    # second or so; tcp_user_timeout (milliseconds) ends the connection at the limit itself,
+    # whether the silence is unanswered probes or unacknowledged data.
+    idle = max(1, int(limits.tcp.total_seconds() / 2))
+    interval = max(1, int(limits.tcp.total_seconds() / 10))
+    count = max(1, math.ceil((limits.tcp.total_seconds() - idle) / interval))
+    server = {
+        "statement_timeout": _ms(limits.statement),
+        "lock_timeout": _ms(limits.lock),
+        "idle_in_transaction_session_timeout": _ms(limits.idle_in_transaction),
+        # The server's own end of the connection: a client cut off in the middle of a
+        # transaction is noticed, its transaction ended and its row locks released.
+        "tcp_keepalives_idle": idle,
+        "tcp_keepalives_interval": interval,
+        "tcp_keepalives_count": count,
+        "tcp_user_timeout": tcp_ms,
+    }
+    return {
+        "connect_timeout": int(limits.connect.total_seconds()),
+        "keepalives": 1,
+        "keepalives_idle": idle,
+        "keepalives_interval": interval,
+        "keepalives_count": count,
+        "tcp_user_timeout": tcp_ms,
+        "options": " ".join(f"-c {name}={value}" for name, value in server.items()),
+    }
+
+
+def _ms(value: timedelta) -> int:
+    """Whole milliseconds, at least 1: PostgreSQL reads 0 as "no limit"."""
+    return max(1, round(value.total_seconds() * 1000))
+
+
+def statements_unbounded(conn: Connection) -> None:
+    """PostgreSQL: lift the statement and lock timeouts for the rest of this transaction, for
+    work that may rightly take long (migrations, ANALYZE). The network limits stay."""
+    if conn.dialect.name == "postgresql":
+        conn.exec_driver_sql("SET LOCAL statement_timeout = 0")
+        conn.exec_driver_sql("SET LOCAL lock_timeout = 0")
 
 
 def _sqlite_engine(url: Any) -> Engine:
