@@ -63,9 +63,9 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
 
     connect = store.Store.connect
 
-    def counting_connect(cls: type[store.Store], url: str) -> store.Store:
+    def counting_connect(cls: type[store.Store], *args: Any, **kwargs: Any) -> store.Store:
         count("connect")
-        return connect.__func__(cls, url)  # type: ignore[attr-defined,no-any-return]
+        return connect.__func__(cls, *args, **kwargs)  # type: ignore[attr-defined,no-any-return]
 
     def spy(name: str, method: Callable[..., Any]) -> Callable[..., Any]:
         async def counting(self: store.Store, *args: Any, **kwargs: Any) -> Any:
