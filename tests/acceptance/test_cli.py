@@ -386,7 +386,7 @@ def test_serve_runs_jobs_and_stops_cleanly_on_sigterm(corral: Run, tmp_path: Pat
         failed = wait_for_state(corral, bad, "failed")
     finally:
         server.send_signal(signal.SIGTERM)
-        _, stderr = server.communicate(timeout=30)
+        _, stderr = server.communicate(timeout=60)
     assert server.returncode == 0, stderr
     assert "dispatcher stopped" in stderr
     [attempt] = done["attempt_list"]  # type: ignore[misc]
@@ -402,7 +402,9 @@ def test_serve_runs_jobs_and_stops_cleanly_on_sigterm(corral: Run, tmp_path: Pat
 def test_a_job_started_before_a_crash_completes_after_the_restart(
     corral: Run, tmp_path: Path
 ) -> None:
-    job_id = corral("submit", "--", "sh", "-c", "sleep 2; echo survived").stdout.strip()
+    gate = tmp_path / "go"  # the job runs until the test opens it: past the crash
+    script = f"while [ ! -e {gate} ]; do sleep 0.05; done; echo survived"
+    job_id = corral("submit", "--", "sh", "-c", script).stdout.strip()
     first = serve(tmp_path)
     try:
         deadline = time.monotonic() + 60
@@ -411,14 +413,15 @@ def test_a_job_started_before_a_crash_completes_after_the_restart(
             time.sleep(0.2)
     finally:
         first.kill()  # SIGKILL: no clean-up of any kind
-        first.communicate(timeout=30)
+        first.communicate(timeout=60)
     assert job(corral, job_id)["state"] == "running"
     second = serve(tmp_path)
+    gate.touch()
     try:
         done = wait_for_state(corral, job_id, "succeeded")
     finally:
         second.send_signal(signal.SIGTERM)
-        second.communicate(timeout=30)
+        second.communicate(timeout=60)
     [attempt] = done["attempt_list"]  # type: ignore[misc]
     assert attempt["attempt"] == 1  # the same attempt, observed after the restart, not a relaunch
     assert (
@@ -431,12 +434,15 @@ def test_cancel_stops_a_running_job(corral: Run, tmp_path: Path) -> None:
     server = serve(tmp_path)
     try:
         wait_for_state(corral, job_id, "running")
-        time.sleep(0.5)
+        deadline = time.monotonic() + 60
+        while first_attempt_state(corral, job_id) != "running":  # launched and recorded
+            assert time.monotonic() < deadline, "never running"
+            time.sleep(0.2)
         assert "cancelled; stopped attempt" in corral("jobs", "cancel", job_id).stdout
         found = job(corral, job_id)
     finally:
         server.send_signal(signal.SIGTERM)
-        server.communicate(timeout=30)
+        server.communicate(timeout=60)
     assert found["state"] == "cancelled"
     assert [a["state"] for a in found["attempt_list"]] == ["cancelled"]  # type: ignore[union-attr]
     assert corral("jobs", "cancel", job_id).returncode == 0  # cancelling again is a no-op
@@ -520,7 +526,7 @@ def test_dead_lists_retries_and_discards_quarantined_jobs(corral: Run, tmp_path:
             wait_for_state(corral, job_id, "quarantined")
     finally:
         proc.send_signal(signal.SIGTERM)
-        proc.communicate(timeout=30)
+        proc.communicate(timeout=60)
     listed = json.loads(corral("dead", "list", "--json").stdout)
     assert sorted(str(j["id"]) for j in listed) == sorted([keep, drop])
     assert listed[0]["attempt_list"][0]["failure_class"] == "permanent"

@@ -15,6 +15,7 @@ import pytest
 
 from corral import failpoints
 from tests.support.crash import Report, Site, run_to_the_end, stop, wait_exit, wait_until
+from tests.support.wait import PATIENCE
 
 JOBS = 3
 
@@ -70,7 +71,9 @@ COPY = textwrap.dedent(
         company = "beside another copy"
     with open(os.path.join(folder, "ledger.txt"), "a") as ledger:
         ledger.write(f"{job},{attempt},{fence},{os.getpid()},{company}\\n")
-    until = time.monotonic() + 60
+    # Alive until the test releases it (or kills it, failing): a copy that ended by itself
+    # before its relaunch started, as on a slow machine after 60s, would hide a second copy.
+    until = time.monotonic() + 600
     while not os.path.exists(os.path.join(folder, "release")) and time.monotonic() < until:
         time.sleep(0.05)
     """
@@ -122,7 +125,7 @@ def test_a_run_folder_deleted_while_corral_is_down_never_leaves_two_copies_of_an
             if supervisors == "killed":
                 shim = json.loads((run_dir / "shim.pid").read_text())["pid"]
                 os.kill(shim, signal.SIGKILL)
-                wait_until(lambda pid=shim: not alive(pid), 30, f"supervisor {shim} dead")
+                wait_until(lambda pid=shim: not alive(pid), PATIENCE, f"supervisor {shim} dead")
             shutil.rmtree(run_dir)
         corral = site.start()
         try:

@@ -352,6 +352,9 @@ async def test_an_attempt_recovery_adopted_mid_launch_is_left_running(
     await db.attempt_record_running(fences=[a.id], now=clock.now(), reason="adopted")  # recovery
     executor.gate.set()
     await tick
+    # A stop would be a task the tick started before it returned; ready tasks run before a
+    # timer that is due later, and NoopExecutor.cancel never waits, so it would be in by
+    # the end of this short sleep however loaded the machine.
     await asyncio.sleep(0.05)
     assert executor.cancelled == []
 

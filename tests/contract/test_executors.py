@@ -19,10 +19,11 @@ import pytest
 
 from corral import clock, config, errors, model
 from corral.executors import argo, base, kubernetes, process, registry
-from tests.support import kube_api
+from tests.support import kube_api, procs
 from tests.support.launches import make_launch
+from tests.support.wait import PATIENCE, eventually
 
-pytestmark = pytest.mark.timeout(90)
+pytestmark = pytest.mark.timeout(4 * PATIENCE)  # a test waits for at most four things
 
 KINDS = registry.known()
 """Every registered executor (the `corral.executors` entry points) runs this suite."""
@@ -40,11 +41,18 @@ class Backend:
     real: bool = False
 
     async def listening(self) -> None:
-        """Return once `events()` is listening: on the double, once its watch is open."""
+        """Return once `events()` is listening: on the double, once its watch is open. The
+        process executor needs no wait: it yields the finish of every launch it made."""
         if self.cluster is not None:
             await self.cluster.api.watched()
-        else:
-            await asyncio.sleep(0.5)
+
+    def quiet(self) -> bool:
+        """Whether no command of any launch still runs here (so none can write any more):
+        the double's kubelet has seen every pod's process end, or no process runs in a
+        run folder of the process executor."""
+        if self.cluster is not None:
+            return not self.cluster.kubelet.tasks
+        return not procs.running_under(self.executor.root)
 
     def same_machine(self) -> None:
         """Skip a test that reads what a command left on this machine's disk."""
@@ -77,18 +85,17 @@ class Backend:
         )
 
     async def wait_for(
-        self, name: str, until: Callable[[model.Observation], bool], within: float = 20.0
+        self, name: str, until: Callable[[model.Observation], bool]
     ) -> model.Observation:
-        ends = time.monotonic() + within
-        while True:
+        async def seen() -> model.Observation | None:
             obs = (await self.executor.observe([name]))[name]
-            if until(obs):
-                return obs
-            assert time.monotonic() < ends, f"still {obs} after {within}s"
-            await asyncio.sleep(0.05)
+            return obs if until(obs) else None
 
-    async def finished(self, name: str, within: float = 20.0) -> model.Observation:
-        return await self.wait_for(name, lambda o: o.phase.finished, within)
+        found: model.Observation = await eventually(seen, what=f"{name} as wanted")
+        return found
+
+    async def finished(self, name: str) -> model.Observation:
+        return await self.wait_for(name, lambda o: o.phase.finished)
 
 
 def cluster_settings(**k8s: Any) -> config.Settings:
@@ -218,7 +225,7 @@ async def test_launch_twice_runs_once(backend: Backend, tmp_path: Path) -> None:
     await asyncio.gather(backend.executor.launch(launch), backend.executor.launch(launch))
     await backend.executor.launch(launch)
     await backend.finished("once-1")
-    await asyncio.sleep(0.3)
+    await eventually(backend.quiet, what="no command still running")  # a second run is done
     assert marks.read_text() == "x\n"
 
 
@@ -256,14 +263,32 @@ async def test_cancel_stops_it(backend: Backend, tmp_path: Path) -> None:
         "cancel-1", lambda o: o.phase in (model.Phase.FAILED, model.Phase.ABSENT)
     )
     assert obs.phase is not model.Phase.SUCCEEDED
-    await asyncio.sleep(4)
+    await eventually(backend.quiet, what="the command stopped")  # so it can touch nothing later
     assert not after.exists(), "the command was stopped, not left to finish"
 
 
 async def test_cancel_absent_or_finished_is_a_noop(backend: Backend) -> None:
-    await backend.executor.cancel("never-1", timedelta(seconds=1))
-    await backend.executor.launch(backend.launch("done-1", ["true"]))
-    await backend.finished("done-1")
+    ex = backend.executor
+    await ex.launch(backend.launch("done-1", ["true"]))
+    done = await backend.finished("done-1")
+    assert done.phase is model.Phase.SUCCEEDED
+    managed = await ex.list_managed({model.MANAGED_BY: model.MANAGER})
+
+    await ex.cancel("never-1", timedelta(seconds=1))
+    assert await ex.observe(["never-1"]) == {
+        "never-1": model.Observation("never-1", model.Phase.ABSENT)
+    }, "cancelling an absent name creates nothing"
+    assert await ex.list_managed({model.MANAGED_BY: model.MANAGER}) == managed
+
+    await ex.cancel("done-1", timedelta(seconds=1))
+    after = (await ex.observe(["done-1"]))["done-1"]
+    assert (after.phase, after.exit_code, after.reason) == (
+        model.Phase.SUCCEEDED,
+        0,
+        done.reason,
+    ), "a finished launch keeps its result: cancelling it changes nothing"
+    assert after.identity == model.Identity(1, 1, 1)
+    assert await ex.list_managed({model.MANAGED_BY: model.MANAGER}) == managed
 
 
 async def test_deadline(backend: Backend) -> None:
@@ -286,15 +311,14 @@ async def test_events_yield_each_finish_once(backend: Backend) -> None:
     await backend.listening()  # the stream is up before anything finishes
     await backend.executor.launch(backend.launch("ev-1", ["true"], fence=1))
     await backend.executor.launch(backend.launch("ev-2", ["false"], job_id=2, fence=2))
-    ends = time.monotonic() + 20
-    while len({o.name for o in seen}) < 2:
-        assert time.monotonic() < ends, seen
-        await asyncio.sleep(0.05)
-    await asyncio.sleep(0.5)
+    await eventually(lambda: {o.name for o in seen} >= {"ev-1", "ev-2"}, what="both finishes")
+    # A later launch's finish, heard after theirs: anything yielded twice is in by then.
+    await backend.executor.launch(backend.launch("ev-3", ["true"], job_id=3, fence=3))
+    await eventually(lambda: "ev-3" in {o.name for o in seen}, what="the later finish")
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
     by_name = {o.name: o for o in seen}
-    assert sorted(o.name for o in seen) == ["ev-1", "ev-2"], "each finish once"
+    assert sorted(o.name for o in seen) == ["ev-1", "ev-2", "ev-3"], "each finish once"
     assert by_name["ev-1"].phase is model.Phase.SUCCEEDED
     assert (by_name["ev-2"].phase, by_name["ev-2"].exit_code) == (model.Phase.FAILED, 1)
 

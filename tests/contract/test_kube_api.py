@@ -15,8 +15,9 @@ from kubernetes.aio import client
 from kubernetes.aio import watch as kube_watch
 
 from tests.support import kube_api
+from tests.support.wait import PATIENCE, eventually
 
-pytestmark = pytest.mark.timeout(30)
+pytestmark = pytest.mark.timeout(3 * PATIENCE)
 
 
 def job(name: str, labels: dict[str, str] | None = None, **spec: Any) -> dict[str, Any]:
@@ -170,7 +171,7 @@ async def test_watch_from_a_compacted_version_is_410_expired(k8s: Fixture) -> No
 
 
 async def test_watch_sees_live_changes_and_ends_after_its_timeout(k8s: Fixture) -> None:
-    _api, batch, _ = k8s
+    api, batch, _ = k8s
     seen: list[str] = []
 
     async def watch() -> None:
@@ -180,10 +181,10 @@ async def test_watch_sees_live_changes_and_ends_after_its_timeout(k8s: Fixture) 
             seen.append(f"{event['type']} {event['raw_object']['metadata']['name']}")
 
     task = asyncio.create_task(watch())
-    await asyncio.sleep(0.2)
+    await api.watched()  # live changes: the watch is open before they happen
     await batch.create_namespaced_job("default", job("a", {"app": "x"}))
     await batch.create_namespaced_job("default", job("b", {"app": "y"}))
-    await asyncio.wait_for(task, 5)
+    await asyncio.wait_for(task, PATIENCE)
     assert seen == ["ADDED a"], "only what the selector matches"
 
 
@@ -200,6 +201,31 @@ async def test_delete_with_finalizers_waits_for_them(k8s: Fixture) -> None:
     with pytest.raises(client.ApiException) as caught:
         await batch.read_namespaced_job("a", "default")
     assert caught.value.status == 404
+
+
+async def test_delete_with_a_stale_precondition_is_409_conflict(k8s: Fixture) -> None:
+    # DeleteOptions "preconditions": must be fulfilled before a deletion is carried out,
+    # else 409 Conflict; the object stays as it is.
+    api, batch, _ = k8s
+    made = await batch.create_namespaced_job("default", job("a"))
+    api.patch(kube_api.JOBS, "default", "a", {"status": {"active": 1}})
+    stale = client.V1Preconditions(resource_version=made.metadata.resource_version)
+    with pytest.raises(client.ApiException) as caught:
+        await batch.delete_namespaced_job(
+            "a", "default", body=client.V1DeleteOptions(preconditions=stale)
+        )
+    assert (caught.value.status, json.loads(caught.value.body)["reason"]) == (409, "Conflict")
+    assert (await batch.read_namespaced_job("a", "default")).metadata.deletion_timestamp is None
+    now = await batch.read_namespaced_job("a", "default")
+    fresh = client.V1Preconditions(
+        uid=now.metadata.uid, resource_version=now.metadata.resource_version
+    )
+    await batch.delete_namespaced_job(
+        "a", "default", body=client.V1DeleteOptions(preconditions=fresh)
+    )
+    with pytest.raises(client.ApiException) as gone:
+        await batch.read_namespaced_job("a", "default")
+    assert gone.value.status == 404
 
 
 @pytest.mark.parametrize(
@@ -261,11 +287,12 @@ async def test_what_the_controllers_write_reads_back_through_the_typed_client(
     body = job("a")
     body["spec"]["template"]["spec"]["containers"][0]["command"] = ["true"]
     await batch.create_namespaced_job("default", body)
-    for _ in range(200):
+
+    async def finished() -> Any:
         done = await batch.read_namespaced_job("a", "default")
-        if done.status.conditions:
-            break
-        await asyncio.sleep(0.05)
+        return done if done.status.conditions else None
+
+    done = await eventually(finished, what="the Job finished")
     assert [c.type for c in done.status.conditions] == ["SuccessCriteriaMet", "Complete"]
     [pod] = (await core.list_namespaced_pod("default")).items
     assert pod.status.container_statuses[0].state.terminated.exit_code == 0

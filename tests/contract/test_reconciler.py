@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import pytest
 
-from corral import config, errors, model, reconciler, runtime, store
+from corral import config, errors, health, model, reconciler, runtime, store
+from corral.clock import SystemClock
 from corral.store import Finish
 from corral.testing import FrozenClock
 from tests.support.platform import Platform
+from tests.support.wait import PATIENCE, eventually
 
 A, J, P = model.AttemptState, model.JobState, model.Phase
 TIMEOUTS = config.Timeouts(
@@ -245,9 +248,20 @@ async def test_the_same_completion_from_everywhere_applies_once(
     assert events.count(("job", "queued")) == 2  # submitted, then one retry
 
 
-async def test_the_first_pass_waits_for_executors_to_be_ready(db_url: str) -> None:
+@pytest.mark.timeout(4 * PATIENCE)
+async def test_the_first_pass_waits_for_executors_to_be_ready(
+    db: store.Store, db_url: str, tmp_path: Path
+) -> None:
     slow = Platform(start_delay=0.3)
-    s = config.Settings(database_url=db_url, timeouts=config.Timeouts(reconcile_interval=0.05))
+    beats = tmp_path / "health.json"  # appears once a tick and a pass have both ended
+    s = config.Settings(
+        database_url=db_url,
+        health_file=beats,
+        timeouts=config.Timeouts(reconcile_interval=0.05),
+    )
+    [(job_id, _)] = await db.job_submit(
+        new=[model.NewJob(executor="noop", spec={})], now=SystemClock().now()
+    )
     stop = asyncio.Event()
     readied = 0
 
@@ -256,11 +270,17 @@ async def test_the_first_pass_waits_for_executors_to_be_ready(db_url: str) -> No
         readied += 1
 
     task = asyncio.create_task(runtime.serve(s, stop, executors={"noop": slow}, on_ready=count))
-    await asyncio.sleep(0.6)  # the slow start (0.3s), then a few passes and ticks
-    stop.set()
-    await asyncio.wait_for(task, timeout=5)
+    try:
+        await eventually(beats.exists, what="a tick and a pass after the slow start")
+        await eventually(lambda: slow.launches, what="the queued job launched")
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, timeout=PATIENCE)
+    assert set(health.read(beats).loops) == {health.DISPATCHER, health.RECONCILER}
     assert slow.ready
     assert readied == 1
+    assert slow.launches == {model.launch_name(job_id, 1): 1}
+    assert slow.calls > 0, "the passes and ticks did ask the platform"
     assert slow.calls_before_ready == 0, "a pass or a tick asked the platform before it was ready"
 
 

@@ -28,6 +28,7 @@ from corral.sinks import (
 )
 from corral.testing import FrozenClock
 from tests.conftest import pg_empty
+from tests.support.wait import PATIENCE, eventually_sync
 
 ROOT = Path(__file__).resolve().parents[2]
 ROWS = 6
@@ -216,18 +217,15 @@ def test_a_paused_attempt_cannot_tear_its_successors_partition(tmp_path: Path, d
     root = tmp_path / "warehouse"
     gate7 = tmp_path / "gate7"
     seven = attempt(db_url, 7, root, gate7)
-    ends = time.monotonic() + 30
-    while not Path(f"{gate7}.half").exists():
-        assert time.monotonic() < ends, "attempt 7 never staged its first half"
-        time.sleep(0.05)
+    eventually_sync(Path(f"{gate7}.half").exists, what="attempt 7 staged its first half")
     seven.send_signal(signal.SIGSTOP)  # it looks dead: attempt 8 is launched
     gate7.touch()
     (tmp_path / "gate8").touch()
     eight = attempt(db_url, 8, root, tmp_path / "gate8")
-    out8, err8 = eight.communicate(timeout=60)
+    out8, err8 = eight.communicate(timeout=PATIENCE)
     assert eight.returncode == 0, err8
     seven.send_signal(signal.SIGCONT)
-    out7, err7 = seven.communicate(timeout=60)
+    out7, err7 = seven.communicate(timeout=PATIENCE)
     assert out8.strip() == "published fence 8"
     assert out7.strip() == "refused: fence 8 holds it", err7
     assert seen(db_url, "sales/day") == output(8), "entirely attempt 8's"
@@ -238,10 +236,11 @@ RACE = dedent(
     import sys, time
     from pathlib import Path
     from corral.sinks import Publisher, StaleFenceError
-    root, gate = Path(sys.argv[1]), Path(sys.argv[2])
+    root, gate, ready = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
     pub = Publisher("sales/day", root=root)
     pub.stage()
     pub.write_rows("part-0.jsonl", [{"id": 0, "value": 1}])
+    ready.touch()
     while not gate.exists():
         time.sleep(0.001)
     try:
@@ -261,9 +260,10 @@ def test_two_processes_publishing_at_the_same_moment_one_swap_wins(
     gate = tmp_path / "go"
     env = {**os.environ, "CORRAL_JOB_ID": "1", "CORRAL_ATTEMPT": "9", "CORRAL_FENCE": "9"}
     env["CORRAL_DATABASE_URL"] = pg_url
+    ready = [tmp_path / f"ready{i}" for i in range(2)]
     racers = [
         subprocess.Popen(
-            [sys.executable, "-c", RACE, str(tmp_path / f"root{i}"), str(gate)],
+            [sys.executable, "-c", RACE, str(tmp_path / f"root{i}"), str(gate), str(ready[i])],
             cwd=ROOT,
             env=env,
             stdout=subprocess.PIPE,
@@ -271,7 +271,7 @@ def test_two_processes_publishing_at_the_same_moment_one_swap_wins(
         )
         for i in range(2)
     ]
-    time.sleep(3)  # both have staged and wait at the gate
+    eventually_sync(lambda: all(r.exists() for r in ready), what="both staged, at the gate")
     gate.touch()
-    outcomes = sorted(p.communicate(timeout=60)[0].strip() for p in racers)
+    outcomes = sorted(p.communicate(timeout=PATIENCE)[0].strip() for p in racers)
     assert outcomes == ["lost", "won"], "the same fence twice: exactly one swap"

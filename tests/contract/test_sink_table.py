@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from hypothesis import strategies as st
 
 from corral import errors
 from corral.sinks import FencedTable, StaleFenceError, add_fence_columns, fence_columns
+from tests.support.wait import PATIENCE, eventually_sync
 
 KEYS = [f"k{i}" for i in range(6)]
 ROOT = Path(__file__).resolve().parents[2]
@@ -191,17 +191,14 @@ def test_a_paused_attempt_cannot_tear_what_its_successor_wrote(
     gate7 = tmp_path / "gate7"
     seven = writer(user_db_url, 7, gate7)
     half = tmp_path / "gate7.half"
-    ends = time.monotonic() + 30
-    while not half.exists():
-        assert time.monotonic() < ends, "attempt 7 never wrote its first half"
-        time.sleep(0.05)
+    eventually_sync(half.exists, what="attempt 7 wrote its first half")
     seven.send_signal(signal.SIGSTOP)
     gate7.touch()  # once it runs again, it goes on at once
     eight = writer(user_db_url, 8, tmp_path / "gate8")
     (tmp_path / "gate8").touch()
-    out8, _ = eight.communicate(timeout=30)
+    out8, _ = eight.communicate(timeout=PATIENCE)
     seven.send_signal(signal.SIGCONT)
-    out7, _ = seven.communicate(timeout=30)
+    out7, _ = seven.communicate(timeout=PATIENCE)
     assert eight.returncode == seven.returncode == 0
     assert visible(engine) == {k: (800, 8) for k in KEYS}, "entirely attempt 8's"
     assert out8.split() == ["applied=3", "refused=0", "applied=3", "refused=0"]

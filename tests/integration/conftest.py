@@ -4,16 +4,17 @@ file, with the process executor and short limits, and a client to drive them."""
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from corral import client, config, model, runtime, store
+from corral import client, config, errors, health, model, runtime, store
 from tests.integration.test_process_executor import kill_leftovers
+from tests.support.wait import PATIENCE, eventually
 
 J = model.JobState
 
@@ -23,19 +24,42 @@ class Corral:
     client: client.Client
     root: Path
     database_url: str
+    health_file: Path
 
     async def submit(self, script: str, **kw: Any) -> int:
         job_id, _ = await self.client.submit(spec={"command": ["sh", "-c", script]}, **kw)
         return job_id
 
-    async def wait(self, job_id: int, *states: J, seconds: float = 40) -> client.JobView:
-        until = time.monotonic() + seconds
-        while time.monotonic() < until:
+    async def wait(self, job_id: int, *states: J, seconds: float = PATIENCE) -> client.JobView:
+        async def there() -> client.JobView | None:
             view = await self.client.job(job_id)
-            if view.job.state in states:
-                return view
-            await asyncio.sleep(0.1)
-        raise AssertionError(f"job {job_id} not {states} after {seconds}s: {view}")
+            return view if view.job.state in states else None
+
+        found: client.JobView = await eventually(
+            there, within=seconds, every=0.1, what=f"job {job_id} {states}"
+        )
+        return found
+
+    async def after_a_round(self) -> None:
+        """Return once the dispatcher has made a whole tick and the reconciler a whole pass
+        after this call: what either would do next, it has had the chance to do. (The
+        health file has when each last ended; a round that ended after one that ended
+        after this call began after this call.)"""
+
+        async def ended_after(since: Mapping[str, datetime]) -> dict[str, datetime] | None:
+            try:
+                loops = dict(health.read(self.health_file).loops)
+            except errors.Unhealthy:
+                return None  # not written yet
+            later = len(loops) == 2 and all(at > since.get(name, at) for name, at in loops.items())
+            return loops if later else None
+
+        now = self.client.clock.now()
+        first = await eventually(
+            lambda: ended_after(dict.fromkeys((health.DISPATCHER, health.RECONCILER), now)),
+            what="a tick and a pass ended",
+        )
+        await eventually(lambda: ended_after(first), what="a whole tick and pass after that")
 
     def runs(self, job_id: int) -> list[str]:
         return sorted(p.name for p in self.root.glob(f"corral-{job_id}-*"))
@@ -47,6 +71,7 @@ async def corral(tmp_path: Path) -> AsyncIterator[Corral]:
     settings = config.Settings(
         database_url=url,
         state_dir=tmp_path / "state",
+        health_file=tmp_path / "health.json",
         timeouts=config.Timeouts(
             margin="500ms",
             tick_margin="50ms",
@@ -55,9 +80,9 @@ async def corral(tmp_path: Path) -> AsyncIterator[Corral]:
             reconcile_interval="300ms",
             launch_grace="2s",
             lease_timeout="10s",
-            attempt_deadline="20s",
+            attempt_deadline="40s",
             cancel_grace="1s",
-            recovery_grace="30s",
+            recovery_grace="60s",
         ),
     )
     db = store.Store.connect(url)
@@ -67,8 +92,8 @@ async def corral(tmp_path: Path) -> AsyncIterator[Corral]:
     loops = asyncio.create_task(runtime.serve(settings, stop))
     async with runtime.connect(settings) as c:
         try:
-            yield Corral(c, settings.process_root, url)
+            yield Corral(c, settings.process_root, url, tmp_path / "health.json")
         finally:
             stop.set()
-            await asyncio.wait_for(loops, 30)
+            await asyncio.wait_for(loops, PATIENCE)
             kill_leftovers(settings.process_root)

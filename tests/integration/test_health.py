@@ -10,7 +10,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
@@ -19,11 +18,12 @@ from typing import Any
 import pytest
 
 from corral import config, dispatcher, errors, reconciler, store
-from corral.testing import FrozenClock
+from corral.testing import PausedClock
 from tests.acceptance.test_cli import corral_env
 from tests.support.noop import NoopExecutor
+from tests.support.wait import PATIENCE, eventually_sync
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(6 * PATIENCE)]
 
 
 async def test_each_loop_calls_its_hook_after_every_round_failed_ones_too(
@@ -41,7 +41,7 @@ async def test_each_loop_calls_its_hook_after_every_round_failed_ones_too(
     parts: dict[str, Any] = {
         "store": db,
         "executors": {"noop": NoopExecutor()},
-        "clock": FrozenClock(),
+        "clock": PausedClock(),  # the loops' own sleeps must not move time
         "settings": config.Settings(database_url=url),
     }
     rounds = {"dispatcher": 0, "reconciler": 0}
@@ -61,7 +61,7 @@ async def test_each_loop_calls_its_hook_after_every_round_failed_ones_too(
                 dispatcher.Dispatcher(**parts).run(stop, on_tick=hook("dispatcher")),
                 reconciler.Reconciler(**parts).run(stop, on_pass=hook("reconciler")),
             ),
-            timeout=20,
+            timeout=PATIENCE,
         )
     finally:
         await db.close()
@@ -80,7 +80,7 @@ def corral(
         env=corral_env(env),
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=PATIENCE,
     )
 
 
@@ -100,7 +100,7 @@ def running(folder: Path) -> Iterator[list[subprocess.Popen[str]]]:
         if proc.poll() is None:
             os.kill(proc.pid, signal.SIGCONT)
             proc.kill()
-        proc.communicate(timeout=30)
+        proc.communicate(timeout=PATIENCE)
 
 
 def start(
@@ -121,18 +121,25 @@ def start(
     return proc
 
 
-def times(path: Path, proc: subprocess.Popen[str], seconds: float = 30) -> dict[str, datetime]:
-    """The loops' times in the health file, once it is there."""
-    until = time.monotonic() + seconds
-    while time.monotonic() < until:
+def times(
+    path: Path, proc: subprocess.Popen[str], after: dict[str, datetime] | None = None
+) -> dict[str, datetime]:
+    """The loops' times in the health file, once it is there (and, with `after`, once every
+    loop has finished a round since those times)."""
+
+    def found() -> dict[str, datetime] | None:
         assert proc.poll() is None, f"corral exited {proc.returncode}"
-        if path.exists():
-            return {
-                k: datetime.fromisoformat(v)
-                for k, v in json.loads(path.read_text())["loops"].items()
-            }
-        time.sleep(0.1)
-    raise AssertionError(f"no health file at {path} after {seconds}s")
+        if not path.exists():
+            return None
+        loops = {
+            k: datetime.fromisoformat(v) for k, v in json.loads(path.read_text())["loops"].items()
+        }
+        if after is not None and not all(loops[k] > at for k, at in after.items()):
+            return None
+        return loops
+
+    loops: dict[str, datetime] = eventually_sync(found, every=0.1, what=f"the health file {path}")
+    return loops
 
 
 def test_serve_keeps_its_health_file_fresh_and_health_sees_a_frozen_process(
@@ -145,26 +152,31 @@ def test_serve_keeps_its_health_file_fresh_and_health_sees_a_frozen_process(
     ready = corral(folder, "health", "--file", str(path), "--ready")
     assert ready.returncode == 0, ready.stderr
     assert ready.stdout.startswith("ok: dispatcher tick")
-    time.sleep(1.5)
-    later = times(path, proc)
+    later = times(path, proc, after=first)  # rewritten as the loops go on
     assert all(later[loop] > first[loop] for loop in first), (first, later)
-    alive = corral(folder, "health", "--file", str(path), "--max-age", "10s")
+    alive = corral(folder, "health", "--file", str(path), "--max-age", "30s")
     assert alive.returncode == 0, alive.stderr
 
     os.kill(proc.pid, signal.SIGSTOP)  # every loop stops moving, the file stays
-    time.sleep(3)
-    stuck = corral(folder, "health", "--file", str(path), "--max-age", "2s")
-    assert stuck.returncode == 1
+
+    def health(*args: str) -> subprocess.CompletedProcess[str]:
+        return corral(folder, "health", "--file", str(path), *args)
+
+    def stale() -> subprocess.CompletedProcess[str] | None:
+        checked = health("--max-age", "2s")
+        return checked if checked.returncode == 1 else None
+
+    stuck = eventually_sync(stale, what="the file taken for stale")  # it only ages now
     assert "ago" in stuck.stderr
     assert "the loop is stuck" in stuck.stderr
-    assert corral(folder, "health", "--file", str(path), "--ready").returncode == 0
+    assert health("--ready").returncode == 0
 
     os.kill(proc.pid, signal.SIGCONT)
-    until = time.monotonic() + 20
-    while corral(folder, "health", "--file", str(path), "--max-age", "2s").returncode != 0:
-        assert time.monotonic() < until, "the file was not freshened after SIGCONT"
+    eventually_sync(
+        lambda: health("--max-age", "2s").returncode == 0, what="the file freshened after SIGCONT"
+    )
     proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=30) == 0
+    assert proc.wait(timeout=PATIENCE) == 0
     assert path.exists(), "a clean stop leaves the file: removing it would fail a draining pod"
 
 
@@ -175,7 +187,7 @@ def test_a_reconciler_alone_takes_its_health_file_from_the_environment(
     env = {"CORRAL_HEALTH_FILE": str(path)}
     proc = start(folder, running, "reconciler", env=env)
     assert set(times(path, proc)) == {"reconciler"}
-    checked = corral(folder, "health", "--max-age", "10s", env=env)
+    checked = corral(folder, "health", "--max-age", "30s", env=env)
     assert checked.returncode == 0, checked.stderr
     assert checked.stdout.startswith("ok: reconciler pass")
 
@@ -189,10 +201,10 @@ def test_a_restarted_corral_is_not_ready_until_its_own_first_round(
     assert old.returncode == 1
     assert "dispatcher's last tick ended" in old.stderr
     proc = start(folder, running, "dispatcher", "--health-file", str(path))
-    until = time.monotonic() + 30
-    while json.loads(path.read_text() if path.exists() else "{}").get("pid") != proc.pid:
-        assert time.monotonic() < until, "the earlier run's file was not replaced"
-        time.sleep(0.1)
+    eventually_sync(
+        lambda: json.loads(path.read_text() if path.exists() else "{}").get("pid") == proc.pid,
+        what="the earlier run's file replaced",
+    )
     assert corral(folder, "health", "--file", str(path)).returncode == 0
 
 

@@ -5,7 +5,6 @@ Workflows come out; recovery settles what happened while corral was down."""
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,8 +17,9 @@ from corral import client, clock, config, model, reconciler, runtime, store
 from corral.executors import base, kubernetes
 from corral.testing import FrozenClock
 from tests.support import kube_api
+from tests.support.wait import PATIENCE, eventually
 
-pytestmark = [pytest.mark.timeout(90), pytest.mark.slow]
+pytestmark = [pytest.mark.timeout(4 * PATIENCE), pytest.mark.slow]
 
 J, A, P = model.JobState, model.AttemptState, model.Phase
 IMAGE = "busybox:1.36"
@@ -53,7 +53,7 @@ def make_settings(tmp_path: Path, url: str, **timeouts: Any) -> config.Settings:
                 "namespace": "default",
                 "kubeconfig": str(kubeconfig(tmp_path / "kubeconfig", url)),
                 "termination_grace": 1,
-                "request_timeout": 2,
+                "request_timeout": 10,
                 "watch_timeout": 3,
             },
         },
@@ -78,14 +78,12 @@ class Corral:
     client: client.Client
     cluster: kube_api.Cluster
 
-    async def wait(self, job_id: int, *states: model.JobState, seconds: float = 30) -> Any:
-        ends = time.monotonic() + seconds
-        while True:
+    async def wait(self, job_id: int, *states: model.JobState) -> Any:
+        async def there() -> Any:
             view = await self.client.job(job_id)
-            if view.job.state in states:
-                return view
-            assert time.monotonic() < ends, f"job {job_id} not {states}: {view}"
-            await asyncio.sleep(0.1)
+            return view if view.job.state in states else None
+
+        return await eventually(there, every=0.1, what=f"job {job_id} {states}")
 
 
 async def migrated(settings: config.Settings) -> None:
@@ -106,7 +104,7 @@ async def corral(tmp_path: Path) -> AsyncIterator[Corral]:
                 yield Corral(c, cluster)
             finally:
                 stop.set()
-                await asyncio.wait_for(loops, 30)
+                await asyncio.wait_for(loops, PATIENCE)
 
 
 @pytest.mark.parametrize("kind", ["kubernetes", "argo"])
@@ -146,16 +144,11 @@ async def test_cancel_deletes_the_job(corral: Corral) -> None:
     )
     await corral.wait(job_id, J.RUNNING)
     name = (await corral.client.job(job_id)).attempts[0].launch_name
-    ends = time.monotonic() + 10
-    while corral.cluster.api.find(kube_api.JOBS, "default", name) is None:
-        assert time.monotonic() < ends
-        await asyncio.sleep(0.05)
+    found = corral.cluster.api.find
+    await eventually(lambda: found(kube_api.JOBS, "default", name), what="the Job made")
     await corral.client.cancel(job_id)
     await corral.wait(job_id, J.CANCELLED)
-    ends = time.monotonic() + 10
-    while corral.cluster.api.find(kube_api.JOBS, "default", name) is not None:
-        assert time.monotonic() < ends, "the Job was deleted"
-        await asyncio.sleep(0.05)
+    await eventually(lambda: found(kube_api.JOBS, "default", name) is None, what="the Job deleted")
     assert corral.cluster.api.objects(kube_api.PODS) == []
 
 
@@ -177,10 +170,10 @@ async def running_attempt(
 
 
 async def finished(ex: Any, name: str) -> None:
-    ends = time.monotonic() + 15
-    while not (await ex.observe([name]))[name].phase.finished:
-        assert time.monotonic() < ends
-        await asyncio.sleep(0.05)
+    async def done() -> bool:
+        return bool((await ex.observe([name]))[name].phase.finished)
+
+    await eventually(done, what=f"{name} finished")
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ import shutil
 import signal
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import AsyncIterator, Sequence
 from datetime import timedelta
@@ -22,8 +23,9 @@ import pytest
 from corral import clock, errors, model
 from corral.executors import base, process
 from tests.support import launches
+from tests.support.wait import PATIENCE, eventually
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = pytest.mark.timeout(4 * PATIENCE)  # a test waits for at most four things
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 
@@ -55,16 +57,19 @@ def sh(script: str) -> list[str]:
 
 
 async def wait_for(
-    ex: process.ProcessExecutor, name: str, *, finished: bool = True, within: float = 15.0
+    ex: process.ProcessExecutor, name: str, *, finished: bool = True
 ) -> model.Observation:
     """Poll until `name` is finished (or, with finished=False, running)."""
-    until = time.monotonic() + within
-    while True:
+
+    async def there() -> model.Observation | None:
         obs = (await ex.observe([name]))[name]
-        if obs.phase.finished if finished else obs.phase is model.Phase.RUNNING:
-            return obs
-        assert time.monotonic() < until, f"still {obs} after {within}s"
-        await asyncio.sleep(0.05)
+        wanted = obs.phase.finished if finished else obs.phase is model.Phase.RUNNING
+        return obs if wanted else None
+
+    found: model.Observation = await eventually(
+        there, what=f"{name} {'finished' if finished else 'running'}"
+    )
+    return found
 
 
 def kill_leftovers(root: Path) -> None:
@@ -176,13 +181,14 @@ RACER = textwrap.dedent(
     from corral import clock, model
     from corral.executors import process
 
-    root, marks, start_at = Path(sys.argv[1]), Path(sys.argv[2]), float(sys.argv[3])
+    root, marks, ready, go = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3]), Path(sys.argv[4])
 
     async def main():
         ex = process.ProcessExecutor(root=root, clock=clock.SystemClock())
         await ex.start()
-        while time.time() < start_at:
-            pass
+        ready.touch()
+        while not go.exists():
+            time.sleep(0.001)
         for i in range(4):
             name = f"race-{i}"
             labels = model.identity_labels(job_id=i, attempt_no=1, fence=i, tenant="t",
@@ -203,13 +209,19 @@ async def test_two_os_processes_launching_one_name_start_one_run(
 ) -> None:
     marks = tmp_path / "marks"
     marks.mkdir()
-    start_at = time.time() + 1.0
+    go = tmp_path / "go"
+    ready = [tmp_path / f"ready-{i}" for i in range(4)]
     env = {**os.environ, "PYTHONPATH": str(SRC)}
-    argv = ["-c", RACER, str(executor.root), str(marks), str(start_at)]
     racers = [
-        await asyncio.create_subprocess_exec(sys.executable, *argv, env=env) for _ in range(4)
+        await asyncio.create_subprocess_exec(
+            sys.executable, "-c", RACER, str(executor.root), str(marks), str(r), str(go), env=env
+        )
+        for r in ready
     ]
-    codes = [await asyncio.wait_for(racer.wait(), 30) for racer in racers]
+    # All four have imported corral and started their executor: they go together.
+    await eventually(lambda: all(r.exists() for r in ready), what="the racers at the start")
+    go.touch()
+    codes = [await asyncio.wait_for(racer.wait(), PATIENCE) for racer in racers]
     assert codes == [0, 0, 0, 0]
     names = [f"race-{i}" for i in range(4)]
     for name in names:
@@ -226,13 +238,11 @@ async def test_same_name_other_identity_conflicts(executor: process.ProcessExecu
 
 async def test_restart_survival(tmp_path: Path) -> None:
     root = tmp_path / "runs"
+    gate = tmp_path / "go"
     a = process.ProcessExecutor(root=root, clock=clock.SystemClock())
     await a.start()
-    await a.launch(make_launch("long-1", ["sleep", "3"]))
-    assert (await a.observe(["long-1"]))["long-1"].phase in (
-        model.Phase.RUNNING,
-        model.Phase.PENDING,
-    )
+    await a.launch(make_launch("long-1", sh(f"while [ ! -e {gate} ]; do sleep 0.05; done")))
+    await wait_for(a, "long-1", finished=False)
     await a.close()
     del a
 
@@ -243,6 +253,7 @@ async def test_restart_survival(tmp_path: Path) -> None:
         assert running.phase is model.Phase.RUNNING
         assert running.identity == model.Identity(1, 1, 1)
         assert [o.name for o in await b.list_managed({model.JOB_ID: "1"})] == ["long-1"]
+        gate.touch()
         done = await wait_for(b, "long-1")
         assert done.phase is model.Phase.SUCCEEDED
     finally:
@@ -270,10 +281,8 @@ async def test_observe_absent(executor: process.ProcessExecutor) -> None:
 async def test_cancel(executor: process.ProcessExecutor) -> None:
     await executor.launch(make_launch("cancel-1", ["sleep", "30"]))
     await wait_for(executor, "cancel-1", finished=False)
-    began = time.monotonic()
     await executor.cancel("cancel-1", timedelta(seconds=5))
-    obs = await wait_for(executor, "cancel-1", within=5)
-    assert time.monotonic() - began < 5
+    obs = await wait_for(executor, "cancel-1")
     assert obs.phase is model.Phase.FAILED
     assert obs.reason is not None
     assert "cancelled" in obs.reason
@@ -283,13 +292,10 @@ async def test_cancel(executor: process.ProcessExecutor) -> None:
 async def test_cancel_kills_what_ignores_sigterm(executor: process.ProcessExecutor) -> None:
     await executor.launch(make_launch("stubborn-1", sh("trap '' TERM; echo ready; sleep 30")))
     out = executor.root / "stubborn-1" / "stdout.log"
-    until = time.monotonic() + 15
-    while not (out.exists() and out.read_text() == "ready\n"):  # the trap is set
-        assert time.monotonic() < until, "sh never got going"
-        await asyncio.sleep(0.05)
+    await eventually(lambda: out.exists() and out.read_text() == "ready\n", what="the trap set")
     began = time.monotonic()
     await executor.cancel("stubborn-1", timedelta(seconds=0.5))
-    obs = await wait_for(executor, "stubborn-1", within=15)
+    obs = await wait_for(executor, "stubborn-1")
     assert time.monotonic() - began >= 0.5
     assert obs.phase is model.Phase.FAILED
     assert obs.reason is not None
@@ -308,7 +314,7 @@ async def test_cancel_absent_or_finished_is_a_noop(executor: process.ProcessExec
 
 async def test_deadline(executor: process.ProcessExecutor) -> None:
     await executor.launch(make_launch("late-1", ["sleep", "30"], deadline_seconds=0.5))
-    obs = await wait_for(executor, "late-1", within=10)
+    obs = await wait_for(executor, "late-1")
     assert obs.phase is model.Phase.FAILED
     assert obs.reason == "deadline exceeded"
     assert obs.exit_code == -signal.SIGTERM
@@ -321,14 +327,16 @@ async def test_past_the_deadline_what_ignores_sigterm_is_killed_after_the_grace(
     await ex.start()
     script = sh("trap '' TERM; sleep 30")
     await ex.launch(make_launch("stubborn-late", script, deadline_seconds=2))  # sh is up by then
-    began = time.monotonic()
-    obs = await wait_for(ex, "stubborn-late", within=15)
+    obs = await wait_for(ex, "stubborn-late")
     assert (obs.phase, obs.reason, obs.exit_code) == (
         model.Phase.FAILED,
         "deadline exceeded",
         -signal.SIGKILL,
     )
-    assert time.monotonic() - began < 10, "the configured grace, not the 10s default"
+    assert obs.started_at is not None
+    assert obs.finished_at is not None
+    ran = (obs.finished_at - obs.started_at).total_seconds()
+    assert ran < 2 + 10, "killed after the configured grace (0.5s), not the 10s default"
     await ex.close()
 
 
@@ -338,7 +346,7 @@ async def test_supervisor_killed(executor: process.ProcessExecutor) -> None:
     run_dir = executor.root / "orphan-1"
     os.kill(json.loads((run_dir / "shim.pid").read_text())["pid"], signal.SIGKILL)
     os.killpg(json.loads((run_dir / "child.pid").read_text())["pid"], signal.SIGKILL)
-    obs = await wait_for(executor, "orphan-1", within=5)
+    obs = await wait_for(executor, "orphan-1")
     assert obs.phase is model.Phase.FAILED
     assert obs.reason is not None
     assert obs.reason.startswith("supervisor died")
@@ -353,17 +361,19 @@ async def test_a_command_outliving_its_killed_supervisor_is_still_running(
     await wait_for(executor, "orphan-2", finished=False)
     run_dir = executor.root / "orphan-2"
     os.kill(json.loads((run_dir / "shim.pid").read_text())["pid"], signal.SIGKILL)
-    until = time.monotonic() + 5
-    while not (obs := (await executor.observe(["orphan-2"]))["orphan-2"]).reason:
-        assert time.monotonic() < until, f"supervisor death not seen: {obs}"
-        await asyncio.sleep(0.05)
+
+    async def told() -> model.Observation | None:
+        obs = (await executor.observe(["orphan-2"]))["orphan-2"]
+        return obs if obs.reason else None
+
+    obs = await eventually(told, what="the supervisor's death seen")
     assert obs.phase is model.Phase.RUNNING, (
         "the work goes on; it must not be retried beside itself"
     )
     assert obs.reason is not None
     assert obs.reason.startswith("supervisor died")
     await executor.cancel("orphan-2", timedelta(seconds=0.2))  # cancel still reaches it
-    obs = await wait_for(executor, "orphan-2", within=5)
+    obs = await wait_for(executor, "orphan-2")
     assert obs.phase is model.Phase.FAILED
 
 
@@ -398,9 +408,10 @@ async def test_events_end_on_close(executor: process.ProcessExecutor) -> None:
         return [obs async for obs in executor.events()]
 
     task = asyncio.create_task(drain())
-    await asyncio.sleep(0.1)
+    await asyncio.sleep(0)  # one turn of the loop: drain is now waiting inside events()
+    assert not task.done()
     await executor.close()
-    assert await asyncio.wait_for(task, 5) == []
+    assert await asyncio.wait_for(task, PATIENCE) == []
 
 
 @pytest.mark.parametrize(
@@ -547,11 +558,8 @@ def processes_of(run_dir: Path) -> list[int]:
     return found
 
 
-async def wait_gone(pids: Sequence[int], within: float = 30.0) -> None:
-    until = time.monotonic() + within
-    while left := [pid for pid in pids if alive(pid)]:
-        assert time.monotonic() < until, f"{left} still alive after {within}s"
-        await asyncio.sleep(0.05)
+async def wait_gone(pids: Sequence[int]) -> None:
+    await eventually(lambda: not any(alive(pid) for pid in pids), what=f"{list(pids)} gone")
 
 
 async def started(ex: process.ProcessExecutor, name: str, command: str) -> tuple[int, int]:
@@ -559,10 +567,10 @@ async def started(ex: process.ProcessExecutor, name: str, command: str) -> tuple
     await wait_for(ex, name, finished=False)
     run_dir = ex.root / name
     child = pid_of(run_dir, "child.pid")
-    until = time.monotonic() + 15
-    while not Path(f"/proc/{child}/cmdline").read_bytes().startswith(command.encode()):
-        assert time.monotonic() < until, f"{name}: the command never became {command!r}"
-        await asyncio.sleep(0.05)
+    await eventually(
+        lambda: Path(f"/proc/{child}/cmdline").read_bytes().startswith(command.encode()),
+        what=f"{name}: the command become {command!r}",
+    )
     return pid_of(run_dir, "shim.pid"), child
 
 
@@ -680,3 +688,51 @@ async def test_a_relaunch_of_a_run_still_there_stops_nothing(
     assert alive(shim)
     assert alive(child)
     assert processes_of(patient.root / "there-1") == [child]
+
+
+def lock_waiters(root: Path) -> list[str]:
+    """Who waits for the claims lock of `root` now, from /proc/locks: READ for a shim
+    about to claim its name, WRITE for a relaunch about to look for earlier copies."""
+    inode = os.stat(root).st_ino
+    waiting = []
+    for line in Path("/proc/locks").read_text().splitlines():
+        fields = line.split()
+        if fields[1] == "->" and fields[6].rsplit(":", 1)[-1] == str(inode):
+            waiting.append(fields[4])
+    return waiting
+
+
+async def test_a_relaunch_never_stops_the_first_launch_that_claims_the_name_meanwhile(
+    patient: process.ProcessExecutor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a slow machine recovery may relaunch a name whose first launch is still under way
+    (past launch_grace). The relaunch finds no run folder, so it looks in /proc for the
+    processes of an earlier copy; if the first launch's shim could claim the name and start
+    its command in between, the relaunch would kill the very launch it then finds there.
+    Here /proc is read only once the first launch has come as far as it can meanwhile."""
+    listing, resume = threading.Event(), threading.Event()
+    scandir = os.scandir
+
+    def slow_proc(path: Any = ".") -> Any:
+        if str(path) == "/proc" and not resume.is_set():
+            listing.set()
+            resume.wait(PATIENCE)
+        return scandir(path)
+
+    monkeypatch.setattr(os, "scandir", slow_proc)
+    launch = make_launch("slow-1", ["sleep", "300"])
+    relaunch = asyncio.create_task(patient.launch(relaunch_of(launch)))
+    await eventually(listing.is_set, what="the relaunch about to read /proc")
+    first = asyncio.create_task(patient.launch(launch))
+    await eventually(
+        lambda: first.done() or "READ" in lock_waiters(patient.root),
+        what="the first launch started, or its shim waiting to claim the name",
+    )
+    resume.set()
+    await asyncio.wait_for(relaunch, PATIENCE)
+    with pytest.raises(errors.ExecutorError, match="no answer"):
+        await first  # its shim was stopped before it claimed the name: the relaunch made it
+    obs = (await patient.observe(["slow-1"]))["slow-1"]
+    assert (obs.phase, obs.reason) == (model.Phase.RUNNING, None), "its supervisor is alive"
+    run_dir = patient.root / "slow-1"
+    assert processes_of(run_dir) == [pid_of(run_dir, "child.pid")], "one copy"

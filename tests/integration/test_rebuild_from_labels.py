@@ -4,12 +4,13 @@ run folders' labels alone."""
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 from corral import config, model, reconciler, store
 from corral.clock import SystemClock
 from corral.executors.process import ProcessExecutor
+from corral.testing import FrozenClock
+from tests.support.wait import eventually
 
 A, J = model.AttemptState, model.JobState
 
@@ -35,24 +36,23 @@ async def test_a_fresh_reconciler_adopts_and_stops_orphans_from_labels(
 
     fresh = ProcessExecutor(root=tmp_path / "runs", clock=clock)
     await fresh.start()
-    settings = config.Settings(
-        timeouts=config.Timeouts(
-            launch_grace="3ms", tick_deadline="1ms", tick_margin="1ms", cancel_grace="2s"
-        )
-    )
+    settings = config.Settings(timeouts=config.Timeouts(cancel_grace="2s"))
+    later = FrozenClock(clock.now())  # the reconciler's time; the platform's stays real
+    later.advance(settings.timeouts.launch_grace.total_seconds() + 1)
     r = reconciler.Reconciler(
-        store=db, executors={"process": fresh}, clock=clock, settings=settings
+        store=db, executors={"process": fresh}, clock=later, settings=settings
     )
-    await asyncio.sleep(0.05)
     summary = await r.run_once()
     assert (summary.adopted, summary.orphans_cancelled, summary.relaunched) == (2, 1, 0)
     states = {a.job_id: a.state for c in claimed for a in await db.attempt_list(job_id=c.job.id)}
     assert states == {keep.job.id: A.RUNNING, cancel.job.id: A.CANCELLED, adopt.job.id: A.RUNNING}
     name = cancel.attempt.launch_name
-    for _ in range(200):  # the SIGKILL after the grace lands; the shim writes the exit
-        if (stopped := (await fresh.observe([name]))[name]).phase.finished:
-            break
-        await asyncio.sleep(0.05)
+
+    async def finished() -> model.Observation | None:  # the shim writes the exit
+        obs = (await fresh.observe([name]))[name]
+        return obs if obs.phase.finished else None
+
+    stopped = await eventually(finished, what="the orphan stopped")
     assert stopped.phase is model.Phase.FAILED
     assert stopped.identity == model.Identity(cancel.job.id, 1, cancel.attempt.id)
     for c in (keep, adopt):  # clean up the two still sleeping

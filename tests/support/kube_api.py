@@ -15,7 +15,8 @@ Kubernetes API documentation (kubernetes.io/docs/reference/using-api/api-concept
 - watch from a resourceVersion replays what changed after it; after `compact()`, a
   resourceVersion older than the history answers a 410 `Expired` ERROR event, and a
   watch ends after `timeoutSeconds`;
-- delete honours finalizers (sets `deletionTimestamp`, removes the object once they are
+- delete honours preconditions (`uid`, `resourceVersion`: 409 `Conflict` when they
+  differ), finalizers (sets `deletionTimestamp`, removes the object once they are
   gone) and `propagationPolicy` (Background and Foreground delete the object's dependents
   by ownerReferences, Orphan keeps them; a Job deleted with no policy orphans its pods,
   as batch/v1 does for compatibility);
@@ -48,6 +49,7 @@ from kubernetes.aio import client
 
 from corral import errors
 from corral.executors import argo, kubernetes
+from tests.support.wait import PATIENCE
 
 JOBS = ("batch", "v1", "jobs")
 PODS = ("", "v1", "pods")
@@ -148,7 +150,7 @@ class KubeApi(kmock.KubernetesEmulator):  # type: ignore[misc]
         self.history.clear()
         self.oldest_rv = self.last_rv + 1
 
-    async def watched(self, within: float = 20) -> None:
+    async def watched(self, within: float = PATIENCE) -> None:
         """Wait until some client has a watch open (it has listed and is listening)."""
         ends = asyncio.get_running_loop().time() + within
         while not self.watchers:
@@ -378,6 +380,7 @@ class KubeApi(kmock.KubernetesEmulator):  # type: ignore[misc]
         if options.get("orphanDependents") is True:
             policy = "Orphan"
         key = (resource, request.namespace or "default", request.name or "")
+        _check_preconditions(key, self.store.get(key), options.get("preconditions") or {})
         self._delete(key, policy)
         return {
             "kind": "Status",
@@ -400,6 +403,23 @@ def _not_found(resource: tuple[str, str, str], name: str) -> ApiError:
         group=group,
         kind=resource[2],
     )
+
+
+def _check_preconditions(key: Key, obj: dict[str, Any] | None, wanted: Mapping[str, Any]) -> None:
+    """A delete's preconditions (uid, resourceVersion): 409 Conflict when the object differs."""
+    if obj is None:
+        raise _not_found(key[0], key[2])
+    for field_name, label in (("uid", "UID"), ("resourceVersion", "ResourceVersion")):
+        want, have = wanted.get(field_name), obj["metadata"].get(field_name)
+        if want is not None and want != have:
+            raise status_error(
+                409,
+                "Conflict",
+                f"Precondition failed: {label} in precondition: {want}, {label} in object meta:"
+                f" {have}",
+                name=key[2],
+                kind=key[0][2],
+            )
 
 
 def _expired(since: str, oldest: int) -> dict[str, Any]:

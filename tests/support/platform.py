@@ -31,6 +31,7 @@ class Platform:
         self.down_for_launch = False
         self.cancel_fails = False
         self.ready = False
+        self.calls = 0  # every launch, observe, list and cancel asked of it
         self.calls_before_ready = 0
         self._start_delay = start_delay
         self._closed = asyncio.Event()
@@ -46,6 +47,7 @@ class Platform:
         self._closed.set()
 
     def _check(self) -> None:
+        self.calls += 1
         if not self.ready:
             self.calls_before_ready += 1
         if self.down:

@@ -13,16 +13,15 @@ import pytest
 
 from corral import errors, health
 from corral.testing import FrozenClock
+from tests.support.wait import PATIENCE
 
 BOTH = [health.DISPATCHER, health.RECONCILER]
 
 
 async def settled(beats: health.HealthFile) -> None:
     """Let a write in flight finish (it runs in a worker thread)."""
-    for _ in range(200):
-        if beats._writing is None or beats._writing.done():
-            return
-        await asyncio.sleep(0.01)
+    if beats._writing is not None:
+        await asyncio.wait_for(asyncio.shield(beats._writing), PATIENCE)
 
 
 def loops_in(path: Path) -> dict[str, str]:

@@ -51,6 +51,8 @@ CONTAINER = "main"
 DATABASE_URL = "CORRAL_DATABASE_URL"
 CONTROLLER_UID = "batch.kubernetes.io/controller-uid"
 """The label the API server puts on a Job's pods: the Job's uid."""
+CANCEL_TRIES = 5
+"""Reads and deletes a cancel makes of a Job whose status keeps changing in between."""
 
 _SPEC_FIELDS = ("image", "command", "env", "placement", "resources", "service_account")
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
@@ -501,18 +503,37 @@ class KubernetesExecutor(kube_client.ClusterExecutor):
         """Delete the Job with `propagationPolicy: Background`, so its pods are deleted too
         (never orphaned); `grace` is the Job's deletion grace. Each pod then gets SIGTERM,
         and SIGKILL after its own terminationGracePeriodSeconds
-        (`executors.kubernetes.termination_grace`). A Job already gone is fine."""
+        (`executors.kubernetes.termination_grace`). A Job already gone is fine, and one
+        that has finished is left as it is: it is the record of the attempt's result, and
+        its TTL removes it. The delete carries the resourceVersion that was read as its
+        precondition, so a Job that finishes in between is refused (409) and read again."""
         seconds = max(0, math.ceil(grace.total_seconds()))
-        options = kube.V1DeleteOptions(
-            propagation_policy="Background", grace_period_seconds=seconds
+        for _ in range(CANCEL_TRIES):
+            job = await self._get(name)
+            if job is None or _finished(job):
+                return
+            if await self._delete(name, job["metadata"]["resourceVersion"], seconds):
+                return
+        raise errors.ExecutorError(
+            f"deleting Job {self.namespace}/{name}: it changed under each of {CANCEL_TRIES} tries"
         )
-        await self.api.call(
+
+    async def _delete(self, name: str, resource_version: str, grace_seconds: int) -> bool:
+        """Delete the Job if it is still at `resource_version`; False when it is not (409)
+        or already gone (404), so the caller reads it again."""
+        options = kube.V1DeleteOptions(
+            propagation_policy="Background",
+            grace_period_seconds=grace_seconds,
+            preconditions=kube.V1Preconditions(resource_version=resource_version),
+        )
+        answer = await self.api.call(
             f"deleting Job {self.namespace}/{name}",
             lambda: self._batch.delete_namespaced_job_without_preload_content(
                 name, self.namespace, body=options, _request_timeout=self.api.timeout
             ),
-            ok=lambda exc: kube_client.is_status(exc, 404),
+            ok=lambda exc: kube_client.is_status(exc, 404, 409),
         )
+        return answer is not None
 
     async def events(self) -> AsyncGenerator[model.Observation, None]:
         """Each Job's finish, once, as the watch sees it. Jobs that had finished before the

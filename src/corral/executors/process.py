@@ -33,7 +33,11 @@ starts a new copy, a relaunch finds every live process of the run in /proc: comm
 `CORRAL_RUN_DIR=<run folder>` in their environment (the launch name alone could belong
 to another corral on this machine), the shim by its arguments. It SIGKILLs them and
 waits until they are gone; if one survives, the launch fails and recovery tries again
-later. The scan costs a few milliseconds, which is why only a relaunch makes it.
+later. The scan costs a few milliseconds, which is why only a relaunch makes it. The
+first launch of the name may still be under way when recovery relaunches it (a slow
+machine, past launch_grace): the search and the kill hold the root's lock exclusively
+and every shim claims its folder holding it shared, so the search either sees the
+folder (and stops nothing: that is the launch) or kills a shim before it claimed.
 """
 
 from __future__ import annotations
@@ -55,7 +59,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from corral import clock, errors, model
-from corral.executors import base
+from corral.executors import base, process_shim
 
 log = logging.getLogger("corral.executors.process")
 
@@ -143,18 +147,17 @@ class ProcessExecutor:
         run = run_dir.name
         until = self._clock.monotonic() + max(self._kill_grace, STOP_WAIT_SECONDS)
         stopped: set[_Process] = set()
-        while found := await asyncio.to_thread(_processes_of_run, run_dir):
+        while found := await asyncio.to_thread(_stop_processes_of_run, run_dir):
+            for proc in sorted(found - stopped):
+                role = "command" if proc.is_command else "supervisor"
+                log.warning("%s: stopped pid %d, the %s of an earlier launch", run, proc.pid, role)
+            stopped |= found
             if self._clock.monotonic() >= until:
                 pids = ", ".join(str(p.pid) for p in sorted(found))
                 raise errors.ExecutorError(
                     f"process executor: earlier processes of {run!r} (pid {pids})"
                     " outlived SIGKILL; not relaunching it beside them"
                 )
-            for proc in sorted(found - stopped):
-                role = "command" if proc.is_command else "supervisor"
-                log.warning("%s: stopping pid %d, the %s of an earlier launch", run, proc.pid, role)
-            await asyncio.to_thread(_kill_groups, found)
-            stopped |= found
             await self._clock.sleep(self._poll_interval)
 
     async def observe(self, names: Sequence[str]) -> dict[str, model.Observation]:
@@ -560,6 +563,18 @@ class _Process(NamedTuple):
     is_command: bool  # False sorts first: a supervisor is stopped before its command
     pid: int
     start_time: int
+
+
+def _stop_processes_of_run(run_dir: Path) -> set[_Process]:
+    """SIGKILL the live processes of `run_dir`'s run (see `_processes_of_run`) and return
+    them; no shim can claim the folder meanwhile (the root's lock, held exclusively)."""
+    with (
+        _platform(f"lock {run_dir.parent} to look for earlier processes"),
+        process_shim.claims_lock(run_dir.parent, exclusive=True),
+    ):
+        found = _processes_of_run(run_dir)
+        _kill_groups(found)
+    return found
 
 
 def _processes_of_run(run_dir: Path) -> set[_Process]:

@@ -11,7 +11,10 @@ What it does, in order:
 1. Detaches (forks; the parent exits at once, so the launcher never keeps a child).
 2. Claims the launch name: `os.rename(<tmp dir>, <run dir>)`. The rename is atomic, so
    of any number of shims racing for one name exactly one wins; a loser removes its
-   tmp dir, answers `exists` and starts nothing.
+   tmp dir, answers `exists` and starts nothing. The rename is made holding the root
+   folder's lock shared (`flock`); a relaunch holds it exclusively while it looks for
+   the processes of an earlier copy and kills them, so a launch never claims its
+   name between that search finding no folder and the kill.
 3. Starts the command in its own process group, output to `stdout.log`/`stderr.log`,
    records `child.pid` (pid, /proc start time, `started_at`) and answers `started`.
    Besides the launch's own environment, the command gets `CORRAL_RUN_DIR`: the run
@@ -36,6 +39,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import json
 import os
 import shutil
@@ -43,6 +47,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
@@ -116,6 +121,18 @@ class RunFolder:
         os.fsync(self.fd)  # the rename survives a power cut
 
 
+@contextlib.contextmanager
+def claims_lock(root: Path, exclusive: bool = False) -> Iterator[None]:
+    """Hold the lock on `root` that claims take shared and a relaunch's search for an
+    earlier copy's processes takes exclusively (process.py uses this very function)."""
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        yield
+    finally:
+        os.close(fd)  # which releases the lock
+
+
 def fsync_dir(path: Path) -> None:
     """Make a rename or a new file inside `path` survive a power cut."""
     fd = os.open(path, os.O_RDONLY)
@@ -182,7 +199,8 @@ def claim(tmp: Path, final: Path) -> RunFolder | None:
     me = os.getpid()
     folder.write_json_atomic("shim.pid", {"pid": me, "start_time": proc_start_time(me)})
     try:
-        os.rename(tmp, final)
+        with claims_lock(final.parent):
+            os.rename(tmp, final)
     except OSError as exc:
         os.close(folder.fd)
         if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY):

@@ -9,7 +9,7 @@ from an attempt that a newer one has replaced is refused with StaleFence: stop t
     from corral.worker import keep_alive
 
     with keep_alive():          # a heartbeat every CORRAL_HEARTBEAT_INTERVAL, in a thread
-        do_the_work()
+        do_the_work()           # (over one store, opened once for the block)
 """
 
 from __future__ import annotations
@@ -19,14 +19,17 @@ import logging
 import os
 import signal
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Coroutine, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any, TypeVar
 
 from corral import client, config, errors, runtime
 
 log = logging.getLogger("corral.worker")
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,12 +82,31 @@ async def heartbeat_async(
 def heartbeat(
     attempt: CurrentAttempt | None = None, settings: config.Settings | None = None
 ) -> datetime | None:
-    """heartbeat_async, for code that is not async."""
-    return asyncio.run(heartbeat_async(attempt, settings))
+    """heartbeat_async, for code that is not async. Called from inside a running event
+    loop (a plain function of an async program), it runs on a private loop in a thread of
+    its own, since asyncio.run refuses to nest; the caller's loop waits meanwhile, as it
+    does for any blocking call."""
+    return _run_apart(lambda: heartbeat_async(attempt, settings))
+
+
+def _run_apart(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    """Run the coroutine `make()` to its end on a fresh event loop: in this thread, or in
+    a thread of its own when this one already runs a loop."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(make())
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="corral-heartbeat") as apart:
+        return apart.submit(lambda: asyncio.run(make())).result()
 
 
 def _stop_this_process() -> None:
     os.kill(os.getpid(), signal.SIGTERM)
+
+
+CLOSE_WAIT = 10.0
+"""Seconds the end of a keep_alive block waits for a heartbeat in flight and the store's
+close before it goes on (the heartbeat thread is a daemon: it never holds up an exit)."""
 
 
 @contextmanager
@@ -98,32 +120,81 @@ def keep_alive(
     `interval` seconds (default CORRAL_HEARTBEAT_INTERVAL, else 10). When corral refuses
     one because a newer attempt replaced this one, `on_stale` runs (default: SIGTERM to
     this process) and the heartbeats stop. Yields an Event set once this attempt is stale.
-    A heartbeat that fails for another reason is logged and tried again next interval."""
+    A heartbeat that fails for another reason is logged and tried again next interval.
+
+    The store is opened once for the whole block (one schema check, one connection pool)
+    on the thread's own event loop, every heartbeat goes over it, and it is closed when
+    the block ends."""
     attempt = current_attempt()
-    every = interval or attempt.heartbeat_interval or 10.0
-    stop, stale = threading.Event(), threading.Event()
-
-    def beat() -> None:
-        while True:
-            try:
-                heartbeat(attempt, settings)
-            except errors.StaleFence as exc:
-                log.error("%s", exc)
-                stale.set()
-                on_stale()
-                return
-            except errors.CorralError as exc:
-                log.warning("heartbeat failed, trying again in %gs: %s", every, exc)
-            if stop.wait(every):
-                return
-
-    thread = threading.Thread(target=beat, name="corral-heartbeat", daemon=True)
+    beats = _Heartbeats(
+        attempt,
+        settings or config.Settings.load(check_chain=False),
+        every=interval or attempt.heartbeat_interval or 10.0,
+        on_stale=on_stale,
+    )
+    thread = threading.Thread(target=beats.run, name="corral-heartbeat", daemon=True)
     thread.start()
     try:
-        yield stale
+        yield beats.stale
     finally:
-        stop.set()
-        thread.join(timeout=every)
+        beats.stopping.set()
+        thread.join(timeout=CLOSE_WAIT)
+
+
+class _Heartbeats:
+    """keep_alive's thread: an event loop and a store for the life of the block."""
+
+    def __init__(
+        self,
+        attempt: CurrentAttempt,
+        settings: config.Settings,
+        *,
+        every: float,
+        on_stale: Callable[[], None],
+    ) -> None:
+        self.attempt = attempt
+        self.settings = settings
+        self.every = every
+        self.on_stale = on_stale
+        self.stale = threading.Event()
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        asyncio.run(self._keep())
+
+    async def _keep(self) -> None:
+        """Open the store and beat over it until stopped or stale. A store that cannot be
+        opened (the database is down) is tried again next interval, as a failed beat is."""
+        while True:
+            try:
+                async with runtime.opened(self.settings, executors={}) as rt:
+                    c = client.Client(
+                        store=rt.store, executors={}, settings=self.settings, clock=rt.clock
+                    )
+                    await self._beat(c)
+                    return
+            except errors.CorralError as exc:
+                log.warning("heartbeat failed, trying again in %gs: %s", self.every, exc)
+            if self.stale.is_set() or await self._wait():
+                return
+
+    async def _beat(self, c: client.Client) -> None:
+        while True:
+            try:
+                await c.heartbeat(self.attempt.job_id, self.attempt.fence)
+            except errors.StaleFence as exc:
+                log.error("%s", exc)
+                self.stale.set()
+                self.on_stale()
+                return
+            except errors.CorralError as exc:
+                log.warning("heartbeat failed, trying again in %gs: %s", self.every, exc)
+            if await self._wait():
+                return
+
+    async def _wait(self) -> bool:
+        """Wait one interval, or less when the block ends; True when it has ended."""
+        return await asyncio.to_thread(self.stopping.wait, self.every)
 
 
 __all__ = ["CurrentAttempt", "current_attempt", "heartbeat", "heartbeat_async", "keep_alive"]
