@@ -84,6 +84,11 @@ class Dispatcher:
         self._pending: set[int] = set()  # fences queued or being written: polls repeat them
         self._arrived = asyncio.Event()
         self._unrecorded: list[int] = []  # launched, `running` not written yet (a failed settle)
+        # Set while no tick is in flight. The completion writer waits for it, so that what
+        # arrives during a tick is written in that tick's last transaction (fewer, bigger
+        # writes); a tick never waits for the writer, so a stuck write holds up no claim.
+        self._between_ticks = asyncio.Event()
+        self._between_ticks.set()
         self._stopping: set[asyncio.Task[None]] = set()  # cancels of attempts cancelled mid-launch
         self._launch_slots = asyncio.Semaphore(settings.launch_concurrency)
 
@@ -100,6 +105,13 @@ class Dispatcher:
         they are launched and recorded all the same, and then the claim's error is raised.
         Completions have a writer of their own: a completion write that waits (on a lock,
         on a slow network) never holds up a claim."""
+        self._between_ticks.clear()
+        try:
+            return await self._tick()
+        finally:
+            self._between_ticks.set()
+
+    async def _tick(self) -> Tick:
         carried, self._carried = self._carried, []
         room = self.settings.claim_batch_limit - len(carried)
         fresh: list[model.Claimed] = []
@@ -362,6 +374,7 @@ class Dispatcher:
         retry = self.settings.timeouts.dispatch_interval.total_seconds()
         while True:
             await self._arrived.wait()
+            await self._between_ticks.wait()
             try:
                 self._arrived.clear()
                 await self.flush_completions()

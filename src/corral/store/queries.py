@@ -443,14 +443,20 @@ def _attempt_row(job: model.Job, now: datetime, limits: DefaultLimits | None) ->
 
 
 def attempt_record_running(
-    conn: Connection, *, fences: Sequence[int], now: datetime, reason: str = "launched"
+    conn: Connection,
+    *,
+    fences: Sequence[int],
+    now: datetime,
+    reason: str = "launched",
+    locked: bool = False,
 ) -> list[int]:
     """launching -> running for each fence still launching (the outbox's third step, or
     recovery adopting or relaunching an attempt). A job that sends heartbeats gets its
     whole lease from now: the time it waited to be launched does not count against it.
     Rows are locked in fence order first, as completions lock them, so the two cannot
-    deadlock when they write at once (PostgreSQL)."""
-    dialects.lock_in_order(conn, attempts, fences)
+    deadlock when they write at once (PostgreSQL); `locked`: the caller did that already."""
+    if not locked:
+        dialects.lock_in_order(conn, attempts, fences)
     applied = transition(
         conn,
         entity="attempt",
@@ -491,10 +497,10 @@ def attempt_settle(
     writes is locked first, in fence order: another writer (the completion writer, a
     reconciler) may be writing some of them at the same moment."""
     dialects.lock_in_order(conn, attempts, sorted({*launched, *(f.fence for f in finishes)}))
-    outcomes = attempt_finish(conn, finishes=finishes, now=now, retry=retry)
+    outcomes = attempt_finish(conn, finishes=finishes, now=now, retry=retry, locked=True)
     ended = {o.fence for o in outcomes}
     still = [fence for fence in launched if fence not in ended]
-    return attempt_record_running(conn, fences=still, now=now), outcomes
+    return attempt_record_running(conn, fences=still, now=now, locked=True), outcomes
 
 
 @dataclass(frozen=True, slots=True)
@@ -539,6 +545,7 @@ def attempt_finish(
     finishes: Sequence[Finish],
     now: datetime,
     retry: retry.Retry | None = None,
+    locked: bool = False,
 ) -> list[Outcome]:
     """Apply completions: each attempt ends once (repeats are no-ops), then its job follows.
 
@@ -550,7 +557,8 @@ def attempt_finish(
     if bad := {f.state for f in finishes} - ENDINGS:
         raise errors.IllegalTransition(f"an attempt cannot finish as {', '.join(sorted(bad))}")
     rules = retry or _PLAIN
-    dialects.lock_in_order(conn, attempts, [f.fence for f in finishes])
+    if not locked:  # (`locked`: the caller locked these rows, in fence order, already)
+        dialects.lock_in_order(conn, attempts, [f.fence for f in finishes])
     judged = _judge(conn, [f for f in finishes if f.state != A.SUCCEEDED])
     groups: dict[tuple[Any, ...], list[int]] = defaultdict(list)
     for f in finishes:
