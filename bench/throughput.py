@@ -47,7 +47,7 @@ from tests.support.noop import NoopExecutor
 
 from corral import config, dispatcher, model, store
 from corral.clock import SystemClock
-from corral.store import queries
+from corral.store import claims
 
 DEFAULT_PG = os.environ.get(
     "CORRAL_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
@@ -302,7 +302,7 @@ def claim_latency(db: Database, batch: int, samples: int = 1000) -> dict[str, fl
         for _ in range(samples + 10):
             t0 = time.perf_counter()
             tx = conn.begin()
-            claimed = queries.job_claim(conn, now=now, limit=batch, executors=["noop"])
+            claimed = claims.job_claim(conn, now=now, limit=batch, executors=["noop"])
             tx.rollback()
             timings.append(time.perf_counter() - t0)
             assert len(claimed) == batch

@@ -9,15 +9,20 @@
   once the retries stay a small share of the traffic instead of multiplying it.
 - classify: every failed attempt gets a class (transient, permanent, unknown) and a
   fingerprint, from the platform's verdict and the job's exit-code rules.
+- decide: what a failed attempt leads to for its job (quarantine, fail, or retry after a
+  backoff, perhaps later for want of a budget token), a pure function over plain values;
+  the store reads those values and applies the Decision it returns.
 """
 
 from __future__ import annotations
 
+import enum
+import functools
 import hashlib
 import math
 import random
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from corral import config, model
@@ -196,3 +201,127 @@ class Retry:
 
     def delay(self, attempt_no: int, policy: config.JobPolicy) -> float:
         return 0.0 if self.backoff is None else self.backoff.for_policy(attempt_no, policy)
+
+
+# --- what a failure leads to ----------------------------------------------------------------------
+
+
+class Verdict(enum.StrEnum):
+    """What becomes of a job whose current attempt failed (or was lost)."""
+
+    PERMANENT = "permanent"  # quarantined: the failure is the job's own
+    REPEATED = "repeated"  # quarantined: the same unknown failure, quarantine_after times
+    EXHAUSTED = "exhausted"  # failed: no attempts left
+    RETRY = "retry"  # queued again, after a backoff (and a budget token)
+
+
+_JOB_STATE = {
+    Verdict.PERMANENT: model.JobState.QUARANTINED,
+    Verdict.REPEATED: model.JobState.QUARANTINED,
+    Verdict.EXHAUSTED: model.JobState.FAILED,
+    Verdict.RETRY: model.JobState.QUEUED,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """A failed attempt's consequence for its job, with everything its run-log line needs.
+
+    `delay` is the backoff (seconds after the failure); `token_at`, set when the queue's
+    retry budget had no token, is when one is paid for: the retry waits until then."""
+
+    verdict: Verdict
+    attempt_no: int
+    state: model.AttemptState
+    failure: Failure
+    quarantine_after: int
+    delay: float = 0.0
+    token_at: datetime | None = None
+    queue: str | None = None
+
+    @property
+    def to(self) -> model.JobState:
+        return _JOB_STATE[self.verdict]
+
+    @property
+    def extra_attempt(self) -> bool:
+        """A retry after an ignored failure: the job gets its attempt back."""
+        return self.verdict == Verdict.RETRY and not self.failure.counts
+
+    def run_at(self, now: datetime) -> datetime | None:
+        """When a retry is due; None for a job that is not retried."""
+        if self.verdict != Verdict.RETRY:
+            return None
+        return self.token_at or now + timedelta(seconds=self.delay)
+
+    def waits_for_token(self, token_at: datetime | None, queue: str, now: datetime) -> Decision:
+        """This decision, given when its queue's budget pays for its token (None: at once).
+        Only a retry takes a token, and it waits only when the token comes after its backoff."""
+        due = self.run_at(now)
+        if due is None or token_at is None or token_at <= due:
+            return self
+        return replace(self, token_at=token_at, queue=queue)
+
+    @property
+    def reason(self) -> str:
+        """The job's run-log line."""
+        f, n = self.failure, self.attempt_no
+        if self.verdict == Verdict.PERMANENT:
+            return f"quarantined: attempt {n} failed permanently ({f.why})"
+        if self.verdict == Verdict.REPEATED:
+            k = self.quarantine_after
+            same = "failed" if k == 1 else f"failed the same way {k} times in a row"
+            return (
+                f"quarantined: attempt {n} {same} (fingerprint {f.fingerprint}); waits for a person"
+            )
+        if self.verdict == Verdict.EXHAUSTED:
+            return f"attempt {n} {self.state} ({f.cls}): no attempts left"
+        ignored = "" if f.counts else ", which does not count toward max_attempts"
+        if self.token_at is not None:
+            wait = f"; queue {self.queue!r} retry budget is empty, so it waits for a token"
+        else:
+            wait = "; due again after a backoff" if self.delay > 0 else ""
+        return f"retry: attempt {n} {self.state} ({f.cls}){ignored}, attempts remain{wait}"
+
+    @property
+    def details(self) -> dict[str, str]:
+        """The job's run-log details: the failure's class, fingerprint and rule."""
+        out = {"failure_class": str(self.failure.cls), "fingerprint": self.failure.fingerprint}
+        out["rule"] = self.failure.why
+        if self.token_at is not None:
+            out |= {"budget": "empty", "queue": str(self.queue)}
+        return out
+
+
+def decide(
+    failure: Failure,
+    *,
+    state: model.AttemptState,
+    attempt_no: int,
+    charged: int,
+    max_attempts: int,
+    streak: int,
+    quarantine_after: int,
+    delay: float,
+) -> Decision:
+    """What a failed attempt leads to. `charged`: the job's attempts that count toward
+    `max_attempts`, this one included; `streak`: attempts in a row, ending with this one,
+    that failed with its fingerprint; `delay`: the backoff a retry would wait.
+
+    A permanent failure quarantines; so does an unknown one `quarantine_after` times in a
+    row. Otherwise a failure that counts and leaves no attempts fails the job, and anything
+    else is retried (an ignored failure gives its attempt back)."""
+    decision = functools.partial(
+        Decision,
+        attempt_no=attempt_no,
+        state=state,
+        failure=failure,
+        quarantine_after=quarantine_after,
+    )
+    if failure.cls == FailureClass.PERMANENT:
+        return decision(Verdict.PERMANENT)
+    if failure.cls == FailureClass.UNKNOWN and streak >= quarantine_after:
+        return decision(Verdict.REPEATED)
+    if failure.counts and charged >= max_attempts:
+        return decision(Verdict.EXHAUSTED)
+    return decision(Verdict.RETRY, delay=max(delay, 0.0))

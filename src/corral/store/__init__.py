@@ -1,7 +1,8 @@
 """The durable store: jobs, attempts and events in SQLite (embedded) or PostgreSQL (scale).
 
-`Store` is the async face of the store: each method runs one query function from
-queries.py in one transaction on a worker thread, so the event loop never blocks on the
+`Store` is the async face of the store: each method runs one function of the module for
+what it stores (jobs, claims, attempts, completions, events, budgets, sinks) in one
+transaction on a worker thread, so the event loop never blocks on the
 database. Database errors are translated once, here, into StoreError (cause kept):
 StoreUnavailable when a PostgreSQL server cannot be reached, and a message naming the
 setting when one of the connection's time limits (dialects.ConnectionLimits) ended a call.
@@ -15,7 +16,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -23,8 +24,19 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy import exc as sa_exc
 
 from corral import config, errors, model, retry
-from corral.store import dialects, migrate, queries
-from corral.store.queries import DefaultLimits, Finish, Outcome, Status
+from corral.store import (
+    attempts,
+    claims,
+    completions,
+    dialects,
+    events,
+    jobs,
+    migrate,
+    sinks,
+)
+from corral.store.attempts import Status
+from corral.store.claims import DefaultLimits
+from corral.store.completions import Finish, Outcome
 
 __all__ = ["DefaultLimits", "Finish", "Outcome", "Status", "Store"]
 
@@ -190,28 +202,68 @@ class Store:
                 f" {migrate.head()}: run `corral db upgrade`"
             )
 
-    # --- operations (see queries.py for what each does) --------------------------------------
+    # --- operations: one transaction each (the modules say what each does) -----------------
 
-    async def transition(self, **kwargs: Any) -> list[int]:
-        """queries.transition in its own transaction; returns the ids that changed."""
-        return [a.id for a in await self._tx(queries.transition, **kwargs)]
+    async def transition(
+        self,
+        *,
+        entity: model.Entity,
+        ids: Sequence[int],
+        expected: str,
+        to: str,
+        now: datetime,
+        reason: str,
+        values: Mapping[str, Any] | None = None,
+        details: Mapping[str, Any] | None = None,
+    ) -> list[int]:
+        """events.transition in its own transaction; returns the ids that changed."""
+        applied = await self._tx(
+            events.transition,
+            entity=entity,
+            ids=ids,
+            expected=expected,
+            to=to,
+            now=now,
+            reason=reason,
+            values=values,
+            details=details,
+        )
+        return [a.id for a in applied]
+
+    async def event_note(
+        self,
+        *,
+        job_id: int,
+        attempt_id: int | None,
+        state: str,
+        reason: str,
+        now: datetime,
+        details: Mapping[str, Any] | None = None,
+    ) -> None:
+        await self._tx(
+            events.event_note,
+            job_id=job_id,
+            attempt_id=attempt_id,
+            state=state,
+            reason=reason,
+            now=now,
+            details=details,
+        )
+
+    async def event_list(self, *, job_id: int) -> list[model.Event]:
+        return await self._tx(events.event_list, job_id=job_id)
 
     async def analyze(self) -> None:
         def analyze(conn: Connection) -> None:
             dialects.statements_unbounded(conn)  # statistics of a large table take a while
-            queries.analyze(conn)
+            jobs.analyze(conn)
 
         await self._call("analyze", analyze, None)
-
-    async def job_claim_plan(
-        self, *, now: datetime, limit: int, executors: Sequence[str]
-    ) -> list[str]:
-        return await self._tx(queries.job_claim_plan, now=now, limit=limit, executors=executors)
 
     async def job_submit(
         self, *, new: Sequence[model.NewJob], now: datetime
     ) -> list[tuple[int, bool]]:
-        return await self._tx(queries.job_submit, new=new, now=now)
+        return await self._tx(jobs.job_submit, new=new, now=now)
 
     async def job_claim(
         self,
@@ -219,115 +271,31 @@ class Store:
         now: datetime,
         limit: int,
         executors: Sequence[str],
-        limits: queries.DefaultLimits | None = None,
+        limits: DefaultLimits | None = None,
         pools: Mapping[str, int] | None = None,
     ) -> list[model.Claimed]:
         return await self._tx(
-            queries.job_claim,
-            now=now,
-            limit=limit,
-            executors=executors,
-            limits=limits,
-            pools=pools,
+            claims.job_claim, now=now, limit=limit, executors=executors, limits=limits, pools=pools
         )
+
+    async def job_claim_plan(
+        self, *, now: datetime, limit: int, executors: Sequence[str]
+    ) -> list[str]:
+        return await self._tx(claims.job_claim_plan, now=now, limit=limit, executors=executors)
 
     async def pool_running(self, *, pools: Sequence[str]) -> dict[str, int]:
-        return await self._tx(queries.pool_running, pools=pools)
+        return await self._tx(claims.pool_running, pools=pools)
 
-    async def attempt_record_running(
-        self, *, fences: Sequence[int], now: datetime, reason: str = "launched"
-    ) -> list[int]:
-        return await self._tx(queries.attempt_record_running, fences=fences, now=now, reason=reason)
-
-    async def attempt_list_for_recovery(self, **kwargs: Any) -> list[model.Claimed]:
-        return await self._tx(queries.attempt_list_for_recovery, **kwargs)
-
-    async def attempt_states(self, *, fences: Sequence[int]) -> dict[int, queries.Status]:
-        return await self._tx(queries.attempt_states, fences=fences)
-
-    async def attempt_settle(
-        self,
-        *,
-        launched: Sequence[int],
-        finishes: Sequence[Finish],
-        now: datetime,
-        retry: retry.Retry | None = None,
-    ) -> tuple[list[int], list[Outcome]]:
-        return await self._tx(
-            queries.attempt_settle, launched=launched, finishes=finishes, now=now, retry=retry
-        )
-
-    async def attempt_finish(
-        self, *, finishes: Sequence[Finish], now: datetime, retry: retry.Retry | None = None
-    ) -> list[Outcome]:
-        return await self._tx(queries.attempt_finish, finishes=finishes, now=now, retry=retry)
-
-    async def attempt_seen(self, *, fences: Sequence[int], now: datetime) -> None:
-        await self._tx(queries.attempt_seen, fences=fences, now=now)
-
-    async def attempt_heartbeat(self, *, job_id: int, fence: int, now: datetime) -> datetime | None:
-        return await self._tx(queries.attempt_heartbeat, job_id=job_id, fence=fence, now=now)
-
-    async def attempt_wait(self, *, fences: Sequence[int], now: datetime, reason: str) -> list[int]:
-        return await self._tx(queries.attempt_wait, fences=fences, now=now, reason=reason)
-
-    async def attempt_supersede(
-        self, *, fences: Sequence[int], now: datetime, reason: str
-    ) -> list[int]:
-        return await self._tx(queries.attempt_supersede, fences=fences, now=now, reason=reason)
-
-    async def attempt_never_launched(
-        self, *, fences: Sequence[int], now: datetime, why: str
-    ) -> list[int]:
-        return await self._tx(queries.attempt_never_launched, fences=fences, now=now, why=why)
+    async def job_cancel(self, *, job_id: int, now: datetime, reason: str) -> model.Attempt | None:
+        return await self._tx(jobs.job_cancel, job_id=job_id, now=now, reason=reason)
 
     async def job_unquarantine(
         self, *, job_id: int, to: model.JobState, now: datetime, reason: str
     ) -> None:
-        await self._tx(queries.job_unquarantine, job_id=job_id, to=to, now=now, reason=reason)
-
-    async def attempt_list_active(
-        self, *, executor: str, limit: int, after: int = 0
-    ) -> list[model.Attempt]:
-        return await self._tx(
-            queries.attempt_list_active, executor=executor, limit=limit, after=after
-        )
-
-    async def event_note(self, **kwargs: Any) -> None:
-        await self._tx(queries.event_note, **kwargs)
-
-    async def job_cancel(self, *, job_id: int, now: datetime, reason: str) -> model.Attempt | None:
-        return await self._tx(queries.job_cancel, job_id=job_id, now=now, reason=reason)
-
-    async def checkpoint_save(self, *, job_id: int, fence: int, state: Any, now: datetime) -> None:
-        await self._tx(queries.checkpoint_save, job_id=job_id, fence=fence, state=state, now=now)
-
-    async def checkpoint_load(self, *, job_id: int) -> tuple[int, Any] | None:
-        return await self._tx(queries.checkpoint_load, job_id=job_id)
-
-    async def pointer_swap(
-        self,
-        *,
-        dataset: str,
-        fence: int,
-        location: str,
-        code_version: str | None,
-        now: datetime,
-    ) -> model.Pointer | int:
-        return await self._tx(
-            queries.pointer_swap,
-            dataset=dataset,
-            fence=fence,
-            location=location,
-            code_version=code_version,
-            now=now,
-        )
-
-    async def pointer_get(self, *, dataset: str) -> model.Pointer | None:
-        return await self._tx(queries.pointer_get, dataset=dataset)
+        await self._tx(jobs.job_unquarantine, job_id=job_id, to=to, now=now, reason=reason)
 
     async def job_get(self, *, job_id: int) -> model.Job:
-        return await self._tx(queries.job_get, job_id=job_id)
+        return await self._tx(jobs.job_get, job_id=job_id)
 
     async def job_list(
         self,
@@ -339,22 +307,114 @@ class Store:
         pool: str | None = None,
     ) -> list[model.Job]:
         return await self._tx(
-            queries.job_list,
-            states=list(states),
-            limit=limit,
-            queue=queue,
-            tenant=tenant,
-            pool=pool,
+            jobs.job_list, states=list(states), limit=limit, queue=queue, tenant=tenant, pool=pool
         )
 
     async def job_count_by_state(self) -> dict[str, int]:
-        return await self._tx(queries.job_count_by_state)
+        return await self._tx(jobs.job_count_by_state)
+
+    async def attempt_settle(
+        self,
+        *,
+        launched: Sequence[int],
+        finishes: Sequence[Finish],
+        now: datetime,
+        retry: retry.Retry | None = None,
+    ) -> tuple[list[int], list[Outcome]]:
+        return await self._tx(
+            completions.attempt_settle, launched=launched, finishes=finishes, now=now, retry=retry
+        )
+
+    async def attempt_finish(
+        self, *, finishes: Sequence[Finish], now: datetime, retry: retry.Retry | None = None
+    ) -> list[Outcome]:
+        return await self._tx(completions.attempt_finish, finishes=finishes, now=now, retry=retry)
+
+    async def attempt_record_running(
+        self, *, fences: Sequence[int], now: datetime, reason: str = "launched"
+    ) -> list[int]:
+        return await self._tx(
+            attempts.attempt_record_running, fences=fences, now=now, reason=reason
+        )
+
+    async def attempt_list_for_recovery(
+        self,
+        *,
+        now: datetime,
+        launch_grace: timedelta,
+        lease_timeout: timedelta,
+        attempt_deadline: timedelta,
+        limit: int,
+        after: int = 0,
+    ) -> list[model.Claimed]:
+        return await self._tx(
+            attempts.attempt_list_for_recovery,
+            now=now,
+            launch_grace=launch_grace,
+            lease_timeout=lease_timeout,
+            attempt_deadline=attempt_deadline,
+            limit=limit,
+            after=after,
+        )
+
+    async def attempt_states(self, *, fences: Sequence[int]) -> dict[int, Status]:
+        return await self._tx(attempts.attempt_states, fences=fences)
+
+    async def attempt_seen(self, *, fences: Sequence[int], now: datetime) -> None:
+        await self._tx(attempts.attempt_seen, fences=fences, now=now)
+
+    async def attempt_heartbeat(self, *, job_id: int, fence: int, now: datetime) -> datetime | None:
+        return await self._tx(attempts.attempt_heartbeat, job_id=job_id, fence=fence, now=now)
+
+    async def attempt_wait(self, *, fences: Sequence[int], now: datetime, reason: str) -> list[int]:
+        return await self._tx(attempts.attempt_wait, fences=fences, now=now, reason=reason)
+
+    async def attempt_supersede(
+        self, *, fences: Sequence[int], now: datetime, reason: str
+    ) -> list[int]:
+        return await self._tx(attempts.attempt_supersede, fences=fences, now=now, reason=reason)
+
+    async def attempt_never_launched(
+        self, *, fences: Sequence[int], now: datetime, why: str
+    ) -> list[int]:
+        return await self._tx(attempts.attempt_never_launched, fences=fences, now=now, why=why)
+
+    async def attempt_list_active(
+        self, *, executor: str, limit: int, after: int = 0
+    ) -> list[model.Attempt]:
+        return await self._tx(
+            attempts.attempt_list_active, executor=executor, limit=limit, after=after
+        )
 
     async def attempt_list(self, *, job_id: int) -> list[model.Attempt]:
-        return await self._tx(queries.attempt_list, job_id=job_id)
+        return await self._tx(attempts.attempt_list, job_id=job_id)
 
-    async def event_list(self, *, job_id: int) -> list[model.Event]:
-        return await self._tx(queries.event_list, job_id=job_id)
+    async def checkpoint_save(self, *, job_id: int, fence: int, state: Any, now: datetime) -> None:
+        await self._tx(sinks.checkpoint_save, job_id=job_id, fence=fence, state=state, now=now)
+
+    async def checkpoint_load(self, *, job_id: int) -> tuple[int, Any] | None:
+        return await self._tx(sinks.checkpoint_load, job_id=job_id)
+
+    async def pointer_swap(
+        self,
+        *,
+        dataset: str,
+        fence: int,
+        location: str,
+        code_version: str | None,
+        now: datetime,
+    ) -> model.Pointer | int:
+        return await self._tx(
+            sinks.pointer_swap,
+            dataset=dataset,
+            fence=fence,
+            location=location,
+            code_version=code_version,
+            now=now,
+        )
+
+    async def pointer_get(self, *, dataset: str) -> model.Pointer | None:
+        return await self._tx(sinks.pointer_get, dataset=dataset)
 
 
 def _name(fn: Callable[..., Any]) -> str:

@@ -1,0 +1,331 @@
+"""Attempts after their claim: recorded running, seen, renewed by heartbeats, waited on or
+superseded when their state is unknown, and listed for recovery."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Connection, and_, func, or_, select, update
+
+from corral import errors, model
+from corral.store import dialects
+from corral.store.events import event_insert, event_row, transition
+from corral.store.rows import ACTIVE, attempt_from_row, job_from_row, per_row
+from corral.store.tables import (
+    attempts,
+    jobs,
+)
+
+A, J = model.AttemptState, model.JobState
+
+
+def attempt_record_running(
+    conn: Connection,
+    *,
+    fences: Sequence[int],
+    now: datetime,
+    reason: str = "launched",
+    locked: bool = False,
+) -> list[int]:
+    """launching -> running for each fence still launching (the outbox's third step, or
+    recovery adopting or relaunching an attempt). A job that sends heartbeats gets its
+    whole lease from now: the time it waited to be launched does not count against it.
+    Rows are locked in fence order first, as completions lock them, so the two cannot
+    deadlock when they write at once (PostgreSQL); `locked`: the caller did that already."""
+    if not locked:
+        dialects.lock_in_order(conn, attempts, fences)
+    applied = transition(
+        conn,
+        entity="attempt",
+        ids=fences,
+        expected=A.LAUNCHING,
+        to=A.RUNNING,
+        now=now,
+        reason=reason,
+        values={"started_at": now, "last_seen_at": now},
+    )
+    ids = [a.id for a in applied]
+    if ids:
+        leased = conn.execute(
+            select(attempts.c.id, attempts.c.lease_seconds).where(
+                dialects.one_of(conn, attempts.c.id, ids), attempts.c.lease_seconds.is_not(None)
+            )
+        ).all()
+        if leased:
+            until = {fence: now + timedelta(seconds=seconds) for fence, seconds in leased}
+            conn.execute(
+                update(attempts)
+                .where(dialects.one_of(conn, attempts.c.id, list(until)))
+                .values(lease_until=per_row(attempts.c.id, until, now))
+            )
+    return ids
+
+
+def attempt_list_active(
+    conn: Connection, *, executor: str, limit: int, after: int = 0
+) -> list[model.Attempt]:
+    """Attempts launching or running on `executor`, oldest fence first, after fence `after`."""
+    stmt = (
+        select(attempts)
+        .where(
+            attempts.c.state.in_([A.LAUNCHING, A.RUNNING]),
+            attempts.c.executor == executor,
+            attempts.c.id > after,
+        )
+        .order_by(attempts.c.id)
+        .limit(limit)
+    )
+    return [attempt_from_row(r._mapping) for r in conn.execute(stmt)]
+
+
+def attempt_list_for_recovery(
+    conn: Connection,
+    *,
+    now: datetime,
+    launch_grace: timedelta,
+    lease_timeout: timedelta,
+    attempt_deadline: timedelta,
+    limit: int,
+    after: int = 0,
+) -> list[model.Claimed]:
+    """Attempts recovery must look at, by fence from `after` on, each with its job:
+    launching for longer than `launch_grace`; running without news for `lease_timeout`,
+    past its lease (a job that sends heartbeats went quiet), or past its deadline
+    (`attempt_deadline` from its start for attempts made before deadlines were stored)."""
+    stale = or_(
+        and_(attempts.c.state == A.LAUNCHING, attempts.c.created_at <= now - launch_grace),
+        and_(
+            attempts.c.state == A.RUNNING,
+            or_(
+                attempts.c.last_seen_at <= now - lease_timeout,
+                attempts.c.lease_until <= now,
+                attempts.c.deadline_at <= now,
+                and_(
+                    attempts.c.deadline_at.is_(None),
+                    attempts.c.started_at <= now - attempt_deadline,
+                ),
+            ),
+        ),
+    )
+    stmt = select(attempts).where(stale, attempts.c.id > after).order_by(attempts.c.id).limit(limit)
+    found = [attempt_from_row(r._mapping) for r in conn.execute(stmt)]
+    if not found:
+        return []
+    job_rows = conn.execute(
+        select(jobs).where(dialects.one_of(conn, jobs.c.id, [a.job_id for a in found]))
+    )
+    by_id = {job.id: job for job in (job_from_row(r) for r in job_rows)}
+    return [model.Claimed(by_id[a.job_id], a) for a in found]
+
+
+@dataclass(frozen=True, slots=True)
+class Status:
+    """Where an attempt and its job stand, with the attempt's identity."""
+
+    attempt_state: str
+    job_state: str
+    identity: model.Identity
+
+
+def attempt_states(conn: Connection, *, fences: Sequence[int]) -> dict[int, Status]:
+    """The status of each fence the store knows."""
+    if not fences:
+        return {}
+    stmt = (
+        select(
+            attempts.c.id, attempts.c.state, jobs.c.state, attempts.c.job_id, attempts.c.attempt_no
+        )
+        .join(jobs, jobs.c.id == attempts.c.job_id)
+        .where(dialects.one_of(conn, attempts.c.id, fences))
+    )
+    return {
+        fence: Status(a_state, j_state, model.Identity(job_id, attempt_no, fence))
+        for fence, a_state, j_state, job_id, attempt_no in conn.execute(stmt)
+    }
+
+
+def attempt_seen(conn: Connection, *, fences: Sequence[int], now: datetime) -> None:
+    """Record news of still-running attempts (an observation)."""
+    if fences:
+        conn.execute(
+            update(attempts)
+            .where(attempts.c.id.in_(fences), attempts.c.state.in_(ACTIVE))
+            .values(last_seen_at=now)
+        )
+
+
+def attempt_heartbeat(
+    conn: Connection, *, job_id: int, fence: int, now: datetime
+) -> datetime | None:
+    """A heartbeat from inside attempt `fence` of job `job_id`: news, and for a job that
+    sends heartbeats a lease renewed from now. Returns the new lease end (None when the job
+    is not on a lease). Raises StaleFence when the attempt is no longer its job's current
+    one (it must stop), NotFound when there is no such attempt."""
+    row = conn.execute(
+        select(attempts.c.state, attempts.c.attempt_no, attempts.c.lease_seconds).where(
+            attempts.c.id == fence, attempts.c.job_id == job_id
+        )
+    ).first()
+    if row is None:
+        raise errors.NotFound(f"job {job_id} has no attempt with fence {fence}")
+    # The lease's length was fixed at the claim, from the job and corral's settings: a
+    # heartbeat only says when it was sent.
+    lease = None if row.lease_seconds is None else now + timedelta(seconds=row.lease_seconds)
+    changed = conn.execute(
+        update(attempts)
+        .where(attempts.c.id == fence, attempts.c.state.in_(ACTIVE))
+        .values(last_seen_at=now, lease_until=lease)
+    ).rowcount
+    if not changed:
+        newest = conn.execute(
+            select(func.max(attempts.c.id)).where(attempts.c.job_id == job_id)
+        ).scalar_one()
+        current = f"; the job's newest attempt has fence {newest}" if newest != fence else ""
+        raise errors.StaleFence(
+            f"fence {fence} is stale: attempt {row.attempt_no} of job {job_id} is"
+            f" {row.state}{current}; stop this attempt"
+        )
+    return lease
+
+
+def attempt_wait(
+    conn: Connection, *, fences: Sequence[int], now: datetime, reason: str
+) -> list[int]:
+    """Unknown state, policy `wait`: each fence still running is left alone until its
+    deadline (its lease runs to the deadline), and the run log says so, once per silence:
+    an attempt whose lease already runs to its deadline is not written again (news, such
+    as a heartbeat, renews the lease and ends the silence). Returns the fences written."""
+    if not fences:
+        return []
+    not_yet = or_(
+        attempts.c.lease_until.is_distinct_from(attempts.c.deadline_at),
+        attempts.c.deadline_at.is_(None),
+    )
+    done = conn.execute(
+        update(attempts)
+        .where(dialects.one_of(conn, attempts.c.id, fences), attempts.c.state == A.RUNNING, not_yet)
+        .values(lease_until=attempts.c.deadline_at)
+        .returning(attempts.c.id, attempts.c.job_id)
+    ).all()
+    event_insert(
+        conn,
+        [
+            event_row(
+                job_id=job_id,
+                attempt_id=fence,
+                entity="attempt",
+                frm=A.RUNNING,
+                to=A.RUNNING,
+                reason=reason,
+                now=now,
+                details={"unknown": "wait"},
+            )
+            for fence, job_id in done
+        ],
+    )
+    return [fence for fence, _ in done]
+
+
+def attempt_supersede(
+    conn: Connection, *, fences: Sequence[int], now: datetime, reason: str
+) -> list[int]:
+    """Unknown state, policy `fence_and_relaunch`: each running attempt of `fences` whose job
+    has attempts left is superseded, and its job queued at once for a new attempt, whose
+    higher fence makes sinks refuse the old one's writes. The superseded attempt ran, so it
+    is charged. Returns the superseded fences; the others (no attempts left) are left as
+    they are."""
+    left = jobs.c.attempt_count - jobs.c.uncharged_attempts < jobs.c.max_attempts
+    return _supersede(
+        conn,
+        fences=fences,
+        expected=A.RUNNING,
+        where=[left],
+        now=now,
+        reason=reason,
+        job_reason=f"relaunch with a higher fence: {reason}",
+    )
+
+
+def attempt_never_launched(
+    conn: Connection, *, fences: Sequence[int], now: datetime, why: str
+) -> list[int]:
+    """Attempts that never reached their platform and can no longer be launched (their
+    deadline, fixed at the claim, passed first): each still `launching` is superseded with
+    the reason model.NEVER_LAUNCHED, and its job queued at once for a new attempt, with a
+    higher fence and a fresh deadline. It is not charged: the job's uncharged_attempts
+    grows, so neither max_attempts nor the retry budget pays for it. Returns the
+    superseded fences; one that moved meanwhile (adopted, cancelled) is left alone."""
+    return _supersede(
+        conn,
+        fences=fences,
+        expected=A.LAUNCHING,
+        now=now,
+        reason=f"{model.NEVER_LAUNCHED}: {why}; not charged",
+        job_reason=f"new attempt: the last one {model.NEVER_LAUNCHED} ({why}); not charged",
+        attempt_reason=model.NEVER_LAUNCHED,
+        job_values={"uncharged_attempts": jobs.c.uncharged_attempts + 1},
+    )
+
+
+def _supersede(
+    conn: Connection,
+    *,
+    fences: Sequence[int],
+    expected: model.AttemptState,
+    now: datetime,
+    reason: str,
+    job_reason: str,
+    where: Sequence[Any] = (),
+    attempt_reason: str | None = None,
+    job_values: Mapping[str, Any] | None = None,
+) -> list[int]:
+    """Supersede each current attempt of `fences` still in `expected` (and meeting
+    `where`), and queue its job at once for a new attempt. Returns the superseded fences."""
+    dialects.lock_in_order(conn, attempts, fences)
+    rows = conn.execute(
+        select(attempts.c.id)
+        .join(jobs, jobs.c.id == attempts.c.job_id)
+        .where(
+            dialects.one_of(conn, attempts.c.id, fences),
+            attempts.c.state == expected,
+            jobs.c.state == J.RUNNING,
+            jobs.c.attempt_count == attempts.c.attempt_no,
+            *where,
+        )
+    ).all()
+    if not rows:
+        return []
+    values: dict[str, Any] = {"finished_at": now}
+    if attempt_reason is not None:
+        values["reason"] = attempt_reason
+    applied = transition(
+        conn,
+        entity="attempt",
+        ids=[r.id for r in rows],
+        expected=expected,
+        to=A.SUPERSEDED,
+        now=now,
+        reason=reason,
+        values=values,
+    )
+    transition(
+        conn,
+        entity="job",
+        ids=[a.job_id for a in applied],
+        expected=J.RUNNING,
+        to=J.QUEUED,
+        now=now,
+        reason=job_reason,
+        values={"run_at": now, **(job_values or {})},
+        attempt_nos=[a.attempt_no for a in applied],
+        attempt_ids=[a.id for a in applied],
+    )
+    return [a.id for a in applied]
+
+
+def attempt_list(conn: Connection, *, job_id: int) -> list[model.Attempt]:
+    stmt = select(attempts).where(attempts.c.job_id == job_id).order_by(attempts.c.id)
+    return [attempt_from_row(r._mapping) for r in conn.execute(stmt)]

@@ -1,0 +1,222 @@
+"""The claim: due jobs move queued -> running and each gets a new attempt (its id the
+fence) in `launching`, with one event each, in one transaction."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Connection, Select, func, or_, select, update
+
+from corral import config, model
+from corral.store import dialects
+from corral.store.events import event_insert, event_row
+from corral.store.rows import job_from_row
+from corral.store.tables import (
+    attempts,
+    jobs,
+)
+
+A, J = model.AttemptState, model.JobState
+
+
+@dataclass(frozen=True, slots=True)
+class DefaultLimits:
+    """The time limits an attempt gets at its claim when its job sets none of its own."""
+
+    attempt_deadline: timedelta
+    lease_timeout: timedelta
+
+
+def job_claim(
+    conn: Connection,
+    *,
+    now: datetime,
+    limit: int,
+    executors: Sequence[str],
+    limits: DefaultLimits | None = None,
+    pools: Mapping[str, int] | None = None,
+) -> list[model.Claimed]:
+    """Claim up to `limit` due jobs (most urgent first) and create their attempts in `launching`.
+
+    One transaction: the jobs move queued -> running (compare-and-set), each gets a new
+    attempt whose id is its fence, and one event per job records the claim. This is the one
+    state change that does not go through `transition`: it picks and moves the rows in a
+    single statement, so PostgreSQL runs the pick once under SKIP LOCKED. It checks the same
+    transition table and writes its events in the same transaction.
+    """
+    model.check_transition("job", J.QUEUED, J.RUNNING)
+    if pools:
+        ids = _claim_pick_pooled(conn, now=now, limit=limit, executors=executors, pools=pools)
+        stmt = _claim_update(dialects.one_of(conn, jobs.c.id, ids), now)
+    else:
+        stmt = _claim_statement(conn, now=now, limit=limit, executors=executors)
+    claimed_jobs = sorted((job_from_row(r) for r in conn.execute(stmt)), key=_urgency)
+    if not claimed_jobs:
+        return []
+    rows = [_attempt_row(job, now, limits) for job in claimed_jobs]
+    # Each claimed job gets one attempt, so the job id maps fences back to rows. (Asking for
+    # rows in parameter order would make SQLite insert them one statement at a time.)
+    fences = dict(dialects.insert_many(conn, attempts, rows, returning=["job_id", "id"]))
+    claimed = [
+        model.Claimed(job, _new_attempt(row, fences[job.id]))
+        for job, row in zip(claimed_jobs, rows, strict=True)
+    ]
+    event_insert(
+        conn,
+        [
+            event_row(
+                job_id=c.job.id,
+                attempt_id=c.attempt.id,
+                entity="job",
+                frm=J.QUEUED,
+                to=J.RUNNING,
+                reason=f"claimed: attempt {c.attempt.attempt_no} launching",
+                now=now,
+                details={"launch_name": c.attempt.launch_name},
+            )
+            for c in claimed
+        ],
+    )
+    return claimed
+
+
+def _claim_pick(
+    conn: Connection,
+    *,
+    now: datetime,
+    limit: int,
+    executors: Sequence[str],
+    where: Sequence[Any] = (),
+    columns: Sequence[Any] = (jobs.c.id,),
+) -> Select[Any]:
+    """The due jobs a claim takes: most urgent first, at most `limit`, skipping locked rows."""
+    due = (
+        select(*columns)
+        .where(
+            jobs.c.state == J.QUEUED,
+            jobs.c.run_at <= now,
+            jobs.c.executor.in_(executors),
+            *where,
+        )
+        .order_by(jobs.c.state, jobs.c.priority.desc(), jobs.c.run_at, jobs.c.id)
+        .limit(limit)
+    )
+    return dialects.skip_locked(conn, due)
+
+
+def _claim_pick_pooled(
+    conn: Connection,
+    *,
+    now: datetime,
+    limit: int,
+    executors: Sequence[str],
+    pools: Mapping[str, int],
+) -> list[int]:
+    """The claim's pick when pools cap concurrency: the most urgent jobs outside any pool
+    and, per pool, at most its free slots; then the `limit` most urgent of those. Claims
+    that count a pool's running jobs take turns (PostgreSQL: one transaction-scoped lock),
+    so two dispatchers cannot both fill the last slot."""
+    dialects.take_turns(conn, "corral.pools")
+    running = pool_running(conn, pools=list(pools))
+    columns = (jobs.c.id, jobs.c.priority, jobs.c.run_at)
+    unpooled = or_(jobs.c.pool.is_(None), jobs.c.pool.not_in(list(pools)))
+    picks = [(unpooled, limit)]
+    picks += [
+        (jobs.c.pool == pool, min(slots - running.get(pool, 0), limit))
+        for pool, slots in sorted(pools.items())
+    ]
+    found: list[Any] = []
+    for condition, room in picks:
+        if room > 0:
+            stmt = _claim_pick(
+                conn, now=now, limit=room, executors=executors, where=[condition], columns=columns
+            )
+            found += conn.execute(stmt).all()
+    found.sort(key=lambda r: (-r.priority, r.run_at, r.id))
+    return [r.id for r in found[:limit]]
+
+
+def pool_running(conn: Connection, *, pools: Sequence[str]) -> dict[str, int]:
+    """How many jobs of each pool are running now."""
+    if not pools:
+        return {}
+    stmt = (
+        select(jobs.c.pool, func.count())
+        .where(jobs.c.state == J.RUNNING, jobs.c.pool.in_(list(pools)))
+        .group_by(jobs.c.pool)
+    )
+    return {pool: count for pool, count in conn.execute(stmt)}
+
+
+def _claim_statement(
+    conn: Connection, *, now: datetime, limit: int, executors: Sequence[str]
+) -> Any:
+    # A materialised CTE runs the pick exactly once. As a plain IN (subquery), PostgreSQL may
+    # run it again per row, and with SKIP LOCKED each run can pick other rows: more than
+    # `limit` jobs would be claimed.
+    picked = (
+        _claim_pick(conn, now=now, limit=limit, executors=executors)
+        .cte("due")
+        .prefix_with("MATERIALIZED")
+    )
+    return _claim_update(jobs.c.id.in_(select(picked.c.id)), now)
+
+
+def _claim_update(picked: Any, now: datetime) -> Any:
+    return (
+        update(jobs)
+        .where(picked, jobs.c.state == J.QUEUED)
+        .values(state=J.RUNNING, attempt_count=jobs.c.attempt_count + 1, updated_at=now)
+        .returning(*jobs.c)
+    )
+
+
+def job_claim_plan(
+    conn: Connection, *, now: datetime, limit: int, executors: Sequence[str]
+) -> list[str]:
+    """The database's plan for the claim's pick, one line a step (nothing is claimed)."""
+    pick = _claim_pick(conn, now=now, limit=limit, executors=executors)
+    return [str(row[-1]) for row in conn.execute(dialects.Explain(pick))]
+
+
+def _new_attempt(row: Mapping[str, Any], fence: int) -> model.Attempt:
+    return model.Attempt(
+        id=fence,
+        started_at=None,
+        finished_at=None,
+        exit_code=None,
+        reason=None,
+        last_seen_at=None,
+        **{**row, "state": A(row["state"])},
+    )
+
+
+def _urgency(job: model.Job) -> tuple[int, datetime, int]:
+    return (-job.priority, job.run_at, job.id)
+
+
+def _attempt_row(job: model.Job, now: datetime, limits: DefaultLimits | None) -> dict[str, Any]:
+    """A new attempt: its deadline is fixed now, from the job's own limit or the default;
+    a job that sends heartbeats owes its first one within its lease."""
+    deadline_at = lease_until = lease = None
+    if limits is not None:
+        policy = config.JobPolicy.read(job.policy)
+        deadline_at = now + (policy.limits.attempt_deadline or limits.attempt_deadline)
+        if policy.heartbeat:
+            lease = policy.limits.lease_timeout or limits.lease_timeout
+            lease_until = now + lease
+    return {
+        "job_id": job.id,
+        "attempt_no": job.attempt_count,
+        "launch_name": model.launch_name(job.id, job.attempt_count),
+        "executor": job.executor,
+        "state": A.LAUNCHING,
+        "created_at": now,
+        "updated_at": now,
+        "deadline_at": deadline_at,
+        "lease_until": lease_until,
+        "lease_seconds": None if lease is None else lease.total_seconds(),
+    }

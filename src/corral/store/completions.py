@@ -1,0 +1,320 @@
+"""Completions: each attempt ends once, then its job follows. A success ends the job; a
+failure is judged (retry.classify), decided (retry.decide) and applied here."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, and_, or_, select
+
+from corral import config, errors, failpoints, model, retry
+from corral.store import dialects
+from corral.store.attempts import attempt_record_running
+from corral.store.budgets import budget_take
+from corral.store.events import Applied, transition
+from corral.store.rows import ACTIVE, job_from_row, per_row
+from corral.store.tables import (
+    attempts,
+    jobs,
+)
+
+A, J = model.AttemptState, model.JobState
+FC = model.FailureClass
+
+
+def attempt_settle(
+    conn: Connection,
+    *,
+    launched: Sequence[int],
+    finishes: Sequence[Finish],
+    now: datetime,
+    retry: retry.Retry | None = None,
+) -> tuple[list[int], list[Outcome]]:
+    """One transaction for a tick's last step: apply the completions that have arrived,
+    then record the launched attempts that are still launching as running. Every row it
+    writes is locked first, in fence order: another writer (the completion writer, a
+    reconciler) may be writing some of them at the same moment."""
+    dialects.lock_in_order(conn, attempts, sorted({*launched, *(f.fence for f in finishes)}))
+    outcomes = attempt_finish(conn, finishes=finishes, now=now, retry=retry, locked=True)
+    ended = {o.fence for o in outcomes}
+    still = [fence for fence in launched if fence not in ended]
+    return attempt_record_running(conn, fences=still, now=now, locked=True), outcomes
+
+
+@dataclass(frozen=True, slots=True)
+class Finish:
+    """An attempt's end as an executor (or recovery) saw it: succeeded, failed or lost.
+
+    `failure_class` is the platform's own verdict on a failure, when it has one (a deadline
+    or a kill is transient); `message` is the last line of stderr or the like."""
+
+    fence: int
+    state: model.AttemptState
+    exit_code: int | None
+    reason: str | None
+    failure_class: model.FailureClass | None = None
+    message: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What one applied completion did to its job."""
+
+    job_id: int
+    fence: int
+    attempt_no: int
+    attempt_state: model.AttemptState
+    job_state: model.JobState
+
+
+ENDINGS = frozenset({A.SUCCEEDED, A.FAILED, A.LOST})
+
+
+@dataclass(frozen=True, slots=True)
+class _Judged:
+    job: model.Job
+    policy: config.JobPolicy
+    failure: retry.Failure
+
+
+def attempt_finish(
+    conn: Connection,
+    *,
+    finishes: Sequence[Finish],
+    now: datetime,
+    retry: retry.Retry | None = None,
+    locked: bool = False,
+) -> list[Outcome]:
+    """Apply completions: each attempt ends once (repeats are no-ops), then its job follows.
+
+    A success ends the job `succeeded`. A failure or a loss is classed (retry.classify):
+    a permanent one, or the same unknown one `quarantine_after` times in a row, quarantines
+    the job; otherwise it goes back to `queued` while attempts remain (due after a backoff,
+    and after a token from its queue's retry budget), else ends `failed`.
+    """
+    if bad := {f.state for f in finishes} - ENDINGS:
+        raise errors.IllegalTransition(f"an attempt cannot finish as {', '.join(sorted(bad))}")
+    rules = retry or _PLAIN
+    if not locked:  # (`locked`: the caller locked these rows, in fence order, already)
+        dialects.lock_in_order(conn, attempts, [f.fence for f in finishes])
+    judged = _judge(conn, [f for f in finishes if f.state != A.SUCCEEDED])
+    groups: dict[tuple[Any, ...], list[int]] = defaultdict(list)
+    for f in finishes:
+        j = judged.get(f.fence)
+        cls, print_ = (j.failure.cls, j.failure.fingerprint) if j else (None, None)
+        groups[(f.state, f.exit_code, f.reason, cls, print_)].append(f.fence)
+    ended: list[tuple[Applied, model.AttemptState]] = []
+    for (to, code, reason, cls, print_), fences in groups.items():
+        values = {
+            "exit_code": code,
+            "reason": reason,
+            "finished_at": now,
+            "last_seen_at": now,
+            "failure_class": cls,
+            "fingerprint": print_,
+        }
+        why = reason or (f"exit {code}" if code is not None else str(to))
+        todo = set(fences)
+        for expected in ACTIVE:
+            if to == A.LOST and expected == A.LAUNCHING:
+                continue  # a launching attempt that is not there is launched again, not lost
+            applied = transition(
+                conn,
+                entity="attempt",
+                ids=sorted(todo),
+                expected=expected,
+                to=to,
+                now=now,
+                reason=why if cls is None else f"{why} ({cls})",
+                values=values,
+            )
+            ended += [(a, to) for a in applied]
+            todo -= {a.id for a in applied}
+    if ended:
+        failpoints.hit("mid_completion")
+    won = [a for a, state in ended if state == A.SUCCEEDED]
+    outcomes = _jobs_succeed(conn, won, now)
+    lost = [(a, state) for a, state in ended if state != A.SUCCEEDED]
+    return outcomes + _jobs_after_failure(conn, lost, judged, now, rules)
+
+
+_PLAIN = retry.Retry()
+
+
+def _judge(conn: Connection, failed: Sequence[Finish]) -> dict[int, _Judged]:
+    """Class and fingerprint of each failed attempt still active, with its job."""
+    if not failed:
+        return {}
+    rows = conn.execute(
+        select(attempts.c.id.label("fence"), attempts.c.executor.label("platform"), *jobs.c)
+        .join(jobs, jobs.c.id == attempts.c.job_id)
+        .where(
+            dialects.one_of(conn, attempts.c.id, [f.fence for f in failed]),
+            attempts.c.state.in_(ACTIVE),
+        )
+    ).all()
+    found = {
+        r.fence: (r.platform, job_from_row({c.name: r._mapping[c.name] for c in jobs.c}))
+        for r in rows
+    }
+    out = {}
+    for f in failed:
+        if f.fence not in found:
+            continue
+        executor, job = found[f.fence]
+        policy = config.JobPolicy.read(job.policy)
+        failure = retry.classify(
+            policy,
+            executor=executor,
+            state=f.state,
+            exit_code=f.exit_code,
+            reason=f.reason,
+            hint=f.failure_class,
+            message=f.message,
+        )
+        out[f.fence] = _Judged(job, policy, failure)
+    return out
+
+
+def _jobs_succeed(conn: Connection, won: Sequence[Applied], now: datetime) -> list[Outcome]:
+    """Jobs whose current attempt succeeded end `succeeded` (fenced to that attempt)."""
+    by_no: dict[int, list[Applied]] = defaultdict(list)
+    for a in won:
+        by_no[a.attempt_no].append(a)
+    outcomes = []
+    for n, group in by_no.items():  # one reason each keeps the run log exact
+        applied = transition(
+            conn,
+            entity="job",
+            ids=[a.job_id for a in group],
+            expected=J.RUNNING,
+            to=J.SUCCEEDED,
+            now=now,
+            reason=f"attempt {n} succeeded",
+            attempt_nos=[a.attempt_no for a in group],
+            attempt_ids=[a.id for a in group],
+        )
+        fence = {a.job_id: a.id for a in group}
+        outcomes += [Outcome(j.id, fence[j.id], n, A.SUCCEEDED, J.SUCCEEDED) for j in applied]
+    return outcomes
+
+
+def _jobs_after_failure(
+    conn: Connection,
+    lost: Sequence[tuple[Applied, model.AttemptState]],
+    judged: Mapping[int, _Judged],
+    now: datetime,
+    rules: retry.Retry,
+) -> list[Outcome]:
+    """Move each job on after its current attempt failed, as retry.decide says: quarantined,
+    queued (after a backoff, and a token from its queue's retry budget) or failed."""
+    if not lost:
+        return []
+    streaks = _streaks(conn, [(a, judged[a.id]) for a, _ in lost], rules)
+    decisions = {}
+    for a, state in lost:
+        j = judged[a.id]
+        decisions[a.id] = retry.decide(
+            j.failure,
+            state=state,
+            attempt_no=a.attempt_no,
+            charged=j.job.charged_attempts,
+            max_attempts=j.job.max_attempts,
+            streak=streaks[a.id],
+            quarantine_after=j.policy.quarantine_after or rules.quarantine_after,
+            delay=rules.delay(a.attempt_no, j.policy),
+        )
+    _spend_budget(conn, [(a, judged[a.id]) for a, _ in lost], decisions, now, rules)
+    groups: dict[tuple[Any, ...], list[Applied]] = defaultdict(list)
+    for a, _ in lost:
+        d = decisions[a.id]
+        groups[(d.to, d.reason, tuple(d.details.items()))].append(a)
+    state_of = {a.id: state for a, state in lost}
+    outcomes = []
+    for (to, reason, details), group in groups.items():
+        values: dict[str, Any] = {}
+        if to == J.QUEUED:
+            run_at = {a.job_id: decisions[a.id].run_at(now) for a in group}
+            values["run_at"] = per_row(jobs.c.id, run_at, now)
+        if any(decisions[a.id].extra_attempt for a in group):
+            values["max_attempts"] = jobs.c.max_attempts + 1
+        applied = transition(
+            conn,
+            entity="job",
+            ids=[a.job_id for a in group],
+            expected=J.RUNNING,
+            to=to,
+            now=now,
+            reason=reason,
+            values=values,
+            details=dict(details),
+            attempt_nos=[a.attempt_no for a in group],
+            attempt_ids=[a.id for a in group],
+        )
+        fence = {a.job_id: a for a in group}
+        outcomes += [
+            Outcome(j.id, fence[j.id].id, fence[j.id].attempt_no, state_of[fence[j.id].id], to)
+            for j in applied
+        ]
+    return outcomes
+
+
+def _streaks(
+    conn: Connection, ended: Sequence[tuple[Applied, _Judged]], rules: retry.Retry
+) -> dict[int, int]:
+    """For each ended attempt of unknown class: how many attempts in a row, ending with it,
+    failed with its fingerprint. Attempts that never launched are not in the row: they
+    neither break a streak nor add to it."""
+    out = {a.id: 1 for a, _ in ended}
+    todo = [(a, j) for a, j in ended if j.failure.cls == FC.UNKNOWN and a.attempt_no > 1]
+    if not todo:
+        return out
+    longest = max(j.policy.quarantine_after or rules.quarantine_after for _, j in todo)
+    rows = conn.execute(
+        select(attempts.c.job_id, attempts.c.attempt_no, attempts.c.fingerprint, attempts.c.reason)
+        .where(
+            dialects.one_of(conn, attempts.c.job_id, [a.job_id for a, _ in todo]),
+            or_(
+                and_(attempts.c.state == A.FAILED, attempts.c.failure_class == FC.UNKNOWN),
+                attempts.c.reason == model.NEVER_LAUNCHED,
+            ),
+        )
+        .order_by(attempts.c.job_id, attempts.c.attempt_no.desc())
+    ).all()
+    prints = {(r.job_id, r.attempt_no): r.fingerprint for r in rows if model.charged(r.reason)}
+    skip = {(r.job_id, r.attempt_no) for r in rows if not model.charged(r.reason)}
+    for a, j in todo:
+        n = a.attempt_no - 1
+        while out[a.id] < longest and n > 0:
+            if (a.job_id, n) not in skip:
+                if prints.get((a.job_id, n)) != j.failure.fingerprint:
+                    break
+                out[a.id] += 1
+            n -= 1
+    return out
+
+
+def _spend_budget(
+    conn: Connection,
+    retries: Sequence[tuple[Applied, _Judged]],
+    decisions: dict[int, retry.Decision],
+    now: datetime,
+    rules: retry.Retry,
+) -> None:
+    """Take a token from its queue's budget for every retry (a guarded update of the bucket
+    in this transaction); a retry that finds none waits until the budget has one for it."""
+    if rules.budget is None:
+        return
+    by_queue: dict[str, list[Applied]] = defaultdict(list)
+    for a, j in retries:
+        if decisions[a.id].verdict == retry.Verdict.RETRY:
+            by_queue[j.job.queue].append(a)
+    for queue in sorted(by_queue):  # one order for every writer: no deadlock on PostgreSQL
+        group = by_queue[queue]
+        tokens = budget_take(conn, queue, len(group), now, rules.budget)
+        for a, token_at in zip(group, tokens, strict=True):
+            decisions[a.id] = decisions[a.id].waits_for_token(token_at, queue, now)

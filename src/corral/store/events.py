@@ -1,0 +1,157 @@
+"""The run log: every state change goes through `transition`, a compare-and-set that
+appends one event per row it moved, in the same transaction; and the news without a
+change of state (`event_note`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, and_, select, update
+
+from corral import model
+from corral.store import dialects
+from corral.store.tables import (
+    attempts,
+    events,
+    jobs,
+)
+
+A, J = model.AttemptState, model.JobState
+
+
+# --- the one transition function ------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Applied:
+    """A row a transition changed: its id, its job, and its attempt number (for a job, the
+    number of its current attempt)."""
+
+    id: int
+    job_id: int
+    attempt_no: int
+
+
+def transition(
+    conn: Connection,
+    *,
+    entity: model.Entity,
+    ids: Sequence[int],
+    expected: str,
+    to: str,
+    now: datetime,
+    reason: str,
+    values: Mapping[str, Any] | None = None,
+    details: Mapping[str, Any] | None = None,
+    attempt_nos: Sequence[int] | None = None,
+    attempt_ids: Sequence[int | None] | None = None,
+    where: Sequence[Any] = (),
+) -> list[Applied]:
+    """Move every row of `ids` from `expected` to `to`, if it is still in `expected`.
+
+    The compare-and-set is in the WHERE clause, so a row that another writer moved first
+    is left alone: a lost race returns fewer rows, never an error or a second effect. For
+    attempts the id is the fence; for jobs `attempt_nos` (when given) fences the write to
+    the job's current attempt. `where` adds conditions a row must also meet. One event is
+    appended per applied row, in the same transaction. Returns the rows that changed.
+    """
+    model.check_transition(entity, expected, to)
+    if not ids:
+        return []
+    table = jobs if entity == "job" else attempts
+    conditions = [dialects.one_of(conn, table.c.id, ids), table.c.state == expected, *where]
+    if attempt_nos is not None:
+        pairs = list(zip(ids, attempt_nos, strict=True))
+        conditions.append(dialects.pairs_in(conn, jobs.c.id, jobs.c.attempt_count, pairs))
+    cols = (
+        (jobs.c.id, jobs.c.attempt_count)
+        if entity == "job"
+        else (attempts.c.job_id, attempts.c.attempt_no)
+    )
+    stmt = (
+        update(table)
+        .where(and_(*conditions))
+        .values(state=to, updated_at=now, **(values or {}))
+        .returning(table.c.id, *cols)
+    )
+    applied = [Applied(*row) for row in conn.execute(stmt)]
+    by_id = dict(zip(ids, attempt_ids, strict=True)) if attempt_ids is not None else {}
+    event_insert(
+        conn,
+        [
+            event_row(
+                job_id=a.job_id,
+                attempt_id=a.id if entity == "attempt" else by_id.get(a.id),
+                entity=entity,
+                frm=expected,
+                to=to,
+                reason=reason,
+                now=now,
+                details=details,
+            )
+            for a in applied
+        ],
+    )
+    return applied
+
+
+def event_row(
+    *,
+    job_id: int,
+    attempt_id: int | None,
+    entity: model.Entity,
+    frm: str | None,
+    to: str,
+    reason: str,
+    now: datetime,
+    details: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """One row of the events table."""
+    return {
+        "job_id": job_id,
+        "attempt_id": attempt_id,
+        "entity": entity,
+        "from_state": frm,
+        "to_state": to,
+        "reason": reason,
+        "at": now,
+        "details": dict(details or {}),
+    }
+
+
+def event_insert(conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:
+    """Append events (one multi-row INSERT)."""
+    dialects.insert_many(conn, events, rows)
+
+
+def event_note(
+    conn: Connection,
+    *,
+    job_id: int,
+    attempt_id: int | None,
+    state: str,
+    reason: str,
+    now: datetime,
+    details: Mapping[str, Any] | None = None,
+    entity: model.Entity = "attempt",
+) -> None:
+    """Append an event that records news without a state change (e.g. a launch error)."""
+    row = event_row(
+        job_id=job_id,
+        attempt_id=attempt_id,
+        entity=entity,
+        frm=state,
+        to=state,
+        reason=reason,
+        now=now,
+        details=details,
+    )
+    event_insert(conn, [row])
+
+
+def event_list(conn: Connection, *, job_id: int) -> list[model.Event]:
+    stmt = select(events).where(events.c.job_id == job_id).order_by(events.c.id)
+    return [model.Event(**{**r._mapping}) for r in conn.execute(stmt)]

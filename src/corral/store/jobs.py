@@ -1,0 +1,228 @@
+"""Jobs: submit (idempotent by key), cancel, a person's decision on a quarantined job, and
+the reads."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, case, func, insert, select
+
+from corral import errors, model
+from corral.store import dialects
+from corral.store.events import event_insert, event_row, transition
+from corral.store.rows import attempt_from_row, job_from_row
+from corral.store.tables import (
+    attempts,
+    jobs,
+)
+
+A, J = model.AttemptState, model.JobState
+
+# --- submit -------------------------------------------------------------------------------------
+
+
+def job_submit(
+    conn: Connection, *, new: Sequence[model.NewJob], now: datetime
+) -> list[tuple[int, bool]]:
+    """Insert jobs as `queued`; a (tenant, idempotency key) seen before returns the existing id.
+
+    Returns (job id, created) in the order of `new`.
+    """
+    out: list[tuple[int, bool] | None] = [None] * len(new)
+    plain = [i for i, j in enumerate(new) if j.idempotency_key is None]
+    keyed = [i for i, j in enumerate(new) if j.idempotency_key is not None]
+    if plain:
+        stmt = insert(jobs).returning(jobs.c.id, sort_by_parameter_order=True)
+        ids = conn.execute(stmt, [_job_row(new[i], now) for i in plain]).scalars().all()
+        for i, job_id in zip(plain, ids, strict=True):
+            out[i] = (job_id, True)
+    for i in keyed:  # one at a time: two equal keys in one batch must yield one job
+        out[i] = _job_submit_keyed(conn, new[i], now)
+    result = [o for o in out if o is not None]
+    event_insert(
+        conn,
+        [
+            event_row(
+                job_id=job_id,
+                attempt_id=None,
+                entity="job",
+                frm=None,
+                to=J.QUEUED,
+                reason="submitted",
+                now=now,
+            )
+            for job_id, made in result
+            if made
+        ],
+    )
+    return result
+
+
+def _job_submit_keyed(conn: Connection, job: model.NewJob, now: datetime) -> tuple[int, bool]:
+    stmt = dialects.insert_ignore_conflict(conn, jobs, ["tenant", "idempotency_key"])
+    job_id = conn.execute(stmt.values(_job_row(job, now)).returning(jobs.c.id)).scalar()
+    if job_id is not None:
+        return job_id, True
+    existing = conn.execute(
+        select(jobs.c.id).where(
+            jobs.c.tenant == job.tenant, jobs.c.idempotency_key == job.idempotency_key
+        )
+    ).scalar_one()
+    return existing, False
+
+
+def _job_row(job: model.NewJob, now: datetime) -> dict[str, Any]:
+    return {
+        "tenant": job.tenant,
+        "queue": job.queue,
+        "pool": job.pool,
+        "priority": job.priority,
+        "executor": job.executor,
+        "spec": dict(job.spec),
+        "payload": job.payload,
+        "state": J.QUEUED,
+        "run_at": job.run_at or now,
+        "idempotency_key": job.idempotency_key,
+        "max_attempts": job.max_attempts,
+        "attempt_count": 0,
+        "labels": dict(job.labels),
+        "created_at": now,
+        "updated_at": now,
+        "policy": dict(job.policy),
+        "code_version": job.code_version,
+    }
+
+
+# --- cancel ------------------------------------------------------------------------------------
+
+
+def job_cancel(
+    conn: Connection, *, job_id: int, now: datetime, reason: str
+) -> model.Attempt | None:
+    """Cancel a job that has not ended; returns its active attempt (now cancelled), if any.
+
+    Cancelling a cancelled job again is a no-op. Raises NotFound, or InvalidInput when the
+    job ended otherwise or changed under us. Attempts are written before their job, the
+    same order completions use, so a cancel and a completion cannot deadlock.
+    """
+    job = job_get(conn, job_id=job_id)
+    if job.state == J.CANCELLED:
+        return None
+    if job.state in model.FINAL_JOB_STATES:
+        raise errors.InvalidInput(
+            f"job {job_id} has already ended ({job.state}); nothing to cancel"
+        )
+    attempt = _active_attempt(conn, job_id)
+    if attempt is not None:
+        transition(
+            conn,
+            entity="attempt",
+            ids=[attempt.id],
+            expected=attempt.state,
+            to=A.CANCELLED,
+            now=now,
+            reason=reason,
+            values={"finished_at": now},
+        )
+    if not transition(
+        conn,
+        entity="job",
+        ids=[job_id],
+        expected=job.state,
+        to=J.CANCELLED,
+        now=now,
+        reason=reason,
+        attempt_nos=[job.attempt_count],
+    ):
+        raise errors.InvalidInput(f"job {job_id} changed state while cancelling; look again")
+    return attempt
+
+
+def _active_attempt(conn: Connection, job_id: int) -> model.Attempt | None:
+    row = conn.execute(
+        select(attempts).where(
+            attempts.c.job_id == job_id, attempts.c.state.in_([A.LAUNCHING, A.RUNNING])
+        )
+    ).first()
+    return None if row is None else attempt_from_row(row._mapping)
+
+
+# --- quarantine ----------------------------------------------------------------------------------
+
+
+def job_unquarantine(
+    conn: Connection, *, job_id: int, to: model.JobState, now: datetime, reason: str
+) -> None:
+    """A person decides on a quarantined job: back to `queued` now (with one more attempt
+    if it had none left), or `cancelled` to give up on it."""
+    _quarantined(conn, job_id)
+    charged = jobs.c.attempt_count - jobs.c.uncharged_attempts
+    values: dict[str, Any] = {}
+    if to == J.QUEUED:
+        values = {
+            "run_at": now,
+            "max_attempts": case(
+                (jobs.c.max_attempts > charged, jobs.c.max_attempts),
+                else_=charged + 1,
+            ),
+        }
+    transition(
+        conn,
+        entity="job",
+        ids=[job_id],
+        expected=J.QUARANTINED,
+        to=to,
+        now=now,
+        reason=reason,
+        values=values,
+    )
+
+
+def _quarantined(conn: Connection, job_id: int) -> None:
+    job = job_get(conn, job_id=job_id)
+    if job.state != J.QUARANTINED:
+        raise errors.InvalidInput(
+            f"job {job_id} is {job.state}, not quarantined; `corral dead list` shows the"
+            " quarantined jobs"
+        )
+
+
+# --- reads --------------------------------------------------------------------------------------
+
+
+def job_get(conn: Connection, *, job_id: int) -> model.Job:
+    row = conn.execute(select(jobs).where(jobs.c.id == job_id)).first()
+    if row is None:
+        raise errors.NotFound(f"no job with id {job_id}")
+    return job_from_row(row._mapping)
+
+
+def job_list(
+    conn: Connection,
+    *,
+    states: Iterable[str] = (),
+    limit: int = 100,
+    queue: str | None = None,
+    tenant: str | None = None,
+    pool: str | None = None,
+) -> list[model.Job]:
+    """Newest jobs first, optionally only those in `states`, of `queue`, `tenant`, `pool`."""
+    stmt = select(jobs).order_by(jobs.c.id.desc()).limit(limit)
+    if states := list(states):
+        stmt = stmt.where(jobs.c.state.in_(states))
+    for column, value in ((jobs.c.queue, queue), (jobs.c.tenant, tenant), (jobs.c.pool, pool)):
+        if value is not None:
+            stmt = stmt.where(column == value)
+    return [job_from_row(r._mapping) for r in conn.execute(stmt)]
+
+
+def job_count_by_state(conn: Connection) -> dict[str, int]:
+    rows = conn.execute(select(jobs.c.state, func.count()).group_by(jobs.c.state)).all()
+    return {state: count for state, count in rows}
+
+
+def analyze(conn: Connection) -> None:
+    """Refresh the planner's statistics (after a bulk load)."""
+    conn.exec_driver_sql("ANALYZE")

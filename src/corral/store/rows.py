@@ -1,0 +1,41 @@
+"""Rows as corral's values, and the few pieces every part of the store shares."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import case, literal
+
+from corral import model
+from corral.store.tables import (
+    UTCDateTime,
+)
+
+A, J = model.AttemptState, model.JobState
+
+
+ACTIVE = (A.LAUNCHING, A.RUNNING)
+
+
+def job_from_row(row: Any) -> model.Job:
+    m = row._mapping if hasattr(row, "_mapping") else row
+    return model.Job(**{**m, "state": J(m["state"])})
+
+
+def attempt_from_row(row: Any) -> model.Attempt:
+    cls = row.get("failure_class")
+    return model.Attempt(
+        **{
+            **row,
+            "state": A(row["state"]),
+            "failure_class": model.FailureClass(cls) if cls else None,
+        }
+    )
+
+
+def per_row(key: Any, at: Mapping[int, datetime | None], default: datetime) -> Any:
+    """Each row's own time in one UPDATE: a CASE over the rows' ids."""
+    whens = [(key == row_id, literal(t or default, UTCDateTime())) for row_id, t in at.items()]
+    return case(*whens, else_=literal(default, UTCDateTime()))

@@ -1,0 +1,121 @@
+"""What sinks keep: a job's checkpoint and dataset publish pointers, both fenced."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, func, select
+
+from corral import errors, model
+from corral.store import dialects
+from corral.store.tables import (
+    attempts,
+    checkpoints,
+    jobs,
+    publish_pointers,
+)
+
+A, J = model.AttemptState, model.JobState
+
+
+# --- checkpoints -------------------------------------------------------------------------------
+
+
+def checkpoint_save(
+    conn: Connection, *, job_id: int, fence: int, state: Any, now: datetime
+) -> None:
+    """Keep `state` as job `job_id`'s checkpoint, written by attempt `fence`. Refused with
+    StaleFence when a newer attempt of the job exists or has saved: an attempt that was
+    replaced cannot roll its successor's progress back. The job's row is locked first, so
+    a relaunch cannot slip between the check and the write."""
+    # A claim updates the job's row: locking it first orders this check against a
+    # relaunch committing meanwhile (PostgreSQL; SQLite writers never overlap).
+    dialects.lock_in_order(conn, jobs, [job_id])
+    newest = conn.execute(
+        select(func.max(attempts.c.id)).where(attempts.c.job_id == job_id)
+    ).scalar_one_or_none()
+    if newest is None:
+        raise errors.NotFound(f"job {job_id} has no attempts: no checkpoint to keep")
+    if fence < newest:
+        raise errors.StaleFence(
+            f"fence {fence} is stale: job {job_id}'s newest attempt has fence {newest};"
+            " its checkpoint is not this attempt's to write"
+        )
+    insert = dialects.upsert(conn, checkpoints)
+    stmt = (
+        insert.values(job_id=job_id, fence=fence, state=state, saved_at=now)
+        .on_conflict_do_update(
+            index_elements=[checkpoints.c.job_id],
+            set_={"fence": fence, "state": state, "saved_at": now},
+            where=checkpoints.c.fence <= fence,
+        )
+        .returning(checkpoints.c.job_id)
+    )
+    if conn.execute(stmt).first() is None:
+        held = conn.execute(
+            select(checkpoints.c.fence).where(checkpoints.c.job_id == job_id)
+        ).scalar_one()
+        raise errors.StaleFence(
+            f"fence {fence} is stale: job {job_id}'s checkpoint was saved by fence {held}"
+        )
+
+
+def checkpoint_load(conn: Connection, *, job_id: int) -> tuple[int, Any] | None:
+    """Job `job_id`'s checkpoint: the fence that saved it and its state; None if none."""
+    row = conn.execute(
+        select(checkpoints.c.fence, checkpoints.c.state).where(checkpoints.c.job_id == job_id)
+    ).first()
+    return None if row is None else (int(row.fence), row.state)
+
+
+# --- publish pointers ---------------------------------------------------------------------
+
+
+def pointer_swap(
+    conn: Connection,
+    *,
+    dataset: str,
+    fence: int,
+    location: str,
+    code_version: str | None,
+    now: datetime,
+) -> model.Pointer | int:
+    """Point `dataset` at `location`, published by attempt `fence`: a compare-and-swap
+    that applies when the stored fence is lower, or there is none (or it is this same
+    publish again: same fence and location, so a retried publish is not refused).
+    Returns the pointer it wrote, else the fence that holds the pointer."""
+    insert = dialects.upsert(conn, publish_pointers)
+    values = {"fence": fence, "location": location, "code_version": code_version}
+    held = publish_pointers.c
+    stmt = (
+        insert.values(dataset=dataset, published_at=now, **values)
+        .on_conflict_do_update(
+            index_elements=[held.dataset],
+            set_={**values, "published_at": now},
+            where=(held.fence < fence) | ((held.fence == fence) & (held.location == location)),
+        )
+        .returning(*publish_pointers.c)
+    )
+    row = conn.execute(stmt).first()
+    if row is not None:
+        return _pointer(row)
+    return int(conn.execute(select(held.fence).where(held.dataset == dataset)).scalar_one())
+
+
+def pointer_get(conn: Connection, *, dataset: str) -> model.Pointer | None:
+    """Where `dataset` points now, and who put it there."""
+    row = conn.execute(
+        select(publish_pointers).where(publish_pointers.c.dataset == dataset)
+    ).first()
+    return None if row is None else _pointer(row)
+
+
+def _pointer(row: Any) -> model.Pointer:
+    return model.Pointer(
+        dataset=row.dataset,
+        fence=int(row.fence),
+        location=row.location,
+        code_version=row.code_version,
+        published_at=row.published_at,
+    )
