@@ -80,3 +80,45 @@ def test_landed_migrations_never_change() -> None:
     assert not changed, f"landed migrations changed or removed: {changed}; add a new one instead"
     new = sorted(set(found) - {Path(name).name for name in landed})
     assert not new, f"migrations without a recorded digest: {new}; record them in {LANDED.name}"
+
+
+async def test_0006_moves_a_database_with_jobs_to_the_new_indexes(empty_url: str) -> None:
+    """What `corral db upgrade` does to a database of 0005 that holds jobs: nothing lost, the
+    new indexes valid (on PostgreSQL built concurrently), the keys still unique."""
+    from corral import model, store
+    from corral.testing import FrozenClock
+
+    engine = create_engine(empty_url)
+    with engine.begin() as conn:
+        migrate.upgrade(conn, "0005")
+    engine.dispose()
+    old = store.Store.connect(empty_url)
+    clock = FrozenClock()
+    keyed = [model.NewJob(executor="noop", spec={}, idempotency_key=f"k{i}") for i in range(50)]
+    plain = [model.NewJob(executor="noop", spec={}) for _ in range(50)]
+    made = await old.job_submit(new=keyed + plain, now=clock.now())
+    await old.job_claim(now=clock.now(), limit=10, executors=["noop"])
+    await old.close()
+
+    db = store.Store.connect(empty_url)
+    before, after = await db.migrate()
+    assert (before, after) == ("0005", migrate.head())
+    counts = await db.job_count_by_state()
+    assert counts == {"queued": 90, "running": 10}
+    again = await db.job_submit(new=keyed[:3], now=clock.now())
+    assert again == [(job_id, False) for job_id, _ in made[:3]]
+    assert len(await db.job_claim(now=clock.now(), limit=100, executors=["noop"])) == 90
+    await db.close()
+    engine = create_engine(empty_url)
+    with engine.connect() as conn:
+        indexes = {i["name"] for t in ("jobs", "attempts") for i in inspect(conn).get_indexes(t)}
+        assert {"ix_jobs_queued", "ix_jobs_pooled", "uq_jobs_idempotency"} <= indexes
+        assert "ix_jobs_claim" not in indexes
+        if conn.dialect.name == "postgresql":
+            invalid = conn.execute(text("SELECT count(*) FROM pg_index WHERE NOT indisvalid"))
+            assert invalid.scalar() == 0
+        diff = compare_metadata(
+            MigrationContext.configure(conn, opts={"compare_type": True}), tables.metadata
+        )
+    engine.dispose()
+    assert diff == []

@@ -282,7 +282,7 @@ async def test_claim_uses_the_claim_index(db: store.Store, clock: FrozenClock) -
     await db.job_submit(new=[new(executor="other") for _ in range(2000)], now=clock.now())
     await db.analyze()
     plan = "\n".join(await db.job_claim_plan(now=clock.now(), limit=100, executors=["noop"]))
-    assert "ix_jobs_claim" in plan, plan
+    assert "ix_jobs_queued" in plan, plan
 
 
 def test_migrations_build_the_same_schema_as_the_tables(db_url: str) -> None:

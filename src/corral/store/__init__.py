@@ -23,13 +23,14 @@ from typing import Any, TypeVar
 from sqlalchemy import Connection, Engine
 from sqlalchemy import exc as sa_exc
 
-from corral import config, errors, model, retry
+from corral import config, errors, failpoints, model, retry
 from corral.store import (
     attempts,
     claims,
     completions,
     dialects,
     events,
+    hotpath,
     jobs,
     migrate,
     sinks,
@@ -41,6 +42,7 @@ from corral.store.completions import Finish, Outcome
 __all__ = ["DefaultLimits", "Finish", "Outcome", "Status", "Store"]
 
 T = TypeVar("T")
+A, J = model.AttemptState, model.JobState
 log = logging.getLogger("corral.store")
 
 _SERVER_LIMITS = {
@@ -53,6 +55,14 @@ _SERVER_LIMITS = {
 
 class _GivenUp(Exception):
     """The caller stopped waiting for this transaction: roll it back, nobody reads it."""
+
+
+class _Broken(Exception):
+    """The connection broke before the transaction committed: try once more."""
+
+    def __init__(self, error: sa_exc.DBAPIError) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 class Store:
@@ -99,21 +109,56 @@ class Store:
         self._pool.shutdown(wait=True)
         self.engine.dispose()
 
-    def _run(self, name: str, fn: Callable[[Connection], T], given_up: threading.Event | None) -> T:
+    def _run(
+        self,
+        name: str,
+        fn: Callable[[Connection], T],
+        given_up: threading.Event | None,
+        one_statement: bool = False,
+    ) -> T:
+        """Run `fn` in one transaction, or with `one_statement` as a statement of its own
+        (autocommit: no BEGIN and COMMIT round trips). A connection found broken by `fn`
+        (the pool does not ping) is replaced and `fn` tried once more: nothing it did was
+        committed, as the failure came before the commit."""
+        for last in (False, True):
+            try:
+                conn = self.engine.connect()
+            except sa_exc.DBAPIError as exc:
+                raise self._translate(exc, name, connecting=True) from exc
+            try:
+                with conn:
+                    if one_statement:
+                        conn.execution_options(isolation_level="AUTOCOMMIT")
+                        return self._body(conn, fn, given_up)
+                    with conn.begin():
+                        return self._body(conn, fn, given_up)
+            except _Broken as broken:
+                if last:
+                    raise self._translate(broken.error, name, connecting=False) from broken.error
+                log.info(
+                    "%s: the connection was broken (%s); once more on a new one",
+                    name,
+                    _first_line(broken.error.orig or broken.error),
+                )
+            except sa_exc.DBAPIError as exc:
+                raise self._translate(exc, name, connecting=False) from exc
+        raise AssertionError("unreachable")
+
+    @staticmethod
+    def _body(
+        conn: Connection, fn: Callable[[Connection], T], given_up: threading.Event | None
+    ) -> T:
+        if given_up is not None and given_up.is_set():
+            raise _GivenUp  # connecting took so long that the caller left
         try:
-            conn = self.engine.connect()
+            result = fn(conn)
         except sa_exc.DBAPIError as exc:
-            raise self._translate(exc, name, connecting=True) from exc
-        try:
-            with conn, conn.begin():
-                if given_up is not None and given_up.is_set():
-                    raise _GivenUp  # connecting took so long that the caller left
-                result = fn(conn)
-                if given_up is not None and given_up.is_set():
-                    raise _GivenUp  # nobody reads the result: do not commit what it did
-                return result
-        except sa_exc.DBAPIError as exc:
-            raise self._translate(exc, name, connecting=False) from exc
+            if exc.connection_invalidated:
+                raise _Broken(exc) from exc
+            raise
+        if given_up is not None and given_up.is_set():
+            raise _GivenUp  # nobody reads the result: do not commit what it did
+        return result
 
     def _translate(
         self, exc: sa_exc.DBAPIError, name: str, *, connecting: bool
@@ -141,15 +186,28 @@ class Store:
         PostgreSQL, give it up after timeouts.database_transaction_timeout (the backstop)."""
         return await self._call(_name(fn), functools.partial(fn, **kwargs), self._backstop)
 
-    async def _call(self, name: str, call: Callable[[Connection], T], backstop: float | None) -> T:
+    async def _statement(self, fn: Callable[..., T], /, **kwargs: Any) -> T:
+        """`_tx` for a function that runs exactly one statement: that statement is its own
+        transaction (autocommit)."""
+        call = functools.partial(fn, **kwargs)
+        return await self._call(_name(fn), call, self._backstop, one_statement=True)
+
+    async def _call(
+        self,
+        name: str,
+        call: Callable[[Connection], T],
+        backstop: float | None,
+        one_statement: bool = False,
+    ) -> T:
         loop = asyncio.get_running_loop()
+        run = functools.partial(self._run, one_statement=one_statement)
         if backstop is None:
-            return await loop.run_in_executor(self._pool, self._run, name, call, None)
+            return await loop.run_in_executor(self._pool, run, name, call, None)
         given_up = threading.Event()
         timer = asyncio.timeout(backstop)  # real time, as the network's and libpq's limits are
         try:
             async with timer:
-                return await loop.run_in_executor(self._pool, self._run, name, call, given_up)
+                return await loop.run_in_executor(self._pool, run, name, call, given_up)
         except TimeoutError:
             if not timer.expired():
                 raise
@@ -171,14 +229,33 @@ class Store:
     # --- schema --------------------------------------------------------------------------
 
     async def migrate(self) -> tuple[str | None, str | None]:
-        """Upgrade the schema to the newest revision; returns (before, after)."""
+        """Upgrade the schema to the newest revision; returns (before, after). On PostgreSQL
+        each migration is a transaction of its own, so that indexes on large tables can be
+        built concurrently (migrate.upgrade); run it with corral's loops stopped."""
 
         def upgrade(conn: Connection) -> tuple[str | None, str | None]:
-            dialects.statements_unbounded(conn)  # a migration takes as long as it takes
             before = migrate.current(conn)
             migrate.upgrade(conn)
             return before, migrate.current(conn)
 
+        def upgrade_pg(conn: Connection) -> tuple[str | None, str | None]:
+            # Handed over in autocommit: the session's limits are lifted for good (a
+            # migration takes its time); then, outside any transaction, the migrations
+            # make their own.
+            dialects.statements_unbounded(conn, local=False)
+            before = migrate.current(conn)
+            conn.commit()
+            conn.execution_options(isolation_level="READ COMMITTED")
+            try:
+                migrate.upgrade(conn)
+                return before, migrate.current(conn)
+            finally:
+                conn.rollback()  # what a failed migration left open, or the last read
+                dialects.statements_bounded(conn)
+                conn.commit()
+
+        if self.dialect == "postgresql":
+            return await self._call("migrate", upgrade_pg, None, one_statement=True)
         return await self._call("migrate", upgrade, None)
 
     async def check_schema(self) -> None:
@@ -274,6 +351,15 @@ class Store:
         limits: DefaultLimits | None = None,
         pools: Mapping[str, int] | None = None,
     ) -> list[model.Claimed]:
+        if self.dialect == "postgresql" and not pools:
+            return await self._statement(
+                hotpath.claim,
+                now=now,
+                limit=limit,
+                executors=executors,
+                deadline=None if limits is None else limits.attempt_deadline.total_seconds(),
+                lease=None if limits is None else limits.lease_timeout.total_seconds(),
+            )
         return await self._tx(
             claims.job_claim, now=now, limit=limit, executors=executors, limits=limits, pools=pools
         )
@@ -321,6 +407,14 @@ class Store:
         now: datetime,
         retry: retry.Retry | None = None,
     ) -> tuple[list[int], list[Outcome]]:
+        """Apply `finishes`, then record `launched` attempts still launching as running.
+        On PostgreSQL, when every finish is a success, one statement (hotpath.settle)."""
+        if self.dialect == "postgresql" and all(f.state == A.SUCCEEDED for f in finishes):
+            won = [(f.fence, f.exit_code, f.reason) for f in finishes]
+            if won:
+                failpoints.hit("mid_completion")  # one statement: nothing half-written
+            ran, done = await self._statement(hotpath.settle, launched=launched, won=won, now=now)
+            return ran, [Outcome(j, f, n, A.SUCCEEDED, J.SUCCEEDED) for j, f, n in done]
         return await self._tx(
             completions.attempt_settle, launched=launched, finishes=finishes, now=now, retry=retry
         )
@@ -328,6 +422,11 @@ class Store:
     async def attempt_finish(
         self, *, finishes: Sequence[Finish], now: datetime, retry: retry.Retry | None = None
     ) -> list[Outcome]:
+        if not finishes:
+            return []
+        if self.dialect == "postgresql" and all(f.state == A.SUCCEEDED for f in finishes):
+            _, outcomes = await self.attempt_settle(launched=(), finishes=finishes, now=now)
+            return outcomes
         return await self._tx(completions.attempt_finish, finishes=finishes, now=now, retry=retry)
 
     async def attempt_record_running(

@@ -13,7 +13,7 @@ from sqlalchemy import Connection, Select, func, or_, select, update
 from corral import config, model
 from corral.store import dialects
 from corral.store.events import event_insert, event_row
-from corral.store.rows import job_from_row
+from corral.store.rows import job_from_row, state_is
 from corral.store.tables import (
     attempts,
     jobs,
@@ -96,12 +96,12 @@ def _claim_pick(
     due = (
         select(*columns)
         .where(
-            jobs.c.state == J.QUEUED,
+            jobs.c.state == state_is(J.QUEUED),
             jobs.c.run_at <= now,
             jobs.c.executor.in_(executors),
             *where,
         )
-        .order_by(jobs.c.state, jobs.c.priority.desc(), jobs.c.run_at, jobs.c.id)
+        .order_by(jobs.c.priority.desc(), jobs.c.run_at, jobs.c.id)
         .limit(limit)
     )
     return dialects.skip_locked(conn, due)
@@ -145,7 +145,7 @@ def pool_running(conn: Connection, *, pools: Sequence[str]) -> dict[str, int]:
         return {}
     stmt = (
         select(jobs.c.pool, func.count())
-        .where(jobs.c.state == J.RUNNING, jobs.c.pool.in_(list(pools)))
+        .where(jobs.c.state == state_is(J.RUNNING), jobs.c.pool.in_(list(pools)))
         .group_by(jobs.c.pool)
     )
     return {pool: count for pool, count in conn.execute(stmt)}

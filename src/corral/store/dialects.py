@@ -105,7 +105,10 @@ def engine_create(url: str, limits: ConnectionLimits | None = None) -> Engine:
     given = parsed.query.get("options", ())
     # Corral's `-c` options go last: where the URL's options set the same thing, corral's win.
     args["options"] = " ".join([*([given] if isinstance(given, str) else given), args["options"]])
-    return create_engine(parsed, pool_size=5, max_overflow=5, pool_pre_ping=True, connect_args=args)
+    # No ping at checkout (a round trip per transaction): a connection that broke while it
+    # sat in the pool fails its first statement, and the Store tries that once more on a
+    # fresh one (store.Store._run); SQLAlchemy then replaces every older pooled connection.
+    return create_engine(parsed, pool_size=5, max_overflow=5, connect_args=args)
 
 
 def pg_connect_args(limits: ConnectionLimits) -> dict[str, Any]:
@@ -127,6 +130,9 @@ def pg_connect_args(limits: ConnectionLimits) -> dict[str, Any]:
         "tcp_keepalives_interval": interval,
         "tcp_keepalives_count": count,
         "tcp_user_timeout": tcp_ms,
+        # Times come back in UTC, as corral writes and compares them (the hot path reads
+        # them from the driver as they come).
+        "TimeZone": "UTC",
     }
     return {
         "connect_timeout": int(limits.connect.total_seconds()),
@@ -144,12 +150,21 @@ def _ms(value: timedelta) -> int:
     return max(1, round(value.total_seconds() * 1000))
 
 
-def statements_unbounded(conn: Connection) -> None:
-    """PostgreSQL: lift the statement and lock timeouts for the rest of this transaction, for
-    work that may rightly take long (migrations, ANALYZE). The network limits stay."""
+def statements_unbounded(conn: Connection, *, local: bool = True) -> None:
+    """PostgreSQL: lift the statement and lock timeouts for the rest of this transaction (or,
+    not `local`, of this session: then statements_bounded puts them back), for work that
+    may rightly take long (migrations, ANALYZE). The network limits stay."""
     if conn.dialect.name == "postgresql":
-        conn.exec_driver_sql("SET LOCAL statement_timeout = 0")
-        conn.exec_driver_sql("SET LOCAL lock_timeout = 0")
+        scope = "LOCAL " if local else ""
+        conn.exec_driver_sql(f"SET {scope}statement_timeout = 0")
+        conn.exec_driver_sql(f"SET {scope}lock_timeout = 0")
+
+
+def statements_bounded(conn: Connection) -> None:
+    """Undo statements_unbounded(local=False): back to the limits the connection began with."""
+    if conn.dialect.name == "postgresql":
+        conn.exec_driver_sql("RESET statement_timeout")
+        conn.exec_driver_sql("RESET lock_timeout")
 
 
 def _sqlite_engine(url: Any) -> Engine:
@@ -228,10 +243,15 @@ def upsert(conn: Connection, table: Table) -> Any:
     return dialect_insert(table)
 
 
-def insert_ignore_conflict(conn: Connection, table: Table, columns: Sequence[str]) -> Any:
-    """INSERT ... ON CONFLICT (columns) DO NOTHING on either database."""
+def insert_ignore_conflict(
+    conn: Connection, table: Table, columns: Sequence[str], where: Any = None
+) -> Any:
+    """INSERT ... ON CONFLICT (columns) [WHERE where] DO NOTHING on either database; `where`
+    names a partial unique index's condition."""
     dialect_insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
-    return dialect_insert(table).on_conflict_do_nothing(index_elements=list(columns))
+    return dialect_insert(table).on_conflict_do_nothing(
+        index_elements=list(columns), index_where=where
+    )
 
 
 class Explain(Executable, ClauseElement):

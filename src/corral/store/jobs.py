@@ -61,7 +61,9 @@ def job_submit(
 
 
 def _job_submit_keyed(conn: Connection, job: model.NewJob, now: datetime) -> tuple[int, bool]:
-    stmt = dialects.insert_ignore_conflict(conn, jobs, ["tenant", "idempotency_key"])
+    stmt = dialects.insert_ignore_conflict(
+        conn, jobs, ["tenant", "idempotency_key"], where=jobs.c.idempotency_key.is_not(None)
+    )
     job_id = conn.execute(stmt.values(_job_row(job, now)).returning(jobs.c.id)).scalar()
     if job_id is not None:
         return job_id, True

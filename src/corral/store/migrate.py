@@ -21,8 +21,14 @@ def alembic_config(conn: Connection | None = None) -> Config:
 
 
 def upgrade(conn: Connection, revision: str = "head") -> None:
-    """Bring the schema up to `revision` inside the caller's transaction."""
-    command.upgrade(alembic_config(conn), revision)
+    """Bring the schema up to `revision`: inside the caller's transaction when `conn` is in
+    one; else (PostgreSQL) each migration in a transaction of its own, and a migration may
+    build indexes concurrently between them."""
+    cfg = alembic_config(conn)
+    cfg.attributes["concurrent_ddl"] = (
+        conn.dialect.name == "postgresql" and not conn.in_transaction()
+    )
+    command.upgrade(cfg, revision)
 
 
 def current(conn: Connection) -> str | None:

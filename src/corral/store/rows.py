@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import case, literal
+from sqlalchemy import case, literal, literal_column
 
 from corral import model
 from corral.store.tables import (
@@ -39,3 +39,9 @@ def per_row(key: Any, at: Mapping[int, datetime | None], default: datetime) -> A
     """Each row's own time in one UPDATE: a CASE over the rows' ids."""
     whens = [(key == row_id, literal(t or default, UTCDateTime())) for row_id, t in at.items()]
     return case(*whens, else_=literal(default, UTCDateTime()))
+
+
+def state_is(state: model.JobState) -> Any:
+    """A job state as a literal in the SQL: the partial indexes (tables.py) name their state
+    so, and a planner uses one only for a query that names the same literal."""
+    return literal_column(f"'{model.JobState(state).value}'")

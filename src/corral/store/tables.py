@@ -15,7 +15,6 @@ from sqlalchemy import (
     DateTime,
     Dialect,
     Float,
-    ForeignKey,
     Index,
     Integer,
     MetaData,
@@ -86,20 +85,45 @@ jobs = Table(
     # Attempts that never reached their platform: they count toward neither max_attempts
     # nor the retry budget (model.charged).
     Column("uncharged_attempts", Integer, nullable=False, server_default=text("0")),
-    UniqueConstraint("tenant", "idempotency_key"),
 )
+# Partial indexes: a job is in each only while it is in that state, so finished jobs (most
+# of a busy table) cost them nothing, and a job's later updates skip them. Queries state
+# the state as a literal, not a parameter, or a planner cannot match the index's WHERE.
+_QUEUED = text("state = 'queued'")
 # The claim walks this index in order and stops after `limit` rows, so its cost does not
-# grow with the number of finished jobs (another `state`) or of queued ones (LIMIT).
-# A plain index, not a partial one: SQLite 3.40's planner skips the partial index.
-Index("ix_jobs_claim", jobs.c.state, jobs.c.priority.desc(), jobs.c.run_at, jobs.c.id)
+# grow with the number of finished jobs or of queued ones (LIMIT).
+Index(
+    "ix_jobs_queued",
+    jobs.c.priority.desc(),
+    jobs.c.run_at,
+    jobs.c.id,
+    sqlite_where=_QUEUED,
+    postgresql_where=_QUEUED,
+)
+# Running jobs in pools: what a pooled claim counts. Only those: a job outside any pool
+# is never in it, and no other query can pick it by mistake.
+_POOLED = text("state = 'running' AND pool IS NOT NULL")
+Index("ix_jobs_pooled", jobs.c.pool, sqlite_where=_POOLED, postgresql_where=_POOLED)
+# A key is unique per tenant; most jobs have none, and those are not in the index.
+_KEYED = text("idempotency_key IS NOT NULL")
+Index(
+    "uq_jobs_idempotency",
+    jobs.c.tenant,
+    jobs.c.idempotency_key,
+    unique=True,
+    sqlite_where=_KEYED,
+    postgresql_where=_KEYED,
+)
 
 attempts = Table(
     "attempts",
     metadata,
     Column("id", Id, primary_key=True, autoincrement=True),  # the fence token
-    Column("job_id", Id, ForeignKey("jobs.id"), nullable=False),
+    # No foreign key: an attempt is only ever made by the claim, from its job's row, and a
+    # foreign key's check costs a lookup per attempt on the hot path.
+    Column("job_id", Id, nullable=False),
     Column("attempt_no", Integer, nullable=False),
-    Column("launch_name", String(63), nullable=False, unique=True),
+    Column("launch_name", String(63), nullable=False),  # a function of (job_id, attempt_no)
     Column("executor", String(50), nullable=False),
     Column("state", String(20), nullable=False),
     Column("created_at", UTCDateTime, nullable=False),
@@ -133,7 +157,7 @@ retry_budgets = Table(
 checkpoints = Table(
     "checkpoints",
     metadata,
-    Column("job_id", Id, ForeignKey("jobs.id"), primary_key=True),
+    Column("job_id", Id, primary_key=True),  # no foreign key: checkpoint_save checks the job
     Column("fence", Id, nullable=False),
     Column("state", Json, nullable=False),
     Column("saved_at", UTCDateTime, nullable=False),
@@ -153,7 +177,9 @@ events = Table(
     "events",
     metadata,
     Column("id", Id, primary_key=True, autoincrement=True),
-    Column("job_id", Id, ForeignKey("jobs.id"), nullable=False),
+    Column(
+        "job_id", Id, nullable=False
+    ),  # no foreign key: events are written with their job's change
     Column("attempt_id", Id),
     Column("entity", String(10), nullable=False),
     Column("from_state", String(20)),

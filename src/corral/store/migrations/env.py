@@ -10,6 +10,9 @@ context.configure(
     target_metadata=metadata,
     render_as_batch=connection.dialect.name == "sqlite",
     compare_type=True,
+    # Handed a connection outside a transaction: one transaction per migration, so that one
+    # may step outside it (PostgreSQL's CREATE INDEX CONCURRENTLY).
+    transaction_per_migration=not connection.in_transaction(),
 )
 with context.begin_transaction():
     context.run_migrations()

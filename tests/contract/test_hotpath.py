@@ -1,0 +1,137 @@
+"""The hot path on PostgreSQL: a tick is two statements, each its own transaction, and a
+connection that broke in the pool is replaced without the caller seeing it."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from sqlalchemy import create_engine, event, text
+
+from corral import config, dispatcher, model, store
+from corral.store import hotpath, tables
+from corral.testing import FrozenClock
+from tests.support.noop import NoopExecutor
+
+pytestmark = pytest.mark.postgres
+J, A = model.JobState, model.AttemptState
+
+
+@pytest.fixture
+def pg(pg_url: str) -> Iterator[store.Store]:
+    from tests.conftest import pg_empty
+
+    pg_empty(pg_url)
+    s = store.Store.connect(pg_url)
+    yield s
+    asyncio.run(s.close())
+
+
+def test_the_claim_reads_jobs_in_the_order_of_the_model() -> None:
+    assert [c.name for c in tables.jobs.c] == list(model.Job.__dataclass_fields__)
+
+
+class Statements:
+    """Every statement sent on the store's connections, with BEGIN where the driver sends
+    one first (psycopg does, unless the connection is in autocommit)."""
+
+    def __init__(self, engine: Any) -> None:
+        self.sent: list[str] = []
+        event.listen(engine, "before_cursor_execute", self._statement)
+
+    def _statement(self, conn: Any, cursor: Any, sql: str, *args: Any) -> None:
+        raw = conn.connection.dbapi_connection
+        if not raw.autocommit and raw.info.transaction_status == 0:  # idle: BEGIN goes first
+            self.sent.append("BEGIN")
+        self.sent.append(sql.split(None, 1)[0])
+
+
+async def test_a_tick_whose_launches_all_succeed_is_two_statements(
+    pg: store.Store, clock: FrozenClock
+) -> None:
+    await pg.job_submit(
+        new=[model.NewJob(executor="noop", spec={}) for _ in range(50)], now=clock.now()
+    )
+    d = dispatcher.Dispatcher(
+        store=pg,
+        executors={"noop": NoopExecutor()},
+        clock=clock,
+        settings=config.Settings(claim_batch_limit=50),
+    )
+    seen = Statements(pg.engine)
+    tick = await d.run_once()
+    assert tick.claimed == 50
+    assert seen.sent == ["WITH", "WITH"], seen.sent  # the claim and the settle, nothing else
+    jobs = await pg.job_list(states=[J.RUNNING])
+    assert len(jobs) == 50  # (run_once alone reads no completions: run() does)
+    attempts = [a for j in jobs for a in await pg.attempt_list(job_id=j.id)]
+    assert {a.state for a in attempts} == {A.RUNNING}
+
+
+async def test_the_settle_applies_successes_and_records_the_rest_in_one_statement(
+    pg: store.Store, clock: FrozenClock
+) -> None:
+    await pg.job_submit(
+        new=[model.NewJob(executor="noop", spec={}) for _ in range(4)], now=clock.now()
+    )
+    a, b, c, d = await pg.job_claim(now=clock.now(), limit=4, executors=["noop"])
+    await pg.job_cancel(job_id=d.job.id, now=clock.now(), reason="test")
+    seen = Statements(pg.engine)
+    ran, outcomes = await pg.attempt_settle(
+        launched=[a.attempt.id, b.attempt.id, c.attempt.id, d.attempt.id],
+        finishes=[
+            store.Finish(b.attempt.id, A.SUCCEEDED, 0, None),
+            store.Finish(c.attempt.id, A.SUCCEEDED, None, "done by hand"),
+            store.Finish(d.attempt.id, A.SUCCEEDED, 0, None),  # cancelled: a no-op
+        ],
+        now=clock.now(),
+    )
+    assert seen.sent == ["WITH"]
+    assert ran == [a.attempt.id]
+    assert {(o.job_id, o.fence, o.job_state) for o in outcomes} == {
+        (b.job.id, b.attempt.id, J.SUCCEEDED),
+        (c.job.id, c.attempt.id, J.SUCCEEDED),
+    }
+    # The run log replays: each change once, the attempt's before its job's.
+    events = [
+        (e.entity, e.from_state, e.to_state, e.reason) for e in await pg.event_list(job_id=c.job.id)
+    ]
+    assert events[-2:] == [
+        ("attempt", "launching", "succeeded", "done by hand"),
+        ("job", "running", "succeeded", "attempt 1 succeeded"),
+    ]
+    events = [(e.entity, e.to_state, e.reason) for e in await pg.event_list(job_id=b.job.id)]
+    assert events[-2:] == [
+        ("attempt", "succeeded", "exit 0"),
+        ("job", "succeeded", "attempt 1 succeeded"),
+    ]
+    assert [e.to_state for e in await pg.event_list(job_id=d.job.id)][-1] == "cancelled"
+    # Applied once: the same settle again changes nothing.
+    ran, outcomes = await pg.attempt_settle(
+        launched=[a.attempt.id],
+        finishes=[store.Finish(b.attempt.id, A.SUCCEEDED, 0, None)],
+        now=clock.now(),
+    )
+    assert (ran, outcomes) == ([], [])
+
+
+async def test_a_connection_broken_in_the_pool_is_replaced_once(
+    pg: store.Store, pg_url: str, clock: FrozenClock
+) -> None:
+    await pg.job_submit(new=[model.NewJob(executor="noop", spec={})], now=clock.now())
+    pids = {await pg._tx(lambda conn: conn.exec_driver_sql("SELECT pg_backend_pid()").scalar())}
+    admin = create_engine(pg_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:  # the server ends the pooled connection's session
+        conn.execute(
+            text("SELECT pg_terminate_backend(pid) FROM unnest(:p) AS pid"), {"p": list(pids)}
+        )
+    admin.dispose()
+    [claimed] = await pg.job_claim(now=clock.now(), limit=1, executors=["noop"])
+    assert claimed.attempt.launch_name == model.launch_name(claimed.job.id, 1)
+
+
+def test_the_hot_path_statements_name_states_as_the_partial_indexes_do() -> None:
+    assert "state = 'queued'" in hotpath.CLAIM
+    assert "%(state" not in hotpath.CLAIM + hotpath.SETTLE
