@@ -351,15 +351,17 @@ class Store:
         limits: DefaultLimits | None = None,
         pools: Mapping[str, int] | None = None,
     ) -> list[model.Claimed]:
-        if self.dialect == "postgresql" and not pools:
-            return await self._statement(
-                hotpath.claim,
+        if not pools:  # the hot path (hotpath.py): one statement on PostgreSQL
+            hot = dict(
                 now=now,
                 limit=limit,
                 executors=executors,
                 deadline=None if limits is None else limits.attempt_deadline.total_seconds(),
                 lease=None if limits is None else limits.lease_timeout.total_seconds(),
             )
+            if self.dialect == "postgresql":
+                return await self._statement(hotpath.claim, **hot)
+            return await self._tx(hotpath.sqlite_claim, **hot)
         return await self._tx(
             claims.job_claim, now=now, limit=limit, executors=executors, limits=limits, pools=pools
         )
@@ -409,11 +411,18 @@ class Store:
     ) -> tuple[list[int], list[Outcome]]:
         """Apply `finishes`, then record `launched` attempts still launching as running.
         On PostgreSQL, when every finish is a success, one statement (hotpath.settle)."""
-        if self.dialect == "postgresql" and all(f.state == A.SUCCEEDED for f in finishes):
+        if all(f.state == A.SUCCEEDED for f in finishes):  # the hot path (hotpath.py)
             won = [(f.fence, f.exit_code, f.reason) for f in finishes]
             if won:
-                failpoints.hit("mid_completion")  # one statement: nothing half-written
-            ran, done = await self._statement(hotpath.settle, launched=launched, won=won, now=now)
+                failpoints.hit("mid_completion")  # one transaction: nothing half-written
+            if self.dialect == "postgresql":
+                ran, done = await self._statement(
+                    hotpath.settle, launched=launched, won=won, now=now
+                )
+            else:
+                ran, done = await self._tx(
+                    hotpath.sqlite_settle, launched=launched, won=won, now=now
+                )
             return ran, [Outcome(j, f, n, A.SUCCEEDED, J.SUCCEEDED) for j, f, n in done]
         return await self._tx(
             completions.attempt_settle, launched=launched, finishes=finishes, now=now, retry=retry
@@ -424,7 +433,7 @@ class Store:
     ) -> list[Outcome]:
         if not finishes:
             return []
-        if self.dialect == "postgresql" and all(f.state == A.SUCCEEDED for f in finishes):
+        if all(f.state == A.SUCCEEDED for f in finishes):
             _, outcomes = await self.attempt_settle(launched=(), finishes=finishes, now=now)
             return outcomes
         return await self._tx(completions.attempt_finish, finishes=finishes, now=now, retry=retry)

@@ -1,4 +1,5 @@
-"""The dispatcher's two statements a tick on PostgreSQL: the claim and the settle.
+"""The dispatcher's hot path, a tick's claim and settle: two statements on PostgreSQL, a few
+prepared ones in one transaction each on SQLite.
 
 Each is one data-modifying statement, run on its own (autocommit): the statement is the
 transaction, so a tick costs two round trips to the server, and nothing is half-written
@@ -10,21 +11,22 @@ writer of attempts locks them. Values go in as array parameters and come out as 
 no per-row dictionaries, no JSON encoded in Python, no result processing beyond building
 the model's values.
 
-The general path stays for what these do not cover: claims that count pools, settles with
-failures (a failure's decision needs its job, its policy and its history: one more round
-trip), and SQLite (one writer at a time, where a transaction costs no round trip).
+The general path stays for what these do not cover: claims that count pools, and settles
+with failures (a failure's decision needs its job, its policy and its history: one more
+round trip).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection
+from sqlalchemy import JSON, Connection
 
-from corral import model
-from corral.store.tables import jobs
+from corral import config, model
+from corral.store.tables import UTCDateTime, jobs
 
 A, J = model.AttemptState, model.JobState
 
@@ -225,3 +227,245 @@ def _execute(conn: Connection, sql: str, params: dict[str, Any]) -> list[tuple[A
         return list(result.cursor.fetchall())  # the driver's tuples, as they are
     finally:
         result.close()
+
+
+# --- SQLite ---------------------------------------------------------------------------------
+#
+# One writer at a time (each transaction begins IMMEDIATE), so a transaction costs no round
+# trip and reads inside it are exact: the claim and the settle are a few prepared statements
+# each, executemany over plain tuples, with the run log's rows built in SQL where they can be.
+
+_SQLITE_CLAIM = f"""
+UPDATE jobs SET state = 'running', attempt_count = attempt_count + 1, updated_at = ?
+WHERE id IN (
+    SELECT id FROM jobs
+    WHERE state = 'queued' AND run_at <= ? AND executor IN (SELECT value FROM json_each(?))
+    ORDER BY priority DESC, run_at, id
+    LIMIT ?
+)
+RETURNING {", ".join(_JOB_COLUMNS)}
+"""
+_SQLITE_ATTEMPT = """
+INSERT INTO attempts (
+    job_id, attempt_no, launch_name, executor, state, created_at, updated_at,
+    deadline_at, lease_until, lease_seconds
+) VALUES (?, ?, ?, ?, 'launching', ?, ?, ?, ?, ?)
+"""
+_SQLITE_CLAIMED = """
+INSERT INTO events (job_id, attempt_id, entity, from_state, to_state, reason, at, details)
+SELECT job_id, id, 'job', 'queued', 'running', 'claimed: attempt ' || attempt_no || ' launching',
+    ?, json_object('launch_name', launch_name)
+FROM attempts WHERE id > ?
+"""
+
+
+def sqlite_claim(
+    conn: Connection,
+    *,
+    now: datetime,
+    limit: int,
+    executors: Sequence[str],
+    deadline: float | None,
+    lease: float | None,
+) -> list[model.Claimed]:
+    """`claim` on SQLite, inside the caller's (write-locked) transaction."""
+    cursor = _sqlite_cursor(conn)
+    at = _sqlite_time(now)
+    rows = cursor.execute(_SQLITE_CLAIM, (at, at, json.dumps(list(executors)), limit)).fetchall()
+    if not rows:
+        return []
+    read = _Reader()
+    claimed_jobs = sorted((read.job(row) for row in rows), key=_urgency)
+    limits = _Limits(now, deadline, lease)
+    before = cursor.execute("SELECT coalesce(max(id), 0) FROM attempts").fetchone()[0]
+    values = []
+    for job in claimed_jobs:
+        deadline_at, lease_until, lease_seconds = limits.of(job)
+        name = model.launch_name(job.id, job.attempt_count)
+        values.append(
+            (
+                job.id,
+                job.attempt_count,
+                name,
+                job.executor,
+                at,
+                at,
+                _sqlite_time(deadline_at),
+                _sqlite_time(lease_until),
+                lease_seconds,
+            )
+        )
+    cursor.executemany(_SQLITE_ATTEMPT, values)
+    fences = dict(cursor.execute("SELECT job_id, id FROM attempts WHERE id > ?", (before,)))
+    cursor.execute(_SQLITE_CLAIMED, (at, before))
+    out = []
+    for job, v in zip(claimed_jobs, values, strict=True):
+        deadline_at, lease_until, lease_seconds = limits.of(job)
+        attempt = model.Attempt(
+            id=fences[job.id],
+            job_id=job.id,
+            attempt_no=job.attempt_count,
+            launch_name=v[2],
+            executor=job.executor,
+            state=A.LAUNCHING,
+            created_at=now,
+            updated_at=now,
+            started_at=None,
+            finished_at=None,
+            exit_code=None,
+            reason=None,
+            last_seen_at=None,
+            deadline_at=deadline_at,
+            lease_until=lease_until,
+            lease_seconds=lease_seconds,
+        )
+        out.append(model.Claimed(job, attempt))
+    return out
+
+
+def sqlite_settle(
+    conn: Connection,
+    *,
+    launched: Sequence[int],
+    won: Sequence[tuple[int, int | None, str | None]],
+    now: datetime,
+    reason: str = "launched",
+) -> tuple[list[int], list[tuple[int, int, int]]]:
+    """`settle` on SQLite, inside the caller's (write-locked) transaction."""
+    cursor = _sqlite_cursor(conn)
+    at = _sqlite_time(now)
+    finished = {fence for fence, _, _ in won}
+    running = [fence for fence in launched if fence not in finished]
+    ran: list[int] = []
+    if running:
+        rows = cursor.execute(
+            "UPDATE attempts SET state = 'running', updated_at = ?1, started_at = ?1,"
+            " last_seen_at = ?1 WHERE id IN (SELECT value FROM json_each(?2))"
+            " AND state = 'launching' RETURNING id, job_id, lease_seconds",
+            (at, json.dumps(running)),
+        ).fetchall()
+        ran = [fence for fence, _, _ in rows]
+        leased = [
+            (_sqlite_time(now + timedelta(seconds=seconds)), fence)
+            for fence, _, seconds in rows
+            if seconds is not None
+        ]
+        if leased:  # a job on a lease has all of it from now
+            cursor.executemany("UPDATE attempts SET lease_until = ? WHERE id = ?", leased)
+        cursor.executemany(
+            "INSERT INTO events (job_id, attempt_id, entity, from_state, to_state, reason, at,"
+            " details) VALUES (?, ?, 'attempt', 'launching', 'running', ?, ?, '{}')",
+            [(job_id, fence, reason, at) for fence, job_id, _ in rows],
+        )
+    if not won:
+        return ran, []
+    ends = {fence: (code, why) for fence, code, why in won}
+    active = cursor.execute(
+        "SELECT a.id, a.job_id, a.attempt_no, a.state, j.state = 'running'"
+        " AND j.attempt_count = a.attempt_no FROM attempts AS a JOIN jobs AS j ON j.id = a.job_id"
+        " WHERE a.id IN (SELECT value FROM json_each(?)) AND a.state IN ('launching', 'running')",
+        (json.dumps(sorted(ends)),),
+    ).fetchall()
+    cursor.executemany(
+        "UPDATE attempts SET state = 'succeeded', updated_at = ?1, exit_code = ?2, reason = ?3,"
+        " finished_at = ?1, last_seen_at = ?1, failure_class = NULL, fingerprint = NULL"
+        " WHERE id = ?4",
+        [(at, *ends[fence], fence) for fence, *_ in active],
+    )
+    current = [(job_id, fence, n) for fence, job_id, n, _, is_current in active if is_current]
+    cursor.executemany(
+        "UPDATE jobs SET state = 'succeeded', updated_at = ? WHERE id = ?",
+        [(at, job_id) for job_id, _, _ in current],
+    )
+    events = [
+        (job_id, fence, "attempt", was, "succeeded", _ended(*ends[fence]), at)
+        for fence, job_id, _, was, _ in active
+    ]
+    events += [
+        (job_id, fence, "job", "running", "succeeded", f"attempt {n} succeeded", at)
+        for job_id, fence, n in current
+    ]
+    cursor.executemany(
+        "INSERT INTO events (job_id, attempt_id, entity, from_state, to_state, reason, at,"
+        " details) VALUES (?, ?, ?, ?, ?, ?, ?, '{}')",
+        events,
+    )
+    return ran, current
+
+
+def _ended(code: int | None, reason: str | None) -> str:
+    """A success's run-log line, as the general path writes it."""
+    return reason or (f"exit {code}" if code is not None else "succeeded")
+
+
+def _sqlite_cursor(conn: Connection) -> Any:
+    return conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+
+
+def _sqlite_time(value: datetime | None) -> str | None:
+    """The text SQLAlchemy's SQLite DateTime writes and reads: naive UTC, microseconds."""
+    if value is None:
+        return None
+    return value.astimezone(UTC).replace(tzinfo=None).isoformat(" ", "microseconds")
+
+
+def _urgency(job: model.Job) -> tuple[int, datetime, int]:
+    return (-job.priority, job.run_at, job.id)
+
+
+class _Reader:
+    """Rows of jobs as SQLite returns them (JSON and times as text) into model.Job; a batch
+    repeats the same texts (`{}`, one submit's times), so each is parsed once."""
+
+    def __init__(self) -> None:
+        self._json: dict[str | None, Any] = {None: None}
+        self._times: dict[str, datetime] = {}
+
+    def job(self, row: Sequence[Any]) -> model.Job:
+        values = list(row)
+        for i in _JSON_AT:
+            values[i] = self._load(values[i])
+        for i in _TIME_AT:
+            values[i] = self._time(values[i])
+        values[_STATE] = J.RUNNING
+        return model.Job(*values)
+
+    def _load(self, text: str | None) -> Any:
+        if text not in self._json:
+            self._json[text] = json.loads(text)  # type: ignore[arg-type]
+        return self._json[text]
+
+    def _time(self, text: str) -> datetime:
+        if text not in self._times:
+            self._times[text] = datetime.fromisoformat(text).replace(tzinfo=UTC)
+        return self._times[text]
+
+
+_JSON_AT = [i for i, c in enumerate(jobs.c) if isinstance(c.type, JSON)]
+_TIME_AT = [i for i, c in enumerate(jobs.c) if isinstance(c.type, UTCDateTime)]
+
+
+class _Limits:
+    """The deadline and lease each claimed attempt gets (see claims._attempt_row): from its
+    job's policy, else the defaults; read once per distinct policy."""
+
+    def __init__(self, now: datetime, deadline: float | None, lease: float | None) -> None:
+        self.now, self.deadline, self.lease = now, deadline, lease
+        self._seen: dict[str, tuple[datetime | None, datetime | None, float | None]] = {}
+
+    def of(self, job: model.Job) -> tuple[datetime | None, datetime | None, float | None]:
+        if self.deadline is None:
+            return None, None, None
+        key = json.dumps(job.policy, sort_keys=True) if job.policy else ""
+        if key not in self._seen:
+            policy = config.JobPolicy.read(job.policy)
+            own = policy.limits.attempt_deadline
+            deadline_at = self.now + (own or timedelta(seconds=self.deadline))
+            lease = None
+            if policy.heartbeat:
+                lease = (
+                    policy.limits.lease_timeout or timedelta(seconds=self.lease or 0)
+                ).total_seconds()
+            lease_until = None if lease is None else self.now + timedelta(seconds=lease)
+            self._seen[key] = (deadline_at, lease_until, lease)
+        return self._seen[key]
