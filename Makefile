@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 NFT    := /usr/sbin/nft
 
-.PHONY: run test test-under-load lint docs bench clean
+.PHONY: run test test-under-load lint docs bench bench-peers clean
 
 $(STAMP): pyproject.toml | $(NFT)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -65,6 +65,12 @@ bench: $(STAMP)
 	$(BIN)/python bench/throughput.py
 	$(BIN)/python bench/recovery.py
 	$(BIN)/python bench/retry_storm.py
+
+# Corral against PgQueuer and the raw loop, interleaved over rounds, on the PostgreSQL server
+# of CORRAL_TEST_POSTGRES_URL (JSON on stdout). PgQueuer is in the `bench` extra, installed here.
+bench-peers: $(STAMP)
+	@$(BIN)/python -m pip install -q -e '.[bench]'
+	$(BIN)/python bench/peers.py
 
 clean:
 	rm -rf $(VENV) corral.db corral.db-wal corral.db-shm .corral site

@@ -7,6 +7,8 @@ For each database it measures, in one run:
   * submit jobs/s (batches of 1,000) and dispatch+complete jobs/s for N no-op jobs through
     the real Dispatcher (claim -> launch -> record running -> completion, every attempt row
     and event written) with an executor that finishes at launch;
+  * with it, the dispatcher process's CPU time per job and its round trips to the server
+    per dispatcher tick (RoundTrips says what is counted);
   * the physical limit: a raw loop on the same driver and the same jobs table that claims
     with the same batch size (UPDATE ... WHERE id IN (SELECT ... LIMIT n [FOR UPDATE SKIP
     LOCKED]) RETURNING) and marks the rows done, each step its own transaction, writing no
@@ -18,7 +20,8 @@ For each database it measures, in one run:
   * p50/p99 claim latency (the claim transaction, rolled back so the queue stays the same
     size) with 10k queued, with `--big` queued, and with `--big` finished jobs in the table;
   * the dispatcher's peak RSS (the dispatch phase runs in its own process).
-Prints one JSON document.
+Every measured phase starts on a fresh database and right after an ANALYZE, so all phases
+plan their queries from the same statistics. Prints one JSON document.
 """
 
 from __future__ import annotations
@@ -28,13 +31,17 @@ import asyncio
 import json
 import multiprocessing
 import os
+import queue
 import resource
 import sqlite3
 import statistics
 import sys
 import tempfile
+import threading
 import time
 import uuid
+from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -58,9 +65,9 @@ DEFAULT_PG = os.environ.get(
 
 
 class Database:
-    """A fresh, migrated database for one scenario, dropped afterwards."""
+    """A fresh database for one scenario, migrated unless `migrated=False`, dropped afterwards."""
 
-    def __init__(self, kind: str, pg_admin: str) -> None:
+    def __init__(self, kind: str, pg_admin: str, *, migrated: bool = True) -> None:
         self.kind, self.pg_admin = kind, pg_admin
         if kind == "sqlite":
             self.dir = tempfile.mkdtemp(prefix="corral-bench-")
@@ -71,9 +78,10 @@ class Database:
             self.url = (
                 make_url(pg_admin).set(database=self.name).render_as_string(hide_password=False)
             )
-        db = store.Store.connect(self.url)
-        asyncio.run(db.migrate())
-        asyncio.run(db.close())
+        if migrated:
+            db = store.Store.connect(self.url)
+            asyncio.run(db.migrate())
+            asyncio.run(db.close())
 
     def _admin(self, sql: str) -> None:
         engine = create_engine(self.pg_admin, isolation_level="AUTOCOMMIT")
@@ -89,16 +97,38 @@ class Database:
         else:
             self._admin(f'DROP DATABASE IF EXISTS "{self.name}" WITH (FORCE)')
 
+    @property
+    def dsn(self) -> str:
+        """The libpq URL of a PostgreSQL database (no SQLAlchemy driver name)."""
+        return libpq_url(self.url)
+
     def raw_connect(self) -> Any:
         """A plain driver connection (sqlite3 / psycopg) set up as corral sets up its own."""
-        if self.kind == "sqlite":
-            conn = sqlite3.connect(self.url.removeprefix("sqlite:///"), isolation_level=None)
-            for pragma in ("journal_mode=WAL", "busy_timeout=30000", "synchronous=FULL"):
-                conn.execute(f"PRAGMA {pragma}")
-            return conn
-        return psycopg.connect(
-            make_url(self.url).set(drivername="postgresql").render_as_string(hide_password=False)
-        )
+        return raw_connect(self.url)
+
+
+def libpq_url(url: str) -> str:
+    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+def raw_connect(url: str, *, autocommit: bool = False) -> Any:
+    """A plain driver connection to `url`; a SQLite one always autocommits (BEGIN is explicit)."""
+    if url.startswith("sqlite"):
+        path = url.removeprefix("sqlite:///")
+        conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        for pragma in ("journal_mode=WAL", "busy_timeout=30000", "synchronous=FULL"):
+            conn.execute(f"PRAGMA {pragma}")
+        return conn
+    return psycopg.connect(libpq_url(url), autocommit=autocommit)
+
+
+def analyze(url: str) -> None:
+    """ANALYZE the whole database, so the next phase plans from fresh statistics."""
+    conn = raw_connect(url, autocommit=True)
+    try:
+        conn.execute("ANALYZE")
+    finally:
+        conn.close()
 
 
 def seed(db: Database, *, state: str, count: int) -> None:
@@ -131,19 +161,133 @@ def seed(db: Database, *, state: str, count: int) -> None:
 # --- corral ------------------------------------------------------------------------------------
 
 
+class RoundTrips:
+    """Round trips to PostgreSQL through psycopg in this process, counted by kind.
+
+    psycopg is patched at class level, so every psycopg connection in the process counts:
+    SQLAlchemy's and any the store opens or drives itself (COPY on the raw DBAPI connection,
+    say), except the connections passed to `ignore` (the benchmark's own probe). Counted:
+      * statement: each Cursor/AsyncCursor.execute outside pipeline mode (SQLAlchemy's
+        pre-ping SELECT 1 included; Connection.execute goes through a cursor);
+      * copy: each Cursor/AsyncCursor.copy, as two (the COPY, then its end);
+      * transaction: each command psycopg sends by itself outside pipeline mode: the BEGIN
+        before a transaction's first statement, COMMIT, ROLLBACK;
+      * pipeline_sync: each sync of a pipeline (executemany runs in one), the statements
+        queued in it costing no round trip of their own.
+    A COMMIT or ROLLBACK of a connection with no transaction open sends nothing and counts
+    nothing. `hooks` names what was patched, since the last two kinds patch psycopg's
+    internals (looked up, not assumed: a psycopg without them counts the first two only).
+    """
+
+    def __init__(self) -> None:
+        self.counts: Counter[str] = Counter()
+        self.hooks: list[str] = []
+        self._ignored: set[int] = set()
+        self._lock = threading.Lock()
+
+    def install(self) -> RoundTrips:
+        for cls in (psycopg.Cursor, psycopg.AsyncCursor):
+            self._patch(cls, "execute", "statement", lambda cur: cur.connection)
+            self._patch(cls, "copy", "copy", lambda cur: cur.connection, weight=2)
+        conn_base = _defining(psycopg.Connection, "_exec_command")
+        if conn_base is not None:
+            self._patch(conn_base, "_exec_command", "transaction", lambda conn: conn)
+        for name in ("_sync_gen", "_exit_gen"):
+            pipeline_base = _defining(psycopg.Pipeline, name)
+            if pipeline_base is not None:
+                self._patch(
+                    pipeline_base, name, "pipeline_sync", lambda p: p._conn, in_pipeline=True
+                )
+        return self
+
+    def ignore(self, conn: Any) -> None:
+        self._ignored.add(id(conn))
+
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+    def _patch(
+        self,
+        cls: type,
+        name: str,
+        kind: str,
+        conn_of: Callable[[Any], Any],
+        *,
+        weight: int = 1,
+        in_pipeline: bool = False,
+    ) -> None:
+        original = vars(cls)[name]
+
+        def counted(obj: Any, *args: Any, **kwargs: Any) -> Any:
+            conn = conn_of(obj)
+            queued = getattr(conn, "_pipeline", None) is not None and not in_pipeline
+            if not queued and id(conn) not in self._ignored:
+                with self._lock:
+                    self.counts[kind] += weight
+            return original(obj, *args, **kwargs)
+
+        setattr(cls, name, counted)
+        self.hooks.append(f"{cls.__module__}.{cls.__qualname__}.{name}")
+
+
+def _defining(cls: type, name: str) -> type | None:
+    """The class in `cls`'s MRO that defines `name`, if any."""
+    return next((c for c in cls.__mro__ if name in vars(c)), None)
+
+
 def corral_phase(url: str, jobs: int, batch: int, out: Any) -> None:
     """Submit `jobs` no-op jobs, then dispatch and complete them all (runs in its own process)."""
     out.put(asyncio.run(_corral_phase(url, jobs, batch)))
 
 
-async def _corral_phase(url: str, jobs: int, batch: int) -> dict[str, float]:
+def run_corral_phase(db: Database, jobs: int, batch: int) -> dict[str, Any]:
+    """corral_phase in a fresh process: its CPU time and RSS are the dispatcher's alone."""
+    result: dict[str, Any] = in_own_process(corral_phase, db.url, jobs, batch)
+    return result
+
+
+def in_own_process(phase: Callable[..., None], *args: Any) -> Any:
+    """Run `phase(*args, out)` in a freshly spawned process; what it put on `out`."""
+    ctx = multiprocessing.get_context("spawn")
+    out = ctx.Queue()
+    proc = ctx.Process(target=phase, args=(*args, out))
+    proc.start()
+    while True:
+        try:
+            result = out.get(timeout=1)
+            break
+        except queue.Empty:
+            if not proc.is_alive():  # it died before putting anything: do not wait for good
+                raise RuntimeError(f"{phase.__name__} exited with {proc.exitcode}") from None
+    proc.join()
+    return result
+
+
+async def _corral_phase(url: str, jobs: int, batch: int) -> dict[str, Any]:
+    round_trips = RoundTrips().install()
     clock = SystemClock()
     db = store.Store.connect(url)
+    analyze(url)
     t0 = time.perf_counter()
     for start in range(0, jobs, 1000):
         chunk = [model.NewJob(executor="noop", spec={}) for _ in range(min(1000, jobs - start))]
         await db.job_submit(new=chunk, now=clock.now())
     submit_s = time.perf_counter() - t0
+    analyze(url)
+    dispatched = await _dispatch_all(db, url, jobs, batch, round_trips)
+    await db.close()
+    return {
+        "submit_jobs_per_s": jobs / submit_s,
+        **dispatched,
+        "dispatcher_max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
+
+
+async def _dispatch_all(
+    db: store.Store, url: str, jobs: int, batch: int, round_trips: RoundTrips
+) -> dict[str, Any]:
+    """Run a Dispatcher until no job is queued or running: its rate, CPU and round trips."""
+    clock = SystemClock()
     settings = config.Settings(
         claim_batch_limit=batch,
         timeouts=config.Timeouts(dispatch_interval=0.05, tick_deadline=0.04, tick_margin=0.01),
@@ -152,20 +296,38 @@ async def _corral_phase(url: str, jobs: int, batch: int) -> dict[str, float]:
     d = dispatcher.Dispatcher(
         store=db, executors={"noop": executor}, clock=clock, settings=settings
     )
+    ticks = 0
+
+    def tick() -> None:
+        nonlocal ticks
+        ticks += 1
+
+    # The probe has a connection of its own, left out of the count: it is not corral's.
+    probe = raw_connect(url, autocommit=True)
+    round_trips.ignore(probe)
+    pending = "SELECT 1 FROM jobs WHERE state IN ('queued', 'running') LIMIT 1"  # an index probe
     stop = asyncio.Event()
-    t0 = time.perf_counter()
-    runner = asyncio.create_task(d.run(stop))
-    while await db.job_list(states=["queued", "running"], limit=1):  # an index probe, not a count
+    round_trips.counts.clear()
+    cpu0, t0 = time.process_time(), time.perf_counter()
+    runner = asyncio.create_task(d.run(stop, on_tick=tick))
+    while await asyncio.to_thread(lambda: probe.execute(pending).fetchone()):
         await asyncio.sleep(0.1)
-    dispatch_s = time.perf_counter() - t0
+    dispatch_s, dispatch_cpu_s = time.perf_counter() - t0, time.process_time() - cpu0
+    trips, by_kind = round_trips.total(), dict(round_trips.counts)
     stop.set()
     await runner
-    await db.close()
+    probe.close()
     assert executor.launched == jobs
+    on_server = db.dialect == "postgresql"  # a SQLite file has no round trips to count
     return {
-        "submit_jobs_per_s": jobs / submit_s,
         "dispatch_complete_jobs_per_s": jobs / dispatch_s,
-        "dispatcher_max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "dispatch_cpu_us_per_job": 1e6 * dispatch_cpu_s / jobs,
+        "dispatcher_ticks": ticks,
+        "round_trips": trips if on_server else None,
+        "round_trips_by_kind": by_kind if on_server else None,
+        "round_trips_per_tick": trips / ticks if on_server and ticks else None,
+        "round_trips_per_job": trips / jobs if on_server else None,
+        "round_trip_hooks": round_trips.hooks if on_server else None,
     }
 
 
@@ -342,12 +504,7 @@ def run_database(kind: str, args: argparse.Namespace) -> dict[str, Any]:
     result: dict[str, Any] = {}
     db = Database(kind, args.pg_url)
     try:
-        ctx = multiprocessing.get_context("spawn")
-        queue = ctx.Queue()
-        proc = ctx.Process(target=corral_phase, args=(db.url, args.jobs, args.batch, queue))
-        proc.start()
-        result["corral"] = queue.get()
-        proc.join()
+        result["corral"] = run_corral_phase(db, args.jobs, args.batch)
     finally:
         db.drop()
     for name, phase in (("raw", raw_phase), ("raw_same_writes", raw_same_writes_phase)):
