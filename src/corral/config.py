@@ -766,9 +766,10 @@ CHAIN = (
     Link(
         "claim_batch_limit",
         "recovery_batch_limit",
+        extra="claim_batch_limit",
         margin=None,
         why="one reconciler pass must be able to repair every attempt of a tick that failed"
-        " half-way",
+        " half-way, and of the next tick's claim, made while that tick launched",
     ),
     Link(
         "timeouts.database_lock_timeout",

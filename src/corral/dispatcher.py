@@ -80,6 +80,10 @@ class Dispatcher:
             settings.timeouts.attempt_deadline, settings.timeouts.lease_timeout
         )
         self._carried: list[model.Claimed] = []  # claimed, not yet launched: next tick's first
+        # The next tick's claim, made while this tick launches (a full claim says there is
+        # more): ticks overlap by at most this one claim.
+        self._next_claim: asyncio.Task[list[model.Claimed]] | None = None
+        self._overlap = False  # on while run() runs (not for a lone run_once), off at its stop
         self._completions = asyncio.Queue[store_.Finish]()
         self._pending: set[int] = set()  # fences queued or being written: polls repeat them
         self._arrived = asyncio.Event()
@@ -116,9 +120,10 @@ class Dispatcher:
         room = self.settings.claim_batch_limit - len(carried)
         fresh: list[model.Claimed] = []
         failed_claim: errors.StoreError | None = None
-        if room > 0:
+        ahead, self._next_claim = self._next_claim, None
+        if ahead is not None or room > 0:
             try:
-                fresh = await self._claim(room)
+                fresh = await ahead if ahead is not None else await self._claim(room)
             except errors.StoreError as exc:
                 if not carried:
                     raise
@@ -129,6 +134,10 @@ class Dispatcher:
                     exc,
                     len(carried),
                 )
+        if self._overlap and failed_claim is None and fresh and len(fresh) >= room:
+            # A full claim: there is more. The next one runs while these launch, so the
+            # store's round trips overlap the platform's.
+            self._next_claim = asyncio.create_task(self._claim(self.settings.claim_batch_limit))
         tick = await self._launch_and_record(carried + fresh, fresh=len(fresh), room=room)
         if failed_claim is not None:
             raise failed_claim
@@ -170,7 +179,7 @@ class Dispatcher:
             launch_errors=sum(r is _Result.FAILED for r in results),
             recorded=len(recorded),
             carried=len(self._carried),
-            more=fresh == room or bool(self._carried),
+            more=fresh >= room or bool(self._carried) or self._next_claim is not None,
         )
         log.info(
             "tick: claimed %d, launched %d, launch errors %d, recorded running %d%s%s",
@@ -457,9 +466,13 @@ class Dispatcher:
             ", ".join(self.executors),
             self.settings.claim_batch_limit,
         )
+        self._overlap = True
         try:
             await self._loop(stop, on_tick)
         finally:
+            self._overlap = False
+            if self._next_claim is not None and not self._next_claim.done():
+                self._next_claim.cancel()  # what it claimed, if anything, recovery launches
             for task in helpers:
                 task.cancel()
             await asyncio.gather(*helpers, *self._stopping, return_exceptions=True)
@@ -491,6 +504,12 @@ class Dispatcher:
             if not tick.more:
                 took = self.clock.monotonic() - began
                 await clock.sleep_or_stop(self.clock, stop, max(interval - took, 0.0))
+        self._overlap = False
+        if self._next_claim is not None:  # claimed ahead: launch those before stopping
+            try:
+                await asyncio.shield(self.run_once())
+            except errors.StoreError as exc:
+                log.error("last tick failed: %s; recovery launches what it held", exc)
         if self._carried:
             log.info(
                 "%d claimed attempts were not launched before the stop; recovery launches them",

@@ -231,6 +231,30 @@ async def test_stop_finishes_the_launch_in_hand_and_claims_no_more(
     assert await states(db, later) == [J.QUEUED, J.QUEUED]
 
 
+async def test_the_next_claim_is_made_while_a_tick_launches_and_launched_before_a_stop(
+    db: store.Store,
+) -> None:
+    clock = PausedClock()
+    executor = GatedLaunch()
+    d = make(db, clock, executor, claim_batch_limit=5)
+    ids = await submit(db, clock, 12)
+    stop = asyncio.Event()
+    runner = asyncio.create_task(d.run(stop))
+    await asyncio.wait_for(executor.entered.wait(), timeout=PATIENCE)
+    # The first tick's 5 launches are held; its claim was full, so the next 5 are claimed
+    # meanwhile: ticks overlap by one claim, no more.
+    await eventually(lambda: _count(db, "running", 10), what="a second claim during the launches")
+    assert (await db.job_count_by_state())["queued"] == 2
+    stop.set()
+    executor.gate.set()
+    await asyncio.wait_for(runner, timeout=PATIENCE)
+    assert executor.launched == 10  # what was claimed ahead was launched before the stop
+    assert await states(db, ids[10:]) == [J.QUEUED, J.QUEUED]
+    for job_id in ids[:10]:
+        [attempt] = await db.attempt_list(job_id=job_id)
+        assert attempt.state != A.LAUNCHING, "nothing claimed is left for recovery"
+
+
 async def tick_held_mid_launch(
     db: store.Store, clock: FrozenClock
 ) -> tuple[GatedLaunch, int, asyncio.Task[dispatcher.Tick]]:

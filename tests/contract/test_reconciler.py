@@ -301,7 +301,7 @@ async def test_attempts_that_must_wait_do_not_starve_the_rest(
     clock.advance(61)
     [launching] = await claimed(db, clock)  # behind them in fence order
     clock.advance(31)
-    s = config.Settings(timeouts=TIMEOUTS, claim_batch_limit=2, recovery_batch_limit=2)
+    s = config.Settings(timeouts=TIMEOUTS, claim_batch_limit=1, recovery_batch_limit=2)
     r = reconciler.Reconciler(store=db, executors={"noop": platform}, clock=clock, settings=s)
     first, second = await r.run_once(), await r.run_once()
     assert (first.waiting, second.waiting, second.relaunched) == (2, 1, 1)
