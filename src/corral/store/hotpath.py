@@ -107,24 +107,7 @@ def claim(
         values[_STATE] = J.RUNNING
         job = model.Job(*values)
         fence, launch_name, deadline_at, lease_until, lease_seconds = row[n:]
-        attempt = model.Attempt(
-            id=fence,
-            job_id=job.id,
-            attempt_no=job.attempt_count,
-            launch_name=launch_name,
-            executor=job.executor,
-            state=A.LAUNCHING,
-            created_at=now,
-            updated_at=now,
-            started_at=None,
-            finished_at=None,
-            exit_code=None,
-            reason=None,
-            last_seen_at=None,
-            deadline_at=deadline_at,
-            lease_until=lease_until,
-            lease_seconds=lease_seconds,
-        )
+        attempt = _launching(job, fence, launch_name, now, deadline_at, lease_until, lease_seconds)
         out.append(model.Claimed(job, attempt))
     return out
 
@@ -300,25 +283,7 @@ def sqlite_claim(
     cursor.execute(_SQLITE_CLAIMED, (at, before))
     out = []
     for job, v in zip(claimed_jobs, values, strict=True):
-        deadline_at, lease_until, lease_seconds = limits.of(job)
-        attempt = model.Attempt(
-            id=fences[job.id],
-            job_id=job.id,
-            attempt_no=job.attempt_count,
-            launch_name=v[2],
-            executor=job.executor,
-            state=A.LAUNCHING,
-            created_at=now,
-            updated_at=now,
-            started_at=None,
-            finished_at=None,
-            exit_code=None,
-            reason=None,
-            last_seen_at=None,
-            deadline_at=deadline_at,
-            lease_until=lease_until,
-            lease_seconds=lease_seconds,
-        )
+        attempt = _launching(job, fences[job.id], v[2], now, *limits.of(job))
         out.append(model.Claimed(job, attempt))
     return out
 
@@ -391,6 +356,36 @@ def sqlite_settle(
         events,
     )
     return ran, current
+
+
+def _launching(
+    job: model.Job,
+    fence: int,
+    launch_name: str,
+    now: datetime,
+    deadline_at: datetime | None,
+    lease_until: datetime | None,
+    lease_seconds: float | None,
+) -> model.Attempt:
+    """The attempt a claim just made, as the row it wrote says."""
+    return model.Attempt(
+        id=fence,
+        job_id=job.id,
+        attempt_no=job.attempt_count,
+        launch_name=launch_name,
+        executor=job.executor,
+        state=A.LAUNCHING,
+        created_at=now,
+        updated_at=now,
+        started_at=None,
+        finished_at=None,
+        exit_code=None,
+        reason=None,
+        last_seen_at=None,
+        deadline_at=deadline_at,
+        lease_until=lease_until,
+        lease_seconds=lease_seconds,
+    )
 
 
 def _ended(code: int | None, reason: str | None) -> str:
