@@ -40,7 +40,7 @@ async def storm(jobs: int, attempts: int, budget: config.BudgetSettings) -> dict
     clock = FrozenClock()
     settings = config.Settings(
         claim_batch_limit=500,
-        recovery_batch_limit=500,
+        recovery_batch_limit=1000,  # two claims: a tick's, and the next one made meanwhile
         retry=config.RetrySettings(base=1, cap=30, seed=1, budget=budget),
     )
     executor = NoopExecutor(fail_exit_code=75)

@@ -352,7 +352,7 @@ async def test_a_systemic_failure_stays_within_the_retry_budget(
     budget = config.BudgetSettings(ratio=0.1, floor_per_minute=120, burst=20)
     settings = config.Settings(
         claim_batch_limit=500,
-        recovery_batch_limit=500,
+        recovery_batch_limit=1000,  # two claims: a tick's, and the next one made meanwhile
         retry=config.RetrySettings(base=1, cap=2, budget=budget, seed=1),
     )
     executor = NoopExecutor(fail_exit_code=75)
