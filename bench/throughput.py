@@ -19,7 +19,8 @@ For each database it measures, in one run:
     overhead);
   * p50/p99 claim latency (the claim transaction, rolled back so the queue stays the same
     size) with 10k queued, with `--big` queued, and with `--big` finished jobs in the table;
-  * the dispatcher's peak RSS (the dispatch phase runs in its own process).
+  * the dispatcher's peak RSS (each dispatch phase runs in its own process), also with
+    `--big` jobs queued while 10k of them run;
 Every measured phase starts on a fresh database and right after an ANALYZE, so all phases
 plan their queries from the same statistics. Prints one JSON document.
 """
@@ -41,7 +42,7 @@ import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -331,6 +332,56 @@ async def _dispatch_all(
     }
 
 
+class _Holding(NoopExecutor):
+    """Launches and never finishes: its attempts stay running, as long jobs do."""
+
+    async def launch(self, launch: model.Launch) -> None:
+        self.launch_calls += 1
+        self.launches[launch.name] = launch
+
+    async def observe(self, names: Sequence[str]) -> dict[str, model.Observation]:
+        return {}
+
+
+def rss_phase(url: str, held: int, batch: int, out: Any) -> None:
+    """A dispatcher over a big queue until `held` attempts run (in its own process)."""
+    out.put(asyncio.run(_rss_phase(url, held, batch)))
+
+
+async def _rss_phase(url: str, held: int, batch: int) -> dict[str, Any]:
+    db = store.Store.connect(url)
+    settings = config.Settings(
+        claim_batch_limit=batch,
+        timeouts=config.Timeouts(dispatch_interval=0.05, tick_deadline=0.04, tick_margin=0.01),
+    )
+    executor = _Holding()
+    d = dispatcher.Dispatcher(
+        store=db, executors={"noop": executor}, clock=SystemClock(), settings=settings
+    )
+    stop = asyncio.Event()
+    runner = asyncio.create_task(d.run(stop))
+    while executor.launched < held:
+        await asyncio.sleep(0.1)
+    stop.set()
+    await runner
+    await db.close()
+    return {
+        "running": executor.launched,
+        "dispatcher_max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
+
+
+def rss_scenario(kind: str, pg: str, batch: int, big: int, held: int = 10_000) -> dict[str, Any]:
+    """The dispatcher's peak RSS with `big` jobs queued while `held` of them run."""
+    db = Database(kind, pg)
+    try:
+        seed(db, state="queued", count=big)
+        result: dict[str, Any] = in_own_process(rss_phase, db.url, held, batch)
+    finally:
+        db.drop()
+    return {"queued": big, **result}
+
+
 # --- raw baseline --------------------------------------------------------------------------------
 
 
@@ -524,6 +575,7 @@ def run_database(kind: str, args: argparse.Namespace) -> dict[str, Any]:
     )
     result["ratio_corral_vs_raw_same_writes"] = corral_rate / result["raw_same_writes_jobs_per_s"]
     result["claim_latency"] = latency_scenarios(kind, args.pg_url, args.batch, args.big)
+    result["rss_big_queue"] = rss_scenario(kind, args.pg_url, args.batch, args.big)
     return result
 
 
