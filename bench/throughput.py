@@ -511,13 +511,12 @@ def claim_latency(db: Database, batch: int, samples: int = 1000) -> dict[str, fl
     in a transaction rolled back each time, so the queue is unchanged."""
     engine = store.dialects.engine_create(db.url)
     now = SystemClock().now()
-    claim = hotpath.claim if db.kind == "postgres" else hotpath.sqlite_claim
     timings = []
     with engine.connect() as conn:
         for _ in range(samples + 10):
             t0 = time.perf_counter()
             tx = conn.begin()
-            claimed = claim(
+            claimed = hotpath.claim(
                 conn, now=now, limit=batch, executors=["noop"], deadline=3600.0, lease=60.0
             )
             tx.rollback()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -15,7 +16,6 @@ from corral.store import hotpath, tables
 from corral.testing import FrozenClock
 from tests.support.noop import NoopExecutor
 
-pytestmark = pytest.mark.postgres
 J, A = model.JobState, model.AttemptState
 
 
@@ -48,6 +48,7 @@ class Statements:
         self.sent.append(sql.split(None, 1)[0])
 
 
+@pytest.mark.postgres
 async def test_a_tick_whose_launches_all_succeed_is_two_statements(
     pg: store.Store, clock: FrozenClock
 ) -> None:
@@ -70,6 +71,7 @@ async def test_a_tick_whose_launches_all_succeed_is_two_statements(
     assert {a.state for a in attempts} == {A.RUNNING}
 
 
+@pytest.mark.postgres
 async def test_the_settle_applies_successes_and_records_the_rest_in_one_statement(
     pg: store.Store, clock: FrozenClock
 ) -> None:
@@ -117,6 +119,7 @@ async def test_the_settle_applies_successes_and_records_the_rest_in_one_statemen
     assert (ran, outcomes) == ([], [])
 
 
+@pytest.mark.postgres
 async def test_a_connection_broken_in_the_pool_is_replaced_once(
     pg: store.Store, pg_url: str, clock: FrozenClock
 ) -> None:
@@ -135,3 +138,32 @@ async def test_a_connection_broken_in_the_pool_is_replaced_once(
 def test_the_hot_path_statements_name_states_as_the_partial_indexes_do() -> None:
     assert "state = 'queued'" in hotpath.CLAIM
     assert "%(state" not in hotpath.CLAIM + hotpath.SETTLE
+
+
+async def test_a_job_on_a_lease_has_all_of_it_from_its_record(
+    db: store.Store, clock: FrozenClock
+) -> None:
+    """Both databases' hot path: the lease set at the claim restarts when `running` is
+    written, so the time an attempt waited to launch does not count against it."""
+    heartbeat = {"heartbeat": True, "limits": {"lease_timeout": 30}}
+    await db.job_submit(
+        new=[
+            model.NewJob(executor="noop", spec={}, policy=heartbeat),
+            model.NewJob(executor="noop", spec={}),
+        ],
+        now=clock.now(),
+    )
+    limits = store.DefaultLimits(timedelta(seconds=240), timedelta(seconds=60))
+    leased, plain = await db.job_claim(now=clock.now(), limit=2, executors=["noop"], limits=limits)
+    assert leased.attempt.lease_until == clock.now() + timedelta(seconds=30)
+    assert plain.attempt.lease_until is None
+    assert plain.attempt.deadline_at == clock.now() + timedelta(seconds=240)
+    clock.advance(20)
+    ran, _ = await db.attempt_settle(
+        launched=[leased.attempt.id, plain.attempt.id], finishes=[], now=clock.now()
+    )
+    assert sorted(ran) == sorted([leased.attempt.id, plain.attempt.id])
+    [a] = await db.attempt_list(job_id=leased.job.id)
+    assert a.lease_until == clock.now() + timedelta(seconds=30)
+    [b] = await db.attempt_list(job_id=plain.job.id)
+    assert b.lease_until is None

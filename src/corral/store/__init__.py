@@ -114,12 +114,15 @@ class Store:
         name: str,
         fn: Callable[[Connection], T],
         given_up: threading.Event | None,
-        one_statement: bool = False,
+        autocommit: bool = False,
     ) -> T:
-        """Run `fn` in one transaction, or with `one_statement` as a statement of its own
-        (autocommit: no BEGIN and COMMIT round trips). A connection found broken by `fn`
-        (the pool does not ping) is replaced and `fn` tried once more: nothing it did was
-        committed, as the failure came before the commit."""
+        """Run `fn` in one transaction, or with `autocommit` with each statement its own (no
+        BEGIN and COMMIT round trips). A connection found broken by `fn` (the pool does not
+        ping) is replaced and `fn` tried once more. In a transaction nothing it did was
+        committed, as the failure came before the commit. In autocommit its statement may
+        have committed before the answer was lost, so only a statement that may run twice
+        runs so: a settle (compare-and-set), or a claim (what the lost answer claimed stays
+        `launching`, and recovery launches it after launch_grace)."""
         for last in (False, True):
             try:
                 conn = self.engine.connect()
@@ -127,7 +130,7 @@ class Store:
                 raise self._translate(exc, name, connecting=True) from exc
             try:
                 with conn:
-                    if one_statement:
+                    if autocommit:
                         conn.execution_options(isolation_level="AUTOCOMMIT")
                         return self._body(conn, fn, given_up)
                     with conn.begin():
@@ -186,21 +189,22 @@ class Store:
         PostgreSQL, give it up after timeouts.database_transaction_timeout (the backstop)."""
         return await self._call(_name(fn), functools.partial(fn, **kwargs), self._backstop)
 
-    async def _statement(self, fn: Callable[..., T], /, **kwargs: Any) -> T:
-        """`_tx` for a function that runs exactly one statement: that statement is its own
-        transaction (autocommit)."""
+    async def _hot(self, fn: Callable[..., T], /, **kwargs: Any) -> T:
+        """`_tx` for a hot-path function (hotpath.py): on PostgreSQL it runs exactly one
+        statement, which is its own transaction (autocommit)."""
         call = functools.partial(fn, **kwargs)
-        return await self._call(_name(fn), call, self._backstop, one_statement=True)
+        one = self.dialect == "postgresql"
+        return await self._call(_name(fn), call, self._backstop, autocommit=one)
 
     async def _call(
         self,
         name: str,
         call: Callable[[Connection], T],
         backstop: float | None,
-        one_statement: bool = False,
+        autocommit: bool = False,
     ) -> T:
         loop = asyncio.get_running_loop()
-        run = functools.partial(self._run, one_statement=one_statement)
+        run = functools.partial(self._run, autocommit=autocommit)
         if backstop is None:
             return await loop.run_in_executor(self._pool, run, name, call, None)
         given_up = threading.Event()
@@ -255,7 +259,7 @@ class Store:
                 conn.commit()
 
         if self.dialect == "postgresql":
-            return await self._call("migrate", upgrade_pg, None, one_statement=True)
+            return await self._call("migrate", upgrade_pg, None, autocommit=True)
         return await self._call("migrate", upgrade, None)
 
     async def check_schema(self) -> None:
@@ -352,16 +356,14 @@ class Store:
         pools: Mapping[str, int] | None = None,
     ) -> list[model.Claimed]:
         if not pools:  # the hot path (hotpath.py): one statement on PostgreSQL
-            hot = dict(
+            return await self._hot(
+                hotpath.claim,
                 now=now,
                 limit=limit,
                 executors=executors,
                 deadline=None if limits is None else limits.attempt_deadline.total_seconds(),
                 lease=None if limits is None else limits.lease_timeout.total_seconds(),
             )
-            if self.dialect == "postgresql":
-                return await self._statement(hotpath.claim, **hot)
-            return await self._tx(hotpath.sqlite_claim, **hot)
         return await self._tx(
             claims.job_claim, now=now, limit=limit, executors=executors, limits=limits, pools=pools
         )
@@ -415,14 +417,7 @@ class Store:
             won = [(f.fence, f.exit_code, f.reason) for f in finishes]
             if won:
                 failpoints.hit("mid_completion")  # one transaction: nothing half-written
-            if self.dialect == "postgresql":
-                ran, done = await self._statement(
-                    hotpath.settle, launched=launched, won=won, now=now
-                )
-            else:
-                ran, done = await self._tx(
-                    hotpath.sqlite_settle, launched=launched, won=won, now=now
-                )
+            ran, done = await self._hot(hotpath.settle, launched=launched, won=won, now=now)
             return ran, [Outcome(j, f, n, A.SUCCEEDED, J.SUCCEEDED) for j, f, n in done]
         return await self._tx(
             completions.attempt_settle, launched=launched, finishes=finishes, now=now, retry=retry

@@ -53,7 +53,7 @@ def job_claim(
         stmt = _claim_update(dialects.one_of(conn, jobs.c.id, ids), now)
     else:
         stmt = _claim_statement(conn, now=now, limit=limit, executors=executors)
-    claimed_jobs = sorted((job_from_row(r) for r in conn.execute(stmt)), key=_urgency)
+    claimed_jobs = sorted((job_from_row(r) for r in conn.execute(stmt)), key=urgency)
     if not claimed_jobs:
         return []
     rows = [_attempt_row(job, now, limits) for job in claimed_jobs]
@@ -194,20 +194,29 @@ def _new_attempt(row: Mapping[str, Any], fence: int) -> model.Attempt:
     )
 
 
-def _urgency(job: model.Job) -> tuple[int, datetime, int]:
+def urgency(job: model.Job) -> tuple[int, datetime, int]:
     return (-job.priority, job.run_at, job.id)
 
 
+def attempt_limits(
+    policy_stored: Mapping[str, Any], now: datetime, limits: DefaultLimits | None
+) -> tuple[datetime | None, datetime | None, float | None]:
+    """A new attempt's deadline, lease end and lease length: its deadline is fixed now, from
+    the job's own limit or the default; a job that sends heartbeats owes its first one within
+    its lease. All None without `limits`."""
+    if limits is None:
+        return None, None, None
+    policy = config.JobPolicy.read(policy_stored)
+    deadline_at = now + (policy.limits.attempt_deadline or limits.attempt_deadline)
+    if not policy.heartbeat:
+        return deadline_at, None, None
+    lease = policy.limits.lease_timeout or limits.lease_timeout
+    return deadline_at, now + lease, lease.total_seconds()
+
+
 def _attempt_row(job: model.Job, now: datetime, limits: DefaultLimits | None) -> dict[str, Any]:
-    """A new attempt: its deadline is fixed now, from the job's own limit or the default;
-    a job that sends heartbeats owes its first one within its lease."""
-    deadline_at = lease_until = lease = None
-    if limits is not None:
-        policy = config.JobPolicy.read(job.policy)
-        deadline_at = now + (policy.limits.attempt_deadline or limits.attempt_deadline)
-        if policy.heartbeat:
-            lease = policy.limits.lease_timeout or limits.lease_timeout
-            lease_until = now + lease
+    """A new attempt, in `launching`, with its limits (attempt_limits)."""
+    deadline_at, lease_until, lease_seconds = attempt_limits(job.policy, now, limits)
     return {
         "job_id": job.id,
         "attempt_no": job.attempt_count,
@@ -218,5 +227,5 @@ def _attempt_row(job: model.Job, now: datetime, limits: DefaultLimits | None) ->
         "updated_at": now,
         "deadline_at": deadline_at,
         "lease_until": lease_until,
-        "lease_seconds": None if lease is None else lease.total_seconds(),
+        "lease_seconds": lease_seconds,
     }

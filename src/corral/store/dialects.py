@@ -364,7 +364,7 @@ def _converter(conn: Connection, type_: Any) -> Callable[[Any], Any] | None:
     if isinstance(type_, JSON):
         return json.dumps
     if isinstance(getattr(type_, "impl", None), DateTime):
-        return _sqlite_time if conn.dialect.name == "sqlite" else _utc
+        return sqlite_time if conn.dialect.name == "sqlite" else _utc
     return None
 
 
@@ -376,7 +376,7 @@ def _utc(value: datetime | None) -> datetime | None:
     return value.astimezone(UTC)
 
 
-def _sqlite_time(value: datetime | None) -> str | None:
+def sqlite_time(value: datetime | None) -> str | None:
     """The text form SQLAlchemy's SQLite DateTime writes and reads back: naive UTC, microseconds."""
     utc = _utc(value)
     return None if utc is None else utc.replace(tzinfo=None).isoformat(" ", "microseconds")

@@ -25,13 +25,46 @@ from typing import Any
 
 from sqlalchemy import JSON, Connection
 
-from corral import config, model
+from corral import model
+from corral.store import claims, dialects
 from corral.store.tables import UTCDateTime, jobs
 
 A, J = model.AttemptState, model.JobState
 
 _JOB_COLUMNS = [c.name for c in jobs.c]  # in the order of model.Job's fields (a test checks)
 _STATE = _JOB_COLUMNS.index("state")
+
+
+def claim(
+    conn: Connection,
+    *,
+    now: datetime,
+    limit: int,
+    executors: Sequence[str],
+    deadline: float | None,
+    lease: float | None,
+) -> list[model.Claimed]:
+    """Claim up to `limit` due jobs (see claims.job_claim for what a claim is): one
+    statement on PostgreSQL. `deadline` and `lease`: the default limits in seconds; both
+    None sets no limits."""
+    on = _pg_claim if conn.dialect.name == "postgresql" else _sqlite_claim
+    return on(conn, now=now, limit=limit, executors=executors, deadline=deadline, lease=lease)
+
+
+def settle(
+    conn: Connection,
+    *,
+    launched: Sequence[int],
+    won: Sequence[tuple[int, int | None, str | None]],
+    now: datetime,
+    reason: str = "launched",
+) -> tuple[list[int], list[tuple[int, int, int]]]:
+    """Record `launched` attempts as running and apply successes (fence, exit code, reason);
+    a fence in both only succeeds. One statement on PostgreSQL. Returns the fences recorded
+    running and, for each job that succeeded, (job id, fence, attempt number)."""
+    on = _pg_settle if conn.dialect.name == "postgresql" else _sqlite_settle
+    return on(conn, launched=launched, won=won, now=now, reason=reason)
+
 
 CLAIM = f"""
 WITH due AS MATERIALIZED (
@@ -80,7 +113,7 @@ ORDER BY m.priority DESC, m.run_at, m.id
 """
 
 
-def claim(
+def _pg_claim(
     conn: Connection,
     *,
     now: datetime,
@@ -170,7 +203,7 @@ SELECT 1, job_id, fence, attempt_no FROM ended
 """
 
 
-def settle(
+def _pg_settle(
     conn: Connection,
     *,
     launched: Sequence[int],
@@ -242,7 +275,7 @@ FROM attempts WHERE id > ?
 """
 
 
-def sqlite_claim(
+def _sqlite_claim(
     conn: Connection,
     *,
     now: datetime,
@@ -253,19 +286,20 @@ def sqlite_claim(
 ) -> list[model.Claimed]:
     """`claim` on SQLite, inside the caller's (write-locked) transaction."""
     cursor = _sqlite_cursor(conn)
-    at = _sqlite_time(now)
+    at = dialects.sqlite_time(now)
     rows = cursor.execute(_SQLITE_CLAIM, (at, at, json.dumps(list(executors)), limit)).fetchall()
     if not rows:
         return []
     read = _Reader()
-    claimed_jobs = sorted((read.job(row) for row in rows), key=_urgency)
+    claimed_jobs = sorted((read.job(row) for row in rows), key=claims.urgency)
     limits = _Limits(now, deadline, lease)
+    made = [
+        (job, model.launch_name(job.id, job.attempt_count), *limits.of(job)) for job in claimed_jobs
+    ]
     before = cursor.execute("SELECT coalesce(max(id), 0) FROM attempts").fetchone()[0]
-    values = []
-    for job in claimed_jobs:
-        deadline_at, lease_until, lease_seconds = limits.of(job)
-        name = model.launch_name(job.id, job.attempt_count)
-        values.append(
+    cursor.executemany(
+        _SQLITE_ATTEMPT,
+        [
             (
                 job.id,
                 job.attempt_count,
@@ -273,22 +307,23 @@ def sqlite_claim(
                 job.executor,
                 at,
                 at,
-                _sqlite_time(deadline_at),
-                _sqlite_time(lease_until),
-                lease_seconds,
+                dialects.sqlite_time(deadline_at),
+                dialects.sqlite_time(lease_until),
+                seconds,
             )
-        )
-    cursor.executemany(_SQLITE_ATTEMPT, values)
+            for job, name, deadline_at, lease_until, seconds in made
+        ],
+    )
     fences = dict(cursor.execute("SELECT job_id, id FROM attempts WHERE id > ?", (before,)))
     cursor.execute(_SQLITE_CLAIMED, (at, before))
     out = []
-    for job, v in zip(claimed_jobs, values, strict=True):
-        attempt = _launching(job, fences[job.id], v[2], now, *limits.of(job))
+    for job, name, deadline_at, lease_until, seconds in made:
+        attempt = _launching(job, fences[job.id], name, now, deadline_at, lease_until, seconds)
         out.append(model.Claimed(job, attempt))
     return out
 
 
-def sqlite_settle(
+def _sqlite_settle(
     conn: Connection,
     *,
     launched: Sequence[int],
@@ -298,7 +333,7 @@ def sqlite_settle(
 ) -> tuple[list[int], list[tuple[int, int, int]]]:
     """`settle` on SQLite, inside the caller's (write-locked) transaction."""
     cursor = _sqlite_cursor(conn)
-    at = _sqlite_time(now)
+    at = dialects.sqlite_time(now)
     finished = {fence for fence, _, _ in won}
     running = [fence for fence in launched if fence not in finished]
     ran: list[int] = []
@@ -311,7 +346,7 @@ def sqlite_settle(
         ).fetchall()
         ran = [fence for fence, _, _ in rows]
         leased = [
-            (_sqlite_time(now + timedelta(seconds=seconds)), fence)
+            (dialects.sqlite_time(now + timedelta(seconds=seconds)), fence)
             for fence, _, seconds in rows
             if seconds is not None
         ]
@@ -397,17 +432,6 @@ def _sqlite_cursor(conn: Connection) -> Any:
     return conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
 
 
-def _sqlite_time(value: datetime | None) -> str | None:
-    """The text SQLAlchemy's SQLite DateTime writes and reads: naive UTC, microseconds."""
-    if value is None:
-        return None
-    return value.astimezone(UTC).replace(tzinfo=None).isoformat(" ", "microseconds")
-
-
-def _urgency(job: model.Job) -> tuple[int, datetime, int]:
-    return (-job.priority, job.run_at, job.id)
-
-
 class _Reader:
     """Rows of jobs as SQLite returns them (JSON and times as text) into model.Job; a batch
     repeats the same texts (`{}`, one submit's times), so each is parsed once."""
@@ -441,26 +465,19 @@ _TIME_AT = [i for i, c in enumerate(jobs.c) if isinstance(c.type, UTCDateTime)]
 
 
 class _Limits:
-    """The deadline and lease each claimed attempt gets (see claims._attempt_row): from its
-    job's policy, else the defaults; read once per distinct policy."""
+    """claims.attempt_limits for each claimed job, read once per distinct policy."""
 
     def __init__(self, now: datetime, deadline: float | None, lease: float | None) -> None:
-        self.now, self.deadline, self.lease = now, deadline, lease
+        self.now = now
+        self.limits = (
+            None
+            if deadline is None
+            else claims.DefaultLimits(timedelta(seconds=deadline), timedelta(seconds=lease or 0))
+        )
         self._seen: dict[str, tuple[datetime | None, datetime | None, float | None]] = {}
 
     def of(self, job: model.Job) -> tuple[datetime | None, datetime | None, float | None]:
-        if self.deadline is None:
-            return None, None, None
         key = json.dumps(job.policy, sort_keys=True) if job.policy else ""
         if key not in self._seen:
-            policy = config.JobPolicy.read(job.policy)
-            own = policy.limits.attempt_deadline
-            deadline_at = self.now + (own or timedelta(seconds=self.deadline))
-            lease = None
-            if policy.heartbeat:
-                lease = (
-                    policy.limits.lease_timeout or timedelta(seconds=self.lease or 0)
-                ).total_seconds()
-            lease_until = None if lease is None else self.now + timedelta(seconds=lease)
-            self._seen[key] = (deadline_at, lease_until, lease)
+            self._seen[key] = claims.attempt_limits(job.policy, self.now, self.limits)
         return self._seen[key]
