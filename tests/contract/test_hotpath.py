@@ -4,6 +4,7 @@ connection that broke in the pool is replaced without the caller seeing it."""
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
@@ -37,9 +38,10 @@ class Statements:
     """Every statement sent on the store's connections, with BEGIN where the driver sends
     one first (psycopg does, unless the connection is in autocommit)."""
 
-    def __init__(self, engine: Any) -> None:
+    def __init__(self, db: store.Store) -> None:
         self.sent: list[str] = []
-        event.listen(engine, "before_cursor_execute", self._statement)
+        for engine in {db.engine, db.hot_engine}:
+            event.listen(engine, "before_cursor_execute", self._statement)
 
     def _statement(self, conn: Any, cursor: Any, sql: str, *args: Any) -> None:
         raw = conn.connection.dbapi_connection
@@ -61,7 +63,7 @@ async def test_a_tick_whose_launches_all_succeed_is_two_statements(
         clock=clock,
         settings=config.Settings(claim_batch_limit=50),
     )
-    seen = Statements(pg.engine)
+    seen = Statements(pg)
     tick = await d.run_once()
     assert tick.claimed == 50
     assert seen.sent == ["WITH", "WITH"], seen.sent  # the claim and the settle, nothing else
@@ -80,7 +82,7 @@ async def test_the_settle_applies_successes_and_records_the_rest_in_one_statemen
     )
     a, b, c, d = await pg.job_claim(now=clock.now(), limit=4, executors=["noop"])
     await pg.job_cancel(job_id=d.job.id, now=clock.now(), reason="test")
-    seen = Statements(pg.engine)
+    seen = Statements(pg)
     ran, outcomes = await pg.attempt_settle(
         launched=[a.attempt.id, b.attempt.id, c.attempt.id, d.attempt.id],
         finishes=[
@@ -125,6 +127,7 @@ async def test_a_connection_broken_in_the_pool_is_replaced_once(
 ) -> None:
     await pg.job_submit(new=[model.NewJob(executor="noop", spec={})], now=clock.now())
     pids = {await pg._tx(lambda conn: conn.exec_driver_sql("SELECT pg_backend_pid()").scalar())}
+    pids.add(await pg._hot(lambda conn: conn.exec_driver_sql("SELECT pg_backend_pid()").scalar()))
     admin = create_engine(pg_url, isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:  # the server ends the pooled connection's session
         conn.execute(
@@ -167,3 +170,48 @@ async def test_a_job_on_a_lease_has_all_of_it_from_its_record(
     assert a.lease_until == clock.now() + timedelta(seconds=30)
     [b] = await db.attempt_list(job_id=plain.job.id)
     assert b.lease_until is None
+
+
+_PARAMETER_TYPES = {
+    "CLAIM": {
+        "now": "timestamptz",
+        "executors": "text[]",
+        "limit": "int",
+        "limited": "bool",
+        "deadline": "float8",
+        "lease": "float8",
+    },
+    "SETTLE": {
+        "now": "timestamptz",
+        "fences": "bigint[]",
+        "wins": "bool[]",
+        "codes": "int[]",
+        "reasons": "text[]",
+        "ran_reason": "text",
+    },
+}
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("name", sorted(_PARAMETER_TYPES))
+def test_the_hot_statements_find_rows_by_key_even_planned_on_a_fresh_database(
+    pg: store.Store, name: str
+) -> None:
+    """A prepared statement's generic plan is made once, from the statistics of the moment.
+    Made on a database of a few rows, a plan that scans a table stays for as long as the
+    connection lives, and costs more with every row the table gains (the settle went from
+    5 ms to 24 ms over 20,000 jobs that way). On the hot engine's connections no plan of
+    either statement scans a table, whatever the statistics say."""
+    types = _PARAMETER_TYPES[name]
+    order = list(types)
+    sql = re.sub(
+        r"%\((\w+)\)s", lambda m: f"${order.index(m.group(1)) + 1}", getattr(hotpath, name)
+    )
+    with pg.hot_engine.connect() as conn:
+        conn.exec_driver_sql("SET plan_cache_mode = force_generic_plan")
+        conn.exec_driver_sql(f"PREPARE hot({', '.join(types.values())}) AS {sql}")
+        nulls = ", ".join(f"NULL::{t}" for t in types.values())
+        plan = "\n".join(r[0] for r in conn.exec_driver_sql(f"EXPLAIN EXECUTE hot({nulls})"))
+        conn.exec_driver_sql("DEALLOCATE hot")
+    assert "Index" in plan
+    assert "Seq Scan" not in plan, plan

@@ -122,3 +122,42 @@ async def test_0006_moves_a_database_with_jobs_to_the_new_indexes(empty_url: str
         )
     engine.dispose()
     assert diff == []
+
+
+async def test_0007_indexes_live_attempts_only(empty_url: str) -> None:
+    """A database of 0006 with attempts live and ended: after `corral db upgrade` the live
+    ones are found where they were (the dispatcher's poll, by executor and fence) through
+    ix_attempts_live, which holds them and only them."""
+    from corral import model, store
+    from corral.testing import FrozenClock
+
+    engine = create_engine(empty_url)
+    with engine.begin() as conn:
+        migrate.upgrade(conn, "0006")
+    engine.dispose()
+    old = store.Store.connect(empty_url)
+    clock = FrozenClock()
+    await old.job_submit(
+        new=[model.NewJob(executor="noop", spec={}) for _ in range(6)], now=clock.now()
+    )
+    claimed = await old.job_claim(now=clock.now(), limit=6, executors=["noop"])
+    ended = [store.Finish(c.attempt.id, model.AttemptState.SUCCEEDED, 0, None) for c in claimed[:2]]
+    await old.attempt_settle(
+        launched=[c.attempt.id for c in claimed[2:4]], finishes=ended, now=clock.now()
+    )
+    await old.close()
+
+    db = store.Store.connect(empty_url)
+    assert await db.migrate() == ("0006", migrate.head())
+    live = await db.attempt_list_active(executor="noop", limit=10)
+    assert [a.id for a in live] == [c.attempt.id for c in claimed[2:]]
+    await db.close()
+    engine = create_engine(empty_url)
+    with engine.connect() as conn:
+        indexes = {i["name"] for i in inspect(conn).get_indexes("attempts")}
+        assert "ix_attempts_live" in indexes
+        assert "ix_attempts_active" not in indexes
+        if conn.dialect.name == "postgresql":
+            invalid = conn.execute(text("SELECT count(*) FROM pg_index WHERE NOT indisvalid"))
+            assert invalid.scalar() == 0
+    engine.dispose()

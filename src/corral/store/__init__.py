@@ -68,8 +68,17 @@ class _Broken(Exception):
 class Store:
     """Jobs, attempts and events, behind compare-and-set transitions."""
 
-    def __init__(self, engine: Engine, *, limits: dialects.ConnectionLimits | None = None) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        limits: dialects.ConnectionLimits | None = None,
+        hot_engine: Engine | None = None,
+    ) -> None:
         self.engine = engine
+        # The hot path's statements run on connections of their own on PostgreSQL (see
+        # dialects.engine_create); on SQLite, on the one writer's.
+        self.hot_engine = hot_engine or engine
         self.dialect = engine.dialect.name
         self.limits = limits
         # SQLite has one writer at a time: one thread keeps this process from queueing on
@@ -91,7 +100,13 @@ class Store:
         limits of `timeouts` (default: the default settings') on its PostgreSQL connections."""
         limits = dialects.ConnectionLimits.of(timeouts or config.Timeouts())
         try:
-            return cls(dialects.engine_create(url, limits), limits=limits)
+            engine = dialects.engine_create(url, limits)
+            hot = (
+                dialects.engine_create(url, limits, hot=True)
+                if engine.dialect.name == "postgresql"
+                else None
+            )
+            return cls(engine, limits=limits, hot_engine=hot)
         except (sa_exc.ArgumentError, ImportError, ValueError) as exc:
             raise errors.ConfigError(f"database_url: {url!r} is not usable: {exc}") from exc
 
@@ -108,6 +123,7 @@ class Store:
     async def close(self) -> None:
         self._pool.shutdown(wait=True)
         self.engine.dispose()
+        self.hot_engine.dispose()
 
     def _run(
         self,
@@ -115,6 +131,7 @@ class Store:
         fn: Callable[[Connection], T],
         given_up: threading.Event | None,
         autocommit: bool = False,
+        hot: bool = False,
     ) -> T:
         """Run `fn` in one transaction, or with `autocommit` with each statement its own (no
         BEGIN and COMMIT round trips). A connection found broken by `fn` (the pool does not
@@ -122,15 +139,17 @@ class Store:
         committed, as the failure came before the commit. In autocommit its statement may
         have committed before the answer was lost, so only a statement that may run twice
         runs so: a settle (compare-and-set), or a claim (what the lost answer claimed stays
-        `launching`, and recovery launches it after launch_grace)."""
+        `launching`, and recovery launches it after launch_grace). `hot`: on the hot path's
+        engine."""
+        engine = self.hot_engine if hot else self.engine
         for last in (False, True):
             try:
-                conn = self.engine.connect()
+                conn = engine.connect()
             except sa_exc.DBAPIError as exc:
                 raise self._translate(exc, name, connecting=True) from exc
             try:
                 with conn:
-                    if autocommit:
+                    if autocommit and not hot:  # the hot engine's are in autocommit
                         conn.execution_options(isolation_level="AUTOCOMMIT")
                         return self._body(conn, fn, given_up)
                     with conn.begin():
@@ -194,7 +213,7 @@ class Store:
         statement, which is its own transaction (autocommit)."""
         call = functools.partial(fn, **kwargs)
         one = self.dialect == "postgresql"
-        return await self._call(_name(fn), call, self._backstop, autocommit=one)
+        return await self._call(_name(fn), call, self._backstop, autocommit=one, hot=one)
 
     async def _call(
         self,
@@ -202,9 +221,10 @@ class Store:
         call: Callable[[Connection], T],
         backstop: float | None,
         autocommit: bool = False,
+        hot: bool = False,
     ) -> T:
         loop = asyncio.get_running_loop()
-        run = functools.partial(self._run, autocommit=autocommit)
+        run = functools.partial(self._run, autocommit=autocommit, hot=hot)
         if backstop is None:
             return await loop.run_in_executor(self._pool, run, name, call, None)
         given_up = threading.Event()

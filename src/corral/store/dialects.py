@@ -87,9 +87,16 @@ _OWN_PARAMETERS = {
 """libpq parameters corral sets itself, and the setting each comes from."""
 
 
-def engine_create(url: str, limits: ConnectionLimits | None = None) -> Engine:
+def engine_create(url: str, limits: ConnectionLimits | None = None, *, hot: bool = False) -> Engine:
     """An Engine for `url`; SQLite gets WAL, a busy timeout and write-locking transactions,
-    PostgreSQL `limits` on every connection (default: those of the default settings)."""
+    PostgreSQL `limits` on every connection (default: those of the default settings).
+
+    `hot`: on PostgreSQL, the engine for the hot path's statements (hotpath.py), in
+    autocommit, with sequential scans priced out. Those statements find every row by a key
+    and are prepared once they repeat; a prepared statement's generic plan is made from
+    the statistics of the moment, and on a fresh database (a table of a few rows, that
+    will hold millions) it would scan the tables it should look up in, for as long as the
+    connection lives."""
     parsed = make_url(url)
     if parsed.drivername in ("postgresql", "postgres"):
         parsed = parsed.set(drivername="postgresql+psycopg")
@@ -105,6 +112,11 @@ def engine_create(url: str, limits: ConnectionLimits | None = None) -> Engine:
     given = parsed.query.get("options", ())
     # Corral's `-c` options go last: where the URL's options set the same thing, corral's win.
     args["options"] = " ".join([*([given] if isinstance(given, str) else given), args["options"]])
+    if hot:
+        args["options"] += " -c enable_seqscan=off"
+        return create_engine(
+            parsed, pool_size=2, max_overflow=3, connect_args=args, isolation_level="AUTOCOMMIT"
+        )
     # No ping at checkout (a round trip per transaction): a connection that broke while it
     # sat in the pool fails its first statement, and the Store tries that once more on a
     # fresh one (store.Store._run); SQLAlchemy then replaces every older pooled connection.

@@ -74,10 +74,12 @@ WITH due AS MATERIALIZED (
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 ), moved AS (
+    -- By primary key, the ids as one array: a lookup per job whatever the planner guesses
+    -- of `due`'s size (a prepared statement's generic plan guesses, and a guess of many
+    -- rows would scan the table).
     UPDATE jobs AS j
     SET state = 'running', attempt_count = j.attempt_count + 1, updated_at = %(now)s
-    FROM due
-    WHERE j.id = due.id AND j.state = 'queued'
+    WHERE j.id = ANY(ARRAY(SELECT id FROM due)) AND j.state = 'queued'
     RETURNING j.*
 ), leased AS (
     SELECT m.id, m.attempt_count, m.executor,
@@ -147,28 +149,34 @@ def _pg_claim(
 
 SETTLE = """
 WITH locked AS MATERIALIZED (
-    SELECT id, state, lease_seconds FROM attempts
-    WHERE id = ANY(%(fences)s::bigint[])
-    ORDER BY id
-    FOR UPDATE
+    -- The attempts in fence order, each with what the settle does to it: one array element
+    -- each, in the order of `fences`, so every row is found by its primary key.
+    SELECT a.id, a.job_id, a.attempt_no, a.state, f.won, f.code, f.reason
+    FROM unnest(%(fences)s::bigint[], %(wins)s::bool[], %(codes)s::int[], %(reasons)s::text[])
+        AS f(fence, won, code, reason)
+    JOIN attempts AS a ON a.id = f.fence
+    ORDER BY a.id
+    FOR UPDATE OF a
 ), ran AS (
     UPDATE attempts AS a
     SET state = 'running', updated_at = %(now)s, started_at = %(now)s, last_seen_at = %(now)s,
-        lease_until = CASE WHEN l.lease_seconds IS NULL THEN a.lease_until
-            ELSE %(now)s + make_interval(secs => l.lease_seconds) END
+        lease_until = CASE WHEN a.lease_seconds IS NULL THEN a.lease_until
+            ELSE %(now)s + make_interval(secs => a.lease_seconds) END
     FROM locked AS l
-    WHERE a.id = l.id AND l.state = 'launching' AND a.state = 'launching'
-        AND a.id = ANY(%(running)s::bigint[])
+    WHERE a.id = ANY(ARRAY(SELECT id FROM locked WHERE NOT won AND state = 'launching'))
+        AND l.id = a.id AND a.state = l.state
     RETURNING a.id, a.job_id
 ), won AS (
+    -- Both updates compare the row's state with the locked one's, not with a constant: a
+    -- constant could steer the plan to ix_attempts_live, whose entries (dead versions
+    -- included, until vacuum) are every attempt that was live lately.
     UPDATE attempts AS a
-    SET state = 'succeeded', updated_at = %(now)s, exit_code = f.code, reason = f.reason,
+    SET state = 'succeeded', updated_at = %(now)s, exit_code = l.code, reason = l.reason,
         finished_at = %(now)s, last_seen_at = %(now)s, failure_class = NULL, fingerprint = NULL
-    FROM locked AS l,
-        unnest(%(won)s::bigint[], %(codes)s::int[], %(reasons)s::text[]) AS f(fence, code, reason)
-    WHERE a.id = l.id AND f.fence = l.id AND l.state IN ('launching', 'running')
-        AND a.state = l.state
-    RETURNING a.id, a.job_id, a.attempt_no, l.state AS was, f.code, f.reason
+    FROM locked AS l
+    WHERE a.id = ANY(ARRAY(SELECT id FROM locked WHERE won AND state IN ('launching', 'running')))
+        AND l.id = a.id AND a.state = l.state
+    RETURNING a.id, a.job_id, a.attempt_no, l.state AS was, l.code, l.reason
 ), done AS (
     -- By primary key, the ids as one array, and the job's current attempt by its unique
     -- (job_id, attempt_no): lookups whatever the planner guesses of these CTEs' sizes.
@@ -214,14 +222,15 @@ def _pg_settle(
     """Record `launched` attempts as running and apply successes (fence, exit code, reason)
     in one statement; a fence in both only succeeds. Returns the fences recorded running
     and, for each job that succeeded, (job id, fence, attempt number)."""
-    finished = {fence for fence, _, _ in won}
+    ends = {fence: (code, why) for fence, code, why in won}
+    fences = sorted({*launched, *ends})
+    nothing = (None, None)
     params = {
         "now": now,
-        "fences": sorted({*launched, *finished}),
-        "running": [fence for fence in launched if fence not in finished],
-        "won": [fence for fence, _, _ in won],
-        "codes": [code for _, code, _ in won],
-        "reasons": [why for _, _, why in won],
+        "fences": fences,
+        "wins": [fence in ends for fence in fences],
+        "codes": [ends.get(fence, nothing)[0] for fence in fences],
+        "reasons": [ends.get(fence, nothing)[1] for fence in fences],
         "ran_reason": reason,
     }
     ran: list[int] = []

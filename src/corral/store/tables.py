@@ -139,8 +139,19 @@ attempts = Table(
     Column("failure_class", String(20)),
     Column("fingerprint", String(64)),
     UniqueConstraint("job_id", "attempt_no"),
-    Index("ix_attempts_active", "state", "executor", "id"),
     sqlite_autoincrement=True,  # never reuse an id: a reused fence would unfence a writer
+)
+
+# Live attempts (launching or running) by executor and fence: what the dispatcher polls and
+# recovery scans. Only those: a lookup by fence never has a reason to read it, and the ended
+# attempts, nearly all of them, are not in it.
+_LIVE = text("state IN ('launching', 'running')")
+Index(
+    "ix_attempts_live",
+    attempts.c.executor,
+    attempts.c.id,
+    sqlite_where=_LIVE,
+    postgresql_where=_LIVE,
 )
 
 # One token bucket per queue: retries draw a token each; first attempts (counted by fence,
