@@ -94,7 +94,7 @@ class Dispatcher:
         self._between_ticks = asyncio.Event()
         self._between_ticks.set()
         self._stopping: set[asyncio.Task[None]] = set()  # cancels of attempts cancelled mid-launch
-        self._launch_slots = asyncio.Semaphore(settings.launch_concurrency)
+        self._reaches = base.Reaches(settings)
 
     # --- the cycle -------------------------------------------------------------------------
 
@@ -159,7 +159,7 @@ class Dispatcher:
         until = self.clock.monotonic() + self.settings.timeouts.tick_deadline.total_seconds()
         if fresh:
             failpoints.hit("after_claim_commit")
-        results = await asyncio.gather(*(self._launch(c, until) for c in todo))
+        results = await self._launch_all(todo, until)
         done = dict(zip((c.attempt.id for c in todo), results, strict=True))
         self._carried = [c for c in todo if done[c.attempt.id] is _Result.LATER]
         launched = [c.attempt.id for c in todo if done[c.attempt.id] is _Result.LAUNCHED]
@@ -238,12 +238,22 @@ class Dispatcher:
         except errors.CorralError as exc:
             log.warning("%s: could not stop it: %s", name, exc)
 
-    async def _launch(self, claimed: model.Claimed, until: float) -> _Result:
-        """Launch one attempt, unless the tick's deadline passed before its turn came."""
-        async with self._launch_slots:
-            if self.clock.monotonic() > until:
-                return _Result.LATER
-            return await self._launch_now(claimed)
+    async def _launch_all(self, todo: Sequence[model.Claimed], until: float) -> list[_Result]:
+        """Launch `todo` in order, `launch_concurrency` at a time; an attempt whose turn
+        comes after the tick's deadline is not launched (LATER). A few workers take the
+        attempts one after another: no task per launch."""
+        results = [_Result.LATER] * len(todo)
+        turns = iter(enumerate(todo))
+
+        async def worker() -> None:
+            for i, claimed in turns:
+                if self.clock.monotonic() > until:
+                    return  # the rest stay LATER
+                results[i] = await self._launch_now(claimed)
+
+        workers = min(self.settings.launch_concurrency, len(todo))
+        await asyncio.gather(*(worker() for _ in range(workers)))
+        return results
 
     async def _launch_now(self, claimed: model.Claimed) -> _Result:
         now = self.clock.now()
@@ -257,7 +267,7 @@ class Dispatcher:
             )
             return _Result.FAILED
         try:
-            launch = base.launch_for(claimed, self.settings, now)
+            launch = base.launch_for(claimed, self.settings, now, reaches=self._reaches)
         except errors.LaunchTooLate:
             return _Result.TOO_LATE  # nothing was asked of the platform: a new attempt, free
         try:

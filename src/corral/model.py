@@ -436,7 +436,7 @@ class Phase(StrEnum):
 
     @property
     def finished(self) -> bool:
-        return self in (Phase.SUCCEEDED, Phase.FAILED)
+        return self is Phase.SUCCEEDED or self is Phase.FAILED  # asked of every observation
 
 
 @dataclass(frozen=True, slots=True)

@@ -60,7 +60,7 @@ class NoopExecutor:
         obs = model.Observation(
             name=launch.name,
             phase=model.Phase.FAILED if failed else model.Phase.SUCCEEDED,
-            labels=dict(launch.labels),
+            labels=launch.labels,
             exit_code=self.fail_exit_code if failed else 0,
             reason=f"exited with code {self.fail_exit_code}" if failed else None,
             started_at=now,

@@ -80,24 +80,45 @@ DEADLINE_BEFORE_LAUNCH = "its deadline passed before it reached its platform"
 """Why an attempt can no longer be launched: it is superseded as never launched."""
 
 
+class Reaches:
+    """How an attempt reaches corral under these settings (model.Reach), made once for each
+    heartbeat interval: a dispatcher launches many attempts with few distinct ones."""
+
+    def __init__(self, settings: config.Settings) -> None:
+        self.settings = settings
+        self._database_url = settings.database_url_for_jobs
+        self._made: dict[float | None, model.Reach] = {}
+
+    def of(self, policy: config.JobPolicy) -> model.Reach:
+        every = policy.heartbeat_every(self.settings).total_seconds() if policy.heartbeat else None
+        if (reach := self._made.get(every)) is None:
+            reach = model.Reach(
+                api_url=self.settings.api_url,
+                database_url=self._database_url,
+                heartbeat_seconds=every,
+            )
+            self._made[every] = reach
+        return reach
+
+
 def launch_for(
-    claimed: model.Claimed, settings: config.Settings, now: datetime, *, relaunch: bool = False
+    claimed: model.Claimed,
+    settings: config.Settings,
+    now: datetime,
+    *,
+    relaunch: bool = False,
+    reaches: Reaches | None = None,
 ) -> model.Launch:
     """The Launch of a claimed attempt as these settings make it: its env says how to reach
     corral and how often to send heartbeats, and its platform deadline is what is left of
     the attempt's own (fixed at the claim); LaunchTooLate when none is left. `relaunch`
-    says the name may have been launched before (see `model.Launch.relaunch`)."""
+    says the name may have been launched before (see `model.Launch.relaunch`); `reaches`,
+    the caller's Reaches for these settings, if it launches many."""
     policy = config.JobPolicy.read(claimed.job.policy)
     deadline = claimed.attempt.deadline_at
     if deadline is None:
         seconds = policy.deadline(settings).total_seconds()
     elif (seconds := (deadline - now).total_seconds()) <= 0:
         raise errors.LaunchTooLate(f"{claimed.attempt.launch_name}: {DEADLINE_BEFORE_LAUNCH}")
-    reach = model.Reach(
-        api_url=settings.api_url,
-        database_url=settings.database_url_for_jobs,
-        heartbeat_seconds=policy.heartbeat_every(settings).total_seconds()
-        if policy.heartbeat
-        else None,
-    )
+    reach = (reaches or Reaches(settings)).of(policy)
     return model.build_launch(claimed, reach=reach, deadline_seconds=seconds, relaunch=relaunch)

@@ -33,6 +33,9 @@ A, J = model.AttemptState, model.JobState
 
 _JOB_COLUMNS = [c.name for c in jobs.c]  # in the order of model.Job's fields (a test checks)
 _STATE = _JOB_COLUMNS.index("state")
+# Read as text and parsed once per distinct text (_Reader): a batch repeats the same specs,
+# policies and labels.
+_JSON_COLUMNS = {c.name for c in jobs.c if isinstance(c.type, JSON)}
 
 
 def claim(
@@ -108,7 +111,7 @@ WITH due AS MATERIALIZED (
         jsonb_build_object('launch_name', launch_name)
     FROM made
 )
-SELECT {", ".join(f"m.{c}" for c in _JOB_COLUMNS)},
+SELECT {", ".join(f"m.{c}::text" if c in _JSON_COLUMNS else f"m.{c}" for c in _JOB_COLUMNS)},
     a.id, a.launch_name, a.deadline_at, a.lease_until, a.lease_seconds
 FROM moved AS m JOIN made AS a ON a.job_id = m.id
 ORDER BY m.priority DESC, m.run_at, m.id
@@ -136,11 +139,10 @@ def _pg_claim(
     }
     rows = _execute(conn, CLAIM, params)
     n = len(_JOB_COLUMNS)
+    read = _Reader(times=False)  # psycopg reads times itself
     out = []
     for row in rows:
-        values = list(row[:n])
-        values[_STATE] = J.RUNNING
-        job = model.Job(*values)
+        job = read.job(row[:n])
         fence, launch_name, deadline_at, lease_until, lease_seconds = row[n:]
         attempt = _launching(job, fence, launch_name, now, deadline_at, lease_until, lease_seconds)
         out.append(model.Claimed(job, attempt))
@@ -442,18 +444,20 @@ def _sqlite_cursor(conn: Connection) -> Any:
 
 
 class _Reader:
-    """Rows of jobs as SQLite returns them (JSON and times as text) into model.Job; a batch
-    repeats the same texts (`{}`, one submit's times), so each is parsed once."""
+    """Rows of claimed jobs with JSON as text (and, from SQLite, times as text) into
+    model.Job; a batch repeats the same texts (`{}`, one submit's times), so each is parsed
+    once."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, times: bool = True) -> None:
         self._json: dict[str | None, Any] = {None: None}
         self._times: dict[str, datetime] = {}
+        self._time_at = _TIME_AT if times else []
 
     def job(self, row: Sequence[Any]) -> model.Job:
         values = list(row)
         for i in _JSON_AT:
             values[i] = self._load(values[i])
-        for i in _TIME_AT:
+        for i in self._time_at:
             values[i] = self._time(values[i])
         values[_STATE] = J.RUNNING
         return model.Job(*values)
