@@ -9,10 +9,11 @@ from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
+import psycopg
 import pytest
 from sqlalchemy import create_engine, event, text
 
-from corral import config, dispatcher, model, store
+from corral import config, dispatcher, errors, model, store
 from corral.store import hotpath, tables
 from corral.testing import FrozenClock
 from tests.support.noop import NoopExecutor
@@ -35,16 +36,24 @@ def test_the_claim_reads_jobs_in_the_order_of_the_model() -> None:
 
 
 class Statements:
-    """Every statement sent on the store's connections, with BEGIN where the driver sends
-    one first (psycopg does, unless the connection is in autocommit)."""
+    """Every statement sent on the store's connections, the hot path's own included, with
+    BEGIN where the driver sends one first (psycopg does, unless in autocommit)."""
 
-    def __init__(self, db: store.Store) -> None:
+    def __init__(self, db: store.Store, monkeypatch: pytest.MonkeyPatch) -> None:
         self.sent: list[str] = []
-        for engine in {db.engine, db.hot_engine}:
-            event.listen(engine, "before_cursor_execute", self._statement)
+        event.listen(db.engine, "before_cursor_execute", self._statement)
+        execute = psycopg.AsyncCursor.execute
+
+        async def sent(cursor: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+            self._sent(cursor.connection, str(query))
+            return await execute(cursor, query, *args, **kwargs)
+
+        monkeypatch.setattr(psycopg.AsyncCursor, "execute", sent)
 
     def _statement(self, conn: Any, cursor: Any, sql: str, *args: Any) -> None:
-        raw = conn.connection.dbapi_connection
+        self._sent(conn.connection.dbapi_connection, sql)
+
+    def _sent(self, raw: Any, sql: str) -> None:
         if not raw.autocommit and raw.info.transaction_status == 0:  # idle: BEGIN goes first
             self.sent.append("BEGIN")
         self.sent.append(sql.split(None, 1)[0])
@@ -52,7 +61,7 @@ class Statements:
 
 @pytest.mark.postgres
 async def test_a_tick_whose_launches_all_succeed_is_two_statements(
-    pg: store.Store, clock: FrozenClock
+    pg: store.Store, clock: FrozenClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     await pg.job_submit(
         new=[model.NewJob(executor="noop", spec={}) for _ in range(50)], now=clock.now()
@@ -63,7 +72,7 @@ async def test_a_tick_whose_launches_all_succeed_is_two_statements(
         clock=clock,
         settings=config.Settings(claim_batch_limit=50),
     )
-    seen = Statements(pg)
+    seen = Statements(pg, monkeypatch)
     tick = await d.run_once()
     assert tick.claimed == 50
     assert seen.sent == ["WITH", "WITH"], seen.sent  # the claim and the settle, nothing else
@@ -75,14 +84,14 @@ async def test_a_tick_whose_launches_all_succeed_is_two_statements(
 
 @pytest.mark.postgres
 async def test_the_settle_applies_successes_and_records_the_rest_in_one_statement(
-    pg: store.Store, clock: FrozenClock
+    pg: store.Store, clock: FrozenClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     await pg.job_submit(
         new=[model.NewJob(executor="noop", spec={}) for _ in range(4)], now=clock.now()
     )
     a, b, c, d = await pg.job_claim(now=clock.now(), limit=4, executors=["noop"])
     await pg.job_cancel(job_id=d.job.id, now=clock.now(), reason="test")
-    seen = Statements(pg)
+    seen = Statements(pg, monkeypatch)
     ran, outcomes = await pg.attempt_settle(
         launched=[a.attempt.id, b.attempt.id, c.attempt.id, d.attempt.id],
         finishes=[
@@ -127,7 +136,8 @@ async def test_a_connection_broken_in_the_pool_is_replaced_once(
 ) -> None:
     await pg.job_submit(new=[model.NewJob(executor="noop", spec={})], now=clock.now())
     pids = {await pg._tx(lambda conn: conn.exec_driver_sql("SELECT pg_backend_pid()").scalar())}
-    pids.add(await pg._hot(lambda conn: conn.exec_driver_sql("SELECT pg_backend_pid()").scalar()))
+    assert pg.hot_pool is not None
+    pids.add(await pg.hot_pool.run(_backend_pid))
     admin = create_engine(pg_url, isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:  # the server ends the pooled connection's session
         conn.execute(
@@ -136,6 +146,34 @@ async def test_a_connection_broken_in_the_pool_is_replaced_once(
     admin.dispose()
     [claimed] = await pg.job_claim(now=clock.now(), limit=1, executors=["noop"])
     assert claimed.attempt.launch_name == model.launch_name(claimed.job.id, 1)
+    ran, _ = await pg.attempt_settle(launched=[claimed.attempt.id], finishes=[], now=clock.now())
+    assert ran == [claimed.attempt.id]
+
+
+async def _backend_pid(conn: psycopg.AsyncConnection[Any]) -> int:
+    row = await (await conn.execute("SELECT pg_backend_pid()")).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+@pytest.mark.postgres
+async def test_a_server_that_is_gone_is_unavailable_not_retried_for_good(
+    pg: store.Store, pg_url: str, clock: FrozenClock
+) -> None:
+    """Both tries on a broken connection: StoreUnavailable, and the next call, with the
+    server back, works on a fresh connection."""
+    assert pg.hot_pool is not None
+    first = await pg.hot_pool.run(_backend_pid)
+    real = pg.hot_pool.params
+    pg.hot_pool.params = {**real, "port": 1}  # nothing listens there: a new connection fails
+    admin = create_engine(pg_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text("SELECT pg_terminate_backend(:p)"), {"p": first})
+    admin.dispose()
+    with pytest.raises(errors.StoreUnavailable, match="cannot be reached"):
+        await pg.job_claim(now=clock.now(), limit=1, executors=["noop"])
+    pg.hot_pool.params = real
+    assert await pg.job_claim(now=clock.now(), limit=1, executors=["noop"]) == []
 
 
 def test_the_hot_path_statements_name_states_as_the_partial_indexes_do() -> None:
@@ -207,11 +245,11 @@ def test_the_hot_statements_find_rows_by_key_even_planned_on_a_fresh_database(
     sql = re.sub(
         r"%\((\w+)\)s", lambda m: f"${order.index(m.group(1)) + 1}", getattr(hotpath, name)
     )
-    with pg.hot_engine.connect() as conn:
-        conn.exec_driver_sql("SET plan_cache_mode = force_generic_plan")
-        conn.exec_driver_sql(f"PREPARE hot({', '.join(types.values())}) AS {sql}")
+    assert pg.hot_pool is not None
+    with psycopg.connect(**pg.hot_pool.params, autocommit=True) as conn:  # as the hot path's
+        conn.execute("SET plan_cache_mode = force_generic_plan")
+        conn.execute(f"PREPARE hot({', '.join(types.values())}) AS {sql}")
         nulls = ", ".join(f"NULL::{t}" for t in types.values())
-        plan = "\n".join(r[0] for r in conn.exec_driver_sql(f"EXPLAIN EXECUTE hot({nulls})"))
-        conn.exec_driver_sql("DEALLOCATE hot")
+        plan = "\n".join(r[0] for r in conn.execute(f"EXPLAIN EXECUTE hot({nulls})"))
     assert "Index" in plan
     assert "Seq Scan" not in plan, plan

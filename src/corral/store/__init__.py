@@ -2,10 +2,11 @@
 
 `Store` is the async face of the store: each method runs one function of the module for
 what it stores (jobs, claims, attempts, completions, events, budgets, sinks) in one
-transaction on a worker thread, so the event loop never blocks on the
-database. Database errors are translated once, here, into StoreError (cause kept):
-StoreUnavailable when a PostgreSQL server cannot be reached, and a message naming the
-setting when one of the connection's time limits (dialects.ConnectionLimits) ended a call.
+transaction on a worker thread, so the event loop never blocks on the database; on
+PostgreSQL the dispatcher's hot path runs on async connections of its own (hotpool.py).
+Database errors are translated once, here, into StoreError (cause kept): StoreUnavailable
+when a PostgreSQL server cannot be reached, and a message naming the setting when one of
+the connection's time limits (dialects.ConnectionLimits) ended a call.
 """
 
 from __future__ import annotations
@@ -14,12 +15,13 @@ import asyncio
 import functools
 import logging
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
+import psycopg
 from sqlalchemy import Connection, Engine
 from sqlalchemy import exc as sa_exc
 
@@ -31,6 +33,7 @@ from corral.store import (
     dialects,
     events,
     hotpath,
+    hotpool,
     jobs,
     migrate,
     sinks,
@@ -68,18 +71,15 @@ class _Broken(Exception):
 class Store:
     """Jobs, attempts and events, behind compare-and-set transitions."""
 
-    def __init__(
-        self,
-        engine: Engine,
-        *,
-        limits: dialects.ConnectionLimits | None = None,
-        hot_engine: Engine | None = None,
-    ) -> None:
+    def __init__(self, engine: Engine, *, limits: dialects.ConnectionLimits | None = None) -> None:
         self.engine = engine
-        # The hot path's statements run on connections of their own on PostgreSQL (see
-        # dialects.engine_create); on SQLite, on the one writer's.
-        self.hot_engine = hot_engine or engine
         self.dialect = engine.dialect.name
+        # PostgreSQL: the hot path's own connections; SQLite: its one writer thread's.
+        self.hot_pool = (
+            hotpool.HotPool(dialects.hot_params(engine, limits))
+            if self.dialect == "postgresql"
+            else None
+        )
         self.limits = limits
         # SQLite has one writer at a time: one thread keeps this process from queueing on
         # its own lock. PostgreSQL takes as many as the connection pool holds.
@@ -100,13 +100,7 @@ class Store:
         limits of `timeouts` (default: the default settings') on its PostgreSQL connections."""
         limits = dialects.ConnectionLimits.of(timeouts or config.Timeouts())
         try:
-            engine = dialects.engine_create(url, limits)
-            hot = (
-                dialects.engine_create(url, limits, hot=True)
-                if engine.dialect.name == "postgresql"
-                else None
-            )
-            return cls(engine, limits=limits, hot_engine=hot)
+            return cls(dialects.engine_create(url, limits), limits=limits)
         except (sa_exc.ArgumentError, ImportError, ValueError) as exc:
             raise errors.ConfigError(f"database_url: {url!r} is not usable: {exc}") from exc
 
@@ -123,7 +117,8 @@ class Store:
     async def close(self) -> None:
         self._pool.shutdown(wait=True)
         self.engine.dispose()
-        self.hot_engine.dispose()
+        if self.hot_pool is not None:
+            await self.hot_pool.close()
 
     def _run(
         self,
@@ -131,7 +126,6 @@ class Store:
         fn: Callable[[Connection], T],
         given_up: threading.Event | None,
         autocommit: bool = False,
-        hot: bool = False,
     ) -> T:
         """Run `fn` in one transaction, or with `autocommit` with each statement its own (no
         BEGIN and COMMIT round trips). A connection found broken by `fn` (the pool does not
@@ -139,17 +133,15 @@ class Store:
         committed, as the failure came before the commit. In autocommit its statement may
         have committed before the answer was lost, so only a statement that may run twice
         runs so: a settle (compare-and-set), or a claim (what the lost answer claimed stays
-        `launching`, and recovery launches it after launch_grace). `hot`: on the hot path's
-        engine."""
-        engine = self.hot_engine if hot else self.engine
+        `launching`, and recovery launches it after launch_grace)."""
         for last in (False, True):
             try:
-                conn = engine.connect()
+                conn = self.engine.connect()
             except sa_exc.DBAPIError as exc:
                 raise self._translate(exc, name, connecting=True) from exc
             try:
                 with conn:
-                    if autocommit and not hot:  # the hot engine's are in autocommit
+                    if autocommit:
                         conn.execution_options(isolation_level="AUTOCOMMIT")
                         return self._body(conn, fn, given_up)
                     with conn.begin():
@@ -186,20 +178,30 @@ class Store:
         self, exc: sa_exc.DBAPIError, name: str, *, connecting: bool
     ) -> errors.StoreError:
         """One StoreError for a driver error: which, and how it reads, is decided here only."""
-        said = _first_line(exc.orig or exc)
+        return self._store_error(
+            exc.orig or exc,
+            name,
+            unreachable=connecting or exc.connection_invalidated,
+            operational=isinstance(exc, sa_exc.OperationalError),
+        )
+
+    def _store_error(
+        self, error: BaseException, name: str, *, unreachable: bool, operational: bool
+    ) -> errors.StoreError:
+        said = _first_line(error)
         if self.dialect == "sqlite":  # a file: nothing to wait for, nothing to reach
-            if isinstance(exc, sa_exc.OperationalError):
+            if operational:
                 return errors.StoreError(f"database {self.url} failed: {said}")
             return errors.StoreError(f"database error: {said}")
-        sqlstate = getattr(exc.orig, "sqlstate", None)
+        sqlstate = getattr(error, "sqlstate", None)
         if sqlstate in _SERVER_LIMITS and self.limits is not None:
             what, limit = _SERVER_LIMITS[sqlstate]
             return errors.StoreError(
                 f"database {self.url}: {name} {what} ({self.limits.setting(limit)}): {said}"
             )
-        if connecting or exc.connection_invalidated:
+        if unreachable:
             return errors.StoreUnavailable(f"database {self.url} cannot be reached: {said}")
-        if isinstance(exc, sa_exc.OperationalError):
+        if operational:
             return errors.StoreError(f"database {self.url} failed: {said}")
         return errors.StoreError(f"database error: {said}")
 
@@ -208,12 +210,38 @@ class Store:
         PostgreSQL, give it up after timeouts.database_transaction_timeout (the backstop)."""
         return await self._call(_name(fn), functools.partial(fn, **kwargs), self._backstop)
 
-    async def _hot(self, fn: Callable[..., T], /, **kwargs: Any) -> T:
-        """`_tx` for a hot-path function (hotpath.py): on PostgreSQL it runs exactly one
-        statement, which is its own transaction (autocommit)."""
-        call = functools.partial(fn, **kwargs)
-        one = self.dialect == "postgresql"
-        return await self._call(_name(fn), call, self._backstop, autocommit=one, hot=one)
+    async def _hot(
+        self,
+        on_sqlite: Callable[..., T],
+        on_postgresql: Callable[..., Awaitable[T]],
+        /,
+        **kwargs: Any,
+    ) -> T:
+        """A hot-path function (hotpath.py): on SQLite `on_sqlite(conn, **kwargs)` as `_tx`
+        runs it; on PostgreSQL `on_postgresql(conn, **kwargs)`, one statement that is its
+        own transaction, on the hot path's own connections, under the same backstop."""
+        if self.hot_pool is None:
+            return await self._tx(on_sqlite, **kwargs)
+        name = _name(on_postgresql)
+        pool = self.hot_pool
+        try:
+            if self._backstop is None:
+                return await pool.run(functools.partial(on_postgresql, **kwargs))
+            timer = asyncio.timeout(self._backstop)
+            try:
+                async with timer:
+                    return await pool.run(functools.partial(on_postgresql, **kwargs))
+            except TimeoutError:
+                if not timer.expired():
+                    raise
+            raise self._given_up(name)  # its connection was dropped, its statement with it
+        except hotpool.Unreachable as lost:
+            raise self._store_error(
+                lost.error, name, unreachable=True, operational=True
+            ) from lost.error
+        except psycopg.Error as exc:
+            operational = isinstance(exc, psycopg.OperationalError)
+            raise self._store_error(exc, name, unreachable=False, operational=operational) from exc
 
     async def _call(
         self,
@@ -221,10 +249,9 @@ class Store:
         call: Callable[[Connection], T],
         backstop: float | None,
         autocommit: bool = False,
-        hot: bool = False,
     ) -> T:
         loop = asyncio.get_running_loop()
-        run = functools.partial(self._run, autocommit=autocommit, hot=hot)
+        run = functools.partial(self._run, autocommit=autocommit)
         if backstop is None:
             return await loop.run_in_executor(self._pool, run, name, call, None)
         given_up = threading.Event()
@@ -243,10 +270,14 @@ class Store:
         # a cut connection would hold its thread for good, and once all the store's threads
         # were held, every later call would time out here, queued.
         given_up.set()
+        raise self._given_up(name)
+
+    def _given_up(self, name: str) -> errors.StoreUnavailable:
+        """The error of a call the backstop gave up, logged once."""
         assert self.limits is not None
         limit = self.limits.setting("transaction")
         log.warning("%s: no answer from the database in time (%s); given up", name, limit)
-        raise errors.StoreUnavailable(
+        return errors.StoreUnavailable(
             f"database {self.url}: {name} got no answer in time ({limit}); given up"
         )
 
@@ -377,7 +408,8 @@ class Store:
     ) -> list[model.Claimed]:
         if not pools:  # the hot path (hotpath.py): one statement on PostgreSQL
             return await self._hot(
-                hotpath.claim,
+                hotpath.sqlite_claim,
+                hotpath.pg_claim,
                 now=now,
                 limit=limit,
                 executors=executors,
@@ -437,7 +469,9 @@ class Store:
             won = [(f.fence, f.exit_code, f.reason) for f in finishes]
             if won:
                 failpoints.hit("mid_completion")  # one transaction: nothing half-written
-            ran, done = await self._hot(hotpath.settle, launched=launched, won=won, now=now)
+            ran, done = await self._hot(
+                hotpath.sqlite_settle, hotpath.pg_settle, launched=launched, won=won, now=now
+            )
             return ran, [Outcome(j, f, n, A.SUCCEEDED, J.SUCCEEDED) for j, f, n in done]
         return await self._tx(
             completions.attempt_settle, launched=launched, finishes=finishes, now=now, retry=retry

@@ -38,7 +38,7 @@ from sqlalchemy import (
     tuple_,
 )
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import URL, make_url
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.base import Executable
 from sqlalchemy.sql.elements import ClauseElement, ColumnElement
@@ -87,21 +87,43 @@ _OWN_PARAMETERS = {
 """libpq parameters corral sets itself, and the setting each comes from."""
 
 
-def engine_create(url: str, limits: ConnectionLimits | None = None, *, hot: bool = False) -> Engine:
+def engine_create(url: str, limits: ConnectionLimits | None = None) -> Engine:
     """An Engine for `url`; SQLite gets WAL, a busy timeout and write-locking transactions,
-    PostgreSQL `limits` on every connection (default: those of the default settings).
+    PostgreSQL `limits` on every connection (default: those of the default settings)."""
+    parsed = _parsed(url)
+    if parsed.get_backend_name() == "sqlite":
+        return _sqlite_engine(parsed)
+    args = _pg_args(parsed, limits)
+    # No ping at checkout (a round trip per transaction): a connection that broke while it
+    # sat in the pool fails its first statement, and the Store tries that once more on a
+    # fresh one (store.Store._run); SQLAlchemy then replaces every older pooled connection.
+    return create_engine(parsed, pool_size=5, max_overflow=5, connect_args=args)
 
-    `hot`: on PostgreSQL, the engine for the hot path's statements (hotpath.py), in
-    autocommit, with sequential scans priced out. Those statements find every row by a key
-    and are prepared once they repeat; a prepared statement's generic plan is made from
-    the statistics of the moment, and on a fresh database (a table of a few rows, that
-    will hold millions) it would scan the tables it should look up in, for as long as the
-    connection lives."""
+
+def hot_params(engine: Engine, limits: ConnectionLimits | None = None) -> dict[str, Any]:
+    """libpq parameters for the hot path's own connections (hotpool.py) to `engine`'s
+    PostgreSQL database: the engine's, with sequential scans priced out. The hot path's
+    statements find every row by a key and are prepared once they repeat; a prepared
+    statement's generic plan is made from the statistics of the moment, and made on a
+    fresh database (tables of a few rows, that will hold millions) it would scan the
+    tables it should look up in, for as long as the connection lives."""
+    _, params = engine.dialect.create_connect_args(engine.url)
+    params.pop("context", None)  # SQLAlchemy's adapters: the hot path reads psycopg's own
+    params.update(_pg_args(engine.url, limits))
+    params["options"] += " -c enable_seqscan=off"
+    return dict(params)
+
+
+def _parsed(url: str) -> URL:
     parsed = make_url(url)
     if parsed.drivername in ("postgresql", "postgres"):
         parsed = parsed.set(drivername="postgresql+psycopg")
-    if parsed.get_backend_name() == "sqlite":
-        return _sqlite_engine(parsed)
+    return parsed
+
+
+def _pg_args(parsed: URL, limits: ConnectionLimits | None) -> dict[str, Any]:
+    """The connection parameters corral adds to a PostgreSQL URL's; ValueError if the URL
+    sets one of them itself."""
     for key in parsed.query:
         if key in _OWN_PARAMETERS:
             raise ValueError(
@@ -112,15 +134,7 @@ def engine_create(url: str, limits: ConnectionLimits | None = None, *, hot: bool
     given = parsed.query.get("options", ())
     # Corral's `-c` options go last: where the URL's options set the same thing, corral's win.
     args["options"] = " ".join([*([given] if isinstance(given, str) else given), args["options"]])
-    if hot:
-        args["options"] += " -c enable_seqscan=off"
-        return create_engine(
-            parsed, pool_size=2, max_overflow=3, connect_args=args, isolation_level="AUTOCOMMIT"
-        )
-    # No ping at checkout (a round trip per transaction): a connection that broke while it
-    # sat in the pool fails its first statement, and the Store tries that once more on a
-    # fresh one (store.Store._run); SQLAlchemy then replaces every older pooled connection.
-    return create_engine(parsed, pool_size=5, max_overflow=5, connect_args=args)
+    return args
 
 
 def pg_connect_args(limits: ConnectionLimits) -> dict[str, Any]:

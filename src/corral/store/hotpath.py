@@ -11,6 +11,9 @@ writer of attempts locks them. Values go in as array parameters and come out as 
 no per-row dictionaries, no JSON encoded in Python, no result processing beyond building
 the model's values.
 
+On PostgreSQL they run on the hot path's own async connections (hotpool.py), on the event
+loop; on SQLite on the store's one writer thread, as every other transaction there.
+
 The general path stays for what these do not cover: claims that count pools, and settles
 with failures (a failure's decision needs its job, its policy and its history: one more
 round trip).
@@ -23,6 +26,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import psycopg
 from sqlalchemy import JSON, Connection
 
 from corral import model
@@ -36,37 +40,6 @@ _STATE = _JOB_COLUMNS.index("state")
 # Read as text and parsed once per distinct text (_Reader): a batch repeats the same specs,
 # policies and labels.
 _JSON_COLUMNS = {c.name for c in jobs.c if isinstance(c.type, JSON)}
-
-
-def claim(
-    conn: Connection,
-    *,
-    now: datetime,
-    limit: int,
-    executors: Sequence[str],
-    deadline: float | None,
-    lease: float | None,
-) -> list[model.Claimed]:
-    """Claim up to `limit` due jobs (see claims.job_claim for what a claim is): one
-    statement on PostgreSQL. `deadline` and `lease`: the default limits in seconds; both
-    None sets no limits."""
-    on = _pg_claim if conn.dialect.name == "postgresql" else _sqlite_claim
-    return on(conn, now=now, limit=limit, executors=executors, deadline=deadline, lease=lease)
-
-
-def settle(
-    conn: Connection,
-    *,
-    launched: Sequence[int],
-    won: Sequence[tuple[int, int | None, str | None]],
-    now: datetime,
-    reason: str = "launched",
-) -> tuple[list[int], list[tuple[int, int, int]]]:
-    """Record `launched` attempts as running and apply successes (fence, exit code, reason);
-    a fence in both only succeeds. One statement on PostgreSQL. Returns the fences recorded
-    running and, for each job that succeeded, (job id, fence, attempt number)."""
-    on = _pg_settle if conn.dialect.name == "postgresql" else _sqlite_settle
-    return on(conn, launched=launched, won=won, now=now, reason=reason)
 
 
 CLAIM = f"""
@@ -118,8 +91,8 @@ ORDER BY m.priority DESC, m.run_at, m.id
 """
 
 
-def _pg_claim(
-    conn: Connection,
+async def pg_claim(
+    conn: psycopg.AsyncConnection[Any],
     *,
     now: datetime,
     limit: int,
@@ -137,7 +110,7 @@ def _pg_claim(
         "deadline": deadline,
         "lease": lease,
     }
-    rows = _execute(conn, CLAIM, params)
+    rows = await _execute(conn, CLAIM, params)
     n = len(_JOB_COLUMNS)
     read = _Reader(times=False)  # psycopg reads times itself
     out = []
@@ -213,8 +186,8 @@ SELECT 1, job_id, fence, attempt_no FROM ended
 """
 
 
-def _pg_settle(
-    conn: Connection,
+async def pg_settle(
+    conn: psycopg.AsyncConnection[Any],
     *,
     launched: Sequence[int],
     won: Sequence[tuple[int, int | None, str | None]],
@@ -237,7 +210,7 @@ def _pg_settle(
     }
     ran: list[int] = []
     done: list[tuple[int, int, int]] = []
-    for kind, job_or_fence, fence, attempt_no in _execute(conn, SETTLE, params):
+    for kind, job_or_fence, fence, attempt_no in await _execute(conn, SETTLE, params):
         if kind == 0:
             ran.append(job_or_fence)
         else:
@@ -245,15 +218,13 @@ def _pg_settle(
     return ran, done
 
 
-def _execute(conn: Connection, sql: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
-    """Run one statement as the driver takes it (psycopg prepares it once it repeats): no
-    statement compiling, no result types; SQLAlchemy still sees the errors, so a broken
-    connection is noticed and replaced."""
-    result = conn.exec_driver_sql(sql, params)
-    try:
-        return list(result.cursor.fetchall())  # the driver's tuples, as they are
-    finally:
-        result.close()
+async def _execute(
+    conn: psycopg.AsyncConnection[Any], sql: str, params: dict[str, Any]
+) -> list[tuple[Any, ...]]:
+    """Run one statement (psycopg prepares it once it repeats) and read its rows as the
+    driver's tuples, as they are."""
+    cursor = await conn.execute(sql, params)
+    return await cursor.fetchall()
 
 
 # --- SQLite ---------------------------------------------------------------------------------
@@ -286,7 +257,7 @@ FROM attempts WHERE id > ?
 """
 
 
-def _sqlite_claim(
+def sqlite_claim(
     conn: Connection,
     *,
     now: datetime,
@@ -295,7 +266,9 @@ def _sqlite_claim(
     deadline: float | None,
     lease: float | None,
 ) -> list[model.Claimed]:
-    """`claim` on SQLite, inside the caller's (write-locked) transaction."""
+    """Claim up to `limit` due jobs (see claims.job_claim for what a claim is), inside the
+    caller's (write-locked) transaction. `deadline` and `lease`: the default limits in
+    seconds; both None sets no limits."""
     cursor = _sqlite_cursor(conn)
     at = dialects.sqlite_time(now)
     rows = cursor.execute(_SQLITE_CLAIM, (at, at, json.dumps(list(executors)), limit)).fetchall()
@@ -334,7 +307,7 @@ def _sqlite_claim(
     return out
 
 
-def _sqlite_settle(
+def sqlite_settle(
     conn: Connection,
     *,
     launched: Sequence[int],
@@ -342,7 +315,10 @@ def _sqlite_settle(
     now: datetime,
     reason: str = "launched",
 ) -> tuple[list[int], list[tuple[int, int, int]]]:
-    """`settle` on SQLite, inside the caller's (write-locked) transaction."""
+    """Record `launched` attempts as running and apply successes (fence, exit code, reason),
+    inside the caller's (write-locked) transaction; a fence in both only succeeds. Returns
+    the fences recorded running and, for each job that succeeded, (job id, fence, attempt
+    number)."""
     cursor = _sqlite_cursor(conn)
     at = dialects.sqlite_time(now)
     finished = {fence for fence, _, _ in won}
