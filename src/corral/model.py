@@ -436,7 +436,10 @@ class Phase(StrEnum):
 
     @property
     def finished(self) -> bool:
-        return self is Phase.SUCCEEDED or self is Phase.FAILED  # asked of every observation
+        return self in _FINISHED  # asked of every observation: no lookup of members by name
+
+
+_FINISHED = frozenset({Phase.SUCCEEDED, Phase.FAILED})
 
 
 @dataclass(frozen=True, slots=True)
