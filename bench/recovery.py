@@ -55,7 +55,9 @@ async def orphan(
 
 
 async def scenario_time(url: str, scenario: str, n: int) -> dict[str, Any]:
-    settings = config.Settings(database_url=url, recovery_batch_limit=max(n, 100))
+    # At least the default batch (which covers two claims, as the settings require).
+    least = config.Settings().recovery_batch_limit
+    settings = config.Settings(database_url=url, recovery_batch_limit=max(n, least))
     db = store.Store.connect(url)
     platform = Platform()
     await platform.start()

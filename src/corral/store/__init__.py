@@ -464,7 +464,7 @@ class Store:
         retry: retry.Retry | None = None,
     ) -> tuple[list[int], list[Outcome]]:
         """Apply `finishes`, then record `launched` attempts still launching as running.
-        On PostgreSQL, when every finish is a success, one statement (hotpath.settle)."""
+        On PostgreSQL, when every finish is a success, one statement (hotpath.pg_settle)."""
         if all(f.state == A.SUCCEEDED for f in finishes):  # the hot path (hotpath.py)
             won = [(f.fence, f.exit_code, f.reason) for f in finishes]
             if won:

@@ -1,0 +1,73 @@
+"""The benchmarks run: each one, on a few jobs, prints the JSON the performance page reads.
+
+Numbers are not checked here (a test machine is noisy; the ratios are what bench/ is for):
+only that every benchmark still runs against the code as it is, on both databases."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import _pg_admin_url
+
+ROOT = Path(__file__).parents[2]
+pytestmark = pytest.mark.postgres
+
+
+def _bench(script: str, *args: str, server: bool = True) -> Any:
+    """Run bench/`script` with `args`, against the test server unless not `server` (it
+    makes and drops databases of its own there); its JSON report."""
+    if server:
+        pg = _pg_admin_url()
+        if pg is None:
+            pytest.skip("PostgreSQL unreachable; skipped locally, fails on CI")
+        args = (*args, "--pg-url", pg)
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / script), *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout)
+
+
+def test_throughput_reports_both_databases() -> None:
+    report = _bench("throughput.py", "--jobs", "300", "--big", "3000")
+    for kind in ("sqlite", "postgres"):
+        got = report[kind]
+        assert got["corral"]["dispatch_complete_jobs_per_s"] > 0
+        assert got["ratio_corral_vs_raw_same_writes"] > 0
+        assert got["claim_latency"]["p99_ratio_big_queued_vs_10k"] > 0
+        assert got["rss_big_queue"]["dispatcher_max_rss_mb"] > 0
+    assert report["postgres"]["corral"]["round_trips_per_tick"] <= 3
+
+
+def test_recovery_reports_every_scenario() -> None:
+    report = _bench("recovery.py", "--n", "20")
+    for kind in ("sqlite", "postgres"):
+        assert all(scenario["within_target"] for scenario in report[kind].values()), report
+
+
+def test_retry_storm_reports_with_and_without_a_budget() -> None:
+    report = _bench("retry_storm.py", "--jobs", "50", "--attempts", "2", server=False)
+    assert report["with_budget"]["seconds_until_every_job_ended"] > 0
+    assert report["without_budget"]["retries_in_first_minute"] == 50  # one retry each
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("pgqueuer") is None,
+    reason="PgQueuer is in the bench extra (pip install -e '.[bench]')",
+)
+def test_peers_reports_ratios() -> None:
+    report = _bench("peers.py", "--jobs", "300", "--rounds", "1")
+    assert report["median"]["ratio_corral_vs_pgqueuer_best"] > 0
