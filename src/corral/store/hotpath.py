@@ -21,6 +21,7 @@ round trip).
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
@@ -281,6 +282,7 @@ def sqlite_claim(
         (job, model.launch_name(job.id, job.attempt_count), *limits.of(job)) for job in claimed_jobs
     ]
     before = cursor.execute("SELECT coalesce(max(id), 0) FROM attempts").fetchone()[0]
+    stamp = functools.lru_cache(maxsize=None)(dialects.sqlite_time)  # a few distinct times
     cursor.executemany(
         _SQLITE_ATTEMPT,
         [
@@ -291,8 +293,8 @@ def sqlite_claim(
                 job.executor,
                 at,
                 at,
-                dialects.sqlite_time(deadline_at),
-                dialects.sqlite_time(lease_until),
+                stamp(deadline_at),
+                stamp(lease_until),
                 seconds,
             )
             for job, name, deadline_at, lease_until, seconds in made
@@ -463,10 +465,14 @@ class _Limits:
             if deadline is None
             else claims.DefaultLimits(timedelta(seconds=deadline), timedelta(seconds=lease or 0))
         )
-        self._seen: dict[str, tuple[datetime | None, datetime | None, float | None]] = {}
+        self._seen: dict[int, tuple[Any, tuple[datetime | None, datetime | None, float | None]]]
+        self._seen = {}
 
     def of(self, job: model.Job) -> tuple[datetime | None, datetime | None, float | None]:
-        key = json.dumps(job.policy, sort_keys=True) if job.policy else ""
-        if key not in self._seen:
-            self._seen[key] = claims.attempt_limits(job.policy, self.now, self.limits)
-        return self._seen[key]
+        # By the policy object: _Reader gives the jobs of one policy text the same one (and
+        # it is kept here beside its limits, so its id is not another's).
+        seen = self._seen.get(id(job.policy))
+        if seen is None:
+            seen = (job.policy, claims.attempt_limits(job.policy, self.now, self.limits))
+            self._seen[id(job.policy)] = seen
+        return seen[1]
