@@ -111,6 +111,30 @@ async def test_claim_creates_launching_attempts_with_growing_fences(
     )
 
 
+async def test_each_claimed_attempt_gets_the_limits_of_its_own_policy(
+    db: store.Store, clock: FrozenClock
+) -> None:
+    """One claim of jobs with different policies, some the same: each attempt's deadline
+    and lease are its own job's (the default limits where its policy sets none)."""
+    short = {"limits": {"attempt_deadline": 20.0}}  # as a submit stores them: seconds
+    leased = {"heartbeat": True, "limits": {"attempt_deadline": 40.0, "lease_timeout": 7.0}}
+    ids = await submit(db, clock, new(policy=short), new(), new(policy=leased), new(policy=short))
+    defaults = store.DefaultLimits(timedelta(hours=1), timedelta(minutes=5))
+    claimed = await db.job_claim(now=clock.now(), limit=10, executors=["noop"], limits=defaults)
+    got = {c.job.id: c.attempt for c in claimed}
+    now = clock.now()
+    assert [(got[i].deadline_at, got[i].lease_until, got[i].lease_seconds) for i in ids] == [
+        (now + timedelta(seconds=20), None, None),
+        (now + timedelta(hours=1), None, None),
+        (now + timedelta(seconds=40), now + timedelta(seconds=7), 7.0),
+        (now + timedelta(seconds=20), None, None),
+    ]
+    stored = {a.id: a for i in ids for a in await db.attempt_list(job_id=i)}
+    assert {(a.deadline_at, a.lease_until) for a in stored.values()} == {
+        (a.deadline_at, a.lease_until) for a in got.values()
+    }
+
+
 async def test_transition_is_compare_and_set_and_a_lost_race_is_a_no_op(
     db: store.Store, clock: FrozenClock
 ) -> None:
