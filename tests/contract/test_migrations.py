@@ -161,3 +161,35 @@ async def test_0007_indexes_live_attempts_only(empty_url: str) -> None:
             invalid = conn.execute(text("SELECT count(*) FROM pg_index WHERE NOT indisvalid"))
             assert invalid.scalar() == 0
     engine.dispose()
+
+
+@pytest.mark.postgres
+async def test_0007_builds_again_an_index_a_failed_build_left_invalid() -> None:
+    """A concurrent build that failed half way leaves an invalid index of that name behind;
+    upgrading again drops it and builds it anew, valid."""
+    from corral import store
+
+    with pg_database("corral_m") as url:
+        engine = create_engine(url)
+        with engine.begin() as conn:
+            migrate.upgrade(conn, "0006")
+            conn.execute(text("CREATE INDEX ix_attempts_live ON attempts (id)"))  # half-built
+            conn.execute(
+                text(
+                    "UPDATE pg_index SET indisvalid = false"
+                    " WHERE indexrelid = 'ix_attempts_live'::regclass"
+                )
+            )
+        db = store.Store.connect(url)
+        assert await db.migrate() == ("0006", migrate.head())
+        await db.close()
+        with engine.connect() as conn:
+            valid = conn.execute(
+                text(
+                    "SELECT i.indisvalid, pg_get_indexdef(i.indexrelid) FROM pg_index i"
+                    " WHERE i.indexrelid = 'ix_attempts_live'::regclass"
+                )
+            ).one()
+        engine.dispose()
+    assert valid[0] is True
+    assert "(executor, id) WHERE" in valid[1]
