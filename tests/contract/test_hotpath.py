@@ -14,7 +14,7 @@ import pytest
 from sqlalchemy import create_engine, event, text
 
 from corral import config, dispatcher, errors, model, store
-from corral.store import hotpath, tables
+from corral.store import hotpath, hotpool, tables
 from corral.testing import FrozenClock
 from tests.support.noop import NoopExecutor
 
@@ -253,3 +253,74 @@ def test_the_hot_statements_find_rows_by_key_even_planned_on_a_fresh_database(
         plan = "\n".join(r[0] for r in conn.execute(f"EXPLAIN EXECUTE hot({nulls})"))
     assert "Index" in plan
     assert "Seq Scan" not in plan, plan
+
+
+@pytest.mark.postgres
+async def test_a_success_applies_when_another_writer_moved_the_attempt_while_it_waited(
+    pg: store.Store, pg_url: str, clock: FrozenClock
+) -> None:
+    """The settle's snapshot is taken before it waits for a row's lock: a writer that
+    commits meanwhile (recovery adopting the attempt: launching to running) changes the row
+    under it. The success is applied all the same, from the state the lock found."""
+    await pg.job_submit(new=[model.NewJob(executor="noop", spec={})], now=clock.now())
+    [c] = await pg.job_claim(now=clock.now(), limit=1, executors=["noop"])
+    other = psycopg.connect(pg_url.replace("+psycopg", ""))
+    other.execute(
+        "UPDATE attempts SET state = 'running', started_at = now() WHERE id = %s",
+        (c.attempt.id,),
+    )  # holds the row's lock until it commits
+    settle = asyncio.create_task(
+        pg.attempt_settle(
+            launched=[],
+            finishes=[store.Finish(c.attempt.id, A.SUCCEEDED, 0, None)],
+            now=clock.now(),
+        )
+    )
+    waiting = "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+    async with asyncio.timeout(60):
+        while other.execute(waiting).fetchone() == (0,):
+            await asyncio.sleep(0.05)
+    other.commit()
+    other.close()
+    ran, outcomes = await settle
+    assert (ran, [(o.fence, o.job_state) for o in outcomes]) == ([], [(c.attempt.id, J.SUCCEEDED)])
+    events = [(e.entity, e.from_state, e.to_state) for e in await pg.event_list(job_id=c.job.id)]
+    assert events[-2:] == [("attempt", "running", "succeeded"), ("job", "running", "succeeded")]
+
+
+@pytest.mark.postgres
+async def test_one_broken_connection_drops_the_idle_ones_too(
+    pg: store.Store, pg_url: str, clock: FrozenClock
+) -> None:
+    """What broke one idle connection (a restart, a failover) broke them all: the retry
+    opens a new one rather than taking the next dead one, so one call sees it, none fail."""
+    assert pg.hot_pool is not None
+    pool = pg.hot_pool
+    held = [await pool._take() for _ in range(3)]
+    pids = [conn.info.backend_pid for conn in held]
+    for conn in held:
+        pool._give_back(conn)
+    admin = create_engine(pg_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text("SELECT pg_terminate_backend(pid) FROM unnest(:p) AS pid"), {"p": pids})
+    admin.dispose()
+    assert await pg.job_claim(now=clock.now(), limit=1, executors=["noop"]) == []
+    assert pool._idle
+    assert all(c.info.backend_pid not in pids for c in pool._idle)
+
+
+@pytest.mark.postgres
+async def test_a_call_given_up_ends_at_its_time_not_seconds_after(pg: store.Store) -> None:
+    """A statement that outlives the call's time: the call ends when the time is up (its
+    connection closed under it), not after psycopg's cancel request and wait."""
+    assert pg.hot_pool is not None
+
+    async def slow(conn: psycopg.AsyncConnection[Any]) -> None:
+        await conn.execute("SELECT pg_sleep(30)")
+
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    with pytest.raises(hotpool.GivenUp):
+        await pg.hot_pool.run(slow, within=0.5)
+    assert loop.time() - began < 3.0  # psycopg alone would wait up to 10s more
+    assert await pg.hot_pool.run(_backend_pid) > 0  # and the pool works on

@@ -192,4 +192,4 @@ async def test_0007_builds_again_an_index_a_failed_build_left_invalid() -> None:
             ).one()
         engine.dispose()
     assert valid[0] is True
-    assert "(executor, id) WHERE" in valid[1]
+    assert "(id) WHERE" in valid[1]

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from datetime import timedelta
+from pathlib import Path
+from typing import Any
 
 import pytest
-from sqlalchemy import create_engine
+from sqlalchemy import create_engine, event
 
 from corral import config, errors, model, retry, store
 from corral.store import Finish, migrate, tables
@@ -367,3 +370,38 @@ async def test_retries_in_one_batch_each_get_their_own_backoff(
     assert await claim(db, clock) == [], "nothing is due before its backoff"
     clock.advance(12)
     assert sorted(c.job.id for c in await claim(db, clock)) == sorted(ids[:2])
+
+
+async def test_the_poll_and_recovery_read_live_attempts_from_their_index(
+    tmp_path: Path, clock: FrozenClock
+) -> None:
+    """SQLite uses a partial index only for a query whose WHERE has the index's terms as
+    written: the dispatcher's poll and recovery's scan say them so, and read the live
+    attempts from ix_attempts_live, not the whole table."""
+    url = f"sqlite:///{tmp_path / 'live.db'}"
+    db = store.Store.connect(url)
+    await db.migrate()
+    await submit(db, clock, *(new() for _ in range(5)))
+    await claim(db, clock)
+    sent: list[tuple[str, Any]] = []
+
+    def seen(conn: Any, cursor: Any, sql: str, params: Any, *args: Any) -> None:
+        if "FROM attempts" in sql and sql.lstrip().startswith("SELECT"):
+            sent.append((sql, params))
+
+    event.listen(db.engine, "before_cursor_execute", seen)
+    assert len(await db.attempt_list_active(executor="noop", limit=10)) == 5
+    await db.attempt_list_for_recovery(
+        now=clock.now(),
+        launch_grace=timedelta(seconds=5),
+        lease_timeout=timedelta(minutes=5),
+        attempt_deadline=timedelta(hours=1),
+        limit=10,
+    )
+    await db.close()
+    assert len(sent) == 2
+    raw = sqlite3.connect(tmp_path / "live.db")
+    for sql, params in sent:
+        plan = " ".join(str(row[-1]) for row in raw.execute(f"EXPLAIN QUERY PLAN {sql}", params))
+        assert "ix_attempts_live" in plan, (sql, plan)
+    raw.close()

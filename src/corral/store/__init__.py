@@ -223,18 +223,11 @@ class Store:
         if self.hot_pool is None:
             return await self._tx(on_sqlite, **kwargs)
         name = _name(on_postgresql)
-        pool = self.hot_pool
+        call = functools.partial(on_postgresql, **kwargs)
         try:
-            if self._backstop is None:
-                return await pool.run(functools.partial(on_postgresql, **kwargs))
-            timer = asyncio.timeout(self._backstop)
-            try:
-                async with timer:
-                    return await pool.run(functools.partial(on_postgresql, **kwargs))
-            except TimeoutError:
-                if not timer.expired():
-                    raise
-            raise self._given_up(name)  # its connection was dropped, its statement with it
+            return await self.hot_pool.run(call, within=self._backstop)
+        except hotpool.GivenUp:
+            raise self._given_up(name) from None  # its connection closed, its statement too
         except hotpool.Unreachable as lost:
             raise self._store_error(
                 lost.error, name, unreachable=True, operational=True

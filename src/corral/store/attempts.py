@@ -11,7 +11,7 @@ from typing import Any
 from sqlalchemy import Connection, and_, func, or_, select, update
 
 from corral import errors, model
-from corral.store import dialects
+from corral.store import dialects, tables
 from corral.store.events import event_insert, event_row, transition
 from corral.store.rows import ACTIVE, attempt_from_row, job_from_row, per_row
 from corral.store.tables import (
@@ -70,11 +70,7 @@ def attempt_list_active(
     """Attempts launching or running on `executor`, oldest fence first, after fence `after`."""
     stmt = (
         select(attempts)
-        .where(
-            attempts.c.state.in_([A.LAUNCHING, A.RUNNING]),
-            attempts.c.executor == executor,
-            attempts.c.id > after,
-        )
+        .where(tables.LIVE, attempts.c.executor == executor, attempts.c.id > after)
         .order_by(attempts.c.id)
         .limit(limit)
     )
@@ -110,7 +106,12 @@ def attempt_list_for_recovery(
             ),
         ),
     )
-    stmt = select(attempts).where(stale, attempts.c.id > after).order_by(attempts.c.id).limit(limit)
+    stmt = (
+        select(attempts)
+        .where(tables.LIVE, stale, attempts.c.id > after)  # LIVE: read from ix_attempts_live
+        .order_by(attempts.c.id)
+        .limit(limit)
+    )
     found = [attempt_from_row(r._mapping) for r in conn.execute(stmt)]
     if not found:
         return []

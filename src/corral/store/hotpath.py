@@ -134,24 +134,23 @@ WITH locked AS MATERIALIZED (
     ORDER BY a.id
     FOR UPDATE OF a
 ), ran AS (
+    -- The compare-and-set is on `locked`: it holds each row's lock and its newest state, so
+    -- nothing changes the row until this statement ends. The updates filter by that state,
+    -- never by the row as this statement's snapshot saw it: a writer that committed while
+    -- the settle waited for the lock has changed that (a success would be dropped).
     UPDATE attempts AS a
     SET state = 'running', updated_at = %(now)s, started_at = %(now)s, last_seen_at = %(now)s,
         lease_until = CASE WHEN a.lease_seconds IS NULL THEN a.lease_until
             ELSE %(now)s + make_interval(secs => a.lease_seconds) END
-    FROM locked AS l
     WHERE a.id = ANY(ARRAY(SELECT id FROM locked WHERE NOT won AND state = 'launching'))
-        AND l.id = a.id AND a.state = l.state
     RETURNING a.id, a.job_id
 ), won AS (
-    -- Both updates compare the row's state with the locked one's, not with a constant: a
-    -- constant could steer the plan to ix_attempts_live, whose entries (dead versions
-    -- included, until vacuum) are every attempt that was live lately.
     UPDATE attempts AS a
     SET state = 'succeeded', updated_at = %(now)s, exit_code = l.code, reason = l.reason,
         finished_at = %(now)s, last_seen_at = %(now)s, failure_class = NULL, fingerprint = NULL
     FROM locked AS l
     WHERE a.id = ANY(ARRAY(SELECT id FROM locked WHERE won AND state IN ('launching', 'running')))
-        AND l.id = a.id AND a.state = l.state
+        AND l.id = a.id
     RETURNING a.id, a.job_id, a.attempt_no, l.state AS was, l.code, l.reason
 ), done AS (
     -- By primary key, the ids as one array, and the job's current attempt by its unique

@@ -7,15 +7,19 @@ none. A tick's claim and the one made ahead of it each take a connection; an idl
 kept for the next call.
 
 A connection is not pinged when it is taken: one that broke while idle fails its first
-statement, is dropped, and the call is tried once more on a fresh connection. A call that
-was cancelled (the store's backstop, a stopping loop) drops its connection too, as its
-state is unknown. A connection belongs to the event loop that opened it; taken on another
-loop, the idle ones are dropped first.
+statement, and the call is tried once more on a new connection. The idle ones are dropped
+with it, as whatever broke one (a server restart, a failover) broke them all.
+
+A call that runs out of time, or is cancelled, closes its connection's socket at once:
+its statement ends with the connection (the server rolls back whatever had not committed),
+and nothing waits for the server to acknowledge a cancel request. A connection belongs to
+the event loop that opened it; taken on another loop, the idle ones are dropped first.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
@@ -37,6 +41,10 @@ class Unreachable(Exception):
         self.error = error
 
 
+class GivenUp(Exception):
+    """The call ran out of its time; its connection was closed."""
+
+
 class HotPool:
     """Async PostgreSQL connections in autocommit, opened with `params` (libpq's)."""
 
@@ -44,19 +52,29 @@ class HotPool:
         self.params = dict(params)
         self._idle: list[psycopg.AsyncConnection[Any]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._closed = False
 
-    async def run(self, fn: Callable[[psycopg.AsyncConnection[Any]], Awaitable[T]]) -> T:
-        """`fn` on a connection; once more on a fresh one if the connection was broken.
-        Raises Unreachable, or the driver's error."""
+    async def run(
+        self,
+        fn: Callable[[psycopg.AsyncConnection[Any]], Awaitable[T]],
+        *,
+        within: float | None = None,
+    ) -> T:
+        """`fn` on a connection; once more on a new one if the connection was broken; all
+        in `within` seconds (not an asyncio timeout: see `_within`). Raises GivenUp,
+        Unreachable, or the driver's error."""
+        loop = asyncio.get_running_loop()
+        deadline = None if within is None else loop.time() + within
         for last in (False, True):
-            conn = await self._take()
+            conn = await self._within(self._take(), None, deadline)
             try:
-                result = await fn(conn)
+                result = await self._within(fn(conn), conn, deadline)
             except psycopg.OperationalError as exc:
                 if not conn.broken:
                     self._give_back(conn)
                     raise
                 self._drop(conn)
+                self._drop_idle()
                 if last:
                     raise Unreachable(exc) from exc
                 log.info(
@@ -68,26 +86,62 @@ class HotPool:
                 self._give_back(conn)  # a statement that failed: the connection is idle
                 raise
             except BaseException:
-                self._drop(conn)  # cancelled, or worse, in the middle of a statement
+                self._drop(conn)  # given up, cancelled, or worse: its state is unknown
                 raise
             self._give_back(conn)
             return result
         raise AssertionError("unreachable")
 
     async def close(self) -> None:
+        """Close the idle connections; a call after this raises RuntimeError."""
+        self._closed = True
         idle, self._idle = self._idle, []
         for conn in idle:
             if self._loop is asyncio.get_running_loop():
                 await conn.close()
             else:
-                conn.pgconn.finish()
+                self._drop(conn)
+
+    async def _within(
+        self,
+        step: Awaitable[T],
+        conn: psycopg.AsyncConnection[Any] | None,
+        deadline: float | None,
+    ) -> T:
+        """`step`, given up at `deadline`. A step on `conn` that is given up or cancelled
+        closes its socket first: psycopg would otherwise, on cancellation, send the server
+        a cancel request and wait for the statement to end, seconds past the deadline."""
+        task = asyncio.ensure_future(step)
+        loop = asyncio.get_running_loop()
+        left = None if deadline is None else max(deadline - loop.time(), 0.0)
+        try:
+            done, _ = await asyncio.wait({task}, timeout=left)
+        except asyncio.CancelledError:
+            await self._abandon(task, conn)
+            raise
+        if not done:
+            await self._abandon(task, conn)
+            raise GivenUp
+        return task.result()
+
+    async def _abandon(
+        self, task: asyncio.Future[Any], conn: psycopg.AsyncConnection[Any] | None
+    ) -> None:
+        if conn is not None:
+            self._drop(conn)  # the socket goes: the statement's wait ends at once
+        task.cancel()
+        with contextlib.suppress(BaseException):
+            await task
+        if conn is None and task.done() and not task.cancelled() and task.exception() is None:
+            self._give_back(task.result())  # a connection opened just as time ran out
 
     async def _take(self) -> psycopg.AsyncConnection[Any]:
+        if self._closed:
+            raise RuntimeError("the store is closed")
         loop = asyncio.get_running_loop()
         if loop is not self._loop:
-            for conn in self._idle:
-                conn.pgconn.finish()  # opened on another loop: not usable on this one
-            self._idle, self._loop = [], loop
+            self._drop_idle()  # opened on another loop: not usable on this one
+            self._loop = loop
         if self._idle:
             return self._idle.pop()
         try:
@@ -96,10 +150,15 @@ class HotPool:
             raise Unreachable(exc) from exc
 
     def _give_back(self, conn: psycopg.AsyncConnection[Any]) -> None:
-        if conn.closed or len(self._idle) >= IDLE:
+        if conn.closed or self._closed or len(self._idle) >= IDLE:
             self._drop(conn)
         else:
             self._idle.append(conn)
+
+    def _drop_idle(self) -> None:
+        idle, self._idle = self._idle, []
+        for conn in idle:
+            self._drop(conn)
 
     @staticmethod
     def _drop(conn: psycopg.AsyncConnection[Any]) -> None:

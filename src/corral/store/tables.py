@@ -142,16 +142,19 @@ attempts = Table(
     sqlite_autoincrement=True,  # never reuse an id: a reused fence would unfence a writer
 )
 
-# Live attempts (launching or running) by executor and fence: what the dispatcher polls and
-# recovery scans. Only those: a lookup by fence never has a reason to read it, and the ended
-# attempts, nearly all of them, are not in it.
-_LIVE = text("state IN ('launching', 'running')")
+# Live attempts (launching or running) by fence: what the dispatcher polls (filtering by
+# executor as it reads: live attempts are few) and recovery scans. Only those: a lookup by
+# fence never has a reason to read it, and the ended attempts, nearly all of them, are not
+# in it.
+LIVE = text("state IN ('launching', 'running')")
+"""The predicate of ix_attempts_live. A query that reads live attempts says it as written
+here (not with bound states): SQLite uses a partial index only for a query whose WHERE has
+the index's terms as they are, and PostgreSQL's generic plans can then use it too."""
 Index(
     "ix_attempts_live",
-    attempts.c.executor,
     attempts.c.id,
-    sqlite_where=_LIVE,
-    postgresql_where=_LIVE,
+    sqlite_where=LIVE,
+    postgresql_where=LIVE,
 )
 
 # One token bucket per queue: retries draw a token each; first attempts (counted by fence,

@@ -1,11 +1,12 @@
-"""Live attempts indexed apart: ix_attempts_live on (executor, id) holds only attempts that
-are launching or running, in place of ix_attempts_active, which held every attempt by state
+"""Live attempts indexed apart: ix_attempts_live on (id) holds only attempts that are
+launching or running, in place of ix_attempts_active, which held every attempt by state
 
 An index led by state kept an entry for every attempt that ever lived, the ended ones
 (most of them) and, until vacuum, the dead versions of the live ones: the settle's lookups
 by fence could be planned through it, and then read every launching attempt there ever
-was. The partial index holds what its readers ask for (the dispatcher's poll of active
-attempts by executor, recovery's scan by fence) and nothing a lookup by fence would use.
+was. The partial index holds what its readers ask for (the dispatcher's poll of live
+attempts and recovery's scan, both by fence; there are few live attempts, so the poll
+filters by executor as it reads) and nothing a lookup by fence would use.
 
 Run with corral's loops stopped. On PostgreSQL, given a connection outside a transaction
 (`corral db upgrade` does that), the index is built CONCURRENTLY, so a large attempts table
@@ -27,7 +28,7 @@ down_revision: str | None = "0006"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
-LIVE = "attempts (executor, id) WHERE state IN ('launching', 'running')"
+LIVE = "attempts (id) WHERE state IN ('launching', 'running')"
 
 
 def upgrade() -> None:
