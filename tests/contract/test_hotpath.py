@@ -296,7 +296,7 @@ async def test_one_broken_connection_drops_the_idle_ones_too(
     opens a new one rather than taking the next dead one, so one call sees it, none fail."""
     assert pg.hot_pool is not None
     pool = pg.hot_pool
-    held = [await pool._take() for _ in range(3)]
+    held = [await pool._connect() for _ in range(3)]
     pids = [conn.info.backend_pid for conn in held]
     for conn in held:
         pool._give_back(conn)
@@ -324,3 +324,14 @@ async def test_a_call_given_up_ends_at_its_time_not_seconds_after(pg: store.Stor
         await pg.hot_pool.run(slow, within=0.5)
     assert loop.time() - began < 10.0  # not the 30s of its statement
     assert await pg.hot_pool.run(_backend_pid) > 0  # and the pool works on
+
+
+@pytest.mark.postgres
+async def test_a_closed_store_refuses_hot_calls(pg_url: str, clock: FrozenClock) -> None:
+    """After close, a hot-path call fails at once rather than opening a connection that
+    nothing would close."""
+    db = store.Store.connect(pg_url)
+    assert await db.job_claim(now=clock.now(), limit=1, executors=["noop"]) == []
+    await db.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        await db.job_claim(now=clock.now(), limit=1, executors=["noop"])

@@ -82,16 +82,34 @@ def test_landed_migrations_never_change() -> None:
     assert not new, f"migrations without a recorded digest: {new}; record them in {LANDED.name}"
 
 
+def _migrated_to(url: str, revision: str) -> None:
+    """The database at `url` as a corral of `revision` left it."""
+    engine = create_engine(url)
+    with engine.begin() as conn:
+        migrate.upgrade(conn, revision)
+    engine.dispose()
+
+
+def _valid_indexes(url: str, *names: str) -> set[str]:
+    """The indexes of these tables; on PostgreSQL, having checked that none is invalid (what a
+    concurrent build that failed half way leaves)."""
+    engine = create_engine(url)
+    with engine.connect() as conn:
+        found = {i["name"] for t in names for i in inspect(conn).get_indexes(t)}
+        if conn.dialect.name == "postgresql":
+            invalid = conn.execute(text("SELECT count(*) FROM pg_index WHERE NOT indisvalid"))
+            assert invalid.scalar() == 0
+    engine.dispose()
+    return {name for name in found if name}
+
+
 async def test_0006_moves_a_database_with_jobs_to_the_new_indexes(empty_url: str) -> None:
     """What `corral db upgrade` does to a database of 0005 that holds jobs: nothing lost, the
     new indexes valid (on PostgreSQL built concurrently), the keys still unique."""
     from corral import model, store
     from corral.testing import FrozenClock
 
-    engine = create_engine(empty_url)
-    with engine.begin() as conn:
-        migrate.upgrade(conn, "0005")
-    engine.dispose()
+    _migrated_to(empty_url, "0005")
     old = store.Store.connect(empty_url)
     clock = FrozenClock()
     keyed = [model.NewJob(executor="noop", spec={}, idempotency_key=f"k{i}") for i in range(50)]
@@ -109,14 +127,11 @@ async def test_0006_moves_a_database_with_jobs_to_the_new_indexes(empty_url: str
     assert again == [(job_id, False) for job_id, _ in made[:3]]
     assert len(await db.job_claim(now=clock.now(), limit=100, executors=["noop"])) == 90
     await db.close()
+    indexes = _valid_indexes(empty_url, "jobs", "attempts")
+    assert {"ix_jobs_queued", "ix_jobs_pooled", "uq_jobs_idempotency"} <= indexes
+    assert "ix_jobs_claim" not in indexes
     engine = create_engine(empty_url)
     with engine.connect() as conn:
-        indexes = {i["name"] for t in ("jobs", "attempts") for i in inspect(conn).get_indexes(t)}
-        assert {"ix_jobs_queued", "ix_jobs_pooled", "uq_jobs_idempotency"} <= indexes
-        assert "ix_jobs_claim" not in indexes
-        if conn.dialect.name == "postgresql":
-            invalid = conn.execute(text("SELECT count(*) FROM pg_index WHERE NOT indisvalid"))
-            assert invalid.scalar() == 0
         diff = compare_metadata(
             MigrationContext.configure(conn, opts={"compare_type": True}), tables.metadata
         )
@@ -126,15 +141,12 @@ async def test_0006_moves_a_database_with_jobs_to_the_new_indexes(empty_url: str
 
 async def test_0007_indexes_live_attempts_only(empty_url: str) -> None:
     """A database of 0006 with attempts live and ended: after `corral db upgrade` the live
-    ones are found where they were (the dispatcher's poll, by executor and fence) through
-    ix_attempts_live, which holds them and only them."""
+    ones are found where they were (the dispatcher's poll, by executor, in fence order)
+    through ix_attempts_live, which holds them and only them."""
     from corral import model, store
     from corral.testing import FrozenClock
 
-    engine = create_engine(empty_url)
-    with engine.begin() as conn:
-        migrate.upgrade(conn, "0006")
-    engine.dispose()
+    _migrated_to(empty_url, "0006")
     old = store.Store.connect(empty_url)
     clock = FrozenClock()
     await old.job_submit(
@@ -152,15 +164,9 @@ async def test_0007_indexes_live_attempts_only(empty_url: str) -> None:
     live = await db.attempt_list_active(executor="noop", limit=10)
     assert [a.id for a in live] == [c.attempt.id for c in claimed[2:]]
     await db.close()
-    engine = create_engine(empty_url)
-    with engine.connect() as conn:
-        indexes = {i["name"] for i in inspect(conn).get_indexes("attempts")}
-        assert "ix_attempts_live" in indexes
-        assert "ix_attempts_active" not in indexes
-        if conn.dialect.name == "postgresql":
-            invalid = conn.execute(text("SELECT count(*) FROM pg_index WHERE NOT indisvalid"))
-            assert invalid.scalar() == 0
-    engine.dispose()
+    indexes = _valid_indexes(empty_url, "attempts")
+    assert "ix_attempts_live" in indexes
+    assert "ix_attempts_active" not in indexes
 
 
 @pytest.mark.postgres

@@ -146,6 +146,31 @@ async def test_a_lock_wait_longer_than_the_lock_timeout_fails_fast_naming_it(
     assert (await db.job_get(job_id=job_id)).state == model.JobState.QUEUED
 
 
+async def test_a_hot_path_lock_wait_fails_fast_naming_it(db: store.Store, url: str) -> None:
+    """The hot path's own connections carry the same limits, and their errors read alike:
+    a settle that waits on a locked attempt longer than the lock timeout names it."""
+    clock = FrozenClock()
+    job_id = await submitted(db)
+    [claimed] = await db.job_claim(now=clock.now(), limit=1, executors=["noop"])
+    engine = create_engine(url)
+    with engine.connect() as conn, conn.begin():
+        conn.execute(
+            text("SELECT id FROM attempts WHERE id = :id FOR UPDATE"), {"id": claimed.attempt.id}
+        )
+        began = time.monotonic()
+        with pytest.raises(errors.StoreError) as caught:
+            await db.attempt_settle(launched=[claimed.attempt.id], finishes=[], now=clock.now())
+        assert time.monotonic() - began < 3
+    engine.dispose()
+    assert not isinstance(caught.value, errors.StoreUnavailable)
+    assert "pg_settle waited too long for a lock (timeouts.database_lock_timeout, 300ms)" in str(
+        caught.value
+    )
+    ran, _ = await db.attempt_settle(launched=[claimed.attempt.id], finishes=[], now=clock.now())
+    assert ran == [claimed.attempt.id]
+    assert (await db.job_get(job_id=job_id)).state == model.JobState.RUNNING
+
+
 async def test_a_statement_longer_than_the_statement_timeout_is_stopped_naming_it(
     db: store.Store,
 ) -> None:

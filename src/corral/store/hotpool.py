@@ -66,7 +66,9 @@ class HotPool:
         loop = asyncio.get_running_loop()
         deadline = None if within is None else loop.time() + within
         for last in (False, True):
-            conn = await self._within(self._take(), None, deadline)
+            conn = self._take_idle()
+            if conn is None:
+                conn = await self._within(self._connect(), None, deadline)
             try:
                 result = await self._within(fn(conn), conn, deadline)
             except psycopg.OperationalError as exc:
@@ -135,15 +137,17 @@ class HotPool:
         if conn is None and task.done() and not task.cancelled() and task.exception() is None:
             self._give_back(task.result())  # a connection opened just as time ran out
 
-    async def _take(self) -> psycopg.AsyncConnection[Any]:
+    def _take_idle(self) -> psycopg.AsyncConnection[Any] | None:
+        """An idle connection of this event loop's, if there is one (no task, no await)."""
         if self._closed:
             raise RuntimeError("the store is closed")
         loop = asyncio.get_running_loop()
         if loop is not self._loop:
             self._drop_idle()  # opened on another loop: not usable on this one
             self._loop = loop
-        if self._idle:
-            return self._idle.pop()
+        return self._idle.pop() if self._idle else None
+
+    async def _connect(self) -> psycopg.AsyncConnection[Any]:
         try:
             return await psycopg.AsyncConnection.connect(**self.params, autocommit=True)
         except psycopg.Error as exc:
