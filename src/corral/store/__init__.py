@@ -127,13 +127,10 @@ class Store:
         given_up: threading.Event | None,
         autocommit: bool = False,
     ) -> T:
-        """Run `fn` in one transaction, or with `autocommit` with each statement its own (no
-        BEGIN and COMMIT round trips). A connection found broken by `fn` (the pool does not
-        ping) is replaced and `fn` tried once more. In a transaction nothing it did was
-        committed, as the failure came before the commit. In autocommit its statement may
-        have committed before the answer was lost, so only a statement that may run twice
-        runs so: a settle (compare-and-set), or a claim (what the lost answer claimed stays
-        `launching`, and recovery launches it after launch_grace)."""
+        """Run `fn` in one transaction, or with `autocommit` outside one (`migrate`, whose
+        migrations make their own). A connection found broken by `fn` (the pool does not
+        ping) is replaced and `fn` tried once more: in a transaction nothing it did was
+        committed, as the failure came before the commit."""
         for last in (False, True):
             try:
                 conn = self.engine.connect()

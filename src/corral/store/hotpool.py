@@ -8,7 +8,10 @@ kept for the next call.
 
 A connection is not pinged when it is taken: one that broke while idle fails its first
 statement, and the call is tried once more on a new connection. The idle ones are dropped
-with it, as whatever broke one (a server restart, a failover) broke them all.
+with it, as whatever broke one (a server restart, a failover) broke them all. A statement
+in autocommit may have committed before its answer was lost, so only statements that may
+run twice run here: a settle (compare-and-set), or a claim (what the lost answer claimed
+stays `launching`, and recovery launches it after launch_grace).
 
 A call that runs out of time, or is cancelled, closes its connection's socket at once:
 its statement ends with the connection (the server rolls back whatever had not committed),
