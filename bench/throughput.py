@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import multiprocessing
 import os
@@ -308,6 +309,7 @@ async def _dispatch_all(
     round_trips.ignore(probe)
     pending = "SELECT 1 FROM jobs WHERE state IN ('queued', 'running') LIMIT 1"  # an index probe
     stop = asyncio.Event()
+    gc.freeze()  # as `corral serve` does once started (cli/loops.py)
     round_trips.counts.clear()
     cpu0, t0 = time.process_time(), time.perf_counter()
     runner = asyncio.create_task(d.run(stop, on_tick=tick))

@@ -116,6 +116,10 @@ def launch_name(job_id: int | str, attempt_no: int) -> str:
     an alphanumeric, at most 63 characters), for any job id: an id that is too long or
     not DNS-safe is cleaned and shortened, with a hash of the original keeping it unique.
     """
+    if type(job_id) is int and job_id >= 0:  # a store's id: safe as it is, and short
+        name = f"corral-{job_id}-{attempt_no}"
+        if len(name) <= MAX_NAME:
+            return name
     raw = str(job_id)
     clean = _DNS_BAD.sub("-", raw.lower()).strip("-")
     suffix = f"-{attempt_no}"
