@@ -23,6 +23,7 @@ import pytest
 from corral import clock, errors, model
 from corral.executors import base, process
 from tests.support import launches
+from tests.support.procs import holds_under
 from tests.support.wait import PATIENCE, eventually
 
 pytestmark = pytest.mark.timeout(4 * PATIENCE)  # a test waits for at most four things
@@ -92,13 +93,9 @@ def kill_strays(root: Path) -> None:
     for entry in Path("/proc").iterdir():
         try:
             environ = (entry / "environ").read_bytes().split(b"\0")
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue  # not a process, or gone
-        shim = any(arg.endswith(b"process_shim.py") for arg in argv) and any(
-            arg.startswith(f"{root}/".encode()) for arg in argv
-        )
-        if shim or any(var.startswith(inside) for var in environ):
+        if holds_under(entry, root) or any(var.startswith(inside) for var in environ):
             with contextlib.suppress(OSError):
                 os.kill(int(entry.name), signal.SIGKILL)
 
@@ -505,6 +502,7 @@ async def test_old_finished_runs_are_forgotten_only_once_the_store_holds_them_en
         assert (ex.root / busy.attempt.launch_name).is_dir(), "never a run still going"
     finally:
         kill_leftovers(ex.root)
+        await ex.close()
         await db.close()
 
 

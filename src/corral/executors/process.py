@@ -15,9 +15,13 @@ launch, so a new corral (or another one beside it) rebuilds everything from it.
         cancel        present once a cancel was asked for (holds the grace)
         exit.json     exit code, reason, start and end: present once it finished
 
-The folder is prepared under a `.tmp-*` name and claimed by the shim (process_shim.py)
-with one atomic rename, so a name is launched at most once, even by two corrals at the
-same moment. The shim runs detached in its own session, so commands outlive corral.
+The folder is prepared under a `.tmp-*` name and claimed by its supervisor, the shim
+(process_shim.py), with one atomic rename, so a name is launched at most once, even by
+two corrals at the same moment. Each run has a shim of its own, in a session of its own,
+so commands outlive corral and each other's shims. The shims are forked by a spawner, one
+warm process per executor started at its first launch (and again if it dies), so a
+launch costs a fork instead of a new interpreter; the spawner says at once when a shim
+has ended, which is how `events` hears of finished runs without polling their folders.
 Liveness is read from /proc, so this executor needs Linux.
 
 Besides the launch's environment (`CORRAL_JOB_ID`, `CORRAL_FENCE`, ...), every command
@@ -31,7 +35,8 @@ through, but also when the folder was deleted while its run went on: its shim st
 command, unless the shim was killed too and left the command orphaned. So before it
 starts a new copy, a relaunch finds every live process of the run in /proc: commands by
 `CORRAL_RUN_DIR=<run folder>` in their environment (the launch name alone could belong
-to another corral on this machine), the shim by its arguments. It SIGKILLs them and
+to another corral on this machine), the shim by the folders it holds open (its run
+folder, or the `.tmp-<name>~*` folder it is about to claim). It SIGKILLs them and
 waits until they are gone; if one survives, the launch fails and recovery tries again
 later. The scan costs a few milliseconds, which is why only a relaunch makes it. The
 first launch of the name may still be under way when recovery relaunches it (a slow
@@ -50,6 +55,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -69,6 +75,12 @@ KILL_GRACE_SECONDS = 10.0
 """By default, how long a command gets between SIGTERM and SIGKILL when its deadline passes."""
 SHIM_ANSWER_SECONDS = 30.0
 """How long `launch` waits for the shim to say `started` or `exists`."""
+SWEEP_EVERY = 10
+"""`events` looks at every run it watches once in this many poll intervals, besides the
+runs the spawner says ended: a command whose shim was killed ends unannounced."""
+TMP_MARK = "~"
+"""Between a launch name and the random part of its `.tmp-` folder's name: never in a
+name, so the folders of `a-1` are not taken for those of `a-1-2`."""
 SUPERVISOR_DIED = "supervisor died before recording an exit"
 STOP_WAIT_SECONDS = 5.0
 """At least this long (else the kill grace) a relaunch waits for an earlier copy to die."""
@@ -98,6 +110,7 @@ class ProcessExecutor:
         self.retention = retention or timedelta(days=7)
         self._watched: set[str] = set()
         self._closed = False
+        self._spawner = _Spawner()
 
     # --- spec ------------------------------------------------------------------------------
 
@@ -126,8 +139,9 @@ class ProcessExecutor:
         log.info("process executor: run folders in %s", self.root)
 
     async def close(self) -> None:
-        """Stop `events`. Running commands keep running under their shims."""
+        """Stop `events` and the spawner. Running commands keep running under their shims."""
         self._closed = True
+        await self._spawner.close()
 
     # --- the protocol --------------------------------------------------------------------
 
@@ -137,7 +151,15 @@ class ProcessExecutor:
         run_dir = self._run_dir(launch.name)
         if launch.relaunch:
             await self._stop_earlier_copies(run_dir)
-        await asyncio.to_thread(self._launch_blocking, launch, spec, run_dir)
+        tmp = await asyncio.to_thread(self._prepare, launch, spec, run_dir)
+        if tmp is not None:
+            try:
+                answer = await self._spawner.supervise(tmp, run_dir, self._kill_grace, self._clock)
+            except BaseException:  # no answer: its `.tmp-` folder may be left (a rare path)
+                shutil.rmtree(tmp, ignore_errors=True)
+                raise
+            if answer == "exists":
+                await asyncio.to_thread(_check_same_identity, run_dir, launch)
         self._watched.add(launch.name)
 
     async def _stop_earlier_copies(self, run_dir: Path) -> None:
@@ -183,17 +205,24 @@ class ProcessExecutor:
         await asyncio.to_thread(_signal_child_group, run_dir, signal.SIGKILL)
 
     async def events(self) -> AsyncGenerator[model.Observation, None]:
-        """Yields, once each, the finish of launches made by this instance, until `close`."""
+        """Yields, once each, the finish of launches made by this instance, until `close`:
+        as soon as the spawner says a run's shim ended, and for every run watched once in
+        SWEEP_EVERY poll intervals (a run whose shim was killed ends unannounced)."""
+        sweeps = 0
         while not self._closed:
-            if self._watched:
-                names = sorted(self._watched)
-                seen = await self.observe(names)
-                for name in names:
-                    obs = seen[name]
-                    if obs.phase.finished or obs.phase is model.Phase.ABSENT:
+            sweeps = (sweeps + 1) % SWEEP_EVERY
+            names = self._spawner.take_ended() & self._watched
+            if sweeps == 0:
+                names = set(self._watched)
+            if names:
+                seen = await self.observe(sorted(names))
+                for name in sorted(names):
+                    obs = seen.get(name)
+                    if obs is not None and (obs.phase.finished or obs.phase is model.Phase.ABSENT):
                         self._watched.discard(name)
                         yield obs
-            await self._clock.sleep(self._poll_interval)
+            if not self._spawner.has_ended():
+                await self._spawner.wait_ended(self._clock, self._poll_interval)
 
     # --- blocking parts (run in a thread) -----------------------------------------------------
 
@@ -209,19 +238,20 @@ class ProcessExecutor:
         with _platform(f"create the process executor's root {self.root}"):
             self.root.mkdir(parents=True, exist_ok=True)
 
-    def _launch_blocking(self, launch: model.Launch, spec: dict[str, Any], run_dir: Path) -> None:
+    def _prepare(self, launch: model.Launch, spec: dict[str, Any], run_dir: Path) -> Path | None:
+        """The launch's folder, made under a `.tmp-` name for its shim to claim; None when
+        the name is launched already (by this very attempt, or LaunchConflict)."""
         if run_dir.exists():
             _check_same_identity(run_dir, launch)
-            return
+            return None
         with _platform(f"launch {launch.name!r}"):
-            tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{launch.name}-", dir=self.root))
+            tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{launch.name}{TMP_MARK}", dir=self.root))
             try:
                 _write_launch_files(tmp, launch, spec)
-                answer = _run_shim(tmp, run_dir, self._kill_grace)
-            finally:
+            except BaseException:
                 shutil.rmtree(tmp, ignore_errors=True)
-        if answer == "exists":
-            _check_same_identity(run_dir, launch)
+                raise
+        return tmp
 
     def _check_root(self) -> None:
         # A root that vanished (deleted, unmounted) must not read as "every launch absent":
@@ -341,27 +371,164 @@ def _write_json(path: Path, data: Any) -> None:
         os.fsync(fh.fileno())
 
 
-def _run_shim(tmp: Path, run_dir: Path, kill_grace: float) -> str:
-    """Start the shim and return its answer: `started` or `exists`."""
-    argv = [sys.executable, "-I", str(SHIM), str(tmp), str(run_dir), str(kill_grace)]
-    with subprocess.Popen(
-        argv,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-    ) as shim:
+class _Spawner:
+    """This executor's end of the spawner (process_shim.Spawner): started at the first
+    launch and again whenever it is found dead; a request per launch, answered by the
+    shim it forks; and the names of the runs whose shims it says ended."""
+
+    def __init__(self) -> None:
+        self._sock: socket.socket | None = None
+        self._ids = 0
+        self._waiting: dict[int, asyncio.Future[str]] = {}
+        self._names: dict[int, str] = {}  # request id -> run name, until its shim ends
+        self._ended: set[str] = set()
+        self._news = asyncio.Event()
+        self._heard_so_far = b""  # the start of a line not yet whole
+
+    async def supervise(self, tmp: Path, run_dir: Path, kill_grace: float, clk: clock.Clock) -> str:
+        """Have a shim claim `tmp` as `run_dir` and start it; its answer, `started` or
+        `exists`. ExecutorError when the shim fails, or gives no answer in time."""
+        loop = asyncio.get_running_loop()
+        sock = self._ready()
+        self._ids += 1
+        ask = self._ids
+        answer: asyncio.Future[str] = loop.create_future()
+        self._waiting[ask] = answer
+        self._names[ask] = run_dir.name
+        request = {"id": ask, "tmp": str(tmp), "run": str(run_dir), "grace": kill_grace}
         try:
-            out, err = shim.communicate(timeout=SHIM_ANSWER_SECONDS)
-        except subprocess.TimeoutExpired:
+            await loop.sock_sendall(sock, json.dumps(request).encode() + b"\n")
+            until = clk.monotonic() + SHIM_ANSWER_SECONDS
+            while not answer.done():
+                if clk.monotonic() >= until:
+                    raise errors.ExecutorError(
+                        f"process shim for {run_dir.name!r} gave no answer in"
+                        f" {SHIM_ANSWER_SECONDS:g}s"
+                    )
+                await asyncio.wait({answer}, timeout=0.5)
+            return await answer
+        except OSError as exc:
             raise errors.ExecutorError(
-                f"process shim for {run_dir.name!r} gave no answer in {SHIM_ANSWER_SECONDS}s"
-            ) from None
-    answer = out.decode(errors="replace").strip()
-    if answer not in ("started", "exists"):
-        detail = err.decode(errors="replace").strip()[-2000:] or "no answer"
-        raise errors.ExecutorError(f"process shim for {run_dir.name!r} failed: {detail}")
-    return answer
+                f"process executor could not ask for a shim for {run_dir.name!r}: {exc}"
+            ) from exc
+        finally:
+            self._waiting.pop(ask, None)
+
+    def take_ended(self) -> set[str]:
+        """The names whose shims ended since the last call."""
+        ended, self._ended = self._ended, set()
+        self._news.clear()
+        return ended
+
+    def has_ended(self) -> bool:
+        return bool(self._ended)
+
+    async def wait_ended(self, clk: clock.Clock, seconds: float) -> None:
+        """Until a shim ends, or for `seconds` of `clk`."""
+        news = asyncio.ensure_future(self._news.wait())
+        pause = asyncio.ensure_future(clk.sleep(seconds))
+        try:
+            await asyncio.wait({news, pause}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            news.cancel()
+            pause.cancel()
+
+    def _ready(self) -> socket.socket:
+        """The socket to a live spawner, one started now if there is none. A spawner that
+        died is seen as the end of its socket (nobody else holds its end)."""
+        if self._sock is not None:
+            return self._sock
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            with _platform("start the process executor's spawner"):
+                started = subprocess.run(
+                    [sys.executable, "-I", str(SHIM), "--spawner", str(theirs.fileno())],
+                    pass_fds=[theirs.fileno()],
+                    start_new_session=True,
+                    timeout=SHIM_ANSWER_SECONDS,
+                    check=False,
+                )
+            if started.returncode != 0:
+                raise errors.ExecutorError(
+                    f"process executor: its spawner did not start (exit {started.returncode})"
+                )
+        except subprocess.TimeoutExpired:
+            mine.close()
+            raise errors.ExecutorError("process executor: its spawner did not start") from None
+        except BaseException:
+            mine.close()
+            raise
+        finally:
+            theirs.close()
+        mine.setblocking(False)
+        asyncio.get_running_loop().add_reader(mine.fileno(), self._read)
+        self._sock = mine
+        self._heard_so_far = b""
+        return mine
+
+    def _read(self) -> None:
+        while (sock := self._sock) is not None:
+            try:
+                data = sock.recv(65536)
+            except BlockingIOError:
+                return
+            except OSError as exc:
+                self._lost(f"its socket failed: {exc}")
+                return
+            if not data:
+                self._lost("the spawner is gone")
+                return
+            *lines, self._heard_so_far = (self._heard_so_far + data).split(b"\n")
+            for line in lines:
+                self._heard(json.loads(line))
+
+    def _heard(self, message: dict[str, Any]) -> None:
+        ask = message.get("id")
+        if not isinstance(ask, int):
+            return
+        answer = self._waiting.get(ask)
+        if message.get("ended"):
+            name = self._names.pop(ask, None)
+            if name is not None:
+                self._ended.add(name)
+                self._news.set()
+            if answer is not None and not answer.done():
+                answer.set_exception(
+                    errors.ExecutorError(f"process shim for {name!r} failed: no answer")
+                )
+        elif answer is None or answer.done():
+            return  # the launch gave up waiting
+        elif "error" in message:
+            answer.set_exception(
+                errors.ExecutorError(
+                    f"process shim for {self._names.get(ask)!r} failed: {message['error']}"
+                )
+            )
+        elif message.get("answer") in ("started", "exists"):
+            answer.set_result(message["answer"])
+
+    def _lost(self, why: str) -> None:
+        """The spawner is gone: what waits for an answer gets none; the next launch starts
+        a new spawner. Runs already started are not touched: `events` sweeps them."""
+        for ask, answer in list(self._waiting.items()):
+            if not answer.done():
+                answer.set_exception(
+                    errors.ExecutorError(
+                        f"process shim for {self._names.get(ask)!r} failed: no answer ({why})"
+                    )
+                )
+        self._drop()
+
+    def _drop(self) -> None:
+        """Let go of the socket: a spawner still there exits when it sees that."""
+        if self._sock is not None:
+            with contextlib.suppress(Exception):  # a closed loop has no reader left to remove
+                asyncio.get_running_loop().remove_reader(self._sock.fileno())
+            self._sock.close()
+            self._sock = None
+
+    async def close(self) -> None:
+        self._drop()
 
 
 def _check_same_identity(run_dir: Path, launch: model.Launch) -> None:
@@ -596,8 +763,9 @@ def _processes_of_run(run_dir: Path) -> set[_Process]:
 
 
 def _belongs(proc: str, run_dir: Path, mark: bytes) -> bool | None:
-    """True: a command of the run (by its environment); False: its shim (by its arguments);
-    None: neither, or a process gone or not ours to read."""
+    """True: a command of the run (by its environment); False: its shim (by the folders it
+    holds open, or by its arguments for a shim of a version that took the run folder as
+    one); None: neither, or a process gone or not ours to read."""
     try:
         with open(f"{proc}/environ", "rb") as fh:
             if mark in fh.read().split(b"\0"):
@@ -606,8 +774,31 @@ def _belongs(proc: str, run_dir: Path, mark: bytes) -> bool | None:
             argv = fh.read().split(b"\0")
     except OSError:
         return None
-    shim = any(arg.endswith(SHIM.name.encode()) for arg in argv)
-    return False if shim and str(run_dir).encode() in argv else None
+    if not any(arg.endswith(SHIM.name.encode()) for arg in argv):
+        return None
+    if str(run_dir).encode() in argv or _holds(proc, run_dir):
+        return False
+    return None
+
+
+def _holds(proc: str, run_dir: Path) -> bool:
+    """Whether `proc` holds open (as /proc/<pid>/fd shows it) `run_dir` (deleted or not), a
+    file in it, or a `.tmp-` folder of its name: what a shim holds, before and after it
+    claims the name."""
+    folder = str(run_dir)
+    prefixes = (f"{folder}/", f"{run_dir.with_name(f'.tmp-{run_dir.name}{TMP_MARK}')}")
+    try:
+        fds = os.listdir(f"{proc}/fd")
+    except OSError:
+        return False
+    for fd in fds:
+        try:
+            target = os.readlink(f"{proc}/fd/{fd}")
+        except OSError:
+            continue
+        if target in (folder, f"{folder} (deleted)") or target.startswith(prefixes):
+            return True
+    return False
 
 
 def _kill_groups(found: set[_Process]) -> None:

@@ -2,13 +2,20 @@
 
 corral may exit, crash or restart while a command runs; this small program stays behind,
 so that what became of the command is always written down. It is a standalone script
-(run as `python -I process_shim.py <tmp dir> <run dir> <kill grace seconds>`, the run
-dir an absolute path) that imports only the standard library, so it starts fast and never
-depends on corral.
+that imports only the standard library and never depends on corral.
 
-What it does, in order:
+It runs as a spawner (`python -I process_shim.py --spawner <fd>`, detached at once): one
+warm process per executor, started once, that reads launch requests from a Unix socket
+(the executor holds the other end) and forks a supervisor for each one, in a millisecond
+or two instead of the tens of milliseconds a new interpreter takes. The spawner reaps its
+supervisors and says on the socket when each ended: that is how the executor hears of a
+finished run at once. When the executor's end closes (corral stopped, or died) the
+spawner exits; the supervisors it forked go on, each in a session of its own, and
+nothing they do depends on the spawner or on corral.
 
-1. Detaches (forks; the parent exits at once, so the launcher never keeps a child).
+What a supervisor does, in order:
+
+1. Detaches (a session of its own, so signals to corral's group do not reach it).
 2. Claims the launch name: `os.rename(<tmp dir>, <run dir>)`. The rename is atomic, so
    of any number of shims racing for one name exactly one wins; a loser removes its
    tmp dir, answers `exists` and starts nothing. The rename is made holding the root
@@ -31,8 +38,9 @@ The claimed folder is held open from before the claim, and every later file is w
 relative to that descriptor: a write lands in the folder this shim claimed or fails,
 never in a new folder that a relaunch made under the same path.
 
-The answer is one line on stdout, which the launcher reads; afterwards stdout and
-stderr no longer point at the launcher (stderr goes to `shim.log`).
+The answer (`started`, `exists`, or an error before the claim) is one line on a pipe to
+the spawner, which passes it on; the supervisor's stderr goes to `shim.log` once it has
+claimed its folder.
 """
 
 from __future__ import annotations
@@ -40,18 +48,22 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import gc
 import json
 import os
+import selectors
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+import traceback
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, NamedTuple
 
 POLL_SECONDS = 0.05
 """How often the wait loop looks for a cancel request, a passed deadline or a lost folder."""
@@ -165,20 +177,12 @@ def now_iso() -> str:
     return datetime.now(UTC).isoformat()
 
 
-def announce(answer: str) -> None:
-    """Tell the launcher `answer` on stdout, then let go of the launcher's pipe.
-
-    The launcher may have died since it started us (corral killed mid-launch): then nobody
-    reads the answer, and the launch goes on all the same; recovery adopts it.
-    """
-    try:
-        sys.stdout.write(answer + "\n")
-        sys.stdout.flush()
-    except OSError:  # BrokenPipeError: the launcher is gone
-        pass
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, 1)
-    os.close(devnull)
+def tell(fd: int, message: dict[str, Any]) -> None:
+    """Give the spawner one message (a line of JSON) on the pipe it made for this
+    supervisor. It may be gone (SIGKILL): then nobody reads it, and the launch goes on all
+    the same; the executor sees the run in its folder."""
+    with contextlib.suppress(OSError):  # EPIPE: the spawner is gone
+        os.write(fd, json.dumps(message).encode() + b"\n")
 
 
 def redirect_stderr(folder: RunFolder) -> None:
@@ -348,7 +352,7 @@ def record_exit(folder: RunFolder, record: dict[str, Any]) -> None:
         folder.write_json_atomic("exit.json", record)
 
 
-def run(folder: RunFolder, kill_grace: float) -> None:
+def run(folder: RunFolder, kill_grace: float, answer: Callable[[str], None]) -> None:
     """Start the claimed launch's command, answer the launcher, supervise, record the end."""
     redirect_stderr(folder)
     launch = folder.read_json("launch.json")
@@ -358,32 +362,167 @@ def run(folder: RunFolder, kill_grace: float) -> None:
         record = exit_record(START_FAILED_EXIT_CODE, None, None)
         record["reason"] = f"could not start the command: {exc}"
         record_exit(folder, record)
-        announce("started")
+        answer("started")
         return
     supervision = Supervision(child, folder, launch, kill_grace)
     signal.signal(signal.SIGTERM, supervision.on_sigterm)
-    announce("started")
+    answer("started")
     returncode = supervision.wait()
     # Like a container ending: whatever the command left behind in its group goes too.
     signal_group(child.pid, signal.SIGKILL)
     record_exit(folder, exit_record(returncode, supervision.stop_reason, started["started_at"]))
 
 
-def main(argv: list[str]) -> int:
-    """Entry point: `process_shim.py <tmp dir> <run dir> <kill grace seconds>`."""
-    tmp, final, grace = Path(argv[1]), Path(argv[2]), float(argv[3])
-    if os.fork() > 0:
-        os._exit(0)
+def supervise(request: dict[str, Any], answers: int) -> int:
+    """One launch, in a process forked by the spawner: claim the name, then run it (or
+    answer `exists`). The answer goes on the pipe `answers`, which is then closed: the
+    spawner alone says when this supervisor ended."""
+    tmp, final, grace = Path(request["tmp"]), Path(request["run"]), float(request["grace"])
+
+    def answer(word: str) -> None:
+        tell(answers, {"answer": word})
+        os.close(answers)
+
     try:
         folder = claim(tmp, final)
-    except BaseException:
+    except BaseException as exc:
         shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        lines = traceback.format_exception_only(type(exc), exc)
+        tell(answers, {"error": "".join(lines).strip()})
+        return 1
     if folder is None:
-        announce("exists")
+        answer("exists")
         return 0
-    run(folder, grace)
+    run(folder, grace, answer)
     return 0
+
+
+class _Child(NamedTuple):
+    ask: int  # the id of the request it serves
+    answers: int  # the read end of its pipe, or -1 once that is closed
+
+
+class Spawner:
+    """The warm parent of every supervisor: a fork for each request on `sock`, whose answer
+    it passes on, and a message (`ended`) for each supervisor it reaps. It alone writes to
+    `sock`: a supervisor writes to a pipe of its own, so none ever waits for the executor."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.children: dict[int, _Child] = {}  # by pid
+        self.pipes: dict[int, int] = {}  # answers fd -> pid
+        self.wake_r, self.wake_w = os.pipe()
+        for fd in (self.wake_r, self.wake_w):
+            os.set_blocking(fd, False)
+        self.selector = selectors.DefaultSelector()
+        self.pending = b""
+
+    def serve(self) -> int:
+        """Until the executor closes its end of the socket."""
+        gc.freeze()  # a supervisor's collector never walks (and so copies) what it inherits
+        signal.signal(signal.SIGCHLD, lambda signum, frame: None)  # wakes the select
+        signal.set_wakeup_fd(self.wake_w)
+        self.selector.register(self.sock, selectors.EVENT_READ)
+        self.selector.register(self.wake_r, selectors.EVENT_READ)
+        while True:
+            for key, _ in self.selector.select():
+                if key.fileobj is self.sock:
+                    data = self.sock.recv(65536)
+                    if not data:
+                        return 0  # the executor is gone: its supervisors go on alone
+                    self.pending += data
+                    *lines, self.pending = self.pending.split(b"\n")
+                    for line in lines:
+                        self.fork(json.loads(line))
+                elif key.fileobj == self.wake_r:
+                    with contextlib.suppress(BlockingIOError):
+                        os.read(self.wake_r, 4096)
+                else:
+                    self.relay(key.fd)
+            self.reap()
+
+    def fork(self, request: dict[str, Any]) -> None:
+        answers_r, answers_w = os.pipe()
+        pid = os.fork()
+        if pid:
+            os.close(answers_w)
+            os.set_blocking(answers_r, False)
+            self.children[pid] = _Child(request["id"], answers_r)
+            self.pipes[answers_r] = pid
+            self.selector.register(answers_r, selectors.EVENT_READ)
+            return
+        # The supervisor: none of the spawner's machinery, a session of its own.
+        code = 1
+        try:
+            signal.set_wakeup_fd(-1)
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            self.selector.close()
+            for fd in (self.wake_r, self.wake_w, answers_r, *self.pipes):
+                os.close(fd)
+            self.sock.close()
+            os.setsid()
+            code = supervise(request, answers_w)
+        finally:
+            os._exit(code)
+
+    def relay(self, fd: int) -> None:
+        """Pass on what a supervisor said (its answer), with its request's id."""
+        pid = self.pipes.get(fd)
+        child = self.children.get(pid) if pid is not None else None
+        try:
+            data = os.read(fd, 65536)
+        except BlockingIOError:
+            return
+        if child is not None:
+            for line in data.splitlines():
+                self.say({**json.loads(line), "id": child.ask})
+        if not data:  # it closed the pipe: answered, or gone
+            self.close_pipe(fd)
+
+    def close_pipe(self, fd: int) -> None:
+        pid = self.pipes.pop(fd, None)
+        self.selector.unregister(fd)
+        os.close(fd)
+        if pid in self.children:
+            self.children[pid] = self.children[pid]._replace(answers=-1)
+
+    def reap(self) -> None:
+        while self.children:
+            try:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            child = self.children.get(pid)
+            if child is None:
+                continue
+            if child.answers >= 0:  # what it said before it ended comes first
+                with contextlib.suppress(OSError):
+                    self.relay(child.answers)
+                if child.answers in self.pipes:
+                    self.close_pipe(child.answers)
+            del self.children[pid]
+            self.say({"id": child.ask, "ended": True})
+
+    def say(self, message: dict[str, Any]) -> None:
+        """One line to the executor (it reads as it goes: a wait here is short)."""
+        with contextlib.suppress(OSError):  # gone: the next recv says so
+            self.sock.sendall(json.dumps(message).encode() + b"\n")
+
+
+def main(argv: list[str]) -> int:
+    """Entry point: `process_shim.py --spawner <fd of a Unix stream socket>`."""
+    if len(argv) != 3 or argv[1] != "--spawner":
+        print("usage: process_shim.py --spawner FD", file=sys.stderr)
+        return 2
+    if os.fork() > 0:
+        os._exit(0)  # detached: the executor never keeps a child, nor reaps one
+    devnull = os.open(os.devnull, os.O_RDWR)
+    os.dup2(devnull, 0)
+    os.dup2(devnull, 1)  # a supervisor's output goes to its folder, never to corral
+    os.close(devnull)
+    return Spawner(socket.socket(fileno=int(argv[2]))).serve()
 
 
 if __name__ == "__main__":
