@@ -65,6 +65,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/throughput.py
 	$(BIN)/python bench/recovery.py
 	$(BIN)/python bench/retry_storm.py
+	$(BIN)/python bench/process.py
 
 # Corral against PgQueuer and the raw loop, interleaved over rounds, on the PostgreSQL server
 # of CORRAL_TEST_POSTGRES_URL (JSON on stdout). PgQueuer is in the `bench` extra, installed here.

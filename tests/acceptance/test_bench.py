@@ -72,3 +72,9 @@ def test_retry_storm_reports_with_and_without_a_budget() -> None:
 def test_peers_reports_ratios() -> None:
     report = _bench("peers.py", "--jobs", "300", "--rounds", "1")
     assert report["median"]["ratio_corral_vs_pgqueuer_best"] > 0
+
+
+def test_process_reports_the_ratio_to_a_bare_loop() -> None:
+    report = _bench("process.py", "--jobs", "40", "--rounds", "1", server=False)
+    assert report["median_jobs_per_s"]["corral"] > 0
+    assert report["ratio_corral_vs_bare"] > 0

@@ -400,6 +400,42 @@ async def test_events_yield_finishes(executor: process.ProcessExecutor) -> None:
     assert seen["ev-2"].exit_code == 4
 
 
+async def test_a_finish_reaches_events_when_its_shim_ends_not_at_a_poll(tmp_path: Path) -> None:
+    """The spawner says when a shim ended, so `events` needs no poll of the run folders:
+    with a poll interval of an hour the finish still comes at once."""
+    ex = process.ProcessExecutor(
+        root=tmp_path / "runs", clock=clock.SystemClock(), poll_interval=3600
+    )
+    await ex.start()
+    try:
+        async with contextlib.aclosing(ex.events()) as events:
+            await ex.launch(make_launch("push-1", sh("exit 5")))
+            obs = await asyncio.wait_for(anext(events), PATIENCE)
+        assert (obs.name, obs.phase, obs.exit_code) == ("push-1", model.Phase.FAILED, 5)
+    finally:
+        await ex.close()
+        kill_leftovers(ex.root)
+
+
+async def test_a_killed_spawner_is_started_again_and_its_runs_go_on(
+    executor: process.ProcessExecutor,
+) -> None:
+    await executor.launch(make_launch("before-1", ["sleep", "300"]))
+    shim, child = await started(executor, "before-1", "sleep")
+    spawner = executor.spawner_pid
+    assert spawner is not None
+    assert spawner != shim, "a shim of its own, forked by the spawner"
+    os.kill(spawner, signal.SIGKILL)
+    await wait_gone([spawner])
+    await executor.launch(make_launch("after-1", ["true"], job_id=2))  # a new spawner forks it
+    assert (await wait_for(executor, "after-1")).phase is model.Phase.SUCCEEDED
+    assert executor.spawner_pid not in (None, spawner)
+    assert alive(shim), "a shim outlives the spawner that forked it"
+    assert alive(child)
+    obs = (await executor.observe(["before-1"]))["before-1"]
+    assert (obs.phase, obs.reason) == (model.Phase.RUNNING, None), "its shim still supervises it"
+
+
 async def test_events_end_on_close(executor: process.ProcessExecutor) -> None:
     async def drain() -> list[model.Observation]:
         return [obs async for obs in executor.events()]

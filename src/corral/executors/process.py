@@ -138,6 +138,11 @@ class ProcessExecutor:
         await asyncio.to_thread(self._make_root)
         log.info("process executor: run folders in %s", self.root)
 
+    @property
+    def spawner_pid(self) -> int | None:
+        """The pid of the spawner that forks this executor's shims, once it runs."""
+        return self._spawner.pid
+
     async def close(self) -> None:
         """Stop `events` and the spawner. Running commands keep running under their shims."""
         self._closed = True
@@ -377,6 +382,8 @@ class _Spawner:
     shim it forks; and the names of the runs whose shims it says ended."""
 
     def __init__(self) -> None:
+        self.pid: int | None = None
+        """The spawner's pid, once it has said it."""
         self._sock: socket.socket | None = None
         self._ids = 0
         self._waiting: dict[int, asyncio.Future[str]] = {}
@@ -387,17 +394,28 @@ class _Spawner:
 
     async def supervise(self, tmp: Path, run_dir: Path, kill_grace: float, clk: clock.Clock) -> str:
         """Have a shim claim `tmp` as `run_dir` and start it; its answer, `started` or
-        `exists`. ExecutorError when the shim fails, or gives no answer in time."""
+        `exists`. ExecutorError when the shim fails, or gives no answer in time. A request
+        the spawner's socket refuses (it died since the last one) was never read, so it is
+        asked once more of a new spawner."""
         loop = asyncio.get_running_loop()
-        sock = self._ready()
         self._ids += 1
         ask = self._ids
         answer: asyncio.Future[str] = loop.create_future()
-        self._waiting[ask] = answer
-        self._names[ask] = run_dir.name
         request = {"id": ask, "tmp": str(tmp), "run": str(run_dir), "grace": kill_grace}
+        line = json.dumps(request).encode() + b"\n"
         try:
-            await loop.sock_sendall(sock, json.dumps(request).encode() + b"\n")
+            for last in (False, True):
+                self._waiting[ask], self._names[ask] = answer, run_dir.name
+                try:
+                    await loop.sock_sendall(self._ready(), line)
+                    break
+                except OSError as exc:
+                    del self._waiting[ask], self._names[ask]  # never sent: not lost with it
+                    self._lost(f"its socket refused a request: {exc}")
+                    if last:
+                        raise errors.ExecutorError(
+                            f"process executor could not ask for a shim for {run_dir.name!r}: {exc}"
+                        ) from exc
             until = clk.monotonic() + SHIM_ANSWER_SECONDS
             while not answer.done():
                 if clk.monotonic() >= until:
@@ -407,10 +425,6 @@ class _Spawner:
                     )
                 await asyncio.wait({answer}, timeout=0.5)
             return await answer
-        except OSError as exc:
-            raise errors.ExecutorError(
-                f"process executor could not ask for a shim for {run_dir.name!r}: {exc}"
-            ) from exc
         finally:
             self._waiting.pop(ask, None)
 
@@ -483,6 +497,10 @@ class _Spawner:
                 self._heard(json.loads(line))
 
     def _heard(self, message: dict[str, Any]) -> None:
+        if isinstance(spawner := message.get("spawner"), int):
+            self.pid = spawner
+            log.info("process executor: spawner started (pid %d)", spawner)
+            return
         ask = message.get("id")
         if not isinstance(ask, int):
             return
@@ -517,6 +535,10 @@ class _Spawner:
                         f"process shim for {self._names.get(ask)!r} failed: no answer ({why})"
                     )
                 )
+        log.warning(
+            "process executor: spawner %s lost (%s); the next launch starts one", self.pid, why
+        )
+        self.pid = None
         self._drop()
 
     def _drop(self) -> None:

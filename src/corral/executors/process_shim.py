@@ -424,6 +424,7 @@ class Spawner:
         signal.set_wakeup_fd(self.wake_w)
         self.selector.register(self.sock, selectors.EVENT_READ)
         self.selector.register(self.wake_r, selectors.EVENT_READ)
+        self.say({"spawner": os.getpid()})
         while True:
             for key, _ in self.selector.select():
                 if key.fileobj is self.sock:
