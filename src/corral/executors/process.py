@@ -11,18 +11,17 @@ launch, so a new corral (or another one beside it) rebuilds everything from it.
         child.pid     the command's pid, /proc start time and `started_at`
         stdout.log    the command's output
         stderr.log
-        shim.log      the supervisor's own complaints, if any
         cancel        present once a cancel was asked for (holds the grace)
         exit.json     exit code, reason, start and end: present once it finished
 
-The folder is prepared under a `.tmp-*` name and claimed by its supervisor, the shim
-(process_shim.py), with one atomic rename, so a name is launched at most once, even by
-two corrals at the same moment. Each run has a shim of its own, in a session of its own,
-so commands outlive corral and each other's shims. The shims are forked by a spawner, one
-warm process per executor started at its first launch (and again if it dies), so a
-launch costs a fork instead of a new interpreter; the spawner says at once when a shim
-has ended, which is how `events` hears of finished runs without polling their folders.
-Liveness is read from /proc, so this executor needs Linux.
+The folder is prepared under a `.tmp-*` name and claimed by the supervisor (the shim,
+process_shim.py) with one atomic rename, so a name is launched at most once, even by two
+corrals at the same moment. Each executor has one supervisor, started at its first launch
+(and again if it dies), in a session of its own, so commands outlive corral; it starts
+every command as its own child, so a launch costs a process start and no interpreter,
+and it says at once when a command has ended, which is how `events` hears of finished
+runs without polling their folders. Liveness is read from /proc, so this executor needs
+Linux.
 
 Besides the launch's environment (`CORRAL_JOB_ID`, `CORRAL_FENCE`, ...), every command
 gets `CORRAL_RUN_DIR`, the absolute path of its run folder (its logs are there), which
@@ -35,8 +34,9 @@ through, but also when the folder was deleted while its run went on: its shim st
 command, unless the shim was killed too and left the command orphaned. So before it
 starts a new copy, a relaunch finds every live process of the run in /proc: commands by
 `CORRAL_RUN_DIR=<run folder>` in their environment (the launch name alone could belong
-to another corral on this machine), the shim by the folders it holds open (its run
-folder, or the `.tmp-<name>~*` folder it is about to claim). It SIGKILLs them and
+to another corral on this machine), and a shim of an earlier version of this executor
+(one per run) by its arguments; a supervisor that serves other runs too is left alone,
+as it stops a command whose folder went by itself. It SIGKILLs them and
 waits until they are gone; if one survives, the launch fails and recovery tries again
 later. The scan costs a few milliseconds, which is why only a relaunch makes it. The
 first launch of the name may still be under way when recovery relaunches it (a slow
@@ -77,10 +77,7 @@ SHIM_ANSWER_SECONDS = 30.0
 """How long `launch` waits for the shim to say `started` or `exists`."""
 SWEEP_EVERY = 10
 """`events` looks at every run it watches once in this many poll intervals, besides the
-runs the spawner says ended: a command whose shim was killed ends unannounced."""
-TMP_MARK = "~"
-"""Between a launch name and the random part of its `.tmp-` folder's name: never in a
-name, so the folders of `a-1` are not taken for those of `a-1-2`."""
+runs the supervisor says ended: a command whose supervisor was killed ends unannounced."""
 SUPERVISOR_DIED = "supervisor died before recording an exit"
 STOP_WAIT_SECONDS = 5.0
 """At least this long (else the kill grace) a relaunch waits for an earlier copy to die."""
@@ -110,7 +107,7 @@ class ProcessExecutor:
         self.retention = retention or timedelta(days=7)
         self._watched: set[str] = set()
         self._closed = False
-        self._spawner = _Spawner()
+        self._supervisor = _Supervisor()
 
     # --- spec ------------------------------------------------------------------------------
 
@@ -139,14 +136,15 @@ class ProcessExecutor:
         log.info("process executor: run folders in %s", self.root)
 
     @property
-    def spawner_pid(self) -> int | None:
-        """The pid of the spawner that forks this executor's shims, once it runs."""
-        return self._spawner.pid
+    def supervisor_pid(self) -> int | None:
+        """The pid of this executor's supervisor, once it runs."""
+        return self._supervisor.pid
 
     async def close(self) -> None:
-        """Stop `events` and the spawner. Running commands keep running under their shims."""
+        """Stop `events`; the supervisor takes no more launches. Running commands keep
+        running under it."""
         self._closed = True
-        await self._spawner.close()
+        await self._supervisor.close()
 
     # --- the protocol --------------------------------------------------------------------
 
@@ -159,7 +157,9 @@ class ProcessExecutor:
         tmp = await asyncio.to_thread(self._prepare, launch, spec, run_dir)
         if tmp is not None:
             try:
-                answer = await self._spawner.supervise(tmp, run_dir, self._kill_grace, self._clock)
+                answer = await self._supervisor.supervise(
+                    tmp, run_dir, self._kill_grace, self._clock
+                )
             except BaseException:  # no answer: its `.tmp-` folder may be left (a rare path)
                 shutil.rmtree(tmp, ignore_errors=True)
                 raise
@@ -211,12 +211,12 @@ class ProcessExecutor:
 
     async def events(self) -> AsyncGenerator[model.Observation, None]:
         """Yields, once each, the finish of launches made by this instance, until `close`:
-        as soon as the spawner says a run's shim ended, and for every run watched once in
-        SWEEP_EVERY poll intervals (a run whose shim was killed ends unannounced)."""
+        as soon as the supervisor says a command ended, and for every run watched once in
+        SWEEP_EVERY poll intervals (a command whose supervisor was killed ends unannounced)."""
         sweeps = 0
         while not self._closed:
             sweeps = (sweeps + 1) % SWEEP_EVERY
-            names = self._spawner.take_ended() & self._watched
+            names = self._supervisor.take_ended() & self._watched
             if sweeps == 0:
                 names = set(self._watched)
             if names:
@@ -226,8 +226,8 @@ class ProcessExecutor:
                     if obs is not None and (obs.phase.finished or obs.phase is model.Phase.ABSENT):
                         self._watched.discard(name)
                         yield obs
-            if not self._spawner.has_ended():
-                await self._spawner.wait_ended(self._clock, self._poll_interval)
+            if not self._supervisor.has_ended():
+                await self._supervisor.wait_ended(self._clock, self._poll_interval)
 
     # --- blocking parts (run in a thread) -----------------------------------------------------
 
@@ -250,7 +250,7 @@ class ProcessExecutor:
             _check_same_identity(run_dir, launch)
             return None
         with _platform(f"launch {launch.name!r}"):
-            tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{launch.name}{TMP_MARK}", dir=self.root))
+            tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{launch.name}-", dir=self.root))
             try:
                 _write_launch_files(tmp, launch, spec)
             except BaseException:
@@ -376,14 +376,14 @@ def _write_json(path: Path, data: Any) -> None:
         os.fsync(fh.fileno())
 
 
-class _Spawner:
-    """This executor's end of the spawner (process_shim.Spawner): started at the first
-    launch and again whenever it is found dead; a request per launch, answered by the
-    shim it forks; and the names of the runs whose shims it says ended."""
+class _Supervisor:
+    """This executor's end of its supervisor (process_shim.Supervisor): started at the
+    first launch and again whenever it is found dead; a request per launch, and its
+    answer; and the names of the runs whose commands it says ended."""
 
     def __init__(self) -> None:
         self.pid: int | None = None
-        """The spawner's pid, once it has said it."""
+        """The supervisor's pid, once it has said it."""
         self._sock: socket.socket | None = None
         self._ids = 0
         self._waiting: dict[int, asyncio.Future[str]] = {}
@@ -393,10 +393,10 @@ class _Spawner:
         self._heard_so_far = b""  # the start of a line not yet whole
 
     async def supervise(self, tmp: Path, run_dir: Path, kill_grace: float, clk: clock.Clock) -> str:
-        """Have a shim claim `tmp` as `run_dir` and start it; its answer, `started` or
-        `exists`. ExecutorError when the shim fails, or gives no answer in time. A request
-        the spawner's socket refuses (it died since the last one) was never read, so it is
-        asked once more of a new spawner."""
+        """Have the supervisor claim `tmp` as `run_dir` and start it; its answer, `started`
+        or `exists`. ExecutorError when it fails, or gives no answer in time. A request the
+        socket refuses (the supervisor died since the last one) was never read, so it is
+        asked once more of a new supervisor."""
         loop = asyncio.get_running_loop()
         self._ids += 1
         ask = self._ids
@@ -420,8 +420,7 @@ class _Spawner:
             while not answer.done():
                 if clk.monotonic() >= until:
                     raise errors.ExecutorError(
-                        f"process shim for {run_dir.name!r} gave no answer in"
-                        f" {SHIM_ANSWER_SECONDS:g}s"
+                        f"process launch {run_dir.name!r}: no answer in {SHIM_ANSWER_SECONDS:g}s"
                     )
                 await asyncio.wait({answer}, timeout=0.5)
             return await answer
@@ -429,7 +428,7 @@ class _Spawner:
             self._waiting.pop(ask, None)
 
     def take_ended(self) -> set[str]:
-        """The names whose shims ended since the last call."""
+        """The names whose commands ended since the last call."""
         ended, self._ended = self._ended, set()
         self._news.clear()
         return ended
@@ -438,7 +437,7 @@ class _Spawner:
         return bool(self._ended)
 
     async def wait_ended(self, clk: clock.Clock, seconds: float) -> None:
-        """Until a shim ends, or for `seconds` of `clk`."""
+        """Until a command ends, or for `seconds` of `clk`."""
         news = asyncio.ensure_future(self._news.wait())
         pause = asyncio.ensure_future(clk.sleep(seconds))
         try:
@@ -448,15 +447,15 @@ class _Spawner:
             pause.cancel()
 
     def _ready(self) -> socket.socket:
-        """The socket to a live spawner, one started now if there is none. A spawner that
-        died is seen as the end of its socket (nobody else holds its end)."""
+        """The socket to a live supervisor, one started now if there is none. One that died
+        is seen as the end of its socket (nobody else holds its end)."""
         if self._sock is not None:
             return self._sock
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            with _platform("start the process executor's spawner"):
+            with _platform("start the process executor's supervisor"):
                 started = subprocess.run(
-                    [sys.executable, "-I", str(SHIM), "--spawner", str(theirs.fileno())],
+                    [sys.executable, "-I", str(SHIM), "--supervisor", str(theirs.fileno())],
                     pass_fds=[theirs.fileno()],
                     start_new_session=True,
                     timeout=SHIM_ANSWER_SECONDS,
@@ -464,11 +463,11 @@ class _Spawner:
                 )
             if started.returncode != 0:
                 raise errors.ExecutorError(
-                    f"process executor: its spawner did not start (exit {started.returncode})"
+                    f"process executor: its supervisor did not start (exit {started.returncode})"
                 )
         except subprocess.TimeoutExpired:
             mine.close()
-            raise errors.ExecutorError("process executor: its spawner did not start") from None
+            raise errors.ExecutorError("process executor: its supervisor did not start") from None
         except BaseException:
             mine.close()
             raise
@@ -490,59 +489,54 @@ class _Spawner:
                 self._lost(f"its socket failed: {exc}")
                 return
             if not data:
-                self._lost("the spawner is gone")
+                self._lost("the supervisor is gone")
                 return
             *lines, self._heard_so_far = (self._heard_so_far + data).split(b"\n")
             for line in lines:
                 self._heard(json.loads(line))
 
     def _heard(self, message: dict[str, Any]) -> None:
-        if isinstance(spawner := message.get("spawner"), int):
-            self.pid = spawner
-            log.info("process executor: spawner started (pid %d)", spawner)
+        if isinstance(supervisor := message.get("supervisor"), int):
+            self.pid = supervisor
+            log.info("process executor: supervisor started (pid %d)", supervisor)
             return
         ask = message.get("id")
         if not isinstance(ask, int):
             return
+        name = self._names.get(ask)
         answer = self._waiting.get(ask)
-        if message.get("ended"):
-            name = self._names.pop(ask, None)
-            if name is not None:
-                self._ended.add(name)
-                self._news.set()
-            if answer is not None and not answer.done():
-                answer.set_exception(
-                    errors.ExecutorError(f"process shim for {name!r} failed: no answer")
-                )
-        elif answer is None or answer.done():
-            return  # the launch gave up waiting
-        elif "error" in message:
-            answer.set_exception(
-                errors.ExecutorError(
-                    f"process shim for {self._names.get(ask)!r} failed: {message['error']}"
-                )
-            )
-        elif message.get("answer") in ("started", "exists"):
-            answer.set_result(message["answer"])
+        if answer is not None and not answer.done():
+            if "error" in message:
+                why = message["error"]
+                answer.set_exception(errors.ExecutorError(f"process launch {name!r} failed: {why}"))
+            elif message.get("answer") in ("started", "exists"):
+                answer.set_result(message["answer"])
+            elif message.get("ended"):
+                answer.set_exception(errors.ExecutorError(f"process launch {name!r}: no answer"))
+        if message.get("ended") and (name := self._names.pop(ask, None)) is not None:
+            self._ended.add(name)
+            self._news.set()
 
     def _lost(self, why: str) -> None:
-        """The spawner is gone: what waits for an answer gets none; the next launch starts
-        a new spawner. Runs already started are not touched: `events` sweeps them."""
+        """The supervisor is gone: what waits for an answer gets none; the next launch
+        starts a new one. Runs already started are not touched: `events` sweeps them."""
         for ask, answer in list(self._waiting.items()):
             if not answer.done():
                 answer.set_exception(
                     errors.ExecutorError(
-                        f"process shim for {self._names.get(ask)!r} failed: no answer ({why})"
+                        f"process launch {self._names.get(ask)!r}: no answer ({why})"
                     )
                 )
         log.warning(
-            "process executor: spawner %s lost (%s); the next launch starts one", self.pid, why
+            "process executor: supervisor %s lost (%s); the next launch starts one",
+            self.pid,
+            why,
         )
         self.pid = None
         self._drop()
 
     def _drop(self) -> None:
-        """Let go of the socket: a spawner still there exits when it sees that."""
+        """Let go of the socket: a supervisor still there takes no more launches."""
         if self._sock is not None:
             with contextlib.suppress(Exception):  # a closed loop has no reader left to remove
                 asyncio.get_running_loop().remove_reader(self._sock.fileno())
@@ -785,9 +779,10 @@ def _processes_of_run(run_dir: Path) -> set[_Process]:
 
 
 def _belongs(proc: str, run_dir: Path, mark: bytes) -> bool | None:
-    """True: a command of the run (by its environment); False: its shim (by the folders it
-    holds open, or by its arguments for a shim of a version that took the run folder as
-    one); None: neither, or a process gone or not ours to read."""
+    """True: a command of the run (by its environment); False: its shim, one of an earlier
+    version of this executor that ran one shim per run (by its arguments); None: neither,
+    or a process gone or not ours to read. Today's supervisor serves many runs and stops a
+    command whose folder went by itself: it is never one to stop."""
     try:
         with open(f"{proc}/environ", "rb") as fh:
             if mark in fh.read().split(b"\0"):
@@ -796,31 +791,8 @@ def _belongs(proc: str, run_dir: Path, mark: bytes) -> bool | None:
             argv = fh.read().split(b"\0")
     except OSError:
         return None
-    if not any(arg.endswith(SHIM.name.encode()) for arg in argv):
-        return None
-    if str(run_dir).encode() in argv or _holds(proc, run_dir):
-        return False
-    return None
-
-
-def _holds(proc: str, run_dir: Path) -> bool:
-    """Whether `proc` holds open (as /proc/<pid>/fd shows it) `run_dir` (deleted or not), a
-    file in it, or a `.tmp-` folder of its name: what a shim holds, before and after it
-    claims the name."""
-    folder = str(run_dir)
-    prefixes = (f"{folder}/", f"{run_dir.with_name(f'.tmp-{run_dir.name}{TMP_MARK}')}")
-    try:
-        fds = os.listdir(f"{proc}/fd")
-    except OSError:
-        return False
-    for fd in fds:
-        try:
-            target = os.readlink(f"{proc}/fd/{fd}")
-        except OSError:
-            continue
-        if target in (folder, f"{folder} (deleted)") or target.startswith(prefixes):
-            return True
-    return False
+    shim = any(arg.endswith(SHIM.name.encode()) for arg in argv)
+    return False if shim and str(run_dir).encode() in argv else None
 
 
 def _kill_groups(found: set[_Process]) -> None:

@@ -1,54 +1,52 @@
-"""The supervisor that the `process` executor puts above every command it runs.
+"""The supervisor that the `process` executor puts above the commands it runs.
 
 corral may exit, crash or restart while a command runs; this small program stays behind,
 so that what became of the command is always written down. It is a standalone script
-that imports only the standard library and never depends on corral.
+(`python -I process_shim.py --supervisor <fd>`, detached at once into a session of its
+own) that imports only the standard library and never depends on corral.
 
-It runs as a spawner (`python -I process_shim.py --spawner <fd>`, detached at once): one
-warm process per executor, started once, that reads launch requests from a Unix socket
-(the executor holds the other end) and forks a supervisor for each one, in a millisecond
-or two instead of the tens of milliseconds a new interpreter takes. The spawner reaps its
-supervisors and says on the socket when each ended: that is how the executor hears of a
-finished run at once. When the executor's end closes (corral stopped, or died) the
-spawner exits; the supervisors it forked go on, each in a session of its own, and
-nothing they do depends on the spawner or on corral.
+One supervisor serves one executor: it reads launch requests from a Unix socket (the
+executor holds the other end), starts each command as its own child, and says on the
+socket when each ended, which is how the executor hears of a finished run at once. A
+launch costs a process start, as a bare loop over `subprocess.Popen` pays, not a new
+interpreter. When the executor's end closes (corral stopped, or died) the supervisor
+takes no more launches and goes on until the last of its commands has ended.
 
-What a supervisor does, in order:
+What it does for each launch, in order:
 
-1. Detaches (a session of its own, so signals to corral's group do not reach it).
-2. Claims the launch name: `os.rename(<tmp dir>, <run dir>)`. The rename is atomic, so
-   of any number of shims racing for one name exactly one wins; a loser removes its
-   tmp dir, answers `exists` and starts nothing. The rename is made holding the root
-   folder's lock shared (`flock`); a relaunch holds it exclusively while it looks for
-   the processes of an earlier copy and kills them, so a launch never claims its
-   name between that search finding no folder and the kill.
-3. Starts the command in its own process group, output to `stdout.log`/`stderr.log`,
+1. Claims the launch name: `os.rename(<tmp dir>, <run dir>)`. The rename is atomic, so
+   of any number of supervisors racing for one name (two corrals) exactly one wins; a
+   loser removes its tmp dir, answers `exists` and starts nothing. The rename is made
+   holding the root folder's lock shared (`flock`); a relaunch holds it exclusively
+   while it looks for the processes of an earlier copy and kills them, so a launch never
+   claims its name between that search finding no folder and the kill.
+2. Starts the command in its own process group, output to `stdout.log`/`stderr.log`,
    records `child.pid` (pid, /proc start time, `started_at`) and answers `started`.
    Besides the launch's own environment, the command gets `CORRAL_RUN_DIR`: the run
    folder's absolute path, where it finds its logs, and by which corral finds every
    process of the run (its descendants inherit it).
-4. Waits, enforcing the deadline, a `cancel` request and its own SIGTERM by signalling
-   the command's process group: SIGTERM, then SIGKILL after a grace. A run folder that
-   disappears is a stop too: once its folder is deleted, or replaced by another one
-   under the same path, nothing can observe the run any more and recovery may launch the
-   name again, so the command must not go on beside a new copy.
-5. Writes `exit.json` atomically (tmp file, fsync, rename), unless its folder is gone.
+3. Watches it, enforcing the deadline, a `cancel` request and its own SIGTERM by
+   signalling the command's process group: SIGTERM, then SIGKILL after a grace. A run
+   folder that disappears is a stop too: once its folder is deleted, or replaced by
+   another one under the same path, nothing can observe the run any more and recovery
+   may launch the name again, so the command must not go on beside a new copy.
+4. Writes `exit.json` atomically (tmp file, fsync, rename), unless its folder is gone.
 
-The claimed folder is held open from before the claim, and every later file is written
-relative to that descriptor: a write lands in the folder this shim claimed or fails,
-never in a new folder that a relaunch made under the same path.
+Each claimed folder is held open from before its claim, and every later file is written
+relative to that descriptor: a write lands in the folder this supervisor claimed or
+fails, never in a new folder that a relaunch made under the same path.
 
-The answer (`started`, `exists`, or an error before the claim) is one line on a pipe to
-the spawner, which passes it on; the supervisor's stderr goes to `shim.log` once it has
-claimed its folder.
+A supervisor killed with SIGKILL leaves its commands running (each in a group of its
+own); what they exit with is then unknown, and the executor says so: corral adopts them
+while they run, and records `supervisor died` once they are gone.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import fcntl
-import gc
 import json
 import os
 import selectors
@@ -59,11 +57,11 @@ import subprocess
 import sys
 import time
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
-from typing import Any, NamedTuple
+from typing import Any
 
 POLL_SECONDS = 0.05
 """How often the wait loop looks for a cancel request, a passed deadline or a lost folder."""
@@ -121,16 +119,20 @@ class RunFolder:
         with open(self.open(name, os.O_RDONLY), encoding="utf-8") as fh:
             return json.load(fh)
 
-    def write_json_atomic(self, name: str, data: Any) -> None:
-        """Write `data` as JSON so that readers see either nothing or the whole file."""
+    def write_json_atomic(self, name: str, data: Any, *, durable: bool = True) -> None:
+        """Write `data` as JSON so that readers see either nothing or the whole file, and,
+        if `durable`, so that it survives a power cut. A pid record need not: after a power
+        cut no process it names runs, and a record a power cut damaged reads as none."""
         tmp = f".{name}.tmp"
         fd = self.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
         with open(fd, "w", encoding="utf-8") as fh:
             json.dump(data, fh)
-            fh.flush()
-            os.fsync(fh.fileno())
+            if durable:
+                fh.flush()
+                os.fsync(fh.fileno())
         os.rename(tmp, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
-        os.fsync(self.fd)  # the rename survives a power cut
+        if durable:
+            os.fsync(self.fd)  # the rename survives a power cut
 
 
 @contextlib.contextmanager
@@ -143,6 +145,27 @@ def claims_lock(root: Path, exclusive: bool = False) -> Iterator[None]:
         yield
     finally:
         os.close(fd)  # which releases the lock
+
+
+def _syncfs() -> Any:
+    try:
+        return ctypes.CDLL(None, use_errno=True).syncfs
+    except (OSError, AttributeError):
+        return None
+
+
+SYNCFS = _syncfs()
+
+
+def sync_filesystem(path: Path) -> None:
+    """Make everything written on `path`'s filesystem survive a power cut: one call for a
+    batch of files and renames, instead of an fsync of each file and of its folder."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        if SYNCFS is None or SYNCFS(fd) != 0:
+            os.sync()
+    finally:
+        os.close(fd)
 
 
 def fsync_dir(path: Path) -> None:
@@ -177,31 +200,19 @@ def now_iso() -> str:
     return datetime.now(UTC).isoformat()
 
 
-def tell(fd: int, message: dict[str, Any]) -> None:
-    """Give the spawner one message (a line of JSON) on the pipe it made for this
-    supervisor. It may be gone (SIGKILL): then nobody reads it, and the launch goes on all
-    the same; the executor sees the run in its folder."""
-    with contextlib.suppress(OSError):  # EPIPE: the spawner is gone
-        os.write(fd, json.dumps(message).encode() + b"\n")
-
-
-def redirect_stderr(folder: RunFolder) -> None:
-    """Send this shim's own complaints to `shim.log` instead of the launcher's pipe."""
-    fd = folder.open("shim.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
-    os.dup2(fd, 2)
-    os.close(fd)
-
-
 # --- claiming the name -----------------------------------------------------------------
 
 
-def claim(tmp: Path, final: Path) -> RunFolder | None:
-    """Rename `tmp` to `final` and hold it; None (and `tmp` removed) when `final` exists."""
+def claim(tmp: Path, final: Path, *, durable: bool = True) -> RunFolder | None:
+    """Rename `tmp` to `final` and hold it; None (and `tmp` removed) when `final` exists.
+    Not `durable`: the caller makes the rename survive a power cut (sync_filesystem)."""
     # Opened before the rename, so the descriptor is the claimed folder itself: opening
     # `final` afterwards could already find another one there.
     folder = RunFolder(tmp)
     me = os.getpid()
-    folder.write_json_atomic("shim.pid", {"pid": me, "start_time": proc_start_time(me)})
+    folder.write_json_atomic(
+        "shim.pid", {"pid": me, "start_time": proc_start_time(me)}, durable=False
+    )
     try:
         with claims_lock(final.parent):
             os.rename(tmp, final)
@@ -211,7 +222,8 @@ def claim(tmp: Path, final: Path) -> RunFolder | None:
             raise
         shutil.rmtree(tmp, ignore_errors=True)
         return None
-    fsync_dir(final.parent)
+    if durable:
+        fsync_dir(final.parent)
     folder.path = final
     return folder
 
@@ -247,7 +259,7 @@ def start_child(
         for fd in logs:
             os.close(fd)
     record = {"pid": child.pid, "start_time": proc_start_time(child.pid), "started_at": now_iso()}
-    folder.write_json_atomic("child.pid", record)
+    folder.write_json_atomic("child.pid", record, durable=False)
     return child, record
 
 
@@ -258,45 +270,32 @@ def signal_group(pgid: int, sig: signal.Signals) -> None:
 
 
 class Supervision:
-    """The wait loop: watches the command and stops it when asked or when time is up."""
+    """One command the supervisor watches: it stops the command when asked or when time is
+    up, and records its end."""
 
     def __init__(
         self,
+        ask: int,
         child: subprocess.Popen[bytes],
+        started: dict[str, Any],
         folder: RunFolder,
         launch: dict[str, Any],
         kill_grace: float,
     ) -> None:
+        self.ask = ask  # the id of the launch request it answered
         self.child = child
+        self.started = started
         self.folder = folder
         self.kill_grace = kill_grace
         deadline = launch.get("deadline_seconds")
         self.deadline_at = None if deadline is None else time.monotonic() + float(deadline)
         self.stop_reason: str | None = None
         self.kill_at: float | None = None
-        self.terminated = False
 
-    def on_sigterm(self, signum: int, frame: FrameType | None) -> None:
-        """Someone stopped the shim itself (a shutdown): stop the command, then record it."""
-        self.terminated = True
-
-    def wait(self) -> int:
-        """Wait for the command to end, stopping it when needed; its return code."""
-        while True:
-            try:
-                returncode = self.child.wait(timeout=POLL_SECONDS)
-            except subprocess.TimeoutExpired:
-                self.tick(time.monotonic())
-                continue
-            # The canceller signals the group itself: the command may end before we look.
-            if self.stop_reason is None and self.folder.exists("cancel"):
-                self.stop_reason = "cancelled"
-            return returncode
-
-    def tick(self, now: float) -> None:
+    def tick(self, now: float, terminated: bool) -> None:
         """One look: start stopping the command, or force it once the grace is over."""
         if self.stop_reason is None:
-            self.stop_reason, grace = self.stop_request(now)
+            self.stop_reason, grace = self.stop_request(now, terminated)
             if self.stop_reason is not None:
                 signal_group(self.child.pid, signal.SIGTERM)
                 self.kill_at = now + grace
@@ -304,9 +303,9 @@ class Supervision:
             signal_group(self.child.pid, signal.SIGKILL)
             self.kill_at = None
 
-    def stop_request(self, now: float) -> tuple[str | None, float]:
+    def stop_request(self, now: float, terminated: bool) -> tuple[str | None, float]:
         """Why the command must stop now, and the grace it gets; (None, 0) to keep going."""
-        if self.terminated:
+        if terminated:
             return "supervisor terminated", self.kill_grace
         if not self.folder.still_mine():
             return FOLDER_GONE, self.kill_grace
@@ -315,6 +314,20 @@ class Supervision:
         if self.deadline_at is not None and now >= self.deadline_at:
             return "deadline exceeded", self.kill_grace
         return None, 0.0
+
+    def end(self, returncode: int) -> None:
+        """The command ended with `returncode`: record it, and let go of the folder."""
+        # The canceller signals the group itself: the command may end before we look.
+        if self.stop_reason is None and self.folder.exists("cancel"):
+            self.stop_reason = "cancelled"
+        # Like a container ending: whatever the command left behind in its group goes too.
+        signal_group(self.child.pid, signal.SIGKILL)
+        self.child.returncode = returncode  # reaped here: Popen must not wait for it again
+        try:
+            record = exit_record(returncode, self.stop_reason, self.started["started_at"])
+            record_exit(self.folder, record, durable=False)
+        finally:
+            os.close(self.folder.fd)
 
 
 def read_cancel_grace(folder: RunFolder, default: float) -> float:
@@ -343,187 +356,169 @@ def exit_record(returncode: int, stop_reason: str | None, started_at: str | None
     }
 
 
-def record_exit(folder: RunFolder, record: dict[str, Any]) -> None:
+def record_exit(folder: RunFolder, record: dict[str, Any], *, durable: bool = True) -> None:
     """Write `exit.json`, unless the folder is gone: nobody may read it, and a relaunch may
-    have made a new folder under its path since."""
+    have made a new folder under its path since. Not `durable`: the caller makes it
+    survive a power cut (sync_filesystem)."""
     if not folder.still_mine():
         return
     with contextlib.suppress(FileNotFoundError):  # deleted since we looked
-        folder.write_json_atomic("exit.json", record)
+        folder.write_json_atomic("exit.json", record, durable=durable)
 
 
-def run(folder: RunFolder, kill_grace: float, answer: Callable[[str], None]) -> None:
-    """Start the claimed launch's command, answer the launcher, supervise, record the end."""
-    redirect_stderr(folder)
-    launch = folder.read_json("launch.json")
-    try:
-        child, started = start_child(folder, launch)
-    except (OSError, ValueError) as exc:  # ValueError: e.g. a NUL byte in an argument
-        record = exit_record(START_FAILED_EXIT_CODE, None, None)
-        record["reason"] = f"could not start the command: {exc}"
-        record_exit(folder, record)
-        answer("started")
-        return
-    supervision = Supervision(child, folder, launch, kill_grace)
-    signal.signal(signal.SIGTERM, supervision.on_sigterm)
-    answer("started")
-    returncode = supervision.wait()
-    # Like a container ending: whatever the command left behind in its group goes too.
-    signal_group(child.pid, signal.SIGKILL)
-    record_exit(folder, exit_record(returncode, supervision.stop_reason, started["started_at"]))
+class Supervisor:
+    """The one supervisor of an executor's runs: it claims and starts each launch asked on
+    `sock`, watches every command it started, records each end, and says so on `sock`.
 
+    What one round of its loop wrote (claims, exit records) is made to survive a power cut
+    at once, with one sync of the filesystem, before it says anything about them.
 
-def supervise(request: dict[str, Any], answers: int) -> int:
-    """One launch, in a process forked by the spawner: claim the name, then run it (or
-    answer `exists`). The answer goes on the pipe `answers`, which is then closed: the
-    spawner alone says when this supervisor ended."""
-    tmp, final, grace = Path(request["tmp"]), Path(request["run"]), float(request["grace"])
-
-    def answer(word: str) -> None:
-        tell(answers, {"answer": word})
-        os.close(answers)
-
-    try:
-        folder = claim(tmp, final)
-    except BaseException as exc:
-        shutil.rmtree(tmp, ignore_errors=True)
-        lines = traceback.format_exception_only(type(exc), exc)
-        tell(answers, {"error": "".join(lines).strip()})
-        return 1
-    if folder is None:
-        answer("exists")
-        return 0
-    run(folder, grace, answer)
-    return 0
-
-
-class _Child(NamedTuple):
-    ask: int  # the id of the request it serves
-    answers: int  # the read end of its pipe, or -1 once that is closed
-
-
-class Spawner:
-    """The warm parent of every supervisor: a fork for each request on `sock`, whose answer
-    it passes on, and a message (`ended`) for each supervisor it reaps. It alone writes to
-    `sock`: a supervisor writes to a pipe of its own, so none ever waits for the executor."""
+    It reads the socket until the executor closes its end (corral stopped, or died), and
+    goes on until the last of its commands has ended. SIGTERM stops every command (SIGTERM,
+    then SIGKILL after its grace) and records each as `supervisor terminated`."""
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
-        self.children: dict[int, _Child] = {}  # by pid
-        self.pipes: dict[int, int] = {}  # answers fd -> pid
+        self.listening = True
+        self.terminated = False
+        self.runs: dict[int, Supervision] = {}  # by the command's pid
         self.wake_r, self.wake_w = os.pipe()
         for fd in (self.wake_r, self.wake_w):
             os.set_blocking(fd, False)
-        self.selector = selectors.DefaultSelector()
         self.pending = b""
+        self.outbox: list[dict[str, Any]] = []  # said once what they tell of is durable
+        self.unsynced: set[Path] = set()  # folders whose filesystem has writes to sync
 
     def serve(self) -> int:
-        """Until the executor closes its end of the socket."""
-        gc.freeze()  # a supervisor's collector never walks (and so copies) what it inherits
         signal.signal(signal.SIGCHLD, lambda signum, frame: None)  # wakes the select
+        signal.signal(signal.SIGTERM, self.on_sigterm)
         signal.set_wakeup_fd(self.wake_w)
-        self.selector.register(self.sock, selectors.EVENT_READ)
-        self.selector.register(self.wake_r, selectors.EVENT_READ)
-        self.say({"spawner": os.getpid()})
-        while True:
-            for key, _ in self.selector.select():
-                if key.fileobj is self.sock:
-                    data = self.sock.recv(65536)
-                    if not data:
-                        return 0  # the executor is gone: its supervisors go on alone
-                    self.pending += data
-                    *lines, self.pending = self.pending.split(b"\n")
-                    for line in lines:
-                        self.fork(json.loads(line))
-                elif key.fileobj == self.wake_r:
-                    with contextlib.suppress(BlockingIOError):
-                        os.read(self.wake_r, 4096)
-                else:
-                    self.relay(key.fd)
-            self.reap()
+        with selectors.DefaultSelector() as selector:
+            selector.register(self.sock, selectors.EVENT_READ)
+            selector.register(self.wake_r, selectors.EVENT_READ)
+            self.say({"supervisor": os.getpid()})
+            next_look = time.monotonic()
+            while self.listening or self.runs:
+                for key, _ in selector.select(POLL_SECONDS if self.runs else None):
+                    if key.fileobj is self.sock:
+                        self.hear(selector)
+                    else:
+                        with contextlib.suppress(BlockingIOError):
+                            os.read(self.wake_r, 4096)
+                self.reap()
+                self.flush()
+                if (now := time.monotonic()) >= next_look:
+                    for run in list(self.runs.values()):
+                        run.tick(now, self.terminated)
+                    next_look = now + POLL_SECONDS
+        return 0
 
-    def fork(self, request: dict[str, Any]) -> None:
-        answers_r, answers_w = os.pipe()
-        pid = os.fork()
-        if pid:
-            os.close(answers_w)
-            os.set_blocking(answers_r, False)
-            self.children[pid] = _Child(request["id"], answers_r)
-            self.pipes[answers_r] = pid
-            self.selector.register(answers_r, selectors.EVENT_READ)
-            return
-        # The supervisor: none of the spawner's machinery, a session of its own.
-        code = 1
+    def on_sigterm(self, signum: int, frame: FrameType | None) -> None:
+        """Someone stopped the supervisor itself (a shutdown): stop every command, then
+        record each."""
+        self.terminated = True
+
+    def hear(self, selector: selectors.BaseSelector) -> None:
         try:
-            signal.set_wakeup_fd(-1)
-            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-            self.selector.close()
-            for fd in (self.wake_r, self.wake_w, answers_r, *self.pipes):
-                os.close(fd)
-            self.sock.close()
-            os.setsid()
-            code = supervise(request, answers_w)
-        finally:
-            os._exit(code)
-
-    def relay(self, fd: int) -> None:
-        """Pass on what a supervisor said (its answer), with its request's id."""
-        pid = self.pipes.get(fd)
-        child = self.children.get(pid) if pid is not None else None
-        try:
-            data = os.read(fd, 65536)
-        except BlockingIOError:
+            data = self.sock.recv(65536)
+        except OSError:  # ECONNRESET: it died with our news unread
+            data = b""
+        if not data:  # the executor is gone: no more launches, the runs go on
+            self.listening = False
+            selector.unregister(self.sock)
             return
-        if child is not None:
-            for line in data.splitlines():
-                self.say({**json.loads(line), "id": child.ask})
-        if not data:  # it closed the pipe: answered, or gone
-            self.close_pipe(fd)
+        self.pending += data
+        *lines, self.pending = self.pending.split(b"\n")
+        for line in lines:
+            try:
+                request = json.loads(line)
+            except ValueError:
+                traceback.print_exc()  # not the executor's: nobody to answer
+                continue
+            try:
+                self.outbox.append({"id": request["id"], **self.launch(request)})
+            except Exception as exc:  # answered, never fatal: the other runs go on
+                said = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+                self.outbox.append({"id": request["id"], "error": said})
 
-    def close_pipe(self, fd: int) -> None:
-        pid = self.pipes.pop(fd, None)
-        self.selector.unregister(fd)
-        os.close(fd)
-        if pid in self.children:
-            self.children[pid] = self.children[pid]._replace(answers=-1)
+    def launch(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Claim the name and start its command: what to answer."""
+        if self.terminated:
+            return {"error": "the supervisor is stopping (SIGTERM)"}
+        tmp, final, grace = Path(request["tmp"]), Path(request["run"]), float(request["grace"])
+        try:
+            folder = claim(tmp, final, durable=False)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        if folder is None:
+            return {"answer": "exists"}
+        self.unsynced.add(final.parent)
+        try:
+            launch = folder.read_json("launch.json")
+            child, started = start_child(folder, launch)
+        except (OSError, ValueError) as exc:  # ValueError: e.g. a NUL byte in an argument
+            record = exit_record(START_FAILED_EXIT_CODE, None, None)
+            record["reason"] = f"could not start the command: {exc}"
+            try:
+                record_exit(folder, record, durable=False)
+            finally:
+                os.close(folder.fd)
+            return {"answer": "started", "ended": True}
+        self.runs[child.pid] = Supervision(request["id"], child, started, folder, launch, grace)
+        return {"answer": "started"}
 
     def reap(self) -> None:
-        while self.children:
+        while self.runs:
             try:
-                pid, _ = os.waitpid(-1, os.WNOHANG)
+                pid, status = os.waitpid(-1, os.WNOHANG)
             except ChildProcessError:
                 return
             if pid == 0:
                 return
-            child = self.children.get(pid)
-            if child is None:
+            run = self.runs.pop(pid, None)
+            if run is None:
                 continue
-            if child.answers >= 0:  # what it said before it ended comes first
-                with contextlib.suppress(OSError):
-                    self.relay(child.answers)
-                if child.answers in self.pipes:
-                    self.close_pipe(child.answers)
-            del self.children[pid]
-            self.say({"id": child.ask, "ended": True})
+            self.unsynced.add(run.folder.path.parent)
+            try:
+                run.end(os.waitstatus_to_exitcode(status))
+            except Exception:  # this run's record failed (a disk error): never the others'
+                traceback.print_exc()
+            finally:
+                self.outbox.append({"id": run.ask, "ended": True})
+
+    def flush(self) -> None:
+        """Make this round's writes durable, then say what they tell of."""
+        for folder in self.unsynced:
+            with contextlib.suppress(OSError):  # a root gone: nothing there to keep
+                sync_filesystem(folder)
+        self.unsynced.clear()
+        outbox, self.outbox = self.outbox, []
+        for message in outbox:
+            self.say(message)
 
     def say(self, message: dict[str, Any]) -> None:
-        """One line to the executor (it reads as it goes: a wait here is short)."""
-        with contextlib.suppress(OSError):  # gone: the next recv says so
+        """One line to the executor, if it still listens (it reads as it goes)."""
+        if not self.listening and "supervisor" not in message:
+            return
+        try:
             self.sock.sendall(json.dumps(message).encode() + b"\n")
+        except OSError:  # gone: nobody to tell; the run folders say it all
+            self.listening = False
 
 
 def main(argv: list[str]) -> int:
-    """Entry point: `process_shim.py --spawner <fd of a Unix stream socket>`."""
-    if len(argv) != 3 or argv[1] != "--spawner":
-        print("usage: process_shim.py --spawner FD", file=sys.stderr)
+    """Entry point: `process_shim.py --supervisor <fd of a Unix stream socket>`."""
+    if len(argv) != 3 or argv[1] != "--supervisor":
+        print("usage: process_shim.py --supervisor FD", file=sys.stderr)
         return 2
     if os.fork() > 0:
         os._exit(0)  # detached: the executor never keeps a child, nor reaps one
     devnull = os.open(os.devnull, os.O_RDWR)
     os.dup2(devnull, 0)
-    os.dup2(devnull, 1)  # a supervisor's output goes to its folder, never to corral
+    os.dup2(devnull, 1)  # a command's output goes to its folder, never to corral
     os.close(devnull)
-    return Spawner(socket.socket(fileno=int(argv[2]))).serve()
+    return Supervisor(socket.socket(fileno=int(argv[2]))).serve()
 
 
 if __name__ == "__main__":
