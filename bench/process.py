@@ -46,39 +46,58 @@ def bare_phase(jobs: int, concurrency: int) -> float:
     return jobs / (time.perf_counter() - t0)
 
 
-async def _corral_phase(jobs: int) -> float:
+async def _corral_phase(jobs: int, scratch: str) -> float:
     clock = SystemClock()
-    with tempfile.TemporaryDirectory(prefix="corral-bench-") as scratch:
-        db = store.Store.connect(f"sqlite:///{scratch}/bench.db")
-        await db.migrate()
-        for start in range(0, jobs, 1000):
-            chunk = [
-                model.NewJob(executor="process", spec={"command": COMMAND})
-                for _ in range(min(1000, jobs - start))
-            ]
-            await db.job_submit(new=chunk, now=clock.now())
-        executor = ProcessExecutor(root=Path(scratch) / "runs", clock=clock)
-        await executor.start()
-        d = dispatcher.Dispatcher(
-            store=db, executors={"process": executor}, clock=clock, settings=config.Settings()
-        )
-        stop = asyncio.Event()
-        t0 = time.perf_counter()
-        runner = asyncio.create_task(d.run(stop))
-        while await db.job_list(states=["queued", "running"], limit=1):
-            await asyncio.sleep(0.05)
-        elapsed = time.perf_counter() - t0
-        stop.set()
-        await runner
-        await executor.close()
-        ended = await db.job_list(states=["succeeded"], limit=jobs)
-        await db.close()
+    db = store.Store.connect(f"sqlite:///{scratch}/bench.db")
+    await db.migrate()
+    for start in range(0, jobs, 1000):
+        chunk = [
+            model.NewJob(executor="process", spec={"command": COMMAND})
+            for _ in range(min(1000, jobs - start))
+        ]
+        await db.job_submit(new=chunk, now=clock.now())
+    executor = ProcessExecutor(root=Path(scratch) / "runs", clock=clock)
+    await executor.start()
+    d = dispatcher.Dispatcher(
+        store=db, executors={"process": executor}, clock=clock, settings=config.Settings()
+    )
+    stop = asyncio.Event()
+    t0 = time.perf_counter()
+    runner = asyncio.create_task(d.run(stop))
+    while await db.job_list(states=["queued", "running"], limit=1):
+        await asyncio.sleep(0.05)
+    elapsed = time.perf_counter() - t0
+    stop.set()
+    await runner
+    await executor.close()
+    ended = await db.job_list(states=["succeeded"], limit=jobs)
+    await db.close()
     assert len(ended) == jobs, f"{len(ended)} of {jobs} succeeded"
     return jobs / elapsed
 
 
-def corral_phase(jobs: int) -> float:
-    return asyncio.run(_corral_phase(jobs))
+def corral_phase(jobs: int, scratch: str | None = None) -> float:
+    """jobs/s of corral on `jobs` jobs, its files in `scratch` (default: a new folder,
+    removed afterwards). The benchmark removes every round's folders only at its end: a
+    removal makes the filesystem busy (it frees blocks, discards them) for the next round."""
+    if scratch is not None:
+        return asyncio.run(_corral_phase(jobs, scratch))
+    with tempfile.TemporaryDirectory(prefix="corral-bench-") as made:
+        return asyncio.run(_corral_phase(jobs, made))
+
+
+def run_round(n: int, args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
+    """Both phases, in an order that alternates from round to round."""
+    scratch.mkdir()
+    rates = {}
+    for name in ["bare", "corral"] if n % 2 == 0 else ["corral", "bare"]:
+        rates[name] = (
+            bare_phase(args.jobs, args.concurrency)
+            if name == "bare"
+            else corral_phase(args.jobs, str(scratch))
+        )
+        print(f"round {n + 1}/{args.rounds} {name}: {rates[name]:,.0f} jobs/s", file=sys.stderr)
+    return {"round": n + 1, "jobs_per_s": rates, "ratio": rates["corral"] / rates["bare"]}
 
 
 def main() -> None:
@@ -92,21 +111,9 @@ def main() -> None:
         help="The bare loop's (default: corral's launch_concurrency).",
     )
     args = parser.parse_args()
-    rounds: list[dict[str, Any]] = []
     load_at_start = os.getloadavg()
-    for n in range(args.rounds):
-        order = ["bare", "corral"] if n % 2 == 0 else ["corral", "bare"]
-        rates = {}
-        for name in order:
-            rates[name] = (
-                bare_phase(args.jobs, args.concurrency)
-                if name == "bare"
-                else corral_phase(args.jobs)
-            )
-            print(f"round {n + 1}/{args.rounds} {name}: {rates[name]:,.0f} jobs/s", file=sys.stderr)
-        rounds.append(
-            {"round": n + 1, "jobs_per_s": rates, "ratio": rates["corral"] / rates["bare"]}
-        )
+    with tempfile.TemporaryDirectory(prefix="corral-bench-") as scratch:
+        rounds = [run_round(n, args, Path(scratch) / f"round-{n + 1}") for n in range(args.rounds)]
     median = {k: statistics.median(r["jobs_per_s"][k] for r in rounds) for k in ("bare", "corral")}
     report = {
         "jobs": args.jobs,

@@ -14,7 +14,7 @@ launch, so a new corral (or another one beside it) rebuilds everything from it.
         cancel        present once a cancel was asked for (holds the grace)
         exit.json     exit code, reason, start and end: present once it finished
 
-The folder is prepared under a `.tmp-*` name and claimed by the supervisor (the shim,
+The folder is made under a `.tmp-*` name and claimed by the supervisor (the shim,
 process_shim.py) with one atomic rename, so a name is launched at most once, even by two
 corrals at the same moment. Each executor has one supervisor, started at its first launch
 (and again if it dies), in a session of its own, so commands outlive corral; it starts
@@ -58,7 +58,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 from collections.abc import AsyncGenerator, Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -154,17 +153,10 @@ class ProcessExecutor:
         run_dir = self._run_dir(launch.name)
         if launch.relaunch:
             await self._stop_earlier_copies(run_dir)
-        tmp = await asyncio.to_thread(self._prepare, launch, spec, run_dir)
-        if tmp is not None:
-            try:
-                answer = await self._supervisor.supervise(
-                    tmp, run_dir, self._kill_grace, self._clock
-                )
-            except BaseException:  # no answer: its `.tmp-` folder may be left (a rare path)
-                shutil.rmtree(tmp, ignore_errors=True)
-                raise
-            if answer == "exists":
-                await asyncio.to_thread(_check_same_identity, run_dir, launch)
+        files = _launch_files(launch, spec)
+        answer = await self._supervisor.supervise(run_dir, files, self._kill_grace, self._clock)
+        if answer == "exists":
+            await asyncio.to_thread(_check_same_identity, run_dir, launch)
         self._watched.add(launch.name)
 
     async def _stop_earlier_copies(self, run_dir: Path) -> None:
@@ -242,21 +234,6 @@ class ProcessExecutor:
     def _make_root(self) -> None:
         with _platform(f"create the process executor's root {self.root}"):
             self.root.mkdir(parents=True, exist_ok=True)
-
-    def _prepare(self, launch: model.Launch, spec: dict[str, Any], run_dir: Path) -> Path | None:
-        """The launch's folder, made under a `.tmp-` name for its shim to claim; None when
-        the name is launched already (by this very attempt, or LaunchConflict)."""
-        if run_dir.exists():
-            _check_same_identity(run_dir, launch)
-            return None
-        with _platform(f"launch {launch.name!r}"):
-            tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{launch.name}-", dir=self.root))
-            try:
-                _write_launch_files(tmp, launch, spec)
-            except BaseException:
-                shutil.rmtree(tmp, ignore_errors=True)
-                raise
-        return tmp
 
     def _check_root(self) -> None:
         # A root that vanished (deleted, unmounted) must not read as "every launch absent":
@@ -353,20 +330,17 @@ def _platform(doing: str) -> Iterator[None]:
         raise errors.ExecutorError(f"process executor could not {doing}: {exc}") from exc
 
 
-def _write_launch_files(tmp: Path, launch: model.Launch, spec: dict[str, Any]) -> None:
-    cwd = os.path.join(os.getcwd(), spec.get("cwd", ""))
-    _write_json(
-        tmp / "launch.json",
-        {
-            "name": launch.name,
-            "labels": dict(launch.labels),
-            "spec": spec,
-            "env": dict(launch.env),
-            "deadline_seconds": launch.deadline_seconds,
-            "cwd": cwd,
-        },
-    )
-    _write_json(tmp / "labels.json", dict(launch.labels))
+def _launch_files(launch: model.Launch, spec: dict[str, Any]) -> dict[str, Any]:
+    """What a run folder starts with, by file name: the supervisor writes them."""
+    launch_doc = {
+        "name": launch.name,
+        "labels": dict(launch.labels),
+        "spec": spec,
+        "env": dict(launch.env),
+        "deadline_seconds": launch.deadline_seconds,
+        "cwd": os.path.join(os.getcwd(), spec.get("cwd", "")),
+    }
+    return {"launch.json": launch_doc, "labels.json": dict(launch.labels)}
 
 
 def _write_json(path: Path, data: Any) -> None:
@@ -392,16 +366,18 @@ class _Supervisor:
         self._news = asyncio.Event()
         self._heard_so_far = b""  # the start of a line not yet whole
 
-    async def supervise(self, tmp: Path, run_dir: Path, kill_grace: float, clk: clock.Clock) -> str:
-        """Have the supervisor claim `tmp` as `run_dir` and start it; its answer, `started`
-        or `exists`. ExecutorError when it fails, or gives no answer in time. A request the
-        socket refuses (the supervisor died since the last one) was never read, so it is
-        asked once more of a new supervisor."""
+    async def supervise(
+        self, run_dir: Path, files: dict[str, Any], kill_grace: float, clk: clock.Clock
+    ) -> str:
+        """Have the supervisor make `run_dir` with `files` and start it; its answer,
+        `started`, or `exists` when the name is there already. ExecutorError when it fails,
+        or gives no answer in time. A request the socket refuses (the supervisor died since
+        the last one) was never read, so it is asked once more of a new supervisor."""
         loop = asyncio.get_running_loop()
         self._ids += 1
         ask = self._ids
         answer: asyncio.Future[str] = loop.create_future()
-        request = {"id": ask, "tmp": str(tmp), "run": str(run_dir), "grace": kill_grace}
+        request = {"id": ask, "run": str(run_dir), "files": files, "grace": kill_grace}
         line = json.dumps(request).encode() + b"\n"
         try:
             for last in (False, True):

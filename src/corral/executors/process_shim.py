@@ -55,6 +55,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import traceback
 from collections.abc import Iterator
@@ -118,6 +119,17 @@ class RunFolder:
         """The JSON in this folder's file `name`."""
         with open(self.open(name, os.O_RDONLY), encoding="utf-8") as fh:
             return json.load(fh)
+
+    def write_json_draft(self, name: str, data: Any) -> None:
+        """Write `data` as JSON under a draft name, for `commit_draft` to put in place once
+        it is durable (sync_filesystem): a batch of them costs one sync, and a power cut
+        never leaves a torn file under `name`."""
+        fd = self.open(f".{name}.tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        with open(fd, "w", encoding="utf-8") as fh:
+            json.dump(data, fh)
+
+    def commit_draft(self, name: str) -> None:
+        os.rename(f".{name}.tmp", name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
 
     def write_json_atomic(self, name: str, data: Any, *, durable: bool = True) -> None:
         """Write `data` as JSON so that readers see either nothing or the whole file, and,
@@ -315,19 +327,29 @@ class Supervision:
             return "deadline exceeded", self.kill_grace
         return None, 0.0
 
-    def end(self, returncode: int) -> None:
-        """The command ended with `returncode`: record it, and let go of the folder."""
+    def end(self, returncode: int) -> bool:
+        """The command ended with `returncode`: draft its record (False if the folder is no
+        longer this run's: nothing to record)."""
         # The canceller signals the group itself: the command may end before we look.
         if self.stop_reason is None and self.folder.exists("cancel"):
             self.stop_reason = "cancelled"
         # Like a container ending: whatever the command left behind in its group goes too.
         signal_group(self.child.pid, signal.SIGKILL)
         self.child.returncode = returncode  # reaped here: Popen must not wait for it again
+        if not self.folder.still_mine():
+            return False
+        record = exit_record(returncode, self.stop_reason, self.started["started_at"])
         try:
-            record = exit_record(returncode, self.stop_reason, self.started["started_at"])
-            record_exit(self.folder, record, durable=False)
-        finally:
-            os.close(self.folder.fd)
+            self.folder.write_json_draft("exit.json", record)
+        except FileNotFoundError:  # deleted since we looked
+            return False
+        return True
+
+    def recorded(self) -> None:
+        """Put the drafted record in place (it is durable now), unless the folder went."""
+        if self.folder.still_mine():
+            with contextlib.suppress(FileNotFoundError):
+                self.folder.commit_draft("exit.json")
 
 
 def read_cancel_grace(folder: RunFolder, default: float) -> float:
@@ -370,8 +392,12 @@ class Supervisor:
     """The one supervisor of an executor's runs: it claims and starts each launch asked on
     `sock`, watches every command it started, records each end, and says so on `sock`.
 
-    What one round of its loop wrote (claims, exit records) is made to survive a power cut
-    at once, with one sync of the filesystem, before it says anything about them.
+    A round of its loop first writes what it has to (the files of new run folders, the exit
+    records of ended commands) under draft names, makes them all durable with one sync of
+    the filesystem, and only then claims the new folders, starts their commands and puts
+    the records in place: a power cut never leaves a torn file, and a sync costs a round,
+    not a file. (A rename lost to a power cut reads as a launch that never was, or a
+    supervisor that died: recovery's cases, and no process outlives a power cut.)
 
     It reads the socket until the executor closes its end (corral stopped, or died), and
     goes on until the last of its commands has ended. SIGTERM stops every command (SIGTERM,
@@ -386,8 +412,10 @@ class Supervisor:
         for fd in (self.wake_r, self.wake_w):
             os.set_blocking(fd, False)
         self.pending = b""
-        self.outbox: list[dict[str, Any]] = []  # said once what they tell of is durable
-        self.unsynced: set[Path] = set()  # folders whose filesystem has writes to sync
+        self.outbox: list[dict[str, Any]] = []  # said at the end of the round
+        self.unsynced: set[Path] = set()  # roots whose filesystem has drafts to sync
+        self.made: list[tuple[dict[str, Any], Path]] = []  # new folders, to claim
+        self.ended: list[Supervision] = []  # ended runs, their records drafted
 
     def serve(self) -> int:
         signal.signal(signal.SIGCHLD, lambda signum, frame: None)  # wakes the select
@@ -429,23 +457,56 @@ class Supervisor:
             return
         self.pending += data
         *lines, self.pending = self.pending.split(b"\n")
+        requests = []
         for line in lines:
             try:
-                request = json.loads(line)
+                requests.append(json.loads(line))
             except ValueError:
                 traceback.print_exc()  # not the executor's: nobody to answer
-                continue
-            try:
-                self.outbox.append({"id": request["id"], **self.launch(request)})
-            except Exception as exc:  # answered, never fatal: the other runs go on
-                said = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-                self.outbox.append({"id": request["id"], "error": said})
+        for request in requests:
+            if tmp := self.prepare(request):
+                self.made.append((request, tmp))
+                self.unsynced.add(tmp.parent)
 
-    def launch(self, request: dict[str, Any]) -> dict[str, Any]:
+    def answer(self, request: dict[str, Any], how: Any) -> Any:
+        """`how()`'s answer to `request`, or the error it raised: never fatal, the other
+        runs go on."""
+        try:
+            said = how()
+        except Exception as exc:
+            error = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+            self.outbox.append({"id": request["id"], "error": error})
+            return None
+        if isinstance(said, dict):
+            self.outbox.append({"id": request["id"], **said})
+        return said
+
+    def prepare(self, request: dict[str, Any]) -> Path | None:
+        """The launch's folder, under a `.tmp-` name with its files written; None when it
+        is answered already (the name exists, the supervisor is stopping, or it failed)."""
+
+        def make() -> Path | dict[str, Any]:
+            final = Path(request["run"])
+            if self.terminated:
+                return {"error": "the supervisor is stopping (SIGTERM)"}
+            if os.path.lexists(final):
+                return {"answer": "exists"}
+            tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{final.name}-", dir=final.parent))
+            try:
+                for name in ("launch.json", "labels.json"):
+                    with open(tmp / name, "w", encoding="utf-8") as fh:
+                        json.dump(request["files"][name], fh)
+            except BaseException:
+                shutil.rmtree(tmp, ignore_errors=True)
+                raise
+            return tmp
+
+        made = self.answer(request, make)
+        return made if isinstance(made, Path) else None
+
+    def launch(self, tmp: Path, request: dict[str, Any]) -> dict[str, Any]:
         """Claim the name and start its command: what to answer."""
-        if self.terminated:
-            return {"error": "the supervisor is stopping (SIGTERM)"}
-        tmp, final, grace = Path(request["tmp"]), Path(request["run"]), float(request["grace"])
+        final, grace = Path(request["run"]), float(request["grace"])
         try:
             folder = claim(tmp, final, durable=False)
         except BaseException:
@@ -455,13 +516,13 @@ class Supervisor:
             return {"answer": "exists"}
         self.unsynced.add(final.parent)
         try:
-            launch = folder.read_json("launch.json")
+            launch = request["files"]["launch.json"]
             child, started = start_child(folder, launch)
         except (OSError, ValueError) as exc:  # ValueError: e.g. a NUL byte in an argument
             record = exit_record(START_FAILED_EXIT_CODE, None, None)
             record["reason"] = f"could not start the command: {exc}"
             try:
-                record_exit(folder, record, durable=False)
+                record_exit(folder, record)  # a rare path: synced at once
             finally:
                 os.close(folder.fd)
             return {"answer": "started", "ended": True}
@@ -479,20 +540,36 @@ class Supervisor:
             run = self.runs.pop(pid, None)
             if run is None:
                 continue
-            self.unsynced.add(run.folder.path.parent)
             try:
-                run.end(os.waitstatus_to_exitcode(status))
+                if run.end(os.waitstatus_to_exitcode(status)):
+                    self.ended.append(run)
+                    self.unsynced.add(run.folder.path.parent)
+                    continue
             except Exception:  # this run's record failed (a disk error): never the others'
                 traceback.print_exc()
-            finally:
-                self.outbox.append({"id": run.ask, "ended": True})
+            self.done(run)
+
+    def done(self, run: Supervision) -> None:
+        os.close(run.folder.fd)
+        self.outbox.append({"id": run.ask, "ended": True})
 
     def flush(self) -> None:
-        """Make this round's writes durable, then say what they tell of."""
-        for folder in self.unsynced:
+        """The round's second half: one sync for what it drafted, then the records put in
+        place, the new folders claimed and their commands started, and all of it said."""
+        for root in self.unsynced:
             with contextlib.suppress(OSError):  # a root gone: nothing there to keep
-                sync_filesystem(folder)
+                sync_filesystem(root)
         self.unsynced.clear()
+        ended, self.ended = self.ended, []
+        for run in ended:
+            try:
+                run.recorded()
+            except Exception:
+                traceback.print_exc()
+            self.done(run)
+        made, self.made = self.made, []
+        for request, tmp in made:
+            self.answer(request, lambda request=request, tmp=tmp: self.launch(tmp, request))
         outbox, self.outbox = self.outbox, []
         for message in outbox:
             self.say(message)
