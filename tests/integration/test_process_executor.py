@@ -433,6 +433,20 @@ async def test_a_killed_supervisor_is_started_again_and_its_commands_go_on(
     assert (obs.phase, obs.reason) == (model.Phase.RUNNING, process.SUPERVISOR_DIED)
 
 
+async def test_a_supervisor_stopped_with_sigterm_stops_its_commands_and_another_takes_over(
+    executor: process.ProcessExecutor,
+) -> None:
+    await executor.launch(make_launch("stopped-1", ["sleep", "300"]))
+    shim, _ = await started(executor, "stopped-1", "sleep")
+    os.kill(shim, signal.SIGTERM)  # a shutdown: it stops what it runs, and says why
+    obs = await wait_for(executor, "stopped-1")
+    assert (obs.phase, obs.reason) == (model.Phase.FAILED, "supervisor terminated")
+    assert obs.failure_class is model.FailureClass.TRANSIENT
+    await executor.launch(make_launch("next-1", ["true"], job_id=2))
+    assert (await wait_for(executor, "next-1")).phase is model.Phase.SUCCEEDED
+    assert executor.supervisor_pid not in (None, shim)
+
+
 async def test_events_end_on_close(executor: process.ProcessExecutor) -> None:
     async def drain() -> list[model.Observation]:
         return [obs async for obs in executor.events()]
@@ -627,11 +641,12 @@ def open_paths(pid: int) -> list[str]:
     return found
 
 
-async def let_go(pid: int, under: Path) -> None:
-    """Until the process `pid` holds nothing under `under` open."""
+async def let_go(pid: int, folders: Sequence[Path]) -> None:
+    """Until the process `pid` holds none of `folders`, nor anything in them, open."""
+    prefixes = tuple(f"{folder}{end}" for folder in folders for end in ("/", " (deleted)"))
     await eventually(
-        lambda: not any(p.startswith(f"{under}/") for p in open_paths(pid)),
-        what=f"{pid} holds nothing under {under}",
+        lambda: not any(p.startswith(prefixes) or p in map(str, folders) for p in open_paths(pid)),
+        what=f"{pid} holds nothing in {list(map(str, folders))}",
     )
 
 
@@ -659,7 +674,7 @@ async def test_a_command_whose_run_folder_goes_is_stopped_and_nothing_is_written
         run_dir.mkdir()
     try:
         await wait_gone([child])
-        await let_go(shim, tmp_path)  # the supervisor is done with the run
+        await let_go(shim, [ex.root, moved])  # the supervisor is done with the run
     finally:
         kill_leftovers(ex.root)
     assert alive(shim), "the supervisor goes on: it serves the executor's other runs"
@@ -705,8 +720,8 @@ async def test_a_relaunch_stops_the_earlier_copy_before_it_starts_the_new_one(
     await patient.launch(relaunch_of(make_launch("re-1", waiter(go))))
     assert not alive(old_child), "the old command still runs beside the new one"
     assert pid_of(run_dir, "shim.pid") == old_shim, "one supervisor serves both copies in turn"
-    new_child = pid_of(run_dir, "child.pid")
-    assert processes_of(run_dir) == [new_child]
+    new_child = pid_of(run_dir, "child.pid")  # /proc shows its environment once it has exec'd
+    await eventually(lambda: processes_of(run_dir) == [new_child], what="only the new copy runs")
     assert f"pid {old_child}" in caplog.text
     go.touch()
     obs = await wait_for(patient, "re-1")
@@ -725,7 +740,8 @@ async def test_a_relaunch_stops_a_command_orphaned_by_its_killed_supervisor(
     shutil.rmtree(run_dir)
     await patient.launch(relaunch_of(make_launch("orphan-3", waiter(go))))
     assert not alive(old_child), "the orphaned command still runs beside the new one"
-    assert processes_of(run_dir) == [pid_of(run_dir, "child.pid")]
+    new_child = pid_of(run_dir, "child.pid")  # /proc shows its environment once it has exec'd
+    await eventually(lambda: processes_of(run_dir) == [new_child], what="only the new copy runs")
     go.touch()
     obs = await wait_for(patient, "orphan-3")
     assert (obs.exit_code, obs.reason) == (3, "exited with code 3")
@@ -787,4 +803,5 @@ async def test_a_relaunch_never_stops_the_first_launch_that_claims_the_name_mean
     obs = (await patient.observe(["slow-1"]))["slow-1"]
     assert (obs.phase, obs.reason) == (model.Phase.RUNNING, None), "its supervisor is alive"
     run_dir = patient.root / "slow-1"
-    assert processes_of(run_dir) == [pid_of(run_dir, "child.pid")], "one copy"
+    child = pid_of(run_dir, "child.pid")
+    await eventually(lambda: processes_of(run_dir) == [child], what="one copy")

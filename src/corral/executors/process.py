@@ -41,14 +41,18 @@ waits until they are gone; if one survives, the launch fails and recovery tries 
 later. The scan costs a few milliseconds, which is why only a relaunch makes it. The
 first launch of the name may still be under way when recovery relaunches it (a slow
 machine, past launch_grace): the search and the kill hold the root's lock exclusively
-and every shim claims its folder holding it shared, so the search either sees the
-folder (and stops nothing: that is the launch) or kills a shim before it claimed.
+and every claim is made holding it shared, so the search either sees the folder (and
+stops nothing: that is the launch) or finds no process, and the first launch then claims
+the name and the relaunch finds it launched (the rename lets exactly one through).
+
+A supervisor's own complaints go to `.<root name>-supervisor.log` beside the root.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -78,6 +82,7 @@ SWEEP_EVERY = 10
 """`events` looks at every run it watches once in this many poll intervals, besides the
 runs the supervisor says ended: a command whose supervisor was killed ends unannounced."""
 SUPERVISOR_DIED = "supervisor died before recording an exit"
+UNRECORDED = "its supervisor could not record its exit"
 STOP_WAIT_SECONDS = 5.0
 """At least this long (else the kill grace) a relaunch waits for an earlier copy to die."""
 
@@ -107,6 +112,7 @@ class ProcessExecutor:
         self._watched: set[str] = set()
         self._closed = False
         self._supervisor = _Supervisor()
+        self._log = self.root.with_name(f".{self.root.name}-supervisor.log")
 
     # --- spec ------------------------------------------------------------------------------
 
@@ -149,15 +155,25 @@ class ProcessExecutor:
 
     async def launch(self, launch: model.Launch) -> None:
         """Claim `launch.name` and start its command; idempotent by name and identity."""
+        if self._closed:
+            raise errors.ExecutorError("process executor: closed; no more launches")
         spec = self.validate_spec(launch.spec)
         run_dir = self._run_dir(launch.name)
         if launch.relaunch:
             await self._stop_earlier_copies(run_dir)
         files = _launch_files(launch, spec)
-        answer = await self._supervisor.supervise(run_dir, files, self._kill_grace, self._clock)
-        if answer == "exists":
-            await asyncio.to_thread(_check_same_identity, run_dir, launch)
-        self._watched.add(launch.name)
+        watched = launch.name in self._watched
+        self._watched.add(launch.name)  # before the request: its end may come with the answer
+        try:
+            answer = await self._supervisor.supervise(
+                run_dir, files, self._kill_grace, self._clock, log=self._log
+            )
+            if answer == "exists":
+                await asyncio.to_thread(_check_same_identity, run_dir, launch)
+        except BaseException:
+            if not watched:
+                self._watched.discard(launch.name)
+            raise
 
     async def _stop_earlier_copies(self, run_dir: Path) -> None:
         """SIGKILL every process still running for `run_dir` while the folder is missing, and
@@ -213,6 +229,14 @@ class ProcessExecutor:
                 names = set(self._watched)
             if names:
                 seen = await self.observe(sorted(names))
+                for name in self._supervisor.take_unrecorded() & names:
+                    if (obs := seen.get(name)) is not None and not obs.phase.finished:
+                        seen[name] = dataclasses.replace(
+                            obs,
+                            phase=model.Phase.FAILED,
+                            reason=UNRECORDED,
+                            failure_class=model.FailureClass.TRANSIENT,
+                        )
                 for name in sorted(names):
                     obs = seen.get(name)
                     if obs is not None and (obs.phase.finished or obs.phase is model.Phase.ABSENT):
@@ -350,6 +374,10 @@ def _write_json(path: Path, data: Any) -> None:
         os.fsync(fh.fileno())
 
 
+class _Lost(errors.ExecutorError):
+    """The supervisor was gone before it answered: the launch may be asked again."""
+
+
 class _Supervisor:
     """This executor's end of its supervisor (process_shim.Supervisor): started at the
     first launch and again whenever it is found dead; a request per launch, and its
@@ -363,35 +391,55 @@ class _Supervisor:
         self._waiting: dict[int, asyncio.Future[str]] = {}
         self._names: dict[int, str] = {}  # request id -> run name, until its shim ends
         self._ended: set[str] = set()
+        self._unrecorded: set[str] = set()  # ended, and their exit never written
         self._news = asyncio.Event()
         self._heard_so_far = b""  # the start of a line not yet whole
 
     async def supervise(
-        self, run_dir: Path, files: dict[str, Any], kill_grace: float, clk: clock.Clock
+        self,
+        run_dir: Path,
+        files: dict[str, Any],
+        kill_grace: float,
+        clk: clock.Clock,
+        *,
+        log: Path,
     ) -> str:
         """Have the supervisor make `run_dir` with `files` and start it; its answer,
         `started`, or `exists` when the name is there already. ExecutorError when it fails,
-        or gives no answer in time. A request the socket refuses (the supervisor died since
-        the last one) was never read, so it is asked once more of a new supervisor."""
+        or gives no answer in time. A request whose supervisor is found gone before it
+        answered is asked once more of a new one: a launch is idempotent by name (the
+        rename lets one through, and a second ask of a launched name answers `exists`)."""
+        for last in (False, True):
+            try:
+                return await self._ask(run_dir, files, kill_grace, clk, log)
+            except _Lost:
+                if last:
+                    raise
+        raise AssertionError("unreachable")
+
+    async def _ask(
+        self, run_dir: Path, files: dict[str, Any], kill_grace: float, clk: clock.Clock, log: Path
+    ) -> str:
         loop = asyncio.get_running_loop()
         self._ids += 1
         ask = self._ids
         answer: asyncio.Future[str] = loop.create_future()
         request = {"id": ask, "run": str(run_dir), "files": files, "grace": kill_grace}
-        line = json.dumps(request).encode() + b"\n"
+        self._waiting[ask], self._names[ask] = answer, run_dir.name
         try:
-            for last in (False, True):
-                self._waiting[ask], self._names[ask] = answer, run_dir.name
-                try:
-                    await loop.sock_sendall(self._ready(), line)
-                    break
-                except OSError as exc:
-                    del self._waiting[ask], self._names[ask]  # never sent: not lost with it
-                    self._lost(f"its socket refused a request: {exc}")
-                    if last:
-                        raise errors.ExecutorError(
-                            f"process executor could not ask for a shim for {run_dir.name!r}: {exc}"
-                        ) from exc
+            try:
+                sending = loop.sock_sendall(self._ready(log), json.dumps(request).encode() + b"\n")
+                await asyncio.wait_for(sending, SHIM_ANSWER_SECONDS)
+            except TimeoutError:
+                self._lost("it took no request for too long")
+                raise errors.ExecutorError(
+                    f"process launch {run_dir.name!r}: the supervisor took no request in"
+                    f" {SHIM_ANSWER_SECONDS:g}s"
+                ) from None
+            except OSError as exc:  # it died since the last request
+                self._names.pop(ask, None)
+                self._lost(f"its socket refused a request: {exc}")
+                raise _Lost(f"process launch {run_dir.name!r}: {exc}") from exc
             until = clk.monotonic() + SHIM_ANSWER_SECONDS
             while not answer.done():
                 if clk.monotonic() >= until:
@@ -409,6 +457,11 @@ class _Supervisor:
         self._news.clear()
         return ended
 
+    def take_unrecorded(self) -> set[str]:
+        """The names whose commands ended unrecorded since the last call."""
+        unrecorded, self._unrecorded = self._unrecorded, set()
+        return unrecorded
+
     def has_ended(self) -> bool:
         return bool(self._ended)
 
@@ -422,7 +475,7 @@ class _Supervisor:
             news.cancel()
             pause.cancel()
 
-    def _ready(self) -> socket.socket:
+    def _ready(self, log: Path) -> socket.socket:
         """The socket to a live supervisor, one started now if there is none. One that died
         is seen as the end of its socket (nobody else holds its end)."""
         if self._sock is not None:
@@ -431,7 +484,14 @@ class _Supervisor:
         try:
             with _platform("start the process executor's supervisor"):
                 started = subprocess.run(
-                    [sys.executable, "-I", str(SHIM), "--supervisor", str(theirs.fileno())],
+                    [
+                        sys.executable,
+                        "-I",
+                        str(SHIM),
+                        "--supervisor",
+                        str(theirs.fileno()),
+                        str(log),
+                    ],
                     pass_fds=[theirs.fileno()],
                     start_new_session=True,
                     timeout=SHIM_ANSWER_SECONDS,
@@ -469,7 +529,13 @@ class _Supervisor:
                 return
             *lines, self._heard_so_far = (self._heard_so_far + data).split(b"\n")
             for line in lines:
-                self._heard(json.loads(line))
+                try:
+                    message = json.loads(line)
+                except ValueError:
+                    log.warning("process executor: the supervisor said %r", line[:200])
+                    continue
+                if isinstance(message, dict):
+                    self._heard(message)
 
     def _heard(self, message: dict[str, Any]) -> None:
         if isinstance(supervisor := message.get("supervisor"), int):
@@ -491,18 +557,19 @@ class _Supervisor:
                 answer.set_exception(errors.ExecutorError(f"process launch {name!r}: no answer"))
         if message.get("ended") and (name := self._names.pop(ask, None)) is not None:
             self._ended.add(name)
+            if message.get("unrecorded"):
+                self._unrecorded.add(name)
             self._news.set()
+        elif "error" in message or message.get("answer") == "exists":
+            self._names.pop(ask, None)  # no run: nothing will end
 
     def _lost(self, why: str) -> None:
-        """The supervisor is gone: what waits for an answer gets none; the next launch
-        starts a new one. Runs already started are not touched: `events` sweeps them."""
+        """The supervisor is gone: what waits for an answer is asked again of a new one.
+        Runs already started are not touched: `events` sweeps them."""
         for ask, answer in list(self._waiting.items()):
             if not answer.done():
-                answer.set_exception(
-                    errors.ExecutorError(
-                        f"process launch {self._names.get(ask)!r}: no answer ({why})"
-                    )
-                )
+                name = self._names.pop(ask, None)
+                answer.set_exception(_Lost(f"process launch {name!r}: no answer ({why})"))
         log.warning(
             "process executor: supervisor %s lost (%s); the next launch starts one",
             self.pid,
@@ -560,9 +627,9 @@ def _observe_one(name: str, run_dir: Path) -> model.Observation:
         finished = _finished(name, run_dir, labels)
         if finished is not None:
             return finished
-        child = _read_json(run_dir / "child.pid")
+        child = _read_pid(run_dir / "child.pid")
         started_at = _time(child.get("started_at")) if child else None
-        if _alive(_read_json(run_dir / "shim.pid")):
+        if _alive(_read_pid(run_dir / "shim.pid")):
             phase = model.Phase.RUNNING if child else model.Phase.PENDING
             return model.Observation(name, phase, labels, started_at=started_at)
         if _alive(child):  # the supervisor was killed, the command was not: it still runs
@@ -640,6 +707,15 @@ def _read_json(path: Path) -> Any:
         raise errors.ExecutorError(f"process executor found a damaged file {path}: {exc}") from exc
 
 
+def _read_pid(path: Path) -> Any:
+    """A pid record, or None when there is none, or it is damaged: it is only written whole
+    (a rename), so a damaged one is a power cut's, and no process outlives that."""
+    try:
+        return _read_json(path)
+    except errors.ExecutorError:
+        return None
+
+
 def _time(value: Any) -> datetime | None:
     try:
         at = datetime.fromisoformat(value) if isinstance(value, str) else None
@@ -705,7 +781,7 @@ def _cancel_begin(run_dir: Path, grace_seconds: float) -> bool:
 def _signal_child_group(run_dir: Path, sig: signal.Signals) -> None:
     """Send `sig` to the command's process group, if the command is still the one we started."""
     with _platform(f"signal {run_dir.name!r}"):
-        child = _read_json(run_dir / "child.pid")
+        child = _read_pid(run_dir / "child.pid")
         if _has_exit(run_dir) or not _alive(child):
             return
         with contextlib.suppress(ProcessLookupError):

@@ -30,7 +30,8 @@ What it does for each launch, in order:
    folder that disappears is a stop too: once its folder is deleted, or replaced by
    another one under the same path, nothing can observe the run any more and recovery
    may launch the name again, so the command must not go on beside a new copy.
-4. Writes `exit.json` atomically (tmp file, fsync, rename), unless its folder is gone.
+4. Writes `exit.json` atomically (a draft, made durable, then renamed into place), unless
+   its folder is gone.
 
 Each claimed folder is held open from before its claim, and every later file is written
 relative to that descriptor: a write lands in the folder this supervisor claimed or
@@ -49,6 +50,7 @@ import errno
 import fcntl
 import json
 import os
+import resource
 import selectors
 import shutil
 import signal
@@ -66,6 +68,14 @@ from typing import Any
 
 POLL_SECONDS = 0.05
 """How often the wait loop looks for a cancel request, a passed deadline or a lost folder."""
+
+START_FAILED = "could not start the command"
+"""Why a command that cannot start (no such program, a bad folder) failed: for good."""
+
+NO_RESOURCES = "no resources to start the command"
+"""Why a command failed to start for want of descriptors, processes or memory: transient."""
+
+_SHORT_OF = frozenset({errno.EMFILE, errno.ENFILE, errno.EAGAIN, errno.ENOMEM})
 
 START_FAILED_EXIT_CODE = 127
 """The exit code recorded when the command cannot even be started (as a shell does)."""
@@ -111,7 +121,7 @@ class RunFolder:
         """Whether this folder holds a file `name`."""
         try:
             os.stat(name, dir_fd=self.fd, follow_symlinks=False)
-        except FileNotFoundError:
+        except OSError:  # absent, or cannot tell (EIO...): never stop a command on a doubt
             return False
         return True
 
@@ -133,8 +143,8 @@ class RunFolder:
 
     def write_json_atomic(self, name: str, data: Any, *, durable: bool = True) -> None:
         """Write `data` as JSON so that readers see either nothing or the whole file, and,
-        if `durable`, so that it survives a power cut. A pid record need not: after a power
-        cut no process it names runs, and a record a power cut damaged reads as none."""
+        if `durable`, so that it survives a power cut. `child.pid` need not: after a power
+        cut no process it names runs, and the executor reads a damaged one as none."""
         tmp = f".{name}.tmp"
         fd = self.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
         with open(fd, "w", encoding="utf-8") as fh:
@@ -215,21 +225,27 @@ def now_iso() -> str:
 # --- claiming the name -----------------------------------------------------------------
 
 
+def supervisor_record() -> dict[str, Any]:
+    """`shim.pid`: this process, as a record that tells it from a later one with its pid."""
+    me = os.getpid()
+    return {"pid": me, "start_time": proc_start_time(me)}
+
+
 def claim(tmp: Path, final: Path, *, durable: bool = True) -> RunFolder | None:
     """Rename `tmp` to `final` and hold it; None (and `tmp` removed) when `final` exists.
     Not `durable`: the caller makes the rename survive a power cut (sync_filesystem)."""
     # Opened before the rename, so the descriptor is the claimed folder itself: opening
     # `final` afterwards could already find another one there.
     folder = RunFolder(tmp)
-    me = os.getpid()
-    folder.write_json_atomic(
-        "shim.pid", {"pid": me, "start_time": proc_start_time(me)}, durable=False
-    )
     try:
+        if not folder.exists("shim.pid"):
+            folder.write_json_atomic("shim.pid", supervisor_record(), durable=durable)
         with claims_lock(final.parent):
             os.rename(tmp, final)
-    except OSError as exc:
+    except BaseException as exc:
         os.close(folder.fd)
+        if not isinstance(exc, OSError):
+            raise
         if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY):
             raise
         shutil.rmtree(tmp, ignore_errors=True)
@@ -271,7 +287,10 @@ def start_child(
         for fd in logs:
             os.close(fd)
     record = {"pid": child.pid, "start_time": proc_start_time(child.pid), "started_at": now_iso()}
-    folder.write_json_atomic("child.pid", record, durable=False)
+    try:  # it runs now, whatever happens to its record: it is watched all the same
+        folder.write_json_atomic("child.pid", record, durable=False)
+    except OSError:
+        traceback.print_exc()
     return child, record
 
 
@@ -400,8 +419,10 @@ class Supervisor:
     supervisor that died: recovery's cases, and no process outlives a power cut.)
 
     It reads the socket until the executor closes its end (corral stopped, or died), and
-    goes on until the last of its commands has ended. SIGTERM stops every command (SIGTERM,
-    then SIGKILL after its grace) and records each as `supervisor terminated`."""
+    goes on until the last of its commands has ended. SIGTERM closes the socket (the
+    executor starts another supervisor for what comes next), stops every command
+    (SIGTERM, then SIGKILL after its grace), records each as `supervisor terminated`, and
+    ends with the last of them."""
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
@@ -435,9 +456,14 @@ class Supervisor:
                             os.read(self.wake_r, 4096)
                 self.reap()
                 self.flush()
+                if self.terminated and self.listening:
+                    self.stop_listening(selector)
                 if (now := time.monotonic()) >= next_look:
                     for run in list(self.runs.values()):
-                        run.tick(now, self.terminated)
+                        try:
+                            run.tick(now, self.terminated)
+                        except Exception:  # one folder's trouble: never the others'
+                            traceback.print_exc()
                     next_look = now + POLL_SECONDS
         return 0
 
@@ -452,8 +478,7 @@ class Supervisor:
         except OSError:  # ECONNRESET: it died with our news unread
             data = b""
         if not data:  # the executor is gone: no more launches, the runs go on
-            self.listening = False
-            selector.unregister(self.sock)
+            self.stop_listening(selector)
             return
         self.pending += data
         *lines, self.pending = self.pending.split(b"\n")
@@ -467,6 +492,15 @@ class Supervisor:
             if tmp := self.prepare(request):
                 self.made.append((request, tmp))
                 self.unsynced.add(tmp.parent)
+
+    def stop_listening(self, selector: selectors.BaseSelector) -> None:
+        """No more launches: the executor sees its socket end (and, if it lives on, starts
+        another supervisor); the runs here go on until they end."""
+        self.flush()  # what this round prepared is answered first
+        self.listening = False
+        with contextlib.suppress(KeyError, ValueError):
+            selector.unregister(self.sock)
+        self.sock.close()
 
     def answer(self, request: dict[str, Any], how: Any) -> Any:
         """`how()`'s answer to `request`, or the error it raised: never fatal, the other
@@ -493,9 +527,10 @@ class Supervisor:
                 return {"answer": "exists"}
             tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{final.name}-", dir=final.parent))
             try:
-                for name in ("launch.json", "labels.json"):
+                files = {**request["files"], "shim.pid": supervisor_record()}
+                for name in ("launch.json", "labels.json", "shim.pid"):
                     with open(tmp / name, "w", encoding="utf-8") as fh:
-                        json.dump(request["files"][name], fh)
+                        json.dump(files[name], fh)
             except BaseException:
                 shutil.rmtree(tmp, ignore_errors=True)
                 raise
@@ -515,14 +550,19 @@ class Supervisor:
         if folder is None:
             return {"answer": "exists"}
         self.unsynced.add(final.parent)
+        launch = request["files"]["launch.json"]
         try:
-            launch = request["files"]["launch.json"]
             child, started = start_child(folder, launch)
-        except (OSError, ValueError) as exc:  # ValueError: e.g. a NUL byte in an argument
+        except Exception as exc:  # ValueError: e.g. a NUL byte in an argument
+            short = isinstance(exc, OSError) and exc.errno in _SHORT_OF
+            why = NO_RESOURCES if short else START_FAILED
             record = exit_record(START_FAILED_EXIT_CODE, None, None)
-            record["reason"] = f"could not start the command: {exc}"
+            record["reason"] = f"{why}: {exc}"
             try:
                 record_exit(folder, record)  # a rare path: synced at once
+            except OSError:
+                traceback.print_exc()
+                return {"answer": "started", "ended": True, "unrecorded": True}
             finally:
                 os.close(folder.fd)
             return {"answer": "started", "ended": True}
@@ -547,11 +587,17 @@ class Supervisor:
                     continue
             except Exception:  # this run's record failed (a disk error): never the others'
                 traceback.print_exc()
+                self.done(run, recorded=False)
+                continue
             self.done(run)
 
-    def done(self, run: Supervision) -> None:
-        os.close(run.folder.fd)
-        self.outbox.append({"id": run.ask, "ended": True})
+    def done(self, run: Supervision, *, recorded: bool = True) -> None:
+        with contextlib.suppress(OSError):
+            os.close(run.folder.fd)
+        said: dict[str, Any] = {"id": run.ask, "ended": True}
+        if not recorded:  # the executor reports it failed: its folder will never say
+            said["unrecorded"] = True
+        self.outbox.append(said)
 
     def flush(self) -> None:
         """The round's second half: one sync for what it drafted, then the records put in
@@ -566,6 +612,8 @@ class Supervisor:
                 run.recorded()
             except Exception:
                 traceback.print_exc()
+                self.done(run, recorded=False)
+                continue
             self.done(run)
         made, self.made = self.made, []
         for request, tmp in made:
@@ -576,7 +624,7 @@ class Supervisor:
 
     def say(self, message: dict[str, Any]) -> None:
         """One line to the executor, if it still listens (it reads as it goes)."""
-        if not self.listening and "supervisor" not in message:
+        if not self.listening:
             return
         try:
             self.sock.sendall(json.dumps(message).encode() + b"\n")
@@ -585,9 +633,9 @@ class Supervisor:
 
 
 def main(argv: list[str]) -> int:
-    """Entry point: `process_shim.py --supervisor <fd of a Unix stream socket>`."""
-    if len(argv) != 3 or argv[1] != "--supervisor":
-        print("usage: process_shim.py --supervisor FD", file=sys.stderr)
+    """Entry point: `process_shim.py --supervisor <fd of a Unix stream socket> [log file]`."""
+    if len(argv) not in (3, 4) or argv[1] != "--supervisor":
+        print("usage: process_shim.py --supervisor FD [LOG FILE]", file=sys.stderr)
         return 2
     if os.fork() > 0:
         os._exit(0)  # detached: the executor never keeps a child, nor reaps one
@@ -595,6 +643,13 @@ def main(argv: list[str]) -> int:
     os.dup2(devnull, 0)
     os.dup2(devnull, 1)  # a command's output goes to its folder, never to corral
     os.close(devnull)
+    if len(argv) > 3:  # its own complaints: never corral's stderr, which may close
+        log = os.open(argv[3], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.dup2(log, 2)
+        os.close(log)
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    with contextlib.suppress(ValueError, OSError):  # a folder held open for each live run
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     return Supervisor(socket.socket(fileno=int(argv[2]))).serve()
 
 
