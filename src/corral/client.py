@@ -13,7 +13,7 @@ import dataclasses
 import json
 import logging
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -77,7 +77,64 @@ class Client:
         `policy` is the job's own retry, limit and failure policy (config.JobPolicy), e.g.
         `{"limits": {"attempt_deadline": "30s"}, "failure_rules": [{"on_exit_codes":
         {"operator": "In", "values": [3]}, "action": "fail"}]}`."""
-        draft = model.NewJob(
+        draft = self.new_job(
+            spec=spec,
+            executor=executor,
+            payload=payload,
+            queue=queue,
+            pool=pool,
+            tenant=tenant,
+            priority=priority,
+            max_attempts=max_attempts,
+            idempotency_key=idempotency_key,
+            labels=labels,
+            run_at=run_at,
+            policy=policy,
+            code_version=code_version,
+        )
+        [(job_id, created)] = await self.store.job_submit(
+            new=[self.validate(draft)], now=self.clock.now()
+        )
+        return job_id, created
+
+    async def submit_many(
+        self,
+        jobs: Sequence[model.NewJob],
+        *,
+        batch: int = 1000,
+        progress: Callable[[int], None] | None = None,
+    ) -> list[tuple[int, bool]]:
+        """Store jobs checked already (`validate`), `batch` to a transaction, in order;
+        (job id, created) for each. A repeated idempotency key returns the existing job,
+        so running the same jobs again after a failure half-way creates nothing twice.
+        `progress` is told how many were stored after each batch."""
+        stored: list[tuple[int, bool]] = []
+        for start in range(0, len(jobs), batch):
+            chunk = list(jobs[start : start + batch])
+            stored += await self.store.job_submit(new=chunk, now=self.clock.now())
+            if progress is not None:
+                progress(len(chunk))
+        return stored
+
+    def new_job(
+        self,
+        *,
+        spec: Mapping[str, Any],
+        executor: str = "process",
+        payload: Any = None,
+        queue: str = "default",
+        pool: str | None = None,
+        tenant: str = "default",
+        priority: int = 0,
+        max_attempts: int | None = None,
+        idempotency_key: str | None = None,
+        labels: Mapping[str, str] | None = None,
+        run_at: datetime | None = None,
+        policy: Mapping[str, Any] | config.JobPolicy | None = None,
+        code_version: str | None = None,
+    ) -> model.NewJob:
+        """The job `submit` would store for these arguments, not checked yet (`validate`)."""
+        return model.NewJob(
             executor=executor,
             spec=spec,
             payload=payload,
@@ -94,10 +151,6 @@ class Client:
             policy=policy.stored() if isinstance(policy, config.JobPolicy) else dict(policy or {}),
             code_version=code_version,
         )
-        [(job_id, created)] = await self.store.job_submit(
-            new=[self.validate(draft)], now=self.clock.now()
-        )
-        return job_id, created
 
     def validate(self, job: model.NewJob) -> model.NewJob:
         """The job as it will be stored, or InvalidInput naming the first field that is wrong."""
@@ -182,6 +235,71 @@ class Client:
 
 
 SpecChecker = registry.SpecChecker
+
+_TEXT_FIELDS = ("executor", "queue", "tenant", "pool", "idempotency_key", "code_version")
+_NULLABLE = frozenset({"pool", "idempotency_key", "code_version", "max_attempts", "run_at"})
+SUBMIT_FIELDS = (
+    "spec",
+    "executor",
+    "payload",
+    "queue",
+    "pool",
+    "tenant",
+    "priority",
+    "max_attempts",
+    "idempotency_key",
+    "labels",
+    "run_at",
+    "policy",
+    "code_version",
+)
+"""The arguments of `Client.submit`, which a job given as JSON has as its keys (a line of
+`corral submit --from-file`)."""
+
+
+def _wrong(field: str, value: Any) -> str | None:
+    """What is wrong with a job's field given as JSON, or None (the values themselves are
+    checked by `check_job`, as for any job)."""
+    if field in _TEXT_FIELDS or field == "run_at":
+        return None if isinstance(value, str) else "must be a string"
+    if field in ("priority", "max_attempts"):
+        whole = isinstance(value, int) and not isinstance(value, bool)
+        return None if whole else "must be a whole number"
+    if field in ("spec", "policy"):
+        return None if isinstance(value, dict) else "must be a JSON object"
+    if field == "labels":
+        strings = isinstance(value, dict) and all(isinstance(v, str) for v in value.values())
+        return None if strings else "must be an object of strings"
+    return None
+
+
+def submit_arguments(given: Any) -> dict[str, Any]:
+    """A job as a JSON object (the keys of `Client.submit`, e.g. `{"spec": {"command":
+    ["echo", "hi"]}, "queue": "q", "idempotency_key": "k"}`) as `Client.submit`'s keyword
+    arguments; InvalidInput naming the field and the rule when one is wrong."""
+    if not isinstance(given, dict):
+        raise errors.InvalidInput(
+            'must be a JSON object, e.g. {"spec": {"command": ["echo", "hi"]}}'
+        )
+    unknown = sorted(set(given) - set(SUBMIT_FIELDS))
+    if unknown:
+        raise errors.InvalidInput(
+            f"{unknown[0]}: unknown field (allowed: {', '.join(SUBMIT_FIELDS)})"
+        )
+    if "spec" not in given:
+        raise errors.InvalidInput('spec: required, e.g. {"command": ["echo", "hi"]}')
+    args = dict(given)
+    for field, value in given.items():
+        if not (value is None and field in _NULLABLE) and (rule := _wrong(field, value)):
+            raise errors.InvalidInput(f"{field}: {rule}")
+    if (run_at := given.get("run_at")) is not None:
+        try:
+            args["run_at"] = datetime.fromisoformat(run_at)
+        except ValueError:
+            raise errors.InvalidInput(
+                f"run_at: {run_at!r} is not an ISO 8601 time, e.g. 2026-12-01T09:00:00+00:00"
+            ) from None
+    return args
 
 
 def check_job(

@@ -105,6 +105,54 @@ def test_submit_prints_the_id_and_a_repeated_key_says_so(corral: Run) -> None:
     assert "job 1: due now: waiting for a dispatcher" in corral("jobs", "explain", "1").stdout
 
 
+def test_submit_from_a_file_checks_every_line_first_and_a_rerun_creates_nothing_twice(
+    corral: Run, tmp_path: Path
+) -> None:
+    lines = [
+        {"spec": {"command": ["echo", "a"]}, "idempotency_key": "a", "labels": {"team": "x"}},
+        {"spec": {"command": ["echo", "b"]}, "idempotency_key": "b", "queue": "q", "priority": 3},
+    ]
+    jobs = tmp_path / "jobs.jsonl"
+    jobs.write_text("\n".join(json.dumps(line) for line in lines) + "\n\n")  # a blank line too
+    first = json.loads(corral("submit", "--from-file", str(jobs), "--json").stdout)
+    assert (first["created"], first["existing"]) == (2, 0)
+    again = corral("submit", "--from-file", str(jobs))
+    assert again.stdout.split() == [str(j["id"]) for j in first["jobs"]], "the same jobs"
+    assert "2 jobs: 0 new, 2 already there" in again.stderr
+    listed = {j["id"]: j for j in json.loads(corral("jobs", "list", "--json").stdout)}
+    b = listed[first["jobs"][1]["id"]]
+    assert (b["queue"], b["priority"], len(listed)) == ("q", 3, 2)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"spec": {"command": ["echo", "c"]}}\n{"spec": {"command": []}}\n')
+    refused = corral("submit", "--from-file", str(bad), check=False)
+    assert refused.returncode == 2
+    assert "line 2: process spec: command: must be a non-empty list of strings" in refused.stderr
+    assert len(json.loads(corral("jobs", "list", "--json").stdout)) == 2, "nothing stored"
+
+
+def test_submit_from_stdin_names_a_bad_field_and_refuses_options_beside_the_file(
+    corral: Run, tmp_path: Path
+) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "corral", "submit", "--from-file", "-"],
+        cwd=tmp_path,
+        env=corral_env(),
+        input='{"spec": {"command": ["true"]}, "prio": 1}\n',
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 2
+    assert "line 1: prio: unknown field (allowed: spec, executor" in proc.stderr
+    jobs = tmp_path / "one.jsonl"
+    jobs.write_text('{"spec": {"command": ["true"]}}\n')
+    mixed = corral("submit", "--from-file", str(jobs), "--queue", "x", check=False)
+    assert mixed.returncode == 2
+    assert "give no --queue beside it" in mixed.stderr
+    assert json.loads(corral("jobs", "list", "--json").stdout) == []
+
+
 def test_an_empty_argument_is_an_argument(corral: Run) -> None:
     job_id = corral("submit", "--", "grep", "", "file").stdout.strip()
     assert job(corral, job_id)["spec"] == {"command": ["grep", "", "file"]}

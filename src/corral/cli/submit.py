@@ -1,5 +1,6 @@
 """`corral submit`: a job from the command line, checked at the edge like any other, or
-the platform object its first attempt would create (`--dry-run`)."""
+the platform object its first attempt would create (`--dry-run`), or many jobs from a
+file of JSON lines (`--from-file`), every line checked before any is stored."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ from typing import Any
 
 import click
 import yaml
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-from corral import clock, config, errors, model, runtime
+from corral import client, clock, config, errors, model, runtime
 from corral.cli.common import State, config_option, err, out, parse_json, print_json, run
 from corral.executors import registry
 
@@ -117,8 +119,6 @@ def print_dry_run(
     **fields: Any,
 ) -> None:
     """Print the platform object the first attempt would create; nothing is stored."""
-    from corral import client  # the client's checks, without a store
-
     settings = state.settings()
     reg = registry.get(executor) if executor in registry.known() else None
     if reg is None or reg.dry_run is None:
@@ -232,14 +232,24 @@ def _executor_help() -> str:
     default=None,
     help="With --dry-run: the format (default yaml).",
 )
+@click.option(
+    "--from-file",
+    "from_file",
+    type=click.File("r", encoding="utf-8"),
+    default=None,
+    help="Submit the jobs in this file (- for stdin): one JSON object a line, with the"
+    ' arguments of the Python client\'s submit, e.g. {"spec": {"command": ["echo", "hi"]},'
+    ' "queue": "q", "idempotency_key": "k"}.',
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @config_option
 @click.argument("command", nargs=-1)
-@click.pass_obj
+@click.pass_context
 def submit(
-    state: State,
+    ctx: click.Context,
     /,
     command: tuple[str, ...],
+    from_file: Any,
     label_pairs: tuple[str, ...],
     spec_json: str | None,
     payload_json: str | None,
@@ -255,7 +265,23 @@ def submit(
     output: str | None,
     **options: Any,
 ) -> None:
-    """Submit a job: corral submit [OPTIONS] -- CMD [ARGS...]"""
+    """Submit a job: corral submit [OPTIONS] -- CMD [ARGS...]; or many: --from-file PATH"""
+    state: State = ctx.obj
+    if from_file is not None:
+        given = [
+            f"--{name.replace('_', '-')}"
+            for name, value in ctx.params.items()
+            if name not in ("from_file", "as_json")
+            and ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT
+            and value not in (None, (), False)
+        ]
+        if command or given:
+            raise errors.InvalidInput(
+                f"--from-file: each line says all of its job; give no {(given or ['command'])[0]}"
+                " beside it"
+            )
+        submit_file(state, from_file, as_json=as_json)
+        return
     if output is not None and not dry_run:
         raise errors.InvalidInput(
             "-o/--output is the format of --dry-run's object; to print the submitted job"
@@ -294,3 +320,66 @@ def submit(
         err.print(
             f"job {job_id} already exists for this idempotency key; nothing new was submitted"
         )
+
+
+def read_jobs(text: Any) -> list[tuple[int, dict[str, Any]]]:
+    """The jobs of a JSON-lines file, with their line numbers (blank lines skipped); the
+    first bad line refuses them all, naming its number."""
+    jobs = []
+    for number, line in enumerate(text, start=1):
+        if not line.strip():
+            continue
+        try:
+            given = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise errors.InvalidInput(f"line {number}: not valid JSON ({exc})") from None
+        try:
+            jobs.append((number, client.submit_arguments(given)))
+        except errors.InvalidInput as exc:
+            raise errors.InvalidInput(f"line {number}: {exc}") from None
+    return jobs
+
+
+def submit_file(state: State, text: Any, *, as_json: bool) -> None:
+    """Check every job of the file, then store them in batches of 1,000, with a progress
+    bar; nothing is stored when a line is wrong."""
+    try:
+        jobs = read_jobs(text)
+    except UnicodeDecodeError as exc:
+        raise errors.InvalidInput(f"--from-file: not UTF-8 text ({exc.reason})") from None
+
+    async def go() -> list[tuple[int, bool]]:
+        async with runtime.connect(state.settings()) as c:
+            checked = []
+            for number, args in jobs:
+                try:
+                    checked.append(c.validate(c.new_job(**args)))
+                except errors.InvalidInput as exc:
+                    raise errors.InvalidInput(f"line {number}: {exc}") from None
+            with Progress(
+                TextColumn("submitting"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeRemainingColumn(),
+                console=err,
+                transient=True,
+            ) as bar:
+                task = bar.add_task("jobs", total=len(checked))
+                return await c.submit_many(checked, progress=lambda n: bar.advance(task, n))
+
+    stored = run(go())
+    created = sum(made for _, made in stored)
+    if as_json:
+        print_json(
+            {
+                "jobs": [{"id": job_id, "created": made} for job_id, made in stored],
+                "created": created,
+                "existing": len(stored) - created,
+            }
+        )
+        return
+    click.echo("\n".join(str(job_id) for job_id, _ in stored))
+    err.print(
+        f"submitted {len(stored)} jobs: {created} new, {len(stored) - created} already there"
+        " (same idempotency key)"
+    )
