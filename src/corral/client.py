@@ -16,7 +16,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Required, TypedDict, Unpack
 
 from corral import clock, config, errors, model, store
 from corral.executors import registry
@@ -38,6 +38,26 @@ class JobView:
     events: list[model.Event]
 
 
+class JobArgs(TypedDict, total=False):
+    """A job as `Client.submit` takes it, and as a line of `corral submit --from-file`
+    gives it (as JSON: client.submit_arguments). Left out, a field takes the default
+    below."""
+
+    spec: Required[Mapping[str, Any]]  # the executor's spec, e.g. {"command": [...]}
+    executor: str  # "process"
+    payload: Any  # None
+    queue: str  # "default"
+    pool: str | None  # None: no pool
+    tenant: str  # "default"
+    priority: int  # 0; higher runs first
+    max_attempts: int | None  # None: settings.default_max_attempts
+    idempotency_key: str | None  # None
+    labels: Mapping[str, str] | None  # none
+    run_at: datetime | None  # None: now
+    policy: Mapping[str, Any] | config.JobPolicy | None  # None: the settings' policy
+    code_version: str | None  # None
+
+
 class Client:
     """Submit and manage jobs against one store."""
 
@@ -54,46 +74,15 @@ class Client:
         self.settings = settings
         self.clock = clock
 
-    async def submit(
-        self,
-        *,
-        spec: Mapping[str, Any],
-        executor: str = "process",
-        payload: Any = None,
-        queue: str = "default",
-        pool: str | None = None,
-        tenant: str = "default",
-        priority: int = 0,
-        max_attempts: int | None = None,
-        idempotency_key: str | None = None,
-        labels: Mapping[str, str] | None = None,
-        run_at: datetime | None = None,
-        policy: Mapping[str, Any] | config.JobPolicy | None = None,
-        code_version: str | None = None,
-    ) -> tuple[int, bool]:
-        """Store a job; returns (job id, created). A repeated idempotency key returns the
-        existing job with created=False.
+    async def submit(self, **args: Unpack[JobArgs]) -> tuple[int, bool]:
+        """Store a job (its arguments and their defaults: JobArgs); returns (job id,
+        created). A repeated idempotency key returns the existing job with created=False.
 
         `policy` is the job's own retry, limit and failure policy (config.JobPolicy), e.g.
         `{"limits": {"attempt_deadline": "30s"}, "failure_rules": [{"on_exit_codes":
         {"operator": "In", "values": [3]}, "action": "fail"}]}`."""
-        draft = self.new_job(
-            spec=spec,
-            executor=executor,
-            payload=payload,
-            queue=queue,
-            pool=pool,
-            tenant=tenant,
-            priority=priority,
-            max_attempts=max_attempts,
-            idempotency_key=idempotency_key,
-            labels=labels,
-            run_at=run_at,
-            policy=policy,
-            code_version=code_version,
-        )
         [(job_id, created)] = await self.store.job_submit(
-            new=[self.validate(draft)], now=self.clock.now()
+            new=[self.validate(self.new_job(**args))], now=self.clock.now()
         )
         return job_id, created
 
@@ -116,40 +105,31 @@ class Client:
                 progress(len(chunk))
         return stored
 
-    def new_job(
-        self,
-        *,
-        spec: Mapping[str, Any],
-        executor: str = "process",
-        payload: Any = None,
-        queue: str = "default",
-        pool: str | None = None,
-        tenant: str = "default",
-        priority: int = 0,
-        max_attempts: int | None = None,
-        idempotency_key: str | None = None,
-        labels: Mapping[str, str] | None = None,
-        run_at: datetime | None = None,
-        policy: Mapping[str, Any] | config.JobPolicy | None = None,
-        code_version: str | None = None,
-    ) -> model.NewJob:
-        """The job `submit` would store for these arguments, not checked yet (`validate`)."""
+    def new_job(self, **args: Unpack[JobArgs]) -> model.NewJob:
+        """The job `submit` would store for these arguments, not checked yet (`validate`).
+        TypeError for a keyword it does not take, as for any function."""
+        if unknown := sorted(set(args) - set(SUBMIT_FIELDS)):
+            raise TypeError(f"submit() got an unexpected keyword argument {unknown[0]!r}")
+        if "spec" not in args:
+            raise TypeError("submit() missing the required keyword argument 'spec'")
+        max_attempts = args.get("max_attempts")
+        policy = args.get("policy")
         return model.NewJob(
-            executor=executor,
-            spec=spec,
-            payload=payload,
-            queue=queue,
-            pool=pool,
-            tenant=tenant,
-            priority=priority,
+            executor=args.get("executor", "process"),
+            spec=args["spec"],
+            payload=args.get("payload"),
+            queue=args.get("queue", "default"),
+            pool=args.get("pool"),
+            tenant=args.get("tenant", "default"),
+            priority=args.get("priority", 0),
             max_attempts=self.settings.default_max_attempts
             if max_attempts is None
             else max_attempts,
-            idempotency_key=idempotency_key,
-            labels=dict(labels or {}),
-            run_at=run_at,
+            idempotency_key=args.get("idempotency_key"),
+            labels=dict(args.get("labels") or {}),
+            run_at=args.get("run_at"),
             policy=policy.stored() if isinstance(policy, config.JobPolicy) else dict(policy or {}),
-            code_version=code_version,
+            code_version=args.get("code_version"),
         )
 
     def validate(self, job: model.NewJob) -> model.NewJob:
@@ -238,23 +218,8 @@ SpecChecker = registry.SpecChecker
 
 _TEXT_FIELDS = ("executor", "queue", "tenant", "pool", "idempotency_key", "code_version")
 _NULLABLE = frozenset({"pool", "idempotency_key", "code_version", "max_attempts", "run_at"})
-SUBMIT_FIELDS = (
-    "spec",
-    "executor",
-    "payload",
-    "queue",
-    "pool",
-    "tenant",
-    "priority",
-    "max_attempts",
-    "idempotency_key",
-    "labels",
-    "run_at",
-    "policy",
-    "code_version",
-)
-"""The arguments of `Client.submit`, which a job given as JSON has as its keys (a line of
-`corral submit --from-file`)."""
+SUBMIT_FIELDS = tuple(JobArgs.__annotations__)
+"""The arguments of `Client.submit`, which a job given as JSON has as its keys."""
 
 
 def _wrong(field: str, value: Any) -> str | None:

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from corral import clock, errors, model
-from corral.executors import base, process
+from corral.executors import base, process, process_shim
 from tests.support import launches
 from tests.support.procs import holds_under
 from tests.support.wait import PATIENCE, eventually
@@ -273,6 +273,43 @@ async def test_list_managed_by_selector(executor: process.ProcessExecutor) -> No
 async def test_observe_absent(executor: process.ProcessExecutor) -> None:
     obs = await executor.observe(["never-1"])
     assert obs == {"never-1": model.Observation("never-1", model.Phase.ABSENT)}
+
+
+async def test_a_damaged_pid_record_reads_as_none(executor: process.ProcessExecutor) -> None:
+    """Pid records are not synced: a power cut may leave one torn. It reads as no record (no
+    process outlives a power cut), never as a folder that cannot be observed."""
+    await executor.launch(make_launch("torn-1", ["true"]))
+    await wait_for(executor, "torn-1")
+    run_dir = executor.root / "torn-1"
+    (run_dir / "exit.json").unlink()  # as if the power went before the end was recorded
+    for name in ("shim.pid", "child.pid"):
+        (run_dir / name).write_text('{"pid": ')
+    obs = (await executor.observe(["torn-1"]))["torn-1"]
+    assert (obs.phase, obs.reason) == (model.Phase.FAILED, process.SUPERVISOR_DIED)
+
+
+async def test_a_closed_executor_launches_nothing(tmp_path: Path) -> None:
+    ex = process.ProcessExecutor(root=tmp_path / "runs", clock=clock.SystemClock())
+    await ex.start()
+    await ex.close()
+    with pytest.raises(errors.ExecutorError, match="closed"):
+        await ex.launch(make_launch("late-1", ["true"]))
+    assert ex.supervisor_pid is None, "no supervisor started for it"
+    assert list(ex.root.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("reason", "verdict"),
+    [
+        (f"{process_shim.NO_RESOURCES}: [Errno 24] Too many open files", "transient"),
+        (f"{process_shim.START_FAILED}: [Errno 2] No such file or directory", "permanent"),
+    ],
+)
+def test_a_command_that_cannot_start_fails_for_good_unless_the_machine_was_short(
+    reason: str, verdict: str
+) -> None:
+    record = {"exit_code": process_shim.START_FAILED_EXIT_CODE, "reason": reason}
+    assert process._verdict(record) == model.FailureClass(verdict)
 
 
 async def test_cancel(executor: process.ProcessExecutor) -> None:

@@ -2,17 +2,38 @@
 
 from __future__ import annotations
 
-import inspect
 from datetime import UTC, datetime
 
 import pytest
 
-from corral import client, errors
+from corral import client, config, errors
+from corral.clock import SystemClock
 
 
-def test_the_fields_are_the_arguments_of_submit() -> None:
-    names = [n for n in inspect.signature(client.Client.submit).parameters if n != "self"]
-    assert tuple(names) == client.SUBMIT_FIELDS
+def test_every_field_is_an_argument_of_submit_and_nothing_else_is() -> None:
+    c = client.Client(store=None, executors={}, settings=config.Settings(), clock=SystemClock())  # type: ignore[arg-type]
+    given = {
+        "spec": {"command": ["true"]},
+        "executor": "kubernetes",
+        "payload": {"day": 1},
+        "queue": "q",
+        "pool": "p",
+        "tenant": "t",
+        "priority": 5,
+        "max_attempts": 2,
+        "idempotency_key": "k",
+        "labels": {"a": "b"},
+        "run_at": datetime(2026, 12, 1, tzinfo=UTC),
+        "policy": {"heartbeat": True},
+        "code_version": "v1",
+    }
+    assert tuple(given) == client.SUBMIT_FIELDS
+    job = c.new_job(**given)  # type: ignore[arg-type]
+    assert {name: getattr(job, name) for name in given} == given
+    with pytest.raises(TypeError, match="unexpected keyword argument 'queu'"):
+        c.new_job(spec={}, queu="q")  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="'spec'"):
+        c.new_job(queue="q")  # type: ignore[typeddict-item]
 
 
 def test_a_job_as_json_becomes_the_arguments_of_submit() -> None:

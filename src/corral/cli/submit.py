@@ -270,10 +270,9 @@ def submit(
     if from_file is not None:
         given = [
             f"--{name.replace('_', '-')}"
-            for name, value in ctx.params.items()
-            if name not in ("from_file", "as_json")
+            for name in ctx.params
+            if name not in ("from_file", "as_json", "command")
             and ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT
-            and value not in (None, (), False)
         ]
         if command or given:
             raise errors.InvalidInput(

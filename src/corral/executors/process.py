@@ -672,11 +672,14 @@ _TRANSIENT_REASONS = ("deadline exceeded", "supervisor terminated", SUPERVISOR_D
 def _verdict(record: Mapping[str, Any]) -> model.FailureClass | None:
     """This platform's own class for a failure, where it knows better than exit-code rules:
     stopped at the deadline or killed by SIGKILL (the OOM killer's signal) is transient, a
-    command that could not start at all is permanent. None: let the job's rules decide."""
+    command that could not start at all is permanent, unless this machine was short of
+    descriptors, processes or memory. None: let the job's rules decide."""
     reason, code = str(record.get("reason") or ""), record.get("exit_code")
     if reason in _TRANSIENT_REASONS or code == -signal.SIGKILL:
         return model.FailureClass.TRANSIENT
-    if reason.startswith("could not start the command"):
+    if reason.startswith(process_shim.NO_RESOURCES):
+        return model.FailureClass.TRANSIENT
+    if reason.startswith(process_shim.START_FAILED):
         return model.FailureClass.PERMANENT
     return None
 

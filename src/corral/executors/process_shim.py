@@ -190,15 +190,6 @@ def sync_filesystem(path: Path) -> None:
         os.close(fd)
 
 
-def fsync_dir(path: Path) -> None:
-    """Make a rename or a new file inside `path` survive a power cut."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 # --- small helpers -----------------------------------------------------------------------------
 
 
@@ -231,27 +222,22 @@ def supervisor_record() -> dict[str, Any]:
     return {"pid": me, "start_time": proc_start_time(me)}
 
 
-def claim(tmp: Path, final: Path, *, durable: bool = True) -> RunFolder | None:
-    """Rename `tmp` to `final` and hold it; None (and `tmp` removed) when `final` exists.
-    Not `durable`: the caller makes the rename survive a power cut (sync_filesystem)."""
+def claim(tmp: Path, final: Path) -> RunFolder | None:
+    """Rename `tmp` (its files written and synced) to `final` and hold it; None (and `tmp`
+    removed) when `final` exists. A rename lost to a power cut reads as a launch that
+    never was: recovery's case."""
     # Opened before the rename, so the descriptor is the claimed folder itself: opening
     # `final` afterwards could already find another one there.
     folder = RunFolder(tmp)
     try:
-        if not folder.exists("shim.pid"):
-            folder.write_json_atomic("shim.pid", supervisor_record(), durable=durable)
         with claims_lock(final.parent):
             os.rename(tmp, final)
-    except BaseException as exc:
+    except OSError as exc:
         os.close(folder.fd)
-        if not isinstance(exc, OSError):
-            raise
         if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY):
             raise
         shutil.rmtree(tmp, ignore_errors=True)
         return None
-    if durable:
-        fsync_dir(final.parent)
     folder.path = final
     return folder
 
@@ -397,14 +383,14 @@ def exit_record(returncode: int, stop_reason: str | None, started_at: str | None
     }
 
 
-def record_exit(folder: RunFolder, record: dict[str, Any], *, durable: bool = True) -> None:
-    """Write `exit.json`, unless the folder is gone: nobody may read it, and a relaunch may
-    have made a new folder under its path since. Not `durable`: the caller makes it
-    survive a power cut (sync_filesystem)."""
+def record_exit(folder: RunFolder, record: dict[str, Any]) -> None:
+    """Write `exit.json` at once and durably (a command that never started: the ends of
+    the others are drafted and synced by the round), unless the folder is gone: nobody may
+    read it, and a relaunch may have made a new folder under its path since."""
     if not folder.still_mine():
         return
     with contextlib.suppress(FileNotFoundError):  # deleted since we looked
-        folder.write_json_atomic("exit.json", record, durable=durable)
+        folder.write_json_atomic("exit.json", record)
 
 
 class Supervisor:
@@ -543,7 +529,7 @@ class Supervisor:
         """Claim the name and start its command: what to answer."""
         final, grace = Path(request["run"]), float(request["grace"])
         try:
-            folder = claim(tmp, final, durable=False)
+            folder = claim(tmp, final)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
@@ -559,7 +545,7 @@ class Supervisor:
             record = exit_record(START_FAILED_EXIT_CODE, None, None)
             record["reason"] = f"{why}: {exc}"
             try:
-                record_exit(folder, record)  # a rare path: synced at once
+                record_exit(folder, record)
             except OSError:
                 traceback.print_exc()
                 return {"answer": "started", "ended": True, "unrecorded": True}
