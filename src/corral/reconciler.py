@@ -421,13 +421,17 @@ class Reconciler:
     # --- orphans ---------------------------------------------------------------------------
 
     async def _stop_orphans(self, executor: Executor, summary: Pass) -> None:
+        mine = {model.MANAGED_BY: model.MANAGER}
         try:
-            managed = await executor.list_managed({model.MANAGED_BY: model.MANAGER})
+            if isinstance(executor, base.Forgets):
+                managed = await executor.list_live(mine)
+            else:
+                managed = await executor.list_managed(mine)
         except errors.ExecutorError as exc:
             log.warning("%s: cannot list launches for orphans: %s", executor.kind, exc)
             return
         if isinstance(executor, base.Forgets):
-            await self._forget_old(executor, managed, summary)
+            await self._forget_old(executor, summary)
         live = {
             o.identity.fence: o
             for o in managed
@@ -448,19 +452,18 @@ class Reconciler:
             *(self._stop_orphan(executor, obs, st, summary) for obs, st in orphans)
         )
 
-    async def _forget_old(
-        self, executor: base.Forgets, managed: Sequence[model.Observation], summary: Pass
-    ) -> None:
+    async def _forget_old(self, executor: base.Forgets, summary: Pass) -> None:
         """Forget launches that finished more than the executor's retention ago, once the
         store holds their attempts as ended (never one recovery may still read)."""
-        before = self.clock.now() - executor.retention
+        try:
+            ended = await executor.list_ended(self.clock.now() - executor.retention)
+        except errors.ExecutorError as exc:
+            log.warning("%s: cannot list old launches: %s", executor.kind, exc)
+            return
         old = {
             o.identity.fence: o
-            for o in managed
-            if o.identity is not None
-            and o.phase.finished
-            and o.finished_at is not None
-            and o.finished_at < before
+            for o in ended
+            if o.identity is not None and o.labels.get(model.MANAGED_BY) == model.MANAGER
         }
         if not old:
             return

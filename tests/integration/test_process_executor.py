@@ -14,7 +14,7 @@ import textwrap
 import threading
 import time
 from collections.abc import AsyncIterator, Sequence
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,7 @@ import pytest
 
 from corral import clock, errors, model
 from corral.executors import base, process, process_shim
+from corral.testing import FrozenClock
 from tests.support import launches
 from tests.support.procs import holds_under
 from tests.support.wait import PATIENCE, eventually
@@ -73,6 +74,13 @@ async def wait_for(
     return found
 
 
+def run_folders(root: Path) -> list[str]:
+    """The run folders in `root`, by name (not its indexes), after checking that no
+    half-made launch folder was left behind."""
+    assert not list((root / ".tmp").iterdir()), "a half-made launch folder was left"
+    return sorted(p.name for p in root.iterdir() if not p.name.startswith("."))
+
+
 def kill_leftovers(root: Path) -> None:
     """Kill the command groups and shims of unfinished runs, so no test leaves processes;
     also those whose run folder a test removed (found by their environment or arguments)."""
@@ -80,7 +88,7 @@ def kill_leftovers(root: Path) -> None:
     if not root.is_dir():
         return
     for run_dir in root.iterdir():
-        if (run_dir / "exit.json").exists():
+        if run_dir.name.startswith(".") or (run_dir / "exit.json").exists():
             continue
         for pid_file, kill in (("child.pid", os.killpg), ("shim.pid", os.kill)):
             with contextlib.suppress(OSError, ValueError, KeyError):
@@ -168,7 +176,7 @@ async def test_launch_twice_runs_once(executor: process.ProcessExecutor, tmp_pat
     await executor.launch(launch)  # the folder is there already
     assert (await wait_for(executor, "twice-1")).phase is model.Phase.SUCCEEDED
     assert marks.read_text() == "run\n"
-    assert sorted(p.name for p in executor.root.iterdir()) == ["twice-1"]
+    assert run_folders(executor.root) == ["twice-1"]
 
 
 RACER = textwrap.dedent(
@@ -224,7 +232,7 @@ async def test_two_os_processes_launching_one_name_start_one_run(
     for name in names:
         assert (await wait_for(executor, name)).phase is model.Phase.SUCCEEDED
         assert (marks / name).read_text() == "run\n"
-    assert sorted(p.name for p in executor.root.iterdir()) == names
+    assert run_folders(executor.root) == names
 
 
 async def test_same_name_other_identity_conflicts(executor: process.ProcessExecutor) -> None:
@@ -295,7 +303,7 @@ async def test_a_closed_executor_launches_nothing(tmp_path: Path) -> None:
     with pytest.raises(errors.ExecutorError, match="closed"):
         await ex.launch(make_launch("late-1", ["true"]))
     assert ex.supervisor_pid is None, "no supervisor started for it"
-    assert list(ex.root.iterdir()) == []
+    assert run_folders(ex.root) == []
 
 
 @pytest.mark.parametrize(
@@ -533,11 +541,15 @@ async def test_bad_launch_name_is_refused(executor: process.ProcessExecutor) -> 
 async def test_a_missing_root_is_an_error_not_absent(tmp_path: Path) -> None:
     ex = process.ProcessExecutor(root=tmp_path / "runs", clock=clock.SystemClock())
     await ex.start()
-    (tmp_path / "runs").rmdir()
+    shutil.rmtree(tmp_path / "runs")
     with pytest.raises(errors.ExecutorError, match="missing"):
         await ex.observe(["corral-1-1"])
     with pytest.raises(errors.ExecutorError, match="missing"):
         await ex.list_managed({})
+    with pytest.raises(errors.ExecutorError, match="missing"):
+        await ex.list_live({})
+    with pytest.raises(errors.ExecutorError, match="missing"):
+        await ex.list_ended(datetime.now(UTC))
 
 
 async def test_old_finished_runs_are_forgotten_only_once_the_store_holds_them_ended(
@@ -550,7 +562,6 @@ async def test_old_finished_runs_are_forgotten_only_once_the_store_holds_them_en
 
     from corral import config, reconciler, store
     from corral.store import Finish
-    from corral.testing import FrozenClock
 
     db = store.Store.connect(f"sqlite:///{tmp_path}/c.db")
     await db.migrate()
@@ -574,13 +585,13 @@ async def test_old_finished_runs_are_forgotten_only_once_the_store_holds_them_en
             finishes=[Finish(done.attempt.id, model.AttemptState.SUCCEEDED, 0, None)],
             now=later.now(),
         )
-        (ex.root / ".tmp-crashed-1-abc").mkdir()
-        os.utime(ex.root / ".tmp-crashed-1-abc", (0, 0))
+        (ex.root / ".tmp" / "crashed-1-abc").mkdir()
+        os.utime(ex.root / ".tmp" / "crashed-1-abc", (0, 0))
         r = reconciler.Reconciler(
             store=db, executors={"process": ex}, clock=later, settings=config.Settings()
         )
         assert (await r.run_once()).forgotten == 1
-        left = sorted(p.name for p in ex.root.iterdir())
+        left = run_folders(ex.root)  # and the half-made folder went
         assert left == sorted([unread.attempt.launch_name, busy.attempt.launch_name])
         await ex.forget([busy.attempt.launch_name])
         assert (ex.root / busy.attempt.launch_name).is_dir(), "never a run still going"
@@ -588,6 +599,150 @@ async def test_old_finished_runs_are_forgotten_only_once_the_store_holds_them_en
         kill_leftovers(ex.root)
         await ex.close()
         await db.close()
+
+
+# --- the indexes of live and ended runs ------------------------------------------------------
+
+
+def indexed(root: Path) -> tuple[list[str], list[str]]:
+    """The names in the live index, and those in the ended one (any hour)."""
+    live = sorted(p.name for p in (root / ".live").iterdir())
+    ended = sorted(p.name for hour in (root / ".ended").iterdir() for p in hour.iterdir())
+    return live, ended
+
+
+@pytest.fixture
+def observed(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of every run folder the executor reads, as they are read."""
+    names: list[str] = []
+    real = process._observe_one
+
+    def counting(name: str, run_dir: Path) -> model.Observation:
+        names.append(name)
+        return real(name, run_dir)
+
+    monkeypatch.setattr(process, "_observe_one", counting)
+    return names
+
+
+async def test_each_run_moves_from_the_live_index_to_its_hour_when_it_ends(
+    executor: process.ProcessExecutor,
+) -> None:
+    await executor.launch(make_launch("quick-1", ["true"], fence=1))
+    await executor.launch(make_launch("long-2", ["sleep", "300"], fence=2))
+    await wait_for(executor, "quick-1")
+    await eventually(lambda: indexed(executor.root) == (["long-2"], ["quick-1"]), what="moved")
+    hour = process_shim.hour_of(time.time())
+    assert (executor.root / ".ended" / hour / "quick-1").is_file()
+    assert [o.name for o in await executor.list_live({})] == ["long-2"]
+    await executor.cancel("long-2", timedelta(seconds=5))
+    await wait_for(executor, "long-2")
+    await eventually(lambda: indexed(executor.root) == ([], ["long-2", "quick-1"]), what="both")
+    assert await executor.list_live({}) == []
+
+
+async def test_a_pass_reads_the_live_runs_and_no_finished_one(
+    tmp_path: Path, observed: list[str]
+) -> None:
+    """However many finished runs the root keeps, the reconciler's pass reads only those
+    that may still go on (and, to forget them, those older than the retention)."""
+    from corral import config, reconciler, store
+
+    db = store.Store.connect(f"sqlite:///{tmp_path}/c.db")
+    await db.migrate()
+    ex = process.ProcessExecutor(root=tmp_path / "runs", clock=clock.SystemClock())
+    await ex.start()
+    try:
+        for i in range(1, 31):
+            await ex.launch(make_launch(f"done-{i}", ["true"], fence=i))
+        await ex.launch(make_launch("long-99", ["sleep", "300"], fence=99))
+        for i in range(1, 31):
+            await wait_for(ex, f"done-{i}")
+        await eventually(lambda: indexed(ex.root)[0] == ["long-99"], what="all but one ended")
+        r = reconciler.Reconciler(
+            store=db,
+            executors={"process": ex},
+            clock=clock.SystemClock(),
+            settings=config.Settings(),
+        )
+        observed.clear()
+        await r.run_once()
+        assert observed == ["long-99"]
+        assert len(await ex.list_managed({})) == 31, "the whole history is still there"
+    finally:
+        await ex.close()
+        kill_leftovers(ex.root)
+        await db.close()
+
+
+async def test_missing_indexes_are_rebuilt_from_the_run_folders(tmp_path: Path) -> None:
+    root = tmp_path / "runs"
+    first = process.ProcessExecutor(root=root, clock=clock.SystemClock(), poll_interval=0.05)
+    await first.start()
+    try:
+        await first.launch(make_launch("done-1", ["true"], fence=1))
+        await first.launch(make_launch("long-2", ["sleep", "300"], fence=2))
+        await wait_for(first, "done-1")
+        await first.close()
+        for index in (".live", ".ended", ".indexed"):
+            path = root / index
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+        (root / ".tmp-old-3-abc").mkdir()  # half-made by an earlier version, in the root
+        os.utime(root / ".tmp-old-3-abc", (0, 0))
+        later = FrozenClock(datetime.now(UTC) + timedelta(days=8))
+        second = process.ProcessExecutor(root=root, clock=later)
+        await second.start()
+        assert indexed(root) == (["long-2"], ["done-1"])
+        assert run_folders(root) == ["done-1", "long-2"], "only the half-made one went"
+        assert [o.name for o in await second.list_live({})] == ["long-2"]
+        assert [o.name for o in await second.list_ended(later.now() - second.retention)] == [
+            "done-1"
+        ]
+        await second.close()
+    finally:
+        kill_leftovers(root)
+
+
+async def test_stale_markers_are_mended_where_they_are_found(
+    executor: process.ProcessExecutor,
+) -> None:
+    """A supervisor killed between recording an exit and moving its marker, a launch that
+    failed after marking its name, a name launched again after it was forgotten."""
+    await executor.launch(make_launch("done-1", ["true"]))
+    await wait_for(executor, "done-1")
+    await eventually(lambda: indexed(executor.root) == ([], ["done-1"]), what="ended")
+    root = executor.root
+    process_shim.mark_live(root, "done-1")
+    process_shim.mark_live(root, "never-2")
+    assert await executor.list_live({}) == []
+    assert indexed(root) == (["never-2"], ["done-1"]), "ended moved; absent kept for one look"
+    assert await executor.list_live({}) == []
+    assert indexed(root) == ([], ["done-1"]), "still no folder a look later: removed"
+
+    shutil.rmtree(root / "done-1")
+    await executor.launch(make_launch("done-1", ["sleep", "300"]))
+    await wait_for(executor, "done-1", finished=False)
+    far = datetime.now(UTC) + timedelta(days=1)
+    assert await executor.list_ended(far) == []
+    assert indexed(root) == (["done-1"], []), "running again: back in the live index"
+
+
+async def test_old_ended_runs_are_offered_a_batch_at_a_time(
+    executor: process.ProcessExecutor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(process, "FORGET_BATCH", 2)
+    for i in range(1, 6):
+        await executor.launch(make_launch(f"done-{i}", ["true"], fence=i))
+    for i in range(1, 6):
+        await wait_for(executor, f"done-{i}")
+    await eventually(lambda: len(indexed(executor.root)[1]) == 5, what="all ended")
+    far = datetime.now(UTC) + timedelta(days=1)
+    assert await executor.list_ended(datetime.now(UTC) - timedelta(hours=1)) == []
+    offers = [sorted(o.name for o in await executor.list_ended(far)) for _ in range(4)]
+    assert offers == [["done-1", "done-2"], ["done-3", "done-4"], ["done-5"], ["done-1", "done-2"]]
+    await executor.forget(["done-1", "done-2"])
+    assert indexed(executor.root)[1] == ["done-3", "done-4", "done-5"], "markers go with them"
+    assert sorted(o.name for o in await executor.list_ended(far)) == ["done-3", "done-4"]
 
 
 # --- a run folder that disappears under a running command ----------------------------------------
@@ -715,7 +870,7 @@ async def test_a_command_whose_run_folder_goes_is_stopped_and_nothing_is_written
     finally:
         kill_leftovers(ex.root)
     assert alive(shim), "the supervisor goes on: it serves the executor's other runs"
-    assert sorted(p.name for p in ex.root.iterdir()) == ([] if how == "removed" else ["gone-1"])
+    assert run_folders(ex.root) == ([] if how == "removed" else ["gone-1"])
     if how == "replaced":
         assert list(run_dir.iterdir()) == [], "nothing written into a folder it never claimed"
         assert not (moved / "exit.json").exists(), "nor into its own, once moved away"

@@ -61,10 +61,21 @@ class Forgets(Protocol):
     """An executor whose platform keeps finished launches until told to forget them (a
     platform with its own TTL, like Kubernetes, needs none of this). The reconciler asks
     it to forget launches that finished more than `retention` ago and whose attempts the
-    store holds as ended, so nothing recovery still needs is ever removed."""
+    store holds as ended, so nothing recovery still needs is ever removed.
+
+    Such a platform piles up history, so it also indexes its launches: the reconciler's
+    pass lists the live ones and the old finished ones, never every launch it keeps."""
 
     kind: str
     retention: timedelta
+
+    async def list_live(self, selector: Mapping[str, str]) -> list[model.Observation]:
+        """The launches that may still go on whose labels include all of `selector`."""
+        ...
+
+    async def list_ended(self, before: datetime) -> list[model.Observation]:
+        """Some launches that finished before `before` (a batch: each pass offers more)."""
+        ...
 
     async def forget(self, names: Sequence[str]) -> None:
         """Remove these finished launches and everything they left."""

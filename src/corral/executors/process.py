@@ -13,8 +13,17 @@ launch, so a new corral (or another one beside it) rebuilds everything from it.
         stderr.log
         cancel        present once a cancel was asked for (holds the grace)
         exit.json     exit code, reason, start and end: present once it finished
+    <root>/.live/<launch name>                  runs that may still go on
+    <root>/.ended/<YYYYMMDDHH>/<launch name>    runs that ended, by the UTC hour they ended
+    <root>/.tmp/<launch name>-*                 folders made for a launch, not yet claimed
 
-The folder is made under a `.tmp-*` name and claimed by the supervisor (the shim,
+The two indexes are empty files named after run folders, so that the reconciler's pass reads the
+runs that go on (for orphans) and those that ended longer ago than the retention (to
+forget them), never the whole history: its time and corral's memory stay flat however
+many finished runs the root keeps. They are hints: a run folder is the truth about its
+run, a marker found stale is moved, and missing indexes are rebuilt from the folders.
+
+The folder is made under `.tmp/` and claimed by the supervisor (the shim,
 process_shim.py) with one atomic rename, so a name is launched at most once, even by two
 corrals at the same moment. Each executor has one supervisor, started at its first launch
 (and again if it dies), in a session of its own, so commands outlive corral; it starts
@@ -83,6 +92,11 @@ SWEEP_EVERY = 10
 runs the supervisor says ended: a command whose supervisor was killed ends unannounced."""
 SUPERVISOR_DIED = "supervisor died before recording an exit"
 UNRECORDED = "its supervisor could not record its exit"
+FORGET_BATCH = 1000
+"""At most this many old finished runs are offered for forgetting in one reconciler pass, so
+that the pass after a long outage costs no more than any other."""
+INDEXED = ".indexed"
+"""Present once the root's indexes hold every run folder (made by `start` when missing)."""
 STOP_WAIT_SECONDS = 5.0
 """At least this long (else the kill grace) a relaunch waits for an earlier copy to die."""
 
@@ -113,6 +127,9 @@ class ProcessExecutor:
         self._closed = False
         self._supervisor = _Supervisor()
         self._log = self.root.with_name(f".{self.root.name}-supervisor.log")
+        self._absent_before: set[str] = set()  # live markers with no folder, last look
+        self._forget_after: tuple[str, str] = ("", "")  # where the last offer stopped
+        self._offered: dict[str, Path] = {}  # old ended markers offered, by name
 
     # --- spec ------------------------------------------------------------------------------
 
@@ -136,9 +153,11 @@ class ProcessExecutor:
     # --- life ------------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Create the root folder."""
+        """Create the root folder, and its indexes from the run folders if they are missing."""
         await asyncio.to_thread(self._make_root)
         log.info("process executor: run folders in %s", self.root)
+        if not (self.root / INDEXED).exists():
+            await asyncio.to_thread(self._rebuild_index)
 
     @property
     def supervisor_pid(self) -> int | None:
@@ -201,8 +220,19 @@ class ProcessExecutor:
         return await asyncio.to_thread(self._observe_blocking, dirs)
 
     async def list_managed(self, selector: Mapping[str, str]) -> list[model.Observation]:
-        """Observations of every run folder whose labels include all of `selector`."""
+        """Observations of every run folder whose labels include all of `selector`: the
+        whole history, so the reconciler asks `list_live` and `list_ended` instead."""
         return await asyncio.to_thread(self._list_blocking, dict(selector))
+
+    async def list_live(self, selector: Mapping[str, str]) -> list[model.Observation]:
+        """Observations of the runs in the live index whose labels include all of
+        `selector` and that may still go on; what it finds ended moves to the ended index."""
+        return await asyncio.to_thread(self._live_blocking, dict(selector))
+
+    async def list_ended(self, before: datetime) -> list[model.Observation]:
+        """Observations of up to FORGET_BATCH runs that ended before `before`, from the
+        ended index's hours before it (and an offer after the last one, pass by pass)."""
+        return await asyncio.to_thread(self._ended_blocking, before)
 
     async def cancel(self, name: str, grace: timedelta) -> None:
         """Ask the command to stop (SIGTERM to its group), then SIGKILL it after `grace`."""
@@ -258,6 +288,109 @@ class ProcessExecutor:
     def _make_root(self) -> None:
         with _platform(f"create the process executor's root {self.root}"):
             self.root.mkdir(parents=True, exist_ok=True)
+            for index in (process_shim.LIVE, process_shim.ENDED, process_shim.HALF_MADE):
+                (self.root / index).mkdir(exist_ok=True)
+
+    def _rebuild_index(self) -> None:
+        """Index every run folder, live or ended, from what it holds: once for a root made
+        by an earlier version, or whose indexes were deleted."""
+        live = ended = 0
+        with _platform(f"index the run folders in {self.root}"):
+            entries = list(os.scandir(self.root))
+            legacy = [e for e in entries if e.name.startswith(".tmp-")]
+            self._sweep_half_made(legacy, self._clock.now() - self.retention)
+            for entry in entries:
+                if not _is_run_dir(entry):
+                    continue
+                try:
+                    record = _read_json(Path(entry.path) / "exit.json")
+                except errors.ExecutorError:
+                    record = None  # a torn record: the live index looks at it again
+                if record is None:
+                    process_shim.mark_live(self.root, entry.name)
+                    live += 1
+                    continue
+                at = _time(record.get("finished_at"))
+                when = at.timestamp() if at else entry.stat().st_mtime
+                process_shim.mark_ended(self.root, entry.name, when)
+                ended += 1
+            (self.root / INDEXED).write_text('{"version": 1}\n', encoding="utf-8")
+        log.info("process executor: indexed %d live, %d ended runs in %s", live, ended, self.root)
+
+    def _live_blocking(self, selector: dict[str, str]) -> list[model.Observation]:
+        self._check_root()
+        index = self.root / process_shim.LIVE
+        with _platform(f"list the live runs in {index}"):
+            try:
+                names = [n for n in os.listdir(index) if _NAME.match(n)]
+            except FileNotFoundError:
+                self._make_root()
+                self._rebuild_index()
+                names = [n for n in os.listdir(index) if _NAME.match(n)]
+        seen = _observe_many({name: self.root / name for name in names})
+        absent, found = set(), []
+        for name, obs in sorted(seen.items()):
+            if obs.phase.finished:  # its supervisor died before it could move the marker
+                at = obs.finished_at or self._clock.now()
+                process_shim.mark_ended(self.root, name, at.timestamp())
+            elif obs.phase is model.Phase.ABSENT:
+                # Marked just before a claim that is under way, or by one that failed: a
+                # marker still without its folder a pass later is a failed one's.
+                if name in self._absent_before:
+                    with contextlib.suppress(OSError):
+                        os.unlink(index / name)
+                else:
+                    absent.add(name)
+            elif all(obs.labels.get(k) == v for k, v in selector.items()):
+                found.append(obs)
+        self._absent_before = absent
+        return found
+
+    def _ended_blocking(self, before: datetime) -> list[model.Observation]:
+        self._check_root()
+        with _platform(f"list the half-made launches in {self.root / process_shim.HALF_MADE}"):
+            self._sweep_half_made(
+                list(os.scandir(self.root / process_shim.HALF_MADE)),
+                self._clock.now() - self.retention,
+            )
+        markers = self._old_markers(before)
+        seen = _observe_many({name: self.root / name for _, name in markers})
+        self._offered = {}
+        found = []
+        for hour, name in markers:
+            marker = self.root / process_shim.ENDED / hour / name
+            obs = seen.get(name)
+            if obs is None:
+                continue  # damaged: left for a person to look at
+            if obs.phase is model.Phase.ABSENT:  # forgotten, or deleted by hand
+                with contextlib.suppress(OSError):
+                    os.unlink(marker)
+            elif not obs.phase.finished:  # the name was launched again: it goes on
+                with contextlib.suppress(OSError):
+                    os.rename(marker, self.root / process_shim.LIVE / name)
+            elif (obs.finished_at or _hour_end(hour)) < before:
+                self._offered[name] = marker
+                found.append(obs)
+        return found
+
+    def _old_markers(self, before: datetime) -> list[tuple[str, str]]:
+        """Up to FORGET_BATCH (hour, name) of the ended index in hours that ended before
+        `before`, going on after the last offer and starting over once at the end."""
+        index = self.root / process_shim.ENDED
+        with _platform(f"list the ended runs in {index}"):
+            hours = sorted(h for h in os.listdir(index) if _hour_end(h) <= before)
+            markers = []
+            for hour in hours:
+                names = os.listdir(index / hour)
+                if not names:
+                    with contextlib.suppress(OSError):  # an old hour made empty by forget
+                        (index / hour).rmdir()
+                markers += [(hour, name) for name in names]
+        markers.sort()
+        after = [m for m in markers if m > self._forget_after]
+        batch = (after or markers)[:FORGET_BATCH]
+        self._forget_after = batch[-1] if len(batch) == FORGET_BATCH else ("", "")
+        return batch
 
     def _check_root(self) -> None:
         # A root that vanished (deleted, unmounted) must not read as "every launch absent":
@@ -273,17 +406,15 @@ class ProcessExecutor:
         self._check_root()
         with _platform(f"list the run folders in {self.root}"):
             entries = sorted(os.scandir(self.root), key=lambda e: e.name)
-            self._sweep_half_made(entries, self._clock.now() - self.retention)
             dirs = {e.name: Path(e.path) for e in entries if _is_run_dir(e)}
             found = {name: d for name, d in dirs.items() if _matches(d, selector)}
         return list(_observe_many(found).values())
 
     def _sweep_half_made(self, entries: list[os.DirEntry[str]], before: datetime) -> None:
         """Remove launch folders a crash left half-made (never claimed) that are older than
-        the retention: nothing runs in them and no launch waits on them."""
+        the retention: nothing runs in them and no launch waits on them. `entries` are
+        those of HALF_MADE (or, as an earlier version made them, `.tmp-*` in the root)."""
         for entry in entries:
-            if not entry.name.startswith(".tmp-"):
-                continue
             try:
                 made = datetime.fromtimestamp(entry.stat().st_mtime, UTC)
             except OSError:
@@ -299,9 +430,17 @@ class ProcessExecutor:
 
     def _forget_blocking(self, dirs: Sequence[Path]) -> None:
         for run_dir in dirs:
-            if _has_exit(run_dir):  # only a finished run: never one still going
-                shutil.rmtree(run_dir, ignore_errors=True)
-                log.info("%s: finished longer ago than the retention; removed", run_dir.name)
+            try:
+                ended = _observe_one(run_dir.name, run_dir).phase.finished
+            except errors.ExecutorError:
+                ended = False
+            if not ended:  # only a finished run: never one still going
+                continue
+            shutil.rmtree(run_dir, ignore_errors=True)
+            if (marker := self._offered.pop(run_dir.name, None)) is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(marker)
+            log.info("%s: finished longer ago than the retention; removed", run_dir.name)
 
 
 # --- spec checks ------------------------------------------------------------------------------
@@ -725,6 +864,15 @@ def _time(value: Any) -> datetime | None:
     except ValueError:
         return None
     return at if at is None or at.tzinfo is not None else at.replace(tzinfo=UTC)
+
+
+def _hour_end(hour: str) -> datetime:
+    """When an hour of the ended index ends (its name is YYYYMMDDHH, in UTC); the far
+    future for a name that is not one, so nothing is offered from it."""
+    try:
+        return datetime.strptime(hour, "%Y%m%d%H").replace(tzinfo=UTC) + timedelta(hours=1)
+    except ValueError:
+        return datetime.max.replace(tzinfo=UTC)
 
 
 def _has_exit(run_dir: Path) -> bool:

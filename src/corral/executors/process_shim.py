@@ -55,6 +55,7 @@ import selectors
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -82,6 +83,18 @@ START_FAILED_EXIT_CODE = 127
 
 LOGS = ("stdout.log", "stderr.log")
 """Where the command's output goes, in its run folder."""
+
+LIVE = ".live"
+"""The index of runs that may still go on: `<root>/.live/<name>`, an empty file named after
+the run folder, made before the name is claimed and moved to ENDED once its exit is recorded."""
+
+ENDED = ".ended"
+"""The index of ended runs by the UTC hour they ended in: `<root>/.ended/<YYYYMMDDHH>/<name>`,
+so that forgetting old runs reads old hours only. Both indexes are hints, rebuilt from the
+run folders when missing: a run folder is the truth about its run."""
+
+HALF_MADE = ".tmp"
+"""Where a launch's folder is made (`<root>/.tmp/<name>-*`) before its claim renames it."""
 
 FOLDER_GONE = "run folder removed"
 """Why a command was stopped whose run folder was deleted or replaced (never recorded:
@@ -190,6 +203,58 @@ def sync_filesystem(path: Path) -> None:
         os.close(fd)
 
 
+# --- the indexes of live and ended runs -----------------------------------------------------
+
+
+def hour_of(at: float) -> str:
+    """The ENDED folder of a run that ended at `at` (seconds since the epoch)."""
+    return time.strftime("%Y%m%d%H", time.gmtime(at))
+
+
+def mark_live(root: Path, name: str) -> None:
+    """Put `name` in the index of live runs (before its claim, so no run ever goes on
+    unindexed)."""
+    for _ in range(2):
+        try:
+            _make_marker(root / LIVE / name)
+            return
+        except FileNotFoundError:
+            os.makedirs(root / LIVE, exist_ok=True)
+
+
+def _make_marker(path: Path) -> None:
+    """An empty file at `path`, made with one system call (there is one for every run)."""
+    with contextlib.suppress(FileExistsError):
+        os.mknod(path, 0o644 | stat.S_IFREG)
+
+
+def mark_ended(root: Path, name: str, at: float) -> None:
+    """Move `name` from the index of live runs to the runs that ended in `at`'s hour. Never
+    fails the run: its exit is recorded, and a marker left behind is moved by the executor
+    when it finds the run ended."""
+    try:
+        _mark_ended(root, name, at)
+    except OSError:
+        traceback.print_exc()
+
+
+def _mark_ended(root: Path, name: str, at: float) -> None:
+    live, hour = root / LIVE / name, root / ENDED / hour_of(at)
+    for _ in range(3):  # an empty old hour may be removed under us: make it again
+        os.makedirs(hour, exist_ok=True)
+        try:
+            os.rename(live, hour / name)
+            return
+        except FileNotFoundError:
+            if os.path.lexists(live):
+                continue
+        try:  # never in the live index (a crash, an earlier version): only in this one
+            _make_marker(hour / name)
+            return
+        except FileNotFoundError:
+            continue
+
+
 # --- small helpers -----------------------------------------------------------------------------
 
 
@@ -220,6 +285,16 @@ def supervisor_record() -> dict[str, Any]:
     """`shim.pid`: this process, as a record that tells it from a later one with its pid."""
     me = os.getpid()
     return {"pid": me, "start_time": proc_start_time(me)}
+
+
+def make_half(final: Path) -> Path:
+    """A new folder in the root's HALF_MADE, for a launch of `final` to fill and claim."""
+    half = final.parent / HALF_MADE
+    try:
+        return Path(tempfile.mkdtemp(prefix=f"{final.name}-", dir=half))
+    except FileNotFoundError:
+        half.mkdir(exist_ok=True)
+        return Path(tempfile.mkdtemp(prefix=f"{final.name}-", dir=half))
 
 
 def claim(tmp: Path, final: Path) -> RunFolder | None:
@@ -351,10 +426,15 @@ class Supervision:
         return True
 
     def recorded(self) -> None:
-        """Put the drafted record in place (it is durable now), unless the folder went."""
+        """Put the drafted record in place (it is durable now) and move the run to the
+        index of ended ones, unless the folder went."""
         if self.folder.still_mine():
-            with contextlib.suppress(FileNotFoundError):
+            try:
                 self.folder.commit_draft("exit.json")
+            except FileNotFoundError:
+                return
+            path = self.folder.path
+            mark_ended(path.parent, path.name, time.time())
 
 
 def read_cancel_grace(folder: RunFolder, default: float) -> float:
@@ -385,12 +465,16 @@ def exit_record(returncode: int, stop_reason: str | None, started_at: str | None
 
 def record_exit(folder: RunFolder, record: dict[str, Any]) -> None:
     """Write `exit.json` at once and durably (a command that never started: the ends of
-    the others are drafted and synced by the round), unless the folder is gone: nobody may
-    read it, and a relaunch may have made a new folder under its path since."""
+    the others are drafted and synced by the round), and move the run to the index of
+    ended ones, unless the folder is gone: nobody may read it, and a relaunch may have
+    made a new folder under its path since."""
     if not folder.still_mine():
         return
-    with contextlib.suppress(FileNotFoundError):  # deleted since we looked
+    try:
         folder.write_json_atomic("exit.json", record)
+    except FileNotFoundError:  # deleted since we looked
+        return
+    mark_ended(folder.path.parent, folder.path.name, time.time())
 
 
 class Supervisor:
@@ -511,12 +595,13 @@ class Supervisor:
                 return {"error": "the supervisor is stopping (SIGTERM)"}
             if os.path.lexists(final):
                 return {"answer": "exists"}
-            tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{final.name}-", dir=final.parent))
+            tmp = make_half(final)
             try:
                 files = {**request["files"], "shim.pid": supervisor_record()}
                 for name in ("launch.json", "labels.json", "shim.pid"):
                     with open(tmp / name, "w", encoding="utf-8") as fh:
                         json.dump(files[name], fh)
+                mark_live(final.parent, final.name)
             except BaseException:
                 shutil.rmtree(tmp, ignore_errors=True)
                 raise
