@@ -209,7 +209,8 @@ class Session:
         runs = self.work / ".corral" / "runs"
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and runs.is_dir():
-            if all((run / "exit.json").exists() for run in runs.iterdir() if run.is_dir()):
+            folders = [r for r in runs.iterdir() if r.is_dir() and not r.name.startswith(".")]
+            if all((run / "exit.json").exists() for run in folders):
                 break
             time.sleep(0.1)
         kill_leftovers(runs)

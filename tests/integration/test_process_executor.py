@@ -382,6 +382,39 @@ async def test_past_the_deadline_what_ignores_sigterm_is_killed_after_the_grace(
     await ex.close()
 
 
+async def test_the_first_launches_share_one_supervisor_started_off_the_loop(
+    executor: process.ProcessExecutor,
+) -> None:
+    """The launches of a first tick all wait for the one supervisor being started, and the
+    loop goes on meanwhile (an interpreter's start may take longer than a tick's deadline,
+    and the other launches of the tick must have their turn before it)."""
+    gaps: list[float] = []
+
+    async def beat() -> None:
+        last = time.monotonic()
+        while True:
+            await asyncio.sleep(0)
+            now = time.monotonic()
+            gaps.append(now - last)
+            last = now
+
+    beating = asyncio.create_task(beat())
+    names = [f"first-{i}" for i in range(1, 6)]
+    t0 = time.monotonic()
+    try:
+        await asyncio.gather(
+            *(executor.launch(make_launch(n, ["true"], fence=i)) for i, n in enumerate(names, 1))
+        )
+    finally:
+        beating.cancel()
+    took = time.monotonic() - t0  # mostly the supervisor's start
+    assert max(gaps) < took / 2, f"the loop stood still {max(gaps):.3f}s of {took:.3f}s"
+    for name in names:
+        await wait_for(executor, name)
+    pids = {json.loads((executor.root / n / "shim.pid").read_text())["pid"] for n in names}
+    assert pids == {executor.supervisor_pid}
+
+
 async def test_supervisor_killed(executor: process.ProcessExecutor) -> None:
     await executor.launch(make_launch("orphan-1", ["sleep", "30"]))
     await wait_for(executor, "orphan-1", finished=False)

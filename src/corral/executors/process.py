@@ -533,6 +533,8 @@ class _Supervisor:
         self._unrecorded: set[str] = set()  # ended, and their exit never written
         self._news = asyncio.Event()
         self._heard_so_far = b""  # the start of a line not yet whole
+        self._starting: asyncio.Future[socket.socket] | None = None  # shared by the launches
+        self._closed = False
 
     async def supervise(
         self,
@@ -567,7 +569,8 @@ class _Supervisor:
         self._waiting[ask], self._names[ask] = answer, run_dir.name
         try:
             try:
-                sending = loop.sock_sendall(self._ready(log), json.dumps(request).encode() + b"\n")
+                sock = await self._ready(log)
+                sending = loop.sock_sendall(sock, json.dumps(request).encode() + b"\n")
                 await asyncio.wait_for(sending, SHIM_ANSWER_SECONDS)
             except TimeoutError:
                 self._lost("it took no request for too long")
@@ -614,40 +617,23 @@ class _Supervisor:
             news.cancel()
             pause.cancel()
 
-    def _ready(self, log: Path) -> socket.socket:
-        """The socket to a live supervisor, one started now if there is none. One that died
-        is seen as the end of its socket (nobody else holds its end)."""
+    async def _ready(self, log: Path) -> socket.socket:
+        """The socket to a live supervisor, one started now if there is none (once for all
+        the launches that ask meanwhile). One that died is seen as the end of its socket
+        (nobody else holds its end)."""
         if self._sock is not None:
             return self._sock
-        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            with _platform("start the process executor's supervisor"):
-                started = subprocess.run(
-                    [
-                        sys.executable,
-                        "-I",
-                        str(SHIM),
-                        "--supervisor",
-                        str(theirs.fileno()),
-                        str(log),
-                    ],
-                    pass_fds=[theirs.fileno()],
-                    start_new_session=True,
-                    timeout=SHIM_ANSWER_SECONDS,
-                    check=False,
-                )
-            if started.returncode != 0:
-                raise errors.ExecutorError(
-                    f"process executor: its supervisor did not start (exit {started.returncode})"
-                )
-        except subprocess.TimeoutExpired:
+        if self._starting is None or self._starting.done():
+            self._starting = asyncio.ensure_future(self._start(log))
+        return await asyncio.shield(self._starting)  # one launch given up: not the others'
+
+    async def _start(self, log: Path) -> socket.socket:
+        # In a thread: an interpreter's start takes a while, and the loop goes on meanwhile
+        # (the other launches of the tick take their turns and wait here with this one).
+        mine = await asyncio.to_thread(_start_supervisor, log)
+        if self._closed:
             mine.close()
-            raise errors.ExecutorError("process executor: its supervisor did not start") from None
-        except BaseException:
-            mine.close()
-            raise
-        finally:
-            theirs.close()
+            raise errors.ExecutorError("process executor: closed; no more launches")
         mine.setblocking(False)
         asyncio.get_running_loop().add_reader(mine.fileno(), self._read)
         self._sock = mine
@@ -726,7 +712,36 @@ class _Supervisor:
             self._sock = None
 
     async def close(self) -> None:
+        self._closed = True
         self._drop()
+
+
+def _start_supervisor(log: Path) -> socket.socket:
+    """Start a supervisor (detached: its first process exits once the second is on its
+    own); this end of the socket it reads."""
+    mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        with _platform("start the process executor's supervisor"):
+            started = subprocess.run(
+                [sys.executable, "-I", str(SHIM), "--supervisor", str(theirs.fileno()), str(log)],
+                pass_fds=[theirs.fileno()],
+                start_new_session=True,
+                timeout=SHIM_ANSWER_SECONDS,
+                check=False,
+            )
+        if started.returncode != 0:
+            raise errors.ExecutorError(
+                f"process executor: its supervisor did not start (exit {started.returncode})"
+            )
+    except subprocess.TimeoutExpired:
+        mine.close()
+        raise errors.ExecutorError("process executor: its supervisor did not start") from None
+    except BaseException:
+        mine.close()
+        raise
+    finally:
+        theirs.close()
+    return mine
 
 
 def _check_same_identity(run_dir: Path, launch: model.Launch) -> None:
