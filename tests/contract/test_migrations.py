@@ -12,7 +12,8 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import create_engine, inspect, text
 
-from corral.store import migrate, tables
+from corral.store import migrate
+from corral.store.indexes import metadata as schema
 from tests.conftest import pg_database
 
 VERSIONS = migrate.MIGRATIONS / "versions"
@@ -42,7 +43,7 @@ def test_a_database_from_the_first_text_of_0003_is_repaired(empty_url: str) -> N
         assert migrate.current(conn) == migrate.head()
         assert "publish_pointers" in inspect(conn).get_table_names()
         diff = compare_metadata(
-            MigrationContext.configure(conn, opts={"compare_type": True}), tables.metadata
+            MigrationContext.configure(conn, opts={"compare_type": True}), schema
         )
     engine.dispose()
     assert diff == []
@@ -133,7 +134,7 @@ async def test_0006_moves_a_database_with_jobs_to_the_new_indexes(empty_url: str
     engine = create_engine(empty_url)
     with engine.connect() as conn:
         diff = compare_metadata(
-            MigrationContext.configure(conn, opts={"compare_type": True}), tables.metadata
+            MigrationContext.configure(conn, opts={"compare_type": True}), schema
         )
     engine.dispose()
     assert diff == []
@@ -199,3 +200,24 @@ async def test_0007_builds_again_an_index_a_failed_build_left_invalid() -> None:
         engine.dispose()
     assert valid[0] is True
     assert "(id) WHERE" in valid[1]
+
+
+def test_the_schema_check_reads_the_revisions_as_alembic_does(empty_url: str) -> None:
+    """Every command checks the schema without importing Alembic: the revisions it reads
+    from the migration files, and the one it reads from the database, are Alembic's."""
+    from alembic.script import ScriptDirectory
+
+    script = ScriptDirectory.from_config(migrate.alembic_config())
+    assert migrate.head() == script.get_current_head()
+    assert all(migrate.known(r.revision) for r in script.walk_revisions())
+    assert len(list(script.walk_revisions())) == len(list(VERSIONS.glob("*.py")))
+    assert not any(migrate.known(r) for r in ("0000", "9999"))
+    engine = create_engine(empty_url)
+    with engine.connect() as conn:
+        assert migrate.current(conn) is None
+    for revision in ("0002", "head"):
+        with engine.begin() as conn:
+            migrate.upgrade(conn, revision)
+        with engine.connect() as conn:
+            assert migrate.current(conn) == MigrationContext.configure(conn).get_current_revision()
+    engine.dispose()

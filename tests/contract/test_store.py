@@ -12,7 +12,8 @@ import pytest
 from sqlalchemy import create_engine, event
 
 from corral import config, errors, model, retry, store
-from corral.store import Finish, migrate, tables
+from corral.store import Finish, migrate
+from corral.store.indexes import metadata as schema
 from corral.testing import FrozenClock
 
 J, A, FC = model.JobState, model.AttemptState, model.FailureClass
@@ -320,7 +321,7 @@ def test_migrations_build_the_same_schema_as_the_tables(db_url: str) -> None:
     with engine.connect() as conn:
         assert migrate.current(conn) == migrate.head()
         diff = compare_metadata(
-            MigrationContext.configure(conn, opts={"compare_type": True}), tables.metadata
+            MigrationContext.configure(conn, opts={"compare_type": True}), schema
         )
     engine.dispose()
     assert diff == []

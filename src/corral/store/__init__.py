@@ -19,9 +19,8 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-import psycopg
 from sqlalchemy import Connection, Engine
 from sqlalchemy import exc as sa_exc
 
@@ -33,7 +32,6 @@ from corral.store import (
     dialects,
     events,
     hotpath,
-    hotpool,
     jobs,
     migrate,
     sinks,
@@ -41,6 +39,9 @@ from corral.store import (
 from corral.store.attempts import Status
 from corral.store.claims import DefaultLimits
 from corral.store.completions import Finish, Outcome
+
+if TYPE_CHECKING:
+    from corral.store import hotpool  # psycopg's async side: imported for PostgreSQL only
 
 __all__ = ["DefaultLimits", "Finish", "Outcome", "Status", "Store"]
 
@@ -75,11 +76,11 @@ class Store:
         self.engine = engine
         self.dialect = engine.dialect.name
         # PostgreSQL: the hot path's own connections; SQLite: its one writer thread's.
-        self.hot_pool = (
-            hotpool.HotPool(dialects.hot_params(engine, limits))
-            if self.dialect == "postgresql"
-            else None
-        )
+        self.hot_pool: hotpool.HotPool | None = None
+        if self.dialect == "postgresql":
+            from corral.store import hotpool
+
+            self.hot_pool = hotpool.HotPool(dialects.hot_params(engine, limits))
         self.limits = limits
         # SQLite has one writer at a time: one thread keeps this process from queueing on
         # its own lock. PostgreSQL takes as many as the connection pool holds.
@@ -219,6 +220,10 @@ class Store:
         own transaction, on the hot path's own connections, under the same backstop."""
         if self.hot_pool is None:
             return await self._tx(on_sqlite, **kwargs)
+        import psycopg
+
+        from corral.store import hotpool
+
         name = _name(on_postgresql)
         call = functools.partial(on_postgresql, **kwargs)
         try:
@@ -303,15 +308,18 @@ class Store:
             return await self._call("migrate", upgrade_pg, None, autocommit=True)
         return await self._call("migrate", upgrade, None)
 
-    async def check_schema(self) -> None:
-        """Raise SchemaOutOfDate unless the database is at this corral's newest revision.
-        A SQLite file that does not exist is not created (only `migrate` creates one), so
-        a command that only reads leaves no empty database behind."""
+    async def check_schema(self, *, revision: bool = True) -> None:
+        """Raise SchemaOutOfDate unless the database is at this corral's newest revision
+        (without `revision`: unless it exists). A SQLite file that does not exist is not
+        created (only `migrate` creates one), so a command that only reads leaves no empty
+        database behind."""
         if (path := self.sqlite_path) is not None and not path.exists():
             raise errors.SchemaOutOfDate(
                 f"there is no database at {path} (database_url {self.url}): run"
                 " `corral db upgrade` to create it, or point database_url at yours"
             )
+        if not revision:
+            return
         current = await self._tx(migrate.current)
         if current is not None and not migrate.known(current):
             raise errors.SchemaOutOfDate(

@@ -37,7 +37,6 @@ from sqlalchemy import (
     select,
     tuple_,
 )
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.base import Executable
@@ -245,7 +244,7 @@ def one_of(conn: Connection, column: Column[Any], ids: Sequence[int]) -> ColumnE
     """`column IN ids`. On PostgreSQL one array parameter (`= ANY(:ids)`): the statement text
     stays the same whatever the batch size, so it is parsed and planned once."""
     if conn.dialect.name == "postgresql":
-        return column == any_(bindparam(None, list(ids), type_=postgresql.ARRAY(BigInteger())))
+        return column == any_(bindparam(None, list(ids), type_=_big_ints()))
     return column.in_(list(ids))
 
 
@@ -254,19 +253,32 @@ def pairs_in(
 ) -> ColumnElement[bool]:
     """`(first, second) IN pairs`, with the same one-plan form on PostgreSQL (unnest)."""
     if conn.dialect.name == "postgresql":
-        arrays = [
-            bindparam(None, [p[i] for p in pairs], type_=postgresql.ARRAY(BigInteger()))
-            for i in (0, 1)
-        ]
+        arrays = [bindparam(None, [p[i] for p in pairs], type_=_big_ints()) for i in (0, 1)]
         table = func.unnest(*arrays).table_valued("a", "b").render_derived("u")
         return tuple_(first, second).in_(select(table.c.a, table.c.b))
     return tuple_(first, second).in_(list(pairs))
 
 
+def _big_ints() -> Any:
+    from sqlalchemy.dialects import postgresql  # imported on PostgreSQL only: a large package
+
+    return postgresql.ARRAY(BigInteger())
+
+
+def _insert(conn: Connection) -> Any:
+    """The dialect's own INSERT (it takes ON CONFLICT); its package imported when used."""
+    if conn.dialect.name == "postgresql":
+        from sqlalchemy.dialects import postgresql
+
+        return postgresql.insert
+    from sqlalchemy.dialects import sqlite
+
+    return sqlite.insert
+
+
 def upsert(conn: Connection, table: Table) -> Any:
     """An INSERT that takes ON CONFLICT ... DO UPDATE, on either database."""
-    dialect_insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
-    return dialect_insert(table)
+    return _insert(conn)(table)
 
 
 def insert_ignore_conflict(
@@ -274,8 +286,7 @@ def insert_ignore_conflict(
 ) -> Any:
     """INSERT ... ON CONFLICT (columns) [WHERE where] DO NOTHING on either database; `where`
     names a partial unique index's condition."""
-    dialect_insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
-    return dialect_insert(table).on_conflict_do_nothing(
+    return _insert(conn)(table).on_conflict_do_nothing(
         index_elements=list(columns), index_where=where
     )
 
@@ -341,9 +352,7 @@ def _pg_insert_unnest(
     conn: Connection, table: Table, cols: list[str], values: list[tuple[Any, ...]], tail: str
 ) -> list[tuple[Any, ...]]:
     arrays = ", ".join(f"%s::{_pg_array_type(table.c[c].type)}[]" for c in cols)
-    picks = ", ".join(
-        f"u.{c}::jsonb" if isinstance(table.c[c].type, JSON) else f"u.{c}" for c in cols
-    )
+    picks = ", ".join(f"u.{c}::jsonb" if is_json(table.c[c].type) else f"u.{c}" for c in cols)
     sql = (
         f"INSERT INTO {table.name} ({', '.join(cols)}) SELECT {picks}"
         f" FROM unnest({arrays}) AS u({', '.join(cols)}){tail}"
@@ -386,8 +395,13 @@ def _memo_call(memo: dict[Any, Any], convert: Callable[[Any], Any], value: Any) 
     return memo[key]
 
 
+def is_json(type_: Any) -> bool:
+    """Whether a column of this type holds JSON (tables.Json decorates JSON)."""
+    return isinstance(type_, JSON) or isinstance(getattr(type_, "impl", None), JSON)
+
+
 def _converter(conn: Connection, type_: Any) -> Callable[[Any], Any] | None:
-    if isinstance(type_, JSON):
+    if is_json(type_):
         return json.dumps
     if isinstance(getattr(type_, "impl", None), DateTime):
         return sqlite_time if conn.dialect.name == "sqlite" else _utc

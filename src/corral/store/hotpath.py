@@ -25,14 +25,16 @@ import functools
 import json
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import psycopg
-from sqlalchemy import JSON, Connection
+from sqlalchemy import Connection
 
 from corral import model
 from corral.store import claims, dialects
 from corral.store.tables import UTCDateTime, jobs
+
+if TYPE_CHECKING:
+    import psycopg
 
 A, J = model.AttemptState, model.JobState
 
@@ -40,7 +42,7 @@ _JOB_COLUMNS = [c.name for c in jobs.c]  # in the order of model.Job's fields (a
 _STATE = _JOB_COLUMNS.index("state")
 # Read as text and parsed once per distinct text (_Reader): a batch repeats the same specs,
 # policies and labels.
-_JSON_COLUMNS = {c.name for c in jobs.c if isinstance(c.type, JSON)}
+_JSON_COLUMNS = {c.name for c in jobs.c if dialects.is_json(c.type)}
 
 
 CLAIM = f"""
@@ -450,7 +452,7 @@ class _Reader:
         return self._times[text]
 
 
-_JSON_AT = [i for i, c in enumerate(jobs.c) if isinstance(c.type, JSON)]
+_JSON_AT = [i for i, c in enumerate(jobs.c) if dialects.is_json(c.type)]
 _TIME_AT = [i for i, c in enumerate(jobs.c) if isinstance(c.type, UTCDateTime)]
 
 

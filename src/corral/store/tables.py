@@ -24,8 +24,7 @@ from sqlalchemy import (
     UniqueConstraint,
     text,
 )
-from sqlalchemy.dialects.postgresql import JSONB
-from sqlalchemy.types import TypeDecorator
+from sqlalchemy.types import TypeDecorator, TypeEngine
 
 metadata = MetaData(
     naming_convention={
@@ -57,7 +56,22 @@ class UTCDateTime(TypeDecorator[datetime]):
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
-Json: Any = JSON().with_variant(JSONB(), "postgresql")
+class _Json(TypeDecorator[Any]):
+    """JSON; JSONB on PostgreSQL, whose dialect is imported only there (a large package: a
+    command on SQLite does not pay for it)."""
+
+    impl = JSON
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
+        if dialect.name == "postgresql":
+            from sqlalchemy.dialects.postgresql import JSONB
+
+            return dialect.type_descriptor(JSONB())
+        return dialect.type_descriptor(JSON())
+
+
+Json: Any = _Json()
 # SQLite makes only an INTEGER PRIMARY KEY the rowid alias that autoincrements.
 Id: Any = BigInteger().with_variant(Integer(), "sqlite")
 
@@ -86,35 +100,6 @@ jobs = Table(
     # nor the retry budget (model.charged).
     Column("uncharged_attempts", Integer, nullable=False, server_default=text("0")),
 )
-# Partial indexes: a job is in each only while it is in that state, so finished jobs (most
-# of a busy table) cost them nothing, and a job's later updates skip them. Queries state
-# the state as a literal, not a parameter, or a planner cannot match the index's WHERE.
-_QUEUED = text("state = 'queued'")
-# The claim walks this index in order and stops after `limit` rows, so its cost does not
-# grow with the number of finished jobs or of queued ones (LIMIT).
-Index(
-    "ix_jobs_queued",
-    jobs.c.priority.desc(),
-    jobs.c.run_at,
-    jobs.c.id,
-    sqlite_where=_QUEUED,
-    postgresql_where=_QUEUED,
-)
-# Running jobs in pools: what a pooled claim counts. Only those: a job outside any pool
-# is never in it, and no other query can pick it by mistake.
-_POOLED = text("state = 'running' AND pool IS NOT NULL")
-Index("ix_jobs_pooled", jobs.c.pool, sqlite_where=_POOLED, postgresql_where=_POOLED)
-# A key is unique per tenant; most jobs have none, and those are not in the index.
-_KEYED = text("idempotency_key IS NOT NULL")
-Index(
-    "uq_jobs_idempotency",
-    jobs.c.tenant,
-    jobs.c.idempotency_key,
-    unique=True,
-    sqlite_where=_KEYED,
-    postgresql_where=_KEYED,
-)
-
 attempts = Table(
     "attempts",
     metadata,
@@ -147,15 +132,9 @@ attempts = Table(
 # fence never has a reason to read it, and the ended attempts, nearly all of them, are not
 # in it.
 LIVE = text("state IN ('launching', 'running')")
-"""The predicate of ix_attempts_live. A query that reads live attempts says it as written
-here (not with bound states): SQLite uses a partial index only for a query whose WHERE has
-the index's terms as they are, and PostgreSQL's generic plans can then use it too."""
-Index(
-    "ix_attempts_live",
-    attempts.c.id,
-    sqlite_where=LIVE,
-    postgresql_where=LIVE,
-)
+"""The predicate of ix_attempts_live (indexes.py). A query that reads live attempts says it
+as written here (not with bound states): SQLite uses a partial index only for a query whose
+WHERE has the index's terms as they are, and PostgreSQL's generic plans can then use it."""
 
 # One token bucket per queue: retries draw a token each; first attempts (counted by fence,
 # from `counted_fence` on) and the passing of time put tokens back. See corral.retry.Budget.

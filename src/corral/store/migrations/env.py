@@ -2,7 +2,7 @@
 
 from alembic import context
 
-from corral.store.tables import metadata
+from corral.store.indexes import metadata  # the tables and their indexes
 
 connection = context.config.attributes["connection"]
 context.configure(

@@ -1,0 +1,51 @@
+"""The schema's partial indexes, as the migrations make them, for the tools that compare a
+database with the metadata (Alembic's autogenerate, the schema tests); queries need
+nothing from here. Declaring a PostgreSQL partial index loads SQLAlchemy's PostgreSQL
+dialect, a large package, so no store module imports this one: a command on SQLite
+starts without it. Importing it adds the indexes to `tables.metadata`, once."""
+
+from __future__ import annotations
+
+from sqlalchemy import Index, text
+
+from corral.store.tables import LIVE, attempts, jobs, metadata
+
+__all__ = ["metadata"]
+"""The whole schema: `tables.metadata` with these indexes."""
+
+# Partial indexes: a job is in each only while it is in that state, so finished jobs (most
+# of a busy table) cost them nothing, and a job's later updates skip them. Queries state
+# the state as a literal, not a parameter, or a planner cannot match the index's WHERE.
+_QUEUED = text("state = 'queued'")
+# The claim walks this index in order and stops after `limit` rows, so its cost does not
+# grow with the number of finished jobs or of queued ones (LIMIT).
+Index(
+    "ix_jobs_queued",
+    jobs.c.priority.desc(),
+    jobs.c.run_at,
+    jobs.c.id,
+    sqlite_where=_QUEUED,
+    postgresql_where=_QUEUED,
+)
+# Running jobs in pools: what a pooled claim counts. Only those: a job outside any pool
+# is never in it, and no other query can pick it by mistake.
+_POOLED = text("state = 'running' AND pool IS NOT NULL")
+Index("ix_jobs_pooled", jobs.c.pool, sqlite_where=_POOLED, postgresql_where=_POOLED)
+# A key is unique per tenant; most jobs have none, and those are not in the index.
+_KEYED = text("idempotency_key IS NOT NULL")
+Index(
+    "uq_jobs_idempotency",
+    jobs.c.tenant,
+    jobs.c.idempotency_key,
+    unique=True,
+    sqlite_where=_KEYED,
+    postgresql_where=_KEYED,
+)
+
+# Live attempts by fence (tables.LIVE says which and why).
+Index(
+    "ix_attempts_live",
+    attempts.c.id,
+    sqlite_where=LIVE,
+    postgresql_where=LIVE,
+)
