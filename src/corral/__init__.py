@@ -1,16 +1,56 @@
 """corral: a crash-safe job dispatcher.
 
 No job is lost, no job is stuck, and no stale attempt can overwrite a newer one.
+
+The names below are imported when first used, so that `import corral` (and every
+`corral` command that needs little of it) starts at once.
 """
 
-from corral.client import Client, JobView
-from corral.clock import Clock, SystemClock
-from corral.config import Settings, Timeouts
-from corral.dispatcher import Dispatcher
-from corral.errors import CorralError
-from corral.model import Attempt, AttemptState, Event, Job, JobState, Launch, Observation, Phase
-from corral.runtime import connect
-from corral.worker import CurrentAttempt, current_attempt
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from corral.client import Client, JobView
+    from corral.clock import Clock, SystemClock
+    from corral.config import Settings, Timeouts
+    from corral.dispatcher import Dispatcher
+    from corral.errors import CorralError
+    from corral.model import (
+        Attempt,
+        AttemptState,
+        Event,
+        Job,
+        JobState,
+        Launch,
+        Observation,
+        Phase,
+    )
+    from corral.runtime import connect
+    from corral.worker import CurrentAttempt, current_attempt
+
+_FROM = {
+    "Client": "corral.client",
+    "JobView": "corral.client",
+    "Clock": "corral.clock",
+    "SystemClock": "corral.clock",
+    "Settings": "corral.config",
+    "Timeouts": "corral.config",
+    "Dispatcher": "corral.dispatcher",
+    "CorralError": "corral.errors",
+    "Attempt": "corral.model",
+    "AttemptState": "corral.model",
+    "Event": "corral.model",
+    "Job": "corral.model",
+    "JobState": "corral.model",
+    "Launch": "corral.model",
+    "Observation": "corral.model",
+    "Phase": "corral.model",
+    "connect": "corral.runtime",
+    "CurrentAttempt": "corral.worker",
+    "current_attempt": "corral.worker",
+}
 
 __all__ = [
     "Attempt",
@@ -33,3 +73,15 @@ __all__ = [
     "connect",
     "current_attempt",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if (module := _FROM.get(name)) is None:
+        raise AttributeError(f"module 'corral' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # once: the next look finds it without this hook
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_FROM})

@@ -68,11 +68,15 @@ class Client:
         executors: Mapping[str, Executor],
         settings: config.Settings,
         clock: clock.Clock,
+        checkers: Mapping[str, registry.SpecChecker] | None = None,
     ) -> None:
+        """`executors`, started, cancel runs on their platforms; `checkers` (default: the
+        executors) check the specs of jobs to store."""
         self.store = store
         self.executors = executors
         self.settings = settings
         self.clock = clock
+        self.checkers = executors if checkers is None else checkers
 
     async def submit(self, **args: Unpack[JobArgs]) -> tuple[int, bool]:
         """Store a job (its arguments and their defaults: JobArgs); returns (job id,
@@ -134,7 +138,7 @@ class Client:
 
     def validate(self, job: model.NewJob) -> model.NewJob:
         """The job as it will be stored, or InvalidInput naming the first field that is wrong."""
-        return check_job(job, executors=self.executors, settings=self.settings)
+        return check_job(job, executors=self.checkers, settings=self.settings)
 
     async def job(self, job_id: int) -> JobView:
         """A job with its attempts and events; NotFound if there is none."""

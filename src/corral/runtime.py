@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
-from corral import client, clock, config, dispatcher, errors, health, reconciler, retry, store
+from corral import client, clock, config, errors, health, store
 from corral.executors import registry
 from corral.executors.base import Executor
 
@@ -128,13 +128,24 @@ async def opened(
 
 @contextlib.asynccontextmanager
 async def connect(
-    settings: config.Settings | None = None, *, config_file: Path | None = None
+    settings: config.Settings | None = None,
+    *,
+    config_file: Path | None = None,
+    platforms: bool = True,
 ) -> AsyncIterator[client.Client]:
-    """A Client on the settings given, or on corral.toml and CORRAL_* variables."""
+    """A Client on the settings given, or on corral.toml and CORRAL_* variables. With
+    `platforms` off, no executor is started: the client reads and stores jobs (their specs
+    checked), but cannot stop a run on its platform (`cancel` only marks it)."""
     settings = settings or config.Settings.load(config_file)
-    async with opened(settings) as rt:
+    clk = clock.SystemClock()
+    checkers = None if platforms else registry.Checkers(settings, clk)
+    async with opened(settings, clk=clk, executors=None if platforms else {}) as rt:
         yield client.Client(
-            store=rt.store, executors=rt.executors, settings=settings, clock=rt.clock
+            store=rt.store,
+            executors=rt.executors,
+            settings=settings,
+            clock=rt.clock,
+            checkers=checkers,
         )
 
 
@@ -179,6 +190,8 @@ async def _run_loops(
     on_ready: Callable[[Runtime], Awaitable[None]] | None,
 ) -> None:
     """Run the dispatcher and/or the reconciler on an opened runtime until `stop` is set."""
+    from corral import dispatcher, reconciler, retry  # the loops: not for a command's call
+
     if on_ready is not None:
         await on_ready(rt)
     loops = []

@@ -14,18 +14,79 @@ one replaced (the job should stop).
 
 from __future__ import annotations
 
+import gc
+import importlib
 import sys
 from pathlib import Path
 
 import click
 
 from corral import errors
-from corral.cli import admin, jobs, loops
-from corral.cli.common import EXIT_FAILED, EXIT_STALE, EXIT_USAGE, State, err
-from corral.cli.submit import submit
+
+COMMANDS: dict[str, tuple[str, str]] = {
+    "db": ("corral.cli.admin:db", "Manage the database schema."),
+    "submit": (
+        "corral.cli.submit:submit",
+        "Submit a job: corral submit [OPTIONS] -- CMD [ARGS...]; or many: --from-file PATH",
+    ),
+    "serve": ("corral.cli.loops:serve", "Run corral: the dispatcher and the reconciler."),
+    "dispatcher": ("corral.cli.loops:dispatcher_cmd", "Run the dispatcher loop alone."),
+    "reconciler": (
+        "corral.cli.loops:reconciler_cmd",
+        "Run the reconciler loop alone (recovery: adopt, relaunch, complete, time out, lost).",
+    ),
+    "health": (
+        "corral.cli.loops:health_cmd",
+        "Exit 0 when a running corral's loops are alive (its health file is fresh), else 1.",
+    ),
+    "check": (
+        "corral.cli.admin:check",
+        "Show how the limits nest (inner < outer, with the margin); exit 1 if one does not.",
+    ),
+    "jobs": ("corral.cli.jobs:jobs", "Look at and manage jobs."),
+    "lint": (
+        "corral.cli.admin:lint_cmd",
+        "Check Kubernetes manifests for what would hurt corral; exit 1 on findings.",
+    ),
+    "dead": (
+        "corral.cli.jobs:dead",
+        "Quarantined jobs (poison pills): look at them, retry after a fix, or discard.",
+    ),
+    "heartbeat": (
+        "corral.cli.admin:heartbeat_cmd",
+        "Inside a job: tell corral this attempt is alive (reads CORRAL_JOB_ID, CORRAL_FENCE).",
+    ),
+}
+"""Every command: where it is, and its summary for `corral --help`. A command's module is
+imported when the command runs (or shows its own help), so `corral --help` imports none
+and a command imports only what it needs."""
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Commands(click.Group):
+    """A group that imports a command's module only when the command is used."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in COMMANDS:
+            return None
+        if cmd_name not in self.commands:
+            module, _, name = COMMANDS[cmd_name][0].partition(":")
+            self.add_command(getattr(importlib.import_module(module), name), cmd_name)
+        return self.commands[cmd_name]
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        width = formatter.width - 6 - max(len(name) for name in COMMANDS)
+        rows = [  # shortened as click shortens a loaded command's help
+            (name, click.Command(name, help=COMMANDS[name][1]).get_short_help_str(width))
+            for name in self.list_commands(ctx)
+        ]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="corral", prog_name="corral", message="%(prog)s %(version)s")
 @click.option(
     "--config",
@@ -36,44 +97,39 @@ from corral.cli.submit import submit
 @click.pass_context
 def main(ctx: click.Context, config_file: Path | None) -> None:
     """corral: a crash-safe job dispatcher."""
+    from corral.cli.common import State
+
     ctx.obj = State(config_file)
-
-
-for command in (
-    admin.db,
-    submit,
-    loops.serve,
-    loops.dispatcher_cmd,
-    loops.reconciler_cmd,
-    loops.health_cmd,
-    admin.check,
-    jobs.jobs,
-    admin.lint_cmd,
-    jobs.dead,
-    admin.heartbeat_cmd,
-):
-    main.add_command(command)
 
 
 def entrypoint() -> None:
     """Run the CLI, mapping corral's errors to one line and an exit code."""
+    # Starting up makes many objects that live until the command ends: the cycle collector
+    # would go over them again and again (a third of `corral jobs list`'s time). A command
+    # that runs for long (the loops, a bulk submit) turns it back on: `collect_from_here`.
+    gc.disable()
+    from corral.cli import common  # what the errors need (rich): it is there once a command ran
+
     try:
         code = main.main(standalone_mode=False)
     except click.exceptions.Abort:
-        err.print("aborted")
-        sys.exit(EXIT_FAILED)
+        _fail("aborted", common.EXIT_FAILED)
     except click.ClickException as exc:
         exc.show()
         sys.exit(exc.exit_code)
     except (errors.ConfigError, errors.InvalidInput) as exc:
-        err.print(f"error: {exc}", markup=False)
-        sys.exit(EXIT_USAGE)
+        _fail(f"error: {exc}", common.EXIT_USAGE)
     except errors.StaleFence as exc:
-        err.print(f"error: {exc}", markup=False)
-        sys.exit(EXIT_STALE)
+        _fail(f"error: {exc}", common.EXIT_STALE)
     except errors.CorralError as exc:
-        err.print(f"error: {exc}", markup=False)
-        sys.exit(EXIT_FAILED)
+        _fail(f"error: {exc}", common.EXIT_FAILED)
     except KeyboardInterrupt:
         sys.exit(130)
     sys.exit(code if isinstance(code, int) else 0)
+
+
+def _fail(message: str, code: int) -> None:
+    from corral.cli.common import err
+
+    err.print(message, markup=False)
+    sys.exit(code)

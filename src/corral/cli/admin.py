@@ -7,7 +7,6 @@ from pathlib import Path
 
 import click
 
-from corral import config, lint, store, worker
 from corral.cli import render
 from corral.cli.common import EXIT_FAILED, State, config_option, err, json_option, out, print_json
 from corral.cli.common import run as run_async
@@ -23,6 +22,8 @@ def db() -> None:
 @click.pass_obj
 def db_upgrade(state: State) -> None:
     """Create or upgrade the schema to this corral's newest revision."""
+    from corral import store
+
     settings = state.settings()
 
     async def upgrade() -> tuple[str | None, str | None]:
@@ -45,6 +46,8 @@ def db_upgrade(state: State) -> None:
 @click.pass_obj
 def check(state: State, as_json: bool) -> None:
     """Show how the limits nest (inner < outer, with the margin); exit 1 if one does not."""
+    from corral import config
+
     settings = state.settings(check_chain=False)
     broken = config.chain_violations(settings)
     if as_json:
@@ -73,6 +76,8 @@ def check(state: State, as_json: bool) -> None:
 @click.pass_obj
 def lint_cmd(state: State, paths: tuple[Path, ...], as_json: bool) -> None:
     """Check Kubernetes manifests for what would hurt corral; exit 1 on findings."""
+    from corral import lint
+
     settings = state.settings(check_chain=False)
     findings = lint.lint_paths(paths, settings)
     if as_json:
@@ -92,6 +97,8 @@ def heartbeat_cmd(state: State) -> None:
     """Inside a job: tell corral this attempt is alive (reads CORRAL_JOB_ID, CORRAL_FENCE).
 
     Exits 3 when a newer attempt has replaced this one: the job should stop."""
+    from corral import worker
+
     settings = state.settings(check_chain=False)
     lease = worker.heartbeat(worker.current_attempt(), settings)
     if lease is not None:

@@ -3,16 +3,20 @@ the `--config` option (taken before or after a command's name), and running a co
 
 from __future__ import annotations
 
-import asyncio
+import gc
 import json
 from collections.abc import Callable, Coroutine
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 from rich.console import Console
 
-from corral import config, errors
+from corral import errors
+
+if TYPE_CHECKING:
+    from corral import client, config
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -32,7 +36,16 @@ class State:
 
     def settings(self, *, check_chain: bool = True, **overrides: Any) -> config.Settings:
         """The settings from the config file and CORRAL_* environment, with `overrides`."""
+        from corral import config  # pydantic: only for a command that runs, never for --help
+
         return config.Settings.load(self.config_file, check_chain=check_chain, **overrides)
+
+    def connect(self, *, platforms: bool = True) -> AbstractAsyncContextManager[client.Client]:
+        """A client of the store these settings name (`runtime.connect`); with `platforms`
+        off, one that starts no executor (to read, or to store jobs)."""
+        from corral import runtime
+
+        return runtime.connect(self.settings(), platforms=platforms)
 
 
 def _take_config(ctx: click.Context, _: click.Parameter, value: Path | None) -> None:
@@ -59,7 +72,17 @@ def json_option(fn: F) -> F:
     return click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")(fn)
 
 
+def collect_from_here() -> None:
+    """For a command that runs for long: what was made so far stays (out of the cycle
+    collector's passes, which then cost what the command holds, not what it imported), and
+    the collector, off while the command started (`entrypoint`), is on again."""
+    gc.freeze()
+    gc.enable()
+
+
 def run(coro: Coroutine[Any, Any, T]) -> T:
+    import asyncio
+
     return asyncio.run(coro)
 
 

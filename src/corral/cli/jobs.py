@@ -3,11 +3,15 @@ quarantined ones."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
-from corral import client, model, runtime
 from corral.cli import render
 from corral.cli.common import JOB_ID, State, config_option, err, json_option, out, print_json, run
+
+if TYPE_CHECKING:
+    from corral import client, model
 
 
 @click.group()
@@ -36,7 +40,7 @@ def jobs_list(
     """List the newest jobs."""
 
     async def go() -> list[model.Job]:
-        async with runtime.connect(state.settings()) as c:
+        async with state.connect(platforms=False) as c:
             return await c.jobs(states=states, queue=queue, tenant=tenant, pool=pool, limit=limit)
 
     found = run(go())
@@ -55,7 +59,7 @@ def jobs_show(state: State, job_id: int, as_json: bool) -> None:
     """Show a job, its attempts and its events (the run log)."""
 
     async def go() -> client.JobView:
-        async with runtime.connect(state.settings()) as c:
+        async with state.connect(platforms=False) as c:
             return await c.job(job_id)
 
     view = run(go())
@@ -74,7 +78,7 @@ def jobs_explain(state: State, job_id: int, as_json: bool) -> None:
     """Say in one line why a job is not running now (backoff, not due, ...)."""
 
     async def go() -> tuple[model.Job, str]:
-        async with runtime.connect(state.settings()) as c:
+        async with state.connect(platforms=False) as c:
             return (await c.job(job_id)).job, await c.explain(job_id)
 
     job, said = run(go())
@@ -93,7 +97,7 @@ def jobs_cancel(state: State, job_id: int) -> None:
     """Cancel a job; a running attempt is stopped (SIGTERM, then SIGKILL after the grace)."""
 
     async def go() -> model.Attempt | None:
-        async with runtime.connect(state.settings()) as c:
+        async with state.connect() as c:
             return await c.cancel(job_id)
 
     attempt = run(go())
@@ -115,7 +119,7 @@ def dead_list(state: State, limit: int, as_json: bool) -> None:
     """List quarantined jobs with their last failure."""
 
     async def go() -> list[client.JobView]:
-        async with runtime.connect(state.settings()) as c:
+        async with state.connect(platforms=False) as c:
             return await c.dead(limit=limit)
 
     views = run(go())
@@ -139,7 +143,7 @@ def dead_retry(state: State, job_id: int) -> None:
     """Send a quarantined job back to the queue for a new attempt (after a fix)."""
 
     async def go() -> None:
-        async with runtime.connect(state.settings()) as c:
+        async with state.connect(platforms=False) as c:
             await c.dead_retry(job_id)
 
     run(go())
@@ -154,7 +158,7 @@ def dead_discard(state: State, job_id: int) -> None:
     """Give up on a quarantined job (it ends cancelled; its run log stays)."""
 
     async def go() -> None:
-        async with runtime.connect(state.settings()) as c:
+        async with state.connect(platforms=False) as c:
             await c.dead_discard(job_id)
 
     run(go())

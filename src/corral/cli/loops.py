@@ -4,18 +4,19 @@ signal handling and the demo jobs of `make run`; and `corral health`, their prob
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 import signal
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-from rich.logging import RichHandler
 
-from corral import client, clock, config, errors, health, runtime
-from corral.cli.common import State, config_option, err, out, run
+from corral import errors, health
+from corral.cli.common import State, collect_from_here, config_option, err, out, run
+
+if TYPE_CHECKING:
+    from corral import client, config, runtime
 
 DEMO_JOBS: list[dict[str, Any]] = [
     {"key": "demo-hello", "command": ["sh", "-c", "echo hello from corral; sleep 1"]},
@@ -38,6 +39,8 @@ DEMO_JOBS: list[dict[str, Any]] = [
 
 
 def setup_logging(settings: config.Settings) -> None:
+    from rich.logging import RichHandler
+
     logging.basicConfig(
         level=settings.log_level,
         format="%(name)s: %(message)s",
@@ -60,6 +63,8 @@ async def until_signalled(body: Callable[[asyncio.Event], Awaitable[None]]) -> N
 
 
 async def _serve(settings: config.Settings, *, demo: bool, dispatch: bool, reconcile: bool) -> None:
+    from corral import client, runtime
+
     async def ready(rt: runtime.Runtime) -> None:
         if demo:
             await _submit_demo(
@@ -74,10 +79,8 @@ async def _serve(settings: config.Settings, *, demo: bool, dispatch: bool, recon
             f"corral is {doing} on {rt.store.url} with executors: {', '.join(rt.executors)}."
             " Press Ctrl+C (or send SIGTERM) to stop."
         )
-        # What start-up made (modules, settings, clients) lasts as long as this process: out
-        # of the cycle collector's passes, which then cost what the loops hold, not what was
-        # imported. This process is corral's own, so this is done here, not in runtime.
-        gc.freeze()
+        # This process is corral's own, so this is done here, not in runtime.
+        collect_from_here()
 
     await until_signalled(
         lambda stop: runtime.serve(
@@ -182,6 +185,8 @@ def health_cmd(state: State, path: Path | None, max_age: str | None, ready: bool
         raise errors.InvalidInput(
             "no health file to check: give --file PATH or set health_file (CORRAL_HEALTH_FILE)"
         )
+    from corral import clock, config
+
     limit = None if ready else health.DEFAULT_MAX_AGE
     if max_age is not None:
         try:

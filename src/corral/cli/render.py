@@ -6,14 +6,16 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich import box
 from rich.table import Table
 from rich.text import Text
 
-from corral import client, config, model
 from corral.cli.common import out
+
+if TYPE_CHECKING:
+    from corral import client, config, model
 
 
 def when(at: datetime | None) -> str:
@@ -201,6 +203,8 @@ def _amount(c: config.LinkCheck, units: int) -> float | int:
 def chain_dict(settings: config.Settings) -> dict[str, Any]:
     """`corral check --json`: every link with its values (seconds, or counts), and the
     broken ones in words."""
+    from corral import config
+
     links = []
     for c in config.chain(settings):
         link = c.link
@@ -228,6 +232,8 @@ def chain_dict(settings: config.Settings) -> dict[str, Any]:
 def chain_table(settings: config.Settings) -> Table:
     """One row a link; each setting's name on a line of its own, so a narrow terminal
     wraps between names, never inside one."""
+    from corral import config
+
     t = table("inner < outer", "values", "spare", "needs", "", keep=("spare", "needs", ""))
     t.columns[0].min_width = max(
         len(short(name)) + 3 for link in config.CHAIN for name in (link.inner, link.outer)
@@ -255,6 +261,8 @@ def chain_table(settings: config.Settings) -> Table:
 
 def _show(c: config.LinkCheck, units: int) -> str:
     """A link's amount as settings are written: 4m, 7d, 500ms, or a count."""
+    from corral import config
+
     if not c.link.inner.startswith("timeouts.") or units < 0:
         return c.show(units)
     return config.format_duration(timedelta(microseconds=units)) if units else "0s"

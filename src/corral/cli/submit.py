@@ -9,11 +9,18 @@ from datetime import timedelta
 from typing import Any
 
 import click
-import yaml
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-from corral import client, clock, config, errors, model, runtime
-from corral.cli.common import State, config_option, err, out, parse_json, print_json, run
+from corral import errors, model
+from corral.cli.common import (
+    State,
+    collect_from_here,
+    config_option,
+    err,
+    out,
+    parse_json,
+    print_json,
+    run,
+)
 from corral.executors import registry
 
 
@@ -68,6 +75,8 @@ def _agree(policy: dict[str, Any], field: str, value: Any, option: str) -> None:
 
 
 def _seconds(value: Any, where: str = "--policy limits.attempt_deadline") -> timedelta | None:
+    from corral import config
+
     try:
         return config.parse_duration(value)
     except ValueError as exc:
@@ -119,6 +128,10 @@ def print_dry_run(
     **fields: Any,
 ) -> None:
     """Print the platform object the first attempt would create; nothing is stored."""
+    import yaml
+
+    from corral import client, clock
+
     settings = state.settings()
     reg = registry.get(executor) if executor in registry.known() else None
     if reg is None or reg.dry_run is None:
@@ -305,7 +318,7 @@ def submit(
         return
 
     async def go() -> tuple[int, bool]:
-        async with runtime.connect(state.settings()) as c:
+        async with state.connect(platforms=False) as c:
             return await c.submit(
                 spec=spec, payload=payload, labels=labels, policy=policy, **options
             )
@@ -324,6 +337,8 @@ def submit(
 def read_jobs(text: Any) -> list[tuple[int, dict[str, Any]]]:
     """The jobs of a JSON-lines file, with their line numbers (blank lines skipped); the
     first bad line refuses them all, naming its number."""
+    from corral import client
+
     jobs = []
     for number, line in enumerate(text, start=1):
         if not line.strip():
@@ -342,13 +357,22 @@ def read_jobs(text: Any) -> list[tuple[int, dict[str, Any]]]:
 def submit_file(state: State, text: Any, *, as_json: bool) -> None:
     """Check every job of the file, then store them in batches of 1,000, with a progress
     bar; nothing is stored when a line is wrong."""
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+    )
+
+    collect_from_here()  # a file may hold many jobs
     try:
         jobs = read_jobs(text)
     except UnicodeDecodeError as exc:
         raise errors.InvalidInput(f"--from-file: not UTF-8 text ({exc.reason})") from None
 
     async def go() -> list[tuple[int, bool]]:
-        async with runtime.connect(state.settings()) as c:
+        async with state.connect(platforms=False) as c:
             checked = []
             for number, args in jobs:
                 try:

@@ -13,13 +13,16 @@ must be cheap to import: build the executor, and import heavy clients, only when
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
-from corral import clock, config, entrypoints, errors, model
-from corral.executors.base import Executor
+from corral import entrypoints, errors
+
+if TYPE_CHECKING:  # not at run time: `corral submit --help` lists the kinds, nothing more
+    from corral import clock, config, model
+    from corral.executors.base import Executor
 
 GROUP = entrypoints.EXECUTORS
 
@@ -30,7 +33,7 @@ class SpecChecker(Protocol):
     def validate_spec(self, spec: Mapping[str, Any]) -> dict[str, Any]: ...
 
 
-DryRun = Callable[[model.NewJob, config.Settings, datetime], dict[str, Any]]
+DryRun: TypeAlias = "Callable[[model.NewJob, config.Settings, datetime], dict[str, Any]]"
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +81,29 @@ def checker(kind: str, settings: config.Settings, clk: clock.Clock) -> SpecCheck
     """What checks `kind`'s specs under these settings, without starting anything."""
     reg = get(kind)
     return reg.checker(settings) if reg.checker else reg.build(settings, clk)
+
+
+class Checkers(Mapping[str, SpecChecker]):
+    """The spec checkers of the executors these settings enable, each made when first
+    asked for: a command that stores a job checks its spec without importing, or
+    reaching, the platforms of the others."""
+
+    def __init__(self, settings: config.Settings, clk: clock.Clock) -> None:
+        self._settings, self._clock = settings, clk
+        self._made: dict[str, SpecChecker] = {}
+
+    def __getitem__(self, kind: str) -> SpecChecker:
+        if kind not in self._settings.executors.enabled:
+            raise KeyError(kind)
+        if (made := self._made.get(kind)) is None:
+            made = self._made[kind] = checker(kind, self._settings, self._clock)
+        return made
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._settings.executors.enabled)
+
+    def __len__(self) -> int:
+        return len(self._settings.executors.enabled)
 
 
 def containers() -> tuple[str, ...]:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
 
-from corral import client, config, errors, runtime
+from corral import client, config, errors, runtime, store
 
 log = logging.getLogger("corral.worker")
 T = TypeVar("T")
@@ -74,7 +74,11 @@ async def heartbeat_async(
     Raises StaleFence when a newer attempt replaced this one."""
     attempt = attempt or current_attempt()
     settings = settings or config.Settings.load(check_chain=False)
-    async with runtime.opened(settings, executors={}) as rt:
+    # No revision check: the corral that launched this job runs on this schema, and the
+    # heartbeat's one statement is all a job should pay for each beat.
+    db = store.Store.connect(settings.database_url, timeouts=settings.timeouts)
+    await db.check_schema(revision=False)
+    async with runtime.opened(settings, executors={}, db=db) as rt:
         c = client.Client(store=rt.store, executors={}, settings=settings, clock=rt.clock)
         return await c.heartbeat(attempt.job_id, attempt.fence)
 
