@@ -41,7 +41,10 @@ lint: $(STAMP)
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
+# Bytecode for corral's own modules first, as installing a package makes it: the many
+# `corral` processes the tests start then read it, even where PYTHONDONTWRITEBYTECODE is set.
 test: lint docs
+	@$(BIN)/python -m compileall -q src
 	$(BIN)/pytest
 
 # `make test` with the CPU oversubscribed: two busy processes per core spin beside it, so
@@ -66,6 +69,8 @@ bench: $(STAMP)
 	$(BIN)/python bench/recovery.py
 	$(BIN)/python bench/retry_storm.py
 	$(BIN)/python bench/process.py
+	$(BIN)/python bench/history.py
+	$(BIN)/python bench/cli_start.py
 
 # Corral against PgQueuer and the raw loop, interleaved over rounds, on the PostgreSQL server
 # of CORRAL_TEST_POSTGRES_URL (JSON on stdout). PgQueuer is in the `bench` extra, installed here.

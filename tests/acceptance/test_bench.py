@@ -78,3 +78,19 @@ def test_process_reports_the_ratio_to_a_bare_loop() -> None:
     report = _bench("process.py", "--jobs", "40", "--rounds", "1", server=False)
     assert report["median_jobs_per_s"]["corral"] > 0
     assert report["ratio_corral_vs_bare"] > 0
+
+
+def test_history_reports_serve_and_a_pass_at_two_sizes() -> None:
+    report = _bench(
+        "history.py", "--small", "20", "--big", "60", "--settle", "2", "--passes", "2", server=False
+    )
+    assert report["big"]["finished_runs"] == 60
+    assert report["ratio_serve_rss_big_vs_small"] > 0
+    assert report["ratio_pass_big_vs_small"] > 0
+
+
+def test_cli_start_reports_each_command_and_bulk_submit() -> None:
+    report = _bench("cli_start.py", "--runs", "1", "--bulk", "50", server=False)
+    assert report["start"]["ratio_help_vs_import_click"] > 0
+    assert report["start"]["median_ms"]["heartbeat"] > 0
+    assert report["bulk"]["ratio_bulk_file_vs_client_loop"] > 0
