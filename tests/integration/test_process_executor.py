@@ -1030,3 +1030,23 @@ async def test_a_relaunch_never_stops_the_first_launch_that_claims_the_name_mean
     run_dir = patient.root / "slow-1"
     child = pid_of(run_dir, "child.pid")
     await eventually(lambda: processes_of(run_dir) == [child], what="one copy")
+
+
+async def test_an_exit_the_supervisor_cannot_record_is_reported_failed_and_retried(
+    executor: process.ProcessExecutor,
+) -> None:
+    """A disk error on the exit record (here: its draft's name taken by a folder) fails
+    only that run, as a transient failure pushed to `events`; the supervisor goes on."""
+    blocker = sh('mkdir "$CORRAL_RUN_DIR/.exit.json.tmp"; exit 0')
+    await executor.launch(make_launch("unrecorded-1", blocker, fence=1))
+    events = executor.events()
+    obs = await asyncio.wait_for(anext(events), PATIENCE)
+    assert (obs.name, obs.phase, obs.reason) == (
+        "unrecorded-1",
+        model.Phase.FAILED,
+        process.UNRECORDED,
+    )
+    assert obs.failure_class is model.FailureClass.TRANSIENT
+    await executor.launch(make_launch("after-2", ["true"], fence=2))
+    assert (await wait_for(executor, "after-2")).phase is model.Phase.SUCCEEDED
+    await events.aclose()
