@@ -171,16 +171,18 @@ def test_version_and_config_after_the_command(corral: Run, tmp_path: Path) -> No
 
 
 def test_commands_that_only_read_create_no_database(tmp_path: Path) -> None:
-    for args in (
-        ["jobs", "list"],
-        ["jobs", "show", "1"],
-        ["dead", "list"],
-        ["submit", "--", "true"],
+    attempt = {"CORRAL_JOB_ID": "1", "CORRAL_FENCE": "1", "CORRAL_ATTEMPT": "1"}
+    for args, extra in (
+        (["jobs", "list"], {}),
+        (["jobs", "show", "1"], {}),
+        (["dead", "list"], {}),
+        (["submit", "--", "true"], {}),
+        (["heartbeat"], attempt),  # which checks no revision, but still the file
     ):
         proc = subprocess.run(
             [sys.executable, "-m", "corral", *args],
             cwd=tmp_path,
-            env=corral_env(),
+            env=corral_env(extra),
             capture_output=True,
             text=True,
             timeout=PATIENCE,

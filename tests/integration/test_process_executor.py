@@ -415,6 +415,23 @@ async def test_the_first_launches_share_one_supervisor_started_off_the_loop(
     assert pids == {executor.supervisor_pid}
 
 
+async def test_a_supervisor_that_fails_to_start_fails_every_waiting_launch_and_no_later_one(
+    executor: process.ProcessExecutor, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Every launch waiting on a start that fails is told so (recovery tries them again);
+    the next launch starts a supervisor of its own."""
+    broken = tmp_path / "no_such_shim.py"
+    monkeypatch.setattr(process, "SHIM", broken)
+    launches = [executor.launch(make_launch(f"early-{i}", ["true"], fence=i)) for i in (1, 2, 3)]
+    failed = await asyncio.gather(*launches, return_exceptions=True)
+    assert all(isinstance(e, errors.ExecutorError) for e in failed), failed
+    assert all("did not start" in str(e) for e in failed), failed
+    assert executor.supervisor_pid is None
+    monkeypatch.undo()
+    await executor.launch(make_launch("later-4", ["true"], fence=4))
+    assert (await wait_for(executor, "later-4")).phase is model.Phase.SUCCEEDED
+
+
 async def test_supervisor_killed(executor: process.ProcessExecutor) -> None:
     await executor.launch(make_launch("orphan-1", ["sleep", "30"]))
     await wait_for(executor, "orphan-1", finished=False)
@@ -734,6 +751,16 @@ async def test_missing_indexes_are_rebuilt_from_the_run_folders(tmp_path: Path) 
         await second.close()
     finally:
         kill_leftovers(root)
+
+
+async def test_a_live_index_deleted_under_a_running_executor_is_made_again(
+    executor: process.ProcessExecutor,
+) -> None:
+    await executor.launch(make_launch("long-1", ["sleep", "300"]))
+    await wait_for(executor, "long-1", finished=False)
+    shutil.rmtree(executor.root / ".live")
+    assert [o.name for o in await executor.list_live({})] == ["long-1"]
+    assert indexed(executor.root)[0] == ["long-1"]
 
 
 async def test_stale_markers_are_mended_where_they_are_found(

@@ -321,12 +321,10 @@ class ProcessExecutor:
         self._check_root()
         index = self.root / process_shim.LIVE
         with _platform(f"list the live runs in {index}"):
-            try:
-                names = [n for n in os.listdir(index) if _NAME.match(n)]
-            except FileNotFoundError:
+            if not index.is_dir():  # deleted under a running corral: made again, in full
                 self._make_root()
                 self._rebuild_index()
-                names = [n for n in os.listdir(index) if _NAME.match(n)]
+            names = [n for n in os.listdir(index) if _NAME.match(n)]
         seen = _observe_many({name: self.root / name for name in names})
         absent, found = set(), []
         for name, obs in sorted(seen.items()):
@@ -375,21 +373,32 @@ class ProcessExecutor:
 
     def _old_markers(self, before: datetime) -> list[tuple[str, str]]:
         """Up to FORGET_BATCH (hour, name) of the ended index in hours that ended before
-        `before`, going on after the last offer and starting over once at the end."""
+        `before`, going on after the last offer and starting over once at the end. Reads
+        the hours from the last offer on, and stops once the batch is full."""
         index = self.root / process_shim.ENDED
         with _platform(f"list the ended runs in {index}"):
             hours = sorted(h for h in os.listdir(index) if _hour_end(h) <= before)
-            markers = []
-            for hour in hours:
-                names = os.listdir(index / hour)
-                if not names:
-                    with contextlib.suppress(OSError):  # an old hour made empty by forget
-                        (index / hour).rmdir()
-                markers += [(hour, name) for name in names]
-        markers.sort()
-        after = [m for m in markers if m > self._forget_after]
-        batch = (after or markers)[:FORGET_BATCH]
+            batch = self._markers_after(index, hours, self._forget_after)
+            if not batch and self._forget_after != ("", ""):
+                batch = self._markers_after(index, hours, ("", ""))
         self._forget_after = batch[-1] if len(batch) == FORGET_BATCH else ("", "")
+        return batch
+
+    @staticmethod
+    def _markers_after(
+        index: Path, hours: Sequence[str], after: tuple[str, str]
+    ) -> list[tuple[str, str]]:
+        batch: list[tuple[str, str]] = []
+        for hour in hours:
+            if hour < after[0]:
+                continue
+            names = sorted(os.listdir(index / hour))
+            if not names:
+                with contextlib.suppress(OSError):  # an old hour made empty by forget
+                    (index / hour).rmdir()
+            batch += [(hour, n) for n in names if (hour, n) > after][: FORGET_BATCH - len(batch)]
+            if len(batch) == FORGET_BATCH:
+                break
         return batch
 
     def _check_root(self) -> None:
