@@ -5,10 +5,17 @@ Phases, interleaved over rounds (these machines are noisy: compare the ratio of 
   * bare: a loop that starts `true` with subprocess.Popen, at most `--concurrency` at
     once, and waits for each (the floor of any way to run a process per job);
   * corral: `--jobs` jobs of `true` submitted, then drained through the real Dispatcher
-    and ProcessExecutor (run folders, a shim per run, the store's run log), timed until
-    no job is queued or running. Submitting is not timed.
+    and ProcessExecutor (run folders, the supervisor, the store's run log), timed until
+    no job is queued or running. Submitting is not timed;
+  * corral_in_memory: the same with the database and run folders on a memory filesystem
+    (/dev/shm, when there is one): corral's own cost, without the disk's.
 
-JSON on stdout: jobs/s of each phase per round, their medians, and corral/bare.
+A run creates about ten files and folders, so on a disk where creating a file is slow
+corral waits on the disk: `create_us` says what creating a file cost in each place,
+measured in each round.
+
+JSON on stdout: jobs/s of each phase per round, their medians, corral/bare and
+corral_in_memory/bare.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -86,18 +94,50 @@ def corral_phase(jobs: int, scratch: str | None = None) -> float:
         return asyncio.run(_corral_phase(jobs, made))
 
 
-def run_round(n: int, args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
-    """Both phases, in an order that alternates from round to round."""
+MEMORY = Path("/dev/shm")
+
+
+def memory_scratch() -> Path | None:
+    """A folder for the in-memory phase, or None where there is no memory filesystem."""
+    if not (MEMORY.is_dir() and os.access(MEMORY, os.W_OK)):
+        return None
+    return Path(tempfile.mkdtemp(prefix="corral-bench-", dir=MEMORY))
+
+
+def create_us(folder: Path, files: int = 300) -> float:
+    """Microseconds to create (and close) one empty file in `folder`: the mean of `files`."""
+    probe = Path(tempfile.mkdtemp(prefix="create-", dir=folder))
+    t0 = time.perf_counter()
+    for i in range(files):
+        os.close(os.open(probe / str(i), os.O_WRONLY | os.O_CREAT, 0o644))
+    spent = time.perf_counter() - t0
+    shutil.rmtree(probe)
+    return spent / files * 1e6
+
+
+def run_round(
+    n: int, args: argparse.Namespace, scratch: Path, memory: Path | None
+) -> dict[str, Any]:
+    """Every phase, in an order that alternates from round to round."""
     scratch.mkdir()
+    folders = {"corral": scratch}
+    if memory is not None:
+        folders["corral_in_memory"] = memory / scratch.name
+        folders["corral_in_memory"].mkdir()
+    names = ["bare", *folders]
     rates = {}
-    for name in ["bare", "corral"] if n % 2 == 0 else ["corral", "bare"]:
+    for name in names if n % 2 == 0 else names[::-1]:
         rates[name] = (
             bare_phase(args.jobs, args.concurrency)
             if name == "bare"
-            else corral_phase(args.jobs, str(scratch))
+            else corral_phase(args.jobs, str(folders[name]))
         )
         print(f"round {n + 1}/{args.rounds} {name}: {rates[name]:,.0f} jobs/s", file=sys.stderr)
-    return {"round": n + 1, "jobs_per_s": rates, "ratio": rates["corral"] / rates["bare"]}
+    ratios = {f"{name}_vs_bare": rates[name] / rates["bare"] for name in folders}
+    creates = {
+        "disk" if name == "corral" else "memory": create_us(f) for name, f in folders.items()
+    }
+    return {"round": n + 1, "jobs_per_s": rates, "ratio": ratios, "create_us": creates}
 
 
 def main() -> None:
@@ -112,9 +152,18 @@ def main() -> None:
     )
     args = parser.parse_args()
     load_at_start = os.getloadavg()
-    with tempfile.TemporaryDirectory(prefix="corral-bench-") as scratch:
-        rounds = [run_round(n, args, Path(scratch) / f"round-{n + 1}") for n in range(args.rounds)]
-    median = {k: statistics.median(r["jobs_per_s"][k] for r in rounds) for k in ("bare", "corral")}
+    memory = memory_scratch()
+    try:
+        with tempfile.TemporaryDirectory(prefix="corral-bench-") as scratch:
+            rounds = [
+                run_round(n, args, Path(scratch) / f"round-{n + 1}", memory)
+                for n in range(args.rounds)
+            ]
+    finally:
+        if memory is not None:
+            shutil.rmtree(memory, ignore_errors=True)
+    phases = rounds[0]["jobs_per_s"]
+    median = {k: statistics.median(r["jobs_per_s"][k] for r in rounds) for k in phases}
     report = {
         "jobs": args.jobs,
         "command": COMMAND,
@@ -125,6 +174,12 @@ def main() -> None:
         "rounds_detail": rounds,
         "median_jobs_per_s": median,
         "ratio_corral_vs_bare": median["corral"] / median["bare"],
+        "ratio_corral_in_memory_vs_bare": (
+            median["corral_in_memory"] / median["bare"] if "corral_in_memory" in median else None
+        ),
+        "create_us_median": {
+            k: statistics.median(r["create_us"][k] for r in rounds) for k in rounds[0]["create_us"]
+        },
         "ratio_by_round": [r["ratio"] for r in rounds],
     }
     print(json.dumps(report, indent=2))

@@ -78,6 +78,7 @@ def test_process_reports_the_ratio_to_a_bare_loop() -> None:
     report = _bench("process.py", "--jobs", "40", "--rounds", "1", server=False)
     assert report["median_jobs_per_s"]["corral"] > 0
     assert report["ratio_corral_vs_bare"] > 0
+    assert report["create_us_median"]["disk"] > 0
 
 
 def test_history_reports_serve_and_a_pass_at_two_sizes() -> None:
