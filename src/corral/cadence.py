@@ -112,7 +112,10 @@ When: TypeAlias = Cron | Every
 @dataclass(frozen=True, slots=True)
 class Nominal:
     """One nominal time of a schedule: the instant (UTC), the same instant as wall time in
-    the schedule's zone, and, when a clock change moved it off its wall time, why."""
+    the schedule's zone, and, when a clock change moved it off its wall time, why.
+
+    Compare `at`, not `local`: in a repeated hour `local` carries fold=1, and Python's
+    datetime never finds such a time equal to one in another zone."""
 
     at: datetime
     local: datetime
@@ -303,7 +306,8 @@ def _spec(expr: str) -> tuple[str, bool]:
     fields = text.split()
     if len(fields) != len(CRON_FIELDS):
         raise errors.InvalidInput(
-            f"cron: {expr!r} is not a valid cron expression ({len(fields)} fields; it needs"
+            f"cron: {expr!r} is not a valid cron expression ({len(fields)} field"
+            f"{'' if len(fields) == 1 else 's'}; it needs"
             f" {len(CRON_FIELDS)}: {' '.join(CRON_FIELDS)}, e.g. '30 2 * * *',"
             f" or one of {', '.join(NICKNAMES)})"
         )
