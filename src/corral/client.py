@@ -15,7 +15,7 @@ import logging
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Required, TypedDict, Unpack
 
 from corral import clock, config, errors, model, store
@@ -217,12 +217,296 @@ class Client:
                 )
         return attempt
 
+    # --- schedules ------------------------------------------------------------------------
+
+    def new_schedule(
+        self,
+        name: str,
+        *,
+        cron: str | None = None,
+        tz: str = "UTC",
+        every: str | None = None,
+        start: str | datetime | None = None,
+        until: str | datetime | None = None,
+        catchup: str = "none",
+        catchup_window: str = "7d",
+        catchup_max: int = 100,
+        overlap: str = "allow",
+        jitter: str | None = None,
+        **job: Unpack[JobArgs],
+    ) -> tuple[model.NewSchedule, datetime]:
+        """The schedule `schedule_create` would store, checked, with its anchor (the
+        origin of an interval, and no firing before it); InvalidInput naming the field and
+        the rule otherwise. `job` is its job template, as `submit` takes a job."""
+        from corral import cadence, scheduler
+
+        now = self.clock.now()
+        if not _NAME.match(name or ""):
+            raise errors.InvalidInput(
+                f"name: {name!r} must be 1-200 characters of [A-Za-z0-9_.-], starting alphanumeric"
+            )
+        if (cron is None) == (every is None):
+            raise errors.InvalidInput("give either cron (with tz) or every, not both or neither")
+        anchor = _instant(start, "start", tz) if start is not None else now.replace(microsecond=0)
+        when: cadence.When = (
+            cadence.parse_cron(cron, tz)
+            if cron is not None
+            else cadence.parse_every(every or "", anchor)
+        )
+        if every is not None and tz != "UTC":
+            cadence.parse_cron("* * * * *", tz)  # the zone is still checked
+        end = _instant(until, "until", tz) if until is not None else None
+        if end is not None and end <= anchor:
+            raise errors.InvalidInput(
+                f"until: {model.iso(end)} is not after the start {model.iso(anchor)}"
+            )
+        if job.get("run_at") is not None or job.get("idempotency_key") is not None:
+            raise errors.InvalidInput(
+                "run_at and idempotency_key are each firing's own: a schedule's job has neither"
+            )
+        if job.get("payload") is not None and not isinstance(job.get("payload"), Mapping):
+            raise errors.InvalidInput(
+                "payload: a schedule's payload must be a JSON object: each firing adds what"
+                f" it is for under {model.FIRING!r}"
+            )
+        template = model.job_template(self.validate(self.new_job(**job)))
+        try:
+            mode = model.Catchup(catchup)
+        except ValueError:
+            raise errors.InvalidInput(f"catchup: {catchup!r} must be none or all") from None
+        try:
+            how = model.Overlap(overlap)
+        except ValueError:
+            raise errors.InvalidInput(
+                f"overlap: {overlap!r} must be allow, forbid or replace"
+            ) from None
+        if not 1 <= catchup_max <= 10_000:
+            raise errors.InvalidInput(f"catchup_max: {catchup_max} must be between 1 and 10000")
+        window = cadence.parse_duration(catchup_window, "catchup_window")
+        spread = cadence.parse_duration(jitter, "jitter") if jitter is not None else None
+        new = model.NewSchedule(
+            name=name,
+            template=template,
+            tenant=template["tenant"],
+            cron=when.expr if isinstance(when, cadence.Cron) else None,
+            tz=when.tz if isinstance(when, cadence.Cron) else tz,
+            every_seconds=when.seconds if isinstance(when, cadence.Every) else None,
+            anchor=anchor,
+            catchup=mode,
+            catchup_window_seconds=window.total_seconds(),
+            catchup_max=catchup_max,
+            overlap=how,
+            jitter_seconds=spread.total_seconds() if spread else 0.0,
+            until=end,
+        )
+        scheduler.rule(new, anchor)  # every rule builds
+        return new, anchor
+
+    async def schedule_create(self, name: str, **args: Any) -> model.Schedule:
+        """Store a schedule (`new_schedule`'s arguments); it fires first at its first
+        nominal time after now (or at its start)."""
+        from corral import scheduler
+
+        new, anchor = self.new_schedule(name, **args)
+        now = self.clock.now()
+        first = scheduler.first_due(
+            scheduler.rule(new, anchor), now=max(now, anchor) - _TICK, until=new.until
+        )
+        return await self.store.schedule_create(new=new, anchor=anchor, next_due=first, now=now)
+
+    async def schedule(self, name: str, *, tenant: str = "default") -> model.Schedule:
+        return await self.store.schedule_get(name=name, tenant=tenant)
+
+    async def schedules(self, *, tenant: str | None = None) -> list[model.Schedule]:
+        return await self.store.schedule_list(tenant=tenant)
+
+    async def schedule_update(
+        self, name: str, *, tenant: str = "default", **args: Any
+    ) -> model.Schedule:
+        """Change a schedule: the arguments given replace its own (the rule, the options,
+        any field of the job template); the rest stay. Its next nominal time is computed
+        again from now."""
+        from corral import scheduler
+
+        old = await self.store.schedule_get(name=name, tenant=tenant)
+        given = {**_schedule_args(old), **args}
+        if "cron" in args:
+            given.pop("every", None)
+        if "every" in args:
+            given.pop("cron", None)
+        new, anchor = self.new_schedule(name, **given)
+        if new.tenant != old.tenant:
+            raise errors.InvalidInput("tenant: a schedule cannot move to another tenant")
+        now = self.clock.now()
+        since = max(now, anchor) - _TICK
+        if old.last_nominal is not None:  # never a nominal time it recorded already
+            since = max(since, old.last_nominal)
+        first = scheduler.first_due(scheduler.rule(new, anchor), now=since, until=new.until)
+        changes = {
+            f.name: getattr(new, f.name)
+            for f in dataclasses.fields(new)
+            if f.name not in ("name", "tenant")
+        }
+        return await self.store.schedule_update(
+            schedule_id=old.id,
+            changes={**changes, "template": dict(new.template)},
+            next_due=None if old.paused_at is not None and first is None else first,
+            now=now,
+        )
+
+    async def schedule_delete(self, name: str, *, tenant: str = "default") -> None:
+        old = await self.store.schedule_get(name=name, tenant=tenant)
+        await self.store.schedule_delete(schedule_id=old.id)
+
+    async def schedule_pause(self, name: str, *, tenant: str = "default") -> model.Schedule:
+        old = await self.store.schedule_get(name=name, tenant=tenant)
+        return await self.store.schedule_pause(schedule_id=old.id, now=self.clock.now())
+
+    async def schedule_resume(self, name: str, *, tenant: str = "default") -> model.Schedule:
+        """Resume a paused schedule: what passed while it was paused is recorded as
+        skipped, never fired; it fires next at its first nominal time after now."""
+        from corral import scheduler
+
+        old = await self.store.schedule_get(name=name, tenant=tenant)
+        if old.paused_at is None:
+            return old
+        now = self.clock.now()
+        skipped, more, first = scheduler.resume_skips(old, now)
+        return await self.store.schedule_resume(
+            schedule_id=old.id, skipped=skipped, skipped_count=more, next_due=first, now=now
+        )
+
+    async def schedule_trigger(self, name: str, *, tenant: str = "default") -> int:
+        """Fire a schedule now, outside its times (its next nominal time stays): the job's
+        id. Its firing is recorded at this instant."""
+        from corral import scheduler
+
+        old = await self.store.schedule_get(name=name, tenant=tenant)
+        now = self.clock.now()
+        fire = scheduler.firing(
+            old, scheduler.rule(old, old.anchor), now, model.FiringOutcome.FIRED
+        )
+        fire = dataclasses.replace(fire, note="triggered by hand")
+        await self.store.backfill(schedule=old, fires=[fire], now=now)
+        [firing] = await self.store.firing_list(schedule_id=old.id, limit=1, before=now + _TICK)
+        assert firing.job_id is not None
+        return firing.job_id
+
+    async def firings(
+        self, name: str, *, tenant: str = "default", limit: int = 20
+    ) -> list[model.Firing]:
+        old = await self.store.schedule_get(name=name, tenant=tenant)
+        return await self.store.firing_list(schedule_id=old.id, limit=limit)
+
+    async def backfill(
+        self,
+        name: str,
+        *,
+        start: str | datetime,
+        end: str | datetime,
+        tenant: str = "default",
+        pool: str | None = None,
+        code_version: str | None = None,
+        dry_run: bool = False,
+        batch: int = 500,
+        progress: Callable[[int], None] | None = None,
+    ) -> tuple[int, int]:
+        """One job per nominal time of the schedule in [start, end), idempotently: running
+        it again creates nothing new. Returns (created, there already); with `dry_run`,
+        (how many nominal times, 0) and nothing stored."""
+        from corral import scheduler
+
+        old = await self.store.schedule_get(name=name, tenant=tenant)
+        first = _instant(start, "from", old.tz)
+        last = _instant(end, "to", old.tz)
+        if last <= first:
+            raise errors.InvalidInput(f"to: {model.iso(last)} is not after from {model.iso(first)}")
+        overrides: dict[str, Any] = {}
+        if pool is not None:
+            overrides["pool"] = pool
+        if code_version is not None:
+            overrides["code_version"] = code_version
+        if overrides:  # checked as any job is
+            sample = model.job_from_template(old.template, **overrides)
+            self.validate(sample)
+        fires = scheduler.backfill_fires(old, first, last, **overrides)
+        created = there = 0
+        chunk: list[model.Fire] = []
+        for fire in fires:
+            chunk.append(fire)
+            if len(chunk) == batch:
+                made = (len(chunk), 0) if dry_run else await self._backfill(old, chunk)
+                created, there = created + made[0], there + made[1]
+                if progress is not None:
+                    progress(len(chunk))
+                chunk = []
+        if chunk:
+            made = (len(chunk), 0) if dry_run else await self._backfill(old, chunk)
+            created, there = created + made[0], there + made[1]
+            if progress is not None:
+                progress(len(chunk))
+        return created, there
+
+    async def _backfill(self, schedule: model.Schedule, fires: list[model.Fire]) -> tuple[int, int]:
+        return await self.store.backfill(schedule=schedule, fires=fires, now=self.clock.now())
+
+    async def rerun(self, job_id: int) -> int:
+        """A failed or cancelled job again, as a new job (the same spec, payload and
+        options) labelled with the old one's id: the new job's id."""
+        old = await self.store.job_get(job_id=job_id)
+        if old.state not in (model.JobState.FAILED, model.JobState.CANCELLED):
+            raise errors.InvalidInput(
+                f"job {job_id} is {old.state}: only a failed or cancelled job is run again"
+                " (a quarantined one: `corral dead retry`)"
+            )
+        new = dataclasses.replace(
+            model.job_from_template({f: getattr(old, f) for f in model.TEMPLATE_FIELDS}),
+            labels={**old.labels, RERUN_OF: str(job_id)},
+        )
+        [(made, _)] = await self.store.job_submit(new=[self.validate(new)], now=self.clock.now())
+        return made
+
 
 SpecChecker = registry.SpecChecker
 
 _TEXT_FIELDS = ("executor", "queue", "tenant", "pool", "idempotency_key", "code_version")
 _NULLABLE = frozenset({"pool", "idempotency_key", "code_version", "max_attempts", "run_at"})
 SUBMIT_FIELDS = tuple(JobArgs.__annotations__)
+RERUN_OF = "rerun-of"
+"""The label of a job `rerun` made: the id of the job it runs again."""
+_TICK = timedelta(microseconds=1)
+
+
+def _instant(value: str | datetime, field: str, tz: str) -> datetime:
+    from corral import cadence
+
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            raise errors.InvalidInput(f"{field}: must carry a timezone")
+        return value.astimezone(UTC)
+    return cadence.parse_instant(value, field, tz)
+
+
+def _schedule_args(schedule: model.Schedule) -> dict[str, Any]:
+    """A stored schedule as `new_schedule`'s arguments (what `schedule_update` starts from)."""
+    args: dict[str, Any] = {
+        "tz": schedule.tz,
+        "start": schedule.anchor,
+        "until": schedule.until,
+        "catchup": schedule.catchup.value,
+        "catchup_window": f"{schedule.catchup_window_seconds:g}s",
+        "catchup_max": schedule.catchup_max,
+        "overlap": schedule.overlap.value,
+        "jitter": f"{schedule.jitter_seconds:g}s" if schedule.jitter_seconds else None,
+        **{k: v for k, v in schedule.template.items() if k in SUBMIT_FIELDS},
+    }
+    if schedule.cron is not None:
+        args["cron"] = schedule.cron
+    else:
+        args["every"] = f"{schedule.every_seconds}s"
+    return args
+
+
 """The arguments of `Client.submit`, which a job given as JSON has as its keys."""
 
 

@@ -37,11 +37,11 @@ from corral import clock, errors
 
 log = logging.getLogger("corral.health")
 
-DISPATCHER, RECONCILER = "dispatcher", "reconciler"
+DISPATCHER, RECONCILER, SCHEDULER = "dispatcher", "reconciler", "scheduler"
 WRITE_EVERY = 1.0
 """Seconds between two rewrites of the file, at least."""
 DEFAULT_MAX_AGE = timedelta(seconds=60)
-_ROUND = {DISPATCHER: "tick", RECONCILER: "pass"}
+_ROUND = {DISPATCHER: "tick", RECONCILER: "pass", SCHEDULER: "pass"}
 
 
 class HealthFile:

@@ -155,28 +155,41 @@ async def serve(
     *,
     dispatch: bool = True,
     reconcile: bool = True,
+    schedule: bool = True,
     executors: dict[str, Executor] | None = None,
     clk: clock.Clock | None = None,
     on_ready: Callable[[Runtime], Awaitable[None]] | None = None,
 ) -> None:
-    """Open the runtime, then run the dispatcher and/or the reconciler until `stop` is set.
+    """Open the runtime, then run the dispatcher, the reconciler and the scheduler (those
+    asked for) until `stop` is set.
 
-    The order is the point: the store is reached and every executor has started before
-    `on_ready` and before either loop, so the first recovery pass never asks a platform
-    that is not ready yet. A database that cannot be reached is waited for first (see
-    `reach`); `stop` set meanwhile ends the wait, and this returns. With `health_file` set,
-    a file left by an earlier run is removed first, and the file appears once every loop
-    has finished its first round.
+        The order is the point: the store is reached and every executor has started before
+        `on_ready` and before either loop, so the first recovery pass never asks a platform
+        that is not ready yet. A database that cannot be reached is waited for first (see
+        `reach`); `stop` set meanwhile ends the wait, and this returns. With `health_file` set,
+        a file left by an earlier run is removed first, and the file appears once every loop
+        has finished its first round.
     """
     clk = clk or clock.SystemClock()
-    names = [n for n, on in ((health.DISPATCHER, dispatch), (health.RECONCILER, reconcile)) if on]
+    wanted = (
+        (health.DISPATCHER, dispatch),
+        (health.RECONCILER, reconcile),
+        (health.SCHEDULER, schedule),
+    )
+    names = [n for n, on in wanted if on]
     async with health.HealthFile(settings.health_file, clk, names) as beats:
         db = await reach(settings, clk, stop)
         if db is None:
             return
         async with opened(settings, clk=clk, executors=executors, db=db) as rt:
             await _run_loops(
-                rt, stop, beats, dispatch=dispatch, reconcile=reconcile, on_ready=on_ready
+                rt,
+                stop,
+                beats,
+                dispatch=dispatch,
+                reconcile=reconcile,
+                schedule=schedule,
+                on_ready=on_ready,
             )
 
 
@@ -187,10 +200,11 @@ async def _run_loops(
     *,
     dispatch: bool,
     reconcile: bool,
+    schedule: bool,
     on_ready: Callable[[Runtime], Awaitable[None]] | None,
 ) -> None:
-    """Run the dispatcher and/or the reconciler on an opened runtime until `stop` is set."""
-    from corral import dispatcher, reconciler, retry  # the loops: not for a command's call
+    """Run the loops asked for on an opened runtime until `stop` is set."""
+    from corral import dispatcher, reconciler, retry, scheduler  # not for a command's call
 
     if on_ready is not None:
         await on_ready(rt)
@@ -214,4 +228,12 @@ async def _run_loops(
             retry=rules,
         )
         loops.append(r.run(stop, on_pass=beats.recorder(health.RECONCILER)))
+    if schedule:
+        s = scheduler.Scheduler(
+            store=rt.store,
+            clock=rt.clock,
+            executors=rt.executors,
+            cancel_grace=rt.settings.timeouts.cancel_grace,
+        )
+        loops.append(s.run(stop, on_pass=beats.recorder(health.SCHEDULER)))
     await asyncio.gather(*loops)

@@ -90,7 +90,11 @@ async def test_claim_takes_due_jobs_by_priority_then_run_at(
     assert [c.job.id for c in claimed] == [ids[1], ids[0]]
     assert [c.job.id for c in await claim(db, clock)] == [ids[2]]
     assert await claim(db, clock) == []
+    assert (await db.job_get(job_id=ids[3])).state == "scheduled"
     clock.advance(61)
+    assert await claim(db, clock) == []  # scheduled until the scheduler queues it
+    assert await db.jobs_promote_due(now=clock.now(), limit=10) == 1
+    assert (await db.job_get(job_id=ids[3])).state == "queued"
     assert [c.job.id for c in await claim(db, clock)] == [ids[3]]
 
 

@@ -29,11 +29,23 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "corral.cli.submit:submit",
         "Submit a job: corral submit [OPTIONS] -- CMD [ARGS...]; or many: --from-file PATH",
     ),
-    "serve": ("corral.cli.loops:serve", "Run corral: the dispatcher and the reconciler."),
+    "serve": (
+        "corral.cli.loops:serve",
+        "Run corral: the dispatcher, the reconciler and the scheduler.",
+    ),
     "dispatcher": ("corral.cli.loops:dispatcher_cmd", "Run the dispatcher loop alone."),
     "reconciler": (
         "corral.cli.loops:reconciler_cmd",
         "Run the reconciler loop alone (recovery: adopt, relaunch, complete, time out, lost).",
+    ),
+    "scheduler": (
+        "corral.cli.loops:scheduler_cmd",
+        "Run the scheduler loop alone (fires schedules; any number may run at once).",
+    ),
+    "schedules": ("corral.cli.schedules:schedules", "Make and manage schedules (cron, intervals)."),
+    "backfill": (
+        "corral.cli.schedules:backfill",
+        "One job per nominal time of a schedule in a range, idempotently.",
     ),
     "health": (
         "corral.cli.loops:health_cmd",

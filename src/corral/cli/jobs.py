@@ -105,6 +105,26 @@ def jobs_cancel(state: State, job_id: int) -> None:
     out.print(f"job {job_id} cancelled{stopped}")
 
 
+@jobs.command("rerun")
+@click.argument("job_id", type=JOB_ID)
+@click.option("--json", "as_json", is_flag=True, help="Print the new job's id as JSON.")
+@config_option
+@click.pass_obj
+def jobs_rerun(state: State, job_id: int, as_json: bool) -> None:
+    """Run a failed or cancelled job again, as a new job labelled rerun-of=ID."""
+
+    async def go() -> int:
+        async with state.connect(platforms=False) as c:
+            return await c.rerun(job_id)
+
+    made = run(go())
+    if as_json:
+        print_json({"id": made, "rerun_of": job_id})
+        return
+    out.print(made)
+    err.print(f"job {made} runs job {job_id} again")
+
+
 @click.group()
 def dead() -> None:
     """Quarantined jobs (poison pills): look at them, retry after a fix, or discard."""

@@ -62,7 +62,14 @@ async def until_signalled(body: Callable[[asyncio.Event], Awaitable[None]]) -> N
             loop.remove_signal_handler(sig)
 
 
-async def _serve(settings: config.Settings, *, demo: bool, dispatch: bool, reconcile: bool) -> None:
+async def _serve(
+    settings: config.Settings,
+    *,
+    demo: bool,
+    dispatch: bool,
+    reconcile: bool,
+    schedule: bool,
+) -> None:
     from corral import client, runtime
 
     async def ready(rt: runtime.Runtime) -> None:
@@ -72,8 +79,14 @@ async def _serve(settings: config.Settings, *, demo: bool, dispatch: bool, recon
                     store=rt.store, executors=rt.executors, settings=settings, clock=rt.clock
                 )
             )
-        doing = " and ".join(
-            what for what, on in (("dispatching", dispatch), ("reconciling", reconcile)) if on
+        doing = ", ".join(
+            what
+            for what, on in (
+                ("dispatching", dispatch),
+                ("reconciling", reconcile),
+                ("scheduling", schedule),
+            )
+            if on
         )
         err.print(
             f"corral is {doing} on {rt.store.url} with executors: {', '.join(rt.executors)}."
@@ -84,7 +97,12 @@ async def _serve(settings: config.Settings, *, demo: bool, dispatch: bool, recon
 
     await until_signalled(
         lambda stop: runtime.serve(
-            settings, stop, dispatch=dispatch, reconcile=reconcile, on_ready=ready
+            settings,
+            stop,
+            dispatch=dispatch,
+            reconcile=reconcile,
+            schedule=schedule,
+            on_ready=ready,
         )
     )
 
@@ -122,8 +140,8 @@ HEALTH_FILE = click.option(
 @config_option
 @click.pass_obj
 def serve(state: State, demo: bool, health_file: Path | None) -> None:
-    """Run corral: the dispatcher and the reconciler."""
-    _run_loops(state, health_file, demo=demo, dispatch=True, reconcile=True)
+    """Run corral: the dispatcher, the reconciler and the scheduler."""
+    _run_loops(state, health_file, demo=demo, loops=("dispatch", "reconcile", "schedule"))
 
 
 @click.command("dispatcher")
@@ -132,7 +150,7 @@ def serve(state: State, demo: bool, health_file: Path | None) -> None:
 @click.pass_obj
 def dispatcher_cmd(state: State, health_file: Path | None) -> None:
     """Run the dispatcher loop alone."""
-    _run_loops(state, health_file, demo=False, dispatch=True, reconcile=False)
+    _run_loops(state, health_file, demo=False, loops=("dispatch",))
 
 
 @click.command("reconciler")
@@ -141,16 +159,33 @@ def dispatcher_cmd(state: State, health_file: Path | None) -> None:
 @click.pass_obj
 def reconciler_cmd(state: State, health_file: Path | None) -> None:
     """Run the reconciler loop alone (recovery: adopt, relaunch, complete, time out, lost)."""
-    _run_loops(state, health_file, demo=False, dispatch=False, reconcile=True)
+    _run_loops(state, health_file, demo=False, loops=("reconcile",))
+
+
+@click.command("scheduler")
+@HEALTH_FILE
+@config_option
+@click.pass_obj
+def scheduler_cmd(state: State, health_file: Path | None) -> None:
+    """Run the scheduler loop alone (fires schedules; any number may run at once)."""
+    _run_loops(state, health_file, demo=False, loops=("schedule",))
 
 
 def _run_loops(
-    state: State, health_file: Path | None, *, demo: bool, dispatch: bool, reconcile: bool
+    state: State, health_file: Path | None, *, demo: bool, loops: tuple[str, ...]
 ) -> None:
     overrides: dict[str, Any] = {"health_file": health_file} if health_file else {}
     settings = state.settings(**overrides)
     setup_logging(settings)
-    run(_serve(settings, demo=demo, dispatch=dispatch, reconcile=reconcile))
+    run(
+        _serve(
+            settings,
+            demo=demo,
+            dispatch="dispatch" in loops,
+            reconcile="reconcile" in loops,
+            schedule="schedule" in loops,
+        )
+    )
 
 
 @click.command("health")

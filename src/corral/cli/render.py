@@ -15,7 +15,7 @@ from rich.text import Text
 from corral.cli.common import out
 
 if TYPE_CHECKING:
-    from corral import client, config, model
+    from corral import cadence, client, config, model
 
 
 def when(at: datetime | None) -> str:
@@ -272,3 +272,100 @@ def _status(c: config.LinkCheck) -> str:
     if not c.applies:
         return "[dim]n/a[/dim]"  # a PostgreSQL link, on SQLite
     return "ok" if c.ok else "[red]BROKEN[/red]"
+
+
+# --- schedules ----------------------------------------------------------------------------
+
+
+def schedule_rule(s: model.Schedule) -> str:
+    if s.cron is not None:
+        return f"{s.cron} ({s.tz})"
+    return f"every {s.every_seconds}s"
+
+
+def schedule_dict(s: model.Schedule) -> dict[str, Any]:
+    return {
+        "id": s.id,
+        "name": s.name,
+        "tenant": s.tenant,
+        "cron": s.cron,
+        "tz": s.tz,
+        "every_seconds": s.every_seconds,
+        "start": iso(s.anchor),
+        "until": iso(s.until),
+        "catchup": s.catchup.value,
+        "catchup_window_seconds": s.catchup_window_seconds,
+        "catchup_max": s.catchup_max,
+        "overlap": s.overlap.value,
+        "jitter_seconds": s.jitter_seconds,
+        "paused": s.paused_at is not None,
+        "paused_at": iso(s.paused_at),
+        "next_due": iso(s.next_due),
+        "last_nominal": iso(s.last_nominal),
+        "last_job_id": s.last_job_id,
+        "missed_total": s.missed_total,
+        "template": dict(s.template),
+        "created_at": iso(s.created_at),
+        "updated_at": iso(s.updated_at),
+    }
+
+
+def schedules_table(found: Sequence[model.Schedule]) -> Table:
+    t = table("NAME", "TENANT", "WHEN", "NEXT (UTC)", "LAST JOB", "STATE", keep=("NAME",))
+    for s in found:
+        state = "paused" if s.paused_at else ("ended" if s.next_due is None else "active")
+        t.add_row(
+            s.name,
+            s.tenant,
+            schedule_rule(s),
+            when(s.next_due) if s.paused_at is None else "-",
+            str(s.last_job_id or "-"),
+            state,
+        )
+    return t
+
+
+def nominal_dict(n: cadence.Nominal) -> dict[str, Any]:
+    return {"at": n.local.isoformat(), "utc": iso(n.at), "moved": n.moved}
+
+
+def nominals_table(found: Sequence[cadence.Nominal]) -> Table:
+    t = table("FIRES AT (LOCAL)", "UTC", "DST", keep=("FIRES AT (LOCAL)",))
+    for n in found:
+        t.add_row(n.local.isoformat(), when(n.at), n.moved or "")
+    return t
+
+
+def firing_dict(f: model.Firing) -> dict[str, Any]:
+    return {
+        "nominal_at": iso(f.nominal_at),
+        "outcome": f.outcome.value,
+        "job_id": f.job_id,
+        "recorded_at": iso(f.recorded_at),
+        "lateness_seconds": f.lateness_seconds,
+        "note": f.note,
+    }
+
+
+def print_schedule(
+    s: model.Schedule, upcoming: Sequence[cadence.Nominal], firings: Sequence[model.Firing]
+) -> None:
+    out.print(f"schedule {s.name} (tenant {s.tenant}): {schedule_rule(s)}")
+    state = "paused since " + when(s.paused_at) if s.paused_at else "active"
+    out.print(f"  {state}; catch-up {s.catchup}, overlap {s.overlap}; missed {s.missed_total}")
+    out.print(f"  runs: {json.dumps(s.template.get('spec'))} on {s.template.get('executor')}")
+    if upcoming:
+        out.print("next firings:")
+        out.print(nominals_table(upcoming))
+    if firings:
+        t = table("NOMINAL (UTC)", "OUTCOME", "JOB", "LATE", "NOTE", keep=("NOMINAL (UTC)",))
+        for f in firings:
+            t.add_row(
+                when(f.nominal_at),
+                f.outcome.value,
+                str(f.job_id or "-"),
+                f"{f.lateness_seconds:.1f}s",
+                f.note or "",
+            )
+        out.print("latest firings:")
+        out.print(t)

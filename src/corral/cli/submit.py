@@ -5,7 +5,7 @@ file of JSON lines (`--from-file`), every line checked before any is stored."""
 from __future__ import annotations
 
 import json
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import click
@@ -176,63 +176,115 @@ def _executor_help() -> str:
     return "Where it runs: " + ", ".join(registry.known()) + " (enabled in executors.enabled)."
 
 
+JOB_OPTIONS = [
+    click.option("--queue", default="default", show_default=True),
+    click.option("--pool", default=None, help="A pool from [pools]: caps how many run at once."),
+    click.option("--priority", type=int, default=0, show_default=True, help="Higher runs first."),
+    click.option("--tenant", default="default", show_default=True),
+    click.option(
+        "--code-version",
+        default=None,
+        help="What the job's code is (a git sha, an image tag): CORRAL_CODE_VERSION in each"
+        " attempt, stamped by the fenced sinks on what it writes.",
+    ),
+    click.option(
+        "--max-attempts",
+        type=int,
+        default=None,
+        help="Attempts before the job fails (default from settings).",
+    ),
+    click.option("--label", "label_pairs", multiple=True, metavar="KEY=VALUE"),
+    click.option("--executor", default="process", show_default=True, help=_executor_help()),
+    click.option(
+        "--spec", "spec_json", default=None, help="Executor spec as JSON (instead of a command)."
+    ),
+    click.option("--payload", "payload_json", default=None, help="Payload as JSON."),
+    click.option(
+        "--payload-file",
+        type=click.File("r"),
+        default=None,
+        help="Payload as JSON from a file (- for stdin).",
+    ),
+    click.option(
+        "--policy",
+        "policy_json",
+        default=None,
+        help='The job\'s own policy as a JSON object, e.g. \'{"failure_rules": [{"on_exit_codes":'
+        ' {"operator": "In", "values": [3]}, "action": "fail"}]}\'.',
+    ),
+    click.option(
+        "--deadline",
+        default=None,
+        help="Tighten the attempt deadline, e.g. 30s or 5m; the inner limits shrink with it.",
+    ),
+    click.option(
+        "--heartbeat",
+        is_flag=True,
+        help="The job sends heartbeats (`corral heartbeat`); silence past its lease is unknown.",
+    ),
+    click.option(
+        "--on-unknown",
+        type=click.Choice(["wait", "fence_and_relaunch"]),
+        default=None,
+        help="What to do when the attempt's state is unknown (default wait).",
+    ),
+    click.option("--image", default=None, help="Container image (executor kubernetes or argo)."),
+    click.option(
+        "--placement", default=None, help="Placement class (executor kubernetes or argo)."
+    ),
+]
+"""The options that say what a job is: `corral submit`'s, and each firing's job of
+`corral schedules add`."""
+
+
+def job_options(fn: Any) -> Any:
+    """Add JOB_OPTIONS to a command."""
+    for option in reversed(JOB_OPTIONS):
+        fn = option(fn)
+    return fn
+
+
+def job_arguments(
+    command: tuple[str, ...],
+    *,
+    label_pairs: tuple[str, ...],
+    spec_json: str | None,
+    payload_json: str | None,
+    payload_file: Any,
+    policy_json: str | None,
+    deadline: str | None,
+    heartbeat: bool,
+    on_unknown: str | None,
+    image: str | None,
+    placement: str | None,
+    **options: Any,
+) -> dict[str, Any]:
+    """JOB_OPTIONS' values as `Client.submit`'s arguments."""
+    policy = policy_from(policy_json, deadline=deadline, heartbeat=heartbeat, on_unknown=on_unknown)
+    spec = spec_from(options["executor"], command, spec_json, image=image, placement=placement)
+    return {
+        "spec": spec,
+        "labels": labels_from(label_pairs),
+        "payload": _payload(payload_json, payload_file),
+        "policy": policy,
+        **options,
+    }
+
+
 @click.command(context_settings={"allow_interspersed_args": False})
-@click.option("--queue", default="default", show_default=True)
-@click.option("--pool", default=None, help="A pool from [pools]: caps how many run at once.")
-@click.option("--priority", type=int, default=0, show_default=True, help="Higher runs first.")
-@click.option("--tenant", default="default", show_default=True)
+@job_options
 @click.option(
     "--idempotency-key", default=None, help="Submitting the same key again returns the first job."
 )
 @click.option(
-    "--code-version",
+    "--at",
+    "at",
     default=None,
-    help="What the job's code is (a git sha, an image tag): CORRAL_CODE_VERSION in each"
-    " attempt, stamped by the fenced sinks on what it writes.",
+    help="Run at this time (ISO 8601, e.g. 2026-12-24T09:00+01:00): scheduled until then.",
 )
 @click.option(
-    "--max-attempts",
-    type=int,
-    default=None,
-    help="Attempts before the job fails (default from settings).",
+    "--delay", default=None, help="Run after this long, e.g. 10m or 1h30m: scheduled until then."
 )
-@click.option("--label", "label_pairs", multiple=True, metavar="KEY=VALUE")
-@click.option("--executor", default="process", show_default=True, help=_executor_help())
-@click.option(
-    "--spec", "spec_json", default=None, help="Executor spec as JSON (instead of a command)."
-)
-@click.option("--payload", "payload_json", default=None, help="Payload as JSON.")
-@click.option(
-    "--payload-file",
-    type=click.File("r"),
-    default=None,
-    help="Payload as JSON from a file (- for stdin).",
-)
-@click.option(
-    "--policy",
-    "policy_json",
-    default=None,
-    help='The job\'s own policy as a JSON object, e.g. \'{"failure_rules": [{"on_exit_codes":'
-    ' {"operator": "In", "values": [3]}, "action": "fail"}]}\'.',
-)
-@click.option(
-    "--deadline",
-    default=None,
-    help="Tighten the attempt deadline, e.g. 30s or 5m; the inner limits shrink with it.",
-)
-@click.option(
-    "--heartbeat",
-    is_flag=True,
-    help="The job sends heartbeats (`corral heartbeat`); silence past its lease is unknown.",
-)
-@click.option(
-    "--on-unknown",
-    type=click.Choice(["wait", "fence_and_relaunch"]),
-    default=None,
-    help="What to do when the attempt's state is unknown (default wait).",
-)
-@click.option("--image", default=None, help="Container image (executor kubernetes or argo).")
-@click.option("--placement", default=None, help="Placement class (executor kubernetes or argo).")
 @click.option(
     "--dry-run",
     is_flag=True,
@@ -263,19 +315,11 @@ def submit(
     /,
     command: tuple[str, ...],
     from_file: Any,
-    label_pairs: tuple[str, ...],
-    spec_json: str | None,
-    payload_json: str | None,
-    payload_file: Any,
     as_json: bool,
-    policy_json: str | None,
-    deadline: str | None,
-    heartbeat: bool,
-    on_unknown: str | None,
-    image: str | None,
-    placement: str | None,
     dry_run: bool,
     output: str | None,
+    at: str | None,
+    delay: str | None,
     **options: Any,
 ) -> None:
     """Submit a job: corral submit [OPTIONS] -- CMD [ARGS...]; or many: --from-file PATH"""
@@ -301,27 +345,15 @@ def submit(
         )
     if dry_run and as_json:
         raise errors.InvalidInput("--dry-run prints the object itself: use -o json, not --json")
-    policy = policy_from(policy_json, deadline=deadline, heartbeat=heartbeat, on_unknown=on_unknown)
-    spec = spec_from(options["executor"], command, spec_json, image=image, placement=placement)
-    labels = labels_from(label_pairs)
-    payload = _payload(payload_json, payload_file)
+    args = job_arguments(command, **options)
     if dry_run:
-        print_dry_run(
-            state,
-            spec=spec,
-            payload=payload,
-            labels=labels,
-            policy=policy,
-            output=output or "yaml",
-            **options,
-        )
+        print_dry_run(state, output=output or "yaml", **args)
         return
 
     async def go() -> tuple[int, bool]:
         async with state.connect(platforms=False) as c:
-            return await c.submit(
-                spec=spec, payload=payload, labels=labels, policy=policy, **options
-            )
+            run_at = _run_at(at, delay, c.clock.now())
+            return await c.submit(**args, run_at=run_at)
 
     job_id, created = run(go())
     if as_json:
@@ -332,6 +364,19 @@ def submit(
         err.print(
             f"job {job_id} already exists for this idempotency key; nothing new was submitted"
         )
+
+
+def _run_at(at: str | None, delay: str | None, now: datetime) -> datetime | None:
+    """--at or --delay as the job's run_at (None: now)."""
+    from corral import cadence
+
+    if at is not None and delay is not None:
+        raise errors.InvalidInput("give either --at or --delay, not both")
+    if at is not None:
+        return cadence.parse_instant(at, "--at")
+    if delay is not None:
+        return now + cadence.parse_duration(delay, "--delay")
+    return None
 
 
 def read_jobs(text: Any) -> list[tuple[int, dict[str, Any]]]:

@@ -34,6 +34,7 @@ from corral.store import (
     hotpath,
     jobs,
     migrate,
+    schedules,
     sinks,
 )
 from corral.store.attempts import Status
@@ -570,6 +571,109 @@ class Store:
 
     async def pointer_get(self, *, dataset: str) -> model.Pointer | None:
         return await self._tx(sinks.pointer_get, dataset=dataset)
+
+    # --- schedules and firings (schedules.py) ------------------------------------------
+
+    async def schedule_create(
+        self,
+        *,
+        new: model.NewSchedule,
+        anchor: datetime,
+        next_due: datetime | None,
+        now: datetime,
+    ) -> model.Schedule:
+        return await self._tx(
+            schedules.schedule_create, new=new, anchor=anchor, next_due=next_due, now=now
+        )
+
+    async def schedules_create(
+        self,
+        *,
+        items: Sequence[tuple[model.NewSchedule, datetime, datetime | None]],
+        now: datetime,
+    ) -> list[model.Schedule]:
+        return await self._tx(schedules.schedules_create, items=items, now=now)
+
+    async def schedule_update(
+        self,
+        *,
+        schedule_id: int,
+        changes: Mapping[str, Any],
+        next_due: datetime | None,
+        now: datetime,
+    ) -> model.Schedule:
+        return await self._tx(
+            schedules.schedule_update,
+            schedule_id=schedule_id,
+            changes=changes,
+            next_due=next_due,
+            now=now,
+        )
+
+    async def schedule_delete(self, *, schedule_id: int) -> None:
+        await self._tx(schedules.schedule_delete, schedule_id=schedule_id)
+
+    async def schedule_pause(self, *, schedule_id: int, now: datetime) -> model.Schedule:
+        return await self._tx(schedules.schedule_pause, schedule_id=schedule_id, now=now)
+
+    async def schedule_resume(
+        self,
+        *,
+        schedule_id: int,
+        skipped: Sequence[datetime],
+        skipped_count: int,
+        next_due: datetime | None,
+        now: datetime,
+    ) -> model.Schedule:
+        return await self._tx(
+            schedules.schedule_resume,
+            schedule_id=schedule_id,
+            skipped=skipped,
+            skipped_count=skipped_count,
+            next_due=next_due,
+            now=now,
+        )
+
+    async def schedule_get(self, *, name: str, tenant: str = "default") -> model.Schedule:
+        return await self._tx(schedules.schedule_get, name=name, tenant=tenant)
+
+    async def schedule_by_id(self, *, schedule_id: int) -> model.Schedule:
+        return await self._tx(schedules.schedule_by_id, schedule_id=schedule_id)
+
+    async def schedule_list(
+        self, *, tenant: str | None = None, limit: int = 1000
+    ) -> list[model.Schedule]:
+        return await self._tx(schedules.schedule_list, tenant=tenant, limit=limit)
+
+    async def firing_list(
+        self, *, schedule_id: int, limit: int = 20, before: datetime | None = None
+    ) -> list[model.Firing]:
+        return await self._tx(
+            schedules.firing_list, schedule_id=schedule_id, limit=limit, before=before
+        )
+
+    async def firing_counts(self, *, schedule_id: int) -> dict[str, int]:
+        return await self._tx(schedules.firing_counts, schedule_id=schedule_id)
+
+    async def schedule_next_wake(self) -> datetime | None:
+        return await self._tx(schedules.schedule_next_wake)
+
+    async def schedules_fire_due(
+        self,
+        *,
+        now: datetime,
+        limit: int,
+        plan: Callable[[model.Schedule, model.JobState | None], schedules.Plan],
+    ) -> schedules.Fired:
+        return await self._tx(schedules.schedules_fire_due, now=now, limit=limit, plan=plan)
+
+    async def backfill(
+        self, *, schedule: model.Schedule, fires: Sequence[model.Fire], now: datetime
+    ) -> tuple[int, int]:
+        return await self._tx(schedules.backfill, schedule=schedule, fires=fires, now=now)
+
+    async def jobs_promote_due(self, *, now: datetime, limit: int) -> int:
+        return await self._tx(schedules.jobs_promote_due, now=now, limit=limit)
 
 
 def _name(fn: Callable[..., Any]) -> str:

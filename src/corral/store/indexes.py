@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from sqlalchemy import Index, text
 
-from corral.store.tables import LIVE, attempts, jobs, metadata
+from corral.store.tables import DUE, LIVE, attempts, jobs, metadata, schedules
 
 __all__ = ["metadata"]
 """The whole schema: `tables.metadata` with these indexes."""
@@ -49,3 +49,11 @@ Index(
     sqlite_where=LIVE,
     postgresql_where=LIVE,
 )
+
+# Jobs waiting for their time (`corral submit --at`/`--delay`): the scheduler moves each to
+# queued once due, reading this index by run_at.
+_SCHEDULED = text("state = 'scheduled'")
+Index("ix_jobs_scheduled", jobs.c.run_at, sqlite_where=_SCHEDULED, postgresql_where=_SCHEDULED)
+
+# Schedules by their next nominal time, but the paused and ended ones (tables.DUE).
+Index("ix_schedules_due", schedules.c.next_due, sqlite_where=DUE, postgresql_where=DUE)

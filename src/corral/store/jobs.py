@@ -26,7 +26,9 @@ A, J = model.AttemptState, model.JobState
 def job_submit(
     conn: Connection, *, new: Sequence[model.NewJob], now: datetime
 ) -> list[tuple[int, bool]]:
-    """Insert jobs as `queued`; a (tenant, idempotency key) seen before returns the existing id.
+    """Insert jobs as `queued`, or `scheduled` when their run_at is still to come (the
+    scheduler queues them once it has); a (tenant, idempotency key) seen before returns the
+    existing id.
 
     Returns (job id, created) in the order of `new`.
     """
@@ -38,8 +40,11 @@ def job_submit(
         ids = conn.execute(stmt, [_job_row(new[i], now) for i in plain]).scalars().all()
         for i, job_id in zip(plain, ids, strict=True):
             out[i] = (job_id, True)
-    for i in keyed:  # one at a time: two equal keys in one batch must yield one job
-        out[i] = _job_submit_keyed(conn, new[i], now)
+    if keyed:
+        for i, made in zip(
+            keyed, _job_submit_keyed(conn, [new[i] for i in keyed], now), strict=True
+        ):
+            out[i] = made
     result = [o for o in out if o is not None]
     event_insert(
         conn,
@@ -49,30 +54,60 @@ def job_submit(
                 attempt_id=None,
                 entity="job",
                 frm=None,
-                to=J.QUEUED,
+                to=_first_state(job, now),
                 reason="submitted",
                 now=now,
             )
-            for job_id, made in result
+            for job, (job_id, made) in zip(new, result, strict=True)
             if made
         ],
     )
     return result
 
 
-def _job_submit_keyed(conn: Connection, job: model.NewJob, now: datetime) -> tuple[int, bool]:
+def _first_state(job: model.NewJob, now: datetime) -> model.JobState:
+    return J.SCHEDULED if job.run_at is not None and job.run_at > now else J.QUEUED
+
+
+def _job_submit_keyed(
+    conn: Connection, new: Sequence[model.NewJob], now: datetime
+) -> list[tuple[int, bool]]:
+    """Keyed jobs in one statement: a key stored before (or earlier in `new`) gives the
+    job that has it, with created False."""
+    first: dict[tuple[str, str], int] = {}  # the first job of `new` with each key
+    for n, job in enumerate(new):
+        assert job.idempotency_key is not None
+        first.setdefault((job.tenant, job.idempotency_key), n)
     stmt = dialects.insert_ignore_conflict(
         conn, jobs, ["tenant", "idempotency_key"], where=jobs.c.idempotency_key.is_not(None)
-    )
-    job_id = conn.execute(stmt.values(_job_row(job, now)).returning(jobs.c.id)).scalar()
-    if job_id is not None:
-        return job_id, True
-    existing = conn.execute(
-        select(jobs.c.id).where(
-            jobs.c.tenant == job.tenant, jobs.c.idempotency_key == job.idempotency_key
+    ).returning(jobs.c.id, jobs.c.tenant, jobs.c.idempotency_key)
+    rows = [_job_row(new[n], now) for n in first.values()]
+    made = {(r.tenant, r.idempotency_key): r.id for r in conn.execute(stmt, rows)}
+    missing = [key for key in first if key not in made]
+    existing: dict[tuple[str, str], int] = {}
+    for start in range(0, len(missing), 500):
+        chunk = missing[start : start + 500]
+        found = conn.execute(
+            select(jobs.c.id, jobs.c.tenant, jobs.c.idempotency_key).where(
+                jobs.c.idempotency_key.in_([key for _, key in chunk]),
+                jobs.c.idempotency_key.is_not(None),
+            )
         )
-    ).scalar_one()
-    return existing, False
+        existing.update(
+            {
+                (r.tenant, r.idempotency_key): r.id
+                for r in found
+                if (r.tenant, r.idempotency_key) in first
+            }
+        )
+    out: list[tuple[int, bool]] = []
+    for n, job in enumerate(new):
+        key = (job.tenant, job.idempotency_key or "")
+        if key in made:
+            out.append((made[key], first[key] == n))
+        else:
+            out.append((existing[key], False))
+    return out
 
 
 def _job_row(job: model.NewJob, now: datetime) -> dict[str, Any]:
@@ -84,7 +119,7 @@ def _job_row(job: model.NewJob, now: datetime) -> dict[str, Any]:
         "executor": job.executor,
         "spec": dict(job.spec),
         "payload": job.payload,
-        "state": J.QUEUED,
+        "state": _first_state(job, now),
         "run_at": job.run_at or now,
         "idempotency_key": job.idempotency_key,
         "max_attempts": job.max_attempts,

@@ -183,3 +183,53 @@ events = Table(
     Index("ix_events_job", "job_id", "id"),
     sqlite_autoincrement=True,
 )
+
+# A schedule: when (a cron expression in a zone, or an interval from an anchor) and the job
+# template each firing submits. The scheduler reads schedules by next_due, through a partial
+# index of the ones that are not paused and have not ended (indexes.py): a paused schedule
+# costs nothing.
+schedules = Table(
+    "schedules",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("tenant", String(200), nullable=False),
+    Column("name", String(200), nullable=False),
+    Column("cron", String(200)),
+    Column("tz", String(64), nullable=False),
+    Column("every_seconds", BigInteger),
+    Column("anchor", UTCDateTime, nullable=False),
+    Column("template", Json, nullable=False),
+    Column("catchup", String(10), nullable=False),
+    Column("catchup_window_seconds", Float, nullable=False),
+    Column("catchup_max", Integer, nullable=False),
+    Column("overlap", String(10), nullable=False),
+    Column("jitter_seconds", Float, nullable=False),
+    Column("until", UTCDateTime),
+    Column("paused_at", UTCDateTime),
+    Column("next_due", UTCDateTime),
+    Column("last_nominal", UTCDateTime),
+    Column("last_job_id", Id),
+    Column("missed_total", BigInteger, nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+    UniqueConstraint("tenant", "name"),
+    sqlite_autoincrement=True,  # a schedule made again under a deleted one's name is new
+)
+DUE = text("paused_at IS NULL AND next_due IS NOT NULL")
+"""The predicate of ix_schedules_due (indexes.py), as its readers write it."""
+
+# One row per nominal time of a schedule that was recorded: fired, backfilled, missed,
+# skipped while paused, or skipped for overlap. The unique key is the scheduler's fence.
+# Kept as long as the schedule is, whatever the retention of jobs.
+firings = Table(
+    "firings",
+    metadata,
+    Column("schedule_id", Id, nullable=False),
+    Column("nominal_at", UTCDateTime, nullable=False),
+    Column("outcome", String(20), nullable=False),
+    Column("job_id", Id),
+    Column("recorded_at", UTCDateTime, nullable=False),
+    Column("lateness_seconds", Float, nullable=False),
+    Column("note", Text),
+    UniqueConstraint("schedule_id", "nominal_at"),
+)

@@ -1,0 +1,396 @@
+"""`corral schedules` (make, change, pause, look at and preview schedules) and `corral
+backfill` (one job per nominal time of a schedule in a range)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from corral import errors
+from corral.cli import render
+from corral.cli.common import State, config_option, err, out, print_json, run
+from corral.cli.submit import job_arguments, job_options
+
+if TYPE_CHECKING:
+    from corral import cadence, model
+
+TENANT = click.option("--tenant", "tenant", default="default", show_default=True)
+JSON = click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+_MICRO = timedelta(microseconds=1)
+
+RULE_OPTIONS = [
+    click.option("--cron", default=None, help="A cron expression, e.g. '0 9 * * 1-5'."),
+    click.option(
+        "--tz", default=None, help="The cron expression's time zone, e.g. Europe/Berlin (UTC)."
+    ),
+    click.option("--every", default=None, help="A fixed interval instead, e.g. 30s, 10m, 1h30m."),
+    click.option(
+        "--start",
+        default=None,
+        help="No firing before it; an interval's origin (default: now). ISO 8601.",
+    ),
+    click.option("--until", default=None, help="No firing at or after it. ISO 8601."),
+    click.option(
+        "--catchup",
+        type=click.Choice(["none", "all"]),
+        default=None,
+        help="After downtime: fire the latest missed time only (none, the default), or each"
+        " one within --catchup-window, at most --catchup-max (all).",
+    ),
+    click.option("--catchup-window", default=None, help="How far back catch-up all goes (7d)."),
+    click.option(
+        "--catchup-max", type=int, default=None, help="At most this many caught up (100)."
+    ),
+    click.option(
+        "--overlap",
+        type=click.Choice(["allow", "forbid", "replace"]),
+        default=None,
+        help="While the previous firing's job runs: fire anyway (allow, the default), skip"
+        " (forbid), or cancel it and fire (replace).",
+    ),
+    click.option(
+        "--jitter",
+        default=None,
+        help="Delay each firing's job by up to this much (the same delay on every scheduler).",
+    ),
+]
+_RULE_NAMES = {
+    "cron": "cron",
+    "tz": "tz",
+    "every": "every",
+    "start": "start",
+    "until": "until",
+    "catchup": "catchup",
+    "catchup_window": "catchup_window",
+    "catchup_max": "catchup_max",
+    "overlap": "overlap",
+    "jitter": "jitter",
+}
+# Which template fields each job option says (for `update`: only the ones given change).
+_JOB_FIELDS = {
+    "command": "spec",
+    "spec_json": "spec",
+    "image": "spec",
+    "placement": "spec",
+    "label_pairs": "labels",
+    "payload_json": "payload",
+    "payload_file": "payload",
+    "policy_json": "policy",
+    "deadline": "policy",
+    "heartbeat": "policy",
+    "on_unknown": "policy",
+}
+
+
+def rule_options(fn: Any) -> Any:
+    for option in reversed(RULE_OPTIONS):
+        fn = option(fn)
+    return fn
+
+
+@click.group()
+def schedules() -> None:
+    """Make and manage schedules (cron, intervals)."""
+
+
+@schedules.command("add")
+@click.argument("name")
+@rule_options
+@job_options
+@JSON
+@config_option
+@click.argument("command", nargs=-1)
+@click.pass_context
+def schedules_add(
+    ctx: click.Context, /, name: str, command: tuple[str, ...], as_json: bool, **options: Any
+) -> None:
+    """Make a schedule: corral schedules add NAME (--cron EXPR [--tz TZ] | --every DUR)
+    [OPTIONS] -- CMD [ARGS...]"""
+    state: State = ctx.obj
+    rule = {k: options.pop(k) for k in _RULE_NAMES}
+    given = {k: v for k, v in rule.items() if v is not None}
+    job = job_arguments(command, **options)
+
+    async def go() -> model.Schedule:
+        async with state.connect(platforms=False) as c:
+            return await c.schedule_create(name, **given, **job)
+
+    made = run(go())
+    _print_made(made, as_json)
+
+
+@schedules.command("update")
+@click.argument("name")
+@rule_options
+@job_options
+@JSON
+@config_option
+@click.argument("command", nargs=-1)
+@click.pass_context
+def schedules_update(
+    ctx: click.Context, /, name: str, command: tuple[str, ...], as_json: bool, **options: Any
+) -> None:
+    """Change a schedule: only the options given (and the command, if given) change."""
+    state: State = ctx.obj
+
+    def given(param: str) -> bool:
+        return ctx.get_parameter_source(param) is not click.core.ParameterSource.DEFAULT
+
+    tenant = options["tenant"]
+    changes = {k: options.pop(k) for k in _RULE_NAMES if given(k)}
+    fields = {_JOB_FIELDS.get(p, p) for p in [*options, "command"] if given(p)} - {"tenant"}
+    if command:
+        fields.add("spec")
+    if fields:
+        job = job_arguments(command, **options)
+        if "spec" in fields and not (command or options["spec_json"]):
+            raise errors.InvalidInput(
+                "to change what runs, give the whole command after -- (or --spec)"
+            )
+        changes.update({k: v for k, v in job.items() if k in fields})
+    if not changes:
+        raise errors.InvalidInput("nothing to change: give an option or a command")
+
+    async def go() -> model.Schedule:
+        async with state.connect(platforms=False) as c:
+            return await c.schedule_update(name, tenant=tenant, **changes)
+
+    _print_made(run(go()), as_json, verb="updated")
+
+
+def _print_made(made: model.Schedule, as_json: bool, verb: str = "made") -> None:
+    if as_json:
+        print_json(render.schedule_dict(made))
+        return
+    out.print(made.name)
+    nxt = render.when(made.next_due) if made.next_due else "never (past --until)"
+    err.print(f"schedule {made.name!r} {verb}; it fires next at {nxt} UTC")
+
+
+@schedules.command("list")
+@click.option("--tenant", "tenant", default=None, help="Only this tenant's.")
+@JSON
+@config_option
+@click.pass_obj
+def schedules_list(state: State, tenant: str | None, as_json: bool) -> None:
+    """The schedules, with their next firings."""
+
+    async def go() -> list[model.Schedule]:
+        async with state.connect(platforms=False) as c:
+            return await c.schedules(tenant=tenant)
+
+    found = run(go())
+    if as_json:
+        print_json([render.schedule_dict(s) for s in found])
+        return
+    out.print(render.schedules_table(found))
+
+
+@schedules.command("show")
+@click.argument("name")
+@TENANT
+@click.option("--firings", "limit", type=int, default=10, show_default=True)
+@JSON
+@config_option
+@click.pass_obj
+def schedules_show(state: State, name: str, tenant: str, limit: int, as_json: bool) -> None:
+    """A schedule, its next firings and its latest ones."""
+    from corral import cadence, scheduler
+
+    async def go() -> tuple[model.Schedule, list[model.Firing]]:
+        async with state.connect(platforms=False) as c:
+            found = await c.schedule(name, tenant=tenant)
+            return found, await c.firings(name, tenant=tenant, limit=limit)
+
+    found, firings = run(go())
+    upcoming: list[cadence.Nominal] = []
+    if found.next_due is not None and found.paused_at is None:
+        upcoming = _take(
+            cadence.between(
+                scheduler.rule(found, found.anchor), found.next_due, _far(found.next_due)
+            ),
+            5,
+            found.until,
+        )
+    if as_json:
+        print_json(
+            {
+                **render.schedule_dict(found),
+                "upcoming": [render.nominal_dict(n) for n in upcoming],
+                "firings": [render.firing_dict(f) for f in firings],
+            }
+        )
+        return
+    render.print_schedule(found, upcoming, firings)
+
+
+def _far(at: datetime) -> datetime:
+    return at.replace(year=at.year + 30)
+
+
+def _take(found: Any, count: int, until: datetime | None) -> list[cadence.Nominal]:
+    taken: list[cadence.Nominal] = []
+    for nominal in found:
+        if len(taken) >= count or (until is not None and nominal.at >= until):
+            break
+        taken.append(nominal)
+    return taken
+
+
+def _simple(verb: str, doc: str) -> click.Command:
+    @click.argument("name")
+    @TENANT
+    @JSON
+    @config_option
+    @click.pass_obj
+    def command(state: State, name: str, tenant: str, as_json: bool) -> None:
+        async def go() -> model.Schedule | None:
+            async with state.connect(platforms=False) as c:
+                method = getattr(c, f"schedule_{verb}")
+                return await method(name, tenant=tenant)  # type: ignore[no-any-return]
+
+        done = run(go())
+        if as_json:
+            print_json(render.schedule_dict(done) if done else {"name": name, "deleted": True})
+            return
+        err.print(f"schedule {name!r} {verb}d" if verb != "pause" else f"schedule {name!r} paused")
+
+    command.__doc__ = doc
+    return schedules.command(verb)(command)
+
+
+_simple("pause", "Pause a schedule: nothing fires until it is resumed.")
+_simple(
+    "resume",
+    "Resume a paused schedule: the times that passed meanwhile are recorded as skipped, not fired.",
+)
+_simple("delete", "Delete a schedule and its firings; the jobs it made stay.")
+
+
+@schedules.command("trigger")
+@click.argument("name")
+@TENANT
+@JSON
+@config_option
+@click.pass_obj
+def schedules_trigger(state: State, name: str, tenant: str, as_json: bool) -> None:
+    """Fire a schedule now, outside its times: prints the job's id."""
+
+    async def go() -> int:
+        async with state.connect(platforms=False) as c:
+            return await c.schedule_trigger(name, tenant=tenant)
+
+    job_id = run(go())
+    if as_json:
+        print_json({"id": job_id, "schedule": name})
+        return
+    out.print(job_id)
+
+
+@schedules.command("preview")
+@click.argument("name", required=False)
+@TENANT
+@click.option("--cron", default=None, help="Preview an expression instead of a schedule.")
+@click.option("--tz", default="UTC", show_default=True)
+@click.option("--every", default=None, help="Preview an interval instead of a schedule.")
+@click.option("--count", type=click.IntRange(1, 1000), default=10, show_default=True)
+@click.option("--from", "start", default=None, help="From this time (default: now). ISO 8601.")
+@JSON
+@config_option
+@click.pass_obj
+def schedules_preview(
+    state: State,
+    name: str | None,
+    tenant: str,
+    cron: str | None,
+    tz: str,
+    every: str | None,
+    count: int,
+    start: str | None,
+    as_json: bool,
+) -> None:
+    """The next firings of a schedule, or of --cron EXPR --tz TZ, marking those a DST
+    change moved."""
+    from corral import cadence, clock, scheduler
+
+    now = clock.SystemClock().now()
+    if name is not None and (cron or every):
+        raise errors.InvalidInput("give a schedule's name or --cron/--every, not both")
+    since = cadence.parse_instant(start, "--from", tz) if start else now
+    until: datetime | None = None
+    if name is None:
+        if (cron is None) == (every is None):
+            raise errors.InvalidInput(
+                "give a schedule's name, or --cron EXPR [--tz TZ], or --every"
+            )
+        when: cadence.When = (
+            cadence.parse_cron(cron, tz) if cron else cadence.parse_every(every or "", since)
+        )
+    else:
+
+        async def go() -> model.Schedule:
+            async with state.connect(platforms=False) as c:
+                return await c.schedule(name, tenant=tenant)
+
+        found = run(go())
+        when, until = scheduler.rule(found, found.anchor), found.until
+        since = max(since, found.anchor)
+    first = cadence.after(when, since - _MICRO)
+    upcoming = _take(cadence.between(when, first.at, _far(first.at)), count, until)
+    if as_json:
+        print_json([render.nominal_dict(n) for n in upcoming])
+        return
+    out.print(render.nominals_table(upcoming))
+
+
+@click.command("backfill")
+@click.argument("schedule")
+@click.option("--from", "start", required=True, help="The first nominal time's lower bound.")
+@click.option("--to", "end", required=True, help="The upper bound (not included).")
+@TENANT
+@click.option("--pool", default=None, help="Run the backfill's jobs in this pool.")
+@click.option("--code-version", default=None, help="Stamp every job with this code version.")
+@click.option("--dry-run", is_flag=True, help="Count the nominal times; store nothing.")
+@JSON
+@config_option
+@click.pass_obj
+def backfill(
+    state: State,
+    schedule: str,
+    start: str,
+    end: str,
+    tenant: str,
+    pool: str | None,
+    code_version: str | None,
+    dry_run: bool,
+    as_json: bool,
+) -> None:
+    """One job per nominal time of a schedule in [--from, --to), idempotently: running it
+    again creates nothing new. Each job's CORRAL_INTERVAL_START/END say its interval."""
+    from rich.progress import Progress
+
+    async def go() -> tuple[int, int]:
+        async with state.connect(platforms=False) as c:
+            with Progress(console=err, transient=True, disable=as_json) as bar:
+                task = bar.add_task("backfilling", total=None)
+                return await c.backfill(
+                    schedule,
+                    start=start,
+                    end=end,
+                    tenant=tenant,
+                    pool=pool,
+                    code_version=code_version,
+                    dry_run=dry_run,
+                    progress=lambda n: bar.advance(task, n),
+                )
+
+    created, there = run(go())
+    if as_json:
+        print_json({"created": created, "existing": there, "dry_run": dry_run})
+        return
+    if dry_run:
+        out.print(f"{created} nominal times in the range; dry run: nothing stored")
+        return
+    out.print(f"{created} jobs created, {there} there already")

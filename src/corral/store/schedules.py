@@ -1,0 +1,478 @@
+"""Schedules and their firings: create, change, pause, delete; fire what is due; backfill.
+
+A firing is a row unique on (schedule, nominal time), written in one transaction with the
+job it creates (whose idempotency key names the schedule and the nominal time) and with the
+schedule's next nominal time, moved by compare-and-set. So any number of schedulers fire
+each nominal time once, with no leader: on PostgreSQL they skip the schedules another one
+holds (SKIP LOCKED), on SQLite they take turns; a late one finds the next nominal time moved
+and does nothing. When to fire, and what a firing is, the scheduler decides (`plan`):
+nothing here computes a time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, bindparam, delete, func, select, update
+
+from corral import errors, model
+from corral.store import dialects
+from corral.store.events import transition
+from corral.store.jobs import job_cancel, job_submit
+from corral.store.rows import state_is
+from corral.store.tables import DUE, UTCDateTime, firings, jobs, schedules
+
+J, F = model.JobState, model.FiringOutcome
+
+
+def schedule_from_row(row: Any) -> model.Schedule:
+    m = dict(row._mapping if hasattr(row, "_mapping") else row)
+    return model.Schedule(
+        **{**m, "catchup": model.Catchup(m["catchup"]), "overlap": model.Overlap(m["overlap"])}
+    )
+
+
+def firing_from_row(row: Any) -> model.Firing:
+    m = dict(row._mapping if hasattr(row, "_mapping") else row)
+    return model.Firing(**{**m, "outcome": F(m["outcome"])})
+
+
+# --- create, change, delete --------------------------------------------------------------
+
+
+def schedule_create(
+    conn: Connection,
+    *,
+    new: model.NewSchedule,
+    anchor: datetime,
+    next_due: datetime | None,
+    now: datetime,
+) -> model.Schedule:
+    """Store a new schedule whose first nominal time is `next_due`. A name is unique per
+    tenant."""
+    [made] = schedules_create(conn, items=[(new, anchor, next_due)], now=now)
+    return made
+
+
+def schedules_create(
+    conn: Connection,
+    *,
+    items: Sequence[tuple[model.NewSchedule, datetime, datetime | None]],
+    now: datetime,
+) -> list[model.Schedule]:
+    """Store new schedules, each with its anchor and first nominal time, in one statement;
+    refused, all of them, when a name is taken (per tenant)."""
+    names = {(new.tenant, new.name) for new, _, _ in items}
+    if len(names) < len(items):
+        raise errors.InvalidInput("name: the same schedule twice in one request")
+    ordered = sorted(names)
+    for start in range(0, len(ordered), 500):
+        chunk = ordered[start : start + 500]
+        taken = conn.execute(
+            select(schedules.c.tenant, schedules.c.name).where(
+                schedules.c.name.in_([name for _, name in chunk])
+            )
+        ).all()
+        clash = sorted({(t, n) for t, n in taken} & names)
+        if clash:
+            tenant, name = clash[0]
+            raise errors.InvalidInput(
+                f"name: a schedule named {name!r} exists (tenant {tenant!r}); change it"
+                " with `corral schedules update`, or delete it first"
+            )
+    rows = [
+        {
+            "tenant": new.tenant,
+            "name": new.name,
+            "cron": new.cron,
+            "tz": new.tz,
+            "every_seconds": new.every_seconds,
+            "anchor": anchor,
+            "template": dict(new.template),
+            "catchup": new.catchup.value,
+            "catchup_window_seconds": new.catchup_window_seconds,
+            "catchup_max": new.catchup_max,
+            "overlap": new.overlap.value,
+            "jitter_seconds": new.jitter_seconds,
+            "until": new.until,
+            "paused_at": None,
+            "next_due": next_due,
+            "last_nominal": None,
+            "last_job_id": None,
+            "missed_total": 0,
+            "created_at": now,
+            "updated_at": now,
+        }
+        for new, anchor, next_due in items
+    ]
+    stmt = schedules.insert().returning(*schedules.c, sort_by_parameter_order=True)
+    return [schedule_from_row(r) for r in conn.execute(stmt, rows)]
+
+
+def schedule_update(
+    conn: Connection,
+    *,
+    schedule_id: int,
+    changes: Mapping[str, Any],
+    next_due: datetime | None,
+    now: datetime,
+) -> model.Schedule:
+    """Change a schedule's rule, template or options; its next nominal time is `next_due`
+    (the scheduler computed it from the changed rule). Firings already recorded stay."""
+    values = {
+        k: (v.value if isinstance(v, model.Catchup | model.Overlap) else v)
+        for k, v in changes.items()
+    }
+    row = conn.execute(
+        update(schedules)
+        .where(schedules.c.id == schedule_id)
+        .values(**values, next_due=next_due, updated_at=now)
+        .returning(*schedules.c)
+    ).first()
+    if row is None:
+        raise errors.NotFound(f"no schedule with id {schedule_id}")
+    return schedule_from_row(row)
+
+
+def schedule_delete(conn: Connection, *, schedule_id: int) -> None:
+    """Delete a schedule and its firings. Jobs it created stay, as jobs."""
+    conn.execute(delete(firings).where(firings.c.schedule_id == schedule_id))
+    if not conn.execute(delete(schedules).where(schedules.c.id == schedule_id)).rowcount:
+        raise errors.NotFound(f"no schedule with id {schedule_id}")
+
+
+def schedule_pause(conn: Connection, *, schedule_id: int, now: datetime) -> model.Schedule:
+    """Pause a schedule (pausing a paused one is a no-op)."""
+    conn.execute(
+        update(schedules)
+        .where(schedules.c.id == schedule_id, schedules.c.paused_at.is_(None))
+        .values(paused_at=now, updated_at=now)
+    )
+    return schedule_by_id(conn, schedule_id=schedule_id)
+
+
+def schedule_resume(
+    conn: Connection,
+    *,
+    schedule_id: int,
+    skipped: Sequence[datetime],
+    skipped_count: int,
+    next_due: datetime | None,
+    now: datetime,
+) -> model.Schedule:
+    """Resume a paused schedule: the nominal times that passed while it was paused are
+    recorded as skipped (`skipped`, at most a bounded number of them, of `skipped_count`),
+    never fired; it fires next at `next_due`."""
+    resumed = conn.execute(
+        update(schedules)
+        .where(schedules.c.id == schedule_id, schedules.c.paused_at.is_not(None))
+        .values(
+            paused_at=None,
+            next_due=next_due,
+            last_nominal=skipped[-1] if skipped else schedules.c.last_nominal,
+            missed_total=schedules.c.missed_total + skipped_count,
+            updated_at=now,
+        )
+    ).rowcount
+    if resumed:
+        _record(conn, [(schedule_id, model.Fire(at, F.SKIPPED)) for at in skipped], {}, now)
+    return schedule_by_id(conn, schedule_id=schedule_id)
+
+
+# --- reads ---------------------------------------------------------------------------------
+
+
+def _find(conn: Connection, tenant: str, name: str) -> model.Schedule | None:
+    row = conn.execute(
+        select(schedules).where(schedules.c.tenant == tenant, schedules.c.name == name)
+    ).first()
+    return None if row is None else schedule_from_row(row)
+
+
+def schedule_get(conn: Connection, *, name: str, tenant: str = "default") -> model.Schedule:
+    found = _find(conn, tenant, name)
+    if found is None:
+        raise errors.NotFound(
+            f"no schedule named {name!r} (tenant {tenant!r}); `corral schedules list` shows them"
+        )
+    return found
+
+
+def schedule_by_id(conn: Connection, *, schedule_id: int) -> model.Schedule:
+    row = conn.execute(select(schedules).where(schedules.c.id == schedule_id)).first()
+    if row is None:
+        raise errors.NotFound(f"no schedule with id {schedule_id}")
+    return schedule_from_row(row)
+
+
+def schedule_list(
+    conn: Connection, *, tenant: str | None = None, limit: int = 1000
+) -> list[model.Schedule]:
+    stmt = select(schedules).order_by(schedules.c.tenant, schedules.c.name).limit(limit)
+    if tenant is not None:
+        stmt = stmt.where(schedules.c.tenant == tenant)
+    return [schedule_from_row(r) for r in conn.execute(stmt)]
+
+
+def firing_list(
+    conn: Connection, *, schedule_id: int, limit: int = 20, before: datetime | None = None
+) -> list[model.Firing]:
+    """A schedule's firings, the latest nominal time first."""
+    stmt = (
+        select(firings)
+        .where(firings.c.schedule_id == schedule_id)
+        .order_by(firings.c.nominal_at.desc())
+        .limit(limit)
+    )
+    if before is not None:
+        stmt = stmt.where(firings.c.nominal_at < before)
+    return [firing_from_row(r) for r in conn.execute(stmt)]
+
+
+def firing_counts(conn: Connection, *, schedule_id: int) -> dict[str, int]:
+    rows = conn.execute(
+        select(firings.c.outcome, func.count())
+        .where(firings.c.schedule_id == schedule_id)
+        .group_by(firings.c.outcome)
+    ).all()
+    return {outcome: count for outcome, count in rows}
+
+
+def schedule_next_wake(conn: Connection) -> datetime | None:
+    """The earliest time anything is due: a schedule's next nominal time, or a job in
+    `scheduled` waiting for its run_at."""
+    first_schedule = conn.execute(select(func.min(schedules.c.next_due)).where(DUE)).scalar()
+    first_job = conn.execute(
+        select(func.min(jobs.c.run_at)).where(jobs.c.state == state_is(J.SCHEDULED))
+    ).scalar()
+    found = [t for t in (first_schedule, first_job) if t is not None]
+    return min(found) if found else None
+
+
+# --- firing --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What the scheduler decided for one due schedule: the nominal times to record (and
+    the jobs to create), where its next nominal time is, and whether to cancel the job of
+    its previous firing first (overlap `replace`)."""
+
+    fires: Sequence[model.Fire]
+    next_due: datetime | None
+    missed_count: int = 0  # missed times not in `fires` (too many to record one by one)
+    cancel_previous: bool = False
+
+
+@dataclass(slots=True)
+class Fired:
+    """What one pass of the scheduler did."""
+
+    schedules: int = 0  # schedules it moved on
+    firings: list[model.Firing] = field(default_factory=list)
+    cancelled: list[model.Attempt] = field(default_factory=list)  # to stop on their platform
+    promoted: int = 0  # jobs moved from scheduled to queued
+
+
+def schedules_fire_due(
+    conn: Connection,
+    *,
+    now: datetime,
+    limit: int,
+    plan: Callable[[model.Schedule, model.JobState | None], Plan],
+) -> Fired:
+    """Fire up to `limit` due schedules, the most overdue first: `plan(schedule, state of
+    its previous firing's job)` says what to record. One transaction."""
+    pick = (
+        select(schedules)
+        .where(DUE, schedules.c.next_due <= now)
+        .order_by(schedules.c.next_due)
+        .limit(limit)
+    )
+    due = [schedule_from_row(r) for r in conn.execute(dialects.skip_locked(conn, pick))]
+    watched = [s.last_job_id for s in due if s.overlap != model.Overlap.ALLOW and s.last_job_id]
+    previous: dict[int, model.JobState] = {}
+    if watched:
+        rows = conn.execute(
+            select(jobs.c.id, jobs.c.state).where(dialects.one_of(conn, jobs.c.id, watched))
+        )
+        previous = {job_id: J(state) for job_id, state in rows}
+    out = Fired()
+    todo: list[tuple[model.Schedule, model.Fire]] = []
+    moves: list[dict[str, Any]] = []
+    for schedule in due:
+        decided = plan(schedule, previous.get(schedule.last_job_id or 0))
+        missed = sum(1 for f in decided.fires if f.outcome == F.MISSED)
+        moves.append(
+            {
+                "b_id": schedule.id,
+                "b_old": schedule.next_due,
+                "b_next": decided.next_due,
+                "b_last": max((f.nominal_at for f in decided.fires), default=schedule.last_nominal),
+                "b_missed": decided.missed_count + missed,
+            }
+        )
+        if decided.cancel_previous and schedule.last_job_id is not None:
+            attempt = _cancel_quietly(conn, schedule, now)
+            if attempt is not None:
+                out.cancelled.append(attempt)
+        todo.extend((schedule, f) for f in decided.fires)
+    if not moves:
+        return out
+    # The rows are ours until commit (locked on PostgreSQL, the one writer on SQLite), so
+    # the compare-and-set holds for every one; were one moved meanwhile, nothing is kept.
+    moved = conn.execute(
+        update(schedules)
+        .where(schedules.c.id == bindparam("b_id"), schedules.c.next_due == bindparam("b_old"))
+        .values(
+            next_due=bindparam("b_next", type_=UTCDateTime()),
+            last_nominal=bindparam("b_last", type_=UTCDateTime()),
+            missed_total=schedules.c.missed_total + bindparam("b_missed"),
+            updated_at=now,
+        ),
+        moves,
+    ).rowcount
+    if moved != len(moves):
+        raise errors.StoreError(
+            f"{len(moves) - moved} of {len(moves)} schedules moved under this scheduler;"
+            " nothing of this pass is kept"
+        )
+    out.schedules = len(moves)
+    out.firings = _fire(conn, todo, now)
+    return out
+
+
+def _cancel_quietly(
+    conn: Connection, schedule: model.Schedule, now: datetime
+) -> model.Attempt | None:
+    assert schedule.last_job_id is not None
+    try:
+        return job_cancel(
+            conn,
+            job_id=schedule.last_job_id,
+            now=now,
+            reason=f"replaced by a newer firing of schedule {schedule.name!r} (overlap replace)",
+        )
+    except (errors.InvalidInput, errors.NotFound):  # it ended meanwhile, or was deleted
+        return None
+
+
+def _fire(
+    conn: Connection, todo: Sequence[tuple[model.Schedule, model.Fire]], now: datetime
+) -> list[model.Firing]:
+    """Record each firing and create its job, in the order given; a nominal time recorded
+    before (a backfill, a scheduler that lost a race) is left as it is."""
+    with_jobs = [(s, f) for s, f in todo if f.job is not None]
+    made = job_submit(conn, new=[f.job for _, f in with_jobs if f.job is not None], now=now)
+    job_ids = {id(f): job_id for (_, f), (job_id, _) in zip(with_jobs, made, strict=True)}
+    recorded = _record(conn, [(s.id, f) for s, f in todo], job_ids, now)
+    last_jobs = {
+        s.id: job_ids[id(f)] for s, f in with_jobs if id(f) in job_ids
+    }  # the newest firing's job, as `todo` is in order
+    if last_jobs:
+        conn.execute(
+            update(schedules)
+            .where(schedules.c.id == bindparam("b_id"))
+            .values(last_job_id=bindparam("b_job")),
+            [{"b_id": k, "b_job": v} for k, v in last_jobs.items()],
+        )
+    return recorded
+
+
+def _record(
+    conn: Connection,
+    todo: Sequence[tuple[int, model.Fire]],
+    job_ids: Mapping[int, int],
+    now: datetime,
+) -> list[model.Firing]:
+    rows = [
+        {
+            "schedule_id": schedule_id,
+            "nominal_at": f.nominal_at,
+            "outcome": f.outcome.value,
+            "job_id": job_ids.get(id(f)),
+            "recorded_at": now,
+            "lateness_seconds": (now - f.nominal_at).total_seconds(),
+            "note": f.note,
+        }
+        for schedule_id, f in todo
+    ]
+    if not rows:
+        return []
+    stmt = dialects.insert_ignore_conflict(conn, firings, ["schedule_id", "nominal_at"])
+    inserted = conn.execute(stmt.returning(*firings.c), rows).all()
+    return [firing_from_row(r) for r in inserted]
+
+
+def backfill(
+    conn: Connection, *, schedule: model.Schedule, fires: Sequence[model.Fire], now: datetime
+) -> tuple[int, int]:
+    """Record `fires` (outcome backfilled, each with its job) for nominal times of
+    `schedule`; a nominal time recorded before (fired, backfilled, missed...) keeps its
+    record, and its job, if any, is not made again. Returns (created, already there)."""
+    seen = {
+        at
+        for (at,) in conn.execute(
+            select(firings.c.nominal_at).where(
+                firings.c.schedule_id == schedule.id,
+                firings.c.nominal_at.in_([f.nominal_at for f in fires]),
+            )
+        )
+    }
+    fresh = [f for f in fires if f.nominal_at not in seen]
+    # A time recorded as missed or skipped has no job: a backfill gives it one, and its
+    # firing row says so.
+    redo = [f for f in fires if f.nominal_at in seen]
+    created = len(_fire(conn, [(schedule, f) for f in fresh], now))
+    for fire in redo:
+        row = conn.execute(
+            select(firings.c.job_id).where(
+                firings.c.schedule_id == schedule.id, firings.c.nominal_at == fire.nominal_at
+            )
+        ).first()
+        if row is not None and row.job_id is None and fire.job is not None:
+            ((job_id, made),) = job_submit(conn, new=[fire.job], now=now)
+            conn.execute(
+                update(firings)
+                .where(
+                    firings.c.schedule_id == schedule.id,
+                    firings.c.nominal_at == fire.nominal_at,
+                )
+                .values(job_id=job_id, outcome=F.BACKFILLED.value, note=fire.note)
+            )
+            created += int(made)
+    return created, len(fires) - created
+
+
+# --- jobs waiting for their time -------------------------------------------------------------
+
+
+def jobs_promote_due(conn: Connection, *, now: datetime, limit: int) -> int:
+    """Move up to `limit` jobs in `scheduled` whose time has come to `queued`."""
+    ids = list(
+        conn.execute(
+            dialects.skip_locked(
+                conn,
+                select(jobs.c.id)
+                .where(jobs.c.state == state_is(J.SCHEDULED), jobs.c.run_at <= now)
+                .order_by(jobs.c.run_at)
+                .limit(limit),
+            )
+        ).scalars()
+    )
+    if not ids:
+        return 0
+    return len(
+        transition(
+            conn,
+            entity="job",
+            ids=ids,
+            expected=J.SCHEDULED,
+            to=J.QUEUED,
+            now=now,
+            reason="its time came",
+        )
+    )

@@ -1,0 +1,305 @@
+"""The scheduler on both stores: each nominal time fires once however many schedulers run,
+catch-up, pause, overlap, until, backfills, jobs that wait for their time, and bad input
+refused with nothing written. Time is the injected clock's."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from corral import client, config, errors, model, scheduler, store
+from corral.testing import FrozenClock
+from tests.support.noop import NoopExecutor
+
+F, J = model.FiringOutcome, model.JobState
+START = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+
+
+@pytest.fixture
+def clock() -> FrozenClock:
+    return FrozenClock(START)
+
+
+def make_client(db: store.Store, clock: FrozenClock, **settings: Any) -> client.Client:
+    return client.Client(
+        store=db,
+        executors={"noop": NoopExecutor()},
+        settings=config.Settings(**settings),
+        clock=clock,
+    )
+
+
+def make_scheduler(db: store.Store, clock: FrozenClock, **kw: Any) -> scheduler.Scheduler:
+    return scheduler.Scheduler(store=db, clock=clock, **kw)
+
+
+JOB = {"spec": {"command": ["true"]}, "executor": "noop"}
+
+
+async def firings(db: store.Store, schedule_id: int) -> list[model.Firing]:
+    return sorted(
+        await db.firing_list(schedule_id=schedule_id, limit=100_000), key=lambda f: f.nominal_at
+    )
+
+
+async def test_an_interval_fires_each_nominal_time_once_with_its_interval(
+    db: store.Store, clock: FrozenClock
+) -> None:
+    c = make_client(db, clock)
+    made = await c.schedule_create("tick", every="30s", payload={"region": "eu"}, **JOB)
+    assert made.next_due == START  # an interval's first nominal time is its creation
+    one, two = make_scheduler(db, clock), make_scheduler(db, clock)
+    for _ in range(6):
+        await one.pass_once()
+        await two.pass_once()  # a second scheduler at the same instant finds nothing to do
+        clock.advance(15)
+    fired = await firings(db, made.id)
+    assert [f.nominal_at for f in fired] == [START + timedelta(seconds=30 * k) for k in range(3)]
+    assert {f.outcome for f in fired} == {F.FIRED}
+    assert all(f.lateness_seconds >= 0 for f in fired)
+    job = await db.job_get(job_id=fired[1].job_id or 0)
+    assert job.idempotency_key == model.firing_key(made.id, START + timedelta(seconds=30))
+    assert job.payload == {
+        "region": "eu",
+        "corral": {
+            "schedule": "tick",
+            "nominal_time": "2026-03-01T12:00:30Z",
+            "interval_start": "2026-03-01T12:00:30Z",
+            "interval_end": "2026-03-01T12:01:00Z",
+        },
+    }
+    assert model.firing_env(job.payload)["CORRAL_INTERVAL_END"] == "2026-03-01T12:01:00Z"
+    assert (await db.schedule_by_id(schedule_id=made.id)).last_job_id == fired[-1].job_id
+
+
+async def test_after_downtime_catch_up_none_fires_the_latest_and_records_the_missed(
+    db: store.Store, clock: FrozenClock
+) -> None:
+    made = await make_client(db, clock).schedule_create("m", every="1m", **JOB)
+    clock.advance(10 * 60 + 5)  # down for ten minutes
+    await make_scheduler(db, clock).pass_once()
+    fired = await firings(db, made.id)
+    assert [f.outcome for f in fired] == [F.MISSED] * 10 + [F.FIRED]
+    assert fired[-1].nominal_at == START + timedelta(minutes=10)
+    after = await db.schedule_by_id(schedule_id=made.id)
+    assert after.missed_total == 10
+    assert after.next_due == START + timedelta(minutes=11)
+
+
+async def test_catch_up_all_fires_at_most_its_max_within_its_window(
+    db: store.Store, clock: FrozenClock
+) -> None:
+    made = await make_client(db, clock).schedule_create(
+        "all", every="1m", catchup="all", catchup_max=3, catchup_window="1h", **JOB
+    )
+    clock.advance(10 * 60)
+    await make_scheduler(db, clock).pass_once()
+    fired = await firings(db, made.id)
+    # The missed ones recorded one by one are the latest, at most catchup_max; all counted.
+    assert [f.outcome for f in fired] == [F.MISSED] * 3 + [F.FIRED] * 3
+    assert (await db.schedule_by_id(schedule_id=made.id)).missed_total == 8
+    assert [f.nominal_at for f in fired if f.outcome == F.FIRED] == [
+        START + timedelta(minutes=m) for m in (8, 9, 10)
+    ]
+
+
+async def test_a_paused_schedule_records_what_passed_as_skipped_and_fires_none_of_it(
+    db: store.Store, clock: FrozenClock
+) -> None:
+    c = make_client(db, clock)
+    made = await c.schedule_create("p", every="1m", **JOB)
+    s = make_scheduler(db, clock)
+    await s.pass_once()
+    await c.schedule_pause("p")
+    clock.advance(5 * 60 + 30)
+    await s.pass_once()
+    assert [f.outcome for f in await firings(db, made.id)] == [F.FIRED]
+    resumed = await c.schedule_resume("p")
+    assert resumed.next_due == START + timedelta(minutes=6)
+    await s.pass_once()
+    outcomes = [f.outcome for f in await firings(db, made.id)]
+    assert outcomes == [F.FIRED] + [F.SKIPPED] * 5
+    clock.advance(30)
+    await s.pass_once()
+    assert [f.outcome for f in await firings(db, made.id)][-1] == F.FIRED
+
+
+async def test_overlap_forbid_skips_while_the_previous_job_runs_and_replace_cancels_it(
+    db: store.Store, clock: FrozenClock
+) -> None:
+    c = make_client(db, clock)
+    forbid = await c.schedule_create("f", every="1m", overlap="forbid", **JOB)
+    replace = await c.schedule_create("r", every="1m", overlap="replace", **JOB)
+    s = make_scheduler(db, clock)
+    await s.pass_once()
+    clock.advance(60)
+    await s.pass_once()  # nothing ran the first jobs: they are still queued
+    f_fired = await firings(db, forbid.id)
+    assert [f.outcome for f in f_fired] == [F.FIRED, F.OVERLAP]
+    r_fired = await firings(db, replace.id)
+    assert [f.outcome for f in r_fired] == [F.FIRED, F.FIRED]
+    assert (await db.job_get(job_id=r_fired[0].job_id or 0)).state == J.CANCELLED
+    await c.cancel(f_fired[0].job_id or 0)  # it ended: the next firing goes ahead
+    clock.advance(60)
+    await s.pass_once()
+    assert [f.outcome for f in await firings(db, forbid.id)][-1] == F.FIRED
+
+
+async def test_a_schedule_fires_nothing_at_or_after_until(
+    db: store.Store, clock: FrozenClock
+) -> None:
+    made = await make_client(db, clock).schedule_create(
+        "u", every="1m", until=(START + timedelta(minutes=2)).isoformat(), **JOB
+    )
+    clock.advance(10 * 60)
+    await make_scheduler(db, clock).pass_once()
+    assert max(f.nominal_at for f in await firings(db, made.id)) == START + timedelta(minutes=1)
+    assert (await db.schedule_by_id(schedule_id=made.id)).next_due is None
+
+
+async def test_a_cron_schedule_in_a_zone_fires_once_on_the_day_clocks_go_forward(
+    db: store.Store,
+) -> None:
+    clock = FrozenClock(datetime(2026, 3, 28, 12, tzinfo=UTC))
+    made = await make_client(db, clock).schedule_create(
+        "berlin", cron="30 2 * * *", tz="Europe/Berlin", **JOB
+    )
+    s = make_scheduler(db, clock)
+    for _ in range(3 * 24):
+        clock.advance(3600)
+        await s.pass_once()
+    fired = await firings(db, made.id)
+    assert [f.nominal_at for f in fired] == [
+        datetime(2026, 3, 29, 1, 0, tzinfo=UTC),  # 02:30 does not exist: at the jump, 03:00
+        datetime(2026, 3, 30, 0, 30, tzinfo=UTC),
+        datetime(2026, 3, 31, 0, 30, tzinfo=UTC),
+    ]
+    assert fired[0].note is not None and "does not exist" in fired[0].note
+
+
+async def test_a_backfill_makes_one_job_per_nominal_time_once(
+    db: store.Store, clock: FrozenClock
+) -> None:
+    c = make_client(db, clock, pools={"backfill": 2})
+    made = await c.schedule_create("daily", cron="0 0 * * *", **JOB)
+    counted: list[int] = []
+    result = await c.backfill(
+        "daily",
+        start="2025-01-01",
+        end="2025-01-11",
+        pool="backfill",
+        code_version="abc123",
+        batch=4,
+        progress=counted.append,
+    )
+    assert result == (10, 0)
+    assert counted == [4, 4, 2]
+    assert await c.backfill("daily", start="2025-01-01", end="2025-01-11") == (0, 10)
+    assert await c.backfill("daily", start="2025-01-05", end="2025-01-13") == (2, 6)
+    fired = await firings(db, made.id)
+    assert len(fired) == 12 and {f.outcome for f in fired} == {F.BACKFILLED}
+    job = await db.job_get(job_id=fired[0].job_id or 0)
+    assert (job.pool, job.code_version) == ("backfill", "abc123")
+    assert job.payload["corral"]["interval_start"] == "2025-01-01T00:00:00Z"
+    assert job.payload["corral"]["interval_end"] == "2025-01-02T00:00:00Z"
+    assert await c.backfill("daily", start="2026-01-01", end="2026-01-31", dry_run=True) == (
+        30,
+        0,
+    )
+    assert len(await firings(db, made.id)) == 12  # a dry run stores nothing
+
+
+async def test_a_job_for_later_is_scheduled_until_its_time_then_queued(
+    db: store.Store, clock: FrozenClock
+) -> None:
+    c = make_client(db, clock)
+    job_id, _ = await c.submit(run_at=START + timedelta(minutes=10), **JOB)  # type: ignore[arg-type]
+    assert (await db.job_get(job_id=job_id)).state == J.SCHEDULED
+    s = make_scheduler(db, clock)
+    await s.pass_once()
+    assert (await db.job_get(job_id=job_id)).state == J.SCHEDULED
+    assert await db.schedule_next_wake() == START + timedelta(minutes=10)
+    clock.advance(600)
+    assert (await s.pass_once()).promoted == 1
+    assert (await db.job_get(job_id=job_id)).state == J.QUEUED
+
+
+async def test_trigger_fires_now_and_rerun_makes_a_new_job(
+    db: store.Store, clock: FrozenClock
+) -> None:
+    c = make_client(db, clock)
+    await c.schedule_create("t", cron="0 0 1 1 *", **JOB)
+    job_id = await c.schedule_trigger("t")
+    job = await db.job_get(job_id=job_id)
+    assert job.state == J.QUEUED and job.payload["corral"]["schedule"] == "t"
+    with pytest.raises(errors.InvalidInput, match="only a failed or cancelled job"):
+        await c.rerun(job_id)
+    await c.cancel(job_id)
+    again = await db.job_get(job_id=await c.rerun(job_id))
+    assert again.labels == {client.RERUN_OF: str(job_id)}
+    assert (again.spec, again.payload) == (job.spec, job.payload)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ({"cron": "61 * * * *"}, "cron: "),
+        ({"cron": "* * *"}, "cron: "),
+        ({"cron": "0 9 * * *", "tz": "Mars/Olympus"}, "tz: "),
+        ({"every": "500ms"}, "every: "),
+        ({"every": "0s"}, "every: "),
+        ({"every": "soon"}, "every: "),
+        ({"every": "1m", "start": "next tuesday"}, "start: "),
+        ({"every": "1m", "until": "2020-01-01"}, "until: "),
+        ({"every": "1m", "payload": [1, 2]}, "payload: "),
+        ({"every": "1m", "payload": "x" * 70_000}, "payload: "),
+        ({"every": "1m", "catchup": "some"}, "catchup: "),
+        ({"every": "1m", "overlap": "never"}, "overlap: "),
+        ({"every": "1m", "jitter": "a bit"}, "jitter: "),
+        ({"every": "1m", "cron": "* * * * *"}, "give either cron"),
+        ({"every": "1m", "queue": "no spaces"}, "queue: "),
+    ],
+)
+async def test_bad_schedules_are_refused_naming_the_field_and_nothing_is_written(
+    db: store.Store, clock: FrozenClock, args: dict[str, Any], message: str
+) -> None:
+    c = make_client(db, clock, max_payload_bytes=65_536)
+    with pytest.raises(errors.InvalidInput) as refused:
+        await c.schedule_create("bad", **{**JOB, **args})
+    assert str(refused.value).startswith(message), str(refused.value)
+    assert await db.schedule_list() == []
+
+
+async def test_a_backfill_range_that_ends_before_it_starts_is_refused(
+    db: store.Store, clock: FrozenClock
+) -> None:
+    c = make_client(db, clock)
+    await c.schedule_create("d", cron="0 0 * * *", **JOB)
+    with pytest.raises(errors.InvalidInput, match="^to: "):
+        await c.backfill("d", start="2025-02-01", end="2025-01-01")
+    with pytest.raises(errors.InvalidInput, match="^from: "):
+        await c.backfill("d", start="yesterday", end="2025-01-01")
+    with pytest.raises(errors.InvalidInput, match="^pool: "):
+        await c.backfill("d", start="2025-01-01", end="2025-01-02", pool="nope")
+    made = await db.schedule_get(name="d")
+    assert await firings(db, made.id) == []
+
+
+async def test_update_changes_what_is_given_and_delete_removes_the_firings(
+    db: store.Store, clock: FrozenClock
+) -> None:
+    c = make_client(db, clock)
+    made = await c.schedule_create("x", every="1m", queue="a", **JOB)
+    await make_scheduler(db, clock).pass_once()
+    changed = await c.schedule_update("x", every="5m", queue="b")
+    assert (changed.every_seconds, changed.template["queue"]) == (300, "b")
+    assert changed.template["spec"] == JOB["spec"]
+    assert changed.next_due == START + timedelta(minutes=5)
+    with pytest.raises(errors.InvalidInput, match="^name: a schedule named 'x' exists"):
+        await c.schedule_create("x", every="1m", **JOB)
+    await c.schedule_delete("x")
+    assert await db.firing_list(schedule_id=made.id) == []
+    with pytest.raises(errors.NotFound):
+        await c.schedule("x")
