@@ -25,7 +25,11 @@ DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 # Kustomize's own file: not a Kubernetes object, so no published schema knows its kind.
 KUSTOMIZATION = DEPLOY / "kustomization.yaml"
 CONFIG_PATH = "/etc/corral/corral.toml"
-DEPLOYMENTS = {"corral-dispatcher": "dispatcher", "corral-reconciler": "reconciler"}
+DEPLOYMENTS = {
+    "corral-dispatcher": "dispatcher",
+    "corral-reconciler": "reconciler",
+    "corral-scheduler": "scheduler",
+}
 ROLE = {
     ("batch", "jobs"): {"create", "get", "list", "watch", "delete"},
     ("", "pods"): {"get", "list", "watch"},
