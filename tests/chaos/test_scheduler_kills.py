@@ -38,7 +38,6 @@ async def _make(url: str) -> datetime:
     return clock.now()
 
 
-
 async def _read(url: str) -> tuple[list[model.Schedule], dict[int, list[model.Firing]], int]:
     db = store.Store.connect(url)
     found = await db.schedule_list()

@@ -51,13 +51,15 @@ class Corral:
                 loops = dict(health.read(self.health_file).loops)
             except errors.Unhealthy:
                 return None  # not written yet
-            later = len(loops) == 2 and all(at > since.get(name, at) for name, at in loops.items())
+            later = len(loops) == 3 and all(at > since.get(name, at) for name, at in loops.items())
             return loops if later else None
 
         now = self.client.clock.now()
         first = await eventually(
-            lambda: ended_after(dict.fromkeys((health.DISPATCHER, health.RECONCILER), now)),
-            what="a tick and a pass ended",
+            lambda: ended_after(
+                dict.fromkeys((health.DISPATCHER, health.RECONCILER, health.SCHEDULER), now)
+            ),
+            what="a tick and a pass of each loop ended",
         )
         await eventually(lambda: ended_after(first), what="a whole tick and pass after that")
 

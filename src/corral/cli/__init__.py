@@ -45,7 +45,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "schedules": ("corral.cli.schedules:schedules", "Make and manage schedules (cron, intervals)."),
     "backfill": (
         "corral.cli.schedules:backfill",
-        "One job per nominal time of a schedule in a range, idempotently.",
+        "One job per nominal time of a schedule in [--from, --to), idempotently: running it"
+        " again creates nothing new. Each job's CORRAL_INTERVAL_START/END say its interval.",
     ),
     "health": (
         "corral.cli.loops:health_cmd",
