@@ -1133,3 +1133,24 @@ def test_the_payload_file_is_0444_whatever_the_umask(tmp_path: Path) -> None:
         os.umask(old)
     assert (tmp_path / "payload.json").stat().st_mode & 0o777 == 0o444
     assert (tmp_path / "payload.json").read_bytes() == '{"a":"é"}'.encode()
+
+
+async def test_a_launch_asked_again_of_a_claimed_name_asks_no_supervisor(
+    executor: process.ProcessExecutor,
+) -> None:
+    """Recovery launches a run it finds again before it adopts it: a new corral's executor
+    answers from the run folder, with no supervisor started for it."""
+    launch = make_launch("again-1", ["sleep", "300"], payload=PAYLOAD)
+    await executor.launch(launch)
+    await wait_for(executor, "again-1", finished=False)
+    after_restart = process.ProcessExecutor(root=executor.root, clock=clock.SystemClock())
+    await after_restart.start()
+    try:
+        await after_restart.launch(relaunch_of(launch))
+        assert after_restart.supervisor_pid is None
+        with pytest.raises(errors.LaunchConflict):
+            await after_restart.launch(relaunch_of(make_launch("again-1", ["true"], fence=9)))
+    finally:
+        await after_restart.close()
+    assert len(processes_of(executor.root / "again-1")) == 1, "still the one copy"
+    await executor.cancel("again-1", timedelta(seconds=1))

@@ -186,14 +186,20 @@ class ProcessExecutor:
         run_dir = self._run_dir(launch.name)
         if launch.relaunch:
             await self._stop_earlier_copies(run_dir)
-        files = _launch_files(launch, spec)
         watched = launch.name in self._watched
         self._watched.add(launch.name)  # before the request: its end may come with the answer
         try:
-            answer = await self._supervisor.supervise(
-                run_dir, files, self._kill_grace, self._clock, log=self._log
-            )
-            if answer == "exists":
+            # Recovery asks again for launches it finds (before it adopts them): a claimed
+            # name is one the supervisor would answer `exists` for, so no request is made
+            # (nor a supervisor started). A first launch does not look: it is rarely there.
+            claimed = launch.relaunch and await asyncio.to_thread(os.path.lexists, run_dir)
+            if not claimed:
+                files = _launch_files(launch, spec)
+                answer = await self._supervisor.supervise(
+                    run_dir, files, self._kill_grace, self._clock, log=self._log
+                )
+                claimed = answer == "exists"
+            if claimed:
                 await asyncio.to_thread(_check_same_identity, run_dir, launch)
         except BaseException:
             if not watched:
