@@ -5,6 +5,7 @@ part of the Kubernetes documentation it follows; all of them go through the real
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -333,6 +334,18 @@ async def test_config_maps_are_created_read_and_refused_twice_with_409(k8s: Fixt
     with pytest.raises(client.ApiException) as missing:
         await core.read_namespaced_config_map("b", "default")
     assert missing.value.status == 404
+
+
+async def test_a_config_map_over_1_mib_is_refused_with_422(k8s: Fixture) -> None:
+    # ConfigMap: "The data stored in a ConfigMap cannot exceed 1 MiB."
+    api, _, _ = k8s
+    url = "/api/v1/namespaces/default/configmaps"
+    body = io.BytesIO(json.dumps(config_map("big", v="x" * (2**20 + 1))).encode())
+    headers = {"Content-Type": "application/json"}  # a stream: aiohttp warns of large bytes
+    async with api.post(url, data=body, headers=headers) as answer:
+        assert answer.status == 422
+        assert "1048577 bytes" in (await answer.json())["message"]
+    assert api.objects(kube_api.CONFIGMAPS) == []
 
 
 @pytest.mark.parametrize(("policy", "left"), [("Background", 0), ("Foreground", 0), (None, 1)])
