@@ -8,6 +8,7 @@ them with compare-and-set, and everything else asks `check_transition` first.
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -427,6 +428,20 @@ class Launch:
     @property
     def identity(self) -> Identity:
         return Identity(self.job_id, self.attempt_no, self.fence)
+
+
+def payload_json(payload: Any) -> str | None:
+    """The JSON text an attempt reads as its payload, the same on every executor: compact,
+    non-ASCII characters as they are (UTF-8 on the wire and on disk). None for no payload
+    (a JSON null): executors then deliver nothing, and a job reads that as null."""
+    if payload is None:
+        return None
+    text = json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate (sent as \ud800) has no UTF-8 form
+        return json.dumps(payload, separators=(",", ":"))
+    return text
 
 
 class Phase(StrEnum):

@@ -6,7 +6,9 @@ reconciler`) that finds attempts past their grace, asks their executor what is r
 there, and repairs through the store's compare-and-set transitions, so any number of
 reconcilers and dispatchers can work on one database at once.
 
-    launching, past launch_grace      present, this identity   -> adopt (running)
+    launching, past launch_grace      present, this identity   -> launch again, same name (to
+                                                                  finish a launch cut short),
+                                                                  then adopt (running)
                                       absent                   -> launch again, same name
                                       present, other identity  -> failed: launch conflict
                                       finished                 -> complete it
@@ -25,6 +27,11 @@ The unknown state has a policy per job: `wait` leaves the attempt running until 
 deadline (the lease is stretched to it, and the run log says why); `fence_and_relaunch`
 supersedes it and queues the job for a new attempt with a higher fence (fenced sinks then
 refuse the old one's writes), and stops the old one where the platform lets it.
+
+A present launch is launched again before it is adopted because a launch can be more than
+one object: a Kubernetes Job and then the ConfigMap of its payload, which a crash between
+the two creates leaves missing (the pod waits for it). Launching is idempotent by name, so
+this makes only what is missing and never a second copy.
 
 It also stops orphans: launches carrying corral's labels whose attempt has ended, or whose
 job was cancelled. Everything it knows about a launch it reads from the launch's labels,
@@ -78,6 +85,7 @@ class _Work:
     """Repairs gathered while looking at one executor's attempts, written together."""
 
     adopt: list[int] = field(default_factory=list)
+    present: list[model.Claimed] = field(default_factory=list)  # to launch again, then adopt
     relaunch: list[model.Claimed] = field(default_factory=list)
     relaunched: list[int] = field(default_factory=list)
     finishes: list[store.Finish] = field(default_factory=list)
@@ -187,7 +195,8 @@ class Reconciler:
                 self._repair_running(item, obs, work, summary)
         slots = asyncio.Semaphore(self.settings.launch_concurrency)
         await asyncio.gather(
-            *(self._relaunch(executor, i, slots, work, summary) for i in work.relaunch)
+            *(self._relaunch(executor, i, slots, work, summary) for i in work.relaunch),
+            *(self._adopt(executor, i, slots, work, summary) for i in work.present),
         )
         if work.relaunched:
             failpoints.hit("mid_repair")
@@ -218,30 +227,31 @@ class Reconciler:
         elif obs.phase is P.ABSENT:
             work.relaunch.append(item)
         else:
-            summary.adopted += 1
-            self._repaired(attempt, "adopted")
-            work.adopt.append(attempt.id)
+            work.present.append(item)
 
-    async def _relaunch(
-        self,
-        executor: Executor,
-        item: model.Claimed,
-        slots: asyncio.Semaphore,
-        work: _Work,
-        summary: Pass,
-    ) -> None:
-        """Launch an attempt again under its own name: if the first launch did get through
-        after all, the platform refuses a second copy."""
+    async def _launch_again(
+        self, executor: Executor, item: model.Claimed, slots: asyncio.Semaphore
+    ) -> errors.CorralError | None:
+        """Launch an attempt again under its own name (idempotent: if a launch of it got
+        through, the platform refuses a second copy); the error, or None."""
         try:
             launch = base.launch_for(item, self.settings, self.clock.now(), relaunch=True)
             async with slots:
                 await executor.launch(launch)
-        except errors.LaunchConflict as exc:
+        except errors.CorralError as exc:
+            return exc
+        return None
+
+    def _refused(
+        self, item: model.Claimed, exc: errors.CorralError, work: _Work, summary: Pass
+    ) -> bool:
+        """Fail the attempt if its platform will never take its launch: True if so."""
+        if isinstance(exc, errors.LaunchConflict):
             summary.conflicts += 1
             self._repaired(item.attempt, "launch conflict")
             work.finishes.append(_failed(item.attempt, f"launch conflict: {exc}"))
-            return
-        except errors.LaunchRefused as exc:  # the platform refuses the object: no retry helps
+            return True
+        if isinstance(exc, errors.LaunchRefused):  # the platform refuses it: no retry helps
             summary.conflicts += 1
             self._repaired(item.attempt, "launch refused")
             work.finishes.append(
@@ -253,20 +263,56 @@ class Reconciler:
                     model.FailureClass.PERMANENT,
                 )
             )
+            return True
+        return False
+
+    async def _adopt(
+        self,
+        executor: Executor,
+        item: model.Claimed,
+        slots: asyncio.Semaphore,
+        work: _Work,
+        summary: Pass,
+    ) -> None:
+        """Adopt an attempt found on its platform, once launched again so that what a crash
+        kept its launch from making is made (a Job's payload ConfigMap). One past its
+        deadline is adopted as it is: its platform is stopping it. A launch that fails
+        otherwise leaves it `launching` for the next pass."""
+        exc = await self._launch_again(executor, item, slots)
+        if exc is None or isinstance(exc, errors.LaunchTooLate):
+            summary.adopted += 1
+            self._repaired(item.attempt, "adopted")
+            work.adopt.append(item.attempt.id)
+        elif not self._refused(item, exc, work, summary):
+            await self._note_unknown(
+                [item],
+                f"adopting it, its launch asked again failed; will try again: {exc}",
+                summary,
+            )
+
+    async def _relaunch(
+        self,
+        executor: Executor,
+        item: model.Claimed,
+        slots: asyncio.Semaphore,
+        work: _Work,
+        summary: Pass,
+    ) -> None:
+        """Launch an attempt again under its own name: if the first launch did get through
+        after all, the platform refuses a second copy."""
+        exc = await self._launch_again(executor, item, slots)
+        if exc is None:
+            summary.relaunched += 1
+            self._repaired(item.attempt, "relaunched")
+            work.relaunched.append(item.attempt.id)
+        elif self._refused(item, exc, work, summary):
             return
-        except errors.CorralError as exc:
-            if item.attempt.created_at + self.t.recovery_grace <= self.clock.now():
-                summary.conflicts += 1  # it never got onto the platform: give up on it
-                self._repaired(item.attempt, "launch failed for good")
-                work.finishes.append(
-                    _failed(item.attempt, f"launch failed past recovery_grace: {exc}")
-                )
-            else:
-                await self._note_unknown([item], f"relaunch failed, will try again: {exc}", summary)
-            return
-        summary.relaunched += 1
-        self._repaired(item.attempt, "relaunched")
-        work.relaunched.append(item.attempt.id)
+        elif item.attempt.created_at + self.t.recovery_grace <= self.clock.now():
+            summary.conflicts += 1  # it never got onto the platform: give up on it
+            self._repaired(item.attempt, "launch failed for good")
+            work.finishes.append(_failed(item.attempt, f"launch failed past recovery_grace: {exc}"))
+        else:
+            await self._note_unknown([item], f"relaunch failed, will try again: {exc}", summary)
 
     def _repair_running(
         self, item: model.Claimed, obs: model.Observation, work: _Work, summary: Pass

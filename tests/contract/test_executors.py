@@ -7,6 +7,7 @@ they run against a real cluster instead of the double (see tests/conftest.py).""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -73,6 +74,7 @@ class Backend:
         attempt_no: int = 1,
         fence: int = 1,
         deadline_seconds: float | None = None,
+        payload: Any = None,
     ) -> model.Launch:
         return make_launch(
             self.kind,
@@ -82,6 +84,7 @@ class Backend:
             attempt_no=attempt_no,
             fence=fence,
             deadline_seconds=deadline_seconds,
+            payload=payload,
         )
 
     async def wait_for(
@@ -327,3 +330,34 @@ async def test_a_spec_with_an_unknown_field_is_refused(backend: Backend) -> None
     spec = {**backend.spec(["true"]), "comand": ["typo"]}
     with pytest.raises(errors.InvalidInput, match="comand"):
         backend.executor.validate_spec(spec)
+
+
+# --- the payload ---------------------------------------------------------------------------------
+
+READ_PAYLOAD = (
+    'if [ -n "${CORRAL_PAYLOAD_FILE:-}" ]; then cat "$CORRAL_PAYLOAD_FILE";'
+    ' elif [ -n "${CORRAL_PAYLOAD+set}" ]; then printf %s "$CORRAL_PAYLOAD";'
+    " else printf null; fi"
+)
+"""How a job reads its payload on any executor (docs/how-a-job-runs.md): the file, else the
+variable, else it is null."""
+UNICODE = {"text": "grüße, 世界, 🐎", "quote": 'say "hi"\n', "n": [1, 2.5, True, None]}
+LARGE = {"rows": [f"row {n}: {'é' * 40}" for n in range(500)]}  # ~44 KB: past 32 KiB
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [UNICODE, None, LARGE, "a string", 0],
+    ids=["unicode", "none", "large", "string", "zero"],
+)
+async def test_the_command_reads_its_payload(
+    backend: Backend, tmp_path: Path, payload: Any
+) -> None:
+    backend.same_machine()
+    out = tmp_path / "payload.out"
+    await backend.executor.launch(
+        backend.launch("payload-1", sh(f"{READ_PAYLOAD} > {out}"), payload=payload)
+    )
+    obs = await backend.finished("payload-1")
+    assert obs.phase is model.Phase.SUCCEEDED, obs
+    assert json.loads(out.read_text(encoding="utf-8")) == payload

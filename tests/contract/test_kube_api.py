@@ -5,11 +5,12 @@ part of the Kubernetes documentation it follows; all of them go through the real
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
-import kmock
 import pytest
 from kubernetes.aio import client
 from kubernetes.aio import watch as kube_watch
@@ -44,7 +45,7 @@ def job(name: str, labels: dict[str, str] | None = None, **spec: Any) -> dict[st
 @pytest.fixture
 async def k8s() -> AsyncIterator[tuple[kube_api.KubeApi, client.BatchV1Api, client.CoreV1Api]]:
     api = kube_api.KubeApi()
-    async with api, kmock.Server(api) as server:
+    async with api, kube_api.server(api) as server:
         cfg = client.Configuration(host=str(server.url).rstrip("/"))
         async with client.ApiClient(cfg) as c:
             yield api, client.BatchV1Api(c), client.CoreV1Api(c)
@@ -296,5 +297,112 @@ async def test_what_the_controllers_write_reads_back_through_the_typed_client(
     assert [c.type for c in done.status.conditions] == ["SuccessCriteriaMet", "Complete"]
     [pod] = (await core.list_namespaced_pod("default")).items
     assert pod.status.container_statuses[0].state.terminated.exit_code == 0
+    await controller.close()
+    await kubelet.close()
+
+
+# --- ConfigMaps -------------------------------------------------------------------------------
+
+
+def config_map(name: str, owner: Any = None, **data: str) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "namespace": "default"}
+    if owner is not None:
+        meta["ownerReferences"] = [
+            {
+                "apiVersion": "batch/v1",
+                "kind": "Job",
+                "name": owner.metadata.name,
+                "uid": owner.metadata.uid,
+                "controller": False,
+                "blockOwnerDeletion": True,
+            }
+        ]
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": data}
+
+
+async def test_config_maps_are_created_read_and_refused_twice_with_409(k8s: Fixture) -> None:
+    # ConfigMap (core/v1): no status; api-concepts: a second create is 409 AlreadyExists.
+    _, _, core = k8s
+    made = await core.create_namespaced_config_map("default", config_map("a", x="1"))
+    assert made.metadata.uid
+    assert (await core.read_namespaced_config_map("a", "default")).data == {"x": "1"}
+    with pytest.raises(client.ApiException) as caught:
+        await core.create_namespaced_config_map("default", config_map("a", x="2"))
+    body = json.loads(caught.value.body)
+    assert (caught.value.status, body["reason"]) == (409, "AlreadyExists")
+    assert body["message"] == 'configmaps "a" already exists'
+    with pytest.raises(client.ApiException) as missing:
+        await core.read_namespaced_config_map("b", "default")
+    assert missing.value.status == 404
+
+
+async def test_a_config_map_over_1_mib_is_refused_with_422(k8s: Fixture) -> None:
+    # ConfigMap: "The data stored in a ConfigMap cannot exceed 1 MiB."
+    api, _, _ = k8s
+    url = "/api/v1/namespaces/default/configmaps"
+    body = io.BytesIO(json.dumps(config_map("big", v="x" * (2**20 + 1))).encode())
+    headers = {"Content-Type": "application/json"}  # a stream: aiohttp warns of large bytes
+    async with api.post(url, data=body, headers=headers) as answer:
+        assert answer.status == 422
+        assert "1048577 bytes" in (await answer.json())["message"]
+    assert api.objects(kube_api.CONFIGMAPS) == []
+
+
+@pytest.mark.parametrize(("policy", "left"), [("Background", 0), ("Foreground", 0), (None, 1)])
+async def test_a_config_map_owned_by_a_job_is_collected_with_it(
+    k8s: Fixture, policy: str | None, left: int
+) -> None:
+    # "Garbage Collection": a dependent goes when its owner (by uid) is deleted, unless the
+    # delete orphans it (a batch/v1 Job's default), which drops the ownerReference.
+    _, batch, core = k8s
+    owner = await batch.create_namespaced_job("default", job("a"))
+    await core.create_namespaced_config_map("default", config_map("a", owner, x="1"))
+    await core.create_namespaced_config_map("default", config_map("b", x="1"))  # owned by none
+    options = client.V1DeleteOptions(propagation_policy=policy) if policy else None
+    await batch.delete_namespaced_job("a", "default", body=options)
+    names = sorted(
+        c.metadata.name for c in (await core.list_namespaced_config_map("default")).items
+    )
+    assert names == ["a", "b"][1 - left :]
+    if left:
+        orphan = await core.read_namespaced_config_map("a", "default")
+        assert not orphan.metadata.owner_references
+
+
+async def test_a_pod_waits_in_container_creating_until_its_config_map_exists(
+    k8s: Fixture, tmp_path: Any
+) -> None:
+    # "Configure a Pod to Use a ConfigMap": a pod that mounts a ConfigMap that does not exist
+    # does not start (unless the volume is optional); the kubelet retries the mount.
+    api, batch, core = k8s
+    kubelet, controller = kube_api.Kubelet(api), kube_api.JobController(api)
+    out = tmp_path / "out"
+    body = job("a")
+    pod = body["spec"]["template"]["spec"]
+    pod["volumes"] = [{"name": "p", "configMap": {"name": "a", "defaultMode": 0o444}}]
+    pod["containers"][0] |= {
+        "command": ["sh", "-c", f'stat -c %a "$FILE" > {out}.mode; cat "$FILE" > {out}'],
+        "env": [{"name": "FILE", "value": "/etc/p/data.json"}],
+        "volumeMounts": [{"name": "p", "mountPath": "/etc/p", "readOnly": True}],
+    }
+    made = await batch.create_namespaced_job("default", body)
+
+    async def waiting() -> Any:
+        pods = (await core.list_namespaced_pod("default")).items
+        statuses = pods[0].status.container_statuses if pods else None
+        return statuses and statuses[0].state.waiting
+
+    assert (await eventually(waiting, what="the pod waiting")).reason == "ContainerCreating"
+    assert not out.exists(), "no container before its volume"
+    await core.create_namespaced_config_map("default", config_map("a", made, **{"data.json": "{}"}))
+
+    async def finished() -> Any:
+        done = await batch.read_namespaced_job("a", "default")
+        return done if done.status.conditions else None
+
+    done = await eventually(finished, what="the Job finished")
+    assert [c.type for c in done.status.conditions] == ["SuccessCriteriaMet", "Complete"]
+    assert out.read_text() == "{}"
+    assert Path(f"{out}.mode").read_text() == "444\n", "the volume's defaultMode"
     await controller.close()
     await kubelet.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -95,6 +96,52 @@ async def test_a_present_launch_with_this_identity_is_adopted(
     assert not platform.launches, "adopting launches nothing"
     assert (await attempt(db, c)).state == A.RUNNING
     assert any(r.startswith("adopted") for r in await reasons(db, c))
+
+
+async def test_a_present_launch_is_launched_again_before_it_is_adopted(
+    db: store.Store, clock: FrozenClock
+) -> None:
+    """A launch may be more than one object (a Job, then its payload's ConfigMap): asking
+    for it again, idempotent by name, makes what a crash between them left unmade."""
+    platform = Platform()
+    [c] = await claimed(db, clock)
+    platform.put(launch_of(c), P.PENDING)
+    clock.advance(31)
+    assert (await make(db, clock, platform).run_once()).adopted == 1
+    assert [(a.name, a.relaunch) for a in platform.asked] == [(c.attempt.launch_name, True)]
+    assert not platform.launches, "no second copy"
+    assert (await attempt(db, c)).state == A.RUNNING
+
+
+async def test_a_present_launch_asked_again_in_vain_is_left_launching_for_the_next_pass(
+    db: store.Store, clock: FrozenClock
+) -> None:
+    platform = Platform()
+    [c] = await claimed(db, clock)
+    platform.put(launch_of(c), P.PENDING)
+    platform.down_for_launch = True
+    clock.advance(31)
+    summary = await make(db, clock, platform).run_once()
+    assert (summary.adopted, summary.unknown) == (0, 1)
+    assert (await attempt(db, c)).state == A.LAUNCHING
+    platform.down_for_launch = False
+    assert (await make(db, clock, platform).run_once()).adopted == 1
+    assert (await attempt(db, c)).state == A.RUNNING
+
+
+async def test_a_present_launch_past_its_deadline_is_adopted_as_it_is(
+    db: store.Store, clock: FrozenClock
+) -> None:
+    platform = Platform()
+    await db.job_submit(new=[model.NewJob(executor="noop", spec={})], now=clock.now())
+    limits = store.DefaultLimits(timedelta(seconds=240), timedelta(seconds=60))
+    [c] = await db.job_claim(now=clock.now(), limit=1, executors=["noop"], limits=limits)
+    assert c.attempt.deadline_at is not None
+    platform.put(launch_of(c))
+    clock.advance(241)  # past its deadline, inside cancel_grace: its platform is stopping it
+    assert (await make(db, clock, platform).run_once()).adopted == 1
+    assert not platform.asked, "too late to launch: its platform is stopping it"
+    assert (await attempt(db, c)).state == A.RUNNING
 
 
 async def test_a_launch_name_held_by_another_identity_is_a_conflict(

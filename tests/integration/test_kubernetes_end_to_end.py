@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from corral import client, clock, config, model, reconciler, runtime, store
+from corral import client, clock, config, errors, model, reconciler, runtime, store
 from corral.executors import base, kubernetes
 from corral.testing import FrozenClock
 from tests.support import kube_api
@@ -230,3 +230,34 @@ async def test_a_job_ttl_deleted_while_corral_was_down_is_lost_with_an_event(
     assert any("lost: not on the platform past recovery_grace" in r for r in events), events
     job = await db.job_get(job_id=c.job.id)
     assert job.state is J.QUEUED, "retried, and the run log says why"
+
+
+async def test_a_launch_cut_short_before_its_payload_config_map_is_finished_by_recovery(
+    down: tuple[Any, ...],
+) -> None:
+    """A dispatcher that stopped between the Job's create and its ConfigMap's (here: an API
+    server that refused the second) leaves a Job whose pod waits for its volume; recovery,
+    which launches a launching attempt it finds again before it adopts it, makes it."""
+    cluster, db, ex, frozen, settings, rec = down
+    payload = {"rows": ["é" * 100] * 200}  # 40 KB: a ConfigMap's
+    command = ["sh", "-c", 'test "$(cat "$CORRAL_PAYLOAD_FILE")" = "$EXPECTED"']
+    spec = {"image": IMAGE, "command": command, "env": {"EXPECTED": model.payload_json(payload)}}
+    await db.job_submit(
+        new=[model.NewJob(executor="kubernetes", spec=spec, payload=payload)], now=frozen.now()
+    )
+    [claimed] = await db.job_claim(now=frozen.now(), limit=1, executors=["kubernetes"])
+    name = claimed.attempt.launch_name
+    cluster.api["post /api/v1/namespaces/default/configmaps"][:4] << 503 << {"code": 503}
+    with pytest.raises(errors.ExecutorError, match="ConfigMap"):
+        await ex.launch(base.launch_for(claimed, settings, frozen.now()))
+    assert (await ex.observe([name]))[name].phase is P.PENDING, "its pod waits"
+    frozen.advance(6)  # past launch_grace
+    summary = await rec.run_once()
+    assert (summary.adopted, summary.relaunched) == (1, 0)
+    config_map = cluster.api.get(kube_api.CONFIGMAPS, "default", name)
+    job_uid = cluster.api.get(kube_api.JOBS, "default", name)["metadata"]["uid"]
+    assert [o["uid"] for o in config_map["metadata"]["ownerReferences"]] == [job_uid]
+    await finished(ex, name)
+    assert (await ex.observe([name]))[name].phase is P.SUCCEEDED, "it read its payload"
+    [attempt] = await db.attempt_list(job_id=claimed.job.id)
+    assert attempt.state == A.RUNNING, "adopted: its finish is the dispatcher's to apply"

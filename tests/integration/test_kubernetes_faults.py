@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import json
 import time
 from collections.abc import AsyncIterator
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import kmock
@@ -425,3 +428,201 @@ async def test_a_kubeconfig_that_cannot_be_read_is_a_config_error(tmp_path: Any)
     executor = kubernetes.KubernetesExecutor(settings=broken, clock=clock.SystemClock())
     with pytest.raises(errors.ConfigError, match="executors.kubernetes: cannot load"):
         await executor.start()
+
+
+# --- payloads, on Jobs and Workflows ---------------------------------------------------------
+
+CONFIGMAPS_URL = "/api/v1/namespaces/default/configmaps"
+SMALL = {"text": "grüße, 世界, 🐎", "n": [1, 2.5, True, None]}
+LARGE = {"rows": [f"row {n}: {'é' * 40}" for n in range(500)]}  # ~44 KB: past 32 KiB
+OWNERS = {
+    "kubernetes": (kube_api.JOBS, "batch/v1", "Job"),
+    "argo": (kube_api.WORKFLOWS, argo.API_VERSION, "Workflow"),
+}
+READ_PAYLOAD = (
+    'if [ -n "${CORRAL_PAYLOAD_FILE:-}" ]; then'
+    ' printf %s "$CORRAL_PAYLOAD_FILE" > {out}.where; stat -c %a "$CORRAL_PAYLOAD_FILE" > {out}.mode;'
+    ' cat "$CORRAL_PAYLOAD_FILE" > {out}; else printf %s "$CORRAL_PAYLOAD" > {out}; fi'
+)
+
+
+@pytest.fixture(params=["kubernetes", "argo"])
+async def either(request: pytest.FixtureRequest, cluster: kube_api.Cluster) -> AsyncIterator[Any]:
+    made = {"kubernetes": kubernetes.KubernetesExecutor, "argo": argo.ArgoExecutor}[request.param]
+    async with started(made, cluster) as executor:
+        yield executor
+
+
+def payload_launch(kind: str, name: str, payload: Any, out: Any, **kw: Any) -> model.Launch:
+    spec = {"image": IMAGE, "command": sh(READ_PAYLOAD.replace("{out}", str(out)))}
+    return make_launch(kind, name, spec, payload=payload, **kw)
+
+
+def owner_of(cluster: kube_api.Cluster, kind: str, name: str) -> dict[str, Any]:
+    resource, api_version, owner_kind = OWNERS[kind]
+    found = cluster.api.get(resource, NS, name)
+    return {
+        "apiVersion": api_version,
+        "kind": owner_kind,
+        "name": name,
+        "uid": found["metadata"]["uid"],
+        "controller": False,
+        "blockOwnerDeletion": True,
+    }
+
+
+async def test_a_small_payload_is_in_the_environment_and_makes_no_config_map(
+    cluster: kube_api.Cluster, either: Any, tmp_path: Any
+) -> None:
+    out = tmp_path / "out"
+    await either.launch(payload_launch(either.kind, "small-1", SMALL, out))
+    obs = await until(either, "small-1", lambda o: o.phase.finished)
+    assert obs.phase is model.Phase.SUCCEEDED
+    assert out.read_bytes().decode() == model.payload_json(SMALL), "UTF-8 as it is"
+    assert cluster.api.objects(kube_api.CONFIGMAPS) == []
+
+
+async def test_a_large_payload_is_an_owned_config_map_mounted_read_only(
+    cluster: kube_api.Cluster, either: Any, tmp_path: Any
+) -> None:
+    out = tmp_path / "out"
+    await either.launch(payload_launch(either.kind, "large-1", LARGE, out))
+    obs = await until(either, "large-1", lambda o: o.phase.finished)
+    assert obs.phase is model.Phase.SUCCEEDED
+    assert json.loads(out.read_text(encoding="utf-8")) == LARGE
+    assert Path(f"{out}.mode").read_text() == "444\n"
+    # The double mounts a volume in a folder of this machine: the path says where it is.
+    assert Path(f"{out}.where").read_text().endswith("/payload.json")
+    [pod] = cluster.api.objects(kube_api.PODS)
+    [container] = pod["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["CORRAL_PAYLOAD_FILE"] == "/var/run/corral/payload/payload.json"
+    assert "CORRAL_PAYLOAD" not in env
+    config_map = cluster.api.get(kube_api.CONFIGMAPS, NS, "large-1")
+    assert config_map["metadata"]["ownerReferences"] == [owner_of(cluster, either.kind, "large-1")]
+    resource = OWNERS[either.kind][0]
+    assert (
+        config_map["metadata"]["labels"]
+        == cluster.api.get(resource, NS, "large-1")["metadata"]["labels"]
+    )
+    assert config_map["data"] == {"payload.json": model.payload_json(LARGE)}
+
+
+async def test_the_config_map_goes_when_its_owner_is_deleted(
+    cluster: kube_api.Cluster, either: Any, tmp_path: Any
+) -> None:
+    await either.launch(payload_launch(either.kind, "gone-2", LARGE, tmp_path / "out"))
+    await until(either, "gone-2", lambda o: o.phase.finished)
+    assert cluster.api.find(kube_api.CONFIGMAPS, NS, "gone-2") is not None
+    if either.kind == "kubernetes":
+        cluster.jobs.ttl_expire(NS, "gone-2")  # the TTL controller deletes it in the background
+    else:
+        cluster.api.remove(kube_api.WORKFLOWS, NS, "gone-2")  # the Workflow's TTL, the same
+    assert cluster.api.find(kube_api.CONFIGMAPS, NS, "gone-2") is None
+
+
+async def test_a_cancelled_jobs_config_map_goes_with_it(
+    cluster: kube_api.Cluster, ex: kubernetes.KubernetesExecutor
+) -> None:
+    await ex.launch(
+        make_launch(
+            "kubernetes", "stop-2", {"image": IMAGE, "command": ["sleep", "30"]}, payload=LARGE
+        )
+    )
+    await until(ex, "stop-2", lambda o: o.phase is model.Phase.RUNNING)
+    await ex.cancel("stop-2", timedelta(seconds=1))
+    assert cluster.api.find(kube_api.CONFIGMAPS, NS, "stop-2") is None
+
+
+async def test_a_launch_cut_short_before_its_config_map_is_finished_by_the_next(
+    cluster: kube_api.Cluster, either: Any, tmp_path: Any
+) -> None:
+    # As a crash between the two creates leaves it: the owner made, its ConfigMap not.
+    cluster.api[f"post {CONFIGMAPS_URL}"][:4] << 503 << {"kind": "Status", "code": 503}
+    out = tmp_path / "out"
+    cut = payload_launch(either.kind, "cut-2", LARGE, out)
+    with pytest.raises(errors.ExecutorError, match="ConfigMap"):
+        await either.launch(cut)
+    assert cluster.api.find(kube_api.CONFIGMAPS, NS, "cut-2") is None
+    waiting = await until(either, "cut-2", lambda o: o.phase is not model.Phase.ABSENT)
+    assert waiting.phase is model.Phase.PENDING, "its pod waits for the ConfigMap"
+    [pod] = cluster.api.objects(kube_api.PODS)
+    await eventually(
+        lambda: waiting_reason(cluster, pod["metadata"]["name"]) == "ContainerCreating",
+        what="the pod in ContainerCreating",
+    )
+    assert not out.exists()
+    await either.launch(dataclasses.replace(cut, relaunch=True))  # as recovery asks again
+    obs = await until(either, "cut-2", lambda o: o.phase.finished)
+    assert obs.phase is model.Phase.SUCCEEDED
+    assert json.loads(out.read_text(encoding="utf-8")) == LARGE
+    config_map = cluster.api.get(kube_api.CONFIGMAPS, NS, "cut-2")
+    assert config_map["metadata"]["ownerReferences"] == [owner_of(cluster, either.kind, "cut-2")]
+    resource = OWNERS[either.kind][0]
+    assert len(cluster.api.objects(resource)) == 1, "one owner: its 409 counted as launched"
+
+
+def waiting_reason(cluster: kube_api.Cluster, pod: str) -> str | None:
+    statuses = cluster.api.get(kube_api.PODS, NS, pod)["status"].get("containerStatuses") or [{}]
+    reason = statuses[0].get("state", {}).get("waiting", {}).get("reason")
+    return None if reason is None else str(reason)
+
+
+async def test_a_config_map_create_whose_answer_was_lost_counts_as_made(
+    cluster: kube_api.Cluster, either: Any, tmp_path: Any
+) -> None:
+    cluster.api.reply_lost[("create", "configmaps")] = 1  # stored, then 504 to the client
+    await either.launch(payload_launch(either.kind, "lost-2", LARGE, tmp_path / "out"))
+    assert len(cluster.api.objects(kube_api.CONFIGMAPS)) == 1
+    assert (
+        await until(either, "lost-2", lambda o: o.phase.finished)
+    ).phase is model.Phase.SUCCEEDED
+
+
+async def test_a_config_map_left_by_an_earlier_owner_of_the_name_is_taken_over(
+    cluster: kube_api.Cluster, either: Any, tmp_path: Any
+) -> None:
+    # The name's earlier Job (or Workflow) was deleted and its garbage not yet collected,
+    # or the ConfigMap was orphaned: it must not go while the new pod needs it.
+    out = tmp_path / "out"
+    mine = payload_launch(either.kind, "left-1", LARGE, out)
+    _, api_version, owner_kind = OWNERS[either.kind]
+    stale = {"apiVersion": api_version, "kind": owner_kind, "name": "left-1", "uid": "gone-uid"}
+    cluster.api.put(
+        kube_api.CONFIGMAPS,
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {
+                "name": "left-1",
+                "namespace": NS,
+                "labels": dict(mine.labels),
+                "ownerReferences": [stale],
+            },
+            "data": {"payload.json": model.payload_json(LARGE)},
+        },
+    )
+    await either.launch(mine)
+    config_map = cluster.api.get(kube_api.CONFIGMAPS, NS, "left-1")
+    assert config_map["metadata"]["ownerReferences"] == [owner_of(cluster, either.kind, "left-1")]
+    assert (
+        await until(either, "left-1", lambda o: o.phase.finished)
+    ).phase is model.Phase.SUCCEEDED
+    assert json.loads(out.read_text(encoding="utf-8")) == LARGE
+
+
+async def test_a_config_map_of_another_attempt_is_a_conflict(
+    cluster: kube_api.Cluster, either: Any, tmp_path: Any
+) -> None:
+    other = payload_launch(either.kind, "theirs-1", LARGE, tmp_path / "out", fence=7)
+    cluster.api.put(
+        kube_api.CONFIGMAPS,
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "theirs-1", "namespace": NS, "labels": dict(other.labels)},
+            "data": {"payload.json": "{}"},
+        },
+    )
+    with pytest.raises(errors.LaunchConflict, match="fence 7"):
+        await either.launch(payload_launch(either.kind, "theirs-1", LARGE, tmp_path / "out"))

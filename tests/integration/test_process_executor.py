@@ -40,6 +40,7 @@ def make_launch(
     attempt_no: int = 1,
     fence: int = 1,
     deadline_seconds: float | None = None,
+    payload: Any = None,
     **spec: Any,
 ) -> model.Launch:
     return launches.make_launch(
@@ -51,6 +52,7 @@ def make_launch(
         fence=fence,
         deadline_seconds=deadline_seconds,
         reach=model.Reach(api_url="http://corral.test"),
+        payload=payload,
     )
 
 
@@ -1077,3 +1079,78 @@ async def test_an_exit_the_supervisor_cannot_record_is_reported_failed_and_retri
     await executor.launch(make_launch("after-2", ["true"], fence=2))
     assert (await wait_for(executor, "after-2")).phase is model.Phase.SUCCEEDED
     await events.aclose()
+
+
+# --- the payload ---------------------------------------------------------------------------------
+
+PAYLOAD = {"greeting": "grüße, 世界, 🐎", "sizes": [1, 2.5], "ok": True, "none": None}
+
+
+async def test_the_payload_is_a_read_only_file_of_the_run_folder_named_in_the_env(
+    executor: process.ProcessExecutor, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    script = (
+        f'printf %s "$CORRAL_PAYLOAD_FILE" > {out}.where; stat -c %a "$CORRAL_PAYLOAD_FILE"'
+        f' > {out}.mode; cat "$CORRAL_PAYLOAD_FILE" > {out}; echo "[${{CORRAL_PAYLOAD-unset}}]"'
+    )
+    await executor.launch(make_launch("pay-1", sh(script), payload=PAYLOAD))
+    assert (await wait_for(executor, "pay-1")).phase is model.Phase.SUCCEEDED
+    run_dir = executor.root / "pay-1"
+    file = run_dir / process_shim.PAYLOAD_FILE
+    assert Path(f"{out}.where").read_text() == str(file), "the absolute path, in its run folder"
+    assert Path(f"{out}.mode").read_text() == "444\n", "read-only, as the command sees it"
+    assert file.stat().st_mode & 0o777 == 0o444
+    text = out.read_bytes().decode("utf-8")
+    assert json.loads(text) == PAYLOAD
+    assert "grüße, 世界, 🐎" in text, "UTF-8 as it is, not \\u escapes"
+    assert text == model.payload_json(PAYLOAD), "what every executor delivers"
+    assert (run_dir / "stdout.log").read_text() == "[unset]\n", "a file, not a variable"
+    assert "grüße" not in (run_dir / "launch.json").read_text(), "written once, not copied"
+
+
+async def test_a_null_payload_makes_no_file_and_a_spec_cannot_fake_one(
+    executor: process.ProcessExecutor,
+) -> None:
+    fake = {"CORRAL_PAYLOAD_FILE": "/etc/hostname", "CORRAL_PAYLOAD": '"fake"'}
+    script = 'echo "${CORRAL_PAYLOAD_FILE-unset} ${CORRAL_PAYLOAD-unset}"'
+    await executor.launch(make_launch("nopay-1", sh(script), env=fake))
+    await executor.launch(make_launch("pay-2", sh(script), env=fake, payload=[1], fence=2))
+    for name in ("nopay-1", "pay-2"):
+        assert (await wait_for(executor, name)).phase is model.Phase.SUCCEEDED
+    assert (executor.root / "nopay-1" / "stdout.log").read_text() == "unset unset\n"
+    assert not (executor.root / "nopay-1" / process_shim.PAYLOAD_FILE).exists()
+    payload_file = executor.root / "pay-2" / process_shim.PAYLOAD_FILE
+    assert (executor.root / "pay-2" / "stdout.log").read_text() == f"{payload_file} unset\n"
+    assert payload_file.read_text() == "[1]"
+
+
+def test_the_payload_file_is_0444_whatever_the_umask(tmp_path: Path) -> None:
+    old = os.umask(0o077)
+    try:
+        process_shim.write_read_only(tmp_path / "payload.json", '{"a":"é"}')
+    finally:
+        os.umask(old)
+    assert (tmp_path / "payload.json").stat().st_mode & 0o777 == 0o444
+    assert (tmp_path / "payload.json").read_bytes() == '{"a":"é"}'.encode()
+
+
+async def test_a_launch_asked_again_of_a_claimed_name_asks_no_supervisor(
+    executor: process.ProcessExecutor,
+) -> None:
+    """Recovery launches a run it finds again before it adopts it: a new corral's executor
+    answers from the run folder, with no supervisor started for it."""
+    launch = make_launch("again-1", ["sleep", "300"], payload=PAYLOAD)
+    await executor.launch(launch)
+    await wait_for(executor, "again-1", finished=False)
+    after_restart = process.ProcessExecutor(root=executor.root, clock=clock.SystemClock())
+    await after_restart.start()
+    try:
+        await after_restart.launch(relaunch_of(launch))
+        assert after_restart.supervisor_pid is None
+        with pytest.raises(errors.LaunchConflict):
+            await after_restart.launch(relaunch_of(make_launch("again-1", ["true"], fence=9)))
+    finally:
+        await after_restart.close()
+    assert len(processes_of(executor.root / "again-1")) == 1, "still the one copy"
+    await executor.cancel("again-1", timedelta(seconds=1))

@@ -20,11 +20,18 @@ Kubernetes API documentation (kubernetes.io/docs/reference/using-api/api-concept
   gone) and `propagationPolicy` (Background and Foreground delete the object's dependents
   by ownerReferences, Orphan keeps them; a Job deleted with no policy orphans its pods,
   as batch/v1 does for compatibility);
-- JSON merge patches (used for `spec.shutdown` and status injection).
+- JSON merge patches (used for `spec.shutdown` and status injection);
+- ConfigMaps as core/v1 keeps them: no status, created, read, patched and garbage
+  collected like any dependent (ownerReferences), their data at most 1 MiB (422 beyond).
 
 `Kubelet`, `JobController` and `ArgoController` (below) move the objects as a cluster
 would; the kubelet runs each pod's `main` container command as a local process, so an
-executor's contract tests see real exit codes, logs and deadlines.
+executor's contract tests see real exit codes, logs and deadlines. A pod whose container
+mounts a ConfigMap volume waits in ContainerCreating until the ConfigMap exists (unless
+the volume is `optional`), as a kubelet does; the ConfigMap's keys then become files (of
+the volume's `defaultMode`) in a folder of this machine, and, since a local process has no
+container filesystem, an environment value naming a path under a `mountPath` is rewritten
+to the same path under that folder.
 """
 
 from __future__ import annotations
@@ -36,15 +43,20 @@ import itertools
 import json
 import os
 import re
+import shutil
 import signal
+import tempfile
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
+import aiohttp.test_utils
 import kmock
 import kubernetes_validate
+from aiohttp import web_request, web_runner, web_server
 from kubernetes.aio import client
 
 from corral import errors
@@ -54,7 +66,9 @@ from tests.support.wait import PATIENCE
 JOBS = ("batch", "v1", "jobs")
 PODS = ("", "v1", "pods")
 WORKFLOWS = ("argoproj.io", "v1alpha1", "workflows")
-KINDS = {JOBS: "Job", PODS: "Pod", WORKFLOWS: "Workflow"}
+CONFIGMAPS = ("", "v1", "configmaps")
+KINDS = {JOBS: "Job", PODS: "Pod", WORKFLOWS: "Workflow", CONFIGMAPS: "ConfigMap"}
+WITHOUT_STATUS = frozenset({CONFIGMAPS})
 SCHEMA_VERSION = kubernetes.SUPPORTED_VERSIONS[-1]
 
 Key = tuple[tuple[str, str, str], str, str]  # (resource, namespace, name)
@@ -81,7 +95,7 @@ def status_error(code: int, reason: str, message: str, **details: Any) -> ApiErr
 
 
 class KubeApi(kmock.KubernetesEmulator):  # type: ignore[misc]
-    """The API double. Use as `async with KubeApi() as api, kmock.Server(api) as server`."""
+    """The API double. Use as `async with KubeApi() as api, server(api) as served`."""
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
@@ -90,7 +104,7 @@ class KubeApi(kmock.KubernetesEmulator):  # type: ignore[misc]
                 kind=kind,
                 namespaced=True,
                 verbs={"create", "get", "list", "watch", "delete", "patch"},
-                subresources={"status"},
+                subresources=set() if (group, version, plural) in WITHOUT_STATUS else {"status"},
             )
         self.store: dict[Key, dict[str, Any]] = {}
         self.rv = itertools.count(1000)
@@ -103,6 +117,7 @@ class KubeApi(kmock.KubernetesEmulator):  # type: ignore[misc]
         self.validators: dict[tuple[str, str, str], Callable[[dict[str, Any]], list[str]]] = {
             JOBS: _schema_problems,
             PODS: _schema_problems,
+            CONFIGMAPS: _schema_problems,
             WORKFLOWS: _workflow_problems,
         }
         self.on_change: list[Callable[[str, tuple[str, str, str], dict[str, Any]], None]] = []
@@ -198,7 +213,8 @@ class KubeApi(kmock.KubernetesEmulator):  # type: ignore[misc]
         meta["uid"] = str(uuid.uuid4())
         meta["creationTimestamp"] = now_text()
         meta["generation"] = 1
-        obj.setdefault("status", {})
+        if resource not in WITHOUT_STATUS:
+            obj.setdefault("status", {})
         if resource == JOBS:
             _default_job(obj)
         return self._write(key, obj, "ADDED")
@@ -591,6 +607,7 @@ class Kubelet(_Controller):
         self.hold = False  # pods stay Pending (no node)
         self.procs: dict[str, asyncio.subprocess.Process] = {}
         self.oom: set[str] = set()  # pods the "kernel" killed: their status is set already
+        self.volumes: dict[str, Path] = {}  # by pod: the folder its volumes are mounted in
         api.on_change.append(self._changed)
 
     def _changed(self, kind: str, resource: tuple[str, str, str], obj: dict[str, Any]) -> None:
@@ -612,8 +629,77 @@ class Kubelet(_Controller):
             await asyncio.sleep(0.05)
         if self.api.find(PODS, ns, name) is None:
             return
+        mounts = await self._mount(pod)
+        if mounts is None:  # the pod went while it waited for its volumes
+            return
+        try:
+            await self._start(pod, mounts)
+        finally:
+            if (folder := self.volumes.pop(name, None)) is not None:
+                shutil.rmtree(folder, ignore_errors=True)
+
+    async def _mount(self, pod: dict[str, Any]) -> dict[str, Path] | None:
+        """The `main` container's ConfigMap volumes, each as a folder of this machine by
+        its mountPath, once every ConfigMap they need exists: until then the pod is
+        Pending, its container waiting in ContainerCreating. None if the pod went first."""
+        ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+        volumes = {v["name"]: v for v in pod["spec"].get("volumes") or []}
+        wanted = [
+            (mount["mountPath"], volumes[mount["name"]]["configMap"])
+            for mount in pod["spec"]["containers"][0].get("volumeMounts") or []
+            if "configMap" in volumes.get(mount["name"], {})
+        ]
+        waiting = False
+        while True:
+            if self.api.find(PODS, ns, name) is None:
+                return None
+            found = [self.api.find(CONFIGMAPS, ns, source["name"]) for _, source in wanted]
+            missing = [
+                src["name"]
+                for cm, (_, src) in zip(found, wanted, strict=True)
+                if cm is None and not src.get("optional")
+            ]
+            if not missing:
+                break
+            if not waiting:
+                waiting = True
+                creating = container_status({"waiting": {"reason": "ContainerCreating"}})
+                self.api.patch(
+                    PODS,
+                    ns,
+                    name,
+                    {"status": {"phase": "Pending", "containerStatuses": [creating]}},
+                )
+            await asyncio.sleep(0.05)
+        return self._materialise(name, wanted, found)
+
+    def _materialise(
+        self,
+        pod: str,
+        wanted: list[tuple[str, dict[str, Any]]],
+        found: list[dict[str, Any] | None],
+    ) -> dict[str, Path]:
+        if not wanted:
+            return {}
+        root = Path(tempfile.mkdtemp(prefix=f"{pod}-volumes-"))
+        self.volumes[pod] = root
+        mounts = {}
+        for n, ((path, source), config_map) in enumerate(zip(wanted, found, strict=True)):
+            folder = root / str(n)
+            folder.mkdir()
+            for key, value in ((config_map or {}).get("data") or {}).items():
+                (folder / key).write_text(value, encoding="utf-8")
+                (folder / key).chmod(source.get("defaultMode", 0o644))
+            mounts[path] = folder
+        return mounts
+
+    async def _start(self, pod: dict[str, Any], mounts: Mapping[str, Path]) -> None:
+        ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
         container = pod["spec"]["containers"][0]
-        env = {**os.environ, **{e["name"]: e.get("value", "") for e in container.get("env", [])}}
+        given = {
+            e["name"]: _in_mounts(e.get("value", ""), mounts) for e in container.get("env", [])
+        }
+        env = {**os.environ, **given}
         command = container.get("command", []) + container.get("args", [])
         started = now_text()
         try:
@@ -703,6 +789,15 @@ class Kubelet(_Controller):
         if self.tasks:
             await asyncio.wait(list(self.tasks), timeout=2)
         await super().close()
+
+
+def _in_mounts(value: str, mounts: Mapping[str, Path]) -> str:
+    """`value`, a path under a mountPath made the same path under its local folder."""
+    for path, folder in mounts.items():
+        base = path.rstrip("/")
+        if value == base or value.startswith(base + "/"):
+            return str(folder) + value[len(base) :]
+    return value
 
 
 async def _stop(proc: asyncio.subprocess.Process, grace: float) -> None:
@@ -924,6 +1019,7 @@ class ArgoController(_Controller):
             ("nodeSelector", "nodeSelector"),
             ("tolerations", "tolerations"),
             ("priorityClassName", "priorityClassName"),
+            ("volumes", "volumes"),
         ):
             if src in spec:
                 pod_spec[dst] = copy.deepcopy(spec[src])
@@ -1054,17 +1150,41 @@ class Cluster:
 @contextlib.asynccontextmanager
 async def cluster(*, start_delay: float = 0.0) -> AsyncIterator[Cluster]:
     api = KubeApi()
-    async with api, kmock.Server(api) as server:
+    async with api, server(api) as served:
         kubelet = Kubelet(api, start_delay=start_delay)
         jobs = JobController(api)
         argo = ArgoController(api)
         try:
-            yield Cluster(api, server, kubelet, jobs, argo)
+            yield Cluster(api, served, kubelet, jobs, argo)
         finally:
             api.end_watches()
             await jobs.close()
             await argo.close()
             await kubelet.close()
+
+
+MAX_REQUEST_BYTES = 3 * 1024 * 1024
+"""The largest request body the API server reads (kube-apiserver's own limit; aiohttp's
+default, 1 MiB, would refuse the create of a ConfigMap that holds 1 MiB)."""
+
+
+class _ApiServer(aiohttp.test_utils.RawTestServer):
+    """kmock's HTTP server, reading request bodies up to MAX_REQUEST_BYTES."""
+
+    async def _make_runner(self, debug: bool = True, **kwargs: Any) -> web_runner.ServerRunner:
+        def request(*parts: Any) -> web_request.BaseRequest:
+            loop = asyncio.get_running_loop()
+            return web_request.BaseRequest(*parts, loop, client_max_size=MAX_REQUEST_BYTES)
+
+        served = web_server.Server(
+            self._handler, loop=self._loop, debug=debug, request_factory=request, **kwargs
+        )
+        return web_runner.ServerRunner(served, debug=debug, **kwargs)
+
+
+def server(api: KubeApi) -> kmock.Server:
+    """The double's HTTP server on loopback (an async context manager; `.url` once in)."""
+    return kmock.Server(api, server_cls=_ApiServer)
 
 
 def configuration(c: Cluster) -> client.Configuration:

@@ -17,6 +17,7 @@ def make_launch(
     fence: int = 1,
     deadline_seconds: float | None = None,
     reach: model.Reach | None = None,
+    payload: Any = None,
 ) -> model.Launch:
     """The Launch of attempt `attempt_no` (fence `fence`) of job `job_id` on `kind`."""
     labels = model.identity_labels(
@@ -35,7 +36,7 @@ def make_launch(
         tenant="acme",
         executor=kind,
         spec=spec,
-        payload=None,
+        payload=payload,
         labels=labels,
         env=model.attempt_env(labels, name=name, tenant="acme", reach=reach or model.Reach()),
         deadline_seconds=deadline_seconds,

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from corral import client, config, errors, model
 from corral.executors import argo
 from corral.executors import kubernetes as k8s
-from tests.unit.test_kubernetes_jobs import NOW, make_settings
+from tests.unit.test_kubernetes_jobs import LARGE, MOUNTED_FILE, NOW, SMALL, make_settings
 
 
 def workflow(spec: dict[str, Any], **kw: Any) -> dict[str, Any]:
@@ -242,6 +242,7 @@ names = st.from_regex(r"[A-Z_][A-Z0-9_]{0,20}", fullmatch=True).filter(
     ),
     deadline=st.floats(min_value=10, max_value=240),
     tenant=st.from_regex(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,120}", fullmatch=True),
+    payload=st.sampled_from([None, SMALL, LARGE]),
 )
 def test_every_workflow_corral_makes_passes_the_check(
     image: str,
@@ -251,13 +252,16 @@ def test_every_workflow_corral_makes_passes_the_check(
     requests: dict[str, str],
     deadline: float,
     tenant: str,
+    payload: Any,
 ) -> None:
     spec: dict[str, Any] = {"image": image, "command": command, "env": env}
     if placement:
         spec["placement"] = placement
     if requests:
         spec["resources"] = {"requests": requests}
-    doc = workflow(spec, tenant=tenant, policy={"limits": {"attempt_deadline": deadline}})
+    doc = workflow(
+        spec, tenant=tenant, policy={"limits": {"attempt_deadline": deadline}}, payload=payload
+    )
     argo.check_workflow(doc)
 
 
@@ -314,3 +318,34 @@ def test_a_finished_workflow_is_judged_by_the_controllers_words_only(
     assert obs.reason.startswith(reason)
     assert obs.failure_class == (model.FailureClass(verdict) if verdict else None)
     assert obs.exit_code == code
+
+
+# --- the payload -------------------------------------------------------------------------------
+
+
+def test_a_small_payload_is_in_the_environment_as_on_a_job() -> None:
+    doc = workflow({"image": "busybox", "command": ["true"]}, payload=SMALL)
+    [template] = doc["spec"]["templates"]
+    env = {e["name"]: e.get("value") for e in template["container"]["env"]}
+    assert env["CORRAL_PAYLOAD"] == model.payload_json(SMALL)
+    assert "volumes" not in doc["spec"]
+    argo.check_workflow(doc)
+
+
+def test_a_large_payload_is_a_workflow_volume_mounted_read_only() -> None:
+    spec = {"image": "busybox", "command": ["true"]}
+    doc = workflow(spec, payload=LARGE)
+    assert doc["spec"]["volumes"] == [
+        {"name": "corral-payload", "configMap": {"name": "corral-0-1", "defaultMode": 0o444}}
+    ]
+    [template] = doc["spec"]["templates"]
+    job = k8s.dry_run(
+        model.NewJob(executor="kubernetes", spec=spec, payload=LARGE), make_settings(), NOW
+    )
+    assert template["container"] == job["spec"]["template"]["spec"]["containers"][0]
+    assert template["container"]["volumeMounts"] == [
+        {"name": "corral-payload", "mountPath": "/var/run/corral/payload", "readOnly": True}
+    ]
+    env = {e["name"]: e.get("value") for e in template["container"]["env"]}
+    assert env["CORRAL_PAYLOAD_FILE"] == MOUNTED_FILE
+    argo.check_workflow(doc)

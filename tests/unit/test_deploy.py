@@ -35,6 +35,9 @@ ROLE = {
     ("", "pods"): {"get", "list", "watch"},
     ("", "pods/log"): {"get"},
     ("argoproj.io", "workflows"): {"create", "get", "list", "watch", "delete", "patch"},
+    ("", "configmaps"): {"create", "get", "patch"},  # payloads over 32 KiB
+    ("batch", "jobs/finalizers"): {"update"},  # blockOwnerDeletion on a payload's owner
+    ("argoproj.io", "workflows/finalizers"): {"update"},
 }
 
 

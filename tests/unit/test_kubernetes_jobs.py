@@ -3,6 +3,7 @@ passes the published schemas (strict) of the oldest and newest supported Kuberne
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from typing import Any
 
@@ -11,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from corral import config, errors, model
+from corral.executors import base, registry
 from corral.executors import kubernetes as k8s
-from corral.executors import registry
 from corral.testing import FrozenClock
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -216,6 +217,7 @@ quantities = st.sampled_from(["1", "500m", "0.5", "2Gi", "512Mi", "1e3", "100k"]
     gpus=st.sampled_from([None, "1", "2"]),
     deadline=st.floats(min_value=10, max_value=240),
     tenant=st.from_regex(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,120}", fullmatch=True),
+    payload=st.sampled_from([None, "small", "large"]),
 )
 def test_every_job_corral_makes_passes_the_strict_schemas(
     image: str,
@@ -226,6 +228,7 @@ def test_every_job_corral_makes_passes_the_strict_schemas(
     gpus: str | None,
     deadline: float,
     tenant: str,
+    payload: str | None,
 ) -> None:
     spec: dict[str, Any] = {"image": image, "command": command, "env": env}
     if gpus:
@@ -234,7 +237,12 @@ def test_every_job_corral_makes_passes_the_strict_schemas(
         spec["placement"] = placement
     if requests:
         spec["resources"] = {"requests": requests}
-    doc = job(spec, tenant=tenant, policy={"limits": {"attempt_deadline": deadline}})
+    doc = job(
+        spec,
+        tenant=tenant,
+        policy={"limits": {"attempt_deadline": deadline}},
+        payload=PAYLOADS.get(payload),
+    )
     k8s.check_manifest(doc)
 
 
@@ -332,3 +340,107 @@ def test_a_job_may_run_only_as_an_allowed_service_account(kind: str) -> None:
 def test_the_default_service_account_must_be_allowed() -> None:
     with pytest.raises(ValueError, match="must be one of allowed_service_accounts"):
         make_settings(service_account="runner", allowed_service_accounts=["etl"])
+
+
+# --- the payload -------------------------------------------------------------------------------
+
+SMALL = {"text": "grüße, 世界, 🐎", "n": [1, 2.5, True, None]}
+LARGE = {"rows": ["é" * 100] * 200}  # 40 KB of UTF-8, 20 K characters: past 32 KiB
+PAYLOADS = {"small": SMALL, "large": LARGE}
+MOUNTED_FILE = "/var/run/corral/payload/payload.json"
+
+
+def env_of(doc: dict[str, Any]) -> dict[str, str | None]:
+    [container] = doc["spec"]["template"]["spec"]["containers"]
+    return {e["name"]: e.get("value") for e in container["env"]}
+
+
+def test_a_small_payload_is_its_json_in_the_environment() -> None:
+    doc = job({"image": "busybox", "command": ["true"]}, payload=SMALL)
+    env = env_of(doc)
+    assert env["CORRAL_PAYLOAD"] == model.payload_json(SMALL)
+    assert "CORRAL_PAYLOAD_FILE" not in env
+    assert "volumes" not in doc["spec"]["template"]["spec"]
+    k8s.check_manifest(doc)
+
+
+def test_a_null_payload_is_neither_variable() -> None:
+    env = env_of(job({"image": "busybox", "command": ["true"]}))
+    assert "CORRAL_PAYLOAD" not in env
+    assert "CORRAL_PAYLOAD_FILE" not in env
+
+
+@pytest.mark.parametrize(("chars", "mounted"), [(16383, False), (16384, True)])
+def test_the_environment_holds_up_to_32_kib_of_utf8(chars: int, mounted: bool) -> None:
+    payload = "é" * chars  # two bytes each, plus the two quotes: 32768 and 32770 bytes
+    size = len(json.dumps(payload, ensure_ascii=False).encode())
+    assert (size > 32768, chars < 32768) == (mounted, True), "bytes count, not characters"
+    env = env_of(job({"image": "busybox", "command": ["true"]}, payload=payload))
+    assert ("CORRAL_PAYLOAD_FILE" in env, "CORRAL_PAYLOAD" in env) == (mounted, not mounted)
+
+
+def test_a_large_payload_is_a_config_map_mounted_read_only() -> None:
+    doc = job({"image": "busybox", "command": ["true"]}, payload=LARGE)
+    pod = doc["spec"]["template"]["spec"]
+    assert pod["volumes"] == [
+        {"name": "corral-payload", "configMap": {"name": "corral-0-1", "defaultMode": 0o444}}
+    ], "not optional: the pod waits for it"
+    [container] = pod["containers"]
+    assert container["volumeMounts"] == [
+        {"name": "corral-payload", "mountPath": "/var/run/corral/payload", "readOnly": True}
+    ]
+    env = env_of(doc)
+    assert env["CORRAL_PAYLOAD_FILE"] == MOUNTED_FILE
+    assert "CORRAL_PAYLOAD" not in env
+    k8s.check_manifest(doc)
+
+
+def test_the_payload_config_map_is_owned_by_the_job_and_passes_the_schemas() -> None:
+    new = model.NewJob(executor="kubernetes", spec={}, payload=LARGE, labels={"team": "data"})
+    s = make_settings()
+    launch = base.launch_for(model.first_claim(new, NOW), s, NOW)
+    job_doc = k8s.JobTemplate(s).manifest(launch, {"image": "busybox", "command": ["true"]})
+    created = {**job_doc, "metadata": {**job_doc["metadata"], "uid": "3f2b-uid"}}
+    owner = k8s.owner_reference("batch/v1", "Job", created)
+    doc = k8s.payload_config_map(launch, k8s.Payload.of(launch), namespace="jobs", owner=owner)
+    assert (doc["apiVersion"], doc["kind"], doc["metadata"]["name"]) == (
+        "v1",
+        "ConfigMap",
+        launch.name,
+    )
+    assert doc["metadata"]["namespace"] == "jobs"
+    assert doc["metadata"]["labels"] == job_doc["metadata"]["labels"], "the Job's labels"
+    assert doc["metadata"]["ownerReferences"] == [
+        {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "name": launch.name,
+            "uid": "3f2b-uid",
+            "controller": False,
+            "blockOwnerDeletion": True,
+        }
+    ]
+    assert doc["immutable"] is True
+    assert doc["data"] == {"payload.json": model.payload_json(LARGE)}
+    k8s.check_manifest(doc)
+
+
+def test_a_config_map_over_1_mib_is_refused_as_the_api_server_would() -> None:
+    doc = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "big-1"},
+        "data": {"payload.json": "x" * (1024 * 1024 + 1)},
+    }
+    with pytest.raises(errors.InvalidInput, match="ConfigMap data: 1048577 bytes"):
+        k8s.check_manifest(doc)
+
+
+def test_a_payload_no_config_map_holds_is_refused_before_anything_is_made() -> None:
+    launch = model.build_launch(
+        model.first_claim(model.NewJob(executor="kubernetes", spec={}, payload="x" * 2**20), NOW),
+        reach=model.Reach(),
+        deadline_seconds=None,
+    )
+    with pytest.raises(errors.LaunchRefused, match="more than a ConfigMap holds"):
+        k8s.Payload.of(launch).check_size("creating Job jobs/corral-0-1")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -105,3 +106,34 @@ def test_valid_labels(key: str, value: str) -> None:
 def test_invalid_labels_are_refused_with_the_rule(key: str, value: str, why: str) -> None:
     with pytest.raises(errors.InvalidInput, match=why):
         model.check_label(key, value)
+
+
+# --- payloads ------------------------------------------------------------------------------------
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+    lambda inner: st.lists(inner) | st.dictionaries(st.text(), inner),
+    max_leaves=20,
+)
+
+
+def test_a_payload_is_compact_json_with_its_characters_as_they_are() -> None:
+    assert (
+        model.payload_json({"city": "Zürich", "days": [1, 2]}) == '{"city":"Zürich","days":[1,2]}'
+    )
+    assert model.payload_json("🐎") == '"🐎"'
+    assert model.payload_json(0) == "0"
+    assert model.payload_json(None) is None, "no payload: nothing to deliver"
+
+
+def test_a_payload_with_a_lone_surrogate_keeps_its_escape() -> None:
+    # A JSON "\ud800" reads as a string with no UTF-8 form: the escape is kept instead.
+    assert model.payload_json(json.loads('["\\ud800", "é"]')) == '["\\ud800","\\u00e9"]'
+
+
+@given(json_values)
+def test_every_payload_reads_back_as_itself(payload: object) -> None:
+    text = model.payload_json(payload)
+    assert (text is None) == (payload is None)
+    if text is not None:
+        assert json.loads(text.encode("utf-8")) == payload

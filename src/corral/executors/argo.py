@@ -28,6 +28,11 @@ so the pod and its logs stay until the Workflow itself is deleted; the attempt's
 on the Workflow and its pod (full values of hashed ones in annotations); the placement
 class's node selector, tolerations and priority class on the template; and the pod's
 termination grace through `podSpecPatch`, the one field Argo has for it.
+
+The payload reaches the container as on a Job (kubernetes.Payload): in CORRAL_PAYLOAD up
+to 32 KiB, else in a ConfigMap named after the launch, owned by the Workflow (created
+after it, made by a later launch of the name if a launch stopped in between), a volume of
+the Workflow mounted read-only into the container, CORRAL_PAYLOAD_FILE naming its file.
 """
 
 from __future__ import annotations
@@ -73,6 +78,8 @@ class WorkflowTemplate:
     def manifest(self, launch: model.Launch, spec: Mapping[str, Any]) -> dict[str, Any]:
         """The argoproj.io/v1alpha1 Workflow for `launch`."""
         k8s = self.k8s
+        payload = kubernetes.Payload.of(launch)
+        volumes = [argo.Volume.model_validate(payload.volume(launch.name))]
         workflow = argo.Workflow(
             api_version=API_VERSION,
             kind="Workflow",
@@ -84,7 +91,8 @@ class WorkflowTemplate:
             ),
             spec=argo.WorkflowSpec(
                 entrypoint=TEMPLATE,
-                templates=[self._template(launch, spec)],
+                templates=[self._template(launch, spec, payload)],
+                volumes=volumes if payload.mounted else None,
                 pod_metadata=argo.Metadata(labels=dict(launch.labels)),
                 active_deadline_seconds=kubernetes.active_deadline(launch, self.settings),
                 ttl_strategy=argo.TTLStrategy(
@@ -97,9 +105,11 @@ class WorkflowTemplate:
         )
         return workflow.model_dump(by_alias=True, exclude_none=True, mode="json")
 
-    def _template(self, launch: model.Launch, spec: Mapping[str, Any]) -> argo.Template:
+    def _template(
+        self, launch: model.Launch, spec: Mapping[str, Any], payload: kubernetes.Payload
+    ) -> argo.Template:
         k8s = self.k8s
-        container = kubernetes.container(launch, spec, k8s.database_url_secret)
+        container = kubernetes.container(launch, spec, k8s.database_url_secret, payload)
         grace = kubernetes.whole_seconds(k8s.termination_grace.total_seconds())
         placement = kubernetes.placement_class(spec, k8s, launch.name) or config.Placement()
         return argo.Template(
@@ -219,15 +229,26 @@ class ArgoExecutor(kube_client.ClusterExecutor):
         return {"group": GROUP, "version": VERSION, "namespace": self.namespace, "plural": PLURAL}
 
     async def launch(self, launch: model.Launch) -> None:
-        """Create the Workflow `launch.name`; the same rules for an existing name as the
+        """Create the Workflow `launch.name`, then the ConfigMap of a payload too large for
+        the environment, owned by the Workflow; the same rules for an existing name as the
         kubernetes executor's (this attempt's and not being deleted: launched)."""
+        payload = kubernetes.Payload.of(launch)
+        payload.check_size(f"creating Workflow {self.namespace}/{launch.name}")
         body = self.template.manifest(launch, launch.spec)  # the spec was checked at submit
-        await self.create_once(
+        workflow = await self.create_once(
             launch,
             lambda: self._custom.create_namespaced_custom_object_without_preload_content(
                 body=body, **self._scope(), _request_timeout=self.api.timeout
             ),
         )
+        if payload.mounted:  # after the Workflow, whose uid owns it; its pod waits for it
+            owner = kubernetes.owner_reference(API_VERSION, "Workflow", workflow)
+            await self.create_payload(
+                launch,
+                kubernetes.payload_config_map(
+                    launch, payload, namespace=self.namespace, owner=owner
+                ),
+            )
 
     async def observe(self, names: Sequence[str]) -> dict[str, model.Observation]:
         """A fresh read of each Workflow."""

@@ -12,6 +12,10 @@ Only this module, kubernetes.py and argo.py import a Kubernetes client (the offi
   (422/400: the API server refused the object as invalid).
 - `changes()` lists, then watches from the list's resourceVersion, resumes from the last
   one it saw when a stream ends or breaks, and lists again after 410 Gone.
+- A launch may be two objects: its Job or Workflow, then the ConfigMap of a payload too
+  large for the environment, owned by the first (`ClusterExecutor.create_payload`). Each
+  create is idempotent by name, so launching a name again finishes a launch cut short
+  between the two.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
 import aiohttp
+import pydantic
 from kubernetes.aio import client
 from kubernetes.aio import config as kube_config
 from kubernetes.aio import watch as kube_watch
@@ -365,6 +370,7 @@ class ClusterExecutor(abc.ABC):
         self._connection = await connect(self.k8s, self._configuration)
         api_client = self._connection.client
         self._api = Api(api_client, settings=self.k8s, clock=self._clock, rng=self._rng)
+        self._core = client.CoreV1Api(api_client)
         self._bind(api_client)
         log.info(
             "%s executor: %s in namespace %s at %s",
@@ -386,14 +392,61 @@ class ClusterExecutor(abc.ABC):
         self,
         launch: model.Launch,
         request: Callable[[], Awaitable[aiohttp.ClientResponse]],
-    ) -> None:
+    ) -> dict[str, Any]:
         """Create `launch`'s object with `request`, idempotent by name: on 409 the object
         is read back, and counts as launched only with this attempt's identity and no
-        deletionTimestamp (a create whose answer was lost); otherwise LaunchConflict."""
+        deletionTimestamp (a create whose answer was lost); otherwise LaunchConflict.
+        The object as the API server holds it (its uid owns the launch's ConfigMap)."""
         what = f"{self.objects[:-1]} {self.namespace}/{launch.name}"
         made = await self.api.call(f"creating {what}", request, ok=lambda exc: is_status(exc, 409))
         if made is None:
-            check_existing(what, await self._get(launch.name), launch)
+            return check_existing(what, await self._get(launch.name), launch)
+        return made
+
+    async def create_payload(self, launch: model.Launch, body: Mapping[str, Any]) -> None:
+        """Create the ConfigMap `body` that holds `launch`'s payload, idempotent by name: on
+        409 the one there counts as made when it carries this attempt's identity. One owned
+        by another object (an earlier Job of this name, deleted, whose garbage is not
+        collected yet, or orphaned) is given `body`'s owner instead, so that it stays while
+        the pod that waits for it needs it; one being deleted is ExecutorError (a later
+        launch makes it again), one of another attempt LaunchConflict."""
+        what = f"ConfigMap {self.namespace}/{launch.name}"
+        try:
+            config_map = client.V1ConfigMap.from_dict(dict(body))
+        except pydantic.ValidationError as exc:
+            raise errors.LaunchRefused(f"creating {what}: not a valid ConfigMap: {exc}") from None
+        if config_map is None:
+            raise errors.LaunchRefused(f"creating {what}: empty manifest")
+        made = await self.api.call(
+            f"creating {what}",
+            lambda: self._core.create_namespaced_config_map_without_preload_content(
+                self.namespace, config_map, _request_timeout=self.api.timeout
+            ),
+            ok=lambda exc: is_status(exc, 409),
+        )
+        if made is not None:
+            return
+        found = await self.api.call(
+            f"reading {what}",
+            lambda: self._core.read_namespaced_config_map_without_preload_content(
+                launch.name, self.namespace, _request_timeout=self.api.timeout
+            ),
+            ok=lambda exc: is_status(exc, 404),
+        )
+        owners = list(body["metadata"]["ownerReferences"])
+        if owned_by(what, found, launch, owners):
+            return
+        log.info("%s: held by another owner; taking it over for the launch", what)
+        await self.api.call(
+            f"giving {what} its owner",
+            lambda: self._core.patch_namespaced_config_map_without_preload_content(
+                launch.name,
+                self.namespace,
+                {"metadata": {"ownerReferences": owners}},
+                _content_type="application/merge-patch+json",
+                _request_timeout=self.api.timeout,
+            ),
+        )
 
     async def close(self) -> None:
         """Stop `events` and close the connection. What runs on the cluster keeps running."""
@@ -458,9 +511,9 @@ def last_line(text: Any) -> str | None:
     return lines[-1][:500] if lines else None
 
 
-def check_existing(what: str, found: Mapping[str, Any] | None, launch: model.Launch) -> None:
-    """After a 409 on create: return if `found` is this attempt's and not being deleted
-    (the create got through before, its answer was lost); else raise."""
+def check_existing(what: str, found: dict[str, Any] | None, launch: model.Launch) -> dict[str, Any]:
+    """After a 409 on create: `found` if it is this attempt's and not being deleted (the
+    create got through before, its answer was lost); else raise."""
     if found is None:
         raise errors.ExecutorError(
             f"creating {what}: 409 AlreadyExists, but it was gone when read back (deleted"
@@ -470,7 +523,7 @@ def check_existing(what: str, found: Mapping[str, Any] | None, launch: model.Lau
     deleting = found.get("metadata", {}).get("deletionTimestamp")
     if theirs == launch.identity and not deleting:
         log.info("%s: already exists with this attempt's labels: launched", what)
-        return
+        return found
     state = (
         f"is being deleted (since {deleting})"
         if theirs == launch.identity
@@ -480,6 +533,36 @@ def check_existing(what: str, found: Mapping[str, Any] | None, launch: model.Lau
         f"{what} exists and {state}; this launch is"
         f" {model.describe_identity(launch.identity, launch.labels)}"
     )
+
+
+def owned_by(
+    what: str,
+    found: Mapping[str, Any] | None,
+    launch: model.Launch,
+    owners: Sequence[Mapping[str, Any]],
+) -> bool:
+    """After a 409 on a launch's ConfigMap: whether `found` is this attempt's and has the
+    owner(s) `owners` already (False: this attempt's, but another owner's). ExecutorError
+    when it is gone or being deleted, LaunchConflict when another attempt's."""
+    if found is None:
+        raise errors.ExecutorError(
+            f"creating {what}: 409 AlreadyExists, but it was gone when read back (deleted"
+            " meanwhile); it will be tried again"
+        )
+    theirs = model.identity_from_labels(labels_of(found))
+    if theirs != launch.identity:
+        raise errors.LaunchConflict(
+            f"{what} exists and belongs to {model.describe_identity(theirs, labels_of(found))};"
+            f" this launch is {model.describe_identity(launch.identity, launch.labels)}"
+        )
+    meta = found.get("metadata") or {}
+    if deleting := meta.get("deletionTimestamp"):
+        raise errors.ExecutorError(
+            f"creating {what}: it is being deleted (since {deleting}); it will be made again"
+            " by a later launch"
+        )
+    held = {ref.get("uid") for ref in meta.get("ownerReferences") or []}
+    return {ref.get("uid") for ref in owners} <= held
 
 
 async def finishes(

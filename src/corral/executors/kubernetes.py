@@ -21,6 +21,15 @@ the attempt's labels on the Job and its pod template (full values of hashed ones
 annotations), the CORRAL_* environment, and the placement class's node selector,
 tolerations and priority class.
 
+The job's payload (`Payload`): none when it is null; its JSON in `CORRAL_PAYLOAD` when
+that is at most PAYLOAD_ENV_BYTES (32 KiB) of UTF-8; else in a ConfigMap named after the
+launch, with the Job's labels, mounted read-only at PAYLOAD_DIR, `CORRAL_PAYLOAD_FILE`
+naming its file. The ConfigMap is created after the Job, owned by it (its uid, so that
+it goes when the Job goes), and the pod waits in ContainerCreating until it exists. A
+launch that stopped between the two (a crash, an API server that failed) is finished by
+the next launch of the name: the Job's 409 counts as launched and the ConfigMap is made
+(its own 409 counts as made), which recovery asks for before it adopts an attempt.
+
 The `argo` executor takes the same spec, checked by `normalise_spec`, and runs the same
 container (`container`) under the same placement classes.
 """
@@ -31,6 +40,7 @@ import logging
 import math
 import re
 from collections.abc import AsyncGenerator, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any, cast
@@ -53,6 +63,19 @@ CONTROLLER_UID = "batch.kubernetes.io/controller-uid"
 """The label the API server puts on a Job's pods: the Job's uid."""
 CANCEL_TRIES = 5
 """Reads and deletes a cancel makes of a Job whose status keeps changing in between."""
+
+PAYLOAD_ENV_BYTES = 32 * 1024
+"""The largest payload (JSON, UTF-8 bytes) passed in CORRAL_PAYLOAD; larger ones go in a
+ConfigMap. Well under what a process's environment holds (Linux: 128 KiB a variable)."""
+CONFIG_MAP_BYTES = 1024 * 1024
+"""The most a ConfigMap's data may hold (the API server's rule): the largest payload a
+cluster launch carries."""
+PAYLOAD_DIR = "/var/run/corral/payload"
+"""Where a payload's ConfigMap is mounted in the container."""
+PAYLOAD_KEY = "payload.json"
+"""The payload's key in its ConfigMap: its file name under PAYLOAD_DIR."""
+PAYLOAD_VOLUME = "corral-payload"
+READ_ONLY = 0o444
 
 _SPEC_FIELDS = ("image", "command", "env", "placement", "resources", "service_account")
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
@@ -98,11 +121,14 @@ class JobTemplate:
     def manifest(self, launch: model.Launch, spec: Mapping[str, Any]) -> dict[str, Any]:
         """The batch/v1 Job for `launch`."""
         k8s = self.k8s
+        payload = Payload.of(launch)
         pod: dict[str, Any] = {
             "restartPolicy": "Never",
             "terminationGracePeriodSeconds": whole_seconds(k8s.termination_grace.total_seconds()),
-            "containers": [container(launch, spec, k8s.database_url_secret)],
+            "containers": [container(launch, spec, k8s.database_url_secret, payload)],
         }
+        if payload.mounted:
+            pod["volumes"] = [payload.volume(launch.name)]
         account = spec.get("service_account", k8s.service_account)
         if account:
             pod["serviceAccountName"] = account
@@ -144,6 +170,91 @@ def dry_run(job: model.NewJob, settings: config.Settings, now: datetime) -> dict
     or a cluster: its job id and fence are placeholders (0) until it is stored."""
     launch = base.launch_for(model.first_claim(job, now), settings, now)
     return JobTemplate(settings).manifest(launch, job.spec)
+
+
+# --- the payload ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Payload:
+    """How a launch's payload reaches its container: `text` is its JSON (None: a null
+    payload, nothing to deliver), `size` its UTF-8 bytes. Up to PAYLOAD_ENV_BYTES it is the
+    value of CORRAL_PAYLOAD; beyond, it is `mounted`: a ConfigMap's file, which
+    CORRAL_PAYLOAD_FILE names."""
+
+    text: str | None
+    size: int
+
+    @classmethod
+    def of(cls, launch: model.Launch) -> Payload:
+        text = model.payload_json(launch.payload)
+        return cls(text, 0 if text is None else len(text.encode("utf-8")))
+
+    @property
+    def mounted(self) -> bool:
+        return self.size > PAYLOAD_ENV_BYTES
+
+    def env(self) -> dict[str, str]:
+        """The variables that say where the payload is (none for a null payload)."""
+        if self.text is None:
+            return {}
+        if self.mounted:
+            return {"CORRAL_PAYLOAD_FILE": f"{PAYLOAD_DIR}/{PAYLOAD_KEY}"}
+        return {"CORRAL_PAYLOAD": self.text}
+
+    def volume(self, name: str) -> dict[str, Any]:
+        """The pod's volume of the ConfigMap `name` (not optional: the pod waits for it)."""
+        return {"name": PAYLOAD_VOLUME, "configMap": {"name": name, "defaultMode": READ_ONLY}}
+
+    def check_size(self, doing: str) -> None:
+        """LaunchRefused when no ConfigMap can hold the payload (max_payload_bytes was set
+        above CONFIG_MAP_BYTES): before anything is created, so nothing is left half-made."""
+        if self.size > CONFIG_MAP_BYTES:
+            raise errors.LaunchRefused(
+                f"{doing}: its payload is {self.size} bytes of JSON, more than a ConfigMap"
+                f" holds ({CONFIG_MAP_BYTES}); keep max_payload_bytes at most that for jobs on"
+                " a cluster, or pass a reference to the data instead"
+            )
+
+
+PAYLOAD_MOUNT = {"name": PAYLOAD_VOLUME, "mountPath": PAYLOAD_DIR, "readOnly": True}
+"""Where the container sees a mounted payload."""
+
+
+def owner_reference(api_version: str, kind: str, owner: Mapping[str, Any]) -> dict[str, Any]:
+    """A reference to `owner` (an object as the API server returned it, uid and all) that
+    makes its dependent go when it goes, and, deleted in the foreground, go first."""
+    meta = owner["metadata"]
+    return {
+        "apiVersion": api_version,
+        "kind": kind,
+        "name": meta["name"],
+        "uid": meta["uid"],
+        "controller": False,
+        "blockOwnerDeletion": True,
+    }
+
+
+def payload_config_map(
+    launch: model.Launch, payload: Payload, *, namespace: str, owner: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The v1 ConfigMap that holds a payload too large for the environment: named after the
+    launch, with its labels, immutable, and owned by `owner` (an owner_reference)."""
+    metadata: dict[str, Any] = {
+        "name": launch.name,
+        "namespace": namespace,
+        "labels": dict(launch.labels),
+        "ownerReferences": [dict(owner)],
+    }
+    if launch.annotations:
+        metadata["annotations"] = dict(launch.annotations)
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": metadata,
+        "immutable": True,
+        "data": {PAYLOAD_KEY: payload.text or "null"},  # held only when past the env's limit
+    }
 
 
 def placeholder_launch(spec: Mapping[str, Any], *, kind: str = KIND) -> model.Launch:
@@ -248,9 +359,11 @@ def check_manifest(doc: Mapping[str, Any]) -> None:
 
 
 def manifest_problems(doc: Mapping[str, Any]) -> list[str]:
-    """The name and label rules Kubernetes' API server enforces but its schemas do not."""
+    """The name, label and size rules Kubernetes' API server enforces but its schemas do not."""
     problems = []
     kind = doc.get("kind", "manifest")
+    if kind == "ConfigMap" and (size := _data_size(doc)) > CONFIG_MAP_BYTES:
+        problems.append(f"ConfigMap data: {size} bytes, more than {CONFIG_MAP_BYTES} allowed")
     name = str(doc.get("metadata", {}).get("name", ""))
     if not _DNS_LABEL.match(name):
         problems.append(
@@ -262,6 +375,12 @@ def manifest_problems(doc: Mapping[str, Any]) -> list[str]:
             if problem := model.label_problem(str(key), str(value)):
                 problems.append(f"{kind} {where}: {problem}")
     return problems
+
+
+def _data_size(doc: Mapping[str, Any]) -> int:
+    """The bytes of a ConfigMap's values, as the API server counts them against its limit."""
+    values = [*(doc.get("data") or {}).values(), *(doc.get("binaryData") or {}).values()]
+    return sum(len(str(value).encode("utf-8")) for value in values)
 
 
 def _all_labels(doc: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
@@ -276,11 +395,14 @@ def _all_labels(doc: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
 # --- parts ---------------------------------------------------------------------------------------
 
 
-def container(launch: model.Launch, spec: Mapping[str, Any], secret: str | None) -> dict[str, Any]:
+def container(
+    launch: model.Launch, spec: Mapping[str, Any], secret: str | None, payload: Payload
+) -> dict[str, Any]:
     """The core/v1 Container that runs a normalised spec for `launch`: its image, command,
-    resources and environment, the database URL read from Secret `secret` (`name/key`)."""
+    resources and environment, the database URL read from Secret `secret` (`name/key`), and
+    where its `payload` is (a mounted one at PAYLOAD_MOUNT)."""
     # corral's own variables win; the database URL never goes into a manifest in the clear.
-    env = {**spec.get("env", {}), **launch.env}
+    env = {**spec.get("env", {}), **launch.env, **payload.env()}
     env.pop(DATABASE_URL, None)
     entries: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in sorted(env.items())]
     if secret is not None:
@@ -298,6 +420,8 @@ def container(launch: model.Launch, spec: Mapping[str, Any], secret: str | None)
     }
     if resources := spec.get("resources"):
         container["resources"] = resources
+    if payload.mounted:
+        container["volumeMounts"] = [dict(PAYLOAD_MOUNT)]
     return container
 
 
@@ -445,15 +569,18 @@ class KubernetesExecutor(kube_client.ClusterExecutor):
 
     def _bind(self, api_client: kube.ApiClient) -> None:
         self._batch = kube.BatchV1Api(api_client)
-        self._core = kube.CoreV1Api(api_client)
 
     # --- the protocol --------------------------------------------------------------------
 
     async def launch(self, launch: model.Launch) -> None:
-        """Create the Job `launch.name`. A Job of that name that carries this attempt's
+        """Create the Job `launch.name`, then the ConfigMap of a payload too large for the
+        environment, owned by the Job. A Job of that name that carries this attempt's
         identity and is not being deleted counts as launched (a create whose answer was
-        lost, then tried again); any other raises LaunchConflict."""
+        lost, then tried again, or a launch stopped before its ConfigMap, which this one
+        makes); any other raises LaunchConflict."""
         doing = f"creating Job {self.namespace}/{launch.name}"
+        payload = Payload.of(launch)
+        payload.check_size(doing)
         # The spec was checked at submit; a placement class removed from the settings
         # since then is the manifest's ExecutorError ("add it back or cancel the job").
         manifest = self.template.manifest(launch, launch.spec)
@@ -463,12 +590,17 @@ class KubernetesExecutor(kube_client.ClusterExecutor):
             raise errors.LaunchRefused(f"{doing}: not a valid Job: {exc}") from None
         if body is None:
             raise errors.LaunchRefused(f"{doing}: empty manifest")
-        await self.create_once(
+        job = await self.create_once(
             launch,
             lambda: self._batch.create_namespaced_job_without_preload_content(
                 self.namespace, body, _request_timeout=self.api.timeout
             ),
         )
+        if payload.mounted:  # after the Job, whose uid owns it; its pod waits for it
+            owner = owner_reference("batch/v1", "Job", job)
+            await self.create_payload(
+                launch, payload_config_map(launch, payload, namespace=self.namespace, owner=owner)
+            )
 
     async def observe(self, names: Sequence[str]) -> dict[str, model.Observation]:
         """A fresh read of each Job (and, for a failed one, its pods)."""

@@ -7,6 +7,7 @@ launch, so a new corral (or another one beside it) rebuilds everything from it.
     <root>/<launch name>/
         launch.json   name, labels, spec, env, deadline, cwd (written before the claim)
         labels.json   the launch's labels, for `observe` and `list_managed`
+        payload.json  the job's payload as JSON, read-only (0444); only when it has one
         shim.pid      the supervisor's pid and /proc start time (guards against pid reuse)
         child.pid     the command's pid, /proc start time and `started_at`
         stdout.log    the command's output
@@ -34,9 +35,14 @@ Linux.
 
 Besides the launch's environment (`CORRAL_JOB_ID`, `CORRAL_FENCE`, ...), every command
 gets `CORRAL_RUN_DIR`, the absolute path of its run folder (its logs are there), which
-its descendants inherit. A run folder that is deleted (or replaced by another under the
-same path) while its command runs ends the run: the shim stops the command and writes
-nothing more (it writes only through the folder it claimed, never into a new one).
+its descendants inherit, and a command whose job has a payload gets `CORRAL_PAYLOAD_FILE`,
+the absolute path of its `payload.json`. A job whose payload is null gets neither the file
+nor the variable (most jobs have none: no file to write, sync and forget for them); the
+file is written with launch.json, before the claim, and made durable by the same sync.
+
+A run folder that is deleted (or replaced by another under the same path) while its
+command runs ends the run: the shim stops the command and writes nothing more (it writes
+only through the folder it claimed, never into a new one).
 
 A relaunch (`Launch.relaunch`) finds no run folder when the first launch never got
 through, but also when the folder was deleted while its run went on: its shim stops the
@@ -180,14 +186,20 @@ class ProcessExecutor:
         run_dir = self._run_dir(launch.name)
         if launch.relaunch:
             await self._stop_earlier_copies(run_dir)
-        files = _launch_files(launch, spec)
         watched = launch.name in self._watched
         self._watched.add(launch.name)  # before the request: its end may come with the answer
         try:
-            answer = await self._supervisor.supervise(
-                run_dir, files, self._kill_grace, self._clock, log=self._log
-            )
-            if answer == "exists":
+            # Recovery asks again for launches it finds (before it adopts them): a claimed
+            # name is one the supervisor would answer `exists` for, so no request is made
+            # (nor a supervisor started). A first launch does not look: it is rarely there.
+            claimed = launch.relaunch and await asyncio.to_thread(os.path.lexists, run_dir)
+            if not claimed:
+                files = _launch_files(launch, spec)
+                answer = await self._supervisor.supervise(
+                    run_dir, files, self._kill_grace, self._clock, log=self._log
+                )
+                claimed = answer == "exists"
+            if claimed:
                 await asyncio.to_thread(_check_same_identity, run_dir, launch)
         except BaseException:
             if not watched:
@@ -503,7 +515,8 @@ def _platform(doing: str) -> Iterator[None]:
 
 
 def _launch_files(launch: model.Launch, spec: dict[str, Any]) -> dict[str, Any]:
-    """What a run folder starts with, by file name: the supervisor writes them."""
+    """What a run folder starts with, by file name: the supervisor writes them (the payload,
+    when there is one, as JSON text, so that it is written as every executor delivers it)."""
     launch_doc = {
         "name": launch.name,
         "labels": dict(launch.labels),
@@ -512,7 +525,10 @@ def _launch_files(launch: model.Launch, spec: dict[str, Any]) -> dict[str, Any]:
         "deadline_seconds": launch.deadline_seconds,
         "cwd": os.path.join(os.getcwd(), spec.get("cwd", "")),
     }
-    return {"launch.json": launch_doc, "labels.json": dict(launch.labels)}
+    files: dict[str, Any] = {"launch.json": launch_doc, "labels.json": dict(launch.labels)}
+    if (payload := model.payload_json(launch.payload)) is not None:
+        files[process_shim.PAYLOAD_FILE] = payload
+    return files
 
 
 def _write_json(path: Path, data: Any) -> None:

@@ -24,7 +24,9 @@ What it does for each launch, in order:
    records `child.pid` (pid, /proc start time, `started_at`) and answers `started`.
    Besides the launch's own environment, the command gets `CORRAL_RUN_DIR`: the run
    folder's absolute path, where it finds its logs, and by which corral finds every
-   process of the run (its descendants inherit it).
+   process of the run (its descendants inherit it); and, when the launch has a payload,
+   `CORRAL_PAYLOAD_FILE`: the absolute path of `payload.json` in the run folder, written
+   read-only with the folder's other files before the claim.
 3. Watches it, enforcing the deadline, a `cancel` request and its own SIGTERM by
    signalling the command's process group: SIGTERM, then SIGKILL after a grace. A run
    folder that disappears is a stop too: once its folder is deleted, or replaced by
@@ -92,6 +94,13 @@ ENDED = ".ended"
 """The index of ended runs by the UTC hour they ended in: `<root>/.ended/<YYYYMMDDHH>/<name>`,
 so that forgetting old runs reads old hours only. Both indexes are hints, rebuilt from the
 run folders when missing: a run folder is the truth about its run."""
+
+PAYLOAD_FILE = "payload.json"
+"""The launch's payload as JSON text, in its run folder, read-only: present only when the
+launch has one (a null payload makes no file, and no CORRAL_PAYLOAD_FILE)."""
+
+PAYLOAD_VARIABLES = ("CORRAL_PAYLOAD_FILE", "CORRAL_PAYLOAD")
+"""What a job reads its payload from: only corral sets them (never a spec's env)."""
 
 HALF_MADE = ".tmp"
 """Where a launch's folder is made (`<root>/.tmp/<name>-*`) before its claim renames it."""
@@ -320,19 +329,34 @@ def claim(tmp: Path, final: Path) -> RunFolder | None:
 # --- running the command ------------------------------------------------------------------
 
 
-def child_env(folder: RunFolder, launch: dict[str, Any]) -> dict[str, str]:
-    """The command's environment: this machine's, the spec's, the launch's, the run folder."""
+def child_env(folder: RunFolder, launch: dict[str, Any], *, payload: bool) -> dict[str, str]:
+    """The command's environment: this machine's, the spec's, the launch's, the run folder,
+    and the payload's file when the launch has a `payload`."""
     # corral's own settings (database URL, ...) are not the job's business.
     inherited = {k: v for k, v in os.environ.items() if not k.startswith("CORRAL_")}
     env = {**inherited, **launch["spec"].get("env", {}), **launch["env"]}
+    for name in PAYLOAD_VARIABLES:  # corral says where the payload is, or that there is none
+        env.pop(name, None)
+    if payload:
+        env["CORRAL_PAYLOAD_FILE"] = str(folder.path / PAYLOAD_FILE)
     env["CORRAL_RUN_DIR"] = str(folder.path)  # last, so no spec can change what corral finds
     return env
 
 
+def write_read_only(path: Path, text: str) -> None:
+    """A new file at `path` holding `text` (UTF-8), mode 0444 whatever the umask. Not synced:
+    the round's one sync makes it durable with the folder's other files."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o444)
+    with open(fd, "w", encoding="utf-8") as fh:
+        os.fchmod(fd, 0o444)
+        fh.write(text)
+
+
 def start_child(
-    folder: RunFolder, launch: dict[str, Any]
+    folder: RunFolder, launch: dict[str, Any], *, payload: bool = False
 ) -> tuple[subprocess.Popen[bytes], dict[str, Any]]:
-    """Start the command in its own process group; it and its `child.pid` record."""
+    """Start the command in its own process group; it and its `child.pid` record. `payload`:
+    the folder holds the launch's PAYLOAD_FILE."""
     logs = [folder.open(name, os.O_WRONLY | os.O_CREAT | os.O_APPEND) for name in LOGS]
     try:
         child = subprocess.Popen(
@@ -340,7 +364,7 @@ def start_child(
             stdin=subprocess.DEVNULL,
             stdout=logs[0],
             stderr=logs[1],
-            env=child_env(folder, launch),
+            env=child_env(folder, launch, payload=payload),
             cwd=launch.get("cwd"),
             process_group=0,
         )
@@ -601,6 +625,8 @@ class Supervisor:
                 for name in ("launch.json", "labels.json", "shim.pid"):
                     with open(tmp / name, "w", encoding="utf-8") as fh:
                         json.dump(files[name], fh)
+                if PAYLOAD_FILE in files:  # JSON text already: written as it is
+                    write_read_only(tmp / PAYLOAD_FILE, files[PAYLOAD_FILE])
                 mark_live(final.parent, final.name)
             except BaseException:
                 shutil.rmtree(tmp, ignore_errors=True)
@@ -623,7 +649,7 @@ class Supervisor:
         self.unsynced.add(final.parent)
         launch = request["files"]["launch.json"]
         try:
-            child, started = start_child(folder, launch)
+            child, started = start_child(folder, launch, payload=PAYLOAD_FILE in request["files"])
         except Exception as exc:  # ValueError: e.g. a NUL byte in an argument
             short = isinstance(exc, OSError) and exc.errno in _SHORT_OF
             why = NO_RESOURCES if short else START_FAILED
