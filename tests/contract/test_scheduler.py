@@ -176,7 +176,8 @@ async def test_a_cron_schedule_in_a_zone_fires_once_on_the_day_clocks_go_forward
         datetime(2026, 3, 30, 0, 30, tzinfo=UTC),
         datetime(2026, 3, 31, 0, 30, tzinfo=UTC),
     ]
-    assert fired[0].note is not None and "does not exist" in fired[0].note
+    assert fired[0].note is not None
+    assert "does not exist" in fired[0].note
 
 
 async def test_a_backfill_makes_one_job_per_nominal_time_once(
@@ -199,7 +200,8 @@ async def test_a_backfill_makes_one_job_per_nominal_time_once(
     assert await c.backfill("daily", start="2025-01-01", end="2025-01-11") == (0, 10)
     assert await c.backfill("daily", start="2025-01-05", end="2025-01-13") == (2, 6)
     fired = await firings(db, made.id)
-    assert len(fired) == 12 and {f.outcome for f in fired} == {F.BACKFILLED}
+    assert len(fired) == 12
+    assert {f.outcome for f in fired} == {F.BACKFILLED}
     job = await db.job_get(job_id=fired[0].job_id or 0)
     assert (job.pool, job.code_version) == ("backfill", "abc123")
     assert job.payload["corral"]["interval_start"] == "2025-01-01T00:00:00Z"
@@ -233,7 +235,8 @@ async def test_trigger_fires_now_and_rerun_makes_a_new_job(
     await c.schedule_create("t", cron="0 0 1 1 *", **JOB)
     job_id = await c.schedule_trigger("t")
     job = await db.job_get(job_id=job_id)
-    assert job.state == J.QUEUED and job.payload["corral"]["schedule"] == "t"
+    assert job.state == J.QUEUED
+    assert job.payload["corral"]["schedule"] == "t"
     with pytest.raises(errors.InvalidInput, match="only a failed or cancelled job"):
         await c.rerun(job_id)
     await c.cancel(job_id)
