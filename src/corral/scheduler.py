@@ -61,16 +61,13 @@ def plan(schedule: model.Schedule, previous: model.JobState | None, now: datetim
     when = rule(schedule, schedule.anchor)
     # Due: every nominal time from next_due (the first not recorded yet) to now.
     assert schedule.next_due is not None
-    before_next = schedule.next_due - timedelta(microseconds=1)
-    caught = cadence.catch_up(
-        when,
-        before_next,
-        now,
-        mode=schedule.catchup.value,
-        window=timedelta(seconds=schedule.catchup_window_seconds),
-        max_firings=schedule.catchup_max,
-        created=before_next,
-    )
+    following_due = cadence.after(when, schedule.next_due).at
+    if following_due > now:  # the usual case: one time due, so no catching up to work out
+        caught = cadence.CatchUp([schedule.next_due], [], following_due, 0, None)
+        ends = {schedule.next_due: following_due}
+    else:
+        caught = _catch_up(schedule, when, now)
+        ends = {}
     until = schedule.until
     fire_at = [t for t in caught.fire if until is None or t < until]
     missed = [t for t in caught.missed if until is None or t < until]
@@ -96,11 +93,25 @@ def plan(schedule: model.Schedule, previous: model.JobState | None, now: datetim
             for t in fire_at[1:]
         ]
         fire_at = fire_at[:1]
-    fires += [firing(schedule, when, t, F.FIRED) for t in fire_at]
+    fires += [firing(schedule, when, t, F.FIRED, end=ends.get(t)) for t in fire_at]
     fires.sort(key=lambda f: f.nominal_at)
     next_due = None if caught.next_due is None else _before_until(caught.next_due, until)
     return Plan(
         fires=fires, next_due=next_due, missed_count=missed_count, cancel_previous=cancel_previous
+    )
+
+
+def _catch_up(schedule: model.Schedule, when: cadence.When, now: datetime) -> cadence.CatchUp:
+    assert schedule.next_due is not None
+    before_next = schedule.next_due - timedelta(microseconds=1)
+    return cadence.catch_up(
+        when,
+        before_next,
+        now,
+        mode=schedule.catchup.value,
+        window=timedelta(seconds=schedule.catchup_window_seconds),
+        max_firings=schedule.catchup_max,
+        created=before_next,
     )
 
 
@@ -113,13 +124,15 @@ def firing(
     when: cadence.When,
     nominal: datetime,
     outcome: model.FiringOutcome,
-    **overrides: object,
+    *,
+    end: datetime | None = None,
+    overrides: Mapping[str, object] | None = None,
 ) -> model.Fire:
     """The firing of `schedule` at `nominal`, with the job it creates: the template's, due
     at the nominal time (plus the schedule's jitter), keyed by schedule and time, its
     payload saying which interval it is for. `overrides` change the job (a backfill's pool
-    or code version)."""
-    end = cadence.following(when, nominal)
+    or code version). `end`: the next nominal time, when the caller knows it."""
+    end = end or cadence.following(when, nominal)
     spread = timedelta(seconds=schedule.jitter_seconds)
     delay = cadence.jitter(f"{schedule.id}", nominal, spread) if spread else timedelta(0)
     payload = model.firing_payload(
@@ -130,12 +143,14 @@ def firing(
         run_at=nominal + delay,
         idempotency_key=model.firing_key(schedule.id, nominal),
         payload=payload,
-        **overrides,
+        **(overrides or {}),
     )
     return model.Fire(nominal, outcome, job=job, note=_moved(when, nominal))
 
 
 def _moved(when: cadence.When, nominal: datetime) -> str | None:
+    if isinstance(when, cadence.Every):  # whole seconds: the clocks never move one
+        return None
     return cadence.after(when, nominal - timedelta(microseconds=1)).moved
 
 
@@ -145,7 +160,7 @@ def backfill_fires(
     """The firings `corral backfill` makes for the nominal times in [start, end), lazily."""
     when = rule(schedule, schedule.anchor)
     for nominal in cadence.between(when, start, end):
-        yield firing(schedule, when, nominal.at, F.BACKFILLED, **overrides)
+        yield firing(schedule, when, nominal.at, F.BACKFILLED, overrides=overrides)
 
 
 def resume_skips(

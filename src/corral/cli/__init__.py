@@ -45,8 +45,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "schedules": ("corral.cli.schedules:schedules", "Make and manage schedules (cron, intervals)."),
     "backfill": (
         "corral.cli.schedules:backfill",
-        "One job per nominal time of a schedule in [--from, --to), idempotently: running it"
-        " again creates nothing new. Each job's CORRAL_INTERVAL_START/END say its interval.",
+        "One job per nominal time of a schedule in [--from, --to), idempotently.",
     ),
     "health": (
         "corral.cli.loops:health_cmd",

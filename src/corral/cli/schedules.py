@@ -345,7 +345,11 @@ def schedules_preview(
     out.print(render.nominals_table(upcoming))
 
 
-@click.command("backfill")
+@click.command(
+    "backfill",
+    epilog="Running it again creates nothing new. Each job's CORRAL_INTERVAL_START and"
+    " CORRAL_INTERVAL_END say its interval.",
+)
 @click.argument("schedule")
 @click.option("--from", "start", required=True, help="The first nominal time's lower bound.")
 @click.option("--to", "end", required=True, help="The upper bound (not included).")
@@ -367,8 +371,7 @@ def backfill(
     dry_run: bool,
     as_json: bool,
 ) -> None:
-    """One job per nominal time of a schedule in [--from, --to), idempotently: running it
-    again creates nothing new. Each job's CORRAL_INTERVAL_START/END say its interval."""
+    """One job per nominal time of a schedule in [--from, --to), idempotently."""
     from rich.progress import Progress
 
     async def go() -> tuple[int, int]:
