@@ -81,7 +81,7 @@ class Timed(scheduler.Scheduler):
     commits: list[tuple[float, list[model.Firing]]]
 
     async def pass_once(self) -> scheduler.PassResult:
-        self.commits = getattr(self, "commits", [])
+        self.commits = getattr(self, "commits", [])  # kept across passes
         real = self.store.schedules_fire_due
 
         async def timed(**kw: Any) -> Any:
@@ -97,42 +97,61 @@ class Timed(scheduler.Scheduler):
 
 
 async def fire_once(url: str, count: int, schedulers: int) -> dict[str, Any]:
-    """`count` schedules due at one instant, `schedulers` of them firing it."""
+    """`count` schedules due at one instant, `schedulers` Scheduler loops firing them (as
+    `corral scheduler` does: ahead of the instant, scheduler.AHEAD)."""
     clock = SystemClock()
     setup = store.Store.connect(url)
     await setup.migrate()
-    due = clock.now().replace(microsecond=0) + timedelta(seconds=3 + count / 1000)
+    lead = scheduler.AHEAD + timedelta(seconds=3 + count / 1000)
+    due = clock.now().replace(microsecond=0) + lead
     await make_schedules(setup, count, due, clock.now(), prefix=f"s{schedulers}-")
-    lead = (due - clock.now()).total_seconds()
-    if lead < 1:
+    if clock.now() >= due - scheduler.AHEAD:
         raise SystemExit(f"making {count} schedules took too long: raise the lead time")
     dbs = [store.Store.connect(url) for _ in range(schedulers)]
     loops = [Timed(store=db, clock=clock) for db in dbs]
-    await asyncio.sleep(max(0.0, (due - clock.now()).total_seconds()))
-    await asyncio.gather(*(s.pass_once() for s in loops))
-    late = [
-        at - f.nominal_at.timestamp()
-        for s in loops
-        for at, fired in s.commits
-        for f in fired
-        if f.nominal_at == due
-    ]
-    counts = Counter(
-        f.schedule_id for s in loops for _, fired in s.commits for f in fired if f.nominal_at == due
-    )
+    stop = asyncio.Event()
+    running = [asyncio.create_task(s.run(stop)) for s in loops]
+
+    def fired() -> list[tuple[float, model.Firing]]:
+        return [
+            (at, f)
+            for s in loops
+            for at, done in getattr(s, "commits", [])
+            for f in done
+            if f.nominal_at == due
+        ]
+
+    deadline = time.monotonic() + lead.total_seconds() + 120
+    while len(fired()) < count and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    stop.set()
+    await asyncio.gather(*running)
+    found = fired()
+    # Committed: when the transaction that recorded a firing and its job returned, less
+    # the nominal time (negative: ahead of it). Claimable: when its job could first be
+    # claimed (its commit, or its run_at, the nominal time, if later), less the same.
+    committed = [at - f.nominal_at.timestamp() for at, f in found]
+    claimable = [max(0.0, c) for c in committed]
+    counts = Counter(f.schedule_id for _, f in found)
     for db in dbs:
         await db.close()
     await setup.close()
     return {
         "schedulers": schedulers,
-        "fired": len(late),
+        "fired": len(found),
         "expected": count,
         "duplicates": sum(n - 1 for n in counts.values()),
-        "lateness_s": {
-            "p50": quantile(late, 0.5) if late else None,
-            "p99": quantile(late, 0.99) if late else None,
-            "max": max(late) if late else None,
-        },
+        "by_scheduler": [sum(len(done) for _, done in getattr(s, "commits", [])) for s in loops],
+        "lateness_s": _spread(committed),
+        "claimable_after_s": _spread(claimable),
+    }
+
+
+def _spread(values: list[float]) -> dict[str, float | None]:
+    return {
+        "p50": quantile(values, 0.5) if values else None,
+        "p99": quantile(values, 0.99) if values else None,
+        "max": max(values) if values else None,
     }
 
 

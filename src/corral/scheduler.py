@@ -31,6 +31,10 @@ transactions, small enough that one holds its locks briefly."""
 POLL = 1.0
 """The longest the scheduler sleeps (seconds): how soon it sees a schedule made or changed
 elsewhere whose first time is nearer than anything it knew of."""
+AHEAD = timedelta(seconds=5)
+"""How long before its nominal time a schedule whose overlap is `allow` fires: its job
+waits in the queue for the nominal time, so a burst due at one instant (10,000 schedules
+every minute) is all claimable at that instant, not as fast as one scheduler can write it."""
 MISSED_RECORDED = 1000
 """At most this many missed (or skipped) nominal times are recorded one by one a pass; the
 rest are counted on the schedule (missed_total)."""
@@ -210,6 +214,7 @@ class Scheduler:
         cancel_grace: timedelta = timedelta(seconds=10),
         batch: int = BATCH,
         poll: float = POLL,
+        ahead: timedelta = AHEAD,
     ) -> None:
         self.store = store
         self.clock = clock
@@ -217,6 +222,7 @@ class Scheduler:
         self.cancel_grace = cancel_grace
         self.batch = batch
         self.poll = poll
+        self.ahead = ahead
         self.last_pass: PassResult | None = None
 
     async def run(self, stop: asyncio.Event, on_pass: Callable[[], None] | None = None) -> None:
@@ -229,7 +235,7 @@ class Scheduler:
                 log.warning("a scheduler pass failed: %s; trying again", exc)
             wake = None
             try:
-                wake = await self.store.schedule_next_wake()
+                wake = await self.store.schedule_next_wake(ahead=self.ahead)
             except errors.StoreError as exc:
                 log.warning("the scheduler could not read what is due next: %s", exc)
             wait = self.poll
@@ -244,7 +250,10 @@ class Scheduler:
         while True:
             now = self.clock.now()
             done = await self.store.schedules_fire_due(
-                now=now, limit=self.batch, plan=functools.partial(_plan_at, now=now)
+                now=now,
+                limit=self.batch,
+                plan=functools.partial(_plan_at, now=now),
+                ahead=self.ahead,
             )
             schedules += done.schedules
             recorded += len(done.firings)

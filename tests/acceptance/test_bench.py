@@ -95,3 +95,15 @@ def test_cli_start_reports_each_command_and_bulk_submit() -> None:
     assert report["start"]["ratio_help_vs_import_click"] > 0
     assert report["start"]["median_ms"]["heartbeat"] > 0
     assert report["bulk"]["ratio_bulk_file_vs_client_loop"] > 0
+
+
+def test_schedules_reports_lateness_duplicates_and_scaling() -> None:
+    report = _bench("schedules.py", "--schedules", "40", "--paused", "100")
+    for kind in ("sqlite", "postgres"):
+        got = report[kind]
+        assert got["one_scheduler"]["fired"] == 40
+        assert got["three_schedulers"]["fired"] == 40
+        assert got["three_schedulers"]["duplicates"] == 0
+        assert got["one_scheduler"]["claimable_after_s"]["p99"] is not None
+        assert got["ratio_all_vs_tenth_due"] > 0
+        assert got["ratio_over_paused_vs_alone"] > 0

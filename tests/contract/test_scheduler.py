@@ -306,3 +306,25 @@ async def test_update_changes_what_is_given_and_delete_removes_the_firings(
     assert await db.firing_list(schedule_id=made.id) == []
     with pytest.raises(errors.NotFound):
         await c.schedule("x")
+
+
+async def test_a_schedule_that_allows_overlap_fires_ahead_and_its_job_waits_for_its_time(
+    db: store.Store, clock: FrozenClock
+) -> None:
+    c = make_client(db, clock)
+    allow = await c.schedule_create("a", every="1m", **JOB)
+    forbid = await c.schedule_create("f", every="1m", overlap="forbid", **JOB)
+    s = make_scheduler(db, clock, ahead=timedelta(seconds=5))
+    await s.pass_once()  # both fire their first time, now
+    assert await db.schedule_next_wake(ahead=timedelta(seconds=5)) == START + timedelta(seconds=55)
+    clock.advance(57)
+    await s.pass_once()
+    [_first, early] = await firings(db, allow.id)
+    assert early.nominal_at == START + timedelta(minutes=1)
+    assert early.lateness_seconds == -3  # recorded three seconds ahead of its time
+    job = await db.job_get(job_id=early.job_id or 0)
+    assert (job.state, job.run_at) == (J.QUEUED, START + timedelta(minutes=1))
+    assert len(await firings(db, forbid.id)) == 1, "forbid decides at its time, not before"
+    clock.advance(3)
+    await s.pass_once()
+    assert len(await firings(db, forbid.id)) == 2

@@ -655,8 +655,8 @@ class Store:
     async def firing_counts(self, *, schedule_id: int) -> dict[str, int]:
         return await self._tx(schedules.firing_counts, schedule_id=schedule_id)
 
-    async def schedule_next_wake(self) -> datetime | None:
-        return await self._tx(schedules.schedule_next_wake)
+    async def schedule_next_wake(self, *, ahead: timedelta = timedelta(0)) -> datetime | None:
+        return await self._tx(schedules.schedule_next_wake, ahead=ahead)
 
     async def schedules_fire_due(
         self,
@@ -664,8 +664,11 @@ class Store:
         now: datetime,
         limit: int,
         plan: Callable[[model.Schedule, model.JobState | None], schedules.Plan],
+        ahead: timedelta = timedelta(0),
     ) -> schedules.Fired:
-        return await self._tx(schedules.schedules_fire_due, now=now, limit=limit, plan=plan)
+        return await self._tx(
+            schedules.schedules_fire_due, now=now, limit=limit, plan=plan, ahead=ahead
+        )
 
     async def backfill(
         self, *, schedule: model.Schedule, fires: Sequence[model.Fire], now: datetime

@@ -312,7 +312,12 @@ SQLITE_MAX_VARIABLES = 32_766
 
 
 def insert_many(
-    conn: Connection, table: Table, rows: Sequence[Mapping[str, Any]], returning: Sequence[str] = ()
+    conn: Connection,
+    table: Table,
+    rows: Sequence[Mapping[str, Any]],
+    returning: Sequence[str] = (),
+    *,
+    on_conflict: str = "",
 ) -> list[tuple[Any, ...]]:
     """INSERT many rows as one statement per database round trip; returns `returning` columns.
 
@@ -321,7 +326,8 @@ def insert_many(
     VALUES statement (SQLite), or on PostgreSQL uses COPY (no RETURNING) or one
     INSERT ... SELECT FROM unnest(arrays) (a fixed statement text the server plans once),
     converting values exactly as the table's types store them. Rows must all have the
-    same keys.
+    same keys. `on_conflict` is an ON CONFLICT clause, e.g. "ON CONFLICT (a, b) DO NOTHING"
+    (then only the rows inserted are returned).
     """
     if not rows:
         return []
@@ -331,7 +337,8 @@ def insert_many(
         if (convert := _converter(conn, table.c[c].type)) is not None:
             memo: dict[Any, Any] = {}  # a batch repeats the same `now` and `{}` many times
             values = [(*v[:i], _memo_call(memo, convert, v[i]), *v[i + 1 :]) for v in values]
-    tail = f" RETURNING {', '.join(returning)}" if returning else ""
+    tail = f" {on_conflict}" if on_conflict else ""
+    tail += f" RETURNING {', '.join(returning)}" if returning else ""
     if conn.dialect.name == "postgresql" and not tail:
         _pg_copy(conn, table, cols, values)
         return []
@@ -344,7 +351,7 @@ def insert_many(
         marks = ", ".join([f"({', '.join('?' * len(cols))})"] * len(chunk))
         sql = f"INSERT INTO {table.name} ({', '.join(cols)}) VALUES {marks}{tail}"
         result = conn.exec_driver_sql(sql, tuple(v for row in chunk for v in row))
-        out += [tuple(r) for r in result] if tail else []
+        out += [tuple(r) for r in result] if returning else []
     return out
 
 
@@ -358,7 +365,7 @@ def _pg_insert_unnest(
         f" FROM unnest({arrays}) AS u({', '.join(cols)}){tail}"
     )
     result = conn.exec_driver_sql(sql, tuple(list(column) for column in zip(*values, strict=True)))
-    return [tuple(r) for r in result] if tail else []
+    return [tuple(r) for r in result] if "RETURNING" in tail else []
 
 
 def _pg_copy(

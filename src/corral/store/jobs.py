@@ -24,10 +24,11 @@ A, J = model.AttemptState, model.JobState
 
 
 def job_submit(
-    conn: Connection, *, new: Sequence[model.NewJob], now: datetime
+    conn: Connection, *, new: Sequence[model.NewJob], now: datetime, hold: bool = True
 ) -> list[tuple[int, bool]]:
-    """Insert jobs as `queued`, or `scheduled` when their run_at is still to come (the
-    scheduler queues them once it has); a (tenant, idempotency key) seen before returns the
+    """Insert jobs as `queued`, or, with `hold`, `scheduled` when their run_at is still to
+    come (the scheduler queues them once it has; without `hold` a queued job still waits
+    for its run_at, as a retry does); a (tenant, idempotency key) seen before returns the
     existing id.
 
     Returns (job id, created) in the order of `new`.
@@ -37,12 +38,12 @@ def job_submit(
     keyed = [i for i, j in enumerate(new) if j.idempotency_key is not None]
     if plain:
         stmt = insert(jobs).returning(jobs.c.id, sort_by_parameter_order=True)
-        ids = conn.execute(stmt, [_job_row(new[i], now) for i in plain]).scalars().all()
+        ids = conn.execute(stmt, [_job_row(new[i], now, hold) for i in plain]).scalars().all()
         for i, job_id in zip(plain, ids, strict=True):
             out[i] = (job_id, True)
     if keyed:
         for i, made in zip(
-            keyed, _job_submit_keyed(conn, [new[i] for i in keyed], now), strict=True
+            keyed, _job_submit_keyed(conn, [new[i] for i in keyed], now, hold), strict=True
         ):
             out[i] = made
     result = [o for o in out if o is not None]
@@ -54,7 +55,7 @@ def job_submit(
                 attempt_id=None,
                 entity="job",
                 frm=None,
-                to=_first_state(job, now),
+                to=_first_state(job, now, hold),
                 reason="submitted",
                 now=now,
             )
@@ -65,12 +66,19 @@ def job_submit(
     return result
 
 
-def _first_state(job: model.NewJob, now: datetime) -> model.JobState:
-    return J.SCHEDULED if job.run_at is not None and job.run_at > now else J.QUEUED
+def _first_state(job: model.NewJob, now: datetime, hold: bool = True) -> model.JobState:
+    held = hold and job.run_at is not None and job.run_at > now
+    return J.SCHEDULED if held else J.QUEUED
+
+
+KEYED_CONFLICT = (
+    "ON CONFLICT (tenant, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING"
+)
+"""A key stored before wins (uq_jobs_idempotency, a partial unique index)."""
 
 
 def _job_submit_keyed(
-    conn: Connection, new: Sequence[model.NewJob], now: datetime
+    conn: Connection, new: Sequence[model.NewJob], now: datetime, hold: bool
 ) -> list[tuple[int, bool]]:
     """Keyed jobs in one statement: a key stored before (or earlier in `new`) gives the
     job that has it, with created False."""
@@ -78,11 +86,15 @@ def _job_submit_keyed(
     for n, job in enumerate(new):
         assert job.idempotency_key is not None
         first.setdefault((job.tenant, job.idempotency_key), n)
-    stmt = dialects.insert_ignore_conflict(
-        conn, jobs, ["tenant", "idempotency_key"], where=jobs.c.idempotency_key.is_not(None)
-    ).returning(jobs.c.id, jobs.c.tenant, jobs.c.idempotency_key)
-    rows = [_job_row(new[n], now) for n in first.values()]
-    made = {(r.tenant, r.idempotency_key): r.id for r in conn.execute(stmt, rows)}
+    rows = [_job_row(new[n], now, hold) for n in first.values()]
+    inserted = dialects.insert_many(
+        conn,
+        jobs,
+        rows,
+        returning=("id", "tenant", "idempotency_key"),
+        on_conflict=KEYED_CONFLICT,
+    )
+    made = {(tenant, key): job_id for job_id, tenant, key in inserted}
     missing = [key for key in first if key not in made]
     existing: dict[tuple[str, str], int] = {}
     for start in range(0, len(missing), 500):
@@ -110,7 +122,7 @@ def _job_submit_keyed(
     return out
 
 
-def _job_row(job: model.NewJob, now: datetime) -> dict[str, Any]:
+def _job_row(job: model.NewJob, now: datetime, hold: bool) -> dict[str, Any]:
     return {
         "tenant": job.tenant,
         "queue": job.queue,
@@ -119,7 +131,7 @@ def _job_row(job: model.NewJob, now: datetime) -> dict[str, Any]:
         "executor": job.executor,
         "spec": dict(job.spec),
         "payload": job.payload,
-        "state": _first_state(job, now),
+        "state": _first_state(job, now, hold),
         "run_at": job.run_at or now,
         "idempotency_key": job.idempotency_key,
         "max_attempts": job.max_attempts,

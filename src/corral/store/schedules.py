@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, delete, func, select, update
+from sqlalchemy import Connection, and_, bindparam, delete, func, or_, select, update
 
 from corral import errors, model
 from corral.store import dialects
@@ -241,14 +241,20 @@ def firing_counts(conn: Connection, *, schedule_id: int) -> dict[str, int]:
     return {outcome: count for outcome, count in rows}
 
 
-def schedule_next_wake(conn: Connection) -> datetime | None:
-    """The earliest time anything is due: a schedule's next nominal time, or a job in
-    `scheduled` waiting for its run_at."""
-    first_schedule = conn.execute(select(func.min(schedules.c.next_due)).where(DUE)).scalar()
+def schedule_next_wake(conn: Connection, *, ahead: timedelta) -> datetime | None:
+    """The earliest time anything is due: a schedule's next nominal time (`ahead` of it
+    for one fired ahead, see schedules_fire_due), or a job in `scheduled` waiting for its
+    run_at."""
+    allow = schedules.c.overlap == model.Overlap.ALLOW.value
+    first = select(func.min(schedules.c.next_due)).where(DUE)
+    ahead_of = conn.execute(first.where(allow)).scalar()
+    on_time = conn.execute(first.where(~allow)).scalar()
     first_job = conn.execute(
         select(func.min(jobs.c.run_at)).where(jobs.c.state == state_is(J.SCHEDULED))
     ).scalar()
-    found = [t for t in (first_schedule, first_job) if t is not None]
+    found = [t for t in (on_time, first_job) if t is not None]
+    if ahead_of is not None:
+        found.append(ahead_of - ahead)
     return min(found) if found else None
 
 
@@ -283,12 +289,21 @@ def schedules_fire_due(
     now: datetime,
     limit: int,
     plan: Callable[[model.Schedule, model.JobState | None], Plan],
+    ahead: timedelta = timedelta(0),
 ) -> Fired:
     """Fire up to `limit` due schedules, the most overdue first: `plan(schedule, state of
-    its previous firing's job)` says what to record. One transaction."""
+    its previous firing's job)` says what to record. One transaction.
+
+    A schedule whose overlap is `allow` is due `ahead` of its nominal time: its firing is
+    recorded early and its job waits in the queue for its run_at (the nominal time), so a
+    burst of firings due at one instant is claimable at that instant. The others decide on
+    their previous job's state, so they fire at their time, not before."""
+    early = and_(
+        schedules.c.overlap == model.Overlap.ALLOW.value, schedules.c.next_due <= now + ahead
+    )
     pick = (
         select(schedules)
-        .where(DUE, schedules.c.next_due <= now)
+        .where(DUE, or_(schedules.c.next_due <= now, early))
         .order_by(schedules.c.next_due)
         .limit(limit)
     )
@@ -366,7 +381,9 @@ def _fire(
     """Record each firing and create its job, in the order given; a nominal time recorded
     before (a backfill, a scheduler that lost a race) is left as it is."""
     with_jobs = [(s, f) for s, f in todo if f.job is not None]
-    made = job_submit(conn, new=[f.job for _, f in with_jobs if f.job is not None], now=now)
+    made = job_submit(
+        conn, new=[f.job for _, f in with_jobs if f.job is not None], now=now, hold=False
+    )
     job_ids = {id(f): job_id for (_, f), (job_id, _) in zip(with_jobs, made, strict=True)}
     recorded = _record(conn, [(s.id, f) for s, f in todo], job_ids, now)
     last_jobs = {
@@ -402,9 +419,28 @@ def _record(
     ]
     if not rows:
         return []
-    stmt = dialects.insert_ignore_conflict(conn, firings, ["schedule_id", "nominal_at"])
-    inserted = conn.execute(stmt.returning(*firings.c), rows).all()
-    return [firing_from_row(r) for r in inserted]
+    names = [c.name for c in firings.c]
+    inserted = dialects.insert_many(
+        conn,
+        firings,
+        rows,
+        returning=names,
+        on_conflict="ON CONFLICT (schedule_id, nominal_at) DO NOTHING",
+    )
+    return [_firing_from_values(names, values) for values in inserted]
+
+
+def _firing_from_values(names: Sequence[str], values: Sequence[Any]) -> model.Firing:
+    """A firing from a RETURNING row of the driver's own values (times as it gives them)."""
+    m = dict(zip(names, values, strict=True))
+    for name in ("nominal_at", "recorded_at"):
+        m[name] = _as_utc(m[name])
+    return model.Firing(**{**m, "outcome": F(m["outcome"])})
+
+
+def _as_utc(value: Any) -> datetime:
+    at: datetime = datetime.fromisoformat(value) if isinstance(value, str) else value
+    return at.replace(tzinfo=UTC) if at.tzinfo is None else at.astimezone(UTC)
 
 
 def backfill(
@@ -434,7 +470,7 @@ def backfill(
             )
         ).first()
         if row is not None and row.job_id is None and fire.job is not None:
-            ((job_id, made),) = job_submit(conn, new=[fire.job], now=now)
+            ((job_id, made),) = job_submit(conn, new=[fire.job], now=now, hold=False)
             conn.execute(
                 update(firings)
                 .where(
