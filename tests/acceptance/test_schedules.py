@@ -108,15 +108,16 @@ def test_serve_fires_a_schedule_and_its_job_reads_its_interval(
     )
     later = corral("submit", "--delay", "2s", "--json", "--", "true")
     later_id = str(json.loads(later.stdout)["id"])
-    assert json.loads(corral("jobs", "show", later_id, "--json").stdout)["state"] == ("scheduled")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "corral", "serve"],
-        cwd=tmp_path,
-        env=corral_env(),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    assert json.loads(corral("jobs", "show", later_id, "--json").stdout)["state"] == "scheduled"
+    with open(tmp_path / "serve.log", "w") as log:  # a file never fills up and blocks
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "corral", "serve"],
+            cwd=tmp_path,
+            env=corral_env(),
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+            text=True,
+        )
     try:
         deadline = time.monotonic() + PATIENCE
         while time.monotonic() < deadline:
@@ -156,14 +157,21 @@ def test_a_backfill_of_730_days_through_a_2_slot_pool(
         json.loads(corral("submit", "--json", "--queue", "live", "--", "true").stdout)["id"]
         for _ in range(5)
     ]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "corral", "serve"],
-        cwd=tmp_path,
-        env=corral_env(),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    # Two slots: a tick claims at most two, so ticks come often.
+    fast = {
+        "CORRAL_TIMEOUTS__DISPATCH_INTERVAL": "50ms",
+        "CORRAL_TIMEOUTS__TICK_DEADLINE": "40ms",
+        "CORRAL_TIMEOUTS__TICK_MARGIN": "10ms",
+    }
+    with open(tmp_path / "serve.log", "w") as log:  # a file never fills up and blocks
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "corral", "serve"],
+            cwd=tmp_path,
+            env=corral_env(fast),
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+            text=True,
+        )
     url = f"sqlite:///{tmp_path / 'corral.db'}"
     try:
         deadline = time.monotonic() + 500
