@@ -69,10 +69,7 @@ async def make_schedules(
             )
             for n in range(start, min(count, start + 5000))
         ]
-        made = await db.schedules_create(items=items, now=now)
-        if paused:
-            for s in made:
-                await db.schedule_pause(schedule_id=s.id, now=now)
+        await db.schedules_create(items=items, now=now, paused=paused)
 
 
 class Timed(scheduler.Scheduler):

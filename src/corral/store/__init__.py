@@ -591,8 +591,9 @@ class Store:
         *,
         items: Sequence[tuple[model.NewSchedule, datetime, datetime | None]],
         now: datetime,
+        paused: bool = False,
     ) -> list[model.Schedule]:
-        return await self._tx(schedules.schedules_create, items=items, now=now)
+        return await self._tx(schedules.schedules_create, items=items, now=now, paused=paused)
 
     async def schedule_update(
         self,

@@ -62,27 +62,13 @@ def schedules_create(
     *,
     items: Sequence[tuple[model.NewSchedule, datetime, datetime | None]],
     now: datetime,
+    paused: bool = False,
 ) -> list[model.Schedule]:
-    """Store new schedules, each with its anchor and first nominal time, in one statement;
-    refused, all of them, when a name is taken (per tenant)."""
+    """Store new schedules, each with its anchor and first nominal time, in one statement
+    (`paused`: made paused); refused, all of them, when a name is taken (per tenant)."""
     names = {(new.tenant, new.name) for new, _, _ in items}
     if len(names) < len(items):
         raise errors.InvalidInput("name: the same schedule twice in one request")
-    ordered = sorted(names)
-    for start in range(0, len(ordered), 500):
-        chunk = ordered[start : start + 500]
-        taken = conn.execute(
-            select(schedules.c.tenant, schedules.c.name).where(
-                schedules.c.name.in_([name for _, name in chunk])
-            )
-        ).all()
-        clash = sorted({(t, n) for t, n in taken} & names)
-        if clash:
-            tenant, name = clash[0]
-            raise errors.InvalidInput(
-                f"name: a schedule named {name!r} exists (tenant {tenant!r}); change it"
-                " with `corral schedules update`, or delete it first"
-            )
     rows = [
         {
             "tenant": new.tenant,
@@ -98,7 +84,7 @@ def schedules_create(
             "overlap": new.overlap.value,
             "jitter_seconds": new.jitter_seconds,
             "until": new.until,
-            "paused_at": None,
+            "paused_at": now if paused else None,
             "next_due": next_due,
             "last_nominal": None,
             "last_job_id": None,
@@ -108,8 +94,27 @@ def schedules_create(
         }
         for new, anchor, next_due in items
     ]
-    stmt = schedules.insert().returning(*schedules.c, sort_by_parameter_order=True)
-    return [schedule_from_row(r) for r in conn.execute(stmt, rows)]
+    inserted = dialects.insert_many(
+        conn,
+        schedules,
+        rows,
+        ("id", "tenant", "name"),
+        on_conflict="ON CONFLICT (tenant, name) DO NOTHING",
+    )
+    if len(inserted) < len(rows):  # raised: the transaction keeps none of them
+        taken = sorted(names - {(tenant, name) for _, tenant, name in inserted})
+        tenant, name = taken[0]
+        raise errors.InvalidInput(
+            f"name: a schedule named {name!r} exists (tenant {tenant!r}); change it"
+            " with `corral schedules update`, or delete it first"
+        )
+    ids = [schedule_id for schedule_id, _, _ in inserted]
+    made: dict[int, model.Schedule] = {}
+    for start in range(0, len(ids), 500):
+        some = ids[start : start + 500]
+        found = conn.execute(select(schedules).where(dialects.one_of(conn, schedules.c.id, some)))
+        made.update((r.id, schedule_from_row(r)) for r in found)
+    return [made[i] for i in ids]
 
 
 def schedule_update(
