@@ -3,6 +3,7 @@ backfill` (one job per nominal time of a schedule in a range)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -84,8 +85,18 @@ _JOB_FIELDS = {
 }
 
 
-def rule_options(fn: Any) -> Any:
-    for option in reversed(RULE_OPTIONS):
+def schedule_options(fn: Any) -> Any:
+    """NAME, the rule's options, the job's (as `corral submit`'s) and the command."""
+    decorators: list[Callable[[Any], Any]] = [
+        click.argument("name"),
+        *RULE_OPTIONS,
+        job_options,
+        JSON,
+        config_option,
+        click.argument("command", nargs=-1),
+        click.pass_context,
+    ]
+    for option in reversed(decorators):
         fn = option(fn)
     return fn
 
@@ -96,13 +107,7 @@ def schedules() -> None:
 
 
 @schedules.command("add")
-@click.argument("name")
-@rule_options
-@job_options
-@JSON
-@config_option
-@click.argument("command", nargs=-1)
-@click.pass_context
+@schedule_options
 def schedules_add(
     ctx: click.Context, /, name: str, command: tuple[str, ...], as_json: bool, **options: Any
 ) -> None:
@@ -122,13 +127,7 @@ def schedules_add(
 
 
 @schedules.command("update")
-@click.argument("name")
-@rule_options
-@job_options
-@JSON
-@config_option
-@click.argument("command", nargs=-1)
-@click.pass_context
+@schedule_options
 def schedules_update(
     ctx: click.Context, /, name: str, command: tuple[str, ...], as_json: bool, **options: Any
 ) -> None:
