@@ -494,10 +494,10 @@ def _schedule_args(schedule: model.Schedule) -> dict[str, Any]:
         "start": schedule.anchor,
         "until": schedule.until,
         "catchup": schedule.catchup.value,
-        "catchup_window": f"{schedule.catchup_window_seconds:g}s",
+        "catchup_window": f"{int(schedule.catchup_window_seconds)}s",
         "catchup_max": schedule.catchup_max,
         "overlap": schedule.overlap.value,
-        "jitter": f"{schedule.jitter_seconds:g}s" if schedule.jitter_seconds else None,
+        "jitter": f"{int(schedule.jitter_seconds)}s" if schedule.jitter_seconds else None,
         **{k: v for k, v in schedule.template.items() if k in SUBMIT_FIELDS},
     }
     if schedule.cron is not None:

@@ -79,6 +79,11 @@ def test_schedules_add_list_show_preview_and_bad_input(corral: Run) -> None:
     assert json.loads(corral("schedules", "show", "nightly", "--json").stdout)["paused"]
     corral("schedules", "resume", "nightly")
     corral("schedules", "update", "nightly", "--cron", "0 3 * * *")
+    corral("schedules", "update", "nightly", "--payload", '{"format": "csv"}', "--queue", "q")
+    updated = json.loads(corral("schedules", "show", "nightly", "--json").stdout)
+    assert updated["template"]["payload"] == {"format": "csv"}
+    assert updated["template"]["queue"] == "q"
+    assert updated["template"]["spec"] == {"command": ["echo", "hi"]}, "what runs stays"
     assert (
         json.loads(corral("schedules", "show", "nightly", "--json").stdout)["cron"] == "0 3 * * *"
     )

@@ -294,10 +294,13 @@ async def test_update_changes_what_is_given_and_delete_removes_the_firings(
     db: store.Store, clock: FrozenClock
 ) -> None:
     c = make_client(db, clock)
-    made = await c.schedule_create("x", every="1m", queue="a", **JOB)
+    made = await c.schedule_create(
+        "x", every="1m", queue="a", catchup_window="30d", jitter="2s", **JOB
+    )
     await make_scheduler(db, clock).pass_once()
     changed = await c.schedule_update("x", every="5m", queue="b")
     assert (changed.every_seconds, changed.template["queue"]) == (300, "b")
+    assert (changed.catchup_window_seconds, changed.jitter_seconds) == (30 * 86400, 2)
     assert changed.template["spec"] == JOB["spec"]
     assert changed.next_due == START + timedelta(minutes=5)
     with pytest.raises(errors.InvalidInput, match="^name: a schedule named 'x' exists"):

@@ -143,11 +143,13 @@ def schedules_update(
     if command:
         fields.add("spec")
     if fields:
-        job = job_arguments(command, **options)
         if "spec" in fields and not (command or options["spec_json"]):
             raise errors.InvalidInput(
                 "to change what runs, give the whole command after -- (or --spec)"
             )
+        # What runs stays as it is unless given: a stand-in command lets the other
+        # options be read, and is dropped.
+        job = job_arguments(command if "spec" in fields else ("true",), **options)
         changes.update({k: v for k, v in job.items() if k in fields})
     if not changes:
         raise errors.InvalidInput("nothing to change: give an option or a command")
