@@ -120,7 +120,18 @@ def _catch_up(schedule: model.Schedule, when: cadence.When, now: datetime) -> ca
 
 
 def _plan_at(schedule: model.Schedule, previous: model.JobState | None, *, now: datetime) -> Plan:
-    return plan(schedule, previous, now)
+    """`plan`, but a schedule whose firings cannot be worked out (a zone that tzdata no
+    longer knows, a template that no longer builds) is left as it is and said in the log:
+    it never stops the others."""
+    try:
+        return plan(schedule, previous, now)
+    except Exception:
+        log.exception(
+            "schedule %r (id %d): its firings cannot be worked out; it is left as it is",
+            schedule.name,
+            schedule.id,
+        )
+        return Plan(fires=[], next_due=schedule.next_due)
 
 
 def firing(
@@ -233,6 +244,8 @@ class Scheduler:
                     on_pass()
             except errors.StoreError as exc:
                 log.warning("a scheduler pass failed: %s; trying again", exc)
+            except Exception:  # a bug must not stop every schedule for good
+                log.exception("a scheduler pass failed; trying again")
             wake = None
             try:
                 wake = await self.store.schedule_next_wake(ahead=self.ahead)
@@ -260,7 +273,7 @@ class Scheduler:
             fired += sum(1 for f in done.firings if f.job_id is not None)
             self._log(done)
             await self._stop_replaced(done.cancelled)
-            if done.schedules < self.batch:
+            if done.schedules < self.batch or not done.firings:  # none left, or all stuck
                 break
         while True:
             moved = await self.store.jobs_promote_due(now=self.clock.now(), limit=self.batch)

@@ -4,6 +4,7 @@ refused with nothing written. Time is the injected clock's."""
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -331,3 +332,23 @@ async def test_a_schedule_that_allows_overlap_fires_ahead_and_its_job_waits_for_
     clock.advance(3)
     await s.pass_once()
     assert len(await firings(db, forbid.id)) == 2
+
+
+async def test_a_schedule_whose_firings_cannot_be_worked_out_never_stops_the_others(
+    db: store.Store, clock: FrozenClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    c = make_client(db, clock)
+    good = await c.schedule_create("good", every="1m", **JOB)
+    new, anchor = c.new_schedule("broken", cron="0 * * * *", **JOB)
+    # Stored as an older corral might have, in a zone this tzdata no longer knows.
+    broken = await db.schedule_create(
+        new=dataclasses.replace(new, tz="Atlantis/Capital"),
+        anchor=anchor,
+        next_due=START,
+        now=START,
+    )
+    await make_scheduler(db, clock).pass_once()
+    assert len(await firings(db, good.id)) == 1
+    assert await firings(db, broken.id) == []
+    assert "'broken'" in caplog.text
+    assert "cannot be worked out" in caplog.text
