@@ -494,17 +494,27 @@ def _schedule_args(schedule: model.Schedule) -> dict[str, Any]:
         "start": schedule.anchor,
         "until": schedule.until,
         "catchup": schedule.catchup.value,
-        "catchup_window": f"{int(schedule.catchup_window_seconds)}s",
+        "catchup_window": _duration_text(schedule.catchup_window_seconds),
         "catchup_max": schedule.catchup_max,
         "overlap": schedule.overlap.value,
-        "jitter": f"{int(schedule.jitter_seconds)}s" if schedule.jitter_seconds else None,
+        "jitter": _duration_text(schedule.jitter_seconds) if schedule.jitter_seconds else None,
         **{k: v for k, v in schedule.template.items() if k in SUBMIT_FIELDS},
     }
     if schedule.cron is not None:
         args["cron"] = schedule.cron
     else:
-        args["every"] = f"{schedule.every_seconds}s"
+        args["every"] = _duration_text(schedule.every_seconds or 0)
     return args
+
+
+def _duration_text(seconds: float) -> str:
+    """Whole seconds as cadence.parse_duration reads them back, e.g. 90061 -> 1d1h1m1s."""
+    rest, parts = int(seconds), []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        amount, rest = divmod(rest, size)
+        if amount:
+            parts.append(f"{amount}{unit}")
+    return "".join(parts) or "0s"
 
 
 """The arguments of `Client.submit`, which a job given as JSON has as its keys."""

@@ -28,6 +28,8 @@ F = model.FiringOutcome
 BATCH = 500
 """Schedules fired in one transaction: big enough that 10,000 due at once take a few
 transactions, small enough that one holds its locks briefly."""
+SLOW_BATCH = 2.0
+"""Seconds: a batch slower than this halves the next one."""
 POLL = 1.0
 """The longest the scheduler sleeps (seconds): how soon it sees a schedule made or changed
 elsewhere whose first time is nearer than anything it knew of."""
@@ -35,6 +37,8 @@ AHEAD = timedelta(seconds=5)
 """How long before its nominal time a schedule whose overlap is `allow` fires: its job
 waits in the queue for the nominal time, so a burst due at one instant (10,000 schedules
 every minute) is all claimable at that instant, not as fast as one scheduler can write it."""
+STUCK_BACKOFF = timedelta(minutes=1)
+"""How long a schedule whose firings cannot be worked out waits before it is tried again."""
 MISSED_RECORDED = 1000
 """At most this many missed (or skipped) nominal times are recorded one by one a pass; the
 rest are counted on the schedule (missed_total)."""
@@ -66,7 +70,9 @@ def plan(schedule: model.Schedule, previous: model.JobState | None, now: datetim
     # Due: every nominal time from next_due (the first not recorded yet) to now.
     assert schedule.next_due is not None
     following_due = cadence.after(when, schedule.next_due).at
-    if following_due > now:  # the usual case: one time due, so no catching up to work out
+    window = timedelta(seconds=schedule.catchup_window_seconds)
+    too_old = schedule.catchup == model.Catchup.ALL and now - schedule.next_due > window
+    if following_due > now and not too_old:  # the usual case: one due, no catching up
         caught = cadence.CatchUp([schedule.next_due], [], following_due, 0, None)
         ends = {schedule.next_due: following_due}
     else:
@@ -88,8 +94,14 @@ def plan(schedule: model.Schedule, previous: model.JobState | None, now: datetim
             for t in fire_at
         ]
         fire_at = []
-    elif fire_at and busy and schedule.overlap == model.Overlap.REPLACE:
-        cancel_previous = True
+    elif fire_at and schedule.overlap == model.Overlap.REPLACE:
+        # Catching up, the latest replaces the rest: one job runs.
+        fires += [
+            model.Fire(t, F.OVERLAP, note="replaced by a later firing caught up in the same pass")
+            for t in fire_at[:-1]
+        ]
+        fire_at = fire_at[-1:]
+        cancel_previous = busy
     elif fire_at and schedule.overlap == model.Overlap.FORBID:
         # Catching up, one at a time: the first now, the rest would overlap it.
         fires += [
@@ -122,7 +134,7 @@ def _catch_up(schedule: model.Schedule, when: cadence.When, now: datetime) -> ca
 def _plan_at(schedule: model.Schedule, previous: model.JobState | None, *, now: datetime) -> Plan:
     """`plan`, but a schedule whose firings cannot be worked out (a zone that tzdata no
     longer knows, a template that no longer builds) is left as it is and said in the log:
-    it never stops the others."""
+    it never stops the others, and is looked at again STUCK_BACKOFF later."""
     try:
         return plan(schedule, previous, now)
     except Exception:
@@ -131,7 +143,7 @@ def _plan_at(schedule: model.Schedule, previous: model.JobState | None, *, now: 
             schedule.name,
             schedule.id,
         )
-        return Plan(fires=[], next_due=schedule.next_due)
+        return Plan(fires=[], next_due=now + STUCK_BACKOFF)
 
 
 def firing(
@@ -195,7 +207,8 @@ def resume_skips(
         skipped.append(nominal.at)
         if len(skipped) > MISSED_RECORDED:
             skipped.pop(0)
-    return skipped, count - len(skipped), first_due(when, now=now, until=schedule.until)
+    since = max(now, schedule.anchor - timedelta(microseconds=1))
+    return skipped, count - len(skipped), first_due(when, now=since, until=schedule.until)
 
 
 # --- the loop --------------------------------------------------------------------------------
@@ -234,6 +247,7 @@ class Scheduler:
         self.batch = batch
         self.poll = poll
         self.ahead = ahead
+        self._limit = batch
         self.last_pass: PassResult | None = None
 
     async def run(self, stop: asyncio.Event, on_pass: Callable[[], None] | None = None) -> None:
@@ -244,8 +258,14 @@ class Scheduler:
                     on_pass()
             except errors.StoreError as exc:
                 log.warning("a scheduler pass failed: %s; trying again", exc)
+                if await sleep_or_stop(self.clock, stop, self.poll):
+                    return
+                continue
             except Exception:  # a bug must not stop every schedule for good
                 log.exception("a scheduler pass failed; trying again")
+                if await sleep_or_stop(self.clock, stop, self.poll):
+                    return
+                continue
             wake = None
             try:
                 wake = await self.store.schedule_next_wake(ahead=self.ahead)
@@ -262,18 +282,28 @@ class Scheduler:
         schedules = fired = recorded = promoted = 0
         while True:
             now = self.clock.now()
+            began = self.clock.monotonic()
+            limit = self._limit
             done = await self.store.schedules_fire_due(
                 now=now,
-                limit=self.batch,
+                limit=limit,
                 plan=functools.partial(_plan_at, now=now),
                 ahead=self.ahead,
             )
+            # A batch that took long (catching up after an outage walks many missed times)
+            # halves the next one, so no transaction outlives the database's limits; a
+            # quick one lets it grow back.
+            spent = self.clock.monotonic() - began
+            if spent > SLOW_BATCH:
+                self._limit = max(1, limit // 2)
+            elif spent < SLOW_BATCH / 4:
+                self._limit = min(self.batch, limit * 2)
             schedules += done.schedules
             recorded += len(done.firings)
             fired += sum(1 for f in done.firings if f.job_id is not None)
             self._log(done)
             await self._stop_replaced(done.cancelled)
-            if done.schedules < self.batch or not done.firings:  # none left, or all stuck
+            if done.schedules < limit:
                 break
         while True:
             moved = await self.store.jobs_promote_due(now=self.clock.now(), limit=self.batch)

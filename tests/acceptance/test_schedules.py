@@ -30,6 +30,8 @@ def test_schedules_add_list_show_preview_and_bad_input(corral: Run) -> None:
         "Europe/Berlin",
         "--payload",
         '{"format": "pdf"}',
+        "--label",
+        "env=prod",
         "--json",
         "--",
         "echo",
@@ -64,6 +66,21 @@ def test_schedules_add_list_show_preview_and_bad_input(corral: Run) -> None:
     assert [p["at"] for p in preview] == ["2026-03-28T02:30:00+01:00", "2026-03-29T03:00:00+02:00"]
     assert preview[0]["moved"] is None
     assert "does not exist" in preview[1]["moved"]
+    leap = corral(
+        "schedules",
+        "preview",
+        "--cron",
+        "0 0 29 2 *",
+        "--from",
+        "2028-02-28",
+        "--count",
+        "2",
+        "--json",
+    )
+    assert [p["utc"] for p in json.loads(leap.stdout)] == [
+        "2028-02-29T00:00:00+00:00",
+        "2032-02-29T00:00:00+00:00",
+    ]
     for args, field in [
         (["--cron", "61 * * * *"], "cron:"),
         (["--cron", "0 9 * * *", "--tz", "Mars/Olympus"], "tz:"),
@@ -84,6 +101,15 @@ def test_schedules_add_list_show_preview_and_bad_input(corral: Run) -> None:
     assert updated["template"]["payload"] == {"format": "csv"}
     assert updated["template"]["queue"] == "q"
     assert updated["template"]["spec"] == {"command": ["echo", "hi"]}, "what runs stays"
+    corral("schedules", "update", "nightly", "--label", "team=b", "--heartbeat")
+    corral("schedules", "update", "nightly", "--deadline", "2m")
+    merged = json.loads(corral("schedules", "show", "nightly", "--json").stdout)["template"]
+    assert merged["labels"] == {"env": "prod", "team": "b"}, "--label adds"
+    assert merged["policy"]["heartbeat"] is True, "--deadline keeps the rest of the policy"
+    assert merged["policy"]["limits"]["attempt_deadline"] == 120  # stored in seconds
+    corral("schedules", "update", "nightly", "--deadline", "3m")  # a new one replaces it
+    again = json.loads(corral("schedules", "show", "nightly", "--json").stdout)["template"]
+    assert again["policy"]["limits"]["attempt_deadline"] == 180
     assert (
         json.loads(corral("schedules", "show", "nightly", "--json").stdout)["cron"] == "0 3 * * *"
     )

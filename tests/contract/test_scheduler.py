@@ -352,3 +352,92 @@ async def test_a_schedule_whose_firings_cannot_be_worked_out_never_stops_the_oth
     assert await firings(db, broken.id) == []
     assert "'broken'" in caplog.text
     assert "cannot be worked out" in caplog.text
+
+
+async def test_a_backfill_never_becomes_the_job_overlap_watches(
+    db: store.Store, clock: FrozenClock
+) -> None:
+    c = make_client(db, clock)
+    made = await c.schedule_create("r", cron="* * * * *", overlap="replace", **JOB)
+    s = make_scheduler(db, clock)
+    await s.pass_once()
+    [regular] = await firings(db, made.id)
+    await c.backfill("r", start="2026-02-01T00:00Z", end="2026-02-01T00:03Z")
+    assert (await db.schedule_by_id(schedule_id=made.id)).last_job_id == regular.job_id
+    clock.advance(60)
+    await s.pass_once()
+    assert (await db.job_get(job_id=regular.job_id or 0)).state == J.CANCELLED
+    backfilled = [f for f in await firings(db, made.id) if f.outcome == F.BACKFILLED]
+    assert {(await db.job_get(job_id=f.job_id or 0)).state for f in backfilled} == {J.QUEUED}
+
+
+async def test_catching_up_with_replace_fires_only_the_latest(
+    db: store.Store, clock: FrozenClock
+) -> None:
+    made = await make_client(db, clock).schedule_create(
+        "cr", every="1m", catchup="all", overlap="replace", **JOB
+    )
+    clock.advance(3 * 60)
+    await make_scheduler(db, clock).pass_once()
+    assert [f.outcome for f in await firings(db, made.id)] == [F.OVERLAP] * 3 + [F.FIRED]
+
+
+async def test_catch_up_all_misses_a_lone_time_older_than_its_window(
+    db: store.Store, clock: FrozenClock
+) -> None:
+    made = await make_client(db, clock).schedule_create(
+        "w", cron="0 0 * * *", catchup="all", catchup_window="1h", **JOB
+    )
+    clock.advance(12 * 3600 + 23 * 3600)  # its one due time is 23 hours old
+    await make_scheduler(db, clock).pass_once()
+    assert [f.outcome for f in await firings(db, made.id)] == [F.MISSED]
+
+
+async def test_resuming_never_fires_before_the_start(db: store.Store, clock: FrozenClock) -> None:
+    c = make_client(db, clock)
+    await c.schedule_create("s", cron="0 9 * * *", start="2026-04-01", **JOB)
+    await c.schedule_pause("s")
+    resumed = await c.schedule_resume("s")
+    assert resumed.next_due == datetime(2026, 4, 1, 9, tzinfo=UTC)
+
+
+async def test_long_durations_survive_an_update(db: store.Store, clock: FrozenClock) -> None:
+    c = make_client(db, clock)
+    await c.schedule_create("l", every="36500d", catchup_window="36500d", **JOB)
+    changed = await c.schedule_update("l", queue="b")
+    assert (changed.every_seconds, changed.catchup_window_seconds) == (36500 * 86400,) * 2
+
+
+async def test_a_stuck_schedule_is_tried_again_a_minute_later(
+    db: store.Store, clock: FrozenClock
+) -> None:
+    c = make_client(db, clock)
+    new, anchor = c.new_schedule("broken", cron="0 * * * *", **JOB)
+    broken = await db.schedule_create(
+        new=dataclasses.replace(new, tz="Atlantis/Capital"),
+        anchor=anchor,
+        next_due=START,
+        now=START,
+    )
+    await make_scheduler(db, clock, batch=1).pass_once()
+    after = await db.schedule_by_id(schedule_id=broken.id)
+    assert after.next_due == START + scheduler.STUCK_BACKOFF
+
+
+class _SlowStore(FrozenClock):
+    """Each look at the monotonic clock finds three seconds gone: every batch is slow."""
+
+    def monotonic(self) -> float:
+        self._ticks = getattr(self, "_ticks", 0.0) + 3.0
+        return self._ticks
+
+
+async def test_slow_batches_halve_the_next_until_all_due_are_fired(db: store.Store) -> None:
+    clock = _SlowStore(START)
+    c = make_client(db, clock)
+    made = [await c.schedule_create(f"s{n}", every="1m", **JOB) for n in range(10)]
+    s = make_scheduler(db, clock, batch=4)
+    result = await s.pass_once()
+    assert result.fired == 10
+    assert s._limit == 1  # 4, then 2, then 1 a batch
+    assert [len(await firings(db, m.id)) for m in made] == [1] * 10

@@ -3,6 +3,7 @@ backfill` (one job per nominal time of a schedule in a range)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -142,23 +143,40 @@ def schedules_update(
     fields = {_JOB_FIELDS.get(p, p) for p in [*options, "command"] if given(p)} - {"tenant"}
     if command:
         fields.add("spec")
-    if fields:
-        if "spec" in fields and not (command or options["spec_json"]):
-            raise errors.InvalidInput(
-                "to change what runs, give the whole command after -- (or --spec)"
-            )
-        # What runs stays as it is unless given: a stand-in command lets the other
-        # options be read, and is dropped.
-        job = job_arguments(command if "spec" in fields else ("true",), **options)
-        changes.update({k: v for k, v in job.items() if k in fields})
-    if not changes:
+    if "spec" in fields and not (command or options["spec_json"]):
+        raise errors.InvalidInput(
+            "to change what runs, give the whole command after -- (or --spec)"
+        )
+    if not (changes or fields):
         raise errors.InvalidInput("nothing to change: give an option or a command")
 
     async def go() -> model.Schedule:
         async with state.connect(platforms=False) as c:
+            if fields:
+                old = (await c.schedule(name, tenant=tenant)).template
+                if options["policy_json"] is None:  # --deadline and the like change it
+                    options["policy_json"] = json.dumps(_policy_but(old, options))
+                # What runs stays as it is unless given: a stand-in command lets the other
+                # options be read, and is dropped.
+                job = job_arguments(command if "spec" in fields else ("true",), **options)
+                if "labels" in fields:  # --label adds to the labels, or changes one
+                    job["labels"] = {**old.get("labels", {}), **job["labels"]}
+                changes.update({k: v for k, v in job.items() if k in fields})
             return await c.schedule_update(name, tenant=tenant, **changes)
 
     _print_made(run(go()), as_json, verb="updated")
+
+
+def _policy_but(template: Any, options: dict[str, Any]) -> dict[str, Any]:
+    """A stored policy without what the shortcut options given say again."""
+    policy = dict(template.get("policy") or {})
+    if options["deadline"] is not None and isinstance(policy.get("limits"), dict):
+        policy["limits"] = {k: v for k, v in policy["limits"].items() if k != "attempt_deadline"}
+    if options["heartbeat"]:
+        policy.pop("heartbeat", None)
+    if options["on_unknown"] is not None:
+        policy.pop("on_unknown", None)
+    return policy
 
 
 def _print_made(made: model.Schedule, as_json: bool, verb: str = "made") -> None:
@@ -228,7 +246,7 @@ def schedules_show(state: State, name: str, tenant: str, limit: int, as_json: bo
 
 
 def _far(at: datetime) -> datetime:
-    return at.replace(year=at.year + 30)
+    return at + timedelta(days=30 * 366)
 
 
 def _take(found: Any, count: int, until: datetime | None) -> list[cadence.Nominal]:
@@ -319,9 +337,10 @@ def schedules_preview(
     now = clock.SystemClock().now()
     if name is not None and (cron or every):
         raise errors.InvalidInput("give a schedule's name or --cron/--every, not both")
-    since = cadence.parse_instant(start, "--from", tz) if start else now
     until: datetime | None = None
+    since = now
     if name is None:
+        since = cadence.parse_instant(start, "--from", tz) if start else now
         if (cron is None) == (every is None):
             raise errors.InvalidInput(
                 "give a schedule's name, or --cron EXPR [--tz TZ], or --every"
@@ -337,6 +356,8 @@ def schedules_preview(
 
         found = run(go())
         when, until = scheduler.rule(found, found.anchor), found.until
+        if start:  # a time without an offset is the schedule's own zone's
+            since = cadence.parse_instant(start, "--from", found.tz)
         since = max(since, found.anchor)
     first = cadence.after(when, since - _MICRO)
     upcoming = _take(cadence.between(when, first.at, _far(first.at)), count, until)

@@ -143,10 +143,12 @@ def schedule_update(
 
 
 def schedule_delete(conn: Connection, *, schedule_id: int) -> None:
-    """Delete a schedule and its firings. Jobs it created stay, as jobs."""
-    conn.execute(delete(firings).where(firings.c.schedule_id == schedule_id))
+    """Delete a schedule and its firings. Jobs it created stay, as jobs. The schedule goes
+    first: a pass firing it meanwhile holds its row, so its firings are in before this
+    deletes them."""
     if not conn.execute(delete(schedules).where(schedules.c.id == schedule_id)).rowcount:
         raise errors.NotFound(f"no schedule with id {schedule_id}")
+    conn.execute(delete(firings).where(firings.c.schedule_id == schedule_id))
 
 
 def schedule_pause(conn: Connection, *, schedule_id: int, now: datetime) -> model.Schedule:
@@ -381,7 +383,11 @@ def _cancel_quietly(
 
 
 def _fire(
-    conn: Connection, todo: Sequence[tuple[model.Schedule, model.Fire]], now: datetime
+    conn: Connection,
+    todo: Sequence[tuple[model.Schedule, model.Fire]],
+    now: datetime,
+    *,
+    latest: bool = True,
 ) -> list[model.Firing]:
     """Record each firing and create its job, in the order given; a nominal time recorded
     before (a backfill, a scheduler that lost a race) is left as it is."""
@@ -394,7 +400,7 @@ def _fire(
     last_jobs = {
         s.id: job_ids[id(f)] for s, f in with_jobs if id(f) in job_ids
     }  # the newest firing's job, as `todo` is in order
-    if last_jobs:
+    if last_jobs and latest:  # the job overlap watches: a backfill's never is
         conn.execute(
             update(schedules)
             .where(schedules.c.id == bindparam("b_id"))
@@ -467,7 +473,7 @@ def backfill(
     # A time recorded as missed or skipped has no job: a backfill gives it one, and its
     # firing row says so.
     redo = [f for f in fires if f.nominal_at in seen]
-    created = len(_fire(conn, [(schedule, f) for f in fresh], now))
+    created = len(_fire(conn, [(schedule, f) for f in fresh], now, latest=False))
     for fire in redo:
         row = conn.execute(
             select(firings.c.job_id).where(
