@@ -28,7 +28,6 @@ An interval (Every) is a fixed number of seconds from an anchor and ignores cloc
   bounded by `max_firings` however long it was away.
 - resume: the firings that fell in a pause, recorded as skipped and never fired.
 - jitter: a firing's offset within a spread, the same on every scheduler process.
-- overlap: whether a firing may start while the previous one is still active.
 """
 
 from __future__ import annotations
@@ -49,8 +48,6 @@ import cronsim
 from corral import errors
 
 CatchUpMode = Literal["none", "all"]
-OverlapMode = Literal["allow", "forbid", "replace"]
-OverlapAction = Literal["fire", "skip", "fire_and_cancel_previous"]
 
 NICKNAMES = {
     "@yearly": "0 0 1 1 *",
@@ -454,15 +451,3 @@ def jitter(key: str, nominal: datetime, spread: timedelta) -> timedelta:
     micros = (_utc(nominal, "nominal") - _EPOCH) // _US
     digest = hashlib.sha256(f"{key}\x1f{micros}".encode()).digest()
     return timedelta(microseconds=int.from_bytes(digest[:16], "big") % span)
-
-
-def overlap(mode: OverlapMode, previous_active: bool) -> OverlapAction:
-    """Whether a firing starts while the previous firing's job is still active: "allow"
-    fires, "forbid" skips it, "replace" fires and cancels the previous one."""
-    if mode not in ("allow", "forbid", "replace"):
-        raise errors.InvalidInput(
-            f"overlap: {mode!r} is not an overlap mode; use allow, forbid or replace"
-        )
-    if not previous_active or mode == "allow":
-        return "fire"
-    return "skip" if mode == "forbid" else "fire_and_cancel_previous"

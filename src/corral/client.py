@@ -310,7 +310,7 @@ class Client:
         new, anchor = self.new_schedule(name, **args)
         now = self.clock.now()
         first = scheduler.first_due(
-            scheduler.rule(new, anchor), now=max(now, anchor) - _TICK, until=new.until
+            scheduler.rule(new, anchor), now=now, anchor=anchor, until=new.until
         )
         return await self.store.schedule_create(new=new, anchor=anchor, next_due=first, now=now)
 
@@ -338,10 +338,13 @@ class Client:
         if new.tenant != old.tenant:
             raise errors.InvalidInput("tenant: a schedule cannot move to another tenant")
         now = self.clock.now()
-        since = max(now, anchor) - _TICK
-        if old.last_nominal is not None:  # never a nominal time it recorded already
-            since = max(since, old.last_nominal)
-        first = scheduler.first_due(scheduler.rule(new, anchor), now=since, until=new.until)
+        first = scheduler.first_due(
+            scheduler.rule(new, anchor),
+            now=now,
+            anchor=anchor,
+            until=new.until,
+            recorded=old.last_nominal,
+        )
         changes = {
             f.name: getattr(new, f.name)
             for f in dataclasses.fields(new)
@@ -350,7 +353,7 @@ class Client:
         return await self.store.schedule_update(
             schedule_id=old.id,
             changes={**changes, "template": dict(new.template)},
-            next_due=None if old.paused_at is not None and first is None else first,
+            next_due=first,
             now=now,
         )
 

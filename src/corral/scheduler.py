@@ -37,6 +37,7 @@ AHEAD = timedelta(seconds=5)
 """How long before its nominal time a schedule whose overlap is `allow` fires: its job
 waits in the queue for the nominal time, so a burst due at one instant (10,000 schedules
 every minute) is all claimable at that instant, not as fast as one scheduler can write it."""
+_MICROSECOND = timedelta(microseconds=1)
 STUCK_BACKOFF = timedelta(minutes=1)
 """How long a schedule whose firings cannot be worked out waits before it is tried again."""
 MISSED_RECORDED = 1000
@@ -52,10 +53,21 @@ def rule(schedule: model.Schedule | model.NewSchedule, anchor: datetime) -> cade
     return cadence.Every(schedule.every_seconds, anchor)
 
 
-def first_due(when: cadence.When, *, now: datetime, until: datetime | None) -> datetime | None:
-    """The first nominal time of a schedule made (or changed) at `now`: the first one
-    after `now`; None when it is at or after `until`."""
-    return _before_until(cadence.after(when, now).at, until)
+def first_due(
+    when: cadence.When,
+    *,
+    now: datetime,
+    anchor: datetime,
+    until: datetime | None,
+    recorded: datetime | None = None,
+) -> datetime | None:
+    """The first nominal time of a schedule made, changed or resumed at `now`: the first
+    at or after both `now` and `anchor` (no firing before its start), and after `recorded`
+    (the latest nominal time it recorded, never fired twice); None at or after `until`."""
+    since = max(now, anchor) - timedelta(microseconds=1)
+    if recorded is not None:
+        since = max(since, recorded)
+    return _before_until(cadence.after(when, since).at, until)
 
 
 def _before_until(at: datetime, until: datetime | None) -> datetime | None:
@@ -194,21 +206,15 @@ def resume_skips(
     schedule: model.Schedule, now: datetime
 ) -> tuple[list[datetime], int, datetime | None]:
     """What resuming a paused schedule at `now` records: the nominal times that passed
-    while it was paused (at most MISSED_RECORDED of them, and how many there were), and its
-    next nominal time. They are skipped, never fired."""
+    while it was paused (at most MISSED_RECORDED of them, and how many more there were),
+    and its next nominal time. They are skipped, never fired."""
     when = rule(schedule, schedule.anchor)
+    last = now if schedule.until is None else min(now, schedule.until - _MICROSECOND)
     start = schedule.next_due or now
-    skipped: list[datetime] = []
-    count = 0
-    for nominal in cadence.between(when, start, now + timedelta(microseconds=1)):
-        if schedule.until is not None and nominal.at >= schedule.until:
-            break
-        count += 1
-        skipped.append(nominal.at)
-        if len(skipped) > MISSED_RECORDED:
-            skipped.pop(0)
-    since = max(now, schedule.anchor - timedelta(microseconds=1))
-    return skipped, count - len(skipped), first_due(when, now=since, until=schedule.until)
+    passed = cadence.resume(when, start - _MICROSECOND, last, limit=MISSED_RECORDED)
+    skipped = passed.skipped if start <= last else []
+    more = passed.skipped_count - len(passed.skipped) if start <= last else 0
+    return skipped, more, first_due(when, now=now, anchor=schedule.anchor, until=schedule.until)
 
 
 # --- the loop --------------------------------------------------------------------------------

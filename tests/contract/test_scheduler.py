@@ -424,7 +424,7 @@ async def test_a_stuck_schedule_is_tried_again_a_minute_later(
     assert after.next_due == START + scheduler.STUCK_BACKOFF
 
 
-class _SlowStore(FrozenClock):
+class _SlowClock(FrozenClock):
     """Each look at the monotonic clock finds three seconds gone: every batch is slow."""
 
     def monotonic(self) -> float:
@@ -433,7 +433,7 @@ class _SlowStore(FrozenClock):
 
 
 async def test_slow_batches_halve_the_next_until_all_due_are_fired(db: store.Store) -> None:
-    clock = _SlowStore(START)
+    clock = _SlowClock(START)
     c = make_client(db, clock)
     made = [await c.schedule_create(f"s{n}", every="1m", **JOB) for n in range(10)]
     s = make_scheduler(db, clock, batch=4)
@@ -441,3 +441,29 @@ async def test_slow_batches_halve_the_next_until_all_due_are_fired(db: store.Sto
     assert result.fired == 10
     assert s._limit == 1  # 4, then 2, then 1 a batch
     assert [len(await firings(db, m.id)) for m in made] == [1] * 10
+
+
+class _Stops:
+    """An executor that notes what it is asked to stop."""
+
+    def __init__(self) -> None:
+        self.cancelled: list[str] = []
+
+    async def cancel(self, name: str, grace: timedelta) -> None:
+        self.cancelled.append(name)
+
+
+async def test_replace_stops_the_running_attempt_of_the_previous_job_on_its_platform(
+    db: store.Store, clock: FrozenClock
+) -> None:
+    c = make_client(db, clock)
+    made = await c.schedule_create("rr", every="1m", overlap="replace", **JOB)
+    noop = _Stops()
+    s = make_scheduler(db, clock, executors={"noop": noop})  # type: ignore[dict-item]
+    await s.pass_once()
+    [claimed] = await db.job_claim(now=clock.now(), limit=10, executors=["noop"])
+    clock.advance(60)
+    await s.pass_once()
+    assert noop.cancelled == [claimed.attempt.launch_name]
+    assert (await db.job_get(job_id=claimed.job.id)).state == J.CANCELLED
+    assert [f.outcome for f in await firings(db, made.id)] == [F.FIRED, F.FIRED]

@@ -1,5 +1,5 @@
 """When a schedule fires (cadence): cron in a time zone across clock changes, intervals,
-catch-up, pause, jitter and overlap, with the clock changes of 2026 in three zones.
+catch-up, pause and jitter, with the clock changes of 2026 in three zones.
 
     Europe/Berlin        2026-03-29 02:00 -> 03:00 (01:00Z)   2026-10-25 03:00 -> 02:00 (01:00Z)
     America/New_York     2026-03-08 02:00 -> 03:00 (07:00Z)   2026-11-01 02:00 -> 01:00 (06:00Z)
@@ -668,7 +668,7 @@ def test_catch_up_refuses_bad_settings_naming_them(kwargs, field: str) -> None:
         cadence.catch_up(cadence.Cron("* * * * *"), None, utc(2026, 1, 2), **args)
 
 
-# --- pause, jitter, overlap ------------------------------------------------------------------
+# --- pause and jitter ------------------------------------------------------------------------
 
 
 def test_resuming_skips_what_fell_in_the_pause_and_lists_only_the_latest() -> None:
@@ -705,26 +705,6 @@ def test_jitter_spreads_schedules_that_share_a_time() -> None:
     assert cadence.jitter("a", nominal, timedelta(0)) == timedelta(0)
     with pytest.raises(errors.InvalidInput, match=r"^jitter: "):
         cadence.jitter("a", nominal, timedelta(seconds=-1))
-
-
-@pytest.mark.parametrize(
-    ("mode", "active", "action"),
-    [
-        ("allow", False, "fire"),
-        ("allow", True, "fire"),
-        ("forbid", False, "fire"),
-        ("forbid", True, "skip"),
-        ("replace", False, "fire"),
-        ("replace", True, "fire_and_cancel_previous"),
-    ],
-)
-def test_overlap_follows_the_table(mode, active: bool, action: str) -> None:
-    assert cadence.overlap(mode, active) == action
-
-
-def test_overlap_refuses_an_unknown_mode() -> None:
-    with pytest.raises(errors.InvalidInput, match=r"^overlap: 'queue' is not an overlap mode"):
-        cadence.overlap("queue", True)  # type: ignore[arg-type]
 
 
 # --- laziness --------------------------------------------------------------------------------

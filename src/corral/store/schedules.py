@@ -460,37 +460,34 @@ def backfill(
     """Record `fires` (outcome backfilled, each with its job) for nominal times of
     `schedule`; a nominal time recorded before (fired, backfilled, missed...) keeps its
     record, and its job, if any, is not made again. Returns (created, already there)."""
-    seen = {
-        at
-        for (at,) in conn.execute(
-            select(firings.c.nominal_at).where(
+    recorded = {
+        at: job_id
+        for at, job_id in conn.execute(
+            select(firings.c.nominal_at, firings.c.job_id).where(
                 firings.c.schedule_id == schedule.id,
                 firings.c.nominal_at.in_([f.nominal_at for f in fires]),
             )
         )
     }
-    fresh = [f for f in fires if f.nominal_at not in seen]
+    fresh = [f for f in fires if f.nominal_at not in recorded]
+    created = len(_fire(conn, [(schedule, f) for f in fresh], now, latest=False))
     # A time recorded as missed or skipped has no job: a backfill gives it one, and its
     # firing row says so.
-    redo = [f for f in fires if f.nominal_at in seen]
-    created = len(_fire(conn, [(schedule, f) for f in fresh], now, latest=False))
-    for fire in redo:
-        row = conn.execute(
-            select(firings.c.job_id).where(
-                firings.c.schedule_id == schedule.id, firings.c.nominal_at == fire.nominal_at
+    for fire in fires:
+        if fire.nominal_at not in recorded or recorded[fire.nominal_at] is not None:
+            continue
+        if fire.job is None:
+            continue
+        ((job_id, made),) = job_submit(conn, new=[fire.job], now=now, hold=False)
+        conn.execute(
+            update(firings)
+            .where(
+                firings.c.schedule_id == schedule.id,
+                firings.c.nominal_at == fire.nominal_at,
             )
-        ).first()
-        if row is not None and row.job_id is None and fire.job is not None:
-            ((job_id, made),) = job_submit(conn, new=[fire.job], now=now, hold=False)
-            conn.execute(
-                update(firings)
-                .where(
-                    firings.c.schedule_id == schedule.id,
-                    firings.c.nominal_at == fire.nominal_at,
-                )
-                .values(job_id=job_id, outcome=F.BACKFILLED.value, note=fire.note)
-            )
-            created += int(made)
+            .values(job_id=job_id, outcome=F.BACKFILLED.value, note=fire.note)
+        )
+        created += int(made)
     return created, len(fires) - created
 
 
