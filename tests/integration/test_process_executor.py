@@ -171,6 +171,43 @@ async def test_env_and_cwd(
     assert (tmp_path / "out").read_text() == f"1 1 env-1 http://corral.test acme yes [] {run_dir}\n"
 
 
+async def test_a_command_gets_its_three_descriptors_and_default_signals(
+    executor: process.ProcessExecutor,
+) -> None:
+    """Nothing of the supervisor's leaks into a command: no descriptor but stdin, stdout
+    and stderr (the socket to corral included), and SIGPIPE and SIGXFSZ at their defaults
+    (Python ignores them, and an ignored signal stays ignored across exec)."""
+    # The signals as the shell has them (a Python command ignores both itself, as every
+    # Python does), then the descriptors as the same process has them after an exec.
+    listing = "import os; print(*sorted(int(fd) for fd in os.listdir('/proc/self/fd'))[:-1])"
+    script = f'grep SigIgn /proc/$$/status; exec {sys.executable} -c "{listing}"'
+    await executor.launch(make_launch("fds-1", sh(script)))
+    assert (await wait_for(executor, "fds-1")).phase is model.Phase.SUCCEEDED
+    ignored, fds = (executor.root / "fds-1" / "stdout.log").read_text().splitlines()
+    assert fds == "0 1 2"  # and the one that listed them, last, left out
+    mask = int(ignored.split()[1], 16)
+    assert not mask & (1 << (signal.SIGPIPE - 1) | 1 << (signal.SIGXFSZ - 1))
+
+
+async def test_a_command_is_found_in_its_own_path(
+    executor: process.ProcessExecutor, tmp_path: Path
+) -> None:
+    tool = tmp_path / "bin" / "corral-test-tool"
+    tool.parent.mkdir()
+    tool.write_text("#!/bin/sh\necho found me\n")
+    tool.chmod(0o755)
+    path = f"{tool.parent}:{os.defpath}"
+    await executor.launch(make_launch("path-1", [tool.name], env={"PATH": path}))
+    await executor.launch(make_launch("path-2", [tool.name], job_id=2))  # not in corral's PATH
+    assert (await wait_for(executor, "path-1")).phase is model.Phase.SUCCEEDED
+    assert (executor.root / "path-1" / "stdout.log").read_text() == "found me\n"
+    missing = await wait_for(executor, "path-2")
+    assert missing.phase is model.Phase.FAILED
+    assert missing.reason == (
+        f"{process_shim.START_FAILED}: [Errno 2] No such file or directory: '{tool.name}'"
+    )
+
+
 async def test_launch_twice_runs_once(executor: process.ProcessExecutor, tmp_path: Path) -> None:
     marks = tmp_path / "marks"
     launch = make_launch("twice-1", sh(f"echo run >> {marks}"))
@@ -509,6 +546,48 @@ async def test_a_finish_reaches_events_when_its_shim_ends_not_at_a_poll(tmp_path
             await ex.launch(make_launch("push-1", sh("exit 5")))
             obs = await asyncio.wait_for(anext(events), PATIENCE)
         assert (obs.name, obs.phase, obs.exit_code) == ("push-1", model.Phase.FAILED, 5)
+    finally:
+        await ex.close()
+        kill_leftovers(ex.root)
+
+
+async def test_a_sweep_while_a_launch_is_asked_does_not_drop_its_finish(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sweep (every run watched, read from its folder) that comes between a launch's
+    request and its answer finds no folder yet: that is no finish, and the finish the
+    supervisor tells later still comes at once, not at the dispatcher's next poll."""
+    monkeypatch.setattr(process, "SWEEP_EVERY", 1)  # a sweep every poll interval
+    ex = process.ProcessExecutor(
+        root=tmp_path / "runs", clock=clock.SystemClock(), poll_interval=0.05
+    )
+    await ex.start()
+    asked, answer_now, swept = asyncio.Event(), asyncio.Event(), asyncio.Event()
+    supervise, observe = ex._supervisor.supervise, ex.observe
+
+    async def held_supervise(*args: Any, **kwargs: Any) -> str:
+        asked.set()
+        await answer_now.wait()
+        return await supervise(*args, **kwargs)
+
+    async def watched_observe(names: Sequence[str]) -> dict[str, model.Observation]:
+        seen = await observe(names)
+        if "held-1" in names:
+            swept.set()
+        return seen
+
+    monkeypatch.setattr(ex._supervisor, "supervise", held_supervise)
+    monkeypatch.setattr(ex, "observe", watched_observe)
+    try:
+        async with contextlib.aclosing(ex.events()) as events:
+            launching = asyncio.create_task(ex.launch(make_launch("held-1", ["true"])))
+            await asyncio.wait_for(asked.wait(), PATIENCE)
+            first = asyncio.ensure_future(anext(events))
+            await asyncio.wait_for(swept.wait(), PATIENCE)
+            answer_now.set()
+            await asyncio.wait_for(launching, PATIENCE)
+            obs = await asyncio.wait_for(first, PATIENCE)
+        assert (obs.name, obs.phase) == ("held-1", model.Phase.SUCCEEDED)
     finally:
         await ex.close()
         kill_leftovers(ex.root)
@@ -1128,7 +1207,9 @@ async def test_a_null_payload_makes_no_file_and_a_spec_cannot_fake_one(
 def test_the_payload_file_is_0444_whatever_the_umask(tmp_path: Path) -> None:
     old = os.umask(0o077)
     try:
-        process_shim.write_read_only(tmp_path / "payload.json", '{"a":"é"}')
+        folder = process_shim.RunFolder(tmp_path)
+        os.close(folder.write("payload.json", '{"a":"é"}'.encode(), mode=0o444))
+        os.close(folder.fd)
     finally:
         os.umask(old)
     assert (tmp_path / "payload.json").stat().st_mode & 0o777 == 0o444

@@ -66,6 +66,7 @@ A supervisor's own complaints go to `.<root name>-supervisor.log` beside the roo
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import dataclasses
 import json
@@ -129,7 +130,8 @@ class ProcessExecutor:
         self._poll_interval = poll_interval
         self._kill_grace = kill_grace
         self.retention = retention or timedelta(days=7)
-        self._watched: set[str] = set()
+        self._watched: dict[str, Mapping[str, str]] = {}  # launched here, to their ends: labels
+        self._asking: collections.Counter[str] = collections.Counter()  # launches in flight
         self._closed = False
         self._supervisor = _Supervisor()
         self._log = self.root.with_name(f".{self.root.name}-supervisor.log")
@@ -187,7 +189,9 @@ class ProcessExecutor:
         if launch.relaunch:
             await self._stop_earlier_copies(run_dir)
         watched = launch.name in self._watched
-        self._watched.add(launch.name)  # before the request: its end may come with the answer
+        # Before the request: its end may come with the answer.
+        self._watched[launch.name] = launch.labels
+        self._asking[launch.name] += 1
         try:
             # Recovery asks again for launches it finds (before it adopts them): a claimed
             # name is one the supervisor would answer `exists` for, so no request is made
@@ -203,8 +207,12 @@ class ProcessExecutor:
                 await asyncio.to_thread(_check_same_identity, run_dir, launch)
         except BaseException:
             if not watched:
-                self._watched.discard(launch.name)
+                self._watched.pop(launch.name, None)
             raise
+        finally:
+            self._asking[launch.name] -= 1
+            if self._asking[launch.name] <= 0:
+                del self._asking[launch.name]
 
     async def _stop_earlier_copies(self, run_dir: Path) -> None:
         """SIGKILL every process still running for `run_dir` while the folder is missing, and
@@ -263,14 +271,24 @@ class ProcessExecutor:
         """Yields, once each, the finish of launches made by this instance, until `close`:
         as soon as the supervisor says a command ended, and for every run watched once in
         SWEEP_EVERY poll intervals (a command whose supervisor was killed ends unannounced)."""
-        sweeps = 0
+        sweep_every = SWEEP_EVERY * self._poll_interval  # by the clock: not by the news
+        next_sweep = self._clock.monotonic() + sweep_every
         while not self._closed:
-            sweeps = (sweeps + 1) % SWEEP_EVERY
-            names = self._supervisor.take_ended() & self._watched
-            if sweeps == 0:
+            ended = self._supervisor.take_ended()
+            names = ended.keys() & self._watched.keys()
+            if self._clock.monotonic() >= next_sweep:
+                next_sweep = self._clock.monotonic() + sweep_every
                 names = set(self._watched)
             if names:
-                seen = await self.observe(sorted(names))
+                # A success the supervisor told (its record is in place, as it says) needs
+                # no look at its folder; the rest are read from their folders.
+                seen = {
+                    name: _from_record(name, self._run_dir(name), self._watched[name], record)
+                    for name in names
+                    if (record := ended.get(name)) is not None and record.get("succeeded")
+                }
+                if unread := sorted(names - seen.keys()):
+                    seen |= await self.observe(unread)
                 for name in self._supervisor.take_unrecorded() & names:
                     if (obs := seen.get(name)) is not None and not obs.phase.finished:
                         seen[name] = dataclasses.replace(
@@ -281,9 +299,12 @@ class ProcessExecutor:
                         )
                 for name in sorted(names):
                     obs = seen.get(name)
-                    if obs is not None and (obs.phase.finished or obs.phase is model.Phase.ABSENT):
-                        self._watched.discard(name)
-                        yield obs
+                    if obs is None or not (obs.phase.finished or obs.phase is model.Phase.ABSENT):
+                        continue
+                    if obs.phase is model.Phase.ABSENT and name in self._asking:
+                        continue  # not claimed yet: a sweep between its request and answer
+                    self._watched.pop(name, None)
+                    yield obs
             if not self._supervisor.has_ended():
                 await self._supervisor.wait_ended(self._clock, self._poll_interval)
 
@@ -554,7 +575,7 @@ class _Supervisor:
         self._ids = 0
         self._waiting: dict[int, asyncio.Future[str]] = {}
         self._names: dict[int, str] = {}  # request id -> run name, until its shim ends
-        self._ended: set[str] = set()
+        self._ended: dict[str, dict[str, Any] | None] = {}  # name -> exit record, if told
         self._unrecorded: set[str] = set()  # ended, and their exit never written
         self._news = asyncio.Event()
         self._heard_so_far = b""  # the start of a line not yet whole
@@ -618,9 +639,10 @@ class _Supervisor:
         finally:
             self._waiting.pop(ask, None)
 
-    def take_ended(self) -> set[str]:
-        """The names whose commands ended since the last call."""
-        ended, self._ended = self._ended, set()
+    def take_ended(self) -> dict[str, dict[str, Any] | None]:
+        """The names whose commands ended since the last call, each with its exit record
+        as the supervisor put it in place (None: not told, read the folder)."""
+        ended, self._ended = self._ended, {}
         self._news.clear()
         return ended
 
@@ -706,7 +728,8 @@ class _Supervisor:
             elif message.get("ended"):
                 answer.set_exception(errors.ExecutorError(f"process launch {name!r}: no answer"))
         if message.get("ended") and (name := self._names.pop(ask, None)) is not None:
-            self._ended.add(name)
+            record = message.get("exit")
+            self._ended[name] = record if isinstance(record, dict) else None
             if message.get("unrecorded"):
                 self._unrecorded.add(name)
             self._news.set()
@@ -829,8 +852,14 @@ def _observe_one(name: str, run_dir: Path) -> model.Observation:
 
 def _finished(name: str, run_dir: Path, labels: dict[str, str]) -> model.Observation | None:
     record = _read_json(run_dir / "exit.json")
-    if record is None:
-        return None
+    return None if record is None else _from_record(name, run_dir, labels, record)
+
+
+def _from_record(
+    name: str, run_dir: Path, labels: Mapping[str, str], record: Mapping[str, Any]
+) -> model.Observation:
+    """What `exit.json` (`record`) says of a finished run; a failure's message is the last
+    line of its stderr."""
     succeeded = bool(record.get("succeeded", record.get("exit_code") == 0))
     return model.Observation(
         name=name,

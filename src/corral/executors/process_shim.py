@@ -50,6 +50,7 @@ import contextlib
 import ctypes
 import errno
 import fcntl
+import functools
 import json
 import os
 import resource
@@ -58,7 +59,6 @@ import shutil
 import signal
 import socket
 import stat
-import subprocess
 import sys
 import tempfile
 import time
@@ -119,7 +119,7 @@ class RunFolder:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+        self.fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         st = os.fstat(self.fd)
         # While the descriptor is open the folder's inode cannot be reused, so another
         # folder made later under this path always differs in (device, inode).
@@ -152,13 +152,27 @@ class RunFolder:
         with open(self.open(name, os.O_RDONLY), encoding="utf-8") as fh:
             return json.load(fh)
 
+    def write(self, name: str, data: bytes, *, mode: int = 0o644) -> int:
+        """A new file `name` in this folder holding `data`; its descriptor, open (for an
+        fsync), which the caller closes."""
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
+        fd = os.open(name, flags, mode, dir_fd=self.fd)
+        try:
+            if mode != 0o644:
+                os.fchmod(fd, mode)  # whatever the umask
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
     def write_json_draft(self, name: str, data: Any) -> None:
         """Write `data` as JSON under a draft name, for `commit_draft` to put in place once
         it is durable (sync_filesystem): a batch of them costs one sync, and a power cut
         never leaves a torn file under `name`."""
-        fd = self.open(f".{name}.tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-        with open(fd, "w", encoding="utf-8") as fh:
-            json.dump(data, fh)
+        os.close(self.write(f".{name}.tmp", json.dumps(data).encode()))
 
     def commit_draft(self, name: str) -> None:
         os.rename(f".{name}.tmp", name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
@@ -168,12 +182,12 @@ class RunFolder:
         if `durable`, so that it survives a power cut. `child.pid` need not: after a power
         cut no process it names runs, and the executor reads a damaged one as none."""
         tmp = f".{name}.tmp"
-        fd = self.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-        with open(fd, "w", encoding="utf-8") as fh:
-            json.dump(data, fh)
+        fd = self.write(tmp, json.dumps(data).encode())
+        try:
             if durable:
-                fh.flush()
-                os.fsync(fh.fileno())
+                os.fsync(fd)
+        finally:
+            os.close(fd)
         os.rename(tmp, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
         if durable:
             os.fsync(self.fd)  # the rename survives a power cut
@@ -225,13 +239,13 @@ def mark_live(root: Path, name: str) -> None:
     unindexed)."""
     for _ in range(2):
         try:
-            _make_marker(root / LIVE / name)
+            _make_marker(f"{root}/{LIVE}/{name}")
             return
         except FileNotFoundError:
-            os.makedirs(root / LIVE, exist_ok=True)
+            os.makedirs(f"{root}/{LIVE}", exist_ok=True)
 
 
-def _make_marker(path: Path) -> None:
+def _make_marker(path: str) -> None:
     """An empty file at `path`, made with one system call (there is one for every run)."""
     with contextlib.suppress(FileExistsError):
         os.mknod(path, 0o644 | stat.S_IFREG)
@@ -248,17 +262,17 @@ def mark_ended(root: Path, name: str, at: float) -> None:
 
 
 def _mark_ended(root: Path, name: str, at: float) -> None:
-    live, hour = root / LIVE / name, root / ENDED / hour_of(at)
-    for _ in range(3):  # an empty old hour may be removed under us: make it again
-        os.makedirs(hour, exist_ok=True)
+    live, hour = f"{root}/{LIVE}/{name}", f"{root}/{ENDED}/{hour_of(at)}"
+    for _ in range(4):  # an empty old hour may be removed under us: make it again
         try:
-            os.rename(live, hour / name)
+            os.rename(live, f"{hour}/{name}")
             return
         except FileNotFoundError:
-            if os.path.lexists(live):
+            if not os.path.isdir(hour):
+                os.makedirs(hour, exist_ok=True)
                 continue
         try:  # never in the live index (a crash, an earlier version): only in this one
-            _make_marker(hour / name)
+            _make_marker(f"{hour}/{name}")
             return
         except FileNotFoundError:
             continue
@@ -290,10 +304,10 @@ def now_iso() -> str:
 # --- claiming the name -----------------------------------------------------------------
 
 
-def supervisor_record() -> dict[str, Any]:
+def supervisor_record() -> bytes:
     """`shim.pid`: this process, as a record that tells it from a later one with its pid."""
     me = os.getpid()
-    return {"pid": me, "start_time": proc_start_time(me)}
+    return json.dumps({"pid": me, "start_time": proc_start_time(me)}).encode()
 
 
 def make_half(final: Path) -> Path:
@@ -306,35 +320,38 @@ def make_half(final: Path) -> Path:
         return Path(tempfile.mkdtemp(prefix=f"{final.name}-", dir=half))
 
 
-def claim(tmp: Path, final: Path) -> RunFolder | None:
-    """Rename `tmp` (its files written and synced) to `final` and hold it; None (and `tmp`
-    removed) when `final` exists. A rename lost to a power cut reads as a launch that
-    never was: recovery's case."""
-    # Opened before the rename, so the descriptor is the claimed folder itself: opening
-    # `final` afterwards could already find another one there.
-    folder = RunFolder(tmp)
+def claim(folder: RunFolder, final: Path) -> bool:
+    """Rename `folder` (made in HALF_MADE, its files written and synced) to `final`, holding
+    the root's claims_lock; False (and the folder removed) when `final` exists. A rename lost
+    to a power cut reads as a launch that never was: recovery's case.
+
+    The folder was opened before the rename, so its descriptor is the claimed folder
+    itself: opening `final` afterwards could already find another one there."""
     try:
-        with claims_lock(final.parent):
-            os.rename(tmp, final)
+        os.rename(folder.path, final)
     except OSError as exc:
-        os.close(folder.fd)
         if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY):
             raise
-        shutil.rmtree(tmp, ignore_errors=True)
-        return None
+        shutil.rmtree(folder.path, ignore_errors=True)
+        return False
     folder.path = final
-    return folder
+    return True
 
 
 # --- running the command ------------------------------------------------------------------
 
 
+@functools.cache
+def inherited_env() -> dict[str, str]:
+    """What every command inherits of the supervisor's environment (which never changes):
+    all but corral's own settings (database URL, ...), which are not the job's business."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("CORRAL_")}
+
+
 def child_env(folder: RunFolder, launch: dict[str, Any], *, payload: bool) -> dict[str, str]:
     """The command's environment: this machine's, the spec's, the launch's, the run folder,
     and the payload's file when the launch has a `payload`."""
-    # corral's own settings (database URL, ...) are not the job's business.
-    inherited = {k: v for k, v in os.environ.items() if not k.startswith("CORRAL_")}
-    env = {**inherited, **launch["spec"].get("env", {}), **launch["env"]}
+    env = {**inherited_env(), **launch["spec"].get("env", {}), **launch["env"]}
     for name in PAYLOAD_VARIABLES:  # corral says where the payload is, or that there is none
         env.pop(name, None)
     if payload:
@@ -343,40 +360,61 @@ def child_env(folder: RunFolder, launch: dict[str, Any], *, payload: bool) -> di
     return env
 
 
-def write_read_only(path: Path, text: str) -> None:
-    """A new file at `path` holding `text` (UTF-8), mode 0444 whatever the umask. Not synced:
-    the round's one sync makes it durable with the folder's other files."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o444)
-    with open(fd, "w", encoding="utf-8") as fh:
-        os.fchmod(fd, 0o444)
-        fh.write(text)
+RESTORED_SIGNALS = (signal.SIGPIPE, signal.SIGXFSZ)
+"""Signals Python ignores, which a command gets back at their defaults (an ignored signal
+stays ignored across exec), as subprocess's `restore_signals` does."""
+
+
+def program(argv0: str, env: dict[str, str]) -> str:
+    """The file to run for a command's first word: searched in the command's own PATH, as
+    subprocess and the shell do, unless it is a path."""
+    if os.sep in argv0:
+        return argv0  # relative ones from the command's folder (the cwd at the spawn)
+    found = shutil.which(argv0, path=os.pathsep.join(os.get_exec_path(env)))
+    if found is None:
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), argv0)
+    return found
 
 
 def start_child(
     folder: RunFolder, launch: dict[str, Any], *, payload: bool = False
-) -> tuple[subprocess.Popen[bytes], dict[str, Any]]:
-    """Start the command in its own process group; it and its `child.pid` record. `payload`:
-    the folder holds the launch's PAYLOAD_FILE."""
+) -> tuple[int, dict[str, Any]]:
+    """Start the command in its own process group; its pid and its `child.pid` record.
+    `payload`: the folder holds the launch's PAYLOAD_FILE.
+
+    A command starts with posix_spawn (a vfork and an exec, no more): the supervisor
+    starts every command, so this is its hot path. It runs in `cwd`, which the supervisor
+    moves to itself first (it only ever uses absolute paths); every descriptor but the
+    command's three is closed on exec (Python opens them so, and `main` makes the socket so)."""
+    command = launch["spec"]["command"]
+    env = child_env(folder, launch, payload=payload)
+    if cwd := launch.get("cwd"):
+        os.chdir(cwd)
+    path = program(command[0], env)
     logs = [folder.open(name, os.O_WRONLY | os.O_CREAT | os.O_APPEND) for name in LOGS]
     try:
-        child = subprocess.Popen(
-            launch["spec"]["command"],
-            stdin=subprocess.DEVNULL,
-            stdout=logs[0],
-            stderr=logs[1],
-            env=child_env(folder, launch, payload=payload),
-            cwd=launch.get("cwd"),
-            process_group=0,
+        pid = os.posix_spawn(
+            path,
+            command,
+            env,
+            file_actions=[
+                (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+                (os.POSIX_SPAWN_DUP2, logs[0], 1),
+                (os.POSIX_SPAWN_DUP2, logs[1], 2),
+            ],
+            setpgroup=0,
+            setsigdef=RESTORED_SIGNALS,
+            setsigmask=(),
         )
     finally:
         for fd in logs:
             os.close(fd)
-    record = {"pid": child.pid, "start_time": proc_start_time(child.pid), "started_at": now_iso()}
+    record = {"pid": pid, "start_time": proc_start_time(pid), "started_at": now_iso()}
     try:  # it runs now, whatever happens to its record: it is watched all the same
         folder.write_json_atomic("child.pid", record, durable=False)
     except OSError:
         traceback.print_exc()
-    return child, record
+    return pid, record
 
 
 def signal_group(pgid: int, sig: signal.Signals) -> None:
@@ -392,14 +430,14 @@ class Supervision:
     def __init__(
         self,
         ask: int,
-        child: subprocess.Popen[bytes],
+        pid: int,
         started: dict[str, Any],
         folder: RunFolder,
         launch: dict[str, Any],
         kill_grace: float,
     ) -> None:
         self.ask = ask  # the id of the launch request it answered
-        self.child = child
+        self.pid = pid  # the command's, and its process group's
         self.started = started
         self.folder = folder
         self.kill_grace = kill_grace
@@ -407,16 +445,18 @@ class Supervision:
         self.deadline_at = None if deadline is None else time.monotonic() + float(deadline)
         self.stop_reason: str | None = None
         self.kill_at: float | None = None
+        self.drafted: dict[str, Any] | None = None  # exit.json, drafted
+        self.record: dict[str, Any] | None = None  # exit.json, once in place
 
     def tick(self, now: float, terminated: bool) -> None:
         """One look: start stopping the command, or force it once the grace is over."""
         if self.stop_reason is None:
             self.stop_reason, grace = self.stop_request(now, terminated)
             if self.stop_reason is not None:
-                signal_group(self.child.pid, signal.SIGTERM)
+                signal_group(self.pid, signal.SIGTERM)
                 self.kill_at = now + grace
         elif self.kill_at is not None and now >= self.kill_at:
-            signal_group(self.child.pid, signal.SIGKILL)
+            signal_group(self.pid, signal.SIGKILL)
             self.kill_at = None
 
     def stop_request(self, now: float, terminated: bool) -> tuple[str | None, float]:
@@ -438,8 +478,7 @@ class Supervision:
         if self.stop_reason is None and self.folder.exists("cancel"):
             self.stop_reason = "cancelled"
         # Like a container ending: whatever the command left behind in its group goes too.
-        signal_group(self.child.pid, signal.SIGKILL)
-        self.child.returncode = returncode  # reaped here: Popen must not wait for it again
+        signal_group(self.pid, signal.SIGKILL)
         if not self.folder.still_mine():
             return False
         record = exit_record(returncode, self.stop_reason, self.started["started_at"])
@@ -447,6 +486,7 @@ class Supervision:
             self.folder.write_json_draft("exit.json", record)
         except FileNotFoundError:  # deleted since we looked
             return False
+        self.drafted = record
         return True
 
     def recorded(self) -> None:
@@ -457,6 +497,7 @@ class Supervision:
                 self.folder.commit_draft("exit.json")
             except FileNotFoundError:
                 return
+            self.record = self.drafted
             path = self.folder.path
             mark_ended(path.parent, path.name, time.time())
 
@@ -487,18 +528,19 @@ def exit_record(returncode: int, stop_reason: str | None, started_at: str | None
     }
 
 
-def record_exit(folder: RunFolder, record: dict[str, Any]) -> None:
+def record_exit(folder: RunFolder, record: dict[str, Any]) -> bool:
     """Write `exit.json` at once and durably (a command that never started: the ends of
     the others are drafted and synced by the round), and move the run to the index of
-    ended ones, unless the folder is gone: nobody may read it, and a relaunch may have
-    made a new folder under its path since."""
+    ended ones, unless the folder is gone (False): nobody may read it, and a relaunch may
+    have made a new folder under its path since."""
     if not folder.still_mine():
-        return
+        return False
     try:
         folder.write_json_atomic("exit.json", record)
     except FileNotFoundError:  # deleted since we looked
-        return
+        return False
     mark_ended(folder.path.parent, folder.path.name, time.time())
+    return True
 
 
 class Supervisor:
@@ -528,8 +570,10 @@ class Supervisor:
             os.set_blocking(fd, False)
         self.pending = b""
         self.outbox: list[dict[str, Any]] = []  # said at the end of the round
-        self.unsynced: set[Path] = set()  # roots whose filesystem has drafts to sync
-        self.made: list[tuple[dict[str, Any], Path]] = []  # new folders, to claim
+        self.unsynced: set[Path] = set()  # roots whose filesystem has drafts to sync (the
+        # files of `made`, the records of `ended`, and the claims since the last sync)
+        self.made: list[tuple[dict[str, Any], RunFolder]] = []  # new folders, to claim
+        self.record = supervisor_record()  # shim.pid, the same in every folder
         self.ended: list[Supervision] = []  # ended runs, their records drafted
 
     def serve(self) -> int:
@@ -583,14 +627,14 @@ class Supervisor:
             except ValueError:
                 traceback.print_exc()  # not the executor's: nobody to answer
         for request in requests:
-            if tmp := self.prepare(request):
-                self.made.append((request, tmp))
-                self.unsynced.add(tmp.parent)
+            if folder := self.prepare(request):
+                self.made.append((request, folder))
+                self.unsynced.add(folder.path.parent)
 
     def stop_listening(self, selector: selectors.BaseSelector) -> None:
         """No more launches: the executor sees its socket end (and, if it lives on, starts
         another supervisor); the runs here go on until they end."""
-        self.flush()  # what this round prepared is answered first
+        self.flush()  # what was asked so far is answered first
         self.listening = False
         with contextlib.suppress(KeyError, ValueError):
             selector.unregister(self.sock)
@@ -602,18 +646,23 @@ class Supervisor:
         try:
             said = how()
         except Exception as exc:
-            error = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-            self.outbox.append({"id": request["id"], "error": error})
+            self.fail(request, exc)
             return None
         if isinstance(said, dict):
             self.outbox.append({"id": request["id"], **said})
         return said
 
-    def prepare(self, request: dict[str, Any]) -> Path | None:
-        """The launch's folder, under a `.tmp-` name with its files written; None when it
-        is answered already (the name exists, the supervisor is stopping, or it failed)."""
+    def fail(self, request: dict[str, Any], exc: Exception) -> None:
+        """Answer `request` with the error `exc`."""
+        error = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+        self.outbox.append({"id": request["id"], "error": error})
 
-        def make() -> Path | dict[str, Any]:
+    def prepare(self, request: dict[str, Any]) -> RunFolder | None:
+        """The launch's folder, made in HALF_MADE with its files written, and held; None
+        when it is answered already (the name exists, the supervisor is stopping, or it
+        failed)."""
+
+        def make() -> RunFolder | dict[str, Any]:
             final = Path(request["run"])
             if self.terminated:
                 return {"error": "the supervisor is stopping (SIGTERM)"}
@@ -621,49 +670,92 @@ class Supervisor:
                 return {"answer": "exists"}
             tmp = make_half(final)
             try:
-                files = {**request["files"], "shim.pid": supervisor_record()}
-                for name in ("launch.json", "labels.json", "shim.pid"):
-                    with open(tmp / name, "w", encoding="utf-8") as fh:
-                        json.dump(files[name], fh)
-                if PAYLOAD_FILE in files:  # JSON text already: written as it is
-                    write_read_only(tmp / PAYLOAD_FILE, files[PAYLOAD_FILE])
-                mark_live(final.parent, final.name)
+                folder = RunFolder(tmp)
             except BaseException:
                 shutil.rmtree(tmp, ignore_errors=True)
                 raise
-            return tmp
+            try:
+                files = request["files"]
+                for name in ("launch.json", "labels.json"):
+                    os.close(folder.write(name, json.dumps(files[name]).encode()))
+                os.close(folder.write("shim.pid", self.record))
+                if PAYLOAD_FILE in files:  # JSON text already: written as it is, read-only
+                    os.close(folder.write(PAYLOAD_FILE, files[PAYLOAD_FILE].encode(), mode=0o444))
+                mark_live(final.parent, final.name)
+            except BaseException:
+                os.close(folder.fd)
+                shutil.rmtree(tmp, ignore_errors=True)
+                raise
+            return folder
 
         made = self.answer(request, make)
-        return made if isinstance(made, Path) else None
+        return made if isinstance(made, RunFolder) else None
 
-    def launch(self, tmp: Path, request: dict[str, Any]) -> dict[str, Any]:
-        """Claim the name and start its command: what to answer."""
-        final, grace = Path(request["run"]), float(request["grace"])
+    def claim_all(self, made: list[tuple[dict[str, Any], RunFolder]]) -> list[RunFolder | None]:
+        """Claim the names of a round's new folders, holding each root's lock once for all
+        of its claims: each folder, or None where the launch is answered already (`exists`,
+        or its error)."""
+        claimed: list[RunFolder | None] = [None] * len(made)
+        by_root: dict[Path, list[int]] = {}
+        for i, (request, _) in enumerate(made):
+            by_root.setdefault(Path(request["run"]).parent, []).append(i)
+        for root, batch in by_root.items():
+            with contextlib.ExitStack() as locked:
+                try:
+                    locked.enter_context(claims_lock(root))
+                except OSError as exc:  # the root gone: nothing to claim there
+                    for i in batch:
+                        request, folder = made[i]
+                        self.fail(request, exc)
+                        os.close(folder.fd)
+                        shutil.rmtree(folder.path, ignore_errors=True)
+                    continue
+                for i in batch:
+                    request, folder = made[i]
+                    if self.answer(request, lambda r=request, f=folder: self.claim(r, f)):
+                        claimed[i] = folder
+        return claimed
+
+    def claim(self, request: dict[str, Any], folder: RunFolder) -> bool:
+        """Claim the launch's name (the caller holds the lock): False, answered `exists`,
+        when another launch has it."""
+        final = Path(request["run"])
         try:
-            folder = claim(tmp, final)
+            won = claim(folder, final)
         except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
+            os.close(folder.fd)
+            shutil.rmtree(folder.path, ignore_errors=True)
             raise
-        if folder is None:
-            return {"answer": "exists"}
-        self.unsynced.add(final.parent)
+        if not won:
+            os.close(folder.fd)
+            self.outbox.append({"id": request["id"], "answer": "exists"})
+            return False
+        self.unsynced.add(final.parent)  # the rename, durable with the next round
+        return True
+
+    def launch(self, folder: RunFolder, request: dict[str, Any]) -> dict[str, Any]:
+        """Start the claimed launch's command: what to answer. One that cannot start ends
+        at once, its exit recorded (`could not start the command`)."""
+        grace = float(request["grace"])
         launch = request["files"]["launch.json"]
         try:
-            child, started = start_child(folder, launch, payload=PAYLOAD_FILE in request["files"])
+            pid, started = start_child(folder, launch, payload=PAYLOAD_FILE in request["files"])
         except Exception as exc:  # ValueError: e.g. a NUL byte in an argument
             short = isinstance(exc, OSError) and exc.errno in _SHORT_OF
             why = NO_RESOURCES if short else START_FAILED
             record = exit_record(START_FAILED_EXIT_CODE, None, None)
             record["reason"] = f"{why}: {exc}"
+            said: dict[str, Any] = {"answer": "started", "ended": True}
             try:
-                record_exit(folder, record)
+                if record_exit(folder, record):
+                    said["exit"] = record
             except OSError:
                 traceback.print_exc()
-                return {"answer": "started", "ended": True, "unrecorded": True}
+                said["unrecorded"] = True
             finally:
                 os.close(folder.fd)
-            return {"answer": "started", "ended": True}
-        self.runs[child.pid] = Supervision(request["id"], child, started, folder, launch, grace)
+            return said
+        self.runs[pid] = Supervision(request["id"], pid, started, folder, launch, grace)
         return {"answer": "started"}
 
     def reap(self) -> None:
@@ -694,16 +786,30 @@ class Supervisor:
         said: dict[str, Any] = {"id": run.ask, "ended": True}
         if not recorded:  # the executor reports it failed: its folder will never say
             said["unrecorded"] = True
+        elif run.record is not None:  # what its folder says now: no need to read it
+            said["exit"] = run.record
         self.outbox.append(said)
 
     def flush(self) -> None:
-        """The round's second half: one sync for what it drafted, then the records put in
-        place, the new folders claimed and their commands started, and all of it said."""
-        for root in self.unsynced:
-            with contextlib.suppress(OSError):  # a root gone: nothing there to keep
-                sync_filesystem(root)
-        self.unsynced.clear()
-        ended, self.ended = self.ended, []
+        """The round's second half: one sync for what it drafted (and for the claims since
+        the last one), then the records put in place, the new folders claimed and their
+        commands started, and all of it said."""
+        if self.made or self.ended:
+            for root in self.unsynced:
+                with contextlib.suppress(OSError):  # a root gone: nothing there to keep
+                    sync_filesystem(root)
+            self.unsynced.clear()
+            made, ended = self.made, self.ended
+            self.made, self.ended = [], []
+            self.put_in_place(made, ended)
+        outbox, self.outbox = self.outbox, []
+        self.say(*outbox)
+
+    def put_in_place(
+        self, made: list[tuple[dict[str, Any], RunFolder]], ended: list[Supervision]
+    ) -> None:
+        """What a sync made durable: the exit records renamed into place, the new folders
+        claimed and their commands started."""
         for run in ended:
             try:
                 run.recorded()
@@ -712,19 +818,16 @@ class Supervisor:
                 self.done(run, recorded=False)
                 continue
             self.done(run)
-        made, self.made = self.made, []
-        for request, tmp in made:
-            self.answer(request, lambda request=request, tmp=tmp: self.launch(tmp, request))
-        outbox, self.outbox = self.outbox, []
-        for message in outbox:
-            self.say(message)
+        for (request, _), folder in zip(made, self.claim_all(made), strict=True):
+            if folder is not None:
+                self.answer(request, lambda r=request, f=folder: self.launch(f, r))
 
-    def say(self, message: dict[str, Any]) -> None:
-        """One line to the executor, if it still listens (it reads as it goes)."""
-        if not self.listening:
+    def say(self, *messages: dict[str, Any]) -> None:
+        """A line each to the executor, if it still listens (it reads as it goes)."""
+        if not self.listening or not messages:
             return
         try:
-            self.sock.sendall(json.dumps(message).encode() + b"\n")
+            self.sock.sendall(b"".join(json.dumps(m).encode() + b"\n" for m in messages))
         except OSError:  # gone: nobody to tell; the run folders say it all
             self.listening = False
 
@@ -747,6 +850,7 @@ def main(argv: list[str]) -> int:
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     with contextlib.suppress(ValueError, OSError):  # a folder held open for each live run
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    os.set_inheritable(int(argv[2]), False)  # the executor's socket: never a command's
     return Supervisor(socket.socket(fileno=int(argv[2]))).serve()
 
 
