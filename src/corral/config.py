@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import functools
+import ipaddress
 import os
 import re
 from collections.abc import Mapping
@@ -308,6 +309,32 @@ class ProcessExecutorSettings(BaseModel):
     )
 
 
+class HttpExecutorSettings(BaseModel):
+    """The `http` executor."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    allow_networks: tuple[str, ...] = Field(
+        (),
+        description="Address ranges requests may reach although they are not public (loopback,"
+        ' private, link-local...): e.g. ["127.0.0.0/8"] for local use and tests. Empty:'
+        " public addresses only.",
+    )
+    body_bytes: int = Field(
+        65_536, ge=0, le=16 * 1024 * 1024, description="How much of a response body is kept."
+    )
+
+    @field_validator("allow_networks")
+    @classmethod
+    def _networks(cls, networks: tuple[str, ...]) -> tuple[str, ...]:
+        for net in networks:
+            try:
+                ipaddress.ip_network(net, strict=False)
+            except ValueError:
+                raise ValueError(f"{net!r} is not an address range like 10.0.0.0/8") from None
+        return networks
+
+
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(
     r"^(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
@@ -471,12 +498,13 @@ class ExecutorSettings(BaseModel):
     model_config = ConfigDict(extra="allow", frozen=True)
 
     enabled: tuple[str, ...] = Field(
-        ("process",),
+        ("process", "http"),
         description="Executor kinds to run, from the registered ones (`corral.executors`"
-        " entry points; corral's own: process, kubernetes, argo).",
+        " entry points; corral's own: process, http, kubernetes, argo).",
     )
     process: ProcessExecutorSettings = ProcessExecutorSettings()
     kubernetes: KubernetesExecutorSettings = KubernetesExecutorSettings()
+    http: HttpExecutorSettings = HttpExecutorSettings()
 
     @field_validator("enabled")
     @classmethod

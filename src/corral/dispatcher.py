@@ -95,6 +95,7 @@ class Dispatcher:
         self._between_ticks.set()
         self._stopping: set[asyncio.Task[None]] = set()  # cancels of attempts cancelled mid-launch
         self._reaches = base.Reaches(settings)
+        self._sent_blind: set[int] = set()  # recorded running before sending, not yet sent
 
     # --- the cycle -------------------------------------------------------------------------
 
@@ -138,10 +139,37 @@ class Dispatcher:
             # A full claim: there is more. The next one runs while these launch, so the
             # store's round trips overlap the platform's.
             self._next_claim = asyncio.create_task(self._claim(self.settings.claim_batch_limit))
-        tick = await self._launch_and_record(carried + fresh, fresh=len(fresh), room=room)
+        claimed = len(fresh)
+        fresh = await self._record_before_sending(fresh)
+        tick = await self._launch_and_record(carried + fresh, fresh=claimed, room=room)
         if failed_claim is not None:
             raise failed_claim
         return tick
+
+    async def _record_before_sending(self, fresh: list[model.Claimed]) -> list[model.Claimed]:
+        """Record as running, before they are launched, the attempts of executors that leave
+        nothing on a platform to observe (an HTTP request): a crash after the send then
+        leaves a running attempt that recovery calls lost (the job retries, a new fence),
+        never a launching one that it would send again. What cannot be recorded now stays
+        launching, unsent, for recovery (or was cancelled meanwhile): not launched."""
+        blind = [
+            c.attempt.id for c in fresh if not base.observable(self.executors[c.attempt.executor])
+        ]
+        if not blind:
+            return fresh
+        try:
+            recorded = set(
+                await self.store.attempt_record_running(
+                    fences=blind, now=self.clock.now(), reason="recorded running before it is sent"
+                )
+            )
+        except errors.StoreError as exc:
+            log.error(
+                "%d attempts not recorded before sending (%s); left for recovery", len(blind), exc
+            )
+            recorded = set()
+        self._sent_blind.update(recorded)
+        return [c for c in fresh if c.attempt.id in recorded or c.attempt.id not in blind]
 
     async def _claim(self, room: int) -> list[model.Claimed]:
         return await self.store.job_claim(
@@ -163,15 +191,21 @@ class Dispatcher:
         done = dict(zip((c.attempt.id for c in todo), results, strict=True))
         self._carried = [c for c in todo if done[c.attempt.id] is _Result.LATER]
         launched = [c.attempt.id for c in todo if done[c.attempt.id] is _Result.LAUNCHED]
+        # Recorded running before they were sent: nothing to settle.
+        blind = self._sent_blind.intersection(
+            c.attempt.id for c in todo if done[c.attempt.id] is not _Result.LATER
+        )
+        self._sent_blind -= blind
+        unrecorded = [fence for fence in launched if fence not in blind]
         failpoints.hit("before_record_running")
-        recorded, outcomes = await self._settle(launched)
+        recorded, outcomes = await self._settle(unrecorded)
         too_late = [c.attempt.id for c in todo if done[c.attempt.id] is _Result.TOO_LATE]
         if too_late:
             await self.store.attempt_never_launched(
                 fences=too_late, now=self.clock.now(), why=base.DEADLINE_BEFORE_LAUNCH
             )
         self._log_outcomes(outcomes)
-        moved = set(launched) - set(recorded) - {o.fence for o in outcomes}
+        moved = set(unrecorded) - set(recorded) - {o.fence for o in outcomes}
         await self._stop_moved([c.attempt for c in todo if c.attempt.id in moved])
         tick = Tick(
             claimed=fresh,

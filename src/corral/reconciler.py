@@ -236,6 +236,12 @@ class Reconciler:
         through, the platform refuses a second copy); the error, or None."""
         try:
             launch = base.launch_for(item, self.settings, self.clock.now(), relaunch=True)
+            if not base.observable(executor) and not await self.store.attempt_record_running(
+                fences=[item.attempt.id],
+                now=self.clock.now(),
+                reason="recorded running before it is sent",
+            ):
+                return None  # no longer launching: another process has it
             async with slots:
                 await executor.launch(launch)
         except errors.CorralError as exc:

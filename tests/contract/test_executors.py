@@ -26,8 +26,10 @@ from tests.support.wait import PATIENCE, eventually
 
 pytestmark = pytest.mark.timeout(4 * PATIENCE)  # a test waits for at most four things
 
-KINDS = registry.known()
-"""Every registered executor (the `corral.executors` entry points) runs this suite."""
+KINDS = tuple(kind for kind in registry.known() if kind != "http")
+"""Every registered executor (the `corral.executors` entry points) runs this suite, but
+`http`: it runs no command, keeps nothing on a platform, and has a suite of its own
+against real HTTP servers (tests/integration/test_http_executor.py)."""
 IMAGE = "busybox:1.36"
 REAL_CLUSTER = pytest.param("kubernetes-cluster", marks=pytest.mark.cluster)
 """The kubernetes executor on the cluster of KUBECONFIG, in CORRAL_TEST_NAMESPACE (a

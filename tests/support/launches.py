@@ -18,6 +18,7 @@ def make_launch(
     deadline_seconds: float | None = None,
     reach: model.Reach | None = None,
     payload: Any = None,
+    idempotency_key: str | None = None,
 ) -> model.Launch:
     """The Launch of attempt `attempt_no` (fence `fence`) of job `job_id` on `kind`."""
     labels = model.identity_labels(
@@ -26,7 +27,7 @@ def make_launch(
         fence=fence,
         tenant="acme",
         capability="default",
-        idempotency_key=None,
+        idempotency_key=idempotency_key,
     )
     return model.Launch(
         name=name,

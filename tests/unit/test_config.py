@@ -52,7 +52,7 @@ def _no_corral_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 def test_defaults_are_the_embedded_setup() -> None:
     s = Settings.load()
     assert s.database_url == "sqlite:///./corral.db"
-    assert s.executors.enabled == ("process",)
+    assert s.executors.enabled == ("process", "http")
     assert s.process_root == Path(".corral/runs")
 
 
@@ -309,7 +309,7 @@ def test_an_in_memory_sqlite_database_is_refused(url: str) -> None:
 def test_only_registered_executors_can_be_enabled(tmp_path: Path) -> None:
     (tmp_path / "corral.toml").write_text('[executors]\nenabled = ["process", "nomad"]\n')
     with pytest.raises(
-        errors.ConfigError, match="unknown executor 'nomad'; known: argo, kubernetes, process"
+        errors.ConfigError, match="unknown executor 'nomad'; known: argo, http, kubernetes, process"
     ):
         Settings.load(tmp_path / "corral.toml", check_chain=False)
     (tmp_path / "corral.toml").write_text('[executors.nomad]\naddress = "x"\n')

@@ -76,6 +76,11 @@ _JOB_FIELDS = {
     "spec_json": "spec",
     "image": "spec",
     "placement": "spec",
+    "http_request": "spec",
+    "header_lines": "spec",
+    "data": "spec",
+    "json_body": "spec",
+    "expect": "spec",
     "label_pairs": "labels",
     "payload_json": "payload",
     "payload_file": "payload",
@@ -143,9 +148,11 @@ def schedules_update(
     fields = {_JOB_FIELDS.get(p, p) for p in [*options, "command"] if given(p)} - {"tenant"}
     if command:
         fields.add("spec")
-    if "spec" in fields and not (command or options["spec_json"]):
+    if options["http_request"]:
+        fields.add("executor")  # an HTTP request runs on the http executor
+    if "spec" in fields and not (command or options["spec_json"] or options["http_request"]):
         raise errors.InvalidInput(
-            "to change what runs, give the whole command after -- (or --spec)"
+            "to change what runs, give the whole command after -- (or --spec, or --http)"
         )
     if not (changes or fields):
         raise errors.InvalidInput("nothing to change: give an option or a command")

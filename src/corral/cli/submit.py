@@ -172,6 +172,47 @@ def _payload(payload_json: str | None, payload_file: Any) -> Any:
     return parse_json("--payload", payload_json)
 
 
+def http_spec(
+    method: str,
+    url: str,
+    *,
+    headers: tuple[str, ...],
+    data: str | None,
+    json_body: str | None,
+    expect: str | None,
+) -> dict[str, Any]:
+    """The `http` spec of --http and its options (the executor checks it at submit)."""
+    spec: dict[str, Any] = {"method": method, "url": url}
+    if headers:
+        spec["headers"] = dict(_header(line) for line in headers)
+    if data is not None and json_body is not None:
+        raise errors.InvalidInput("--data and --json-body: give one body, not both")
+    if data is not None:
+        spec["body"] = _read_data(data)
+    if json_body is not None:
+        spec["json"] = parse_json("--json-body", json_body)
+    if expect is not None:
+        spec["expect"] = expect
+    return spec
+
+
+def _header(line: str) -> tuple[str, str]:
+    name, colon, value = line.partition(":")
+    if not colon or not name.strip():
+        raise errors.InvalidInput(f"--header {line!r}: write it as 'Name: value'")
+    return name.strip(), value.strip()
+
+
+def _read_data(data: str) -> str:
+    if not data.startswith("@"):
+        return data
+    try:
+        with open(data[1:], encoding="utf-8") as fh:
+            return fh.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise errors.InvalidInput(f"--data {data}: cannot read it ({exc})") from None
+
+
 def _executor_help() -> str:
     return "Where it runs: " + ", ".join(registry.known()) + " (enabled in executors.enabled)."
 
@@ -232,6 +273,34 @@ JOB_OPTIONS = [
     click.option(
         "--placement", default=None, help="Placement class (executor kubernetes or argo)."
     ),
+    click.option(
+        "--http",
+        "http_request",
+        nargs=2,
+        metavar="METHOD URL",
+        default=None,
+        help="An HTTP job (executor http): the request, e.g. --http POST https://example.com/hook.",
+    ),
+    click.option(
+        "--header",
+        "header_lines",
+        multiple=True,
+        metavar="'NAME: VALUE'",
+        help="A header of the --http request (repeatable).",
+    ),
+    click.option(
+        "--data", default=None, help="The --http request's body as text, or @FILE to read it."
+    ),
+    click.option(
+        "--json-body",
+        default=None,
+        help="The --http request's body as JSON (and Content-Type: application/json).",
+    ),
+    click.option(
+        "--expect",
+        default=None,
+        help="The --http statuses that mean success: 2xx (the default), or e.g. 200,204.",
+    ),
 ]
 """The options that say what a job is: `corral submit`'s, and each firing's job of
 `corral schedules add`."""
@@ -257,11 +326,40 @@ def job_arguments(
     on_unknown: str | None,
     image: str | None,
     placement: str | None,
+    http_request: tuple[str, str] | None = None,
+    header_lines: tuple[str, ...] = (),
+    data: str | None = None,
+    json_body: str | None = None,
+    expect: str | None = None,
     **options: Any,
 ) -> dict[str, Any]:
     """JOB_OPTIONS' values as `Client.submit`'s arguments."""
     policy = policy_from(policy_json, deadline=deadline, heartbeat=heartbeat, on_unknown=on_unknown)
-    spec = spec_from(options["executor"], command, spec_json, image=image, placement=placement)
+    given = [
+        option
+        for option, value in (
+            ("--header", header_lines),
+            ("--data", data),
+            ("--json-body", json_body),
+            ("--expect", expect),
+        )
+        if value
+    ]
+    if http_request is not None:
+        if command or spec_json is not None or image or placement:
+            raise errors.InvalidInput(
+                "--http is the whole job: give no command, --spec, --image or --placement with it"
+            )
+        if options["executor"] not in ("process", "http"):  # process: the default, untouched
+            raise errors.InvalidInput(f"--http runs on --executor http, not {options['executor']}")
+        options["executor"] = "http"
+        spec = http_spec(
+            *http_request, headers=header_lines, data=data, json_body=json_body, expect=expect
+        )
+    elif given:
+        raise errors.InvalidInput(f"{', '.join(given)}: only with --http METHOD URL")
+    else:
+        spec = spec_from(options["executor"], command, spec_json, image=image, placement=placement)
     return {
         "spec": spec,
         "labels": labels_from(label_pairs),

@@ -82,6 +82,14 @@ class Forgets(Protocol):
         ...
 
 
+def observable(executor: Executor) -> bool:
+    """Whether a launch leaves something on its platform to observe and list later. One that
+    does not (`observable = False` on the executor: an HTTP request) is recorded running
+    before it is launched, and never launched again under the same name once it may have
+    been: recovery calls it lost instead."""
+    return bool(getattr(executor, "observable", True))
+
+
 def spec_error(kind: str, field: str, rule: str) -> str:
     """The one wording for a refused spec field, so every executor names field and rule alike."""
     return f"{kind} spec: {field}: {rule}"

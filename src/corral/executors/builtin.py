@@ -41,6 +41,18 @@ def _cluster_reach(settings: config.Settings) -> str | None:
     )
 
 
+def _http(settings: config.Settings, clk: clock.Clock) -> Executor:
+    from corral.executors import http
+
+    return http.build(settings, clk)
+
+
+def _http_checker(settings: config.Settings) -> SpecChecker:
+    from corral.executors import http
+
+    return http.SpecCheck()
+
+
 def _kubernetes(settings: config.Settings, clk: clock.Clock) -> Executor:
     from corral.executors.kubernetes import KubernetesExecutor
 
@@ -82,6 +94,12 @@ PROCESS = Registration(
     summary="a local process in a run folder, supervised (the embedded default)",
     build=_process,
     reach=_process_reach,
+)
+HTTP = Registration(
+    kind="http",
+    summary="one HTTP request (httpx), to public addresses unless executors.http.allow_networks",
+    build=_http,
+    checker=_http_checker,
 )
 KUBERNETES = Registration(
     kind="kubernetes",

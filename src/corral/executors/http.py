@@ -1,0 +1,492 @@
+"""The `http` executor: each attempt is one HTTP request, sent with httpx from the
+dispatcher's event loop (at most `launch_concurrency` at once); its outcome is pushed
+through `events`.
+
+A request leaves nothing on a platform that corral could list afterwards, so this
+executor says it is not observable (`observable = False`): the dispatcher records an
+attempt `running` before its request is sent, and recovery never sends it again under
+the same name. One that has no outcome by recovery_grace (corral died mid-request) is
+`lost`, and its job retries as a new attempt: a higher fence, the same Idempotency-Key.
+
+Every request carries `Corral-Job-Id`, `Corral-Attempt`, `Corral-Fence` and an
+`Idempotency-Key` that is the same on every attempt of a job (the job's own key, or
+`corral-job-<id>`), so a receiver can drop a retry it has already done and refuse a
+stale attempt.
+
+The guard against server-side request forgery is on by default. The URL's name is
+resolved once; the request is refused if any of its addresses is loopback, private,
+link-local (169.254.0.0/16, the cloud metadata address, included), shared (CGNAT),
+unique-local, multicast, reserved or unspecified, IPv4 or IPv6, unless it is in
+`executors.http.allow_networks`. The connection goes to the address that was checked
+(no second lookup, so a name that changes its answer in between cannot slip past), with
+the name kept for the Host header and TLS. Redirects are followed by corral itself, at
+most MAX_REDIRECTS, each checked again; only http and https are spoken. Proxies from
+the environment are not used: a proxy would make the lookup the guard cannot see.
+
+Outcomes: a status the spec expects (`expect`, default any 2xx) succeeds. Connection
+errors, timeouts, 5xx, 408 and 429 are transient failures (retried); any other status
+is permanent (the job is quarantined at once); a refusal by the guard is permanent.
+The reason says the status, the time it took and the address; a failure's message is
+the start of the response body.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import ipaddress
+import json
+import re
+import socket
+import time
+from collections.abc import AsyncGenerator, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import httpx
+
+from corral import clock, config, errors, model
+from corral.executors import base
+
+KIND = "http"
+METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+MAX_REDIRECTS = 5
+TRANSIENT_STATUSES = frozenset({408, 429})
+"""Besides every 5xx: the server asks to be asked again later."""
+REMEMBERED = 10_000
+"""How many finished requests `observe` still answers for (a poll may come after the push)."""
+MESSAGE_CHARS = 500
+
+_HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+_EXPECT = re.compile(r"^(?:[1-5]xx|[1-5][0-9][0-9])$")
+_SET_BY_CORRAL = frozenset(
+    {"host", "content-length", "corral-job-id", "corral-attempt", "corral-fence", "idempotency-key"}
+)
+
+
+# --- the spec ------------------------------------------------------------------------------
+
+
+def check_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """The spec, normalised: method, url, headers, body or json, expect. InvalidInput names
+    the field and the rule."""
+    allowed = ("method", "url", "headers", "body", "json", "expect")
+    if unknown := sorted(set(spec) - set(allowed)):
+        raise errors.InvalidInput(
+            base.spec_error(KIND, unknown[0], f"unknown field (allowed: {', '.join(allowed)})")
+        )
+    method = spec.get("method", "GET")
+    if not isinstance(method, str) or method.upper() not in METHODS:
+        raise _bad("method", f"must be one of {', '.join(METHODS)}")
+    normal: dict[str, Any] = {"method": method.upper(), "url": check_url(spec.get("url"))}
+    headers = spec.get("headers", {})
+    if not isinstance(headers, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in headers.items()
+    ):
+        raise _bad("headers", "must be a mapping of header names to strings")
+    for name, value in headers.items():
+        if not _HEADER_NAME.match(name):
+            raise _bad("headers", f"{name!r} is not a header name")
+        if name.lower() in _SET_BY_CORRAL:
+            raise _bad("headers", f"{name} is set by corral")
+        if any(c in value for c in "\r\n\0"):
+            raise _bad("headers", f"{name}: a value must be one line")
+    normal["headers"] = dict(headers)
+    if "body" in spec and "json" in spec:
+        raise _bad("body", "give body or json, not both")
+    if "body" in spec:
+        if not isinstance(spec["body"], str):
+            raise _bad("body", "must be a string (use json for a JSON body)")
+        normal["body"] = spec["body"]
+    if "json" in spec:
+        normal["json"] = spec["json"]
+    normal["expect"] = check_expect(spec.get("expect", "2xx"))
+    return normal
+
+
+def check_url(url: Any) -> str:
+    """An absolute http or https URL with a host."""
+    if not isinstance(url, str) or not url:
+        raise _bad("url", "must be an absolute http:// or https:// URL")
+    try:
+        parsed = httpx.URL(url)
+    except (httpx.InvalidURL, TypeError, ValueError) as exc:
+        raise _bad("url", f"is not a URL ({exc})") from None
+    if parsed.scheme not in ("http", "https"):
+        given = f" (not {parsed.scheme}:)" if parsed.scheme else ""
+        raise _bad("url", f"must start with http:// or https://{given}")
+    if not parsed.host:
+        raise _bad("url", "must name a host")
+    return url
+
+
+def check_expect(expect: Any) -> list[str]:
+    """The statuses that mean success: `2xx`, `200,204`, or a list of them, as strings."""
+    items: Iterable[Any]
+    if isinstance(expect, str):
+        items = [part.strip() for part in expect.split(",")]
+    elif isinstance(expect, list | tuple):
+        items = [str(part) for part in expect]
+    else:
+        items = [expect]
+    normal = [str(item).lower() for item in items]
+    if not normal or not all(_EXPECT.match(item) for item in normal):
+        raise _bad("expect", "must be statuses (200,204) or classes (2xx), comma-separated")
+    return normal
+
+
+def expected(status: int, expect: Sequence[str]) -> bool:
+    return str(status) in expect or f"{status // 100}xx" in expect
+
+
+def _bad(field: str, rule: str) -> errors.InvalidInput:
+    return errors.InvalidInput(base.spec_error(KIND, field, rule))
+
+
+class SpecCheck:
+    """Checks specs without a client (for --dry-run and submit)."""
+
+    def validate_spec(self, spec: Mapping[str, Any]) -> dict[str, Any]:
+        return check_spec(spec)
+
+
+# --- the guard -----------------------------------------------------------------------------
+
+
+_SHARED = ipaddress.ip_network("100.64.0.0/10")  # CGNAT: not global, yet not `is_private`
+
+
+class Refused(Exception):
+    """The guard refused a destination: why."""
+
+
+class Guard:
+    """Which addresses a request may go to: global ones, and `allow` on purpose."""
+
+    def __init__(self, allow: Iterable[str] = ()) -> None:
+        self.allow = tuple(ipaddress.ip_network(net, strict=False) for net in allow)
+
+    def refusal(self, address: str) -> str | None:
+        """Why a request must not go to `address`, or None."""
+        ip = ipaddress.ip_address(address)
+        if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+            ip = ip.ipv4_mapped  # ::ffff:127.0.0.1 is 127.0.0.1
+        if any(ip in net for net in self.allow):
+            return None
+        for kind, hit in (
+            ("unspecified", ip.is_unspecified),
+            ("loopback", ip.is_loopback),
+            ("link-local", ip.is_link_local),
+            ("multicast", ip.is_multicast),
+            ("shared (CGNAT)", ip in _SHARED),
+            ("reserved", ip.is_reserved),
+            ("private", ip.is_private),
+            ("non-public", not ip.is_global),
+        ):
+            if hit:
+                return f"{address} is a {kind} address (executors.http.allow_networks opens it)"
+        return None
+
+    async def address(self, host: str, port: int) -> str:
+        """The one address to connect to for `host`: resolved once, every answer checked."""
+        try:
+            literal = ipaddress.ip_address(host.strip("[]"))
+        except ValueError:
+            literal = None
+        if literal is not None:
+            addresses = [str(literal)]
+        else:
+            try:
+                infos = await asyncio.get_running_loop().getaddrinfo(
+                    host, port, type=socket.SOCK_STREAM
+                )
+            except OSError as exc:
+                raise httpx.ConnectError(f"cannot resolve {host}: {exc}") from exc
+            addresses = list(dict.fromkeys(str(info[4][0]) for info in infos))
+        for found in addresses:
+            if why := self.refusal(found):
+                raise Refused(f"{host}: {why}" if found != host else why)
+        return addresses[0]
+
+
+# --- one request -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What became of one request, redirects followed."""
+
+    status: int | None = None
+    reason_phrase: str = ""
+    address: str | None = None
+    seconds: float = 0.0
+    body: bytes = b""
+    error: str | None = None  # no response: why (a timeout, a refused connection)
+    refused: str | None = None  # the guard's refusal
+
+
+async def send(
+    client: httpx.AsyncClient,
+    guard: Guard,
+    *,
+    method: str,
+    url: str,
+    headers: Mapping[str, str],
+    content: bytes | None,
+    seconds: float,
+    body_bytes: int,
+) -> Outcome:
+    """Send one request through the guard, following redirects (each checked again)."""
+    started = time.monotonic()
+    address: str | None = None
+
+    def took() -> float:
+        return time.monotonic() - started
+
+    try:
+        async with asyncio.timeout(seconds):
+            for _ in range(MAX_REDIRECTS + 1):
+                target = httpx.URL(url)
+                if target.scheme not in ("http", "https"):
+                    refused = f"a redirect to {target.scheme}: is refused"
+                    return Outcome(refused=refused, seconds=took())
+                port = target.port or (443 if target.scheme == "https" else 80)
+                address = await guard.address(target.host, port)
+                request = client.build_request(
+                    method,
+                    target.copy_with(host=address),
+                    headers={**headers, "Host": target.netloc.decode("ascii")},
+                    content=content,
+                    extensions={"sni_hostname": target.host, "timeout": _timeouts(seconds)},
+                )
+                response = await client.send(request, stream=True)
+                try:
+                    body = await _read(response, body_bytes)
+                finally:
+                    await response.aclose()
+                location = response.headers.get("location")
+                if not (response.is_redirect and location):
+                    return Outcome(
+                        response.status_code, response.reason_phrase, address, took(), body
+                    )
+                url = str(target.join(location))
+                if response.status_code in (301, 302, 303) and method != "HEAD":
+                    method, content = "GET", None  # as every browser does
+            return Outcome(
+                error=f"more than {MAX_REDIRECTS} redirects", address=address, seconds=took()
+            )
+    except Refused as exc:
+        return Outcome(refused=str(exc), seconds=took())
+    except TimeoutError:
+        return Outcome(error=f"no response in {seconds:g}s", address=address, seconds=took())
+    except httpx.TimeoutException as exc:
+        why = f"timed out: {exc or type(exc).__name__}"
+        return Outcome(error=why, address=address, seconds=took())
+    except httpx.HTTPError as exc:
+        return Outcome(error=f"{type(exc).__name__}: {exc}", address=address, seconds=took())
+
+
+def _timeouts(total: float) -> dict[str, float]:
+    return {"connect": total, "read": total, "write": total, "pool": total}
+
+
+async def _read(response: httpx.Response, limit: int) -> bytes:
+    """Up to `limit` bytes of the body (the rest is not read)."""
+    kept = bytearray()
+    async for chunk in response.aiter_raw():
+        kept += chunk[: limit - len(kept)]
+        if len(kept) >= limit:
+            break
+    return bytes(kept)
+
+
+def judge(
+    outcome: Outcome, expect: Sequence[str]
+) -> tuple[model.Phase, str, model.FailureClass | None]:
+    """The phase, reason and failure class of an outcome (pure)."""
+    took = f"in {outcome.seconds * 1000:.0f} ms"
+    if outcome.refused is not None:
+        return model.Phase.FAILED, f"refused: {outcome.refused}", model.FailureClass.PERMANENT
+    if outcome.status is None:
+        at = f" ({outcome.address})" if outcome.address else ""
+        return model.Phase.FAILED, f"{outcome.error}{at}", model.FailureClass.TRANSIENT
+    said = f"HTTP {outcome.status}{' ' + outcome.reason_phrase if outcome.reason_phrase else ''}"
+    reason = f"{said} {took} ({outcome.address})"
+    if expected(outcome.status, expect):
+        return model.Phase.SUCCEEDED, reason, None
+    if outcome.status >= 500 or outcome.status in TRANSIENT_STATUSES:
+        return model.Phase.FAILED, reason, model.FailureClass.TRANSIENT
+    return model.Phase.FAILED, reason, model.FailureClass.PERMANENT
+
+
+def first_line(body: bytes) -> str | None:
+    for line in body.decode("utf-8", "replace").splitlines():
+        if line := line.strip():
+            return line[:MESSAGE_CHARS]
+    return None
+
+
+def request_headers(launch: model.Launch, spec: Mapping[str, Any]) -> dict[str, str]:
+    """The spec's headers and corral's: who sends, which attempt, and the job's key."""
+    key = launch.annotations.get(model.IDEMPOTENCY_KEY) or launch.labels.get(model.IDEMPOTENCY_KEY)
+    return {
+        "User-Agent": "corral",
+        **spec.get("headers", {}),
+        "Corral-Job-Id": str(launch.job_id),
+        "Corral-Attempt": str(launch.attempt_no),
+        "Corral-Fence": str(launch.fence),
+        "Idempotency-Key": key or f"corral-job-{launch.job_id}",
+    }
+
+
+def request_body(spec: Mapping[str, Any], headers: dict[str, str]) -> bytes | None:
+    if "json" in spec:
+        if not any(name.lower() == "content-type" for name in headers):
+            headers["Content-Type"] = "application/json"
+        return json.dumps(spec["json"]).encode()
+    body = spec.get("body")
+    return None if body is None else str(body).encode()
+
+
+# --- the executor ------------------------------------------------------------------------------
+
+
+class HttpExecutor:
+    """Runs each attempt as one HTTP request; see the module's doc."""
+
+    kind = KIND
+    observable = False
+    """A request leaves nothing to list: the dispatcher records an attempt running before
+    it is sent, and recovery never sends it again under the same name."""
+
+    def __init__(
+        self,
+        *,
+        clock: clock.Clock,
+        timeout: timedelta,
+        concurrency: int,
+        allow_networks: Iterable[str] = (),
+        body_bytes: int = 65_536,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self._clock = clock
+        self._timeout = timeout.total_seconds()
+        self._slots = asyncio.Semaphore(concurrency)
+        self.guard = Guard(allow_networks)
+        self._body_bytes = body_bytes
+        self._transport = transport
+        self._client: httpx.AsyncClient | None = None
+        self._running: dict[str, tuple[model.Launch, asyncio.Task[None]]] = {}
+        self._ended: collections.OrderedDict[str, model.Observation] = collections.OrderedDict()
+        self._news: asyncio.Queue[model.Observation | None] = asyncio.Queue()
+        self._closed = False
+
+    def validate_spec(self, spec: Mapping[str, Any]) -> dict[str, Any]:
+        return check_spec(spec)
+
+    async def start(self) -> None:
+        self._client = httpx.AsyncClient(
+            follow_redirects=False, trust_env=False, transport=self._transport
+        )
+
+    async def close(self) -> None:
+        """Stop: requests in flight are dropped (their attempts are lost to recovery, as if
+        corral had died), and `events` ends."""
+        self._closed = True
+        for _, task in list(self._running.values()):
+            task.cancel()
+        await asyncio.gather(*(t for _, t in self._running.values()), return_exceptions=True)
+        self._news.put_nowait(None)
+        if self._client is not None:
+            await self._client.aclose()
+
+    async def launch(self, launch: model.Launch) -> None:
+        """Start the request in the background and return at once; a name launched before
+        (running or ended here) is never sent again."""
+        if self._closed or self._client is None:
+            raise errors.ExecutorError("http executor: not started, or closed")
+        if launch.name in self._running or launch.name in self._ended:
+            return
+        spec = self.validate_spec(launch.spec)
+        task = asyncio.create_task(self._run(launch, spec), name=f"http {launch.name}")
+        self._running[launch.name] = (launch, task)
+
+    async def _run(self, launch: model.Launch, spec: dict[str, Any]) -> None:
+        started = self._clock.now()
+        try:
+            async with self._slots:
+                headers = request_headers(launch, spec)
+                content = request_body(spec, headers)
+                timeout = min(self._timeout, launch.deadline_seconds or self._timeout)
+                assert self._client is not None
+                outcome = await send(
+                    self._client,
+                    self.guard,
+                    method=spec["method"],
+                    url=spec["url"],
+                    headers=headers,
+                    content=content,
+                    seconds=timeout,
+                    body_bytes=self._body_bytes,
+                )
+        except asyncio.CancelledError:
+            if self._closed:
+                raise
+            outcome = Outcome(error="cancelled")
+        phase, reason, failure = judge(outcome, spec["expect"])
+        observation = model.Observation(
+            name=launch.name,
+            phase=phase,
+            labels=launch.labels,
+            reason=reason,
+            started_at=started,
+            finished_at=self._clock.now(),
+            failure_class=failure,
+            message=None if phase is model.Phase.SUCCEEDED else first_line(outcome.body),
+        )
+        self._running.pop(launch.name, None)
+        self._ended[launch.name] = observation
+        while len(self._ended) > REMEMBERED:
+            self._ended.popitem(last=False)
+        self._news.put_nowait(observation)
+
+    async def observe(self, names: Sequence[str]) -> dict[str, model.Observation]:
+        """What this process knows: a request in flight runs, one that ended says how; any
+        other name is absent (sent by a process that is gone, or never sent)."""
+        return {name: self._look(name) for name in names}
+
+    def _look(self, name: str) -> model.Observation:
+        if (running := self._running.get(name)) is not None:
+            return model.Observation(name, model.Phase.RUNNING, running[0].labels)
+        return self._ended.get(name) or model.Observation(name, model.Phase.ABSENT)
+
+    async def list_managed(self, selector: Mapping[str, str]) -> list[model.Observation]:
+        names = [*self._running, *self._ended]
+        seen = [self._look(name) for name in names]
+        return [o for o in seen if all(o.labels.get(k) == v for k, v in selector.items())]
+
+    async def cancel(self, name: str, grace: timedelta) -> None:
+        """Abandon the request: its attempt ends failed, `cancelled` (the server may have
+        acted on it already)."""
+        if (running := self._running.get(name)) is not None:
+            running[1].cancel()
+
+    async def events(self) -> AsyncGenerator[model.Observation, None]:
+        """Each request's outcome, as it comes, until `close`."""
+        while not self._closed:
+            observation = await self._news.get()
+            if observation is None:
+                return
+            yield observation
+
+
+def build(settings: config.Settings, clk: clock.Clock) -> HttpExecutor:
+    http = settings.executors.http
+    return HttpExecutor(
+        clock=clk,
+        timeout=settings.timeouts.http_request_timeout,
+        concurrency=settings.launch_concurrency,
+        allow_networks=http.allow_networks,
+        body_bytes=http.body_bytes,
+    )

@@ -1,0 +1,502 @@
+"""The `http` executor against real HTTP servers on 127.0.0.1 (aiohttp), through its guard."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from corral import clock, config, dispatcher, errors, model, reconciler, store
+from corral.executors import http
+from corral.testing import FrozenClock
+from tests.support import launches
+from tests.support.wait import PATIENCE
+
+LOCAL = ("127.0.0.0/8",)
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@dataclass
+class Receiver:
+    """A real HTTP server on 127.0.0.1: what it answers, and every request it saw."""
+
+    base: str = ""
+    seen: list[dict[str, Any]] = field(default_factory=list)
+    answers: dict[str, Handler] = field(default_factory=dict)
+
+    def url(self, path: str) -> str:
+        return f"{self.base}{path}"
+
+
+@pytest.fixture
+async def receiver() -> AsyncIterator[Receiver]:
+    got = Receiver()
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        got.seen.append(
+            {
+                "method": request.method,
+                "path": request.path,
+                "headers": dict(request.headers),
+                "body": await request.read(),
+            }
+        )
+        answer = got.answers.get(request.path)
+        return await answer(request) if answer else web.Response(text="ok")
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    got.base = f"http://127.0.0.1:{port}"
+    try:
+        yield got
+    finally:
+        await runner.cleanup()
+
+
+def reply(status: int, text: str = "", **headers: str) -> Handler:
+    async def answer(request: web.Request) -> web.StreamResponse:
+        return web.Response(status=status, text=text, headers=headers)
+
+    return answer
+
+
+@contextlib.asynccontextmanager
+async def executor(
+    *, allow: tuple[str, ...] = LOCAL, seconds: float = 10.0
+) -> AsyncIterator[http.HttpExecutor]:
+    ex = http.HttpExecutor(
+        clock=clock.SystemClock(),
+        timeout=timedelta(seconds=seconds),
+        concurrency=4,
+        allow_networks=allow,
+    )
+    await ex.start()
+    try:
+        yield ex
+    finally:
+        await ex.close()
+
+
+async def outcome(ex: http.HttpExecutor, spec: dict[str, Any], **kw: Any) -> model.Observation:
+    """Launch one request and wait for its pushed outcome."""
+    launch = launches.make_launch("http", kw.pop("name", "corral-1-1"), spec, **kw)
+    events = ex.events()
+    await ex.launch(launch)
+    return await asyncio.wait_for(anext(events), PATIENCE)
+
+
+async def test_a_request_carries_the_job_and_its_key_and_succeeds(receiver: Receiver) -> None:
+    spec = {
+        "method": "POST",
+        "url": receiver.url("/hook?x=1"),
+        "headers": {"X-Team": "data"},
+        "json": {"rows": 3},
+    }
+    async with executor() as ex:
+        obs = await outcome(ex, spec, job_id=7, fence=42, idempotency_key="nightly-2026-12-02")
+    assert obs.phase is model.Phase.SUCCEEDED
+    assert obs.reason is not None
+    assert obs.reason.startswith("HTTP 200 OK in ")
+    assert obs.reason.endswith("(127.0.0.1)")
+    assert obs.identity == model.Identity(7, 1, 42)
+    [seen] = receiver.seen
+    assert (seen["method"], seen["path"], json.loads(seen["body"])) == (
+        "POST",
+        "/hook",
+        {"rows": 3},
+    )
+    headers = seen["headers"]
+    assert headers["Corral-Job-Id"] == "7"
+    assert headers["Corral-Fence"] == "42"
+    assert headers["Idempotency-Key"] == "nightly-2026-12-02"
+    assert headers["X-Team"] == "data"
+    assert headers["Content-Type"] == "application/json"
+    assert headers["Host"] == receiver.base.removeprefix("http://")
+
+
+@pytest.mark.parametrize(
+    ("status", "phase", "failure"),
+    [
+        (500, model.Phase.FAILED, model.FailureClass.TRANSIENT),
+        (503, model.Phase.FAILED, model.FailureClass.TRANSIENT),
+        (429, model.Phase.FAILED, model.FailureClass.TRANSIENT),
+        (408, model.Phase.FAILED, model.FailureClass.TRANSIENT),
+        (404, model.Phase.FAILED, model.FailureClass.PERMANENT),
+        (400, model.Phase.FAILED, model.FailureClass.PERMANENT),
+        (204, model.Phase.SUCCEEDED, None),
+    ],
+)
+async def test_statuses_are_judged(
+    receiver: Receiver, status: int, phase: model.Phase, failure: model.FailureClass | None
+) -> None:
+    receiver.answers["/x"] = reply(status, "" if status == 204 else f"first line {status}\nmore")
+    async with executor() as ex:
+        obs = await outcome(ex, {"url": receiver.url("/x")})
+    assert (obs.phase, obs.failure_class) == (phase, failure)
+    assert obs.reason is not None
+    assert obs.reason.startswith(f"HTTP {status} ")
+    assert obs.message == (None if phase is model.Phase.SUCCEEDED else f"first line {status}")
+
+
+async def test_expect_names_the_statuses_that_succeed(receiver: Receiver) -> None:
+    receiver.answers["/created"] = reply(201)
+    async with executor() as ex:
+        obs = await outcome(ex, {"url": receiver.url("/created"), "expect": "200,204"})
+    assert (obs.phase, obs.failure_class) == (model.Phase.FAILED, model.FailureClass.PERMANENT)
+
+
+async def test_a_server_slower_than_the_timeout_is_a_transient_failure(
+    receiver: Receiver,
+) -> None:
+    release = asyncio.Event()
+
+    async def slow(request: web.Request) -> web.StreamResponse:
+        await release.wait()
+        return web.Response(text="late")
+
+    receiver.answers["/slow"] = slow
+    try:
+        async with executor(seconds=0.3) as ex:
+            obs = await outcome(ex, {"url": receiver.url("/slow")})
+    finally:
+        release.set()
+    assert (obs.phase, obs.failure_class) == (model.Phase.FAILED, model.FailureClass.TRANSIENT)
+    assert obs.reason is not None
+    assert "0.3s" in obs.reason
+
+
+async def test_a_redirect_to_the_metadata_address_is_refused(receiver: Receiver) -> None:
+    receiver.answers["/go"] = reply(302, location="http://169.254.169.254/latest/meta-data/")
+    async with executor() as ex:
+        obs = await outcome(ex, {"url": receiver.url("/go")})
+    assert (obs.phase, obs.failure_class) == (model.Phase.FAILED, model.FailureClass.PERMANENT)
+    assert obs.reason == (
+        "refused: 169.254.169.254 is a link-local address (executors.http.allow_networks opens it)"
+    )
+    assert [s["path"] for s in receiver.seen] == ["/go"]
+
+
+async def test_redirects_are_followed_and_checked_each_time(receiver: Receiver) -> None:
+    receiver.answers["/old"] = reply(303, location="/new")
+    receiver.answers["/new"] = reply(200, "here")
+    receiver.answers["/loop"] = reply(302, location="/loop")
+    async with executor() as ex:
+        followed = await outcome(ex, {"method": "POST", "url": receiver.url("/old"), "body": "x"})
+        looped = await outcome(ex, {"url": receiver.url("/loop")}, name="corral-2-1", job_id=2)
+    assert followed.phase is model.Phase.SUCCEEDED
+    assert [(s["method"], s["path"]) for s in receiver.seen[:2]] == [
+        ("POST", "/old"),
+        ("GET", "/new"),
+    ]
+    assert (looped.phase, looped.reason) == (
+        model.Phase.FAILED,
+        f"more than {http.MAX_REDIRECTS} redirects (127.0.0.1)",
+    )
+
+
+async def test_a_name_that_resolves_to_a_private_address_is_refused_unless_allowed(
+    receiver: Receiver,
+) -> None:
+    url = receiver.url("/x").replace("127.0.0.1", "localhost")
+    async with executor(allow=()) as ex:
+        refused = await outcome(ex, {"url": url})
+    assert refused.phase is model.Phase.FAILED
+    assert refused.reason is not None
+    assert refused.reason.startswith("refused: localhost: ")
+    assert "loopback" in refused.reason
+    assert receiver.seen == []
+    async with executor() as ex:
+        allowed = await outcome(ex, {"url": url})
+    assert allowed.phase is model.Phase.SUCCEEDED
+    assert receiver.seen[0]["headers"]["Host"] == url.removeprefix("http://").removesuffix("/x")
+
+
+@pytest.mark.parametrize(
+    ("address", "kind"),
+    [
+        ("127.0.0.1", "loopback"),
+        ("::1", "loopback"),
+        ("::ffff:127.0.0.1", "loopback"),
+        ("10.1.2.3", "private"),
+        ("192.168.0.1", "private"),
+        ("172.16.0.1", "private"),
+        ("169.254.169.254", "link-local"),
+        ("fe80::1", "link-local"),
+        ("100.64.0.1", "shared (CGNAT)"),
+        ("fd00::1", "private"),
+        ("224.0.0.1", "multicast"),
+        ("ff02::1", "multicast"),
+        ("0.0.0.0", "unspecified"),
+        ("::", "unspecified"),
+        ("240.0.0.1", "reserved"),
+    ],
+)
+def test_the_guard_refuses_every_address_that_is_not_public(address: str, kind: str) -> None:
+    why = http.Guard().refusal(address)
+    assert why == f"{address} is a {kind} address (executors.http.allow_networks opens it)"
+
+
+def test_the_guard_lets_public_addresses_and_allowed_ranges_through() -> None:
+    assert http.Guard().refusal("93.184.216.34") is None
+    assert http.Guard().refusal("2606:2800:220:1:248:1893:25c8:1946") is None
+    assert http.Guard(["10.0.0.0/8"]).refusal("10.9.9.9") is None
+    assert http.Guard(["10.0.0.0/8"]).refusal("192.168.0.1") is not None
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ({"url": "example.com/x"}, "http spec: url: must start with http:// or https://"),
+        ({"url": "ftp://example.com/x"}, "http spec: url: must start with http:// or https://"),
+        ({"url": "file:///etc/passwd"}, "http spec: url: must start with http:// or https://"),
+        ({"url": "https://"}, "http spec: url: "),
+        ({}, "http spec: url: must be an absolute http:// or https:// URL"),
+        ({"url": "https://a.example", "method": "FETCH"}, "http spec: method: must be one of"),
+        ({"url": "https://a.example", "headers": {"Bad Name": "x"}}, "is not a header name"),
+        ({"url": "https://a.example", "headers": {"X": "a\r\nB: c"}}, "must be one line"),
+        ({"url": "https://a.example", "headers": {"Idempotency-Key": "x"}}, "is set by corral"),
+        ({"url": "https://a.example", "body": "x", "json": {}}, "give body or json, not both"),
+        ({"url": "https://a.example", "expect": "ok"}, "http spec: expect: must be statuses"),
+        ({"url": "https://a.example", "expect": "600"}, "http spec: expect: must be statuses"),
+        ({"url": "https://a.example", "timeout": 3}, "http spec: timeout: unknown field"),
+    ],
+)
+def test_bad_specs_are_refused_naming_the_field(spec: dict[str, Any], message: str) -> None:
+    with pytest.raises(errors.InvalidInput, match=message.replace("?", r"\?")):
+        http.check_spec(spec)
+
+
+def test_a_spec_is_normalised() -> None:
+    assert http.check_spec(
+        {"url": "https://a.example/x", "method": "post", "expect": [200, 204]}
+    ) == {
+        "method": "POST",
+        "url": "https://a.example/x",
+        "headers": {},
+        "expect": ["200", "204"],
+    }
+
+
+async def test_a_launched_name_is_never_sent_again(receiver: Receiver) -> None:
+    async with executor() as ex:
+        launch = launches.make_launch("http", "corral-1-1", {"url": receiver.url("/once")})
+        events = ex.events()
+        await ex.launch(launch)
+        await ex.launch(launch)  # in flight
+        await asyncio.wait_for(anext(events), PATIENCE)
+        await ex.launch(launch)  # ended
+        seen = await ex.observe(["corral-1-1", "corral-9-1"])
+    assert [s["path"] for s in receiver.seen] == ["/once"]
+    assert seen["corral-1-1"].phase is model.Phase.SUCCEEDED
+    assert seen["corral-9-1"].phase is model.Phase.ABSENT
+
+
+# --- through the dispatcher and the store ---------------------------------------------------
+
+
+async def test_a_job_that_fails_twice_then_succeeds_is_retried_with_one_key(
+    db: store.Store, receiver: Receiver
+) -> None:
+    """500, 500, 200: three attempts, each recorded with its status, one Idempotency-Key,
+    a higher fence each time."""
+    statuses = iter([500, 500, 200])
+
+    async def flaky(request: web.Request) -> web.StreamResponse:
+        return web.Response(status=next(statuses), text="busy")
+
+    receiver.answers["/flaky"] = flaky
+    frozen = FrozenClock()
+    settings = config.Settings(
+        executors={"enabled": ["http"], "http": {"allow_networks": list(LOCAL)}},  # type: ignore[arg-type]
+        retry={"quarantine_after": 5, "seed": 1},  # type: ignore[arg-type]
+    )
+    ex = http.build(settings, frozen)
+    await ex.start()
+    d = dispatcher.Dispatcher(store=db, executors={"http": ex}, clock=frozen, settings=settings)
+    [(job_id, _)] = await db.job_submit(
+        new=[model.NewJob(executor="http", spec={"url": receiver.url("/flaky")}, max_attempts=5)],
+        now=frozen.now(),
+    )
+    events = ex.events()
+    try:
+        for _ in range(3):
+            tick = await d.run_once()
+            assert (tick.claimed, tick.launched) == (1, 1)
+            d.offer(await asyncio.wait_for(anext(events), PATIENCE))
+            await d.flush_completions()
+            frozen.advance(600)  # past any backoff
+        job = await db.job_get(job_id=job_id)
+        attempts = await db.attempt_list(job_id=job_id)
+    finally:
+        await ex.close()
+    assert job.state == model.JobState.SUCCEEDED
+    assert [a.state for a in attempts] == [
+        model.AttemptState.FAILED,
+        model.AttemptState.FAILED,
+        model.AttemptState.SUCCEEDED,
+    ]
+    assert [a.reason.split(" in ")[0] for a in attempts if a.reason] == [
+        "HTTP 500 Internal Server Error",
+        "HTTP 500 Internal Server Error",
+        "HTTP 200 OK",
+    ]
+    keys = {s["headers"]["Idempotency-Key"] for s in receiver.seen}
+    assert keys == {f"corral-job-{job_id}"}
+    fences = [int(s["headers"]["Corral-Fence"]) for s in receiver.seen]
+    assert fences == sorted(fences)
+    assert len(set(fences)) == 3
+
+
+async def test_an_http_attempt_is_running_before_its_request_is_sent(
+    db: store.Store, receiver: Receiver
+) -> None:
+    """The store says `running` by the time the receiver sees the request: a crash after
+    the send can only leave a running attempt (lost, then retried with a new fence), never
+    a launching one that recovery would send again."""
+    states_when_sent: list[str] = []
+    ids: list[int] = []
+
+    async def look(request: web.Request) -> web.StreamResponse:
+        [attempt] = await db.attempt_list(job_id=ids[0])
+        states_when_sent.append(attempt.state)
+        return web.Response(text="ok")
+
+    receiver.answers["/look"] = look
+    frozen = FrozenClock()
+    settings = config.Settings(
+        executors={"enabled": ["http"], "http": {"allow_networks": list(LOCAL)}},  # type: ignore[arg-type]
+    )
+    ex = http.build(settings, frozen)
+    await ex.start()
+    d = dispatcher.Dispatcher(store=db, executors={"http": ex}, clock=frozen, settings=settings)
+    [(job_id, _)] = await db.job_submit(
+        new=[model.NewJob(executor="http", spec={"url": receiver.url("/look")})], now=frozen.now()
+    )
+    ids.append(job_id)
+    events = ex.events()
+    try:
+        tick = await d.run_once()
+        d.offer(await asyncio.wait_for(anext(events), PATIENCE))
+        await d.flush_completions()
+    finally:
+        await ex.close()
+    assert (tick.launched, tick.recorded) == (1, 0)  # recorded before, not after
+    assert states_when_sent == [model.AttemptState.RUNNING]
+    assert (await db.job_get(job_id=job_id)).state == model.JobState.SUCCEEDED
+
+
+async def test_a_request_cut_short_by_a_crash_is_lost_then_retried_under_a_new_fence(
+    db: store.Store, receiver: Receiver
+) -> None:
+    """corral dies while the receiver holds the request: a new corral never sends that
+    attempt again; past recovery_grace it is lost, and the job's next attempt carries a
+    higher fence and the same Idempotency-Key."""
+    held, answer = asyncio.Event(), asyncio.Event()
+    tries = iter(["hold", "ok"])
+
+    async def hook(request: web.Request) -> web.StreamResponse:
+        if next(tries) == "hold":
+            held.set()
+            await answer.wait()
+        return web.Response(text="done")
+
+    receiver.answers["/hook"] = hook
+    frozen = FrozenClock()
+    settings = config.Settings(
+        executors={"enabled": ["http"], "http": {"allow_networks": list(LOCAL)}},  # type: ignore[arg-type]
+        retry={"seed": 1},  # type: ignore[arg-type]
+    )
+    [(job_id, _)] = await db.job_submit(
+        new=[model.NewJob(executor="http", spec={"url": receiver.url("/hook")})], now=frozen.now()
+    )
+    first = http.build(settings, frozen)
+    await first.start()
+    d = dispatcher.Dispatcher(store=db, executors={"http": first}, clock=frozen, settings=settings)
+    try:
+        await d.run_once()
+        await asyncio.wait_for(held.wait(), PATIENCE)
+    finally:
+        await first.close()  # the crash: its request's outcome is never heard
+        answer.set()
+    second = http.build(settings, frozen)
+    await second.start()
+    r = reconciler.Reconciler(store=db, executors={"http": second}, clock=frozen, settings=settings)
+    d = dispatcher.Dispatcher(store=db, executors={"http": second}, clock=frozen, settings=settings)
+    events = second.events()
+    try:
+        await r.run_once()
+        [attempt] = await db.attempt_list(job_id=job_id)
+        assert attempt.state == model.AttemptState.RUNNING  # not yet sure: it waits
+        assert len(receiver.seen) == 1  # and it is not sent again
+        frozen.advance(settings.timeouts.recovery_grace.total_seconds() + 1)
+        await r.run_once()
+        frozen.advance(600)  # past the retry's backoff
+        await d.run_once()
+        d.offer(await asyncio.wait_for(anext(events), PATIENCE))
+        await d.flush_completions()
+    finally:
+        await second.close()
+    attempts = await db.attempt_list(job_id=job_id)
+    assert [a.state for a in attempts] == [model.AttemptState.LOST, model.AttemptState.SUCCEEDED]
+    assert (await db.job_get(job_id=job_id)).state == model.JobState.SUCCEEDED
+    assert {s["headers"]["Idempotency-Key"] for s in receiver.seen} == {f"corral-job-{job_id}"}
+    assert [int(s["headers"]["Corral-Fence"]) for s in receiver.seen] == [a.id for a in attempts]
+
+
+async def test_recovery_records_a_launching_request_running_before_it_sends_it(
+    db: store.Store, receiver: Receiver
+) -> None:
+    """A dispatcher that died between its claim and its record never sent the request (it
+    sends only what it recorded): recovery records it running, then sends it, once."""
+    states_when_sent: list[str] = []
+
+    async def late(request: web.Request) -> web.StreamResponse:
+        [attempt] = await db.attempt_list(job_id=job_id)
+        states_when_sent.append(attempt.state)
+        return web.Response(text="ok")
+
+    receiver.answers["/late"] = late
+    frozen = FrozenClock()
+    settings = config.Settings(
+        executors={"enabled": ["http"], "http": {"allow_networks": list(LOCAL)}},  # type: ignore[arg-type]
+    )
+    [(job_id, _)] = await db.job_submit(
+        new=[model.NewJob(executor="http", spec={"url": receiver.url("/late")})], now=frozen.now()
+    )
+    claimed = await db.job_claim(
+        now=frozen.now(),
+        limit=1,
+        executors=["http"],
+        limits=store.DefaultLimits(
+            settings.timeouts.attempt_deadline, settings.timeouts.lease_timeout
+        ),
+    )
+    assert [c.attempt.state for c in claimed] == [model.AttemptState.LAUNCHING]
+    frozen.advance(settings.timeouts.launch_grace.total_seconds() + 1)
+    ex = http.build(settings, frozen)
+    await ex.start()
+    events = ex.events()
+    r = reconciler.Reconciler(store=db, executors={"http": ex}, clock=frozen, settings=settings)
+    try:
+        await r.run_once()
+        obs = await asyncio.wait_for(anext(events), PATIENCE)
+        await r.run_once()
+    finally:
+        await ex.close()
+    assert obs.phase is model.Phase.SUCCEEDED
+    [attempt] = await db.attempt_list(job_id=job_id)
+    assert attempt.state == model.AttemptState.RUNNING  # its outcome is the dispatcher's to write
+    assert [s["path"] for s in receiver.seen] == ["/late"]
+    assert states_when_sent == [model.AttemptState.RUNNING]
