@@ -402,6 +402,48 @@ def first_claim(new: NewJob, now: datetime) -> Claimed:
     return Claimed(job, attempt)
 
 
+# --- secrets kept out of sight ----------------------------------------------------------------
+
+REDACTED = "[redacted]"
+_SECRET_NAME = re.compile(
+    r"(authorization|cookie|passw(or)?d|secret|token|api[-_]?key|access[-_]?key|signature|"
+    r"session|credential|private[-_]?key)",
+    re.IGNORECASE,
+)
+_URL_QUERY = re.compile(
+    r"^(?P<head>[a-z][a-z0-9+.-]*://[^?#]*\?)(?P<query>[^#]*)(?P<tail>#.*)?$", re.I
+)
+_USERINFO = re.compile(r"^(?P<scheme>[a-z][a-z0-9+.-]*://)[^/@?#]*@", re.IGNORECASE)
+
+
+def redacted(value: Any) -> Any:
+    """`value` (a spec, a template) as it may be shown: the values of keys that name a
+    secret (Authorization, cookies, tokens, keys, passwords), the password of a URL and
+    the secret-named parameters of its query replaced by REDACTED. Nothing is changed in
+    place; what is stored stays whole, for the executor."""
+    if isinstance(value, Mapping):
+        return {
+            k: REDACTED if isinstance(k, str) and _SECRET_NAME.search(k) and v else redacted(v)
+            for k, v in value.items()
+        }
+    if isinstance(value, list | tuple):
+        return [redacted(v) for v in value]
+    if isinstance(value, str) and "://" in value:
+        return _redacted_url(value)
+    return value
+
+
+def _redacted_url(url: str) -> str:
+    url = _USERINFO.sub(lambda m: f"{m['scheme']}{REDACTED}@", url)
+    if (m := _URL_QUERY.match(url)) is None:
+        return url
+    params = []
+    for part in m["query"].split("&"):
+        name, eq, _ = part.partition("=")
+        params.append(f"{name}={REDACTED}" if eq and _SECRET_NAME.search(name) else part)
+    return f"{m['head']}{'&'.join(params)}{m['tail'] or ''}"
+
+
 # --- launches and observations ----------------------------------------------------------------
 
 

@@ -18,6 +18,13 @@ if TYPE_CHECKING:
     from corral import cadence, client, config, model
 
 
+def _shown(value: Any) -> Any:
+    """A spec or template as it may be shown: its secrets redacted (model.redacted)."""
+    from corral.model import redacted
+
+    return redacted(value)
+
+
 def when(at: datetime | None) -> str:
     return at.strftime("%Y-%m-%d %H:%M:%S") if at else "-"
 
@@ -54,7 +61,7 @@ def job_dict(job: model.Job) -> dict[str, Any]:
         "tenant": job.tenant,
         "priority": job.priority,
         "executor": job.executor,
-        "spec": job.spec,
+        "spec": _shown(job.spec),
         "payload": job.payload,
         "attempts": job.attempt_count,
         "charged_attempts": job.charged_attempts,
@@ -143,7 +150,7 @@ def print_view(view: client.JobView) -> None:
         facts.append(("idempotency key", j.idempotency_key))
     if j.code_version:
         facts.append(("code version", j.code_version))
-    facts.append(("spec", json.dumps(j.spec)))
+    facts.append(("spec", json.dumps(_shown(j.spec))))
     for name, value in facts:
         out.print(f"  {name}: {value}", markup=False, soft_wrap=False)
     for a in view.attempts:
@@ -304,7 +311,7 @@ def schedule_dict(s: model.Schedule) -> dict[str, Any]:
         "last_nominal": iso(s.last_nominal),
         "last_job_id": s.last_job_id,
         "missed_total": s.missed_total,
-        "template": dict(s.template),
+        "template": _shown(dict(s.template)),
         "created_at": iso(s.created_at),
         "updated_at": iso(s.updated_at),
     }
@@ -353,7 +360,8 @@ def print_schedule(
     out.print(f"schedule {s.name} (tenant {s.tenant}): {schedule_rule(s)}")
     state = "paused since " + when(s.paused_at) if s.paused_at else "active"
     out.print(f"  {state}; catch-up {s.catchup}, overlap {s.overlap}; missed {s.missed_total}")
-    out.print(f"  runs: {json.dumps(s.template.get('spec'))} on {s.template.get('executor')}")
+    spec = _shown(s.template.get("spec"))
+    out.print(f"  runs: {json.dumps(spec)} on {s.template.get('executor')}")
     if upcoming:
         out.print("next firings:")
         out.print(nominals_table(upcoming))

@@ -1,0 +1,58 @@
+"""Secrets in a job's spec are kept for the executor and never shown."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from corral import model
+from corral.cli import render
+
+R = model.REDACTED
+
+
+@pytest.mark.parametrize(
+    ("shown", "expected"),
+    [
+        ({"headers": {"Authorization": "Bearer abc"}}, {"headers": {"Authorization": R}}),
+        ({"headers": {"cookie": "s=1", "X-Team": "d"}}, {"headers": {"cookie": R, "X-Team": "d"}}),
+        ({"headers": {"X-Api-Key": "k"}}, {"headers": {"X-Api-Key": R}}),
+        ({"env": {"DB_PASSWORD": "p", "HOME": "/"}}, {"env": {"DB_PASSWORD": R, "HOME": "/"}}),
+        ({"json": {"token": "t", "rows": 3}}, {"json": {"token": R, "rows": 3}}),
+        ({"url": "https://u:pw@x.example/p"}, {"url": f"https://{R}@x.example/p"}),
+        (
+            {"url": "https://x.example/p?access_token=a&page=2#top"},
+            {"url": f"https://x.example/p?access_token={R}&page=2#top"},
+        ),
+        (
+            {"command": ["curl", "https://x.example/?sig=1&signature=2"]},
+            {"command": ["curl", f"https://x.example/?sig=1&signature={R}"]},
+        ),
+        (
+            {"url": "https://x.example/p?q=secret-looking-value"},
+            {"url": "https://x.example/p?q=secret-looking-value"},
+        ),
+        ({"headers": {"Authorization": ""}}, {"headers": {"Authorization": ""}}),
+    ],
+)
+def test_secret_values_are_redacted(shown: dict[str, object], expected: dict[str, object]) -> None:
+    assert model.redacted(shown) == expected
+
+
+def test_a_job_is_shown_without_its_secrets_and_kept_whole() -> None:
+    spec = {
+        "method": "GET",
+        "url": "https://x.example/?token=abc",
+        "headers": {"Authorization": "Bearer abc"},
+    }
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    job = model.Job(
+        id=1, state=model.JobState.QUEUED, queue="default", pool=None, tenant="default",
+        priority=0, executor="http", spec=spec, payload=None, attempt_count=0,
+        max_attempts=3, run_at=at, idempotency_key=None, labels={},
+        policy={}, code_version=None, created_at=at, updated_at=at,
+    )  # fmt: skip
+    shown = render.job_dict(job)
+    assert "abc" not in repr(shown)
+    assert job.spec["headers"]["Authorization"] == "Bearer abc"
