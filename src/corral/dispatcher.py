@@ -367,6 +367,7 @@ class Dispatcher:
                 reason=observation.reason,
                 failure_class=observation.failure_class,
                 message=observation.message,
+                retry_after=observation.retry_after,
             )
         )
         return True

@@ -516,6 +516,7 @@ class Observation:
     finished_at: datetime | None = None
     failure_class: FailureClass | None = None  # the platform's own verdict, when it has one
     message: str | None = None  # the last line of stderr, or the platform's termination message
+    retry_after: float | None = None  # the platform asks for no retry sooner (HTTP Retry-After)
 
     @property
     def identity(self) -> Identity | None:

@@ -598,6 +598,7 @@ def _finish(attempt: model.Attempt, obs: model.Observation) -> store.Finish:
         obs.reason,
         obs.failure_class,
         obs.message,
+        obs.retry_after,
     )
 
 

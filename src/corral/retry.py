@@ -58,6 +58,10 @@ class Backoff:
         job's own, when it has them."""
         return self.rng.uniform(0.0, self.ceiling(attempt_no, base, cap))
 
+    def cap_for(self, policy: config.JobPolicy) -> float:
+        """The longest backoff for a job with this policy."""
+        return policy.retry.cap.total_seconds() if policy.retry.cap else self.cap
+
     def for_policy(self, attempt_no: int, policy: config.JobPolicy) -> float:
         retry = policy.retry
         return self.delay(
@@ -199,8 +203,17 @@ class Retry:
             settings.retry.quarantine_after,
         )
 
-    def delay(self, attempt_no: int, policy: config.JobPolicy) -> float:
-        return 0.0 if self.backoff is None else self.backoff.for_policy(attempt_no, policy)
+    def delay(
+        self, attempt_no: int, policy: config.JobPolicy, *, asked: float | None = None
+    ) -> float:
+        """The backoff after attempt `attempt_no`; at least what the platform `asked` for
+        (an HTTP Retry-After), up to the backoff's cap: a server cannot park a job."""
+        if self.backoff is None:
+            return 0.0
+        backoff = self.backoff.for_policy(attempt_no, policy)
+        if asked is None or asked <= backoff:
+            return backoff
+        return max(backoff, min(asked, self.backoff.cap_for(policy)))
 
 
 # --- what a failure leads to ----------------------------------------------------------------------

@@ -81,6 +81,12 @@ def test_process_reports_the_ratio_to_a_bare_loop() -> None:
     assert report["create_us_median"]["disk"] > 0
 
 
+def test_http_jobs_report_the_ratio_to_a_bare_httpx_loop() -> None:
+    report = _bench("http_jobs.py", "--jobs", "40", "--rounds", "1", server=False)
+    assert report["median_requests_per_s"]["corral"] > 0
+    assert report["ratio_corral_vs_bare"] > 0
+
+
 def test_history_reports_serve_and_a_pass_at_two_sizes() -> None:
     report = _bench(
         "history.py", "--small", "20", "--big", "60", "--settle", "2", "--passes", "2", server=False

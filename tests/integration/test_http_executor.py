@@ -7,7 +7,7 @@ import contextlib
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -500,3 +500,48 @@ async def test_recovery_records_a_launching_request_running_before_it_sends_it(
     assert attempt.state == model.AttemptState.RUNNING  # its outcome is the dispatcher's to write
     assert [s["path"] for s in receiver.seen] == ["/late"]
     assert states_when_sent == [model.AttemptState.RUNNING]
+
+
+def test_retry_after_is_read_as_seconds_or_a_date() -> None:
+    now = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
+    assert http.retry_after_seconds("120", now) == 120.0
+    assert http.retry_after_seconds("Wed, 02 Dec 2026 12:01:30 GMT", now) == 90.0
+    assert http.retry_after_seconds("Wed, 02 Dec 2026 11:00:00 GMT", now) == 0.0
+    assert http.retry_after_seconds("soon", now) is None
+    assert http.retry_after_seconds(None, now) is None
+
+
+async def test_a_429_with_retry_after_holds_the_retry_that_long(
+    db: store.Store, receiver: Receiver
+) -> None:
+    """Retry-After: 90 on a 429: the job is queued again no sooner than 90 s on (its own
+    backoff would be at most 1 s), and never later than the backoff's cap."""
+    receiver.answers["/busy"] = reply(429, "slow down", **{"Retry-After": "90"})
+    receiver.answers["/very-busy"] = reply(503, "", **{"Retry-After": "86400"})
+    frozen = FrozenClock()
+    settings = config.Settings(
+        executors={"enabled": ["http"], "http": {"allow_networks": list(LOCAL)}},  # type: ignore[arg-type]
+        retry={"seed": 1, "base": 1, "cap": 600},  # type: ignore[arg-type]
+    )
+    ex = http.build(settings, frozen)
+    await ex.start()
+    d = dispatcher.Dispatcher(store=db, executors={"http": ex}, clock=frozen, settings=settings)
+    made = await db.job_submit(
+        new=[
+            model.NewJob(executor="http", spec={"url": receiver.url("/busy")}),
+            model.NewJob(executor="http", spec={"url": receiver.url("/very-busy")}),
+        ],
+        now=frozen.now(),
+    )
+    events = ex.events()
+    try:
+        await d.run_once()
+        for _ in made:
+            d.offer(await asyncio.wait_for(anext(events), PATIENCE))
+        await d.flush_completions()
+    finally:
+        await ex.close()
+    busy, very_busy = [await db.job_get(job_id=job_id) for job_id, _ in made]
+    assert (busy.state, very_busy.state) == (model.JobState.QUEUED, model.JobState.QUEUED)
+    assert (busy.run_at - frozen.now()).total_seconds() == pytest.approx(90, abs=1)
+    assert (very_busy.run_at - frozen.now()).total_seconds() == pytest.approx(600, abs=1)

@@ -32,3 +32,15 @@ def test_a_seed_makes_delays_exact() -> None:
     settings = config.Settings(retry=config.RetrySettings(seed=42))
     one, two = retry.Backoff.from_settings(settings), retry.Backoff.from_settings(settings)
     assert [one.delay(n) for n in range(1, 6)] == [two.delay(n) for n in range(1, 6)]
+
+
+def test_a_platform_s_retry_after_lengthens_the_backoff_up_to_its_cap() -> None:
+    settings = config.Settings(retry={"seed": 3, "base": 1, "cap": 60})  # type: ignore[arg-type]
+    policy = config.JobPolicy()
+    plain = retry.Retry.from_settings(settings).delay(1, policy)
+    assert 0 <= plain <= 1
+    assert retry.Retry.from_settings(settings).delay(1, policy, asked=30) == 30
+    assert retry.Retry.from_settings(settings).delay(1, policy, asked=3600) == 60
+    assert retry.Retry.from_settings(settings).delay(1, policy, asked=0) == plain
+    capped = config.JobPolicy(retry={"cap": 10})  # type: ignore[arg-type]
+    assert retry.Retry.from_settings(settings).delay(1, capped, asked=3600) == 10

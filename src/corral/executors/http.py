@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import email.utils
 import ipaddress
 import json
 import re
@@ -41,7 +42,7 @@ import socket
 import time
 from collections.abc import AsyncGenerator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
@@ -224,6 +225,7 @@ class Outcome:
     body: bytes = b""
     error: str | None = None  # no response: why (a timeout, a refused connection)
     refused: str | None = None  # the guard's refusal
+    retry_after: str | None = None  # the response's Retry-After, as it came
 
 
 async def send(
@@ -268,7 +270,12 @@ async def send(
                 location = response.headers.get("location")
                 if not (response.is_redirect and location):
                     return Outcome(
-                        response.status_code, response.reason_phrase, address, took(), body
+                        response.status_code,
+                        response.reason_phrase,
+                        address,
+                        took(),
+                        body,
+                        retry_after=response.headers.get("retry-after"),
                     )
                 url = str(target.join(location))
                 if response.status_code in (301, 302, 303) and method != "HEAD":
@@ -318,6 +325,22 @@ def judge(
     if outcome.status >= 500 or outcome.status in TRANSIENT_STATUSES:
         return model.Phase.FAILED, reason, model.FailureClass.TRANSIENT
     return model.Phase.FAILED, reason, model.FailureClass.PERMANENT
+
+
+def retry_after_seconds(value: str | None, now: datetime) -> float | None:
+    """A Retry-After header's wait in seconds (delta-seconds or an HTTP date), or None."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        at = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if at.tzinfo is None:
+        at = at.replace(tzinfo=UTC)
+    return max((at - now).total_seconds(), 0.0)
 
 
 def first_line(body: bytes) -> str | None:
@@ -435,15 +458,19 @@ class HttpExecutor:
                 raise
             outcome = Outcome(error="cancelled")
         phase, reason, failure = judge(outcome, spec["expect"])
+        ended = self._clock.now()
         observation = model.Observation(
             name=launch.name,
             phase=phase,
             labels=launch.labels,
             reason=reason,
             started_at=started,
-            finished_at=self._clock.now(),
+            finished_at=ended,
             failure_class=failure,
             message=None if phase is model.Phase.SUCCEEDED else first_line(outcome.body),
+            retry_after=None
+            if phase is model.Phase.SUCCEEDED
+            else retry_after_seconds(outcome.retry_after, ended),
         )
         self._running.pop(launch.name, None)
         self._ended[launch.name] = observation

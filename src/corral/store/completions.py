@@ -58,6 +58,7 @@ class Finish:
     reason: str | None
     failure_class: model.FailureClass | None = None
     message: str | None = None
+    retry_after: float | None = None  # seconds the platform asked to wait before a retry
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +80,7 @@ class _Judged:
     job: model.Job
     policy: config.JobPolicy
     failure: retry.Failure
+    retry_after: float | None = None
 
 
 def attempt_finish(
@@ -176,7 +178,7 @@ def _judge(conn: Connection, failed: Sequence[Finish]) -> dict[int, _Judged]:
             hint=f.failure_class,
             message=f.message,
         )
-        out[f.fence] = _Judged(job, policy, failure)
+        out[f.fence] = _Judged(job, policy, failure, f.retry_after)
     return out
 
 
@@ -226,7 +228,7 @@ def _jobs_after_failure(
             max_attempts=j.job.max_attempts,
             streak=streaks[a.id],
             quarantine_after=j.policy.quarantine_after or rules.quarantine_after,
-            delay=rules.delay(a.attempt_no, j.policy),
+            delay=rules.delay(a.attempt_no, j.policy, asked=j.retry_after),
         )
     _spend_budget(conn, [(a, judged[a.id]) for a, _ in lost], decisions, now, rules)
     groups: dict[tuple[Any, ...], list[Applied]] = defaultdict(list)
