@@ -992,15 +992,44 @@ class ExitCodes(BaseModel):
         return (code in self.values) == (self.operator == "In")
 
 
-class FailureRule(BaseModel):
-    """What to do with a failed attempt whose command exited with a matching code:
-    `retry` (a transient failure), `fail` (permanent: quarantine the job at once) or
-    `ignore` (retry, and the attempt does not count toward max_attempts)."""
+class HttpStatuses(BaseModel):
+    """Which HTTP statuses a failure rule matches (in the shape of ExitCodes)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    on_exit_codes: ExitCodes
+    operator: Literal["In", "NotIn"]
+    values: tuple[int, ...] = Field(min_length=1, max_length=500)
+
+    @field_validator("values")
+    @classmethod
+    def _statuses(cls, values: tuple[int, ...]) -> tuple[int, ...]:
+        if any(not 100 <= v <= 599 for v in values):
+            raise ValueError("HTTP statuses are 100-599")
+        if len(set(values)) != len(values):
+            raise ValueError("statuses must not repeat")
+        return tuple(sorted(values))
+
+    def match(self, status: int) -> bool:
+        return (status in self.values) == (self.operator == "In")
+
+
+class FailureRule(BaseModel):
+    """What to do with a failed attempt whose command exited with a matching code, or
+    whose HTTP request got a matching status: `retry` (a transient failure), `fail`
+    (permanent: quarantine the job at once) or `ignore` (retry, and the attempt does not
+    count toward max_attempts). A rule has one of on_exit_codes and on_http_statuses."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    on_exit_codes: ExitCodes | None = None
+    on_http_statuses: HttpStatuses | None = None
     action: Literal["retry", "fail", "ignore"]
+
+    @model_validator(mode="after")
+    def _one_match(self) -> FailureRule:
+        if (self.on_exit_codes is None) == (self.on_http_statuses is None):
+            raise ValueError("a rule matches on_exit_codes or on_http_statuses: give one")
+        return self
 
 
 class RetryOverrides(BaseModel):

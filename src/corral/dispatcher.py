@@ -368,6 +368,7 @@ class Dispatcher:
                 failure_class=observation.failure_class,
                 message=observation.message,
                 retry_after=observation.retry_after,
+                http_status=observation.http_status,
             )
         )
         return True

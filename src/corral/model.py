@@ -517,6 +517,7 @@ class Observation:
     failure_class: FailureClass | None = None  # the platform's own verdict, when it has one
     message: str | None = None  # the last line of stderr, or the platform's termination message
     retry_after: float | None = None  # the platform asks for no retry sooner (HTTP Retry-After)
+    http_status: int | None = None  # an HTTP attempt's final status
 
     @property
     def identity(self) -> Identity | None:

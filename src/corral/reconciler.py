@@ -599,6 +599,7 @@ def _finish(attempt: model.Attempt, obs: model.Observation) -> store.Finish:
         obs.failure_class,
         obs.message,
         obs.retry_after,
+        obs.http_status,
     )
 
 

@@ -158,29 +158,43 @@ def classify(
     reason: str | None,
     hint: FailureClass | None,
     message: str | None,
+    http_status: int | None = None,
 ) -> Failure:
     """Judge a failed (or lost) attempt.
 
-    The platform's verdict comes first (a deadline, SIGKILL, OOM, a lost node are
-    transient), then the job's exit-code rules in order, first match wins; anything else is
-    `unknown`. A lost attempt is transient: nothing says the job itself is at fault.
+    The job's HTTP status rules come first (a status is the receiver's word, and the job
+    knows its receiver), then the platform's verdict (a deadline, SIGKILL, OOM, a lost node
+    are transient; the http executor's classes of statuses), then the job's exit-code
+    rules in order, first match wins; anything else is `unknown`. A lost attempt is
+    transient: nothing says the job itself is at fault.
     """
     print_ = fingerprint(executor, exit_code, reason, message)
     if state == model.AttemptState.LOST:
         return Failure(FailureClass.TRANSIENT, print_, True, "lost by its platform")
+    if http_status is not None:
+        for n, rule in enumerate(policy.failure_rules):
+            if rule.on_http_statuses is not None and rule.on_http_statuses.match(http_status):
+                return _ruled(n, rule, print_, f"HTTP status {http_status}", rule.on_http_statuses)
     if hint is not None:
         return Failure(hint, print_, True, f"{executor} executor: {reason or hint}")
     if exit_code is not None and exit_code >= 0:
         for n, rule in enumerate(policy.failure_rules):
-            if rule.on_exit_codes.match(exit_code):
-                codes = ", ".join(map(str, rule.on_exit_codes.values))
-                why = (
-                    f"rule {n + 1}: exit code {exit_code} {rule.on_exit_codes.operator}"
-                    f" [{codes}] -> {rule.action}"
-                )
-                cls = FailureClass.PERMANENT if rule.action == "fail" else FailureClass.TRANSIENT
-                return Failure(cls, print_, rule.action != "ignore", why)
+            if rule.on_exit_codes is not None and rule.on_exit_codes.match(exit_code):
+                return _ruled(n, rule, print_, f"exit code {exit_code}", rule.on_exit_codes)
     return Failure(FailureClass.UNKNOWN, print_, True, "no rule matched")
+
+
+def _ruled(
+    n: int,
+    rule: config.FailureRule,
+    print_: str,
+    what: str,
+    matched: config.ExitCodes | config.HttpStatuses,
+) -> Failure:
+    values = ", ".join(map(str, matched.values))
+    why = f"rule {n + 1}: {what} {matched.operator} [{values}] -> {rule.action}"
+    cls = FailureClass.PERMANENT if rule.action == "fail" else FailureClass.TRANSIENT
+    return Failure(cls, print_, rule.action != "ignore", why)
 
 
 # --- everything the store needs to move a failed job on ------------------------------------------

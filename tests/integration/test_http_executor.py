@@ -545,3 +545,38 @@ async def test_a_429_with_retry_after_holds_the_retry_that_long(
     assert (busy.state, very_busy.state) == (model.JobState.QUEUED, model.JobState.QUEUED)
     assert (busy.run_at - frozen.now()).total_seconds() == pytest.approx(90, abs=1)
     assert (very_busy.run_at - frozen.now()).total_seconds() == pytest.approx(600, abs=1)
+
+
+async def test_a_job_s_status_rule_retries_a_404_that_would_quarantine_it(
+    db: store.Store, receiver: Receiver
+) -> None:
+    receiver.answers["/not-yet"] = reply(404, "no such report yet")
+    frozen = FrozenClock()
+    settings = config.Settings(
+        executors={"enabled": ["http"], "http": {"allow_networks": list(LOCAL)}},  # type: ignore[arg-type]
+    )
+    rule = {"on_http_statuses": {"operator": "In", "values": [404]}, "action": "retry"}
+    made = await db.job_submit(
+        new=[
+            model.NewJob(
+                executor="http",
+                spec={"url": receiver.url("/not-yet")},
+                policy={"failure_rules": [rule]},
+            ),
+            model.NewJob(executor="http", spec={"url": receiver.url("/not-yet")}),
+        ],
+        now=frozen.now(),
+    )
+    ex = http.build(settings, frozen)
+    await ex.start()
+    d = dispatcher.Dispatcher(store=db, executors={"http": ex}, clock=frozen, settings=settings)
+    events = ex.events()
+    try:
+        await d.run_once()
+        for _ in made:
+            d.offer(await asyncio.wait_for(anext(events), PATIENCE))
+        await d.flush_completions()
+    finally:
+        await ex.close()
+    ruled, plain = [await db.job_get(job_id=job_id) for job_id, _ in made]
+    assert (ruled.state, plain.state) == (model.JobState.QUEUED, model.JobState.QUARANTINED)

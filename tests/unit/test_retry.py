@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import random
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from corral import config, retry
+from corral import config, model, retry
 
 
 @given(
@@ -44,3 +45,50 @@ def test_a_platform_s_retry_after_lengthens_the_backoff_up_to_its_cap() -> None:
     assert retry.Retry.from_settings(settings).delay(1, policy, asked=0) == plain
     capped = config.JobPolicy(retry={"cap": 10})  # type: ignore[arg-type]
     assert retry.Retry.from_settings(settings).delay(1, capped, asked=3600) == 10
+
+
+def test_a_job_s_http_status_rules_come_before_the_executor_s_classes() -> None:
+    policy = config.JobPolicy.model_validate(
+        {
+            "failure_rules": [
+                {"on_http_statuses": {"operator": "In", "values": [404]}, "action": "retry"},
+                {"on_http_statuses": {"operator": "In", "values": [503]}, "action": "fail"},
+                {"on_exit_codes": {"operator": "In", "values": [3]}, "action": "fail"},
+            ]
+        }
+    )
+
+    def judged(status: int, hint: model.FailureClass) -> retry.Failure:
+        return retry.classify(
+            policy,
+            executor="http",
+            state=model.AttemptState.FAILED,
+            exit_code=None,
+            reason=f"HTTP {status}",
+            hint=hint,
+            message=None,
+            http_status=status,
+        )
+
+    missing = judged(404, model.FailureClass.PERMANENT)
+    assert missing.cls is model.FailureClass.TRANSIENT
+    assert missing.why == "rule 1: HTTP status 404 In [404] -> retry"
+    assert judged(503, model.FailureClass.TRANSIENT).cls is model.FailureClass.PERMANENT
+    assert judged(500, model.FailureClass.TRANSIENT).why == "http executor: HTTP 500"
+
+
+@pytest.mark.parametrize(
+    "rule",
+    [
+        {"action": "retry"},
+        {
+            "on_exit_codes": {"operator": "In", "values": [3]},
+            "on_http_statuses": {"operator": "In", "values": [404]},
+            "action": "retry",
+        },
+        {"on_http_statuses": {"operator": "In", "values": [700]}, "action": "retry"},
+    ],
+)
+def test_a_rule_matches_one_thing(rule: dict[str, object]) -> None:
+    with pytest.raises(ValueError, match="on_exit_codes or on_http_statuses|100-599"):
+        config.JobPolicy.model_validate({"failure_rules": [rule]})

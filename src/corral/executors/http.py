@@ -471,6 +471,7 @@ class HttpExecutor:
             retry_after=None
             if phase is model.Phase.SUCCEEDED
             else retry_after_seconds(outcome.retry_after, ended),
+            http_status=outcome.status,
         )
         self._running.pop(launch.name, None)
         self._ended[launch.name] = observation

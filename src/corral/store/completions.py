@@ -59,6 +59,7 @@ class Finish:
     failure_class: model.FailureClass | None = None
     message: str | None = None
     retry_after: float | None = None  # seconds the platform asked to wait before a retry
+    http_status: int | None = None  # an HTTP attempt's status: the job's status rules read it
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,6 +178,7 @@ def _judge(conn: Connection, failed: Sequence[Finish]) -> dict[int, _Judged]:
             reason=f.reason,
             hint=f.failure_class,
             message=f.message,
+            http_status=f.http_status,
         )
         out[f.fence] = _Judged(job, policy, failure, f.retry_after)
     return out
