@@ -580,3 +580,40 @@ async def test_a_job_s_status_rule_retries_a_404_that_would_quarantine_it(
         await ex.close()
     ruled, plain = [await db.job_get(job_id=job_id) for job_id, _ in made]
     assert (ruled.state, plain.state) == (model.JobState.QUEUED, model.JobState.QUARANTINED)
+
+
+async def test_a_body_and_a_url_are_filled_from_the_payload(receiver: Receiver) -> None:
+    payload = {"report": "sales & costs", "corral": {"nominal_time": "2026-12-02T02:30:00+00:00"}}
+    spec = {
+        "method": "POST",
+        "url": receiver.url("/r/{{report}}"),
+        "body": "for {{corral.nominal_time}}: {{corral}}",
+    }
+    async with executor() as ex:
+        obs = await outcome(ex, spec, payload=payload)
+        missing = await outcome(
+            ex, {**spec, "body": "{{nope}}"}, payload=payload, name="corral-2-1", job_id=2
+        )
+    assert obs.phase is model.Phase.SUCCEEDED
+    [seen] = receiver.seen
+    assert seen["path"] == "/r/sales & costs"  # sent percent-encoded, read back decoded
+    assert seen["body"].decode() == (
+        'for 2026-12-02T02:30:00+00:00: {"nominal_time": "2026-12-02T02:30:00+00:00"}'
+    )
+    assert (missing.phase, missing.failure_class) == (
+        model.Phase.FAILED,
+        model.FailureClass.PERMANENT,
+    )
+    assert missing.reason == "refused: template: {{nope}} names nothing in the job's payload"
+
+
+async def test_without_a_body_a_post_sends_the_payload(receiver: Receiver) -> None:
+    async with executor() as ex:
+        await outcome(ex, {"method": "POST", "url": receiver.url("/p")}, payload={"a": 1})
+        await outcome(ex, {"url": receiver.url("/g")}, payload={"a": 1}, name="corral-2-1")
+    post, get = receiver.seen
+    assert (json.loads(post["body"]), post["headers"]["Content-Type"]) == (
+        {"a": 1},
+        "application/json",
+    )
+    assert get["body"] == b""

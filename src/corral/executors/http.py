@@ -40,6 +40,7 @@ import json
 import re
 import socket
 import time
+import urllib.parse
 from collections.abc import AsyncGenerator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -363,13 +364,40 @@ def request_headers(launch: model.Launch, spec: Mapping[str, Any]) -> dict[str, 
     }
 
 
-def request_body(spec: Mapping[str, Any], headers: dict[str, str]) -> bytes | None:
-    if "json" in spec:
+_PLACE = re.compile(r"\{\{\s*([A-Za-z0-9_.-]+)\s*\}\}")
+
+
+class TemplateError(ValueError):
+    """A placeholder names nothing in the payload."""
+
+
+def fill(template: str, payload: Any, *, quote: bool = False) -> str:
+    """`template` with each `{{path}}` replaced by that value of the payload (a dotted
+    path: `{{corral.nominal_time}}`); strings as they are, anything else as JSON;
+    percent-encoded when `quote` (in a URL)."""
+
+    def value(match: re.Match[str]) -> str:
+        found: Any = payload
+        for key in match[1].split("."):
+            if not isinstance(found, Mapping) or key not in found:
+                raise TemplateError(f"{{{{{match[1]}}}}} names nothing in the job's payload")
+            found = found[key]
+        text = found if isinstance(found, str) else json.dumps(found)
+        return urllib.parse.quote(text, safe="") if quote else text
+
+    return _PLACE.sub(value, template)
+
+
+def request_body(spec: Mapping[str, Any], payload: Any, headers: dict[str, str]) -> bytes | None:
+    """The body: the spec's `json`, or its `body` with the payload's values filled in; with
+    neither, the job's payload as JSON (a firing's payload says its interval), if any."""
+    as_json = "body" not in spec and payload is not None and spec["method"] not in ("GET", "HEAD")
+    if "json" in spec or as_json:
         if not any(name.lower() == "content-type" for name in headers):
             headers["Content-Type"] = "application/json"
-        return json.dumps(spec["json"]).encode()
+        return json.dumps(spec.get("json", payload)).encode()
     body = spec.get("body")
-    return None if body is None else str(body).encode()
+    return None if body is None else fill(str(body), payload).encode()
 
 
 # --- the executor ------------------------------------------------------------------------------
@@ -440,19 +468,23 @@ class HttpExecutor:
         try:
             async with self._slots:
                 headers = request_headers(launch, spec)
-                content = request_body(spec, headers)
-                timeout = min(self._timeout, launch.deadline_seconds or self._timeout)
-                assert self._client is not None
-                outcome = await send(
-                    self._client,
-                    self.guard,
-                    method=spec["method"],
-                    url=spec["url"],
-                    headers=headers,
-                    content=content,
-                    seconds=timeout,
-                    body_bytes=self._body_bytes,
-                )
+                try:
+                    content = request_body(spec, launch.payload, headers)
+                    url = fill(spec["url"], launch.payload, quote=True)
+                except TemplateError as exc:
+                    outcome = Outcome(refused=f"template: {exc}")
+                else:
+                    assert self._client is not None
+                    outcome = await send(
+                        self._client,
+                        self.guard,
+                        method=spec["method"],
+                        url=url,
+                        headers=headers,
+                        content=content,
+                        seconds=min(self._timeout, launch.deadline_seconds or self._timeout),
+                        body_bytes=self._body_bytes,
+                    )
         except asyncio.CancelledError:
             if self._closed:
                 raise
