@@ -183,10 +183,11 @@ def wait_until(predicate: object, seconds: float, what: str) -> None:
     raise AssertionError(f"not {what} after {seconds}s")
 
 
-def run_to_the_end(site: Site, ids: Sequence[int], *commands: str) -> Report:
-    """Run corral (`serve`, or the given commands side by side) until every job is final,
-    then check every promise against the store and the ledger."""
-    procs = [site.start(c) for c in commands or ("serve",)]
+def run_to_the_end(site: Site, ids: Sequence[int], *commands: str, **extra: str) -> Report:
+    """Run corral (`serve`, or the given commands side by side, with `extra` in their
+    environment) until every job is final, then check every promise against the store and
+    the ledger."""
+    procs = [site.start(c, **extra) for c in commands or ("serve",)]
     try:
         wait_until(lambda: Report(site.url, ids).all_final(), 180, "all jobs final")
     finally:
