@@ -309,6 +309,18 @@ class ProcessExecutorSettings(BaseModel):
     )
 
 
+class SecretsSettings(BaseModel):
+    """The secrets HTTP requests are signed with (`corral secrets`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    rotation_overlap: Duration = Field(
+        timedelta(hours=24),
+        description="After a rotation, how long the previous secret signs alongside the new"
+        " one, so receivers can move to the new one at their own pace.",
+    )
+
+
 class HttpExecutorSettings(BaseModel):
     """The `http` executor."""
 
@@ -594,6 +606,7 @@ class Settings(BaseSettings):
     )
     timeouts: Timeouts = Timeouts()
     retry: RetrySettings = RetrySettings()
+    secrets: SecretsSettings = SecretsSettings()
     executors: ExecutorSettings = ExecutorSettings()
 
     @field_validator("database_url")

@@ -67,6 +67,10 @@ class StoreUnavailable(StoreError):
     again later may succeed (long-running commands wait for it at start)."""
 
 
+class SignatureInvalid(CorralError):
+    """A request said to come from corral does not carry a valid signature of its secret."""
+
+
 class ExecutorError(CorralError):
     """Raised when an executor's platform call fails."""
 

@@ -402,6 +402,17 @@ def first_claim(new: NewJob, now: datetime) -> Claimed:
     return Claimed(job, attempt)
 
 
+@dataclass(frozen=True, slots=True)
+class SigningSecret:
+    """A key a tenant's HTTP requests are signed with, as it is listed: never the key."""
+
+    id: int
+    tenant: str
+    created_at: datetime
+    retires_at: datetime | None  # None: the current one; else it signs until then
+    fingerprint: str
+
+
 # --- secrets kept out of sight ----------------------------------------------------------------
 
 REDACTED = "[redacted]"

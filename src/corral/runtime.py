@@ -23,12 +23,22 @@ from datetime import timedelta
 from pathlib import Path
 
 from corral import client, clock, config, errors, health, store
-from corral.executors import registry
+from corral.executors import base, registry
 from corral.executors.base import Executor
 
 log = logging.getLogger("corral.runtime")
 FIRST_PAUSE, LONGEST_PAUSE = 0.5, 10.0
 """Seconds between two tries to reach the database at start: the first pause, the longest."""
+
+
+def _signing_keys(db: store.Store, clk: clock.Clock) -> Callable[[str], Awaitable[list[str]]]:
+    """A tenant's signing secrets that sign now, from the store."""
+
+    async def keys(tenant: str) -> list[str]:
+        found = await db.secrets_signing(tenants=[tenant], now=clk.now())
+        return found.get(tenant, [])
+
+    return keys
 
 
 def executors_build(settings: config.Settings, clk: clock.Clock) -> dict[str, Executor]:
@@ -117,6 +127,8 @@ async def opened(
             await db.check_schema()
         built = executors if executors is not None else executors_build(settings, clk)
         for executor in built.values():
+            if isinstance(executor, base.SignsRequests):
+                executor.use_signing_keys(_signing_keys(db, clk))
             await executor.start()
             started.append(executor)
         yield Runtime(settings, clk, db, built)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -12,9 +13,11 @@ from typing import Any
 
 import pytest
 from aiohttp import web
+from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
-from corral import clock, config, dispatcher, errors, model, reconciler, store
+from corral import clock, config, dispatcher, errors, model, reconciler, runtime, store
 from corral.executors import http
+from corral.sinks.http import verify_signature
 from corral.testing import FrozenClock
 from tests.support import launches
 from tests.support.wait import PATIENCE
@@ -617,3 +620,82 @@ async def test_without_a_body_a_post_sends_the_payload(receiver: Receiver) -> No
         "application/json",
     )
     assert get["body"] == b""
+
+
+# --- signatures --------------------------------------------------------------------------
+
+
+async def test_requests_are_signed_with_the_tenant_s_secrets_through_a_rotation(
+    db: store.Store, receiver: Receiver
+) -> None:
+    """Standard Webhooks, checked by the standardwebhooks library's own verifier: after a
+    rotation both secrets sign (a receiver on either verifies), after the overlap only the
+    new one; a tenant without a secret sends unsigned requests."""
+    wall = clock.SystemClock()
+    made = {"at": wall.now()}
+
+    class Moved(clock.SystemClock):
+        def now(self) -> datetime:
+            return made["at"]
+
+    keys_clock = Moved()
+    overlap = timedelta(hours=24)
+    old = "whsec_" + base64.b64encode(b"o" * 32).decode()
+    new = "whsec_" + base64.b64encode(b"n" * 32).decode()
+    await db.secret_add(
+        tenant="acme", secret=old, now=keys_clock.now(), overlap=overlap, rotate=False
+    )
+    await db.secret_add(
+        tenant="acme", secret=new, now=keys_clock.now(), overlap=overlap, rotate=True
+    )
+    async with executor() as ex:
+        ex.use_signing_keys(runtime._signing_keys(db, keys_clock))
+        during = await outcome(ex, {"method": "POST", "url": receiver.url("/s"), "json": {"a": 1}})
+        made["at"] = wall.now() + overlap + timedelta(seconds=1)
+        ex._keys_read.clear()  # past KEYS_FRESH_SECONDS
+        after = await outcome(ex, {"url": receiver.url("/s")}, name="corral-2-1", job_id=2)
+        unsigned = await outcome(
+            ex, {"url": receiver.url("/s")}, name="corral-3-1", job_id=3, tenant="other"
+        )
+    assert (during.phase, after.phase, unsigned.phase) == (model.Phase.SUCCEEDED,) * 3
+    first, second, third = receiver.seen
+    for secret in (old, new):
+        Webhook(secret).verify(first["body"], first["headers"])
+    assert len(first["headers"]["webhook-signature"].split()) == 2
+    assert first["headers"]["webhook-id"] == first["headers"]["Idempotency-Key"]
+    Webhook(new).verify(second["body"], second["headers"], json_parse=False)
+    with pytest.raises(WebhookVerificationError):
+        Webhook(old).verify(second["body"], second["headers"], json_parse=False)
+    assert "webhook-signature" not in {k.lower() for k in third["headers"]}
+    verify_signature(first["body"], first["headers"], [old])
+    verify_signature(second["body"], second["headers"], [old, new])
+    with pytest.raises(errors.SignatureInvalid, match="not signed by corral"):
+        verify_signature(second["body"], second["headers"], old)
+    with pytest.raises(errors.SignatureInvalid, match="not signed by corral"):
+        verify_signature(b'{"a": 2}', first["headers"], new)  # a body changed on the way
+
+
+async def test_a_secret_is_made_once_and_rotated_after(db: store.Store, clock: FrozenClock) -> None:
+    await db.secret_add(
+        tenant="t", secret="whsec_a", now=clock.now(), overlap=timedelta(hours=1), rotate=False
+    )
+    with pytest.raises(errors.InvalidInput, match="corral secrets rotate"):
+        await db.secret_add(
+            tenant="t", secret="whsec_b", now=clock.now(), overlap=timedelta(hours=1), rotate=False
+        )
+    with pytest.raises(errors.InvalidInput, match="corral secrets create"):
+        await db.secret_add(
+            tenant="u", secret="whsec_c", now=clock.now(), overlap=timedelta(hours=1), rotate=True
+        )
+    await db.secret_add(
+        tenant="t", secret="whsec_b", now=clock.now(), overlap=timedelta(hours=1), rotate=True
+    )
+    assert await db.secrets_signing(tenants=["t", "u"], now=clock.now()) == {
+        "t": ["whsec_b", "whsec_a"]
+    }
+    listed = await db.secrets_list(tenant="t", now=clock.now())
+    assert [s.retires_at is None for s in listed] == [False, True]
+    assert all(s.fingerprint.startswith("sha256:") and "whsec" not in s.fingerprint for s in listed)
+    clock.advance(3601)
+    assert await db.secrets_signing(tenants=["t"], now=clock.now()) == {"t": ["whsec_b"]}
+    assert len(await db.secrets_list(tenant=None, now=clock.now())) == 1

@@ -19,13 +19,14 @@ def make_launch(
     reach: model.Reach | None = None,
     payload: Any = None,
     idempotency_key: str | None = None,
+    tenant: str = "acme",
 ) -> model.Launch:
     """The Launch of attempt `attempt_no` (fence `fence`) of job `job_id` on `kind`."""
     labels = model.identity_labels(
         job_id=job_id,
         attempt_no=attempt_no,
         fence=fence,
-        tenant="acme",
+        tenant=tenant,
         capability="default",
         idempotency_key=idempotency_key,
     )
@@ -34,11 +35,11 @@ def make_launch(
         job_id=job_id,
         attempt_no=attempt_no,
         fence=fence,
-        tenant="acme",
+        tenant=tenant,
         executor=kind,
         spec=spec,
         payload=payload,
         labels=labels,
-        env=model.attempt_env(labels, name=name, tenant="acme", reach=reach or model.Reach()),
+        env=model.attempt_env(labels, name=name, tenant=tenant, reach=reach or model.Reach()),
         deadline_seconds=deadline_seconds,
     )

@@ -43,6 +43,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "Run the scheduler loop alone (fires schedules; any number may run at once).",
     ),
     "schedules": ("corral.cli.schedules:schedules", "Make and manage schedules (cron, intervals)."),
+    "secrets": (
+        "corral.cli.secrets:secrets",
+        "Make, rotate and list the secrets HTTP requests are signed with.",
+    ),
     "backfill": (
         "corral.cli.schedules:backfill",
         "One job per nominal time of a schedule in [--from, --to), idempotently.",

@@ -377,3 +377,26 @@ def print_schedule(
             )
         out.print("latest firings:")
         out.print(t)
+
+
+def secret_dict(s: model.SigningSecret) -> dict[str, Any]:
+    return {
+        "id": s.id,
+        "tenant": s.tenant,
+        "fingerprint": s.fingerprint,
+        "created_at": iso(s.created_at),
+        "retires_at": iso(s.retires_at),
+    }
+
+
+def secrets_table(found: Sequence[model.SigningSecret]) -> Table:
+    t = table("id", "tenant", "fingerprint", "made", "signs until", keep=("id", "fingerprint"))
+    for s in found:
+        t.add_row(
+            str(s.id),
+            s.tenant,
+            s.fingerprint,
+            when(s.created_at),
+            when(s.retires_at) if s.retires_at else "(current)",
+        )
+    return t

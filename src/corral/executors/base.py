@@ -7,7 +7,7 @@ a platform that cannot be asked raises ExecutorError rather than guessing `absen
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Protocol, runtime_checkable
 
@@ -80,6 +80,14 @@ class Forgets(Protocol):
     async def forget(self, names: Sequence[str]) -> None:
         """Remove these finished launches and everything they left."""
         ...
+
+
+@runtime_checkable
+class SignsRequests(Protocol):
+    """An executor that signs what it sends with its tenant's secrets (the http executor):
+    the runtime gives it a way to read them from the store."""
+
+    def use_signing_keys(self, keys: Callable[[str], Awaitable[list[str]]]) -> None: ...
 
 
 def observable(executor: Executor) -> bool:

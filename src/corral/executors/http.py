@@ -41,7 +41,7 @@ import re
 import socket
 import time
 import urllib.parse
-from collections.abc import AsyncGenerator, Iterable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -63,8 +63,21 @@ MESSAGE_CHARS = 500
 _HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 _EXPECT = re.compile(r"^(?:[1-5]xx|[1-5][0-9][0-9])$")
 _SET_BY_CORRAL = frozenset(
-    {"host", "content-length", "corral-job-id", "corral-attempt", "corral-fence", "idempotency-key"}
+    {
+        "host",
+        "content-length",
+        "corral-job-id",
+        "corral-attempt",
+        "corral-fence",
+        "idempotency-key",
+        "webhook-id",
+        "webhook-timestamp",
+        "webhook-signature",
+    }
 )
+KEYS_FRESH_SECONDS = 5.0
+"""How long a tenant's signing secrets are used before they are read again: a rotation
+signs every request within this long."""
 
 
 # --- the spec ------------------------------------------------------------------------------
@@ -400,6 +413,19 @@ def request_body(spec: Mapping[str, Any], payload: Any, headers: dict[str, str])
     return None if body is None else fill(str(body), payload).encode()
 
 
+def sign(headers: dict[str, str], content: bytes | None, keys: Sequence[str], at: datetime) -> None:
+    """Sign the request the Standard Webhooks way: webhook-id (the Idempotency-Key: the
+    same on every attempt of a job), webhook-timestamp, and webhook-signature over
+    `id.timestamp.body`, one `v1,` signature per key (during a rotation, old and new)."""
+    from standardwebhooks.webhooks import Webhook
+
+    message = headers["Idempotency-Key"]
+    data = (content or b"").decode("utf-8")
+    headers["webhook-id"] = message
+    headers["webhook-timestamp"] = str(int(at.timestamp()))
+    headers["webhook-signature"] = " ".join(Webhook(k).sign(message, at, data) for k in keys)
+
+
 # --- the executor ------------------------------------------------------------------------------
 
 
@@ -432,6 +458,23 @@ class HttpExecutor:
         self._ended: collections.OrderedDict[str, model.Observation] = collections.OrderedDict()
         self._news: asyncio.Queue[model.Observation | None] = asyncio.Queue()
         self._closed = False
+        self._keys: Callable[[str], Awaitable[list[str]]] | None = None
+        self._keys_read: dict[str, tuple[float, list[str]]] = {}
+
+    def use_signing_keys(self, keys: Callable[[str], Awaitable[list[str]]]) -> None:
+        """Sign each request with the secrets `keys(tenant)` gives (the store's, wired by
+        the runtime); a tenant with none sends unsigned requests."""
+        self._keys = keys
+
+    async def _signing_keys(self, tenant: str) -> list[str]:
+        if self._keys is None:
+            return []
+        now = time.monotonic()
+        read = self._keys_read.get(tenant)
+        if read is None or read[0] < now:
+            read = (now + KEYS_FRESH_SECONDS, await self._keys(tenant))
+            self._keys_read[tenant] = read
+        return read[1]
 
     def validate_spec(self, spec: Mapping[str, Any]) -> dict[str, Any]:
         return check_spec(spec)
@@ -471,8 +514,15 @@ class HttpExecutor:
                 try:
                     content = request_body(spec, launch.payload, headers)
                     url = fill(spec["url"], launch.payload, quote=True)
+                    keys = await self._signing_keys(launch.tenant)
+                    if keys:
+                        sign(headers, content, keys, self._clock.now())
                 except TemplateError as exc:
                     outcome = Outcome(refused=f"template: {exc}")
+                except UnicodeDecodeError:
+                    outcome = Outcome(refused="a signed request's body must be UTF-8 text")
+                except errors.CorralError as exc:  # the store, for the keys: try again later
+                    outcome = Outcome(error=f"could not read the signing secrets: {exc}")
                 else:
                     assert self._client is not None
                     outcome = await send(

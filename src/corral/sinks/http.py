@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping, Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -173,3 +173,31 @@ async def _answer(send: Send, status: int, body: dict[str, Any]) -> None:
         }
     )
     await send({"type": "http.response.body", "body": data})
+
+
+def verify_signature(
+    body: bytes | str, headers: Mapping[str, str], secrets: str | Sequence[str]
+) -> None:
+    """Check that corral signed this request (Standard Webhooks: webhook-id,
+    webhook-timestamp within five minutes of now, webhook-signature over
+    `id.timestamp.body`) with one of `secrets` (the tenant's, from `corral secrets create`;
+    during a rotation, the old and the new). Raise SignatureInvalid, saying why, if not.
+    Read the body as it came, before parsing it.
+
+        from corral.sinks.http import verify_signature
+        verify_signature(await request.body(), request.headers, os.environ["CORRAL_SECRET"])
+    """
+    from standardwebhooks.webhooks import Webhook, WebhookVerificationError
+
+    keys = [secrets] if isinstance(secrets, str) else list(secrets)
+    if not keys:
+        raise errors.SignatureInvalid("no secret to verify with")
+    plain = {k.lower(): v for k, v in headers.items()}
+    why = "no secret given"
+    for key in keys:
+        try:
+            Webhook(key).verify(body, plain, json_parse=False)
+            return
+        except WebhookVerificationError as exc:
+            why = str(exc)
+    raise errors.SignatureInvalid(f"not signed by corral with this secret: {why}")

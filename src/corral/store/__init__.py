@@ -35,6 +35,7 @@ from corral.store import (
     jobs,
     migrate,
     schedules,
+    secrets,
     sinks,
 )
 from corral.store.attempts import Status
@@ -610,6 +611,24 @@ class Store:
             next_due=next_due,
             now=now,
         )
+
+    async def secret_add(
+        self, *, tenant: str, secret: str, now: datetime, overlap: timedelta, rotate: bool
+    ) -> model.SigningSecret:
+        return await self._tx(
+            secrets.secret_add,
+            tenant=tenant,
+            secret=secret,
+            now=now,
+            overlap=overlap,
+            rotate=rotate,
+        )
+
+    async def secrets_signing(self, *, tenants: list[str], now: datetime) -> dict[str, list[str]]:
+        return await self._tx(secrets.secrets_signing, tenants=tenants, now=now)
+
+    async def secrets_list(self, *, tenant: str | None, now: datetime) -> list[model.SigningSecret]:
+        return await self._tx(secrets.secrets_list, tenant=tenant, now=now)
 
     async def schedule_delete(self, *, schedule_id: int) -> None:
         await self._tx(schedules.schedule_delete, schedule_id=schedule_id)

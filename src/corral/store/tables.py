@@ -233,3 +233,15 @@ firings = Table(
     Column("note", Text),
     UniqueConstraint("schedule_id", "nominal_at"),
 )
+
+signing_secrets = Table(
+    "signing_secrets",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("tenant", String(200), nullable=False),
+    Column("secret", String(200), nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("retires_at", UTCDateTime),
+    Index("ix_signing_secrets_tenant", "tenant", "id"),
+    sqlite_autoincrement=True,
+)

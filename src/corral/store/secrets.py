@@ -1,0 +1,95 @@
+"""Signing secrets: the keys a tenant's HTTP requests are signed with.
+
+A tenant has at most one current secret (`retires_at` NULL). Making a new one retires
+the others at the end of an overlap: until then they sign alongside it, so that a
+receiver still on the old key keeps verifying while it moves to the new one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Connection, insert, or_, select, update
+
+from corral import errors, model
+from corral.store.tables import signing_secrets
+
+S = signing_secrets.c
+
+
+def _row(row: Any) -> model.SigningSecret:
+    return model.SigningSecret(
+        id=row.id,
+        tenant=row.tenant,
+        created_at=row.created_at,
+        retires_at=row.retires_at,
+        fingerprint=fingerprint(row.secret),
+    )
+
+
+def fingerprint(secret: str) -> str:
+    """What tells secrets apart when they are listed: never the secret itself."""
+    return "sha256:" + hashlib.sha256(secret.encode()).hexdigest()[:12]
+
+
+def secret_add(
+    conn: Connection,
+    *,
+    tenant: str,
+    secret: str,
+    now: datetime,
+    overlap: timedelta,
+    rotate: bool,
+) -> model.SigningSecret:
+    """Make `secret` the tenant's current one. `rotate`: there must be a current one, which
+    signs on until `now + overlap`; otherwise there must be none (InvalidInput says which
+    command to use)."""
+    current = conn.execute(
+        select(S.id).where(S.tenant == tenant, S.retires_at.is_(None)).with_for_update()
+    ).all()
+    if rotate and not current:
+        raise errors.InvalidInput(
+            f"tenant {tenant!r} has no signing secret to rotate; make one with"
+            " `corral secrets create`"
+        )
+    if not rotate and current:
+        raise errors.InvalidInput(
+            f"tenant {tenant!r} has a signing secret already; `corral secrets rotate` makes a"
+            " new one (the old one signs alongside it for secrets.rotation_overlap)"
+        )
+    conn.execute(
+        update(signing_secrets)
+        .where(S.tenant == tenant, S.retires_at.is_(None))
+        .values(retires_at=now + overlap)
+    )
+    made = conn.execute(
+        insert(signing_secrets)
+        .values(tenant=tenant, secret=secret, created_at=now)
+        .returning(*signing_secrets.c)
+    ).one()
+    return _row(made)
+
+
+def secrets_signing(conn: Connection, *, tenants: list[str], now: datetime) -> dict[str, list[str]]:
+    """Each tenant's secrets that sign at `now`, newest first (tenants with none left out)."""
+    rows = conn.execute(
+        select(S.tenant, S.secret)
+        .where(S.tenant.in_(tenants), or_(S.retires_at.is_(None), S.retires_at > now))
+        .order_by(S.tenant, S.id.desc())
+    ).all()
+    found: dict[str, list[str]] = {}
+    for tenant, secret in rows:
+        found.setdefault(tenant, []).append(secret)
+    return found
+
+
+def secrets_list(
+    conn: Connection, *, tenant: str | None, now: datetime
+) -> list[model.SigningSecret]:
+    """The secrets that still sign (of `tenant`, or of every tenant), oldest first."""
+    stmt = select(signing_secrets).where(or_(S.retires_at.is_(None), S.retires_at > now))
+    if tenant is not None:
+        stmt = stmt.where(S.tenant == tenant)
+    return [_row(r) for r in conn.execute(stmt.order_by(S.tenant, S.id))]
