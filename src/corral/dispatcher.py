@@ -153,7 +153,9 @@ class Dispatcher:
         never a launching one that it would send again. What cannot be recorded now stays
         launching, unsent, for recovery (or was cancelled meanwhile): not launched."""
         blind = [
-            c.attempt.id for c in fresh if not base.observable(self.executors[c.attempt.executor])
+            c.attempt.id
+            for c in fresh
+            if not base.observable(self.executors[c.attempt.executor]) and self._in_time(c)
         ]
         if not blind:
             return fresh
@@ -170,6 +172,15 @@ class Dispatcher:
             recorded = set()
         self._sent_blind.update(recorded)
         return [c for c in fresh if c.attempt.id in recorded or c.attempt.id not in blind]
+
+    def _in_time(self, claimed: model.Claimed) -> bool:
+        """Whether the attempt can still be launched (its deadline has not passed): one that
+        cannot is left launching, to end as never launched (not charged)."""
+        try:
+            base.launch_for(claimed, self.settings, self.clock.now(), reaches=self._reaches)
+        except errors.LaunchTooLate:
+            return False
+        return True
 
     async def _claim(self, room: int) -> list[model.Claimed]:
         return await self.store.job_claim(
@@ -318,18 +329,24 @@ class Dispatcher:
             if isinstance(exc, errors.CorralError)
             else f"launch failed: {exc!r}"
         )
+        left = (
+            "recorded running before it was sent: recovery calls it lost"
+            if claimed.attempt.id in self._sent_blind
+            else "left launching for recovery"
+        )
         log.warning(
-            "job %d attempt %s: %s (left launching for recovery)",
+            "job %d attempt %s: %s (%s)",
             claimed.job.id,
             claimed.attempt.launch_name,
             why,
+            left,
             exc_info=not isinstance(exc, errors.CorralError),
         )
         await self.store.event_note(
             job_id=claimed.job.id,
             attempt_id=claimed.attempt.id,
-            state=A.LAUNCHING,
-            reason=why + "; left launching for recovery",
+            state=A.RUNNING if claimed.attempt.id in self._sent_blind else A.LAUNCHING,
+            reason=f"{why}; {left}",
             now=self.clock.now(),
             details={"launch_name": claimed.attempt.launch_name, "error": type(exc).__name__},
         )
@@ -519,11 +536,23 @@ class Dispatcher:
             self._overlap = False
             if self._next_claim is not None and not self._next_claim.done():
                 self._next_claim.cancel()  # what it claimed, if anything, recovery launches
+            await self._drain_executors()
             for task in helpers:
                 task.cancel()
             await asyncio.gather(*helpers, *self._stopping, return_exceptions=True)
             await self._final_flush()
             log.info("dispatcher stopped")
+
+    async def _drain_executors(self) -> None:
+        """Let the launches that run inside this process (HTTP requests) end, and queue their
+        outcomes for the last flush: stopped, they would be lost and sent again."""
+        for executor in self.executors.values():
+            if isinstance(executor, base.Drains):
+                try:
+                    for observation in await executor.drain():
+                        self.offer(observation)
+                except Exception as exc:
+                    log.warning("%s: could not drain: %s", executor.kind, exc)
 
     async def _final_flush(self) -> None:
         try:

@@ -427,6 +427,11 @@ _URL_QUERY = re.compile(
 _USERINFO = re.compile(r"^(?P<scheme>[a-z][a-z0-9+.-]*://)[^/@?#]*@", re.IGNORECASE)
 
 
+def names_a_secret(name: str) -> bool:
+    """Whether a key, a header or a parameter name says its value is a secret."""
+    return _SECRET_NAME.search(name) is not None
+
+
 def redacted(value: Any) -> Any:
     """`value` (a spec, a template) as it may be shown: the values of keys that name a
     secret (Authorization, cookies, tokens, keys, passwords), the password of a URL and

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import httpx
 import pytest
 from aiohttp import web
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
@@ -699,3 +700,126 @@ async def test_a_secret_is_made_once_and_rotated_after(db: store.Store, clock: F
     clock.advance(3601)
     assert await db.secrets_signing(tenants=["t"], now=clock.now()) == {"t": ["whsec_b"]}
     assert len(await db.secrets_list(tenant=None, now=clock.now())) == 1
+
+
+async def test_a_redirect_to_another_host_carries_no_credential(receiver: Receiver) -> None:
+    """Followed to another origin (here: the same server by another name), a request loses
+    its Authorization, cookies, secret-named headers and signature; to the same origin it
+    keeps them. 303 drops the body and what describes it."""
+    other = receiver.url("/landing").replace("127.0.0.1", "localhost")
+    receiver.answers["/away"] = reply(307, location=other)
+    receiver.answers["/here"] = reply(307, location="/landing")
+    receiver.answers["/see"] = reply(303, location="/landing")
+    secret = {"Authorization": "Bearer s3cret", "Cookie": "s=1", "X-Api-Key": "k", "X-Team": "d"}
+    async with executor() as ex:
+        for n, path in enumerate(("/away", "/here", "/see"), start=1):
+            spec = {
+                "method": "POST",
+                "url": receiver.url(path),
+                "headers": secret,
+                "json": {"a": 1},
+            }
+            obs = await outcome(ex, spec, name=f"corral-{n}-1", job_id=n)
+            assert obs.phase is model.Phase.SUCCEEDED
+    landed = [s for s in receiver.seen if s["path"] == "/landing"]
+    away, here, seen_after_303 = (s["headers"] for s in landed)
+    assert {"Authorization", "Cookie", "X-Api-Key"}.isdisjoint(away)
+    assert (away["X-Team"], landed[0]["body"]) == ("d", b'{"a": 1}')
+    assert here["Authorization"] == "Bearer s3cret"
+    assert (landed[2]["method"], landed[2]["body"]) == ("GET", b"")
+    assert "Content-Type" not in seen_after_303
+
+
+async def test_a_redirect_from_https_to_http_is_refused() -> None:
+    outcome_ = await http.send(
+        lambda origin: httpx.AsyncClient(transport=httpx.MockTransport(_to_http)),
+        http.Guard(["0.0.0.0/0", "::/0"]),
+        method="GET",
+        url="https://198.51.100.7/x",
+        headers={},
+        content=None,
+        seconds=5,
+        body_bytes=100,
+    )
+    assert outcome_.refused == "a redirect from https to http (198.51.100.7) is refused"
+
+
+def _to_http(request: httpx.Request) -> httpx.Response:
+    return httpx.Response(
+        302, headers={"location": "http://198.51.100.7/x"}, stream=httpx.ByteStream(b"")
+    )
+
+
+async def test_a_stopping_dispatcher_waits_for_requests_in_flight(
+    db: store.Store, receiver: Receiver
+) -> None:
+    """Stopped while the receiver holds a request, the dispatcher lets it end and writes
+    its outcome: a stop loses nothing, and nothing is sent again."""
+    arrived, answer = asyncio.Event(), asyncio.Event()
+
+    async def slow(request: web.Request) -> web.StreamResponse:
+        arrived.set()
+        await answer.wait()
+        return web.Response(text="done")
+
+    receiver.answers["/slow"] = slow
+    settings = config.Settings(
+        executors={"enabled": ["http"], "http": {"allow_networks": list(LOCAL)}},  # type: ignore[arg-type]
+    )
+    wall = clock.SystemClock()
+    ex = http.build(settings, wall)
+    await ex.start()
+    [(job_id, _)] = await db.job_submit(
+        new=[model.NewJob(executor="http", spec={"url": receiver.url("/slow")})], now=wall.now()
+    )
+    d = dispatcher.Dispatcher(store=db, executors={"http": ex}, clock=wall, settings=settings)
+    stop = asyncio.Event()
+    running = asyncio.create_task(d.run(stop))
+    try:
+        await asyncio.wait_for(arrived.wait(), PATIENCE)
+        stop.set()
+        await asyncio.sleep(0)  # the loop is stopping: only then does the answer come
+        answer.set()
+        await asyncio.wait_for(running, PATIENCE)
+    finally:
+        await ex.close()
+    assert (await db.job_get(job_id=job_id)).state == model.JobState.SUCCEEDED
+    assert len(receiver.seen) == 1
+
+
+async def test_every_launch_ends_with_an_outcome_however_it_ends(receiver: Receiver) -> None:
+    """Cancelled before its request began, or with a Retry-After no parser foresaw (a
+    non-ASCII digit), an attempt still ends, and its slot is free again."""
+    receiver.answers["/odd"] = reply(503, **{"Retry-After": "²"})
+    async with executor() as ex:
+        events = ex.events()
+        await ex.launch(launches.make_launch("http", "corral-1-1", {"url": receiver.url("/odd")}))
+        odd = await asyncio.wait_for(anext(events), PATIENCE)
+        await ex.launch(
+            launches.make_launch("http", "corral-2-1", {"url": receiver.url("/x")}, job_id=2)
+        )
+        await ex.cancel("corral-2-1", timedelta(seconds=1))  # before its task ran at all
+        cancelled = await asyncio.wait_for(anext(events), PATIENCE)
+        assert ex._slots._value == 4  # every slot free again
+    assert (odd.phase, odd.retry_after) == (model.Phase.FAILED, None)
+    assert (cancelled.name, cancelled.phase, cancelled.reason) == (
+        "corral-2-1",
+        model.Phase.FAILED,
+        "cancelled",
+    )
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"webhook-id": "m", "webhook-timestamp": "1", "webhook-signature": "nocomma"},
+        {"webhook-id": "m", "webhook-timestamp": "1", "webhook-signature": "v1,***"},
+        {},
+    ],
+)
+def test_verify_signature_refuses_malformed_headers_with_its_own_error(
+    headers: dict[str, str],
+) -> None:
+    secret = "whsec_" + base64.b64encode(b"k" * 32).decode()
+    with pytest.raises(errors.SignatureInvalid):
+        verify_signature(b"{}", headers, secret)

@@ -90,3 +90,11 @@ def test_http_options_that_cannot_be_read_are_refused(given: dict[str, Any], mes
 def test_a_command_with_http_is_refused() -> None:
     with pytest.raises(errors.InvalidInput, match="--http is the whole job"):
         arguments(("echo", "hi"), http_request=("GET", "https://x.example"))
+
+
+def test_a_header_given_twice_is_refused_and_an_empty_body_is_kept() -> None:
+    with pytest.raises(errors.InvalidInput, match="--header x-a: given twice"):
+        arguments(http_request=("GET", "https://x.example"), header_lines=("X-A: 1", "x-a: 2"))
+    with pytest.raises(errors.InvalidInput, match="--data: only with --http"):
+        arguments(data="")
+    assert arguments(http_request=("POST", "https://x.example"), data="")["spec"]["body"] == ""

@@ -184,7 +184,11 @@ def http_spec(
     """The `http` spec of --http and its options (the executor checks it at submit)."""
     spec: dict[str, Any] = {"method": method, "url": url}
     if headers:
-        spec["headers"] = dict(_header(line) for line in headers)
+        spec["headers"] = {}
+        for name, value in map(_header, headers):
+            if name.lower() in (given.lower() for given in spec["headers"]):
+                raise errors.InvalidInput(f"--header {name}: given twice; give each header once")
+            spec["headers"][name] = value
     if data is not None and json_body is not None:
         raise errors.InvalidInput("--data and --json-body: give one body, not both")
     if data is not None:
@@ -338,12 +342,12 @@ def job_arguments(
     given = [
         option
         for option, value in (
-            ("--header", header_lines),
+            ("--header", header_lines or None),
             ("--data", data),
             ("--json-body", json_body),
             ("--expect", expect),
         )
-        if value
+        if value is not None
     ]
     if http_request is not None:
         if command or spec_json is not None or image or placement:

@@ -83,6 +83,14 @@ class Forgets(Protocol):
 
 
 @runtime_checkable
+class Drains(Protocol):
+    """An executor whose launches run inside corral's process (HTTP requests): before the
+    dispatcher stops it lets them end, and hands over what ended that `events` has not."""
+
+    async def drain(self) -> list[model.Observation]: ...
+
+
+@runtime_checkable
 class SignsRequests(Protocol):
     """An executor that signs what it sends with its tenant's secrets (the http executor):
     the runtime gives it a way to read them from the store."""

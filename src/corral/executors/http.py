@@ -37,6 +37,7 @@ import collections
 import email.utils
 import ipaddress
 import json
+import logging
 import re
 import socket
 import time
@@ -51,11 +52,15 @@ import httpx
 from corral import clock, config, errors, model
 from corral.executors import base
 
+log = logging.getLogger("corral.executors.http")
+
 KIND = "http"
 METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
 MAX_REDIRECTS = 5
 TRANSIENT_STATUSES = frozenset({408, 429})
 """Besides every 5xx: the server asks to be asked again later."""
+CLIENTS_KEPT = 64
+"""Origins whose clients (and pooled connections) are kept; the least recently used closes."""
 REMEMBERED = 10_000
 """How many finished requests `observe` still answers for (a poll may come after the push)."""
 MESSAGE_CHARS = 500
@@ -242,8 +247,28 @@ class Outcome:
     retry_after: str | None = None  # the response's Retry-After, as it came
 
 
+_CROSS_ORIGIN_DROPPED = ("webhook-id", "webhook-timestamp", "webhook-signature", "cookie")
+
+
+def _redirected_headers(
+    headers: Mapping[str, str], *, same_origin: bool, body_kept: bool
+) -> dict[str, str]:
+    """The headers a redirect is followed with: to another origin, none that carries a
+    credential or corral's signature (as browsers and httpx do); without the body, none
+    that describes it (the signature was of the body)."""
+    kept = {}
+    for name, value in headers.items():
+        low = name.lower()
+        if not same_origin and (low in _CROSS_ORIGIN_DROPPED or model.names_a_secret(low)):
+            continue
+        if not body_kept and (low.startswith("content-") or low.startswith("webhook-")):
+            continue
+        kept[name] = value
+    return kept
+
+
 async def send(
-    client: httpx.AsyncClient,
+    clients: Callable[[str], httpx.AsyncClient],
     guard: Guard,
     *,
     method: str,
@@ -253,30 +278,36 @@ async def send(
     seconds: float,
     body_bytes: int,
 ) -> Outcome:
-    """Send one request through the guard, following redirects (each checked again)."""
+    """Send one request through the guard, following redirects (each checked again).
+    `clients(name)` is the client for a host name: connections (and their TLS sessions)
+    are never shared between names, though the URL names the checked address."""
     started = time.monotonic()
     address: str | None = None
+    headers = dict(headers)
 
     def took() -> float:
         return time.monotonic() - started
 
     try:
         async with asyncio.timeout(seconds):
+            target = httpx.URL(url)
             for _ in range(MAX_REDIRECTS + 1):
-                target = httpx.URL(url)
                 if target.scheme not in ("http", "https"):
                     refused = f"a redirect to {target.scheme}: is refused"
                     return Outcome(refused=refused, seconds=took())
+                host = target.raw_host.decode("ascii")  # IDNA as it is sent: one name for all
                 port = target.port or (443 if target.scheme == "https" else 80)
-                address = await guard.address(target.host, port)
-                request = client.build_request(
+                address = await guard.address(host, port)
+                request = clients(f"{target.scheme}://{host}:{port}").build_request(
                     method,
                     target.copy_with(host=address),
                     headers={**headers, "Host": target.netloc.decode("ascii")},
                     content=content,
-                    extensions={"sni_hostname": target.host, "timeout": _timeouts(seconds)},
+                    extensions={"sni_hostname": host, "timeout": _timeouts(seconds)},
                 )
-                response = await client.send(request, stream=True)
+                response = await clients(f"{target.scheme}://{host}:{port}").send(
+                    request, stream=True
+                )
                 try:
                     body = await _read(response, body_bytes)
                 finally:
@@ -291,9 +322,20 @@ async def send(
                         body,
                         retry_after=response.headers.get("retry-after"),
                     )
-                url = str(target.join(location))
-                if response.status_code in (301, 302, 303) and method != "HEAD":
+                following = target.join(location)
+                if target.scheme == "https" and following.scheme == "http":
+                    refused = f"a redirect from https to http ({following.host}) is refused"
+                    return Outcome(refused=refused, address=address, seconds=took())
+                body_kept = not (response.status_code in (301, 302, 303) and method != "HEAD")
+                if not body_kept:
                     method, content = "GET", None  # as every browser does
+                same = (following.scheme, following.raw_host, following.port) == (
+                    target.scheme,
+                    target.raw_host,
+                    target.port,
+                )
+                headers = _redirected_headers(headers, same_origin=same, body_kept=body_kept)
+                target = following
             return Outcome(
                 error=f"more than {MAX_REDIRECTS} redirects", address=address, seconds=took()
             )
@@ -346,7 +388,7 @@ def retry_after_seconds(value: str | None, now: datetime) -> float | None:
     if not value:
         return None
     value = value.strip()
-    if value.isdigit():
+    if value.isascii() and value.isdigit():
         return float(value)
     try:
         at = email.utils.parsedate_to_datetime(value)
@@ -453,7 +495,9 @@ class HttpExecutor:
         self.guard = Guard(allow_networks)
         self._body_bytes = body_bytes
         self._transport = transport
-        self._client: httpx.AsyncClient | None = None
+        self._clients: collections.OrderedDict[str, httpx.AsyncClient] = collections.OrderedDict()
+        self._closing: set[asyncio.Future[None]] = set()
+        self._started = self._draining = False
         self._running: dict[str, tuple[model.Launch, asyncio.Task[None]]] = {}
         self._ended: collections.OrderedDict[str, model.Observation] = collections.OrderedDict()
         self._news: asyncio.Queue[model.Observation | None] = asyncio.Queue()
@@ -480,65 +524,119 @@ class HttpExecutor:
         return check_spec(spec)
 
     async def start(self) -> None:
-        self._client = httpx.AsyncClient(
-            follow_redirects=False, trust_env=False, transport=self._transport
-        )
+        self._started = True
+
+    def _client(self, origin: str) -> httpx.AsyncClient:
+        """The client of one origin (scheme, host name, port): its pooled connections were
+        made, and their certificates checked, for that name only."""
+        client = self._clients.pop(origin, None)
+        if client is None:
+            client = httpx.AsyncClient(
+                follow_redirects=False, trust_env=False, transport=self._transport
+            )
+        self._clients[origin] = client  # the most recently used last
+        while len(self._clients) > CLIENTS_KEPT:
+            _, oldest = self._clients.popitem(last=False)
+            self._closing.add(asyncio.ensure_future(oldest.aclose()))
+        return client
+
+    async def drain(self) -> list[model.Observation]:
+        """Take no more launches, let the requests in flight end (each is bounded by
+        http_request_timeout), and return what ended that `events` has not yielded: the
+        dispatcher writes those before it stops, so a stop loses no outcome."""
+        self._draining = True
+        tasks = [task for _, task in self._running.values()]
+        if tasks:
+            await asyncio.wait(tasks, timeout=self._timeout + 1)
+        pending = []
+        while not self._news.empty():
+            if (observation := self._news.get_nowait()) is not None:
+                pending.append(observation)
+        return pending
 
     async def close(self) -> None:
-        """Stop: requests in flight are dropped (their attempts are lost to recovery, as if
-        corral had died), and `events` ends."""
+        """Stop: requests still in flight are dropped (their attempts are lost to recovery,
+        as if corral had died; `drain` first to let them end), and `events` ends."""
         self._closed = True
         for _, task in list(self._running.values()):
             task.cancel()
         await asyncio.gather(*(t for _, t in self._running.values()), return_exceptions=True)
         self._news.put_nowait(None)
-        if self._client is not None:
-            await self._client.aclose()
+        for client in self._clients.values():
+            await client.aclose()
+        await asyncio.gather(*self._closing, return_exceptions=True)
 
     async def launch(self, launch: model.Launch) -> None:
-        """Start the request in the background and return at once; a name launched before
-        (running or ended here) is never sent again."""
-        if self._closed or self._client is None:
-            raise errors.ExecutorError("http executor: not started, or closed")
+        """Start the request in the background, once one of the `concurrency` slots is free
+        (a slow receiver holds the dispatcher's launches back, not piles of attempts that
+        wait unsent), and return; a name launched before (running or ended here) is never
+        sent again."""
+        if self._closed or self._draining or not self._started:
+            raise errors.ExecutorError("http executor: not started, or stopping")
         if launch.name in self._running or launch.name in self._ended:
             return
         spec = self.validate_spec(launch.spec)
+        await self._slots.acquire()
+        if launch.name in self._running or launch.name in self._ended:  # asked twice meanwhile
+            self._slots.release()
+            return
         task = asyncio.create_task(self._run(launch, spec), name=f"http {launch.name}")
         self._running[launch.name] = (launch, task)
+        task.add_done_callback(lambda done: self._settled(launch, spec, done))
+
+    def _settled(
+        self, launch: model.Launch, spec: dict[str, Any], task: asyncio.Task[None]
+    ) -> None:
+        """Whatever became of the task, its slot is free and, unless corral is stopping,
+        its attempt has an outcome: one cancelled before it began, or that failed in a way
+        `_run` did not foresee, is recorded so, never left running."""
+        self._slots.release()
+        if launch.name not in self._running or self._closed:
+            return
+        if task.cancelled():
+            self._record(launch, spec, Outcome(error="cancelled"), self._clock.now())
+        elif (exc := task.exception()) is not None:
+            log.error("http executor: %s failed unforeseen", launch.name, exc_info=exc)
+            self._record(
+                launch, spec, Outcome(error=f"{type(exc).__name__}: {exc}"), self._clock.now()
+            )
 
     async def _run(self, launch: model.Launch, spec: dict[str, Any]) -> None:
         started = self._clock.now()
         try:
-            async with self._slots:
-                headers = request_headers(launch, spec)
-                try:
-                    content = request_body(spec, launch.payload, headers)
-                    url = fill(spec["url"], launch.payload, quote=True)
-                    keys = await self._signing_keys(launch.tenant)
-                    if keys:
-                        sign(headers, content, keys, self._clock.now())
-                except TemplateError as exc:
-                    outcome = Outcome(refused=f"template: {exc}")
-                except UnicodeDecodeError:
-                    outcome = Outcome(refused="a signed request's body must be UTF-8 text")
-                except errors.CorralError as exc:  # the store, for the keys: try again later
-                    outcome = Outcome(error=f"could not read the signing secrets: {exc}")
-                else:
-                    assert self._client is not None
-                    outcome = await send(
-                        self._client,
-                        self.guard,
-                        method=spec["method"],
-                        url=url,
-                        headers=headers,
-                        content=content,
-                        seconds=min(self._timeout, launch.deadline_seconds or self._timeout),
-                        body_bytes=self._body_bytes,
-                    )
+            headers = request_headers(launch, spec)
+            try:
+                content = request_body(spec, launch.payload, headers)
+                url = fill(spec["url"], launch.payload, quote=True)
+                keys = await self._signing_keys(launch.tenant)
+                if keys:
+                    sign(headers, content, keys, self._clock.now())
+            except TemplateError as exc:
+                outcome = Outcome(refused=f"template: {exc}")
+            except UnicodeDecodeError:
+                outcome = Outcome(refused="a signed request's body must be UTF-8 text")
+            except errors.CorralError as exc:  # the store, for the keys: try again later
+                outcome = Outcome(error=f"could not read the signing secrets: {exc}")
+            else:
+                outcome = await send(
+                    self._client,
+                    self.guard,
+                    method=spec["method"],
+                    url=url,
+                    headers=headers,
+                    content=content,
+                    seconds=min(self._timeout, launch.deadline_seconds or self._timeout),
+                    body_bytes=self._body_bytes,
+                )
         except asyncio.CancelledError:
             if self._closed:
                 raise
             outcome = Outcome(error="cancelled")
+        self._record(launch, spec, outcome, started)
+
+    def _record(
+        self, launch: model.Launch, spec: dict[str, Any], outcome: Outcome, started: datetime
+    ) -> None:
         phase, reason, failure = judge(outcome, spec["expect"])
         ended = self._clock.now()
         observation = model.Observation(

@@ -200,4 +200,6 @@ def verify_signature(
             return
         except WebhookVerificationError as exc:
             why = str(exc)
+        except (ValueError, UnicodeDecodeError) as exc:  # a malformed header, a binary body
+            why = f"malformed: {exc}"
     raise errors.SignatureInvalid(f"not signed by corral with this secret: {why}")

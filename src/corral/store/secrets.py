@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Connection, insert, or_, select, update
+from sqlalchemy.exc import IntegrityError
 
 from corral import errors, model
 from corral.store.tables import signing_secrets
@@ -64,11 +65,18 @@ def secret_add(
         .where(S.tenant == tenant, S.retires_at.is_(None))
         .values(retires_at=now + overlap)
     )
-    made = conn.execute(
-        insert(signing_secrets)
-        .values(tenant=tenant, secret=secret, created_at=now)
-        .returning(*signing_secrets.c)
-    ).one()
+    try:
+        with conn.begin_nested():
+            made = conn.execute(
+                insert(signing_secrets)
+                .values(tenant=tenant, secret=secret, created_at=now)
+                .returning(*signing_secrets.c)
+            ).one()
+    except IntegrityError:  # uq_signing_secrets_current: another one was made meanwhile
+        raise errors.InvalidInput(
+            f"tenant {tenant!r}: another signing secret was made at the same moment; list"
+            " them (`corral secrets list`) and rotate again if need be"
+        ) from None
     return _row(made)
 
 

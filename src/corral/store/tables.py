@@ -243,5 +243,12 @@ signing_secrets = Table(
     Column("created_at", UTCDateTime, nullable=False),
     Column("retires_at", UTCDateTime),
     Index("ix_signing_secrets_tenant", "tenant", "id"),
+    Index(
+        "uq_signing_secrets_current",
+        "tenant",
+        unique=True,
+        sqlite_where=text("retires_at IS NULL"),
+        postgresql_where=text("retires_at IS NULL"),
+    ),
     sqlite_autoincrement=True,
 )

@@ -35,8 +35,18 @@ def upgrade() -> None:
         sqlite_autoincrement=True,
     )
     op.create_index("ix_signing_secrets_tenant", "signing_secrets", ["tenant", "id"])
+    current = sa.text("retires_at IS NULL")
+    op.create_index(  # one current secret per tenant, whatever two rotations at once do
+        "uq_signing_secrets_current",
+        "signing_secrets",
+        ["tenant"],
+        unique=True,
+        sqlite_where=current,
+        postgresql_where=current,
+    )
 
 
 def downgrade() -> None:
+    op.drop_index("uq_signing_secrets_current", table_name="signing_secrets")
     op.drop_index("ix_signing_secrets_tenant", table_name="signing_secrets")
     op.drop_table("signing_secrets")
