@@ -265,8 +265,8 @@ def test_jobs_show_cuts_no_id_state_or_name_in_a_narrow_terminal(
             ["submit", "--executor", "kubernetes", "--image", "busybox:1.36", "--", "true"],
             {},
             2,
-            "executor: 'kubernetes' is not enabled in this corral (it runs: process); add it to"
-            ' executors.enabled in corral.toml (enabled = ["process", "kubernetes"])',
+            "executor: 'kubernetes' is not enabled in this corral (it runs: http, process); add it"
+            ' to executors.enabled in corral.toml (enabled = ["http", "process", "kubernetes"])',
         ),
         (["submit", "--policy", "[]", "--", "true"], {}, 2, "--policy: must be a JSON object"),
         (["submit", "--policy", "null", "--", "true"], {}, 2, "--policy: must be a JSON object"),
@@ -369,7 +369,7 @@ def test_jobs_show_cuts_no_id_state_or_name_in_a_narrow_terminal(
             ["submit", "--policy", '{"failure_rules": [{"action": "fail"}]}', "--", "true"],
             {},
             2,
-            "policy.failure_rules.0.on_exit_codes: Field required",
+            "policy.failure_rules.0: a rule matches on_exit_codes or on_http_statuses: give one",
         ),
         (["submit", "--policy", "[1]", "--", "true"], {}, 2, "--policy: must be a JSON object"),
         (["heartbeat"], {}, 2, "CORRAL_JOB_ID is not set: this is not running as a corral"),
