@@ -105,4 +105,4 @@ def test_a_plugin_that_is_not_enabled_says_how_to_enable_it(site: Path) -> None:
     refused = corral(site, "submit", "--executor", "instant", "--spec", "{}", check=False)
     assert refused.returncode == 2
     assert "'instant' is not enabled in this corral" in refused.stderr
-    assert '(enabled = ["process", "instant"])' in refused.stderr
+    assert '(enabled = ["http", "process", "instant"])' in refused.stderr
