@@ -252,6 +252,20 @@ def test_the_guard_refuses_every_address_that_is_not_public(address: str, kind: 
     assert why == f"{address} is a {kind} address (executors.http.allow_networks opens it)"
 
 
+@pytest.mark.parametrize(
+    ("address", "inner"),
+    [
+        ("2002:a9fe:a9fe::", "169.254.169.254 is a link-local address"),  # 6to4
+        ("2002:7f00:1::", "127.0.0.1 is a loopback address"),
+        ("2001:0:4136:e378:8000:63bf:f5ff:fffe", "10.0.0.1 is a private address"),  # Teredo
+    ],
+)
+def test_the_guard_looks_inside_addresses_that_carry_an_ipv4_one(address: str, inner: str) -> None:
+    why = http.Guard().refusal(address)
+    assert why == f"{address} holds {inner} (executors.http.allow_networks opens it)"
+    assert http.Guard().refusal("2002:5db8:d822::") is None  # 6to4 of a public address
+
+
 def test_the_guard_lets_public_addresses_and_allowed_ranges_through() -> None:
     assert http.Guard().refusal("93.184.216.34") is None
     assert http.Guard().refusal("2606:2800:220:1:248:1893:25c8:1946") is None

@@ -192,6 +192,13 @@ class Guard:
         ip = ipaddress.ip_address(address)
         if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
             ip = ip.ipv4_mapped  # ::ffff:127.0.0.1 is 127.0.0.1
+        elif isinstance(ip, ipaddress.IPv6Address):
+            # An IPv4 address carried in an IPv6 one is reached through it: 2002:a9fe:a9fe::
+            # (6to4), 2001:0:... (Teredo: its client).
+            inner = ip.sixtofour or (ip.teredo[1] if ip.teredo else None)
+            if inner is not None and not any(ip in net for net in self.allow):
+                why = self.refusal(str(inner))
+                return None if why is None else f"{address} holds {why}"
         if any(ip in net for net in self.allow):
             return None
         for kind, hit in (
