@@ -69,6 +69,14 @@ async def receiver() -> AsyncIterator[Receiver]:
         await runner.cleanup()
 
 
+def local_settings(**more: Any) -> config.Settings:
+    """corral's settings with the http executor alone, let reach 127.0.0.0/8."""
+    return config.Settings(
+        executors={"enabled": ["http"], "http": {"allow_networks": list(LOCAL)}},  # type: ignore[arg-type]
+        **more,
+    )
+
+
 def reply(status: int, text: str = "", **headers: str) -> Handler:
     async def answer(request: web.Request) -> web.StreamResponse:
         return web.Response(status=status, text=text, headers=headers)
@@ -336,10 +344,7 @@ async def test_a_job_that_fails_twice_then_succeeds_is_retried_with_one_key(
 
     receiver.answers["/flaky"] = flaky
     frozen = FrozenClock()
-    settings = config.Settings(
-        executors={"enabled": ["http"], "http": {"allow_networks": list(LOCAL)}},  # type: ignore[arg-type]
-        retry={"quarantine_after": 5, "seed": 1},  # type: ignore[arg-type]
-    )
+    settings = local_settings(retry={"quarantine_after": 5, "seed": 1})
     ex = http.build(settings, frozen)
     await ex.start()
     d = dispatcher.Dispatcher(store=db, executors={"http": ex}, clock=frozen, settings=settings)
@@ -393,9 +398,7 @@ async def test_an_http_attempt_is_running_before_its_request_is_sent(
 
     receiver.answers["/look"] = look
     frozen = FrozenClock()
-    settings = config.Settings(
-        executors={"enabled": ["http"], "http": {"allow_networks": list(LOCAL)}},  # type: ignore[arg-type]
-    )
+    settings = local_settings()
     ex = http.build(settings, frozen)
     await ex.start()
     d = dispatcher.Dispatcher(store=db, executors={"http": ex}, clock=frozen, settings=settings)
@@ -432,10 +435,7 @@ async def test_a_request_cut_short_by_a_crash_is_lost_then_retried_under_a_new_f
 
     receiver.answers["/hook"] = hook
     frozen = FrozenClock()
-    settings = config.Settings(
-        executors={"enabled": ["http"], "http": {"allow_networks": list(LOCAL)}},  # type: ignore[arg-type]
-        retry={"seed": 1},  # type: ignore[arg-type]
-    )
+    settings = local_settings(retry={"seed": 1})
     [(job_id, _)] = await db.job_submit(
         new=[model.NewJob(executor="http", spec={"url": receiver.url("/hook")})], now=frozen.now()
     )
@@ -487,9 +487,7 @@ async def test_recovery_records_a_launching_request_running_before_it_sends_it(
 
     receiver.answers["/late"] = late
     frozen = FrozenClock()
-    settings = config.Settings(
-        executors={"enabled": ["http"], "http": {"allow_networks": list(LOCAL)}},  # type: ignore[arg-type]
-    )
+    settings = local_settings()
     [(job_id, _)] = await db.job_submit(
         new=[model.NewJob(executor="http", spec={"url": receiver.url("/late")})], now=frozen.now()
     )
@@ -537,10 +535,7 @@ async def test_a_429_with_retry_after_holds_the_retry_that_long(
     receiver.answers["/busy"] = reply(429, "slow down", **{"Retry-After": "90"})
     receiver.answers["/very-busy"] = reply(503, "", **{"Retry-After": "86400"})
     frozen = FrozenClock()
-    settings = config.Settings(
-        executors={"enabled": ["http"], "http": {"allow_networks": list(LOCAL)}},  # type: ignore[arg-type]
-        retry={"seed": 1, "base": 1, "cap": 600},  # type: ignore[arg-type]
-    )
+    settings = local_settings(retry={"seed": 1, "base": 1, "cap": 600})
     ex = http.build(settings, frozen)
     await ex.start()
     d = dispatcher.Dispatcher(store=db, executors={"http": ex}, clock=frozen, settings=settings)
@@ -570,9 +565,7 @@ async def test_a_job_s_status_rule_retries_a_404_that_would_quarantine_it(
 ) -> None:
     receiver.answers["/not-yet"] = reply(404, "no such report yet")
     frozen = FrozenClock()
-    settings = config.Settings(
-        executors={"enabled": ["http"], "http": {"allow_networks": list(LOCAL)}},  # type: ignore[arg-type]
-    )
+    settings = local_settings()
     rule = {"on_http_statuses": {"operator": "In", "values": [404]}, "action": "retry"}
     made = await db.job_submit(
         new=[
@@ -777,9 +770,7 @@ async def test_a_stopping_dispatcher_waits_for_requests_in_flight(
         return web.Response(text="done")
 
     receiver.answers["/slow"] = slow
-    settings = config.Settings(
-        executors={"enabled": ["http"], "http": {"allow_networks": list(LOCAL)}},  # type: ignore[arg-type]
-    )
+    settings = local_settings()
     wall = clock.SystemClock()
     ex = http.build(settings, wall)
     await ex.start()

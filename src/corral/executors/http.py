@@ -305,16 +305,15 @@ async def send(
                 host = target.raw_host.decode("ascii")  # IDNA as it is sent: one name for all
                 port = target.port or (443 if target.scheme == "https" else 80)
                 address = await guard.address(host, port)
-                request = clients(f"{target.scheme}://{host}:{port}").build_request(
+                client = clients(f"{target.scheme}://{host}:{port}")
+                request = client.build_request(
                     method,
                     target.copy_with(host=address),
                     headers={**headers, "Host": target.netloc.decode("ascii")},
                     content=content,
                     extensions={"sni_hostname": host, "timeout": _timeouts(seconds)},
                 )
-                response = await clients(f"{target.scheme}://{host}:{port}").send(
-                    request, stream=True
-                )
+                response = await client.send(request, stream=True)
                 try:
                     body = await _read(response, body_bytes)
                 finally:
