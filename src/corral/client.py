@@ -9,15 +9,19 @@ refused job raises InvalidInput naming the field and the rule, and leaves no tra
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import codecs
 import dataclasses
 import json
 import logging
+import os
 import re
 import secrets
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any, Required, TypedDict, Unpack
 
 from corral import clock, config, errors, model, store
@@ -38,6 +42,51 @@ class JobView:
     job: model.Job
     attempts: list[model.Attempt]
     events: list[model.Event]
+    logs: Mapping[int, model.RunLog] = dataclasses.field(default_factory=dict)  # by fence
+
+
+@dataclass(frozen=True, slots=True)
+class LogPart:
+    """A piece of an attempt's output, as `Client.follow` yields it: `text` of `stream`
+    (stdout, stderr, request, response), read live from a running process's run folder
+    or from the run log the attempt left; an ended attempt that left nothing to read is
+    one part with no stream."""
+
+    attempt: model.Attempt
+    stream: str
+    text: str
+    log: model.RunLog | None = None  # the stored run log it comes from, if it does
+
+
+class _Tail:
+    """A running process's stdout and stderr, read as they grow from its run folder (the
+    last STREAM_BYTES of each at first); nothing while the folder is not there."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+        self.at: dict[str, int] = {}
+        self.decoders = {n: codecs.getincrementaldecoder("utf-8")("replace") for n in _STREAMS}
+
+    def read(self) -> list[tuple[str, str]]:
+        parts = []
+        for name in _STREAMS:
+            try:
+                with (self.run_dir / f"{name}.log").open("rb") as f:
+                    size = f.seek(0, os.SEEK_END)
+                    f.seek(self.at.setdefault(name, max(size - model.STREAM_BYTES, 0)))
+                    data = f.read(size - self.at[name])
+            except OSError:
+                continue
+            self.at[name] += len(data)
+            if text := self.decoders[name].decode(data):
+                parts.append((name, text))
+        return parts
+
+
+_STREAMS = ("stdout", "stderr")
+_GOES_ON = frozenset({model.JobState.SCHEDULED, model.JobState.QUEUED, model.JobState.RUNNING})
+"""A job in these states has attempts to come: `follow` waits for them. (A quarantined or
+parked one waits for a person or a worker: following stops.)"""
 
 
 class JobArgs(TypedDict, total=False):
@@ -146,7 +195,52 @@ class Client:
         """A job with its attempts and events; NotFound if there is none."""
         job = await self.store.job_get(job_id=job_id)
         attempts = await self.store.attempt_list(job_id=job_id)
-        return JobView(job, attempts, await self.store.event_list(job_id=job_id))
+        events = await self.store.event_list(job_id=job_id)
+        return JobView(job, attempts, events, await self.store.run_logs(job_id=job_id))
+
+    async def follow(
+        self,
+        job_id: int,
+        *,
+        attempt_no: int | None = None,
+        every: float = 0.25,
+        once: bool = False,
+    ) -> AsyncIterator[LogPart]:
+        """A job's output as it comes, until the job has finished, or stopped for a person
+        (or attempt `attempt_no` has ended): each ended attempt's run log, and a running
+        process's stdout and stderr live from its run folder when this machine has it (else
+        its run log once it ends). `once`: what there is now, without waiting."""
+        done: set[int] = set()
+        tails: dict[int, _Tail] = {}  # running attempts followed live, by fence
+        while True:
+            view = await self.job(job_id)
+            wanted = [a for a in view.attempts if attempt_no in (None, a.attempt_no)]
+            for a in wanted:
+                if a.id in done:
+                    continue
+                live = a.state in model.ACTIVE_ATTEMPT_STATES
+                if a.id not in tails and live and a.executor == "process":
+                    tails[a.id] = _Tail(self.settings.process_root / a.launch_name)
+                tail = tails.get(a.id)
+                if tail is not None:
+                    for stream, text in await asyncio.to_thread(tail.read):
+                        yield LogPart(a, stream, text)
+                    if not live:
+                        done.add(a.id)
+                        tails.pop(a.id)
+                if not live and (tail is None or not tail.at):  # not read here: as kept
+                    done.add(a.id)
+                    found = view.logs.get(a.id)
+                    if found is None or not found.streams:  # it ended with nothing to read
+                        yield LogPart(a, "", "", found)
+                    for s in found.streams if found else ():
+                        yield LogPart(a, s.name, s.text, found)
+            over = view.job.state not in _GOES_ON or (
+                attempt_no is not None and bool(wanted) and wanted[0].id in done
+            )
+            if once or (over and all(a.id in done for a in wanted)):
+                return
+            await self.clock.sleep(every)
 
     async def explain(self, job_id: int) -> str:
         """One line: why the job is not running now (or what it is doing)."""

@@ -307,6 +307,33 @@ class ProcessExecutorSettings(BaseModel):
         description="A finished run's folder (its logs, its exit) is removed this long after"
         " it finished; longer than timeouts.recovery_grace, so recovery always reads it first.",
     )
+    log_bytes: int = Field(
+        model.STREAM_BYTES,
+        ge=0,
+        le=16 * 1024 * 1024,
+        description="How much of the end of a command's stdout, and of its stderr, the run log"
+        " keeps when it ends.",
+    )
+
+
+class RetentionSettings(BaseModel):
+    """How long what corral records is kept."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    jobs: Duration = Field(
+        timedelta(days=30),
+        description="A job that succeeded, failed or was cancelled is removed, with its"
+        " attempts, events and run logs, this long after it finished (by the reconciler)."
+        " Quarantined jobs wait for a person and are kept.",
+    )
+
+    @field_validator("jobs")
+    @classmethod
+    def _positive(cls, value: timedelta) -> timedelta:
+        if value <= timedelta(0):
+            raise ValueError("must be longer than zero")
+        return value
 
 
 class SecretsSettings(BaseModel):
@@ -333,7 +360,10 @@ class HttpExecutorSettings(BaseModel):
         " public addresses only.",
     )
     body_bytes: int = Field(
-        65_536, ge=0, le=16 * 1024 * 1024, description="How much of a response body is kept."
+        model.STREAM_BYTES,
+        ge=0,
+        le=16 * 1024 * 1024,
+        description="How much of a response body the run log keeps (its first bytes).",
     )
 
     @field_validator("allow_networks")
@@ -607,6 +637,7 @@ class Settings(BaseSettings):
     timeouts: Timeouts = Timeouts()
     retry: RetrySettings = RetrySettings()
     secrets: SecretsSettings = SecretsSettings()
+    retention: RetentionSettings = RetentionSettings()
     executors: ExecutorSettings = ExecutorSettings()
 
     @field_validator("database_url")

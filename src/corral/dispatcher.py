@@ -374,20 +374,7 @@ class Dispatcher:
             return False
         self._arrived.set()
         self._pending.add(identity.fence)
-        self._completions.put_nowait(
-            store.Finish(
-                fence=identity.fence,
-                state=A.SUCCEEDED
-                if observation.phase is model.Phase.SUCCEEDED and observation.exit_code in (0, None)
-                else A.FAILED,
-                exit_code=observation.exit_code,
-                reason=observation.reason,
-                failure_class=observation.failure_class,
-                message=observation.message,
-                retry_after=observation.retry_after,
-                http_status=observation.http_status,
-            )
-        )
+        self._completions.put_nowait(store.Finish.seen(identity.fence, observation))
         return True
 
     async def flush_completions(self) -> list[store.Outcome]:

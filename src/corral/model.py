@@ -7,6 +7,7 @@ them with compare-and-set, and everything else asks `check_transition` first.
 
 from __future__ import annotations
 
+import codecs
 import hashlib
 import json
 import re
@@ -534,10 +535,70 @@ class Observation:
     message: str | None = None  # the last line of stderr, or the platform's termination message
     retry_after: float | None = None  # the platform asks for no retry sooner (HTTP Retry-After)
     http_status: int | None = None  # an HTTP attempt's final status
+    output: RunLog | None = None  # what the launch left to read, once it finished
 
     @property
     def identity(self) -> Identity | None:
         return identity_from_labels(self.labels)
+
+
+STREAM_BYTES = 65_536
+"""How much of each stream of an attempt's output the run log keeps, by default."""
+
+
+@dataclass(frozen=True, slots=True)
+class Stream:
+    """One stream of an attempt's output as the run log keeps it: a process's stdout or
+    stderr (their last bytes), an HTTP attempt's request or response (their first)."""
+
+    name: str
+    text: str
+    size: int  # bytes the stream had, as far as known: more than `text` holds when cut
+    cut: bool = (
+        False  # only a part was kept: the last bytes of a process's, the first of a request's
+    )
+
+    def as_json(self) -> dict[str, Any]:
+        return {"name": self.name, "text": self.text, "bytes": self.size, "cut": self.cut}
+
+
+@dataclass(frozen=True, slots=True)
+class RunLog:
+    """What one attempt left to read, kept in the store as long as its job: its streams and,
+    for a request, how it went. `latency` is the executor's own measure, in seconds."""
+
+    streams: tuple[Stream, ...] = ()
+    latency: float | None = None
+    status: int | None = None  # an HTTP attempt's final status
+    address: str | None = None  # the address an HTTP attempt connected to
+    fence: int | None = None  # the attempt it belongs to, when read from the store
+    recorded_at: datetime | None = None
+
+    def stream(self, name: str) -> Stream | None:
+        return next((s for s in self.streams if s.name == name), None)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "fence": self.fence,
+            "latency": self.latency,
+            "status": self.status,
+            "address": self.address,
+            "recorded_at": None if self.recorded_at is None else self.recorded_at.isoformat(),
+            "streams": [s.as_json() for s in self.streams],
+        }
+
+
+def decoded(data: bytes, *, cut_before: bool = False, cut_after: bool = False) -> str:
+    """Bytes of output as text: a character cut at either end of a kept part dropped,
+    anything else that is not UTF-8 replaced."""
+    if cut_before:  # skip the continuation bytes of a character that began before
+        skip = 0
+        while skip < min(3, len(data)) and data[skip] & 0xC0 == 0x80:
+            skip += 1
+        data = data[skip:]
+    if cut_after:  # hold back a character whose end was not kept
+        return codecs.getincrementaldecoder("utf-8")("replace").decode(data, final=False)
+    return data.decode("utf-8", "replace")
 
 
 @dataclass(frozen=True, slots=True)

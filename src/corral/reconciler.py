@@ -56,6 +56,12 @@ log = logging.getLogger("corral.reconciler")
 A, J, P = model.AttemptState, model.JobState, model.Phase
 
 
+REMOVE_BATCH = 500
+REMOVE_BATCHES = 20
+RETENTION_EVERY = 600.0
+"""Seconds between two looks for jobs past their retention, once a look found them all."""
+
+
 @dataclass(slots=True)
 class Pass:
     """What one reconciler pass did."""
@@ -73,6 +79,7 @@ class Pass:
     never_launched: int = 0
     orphans_cancelled: int = 0
     forgotten: int = 0
+    jobs_removed: int = 0
 
     def __str__(self) -> str:
         return ", ".join(
@@ -117,6 +124,7 @@ class Reconciler:
         # Where the last pass stopped: attempts that must wait (absent but not yet lost, or on
         # a platform that cannot be asked) must not keep the ones behind them from a look.
         self._cursor = 0
+        self._retention_due = 0.0  # when (clock.monotonic) finished jobs are next looked for
 
     async def run(self, stop: asyncio.Event, *, on_pass: Callable[[], None] | None = None) -> None:
         """Make a pass every `reconcile_interval` until `stop` is set.
@@ -160,7 +168,9 @@ class Reconciler:
             await self._repair_all(kind, items, summary)
         for executor in self.executors.values():
             await self._stop_orphans(executor, summary)
-        if summary.looked or summary.orphans_cancelled or summary.forgotten:
+        if self.clock.monotonic() >= self._retention_due:
+            await self._remove_old_jobs(summary)
+        if summary.looked or summary.orphans_cancelled or summary.forgotten or summary.jobs_removed:
             log.info("pass: %s", summary)
         return summary
 
@@ -217,7 +227,7 @@ class Reconciler:
         elif obs.phase.finished:
             summary.completed += 1
             self._repaired(attempt, f"completed ({obs.phase})")
-            work.finishes.append(_finish(attempt, obs))
+            work.finishes.append(store.Finish.seen(attempt.id, obs))
         elif obs.phase is P.ABSENT and _past(attempt.deadline_at, self.clock.now()):
             # Too late to launch it now, and it never ran: not the job's fault, so it costs
             # no attempt; the job gets a new one (higher fence, fresh deadline).
@@ -334,7 +344,7 @@ class Reconciler:
         elif obs.phase.finished:
             summary.completed += 1
             self._repaired(attempt, f"completed ({obs.phase}), missed while no dispatcher watched")
-            work.finishes.append(_finish(attempt, obs))
+            work.finishes.append(store.Finish.seen(attempt.id, obs))
         elif obs.phase is not P.ABSENT and deadline + self.t.cancel_grace <= now:
             summary.timed_out += 1  # its platform had its own stop and grace: the backstop
             self._repaired(attempt, "timed out")
@@ -408,7 +418,7 @@ class Reconciler:
         for a in done:
             obs = seen.get(a.launch_name)
             if obs is not None and obs.phase is P.SUCCEEDED and obs.exit_code in (0, None):
-                finishes.append(_finish(a, obs))
+                finishes.append(store.Finish.seen(a.id, obs))
             else:
                 finishes.append(_failed(a, "timed out: ran past its deadline, stopped by recovery"))
         return finishes
@@ -536,6 +546,20 @@ class Reconciler:
             summary.forgotten += len(names)
             log.info("%s: removed %d launches past their retention", executor.kind, len(names))
 
+    async def _remove_old_jobs(self, summary: Pass) -> None:
+        """Remove the jobs that finished longer than `retention.jobs` ago, with their
+        attempts, events and run logs: up to REMOVE_BATCHES batches a pass, then not again
+        for RETENTION_EVERY unless that was not all."""
+        before = self.clock.now() - self.settings.retention.jobs
+        for _ in range(REMOVE_BATCHES):
+            removed = await self.store.jobs_forget(before=before, limit=REMOVE_BATCH)
+            summary.jobs_removed += removed
+            if removed < REMOVE_BATCH:
+                self._retention_due = self.clock.monotonic() + RETENTION_EVERY
+                break
+        if summary.jobs_removed:
+            log.info("removed %d jobs that finished before %s", summary.jobs_removed, before)
+
     async def _stop_orphan(
         self, executor: Executor, obs: model.Observation, status: store.Status, summary: Pass
     ) -> None:
@@ -587,20 +611,6 @@ class Reconciler:
 
 def _identity(attempt: model.Attempt) -> model.Identity:
     return model.Identity(attempt.job_id, attempt.attempt_no, attempt.id)
-
-
-def _finish(attempt: model.Attempt, obs: model.Observation) -> store.Finish:
-    ok = obs.phase is P.SUCCEEDED and obs.exit_code in (0, None)
-    return store.Finish(
-        attempt.id,
-        A.SUCCEEDED if ok else A.FAILED,
-        obs.exit_code,
-        obs.reason,
-        obs.failure_class,
-        obs.message,
-        obs.retry_after,
-        obs.http_status,
-    )
 
 
 def _failed(attempt: model.Attempt, why: str) -> store.Finish:

@@ -226,6 +226,7 @@ _PARAMETER_TYPES = {
         "codes": "int[]",
         "reasons": "text[]",
         "ran_reason": "text",
+        "logs": "jsonb",
     },
 }
 

@@ -154,7 +154,8 @@ async def test_0007_indexes_live_attempts_only(empty_url: str) -> None:
         new=[model.NewJob(executor="noop", spec={}) for _ in range(6)], now=clock.now()
     )
     claimed = await old.job_claim(now=clock.now(), limit=6, executors=["noop"])
-    ended = [store.Finish(c.attempt.id, model.AttemptState.SUCCEEDED, 0, None) for c in claimed[:2]]
+    # Failures: today's settle of a success also keeps its run log, a table 0006 lacks.
+    ended = [store.Finish(c.attempt.id, model.AttemptState.FAILED, 1, None) for c in claimed[:2]]
     await old.attempt_settle(
         launched=[c.attempt.id for c in claimed[2:4]], finishes=ended, now=clock.now()
     )

@@ -362,9 +362,20 @@ async def test_a_job_that_fails_twice_then_succeeds_is_retried_with_one_key(
             frozen.advance(600)  # past any backoff
         job = await db.job_get(job_id=job_id)
         attempts = await db.attempt_list(job_id=job_id)
+        logs = await db.run_logs(job_id=job_id)
     finally:
         await ex.close()
     assert job.state == model.JobState.SUCCEEDED
+    assert [(f, log.status, log.address) for f, log in logs.items()] == [
+        (a.id, status, "127.0.0.1") for a, status in zip(attempts, (500, 500, 200), strict=True)
+    ]
+    for log in logs.values():
+        request, response = log.streams
+        assert request.text.startswith(f"GET {receiver.url('/flaky')}\n")
+        assert response.text.startswith(f"HTTP {log.status} ")
+        assert response.text.endswith("\n\nbusy")
+        assert log.latency is not None
+        assert 0 <= log.latency < PATIENCE
     assert [a.state for a in attempts] == [
         model.AttemptState.FAILED,
         model.AttemptState.FAILED,
@@ -828,3 +839,54 @@ def test_verify_signature_refuses_malformed_headers_with_its_own_error(
     secret = "whsec_" + base64.b64encode(b"k" * 32).decode()
     with pytest.raises(errors.SignatureInvalid):
         verify_signature(b"{}", headers, secret)
+
+
+async def test_the_run_log_keeps_the_request_and_the_response_without_their_secrets(
+    receiver: Receiver,
+) -> None:
+    """The request line, its headers (a credential, a signature, a token in the query
+    redacted) and the first body_bytes of its body; the response's redirects, status line, headers (its cookie
+    redacted) and the first body_bytes of its body, marked cut."""
+    receiver.answers["/moved"] = reply(302, Location="/final")
+    receiver.answers["/final"] = reply(200, "x" * 100, **{"Set-Cookie": "sid=abc123"})
+    spec = {
+        "method": "POST",
+        "url": receiver.url("/moved?token=tok-123&page=2"),
+        "headers": {"Authorization": "Bearer sk-live-123", "X-Team": "data"},
+        "json": {"rows": 3},
+    }
+    ex = http.HttpExecutor(
+        clock=clock.SystemClock(),
+        timeout=timedelta(seconds=10),
+        concurrency=4,
+        allow_networks=LOCAL,
+        body_bytes=10,
+    )
+    secret = "whsec_" + base64.b64encode(b"k" * 32).decode()
+
+    async def keys(tenant: str) -> list[str]:
+        return [secret]
+
+    ex.use_signing_keys(keys)
+    await ex.start()
+    try:
+        obs = await outcome(ex, spec)
+    finally:
+        await ex.close()
+    assert obs.output is not None
+    request, response = obs.output.streams
+    everything = request.text + response.text
+    for secret in ("sk-live-123", "tok-123", "abc123", "v1,"):
+        assert secret not in everything
+    lines = request.text.splitlines()
+    assert lines[0] == f"POST {receiver.url('/moved?token=[redacted]&page=2')}"
+    assert "Authorization: [redacted]" in lines
+    assert "webhook-signature: [redacted]" in lines
+    assert "X-Team: data" in lines
+    assert (lines[-1], request.cut) == ('{"rows": 3', True)  # body_bytes: of either body
+    head, _, body = response.text.partition("\n\n")
+    assert head.splitlines()[0] == f"HTTP 302 Found -> {receiver.url('/final')}"
+    assert head.splitlines()[1] == "HTTP 200 OK"
+    assert "set-cookie: [redacted]" in head.splitlines()
+    assert (body, response.cut) == ("x" * 10, True)
+    assert obs.output.status == 200

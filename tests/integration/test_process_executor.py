@@ -1235,3 +1235,61 @@ async def test_a_launch_asked_again_of_a_claimed_name_asks_no_supervisor(
         await after_restart.close()
     assert len(processes_of(executor.root / "again-1")) == 1, "still the one copy"
     await executor.cancel("again-1", timedelta(seconds=1))
+
+
+# --- the run log ------------------------------------------------------------------------------
+
+
+async def test_an_ended_command_brings_its_output_tails_without_a_read_of_its_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The supervisor says the last `log_bytes` of stdout and stderr with a success, so the
+    executor hears them without reading the folder; a character cut at the start of a tail
+    is dropped, bytes that are not UTF-8 are replaced, and each stream says its size."""
+    ex = process.ProcessExecutor(
+        root=tmp_path / "runs", clock=clock.SystemClock(), poll_interval=3600, log_bytes=4
+    )
+
+    def no_read(run_dir: Path, limit: int) -> dict[str, Any]:
+        raise AssertionError(f"read {run_dir} again")
+
+    monkeypatch.setattr(process, "_tails", no_read)
+    await ex.start()
+    try:
+        async with contextlib.aclosing(ex.events()) as events:
+            script = r"printf 'ab éé\n'; printf 'b\377\n' >&2"
+            await ex.launch(make_launch("tails-1", sh(script)))
+            obs = await asyncio.wait_for(anext(events), PATIENCE)
+    finally:
+        await ex.close()
+        kill_leftovers(ex.root)
+    assert obs.phase is model.Phase.SUCCEEDED
+    assert obs.output is not None
+    out, err = obs.output.streams
+    assert (out.name, out.text, out.size, out.cut) == ("stdout", "é\n", 8, True)
+    assert (err.name, err.text, err.size, err.cut) == ("stderr", "b\ufffd\n", 3, False)
+    assert obs.output.latency is not None
+    assert obs.output.latency >= 0
+
+
+async def test_a_failure_read_from_its_folder_has_the_same_run_log(
+    executor: process.ProcessExecutor,
+) -> None:
+    await executor.launch(make_launch("tails-2", sh("echo to stdout; echo boom >&2; exit 2")))
+    obs = await wait_for(executor, "tails-2")
+    assert obs.output is not None
+    assert [(s.name, s.text, s.size, s.cut) for s in obs.output.streams] == [
+        ("stdout", "to stdout\n", 10, False),
+        ("stderr", "boom\n", 5, False),
+    ]
+    assert obs.message == "boom"
+
+
+async def test_a_command_that_printed_nothing_has_an_empty_run_log(
+    executor: process.ProcessExecutor,
+) -> None:
+    async with contextlib.aclosing(executor.events()) as events:
+        await executor.launch(make_launch("quiet-1", ["true"]))
+        obs = await asyncio.wait_for(anext(events), PATIENCE)
+    assert obs.output is not None
+    assert obs.output.streams == ()

@@ -3,10 +3,12 @@ quarantined ones."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import json
+from typing import TYPE_CHECKING, Any
 
 import click
 
+from corral import errors
 from corral.cli import render
 from corral.cli.common import JOB_ID, State, config_option, err, json_option, out, print_json, run
 
@@ -67,6 +69,90 @@ def jobs_show(state: State, job_id: int, as_json: bool) -> None:
         print_json(render.view_dict(view))
         return
     render.print_view(view)
+
+
+@jobs.command("logs")
+@click.argument("job_id", type=JOB_ID)
+@click.option(
+    "--attempt",
+    "attempt_no",
+    type=click.IntRange(1),
+    default=None,
+    help="Only attempt N (1: the first).",
+)
+@click.option(
+    "--follow", "-f", is_flag=True, help="Go on printing as the job runs, until it has finished."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON: one object per piece of output.")
+@config_option
+@click.pass_obj
+def jobs_logs(
+    state: State, job_id: int, attempt_no: int | None, follow: bool, as_json: bool
+) -> None:
+    """Print what a job's attempts left: a process's stdout and stderr, an HTTP attempt's
+    request and response. With --follow, a running process's output as it comes."""
+    printer = _LogPrinter(as_json, lines=follow)
+
+    async def go() -> None:
+        async with state.connect(platforms=False) as c:
+            view = await c.job(job_id)
+            if attempt_no is not None and attempt_no > view.job.attempt_count:
+                raise errors.NotFound(
+                    f"job {job_id} has no attempt {attempt_no}: it has had {view.job.attempt_count}"
+                )
+            async for part in c.follow(job_id, attempt_no=attempt_no, once=not follow):
+                printer.print(part)
+
+    run(go())
+    printer.end()
+
+
+class _LogPrinter:
+    """Pieces of output as they come: a heading when the attempt changes, a line naming the
+    stream when the stream does, and the text as it is."""
+
+    def __init__(self, as_json: bool, *, lines: bool) -> None:
+        self.as_json = as_json
+        self.lines = lines  # JSON: one line per piece as it comes (else one list at the end)
+        self.parts: list[dict[str, Any]] = []
+        self.at: tuple[int, str] | None = None
+        self.line_open = False
+        self.printed = False
+
+    def print(self, part: client.LogPart) -> None:
+        a = part.attempt
+        if self.as_json:
+            said = {"attempt": a.attempt_no, "fence": a.id, "state": a.state}
+            self.parts.append({**said, "stream": part.stream or None, "text": part.text})
+            if self.lines:
+                click.echo(json.dumps(self.parts.pop()))
+            return
+        if self.at is None or self.at[0] != a.id:
+            self.end_line()
+            gap = "\n" if self.printed else ""
+            head = render.outcome(a, part.log) if part.log else str(a.state)
+            click.echo(f"{gap}==> attempt {a.attempt_no} (fence {a.id}): {head} <==")
+        if not part.stream:
+            click.echo("(no output)")
+        elif self.at != (a.id, part.stream):
+            self.end_line()
+            click.echo(f"--- {part.stream} ---")
+        self.at = (a.id, part.stream)
+        click.echo(part.text, nl=False)
+        self.line_open = not part.text.endswith("\n")
+        self.printed = True
+
+    def end_line(self) -> None:
+        if self.line_open:
+            click.echo()
+            self.line_open = False
+
+    def end(self) -> None:
+        self.end_line()
+        if self.as_json and not self.lines:
+            print_json(self.parts)
+        elif not self.printed and not self.as_json:
+            err.print("no output kept for this job yet")
 
 
 @jobs.command("explain")

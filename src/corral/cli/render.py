@@ -116,7 +116,9 @@ def attempt_dict(a: model.Attempt) -> dict[str, Any]:
 def view_dict(view: client.JobView) -> dict[str, Any]:
     return {
         **job_dict(view.job),
-        "attempt_list": [attempt_dict(a) for a in view.attempts],
+        "attempt_list": [
+            {**attempt_dict(a), **log_facts(view.logs.get(a.id))} for a in view.attempts
+        ],
         "events": [
             {
                 "at": e.at.isoformat(),
@@ -154,7 +156,7 @@ def print_view(view: client.JobView) -> None:
     for name, value in facts:
         out.print(f"  {name}: {value}", markup=False, soft_wrap=False)
     for a in view.attempts:
-        print_attempt(a)
+        print_attempt(a, view.logs.get(a.id))
     events = table("at", "what", "from", "to", "reason", keep=("at", "from", "to"))
     for e in view.events:
         what = e.entity if e.attempt_id is None else f"{e.entity} (fence {e.attempt_id})"
@@ -162,21 +164,60 @@ def print_view(view: client.JobView) -> None:
     out.print(events)
 
 
-def print_attempt(a: model.Attempt) -> None:
+def log_facts(log: model.RunLog | None) -> dict[str, Any]:
+    """What an attempt's run log says of how it went (its streams: `corral jobs logs`)."""
+    return {
+        "http_status": log.status if log else None,
+        "latency": log.latency if log else None,
+        "address": log.address if log else None,
+    }
+
+
+def took(seconds: float) -> str:
+    return f"{seconds * 1000:.0f} ms" if seconds < 10 else f"{seconds:.1f} s"
+
+
+def outcome(a: model.Attempt, log: model.RunLog | None) -> str:
+    """How an attempt went, in one line: its state, exit or HTTP status, latency, class."""
+    said = [str(a.state)]
+    if log is not None and log.status is not None:
+        said.append(f"HTTP {log.status}")
+    elif a.exit_code is not None:
+        said.append(f"exit {a.exit_code}")
+    if log is not None and log.latency is not None:
+        said.append(took(log.latency))
+    if a.failure_class:
+        said.append(f"class {a.failure_class}")
+    return ", ".join(said)
+
+
+OUTPUT_LINES = 3
+"""How many lines of each stream `jobs show` prints: the start of an attempt's output."""
+
+
+def print_attempt(a: model.Attempt, log: model.RunLog | None = None) -> None:
     head = f"attempt {a.attempt_no}  fence {a.id}  {a.launch_name}  {a.state}"
     if not a.charged:
         head += "  (not charged)"
     out.print(Text(head, style="bold"), soft_wrap=True)
     lines = [
         f"started {when(a.started_at)}, finished {when(a.finished_at)}",
-        f"exit {'-' if a.exit_code is None else a.exit_code}"
-        + (f", class {a.failure_class}" if a.failure_class else "")
+        outcome(a, log)
+        + (f", at {log.address}" if log and log.address else "")
         + (f", fingerprint {a.fingerprint}" if a.fingerprint else ""),
     ]
     if a.reason:
         lines.append(f"reason: {a.reason}")
+    for s in log.streams if log else ():
+        shown = s.text.splitlines()
+        lines.append(f"{s.name}:" + (" (cut)" if s.cut else ""))
+        lines += [f"  {line[:200]}" for line in shown[:OUTPUT_LINES]]
+        if len(shown) > OUTPUT_LINES:
+            lines.append(f"  ... {len(shown) - OUTPUT_LINES} more lines")
     for line in lines:
         out.print(f"  {line}", markup=False)
+    if log and log.streams:
+        out.print(f"  all of it: corral jobs logs {a.job_id} --attempt {a.attempt_no}")
 
 
 def dead_table(views: Sequence[client.JobView]) -> Table:

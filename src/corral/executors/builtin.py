@@ -20,6 +20,7 @@ def _process(settings: config.Settings, clk: clock.Clock) -> Executor:
         clock=clk,
         kill_grace=settings.timeouts.cancel_grace.total_seconds(),
         retention=settings.executors.process.retention,
+        log_bytes=settings.executors.process.log_bytes,
     )
 
 

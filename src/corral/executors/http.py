@@ -252,6 +252,9 @@ class Outcome:
     error: str | None = None  # no response: why (a timeout, a refused connection)
     refused: str | None = None  # the guard's refusal
     retry_after: str | None = None  # the response's Retry-After, as it came
+    headers: tuple[tuple[str, str], ...] = ()  # the response's
+    body_cut: bool = False  # the body went on past what was kept
+    hops: tuple[str, ...] = ()  # the redirects followed: status and where to
 
 
 _CROSS_ORIGIN_DROPPED = ("webhook-id", "webhook-timestamp", "webhook-signature", "cookie")
@@ -291,6 +294,7 @@ async def send(
     started = time.monotonic()
     address: str | None = None
     headers = dict(headers)
+    hops: list[str] = []
 
     def took() -> float:
         return time.monotonic() - started
@@ -315,7 +319,7 @@ async def send(
                 )
                 response = await client.send(request, stream=True)
                 try:
-                    body = await _read(response, body_bytes)
+                    body, cut = await _read(response, body_bytes)
                 finally:
                     await response.aclose()
                 location = response.headers.get("location")
@@ -327,8 +331,12 @@ async def send(
                         took(),
                         body,
                         retry_after=response.headers.get("retry-after"),
+                        headers=tuple(response.headers.multi_items()),
+                        body_cut=cut,
+                        hops=tuple(hops),
                     )
                 following = target.join(location)
+                hops.append(f"HTTP {response.status_code} {response.reason_phrase} -> {following}")
                 if target.scheme == "https" and following.scheme == "http":
                     refused = f"a redirect from https to http ({following.host}) is refused"
                     return Outcome(refused=refused, address=address, seconds=took())
@@ -360,14 +368,15 @@ def _timeouts(total: float) -> dict[str, float]:
     return {"connect": total, "read": total, "write": total, "pool": total}
 
 
-async def _read(response: httpx.Response, limit: int) -> bytes:
-    """Up to `limit` bytes of the body (the rest is not read)."""
+async def _read(response: httpx.Response, limit: int) -> tuple[bytes, bool]:
+    """Up to `limit` bytes of the body (the rest is not read), and whether there was more."""
     kept = bytearray()
     async for chunk in response.aiter_raw():
-        kept += chunk[: limit - len(kept)]
-        if len(kept) >= limit:
-            break
-    return bytes(kept)
+        room = limit - len(kept)
+        kept += chunk[:room]
+        if len(chunk) > room:
+            return bytes(kept), True
+    return bytes(kept), False
 
 
 def judge(
@@ -403,6 +412,50 @@ def retry_after_seconds(value: str | None, now: datetime) -> float | None:
     if at.tzinfo is None:
         at = at.replace(tzinfo=UTC)
     return max((at - now).total_seconds(), 0.0)
+
+
+def _header_lines(headers: Iterable[tuple[str, str]]) -> str:
+    """Headers as lines, the values of those that carry a secret redacted."""
+    return "".join(
+        f"{name}: {model.REDACTED if model.names_a_secret(name) else value}\n"
+        for name, value in headers
+    )
+
+
+def request_stream(
+    method: str, url: str, headers: Mapping[str, str], content: bytes | None, limit: int
+) -> model.Stream:
+    """The request as the run log keeps it: its line, its headers (secrets redacted) and the
+    first `limit` bytes of its body."""
+    head = f"{method} {model.redacted(url)}\n{_header_lines(headers.items())}"
+    return _message("request", head, content or b"", len(content or b"") > limit, limit)
+
+
+def response_stream(outcome: Outcome) -> model.Stream | None:
+    """The response as the run log keeps it: the redirects followed, its status line, its
+    headers (secrets redacted) and the first part of its body; None without a response."""
+    if outcome.status is None:
+        return None
+    status = f"HTTP {outcome.status} {outcome.reason_phrase}".rstrip()
+    head = "".join(f"{hop}\n" for hop in outcome.hops)
+    head += f"{status}\n{_header_lines(outcome.headers)}"
+    return _message("response", head, outcome.body, outcome.body_cut, len(outcome.body))
+
+
+def _message(name: str, head: str, body: bytes, cut: bool, limit: int) -> model.Stream:
+    kept = body[:limit]
+    text = head if not body else f"{head}\n{model.decoded(kept, cut_after=cut)}"
+    size = len(head.encode()) + (len(body) + 1 if body else 0)
+    return model.Stream(name, text, size, cut)
+
+
+def run_log(request: model.Stream | None, outcome: Outcome) -> model.RunLog:
+    """An HTTP attempt's run log: its request (None when it could not be made), response,
+    status, latency and the address it reached."""
+    streams = tuple(s for s in (request, response_stream(outcome)) if s is not None)
+    return model.RunLog(
+        streams=streams, latency=outcome.seconds, status=outcome.status, address=outcome.address
+    )
 
 
 def first_line(body: bytes) -> str | None:
@@ -609,6 +662,7 @@ class HttpExecutor:
 
     async def _run(self, launch: model.Launch, spec: dict[str, Any]) -> None:
         started = self._clock.now()
+        request: model.Stream | None = None
         try:
             headers = request_headers(launch, spec)
             try:
@@ -617,6 +671,7 @@ class HttpExecutor:
                 keys = await self._signing_keys(launch.tenant)
                 if keys:
                     sign(headers, content, keys, self._clock.now())
+                request = request_stream(spec["method"], url, headers, content, self._body_bytes)
             except TemplateError as exc:
                 outcome = Outcome(refused=f"template: {exc}")
             except UnicodeDecodeError:
@@ -638,10 +693,15 @@ class HttpExecutor:
             if self._closed:
                 raise
             outcome = Outcome(error="cancelled")
-        self._record(launch, spec, outcome, started)
+        self._record(launch, spec, outcome, started, request)
 
     def _record(
-        self, launch: model.Launch, spec: dict[str, Any], outcome: Outcome, started: datetime
+        self,
+        launch: model.Launch,
+        spec: dict[str, Any],
+        outcome: Outcome,
+        started: datetime,
+        request: model.Stream | None = None,
     ) -> None:
         phase, reason, failure = judge(outcome, spec["expect"])
         ended = self._clock.now()
@@ -658,6 +718,7 @@ class HttpExecutor:
             if phase is model.Phase.SUCCEEDED
             else retry_after_seconds(outcome.retry_after, ended),
             http_status=outcome.status,
+            output=run_log(request, outcome),
         )
         self._running.pop(launch.name, None)
         self._ended[launch.name] = observation

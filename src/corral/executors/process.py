@@ -124,11 +124,13 @@ class ProcessExecutor:
         poll_interval: float = 0.1,
         kill_grace: float = KILL_GRACE_SECONDS,
         retention: timedelta | None = None,
+        log_bytes: int = model.STREAM_BYTES,
     ) -> None:
         self.root = Path(root).absolute()  # fixed now: a later chdir must not move it
         self._clock = clock
         self._poll_interval = poll_interval
         self._kill_grace = kill_grace
+        self._log_bytes = log_bytes
         self.retention = retention or timedelta(days=7)
         self._watched: dict[str, Mapping[str, str]] = {}  # launched here, to their ends: labels
         self._asking: collections.Counter[str] = collections.Counter()  # launches in flight
@@ -198,7 +200,7 @@ class ProcessExecutor:
             # (nor a supervisor started). A first launch does not look: it is rarely there.
             claimed = launch.relaunch and await asyncio.to_thread(os.path.lexists, run_dir)
             if not claimed:
-                files = _launch_files(launch, spec)
+                files = _launch_files(launch, spec, self._log_bytes)
                 answer = await self._supervisor.supervise(
                     run_dir, files, self._kill_grace, self._clock, log=self._log
                 )
@@ -535,7 +537,7 @@ def _platform(doing: str) -> Iterator[None]:
         raise errors.ExecutorError(f"process executor could not {doing}: {exc}") from exc
 
 
-def _launch_files(launch: model.Launch, spec: dict[str, Any]) -> dict[str, Any]:
+def _launch_files(launch: model.Launch, spec: dict[str, Any], log_bytes: int) -> dict[str, Any]:
     """What a run folder starts with, by file name: the supervisor writes them (the payload,
     when there is one, as JSON text, so that it is written as every executor delivers it)."""
     launch_doc = {
@@ -545,6 +547,7 @@ def _launch_files(launch: model.Launch, spec: dict[str, Any]) -> dict[str, Any]:
         "env": dict(launch.env),
         "deadline_seconds": launch.deadline_seconds,
         "cwd": os.path.join(os.getcwd(), spec.get("cwd", "")),
+        "log_bytes": log_bytes,
     }
     files: dict[str, Any] = {"launch.json": launch_doc, "labels.json": dict(launch.labels)}
     if (payload := model.payload_json(launch.payload)) is not None:
@@ -729,6 +732,8 @@ class _Supervisor:
                 answer.set_exception(errors.ExecutorError(f"process launch {name!r}: no answer"))
         if message.get("ended") and (name := self._names.pop(ask, None)) is not None:
             record = message.get("exit")
+            if isinstance(record, dict) and isinstance(output := message.get("output"), dict):
+                record = {**record, "output": output}
             self._ended[name] = record if isinstance(record, dict) else None
             if message.get("unrecorded"):
                 self._unrecorded.add(name)
@@ -859,19 +864,65 @@ def _from_record(
     name: str, run_dir: Path, labels: Mapping[str, str], record: Mapping[str, Any]
 ) -> model.Observation:
     """What `exit.json` (`record`) says of a finished run; a failure's message is the last
-    line of its stderr."""
+    line of its stderr. Its output is the record's when the supervisor said it, else read
+    from the folder."""
     succeeded = bool(record.get("succeeded", record.get("exit_code") == 0))
+    said = record.get("output")
+    started, finished = _time(record.get("started_at")), _time(record.get("finished_at"))
+    output = run_log(
+        said if isinstance(said, dict) else _tails(run_dir, LOG_TAIL_BYTES),
+        None if started is None or finished is None else (finished - started).total_seconds(),
+    )
     return model.Observation(
         name=name,
         phase=model.Phase.SUCCEEDED if succeeded else model.Phase.FAILED,
         labels=labels,
         exit_code=record.get("exit_code"),
         reason=record.get("reason"),
-        started_at=_time(record.get("started_at")),
-        finished_at=_time(record.get("finished_at")),
+        started_at=started,
+        finished_at=finished,
         failure_class=None if succeeded else _verdict(record),
         message=None if succeeded else _last_line(run_dir / "stderr.log"),
+        output=output,
     )
+
+
+LOG_TAIL_BYTES = model.STREAM_BYTES
+"""How much of each log is read back from a run folder whose end the supervisor did not
+say (recovery, a sweep): the default, as the run folder does not record the setting."""
+
+
+def _tails(run_dir: Path, limit: int) -> dict[str, Any]:
+    """What the supervisor says of a run's logs (process_shim.output_tails), read from its
+    folder."""
+    out = {}
+    for name in process_shim.LOGS:
+        try:
+            with (run_dir / name).open("rb") as f:
+                size = f.seek(0, os.SEEK_END)
+                f.seek(max(size - limit, 0))
+                data = f.read(limit)
+        except OSError:
+            continue
+        if size:
+            out[name.removesuffix(".log")] = {"bytes": size, "tail": data}
+    return out
+
+
+def run_log(tails: Mapping[str, Any], latency: float | None) -> model.RunLog:
+    """A command's run log: the tails of its stdout and stderr, as the supervisor said them
+    (text, with bytes that are not UTF-8 as surrogates) or as read (bytes)."""
+    streams = []
+    for name in ("stdout", "stderr"):
+        said = tails.get(name)
+        if not isinstance(said, Mapping):
+            continue
+        tail = said.get("tail", b"")
+        data = tail.encode("utf-8", "surrogateescape") if isinstance(tail, str) else bytes(tail)
+        size = int(said.get("bytes", len(data)))
+        cut = size > len(data)
+        streams.append(model.Stream(name, model.decoded(data, cut_before=cut), size, cut))
+    return model.RunLog(streams=tuple(streams), latency=latency)
 
 
 _TRANSIENT_REASONS = ("deadline exceeded", "supervisor terminated", SUPERVISOR_DIED)

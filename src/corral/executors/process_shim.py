@@ -84,6 +84,8 @@ START_FAILED_EXIT_CODE = 127
 """The exit code recorded when the command cannot even be started (as a shell does)."""
 
 LOGS = ("stdout.log", "stderr.log")
+LOG_BYTES = 65_536
+"""How much of the end of each log the run log keeps, unless the launch says."""
 """Where the command's output goes, in its run folder."""
 
 LIVE = ".live"
@@ -437,6 +439,7 @@ class Supervision:
         kill_grace: float,
     ) -> None:
         self.ask = ask  # the id of the launch request it answered
+        self.log_bytes = int(launch.get("log_bytes", LOG_BYTES))
         self.pid = pid  # the command's, and its process group's
         self.started = started
         self.folder = folder
@@ -500,6 +503,29 @@ class Supervision:
             self.record = self.drafted
             path = self.folder.path
             mark_ended(path.parent, path.name, time.time())
+
+
+def output_tails(folder: RunFolder, limit: int) -> dict[str, Any]:
+    """The last `limit` bytes of each log the command wrote (none for an empty one), with
+    its size, for the run log: {"stdout": {"bytes": N, "tail": text}, ...}. Bytes that are
+    not UTF-8 travel as surrogates (JSON escapes them); the executor decodes them."""
+    out = {}
+    for name in LOGS:
+        try:
+            fd = folder.open(name, os.O_RDONLY)
+        except OSError:
+            continue
+        try:
+            size = os.fstat(fd).st_size
+            data = os.pread(fd, min(size, limit), max(size - limit, 0)) if size else b""
+        except OSError:
+            continue
+        finally:
+            os.close(fd)
+        if size:
+            tail = data.decode("utf-8", "surrogateescape")
+            out[name.removesuffix(".log")] = {"bytes": size, "tail": tail}
+    return out
 
 
 def read_cancel_grace(folder: RunFolder, default: float) -> float:
@@ -781,13 +807,14 @@ class Supervisor:
             self.done(run)
 
     def done(self, run: Supervision, *, recorded: bool = True) -> None:
-        with contextlib.suppress(OSError):
-            os.close(run.folder.fd)
         said: dict[str, Any] = {"id": run.ask, "ended": True}
         if not recorded:  # the executor reports it failed: its folder will never say
             said["unrecorded"] = True
         elif run.record is not None:  # what its folder says now: no need to read it
             said["exit"] = run.record
+            said["output"] = output_tails(run.folder, run.log_bytes)
+        with contextlib.suppress(OSError):
+            os.close(run.folder.fd)
         self.outbox.append(said)
 
     def flush(self) -> None:

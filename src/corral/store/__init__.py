@@ -34,6 +34,7 @@ from corral.store import (
     hotpath,
     jobs,
     migrate,
+    runlogs,
     schedules,
     secrets,
     sinks,
@@ -467,10 +468,16 @@ class Store:
         On PostgreSQL, when every finish is a success, one statement (hotpath.pg_settle)."""
         if all(f.state == A.SUCCEEDED for f in finishes):  # the hot path (hotpath.py)
             won = [(f.fence, f.exit_code, f.reason) for f in finishes]
+            logs = {f.fence: f.output for f in finishes if f.output is not None}
             if won:
                 failpoints.hit("mid_completion")  # one transaction: nothing half-written
             ran, done = await self._hot(
-                hotpath.sqlite_settle, hotpath.pg_settle, launched=launched, won=won, now=now
+                hotpath.sqlite_settle,
+                hotpath.pg_settle,
+                launched=launched,
+                won=won,
+                logs=logs,
+                now=now,
             )
             return ran, [Outcome(j, f, n, A.SUCCEEDED, J.SUCCEEDED) for j, f, n in done]
         return await self._tx(
@@ -542,6 +549,15 @@ class Store:
         return await self._tx(
             attempts.attempt_list_active, executor=executor, limit=limit, after=after
         )
+
+    async def run_logs(self, *, job_id: int) -> dict[int, model.RunLog]:
+        """What each ended attempt of a job left to read, by fence."""
+        return await self._tx(runlogs.run_logs_of, job_id=job_id)
+
+    async def jobs_forget(self, *, before: datetime, limit: int = 500) -> int:
+        """Remove up to `limit` jobs that finished before `before`, with their attempts,
+        events and run logs; how many it removed."""
+        return await self._tx(runlogs.jobs_forget, before=before, limit=limit)
 
     async def attempt_list(self, *, job_id: int) -> list[model.Attempt]:
         return await self._tx(attempts.attempt_list, job_id=job_id)

@@ -17,6 +17,7 @@ from corral.store.attempts import attempt_record_running
 from corral.store.budgets import budget_take
 from corral.store.events import Applied, transition
 from corral.store.rows import ACTIVE, job_from_row, per_row
+from corral.store.runlogs import run_logs_write
 from corral.store.tables import (
     attempts,
     jobs,
@@ -60,6 +61,24 @@ class Finish:
     message: str | None = None
     retry_after: float | None = None  # seconds the platform asked to wait before a retry
     http_status: int | None = None  # an HTTP attempt's status: the job's status rules read it
+    output: model.RunLog | None = None  # what the attempt left to read: kept in its run log
+
+    @classmethod
+    def seen(cls, fence: int, obs: model.Observation) -> Finish:
+        """The end of attempt `fence` as a finished observation of its launch says it: a
+        success is one that exited 0 (or has no exit code)."""
+        ok = obs.phase is model.Phase.SUCCEEDED and obs.exit_code in (0, None)
+        return cls(
+            fence,
+            A.SUCCEEDED if ok else A.FAILED,
+            obs.exit_code,
+            obs.reason,
+            obs.failure_class,
+            obs.message,
+            obs.retry_after,
+            obs.http_status,
+            obs.output,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +157,9 @@ def attempt_finish(
             ended += [(a, to) for a in applied]
             todo -= {a.id for a in applied}
     if ended:
+        output = {f.fence: f.output for f in finishes if f.output is not None}
+        kept = [(a.id, a.job_id, output[a.id]) for a, _ in ended if a.id in output]
+        run_logs_write(conn, kept, now)
         failpoints.hit("mid_completion")
     won = [a for a, state in ended if state == A.SUCCEEDED]
     outcomes = _jobs_succeed(conn, won, now)

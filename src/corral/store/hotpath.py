@@ -23,20 +23,22 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection
 
 from corral import model
-from corral.store import claims, dialects
+from corral.store import claims, dialects, runlogs
 from corral.store.tables import UTCDateTime, jobs
 
 if TYPE_CHECKING:
     import psycopg
 
 A, J = model.AttemptState, model.JobState
+
+_NONE: Mapping[int, model.RunLog] = {}
 
 _JOB_COLUMNS = [c.name for c in jobs.c]  # in the order of model.Job's fields (a test checks)
 _STATE = _JOB_COLUMNS.index("state")
@@ -181,6 +183,14 @@ WITH locked AS MATERIALIZED (
     SELECT job_id, fence, 'job', 'running', 'succeeded', 'attempt ' || attempt_no || ' succeeded',
         %(now)s, '{}'::jsonb
     FROM ended
+), kept AS (
+    -- The run logs of the attempts that ended here, once each (each ends once).
+    INSERT INTO run_logs (attempt_id, job_id, recorded_at, latency, status, address, streams)
+    SELECT w.id, w.job_id, %(now)s, l.latency, l.status, l.address, l.streams
+    FROM jsonb_to_recordset(%(logs)s) AS l(
+        fence bigint, latency float8, status int, address text, streams jsonb
+    )
+    JOIN won AS w ON w.id = l.fence
 )
 SELECT 0, id, 0, 0 FROM ran
 UNION ALL
@@ -194,11 +204,15 @@ async def pg_settle(
     launched: Sequence[int],
     won: Sequence[tuple[int, int | None, str | None]],
     now: datetime,
+    logs: Mapping[int, model.RunLog] = _NONE,
     reason: str = "launched",
 ) -> tuple[list[int], list[tuple[int, int, int]]]:
     """Record `launched` attempts as running and apply successes (fence, exit code, reason)
-    in one statement; a fence in both only succeeds. Returns the fences recorded running
-    and, for each job that succeeded, (job id, fence, attempt number)."""
+    and their run logs (by fence) in one statement; a fence in both only succeeds. Returns
+    the fences recorded running and, for each job that succeeded, (job id, fence, attempt
+    number)."""
+    from psycopg.types.json import Jsonb
+
     ends = {fence: (code, why) for fence, code, why in won}
     fences = sorted({*launched, *ends})
     nothing = (None, None)
@@ -209,6 +223,7 @@ async def pg_settle(
         "codes": [ends.get(fence, nothing)[0] for fence in fences],
         "reasons": [ends.get(fence, nothing)[1] for fence in fences],
         "ran_reason": reason,
+        "logs": Jsonb([{"fence": f, **runlogs.log_fields(log)} for f, log in logs.items()]),
     }
     ran: list[int] = []
     done: list[tuple[int, int, int]] = []
@@ -316,10 +331,12 @@ def sqlite_settle(
     launched: Sequence[int],
     won: Sequence[tuple[int, int | None, str | None]],
     now: datetime,
+    logs: Mapping[int, model.RunLog] = _NONE,
     reason: str = "launched",
 ) -> tuple[list[int], list[tuple[int, int, int]]]:
-    """Record `launched` attempts as running and apply successes (fence, exit code, reason),
-    inside the caller's (write-locked) transaction; a fence in both only succeeds. Returns
+    """Record `launched` attempts as running and apply successes (fence, exit code, reason)
+    and their run logs (by fence), inside the caller's (write-locked) transaction; a fence
+    in both only succeeds. Returns
     the fences recorded running and, for each job that succeeded, (job id, fence, attempt
     number)."""
     cursor = _sqlite_cursor(conn)
@@ -380,6 +397,12 @@ def sqlite_settle(
         " details) VALUES (?, ?, ?, ?, ?, ?, ?, '{}')",
         events,
     )
+    if kept := [(fence, job_id, logs[fence]) for fence, job_id, *_ in active if fence in logs]:
+        cursor.executemany(
+            "INSERT INTO run_logs (attempt_id, job_id, recorded_at, latency, status, address,"
+            " streams) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            [(fence, job_id, at, *_row(log)) for fence, job_id, log in kept],
+        )
     return ran, current
 
 
@@ -411,6 +434,12 @@ def _launching(
         lease_until=lease_until,
         lease_seconds=lease_seconds,
     )
+
+
+def _row(log: model.RunLog) -> tuple[Any, ...]:
+    """latency, status, address and streams (as JSON text) of a run_logs row."""
+    fields = runlogs.log_fields(log)
+    return (fields["latency"], fields["status"], fields["address"], json.dumps(fields["streams"]))
 
 
 def _ended(code: int | None, reason: str | None) -> str:

@@ -184,6 +184,21 @@ events = Table(
     sqlite_autoincrement=True,
 )
 
+# What each attempt left to read (model.RunLog): written in the transaction that ends the
+# attempt, once (the attempt's id is the key), and removed with its job.
+run_logs = Table(
+    "run_logs",
+    metadata,
+    Column("attempt_id", Id, primary_key=True, autoincrement=False),
+    Column("job_id", Id, nullable=False),
+    Column("recorded_at", UTCDateTime, nullable=False),
+    Column("latency", Float),
+    Column("status", Integer),
+    Column("address", String(100)),
+    Column("streams", Json, nullable=False),
+    Index("ix_run_logs_job", "job_id", "attempt_id"),
+)
+
 # A schedule: when (a cron expression in a zone, or an interval from an anchor) and the job
 # template each firing submits. The scheduler reads schedules by next_due, through a partial
 # index of the ones that are not paused and have not ended (indexes.py): a paused schedule

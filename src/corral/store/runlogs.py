@@ -1,0 +1,98 @@
+"""Run logs: what each attempt left to read (model.RunLog), written in the transaction that
+ends the attempt and kept as long as its job; and the removal of finished jobs, with all
+they hold, once their retention is over."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, RowMapping, delete, insert, select
+
+from corral import model
+from corral.store import dialects
+from corral.store.tables import attempts, checkpoints, events, jobs, run_logs
+
+J = model.JobState
+
+FORGOTTEN = (J.SUCCEEDED, J.FAILED, J.CANCELLED)
+"""The states whose jobs are removed after their retention: they will not change again.
+A quarantined job waits for a person, however long."""
+
+
+def log_fields(log: model.RunLog) -> dict[str, Any]:
+    """What a run_logs row holds of `log`, by column."""
+    return {
+        "latency": log.latency,
+        "status": log.status,
+        "address": log.address,
+        "streams": [s.as_json() for s in log.streams],
+    }
+
+
+def run_log_values(fence: int, job_id: int, log: model.RunLog, now: datetime) -> dict[str, Any]:
+    """One run_logs row."""
+    return {"attempt_id": fence, "job_id": job_id, "recorded_at": now, **log_fields(log)}
+
+
+def run_logs_write(
+    conn: Connection, logs: Sequence[tuple[int, int, model.RunLog]], now: datetime
+) -> None:
+    """Keep the output of attempts that just ended: (fence, job id, log) each. The caller
+    ended these attempts in this transaction, so each is written once."""
+    if logs:
+        conn.execute(insert(run_logs), [run_log_values(f, j, log, now) for f, j, log in logs])
+
+
+def run_logs_of(conn: Connection, *, job_id: int) -> dict[int, model.RunLog]:
+    """A job's run logs, by fence."""
+    rows = conn.execute(
+        select(run_logs).where(run_logs.c.job_id == job_id).order_by(run_logs.c.attempt_id)
+    ).all()
+    return {r.attempt_id: run_log_from_row(r._mapping) for r in rows}
+
+
+def run_log_from_row(row: RowMapping) -> model.RunLog:
+    return model.RunLog(
+        streams=tuple(
+            model.Stream(str(s["name"]), str(s["text"]), int(s["bytes"]), bool(s.get("cut")))
+            for s in row["streams"]
+        ),
+        latency=row["latency"],
+        status=row["status"],
+        address=row["address"],
+        fence=row["attempt_id"],
+        recorded_at=row["recorded_at"],
+    )
+
+
+def jobs_forget(conn: Connection, *, before: datetime, limit: int) -> int:
+    """Remove up to `limit` jobs that finished (FORGOTTEN) before `before`, oldest ids
+    first, with their attempts, events, run logs and checkpoints; how many it removed.
+    Firings keep their job's id: a schedule's history outlives its jobs."""
+    ids = list(
+        conn.execute(
+            select(jobs.c.id)
+            .where(jobs.c.state.in_([s.value for s in FORGOTTEN]), jobs.c.updated_at < before)
+            .order_by(jobs.c.id)
+            .limit(limit)
+        ).scalars()
+    )
+    if not ids:
+        return 0
+    dialects.lock_in_order(conn, jobs, ids)
+    # Locked, each is checked again: a rerun may have made one live since it was read.
+    ids = list(
+        conn.execute(
+            select(jobs.c.id).where(
+                dialects.one_of(conn, jobs.c.id, ids),
+                jobs.c.state.in_([s.value for s in FORGOTTEN]),
+                jobs.c.updated_at < before,
+            )
+        ).scalars()
+    )
+    for table in (run_logs, events, checkpoints, attempts):
+        conn.execute(delete(table).where(dialects.one_of(conn, table.c.job_id, ids)))
+    conn.execute(delete(jobs).where(dialects.one_of(conn, jobs.c.id, ids)))
+    return len(ids)

@@ -1,0 +1,139 @@
+"""Run logs on both databases: each attempt's output is kept in the transaction that ends
+it (the hot path's settle and the general one), once, and goes with its job once the job's
+retention is over."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from corral import config, model, reconciler, store
+from corral.store import Finish
+from corral.testing import FrozenClock
+from tests.support.platform import Platform
+
+A, J = model.AttemptState, model.JobState
+
+LOG = model.RunLog(
+    streams=(
+        model.Stream("request", "POST https://example.com/hook\nAuthorization: [redacted]\n", 48),
+        model.Stream("response", "HTTP 200 OK\ncontent-type: text/plain\n\nthanks é", 52, cut=True),
+    ),
+    latency=0.035,
+    status=200,
+    address="93.184.216.34",
+)
+
+
+async def _claimed(db: store.Store, clock: FrozenClock, n: int = 1) -> list[model.Claimed]:
+    await db.job_submit(
+        new=[model.NewJob(executor="noop", spec={}, max_attempts=2) for _ in range(n)],
+        now=clock.now(),
+    )
+    return await db.job_claim(now=clock.now(), limit=n, executors=["noop"])
+
+
+async def test_a_success_settled_on_the_hot_path_keeps_its_run_log(
+    db: store.Store, clock: FrozenClock
+) -> None:
+    quiet, loud = await _claimed(db, clock, 2)
+    finishes = [
+        Finish(quiet.attempt.id, A.SUCCEEDED, 0, None),
+        Finish(loud.attempt.id, A.SUCCEEDED, None, "HTTP 200 OK", output=LOG),
+    ]
+    _, outcomes = await db.attempt_settle(launched=[], finishes=finishes, now=clock.now())
+    assert len(outcomes) == 2
+    [kept] = (await db.run_logs(job_id=loud.job.id)).values()
+    expected = LOG.__class__(**{**_fields(LOG), "fence": loud.attempt.id})
+    assert {**_fields(kept), "recorded_at": None} == _fields(expected)
+    assert kept.recorded_at == clock.now()
+    assert await db.run_logs(job_id=quiet.job.id) == {}
+
+
+async def test_a_failure_keeps_its_run_log_and_a_repeat_writes_nothing(
+    db: store.Store, clock: FrozenClock
+) -> None:
+    [c] = await _claimed(db, clock)
+    out = model.RunLog(streams=(model.Stream("stderr", "Traceback ...\nboom\n", 20),), latency=1.5)
+    failed = Finish(c.attempt.id, A.FAILED, 1, "exited with code 1", output=out)
+    await db.attempt_finish(finishes=[failed], now=clock.now())
+    again = Finish(c.attempt.id, A.FAILED, 2, "exited with code 2", output=LOG)
+    assert await db.attempt_finish(finishes=[again], now=clock.now()) == []
+    logs = await db.run_logs(job_id=c.job.id)
+    assert [(f, log.streams, log.latency) for f, log in logs.items()] == [
+        (c.attempt.id, out.streams, 1.5)
+    ]
+    [job] = await db.job_list()
+    assert job.state == J.QUEUED  # the retry follows as before
+
+
+async def test_a_stale_success_keeps_no_run_log(db: store.Store, clock: FrozenClock) -> None:
+    """An attempt that already ended (here: cancelled with its job) is not ended again by a
+    late success, and its output is not kept under it."""
+    [c] = await _claimed(db, clock)
+    await db.job_cancel(job_id=c.job.id, now=clock.now(), reason="by a test")
+    late = Finish(c.attempt.id, A.SUCCEEDED, 0, None, output=LOG)
+    await db.attempt_settle(launched=[], finishes=[late], now=clock.now())
+    assert await db.run_logs(job_id=c.job.id) == {}
+
+
+async def test_finished_jobs_go_after_their_retention_with_all_they_hold(
+    db: store.Store, clock: FrozenClock
+) -> None:
+    old_ok, old_failed, old_dead, old_running = await _claimed(db, clock, 4)
+    await db.attempt_settle(
+        launched=[old_running.attempt.id],
+        finishes=[Finish(old_ok.attempt.id, A.SUCCEEDED, 0, None, output=LOG)],
+        now=clock.now(),
+    )
+    await db.checkpoint_save(
+        job_id=old_ok.job.id, fence=old_ok.attempt.id, state={"at": 1}, now=clock.now()
+    )
+    await db.job_cancel(job_id=old_failed.job.id, now=clock.now(), reason="by a test")
+    permanent = Finish(old_dead.attempt.id, A.FAILED, 2, None, model.FailureClass.PERMANENT)
+    await db.attempt_finish(finishes=[permanent], now=clock.now())
+    clock.advance(timedelta(days=2).total_seconds())
+    [young] = await _claimed(db, clock)
+    await db.attempt_settle(
+        launched=[], finishes=[Finish(young.attempt.id, A.SUCCEEDED, 0, None)], now=clock.now()
+    )
+
+    removed = await db.jobs_forget(before=clock.now() - timedelta(days=1), limit=1)
+    assert removed == 1
+    assert await db.jobs_forget(before=clock.now() - timedelta(days=1), limit=10) == 1
+    assert await db.jobs_forget(before=clock.now() - timedelta(days=1), limit=10) == 0
+
+    left = {j.id: j.state for j in await db.job_list()}
+    assert left == {
+        old_dead.job.id: J.QUARANTINED,  # waits for a person, however long
+        old_running.job.id: J.RUNNING,
+        young.job.id: J.SUCCEEDED,  # not old enough
+    }
+    for gone in (old_ok, old_failed):
+        assert await db.attempt_list(job_id=gone.job.id) == []
+        assert await db.event_list(job_id=gone.job.id) == []
+        assert await db.run_logs(job_id=gone.job.id) == {}
+        assert await db.checkpoint_load(job_id=gone.job.id) is None
+
+
+async def test_the_reconciler_removes_old_jobs_and_looks_again_later(
+    db: store.Store, clock: FrozenClock
+) -> None:
+    [c] = await _claimed(db, clock)
+    await db.attempt_settle(
+        launched=[], finishes=[Finish(c.attempt.id, A.SUCCEEDED, 0, None)], now=clock.now()
+    )
+    settings = config.Settings(retention=config.RetentionSettings(jobs=timedelta(days=30)))
+    r = reconciler.Reconciler(
+        store=db, executors={"noop": Platform()}, clock=clock, settings=settings
+    )
+    clock.advance(timedelta(days=30).total_seconds() - 1)
+    assert (await r.run_once()).jobs_removed == 0  # one second too young
+    clock.advance(2)
+    assert (await r.run_once()).jobs_removed == 0  # old now, but looked a moment ago
+    clock.advance(reconciler.RETENTION_EVERY)
+    assert (await r.run_once()).jobs_removed == 1
+    assert await db.job_list() == []
+
+
+def _fields(log: model.RunLog) -> dict[str, object]:
+    return {name: getattr(log, name) for name in log.__slots__}  # type: ignore[attr-defined]
