@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -447,6 +448,61 @@ def test_serve_runs_jobs_and_stops_cleanly_on_sigterm(corral: Run, tmp_path: Pat
     too_late = corral("jobs", "cancel", ok, check=False)
     assert too_late.returncode == 2
     assert f"job {ok} has already ended (succeeded)" in too_late.stderr
+    logs = corral("jobs", "logs", ok).stdout.splitlines()
+    assert logs[0].startswith(f"==> attempt 1 (fence {attempt['fence']}): succeeded, exit 0, ")
+    assert logs[1:] == ["--- stdout ---", f"out {ok}", "--- stderr ---", "err"]
+    shown = corral("jobs", "show", ok).stdout
+    assert "  stdout:\n    out" in shown
+    assert f"all of it: corral jobs logs {ok} --attempt 1" in shown
+    second = json.loads(corral("jobs", "logs", bad, "--attempt", "2", "--json").stdout)
+    assert second == [
+        {
+            "attempt": 2,
+            "fence": failed["attempt_list"][1]["fence"],
+            "state": "failed",
+            "stream": None,
+            "text": "",
+        }  # type: ignore[index]
+    ]
+    missing = corral("jobs", "logs", bad, "--attempt", "3", check=False)
+    assert missing.returncode != 0
+    assert f"job {bad} has no attempt 3: it has had 2" in missing.stderr
+
+
+def test_jobs_logs_follow_prints_a_running_job_s_output_as_it_comes(
+    corral: Run, tmp_path: Path
+) -> None:
+    gate = tmp_path / "go"
+    script = f"echo before; while [ ! -e {gate} ]; do sleep 0.05; done; echo after; echo oops >&2"
+    job_id = corral("submit", "--", "sh", "-c", script).stdout.strip()
+    server = serve(tmp_path)
+    follow = subprocess.Popen(
+        [sys.executable, "-m", "corral", "jobs", "logs", job_id, "--follow"],
+        cwd=tmp_path,
+        env=corral_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        assert follow.stdout is not None
+        seen = b""
+        deadline = time.monotonic() + PATIENCE
+        while b"before\n" not in seen:  # printed while the job waits for the gate
+            left = deadline - time.monotonic()
+            assert left > 0, f"no output while running: {seen!r}"
+            if select.select([follow.stdout], [], [], left)[0]:
+                seen += os.read(follow.stdout.fileno(), 4096)
+        assert job(corral, job_id)["state"] == "running"
+        gate.touch()
+        rest, err = follow.communicate(timeout=PATIENCE)  # it ends when the job has
+    finally:
+        follow.kill()
+        server.send_signal(signal.SIGTERM)
+        server.communicate(timeout=60)
+    lines = (seen + rest).decode().splitlines()
+    assert follow.returncode == 0, err
+    assert lines[0].startswith("==> attempt 1 (fence 1): ")
+    assert lines[1:] == ["--- stdout ---", "before", "after", "--- stderr ---", "oops"]
 
 
 def test_a_job_started_before_a_crash_completes_after_the_restart(
