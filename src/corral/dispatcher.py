@@ -95,7 +95,7 @@ class Dispatcher:
         self._between_ticks.set()
         self._stopping: set[asyncio.Task[None]] = set()  # cancels of attempts cancelled mid-launch
         self._reaches = base.Reaches(settings)
-        self._sent_blind: set[int] = set()  # recorded running before sending, not yet sent
+        self._recorded_first: set[int] = set()  # recorded running before sending, not yet sent
 
     # --- the cycle -------------------------------------------------------------------------
 
@@ -170,7 +170,7 @@ class Dispatcher:
                 "%d attempts not recorded before sending (%s); left for recovery", len(blind), exc
             )
             recorded = set()
-        self._sent_blind.update(recorded)
+        self._recorded_first.update(recorded)
         return [c for c in fresh if c.attempt.id in recorded or c.attempt.id not in blind]
 
     def _in_time(self, claimed: model.Claimed) -> bool:
@@ -203,10 +203,10 @@ class Dispatcher:
         self._carried = [c for c in todo if done[c.attempt.id] is _Result.LATER]
         launched = [c.attempt.id for c in todo if done[c.attempt.id] is _Result.LAUNCHED]
         # Recorded running before they were sent: nothing to settle.
-        blind = self._sent_blind.intersection(
+        blind = self._recorded_first.intersection(
             c.attempt.id for c in todo if done[c.attempt.id] is not _Result.LATER
         )
-        self._sent_blind -= blind
+        self._recorded_first -= blind
         unrecorded = [fence for fence in launched if fence not in blind]
         failpoints.hit("before_record_running")
         recorded, outcomes = await self._settle(unrecorded)
@@ -331,7 +331,7 @@ class Dispatcher:
         )
         left = (
             "recorded running before it was sent: recovery calls it lost"
-            if claimed.attempt.id in self._sent_blind
+            if claimed.attempt.id in self._recorded_first
             else "left launching for recovery"
         )
         log.warning(
@@ -345,7 +345,7 @@ class Dispatcher:
         await self.store.event_note(
             job_id=claimed.job.id,
             attempt_id=claimed.attempt.id,
-            state=A.RUNNING if claimed.attempt.id in self._sent_blind else A.LAUNCHING,
+            state=A.RUNNING if claimed.attempt.id in self._recorded_first else A.LAUNCHING,
             reason=f"{why}; {left}",
             now=self.clock.now(),
             details={"launch_name": claimed.attempt.launch_name, "error": type(exc).__name__},

@@ -890,3 +890,58 @@ async def test_the_run_log_keeps_the_request_and_the_response_without_their_secr
     assert "set-cookie: [redacted]" in head.splitlines()
     assert (body, response.cut) == ("x" * 10, True)
     assert obs.output.status == 200
+
+
+async def test_an_unforeseen_error_still_ends_the_attempt_and_frees_its_slot(
+    receiver: Receiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(launch: model.Launch, spec: Any) -> dict[str, str]:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(http, "request_headers", broken)
+    async with executor() as ex:
+        obs = await outcome(ex, {"url": receiver.url("/x")})
+        assert ex._slots._value == 4
+    assert (obs.phase, obs.reason) == (model.Phase.FAILED, "RuntimeError: a bug")
+    assert obs.failure_class is model.FailureClass.TRANSIENT
+    assert receiver.seen == []
+
+
+async def test_a_drain_that_fails_does_not_keep_the_dispatcher_from_stopping(
+    db: store.Store, receiver: Receiver, monkeypatch: pytest.MonkeyPatch, caplog: Any
+) -> None:
+    """The attempt it could not drain stays running in the store, for recovery to call
+    lost: never sent again under its name."""
+    arrived, released = asyncio.Event(), asyncio.Event()
+
+    async def held(request: web.Request) -> web.StreamResponse:
+        arrived.set()
+        await released.wait()  # no answer while the dispatcher stops
+        return web.Response(text="too late")
+
+    receiver.answers["/held"] = held
+    settings = local_settings()
+    wall = clock.SystemClock()
+    ex = http.build(settings, wall)
+
+    async def broken() -> list[model.Observation]:
+        raise RuntimeError("drain broke")
+
+    monkeypatch.setattr(ex, "drain", broken)
+    await ex.start()
+    [(job_id, _)] = await db.job_submit(
+        new=[model.NewJob(executor="http", spec={"url": receiver.url("/held")})], now=wall.now()
+    )
+    d = dispatcher.Dispatcher(store=db, executors={"http": ex}, clock=wall, settings=settings)
+    stop = asyncio.Event()
+    running = asyncio.create_task(d.run(stop))
+    try:
+        await asyncio.wait_for(arrived.wait(), PATIENCE)
+        stop.set()
+        await asyncio.wait_for(running, PATIENCE)
+    finally:
+        await ex.close()
+        released.set()
+    [attempt] = await db.attempt_list(job_id=job_id)
+    assert attempt.state == model.AttemptState.RUNNING
+    assert "http: could not drain: drain broke" in caplog.text
