@@ -58,6 +58,19 @@ class LogPart:
     log: model.RunLog | None = None  # the stored run log it comes from, if it does
 
 
+class _Logs:
+    """A job's run logs, read from the store once, when first asked."""
+
+    def __init__(self, db: store.Store, job_id: int) -> None:
+        self.db, self.job_id = db, job_id
+        self.found: Mapping[int, model.RunLog] | None = None
+
+    async def get(self, fence: int) -> model.RunLog | None:
+        if self.found is None:
+            self.found = await self.db.run_logs(job_id=self.job_id)
+        return self.found.get(fence)
+
+
 class _Tail:
     """A running process's stdout and stderr, read as they grow from its run folder (the
     last STREAM_BYTES of each at first); nothing while the folder is not there."""
@@ -67,18 +80,21 @@ class _Tail:
         self.at: dict[str, int] = {}
         self.decoders = {n: codecs.getincrementaldecoder("utf-8")("replace") for n in _STREAMS}
 
-    def read(self) -> list[tuple[str, str]]:
+    def read(self, *, last: bool = False) -> list[tuple[str, str]]:
+        """What each stream gained since the last read; `last`: the command has ended, so
+        a character cut at the end is shown as such, not held back."""
         parts = []
         for name in _STREAMS:
             try:
                 with (self.run_dir / f"{name}.log").open("rb") as f:
                     size = f.seek(0, os.SEEK_END)
-                    f.seek(self.at.setdefault(name, max(size - model.STREAM_BYTES, 0)))
-                    data = f.read(size - self.at[name])
+                    at = min(self.at.setdefault(name, max(size - model.STREAM_BYTES, 0)), size)
+                    f.seek(at)
+                    data = f.read(size - at)
             except OSError:
                 continue
-            self.at[name] += len(data)
-            if text := self.decoders[name].decode(data):
+            self.at[name] = at + len(data)
+            if text := self.decoders[name].decode(data, final=last):
                 parts.append((name, text))
         return parts
 
@@ -213,34 +229,45 @@ class Client:
         done: set[int] = set()
         tails: dict[int, _Tail] = {}  # running attempts followed live, by fence
         while True:
-            view = await self.job(job_id)
-            wanted = [a for a in view.attempts if attempt_no in (None, a.attempt_no)]
+            job = await self.store.job_get(job_id=job_id)  # then its attempts: none missed
+            attempts = await self.store.attempt_list(job_id=job_id)
+            wanted = [a for a in attempts if attempt_no in (None, a.attempt_no)]
+            logs = _Logs(self.store, job_id)  # read once an ended attempt needs them
             for a in wanted:
-                if a.id in done:
-                    continue
-                live = a.state in model.ACTIVE_ATTEMPT_STATES
-                if a.id not in tails and live and a.executor == "process":
-                    tails[a.id] = _Tail(self.settings.process_root / a.launch_name)
-                tail = tails.get(a.id)
-                if tail is not None:
-                    for stream, text in await asyncio.to_thread(tail.read):
-                        yield LogPart(a, stream, text)
-                    if not live:
+                if a.id not in done:
+                    parts, ended = await self._output_now(a, tails, logs)
+                    for part in parts:
+                        yield part
+                    if ended:
                         done.add(a.id)
-                        tails.pop(a.id)
-                if not live and (tail is None or not tail.at):  # not read here: as kept
-                    done.add(a.id)
-                    found = view.logs.get(a.id)
-                    if found is None or not found.streams:  # it ended with nothing to read
-                        yield LogPart(a, "", "", found)
-                    for s in found.streams if found else ():
-                        yield LogPart(a, s.name, s.text, found)
-            over = view.job.state not in _GOES_ON or (
+            over = job.state not in _GOES_ON or (
                 attempt_no is not None and bool(wanted) and wanted[0].id in done
             )
             if once or (over and all(a.id in done for a in wanted)):
                 return
             await self.clock.sleep(every)
+
+    async def _output_now(
+        self, a: model.Attempt, tails: dict[int, _Tail], logs: _Logs
+    ) -> tuple[list[LogPart], bool]:
+        """What attempt `a` has to show now, and whether that is all it will show: a
+        running process's new output from its run folder, or an ended attempt's run log
+        (unless its output was read live here, to its end)."""
+        live = a.state in model.ACTIVE_ATTEMPT_STATES
+        if a.id not in tails and live and a.executor == "process":
+            tails[a.id] = _Tail(self.settings.process_root / a.launch_name)
+        parts = []
+        if (tail := tails.get(a.id)) is not None:
+            read = await asyncio.to_thread(tail.read, last=not live)
+            parts = [LogPart(a, stream, text) for stream, text in read]
+            if not live:
+                tails.pop(a.id)
+        if live or (tail is not None and tail.at):
+            return parts, not live
+        found = await logs.get(a.id)
+        if found is None or not found.streams:  # it ended with nothing to read
+            return [*parts, LogPart(a, "", "", found)], True
+        return [*parts, *(LogPart(a, s.name, s.text, found) for s in found.streams)], True
 
     async def explain(self, job_id: int) -> str:
         """One line: why the job is not running now (or what it is doing)."""

@@ -310,7 +310,7 @@ class ProcessExecutorSettings(BaseModel):
     log_bytes: int = Field(
         model.STREAM_BYTES,
         ge=0,
-        le=16 * 1024 * 1024,
+        le=1024 * 1024,
         description="How much of the end of a command's stdout, and of its stderr, the run log"
         " keeps when it ends.",
     )

@@ -559,7 +559,10 @@ class Stream:
     )
 
     def as_json(self) -> dict[str, Any]:
-        return {"name": self.name, "text": self.text, "bytes": self.size, "cut": self.cut}
+        """As the store keeps it: a NUL (binary output; PostgreSQL's JSON has no room for
+        it) is replaced, so no output can keep an attempt's end from being written."""
+        text = self.text.replace("\x00", "\ufffd")
+        return {"name": self.name, "text": text, "bytes": self.size, "cut": self.cut}
 
 
 @dataclass(frozen=True, slots=True)

@@ -115,6 +115,27 @@ async def test_finished_jobs_go_after_their_retention_with_all_they_hold(
         assert await db.checkpoint_load(job_id=gone.job.id) is None
 
 
+async def test_the_jobs_holding_the_highest_ids_are_kept_so_no_id_is_given_twice(
+    db: store.Store, clock: FrozenClock
+) -> None:
+    """SQLite gives a new row the highest id + 1: were the rows holding the highest job id,
+    fence or event id removed, the next job would get an id, a fence and a launch name
+    that were given before."""
+    a, b, c = await _claimed(db, clock, 3)
+    for one in (c, a, b):  # c holds the highest job id and fence, b the highest event id
+        await db.attempt_settle(
+            launched=[], finishes=[Finish(one.attempt.id, A.SUCCEEDED, 0, None)], now=clock.now()
+        )
+    clock.advance(timedelta(days=2).total_seconds())
+    assert await db.jobs_forget(before=clock.now() - timedelta(days=1), limit=10) == 1
+    assert {j.id for j in await db.job_list()} == {b.job.id, c.job.id}
+    [d] = await _claimed(db, clock)
+    assert d.job.id > c.job.id
+    assert d.attempt.id > c.attempt.id
+    events = await db.event_list(job_id=d.job.id)
+    assert min(e.id for e in events) > max(e.id for e in await db.event_list(job_id=b.job.id))
+
+
 async def test_the_reconciler_removes_old_jobs_and_looks_again_later(
     db: store.Store, clock: FrozenClock
 ) -> None:
@@ -131,8 +152,11 @@ async def test_the_reconciler_removes_old_jobs_and_looks_again_later(
     clock.advance(2)
     assert (await r.run_once()).jobs_removed == 0  # old now, but looked a moment ago
     clock.advance(reconciler.RETENTION_EVERY)
+    assert (await r.run_once()).jobs_removed == 0  # the newest job is kept, however old
+    [d] = await _claimed(db, clock)
+    clock.advance(reconciler.RETENTION_EVERY)
     assert (await r.run_once()).jobs_removed == 1
-    assert await db.job_list() == []
+    assert [j.id for j in await db.job_list()] == [d.job.id]
 
 
 def _fields(log: model.RunLog) -> dict[str, object]:

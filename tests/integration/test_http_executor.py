@@ -844,23 +844,24 @@ def test_verify_signature_refuses_malformed_headers_with_its_own_error(
 async def test_the_run_log_keeps_the_request_and_the_response_without_their_secrets(
     receiver: Receiver,
 ) -> None:
-    """The request line, its headers (a credential, a signature, a token in the query
-    redacted) and the first body_bytes of its body; the response's redirects, status line, headers (its cookie
-    redacted) and the first body_bytes of its body, marked cut."""
-    receiver.answers["/moved"] = reply(302, Location="/final")
+    """The request line, its headers and JSON body (a credential, a signature, a token in
+    the query, a password in the body redacted); the response's redirects (a token in
+    the Location redacted), status line, headers (its cookie redacted) and the first
+    body_bytes of its body, marked cut."""
+    receiver.answers["/moved"] = reply(302, Location="/final?access_token=tok-456")
     receiver.answers["/final"] = reply(200, "x" * 100, **{"Set-Cookie": "sid=abc123"})
     spec = {
         "method": "POST",
         "url": receiver.url("/moved?token=tok-123&page=2"),
         "headers": {"Authorization": "Bearer sk-live-123", "X-Team": "data"},
-        "json": {"rows": 3},
+        "json": {"rows": 3, "password": "hunter2"},
     }
     ex = http.HttpExecutor(
         clock=clock.SystemClock(),
         timeout=timedelta(seconds=10),
         concurrency=4,
         allow_networks=LOCAL,
-        body_bytes=10,
+        body_bytes=60,
     )
     secret = "whsec_" + base64.b64encode(b"k" * 32).decode()
 
@@ -876,20 +877,35 @@ async def test_the_run_log_keeps_the_request_and_the_response_without_their_secr
     assert obs.output is not None
     request, response = obs.output.streams
     everything = request.text + response.text
-    for secret in ("sk-live-123", "tok-123", "abc123", "v1,"):
-        assert secret not in everything
+    for leak in ("sk-live-123", "tok-123", "tok-456", "abc123", "hunter2", "v1,"):
+        assert leak not in everything
     lines = request.text.splitlines()
     assert lines[0] == f"POST {receiver.url('/moved?token=[redacted]&page=2')}"
     assert "Authorization: [redacted]" in lines
     assert "webhook-signature: [redacted]" in lines
     assert "X-Team: data" in lines
-    assert (lines[-1], request.cut) == ('{"rows": 3', True)  # body_bytes: of either body
+    assert "Accept-Encoding: identity" in lines
+    assert lines[-1] == '{"rows": 3, "password": "[redacted]"}'
     head, _, body = response.text.partition("\n\n")
-    assert head.splitlines()[0] == f"HTTP 302 Found -> {receiver.url('/final')}"
-    assert head.splitlines()[1] == "HTTP 200 OK"
-    assert "set-cookie: [redacted]" in head.splitlines()
-    assert (body, response.cut) == ("x" * 10, True)
+    hop, status, *headers = head.splitlines()
+    assert hop == f"HTTP 302 Found -> {receiver.url('/final?access_token=[redacted]')}"
+    assert status == "HTTP 200 OK"
+    assert "set-cookie: [redacted]" in headers
+    assert (body, response.cut) == ("x" * 60, True)
     assert obs.output.status == 200
+
+
+async def test_binary_output_is_kept_without_its_nul_bytes(db: store.Store) -> None:
+    """PostgreSQL's JSON cannot hold a NUL: a response or a process that prints one must
+    still have its end written, the NUL replaced."""
+    frozen = FrozenClock()
+    await db.job_submit(new=[model.NewJob(executor="noop", spec={})], now=frozen.now())
+    [c] = await db.job_claim(now=frozen.now(), limit=1, executors=["noop"])
+    binary = model.RunLog(streams=(model.Stream("stdout", "a\x00b", 3),))
+    done = store.Finish(c.attempt.id, model.AttemptState.SUCCEEDED, 0, None, output=binary)
+    await db.attempt_settle(launched=[], finishes=[done], now=frozen.now())
+    [kept] = (await db.run_logs(job_id=c.job.id)).values()
+    assert kept.streams[0].text == "a\ufffdb"
 
 
 async def test_an_unforeseen_error_still_ends_the_attempt_and_frees_its_slot(

@@ -336,7 +336,8 @@ async def send(
                         hops=tuple(hops),
                     )
                 following = target.join(location)
-                hops.append(f"HTTP {response.status_code} {response.reason_phrase} -> {following}")
+                where = model.redacted(str(following))
+                hops.append(f"HTTP {response.status_code} {response.reason_phrase} -> {where}")
                 if target.scheme == "https" and following.scheme == "http":
                     refused = f"a redirect from https to http ({following.host}) is refused"
                     return Outcome(refused=refused, address=address, seconds=took())
@@ -417,7 +418,7 @@ def retry_after_seconds(value: str | None, now: datetime) -> float | None:
 def _header_lines(headers: Iterable[tuple[str, str]]) -> str:
     """Headers as lines, the values of those that carry a secret redacted."""
     return "".join(
-        f"{name}: {model.REDACTED if model.names_a_secret(name) else value}\n"
+        f"{name}: {model.REDACTED if model.names_a_secret(name) else model.redacted(value)}\n"
         for name, value in headers
     )
 
@@ -425,10 +426,16 @@ def _header_lines(headers: Iterable[tuple[str, str]]) -> str:
 def request_stream(
     method: str, url: str, headers: Mapping[str, str], content: bytes | None, limit: int
 ) -> model.Stream:
-    """The request as the run log keeps it: its line, its headers (secrets redacted) and the
-    first `limit` bytes of its body."""
+    """The request as the run log keeps it: its line, its headers and the first `limit`
+    bytes of its body, secrets redacted (in a JSON body, the values of secret-named keys,
+    as `jobs show` shows the spec)."""
     head = f"{method} {model.redacted(url)}\n{_header_lines(headers.items())}"
-    return _message("request", head, content or b"", len(content or b"") > limit, limit)
+    body = content or b""
+    try:
+        shown = json.dumps(model.redacted(json.loads(body))).encode() if body else body
+    except ValueError:  # not JSON (UnicodeDecodeError is one): as it is
+        shown = body
+    return _message("request", head, shown, len(shown) > limit, limit, size=len(body))
 
 
 def response_stream(outcome: Outcome) -> model.Stream | None:
@@ -442,11 +449,13 @@ def response_stream(outcome: Outcome) -> model.Stream | None:
     return _message("response", head, outcome.body, outcome.body_cut, len(outcome.body))
 
 
-def _message(name: str, head: str, body: bytes, cut: bool, limit: int) -> model.Stream:
+def _message(
+    name: str, head: str, body: bytes, cut: bool, limit: int, *, size: int | None = None
+) -> model.Stream:
     kept = body[:limit]
     text = head if not body else f"{head}\n{model.decoded(kept, cut_after=cut)}"
-    size = len(head.encode()) + (len(body) + 1 if body else 0)
-    return model.Stream(name, text, size, cut)
+    total = len(head.encode()) + (1 + (len(body) if size is None else size) if body else 0)
+    return model.Stream(name, text, total, cut)
 
 
 def run_log(request: model.Stream | None, outcome: Outcome) -> model.RunLog:
@@ -465,12 +474,19 @@ def first_line(body: bytes) -> str | None:
     return None
 
 
+_IDENTITY = {"Accept-Encoding": "identity"}
+
+
 def request_headers(launch: model.Launch, spec: Mapping[str, Any]) -> dict[str, str]:
     """The spec's headers and corral's: who sends, which attempt, and the job's key."""
     key = launch.annotations.get(model.IDEMPOTENCY_KEY) or launch.labels.get(model.IDEMPOTENCY_KEY)
+    given = spec.get("headers", {})
+    # The body as it is, unless the job asks otherwise: what the run log keeps is readable.
+    plain = {} if any(n.lower() == "accept-encoding" for n in given) else _IDENTITY
     return {
         "User-Agent": "corral",
-        **spec.get("headers", {}),
+        **plain,
+        **given,
         "Corral-Job-Id": str(launch.job_id),
         "Corral-Attempt": str(launch.attempt_no),
         "Corral-Fence": str(launch.fence),

@@ -66,6 +66,7 @@ A supervisor's own complaints go to `.<root name>-supervisor.log` beside the roo
 from __future__ import annotations
 
 import asyncio
+import base64
 import collections
 import contextlib
 import dataclasses
@@ -287,7 +288,9 @@ class ProcessExecutor:
                 seen = {
                     name: _from_record(name, self._run_dir(name), self._watched[name], record)
                     for name in names
-                    if (record := ended.get(name)) is not None and record.get("succeeded")
+                    if (record := ended.get(name)) is not None
+                    and record.get("succeeded")
+                    and "output" in record
                 }
                 if unread := sorted(names - seen.keys()):
                     seen |= await self.observe(unread)
@@ -581,7 +584,7 @@ class _Supervisor:
         self._ended: dict[str, dict[str, Any] | None] = {}  # name -> exit record, if told
         self._unrecorded: set[str] = set()  # ended, and their exit never written
         self._news = asyncio.Event()
-        self._heard_so_far = b""  # the start of a line not yet whole
+        self._heard_so_far = bytearray()  # the start of a line not yet whole
         self._starting: asyncio.Future[socket.socket] | None = None  # shared by the launches
         self._closed = False
 
@@ -687,7 +690,7 @@ class _Supervisor:
         mine.setblocking(False)
         asyncio.get_running_loop().add_reader(mine.fileno(), self._read)
         self._sock = mine
-        self._heard_so_far = b""
+        self._heard_so_far = bytearray()
         return mine
 
     def _read(self) -> None:
@@ -702,7 +705,11 @@ class _Supervisor:
             if not data:
                 self._lost("the supervisor is gone")
                 return
-            *lines, self._heard_so_far = (self._heard_so_far + data).split(b"\n")
+            self._heard_so_far += data
+            if b"\n" not in data:
+                continue  # a long line (a run's output) comes in many reads: joined once
+            *lines, rest = self._heard_so_far.split(b"\n")
+            self._heard_so_far = bytearray(rest)
             for line in lines:
                 try:
                     message = json.loads(line)
@@ -911,14 +918,17 @@ def _tails(run_dir: Path, limit: int) -> dict[str, Any]:
 
 def run_log(tails: Mapping[str, Any], latency: float | None) -> model.RunLog:
     """A command's run log: the tails of its stdout and stderr, as the supervisor said them
-    (text, with bytes that are not UTF-8 as surrogates) or as read (bytes)."""
+    (process_shim.output_tails) or as read (bytes)."""
     streams = []
     for name in ("stdout", "stderr"):
         said = tails.get(name)
         if not isinstance(said, Mapping):
             continue
         tail = said.get("tail", b"")
-        data = tail.encode("utf-8", "surrogateescape") if isinstance(tail, str) else bytes(tail)
+        if isinstance(tail, str):  # said by the supervisor: text, or base64 when not UTF-8
+            data = base64.b64decode(tail) if said.get("base64") else tail.encode()
+        else:
+            data = bytes(tail)
         size = int(said.get("bytes", len(data)))
         cut = size > len(data)
         streams.append(model.Stream(name, model.decoded(data, cut_before=cut), size, cut))

@@ -46,6 +46,7 @@ while they run, and records `supervisor died` once they are gone.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import ctypes
 import errno
@@ -507,8 +508,8 @@ class Supervision:
 
 def output_tails(folder: RunFolder, limit: int) -> dict[str, Any]:
     """The last `limit` bytes of each log the command wrote (none for an empty one), with
-    its size, for the run log: {"stdout": {"bytes": N, "tail": text}, ...}. Bytes that are
-    not UTF-8 travel as surrogates (JSON escapes them); the executor decodes them."""
+    its size, for the run log: {"stdout": {"bytes": N, "tail": text}, ...}; a tail that is
+    not UTF-8 as it is goes in base64 (`"base64": true`), and the executor decodes it."""
     out = {}
     for name in LOGS:
         try:
@@ -523,8 +524,12 @@ def output_tails(folder: RunFolder, limit: int) -> dict[str, Any]:
         finally:
             os.close(fd)
         if size:
-            tail = data.decode("utf-8", "surrogateescape")
-            out[name.removesuffix(".log")] = {"bytes": size, "tail": tail}
+            said: dict[str, Any] = {"bytes": size}
+            try:
+                said["tail"] = data.decode()
+            except UnicodeDecodeError:  # cut in a character, or not text: as it is
+                said |= {"tail": base64.b64encode(data).decode(), "base64": True}
+            out[name.removesuffix(".log")] = said
     return out
 
 

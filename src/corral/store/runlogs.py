@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, RowMapping, delete, insert, select
+from sqlalchemy import Connection, RowMapping, delete, func, insert, select
 
 from corral import model
 from corral.store import dialects
@@ -70,11 +70,27 @@ def run_log_from_row(row: RowMapping) -> model.RunLog:
 def jobs_forget(conn: Connection, *, before: datetime, limit: int) -> int:
     """Remove up to `limit` jobs that finished (FORGOTTEN) before `before`, oldest ids
     first, with their attempts, events, run logs and checkpoints; how many it removed.
-    Firings keep their job's id: a schedule's history outlives its jobs."""
+    Firings keep their job's id: a schedule's history outlives its jobs.
+
+    The jobs that hold the highest job id, fence and event id are kept whatever their age:
+    SQLite gives a new row the highest id + 1 (these tables are not AUTOINCREMENT there),
+    and a fence or a job id given twice would unfence a stale writer and mix two jobs'
+    run folders and histories."""
+    newest = {
+        conn.execute(select(func.max(jobs.c.id))).scalar(),
+        *(
+            conn.execute(select(t.c.job_id).order_by(t.c.id.desc()).limit(1)).scalar()
+            for t in (attempts, events)
+        ),
+    }
     ids = list(
         conn.execute(
             select(jobs.c.id)
-            .where(jobs.c.state.in_([s.value for s in FORGOTTEN]), jobs.c.updated_at < before)
+            .where(
+                jobs.c.state.in_([s.value for s in FORGOTTEN]),
+                jobs.c.updated_at < before,
+                jobs.c.id.not_in([i for i in newest if i is not None]),
+            )
             .order_by(jobs.c.id)
             .limit(limit)
         ).scalars()
