@@ -161,3 +161,16 @@ async def test_the_reconciler_removes_old_jobs_and_looks_again_later(
 
 def _fields(log: model.RunLog) -> dict[str, object]:
     return {name: getattr(log, name) for name in log.__slots__}  # type: ignore[attr-defined]
+
+
+async def test_a_platform_that_gives_only_a_message_has_it_as_its_run_log(
+    db: store.Store, clock: FrozenClock
+) -> None:
+    """A container's termination message is all a Kubernetes attempt says of itself."""
+    [c] = await _claimed(db, clock)
+    obs = model.Observation(
+        c.attempt.launch_name, model.Phase.FAILED, exit_code=1, message="ValueError: bad row 7"
+    )
+    await db.attempt_finish(finishes=[Finish.seen(c.attempt.id, obs)], now=clock.now())
+    [kept] = (await db.run_logs(job_id=c.job.id)).values()
+    assert kept.streams == (model.Stream("message", "ValueError: bad row 7", 21),)

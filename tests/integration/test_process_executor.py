@@ -1293,3 +1293,17 @@ async def test_a_command_that_printed_nothing_has_an_empty_run_log(
         obs = await asyncio.wait_for(anext(events), PATIENCE)
     assert obs.output is not None
     assert obs.output.streams == ()
+
+
+async def test_a_long_output_s_tail_arrives_whole_over_many_reads(
+    executor: process.ProcessExecutor,
+) -> None:
+    """The supervisor's message with a 64 KiB tail is longer than one read of its socket."""
+    async with contextlib.aclosing(executor.events()) as events:
+        script = "head -c 200000 /dev/zero | tr '\\0' x; echo; echo end"
+        await executor.launch(make_launch("long-1", sh(script)))
+        obs = await asyncio.wait_for(anext(events), PATIENCE)
+    assert obs.output is not None
+    [out] = obs.output.streams
+    assert (out.size, out.cut, len(out.text)) == (200_005, True, model.STREAM_BYTES)
+    assert out.text.endswith("xxx\nend\n")

@@ -66,8 +66,13 @@ class Finish:
     @classmethod
     def seen(cls, fence: int, obs: model.Observation) -> Finish:
         """The end of attempt `fence` as a finished observation of its launch says it: a
-        success is one that exited 0 (or has no exit code)."""
+        success is one that exited 0 (or has no exit code). A platform that gives no output
+        but a message (a container's termination message) has that as its run log."""
         ok = obs.phase is model.Phase.SUCCEEDED and obs.exit_code in (0, None)
+        output = obs.output
+        if output is None and obs.message:
+            size = len(obs.message.encode())
+            output = model.RunLog(streams=(model.Stream("message", obs.message, size),))
         return cls(
             fence,
             A.SUCCEEDED if ok else A.FAILED,
@@ -77,7 +82,7 @@ class Finish:
             obs.message,
             obs.retry_after,
             obs.http_status,
-            obs.output,
+            output,
         )
 
 
