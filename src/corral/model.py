@@ -577,6 +577,12 @@ class RunLog:
     fence: int | None = None  # the attempt it belongs to, when read from the store
     recorded_at: datetime | None = None
 
+    @property
+    def kept(self) -> bool:
+        """Whether there is anything to keep: output, or a request's status. A quiet
+        command's is not written (its attempt's times say how long it ran)."""
+        return bool(self.streams) or self.status is not None
+
     def stream(self, name: str) -> Stream | None:
         return next((s for s in self.streams if s.name == name), None)
 

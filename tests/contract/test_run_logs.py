@@ -37,7 +37,7 @@ async def test_a_success_settled_on_the_hot_path_keeps_its_run_log(
 ) -> None:
     quiet, loud = await _claimed(db, clock, 2)
     finishes = [
-        Finish(quiet.attempt.id, A.SUCCEEDED, 0, None),
+        Finish(quiet.attempt.id, A.SUCCEEDED, 0, None, output=model.RunLog(latency=0.5)),
         Finish(loud.attempt.id, A.SUCCEEDED, None, "HTTP 200 OK", output=LOG),
     ]
     _, outcomes = await db.attempt_settle(launched=[], finishes=finishes, now=clock.now())
@@ -46,7 +46,7 @@ async def test_a_success_settled_on_the_hot_path_keeps_its_run_log(
     expected = LOG.__class__(**{**_fields(LOG), "fence": loud.attempt.id})
     assert {**_fields(kept), "recorded_at": None} == _fields(expected)
     assert kept.recorded_at == clock.now()
-    assert await db.run_logs(job_id=quiet.job.id) == {}
+    assert await db.run_logs(job_id=quiet.job.id) == {}  # nothing printed: nothing written
 
 
 async def test_a_failure_keeps_its_run_log_and_a_repeat_writes_nothing(

@@ -186,6 +186,8 @@ def outcome(a: model.Attempt, log: model.RunLog | None) -> str:
         said.append(f"exit {a.exit_code}")
     if log is not None and log.latency is not None:
         said.append(took(log.latency))
+    elif a.started_at and a.finished_at:  # no run log kept (a quiet command): about as long
+        said.append(took((a.finished_at - a.started_at).total_seconds()))
     if a.failure_class:
         said.append(f"class {a.failure_class}")
     return ", ".join(said)

@@ -468,7 +468,7 @@ class Store:
         On PostgreSQL, when every finish is a success, one statement (hotpath.pg_settle)."""
         if all(f.state == A.SUCCEEDED for f in finishes):  # the hot path (hotpath.py)
             won = [(f.fence, f.exit_code, f.reason) for f in finishes]
-            logs = {f.fence: f.output for f in finishes if f.output is not None}
+            logs = {f.fence: f.output for f in finishes if f.output and f.output.kept}
             if won:
                 failpoints.hit("mid_completion")  # one transaction: nothing half-written
             ran, done = await self._hot(

@@ -162,7 +162,7 @@ def attempt_finish(
             ended += [(a, to) for a in applied]
             todo -= {a.id for a in applied}
     if ended:
-        output = {f.fence: f.output for f in finishes if f.output is not None}
+        output = {f.fence: f.output for f in finishes if f.output and f.output.kept}
         kept = [(a.id, a.job_id, output[a.id]) for a, _ in ended if a.id in output]
         run_logs_write(conn, kept, now)
         failpoints.hit("mid_completion")
