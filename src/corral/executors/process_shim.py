@@ -512,18 +512,20 @@ def output_tails(folder: RunFolder, limit: int) -> dict[str, Any]:
     not UTF-8 as it is goes in base64 (`"base64": true`), and the executor decodes it."""
     out = {}
     for name in LOGS:
-        try:
+        try:  # a stat first: most commands leave a log empty, and opening costs more
+            size = os.stat(name, dir_fd=folder.fd).st_size
+            if not size:
+                continue
             fd = folder.open(name, os.O_RDONLY)
         except OSError:
             continue
         try:
-            size = os.fstat(fd).st_size
-            data = os.pread(fd, min(size, limit), max(size - limit, 0)) if size else b""
+            data = os.pread(fd, min(size, limit), max(size - limit, 0))
         except OSError:
             continue
         finally:
             os.close(fd)
-        if size:
+        if data:
             said: dict[str, Any] = {"bytes": size}
             try:
                 said["tail"] = data.decode()
