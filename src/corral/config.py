@@ -336,6 +336,199 @@ class RetentionSettings(BaseModel):
         return value
 
 
+ALERT_CAUSES = (
+    "quarantined",
+    "failed",
+    "lost",
+    "unknown",
+    "budget_empty",
+    "schedule_late",
+    "schedule_missed",
+    "sla_missed",
+    "consecutive_failures",
+)
+"""What a rule may fire `on`: a job quarantined or failed for good, an attempt lost or of
+unknown class, a retry waiting for an empty budget, a firing late or missed, a job past
+its SLA, and `after` failures in a row of a schedule or queue."""
+
+ALERT_CAUSES_TO_COME = frozenset(
+    {"schedule_late", "schedule_missed", "sla_missed", "consecutive_failures"}
+)
+"""Causes the settings will take once the alerter watches for them: refused until then,
+never accepted and silently ignored."""
+
+_EMAIL = re.compile(r"^[^@\s<>]+@[^@\s<>]+\.[^@\s<>]+$|^[^@\s<>]+@localhost$")
+
+
+def _web_url(url: str) -> str:
+    if not re.match(r"^https?://[^/\s]+", url):
+        raise ValueError(f"{url!r} is not an http:// or https:// URL")
+    return url
+
+
+class EmailChannel(BaseModel):
+    """Alerts as e-mail, over SMTP (aiosmtplib)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    kind: Literal["email"] = Field(description="email")
+    smtp_url: str = Field(
+        description="smtp://HOST:PORT or smtps://HOST:PORT (TLS from the start);"
+        " user:password@ to log in."
+    )
+    sender: str = Field(alias="from", description="The From address.")
+    to: tuple[str, ...] = Field(min_length=1, description="Who gets the messages.")
+    starttls: bool = Field(
+        False, description="Upgrade an smtp:// connection with STARTTLS before sending."
+    )
+    timeout: Duration = Field(timedelta(seconds=30), description="Most one delivery may take.")
+
+    @field_validator("smtp_url")
+    @classmethod
+    def _smtp(cls, url: str) -> str:
+        if not re.match(r"^smtps?://([^@/\s]+@)?[^@/:\s]+(:\d+)?/?$", url):
+            raise ValueError(f"{_shown_url(url)!r} is not smtp://[user:password@]HOST[:PORT]")
+        return url
+
+    @field_validator("sender")
+    @classmethod
+    def _sender(cls, address: str) -> str:
+        if not _EMAIL.match(address):
+            raise ValueError(f"{address!r} is not an e-mail address")
+        return address
+
+    @field_validator("to")
+    @classmethod
+    def _to(cls, addresses: tuple[str, ...]) -> tuple[str, ...]:
+        if bad := [a for a in addresses if not _EMAIL.match(a)]:
+            raise ValueError(f"{bad[0]!r} is not an e-mail address")
+        return addresses
+
+
+class SlackChannel(BaseModel):
+    """Alerts to a Slack incoming webhook, as Block Kit messages."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: Literal["slack"] = Field(description="slack")
+    webhook_url: str = Field(description="The incoming webhook's URL (a secret: never shown).")
+    timeout: Duration = Field(timedelta(seconds=30), description="Most one delivery may take.")
+
+    @field_validator("webhook_url")
+    @classmethod
+    def _url(cls, url: str) -> str:
+        return _web_url(url)
+
+
+class WebhookChannel(BaseModel):
+    """Alerts as a JSON POST to any URL, signed like HTTP jobs (Standard Webhooks)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: Literal["webhook"] = Field(description="webhook")
+    url: str = Field(description="Where the alert is POSTed.")
+    secret: str | None = Field(
+        None, description="whsec_... signing secret; unsigned without one. Never shown."
+    )
+    timeout: Duration = Field(timedelta(seconds=30), description="Most one delivery may take.")
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, url: str) -> str:
+        return _web_url(url)
+
+
+AlertChannel = Annotated[EmailChannel | SlackChannel | WebhookChannel, Field(discriminator="kind")]
+
+
+class AlertMatch(BaseModel):
+    """Which jobs a rule is about; every key given must match."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    queue: str | None = Field(None, description="Only jobs of this queue.")
+    schedule: str | None = Field(None, description="Only the jobs of this schedule's firings.")
+    tenant: str | None = Field(None, description="Only jobs of this tenant.")
+    executor: str | None = Field(None, description="Only jobs of this executor.")
+    labels: dict[str, str] = Field(
+        default_factory=dict, description="Only jobs with each of these labels, so valued."
+    )
+
+
+class AlertRule(BaseModel):
+    """When to tell whom: `on` these causes, for jobs that `match`, through `channels`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    on: tuple[Literal[ALERT_CAUSES], ...] = Field(  # type: ignore[valid-type]
+        min_length=1, description="The causes it fires on (see the Alerts guide)."
+    )
+    match: AlertMatch = Field(AlertMatch(), description="Which jobs it is about.")
+    channels: tuple[str, ...] = Field(min_length=1, description="Where its messages go.")
+    throttle: Duration = Field(
+        timedelta(minutes=10),
+        description="Per subject (the schedule, or the queue), one message a window; the"
+        " rest go in one digest at its end.",
+    )
+    after: int = Field(3, ge=1, description="consecutive_failures: how many in a row.")
+    late_by: Duration = Field(timedelta(minutes=2), description="schedule_late: how late.")
+
+    @field_validator("on")
+    @classmethod
+    def _built(cls, causes: tuple[str, ...]) -> tuple[str, ...]:
+        if later := [c for c in causes if c in ALERT_CAUSES_TO_COME]:
+            raise ValueError(
+                f"{later[0]!r} is not alerted on yet (this version alerts on"
+                f" {', '.join(c for c in ALERT_CAUSES if c not in ALERT_CAUSES_TO_COME)})"
+            )
+        return causes
+
+
+class AlertsSettings(BaseModel):
+    """Who is told what went wrong (`[alerts.channels.NAME]`, `[alerts.rules.NAME]`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    channels: dict[str, AlertChannel] = Field(
+        default_factory=dict,
+        description="Where messages go, by name: `kind` email (smtp_url, from, to, starttls),"
+        " slack (webhook_url) or webhook (url, secret).",
+    )
+    rules: dict[str, AlertRule] = Field(
+        default_factory=dict,
+        description="When to tell whom, by name: `on` (causes), `match` (queue, schedule,"
+        " tenant, executor, labels), `channels`, `throttle`.",
+    )
+    base_url: str | None = Field(
+        None, description="corral's web address: messages link to the job under it."
+    )
+    heartbeat_url: str | None = Field(
+        None,
+        description="Pinged (GET) after every reconciler pass: a dead man's switch for an"
+        " outside monitor.",
+    )
+
+    @field_validator("base_url", "heartbeat_url")
+    @classmethod
+    def _urls(cls, url: str | None) -> str | None:
+        return None if url is None else _web_url(url)
+
+    @model_validator(mode="after")
+    def _known_channels(self) -> AlertsSettings:
+        for name, rule in self.rules.items():
+            if unknown := [c for c in rule.channels if c not in self.channels]:
+                known = ", ".join(sorted(self.channels)) or "none"
+                raise ValueError(
+                    f"rules.{name}.channels: unknown channel {unknown[0]!r}; defined: {known}"
+                )
+        return self
+
+
+def _shown_url(url: str) -> str:
+    """A URL with its password hidden, for an error message."""
+    return re.sub(r"://([^:@/]+):[^@/]*@", r"://\1:[redacted]@", url)
+
+
 class SecretsSettings(BaseModel):
     """The secrets HTTP requests are signed with (`corral secrets`)."""
 
@@ -638,6 +831,7 @@ class Settings(BaseSettings):
     retry: RetrySettings = RetrySettings()
     secrets: SecretsSettings = SecretsSettings()
     retention: RetentionSettings = RetentionSettings()
+    alerts: AlertsSettings = AlertsSettings()
     executors: ExecutorSettings = ExecutorSettings()
 
     @field_validator("database_url")

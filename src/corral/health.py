@@ -38,10 +38,11 @@ from corral import clock, errors
 log = logging.getLogger("corral.health")
 
 DISPATCHER, RECONCILER, SCHEDULER = "dispatcher", "reconciler", "scheduler"
+ALERTER = "alerter"
 WRITE_EVERY = 1.0
 """Seconds between two rewrites of the file, at least."""
 DEFAULT_MAX_AGE = timedelta(seconds=60)
-_ROUND = {DISPATCHER: "tick", RECONCILER: "pass", SCHEDULER: "pass"}
+_ROUND = {DISPATCHER: "tick", RECONCILER: "pass", SCHEDULER: "pass", ALERTER: "pass"}
 
 
 class HealthFile:

@@ -21,10 +21,14 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from corral import client, clock, config, errors, health, store
 from corral.executors import base, registry
 from corral.executors.base import Executor
+
+if TYPE_CHECKING:
+    from corral import alerts
 
 log = logging.getLogger("corral.runtime")
 FIRST_PAUSE, LONGEST_PAUSE = 0.5, 10.0
@@ -168,12 +172,14 @@ async def serve(
     dispatch: bool = True,
     reconcile: bool = True,
     schedule: bool = True,
+    alert: bool = True,
     executors: dict[str, Executor] | None = None,
     clk: clock.Clock | None = None,
     on_ready: Callable[[Runtime], Awaitable[None]] | None = None,
 ) -> None:
-    """Open the runtime, then run the dispatcher, the reconciler and the scheduler (those
-    asked for) until `stop` is set.
+    """Open the runtime, then run the dispatcher, the reconciler, the scheduler and the
+    alerter (those asked for; the alerter only when alert rules are set) until `stop` is
+    set.
 
         The order is the point: the store is reached and every executor has started before
         `on_ready` and before either loop, so the first recovery pass never asks a platform
@@ -187,6 +193,7 @@ async def serve(
         (health.DISPATCHER, dispatch),
         (health.RECONCILER, reconcile),
         (health.SCHEDULER, schedule),
+        (health.ALERTER, alert and bool(settings.alerts.rules)),
     )
     names = [n for n, on in wanted if on]
     async with health.HealthFile(settings.health_file, clk, names) as beats:
@@ -201,8 +208,16 @@ async def serve(
                 dispatch=dispatch,
                 reconcile=reconcile,
                 schedule=schedule,
+                alert=alert and bool(settings.alerts.rules),
                 on_ready=on_ready,
             )
+
+
+async def _closed_after(loop: Awaitable[None], heartbeat: alerts.Heartbeat) -> None:
+    try:
+        await loop
+    finally:
+        await heartbeat.close()
 
 
 async def _run_loops(
@@ -213,10 +228,11 @@ async def _run_loops(
     dispatch: bool,
     reconcile: bool,
     schedule: bool,
+    alert: bool,
     on_ready: Callable[[Runtime], Awaitable[None]] | None,
 ) -> None:
     """Run the loops asked for on an opened runtime until `stop` is set."""
-    from corral import dispatcher, reconciler, retry, scheduler  # not for a command's call
+    from corral import alerts, dispatcher, reconciler, retry, scheduler  # not for a command's
 
     if on_ready is not None:
         await on_ready(rt)
@@ -239,7 +255,17 @@ async def _run_loops(
             settings=rt.settings,
             retry=rules,
         )
-        loops.append(r.run(stop, on_pass=beats.recorder(health.RECONCILER)))
+        passed = beats.recorder(health.RECONCILER)
+        if url := rt.settings.alerts.heartbeat_url:
+            ping = alerts.Heartbeat(url)
+
+            def passed_and_pinged() -> None:
+                passed()
+                ping()
+
+            loops.append(_closed_after(r.run(stop, on_pass=passed_and_pinged), ping))
+        else:
+            loops.append(r.run(stop, on_pass=passed))
     if schedule:
         s = scheduler.Scheduler(
             store=rt.store,
@@ -248,4 +274,7 @@ async def _run_loops(
             cancel_grace=rt.settings.timeouts.cancel_grace,
         )
         loops.append(s.run(stop, on_pass=beats.recorder(health.SCHEDULER)))
+    if alert:
+        a = alerts.Alerter(store=rt.store, clock=rt.clock, settings=rt.settings)
+        loops.append(a.run(stop, on_pass=beats.recorder(health.ALERTER)))
     await asyncio.gather(*loops)

@@ -31,7 +31,15 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "serve": (
         "corral.cli.loops:serve",
-        "Run corral: the dispatcher, the reconciler and the scheduler.",
+        "Run corral: the dispatcher, the reconciler, the scheduler and (with rules) the alerter.",
+    ),
+    "alerter": (
+        "corral.cli.loops:alerter_cmd",
+        "Run the alerter alone (reads the run log, sends alerts; any number may run at once).",
+    ),
+    "alerts": (
+        "corral.cli.alerts:alerts",
+        "Alert rules and channels: list them, test a channel, see what was sent, mute a rule.",
     ),
     "dispatcher": ("corral.cli.loops:dispatcher_cmd", "Run the dispatcher loop alone."),
     "reconciler": (

@@ -69,6 +69,7 @@ async def _serve(
     dispatch: bool,
     reconcile: bool,
     schedule: bool,
+    alert: bool,
 ) -> None:
     from corral import client, runtime
 
@@ -85,6 +86,7 @@ async def _serve(
                 ("dispatching", dispatch),
                 ("reconciling", reconcile),
                 ("scheduling", schedule),
+                ("alerting", alert and bool(settings.alerts.rules)),
             )
             if on
         )
@@ -102,6 +104,7 @@ async def _serve(
             dispatch=dispatch,
             reconcile=reconcile,
             schedule=schedule,
+            alert=alert,
             on_ready=ready,
         )
     )
@@ -140,8 +143,8 @@ HEALTH_FILE = click.option(
 @config_option
 @click.pass_obj
 def serve(state: State, demo: bool, health_file: Path | None) -> None:
-    """Run corral: the dispatcher, the reconciler and the scheduler."""
-    _run_loops(state, health_file, demo=demo, loops=("dispatch", "reconcile", "schedule"))
+    """Run corral: the dispatcher, the reconciler, the scheduler and (with rules) the alerter."""
+    _run_loops(state, health_file, demo=demo, loops=("dispatch", "reconcile", "schedule", "alert"))
 
 
 @click.command("dispatcher")
@@ -171,6 +174,18 @@ def scheduler_cmd(state: State, health_file: Path | None) -> None:
     _run_loops(state, health_file, demo=False, loops=("schedule",))
 
 
+@click.command("alerter")
+@HEALTH_FILE
+@config_option
+@click.pass_obj
+def alerter_cmd(state: State, health_file: Path | None) -> None:
+    """Run the alerter alone (reads the run log, sends alerts; any number may run at once
+    on PostgreSQL)."""
+    if not state.settings().alerts.rules:
+        raise click.UsageError("no alert rules in the settings: [alerts.rules.NAME]")
+    _run_loops(state, health_file, demo=False, loops=("alert",))
+
+
 def _run_loops(
     state: State, health_file: Path | None, *, demo: bool, loops: tuple[str, ...]
 ) -> None:
@@ -184,6 +199,7 @@ def _run_loops(
             dispatch="dispatch" in loops,
             reconcile="reconcile" in loops,
             schedule="schedule" in loops,
+            alert="alert" in loops,
         )
     )
 

@@ -443,3 +443,61 @@ def secrets_table(found: Sequence[model.SigningSecret]) -> Table:
             when(s.retires_at) if s.retires_at else "(current)",
         )
     return t
+
+
+def channel_dict(channel: Any) -> dict[str, Any]:
+    """A channel as it may be shown: its kind and where it goes, secrets hidden."""
+    from corral.model import REDACTED, redacted
+
+    kind = channel.kind
+    if kind == "email":
+        where = redacted(channel.smtp_url)
+        return {"kind": kind, "to": list(channel.to), "from": channel.sender, "smtp_url": where}
+    if kind == "slack":
+        return {"kind": kind, "webhook_url": REDACTED}
+    return {"kind": kind, "url": redacted(channel.url), "signed": bool(channel.secret)}
+
+
+def alert_rules_table(rules: dict[str, dict[str, Any]]) -> Table:
+    t = table("rule", "on", "match", "channels", "throttle", keep=("rule",))
+    for name, r in rules.items():
+        match = ", ".join(f"{k}={v}" for k, v in r["match"].items()) or "-"
+        t.add_row(name, ", ".join(r["on"]), match, ", ".join(r["channels"]), f"{r['throttle']:g}s")
+    return t
+
+
+def channels_table(channels: dict[str, dict[str, Any]]) -> Table:
+    t = table("channel", "kind", "to", keep=("channel", "kind"))
+    for name, c in channels.items():
+        to = ", ".join(c["to"]) if c["kind"] == "email" else c.get("url", "(webhook URL)")
+        t.add_row(name, c["kind"], to)
+    return t
+
+
+def alert_dict(a: Any, tries: Sequence[tuple[datetime, bool, str | None]]) -> dict[str, Any]:
+    return {
+        "id": a.id,
+        "key": a.dedupe_key,
+        "rule": a.rule,
+        "channel": a.channel,
+        "kind": a.kind,
+        "cause": a.cause,
+        "subject": a.subject,
+        "job_id": a.job_id,
+        "state": a.state,
+        "created_at": iso(a.created_at),
+        "due_at": iso(a.due_at),
+        "delivered_at": iso(a.delivered_at),
+        "tries": [{"at": iso(at), "ok": ok, "error": error} for at, ok, error in tries],
+        "last_error": a.last_error,
+        "details": dict(a.details),
+    }
+
+
+def alerts_table(found: Sequence[Any]) -> Table:
+    t = table("id", "made", "rule", "channel", "what", "state", "tries", keep=("id", "state"))
+    for a in found:
+        what = f"{a.kind} {a.cause} {a.subject}" + (f" job {a.job_id}" if a.job_id else "")
+        state = a.state + (f" ({a.last_error})" if a.last_error and a.state != "delivered" else "")
+        t.add_row(str(a.id), when(a.created_at), a.rule, a.channel, what, state, str(a.tries))
+    return t

@@ -26,6 +26,7 @@ from sqlalchemy import exc as sa_exc
 
 from corral import config, errors, failpoints, model, retry
 from corral.store import (
+    alerts,
     attempts,
     claims,
     completions,
@@ -549,6 +550,68 @@ class Store:
         return await self._tx(
             attempts.attempt_list_active, executor=executor, limit=limit, after=after
         )
+
+    # --- alerts (corral.alerts) --------------------------------------------------------
+
+    async def alert_cursor(self, *, name: str) -> int:
+        return await self._tx(alerts.alert_cursor, name=name)
+
+    async def alert_events(
+        self, *, after: int, limit: int
+    ) -> list[tuple[model.Event, model.Job | None]]:
+        return await self._tx(alerts.alert_events, after=after, limit=limit)
+
+    async def alert_sent(
+        self, *, pairs: Sequence[tuple[str, str]]
+    ) -> dict[tuple[str, str], tuple[datetime | None, bool]]:
+        return await self._tx(alerts.alert_sent, pairs=pairs)
+
+    async def alert_write(
+        self,
+        *,
+        name: str,
+        read_from: int,
+        read_to: int,
+        messages: Sequence[Mapping[str, Any]],
+        digested: Sequence[Mapping[str, Any]],
+        now: datetime,
+    ) -> bool:
+        return await self._tx(
+            alerts.alert_write,
+            name=name,
+            read_from=read_from,
+            read_to=read_to,
+            messages=messages,
+            digested=digested,
+            now=now,
+        )
+
+    async def alerts_due(self, *, now: datetime, limit: int) -> list[alerts.Alert]:
+        return await self._tx(alerts.alerts_due, now=now, limit=limit)
+
+    async def alert_tried(
+        self, *, alert_id: int, now: datetime, error: str | None, retry_at: datetime | None
+    ) -> None:
+        await self._tx(
+            alerts.alert_tried, alert_id=alert_id, now=now, error=error, retry_at=retry_at
+        )
+
+    async def alert_add(self, *, message: Mapping[str, Any], now: datetime) -> int:
+        return await self._tx(alerts.alert_add, message=message, now=now)
+
+    async def alert_list(
+        self, *, limit: int = 50, rule: str | None = None, before: int | None = None
+    ) -> list[alerts.Alert]:
+        return await self._tx(alerts.alert_list, limit=limit, rule=rule, before=before)
+
+    async def alert_try_list(self, *, alert_ids: Sequence[int]) -> dict[int, list[alerts.Try]]:
+        return await self._tx(alerts.alert_try_list, alert_ids=alert_ids)
+
+    async def alert_mute(self, *, rule: str, until: datetime, now: datetime) -> None:
+        await self._tx(alerts.alert_mute, rule=rule, until=until, now=now)
+
+    async def alert_muted(self, *, now: datetime) -> dict[str, datetime]:
+        return await self._tx(alerts.alert_muted, now=now)
 
     async def run_logs(self, *, job_id: int) -> dict[int, model.RunLog]:
         """What each ended attempt of a job left to read, by fence."""

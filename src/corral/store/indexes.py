@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from sqlalchemy import Index, text
 
-from corral.store.tables import DUE, LIVE, attempts, jobs, metadata, schedules
+from corral.store.tables import DUE, LIVE, PENDING, alerts, attempts, jobs, metadata, schedules
 
 __all__ = ["metadata"]
 """The whole schema: `tables.metadata` with these indexes."""
@@ -57,3 +57,6 @@ Index("ix_jobs_scheduled", jobs.c.run_at, sqlite_where=_SCHEDULED, postgresql_wh
 
 # Schedules by their next nominal time, but the paused and ended ones (tables.DUE).
 Index("ix_schedules_due", schedules.c.next_due, sqlite_where=DUE, postgresql_where=DUE)
+
+# Alerts waiting for delivery, by when they are due: what the deliverer reads.
+Index("ix_alerts_pending", alerts.c.due_at, sqlite_where=PENDING, postgresql_where=PENDING)

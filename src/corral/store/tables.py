@@ -11,6 +11,7 @@ from typing import Any
 from sqlalchemy import (
     JSON,
     BigInteger,
+    Boolean,
     Column,
     DateTime,
     Dialect,
@@ -266,4 +267,59 @@ signing_secrets = Table(
         postgresql_where=text("retires_at IS NULL"),
     ),
     sqlite_autoincrement=True,
+)
+
+# The alerts outbox (corral.alerts): one row per message per channel, unique on its dedupe
+# key, written with the alerter's cursor move; pending until delivered or given up.
+alerts = Table(
+    "alerts",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("dedupe_key", String(500), nullable=False),
+    Column("rule", String(200), nullable=False),
+    Column("channel", String(200), nullable=False),
+    Column("kind", String(20), nullable=False),  # alert, digest, recovered, test
+    Column("cause", String(40), nullable=False),
+    Column("subject", String(300), nullable=False),  # queue:NAME or schedule:TENANT/NAME
+    Column("job_id", Id),
+    Column("details", Json, nullable=False),  # what the message says
+    Column("state", String(20), nullable=False),  # pending, delivered, failed
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("due_at", UTCDateTime, nullable=False),
+    Column("tries", Integer, nullable=False),
+    Column("last_error", Text),
+    Column("delivered_at", UTCDateTime),
+    UniqueConstraint("dedupe_key"),
+    Index("ix_alerts_subject", "rule", "subject", "id"),
+    sqlite_autoincrement=True,
+)
+PENDING = text("state = 'pending'")
+"""The predicate of ix_alerts_pending (indexes.py), as its readers write it."""
+
+alert_tries = Table(
+    "alert_tries",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("alert_id", Id, nullable=False),
+    Column("at", UTCDateTime, nullable=False),
+    Column("ok", Boolean, nullable=False),
+    Column("error", Text),
+    Index("ix_alert_tries_alert", "alert_id", "id"),
+    sqlite_autoincrement=True,
+)
+
+alert_cursors = Table(
+    "alert_cursors",
+    metadata,
+    Column("name", String(50), primary_key=True),
+    Column("event_id", Id, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+)
+
+alert_mutes = Table(
+    "alert_mutes",
+    metadata,
+    Column("rule", String(200), primary_key=True),
+    Column("until", UTCDateTime, nullable=False),
+    Column("muted_at", UTCDateTime, nullable=False),
 )

@@ -1,0 +1,260 @@
+"""The alerter: reads the run log (the events table) from a durable cursor, turns what
+matches a rule into messages (corral.alerts.rules, pure), writes them to the outbox in
+the transaction that moves its cursor, and delivers them, at least once, off the hot path.
+
+Any number of alerters may run on PostgreSQL: the cursor is moved by compare-and-set, so
+one of two that read the same events writes their messages and the other writes nothing;
+every message is unique on its dedupe key besides. Event ids are handed out as
+transactions begin but appear as they commit: an id not there yet is waited for, up to
+`timeouts.database_transaction_timeout` (no transaction outlives it), before the reader
+goes past it as a rollback's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from datetime import timedelta
+
+import httpx
+
+from corral import clock, config, errors, model, store
+from corral.alerts import channels, rules
+from corral.store.alerts import Alert
+
+log = logging.getLogger("corral.alerts")
+
+BATCH = 1000
+"""Most events one pass reads."""
+TRIES = 10
+"""Tries of a message before it is given up (state `failed`)."""
+BACKOFF = (5.0, 600.0)
+"""The first retry's wait and the longest, in seconds; doubling between."""
+IN_FLIGHT_PER_CHANNEL = 4
+
+
+class Alerter:
+    """Reads events into messages, and delivers them (`run`, or a pass each with
+    `read_once` and `deliver_once`)."""
+
+    def __init__(
+        self,
+        *,
+        store: store.Store,
+        clock: clock.Clock,
+        settings: config.Settings,
+        name: str = "alerter",
+        every: float = 1.0,
+    ) -> None:
+        self.store = store
+        self.clock = clock
+        self.settings = settings
+        self.rules = settings.alerts.rules
+        self.name = name
+        self.every = every
+        self.channels = {
+            n: channels.build(n, settings, clock.now) for n in settings.alerts.channels
+        }
+        self._gaps: dict[int, float] = {}  # event ids not there yet: when first missed
+        self._gap_wait = settings.timeouts.database_transaction_timeout.total_seconds() + 1
+        self._in_flight: dict[int, asyncio.Task[None]] = {}
+
+    async def run(self, stop: asyncio.Event, *, on_pass: Callable[[], None] | None = None) -> None:
+        """Read and deliver every `every` seconds until `stop`; then let the deliveries in
+        flight end (each within its channel's timeout)."""
+        log.info("alerter started: %d rules, %d channels", len(self.rules), len(self.channels))
+        while not stop.is_set():
+            try:
+                while await self.read_once() == BATCH:
+                    pass
+                await self.deliver_once()
+            except errors.CorralError as exc:
+                log.error("alerter pass failed, trying again: %s", exc)
+            if on_pass is not None:
+                on_pass()
+            await clock.sleep_or_stop(self.clock, stop, self.every)
+        if self._in_flight:
+            await asyncio.gather(*self._in_flight.values(), return_exceptions=True)
+        await self.close()
+        log.info("alerter stopped")
+
+    async def close(self) -> None:
+        for channel in self.channels.values():
+            if isinstance(channel, channels._Web):
+                await channel.close()
+
+    # --- reading ----------------------------------------------------------------------
+
+    async def read_once(self) -> int:
+        """Read the events after the cursor and write what they make: how many were read."""
+        cursor = await self.store.alert_cursor(name=self.name)
+        found = await self.store.alert_events(after=cursor, limit=BATCH)
+        usable = self._in_order(cursor, found)
+        if not usable:
+            return 0
+        now = self.clock.now()
+        seen = [
+            h
+            for event, job in usable
+            if job is not None and (h := rules.happening(event, job)) is not None
+        ]
+        pairs = [
+            (name, rules.subject(rule, h))
+            for h in seen
+            for name, rule in self.rules.items()
+            if rules.matches(rule, h)
+        ]
+        sent = await self.store.alert_sent(pairs=pairs)
+        muted = frozenset(await self.store.alert_muted(now=now))
+        messages, digested = rules.plan(
+            seen,
+            self.rules,
+            {k: rules.Sent(at, recovered) for k, (at, recovered) in sent.items()},
+            muted=muted,
+        )
+        wrote = await self.store.alert_write(
+            name=self.name,
+            read_from=cursor,
+            read_to=usable[-1][0].id,
+            messages=[_row(m) for m in messages],
+            digested=[_digested(d) for d in digested],
+            now=now,
+        )
+        if wrote and (messages or digested):
+            log.info(
+                "events %d..%d: %d messages, %d into digests",
+                usable[0][0].id,
+                usable[-1][0].id,
+                len(messages),
+                len(digested),
+            )
+        return len(found) if wrote else 0
+
+    def _in_order(
+        self, cursor: int, found: list[tuple[model.Event, model.Job | None]]
+    ) -> list[tuple[model.Event, model.Job | None]]:
+        """The events that can be read now: in id order with no id missing, but one that
+        has been missing longer than any transaction lives (a rollback's)."""
+        out = []
+        expected = cursor + 1
+        for event, job in found:
+            if event.id != expected:
+                first = self._gaps.setdefault(expected, self.clock.monotonic())
+                if self.clock.monotonic() - first < self._gap_wait:
+                    break
+                del self._gaps[expected]
+            out.append((event, job))
+            expected = event.id + 1
+        return out
+
+    # --- delivering -------------------------------------------------------------------
+
+    async def deliver_once(self) -> int:
+        """Start delivering the messages that are due (each channel at most
+        IN_FLIGHT_PER_CHANNEL at once, none twice at once): how many were started."""
+        self._in_flight = {i: t for i, t in self._in_flight.items() if not t.done()}
+        due = await self.store.alerts_due(now=self.clock.now(), limit=100)
+        busy: dict[str, int] = {}
+        for a in due:
+            if a.id in self._in_flight:
+                busy[a.channel] = busy.get(a.channel, 0) + 1
+        started = 0
+        for a in due:
+            if a.id in self._in_flight or busy.get(a.channel, 0) >= IN_FLIGHT_PER_CHANNEL:
+                continue
+            busy[a.channel] = busy.get(a.channel, 0) + 1
+            self._in_flight[a.id] = asyncio.create_task(self._deliver(a))
+            started += 1
+        return started
+
+    async def deliver_all(self) -> None:
+        """Deliver what is due now and wait for every try (tests, `alerts test`)."""
+        await self.deliver_once()
+        await asyncio.gather(*self._in_flight.values(), return_exceptions=True)
+
+    async def _deliver(self, a: Alert) -> None:
+        channel = self.channels.get(a.channel)
+        error: str | None = None
+        if channel is None:
+            error = f"no channel named {a.channel!r} in the settings"
+        else:
+            try:
+                await channel.send(channels.render(a, self.settings.alerts.base_url))
+            except channels.Undelivered as exc:
+                error = str(exc)
+            except Exception as exc:  # a channel's bug must not stop the others
+                log.exception("channel %s failed unforeseen", a.channel)
+                error = f"{type(exc).__name__}: {exc}"
+        now = self.clock.now()
+        retry_at = None
+        if error is not None and a.tries + 1 < TRIES:
+            base, cap = BACKOFF
+            retry_at = now + timedelta(seconds=min(cap, base * 2**a.tries))
+        if error is None:
+            log.info("alert %d (%s) delivered to %s", a.id, a.dedupe_key, a.channel)
+        else:
+            log.warning("alert %d to %s: try %d failed: %s", a.id, a.channel, a.tries + 1, error)
+        try:
+            await self.store.alert_tried(alert_id=a.id, now=now, error=error, retry_at=retry_at)
+        except errors.CorralError as exc:  # delivered at least once: it may go again
+            log.error("alert %d: its try not recorded: %s", a.id, exc)
+
+
+class Heartbeat:
+    """A dead man's switch: a GET of `url` after every reconciler pass, so a monitor
+    outside corral notices when the passes stop. One ping at a time; a ping that fails is
+    logged, never in the pass's way."""
+
+    def __init__(self, url: str, *, seconds: float = 10.0) -> None:
+        self.url = url
+        self.seconds = seconds
+        self._ping: asyncio.Task[None] | None = None
+        self._client: httpx.AsyncClient | None = None
+
+    def __call__(self) -> None:
+        if self._ping is None or self._ping.done():
+            self._ping = asyncio.ensure_future(self._get())
+
+    async def _get(self) -> None:
+        if self._client is None:
+            self._client = httpx.AsyncClient(trust_env=False, timeout=self.seconds)
+        try:
+            response = await self._client.get(self.url)
+            if response.is_error:
+                log.warning("heartbeat_url answered %d", response.status_code)
+        except httpx.HTTPError as exc:
+            log.warning("heartbeat_url not reached: %s", type(exc).__name__)
+
+    async def close(self) -> None:
+        if self._ping is not None:
+            await asyncio.gather(self._ping, return_exceptions=True)
+        if self._client is not None:
+            await self._client.aclose()
+
+
+def _row(m: rules.Message) -> dict[str, object]:
+    return {
+        "dedupe_key": m.dedupe_key,
+        "rule": m.rule,
+        "channel": m.channel,
+        "kind": m.kind,
+        "cause": m.cause,
+        "subject": m.subject,
+        "job_id": m.job_id,
+        "details": dict(m.details),
+        "due_at": m.due_at,
+    }
+
+
+def _digested(d: rules.Digested) -> dict[str, object]:
+    return {
+        "dedupe_key": d.dedupe_key,
+        "rule": d.rule,
+        "channel": d.channel,
+        "subject": d.subject,
+        "window_start": d.window_start,
+        "window_end": d.window_end,
+        "job_id": d.job_id,
+        "cause": d.cause,
+    }

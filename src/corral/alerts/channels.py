@@ -1,0 +1,228 @@
+"""Where messages go: e-mail over SMTP, a Slack incoming webhook, any webhook. Each
+`send` either delivers or raises Undelivered, within the channel's timeout; web channels
+go through the same guard as HTTP jobs. What a message says is `render`ed once for all."""
+
+from __future__ import annotations
+
+import asyncio
+import email.message
+import email.utils
+import hashlib
+import json
+import urllib.parse
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol
+
+import httpx
+
+from corral import config, model
+from corral.executors import http
+from corral.store.alerts import Alert
+
+
+class Undelivered(Exception):
+    """A try that did not deliver: why, in one line."""
+
+
+@dataclass(frozen=True, slots=True)
+class Rendered:
+    """What one message says, for every channel alike."""
+
+    title: str
+    lines: tuple[str, ...]
+    link: str | None
+    key: str  # the dedupe key: a receiver can spot a repeat by it
+    body: Mapping[str, Any]  # the webhook's JSON body
+
+    @property
+    def text(self) -> str:
+        link = [f"Job: {self.link}"] if self.link else []
+        return "\n".join([*self.lines, *link, "", f"corral alert {self.key}"]) + "\n"
+
+
+def _when(at: str | None) -> str:
+    if not at:
+        return "-"
+    return datetime.fromisoformat(at).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def render(alert: Alert, base_url: str | None = None) -> Rendered:
+    """The words of a message (pure): what happened, to what, the job and its last
+    attempt's class and message, and a link to the job under `base_url`."""
+    d = alert.details
+    about = alert.subject.replace(":", " ", 1)
+    if alert.kind == "digest":
+        count = int(d.get("count", 0))
+        causes = "/".join(d.get("causes", []))
+        title = f"[corral] {count} more {causes} in {about} since {_when(d.get('since'))}"
+        named = [f"job {j}" for j in d.get("jobs", [])]
+        rest = count - len(named)
+        lines = ["Jobs: " + ", ".join(named) + (f" and {rest} more" if rest > 0 else "")]
+    elif alert.kind == "recovered":
+        title = f"[corral] recovered: {about} (job {alert.job_id} succeeded)"
+        lines = [f"Rule {alert.rule}: {about} succeeded again after failures."]
+    elif alert.kind == "test":
+        title = f"[corral] test message for channel {alert.channel}"
+        lines = ["If you read this, corral can reach you here."]
+    else:
+        title = f"[corral] {alert.cause}: job {alert.job_id} in {about}"
+        lines = [
+            f"Rule {alert.rule}: {alert.cause}.",
+            f"Job {alert.job_id}, queue {d.get('queue')}, tenant {d.get('tenant')}"
+            + (f", schedule {d['schedule']}" if d.get("schedule") else "")
+            + f", executor {d.get('executor')}",
+            f"Last attempt: {d.get('failure_class') or 'no class'}: {d.get('reason')}",
+            f"At: {_when(d.get('at'))}",
+        ]
+    link = None
+    if base_url and alert.job_id is not None:
+        link = f"{base_url.rstrip('/')}/jobs/{alert.job_id}"
+    body = {
+        "type": f"corral.alert.{alert.kind}",
+        "key": alert.dedupe_key,
+        "rule": alert.rule,
+        "cause": alert.cause,
+        "subject": alert.subject,
+        "job_id": alert.job_id,
+        "title": title,
+        "details": dict(d),
+        "link": link,
+    }
+    return Rendered(title, tuple(lines), link, alert.dedupe_key, body)
+
+
+class Channel(Protocol):
+    async def send(self, message: Rendered) -> None: ...
+
+
+class Email:
+    """SMTP with aiosmtplib: smtps:// is TLS from the start, `starttls` upgrades smtp://,
+    user:password@ logs in. The dedupe key is the Message-ID."""
+
+    def __init__(self, settings: config.EmailChannel) -> None:
+        self.settings = settings
+        url = urllib.parse.urlsplit(settings.smtp_url)
+        self.tls = url.scheme == "smtps"
+        self.host = url.hostname or "localhost"
+        self.port = url.port or (465 if self.tls else 25)
+        self.user = urllib.parse.unquote(url.username) if url.username else None
+        self.password = urllib.parse.unquote(url.password) if url.password else None
+
+    async def send(self, message: Rendered) -> None:
+        import aiosmtplib
+
+        mail = email.message.EmailMessage()
+        mail["From"] = self.settings.sender
+        mail["To"] = ", ".join(self.settings.to)
+        mail["Subject"] = message.title
+        mail["Message-ID"] = f"<{hashlib.sha256(message.key.encode()).hexdigest()[:32]}@corral>"
+        mail["Date"] = email.utils.formatdate(usegmt=True)
+        mail.set_content(message.text)
+        try:
+            await aiosmtplib.send(
+                mail,
+                hostname=self.host,
+                port=self.port,
+                username=self.user,
+                password=self.password,
+                use_tls=self.tls,
+                start_tls=self.settings.starttls if not self.tls else False,
+                timeout=self.settings.timeout.total_seconds(),
+            )
+        except (aiosmtplib.SMTPException, OSError, TimeoutError) as exc:
+            raise Undelivered(f"{type(exc).__name__}: {exc}") from None
+
+
+class _Web:
+    """A POST of JSON through the HTTP jobs' guard, to the address it checked."""
+
+    def __init__(self, url: str, seconds: float, guard: http.Guard) -> None:
+        self.url = url
+        self.seconds = seconds
+        self.guard = guard
+        self.clients: dict[str, httpx.AsyncClient] = {}
+
+    def _client(self, origin: str) -> httpx.AsyncClient:
+        if origin not in self.clients:
+            self.clients[origin] = httpx.AsyncClient(follow_redirects=False, trust_env=False)
+        return self.clients[origin]
+
+    async def post(self, body: Mapping[str, Any], headers: Mapping[str, str]) -> None:
+        outcome = await http.send(
+            self._client,
+            self.guard,
+            method="POST",
+            url=self.url,
+            headers={"Content-Type": "application/json", "User-Agent": "corral", **headers},
+            content=json.dumps(body).encode(),
+            seconds=self.seconds,
+            body_bytes=1024,
+        )
+        phase, reason, _ = http.judge(outcome, ["2xx"])
+        if phase is not model.Phase.SUCCEEDED:
+            raise Undelivered(model.redacted(reason).replace(self.url, "[the channel's URL]"))
+
+    async def close(self) -> None:
+        await asyncio.gather(*(c.aclose() for c in self.clients.values()))
+
+
+class Slack(_Web):
+    """A Slack incoming webhook: a Block Kit message (what happened, the job, its last
+    attempt, a link), with the dedupe key in its text."""
+
+    def __init__(self, settings: config.SlackChannel, guard: http.Guard) -> None:
+        super().__init__(settings.webhook_url, settings.timeout.total_seconds(), guard)
+
+    async def send(self, message: Rendered) -> None:
+        await self.post(slack_body(message), {})
+
+
+def slack_body(message: Rendered) -> dict[str, Any]:
+    """The Block Kit message (pure)."""
+    from slack_sdk.models.blocks import (
+        ContextBlock,
+        HeaderBlock,
+        MarkdownTextObject,
+        SectionBlock,
+    )
+
+    blocks = [
+        HeaderBlock(text=message.title[:150]),
+        SectionBlock(text=MarkdownTextObject(text="\n".join(message.lines)[:3000])),
+    ]
+    if message.link:
+        blocks.append(SectionBlock(text=MarkdownTextObject(text=f"<{message.link}|Open the job>")))
+    blocks.append(ContextBlock(elements=[MarkdownTextObject(text=f"corral alert `{message.key}`")]))
+    return {
+        "text": f"{message.title} ({message.key})",
+        "blocks": [b.to_dict() for b in blocks],
+    }
+
+
+class Webhook(_Web):
+    """Any URL: the documented JSON body (`Rendered.body`), signed the Standard Webhooks
+    way when the channel has a secret (webhook-id: the dedupe key)."""
+
+    def __init__(self, settings: config.WebhookChannel, guard: http.Guard, now: Any) -> None:
+        super().__init__(settings.url, settings.timeout.total_seconds(), guard)
+        self.secret = settings.secret
+        self.now = now
+
+    async def send(self, message: Rendered) -> None:
+        headers = {"Idempotency-Key": message.key}
+        if self.secret:
+            http.sign(headers, json.dumps(message.body).encode(), [self.secret], self.now())
+        await self.post(message.body, headers)
+
+
+def build(name: str, settings: config.Settings, now: Any) -> Email | Slack | Webhook:
+    """The channel `name` of the settings, ready to send."""
+    channel = settings.alerts.channels[name]
+    guard = http.Guard(settings.executors.http.allow_networks)
+    if isinstance(channel, config.EmailChannel):
+        return Email(channel)
+    if isinstance(channel, config.SlackChannel):
+        return Slack(channel, guard)
+    return Webhook(channel, guard, now)

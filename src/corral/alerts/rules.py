@@ -1,0 +1,204 @@
+"""What the run log says to people: which events are causes (`happening`), which rules
+they match, and what a pass writes for them (`plan`): pure functions of the events, the
+rules and what was sent before."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Any
+
+from corral import config, model
+
+J, A = model.JobState, model.AttemptState
+
+SUCCEEDED = "succeeded"
+"""Not a cause a rule names: a success ends a subject's failures (its `recovered`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Happening:
+    """One thing an event says happened to a job, with what rules match on."""
+
+    event_id: int
+    at: datetime
+    cause: str  # one of config.ALERT_CAUSES, or SUCCEEDED
+    job_id: int
+    queue: str
+    tenant: str
+    executor: str
+    labels: Mapping[str, str]
+    schedule: str | None
+    reason: str
+    failure_class: str | None = None
+
+
+def happening(event: model.Event, job: model.Job) -> Happening | None:
+    """What `event` of `job` is to the rules, if anything."""
+    details = event.details or {}
+    cls = details.get("failure_class")
+    cause = None
+    if event.entity == "attempt" and event.to_state == A.LOST:
+        cause = "lost"
+    elif event.entity == "job":
+        cause = {
+            J.QUARANTINED: "quarantined",
+            J.FAILED: "failed",
+            J.SUCCEEDED: SUCCEEDED,
+        }.get(J(event.to_state))
+        if cause is None and details.get("budget") == "empty":
+            cause = "budget_empty"
+        elif cause is None and cls == model.FailureClass.UNKNOWN:
+            cause = "unknown"
+    if cause is None:
+        return None
+    firing = job.payload.get(model.FIRING) if isinstance(job.payload, Mapping) else None
+    schedule = firing.get("schedule") if isinstance(firing, Mapping) else None
+    return Happening(
+        event_id=event.id,
+        at=event.at,
+        cause=cause,
+        job_id=job.id,
+        queue=job.queue,
+        tenant=job.tenant,
+        executor=job.executor,
+        labels=job.labels,
+        schedule=schedule if isinstance(schedule, str) else None,
+        reason=event.reason,
+        failure_class=cls if isinstance(cls, str) else None,
+    )
+
+
+def matches(rule: config.AlertRule, h: Happening) -> bool:
+    """Whether `h` is about what `rule` watches (its cause aside)."""
+    m = rule.match
+    wanted = (
+        (m.queue, h.queue),
+        (m.schedule, h.schedule),
+        (m.tenant, h.tenant),
+        (m.executor, h.executor),
+    )
+    if any(want is not None and want != got for want, got in wanted):
+        return False
+    return all(h.labels.get(k) == v for k, v in m.labels.items())
+
+
+def subject(rule: config.AlertRule, h: Happening) -> str:
+    """What a message is about: the schedule, for a rule on a schedule or on its firings;
+    otherwise the job's queue."""
+    on_schedule = rule.match.schedule is not None or any(c.startswith("schedule_") for c in rule.on)
+    if on_schedule and h.schedule is not None:
+        return f"schedule:{h.tenant}/{h.schedule}"
+    return f"queue:{h.queue}"
+
+
+@dataclass(frozen=True, slots=True)
+class Sent:
+    """What was sent before for a rule and a subject: the newest failure message (the
+    start of its throttle window), and whether a recovered message has come since."""
+
+    last_alert_at: datetime | None = None
+    recovered_since: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One message to write for one channel (the outbox row)."""
+
+    rule: str
+    channel: str
+    kind: str  # alert, recovered
+    cause: str
+    subject: str
+    job_id: int | None
+    dedupe_key: str
+    due_at: datetime
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Digested:
+    """A happening inside a throttle window: counted into the window's digest, sent at
+    its end."""
+
+    rule: str
+    channel: str
+    subject: str
+    window_start: datetime
+    window_end: datetime
+    job_id: int
+    cause: str
+
+    @property
+    def dedupe_key(self) -> str:
+        return f"{self.rule}|{self.subject}|digest|{self.window_start.isoformat()}|{self.channel}"
+
+
+def plan(
+    found: Sequence[Happening],
+    rules: Mapping[str, config.AlertRule],
+    sent: Mapping[tuple[str, str], Sent],
+    *,
+    muted: frozenset[str] = frozenset(),
+) -> tuple[list[Message], list[Digested]]:
+    """The messages and digest entries `found` (in event order) makes, given what was
+    `sent` before for each (rule, subject). A failure outside its subject's throttle
+    window is a message and opens the window; inside it, an entry of the window's digest.
+    A success is a `recovered` message where a failure message was sent (a schedule's or a
+    queue's, never a one-off's: the subject is never the job). Muted rules make nothing."""
+    sent = dict(sent)
+    messages: list[Message] = []
+    digested: list[Digested] = []
+    for h in found:
+        for name, rule in rules.items():
+            if name in muted or not matches(rule, h):
+                continue
+            about = subject(rule, h)
+            before = sent.get((name, about), Sent())
+            if h.cause == SUCCEEDED:
+                if before.recovered_since:
+                    continue
+                sent[(name, about)] = replace(before, recovered_since=True)
+                messages += _each_channel(rule, name, "recovered", SUCCEEDED, about, h)
+                continue
+            if h.cause not in rule.on:
+                continue
+            opened = before.last_alert_at
+            if opened is not None and h.at < opened + rule.throttle:
+                digested += [
+                    Digested(name, ch, about, opened, opened + rule.throttle, h.job_id, h.cause)
+                    for ch in rule.channels
+                ]
+                continue
+            sent[(name, about)] = Sent(last_alert_at=h.at, recovered_since=False)
+            messages += _each_channel(rule, name, "alert", h.cause, about, h)
+    return messages, digested
+
+
+def _each_channel(
+    rule: config.AlertRule, name: str, kind: str, cause: str, about: str, h: Happening
+) -> list[Message]:
+    details = {
+        "reason": h.reason,
+        "queue": h.queue,
+        "tenant": h.tenant,
+        "schedule": h.schedule,
+        "executor": h.executor,
+        "failure_class": h.failure_class,
+        "at": h.at.isoformat(),
+    }
+    return [
+        Message(
+            rule=name,
+            channel=channel,
+            kind=kind,
+            cause=cause,
+            subject=about,
+            job_id=h.job_id,
+            dedupe_key=f"{name}|{about}|{cause}|event:{h.event_id}|{channel}",
+            due_at=h.at,
+            details=details,
+        )
+        for channel in rule.channels
+    ]

@@ -1,0 +1,262 @@
+"""The alerts outbox: what the alerter read of the events (its cursor), the messages and
+digests it wrote for them (in the transaction that moves the cursor), their delivery
+tries, and muted rules."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, insert, select, update
+
+from corral import model
+from corral.store import dialects
+from corral.store.rows import job_from_row
+from corral.store.tables import (
+    PENDING,
+    alert_cursors,
+    alert_mutes,
+    alert_tries,
+    alerts,
+    events,
+    jobs,
+)
+
+AL = alerts.c
+
+Try = tuple[datetime, bool, str | None]
+"""A delivery try: when, whether it delivered, and the error if not."""
+
+DIGEST_JOBS = 10
+"""How many jobs a digest names; it counts the rest."""
+
+
+@dataclass(frozen=True, slots=True)
+class Alert:
+    """One row of the outbox: a message for one channel."""
+
+    id: int
+    dedupe_key: str
+    rule: str
+    channel: str
+    kind: str
+    cause: str
+    subject: str
+    job_id: int | None
+    details: Mapping[str, Any]
+    state: str
+    created_at: datetime
+    due_at: datetime
+    tries: int
+    last_error: str | None
+    delivered_at: datetime | None
+
+
+def _alert(row: Any) -> Alert:
+    return Alert(**{c.name: row._mapping[c.name] for c in alerts.c})
+
+
+def alert_cursor(conn: Connection, *, name: str) -> int:
+    """How far the alerter `name` has read the events (0: not yet)."""
+    found = conn.execute(select(alert_cursors.c.event_id).where(alert_cursors.c.name == name))
+    return found.scalar() or 0
+
+
+def alert_events(
+    conn: Connection, *, after: int, limit: int
+) -> list[tuple[model.Event, model.Job | None]]:
+    """Up to `limit` events after `after`, in id order, each with its job (None once the
+    job is gone)."""
+    rows = conn.execute(
+        select(events, *[c.label(f"j_{c.name}") for c in jobs.c])
+        .outerjoin(jobs, jobs.c.id == events.c.job_id)
+        .where(events.c.id > after)
+        .order_by(events.c.id)
+        .limit(limit)
+    ).all()
+    out = []
+    for r in rows:
+        m = r._mapping
+        event = model.Event(**{c.name: m[c.name] for c in events.c})
+        job = None
+        if m["j_state"] is not None:  # the job is still there
+            job = job_from_row({c.name: m[f"j_{c.name}"] for c in jobs.c})
+        out.append((event, job))
+    return out
+
+
+def alert_sent(
+    conn: Connection, *, pairs: Sequence[tuple[str, str]]
+) -> dict[tuple[str, str], tuple[datetime | None, bool]]:
+    """For each (rule, subject): when its newest failure message was made, and whether a
+    recovered message came after it."""
+    out: dict[tuple[str, str], tuple[datetime | None, bool]] = {}
+    for rule, about in sorted(set(pairs)):
+        newest = {
+            kind: conn.execute(
+                select(AL.id, AL.created_at)
+                .where(AL.rule == rule, AL.subject == about, AL.kind == kind)
+                .order_by(AL.id.desc())
+                .limit(1)
+            ).first()
+            for kind in ("alert", "recovered")
+        }
+        alert, recovered = newest["alert"], newest["recovered"]
+        if alert is None:
+            out[(rule, about)] = (None, True)
+        else:
+            out[(rule, about)] = (
+                alert.created_at,
+                recovered is not None and recovered.id > alert.id,
+            )
+    return out
+
+
+def alert_write(
+    conn: Connection,
+    *,
+    name: str,
+    read_from: int,
+    read_to: int,
+    messages: Sequence[Mapping[str, Any]],
+    digested: Sequence[Mapping[str, Any]],
+    now: datetime,
+) -> bool:
+    """Move the cursor `name` from `read_from` to `read_to` and write what the events in
+    between made, in one transaction; False (and nothing written) when another alerter
+    moved the cursor first. A message whose dedupe key exists is not written again."""
+    moved = conn.execute(
+        update(alert_cursors)
+        .where(alert_cursors.c.name == name, alert_cursors.c.event_id == read_from)
+        .values(event_id=read_to, updated_at=now)
+    ).rowcount
+    if not moved:
+        if read_from != 0 or alert_cursor(conn, name=name) != 0:
+            return False
+        made = dialects.insert_ignore_conflict(conn, alert_cursors, ["name"]).values(
+            name=name, event_id=read_to, updated_at=now
+        )
+        if not conn.execute(made).rowcount:
+            return False
+    rows = [{**m, "state": "pending", "created_at": now, "tries": 0} for m in messages]
+    if rows:
+        conn.execute(dialects.insert_ignore_conflict(conn, alerts, ["dedupe_key"]), rows)
+    _digest(conn, digested, now)
+    return True
+
+
+def _digest(conn: Connection, digested: Sequence[Mapping[str, Any]], now: datetime) -> None:
+    """Count entries into their windows' digests: one row per (rule, subject, window,
+    channel), due at the window's end, naming the first DIGEST_JOBS jobs."""
+    by_key: dict[str, list[Mapping[str, Any]]] = {}
+    for d in digested:
+        by_key.setdefault(d["dedupe_key"], []).append(d)
+    for key, entries in by_key.items():
+        row = conn.execute(select(AL.id, AL.details).where(AL.dedupe_key == key)).first()
+        jobs_named = [e["job_id"] for e in entries]
+        if row is None:
+            first = entries[0]
+            details = {
+                "count": len(entries),
+                "jobs": jobs_named[:DIGEST_JOBS],
+                "since": first["window_start"].isoformat(),
+                "causes": sorted({e["cause"] for e in entries}),
+            }
+            conn.execute(
+                insert(alerts).values(
+                    dedupe_key=key,
+                    rule=first["rule"],
+                    channel=first["channel"],
+                    kind="digest",
+                    cause=first["cause"],
+                    subject=first["subject"],
+                    job_id=None,
+                    details=details,
+                    state="pending",
+                    created_at=now,
+                    due_at=first["window_end"],
+                    tries=0,
+                )
+            )
+            continue
+        old = dict(row.details)
+        old["count"] = int(old.get("count", 0)) + len(entries)
+        old["jobs"] = [*old.get("jobs", []), *jobs_named][:DIGEST_JOBS]
+        old["causes"] = sorted({*old.get("causes", []), *(e["cause"] for e in entries)})
+        conn.execute(update(alerts).where(AL.id == row.id).values(details=old))
+
+
+def alerts_due(conn: Connection, *, now: datetime, limit: int) -> list[Alert]:
+    """Pending messages whose time has come, the oldest first."""
+    rows = conn.execute(
+        select(alerts).where(PENDING, AL.due_at <= now).order_by(AL.due_at, AL.id).limit(limit)
+    ).all()
+    return [_alert(r) for r in rows]
+
+
+def alert_tried(
+    conn: Connection,
+    *,
+    alert_id: int,
+    now: datetime,
+    error: str | None,
+    retry_at: datetime | None,
+) -> None:
+    """Record a delivery try: delivered (no `error`), due again at `retry_at`, or given up
+    (an error and no `retry_at`)."""
+    conn.execute(
+        insert(alert_tries).values(alert_id=alert_id, at=now, ok=error is None, error=error)
+    )
+    values: dict[str, Any] = {"tries": AL.tries + 1, "last_error": error}
+    if error is None:
+        values |= {"state": "delivered", "delivered_at": now}
+    elif retry_at is None:
+        values |= {"state": "failed"}
+    else:
+        values |= {"due_at": retry_at}
+    conn.execute(update(alerts).where(AL.id == alert_id, PENDING).values(**values))
+
+
+def alert_add(conn: Connection, *, message: Mapping[str, Any], now: datetime) -> int:
+    """Write one message now (a test message): its id."""
+    row = {**message, "state": "pending", "created_at": now, "tries": 0}
+    return int(conn.execute(insert(alerts).values(**row).returning(AL.id)).scalar_one())
+
+
+def alert_list(
+    conn: Connection, *, limit: int, rule: str | None = None, before: int | None = None
+) -> list[Alert]:
+    """The newest messages first (keyset: ids below `before`)."""
+    stmt = select(alerts).order_by(AL.id.desc()).limit(limit)
+    if rule is not None:
+        stmt = stmt.where(AL.rule == rule)
+    if before is not None:
+        stmt = stmt.where(AL.id < before)
+    return [_alert(r) for r in conn.execute(stmt).all()]
+
+
+def alert_try_list(conn: Connection, *, alert_ids: Sequence[int]) -> dict[int, list[Try]]:
+    """Every delivery try of each alert, in order."""
+    out: dict[int, list[Try]] = {i: [] for i in alert_ids}
+    if alert_ids:
+        rows = conn.execute(
+            select(alert_tries)
+            .where(dialects.one_of(conn, alert_tries.c.alert_id, alert_ids))
+            .order_by(alert_tries.c.id)
+        )
+        for r in rows:
+            out[r.alert_id].append((r.at, r.ok, r.error))
+    return out
+
+
+def alert_mute(conn: Connection, *, rule: str, until: datetime, now: datetime) -> None:
+    row = {"rule": rule, "until": until, "muted_at": now}
+    stmt = dialects.upsert(conn, alert_mutes).values(**row)
+    conn.execute(stmt.on_conflict_do_update(index_elements=["rule"], set_=row))
+
+
+def alert_muted(conn: Connection, *, now: datetime) -> dict[str, datetime]:
+    rows = conn.execute(select(alert_mutes).where(alert_mutes.c.until > now))
+    return {r.rule: r.until for r in rows}

@@ -1,0 +1,440 @@
+"""Alerts end to end against real servers on 127.0.0.1: an SMTP server (aiosmtpd), a
+stand-in for Slack that checks the Block Kit shape, and a webhook receiver that verifies
+the signature with the Standard Webhooks library."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import email
+import email.policy
+import json
+import socket
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from aiohttp import web
+from aiosmtpd.controller import Controller
+
+from corral import alerts, config, model, store
+from corral.alerts import channels, rules
+from corral.store import Finish
+from corral.testing import FrozenClock
+
+A, J = model.AttemptState, model.JobState
+LOCAL = ["127.0.0.0/8"]
+SECRET = "whsec_" + base64.b64encode(b"s" * 32).decode()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Inbox:
+    """What the SMTP server received."""
+
+    def __init__(self) -> None:
+        self.messages: list[email.message.EmailMessage] = []
+
+    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
+        parsed = email.message_from_bytes(envelope.content, policy=email.policy.default)
+        self.messages.append(parsed)  # type: ignore[arg-type]
+        return "250 OK"
+
+
+@pytest.fixture
+def smtp() -> Iterator[tuple[Inbox, int]]:
+    inbox, port = Inbox(), free_port()
+    controller = Controller(inbox, hostname="127.0.0.1", port=port)
+    controller.start()
+    try:
+        yield inbox, port
+    finally:
+        controller.stop()
+
+
+@dataclass
+class Web:
+    base: str = ""
+    seen: list[dict[str, Any]] = field(default_factory=list)
+
+
+@pytest.fixture
+async def web_receiver() -> AsyncIterator[Web]:
+    got = Web()
+
+    async def handle(request: web.Request) -> web.Response:
+        got.seen.append(
+            {"path": request.path, "headers": dict(request.headers), "body": await request.read()}
+        )
+        return web.Response(text="ok")
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    got.base = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"  # type: ignore[union-attr]
+    try:
+        yield got
+    finally:
+        await runner.cleanup()
+
+
+def settings(port: int, web_base: str, **rule: Any) -> config.Settings:
+    return config.Settings(
+        executors={"http": {"allow_networks": LOCAL}},  # type: ignore[arg-type]
+        alerts={  # type: ignore[arg-type]
+            "base_url": "https://corral.example.com",
+            "channels": {
+                "ops_mail": {
+                    "kind": "email",
+                    "smtp_url": f"smtp://127.0.0.1:{port}",
+                    "from": "corral@example.com",
+                    "to": ["ops@example.com"],
+                },
+                "team_slack": {"kind": "slack", "webhook_url": f"{web_base}/slack"},
+                "hook": {"kind": "webhook", "url": f"{web_base}/hook", "secret": SECRET},
+            },
+            "rules": {
+                "poison": {
+                    "on": ["quarantined", "failed"],
+                    "match": {"queue": "billing"},
+                    "channels": ["ops_mail", "team_slack", "hook"],
+                    "throttle": "10m",
+                    **rule,
+                }
+            },
+        },
+    )
+
+
+async def quarantine(db: store.Store, clock: FrozenClock, queue: str = "billing") -> int:
+    """A job of `queue` that fails permanently: quarantined at once."""
+    [(job_id, _)] = await db.job_submit(
+        new=[model.NewJob(executor="noop", spec={}, queue=queue)], now=clock.now()
+    )
+    [c] = await db.job_claim(now=clock.now(), limit=1, executors=["noop"])
+    failed = Finish(c.attempt.id, A.FAILED, 2, "exited with code 2", model.FailureClass.PERMANENT)
+    await db.attempt_finish(finishes=[failed], now=clock.now())
+    return job_id
+
+
+async def succeed(db: store.Store, clock: FrozenClock, queue: str = "billing") -> int:
+    [(job_id, _)] = await db.job_submit(
+        new=[model.NewJob(executor="noop", spec={}, queue=queue)], now=clock.now()
+    )
+    [c] = await db.job_claim(now=clock.now(), limit=1, executors=["noop"])
+    await db.attempt_finish(finishes=[Finish(c.attempt.id, A.SUCCEEDED, 0, None)], now=clock.now())
+    return job_id
+
+
+async def test_a_quarantine_reaches_email_slack_and_a_signed_webhook(
+    db: store.Store, smtp: tuple[Inbox, int], web_receiver: Web
+) -> None:
+    inbox, port = smtp
+    clock = FrozenClock(datetime.now(UTC))  # the receiver's library checks the timestamp
+    job_id = await quarantine(db, clock)
+    await quarantine(db, clock, queue="other")  # matches no rule
+    alerter = alerts.Alerter(store=db, clock=clock, settings=settings(port, web_receiver.base))
+    try:
+        assert await alerter.read_once() > 0
+        await alerter.deliver_all()
+    finally:
+        await alerter.close()
+
+    [mail] = inbox.messages
+    assert mail["Subject"] == f"[corral] quarantined: job {job_id} in queue billing"
+    assert mail["To"] == "ops@example.com"
+    body = mail.get_content()
+    assert f"Job: https://corral.example.com/jobs/{job_id}" in body
+    key = "poison|queue:billing|quarantined|event:"
+    assert key in body
+    assert mail["Message-ID"].endswith("@corral>")
+
+    by_path = {s["path"]: s for s in web_receiver.seen}
+    slack = json.loads(by_path["/slack"]["body"])
+    assert slack["text"].startswith(f"[corral] quarantined: job {job_id} in queue billing (poison|")
+    kinds = [b["type"] for b in slack["blocks"]]
+    assert kinds == ["header", "section", "section", "context"]
+    assert f"https://corral.example.com/jobs/{job_id}" in slack["blocks"][2]["text"]["text"]
+
+    from standardwebhooks.webhooks import Webhook
+
+    hook = by_path["/hook"]
+    sent = Webhook(SECRET).verify(hook["body"].decode(), hook["headers"])
+    assert (sent["type"], sent["job_id"], sent["cause"]) == (
+        "corral.alert.alert",
+        job_id,
+        "quarantined",
+    )
+    assert hook["headers"]["webhook-id"] == sent["key"]
+
+    history = await db.alert_list()
+    assert {(a.channel, a.state, a.tries) for a in history} == {
+        ("ops_mail", "delivered", 1),
+        ("team_slack", "delivered", 1),
+        ("hook", "delivered", 1),
+    }
+
+
+async def test_a_flapping_queue_alerts_once_digests_the_rest_and_recovers_once(
+    db: store.Store, smtp: tuple[Inbox, int], web_receiver: Web
+) -> None:
+    inbox, port = smtp
+    clock = FrozenClock()
+    s = settings(port, web_receiver.base, channels=["ops_mail"])
+    alerter = alerts.Alerter(store=db, clock=clock, settings=s)
+    try:
+        first = await quarantine(db, clock)
+        clock.advance(60)
+        more = [await quarantine(db, clock) for _ in range(12)]
+        await alerter.read_once()
+        await alerter.deliver_all()
+        assert [m["Subject"] for m in inbox.messages] == [
+            f"[corral] quarantined: job {first} in queue billing"
+        ]
+        clock.advance(600)  # the window ends: its digest is due
+        await alerter.deliver_all()
+        digest = inbox.messages[1]
+        assert (
+            digest["Subject"]
+            .strip()
+            .startswith("[corral] 12 more quarantined in queue billing since ")
+        )
+        assert ", ".join(f"job {j}" for j in more[:10]) + " and 2 more" in digest.get_content()
+        done = await succeed(db, clock)
+        await succeed(db, clock)  # a second success says nothing more
+        await alerter.read_once()
+        await alerter.deliver_all()
+    finally:
+        await alerter.close()
+    assert [m["Subject"] for m in inbox.messages[2:]] == [
+        f"[corral] recovered: queue billing (job {done} succeeded)"
+    ]
+
+
+async def test_a_crash_before_delivery_delivers_after_and_never_writes_twice(
+    db: store.Store, smtp: tuple[Inbox, int], web_receiver: Web
+) -> None:
+    """The outbox rows are written with the cursor's move: read again from the same
+    cursor (as after a crash), the events make no second row; the row written is still
+    pending and goes at the next delivery."""
+    inbox, port = smtp
+    clock = FrozenClock()
+    s = settings(port, web_receiver.base, channels=["ops_mail"])
+    await quarantine(db, clock)
+    first = alerts.Alerter(store=db, clock=clock, settings=s)
+    await first.read_once()  # ... and dies before delivering
+    again = alerts.Alerter(store=db, clock=clock, settings=s)
+    assert await again.read_once() == 0  # the cursor moved: nothing read twice
+    cursor = await db.alert_cursor(name="alerter")
+    events = await db.alert_events(after=0, limit=100)
+    stale = await db.alert_write(  # a reader that read before the move: refused
+        name="alerter", read_from=0, read_to=cursor, messages=[], digested=[], now=clock.now()
+    )
+    assert (stale, len(events) > 0) == (False, True)
+    await again.deliver_all()
+    await again.close()
+    await first.close()
+    assert len(inbox.messages) == 1
+
+
+async def test_a_channel_that_fails_is_tried_again_with_backoff_then_given_up(
+    db: store.Store, web_receiver: Web
+) -> None:
+    clock = FrozenClock()
+    dead_port = free_port()  # nothing listens
+    s = settings(dead_port, web_receiver.base, channels=["ops_mail"])
+    await quarantine(db, clock)
+    alerter = alerts.Alerter(store=db, clock=clock, settings=s)
+    try:
+        await alerter.read_once()
+        for _ in range(alerts.TRIES):
+            await alerter.deliver_all()
+            clock.advance(alerts.BACKOFF[1])
+    finally:
+        await alerter.close()
+    [a] = await db.alert_list()
+    assert (a.state, a.tries) == ("failed", alerts.TRIES)
+    tries = (await db.alert_try_list(alert_ids=[a.id]))[a.id]
+    assert len(tries) == alerts.TRIES
+    assert not any(ok for _, ok, _ in tries)
+    assert (a.last_error or "").startswith("SMTPConnectError: Error connecting to 127.0.0.1")
+
+
+async def test_a_muted_rule_says_nothing(db: store.Store, web_receiver: Web) -> None:
+    clock = FrozenClock()
+    s = settings(free_port(), web_receiver.base, channels=["hook"])
+    await db.alert_mute(rule="poison", until=clock.now() + timedelta(hours=2), now=clock.now())
+    await quarantine(db, clock)
+    alerter = alerts.Alerter(store=db, clock=clock, settings=s)
+    await alerter.read_once()
+    await alerter.close()
+    assert await db.alert_list() == []
+
+
+def test_rules_match_on_every_key_given() -> None:
+    rule = config.AlertRule(
+        on=("failed",),
+        match={"queue": "q", "labels": {"team": "data"}},
+        channels=("c",),  # type: ignore[arg-type]
+    )
+    base = rules.Happening(
+        event_id=1,
+        at=FrozenClock().now(),
+        cause="failed",
+        job_id=1,
+        queue="q",
+        tenant="default",
+        executor="process",
+        labels={"team": "data", "x": "y"},
+        schedule=None,
+        reason="r",
+    )
+    assert rules.matches(rule, base)
+    assert not rules.matches(rule, rules.Happening(**{**_fields(base), "queue": "other"}))
+    assert not rules.matches(rule, rules.Happening(**{**_fields(base), "labels": {}}))
+
+
+def _fields(h: rules.Happening) -> dict[str, Any]:
+    return {name: getattr(h, name) for name in h.__slots__}  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("alerts_settings", "message"),
+    [
+        (
+            {"rules": {"r": {"on": ["failed"], "channels": ["nope"]}}},
+            "rules.r.channels: unknown channel 'nope'",
+        ),
+        (
+            {
+                "channels": {
+                    "m": {"kind": "email", "smtp_url": "smtp://h", "from": "x", "to": ["a@b.c"]}
+                }
+            },
+            "'x' is not an e-mail address",
+        ),
+        (
+            {"channels": {"s": {"kind": "slack", "webhook_url": "hooks.slack.com/x"}}},
+            "is not an http:// or https:// URL",
+        ),
+        (
+            {
+                "channels": {"s": {"kind": "slack", "webhook_url": "https://h/x"}},
+                "rules": {"r": {"on": ["failed"], "channels": ["s"], "after": 0}},
+            },
+            "alerts.rules.r.after",
+        ),
+        (
+            {
+                "channels": {"s": {"kind": "slack", "webhook_url": "https://h/x"}},
+                "rules": {"r": {"on": ["exploded"], "channels": ["s"]}},
+            },
+            "alerts.rules.r.on.0",
+        ),
+    ],
+)
+def test_bad_alert_settings_are_refused_naming_the_key(
+    alerts_settings: dict[str, Any], message: str
+) -> None:
+    from corral import errors
+
+    with pytest.raises(errors.ConfigError) as caught:
+        config.Settings.load(alerts=alerts_settings)
+    assert message in str(caught.value)
+
+
+def test_a_message_s_words_name_what_happened() -> None:
+    a = alerts.store.alerts.Alert(  # type: ignore[attr-defined]
+        id=1,
+        dedupe_key="poison|queue:billing|quarantined|event:9|c",
+        rule="poison",
+        channel="c",
+        kind="alert",
+        cause="quarantined",
+        subject="queue:billing",
+        job_id=42,
+        details={
+            "queue": "billing",
+            "tenant": "default",
+            "executor": "http",
+            "failure_class": "permanent",
+            "reason": "HTTP 404",
+            "at": "2026-12-03T10:00:00+00:00",
+        },
+        state="pending",
+        created_at=FrozenClock().now(),
+        due_at=FrozenClock().now(),
+        tries=0,
+        last_error=None,
+        delivered_at=None,
+    )
+    said = channels.render(a)
+    assert said.title == "[corral] quarantined: job 42 in queue billing"
+    assert "Last attempt: permanent: HTTP 404" in said.lines
+    assert said.link is None
+
+
+async def test_serve_alerts_through_its_own_alerter_and_pings_the_heartbeat(
+    tmp_path: Any, web_receiver: Web
+) -> None:
+    """`corral serve` runs the alerter beside its loops: a job quarantined by its rule
+    reaches the webhook; every reconciler pass pings alerts.heartbeat_url."""
+    from corral import runtime
+    from tests.integration.test_process_executor import kill_leftovers
+    from tests.support.wait import PATIENCE, eventually
+
+    url = f"sqlite:///{tmp_path}/corral.db"
+    s = config.Settings(
+        database_url=url,
+        state_dir=tmp_path / "state",
+        executors={"http": {"allow_networks": LOCAL}},  # type: ignore[arg-type]
+        timeouts=config.Timeouts(
+            margin="500ms",
+            tick_margin="50ms",
+            dispatch_interval="200ms",
+            observe_interval="200ms",
+            reconcile_interval="300ms",
+            launch_grace="2s",
+        ),
+        alerts={  # type: ignore[arg-type]
+            "heartbeat_url": f"{web_receiver.base}/alive",
+            "channels": {"hook": {"kind": "webhook", "url": f"{web_receiver.base}/hook"}},
+            "rules": {"all": {"on": ["quarantined"], "channels": ["hook"]}},
+        },
+    )
+    db = store.Store.connect(url)
+    await db.migrate()
+    await db.close()
+    stop = asyncio.Event()
+    loops = asyncio.create_task(runtime.serve(s, stop))
+    fail_for_good = {
+        "failure_rules": [{"on_exit_codes": {"operator": "In", "values": [3]}, "action": "fail"}]
+    }
+    try:
+        async with runtime.connect(s, platforms=False) as c:
+            job_id, _ = await c.submit(
+                spec={"command": ["sh", "-c", "exit 3"]}, policy=fail_for_good
+            )
+
+            def hooked() -> list[dict[str, Any]]:
+                return [json.loads(x["body"]) for x in web_receiver.seen if x["path"] == "/hook"]
+
+            [sent] = await eventually(hooked, what="the alert at the webhook")
+            assert (sent["cause"], sent["job_id"]) == ("quarantined", job_id)
+            await eventually(
+                lambda: [x for x in web_receiver.seen if x["path"] == "/alive"],
+                what="a heartbeat ping",
+            )
+    finally:
+        stop.set()
+        await asyncio.wait_for(loops, PATIENCE)
+        kill_leftovers(s.process_root)
