@@ -438,3 +438,23 @@ async def test_serve_alerts_through_its_own_alerter_and_pings_the_heartbeat(
         stop.set()
         await asyncio.wait_for(loops, PATIENCE)
         kill_leftovers(s.process_root)
+
+
+async def test_alerters_reading_at_once_write_each_message_once(
+    db: store.Store, web_receiver: Web
+) -> None:
+    """Any number of alerters may run: the cursor's compare-and-set lets one of two that
+    read the same events write their messages."""
+    clock = FrozenClock()
+    s = settings(free_port(), web_receiver.base, channels=["hook"], throttle="1ms")
+    for _ in range(20):
+        await quarantine(db, clock)
+        clock.advance(1)
+    readers = [alerts.Alerter(store=db, clock=clock, settings=s) for _ in range(4)]
+    for _ in range(3):
+        await asyncio.gather(*(r.read_once() for r in readers))
+    for r in readers:
+        await r.close()
+    made = await db.alert_list(limit=100)
+    assert len(made) == 20
+    assert len({a.dedupe_key for a in made}) == 20
