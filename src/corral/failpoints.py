@@ -27,6 +27,7 @@ NAMES = frozenset(
         "before_record_running",  # every launch of a tick is done; `running` not yet written
         "mid_completion",  # attempts ended inside the completion's transaction, jobs not yet
         "mid_repair",  # the reconciler relaunched an attempt and has not recorded it yet
+        "after_alerts_written",  # the alerter's messages are in the outbox; none delivered
     }
 )
 ACTIONS = frozenset({"crash", "error"})

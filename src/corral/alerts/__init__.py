@@ -19,7 +19,7 @@ from datetime import timedelta
 
 import httpx
 
-from corral import clock, config, errors, model, store
+from corral import clock, config, errors, failpoints, model, store
 from corral.alerts import channels, rules
 from corral.store.alerts import Alert
 
@@ -122,6 +122,7 @@ class Alerter:
             now=now,
         )
         if wrote and (messages or digested):
+            failpoints.hit("after_alerts_written")
             log.info(
                 "events %d..%d: %d messages, %d into digests",
                 usable[0][0].id,
