@@ -351,9 +351,7 @@ ALERT_CAUSES = (
 unknown class, a retry waiting for an empty budget, a firing late or missed, a job past
 its SLA, and `after` failures in a row of a schedule or queue."""
 
-ALERT_CAUSES_TO_COME = frozenset(
-    {"schedule_late", "schedule_missed", "sla_missed", "consecutive_failures"}
-)
+ALERT_CAUSES_TO_COME = frozenset({"schedule_late", "schedule_missed", "sla_missed"})
 """Causes the settings will take once the alerter watches for them: refused until then,
 never accepted and silently ignored."""
 

@@ -458,3 +458,42 @@ async def test_alerters_reading_at_once_write_each_message_once(
     made = await db.alert_list(limit=100)
     assert len(made) == 20
     assert len({a.dedupe_key for a in made}) == 20
+
+
+async def test_consecutive_failures_alert_from_the_after_th_in_a_row_and_a_success_resets(
+    db: store.Store, web_receiver: Web
+) -> None:
+    clock = FrozenClock()
+    s = settings(
+        free_port(),
+        web_receiver.base,
+        on=["consecutive_failures"],
+        after=3,
+        channels=["hook"],
+        throttle="1ms",
+    )
+    alerter = alerts.Alerter(store=db, clock=clock, settings=s)
+    try:
+        for _ in range(2):
+            await quarantine(db, clock)
+            clock.advance(1)
+        await alerter.read_once()  # two in a row: nothing yet (the count is kept)
+        assert await db.alert_list() == []
+        third = await quarantine(db, clock)
+        clock.advance(1)
+        await alerter.read_once()
+        await succeed(db, clock)  # resets the count, and recovers the subject
+        clock.advance(1)
+        for _ in range(2):
+            await quarantine(db, clock)
+            clock.advance(1)
+        await alerter.read_once()
+    finally:
+        await alerter.close()
+    made = sorted(await db.alert_list(), key=lambda a: a.id)
+    assert [(a.kind, a.cause, a.job_id) for a in made] == [
+        ("alert", "consecutive_failures", third),
+        ("recovered", "succeeded", third + 1),
+    ]
+    said = channels.render(made[0])
+    assert said.title == f"[corral] 3 failures in a row in queue billing (job {third})"

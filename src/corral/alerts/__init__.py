@@ -107,12 +107,13 @@ class Alerter:
         ]
         sent = await self.store.alert_sent(pairs=pairs)
         muted = frozenset(await self.store.alert_muted(now=now))
-        messages, digested = rules.plan(
+        made = rules.plan(
             seen,
             self.rules,
-            {k: rules.Sent(at, recovered) for k, (at, recovered) in sent.items()},
+            {k: rules.Sent(at, recovered, streak) for k, (at, recovered, streak) in sent.items()},
             muted=muted,
         )
+        messages, digested = made.messages, made.digested
         wrote = await self.store.alert_write(
             name=self.name,
             read_from=cursor,
@@ -120,6 +121,7 @@ class Alerter:
             messages=[_row(m) for m in messages],
             digested=[_digested(d) for d in digested],
             now=now,
+            streaks=made.streaks,
         )
         if wrote and (messages or digested):
             failpoints.hit("after_alerts_written")

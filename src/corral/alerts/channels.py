@@ -66,6 +66,14 @@ def render(alert: Alert, base_url: str | None = None) -> Rendered:
     elif alert.kind == "test":
         title = f"[corral] test message for channel {alert.channel}"
         lines = ["If you read this, corral can reach you here."]
+    elif alert.cause == "consecutive_failures":
+        title = f"[corral] {d.get('streak')} failures in a row in {about} (job {alert.job_id})"
+        lines = [
+            f"Rule {alert.rule}: {d.get('streak')} jobs in a row ended without succeeding.",
+            f"The last: job {alert.job_id}, {d.get('failure_class') or 'no class'}:"
+            f" {d.get('reason')}",
+            f"At: {_when(d.get('at'))}",
+        ]
     else:
         title = f"[corral] {alert.cause}: job {alert.job_id} in {about}"
         lines = [

@@ -100,6 +100,7 @@ class Sent:
 
     last_alert_at: datetime | None = None
     recovered_since: bool = True
+    streak: int = 0  # jobs of the subject that ended badly since its last success
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,21 +136,35 @@ class Digested:
         return f"{self.rule}|{self.subject}|digest|{self.window_start.isoformat()}|{self.channel}"
 
 
+ENDED_BADLY = frozenset({"failed", "quarantined"})
+"""What counts toward `consecutive_failures`: a job that ended without succeeding."""
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What a pass writes: messages, digest entries, and the streaks it changed."""
+
+    messages: list[Message]
+    digested: list[Digested]
+    streaks: dict[tuple[str, str], int]
+
+
 def plan(
     found: Sequence[Happening],
     rules: Mapping[str, config.AlertRule],
     sent: Mapping[tuple[str, str], Sent],
     *,
     muted: frozenset[str] = frozenset(),
-) -> tuple[list[Message], list[Digested]]:
+) -> Plan:
     """The messages and digest entries `found` (in event order) makes, given what was
     `sent` before for each (rule, subject). A failure outside its subject's throttle
     window is a message and opens the window; inside it, an entry of the window's digest.
-    A success is a `recovered` message where a failure message was sent (a schedule's or a
-    queue's, never a one-off's: the subject is never the job). Muted rules make nothing."""
+    `consecutive_failures` counts the subject's jobs that ended badly since its last
+    success, and is a failure from the `after`-th on. A success is a `recovered` message
+    where a failure message was sent (a schedule's or a queue's, never a one-off's: the
+    subject is never the job). Muted rules make nothing, and count nothing."""
     sent = dict(sent)
-    messages: list[Message] = []
-    digested: list[Digested] = []
+    out = Plan([], [], {})
     for h in found:
         for name, rule in rules.items():
             if name in muted or not matches(rule, h):
@@ -157,29 +172,45 @@ def plan(
             about = subject(rule, h)
             before = sent.get((name, about), Sent())
             if h.cause == SUCCEEDED:
-                if before.recovered_since:
-                    continue
-                sent[(name, about)] = replace(before, recovered_since=True)
-                messages += _each_channel(rule, name, "recovered", SUCCEEDED, about, h)
+                if before.streak:
+                    out.streaks[(name, about)] = 0
+                sent[(name, about)] = replace(before, recovered_since=True, streak=0)
+                if not before.recovered_since:
+                    out.messages.extend(_each_channel(rule, name, "recovered", SUCCEEDED, about, h))
                 continue
-            if h.cause not in rule.on:
+            cause = h.cause
+            if cause in ENDED_BADLY and "consecutive_failures" in rule.on:
+                before = replace(before, streak=before.streak + 1)
+                sent[(name, about)] = before
+                out.streaks[(name, about)] = before.streak
+                if before.streak >= rule.after and cause not in rule.on:
+                    cause = "consecutive_failures"
+            if cause not in rule.on:
                 continue
             opened = before.last_alert_at
             if opened is not None and h.at < opened + rule.throttle:
-                digested += [
-                    Digested(name, ch, about, opened, opened + rule.throttle, h.job_id, h.cause)
+                out.digested.extend(
+                    Digested(name, ch, about, opened, opened + rule.throttle, h.job_id, cause)
                     for ch in rule.channels
-                ]
+                )
                 continue
-            sent[(name, about)] = Sent(last_alert_at=h.at, recovered_since=False)
-            messages += _each_channel(rule, name, "alert", h.cause, about, h)
-    return messages, digested
+            sent[(name, about)] = replace(before, last_alert_at=h.at, recovered_since=False)
+            extra = {"streak": before.streak} if cause == "consecutive_failures" else {}
+            out.messages.extend(_each_channel(rule, name, "alert", cause, about, h, extra))
+    return out
 
 
 def _each_channel(
-    rule: config.AlertRule, name: str, kind: str, cause: str, about: str, h: Happening
+    rule: config.AlertRule,
+    name: str,
+    kind: str,
+    cause: str,
+    about: str,
+    h: Happening,
+    extra: Mapping[str, Any] | None = None,
 ) -> list[Message]:
     details = {
+        **(extra or {}),
         "reason": h.reason,
         "queue": h.queue,
         "tenant": h.tenant,

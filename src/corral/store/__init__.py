@@ -563,7 +563,7 @@ class Store:
 
     async def alert_sent(
         self, *, pairs: Sequence[tuple[str, str]]
-    ) -> dict[tuple[str, str], tuple[datetime | None, bool]]:
+    ) -> dict[tuple[str, str], tuple[datetime | None, bool, int]]:
         return await self._tx(alerts.alert_sent, pairs=pairs)
 
     async def alert_write(
@@ -575,6 +575,7 @@ class Store:
         messages: Sequence[Mapping[str, Any]],
         digested: Sequence[Mapping[str, Any]],
         now: datetime,
+        streaks: Mapping[tuple[str, str], int] | None = None,
     ) -> bool:
         return await self._tx(
             alerts.alert_write,
@@ -584,6 +585,7 @@ class Store:
             messages=messages,
             digested=digested,
             now=now,
+            streaks=streaks,
         )
 
     async def alerts_due(self, *, now: datetime, limit: int) -> list[alerts.Alert]:

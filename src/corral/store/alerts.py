@@ -18,6 +18,7 @@ from corral.store.tables import (
     PENDING,
     alert_cursors,
     alert_mutes,
+    alert_streaks,
     alert_tries,
     alerts,
     events,
@@ -89,11 +90,16 @@ def alert_events(
 
 def alert_sent(
     conn: Connection, *, pairs: Sequence[tuple[str, str]]
-) -> dict[tuple[str, str], tuple[datetime | None, bool]]:
-    """For each (rule, subject): when its newest failure message was made, and whether a
-    recovered message came after it."""
-    out: dict[tuple[str, str], tuple[datetime | None, bool]] = {}
+) -> dict[tuple[str, str], tuple[datetime | None, bool, int]]:
+    """For each (rule, subject): when its newest failure message was made, whether a
+    recovered message came after it, and its streak of jobs that ended badly."""
+    out: dict[tuple[str, str], tuple[datetime | None, bool, int]] = {}
     for rule, about in sorted(set(pairs)):
+        streak = conn.execute(
+            select(alert_streaks.c.failures).where(
+                alert_streaks.c.rule == rule, alert_streaks.c.subject == about
+            )
+        ).scalar()
         newest = {
             kind: conn.execute(
                 select(AL.id, AL.created_at)
@@ -105,12 +111,10 @@ def alert_sent(
         }
         alert, recovered = newest["alert"], newest["recovered"]
         if alert is None:
-            out[(rule, about)] = (None, True)
+            out[(rule, about)] = (None, True, streak or 0)
         else:
-            out[(rule, about)] = (
-                alert.created_at,
-                recovered is not None and recovered.id > alert.id,
-            )
+            after = recovered is not None and recovered.id > alert.id
+            out[(rule, about)] = (alert.created_at, after, streak or 0)
     return out
 
 
@@ -123,6 +127,7 @@ def alert_write(
     messages: Sequence[Mapping[str, Any]],
     digested: Sequence[Mapping[str, Any]],
     now: datetime,
+    streaks: Mapping[tuple[str, str], int] | None = None,
 ) -> bool:
     """Move the cursor `name` from `read_from` to `read_to` and write what the events in
     between made, in one transaction; False (and nothing written) when another alerter
@@ -144,6 +149,14 @@ def alert_write(
     if rows:
         conn.execute(dialects.insert_ignore_conflict(conn, alerts, ["dedupe_key"]), rows)
     _digest(conn, digested, now)
+    for (rule, about), failures in sorted((streaks or {}).items()):
+        row = {"rule": rule, "subject": about, "failures": failures}
+        stmt = dialects.upsert(conn, alert_streaks).values(**row)
+        conn.execute(
+            stmt.on_conflict_do_update(
+                index_elements=["rule", "subject"], set_={"failures": failures}
+            )
+        )
     return True
 
 

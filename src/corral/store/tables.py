@@ -316,6 +316,14 @@ alert_cursors = Table(
     Column("updated_at", UTCDateTime, nullable=False),
 )
 
+alert_streaks = Table(
+    "alert_streaks",
+    metadata,
+    Column("rule", String(200), primary_key=True),
+    Column("subject", String(300), primary_key=True),
+    Column("failures", Integer, nullable=False),
+)
+
 alert_mutes = Table(
     "alert_mutes",
     metadata,

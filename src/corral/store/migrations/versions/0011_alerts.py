@@ -5,6 +5,7 @@ cause and what it is about, and the channel): the alerter writes them in the tra
 that moves its cursor over the events they come from, so a crash neither loses one nor
 makes one twice. A row is pending until delivered (or given up); `alert_tries` records
 every try. `alert_cursors` holds how far each reader of the events has come;
+`alert_streaks` how many jobs of a subject ended badly in a row (consecutive_failures);
 `alert_mutes` the rules muted until a time.
 
 Revision ID: 0011
@@ -78,6 +79,13 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("name", name="pk_alert_cursors"),
     )
     op.create_table(
+        "alert_streaks",
+        sa.Column("rule", sa.String(200), nullable=False),
+        sa.Column("subject", sa.String(300), nullable=False),
+        sa.Column("failures", sa.Integer(), nullable=False),
+        sa.PrimaryKeyConstraint("rule", "subject", name="pk_alert_streaks"),
+    )
+    op.create_table(
         "alert_mutes",
         sa.Column("rule", sa.String(200), nullable=False),
         sa.Column("until", When, nullable=False),
@@ -88,6 +96,7 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.drop_table("alert_mutes")
+    op.drop_table("alert_streaks")
     op.drop_table("alert_cursors")
     op.drop_index("ix_alert_tries_alert", table_name="alert_tries")
     op.drop_table("alert_tries")
