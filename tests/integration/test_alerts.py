@@ -497,3 +497,24 @@ async def test_consecutive_failures_alert_from_the_after_th_in_a_row_and_a_succe
     ]
     said = channels.render(made[0])
     assert said.title == f"[corral] 3 failures in a row in queue billing (job {third})"
+
+
+async def test_a_window_read_over_several_passes_has_one_digest(
+    db: store.Store, web_receiver: Web
+) -> None:
+    clock = FrozenClock()
+    s = settings(free_port(), web_receiver.base, channels=["hook"])
+    alerter = alerts.Alerter(store=db, clock=clock, settings=s)
+    try:
+        for _ in range(2):  # the first opens the window; the second is in its digest
+            await quarantine(db, clock)
+        clock.advance(5)  # read a little after
+        await alerter.read_once()
+        for _ in range(2):  # each pass later, inside the window
+            await quarantine(db, clock)
+            clock.advance(5)
+            await alerter.read_once()
+    finally:
+        await alerter.close()
+    digests = [a for a in await db.alert_list() if a.kind == "digest"]
+    assert [(d.details["count"], len(d.details["jobs"])) for d in digests] == [(3, 3)]

@@ -91,8 +91,9 @@ def alert_events(
 def alert_sent(
     conn: Connection, *, pairs: Sequence[tuple[str, str]]
 ) -> dict[tuple[str, str], tuple[datetime | None, bool, int]]:
-    """For each (rule, subject): when its newest failure message was made, whether a
-    recovered message came after it, and its streak of jobs that ended badly."""
+    """For each (rule, subject): when what its newest failure message is about happened
+    (its throttle window's start), whether a recovered message came after it, and its
+    streak of jobs that ended badly."""
     out: dict[tuple[str, str], tuple[datetime | None, bool, int]] = {}
     for rule, about in sorted(set(pairs)):
         streak = conn.execute(
@@ -102,7 +103,7 @@ def alert_sent(
         ).scalar()
         newest = {
             kind: conn.execute(
-                select(AL.id, AL.created_at)
+                select(AL.id, AL.created_at, AL.details)
                 .where(AL.rule == rule, AL.subject == about, AL.kind == kind)
                 .order_by(AL.id.desc())
                 .limit(1)
@@ -112,9 +113,11 @@ def alert_sent(
         alert, recovered = newest["alert"], newest["recovered"]
         if alert is None:
             out[(rule, about)] = (None, True, streak or 0)
-        else:
+        else:  # the window opened when what it is about happened (the rules' clock)
+            at = alert.details.get("at")
+            opened = datetime.fromisoformat(at) if isinstance(at, str) else alert.created_at
             after = recovered is not None and recovered.id > alert.id
-            out[(rule, about)] = (alert.created_at, after, streak or 0)
+            out[(rule, about)] = (opened, after, streak or 0)
     return out
 
 
