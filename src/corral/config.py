@@ -351,7 +351,7 @@ ALERT_CAUSES = (
 unknown class, a retry waiting for an empty budget, a firing late or missed, a job past
 its SLA, and `after` failures in a row of a schedule or queue."""
 
-ALERT_CAUSES_TO_COME = frozenset({"schedule_late", "schedule_missed", "sla_missed"})
+ALERT_CAUSES_TO_COME = frozenset({"schedule_late", "schedule_missed"})
 """Causes the settings will take once the alerter watches for them: refused until then,
 never accepted and silently ignored."""
 
@@ -1304,6 +1304,11 @@ class JobPolicy(BaseModel):
     on_unknown: Literal["wait", "fence_and_relaunch"] = "wait"
     failure_rules: tuple[FailureRule, ...] = Field((), max_length=20)
     quarantine_after: int | None = Field(None, ge=1, le=100)
+    sla: Duration | None = Field(
+        None,
+        description="By when the job must have succeeded, counted from its run_at (a"
+        " firing's: from its nominal time); past it, an sla_missed alert.",
+    )
 
     @classmethod
     def read(cls, stored: Mapping[str, Any] | None) -> JobPolicy:

@@ -80,6 +80,7 @@ class Pass:
     orphans_cancelled: int = 0
     forgotten: int = 0
     jobs_removed: int = 0
+    slas_missed: int = 0
 
     def __str__(self) -> str:
         return ", ".join(
@@ -170,7 +171,9 @@ class Reconciler:
             await self._stop_orphans(executor, summary)
         if self.clock.monotonic() >= self._retention_due:
             await self._remove_old_jobs(summary)
-        if summary.looked or summary.orphans_cancelled or summary.forgotten or summary.jobs_removed:
+        summary.slas_missed = await self.store.sla_check(now=self.clock.now())
+        done = (summary.orphans_cancelled, summary.forgotten, summary.jobs_removed)
+        if summary.looked or summary.slas_missed or any(done):
             log.info("pass: %s", summary)
         return summary
 

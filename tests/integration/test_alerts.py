@@ -518,3 +518,54 @@ async def test_a_window_read_over_several_passes_has_one_digest(
         await alerter.close()
     digests = [a for a in await db.alert_list() if a.kind == "digest"]
     assert [(d.details["count"], len(d.details["jobs"])) for d in digests] == [(3, 3)]
+
+
+async def test_an_sla_missed_with_no_failure_alerts_and_one_met_does_not(
+    db: store.Store, web_receiver: Web
+) -> None:
+    from corral import reconciler
+    from tests.support.platform import Platform
+
+    clock = FrozenClock()
+    sla = {"sla": 60.0}
+    [(late, _), (met, _)] = await db.job_submit(
+        new=[
+            model.NewJob(executor="noop", spec={}, queue="billing", policy=sla),
+            model.NewJob(executor="noop", spec={}, queue="billing", policy=sla),
+        ],
+        now=clock.now(),
+    )
+    claimed = await db.job_claim(now=clock.now(), limit=2, executors=["noop"])
+    done = next(c for c in claimed if c.job.id == met)
+    await db.attempt_finish(
+        finishes=[Finish(done.attempt.id, A.SUCCEEDED, 0, None)], now=clock.now()
+    )
+    s = settings(free_port(), web_receiver.base, on=["sla_missed"], channels=["hook"])
+    r = reconciler.Reconciler(store=db, executors={"noop": Platform()}, clock=clock, settings=s)
+    assert (await r.run_once()).slas_missed == 0  # not due yet
+    clock.advance(61)
+    assert (await r.run_once()).slas_missed == 1
+    assert (await r.run_once()).slas_missed == 0  # noted once
+    alerter = alerts.Alerter(store=db, clock=clock, settings=s)
+    try:
+        await alerter.read_once()
+    finally:
+        await alerter.close()
+    [a] = await db.alert_list()
+    assert (a.cause, a.job_id) == ("sla_missed", late)
+    note = (await db.event_list(job_id=late))[-1]
+    assert note.reason.startswith("SLA missed: not succeeded by ")
+    assert (await db.job_get(job_id=late)).state == J.RUNNING  # a note, not a change
+
+
+async def test_a_firing_s_sla_counts_from_its_nominal_time(db: store.Store) -> None:
+    clock = FrozenClock()
+    nominal = clock.now() - timedelta(seconds=100)  # fired late, e.g. caught up
+    payload = model.firing_payload(
+        None, schedule="nightly", nominal=nominal, interval_end=clock.now()
+    )
+    await db.job_submit(
+        new=[model.NewJob(executor="noop", spec={}, payload=payload, policy={"sla": 60.0})],
+        now=clock.now(),
+    )
+    assert await db.sla_check(now=clock.now()) == 1  # due at nominal + 60s: passed

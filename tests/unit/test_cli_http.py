@@ -98,3 +98,11 @@ def test_a_header_given_twice_is_refused_and_an_empty_body_is_kept() -> None:
     with pytest.raises(errors.InvalidInput, match="--data: only with --http"):
         arguments(data="")
     assert arguments(http_request=("POST", "https://x.example"), data="")["spec"]["body"] == ""
+
+
+def test_sla_goes_into_the_policy_and_a_bad_one_is_refused_naming_the_option() -> None:
+    assert arguments(("true",), sla="15m")["policy"] == {"sla": "15m"}
+    with pytest.raises(errors.InvalidInput, match="--sla"):
+        arguments(("true",), sla="soon")
+    with pytest.raises(errors.InvalidInput, match="--sla and --policy sla"):
+        arguments(("true",), sla="15m", policy_json='{"sla": "1h"}')

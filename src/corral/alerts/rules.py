@@ -39,7 +39,9 @@ def happening(event: model.Event, job: model.Job) -> Happening | None:
     details = event.details or {}
     cls = details.get("failure_class")
     cause = None
-    if event.entity == "attempt" and event.to_state == A.LOST:
+    if details.get("sla") == "missed":
+        cause = "sla_missed"
+    elif event.entity == "attempt" and event.to_state == A.LOST:
         cause = "lost"
     elif event.entity == "job":
         cause = {

@@ -179,8 +179,7 @@ def scheduler_cmd(state: State, health_file: Path | None) -> None:
 @config_option
 @click.pass_obj
 def alerter_cmd(state: State, health_file: Path | None) -> None:
-    """Run the alerter alone (reads the run log, sends alerts; any number may run at once
-    on PostgreSQL)."""
+    """Run the alerter alone (reads the run log, sends alerts; any number may run at once)."""
     if not state.settings().alerts.rules:
         raise click.UsageError("no alert rules in the settings: [alerts.rules.NAME]")
     _run_loops(state, health_file, demo=False, loops=("alert",))

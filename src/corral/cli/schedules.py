@@ -88,6 +88,7 @@ _JOB_FIELDS = {
     "deadline": "policy",
     "heartbeat": "policy",
     "on_unknown": "policy",
+    "sla": "policy",
 }
 
 
@@ -183,6 +184,8 @@ def _policy_but(template: Any, options: dict[str, Any]) -> dict[str, Any]:
         policy.pop("heartbeat", None)
     if options["on_unknown"] is not None:
         policy.pop("on_unknown", None)
+    if options.get("sla") is not None:
+        policy.pop("sla", None)
     return policy
 
 

@@ -36,9 +36,15 @@ def labels_from(pairs: tuple[str, ...]) -> dict[str, str]:
 
 
 def policy_from(
-    text: str | None, *, deadline: str | None, heartbeat: bool, on_unknown: str | None
+    text: str | None,
+    *,
+    deadline: str | None,
+    heartbeat: bool,
+    on_unknown: str | None,
+    sla: str | None = None,
 ) -> dict[str, Any]:
-    """--policy, with the shortcut options (--deadline, --heartbeat, --on-unknown) added.
+    """--policy, with the shortcut options (--deadline, --heartbeat, --on-unknown, --sla)
+    added.
     A shortcut that says something else than --policy is refused: neither wins silently."""
     policy = parse_json("--policy", text)
     if text is not None and not isinstance(policy, dict):
@@ -61,6 +67,9 @@ def policy_from(
         policy["limits"] = limits
     _agree(policy, "heartbeat", True if heartbeat else None, "--heartbeat")
     _agree(policy, "on_unknown", on_unknown, "--on-unknown")
+    if sla is not None:
+        _seconds(sla, "--sla")
+    _agree(policy, "sla", sla, "--sla")
     return policy
 
 
@@ -80,8 +89,8 @@ def _seconds(value: Any, where: str = "--policy limits.attempt_deadline") -> tim
     try:
         return config.parse_duration(value)
     except ValueError as exc:
-        if where == "--deadline":
-            raise errors.InvalidInput(f"--deadline: {exc}") from None
+        if where in ("--deadline", "--sla"):
+            raise errors.InvalidInput(f"{where}: {exc}") from None
         return None  # the policy's own check names it
 
 
@@ -273,6 +282,13 @@ JOB_OPTIONS = [
         default=None,
         help="What to do when the attempt's state is unknown (default wait).",
     ),
+    click.option(
+        "--sla",
+        default=None,
+        metavar="DURATION",
+        help="By when the job must have succeeded, e.g. 15m, from its run_at (a schedule's"
+        " firings: from each nominal time); past it, rules on sla_missed alert.",
+    ),
     click.option("--image", default=None, help="Container image (executor kubernetes or argo)."),
     click.option(
         "--placement", default=None, help="Placement class (executor kubernetes or argo)."
@@ -330,6 +346,7 @@ def job_arguments(
     on_unknown: str | None,
     image: str | None,
     placement: str | None,
+    sla: str | None = None,
     http_request: tuple[str, str] | None = None,
     header_lines: tuple[str, ...] = (),
     data: str | None = None,
@@ -338,7 +355,9 @@ def job_arguments(
     **options: Any,
 ) -> dict[str, Any]:
     """JOB_OPTIONS' values as `Client.submit`'s arguments."""
-    policy = policy_from(policy_json, deadline=deadline, heartbeat=heartbeat, on_unknown=on_unknown)
+    policy = policy_from(
+        policy_json, deadline=deadline, heartbeat=heartbeat, on_unknown=on_unknown, sla=sla
+    )
     given = [
         option
         for option, value in (

@@ -609,6 +609,10 @@ class Store:
     async def alert_try_list(self, *, alert_ids: Sequence[int]) -> dict[int, list[alerts.Try]]:
         return await self._tx(alerts.alert_try_list, alert_ids=alert_ids)
 
+    async def sla_check(self, *, now: datetime, limit: int = 500) -> int:
+        """Note in their run logs the jobs whose SLA passed before they succeeded."""
+        return await self._tx(alerts.sla_check, now=now, limit=limit)
+
     async def alert_mute(self, *, rule: str, until: datetime, now: datetime) -> None:
         await self._tx(alerts.alert_mute, rule=rule, until=until, now=now)
 

@@ -9,10 +9,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, insert, select, update
+from sqlalchemy import Connection, delete, insert, select, update
 
 from corral import model
 from corral.store import dialects
+from corral.store.events import event_note
 from corral.store.rows import job_from_row
 from corral.store.tables import (
     PENDING,
@@ -22,10 +23,12 @@ from corral.store.tables import (
     alert_tries,
     alerts,
     events,
+    job_slas,
     jobs,
 )
 
 AL = alerts.c
+J = model.JobState
 
 Try = tuple[datetime, bool, str | None]
 """A delivery try: when, whether it delivered, and the error if not."""
@@ -276,3 +279,38 @@ def alert_mute(conn: Connection, *, rule: str, until: datetime, now: datetime) -
 def alert_muted(conn: Connection, *, now: datetime) -> dict[str, datetime]:
     rows = conn.execute(select(alert_mutes).where(alert_mutes.c.until > now))
     return {r.rule: r.until for r in rows}
+
+
+SLA_MISSED = "missed"
+"""The `sla` detail of the run-log note a missed SLA leaves."""
+
+
+def sla_check(conn: Connection, *, now: datetime, limit: int) -> int:
+    """Look at up to `limit` SLAs that are due: a job that has not succeeded (nor been
+    cancelled) gets a note in its run log that it missed it; every row looked at goes.
+    How many were missed."""
+    rows = conn.execute(
+        select(job_slas.c.job_id, job_slas.c.due_at, jobs.c.state)
+        .outerjoin(jobs, jobs.c.id == job_slas.c.job_id)
+        .where(job_slas.c.due_at <= now)
+        .order_by(job_slas.c.due_at)
+        .limit(limit)
+    ).all()
+    if not rows:
+        return 0
+    missed = [r for r in rows if r.state not in (None, J.SUCCEEDED, J.CANCELLED)]
+    for r in missed:
+        event_note(
+            conn,
+            job_id=r.job_id,
+            attempt_id=None,
+            state=r.state,
+            entity="job",
+            reason=f"SLA missed: not succeeded by {r.due_at.isoformat()}",
+            now=now,
+            details={"sla": SLA_MISSED, "due_at": r.due_at.isoformat()},
+        )
+    conn.execute(
+        delete(job_slas).where(dialects.one_of(conn, job_slas.c.job_id, [r.job_id for r in rows]))
+    )
+    return len(missed)

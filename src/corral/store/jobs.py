@@ -9,12 +9,13 @@ from typing import Any
 
 from sqlalchemy import Connection, case, func, insert, select
 
-from corral import errors, model
+from corral import config, errors, model
 from corral.store import dialects
 from corral.store.events import event_insert, event_row, transition
 from corral.store.rows import attempt_from_row, job_from_row
 from corral.store.tables import (
     attempts,
+    job_slas,
     jobs,
 )
 
@@ -47,6 +48,7 @@ def job_submit(
         ):
             out[i] = made
     result = [o for o in out if o is not None]
+    _slas(conn, new, result, now)
     event_insert(
         conn,
         [
@@ -64,6 +66,31 @@ def job_submit(
         ],
     )
     return result
+
+
+def _slas(
+    conn: Connection, new: Sequence[model.NewJob], made: Sequence[tuple[int, bool]], now: datetime
+) -> None:
+    """When each new job with an SLA must have succeeded by: its policy's `sla` from its
+    run_at, or for a firing's job from its nominal time."""
+    rows = []
+    for job, (job_id, created) in zip(new, made, strict=True):
+        sla = config.JobPolicy.read(job.policy).sla if created and job.policy else None
+        if sla is not None:
+            rows.append({"job_id": job_id, "due_at": _counted_from(job, now) + sla})
+    if rows:
+        conn.execute(insert(job_slas), rows)
+
+
+def _counted_from(job: model.NewJob, now: datetime) -> datetime:
+    firing = job.payload.get(model.FIRING) if isinstance(job.payload, dict) else None
+    nominal = firing.get("nominal_time") if isinstance(firing, dict) else None
+    if isinstance(nominal, str):
+        try:
+            return datetime.fromisoformat(nominal.replace("Z", "+00:00"))
+        except ValueError:
+            pass
+    return job.run_at or now
 
 
 def _first_state(job: model.NewJob, now: datetime, hold: bool = True) -> model.JobState:

@@ -12,7 +12,7 @@ from sqlalchemy import Connection, RowMapping, delete, func, insert, select
 
 from corral import model
 from corral.store import dialects
-from corral.store.tables import attempts, checkpoints, events, jobs, run_logs
+from corral.store.tables import attempts, checkpoints, events, job_slas, jobs, run_logs
 
 J = model.JobState
 
@@ -108,7 +108,7 @@ def jobs_forget(conn: Connection, *, before: datetime, limit: int) -> int:
             )
         ).scalars()
     )
-    for table in (run_logs, events, checkpoints, attempts):
+    for table in (run_logs, events, checkpoints, attempts, job_slas):
         conn.execute(delete(table).where(dialects.one_of(conn, table.c.job_id, ids)))
     conn.execute(delete(jobs).where(dialects.one_of(conn, jobs.c.id, ids)))
     return len(ids)

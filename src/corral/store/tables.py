@@ -324,6 +324,16 @@ alert_streaks = Table(
     Column("failures", Integer, nullable=False),
 )
 
+# A job's SLA (its policy's `sla`): when it must have succeeded by. The reconciler reads
+# the rows that are due, notes a miss in the job's run log, and removes them.
+job_slas = Table(
+    "job_slas",
+    metadata,
+    Column("job_id", Id, primary_key=True, autoincrement=False),
+    Column("due_at", UTCDateTime, nullable=False),
+    Index("ix_job_slas_due_at", "due_at"),
+)
+
 alert_mutes = Table(
     "alert_mutes",
     metadata,

@@ -6,7 +6,8 @@ that moves its cursor over the events they come from, so a crash neither loses o
 makes one twice. A row is pending until delivered (or given up); `alert_tries` records
 every try. `alert_cursors` holds how far each reader of the events has come;
 `alert_streaks` how many jobs of a subject ended badly in a row (consecutive_failures);
-`alert_mutes` the rules muted until a time.
+`alert_mutes` the rules muted until a time; `job_slas` when each job with an SLA must have
+succeeded by, until the reconciler has looked at it then.
 
 Revision ID: 0011
 Revises: 0010
@@ -86,6 +87,13 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("rule", "subject", name="pk_alert_streaks"),
     )
     op.create_table(
+        "job_slas",
+        sa.Column("job_id", Id, autoincrement=False),
+        sa.Column("due_at", When, nullable=False),
+        sa.PrimaryKeyConstraint("job_id", name="pk_job_slas"),
+    )
+    op.create_index("ix_job_slas_due_at", "job_slas", ["due_at"])
+    op.create_table(
         "alert_mutes",
         sa.Column("rule", sa.String(200), nullable=False),
         sa.Column("until", When, nullable=False),
@@ -96,6 +104,8 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.drop_table("alert_mutes")
+    op.drop_index("ix_job_slas_due_at", table_name="job_slas")
+    op.drop_table("job_slas")
     op.drop_table("alert_streaks")
     op.drop_table("alert_cursors")
     op.drop_index("ix_alert_tries_alert", table_name="alert_tries")
