@@ -796,8 +796,9 @@ def explain(view: JobView, now: datetime, *, pool: tuple[int, int] | None = None
     """Why a job is where it is, in one line, from its row, attempts and run log (and, for
     a job in a pool, the pool's (running, slots))."""
     job, J = view.job, model.JobState
-    last = view.events[-1].reason if view.events else ""
-    news = view.events[-1].details if view.events else {}
+    changes = [e for e in view.events if not (e.details or {}).get("sla")]  # not its notes
+    last = changes[-1].reason if changes else ""
+    news = changes[-1].details if changes else {}
     wait = (job.run_at - now).total_seconds()
     at = job.run_at.strftime("%Y-%m-%d %H:%M:%S UTC")
     if job.state == J.QUEUED and wait > 0 and news.get("budget") == "empty":

@@ -359,8 +359,8 @@ _EMAIL = re.compile(r"^[^@\s<>]+@[^@\s<>]+\.[^@\s<>]+$|^[^@\s<>]+@localhost$")
 
 
 def _web_url(url: str) -> str:
-    if not re.match(r"^https?://[^/\s]+", url):
-        raise ValueError(f"{url!r} is not an http:// or https:// URL")
+    if not re.match(r"^https?://[^/\s]+", url):  # not echoed: it may hold a secret
+        raise ValueError("must be an http:// or https:// URL")
     return url
 
 
@@ -376,8 +376,10 @@ class EmailChannel(BaseModel):
     )
     sender: str = Field(alias="from", description="The From address.")
     to: tuple[str, ...] = Field(min_length=1, description="Who gets the messages.")
-    starttls: bool = Field(
-        False, description="Upgrade an smtp:// connection with STARTTLS before sending."
+    starttls: bool | None = Field(
+        None,
+        description="smtp://: upgrade with STARTTLS before sending; unset, when the server"
+        " offers it; false, never (then a password crosses in the clear).",
     )
     timeout: Duration = Field(timedelta(seconds=30), description="Most one delivery may take.")
 

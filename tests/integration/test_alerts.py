@@ -115,6 +115,14 @@ def settings(port: int, web_base: str, **rule: Any) -> config.Settings:
     )
 
 
+async def listening(db: store.Store) -> None:
+    """An alerter's cursor from the start, as if it had run since the store was made: a
+    new one starts after the newest event."""
+    await db.alert_write(
+        name="alerter", read_from=0, read_to=0, messages=[], digested=[], now=FrozenClock().now()
+    )
+
+
 async def quarantine(db: store.Store, clock: FrozenClock, queue: str = "billing") -> int:
     """A job of `queue` that fails permanently: quarantined at once."""
     [(job_id, _)] = await db.job_submit(
@@ -140,6 +148,7 @@ async def test_a_quarantine_reaches_email_slack_and_a_signed_webhook(
 ) -> None:
     inbox, port = smtp
     clock = FrozenClock(datetime.now(UTC))  # the receiver's library checks the timestamp
+    await listening(db)
     job_id = await quarantine(db, clock)
     await quarantine(db, clock, queue="other")  # matches no rule
     alerter = alerts.Alerter(store=db, clock=clock, settings=settings(port, web_receiver.base))
@@ -189,6 +198,7 @@ async def test_a_flapping_queue_alerts_once_digests_the_rest_and_recovers_once(
 ) -> None:
     inbox, port = smtp
     clock = FrozenClock()
+    await listening(db)
     s = settings(port, web_receiver.base, channels=["ops_mail"])
     alerter = alerts.Alerter(store=db, clock=clock, settings=s)
     try:
@@ -228,6 +238,7 @@ async def test_a_crash_before_delivery_delivers_after_and_never_writes_twice(
     pending and goes at the next delivery."""
     inbox, port = smtp
     clock = FrozenClock()
+    await listening(db)
     s = settings(port, web_receiver.base, channels=["ops_mail"])
     await quarantine(db, clock)
     first = alerts.Alerter(store=db, clock=clock, settings=s)
@@ -250,6 +261,7 @@ async def test_a_channel_that_fails_is_tried_again_with_backoff_then_given_up(
     db: store.Store, web_receiver: Web
 ) -> None:
     clock = FrozenClock()
+    await listening(db)
     dead_port = free_port()  # nothing listens
     s = settings(dead_port, web_receiver.base, channels=["ops_mail"])
     await quarantine(db, clock)
@@ -271,6 +283,7 @@ async def test_a_channel_that_fails_is_tried_again_with_backoff_then_given_up(
 
 async def test_a_muted_rule_says_nothing(db: store.Store, web_receiver: Web) -> None:
     clock = FrozenClock()
+    await listening(db)
     s = settings(free_port(), web_receiver.base, channels=["hook"])
     await db.alert_mute(rule="poison", until=clock.now() + timedelta(hours=2), now=clock.now())
     await quarantine(db, clock)
@@ -324,7 +337,7 @@ def _fields(h: rules.Happening) -> dict[str, Any]:
         ),
         (
             {"channels": {"s": {"kind": "slack", "webhook_url": "hooks.slack.com/x"}}},
-            "is not an http:// or https:// URL",
+            "alerts.channels.s.slack.webhook_url: must be an http:// or https:// URL",
         ),
         (
             {
@@ -446,6 +459,7 @@ async def test_alerters_reading_at_once_write_each_message_once(
     """Any number of alerters may run: the cursor's compare-and-set lets one of two that
     read the same events write their messages."""
     clock = FrozenClock()
+    await listening(db)
     s = settings(free_port(), web_receiver.base, channels=["hook"], throttle="1ms")
     for _ in range(20):
         await quarantine(db, clock)
@@ -464,6 +478,7 @@ async def test_consecutive_failures_alert_from_the_after_th_in_a_row_and_a_succe
     db: store.Store, web_receiver: Web
 ) -> None:
     clock = FrozenClock()
+    await listening(db)
     s = settings(
         free_port(),
         web_receiver.base,
@@ -503,6 +518,7 @@ async def test_a_window_read_over_several_passes_has_one_digest(
     db: store.Store, web_receiver: Web
 ) -> None:
     clock = FrozenClock()
+    await listening(db)
     s = settings(free_port(), web_receiver.base, channels=["hook"])
     alerter = alerts.Alerter(store=db, clock=clock, settings=s)
     try:
@@ -527,6 +543,7 @@ async def test_an_sla_missed_with_no_failure_alerts_and_one_met_does_not(
     from tests.support.platform import Platform
 
     clock = FrozenClock()
+    await listening(db)
     sla = {"sla": 60.0}
     [(late, _), (met, _)] = await db.job_submit(
         new=[
@@ -560,6 +577,7 @@ async def test_an_sla_missed_with_no_failure_alerts_and_one_met_does_not(
 
 async def test_a_firing_s_sla_counts_from_its_nominal_time(db: store.Store) -> None:
     clock = FrozenClock()
+    await listening(db)
     nominal = clock.now() - timedelta(seconds=100)  # fired late, e.g. caught up
     payload = model.firing_payload(
         None, schedule="nightly", nominal=nominal, interval_end=clock.now()
@@ -569,3 +587,134 @@ async def test_a_firing_s_sla_counts_from_its_nominal_time(db: store.Store) -> N
         now=clock.now(),
     )
     assert await db.sla_check(now=clock.now()) == 1  # due at nominal + 60s: passed
+
+
+async def test_a_new_alerter_starts_after_the_newest_event_not_with_the_history(
+    db: store.Store, web_receiver: Web
+) -> None:
+    clock = FrozenClock()
+    for _ in range(3):
+        await quarantine(db, clock)
+    s = settings(free_port(), web_receiver.base, channels=["hook"])
+    alerter = alerts.Alerter(store=db, clock=clock, settings=s)
+    try:
+        assert await alerter.read_once() == 0  # placed after the newest event
+        now = await quarantine(db, clock, queue="billing")
+        assert await alerter.read_once() > 0
+    finally:
+        await alerter.close()
+    assert [a.job_id for a in await db.alert_list()] == [now]
+
+
+async def test_two_alerters_delivering_at_once_send_each_message_once(
+    db: store.Store, web_receiver: Web
+) -> None:
+    clock = FrozenClock()
+    await listening(db)
+    s = settings(free_port(), web_receiver.base, channels=["hook"])
+    for queue in ("a", "b", "c"):
+        await quarantine(db, clock, queue=queue)
+    s = settings(free_port(), web_receiver.base, channels=["hook"], match={"queue": None})
+    both = [alerts.Alerter(store=db, clock=clock, settings=s) for _ in range(2)]
+    try:
+        await both[0].read_once()
+        await asyncio.gather(*(a.deliver_all() for a in both))
+        await asyncio.gather(*(a.deliver_all() for a in both))
+    finally:
+        for a in both:
+            await a.close()
+    keys = [json.loads(x["body"])["key"] for x in web_receiver.seen]
+    assert len(keys) == 3
+    assert len(set(keys)) == 3
+
+
+async def test_what_fails_after_its_window_s_digest_went_is_a_digest_of_its_own(
+    db: store.Store, web_receiver: Web
+) -> None:
+    clock = FrozenClock()
+    await listening(db)
+    s = settings(free_port(), web_receiver.base, channels=["hook"])
+    alerter = alerts.Alerter(store=db, clock=clock, settings=s)
+    try:
+        await quarantine(db, clock)
+        clock.advance(60)
+        await quarantine(db, clock)
+        await alerter.read_once()
+        clock.advance(60)
+        late = await quarantine(db, clock)  # inside the window, but read only after...
+        clock.advance(600)  # ... the window ended and its digest went
+        await alerter.deliver_all()
+        await alerter.read_once()
+        await alerter.deliver_all()
+    finally:
+        await alerter.close()
+    digests = sorted((a for a in await db.alert_list() if a.kind == "digest"), key=lambda a: a.id)
+    assert [(d.state, d.details["count"]) for d in digests] == [
+        ("delivered", 1),
+        ("delivered", 1),
+    ]
+    assert digests[1].details["jobs"] == [late]  # counted, not lost
+
+
+async def test_two_reconcilers_note_a_missed_sla_once(db: store.Store) -> None:
+    clock = FrozenClock()
+    await db.job_submit(
+        new=[model.NewJob(executor="noop", spec={}, policy={"sla": 1.0})], now=clock.now()
+    )
+    clock.advance(5)
+    found = await asyncio.gather(*(db.sla_check(now=clock.now()) for _ in range(2)))
+    assert sorted(found) == [0, 1]
+
+
+async def test_sent_alerts_go_with_the_retention_but_the_newest_of_each_subject(
+    db: store.Store, web_receiver: Web
+) -> None:
+    clock = FrozenClock()
+    await listening(db)
+    s = settings(free_port(), web_receiver.base, channels=["hook"], throttle="1ms")
+    alerter = alerts.Alerter(store=db, clock=clock, settings=s)
+    try:
+        for _ in range(3):
+            await quarantine(db, clock)
+            clock.advance(1)
+            await alerter.read_once()
+        await alerter.deliver_all()
+    finally:
+        await alerter.close()
+    assert len(await db.alert_list()) == 3
+    clock.advance(3600)
+    assert await db.alerts_forget(before=clock.now(), limit=100) == 2
+    [kept] = await db.alert_list()
+    assert kept.kind == "alert"
+
+
+def test_a_note_is_no_state_change_to_the_rules_and_explain_skips_sla_notes() -> None:
+    from corral import client
+
+    at = FrozenClock().now()
+    job = model.Job(  # type: ignore[call-arg]
+        **{
+            **{f: None for f in model.Job.__dataclass_fields__},
+            "id": 1,
+            "state": J.QUEUED,
+            "queue": "q",
+            "tenant": "default",
+            "executor": "noop",
+            "labels": {},
+            "payload": None,
+            "run_at": at,
+            "attempt_count": 1,
+            "max_attempts": 3,
+        }
+    )
+    lost_note = model.Event(1, 1, 5, "attempt", "lost", "lost", "orphan stopped", at, {})
+    assert rules.happening(lost_note, job) is None
+    sla_note = model.Event(
+        2, 1, None, "job", "queued", "queued", "SLA missed", at, {"sla": "missed"}
+    )
+    assert rules.happening(sla_note, job).cause == "sla_missed"  # type: ignore[union-attr]
+    budget = model.Event(
+        1, 1, None, "job", "running", "queued", "retry: waits", at, {"budget": "empty"}
+    )
+    view = client.JobView(job, [], [budget, sla_note])
+    assert client.explain(view, at - timedelta(seconds=1)).startswith("budget empty")

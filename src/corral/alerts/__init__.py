@@ -31,7 +31,10 @@ TRIES = 10
 """Tries of a message before it is given up (state `failed`)."""
 BACKOFF = (5.0, 600.0)
 """The first retry's wait and the longest, in seconds; doubling between."""
-IN_FLIGHT_PER_CHANNEL = 4
+IN_FLIGHT = 4
+"""Deliveries at once, per channel configured."""
+STOP_GRACE = 5.0
+"""Seconds a stopping alerter waits for the deliveries in flight (sent again later)."""
 
 
 class Alerter:
@@ -59,6 +62,10 @@ class Alerter:
         self._gaps: dict[int, float] = {}  # event ids not there yet: when first missed
         self._gap_wait = settings.timeouts.database_transaction_timeout.total_seconds() + 1
         self._in_flight: dict[int, asyncio.Task[None]] = {}
+        self._seconds = {  # each channel's whole send, bounded
+            n: c.timeout.total_seconds() for n, c in settings.alerts.channels.items()
+        }
+        self._lease = timedelta(seconds=max(self._seconds.values(), default=30.0) + 30)
 
     async def run(self, stop: asyncio.Event, *, on_pass: Callable[[], None] | None = None) -> None:
         """Read and deliver every `every` seconds until `stop`; then let the deliveries in
@@ -67,15 +74,20 @@ class Alerter:
         while not stop.is_set():
             try:
                 while await self.read_once() == BATCH:
-                    pass
+                    if on_pass is not None:
+                        on_pass()  # catching up is being alive
                 await self.deliver_once()
             except errors.CorralError as exc:
                 log.error("alerter pass failed, trying again: %s", exc)
+            except Exception:  # a bug here must never stop the loops beside it
+                log.exception("alerter pass failed unforeseen, trying again")
             if on_pass is not None:
                 on_pass()
             await clock.sleep_or_stop(self.clock, stop, self.every)
-        if self._in_flight:
-            await asyncio.gather(*self._in_flight.values(), return_exceptions=True)
+        if self._in_flight:  # each bounded by its channel's timeout; then given up
+            _, late = await asyncio.wait(self._in_flight.values(), timeout=STOP_GRACE)
+            for task in late:
+                task.cancel()
         await self.close()
         log.info("alerter stopped")
 
@@ -87,8 +99,22 @@ class Alerter:
     # --- reading ----------------------------------------------------------------------
 
     async def read_once(self) -> int:
-        """Read the events after the cursor and write what they make: how many were read."""
+        """Read the events after the cursor and write what they make: how many were read.
+        A first alerter starts after the newest event: it alerts on what happens from
+        now on, not on the whole history."""
         cursor = await self.store.alert_cursor(name=self.name)
+        if cursor is None:
+            start = await self.store.event_newest()
+            await self.store.alert_write(
+                name=self.name,
+                read_from=0,
+                read_to=start,
+                messages=[],
+                digested=[],
+                now=self.clock.now(),
+            )
+            log.info("alerter %s: alerts on what happens after event %d", self.name, start)
+            return 0
         found = await self.store.alert_events(after=cursor, limit=BATCH)
         usable = self._in_order(cursor, found)
         if not usable:
@@ -139,14 +165,23 @@ class Alerter:
     ) -> list[tuple[model.Event, model.Job | None]]:
         """The events that can be read now: in id order with no id missing, but one that
         has been missing longer than any transaction lives (a rollback's)."""
+        now, mono = self.clock.now(), self.clock.monotonic()
+        expected = cursor + 1
+        for event, _ in found:  # every gap in sight waits from now, all at once
+            if event.id != expected:
+                self._gaps.setdefault(expected, mono)
+            expected = event.id + 1
         out = []
         expected = cursor + 1
         for event, job in found:
             if event.id != expected:
-                first = self._gaps.setdefault(expected, self.clock.monotonic())
-                if self.clock.monotonic() - first < self._gap_wait:
+                waited = mono - self._gaps.get(expected, mono)
+                # The missing ids' transactions began before this event's, which began
+                # at its `at`: past two transaction timeouts from it, none is alive.
+                long_ago = (now - event.at).total_seconds() > 2 * self._gap_wait
+                if waited < self._gap_wait and not long_ago:
                     break
-                del self._gaps[expected]
+                self._gaps.pop(expected, None)
             out.append((event, job))
             expected = event.id + 1
         return out
@@ -154,22 +189,23 @@ class Alerter:
     # --- delivering -------------------------------------------------------------------
 
     async def deliver_once(self) -> int:
-        """Start delivering the messages that are due (each channel at most
-        IN_FLIGHT_PER_CHANNEL at once, none twice at once): how many were started."""
+        """Start delivering the messages that are due, each claimed for one delivery (at
+        most IN_FLIGHT per channel configured at once): how many were started."""
         self._in_flight = {i: t for i, t in self._in_flight.items() if not t.done()}
-        due = await self.store.alerts_due(now=self.clock.now(), limit=100)
-        busy: dict[str, int] = {}
+        room = IN_FLIGHT * max(len(self.channels), 1) - len(self._in_flight)
+        if room <= 0:
+            return 0
+        due = await self.store.alerts_claim(now=self.clock.now(), limit=room, lease=self._lease)
         for a in due:
-            if a.id in self._in_flight:
-                busy[a.channel] = busy.get(a.channel, 0) + 1
-        started = 0
-        for a in due:
-            if a.id in self._in_flight or busy.get(a.channel, 0) >= IN_FLIGHT_PER_CHANNEL:
-                continue
-            busy[a.channel] = busy.get(a.channel, 0) + 1
             self._in_flight[a.id] = asyncio.create_task(self._deliver(a))
-            started += 1
-        return started
+        return len(due)
+
+    async def deliver_now(self, alert_id: int) -> None:
+        """Deliver one message at once, whatever its time (`corral alerts test`)."""
+        for a in await self.store.alerts_claim(
+            now=self.clock.now(), limit=1, lease=self._lease, ids=[alert_id]
+        ):
+            await self._deliver(a)
 
     async def deliver_all(self) -> None:
         """Deliver what is due now and wait for every try (tests, `alerts test`)."""
@@ -183,9 +219,12 @@ class Alerter:
             error = f"no channel named {a.channel!r} in the settings"
         else:
             try:
-                await channel.send(channels.render(a, self.settings.alerts.base_url))
+                async with asyncio.timeout(self._seconds.get(a.channel, 30.0)):
+                    await channel.send(channels.render(a, self.settings.alerts.base_url))
             except channels.Undelivered as exc:
                 error = str(exc)
+            except TimeoutError:
+                error = f"no answer in {self._seconds.get(a.channel, 30.0):g}s"
             except Exception as exc:  # a channel's bug must not stop the others
                 log.exception("channel %s failed unforeseen", a.channel)
                 error = f"{type(exc).__name__}: {exc}"

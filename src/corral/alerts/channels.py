@@ -136,7 +136,7 @@ class Email:
                 username=self.user,
                 password=self.password,
                 use_tls=self.tls,
-                start_tls=self.settings.starttls if not self.tls else False,
+                start_tls=False if self.tls else self.settings.starttls,
                 timeout=self.settings.timeout.total_seconds(),
             )
         except (aiosmtplib.SMTPException, OSError, TimeoutError) as exc:

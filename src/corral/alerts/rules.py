@@ -41,6 +41,8 @@ def happening(event: model.Event, job: model.Job) -> Happening | None:
     cause = None
     if details.get("sla") == "missed":
         cause = "sla_missed"
+    elif event.from_state == event.to_state:
+        return None  # a note: news about a state, not a change of it
     elif event.entity == "attempt" and event.to_state == A.LOST:
         cause = "lost"
     elif event.entity == "job":
@@ -190,6 +192,8 @@ def plan(
             if cause not in rule.on:
                 continue
             opened = before.last_alert_at
+            # Inside the window, even after a recovery: a flapping subject is one message,
+            # one digest and one recovered message, not one of each per flap.
             if opened is not None and h.at < opened + rule.throttle:
                 out.digested.extend(
                     Digested(name, ch, about, opened, opened + rule.throttle, h.job_id, cause)

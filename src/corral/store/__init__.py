@@ -553,8 +553,11 @@ class Store:
 
     # --- alerts (corral.alerts) --------------------------------------------------------
 
-    async def alert_cursor(self, *, name: str) -> int:
+    async def alert_cursor(self, *, name: str) -> int | None:
         return await self._tx(alerts.alert_cursor, name=name)
+
+    async def event_newest(self) -> int:
+        return await self._tx(alerts.event_newest)
 
     async def alert_events(
         self, *, after: int, limit: int
@@ -588,8 +591,18 @@ class Store:
             streaks=streaks,
         )
 
-    async def alerts_due(self, *, now: datetime, limit: int) -> list[alerts.Alert]:
-        return await self._tx(alerts.alerts_due, now=now, limit=limit)
+    async def alerts_claim(
+        self,
+        *,
+        now: datetime,
+        limit: int,
+        lease: timedelta,
+        ids: Sequence[int] | None = None,
+    ) -> list[alerts.Alert]:
+        return await self._tx(alerts.alerts_claim, now=now, limit=limit, lease=lease, ids=ids)
+
+    async def alerts_forget(self, *, before: datetime, limit: int = 500) -> int:
+        return await self._tx(alerts.alerts_forget, before=before, limit=limit)
 
     async def alert_tried(
         self, *, alert_id: int, now: datetime, error: str | None, retry_at: datetime | None

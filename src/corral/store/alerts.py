@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, delete, insert, select, update
+from sqlalchemy import Connection, delete, func, insert, select, update
 
 from corral import model
 from corral.store import dialects
@@ -62,10 +62,15 @@ def _alert(row: Any) -> Alert:
     return Alert(**{c.name: row._mapping[c.name] for c in alerts.c})
 
 
-def alert_cursor(conn: Connection, *, name: str) -> int:
-    """How far the alerter `name` has read the events (0: not yet)."""
+def alert_cursor(conn: Connection, *, name: str) -> int | None:
+    """How far the alerter `name` has read the events (None: it never has)."""
     found = conn.execute(select(alert_cursors.c.event_id).where(alert_cursors.c.name == name))
-    return found.scalar() or 0
+    return found.scalar()
+
+
+def event_newest(conn: Connection) -> int:
+    """The newest event's id (0 when there is none)."""
+    return conn.execute(select(func.max(events.c.id))).scalar() or 0
 
 
 def alert_events(
@@ -144,7 +149,7 @@ def alert_write(
         .values(event_id=read_to, updated_at=now)
     ).rowcount
     if not moved:
-        if read_from != 0 or alert_cursor(conn, name=name) != 0:
+        if read_from != 0 or alert_cursor(conn, name=name) is not None:
             return False
         made = dialects.insert_ignore_conflict(conn, alert_cursors, ["name"]).values(
             name=name, event_id=read_to, updated_at=now
@@ -173,10 +178,16 @@ def _digest(conn: Connection, digested: Sequence[Mapping[str, Any]], now: dateti
     for d in digested:
         by_key.setdefault(d["dedupe_key"], []).append(d)
     for key, entries in by_key.items():
-        row = conn.execute(select(AL.id, AL.details).where(AL.dedupe_key == key)).first()
+        first = entries[0]
+        row = conn.execute(
+            select(AL.id, AL.details, AL.state, AL.due_at).where(AL.dedupe_key == key)
+        ).first()
         jobs_named = [e["job_id"] for e in entries]
+        if row is not None and (row.state != "pending" or row.due_at != first["window_end"]):
+            # Sent, or being sent: what came since goes in a digest of its own, due now.
+            key, row = f"{key}|after:{now.isoformat()}", None
+            first = {**first, "window_end": now}
         if row is None:
-            first = entries[0]
             details = {
                 "count": len(entries),
                 "jobs": jobs_named[:DIGEST_JOBS],
@@ -184,7 +195,7 @@ def _digest(conn: Connection, digested: Sequence[Mapping[str, Any]], now: dateti
                 "causes": sorted({e["cause"] for e in entries}),
             }
             conn.execute(
-                insert(alerts).values(
+                dialects.insert_ignore_conflict(conn, alerts, ["dedupe_key"]).values(
                     dedupe_key=key,
                     rule=first["rule"],
                     channel=first["channel"],
@@ -207,10 +218,27 @@ def _digest(conn: Connection, digested: Sequence[Mapping[str, Any]], now: dateti
         conn.execute(update(alerts).where(AL.id == row.id).values(details=old))
 
 
-def alerts_due(conn: Connection, *, now: datetime, limit: int) -> list[Alert]:
-    """Pending messages whose time has come, the oldest first."""
+def alerts_claim(
+    conn: Connection,
+    *,
+    now: datetime,
+    limit: int,
+    lease: timedelta,
+    ids: Sequence[int] | None = None,
+) -> list[Alert]:
+    """Take up to `limit` pending messages whose time has come (or those of `ids`), the
+    oldest first, for one delivery each: each is due again only after `lease`, so no other
+    alerter sends it meanwhile, and one whose sender died goes again after it."""
+    pick = select(AL.id).where(PENDING).order_by(AL.due_at, AL.id).limit(limit)
+    pick = pick.where(AL.id.in_(list(ids))) if ids is not None else pick.where(AL.due_at <= now)
+    taken = list(conn.execute(dialects.skip_locked(conn, pick)).scalars())
+    if not taken:
+        return []
+    conn.execute(
+        update(alerts).where(dialects.one_of(conn, AL.id, taken)).values(due_at=now + lease)
+    )
     rows = conn.execute(
-        select(alerts).where(PENDING, AL.due_at <= now).order_by(AL.due_at, AL.id).limit(limit)
+        select(alerts).where(dialects.one_of(conn, AL.id, taken)).order_by(AL.id)
     ).all()
     return [_alert(r) for r in rows]
 
@@ -298,7 +326,14 @@ def sla_check(conn: Connection, *, now: datetime, limit: int) -> int:
     ).all()
     if not rows:
         return 0
-    missed = [r for r in rows if r.state not in (None, J.SUCCEEDED, J.CANCELLED)]
+    mine = set(
+        conn.execute(
+            delete(job_slas)
+            .where(dialects.one_of(conn, job_slas.c.job_id, [r.job_id for r in rows]))
+            .returning(job_slas.c.job_id)
+        ).scalars()
+    )  # another reconciler that took a row first notes it; this one does not
+    missed = [r for r in rows if r.job_id in mine and r.state not in _NO_MISS]
     for r in missed:
         event_note(
             conn,
@@ -310,7 +345,31 @@ def sla_check(conn: Connection, *, now: datetime, limit: int) -> int:
             now=now,
             details={"sla": SLA_MISSED, "due_at": r.due_at.isoformat()},
         )
-    conn.execute(
-        delete(job_slas).where(dialects.one_of(conn, job_slas.c.job_id, [r.job_id for r in rows]))
-    )
     return len(missed)
+
+
+_NO_MISS = (None, J.SUCCEEDED, J.CANCELLED)
+"""A job gone, succeeded or cancelled has missed no SLA."""
+
+
+def alerts_forget(conn: Connection, *, before: datetime, limit: int) -> int:
+    """Remove up to `limit` messages made before `before` that are done with (delivered
+    or given up), with their tries; never the newest alert and recovered message of a
+    rule and subject, which say where its throttle window and recovery stand."""
+    newest = (
+        select(func.max(AL.id))
+        .where(AL.kind.in_(["alert", "recovered"]))
+        .group_by(AL.rule, AL.subject, AL.kind)
+    )
+    ids = list(
+        conn.execute(
+            select(AL.id)
+            .where(AL.state != "pending", AL.created_at < before, AL.id.not_in(newest))
+            .order_by(AL.id)
+            .limit(limit)
+        ).scalars()
+    )
+    if ids:
+        conn.execute(delete(alert_tries).where(dialects.one_of(conn, alert_tries.c.alert_id, ids)))
+        conn.execute(delete(alerts).where(dialects.one_of(conn, AL.id, ids)))
+    return len(ids)
