@@ -718,3 +718,85 @@ def test_a_note_is_no_state_change_to_the_rules_and_explain_skips_sla_notes() ->
     )
     view = client.JobView(job, [], [budget, sla_note])
     assert client.explain(view, at - timedelta(seconds=1)).startswith("budget empty")
+
+
+async def test_an_smtp_server_that_hangs_never_holds_up_the_jobs(tmp_path: Any) -> None:
+    """The channel answers nothing (it accepts and stays silent): 300 jobs, a tenth of
+    them quarantined, all end; the alerter's tries time out on their own."""
+    from corral import runtime
+    from tests.integration.test_process_executor import kill_leftovers
+    from tests.support.wait import PATIENCE, eventually
+
+    silent: list[asyncio.StreamWriter] = []
+
+    async def hang(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        silent.append(writer)  # never a greeting
+
+    server = await asyncio.start_server(hang, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    url = f"sqlite:///{tmp_path}/corral.db"
+    s = config.Settings(
+        database_url=url,
+        state_dir=tmp_path / "state",
+        timeouts=config.Timeouts(
+            margin="500ms",
+            tick_margin="50ms",
+            dispatch_interval="200ms",
+            observe_interval="200ms",
+            reconcile_interval="300ms",
+            launch_grace="2s",
+        ),
+        alerts={  # type: ignore[arg-type]
+            "channels": {
+                "mail": {
+                    "kind": "email",
+                    "smtp_url": f"smtp://127.0.0.1:{port}",
+                    "from": "corral@example.com",
+                    "to": ["ops@example.com"],
+                    "timeout": "2s",
+                }
+            },
+            "rules": {"all": {"on": ["quarantined"], "channels": ["mail"], "throttle": "1ms"}},
+        },
+    )
+    db = store.Store.connect(url)
+    await db.migrate()
+    await db.close()
+    stop = asyncio.Event()
+    loops = asyncio.create_task(runtime.serve(s, stop))
+    fail = {
+        "failure_rules": [{"on_exit_codes": {"operator": "In", "values": [3]}, "action": "fail"}]
+    }
+    try:
+        async with runtime.connect(s, platforms=False) as c:
+
+            async def started() -> bool:
+                return await c.store.alert_cursor(name="alerter") is not None
+
+            await eventually(started, what="the alerter's first pass")
+            for n in range(300):
+                bad = n % 10 == 0
+                await c.submit(
+                    spec={"command": ["sh", "-c", "exit 3"] if bad else ["true"]},
+                    queue=f"q{n}" if bad else "default",
+                    policy=fail if bad else None,
+                )
+
+            async def all_ended() -> bool:
+                counts = await c.store.job_count_by_state()
+                return counts.get("succeeded", 0) + counts.get("quarantined", 0) == 300
+
+            await eventually(all_ended, within=4 * PATIENCE, what="all 300 jobs ended")
+
+            async def timed_out() -> list[Any]:
+                return [a for a in await c.store.alert_list() if a.last_error]
+
+            [first, *_] = await eventually(timed_out, what="a try that timed out")
+            assert first.last_error == "no answer in 2s"
+    finally:
+        stop.set()
+        await asyncio.wait_for(loops, PATIENCE)
+        server.close()
+        for w in silent:
+            w.close()
+        kill_leftovers(s.process_root)
