@@ -70,6 +70,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/retry_storm.py
 	$(BIN)/python bench/process.py
 	$(BIN)/python bench/http_jobs.py
+	$(BIN)/python bench/alerts.py
 	$(BIN)/python bench/history.py
 	$(BIN)/python bench/cli_start.py
 	$(BIN)/python bench/schedules.py

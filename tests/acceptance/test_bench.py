@@ -87,6 +87,14 @@ def test_http_jobs_report_the_ratio_to_a_bare_httpx_loop() -> None:
     assert report["ratio_corral_vs_bare"] > 0
 
 
+def test_alerts_report_the_noise_and_the_ratio_with_the_alerter_on() -> None:
+    report = _bench(
+        "alerts.py", "--quarantines", "50", "--jobs", "60", "--rounds", "1", server=False
+    )
+    assert report["noise"]["messages_per_channel"] == {"hook": 2, "slack": 2}
+    assert report["ratio_on_vs_off"] > 0
+
+
 def test_history_reports_serve_and_a_pass_at_two_sizes() -> None:
     report = _bench(
         "history.py", "--small", "20", "--big", "60", "--settle", "2", "--passes", "2", server=False
