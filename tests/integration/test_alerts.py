@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import email
 import email.policy
 import json
@@ -113,6 +114,42 @@ def settings(port: int, web_base: str, **rule: Any) -> config.Settings:
             },
         },
     )
+
+
+@contextlib.asynccontextmanager
+async def serving(tmp_path: Any, alerting: dict[str, Any]) -> AsyncIterator[config.Settings]:
+    """A real `corral serve` (its loops in this process) with these alert settings, on
+    a fresh SQLite file, with short loop intervals; stopped and cleaned up after."""
+    from corral import runtime
+    from tests.integration.test_process_executor import kill_leftovers
+    from tests.support.wait import PATIENCE
+
+    url = f"sqlite:///{tmp_path}/corral.db"
+    s = config.Settings(
+        database_url=url,
+        state_dir=tmp_path / "state",
+        executors={"http": {"allow_networks": LOCAL}},  # type: ignore[arg-type]
+        timeouts=config.Timeouts(
+            margin="500ms",
+            tick_margin="50ms",
+            dispatch_interval="200ms",
+            observe_interval="200ms",
+            reconcile_interval="300ms",
+            launch_grace="2s",
+        ),
+        alerts=alerting,  # type: ignore[arg-type]
+    )
+    db = store.Store.connect(url)
+    await db.migrate()
+    await db.close()
+    stop = asyncio.Event()
+    loops = asyncio.create_task(runtime.serve(s, stop))
+    try:
+        yield s
+    finally:
+        stop.set()
+        await asyncio.wait_for(loops, PATIENCE)
+        kill_leftovers(s.process_root)
 
 
 async def listening(db: store.Store) -> None:
@@ -402,55 +439,28 @@ async def test_serve_alerts_through_its_own_alerter_and_pings_the_heartbeat(
     """`corral serve` runs the alerter beside its loops: a job quarantined by its rule
     reaches the webhook; every reconciler pass pings alerts.heartbeat_url."""
     from corral import runtime
-    from tests.integration.test_process_executor import kill_leftovers
-    from tests.support.wait import PATIENCE, eventually
+    from tests.support.wait import eventually
 
-    url = f"sqlite:///{tmp_path}/corral.db"
-    s = config.Settings(
-        database_url=url,
-        state_dir=tmp_path / "state",
-        executors={"http": {"allow_networks": LOCAL}},  # type: ignore[arg-type]
-        timeouts=config.Timeouts(
-            margin="500ms",
-            tick_margin="50ms",
-            dispatch_interval="200ms",
-            observe_interval="200ms",
-            reconcile_interval="300ms",
-            launch_grace="2s",
-        ),
-        alerts={  # type: ignore[arg-type]
-            "heartbeat_url": f"{web_receiver.base}/alive",
-            "channels": {"hook": {"kind": "webhook", "url": f"{web_receiver.base}/hook"}},
-            "rules": {"all": {"on": ["quarantined"], "channels": ["hook"]}},
-        },
-    )
-    db = store.Store.connect(url)
-    await db.migrate()
-    await db.close()
-    stop = asyncio.Event()
-    loops = asyncio.create_task(runtime.serve(s, stop))
+    alerting = {
+        "heartbeat_url": f"{web_receiver.base}/alive",
+        "channels": {"hook": {"kind": "webhook", "url": f"{web_receiver.base}/hook"}},
+        "rules": {"all": {"on": ["quarantined"], "channels": ["hook"]}},
+    }
     fail_for_good = {
         "failure_rules": [{"on_exit_codes": {"operator": "In", "values": [3]}, "action": "fail"}]
     }
-    try:
-        async with runtime.connect(s, platforms=False) as c:
-            job_id, _ = await c.submit(
-                spec={"command": ["sh", "-c", "exit 3"]}, policy=fail_for_good
-            )
+    async with serving(tmp_path, alerting) as s, runtime.connect(s, platforms=False) as c:
+        job_id, _ = await c.submit(spec={"command": ["sh", "-c", "exit 3"]}, policy=fail_for_good)
 
-            def hooked() -> list[dict[str, Any]]:
-                return [json.loads(x["body"]) for x in web_receiver.seen if x["path"] == "/hook"]
+        def hooked() -> list[dict[str, Any]]:
+            return [json.loads(x["body"]) for x in web_receiver.seen if x["path"] == "/hook"]
 
-            [sent] = await eventually(hooked, what="the alert at the webhook")
-            assert (sent["cause"], sent["job_id"]) == ("quarantined", job_id)
-            await eventually(
-                lambda: [x for x in web_receiver.seen if x["path"] == "/alive"],
-                what="a heartbeat ping",
-            )
-    finally:
-        stop.set()
-        await asyncio.wait_for(loops, PATIENCE)
-        kill_leftovers(s.process_root)
+        [sent] = await eventually(hooked, what="the alert at the webhook")
+        assert (sent["cause"], sent["job_id"]) == ("quarantined", job_id)
+        await eventually(
+            lambda: [x for x in web_receiver.seen if x["path"] == "/alive"],
+            what="a heartbeat ping",
+        )
 
 
 async def test_alerters_reading_at_once_write_each_message_once(
@@ -724,7 +734,6 @@ async def test_an_smtp_server_that_hangs_never_holds_up_the_jobs(tmp_path: Any) 
     """The channel answers nothing (it accepts and stays silent): 300 jobs, a tenth of
     them quarantined, all end; the alerter's tries time out on their own."""
     from corral import runtime
-    from tests.integration.test_process_executor import kill_leftovers
     from tests.support.wait import PATIENCE, eventually
 
     silent: list[asyncio.StreamWriter] = []
@@ -734,41 +743,23 @@ async def test_an_smtp_server_that_hangs_never_holds_up_the_jobs(tmp_path: Any) 
 
     server = await asyncio.start_server(hang, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
-    url = f"sqlite:///{tmp_path}/corral.db"
-    s = config.Settings(
-        database_url=url,
-        state_dir=tmp_path / "state",
-        timeouts=config.Timeouts(
-            margin="500ms",
-            tick_margin="50ms",
-            dispatch_interval="200ms",
-            observe_interval="200ms",
-            reconcile_interval="300ms",
-            launch_grace="2s",
-        ),
-        alerts={  # type: ignore[arg-type]
-            "channels": {
-                "mail": {
-                    "kind": "email",
-                    "smtp_url": f"smtp://127.0.0.1:{port}",
-                    "from": "corral@example.com",
-                    "to": ["ops@example.com"],
-                    "timeout": "2s",
-                }
-            },
-            "rules": {"all": {"on": ["quarantined"], "channels": ["mail"], "throttle": "1ms"}},
+    alerting = {
+        "channels": {
+            "mail": {
+                "kind": "email",
+                "smtp_url": f"smtp://127.0.0.1:{port}",
+                "from": "corral@example.com",
+                "to": ["ops@example.com"],
+                "timeout": "2s",
+            }
         },
-    )
-    db = store.Store.connect(url)
-    await db.migrate()
-    await db.close()
-    stop = asyncio.Event()
-    loops = asyncio.create_task(runtime.serve(s, stop))
+        "rules": {"all": {"on": ["quarantined"], "channels": ["mail"], "throttle": "1ms"}},
+    }
     fail = {
         "failure_rules": [{"on_exit_codes": {"operator": "In", "values": [3]}, "action": "fail"}]
     }
     try:
-        async with runtime.connect(s, platforms=False) as c:
+        async with serving(tmp_path, alerting) as s, runtime.connect(s, platforms=False) as c:
 
             async def started() -> bool:
                 return await c.store.alert_cursor(name="alerter") is not None
@@ -794,9 +785,6 @@ async def test_an_smtp_server_that_hangs_never_holds_up_the_jobs(tmp_path: Any) 
             [first, *_] = await eventually(timed_out, what="a try that timed out")
             assert first.last_error == "no answer in 2s"
     finally:
-        stop.set()
-        await asyncio.wait_for(loops, PATIENCE)
         server.close()
         for w in silent:
             w.close()
-        kill_leftovers(s.process_root)
