@@ -136,7 +136,7 @@ async def dispatch(jobs: int, scratch: str, with_alerter: bool) -> float:
     stop = asyncio.Event()
     loops = []
     if with_alerter:
-        alerter = alerts.Alerter(store=db, clock=clock, settings=s, every=0.2)
+        alerter = alerts.Alerter(store=db, clock=clock, settings=s)  # as `corral serve` runs it
         await alerter.read_once()
         loops.append(asyncio.create_task(alerter.run(stop)))
     for start in range(0, jobs, 1000):

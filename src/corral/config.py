@@ -351,10 +351,6 @@ ALERT_CAUSES = (
 unknown class, a retry waiting for an empty budget, a firing late or missed, a job past
 its SLA, and `after` failures in a row of a schedule or queue."""
 
-ALERT_CAUSES_TO_COME = frozenset({"schedule_late", "schedule_missed"})
-"""Causes the settings will take once the alerter watches for them: refused until then,
-never accepted and silently ignored."""
-
 _EMAIL = re.compile(r"^[^@\s<>]+@[^@\s<>]+\.[^@\s<>]+$|^[^@\s<>]+@localhost$")
 
 
@@ -471,17 +467,10 @@ class AlertRule(BaseModel):
         " rest go in one digest at its end.",
     )
     after: int = Field(3, ge=1, description="consecutive_failures: how many in a row.")
-    late_by: Duration = Field(timedelta(minutes=2), description="schedule_late: how late.")
-
-    @field_validator("on")
-    @classmethod
-    def _built(cls, causes: tuple[str, ...]) -> tuple[str, ...]:
-        if later := [c for c in causes if c in ALERT_CAUSES_TO_COME]:
-            raise ValueError(
-                f"{later[0]!r} is not alerted on yet (this version alerts on"
-                f" {', '.join(c for c in ALERT_CAUSES if c not in ALERT_CAUSES_TO_COME)})"
-            )
-        return causes
+    late_by: Duration = Field(
+        timedelta(minutes=2),
+        description="schedule_late: how long after its nominal time a firing's job may start.",
+    )
 
 
 class AlertsSettings(BaseModel):

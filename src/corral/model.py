@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from corral import errors
 
-Entity = Literal["job", "attempt"]
+Entity = Literal["job", "attempt", "schedule"]
 
 
 class JobState(StrEnum):
@@ -341,7 +341,9 @@ class Attempt:
 
 @dataclass(frozen=True, slots=True)
 class Event:
-    """One row of a job's run log: a state change of the job or one of its attempts."""
+    """One row of a job's run log: a state change of the job or one of its attempts; or
+    a schedule's news, of no job (entity "schedule", job_id 0): nominal times that did not
+    run (to_state "missed" or "overlap")."""
 
     id: int
     job_id: int

@@ -23,6 +23,7 @@ from aiosmtpd.controller import Controller
 from corral import alerts, config, model, store
 from corral.alerts import channels, rules
 from corral.store import Finish
+from corral.store.alerts import JobFacts
 from corral.testing import FrozenClock
 
 A, J = model.AttemptState, model.JobState
@@ -283,7 +284,7 @@ async def test_a_crash_before_delivery_delivers_after_and_never_writes_twice(
     again = alerts.Alerter(store=db, clock=clock, settings=s)
     assert await again.read_once() == 0  # the cursor moved: nothing read twice
     cursor = await db.alert_cursor(name="alerter")
-    events = await db.alert_events(after=0, limit=100)
+    events = (await db.alert_events(after=0, limit=100)).ids
     stale = await db.alert_write(  # a reader that read before the move: refused
         name="alerter", read_from=0, read_to=cursor, messages=[], digested=[], now=clock.now()
     )
@@ -717,12 +718,13 @@ def test_a_note_is_no_state_change_to_the_rules_and_explain_skips_sla_notes() ->
             "max_attempts": 3,
         }
     )
+    facts = JobFacts(id=1, queue="q", tenant="default", executor="noop", labels={}, schedule=None)
     lost_note = model.Event(1, 1, 5, "attempt", "lost", "lost", "orphan stopped", at, {})
-    assert rules.happening(lost_note, job) is None
+    assert rules.happening(lost_note, facts) is None
     sla_note = model.Event(
         2, 1, None, "job", "queued", "queued", "SLA missed", at, {"sla": "missed"}
     )
-    assert rules.happening(sla_note, job).cause == "sla_missed"  # type: ignore[union-attr]
+    assert rules.happening(sla_note, facts).cause == "sla_missed"  # type: ignore[union-attr]
     budget = model.Event(
         1, 1, None, "job", "running", "queued", "retry: waits", at, {"budget": "empty"}
     )
@@ -788,3 +790,146 @@ async def test_an_smtp_server_that_hangs_never_holds_up_the_jobs(tmp_path: Any) 
         server.close()
         for w in silent:
             w.close()
+
+
+async def test_the_alerter_reads_every_event_the_rules_can_use_and_skips_starts_and_submits(
+    db: store.Store,
+) -> None:
+    """The alerter reads whole only the events that can make a message (a filter in SQL
+    for speed): every event `rules.happening` makes something of is among them, on every
+    combination of entity, states and details; a submission never is, nor a start unless
+    a rule watches for late firings."""
+    from sqlalchemy import insert
+
+    from corral.store.tables import events
+
+    clock = FrozenClock()
+    nominal = clock.now() - timedelta(minutes=5)
+    payload = model.firing_payload(
+        {"x": 1}, schedule="nightly", nominal=nominal, interval_end=clock.now()
+    )
+    [(job_id, _)] = await db.job_submit(
+        new=[model.NewJob(executor="noop", spec={}, queue="billing", payload=payload)],
+        now=clock.now(),
+    )
+    states = sorted({*J, *A, "missed", "overlap"})
+    variants: list[dict[str, Any]] = [
+        {},
+        {"sla": "missed"},
+        {"budget": "empty"},
+        {"failure_class": "unknown"},
+        {"schedule": "nightly", "tenant": "default", "queue": "billing"},
+    ]
+    rows = [
+        {
+            "job_id": 0 if entity == "schedule" else job_id,
+            "attempt_id": None,
+            "entity": entity,
+            "from_state": frm,
+            "to_state": to,
+            "reason": "r",
+            "at": clock.now(),
+            "details": details,
+        }
+        for entity in ("job", "attempt", "schedule")
+        for frm in [None, *states]
+        for to in states
+        for details in variants
+    ]
+    with db.engine.begin() as conn:
+        conn.execute(insert(events), rows)
+    facts = JobFacts(job_id, "billing", "default", "noop", {}, "nightly", nominal)
+    for with_starts in (False, True):
+        read = await db.alert_events(after=0, limit=100_000, with_starts=with_starts)
+        found = {e.id: (e, f) for e, f in read.found}
+        all_events = [e for e in await db.event_list(job_id=job_id)] + [
+            e for e, _ in read.found if e.job_id == 0
+        ]
+        for event in all_events:
+            h = rules.happening(event, facts if event.job_id else None)
+            if h is not None and (with_starts or h.cause != rules.STARTED):
+                assert event.id in found, (event, h)
+        assert len(read.ids) == len(rows) + 1  # every id, to see gaps by
+        assert all(f == facts for e, f in read.found if e.job_id == job_id)
+        submits = [e for e, _ in read.found if e.entity == "job" and e.from_state is None]
+        starts = [
+            e
+            for e, _ in read.found
+            if e.entity == "job" and e.to_state == J.RUNNING and e.from_state != J.RUNNING
+        ]
+        assert (len(submits), len(starts) > 0) == (0, with_starts)
+
+
+async def test_a_late_firing_and_missed_nominal_times_alert_on_the_schedule(
+    db: store.Store, web_receiver: Web
+) -> None:
+    """schedule_late: a firing's job that starts more than `late_by` after its nominal
+    time (one on time says nothing); schedule_missed: nominal times that passed while no
+    scheduler ran. Both are about the schedule, and neither sends a recovered message."""
+    from corral import client, scheduler
+    from tests.support.noop import NoopExecutor
+
+    clock = FrozenClock()
+    await listening(db)
+    s = settings(
+        free_port(),
+        web_receiver.base,
+        on=["schedule_late", "schedule_missed", "failed"],
+        match={"schedule": "nightly"},
+        channels=["hook"],
+        late_by="30s",
+        throttle="1m",
+    )
+    c = client.Client(store=db, executors={"noop": NoopExecutor()}, settings=s, clock=clock)
+    await c.schedule_create("nightly", every="2m", spec={}, executor="noop")
+    fire = scheduler.Scheduler(store=db, clock=clock)
+    alerter = alerts.Alerter(store=db, clock=clock, settings=s)
+
+    async def start_and_end_after(seconds: float) -> int:
+        await fire.pass_once()
+        clock.advance(seconds)
+        [claimed] = await db.job_claim(now=clock.now(), limit=1, executors=["noop"])
+        ok = Finish(claimed.attempt.id, A.SUCCEEDED, 0, None)
+        await db.attempt_finish(finishes=[ok], now=clock.now())
+        return claimed.job.id
+
+    try:
+        await start_and_end_after(10)  # on time
+        clock.advance(110)
+        late = await start_and_end_after(45)
+        clock.advance(75 + 10 * 60)  # nobody fired the next five nominal times
+        await fire.pass_once()
+        await alerter.read_once()
+        await alerter.deliver_all()
+    finally:
+        await alerter.close()
+    sent = [json.loads(w["body"]) for w in web_receiver.seen]
+    assert [(m["cause"], m["subject"], m["job_id"]) for m in sent] == [
+        ("schedule_late", "schedule:default/nightly", late),
+        ("schedule_missed", "schedule:default/nightly", None),
+    ]
+    assert (
+        sent[0]["title"]
+        == f"[corral] schedule default/nightly: a firing started 45s late (job {late})"
+    )
+    assert "5 nominal time(s) from" in sent[1]["details"]["reason"]
+    assert all(m["type"] == "corral.alert.alert" for m in sent)  # no recovered message
+
+
+async def test_a_schedule_s_news_goes_with_the_retention(db: store.Store) -> None:
+    from corral import client, scheduler
+    from tests.support.noop import NoopExecutor
+
+    clock = FrozenClock()
+    c = client.Client(
+        store=db, executors={"noop": NoopExecutor()}, settings=config.Settings(), clock=clock
+    )
+    await c.schedule_create("nightly", every="1m", spec={}, executor="noop")
+    clock.advance(5 * 60)
+    await scheduler.Scheduler(store=db, clock=clock).pass_once()
+    news = [e for e, _ in (await db.alert_events(after=0, limit=1000)).found if e.job_id == 0]
+    assert [(e.entity, e.to_state, e.details["count"]) for e in news] == [("schedule", "missed", 5)]
+    clock.advance(3600)
+    await db.jobs_forget(before=clock.now() - timedelta(minutes=30), limit=100)
+    read = await db.alert_events(after=0, limit=1000)
+    assert [e for e, _ in read.found if e.job_id == 0] == []

@@ -19,14 +19,14 @@ from datetime import timedelta
 
 import httpx
 
-from corral import clock, config, errors, failpoints, model, store
+from corral import clock, config, errors, failpoints, store
 from corral.alerts import channels, rules
-from corral.store.alerts import Alert
+from corral.store.alerts import Alert, EventsRead
 
 log = logging.getLogger("corral.alerts")
 
-BATCH = 1000
-"""Most events one pass reads."""
+BATCH = 5000
+"""Most events one pass reads (only the few that can make a message are read whole)."""
 TRIES = 10
 """Tries of a message before it is given up (state `failed`)."""
 BACKOFF = (5.0, 600.0)
@@ -59,6 +59,8 @@ class Alerter:
         self.channels = {
             n: channels.build(n, settings, clock.now) for n in settings.alerts.channels
         }
+        # Starts (a quarter of the events) are read only for a rule on late firings.
+        self._starts = any("schedule_late" in r.on for r in self.rules.values())
         self._gaps: dict[int, float] = {}  # event ids not there yet: when first missed
         self._gap_wait = settings.timeouts.database_transaction_timeout.total_seconds() + 1
         self._in_flight: dict[int, asyncio.Task[None]] = {}
@@ -115,15 +117,15 @@ class Alerter:
             )
             log.info("alerter %s: alerts on what happens after event %d", self.name, start)
             return 0
-        found = await self.store.alert_events(after=cursor, limit=BATCH)
-        usable = self._in_order(cursor, found)
-        if not usable:
+        read = await self.store.alert_events(after=cursor, limit=BATCH, with_starts=self._starts)
+        upto = self._in_order(cursor, read)
+        if upto == cursor:
             return 0
         now = self.clock.now()
         seen = [
             h
-            for event, job in usable
-            if job is not None and (h := rules.happening(event, job)) is not None
+            for event, job in read.found
+            if event.id <= upto and (h := rules.happening(event, job)) is not None
         ]
         pairs = [
             (name, rules.subject(rule, h))
@@ -143,7 +145,7 @@ class Alerter:
         wrote = await self.store.alert_write(
             name=self.name,
             read_from=cursor,
-            read_to=usable[-1][0].id,
+            read_to=upto,
             messages=[_row(m) for m in messages],
             digested=[_digested(d) for d in digested],
             now=now,
@@ -153,38 +155,35 @@ class Alerter:
             failpoints.hit("after_alerts_written")
             log.info(
                 "events %d..%d: %d messages, %d into digests",
-                usable[0][0].id,
-                usable[-1][0].id,
+                cursor + 1,
+                upto,
                 len(messages),
                 len(digested),
             )
-        return len(found) if wrote else 0
+        return len(read.ids) if wrote else 0
 
-    def _in_order(
-        self, cursor: int, found: list[tuple[model.Event, model.Job | None]]
-    ) -> list[tuple[model.Event, model.Job | None]]:
-        """The events that can be read now: in id order with no id missing, but one that
-        has been missing longer than any transaction lives (a rollback's)."""
+    def _in_order(self, cursor: int, read: EventsRead) -> int:
+        """How far the events can be read now: in id order with no id missing, but one
+        that has been missing longer than any transaction lives (a rollback's)."""
         now, mono = self.clock.now(), self.clock.monotonic()
         expected = cursor + 1
-        for event, _ in found:  # every gap in sight waits from now, all at once
-            if event.id != expected:
+        for i in read.ids:  # every gap in sight waits from now, all at once
+            if i != expected:
                 self._gaps.setdefault(expected, mono)
-            expected = event.id + 1
-        out = []
-        expected = cursor + 1
-        for event, job in found:
-            if event.id != expected:
-                waited = mono - self._gaps.get(expected, mono)
+            expected = i + 1
+        upto = cursor
+        for i in read.ids:
+            if i != upto + 1:
+                waited = mono - self._gaps.get(upto + 1, mono)
                 # The missing ids' transactions began before this event's, which began
                 # at its `at`: past two transaction timeouts from it, none is alive.
-                long_ago = (now - event.at).total_seconds() > 2 * self._gap_wait
+                at = read.at_after_gap.get(i, now)
+                long_ago = (now - at).total_seconds() > 2 * self._gap_wait
                 if waited < self._gap_wait and not long_ago:
                     break
-                self._gaps.pop(expected, None)
-            out.append((event, job))
-            expected = event.id + 1
-        return out
+                self._gaps.pop(upto + 1, None)
+            upto = i
+        return upto
 
     # --- delivering -------------------------------------------------------------------
 

@@ -59,7 +59,11 @@ def render(alert: Alert, base_url: str | None = None) -> Rendered:
         title = f"[corral] {count} more {causes} in {about} since {_when(d.get('since'))}"
         named = [f"job {j}" for j in d.get("jobs", [])]
         rest = count - len(named)
-        lines = ["Jobs: " + ", ".join(named) + (f" and {rest} more" if rest > 0 else "")]
+        lines = (
+            ["Jobs: " + ", ".join(named) + (f" and {rest} more" if rest > 0 else "")]
+            if named
+            else [f"Rule {alert.rule}: {count} more, each of no job."]
+        )
     elif alert.kind == "recovered":
         title = f"[corral] recovered: {about} (job {alert.job_id} succeeded)"
         lines = [f"Rule {alert.rule}: {about} succeeded again after failures."]
@@ -74,6 +78,17 @@ def render(alert: Alert, base_url: str | None = None) -> Rendered:
             f" {d.get('reason')}",
             f"At: {_when(d.get('at'))}",
         ]
+    elif alert.cause == "schedule_late":
+        late = float(d.get("late_seconds") or 0)
+        title = f"[corral] {about}: a firing started {late:g}s late (job {alert.job_id})"
+        lines = [
+            f"Rule {alert.rule}: job {alert.job_id} of {about} started {late:g}s after its"
+            f" nominal time, in queue {d.get('queue')}.",
+            f"Started: {_when(d.get('at'))}",
+        ]
+    elif alert.cause == "schedule_missed":
+        title = f"[corral] {about}: nominal times did not run"
+        lines = [f"Rule {alert.rule}: {d.get('reason')}", f"At: {_when(d.get('at'))}"]
     else:
         title = f"[corral] {alert.cause}: job {alert.job_id} in {about}"
         lines = [

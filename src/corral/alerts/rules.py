@@ -6,25 +6,32 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from corral import config, model
+from corral.store.alerts import JobFacts
 
 J, A = model.JobState, model.AttemptState
 
 SUCCEEDED = "succeeded"
 """Not a cause a rule names: a success ends a subject's failures (its `recovered`)."""
+STARTED = "started"
+"""Not a cause either: a firing's job started; `schedule_late` where it started later
+than a rule's `late_by` after its nominal time."""
+NOT_RUN = {"missed": "schedule_missed", "overlap": "schedule_missed"}
+"""A schedule's news (of nominal times that did not run) as causes."""
 
 
 @dataclass(frozen=True, slots=True)
 class Happening:
-    """One thing an event says happened to a job, with what rules match on."""
+    """One thing an event says happened to a job (or to a schedule), with what rules
+    match on."""
 
     event_id: int
     at: datetime
-    cause: str  # one of config.ALERT_CAUSES, or SUCCEEDED
-    job_id: int
+    cause: str  # one of config.ALERT_CAUSES, SUCCEEDED or STARTED
+    job_id: int | None  # None for a schedule's news
     queue: str
     tenant: str
     executor: str
@@ -32,33 +39,42 @@ class Happening:
     schedule: str | None
     reason: str
     failure_class: str | None = None
+    late: timedelta | None = None  # STARTED: after its nominal time
 
 
-def happening(event: model.Event, job: model.Job) -> Happening | None:
-    """What `event` of `job` is to the rules, if anything."""
+def happening(event: model.Event, job: JobFacts | None) -> Happening | None:
+    """What `event` of `job` (None: gone, or none, for a schedule's news) is to the
+    rules, if anything."""
     details = event.details or {}
+    if event.entity == "schedule":
+        return _schedule_news(event, details)
+    if job is None or event.from_state is None:
+        return None  # a job gone, or a job or attempt made: no news to anyone
     cls = details.get("failure_class")
     cause = None
-    if details.get("sla") == "missed":
+    late = None
+    if event.from_state == event.to_state:  # a note: news about a state, not a change
+        if event.entity != "job" or details.get("sla") != "missed":
+            return None
         cause = "sla_missed"
-    elif event.from_state == event.to_state:
-        return None  # a note: news about a state, not a change of it
     elif event.entity == "attempt" and event.to_state == A.LOST:
         cause = "lost"
+    elif event.entity == "job" and event.to_state == J.RUNNING:
+        if job.nominal is None:
+            return None  # only a firing's start can be late
+        cause, late = STARTED, event.at - job.nominal
     elif event.entity == "job":
         cause = {
             J.QUARANTINED: "quarantined",
             J.FAILED: "failed",
             J.SUCCEEDED: SUCCEEDED,
-        }.get(J(event.to_state))
+        }.get(event.to_state)
         if cause is None and details.get("budget") == "empty":
             cause = "budget_empty"
         elif cause is None and cls == model.FailureClass.UNKNOWN:
             cause = "unknown"
     if cause is None:
         return None
-    firing = job.payload.get(model.FIRING) if isinstance(job.payload, Mapping) else None
-    schedule = firing.get("schedule") if isinstance(firing, Mapping) else None
     return Happening(
         event_id=event.id,
         at=event.at,
@@ -68,9 +84,29 @@ def happening(event: model.Event, job: model.Job) -> Happening | None:
         tenant=job.tenant,
         executor=job.executor,
         labels=job.labels,
-        schedule=schedule if isinstance(schedule, str) else None,
+        schedule=job.schedule,
         reason=event.reason,
         failure_class=cls if isinstance(cls, str) else None,
+        late=late,
+    )
+
+
+def _schedule_news(event: model.Event, details: Mapping[str, Any]) -> Happening | None:
+    cause = NOT_RUN.get(event.to_state)
+    labels = details.get("labels")
+    if cause is None or not isinstance(details.get("schedule"), str):
+        return None
+    return Happening(
+        event_id=event.id,
+        at=event.at,
+        cause=cause,
+        job_id=None,
+        queue=str(details.get("queue", "")),
+        tenant=str(details.get("tenant", "")),
+        executor=str(details.get("executor", "")),
+        labels=labels if isinstance(labels, Mapping) else {},
+        schedule=details["schedule"],
+        reason=event.reason,
     )
 
 
@@ -132,13 +168,16 @@ class Digested:
     subject: str
     window_start: datetime
     window_end: datetime
-    job_id: int
+    job_id: int | None
     cause: str
 
     @property
     def dedupe_key(self) -> str:
         return f"{self.rule}|{self.subject}|digest|{self.window_start.isoformat()}|{self.channel}"
 
+
+NOT_FAILURES = frozenset({"schedule_late", "schedule_missed"})
+"""Causes that are no job's failure: they have no recovered message to come."""
 
 ENDED_BADLY = frozenset({"failed", "quarantined"})
 """What counts toward `consecutive_failures`: a job that ended without succeeding."""
@@ -182,14 +221,11 @@ def plan(
                 if not before.recovered_since:
                     out.messages.extend(_each_channel(rule, name, "recovered", SUCCEEDED, about, h))
                 continue
-            cause = h.cause
-            if cause in ENDED_BADLY and "consecutive_failures" in rule.on:
-                before = replace(before, streak=before.streak + 1)
+            cause, before = _cause(rule, h, before)
+            if before.streak != sent.get((name, about), Sent()).streak:
                 sent[(name, about)] = before
                 out.streaks[(name, about)] = before.streak
-                if before.streak >= rule.after and cause not in rule.on:
-                    cause = "consecutive_failures"
-            if cause not in rule.on:
+            if cause is None:
                 continue
             opened = before.last_alert_at
             # Inside the window, even after a recovery: a flapping subject is one message,
@@ -200,10 +236,34 @@ def plan(
                     for ch in rule.channels
                 )
                 continue
-            sent[(name, about)] = replace(before, last_alert_at=h.at, recovered_since=False)
-            extra = {"streak": before.streak} if cause == "consecutive_failures" else {}
+            ends_badly = cause not in NOT_FAILURES
+            sent[(name, about)] = replace(
+                before,
+                last_alert_at=h.at,
+                recovered_since=before.recovered_since and not ends_badly,
+            )
+            extra: dict[str, Any] = {}
+            if cause == "consecutive_failures":
+                extra = {"streak": before.streak}
+            elif h.late is not None:
+                extra = {"late_seconds": h.late.total_seconds()}
             out.messages.extend(_each_channel(rule, name, "alert", cause, about, h, extra))
     return out
+
+
+def _cause(rule: config.AlertRule, h: Happening, before: Sent) -> tuple[str | None, Sent]:
+    """The cause `h` is to `rule` (None: none it fires on), and the subject's streak
+    after it: a late start is `schedule_late`; a job that ended badly counts toward
+    `consecutive_failures`, the `after`-th in a row on."""
+    cause = h.cause
+    if cause == STARTED:
+        late = h.late is not None and h.late > rule.late_by
+        return ("schedule_late" if late and "schedule_late" in rule.on else None), before
+    if cause in ENDED_BADLY and "consecutive_failures" in rule.on:
+        before = replace(before, streak=before.streak + 1)
+        if before.streak >= rule.after and cause not in rule.on:
+            cause = "consecutive_failures"
+    return (cause if cause in rule.on else None), before
 
 
 def _each_channel(

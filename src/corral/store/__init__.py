@@ -560,9 +560,11 @@ class Store:
         return await self._tx(alerts.event_newest)
 
     async def alert_events(
-        self, *, after: int, limit: int
-    ) -> list[tuple[model.Event, model.Job | None]]:
-        return await self._tx(alerts.alert_events, after=after, limit=limit)
+        self, *, after: int, limit: int, with_starts: bool = False
+    ) -> alerts.EventsRead:
+        return await self._tx(
+            alerts.alert_events, after=after, limit=limit, with_starts=with_starts
+        )
 
     async def alert_sent(
         self, *, pairs: Sequence[tuple[str, str]]

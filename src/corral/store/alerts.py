@@ -9,12 +9,22 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, delete, func, insert, select, update
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    and_,
+    delete,
+    func,
+    insert,
+    or_,
+    select,
+    tuple_,
+    update,
+)
 
 from corral import model
 from corral.store import dialects
 from corral.store.events import event_note
-from corral.store.rows import job_from_row
 from corral.store.tables import (
     PENDING,
     alert_cursors,
@@ -73,27 +83,106 @@ def event_newest(conn: Connection) -> int:
     return conn.execute(select(func.max(events.c.id))).scalar() or 0
 
 
+@dataclass(frozen=True, slots=True)
+class JobFacts:
+    """What rules match a job on (corral.alerts.rules): a few of its columns, read for
+    the events that can make a message, not its whole row."""
+
+    id: int
+    queue: str
+    tenant: str
+    executor: str
+    labels: Mapping[str, str]
+    schedule: str | None  # the schedule a firing's job is for (its payload says)
+    nominal: datetime | None = None  # and its nominal time
+
+
+@dataclass(frozen=True, slots=True)
+class EventsRead:
+    """What one read of the events found after a cursor: the ids of all of them in order
+    (to see the gaps by), of those the events that can make a message with their jobs'
+    facts (None once a job is gone), and when each event right after a gap happened."""
+
+    ids: list[int]
+    found: list[tuple[model.Event, JobFacts | None]]
+    at_after_gap: dict[int, datetime]
+
+
+def _may_matter(with_starts: bool) -> ColumnElement[bool]:
+    """The events `corral.alerts.rules.happening` may make something of, as SQL: a lost
+    attempt, a schedule's news, and any change or note of a job but its submission and
+    (unless `with_starts`) its start. A superset: `happening` decides on each one read."""
+    e = events.c
+    started = and_(e.to_state == J.RUNNING.value, e.from_state != J.RUNNING.value)
+    job = and_(e.entity == "job", e.from_state.is_not(None))
+    return or_(
+        and_(e.entity == "attempt", e.to_state == model.AttemptState.LOST.value),
+        e.entity == "schedule",
+        and_(job, ~started) if not with_starts else job,
+    )
+
+
+def _time(value: Any) -> datetime | None:
+    try:
+        return datetime.fromisoformat(value) if isinstance(value, str) else None
+    except ValueError:
+        return None
+
+
 def alert_events(
-    conn: Connection, *, after: int, limit: int
-) -> list[tuple[model.Event, model.Job | None]]:
-    """Up to `limit` events after `after`, in id order, each with its job (None once the
-    job is gone)."""
+    conn: Connection, *, after: int, limit: int, with_starts: bool = False
+) -> EventsRead:
+    """The next `limit` events after `after`: their ids, and those that can make a
+    message, with their jobs' facts."""
+    ids = list(
+        conn.execute(
+            select(events.c.id).where(events.c.id > after).order_by(events.c.id).limit(limit)
+        ).scalars()
+    )
+    if not ids:
+        return EventsRead([], [], {})
+    schedule = dialects.json_text(conn, jobs.c.payload, model.FIRING, "schedule")
+    nominal = dialects.json_text(conn, jobs.c.payload, model.FIRING, "nominal_time")
+    facts = (jobs.c.queue, jobs.c.tenant, jobs.c.executor, jobs.c.labels)
     rows = conn.execute(
-        select(events, *[c.label(f"j_{c.name}") for c in jobs.c])
+        select(
+            events,
+            *[c.label(f"j_{c.name}") for c in facts],
+            schedule.label("j_schedule"),
+            nominal.label("j_nominal"),
+        )
         .outerjoin(jobs, jobs.c.id == events.c.job_id)
-        .where(events.c.id > after)
+        .where(events.c.id > after, events.c.id <= ids[-1], _may_matter(with_starts))
         .order_by(events.c.id)
-        .limit(limit)
     ).all()
-    out = []
+    found = []
     for r in rows:
         m = r._mapping
         event = model.Event(**{c.name: m[c.name] for c in events.c})
         job = None
-        if m["j_state"] is not None:  # the job is still there
-            job = job_from_row({c.name: m[f"j_{c.name}"] for c in jobs.c})
-        out.append((event, job))
-    return out
+        if m["j_queue"] is not None:  # the job is still there
+            named, nominal_at = m["j_schedule"], m["j_nominal"]
+            job = JobFacts(
+                id=event.job_id,
+                queue=m["j_queue"],
+                tenant=m["j_tenant"],
+                executor=m["j_executor"],
+                labels=m["j_labels"],
+                schedule=named if isinstance(named, str) else None,
+                nominal=_time(nominal_at) if named is not None else None,
+            )
+        found.append((event, job))
+    after_gap = [i for prev, i in zip([after, *ids], ids, strict=False) if i != prev + 1]
+    at_after_gap: dict[int, datetime] = {}
+    if after_gap:
+        at_after_gap = dict(
+            conn.execute(
+                select(events.c.id, events.c.at).where(
+                    dialects.one_of(conn, events.c.id, after_gap)
+                )
+            ).all()
+        )
+    return EventsRead(ids, found, at_after_gap)
 
 
 def alert_sent(
@@ -102,30 +191,47 @@ def alert_sent(
     """For each (rule, subject): when what its newest failure message is about happened
     (its throttle window's start), whether a recovered message came after it, and its
     streak of jobs that ended badly."""
-    out: dict[tuple[str, str], tuple[datetime | None, bool, int]] = {}
-    for rule, about in sorted(set(pairs)):
-        streak = conn.execute(
-            select(alert_streaks.c.failures).where(
-                alert_streaks.c.rule == rule, alert_streaks.c.subject == about
+    wanted = sorted(set(pairs))
+    if not wanted:
+        return {}
+    streaks = {
+        (r.rule, r.subject): r.failures
+        for r in conn.execute(
+            select(alert_streaks).where(
+                tuple_(alert_streaks.c.rule, alert_streaks.c.subject).in_(wanted)
             )
-        ).scalar()
-        newest = {
-            kind: conn.execute(
-                select(AL.id, AL.created_at, AL.details)
-                .where(AL.rule == rule, AL.subject == about, AL.kind == kind)
-                .order_by(AL.id.desc())
-                .limit(1)
-            ).first()
-            for kind in ("alert", "recovered")
-        }
-        alert, recovered = newest["alert"], newest["recovered"]
+        )
+    }
+    newest_ids = [
+        r.id
+        for r in conn.execute(
+            select(func.max(AL.id).label("id"))
+            .where(tuple_(AL.rule, AL.subject).in_(wanted), AL.kind.in_(["alert", "recovered"]))
+            .group_by(AL.rule, AL.subject, AL.kind)
+        )
+    ]
+    newest: dict[tuple[str, str, str], Any] = {}
+    if newest_ids:
+        rows = conn.execute(
+            select(AL.id, AL.rule, AL.subject, AL.kind, AL.created_at, AL.details).where(
+                dialects.one_of(conn, AL.id, newest_ids)
+            )
+        )
+        newest = {(r.rule, r.subject, r.kind): r for r in rows}
+    out: dict[tuple[str, str], tuple[datetime | None, bool, int]] = {}
+    for rule, about in wanted:
+        streak = streaks.get((rule, about), 0)
+        alert, recovered = (
+            newest.get((rule, about, "alert")),
+            newest.get((rule, about, "recovered")),
+        )
         if alert is None:
-            out[(rule, about)] = (None, True, streak or 0)
+            out[(rule, about)] = (None, True, streak)
         else:  # the window opened when what it is about happened (the rules' clock)
             at = alert.details.get("at")
             opened = datetime.fromisoformat(at) if isinstance(at, str) else alert.created_at
             after = recovered is not None and recovered.id > alert.id
-            out[(rule, about)] = (opened, after, streak or 0)
+            out[(rule, about)] = (opened, after, streak)
     return out
 
 
@@ -182,7 +288,7 @@ def _digest(conn: Connection, digested: Sequence[Mapping[str, Any]], now: dateti
         row = conn.execute(
             select(AL.id, AL.details, AL.state, AL.due_at).where(AL.dedupe_key == key)
         ).first()
-        jobs_named = [e["job_id"] for e in entries]
+        jobs_named = [e["job_id"] for e in entries if e["job_id"] is not None]
         if row is not None and (row.state != "pending" or row.due_at != first["window_end"]):
             # Sent, or being sent: what came since goes in a digest of its own, due now.
             key, row = f"{key}|after:{now.isoformat()}", None

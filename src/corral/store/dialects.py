@@ -259,6 +259,14 @@ def pairs_in(
     return tuple_(first, second).in_(list(pairs))
 
 
+def json_text(conn: Connection, column: Column[Any], *path: str) -> ColumnElement[Any]:
+    """The text at `path` in a JSON column (NULL where there is none, or it is no
+    object): JSONB's path operator on PostgreSQL, json_extract on SQLite."""
+    if conn.dialect.name == "postgresql":
+        return func.jsonb_extract_path_text(column, *path)
+    return func.json_extract(column, "$." + ".".join(f'"{p}"' for p in path))
+
+
 def _big_ints() -> Any:
     from sqlalchemy.dialects import postgresql  # imported on PostgreSQL only: a large package
 

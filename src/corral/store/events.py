@@ -98,6 +98,10 @@ def transition(
     return applied
 
 
+NO_JOB = 0
+"""The job_id of an event that is no job's: a schedule's news (entity "schedule")."""
+
+
 def event_row(
     *,
     job_id: int,

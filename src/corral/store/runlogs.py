@@ -12,6 +12,7 @@ from sqlalchemy import Connection, RowMapping, delete, func, insert, select
 
 from corral import model
 from corral.store import dialects
+from corral.store.events import NO_JOB
 from corral.store.tables import attempts, checkpoints, events, job_slas, jobs, run_logs
 
 J = model.JobState
@@ -70,12 +71,15 @@ def run_log_from_row(row: RowMapping) -> model.RunLog:
 def jobs_forget(conn: Connection, *, before: datetime, limit: int) -> int:
     """Remove up to `limit` jobs that finished (FORGOTTEN) before `before`, oldest ids
     first, with their attempts, events, run logs and checkpoints; how many it removed.
-    Firings keep their job's id: a schedule's history outlives its jobs.
+    Firings keep their job's id: a schedule's history outlives its jobs. Schedules' news
+    (events of no job) older than `before` goes too, up to `limit` of it.
 
     The jobs that hold the highest job id, fence and event id are kept whatever their age:
     SQLite gives a new row the highest id + 1 (these tables are not AUTOINCREMENT there),
     and a fence or a job id given twice would unfence a stale writer and mix two jobs'
     run folders and histories."""
+    old_news = select(events.c.id).where(events.c.job_id == NO_JOB, events.c.at < before)
+    conn.execute(delete(events).where(events.c.id.in_(old_news.limit(limit).scalar_subquery())))
     newest = {
         conn.execute(select(func.max(jobs.c.id))).scalar(),
         *(

@@ -20,7 +20,7 @@ from sqlalchemy import Connection, and_, bindparam, delete, func, or_, select, u
 
 from corral import errors, model
 from corral.store import dialects
-from corral.store.events import transition
+from corral.store.events import NO_JOB, event_insert, event_row, transition
 from corral.store.jobs import job_cancel, job_submit
 from corral.store.rows import state_is
 from corral.store.tables import DUE, UTCDateTime, firings, jobs, schedules
@@ -323,6 +323,7 @@ def schedules_fire_due(
         )
         previous = {job_id: J(state) for job_id, state in rows}
     out = Fired()
+    news: list[dict[str, Any]] = []
     todo: list[tuple[model.Schedule, model.Fire]] = []
     moves: list[dict[str, Any]] = []
     for schedule in due:
@@ -342,6 +343,7 @@ def schedules_fire_due(
             if attempt is not None:
                 out.cancelled.append(attempt)
         todo.extend((schedule, f) for f in decided.fires)
+        news.extend(_missed_news(schedule, decided, now))
     if not moves:
         return out
     # The rows are ours until commit (locked on PostgreSQL, the one writer on SQLite), so
@@ -364,6 +366,50 @@ def schedules_fire_due(
         )
     out.schedules = len(moves)
     out.firings = _fire(conn, todo, now)
+    if news:
+        event_insert(conn, news)
+    return out
+
+
+NOT_RUN = (F.MISSED, F.OVERLAP)
+"""What a schedule's run log tells of (a paused schedule's skipped times are asked for)."""
+
+
+def _missed_news(schedule: model.Schedule, decided: Plan, now: datetime) -> list[dict[str, Any]]:
+    """The events that tell of the nominal times of `decided` that did not run, one per
+    outcome: a schedule's news has no job (job_id NO_JOB), so it names the schedule and
+    what a firing's job would have been (queue, executor, labels) for rules to match."""
+    out = []
+    template = schedule.template
+    for outcome in NOT_RUN:
+        fires = [f for f in decided.fires if f.outcome == outcome]
+        times = [f.nominal_at for f in fires]
+        count = len(times) + (decided.missed_count if outcome == F.MISSED else 0)
+        if not count:
+            continue
+        why = next((f.note for f in fires if f.note), None) or "no scheduler fired it in time"
+        first = times[0].isoformat() if times else "(not recorded)"
+        out.append(
+            event_row(
+                job_id=NO_JOB,
+                attempt_id=None,
+                entity="schedule",
+                frm=None,
+                to=outcome.value,
+                reason=f"schedule {schedule.name!r}: {count} nominal time(s) from {first}"
+                f" did not run: {why}",
+                now=now,
+                details={
+                    "schedule": schedule.name,
+                    "tenant": schedule.tenant,
+                    "queue": str(template.get("queue") or "default"),
+                    "executor": str(template.get("executor") or ""),
+                    "labels": dict(template.get("labels") or {}),
+                    "nominal_times": [t.isoformat() for t in times],
+                    "count": count,
+                },
+            )
+        )
     return out
 
 
