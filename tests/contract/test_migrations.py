@@ -222,3 +222,62 @@ def test_the_schema_check_reads_the_revisions_as_alembic_does(empty_url: str) ->
         with engine.connect() as conn:
             assert migrate.current(conn) == MigrationContext.configure(conn).get_current_revision()
     engine.dispose()
+
+
+async def test_0012_keeps_where_each_rule_and_subject_stands(empty_url: str) -> None:
+    """A database of 0011 with messages sent: after the upgrade each rule and subject's
+    window and owed recovery are read off its newest messages; a late firing owes none."""
+    from datetime import timedelta
+
+    from sqlalchemy import insert
+
+    from corral import store
+    from corral.store.tables import alert_streaks, alerts
+    from corral.testing import FrozenClock
+
+    _migrated_to(empty_url, "0011")
+    clock = FrozenClock()
+    t0 = clock.now()
+
+    def message(n: int, rule: str, about: str, kind: str, cause: str) -> dict[str, object]:
+        return {
+            "dedupe_key": f"k{n}",
+            "rule": rule,
+            "channel": "hook",
+            "kind": kind,
+            "cause": cause,
+            "subject": about,
+            "job_id": n,
+            "details": {},
+            "state": "delivered",
+            "created_at": t0 + timedelta(minutes=n),
+            "due_at": t0,
+            "tries": 1,
+        }
+
+    rows = [
+        message(1, "poison", "queue:billing", "alert", "quarantined"),  # recovered since
+        message(2, "poison", "queue:billing", "recovered", "succeeded"),
+        message(3, "poison", "queue:mail", "recovered", "succeeded"),  # failed again since
+        message(4, "poison", "queue:mail", "alert", "failed"),
+        message(5, "late", "schedule:default/nightly", "alert", "schedule_late"),
+    ]
+    engine = create_engine(empty_url)
+    with engine.begin() as conn:
+        conn.execute(insert(alerts), rows)
+        conn.execute(insert(alert_streaks).values(rule="poison", subject="queue:mail", failures=2))
+    engine.dispose()
+    db = store.Store.connect(empty_url)
+    assert await db.migrate() == ("0011", migrate.head())
+    pairs = [
+        ("poison", "queue:billing"),
+        ("poison", "queue:mail"),
+        ("late", "schedule:default/nightly"),
+    ]
+    assert await db.alert_sent(pairs=pairs) == {
+        ("poison", "queue:billing"): (t0 + timedelta(minutes=1), False, 0),
+        ("poison", "queue:mail"): (t0 + timedelta(minutes=4), True, 2),
+        ("late", "schedule:default/nightly"): (t0 + timedelta(minutes=5), False, 0),
+    }
+    assert await db.alert_open() == {"queue:mail"}
+    await db.close()

@@ -677,7 +677,7 @@ async def test_two_reconcilers_note_a_missed_sla_once(db: store.Store) -> None:
     assert sorted(found) == [0, 1]
 
 
-async def test_sent_alerts_go_with_the_retention_but_the_newest_of_each_subject(
+async def test_sent_alerts_go_with_the_retention_and_their_subject_still_recovers(
     db: store.Store, web_receiver: Web
 ) -> None:
     clock = FrozenClock()
@@ -694,9 +694,16 @@ async def test_sent_alerts_go_with_the_retention_but_the_newest_of_each_subject(
         await alerter.close()
     assert len(await db.alert_list()) == 3
     clock.advance(3600)
-    assert await db.alerts_forget(before=clock.now(), limit=100) == 2
-    [kept] = await db.alert_list()
-    assert kept.kind == "alert"
+    assert await db.alerts_forget(before=clock.now(), limit=100) == 3
+    assert await db.alert_list() == []
+    done = await succeed(db, clock)  # where the subject stands outlives its messages
+    again = alerts.Alerter(store=db, clock=clock, settings=s)
+    try:
+        await again.read_once()
+    finally:
+        await again.close()
+    [recovered] = await db.alert_list()
+    assert (recovered.kind, recovered.job_id) == ("recovered", done)
 
 
 def test_a_note_is_no_state_change_to_the_rules_and_explain_skips_sla_notes() -> None:
@@ -901,6 +908,11 @@ async def test_a_late_firing_and_missed_nominal_times_alert_on_the_schedule(
         await fire.pass_once()
         await alerter.read_once()
         await alerter.deliver_all()
+        [claimed] = await db.job_claim(now=clock.now(), limit=1, executors=["noop"])
+        ok = Finish(claimed.attempt.id, A.SUCCEEDED, 0, None)  # the latest, caught up
+        await db.attempt_finish(finishes=[ok], now=clock.now())  # a success: nothing owed
+        await alerter.read_once()
+        await alerter.deliver_all()
     finally:
         await alerter.close()
     sent = [json.loads(w["body"]) for w in web_receiver.seen]
@@ -933,3 +945,24 @@ async def test_a_schedule_s_news_goes_with_the_retention(db: store.Store) -> Non
     await db.jobs_forget(before=clock.now() - timedelta(minutes=30), limit=100)
     read = await db.alert_events(after=0, limit=1000)
     assert [e for e, _ in read.found if e.job_id == 0] == []
+
+
+async def test_a_failure_and_a_success_read_in_one_pass_make_an_alert_and_a_recovery(
+    db: store.Store, web_receiver: Web
+) -> None:
+    """The alerter passes over the successes of subjects that owe nothing; one whose
+    failure comes earlier in the same pass is read."""
+    clock = FrozenClock()
+    await listening(db)
+    s = settings(free_port(), web_receiver.base, channels=["hook"])
+    await succeed(db, clock)  # nothing owed yet: passed over
+    failed = await quarantine(db, clock)
+    await succeed(db, clock, queue="other")  # another queue's: passed over
+    done = await succeed(db, clock)
+    alerter = alerts.Alerter(store=db, clock=clock, settings=s)
+    try:
+        assert await alerter.read_once() > 0
+    finally:
+        await alerter.close()
+    made = [(a.kind, a.job_id) for a in reversed(await db.alert_list())]
+    assert made == [("alert", failed), ("recovered", done)]

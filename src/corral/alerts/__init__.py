@@ -19,7 +19,7 @@ from datetime import timedelta
 
 import httpx
 
-from corral import clock, config, errors, failpoints, store
+from corral import clock, config, errors, failpoints, model, store
 from corral.alerts import channels, rules
 from corral.store.alerts import Alert, EventsRead
 
@@ -122,11 +122,7 @@ class Alerter:
         if upto == cursor:
             return 0
         now = self.clock.now()
-        seen = [
-            h
-            for event, job in read.found
-            if event.id <= upto and (h := rules.happening(event, job)) is not None
-        ]
+        seen = self._seen(read, upto, await self.store.alert_open())
         pairs = [
             (name, rules.subject(rule, h))
             for h in seen
@@ -136,10 +132,7 @@ class Alerter:
         sent = await self.store.alert_sent(pairs=pairs)
         muted = frozenset(await self.store.alert_muted(now=now))
         made = rules.plan(
-            seen,
-            self.rules,
-            {k: rules.Sent(at, recovered, streak) for k, (at, recovered, streak) in sent.items()},
-            muted=muted,
+            seen, self.rules, {k: rules.Sent(*v) for k, v in sent.items()}, muted=muted
         )
         messages, digested = made.messages, made.digested
         wrote = await self.store.alert_write(
@@ -149,7 +142,9 @@ class Alerter:
             messages=[_row(m) for m in messages],
             digested=[_digested(d) for d in digested],
             now=now,
-            streaks=made.streaks,
+            standing={
+                k: (v.window_at, v.owes_recovery, v.streak) for k, v in made.standing.items()
+            },
         )
         if wrote and (messages or digested):
             failpoints.hit("after_alerts_written")
@@ -161,6 +156,30 @@ class Alerter:
                 len(digested),
             )
         return len(read.ids) if wrote else 0
+
+    @staticmethod
+    def _seen(read: EventsRead, upto: int, open_subjects: set[str]) -> list[rules.Happening]:
+        """What the events up to `upto` say happened. Most are successes, which matter
+        only to a subject that owes a recovered message or counts a streak (`open`), or
+        that failed earlier in the batch: the others are passed over unread."""
+        seen = []
+        for event, job in read.found:
+            if event.id > upto:
+                break
+            if (
+                job is not None
+                and event.to_state == model.JobState.SUCCEEDED
+                and event.entity == "job"
+                and open_subjects.isdisjoint(rules.subjects(job.tenant, job.queue, job.schedule))
+            ):
+                continue
+            h = rules.happening(event, job)
+            if h is None:
+                continue
+            if h.cause != rules.SUCCEEDED:
+                open_subjects.update(rules.subjects(h.tenant, h.queue, h.schedule))
+            seen.append(h)
+        return seen
 
     def _in_order(self, cursor: int, read: EventsRead) -> int:
         """How far the events can be read now: in id order with no id missing, but one

@@ -64,11 +64,7 @@ def happening(event: model.Event, job: JobFacts | None) -> Happening | None:
             return None  # only a firing's start can be late
         cause, late = STARTED, event.at - job.nominal
     elif event.entity == "job":
-        cause = {
-            J.QUARANTINED: "quarantined",
-            J.FAILED: "failed",
-            J.SUCCEEDED: SUCCEEDED,
-        }.get(event.to_state)
+        cause = _ENDS.get(event.to_state)
         if cause is None and details.get("budget") == "empty":
             cause = "budget_empty"
         elif cause is None and cls == model.FailureClass.UNKNOWN:
@@ -89,6 +85,9 @@ def happening(event: model.Event, job: JobFacts | None) -> Happening | None:
         failure_class=cls if isinstance(cls, str) else None,
         late=late,
     )
+
+
+_ENDS: dict[str, str] = {J.QUARANTINED: "quarantined", J.FAILED: "failed", J.SUCCEEDED: SUCCEEDED}
 
 
 def _schedule_news(event: model.Event, details: Mapping[str, Any]) -> Happening | None:
@@ -133,13 +132,19 @@ def subject(rule: config.AlertRule, h: Happening) -> str:
     return f"queue:{h.queue}"
 
 
+def subjects(tenant: str, queue: str, schedule: str | None) -> tuple[str, ...]:
+    """Every subject a job's happening can be about, whatever the rule."""
+    by_queue = f"queue:{queue}"
+    return (by_queue,) if schedule is None else (by_queue, f"schedule:{tenant}/{schedule}")
+
+
 @dataclass(frozen=True, slots=True)
 class Sent:
-    """What was sent before for a rule and a subject: the newest failure message (the
-    start of its throttle window), and whether a recovered message has come since."""
+    """Where a rule and a subject stand: when the throttle window of its newest message
+    opened, whether it owes a recovered message, and its streak."""
 
-    last_alert_at: datetime | None = None
-    recovered_since: bool = True
+    window_at: datetime | None = None  # when the newest message's window opened
+    owes_recovery: bool = False  # a failure was sent, and no recovered message since
     streak: int = 0  # jobs of the subject that ended badly since its last success
 
 
@@ -185,11 +190,12 @@ ENDED_BADLY = frozenset({"failed", "quarantined"})
 
 @dataclass(frozen=True, slots=True)
 class Plan:
-    """What a pass writes: messages, digest entries, and the streaks it changed."""
+    """What a pass writes: messages, digest entries, and where each rule and subject it
+    changed now stands."""
 
     messages: list[Message]
     digested: list[Digested]
-    streaks: dict[tuple[str, str], int]
+    standing: dict[tuple[str, str], Sent]
 
 
 def plan(
@@ -206,48 +212,43 @@ def plan(
     success, and is a failure from the `after`-th on. A success is a `recovered` message
     where a failure message was sent (a schedule's or a queue's, never a one-off's: the
     subject is never the job). Muted rules make nothing, and count nothing."""
-    sent = dict(sent)
+    now = dict(sent)
     out = Plan([], [], {})
     for h in found:
         for name, rule in rules.items():
             if name in muted or not matches(rule, h):
                 continue
-            about = subject(rule, h)
-            before = sent.get((name, about), Sent())
+            key = (name, subject(rule, h))
+            before = now.get(key, Sent())
             if h.cause == SUCCEEDED:
-                if before.streak:
-                    out.streaks[(name, about)] = 0
-                sent[(name, about)] = replace(before, recovered_since=True, streak=0)
-                if not before.recovered_since:
-                    out.messages.extend(_each_channel(rule, name, "recovered", SUCCEEDED, about, h))
+                if before.owes_recovery:
+                    out.messages.extend(_each_channel(rule, name, "recovered", h.cause, key[1], h))
+                after = replace(before, owes_recovery=False, streak=0)
+                if after != before:
+                    now[key] = out.standing[key] = after
                 continue
-            cause, before = _cause(rule, h, before)
-            if before.streak != sent.get((name, about), Sent()).streak:
-                sent[(name, about)] = before
-                out.streaks[(name, about)] = before.streak
+            cause, counted = _cause(rule, h, before)
+            if counted != before:
+                now[key] = out.standing[key] = before = counted
             if cause is None:
                 continue
-            opened = before.last_alert_at
+            opened = before.window_at
             # Inside the window, even after a recovery: a flapping subject is one message,
             # one digest and one recovered message, not one of each per flap.
             if opened is not None and h.at < opened + rule.throttle:
                 out.digested.extend(
-                    Digested(name, ch, about, opened, opened + rule.throttle, h.job_id, cause)
+                    Digested(name, ch, key[1], opened, opened + rule.throttle, h.job_id, cause)
                     for ch in rule.channels
                 )
                 continue
-            ends_badly = cause not in NOT_FAILURES
-            sent[(name, about)] = replace(
-                before,
-                last_alert_at=h.at,
-                recovered_since=before.recovered_since and not ends_badly,
-            )
+            owes = before.owes_recovery or cause not in NOT_FAILURES
+            now[key] = out.standing[key] = replace(before, window_at=h.at, owes_recovery=owes)
             extra: dict[str, Any] = {}
             if cause == "consecutive_failures":
                 extra = {"streak": before.streak}
             elif h.late is not None:
                 extra = {"late_seconds": h.late.total_seconds()}
-            out.messages.extend(_each_channel(rule, name, "alert", cause, about, h, extra))
+            out.messages.extend(_each_channel(rule, name, "alert", cause, key[1], h, extra))
     return out
 
 

@@ -568,8 +568,11 @@ class Store:
 
     async def alert_sent(
         self, *, pairs: Sequence[tuple[str, str]]
-    ) -> dict[tuple[str, str], tuple[datetime | None, bool, int]]:
+    ) -> dict[tuple[str, str], alerts.Standing]:
         return await self._tx(alerts.alert_sent, pairs=pairs)
+
+    async def alert_open(self) -> set[str]:
+        return await self._tx(alerts.alert_open)
 
     async def alert_write(
         self,
@@ -580,7 +583,7 @@ class Store:
         messages: Sequence[Mapping[str, Any]],
         digested: Sequence[Mapping[str, Any]],
         now: datetime,
-        streaks: Mapping[tuple[str, str], int] | None = None,
+        standing: Mapping[tuple[str, str], alerts.Standing] | None = None,
     ) -> bool:
         return await self._tx(
             alerts.alert_write,
@@ -590,7 +593,7 @@ class Store:
             messages=messages,
             digested=digested,
             now=now,
-            streaks=streaks,
+            standing=standing,
         )
 
     async def alerts_claim(

@@ -185,54 +185,32 @@ def alert_events(
     return EventsRead(ids, found, at_after_gap)
 
 
+Standing = tuple[datetime | None, bool, int]
+"""Where a rule and subject stand: when its throttle window opened (None: never), whether
+it owes a "recovered" message, and its streak of jobs that ended badly."""
+
+ST = alert_streaks.c
+
+
 def alert_sent(
     conn: Connection, *, pairs: Sequence[tuple[str, str]]
-) -> dict[tuple[str, str], tuple[datetime | None, bool, int]]:
-    """For each (rule, subject): when what its newest failure message is about happened
-    (its throttle window's start), whether a recovered message came after it, and its
-    streak of jobs that ended badly."""
+) -> dict[tuple[str, str], Standing]:
+    """Where each (rule, subject) of `pairs` stands; one never alerted nor failing
+    stands nowhere: (None, False, 0)."""
     wanted = sorted(set(pairs))
-    if not wanted:
-        return {}
-    streaks = {
-        (r.rule, r.subject): r.failures
-        for r in conn.execute(
-            select(alert_streaks).where(
-                tuple_(alert_streaks.c.rule, alert_streaks.c.subject).in_(wanted)
-            )
-        )
-    }
-    newest_ids = [
-        r.id
-        for r in conn.execute(
-            select(func.max(AL.id).label("id"))
-            .where(tuple_(AL.rule, AL.subject).in_(wanted), AL.kind.in_(["alert", "recovered"]))
-            .group_by(AL.rule, AL.subject, AL.kind)
-        )
-    ]
-    newest: dict[tuple[str, str, str], Any] = {}
-    if newest_ids:
-        rows = conn.execute(
-            select(AL.id, AL.rule, AL.subject, AL.kind, AL.created_at, AL.details).where(
-                dialects.one_of(conn, AL.id, newest_ids)
-            )
-        )
-        newest = {(r.rule, r.subject, r.kind): r for r in rows}
-    out: dict[tuple[str, str], tuple[datetime | None, bool, int]] = {}
-    for rule, about in wanted:
-        streak = streaks.get((rule, about), 0)
-        alert, recovered = (
-            newest.get((rule, about, "alert")),
-            newest.get((rule, about, "recovered")),
-        )
-        if alert is None:
-            out[(rule, about)] = (None, True, streak)
-        else:  # the window opened when what it is about happened (the rules' clock)
-            at = alert.details.get("at")
-            opened = datetime.fromisoformat(at) if isinstance(at, str) else alert.created_at
-            after = recovered is not None and recovered.id > alert.id
-            out[(rule, about)] = (opened, after, streak)
+    out: dict[tuple[str, str], Standing] = {p: (None, False, 0) for p in wanted}
+    if wanted:
+        rows = conn.execute(select(alert_streaks).where(tuple_(ST.rule, ST.subject).in_(wanted)))
+        for r in rows:
+            out[(r.rule, r.subject)] = (r.window_at, r.owes_recovery, r.failures)
     return out
+
+
+def alert_open(conn: Connection) -> set[str]:
+    """The subjects a success can change for some rule: those owing a recovered message
+    or counting a streak."""
+    rows = conn.execute(select(ST.subject).where(or_(ST.owes_recovery, ST.failures > 0)).distinct())
+    return set(rows.scalars())
 
 
 def alert_write(
@@ -244,11 +222,12 @@ def alert_write(
     messages: Sequence[Mapping[str, Any]],
     digested: Sequence[Mapping[str, Any]],
     now: datetime,
-    streaks: Mapping[tuple[str, str], int] | None = None,
+    standing: Mapping[tuple[str, str], Standing] | None = None,
 ) -> bool:
     """Move the cursor `name` from `read_from` to `read_to` and write what the events in
-    between made, in one transaction; False (and nothing written) when another alerter
-    moved the cursor first. A message whose dedupe key exists is not written again."""
+    between made, with where the rules and subjects it changed now stand, in one
+    transaction; False (and nothing written) when another alerter moved the cursor
+    first. A message whose dedupe key exists is not written again."""
     moved = conn.execute(
         update(alert_cursors)
         .where(alert_cursors.c.name == name, alert_cursors.c.event_id == read_from)
@@ -266,14 +245,10 @@ def alert_write(
     if rows:
         conn.execute(dialects.insert_ignore_conflict(conn, alerts, ["dedupe_key"]), rows)
     _digest(conn, digested, now)
-    for (rule, about), failures in sorted((streaks or {}).items()):
-        row = {"rule": rule, "subject": about, "failures": failures}
-        stmt = dialects.upsert(conn, alert_streaks).values(**row)
-        conn.execute(
-            stmt.on_conflict_do_update(
-                index_elements=["rule", "subject"], set_={"failures": failures}
-            )
-        )
+    for (rule, about), (window_at, owes, failures) in sorted((standing or {}).items()):
+        row = {"window_at": window_at, "owes_recovery": owes, "failures": failures}
+        stmt = dialects.upsert(conn, alert_streaks).values(rule=rule, subject=about, **row)
+        conn.execute(stmt.on_conflict_do_update(index_elements=["rule", "subject"], set_=row))
     return True
 
 
@@ -460,17 +435,12 @@ _NO_MISS = (None, J.SUCCEEDED, J.CANCELLED)
 
 def alerts_forget(conn: Connection, *, before: datetime, limit: int) -> int:
     """Remove up to `limit` messages made before `before` that are done with (delivered
-    or given up), with their tries; never the newest alert and recovered message of a
-    rule and subject, which say where its throttle window and recovery stand."""
-    newest = (
-        select(func.max(AL.id))
-        .where(AL.kind.in_(["alert", "recovered"]))
-        .group_by(AL.rule, AL.subject, AL.kind)
-    )
+    or given up), with their tries. Where each rule and subject stands is kept apart
+    (alert_streaks), so no message is needed for it."""
     ids = list(
         conn.execute(
             select(AL.id)
-            .where(AL.state != "pending", AL.created_at < before, AL.id.not_in(newest))
+            .where(AL.state != "pending", AL.created_at < before)
             .order_by(AL.id)
             .limit(limit)
         ).scalars()

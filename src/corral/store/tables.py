@@ -23,6 +23,7 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    false,
     text,
 )
 from sqlalchemy.types import TypeDecorator, TypeEngine
@@ -316,12 +317,16 @@ alert_cursors = Table(
     Column("updated_at", UTCDateTime, nullable=False),
 )
 
+# Where each rule and subject stands (corral.alerts.rules.Sent): its streak of jobs that
+# ended badly, when its throttle window opened, whether it owes a "recovered" message.
 alert_streaks = Table(
     "alert_streaks",
     metadata,
     Column("rule", String(200), primary_key=True),
     Column("subject", String(300), primary_key=True),
     Column("failures", Integer, nullable=False),
+    Column("window_at", UTCDateTime),
+    Column("owes_recovery", Boolean, nullable=False, server_default=false()),
 )
 
 # A job's SLA (its policy's `sla`): when it must have succeeded by. The reconciler reads
