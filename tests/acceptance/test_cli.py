@@ -729,3 +729,62 @@ def test_lint_reports_findings_with_exit_1_and_json(corral: Run, tmp_path: Path)
     )
     assert corral("lint", str(tmp_path)).returncode == 0
     assert corral("lint", str(tmp_path / "nope.yaml"), check=False).returncode == 2
+
+
+def test_alerts_test_mute_unmute_and_history(corral: Run, tmp_path: Path) -> None:
+    """`corral alerts test` sends through a real channel and says so; an unknown channel
+    is refused naming it; `mute` is kept in the store and `list` shows it until
+    `unmute`; `history --json` has the test message with its try."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    received: list[dict[str, Any]] = []
+
+    class Hook(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            received.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Hook)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    (tmp_path / "corral.toml").write_text(
+        f"""
+[executors.http]
+allow_networks = ["127.0.0.0/8"]
+
+[alerts.channels.hook]
+kind = "webhook"
+url = "http://127.0.0.1:{server.server_address[1]}/hook"
+
+[alerts.rules.poison]
+on = ["quarantined"]
+channels = ["hook"]
+"""
+    )
+    try:
+        assert "delivered through hook" in corral("alerts", "test", "hook").stdout
+        assert [m["type"] for m in received] == ["corral.alert.test"]
+        unknown = corral("alerts", "test", "pager", check=False)
+        assert unknown.returncode == 2
+        assert "no channel 'pager'; defined: hook" in unknown.stderr
+        assert (
+            "corral alerts unmute poison"
+            in corral("alerts", "mute", "poison", "--for", "2h").stdout
+        )
+        listed = json.loads(corral("alerts", "list", "--json").stdout)
+        assert listed["rules"]["poison"]["muted_until"] is not None
+        assert "sends again" in corral("alerts", "unmute", "poison").stdout
+        listed = json.loads(corral("alerts", "list", "--json").stdout)
+        assert listed["rules"]["poison"]["muted_until"] is None
+        [sent] = json.loads(corral("alerts", "history", "--json").stdout)
+        assert (sent["kind"], sent["state"], len(sent["tries"])) == ("test", "delivered", 1)
+        bad = corral("alerts", "mute", "poison", "--for", "soon", check=False)
+        assert bad.returncode == 2
+        assert "--for" in bad.stderr
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -10,6 +10,7 @@ import contextlib
 import email
 import email.policy
 import json
+import logging
 import socket
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
@@ -966,3 +967,88 @@ async def test_a_failure_and_a_success_read_in_one_pass_make_an_alert_and_a_reco
         await alerter.close()
     made = [(a.kind, a.job_id) for a in reversed(await db.alert_list())]
     assert made == [("alert", failed), ("recovered", done)]
+
+
+async def test_a_message_whose_sender_died_goes_again_after_its_lease(
+    db: store.Store, web_receiver: Web
+) -> None:
+    """A claimed message is no other alerter's to send until its lease (the channel's
+    timeout and 30 s) runs out: then it goes, once."""
+    clock = FrozenClock()
+    await listening(db)
+    s = settings(free_port(), web_receiver.base, channels=["hook"])
+    await quarantine(db, clock)
+    other = alerts.Alerter(store=db, clock=clock, settings=s)
+    try:
+        await other.read_once()
+        # A sender claims it and dies before sending.
+        [taken] = await db.alerts_claim(now=clock.now(), limit=10, lease=timedelta(seconds=60))
+        await other.deliver_all()
+        assert web_receiver.seen == []
+        clock.advance(61)
+        await other.deliver_all()
+        await other.deliver_all()
+    finally:
+        await other.close()
+    assert len(web_receiver.seen) == 1
+    [sent] = await db.alert_list()
+    assert (sent.id, sent.state, sent.tries) == (taken.id, "delivered", 1)
+
+
+async def test_the_alerter_waits_for_an_event_id_not_there_yet_then_goes_past_it(
+    db: store.Store, web_receiver: Web
+) -> None:
+    """Event ids are handed out as transactions begin and seen as they commit: the
+    alerter reads up to an id not there yet and waits for it, then, once no transaction
+    that took it can still be alive, reads past it."""
+    from sqlalchemy import insert
+
+    from corral.store.tables import events
+
+    clock = FrozenClock()
+    await listening(db)
+    s = settings(free_port(), web_receiver.base, channels=["hook"])
+    failed = await quarantine(db, clock)
+    newest = await db.event_newest()
+    with db.engine.begin() as conn:  # as if the transaction holding newest + 1 still ran
+        conn.execute(
+            insert(events).values(
+                id=newest + 2,
+                job_id=failed,
+                entity="job",
+                from_state="quarantined",
+                to_state="quarantined",
+                reason="a note",
+                at=clock.now(),
+                details={},
+            )
+        )
+    alerter = alerts.Alerter(store=db, clock=clock, settings=s)
+    try:
+        await alerter.read_once()
+        assert await db.alert_cursor(name="alerter") == newest
+        assert len(await db.alert_list()) == 1  # what came before the gap is read
+        clock.advance(s.timeouts.database_transaction_timeout.total_seconds())
+        await alerter.read_once()
+        assert await db.alert_cursor(name="alerter") == newest  # still within the wait
+        clock.advance(2)
+        await alerter.read_once()
+        assert await db.alert_cursor(name="alerter") == newest + 2
+    finally:
+        await alerter.close()
+
+
+async def test_a_heartbeat_url_that_fails_is_logged_and_never_raises(
+    web_receiver: Web, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The dead man's switch pings without holding up the pass: a URL that refuses the
+    connection, or answers an error, is a warning in the log."""
+    closed = alerts.Heartbeat(f"http://127.0.0.1:{free_port()}/ping", seconds=5)
+    answered = alerts.Heartbeat(f"{web_receiver.base}/ping")
+    with caplog.at_level(logging.WARNING, logger="corral.alerts"):
+        closed()
+        answered()
+        await closed.close()
+        await answered.close()
+    assert [w["path"] for w in web_receiver.seen] == ["/ping"]
+    assert "heartbeat_url not reached: ConnectError" in caplog.text

@@ -19,7 +19,7 @@ from datetime import timedelta
 
 import httpx
 
-from corral import clock, config, errors, failpoints, model, store
+from corral import clock, config, errors, failpoints, store
 from corral.alerts import channels, rules
 from corral.store.alerts import Alert, EventsRead
 
@@ -104,25 +104,26 @@ class Alerter:
         """Read the events after the cursor and write what they make: how many were read.
         A first alerter starts after the newest event: it alerts on what happens from
         now on, not on the whole history."""
-        cursor = await self.store.alert_cursor(name=self.name)
+        now = self.clock.now()
+        got = await self.store.alert_read(
+            name=self.name, limit=BATCH, now=now, with_starts=self._starts
+        )
+        cursor, read = got.cursor, got.events
         if cursor is None:
             start = await self.store.event_newest()
             await self.store.alert_write(
-                name=self.name,
-                read_from=0,
-                read_to=start,
-                messages=[],
-                digested=[],
-                now=self.clock.now(),
+                name=self.name, read_from=0, read_to=start, messages=[], digested=[], now=now
             )
             log.info("alerter %s: alerts on what happens after event %d", self.name, start)
             return 0
-        read = await self.store.alert_events(after=cursor, limit=BATCH, with_starts=self._starts)
         upto = self._in_order(cursor, read)
         if upto == cursor:
             return 0
-        now = self.clock.now()
-        seen = self._seen(read, upto, await self.store.alert_open())
+        seen = [
+            h
+            for event, job in read.found
+            if event.id <= upto and (h := rules.happening(event, job)) is not None
+        ]
         pairs = [
             (name, rules.subject(rule, h))
             for h in seen
@@ -130,7 +131,7 @@ class Alerter:
             if rules.matches(rule, h)
         ]
         sent = await self.store.alert_sent(pairs=pairs)
-        muted = frozenset(await self.store.alert_muted(now=now))
+        muted = frozenset(got.muted)
         made = rules.plan(
             seen, self.rules, {k: rules.Sent(*v) for k, v in sent.items()}, muted=muted
         )
@@ -156,30 +157,6 @@ class Alerter:
                 len(digested),
             )
         return len(read.ids) if wrote else 0
-
-    @staticmethod
-    def _seen(read: EventsRead, upto: int, open_subjects: set[str]) -> list[rules.Happening]:
-        """What the events up to `upto` say happened. Most are successes, which matter
-        only to a subject that owes a recovered message or counts a streak (`open`), or
-        that failed earlier in the batch: the others are passed over unread."""
-        seen = []
-        for event, job in read.found:
-            if event.id > upto:
-                break
-            if (
-                job is not None
-                and event.to_state == model.JobState.SUCCEEDED
-                and event.entity == "job"
-                and open_subjects.isdisjoint(rules.subjects(job.tenant, job.queue, job.schedule))
-            ):
-                continue
-            h = rules.happening(event, job)
-            if h is None:
-                continue
-            if h.cause != rules.SUCCEEDED:
-                open_subjects.update(rules.subjects(h.tenant, h.queue, h.schedule))
-            seen.append(h)
-        return seen
 
     def _in_order(self, cursor: int, read: EventsRead) -> int:
         """How far the events can be read now: in id order with no id missing, but one

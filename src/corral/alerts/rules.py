@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from corral import config, model
-from corral.store.alerts import JobFacts
+from corral.store.alerts import JobFacts, queue_subject, schedule_subject
 
 J, A = model.JobState, model.AttemptState
 
@@ -128,14 +128,8 @@ def subject(rule: config.AlertRule, h: Happening) -> str:
     otherwise the job's queue."""
     on_schedule = rule.match.schedule is not None or any(c.startswith("schedule_") for c in rule.on)
     if on_schedule and h.schedule is not None:
-        return f"schedule:{h.tenant}/{h.schedule}"
-    return f"queue:{h.queue}"
-
-
-def subjects(tenant: str, queue: str, schedule: str | None) -> tuple[str, ...]:
-    """Every subject a job's happening can be about, whatever the rule."""
-    by_queue = f"queue:{queue}"
-    return (by_queue,) if schedule is None else (by_queue, f"schedule:{tenant}/{schedule}")
+        return schedule_subject(h.tenant, h.schedule)
+    return queue_subject(h.queue)
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,7 +3,7 @@ what was sent, and muting a rule for a while."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -25,14 +25,24 @@ def alerts() -> None:
 @config_option
 @click.pass_obj
 def alerts_list(state: State, as_json: bool) -> None:
-    """The rules and channels in the settings (no secret shown)."""
+    """The rules and channels in the settings (no secret shown), and which rules are
+    muted until when."""
     settings = state.settings().alerts
+    muted: dict[str, datetime] = {}
+    if settings.rules:
+
+        async def go() -> dict[str, datetime]:
+            async with state.connect(platforms=False) as c:
+                return await c.store.alert_muted(now=c.clock.now())
+
+        muted = run(go())
     rules = {
         name: {
             "on": list(r.on),
             "match": r.match.model_dump(exclude_defaults=True),
             "channels": list(r.channels),
             "throttle": r.throttle.total_seconds(),
+            "muted_until": muted[name].isoformat() if name in muted else None,
         }
         for name, r in settings.rules.items()
     }
@@ -142,4 +152,23 @@ def alerts_mute(state: State, rule: str, for_: str) -> None:
             return until
 
     until = run(go())
-    out.print(f"rule {rule} muted until {render.when(until)}")
+    out.print(
+        f"rule {rule} muted until {render.when(until)} (corral alerts unmute {rule} to end it)"
+    )
+
+
+@alerts.command("unmute")
+@click.argument("rule")
+@config_option
+@click.pass_obj
+def alerts_unmute(state: State, rule: str) -> None:
+    """Let RULE send again now."""
+
+    async def go() -> bool:
+        async with state.connect(platforms=False) as c:
+            return await c.store.alert_unmute(rule=rule)
+
+    if run(go()):
+        out.print(f"rule {rule} sends again")
+    else:
+        err.print(f"rule {rule} was not muted")

@@ -459,10 +459,18 @@ def channel_dict(channel: Any) -> dict[str, Any]:
 
 
 def alert_rules_table(rules: dict[str, dict[str, Any]]) -> Table:
-    t = table("rule", "on", "match", "channels", "throttle", keep=("rule",))
+    t = table("rule", "on", "match", "channels", "throttle", "muted until", keep=("rule",))
     for name, r in rules.items():
         match = ", ".join(f"{k}={v}" for k, v in r["match"].items()) or "-"
-        t.add_row(name, ", ".join(r["on"]), match, ", ".join(r["channels"]), f"{r['throttle']:g}s")
+        muted = r.get("muted_until")
+        t.add_row(
+            name,
+            ", ".join(r["on"]),
+            match,
+            ", ".join(r["channels"]),
+            f"{r['throttle']:g}s",
+            when(datetime.fromisoformat(muted)) if muted else "-",
+        )
     return t
 
 

@@ -559,6 +559,13 @@ class Store:
     async def event_newest(self) -> int:
         return await self._tx(alerts.event_newest)
 
+    async def alert_read(
+        self, *, name: str, limit: int, now: datetime, with_starts: bool = False
+    ) -> alerts.AlertRead:
+        return await self._tx(
+            alerts.alert_read, name=name, limit=limit, now=now, with_starts=with_starts
+        )
+
     async def alert_events(
         self, *, after: int, limit: int, with_starts: bool = False
     ) -> alerts.EventsRead:
@@ -633,6 +640,9 @@ class Store:
 
     async def alert_mute(self, *, rule: str, until: datetime, now: datetime) -> None:
         await self._tx(alerts.alert_mute, rule=rule, until=until, now=now)
+
+    async def alert_unmute(self, *, rule: str) -> bool:
+        return await self._tx(alerts.alert_unmute, rule=rule)
 
     async def alert_muted(self, *, now: datetime) -> dict[str, datetime]:
         return await self._tx(alerts.alert_muted, now=now)

@@ -108,18 +108,34 @@ class EventsRead:
     at_after_gap: dict[int, datetime]
 
 
+def queue_subject(queue: str) -> str:
+    """The subject of a rule's messages about a queue's jobs."""
+    return f"queue:{queue}"
+
+
+def schedule_subject(tenant: str, schedule: str) -> str:
+    """The subject of a rule's messages about a schedule (its firings and their jobs)."""
+    return f"schedule:{tenant}/{schedule}"
+
+
 def _may_matter(with_starts: bool) -> ColumnElement[bool]:
-    """The events `corral.alerts.rules.happening` may make something of, as SQL: a lost
-    attempt, a schedule's news, and any change or note of a job but its submission and
-    (unless `with_starts`) its start. A superset: `happening` decides on each one read."""
+    """The events `corral.alerts.rules.happening` may make something of, as SQL, but
+    successes (read apart): a lost attempt, a schedule's news, and any change or note of
+    a job but its submission and (unless `with_starts`) its start. A superset:
+    `happening` decides on each one read."""
     e = events.c
     started = and_(e.to_state == J.RUNNING.value, e.from_state != J.RUNNING.value)
-    job = and_(e.entity == "job", e.from_state.is_not(None))
+    job = and_(e.entity == "job", e.from_state.is_not(None), ~_succeeded())
     return or_(
         and_(e.entity == "attempt", e.to_state == model.AttemptState.LOST.value),
         e.entity == "schedule",
         and_(job, ~started) if not with_starts else job,
     )
+
+
+def _succeeded() -> ColumnElement[bool]:
+    e = events.c
+    return and_(e.entity == "job", e.to_state == J.SUCCEEDED.value, e.from_state.is_not(None))
 
 
 def _time(value: Any) -> datetime | None:
@@ -129,11 +145,36 @@ def _time(value: Any) -> datetime | None:
         return None
 
 
+@dataclass(frozen=True, slots=True)
+class AlertRead:
+    """What an alerter reads in one transaction: its cursor (None: it has none yet), the
+    events after it, and the rules muted now."""
+
+    cursor: int | None
+    events: EventsRead
+    muted: dict[str, datetime]
+
+
+def alert_read(
+    conn: Connection, *, name: str, limit: int, now: datetime, with_starts: bool = False
+) -> AlertRead:
+    """The alerter `name`'s cursor, the next `limit` events after it (alert_events), and
+    the rules muted at `now`: one transaction, one trip to the store's thread."""
+    cursor = alert_cursor(conn, name=name)
+    if cursor is None:
+        return AlertRead(None, EventsRead([], [], {}), {})
+    read = alert_events(conn, after=cursor, limit=limit, with_starts=with_starts)
+    return AlertRead(cursor, read, alert_muted(conn, now=now))
+
+
 def alert_events(
     conn: Connection, *, after: int, limit: int, with_starts: bool = False
 ) -> EventsRead:
     """The next `limit` events after `after`: their ids, and those that can make a
-    message, with their jobs' facts."""
+    message, with their jobs' facts. Successes are most events, and matter only to a
+    subject that owes a recovered message or counts a streak: a success is read when its
+    job's queue or schedule is such a subject's (alert_open), or is one of the other
+    events read."""
     ids = list(
         conn.execute(
             select(events.c.id).where(events.c.id > after).order_by(events.c.id).limit(limit)
@@ -144,7 +185,7 @@ def alert_events(
     schedule = dialects.json_text(conn, jobs.c.payload, model.FIRING, "schedule")
     nominal = dialects.json_text(conn, jobs.c.payload, model.FIRING, "nominal_time")
     facts = (jobs.c.queue, jobs.c.tenant, jobs.c.executor, jobs.c.labels)
-    rows = conn.execute(
+    read = (
         select(
             events,
             *[c.label(f"j_{c.name}") for c in facts],
@@ -152,26 +193,25 @@ def alert_events(
             nominal.label("j_nominal"),
         )
         .outerjoin(jobs, jobs.c.id == events.c.job_id)
-        .where(events.c.id > after, events.c.id <= ids[-1], _may_matter(with_starts))
+        .where(events.c.id > after, events.c.id <= ids[-1])
         .order_by(events.c.id)
-    ).all()
-    found = []
-    for r in rows:
-        m = r._mapping
-        event = model.Event(**{c.name: m[c.name] for c in events.c})
-        job = None
-        if m["j_queue"] is not None:  # the job is still there
-            named, nominal_at = m["j_schedule"], m["j_nominal"]
-            job = JobFacts(
-                id=event.job_id,
-                queue=m["j_queue"],
-                tenant=m["j_tenant"],
-                executor=m["j_executor"],
-                labels=m["j_labels"],
-                schedule=named if isinstance(named, str) else None,
-                nominal=_time(nominal_at) if named is not None else None,
-            )
-        found.append((event, job))
+    )
+    found = [_found(r) for r in conn.execute(read.where(_may_matter(with_starts)))]
+    queues, schedules = set(), set()
+    for about in alert_open(conn):
+        kind, _, rest = about.partition(":")
+        if kind == "queue":
+            queues.add(rest)
+        elif kind == "schedule":
+            schedules.add(rest.partition("/")[2])
+    for _, job in found:
+        if job is not None:
+            queues.add(job.queue)
+            schedules.update([job.schedule] if job.schedule else [])
+    if queues or schedules:
+        ours = or_(jobs.c.queue.in_(sorted(queues)), schedule.in_(sorted(schedules)))
+        successes = conn.execute(read.where(_succeeded(), ours))
+        found = sorted([*found, *map(_found, successes)], key=lambda f: f[0].id)
     after_gap = [i for prev, i in zip([after, *ids], ids, strict=False) if i != prev + 1]
     at_after_gap: dict[int, datetime] = {}
     if after_gap:
@@ -183,6 +223,23 @@ def alert_events(
             ).all()
         )
     return EventsRead(ids, found, at_after_gap)
+
+
+def _found(row: Any) -> tuple[model.Event, JobFacts | None]:
+    m = row._mapping
+    event = model.Event(**{c.name: m[c.name] for c in events.c})
+    if m["j_queue"] is None:  # the job is gone (or there is none: a schedule's news)
+        return event, None
+    named, nominal_at = m["j_schedule"], m["j_nominal"]
+    return event, JobFacts(
+        id=event.job_id,
+        queue=m["j_queue"],
+        tenant=m["j_tenant"],
+        executor=m["j_executor"],
+        labels=m["j_labels"],
+        schedule=named if isinstance(named, str) else None,
+        nominal=_time(nominal_at) if named is not None else None,
+    )
 
 
 Standing = tuple[datetime | None, bool, int]
@@ -383,6 +440,11 @@ def alert_mute(conn: Connection, *, rule: str, until: datetime, now: datetime) -
     row = {"rule": rule, "until": until, "muted_at": now}
     stmt = dialects.upsert(conn, alert_mutes).values(**row)
     conn.execute(stmt.on_conflict_do_update(index_elements=["rule"], set_=row))
+
+
+def alert_unmute(conn: Connection, *, rule: str) -> bool:
+    """Lift a rule's mute: whether it had one."""
+    return bool(conn.execute(delete(alert_mutes).where(alert_mutes.c.rule == rule)).rowcount)
 
 
 def alert_muted(conn: Connection, *, now: datetime) -> dict[str, datetime]:
