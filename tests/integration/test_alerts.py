@@ -1052,3 +1052,31 @@ async def test_a_heartbeat_url_that_fails_is_logged_and_never_raises(
         await answered.close()
     assert [w["path"] for w in web_receiver.seen] == ["/ping"]
     assert "heartbeat_url not reached: ConnectError" in caplog.text
+
+
+async def test_on_sqlite_the_alerter_reads_beside_a_writer_without_waiting(
+    tmp_path: Any,
+) -> None:
+    """The alerter's reads take no write lock: another process holding it (for up to
+    the busy timeout, 30 s) does not hold them up, nor do they hold up its writes."""
+    import sqlite3
+
+    path = tmp_path / "corral.db"
+    db = store.Store.connect(f"sqlite:///{path}")
+    await db.migrate()
+    await listening(db)
+    clock = FrozenClock()
+    await quarantine(db, clock)
+    writer = sqlite3.connect(path, isolation_level=None)
+    writer.execute("BEGIN IMMEDIATE")
+    try:
+        got = await asyncio.wait_for(
+            db.alert_read(name="alerter", limit=100, now=clock.now()), timeout=10
+        )
+        assert (got.cursor, len(got.events.ids) > 0) == (0, True)
+        sent = await asyncio.wait_for(db.alert_sent(pairs=[("poison", "queue:billing")]), 10)
+        assert sent == {("poison", "queue:billing"): (None, False, 0)}
+    finally:
+        writer.rollback()
+        writer.close()
+        await db.close()

@@ -90,6 +90,11 @@ class Store:
         # its own lock. PostgreSQL takes as many as the connection pool holds.
         workers = 1 if self.dialect == "sqlite" else 5
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="corral-store")
+        # SQLite: reads that need no write lock (`_read`) have a thread of their own, so a
+        # long one (the alerter's) never waits for the writer, nor holds it up.
+        self._reader = self._pool
+        if self.dialect == "sqlite":
+            self._reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="corral-read")
         # The backstop around each call, on PostgreSQL only: a SQLite file has no network to
         # lose, its waits are bounded by its busy timeout, and with its one thread a call
         # given up would only make every call behind it fail too.
@@ -121,6 +126,7 @@ class Store:
 
     async def close(self) -> None:
         self._pool.shutdown(wait=True)
+        self._reader.shutdown(wait=True)
         self.engine.dispose()
         if self.hot_pool is not None:
             await self.hot_pool.close()
@@ -131,11 +137,13 @@ class Store:
         fn: Callable[[Connection], T],
         given_up: threading.Event | None,
         autocommit: bool = False,
+        read_only: bool = False,
     ) -> T:
         """Run `fn` in one transaction, or with `autocommit` outside one (`migrate`, whose
-        migrations make their own). A connection found broken by `fn` (the pool does not
-        ping) is replaced and `fn` tried once more: in a transaction nothing it did was
-        committed, as the failure came before the commit."""
+        migrations make their own), or `read_only` (on SQLite without the write lock). A
+        connection found broken by `fn` (the pool does not ping) is replaced and `fn`
+        tried once more: in a transaction nothing it did was committed, as the failure
+        came before the commit."""
         for last in (False, True):
             try:
                 conn = self.engine.connect()
@@ -146,6 +154,8 @@ class Store:
                     if autocommit:
                         conn.execution_options(isolation_level="AUTOCOMMIT")
                         return self._body(conn, fn, given_up)
+                    if read_only:  # an option of this Connection only, not of the pool's
+                        conn.execution_options(**{dialects.READ_ONLY: True})
                     with conn.begin():
                         return self._body(conn, fn, given_up)
             except _Broken as broken:
@@ -212,6 +222,12 @@ class Store:
         PostgreSQL, give it up after timeouts.database_transaction_timeout (the backstop)."""
         return await self._call(_name(fn), functools.partial(fn, **kwargs), self._backstop)
 
+    async def _read(self, fn: Callable[..., T], /, **kwargs: Any) -> T:
+        """`_tx` for a `fn` that only reads: on SQLite, on the reading thread, beside the
+        writer (`fn` must write nothing)."""
+        call = functools.partial(fn, **kwargs)
+        return await self._call(_name(fn), call, self._backstop, read_only=True)
+
     async def _hot(
         self,
         on_sqlite: Callable[..., T],
@@ -248,16 +264,18 @@ class Store:
         call: Callable[[Connection], T],
         backstop: float | None,
         autocommit: bool = False,
+        read_only: bool = False,
     ) -> T:
         loop = asyncio.get_running_loop()
-        run = functools.partial(self._run, autocommit=autocommit)
+        run = functools.partial(self._run, autocommit=autocommit, read_only=read_only)
+        pool = self._reader if read_only else self._pool
         if backstop is None:
-            return await loop.run_in_executor(self._pool, run, name, call, None)
+            return await loop.run_in_executor(pool, run, name, call, None)
         given_up = threading.Event()
         timer = asyncio.timeout(backstop)  # real time, as the network's and libpq's limits are
         try:
             async with timer:
-                return await loop.run_in_executor(self._pool, run, name, call, given_up)
+                return await loop.run_in_executor(pool, run, name, call, given_up)
         except TimeoutError:
             if not timer.expired():
                 raise
@@ -562,7 +580,7 @@ class Store:
     async def alert_read(
         self, *, name: str, limit: int, now: datetime, with_starts: bool = False
     ) -> alerts.AlertRead:
-        return await self._tx(
+        return await self._read(
             alerts.alert_read, name=name, limit=limit, now=now, with_starts=with_starts
         )
 
@@ -576,7 +594,7 @@ class Store:
     async def alert_sent(
         self, *, pairs: Sequence[tuple[str, str]]
     ) -> dict[tuple[str, str], alerts.Standing]:
-        return await self._tx(alerts.alert_sent, pairs=pairs)
+        return await self._read(alerts.alert_sent, pairs=pairs)
 
     async def alert_open(self) -> set[str]:
         return await self._tx(alerts.alert_open)

@@ -192,6 +192,10 @@ def statements_bounded(conn: Connection) -> None:
         conn.exec_driver_sql("RESET lock_timeout")
 
 
+READ_ONLY = "corral_read_only"
+"""The execution option of a connection whose transactions only read (Store._read)."""
+
+
 def _sqlite_engine(url: Any) -> Engine:
     engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000})
 
@@ -209,8 +213,11 @@ def _sqlite_engine(url: Any) -> Engine:
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Connection) -> None:
         # Take the write lock up front: a read lock upgraded later can fail with SQLITE_BUSY
-        # when two processes write at once, whatever the busy timeout.
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
+        # when two processes write at once, whatever the busy timeout. A transaction that
+        # only reads (READ_ONLY) takes none: in WAL mode it reads a snapshot beside the
+        # writer, neither waiting for the other.
+        read_only = conn.get_execution_options().get(READ_ONLY, False)
+        conn.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
 
     return engine
 
