@@ -561,7 +561,7 @@ class Reconciler:
                 self._retention_due = self.clock.monotonic() + RETENTION_EVERY
                 break
         while await self.store.alerts_forget(before=before, limit=REMOVE_BATCH) == REMOVE_BATCH:
-            pass  # sent alerts go with the jobs they were about (the newest per subject stay)
+            pass  # sent alerts go with the jobs of their age
         if summary.jobs_removed:
             log.info("removed %d jobs that finished before %s", summary.jobs_removed, before)
 

@@ -469,15 +469,18 @@ def test_serve_runs_jobs_and_stops_cleanly_on_sigterm(corral: Run, tmp_path: Pat
     assert f"job {bad} has no attempt 3: it has had 2" in missing.stderr
 
 
+@pytest.mark.parametrize("as_json", [False, True], ids=["text", "ndjson"])
 def test_jobs_logs_follow_prints_a_running_job_s_output_as_it_comes(
-    corral: Run, tmp_path: Path
+    corral: Run, tmp_path: Path, as_json: bool
 ) -> None:
+    """Text, or with --json one JSON object a line as each piece comes (NDJSON)."""
     gate = tmp_path / "go"
     script = f"echo before; while [ ! -e {gate} ]; do sleep 0.05; done; echo after; echo oops >&2"
     job_id = corral("submit", "--", "sh", "-c", script).stdout.strip()
     server = serve(tmp_path)
     follow = subprocess.Popen(
-        [sys.executable, "-m", "corral", "jobs", "logs", job_id, "--follow"],
+        [sys.executable, "-m", "corral", "jobs", "logs", job_id, "--follow"]
+        + (["--json"] if as_json else []),
         cwd=tmp_path,
         env=corral_env(),
         stdout=subprocess.PIPE,
@@ -487,7 +490,8 @@ def test_jobs_logs_follow_prints_a_running_job_s_output_as_it_comes(
         assert follow.stdout is not None
         seen = b""
         deadline = time.monotonic() + PATIENCE
-        while b"before\n" not in seen:  # printed while the job waits for the gate
+        marker = b'"before\\n"' if as_json else b"before\n"
+        while marker not in seen:  # printed while the job waits for the gate
             left = deadline - time.monotonic()
             assert left > 0, f"no output while running: {seen!r}"
             if select.select([follow.stdout], [], [], left)[0]:
@@ -501,6 +505,14 @@ def test_jobs_logs_follow_prints_a_running_job_s_output_as_it_comes(
         server.communicate(timeout=60)
     lines = (seen + rest).decode().splitlines()
     assert follow.returncode == 0, err
+    if as_json:
+        parts = [json.loads(line) for line in lines]
+        assert {(p["attempt"], p["fence"]) for p in parts} == {(1, 1)}
+        said = {"stdout": "", "stderr": ""}
+        for p in parts:
+            said[p["stream"]] += p["text"]
+        assert said == {"stdout": "before\nafter\n", "stderr": "oops\n"}
+        return
     assert lines[0].startswith("==> attempt 1 (fence 1): ")
     assert lines[1:] == ["--- stdout ---", "before", "after", "--- stderr ---", "oops"]
 

@@ -143,16 +143,31 @@ async def test_the_reconciler_removes_old_jobs_and_looks_again_later(
     await db.attempt_settle(
         launched=[], finishes=[Finish(c.attempt.id, A.SUCCEEDED, 0, None)], now=clock.now()
     )
+    message = {  # a message sent about it
+        "dedupe_key": "k",
+        "rule": "r",
+        "channel": "hook",
+        "kind": "alert",
+        "cause": "failed",
+        "subject": "queue:default",
+        "job_id": c.job.id,
+        "details": {},
+        "due_at": clock.now(),
+    }
+    sent = await db.alert_add(message=message, now=clock.now())
+    await db.alert_tried(alert_id=sent, now=clock.now(), error=None, retry_at=None)
     settings = config.Settings(retention=config.RetentionSettings(jobs=timedelta(days=30)))
     r = reconciler.Reconciler(
         store=db, executors={"noop": Platform()}, clock=clock, settings=settings
     )
     clock.advance(timedelta(days=30).total_seconds() - 1)
     assert (await r.run_once()).jobs_removed == 0  # one second too young
+    assert [a.id for a in await db.alert_list()] == [sent]
     clock.advance(2)
     assert (await r.run_once()).jobs_removed == 0  # old now, but looked a moment ago
     clock.advance(reconciler.RETENTION_EVERY)
     assert (await r.run_once()).jobs_removed == 0  # the newest job is kept, however old
+    assert await db.alert_list() == []  # the message goes with its age
     [d] = await _claimed(db, clock)
     clock.advance(reconciler.RETENTION_EVERY)
     assert (await r.run_once()).jobs_removed == 1

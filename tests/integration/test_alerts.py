@@ -805,8 +805,9 @@ async def test_the_alerter_reads_every_event_the_rules_can_use_and_skips_starts_
 ) -> None:
     """The alerter reads whole only the events that can make a message (a filter in SQL
     for speed): every event `rules.happening` makes something of is among them, on every
-    combination of entity, states and details; a submission never is, nor a start unless
-    a rule watches for late firings."""
+    combination of entity, states and details (a success when asked for its queue's or
+    schedule's); a submission never is, nor a start unless a rule watches for late
+    firings."""
     from sqlalchemy import insert
 
     from corral.store.tables import events
@@ -853,10 +854,18 @@ async def test_the_alerter_reads_every_event_the_rules_can_use_and_skips_starts_
         all_events = [e for e in await db.event_list(job_id=job_id)] + [
             e for e, _ in read.found if e.job_id == 0
         ]
+        successes = await db.alert_successes(
+            after=0, upto=read.ids[-1], subjects=["schedule:default/nightly"]
+        )
+        assert successes == await db.alert_successes(
+            after=0, upto=read.ids[-1], subjects=["queue:billing"]
+        )
+        found |= {e.id: (e, f) for e, f in successes}
         for event in all_events:
             h = rules.happening(event, facts if event.job_id else None)
             if h is not None and (with_starts or h.cause != rules.STARTED):
                 assert event.id in found, (event, h)
+        assert await db.alert_successes(after=0, upto=read.ids[-1], subjects=["queue:q"]) == []
         assert len(read.ids) == len(rows) + 1  # every id, to see gaps by
         assert all(f == facts for e, f in read.found if e.job_id == job_id)
         submits = [e for e, _ in read.found if e.entity == "job" and e.from_state is None]

@@ -19,9 +19,9 @@ from datetime import timedelta
 
 import httpx
 
-from corral import clock, config, errors, failpoints, store
+from corral import clock, config, errors, failpoints, model, store
 from corral.alerts import channels, rules
-from corral.store.alerts import Alert, EventsRead
+from corral.store.alerts import Alert, EventsRead, JobFacts
 
 log = logging.getLogger("corral.alerts")
 
@@ -119,22 +119,17 @@ class Alerter:
         upto = self._in_order(cursor, read)
         if upto == cursor:
             return 0
-        seen = [
-            h
-            for event, job in read.found
-            if event.id <= upto and (h := rules.happening(event, job)) is not None
-        ]
-        pairs = [
-            (name, rules.subject(rule, h))
-            for h in seen
-            for name, rule in self.rules.items()
-            if rules.matches(rule, h)
-        ]
-        sent = await self.store.alert_sent(pairs=pairs)
+        found = [(e, j) for e, j in read.found if e.id <= upto]
         muted = frozenset(got.muted)
-        made = rules.plan(
-            seen, self.rules, {k: rules.Sent(*v) for k, v in sent.items()}, muted=muted
-        )
+        made = await self._plan(found, muted)
+        # A subject a failure of this batch opened hears of its successes in it too.
+        opened = {k[1] for k, v in made.standing.items() if v.owes_recovery or v.streak}
+        if opened - read.open:
+            more = await self.store.alert_successes(
+                after=cursor, upto=upto, subjects=sorted(opened - read.open)
+            )
+            if more:
+                made = await self._plan(sorted([*found, *more], key=lambda f: f[0].id), muted)
         messages, digested = made.messages, made.digested
         wrote = await self.store.alert_write(
             name=self.name,
@@ -157,6 +152,22 @@ class Alerter:
                 len(digested),
             )
         return len(read.ids) if wrote else 0
+
+    async def _plan(
+        self, found: list[tuple[model.Event, JobFacts | None]], muted: frozenset[str]
+    ) -> rules.Plan:
+        """What `found` makes (rules.plan), given where its rules and subjects stand."""
+        seen = [h for event, job in found if (h := rules.happening(event, job)) is not None]
+        pairs = [
+            (name, rules.subject(rule, h))
+            for h in seen
+            for name, rule in self.rules.items()
+            if rules.matches(rule, h)
+        ]
+        sent = await self.store.alert_sent(pairs=pairs)
+        return rules.plan(
+            seen, self.rules, {k: rules.Sent(*v) for k, v in sent.items()}, muted=muted
+        )
 
     def _in_order(self, cursor: int, read: EventsRead) -> int:
         """How far the events can be read now: in id order with no id missing, but one

@@ -15,7 +15,7 @@ import asyncio
 import functools
 import logging
 import threading
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -583,6 +583,11 @@ class Store:
         return await self._read(
             alerts.alert_read, name=name, limit=limit, now=now, with_starts=with_starts
         )
+
+    async def alert_successes(
+        self, *, after: int, upto: int, subjects: Collection[str]
+    ) -> list[tuple[model.Event, alerts.JobFacts | None]]:
+        return await self._read(alerts.alert_successes, after=after, upto=upto, subjects=subjects)
 
     async def alert_events(
         self, *, after: int, limit: int, with_starts: bool = False

@@ -4,7 +4,7 @@ tries, and muted rules."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -101,11 +101,13 @@ class JobFacts:
 class EventsRead:
     """What one read of the events found after a cursor: the ids of all of them in order
     (to see the gaps by), of those the events that can make a message with their jobs'
-    facts (None once a job is gone), and when each event right after a gap happened."""
+    facts (None once a job is gone), when each event right after a gap happened, and the
+    subjects whose successes were read with them (`open`, see alert_events)."""
 
     ids: list[int]
     found: list[tuple[model.Event, JobFacts | None]]
     at_after_gap: dict[int, datetime]
+    open: frozenset[str] = frozenset()
 
 
 def queue_subject(queue: str) -> str:
@@ -172,9 +174,8 @@ def alert_events(
 ) -> EventsRead:
     """The next `limit` events after `after`: their ids, and those that can make a
     message, with their jobs' facts. Successes are most events, and matter only to a
-    subject that owes a recovered message or counts a streak: a success is read when its
-    job's queue or schedule is such a subject's (alert_open), or is one of the other
-    events read."""
+    subject that owes a recovered message or counts a streak (alert_open): only theirs
+    are read here; one a failure read here opens is read with alert_successes."""
     ids = list(
         conn.execute(
             select(events.c.id).where(events.c.id > after).order_by(events.c.id).limit(limit)
@@ -182,36 +183,14 @@ def alert_events(
     )
     if not ids:
         return EventsRead([], [], {})
-    schedule = dialects.json_text(conn, jobs.c.payload, model.FIRING, "schedule")
-    nominal = dialects.json_text(conn, jobs.c.payload, model.FIRING, "nominal_time")
-    facts = (jobs.c.queue, jobs.c.tenant, jobs.c.executor, jobs.c.labels)
-    read = (
-        select(
-            events,
-            *[c.label(f"j_{c.name}") for c in facts],
-            schedule.label("j_schedule"),
-            nominal.label("j_nominal"),
-        )
-        .outerjoin(jobs, jobs.c.id == events.c.job_id)
-        .where(events.c.id > after, events.c.id <= ids[-1])
-        .order_by(events.c.id)
-    )
-    found = [_found(r) for r in conn.execute(read.where(_may_matter(with_starts)))]
-    queues, schedules = set(), set()
-    for about in alert_open(conn):
-        kind, _, rest = about.partition(":")
-        if kind == "queue":
-            queues.add(rest)
-        elif kind == "schedule":
-            schedules.add(rest.partition("/")[2])
-    for _, job in found:
-        if job is not None:
-            queues.add(job.queue)
-            schedules.update([job.schedule] if job.schedule else [])
-    if queues or schedules:
-        ours = or_(jobs.c.queue.in_(sorted(queues)), schedule.in_(sorted(schedules)))
-        successes = conn.execute(read.where(_succeeded(), ours))
-        found = sorted([*found, *map(_found, successes)], key=lambda f: f[0].id)
+    found = [
+        _found(r)
+        for r in conn.execute(_events_read(conn, after, ids[-1], _may_matter(with_starts)))
+    ]
+    open_now = frozenset(alert_open(conn))
+    if open_now:
+        successes = alert_successes(conn, after=after, upto=ids[-1], subjects=open_now)
+        found = sorted([*found, *successes], key=lambda f: f[0].id)
     after_gap = [i for prev, i in zip([after, *ids], ids, strict=False) if i != prev + 1]
     at_after_gap: dict[int, datetime] = {}
     if after_gap:
@@ -222,7 +201,45 @@ def alert_events(
                 )
             ).all()
         )
-    return EventsRead(ids, found, at_after_gap)
+    return EventsRead(ids, found, at_after_gap, open_now)
+
+
+def alert_successes(
+    conn: Connection, *, after: int, upto: int, subjects: Collection[str]
+) -> list[tuple[model.Event, JobFacts | None]]:
+    """The successes among the events after `after` up to `upto` of the jobs of
+    `subjects` (their queues and schedules), in id order, with the jobs' facts."""
+    queues = {s.partition(":")[2] for s in subjects if s.startswith("queue:")}
+    schedules = {s.partition("/")[2] for s in subjects if s.startswith("schedule:")}
+    if not queues and not schedules:
+        return []
+    ours = or_(
+        jobs.c.queue.in_(sorted(queues)),
+        _schedule_of(conn).in_(sorted(schedules)),
+    )
+    return [
+        _found(r) for r in conn.execute(_events_read(conn, after, upto, and_(_succeeded(), ours)))
+    ]
+
+
+def _schedule_of(conn: Connection) -> ColumnElement[Any]:
+    return dialects.json_text(conn, jobs.c.payload, model.FIRING, "schedule")
+
+
+def _events_read(conn: Connection, after: int, upto: int, which: ColumnElement[bool]) -> Any:
+    nominal = dialects.json_text(conn, jobs.c.payload, model.FIRING, "nominal_time")
+    facts = (jobs.c.queue, jobs.c.tenant, jobs.c.executor, jobs.c.labels)
+    return (
+        select(
+            events,
+            *[c.label(f"j_{c.name}") for c in facts],
+            _schedule_of(conn).label("j_schedule"),
+            nominal.label("j_nominal"),
+        )
+        .outerjoin(jobs, jobs.c.id == events.c.job_id)
+        .where(events.c.id > after, events.c.id <= upto, which)
+        .order_by(events.c.id)
+    )
 
 
 def _found(row: Any) -> tuple[model.Event, JobFacts | None]:
