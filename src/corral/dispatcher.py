@@ -135,9 +135,11 @@ class Dispatcher:
                     exc,
                     len(carried),
                 )
-        if self._overlap and failed_claim is None and fresh and len(fresh) >= room:
+        if self._overlap and failed_claim is None and fresh and len(fresh) >= room and not carried:
             # A full claim: there is more. The next one runs while these launch, so the
-            # store's round trips overlap the platform's.
+            # store's round trips overlap the platform's. Not while launches lag behind
+            # (attempts carried over): a full batch claimed ahead on top of them would
+            # pile up claims that wait past their launch_grace.
             self._next_claim = asyncio.create_task(self._claim(self.settings.claim_batch_limit))
         claimed = len(fresh)
         fresh = await self._record_before_sending(fresh)

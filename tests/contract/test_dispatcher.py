@@ -484,6 +484,30 @@ async def test_a_tick_stops_launching_at_its_deadline_and_the_next_goes_on(
     assert executor.launch_calls == 12, "every attempt launched once"
 
 
+async def test_claims_made_ahead_never_pile_up_behind_slow_launches(
+    db: store.Store, clock: FrozenClock
+) -> None:
+    """While `run` runs, a full claim starts the next one ahead; not while the launches
+    lag behind, or claimed attempts would pile up past their launch_grace."""
+    executor = SlowLaunch(clock)
+    d = make(
+        db,
+        clock,
+        executor,
+        claim_batch_limit=5,
+        launch_concurrency=1,
+        timeouts=config.Timeouts(tick_deadline="500ms"),
+    )
+    d._overlap = True  # as in run()
+    await submit(db, clock, 60)
+    waiting = []
+    for _ in range(15):
+        tick = await d.run_once()
+        waiting.append(tick.carried)
+    assert max(waiting) <= 5, f"claimed and not launched, tick by tick: {waiting}"
+    assert executor.launched >= 15 * 2
+
+
 class ClaimFailsOnce(store.Store):
     """A store whose second claim fails, like a database that blips mid-run."""
 
