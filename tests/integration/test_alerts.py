@@ -75,7 +75,7 @@ async def web_receiver() -> AsyncIterator[Web]:
         got.seen.append(
             {"path": request.path, "headers": dict(request.headers), "body": await request.read()}
         )
-        return web.Response(text="ok")
+        return web.Response(text="ok", status=400 if request.path == "/bad" else 200)
 
     app = web.Application()
     app.router.add_route("*", "/{tail:.*}", handle)
@@ -740,9 +740,12 @@ def test_a_note_is_no_state_change_to_the_rules_and_explain_skips_sla_notes() ->
     assert client.explain(view, at - timedelta(seconds=1)).startswith("budget empty")
 
 
-async def test_an_smtp_server_that_hangs_never_holds_up_the_jobs(tmp_path: Any) -> None:
-    """The channel answers nothing (it accepts and stays silent): 300 jobs, a tenth of
-    them quarantined, all end; the alerter's tries time out on their own."""
+async def test_an_smtp_server_that_hangs_never_holds_up_the_jobs(
+    tmp_path: Any, web_receiver: Web
+) -> None:
+    """The channel answers nothing (it accepts and stays silent) while 1,000 HTTP jobs
+    run, a tenth of them answered 400 and quarantined, each a message of its own (every
+    one in a queue of its own): all end; the alerter's tries time out on their own."""
     from corral import runtime
     from tests.support.wait import PATIENCE, eventually
 
@@ -765,9 +768,7 @@ async def test_an_smtp_server_that_hangs_never_holds_up_the_jobs(tmp_path: Any) 
         },
         "rules": {"all": {"on": ["quarantined"], "channels": ["mail"], "throttle": "1ms"}},
     }
-    fail = {
-        "failure_rules": [{"on_exit_codes": {"operator": "In", "values": [3]}, "action": "fail"}]
-    }
+    jobs = 1000
     try:
         async with serving(tmp_path, alerting) as s, runtime.connect(s, platforms=False) as c:
 
@@ -775,25 +776,32 @@ async def test_an_smtp_server_that_hangs_never_holds_up_the_jobs(tmp_path: Any) 
                 return await c.store.alert_cursor(name="alerter") is not None
 
             await eventually(started, what="the alerter's first pass")
-            for n in range(300):
-                bad = n % 10 == 0
-                await c.submit(
-                    spec={"command": ["sh", "-c", "exit 3"] if bad else ["true"]},
-                    queue=f"q{n}" if bad else "default",
-                    policy=fail if bad else None,
-                )
+            await c.submit_many(
+                [
+                    c.validate(
+                        c.new_job(
+                            executor="http",
+                            spec={"url": f"{web_receiver.base}/{'bad' if n % 10 == 0 else 'ok'}"},
+                            queue=f"q{n}" if n % 10 == 0 else "default",
+                        )
+                    )
+                    for n in range(jobs)
+                ]
+            )
 
             async def all_ended() -> bool:
                 counts = await c.store.job_count_by_state()
-                return counts.get("succeeded", 0) + counts.get("quarantined", 0) == 300
+                return counts.get("succeeded", 0) + counts.get("quarantined", 0) == jobs
 
-            await eventually(all_ended, within=4 * PATIENCE, what="all 300 jobs ended")
+            await eventually(all_ended, within=4 * PATIENCE, what=f"all {jobs} jobs ended")
 
             async def timed_out() -> list[Any]:
                 return [a for a in await c.store.alert_list() if a.last_error]
 
             [first, *_] = await eventually(timed_out, what="a try that timed out")
             assert first.last_error == "no answer in 2s"
+            counts = await c.store.job_count_by_state()
+            assert (counts.get("succeeded"), counts.get("quarantined")) == (900, 100)
     finally:
         server.close()
         for w in silent:
