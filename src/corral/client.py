@@ -13,6 +13,7 @@ import asyncio
 import base64
 import codecs
 import dataclasses
+import hashlib
 import json
 import logging
 import os
@@ -339,6 +340,50 @@ class Client:
                     exc,
                 )
         return attempt
+
+    # --- API tokens -----------------------------------------------------------------------
+
+    async def token_create(
+        self,
+        *,
+        name: str,
+        tenant: str | None,
+        role: str,
+        expires: timedelta | None = None,
+    ) -> tuple[model.Token, str]:
+        """Make an API token for `tenant` (None: every tenant) in `role`: the token as
+        listed, and its secret, which is shown this once and stored only hashed."""
+        if tenant is not None and not _NAME.match(tenant):
+            raise errors.InvalidInput(
+                f"tenant: {tenant!r} must be 1-200 characters of [A-Za-z0-9_.-],"
+                " starting alphanumeric"
+            )
+        if role not in model.Role.__members__.values():
+            raise errors.InvalidInput(
+                f"role: {role!r} is not a role; use one of {', '.join(model.Role)}"
+            )
+        if not name.strip() or len(name) > 200:
+            raise errors.InvalidInput("name: must be 1-200 characters")
+        if expires is not None and expires <= timedelta(0):
+            raise errors.InvalidInput("expires: must be longer than zero")
+        secret = TOKEN_PREFIX + secrets.token_urlsafe(32)
+        now = self.clock.now()
+        made = await self.store.token_add(
+            name=name,
+            tenant=tenant,
+            role=model.Role(role),
+            secret_sha256=token_digest(secret),
+            now=now,
+            expires_at=None if expires is None else now + expires,
+        )
+        return made, secret
+
+    async def token_check(self, secret: str) -> model.Token | None:
+        """The token of `secret` if it may be used now (not revoked, not expired)."""
+        if not secret.startswith(TOKEN_PREFIX):
+            return None
+        found = await self.store.token_find(secret_sha256=token_digest(secret))
+        return found if found is not None and found.valid(self.clock.now()) else None
 
     # --- schedules ------------------------------------------------------------------------
 
@@ -681,6 +726,16 @@ def _wrong(field: str, value: Any) -> str | None:
         strings = isinstance(value, dict) and all(isinstance(v, str) for v in value.values())
         return None if strings else "must be an object of strings"
     return None
+
+
+TOKEN_PREFIX = "corral_"
+"""How an API token's secret starts (secret scanners can look for it)."""
+
+
+def token_digest(secret: str) -> str:
+    """What the store keeps of a token's secret: its SHA-256 (the secret is 256 random
+    bits, so a fast hash is enough; a slow one is for passwords people choose)."""
+    return hashlib.sha256(secret.encode()).hexdigest()
 
 
 def submit_arguments(given: Any) -> dict[str, Any]:

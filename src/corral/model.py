@@ -416,6 +416,47 @@ class SigningSecret:
     fingerprint: str
 
 
+class Role(StrEnum):
+    """What an API token may do: each role may do what the ones before it may."""
+
+    VIEWER = "viewer"  # read
+    OPERATOR = "operator"  # and submit, cancel, retry, pause
+    ADMIN = "admin"  # and manage tokens
+
+    def allows(self, needed: Role) -> bool:
+        order = list(Role)
+        return order.index(self) >= order.index(needed)
+
+
+@dataclass(frozen=True, slots=True)
+class Token:
+    """An API credential as it is listed: never its secret."""
+
+    id: int
+    name: str
+    tenant: str | None  # None: every tenant (an admin's)
+    role: Role
+    created_at: datetime
+    expires_at: datetime | None
+    revoked_at: datetime | None
+
+    def valid(self, now: datetime) -> bool:
+        return self.revoked_at is None and (self.expires_at is None or now < self.expires_at)
+
+
+@dataclass(frozen=True, slots=True)
+class AuditEntry:
+    """One change made through the API."""
+
+    id: int
+    at: datetime
+    token_id: int | None
+    tenant: str | None
+    action: str
+    target: str
+    details: Mapping[str, Any]
+
+
 # --- secrets kept out of sight ----------------------------------------------------------------
 
 REDACTED = "[redacted]"

@@ -800,3 +800,84 @@ channels = ["hook"]
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_serve_http_answers_a_token_made_by_tokens_create_and_runs_what_it_takes(
+    corral: Run, tmp_path: Path
+) -> None:
+    """`corral tokens create` prints the token alone on its last line; `corral serve
+    --http` serves the API with the loops: a job submitted through it runs and ends;
+    `tokens revoke` ends the token."""
+    import socket
+
+    import httpx
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    made = corral("tokens", "create", "--tenant", "default", "--role", "operator").stdout
+    token = made.strip().splitlines()[-1]
+    assert token.startswith("corral_")
+    listed = json.loads(corral("tokens", "list", "--json").stdout)
+    assert [(t["tenant"], t["role"], t["revoked_at"]) for t in listed] == [
+        ("default", "operator", None)
+    ]
+    assert token not in corral("tokens", "list").stdout
+    server = subprocess.Popen(
+        [sys.executable, "-m", "corral", "serve", "--http", f"127.0.0.1:{port}"],
+        cwd=tmp_path,
+        env=corral_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    base = f"http://127.0.0.1:{port}"
+    auth = {"Authorization": f"Bearer {token}"}
+    try:
+        deadline = time.monotonic() + PATIENCE
+        while True:
+            try:
+                if httpx.get(f"{base}/readyz", timeout=5).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, "the API never answered /readyz"
+            assert server.poll() is None, server.communicate()[1]
+            time.sleep(0.2)
+        body = {"spec": {"command": ["sh", "-c", "echo hi from the API"]}, "queue": "api"}
+        submitted = httpx.post(f"{base}/api/v1/jobs", json=body, headers=auth, timeout=30)
+        assert submitted.status_code == 201, submitted.text
+        job_id = submitted.json()["id"]
+        deadline = time.monotonic() + PATIENCE
+        while (
+            state := httpx.get(f"{base}/api/v1/jobs/{job_id}", headers=auth, timeout=30).json()[
+                "state"
+            ]
+        ) != "succeeded":
+            assert time.monotonic() < deadline, f"job {job_id} still {state}"
+            time.sleep(0.2)
+        logs = httpx.get(f"{base}/api/v1/jobs/{job_id}/logs", headers=auth, timeout=30).json()
+        assert logs[0]["streams"][0]["text"] == "hi from the API\n"
+        assert httpx.get(f"{base}/api/v1/jobs", timeout=30).status_code == 401
+        corral("tokens", "revoke", str(listed[0]["id"]))
+        assert httpx.get(f"{base}/api/v1/jobs", headers=auth, timeout=30).status_code == 401
+    finally:
+        server.send_signal(signal.SIGTERM)
+        _, err = server.communicate(timeout=60)
+    assert server.returncode == 0, err
+
+
+def test_tokens_and_the_api_refuse_bad_input_naming_the_option(corral: Run) -> None:
+    neither = corral("tokens", "create", "--role", "viewer", check=False)
+    assert neither.returncode == 2
+    assert "--tenant T, or --all-tenants" in neither.stderr
+    role = corral("tokens", "create", "--tenant", "a", "--role", "boss", check=False)
+    assert role.returncode == 2
+    assert "--role" in role.stderr
+    where = corral("api", "--http", "localhost", check=False)
+    assert where.returncode == 2
+    assert "--http" in where.stderr
+    assert "HOST:PORT" in where.stderr
+    gone = corral("tokens", "revoke", "99", check=False)
+    assert gone.returncode != 0
+    assert "no token 99" in gone.stderr

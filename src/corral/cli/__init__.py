@@ -33,6 +33,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "corral.cli.loops:serve",
         "Run corral: the dispatcher, the reconciler, the scheduler and (with rules) the alerter.",
     ),
+    "api": (
+        "corral.cli.loops:api_cmd",
+        "Serve the REST API alone (corral serve --http runs it too).",
+    ),
     "alerter": (
         "corral.cli.loops:alerter_cmd",
         "Run the alerter alone (reads the run log, sends alerts; any number may run at once).",
@@ -55,6 +59,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "corral.cli.secrets:secrets",
         "Make, rotate and list the secrets HTTP requests are signed with.",
     ),
+    "tokens": ("corral.cli.tokens:tokens", "Make, list and revoke API tokens."),
     "backfill": (
         "corral.cli.schedules:backfill",
         "One job per nominal time of a schedule in [--from, --to), idempotently.",

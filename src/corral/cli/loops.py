@@ -70,6 +70,7 @@ async def _serve(
     reconcile: bool,
     schedule: bool,
     alert: bool,
+    http: str | None = None,
 ) -> None:
     from corral import client, runtime
 
@@ -94,11 +95,13 @@ async def _serve(
             f"corral is {doing} on {rt.store.url} with executors: {', '.join(rt.executors)}."
             " Press Ctrl+C (or send SIGTERM) to stop."
         )
+        if http is not None:
+            err.print(f"the API: http://{http}/api/v1 (OpenAPI: /api/v1/openapi.json)")
         # This process is corral's own, so this is done here, not in runtime.
         collect_from_here()
 
-    await until_signalled(
-        lambda stop: runtime.serve(
+    async def body(stop: asyncio.Event) -> None:
+        loops = runtime.serve(
             settings,
             stop,
             dispatch=dispatch,
@@ -107,7 +110,25 @@ async def _serve(
             alert=alert,
             on_ready=ready,
         )
-    )
+        if http is None:
+            await loops
+            return
+        from corral.api.server import serve_http
+
+        await _together(loops, serve_http(settings, http, stop), stop=stop)
+
+    await until_signalled(body)
+
+
+async def _together(*parts: Awaitable[None], stop: asyncio.Event) -> None:
+    """Run `parts` until all end; when one fails, `stop` the others and raise its error."""
+    tasks = [asyncio.ensure_future(p) for p in parts]
+    try:
+        await asyncio.gather(*tasks)
+    except BaseException:
+        stop.set()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
 
 
 async def _submit_demo(c: client.Client) -> None:
@@ -137,14 +158,49 @@ HEALTH_FILE = click.option(
 )
 
 
+HTTP = click.option(
+    "--http",
+    "http",
+    default=None,
+    metavar="HOST:PORT",
+    help="Serve the REST API here too, e.g. 127.0.0.1:8080 (tokens: corral tokens create).",
+)
+
+
 @click.command()
 @click.option("--demo", is_flag=True, help="Submit a few demo jobs on first start.")
+@HTTP
 @HEALTH_FILE
 @config_option
 @click.pass_obj
-def serve(state: State, demo: bool, health_file: Path | None) -> None:
-    """Run corral: the dispatcher, the reconciler, the scheduler and (with rules) the alerter."""
-    _run_loops(state, health_file, demo=demo, loops=("dispatch", "reconcile", "schedule", "alert"))
+def serve(state: State, demo: bool, http: str | None, health_file: Path | None) -> None:
+    """Run corral: the dispatcher, the reconciler, the scheduler and (with rules) the alerter;
+    with --http, the REST API too."""
+    _run_loops(
+        state,
+        health_file,
+        demo=demo,
+        loops=("dispatch", "reconcile", "schedule", "alert"),
+        http=http,
+    )
+
+
+@click.command("api")
+@click.option("--http", "http", required=True, metavar="HOST:PORT", help="Where to listen.")
+@config_option
+@click.pass_obj
+def api_cmd(state: State, http: str) -> None:
+    """Serve the REST API alone (any number of these may run, on any database)."""
+    from corral.api.server import address, serve_http
+
+    try:
+        address(http)
+    except errors.InvalidInput as exc:
+        raise click.BadParameter(str(exc).partition(": ")[2], param_hint="--http") from None
+    settings = state.settings()
+    setup_logging(settings)
+    err.print(f"the API: http://{http}/api/v1 (OpenAPI: /api/v1/openapi.json)")
+    run(until_signalled(lambda stop: serve_http(settings, http, stop)))
 
 
 @click.command("dispatcher")
@@ -186,8 +242,20 @@ def alerter_cmd(state: State, health_file: Path | None) -> None:
 
 
 def _run_loops(
-    state: State, health_file: Path | None, *, demo: bool, loops: tuple[str, ...]
+    state: State,
+    health_file: Path | None,
+    *,
+    demo: bool,
+    loops: tuple[str, ...],
+    http: str | None = None,
 ) -> None:
+    if http is not None:
+        from corral.api.server import address
+
+        try:
+            address(http)
+        except errors.InvalidInput as exc:
+            raise click.BadParameter(str(exc).partition(": ")[2], param_hint="--http") from None
     overrides: dict[str, Any] = {"health_file": health_file} if health_file else {}
     settings = state.settings(**overrides)
     setup_logging(settings)
@@ -199,6 +267,7 @@ def _run_loops(
             reconcile="reconcile" in loops,
             schedule="schedule" in loops,
             alert="alert" in loops,
+            http=http,
         )
     )
 

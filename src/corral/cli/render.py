@@ -13,24 +13,16 @@ from rich.table import Table
 from rich.text import Text
 
 from corral.cli.common import out
+from corral.shapes import attempt_dict, iso, job_dict, log_facts, shown, view_dict
+
+__all__ = ["attempt_dict", "iso", "job_dict", "log_facts", "view_dict"]
 
 if TYPE_CHECKING:
     from corral import cadence, client, config, model
 
 
-def _shown(value: Any) -> Any:
-    """A spec or template as it may be shown: its secrets redacted (model.redacted)."""
-    from corral.model import redacted
-
-    return redacted(value)
-
-
 def when(at: datetime | None) -> str:
     return at.strftime("%Y-%m-%d %H:%M:%S") if at else "-"
-
-
-def iso(at: datetime | None) -> str | None:
-    return at.isoformat() if at else None
 
 
 def table(*columns: str, keep: Sequence[str] = ()) -> Table:
@@ -52,30 +44,6 @@ def attempts_text(job: model.Job) -> str:
     return text
 
 
-def job_dict(job: model.Job) -> dict[str, Any]:
-    return {
-        "id": job.id,
-        "state": job.state,
-        "queue": job.queue,
-        "pool": job.pool,
-        "tenant": job.tenant,
-        "priority": job.priority,
-        "executor": job.executor,
-        "spec": _shown(job.spec),
-        "payload": job.payload,
-        "attempts": job.attempt_count,
-        "charged_attempts": job.charged_attempts,
-        "max_attempts": job.max_attempts,
-        "run_at": job.run_at.isoformat(),
-        "idempotency_key": job.idempotency_key,
-        "labels": job.labels,
-        "policy": job.policy,
-        "code_version": job.code_version,
-        "created_at": job.created_at.isoformat(),
-        "updated_at": job.updated_at.isoformat(),
-    }
-
-
 def jobs_table(found: Sequence[model.Job]) -> Table:
     """The newest jobs, a row each, in 80 columns: times to the second, no priority
     (`jobs show` and --json have both whole)."""
@@ -92,46 +60,6 @@ def jobs_table(found: Sequence[model.Job]) -> Table:
             j.updated_at.strftime("%m-%d %H:%M:%S"),
         )
     return t
-
-
-def attempt_dict(a: model.Attempt) -> dict[str, Any]:
-    return {
-        "fence": a.id,
-        "attempt": a.attempt_no,
-        "launch_name": a.launch_name,
-        "state": a.state,
-        "charged": a.charged,
-        "started_at": iso(a.started_at),
-        "finished_at": iso(a.finished_at),
-        "exit_code": a.exit_code,
-        "reason": a.reason,
-        "last_seen_at": iso(a.last_seen_at),
-        "deadline_at": iso(a.deadline_at),
-        "lease_until": iso(a.lease_until),
-        "failure_class": a.failure_class,
-        "fingerprint": a.fingerprint,
-    }
-
-
-def view_dict(view: client.JobView) -> dict[str, Any]:
-    return {
-        **job_dict(view.job),
-        "attempt_list": [
-            {**attempt_dict(a), **log_facts(view.logs.get(a.id))} for a in view.attempts
-        ],
-        "events": [
-            {
-                "at": e.at.isoformat(),
-                "entity": e.entity,
-                "attempt_id": e.attempt_id,
-                "from": e.from_state,
-                "to": e.to_state,
-                "reason": e.reason,
-                "details": e.details,
-            }
-            for e in view.events
-        ],
-    }
 
 
 def print_view(view: client.JobView) -> None:
@@ -152,7 +80,7 @@ def print_view(view: client.JobView) -> None:
         facts.append(("idempotency key", j.idempotency_key))
     if j.code_version:
         facts.append(("code version", j.code_version))
-    facts.append(("spec", json.dumps(_shown(j.spec))))
+    facts.append(("spec", json.dumps(shown(j.spec))))
     for name, value in facts:
         out.print(f"  {name}: {value}", markup=False, soft_wrap=False)
     for a in view.attempts:
@@ -162,15 +90,6 @@ def print_view(view: client.JobView) -> None:
         what = e.entity if e.attempt_id is None else f"{e.entity} (fence {e.attempt_id})"
         events.add_row(when(e.at), what, e.from_state or "-", e.to_state, e.reason)
     out.print(events)
-
-
-def log_facts(log: model.RunLog | None) -> dict[str, Any]:
-    """What an attempt's run log says of how it went (its streams: `corral jobs logs`)."""
-    return {
-        "http_status": log.status if log else None,
-        "latency": log.latency if log else None,
-        "address": log.address if log else None,
-    }
 
 
 def took(seconds: float) -> str:
@@ -354,7 +273,7 @@ def schedule_dict(s: model.Schedule) -> dict[str, Any]:
         "last_nominal": iso(s.last_nominal),
         "last_job_id": s.last_job_id,
         "missed_total": s.missed_total,
-        "template": _shown(dict(s.template)),
+        "template": shown(dict(s.template)),
         "created_at": iso(s.created_at),
         "updated_at": iso(s.updated_at),
     }
@@ -403,7 +322,7 @@ def print_schedule(
     out.print(f"schedule {s.name} (tenant {s.tenant}): {schedule_rule(s)}")
     state = "paused since " + when(s.paused_at) if s.paused_at else "active"
     out.print(f"  {state}; catch-up {s.catchup}, overlap {s.overlap}; missed {s.missed_total}")
-    spec = _shown(s.template.get("spec"))
+    spec = shown(s.template.get("spec"))
     out.print(f"  runs: {json.dumps(spec)} on {s.template.get('executor')}")
     if upcoming:
         out.print("next firings:")
@@ -508,4 +427,31 @@ def alerts_table(found: Sequence[Any]) -> Table:
         what = f"{a.kind} {a.cause} {a.subject}" + (f" job {a.job_id}" if a.job_id else "")
         state = a.state + (f" ({a.last_error})" if a.last_error and a.state != "delivered" else "")
         t.add_row(str(a.id), when(a.created_at), a.rule, a.channel, what, state, str(a.tries))
+    return t
+
+
+def token_expiry(t: Any) -> str:
+    if t.revoked_at is not None:
+        return f"revoked {when(t.revoked_at)}"
+    return "never expires" if t.expires_at is None else f"expires {when(t.expires_at)}"
+
+
+def token_dict(t: Any) -> dict[str, Any]:
+    return {
+        "id": t.id,
+        "name": t.name,
+        "tenant": t.tenant,
+        "role": str(t.role),
+        "created_at": iso(t.created_at),
+        "expires_at": iso(t.expires_at),
+        "revoked_at": iso(t.revoked_at),
+    }
+
+
+def tokens_table(found: Sequence[Any]) -> Table:
+    t = table("id", "name", "tenant", "role", "created", "state", keep=("id", "role"))
+    for k in found:
+        t.add_row(
+            str(k.id), k.name, k.tenant or "(all)", str(k.role), when(k.created_at), token_expiry(k)
+        )
     return t

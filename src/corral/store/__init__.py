@@ -39,6 +39,7 @@ from corral.store import (
     schedules,
     secrets,
     sinks,
+    tokens,
 )
 from corral.store.attempts import Status
 from corral.store.claims import DefaultLimits
@@ -456,6 +457,9 @@ class Store:
     ) -> None:
         await self._tx(jobs.job_unquarantine, job_id=job_id, to=to, now=now, reason=reason)
 
+    async def job_get_many(self, *, job_ids: Sequence[int]) -> list[model.Job]:
+        return await self._read(jobs.job_get_many, job_ids=job_ids)
+
     async def job_get(self, *, job_id: int) -> model.Job:
         return await self._tx(jobs.job_get, job_id=job_id)
 
@@ -467,9 +471,26 @@ class Store:
         queue: str | None = None,
         tenant: str | None = None,
         pool: str | None = None,
+        executor: str | None = None,
+        labels: Mapping[str, str] | None = None,
+        schedule: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        before: int | None = None,
     ) -> list[model.Job]:
         return await self._tx(
-            jobs.job_list, states=list(states), limit=limit, queue=queue, tenant=tenant, pool=pool
+            jobs.job_list,
+            states=list(states),
+            limit=limit,
+            queue=queue,
+            tenant=tenant,
+            pool=pool,
+            executor=executor,
+            labels=labels,
+            schedule=schedule,
+            since=since,
+            until=until,
+            before=before,
         )
 
     async def job_count_by_state(self) -> dict[str, int]:
@@ -568,6 +589,62 @@ class Store:
         return await self._tx(
             attempts.attempt_list_active, executor=executor, limit=limit, after=after
         )
+
+    # --- API tokens and the audit log (corral.api) -------------------------------------
+
+    async def token_add(
+        self,
+        *,
+        name: str,
+        tenant: str | None,
+        role: model.Role,
+        secret_sha256: str,
+        now: datetime,
+        expires_at: datetime | None,
+    ) -> model.Token:
+        return await self._tx(
+            tokens.token_add,
+            name=name,
+            tenant=tenant,
+            role=role,
+            secret_sha256=secret_sha256,
+            now=now,
+            expires_at=expires_at,
+        )
+
+    async def token_find(self, *, secret_sha256: str) -> model.Token | None:
+        return await self._read(tokens.token_find, secret_sha256=secret_sha256)
+
+    async def token_list(self) -> list[model.Token]:
+        return await self._read(tokens.token_list)
+
+    async def token_revoke(self, *, token_id: int, now: datetime) -> model.Token:
+        return await self._tx(tokens.token_revoke, token_id=token_id, now=now)
+
+    async def audit_add(
+        self,
+        *,
+        at: datetime,
+        token_id: int | None,
+        tenant: str | None,
+        action: str,
+        target: str,
+        details: Mapping[str, Any] | None = None,
+    ) -> None:
+        await self._tx(
+            tokens.audit_add,
+            at=at,
+            token_id=token_id,
+            tenant=tenant,
+            action=action,
+            target=target,
+            details=details,
+        )
+
+    async def audit_list(
+        self, *, tenant: str | None = None, limit: int = 100
+    ) -> list[model.AuditEntry]:
+        return await self._read(tokens.audit_list, tenant=tenant, limit=limit)
 
     # --- alerts (corral.alerts) --------------------------------------------------------
 

@@ -3,7 +3,7 @@ the reads."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -275,6 +275,16 @@ def job_get(conn: Connection, *, job_id: int) -> model.Job:
     return job_from_row(row._mapping)
 
 
+def job_get_many(conn: Connection, *, job_ids: Sequence[int]) -> list[model.Job]:
+    """The jobs of `job_ids` that exist, in id order."""
+    if not job_ids:
+        return []
+    rows = conn.execute(
+        select(jobs).where(dialects.one_of(conn, jobs.c.id, job_ids)).order_by(jobs.c.id)
+    )
+    return [job_from_row(r._mapping) for r in rows]
+
+
 def job_list(
     conn: Connection,
     *,
@@ -283,14 +293,37 @@ def job_list(
     queue: str | None = None,
     tenant: str | None = None,
     pool: str | None = None,
+    executor: str | None = None,
+    labels: Mapping[str, str] | None = None,
+    schedule: str | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    before: int | None = None,
 ) -> list[model.Job]:
-    """Newest jobs first, optionally only those in `states`, of `queue`, `tenant`, `pool`."""
+    """Newest jobs first, optionally only those in `states`, of `queue`, `tenant`, `pool`,
+    `executor`, with each of `labels`, fired by `schedule`, created in [`since`, `until`),
+    and (keyset pagination) with ids below `before`."""
     stmt = select(jobs).order_by(jobs.c.id.desc()).limit(limit)
     if states := list(states):
         stmt = stmt.where(jobs.c.state.in_(states))
-    for column, value in ((jobs.c.queue, queue), (jobs.c.tenant, tenant), (jobs.c.pool, pool)):
+    given = (
+        (jobs.c.queue, queue),
+        (jobs.c.tenant, tenant),
+        (jobs.c.pool, pool),
+        (jobs.c.executor, executor),
+        (dialects.json_text(conn, jobs.c.payload, model.FIRING, "schedule"), schedule),
+    )
+    for column, value in given:
         if value is not None:
             stmt = stmt.where(column == value)
+    for key, value in (labels or {}).items():
+        stmt = stmt.where(dialects.json_text(conn, jobs.c.labels, key) == value)
+    if since is not None:
+        stmt = stmt.where(jobs.c.created_at >= since)
+    if until is not None:
+        stmt = stmt.where(jobs.c.created_at < until)
+    if before is not None:
+        stmt = stmt.where(jobs.c.id < before)
     return [job_from_row(r._mapping) for r in conn.execute(stmt)]
 
 

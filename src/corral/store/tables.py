@@ -346,3 +346,34 @@ alert_mutes = Table(
     Column("until", UTCDateTime, nullable=False),
     Column("muted_at", UTCDateTime, nullable=False),
 )
+
+# API credentials (corral.api): the SHA-256 of each secret, never the secret; a token acts
+# for one tenant (NULL: every tenant, an admin's) in one role.
+tokens = Table(
+    "tokens",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("name", String(200), nullable=False),
+    Column("tenant", String(200)),
+    Column("role", String(20), nullable=False),
+    Column("secret_sha256", String(64), nullable=False, unique=True),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("expires_at", UTCDateTime),
+    Column("revoked_at", UTCDateTime),
+    sqlite_autoincrement=True,
+)
+
+# Every change made through the API: by which token, for which tenant, what, to what.
+audit = Table(
+    "audit",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("at", UTCDateTime, nullable=False),
+    Column("token_id", Id),
+    Column("tenant", String(200)),
+    Column("action", String(100), nullable=False),
+    Column("target", String(300), nullable=False),
+    Column("details", Json, nullable=False),
+    Index("ix_audit_tenant", "tenant", "id"),
+    sqlite_autoincrement=True,
+)

@@ -1,0 +1,85 @@
+"""The REST API (FastAPI), under /api/v1, with its OpenAPI document at /api/v1/openapi.json.
+
+Every route but /healthz and /readyz takes `Authorization: Bearer <token>`: a token acts
+for one tenant (or every tenant, an admin's) in one role (corral.model.Role). A job of
+another tenant is not found (404), however it is asked for: by id, in a list, by its
+events or run log. Every change is written to the audit log with the token that made it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+
+from corral import client, errors
+from corral.api import routes
+from corral.api.auth import Refused
+
+log = logging.getLogger("corral.api")
+
+PREFIX = "/api/v1"
+MAX_BODY = 1024 * 1024
+"""The largest request body taken, in bytes (a submit of many jobs included)."""
+
+
+def create_app(c: client.Client) -> FastAPI:
+    """The API over the client `c` (its store, executors and settings)."""
+    app = FastAPI(
+        title="corral",
+        version="1",
+        openapi_url=f"{PREFIX}/openapi.json",
+        docs_url=f"{PREFIX}/docs",
+        redoc_url=None,
+    )
+    app.state.client = c
+
+    @app.middleware("http")
+    async def limit_body(
+        request: Request, call_next: Callable[[Request], Awaitable[Response]]
+    ) -> Response:
+        size = request.headers.get("content-length")
+        if size is not None and (not size.isdigit() or int(size) > MAX_BODY):
+            return _error(413, f"body: at most {MAX_BODY} bytes")
+        return await call_next(request)
+
+    @app.exception_handler(Refused)
+    async def refused(_: Request, exc: Refused) -> Response:
+        return _error(exc.status, str(exc), headers=exc.headers)
+
+    @app.exception_handler(errors.InvalidInput)
+    async def invalid(_: Request, exc: errors.InvalidInput) -> Response:
+        return _error(422, str(exc))
+
+    @app.exception_handler(errors.NotFound)
+    async def not_found(_: Request, exc: errors.NotFound) -> Response:
+        return _error(404, str(exc))
+
+    @app.exception_handler(errors.StoreUnavailable)
+    async def unavailable(_: Request, exc: errors.StoreUnavailable) -> Response:
+        return _error(503, str(exc))
+
+    @app.exception_handler(RequestValidationError)
+    async def malformed(_: Request, exc: RequestValidationError) -> Response:
+        first = exc.errors()[0]
+        loc = [str(p) for p in first.get("loc", ())]
+        # Not "body" nor "query", nor the union member tried ("dict[str,any]"): the field.
+        named = [p for p in loc[1:] if "[" not in p]
+        where = ".".join(named) or (loc[0] if loc else "request")
+        return _error(422, f"{where}: {first.get('msg', 'is not valid')}")
+
+    app.include_router(routes.router, prefix=PREFIX)
+    routes.add_health(app)
+    return app
+
+
+def _error(status: int, message: str, *, headers: dict[str, str] | None = None) -> Response:
+    field, sep, _ = message.partition(":")
+    body: dict[str, Any] = {"error": message}
+    if sep and " " not in field:
+        body["field"] = field
+    return JSONResponse(body, status_code=status, headers=headers)

@@ -1,0 +1,68 @@
+"""Who is calling the API: the bearer token of each request, its tenant and its role."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+from typing import Annotated
+
+from fastapi import Depends, Query, Request
+
+from corral import client, model
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Caller:
+    """Who is calling: their token."""
+
+    token: model.Token
+
+    def sees(self, tenant: str) -> bool:
+        return self.token.tenant is None or self.token.tenant == tenant
+
+
+class Refused(Exception):
+    """An error the API answers with `status` and a JSON body naming what is wrong."""
+
+    def __init__(self, status: int, message: str, *, headers: dict[str, str] | None = None):
+        super().__init__(message)
+        self.status = status
+        self.headers = headers
+
+
+def the_client(request: Request) -> client.Client:
+    c: client.Client = request.app.state.client
+    return c
+
+
+async def caller(request: Request) -> Caller:
+    """The token of the request; 401 without a usable one."""
+    said = request.headers.get("authorization", "")
+    scheme, _, secret = said.partition(" ")
+    challenge = {"WWW-Authenticate": "Bearer"}
+    if scheme.lower() != "bearer" or not secret.strip():
+        raise Refused(401, "authorization: send Authorization: Bearer <token>", headers=challenge)
+    found = await the_client(request).token_check(secret.strip())
+    if found is None:
+        raise Refused(
+            401, "authorization: the token is unknown, expired or revoked", headers=challenge
+        )
+    return Caller(found)
+
+
+def role(needed: model.Role) -> Callable[[Caller], Awaitable[Caller]]:
+    """A dependency: the caller, when their role allows what `needed` may do (else 403)."""
+
+    async def check(who: Annotated[Caller, Depends(caller)]) -> Caller:
+        if not who.token.role.allows(needed):
+            raise Refused(403, f"role: {who.token.role} may not do this; it takes {needed}")
+        return who
+
+    return check
+
+
+Viewer = Annotated[Caller, Depends(role(model.Role.VIEWER))]
+Operator = Annotated[Caller, Depends(role(model.Role.OPERATOR))]
+Client = Annotated[client.Client, Depends(the_client)]
+Since = Annotated[datetime | None, Query(description="Created at or after (ISO 8601).")]

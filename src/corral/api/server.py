@@ -1,0 +1,58 @@
+"""Serving the API with uvicorn in corral's own event loop, stopped by corral's own
+signal handling (`corral serve --http`, `corral api --http`)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Generator
+
+import uvicorn
+
+from corral import config, errors, runtime
+from corral.api import create_app
+
+log = logging.getLogger("corral.api")
+
+
+def address(given: str) -> tuple[str, int]:
+    """HOST:PORT (IPv6 in brackets: [::1]:8080) as host and port; InvalidInput if not."""
+    host, sep, port = given.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise errors.InvalidInput(
+            f"--http: {given!r} is not HOST:PORT, e.g. 127.0.0.1:8080 or [::1]:8080"
+        )
+    return host, int(port)
+
+
+class _Server(uvicorn.Server):
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        yield  # corral's own handlers set `stop`, which ends the server
+
+
+async def serve_http(settings: config.Settings, http: str, stop: asyncio.Event) -> None:
+    """Serve the API on `http` (HOST:PORT) until `stop`, on a client of its own that
+    starts no executor (a cancel marks the attempt; its dispatcher stops the run)."""
+    host, port = address(http)
+    async with runtime.connect(settings, platforms=False) as c:
+        server = _Server(
+            uvicorn.Config(
+                create_app(c),
+                host=host,
+                port=port,
+                log_level="warning",
+                access_log=False,
+                lifespan="off",
+            )
+        )
+        serving = asyncio.create_task(server.serve())
+        stopping = asyncio.create_task(stop.wait())
+        await asyncio.wait({serving, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        server.should_exit = True
+        stopping.cancel()
+        await serving
+        if not server.started:
+            raise errors.ConfigError(f"--http: could not listen on {http}")

@@ -1,0 +1,91 @@
+"""How jobs, attempts and their run logs look as JSON: the same in the CLI's --json and
+in the API."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from corral import model
+
+
+def shown(value: Any) -> Any:
+    """A spec or template as it may be shown: its secrets redacted (model.redacted)."""
+    return model.redacted(value)
+
+
+def iso(at: datetime | None) -> str | None:
+    return at.isoformat() if at else None
+
+
+def job_dict(job: model.Job) -> dict[str, Any]:
+    return {
+        "id": job.id,
+        "state": job.state,
+        "queue": job.queue,
+        "pool": job.pool,
+        "tenant": job.tenant,
+        "priority": job.priority,
+        "executor": job.executor,
+        "spec": shown(job.spec),
+        "payload": job.payload,
+        "attempts": job.attempt_count,
+        "charged_attempts": job.charged_attempts,
+        "max_attempts": job.max_attempts,
+        "run_at": job.run_at.isoformat(),
+        "idempotency_key": job.idempotency_key,
+        "labels": job.labels,
+        "policy": job.policy,
+        "code_version": job.code_version,
+        "created_at": job.created_at.isoformat(),
+        "updated_at": job.updated_at.isoformat(),
+    }
+
+
+def attempt_dict(a: model.Attempt) -> dict[str, Any]:
+    return {
+        "fence": a.id,
+        "attempt": a.attempt_no,
+        "launch_name": a.launch_name,
+        "state": a.state,
+        "charged": a.charged,
+        "started_at": iso(a.started_at),
+        "finished_at": iso(a.finished_at),
+        "exit_code": a.exit_code,
+        "reason": a.reason,
+        "last_seen_at": iso(a.last_seen_at),
+        "deadline_at": iso(a.deadline_at),
+        "lease_until": iso(a.lease_until),
+        "failure_class": a.failure_class,
+        "fingerprint": a.fingerprint,
+    }
+
+
+def view_dict(view: Any) -> dict[str, Any]:
+    return {
+        **job_dict(view.job),
+        "attempt_list": [
+            {**attempt_dict(a), **log_facts(view.logs.get(a.id))} for a in view.attempts
+        ],
+        "events": [
+            {
+                "at": e.at.isoformat(),
+                "entity": e.entity,
+                "attempt_id": e.attempt_id,
+                "from": e.from_state,
+                "to": e.to_state,
+                "reason": e.reason,
+                "details": e.details,
+            }
+            for e in view.events
+        ],
+    }
+
+
+def log_facts(log: model.RunLog | None) -> dict[str, Any]:
+    """What an attempt's run log says of how it went (its streams: `corral jobs logs`)."""
+    return {
+        "http_status": log.status if log else None,
+        "latency": log.latency if log else None,
+        "address": log.address if log else None,
+    }

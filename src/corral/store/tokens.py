@@ -1,0 +1,110 @@
+"""API tokens (the SHA-256 of each secret, never the secret) and the audit log of the
+changes made through the API."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, insert, select, update
+
+from corral import errors, model
+from corral.store.tables import audit, tokens
+
+T = tokens.c
+
+
+def _token(row: Any) -> model.Token:
+    m = row._mapping
+    return model.Token(
+        id=m["id"],
+        name=m["name"],
+        tenant=m["tenant"],
+        role=model.Role(m["role"]),
+        created_at=m["created_at"],
+        expires_at=m["expires_at"],
+        revoked_at=m["revoked_at"],
+    )
+
+
+_LISTED = [T.id, T.name, T.tenant, T.role, T.created_at, T.expires_at, T.revoked_at]
+
+
+def token_add(
+    conn: Connection,
+    *,
+    name: str,
+    tenant: str | None,
+    role: model.Role,
+    secret_sha256: str,
+    now: datetime,
+    expires_at: datetime | None,
+) -> model.Token:
+    """Store a token by the SHA-256 of its secret."""
+    row = conn.execute(
+        insert(tokens)
+        .values(
+            name=name,
+            tenant=tenant,
+            role=role.value,
+            secret_sha256=secret_sha256,
+            created_at=now,
+            expires_at=expires_at,
+        )
+        .returning(*_LISTED)
+    ).one()
+    return _token(row)
+
+
+def token_find(conn: Connection, *, secret_sha256: str) -> model.Token | None:
+    """The token whose secret has this SHA-256, revoked or expired or not."""
+    row = conn.execute(select(*_LISTED).where(T.secret_sha256 == secret_sha256)).first()
+    return None if row is None else _token(row)
+
+
+def token_list(conn: Connection) -> list[model.Token]:
+    return [_token(r) for r in conn.execute(select(*_LISTED).order_by(T.id))]
+
+
+def token_revoke(conn: Connection, *, token_id: int, now: datetime) -> model.Token:
+    """Revoke a token from now on (one revoked before stays as it was)."""
+    conn.execute(
+        update(tokens).where(T.id == token_id, T.revoked_at.is_(None)).values(revoked_at=now)
+    )
+    row = conn.execute(select(*_LISTED).where(T.id == token_id)).first()
+    if row is None:
+        raise errors.NotFound(f"no token {token_id} (corral tokens list shows them)")
+    return _token(row)
+
+
+def audit_add(
+    conn: Connection,
+    *,
+    at: datetime,
+    token_id: int | None,
+    tenant: str | None,
+    action: str,
+    target: str,
+    details: Mapping[str, Any] | None = None,
+) -> None:
+    conn.execute(
+        insert(audit).values(
+            at=at,
+            token_id=token_id,
+            tenant=tenant,
+            action=action,
+            target=target,
+            details=dict(details or {}),
+        )
+    )
+
+
+def audit_list(
+    conn: Connection, *, tenant: str | None = None, limit: int = 100
+) -> list[model.AuditEntry]:
+    """The newest changes first; of one tenant's, or of all."""
+    stmt = select(audit).order_by(audit.c.id.desc()).limit(limit)
+    if tenant is not None:
+        stmt = stmt.where(audit.c.tenant == tenant)
+    return [model.AuditEntry(**r._mapping) for r in conn.execute(stmt)]
