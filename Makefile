@@ -29,7 +29,8 @@ run: $(STAMP)
 	@echo "corral: migrating the embedded database (./corral.db) ..."
 	@$(BIN)/corral db upgrade
 	@echo "corral: starting on SQLite with the process executor; state in ./.corral/"
-	@$(BIN)/corral serve --demo
+	@echo "corral: the API on http://127.0.0.1:8080/api/v1 (a first admin token follows, once)"
+	@$(BIN)/corral serve --demo --http 127.0.0.1:8080
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench examples docs

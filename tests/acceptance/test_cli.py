@@ -881,3 +881,53 @@ def test_tokens_and_the_api_refuse_bad_input_naming_the_option(corral: Run) -> N
     gone = corral("tokens", "revoke", "99", check=False)
     assert gone.returncode != 0
     assert "no token 99" in gone.stderr
+
+
+def test_the_demo_serves_the_api_and_prints_a_first_admin_token_once(
+    corral: Run, tmp_path: Path
+) -> None:
+    """What `make run` runs: a first admin token on stdout at the first start only."""
+    import socket
+
+    import httpx
+
+    def start() -> tuple[subprocess.Popen[str], str]:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "corral", "serve", "--demo", "--http", f"127.0.0.1:{port}"],
+            cwd=tmp_path,
+            env=corral_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + PATIENCE
+        while True:
+            try:
+                if httpx.get(f"{base}/readyz", timeout=5).status_code == 200:
+                    return proc, base
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, "the API never answered /readyz"
+            assert proc.poll() is None, proc.communicate()[1]
+            time.sleep(0.2)
+
+    def stop(proc: subprocess.Popen[str]) -> str:
+        proc.send_signal(signal.SIGTERM)
+        printed, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err
+        return printed
+
+    first, base = start()
+    token = stop(first).strip().splitlines()[-1]
+    assert token.startswith("corral_")
+    again, base = start()
+    listed = httpx.get(
+        f"{base}/api/v1/jobs?queue=demo", headers={"Authorization": f"Bearer {token}"}, timeout=30
+    )
+    assert stop(again).strip() == ""  # no second token
+    assert listed.status_code == 200
+    assert len(listed.json()["jobs"]) == 5

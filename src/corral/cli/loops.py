@@ -75,12 +75,16 @@ async def _serve(
     from corral import client, runtime
 
     async def ready(rt: runtime.Runtime) -> None:
+        c = client.Client(store=rt.store, executors=rt.executors, settings=settings, clock=rt.clock)
         if demo:
-            await _submit_demo(
-                client.Client(
-                    store=rt.store, executors=rt.executors, settings=settings, clock=rt.clock
-                )
+            await _submit_demo(c)
+        if demo and http is not None and not await rt.store.token_list():
+            made, secret = await c.token_create(name="first admin", tenant=None, role="admin")
+            err.print(
+                f"a first admin token (token {made.id}; shown this once, `corral tokens"
+                " revoke` it when you have made your own):"
             )
+            out.print(secret, highlight=False, soft_wrap=True)
         doing = ", ".join(
             what
             for what, on in (
