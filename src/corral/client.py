@@ -23,11 +23,14 @@ from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, Required, TypedDict, Unpack
+from typing import TYPE_CHECKING, Any, Required, TypedDict, Unpack
 
 from corral import clock, config, errors, model, store
 from corral.executors import registry
 from corral.executors.base import Executor
+
+if TYPE_CHECKING:
+    from corral import cadence
 
 log = logging.getLogger("corral.client")
 
@@ -481,6 +484,22 @@ class Client:
             scheduler.rule(new, anchor), now=now, anchor=anchor, until=new.until
         )
         return await self.store.schedule_create(new=new, anchor=anchor, next_due=first, now=now)
+
+    def upcoming(self, found: model.Schedule, count: int = 5) -> list[cadence.Nominal]:
+        """A schedule's next `count` nominal times (none while it is paused or over),
+        marking those a DST change moved."""
+        from corral import cadence, scheduler
+
+        if found.next_due is None or found.paused_at is not None:
+            return []
+        rule = scheduler.rule(found, found.anchor)
+        far = found.next_due + timedelta(days=30 * 366)
+        taken: list[cadence.Nominal] = []
+        for nominal in cadence.between(rule, found.next_due, far):
+            if len(taken) >= count or (found.until is not None and nominal.at >= found.until):
+                break
+            taken.append(nominal)
+        return taken
 
     async def schedule(self, name: str, *, tenant: str = "default") -> model.Schedule:
         return await self.store.schedule_get(name=name, tenant=tenant)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from corral import model
+from corral import cadence, model
 
 
 def shown(value: Any) -> Any:
@@ -88,4 +88,46 @@ def log_facts(log: model.RunLog | None) -> dict[str, Any]:
         "http_status": log.status if log else None,
         "latency": log.latency if log else None,
         "address": log.address if log else None,
+    }
+
+
+def schedule_dict(s: model.Schedule) -> dict[str, Any]:
+    return {
+        "id": s.id,
+        "name": s.name,
+        "tenant": s.tenant,
+        "cron": s.cron,
+        "tz": s.tz,
+        "every_seconds": s.every_seconds,
+        "start": iso(s.anchor),
+        "until": iso(s.until),
+        "catchup": s.catchup.value,
+        "catchup_window_seconds": s.catchup_window_seconds,
+        "catchup_max": s.catchup_max,
+        "overlap": s.overlap.value,
+        "jitter_seconds": s.jitter_seconds,
+        "paused": s.paused_at is not None,
+        "paused_at": iso(s.paused_at),
+        "next_due": iso(s.next_due),
+        "last_nominal": iso(s.last_nominal),
+        "last_job_id": s.last_job_id,
+        "missed_total": s.missed_total,
+        "template": shown(dict(s.template)),
+        "created_at": iso(s.created_at),
+        "updated_at": iso(s.updated_at),
+    }
+
+
+def nominal_dict(n: cadence.Nominal) -> dict[str, Any]:
+    return {"at": n.local.isoformat(), "utc": iso(n.at), "moved": n.moved}
+
+
+def firing_dict(f: model.Firing) -> dict[str, Any]:
+    return {
+        "nominal_at": iso(f.nominal_at),
+        "outcome": f.outcome.value,
+        "job_id": f.job_id,
+        "recorded_at": iso(f.recorded_at),
+        "lateness_seconds": f.lateness_seconds,
+        "note": f.note,
     }

@@ -193,37 +193,139 @@ async def test_the_openapi_document_lists_every_route(api: Api) -> None:
     )
 
 
-async def test_no_route_shows_or_changes_another_tenant_s_job(api: Api) -> None:
+async def test_no_route_shows_or_changes_another_tenant_s_job_or_schedule(api: Api) -> None:
     """Generated from the app's route table: every route under /api/v1, called with
-    tenant b's operator token about tenant a's job, answers 404 (a route with the job in
-    its path) or shows nothing of it (any other). A route this test does not know how to
-    call fails it: add it here with its isolation case."""
+    tenant b's operator token about tenant a's job or schedule, answers 404 (a route with
+    one in its path) or shows nothing of it (any other). A route this test does not know
+    how to call fails it: add it here with its isolation case."""
     job = (
         await api.http.post(
             "/api/v1/jobs", json={**JOB, "queue": "secret-queue"}, headers=api.as_("a-op")
         )
     ).json()
     await api.http.post(f"/api/v1/jobs/{job['id']}/cancel", headers=api.as_("a-op"))
+    made = await api.http.post(
+        "/api/v1/schedules",
+        json={"name": "a-nightly", "every": "1h", **JOB, "queue": "secret-queue"},
+        headers=api.as_("a-op"),
+    )
+    assert made.status_code == 201, made.text
+    known = {"job_id": (str(job["id"]), f"no job {job['id']}"), "name": ("a-nightly", None)}
     app = api.http._transport.app  # type: ignore[attr-defined]
     table = app.openapi()["paths"]  # every route of the app, but /healthz and /readyz
-    assert table
     checked = 0
     for path_of, operations in table.items():
         for method in (m.upper() for m in operations):
             params = set(re.findall(r"{(\w+)}", path_of))
-            if params - {"job_id"}:
+            if params - set(known):
                 pytest.fail(f"{method} {path_of}: no isolation case for {params}")
-            path = path_of.replace("{job_id}", str(job["id"]))
-            body = JOB if method == "POST" and not params else None
+            path = path_of
+            for param in params:
+                path = path.replace(f"{{{param}}}", known[param][0])
+            body = (JOB if not params else {}) if method in ("POST", "PATCH") else None
             r = await api.http.request(method, path, json=body, headers=api.as_("b-op"))
             if params:
                 assert r.status_code == 404, f"{method} {path}: {r.status_code} {r.text}"
-                assert r.json() == {"error": f"no job {job['id']}"}
+                said = known[next(iter(params))][1]
+                assert said is None or r.json() == {"error": said}
             else:
                 assert r.status_code < 500, f"{method} {path}: {r.status_code} {r.text}"
-                assert "secret-queue" not in r.text, f"{method} {path} shows tenant a's job"
+                assert "secret-queue" not in r.text, f"{method} {path} shows tenant a's"
             checked += 1
-    assert checked >= 10
+    assert checked >= 20
     assert (await api.c.store.job_get(job_id=job["id"])).state == J.CANCELLED  # untouched by b
+    assert (await api.c.schedule("a-nightly", tenant="a")).paused_at is None
     admin = await api.http.get(f"/api/v1/jobs/{job['id']}", headers=api.as_("admin"))
     assert admin.status_code == 200  # an admin of every tenant sees it
+    own = await api.http.get("/api/v1/schedules/a-nightly?tenant=a", headers=api.as_("admin"))
+    assert own.status_code == 200
+
+
+async def test_schedules_are_made_changed_fired_and_backfilled(api: Api) -> None:
+    op, view = api.as_("a-op"), api.as_("a-view")
+    body = {"name": "nightly", "cron": "0 2 * * *", "tz": "Europe/Paris", **JOB, "queue": "n"}
+    made = await api.http.post("/api/v1/schedules", json=body, headers=op)
+    assert made.status_code == 201, made.text
+    assert (made.json()["tenant"], made.json()["cron"]) == ("a", "0 2 * * *")
+    assert len(made.json()["upcoming"]) == 5
+    again = await api.http.post("/api/v1/schedules", json=body, headers=op)
+    assert again.status_code == 409 or again.status_code == 422
+    listed = (await api.http.get("/api/v1/schedules", headers=view)).json()
+    assert [s["name"] for s in listed] == ["nightly"]
+    changed = await api.http.patch(
+        "/api/v1/schedules/nightly", json={"cron": "30 3 * * *", "priority": 5}, headers=op
+    )
+    assert changed.status_code == 200, changed.text
+    assert (changed.json()["cron"], changed.json()["template"]["priority"]) == ("30 3 * * *", 5)
+    paused = (await api.http.post("/api/v1/schedules/nightly/pause", headers=op)).json()
+    assert (paused["paused"], paused["upcoming"]) == (True, [])
+    resumed = (await api.http.post("/api/v1/schedules/nightly/resume", headers=op)).json()
+    assert resumed["paused"] is False
+    fired = await api.http.post("/api/v1/schedules/nightly/trigger", headers=op)
+    assert fired.status_code == 201
+    page = (await api.http.get(f"/api/v1/jobs/{fired.json()['id']}", headers=view)).json()
+    assert page["queue"] == "n"
+    preview = (await api.http.get("/api/v1/schedules/nightly/preview?count=3", headers=view)).json()
+    assert len(preview) == 3
+    assert preview[0]["at"].endswith(":30:00+01:00") or preview[0]["at"].endswith(":30:00+02:00")
+    window = {"from": "2026-11-01T00:00:00Z", "to": "2026-11-04T00:00:00Z"}
+    filled = await api.http.post("/api/v1/schedules/nightly/backfill", json=window, headers=op)
+    assert filled.json() == {"created": 3, "existing": 0, "dry_run": False}
+    shown = (await api.http.get("/api/v1/schedules/nightly", headers=view)).json()
+    assert len(shown["firings"]) >= 4
+    gone = await api.http.delete("/api/v1/schedules/nightly", headers=op)
+    assert gone.json()["deleted"] is True
+    assert (await api.http.get("/api/v1/schedules/nightly", headers=view)).status_code == 404
+    actions = [e["action"] for e in (await api.http.get("/api/v1/audit", headers=view)).json()]
+    assert actions[:4] == [
+        "schedules.delete",
+        "schedules.backfill",
+        "schedules.trigger",
+        "schedules.resume",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"every": "1h", **JOB}, "name"),
+        ({"name": "x", "every": "1h", **JOB, "catchup_max": "lots"}, "catchup_max"),
+        ({"name": "x", "cron": "61 * * * *", **JOB}, "cron"),
+        ({"name": "x", "every": "1h", **JOB, "colour": "red"}, "colour"),
+        ({"name": "x", "every": "1h", **JOB, "tenant": "b"}, "tenant"),
+        ({"name": "x", "every": "1h", "queue": "q"}, "spec"),
+    ],
+)
+async def test_a_bad_schedule_names_the_field(api: Api, body: Any, field: str) -> None:
+    r = await api.http.post("/api/v1/schedules", json=body, headers=api.as_("a-op"))
+    assert r.status_code == 422, r.text
+    assert r.json()["error"].startswith(field)
+    assert await api.c.schedules() == []
+
+
+async def test_pools_and_alert_rules_are_read(api: Api) -> None:
+    settings = config.Settings(
+        pools={"nightly": 2},
+        executors={"http": {"allow_networks": ["127.0.0.0/8"]}},  # type: ignore[arg-type]
+        alerts={  # type: ignore[arg-type]
+            "channels": {"hook": {"kind": "webhook", "url": "http://127.0.0.1:9/hook"}},
+            "rules": {
+                "mine": {"on": ["failed"], "channels": ["hook"], "match": {"tenant": "a"}},
+                "theirs": {"on": ["failed"], "channels": ["hook"], "match": {"tenant": "b"}},
+            },
+        },
+    )
+    c = client.Client(
+        store=api.c.store, executors={"noop": NoopExecutor()}, settings=settings, clock=api.c.clock
+    )
+    transport = httpx.ASGITransport(app=create_app(c))
+    async with httpx.AsyncClient(transport=transport, base_url="http://corral.test") as http:
+        await http.post("/api/v1/jobs", json={**JOB, "pool": "nightly"}, headers=api.as_("a-op"))
+        await c.store.job_claim(
+            now=c.clock.now(), limit=1, executors=["noop"], pools=settings.pools
+        )
+        pools = await http.get("/api/v1/pools", headers=api.as_("a-view"))
+        assert pools.json() == [{"name": "nightly", "limit": 2, "running": 1}]
+        rules = (await http.get("/api/v1/alerts/rules", headers=api.as_("a-view"))).json()
+        assert list(rules["rules"]) == ["mine"]  # another tenant's rule is not shown
+        assert (await http.get("/api/v1/alerts", headers=api.as_("a-view"))).json() == []

@@ -17,7 +17,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 
 from corral import client, errors
-from corral.api import routes
+from corral.api import routes, schedules
 from corral.api.auth import Refused
 
 log = logging.getLogger("corral.api")
@@ -73,6 +73,7 @@ def create_app(c: client.Client) -> FastAPI:
         return _error(422, f"{where}: {first.get('msg', 'is not valid')}")
 
     app.include_router(routes.router, prefix=PREFIX)
+    app.include_router(schedules.router, prefix=PREFIX)
     routes.add_health(app)
     return app
 

@@ -232,6 +232,61 @@ async def audit_list(
     ]
 
 
+@router.get("/pools", summary="The pools of the settings: each one's limit and jobs running")
+async def pools_list(c: Client, who: Viewer) -> list[dict[str, Any]]:
+    limits = dict(c.settings.pools)
+    running = await c.store.pool_running(pools=sorted(limits))
+    return [
+        {"name": name, "limit": limit, "running": running.get(name, 0)}
+        for name, limit in sorted(limits.items())
+    ]
+
+
+@router.get("/alerts/rules", summary="The alert rules of the settings (admins: channels too)")
+async def alert_rules(c: Client, who: Viewer) -> dict[str, Any]:
+    settings = c.settings.alerts
+    muted = await c.store.alert_muted(now=c.clock.now())
+    rules = {
+        name: {
+            "on": list(r.on),
+            "match": r.match.model_dump(exclude_defaults=True),
+            "channels": list(r.channels),
+            "throttle": r.throttle.total_seconds(),
+            "muted_until": muted[name].isoformat() if name in muted else None,
+        }
+        for name, r in settings.rules.items()
+        if r.match.tenant is None or who.sees(r.match.tenant)
+    }
+    return {"rules": rules}
+
+
+@router.get("/alerts", summary="The alerts sent about the token's tenant, the newest first")
+async def alerts_history(
+    c: Client, who: Viewer, limit: Annotated[int, Query(ge=1, le=1000)] = 50
+) -> list[dict[str, Any]]:
+    found = await c.store.alert_list(limit=limit if who.token.tenant is None else 1000)
+    mine = [
+        a for a in found if who.token.tenant is None or a.details.get("tenant") == who.token.tenant
+    ]
+    return [
+        {
+            "id": a.id,
+            "rule": a.rule,
+            "channel": a.channel,
+            "kind": a.kind,
+            "cause": a.cause,
+            "subject": a.subject,
+            "job_id": a.job_id,
+            "state": a.state,
+            "created_at": a.created_at.isoformat(),
+            "delivered_at": shapes.iso(a.delivered_at),
+            "tries": a.tries,
+            "last_error": a.last_error,
+        }
+        for a in mine[:limit]
+    ]
+
+
 def add_health(app: FastAPI) -> None:
     """/healthz (the process answers) and /readyz (and reaches its database): no token."""
 

@@ -13,9 +13,28 @@ from rich.table import Table
 from rich.text import Text
 
 from corral.cli.common import out
-from corral.shapes import attempt_dict, iso, job_dict, log_facts, shown, view_dict
+from corral.shapes import (
+    attempt_dict,
+    firing_dict,
+    iso,
+    job_dict,
+    log_facts,
+    nominal_dict,
+    schedule_dict,
+    shown,
+    view_dict,
+)
 
-__all__ = ["attempt_dict", "iso", "job_dict", "log_facts", "view_dict"]
+__all__ = [
+    "attempt_dict",
+    "firing_dict",
+    "iso",
+    "job_dict",
+    "log_facts",
+    "nominal_dict",
+    "schedule_dict",
+    "view_dict",
+]
 
 if TYPE_CHECKING:
     from corral import cadence, client, config, model
@@ -252,33 +271,6 @@ def schedule_rule(s: model.Schedule) -> str:
     return f"every {s.every_seconds}s"
 
 
-def schedule_dict(s: model.Schedule) -> dict[str, Any]:
-    return {
-        "id": s.id,
-        "name": s.name,
-        "tenant": s.tenant,
-        "cron": s.cron,
-        "tz": s.tz,
-        "every_seconds": s.every_seconds,
-        "start": iso(s.anchor),
-        "until": iso(s.until),
-        "catchup": s.catchup.value,
-        "catchup_window_seconds": s.catchup_window_seconds,
-        "catchup_max": s.catchup_max,
-        "overlap": s.overlap.value,
-        "jitter_seconds": s.jitter_seconds,
-        "paused": s.paused_at is not None,
-        "paused_at": iso(s.paused_at),
-        "next_due": iso(s.next_due),
-        "last_nominal": iso(s.last_nominal),
-        "last_job_id": s.last_job_id,
-        "missed_total": s.missed_total,
-        "template": shown(dict(s.template)),
-        "created_at": iso(s.created_at),
-        "updated_at": iso(s.updated_at),
-    }
-
-
 def schedules_table(found: Sequence[model.Schedule]) -> Table:
     t = table("NAME", "TENANT", "WHEN", "NEXT (UTC)", "LAST JOB", "STATE", keep=("NAME",))
     for s in found:
@@ -294,26 +286,11 @@ def schedules_table(found: Sequence[model.Schedule]) -> Table:
     return t
 
 
-def nominal_dict(n: cadence.Nominal) -> dict[str, Any]:
-    return {"at": n.local.isoformat(), "utc": iso(n.at), "moved": n.moved}
-
-
 def nominals_table(found: Sequence[cadence.Nominal]) -> Table:
     t = table("FIRES AT (LOCAL)", "UTC", "DST", keep=("FIRES AT (LOCAL)",))
     for n in found:
         t.add_row(n.local.isoformat(), when(n.at), n.moved or "")
     return t
-
-
-def firing_dict(f: model.Firing) -> dict[str, Any]:
-    return {
-        "nominal_at": iso(f.nominal_at),
-        "outcome": f.outcome.value,
-        "job_id": f.job_id,
-        "recorded_at": iso(f.recorded_at),
-        "lateness_seconds": f.lateness_seconds,
-        "note": f.note,
-    }
 
 
 def print_schedule(

@@ -226,23 +226,13 @@ def schedules_list(state: State, tenant: str | None, as_json: bool) -> None:
 @click.pass_obj
 def schedules_show(state: State, name: str, tenant: str, limit: int, as_json: bool) -> None:
     """A schedule, its next firings and its latest ones."""
-    from corral import cadence, scheduler
 
-    async def go() -> tuple[model.Schedule, list[model.Firing]]:
+    async def go() -> tuple[model.Schedule, list[model.Firing], list[cadence.Nominal]]:
         async with state.connect(platforms=False) as c:
             found = await c.schedule(name, tenant=tenant)
-            return found, await c.firings(name, tenant=tenant, limit=limit)
+            return found, await c.firings(name, tenant=tenant, limit=limit), c.upcoming(found)
 
-    found, firings = run(go())
-    upcoming: list[cadence.Nominal] = []
-    if found.next_due is not None and found.paused_at is None:
-        upcoming = _take(
-            cadence.between(
-                scheduler.rule(found, found.anchor), found.next_due, _far(found.next_due)
-            ),
-            5,
-            found.until,
-        )
+    found, firings, upcoming = run(go())
     if as_json:
         print_json(
             {

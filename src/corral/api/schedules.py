@@ -1,0 +1,238 @@
+"""The routes of /api/v1/schedules: make, change, delete, pause, resume, trigger, preview
+and backfill schedules. A schedule is named within its tenant: a token of one tenant
+finds only its own (another's is not found, 404); a token of every tenant names the
+tenant with ?tenant= (default: default)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, Path, Query
+
+from corral import client, errors, shapes
+from corral.api.auth import Caller, Client, Operator, Refused, Viewer
+
+router = APIRouter()
+
+Name = Annotated[str, Path(description="The schedule's name (within its tenant).")]
+Tenant = Annotated[
+    str | None, Query(description="A token of every tenant: whose schedule (default: default).")
+]
+
+RULE_FIELDS = (
+    "cron",
+    "tz",
+    "every",
+    "start",
+    "until",
+    "catchup",
+    "catchup_window",
+    "catchup_max",
+    "overlap",
+    "jitter",
+)
+"""A schedule's own keys; the rest of a body is its job template (as a submit takes it)."""
+TEMPLATE_FIELDS = tuple(f for f in client.SUBMIT_FIELDS if f not in ("run_at", "idempotency_key"))
+
+
+def _tenant(who: Caller, given: str | None) -> str:
+    """The tenant a schedule of the path is looked for in."""
+    mine = who.token.tenant
+    if mine is None:
+        return given or "default"
+    if given is not None and given != mine:
+        raise Refused(404, "no such schedule")
+    return mine
+
+
+async def _schedule(c: client.Client, who: Caller, name: str, tenant: str | None) -> Any:
+    try:
+        return await c.schedule(name, tenant=_tenant(who, tenant))
+    except errors.NotFound:
+        raise Refused(404, f"no schedule {name!r}") from None
+
+
+def _arguments(
+    who: Caller, body: dict[str, Any], *, creating: bool, spec: Any = None
+) -> dict[str, Any]:
+    """A body as the client's schedule arguments; an unknown key, a value of the wrong
+    type, or a tenant the token does not act for is refused naming the field. `spec`:
+    the schedule's own, to check a change of its template against."""
+    allowed = (*(("name",) if creating else ()), *RULE_FIELDS, *TEMPLATE_FIELDS)
+    unknown = sorted(set(body) - set(allowed))
+    if unknown:
+        raise errors.InvalidInput(f"{unknown[0]}: unknown field (allowed: {', '.join(allowed)})")
+    for key in RULE_FIELDS:
+        value = body.get(key)
+        wanted = int if key == "catchup_max" else str
+        if value is not None and (type(value) is not wanted):
+            raise errors.InvalidInput(
+                f"{key}: must be {'an integer' if wanted is int else 'a string'}"
+            )
+    args = dict(body)
+    tenant = args.get("tenant")
+    if tenant is not None and (not isinstance(tenant, str) or not who.sees(tenant)):
+        raise errors.InvalidInput(f"tenant: this token acts for tenant {who.token.tenant!r} only")
+    if creating and tenant is None:
+        args["tenant"] = who.token.tenant or "default"
+    template = {k: v for k, v in args.items() if k in TEMPLATE_FIELDS}
+    if creating or template:
+        checked = client.submit_arguments({**({} if creating else {"spec": spec}), **template})
+        args.update({k: checked[k] for k in template})
+    return args
+
+
+async def _audit(c: client.Client, who: Caller, action: str, target: str, **details: Any) -> None:
+    await c.store.audit_add(
+        at=c.clock.now(),
+        token_id=who.token.id,
+        tenant=who.token.tenant,
+        action=action,
+        target=target,
+        details=details,
+    )
+
+
+def _shown(c: client.Client, found: Any) -> dict[str, Any]:
+    return {
+        **shapes.schedule_dict(found),
+        "upcoming": [shapes.nominal_dict(n) for n in c.upcoming(found)],
+    }
+
+
+@router.get("/schedules", summary="The schedules of the token's tenant")
+async def schedules_list(c: Client, who: Viewer, tenant: Tenant = None) -> list[dict[str, Any]]:
+    if who.token.tenant is not None and tenant not in (None, who.token.tenant):
+        return []
+    found = await c.schedules(tenant=who.token.tenant or tenant)
+    return [_shown(c, s) for s in found]
+
+
+@router.post("/schedules", status_code=201, summary="Make a schedule")
+async def schedule_create(
+    c: Client,
+    who: Operator,
+    body: Annotated[
+        dict[str, Any],
+        Body(
+            description='e.g. {"name": "nightly", "cron": "0 2 * * *", "tz": "Europe/Paris",'
+            ' "spec": {"command": ["sh", "-c", "echo export"]}}: the options of'
+            " `corral schedules add` and a job template as a submit takes it."
+        ),
+    ],
+) -> dict[str, Any]:
+    args = _arguments(who, body, creating=True)
+    name = args.pop("name", None)
+    if not isinstance(name, str):
+        raise errors.InvalidInput("name: required, a string")
+    made = await c.schedule_create(name, **args)
+    await _audit(c, who, "schedules.create", f"{made.tenant}/{made.name}")
+    return _shown(c, made)
+
+
+@router.get("/schedules/{name}", summary="A schedule, its next firings and its latest ones")
+async def schedule_get(
+    c: Client,
+    who: Viewer,
+    name: Name,
+    tenant: Tenant = None,
+    firings: Annotated[int, Query(ge=0, le=1000)] = 10,
+) -> dict[str, Any]:
+    found = await _schedule(c, who, name, tenant)
+    latest = await c.firings(name, tenant=found.tenant, limit=firings) if firings else []
+    return {**_shown(c, found), "firings": [shapes.firing_dict(f) for f in latest]}
+
+
+@router.patch("/schedules/{name}", summary="Change a schedule: the keys given replace its own")
+async def schedule_update(
+    c: Client,
+    who: Operator,
+    name: Name,
+    body: Annotated[dict[str, Any], Body()],
+    tenant: Tenant = None,
+) -> dict[str, Any]:
+    found = await _schedule(c, who, name, tenant)
+    args = _arguments(who, body, creating=False, spec=found.template.get("spec"))
+    args.pop("tenant", None)
+    changed = await c.schedule_update(name, tenant=found.tenant, **args)
+    await _audit(c, who, "schedules.update", f"{found.tenant}/{name}", keys=sorted(body))
+    return _shown(c, changed)
+
+
+@router.delete("/schedules/{name}", summary="Delete a schedule and its firings")
+async def schedule_delete(
+    c: Client, who: Operator, name: Name, tenant: Tenant = None
+) -> dict[str, Any]:
+    found = await _schedule(c, who, name, tenant)
+    await c.schedule_delete(name, tenant=found.tenant)
+    await _audit(c, who, "schedules.delete", f"{found.tenant}/{name}")
+    return {"name": name, "tenant": found.tenant, "deleted": True}
+
+
+@router.post("/schedules/{name}/pause", summary="Pause a schedule: nothing fires")
+async def schedule_pause(
+    c: Client, who: Operator, name: Name, tenant: Tenant = None
+) -> dict[str, Any]:
+    found = await _schedule(c, who, name, tenant)
+    done = await c.schedule_pause(name, tenant=found.tenant)
+    await _audit(c, who, "schedules.pause", f"{found.tenant}/{name}")
+    return _shown(c, done)
+
+
+@router.post("/schedules/{name}/resume", summary="Resume a paused schedule")
+async def schedule_resume(
+    c: Client, who: Operator, name: Name, tenant: Tenant = None
+) -> dict[str, Any]:
+    found = await _schedule(c, who, name, tenant)
+    done = await c.schedule_resume(name, tenant=found.tenant)
+    await _audit(c, who, "schedules.resume", f"{found.tenant}/{name}")
+    return _shown(c, done)
+
+
+@router.post("/schedules/{name}/trigger", status_code=201, summary="Fire a schedule now")
+async def schedule_trigger(
+    c: Client, who: Operator, name: Name, tenant: Tenant = None
+) -> dict[str, Any]:
+    found = await _schedule(c, who, name, tenant)
+    job_id = await c.schedule_trigger(name, tenant=found.tenant)
+    await _audit(c, who, "schedules.trigger", f"{found.tenant}/{name}", job_id=job_id)
+    return {"id": job_id, "schedule": name, "tenant": found.tenant}
+
+
+@router.get("/schedules/{name}/preview", summary="A schedule's next nominal times")
+async def schedule_preview(
+    c: Client,
+    who: Viewer,
+    name: Name,
+    tenant: Tenant = None,
+    count: Annotated[int, Query(ge=1, le=1000)] = 10,
+) -> list[dict[str, Any]]:
+    found = await _schedule(c, who, name, tenant)
+    return [shapes.nominal_dict(n) for n in c.upcoming(found, count)]
+
+
+@router.post("/schedules/{name}/backfill", summary="One job per nominal time in [from, to)")
+async def schedule_backfill(
+    c: Client,
+    who: Operator,
+    name: Name,
+    body: Annotated[
+        dict[str, Any],
+        Body(description='{"from": "2026-11-01T00:00:00Z", "to": "2026-11-08T00:00:00Z"}'),
+    ],
+    tenant: Tenant = None,
+    dry_run: bool = False,
+) -> dict[str, Any]:
+    found = await _schedule(c, who, name, tenant)
+    unknown = sorted(set(body) - {"from", "to"})
+    if unknown:
+        raise errors.InvalidInput(f"{unknown[0]}: unknown field (allowed: from, to)")
+    for key in ("from", "to"):
+        if not isinstance(body.get(key), str):
+            raise errors.InvalidInput(f"{key}: required, an ISO 8601 time")
+    created, existing = await c.backfill(
+        name, start=body["from"], end=body["to"], tenant=found.tenant, dry_run=dry_run
+    )
+    if not dry_run:
+        await _audit(c, who, "schedules.backfill", f"{found.tenant}/{name}", created=created)
+    return {"created": created, "existing": existing, "dry_run": dry_run}
