@@ -772,6 +772,16 @@ def _url_for_jobs(url: str, cwd: str) -> str:
     return url
 
 
+class TenantSettings(BaseModel):
+    """One tenant's limits (`[tenants.NAME]`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_running: int | None = Field(
+        None, ge=1, description="At most this many of the tenant's jobs run at once."
+    )
+
+
 class Settings(BaseSettings):
     """Everything corral can be told. Read with Settings.load()."""
 
@@ -788,6 +798,11 @@ class Settings(BaseSettings):
         default_factory=dict,
         description="Named pools and their slots: at most that many of a pool's jobs run at"
         " once (e.g. backfill = 2). A job names its pool; jobs without one are not capped.",
+    )
+    tenants: dict[str, TenantSettings] = Field(
+        default_factory=dict,
+        description="Per tenant (`[tenants.NAME]`): max_running, the most of its jobs that run"
+        " at once, checked at the claim as pools are.",
     )
     recovery_batch_limit: int = Field(
         500, ge=1, le=100_000, description="Most attempts one reconciler pass looks at."
@@ -867,6 +882,13 @@ class Settings(BaseSettings):
     @property
     def process_root(self) -> Path:
         return self.executors.process.root or self.state_dir / "runs"
+
+    @property
+    def tenant_caps(self) -> dict[str, int]:
+        """The tenants with a max_running, and it."""
+        return {
+            name: t.max_running for name, t in self.tenants.items() if t.max_running is not None
+        }
 
     @classmethod
     def settings_customise_sources(

@@ -191,6 +191,7 @@ class Dispatcher:
             executors=list(self.executors),
             limits=self.limits,
             pools=self.settings.pools,
+            tenants=self.settings.tenant_caps,
         )
 
     async def _launch_and_record(self, todo: list[model.Claimed], *, fresh: int, room: int) -> Tick:

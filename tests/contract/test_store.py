@@ -410,3 +410,24 @@ async def test_the_poll_and_recovery_read_live_attempts_from_their_index(
         plan = " ".join(str(row[-1]) for row in raw.execute(f"EXPLAIN QUERY PLAN {sql}", params))
         assert "ix_attempts_live" in plan, (sql, plan)
     raw.close()
+
+
+async def test_a_tenant_s_max_running_is_kept_at_the_claim_with_pools(
+    db: store.Store, clock: FrozenClock
+) -> None:
+    """[tenants.a] max_running = 2 and a pool of 1: a claim takes at most 2 of a's jobs (at
+    most 1 in the pool) and all of b's; a's next job goes once one of its own ends."""
+    a = [model.NewJob(executor="noop", spec={}, tenant="a", priority=9 - n) for n in range(3)]
+    pooled = [model.NewJob(executor="noop", spec={}, tenant="a", pool="p", priority=10)] * 2
+    b = [model.NewJob(executor="noop", spec={}, tenant="b") for _ in range(3)]
+    await submit(db, clock, *pooled, *a, *b)
+    caps = {"tenants": {"a": 2}, "pools": {"p": 1}}
+    claimed = await db.job_claim(now=clock.now(), limit=100, executors=["noop"], **caps)
+    mine = [c for c in claimed if c.job.tenant == "a"]
+    assert sorted(c.job.tenant for c in claimed) == ["a", "a", "b", "b", "b"]
+    assert [c.job.pool for c in mine] == ["p", None]  # the most urgent of each, one pooled
+    assert await db.job_claim(now=clock.now(), limit=100, executors=["noop"], **caps) == []
+    done = Finish(mine[1].attempt.id, A.SUCCEEDED, 0, None)
+    await db.attempt_finish(finishes=[done], now=clock.now())
+    [after] = await db.job_claim(now=clock.now(), limit=100, executors=["noop"], **caps)
+    assert (after.job.tenant, after.job.pool) == ("a", None)

@@ -426,8 +426,9 @@ class Store:
         executors: Sequence[str],
         limits: DefaultLimits | None = None,
         pools: Mapping[str, int] | None = None,
+        tenants: Mapping[str, int] | None = None,
     ) -> list[model.Claimed]:
-        if not pools:  # the hot path (hotpath.py): one statement on PostgreSQL
+        if not pools and not tenants:  # the hot path (hotpath.py): one statement on PostgreSQL
             return await self._hot(
                 hotpath.sqlite_claim,
                 hotpath.pg_claim,
@@ -438,7 +439,13 @@ class Store:
                 lease=None if limits is None else limits.lease_timeout.total_seconds(),
             )
         return await self._tx(
-            claims.job_claim, now=now, limit=limit, executors=executors, limits=limits, pools=pools
+            claims.job_claim,
+            now=now,
+            limit=limit,
+            executors=executors,
+            limits=limits,
+            pools=pools,
+            tenants=tenants,
         )
 
     async def job_claim_plan(

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, Select, func, or_, select, update
+from sqlalchemy import Connection, Select, func, or_, select, true, update
 
 from corral import config, model
 from corral.store import dialects
@@ -38,6 +38,7 @@ def job_claim(
     executors: Sequence[str],
     limits: DefaultLimits | None = None,
     pools: Mapping[str, int] | None = None,
+    tenants: Mapping[str, int] | None = None,
 ) -> list[model.Claimed]:
     """Claim up to `limit` due jobs (most urgent first) and create their attempts in `launching`.
 
@@ -48,8 +49,15 @@ def job_claim(
     transition table and writes its events in the same transaction.
     """
     model.check_transition("job", J.QUEUED, J.RUNNING)
-    if pools:
-        ids = _claim_pick_pooled(conn, now=now, limit=limit, executors=executors, pools=pools)
+    if pools or tenants:
+        ids = _claim_pick_capped(
+            conn,
+            now=now,
+            limit=limit,
+            executors=executors,
+            pools=pools or {},
+            tenants=tenants or {},
+        )
         stmt = _claim_update(dialects.one_of(conn, jobs.c.id, ids), now)
     else:
         stmt = _claim_statement(conn, now=now, limit=limit, executors=executors)
@@ -107,36 +115,62 @@ def _claim_pick(
     return dialects.skip_locked(conn, due)
 
 
-def _claim_pick_pooled(
+def _claim_pick_capped(
     conn: Connection,
     *,
     now: datetime,
     limit: int,
     executors: Sequence[str],
     pools: Mapping[str, int],
+    tenants: Mapping[str, int],
 ) -> list[int]:
-    """The claim's pick when pools cap concurrency: the most urgent jobs outside any pool
-    and, per pool, at most its free slots; then the `limit` most urgent of those. Claims
-    that count a pool's running jobs take turns (PostgreSQL: one transaction-scoped lock),
-    so two dispatchers cannot both fill the last slot."""
+    """The claim's pick when pools or tenants cap concurrency: per tenant capped (and the
+    rest together) and per pool with free slots (and the jobs of no capped pool), the most
+    urgent jobs, at most the free slots of both; then, most urgent first, each taken while
+    its pool and its tenant have room, up to `limit`. Claims that count running jobs take
+    turns (PostgreSQL: one transaction-scoped lock), so two dispatchers cannot both fill
+    the last slot."""
     dialects.take_turns(conn, "corral.pools")
-    running = pool_running(conn, pools=list(pools))
-    columns = (jobs.c.id, jobs.c.priority, jobs.c.run_at)
-    unpooled = or_(jobs.c.pool.is_(None), jobs.c.pool.not_in(list(pools)))
-    picks = [(unpooled, limit)]
-    picks += [
-        (jobs.c.pool == pool, min(slots - running.get(pool, 0), limit))
-        for pool, slots in sorted(pools.items())
+    in_pools = pool_running(conn, pools=list(pools))
+    of_tenants = tenant_running(conn, tenants=list(tenants))
+    pool_room = {p: n - in_pools.get(p, 0) for p, n in pools.items()}
+    tenant_room = {t: n - of_tenants.get(t, 0) for t, n in tenants.items()}
+    columns = (jobs.c.id, jobs.c.priority, jobs.c.run_at, jobs.c.pool, jobs.c.tenant)
+    by_pool: list[tuple[Any, int]] = [
+        (or_(jobs.c.pool.is_(None), jobs.c.pool.not_in(list(pools))) if pools else true(), limit)
+    ]
+    by_pool += [(jobs.c.pool == p, min(r, limit)) for p, r in sorted(pool_room.items()) if r > 0]
+    by_tenant: list[tuple[Any, int]] = [
+        (jobs.c.tenant.not_in(list(tenants)) if tenants else true(), limit)
+    ]
+    by_tenant += [
+        (jobs.c.tenant == t, min(r, limit)) for t, r in sorted(tenant_room.items()) if r > 0
     ]
     found: list[Any] = []
-    for condition, room in picks:
-        if room > 0:
+    for in_pool, pool_limit in by_pool:
+        for in_tenant, tenant_limit in by_tenant:
             stmt = _claim_pick(
-                conn, now=now, limit=room, executors=executors, where=[condition], columns=columns
+                conn,
+                now=now,
+                limit=min(pool_limit, tenant_limit),
+                executors=executors,
+                where=[in_pool, in_tenant],
+                columns=columns,
             )
             found += conn.execute(stmt).all()
     found.sort(key=lambda r: (-r.priority, r.run_at, r.id))
-    return [r.id for r in found[:limit]]
+    taken: list[int] = []
+    for r in found:
+        if len(taken) >= limit:
+            break
+        if pool_room.get(r.pool, 1) <= 0 or tenant_room.get(r.tenant, 1) <= 0:
+            continue
+        if r.pool in pool_room:
+            pool_room[r.pool] -= 1
+        if r.tenant in tenant_room:
+            tenant_room[r.tenant] -= 1
+        taken.append(r.id)
+    return taken
 
 
 def pool_running(conn: Connection, *, pools: Sequence[str]) -> dict[str, int]:
@@ -149,6 +183,18 @@ def pool_running(conn: Connection, *, pools: Sequence[str]) -> dict[str, int]:
         .group_by(jobs.c.pool)
     )
     return {pool: count for pool, count in conn.execute(stmt)}
+
+
+def tenant_running(conn: Connection, *, tenants: Sequence[str]) -> dict[str, int]:
+    """How many jobs of each tenant are running now."""
+    if not tenants:
+        return {}
+    stmt = (
+        select(jobs.c.tenant, func.count())
+        .where(jobs.c.state == state_is(J.RUNNING), jobs.c.tenant.in_(list(tenants)))
+        .group_by(jobs.c.tenant)
+    )
+    return {tenant: count for tenant, count in conn.execute(stmt)}
 
 
 def _claim_statement(
