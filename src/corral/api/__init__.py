@@ -9,12 +9,14 @@ events or run log. Every change is written to the audit log with the token that 
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from corral import client, errors
 from corral.api import routes, schedules
@@ -63,6 +65,15 @@ def create_app(c: client.Client) -> FastAPI:
     async def unavailable(_: Request, exc: errors.StoreUnavailable) -> Response:
         return _error(503, str(exc))
 
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:  # every method of the path, not only one route's
+            headers["Allow"] = ", ".join(_methods(app, request.url.path))
+        what = {404: "path", 405: "method", 400: "body"}.get(exc.status_code, "request")
+        message = "path: no such route" if exc.status_code == 404 else f"{what}: {exc.detail}"
+        return _error(exc.status_code, message, headers=headers)
+
     @app.exception_handler(RequestValidationError)
     async def malformed(_: Request, exc: RequestValidationError) -> Response:
         first = exc.errors()[0]
@@ -76,6 +87,18 @@ def create_app(c: client.Client) -> FastAPI:
     app.include_router(schedules.router, prefix=PREFIX)
     routes.add_health(app)
     return app
+
+
+def _methods(app: FastAPI, path: str) -> list[str]:
+    """The methods the route table has for `path` (from the OpenAPI document's paths)."""
+    table = getattr(app.state, "methods", None)
+    if table is None:
+        table = app.state.methods = [
+            (re.compile("^" + re.sub(r"\\{\w+\\}", "[^/]+", re.escape(p)) + "$"), sorted(ops))
+            for p, ops in app.openapi()["paths"].items()
+        ]
+    found = {m.upper() for pattern, ops in table if pattern.match(path) for m in ops}
+    return sorted(found)
 
 
 def _error(status: int, message: str, *, headers: dict[str, str] | None = None) -> Response:

@@ -5,9 +5,10 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Awaitable, Callable
 from datetime import datetime
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import Depends, Query, Request
+from pydantic import BaseModel
 
 from corral import client, model
 
@@ -20,6 +21,28 @@ class Caller:
 
     def sees(self, tenant: str) -> bool:
         return self.token.tenant is None or self.token.tenant == tenant
+
+
+class ErrorBody(BaseModel):
+    """Every error's body: what is wrong, and the field it is about when there is one."""
+
+    error: str
+    field: str | None = None
+
+
+ERRORS: dict[int | str, dict[str, Any]] = {
+    status: {"model": ErrorBody, "description": what}
+    for status, what in (
+        (400, "The body is not JSON"),
+        (401, "No token, or one unknown, expired or revoked"),
+        (403, "The token's role may not do this"),
+        (404, "Not found (another tenant's is not found either)"),
+        (413, "The body is too large"),
+        (422, "A field is wrong: the error names it and the rule"),
+        (503, "The database cannot be reached"),
+    )
+}
+"""The error answers every route may give, for the OpenAPI document."""
 
 
 class Refused(Exception):

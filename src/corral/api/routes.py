@@ -11,14 +11,16 @@ from fastapi import APIRouter, Body, FastAPI, Path, Query, Request
 from fastapi.responses import JSONResponse
 
 from corral import client, errors, model, shapes
-from corral.api.auth import Caller, Client, Operator, Refused, Since, Viewer
+from corral.api.auth import ERRORS, Caller, Client, Operator, Refused, Since, Viewer
 
-router = APIRouter()
+router = APIRouter(responses=ERRORS)
 
 MAX_JOBS = 1000
 """The most jobs one submit takes."""
 
-JobId = Annotated[int, Path(ge=1, description="The job's id.")]
+MAX_ID = 2**63 - 1
+"""The largest id the databases hold (a signed 64-bit integer)."""
+JobId = Annotated[int, Path(ge=1, le=MAX_ID, description="The job's id.")]
 Labels = Annotated[
     list[str] | None, Query(description="KEY=VALUE; the jobs with each label given.")
 ]
@@ -101,7 +103,9 @@ async def jobs_list(
     label: Labels = None,
     since: Since = None,
     until: Since = None,
-    before: Annotated[int | None, Query(ge=1, description="Only ids below this one.")] = None,
+    before: Annotated[
+        int | None, Query(ge=1, le=MAX_ID, description="Only ids below this one.")
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> dict[str, Any]:
     if tenant is not None and not who.sees(tenant):

@@ -10,9 +10,9 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Path, Query
 
 from corral import client, errors, shapes
-from corral.api.auth import Caller, Client, Operator, Refused, Viewer
+from corral.api.auth import ERRORS, Caller, Client, Operator, Refused, Viewer
 
-router = APIRouter()
+router = APIRouter(responses=ERRORS)
 
 Name = Annotated[str, Path(description="The schedule's name (within its tenant).")]
 Tenant = Annotated[
