@@ -36,6 +36,22 @@ def on_page_markdown(markdown: str, page: Any, **_: Any) -> str:
     return markdown.replace(PLACEHOLDER, settings_reference(config.Settings))
 
 
+OPENAPI = "reference/openapi.json"
+
+
+def on_files(files: Any, config: Any, **_: Any) -> Any:
+    """Publish the API's OpenAPI document with the docs, made from the app itself."""
+    import json
+
+    from mkdocs.structure.files import File
+
+    from corral.api import create_app
+
+    document = create_app(None).openapi()  # type: ignore[arg-type]  # the routes only
+    files.append(File.generated(config, OPENAPI, content=json.dumps(document, indent=2)))
+    return files
+
+
 def on_post_build(config: Any, **_: Any) -> None:
     """Fail when no page asked for the reference, so it cannot quietly vanish."""
     docs = Path(config["docs_dir"])
