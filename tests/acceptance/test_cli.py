@@ -848,14 +848,13 @@ def test_serve_http_answers_a_token_made_by_tokens_create_and_runs_what_it_takes
         submitted = httpx.post(f"{base}/api/v1/jobs", json=body, headers=auth, timeout=30)
         assert submitted.status_code == 201, submitted.text
         job_id = submitted.json()["id"]
-        deadline = time.monotonic() + PATIENCE
-        while (
-            state := httpx.get(f"{base}/api/v1/jobs/{job_id}", headers=auth, timeout=30).json()[
-                "state"
-            ]
-        ) != "succeeded":
-            assert time.monotonic() < deadline, f"job {job_id} still {state}"
-            time.sleep(0.2)
+        stream = f"{base}/api/v1/jobs/{job_id}/events/stream"
+        seen = []
+        with httpx.stream("GET", stream, headers=auth, timeout=PATIENCE) as live:
+            for line in live.iter_lines():  # as the job runs; it ends when the job has
+                if line.startswith("data:"):
+                    seen.append(json.loads(line[5:]))
+        assert [e["to"] for e in seen if e["entity"] == "job"][-1] == "succeeded"
         logs = httpx.get(f"{base}/api/v1/jobs/{job_id}/logs", headers=auth, timeout=30).json()
         assert logs[0]["streams"][0]["text"] == "hi from the API\n"
         assert httpx.get(f"{base}/api/v1/jobs", timeout=30).status_code == 401

@@ -4,6 +4,7 @@ isolation on every route of the route table."""
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import AsyncIterator
 from datetime import timedelta
@@ -222,6 +223,8 @@ async def test_no_route_shows_or_changes_another_tenant_s_job_or_schedule(api: A
             path = path_of
             for param in params:
                 path = path.replace(f"{{{param}}}", known[param][0])
+            if path.endswith("/stream"):
+                path += "?follow=false&after=0"  # all of it, then the end
             body = (JOB if not params else {}) if method in ("POST", "PATCH") else None
             r = await api.http.request(method, path, json=body, headers=api.as_("b-op"))
             if params:
@@ -231,6 +234,7 @@ async def test_no_route_shows_or_changes_another_tenant_s_job_or_schedule(api: A
             else:
                 assert r.status_code < 500, f"{method} {path}: {r.status_code} {r.text}"
                 assert "secret-queue" not in r.text, f"{method} {path} shows tenant a's"
+                assert f'"job_id": {job["id"]}' not in r.text, f"{method} {path} shows a's"
             checked += 1
     assert checked >= 20
     assert (await api.c.store.job_get(job_id=job["id"])).state == J.CANCELLED  # untouched by b
@@ -329,3 +333,39 @@ async def test_pools_and_alert_rules_are_read(api: Api) -> None:
         rules = (await http.get("/api/v1/alerts/rules", headers=api.as_("a-view"))).json()
         assert list(rules["rules"]) == ["mine"]  # another tenant's rule is not shown
         assert (await http.get("/api/v1/alerts", headers=api.as_("a-view"))).json() == []
+
+
+def _sse(text: str) -> list[dict[str, Any]]:
+    """The data of each message of a text/event-stream body."""
+    return [json.loads(line[5:]) for line in text.splitlines() if line.startswith("data:")]
+
+
+async def test_a_job_s_events_stream_until_it_ends_and_all_events_resume_by_id(
+    api: Api,
+) -> None:
+    op, view = api.as_("a-op"), api.as_("a-view")
+    mine = (await api.http.post("/api/v1/jobs", json=JOB, headers=op)).json()["id"]
+    theirs = (await api.http.post("/api/v1/jobs", json=JOB, headers=api.as_("b-op"))).json()
+    claimed = await api.c.store.job_claim(now=api.c.clock.now(), limit=2, executors=["noop"])
+    await api.c.store.attempt_finish(
+        finishes=[Finish(c.attempt.id, A.SUCCEEDED, 0, None) for c in claimed],
+        now=api.c.clock.now(),
+    )
+    r = await api.http.get(f"/api/v1/jobs/{mine}/events/stream", headers=view)
+    assert r.headers["content-type"].startswith("text/event-stream")
+    said = _sse(r.text)
+    assert [(e["job_id"], e["to"]) for e in said if e["entity"] == "job"] == [
+        (mine, "queued"),
+        (mine, "running"),
+        (mine, "succeeded"),
+    ]
+    everything = _sse(
+        (await api.http.get("/api/v1/events/stream?follow=false&after=0", headers=view)).text
+    )
+    assert {e["job_id"] for e in everything} == {mine}  # never tenant b's
+    assert theirs["id"] != mine
+    resumed = await api.http.get(
+        "/api/v1/events/stream?follow=false",
+        headers={**view, "Last-Event-ID": str(everything[1]["id"])},
+    )
+    assert [e["id"] for e in _sse(resumed.text)] == [e["id"] for e in everything[2:]]

@@ -26,7 +26,7 @@ Labels = Annotated[
 ]
 
 
-async def _job(c: client.Client, who: Caller, job_id: int) -> client.JobView:
+async def visible_job(c: client.Client, who: Caller, job_id: int) -> client.JobView:
     """The job, with its attempts and run log, if the caller's tenant may see it; else
     404, the same as for a job that does not exist."""
     try:
@@ -142,18 +142,18 @@ async def jobs_list(
 
 @router.get("/jobs/{job_id}", summary="A job with its attempts and its run log")
 async def job_get(c: Client, who: Viewer, job_id: JobId) -> dict[str, Any]:
-    return shapes.view_dict(await _job(c, who, job_id))
+    return shapes.view_dict(await visible_job(c, who, job_id))
 
 
 @router.get("/jobs/{job_id}/events", summary="A job's run log: every change of it and its attempts")
 async def job_events(c: Client, who: Viewer, job_id: JobId) -> list[dict[str, Any]]:
-    view = await _job(c, who, job_id)
+    view = await visible_job(c, who, job_id)
     return list(shapes.view_dict(view)["events"])
 
 
 @router.get("/jobs/{job_id}/logs", summary="What each attempt left to read: its streams")
 async def job_logs(c: Client, who: Viewer, job_id: JobId) -> list[dict[str, Any]]:
-    view = await _job(c, who, job_id)
+    view = await visible_job(c, who, job_id)
     out = []
     for a in view.attempts:
         kept = view.logs.get(a.id)
@@ -171,7 +171,7 @@ async def job_logs(c: Client, who: Viewer, job_id: JobId) -> list[dict[str, Any]
 
 @router.get("/jobs/{job_id}/explain", summary="Why a job is not running now, in one line")
 async def job_explain(c: Client, who: Viewer, job_id: JobId) -> dict[str, Any]:
-    await _job(c, who, job_id)
+    await visible_job(c, who, job_id)
     said = await c.explain(job_id)
     return {"id": job_id, "cause": said.partition(":")[0], "explanation": said}
 
@@ -184,10 +184,10 @@ async def _change(
     do: Callable[[int, str], Awaitable[object]],
 ) -> dict[str, Any]:
     """Change a job the caller may see: `do(job_id, reason)`, audited; the job after."""
-    await _job(c, who, job_id)
+    await visible_job(c, who, job_id)
     await do(job_id, f"{action.partition('.')[2]} through the API (token {who.token.id})")
     await _audit(c, who, action, str(job_id))
-    return shapes.view_dict(await _job(c, who, job_id))
+    return shapes.view_dict(await visible_job(c, who, job_id))
 
 
 @router.post("/jobs/{job_id}/cancel", summary="Cancel a job (and stop its attempt)")
@@ -199,10 +199,10 @@ async def job_cancel(c: Client, who: Operator, job_id: JobId) -> dict[str, Any]:
     "/jobs/{job_id}/rerun", status_code=201, summary="Run an ended job again, as a new job"
 )
 async def job_rerun(c: Client, who: Operator, job_id: JobId) -> dict[str, Any]:
-    await _job(c, who, job_id)
+    await visible_job(c, who, job_id)
     made = await c.rerun(job_id)
     await _audit(c, who, "jobs.rerun", str(job_id), new_job=made)
-    return shapes.view_dict(await _job(c, who, made))
+    return shapes.view_dict(await visible_job(c, who, made))
 
 
 @router.post("/jobs/{job_id}/retry", summary="Send a quarantined job back to its queue")

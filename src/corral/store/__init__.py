@@ -464,6 +464,18 @@ class Store:
     ) -> None:
         await self._tx(jobs.job_unquarantine, job_id=job_id, to=to, now=now, reason=reason)
 
+    async def event_page(
+        self,
+        *,
+        after: int,
+        limit: int,
+        job_id: int | None = None,
+        tenant: str | None = None,
+    ) -> tuple[list[int], list[model.Event]]:
+        return await self._read(
+            events.event_page, after=after, limit=limit, job_id=job_id, tenant=tenant
+        )
+
     async def job_get_many(self, *, job_ids: Sequence[int]) -> list[model.Job]:
         return await self._read(jobs.job_get_many, job_ids=job_ids)
 

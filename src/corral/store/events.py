@@ -159,3 +159,37 @@ def event_note(
 def event_list(conn: Connection, *, job_id: int) -> list[model.Event]:
     stmt = select(events).where(events.c.job_id == job_id).order_by(events.c.id)
     return [model.Event(**{**r._mapping}) for r in conn.execute(stmt)]
+
+
+def event_page(
+    conn: Connection,
+    *,
+    after: int,
+    limit: int,
+    job_id: int | None = None,
+    tenant: str | None = None,
+) -> tuple[list[int], list[model.Event]]:
+    """The ids of the next `limit` events after `after` (to see gaps by), and of those the
+    events of `tenant`'s jobs (a schedule's news only when no tenant is given), in id
+    order; or the next `limit` events of `job_id`, and their ids."""
+    if job_id is not None:  # one job's: its own index, no gaps to see
+        stmt = (
+            select(events)
+            .where(events.c.job_id == job_id, events.c.id > after)
+            .order_by(events.c.id)
+            .limit(limit)
+        )
+        found = [model.Event(**{**r._mapping}) for r in conn.execute(stmt)]
+        return [e.id for e in found], found
+    ids = list(
+        conn.execute(
+            select(events.c.id).where(events.c.id > after).order_by(events.c.id).limit(limit)
+        ).scalars()
+    )
+    if not ids:
+        return [], []
+    stmt = select(events).where(events.c.id > after, events.c.id <= ids[-1]).order_by(events.c.id)
+    if tenant is not None:
+        mine = select(jobs.c.id).where(jobs.c.tenant == tenant, jobs.c.id == events.c.job_id)
+        stmt = stmt.where(mine.exists())
+    return ids, [model.Event(**{**r._mapping}) for r in conn.execute(stmt)]

@@ -1,0 +1,147 @@
+"""Server-sent events: a job's run log as it is written, and every new event of the
+token's tenant. Each message's `id` is the event's id: a client that reconnects with
+`Last-Event-ID` (or `?after=`) goes on where it left off.
+
+Event ids are handed out as transactions begin and seen as they commit, so an id can
+appear after a higher one: the stream of all events holds at a missing id until no
+transaction that took it can still be alive (timeouts.database_transaction_timeout),
+as the alerter does, and so never skips one."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header, Query, Request
+from sse_starlette.sse import EventSourceResponse
+
+from corral import client, model
+from corral.api.auth import ERRORS, Client, Viewer
+from corral.api.routes import MAX_ID, JobId, visible_job
+
+router = APIRouter(responses=ERRORS)
+
+POLL = 0.5
+"""Seconds between looks at the store for new events."""
+PAGE = 500
+"""Most events one look reads."""
+FINAL = {model.JobState.SUCCEEDED, model.JobState.FAILED, model.JobState.CANCELLED}
+
+After = Annotated[int | None, Query(ge=0, le=MAX_ID, description="Only events after this id.")]
+LastEventId = Annotated[str | None, Header(include_in_schema=False)]
+
+
+def _message(e: model.Event) -> dict[str, Any]:
+    data = {
+        "id": e.id,
+        "job_id": e.job_id or None,
+        "at": e.at.isoformat(),
+        "entity": e.entity,
+        "attempt_id": e.attempt_id,
+        "from": e.from_state,
+        "to": e.to_state,
+        "reason": e.reason,
+        "details": dict(e.details),
+    }
+    return {"id": str(e.id), "event": "event", "data": json.dumps(data)}
+
+
+def _start(after: int | None, last_event_id: str | None) -> int:
+    if after is not None:
+        return after
+    if last_event_id is not None and last_event_id.isdigit():
+        return int(last_event_id)
+    return 0
+
+
+@router.get(
+    "/jobs/{job_id}/events/stream",
+    summary="A job's run log as server-sent events, until the job has ended",
+    response_class=EventSourceResponse,
+)
+async def job_events_stream(
+    request: Request,
+    c: Client,
+    who: Viewer,
+    job_id: JobId,
+    after: After = None,
+    last_event_id: LastEventId = None,
+) -> EventSourceResponse:
+    await visible_job(c, who, job_id)
+
+    async def messages() -> AsyncIterator[dict[str, Any]]:
+        cursor = _start(after, last_event_id)
+        while not await request.is_disconnected():
+            ids, found = await c.store.event_page(after=cursor, limit=PAGE, job_id=job_id)
+            for e in found:
+                yield _message(e)
+            cursor = ids[-1] if ids else cursor
+            if not ids:
+                if (await c.store.job_get(job_id=job_id)).state in FINAL:
+                    ids, found = await c.store.event_page(after=cursor, limit=PAGE, job_id=job_id)
+                    for e in found:  # what the end wrote, then no more
+                        yield _message(e)
+                    return
+                await c.clock.sleep(POLL)
+
+    return EventSourceResponse(messages(), ping=15)
+
+
+@router.get(
+    "/events/stream",
+    summary="Every new event of the token's tenant, as server-sent events",
+    response_class=EventSourceResponse,
+)
+async def events_stream(
+    request: Request,
+    c: Client,
+    who: Viewer,
+    after: After = None,
+    follow: Annotated[
+        bool, Query(description="Go on as new events come (else end when caught up).")
+    ] = True,
+    last_event_id: LastEventId = None,
+) -> EventSourceResponse:
+    start = _start(after, last_event_id)
+    if after is None and last_event_id is None:
+        start = await c.store.event_newest()  # from now on
+
+    async def messages() -> AsyncIterator[dict[str, Any]]:
+        cursor = start
+        holding = _Gaps(c)
+        while not await request.is_disconnected():
+            ids, found = await c.store.event_page(after=cursor, limit=PAGE, tenant=who.token.tenant)
+            upto = holding.upto(cursor, ids)
+            for e in found:
+                if e.id <= upto:
+                    yield _message(e)
+            if upto == cursor:
+                if not follow:
+                    return
+                await c.clock.sleep(POLL)
+            cursor = upto
+
+    return EventSourceResponse(messages(), ping=15)
+
+
+class _Gaps:
+    """How far a run of event ids can be read now: up to a missing id, until it has been
+    missing longer than any transaction lives."""
+
+    def __init__(self, c: client.Client) -> None:
+        self.c = c
+        self.wait = c.settings.timeouts.database_transaction_timeout.total_seconds() + 1
+        self.first_missed: dict[int, float] = {}
+
+    def upto(self, cursor: int, ids: list[int]) -> int:
+        now = self.c.clock.monotonic()
+        upto = cursor
+        for i in ids:
+            if i != upto + 1:
+                seen = self.first_missed.setdefault(upto + 1, now)
+                if now - seen < self.wait:
+                    break
+                self.first_missed.pop(upto + 1, None)
+            upto = i
+        return upto
