@@ -29,6 +29,7 @@ from sqlalchemy import (
     Integer,
     Select,
     Table,
+    and_,
     any_,
     bindparam,
     create_engine,
@@ -264,6 +265,18 @@ def pairs_in(
         table = func.unnest(*arrays).table_valued("a", "b").render_derived("u")
         return tuple_(first, second).in_(select(table.c.a, table.c.b))
     return tuple_(first, second).in_(list(pairs))
+
+
+def json_has(
+    conn: Connection, column: Column[Any], pairs: Mapping[str, str]
+) -> ColumnElement[bool]:
+    """Whether a JSON object column holds each key of `pairs` with its value: JSONB
+    containment (@>) on PostgreSQL, which a GIN index serves; json_extract on SQLite."""
+    if conn.dialect.name == "postgresql":
+        from sqlalchemy.dialects.postgresql import JSONB
+
+        return column.op("@>")(bindparam(None, dict(pairs), type_=JSONB))
+    return and_(*(json_text(conn, column, k) == v for k, v in pairs.items()))
 
 
 def json_text(conn: Connection, column: Column[Any], *path: str) -> ColumnElement[Any]:

@@ -316,8 +316,8 @@ def job_list(
     for column, value in given:
         if value is not None:
             stmt = stmt.where(column == value)
-    for key, value in (labels or {}).items():
-        stmt = stmt.where(dialects.json_text(conn, jobs.c.labels, key) == value)
+    if labels:
+        stmt = stmt.where(dialects.json_has(conn, jobs.c.labels, labels))
     if since is not None:
         stmt = stmt.where(jobs.c.created_at >= since)
     if until is not None:
