@@ -131,3 +131,15 @@ def firing_dict(f: model.Firing) -> dict[str, Any]:
         "lateness_seconds": f.lateness_seconds,
         "note": f.note,
     }
+
+
+def token_dict(t: model.Token) -> dict[str, Any]:
+    return {
+        "id": t.id,
+        "name": t.name,
+        "tenant": t.tenant,
+        "role": str(t.role),
+        "created_at": iso(t.created_at),
+        "expires_at": iso(t.expires_at),
+        "revoked_at": iso(t.revoked_at),
+    }

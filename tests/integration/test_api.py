@@ -52,6 +52,7 @@ async def api(db: store.Store) -> AsyncIterator[Api]:
         await made.token("a-op", "a", "operator")
         await made.token("a-view", "a", "viewer")
         await made.token("b-op", "b", "operator")
+        await made.token("b-admin", "b", "admin")
         await made.token("admin", None, "admin")
         yield made
 
@@ -211,7 +212,12 @@ async def test_no_route_shows_or_changes_another_tenant_s_job_or_schedule(api: A
         headers=api.as_("a-op"),
     )
     assert made.status_code == 201, made.text
-    known = {"job_id": (str(job["id"]), f"no job {job['id']}"), "name": ("a-nightly", None)}
+    [a_token] = [t for t in await api.c.store.token_list() if t.name == "a-op"]
+    known = {
+        "job_id": (str(job["id"]), f"no job {job['id']}"),
+        "name": ("a-nightly", None),
+        "token_id": (str(a_token.id), f"no token {a_token.id}"),
+    }
     app = api.http._transport.app  # type: ignore[attr-defined]
     table = app.openapi()["paths"]  # every route of the app, but /healthz and /readyz
     checked = 0
@@ -226,7 +232,8 @@ async def test_no_route_shows_or_changes_another_tenant_s_job_or_schedule(api: A
             if path.endswith("/stream"):
                 path += "?follow=false&after=0"  # all of it, then the end
             body = (JOB if not params else {}) if method in ("POST", "PATCH") else None
-            r = await api.http.request(method, path, json=body, headers=api.as_("b-op"))
+            who = "b-admin" if "/tokens" in path else "b-op"
+            r = await api.http.request(method, path, json=body, headers=api.as_(who))
             if params:
                 assert r.status_code == 404, f"{method} {path}: {r.status_code} {r.text}"
                 said = known[next(iter(params))][1]
@@ -369,3 +376,35 @@ async def test_a_job_s_events_stream_until_it_ends_and_all_events_resume_by_id(
         headers={**view, "Last-Event-ID": str(everything[1]["id"])},
     )
     assert [e["id"] for e in _sse(resumed.text)] == [e["id"] for e in everything[2:]]
+
+
+async def test_admins_make_list_and_revoke_tokens_of_their_own_tenant_only(api: Api) -> None:
+    await api.token("a-admin", "a", "admin")
+    made = await api.http.post(
+        "/api/v1/tokens",
+        json={"name": "ci", "tenant": "a", "role": "viewer", "expires": "90d"},
+        headers=api.as_("a-admin"),
+    )
+    assert made.status_code == 201, made.text
+    secret = made.json()["secret"]
+    use = {"Authorization": f"Bearer {secret}"}
+    assert (await api.http.get("/api/v1/jobs", headers=use)).status_code == 200
+    other = await api.http.post(
+        "/api/v1/tokens",
+        json={"name": "x", "tenant": "b", "role": "admin"},
+        headers=api.as_("a-admin"),
+    )
+    assert other.status_code == 422
+    assert other.json()["field"] == "tenant"
+    listed = (await api.http.get("/api/v1/tokens", headers=api.as_("a-admin"))).json()
+    assert {t["tenant"] for t in listed} == {"a"}
+    assert all("secret" not in t for t in listed)
+    [theirs] = [t for t in await api.c.store.token_list() if t.name == "b-op"]
+    refused = await api.http.post(f"/api/v1/tokens/{theirs.id}/revoke", headers=api.as_("a-admin"))
+    assert refused.status_code == 404
+    assert (await api.http.get("/api/v1/tokens", headers=api.as_("a-op"))).status_code == 403
+    gone = await api.http.post(
+        f"/api/v1/tokens/{made.json()['id']}/revoke", headers=api.as_("a-admin")
+    )
+    assert gone.json()["revoked_at"] is not None
+    assert (await api.http.get("/api/v1/jobs", headers=use)).status_code == 401

@@ -19,7 +19,7 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from corral import client, errors
-from corral.api import routes, schedules, streams
+from corral.api import routes, schedules, streams, tokens
 from corral.api.auth import Refused
 
 log = logging.getLogger("corral.api")
@@ -86,6 +86,7 @@ def create_app(c: client.Client) -> FastAPI:
     app.include_router(routes.router, prefix=PREFIX)
     app.include_router(schedules.router, prefix=PREFIX)
     app.include_router(streams.router, prefix=PREFIX)
+    app.include_router(tokens.router, prefix=PREFIX)
     routes.add_health(app)
     return app
 

@@ -22,6 +22,7 @@ from corral.shapes import (
     nominal_dict,
     schedule_dict,
     shown,
+    token_dict,
     view_dict,
 )
 
@@ -33,6 +34,7 @@ __all__ = [
     "log_facts",
     "nominal_dict",
     "schedule_dict",
+    "token_dict",
     "view_dict",
 ]
 
@@ -411,18 +413,6 @@ def token_expiry(t: Any) -> str:
     if t.revoked_at is not None:
         return f"revoked {when(t.revoked_at)}"
     return "never expires" if t.expires_at is None else f"expires {when(t.expires_at)}"
-
-
-def token_dict(t: Any) -> dict[str, Any]:
-    return {
-        "id": t.id,
-        "name": t.name,
-        "tenant": t.tenant,
-        "role": str(t.role),
-        "created_at": iso(t.created_at),
-        "expires_at": iso(t.expires_at),
-        "revoked_at": iso(t.revoked_at),
-    }
 
 
 def tokens_table(found: Sequence[Any]) -> Table:
