@@ -31,11 +31,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "serve": (
         "corral.cli.loops:serve",
-        "Run corral: the dispatcher, the reconciler, the scheduler and (with rules) the alerter.",
+        "Run corral: dispatcher, reconciler, scheduler, alerter (with rules), API (with --http).",
     ),
     "api": (
         "corral.cli.loops:api_cmd",
-        "Serve the REST API alone (corral serve --http runs it too).",
+        "Serve the REST API alone (any number of these may run, on any database).",
     ),
     "alerter": (
         "corral.cli.loops:alerter_cmd",

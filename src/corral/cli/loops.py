@@ -178,8 +178,10 @@ HTTP = click.option(
 @config_option
 @click.pass_obj
 def serve(state: State, demo: bool, http: str | None, health_file: Path | None) -> None:
-    """Run corral: the dispatcher, the reconciler, the scheduler and (with rules) the alerter;
-    with --http, the REST API too."""
+    """Run corral: dispatcher, reconciler, scheduler, alerter (with rules), API (with --http).
+
+    The alerter runs when corral.toml has alert rules; the REST API and its /healthz and /readyz
+    when --http HOST:PORT is given."""
     _run_loops(
         state,
         health_file,
