@@ -34,6 +34,9 @@ _STOP_IF_LAUNCHED = frozenset({A.CANCELLED, A.SUPERSEDED})
 """Attempt states that, reached while the attempt was being launched, mean it must stop."""
 
 
+UNSENT_PAST_GRACE = "claimed longer ago than launch_grace before its turn to be sent"
+
+
 class _Result(enum.Enum):
     """What became of one launch in a tick."""
 
@@ -41,6 +44,7 @@ class _Result(enum.Enum):
     FAILED = "failed"  # left `launching` for recovery
     LATER = "later"  # the tick's deadline came first: first in the next tick
     TOO_LATE = "too late"  # its deadline passed before launch: never launched, not charged
+    UNSENT = "unsent"  # recorded running before its send, then past launch_grace: the same
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,10 +218,10 @@ class Dispatcher:
         failpoints.hit("before_record_running")
         recorded, outcomes = await self._settle(unrecorded)
         too_late = [c.attempt.id for c in todo if done[c.attempt.id] is _Result.TOO_LATE]
-        if too_late:
-            await self.store.attempt_never_launched(
-                fences=too_late, now=self.clock.now(), why=base.DEADLINE_BEFORE_LAUNCH
-            )
+        unsent = [c.attempt.id for c in todo if done[c.attempt.id] is _Result.UNSENT]
+        await self._never_launched([f for f in too_late if f not in blind], recorded=False)
+        await self._never_launched([f for f in too_late if f in blind], recorded=True)
+        await self._never_launched(unsent, recorded=True, why=UNSENT_PAST_GRACE)
         self._log_outcomes(outcomes)
         moved = set(unrecorded) - set(recorded) - {o.fence for o in outcomes}
         await self._stop_moved([c.attempt for c in todo if c.attempt.id in moved])
@@ -236,9 +240,21 @@ class Dispatcher:
             tick.launch_errors,
             tick.recorded,
             f", {tick.carried} left for the next tick (tick_deadline)" if tick.carried else "",
-            f", {len(too_late)} too late to launch (new attempts, not charged)" if too_late else "",
+            f", {len(too_late) + len(unsent)} too late to launch (new attempts, not charged)"
+            if too_late or unsent
+            else "",
         )
         return tick
+
+    async def _never_launched(
+        self, fences: list[int], *, recorded: bool, why: str = base.DEADLINE_BEFORE_LAUNCH
+    ) -> None:
+        """Give up on attempts this process never sent: each is superseded, not charged, and
+        its job queued for a new attempt at once (not after recovery_grace)."""
+        if fences:
+            await self.store.attempt_never_launched(
+                fences=fences, now=self.clock.now(), why=why, recorded=recorded
+            )
 
     async def _settle(self, launched: list[int]) -> tuple[list[int], list[store.Outcome]]:
         """Record the launched attempts as running, with the completions that have arrived
@@ -307,6 +323,10 @@ class Dispatcher:
         now = self.clock.now()
         age = now - claimed.attempt.created_at
         if age > self.settings.timeouts.launch_grace:
+            if claimed.attempt.id in self._recorded_first:
+                # Recorded running before its send, and never sent: recovery would wait
+                # recovery_grace to call it lost; this process knows, so says so now.
+                return _Result.UNSENT
             # Recovery may already have launched, finished and (on some platforms) deleted it:
             # a launch this late could run it a second time. Leave it to recovery.
             await self._note_launch_error(

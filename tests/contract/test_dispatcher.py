@@ -413,6 +413,36 @@ async def test_a_launch_later_than_launch_grace_is_left_to_recovery(
     assert "past launch_grace" in (await db.event_list(job_id=second))[-1].reason
 
 
+class BlindClockAdvancingLaunch(ClockAdvancingLaunch):
+    """As above, for attempts that leave nothing to observe (an HTTP request): each is
+    recorded running before it is sent."""
+
+    observable = False
+
+
+async def test_an_attempt_recorded_before_its_send_and_never_sent_is_given_back_at_once(
+    db: store.Store, clock: FrozenClock
+) -> None:
+    """Recovery would wait recovery_grace (minutes) before calling such an attempt lost:
+    the dispatcher knows it never sent it, so its job is queued again at once, uncharged."""
+    executor = BlindClockAdvancingLaunch(clock)
+    d = make(db, clock, executor, launch_concurrency=1)
+    _, second = await submit(db, clock, 2)
+    tick = await d.run_once()
+    assert (tick.launched, tick.carried) == (1, 1)
+    [held] = await db.attempt_list(job_id=second)
+    assert held.state == A.RUNNING, "recorded running before its send"
+    tick = await d.run_once()  # past launch_grace: not sent, given back
+    assert (tick.launched, tick.launch_errors, tick.carried) == (0, 0, 0)
+    [unsent] = await db.attempt_list(job_id=second)
+    assert (unsent.state, unsent.reason) == (A.SUPERSEDED, model.NEVER_LAUNCHED)
+    job = await db.job_get(job_id=second)
+    assert (job.state, job.uncharged_attempts) == (J.QUEUED, 1)
+    await d.run_once()
+    assert [a.state for a in await db.attempt_list(job_id=second)] == [A.SUPERSEDED, A.RUNNING]
+    assert list(executor.launches)[-1].endswith("-2")
+
+
 class BrokenStreamOnce(NoopExecutor):
     """Its event stream fails once; polling sees nothing, so only the stream can complete."""
 

@@ -598,9 +598,11 @@ class Store:
         return await self._tx(attempts.attempt_supersede, fences=fences, now=now, reason=reason)
 
     async def attempt_never_launched(
-        self, *, fences: Sequence[int], now: datetime, why: str
+        self, *, fences: Sequence[int], now: datetime, why: str, recorded: bool = False
     ) -> list[int]:
-        return await self._tx(attempts.attempt_never_launched, fences=fences, now=now, why=why)
+        return await self._tx(
+            attempts.attempt_never_launched, fences=fences, now=now, why=why, recorded=recorded
+        )
 
     async def attempt_list_active(
         self, *, executor: str, limit: int, after: int = 0

@@ -251,18 +251,22 @@ def attempt_supersede(
 
 
 def attempt_never_launched(
-    conn: Connection, *, fences: Sequence[int], now: datetime, why: str
+    conn: Connection, *, fences: Sequence[int], now: datetime, why: str, recorded: bool = False
 ) -> list[int]:
     """Attempts that never reached their platform and can no longer be launched (their
     deadline, fixed at the claim, passed first): each still `launching` is superseded with
     the reason model.NEVER_LAUNCHED, and its job queued at once for a new attempt, with a
     higher fence and a fresh deadline. It is not charged: the job's uncharged_attempts
     grows, so neither max_attempts nor the retry budget pays for it. Returns the
-    superseded fences; one that moved meanwhile (adopted, cancelled) is left alone."""
+    superseded fences; one that moved meanwhile (adopted, cancelled) is left alone.
+
+    `recorded`: the attempts were recorded `running` before their send (an HTTP request)
+    and the process that holds them knows it never sent them; they are superseded from
+    `running`. Recovery never sends such an attempt, so nothing else can have sent it."""
     return _supersede(
         conn,
         fences=fences,
-        expected=A.LAUNCHING,
+        expected=A.RUNNING if recorded else A.LAUNCHING,
         now=now,
         reason=f"{model.NEVER_LAUNCHED}: {why}; not charged",
         job_reason=f"new attempt: the last one {model.NEVER_LAUNCHED} ({why}); not charged",
