@@ -864,6 +864,9 @@ class Store:
     async def secrets_list(self, *, tenant: str | None, now: datetime) -> list[model.SigningSecret]:
         return await self._tx(secrets.secrets_list, tenant=tenant, now=now)
 
+    async def service_key(self, *, name: str, secret: str, now: datetime) -> str:
+        return await self._tx(secrets.service_key, name=name, secret=secret, now=now)
+
     async def schedule_delete(self, *, schedule_id: int) -> None:
         await self._tx(schedules.schedule_delete, schedule_id=schedule_id)
 

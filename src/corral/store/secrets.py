@@ -15,7 +15,7 @@ from sqlalchemy import Connection, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
 
 from corral import errors, model
-from corral.store.tables import signing_secrets
+from corral.store.tables import service_keys, signing_secrets
 
 S = signing_secrets.c
 
@@ -101,3 +101,23 @@ def secrets_list(
     if tenant is not None:
         stmt = stmt.where(S.tenant == tenant)
     return [_row(r) for r in conn.execute(stmt.order_by(S.tenant, S.id))]
+
+
+def service_key(conn: Connection, *, name: str, secret: str, now: datetime) -> str:
+    """The shared secret called `name`: the one stored, or else `secret`, stored now. Two
+    processes that ask at once get the same one (the loser's insert is dropped)."""
+    stored = conn.execute(
+        select(service_keys.c.secret).where(service_keys.c.name == name)
+    ).scalar_one_or_none()
+    if stored is not None:
+        return str(stored)
+    try:
+        with conn.begin_nested():
+            conn.execute(insert(service_keys).values(name=name, secret=secret, created_at=now))
+    except IntegrityError:  # made meanwhile by another process: theirs stands
+        return str(
+            conn.execute(
+                select(service_keys.c.secret).where(service_keys.c.name == name)
+            ).scalar_one()
+        )
+    return secret

@@ -377,3 +377,13 @@ audit = Table(
     Index("ix_audit_tenant", "tenant", "id"),
     sqlite_autoincrement=True,
 )
+
+# Secrets corral's own processes share by name (`attempts`: the key of attempt tokens),
+# made by the first process that needs one.
+service_keys = Table(
+    "service_keys",
+    metadata,
+    Column("name", String(100), primary_key=True),
+    Column("secret", String(200), nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+)
