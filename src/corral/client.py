@@ -147,6 +147,7 @@ class Client:
         self.executors = executors
         self.settings = settings
         self.clock = clock
+        self._attempt_key: str | None = None
         self.checkers = executors if checkers is None else checkers
 
     async def submit(self, **args: Unpack[JobArgs]) -> tuple[int, bool]:
@@ -387,6 +388,15 @@ class Client:
             return None
         found = await self.store.token_find(secret_sha256=token_digest(secret))
         return found if found is not None and found.valid(self.clock.now()) else None
+
+    async def attempt_of(self, token: str) -> tuple[int, int] | None:
+        """(job_id, fence) of an attempt token this installation made; None for any other.
+        Whether that attempt may still act is for the store to say (`store.attempt_check`)."""
+        if not token.startswith(model.ATTEMPT_TOKEN_PREFIX):
+            return None
+        if self._attempt_key is None:
+            self._attempt_key = await attempt_key(self.settings, self.store, self.clock)
+        return model.attempt_token_read(self._attempt_key, token)
 
     # --- schedules ------------------------------------------------------------------------
 
@@ -745,6 +755,19 @@ def _wrong(field: str, value: Any) -> str | None:
         strings = isinstance(value, dict) and all(isinstance(v, str) for v in value.values())
         return None if strings else "must be an object of strings"
     return None
+
+
+ATTEMPT_KEY = "attempts"
+"""The service key (store.service_key) attempt tokens are signed with."""
+
+
+async def attempt_key(settings: config.Settings, db: store.Store, clk: clock.Clock) -> str:
+    """The key of attempt tokens: settings.attempt_key, else the one kept in the store (made
+    by the first process that asks), so every dispatcher and API process agrees on it."""
+    if settings.attempt_key:
+        return settings.attempt_key
+    made = secrets.token_urlsafe(48)
+    return await db.service_key(name=ATTEMPT_KEY, secret=made, now=clk.now())
 
 
 TOKEN_PREFIX = "corral_"

@@ -814,12 +814,23 @@ class Settings(BaseSettings):
     default_max_attempts: int = Field(
         3, ge=1, le=1_000, description="Attempts a job gets by default."
     )
-    api_url: str | None = Field(None, description="Passed to attempts as CORRAL_API_URL.")
+    api_url: str | None = Field(
+        None,
+        description="Where jobs reach corral's API: passed to attempts as CORRAL_API_URL with"
+        " an attempt token (CORRAL_ATTEMPT_TOKEN) in place of the database's URL.",
+    )
+    attempt_key: str | None = Field(
+        None,
+        repr=False,
+        min_length=32,
+        description="The key attempt tokens are signed with. Unset: made once and kept in the"
+        " store, shared by every corral process on it.",
+    )
     jobs_get_database_url: bool = Field(
         True,
         description="Pass database_url to attempts as CORRAL_DATABASE_URL, so that `corral"
         " heartbeat` inside a job reaches the store. Turn off when jobs must not hold the"
-        " database's credentials.",
+        " database's credentials. Never passed when api_url is set.",
     )
     log_level: str = Field(
         "INFO",
@@ -875,7 +886,7 @@ class Settings(BaseSettings):
     def database_url_for_jobs(self) -> str | None:
         """database_url as a job sees it: a relative SQLite path made absolute, since a job
         runs in a folder of its own."""
-        if not self.jobs_get_database_url:
+        if not self.jobs_get_database_url or self.api_url:
             return None
         return _url_for_jobs(self.database_url, os.getcwd())
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import codecs
 import hashlib
+import hmac
 import json
 import re
 from collections.abc import Mapping
@@ -666,11 +667,43 @@ class Pointer:
 
 @dataclass(frozen=True, slots=True)
 class Reach:
-    """How an attempt reaches corral from inside (for heartbeats): passed in its env."""
+    """How an attempt reaches corral from inside (for heartbeats): passed in its env.
+    With `api_url` and `attempt_key` the attempt gets CORRAL_API_URL and an attempt token
+    made with the key, and never the database's URL."""
 
     api_url: str | None = None
     database_url: str | None = None
     heartbeat_seconds: float | None = None
+    attempt_key: str | None = None
+
+
+ATTEMPT_TOKEN_PREFIX = "corral_attempt_"
+
+
+def attempt_token(key: str, job_id: int, fence: int) -> str:
+    """The credential of attempt `fence` of job `job_id`: it names them and proves, by an
+    HMAC-SHA256 under the installation's attempt key, that corral made it. It is good for
+    that attempt's own calls only, and only while no newer attempt exists (the API checks
+    the fence on every call), so it needs no store row and no expiry of its own."""
+    return f"{ATTEMPT_TOKEN_PREFIX}{job_id}_{fence}_{_attempt_mac(key, job_id, fence)}"
+
+
+def attempt_token_read(key: str, token: str) -> tuple[int, int] | None:
+    """(job_id, fence) of a token `attempt_token` made with `key`; None for any other."""
+    if not token.startswith(ATTEMPT_TOKEN_PREFIX):
+        return None
+    parts = token.removeprefix(ATTEMPT_TOKEN_PREFIX).split("_")
+    if len(parts) != 3 or not all(p.isascii() and p.isdigit() and len(p) < 20 for p in parts[:2]):
+        return None
+    job_id, fence = int(parts[0]), int(parts[1])
+    if not hmac.compare_digest(parts[2], _attempt_mac(key, job_id, fence)):
+        return None
+    return job_id, fence
+
+
+def _attempt_mac(key: str, job_id: int, fence: int) -> str:
+    message = f"attempt:{job_id}:{fence}".encode()
+    return hmac.new(key.encode(), message, hashlib.sha256).hexdigest()
 
 
 ATTEMPT_ENV = (
@@ -681,6 +714,7 @@ ATTEMPT_ENV = (
     "CORRAL_LAUNCH_NAME",
     "CORRAL_CODE_VERSION",
     "CORRAL_API_URL",
+    "CORRAL_ATTEMPT_TOKEN",
     "CORRAL_DATABASE_URL",
     "CORRAL_HEARTBEAT_INTERVAL",
     "CORRAL_RUN_DIR",  # the process executor's run folder
@@ -715,6 +749,10 @@ def attempt_env(
         env["CORRAL_CODE_VERSION"] = code_version  # the sinks stamp it on what this writes
     if reach.api_url:
         env["CORRAL_API_URL"] = reach.api_url
+        if reach.attempt_key:
+            fence = int(launch_labels[FENCE])
+            job_id = int(launch_labels[JOB_ID])
+            env["CORRAL_ATTEMPT_TOKEN"] = attempt_token(reach.attempt_key, job_id, fence)
     if reach.database_url:
         env["CORRAL_DATABASE_URL"] = reach.database_url
     if reach.heartbeat_seconds is not None:

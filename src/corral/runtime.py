@@ -129,6 +129,9 @@ async def opened(
     try:
         if not checked:
             await db.check_schema()
+        if settings.api_url and not settings.attempt_key:
+            key = await client.attempt_key(settings, db, clk)
+            settings = settings.model_copy(update={"attempt_key": key})
         built = executors if executors is not None else executors_build(settings, clk)
         for executor in built.values():
             if isinstance(executor, base.SignsRequests):

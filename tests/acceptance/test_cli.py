@@ -866,6 +866,67 @@ def test_serve_http_answers_a_token_made_by_tokens_create_and_runs_what_it_takes
     assert server.returncode == 0, err
 
 
+def test_a_job_reaches_corral_through_the_api_with_its_attempt_token_alone(
+    corral: Run, tmp_path: Path
+) -> None:
+    """With api_url set, a process job gets CORRAL_API_URL and CORRAL_ATTEMPT_TOKEN and no
+    database URL; `corral heartbeat` and the checkpoint functions work through the API."""
+    import socket
+
+    import httpx
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    base = f"http://127.0.0.1:{port}"
+    token = corral("tokens", "create", "--tenant", "default", "--role", "operator")
+    auth = {"Authorization": f"Bearer {token.stdout.strip().splitlines()[-1]}"}
+    server = subprocess.Popen(
+        [sys.executable, "-m", "corral", "serve", "--http", f"127.0.0.1:{port}"],
+        cwd=tmp_path,
+        env=corral_env({"CORRAL_API_URL": base}),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    py = sys.executable
+    script = (
+        'test -z "$CORRAL_DATABASE_URL" || { echo has the database URL; exit 7; }; '
+        'test -n "$CORRAL_ATTEMPT_TOKEN" || exit 8; '
+        f"{py} -m corral heartbeat && "
+        f"{py} -c 'from corral.sinks import save_checkpoint as s, load_checkpoint as l; "
+        's({"page": 2}); print("resumes at", l()["page"])\''
+    )
+    try:
+        deadline = time.monotonic() + PATIENCE
+        while True:
+            try:
+                if httpx.get(f"{base}/readyz", timeout=5).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, "the API never answered /readyz"
+            assert server.poll() is None, server.communicate()[1]
+            time.sleep(0.2)
+        body = {"spec": {"command": ["sh", "-c", script]}, "policy": {"heartbeat": True}}
+        submitted = httpx.post(f"{base}/api/v1/jobs", json=body, headers=auth, timeout=30)
+        assert submitted.status_code == 201, submitted.text
+        job = f"{base}/api/v1/jobs/{submitted.json()['id']}"
+        deadline = time.monotonic() + 2 * PATIENCE
+        while (state := httpx.get(job, headers=auth, timeout=30).json()["state"]) != "succeeded":
+            assert state in ("queued", "running"), httpx.get(f"{job}/logs", headers=auth).text
+            assert time.monotonic() < deadline, f"the job is still {state}"
+            time.sleep(0.2)
+        [log] = httpx.get(f"{job}/logs", headers=auth, timeout=30).json()
+        out = log["streams"][0]["text"]
+        assert "lease renewed until" in out
+        assert "resumes at 2" in out
+    finally:
+        server.send_signal(signal.SIGTERM)
+        _, err = server.communicate(timeout=60)
+    assert server.returncode == 0, err
+
+
 def test_tokens_and_the_api_refuse_bad_input_naming_the_option(corral: Run) -> None:
     neither = corral("tokens", "create", "--role", "viewer", check=False)
     assert neither.returncode == 2

@@ -19,7 +19,7 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from corral import client, errors
-from corral.api import routes, schedules, streams, tokens
+from corral.api import attempts, routes, schedules, streams, tokens
 from corral.api.auth import Refused
 
 log = logging.getLogger("corral.api")
@@ -61,6 +61,10 @@ def create_app(c: client.Client) -> FastAPI:
     async def not_found(_: Request, exc: errors.NotFound) -> Response:
         return _error(404, str(exc))
 
+    @app.exception_handler(errors.StaleFence)
+    async def stale(_: Request, exc: errors.StaleFence) -> Response:
+        return _error(409, f"fence: {exc}")
+
     @app.exception_handler(errors.StoreUnavailable)
     async def unavailable(_: Request, exc: errors.StoreUnavailable) -> Response:
         return _error(503, str(exc))
@@ -87,6 +91,7 @@ def create_app(c: client.Client) -> FastAPI:
     app.include_router(schedules.router, prefix=PREFIX)
     app.include_router(streams.router, prefix=PREFIX)
     app.include_router(tokens.router, prefix=PREFIX)
+    app.include_router(attempts.router, prefix=PREFIX)
     routes.add_health(app)
     return app
 

@@ -131,6 +131,7 @@ class Reaches:
                 api_url=self.settings.api_url,
                 database_url=self._database_url,
                 heartbeat_seconds=every,
+                attempt_key=self.settings.attempt_key,
             )
             self._made[every] = reach
         return reach

@@ -9,8 +9,9 @@ replaced, still running somewhere, cannot roll that state back.
         work(page)
         save_checkpoint({"page": page + 1})   # StaleFence once a newer attempt exists: stop
 
-Inside an attempt the job, the fence and the database come from CORRAL_JOB_ID,
-CORRAL_FENCE and CORRAL_DATABASE_URL. A state is any JSON value.
+Inside an attempt the job and the fence come from CORRAL_JOB_ID and CORRAL_FENCE; the
+calls go to corral's API with CORRAL_ATTEMPT_TOKEN when corral gave the attempt one
+(CORRAL_API_URL), else to the store at CORRAL_DATABASE_URL. A state is any JSON value.
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ import json
 from typing import Any
 
 from corral import clock, config, errors
-from corral.sinks.fence import run_blocking, store_for
+from corral.sinks.fence import attempt_api, run_blocking, store_for
 from corral.worker import CurrentAttempt, current_attempt
+from corral.worker.api import AttemptApi
 
 
 async def save_checkpoint_async(
@@ -33,6 +35,10 @@ async def save_checkpoint_async(
         json.dumps(state)
     except (TypeError, ValueError) as exc:
         raise errors.InvalidInput(f"checkpoint state: must be JSON: {exc}") from None
+    if (reach := attempt_api(attempt)) is not None:
+        async with AttemptApi(reach) as api:
+            await api.checkpoint_save(state)
+        return
     db = store_for(settings)
     try:
         now = clock.SystemClock().now()
@@ -49,6 +55,10 @@ async def load_checkpoint_async(
 ) -> Any:
     """This job's newest checkpoint, whichever attempt saved it; `default` if none."""
     attempt = attempt or current_attempt()
+    if (reach := attempt_api(attempt)) is not None:
+        async with AttemptApi(reach) as api:
+            found = await api.checkpoint_load()
+        return default if found is None else found[1]
     db = store_for(settings)
     try:
         found = await db.checkpoint_load(job_id=attempt.job_id)

@@ -38,7 +38,16 @@ from typing import Any
 import fsspec
 
 from corral import clock, config, errors, model
-from corral.sinks.fence import StaleFenceError, Writer, run_blocking, store_for, writer
+from corral.sinks.fence import (
+    StaleFenceError,
+    Writer,
+    attempt_api,
+    run_blocking,
+    store_for,
+    writer,
+)
+from corral.worker import current_attempt
+from corral.worker.api import ApiReach, AttemptApi
 
 STAGING = "_staging"
 Audit = Callable[[str], str | None]
@@ -140,7 +149,7 @@ class Publisher:
     def stage(self) -> str:
         """Make a new staging folder for this attempt and return it. InvalidInput when
         this attempt (or a newer one) has published the dataset already."""
-        pointer = run_blocking(_pointer(self.dataset, self.settings))
+        pointer = run_blocking(_pointer(self.dataset, self.settings, self._api()))
         if pointer is not None and pointer.fence >= self.writer.fence:
             raise errors.InvalidInput(
                 f"{self.dataset}: fence {pointer.fence} has published it already; a new"
@@ -174,17 +183,7 @@ class Publisher:
         problems = await asyncio.to_thread(self._audit, staged, audits)
         if problems:
             raise AuditFailed(self.dataset, problems)
-        db = store_for(self.settings)
-        try:
-            swapped = await db.pointer_swap(
-                dataset=self.dataset,
-                fence=self.writer.fence,
-                location=self.location,
-                code_version=self.writer.code_version,
-                now=self.clock.now(),
-            )
-        finally:
-            await db.close()
+        swapped = await self._swap()
         if not isinstance(swapped, model.Pointer):
             raise StaleFenceError(
                 f"{self.dataset}: not published: fence {swapped} published it already,"
@@ -194,6 +193,38 @@ class Publisher:
             )
         self._published = True
         return swapped
+
+    async def _swap(self) -> model.Pointer | int:
+        """The compare-and-swap: over corral's API with this attempt's token when it has
+        one and writes as itself, else on the store."""
+        if (reach := self._api()) is not None:
+            async with AttemptApi(reach) as api:
+                return await api.pointer_swap(
+                    dataset=self.dataset,
+                    location=self.location,
+                    code_version=self.writer.code_version,
+                )
+        db = store_for(self.settings)
+        try:
+            return await db.pointer_swap(
+                dataset=self.dataset,
+                fence=self.writer.fence,
+                location=self.location,
+                code_version=self.writer.code_version,
+                now=self.clock.now(),
+            )
+        finally:
+            await db.close()
+
+    def _api(self) -> ApiReach | None:
+        reach = attempt_api()
+        return reach if reach is not None and self._own_fence() else None
+
+    def _own_fence(self) -> bool:
+        try:
+            return current_attempt().fence == self.writer.fence
+        except errors.ConfigError:
+            return False
 
     def _audit(self, staged: str, audits: Sequence[Audit]) -> list[str]:
         if not self.fs.isdir(staged):
@@ -205,7 +236,7 @@ class Publisher:
         retention: those of fences below the published one, and this fence's other tries.
         The published folder, and folders of newer fences (still running, perhaps), stay.
         Returns what was removed."""
-        pointer = run_blocking(_pointer(self.dataset, self.settings))
+        pointer = run_blocking(_pointer(self.dataset, self.settings, self._api()))
         cutoff = self.clock.now() - self.retention
         parent = f"{self.root}/{self.dataset}/{STAGING}"
         if pointer is None or not self.fs.exists(parent):
@@ -237,7 +268,12 @@ def _fence_of(folder: str) -> int | None:
     return int(fence) if name.startswith("fence=") and fence.isdigit() else None
 
 
-async def _pointer(dataset: str, settings: config.Settings | None) -> model.Pointer | None:
+async def _pointer(
+    dataset: str, settings: config.Settings | None, reach: ApiReach | None = None
+) -> model.Pointer | None:
+    if reach is not None:
+        async with AttemptApi(reach) as api:
+            return await api.pointer_get(dataset)
     db = store_for(settings)
     try:
         return await db.pointer_get(dataset=dataset)

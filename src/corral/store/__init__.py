@@ -597,6 +597,9 @@ class Store:
     ) -> list[int]:
         return await self._tx(attempts.attempt_supersede, fences=fences, now=now, reason=reason)
 
+    async def attempt_check(self, *, job_id: int, fence: int) -> None:
+        await self._read(attempts.attempt_check, job_id=job_id, fence=fence)
+
     async def attempt_never_launched(
         self, *, fences: Sequence[int], now: datetime, why: str, recorded: bool = False
     ) -> list[int]:

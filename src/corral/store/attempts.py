@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, NoReturn
 
 from sqlalchemy import Connection, and_, func, or_, select, update
 
@@ -181,15 +181,34 @@ def attempt_heartbeat(
         .values(last_seen_at=now, lease_until=lease)
     ).rowcount
     if not changed:
-        newest = conn.execute(
-            select(func.max(attempts.c.id)).where(attempts.c.job_id == job_id)
-        ).scalar_one()
-        current = f"; the job's newest attempt has fence {newest}" if newest != fence else ""
-        raise errors.StaleFence(
-            f"fence {fence} is stale: attempt {row.attempt_no} of job {job_id} is"
-            f" {row.state}{current}; stop this attempt"
-        )
+        _stale(conn, job_id=job_id, fence=fence, attempt_no=row.attempt_no, state=row.state)
     return lease
+
+
+def attempt_check(conn: Connection, *, job_id: int, fence: int) -> None:
+    """Attempt `fence` of job `job_id` is active (launching or running): a call made from
+    inside it may act. StaleFence when it ended or a newer attempt exists, NotFound when
+    there is no such attempt."""
+    row = conn.execute(
+        select(attempts.c.state, attempts.c.attempt_no).where(
+            attempts.c.id == fence, attempts.c.job_id == job_id
+        )
+    ).first()
+    if row is None:
+        raise errors.NotFound(f"job {job_id} has no attempt with fence {fence}")
+    if row.state not in ACTIVE:
+        _stale(conn, job_id=job_id, fence=fence, attempt_no=row.attempt_no, state=row.state)
+
+
+def _stale(conn: Connection, *, job_id: int, fence: int, attempt_no: int, state: str) -> NoReturn:
+    newest = conn.execute(
+        select(func.max(attempts.c.id)).where(attempts.c.job_id == job_id)
+    ).scalar_one()
+    current = f"; the job's newest attempt has fence {newest}" if newest != fence else ""
+    raise errors.StaleFence(
+        f"fence {fence} is stale: attempt {attempt_no} of job {job_id} is"
+        f" {state}{current}; stop this attempt"
+    )
 
 
 def attempt_wait(

@@ -15,11 +15,12 @@ from an attempt that a newer one has replaced is refused with StaleFence: stop t
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import signal
 import threading
-from collections.abc import Callable, Coroutine, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -27,6 +28,7 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from corral import client, config, errors, runtime, store
+from corral.worker.api import ApiReach, AttemptApi, api_reach
 
 log = logging.getLogger("corral.worker")
 T = TypeVar("T")
@@ -73,6 +75,9 @@ async def heartbeat_async(
     """Send one heartbeat; returns when the lease now ends (None: the job has no lease).
     Raises StaleFence when a newer attempt replaced this one."""
     attempt = attempt or current_attempt()
+    if (reach := _reach_of(attempt)) is not None:
+        async with AttemptApi(reach) as api:
+            return await api.heartbeat()
     settings = settings or config.Settings.load(check_chain=False)
     # No revision check: the corral that launched this job runs on this schema, and the
     # heartbeat's one statement is all a job should pay for each beat.
@@ -81,6 +86,15 @@ async def heartbeat_async(
     async with runtime.opened(settings, executors={}, db=db) as rt:
         c = client.Client(store=rt.store, executors={}, settings=settings, clock=rt.clock)
         return await c.heartbeat(attempt.job_id, attempt.fence)
+
+
+def _reach_of(attempt: CurrentAttempt) -> ApiReach | None:
+    """The API with this process's attempt token, when corral gave it one and `attempt` is
+    this process's own (a token is good for its own attempt only); else None: the store."""
+    reach = api_reach()
+    if reach is None or attempt != current_attempt():
+        return None
+    return reach
 
 
 def heartbeat(
@@ -167,25 +181,32 @@ class _Heartbeats:
         asyncio.run(self._keep())
 
     async def _keep(self) -> None:
-        """Open the store and beat over it until stopped or stale. A store that cannot be
-        opened (the database is down) is tried again next interval, as a failed beat is."""
+        """Open the API or the store and beat over it until stopped or stale. A store that
+        cannot be opened (the database is down) is tried again next interval, as a failed
+        beat is."""
+        if (reach := _reach_of(self.attempt)) is not None:
+            async with AttemptApi(reach) as api:
+                await self._beat(api.heartbeat)
+            return
         while True:
             try:
                 async with runtime.opened(self.settings, executors={}) as rt:
                     c = client.Client(
                         store=rt.store, executors={}, settings=self.settings, clock=rt.clock
                     )
-                    await self._beat(c)
+                    await self._beat(
+                        functools.partial(c.heartbeat, self.attempt.job_id, self.attempt.fence)
+                    )
                     return
             except errors.CorralError as exc:
                 log.warning("heartbeat failed, trying again in %gs: %s", self.every, exc)
             if self.stale.is_set() or await self._wait():
                 return
 
-    async def _beat(self, c: client.Client) -> None:
+    async def _beat(self, beat: Callable[[], Awaitable[object]]) -> None:
         while True:
             try:
-                await c.heartbeat(self.attempt.job_id, self.attempt.fence)
+                await beat()
             except errors.StaleFence as exc:
                 log.error("%s", exc)
                 self.stale.set()
