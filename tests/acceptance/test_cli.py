@@ -890,12 +890,24 @@ def test_a_job_reaches_corral_through_the_api_with_its_attempt_token_alone(
         text=True,
     )
     py = sys.executable
+    inside = tmp_path / "inside.py"
+    inside.write_text(
+        "import os\n"
+        "from corral.sinks import MinRows, Publisher, load_checkpoint, save_checkpoint\n"
+        "from corral.worker import keep_alive\n"
+        "with keep_alive(interval=0.2) as stale:\n"
+        "    save_checkpoint({'page': 2})\n"
+        "    print('resumes at', load_checkpoint()['page'])\n"
+        "    pub = Publisher('sales/day', root=os.getcwd() + '/out')\n"
+        "    pub.stage()\n"
+        "    pub.write_rows('part.jsonl', [{'n': 1}])\n"
+        "    print('published fence', pub.publish(audits=[MinRows(1)]).fence)\n"
+        "    assert not stale.is_set()\n"
+    )
     script = (
         'test -z "$CORRAL_DATABASE_URL" || { echo has the database URL; exit 7; }; '
         'test -n "$CORRAL_ATTEMPT_TOKEN" || exit 8; '
-        f"{py} -m corral heartbeat && "
-        f"{py} -c 'from corral.sinks import save_checkpoint as s, load_checkpoint as l; "
-        's({"page": 2}); print("resumes at", l()["page"])\''
+        f"{py} -m corral heartbeat && {py} {inside}"
     )
     try:
         deadline = time.monotonic() + PATIENCE
@@ -921,6 +933,7 @@ def test_a_job_reaches_corral_through_the_api_with_its_attempt_token_alone(
         out = log["streams"][0]["text"]
         assert "lease renewed until" in out
         assert "resumes at 2" in out
+        assert f"published fence {log['fence']}" in out
     finally:
         server.send_signal(signal.SIGTERM)
         _, err = server.communicate(timeout=60)
