@@ -13,6 +13,7 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import create_engine, inspect, text
 
 from corral.store import migrate
+from corral.store.indexes import compared_on
 from corral.store.indexes import metadata as schema
 from tests.conftest import pg_database
 
@@ -43,7 +44,10 @@ def test_a_database_from_the_first_text_of_0003_is_repaired(empty_url: str) -> N
         assert migrate.current(conn) == migrate.head()
         assert "publish_pointers" in inspect(conn).get_table_names()
         diff = compare_metadata(
-            MigrationContext.configure(conn, opts={"compare_type": True}), schema
+            MigrationContext.configure(
+                conn, opts={"compare_type": True, "include_object": compared_on(conn.dialect.name)}
+            ),
+            schema,
         )
     engine.dispose()
     assert diff == []
@@ -134,7 +138,10 @@ async def test_0006_moves_a_database_with_jobs_to_the_new_indexes(empty_url: str
     engine = create_engine(empty_url)
     with engine.connect() as conn:
         diff = compare_metadata(
-            MigrationContext.configure(conn, opts={"compare_type": True}), schema
+            MigrationContext.configure(
+                conn, opts={"compare_type": True, "include_object": compared_on(conn.dialect.name)}
+            ),
+            schema,
         )
     engine.dispose()
     assert diff == []

@@ -13,6 +13,7 @@ from sqlalchemy import create_engine, event
 
 from corral import config, errors, model, retry, store
 from corral.store import Finish, migrate
+from corral.store.indexes import compared_on
 from corral.store.indexes import metadata as schema
 from corral.testing import FrozenClock
 
@@ -325,7 +326,10 @@ def test_migrations_build_the_same_schema_as_the_tables(db_url: str) -> None:
     with engine.connect() as conn:
         assert migrate.current(conn) == migrate.head()
         diff = compare_metadata(
-            MigrationContext.configure(conn, opts={"compare_type": True}), schema
+            MigrationContext.configure(
+                conn, opts={"compare_type": True, "include_object": compared_on(conn.dialect.name)}
+            ),
+            schema,
         )
     engine.dispose()
     assert diff == []

@@ -6,11 +6,14 @@ starts without it. Importing it adds the indexes to `tables.metadata`, once."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from sqlalchemy import Index, text
 
 from corral.store.tables import DUE, LIVE, PENDING, alerts, attempts, jobs, metadata, schedules
 
-__all__ = ["metadata"]
+__all__ = ["compared_on", "metadata"]
 """The whole schema: `tables.metadata` with these indexes."""
 
 # Partial indexes: a job is in each only while it is in that state, so finished jobs (most
@@ -60,3 +63,25 @@ Index("ix_schedules_due", schedules.c.next_due, sqlite_where=DUE, postgresql_whe
 
 # Alerts waiting for delivery, by when they are due: what the deliverer reads.
 Index("ix_alerts_pending", alerts.c.due_at, sqlite_where=PENDING, postgresql_where=PENDING)
+
+# Labels by containment (@>), which is how a job list's label filter reads them on
+# PostgreSQL (dialects.json_has): a GIN index, jsonb_path_ops (it serves @> only, and is
+# smaller for it). PostgreSQL only: SQLite reads a label with json_extract, which no index
+# of the column serves.
+Index(
+    "ix_jobs_labels",
+    jobs.c.labels,
+    postgresql_using="gin",
+    postgresql_ops={"labels": "jsonb_path_ops"},
+).ddl_if(dialect="postgresql")
+
+
+def compared_on(dialect: str) -> Callable[..., bool]:
+    """Alembic's `include_object` for comparing a `dialect` database with `metadata`: an
+    index made on other dialects only (ddl_if) is not looked for there."""
+
+    def include(obj: Any, name: str | None, kind: str, reflected: bool, compare_to: Any) -> bool:
+        only = getattr(obj, "_ddl_if", None) if kind == "index" and not reflected else None
+        return only is None or only.dialect in (None, dialect)
+
+    return include

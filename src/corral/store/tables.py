@@ -101,6 +101,10 @@ jobs = Table(
     # Attempts that never reached their platform: they count toward neither max_attempts
     # nor the retry budget (model.charged).
     Column("uncharged_attempts", Integer, nullable=False, server_default=text("0")),
+    # A job list reads the newest jobs of a state (of a queue's state) first and stops at
+    # its limit: these hand them over in that order, however few of the table they are.
+    Index("ix_jobs_state", "state", "id"),
+    Index("ix_jobs_queue_state", "queue", "state", "id"),
 )
 attempts = Table(
     "attempts",
