@@ -324,7 +324,7 @@ def job_list(
         stmt = stmt.where(jobs.c.created_at < until)
     if before is not None:
         stmt = stmt.where(jobs.c.id < before)
-    return [job_from_row(r._mapping) for r in conn.execute(stmt)]
+    return [job_from_row(m) for m in conn.execute(stmt).mappings().all()]
 
 
 def job_count_by_state(conn: Connection) -> dict[str, int]:

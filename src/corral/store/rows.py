@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import case, literal, literal_column
+from sqlalchemy import Row, case, literal, literal_column
 
 from corral import model
 from corral.store.tables import (
@@ -20,7 +20,10 @@ ACTIVE = (A.LAUNCHING, A.RUNNING)
 
 
 def job_from_row(row: Any) -> model.Job:
-    m = row._mapping if hasattr(row, "_mapping") else row
+    """A job of a row, or of a row's mapping (what `._mapping` or `.mappings()` give)."""
+    # Not hasattr(row, "_mapping"): on a mapping, SQLAlchemy answers that with an error
+    # it builds and throws away, a cost per row that a list of a hundred jobs felt.
+    m = row._mapping if isinstance(row, Row) else row
     return model.Job(**{**m, "state": J(m["state"])})
 
 
