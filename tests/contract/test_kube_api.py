@@ -5,6 +5,7 @@ part of the Kubernetes documentation it follows; all of them go through the real
 from __future__ import annotations
 
 import asyncio
+import base64
 import io
 import json
 from collections.abc import AsyncIterator
@@ -404,5 +405,104 @@ async def test_a_pod_waits_in_container_creating_until_its_config_map_exists(
     assert [c.type for c in done.status.conditions] == ["SuccessCriteriaMet", "Complete"]
     assert out.read_text() == "{}"
     assert Path(f"{out}.mode").read_text() == "444\n", "the volume's defaultMode"
+    await controller.close()
+    await kubelet.close()
+
+
+# --- Secrets ----------------------------------------------------------------------------------
+
+
+def secret(name: str, owner: Any = None, **string_data: str) -> dict[str, Any]:
+    doc = config_map(name, owner)
+    del doc["data"]
+    return {**doc, "kind": "Secret", "type": "Opaque", "stringData": string_data}
+
+
+async def test_a_secrets_string_data_is_kept_as_base64_data(k8s: Fixture) -> None:
+    # Secret (core/v1): "stringData ... is merged into the data field on write, overwriting
+    # any existing values. The stringData field is never output when reading from the API."
+    api, _, core = k8s
+    await core.create_namespaced_secret("default", secret("a", token="s3cret"))
+    read = await core.read_namespaced_secret("a", "default")
+    assert read.data == {"token": base64.b64encode(b"s3cret").decode()}
+    assert read.string_data is None
+    assert "stringData" not in api.get(kube_api.SECRETS, "default", "a")
+    with pytest.raises(client.ApiException) as caught:
+        await core.create_namespaced_secret("default", secret("a", token="again"))
+    body = json.loads(caught.value.body)
+    assert (caught.value.status, body["message"]) == (409, 'secrets "a" already exists')
+
+
+async def test_a_secret_whose_data_is_not_base64_is_refused_with_422(k8s: Fixture) -> None:
+    api, _, _ = k8s
+    body = {**secret("bad"), "data": {"token": "not base64!"}}
+    async with api.post("/api/v1/namespaces/default/secrets", json=body) as answer:
+        assert answer.status == 422
+        assert "illegal base64 data" in (await answer.json())["message"]
+    assert api.objects(kube_api.SECRETS) == []
+
+
+async def test_an_immutable_secret_keeps_its_data_but_takes_a_new_owner(k8s: Fixture) -> None:
+    # "Immutable Secrets": once immutable, its data cannot change; its metadata can.
+    _, batch, core = k8s
+    owner = await batch.create_namespaced_job("default", job("a"))
+    await core.create_namespaced_secret("default", {**secret("a", token="1"), "immutable": True})
+    with pytest.raises(client.ApiException) as caught:
+        await core.patch_namespaced_secret("a", "default", {"stringData": {"token": "2"}})
+    assert caught.value.status == 422
+    assert "field is immutable" in json.loads(caught.value.body)["message"]
+    owners = secret("a", owner)["metadata"]["ownerReferences"]
+    await core.patch_namespaced_secret("a", "default", {"metadata": {"ownerReferences": owners}})
+    read = await core.read_namespaced_secret("a", "default")
+    assert read.metadata.owner_references[0].uid == owner.metadata.uid
+    assert read.data == {"token": base64.b64encode(b"1").decode()}
+
+
+@pytest.mark.parametrize(("policy", "left"), [("Background", 0), (None, 1)])
+async def test_a_secret_owned_by_a_job_is_collected_with_it(
+    k8s: Fixture, policy: str | None, left: int
+) -> None:
+    # "Garbage Collection", as for the ConfigMap above.
+    _, batch, core = k8s
+    owner = await batch.create_namespaced_job("default", job("a"))
+    await core.create_namespaced_secret("default", secret("a", owner, token="1"))
+    options = client.V1DeleteOptions(propagation_policy=policy) if policy else None
+    await batch.delete_namespaced_job("a", "default", body=options)
+    assert len((await core.list_namespaced_secret("default")).items) == left
+
+
+async def test_a_pod_waits_in_create_container_config_error_until_its_secret_exists(
+    k8s: Fixture, tmp_path: Any
+) -> None:
+    # "Distribute Credentials Securely Using Secrets": a container whose env reads a key of
+    # a Secret that does not exist (and is not optional) does not start; the kubelet
+    # reports CreateContainerConfigError and tries again.
+    api, batch, core = k8s
+    kubelet, controller = kube_api.Kubelet(api), kube_api.JobController(api)
+    out = tmp_path / "out"
+    body = job("a")
+    body["spec"]["template"]["spec"]["containers"][0] |= {
+        "command": ["sh", "-c", f'printf %s "$TOKEN" > {out}'],
+        "env": [{"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "a", "key": "token"}}}],
+    }
+    made = await batch.create_namespaced_job("default", body)
+
+    async def waiting() -> Any:
+        pods = (await core.list_namespaced_pod("default")).items
+        statuses = pods[0].status.container_statuses if pods else None
+        return statuses and statuses[0].state.waiting
+
+    held = await eventually(waiting, what="the pod waiting")
+    assert (held.reason, held.message) == ("CreateContainerConfigError", 'secret "a" not found')
+    assert not out.exists(), "no container before its Secret"
+    await core.create_namespaced_secret("default", secret("a", made, token="s3cret"))
+
+    async def finished() -> Any:
+        done = await batch.read_namespaced_job("a", "default")
+        return done if done.status.conditions else None
+
+    done = await eventually(finished, what="the Job finished")
+    assert [c.type for c in done.status.conditions] == ["SuccessCriteriaMet", "Complete"]
+    assert out.read_text() == "s3cret", "the key's value, decoded"
     await controller.close()
     await kubelet.close()

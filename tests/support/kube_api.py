@@ -21,8 +21,11 @@ Kubernetes API documentation (kubernetes.io/docs/reference/using-api/api-concept
   by ownerReferences, Orphan keeps them; a Job deleted with no policy orphans its pods,
   as batch/v1 does for compatibility);
 - JSON merge patches (used for `spec.shutdown` and status injection);
-- ConfigMaps as core/v1 keeps them: no status, created, read, patched and garbage
-  collected like any dependent (ownerReferences), their data at most 1 MiB (422 beyond).
+- ConfigMaps and Secrets as core/v1 keeps them: no status, created, read, patched and
+  garbage collected like any dependent (ownerReferences), their data at most 1 MiB (422
+  beyond); a Secret's `stringData` is merged into its base64 `data` on every write (and
+  never read back), a `data` value that is not base64 is 422; once `immutable`, their
+  data cannot change (422), their metadata can.
 
 `Kubelet`, `JobController` and `ArgoController` (below) move the objects as a cluster
 would; the kubelet runs each pod's `main` container command as a local process, so an
@@ -31,12 +34,17 @@ mounts a ConfigMap volume waits in ContainerCreating until the ConfigMap exists 
 the volume is `optional`), as a kubelet does; the ConfigMap's keys then become files (of
 the volume's `defaultMode`) in a folder of this machine, and, since a local process has no
 container filesystem, an environment value naming a path under a `mountPath` is rewritten
-to the same path under that folder.
+to the same path under that folder. An environment variable read from a Secret
+(`valueFrom.secretKeyRef`) gets the key's decoded value; until the Secret and its key
+exist (unless `optional`) the pod stays Pending, its container waiting in
+CreateContainerConfigError, as a kubelet keeps it. Other `valueFrom` sources read as "".
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import contextlib
 import copy
 import itertools
@@ -67,8 +75,17 @@ JOBS = ("batch", "v1", "jobs")
 PODS = ("", "v1", "pods")
 WORKFLOWS = ("argoproj.io", "v1alpha1", "workflows")
 CONFIGMAPS = ("", "v1", "configmaps")
-KINDS = {JOBS: "Job", PODS: "Pod", WORKFLOWS: "Workflow", CONFIGMAPS: "ConfigMap"}
-WITHOUT_STATUS = frozenset({CONFIGMAPS})
+SECRETS = ("", "v1", "secrets")
+KINDS = {
+    JOBS: "Job",
+    PODS: "Pod",
+    WORKFLOWS: "Workflow",
+    CONFIGMAPS: "ConfigMap",
+    SECRETS: "Secret",
+}
+WITHOUT_STATUS = frozenset({CONFIGMAPS, SECRETS})
+DATA_BYTES = 1024 * 1024
+"""The most a ConfigMap's or a Secret's data may hold."""
 SCHEMA_VERSION = kubernetes.SUPPORTED_VERSIONS[-1]
 
 Key = tuple[tuple[str, str, str], str, str]  # (resource, namespace, name)
@@ -118,6 +135,7 @@ class KubeApi(kmock.KubernetesEmulator):  # type: ignore[misc]
             JOBS: _schema_problems,
             PODS: _schema_problems,
             CONFIGMAPS: _schema_problems,
+            SECRETS: _secret_problems,
             WORKFLOWS: _workflow_problems,
         }
         self.on_change: list[Callable[[str, tuple[str, str, str], dict[str, Any]], None]] = []
@@ -153,6 +171,9 @@ class KubeApi(kmock.KubernetesEmulator):  # type: ignore[misc]
             raise _not_found(resource, name)
         merged = _merge(copy.deepcopy(obj), change)
         merged["metadata"]["uid"] = obj["metadata"]["uid"]
+        if resource == SECRETS:
+            _store_string_data(merged)
+        _check_immutable(resource, obj, merged)
         return self._write(key, merged, "MODIFIED")
 
     def remove(
@@ -217,6 +238,8 @@ class KubeApi(kmock.KubernetesEmulator):  # type: ignore[misc]
             obj.setdefault("status", {})
         if resource == JOBS:
             _default_job(obj)
+        if resource == SECRETS:
+            _store_string_data(obj)
         return self._write(key, obj, "ADDED")
 
     def _write(self, key: Key, obj: dict[str, Any], kind: str) -> dict[str, Any]:
@@ -460,6 +483,51 @@ def _schema_problems(obj: dict[str, Any]) -> list[str]:
     return kubernetes.manifest_problems(doc)
 
 
+def _secret_problems(obj: dict[str, Any]) -> list[str]:
+    """A Secret's schema, then what the API server checks of its data: each `data` value
+    base64, and the decoded values with `stringData`'s at most DATA_BYTES."""
+    if problems := _schema_problems(obj):
+        return problems
+    size = 0
+    for key, value in (obj.get("data") or {}).items():
+        try:
+            size += len(base64.b64decode(str(value), validate=True))
+        except binascii.Error:
+            return [f"data[{key}]: illegal base64 data"]
+    size += sum(len(str(v).encode("utf-8")) for v in (obj.get("stringData") or {}).values())
+    if size > DATA_BYTES:
+        return [f"data: Too long: must have at most {DATA_BYTES} bytes ({size} given)"]
+    return []
+
+
+def _store_string_data(secret: dict[str, Any]) -> None:
+    """As the API server writes a Secret: `stringData` merged into `data`, base64, and gone."""
+    given = secret.pop("stringData", None) or {}
+    if given:
+        data = secret.setdefault("data", {})
+        for key, value in given.items():
+            data[key] = base64.b64encode(str(value).encode("utf-8")).decode("ascii")
+
+
+def _check_immutable(
+    resource: tuple[str, str, str], before: Mapping[str, Any], after: Mapping[str, Any]
+) -> None:
+    """An immutable ConfigMap's or Secret's data (and immutability) cannot change: 422."""
+    if resource not in (CONFIGMAPS, SECRETS) or not before.get("immutable"):
+        return
+    for part in ("data", "binaryData", "immutable"):
+        if before.get(part) != after.get(part):
+            name = before["metadata"]["name"]
+            raise status_error(
+                422,
+                "Invalid",
+                f'{KINDS[resource]} "{name}" is invalid: {part}: Forbidden: field is'
+                " immutable when `immutable` is set",
+                name=name,
+                kind=KINDS[resource],
+            )
+
+
 def _workflow_problems(obj: dict[str, Any]) -> list[str]:
     """What Argo's CRD schema and admission would refuse, as hera's models of it read it."""
     try:
@@ -633,7 +701,9 @@ class Kubelet(_Controller):
         if mounts is None:  # the pod went while it waited for its volumes
             return
         try:
-            await self._start(pod, mounts)
+            env = await self._environment(pod, mounts)
+            if env is not None:  # else the pod went while it waited for its Secrets
+                await self._start(pod, env)
         finally:
             if (folder := self.volumes.pop(name, None)) is not None:
                 shutil.rmtree(folder, ignore_errors=True)
@@ -663,15 +733,36 @@ class Kubelet(_Controller):
                 break
             if not waiting:
                 waiting = True
-                creating = container_status({"waiting": {"reason": "ContainerCreating"}})
-                self.api.patch(
-                    PODS,
-                    ns,
-                    name,
-                    {"status": {"phase": "Pending", "containerStatuses": [creating]}},
-                )
+                self._waiting(ns, name, "ContainerCreating")
             await asyncio.sleep(0.05)
         return self._materialise(name, wanted, found)
+
+    async def _environment(
+        self, pod: dict[str, Any], mounts: Mapping[str, Path]
+    ) -> dict[str, str] | None:
+        """The `main` container's environment, once every Secret (and key) it reads
+        exists: until then the pod is Pending, its container waiting in
+        CreateContainerConfigError with what is missing. None if the pod went first."""
+        ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+        entries = pod["spec"]["containers"][0].get("env") or []
+        told = None
+        while self.api.find(PODS, ns, name) is not None:
+            env, missing = _resolve_env(entries, lambda n: self.api.find(SECRETS, ns, n), mounts)
+            if missing is None:
+                return env
+            if missing != told:
+                told = missing
+                self._waiting(ns, name, "CreateContainerConfigError", missing)
+            await asyncio.sleep(0.05)
+        return None
+
+    def _waiting(self, ns: str, name: str, reason: str, message: str | None = None) -> None:
+        """The pod Pending, its container waiting for `reason`."""
+        waiting = {"reason": reason, **({"message": message} if message else {})}
+        status = container_status({"waiting": waiting})
+        self.api.patch(
+            PODS, ns, name, {"status": {"phase": "Pending", "containerStatuses": [status]}}
+        )
 
     def _materialise(
         self,
@@ -693,12 +784,9 @@ class Kubelet(_Controller):
             mounts[path] = folder
         return mounts
 
-    async def _start(self, pod: dict[str, Any], mounts: Mapping[str, Path]) -> None:
+    async def _start(self, pod: dict[str, Any], given: Mapping[str, str]) -> None:
         ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
         container = pod["spec"]["containers"][0]
-        given = {
-            e["name"]: _in_mounts(e.get("value", ""), mounts) for e in container.get("env", [])
-        }
         env = {**os.environ, **given}
         command = container.get("command", []) + container.get("args", [])
         started = now_text()
@@ -789,6 +877,33 @@ class Kubelet(_Controller):
         if self.tasks:
             await asyncio.wait(list(self.tasks), timeout=2)
         await super().close()
+
+
+def _resolve_env(
+    entries: list[dict[str, Any]],
+    secret: Callable[[str], dict[str, Any] | None],
+    mounts: Mapping[str, Path],
+) -> tuple[dict[str, str], str | None]:
+    """A container's `env` as its process gets it, and what keeps it from starting (a
+    Secret or a key that is missing and not optional), as the kubelet words it; None when
+    nothing does."""
+    env = {}
+    for entry in entries:
+        ref = (entry.get("valueFrom") or {}).get("secretKeyRef")
+        if ref is None:
+            env[entry["name"]] = _in_mounts(entry.get("value", ""), mounts)
+            continue
+        found = secret(ref["name"])
+        data = (found or {}).get("data") or {}
+        if ref["key"] in data:
+            env[entry["name"]] = base64.b64decode(data[ref["key"]]).decode("utf-8")
+        elif ref.get("optional"):
+            continue
+        elif found is None:
+            return env, f'secret "{ref["name"]}" not found'
+        else:
+            return env, f"couldn't find key {ref['key']} in Secret {ref['name']}"
+    return env, None
 
 
 def _in_mounts(value: str, mounts: Mapping[str, Path]) -> str:
