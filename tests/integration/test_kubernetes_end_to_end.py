@@ -5,6 +5,9 @@ Workflows come out; recovery settles what happened while corral was down."""
 from __future__ import annotations
 
 import asyncio
+import base64
+import contextlib
+import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -176,10 +179,12 @@ async def finished(ex: Any, name: str) -> None:
     await eventually(done, what=f"{name} finished")
 
 
-@pytest.fixture
-async def down(tmp_path: Path) -> AsyncIterator[tuple[Any, ...]]:
+@contextlib.asynccontextmanager
+async def stopped(made: Any, tmp_path: Path) -> AsyncIterator[tuple[Any, ...]]:
+    """A cluster, a store, a started executor and a reconciler on a frozen clock: corral
+    as recovery finds it after a stop, its loops not running."""
     async with kube_api.cluster() as cluster:
-        settings = make_settings(tmp_path, cluster.url)
+        settings = made(tmp_path, cluster.url)
         await migrated(settings)
         db = store.Store.connect(settings.database_url)
         ex = kubernetes.KubernetesExecutor(
@@ -195,6 +200,25 @@ async def down(tmp_path: Path) -> AsyncIterator[tuple[Any, ...]]:
         yield cluster, db, ex, frozen, settings, rec
         await ex.close()
         await db.close()
+
+
+@pytest.fixture
+async def down(tmp_path: Path) -> AsyncIterator[tuple[Any, ...]]:
+    async with stopped(make_settings, tmp_path) as parts:
+        yield parts
+
+
+API = {"api_url": "http://127.0.0.1:1", "attempt_key": "k" * 48}
+"""Settings under which attempts get CORRAL_API_URL and an attempt token."""
+
+
+@pytest.fixture
+async def down_with_api(tmp_path: Path) -> AsyncIterator[tuple[Any, ...]]:
+    def with_api(tmp_path: Path, url: str) -> config.Settings:
+        return make_settings(tmp_path, url).model_copy(update=API)
+
+    async with stopped(with_api, tmp_path) as parts:
+        yield parts
 
 
 async def test_a_job_that_finished_while_corral_was_down_is_settled_by_recovery(
@@ -261,3 +285,34 @@ async def test_a_launch_cut_short_before_its_payload_config_map_is_finished_by_r
     assert (await ex.observe([name]))[name].phase is P.SUCCEEDED, "it read its payload"
     [attempt] = await db.attempt_list(job_id=claimed.job.id)
     assert attempt.state == A.RUNNING, "adopted: its finish is the dispatcher's to apply"
+
+
+async def test_a_launch_cut_short_before_its_token_secret_is_finished_by_recovery(
+    down_with_api: tuple[Any, ...],
+) -> None:
+    """As for the ConfigMap: a Job whose pod waits for the Secret of its attempt token
+    (CreateContainerConfigError) gets it when recovery launches the attempt again."""
+    cluster, db, ex, frozen, settings, rec = down_with_api
+    command = ["sh", "-c", 'test -n "$CORRAL_ATTEMPT_TOKEN" && test -n "$CORRAL_API_URL"']
+    await db.job_submit(
+        new=[model.NewJob(executor="kubernetes", spec={"image": IMAGE, "command": command})],
+        now=frozen.now(),
+    )
+    [claimed] = await db.job_claim(now=frozen.now(), limit=1, executors=["kubernetes"])
+    name = claimed.attempt.launch_name
+    cluster.api["post /api/v1/namespaces/default/secrets"][:4] << 503 << {"code": 503}
+    with pytest.raises(errors.ExecutorError, match="Secret"):
+        await ex.launch(base.launch_for(claimed, settings, frozen.now()))
+    assert (await ex.observe([name]))[name].phase is P.PENDING, "its pod waits"
+    frozen.advance(6)  # past launch_grace
+    summary = await rec.run_once()
+    assert (summary.adopted, summary.relaunched) == (1, 0)
+    secret = cluster.api.get(kube_api.SECRETS, "default", name)
+    job_uid = cluster.api.get(kube_api.JOBS, "default", name)["metadata"]["uid"]
+    assert [o["uid"] for o in secret["metadata"]["ownerReferences"]] == [job_uid]
+    token = model.attempt_token(API["attempt_key"], claimed.job.id, claimed.attempt.id)
+    stored = base64.b64decode(secret["data"][kubernetes.ATTEMPT_TOKEN_KEY]).decode()
+    assert stored == token
+    assert token not in json.dumps(cluster.api.get(kube_api.JOBS, "default", name))
+    await finished(ex, name)
+    assert (await ex.observe([name]))[name].phase is P.SUCCEEDED, "it had its token"

@@ -5,6 +5,7 @@ API server that errs or crawls. The real client, against the API double on loopb
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import dataclasses
 import json
@@ -626,3 +627,113 @@ async def test_a_config_map_of_another_attempt_is_a_conflict(
     )
     with pytest.raises(errors.LaunchConflict, match="fence 7"):
         await either.launch(payload_launch(either.kind, "theirs-1", LARGE, tmp_path / "out"))
+
+
+# --- the attempt token, on Jobs and Workflows ------------------------------------------------
+
+SECRETS_URL = "/api/v1/namespaces/default/secrets"
+ATTEMPT_KEY = "k" * 48
+API_REACH = model.Reach(api_url="http://127.0.0.1:1", attempt_key=ATTEMPT_KEY)
+READ_TOKEN = 'printf %s "$CORRAL_ATTEMPT_TOKEN" > {out}; test -n "$CORRAL_ATTEMPT_TOKEN"'
+
+
+def token_launch(kind: str, name: str, out: Any, **kw: Any) -> model.Launch:
+    spec = {"image": IMAGE, "command": sh(READ_TOKEN.replace("{out}", str(out)))}
+    return make_launch(kind, name, spec, reach=API_REACH, **kw)
+
+
+def secret_token(cluster: kube_api.Cluster, name: str) -> str:
+    data = cluster.api.get(kube_api.SECRETS, NS, name)["data"]
+    return base64.b64decode(data[kubernetes.ATTEMPT_TOKEN_KEY]).decode()
+
+
+async def test_the_attempt_token_reaches_the_pod_from_a_secret_its_owner_owns(
+    cluster: kube_api.Cluster, either: Any, tmp_path: Any
+) -> None:
+    out = tmp_path / "out"
+    mine = token_launch(either.kind, "token-1", out, job_id=5, fence=8)
+    token = model.attempt_token(ATTEMPT_KEY, 5, 8)
+    assert mine.env["CORRAL_ATTEMPT_TOKEN"] == token
+    await either.launch(mine)
+    obs = await until(either, "token-1", lambda o: o.phase.finished)
+    assert obs.phase is model.Phase.SUCCEEDED, obs
+    assert out.read_text() == token, "the pod's environment has it"
+    resource = OWNERS[either.kind][0]
+    for made in (cluster.api.get(resource, NS, "token-1"), *cluster.api.objects(kube_api.PODS)):
+        assert token not in json.dumps(made), "never in the Job, Workflow or pod in the clear"
+    secret = cluster.api.get(kube_api.SECRETS, NS, "token-1")
+    assert secret["metadata"]["ownerReferences"] == [owner_of(cluster, either.kind, "token-1")]
+    assert secret["metadata"]["labels"] == dict(mine.labels)
+    assert (secret["type"], secret["immutable"]) == ("Opaque", True)
+    assert secret_token(cluster, "token-1") == token
+    assert cluster.api.objects(kube_api.CONFIGMAPS) == [], "a small payload needs none"
+    if either.kind == "kubernetes":
+        cluster.jobs.ttl_expire(NS, "token-1")  # the TTL controller deletes it in the background
+    else:
+        cluster.api.remove(kube_api.WORKFLOWS, NS, "token-1")  # the Workflow's TTL, the same
+    assert cluster.api.find(kube_api.SECRETS, NS, "token-1") is None, "collected with its owner"
+
+
+async def test_a_launch_without_a_token_makes_no_secret(
+    cluster: kube_api.Cluster, either: Any, tmp_path: Any
+) -> None:
+    await either.launch(payload_launch(either.kind, "plain-1", SMALL, tmp_path / "out"))
+    obs = await until(either, "plain-1", lambda o: o.phase.finished)
+    assert obs.phase is model.Phase.SUCCEEDED
+    assert cluster.api.objects(kube_api.SECRETS) == []
+
+
+async def test_a_launch_cut_short_before_its_secret_is_finished_by_the_next(
+    cluster: kube_api.Cluster, either: Any, tmp_path: Any
+) -> None:
+    # As a crash between the two creates leaves it: the owner made, its Secret not. The
+    # payload's ConfigMap is made too, before the Secret.
+    cluster.api[f"post {SECRETS_URL}"][:4] << 503 << {"kind": "Status", "code": 503}
+    out = tmp_path / "out"
+    cut = make_launch(
+        either.kind,
+        "cut-3",
+        {"image": IMAGE, "command": sh(READ_TOKEN.replace("{out}", str(out)))},
+        reach=API_REACH,
+        payload=LARGE,
+    )
+    with pytest.raises(errors.ExecutorError, match="Secret"):
+        await either.launch(cut)
+    assert cluster.api.find(kube_api.SECRETS, NS, "cut-3") is None
+    assert cluster.api.find(kube_api.CONFIGMAPS, NS, "cut-3") is not None
+    waiting = await until(either, "cut-3", lambda o: o.phase is not model.Phase.ABSENT)
+    assert waiting.phase is model.Phase.PENDING, "its pod waits for the Secret"
+    [pod] = cluster.api.objects(kube_api.PODS)
+    await eventually(
+        lambda: waiting_reason(cluster, pod["metadata"]["name"]) == "CreateContainerConfigError",
+        what="the pod in CreateContainerConfigError",
+    )
+    assert not out.exists()
+    await either.launch(dataclasses.replace(cut, relaunch=True))  # as recovery asks again
+    obs = await until(either, "cut-3", lambda o: o.phase.finished)
+    assert obs.phase is model.Phase.SUCCEEDED
+    assert out.read_text() == cut.env["CORRAL_ATTEMPT_TOKEN"]
+    secret = cluster.api.get(kube_api.SECRETS, NS, "cut-3")
+    assert secret["metadata"]["ownerReferences"] == [owner_of(cluster, either.kind, "cut-3")]
+    assert len(cluster.api.objects(OWNERS[either.kind][0])) == 1, "its 409 counted as launched"
+
+
+async def test_a_secret_left_by_an_earlier_owner_of_the_name_is_taken_over(
+    cluster: kube_api.Cluster, either: Any, tmp_path: Any
+) -> None:
+    out = tmp_path / "out"
+    mine = token_launch(either.kind, "left-2", out)
+    _, api_version, owner_kind = OWNERS[either.kind]
+    stale = {"apiVersion": api_version, "kind": owner_kind, "name": "left-2", "uid": "gone-uid"}
+    owner = {"apiVersion": api_version, "kind": owner_kind, "name": "left-2", "uid": "x"}
+    left = kubernetes.attempt_secret(mine, namespace=NS, owner=owner)
+    assert left is not None
+    left["metadata"]["ownerReferences"] = [stale]
+    cluster.api.put(kube_api.SECRETS, left)
+    await either.launch(mine)
+    secret = cluster.api.get(kube_api.SECRETS, NS, "left-2")
+    assert secret["metadata"]["ownerReferences"] == [owner_of(cluster, either.kind, "left-2")]
+    assert (
+        await until(either, "left-2", lambda o: o.phase.finished)
+    ).phase is model.Phase.SUCCEEDED
+    assert out.read_text() == mine.env["CORRAL_ATTEMPT_TOKEN"]

@@ -13,7 +13,15 @@ from hypothesis import strategies as st
 from corral import client, config, errors, model
 from corral.executors import argo
 from corral.executors import kubernetes as k8s
-from tests.unit.test_kubernetes_jobs import LARGE, MOUNTED_FILE, NOW, SMALL, make_settings
+from tests.unit.test_kubernetes_jobs import (
+    ATTEMPT_KEY,
+    LARGE,
+    MOUNTED_FILE,
+    NOW,
+    SMALL,
+    api_settings,
+    make_settings,
+)
 
 
 def workflow(spec: dict[str, Any], **kw: Any) -> dict[str, Any]:
@@ -348,4 +356,17 @@ def test_a_large_payload_is_a_workflow_volume_mounted_read_only() -> None:
     ]
     env = {e["name"]: e.get("value") for e in template["container"]["env"]}
     assert env["CORRAL_PAYLOAD_FILE"] == MOUNTED_FILE
+    argo.check_workflow(doc)
+
+
+def test_the_attempt_token_is_read_from_the_launchs_secret_as_on_a_job() -> None:
+    s = api_settings()
+    spec = {"image": "busybox", "command": ["true"]}
+    doc = workflow(spec, settings=s)
+    assert model.attempt_token(ATTEMPT_KEY, 0, 0) not in json.dumps(doc), "never in the clear"
+    [template] = doc["spec"]["templates"]
+    [entry] = [e for e in template["container"]["env"] if e["name"] == "CORRAL_ATTEMPT_TOKEN"]
+    assert entry["valueFrom"] == {"secretKeyRef": {"name": "corral-0-1", "key": "token"}}
+    job = k8s.dry_run(model.NewJob(executor="kubernetes", spec=spec), s, NOW)
+    assert template["container"] == job["spec"]["template"]["spec"]["containers"][0]
     argo.check_workflow(doc)

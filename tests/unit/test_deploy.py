@@ -36,7 +36,8 @@ ROLE = {
     ("", "pods/log"): {"get"},
     ("argoproj.io", "workflows"): {"create", "get", "list", "watch", "delete", "patch"},
     ("", "configmaps"): {"create", "get", "patch"},  # payloads over 32 KiB
-    ("batch", "jobs/finalizers"): {"update"},  # blockOwnerDeletion on a payload's owner
+    ("", "secrets"): {"create", "get", "patch"},  # attempt tokens, with api_url
+    ("batch", "jobs/finalizers"): {"update"},  # blockOwnerDeletion on their owner
     ("argoproj.io", "workflows/finalizers"): {"update"},
 }
 

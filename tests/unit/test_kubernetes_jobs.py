@@ -444,3 +444,65 @@ def test_a_payload_no_config_map_holds_is_refused_before_anything_is_made() -> N
     )
     with pytest.raises(errors.LaunchRefused, match="more than a ConfigMap holds"):
         k8s.Payload.of(launch).check_size("creating Job jobs/corral-0-1")
+
+
+# --- the attempt token ------------------------------------------------------------------------
+
+API_URL = "http://corral-api.corral:8080"
+ATTEMPT_KEY = "k" * 48
+
+
+def api_settings() -> config.Settings:
+    """Settings under which attempts reach corral through its API, with a token."""
+    return config.Settings(
+        api_url=API_URL,
+        attempt_key=ATTEMPT_KEY,
+        executors={"kubernetes": {"placements": PLACEMENTS, "namespace": "jobs"}},
+    )
+
+
+def test_the_attempt_token_is_read_from_the_launchs_secret_never_in_the_clear() -> None:
+    doc = job({"image": "busybox", "command": ["true"]}, settings=api_settings())
+    token = model.attempt_token(ATTEMPT_KEY, 0, 0)
+    assert token not in json.dumps(doc), "whoever may read Jobs must not read the token"
+    [container] = doc["spec"]["template"]["spec"]["containers"]
+    [entry] = [e for e in container["env"] if e["name"] == "CORRAL_ATTEMPT_TOKEN"]
+    assert entry == {
+        "name": "CORRAL_ATTEMPT_TOKEN",
+        "valueFrom": {"secretKeyRef": {"name": "corral-0-1", "key": "token"}},
+    }, "not optional: the pod waits for the Secret"
+    assert env_of(doc)["CORRAL_API_URL"] == API_URL
+    assert "CORRAL_DATABASE_URL" not in env_of(doc)
+    k8s.check_manifest(doc)
+
+
+def test_the_token_secret_is_owned_by_the_job_and_passes_the_schemas() -> None:
+    s = api_settings()
+    new = model.NewJob(executor="kubernetes", spec={}, labels={"team": "data"}, tenant="t" * 70)
+    launch = base.launch_for(model.first_claim(new, NOW), s, NOW)
+    job_doc = k8s.JobTemplate(s).manifest(launch, {"image": "busybox", "command": ["true"]})
+    created = {**job_doc, "metadata": {**job_doc["metadata"], "uid": "3f2b-uid"}}
+    owner = k8s.owner_reference("batch/v1", "Job", created)
+    doc = k8s.attempt_secret(launch, namespace="jobs", owner=owner)
+    assert doc is not None
+    assert (doc["apiVersion"], doc["kind"], doc["type"]) == ("v1", "Secret", "Opaque")
+    meta = doc["metadata"]
+    assert (meta["name"], meta["namespace"]) == (launch.name, "jobs")
+    assert meta["labels"] == job_doc["metadata"]["labels"], "the Job's labels"
+    assert meta["annotations"] == job_doc["metadata"]["annotations"], "and its annotations"
+    assert meta["ownerReferences"] == [owner]
+    assert doc["immutable"] is True
+    assert doc["stringData"] == {"token": model.attempt_token(ATTEMPT_KEY, 0, 0)}
+    assert k8s.owned_objects(launch, k8s.Payload.of(launch), namespace="jobs", owner=owner) == [doc]
+    k8s.check_manifest(doc)
+
+
+def test_without_an_api_url_there_is_no_token_and_no_secret() -> None:
+    s = make_settings()
+    launch = base.launch_for(
+        model.first_claim(model.NewJob(executor="kubernetes", spec={}), NOW), s, NOW
+    )
+    owner = {"apiVersion": "batch/v1", "kind": "Job", "name": launch.name, "uid": "u"}
+    assert k8s.attempt_secret(launch, namespace="jobs", owner=owner) is None
+    env = env_of(job({"image": "busybox", "command": ["true"]}, settings=s))
+    assert "CORRAL_ATTEMPT_TOKEN" not in env

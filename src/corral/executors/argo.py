@@ -20,7 +20,8 @@ account, TTL, termination grace, database Secret):
     }
 
 The Workflow: one container template, `main`, as its entrypoint, running the same
-container as a Job would (the CORRAL_* environment, the database URL from a Secret);
+container as a Job would (the CORRAL_* environment, the database URL and the attempt
+token from Secrets);
 `retryStrategy.limit: 0` on it (corral owns retries, whatever defaults the Argo
 controller adds); `activeDeadlineSeconds` what is left of the attempt's deadline;
 `ttlStrategy.secondsAfterCompletion` long enough to outlive a corral outage; no `podGC`,
@@ -33,6 +34,8 @@ The payload reaches the container as on a Job (kubernetes.Payload): in CORRAL_PA
 to 32 KiB, else in a ConfigMap named after the launch, owned by the Workflow (created
 after it, made by a later launch of the name if a launch stopped in between), a volume of
 the Workflow mounted read-only into the container, CORRAL_PAYLOAD_FILE naming its file.
+The attempt token reaches it as on a Job too: from a Secret named after the launch, owned
+by the Workflow, never in the Workflow in the clear.
 """
 
 from __future__ import annotations
@@ -229,9 +232,10 @@ class ArgoExecutor(kube_client.ClusterExecutor):
         return {"group": GROUP, "version": VERSION, "namespace": self.namespace, "plural": PLURAL}
 
     async def launch(self, launch: model.Launch) -> None:
-        """Create the Workflow `launch.name`, then the ConfigMap of a payload too large for
-        the environment, owned by the Workflow; the same rules for an existing name as the
-        kubernetes executor's (this attempt's and not being deleted: launched)."""
+        """Create the Workflow `launch.name`, then, owned by it, the ConfigMap of a payload
+        too large for the environment and the Secret of the attempt token; the same rules
+        for an existing name as the kubernetes executor's (this attempt's and not being
+        deleted: launched)."""
         payload = kubernetes.Payload.of(launch)
         payload.check_size(f"creating Workflow {self.namespace}/{launch.name}")
         body = self.template.manifest(launch, launch.spec)  # the spec was checked at submit
@@ -241,14 +245,11 @@ class ArgoExecutor(kube_client.ClusterExecutor):
                 body=body, **self._scope(), _request_timeout=self.api.timeout
             ),
         )
-        if payload.mounted:  # after the Workflow, whose uid owns it; its pod waits for it
-            owner = kubernetes.owner_reference(API_VERSION, "Workflow", workflow)
-            await self.create_payload(
-                launch,
-                kubernetes.payload_config_map(
-                    launch, payload, namespace=self.namespace, owner=owner
-                ),
-            )
+        # After the Workflow, whose uid owns them; its pod waits for them.
+        owner = kubernetes.owner_reference(API_VERSION, "Workflow", workflow)
+        made = kubernetes.owned_objects(launch, payload, namespace=self.namespace, owner=owner)
+        for owned in made:
+            await self.create_owned(launch, owned)
 
     async def observe(self, names: Sequence[str]) -> dict[str, model.Observation]:
         """A fresh read of each Workflow."""

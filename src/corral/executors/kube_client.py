@@ -12,10 +12,10 @@ Only this module, kubernetes.py and argo.py import a Kubernetes client (the offi
   (422/400: the API server refused the object as invalid).
 - `changes()` lists, then watches from the list's resourceVersion, resumes from the last
   one it saw when a stream ends or breaks, and lists again after 410 Gone.
-- A launch may be two objects: its Job or Workflow, then the ConfigMap of a payload too
-  large for the environment, owned by the first (`ClusterExecutor.create_payload`). Each
-  create is idempotent by name, so launching a name again finishes a launch cut short
-  between the two.
+- A launch may be more than one object: its Job or Workflow, then, owned by it, the
+  ConfigMap of a payload too large for the environment and the Secret of its attempt
+  token (`ClusterExecutor.create_owned`). Each create is idempotent by name, so launching
+  a name again finishes a launch cut short in between.
 """
 
 from __future__ import annotations
@@ -42,6 +42,8 @@ from corral import clock, config, errors, model
 log = logging.getLogger("corral.executors.kubernetes")
 
 T = TypeVar("T")
+Owned = TypeVar("Owned", client.V1ConfigMap, client.V1Secret)
+MERGE_PATCH = "application/merge-patch+json"
 RETRIES = 3
 """How many times a request that failed for a passing reason is tried again."""
 BACKOFF_BASE = 0.2
@@ -403,35 +405,23 @@ class ClusterExecutor(abc.ABC):
             return check_existing(what, await self._get(launch.name), launch)
         return made
 
-    async def create_payload(self, launch: model.Launch, body: Mapping[str, Any]) -> None:
-        """Create the ConfigMap `body` that holds `launch`'s payload, idempotent by name: on
-        409 the one there counts as made when it carries this attempt's identity. One owned
-        by another object (an earlier Job of this name, deleted, whose garbage is not
-        collected yet, or orphaned) is given `body`'s owner instead, so that it stays while
-        the pod that waits for it needs it; one being deleted is ExecutorError (a later
-        launch makes it again), one of another attempt LaunchConflict."""
-        what = f"ConfigMap {self.namespace}/{launch.name}"
-        try:
-            config_map = client.V1ConfigMap.from_dict(dict(body))
-        except pydantic.ValidationError as exc:
-            raise errors.LaunchRefused(f"creating {what}: not a valid ConfigMap: {exc}") from None
-        if config_map is None:
-            raise errors.LaunchRefused(f"creating {what}: empty manifest")
+    async def create_owned(self, launch: model.Launch, body: Mapping[str, Any]) -> None:
+        """Create `body`, a ConfigMap or Secret of `launch` owned by its Job or Workflow (its
+        payload, its attempt token), idempotent by name: on 409 the one there counts as
+        made when it carries this attempt's identity. One owned by another object (an
+        earlier owner of this name, deleted, whose garbage is not collected yet, or
+        orphaned) is given `body`'s owner instead, so that it stays while the pod that
+        waits for it needs it; one being deleted is ExecutorError (a later launch makes it
+        again), one of another attempt LaunchConflict."""
+        calls = self._owned_calls(launch.name, body)
+        what = f"{calls.kind} {self.namespace}/{launch.name}"
         made = await self.api.call(
-            f"creating {what}",
-            lambda: self._core.create_namespaced_config_map_without_preload_content(
-                self.namespace, config_map, _request_timeout=self.api.timeout
-            ),
-            ok=lambda exc: is_status(exc, 409),
+            f"creating {what}", calls.create, ok=lambda exc: is_status(exc, 409)
         )
         if made is not None:
             return
         found = await self.api.call(
-            f"reading {what}",
-            lambda: self._core.read_namespaced_config_map_without_preload_content(
-                launch.name, self.namespace, _request_timeout=self.api.timeout
-            ),
-            ok=lambda exc: is_status(exc, 404),
+            f"reading {what}", calls.read, ok=lambda exc: is_status(exc, 404)
         )
         owners = list(body["metadata"]["ownerReferences"])
         if owned_by(what, found, launch, owners):
@@ -439,14 +429,43 @@ class ClusterExecutor(abc.ABC):
         log.info("%s: held by another owner; taking it over for the launch", what)
         await self.api.call(
             f"giving {what} its owner",
-            lambda: self._core.patch_namespaced_config_map_without_preload_content(
-                launch.name,
-                self.namespace,
-                {"metadata": {"ownerReferences": owners}},
-                _content_type="application/merge-patch+json",
-                _request_timeout=self.api.timeout,
-            ),
+            lambda: calls.patch({"metadata": {"ownerReferences": owners}}),
         )
+
+    def _owned_calls(self, name: str, body: Mapping[str, Any]) -> _OwnedCalls:
+        """The create, read and merge-patch of `body` (a ConfigMap or a Secret) by name."""
+        core, namespace, timeout = self._core, self.namespace, self.api.timeout
+        kind = str(body.get("kind"))
+        what = f"{kind} {namespace}/{name}"
+        if kind == "ConfigMap":
+            config_map = _typed(client.V1ConfigMap, body, what)
+            return _OwnedCalls(
+                kind,
+                create=lambda: core.create_namespaced_config_map_without_preload_content(
+                    namespace, config_map, _request_timeout=timeout
+                ),
+                read=lambda: core.read_namespaced_config_map_without_preload_content(
+                    name, namespace, _request_timeout=timeout
+                ),
+                patch=lambda change: core.patch_namespaced_config_map_without_preload_content(
+                    name, namespace, change, _content_type=MERGE_PATCH, _request_timeout=timeout
+                ),
+            )
+        if kind == "Secret":
+            secret = _typed(client.V1Secret, body, what)
+            return _OwnedCalls(
+                kind,
+                create=lambda: core.create_namespaced_secret_without_preload_content(
+                    namespace, secret, _request_timeout=timeout
+                ),
+                read=lambda: core.read_namespaced_secret_without_preload_content(
+                    name, namespace, _request_timeout=timeout
+                ),
+                patch=lambda change: core.patch_namespaced_secret_without_preload_content(
+                    name, namespace, change, _content_type=MERGE_PATCH, _request_timeout=timeout
+                ),
+            )
+        raise errors.LaunchRefused(f"creating {what}: a launch owns only ConfigMaps and Secrets")
 
     async def close(self) -> None:
         """Stop `events` and close the connection. What runs on the cluster keeps running."""
@@ -477,6 +496,28 @@ class ClusterExecutor(abc.ABC):
                 return await observation(found)
 
         return {obs.name: obs for obs in await asyncio.gather(*(one(n) for n in names))}
+
+
+@dataclass(frozen=True, slots=True)
+class _OwnedCalls:
+    """The API calls that make and mend one object a launch owns (ConfigMap, Secret)."""
+
+    kind: str
+    create: Callable[[], Awaitable[aiohttp.ClientResponse]]
+    read: Callable[[], Awaitable[aiohttp.ClientResponse]]
+    patch: Callable[[dict[str, Any]], Awaitable[aiohttp.ClientResponse]]
+
+
+def _typed(model_class: type[Owned], body: Mapping[str, Any], what: str) -> Owned:
+    """`body` as the client's model of it; LaunchRefused when it cannot be one."""
+    try:
+        typed = model_class.from_dict(dict(body))
+    except pydantic.ValidationError as exc:
+        kind = body.get("kind")
+        raise errors.LaunchRefused(f"creating {what}: not a valid {kind}: {exc}") from None
+    if typed is None:
+        raise errors.LaunchRefused(f"creating {what}: empty manifest")
+    return typed
 
 
 # --- reading objects ------------------------------------------------------------------------
@@ -541,7 +582,7 @@ def owned_by(
     launch: model.Launch,
     owners: Sequence[Mapping[str, Any]],
 ) -> bool:
-    """After a 409 on a launch's ConfigMap: whether `found` is this attempt's and has the
+    """After a 409 on a launch's ConfigMap or Secret: whether `found` is this attempt's and has the
     owner(s) `owners` already (False: this attempt's, but another owner's). ExecutorError
     when it is gone or being deleted, LaunchConflict when another attempt's."""
     if found is None:

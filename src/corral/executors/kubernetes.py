@@ -30,6 +30,12 @@ launch that stopped between the two (a crash, an API server that failed) is fini
 the next launch of the name: the Job's 409 counts as launched and the ConfigMap is made
 (its own 409 counts as made), which recovery asks for before it adopts an attempt.
 
+The attempt token (CORRAL_ATTEMPT_TOKEN, when corral has an `api_url`) is never in the
+Job in the clear, where whoever may read Jobs would see it: it is in a Secret named after
+the launch (`attempt_secret`), made after the Job and owned by it like the ConfigMap (a
+launch cut short in between is finished the same way), and the container reads it with
+`valueFrom.secretKeyRef`, not optional: the pod waits until the Secret exists.
+
 The `argo` executor takes the same spec, checked by `normalise_spec`, and runs the same
 container (`container`) under the same placement classes.
 """
@@ -59,6 +65,9 @@ SUPPORTED_VERSIONS = ("1.31", "1.37")
 """The oldest and the newest Kubernetes version whose schemas every Job is checked against."""
 CONTAINER = "main"
 DATABASE_URL = "CORRAL_DATABASE_URL"
+ATTEMPT_TOKEN = "CORRAL_ATTEMPT_TOKEN"
+ATTEMPT_TOKEN_KEY = "token"
+"""The attempt token's key in its Secret."""
 CONTROLLER_UID = "batch.kubernetes.io/controller-uid"
 """The label the API server puts on a Job's pods: the Job's uid."""
 CANCEL_TRIES = 5
@@ -240,6 +249,49 @@ def payload_config_map(
 ) -> dict[str, Any]:
     """The v1 ConfigMap that holds a payload too large for the environment: named after the
     launch, with its labels, immutable, and owned by `owner` (an owner_reference)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": _owned_metadata(launch, namespace, owner),
+        "immutable": True,
+        "data": {PAYLOAD_KEY: payload.text or "null"},  # held only when past the env's limit
+    }
+
+
+def attempt_secret(
+    launch: model.Launch, *, namespace: str, owner: Mapping[str, Any]
+) -> dict[str, Any] | None:
+    """The v1 Secret that holds `launch`'s attempt token (None when it has none): named
+    after the launch, with its labels, immutable, and owned by `owner` (an owner_reference)."""
+    token = launch.env.get(ATTEMPT_TOKEN)
+    if not token:
+        return None
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": _owned_metadata(launch, namespace, owner),
+        "type": "Opaque",
+        "immutable": True,
+        "stringData": {ATTEMPT_TOKEN_KEY: token},
+    }
+
+
+def owned_objects(
+    launch: model.Launch, payload: Payload, *, namespace: str, owner: Mapping[str, Any]
+) -> list[dict[str, Any]]:
+    """What a launch makes after its Job or Workflow, owned by it: the ConfigMap of a
+    payload too large for the environment, and the Secret of its attempt token."""
+    made = []
+    if payload.mounted:
+        made.append(payload_config_map(launch, payload, namespace=namespace, owner=owner))
+    if (secret := attempt_secret(launch, namespace=namespace, owner=owner)) is not None:
+        made.append(secret)
+    return made
+
+
+def _owned_metadata(
+    launch: model.Launch, namespace: str, owner: Mapping[str, Any]
+) -> dict[str, Any]:
     metadata: dict[str, Any] = {
         "name": launch.name,
         "namespace": namespace,
@@ -248,13 +300,7 @@ def payload_config_map(
     }
     if launch.annotations:
         metadata["annotations"] = dict(launch.annotations)
-    return {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": metadata,
-        "immutable": True,
-        "data": {PAYLOAD_KEY: payload.text or "null"},  # held only when past the env's limit
-    }
+    return metadata
 
 
 def placeholder_launch(spec: Mapping[str, Any], *, kind: str = KIND) -> model.Launch:
@@ -399,16 +445,19 @@ def container(
     launch: model.Launch, spec: Mapping[str, Any], secret: str | None, payload: Payload
 ) -> dict[str, Any]:
     """The core/v1 Container that runs a normalised spec for `launch`: its image, command,
-    resources and environment, the database URL read from Secret `secret` (`name/key`), and
-    where its `payload` is (a mounted one at PAYLOAD_MOUNT)."""
-    # corral's own variables win; the database URL never goes into a manifest in the clear.
+    resources and environment, the database URL read from Secret `secret` (`name/key`), the
+    attempt token from the launch's own Secret (attempt_secret), and where its `payload` is
+    (a mounted one at PAYLOAD_MOUNT)."""
+    # corral's own variables win; no credential goes into a manifest in the clear.
     env = {**spec.get("env", {}), **launch.env, **payload.env()}
     env.pop(DATABASE_URL, None)
+    token = env.pop(ATTEMPT_TOKEN, None)
     entries: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in sorted(env.items())]
     if secret is not None:
         name, _, key = secret.partition("/")
-        ref = {"secretKeyRef": {"name": name, "key": key}}
-        entries.append({"name": DATABASE_URL, "valueFrom": ref})
+        entries.append(_from_secret(DATABASE_URL, name, key))
+    if token:
+        entries.append(_from_secret(ATTEMPT_TOKEN, launch.name, ATTEMPT_TOKEN_KEY))
     container: dict[str, Any] = {
         "name": CONTAINER,
         "image": spec["image"],
@@ -423,6 +472,11 @@ def container(
     if payload.mounted:
         container["volumeMounts"] = [dict(PAYLOAD_MOUNT)]
     return container
+
+
+def _from_secret(variable: str, name: str, key: str) -> dict[str, Any]:
+    """An env entry read from key `key` of Secret `name` (not optional: the pod waits)."""
+    return {"name": variable, "valueFrom": {"secretKeyRef": {"name": name, "key": key}}}
 
 
 def placement_class(
@@ -573,11 +627,12 @@ class KubernetesExecutor(kube_client.ClusterExecutor):
     # --- the protocol --------------------------------------------------------------------
 
     async def launch(self, launch: model.Launch) -> None:
-        """Create the Job `launch.name`, then the ConfigMap of a payload too large for the
-        environment, owned by the Job. A Job of that name that carries this attempt's
-        identity and is not being deleted counts as launched (a create whose answer was
-        lost, then tried again, or a launch stopped before its ConfigMap, which this one
-        makes); any other raises LaunchConflict."""
+        """Create the Job `launch.name`, then, owned by the Job, the ConfigMap of a payload
+        too large for the environment and the Secret of the attempt token. A Job of that
+        name that carries this attempt's identity and is not being deleted counts as
+        launched (a create whose answer was lost, then tried again, or a launch stopped
+        before its ConfigMap or Secret, which this one makes); any other raises
+        LaunchConflict."""
         doing = f"creating Job {self.namespace}/{launch.name}"
         payload = Payload.of(launch)
         payload.check_size(doing)
@@ -596,11 +651,10 @@ class KubernetesExecutor(kube_client.ClusterExecutor):
                 self.namespace, body, _request_timeout=self.api.timeout
             ),
         )
-        if payload.mounted:  # after the Job, whose uid owns it; its pod waits for it
-            owner = owner_reference("batch/v1", "Job", job)
-            await self.create_payload(
-                launch, payload_config_map(launch, payload, namespace=self.namespace, owner=owner)
-            )
+        # After the Job, whose uid owns them; its pod waits for them.
+        owner = owner_reference("batch/v1", "Job", job)
+        for owned in owned_objects(launch, payload, namespace=self.namespace, owner=owner):
+            await self.create_owned(launch, owned)
 
     async def observe(self, names: Sequence[str]) -> dict[str, model.Observation]:
         """A fresh read of each Job (and, for a failed one, its pods)."""
