@@ -214,10 +214,7 @@ class Client:
 
     async def job(self, job_id: int) -> JobView:
         """A job with its attempts and events; NotFound if there is none."""
-        job = await self.store.job_get(job_id=job_id)
-        attempts = await self.store.attempt_list(job_id=job_id)
-        events = await self.store.event_list(job_id=job_id)
-        return JobView(job, attempts, events, await self.store.run_logs(job_id=job_id))
+        return JobView(*await self.store.job_record(job_id=job_id))
 
     async def follow(
         self,

@@ -230,10 +230,10 @@ class Store:
         return await self._call(_name(fn), call, self._backstop, read_only=True)
 
     async def _lookup(self, fn: Callable[..., T], /, **kwargs: Any) -> T:
-        """`_read` for a `fn` that runs one statement: on PostgreSQL outside a transaction
-        (autocommit), one round trip where BEGIN, the statement and COMMIT were three (what
-        each API request paid, a job's page four times over); one statement reads one
-        snapshot all the same."""
+        """`_read` for a `fn` whose statements each stand alone (none needs another's
+        snapshot): on PostgreSQL outside a transaction (autocommit), a round trip each where
+        BEGIN and COMMIT made two more (what each API request paid, a job's page five times
+        over)."""
         if self.dialect != "postgresql":
             return await self._read(fn, **kwargs)
         call = functools.partial(fn, **kwargs)
@@ -784,6 +784,24 @@ class Store:
     async def run_logs(self, *, job_id: int) -> dict[int, model.RunLog]:
         """What each ended attempt of a job left to read, by fence."""
         return await self._lookup(runlogs.run_logs_of, job_id=job_id)
+
+    async def job_record(
+        self, *, job_id: int
+    ) -> tuple[model.Job, list[model.Attempt], list[model.Event], dict[int, model.RunLog]]:
+        """A job, its attempts, its events and its run logs (what a job's page shows), read
+        in one call on one connection; NotFound if there is no such job."""
+
+        def job_record(
+            conn: Connection,
+        ) -> tuple[model.Job, list[model.Attempt], list[model.Event], dict[int, model.RunLog]]:
+            return (
+                jobs.job_get(conn, job_id=job_id),
+                attempts.attempt_list(conn, job_id=job_id),
+                events.event_list(conn, job_id=job_id),
+                runlogs.run_logs_of(conn, job_id=job_id),
+            )
+
+        return await self._lookup(job_record)
 
     async def jobs_forget(self, *, before: datetime, limit: int = 500) -> int:
         """Remove up to `limit` jobs that finished before `before`, with their attempts,
