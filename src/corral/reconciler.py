@@ -29,9 +29,9 @@ supersedes it and queues the job for a new attempt with a higher fence (fenced s
 refuse the old one's writes), and stops the old one where the platform lets it.
 
 A present launch is launched again before it is adopted because a launch can be more than
-one object: a Kubernetes Job and then the ConfigMap of its payload, which a crash between
-the two creates leaves missing (the pod waits for it). Launching is idempotent by name, so
-this makes only what is missing and never a second copy.
+one object: a Kubernetes Job and then the ConfigMap of its payload and the Secret of its
+attempt token, which a crash between the creates leaves missing (the pod waits for them).
+Launching is idempotent by name, so this makes only what is missing and never a second copy.
 
 It also stops orphans: launches carrying corral's labels whose attempt has ended, or whose
 job was cancelled. Everything it knows about a launch it reads from the launch's labels,
@@ -294,9 +294,9 @@ class Reconciler:
         summary: Pass,
     ) -> None:
         """Adopt an attempt found on its platform, once launched again so that what a crash
-        kept its launch from making is made (a Job's payload ConfigMap). One past its
-        deadline is adopted as it is: its platform is stopping it. A launch that fails
-        otherwise leaves it `launching` for the next pass."""
+        kept its launch from making is made (a Job's payload ConfigMap, its token's
+        Secret). One past its deadline is adopted as it is: its platform is stopping it. A
+        launch that fails otherwise leaves it `launching` for the next pass."""
         exc = await self._launch_again(executor, item, slots)
         if exc is None or isinstance(exc, errors.LaunchTooLate):
             summary.adopted += 1
