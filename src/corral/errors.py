@@ -3,7 +3,8 @@
     CorralError
     ├── ConfigError            bad settings (exit 2)
     ├── InvalidInput           a request corral refuses at the edge (exit 2)
-    │   └── PayloadTooLarge
+    │   ├── PayloadTooLarge
+    │   └── Conflict           the request does not fit the thing's state now
     ├── IllegalTransition      a state change the transition table does not allow
     ├── NotFound               no such job or attempt (exit 1)
     ├── StaleFence             a newer attempt has replaced the one that asked (exit 3)
@@ -39,6 +40,11 @@ class InvalidInput(CorralError):
 
 class PayloadTooLarge(InvalidInput):
     """Raised when a job's payload is larger than `max_payload_bytes`."""
+
+
+class Conflict(InvalidInput):
+    """Raised when a request does not fit the state its target is in now (a retry of a job
+    that is not quarantined, a resume of a schedule that is not paused)."""
 
 
 class IllegalTransition(CorralError):

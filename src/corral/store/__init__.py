@@ -424,9 +424,17 @@ class Store:
         await self._call("analyze", analyze, None)
 
     async def job_submit(
-        self, *, new: Sequence[model.NewJob], now: datetime
+        self,
+        *,
+        new: Sequence[model.NewJob],
+        now: datetime,
+        audit: Callable[[list[tuple[int, bool]]], Iterable[Mapping[str, Any]]] | None = None,
     ) -> list[tuple[int, bool]]:
-        return await self._tx(jobs.job_submit, new=new, now=now)
+        """Store jobs (jobs.job_submit); with `audit`, the audit rows it makes of what was
+        stored are written in the same transaction."""
+        if audit is None:
+            return await self._tx(jobs.job_submit, new=new, now=now)
+        return await self._tx(tokens.job_submit_audited, new=new, now=now, audit=audit)
 
     async def job_claim(
         self,
@@ -463,8 +471,10 @@ class Store:
     ) -> list[str]:
         return await self._tx(claims.job_claim_plan, now=now, limit=limit, executors=executors)
 
-    async def pool_running(self, *, pools: Sequence[str]) -> dict[str, int]:
-        return await self._tx(claims.pool_running, pools=pools)
+    async def pool_running(
+        self, *, pools: Sequence[str], tenant: str | None = None
+    ) -> dict[str, int]:
+        return await self._tx(claims.pool_running, pools=pools, tenant=tenant)
 
     async def job_cancel(self, *, job_id: int, now: datetime, reason: str) -> model.Attempt | None:
         return await self._tx(jobs.job_cancel, job_id=job_id, now=now, reason=reason)
@@ -761,9 +771,16 @@ class Store:
         return await self._tx(alerts.alert_add, message=message, now=now)
 
     async def alert_list(
-        self, *, limit: int = 50, rule: str | None = None, before: int | None = None
+        self,
+        *,
+        limit: int = 50,
+        rule: str | None = None,
+        before: int | None = None,
+        tenant: str | None = None,
     ) -> list[alerts.Alert]:
-        return await self._tx(alerts.alert_list, limit=limit, rule=rule, before=before)
+        return await self._tx(
+            alerts.alert_list, limit=limit, rule=rule, before=before, tenant=tenant
+        )
 
     async def alert_try_list(self, *, alert_ids: Sequence[int]) -> dict[int, list[alerts.Try]]:
         return await self._tx(alerts.alert_try_list, alert_ids=alert_ids)

@@ -428,12 +428,20 @@ def alert_add(conn: Connection, *, message: Mapping[str, Any], now: datetime) ->
 
 
 def alert_list(
-    conn: Connection, *, limit: int, rule: str | None = None, before: int | None = None
+    conn: Connection,
+    *,
+    limit: int,
+    rule: str | None = None,
+    before: int | None = None,
+    tenant: str | None = None,
 ) -> list[Alert]:
-    """The newest messages first (keyset: ids below `before`)."""
+    """The newest messages first (keyset: ids below `before`); only those about `tenant`'s
+    jobs and schedules when it is given."""
     stmt = select(alerts).order_by(AL.id.desc()).limit(limit)
     if rule is not None:
         stmt = stmt.where(AL.rule == rule)
+    if tenant is not None:
+        stmt = stmt.where(dialects.json_has(conn, AL.details, {"tenant": tenant}))
     if before is not None:
         stmt = stmt.where(AL.id < before)
     return [_alert(r) for r in conn.execute(stmt).all()]

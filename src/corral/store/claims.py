@@ -173,8 +173,10 @@ def _claim_pick_capped(
     return taken
 
 
-def pool_running(conn: Connection, *, pools: Sequence[str]) -> dict[str, int]:
-    """How many jobs of each pool are running now."""
+def pool_running(
+    conn: Connection, *, pools: Sequence[str], tenant: str | None = None
+) -> dict[str, int]:
+    """How many jobs of each pool are running now (of `tenant` only, when given)."""
     if not pools:
         return {}
     stmt = (
@@ -182,6 +184,8 @@ def pool_running(conn: Connection, *, pools: Sequence[str]) -> dict[str, int]:
         .where(jobs.c.state == state_is(J.RUNNING), jobs.c.pool.in_(list(pools)))
         .group_by(jobs.c.pool)
     )
+    if tenant is not None:
+        stmt = stmt.where(jobs.c.tenant == tenant)
     return {pool: count for pool, count in conn.execute(stmt)}
 
 

@@ -187,9 +187,7 @@ def job_cancel(
     if job.state == J.CANCELLED:
         return None
     if job.state in model.FINAL_JOB_STATES:
-        raise errors.InvalidInput(
-            f"job {job_id} has already ended ({job.state}); nothing to cancel"
-        )
+        raise errors.Conflict(f"job {job_id} has already ended ({job.state}); nothing to cancel")
     attempt = _active_attempt(conn, job_id)
     if attempt is not None:
         transition(
@@ -259,7 +257,7 @@ def job_unquarantine(
 def _quarantined(conn: Connection, job_id: int) -> None:
     job = job_get(conn, job_id=job_id)
     if job.state != J.QUARANTINED:
-        raise errors.InvalidInput(
+        raise errors.Conflict(
             f"job {job_id} is {job.state}, not quarantined; `corral dead list` shows the"
             " quarantined jobs"
         )

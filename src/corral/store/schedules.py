@@ -104,7 +104,7 @@ def schedules_create(
     if len(inserted) < len(rows):  # raised: the transaction keeps none of them
         taken = sorted(names - {(tenant, name) for _, tenant, name in inserted})
         tenant, name = taken[0]
-        raise errors.InvalidInput(
+        raise errors.Conflict(
             f"name: a schedule named {name!r} exists (tenant {tenant!r}); change it"
             " with `corral schedules update`, or delete it first"
         )

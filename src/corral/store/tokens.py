@@ -3,13 +3,14 @@ changes made through the API."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Connection, insert, select, update
 
 from corral import errors, model
+from corral.store import jobs
 from corral.store.tables import audit, tokens
 
 T = tokens.c
@@ -98,6 +99,21 @@ def audit_add(
             details=dict(details or {}),
         )
     )
+
+
+def job_submit_audited(
+    conn: Connection,
+    *,
+    new: Sequence[model.NewJob],
+    now: datetime,
+    audit: Callable[[list[tuple[int, bool]]], Iterable[Mapping[str, Any]]],
+) -> list[tuple[int, bool]]:
+    """`jobs.job_submit` and its audit rows (`audit(made)`: audit_add's arguments), in one
+    transaction: the jobs are not stored unless their audit is."""
+    made = jobs.job_submit(conn, new=new, now=now)
+    for row in audit(made):
+        audit_add(conn, **row)
+    return made
 
 
 def audit_list(
