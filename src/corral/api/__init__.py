@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -21,12 +20,12 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from corral import client, errors
 from corral.api import attempts, routes, schedules, streams, tokens
 from corral.api.auth import Refused
+from corral.api.limits import MAX_BODY, RequestLimits
 
 log = logging.getLogger("corral.api")
 
 PREFIX = "/api/v1"
-MAX_BODY = 1024 * 1024
-"""The largest request body taken, in bytes (a submit of many jobs included)."""
+__all__ = ["MAX_BODY", "PREFIX", "create_app"]
 
 
 def create_app(c: client.Client) -> FastAPI:
@@ -40,14 +39,7 @@ def create_app(c: client.Client) -> FastAPI:
     )
     app.state.client = c
 
-    @app.middleware("http")
-    async def limit_body(
-        request: Request, call_next: Callable[[Request], Awaitable[Response]]
-    ) -> Response:
-        size = request.headers.get("content-length")
-        if size is not None and (not size.isdigit() or int(size) > MAX_BODY):
-            return _error(413, f"body: at most {MAX_BODY} bytes")
-        return await call_next(request)
+    app.add_middleware(RequestLimits, error=_error)
 
     @app.exception_handler(Refused)
     async def refused(_: Request, exc: Refused) -> Response:
@@ -56,6 +48,10 @@ def create_app(c: client.Client) -> FastAPI:
     @app.exception_handler(errors.InvalidInput)
     async def invalid(_: Request, exc: errors.InvalidInput) -> Response:
         return _error(422, str(exc))
+
+    @app.exception_handler(errors.Conflict)
+    async def conflict(_: Request, exc: errors.Conflict) -> Response:
+        return _error(409, str(exc))
 
     @app.exception_handler(errors.NotFound)
     async def not_found(_: Request, exc: errors.NotFound) -> Response:
@@ -108,7 +104,7 @@ def _methods(app: FastAPI, path: str) -> list[str]:
     return sorted(found)
 
 
-def _error(status: int, message: str, *, headers: dict[str, str] | None = None) -> Response:
+def _error(status: int, message: str, *, headers: dict[str, str] | None = None) -> JSONResponse:
     field, sep, _ = message.partition(":")
     body: dict[str, Any] = {"error": message}
     if sep and " " not in field:
