@@ -104,10 +104,11 @@ async def test_a_submit_returns_the_job_and_a_viewer_may_not_submit(api: Api) ->
     many = await api.http.post("/api/v1/jobs", json=[JOB, JOB], headers=api.as_("a-op"))
     assert [j["state"] for j in many.json()] == ["queued", "queued"]
     [entry, *_] = (await api.http.get("/api/v1/audit", headers=api.as_("a-view"))).json()
-    assert (entry["action"], entry["tenant"], entry["details"]) == (
+    assert (entry["action"], entry["tenant"], entry["target"], entry["details"]) == (
         "jobs.submit",
         "a",
-        {"count": 2},
+        "2 jobs",
+        {"count": 2, "ids": [j["id"] for j in many.json()]},
     )
 
 

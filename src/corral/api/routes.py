@@ -4,26 +4,85 @@ takes a job finds it through `_job`, which answers 404 for another tenant's."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import math
+from collections import defaultdict
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, FastAPI, Path, Query, Request
 from fastapi.responses import JSONResponse
 
 from corral import client, errors, model, shapes
-from corral.api.auth import ERRORS, Caller, Client, Operator, Refused, Since, Viewer
+from corral.api.auth import ERRORS, Caller, Client, ErrorBody, Operator, Refused, Since, Viewer
 
-router = APIRouter(responses=ERRORS)
+RESPONSES: dict[int | str, dict[str, Any]] = {
+    **ERRORS,
+    409: {"model": ErrorBody, "description": "The request does not fit the state it is about"},
+}
+"""ERRORS and 409, which a route that changes a job, a schedule or a token may give."""
+router = APIRouter(responses=RESPONSES)
 
 MAX_JOBS = 1000
 """The most jobs one submit takes."""
 
 MAX_ID = 2**63 - 1
 """The largest id the databases hold (a signed 64-bit integer)."""
+EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
+LATEST = datetime(9000, 1, 1, tzinfo=UTC)
+"""The times the API takes (since, until, run_at, a schedule's start and until, a
+backfill's from and to) lie in [EARLIEST, LATEST): far from where dates overflow."""
 JobId = Annotated[int, Path(ge=1, le=MAX_ID, description="The job's id.")]
 Labels = Annotated[
     list[str] | None, Query(description="KEY=VALUE; the jobs with each label given.")
 ]
+
+
+def instant(value: datetime, field: str) -> datetime:
+    """`value` in UTC; InvalidInput naming `field` when it has no timezone or lies outside
+    [EARLIEST, LATEST)."""
+    if value.utcoffset() is None:
+        raise errors.InvalidInput(f"{field}: must carry a timezone, e.g. 2026-12-01T09:00:00Z")
+    try:
+        at = value.astimezone(UTC)
+    except OverflowError:
+        at = LATEST
+    if not EARLIEST <= at < LATEST:
+        raise errors.InvalidInput(
+            f"{field}: must lie from {EARLIEST.isoformat()} to before {LATEST.isoformat()}"
+        )
+    return at
+
+
+def plain_json(given: Mapping[str, Any], *, prefix: str = "") -> None:
+    """InvalidInput naming the field for what JSON carries but the databases cannot hold:
+    a NUL character in a string (PostgreSQL's text and JSONB refuse it) or a number that
+    is NaN or infinite (not JSON at all)."""
+    for field, value in _leaves(given, prefix):
+        if isinstance(value, str) and "\x00" in value:
+            raise errors.InvalidInput(f"{field}: must not hold a NUL character (\\u0000)")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise errors.InvalidInput(f"{field}: must be a finite number, not NaN or Infinity")
+
+
+def _leaves(given: Mapping[str, Any], prefix: str) -> Iterator[tuple[str, Any]]:
+    """Every key and value under `given`, each with the dotted path of its field (keys
+    with the path of the object holding them); iteratively, however deep."""
+    stack: list[tuple[str, Any]] = [(prefix + str(k), v) for k, v in given.items()]
+    yield from ((prefix.rstrip(".") or "body", k) for k in given)
+    while stack:
+        field, value = stack.pop()
+        yield field, value
+        if isinstance(value, dict):
+            stack += [(f"{field}.{k}", v) for k, v in value.items()]
+            yield from ((field, k) for k in value)
+        elif isinstance(value, list):
+            stack += [(f"{field}.{n}", v) for n, v in enumerate(value)]
+
+
+def when(value: datetime | None, field: str) -> datetime | None:
+    """`instant` of a time that may be absent."""
+    return None if value is None else instant(value, field)
 
 
 async def visible_job(c: client.Client, who: Caller, job_id: int) -> client.JobView:
@@ -38,15 +97,55 @@ async def visible_job(c: client.Client, who: Caller, job_id: int) -> client.JobV
     return view
 
 
-async def _audit(c: client.Client, who: Caller, action: str, target: str, **details: Any) -> None:
-    await c.store.audit_add(
-        at=c.clock.now(),
-        token_id=who.token.id,
-        tenant=who.token.tenant,
-        action=action,
-        target=target,
-        details=details,
-    )
+async def audit(
+    c: client.Client, who: Caller, action: str, target: str, tenant: str | None, **details: Any
+) -> None:
+    """Write the audit row of a change: `tenant` is the tenant of what was changed (for a
+    token of every tenant, not its own), so that tenant's viewers see it."""
+    await c.store.audit_add(**_audit_row(c, who, action, target, tenant, details))
+
+
+def _audit_row(
+    c: client.Client,
+    who: Caller,
+    action: str,
+    target: str,
+    tenant: str | None,
+    details: Mapping[str, Any],
+) -> dict[str, Any]:
+    return {
+        "at": c.clock.now(),
+        "token_id": who.token.id,
+        "tenant": tenant,
+        "action": action,
+        "target": target,
+        "details": dict(details),
+    }
+
+
+def _submitted(
+    c: client.Client, who: Caller, new: Sequence[model.NewJob]
+) -> Callable[[list[tuple[int, bool]]], list[dict[str, Any]]]:
+    """The audit rows of a submit, once its ids are known: one a tenant, its job ids in
+    details (an id alone as the target; a count for many, which no column could hold)."""
+
+    def rows(made: list[tuple[int, bool]]) -> list[dict[str, Any]]:
+        ids: dict[str, list[int]] = defaultdict(list)
+        for job, (job_id, _) in zip(new, made, strict=True):
+            ids[job.tenant].append(job_id)
+        return [
+            _audit_row(
+                c,
+                who,
+                "jobs.submit",
+                str(mine[0]) if len(mine) == 1 else f"{len(mine)} jobs",
+                tenant,
+                {"count": len(mine), "ids": mine},
+            )
+            for tenant, mine in ids.items()
+        ]
+
+    return rows
 
 
 def _tenant_of(who: Caller, given: dict[str, Any]) -> dict[str, Any]:
@@ -58,6 +157,15 @@ def _tenant_of(who: Caller, given: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(tenant, str) or not who.sees(tenant):
         raise errors.InvalidInput(f"tenant: this token acts for tenant {who.token.tenant!r} only")
     return given
+
+
+def _new_job(c: client.Client, who: Caller, given: dict[str, Any]) -> model.NewJob:
+    """A submitted job, checked as any job is and for what the databases cannot hold."""
+    plain_json(given)
+    args = client.submit_arguments(_tenant_of(who, given))
+    if args.get("run_at") is not None:
+        args["run_at"] = instant(args["run_at"], "run_at")
+    return c.validate(c.new_job(**args))
 
 
 @router.post("/jobs", status_code=201, summary="Submit one job (an object) or many (an array)")
@@ -79,12 +187,10 @@ async def jobs_submit(
     new = []
     for n, one in enumerate(given):
         try:
-            args = client.submit_arguments(_tenant_of(who, one))
-            new.append(c.validate(c.new_job(**args)))
+            new.append(_new_job(c, who, one))
         except errors.InvalidInput as exc:
             raise errors.InvalidInput(f"{n}.{exc}" if many else str(exc)) from None
-    made = await c.submit_many(new)
-    await _audit(c, who, "jobs.submit", ",".join(str(i) for i, _ in made), count=len(made))
+    made = await c.store.job_submit(new=new, now=c.clock.now(), audit=_submitted(c, who, new))
     jobs = {j.id: j for j in await c.store.job_get_many(job_ids=[i for i, _ in made])}
     out = [{**shapes.job_dict(jobs[i]), "created": created} for i, created in made]
     return out if many else out[0]
@@ -129,8 +235,8 @@ async def jobs_list(
         pool=pool,
         schedule=schedule,
         labels=labels,
-        since=since,
-        until=until,
+        since=when(since, "since"),
+        until=when(until, "until"),
         before=before,
         limit=limit,
     )
@@ -171,8 +277,13 @@ async def job_logs(c: Client, who: Viewer, job_id: JobId) -> list[dict[str, Any]
 
 @router.get("/jobs/{job_id}/explain", summary="Why a job is not running now, in one line")
 async def job_explain(c: Client, who: Viewer, job_id: JobId) -> dict[str, Any]:
-    await visible_job(c, who, job_id)
-    said = await c.explain(job_id)
+    view = await visible_job(c, who, job_id)
+    pool, slots = view.job.pool or "", c.settings.pools.get(view.job.pool or "")
+    counted = None
+    if slots is not None and view.job.state == model.JobState.QUEUED:
+        running = await c.store.pool_running(pools=[pool], tenant=who.token.tenant)
+        counted = (running.get(pool, 0), slots)  # of the caller's tenant only
+    said = client.explain(view, c.clock.now(), pool=counted)
     return {"id": job_id, "cause": said.partition(":")[0], "explanation": said}
 
 
@@ -183,15 +294,19 @@ async def _change(
     action: str,
     do: Callable[[int, str], Awaitable[object]],
 ) -> dict[str, Any]:
-    """Change a job the caller may see: `do(job_id, reason)`, audited; the job after."""
-    await visible_job(c, who, job_id)
+    """Change a job the caller may see: `do(job_id, reason)`, audited; the job after.
+    A change it cannot make now (a retry of a job not quarantined) is 409."""
+    before = await visible_job(c, who, job_id)
     await do(job_id, f"{action.partition('.')[2]} through the API (token {who.token.id})")
-    await _audit(c, who, action, str(job_id))
+    await audit(c, who, action, str(job_id), before.job.tenant)
     return shapes.view_dict(await visible_job(c, who, job_id))
 
 
 @router.post("/jobs/{job_id}/cancel", summary="Cancel a job (and stop its attempt)")
 async def job_cancel(c: Client, who: Operator, job_id: JobId) -> dict[str, Any]:
+    view = await visible_job(c, who, job_id)
+    if view.job.state == model.JobState.CANCELLED:  # nothing changes, so nothing to audit
+        return shapes.view_dict(view)
     return await _change(c, who, job_id, "jobs.cancel", lambda i, why: c.cancel(i, reason=why))
 
 
@@ -199,9 +314,13 @@ async def job_cancel(c: Client, who: Operator, job_id: JobId) -> dict[str, Any]:
     "/jobs/{job_id}/rerun", status_code=201, summary="Run an ended job again, as a new job"
 )
 async def job_rerun(c: Client, who: Operator, job_id: JobId) -> dict[str, Any]:
-    await visible_job(c, who, job_id)
+    old = await visible_job(c, who, job_id)
+    if old.job.state not in (model.JobState.FAILED, model.JobState.CANCELLED):
+        raise errors.Conflict(
+            f"job {job_id} is {old.job.state}: only a failed or cancelled job is run again"
+        )
     made = await c.rerun(job_id)
-    await _audit(c, who, "jobs.rerun", str(job_id), new_job=made)
+    await audit(c, who, "jobs.rerun", str(job_id), old.job.tenant, new_job=made)
     return shapes.view_dict(await visible_job(c, who, made))
 
 
@@ -236,17 +355,25 @@ async def audit_list(
     ]
 
 
-@router.get("/pools", summary="The pools of the settings: each one's limit and jobs running")
+@router.get(
+    "/pools",
+    summary="The pools of the settings: each one's limit and the jobs of the token's tenant"
+    " running in it",
+)
 async def pools_list(c: Client, who: Viewer) -> list[dict[str, Any]]:
     limits = dict(c.settings.pools)
-    running = await c.store.pool_running(pools=sorted(limits))
+    running = await c.store.pool_running(pools=sorted(limits), tenant=who.token.tenant)
     return [
         {"name": name, "limit": limit, "running": running.get(name, 0)}
         for name, limit in sorted(limits.items())
     ]
 
 
-@router.get("/alerts/rules", summary="The alert rules of the settings (admins: channels too)")
+@router.get(
+    "/alerts/rules",
+    summary="The alert rules of the settings that can concern the token's tenant: those of"
+    " every tenant and its own",
+)
 async def alert_rules(c: Client, who: Viewer) -> dict[str, Any]:
     settings = c.settings.alerts
     muted = await c.store.alert_muted(now=c.clock.now())
@@ -268,10 +395,7 @@ async def alert_rules(c: Client, who: Viewer) -> dict[str, Any]:
 async def alerts_history(
     c: Client, who: Viewer, limit: Annotated[int, Query(ge=1, le=1000)] = 50
 ) -> list[dict[str, Any]]:
-    found = await c.store.alert_list(limit=limit if who.token.tenant is None else 1000)
-    mine = [
-        a for a in found if who.token.tenant is None or a.details.get("tenant") == who.token.tenant
-    ]
+    found = await c.store.alert_list(limit=limit, tenant=who.token.tenant)
     return [
         {
             "id": a.id,
@@ -287,7 +411,7 @@ async def alerts_history(
             "tries": a.tries,
             "last_error": a.last_error,
         }
-        for a in mine[:limit]
+        for a in found
     ]
 
 

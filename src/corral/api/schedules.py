@@ -5,14 +5,17 @@ tenant with ?tenant= (default: default)."""
 
 from __future__ import annotations
 
+import asyncio
+from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Path, Query
 
-from corral import client, errors, shapes
-from corral.api.auth import ERRORS, Caller, Client, Operator, Refused, Viewer
+from corral import cadence, client, errors, model, scheduler, shapes
+from corral.api.auth import Caller, Client, Operator, Refused, Viewer
+from corral.api.routes import EARLIEST, LATEST, RESPONSES, audit, instant, plain_json
 
-router = APIRouter(responses=ERRORS)
+router = APIRouter(responses=RESPONSES)
 
 Name = Annotated[str, Path(description="The schedule's name (within its tenant).")]
 Tenant = Annotated[
@@ -32,6 +35,10 @@ RULE_FIELDS = (
     "jitter",
 )
 """A schedule's own keys; the rest of a body is its job template (as a submit takes it)."""
+NOT_NULL = ("tz", "catchup", "catchup_window", "catchup_max", "overlap")
+"""The keys of a schedule that have a value always (leave one out for its default)."""
+MAX_BACKFILL = 10_000
+"""The most firings one backfill makes (or counts, with dry_run)."""
 TEMPLATE_FIELDS = tuple(f for f in client.SUBMIT_FIELDS if f not in ("run_at", "idempotency_key"))
 
 
@@ -40,12 +47,13 @@ def _tenant(who: Caller, given: str | None) -> str:
     mine = who.token.tenant
     if mine is None:
         return given or "default"
-    if given is not None and given != mine:
-        raise Refused(404, "no such schedule")
     return mine
 
 
 async def _schedule(c: client.Client, who: Caller, name: str, tenant: str | None) -> Any:
+    mine = who.token.tenant
+    if mine is not None and tenant not in (None, mine):
+        raise Refused(404, f"no schedule {name!r}")
     try:
         return await c.schedule(name, tenant=_tenant(who, tenant))
     except errors.NotFound:
@@ -62,13 +70,19 @@ def _arguments(
     unknown = sorted(set(body) - set(allowed))
     if unknown:
         raise errors.InvalidInput(f"{unknown[0]}: unknown field (allowed: {', '.join(allowed)})")
+    plain_json(body)
     for key in RULE_FIELDS:
         value = body.get(key)
+        if value is None and key in body and key in NOT_NULL:
+            raise errors.InvalidInput(f"{key}: must not be null (leave it out for its default)")
         wanted = int if key == "catchup_max" else str
         if value is not None and (type(value) is not wanted):
             raise errors.InvalidInput(
                 f"{key}: must be {'an integer' if wanted is int else 'a string'}"
             )
+    for key in ("start", "until"):
+        if isinstance(body.get(key), str):
+            _in_range(body[key], key)
     args = dict(body)
     tenant = args.get("tenant")
     if tenant is not None and (not isinstance(tenant, str) or not who.sees(tenant)):
@@ -82,15 +96,24 @@ def _arguments(
     return args
 
 
-async def _audit(c: client.Client, who: Caller, action: str, target: str, **details: Any) -> None:
-    await c.store.audit_add(
-        at=c.clock.now(),
-        token_id=who.token.id,
-        tenant=who.token.tenant,
-        action=action,
-        target=target,
-        details=details,
-    )
+def _in_range(text: str, field: str) -> None:
+    """A time of a body (with an offset, or wall time in the schedule's zone) that lies far
+    from where dates overflow; InvalidInput naming `field` if not. Its form is checked
+    where it is read."""
+    try:
+        parsed = datetime.fromisoformat(text.strip())
+    except ValueError:
+        return
+    if parsed.tzinfo is not None:
+        instant(parsed, field)
+    elif not EARLIEST.year < parsed.year < LATEST.year:
+        raise errors.InvalidInput(
+            f"{field}: must lie from {EARLIEST.isoformat()} to before {LATEST.isoformat()}"
+        )
+
+
+async def _audit(c: client.Client, who: Caller, action: str, found: Any, **details: Any) -> None:
+    await audit(c, who, action, f"{found.tenant}/{found.name}", found.tenant, **details)
 
 
 def _shown(c: client.Client, found: Any) -> dict[str, Any]:
@@ -126,7 +149,7 @@ async def schedule_create(
     if not isinstance(name, str):
         raise errors.InvalidInput("name: required, a string")
     made = await c.schedule_create(name, **args)
-    await _audit(c, who, "schedules.create", f"{made.tenant}/{made.name}")
+    await _audit(c, who, "schedules.create", made)
     return _shown(c, made)
 
 
@@ -155,7 +178,7 @@ async def schedule_update(
     args = _arguments(who, body, creating=False, spec=found.template.get("spec"))
     args.pop("tenant", None)
     changed = await c.schedule_update(name, tenant=found.tenant, **args)
-    await _audit(c, who, "schedules.update", f"{found.tenant}/{name}", keys=sorted(body))
+    await _audit(c, who, "schedules.update", found, keys=sorted(body))
     return _shown(c, changed)
 
 
@@ -165,7 +188,7 @@ async def schedule_delete(
 ) -> dict[str, Any]:
     found = await _schedule(c, who, name, tenant)
     await c.schedule_delete(name, tenant=found.tenant)
-    await _audit(c, who, "schedules.delete", f"{found.tenant}/{name}")
+    await _audit(c, who, "schedules.delete", found)
     return {"name": name, "tenant": found.tenant, "deleted": True}
 
 
@@ -174,8 +197,10 @@ async def schedule_pause(
     c: Client, who: Operator, name: Name, tenant: Tenant = None
 ) -> dict[str, Any]:
     found = await _schedule(c, who, name, tenant)
+    if found.paused_at is not None:
+        raise errors.Conflict(f"schedule {name!r} is paused already; nothing to pause")
     done = await c.schedule_pause(name, tenant=found.tenant)
-    await _audit(c, who, "schedules.pause", f"{found.tenant}/{name}")
+    await _audit(c, who, "schedules.pause", found)
     return _shown(c, done)
 
 
@@ -184,8 +209,10 @@ async def schedule_resume(
     c: Client, who: Operator, name: Name, tenant: Tenant = None
 ) -> dict[str, Any]:
     found = await _schedule(c, who, name, tenant)
+    if found.paused_at is None:
+        raise errors.Conflict(f"schedule {name!r} is not paused; nothing to resume")
     done = await c.schedule_resume(name, tenant=found.tenant)
-    await _audit(c, who, "schedules.resume", f"{found.tenant}/{name}")
+    await _audit(c, who, "schedules.resume", found)
     return _shown(c, done)
 
 
@@ -195,7 +222,7 @@ async def schedule_trigger(
 ) -> dict[str, Any]:
     found = await _schedule(c, who, name, tenant)
     job_id = await c.schedule_trigger(name, tenant=found.tenant)
-    await _audit(c, who, "schedules.trigger", f"{found.tenant}/{name}", job_id=job_id)
+    await _audit(c, who, "schedules.trigger", found, job_id=job_id)
     return {"id": job_id, "schedule": name, "tenant": found.tenant}
 
 
@@ -227,12 +254,42 @@ async def schedule_backfill(
     unknown = sorted(set(body) - {"from", "to"})
     if unknown:
         raise errors.InvalidInput(f"{unknown[0]}: unknown field (allowed: from, to)")
-    for key in ("from", "to"):
-        if not isinstance(body.get(key), str):
-            raise errors.InvalidInput(f"{key}: required, an ISO 8601 time")
-    created, existing = await c.backfill(
-        name, start=body["from"], end=body["to"], tenant=found.tenant, dry_run=dry_run
-    )
-    if not dry_run:
-        await _audit(c, who, "schedules.backfill", f"{found.tenant}/{name}", created=created)
-    return {"created": created, "existing": existing, "dry_run": dry_run}
+    first, last = (_backfill_time(body.get(key), key, found.tz) for key in ("from", "to"))
+    if last <= first:
+        raise errors.InvalidInput(f"to: {model.iso(last)} is not after from {model.iso(first)}")
+    count = await asyncio.to_thread(_firings, found, first, last)  # a long range takes a while
+    if count > MAX_BACKFILL:
+        raise errors.InvalidInput(
+            f"to: more than {MAX_BACKFILL} firings in [from, to); at most {MAX_BACKFILL} a"
+            " backfill: split the range"
+        )
+    if dry_run:
+        return {"created": count, "existing": 0, "dry_run": True}
+    created, existing = await c.backfill(name, start=first, end=last, tenant=found.tenant)
+    await _audit(c, who, "schedules.backfill", found, created=created)
+    return {"created": created, "existing": existing, "dry_run": False}
+
+
+def _backfill_time(given: Any, field: str, tz: str) -> datetime:
+    """A backfill's `from` or `to` in UTC (wall time in the schedule's zone when it has no
+    offset); InvalidInput naming the field when it is not a time the API takes."""
+    if not isinstance(given, str):
+        raise errors.InvalidInput(f"{field}: required, an ISO 8601 time")
+    _in_range(given, field)
+    try:
+        return instant(cadence.parse_instant(given, field, tz), field)
+    except OverflowError:
+        raise errors.InvalidInput(
+            f"{field}: must lie from {EARLIEST.isoformat()} to before {LATEST.isoformat()}"
+        ) from None
+
+
+def _firings(found: model.Schedule, first: datetime, last: datetime) -> int:
+    """How many nominal times the schedule has in [first, last), counted up to one past
+    MAX_BACKFILL (run off the event loop: a dense rule over a long range takes time)."""
+    count = 0
+    for _ in cadence.between(scheduler.rule(found, found.anchor), first, last):
+        count += 1
+        if count > MAX_BACKFILL:
+            break
+    return count

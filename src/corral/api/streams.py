@@ -10,23 +10,35 @@ as the alerter does, and so never skips one."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query, Request
 from sse_starlette.sse import EventSourceResponse
+from starlette.background import BackgroundTask
 
-from corral import client, model
-from corral.api.auth import ERRORS, Client, Viewer
+from corral import client, errors, model
+from corral.api.auth import ERRORS, Client, ErrorBody, Refused, Viewer
 from corral.api.routes import MAX_ID, JobId, visible_job
 
-router = APIRouter(responses=ERRORS)
+router = APIRouter(
+    responses={
+        **ERRORS,
+        429: {"model": ErrorBody, "description": "Too many event streams open at once"},
+    }
+)
 
 POLL = 0.5
 """Seconds between looks at the store for new events."""
 PAGE = 500
 """Most events one look reads."""
-FINAL = {model.JobState.SUCCEEDED, model.JobState.FAILED, model.JobState.CANCELLED}
+STILL = {*model.FINAL_JOB_STATES, model.JobState.QUARANTINED}
+"""A job in one of these states changes no more unless a person acts: its stream ends."""
+MAX_SECONDS = 3600.0
+"""How long a job's stream lasts at most (one of a job scheduled far ahead would never
+end): a client goes on where it left off with Last-Event-ID."""
+MAX_STREAMS = 100
+"""The most event streams one API process serves at once; one more is refused (429)."""
 
 After = Annotated[int | None, Query(ge=0, le=MAX_ID, description="Only events after this id.")]
 LastEventId = Annotated[str | None, Header(include_in_schema=False)]
@@ -48,16 +60,65 @@ def _message(e: model.Event) -> dict[str, Any]:
 
 
 def _start(after: int | None, last_event_id: str | None) -> int:
+    """Where a stream starts: after `after`, else after the Last-Event-ID header (an event
+    id: ASCII digits, at most MAX_ID), else from the first event."""
     if after is not None:
         return after
-    if last_event_id is not None and last_event_id.isdigit():
-        return int(last_event_id)
-    return 0
+    if last_event_id is None:
+        return 0
+    if not (last_event_id.isascii() and last_event_id.isdigit()) or int(last_event_id) > MAX_ID:
+        raise errors.InvalidInput(f"Last-Event-ID: must be an event id, 0 to {MAX_ID}")
+    return int(last_event_id)
+
+
+class _Slots:
+    """The streams this process serves now, at most `limit` of them."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.taken = 0
+
+    def take(self) -> Callable[[], None]:
+        """A slot, or 429; returns how to give it back (once, however often called)."""
+        if self.taken >= self.limit:
+            raise Refused(
+                429,
+                f"stream: {self.limit} event streams are open already; try again later",
+                headers={"Retry-After": "5"},
+            )
+        self.taken += 1
+        given_back = False
+
+        def give_back() -> None:
+            nonlocal given_back
+            if not given_back:
+                given_back, self.taken = True, self.taken - 1
+
+        return give_back
+
+
+def _streamed(request: Request, messages: AsyncIterator[dict[str, Any]]) -> EventSourceResponse:
+    """The answer that streams `messages` in one of the process's slots, given back when it
+    ends, however it ends (even if it never started)."""
+    slots = getattr(request.app.state, "stream_slots", None)
+    if slots is None:
+        slots = request.app.state.stream_slots = _Slots(MAX_STREAMS)
+    give_back = slots.take()
+
+    async def held() -> AsyncIterator[dict[str, Any]]:
+        try:
+            async for m in messages:
+                yield m
+        finally:
+            give_back()
+
+    return EventSourceResponse(held(), ping=15, background=BackgroundTask(give_back))
 
 
 @router.get(
     "/jobs/{job_id}/events/stream",
-    summary="A job's run log as server-sent events, until the job has ended",
+    summary="A job's run log as server-sent events, until the job has ended or is quarantined"
+    " (at most an hour: go on with Last-Event-ID)",
     response_class=EventSourceResponse,
 )
 async def job_events_stream(
@@ -69,23 +130,33 @@ async def job_events_stream(
     last_event_id: LastEventId = None,
 ) -> EventSourceResponse:
     await visible_job(c, who, job_id)
+    start = _start(after, last_event_id)
+    ends = c.clock.monotonic() + MAX_SECONDS
 
     async def messages() -> AsyncIterator[dict[str, Any]]:
-        cursor = _start(after, last_event_id)
-        while not await request.is_disconnected():
+        cursor = start
+        while not await request.is_disconnected() and c.clock.monotonic() < ends:
             ids, found = await c.store.event_page(after=cursor, limit=PAGE, job_id=job_id)
             for e in found:
                 yield _message(e)
             cursor = ids[-1] if ids else cursor
             if not ids:
-                if (await c.store.job_get(job_id=job_id)).state in FINAL:
+                if await _still(c, job_id):
                     ids, found = await c.store.event_page(after=cursor, limit=PAGE, job_id=job_id)
                     for e in found:  # what the end wrote, then no more
                         yield _message(e)
                     return
                 await c.clock.sleep(POLL)
 
-    return EventSourceResponse(messages(), ping=15)
+    return _streamed(request, messages())
+
+
+async def _still(c: client.Client, job_id: int) -> bool:
+    """Whether the job will not change without a person (or is gone: forgotten meanwhile)."""
+    try:
+        return (await c.store.job_get(job_id=job_id)).state in STILL
+    except errors.NotFound:
+        return True
 
 
 @router.get(
@@ -122,7 +193,7 @@ async def events_stream(
                 await c.clock.sleep(POLL)
             cursor = upto
 
-    return EventSourceResponse(messages(), ping=15)
+    return _streamed(request, messages())
 
 
 class _Gaps:

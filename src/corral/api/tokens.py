@@ -1,6 +1,6 @@
 """The routes of /api/v1/tokens, for admins: make, list and revoke tokens. An admin of one
 tenant manages that tenant's tokens only (another's is not found); an admin of every
-tenant manages all."""
+tenant manages all, and makes a token of every tenant by giving no tenant (or null)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Depends, Path
 
 from corral import config, errors, model, shapes
-from corral.api.auth import ERRORS, Caller, Client, Refused, role
+from corral.api.auth import Caller, Client, Refused, role
+from corral.api.routes import MAX_ID, RESPONSES, audit, plain_json
 
-router = APIRouter(responses=ERRORS)
+router = APIRouter(responses=RESPONSES)
 
 Admin = Annotated[Caller, Depends(role(model.Role.ADMIN))]
 
@@ -41,7 +42,8 @@ async def tokens_create(
     for key in ("name", "role"):
         if not isinstance(body.get(key), str):
             raise errors.InvalidInput(f"{key}: required, a string")
-    tenant = body.get("tenant")
+    plain_json(body)
+    tenant = body.get("tenant", who.token.tenant)  # an admin of one tenant: its own
     if tenant is not None and not isinstance(tenant, str):
         raise errors.InvalidInput("tenant: a string, or null for every tenant")
     if who.token.tenant is not None and tenant != who.token.tenant:
@@ -56,30 +58,19 @@ async def tokens_create(
     made, secret = await c.token_create(
         name=body["name"], tenant=tenant, role=body["role"], expires=span
     )
-    await c.store.audit_add(
-        at=c.clock.now(),
-        token_id=who.token.id,
-        tenant=who.token.tenant,
-        action="tokens.create",
-        target=str(made.id),
-        details={"tenant": made.tenant, "role": str(made.role)},
+    await audit(
+        c, who, "tokens.create", str(made.id), made.tenant, role=str(made.role), name=made.name
     )
     return {**shapes.token_dict(made), "secret": secret}
 
 
 @router.post("/tokens/{token_id}/revoke", summary="Refuse a token from now on")
 async def tokens_revoke(
-    c: Client, who: Admin, token_id: Annotated[int, Path(ge=1, le=2**63 - 1)]
+    c: Client, who: Admin, token_id: Annotated[int, Path(ge=1, le=MAX_ID)]
 ) -> dict[str, Any]:
     found = {t.id: t for t in await c.store.token_list()}.get(token_id)
     if found is None or who.token.tenant not in (None, found.tenant):
         raise Refused(404, f"no token {token_id}")
     done = await c.store.token_revoke(token_id=token_id, now=c.clock.now())
-    await c.store.audit_add(
-        at=c.clock.now(),
-        token_id=who.token.id,
-        tenant=who.token.tenant,
-        action="tokens.revoke",
-        target=str(token_id),
-    )
+    await audit(c, who, "tokens.revoke", str(token_id), found.tenant)
     return shapes.token_dict(done)
