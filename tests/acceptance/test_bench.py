@@ -121,3 +121,11 @@ def test_schedules_reports_lateness_duplicates_and_scaling() -> None:
         assert got["one_scheduler"]["claimable_after_s"]["p99"] is not None
         assert got["ratio_all_vs_tenth_due"] > 0
         assert got["ratio_over_paused_vs_alone"] > 0
+
+
+def test_api_reports_each_page_against_its_bare_sql() -> None:
+    report = _bench("api.py", "--jobs", "2000", "--events", "10000", "--requests", "10")
+    assert set(report["pages"]) == {"state", "state_queue", "label", "job"}
+    for page in report["pages"].values():
+        assert page["ratio_p95_api_vs_bare"] > 0
+    assert report["api_server"]["cpu_ms_per_request"] > 0
