@@ -453,11 +453,18 @@ ATTEMPT_KEY = "k" * 48
 
 
 def api_settings() -> config.Settings:
-    """Settings under which attempts reach corral through its API, with a token."""
+    """Settings under which attempts reach corral through its API, with a token (and a
+    database URL Secret too, which the token replaces)."""
     return config.Settings(
         api_url=API_URL,
         attempt_key=ATTEMPT_KEY,
-        executors={"kubernetes": {"placements": PLACEMENTS, "namespace": "jobs"}},
+        executors={
+            "kubernetes": {
+                "placements": PLACEMENTS,
+                "namespace": "jobs",
+                "database_url_secret": "corral-db/url",
+            }
+        },
     )
 
 
@@ -472,7 +479,7 @@ def test_the_attempt_token_is_read_from_the_launchs_secret_never_in_the_clear() 
         "valueFrom": {"secretKeyRef": {"name": "corral-0-1", "key": "token"}},
     }, "not optional: the pod waits for the Secret"
     assert env_of(doc)["CORRAL_API_URL"] == API_URL
-    assert "CORRAL_DATABASE_URL" not in env_of(doc)
+    assert "CORRAL_DATABASE_URL" not in [e["name"] for e in container["env"]]
     k8s.check_manifest(doc)
 
 

@@ -453,7 +453,7 @@ def container(
     env.pop(DATABASE_URL, None)
     token = env.pop(ATTEMPT_TOKEN, None)
     entries: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in sorted(env.items())]
-    if secret is not None:
+    if secret is not None and not token:  # a token in place of the database, never both
         name, _, key = secret.partition("/")
         entries.append(_from_secret(DATABASE_URL, name, key))
     if token:
