@@ -4,7 +4,6 @@ attempt exists."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -43,14 +42,14 @@ class Setup:
 
 
 @pytest.fixture
-async def setup(db: store.Store) -> AsyncIterator[Setup]:
+async def setup(db: store.Store) -> Setup:
     c = client.Client(
         store=db,
         executors={"noop": NoopExecutor()},
         settings=config.Settings(),
         clock=FrozenClock(),
     )
-    yield Setup(c, httpx.ASGITransport(app=create_app(c)))
+    return Setup(c, httpx.ASGITransport(app=create_app(c)))
 
 
 def test_a_token_names_its_attempt_and_no_other_key_or_change_passes() -> None:
@@ -117,7 +116,8 @@ async def test_an_attempt_calls_with_its_token_until_a_newer_attempt_exists(setu
     async with setup.api(await setup.token(newer)) as api:
         await api.heartbeat()
         swapped = await api.pointer_swap(dataset="sales", location="file:///new", code_version=None)
-        assert isinstance(swapped, model.Pointer) and swapped.fence == newer.attempt.id
+        assert isinstance(swapped, model.Pointer)
+        assert swapped.fence == newer.attempt.id
 
 
 async def test_a_pointer_published_by_a_newer_fence_is_refused_naming_it(setup: Setup) -> None:
