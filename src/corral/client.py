@@ -148,6 +148,7 @@ class Client:
         self.settings = settings
         self.clock = clock
         self._attempt_key: str | None = None
+        self._tokens: dict[str, tuple[float, model.Token]] = {}  # digest -> (fresh until, token)
         self.checkers = executors if checkers is None else checkers
 
     async def submit(self, **args: Unpack[JobArgs]) -> tuple[int, bool]:
@@ -380,11 +381,29 @@ class Client:
         return made, secret
 
     async def token_check(self, secret: str) -> model.Token | None:
-        """The token of `secret` if it may be used now (not revoked, not expired)."""
+        """The token of `secret` if it may be used now (not revoked, not expired). A token
+        read from the store is trusted for TOKEN_FRESH_SECONDS: a revoke made by another
+        process reaches this one within that; one made through this client, at once."""
         if not secret.startswith(TOKEN_PREFIX):
             return None
-        found = await self.store.token_find(secret_sha256=token_digest(secret))
+        digest, now = token_digest(secret), self.clock.monotonic()
+        kept = self._tokens.get(digest)
+        if kept is not None and kept[0] > now:
+            found: model.Token | None = kept[1]
+        else:
+            found = await self.store.token_find(secret_sha256=digest)
+            if found is not None:  # unknown secrets are not kept: guesses fill no memory
+                if len(self._tokens) >= TOKENS_KEPT:
+                    self._tokens.clear()
+                self._tokens[digest] = (now + TOKEN_FRESH_SECONDS, found)
         return found if found is not None and found.valid(self.clock.now()) else None
+
+    async def token_revoke(self, token_id: int) -> model.Token:
+        """Revoke token `token_id` (NotFound: there is none); refused here at once, and by
+        other API processes within TOKEN_FRESH_SECONDS."""
+        done = await self.store.token_revoke(token_id=token_id, now=self.clock.now())
+        self._tokens.clear()
+        return done
 
     async def attempt_of(self, token: str) -> tuple[int, int] | None:
         """(job_id, fence) of an attempt token this installation made; None for any other.
@@ -767,6 +786,11 @@ async def attempt_key(settings: config.Settings, db: store.Store, clk: clock.Clo
     return await db.service_key(name=ATTEMPT_KEY, secret=made, now=clk.now())
 
 
+TOKEN_FRESH_SECONDS = 5.0
+"""How long an API process trusts a token it has read from the store (one read a token
+every five seconds, not one a request)."""
+TOKENS_KEPT = 10_000
+"""Most tokens an API process keeps read at once."""
 TOKEN_PREFIX = "corral_"
 """How an API token's secret starts (secret scanners can look for it)."""
 

@@ -78,7 +78,18 @@ async def test_a_revoked_or_expired_token_is_refused(api: Api) -> None:
     _, secret = await api.c.token_create(name="u", tenant="a", role="viewer")
     auth = {"Authorization": f"Bearer {secret}"}
     [listed] = [t for t in await api.c.store.token_list() if t.name == "u"]
-    await api.c.store.token_revoke(token_id=listed.id, now=api.c.clock.now())
+    await api.c.token_revoke(listed.id)  # through this process: refused at once
+    assert (await api.http.get("/api/v1/jobs", headers=auth)).status_code == 401
+
+
+async def test_a_token_revoked_by_another_process_is_refused_within_seconds(api: Api) -> None:
+    _, secret = await api.c.token_create(name="v", tenant="a", role="viewer")
+    auth = {"Authorization": f"Bearer {secret}"}
+    assert (await api.http.get("/api/v1/jobs", headers=auth)).status_code == 200
+    [listed] = [t for t in await api.c.store.token_list() if t.name == "v"]
+    await api.c.store.token_revoke(token_id=listed.id, now=api.c.clock.now())  # elsewhere
+    assert (await api.http.get("/api/v1/jobs", headers=auth)).status_code == 200, "still kept"
+    api.c.clock.advance(client.TOKEN_FRESH_SECONDS)  # type: ignore[attr-defined]
     assert (await api.http.get("/api/v1/jobs", headers=auth)).status_code == 401
 
 

@@ -19,7 +19,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
 from corral import model
-from corral.api.auth import ERRORS, Client, ErrorBody, Refused, the_client
+from corral.api.auth import ERRORS, Client, ErrorBody, Refused, client_of
 
 router = APIRouter(
     prefix="/attempt",
@@ -41,7 +41,7 @@ async def attempt(request: Request) -> Attempt:
     token, 409 once a newer attempt exists or this one has ended."""
     scheme, _, token = request.headers.get("authorization", "").partition(" ")
     challenge = {"WWW-Authenticate": "Bearer"}
-    c = the_client(request)
+    c = client_of(request)
     found = await c.attempt_of(token.strip()) if scheme.lower() == "bearer" else None
     if found is None:
         raise Refused(

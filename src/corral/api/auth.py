@@ -54,9 +54,15 @@ class Refused(Exception):
         self.headers = headers
 
 
-def the_client(request: Request) -> client.Client:
+def client_of(request: Request) -> client.Client:
     c: client.Client = request.app.state.client
     return c
+
+
+async def the_client(request: Request) -> client.Client:
+    """The dependency of the client: async, as a plain function would be run on a worker
+    thread for every request."""
+    return client_of(request)
 
 
 async def caller(request: Request) -> Caller:
@@ -66,7 +72,7 @@ async def caller(request: Request) -> Caller:
     challenge = {"WWW-Authenticate": "Bearer"}
     if scheme.lower() != "bearer" or not secret.strip():
         raise Refused(401, "authorization: send Authorization: Bearer <token>", headers=challenge)
-    found = await the_client(request).token_check(secret.strip())
+    found = await client_of(request).token_check(secret.strip())
     if found is None:
         raise Refused(
             401, "authorization: the token is unknown, expired or revoked", headers=challenge

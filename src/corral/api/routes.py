@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, FastAPI, Path, Query, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 
 from corral import client, errors, model, shapes
 from corral.api.auth import ERRORS, Caller, Client, ErrorBody, Operator, Refused, Since, Viewer
@@ -196,7 +196,18 @@ async def jobs_submit(
     return out if many else out[0]
 
 
-@router.get("/jobs", summary="List jobs, the newest first (keyset: ?before=<id>)")
+def answer(content: Any) -> Response:
+    """`content` (JSON values only, as corral.shapes makes them) as the JSON answer, written
+    at once: FastAPI's check and encoding of a dict against dict[str, Any] would only walk
+    it again, a cost each page of a hundred jobs feels."""
+    return JSONResponse(content)
+
+
+@router.get(
+    "/jobs",
+    summary="List jobs, the newest first (keyset: ?before=<id>)",
+    response_model=dict[str, Any],
+)
 async def jobs_list(
     c: Client,
     who: Viewer,
@@ -213,9 +224,9 @@ async def jobs_list(
         int | None, Query(ge=1, le=MAX_ID, description="Only ids below this one.")
     ] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-) -> dict[str, Any]:
+) -> Response:
     if tenant is not None and not who.sees(tenant):
-        return {"jobs": [], "next": None}
+        return answer({"jobs": [], "next": None})
     labels = {}
     for pair in label or []:
         key, sep, value = pair.partition("=")
@@ -240,15 +251,21 @@ async def jobs_list(
         before=before,
         limit=limit,
     )
-    return {
-        "jobs": [shapes.job_dict(j) for j in found],
-        "next": found[-1].id if len(found) == limit else None,
-    }
+    return answer(
+        {
+            "jobs": [shapes.job_dict(j) for j in found],
+            "next": found[-1].id if len(found) == limit else None,
+        }
+    )
 
 
-@router.get("/jobs/{job_id}", summary="A job with its attempts and its run log")
-async def job_get(c: Client, who: Viewer, job_id: JobId) -> dict[str, Any]:
-    return shapes.view_dict(await visible_job(c, who, job_id))
+@router.get(
+    "/jobs/{job_id}",
+    summary="A job with its attempts and its run log",
+    response_model=dict[str, Any],
+)
+async def job_get(c: Client, who: Viewer, job_id: JobId) -> Response:
+    return answer(shapes.view_dict(await visible_job(c, who, job_id)))
 
 
 @router.get("/jobs/{job_id}/events", summary="A job's run log: every change of it and its attempts")

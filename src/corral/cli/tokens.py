@@ -101,7 +101,7 @@ def tokens_revoke(state: State, token_id: int) -> None:
 
     async def go() -> model.Token:
         async with state.connect(platforms=False) as c:
-            return await c.store.token_revoke(token_id=token_id, now=c.clock.now())
+            return await c.token_revoke(token_id)
 
     done = run(go())
     out.print(f"token {done.id} ({done.name}) revoked at {render.when(done.revoked_at)}")
