@@ -16,6 +16,7 @@ from sqlalchemy import (
     DateTime,
     Dialect,
     Float,
+    ForeignKey,
     Index,
     Integer,
     MetaData,
@@ -390,4 +391,75 @@ service_keys = Table(
     Column("name", String(100), primary_key=True),
     Column("secret", String(200), nullable=False),
     Column("created_at", UTCDateTime, nullable=False),
+)
+
+# Bulk operations (retry, cancel, discard by filter): each runs on the snapshot of ids its
+# preview showed, one item a job, marked when done, so a restart goes on where it stopped.
+operations = Table(
+    "operations",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("tenant", String(200)),
+    Column("action", String(20), nullable=False),
+    Column("filter", Json, nullable=False),
+    Column("state", String(20), nullable=False),
+    Column("total", Integer, nullable=False),
+    Column("applied", Integer, nullable=False, server_default="0"),
+    Column("skipped", Integer, nullable=False, server_default="0"),
+    Column("token_id", Id),
+    Column("made_by", String(200), nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+    Column("finished_at", UTCDateTime),
+    Index("ix_operations_state", "state", "id"),
+    sqlite_autoincrement=True,
+)
+
+operation_items = Table(
+    "operation_items",
+    metadata,
+    Column(
+        "operation_id",
+        Id,
+        ForeignKey("operations.id", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    Column("job_id", Id, primary_key=True),
+    Column("outcome", String(20)),
+    Column("note", String(300)),
+    Column("done_at", UTCDateTime),
+    Index(
+        "ix_operation_items_todo",
+        "operation_id",
+        "job_id",
+        sqlite_where=text("done_at IS NULL"),
+        postgresql_where=text("done_at IS NULL"),
+    ),
+)
+
+# People who sign in to the dashboard (an argon2 hash of the password, never the password),
+# for one tenant or every tenant in one role, as tokens are; and signed-in browsers.
+users = Table(
+    "users",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("name", String(200), nullable=False, unique=True),
+    Column("password_hash", String(300), nullable=False),
+    Column("tenant", String(200)),
+    Column("role", String(20), nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("removed_at", UTCDateTime),
+    sqlite_autoincrement=True,
+)
+
+web_sessions = Table(
+    "web_sessions",
+    metadata,
+    Column("secret_sha256", String(64), primary_key=True),
+    Column("user_id", Id),
+    Column("token_id", Id),
+    Column("csrf", String(64), nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("expires_at", UTCDateTime, nullable=False),
+    Index("ix_web_sessions_expires_at", "expires_at"),
 )
