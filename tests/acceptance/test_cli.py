@@ -802,12 +802,11 @@ channels = ["hook"]
         server.server_close()
 
 
-def test_serve_http_answers_a_token_made_by_tokens_create_and_runs_what_it_takes(
-    corral: Run, tmp_path: Path
-) -> None:
-    """`corral tokens create` prints the token alone on its last line; `corral serve
-    --http` serves the API with the loops: a job submitted through it runs and ends;
-    `tokens revoke` ends the token."""
+def serve_http(
+    tmp_path: Path, *args: str, env: dict[str, str] | None = None, api_url: bool = False
+) -> tuple[subprocess.Popen[str], str]:
+    """`corral serve [ARGS] --http` on a free port of 127.0.0.1, once it answers /readyz:
+    the process and its base URL (`api_url`: jobs are told it, as CORRAL_API_URL)."""
     import socket
 
     import httpx
@@ -815,6 +814,45 @@ def test_serve_http_answers_a_token_made_by_tokens_create_and_runs_what_it_takes
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
+    base = f"http://127.0.0.1:{port}"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "corral", "serve", *args, "--http", f"127.0.0.1:{port}"],
+        cwd=tmp_path,
+        env=corral_env({**(env or {}), **({"CORRAL_API_URL": base} if api_url else {})}),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + PATIENCE
+    while True:
+        try:
+            if httpx.get(f"{base}/readyz", timeout=5).status_code == 200:
+                return proc, base
+        except httpx.TransportError:
+            pass
+        if time.monotonic() > deadline or proc.poll() is not None:
+            stopped(proc)
+            pytest.fail("the API never answered /readyz")
+        time.sleep(0.2)
+
+
+def stopped(proc: subprocess.Popen[str]) -> str:
+    """Stop a `serve_http` process with SIGTERM; what it printed (it must exit 0)."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+    printed, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    return printed
+
+
+def test_serve_http_answers_a_token_made_by_tokens_create_and_runs_what_it_takes(
+    corral: Run, tmp_path: Path
+) -> None:
+    """`corral tokens create` prints the token alone on its last line; `corral serve
+    --http` serves the API with the loops: a job submitted through it runs and ends;
+    `tokens revoke` ends the token."""
+    import httpx
+
     made = corral("tokens", "create", "--tenant", "default", "--role", "operator").stdout
     token = made.strip().splitlines()[-1]
     assert token.startswith("corral_")
@@ -823,27 +861,9 @@ def test_serve_http_answers_a_token_made_by_tokens_create_and_runs_what_it_takes
         ("default", "operator", None)
     ]
     assert token not in corral("tokens", "list").stdout
-    server = subprocess.Popen(
-        [sys.executable, "-m", "corral", "serve", "--http", f"127.0.0.1:{port}"],
-        cwd=tmp_path,
-        env=corral_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    base = f"http://127.0.0.1:{port}"
+    server, base = serve_http(tmp_path)
     auth = {"Authorization": f"Bearer {token}"}
     try:
-        deadline = time.monotonic() + PATIENCE
-        while True:
-            try:
-                if httpx.get(f"{base}/readyz", timeout=5).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "the API never answered /readyz"
-            assert server.poll() is None, server.communicate()[1]
-            time.sleep(0.2)
         body = {"spec": {"command": ["sh", "-c", "echo hi from the API"]}, "queue": "api"}
         submitted = httpx.post(f"{base}/api/v1/jobs", json=body, headers=auth, timeout=30)
         assert submitted.status_code == 201, submitted.text
@@ -864,9 +884,7 @@ def test_serve_http_answers_a_token_made_by_tokens_create_and_runs_what_it_takes
             assert time.monotonic() < deadline, "a revoked token is still taken"
             time.sleep(0.5)
     finally:
-        server.send_signal(signal.SIGTERM)
-        _, err = server.communicate(timeout=60)
-    assert server.returncode == 0, err
+        stopped(server)
 
 
 def test_a_job_reaches_corral_through_the_api_with_its_attempt_token_alone(
@@ -874,24 +892,11 @@ def test_a_job_reaches_corral_through_the_api_with_its_attempt_token_alone(
 ) -> None:
     """With api_url set, a process job gets CORRAL_API_URL and CORRAL_ATTEMPT_TOKEN and no
     database URL; `corral heartbeat` and the checkpoint functions work through the API."""
-    import socket
-
     import httpx
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    base = f"http://127.0.0.1:{port}"
     token = corral("tokens", "create", "--tenant", "default", "--role", "operator")
     auth = {"Authorization": f"Bearer {token.stdout.strip().splitlines()[-1]}"}
-    server = subprocess.Popen(
-        [sys.executable, "-m", "corral", "serve", "--http", f"127.0.0.1:{port}"],
-        cwd=tmp_path,
-        env=corral_env({"CORRAL_API_URL": base}),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    server, base = serve_http(tmp_path, api_url=True)
     py = sys.executable
     inside = tmp_path / "inside.py"
     inside.write_text(
@@ -913,16 +918,6 @@ def test_a_job_reaches_corral_through_the_api_with_its_attempt_token_alone(
         f"{py} -m corral heartbeat && {py} {inside}"
     )
     try:
-        deadline = time.monotonic() + PATIENCE
-        while True:
-            try:
-                if httpx.get(f"{base}/readyz", timeout=5).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "the API never answered /readyz"
-            assert server.poll() is None, server.communicate()[1]
-            time.sleep(0.2)
         body = {"spec": {"command": ["sh", "-c", script]}, "policy": {"heartbeat": True}}
         submitted = httpx.post(f"{base}/api/v1/jobs", json=body, headers=auth, timeout=30)
         assert submitted.status_code == 201, submitted.text
@@ -938,9 +933,7 @@ def test_a_job_reaches_corral_through_the_api_with_its_attempt_token_alone(
         assert "resumes at 2" in out
         assert f"published fence {log['fence']}" in out
     finally:
-        server.send_signal(signal.SIGTERM)
-        _, err = server.communicate(timeout=60)
-    assert server.returncode == 0, err
+        stopped(server)
 
 
 def test_tokens_and_the_api_refuse_bad_input_naming_the_option(corral: Run) -> None:
@@ -963,47 +956,15 @@ def test_the_demo_serves_the_api_and_prints_a_first_admin_token_once(
     corral: Run, tmp_path: Path
 ) -> None:
     """What `make run` runs: a first admin token on stdout at the first start only."""
-    import socket
-
     import httpx
 
-    def start() -> tuple[subprocess.Popen[str], str]:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "corral", "serve", "--demo", "--http", f"127.0.0.1:{port}"],
-            cwd=tmp_path,
-            env=corral_env(),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        base = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + PATIENCE
-        while True:
-            try:
-                if httpx.get(f"{base}/readyz", timeout=5).status_code == 200:
-                    return proc, base
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "the API never answered /readyz"
-            assert proc.poll() is None, proc.communicate()[1]
-            time.sleep(0.2)
-
-    def stop(proc: subprocess.Popen[str]) -> str:
-        proc.send_signal(signal.SIGTERM)
-        printed, err = proc.communicate(timeout=60)
-        assert proc.returncode == 0, err
-        return printed
-
-    first, base = start()
-    token = stop(first).strip().splitlines()[-1]
+    first, base = serve_http(tmp_path, "--demo")
+    token = stopped(first).strip().splitlines()[-1]
     assert token.startswith("corral_")
-    again, base = start()
+    again, base = serve_http(tmp_path, "--demo")
     listed = httpx.get(
         f"{base}/api/v1/jobs?queue=demo", headers={"Authorization": f"Bearer {token}"}, timeout=30
     )
-    assert stop(again).strip() == ""  # no second token
+    assert stopped(again).strip() == ""  # no second token
     assert listed.status_code == 200
     assert len(listed.json()["jobs"]) == 5
