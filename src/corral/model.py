@@ -446,6 +446,32 @@ class Token:
 
 
 @dataclass(frozen=True, slots=True)
+class User:
+    """A person who signs in to the dashboard, as listed: never their password's hash."""
+
+    id: int
+    name: str
+    tenant: str | None  # None: every tenant
+    role: Role
+    created_at: datetime
+    removed_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class WebSession:
+    """A dashboard sign-in that is still valid: who it acts as (a user, or the API token
+    signed in with), in which tenant and role, and the CSRF token its forms carry."""
+
+    name: str
+    tenant: str | None
+    role: Role
+    csrf: str
+    expires_at: datetime
+    user_id: int | None
+    token_id: int | None
+
+
+@dataclass(frozen=True, slots=True)
 class AuditEntry:
     """One change made through the API."""
 

@@ -143,3 +143,13 @@ def token_dict(t: model.Token) -> dict[str, Any]:
         "expires_at": iso(t.expires_at),
         "revoked_at": iso(t.revoked_at),
     }
+
+
+def user_dict(u: model.User) -> dict[str, Any]:
+    return {
+        "id": u.id,
+        "name": u.name,
+        "tenant": u.tenant,
+        "role": str(u.role),
+        "created_at": iso(u.created_at),
+    }

@@ -60,6 +60,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "Make, rotate and list the secrets HTTP requests are signed with.",
     ),
     "tokens": ("corral.cli.tokens:tokens", "Make, list and revoke API tokens."),
+    "users": ("corral.cli.users:users", "Add, list and remove dashboard users."),
     "backfill": (
         "corral.cli.schedules:backfill",
         "One job per nominal time of a schedule in [--from, --to), idempotently.",

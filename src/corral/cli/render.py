@@ -23,6 +23,7 @@ from corral.shapes import (
     schedule_dict,
     shown,
     token_dict,
+    user_dict,
     view_dict,
 )
 
@@ -35,6 +36,7 @@ __all__ = [
     "nominal_dict",
     "schedule_dict",
     "token_dict",
+    "user_dict",
     "view_dict",
 ]
 
@@ -413,6 +415,13 @@ def token_expiry(t: Any) -> str:
     if t.revoked_at is not None:
         return f"revoked {when(t.revoked_at)}"
     return "never expires" if t.expires_at is None else f"expires {when(t.expires_at)}"
+
+
+def users_table(found: Sequence[model.User]) -> Table:
+    t = table("name", "tenant", "role", "added", keep=("name", "role"))
+    for u in found:
+        t.add_row(u.name, u.tenant or "(all)", str(u.role), when(u.created_at))
+    return t
 
 
 def tokens_table(found: Sequence[Any]) -> Table:

@@ -40,6 +40,7 @@ from corral.store import (
     secrets,
     sinks,
     tokens,
+    users,
 )
 from corral.store.attempts import Status
 from corral.store.claims import DefaultLimits
@@ -689,6 +690,61 @@ class Store:
         self, *, tenant: str | None = None, limit: int = 100
     ) -> list[model.AuditEntry]:
         return await self._read(tokens.audit_list, tenant=tenant, limit=limit)
+
+    # --- dashboard users and sessions (corral.web) ------------------------------------
+
+    async def user_add(
+        self,
+        *,
+        name: str,
+        password_hash: str,
+        tenant: str | None,
+        role: model.Role,
+        now: datetime,
+    ) -> model.User:
+        return await self._tx(
+            users.user_add,
+            name=name,
+            password_hash=password_hash,
+            tenant=tenant,
+            role=role,
+            now=now,
+        )
+
+    async def user_password(self, *, name: str) -> tuple[model.User, str] | None:
+        return await self._lookup(users.user_password, name=name)
+
+    async def user_list(self) -> list[model.User]:
+        return await self._read(users.user_list)
+
+    async def user_remove(self, *, name: str, now: datetime) -> model.User:
+        return await self._tx(users.user_remove, name=name, now=now)
+
+    async def session_add(
+        self,
+        *,
+        secret_sha256: str,
+        user_id: int | None,
+        token_id: int | None,
+        csrf: str,
+        now: datetime,
+        expires_at: datetime,
+    ) -> None:
+        await self._tx(
+            users.session_add,
+            secret_sha256=secret_sha256,
+            user_id=user_id,
+            token_id=token_id,
+            csrf=csrf,
+            now=now,
+            expires_at=expires_at,
+        )
+
+    async def session_find(self, *, secret_sha256: str, now: datetime) -> model.WebSession | None:
+        return await self._lookup(users.session_find, secret_sha256=secret_sha256, now=now)
+
+    async def session_remove(self, *, secret_sha256: str) -> None:
+        await self._tx(users.session_remove, secret_sha256=secret_sha256)
 
     # --- alerts (corral.alerts) --------------------------------------------------------
 
