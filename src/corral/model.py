@@ -1017,3 +1017,105 @@ def iso(at: datetime) -> str:
     finer when it has a fraction)."""
     text = at.astimezone(UTC).isoformat()
     return text.replace("+00:00", "Z")
+
+
+# --- bulk operations -------------------------------------------------------------------------
+
+
+class BulkAction(StrEnum):
+    """What a bulk operation does to each job of its snapshot."""
+
+    RETRY = "retry"  # a quarantined job back to its queue
+    CANCEL = "cancel"  # a job not ended yet, cancelled
+    DISCARD = "discard"  # a quarantined job given up on (cancelled)
+
+
+BULK_STATES: Mapping[BulkAction, frozenset[JobState]] = {
+    BulkAction.RETRY: frozenset({JobState.QUARANTINED}),
+    BulkAction.DISCARD: frozenset({JobState.QUARANTINED}),
+    BulkAction.CANCEL: frozenset(set(JobState) - FINAL_JOB_STATES),
+}
+"""The states a job must be in for each action to touch it: a filter matches only these."""
+
+
+class OperationState(StrEnum):
+    """Where a bulk operation is: running until no item is left, or cancelled by a person."""
+
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    CANCELLED = "cancelled"
+
+
+class ItemOutcome(StrEnum):
+    """What became of one job of an operation's snapshot."""
+
+    APPLIED = "applied"
+    SKIPPED = "skipped"  # it no longer fit the action (its note says why)
+
+
+@dataclass(frozen=True, slots=True)
+class JobFilter:
+    """The jobs a bulk action is about, as the job list filters them (tenant apart)."""
+
+    states: tuple[str, ...] = ()
+    queue: str | None = None
+    executor: str | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)
+    schedule: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        """The filter as stored with its operation and shown back: only what was given."""
+        said: dict[str, Any] = {
+            "state": list(self.states),
+            "queue": self.queue,
+            "executor": self.executor,
+            "label": [f"{k}={v}" for k, v in self.labels.items()],
+            "schedule": self.schedule,
+            "since": None if self.since is None else iso(self.since),
+            "until": None if self.until is None else iso(self.until),
+        }
+        return {k: v for k, v in said.items() if v not in (None, [])}
+
+
+@dataclass(frozen=True, slots=True)
+class Preview:
+    """What a bulk action would touch now: how many jobs, exactly, and some of their ids."""
+
+    count: int
+    sample: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Operation:
+    """A bulk action running on the snapshot of ids it was made with."""
+
+    id: int
+    tenant: str | None  # None: every tenant (an admin's)
+    action: BulkAction
+    filter: Mapping[str, Any]
+    state: OperationState
+    total: int
+    applied: int
+    skipped: int
+    token_id: int | None
+    made_by: str
+    created_at: datetime
+    updated_at: datetime
+    finished_at: datetime | None
+
+    @property
+    def left(self) -> int:
+        """Items not done yet (those a cancel stopped included)."""
+        return self.total - self.applied - self.skipped
+
+
+@dataclass(frozen=True, slots=True)
+class OperationItem:
+    """One job of an operation's snapshot, and what became of it (None: not done yet)."""
+
+    job_id: int
+    outcome: ItemOutcome | None
+    note: str | None
+    done_at: datetime | None

@@ -35,6 +35,7 @@ from corral.store import (
     hotpath,
     jobs,
     migrate,
+    operations,
     runlogs,
     schedules,
     secrets,
@@ -910,6 +911,74 @@ class Store:
 
     async def pointer_get(self, *, dataset: str) -> model.Pointer | None:
         return await self._tx(sinks.pointer_get, dataset=dataset)
+
+    # --- bulk operations (operations.py) ------------------------------------------------
+
+    async def operation_preview(
+        self, *, tenant: str | None, action: model.BulkAction, given: model.JobFilter
+    ) -> model.Preview:
+        return await self._read(
+            operations.operation_preview, tenant=tenant, action=action, given=given
+        )
+
+    async def operation_create(
+        self,
+        *,
+        tenant: str | None,
+        action: model.BulkAction,
+        given: model.JobFilter,
+        expect: int | None,
+        token_id: int | None,
+        made_by: str,
+        now: datetime,
+    ) -> model.Operation:
+        return await self._tx(
+            operations.operation_create,
+            tenant=tenant,
+            action=action,
+            given=given,
+            expect=expect,
+            token_id=token_id,
+            made_by=made_by,
+            now=now,
+        )
+
+    async def operation_running(self, *, limit: int = 10) -> list[int]:
+        return await self._read(operations.operation_running, limit=limit)
+
+    async def operation_step(
+        self, *, operation_id: int, now: datetime, limit: int
+    ) -> operations.Step:
+        return await self._tx(
+            operations.operation_step, operation_id=operation_id, now=now, limit=limit
+        )
+
+    async def operation_cancel(self, *, operation_id: int, now: datetime) -> model.Operation:
+        return await self._tx(operations.operation_cancel, operation_id=operation_id, now=now)
+
+    async def operation_get(self, *, operation_id: int) -> model.Operation:
+        return await self._read(operations.operation_get, operation_id=operation_id)
+
+    async def operation_list(
+        self, *, tenant: str | None, limit: int = 100, before: int | None = None
+    ) -> list[model.Operation]:
+        return await self._read(
+            operations.operation_list, tenant=tenant, limit=limit, before=before
+        )
+
+    async def operation_items(
+        self,
+        *,
+        operation_id: int,
+        outcome: model.ItemOutcome | None = None,
+        limit: int = 100,
+    ) -> list[model.OperationItem]:
+        return await self._read(
+            operations.operation_items_list,
+            operation_id=operation_id,
+            outcome=outcome,
+            limit=limit,
+        )
 
     # --- schedules and firings (schedules.py) ------------------------------------------
 

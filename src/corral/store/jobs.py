@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, case, func, insert, select
+from sqlalchemy import ColumnElement, Connection, case, func, insert, select
 
 from corral import config, errors, model
 from corral.store import dialects
@@ -302,8 +302,43 @@ def job_list(
     `executor`, with each of `labels`, fired by `schedule`, created in [`since`, `until`),
     and (keyset pagination) with ids below `before`."""
     stmt = select(jobs).order_by(jobs.c.id.desc()).limit(limit)
+    stmt = stmt.where(
+        *job_where(
+            conn,
+            states=states,
+            queue=queue,
+            tenant=tenant,
+            pool=pool,
+            executor=executor,
+            labels=labels,
+            schedule=schedule,
+            since=since,
+            until=until,
+        )
+    )
+    if before is not None:
+        stmt = stmt.where(jobs.c.id < before)
+    return [job_from_row(m) for m in conn.execute(stmt).mappings().all()]
+
+
+def job_where(
+    conn: Connection,
+    *,
+    states: Iterable[str] = (),
+    queue: str | None = None,
+    tenant: str | None = None,
+    pool: str | None = None,
+    executor: str | None = None,
+    labels: Mapping[str, str] | None = None,
+    schedule: str | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+) -> list[ColumnElement[bool]]:
+    """The conditions of the job list's filters (job_list), for every read that filters
+    jobs as it does (a bulk action's preview and snapshot)."""
+    where: list[ColumnElement[bool]] = []
     if states := list(states):
-        stmt = stmt.where(jobs.c.state.in_(states))
+        where.append(jobs.c.state.in_(states))
     given = (
         (jobs.c.queue, queue),
         (jobs.c.tenant, tenant),
@@ -311,18 +346,14 @@ def job_list(
         (jobs.c.executor, executor),
         (dialects.json_text(conn, jobs.c.payload, model.FIRING, "schedule"), schedule),
     )
-    for column, value in given:
-        if value is not None:
-            stmt = stmt.where(column == value)
+    where += [column == value for column, value in given if value is not None]
     if labels:
-        stmt = stmt.where(dialects.json_has(conn, jobs.c.labels, labels))
+        where.append(dialects.json_has(conn, jobs.c.labels, labels))
     if since is not None:
-        stmt = stmt.where(jobs.c.created_at >= since)
+        where.append(jobs.c.created_at >= since)
     if until is not None:
-        stmt = stmt.where(jobs.c.created_at < until)
-    if before is not None:
-        stmt = stmt.where(jobs.c.id < before)
-    return [job_from_row(m) for m in conn.execute(stmt).mappings().all()]
+        where.append(jobs.c.created_at < until)
+    return where
 
 
 def job_count_by_state(conn: Connection) -> dict[str, int]:
