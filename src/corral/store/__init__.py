@@ -35,6 +35,7 @@ from corral.store import (
     hotpath,
     jobs,
     migrate,
+    overview,
     operations,
     runlogs,
     schedules,
@@ -746,6 +747,9 @@ class Store:
 
     async def session_remove(self, *, secret_sha256: str) -> None:
         await self._tx(users.session_remove, secret_sha256=secret_sha256)
+
+    async def job_count_capped(self, *, tenant: str | None) -> dict[str, tuple[int, bool]]:
+        return await self._lookup(overview.job_count_capped, tenant=tenant)
 
     # --- alerts (corral.alerts) --------------------------------------------------------
 

@@ -1,2 +1,41 @@
-"""The dashboard: server-rendered pages (Jinja2 templates, vendored htmx) under /ui on
-the API's app, signed in with a user name and password or an API token."""
+"""The dashboard: server-rendered pages (Jinja2 templates, htmx vendored in static/) under
+/ui on the API's app, signed in with a user name and password or an API token.
+
+    auth.py     sessions, roles and CSRF
+    pages.py    the pages and the forms they send
+"""
+
+from __future__ import annotations
+
+from fastapi import FastAPI, Request
+from fastapi.staticfiles import StaticFiles
+from starlette.responses import RedirectResponse, Response
+
+from corral.web import auth, pages
+
+__all__ = ["mount"]
+
+
+def mount(app: FastAPI) -> None:
+    """Serve the dashboard on `app` under /ui (none of it in the OpenAPI document)."""
+    app.include_router(pages.router)
+    app.mount("/ui/static", StaticFiles(directory=pages.HERE / "static"), name="ui-static")
+
+    @app.get("/ui", include_in_schema=False)
+    async def ui_root() -> Response:
+        return RedirectResponse("/ui/", 307)
+
+    @app.exception_handler(auth.NeedSignIn)
+    async def need_sign_in(request: Request, exc: auth.NeedSignIn) -> Response:
+        to = auth.sign_in_url(exc.back)
+        if request.headers.get("hx-request"):  # htmx follows this header, not a redirect
+            return Response(status_code=401, headers={"HX-Redirect": to})
+        return RedirectResponse(to, 303)
+
+    @app.exception_handler(auth.Forbidden)
+    async def forbidden(request: Request, exc: auth.Forbidden) -> Response:
+        return pages.page(request, "error.html", None, status=403, title="Refused", said=str(exc))
+
+    @app.exception_handler(pages.Missing)
+    async def missing(request: Request, exc: pages.Missing) -> Response:
+        return pages.page(request, "error.html", None, status=404, title="Not found", said=str(exc))

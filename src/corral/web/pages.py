@@ -1,0 +1,357 @@
+"""The dashboard's pages, under /ui: the overview, jobs (a list with filters, a page each
+with its attempts as a timeline and its run log, updated live), schedules with their next
+firings, and quarantined jobs. A page of another tenant's job is not found (404), and the
+lists hold only the session's tenant's.
+
+GETs only read; every change is a POST form that carries the session's CSRF token, made
+by an operator (or admin), written to the audit log, and answered with a redirect back
+(post/redirect/get)."""
+
+from __future__ import annotations
+
+import dataclasses
+import secrets
+from pathlib import Path
+from typing import Annotated, Any
+from urllib.parse import urlencode
+
+import jinja2
+from fastapi import APIRouter, Query, Request
+from fastapi import Path as PathParam
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+
+from corral import client, errors, model
+from corral.web import auth
+from corral.web.auth import Operator, Viewer
+
+HERE = Path(__file__).parent
+JOBS_PAGE = 50
+"""Jobs on one page of the list."""
+QUARANTINED_SHOWN = 20
+"""Quarantined jobs the overview lists."""
+FIRINGS_SHOWN = 3
+"""Next firings shown for each schedule."""
+MAX_ID = 2**63 - 1
+JobId = Annotated[int, PathParam(ge=1, le=MAX_ID)]
+J = model.JobState
+
+router = APIRouter(prefix="/ui", include_in_schema=False)
+templates = jinja2.Environment(
+    loader=jinja2.FileSystemLoader(HERE / "templates"),
+    autoescape=True,
+    undefined=jinja2.StrictUndefined,
+)
+templates.filters["when"] = lambda at: at.strftime("%Y-%m-%d %H:%M:%S") if at else "-"
+templates.filters["count"] = lambda n: f"{n:,}"
+
+
+class Missing(Exception):
+    """Raised when a page is asked for what does not exist, or is another tenant's: 404."""
+
+
+def page(request: Request, name: str, who: model.WebSession | None, **values: Any) -> Response:
+    """Template `name` as an HTML answer, with the session (for its CSRF token and role)."""
+    status = values.pop("status", 200)
+    html = templates.get_template(name).render(
+        request=request, who=who, note=request.query_params.get("note", ""), **values
+    )
+    return HTMLResponse(html, status_code=status)
+
+
+def back(to: str, note: str = "") -> Response:
+    """A redirect after a POST, to the page `to`, with a one-line note to show there."""
+    sep = "&" if "?" in to else "?"
+    return RedirectResponse(to + (f"{sep}{urlencode({'note': note})}" if note else ""), 303)
+
+
+async def visible_job(c: client.Client, who: model.WebSession, job_id: int) -> client.JobView:
+    try:
+        view = await c.job(job_id)
+    except errors.NotFound:
+        raise Missing(f"no job {job_id}") from None
+    if not auth.sees(who, view.job.tenant):
+        raise Missing(f"no job {job_id}")
+    return view
+
+
+async def audit(
+    c: client.Client, who: model.WebSession, action: str, target: str, tenant: str
+) -> None:
+    """The audit row of a change made on the dashboard: by the session's user (or token)."""
+    await c.store.audit_add(
+        at=c.clock.now(),
+        token_id=who.token_id,
+        tenant=tenant,
+        action=action,
+        target=target,
+        details={"by": who.name, "via": "dashboard"},
+    )
+
+
+# --- signing in and out -------------------------------------------------------------------
+
+
+@router.get("/sign-in")
+async def sign_in_page(request: Request, next: str = "/ui/") -> Response:
+    pairing = secrets.token_urlsafe(24)
+    shown = page(request, "sign_in.html", None, pairing=pairing, next=_local(next), failed=False)
+    auth.set_cookie(request, shown, auth.SIGN_IN_COOKIE, pairing, 3600)
+    return shown
+
+
+@router.post("/sign-in")
+async def sign_in(request: Request) -> Response:
+    """A user name and password, or an API token: a session cookie and back to the page
+    that sent here. The form's pairing must match its cookie (SameSite keeps another site's
+    form from sending one), so another site cannot sign a browser in as someone else."""
+    form = await auth.form_of(request)
+    pairing = request.cookies.get(auth.SIGN_IN_COOKIE, "")
+    if not pairing or not secrets.compare_digest(
+        form.get("pairing", "").encode(), pairing.encode()
+    ):
+        raise auth.Forbidden("the sign-in form is stale: reload the page")
+    c = auth.client_of(request)
+    if form.get("token"):
+        opened = await c.sign_in_token(form["token"])
+    else:
+        opened = await c.sign_in(form.get("name", ""), form.get("password", ""))
+    if opened is None:
+        again = secrets.token_urlsafe(24)
+        shown = page(
+            request, "sign_in.html", None, pairing=again, next=_local(form.get("next", "")),
+            failed=True, status=401,
+        )  # fmt: skip
+        auth.set_cookie(request, shown, auth.SIGN_IN_COOKIE, again, 3600)
+        return shown
+    secret, made = opened
+    went = RedirectResponse(_local(form.get("next", "")), 303)
+    age = int((made.expires_at - c.clock.now()).total_seconds())
+    auth.set_cookie(request, went, auth.COOKIE, secret, age)
+    went.delete_cookie(auth.SIGN_IN_COOKIE, path="/ui")
+    return went
+
+
+@router.post("/sign-out")
+async def sign_out(request: Request, who: Viewer) -> Response:
+    form = await auth.form_of(request)
+    if not secrets.compare_digest(form.get("csrf", "").encode(), who.csrf.encode()):
+        raise auth.Forbidden("the form's CSRF token is missing or wrong: reload the page")
+    await auth.client_of(request).sign_out(request.cookies.get(auth.COOKIE, ""))
+    went = RedirectResponse("/ui/sign-in", 303)
+    went.delete_cookie(auth.COOKIE, path="/ui")
+    return went
+
+
+def _local(target: str) -> str:
+    """Where to go after signing in: a dashboard page only (never another site)."""
+    return target if target.startswith("/ui/") and not target.startswith("/ui//") else "/ui/"
+
+
+# --- the overview -------------------------------------------------------------------------
+
+
+@router.get("/")
+async def overview(request: Request, who: Viewer) -> Response:
+    c = auth.client_of(request)
+    counts = await c.store.job_count_capped(tenant=who.tenant)
+    quarantined = await c.store.job_list(
+        states=[J.QUARANTINED], tenant=who.tenant, limit=QUARANTINED_SHOWN
+    )
+    return page(
+        request,
+        "overview.html",
+        who,
+        counts=[(state, *counts[state]) for state in model.JobState],
+        quarantined=quarantined,
+        failing=await _failing_schedules(c, who),
+    )
+
+
+async def _failing_schedules(
+    c: client.Client, who: model.WebSession
+) -> list[tuple[model.Schedule, model.Job]]:
+    """The schedules whose last job failed or waits in quarantine, with that job."""
+    found = await c.schedules(tenant=who.tenant)
+    last = {s.last_job_id: s for s in found if s.last_job_id is not None}
+    jobs = await c.store.job_get_many(job_ids=sorted(last))
+    bad = (J.FAILED, J.QUARANTINED)
+    return [(last[j.id], j) for j in sorted(jobs, key=lambda j: -j.id) if j.state in bad]
+
+
+# --- jobs ---------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Filters:
+    """The job list's filters, as the query string gives them."""
+
+    state: str = ""
+    queue: str = ""
+    label: str = ""
+
+    def query(self, **more: Any) -> str:
+        given = {**dataclasses.asdict(self), **more}
+        return urlencode({k: v for k, v in given.items() if v not in ("", None)})
+
+
+@router.get("/jobs")
+async def jobs(
+    request: Request,
+    who: Viewer,
+    state: str = "",
+    queue: str = "",
+    label: str = "",
+    before: Annotated[int | None, Query(ge=1, le=MAX_ID)] = None,
+) -> Response:
+    """Jobs, the newest first, a page at a time (keyset: ?before=<id>)."""
+    c = auth.client_of(request)
+    filters, wrong = Filters(state=state, queue=queue, label=label), ""
+    key, _, value = label.partition("=")
+    if state and state not in model.JobState.__members__.values():
+        wrong = f"state: {state!r} is not a job state"
+    elif label and not (key and "=" in label):
+        wrong = f"label: {label!r} is not KEY=VALUE"
+    found: list[model.Job] = []
+    if not wrong:
+        found = await c.store.job_list(
+            states=[state] if state else [],
+            queue=queue or None,
+            tenant=who.tenant,
+            labels={key: value} if label else None,
+            before=before,
+            limit=JOBS_PAGE,
+        )
+    more = found[-1].id if len(found) == JOBS_PAGE else None
+    return page(
+        request,
+        "jobs.html",
+        who,
+        jobs=found,
+        filters=filters,
+        wrong=wrong,
+        next_page=filters.query(before=more) if more else None,
+        states=list(model.JobState),
+    )
+
+
+@router.post("/jobs")
+async def job_submit(request: Request, acting: Operator) -> Response:
+    """A shell command as a job of the process executor, in the session's tenant."""
+    c, who, form = auth.client_of(request), acting.who, acting.form
+    command = form.get("command", "").strip()
+    tenant = who.tenant or form.get("tenant", "").strip() or "default"
+    if not command:
+        return back("/ui/jobs", "command: give a command to run")
+    try:
+        job_id, _ = await c.submit(
+            spec={"command": ["sh", "-c", command]},
+            queue=form.get("queue", "").strip() or "default",
+            tenant=tenant,
+        )
+    except errors.InvalidInput as exc:
+        return back("/ui/jobs", str(exc))
+    await audit(c, who, "jobs.submit", str(job_id), tenant)
+    return back(f"/ui/jobs/{job_id}")
+
+
+@router.get("/jobs/{job_id}")
+async def job(request: Request, who: Viewer, job_id: JobId) -> Response:
+    view = await visible_job(auth.client_of(request), who, job_id)
+    return page(request, "job.html", who, **_job_values(request, view))
+
+
+@router.get("/jobs/{job_id}/live")
+async def job_live(request: Request, who: Viewer, job_id: JobId) -> Response:
+    """The part of a job's page that changes, for htmx to swap in while the job goes on:
+    the fragment stops asking once the job has stopped."""
+    view = await visible_job(auth.client_of(request), who, job_id)
+    return page(request, "job_live.html", who, **_job_values(request, view))
+
+
+def _job_values(request: Request, view: client.JobView) -> dict[str, Any]:
+    c = auth.client_of(request)
+    return {
+        "job": view.job,
+        "attempts": [(a, view.logs.get(a.id)) for a in view.attempts],
+        "events": view.events,
+        "goes_on": view.job.state in (J.SCHEDULED, J.QUEUED, J.RUNNING, J.PARKED),
+        "explained": client.explain(view, c.clock.now()),
+    }
+
+
+_ACTIONS = {
+    "cancel": ("jobs.cancel", "cancelled"),
+    "retry": ("jobs.retry", "sent back to its queue"),
+    "discard": ("jobs.discard", "discarded"),
+}
+
+
+@router.post("/jobs/{job_id}/{action}")
+async def job_change(request: Request, acting: Operator, job_id: JobId, action: str) -> Response:
+    """Cancel a job, or retry or discard a quarantined one; back to where the form was."""
+    if action not in _ACTIONS:
+        raise Missing(f"no action {action!r}")
+    c, who = auth.client_of(request), acting.who
+    view = await visible_job(c, who, job_id)
+    reason = f"{action} on the dashboard by {who.name}"
+    to = _local(acting.form.get("back", "")) if acting.form.get("back") else f"/ui/jobs/{job_id}"
+    try:
+        if action == "cancel":
+            await c.cancel(job_id, reason=reason)
+        elif action == "retry":
+            await c.dead_retry(job_id, reason=reason)
+        else:
+            await c.dead_discard(job_id, reason=reason)
+    except (errors.InvalidInput, errors.IllegalTransition) as exc:
+        return back(to, f"job {job_id}: {exc}")
+    await audit(c, who, _ACTIONS[action][0], str(job_id), view.job.tenant)
+    return back(to, f"job {job_id} {_ACTIONS[action][1]}")
+
+
+@router.get("/dead")
+async def dead(
+    request: Request, who: Viewer, before: Annotated[int | None, Query(ge=1, le=MAX_ID)] = None
+) -> Response:
+    """Quarantined jobs, the newest first, each with why it was quarantined."""
+    c = auth.client_of(request)
+    found = await c.store.job_list(
+        states=[J.QUARANTINED], tenant=who.tenant, before=before, limit=JOBS_PAGE
+    )
+    views = [await c.job(j.id) for j in found]
+    shown = [(v.job, client.explain(v, c.clock.now())) for v in views]
+    more = found[-1].id if len(found) == JOBS_PAGE else None
+    return page(request, "dead.html", who, jobs=shown, next_page=more)
+
+
+# --- schedules ----------------------------------------------------------------------------
+
+
+@router.get("/schedules")
+async def schedules(request: Request, who: Viewer) -> Response:
+    """Every schedule of the tenant: its rule, next firings (those a DST change moved
+    marked), last run, and pause or resume."""
+    c = auth.client_of(request)
+    found = await c.schedules(tenant=who.tenant)
+    last = {j.id: j for j in await c.store.job_get_many(
+        job_ids=[s.last_job_id for s in found if s.last_job_id is not None]
+    )}  # fmt: skip
+    rows = [(s, c.upcoming(s, FIRINGS_SHOWN), last.get(s.last_job_id or 0)) for s in found]
+    return page(request, "schedules.html", who, schedules=rows)
+
+
+@router.post("/schedules/{tenant}/{name}/{action}")
+async def schedule_change(
+    request: Request, acting: Operator, tenant: str, name: str, action: str
+) -> Response:
+    c, who = auth.client_of(request), acting.who
+    if action not in ("pause", "resume") or not auth.sees(who, tenant):
+        raise Missing(f"no schedule {name!r}")
+    try:
+        if action == "pause":
+            await c.schedule_pause(name, tenant=tenant)
+        else:
+            await c.schedule_resume(name, tenant=tenant)
+    except errors.NotFound:
+        raise Missing(f"no schedule {name!r}") from None
+    await audit(c, who, f"schedules.{action}", name, tenant)
+    return back("/ui/schedules", f"schedule {name} {action}d")

@@ -1,0 +1,171 @@
+"""The dashboard over HTTP on both databases (its browser tests: tests/browser): signing
+in with a password or a token, the session cookie, CSRF on every form, roles, tenant
+isolation on every page, and counts that stay bounded."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+
+from corral import client, config, model, store
+from corral.api import create_app
+from corral.store import overview
+from corral.testing import FrozenClock
+from tests.support.noop import NoopExecutor
+
+J = model.JobState
+NOOP = {"spec": {}, "executor": "noop"}
+
+
+@pytest.fixture
+async def c(db: store.Store) -> client.Client:
+    made = client.Client(
+        store=db,
+        executors={"noop": NoopExecutor()},
+        settings=config.Settings(),
+        clock=FrozenClock(),
+    )
+    await made.user_add("ada", password="correct horse", tenant="a", role="operator")
+    await made.user_add("vic", password="correct horse", tenant="a", role="viewer")
+    return made
+
+
+@pytest.fixture
+async def http(c: client.Client) -> AsyncIterator[httpx.AsyncClient]:
+    transport = httpx.ASGITransport(app=create_app(c))
+    async with httpx.AsyncClient(transport=transport, base_url="http://corral.test") as made:
+        yield made
+
+
+async def sign_in(http: httpx.AsyncClient, **fields: str) -> httpx.Response:
+    form = await http.get("/ui/sign-in")
+    pairing = re.search(r'name="pairing" value="([^"]+)"', form.text)
+    assert pairing is not None
+    return await http.post(
+        "/ui/sign-in", data={"pairing": pairing[1], "next": "/ui/jobs", **fields}
+    )
+
+
+def csrf(page: httpx.Response) -> str:
+    found = re.search(r'name="csrf" value="([^"]+)"', page.text)
+    assert found is not None
+    return found[1]
+
+
+async def test_pages_need_a_session_and_signing_in_sets_a_safe_cookie(
+    http: httpx.AsyncClient,
+) -> None:
+    first = await http.get("/ui/jobs?state=queued")
+    assert first.status_code == 303
+    assert first.headers["location"] == "/ui/sign-in?next=%2Fui%2Fjobs%3Fstate%3Dqueued"
+    wrong = await sign_in(http, name="ada", password="wrong horse")
+    assert wrong.status_code == 401
+    assert "not valid" in wrong.text
+    signed = await sign_in(http, name="ada", password="correct horse")
+    assert signed.status_code == 303
+    assert signed.headers["location"] == "/ui/jobs"
+    cookie = signed.headers["set-cookie"].lower()
+    for part in ("httponly", "samesite=lax", "path=/ui"):
+        assert part in cookie
+    assert "secure" not in cookie  # plain http here; https sets it
+    page = await http.get("/ui/jobs")
+    assert page.status_code == 200
+    assert "ada · operator of a" in page.text
+    out = await http.post("/ui/sign-out", data={"csrf": csrf(page)})
+    assert out.status_code == 303
+    assert (await http.get("/ui/")).status_code == 303
+
+
+async def test_a_sign_in_form_without_its_pairing_cookie_is_refused(
+    http: httpx.AsyncClient,
+) -> None:
+    refused = await http.post(
+        "/ui/sign-in", data={"pairing": "forged", "name": "ada", "password": "correct horse"}
+    )
+    assert refused.status_code == 403
+
+
+async def test_every_form_needs_the_session_s_csrf_token(
+    http: httpx.AsyncClient, c: client.Client
+) -> None:
+    await sign_in(http, name="ada", password="correct horse")
+    page = await http.get("/ui/jobs")
+    token = csrf(page)
+    assert (await http.post("/ui/jobs", data={"command": "true"})).status_code == 403
+    assert (await http.post("/ui/jobs", data={"command": "true", "csrf": "x"})).status_code == 403
+    assert (await http.post("/ui/sign-out", data={})).status_code == 403
+    job_id, _ = await c.submit(**NOOP, tenant="a")
+    by_header = await http.post(f"/ui/jobs/{job_id}/cancel", headers={"X-CSRF-Token": token})
+    assert by_header.status_code == 303
+    assert (await c.job(job_id)).job.state == J.CANCELLED
+    audited = await c.store.audit_list(tenant="a")
+    assert [(a.action, a.details["by"]) for a in audited] == [("jobs.cancel", "ada")]
+
+
+async def test_a_viewer_looks_but_may_not_act(http: httpx.AsyncClient, c: client.Client) -> None:
+    job_id, _ = await c.submit(**NOOP, tenant="a")
+    await sign_in(http, name="vic", password="correct horse")
+    page = await http.get(f"/ui/jobs/{job_id}")
+    assert page.status_code == 200
+    assert "Cancel</button>" not in page.text
+    refused = await http.post(f"/ui/jobs/{job_id}/cancel", data={"csrf": csrf(page)})
+    assert refused.status_code == 403
+    assert "takes an operator" in refused.text
+    assert (await c.job(job_id)).job.state == J.QUEUED
+
+
+async def test_another_tenant_s_job_is_not_found_and_not_listed(
+    http: httpx.AsyncClient, c: client.Client
+) -> None:
+    theirs, _ = await c.submit(**NOOP, tenant="b", queue="secret-queue")
+    mine, _ = await c.submit(**NOOP, tenant="a")
+    await sign_in(http, name="ada", password="correct horse")
+    token = csrf(await http.get("/ui/jobs"))
+    for path in (f"/ui/jobs/{theirs}", f"/ui/jobs/{theirs}/live", "/ui/jobs/999999"):
+        assert (await http.get(path)).status_code == 404, path
+    cancel = await http.post(f"/ui/jobs/{theirs}/cancel", data={"csrf": token})
+    assert cancel.status_code == 404
+    assert (await c.job(theirs)).job.state == J.QUEUED
+    listed = (await http.get("/ui/jobs")).text
+    assert f'href="/ui/jobs/{mine}"' in listed
+    assert f'href="/ui/jobs/{theirs}"' not in listed
+    filtered = (await http.get("/ui/jobs?queue=secret-queue")).text
+    assert f'href="/ui/jobs/{theirs}"' not in filtered
+    assert "No jobs." in filtered
+    for path in ("/ui/", "/ui/dead", "/ui/schedules"):
+        assert f"/ui/jobs/{theirs}" not in (await http.get(path)).text
+
+
+async def test_a_token_signs_in_and_a_submitted_command_becomes_a_job(
+    http: httpx.AsyncClient, c: client.Client
+) -> None:
+    _, secret = await c.token_create(name="ops", tenant="a", role="operator")
+    signed = await sign_in(http, token=secret)
+    assert signed.status_code == 303
+    page = await http.get("/ui/jobs")
+    c.checkers = {**c.checkers, "process": _ProcessSpec()}  # checked here, never run
+    made = await http.post("/ui/jobs", data={"csrf": csrf(page), "command": "echo hi"})
+    assert made.status_code == 303
+    job_id = int(made.headers["location"].rsplit("/", 1)[1])
+    job = (await c.job(job_id)).job
+    assert (job.tenant, job.spec["command"]) == ("a", ["sh", "-c", "echo hi"])
+
+
+class _ProcessSpec:
+    def validate_spec(self, spec: dict[str, object]) -> dict[str, object]:
+        return spec
+
+
+async def test_the_overview_counts_each_state_up_to_a_cap(
+    db: store.Store, c: client.Client
+) -> None:
+    for tenant in ("a", "a", "a", "b"):
+        await c.submit(**NOOP, tenant=tenant)
+    assert (await db.job_count_capped(tenant="a"))[J.QUEUED] == (3, False)
+    assert (await db.job_count_capped(tenant=None))[J.QUEUED] == (4, False)
+    capped = await db._read(overview.job_count_capped, tenant=None, cap=2)
+    assert capped[J.QUEUED] == (2, True)
+    assert capped[J.SUCCEEDED] == (0, False)
