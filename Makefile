@@ -4,10 +4,11 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 NFT    := /usr/sbin/nft
+CHROMIUM := /usr/bin/chromium
 
 .PHONY: run test test-under-load lint docs bench bench-peers clean
 
-$(STAMP): pyproject.toml | $(NFT)
+$(STAMP): pyproject.toml | $(NFT) $(CHROMIUM)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@echo "installing corral and its dependencies into $(VENV) ..."
 	@$(BIN)/python -m pip install -q --upgrade pip
@@ -23,6 +24,17 @@ $(NFT):
 		{ apt-get install -y -qq nftables || \
 			{ apt-get update -qq && apt-get install -y -qq nftables; }; } >/dev/null 2>&1 || \
 			echo "could not install nftables: the partition chaos test will skip"; \
+	fi
+
+# The dashboard's browser tests drive Debian's Chromium through Playwright (a browser download
+# fails here). As root, install it when it is missing; otherwise those tests skip.
+$(CHROMIUM):
+	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "installing chromium (for the dashboard's browser tests) ..."; \
+		export DEBIAN_FRONTEND=noninteractive; \
+		{ apt-get install -y -qq chromium || \
+			{ apt-get update -qq && apt-get install -y -qq chromium; }; } >/dev/null 2>&1 || \
+			echo "could not install chromium: the dashboard's browser tests will skip"; \
 	fi
 
 run: $(STAMP)

@@ -1,0 +1,216 @@
+"""The dashboard in real Chromium (Debian's, driven by Playwright) against a real `corral
+serve --demo --http` on a temporary SQLite file: sign in, submit a job on the jobs page
+and watch it finish without a reload, retry a quarantined job, pause a schedule, and be
+refused another tenant's job. Deadlines are generous (the suite runs under load too) and
+nothing sleeps for a fixed time: each step waits for what the page shows.
+
+The overview's screenshot in the docs (docs/images/dashboard-overview.png) is taken here:
+written when it is missing or CORRAL_UPDATE_SCREENSHOTS=1, else to a temporary file (so
+a test run leaves the checkout as it was)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.acceptance.test_cli import corral_env, serve_http, stopped
+from tests.support.wait import eventually_sync
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+"""Playwright's own browser download fails here, and the closed network refuses
+Chromium's background connections: Debian's Chromium, with those turned off."""
+DEADLINE_MS = 90_000
+"""How long a step may take in the browser (generous: the suite also runs under load)."""
+SCREENSHOT = Path(__file__).parents[2] / "docs" / "images" / "dashboard-overview.png"
+PASSWORD = "correct horse battery"
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+
+playwright = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
+
+
+@dataclass
+class Site:
+    base: str
+    token: str  # an admin's, of every tenant
+
+    def api(self, method: str, path: str, **kw: Any) -> Any:
+        sent = httpx.request(
+            method,
+            f"{self.base}/api/v1{path}",
+            headers={"Authorization": f"Bearer {self.token}"},
+            timeout=60,
+            **kw,
+        )
+        assert sent.status_code < 300, sent.text
+        return sent.json()
+
+    def wait_job(self, job_id: int, state: str) -> dict[str, Any]:
+        found: dict[str, Any] = eventually_sync(
+            lambda: (j := self.api("GET", f"/jobs/{job_id}"))["state"] == state and j,
+            every=0.2,
+            what=f"job {job_id} {state}",
+        )
+        return found
+
+
+def _corral(cwd: Path, *args: str, stdin: str = "") -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "corral", *args],
+        cwd=cwd,
+        env=corral_env(),
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
+    """`corral serve --demo --http` with a user `ada` (operator of tenant default) and an
+    admin token to set the scene through the API."""
+    root = tmp_path_factory.mktemp("dashboard")
+    _corral(root, "db", "upgrade")
+    _corral(root, "users", "add", "ada", "--tenant", "default", "--role", "operator",
+            "--password-stdin", stdin=PASSWORD + "\n")  # fmt: skip
+    token = _corral(root, "tokens", "create", "--all-tenants", "--role", "admin").split()[-1]
+    server, base = serve_http(root, "--demo")
+    try:
+        yield Site(base, token)
+    finally:
+        stopped(server)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    if not CHROMIUM.exists():
+        pytest.skip(f"{CHROMIUM} is missing: `make test` installs Debian's chromium as root")
+    with playwright.sync_playwright() as p:
+        launched = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        yield launched
+        launched.close()
+
+
+@pytest.fixture
+def page(browser: Any, site: Site) -> Iterator[Any]:
+    """A fresh browser context, signed in as ada."""
+    context = browser.new_context(base_url=site.base, viewport={"width": 1280, "height": 860})
+    context.set_default_timeout(DEADLINE_MS)
+    opened = context.new_page()
+    opened.goto("/ui/jobs")
+    playwright.expect(opened).to_have_url(re.compile(r"/ui/sign-in\?next="))
+    opened.fill("input[name=name]", "ada")
+    opened.fill("input[name=password]", PASSWORD)
+    opened.click("button:has-text('Sign in')")
+    playwright.expect(opened).to_have_url(re.compile(r"/ui/jobs$"))
+    playwright.expect(opened.locator("header .who")).to_have_text("ada · operator of default")
+    yield opened
+    context.close()
+
+
+def test_a_job_submitted_on_the_jobs_page_finishes_live_on_its_page(page: Any) -> None:
+    page.fill("#submit input[name=command]", "echo hello from the browser; sleep 1")
+    page.click("#submit button[type=submit]")
+    playwright.expect(page).to_have_url(re.compile(r"/ui/jobs/\d+$"))
+    page.evaluate("window.notReloaded = true")  # gone if the page were loaded again
+    playwright.expect(page.locator("#job-state")).to_have_text("succeeded", timeout=DEADLINE_MS)
+    assert page.evaluate("window.notReloaded === true")
+    attempt = page.locator("#attempts li").first
+    playwright.expect(attempt).to_contain_text("exit code 0")
+    playwright.expect(attempt).to_contain_text("executor process")
+    playwright.expect(attempt.locator("pre")).to_contain_text("hello from the browser")
+    playwright.expect(page.locator("#events")).to_contain_text("succeeded")
+
+
+def test_a_quarantined_job_is_retried_from_the_quarantined_page(page: Any, site: Site) -> None:
+    made = site.api(
+        "POST",
+        "/jobs",
+        json={
+            "spec": {"command": ["sh", "-c", "echo broken input >&2; exit 3"]},
+            "queue": "browser",
+            "policy": {
+                "failure_rules": [
+                    {"on_exit_codes": {"operator": "In", "values": [3]}, "action": "fail"}
+                ]
+            },
+        },
+    )
+    site.wait_job(made["id"], "quarantined")
+    page.goto("/ui/dead")
+    row = page.locator("#dead tr", has=page.locator(f"a[href='/ui/jobs/{made['id']}']"))
+    row.locator("button:has-text('Retry')").click()
+    playwright.expect(page.locator(".note")).to_have_text(
+        f"job {made['id']} sent back to its queue"
+    )
+    eventually_sync(
+        lambda: site.api("GET", f"/jobs/{made['id']}")["attempts"] >= 2,
+        what="a second attempt after the retry",
+    )
+
+
+def test_a_schedule_is_paused_on_the_schedules_page(page: Any, site: Site) -> None:
+    site.api(
+        "POST",
+        "/schedules",
+        json={
+            "name": "browser-nightly",
+            "cron": "0 2 * * *",
+            "tz": "Europe/Paris",
+            "spec": {"command": ["sh", "-c", "echo nightly"]},
+        },
+    )
+    page.goto("/ui/schedules")
+    row = page.locator("#schedule-default-browser-nightly")
+    playwright.expect(row).to_contain_text("0 2 * * *")
+    playwright.expect(row.locator("td").nth(3)).to_contain_text(":00")  # next firings
+    row.locator("button:has-text('Pause')").click()
+    playwright.expect(page.locator(".note")).to_have_text("schedule browser-nightly paused")
+    playwright.expect(row.locator("button")).to_have_text("Resume")
+    assert site.api("GET", "/schedules/browser-nightly")["paused"] is True
+
+
+def test_another_tenant_s_job_is_refused(page: Any, site: Site) -> None:
+    theirs = site.api("POST", "/jobs", json={"spec": {"command": ["true"]}, "tenant": "other"})
+    answer = page.goto(f"/ui/jobs/{theirs['id']}")
+    assert answer.status == 404
+    playwright.expect(page.locator("h1")).to_have_text("Not found")
+    page.goto("/ui/jobs")
+    playwright.expect(page.locator("#jobs")).not_to_contain_text("other")
+
+
+def test_the_overview_shows_counts_and_quarantined_jobs(
+    page: Any, site: Site, tmp_path: Path
+) -> None:
+    """Last, so the overview has something to show: its screenshot is the docs'."""
+    succeeded = page.locator("#counts .card", has_text="succeeded").locator(".n")
+
+    def some_succeeded() -> bool:
+        page.goto("/ui/")
+        return succeeded.inner_text() != "0"
+
+    eventually_sync(some_succeeded, every=0.5, what="succeeded jobs on the overview")
+    playwright.expect(page.locator("#quarantined")).to_be_visible()
+    keep = not SCREENSHOT.exists() or os.environ.get("CORRAL_UPDATE_SCREENSHOTS") == "1"
+    where = SCREENSHOT if keep else tmp_path / SCREENSHOT.name
+    page.screenshot(path=str(where), full_page=True)
+    assert where.stat().st_size > 10_000
