@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from corral import clock, config, errors, failpoints, model, retry, store
+from corral import clock, config, errors, failpoints, metrics, model, retry, store
 from corral import retry as retry_  # the modules, where a parameter has their name
 from corral import store as store_
 from corral.executors import base
@@ -189,14 +189,15 @@ class Dispatcher:
         return True
 
     async def _claim(self, room: int) -> list[model.Claimed]:
-        return await self.store.job_claim(
-            now=self.clock.now(),
-            limit=room,
-            executors=list(self.executors),
-            limits=self.limits,
-            pools=self.settings.pools,
-            tenants=self.settings.tenant_caps,
-        )
+        with metrics.timed(metrics.CLAIM, self.clock):
+            return await self.store.job_claim(
+                now=self.clock.now(),
+                limit=room,
+                executors=list(self.executors),
+                limits=self.limits,
+                pools=self.settings.pools,
+                tenants=self.settings.tenant_caps,
+            )
 
     async def _launch_and_record(self, todo: list[model.Claimed], *, fresh: int, room: int) -> Tick:
         if not todo and not self._unrecorded:
@@ -263,9 +264,10 @@ class Dispatcher:
         finishes = self._drain(self.settings.claim_batch_limit)
         fences = self._unrecorded + launched
         try:
-            recorded, outcomes = await self.store.attempt_settle(
-                launched=fences, finishes=finishes, now=self.clock.now(), retry=self.retry
-            )
+            with metrics.timed(metrics.SETTLE.labels(write="settle"), self.clock):
+                recorded, outcomes = await self.store.attempt_settle(
+                    launched=fences, finishes=finishes, now=self.clock.now(), retry=self.retry
+                )
         except errors.CorralError:
             self._requeue(finishes)
             self._unrecorded = fences
@@ -347,6 +349,7 @@ class Dispatcher:
         return _Result.LAUNCHED
 
     async def _note_launch_error(self, claimed: model.Claimed, exc: Exception) -> None:
+        metrics.LAUNCH_ERRORS.labels(executor=claimed.attempt.executor).inc()
         why = (
             f"launch failed: {exc}"
             if isinstance(exc, errors.CorralError)
@@ -417,9 +420,10 @@ class Dispatcher:
         if not batch:
             return []
         try:
-            outcomes = await self.store.attempt_finish(
-                finishes=batch, now=self.clock.now(), retry=self.retry
-            )
+            with metrics.timed(metrics.SETTLE.labels(write="finish"), self.clock):
+                outcomes = await self.store.attempt_finish(
+                    finishes=batch, now=self.clock.now(), retry=self.retry
+                )
         except (errors.CorralError, asyncio.CancelledError):
             # Cancelled: the loop is stopping, and its last flush writes them again (the
             # write in flight may commit too: a completion applies once however often).
@@ -441,6 +445,7 @@ class Dispatcher:
 
     def _log_outcomes(self, outcomes: Sequence[store.Outcome]) -> None:
         for o in outcomes:
+            metrics.COMPLETIONS.labels(attempt_state=o.attempt_state, job_state=o.job_state).inc()
             log.info(
                 "job %d attempt %d (fence %d) %s; job %s",
                 o.job_id,
@@ -584,10 +589,11 @@ class Dispatcher:
             except errors.StoreError as exc:
                 log.error("tick failed, trying again in %.1fs: %s", interval, exc)
                 tick = Tick()
+            took = self.clock.monotonic() - began
+            metrics.TICK.observe(max(took, 0.0))
             if on_tick is not None:
                 on_tick()
             if not tick.more:
-                took = self.clock.monotonic() - began
                 await clock.sleep_or_stop(self.clock, stop, max(interval - took, 0.0))
         self._overlap = False
         if self._next_claim is not None:  # claimed ahead: launch those before stopping

@@ -47,7 +47,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timedelta
 
-from corral import clock, config, errors, failpoints, model, retry, store
+from corral import clock, config, errors, failpoints, metrics, model, retry, store
 from corral import retry as retry_  # the module, where a parameter has its name
 from corral.executors import base
 from corral.executors.base import Executor
@@ -172,6 +172,7 @@ class Reconciler:
         if self.clock.monotonic() >= self._retention_due:
             await self._remove_old_jobs(summary)
         summary.slas_missed = await self.store.sla_check(now=self.clock.now())
+        metrics.repairs({f.name: getattr(summary, f.name) for f in fields(summary)})
         done = (summary.orphans_cancelled, summary.forgotten, summary.jobs_removed)
         if summary.looked or summary.slas_missed or any(done):
             log.info("pass: %s", summary)

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from corral import cadence, errors, model
+from corral import cadence, errors, metrics, model
 from corral.clock import Clock, sleep_or_stop
 from corral.executors.base import Executor
 from corral.store import Store
@@ -322,6 +322,7 @@ class Scheduler:
     def _log(self, done: Fired) -> None:
         for f in done.firings:
             if f.outcome == F.FIRED:
+                metrics.LATENESS.observe(max(f.lateness_seconds, 0.0))
                 log.info(
                     "schedule %d fired %s as job %s (%.3f s late)%s",
                     f.schedule_id,

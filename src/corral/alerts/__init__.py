@@ -15,11 +15,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import httpx
 
-from corral import clock, config, errors, failpoints, model, store
+from corral import clock, config, errors, failpoints, metrics, model, store
 from corral.alerts import channels, rules
 from corral.store.alerts import Alert, EventsRead, JobFacts
 
@@ -239,6 +239,7 @@ class Alerter:
         if error is not None and a.tries + 1 < TRIES:
             base, cap = BACKOFF
             retry_at = now + timedelta(seconds=min(cap, base * 2**a.tries))
+        self._count(a.channel, error, retry_at)
         if error is None:
             log.info("alert %d (%s) delivered to %s", a.id, a.dedupe_key, a.channel)
         else:
@@ -247,6 +248,13 @@ class Alerter:
             await self.store.alert_tried(alert_id=a.id, now=now, error=error, retry_at=retry_at)
         except errors.CorralError as exc:  # delivered at least once: it may go again
             log.error("alert %d: its try not recorded: %s", a.id, exc)
+
+    def _count(self, name: str, error: str | None, retry_at: datetime | None) -> None:
+        """Count a try in corral_alert_deliveries_total, by its channel's kind."""
+        configured = self.settings.alerts.channels.get(name)
+        outcome = "delivered" if error is None else "given_up" if retry_at is None else "failed"
+        kind = configured.kind if configured is not None else "unknown"
+        metrics.ALERT_DELIVERIES.labels(channel=kind, outcome=outcome).inc()
 
 
 class Heartbeat:

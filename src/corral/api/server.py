@@ -16,13 +16,14 @@ from corral.api import create_app
 log = logging.getLogger("corral.api")
 
 
-def address(given: str) -> tuple[str, int]:
-    """HOST:PORT (IPv6 in brackets: [::1]:8080) as host and port; InvalidInput if not."""
+def address(given: str, *, option: str = "--http") -> tuple[str, int]:
+    """HOST:PORT (IPv6 in brackets: [::1]:8080) as host and port; InvalidInput naming
+    `option` if not."""
     host, sep, port = given.rpartition(":")
     host = host.strip("[]")
     if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
         raise errors.InvalidInput(
-            f"--http: {given!r} is not HOST:PORT, e.g. 127.0.0.1:8080 or [::1]:8080"
+            f"{option}: {given!r} is not HOST:PORT, e.g. 127.0.0.1:8080 or [::1]:8080"
         )
     return host, int(port)
 

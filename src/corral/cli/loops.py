@@ -170,24 +170,37 @@ HTTP = click.option(
     help="Serve the REST API here too, e.g. 127.0.0.1:8080 (tokens: corral tokens create).",
 )
 
+METRICS = click.option(
+    "--metrics",
+    "metrics_at",
+    default=None,
+    metavar="HOST:PORT",
+    help="Serve this process's metrics for Prometheus here (at /metrics, no token),"
+    " e.g. 0.0.0.0:9100.",
+)
+
 
 @click.command()
 @click.option("--demo", is_flag=True, help="Submit a few demo jobs on first start.")
 @HTTP
+@METRICS
 @HEALTH_FILE
 @config_option
 @click.pass_obj
-def serve(state: State, demo: bool, http: str | None, health_file: Path | None) -> None:
+def serve(
+    state: State, demo: bool, http: str | None, metrics_at: str | None, health_file: Path | None
+) -> None:
     """Run corral: dispatcher, reconciler, scheduler, alerter (with rules), API (with --http).
 
-    The alerter runs when corral.toml has alert rules; the REST API and its /healthz and /readyz
-    when --http HOST:PORT is given."""
+    The alerter runs when corral.toml has alert rules; the REST API and its /healthz, /readyz
+    and /metrics when --http HOST:PORT is given."""
     _run_loops(
         state,
         health_file,
         demo=demo,
         loops=("dispatch", "reconcile", "schedule", "alert"),
         http=http,
+        metrics_at=metrics_at,
     )
 
 
@@ -210,41 +223,45 @@ def api_cmd(state: State, http: str) -> None:
 
 
 @click.command("dispatcher")
+@METRICS
 @HEALTH_FILE
 @config_option
 @click.pass_obj
-def dispatcher_cmd(state: State, health_file: Path | None) -> None:
+def dispatcher_cmd(state: State, health_file: Path | None, metrics_at: str | None) -> None:
     """Run the dispatcher loop alone."""
-    _run_loops(state, health_file, demo=False, loops=("dispatch",))
+    _run_loops(state, health_file, demo=False, loops=("dispatch",), metrics_at=metrics_at)
 
 
 @click.command("reconciler")
+@METRICS
 @HEALTH_FILE
 @config_option
 @click.pass_obj
-def reconciler_cmd(state: State, health_file: Path | None) -> None:
+def reconciler_cmd(state: State, health_file: Path | None, metrics_at: str | None) -> None:
     """Run the reconciler loop alone (recovery: adopt, relaunch, complete, time out, lost)."""
-    _run_loops(state, health_file, demo=False, loops=("reconcile",))
+    _run_loops(state, health_file, demo=False, loops=("reconcile",), metrics_at=metrics_at)
 
 
 @click.command("scheduler")
+@METRICS
 @HEALTH_FILE
 @config_option
 @click.pass_obj
-def scheduler_cmd(state: State, health_file: Path | None) -> None:
+def scheduler_cmd(state: State, health_file: Path | None, metrics_at: str | None) -> None:
     """Run the scheduler loop alone (fires schedules; any number may run at once)."""
-    _run_loops(state, health_file, demo=False, loops=("schedule",))
+    _run_loops(state, health_file, demo=False, loops=("schedule",), metrics_at=metrics_at)
 
 
 @click.command("alerter")
+@METRICS
 @HEALTH_FILE
 @config_option
 @click.pass_obj
-def alerter_cmd(state: State, health_file: Path | None) -> None:
+def alerter_cmd(state: State, health_file: Path | None, metrics_at: str | None) -> None:
     """Run the alerter alone (reads the run log, sends alerts; any number may run at once)."""
     if not state.settings().alerts.rules:
         raise click.UsageError("no alert rules in the settings: [alerts.rules.NAME]")
-    _run_loops(state, health_file, demo=False, loops=("alert",))
+    _run_loops(state, health_file, demo=False, loops=("alert",), metrics_at=metrics_at)
 
 
 def _run_loops(
@@ -254,28 +271,53 @@ def _run_loops(
     demo: bool,
     loops: tuple[str, ...],
     http: str | None = None,
+    metrics_at: str | None = None,
 ) -> None:
     if http is not None:
-        from corral.api.server import address
-
-        try:
-            address(http)
-        except errors.InvalidInput as exc:
-            raise click.BadParameter(str(exc).partition(": ")[2], param_hint="--http") from None
+        _address(http, "--http")
+    listen = _address(metrics_at, "--metrics") if metrics_at is not None else None
     overrides: dict[str, Any] = {"health_file": health_file} if health_file else {}
     settings = state.settings(**overrides)
     setup_logging(settings)
-    run(
-        _serve(
-            settings,
-            demo=demo,
-            dispatch="dispatch" in loops,
-            reconcile="reconcile" in loops,
-            schedule="schedule" in loops,
-            alert="alert" in loops,
-            http=http,
+    stop_metrics = _serve_metrics(listen) if listen is not None else None
+    try:
+        run(
+            _serve(
+                settings,
+                demo=demo,
+                dispatch="dispatch" in loops,
+                reconcile="reconcile" in loops,
+                schedule="schedule" in loops,
+                alert="alert" in loops,
+                http=http,
+            )
         )
-    )
+    finally:
+        if stop_metrics is not None:
+            stop_metrics()
+
+
+def _address(given: str, option: str) -> tuple[str, int]:
+    """HOST:PORT of `option`, or a usage error naming it."""
+    from corral.api.server import address
+
+    try:
+        return address(given, option=option)
+    except errors.InvalidInput as exc:
+        raise click.BadParameter(str(exc).partition(": ")[2], param_hint=option) from None
+
+
+def _serve_metrics(listen: tuple[str, int]) -> Callable[[], None]:
+    """Serve corral.metrics at `listen` on a thread of its own; how to stop it."""
+    from corral import metrics
+
+    host, port = listen
+    try:
+        stop = metrics.serve(host, port)
+    except OSError as exc:
+        raise errors.ConfigError(f"--metrics: could not listen on {host}:{port}: {exc}") from None
+    err.print(f"metrics for Prometheus: http://{host}:{port}/metrics")
+    return stop
 
 
 @click.command("health")

@@ -28,6 +28,7 @@ from corral import config, errors, failpoints, model, retry
 from corral.store import (
     alerts,
     attempts,
+    budgets,
     claims,
     completions,
     dialects,
@@ -35,8 +36,8 @@ from corral.store import (
     hotpath,
     jobs,
     migrate,
-    overview,
     operations,
+    overview,
     runlogs,
     schedules,
     secrets,
@@ -537,6 +538,14 @@ class Store:
 
     async def job_count_by_state(self) -> dict[str, int]:
         return await self._tx(jobs.job_count_by_state)
+
+    async def job_count_live(self) -> dict[tuple[str, str], int]:
+        """Jobs in each live state (jobs.LIVE), by (state, queue): /metrics."""
+        return await self._lookup(jobs.job_count_live)
+
+    async def budget_list(self) -> dict[str, retry.Bucket]:
+        """Every queue's retry budget as stored: /metrics."""
+        return await self._lookup(budgets.budget_list)
 
     async def attempt_settle(
         self,

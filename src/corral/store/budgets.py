@@ -63,3 +63,9 @@ def budget_take(
         )
     )
     return ready
+
+
+def budget_list(conn: Connection) -> dict[str, retry.Bucket]:
+    """Every queue's retry budget as stored (one row per queue that has retried)."""
+    rows = conn.execute(select(retry_budgets)).all()
+    return {r.queue: retry.Bucket(r.tokens, r.updated_at, r.counted_fence) for r in rows}

@@ -361,6 +361,22 @@ def job_count_by_state(conn: Connection) -> dict[str, int]:
     return {state: count for state, count in rows}
 
 
+LIVE = (J.QUEUED, J.SCHEDULED, J.RUNNING, J.PARKED, J.QUARANTINED)
+"""The states a job waits or runs in: few beside the finished ones, which are never counted
+here (a count of them would scan the table)."""
+
+
+def job_count_live(conn: Connection) -> dict[tuple[str, str], int]:
+    """How many jobs are in each LIVE state, by (state, queue); through ix_jobs_state, so
+    the finished jobs, however many, are never read."""
+    rows = conn.execute(
+        select(jobs.c.state, jobs.c.queue, func.count())
+        .where(jobs.c.state.in_([s.value for s in LIVE]))
+        .group_by(jobs.c.state, jobs.c.queue)
+    ).all()
+    return {(state, queue): count for state, queue, count in rows}
+
+
 def analyze(conn: Connection) -> None:
     """Refresh the planner's statistics (after a bulk load)."""
     conn.exec_driver_sql("ANALYZE")
