@@ -181,6 +181,11 @@ class Timeouts(BaseModel):
     reconcile_interval: Duration = Field(
         timedelta(seconds=10), description="How often the reconciler makes a pass."
     )
+    operation_interval: Duration = Field(
+        timedelta(seconds=1),
+        description="How often each serve and api process looks for bulk operations to run"
+        " (at once again while one has items left).",
+    )
     margin: Duration = Field(
         timedelta(seconds=5),
         description="How much shorter an inner time limit must be than the one around it.",
@@ -806,6 +811,12 @@ class Settings(BaseSettings):
     )
     recovery_batch_limit: int = Field(
         500, ge=1, le=100_000, description="Most attempts one reconciler pass looks at."
+    )
+    operation_batch_limit: int = Field(
+        200,
+        ge=1,
+        le=10_000,
+        description="Most jobs of a bulk operation changed in one transaction (one step).",
     )
     launch_concurrency: int = Field(16, ge=1, le=1_000, description="Launches in flight at once.")
     max_payload_bytes: int = Field(

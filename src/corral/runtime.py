@@ -176,13 +176,14 @@ async def serve(
     reconcile: bool = True,
     schedule: bool = True,
     alert: bool = True,
+    operate: bool = True,
     executors: dict[str, Executor] | None = None,
     clk: clock.Clock | None = None,
     on_ready: Callable[[Runtime], Awaitable[None]] | None = None,
 ) -> None:
     """Open the runtime, then run the dispatcher, the reconciler, the scheduler and the
-    alerter (those asked for; the alerter only when alert rules are set) until `stop` is
-    set.
+    alerter (those asked for; the alerter only when alert rules are set), and the runner
+    of bulk operations (`operate`), until `stop` is set.
 
         The order is the point: the store is reached and every executor has started before
         `on_ready` and before either loop, so the first recovery pass never asks a platform
@@ -212,6 +213,7 @@ async def serve(
                 reconcile=reconcile,
                 schedule=schedule,
                 alert=alert and bool(settings.alerts.rules),
+                operate=operate,
                 on_ready=on_ready,
             )
 
@@ -233,9 +235,10 @@ async def _run_loops(
     schedule: bool,
     alert: bool,
     on_ready: Callable[[Runtime], Awaitable[None]] | None,
+    operate: bool = True,
 ) -> None:
     """Run the loops asked for on an opened runtime until `stop` is set."""
-    from corral import alerts, dispatcher, reconciler, retry, scheduler  # not for a command's
+    from corral import alerts, dispatcher, operations, reconciler, retry, scheduler
 
     if on_ready is not None:
         await on_ready(rt)
@@ -280,4 +283,9 @@ async def _run_loops(
     if alert:
         a = alerts.Alerter(store=rt.store, clock=rt.clock, settings=rt.settings)
         loops.append(a.run(stop, on_pass=beats.recorder(health.ALERTER)))
+    if operate:
+        o = operations.Runner(
+            store=rt.store, clock=rt.clock, settings=rt.settings, executors=rt.executors
+        )
+        loops.append(o.run(stop))
     await asyncio.gather(*loops)

@@ -225,7 +225,10 @@ async def test_no_route_shows_or_changes_another_tenant_s_job_or_schedule(api: A
     )
     assert made.status_code == 201, made.text
     [a_token] = [t for t in await api.c.store.token_list() if t.name == "a-op"]
+    bulk = {"action": "cancel", "filter": {"queue": "secret-queue"}, "expect": 0}
+    op = (await api.http.post("/api/v1/operations", json=bulk, headers=api.as_("a-op"))).json()
     known = {
+        "operation_id": (str(op["id"]), f"no operation {op['id']}"),
         "job_id": (str(job["id"]), f"no job {job['id']}"),
         "name": ("a-nightly", None),
         "token_id": (str(a_token.id), f"no token {a_token.id}"),

@@ -18,7 +18,7 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from corral import client, errors, web
-from corral.api import attempts, metrics, routes, schedules, streams, tokens
+from corral.api import attempts, metrics, operations, routes, schedules, streams, tokens
 from corral.api.auth import Refused
 from corral.api.limits import MAX_BODY, RequestLimits
 
@@ -88,6 +88,7 @@ def create_app(c: client.Client) -> FastAPI:
     app.include_router(streams.router, prefix=PREFIX)
     app.include_router(tokens.router, prefix=PREFIX)
     app.include_router(attempts.router, prefix=PREFIX)
+    app.include_router(operations.router, prefix=PREFIX)
     app.include_router(metrics.router)  # /metrics, beside /healthz and /readyz
     routes.add_health(app)
     web.mount(app)  # the dashboard, under /ui

@@ -10,7 +10,7 @@ from collections.abc import Generator
 
 import uvicorn
 
-from corral import config, errors, runtime
+from corral import config, errors, operations, runtime
 from corral.api import create_app
 
 log = logging.getLogger("corral.api")
@@ -36,7 +36,8 @@ class _Server(uvicorn.Server):
 
 async def serve_http(settings: config.Settings, http: str, stop: asyncio.Event) -> None:
     """Serve the API on `http` (HOST:PORT) until `stop`, on a client of its own that
-    starts no executor (a cancel marks the attempt; its dispatcher stops the run)."""
+    starts no executor (a cancel marks the attempt; its dispatcher stops the run), with a
+    runner of bulk operations beside it."""
     host, port = address(http)
     async with runtime.connect(settings, platforms=False) as c:
         server = _Server(
@@ -51,9 +52,14 @@ async def serve_http(settings: config.Settings, http: str, stop: asyncio.Event) 
         )
         serving = asyncio.create_task(server.serve())
         stopping = asyncio.create_task(stop.wait())
+        halt = asyncio.Event()  # the runner's: set when the server ends, whyever it does
+        runner = operations.Runner(store=c.store, clock=c.clock, settings=c.settings)
+        operating = asyncio.create_task(runner.run(halt))
         await asyncio.wait({serving, stopping}, return_when=asyncio.FIRST_COMPLETED)
         server.should_exit = True
         stopping.cancel()
+        halt.set()
         await serving
+        await operating
         if not server.started:
             raise errors.ConfigError(f"--http: could not listen on {http}")
