@@ -169,3 +169,19 @@ async def test_the_overview_counts_each_state_up_to_a_cap(
     capped = await db._read(overview.job_count_capped, tenant=None, cap=2)
     assert capped[J.QUEUED] == (2, True)
     assert capped[J.SUCCEEDED] == (0, False)
+
+
+@pytest.mark.parametrize(
+    "target", ["https://evil.example/", "//evil.example/ui/", "/ui//evil.example"]
+)
+async def test_signing_in_goes_back_to_a_dashboard_page_only(
+    http: httpx.AsyncClient, target: str
+) -> None:
+    form = await http.get("/ui/sign-in")
+    pairing = re.search(r'name="pairing" value="([^"]+)"', form.text)
+    assert pairing is not None
+    signed = await http.post(
+        "/ui/sign-in",
+        data={"pairing": pairing[1], "next": target, "name": "ada", "password": "correct horse"},
+    )
+    assert signed.headers["location"] == "/ui/"

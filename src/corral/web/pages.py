@@ -28,7 +28,8 @@ HERE = Path(__file__).parent
 JOBS_PAGE = 50
 """Jobs on one page of the list."""
 QUARANTINED_SHOWN = 20
-"""Quarantined jobs the overview lists."""
+"""Quarantined jobs the overview lists, and the quarantined page shows at once (each
+with its attempts and events read, to say why)."""
 FIRINGS_SHOWN = 3
 """Next firings shown for each schedule."""
 MAX_ID = 2**63 - 1
@@ -41,7 +42,7 @@ templates = jinja2.Environment(
     autoescape=True,
     undefined=jinja2.StrictUndefined,
 )
-templates.filters["when"] = lambda at: at.strftime("%Y-%m-%d %H:%M:%S") if at else "-"
+templates.filters["when"] = lambda at: at.strftime("%Y-%m-%d %H:%M:%S UTC") if at else "-"
 templates.filters["count"] = lambda n: f"{n:,}"
 
 
@@ -315,11 +316,11 @@ async def dead(
     """Quarantined jobs, the newest first, each with why it was quarantined."""
     c = auth.client_of(request)
     found = await c.store.job_list(
-        states=[J.QUARANTINED], tenant=who.tenant, before=before, limit=JOBS_PAGE
+        states=[J.QUARANTINED], tenant=who.tenant, before=before, limit=QUARANTINED_SHOWN
     )
     views = [await c.job(j.id) for j in found]
     shown = [(v.job, client.explain(v, c.clock.now())) for v in views]
-    more = found[-1].id if len(found) == JOBS_PAGE else None
+    more = found[-1].id if len(found) == QUARANTINED_SHOWN else None
     return page(request, "dead.html", who, jobs=shown, next_page=more)
 
 
