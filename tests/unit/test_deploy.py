@@ -2,8 +2,9 @@
 
 Every document passes the strict schemas of the oldest and newest supported Kubernetes,
 `corral lint` finds nothing, the ConfigMap's corral.toml is valid settings whose limits
-nest, the Role grants exactly what the executors need, and both Deployments have probes
-that work and a grace period above their drain.
+nest, the Role grants exactly what the executors need, the loops' Deployments have probes
+that work and a grace period above their drain, the API's probes /healthz and /readyz over
+HTTP, and the Prometheus example scrapes what the Deployments serve.
 """
 
 from __future__ import annotations
@@ -30,6 +31,9 @@ DEPLOYMENTS = {
     "corral-reconciler": "reconciler",
     "corral-scheduler": "scheduler",
 }
+METRICS = {"corral-dispatcher": "0.0.0.0:9100", "corral-reconciler": "0.0.0.0:9100"}
+"""The loops that serve their own metrics (--metrics), and where."""
+SERVICE_MONITOR = DEPLOY / "examples" / "servicemonitor.yaml"
 ROLE = {
     ("batch", "jobs"): {"create", "get", "list", "watch", "delete"},
     ("", "pods"): {"get", "list", "watch"},
@@ -113,8 +117,9 @@ def test_the_kustomization_applies_every_manifest_and_sets_the_image() -> None:
     assert kustomization["kind"] == "Kustomization"
     assert sorted(kustomization["resources"]) == [p.name for p in _manifest_files()]
     [image] = kustomization["images"]
-    images = {c["image"] for name in DEPLOYMENTS for c in _pod(name)["initContainers"]}
-    images |= {_container(name)["image"] for name in DEPLOYMENTS}
+    every = [*DEPLOYMENTS, "corral-api"]
+    images = {c["image"] for name in every for c in _pod(name)["initContainers"]}
+    images |= {_container(name)["image"] for name in every}
     assert images == {f"{image['name']}:latest"}
     namespaces = {d["metadata"].get("namespace") for _, d in DOCS if d["kind"] != "Namespace"}
     assert namespaces == {kustomization["namespace"]} == {_one("Namespace")["metadata"]["name"]}
@@ -182,7 +187,10 @@ def test_the_deployments_run_as_the_bound_service_account() -> None:
 @pytest.mark.parametrize(("name", "command"), DEPLOYMENTS.items())
 def test_each_deployment_runs_its_loop_after_upgrading_the_schema(name: str, command: str) -> None:
     container = _container(name)
-    assert container["args"] == ["--config", CONFIG_PATH, command]
+    assert container["args"][:3] == ["--config", CONFIG_PATH, command]
+    metrics = ["--metrics", METRICS[name]] if name in METRICS else []
+    assert container["args"][3:] == metrics
+    _parses(command, container["args"][3:])
     [init] = _pod(name)["initContainers"]
     assert init["args"] == ["--config", CONFIG_PATH, "db", "upgrade"]
     for c in (container, init):
@@ -263,3 +271,114 @@ def test_the_probe_commands_pass_on_a_fresh_health_file_and_fail_on_none(
     asyncio.run(one_round())
     for kind in ("startupProbe", "readinessProbe", "livenessProbe"):
         probe(kind)
+
+
+def _parses(command: str, args: list[str]) -> None:
+    """The command takes these arguments (parsed as `corral` would, not run)."""
+    import click
+
+    found = cli.main.get_command(click.Context(cli.main), command)
+    assert found is not None, command
+    found.make_context(command, list(args))
+
+
+@pytest.mark.parametrize("name", METRICS)
+def test_the_loops_that_serve_metrics_name_their_port(name: str) -> None:
+    _host, _, port = METRICS[name].rpartition(":")
+    [declared] = _container(name)["ports"]
+    assert (declared["name"], declared["containerPort"]) == ("metrics", int(port))
+
+
+# --- the API ---------------------------------------------------------------------------------------
+
+
+def test_the_api_serves_on_its_port_and_is_locked_down() -> None:
+    container = _container("corral-api")
+    assert container["args"] == ["--config", CONFIG_PATH, "api", "--http", "0.0.0.0:8080"]
+    _parses("api", container["args"][3:])
+    [port] = container["ports"]
+    assert (port["name"], port["containerPort"]) == ("http", 8080)
+    pod = _pod("corral-api")
+    assert pod["automountServiceAccountToken"] is False, "it launches nothing"
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    for c in [*pod["containers"], *pod["initContainers"]]:
+        assert c["securityContext"]["readOnlyRootFilesystem"] is True
+        assert c["resources"]["limits"]["memory"]
+    [init] = pod["initContainers"]
+    assert init["args"] == ["--config", CONFIG_PATH, "db", "upgrade"]
+    service = _one("Service", "corral-api")
+    labels = _deployment("corral-api")["spec"]["template"]["metadata"]["labels"]
+    assert service["spec"]["selector"].items() <= labels.items()
+    assert [p["targetPort"] for p in service["spec"]["ports"]] == ["http"]
+
+
+def test_the_api_probes_healthz_and_readyz_and_they_answer(tmp_path: Path) -> None:
+    """The probes' paths, asked of the app itself over a real store: 200 with no token."""
+    import httpx
+
+    from corral import client, store
+    from corral.api import create_app
+
+    container = _container("corral-api")
+    probes = {
+        p: container[p]["httpGet"] for p in ("startupProbe", "readinessProbe", "livenessProbe")
+    }
+    assert {p: (g["path"], g["port"]) for p, g in probes.items()} == {
+        "startupProbe": ("/readyz", "http"),
+        "readinessProbe": ("/readyz", "http"),
+        "livenessProbe": ("/healthz", "http"),
+    }
+
+    async def ask() -> dict[str, int]:
+        db = store.Store.connect(f"sqlite:///{tmp_path / 'corral.db'}")
+        await db.migrate()
+        c = client.Client(
+            store=db, executors={}, settings=config.Settings(), clock=clock.SystemClock()
+        )
+        try:
+            transport = httpx.ASGITransport(app=create_app(c))
+            async with httpx.AsyncClient(transport=transport, base_url="http://api") as http:
+                return {g["path"]: (await http.get(g["path"])).status_code for g in probes.values()}
+        finally:
+            await db.close()
+
+    assert asyncio.run(ask()) == {"/readyz": 200, "/healthz": 200}
+
+
+# --- Prometheus -----------------------------------------------------------------------------------
+
+
+def test_the_prometheus_example_scrapes_the_api_with_a_token_and_the_loops_ports() -> None:
+    kustomization = yaml.safe_load(KUSTOMIZATION.read_text(encoding="utf-8"))
+    assert not [r for r in kustomization["resources"] if "examples" in r], "needs the CRDs"
+    docs = {d["kind"]: d for d in yaml.safe_load_all(SERVICE_MONITOR.read_text(encoding="utf-8"))}
+    assert {d["apiVersion"] for d in docs.values()} == {"monitoring.coreos.com/v1"}
+    monitor = docs["ServiceMonitor"]
+    service = _one("Service", "corral-api")
+    assert monitor["metadata"]["namespace"] == service["metadata"]["namespace"]
+    assert (
+        monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    )
+    [endpoint] = monitor["spec"]["endpoints"]
+    assert endpoint["port"] in {p["name"] for p in service["spec"]["ports"]}
+    assert endpoint["path"] == "/metrics"
+    assert endpoint["authorization"]["type"] == "Bearer"
+    assert set(endpoint["authorization"]["credentials"]) == {"name", "key"}
+    pods = docs["PodMonitor"]
+    [endpoint] = pods["spec"]["podMetricsEndpoints"]
+    selected = {
+        name
+        for name in DEPLOYMENTS
+        if all(
+            _pod_labels(name).get(e["key"]) in e["values"]
+            for e in pods["spec"]["selector"]["matchExpressions"]
+        )
+    }
+    assert selected == set(METRICS)
+    for name in selected:
+        assert endpoint["port"] in {p["name"] for p in _container(name)["ports"]}
+
+
+def _pod_labels(name: str) -> dict[str, str]:
+    labels: dict[str, str] = _deployment(name)["spec"]["template"]["metadata"]["labels"]
+    return labels
