@@ -10,13 +10,13 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from corral import client, config, model, store
+from corral import client, config, model, scheduler, store
 from corral.api import create_app
-from corral.store import overview
+from corral.store import Finish, overview
 from corral.testing import FrozenClock
 from tests.support.noop import NoopExecutor
 
-J = model.JobState
+A, J = model.AttemptState, model.JobState
 NOOP = {"spec": {}, "executor": "noop"}
 
 
@@ -157,6 +157,25 @@ async def test_a_token_signs_in_and_a_submitted_command_becomes_a_job(
 class _ProcessSpec:
     def validate_spec(self, spec: dict[str, object]) -> dict[str, object]:
         return spec
+
+
+async def test_the_overview_shows_pools_in_use_and_failing_schedules(
+    http: httpx.AsyncClient, c: client.Client
+) -> None:
+    c.settings = config.Settings(pools={"backfill": 2})
+    await c.schedule_create("nightly", every="1h", **NOOP, tenant="a")
+    await scheduler.Scheduler(store=c.store, clock=c.clock).pass_once()  # fires at once
+    fired = (await c.schedule("nightly", tenant="a")).last_job_id
+    await sign_in(http, name="ada", password="correct horse")
+    shown = (await http.get("/ui/")).text
+    assert re.search(r"<td>backfill</td><td>0</td><td>2</td>", shown)
+    assert "None: every schedule" in shown
+    [claimed] = await c.store.job_claim(now=c.clock.now(), limit=1, executors=["noop"])
+    assert claimed.job.id == fired
+    failed = Finish(claimed.attempt.id, A.FAILED, 2, "exit 2", model.FailureClass.PERMANENT)
+    await c.store.attempt_finish(finishes=[failed], now=c.clock.now())
+    failing = (await http.get("/ui/")).text
+    assert re.search(rf'<td>nightly</td><td>a</td><td><a href="/ui/jobs/{fired}">', failing)
 
 
 async def test_the_overview_counts_each_state_up_to_a_cap(

@@ -165,7 +165,17 @@ async def overview(request: Request, who: Viewer) -> Response:
         counts=[(state, *counts[state]) for state in model.JobState],
         quarantined=quarantined,
         failing=await _failing_schedules(c, who),
+        pools=await _pools(c, who),
     )
+
+
+async def _pools(c: client.Client, who: model.WebSession) -> list[tuple[str, int, int]]:
+    """Each configured pool: (name, jobs of the session's tenant running in it, slots)."""
+    slots = dict(c.settings.pools)
+    if not slots:
+        return []
+    running = await c.store.pool_running(pools=sorted(slots), tenant=who.tenant)
+    return [(name, running.get(name, 0), size) for name, size in sorted(slots.items())]
 
 
 async def _failing_schedules(
