@@ -4,6 +4,7 @@ quarantined ones."""
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -209,6 +210,130 @@ def jobs_rerun(state: State, job_id: int, as_json: bool) -> None:
         return
     out.print(made)
     err.print(f"job {made} runs job {job_id} again")
+
+
+@jobs.command("bulk")
+@click.argument("action", type=click.Choice(["retry", "cancel", "discard"]))
+@click.option("--state", "states", multiple=True, help="Only jobs in this state (repeatable).")
+@click.option("--queue", default=None, help="Only jobs of this queue.")
+@click.option("--executor", default=None, help="Only jobs of this executor.")
+@click.option("--label", "labels", multiple=True, help="KEY=VALUE: only jobs with it (repeatable).")
+@click.option("--schedule", default=None, help="Only jobs this schedule fired.")
+@click.option("--tenant", default=None, help="Only jobs of this tenant (default: every tenant).")
+@click.option("--since", type=click.DateTime(), default=None, help="Created at or after (UTC).")
+@click.option("--until", type=click.DateTime(), default=None, help="Created before (UTC).")
+@click.option(
+    "--yes", is_flag=True, help="Do not ask before acting on the jobs the preview counts."
+)
+@json_option
+@config_option
+@click.pass_obj
+def jobs_bulk(
+    state: State,
+    action: str,
+    states: tuple[str, ...],
+    queue: str | None,
+    executor: str | None,
+    labels: tuple[str, ...],
+    schedule: str | None,
+    tenant: str | None,
+    since: datetime | None,
+    until: datetime | None,
+    yes: bool,
+    as_json: bool,
+) -> None:
+    """Retry, cancel or discard every job a filter matches: shows how many and which, then
+    acts on that snapshot of ids, with its progress (a retry or discard takes quarantined
+    jobs, a cancel jobs not ended)."""
+    from corral import model
+
+    bulk = model.BulkAction(action)
+    chosen = _bulk_filter(bulk, states, queue, executor, labels, schedule, since, until)
+
+    async def preview() -> model.Preview:
+        async with state.connect(platforms=False) as c:
+            return await c.bulk_preview(bulk, chosen, tenant=tenant)
+
+    seen = run(preview())
+    more = ", ..." if seen.count > len(seen.sample) else ""
+    ids = ", ".join(str(i) for i in seen.sample) + more
+    err.print(f"{action} would touch {seen.count} jobs" + (f": {ids}" if seen.count else ""))
+    if seen.count and not yes:
+        click.confirm(f"{action} these {seen.count} jobs?", abort=True, err=True)
+    op = run(_bulk_run(state, bulk, chosen, tenant, seen.count, as_json))
+    if as_json:
+        print_json(
+            {
+                "id": op.id,
+                "state": op.state,
+                "total": op.total,
+                "applied": op.applied,
+                "skipped": op.skipped,
+            }
+        )
+        return
+    out.print(f"operation {op.id} {op.state}: {op.applied} applied, {op.skipped} skipped")
+
+
+def _bulk_filter(
+    action: model.BulkAction,
+    states: tuple[str, ...],
+    queue: str | None,
+    executor: str | None,
+    labels: tuple[str, ...],
+    schedule: str | None,
+    since: datetime | None,
+    until: datetime | None,
+) -> model.JobFilter:
+    """The filter of the options; a bad one is a usage error naming the option."""
+    from corral import client
+
+    try:
+        return client.job_filter(
+            action,
+            states=states,
+            queue=queue,
+            executor=executor,
+            labels=labels,
+            schedule=schedule,
+            since=None if since is None else since.replace(tzinfo=UTC),
+            until=None if until is None else until.replace(tzinfo=UTC),
+            prefix="--",
+        )
+    except errors.InvalidInput as exc:
+        option, _, rule = str(exc).partition(": ")
+        raise click.BadParameter(rule, param_hint=option) from None
+
+
+async def _bulk_run(
+    state: State,
+    action: model.BulkAction,
+    chosen: model.JobFilter,
+    tenant: str | None,
+    expect: int,
+    quiet: bool,
+) -> model.Operation:
+    """Start the operation, then step it here (beside any serve or api process) with a
+    progress bar until it has ended."""
+    from rich.progress import Progress
+
+    from corral import operations
+
+    async with state.connect() as c:
+        op = await c.bulk_start(
+            action, chosen, tenant=tenant, expect=expect, made_by="command line"
+        )
+        runner = operations.Runner(
+            store=c.store, clock=c.clock, settings=c.settings, executors=c.executors
+        )
+        with Progress(console=err, transient=True, disable=quiet) as bar:
+            task = bar.add_task(f"operation {op.id}: {action}", total=op.total)
+            while op.state == "running":
+                if not await runner.run_once():
+                    await c.clock.sleep(c.settings.timeouts.operation_interval.total_seconds())
+                op = await c.operation(op.id)
+                bar.update(task, completed=op.applied + op.skipped)
+        return op
 
 
 @click.group()
