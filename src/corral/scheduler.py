@@ -308,6 +308,9 @@ class Scheduler:
             recorded += len(done.firings)
             fired += sum(1 for f in done.firings if f.job_id is not None)
             self._log(done)
+            for f in done.firings:  # ahead of its time (overlap allow) counts as on time
+                if f.outcome == F.FIRED:
+                    metrics.LATENESS.observe(max(f.lateness_seconds, 0.0))
             await self._stop_replaced(done.cancelled)
             if done.schedules < limit:
                 break
@@ -322,7 +325,6 @@ class Scheduler:
     def _log(self, done: Fired) -> None:
         for f in done.firings:
             if f.outcome == F.FIRED:
-                metrics.LATENESS.observe(max(f.lateness_seconds, 0.0))
                 log.info(
                     "schedule %d fired %s as job %s (%.3f s late)%s",
                     f.schedule_id,

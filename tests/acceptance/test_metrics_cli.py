@@ -70,3 +70,13 @@ def test_a_bad_metrics_address_is_refused_naming_the_option(corral: Run) -> None
         assert bad.returncode == 2, bad.stderr
         assert "--metrics" in bad.stderr
         assert "HOST:PORT" in bad.stderr
+
+
+def test_a_metrics_port_already_taken_is_refused_naming_the_option(corral: Run) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        said = corral("dispatcher", "--metrics", f"127.0.0.1:{port}", check=False)
+    assert said.returncode != 0
+    assert f"--metrics: could not listen on 127.0.0.1:{port}" in said.stderr
