@@ -1,5 +1,5 @@
-"""`corral jobs` and `corral dead`: look at jobs, explain them, cancel them, and decide on
-quarantined ones."""
+"""`corral jobs` and `corral dead`: look at jobs, explain them, cancel them, decide on
+quarantined ones, and act on every job a filter matches (`jobs bulk`)."""
 
 from __future__ import annotations
 
