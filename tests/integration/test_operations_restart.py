@@ -8,11 +8,13 @@ import signal
 import subprocess
 import sys
 from collections.abc import Awaitable, Callable
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
 from corral import model, store
+from corral.clock import SystemClock
 from corral.testing import FrozenClock
 from tests.support.crash import Site, stop
 from tests.support.wait import eventually
@@ -100,3 +102,38 @@ async def _applied(progress: Progress, least: int) -> bool:
 
 async def _ended(progress: Progress) -> bool:
     return (await progress()).state == model.OperationState.SUCCEEDED
+
+
+@pytest.mark.timeout(300)
+async def test_corral_serve_without_the_api_runs_bulk_operations_too(
+    db: store.Store, db_url: str, tmp_path: Path
+) -> None:
+    """`corral serve` with no --http steps operations in its own loops (with --http, the
+    runner beside the API does, so a process has one)."""
+    clock = FrozenClock()
+    later = SystemClock().now() + timedelta(days=1)  # not due: the dispatcher leaves them
+    new = [
+        model.NewJob(executor="process", spec={"command": ["true"]}, queue="bulk", run_at=later)
+        for _ in range(5)
+    ]
+    await db.job_submit(new=new, now=clock.now())
+    op = await db.operation_create(
+        tenant=None,
+        action=model.BulkAction.CANCEL,
+        given=model.JobFilter(queue="bulk"),
+        expect=5,
+        token_id=None,
+        made_by="test",
+        now=clock.now(),
+    )
+
+    async def progress() -> model.Operation:
+        return await db.operation_get(operation_id=op.id)
+
+    serving = Site(tmp_path, db_url).start("serve")
+    try:
+        await eventually(lambda: _ended(progress), within=120, what="corral serve ran it")
+    finally:
+        stop(serving)
+    done = await progress()
+    assert (done.applied, done.skipped) == (5, 0)

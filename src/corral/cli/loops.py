@@ -70,6 +70,7 @@ async def _serve(
     reconcile: bool,
     schedule: bool,
     alert: bool,
+    operate: bool = False,
     http: str | None = None,
 ) -> None:
     from corral import client, runtime
@@ -112,6 +113,8 @@ async def _serve(
             reconcile=reconcile,
             schedule=schedule,
             alert=alert,
+            # Bulk operations run beside the API when there is one (serve_http), else here.
+            operate=operate and http is None,
             on_ready=ready,
         )
         if http is None:
@@ -198,7 +201,7 @@ def serve(
         state,
         health_file,
         demo=demo,
-        loops=("dispatch", "reconcile", "schedule", "alert"),
+        loops=("dispatch", "reconcile", "schedule", "alert", "operate"),
         http=http,
         metrics_at=metrics_at,
     )
@@ -289,6 +292,7 @@ def _run_loops(
                 reconcile="reconcile" in loops,
                 schedule="schedule" in loops,
                 alert="alert" in loops,
+                operate="operate" in loops,
                 http=http,
             )
         )
