@@ -42,6 +42,7 @@ run: $(STAMP)
 	@$(BIN)/corral db upgrade
 	@echo "corral: starting on SQLite with the process executor; state in ./.corral/"
 	@echo "corral: the API on http://127.0.0.1:8080/api/v1 (a first admin token follows, once)"
+	@echo "corral: the dashboard on http://127.0.0.1:8080/ui/ (sign in with that token)"
 	@$(BIN)/corral serve --demo --http 127.0.0.1:8080
 
 lint: $(STAMP)
