@@ -141,6 +141,19 @@ def test_a_job_submitted_on_the_jobs_page_finishes_live_on_its_page(page: Any) -
     playwright.expect(page.locator("#events")).to_contain_text("succeeded")
 
 
+def test_a_running_job_s_output_shows_as_it_is_written(page: Any, tmp_path: Path) -> None:
+    """The job waits for a file the test makes once the page has shown its first line."""
+    go = tmp_path / "go"
+    page.fill("#submit input[name=command]",
+              f"echo first line; while [ ! -e {go} ]; do sleep 0.1; done; echo last line")  # fmt: skip
+    page.click("#submit button[type=submit]")
+    playwright.expect(page.locator(".running-output")).to_contain_text("first line")
+    playwright.expect(page.locator("#job-state")).to_have_text("running")
+    go.touch()
+    playwright.expect(page.locator("#job-state")).to_have_text("succeeded")
+    playwright.expect(page.locator("#attempts pre")).to_contain_text("last line")
+
+
 def test_a_quarantined_job_is_retried_from_the_quarantined_page(page: Any, site: Site) -> None:
     made = site.api(
         "POST",

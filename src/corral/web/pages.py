@@ -268,7 +268,7 @@ async def job_submit(request: Request, acting: Operator) -> Response:
 @router.get("/jobs/{job_id}")
 async def job(request: Request, who: Viewer, job_id: JobId) -> Response:
     view = await visible_job(auth.client_of(request), who, job_id)
-    return page(request, "job.html", who, **_job_values(request, view))
+    return page(request, "job.html", who, **await _job_values(request, view))
 
 
 @router.get("/jobs/{job_id}/live")
@@ -276,18 +276,31 @@ async def job_live(request: Request, who: Viewer, job_id: JobId) -> Response:
     """The part of a job's page that changes, for htmx to swap in while the job goes on:
     the fragment stops asking once the job has stopped."""
     view = await visible_job(auth.client_of(request), who, job_id)
-    return page(request, "job_live.html", who, **_job_values(request, view))
+    return page(request, "job_live.html", who, **await _job_values(request, view))
 
 
-def _job_values(request: Request, view: client.JobView) -> dict[str, Any]:
+async def _job_values(request: Request, view: client.JobView) -> dict[str, Any]:
     c = auth.client_of(request)
     return {
         "job": view.job,
         "attempts": [(a, view.logs.get(a.id)) for a in view.attempts],
+        "output": await _running_output(c, view),
         "events": view.events,
         "goes_on": view.job.state in (J.SCHEDULED, J.QUEUED, J.RUNNING, J.PARKED),
         "explained": client.explain(view, c.clock.now()),
     }
+
+
+async def _running_output(c: client.Client, view: client.JobView) -> dict[int, list[Any]]:
+    """What each running attempt has written so far, by fence: read from its run folder
+    when this machine has it (a process's stdout and stderr, their last part)."""
+    if not any(a.state in model.ACTIVE_ATTEMPT_STATES for a in view.attempts):
+        return {}
+    found: dict[int, list[Any]] = {}
+    async for part in c.follow(view.job.id, once=True):
+        if part.stream and part.attempt.state in model.ACTIVE_ATTEMPT_STATES:
+            found.setdefault(part.attempt.id, []).append(part)
+    return found
 
 
 _ACTIONS = {
