@@ -64,12 +64,18 @@ async def acting(request: Request, who: Annotated[model.WebSession, Depends(sess
     """For a POST: the session, when the form carries its CSRF token and its role may act
     (operator or admin); Forbidden otherwise."""
     form = await form_of(request)
-    given = request.headers.get(CSRF_HEADER) or form.get("csrf", "")
-    if not secrets.compare_digest(given.encode(), who.csrf.encode()):
-        raise Forbidden("the form's CSRF token is missing or wrong: reload the page")
+    check_csrf(request, who, form)
     if not who.role.allows(model.Role.OPERATOR):
         raise Forbidden(f"a {who.role} may look but not act; it takes an operator")
     return Acting(who, form)
+
+
+def check_csrf(request: Request, who: model.WebSession, form: Form) -> None:
+    """Forbidden unless the request carries the session's CSRF token (htmx's header, or
+    the form's `csrf` field)."""
+    given = request.headers.get(CSRF_HEADER) or form.get("csrf", "")
+    if not secrets.compare_digest(given.encode(), who.csrf.encode()):
+        raise Forbidden("the form's CSRF token is missing or wrong: reload the page")
 
 
 class Acting:

@@ -134,9 +134,7 @@ async def sign_in(request: Request) -> Response:
 
 @router.post("/sign-out")
 async def sign_out(request: Request, who: Viewer) -> Response:
-    form = await auth.form_of(request)
-    if not secrets.compare_digest(form.get("csrf", "").encode(), who.csrf.encode()):
-        raise auth.Forbidden("the form's CSRF token is missing or wrong: reload the page")
+    auth.check_csrf(request, who, await auth.form_of(request))
     await auth.client_of(request).sign_out(request.cookies.get(auth.COOKIE, ""))
     went = RedirectResponse("/ui/sign-in", 303)
     went.delete_cookie(auth.COOKIE, path="/ui")
