@@ -1,7 +1,8 @@
 """The dashboard in real Chromium (Debian's, driven by Playwright) against a real `corral
 serve --demo --http` on a temporary SQLite file: sign in, submit a job on the jobs page
-and watch it finish without a reload, retry a quarantined job, pause a schedule, and be
-refused another tenant's job. Deadlines are generous (the suite runs under load too) and
+and watch it finish without a reload, retry a quarantined job (one, and a queue's all from
+a preview, watching the operation finish), pause a schedule, and be refused another
+tenant's job. Deadlines are generous (the suite runs under load too) and
 nothing sleeps for a fixed time: each step waits for what the page shows.
 
 The overview's screenshot in the docs (docs/images/dashboard-overview.png) is taken here:
@@ -179,6 +180,38 @@ def test_a_quarantined_job_is_retried_from_the_quarantined_page(page: Any, site:
         lambda: site.api("GET", f"/jobs/{made['id']}")["attempts"] >= 2,
         what="a second attempt after the retry",
     )
+
+
+def test_quarantined_jobs_are_retried_from_a_preview(page: Any, site: Site, tmp_path: Path) -> None:
+    """Two jobs fail until a file exists; once quarantined, the file is made and "Retry
+    all…" on the jobs list (filtered to their queue) sends both back: they then succeed."""
+    fixed = tmp_path / "fixed"
+    job = {
+        "spec": {"command": ["sh", "-c", f"[ -e {fixed} ] || exit 3"]},
+        "queue": "bulk-browser",
+        "policy": {
+            "failure_rules": [
+                {"on_exit_codes": {"operator": "In", "values": [3]}, "action": "fail"}
+            ]
+        },
+    }
+    ids = [site.api("POST", "/jobs", json=job)["id"] for _ in range(2)]
+    for job_id in ids:
+        site.wait_job(job_id, "quarantined")
+    fixed.touch()
+    page.goto("/ui/jobs?state=quarantined&queue=bulk-browser")
+    page.locator("#bulk a:has-text('Retry all')").click()
+    playwright.expect(page.locator("#preview-count")).to_have_text("2")
+    for job_id in ids:
+        playwright.expect(page.locator("#preview-sample")).to_contain_text(str(job_id))
+    page.locator("#confirm button").click()
+    playwright.expect(page).to_have_url(re.compile(r"/ui/operations/\d+$"))
+    page.evaluate("window.notReloaded = true")
+    playwright.expect(page.locator("#operation-state")).to_have_text("succeeded")
+    playwright.expect(page.locator("#op-applied")).to_have_text("2")
+    assert page.evaluate("window.notReloaded === true")
+    for job_id in ids:
+        assert site.wait_job(job_id, "succeeded")["attempts"] >= 2
 
 
 def test_a_schedule_is_paused_on_the_schedules_page(page: Any, site: Site) -> None:

@@ -1,6 +1,6 @@
 """The dashboard over HTTP on both databases (its browser tests: tests/browser): signing
 in with a password or a token, the session cookie, CSRF on every form, roles, tenant
-isolation on every page, and counts that stay bounded."""
+isolation on every page, counts that stay bounded, and bulk actions from a preview."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from corral import client, config, model, scheduler, store
+from corral import client, config, model, operations, scheduler, store
 from corral.api import create_app
 from corral.store import Finish, overview
 from corral.testing import FrozenClock
@@ -204,3 +204,128 @@ async def test_signing_in_goes_back_to_a_dashboard_page_only(
         data={"pairing": pairing[1], "next": target, "name": "ada", "password": "correct horse"},
     )
     assert signed.headers["location"] == "/ui/"
+
+
+async def quarantined(
+    c: client.Client, n: int, *, tenant: str = "a", queue: str = "q"
+) -> list[int]:
+    ids = [(await c.submit(**NOOP, tenant=tenant, queue=queue))[0] for _ in range(n)]
+    for frm, to in ((J.QUEUED, J.RUNNING), (J.RUNNING, J.QUARANTINED)):
+        await c.store.transition(
+            entity="job", ids=ids, expected=frm, to=to, now=c.clock.now(), reason="test"
+        )
+    return ids
+
+
+def confirm_form(preview: httpx.Response) -> dict[str, str]:
+    form = preview.text[preview.text.index('id="confirm"') :]
+    form = form[: form.index("</form>")]
+    return dict(re.findall(r'name="([^"]+)" value="([^"]*)"', form))
+
+
+async def run_operations(c: client.Client) -> None:
+    runner = operations.Runner(store=c.store, clock=c.clock, settings=c.settings)
+    while await runner.run_once():
+        pass
+
+
+async def test_retry_all_quarantined_from_a_preview(
+    http: httpx.AsyncClient, c: client.Client
+) -> None:
+    mine = await quarantined(c, 2)
+    theirs = await quarantined(c, 1, tenant="b")
+    await sign_in(http, name="ada", password="correct horse")
+    dead = (await http.get("/ui/dead")).text
+    assert 'href="/ui/bulk?action=retry&amp;state=quarantined"' in dead
+    preview = await http.get("/ui/bulk?action=retry&state=quarantined")
+    assert re.search(r'id="preview-count">2<', preview.text)
+    assert all(f'href="/ui/jobs/{i}"' in preview.text for i in mine)
+    assert f'href="/ui/jobs/{theirs[0]}"' not in preview.text
+    form = confirm_form(preview)
+    assert (form["expect"], form["action"]) == ("2", "retry")
+    started = await http.post("/ui/operations", data=form)
+    assert started.status_code == 303
+    where = started.headers["location"]
+    shown = (await http.get(where)).text
+    assert 'id="operation-state">running<' in shown
+    assert 'hx-trigger="every 1s"' in shown
+    await run_operations(c)
+    live = (await http.get(where + "/live")).text
+    assert 'id="operation-state">succeeded<' in live
+    assert re.search(r'id="op-applied">2<', live)
+    assert "hx-trigger" not in live  # it stops asking once the operation has ended
+    assert [(await c.job(i)).job.state for i in mine] == [J.QUEUED, J.QUEUED]
+    assert (await c.job(theirs[0])).job.state == J.QUARANTINED
+    listed = (await http.get("/ui/operations")).text
+    assert f'href="{where}"' in listed
+    audited = await c.store.audit_list(tenant="a")
+    assert [(a.action, a.details["total"]) for a in audited] == [("operations.start", 2)]
+
+
+async def test_a_changed_count_asks_again_with_the_new_one(
+    http: httpx.AsyncClient, c: client.Client
+) -> None:
+    await quarantined(c, 2)
+    await sign_in(http, name="ada", password="correct horse")
+    form = confirm_form(await http.get("/ui/bulk?action=discard&state=quarantined&queue=q"))
+    await quarantined(c, 1)
+    again = await http.post("/ui/operations", data=form)
+    assert again.status_code == 409
+    assert "now match 3 jobs, not 2" in again.text
+    assert confirm_form(again)["expect"] == "3"
+    assert await c.operations(tenant="a") == []
+    assert (await http.post("/ui/operations", data=confirm_form(again))).status_code == 303
+
+
+async def test_the_jobs_list_s_filters_go_to_the_preview_and_wrong_ones_are_said(
+    http: httpx.AsyncClient, c: client.Client
+) -> None:
+    await c.submit(**NOOP, tenant="a", queue="slow")
+    await c.submit(**NOOP, tenant="a", queue="fast")
+    await sign_in(http, name="ada", password="correct horse")
+    listed = (await http.get("/ui/jobs?queue=slow")).text
+    assert 'href="/ui/bulk?queue=slow&amp;action=cancel"' in listed
+    preview = await http.get("/ui/bulk?queue=slow&action=cancel")
+    assert re.search(r'id="preview-count">1<', preview.text)
+    wrong = await http.get("/ui/bulk?state=queued&action=retry")
+    assert "a retry touches quarantined jobs, not queued" in wrong.text
+    assert 'id="confirm"' not in wrong.text
+
+
+async def test_an_operation_is_stopped_and_bulk_forms_need_csrf_and_an_operator(
+    http: httpx.AsyncClient, c: client.Client
+) -> None:
+    await quarantined(c, 2)
+    await sign_in(http, name="ada", password="correct horse")
+    form = confirm_form(await http.get("/ui/bulk?action=retry&state=quarantined"))
+    forged = {k: v for k, v in form.items() if k != "csrf"}
+    assert (await http.post("/ui/operations", data=forged)).status_code == 403
+    where = (await http.post("/ui/operations", data=form)).headers["location"]
+    stopped = await http.post(where + "/cancel", data={"csrf": form["csrf"]})
+    assert stopped.status_code == 303
+    shown = (await http.get(stopped.headers["location"])).text
+    assert "2 jobs left as they were" in shown
+    assert 'id="operation-state">cancelled<' in shown
+    await http.post("/ui/sign-out", data={"csrf": form["csrf"]})
+    await sign_in(http, name="vic", password="correct horse")
+    assert (await http.get("/ui/bulk?action=retry")).status_code == 403
+    assert (await http.get(where)).status_code == 200  # a viewer looks
+    token = csrf(await http.get("/ui/jobs"))
+    assert (await http.post(where + "/cancel", data={"csrf": token})).status_code == 403
+
+
+async def test_another_tenant_s_operation_is_not_found(
+    http: httpx.AsyncClient, c: client.Client
+) -> None:
+    await quarantined(c, 1, tenant="b")
+    theirs = await c.bulk_start(
+        model.BulkAction.RETRY, model.JobFilter(), tenant="b", expect=1, made_by="test"
+    )
+    await sign_in(http, name="ada", password="correct horse")
+    token = csrf(await http.get("/ui/jobs"))
+    for path in (f"/ui/operations/{theirs.id}", f"/ui/operations/{theirs.id}/live"):
+        assert (await http.get(path)).status_code == 404, path
+    cancel = await http.post(f"/ui/operations/{theirs.id}/cancel", data={"csrf": token})
+    assert cancel.status_code == 404
+    assert (await c.operation(theirs.id)).state == model.OperationState.RUNNING
+    assert f"/ui/operations/{theirs.id}" not in (await http.get("/ui/operations")).text

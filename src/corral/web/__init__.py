@@ -3,6 +3,7 @@
 
     auth.py     sessions, roles and CSRF
     pages.py    the pages and the forms they send
+    bulk.py     bulk actions: a preview, its confirm form, and the operations it starts
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from fastapi import FastAPI, Request
 from fastapi.staticfiles import StaticFiles
 from starlette.responses import RedirectResponse, Response
 
-from corral.web import auth, pages
+from corral.web import auth, bulk, pages
 
 __all__ = ["mount"]
 
@@ -19,6 +20,7 @@ __all__ = ["mount"]
 def mount(app: FastAPI) -> None:
     """Serve the dashboard on `app` under /ui (none of it in the OpenAPI document)."""
     app.include_router(pages.router)
+    app.include_router(bulk.router)
     app.mount("/ui/static", StaticFiles(directory=pages.HERE / "static"), name="ui-static")
 
     @app.get("/ui", include_in_schema=False)

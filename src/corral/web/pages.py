@@ -76,7 +76,12 @@ async def visible_job(c: client.Client, who: model.WebSession, job_id: int) -> c
 
 
 async def audit(
-    c: client.Client, who: model.WebSession, action: str, target: str, tenant: str
+    c: client.Client,
+    who: model.WebSession,
+    action: str,
+    target: str,
+    tenant: str | None,
+    **details: Any,
 ) -> None:
     """The audit row of a change made on the dashboard: by the session's user (or token)."""
     await c.store.audit_add(
@@ -85,7 +90,7 @@ async def audit(
         tenant=tenant,
         action=action,
         target=target,
-        details={"by": who.name, "via": "dashboard"},
+        details={"by": who.name, "via": "dashboard", **details},
     )
 
 
