@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import AsyncIterator
+from datetime import datetime, timedelta
 
 import httpx
 import pytest
 
-from corral import client, config, model, operations, scheduler, store
+from corral import client, config, model, operations, retry, scheduler, store
 from corral.api import create_app
-from corral.store import Finish, overview
+from corral.store import Finish, budgets, overview
 from corral.testing import FrozenClock
 from tests.support.noop import NoopExecutor
 
@@ -329,3 +330,68 @@ async def test_another_tenant_s_operation_is_not_found(
     assert cancel.status_code == 404
     assert (await c.operation(theirs.id)).state == model.OperationState.RUNNING
     assert f"/ui/operations/{theirs.id}" not in (await http.get("/ui/operations")).text
+
+
+async def ended(c: client.Client, to: model.JobState, at: datetime, tenant: str = "a") -> None:
+    """A job of `tenant` that ended in `to` at `at`."""
+    job_id, _ = await c.submit(**NOOP, tenant=tenant)
+    for frm, nxt in ((J.QUEUED, J.RUNNING), (J.RUNNING, to)):
+        await c.store.transition(
+            entity="job", ids=[job_id], expected=frm, to=nxt, now=at, reason="test"
+        )
+
+
+async def test_job_ends_are_counted_per_bucket_of_a_window(
+    db: store.Store, c: client.Client
+) -> None:
+    since = datetime.fromisoformat("2026-01-01T11:31:00+00:00")
+    minute = timedelta(minutes=1)
+    await ended(c, J.SUCCEEDED, since)  # the first bucket
+    await ended(c, J.SUCCEEDED, since + 59 * minute + timedelta(seconds=59))  # the last
+    await ended(c, J.FAILED, since + 59 * minute)
+    await ended(c, J.QUARANTINED, since + 29 * minute + timedelta(seconds=30))
+    await ended(c, J.SUCCEEDED, since - timedelta(milliseconds=1))  # before the window
+    await ended(c, J.SUCCEEDED, since + 60 * minute)  # after it
+    await ended(c, J.SUCCEEDED, since + minute, tenant="b")
+    await ended(c, J.CANCELLED, since + minute)  # not an end the charts count
+    mine = await db.job_ends_counted(tenant="a", since=since, width=minute, buckets=60)
+    assert len(mine) == 60
+    assert (mine[0], mine[29], mine[59]) == ((1, 0), (0, 1), (1, 1))
+    assert sum(ok + bad for ok, bad in mine) == 4
+    every = await db.job_ends_counted(tenant=None, since=since, width=minute, buckets=60)
+    assert every[1] == (1, 0)
+    hourly = await db.job_ends_counted(
+        tenant="a", since=since - timedelta(hours=1), width=timedelta(hours=1), buckets=2
+    )
+    assert hourly == [(1, 0), (2, 2)]
+
+
+async def test_the_overview_charts_job_ends_and_shows_retry_budgets(
+    http: httpx.AsyncClient, c: client.Client
+) -> None:
+    assert isinstance(c.clock, FrozenClock)
+    c.clock.advance(12 * 3600 + 30 * 60 + 10)  # 12:30:10
+    now = c.clock.now()
+    await ended(c, J.SUCCEEDED, now - timedelta(seconds=5))
+    await ended(c, J.SUCCEEDED, now - timedelta(seconds=5))
+    await ended(c, J.FAILED, now - timedelta(hours=2))
+    await ended(c, J.FAILED, now, tenant="b")
+    await c.user_add("root", password="correct horse", tenant=None, role="admin")
+    await sign_in(http, name="ada", password="correct horse")
+    shown = (await http.get("/ui/")).text
+    hour = shown[shown.index('id="chart-1"') : shown.index('id="chart-2"')]
+    day = shown[shown.index('id="chart-2"') :]
+    assert '<span class="succeeded-total">2</span>' in hour
+    assert '<span class="failed-total">0</span>' in hour
+    assert "12:30: 2 succeeded, 0 failed or quarantined" in hour
+    assert '<span class="failed-total">1</span>' in day  # the other tenant's is not counted
+    assert "<script" not in shown.split("</head>", 1)[1]  # drawn on the server
+    assert 'id="budgets"' not in shown  # queues are every tenant's: not for a tenant
+    budget = retry.Budget.from_settings(c.settings)
+    await c.store._tx(budgets.budget_take, queue="q", n=3, now=now, budget=budget)
+    await http.post("/ui/sign-out", data={"csrf": csrf(await http.get("/ui/jobs"))})
+    await sign_in(http, name="root", password="correct horse")
+    every = (await http.get("/ui/")).text
+    assert '<span class="failed-total">2</span>' in every[every.index('id="chart-2"') :]
+    shown_budget = f"<td>q</td><td>{budget.burst - 3:.1f}</td><td>{budget.burst:.0f}</td>"
+    assert shown_budget in every

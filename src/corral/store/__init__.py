@@ -760,6 +760,13 @@ class Store:
     async def job_count_capped(self, *, tenant: str | None) -> dict[str, tuple[int, bool]]:
         return await self._lookup(overview.job_count_capped, tenant=tenant)
 
+    async def job_ends_counted(
+        self, *, tenant: str | None, since: datetime, width: timedelta, buckets: int
+    ) -> list[tuple[int, int]]:
+        return await self._lookup(
+            overview.job_ends_counted, tenant=tenant, since=since, width=width, buckets=buckets
+        )
+
     # --- alerts (corral.alerts) --------------------------------------------------------
 
     async def alert_cursor(self, *, name: str) -> int | None:

@@ -287,6 +287,21 @@ def json_text(conn: Connection, column: Column[Any], *path: str) -> ColumnElemen
     return func.json_extract(column, "$." + ".".join(f'"{p}"' for p in path))
 
 
+def bucket_of(
+    conn: Connection, column: Column[Any], start: datetime, width: timedelta
+) -> ColumnElement[int]:
+    """Which `width`-long bucket since `start` a datetime column's value falls in (0 the
+    first; for values at or after `start`, both whole seconds): epoch arithmetic on
+    PostgreSQL; on SQLite, which stores the text of naive UTC, its whole seconds
+    (strftime's %s), in integers so that a bucket's edge falls exactly where it is."""
+    seconds = int(width.total_seconds())
+    if conn.dialect.name == "postgresql":
+        since = bindparam(None, start, type_=column.type)
+        return func.floor(func.extract("epoch", column - since) / seconds).cast(Integer)
+    elapsed = func.strftime("%s", column).cast(Integer) - int(start.timestamp())
+    return elapsed // seconds
+
+
 def _big_ints() -> Any:
     from sqlalchemy.dialects import postgresql  # imported on PostgreSQL only: a large package
 

@@ -11,7 +11,18 @@ from typing import Any
 
 from sqlalchemy import Index, text
 
-from corral.store.tables import DUE, LIVE, PENDING, alerts, attempts, jobs, metadata, schedules
+from corral.store.tables import (
+    DUE,
+    JOB_ENDS,
+    LIVE,
+    PENDING,
+    alerts,
+    attempts,
+    events,
+    jobs,
+    metadata,
+    schedules,
+)
 
 __all__ = ["compared_on", "metadata"]
 """The whole schema: `tables.metadata` with these indexes."""
@@ -51,6 +62,16 @@ Index(
     attempts.c.id,
     sqlite_where=LIVE,
     postgresql_where=LIVE,
+)
+
+# Job ends by time (tables.JOB_ENDS): the overview's charts count a window's.
+Index(
+    "ix_events_job_ends",
+    events.c.at,
+    events.c.to_state,
+    events.c.job_id,
+    sqlite_where=JOB_ENDS,
+    postgresql_where=JOB_ENDS,
 )
 
 # Jobs waiting for their time (`corral submit --at`/`--delay`): the scheduler moves each to

@@ -191,6 +191,12 @@ events = Table(
     sqlite_autoincrement=True,
 )
 
+# Events that moved a job to an end the overview charts, by time (ix_events_job_ends,
+# indexes.py): what the charts of throughput and failures count per minute or hour.
+JOB_ENDS = text("entity = 'job' AND to_state IN ('succeeded', 'failed', 'quarantined')")
+"""The predicate of ix_events_job_ends. A query that counts job ends says it as written
+here, as with LIVE."""
+
 # What each attempt left to read (model.RunLog): written in the transaction that ends the
 # attempt, once (the attempt's id is the key), and removed with its job.
 run_logs = Table(

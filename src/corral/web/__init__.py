@@ -4,6 +4,7 @@
     auth.py     sessions, roles and CSRF
     pages.py    the pages and the forms they send
     bulk.py     bulk actions: a preview, its confirm form, and the operations it starts
+    charts.py   the overview's charts of job ends, drawn as SVG on the server
 """
 
 from __future__ import annotations

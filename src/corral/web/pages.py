@@ -1,7 +1,8 @@
-"""The dashboard's pages, under /ui: the overview, jobs (a list with filters, a page each
-with its attempts as a timeline and its run log, updated live), schedules with their next
-firings, and quarantined jobs. A page of another tenant's job is not found (404), and the
-lists hold only the session's tenant's.
+"""The dashboard's pages, under /ui: the overview (its charts drawn by charts.py), jobs (a
+list with filters, a page each with its attempts as a timeline and its run log, updated
+live), schedules with their next firings, and quarantined jobs (bulk actions: bulk.py). A
+page of another tenant's job is not found (404), and the lists hold only the session's
+tenant's.
 
 GETs only read; every change is a POST form that carries the session's CSRF token, made
 by an operator (or admin), written to the audit log, and answered with a redirect back
@@ -20,8 +21,8 @@ from fastapi import APIRouter, Query, Request
 from fastapi import Path as PathParam
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
-from corral import client, errors, model
-from corral.web import auth
+from corral import client, errors, model, retry
+from corral.web import auth, charts
 from corral.web.auth import Operator, Viewer
 
 HERE = Path(__file__).parent
@@ -166,10 +167,35 @@ async def overview(request: Request, who: Viewer) -> Response:
         "overview.html",
         who,
         counts=[(state, *counts[state]) for state in model.JobState],
+        charts=await _charts(c, who),
         quarantined=quarantined,
         failing=await _failing_schedules(c, who),
         pools=await _pools(c, who),
+        budgets=await _budgets(c, who),
     )
+
+
+async def _charts(c: client.Client, who: model.WebSession) -> list[charts.Chart]:
+    """Jobs that succeeded, and that failed, per minute of the last hour and per hour of
+    the last day."""
+    drawn = []
+    for window in charts.windows(c.clock.now()):
+        counts = await c.store.job_ends_counted(
+            tenant=who.tenant, since=window.since, width=window.width, buckets=window.buckets
+        )
+        drawn.append(charts.chart(window, counts))
+    return drawn
+
+
+async def _budgets(c: client.Client, who: model.WebSession) -> list[tuple[str, float, float]]:
+    """Each queue's retry budget now: (queue, tokens, burst). Queues are shared by every
+    tenant, so only a session of every tenant sees them (as only such a token reads
+    /metrics)."""
+    if who.tenant is not None:
+        return []
+    budget, now = retry.Budget.from_settings(c.settings), c.clock.now()
+    buckets = await c.store.budget_list()
+    return [(q, budget.refill(b, now, 0), budget.burst) for q, b in sorted(buckets.items())]
 
 
 async def _pools(c: client.Client, who: model.WebSession) -> list[tuple[str, int, int]]:
