@@ -63,8 +63,9 @@ def job_ends_counted(
         )
         .where(JOB_ENDS, events.c.at >= since, events.c.at < until)
     )  # fmt: skip
-    if tenant is not None:
-        ends = ends.join(jobs, jobs.c.id == events.c.job_id).where(jobs.c.tenant == tenant)
+    if tenant is not None:  # each end's job looked up by its id: a join would read every job
+        owner = select(jobs.c.tenant).where(jobs.c.id == events.c.job_id).scalar_subquery()
+        ends = ends.where(owner == tenant)
     window = ends.subquery()
     good = case((window.c.to_state == model.JobState.SUCCEEDED.value, 1), else_=0)
     counted = [(0, 0)] * buckets
