@@ -89,6 +89,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/cli_start.py
 	$(BIN)/python bench/schedules.py
 	$(BIN)/python bench/api.py
+	$(BIN)/python bench/dashboard.py
 
 # Corral against PgQueuer and the raw loop, interleaved over rounds, on the PostgreSQL server
 # of CORRAL_TEST_POSTGRES_URL (JSON on stdout). PgQueuer is in the `bench` extra, installed here.

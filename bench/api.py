@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import random
@@ -39,7 +40,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -80,7 +81,7 @@ KINDS = [("state", 3), ("state_queue", 3), ("label", 2), ("job", 4)]
 # --- the database --------------------------------------------------------------------------
 
 
-def _admin(pg_admin: str, sql: str) -> None:
+def admin(pg_admin: str, sql: str) -> None:
     engine = create_engine(pg_admin, isolation_level="AUTOCOMMIT")
     with engine.connect() as conn:
         conn.execute(text(sql))
@@ -102,7 +103,9 @@ def _state_case(column: str) -> str:
 
 def load(url: str, jobs: int, events: int) -> None:
     """Fill the migrated database at `url`: `jobs` jobs (ids 1..jobs, created one a second
-    up to now), an attempt for each that has run, and `events` events spread evenly."""
+    up to now), an attempt for each that has run, and `events` events spread evenly, one a
+    second up to now, a job's last one into its state (so the job ends of a recent window
+    are as many as a busy installation's)."""
     jobs_sql = f"""
         INSERT INTO jobs (id, tenant, queue, pool, priority, executor, spec, payload, state,
             run_at, idempotency_key, max_attempts, attempt_count, labels, created_at,
@@ -137,9 +140,12 @@ def load(url: str, jobs: int, events: int) -> None:
     events_sql = f"""
         INSERT INTO events (job_id, attempt_id, entity, from_state, to_state, reason, at,
             details)
-        SELECT 1 + (e - 1) / {per_job}, NULL, 'job', NULL, 'queued', 'bench',
-            now() - make_interval(secs => {events} - e), '{{}}'::jsonb
-        FROM generate_series(1::bigint, {events}) AS e
+        SELECT j, NULL, 'job', NULL,
+            CASE WHEN e % {per_job} = 0 THEN {_state_case("((j * 7919) % 1000)")}
+                ELSE 'queued' END,
+            'bench', now() - make_interval(secs => {events} - e), '{{}}'::jsonb
+        FROM generate_series(1::bigint, {events}) AS e,
+            LATERAL (SELECT 1 + (e - 1) / {per_job} AS j) AS owner
     """
     with psycopg.connect(libpq_url(url), autocommit=True) as conn:
         conn.execute("SET maintenance_work_mem = '256MB'")
@@ -150,6 +156,24 @@ def load(url: str, jobs: int, events: int) -> None:
         conn.execute("VACUUM ANALYZE jobs")
         conn.execute("VACUUM ANALYZE attempts")
         conn.execute("VACUUM ANALYZE events")
+
+
+@contextlib.contextmanager
+def loaded(pg_url: str, bench: str, jobs: int, events: int) -> Iterator[tuple[str, float]]:
+    """A fresh database on `pg_url`'s server, migrated and loaded (`load`), dropped after:
+    its URL and the seconds the load took."""
+    name = f"corral_bench_{bench}_{uuid.uuid4().hex[:8]}"
+    admin(pg_url, f'CREATE DATABASE "{name}"')
+    url = make_url(pg_url).set(database=name).render_as_string(hide_password=False)
+    try:
+        db = store.Store.connect(url)
+        asyncio.run(db.migrate())
+        asyncio.run(db.close())
+        t0 = time.monotonic()
+        load(url, jobs, events)
+        yield url, round(time.monotonic() - t0, 1)
+    finally:
+        admin(pg_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 # --- the requests ------------------------------------------------------------------------------
@@ -234,7 +258,7 @@ class Capture:
 # --- timing ------------------------------------------------------------------------------------
 
 
-async def _clients(
+async def run_clients(
     n: int, work: list[list[Any]], one: Callable[[int, Any], Awaitable[None]]
 ) -> list[float]:
     """Run each client's list of requests, the clients at once: each request's ms."""
@@ -267,7 +291,7 @@ async def time_api(
             if got.status_code != 200:
                 raise RuntimeError(f"GET {got.url}: {got.status_code} {got.text[:300]}")
 
-        await _clients(len(work), work, one)
+        await run_clients(len(work), work, one)
     finally:
         for c in clients:
             await c.aclose()
@@ -289,7 +313,7 @@ async def time_bare(
                 await cur.fetchall()
             by_kind.setdefault(kind, []).append((time.perf_counter() - t0) * 1000)
 
-        await _clients(len(work), work, one)
+        await run_clients(len(work), work, one)
     finally:
         for c in conns:
             await c.close()
@@ -357,13 +381,13 @@ def serve(url: str, scratch: Path) -> tuple[subprocess.Popen[bytes], str]:
     raise RuntimeError("corral api did not answer in 60 s")
 
 
-def _cpu_s(pid: int) -> float:
+def cpu_s(pid: int) -> float:
     """The CPU time (user and system) process `pid` has used, in seconds."""
     fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
+def stop(proc: subprocess.Popen[bytes]) -> None:
     proc.send_signal(signal.SIGTERM)
     try:
         proc.wait(timeout=30)
@@ -394,13 +418,13 @@ async def measure(url: str, args: argparse.Namespace) -> dict[str, Any]:
         try:
             await time_api(base, secret, warm)
             await time_bare(libpq_url(url), bare_warm)
-            cpu = _cpu_s(proc.pid)
+            cpu = cpu_s(proc.pid)
             t0 = time.monotonic()
             api = await time_api(base, secret, per)
-            api_wall, cpu = time.monotonic() - t0, _cpu_s(proc.pid) - cpu
+            api_wall, cpu = time.monotonic() - t0, cpu_s(proc.pid) - cpu
             bare = await time_bare(libpq_url(url), bare_per)
         finally:
-            _stop(proc)
+            stop(proc)
     pages = summary(api, bare)
     return {
         "jobs": args.jobs,
@@ -418,31 +442,27 @@ async def measure(url: str, args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def options(doc: str) -> argparse.ArgumentParser:
+    """The options of a benchmark of pages over a loaded store (this one's and
+    bench/dashboard.py's): the load's scale, the clients, the server to make databases on."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     parser.add_argument("--jobs", type=int, default=1_000_000, help="jobs loaded")
     parser.add_argument("--events", type=int, default=5_000_000, help="events loaded")
     parser.add_argument("--clients", type=int, default=8, help="concurrent clients")
     parser.add_argument("--requests", type=int, default=200, help="timed requests per client")
-    parser.add_argument("--seed", type=int, default=1, help="of the request mix")
     parser.add_argument("--pg-url", default=DEFAULT_PG, help="a database to make others from")
+    return parser
+
+
+def main() -> None:
+    parser = options(__doc__)
+    parser.add_argument("--seed", type=int, default=1, help="of the request mix")
     args = parser.parse_args()
     if args.jobs < 1 or args.events < 0:
         parser.error("--jobs must be at least 1 and --events not negative")
-    name = f"corral_bench_api_{uuid.uuid4().hex[:8]}"
-    _admin(args.pg_url, f'CREATE DATABASE "{name}"')
-    url = make_url(args.pg_url).set(database=name).render_as_string(hide_password=False)
-    try:
-        db = store.Store.connect(url)
-        asyncio.run(db.migrate())
-        asyncio.run(db.close())
-        t0 = time.monotonic()
-        load(url, args.jobs, args.events)
-        loaded_s = time.monotonic() - t0
+    with loaded(args.pg_url, "api", args.jobs, args.events) as (url, load_s):
         report = asyncio.run(measure(url, args))
-        report["load_s"] = round(loaded_s, 1)
-    finally:
-        _admin(args.pg_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    report["load_s"] = load_s
     print(json.dumps(report, indent=2))
 
 

@@ -129,3 +129,14 @@ def test_api_reports_each_page_against_its_bare_sql() -> None:
     for page in report["pages"].values():
         assert page["ratio_p95_api_vs_bare"] > 0
     assert report["api_server"]["cpu_ms_per_request"] > 0
+
+
+def test_dashboard_reports_its_pages_against_the_api_list() -> None:
+    report = _bench(
+        "dashboard.py", "--jobs", "2000", "--events", "10000", "--requests", "8", "--alone", "2"
+    )
+    dashboard = {"overview", "overview_one_tenant", "jobs", "jobs_queued"}
+    assert set(report["pages"]) == {*dashboard, "api_jobs"}
+    for name in dashboard:
+        assert report["pages"][name]["ratio_p95_vs_api_list"] > 0
+    assert report["server"]["cpu_ms_per_request"] > 0
