@@ -189,6 +189,11 @@ async def test_the_overview_counts_each_state_up_to_a_cap(
     capped = await db._read(overview.job_count_capped, tenant=None, cap=2)
     assert capped[J.QUEUED] == (2, True)
     assert capped[J.SUCCEEDED] == (0, False)
+    for _ in range(3):  # newer than every job of a's: a's count must not depend on them
+        await c.submit(**NOOP, tenant="b")
+    mine = await db._read(overview.job_count_capped, tenant="a", cap=2)
+    assert mine[J.QUEUED] == (2, True), "a tenant's own jobs, however old"
+    assert (await db._read(overview.job_count_capped, tenant="b", cap=5))[J.QUEUED] == (4, False)
 
 
 @pytest.mark.parametrize(

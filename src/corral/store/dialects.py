@@ -297,7 +297,9 @@ def bucket_of(
     seconds = int(width.total_seconds())
     if conn.dialect.name == "postgresql":
         since = bindparam(None, start, type_=column.type)
-        return func.floor(func.extract("epoch", column - since) / seconds).cast(Integer)
+        # date_part is double precision; EXTRACT's numeric costs several times more a row.
+        epoch = func.date_part("epoch", column - since)
+        return func.floor(epoch / seconds).cast(Integer)
     elapsed = func.strftime("%s", column).cast(Integer) - int(start.timestamp())
     return elapsed // seconds
 

@@ -106,6 +106,7 @@ jobs = Table(
     # its limit: these hand them over in that order, however few of the table they are.
     Index("ix_jobs_state", "state", "id"),
     Index("ix_jobs_queue_state", "queue", "state", "id"),
+    Index("ix_jobs_tenant_state", "tenant", "state", "id"),
 )
 attempts = Table(
     "attempts",
