@@ -400,3 +400,26 @@ async def test_the_overview_charts_job_ends_and_shows_retry_budgets(
     assert '<span class="failed-total">2</span>' in every[every.index('id="chart-2"') :]
     shown_budget = f"<td>q</td><td>{budget.burst - 3:.1f}</td><td>{budget.burst:.0f}</td>"
     assert shown_budget in every
+
+
+async def test_a_chart_counts_its_finished_buckets_once_per_window_position(
+    http: httpx.AsyncClient, c: client.Client
+) -> None:
+    """The buckets that are over are read once and kept until the window moves; the two
+    newest are read at every view."""
+    assert isinstance(c.clock, FrozenClock)
+    c.clock.advance(12 * 3600 + 30 * 60 + 10)  # 12:30:10
+    now = c.clock.now()
+    await ended(c, J.SUCCEEDED, now - timedelta(seconds=5))
+    await sign_in(http, name="ada", password="correct horse")
+
+    def hour_total(shown: str) -> str:
+        hour = shown[shown.index('id="chart-1"') : shown.index('id="chart-2"')]
+        return hour.split('<span class="succeeded-total">', 1)[1].split("<", 1)[0]
+
+    assert hour_total((await http.get("/ui/")).text) == "1"
+    await ended(c, J.SUCCEEDED, now - timedelta(minutes=10))  # into a bucket already read
+    await ended(c, J.SUCCEEDED, now)  # into a live one
+    assert hour_total((await http.get("/ui/")).text) == "2"
+    c.clock.advance(60)  # the window moves: every bucket is read again
+    assert hour_total((await http.get("/ui/")).text) == "3"
