@@ -164,3 +164,21 @@ async def test_every_process_on_a_store_shares_one_attempt_key(db: store.Store) 
     assert len(first) >= 32
     assert await client.attempt_key(s, db, clock) == first
     assert await client.attempt_key(config.Settings(attempt_key=KEY), db, clock) == KEY
+
+
+def test_only_this_processs_own_attempt_goes_through_the_api(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from corral.worker import own_api
+
+    for name in ("CORRAL_API_URL", "CORRAL_ATTEMPT_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("CORRAL_JOB_ID", "7")
+    monkeypatch.setenv("CORRAL_ATTEMPT", "1")
+    monkeypatch.setenv("CORRAL_FENCE", "9")
+    assert own_api(9) is None, "no API given: the store"
+    monkeypatch.setenv("CORRAL_API_URL", "http://127.0.0.1:8080/")
+    monkeypatch.setenv("CORRAL_ATTEMPT_TOKEN", "corral_attempt_7_9_x")
+    assert own_api(9) == ApiReach("http://127.0.0.1:8080", "corral_attempt_7_9_x")
+    assert own_api(None) is not None
+    assert own_api(10) is None, "another attempt's writes: not with this one's token"

@@ -20,8 +20,8 @@ import json
 from typing import Any
 
 from corral import clock, config, errors
-from corral.sinks.fence import attempt_api, run_blocking, store_for
-from corral.worker import CurrentAttempt, current_attempt
+from corral.sinks.fence import run_blocking, store_for
+from corral.worker import CurrentAttempt, current_attempt, own_api
 from corral.worker.api import AttemptApi
 
 
@@ -35,7 +35,7 @@ async def save_checkpoint_async(
         json.dumps(state)
     except (TypeError, ValueError) as exc:
         raise errors.InvalidInput(f"checkpoint state: must be JSON: {exc}") from None
-    if (reach := attempt_api(attempt)) is not None:
+    if (reach := own_api(attempt.fence)) is not None:
         async with AttemptApi(reach) as api:
             await api.checkpoint_save(state)
         return
@@ -55,7 +55,7 @@ async def load_checkpoint_async(
 ) -> Any:
     """This job's newest checkpoint, whichever attempt saved it; `default` if none."""
     attempt = attempt or current_attempt()
-    if (reach := attempt_api(attempt)) is not None:
+    if (reach := own_api(attempt.fence)) is not None:
         async with AttemptApi(reach) as api:
             found = await api.checkpoint_load()
         return default if found is None else found[1]

@@ -8,8 +8,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from corral import config, errors, store
-from corral.worker import CurrentAttempt, current_attempt
-from corral.worker.api import ApiReach, api_reach
+from corral.worker import current_attempt
 
 T = TypeVar("T")
 
@@ -41,17 +40,6 @@ def writer(fence: int | None = None, code_version: str | None = None) -> Writer:
     if isinstance(fence, bool) or not isinstance(fence, int) or fence < 0:
         raise errors.InvalidInput(f"fence: must be a whole number >= 0, not {fence!r}")
     return Writer(fence, code_version)
-
-
-def attempt_api(attempt: CurrentAttempt | None = None) -> ApiReach | None:
-    """corral's API and this process's attempt token, when corral gave it both and the
-    call is for this process's own attempt (`attempt`, or the writer's fence): the sinks
-    then go through the API, never needing the database's URL."""
-    reach = api_reach()
-    if reach is None:
-        return None
-    own = current_attempt()
-    return reach if attempt is None or attempt.fence == own.fence else None
 
 
 def store_for(settings: config.Settings | None) -> store.Store:

@@ -41,12 +41,11 @@ from corral import clock, config, errors, model
 from corral.sinks.fence import (
     StaleFenceError,
     Writer,
-    attempt_api,
     run_blocking,
     store_for,
     writer,
 )
-from corral.worker import current_attempt
+from corral.worker import own_api
 from corral.worker.api import ApiReach, AttemptApi
 
 STAGING = "_staging"
@@ -217,14 +216,7 @@ class Publisher:
             await db.close()
 
     def _api(self) -> ApiReach | None:
-        reach = attempt_api()
-        return reach if reach is not None and self._own_fence() else None
-
-    def _own_fence(self) -> bool:
-        try:
-            return current_attempt().fence == self.writer.fence
-        except errors.ConfigError:
-            return False
+        return own_api(self.writer.fence)
 
     def _audit(self, staged: str, audits: Sequence[Audit]) -> list[str]:
         if not self.fs.isdir(staged):

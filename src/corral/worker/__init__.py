@@ -75,7 +75,7 @@ async def heartbeat_async(
     """Send one heartbeat; returns when the lease now ends (None: the job has no lease).
     Raises StaleFence when a newer attempt replaced this one."""
     attempt = attempt or current_attempt()
-    if (reach := _reach_of(attempt)) is not None:
+    if (reach := own_api(attempt.fence)) is not None:
         async with AttemptApi(reach) as api:
             return await api.heartbeat()
     settings = settings or config.Settings.load(check_chain=False)
@@ -88,13 +88,17 @@ async def heartbeat_async(
         return await c.heartbeat(attempt.job_id, attempt.fence)
 
 
-def _reach_of(attempt: CurrentAttempt) -> ApiReach | None:
-    """The API with this process's attempt token, when corral gave it one and `attempt` is
-    this process's own (a token is good for its own attempt only); else None: the store."""
+def own_api(fence: int | None = None) -> ApiReach | None:
+    """corral's API and this process's attempt token, when corral gave it both and the
+    call is for this process's own attempt (`fence`, or no fence named): a token is good
+    for its own attempt only. None: reach the store instead."""
     reach = api_reach()
-    if reach is None or attempt != current_attempt():
+    if reach is None or fence is None:
+        return reach
+    try:
+        return reach if current_attempt().fence == fence else None
+    except errors.ConfigError:
         return None
-    return reach
 
 
 def heartbeat(
@@ -184,7 +188,7 @@ class _Heartbeats:
         """Open the API or the store and beat over it until stopped or stale. A store that
         cannot be opened (the database is down) is tried again next interval, as a failed
         beat is."""
-        if (reach := _reach_of(self.attempt)) is not None:
+        if (reach := own_api(self.attempt.fence)) is not None:
             async with AttemptApi(reach) as api:
                 await self._beat(api.heartbeat)
             return
@@ -222,4 +226,11 @@ class _Heartbeats:
         return await asyncio.to_thread(self.stopping.wait, self.every)
 
 
-__all__ = ["CurrentAttempt", "current_attempt", "heartbeat", "heartbeat_async", "keep_alive"]
+__all__ = [
+    "CurrentAttempt",
+    "current_attempt",
+    "heartbeat",
+    "heartbeat_async",
+    "keep_alive",
+    "own_api",
+]
