@@ -96,6 +96,7 @@ _INNER: tuple[tuple[str, str, str | None, str | None], ...] = (
     ("attempt_deadline", "step_deadline", "margin", None),
     ("step_deadline", "http_request_timeout", "margin", None),
     ("lease_timeout", "heartbeat_interval", "margin", None),
+    ("attempt_deadline", "drain_timeout", "margin", None),
     ("dispatch_interval", "tick_deadline", "tick_margin", None),
     ("launch_grace", "tick_deadline", "tick_margin", None),
     ("launch_grace", "database_transaction_timeout", "tick_margin", "tick_deadline"),
@@ -215,6 +216,12 @@ class Timeouts(BaseModel):
     )
     step_deadline: Duration = Field(
         timedelta(seconds=120), description="The longest one step of an attempt may take."
+    )
+    drain_timeout: Duration = Field(
+        timedelta(seconds=30),
+        description="After SIGTERM, how long a `corral worker` lets its running tasks finish"
+        " before it asks them to checkpoint and hands them back (the pod's"
+        " terminationGracePeriodSeconds must exceed it by the margin).",
     )
     http_request_timeout: Duration = Field(
         timedelta(seconds=30), description="The longest one HTTP request of a step may take."
@@ -1008,6 +1015,7 @@ class Link:
     margin: str | None = "timeouts.margin"
     extra: str | None = None
     postgres_only: bool = False
+    deployment_only: bool = False  # about corral's own processes: a job's limits do not apply
 
 
 CHAIN = (
@@ -1027,6 +1035,13 @@ CHAIN = (
         extra="timeouts.cancel_grace",
         why="an attempt still being stopped at its deadline must not be taken for lost"
         " and launched a second time",
+    ),
+    Link(
+        "timeouts.drain_timeout",
+        "timeouts.attempt_deadline",
+        deployment_only=True,
+        why="a worker stopping must hand its tasks back before their attempts' deadline, or"
+        " recovery stops them as timed out and charges an attempt for a rollout",
     ),
     Link(
         "timeouts.heartbeat_interval",
@@ -1178,7 +1193,7 @@ def chain(
 
     def check(link: Link) -> LinkCheck:
         def value(dotted: str) -> Any:
-            if dotted in replaced and not link.postgres_only:
+            if dotted in replaced and not (link.postgres_only or link.deployment_only):
                 return replaced[dotted]
             return _get(settings, dotted)
 
