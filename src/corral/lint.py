@@ -3,8 +3,15 @@ would hurt corral, with file and line.
 
 Rules:
 
-    grace-period   a corral Deployment (label `corral.dev/component`, or an annotation
-                   `corral.dev/drain-seconds`) still on the default
+    worker-grace   a workload whose container runs `corral worker` (directly, after an
+                   entrypoint `corral`, as `python -m corral`, or in `sh -c`) whose
+                   terminationGracePeriodSeconds (30 when unset), less what its preStop
+                   hook takes (`sleep N`, or a sleep handler), is not above the drain
+                   (timeouts.drain_timeout, or a longer `corral.dev/drain-seconds`) plus
+                   timeouts.margin: a rollout kills running tasks mid-drain. A preStop hook
+                   whose time cannot be read is a note (it does not fail the lint)
+    grace-period   any other corral Deployment (label `corral.dev/component`, or an
+                   annotation `corral.dev/drain-seconds`) still on the default
                    terminationGracePeriodSeconds (30), or not above its declared drain time:
                    Kubernetes kills the pod before it has finished its tick and its launches
     job-deadline   a Job or Workflow carrying corral's labels whose activeDeadlineSeconds
@@ -16,9 +23,12 @@ Rules:
 
 from __future__ import annotations
 
+import math
+import re
+import shlex
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import yaml
@@ -30,6 +40,17 @@ COMPONENT = model.LABEL_PREFIX + "component"
 DEFAULT_GRACE = 30
 WORKLOADS = ("Deployment", "StatefulSet")
 RUNS = ("Job", "Workflow")
+TEMPLATE = ("spec", "template", "spec")
+POD_SPECS: Mapping[str, tuple[str, ...]] = {
+    "Deployment": TEMPLATE,
+    "StatefulSet": TEMPLATE,
+    "ReplicaSet": TEMPLATE,
+    "DaemonSet": TEMPLATE,
+    "Pod": ("spec",),
+}
+"""Where each kind that may run `corral worker` keeps its pod's spec."""
+ERROR, NOTE = "error", "note"
+"""A finding's level: errors fail the lint, notes are only told."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,9 +63,11 @@ class Finding:
     kind: str
     name: str
     message: str
+    level: str = ERROR
 
     def __str__(self) -> str:
-        return f"{self.path}:{self.line}: {self.rule}: {self.kind} {self.name}: {self.message}"
+        rule = self.rule if self.level == ERROR else f"{self.rule} ({self.level})"
+        return f"{self.path}:{self.line}: {rule}: {self.kind} {self.name}: {self.message}"
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -108,10 +131,17 @@ class _Doc:
     def name(self) -> str:
         return str(_get(self.data, "metadata", "name") or "(unnamed)")
 
-    def line(self, *keys: str) -> int:
-        """The 1-based line of the deepest of `keys` that is present."""
+    def line(self, *keys: str | int) -> int:
+        """The 1-based line of the deepest of `keys` (a mapping's key, a list's index) that
+        is present."""
         node, line = self.node, self.node.start_mark.line
         for key in keys:
+            if isinstance(node, yaml.SequenceNode) and isinstance(key, int):
+                if key >= len(node.value):
+                    break
+                node = node.value[key]
+                line = node.start_mark.line
+                continue
             if not isinstance(node, yaml.MappingNode):
                 break
             pair = next(((k, v) for k, v in node.value if getattr(k, "value", None) == key), None)
@@ -120,11 +150,13 @@ class _Doc:
             line, node = pair[0].start_mark.line, pair[1]
         return line + 1
 
-    def finding(self, rule: str, message: str, *keys: str) -> Finding:
-        return Finding(self.path, self.line(*keys), rule, self.kind, self.name, message)
+    def finding(self, rule: str, message: str, *keys: str | int, level: str = ERROR) -> Finding:
+        return Finding(self.path, self.line(*keys), rule, self.kind, self.name, message, level)
 
 
 def _lint_doc(doc: _Doc, settings: config.Settings) -> list[Finding]:
+    if workers := _worker_containers(doc):
+        return list(_worker_grace(doc, workers, settings))
     if doc.kind in WORKLOADS:
         return list(_grace_period(doc))
     if doc.kind in RUNS:
@@ -196,6 +228,282 @@ def _runs(doc: _Doc, settings: config.Settings) -> Iterator[Finding]:
             "spec",
             "activeDeadlineSeconds",
         )
+
+
+# --- worker-grace: the window a stopping `corral worker` has to drain in ------------------
+
+WORKER_GRACE = "worker-grace"
+SHELLS = frozenset({"sh", "bash", "dash", "ash", "zsh", "ksh"})
+SEPARATORS = frozenset({";", "&&", "||", "|", "&"})
+_PYTHON = re.compile(r"python[0-9.]*")
+_DURATION = re.compile(r"(\d+(?:\.\d*)?|\.\d+)([smhd]?)")
+_UNIT = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+@dataclass(frozen=True, slots=True)
+class _Worker:
+    """A container that runs `corral worker`: where it is, and how a message names it."""
+
+    index: int
+    spec: Mapping[str, Any]
+    prefix: str  # "container NAME: " in a pod of several containers, else ""
+
+
+@dataclass(frozen=True, slots=True)
+class _Drain:
+    """How long the worker drains, and how a message names where that comes from."""
+
+    seconds: float
+    said: str
+
+
+@dataclass(frozen=True, slots=True)
+class _PreStop:
+    """What a container's preStop hook takes out of the grace period: `seconds` (at least
+    that, when not `known`: how long the rest takes cannot be read)."""
+
+    seconds: float
+    said: str
+    known: bool
+
+
+def _worker_containers(doc: _Doc) -> list[_Worker]:
+    pod = POD_SPECS.get(doc.kind)
+    containers = _get(doc.data, *pod, "containers") if pod else None
+    if not isinstance(containers, list):
+        return []
+    labelled = COMPONENT in _mapping(_get(doc.data, "metadata", "labels"))
+    return [
+        _Worker(index, spec, f"container {spec.get('name')}: " if len(containers) > 1 else "")
+        for index, spec in enumerate(containers)
+        if isinstance(spec, Mapping) and _runs_worker(spec, labelled=labelled)
+    ]
+
+
+def _runs_worker(container: Mapping[str, Any], *, labelled: bool) -> bool:
+    """Whether the container runs `corral worker`. With no `command`, the image's entrypoint
+    runs the args: `worker ...` alone counts for corral's image, or a corral workload."""
+    command, args = _words(container.get("command")), _words(container.get("args"))
+    if command:
+        return _command_runs_worker(command + args)
+    image = str(container.get("image") or "").split("@")[0]
+    corral_image = PurePosixPath(image).name.split(":")[0].startswith("corral")
+    if _subcommand(args) == "worker" and (labelled or corral_image):
+        return True
+    return _command_runs_worker(args)
+
+
+def _command_runs_worker(words: Sequence[str]) -> bool:
+    """Whether a command line runs `corral worker`: after any wrapper (`tini --`, `uv run`,
+    `exec`), as `corral` or `python -m corral`, or inside a shell's `-c` script."""
+    for i in range(len(words)):
+        rest = _after_corral(words, i)
+        if rest is not None and _subcommand(rest) == "worker":
+            return True
+        if (script := _shell_script(words, i)) is not None:
+            return _command_runs_worker(_shell_words(script))
+    return False
+
+
+def _after_corral(words: Sequence[str], i: int) -> list[str] | None:
+    """The words after `corral` (or `python -m corral`) when words[i] starts one, else None."""
+    name = PurePosixPath(words[i]).name
+    if name == "corral":
+        return list(words[i + 1 :])
+    if not _PYTHON.fullmatch(name):
+        return None
+    j = i + 1
+    while j < len(words) and words[j].startswith("-") and words[j] not in ("-m", "-mcorral"):
+        j += 1  # python's own flags: -u, -O, -B
+    if list(words[j : j + 2]) == ["-m", "corral"]:
+        return list(words[j + 2 :])
+    return list(words[j + 1 :]) if words[j : j + 1] == ["-mcorral"] else None
+
+
+def _subcommand(rest: Sequence[str]) -> str | None:
+    """corral's command in the words after its name, past the global options (--config)."""
+    j = 0
+    while j < len(rest) and rest[j].startswith("-"):
+        j += 2 if rest[j] == "--config" else 1
+    return rest[j] if j < len(rest) else None
+
+
+def _shell_script(words: Sequence[str], i: int) -> str | None:
+    """The script of `sh -c SCRIPT` (`-ec`, `-lc` too) when words[i] is a shell."""
+    if PurePosixPath(words[i]).name not in SHELLS:
+        return None
+    for j in range(i + 1, len(words) - 1):
+        if not words[j].startswith("-") or words[j].startswith("--"):
+            return None
+        if "c" in words[j]:
+            return words[j + 1]
+    return None
+
+
+def _shell_words(script: str) -> list[str]:
+    """A shell script's words, `;`, `&&`, `|` and line ends as words of their own."""
+    lexer = shlex.shlex(script.replace("\n", " ; "), posix=True, punctuation_chars=True)
+    lexer.whitespace_split = True
+    try:
+        return list(lexer)
+    except ValueError:  # an unclosed quote: not a script this can read
+        return []
+
+
+def _worker_grace(
+    doc: _Doc, workers: Sequence[_Worker], settings: config.Settings
+) -> Iterator[Finding]:
+    pod = POD_SPECS[doc.kind]
+    grace = _get(doc.data, *pod, "terminationGracePeriodSeconds")
+    if grace is not None and not _is_number(grace):
+        yield doc.finding(
+            WORKER_GRACE,
+            f"terminationGracePeriodSeconds {grace!r} is not a number of seconds",
+            *pod,
+            "terminationGracePeriodSeconds",
+        )
+        return
+    drain = _worker_drain(doc, settings)
+    if isinstance(drain, Finding):
+        yield drain
+        return
+    margin = settings.timeouts.margin.total_seconds()
+    for worker in workers:
+        if found := _worker_window(doc, worker, grace, drain, margin):
+            yield found
+
+
+def _worker_drain(doc: _Doc, settings: config.Settings) -> _Drain | Finding:
+    """timeouts.drain_timeout, or the annotation's drain when that is longer (a worker may
+    run with settings of its own; to lint a shorter one, lint with those: --config)."""
+    own = settings.timeouts.drain_timeout.total_seconds()
+    declared = _mapping(_get(doc.data, "metadata", "annotations")).get(DRAIN)
+    if declared is None:
+        return _Drain(own, f"drain_timeout {own:g}s")
+    try:
+        seconds = float(declared)
+    except (TypeError, ValueError):
+        seconds = math.nan
+    if not math.isfinite(seconds):
+        return doc.finding(
+            WORKER_GRACE,
+            f"{DRAIN} {declared!r} is not a number of seconds",
+            "metadata",
+            "annotations",
+            DRAIN,
+        )
+    if seconds <= own:
+        return _Drain(own, f"drain_timeout {own:g}s")
+    return _Drain(seconds, f"the drain of {seconds:g}s ({DRAIN})")
+
+
+def _worker_window(
+    doc: _Doc, worker: _Worker, grace: float | None, drain: _Drain, margin: float
+) -> Finding | None:
+    """The finding (or note) on one worker container's window: the grace period less its
+    preStop hook's time must stay above the drain plus the margin."""
+    pod = POD_SPECS[doc.kind]
+    hook = _pre_stop(worker.spec)
+    window = float(DEFAULT_GRACE if grace is None else grace)
+    said = (
+        f"terminationGracePeriodSeconds {DEFAULT_GRACE} (default)"
+        if grace is None
+        else f"terminationGracePeriodSeconds {grace:g}"
+    )
+    taken = hook.seconds if hook else 0.0
+    needed = f"{drain.said} + margin {margin:g}s"
+    if window - taken > drain.seconds + margin:
+        if hook is None or hook.known:
+            return None
+        return doc.finding(
+            WORKER_GRACE,
+            f"{worker.prefix}{hook.said} runs inside {said}, and how long it takes cannot be"
+            f" read: {window:g}s less that time must stay above {needed}",
+            *pod,
+            "containers",
+            worker.index,
+            "lifecycle",
+            "preStop",
+            level=NOTE,
+        )
+    least = math.floor(taken + drain.seconds + margin) + 1
+    if hook is None:
+        short = f"{said} is not above {needed}: set it to at least {least}"
+    elif hook.known:
+        short = (
+            f"{said} less {hook.said} leaves {window - taken:g}s, not above {needed}: set it to"
+            f" at least {least} (a preStop hook runs inside the grace period)"
+        )
+    else:
+        short = (
+            f"{said} less at least {taken:g}s for {hook.said} is not above {needed}: set it to"
+            f" at least {least} plus what the hook takes beyond that (it cannot be read)"
+        )
+    where = pod if grace is None else (*pod, "terminationGracePeriodSeconds")
+    return doc.finding(
+        WORKER_GRACE,
+        f"{worker.prefix}{short}; else a rollout kills the worker's running tasks mid-drain",
+        *where,
+    )
+
+
+def _pre_stop(container: Mapping[str, Any]) -> _PreStop | None:
+    """What the container's preStop hook takes: a sleep handler's seconds, an exec's
+    `sleep N` (alone or as a shell's only commands); anything else cannot be read."""
+    hook = _mapping(_get(container, "lifecycle", "preStop"))
+    if "sleep" in hook:
+        seconds = _get(hook, "sleep", "seconds")
+        if _is_number(seconds) and seconds >= 0:
+            return _PreStop(float(seconds), f"the preStop sleep of {seconds:g}s", True)
+        return _PreStop(0.0, f"the preStop sleep of {seconds!r}", False)
+    if "exec" in hook:
+        return _exec_time(_words(_get(hook, "exec", "command")))
+    if "httpGet" in hook:
+        return _PreStop(0.0, "the preStop httpGet hook", False)
+    return None
+
+
+def _exec_time(words: list[str]) -> _PreStop:
+    script = _shell_script(words, 0) if words else None
+    commands = _commands(_shell_words(script)) if script is not None else [words]
+    total = 0.0
+    for command in commands:
+        seconds = _sleep_seconds(command[1:] if command[:1] == ["exec"] else command)
+        if seconds is None:
+            return _PreStop(total, f"the preStop exec {shlex.join(words)!r}", False)
+        total += seconds
+    return _PreStop(total, f"the preStop sleep of {total:g}s", True)
+
+
+def _commands(words: Sequence[str]) -> list[list[str]]:
+    """A script's words split into its commands."""
+    commands: list[list[str]] = [[]]
+    for word in words:
+        if word in SEPARATORS:
+            commands.append([])
+        else:
+            commands[-1].append(word)
+    return [command for command in commands if command] or [[]]
+
+
+def _sleep_seconds(command: Sequence[str]) -> float | None:
+    """The seconds `sleep ARG...` waits (ARG: 10, 1.5, 2m), or None for any other command."""
+    if len(command) < 2 or PurePosixPath(command[0]).name != "sleep":
+        return None
+    total = 0.0
+    for arg in command[1:]:
+        if (match := _DURATION.fullmatch(arg)) is None:
+            return None
+        total += float(match[1]) * _UNIT[match[2]]
+    return total
+
+
+def _words(value: Any) -> list[str]:
+    return [str(word) for word in value] if isinstance(value, list) else []
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _files(paths: Sequence[Path]) -> Iterator[Path]:

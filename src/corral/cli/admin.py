@@ -75,18 +75,22 @@ def check(state: State, as_json: bool) -> None:
 @config_option
 @click.pass_obj
 def lint_cmd(state: State, paths: tuple[Path, ...], as_json: bool) -> None:
-    """Check Kubernetes manifests for what would hurt corral; exit 1 on findings."""
+    """Check Kubernetes manifests for what would hurt corral; exit 1 on findings (notes
+    alone do not fail)."""
     from corral import lint
 
     settings = state.settings(check_chain=False)
     findings = lint.lint_paths(paths, settings)
+    failing = sum(f.level == lint.ERROR for f in findings)
     if as_json:
         print_json([f.as_dict() for f in findings])
     else:
         for finding in findings:
             out.print(str(finding), markup=False, highlight=False, soft_wrap=True)
-        err.print(f"{len(findings)} finding{'s' * (len(findings) != 1)}")
-    if findings:
+        notes = len(findings) - failing
+        told = f", {notes} note{'s' * (notes != 1)}" if notes else ""
+        err.print(f"{failing} finding{'s' * (failing != 1)}{told}")
+    if failing:
         raise SystemExit(EXIT_FAILED)
 
 
