@@ -1,5 +1,5 @@
-"""`corral lint`: read Kubernetes manifests (YAML, many documents a file) and report what
-would hurt corral, with file and line.
+"""`corral lint`: read Kubernetes manifests (YAML, many documents a file), or a cluster's
+Deployments and StatefulSets, and report what would hurt corral, with file and line.
 
 Rules:
 
@@ -19,6 +19,9 @@ Rules:
                    attempt for a dead one
     unlabelled     a Job or Workflow in the namespace corral manages without corral's labels:
                    corral neither sees it nor recovers it
+
+A workload read from a cluster (`lint_cluster`) has the path
+`cluster:<context>/<namespace>/<kind>/<name>` and line 0.
 """
 
 from __future__ import annotations
@@ -33,7 +36,8 @@ from typing import Any
 
 import yaml
 
-from corral import config, errors, model
+from corral import clock, config, errors, model
+from corral.executors import kube_client
 
 DRAIN = model.LABEL_PREFIX + "drain-seconds"
 COMPONENT = model.LABEL_PREFIX + "component"
@@ -117,10 +121,36 @@ def _child(node: Any, key: str) -> Any:
     return None
 
 
+async def lint_cluster(
+    settings: config.Settings, *, context: str | None = None, namespace: str | None = None
+) -> list[Finding]:
+    """Findings in the Deployments and StatefulSets of a live cluster (of `namespace`, or of
+    all), reached as the kubernetes executor reaches it (`executors.kubernetes`: its
+    kubeconfig, or the pod's service account), on kubeconfig context `context` if given."""
+    k8s = settings.executors.kubernetes
+    if context is not None:
+        k8s = k8s.model_copy(update={"context": context})
+    try:
+        read = await kube_client.list_workloads(k8s, namespace=namespace, clock=clock.SystemClock())
+    except errors.ConfigError as exc:
+        raise errors.ConfigError(
+            f"{exc}; or point KUBECONFIG at the cluster's kubeconfig file, and name one of its"
+            " contexts with --context"
+        ) from None
+    found: list[Finding] = []
+    for obj in read.items:
+        meta = _mapping(obj.get("metadata"))
+        where = (
+            f"cluster:{read.context}/{meta.get('namespace')}/{obj.get('kind')}/{meta.get('name')}"
+        )
+        found += _lint_doc(_Doc(obj, None, where), settings)
+    return found
+
+
 @dataclass(frozen=True, slots=True)
 class _Doc:
     data: Mapping[str, Any]
-    node: yaml.Node
+    node: yaml.Node | None
     path: str
 
     @property
@@ -133,7 +163,9 @@ class _Doc:
 
     def line(self, *keys: str | int) -> int:
         """The 1-based line of the deepest of `keys` (a mapping's key, a list's index) that
-        is present."""
+        is present; 0 for an object read from a cluster."""
+        if self.node is None:
+            return 0
         node, line = self.node, self.node.start_mark.line
         for key in keys:
             if isinstance(node, yaml.SequenceNode) and isinstance(key, int):

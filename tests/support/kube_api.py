@@ -76,12 +76,16 @@ PODS = ("", "v1", "pods")
 WORKFLOWS = ("argoproj.io", "v1alpha1", "workflows")
 CONFIGMAPS = ("", "v1", "configmaps")
 SECRETS = ("", "v1", "secrets")
+DEPLOYMENTS = ("apps", "v1", "deployments")
+STATEFULSETS = ("apps", "v1", "statefulsets")
 KINDS = {
     JOBS: "Job",
     PODS: "Pod",
     WORKFLOWS: "Workflow",
     CONFIGMAPS: "ConfigMap",
     SECRETS: "Secret",
+    DEPLOYMENTS: "Deployment",
+    STATEFULSETS: "StatefulSet",
 }
 WITHOUT_STATUS = frozenset({CONFIGMAPS, SECRETS})
 DATA_BYTES = 1024 * 1024
@@ -137,6 +141,8 @@ class KubeApi(kmock.KubernetesEmulator):  # type: ignore[misc]
             CONFIGMAPS: _schema_problems,
             SECRETS: _secret_problems,
             WORKFLOWS: _workflow_problems,
+            DEPLOYMENTS: _schema_problems,
+            STATEFULSETS: _schema_problems,
         }
         self.on_change: list[Callable[[str, tuple[str, str, str], dict[str, Any]], None]] = []
 

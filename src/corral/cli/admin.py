@@ -70,17 +70,38 @@ def check(state: State, as_json: bool) -> None:
 
 
 @click.command("lint")
-@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
+@click.option(
+    "--cluster",
+    is_flag=True,
+    help="Read the Deployments and StatefulSets of a live cluster too, reached as the"
+    " kubernetes executor reaches it (its kubeconfig, KUBECONFIG, or the pod's account).",
+)
+@click.option("--context", help="With --cluster: the kubeconfig context (default: the current).")
+@click.option("--namespace", help="With --cluster: only this namespace (default: all).")
 @json_option
 @config_option
 @click.pass_obj
-def lint_cmd(state: State, paths: tuple[Path, ...], as_json: bool) -> None:
-    """Check Kubernetes manifests for what would hurt corral; exit 1 on findings (notes
-    alone do not fail)."""
+def lint_cmd(
+    state: State,
+    paths: tuple[Path, ...],
+    cluster: bool,
+    context: str | None,
+    namespace: str | None,
+    as_json: bool,
+) -> None:
+    """Check Kubernetes manifests (PATH...), or a cluster's workloads (--cluster), for what
+    would hurt corral; exit 1 on findings (notes alone do not fail)."""
     from corral import lint
 
+    if not cluster and (context is not None or namespace is not None):
+        raise click.UsageError("--context and --namespace are for --cluster")
+    if not paths and not cluster:
+        raise click.UsageError("give manifests to read (PATH...), or --cluster")
     settings = state.settings(check_chain=False)
-    findings = lint.lint_paths(paths, settings)
+    findings = lint.lint_paths(paths, settings) if paths else []
+    if cluster:
+        findings += run_async(lint.lint_cluster(settings, context=context, namespace=namespace))
     failing = sum(f.level == lint.ERROR for f in findings)
     if as_json:
         print_json([f.as_dict() for f in findings])
