@@ -12,7 +12,12 @@ session cookie each), then sends `--requests` requests, the pages in a shuffled 
 
   * GET /ui/                   the overview (counts by state, capped; the charts of the
                                last hour and day; quarantined jobs; failing schedules;
-                               retry budgets), for every tenant and for one
+                               retry budgets), for every tenant and for one, as people see
+                               it: read and drawn at most once every KEEP_SECONDS (5 s) a
+                               tenant, shown again until then with its age
+  * GET /ui/?fresh=1           the same overview read and drawn anew at each request (its
+                               cold cost: what one view costs when nothing is kept), for
+                               every tenant and for one
   * GET /ui/jobs               the jobs page, unfiltered
   * GET /ui/jobs?state=queued  the jobs page, filtered
   * GET /api/v1/jobs?limit=50  the API's own job list, a page as long as the dashboard's
@@ -23,7 +28,8 @@ alone asks for each page `--alone` times: a page's cost without the wait behind 
 
 JSON on stdout: p50/p95 in ms of each page, the ratio of each dashboard page's p95 to the
 API list's, whether each meets the targets (p95 at most 300 ms, and at most 3x the API
-list's), what the server process spent, and the load time.
+list's), what the server process spent, and the load time. `meets_targets` is over the
+pages as people see them; `cold_meets_targets` over the overviews read at each request.
 """
 
 from __future__ import annotations
@@ -58,12 +64,16 @@ TENANT = "tenant-3"
 PAGES: dict[str, tuple[str, dict[str, Any], str]] = {
     "overview": ("/ui/", {}, "every"),
     "overview_one_tenant": ("/ui/", {}, TENANT),
+    "overview_cold": ("/ui/", {"fresh": "1"}, "every"),
+    "overview_one_tenant_cold": ("/ui/", {"fresh": "1"}, TENANT),
     "jobs": ("/ui/jobs", {}, "every"),
     "jobs_queued": ("/ui/jobs", {"state": "queued"}, "every"),
     API_LIST: ("/api/v1/jobs", {"limit": pages.JOBS_PAGE}, "every"),
 }
 """Each timed page: its path, its query, and whose session asks (every tenant's, or
 TENANT's); the API list is asked with the token of every tenant's."""
+COLD = ("overview_cold", "overview_one_tenant_cold")
+"""The overviews read and drawn at each request, nothing kept."""
 
 
 async def sign_in(client: httpx.AsyncClient, secret: str) -> None:
@@ -182,7 +192,10 @@ async def measure(url: str, args: argparse.Namespace) -> dict[str, Any]:
             "cpu_share_of_one_core": round(cpu / wall, 2),
         },
         "targets": {"p95_ms_at_most": MAX_P95_MS, "ratio_p95_vs_api_list_at_most": MAX_RATIO},
-        "meets_targets": all(p["meets_target"] for n, p in shown.items() if n != API_LIST),
+        "meets_targets": all(
+            p["meets_target"] for n, p in shown.items() if n != API_LIST and n not in COLD
+        ),
+        "cold_meets_targets": all(shown[n]["meets_target"] for n in COLD),
     }
 
 

@@ -152,6 +152,7 @@ class Client:
         self.clock = clock
         self._attempt_key: str | None = None
         self._tokens: dict[str, tuple[float, model.Token]] = {}  # digest -> (fresh until, token)
+        self._sessions: dict[str, tuple[float, model.WebSession]] = {}  # the same, of cookies
         self.checkers = executors if checkers is None else checkers
 
     async def submit(self, **args: Unpack[JobArgs]) -> tuple[int, bool]:
@@ -460,6 +461,7 @@ class Client:
         other API processes within TOKEN_FRESH_SECONDS."""
         done = await self.store.token_revoke(token_id=token_id, now=self.clock.now())
         self._tokens.clear()
+        self._sessions.clear()  # the sessions signed in with it end with it
         return done
 
     async def attempt_of(self, token: str) -> tuple[int, int] | None:
@@ -495,8 +497,11 @@ class Client:
         )
 
     async def user_remove(self, name: str) -> model.User:
-        """Remove a dashboard user (NotFound: there is none); their sessions end at once."""
-        return await self.store.user_remove(name=name, now=self.clock.now())
+        """Remove a dashboard user (NotFound: there is none); their sessions end at once
+        (in other processes within TOKEN_FRESH_SECONDS)."""
+        removed = await self.store.user_remove(name=name, now=self.clock.now())
+        self._sessions.clear()
+        return removed
 
     async def users(self) -> list[model.User]:
         return await self.store.user_list()
@@ -535,15 +540,26 @@ class Client:
 
     async def session(self, secret: str) -> model.WebSession | None:
         """The valid session of a cookie's secret, or None (unknown, expired, its user
-        removed or its token revoked)."""
+        removed or its token revoked). As a token is, a session read from the store is
+        trusted for TOKEN_FRESH_SECONDS: one ended through this client ends at once, one
+        ended by another process (`corral users remove`) within that."""
         if not secret:
             return None
-        return await self.store.session_find(
-            secret_sha256=token_digest(secret), now=self.clock.now()
-        )
+        digest, fresh, now = token_digest(secret), self.clock.monotonic(), self.clock.now()
+        kept = self._sessions.get(digest)
+        if kept is not None and kept[0] > fresh:
+            return kept[1] if kept[1].expires_at > now else None
+        found = await self.store.session_find(secret_sha256=digest, now=now)
+        if found is not None:  # unknown secrets are not kept: guesses fill no memory
+            if len(self._sessions) >= TOKENS_KEPT:
+                self._sessions.clear()
+            self._sessions[digest] = (fresh + TOKEN_FRESH_SECONDS, found)
+        return found
 
     async def sign_out(self, secret: str) -> None:
-        await self.store.session_remove(secret_sha256=token_digest(secret))
+        digest = token_digest(secret)
+        self._sessions.pop(digest, None)
+        await self.store.session_remove(secret_sha256=digest)
 
     # --- schedules ------------------------------------------------------------------------
 

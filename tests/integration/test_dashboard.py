@@ -15,6 +15,7 @@ from corral import client, config, model, operations, retry, scheduler, store
 from corral.api import create_app
 from corral.store import Finish, budgets, overview
 from corral.testing import FrozenClock
+from corral.web import overview as shown_overview
 from tests.support.noop import NoopExecutor
 
 A, J = model.AttemptState, model.JobState
@@ -175,6 +176,8 @@ async def test_the_overview_shows_pools_in_use_and_failing_schedules(
     assert claimed.job.id == fired
     failed = Finish(claimed.attempt.id, A.FAILED, 2, "exit 2", model.FailureClass.PERMANENT)
     await c.store.attempt_finish(finishes=[failed], now=c.clock.now())
+    assert isinstance(c.clock, FrozenClock)
+    c.clock.advance(shown_overview.KEEP_SECONDS)  # what was read is kept that long
     failing = (await http.get("/ui/")).text
     assert re.search(rf'<td>nightly</td><td>a</td><td><a href="/ui/jobs/{fired}">', failing)
 
@@ -194,6 +197,39 @@ async def test_the_overview_counts_each_state_up_to_a_cap(
     mine = await db._read(overview.job_count_capped, tenant="a", cap=2)
     assert mine[J.QUEUED] == (2, True), "a tenant's own jobs, however old"
     assert (await db._read(overview.job_count_capped, tenant="b", cap=5))[J.QUEUED] == (4, False)
+
+
+def count_of(page: str, state: model.JobState) -> str:
+    found = re.search(rf'<div class="n">([^<]+)</div><span class="state {state}">', page)
+    assert found is not None, state
+    return found[1]
+
+
+async def test_the_overview_is_kept_a_few_seconds_but_never_past_a_change_made_here(
+    http: httpx.AsyncClient, c: client.Client
+) -> None:
+    """What the overview read is shown again for KEEP_SECONDS, saying how old it is; a
+    change made through the app (the dashboard's forms, the API) is never hidden by it."""
+    assert isinstance(c.clock, FrozenClock)
+    job_id, _ = await c.submit(**NOOP, tenant="a")
+    await sign_in(http, name="ada", password="correct horse")
+    shown = await http.get("/ui/")
+    first = shown.text
+    assert count_of(first, J.QUEUED) == "1"
+    assert "s ago" not in first.split('id="freshness"', 1)[1].split("</p>", 1)[0]
+    await c.submit(**NOOP, tenant="a")  # made elsewhere than through the app
+    c.clock.advance(3)
+    kept = (await http.get("/ui/")).text
+    assert count_of(kept, J.QUEUED) == "1"
+    assert ", 3 s ago" in kept
+    assert count_of((await http.get("/ui/?fresh=1")).text, J.QUEUED) == "2"
+    c.clock.advance(shown_overview.KEEP_SECONDS)
+    await c.submit(**NOOP, tenant="a")
+    assert count_of((await http.get("/ui/")).text, J.QUEUED) == "3", "kept no longer"
+    cancel = await http.post(f"/ui/jobs/{job_id}/cancel", data={"csrf": csrf(shown)})
+    assert cancel.status_code == 303
+    after = (await http.get("/ui/")).text  # at once: the cancel was made here
+    assert (count_of(after, J.QUEUED), count_of(after, J.CANCELLED)) == ("2", "1")
 
 
 @pytest.mark.parametrize(
@@ -420,6 +456,7 @@ async def test_a_chart_counts_its_finished_buckets_once_per_window_position(
     assert hour_total((await http.get("/ui/")).text) == "1"
     await ended(c, J.SUCCEEDED, now - timedelta(minutes=10))  # into a bucket already read
     await ended(c, J.SUCCEEDED, now)  # into a live one
+    c.clock.advance(shown_overview.KEEP_SECONDS)  # the overview read is kept that long
     assert hour_total((await http.get("/ui/")).text) == "2"
     c.clock.advance(60)  # the window moves: every bucket is read again
     assert hour_total((await http.get("/ui/")).text) == "3"

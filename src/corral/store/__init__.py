@@ -767,6 +767,25 @@ class Store:
             overview.job_ends_counted, tenant=tenant, since=since, width=width, buckets=buckets
         )
 
+    async def overview_read(
+        self,
+        *,
+        tenant: str | None,
+        spans: Sequence[overview.Span],
+        quarantined: int,
+        pools: Sequence[str] = (),
+        budgets: bool = False,
+    ) -> overview.Overview:
+        """The dashboard's overview, its statements on one connection in one call."""
+        return await self._lookup(
+            overview.overview_read,
+            tenant=tenant,
+            spans=spans,
+            quarantined=quarantined,
+            pools=pools,
+            budgets=budgets,
+        )
+
     # --- alerts (corral.alerts) --------------------------------------------------------
 
     async def alert_cursor(self, *, name: str) -> int | None:

@@ -2,7 +2,8 @@
 /ui on the API's app, signed in with a user name and password or an API token.
 
     auth.py     sessions, roles and CSRF
-    pages.py    the pages and the forms they send
+    overview.py the overview, read in one call and kept for a few seconds
+    pages.py    the other pages and the forms they send
     bulk.py     bulk actions: a preview, its confirm form, and the operations it starts
     charts.py   the overview's charts of job ends, drawn as SVG on the server
 """
@@ -13,13 +14,16 @@ from fastapi import FastAPI, Request
 from fastapi.staticfiles import StaticFiles
 from starlette.responses import RedirectResponse, Response
 
-from corral.web import auth, bulk, pages
+from corral.web import auth, bulk, overview, pages
 
 __all__ = ["mount"]
 
 
 def mount(app: FastAPI) -> None:
     """Serve the dashboard on `app` under /ui (none of it in the OpenAPI document)."""
+    app.state.overview = overview.Keeper()
+    app.add_middleware(overview.Changes, keeper=app.state.overview)
+    app.include_router(overview.router)
     app.include_router(pages.router)
     app.include_router(bulk.router)
     app.mount("/ui/static", StaticFiles(directory=pages.HERE / "static"), name="ui-static")

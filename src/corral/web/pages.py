@@ -1,6 +1,6 @@
-"""The dashboard's pages, under /ui: the overview (its charts drawn by charts.py), jobs (a
-list with filters, a page each with its attempts as a timeline and its run log, updated
-live), schedules with their next firings, and quarantined jobs (bulk actions: bulk.py). A
+"""The dashboard's pages, under /ui: jobs (a list with filters, a page each with its
+attempts as a timeline and its run log, updated live), schedules with their next firings,
+and quarantined jobs (the overview: overview.py; bulk actions: bulk.py). A
 page of another tenant's job is not found (404), and the lists hold only the session's
 tenant's.
 
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import secrets
-from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import urlencode
@@ -22,8 +21,8 @@ from fastapi import APIRouter, Query, Request
 from fastapi import Path as PathParam
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
-from corral import client, errors, model, retry
-from corral.web import auth, charts
+from corral import client, errors, model
+from corral.web import auth
 from corral.web.auth import Operator, Viewer
 
 HERE = Path(__file__).parent
@@ -151,92 +150,6 @@ async def sign_out(request: Request, who: Viewer) -> Response:
 def _local(target: str) -> str:
     """Where to go after signing in: a dashboard page only (never another site)."""
     return target if target.startswith("/ui/") and not target.startswith("/ui//") else "/ui/"
-
-
-# --- the overview -------------------------------------------------------------------------
-
-
-@router.get("/")
-async def overview(request: Request, who: Viewer) -> Response:
-    c = auth.client_of(request)
-    counts = await c.store.job_count_capped(tenant=who.tenant)
-    quarantined = await c.store.job_list(
-        states=[J.QUARANTINED], tenant=who.tenant, limit=QUARANTINED_SHOWN
-    )
-    return page(
-        request,
-        "overview.html",
-        who,
-        counts=[(state, *counts[state]) for state in model.JobState],
-        charts=await _charts(request, c, who),
-        quarantined=quarantined,
-        failing=await _failing_schedules(c, who),
-        pools=await _pools(c, who),
-        budgets=await _budgets(c, who),
-    )
-
-
-LIVE_BUCKETS = 2
-"""The newest buckets of a chart, read at every view; the older ones are over (a job end is
-written as it happens, so a bucket two widths old gains no more) and are read once a
-process, until the window moves past them."""
-
-
-async def _charts(request: Request, c: client.Client, who: model.WebSession) -> list[charts.Chart]:
-    """Jobs that succeeded, and that failed, per minute of the last hour and per hour of
-    the last day. A bucket that is over is counted once per window position and kept (in
-    the app's state, one entry per tenant and chart), so a busy overview counts the last
-    day's thousands of job ends once an hour, not at each view."""
-    kept: dict[tuple[str | None, str], tuple[datetime, list[tuple[int, int]]]]
-    kept = request.app.state.__dict__.setdefault("chart_buckets", {})
-    drawn = []
-    for window in charts.windows(c.clock.now()):
-        key, over = (who.tenant, window.title), window.buckets - LIVE_BUCKETS
-        since, old = kept.get(key, (None, None))
-        if since != window.since or old is None:
-            old = await c.store.job_ends_counted(
-                tenant=who.tenant, since=window.since, width=window.width, buckets=over
-            )
-            kept[key] = (window.since, old)
-        live = await c.store.job_ends_counted(
-            tenant=who.tenant,
-            since=window.since + window.width * over,
-            width=window.width,
-            buckets=LIVE_BUCKETS,
-        )
-        drawn.append(charts.chart(window, [*old, *live]))
-    return drawn
-
-
-async def _budgets(c: client.Client, who: model.WebSession) -> list[tuple[str, float, float]]:
-    """Each queue's retry budget now: (queue, tokens, burst). Queues are shared by every
-    tenant, so only a session of every tenant sees them (as only such a token reads
-    /metrics)."""
-    if who.tenant is not None:
-        return []
-    budget, now = retry.Budget.from_settings(c.settings), c.clock.now()
-    buckets = await c.store.budget_list()
-    return [(q, budget.refill(b, now, 0), budget.burst) for q, b in sorted(buckets.items())]
-
-
-async def _pools(c: client.Client, who: model.WebSession) -> list[tuple[str, int, int]]:
-    """Each configured pool: (name, jobs of the session's tenant running in it, slots)."""
-    slots = dict(c.settings.pools)
-    if not slots:
-        return []
-    running = await c.store.pool_running(pools=sorted(slots), tenant=who.tenant)
-    return [(name, running.get(name, 0), size) for name, size in sorted(slots.items())]
-
-
-async def _failing_schedules(
-    c: client.Client, who: model.WebSession
-) -> list[tuple[model.Schedule, model.Job]]:
-    """The schedules whose last job failed or waits in quarantine, with that job."""
-    found = await c.schedules(tenant=who.tenant)
-    last = {s.last_job_id: s for s in found if s.last_job_id is not None}
-    jobs = await c.store.job_get_many(job_ids=sorted(last))
-    bad = (J.FAILED, J.QUARANTINED)
-    return [(last[j.id], j) for j in sorted(jobs, key=lambda j: -j.id) if j.state in bad]
 
 
 # --- jobs ---------------------------------------------------------------------------------

@@ -1,0 +1,174 @@
+"""The dashboard's overview (/ui/): jobs by state, the charts of job ends (charts.py), the
+newest quarantined jobs, the pools in use, each queue's retry budget and the failing
+schedules, read in one call of the store and kept for a few seconds.
+
+A busy overview (many people, or one page updating live) would read the same numbers over
+and over: what it shows of a tenant is kept for KEEP_SECONDS, drawn once, and every view
+in that time shows it with when it was read ("as of 12:30:05 UTC, 3 s ago"). Nothing kept
+hides a change made through this process: any request that may change something (not a
+GET), of the dashboard or the API, drops what is kept, so the page after a retry or a
+cancel reads anew; so does `?fresh=1`. What changes elsewhere (the dispatcher, another
+process) shows within KEEP_SECONDS. A chart's past buckets are kept longer: until the
+window moves past them, as they gain no more job ends."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from fastapi import APIRouter, Request
+from markupsafe import Markup
+from starlette.responses import Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from corral import client, model, retry, store
+from corral.web import auth, charts, pages
+from corral.web.auth import Viewer
+
+KEEP_SECONDS = 5.0
+"""How long the overview of a tenant, once read, is shown again without reading it."""
+LIVE_BUCKETS = 2
+"""The newest buckets of a chart, read with the rest of the overview; the older ones are
+over (a job end is written as it happens, so a bucket two widths old gains no more) and
+are read once a process, until the window moves past them."""
+SAFE = frozenset({"GET", "HEAD", "OPTIONS"})
+ATTEMPT_CALLS = "/api/v1/attempt/"
+"""A running attempt's own calls (heartbeat, checkpoint): they change nothing shown."""
+
+router = APIRouter(prefix="/ui", include_in_schema=False)
+Buckets = list[tuple[int, int]]
+
+
+@dataclass(frozen=True, slots=True)
+class Kept:
+    """The overview of one tenant, drawn: shown again until `until` (monotonic)."""
+
+    parts: Markup
+    read_at: datetime
+    until: float
+
+
+@dataclass
+class Keeper:
+    """What the overview keeps, in the app's state: each tenant's last drawing, and each
+    tenant's chart's past buckets with where its window began."""
+
+    generation: int = 0
+    drawn: dict[str | None, Kept] = field(default_factory=dict)
+    past: dict[tuple[str | None, str], tuple[datetime, Buckets]] = field(default_factory=dict)
+
+    def changed(self) -> None:
+        """Something may have changed: no drawing kept so far is shown again."""
+        self.generation += 1
+        self.drawn.clear()
+
+    def fresh(self, tenant: str | None, now: float) -> Kept | None:
+        kept = self.drawn.get(tenant)
+        return kept if kept is not None and kept.until > now else None
+
+
+class Changes:
+    """ASGI middleware: a request that may change something (any method but GET, HEAD and
+    OPTIONS; not an attempt's own calls) tells the keeper once its answer starts, that is
+    after its change was made, so the next overview reads anew."""
+
+    def __init__(self, app: ASGIApp, *, keeper: Keeper) -> None:
+        self.app = app
+        self.keeper = keeper
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if (
+            scope["type"] != "http"
+            or scope["method"] in SAFE
+            or scope["path"].startswith(ATTEMPT_CALLS)
+        ):
+            await self.app(scope, receive, send)
+            return
+
+        async def told(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                self.keeper.changed()
+            await send(message)
+
+        await self.app(scope, receive, told)
+
+
+def keeper_of(request: Request) -> Keeper:
+    kept: Keeper = request.app.state.overview
+    return kept
+
+
+@router.get("/")
+async def overview(request: Request, who: Viewer, fresh: bool = False) -> Response:
+    """The overview of the session's tenant: the one kept if it is fresh (and not
+    `fresh` asked for), else read and drawn anew."""
+    c, keeper = auth.client_of(request), keeper_of(request)
+    kept = None if fresh else keeper.fresh(who.tenant, c.clock.monotonic())
+    if kept is None:
+        kept = await drawn(c, keeper, who.tenant)
+    age = max(0.0, (c.clock.now() - kept.read_at).total_seconds())
+    return pages.page(
+        request, "overview.html", who, parts=kept.parts, read_at=kept.read_at, age=age,
+        keep=KEEP_SECONDS,
+    )  # fmt: skip
+
+
+async def drawn(c: client.Client, keeper: Keeper, tenant: str | None) -> Kept:
+    """`tenant`'s overview read and drawn now, and kept unless something changed meanwhile."""
+    generation, now, monotonic = keeper.generation, c.clock.now(), c.clock.monotonic()
+    windows = charts.windows(now)
+    spans, past = _spans(keeper, tenant, windows)
+    slots = dict(c.settings.pools)
+    found = await c.store.overview_read(
+        tenant=tenant,
+        spans=[s for s, _ in spans],
+        quarantined=pages.QUARANTINED_SHOWN,
+        pools=sorted(slots),
+        budgets=tenant is None,  # queues are every tenant's: only for a session of all
+    )
+    ends = dict(zip([key for _, key in spans], found.ends, strict=True))
+    drawn_charts = []
+    for w in windows:
+        old = ends.get((w.title, "past"))
+        if old is None:
+            old = past[w.title]
+        else:
+            keeper.past[(tenant, w.title)] = (w.since, old)
+        drawn_charts.append(charts.chart(w, [*old, *ends[(w.title, "live")]]))
+    html = pages.templates.get_template("overview_parts.html").render(
+        counts=[(state, *found.counts[state]) for state in model.JobState],
+        charts=drawn_charts,
+        quarantined=found.quarantined,
+        failing=found.failing,
+        pools=[(name, found.running.get(name, 0), size) for name, size in sorted(slots.items())],
+        budgets=_budgets(c, found.budgets),
+    )
+    kept = Kept(Markup(html), now, monotonic + KEEP_SECONDS)
+    if keeper.generation == generation:  # else a change came meanwhile: shown once, not kept
+        keeper.drawn[tenant] = kept
+    return kept
+
+
+def _spans(
+    keeper: Keeper, tenant: str | None, windows: list[charts.Window]
+) -> tuple[list[tuple[store.overview.Span, tuple[str, str]]], dict[str, Buckets]]:
+    """What to count of each chart's window, each with (its title, "past" or "live"): its
+    live buckets always, its past ones when they are not kept for where it begins now; and
+    the past buckets kept, by title."""
+    spans, past = [], {}
+    for w in windows:
+        over = w.buckets - LIVE_BUCKETS
+        since, old = keeper.past.get((tenant, w.title), (None, None))
+        if since == w.since and old is not None:
+            past[w.title] = old
+        else:
+            spans.append((store.overview.Span(w.since, w.width, over), (w.title, "past")))
+        live = store.overview.Span(w.since + w.width * over, w.width, LIVE_BUCKETS)
+        spans.append((live, (w.title, "live")))
+    return spans, past
+
+
+def _budgets(c: client.Client, buckets: dict[str, retry.Bucket]) -> list[tuple[str, float, float]]:
+    """Each queue's retry budget now: (queue, tokens, burst)."""
+    budget, now = retry.Budget.from_settings(c.settings), c.clock.now()
+    return [(q, budget.refill(b, now, 0), budget.burst) for q, b in sorted(buckets.items())]
