@@ -16,6 +16,8 @@ Only this module, kubernetes.py and argo.py import a Kubernetes client (the offi
   ConfigMap of a payload too large for the environment and the Secret of its attempt
   token (`ClusterExecutor.create_owned`). Each create is idempotent by name, so launching
   a name again finishes a launch cut short in between.
+- `list_workloads` reads a cluster's Deployments and StatefulSets for `corral lint
+  --cluster`, on the same connection; a refusal names the permission to grant.
 """
 
 from __future__ import annotations
