@@ -219,9 +219,22 @@ Statement = tuple[str, dict[str, Any]]
 
 
 class Capture:
-    """The statements the store runs for each page, as it runs them (SQLAlchemy's own
-    compiled SQL and parameters), read once per distinct page: a job page's statements
-    are the same for every job but its id."""
+class _Recorded:
+    """A psycopg connection whose statements are noted as they are sent."""
+
+    def __init__(self, conn: Any, seen: list[Statement]) -> None:
+        self.conn = conn
+        self.seen = seen
+
+    async def execute(self, sql: str, params: Any = None, **kwargs: Any) -> Any:
+        self.seen.append((sql, dict(params or {})))
+        return await self.conn.execute(sql, params, **kwargs)
+
+
+    """The statements the store runs for each page, as it runs them (on PostgreSQL the
+    text and parameters it gives psycopg on its reads' own connections, store/hotreads.py;
+    SQLAlchemy's compiled SQL for anything read through it), read once per distinct page:
+    a job page's statements are the same for every job but its id."""
 
     def __init__(self, db: store.Store) -> None:
         self.db = db
@@ -230,6 +243,13 @@ class Capture:
         self._job: tuple[int, list[Statement]] | None = None
         event.listen(db.engine, "before_cursor_execute", self._record)
 
+        if db.read_pool is not None:
+            run = db.read_pool.run
+
+            async def recorded(fn: Callable[[Any], Awaitable[Any]], **kwargs: Any) -> Any:
+                return await run(lambda conn: fn(_Recorded(conn, self.seen)), **kwargs)
+
+            db.read_pool.run = recorded  # type: ignore[method-assign]
     def _record(self, conn: Any, cursor: Any, sql: str, params: Any, *_: Any) -> None:
         self.seen.append((sql, dict(params or {})))
 

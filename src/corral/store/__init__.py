@@ -43,6 +43,7 @@ from corral.store import (
     secrets,
     sinks,
     tokens,
+    hotreads,
     users,
 )
 from corral.store.attempts import Status
@@ -68,6 +69,10 @@ _SERVER_LIMITS = {
 
 class _GivenUp(Exception):
     """The caller stopped waiting for this transaction: roll it back, nobody reads it."""
+READS_AT_ONCE = 10
+"""The job reads' connections (hotreads.py) in use at most, as many as the engine's pool
+holds (dialects.engine_create), and kept idle: a steady load opens none again."""
+
 
 
 class _Broken(Exception):
@@ -100,6 +105,13 @@ class Store:
         self._reader = self._pool
         if self.dialect == "sqlite":
             self._reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="corral-read")
+        # PostgreSQL: the job list's and a job page's own connections (hotreads.py), as many
+        # at once as the engine's pool holds.
+        self.read_pool: hotpool.HotPool | None = None
+        if self.dialect == "postgresql":
+            self.read_pool = hotpool.HotPool(
+                dialects.hot_params(engine, limits), idle=READS_AT_ONCE, most=READS_AT_ONCE
+            )
         # The backstop around each call, on PostgreSQL only: a SQLite file has no network to
         # lose, its waits are bounded by its busy timeout, and with its one thread a call
         # given up would only make every call behind it fail too.
@@ -145,6 +157,8 @@ class Store:
         read_only: bool = False,
     ) -> T:
         """Run `fn` in one transaction, or with `autocommit` outside one (`migrate`, whose
+        if self.read_pool is not None:
+            await self.read_pool.close()
         migrations make their own), or `read_only` (on SQLite without the write lock). A
         connection found broken by `fn` (the pool does not ping) is replaced and `fn`
         tried once more: in a transaction nothing it did was committed, as the failure
@@ -259,12 +273,33 @@ class Store:
 
         from corral.store import hotpool
 
-        name = _name(on_postgresql)
-        call = functools.partial(on_postgresql, **kwargs)
+        name = _name(fn)
+        call = functools.partial(fn, **kwargs)
         try:
-            return await self.hot_pool.run(call, within=self._backstop)
+            return await pool.run(call, within=self._backstop)
         except hotpool.GivenUp:
             raise self._given_up(name) from None  # its connection closed, its statement too
+        return await self._pooled(self.hot_pool, on_postgresql, **kwargs)
+
+    async def _hot_read(
+        self,
+        on_sqlite: Callable[..., T],
+        on_postgresql: Callable[..., Awaitable[T]],
+        /,
+        **kwargs: Any,
+    ) -> T:
+        """A read of hotreads.py: on SQLite `on_sqlite(conn, **kwargs)` as `_lookup` runs
+        it; on PostgreSQL `on_postgresql(conn, **kwargs)` on the reads' own connections,
+        each statement its own transaction, under the same backstop."""
+        if self.read_pool is None:
+            return await self._lookup(on_sqlite, **kwargs)
+        return await self._pooled(self.read_pool, on_postgresql, **kwargs)
+
+    async def _pooled(
+        self, pool: hotpool.HotPool, fn: Callable[..., Awaitable[T]], /, **kwargs: Any
+    ) -> T:
+        """`fn(conn, **kwargs)` on a connection of `pool`, under the backstop, its errors
+        translated as every other call's."""
         except hotpool.Unreachable as lost:
             raise self._store_error(
                 lost.error, name, unreachable=True, operational=True
@@ -521,7 +556,7 @@ class Store:
         until: datetime | None = None,
         before: int | None = None,
     ) -> list[model.Job]:
-        return await self._lookup(
+        return await self._hot_read(
             jobs.job_list,
             states=list(states),
             limit=limit,
@@ -545,6 +580,7 @@ class Store:
 
     async def budget_list(self) -> dict[str, retry.Bucket]:
         """Every queue's retry budget as stored: /metrics."""
+            hotreads.job_list,
         return await self._lookup(budgets.budget_list)
 
     async def attempt_settle(
@@ -905,7 +941,7 @@ class Store:
         in one call on one connection; NotFound if there is no such job."""
 
         def job_record(
-            conn: Connection,
+            conn: Connection, *, job_id: int
         ) -> tuple[model.Job, list[model.Attempt], list[model.Event], dict[int, model.RunLog]]:
             return (
                 jobs.job_get(conn, job_id=job_id),
@@ -914,7 +950,7 @@ class Store:
                 runlogs.run_logs_of(conn, job_id=job_id),
             )
 
-        return await self._lookup(job_record)
+        return await self._hot_read(job_record, hotreads.job_record, job_id=job_id)
 
     async def jobs_forget(self, *, before: datetime, limit: int = 500) -> int:
         """Remove up to `limit` jobs that finished before `before`, with their attempts,

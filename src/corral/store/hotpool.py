@@ -17,6 +17,10 @@ A call that runs out of time, or is cancelled, closes its connection's socket at
 its statement ends with the connection (the server rolls back whatever had not committed),
 and nothing waits for the server to acknowledge a cancel request. A connection belongs to
 the event loop that opened it; taken on another loop, the idle ones are dropped first.
+
+The API's reads of jobs (hotreads.py) have a pool of their own, of the same connections:
+more are kept idle there (a request each), and as many calls run at once as the store's
+connection pool would hold, the others waiting their turn, however many requests come.
 """
 
 from __future__ import annotations
@@ -51,9 +55,16 @@ class GivenUp(Exception):
 class HotPool:
     """Async PostgreSQL connections in autocommit, opened with `params` (libpq's)."""
 
-    def __init__(self, params: Mapping[str, Any]) -> None:
+    def __init__(
+        self, params: Mapping[str, Any], *, idle: int = IDLE, most: int | None = None
+    ) -> None:
+        """`idle`: the idle connections kept; `most`: the calls that run at once (None:
+        no limit), the others waiting their turn."""
         self.params = dict(params)
         self._idle: list[psycopg.AsyncConnection[Any]] = []
+        self._keep = idle
+        self._most = most
+        self._turns: asyncio.Semaphore | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
 
@@ -68,6 +79,24 @@ class HotPool:
         Unreachable, or the driver's error."""
         loop = asyncio.get_running_loop()
         deadline = None if within is None else loop.time() + within
+        if self._most is None:
+            return await self._run(fn, deadline)
+        turns = self._turns_of(loop)
+        try:
+            async with asyncio.timeout_at(deadline):  # a wait for a turn: no connection yet
+                await turns.acquire()
+        except TimeoutError:
+            raise GivenUp from None
+        try:
+            return await self._run(fn, deadline)
+        finally:
+            turns.release()
+
+    async def _run(
+        self,
+        fn: Callable[[psycopg.AsyncConnection[Any]], Awaitable[T]],
+        deadline: float | None,
+    ) -> T:
         for last in (False, True):
             conn = self._take_idle()
             if conn is None:
@@ -140,6 +169,13 @@ class HotPool:
         if conn is None and task.done() and not task.cancelled() and task.exception() is None:
             self._give_back(task.result())  # a connection opened just as time ran out
 
+    def _turns_of(self, loop: asyncio.AbstractEventLoop) -> asyncio.Semaphore:
+        """The turns of `loop`'s calls: a semaphore belongs to one event loop too."""
+        assert self._most is not None
+        if self._turns is None or self._loop is not loop:
+            self._turns = asyncio.Semaphore(self._most)
+        return self._turns
+
     def _take_idle(self) -> psycopg.AsyncConnection[Any] | None:
         """An idle connection of this event loop's, if there is one (no task, no await)."""
         if self._closed:
@@ -157,7 +193,7 @@ class HotPool:
             raise Unreachable(exc) from exc
 
     def _give_back(self, conn: psycopg.AsyncConnection[Any]) -> None:
-        if conn.closed or self._closed or len(self._idle) >= IDLE:
+        if conn.closed or self._closed or len(self._idle) >= self._keep:
             self._drop(conn)
         else:
             self._idle.append(conn)

@@ -4,11 +4,11 @@ they hold, once their retention is over."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, RowMapping, delete, func, insert, select
+from sqlalchemy import Connection, delete, func, insert, select
 
 from corral import model
 from corral.store import dialects
@@ -54,7 +54,7 @@ def run_logs_of(conn: Connection, *, job_id: int) -> dict[int, model.RunLog]:
     return {r.attempt_id: run_log_from_row(r._mapping) for r in rows}
 
 
-def run_log_from_row(row: RowMapping) -> model.RunLog:
+def run_log_from_row(row: Mapping[Any, Any]) -> model.RunLog:
     return model.RunLog(
         streams=tuple(
             model.Stream(str(s["name"]), str(s["text"]), int(s["bytes"]), bool(s.get("cut")))

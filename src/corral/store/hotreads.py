@@ -1,0 +1,205 @@
+"""The API's most asked reads on PostgreSQL, a job list and a job's page, on async
+connections of their own (hotpool.py) on the event loop, as the dispatcher's hot path runs.
+
+They read what jobs.job_list and Store.job_record read, by the same statements (the same
+conditions, in the same form, so the planner picks the same indexes: ix_jobs_state,
+ix_jobs_queue_state, ix_jobs_labels), each one round trip outside a transaction. What they
+leave out is what a read of a hundred jobs felt as much as the database's work: the hop to
+a worker thread and back, SQLAlchemy's execution context and result rows. A row comes as
+the driver's tuple, JSON as text parsed once per distinct text (a page repeats the same
+specs, policies and labels), and becomes the model's value by position: the columns are
+named from the model's own fields.
+
+On SQLite the store reads the same through SQLAlchemy (jobs.job_list), on its reading
+thread: a file has no round trip to save.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from corral import errors, model
+from corral.store import runlogs
+
+if TYPE_CHECKING:
+    import psycopg
+
+A, J = model.AttemptState, model.JobState
+
+JSON_FIELDS = frozenset({"spec", "payload", "labels", "policy", "details", "streams"})
+"""The columns read as JSON text (`::text`) and parsed here."""
+
+
+def _columns(table: str, names: Sequence[str]) -> str:
+    return ", ".join(f"{table}.{n}::text" if n in JSON_FIELDS else f"{table}.{n}" for n in names)
+
+
+def _json_at(names: Sequence[str]) -> list[int]:
+    return [i for i, n in enumerate(names) if n in JSON_FIELDS]
+
+
+_JOB = [f.name for f in dataclasses.fields(model.Job)]  # the columns, in the model's order
+_ATTEMPT = [f.name for f in dataclasses.fields(model.Attempt)]
+_EVENT = [f.name for f in dataclasses.fields(model.Event)]
+_RUN_LOG = ["attempt_id", "latency", "status", "address", "recorded_at", "streams"]
+
+_JOB_STATE = _JOB.index("state")
+_ATTEMPT_STATE = _ATTEMPT.index("state")
+_FAILURE_CLASS = _ATTEMPT.index("failure_class")
+_JOB_JSON, _EVENT_JSON = _json_at(_JOB), _json_at(_EVENT)
+
+_JOB_STATES = {s.value: s for s in J}
+_ATTEMPT_STATES = {s.value: s for s in A}
+_FAILURE_CLASSES = {c.value: c for c in model.FailureClass}
+
+JOB = f"SELECT {_columns('jobs', _JOB)} FROM jobs WHERE jobs.id = %(job_id)s::BIGINT"
+ATTEMPTS = f"""SELECT {_columns("attempts", _ATTEMPT)} FROM attempts
+WHERE attempts.job_id = %(job_id)s::BIGINT ORDER BY attempts.id"""
+EVENTS = f"""SELECT {_columns("events", _EVENT)} FROM events
+WHERE events.job_id = %(job_id)s::BIGINT ORDER BY events.id"""
+RUN_LOGS = f"""SELECT {_columns("run_logs", _RUN_LOG)} FROM run_logs
+WHERE run_logs.job_id = %(job_id)s::BIGINT ORDER BY run_logs.attempt_id"""
+
+_EQUAL = ("queue", "tenant", "pool", "executor")
+"""The job list's filters that are one column's value."""
+
+
+async def job_list(
+    conn: psycopg.AsyncConnection[Any],
+    *,
+    states: Iterable[str] = (),
+    limit: int = 100,
+    queue: str | None = None,
+    tenant: str | None = None,
+    pool: str | None = None,
+    executor: str | None = None,
+    labels: Mapping[str, str] | None = None,
+    schedule: str | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    before: int | None = None,
+) -> list[model.Job]:
+    """jobs.job_list in one statement: the newest jobs first, those of each filter given."""
+    from psycopg.types.json import Jsonb
+
+    params: dict[str, Any] = {f"state_{n}": s for n, s in enumerate(states)}
+    given = {"queue": queue, "tenant": tenant, "pool": pool, "executor": executor}
+    params.update({k: v for k, v in given.items() if v is not None})
+    if schedule is not None:
+        params.update(firing=model.FIRING, firing_schedule="schedule", schedule=schedule)
+    if labels:
+        params["labels"] = Jsonb(dict(labels))
+    if since is not None:
+        params["since"] = _utc(since)
+    if until is not None:
+        params["until"] = _utc(until)
+    if before is not None:
+        params["before"] = before
+    params["limit"] = limit
+    sql = _job_list_sql(frozenset(params))
+    rows = await _rows(conn, sql, params)
+    read = _Reader()
+    return [read.job(row) for row in rows]
+
+
+@functools.lru_cache(maxsize=256)
+def _job_list_sql(names: frozenset[str]) -> str:
+    """The job list's statement for the parameters `names` (state_0, state_1, ... for the
+    states): the conditions of jobs.job_where, written as SQLAlchemy writes them."""
+    where = []
+    states = sorted((n for n in names if n.startswith("state_")), key=lambda n: int(n[6:]))
+    if states:
+        where.append(f"jobs.state IN ({', '.join(f'%({n})s::VARCHAR' for n in states)})")
+    where += [f"jobs.{n} = %({n})s::VARCHAR" for n in _EQUAL if n in names]
+    if "schedule" in names:
+        where.append(
+            "jsonb_extract_path_text(jobs.payload, %(firing)s::VARCHAR,"
+            " %(firing_schedule)s::VARCHAR) = %(schedule)s::VARCHAR"
+        )
+    if "labels" in names:
+        where.append("(jobs.labels @> %(labels)s::JSONB)")
+    if "since" in names:
+        where.append("jobs.created_at >= %(since)s::TIMESTAMP WITH TIME ZONE")
+    if "until" in names:
+        where.append("jobs.created_at < %(until)s::TIMESTAMP WITH TIME ZONE")
+    if "before" in names:
+        where.append("jobs.id < %(before)s::BIGINT")
+    return (
+        f"SELECT {_columns('jobs', _JOB)} FROM jobs"
+        + (f" WHERE {' AND '.join(where)}" if where else "")
+        + " ORDER BY jobs.id DESC LIMIT %(limit)s::INTEGER"
+    )
+
+
+async def job_record(
+    conn: psycopg.AsyncConnection[Any], *, job_id: int
+) -> tuple[model.Job, list[model.Attempt], list[model.Event], dict[int, model.RunLog]]:
+    """A job, its attempts, its events and its run logs, four statements on one connection
+    (as Store.job_record reads them); NotFound if there is no such job."""
+    params = {"job_id": job_id}
+    read = _Reader()
+    found = await _rows(conn, JOB, params)
+    if not found:
+        raise errors.NotFound(f"no job with id {job_id}")
+    job = read.job(found[0])
+    attempts = [read.attempt(row) for row in await _rows(conn, ATTEMPTS, params)]
+    events = [read.event(row) for row in await _rows(conn, EVENTS, params)]
+    logs = {row[0]: read.run_log(row) for row in await _rows(conn, RUN_LOGS, params)}
+    return job, attempts, events, logs
+
+
+async def _rows(
+    conn: psycopg.AsyncConnection[Any], sql: str, params: Mapping[str, Any]
+) -> list[tuple[Any, ...]]:
+    """One statement's rows as the driver's tuples (psycopg prepares it once it repeats)."""
+    cursor = await conn.execute(sql, params)
+    return await cursor.fetchall()
+
+
+def _utc(at: datetime) -> datetime:
+    if at.tzinfo is None:
+        raise ValueError("corral stores only timezone-aware datetimes")
+    return at.astimezone(UTC)
+
+
+class _Reader:
+    """Rows into the model's values, each distinct JSON text parsed once."""
+
+    def __init__(self) -> None:
+        self._json: dict[str | None, Any] = {None: None}
+
+    def _load(self, text: str | None) -> Any:
+        if text not in self._json:
+            self._json[text] = json.loads(text)  # type: ignore[arg-type]
+        return self._json[text]
+
+    def job(self, row: Sequence[Any]) -> model.Job:
+        values = list(row)
+        for i in _JOB_JSON:
+            values[i] = self._load(values[i])
+        values[_JOB_STATE] = _JOB_STATES[values[_JOB_STATE]]
+        return model.Job(*values)
+
+    def attempt(self, row: Sequence[Any]) -> model.Attempt:
+        values = list(row)
+        values[_ATTEMPT_STATE] = _ATTEMPT_STATES[values[_ATTEMPT_STATE]]
+        failure = values[_FAILURE_CLASS]
+        values[_FAILURE_CLASS] = _FAILURE_CLASSES[failure] if failure else None
+        return model.Attempt(*values)
+
+    def event(self, row: Sequence[Any]) -> model.Event:
+        values = list(row)
+        for i in _EVENT_JSON:
+            values[i] = self._load(values[i])
+        return model.Event(*values)
+
+    @staticmethod
+    def run_log(row: Sequence[Any]) -> model.RunLog:
+        values = dict(zip(_RUN_LOG, row, strict=True))
+        values["streams"] = json.loads(values["streams"])
+        return runlogs.run_log_from_row(values)

@@ -1,0 +1,222 @@
+"""The job list and a job's page on both databases: on PostgreSQL they are read on the reads'
+own connections (store/hotreads.py), on SQLite through SQLAlchemy (store/jobs.py); each
+filter, keyset paging and a page's attempts, events and run logs read the same either way,
+and as the filters say."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from corral import errors, model, store
+from corral.store import Finish, attempts, events, hotpool, jobs, runlogs, tables
+from corral.testing import FrozenClock
+
+A, J = model.AttemptState, model.JobState
+
+LOG = model.RunLog(
+    streams=(
+        model.Stream("request", "POST https://example.com/hook\n", 30),
+        model.Stream("response", "HTTP 200 OK\n\nthanks é", 22, cut=True),
+    ),
+    latency=0.035,
+    status=200,
+    address="93.184.216.34",
+)
+
+
+def test_the_reads_name_their_columns_in_the_order_of_the_model() -> None:
+    for table, kind in ((tables.jobs, model.Job), (tables.attempts, model.Attempt)):
+        assert [c.name for c in table.c] == list(kind.__dataclass_fields__)
+    assert [c.name for c in tables.events.c] == list(model.Event.__dataclass_fields__)
+
+
+async def _jobs(db: store.Store, clock: FrozenClock) -> None:
+    """30 jobs, a second apart, across queues, tenants, pools, executors, labels and a
+    schedule; some claimed (running), some cancelled, some to run later (scheduled)."""
+    for i in range(30):
+        firing = {model.FIRING: {"schedule": "nightly"}} if i % 6 == 0 else {"n": i}
+        later = clock.now() + timedelta(hours=1) if i % 7 == 3 else None
+        new = model.NewJob(
+            executor="noop" if i % 3 else "other",
+            spec={"command": ["true"], "env": {"API_TOKEN": "s3cret"}},
+            payload=firing,
+            queue=f"q{i % 3}",
+            tenant=f"t{i % 2}",
+            pool="p" if i % 4 == 0 else None,
+            labels={"team": f"team-{i % 3}", **({"release": "r1"} if i % 5 == 0 else {})},
+            run_at=later,
+        )
+        await db.job_submit(new=[new], now=clock.now())
+        clock.advance(1)
+    await db.job_claim(now=clock.now(), limit=5, executors=["noop"])
+    for job_id in (2, 8, 15):
+        await db.job_cancel(job_id=job_id, now=clock.now(), reason="by a test")
+
+
+def _sqlalchemy(db: store.Store, **given: Any) -> list[model.Job]:
+    """The job list as store/jobs.py reads it, whatever the database."""
+    with db.engine.connect() as conn:
+        return jobs.job_list(conn, **given)
+
+
+FILTERS: list[tuple[dict[str, Any], Callable[[model.Job], bool]]] = [
+    ({}, lambda j: True),
+    ({"states": ["queued"]}, lambda j: j.state == J.QUEUED),
+    ({"states": ["running", "cancelled"]}, lambda j: j.state in (J.RUNNING, J.CANCELLED)),
+    (
+        {"states": ["scheduled"], "queue": "q0"},
+        lambda j: j.state == J.SCHEDULED and j.queue == "q0",
+    ),
+    ({"queue": "q1"}, lambda j: j.queue == "q1"),
+    ({"tenant": "t1"}, lambda j: j.tenant == "t1"),
+    ({"pool": "p"}, lambda j: j.pool == "p"),
+    ({"executor": "other"}, lambda j: j.executor == "other"),
+    ({"labels": {"team": "team-2"}}, lambda j: j.labels.get("team") == "team-2"),
+    (
+        {"labels": {"team": "team-0", "release": "r1"}},
+        lambda j: j.labels.get("team") == "team-0" and j.labels.get("release") == "r1",
+    ),
+    ({"labels": {"release": "r2"}}, lambda j: False),
+    ({"schedule": "nightly"}, lambda j: j.id % 6 == 1),  # the jobs of i % 6 == 0
+    (
+        {"states": ["queued"], "tenant": "t0", "queue": "q2"},
+        lambda j: j.state == J.QUEUED and j.tenant == "t0" and j.queue == "q2",
+    ),
+]
+
+
+@pytest.mark.parametrize(("given", "matches"), FILTERS)
+async def test_each_filter_of_the_job_list_reads_its_jobs_newest_first(
+    db: store.Store,
+    clock: FrozenClock,
+    given: dict[str, Any],
+    matches: Callable[[model.Job], bool],
+) -> None:
+    start = clock.now()
+    await _jobs(db, clock)
+    every = _sqlalchemy(db, limit=1000)
+    assert [j.id for j in every] == list(range(30, 0, -1))
+    expected = [j for j in every if matches(j)]
+    assert await db.job_list(**given) == expected == _sqlalchemy(db, **given)
+    assert await db.job_list(**given, limit=2) == expected[:2]
+    since, until = start + timedelta(seconds=5), start + timedelta(seconds=20)
+    timed = [j for j in expected if since <= j.created_at < until]
+    assert await db.job_list(**given, since=since, until=until) == timed
+    assert await db.job_list(**given, since=since) == [j for j in expected if j.created_at >= since]
+    assert await db.job_list(**given, until=until) == [j for j in expected if j.created_at < until]
+
+
+async def test_keyset_paging_reads_every_job_once_in_order(
+    db: store.Store, clock: FrozenClock
+) -> None:
+    await _jobs(db, clock)
+    for given in ({}, {"states": ["queued"]}, {"labels": {"team": "team-1"}}, {"tenant": "t0"}):
+        pages, before = [], None
+        while True:
+            page = await db.job_list(**given, limit=4, before=before)
+            pages.append(page)
+            if len(page) < 4:
+                break
+            before = page[-1].id
+        read = [j for page in pages for j in page]
+        assert read == _sqlalchemy(db, **given, limit=1000)
+        assert len({j.id for j in read}) == len(read)
+
+
+async def test_a_job_s_page_reads_its_attempts_events_and_run_logs(
+    db: store.Store, clock: FrozenClock
+) -> None:
+    await db.job_submit(
+        new=[model.NewJob(executor="noop", spec={"url": "https://x"}, max_attempts=3)],
+        now=clock.now(),
+    )
+    [first] = await db.job_claim(now=clock.now(), limit=1, executors=["noop"])
+    out = model.RunLog(streams=(model.Stream("stderr", "boom\n", 5),), latency=1.5)
+    failed = Finish(first.attempt.id, A.FAILED, 1, "exited with code 1", output=out)
+    await db.attempt_finish(finishes=[failed], now=clock.now())
+    clock.advance(3600)
+    [second] = await db.job_claim(now=clock.now(), limit=1, executors=["noop"])
+    won = Finish(second.attempt.id, A.SUCCEEDED, None, "HTTP 200 OK", output=LOG)
+    await db.attempt_settle(launched=[], finishes=[won], now=clock.now())
+
+    job, tried, happened, logs = await db.job_record(job_id=first.job.id)
+    with db.engine.connect() as conn:
+        assert job == jobs.job_get(conn, job_id=first.job.id)
+        assert tried == attempts.attempt_list(conn, job_id=first.job.id)
+        assert happened == events.event_list(conn, job_id=first.job.id)
+        assert logs == runlogs.run_logs_of(conn, job_id=first.job.id)
+    assert job.state == J.SUCCEEDED
+    assert [(a.attempt_no, a.state) for a in tried] == [(1, A.FAILED), (2, A.SUCCEEDED)]
+    assert tried[0].failure_class is not None
+    assert len(happened) >= 6
+    assert all(isinstance(e.details, dict) for e in happened)
+    assert list(logs) == [first.attempt.id, second.attempt.id]
+    assert logs[second.attempt.id].streams == LOG.streams
+    assert logs[second.attempt.id].recorded_at == clock.now()
+
+
+async def test_a_page_of_no_job_is_not_found(db: store.Store) -> None:
+    with pytest.raises(errors.NotFound, match="no job with id 404"):
+        await db.job_record(job_id=404)
+
+
+@pytest.fixture
+async def pg(pg_url: str) -> AsyncIterator[store.Store]:
+    from tests.conftest import pg_empty
+
+    pg_empty(pg_url)
+    s = store.Store.connect(pg_url)
+    yield s
+    await s.close()
+
+
+@pytest.mark.postgres
+async def test_the_reads_connections_are_as_many_as_their_limit_however_many_ask(
+    pg: store.Store, clock: FrozenClock
+) -> None:
+    db = pg
+    assert db.read_pool is not None
+    await _jobs(db, clock)
+    busy = 0
+    most = 0
+
+    async def slow(conn: Any) -> int:
+        nonlocal busy, most
+        busy += 1
+        most = max(most, busy)
+        await conn.execute("SELECT pg_sleep(0.05)")
+        busy -= 1
+        return int(conn.info.backend_pid)
+
+    pids = await asyncio.gather(*(db.read_pool.run(slow) for _ in range(40)))
+    assert most == store.READS_AT_ONCE
+    assert len(set(pids)) == store.READS_AT_ONCE  # kept idle between turns, never reopened
+    lists = await asyncio.gather(*(db.job_list(states=["queued"]) for _ in range(40)))
+    assert all(found == lists[0] for found in lists)
+
+
+@pytest.mark.postgres
+async def test_a_call_that_waits_past_its_time_for_a_turn_is_given_up(pg_url: str) -> None:
+    s = store.Store.connect(pg_url)
+    assert s.read_pool is not None
+    params = s.read_pool.params
+    await s.close()
+    pool = hotpool.HotPool(params, idle=1, most=1)
+    release = asyncio.Event()
+
+    async def holds(conn: Any) -> None:
+        await release.wait()
+
+    held = asyncio.ensure_future(pool.run(holds))
+    await asyncio.sleep(0.05)
+    with pytest.raises(hotpool.GivenUp):
+        await pool.run(holds, within=0.1)
+    release.set()
+    await held
+    assert await pool.run(lambda conn: asyncio.sleep(0, result=1)) == 1
+    await pool.close()
