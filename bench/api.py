@@ -218,7 +218,6 @@ def path_of(kind: str, args: dict[str, Any]) -> tuple[str, dict[str, Any]]:
 Statement = tuple[str, dict[str, Any]]
 
 
-class Capture:
 class _Recorded:
     """A psycopg connection whose statements are noted as they are sent."""
 
@@ -231,6 +230,7 @@ class _Recorded:
         return await self.conn.execute(sql, params, **kwargs)
 
 
+class Capture:
     """The statements the store runs for each page, as it runs them (on PostgreSQL the
     text and parameters it gives psycopg on its reads' own connections, store/hotreads.py;
     SQLAlchemy's compiled SQL for anything read through it), read once per distinct page:
@@ -242,7 +242,6 @@ class _Recorded:
         self._lists: dict[str, list[Statement]] = {}
         self._job: tuple[int, list[Statement]] | None = None
         event.listen(db.engine, "before_cursor_execute", self._record)
-
         if db.read_pool is not None:
             run = db.read_pool.run
 
@@ -250,6 +249,7 @@ class _Recorded:
                 return await run(lambda conn: fn(_Recorded(conn, self.seen)), **kwargs)
 
             db.read_pool.run = recorded  # type: ignore[method-assign]
+
     def _record(self, conn: Any, cursor: Any, sql: str, params: Any, *_: Any) -> None:
         self.seen.append((sql, dict(params or {})))
 

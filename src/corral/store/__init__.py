@@ -34,6 +34,7 @@ from corral.store import (
     dialects,
     events,
     hotpath,
+    hotreads,
     jobs,
     migrate,
     operations,
@@ -43,7 +44,6 @@ from corral.store import (
     secrets,
     sinks,
     tokens,
-    hotreads,
     users,
 )
 from corral.store.attempts import Status
@@ -59,6 +59,10 @@ T = TypeVar("T")
 A, J = model.AttemptState, model.JobState
 log = logging.getLogger("corral.store")
 
+READS_AT_ONCE = 10
+"""The job reads' connections (hotreads.py) in use at most, as many as the engine's pool
+holds (dialects.engine_create), and kept idle: a steady load opens none again."""
+
 _SERVER_LIMITS = {
     "55P03": ("waited too long for a lock", "lock"),  # lock_not_available
     "57014": ("was cancelled", "statement"),  # query_canceled: statement_timeout
@@ -69,10 +73,6 @@ _SERVER_LIMITS = {
 
 class _GivenUp(Exception):
     """The caller stopped waiting for this transaction: roll it back, nobody reads it."""
-READS_AT_ONCE = 10
-"""The job reads' connections (hotreads.py) in use at most, as many as the engine's pool
-holds (dialects.engine_create), and kept idle: a steady load opens none again."""
-
 
 
 class _Broken(Exception):
@@ -95,6 +95,13 @@ class Store:
             from corral.store import hotpool
 
             self.hot_pool = hotpool.HotPool(dialects.hot_params(engine, limits))
+        # PostgreSQL: the job list's and a job page's own connections (hotreads.py), as many
+        # at once as the engine's pool holds.
+        self.read_pool: hotpool.HotPool | None = None
+        if self.dialect == "postgresql":
+            self.read_pool = hotpool.HotPool(
+                dialects.hot_params(engine, limits), idle=READS_AT_ONCE, most=READS_AT_ONCE
+            )
         self.limits = limits
         # SQLite has one writer at a time: one thread keeps this process from queueing on
         # its own lock. PostgreSQL takes as many as the connection pool holds.
@@ -105,13 +112,6 @@ class Store:
         self._reader = self._pool
         if self.dialect == "sqlite":
             self._reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="corral-read")
-        # PostgreSQL: the job list's and a job page's own connections (hotreads.py), as many
-        # at once as the engine's pool holds.
-        self.read_pool: hotpool.HotPool | None = None
-        if self.dialect == "postgresql":
-            self.read_pool = hotpool.HotPool(
-                dialects.hot_params(engine, limits), idle=READS_AT_ONCE, most=READS_AT_ONCE
-            )
         # The backstop around each call, on PostgreSQL only: a SQLite file has no network to
         # lose, its waits are bounded by its busy timeout, and with its one thread a call
         # given up would only make every call behind it fail too.
@@ -147,6 +147,8 @@ class Store:
         self.engine.dispose()
         if self.hot_pool is not None:
             await self.hot_pool.close()
+        if self.read_pool is not None:
+            await self.read_pool.close()
 
     def _run(
         self,
@@ -157,8 +159,6 @@ class Store:
         read_only: bool = False,
     ) -> T:
         """Run `fn` in one transaction, or with `autocommit` outside one (`migrate`, whose
-        if self.read_pool is not None:
-            await self.read_pool.close()
         migrations make their own), or `read_only` (on SQLite without the write lock). A
         connection found broken by `fn` (the pool does not ping) is replaced and `fn`
         tried once more: in a transaction nothing it did was committed, as the failure
@@ -269,16 +269,6 @@ class Store:
         own transaction, on the hot path's own connections, under the same backstop."""
         if self.hot_pool is None:
             return await self._tx(on_sqlite, **kwargs)
-        import psycopg
-
-        from corral.store import hotpool
-
-        name = _name(fn)
-        call = functools.partial(fn, **kwargs)
-        try:
-            return await pool.run(call, within=self._backstop)
-        except hotpool.GivenUp:
-            raise self._given_up(name) from None  # its connection closed, its statement too
         return await self._pooled(self.hot_pool, on_postgresql, **kwargs)
 
     async def _hot_read(
@@ -300,6 +290,16 @@ class Store:
     ) -> T:
         """`fn(conn, **kwargs)` on a connection of `pool`, under the backstop, its errors
         translated as every other call's."""
+        import psycopg
+
+        from corral.store import hotpool
+
+        name = _name(fn)
+        call = functools.partial(fn, **kwargs)
+        try:
+            return await pool.run(call, within=self._backstop)
+        except hotpool.GivenUp:
+            raise self._given_up(name) from None  # its connection closed, its statement too
         except hotpool.Unreachable as lost:
             raise self._store_error(
                 lost.error, name, unreachable=True, operational=True
@@ -558,6 +558,7 @@ class Store:
     ) -> list[model.Job]:
         return await self._hot_read(
             jobs.job_list,
+            hotreads.job_list,
             states=list(states),
             limit=limit,
             queue=queue,
@@ -580,7 +581,6 @@ class Store:
 
     async def budget_list(self) -> dict[str, retry.Bucket]:
         """Every queue's retry budget as stored: /metrics."""
-            hotreads.job_list,
         return await self._lookup(budgets.budget_list)
 
     async def attempt_settle(
