@@ -28,7 +28,7 @@ if TYPE_CHECKING:
         Phase,
     )
     from corral.runtime import connect
-    from corral.worker import CurrentAttempt, current_attempt
+    from corral.worker import App, CurrentAttempt, Fresh, Pinned, current_attempt, current_task
 
 _FROM = {
     "Client": "corral.client",
@@ -50,9 +50,14 @@ _FROM = {
     "connect": "corral.runtime",
     "CurrentAttempt": "corral.worker",
     "current_attempt": "corral.worker",
+    "App": "corral.worker",
+    "Fresh": "corral.worker",
+    "Pinned": "corral.worker",
+    "current_task": "corral.worker",
 }
 
 __all__ = [
+    "App",
     "Attempt",
     "AttemptState",
     "Client",
@@ -61,17 +66,20 @@ __all__ = [
     "CurrentAttempt",
     "Dispatcher",
     "Event",
+    "Fresh",
     "Job",
     "JobState",
     "JobView",
     "Launch",
     "Observation",
     "Phase",
+    "Pinned",
     "Settings",
     "SystemClock",
     "Timeouts",
     "connect",
     "current_attempt",
+    "current_task",
 ]
 
 

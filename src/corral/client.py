@@ -24,9 +24,10 @@ from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Required, TypedDict, Unpack
+from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
 from corral import clock, config, errors, model, store
+from corral.executors import python as python_executor
 from corral.executors import registry
 from corral.executors.base import Executor
 
@@ -117,7 +118,9 @@ class JobArgs(TypedDict, total=False):
     gives it (as JSON: client.submit_arguments). Left out, a field takes the default
     below."""
 
-    spec: Required[Mapping[str, Any]]  # the executor's spec, e.g. {"command": [...]}
+    spec: Mapping[str, Any]  # the executor's spec, e.g. {"command": [...]}; or a task:
+    task: Any  # a Python task's name (or corral.worker Task), instead of spec and executor
+    task_version: int | None  # its payload's version; None: the newest a live worker writes
     executor: str  # "process"
     payload: Any  # None
     queue: str  # "default"
@@ -162,8 +165,9 @@ class Client:
         `policy` is the job's own retry, limit and failure policy (config.JobPolicy), e.g.
         `{"limits": {"attempt_deadline": "30s"}, "failure_rules": [{"on_exit_codes":
         {"operator": "In", "values": [3]}, "action": "fail"}]}`."""
+        job = self.validate(await self.task_checked(self.new_job(**args)))
         [(job_id, created)] = await self.store.job_submit(
-            new=[self.validate(self.new_job(**args))], now=self.clock.now()
+            new=[job], now=self.clock.now(), since=self.since()
         )
         return job_id, created
 
@@ -181,7 +185,9 @@ class Client:
         stored: list[tuple[int, bool]] = []
         for start in range(0, len(jobs), batch):
             chunk = list(jobs[start : start + batch])
-            stored += await self.store.job_submit(new=chunk, now=self.clock.now())
+            stored += await self.store.job_submit(
+                new=chunk, now=self.clock.now(), since=self.since()
+            )
             if progress is not None:
                 progress(len(chunk))
         return stored
@@ -191,14 +197,29 @@ class Client:
         TypeError for a keyword it does not take, as for any function."""
         if unknown := sorted(set(args) - set(SUBMIT_FIELDS)):
             raise TypeError(f"submit() got an unexpected keyword argument {unknown[0]!r}")
-        if "spec" not in args:
-            raise TypeError("submit() missing the required keyword argument 'spec'")
-        max_attempts = args.get("max_attempts")
         policy = args.get("policy")
+        stored_policy = (
+            policy.stored() if isinstance(policy, config.JobPolicy) else dict(policy or {})
+        )
+        if args.get("task") is not None:
+            if "spec" in args or "executor" in args:
+                raise errors.InvalidInput("task: give a task, or a spec and an executor; not both")
+            executor, task_spec, payload = _task_job(
+                args["task"], args.get("task_version"), args.get("payload")
+            )
+            spec: Mapping[str, Any] = task_spec
+            # A worker renews its attempts' leases: recovery knows a dead one by its silence.
+            stored_policy["heartbeat"] = True
+        elif "spec" not in args:
+            raise TypeError("submit() missing the required keyword argument 'spec' (or 'task')")
+        else:
+            executor, spec = args.get("executor", "process"), args["spec"]
+            payload = args.get("payload")
+        max_attempts = args.get("max_attempts")
         return model.NewJob(
-            executor=args.get("executor", "process"),
-            spec=args["spec"],
-            payload=args.get("payload"),
+            executor=executor,
+            spec=spec,
+            payload=payload,
             queue=args.get("queue", "default"),
             pool=args.get("pool"),
             tenant=args.get("tenant", "default"),
@@ -209,13 +230,52 @@ class Client:
             idempotency_key=args.get("idempotency_key"),
             labels=dict(args.get("labels") or {}),
             run_at=args.get("run_at"),
-            policy=policy.stored() if isinstance(policy, config.JobPolicy) else dict(policy or {}),
+            policy=stored_policy,
             code_version=args.get("code_version"),
         )
 
     def validate(self, job: model.NewJob) -> model.NewJob:
-        """The job as it will be stored, or InvalidInput naming the first field that is wrong."""
+        """The job as it will be stored, or InvalidInput naming the first field that is wrong.
+        A Python task's job is checked against its workers' schemas by `task_checked`
+        first (it settles the payload version)."""
         return check_job(job, executors=self.checkers, settings=self.settings)
+
+    def since(self) -> datetime:
+        """When a worker last heard of is still live (its lease)."""
+        return self.clock.now() - self.settings.timeouts.lease_timeout
+
+    async def task_checked(self, job: model.NewJob) -> model.NewJob:
+        """A Python task's job with its payload version settled (none given: the newest a
+        live worker writes) and its data checked against that version's schema, as live
+        workers registered it (else as any worker last did). A version no worker has ever
+        registered is taken as it is: the job parks until one that reads it registers.
+        InvalidInput names the field and the rule. Any other job is returned as it is."""
+        if job.executor != model.PYTHON:
+            return job
+        task, version = model.task_of(job.spec)
+        schemas, newest = await self.store.task_schemas(task=task, since=self.since())
+        if version == 0:
+            if newest is None:
+                raise errors.InvalidInput(
+                    f"task: no live worker has registered task {task!r}, so its newest payload"
+                    " version is not known; give task_version (--task-version) to submit it"
+                    " anyway (it parks until a worker that reads it registers)"
+                )
+            version = newest
+        schema = schemas.get(version)
+        if schema is None:
+            schema = await self.store.known_schema(task=task, version=version)
+        data = job.payload["data"] if isinstance(job.payload, Mapping) else None
+        if schema is not None and (problem := schema_problem(schema, data)):
+            raise errors.InvalidInput(
+                f"payload.data{problem} (task {task} version {version}'s schema, as its"
+                " workers registered it)"
+            )
+        return dataclasses.replace(
+            job,
+            spec={"task": task, "version": version},
+            payload=model.envelope(task, version, data),
+        )
 
     async def job(self, job_id: int) -> JobView:
         """A job with its attempts and events; NotFound if there is none."""
@@ -651,6 +711,10 @@ class Client:
         nominal time after now (or at its start)."""
         from corral import scheduler
 
+        if isinstance(args.get("task"), str) and args.get("task_version") is None:
+            # A schedule's jobs run the version its newest live worker writes today.
+            draft = await self.task_checked(self.new_job(task=args["task"], payload=None))
+            args["task_version"] = model.task_of(draft.spec)[1]
         new, anchor = self.new_schedule(name, **args)
         now = self.clock.now()
         first = scheduler.first_due(
@@ -854,7 +918,9 @@ class Client:
 SpecChecker = registry.SpecChecker
 
 _TEXT_FIELDS = ("executor", "queue", "tenant", "pool", "idempotency_key", "code_version")
-_NULLABLE = frozenset({"pool", "idempotency_key", "code_version", "max_attempts", "run_at"})
+_NULLABLE = frozenset(
+    {"pool", "idempotency_key", "code_version", "max_attempts", "run_at", "task_version"}
+)
 SUBMIT_FIELDS = tuple(JobArgs.__annotations__)
 RERUN_OF = "rerun-of"
 """The label of a job `rerun` made: the id of the job it runs again."""
@@ -909,7 +975,9 @@ def _wrong(field: str, value: Any) -> str | None:
     checked by `check_job`, as for any job)."""
     if field in _TEXT_FIELDS or field == "run_at":
         return None if isinstance(value, str) else "must be a string"
-    if field in ("priority", "max_attempts"):
+    if field == "task":
+        return None if isinstance(value, str) else "must be a string: the task's name"
+    if field in ("priority", "max_attempts", "task_version"):
         whole = isinstance(value, int) and not isinstance(value, bool)
         return None if whole else "must be a whole number"
     if field in ("spec", "policy"):
@@ -1045,8 +1113,11 @@ def submit_arguments(given: Any) -> dict[str, Any]:
         raise errors.InvalidInput(
             f"{unknown[0]}: unknown field (allowed: {', '.join(SUBMIT_FIELDS)})"
         )
-    if "spec" not in given:
-        raise errors.InvalidInput('spec: required, e.g. {"command": ["echo", "hi"]}')
+    if "spec" not in given and "task" not in given:
+        raise errors.InvalidInput(
+            'spec: required, e.g. {"command": ["echo", "hi"]}; or a Python task:'
+            ' {"task": "send-invoice", "payload": {...}}'
+        )
     args = dict(given)
     for field, value in given.items():
         if not (value is None and field in _NULLABLE) and (rule := _wrong(field, value)):
@@ -1065,7 +1136,7 @@ def check_job(
     job: model.NewJob, *, executors: Mapping[str, SpecChecker], settings: config.Settings
 ) -> model.NewJob:
     """The job as it will be stored, or InvalidInput naming the first field that is wrong."""
-    if job.executor not in executors:
+    if job.executor not in executors and job.executor != model.PYTHON:
         raise errors.InvalidInput(_not_running(job.executor, executors))
     for field, value in (("queue", job.queue), ("tenant", job.tenant), ("pool", job.pool)):
         if value is not None and not _NAME.match(value):
@@ -1098,7 +1169,8 @@ def check_job(
     _check_payload(job.payload, settings)
     policy = config.job_policy(settings, job.policy)
     _check_reach(job.executor, policy, settings)
-    spec = executors[job.executor].validate_spec(job.spec)
+    checker = python_executor.SPEC if job.executor == model.PYTHON else executors[job.executor]
+    spec = checker.validate_spec(job.spec)
     return dataclasses.replace(job, spec=spec, policy=policy.stored())
 
 
@@ -1196,3 +1268,35 @@ def explain(view: JobView, now: datetime, *, pool: tuple[int, int] | None = None
             f" or `corral dead discard {job.id}`"
         )
     return f"{job.state}: {last}"
+
+
+def _task_job(task: Any, version: int | None, data: Any) -> tuple[str, dict[str, Any], Any]:
+    """A Python task's (executor, spec, payload): `task` a name, or a corral.worker Task,
+    whose own model checks `data` and gives its version (the newest its submitter knows).
+    A version left None is 0 here, settled by `Client.task_checked`."""
+    if not isinstance(task, str):
+        if version is not None and version != task.version:
+            raise errors.InvalidInput(
+                f"task_version: {version}: task {task.name} here writes version {task.version}"
+            )
+        payload = task.payload(data)
+        return model.PYTHON, task.spec(), payload
+    if version is not None and (
+        not isinstance(version, int) or isinstance(version, bool) or version < 1
+    ):
+        raise errors.InvalidInput(f"task_version: {version!r} must be a whole number, at least 1")
+    v = version or 0
+    return model.PYTHON, {"task": task, "version": v}, model.envelope(task, v, data)
+
+
+def schema_problem(schema: Mapping[str, Any], data: Any) -> str | None:
+    """What is wrong with `data` under JSON Schema `schema`, as `.field: rule` (the first
+    problem, the most telling), or None when it fits."""
+    import jsonschema
+
+    validator = jsonschema.validators.validator_for(schema)(schema)
+    found = jsonschema.exceptions.best_match(validator.iter_errors(data))
+    if found is None:
+        return None
+    where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in found.absolute_path)
+    return f"{where}: {found.message}"

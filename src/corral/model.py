@@ -62,8 +62,9 @@ JOB_TRANSITIONS: Mapping[JobState, frozenset[JobState]] = {
     J.SCHEDULED: frozenset({J.QUEUED, J.CANCELLED}),
     J.QUEUED: frozenset({J.PARKED, J.RUNNING, J.CANCELLED}),
     J.PARKED: frozenset({J.QUEUED, J.CANCELLED}),
-    # running -> queued is a retry: the attempt failed and attempts remain.
-    J.RUNNING: frozenset({J.SUCCEEDED, J.FAILED, J.QUARANTINED, J.CANCELLED, J.QUEUED}),
+    # running -> queued is a retry: the attempt failed and attempts remain. running ->
+    # parked: a Python task's worker went away and no live worker reads its payload.
+    J.RUNNING: frozenset({J.SUCCEEDED, J.FAILED, J.QUARANTINED, J.CANCELLED, J.QUEUED, J.PARKED}),
     # A person may send a quarantined job back (after a fix) or discard it.
     J.QUARANTINED: frozenset({J.QUEUED, J.CANCELLED}),
     J.SUCCEEDED: frozenset(),
@@ -300,11 +301,24 @@ NEVER_LAUNCHED = "never launched"
 job pays for it with neither an attempt nor a token of its retry budget."""
 
 
+HANDED_BACK = "handed back at shutdown"
+"""The reason of a Python task's attempt that its worker, told to stop, handed back
+unfinished (with its checkpoint): the job is queued again and pays nothing for it."""
+
+NO_COMPATIBLE_WORKER = "no compatible worker"
+"""The reason of a Python task's attempt whose worker went away while no live worker
+reads its payload's version: the job is parked, and pays nothing for it."""
+
+UNCHARGED = frozenset({NEVER_LAUNCHED, HANDED_BACK, NO_COMPATIBLE_WORKER})
+"""The reasons of attempts that count toward neither max_attempts nor the retry budget."""
+
+
 def charged(reason: str | None) -> bool:
     """Whether an attempt that ended for `reason` counts against its job. The reason
     decides, not the state: an attempt superseded because its state was unknown ran, and
-    counts; one superseded because it never reached its platform does not."""
-    return reason != NEVER_LAUNCHED
+    counts; one superseded because it never reached its platform, or handed back by a
+    worker told to stop, or parked for want of a worker that reads it, does not."""
+    return reason not in UNCHARGED
 
 
 @dataclass(frozen=True, slots=True)
@@ -1119,3 +1133,76 @@ class OperationItem:
     outcome: ItemOutcome | None
     note: str | None
     done_at: datetime | None
+
+
+# --- Python workers ----------------------------------------------------------------------------
+
+PYTHON = "python"
+"""The executor kind of a Python task: run by a `corral worker`, never by the dispatcher."""
+
+
+class WorkerState(StrEnum):
+    """Where a `corral worker` process is in its life."""
+
+    RUNNING = "running"  # claims and runs tasks
+    DRAINING = "draining"  # told to stop: claims nothing, finishes or hands back what it runs
+    STOPPED = "stopped"
+
+
+@dataclass(frozen=True, slots=True)
+class TaskRead:
+    """One (task, payload version) a worker reads, with that version's JSON Schema;
+    `newest`: the version the worker writes (its task's current version)."""
+
+    task: str
+    version: int
+    schema: Mapping[str, Any]
+    newest: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Worker:
+    """A registered `corral worker` process."""
+
+    id: str
+    app: str
+    app_version: str
+    host: str
+    pid: int
+    queues: tuple[str, ...]  # empty: every queue
+    concurrency: int
+    state: WorkerState
+    started_at: datetime
+    last_seen_at: datetime
+    stopped_at: datetime | None
+    reads: tuple[TaskRead, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ParkedJob:
+    """A job no live worker reads, as `corral parked list` shows it: its task and payload
+    version, and the lowest app version known to read it (None: no worker ever has)."""
+
+    job: Job
+    task: str
+    version: int
+    needs_app_version: str | None
+    parked_at: datetime | None
+    reason: str
+
+
+def task_of(spec: Mapping[str, Any]) -> tuple[str, int]:
+    """The (task, payload version) of a Python task's spec."""
+    return str(spec["task"]), int(spec["version"])
+
+
+def envelope(task: str, version: int, data: Any) -> dict[str, Any]:
+    """A Python task's payload as stored: its task, its payload version and its data."""
+    return {"task": task, "version": version, "data": data}
+
+
+def version_key(version: str) -> tuple[tuple[int, int | str], ...]:
+    """An app version as a sort key: `1.10.0` after `1.9.2`; numbers before words at each
+    place, so any string sorts, a git sha included."""
+    parts = re.split(r"[.\-+_]", version)
+    return tuple((0, int(p)) if p.isdigit() else (1, p) for p in parts)

@@ -81,6 +81,7 @@ class Pass:
     forgotten: int = 0
     jobs_removed: int = 0
     slas_missed: int = 0
+    parked: int = 0  # Python tasks' jobs no live worker reads (queued, or whose worker went)
 
     def __str__(self) -> str:
         return ", ".join(
@@ -166,19 +167,86 @@ class Reconciler:
         for item in due:
             by_kind[item.attempt.executor].append(item)
         for kind, items in by_kind.items():
-            await self._repair_all(kind, items, summary)
+            if kind == model.PYTHON:
+                await self._repair_tasks(items, summary)
+            else:
+                await self._repair_all(kind, items, summary)
+        summary.parked += await self.store.jobs_park_unread(
+            now=self.clock.now(), since=self.clock.now() - self.t.lease_timeout
+        )
         for executor in self.executors.values():
             await self._stop_orphans(executor, summary)
         if self.clock.monotonic() >= self._retention_due:
             await self._remove_old_jobs(summary)
         summary.slas_missed = await self.store.sla_check(now=self.clock.now())
         metrics.repairs({f.name: getattr(summary, f.name) for f in fields(summary)})
-        done = (summary.orphans_cancelled, summary.forgotten, summary.jobs_removed)
+        done = (summary.orphans_cancelled, summary.forgotten, summary.jobs_removed, summary.parked)
         if summary.looked or summary.slas_missed or any(done):
             log.info("pass: %s", summary)
         return summary
 
     # --- repairs ---------------------------------------------------------------------------
+
+    async def _repair_tasks(self, items: Sequence[model.Claimed], summary: Pass) -> None:
+        """Python tasks' attempts: a `corral worker` is their platform, and its heartbeats
+        (which renew each attempt's lease) are all there is to observe. One past its
+        deadline whose worker did not stop it is failed as timed out (the worker stops the
+        run at its next heartbeat). One whose lease ran out lost its worker: if a live
+        worker reads its payload, it is lost and the job's policy retries it; if none does,
+        the job is parked, not charged, until one that reads it registers."""
+        now = self.clock.now()
+        since = now - self.t.lease_timeout
+        finishes: list[store.Finish] = []
+        silent: list[model.Claimed] = []
+        for item in items:
+            attempt = item.attempt
+            deadline = attempt.deadline_at or (
+                (attempt.started_at or attempt.created_at) + self.t.attempt_deadline
+            )
+            if deadline + self.t.cancel_grace <= now:
+                summary.timed_out += 1
+                self._repaired(attempt, "timed out")
+                finishes.append(_failed(attempt, "timed out: ran past its deadline"))
+            elif _past(attempt.lease_until, now) or attempt.state == A.LAUNCHING:
+                silent.append(item)
+        readers = await self.store.task_readers(
+            pairs=[model.task_of(i.job.spec) for i in silent], since=since
+        )
+        park: dict[tuple[str, int], list[int]] = defaultdict(list)
+        for item in silent:
+            pair = model.task_of(item.job.spec)
+            if pair in readers:
+                summary.lost += 1
+                self._repaired(item.attempt, "lost: its worker went silent")
+                finishes.append(
+                    store.Finish(
+                        item.attempt.id,
+                        A.LOST,
+                        None,
+                        "lost: its worker stopped sending heartbeats (killed, or cut off)",
+                        failure_class=model.FailureClass.TRANSIENT,
+                    )
+                )
+            else:
+                park[pair].append(item.attempt.id)
+        if finishes:
+            await self.store.attempt_finish(finishes=finishes, now=now, retry=self.retry)
+        for (task, version), fences in sorted(park.items()):
+            parked = await self.store.attempt_park(
+                fences=fences,
+                now=now,
+                why=f"its worker went silent and no live worker reads task {task}"
+                f" version {version}",
+            )
+            summary.parked += len(parked)
+            for fence in parked:
+                log.warning(
+                    "attempt %d: its worker went silent; no live worker reads task %s version"
+                    " %d: its job is parked, not charged",
+                    fence,
+                    task,
+                    version,
+                )
 
     async def _repair_all(self, kind: str, items: Sequence[model.Claimed], summary: Pass) -> None:
         executor = self.executors.get(kind)
@@ -563,6 +631,7 @@ class Reconciler:
                 break
         while await self.store.alerts_forget(before=before, limit=REMOVE_BATCH) == REMOVE_BATCH:
             pass  # sent alerts go with the jobs of their age
+        await self.store.workers_forget(before=before)  # what each read is kept, the lowest
         if summary.jobs_removed:
             log.info("removed %d jobs that finished before %s", summary.jobs_removed, before)
 

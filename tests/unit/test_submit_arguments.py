@@ -27,13 +27,20 @@ def test_every_field_is_an_argument_of_submit_and_nothing_else_is() -> None:
         "policy": {"heartbeat": True},
         "code_version": "v1",
     }
-    assert tuple(given) == client.SUBMIT_FIELDS
+    task = ("task", "task_version")  # a Python task's, instead of spec and executor
+    assert tuple(given) == tuple(f for f in client.SUBMIT_FIELDS if f not in task)
     job = c.new_job(**given)  # type: ignore[arg-type]
     assert {name: getattr(job, name) for name in given} == given
     with pytest.raises(TypeError, match="unexpected keyword argument 'queu'"):
         c.new_job(spec={}, queu="q")  # type: ignore[call-arg]
     with pytest.raises(TypeError, match="'spec'"):
-        c.new_job(queue="q")  # type: ignore[typeddict-item]
+        c.new_job(queue="q")
+    job = c.new_job(task="send-invoice", task_version=2, payload={"amount_cents": 5})
+    assert (job.executor, job.spec) == ("python", {"task": "send-invoice", "version": 2})
+    assert job.payload == {"task": "send-invoice", "version": 2, "data": {"amount_cents": 5}}
+    assert job.policy["heartbeat"] is True  # its worker renews the lease
+    with pytest.raises(errors.InvalidInput, match="task: give a task, or a spec"):
+        c.new_job(task="t", spec={"command": ["true"]})
 
 
 def test_a_job_as_json_becomes_the_arguments_of_submit() -> None:

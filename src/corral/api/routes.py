@@ -159,13 +159,14 @@ def _tenant_of(who: Caller, given: dict[str, Any]) -> dict[str, Any]:
     return given
 
 
-def _new_job(c: client.Client, who: Caller, given: dict[str, Any]) -> model.NewJob:
-    """A submitted job, checked as any job is and for what the databases cannot hold."""
+async def _new_job(c: client.Client, who: Caller, given: dict[str, Any]) -> model.NewJob:
+    """A submitted job, checked as any job is and for what the databases cannot hold (a
+    Python task's: against the schema its workers registered)."""
     plain_json(given)
     args = client.submit_arguments(_tenant_of(who, given))
     if args.get("run_at") is not None:
         args["run_at"] = instant(args["run_at"], "run_at")
-    return c.validate(c.new_job(**args))
+    return c.validate(await c.task_checked(c.new_job(**args)))
 
 
 @router.post("/jobs", status_code=201, summary="Submit one job (an object) or many (an array)")
@@ -187,10 +188,12 @@ async def jobs_submit(
     new = []
     for n, one in enumerate(given):
         try:
-            new.append(_new_job(c, who, one))
+            new.append(await _new_job(c, who, one))
         except errors.InvalidInput as exc:
             raise errors.InvalidInput(f"{n}.{exc}" if many else str(exc)) from None
-    made = await c.store.job_submit(new=new, now=c.clock.now(), audit=_submitted(c, who, new))
+    made = await c.store.job_submit(
+        new=new, now=c.clock.now(), audit=_submitted(c, who, new), since=c.since()
+    )
     jobs = {j.id: j for j in await c.store.job_get_many(job_ids=[i for i, _ in made])}
     out = [{**shapes.job_dict(jobs[i]), "created": created} for i, created in made]
     return out if many else out[0]

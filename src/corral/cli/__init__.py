@@ -82,6 +82,22 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "corral.cli.jobs:dead",
         "Quarantined jobs (poison pills): look at them, retry after a fix, or discard.",
     ),
+    "worker": (
+        "corral.cli.workers:worker_cmd",
+        "Run the Python tasks of MODULE:APP (a corral.App); SIGTERM drains and hands back.",
+    ),
+    "workers": (
+        "corral.cli.workers:workers_cmd",
+        "The registered workers, with the tasks and payload versions each reads.",
+    ),
+    "parked": (
+        "corral.cli.workers:parked",
+        "Jobs no live worker can read yet: list them, or release them by hand.",
+    ),
+    "preflight": (
+        "corral.cli.workers:preflight",
+        "Exit 1 if a stored payload has a version MODULE:APP can neither read nor upcast.",
+    ),
     "heartbeat": (
         "corral.cli.admin:heartbeat_cmd",
         "Inside a job: tell corral this attempt is alive (reads CORRAL_JOB_ID, CORRAL_FENCE).",

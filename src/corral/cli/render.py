@@ -63,7 +63,7 @@ def attempts_text(job: model.Job) -> str:
     """`charged/max`, and what did not count."""
     text = f"{job.charged_attempts}/{job.max_attempts}"
     if job.uncharged_attempts:
-        text += f" (+{job.uncharged_attempts} never launched)"
+        text += f" (+{job.uncharged_attempts} not charged)"
     return text
 
 

@@ -250,6 +250,20 @@ JOB_OPTIONS = [
     click.option("--label", "label_pairs", multiple=True, metavar="KEY=VALUE"),
     click.option("--executor", default="process", show_default=True, help=_executor_help()),
     click.option(
+        "--task",
+        default=None,
+        metavar="NAME",
+        help="A Python task (run by `corral worker`) instead of a command: its --payload is"
+        " checked against the schema its live workers registered.",
+    ),
+    click.option(
+        "--task-version",
+        type=click.IntRange(1),
+        default=None,
+        help="The --task payload's version (default: the newest a live worker writes); one no"
+        " live worker reads parks until one registers.",
+    ),
+    click.option(
         "--spec", "spec_json", default=None, help="Executor spec as JSON (instead of a command)."
     ),
     click.option("--payload", "payload_json", default=None, help="Payload as JSON."),
@@ -352,12 +366,41 @@ def job_arguments(
     data: str | None = None,
     json_body: str | None = None,
     expect: str | None = None,
+    task: str | None = None,
+    task_version: int | None = None,
     **options: Any,
 ) -> dict[str, Any]:
     """JOB_OPTIONS' values as `Client.submit`'s arguments."""
     policy = policy_from(
         policy_json, deadline=deadline, heartbeat=heartbeat, on_unknown=on_unknown, sla=sla
     )
+    if task_version is not None and task is None:
+        raise errors.InvalidInput("--task-version: only with --task NAME")
+    if task is not None:
+        beside = [
+            name
+            for name, value in (
+                ("a command", command),
+                ("--spec", spec_json),
+                ("--http", http_request),
+                ("--image", image),
+                ("--placement", placement),
+            )
+            if value
+        ]
+        if beside or options.get("executor", "process") != "process":
+            raise errors.InvalidInput(
+                f"--task is the whole job: give no {(beside or ['--executor'])[0]} with it"
+            )
+        options.pop("executor", None)
+        return {
+            "task": task,
+            "task_version": task_version,
+            "labels": labels_from(label_pairs),
+            "payload": _payload(payload_json, payload_file),
+            "policy": policy,
+            **options,
+        }
     given = [
         option
         for option, value in (
@@ -467,6 +510,10 @@ def submit(
     if dry_run and as_json:
         raise errors.InvalidInput("--dry-run prints the object itself: use -o json, not --json")
     args = job_arguments(command, **options)
+    if dry_run and "task" in args:
+        raise errors.InvalidInput(
+            "--dry-run prints the platform object a job makes; a --task runs in a worker"
+        )
     if dry_run:
         print_dry_run(state, output=output or "yaml", **args)
         return
@@ -542,7 +589,7 @@ def submit_file(state: State, text: Any, *, as_json: bool) -> None:
             checked = []
             for number, args in jobs:
                 try:
-                    checked.append(c.validate(c.new_job(**args)))
+                    checked.append(c.validate(await c.task_checked(c.new_job(**args))))
                 except errors.InvalidInput as exc:
                     raise errors.InvalidInput(f"line {number}: {exc}") from None
             with Progress(

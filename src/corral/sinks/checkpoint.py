@@ -21,8 +21,9 @@ from typing import Any
 
 from corral import clock, config, errors
 from corral.sinks.fence import run_blocking, store_for
-from corral.worker import CurrentAttempt, current_attempt, own_api
+from corral.worker import CurrentAttempt, current_attempt, in_task, own_api
 from corral.worker.api import AttemptApi
+from corral.worker.runner import TaskContext
 
 
 async def save_checkpoint_async(
@@ -30,6 +31,9 @@ async def save_checkpoint_async(
 ) -> None:
     """Keep `state` as this job's checkpoint. StaleFence when a newer attempt of the job
     exists or has saved one: this attempt has been replaced and must stop."""
+    if (task := _own_task(attempt)) is not None:
+        await task.save_checkpoint_async(state)
+        return
     attempt = attempt or current_attempt()
     try:
         json.dumps(state)
@@ -54,6 +58,8 @@ async def load_checkpoint_async(
     settings: config.Settings | None = None,
 ) -> Any:
     """This job's newest checkpoint, whichever attempt saved it; `default` if none."""
+    if (task := _own_task(attempt)) is not None:
+        return await task.load_checkpoint_async(default)
     attempt = attempt or current_attempt()
     if (reach := own_api(attempt.fence)) is not None:
         async with AttemptApi(reach) as api:
@@ -82,3 +88,12 @@ def load_checkpoint(
 ) -> Any:
     """`load_checkpoint_async` for code that does not run an event loop."""
     return run_blocking(load_checkpoint_async(default=default, attempt=attempt, settings=settings))
+
+
+def _own_task(attempt: CurrentAttempt | None) -> TaskContext | None:
+    """The task a `corral worker` runs here, when the call is for its own attempt: its
+    checkpoints go over the worker's own store."""
+    task = in_task()
+    if task is None or (attempt is not None and attempt.fence != task.fence):
+        return None
+    return task

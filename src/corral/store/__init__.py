@@ -12,10 +12,19 @@ the connection's time limits (dialects.ConnectionLimits) ended a call.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import threading
-from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Collection,
+    Iterable,
+    Mapping,
+    Sequence,
+)
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -45,6 +54,7 @@ from corral.store import (
     sinks,
     tokens,
     users,
+    workers,
 )
 from corral.store.attempts import Status
 from corral.store.claims import DefaultLimits
@@ -468,12 +478,24 @@ class Store:
         new: Sequence[model.NewJob],
         now: datetime,
         audit: Callable[[list[tuple[int, bool]]], Iterable[Mapping[str, Any]]] | None = None,
+        since: datetime | None = None,
     ) -> list[tuple[int, bool]]:
         """Store jobs (jobs.job_submit); with `audit`, the audit rows it makes of what was
-        stored are written in the same transaction."""
+        stored are written in the same transaction. Python tasks' jobs that no worker live
+        `since` then reads are parked at once (a job left queued by a crash in between is
+        parked by the reconciler's pass)."""
         if audit is None:
-            return await self._tx(jobs.job_submit, new=new, now=now)
-        return await self._tx(tokens.job_submit_audited, new=new, now=now, audit=audit)
+            made = await self._tx(jobs.job_submit, new=new, now=now)
+        else:
+            made = await self._tx(tokens.job_submit_audited, new=new, now=now, audit=audit)
+        tasks = [
+            job_id
+            for (job_id, created), job in zip(made, new, strict=True)
+            if created and job.executor == model.PYTHON
+        ]
+        if tasks and since is not None:
+            await self._tx(workers.jobs_park_unread, now=now, since=since, job_ids=tasks)
+        return made
 
     async def job_claim(
         self,
@@ -1182,6 +1204,137 @@ class Store:
 
     async def jobs_promote_due(self, *, now: datetime, limit: int) -> int:
         return await self._tx(schedules.jobs_promote_due, now=now, limit=limit)
+
+    # --- Python workers and parked jobs (corral.worker) ---------------------------------
+
+    async def worker_register(self, *, worker: model.Worker, now: datetime, since: datetime) -> int:
+        return await self._tx(workers.worker_register, worker=worker, now=now, since=since)
+
+    async def worker_beat(
+        self, *, worker_id: str, leases: Mapping[int, float], now: datetime
+    ) -> tuple[model.WorkerState | None, list[int]]:
+        return await self._tx(workers.worker_beat, worker_id=worker_id, leases=leases, now=now)
+
+    async def worker_drain(self, *, worker_id: str, now: datetime) -> None:
+        await self._tx(workers.worker_drain, worker_id=worker_id, now=now)
+
+    async def worker_stop(self, *, worker_id: str, now: datetime, since: datetime) -> int:
+        return await self._tx(workers.worker_stop, worker_id=worker_id, now=now, since=since)
+
+    async def worker_list(
+        self, *, since: datetime, live: bool = True, limit: int = 500
+    ) -> list[model.Worker]:
+        return await self._read(workers.worker_list, since=since, live=live, limit=limit)
+
+    async def workers_forget(self, *, before: datetime) -> int:
+        return await self._tx(workers.workers_forget, before=before)
+
+    async def worker_claim(
+        self,
+        *,
+        worker_id: str,
+        reads: Sequence[tuple[str, Sequence[int]]],
+        queues: Sequence[str],
+        now: datetime,
+        limit: int,
+        limits: DefaultLimits,
+        pools: Mapping[str, int] | None = None,
+        tenants: Mapping[str, int] | None = None,
+    ) -> list[model.Claimed]:
+        return await self._tx(
+            workers.worker_claim,
+            worker_id=worker_id,
+            reads=reads,
+            queues=queues,
+            now=now,
+            limit=limit,
+            limits=limits,
+            pools=pools,
+            tenants=tenants,
+        )
+
+    async def task_schemas(
+        self, *, task: str, since: datetime
+    ) -> tuple[dict[int, Mapping[str, Any]], int | None]:
+        return await self._read(workers.task_schemas, task=task, since=since)
+
+    async def known_schema(self, *, task: str, version: int) -> Mapping[str, Any] | None:
+        return await self._read(workers.known_schema, task=task, version=version)
+
+    async def task_readers(
+        self, *, pairs: Sequence[tuple[str, int]], since: datetime
+    ) -> set[tuple[str, int]]:
+        return await self._read(workers.readers, pairs=pairs, since=since)
+
+    async def lowest_app_versions(
+        self, *, pairs: Sequence[tuple[str, int]]
+    ) -> dict[tuple[str, int], str]:
+        return await self._read(workers.lowest_app_versions, pairs=pairs)
+
+    async def jobs_park_unread(
+        self, *, now: datetime, since: datetime, job_ids: Sequence[int] | None = None
+    ) -> int:
+        return await self._tx(workers.jobs_park_unread, now=now, since=since, job_ids=job_ids)
+
+    async def parked_release(
+        self, *, job_ids: Sequence[int] = (), task: str | None = None, now: datetime
+    ) -> list[int]:
+        return await self._tx(workers.parked_release, job_ids=job_ids, task=task, now=now)
+
+    async def parked_list(
+        self, *, task: str | None = None, tenant: str | None = None, limit: int = 100
+    ) -> list[model.ParkedJob]:
+        return await self._read(workers.parked_list, task=task, tenant=tenant, limit=limit)
+
+    async def payload_versions(
+        self, *, tasks: Sequence[str]
+    ) -> dict[tuple[str, int], dict[str, int]]:
+        return await self._read(workers.payload_versions, tasks=tasks)
+
+    async def attempt_hand_back(self, *, fences: Sequence[int], now: datetime) -> list[int]:
+        return await self._tx(attempts.attempt_hand_back, fences=fences, now=now)
+
+    async def attempt_park(self, *, fences: Sequence[int], now: datetime, why: str) -> list[int]:
+        return await self._tx(attempts.attempt_park, fences=fences, now=now, why=why)
+
+    @contextlib.asynccontextmanager
+    async def woken(self, channel: str = workers.CHANNEL) -> AsyncIterator[asyncio.Event]:
+        """An Event set each time `channel` is notified (PostgreSQL's LISTEN, on a
+        connection of its own for the block); the holder clears it when it has looked. On
+        SQLite it is never set: its holder polls. A lost connection is made again; the
+        Event is set then too, since a notification may have been missed meanwhile."""
+        woke = asyncio.Event()
+        if self.hot_pool is None:
+            yield woke
+            return
+        task = asyncio.create_task(self._listen(channel, woke))
+        try:
+            yield woke
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _listen(self, channel: str, woke: asyncio.Event) -> None:
+        import psycopg
+
+        assert self.hot_pool is not None
+        pause = 0.5
+        while True:
+            try:
+                conn = await psycopg.AsyncConnection.connect(
+                    **self.hot_pool.params, autocommit=True
+                )
+                async with conn:
+                    await conn.execute(f"LISTEN {channel}")
+                    woke.set()
+                    pause = 0.5
+                    async for _ in conn.notifies():
+                        woke.set()
+            except psycopg.Error as exc:
+                log.info("listening on %s: %s; again in %.1fs", channel, _first_line(exc), pause)
+                await asyncio.sleep(pause)  # a real pause before reconnecting, not a clock read
+                pause = min(pause * 2, 10.0)
 
 
 def _name(fn: Callable[..., Any]) -> str:

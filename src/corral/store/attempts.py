@@ -294,6 +294,41 @@ def attempt_never_launched(
     )
 
 
+def attempt_hand_back(conn: Connection, *, fences: Sequence[int], now: datetime) -> list[int]:
+    """Running attempts of Python tasks that their worker, told to stop, hands back
+    unfinished (their checkpoints saved first): each is superseded with the reason
+    model.HANDED_BACK and its job queued at once, not charged (as attempt_never_launched).
+    Returns the fences handed back; one that moved meanwhile (a newer attempt, a cancel) is
+    left alone, so a stopped run can never hand back a job someone else now runs."""
+    return _supersede(
+        conn,
+        fences=fences,
+        expected=A.RUNNING,
+        now=now,
+        reason=f"{model.HANDED_BACK}: its worker was told to stop; not charged",
+        job_reason=f"new attempt: the last one was {model.HANDED_BACK}; not charged",
+        attempt_reason=model.HANDED_BACK,
+        job_values={"uncharged_attempts": jobs.c.uncharged_attempts + 1},
+    )
+
+
+def attempt_park(conn: Connection, *, fences: Sequence[int], now: datetime, why: str) -> list[int]:
+    """Running attempts of Python tasks whose worker went away while no live worker reads
+    their payload: each is superseded with the reason model.NO_COMPATIBLE_WORKER and its job
+    parked, not charged, until a worker that reads it registers. Returns the fences."""
+    return _supersede(
+        conn,
+        fences=fences,
+        expected=A.RUNNING,
+        now=now,
+        reason=f"{model.NO_COMPATIBLE_WORKER}: {why}; not charged",
+        job_reason=f"parked: {model.NO_COMPATIBLE_WORKER} ({why}); not charged",
+        attempt_reason=model.NO_COMPATIBLE_WORKER,
+        job_values={"uncharged_attempts": jobs.c.uncharged_attempts + 1},
+        job_to=J.PARKED,
+    )
+
+
 def _supersede(
     conn: Connection,
     *,
@@ -305,9 +340,11 @@ def _supersede(
     where: Sequence[Any] = (),
     attempt_reason: str | None = None,
     job_values: Mapping[str, Any] | None = None,
+    job_to: model.JobState = J.QUEUED,
 ) -> list[int]:
     """Supersede each current attempt of `fences` still in `expected` (and meeting
-    `where`), and queue its job at once for a new attempt. Returns the superseded fences."""
+    `where`), and queue its job at once for a new attempt (or move it to `job_to`).
+    Returns the superseded fences."""
     dialects.lock_in_order(conn, attempts, fences)
     rows = conn.execute(
         select(attempts.c.id)
@@ -340,7 +377,7 @@ def _supersede(
         entity="job",
         ids=[a.job_id for a in applied],
         expected=J.RUNNING,
-        to=J.QUEUED,
+        to=job_to,
         now=now,
         reason=job_reason,
         values={"run_at": now, **(job_values or {})},

@@ -39,8 +39,10 @@ def job_claim(
     limits: DefaultLimits | None = None,
     pools: Mapping[str, int] | None = None,
     tenants: Mapping[str, int] | None = None,
+    also: Sequence[Any] = (),
 ) -> list[model.Claimed]:
     """Claim up to `limit` due jobs (most urgent first) and create their attempts in `launching`.
+    `also`: more conditions a job must meet (a worker's tasks and queues).
 
     One transaction: the jobs move queued -> running (compare-and-set), each gets a new
     attempt whose id is its fence, and one event per job records the claim. This is the one
@@ -57,10 +59,11 @@ def job_claim(
             executors=executors,
             pools=pools or {},
             tenants=tenants or {},
+            also=also,
         )
         stmt = _claim_update(dialects.one_of(conn, jobs.c.id, ids), now)
     else:
-        stmt = _claim_statement(conn, now=now, limit=limit, executors=executors)
+        stmt = _claim_statement(conn, now=now, limit=limit, executors=executors, also=also)
     claimed_jobs = sorted((job_from_row(r) for r in conn.execute(stmt)), key=urgency)
     if not claimed_jobs:
         return []
@@ -123,6 +126,7 @@ def _claim_pick_capped(
     executors: Sequence[str],
     pools: Mapping[str, int],
     tenants: Mapping[str, int],
+    also: Sequence[Any] = (),
 ) -> list[int]:
     """The claim's pick when pools or tenants cap concurrency: per tenant capped (and the
     rest together) and per pool with free slots (and the jobs of no capped pool), the most
@@ -154,7 +158,7 @@ def _claim_pick_capped(
                 now=now,
                 limit=min(pool_limit, tenant_limit),
                 executors=executors,
-                where=[in_pool, in_tenant],
+                where=[in_pool, in_tenant, *also],
                 columns=columns,
             )
             found += conn.execute(stmt).all()
@@ -202,13 +206,18 @@ def tenant_running(conn: Connection, *, tenants: Sequence[str]) -> dict[str, int
 
 
 def _claim_statement(
-    conn: Connection, *, now: datetime, limit: int, executors: Sequence[str]
+    conn: Connection,
+    *,
+    now: datetime,
+    limit: int,
+    executors: Sequence[str],
+    also: Sequence[Any] = (),
 ) -> Any:
     # A materialised CTE runs the pick exactly once. As a plain IN (subquery), PostgreSQL may
     # run it again per row, and with SKIP LOCKED each run can pick other rows: more than
     # `limit` jobs would be claimed.
     picked = (
-        _claim_pick(conn, now=now, limit=limit, executors=executors)
+        _claim_pick(conn, now=now, limit=limit, executors=executors, where=also)
         .cte("due")
         .prefix_with("MATERIALIZED")
     )

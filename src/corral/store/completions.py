@@ -311,7 +311,7 @@ def _streaks(
             dialects.one_of(conn, attempts.c.job_id, [a.job_id for a, _ in todo]),
             or_(
                 and_(attempts.c.state == A.FAILED, attempts.c.failure_class == FC.UNKNOWN),
-                attempts.c.reason == model.NEVER_LAUNCHED,
+                attempts.c.reason.in_(sorted(model.UNCHARGED)),
             ),
         )
         .order_by(attempts.c.job_id, attempts.c.attempt_no.desc())

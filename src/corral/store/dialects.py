@@ -472,3 +472,10 @@ def sqlite_time(value: datetime | None) -> str | None:
     """The text form SQLAlchemy's SQLite DateTime writes and reads back: naive UTC, microseconds."""
     utc = _utc(value)
     return None if utc is None else utc.replace(tzinfo=None).isoformat(" ", "microseconds")
+
+
+def notify(conn: Connection, channel: str, payload: str = "") -> None:
+    """PostgreSQL: NOTIFY `channel` when this transaction commits (listeners wake at once).
+    SQLite has no such thing: its readers poll."""
+    if conn.dialect.name == "postgresql":
+        conn.execute(select(func.pg_notify(channel, payload)))

@@ -470,3 +470,31 @@ web_sessions = Table(
     Column("expires_at", UTCDateTime, nullable=False),
     Index("ix_web_sessions_expires_at", "expires_at"),
 )
+
+# `corral worker` processes (corral.worker): one row each, kept after it stops (which app
+# version read which payload version), and the (task, payload version) pairs each reads.
+workers = Table(
+    "workers",
+    metadata,
+    Column("id", String(100), primary_key=True),
+    Column("app", String(200), nullable=False),
+    Column("app_version", String(100), nullable=False),
+    Column("host", String(255), nullable=False),
+    Column("pid", Integer, nullable=False),
+    Column("queues", Json, nullable=False),
+    Column("concurrency", Integer, nullable=False),
+    Column("state", String(20), nullable=False),  # model.WorkerState
+    Column("started_at", UTCDateTime, nullable=False),
+    Column("last_seen_at", UTCDateTime, nullable=False),
+    Column("stopped_at", UTCDateTime),
+)
+worker_tasks = Table(
+    "worker_tasks",
+    metadata,
+    Column("worker_id", String(100), primary_key=True),
+    Column("task", String(200), primary_key=True),
+    Column("version", Integer, primary_key=True),
+    Column("newest", Boolean, nullable=False),  # the version this worker writes
+    Column("schema", Json, nullable=False),  # the version's JSON Schema
+    Index("ix_worker_tasks_task_version", "task", "version"),
+)

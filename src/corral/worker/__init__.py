@@ -1,4 +1,5 @@
-"""Inside a job: which attempt this is, and heartbeats that keep its lease.
+"""Inside a job: which attempt this is, and heartbeats that keep its lease; and Python
+tasks run by `corral worker` (corral.worker.app, corral.worker.runner).
 
 corral gives every attempt its identity in the environment (CORRAL_JOB_ID, CORRAL_ATTEMPT,
 CORRAL_FENCE, ...). A job whose policy says `heartbeat: true` must send a heartbeat at
@@ -29,6 +30,15 @@ from typing import Any, TypeVar
 
 from corral import client, config, errors, runtime, store
 from corral.worker.api import ApiReach, AttemptApi, api_reach
+from corral.worker.app import App, Fresh, Pinned, Task, load_app
+from corral.worker.runner import (
+    PermanentError,
+    Stopped,
+    TaskContext,
+    Worker,
+    current_task,
+    in_task,
+)
 
 log = logging.getLogger("corral.worker")
 T = TypeVar("T")
@@ -48,7 +58,11 @@ class CurrentAttempt:
 
 
 def current_attempt(env: Mapping[str, str] | None = None) -> CurrentAttempt:
-    """This process's attempt; ConfigError when it was not launched by corral."""
+    """This process's attempt (inside a task a `corral worker` runs: that task's attempt);
+    ConfigError when it was not launched by corral."""
+    if env is None and (task := in_task()) is not None:
+        found: CurrentAttempt = task.attempt
+        return found
     env = os.environ if env is None else env
     try:
         interval = env.get("CORRAL_HEARTBEAT_INTERVAL")
@@ -227,10 +241,21 @@ class _Heartbeats:
 
 
 __all__ = [
+    "App",
     "CurrentAttempt",
+    "Fresh",
+    "PermanentError",
+    "Pinned",
+    "Stopped",
+    "Task",
+    "TaskContext",
+    "Worker",
     "current_attempt",
+    "current_task",
     "heartbeat",
     "heartbeat_async",
+    "in_task",
     "keep_alive",
+    "load_app",
     "own_api",
 ]

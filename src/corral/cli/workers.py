@@ -1,0 +1,255 @@
+"""`corral worker` (run an App's Python tasks), `corral workers` (who is registered),
+`corral parked` (jobs no live worker reads) and `corral preflight` (before a rollout)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from typing import Any
+
+import click
+
+from corral.cli.common import State, config_option, err, json_option, out, print_json, run
+
+
+@click.command("worker")
+@click.argument("target", metavar="MODULE:APP")
+@click.option(
+    "--concurrency",
+    type=click.IntRange(1, 1000),
+    default=16,
+    show_default=True,
+    help="Tasks run at once (async ones on the event loop, plain ones in threads).",
+)
+@click.option(
+    "--queue",
+    "queues",
+    multiple=True,
+    help="Take jobs of this queue only (repeat for more; default: every queue).",
+)
+@config_option
+@click.pass_obj
+def worker_cmd(state: State, target: str, concurrency: int, queues: tuple[str, ...]) -> None:
+    """Run the Python tasks of MODULE:APP (a corral.App), e.g. `billing.tasks:app`.
+
+    The worker registers the tasks and payload versions it reads (parked jobs it reads are
+    queued again at once), claims their jobs and runs them. On SIGTERM it claims nothing
+    more, lets running tasks finish for timeouts.drain_timeout, then hands the rest back
+    (not charged) to resume elsewhere from their checkpoints."""
+    from corral import clock, runtime
+    from corral.cli.loops import setup_logging, until_signalled
+    from corral.worker.app import load_app
+    from corral.worker.runner import Worker
+
+    app = load_app(target)
+    app.check()
+    settings = state.settings()
+    setup_logging(settings)
+
+    async def body(stop: asyncio.Event) -> None:
+        clk = clock.SystemClock()
+        db = await runtime.reach(settings, clk, stop)
+        if db is None:
+            return
+        try:
+            worker = Worker(
+                app, db=db, settings=settings, clk=clk, concurrency=concurrency, queues=queues
+            )
+            err.print(
+                f"worker {worker.id}: app {app.name} {app.version} on {db.url};"
+                f" {len(app.tasks)} tasks, concurrency {concurrency}. SIGTERM drains and stops."
+            )
+            await worker.run(stop)
+        finally:
+            await db.close()
+
+    run(until_signalled(body))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # A plain task's thread handed back at shutdown may still run: it must not keep the
+    # process (its writes are refused by its fence once a newer attempt starts).
+    os._exit(0)
+
+
+@click.command("workers")
+@click.option("--all", "every", is_flag=True, help="Stopped and silent workers too.")
+@json_option
+@config_option
+@click.pass_obj
+def workers_cmd(state: State, every: bool, as_json: bool) -> None:
+    """The registered workers: live ones (or --all), with the tasks and versions each reads."""
+
+    async def go() -> list[Any]:
+        async with state.connect(platforms=False) as c:
+            return await c.store.worker_list(since=c.since(), live=not every)
+
+    found = run(go())
+    if as_json:
+        print_json([_worker_dict(w) for w in found])
+        return
+    if not found:
+        err.print("no live workers" if not every else "no workers have registered")
+        return
+    from rich.table import Table
+
+    table = Table("id", "app", "version", "state", "last seen", "reads", box=None)
+    for w in found:
+        table.add_row(
+            w.id,
+            w.app,
+            w.app_version,
+            w.state.value,
+            w.last_seen_at.isoformat(timespec="seconds"),
+            ", ".join(f"{r.task} v{r.version}" for r in w.reads),
+        )
+    out.print(table)
+
+
+@click.group("parked")
+def parked() -> None:
+    """Jobs no live worker can read yet: list them, or release them by hand."""
+
+
+@parked.command("list")
+@click.option("--task", default=None, help="Of this task only.")
+@click.option("--limit", type=click.IntRange(1, 10_000), default=100, show_default=True)
+@json_option
+@config_option
+@click.pass_obj
+def parked_list(state: State, task: str | None, limit: int, as_json: bool) -> None:
+    """Parked jobs, oldest first: task, payload version, and the app version that reads it."""
+
+    async def go() -> list[Any]:
+        async with state.connect(platforms=False) as c:
+            return await c.store.parked_list(task=task, limit=limit)
+
+    found = run(go())
+    if as_json:
+        print_json([_parked_dict(p) for p in found])
+        return
+    if not found:
+        err.print("no parked jobs")
+        return
+    from rich.table import Table
+
+    table = Table("job", "task", "version", "needs app version", "parked at", box=None)
+    for p in found:
+        table.add_row(
+            str(p.job.id),
+            p.task,
+            str(p.version),
+            p.needs_app_version or "(no worker ever read it)",
+            p.parked_at.isoformat(timespec="seconds") if p.parked_at else "",
+        )
+    out.print(table)
+
+
+@parked.command("release")
+@click.argument("job_ids", nargs=-1, type=int)
+@click.option("--task", default=None, help="Every parked job of this task.")
+@click.option("--all", "every", is_flag=True, help="Every parked job (with --task: of it).")
+@json_option
+@config_option
+@click.pass_obj
+def parked_release(
+    state: State, job_ids: tuple[int, ...], task: str | None, every: bool, as_json: bool
+) -> None:
+    """Queue parked jobs again by hand (by ID, or --task T, or --all): the fallback when
+    the fix ships under another shape. A job so released is not parked again by itself."""
+    if not job_ids and task is None and not every:
+        raise click.UsageError("name job IDs, or --task T, or --all")
+    if job_ids and (task is not None or every):
+        raise click.UsageError("name job IDs, or --task/--all; not both")
+
+    async def go() -> list[int]:
+        async with state.connect(platforms=False) as c:
+            return await c.store.parked_release(job_ids=job_ids, task=task, now=c.clock.now())
+
+    released = run(go())
+    if as_json:
+        print_json({"released": released})
+        return
+    if job_ids and (missing := sorted(set(job_ids) - set(released))):
+        err.print(f"not parked (left alone): {', '.join(map(str, missing))}")
+    err.print(f"released {len(released)} parked jobs: queued again")
+
+
+@click.command("preflight")
+@click.argument("target", metavar="MODULE:APP")
+@json_option
+@config_option
+@click.pass_obj
+def preflight(state: State, target: str, as_json: bool) -> None:
+    """Before rolling out MODULE:APP: exit 1 if a scheduled, queued or parked job (or a
+    schedule) of one of its tasks has a payload version this app can neither read nor
+    upcast. Run it in CI against the live store."""
+    from corral.worker.app import load_app
+
+    app = load_app(target)
+
+    async def go() -> dict[tuple[str, int], dict[str, int]]:
+        async with state.connect(platforms=False) as c:
+            return await c.store.payload_versions(tasks=list(app.tasks))
+
+    found = run(go())
+    rows: list[dict[str, Any]] = []
+    for (task, version), counts in sorted(found.items()):
+        reads = app.get(task).reads()
+        rows.append(
+            {
+                "task": task,
+                "version": version,
+                "counts": counts,
+                "readable": version in reads,
+                "reads": reads,
+            }
+        )
+    bad = [r for r in rows if not r["readable"]]
+    if as_json:
+        print_json({"app": app.name, "app_version": app.version, "ok": not bad, "payloads": rows})
+    else:
+        for r in rows:
+            seen: dict[str, int] = r["counts"]
+            what = ", ".join(f"{n} {kind}" for kind, n in sorted(seen.items()))
+            verdict = "reads it" if r["readable"] else "CANNOT read it"
+            err.print(f"{r['task']} v{r['version']}: {what}: {app.name} {app.version} {verdict}")
+        if bad:
+            err.print(
+                f"{len(bad)} payload versions this app cannot read: add an upcaster from each"
+                " (@task.upcaster(from_version=N)), or roll out a version that reads them"
+            )
+        else:
+            err.print(f"{app.name} {app.version} reads every payload in the store")
+    if bad:
+        raise SystemExit(1)
+
+
+def _worker_dict(w: Any) -> dict[str, Any]:
+    return {
+        "id": w.id,
+        "app": w.app,
+        "app_version": w.app_version,
+        "host": w.host,
+        "pid": w.pid,
+        "queues": list(w.queues),
+        "concurrency": w.concurrency,
+        "state": w.state.value,
+        "started_at": w.started_at.isoformat(),
+        "last_seen_at": w.last_seen_at.isoformat(),
+        "stopped_at": w.stopped_at.isoformat() if w.stopped_at else None,
+        "reads": [{"task": r.task, "version": r.version, "newest": r.newest} for r in w.reads],
+    }
+
+
+def _parked_dict(p: Any) -> dict[str, Any]:
+    return {
+        "job_id": p.job.id,
+        "tenant": p.job.tenant,
+        "queue": p.job.queue,
+        "task": p.task,
+        "version": p.version,
+        "needs_app_version": p.needs_app_version,
+        "parked_at": p.parked_at.isoformat() if p.parked_at else None,
+        "reason": p.reason,
+    }

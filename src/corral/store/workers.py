@@ -1,0 +1,552 @@
+"""Python workers: who is registered and alive, which (task, payload version) each reads,
+their claim of the jobs they read, and parked jobs (jobs no live worker reads).
+
+A worker is live while it is `running` (not draining, not stopped) and its last word is
+younger than `since` (now less the lease). A Python task's job carries its task and
+payload version in its spec (`{"task": ..., "version": ...}`), which every query here
+reads; the payload itself is the envelope `{task, version, data}`.
+
+Parking never makes an attempt: a queued job moves to `parked` and back with one event
+each, so it costs neither an attempt nor a token of its queue's retry budget.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Connection, and_, delete, exists, false, func, insert, or_, select, update
+
+from corral import model
+from corral.store import attempts as attempts_
+from corral.store import claims, dialects
+from corral.store.events import transition
+from corral.store.rows import job_from_row, state_is
+from corral.store.tables import attempts, events, jobs, schedules, worker_tasks, workers
+
+A, J, W = model.AttemptState, model.JobState, model.WorkerState
+
+CHANNEL = "corral_tasks"
+"""PostgreSQL's LISTEN/NOTIFY channel: told when Python tasks' jobs become queued (a
+submit, a release, a worker that reads parked ones registering), so waiting workers claim
+at once instead of at their next poll."""
+
+RELEASED = "released by a person: parked no more"
+"""The reason of a manual release; the park pass leaves a job so released alone."""
+
+BATCH = 5000
+"""Jobs parked or released per statement: a backlog of tens of thousands moves in a few."""
+
+TASK = jobs.c.spec["task"].as_string()
+VERSION = jobs.c.spec["version"].as_integer()
+
+
+def _live(since: datetime) -> Any:
+    return and_(workers.c.state == W.RUNNING, workers.c.last_seen_at > since)
+
+
+def _read_by_live(since: datetime) -> Any:
+    """A Python task's job that some live worker reads (a correlated EXISTS)."""
+    return exists(
+        select(worker_tasks.c.worker_id)
+        .join(workers, workers.c.id == worker_tasks.c.worker_id)
+        .where(worker_tasks.c.task == TASK, worker_tasks.c.version == VERSION, _live(since))
+    )
+
+
+def _reads_any(reads: Iterable[tuple[str, Sequence[int]]]) -> Any:
+    """A Python task's job whose (task, version) is one of `reads` (task, versions)."""
+    terms = [and_(TASK == task, VERSION.in_(list(versions))) for task, versions in reads]
+    return or_(*terms) if terms else false()
+
+
+def _python(state: model.JobState) -> list[Any]:
+    return [jobs.c.state == state_is(state), jobs.c.executor == model.PYTHON]
+
+
+# --- registration and liveness --------------------------------------------------------------
+
+
+def worker_register(
+    conn: Connection, *, worker: model.Worker, now: datetime, since: datetime
+) -> int:
+    """Store a worker and what it reads; the parked jobs it reads are queued again at once
+    (in this transaction). Returns how many were."""
+    conn.execute(
+        insert(workers).values(
+            id=worker.id,
+            app=worker.app,
+            app_version=worker.app_version,
+            host=worker.host,
+            pid=worker.pid,
+            queues=list(worker.queues),
+            concurrency=worker.concurrency,
+            state=W.RUNNING,
+            started_at=now,
+            last_seen_at=now,
+        )
+    )
+    if worker.reads:
+        conn.execute(
+            insert(worker_tasks),
+            [
+                {
+                    "worker_id": worker.id,
+                    "task": r.task,
+                    "version": r.version,
+                    "newest": r.newest,
+                    "schema": dict(r.schema),
+                }
+                for r in worker.reads
+            ],
+        )
+    return jobs_unpark(
+        conn,
+        reads=_grouped((r.task, r.version) for r in worker.reads),
+        now=now,
+        reason=f"a worker that reads it registered: {worker.app} {worker.app_version}"
+        f" ({worker.id})",
+    )
+
+
+def worker_beat(
+    conn: Connection,
+    *,
+    worker_id: str,
+    leases: Mapping[int, float],
+    now: datetime,
+) -> tuple[model.WorkerState | None, list[int]]:
+    """A worker's heartbeat: it is alive, and each attempt it runs (fence: lease seconds)
+    has its lease renewed from now. Returns the worker's state as stored (None: no such
+    worker) and the fences no longer running (cancelled, or replaced by a newer attempt):
+    the worker stops those runs."""
+    state = conn.execute(
+        update(workers)
+        .where(workers.c.id == worker_id)
+        .values(last_seen_at=now)
+        .returning(workers.c.state)
+    ).scalar()
+    renewed: set[int] = set()
+    by_length: dict[float, list[int]] = {}
+    for fence, seconds in leases.items():
+        by_length.setdefault(seconds, []).append(fence)
+    for seconds, fences in sorted(by_length.items()):
+        dialects.lock_in_order(conn, attempts, fences)
+        renewed.update(
+            conn.execute(
+                update(attempts)
+                .where(dialects.one_of(conn, attempts.c.id, fences), attempts.c.state == A.RUNNING)
+                .values(last_seen_at=now, lease_until=now + timedelta(seconds=seconds))
+                .returning(attempts.c.id)
+            ).scalars()
+        )
+    stale = sorted(set(leases) - renewed)
+    return (W(state) if state is not None else None), stale
+
+
+def worker_drain(conn: Connection, *, worker_id: str, now: datetime) -> None:
+    """A worker told to stop: it claims nothing more, and no longer counts as reading what
+    it reads (jobs only it reads may park)."""
+    conn.execute(
+        update(workers)
+        .where(workers.c.id == worker_id, workers.c.state == W.RUNNING)
+        .values(state=W.DRAINING, last_seen_at=now)
+    )
+
+
+def worker_stop(conn: Connection, *, worker_id: str, now: datetime, since: datetime) -> int:
+    """A worker has stopped; the queued jobs no live worker reads now are parked. Returns
+    how many were."""
+    conn.execute(
+        update(workers)
+        .where(workers.c.id == worker_id)
+        .values(state=W.STOPPED, stopped_at=now, last_seen_at=now)
+    )
+    return jobs_park_unread(conn, now=now, since=since)
+
+
+def worker_list(
+    conn: Connection, *, since: datetime, live: bool = True, limit: int = 500
+) -> list[model.Worker]:
+    """Workers, newest first: the live ones, or (`live` False) every one stored."""
+    stmt = select(workers).order_by(workers.c.started_at.desc(), workers.c.id).limit(limit)
+    if live:
+        stmt = stmt.where(_live(since))
+    rows = conn.execute(stmt).all()
+    reads: dict[str, list[model.TaskRead]] = {}
+    if rows:
+        for r in conn.execute(
+            select(worker_tasks)
+            .where(worker_tasks.c.worker_id.in_([row.id for row in rows]))
+            .order_by(worker_tasks.c.task, worker_tasks.c.version)
+        ):
+            reads.setdefault(r.worker_id, []).append(
+                model.TaskRead(r.task, r.version, r.schema, r.newest)
+            )
+    return [
+        model.Worker(
+            id=r.id,
+            app=r.app,
+            app_version=r.app_version,
+            host=r.host,
+            pid=r.pid,
+            queues=tuple(r.queues),
+            concurrency=r.concurrency,
+            state=W(r.state),
+            started_at=r.started_at,
+            last_seen_at=r.last_seen_at,
+            stopped_at=r.stopped_at,
+            reads=tuple(reads.get(r.id, ())),
+        )
+        for r in rows
+    ]
+
+
+def task_schemas(
+    conn: Connection, *, task: str, since: datetime
+) -> tuple[dict[int, Mapping[str, Any]], int | None]:
+    """What live workers registered for `task`: each version they read with its schema
+    (the newest registration's, should two differ), and the newest version a live worker
+    writes (None: no live worker reads the task)."""
+    rows = conn.execute(
+        select(worker_tasks.c.version, worker_tasks.c.schema, worker_tasks.c.newest)
+        .join(workers, workers.c.id == worker_tasks.c.worker_id)
+        .where(worker_tasks.c.task == task, _live(since))
+        .order_by(workers.c.started_at)
+    ).all()
+    schemas = {r.version: r.schema for r in rows}
+    newest = max((r.version for r in rows if r.newest), default=None)
+    return schemas, newest
+
+
+def known_schema(conn: Connection, *, task: str, version: int) -> Mapping[str, Any] | None:
+    """The schema of (task, version) that any worker, live or not, registered last."""
+    row = conn.execute(
+        select(worker_tasks.c.schema)
+        .join(workers, workers.c.id == worker_tasks.c.worker_id)
+        .where(worker_tasks.c.task == task, worker_tasks.c.version == version)
+        .order_by(workers.c.started_at.desc())
+        .limit(1)
+    ).first()
+    return None if row is None else row.schema
+
+
+def readers(
+    conn: Connection, *, pairs: Sequence[tuple[str, int]], since: datetime
+) -> set[tuple[str, int]]:
+    """Which of `pairs` (task, version) some live worker reads."""
+    if not pairs:
+        return set()
+    rows = conn.execute(
+        select(worker_tasks.c.task, worker_tasks.c.version)
+        .join(workers, workers.c.id == worker_tasks.c.worker_id)
+        .where(
+            or_(
+                *(
+                    and_(worker_tasks.c.task == t, worker_tasks.c.version == v)
+                    for t, v in set(pairs)
+                )
+            ),
+            _live(since),
+        )
+        .distinct()
+    ).all()
+    return {(r.task, r.version) for r in rows}
+
+
+def lowest_app_versions(
+    conn: Connection, *, pairs: Iterable[tuple[str, int]]
+) -> dict[tuple[str, int], str]:
+    """For each (task, version), the lowest app version of any worker ever registered that
+    reads it (absent: none ever has)."""
+    wanted = set(pairs)
+    if not wanted:
+        return {}
+    rows = conn.execute(
+        select(worker_tasks.c.task, worker_tasks.c.version, workers.c.app_version)
+        .join(workers, workers.c.id == worker_tasks.c.worker_id)
+        .where(
+            or_(*(and_(worker_tasks.c.task == t, worker_tasks.c.version == v) for t, v in wanted))
+        )
+        .distinct()
+    ).all()
+    out: dict[tuple[str, int], str] = {}
+    for r in rows:
+        key = (r.task, r.version)
+        if key not in out or model.version_key(r.app_version) < model.version_key(out[key]):
+            out[key] = r.app_version
+    return out
+
+
+def workers_forget(conn: Connection, *, before: datetime) -> int:
+    """Remove workers stopped (or silent) since before `before`, keeping for each (task,
+    version) the lowest app version known to read it (one worker row each)."""
+    old = conn.execute(select(workers.c.id).where(workers.c.last_seen_at < before)).scalars().all()
+    if not old:
+        return 0
+    best: dict[tuple[str, int], tuple[Any, str]] = {}
+    for r in conn.execute(
+        select(
+            worker_tasks.c.worker_id,
+            worker_tasks.c.task,
+            worker_tasks.c.version,
+            workers.c.app_version,
+        ).join(workers, workers.c.id == worker_tasks.c.worker_id)
+    ):
+        key, rank = (r.task, r.version), model.version_key(r.app_version)
+        if key not in best or rank < best[key][0]:
+            best[key] = (rank, r.worker_id)
+    keep = {worker for _, worker in best.values()}
+    gone = [w for w in old if w not in keep]
+    if gone:
+        conn.execute(delete(worker_tasks).where(worker_tasks.c.worker_id.in_(gone)))
+        conn.execute(delete(workers).where(workers.c.id.in_(gone)))
+    return len(gone)
+
+
+# --- the claim --------------------------------------------------------------------------------
+
+
+def worker_claim(
+    conn: Connection,
+    *,
+    worker_id: str,
+    reads: Sequence[tuple[str, Sequence[int]]],
+    queues: Sequence[str],
+    now: datetime,
+    limit: int,
+    limits: claims.DefaultLimits,
+    pools: Mapping[str, int] | None = None,
+    tenants: Mapping[str, int] | None = None,
+) -> list[model.Claimed]:
+    """A worker's claim: up to `limit` due jobs of the tasks and versions it reads (of its
+    `queues`; all when empty), through the dispatcher's own claim (fences, pools, tenant
+    limits, events), each attempt recorded running at once: the worker is its own platform,
+    and starts the function as soon as this transaction commits."""
+    also = [_reads_any(reads)]
+    if queues:
+        also.append(jobs.c.queue.in_(list(queues)))
+    claimed = claims.job_claim(
+        conn,
+        now=now,
+        limit=limit,
+        executors=[model.PYTHON],
+        limits=limits,
+        pools=pools,
+        tenants=tenants,
+        also=also,
+    )
+    if not claimed:
+        return []
+    ran = set(
+        attempts_.attempt_record_running(
+            conn,
+            fences=[c.attempt.id for c in claimed],
+            now=now,
+            reason=f"started by worker {worker_id}",
+        )
+    )
+    return [
+        dataclasses.replace(
+            c,
+            attempt=dataclasses.replace(
+                c.attempt, state=A.RUNNING, started_at=now, last_seen_at=now
+            ),
+        )
+        for c in claimed
+        if c.attempt.id in ran
+    ]
+
+
+# --- parked jobs -----------------------------------------------------------------------------
+
+
+def jobs_park_unread(
+    conn: Connection, *, now: datetime, since: datetime, job_ids: Sequence[int] | None = None
+) -> int:
+    """Park every queued Python task's job (of `job_ids`, when given) that no live worker
+    reads (before its first pickup, or back in the queue after a retry), unless a person
+    released it. Each park's event records the lowest app version known to read the job.
+    Returns how many parked."""
+    released = exists(
+        select(events.c.id).where(
+            events.c.job_id == jobs.c.id,
+            events.c.entity == "job",
+            events.c.to_state == J.QUEUED,
+            events.c.reason == RELEASED,
+        )
+    )
+    parked = 0
+    while True:
+        rows = conn.execute(
+            select(jobs.c.id, TASK.label("task"), VERSION.label("version"))
+            .where(
+                *_python(J.QUEUED),
+                *([dialects.one_of(conn, jobs.c.id, job_ids)] if job_ids is not None else []),
+                ~_read_by_live(since),
+                ~released,
+            )
+            .order_by(jobs.c.id)
+            .limit(BATCH)
+        ).all()
+        if not rows:
+            return parked
+        needs = lowest_app_versions(conn, pairs=[(r.task, r.version) for r in rows])
+        by_pair: dict[tuple[str, int], list[int]] = {}
+        for r in rows:
+            by_pair.setdefault((r.task, r.version), []).append(r.id)
+        for (task, version), ids in sorted(by_pair.items()):
+            need = needs.get((task, version))
+            wants = f"app version {need} or later reads it" if need else "no worker ever read it"
+            parked += len(
+                transition(
+                    conn,
+                    entity="job",
+                    ids=ids,
+                    expected=J.QUEUED,
+                    to=J.PARKED,
+                    now=now,
+                    reason=f"parked: no live worker reads task {task} version {version}"
+                    f" ({wants}); no attempt spent",
+                    details={"task": task, "version": version, "needs_app_version": need},
+                )
+            )
+        if len(rows) < BATCH:
+            return parked
+
+
+def jobs_unpark(
+    conn: Connection,
+    *,
+    reads: Sequence[tuple[str, Sequence[int]]],
+    now: datetime,
+    reason: str,
+) -> int:
+    """Queue again every parked job of `reads` (task, versions); tell waiting workers.
+    Returns how many."""
+    moved = 0
+    while reads:
+        ids = (
+            conn.execute(
+                select(jobs.c.id)
+                .where(*_python(J.PARKED), _reads_any(reads))
+                .order_by(jobs.c.id)
+                .limit(BATCH)
+            )
+            .scalars()
+            .all()
+        )
+        moved += len(
+            transition(
+                conn, entity="job", ids=ids, expected=J.PARKED, to=J.QUEUED, now=now, reason=reason
+            )
+        )
+        if len(ids) < BATCH:
+            break
+    if moved:
+        dialects.notify(conn, CHANNEL)
+    return moved
+
+
+def parked_release(
+    conn: Connection, *, job_ids: Sequence[int] = (), task: str | None = None, now: datetime
+) -> list[int]:
+    """A person's release of parked jobs (by id, or every one of `task`): queued again,
+    and left alone by the park pass. Returns the job ids released."""
+    where = [*_python(J.PARKED)]
+    if job_ids:
+        where.append(dialects.one_of(conn, jobs.c.id, job_ids))
+    if task is not None:
+        where.append(TASK == task)
+    released: list[int] = []
+    while True:
+        ids = (
+            conn.execute(select(jobs.c.id).where(*where).order_by(jobs.c.id).limit(BATCH))
+            .scalars()
+            .all()
+        )
+        applied = transition(
+            conn, entity="job", ids=ids, expected=J.PARKED, to=J.QUEUED, now=now, reason=RELEASED
+        )
+        released += [a.id for a in applied]
+        if len(ids) < BATCH:
+            break
+    if released:
+        dialects.notify(conn, CHANNEL)
+    return released
+
+
+def parked_list(
+    conn: Connection, *, task: str | None = None, tenant: str | None = None, limit: int = 100
+) -> list[model.ParkedJob]:
+    """Parked jobs, oldest first, each with what its park recorded."""
+    stmt = select(jobs).where(jobs.c.state == state_is(J.PARKED)).order_by(jobs.c.id).limit(limit)
+    if task is not None:
+        stmt = stmt.where(jobs.c.executor == model.PYTHON, TASK == task)
+    if tenant is not None:
+        stmt = stmt.where(jobs.c.tenant == tenant)
+    found = [job_from_row(r) for r in conn.execute(stmt)]
+    if not found:
+        return []
+    parks: dict[int, Any] = {}
+    for e in conn.execute(
+        select(events.c.job_id, events.c.at, events.c.reason, events.c.details)
+        .where(
+            dialects.one_of(conn, events.c.job_id, [j.id for j in found]),
+            events.c.entity == "job",
+            events.c.to_state == J.PARKED,
+        )
+        .order_by(events.c.id)
+    ):
+        parks[e.job_id] = e  # the newest park of each job
+    out = []
+    for job in found:
+        task_, version = model.task_of(job.spec) if job.executor == model.PYTHON else ("", 0)
+        park = parks.get(job.id)
+        details = park.details if park is not None else {}
+        out.append(
+            model.ParkedJob(
+                job=job,
+                task=task_,
+                version=version,
+                needs_app_version=details.get("needs_app_version"),
+                parked_at=park.at if park is not None else None,
+                reason=park.reason if park is not None else "",
+            )
+        )
+    return out
+
+
+def payload_versions(
+    conn: Connection, *, tasks: Sequence[str]
+) -> dict[tuple[str, int], dict[str, int]]:
+    """For each (task, version) of `tasks` among jobs not yet run (scheduled, queued,
+    parked) and the schedules that make them: how many of each (by job state, and
+    "schedule")."""
+    if not tasks:
+        return {}
+    out: dict[tuple[str, int], dict[str, int]] = {}
+    for (template,) in conn.execute(select(schedules.c.template)):
+        if template.get("executor") == model.PYTHON:
+            task, version = model.task_of(template["spec"])
+            if task in tasks:
+                counts = out.setdefault((task, version), {})
+                counts["schedule"] = counts.get("schedule", 0) + 1
+    for state in (J.SCHEDULED, J.QUEUED, J.PARKED):
+        rows = conn.execute(
+            select(TASK.label("task"), VERSION.label("version"), func.count())
+            .where(*_python(state), TASK.in_(list(tasks)))
+            .group_by(TASK, VERSION)
+        ).all()
+        for task, version, count in rows:
+            out.setdefault((task, version), {})[state.value] = count
+    return out
+
+
+def _grouped(pairs: Iterable[tuple[str, int]]) -> list[tuple[str, list[int]]]:
+    by_task: dict[str, set[int]] = {}
+    for task, version in pairs:
+        by_task.setdefault(task, set()).add(version)
+    return [(task, sorted(versions)) for task, versions in sorted(by_task.items())]

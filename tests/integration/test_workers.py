@@ -1,0 +1,218 @@
+"""Python workers in one process: payload versions checked at submit, parked jobs that
+drain when a worker that reads them registers, upcasting, fresh fields, cancels, the
+drain at shutdown, and recovery of a worker that went silent."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+from corral import client, config, errors, model, store
+from corral.reconciler import Reconciler
+from corral.testing import PausedClock
+from corral.worker import App, Fresh, Pinned, Worker
+from tests.support.wait import eventually
+
+J, A = model.JobState, model.AttemptState
+
+
+class InvoiceV1(BaseModel):
+    customer_id: Pinned[int]
+    amount: Pinned[float]
+
+
+class Invoice(BaseModel):
+    customer_id: Pinned[int]
+    amount_cents: Pinned[int]
+    email: Fresh[str | None] = None
+
+
+class Ping(BaseModel):
+    n: int
+
+
+SENT: list[dict[str, Any]] = []
+EMAILS: dict[int, str] = {}
+
+
+def app_v1() -> App:
+    app = App("billing", version="1.0.0")
+
+    @app.task("send-invoice", version=1)
+    def send(invoice: InvoiceV1) -> None:
+        SENT.append({"by": "1.0.0", "cents": round(invoice.amount * 100)})
+
+    return app
+
+
+def app_v2() -> App:
+    app = App("billing", version="2.0.0")
+
+    @app.task("send-invoice", version=2)
+    async def send(invoice: Invoice) -> None:
+        SENT.append({"by": "2.0.0", "cents": invoice.amount_cents, "email": invoice.email})
+
+    @send.upcaster(from_version=1)
+    def cents(old: InvoiceV1) -> Invoice:
+        return Invoice(customer_id=old.customer_id, amount_cents=round(old.amount * 100))
+
+    @send.resolver("email")
+    def email_of(invoice: Invoice) -> str | None:
+        return EMAILS.get(invoice.customer_id)
+
+    return app
+
+
+SETTINGS = dict(
+    timeouts={"dispatch_interval": "1s", "heartbeat_interval": "5s", "lease_timeout": "30s"}
+)
+
+
+@pytest.fixture(autouse=True)
+def _clean() -> None:
+    SENT.clear()
+    EMAILS.clear()
+
+
+@pytest.fixture
+def clk() -> PausedClock:
+    return PausedClock(pause=0.02)
+
+
+@pytest.fixture
+def settings(db_url: str) -> config.Settings:
+    return config.Settings(database_url=db_url, **SETTINGS)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def c(db: store.Store, settings: config.Settings, clk: PausedClock) -> client.Client:
+    return client.Client(store=db, executors={}, settings=settings, clock=clk)
+
+
+@contextlib.asynccontextmanager
+async def running(
+    app: App, db: store.Store, settings: config.Settings, clk: PausedClock, **kw: Any
+) -> AsyncIterator[Worker]:
+    worker = Worker(app, db=db, settings=settings, clk=clk, **kw)
+    stop = asyncio.Event()
+    task = asyncio.create_task(worker.run(stop))
+    await eventually(
+        lambda: db.worker_list(since=clk.now() - settings.timeouts.lease_timeout),
+        what="the worker registered",
+    )
+    try:
+        yield worker
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 60)
+
+
+async def states(c: client.Client, ids: list[int]) -> set[J]:
+    return {(await c.job(i)).job.state for i in ids}
+
+
+async def all_in(c: client.Client, ids: list[int], state: J) -> bool:
+    return await states(c, ids) == {state}
+
+
+async def test_a_payload_that_does_not_fit_the_live_workers_schema_is_refused_naming_the_field(
+    c: client.Client, db: store.Store, settings: config.Settings, clk: PausedClock
+) -> None:
+    with pytest.raises(errors.InvalidInput, match="no live worker has registered"):
+        await c.submit(task="send-invoice", payload={"customer_id": 7, "amount_cents": 100})
+    async with running(app_v2(), db, settings, clk):
+        with pytest.raises(errors.InvalidInput, match=r"payload.data.amount_cents: 'lots'"):
+            await c.submit(task="send-invoice", payload={"customer_id": 7, "amount_cents": "lots"})
+        with pytest.raises(errors.InvalidInput, match="payload.data: 'amount' is a required"):
+            await c.submit(task="send-invoice", task_version=1, payload={"customer_id": 7})
+        job_id, _ = await c.submit(
+            task="send-invoice", payload={"customer_id": 7, "amount_cents": 5}
+        )
+        job = (await c.job(job_id)).job
+        assert job.spec == {"task": "send-invoice", "version": 2}
+        data = {"customer_id": 7, "amount_cents": 5}  # as submitted: the worker fills defaults
+        assert job.payload == model.envelope("send-invoice", 2, data)
+        await eventually(lambda: SENT, what="sent")
+
+
+async def test_a_newer_payload_parks_without_an_attempt_and_drains_when_its_worker_registers(
+    c: client.Client, db: store.Store, settings: config.Settings, clk: PausedClock
+) -> None:
+    async with running(app_v1(), db, settings, clk):
+        old, _ = await c.submit(task="send-invoice", payload={"customer_id": 1, "amount": 1.5})
+        await eventually(lambda: SENT, what="v1 sent the v1 invoice")
+        new = [
+            (
+                await c.submit(
+                    task="send-invoice",
+                    task_version=2,
+                    payload={"customer_id": 2, "amount_cents": 250 + n},
+                )
+            )[0]
+            for n in range(5)
+        ]
+        assert await states(c, new) == {J.PARKED}
+        view = await c.job(new[0])
+        assert view.attempts == []
+        assert view.job.attempt_count == 0
+        parked = await db.parked_list()
+        assert [p.job.id for p in parked] == new
+        assert parked[0].needs_app_version is None  # no worker ever read version 2
+        assert await states(c, [old]) == {J.SUCCEEDED}
+    EMAILS[2] = "now@example.com"
+    async with running(app_v2(), db, settings, clk):
+        await eventually(lambda: all_in(c, new, J.SUCCEEDED), what="drained")
+    mine = [s for s in SENT if s["by"] == "2.0.0"]
+    assert sorted(s["cents"] for s in mine) == [250, 251, 252, 253, 254]  # each once
+    assert all(s["email"] == "now@example.com" for s in mine)
+    for job_id in new:
+        assert [a.attempt_no for a in (await c.job(job_id)).attempts] == [1]
+
+
+async def test_a_v2_worker_reads_v1_payloads_through_its_upcaster(
+    c: client.Client, db: store.Store, settings: config.Settings, clk: PausedClock
+) -> None:
+    async with running(app_v2(), db, settings, clk):
+        job_id, _ = await c.submit(
+            task="send-invoice", task_version=1, payload={"customer_id": 3, "amount": 2.25}
+        )
+        await eventually(lambda: all_in(c, [job_id], J.SUCCEEDED), what="ran")
+    assert SENT == [{"by": "2.0.0", "cents": 225, "email": None}]
+
+
+async def test_a_worker_gone_silent_has_its_job_parked_when_no_live_worker_reads_it(
+    c: client.Client, db: store.Store, settings: config.Settings, clk: PausedClock
+) -> None:
+    app = App("billing", version="2.0.0")
+    started = asyncio.Event()
+
+    @app.task("ping", version=2)
+    async def hangs(ping: Ping) -> None:
+        started.set()
+        await asyncio.Event().wait()
+
+    worker = Worker(app, db=db, settings=settings, clk=clk)
+    stop = asyncio.Event()
+    task = asyncio.create_task(worker.run(stop))
+    await eventually(
+        lambda: db.worker_list(since=clk.now() - settings.timeouts.lease_timeout), what="registered"
+    )
+    job_id, _ = await c.submit(task="ping", payload={"n": 1})
+    await asyncio.wait_for(started.wait(), 60)
+    task.cancel()  # the worker dies: no drain, no goodbye, its heartbeats stop
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    clk.advance(settings.timeouts.lease_timeout.total_seconds() + 1)
+    rec = Reconciler(store=db, executors={}, clock=clk, settings=settings)
+    done = await rec.run_once()
+    assert done.parked == 1
+    view = await c.job(job_id)
+    assert view.job.state == J.PARKED
+    assert view.attempts[0].state == A.SUPERSEDED
+    assert view.attempts[0].reason == model.NO_COMPATIBLE_WORKER
+    assert view.job.charged_attempts == 0
