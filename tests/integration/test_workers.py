@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -15,7 +16,7 @@ from pydantic import BaseModel
 from corral import client, config, errors, model, store
 from corral.reconciler import Reconciler
 from corral.testing import PausedClock
-from corral.worker import App, Fresh, Pinned, Worker
+from corral.worker import App, Fresh, Pinned, Stopped, TaskContext, Worker, current_task
 from tests.support.wait import eventually
 
 J, A = model.JobState, model.AttemptState
@@ -216,3 +217,108 @@ async def test_a_worker_gone_silent_has_its_job_parked_when_no_live_worker_reads
     assert view.attempts[0].state == A.SUPERSEDED
     assert view.attempts[0].reason == model.NO_COMPATIBLE_WORKER
     assert view.job.charged_attempts == 0
+
+
+class Export(BaseModel):
+    pages: int
+
+
+async def test_a_stopping_worker_hands_back_what_it_runs_with_its_checkpoint_not_charged(
+    c: client.Client, db: store.Store, settings: config.Settings, clk: PausedClock
+) -> None:
+    app = App("reports", version="1.0.0")
+    seen: list[tuple[int, int]] = []  # (fence, page) of every page written
+    first: list[TaskContext] = []
+    stuck_at_3 = asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    @app.task("export", version=1)
+    def export(report: Export) -> None:
+        ctx = current_task()
+        first.append(ctx)
+        page = ctx.load_checkpoint(default={"page": 0})["page"]
+        while page < report.pages:
+            if ctx.attempt_no == 1 and page == 3:  # the first attempt stalls here
+                loop.call_soon_threadsafe(stuck_at_3.set)
+                ctx.stopping.wait(60)
+            if ctx.stopping.is_set():
+                ctx.save_checkpoint({"page": page})
+                raise Stopped
+            seen.append((ctx.fence, page))
+            page += 1
+            ctx.save_checkpoint({"page": page})
+
+    old = Worker(app, db=db, settings=settings, clk=clk)
+    stop = asyncio.Event()
+    task = asyncio.create_task(old.run(stop))
+    await eventually(lambda: db.worker_list(since=c.since()), what="registered")
+    job_id, _ = await c.submit(task="export", payload={"pages": 6})
+    await asyncio.wait_for(stuck_at_3.wait(), 60)
+    stop.set()  # SIGTERM: stop claiming, let it finish within drain_timeout (it does not)
+
+    def time_passes() -> bool:
+        clk.advance(1)  # drain_timeout, then the margin to checkpoint, pass
+        return task.done()
+
+    await eventually(time_passes, what="the worker stopped")
+    await task
+    view = await c.job(job_id)
+    assert view.job.state == J.PARKED  # handed back; the only worker that reads it stopped
+    assert [(a.state, a.reason) for a in view.attempts] == [(A.SUPERSEDED, model.HANDED_BACK)]
+    assert view.job.charged_attempts == 0
+    async with running(app, db, settings, clk):
+        await eventually(lambda: all_in(c, [job_id], J.SUCCEEDED), what="resumed and done")
+    fences = [a.id for a in (await c.job(job_id)).attempts]
+    assert [page for _, page in seen] == [0, 1, 2, 3, 4, 5]  # each page once: resumed at 3
+    assert {f for f, p in seen if p >= 3} == {fences[1]}
+    with pytest.raises(errors.StaleFence):  # the stopped run writes late: refused
+        await first[0].save_checkpoint_async({"page": 99})
+    assert (await db.checkpoint_load(job_id=job_id)) == (fences[1], {"page": 6})
+
+
+async def test_a_cancel_reaches_the_running_task_through_the_store(
+    c: client.Client, db: store.Store, settings: config.Settings, clk: PausedClock
+) -> None:
+    app = App("pings", version="1.0.0")
+    started, stopped = asyncio.Event(), asyncio.Event()
+
+    @app.task("ping", version=1)
+    async def ping(p: Ping) -> None:
+        started.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            stopped.set()
+            raise
+
+    async with running(app, db, settings, clk):
+        job_id, _ = await c.submit(task="ping", payload={"n": 1})
+        await asyncio.wait_for(started.wait(), 60)
+        await c.cancel(job_id)
+        await asyncio.wait_for(stopped.wait(), 60)  # its next heartbeat found it cancelled
+    view = await c.job(job_id)
+    assert view.job.state == J.CANCELLED
+    assert view.attempts[0].state == A.CANCELLED
+
+
+async def test_a_job_scheduled_today_runs_tomorrow_with_its_pinned_amount_and_the_new_email(
+    c: client.Client, db: store.Store, settings: config.Settings, clk: PausedClock
+) -> None:
+    EMAILS[7] = "old@example.com"
+    async with running(app_v2(), db, settings, clk):
+        tomorrow = clk.now() + timedelta(days=1)
+        job_id, _ = await c.submit(
+            task="send-invoice", payload={"customer_id": 7, "amount_cents": 1999}, run_at=tomorrow
+        )
+        assert (await c.job(job_id)).job.state == J.SCHEDULED
+        EMAILS[7] = "new@example.com"  # the source changes overnight
+        clk.advance(timedelta(days=1).total_seconds())
+        await db.jobs_promote_due(now=clk.now(), limit=100)
+        await eventually(lambda: all_in(c, [job_id], J.SUCCEEDED), what="sent")
+    assert SENT == [{"by": "2.0.0", "cents": 1999, "email": "new@example.com"}]
+    view = await c.job(job_id)
+    assert any(e.reason == "fresh values resolved: email" for e in view.events)
+    log = (await db.run_logs(job_id=job_id))[view.attempts[0].id]
+    fresh = log.stream("fresh")
+    assert fresh is not None
+    assert "new@example.com" in fresh.text

@@ -202,7 +202,8 @@ class Worker:
         self.host = host
         self.retry = retry.Retry.from_settings(settings)
         self.limits = DefaultLimits(self.t.attempt_deadline, self.t.lease_timeout)
-        self._runs: dict[int, _Run] = {}
+        self._runs: dict[int, _Run] = {}  # running, by fence
+        self._back: list[_Run] = []  # stopped at shutdown, unfinished: to hand back
         self._done: asyncio.Queue[Finish] = asyncio.Queue()
         self._freed = asyncio.Event()
         self._threads = ThreadPoolExecutor(
@@ -349,9 +350,10 @@ class Worker:
         except (asyncio.CancelledError, Stopped):
             if not ctx.stopping.is_set():
                 raise
-            if ctx.why != "shutdown":
-                self._forget(run)  # cancelled or replaced: the store already says so
-            return  # at shutdown: left in _runs, handed back by _drain
+            if ctx.why == "shutdown":
+                self._back.append(run)  # unfinished: _drain hands it back
+            self._forget(run)  # (cancelled or replaced: the store already says so)
+            return
         except TimeoutError:
             ctx.why = "timed out"
             ctx.stopping.set()
@@ -410,7 +412,8 @@ class Worker:
         return await asyncio.get_running_loop().run_in_executor(self._threads, context.run, fn)
 
     def _end(self, run: _Run, finish: Finish) -> None:
-        self._done.put_nowait(finish)
+        if not run.handed_back:  # else its attempt is over: a late end would be refused
+            self._done.put_nowait(finish)
         self._forget(run)
 
     def _forget(self, run: _Run) -> None:
@@ -509,14 +512,15 @@ class Worker:
             self._stop_run(run, "shutdown")
         await self._until_done(self.t.margin.total_seconds())
         await self._done.join()  # what finished meanwhile is recorded before the rest goes back
-        left = [r for r in left if r.ctx.fence in self._runs]
+        # Those that stopped when asked, and those still running (a plain function's thread
+        # cannot be stopped: its writes are refused by its fence once a newer attempt runs).
+        left = [*self._back, *self._runs.values()]
         for run in left:
             run.handed_back = True
+            self._forget(run)
         back = await self.db.attempt_hand_back(
             fences=[r.ctx.fence for r in left], now=self.clock.now()
         )
-        for run in left:
-            self._forget(run)
         log.info("handed back %d of %d unfinished tasks, not charged", len(back), len(left))
 
     async def _until_done(self, seconds: float) -> None:
