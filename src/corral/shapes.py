@@ -3,6 +3,7 @@ in the API."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Any
 
@@ -19,6 +20,32 @@ def iso(at: datetime | None) -> str | None:
 
 
 def job_dict(job: model.Job) -> dict[str, Any]:
+    return _job_dict(job, shown(job.spec), datetime.isoformat)
+
+
+def job_dicts(
+    jobs: Iterable[model.Job], *, times_as_they_are: bool = False
+) -> list[dict[str, Any]]:
+    """job_dict of each job, a spec that several share shown once: the store reads one
+    object for one spec's text, and a page of jobs often has a few specs between them.
+    `times_as_they_are`: the times left as datetimes, for a JSON writer that writes them as
+    isoformat does (orjson, in C: three isoformat calls a job were a tenth of a list's CPU)."""
+    at: Callable[[datetime], Any] = _as_it_is if times_as_they_are else datetime.isoformat
+    specs: dict[int, Any] = {}  # by the spec's id(): every job, so every spec, outlives it
+    out = []
+    for job in jobs:
+        spec = specs.get(id(job.spec))
+        if spec is None:
+            spec = specs[id(job.spec)] = shown(job.spec)
+        out.append(_job_dict(job, spec, at))
+    return out
+
+
+def _as_it_is(at: datetime) -> datetime:
+    return at
+
+
+def _job_dict(job: model.Job, spec: Any, at: Callable[[datetime], Any]) -> dict[str, Any]:
     return {
         "id": job.id,
         "state": job.state,
@@ -27,18 +54,18 @@ def job_dict(job: model.Job) -> dict[str, Any]:
         "tenant": job.tenant,
         "priority": job.priority,
         "executor": job.executor,
-        "spec": shown(job.spec),
+        "spec": spec,
         "payload": job.payload,
         "attempts": job.attempt_count,
         "charged_attempts": job.charged_attempts,
         "max_attempts": job.max_attempts,
-        "run_at": job.run_at.isoformat(),
+        "run_at": at(job.run_at),
         "idempotency_key": job.idempotency_key,
         "labels": job.labels,
         "policy": job.policy,
         "code_version": job.code_version,
-        "created_at": job.created_at.isoformat(),
-        "updated_at": job.updated_at.isoformat(),
+        "created_at": at(job.created_at),
+        "updated_at": at(job.updated_at),
     }
 
 

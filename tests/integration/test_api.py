@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from corral import client, config, model, store
+from corral import client, config, model, shapes, store
 from corral.api import MAX_BODY, create_app
 from corral.store import Finish
 from corral.testing import FrozenClock
@@ -172,6 +172,29 @@ async def test_the_list_filters_and_pages_by_keyset(api: Api) -> None:
     bad = await get("/api/v1/jobs?state=sleeping", headers=api.as_("a-view"))
     assert bad.status_code == 422
     assert bad.json()["field"] == "state"
+
+
+async def test_the_list_and_a_job_s_page_answer_each_job_as_its_shape_says(api: Api) -> None:
+    """What the list and a job's page answer is shapes' JSON of what the store holds: secrets
+    redacted, text as it is, numbers as they were sent, an integer past 64 bits included."""
+    secret = {"url": "https://u:pw@example.com/x?token=abc", "headers": {"Authorization": "x"}}
+    bodies = [
+        {**JOB, "spec": secret, "labels": {"team": "a"}, "payload": {"note": "é ✓"}},
+        {**JOB, "spec": secret, "payload": {"ratio": 0.1, "tiny": 1e-7, "huge": 1e16, "n": -3}},
+        {**JOB, "payload": {"big": 2**70}},
+    ]
+    op, view = api.as_("a-op"), api.as_("a-view")
+    ids = [(await api.http.post("/api/v1/jobs", json=b, headers=op)).json()["id"] for b in bodies]
+    listed = await api.http.get("/api/v1/jobs", headers=view)
+    assert listed.headers["content-type"] == "application/json"
+    assert "pw" not in listed.text
+    stored = [await api.c.store.job_get(job_id=i) for i in reversed(ids)]
+    shaped = json.loads(json.dumps([shapes.job_dict(j) for j in stored]))
+    assert listed.json() == {"jobs": shaped, "next": None}
+    assert listed.json()["jobs"][0]["payload"] == {"big": 2**70}
+    for job_id in ids:
+        page = await api.http.get(f"/api/v1/jobs/{job_id}", headers=view)
+        assert page.json() == json.loads(json.dumps(shapes.view_dict(await api.c.job(job_id))))
 
 
 async def test_a_job_s_page_events_logs_explain_and_changes(api: Api) -> None:

@@ -4,12 +4,14 @@ takes a job finds it through `_job`, which answers 404 for another tenant's."""
 
 from __future__ import annotations
 
+import json
 import math
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
+import orjson
 from fastapi import APIRouter, Body, FastAPI, Path, Query, Request
 from fastapi.responses import JSONResponse, Response
 
@@ -202,8 +204,22 @@ async def jobs_submit(
 def answer(content: Any) -> Response:
     """`content` (JSON values only, as corral.shapes makes them) as the JSON answer, written
     at once: FastAPI's check and encoding of a dict against dict[str, Any] would only walk
-    it again, a cost each page of a hundred jobs feels."""
-    return JSONResponse(content)
+    it again, a cost each page of a hundred jobs feels. orjson writes it, several times
+    faster than the json module, datetimes included (as isoformat writes them); what it
+    does not take (an integer past 64 bits) the json module writes, as Starlette would."""
+    try:
+        body = orjson.dumps(content)
+    except TypeError:
+        body = json.dumps(
+            content, ensure_ascii=False, allow_nan=False, separators=(",", ":"), default=_iso
+        ).encode()
+    return Response(body, media_type=JSONResponse.media_type)
+
+
+def _iso(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    raise TypeError(f"{type(value).__name__} is not JSON")
 
 
 @router.get(
@@ -256,7 +272,7 @@ async def jobs_list(
     )
     return answer(
         {
-            "jobs": [shapes.job_dict(j) for j in found],
+            "jobs": shapes.job_dicts(found, times_as_they_are=True),
             "next": found[-1].id if len(found) == limit else None,
         }
     )
