@@ -1,24 +1,34 @@
 """The REST API's job list and job page over a large store, against the same page's bare SQL.
 
     .venv/bin/python bench/api.py [--jobs 1000000] [--events 5000000] [--clients 8]
-                                  [--requests 200] [--pg-url URL]
+                                  [--requests 200] [--pg-url URL] [--http-client plain]
 
 On a fresh PostgreSQL database, migrated by corral and dropped afterwards:
   * `--jobs` jobs and `--events` events are loaded with INSERT ... SELECT over
     generate_series (not timed): states, queues, tenants, labels and times spread as a
     busy installation has them, an attempt for every job that has run;
-  * `corral api --http` serves the real app in a process of its own (nothing dispatches),
-    and `--clients` httpx clients, each `--requests` requests, ask with an admin token for
-    a mix of pages: GET /api/v1/jobs by state only, by state and queue, by a label, and
-    GET /api/v1/jobs/{id} (the job page: the job, its attempts, its events, its run logs);
+  * `corral api --http` serves the real app in one process of its own (nothing
+    dispatches), and `--clients` clients, each `--requests` requests on one HTTP/1.1
+    connection kept alive, ask with an admin token for a mix of pages: GET /api/v1/jobs by
+    state only, by state and queue, by a label, and GET /api/v1/jobs/{id} (the job page:
+    the job, its attempts, its events, its run logs). A request is timed from its first
+    byte written to its answer's last byte read (status checked, body not parsed);
   * the same pages' bare SQL, the statements the store runs for each (taken from the store
-    as it runs them: `capture`), replayed on `--clients` plain psycopg connections at the
+    as it runs them: `Capture`; on PostgreSQL the text and parameters it hands psycopg on
+    its reads' own connections), replayed on `--clients` plain psycopg connections at the
     same concurrency, each statement one round trip, rows fetched; the token lookup of a
     request is not in it.
 Both run over the same request list, after a warm-up of each, so both read warm pages.
 Each client sends its next request as soon as it has the answer to the last, so a page's
 time is mostly its wait behind the other clients' requests: the ratio is one of how many
 requests a second each side serves (`api_server` says what the API process spent).
+
+Both sides' clients run in this one process, on the same cores as the API process and the
+database server, so what a client spends per request is taken from what it measures. The
+API side's clients are `PlainClient`s: a request written as bytes, its answer read by its
+Content-Length, about as little per request as psycopg spends on a statement on the bare
+side. `--http-client httpx` times the same requests with httpx's AsyncClient instead, which
+spends about as much CPU per request as the API process itself (docs/performance.md).
 
 JSON on stdout: p50/p95 in ms of each page, API and bare, the ratio of their p95s, and
 whether each page meets the targets (p95 at most 2x the bare SQL's, and under 100 ms).
@@ -43,6 +53,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 import httpx
 import psycopg
@@ -294,7 +305,68 @@ async def run_clients(
     return [t for ts in times for t in ts]
 
 
+class PlainClient:
+    """One HTTP/1.1 connection kept alive, on asyncio's streams: a GET written as bytes and
+    its answer read whole, by its Content-Length, with nothing parsed but the status and
+    that length. httpx parses and builds far more per request (headers, URLs, its models),
+    all of it on the machine's two cores beside the API process and the database, where
+    the bare side's psycopg does nothing of the kind."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+
+    @classmethod
+    async def open(cls, base: str) -> PlainClient:
+        url = httpx.URL(base)
+        reader, writer = await asyncio.open_connection(url.host, url.port)
+        return cls(reader, writer)
+
+    async def get(self, target: str, head: bytes) -> tuple[int, bytes]:
+        """The status and body of GET `target`, with `head` (the request's header lines)."""
+        self.writer.write(b"GET " + target.encode() + b" HTTP/1.1\r\n" + head + b"\r\n")
+        said = (await self.reader.readuntil(b"\r\n\r\n")).lower()
+        at = said.find(b"\r\ncontent-length:")
+        if at < 0:
+            raise RuntimeError(f"GET {target}: an answer without a Content-Length: {said!r}")
+        length = int(said[at + 17 : said.index(b"\r\n", at + 2)])
+        return int(said[9:12]), await self.reader.readexactly(length)
+
+    async def aclose(self) -> None:
+        self.writer.close()
+        await self.writer.wait_closed()
+
+
 async def time_api(
+    base: str, secret: str, work: list[list[tuple[str, dict[str, Any]]]], plain: bool = True
+) -> dict[str, list[float]]:
+    """Each client's requests of `work`, timed from the request's first byte sent to the
+    answer's last byte read: on a PlainClient each, or (not `plain`) an httpx client each."""
+    if not plain:
+        return await time_api_httpx(base, secret, work)
+    host = httpx.URL(base).netloc.decode()
+    head = f"Host: {host}\r\nAuthorization: Bearer {secret}\r\n".encode()
+    clients = [await PlainClient.open(base) for _ in work]
+    by_kind: dict[str, list[float]] = {}
+    try:
+
+        async def one(i: int, request: tuple[str, dict[str, Any]]) -> None:
+            kind, args = request
+            path, query = path_of(kind, args)
+            target = f"{path}?{urlencode(query, doseq=True)}" if query else path
+            t0 = time.perf_counter()
+            status, body = await clients[i].get(target, head)
+            by_kind.setdefault(kind, []).append((time.perf_counter() - t0) * 1000)
+            if status != 200:
+                raise RuntimeError(f"GET {target}: {status} {body[:300]!r}")
+
+        await run_clients(len(work), work, one)
+    finally:
+        for c in clients:
+            await c.aclose()
+    return by_kind
+
+
+async def time_api_httpx(
     base: str, secret: str, work: list[list[tuple[str, dict[str, Any]]]]
 ) -> dict[str, list[float]]:
     headers = {"Authorization": f"Bearer {secret}"}
@@ -420,6 +492,7 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 async def measure(url: str, args: argparse.Namespace) -> dict[str, Any]:
+    plain = args.http_client == "plain"
     settings = config.Settings(database_url=url)
     async with runtime.connect(settings, platforms=False) as c:
         _, secret = await c.token_create(name="bench", tenant=None, role="viewer")
@@ -436,11 +509,11 @@ async def measure(url: str, args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="corral-bench-api-") as scratch:
         proc, base = serve(url, Path(scratch))
         try:
-            await time_api(base, secret, warm)
+            await time_api(base, secret, warm, plain)
             await time_bare(libpq_url(url), bare_warm)
             cpu = cpu_s(proc.pid)
             t0 = time.monotonic()
-            api = await time_api(base, secret, per)
+            api = await time_api(base, secret, per, plain)
             api_wall, cpu = time.monotonic() - t0, cpu_s(proc.pid) - cpu
             bare = await time_bare(libpq_url(url), bare_per)
         finally:
@@ -450,6 +523,7 @@ async def measure(url: str, args: argparse.Namespace) -> dict[str, Any]:
         "jobs": args.jobs,
         "events": args.events,
         "clients": args.clients,
+        "http_client": args.http_client,
         "requests_per_client": args.requests,
         "pages": pages,
         "api_server": {
@@ -477,6 +551,12 @@ def options(doc: str) -> argparse.ArgumentParser:
 def main() -> None:
     parser = options(__doc__)
     parser.add_argument("--seed", type=int, default=1, help="of the request mix")
+    parser.add_argument(
+        "--http-client",
+        choices=["plain", "httpx"],
+        default="plain",
+        help="the API side's clients: PlainClient (default) or httpx's AsyncClient",
+    )
     args = parser.parse_args()
     if args.jobs < 1 or args.events < 0:
         parser.error("--jobs must be at least 1 and --events not negative")
