@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from typing import Literal
 
 from pydantic import BaseModel
 
@@ -64,15 +65,22 @@ def email_of(invoice: Invoice) -> str | None:
     return email if isinstance(email, str) else None
 
 
-class Report(BaseModel):
+class ReportV1(BaseModel):
     name: Pinned[str]
     pages: Pinned[int]
     seconds_a_page: Pinned[float] = 0.2
 
 
-@app.task("export-report", version=1)
+class Report(BaseModel):  # version 2: a format, which release 1.0 does not know
+    name: Pinned[str]
+    pages: Pinned[int]
+    format: Pinned[Literal["csv", "pdf"]] = "csv"
+    seconds_a_page: Pinned[float] = 0.2
+
+
+@app.task("export-report", version=2)
 def export_report(report: Report) -> None:
-    """As in release 1.0: resumes from its checkpoint."""
+    """As in release 1.0, in a format: resumes from its checkpoint."""
     ctx = current_task()
     done = ctx.load_checkpoint(default={"page": 0})["page"]
     for page in range(done, report.pages):
@@ -80,8 +88,14 @@ def export_report(report: Report) -> None:
             ctx.save_checkpoint({"page": page})
             raise Stopped
         time.sleep(report.seconds_a_page)
-        _append("BILLING_REPORTS", {"report": report.name, "page": page, "fence": ctx.fence})
+        line = {"report": report.name, "page": page, "format": report.format, "fence": ctx.fence}
+        _append("BILLING_REPORTS", line)
         ctx.save_checkpoint({"page": page + 1})
+
+
+@export_report.upcaster(from_version=1)
+def in_csv(old: ReportV1) -> Report:
+    return Report(name=old.name, pages=old.pages, seconds_a_page=old.seconds_a_page)
 
 
 def _append(variable: str, line: dict[str, object]) -> None:
