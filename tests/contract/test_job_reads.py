@@ -6,6 +6,7 @@ and as the filters say."""
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
 from typing import Any
@@ -13,7 +14,7 @@ from typing import Any
 import pytest
 
 from corral import errors, model, store
-from corral.store import Finish, attempts, events, hotpool, jobs, runlogs, tables
+from corral.store import Finish, attempts, events, hotpool, hotreads, jobs, runlogs, tables
 from corral.testing import FrozenClock
 
 A, J = model.AttemptState, model.JobState
@@ -158,6 +159,37 @@ async def test_a_job_s_page_reads_its_attempts_events_and_run_logs(
     assert list(logs) == [first.attempt.id, second.attempt.id]
     assert logs[second.attempt.id].streams == LOG.streams
     assert logs[second.attempt.id].recorded_at == clock.now()
+
+
+PAYLOADS = [
+    {"big": 2**70, "small": -(2**65), "edge": 2**63 - 1, "u64": 2**64 - 1},
+    {"f": 0.1, "tiny": 5e-324, "whole": 2.0},
+    {"s": 'é ✓ \u2028 \\ "', "nested": [[1, [2, {"a": None}]], True, False]},
+    [1, 2, 3],
+    "text",
+    None,
+]
+
+
+async def test_json_is_read_as_the_json_module_reads_it(
+    db: store.Store, clock: FrozenClock
+) -> None:
+    # PostgreSQL keeps numbers as numeric: 1e300 comes back as its 301 digits, -0.0 as 0.
+    kept_as_numeric = {"e": 1e300, "neg": -0.0}
+    new = [model.NewJob(executor="noop", spec={}, payload=p) for p in [*PAYLOADS, kept_as_numeric]]
+    await db.job_submit(new=new, now=clock.now())
+    read = await db.job_list()
+    assert read == _sqlalchemy(db)
+    assert [j.payload for j in reversed(read[1:])] == PAYLOADS
+    assert type(read[-1].payload["big"]) is int
+
+
+@pytest.mark.parametrize(
+    "text",
+    ['{"n": 12345678901234567890123}', "[NaN, Infinity]", '"\\ud800"', "1e400", '{"a": 1.5}'],
+)
+def test_a_json_text_is_parsed_as_the_json_module_parses_it(text: str) -> None:
+    assert repr(hotreads._parsed(text)) == repr(json.loads(text))
 
 
 async def test_a_page_of_no_job_is_not_found(db: store.Store) -> None:
