@@ -1,6 +1,6 @@
 """The dashboard in real Chromium (Debian's, driven by Playwright) against a real `corral
 serve --demo --http` on a temporary SQLite file: sign in, submit a job on the jobs page
-and watch it finish without a reload, retry a quarantined job (one, and a queue's all from
+and watch it finish without a reload (its page updated over server-sent events, not polled), retry a quarantined job (one, and a queue's all from
 a preview, watching the operation finish), pause a schedule, and be refused another
 tenant's job. Deadlines are generous (the suite runs under load too) and
 nothing sleeps for a fixed time: each step waits for what the page shows.
@@ -129,12 +129,22 @@ def page(browser: Any, site: Site) -> Iterator[Any]:
 
 
 def test_a_job_submitted_on_the_jobs_page_finishes_live_on_its_page(page: Any) -> None:
+    """The page is updated over its event stream: the browser asks for nothing else."""
+    asked: list[tuple[str, str]] = []
+    page.on("request", lambda r: asked.append((r.resource_type, r.url)))
     page.fill("#submit input[name=command]", "echo hello from the browser; sleep 1")
     page.click("#submit button[type=submit]")
     playwright.expect(page).to_have_url(re.compile(r"/ui/jobs/\d+$"))
     page.evaluate("window.notReloaded = true")  # gone if the page were loaded again
     playwright.expect(page.locator("#job-state")).to_have_text("succeeded", timeout=DEADLINE_MS)
     assert page.evaluate("window.notReloaded === true")
+    job = page.url.split("/ui/jobs/", 1)[1]
+    of_job = [
+        (kind, url.split("/ui/jobs/", 1)[1]) for kind, url in asked if f"/ui/jobs/{job}" in url
+    ]
+    assert of_job[0] == ("document", job)  # the page, after the form's redirect
+    assert ("eventsource", f"{job}/stream") in of_job
+    assert {kind for kind, _ in of_job[1:]} == {"eventsource"}, of_job  # no polling
     attempt = page.locator("#attempts li").first
     playwright.expect(attempt).to_contain_text("exit code 0")
     playwright.expect(attempt).to_contain_text("executor process")

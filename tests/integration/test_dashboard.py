@@ -4,6 +4,7 @@ isolation on every page, counts that stay bounded, and bulk actions from a previ
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import AsyncIterator
 from datetime import datetime, timedelta
@@ -15,8 +16,10 @@ from corral import client, config, model, operations, retry, scheduler, store
 from corral.api import create_app
 from corral.store import Finish, budgets, overview
 from corral.testing import FrozenClock
+from corral.web import auth, live
 from corral.web import overview as shown_overview
 from tests.support.noop import NoopExecutor
+from tests.support.wait import eventually
 
 A, J = model.AttemptState, model.JobState
 NOOP = {"spec": {}, "executor": "noop"}
@@ -126,7 +129,7 @@ async def test_another_tenant_s_job_is_not_found_and_not_listed(
     mine, _ = await c.submit(**NOOP, tenant="a")
     await sign_in(http, name="ada", password="correct horse")
     token = csrf(await http.get("/ui/jobs"))
-    for path in (f"/ui/jobs/{theirs}", f"/ui/jobs/{theirs}/live", "/ui/jobs/999999"):
+    for path in (f"/ui/jobs/{theirs}", f"/ui/jobs/{theirs}/stream", "/ui/jobs/999999"):
         assert (await http.get(path)).status_code == 404, path
     cancel = await http.post(f"/ui/jobs/{theirs}/cancel", data={"csrf": token})
     assert cancel.status_code == 404
@@ -290,12 +293,13 @@ async def test_retry_all_quarantined_from_a_preview(
     where = started.headers["location"]
     shown = (await http.get(where)).text
     assert 'id="operation-state">running<' in shown
-    assert 'hx-trigger="every 1s"' in shown
+    assert f'sse-connect="{where}/stream"' in shown
     await run_operations(c)
-    live = (await http.get(where + "/live")).text
-    assert 'id="operation-state">succeeded<' in live
-    assert re.search(r'id="op-applied">2<', live)
-    assert "hx-trigger" not in live  # it stops asking once the operation has ended
+    [(_, final), end] = pushed((await http.get(where + "/stream")).text)
+    assert 'id="operation-state">succeeded<' in final
+    assert re.search(r'id="op-applied">2<', final)
+    assert end[0] == "end"
+    assert "sse-connect" not in (await http.get(where)).text  # none once it has ended
     assert [(await c.job(i)).job.state for i in mine] == [J.QUEUED, J.QUEUED]
     assert (await c.job(theirs[0])).job.state == J.QUARANTINED
     listed = (await http.get("/ui/operations")).text
@@ -365,7 +369,7 @@ async def test_another_tenant_s_operation_is_not_found(
     )
     await sign_in(http, name="ada", password="correct horse")
     token = csrf(await http.get("/ui/jobs"))
-    for path in (f"/ui/operations/{theirs.id}", f"/ui/operations/{theirs.id}/live"):
+    for path in (f"/ui/operations/{theirs.id}", f"/ui/operations/{theirs.id}/stream"):
         assert (await http.get(path)).status_code == 404, path
     cancel = await http.post(f"/ui/operations/{theirs.id}/cancel", data={"csrf": token})
     assert cancel.status_code == 404
@@ -460,3 +464,107 @@ async def test_a_chart_counts_its_finished_buckets_once_per_window_position(
     assert hour_total((await http.get("/ui/")).text) == "2"
     c.clock.advance(60)  # the window moves: every bucket is read again
     assert hour_total((await http.get("/ui/")).text) == "3"
+
+
+# --- live pages over server-sent events ---------------------------------------------------
+
+
+def pushed(text: str) -> list[tuple[str, str]]:
+    """Each message of a text/event-stream body: (its name, its data)."""
+    found = []
+    for block in text.replace("\r\n", "\n").split("\n\n"):
+        lines = block.split("\n")
+        name = next((x[6:].strip() for x in lines if x.startswith("event:")), "message")
+        data = "\n".join(x[5:].removeprefix(" ") for x in lines if x.startswith("data:"))
+        if any(x.startswith(("event:", "data:")) for x in lines):
+            found.append((name, data))
+    return found
+
+
+def slots_taken(http: httpx.AsyncClient) -> int:
+    app = http._transport.app  # type: ignore[attr-defined]
+    slots = getattr(app.state, "live_slots", None)
+    return 0 if slots is None else int(slots.taken)
+
+
+async def test_a_job_s_page_is_pushed_as_it_changes_until_it_stops(
+    http: httpx.AsyncClient, c: client.Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(live, "MAX_SECONDS", 10**9)  # the frozen clock runs fast here
+    job_id, _ = await c.submit(**NOOP, tenant="a")
+    await sign_in(http, name="ada", password="correct horse")
+    shown = (await http.get(f"/ui/jobs/{job_id}")).text
+    assert f'sse-connect="/ui/jobs/{job_id}/stream"' in shown
+    assert "hx-trigger" not in shown  # nothing polls
+    streaming = asyncio.create_task(http.get(f"/ui/jobs/{job_id}/stream"))
+    await eventually(lambda: slots_taken(http) == 1, what="the stream is open")
+    await c.cancel(job_id, reason="test")
+    answer = await streaming
+    assert answer.headers["content-type"].startswith("text/event-stream")
+    messages = pushed(answer.text)
+    assert [name for name, _ in messages] == ["live", "live", "end"]
+    assert '<span class="state queued" id="job-state">queued</span>' in messages[0][1]
+    assert '<span class="state cancelled" id="job-state">cancelled</span>' in messages[1][1]
+    assert "retry: 2000" in answer.text  # how long the browser waits to connect again
+    assert slots_taken(http) == 0
+    ended = (await http.get(f"/ui/jobs/{job_id}")).text
+    assert "sse-connect" not in ended  # a job that stopped opens no stream
+
+
+async def test_a_session_s_streams_never_show_another_tenant_s_jobs(
+    http: httpx.AsyncClient, c: client.Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stream acts as its session: another tenant's job or operation is not found, the
+    overview's stream draws the session's tenant's overview only, as it changes, and
+    none opens without a session (one ends with its session)."""
+    monkeypatch.setattr(live, "MAX_SECONDS", 10**9)
+    [theirs] = await quarantined(c, 1, tenant="b")
+    [mine] = await quarantined(c, 1, tenant="a")
+    op = await c.bulk_start(
+        model.BulkAction.RETRY, model.JobFilter(), tenant="b", expect=1, made_by="test"
+    )
+    assert (await http.get("/ui/overview/stream")).status_code == 303  # to sign in
+    await sign_in(http, name="ada", password="correct horse")
+    for path in (f"/ui/jobs/{theirs}/stream", f"/ui/operations/{op.id}/stream"):
+        assert (await http.get(path)).status_code == 404, path
+    streaming = asyncio.create_task(http.get("/ui/overview/stream"))
+    await eventually(lambda: slots_taken(http) == 1, what="the stream is open")
+    await quarantined(c, 1, tenant="b")  # while it streams
+    [later] = await quarantined(c, 1, tenant="a")
+    keeper = http._transport.app.state.overview  # type: ignore[attr-defined]
+    await eventually(  # the stream has read it (it pushes it next), then its session ends
+        lambda: "a" in keeper.drawn and f"/ui/jobs/{later}" in keeper.drawn["a"].parts,
+        what="the overview read again",
+    )
+    await c.sign_out(http.cookies[auth.COOKIE])
+    messages = pushed((await streaming).text)
+    assert messages[0][0] == "live"
+    assert any(name == "fresh" for name, _ in messages)
+    everything = "".join(data for _, data in messages)
+    assert f'href="/ui/jobs/{mine}"' in everything
+    assert f'href="/ui/jobs/{later}"' in everything, "pushed as it changed"
+    assert "<td>b</td>" not in everything
+    assert f'href="/ui/jobs/{theirs}"' not in everything
+    await c.user_add("root", password="correct horse", tenant=None, role="viewer")
+    await sign_in(http, name="root", password="correct horse")
+    monkeypatch.setattr(live, "MAX_SECONDS", 2 * shown_overview.KEEP_SECONDS)
+    every = "".join(data for _, data in pushed((await http.get("/ui/overview/stream")).text))
+    assert f'href="/ui/jobs/{theirs}"' in every  # the same stream, of every tenant
+
+
+async def test_live_pages_past_the_limit_are_429_until_one_ends(
+    http: httpx.AsyncClient, c: client.Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(live, "MAX_SECONDS", 10**9)
+    monkeypatch.setattr(live, "MAX_STREAMS", 1)
+    job_id, _ = await c.submit(**NOOP, tenant="a")
+    await sign_in(http, name="ada", password="correct horse")
+    first = asyncio.create_task(http.get(f"/ui/jobs/{job_id}/stream"))
+    await eventually(lambda: slots_taken(http) == 1, what="the first stream holds the slot")
+    refused = await http.get(f"/ui/jobs/{job_id}/stream")
+    assert refused.status_code == 429
+    assert refused.headers["retry-after"] == "5"
+    assert "live pages are open already" in refused.text
+    await c.cancel(job_id, reason="test")
+    assert (await first).status_code == 200
+    assert slots_taken(http) == 0

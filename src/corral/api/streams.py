@@ -10,7 +10,7 @@ as the alerter does, and so never skips one."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query, Request
@@ -20,6 +20,7 @@ from starlette.background import BackgroundTask
 from corral import client, errors, model
 from corral.api.auth import ERRORS, Client, ErrorBody, Refused, Viewer
 from corral.api.routes import MAX_ID, JobId, visible_job
+from corral.web import live
 
 router = APIRouter(
     responses={
@@ -38,7 +39,8 @@ MAX_SECONDS = 3600.0
 """How long a job's stream lasts at most (one of a job scheduled far ahead would never
 end): a client goes on where it left off with Last-Event-ID."""
 MAX_STREAMS = 100
-"""The most event streams one API process serves at once; one more is refused (429)."""
+"""The most event streams one API process serves at once; one more is refused (429). The
+dashboard's live pages have as many of their own (web.live.MAX_STREAMS)."""
 
 After = Annotated[int | None, Query(ge=0, le=MAX_ID, description="Only events after this id.")]
 LastEventId = Annotated[str | None, Header(include_in_schema=False)]
@@ -71,39 +73,19 @@ def _start(after: int | None, last_event_id: str | None) -> int:
     return int(last_event_id)
 
 
-class _Slots:
-    """The streams this process serves now, at most `limit` of them."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.taken = 0
-
-    def take(self) -> Callable[[], None]:
-        """A slot, or 429; returns how to give it back (once, however often called)."""
-        if self.taken >= self.limit:
-            raise Refused(
-                429,
-                f"stream: {self.limit} event streams are open already; try again later",
-                headers={"Retry-After": "5"},
-            )
-        self.taken += 1
-        given_back = False
-
-        def give_back() -> None:
-            nonlocal given_back
-            if not given_back:
-                given_back, self.taken = True, self.taken - 1
-
-        return give_back
-
-
 def _streamed(request: Request, messages: AsyncIterator[dict[str, Any]]) -> EventSourceResponse:
     """The answer that streams `messages` in one of the process's slots, given back when it
     ends, however it ends (even if it never started)."""
     slots = getattr(request.app.state, "stream_slots", None)
     if slots is None:
-        slots = request.app.state.stream_slots = _Slots(MAX_STREAMS)
+        slots = request.app.state.stream_slots = live.Slots(MAX_STREAMS)
     give_back = slots.take()
+    if give_back is None:
+        raise Refused(
+            429,
+            f"stream: {slots.limit} event streams are open already; try again later",
+            headers={"Retry-After": "5"},
+        )
 
     async def held() -> AsyncIterator[dict[str, Any]]:
         try:

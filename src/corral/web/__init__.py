@@ -4,6 +4,7 @@
     auth.py     sessions, roles and CSRF
     overview.py the overview, read in one call and kept for a few seconds
     pages.py    the other pages and the forms they send
+    live.py     live updates: the changing part of a page, pushed over server-sent events
     bulk.py     bulk actions: a preview, its confirm form, and the operations it starts
     charts.py   the overview's charts of job ends, drawn as SVG on the server
 """
@@ -14,7 +15,7 @@ from fastapi import FastAPI, Request
 from fastapi.staticfiles import StaticFiles
 from starlette.responses import RedirectResponse, Response
 
-from corral.web import auth, bulk, overview, pages
+from corral.web import auth, bulk, live, overview, pages
 
 __all__ = ["mount"]
 
@@ -42,6 +43,12 @@ def mount(app: FastAPI) -> None:
     @app.exception_handler(auth.Forbidden)
     async def forbidden(request: Request, exc: auth.Forbidden) -> Response:
         return pages.page(request, "error.html", None, status=403, title="Refused", said=str(exc))
+
+    @app.exception_handler(live.TooMany)
+    async def too_many(request: Request, exc: live.TooMany) -> Response:
+        shown = pages.page(request, "error.html", None, status=429, title="Busy", said=str(exc))
+        shown.headers["Retry-After"] = "5"
+        return shown
 
     @app.exception_handler(pages.Missing)
     async def missing(request: Request, exc: pages.Missing) -> Response:

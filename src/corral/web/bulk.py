@@ -18,9 +18,9 @@ from starlette.responses import Response
 
 from corral import client, errors, model
 from corral.store.operations import Changed
-from corral.web import auth
+from corral.web import auth, live
 from corral.web.auth import Operator, Viewer
-from corral.web.pages import MAX_ID, Missing, audit, back, page
+from corral.web.pages import MAX_ID, Missing, audit, back, page, render
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
 OperationId = Annotated[int, PathParam(ge=1, le=MAX_ID)]
@@ -151,12 +151,23 @@ async def operation(request: Request, who: Viewer, operation_id: OperationId) ->
     return page(request, "operation.html", who, **await _operation_values(c, op))
 
 
-@router.get("/operations/{operation_id}/live")
-async def operation_live(request: Request, who: Viewer, operation_id: OperationId) -> Response:
-    """The part of an operation's page that changes, for htmx to swap in while it runs."""
+@router.get("/operations/{operation_id}/stream")
+async def operation_stream(request: Request, who: Viewer, operation_id: OperationId) -> Response:
+    """The part of an operation's page that changes, pushed each time its progress moves
+    (live.py), until it has stopped."""
     c = auth.client_of(request)
-    op = await _visible(c, who, operation_id)
-    return page(request, "operation_live.html", who, **await _operation_values(c, op))
+    await _visible(c, who, operation_id)
+
+    async def look() -> tuple[str, int, int]:
+        op = await c.operation(operation_id)
+        return op.state, op.applied, op.skipped
+
+    async def draw() -> live.Drawn:
+        values = await _operation_values(c, await _visible(c, who, operation_id))
+        html = render(request, "operation_live.html", who, **values)
+        return live.Drawn({"live": html}, goes_on=values["goes_on"])
+
+    return live.stream(request, look, draw)
 
 
 @router.post("/operations/{operation_id}/cancel")

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from fastapi import APIRouter, Request
 from markupsafe import Markup
@@ -22,7 +23,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from corral import client, model, retry, store
-from corral.web import auth, charts, pages
+from corral.web import auth, charts, live, pages
 from corral.web.auth import Viewer
 
 KEEP_SECONDS = 5.0
@@ -106,11 +107,36 @@ async def overview(request: Request, who: Viewer, fresh: bool = False) -> Respon
     kept = None if fresh else keeper.fresh(who.tenant, c.clock.monotonic())
     if kept is None:
         kept = await drawn(c, keeper, who.tenant)
+    return pages.page(request, "overview.html", who, parts=kept.parts, **_freshness(c, kept))
+
+
+@router.get("/overview/stream")
+async def overview_stream(request: Request, who: Viewer) -> Response:
+    """The overview's parts pushed as they change (live.py): looked at every
+    KEEP_SECONDS (the drawing kept, or drawn anew once it is older), with when they
+    were read each time they were read again."""
+    c, keeper = auth.client_of(request), keeper_of(request)
+    now: list[Kept] = []
+    shown = Markup()
+
+    async def look() -> datetime:
+        kept = keeper.fresh(who.tenant, c.clock.monotonic())
+        now[:] = [kept or await drawn(c, keeper, who.tenant)]
+        return now[0].read_at
+
+    async def draw() -> live.Drawn:
+        nonlocal shown
+        parts = {} if now[0].parts == shown else {"live": str(now[0].parts)}
+        shown = now[0].parts
+        fresh = pages.render(request, "overview_fresh.html", who, **_freshness(c, now[0]))
+        return live.Drawn({**parts, "fresh": fresh})
+
+    return live.stream(request, look, draw, every=KEEP_SECONDS)
+
+
+def _freshness(c: client.Client, kept: Kept) -> dict[str, Any]:
     age = max(0.0, (c.clock.now() - kept.read_at).total_seconds())
-    return pages.page(
-        request, "overview.html", who, parts=kept.parts, read_at=kept.read_at, age=age,
-        keep=KEEP_SECONDS,
-    )  # fmt: skip
+    return {"read_at": kept.read_at, "age": age, "keep": KEEP_SECONDS}
 
 
 async def drawn(c: client.Client, keeper: Keeper, tenant: str | None) -> Kept:

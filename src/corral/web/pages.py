@@ -22,7 +22,7 @@ from fastapi import Path as PathParam
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from corral import client, errors, model
-from corral.web import auth
+from corral.web import auth, live
 from corral.web.auth import Operator, Viewer
 
 HERE = Path(__file__).parent
@@ -33,6 +33,9 @@ QUARANTINED_SHOWN = 20
 with its attempts and events read, to say why)."""
 FIRINGS_SHOWN = 3
 """Next firings shown for each schedule."""
+EVENTS_LOOKED = 100
+"""The most of a job's new events one look of its live page reads (it only needs to see
+that there are some)."""
 MAX_ID = 2**63 - 1
 JobId = Annotated[int, PathParam(ge=1, le=MAX_ID)]
 J = model.JobState
@@ -54,10 +57,13 @@ class Missing(Exception):
 def page(request: Request, name: str, who: model.WebSession | None, **values: Any) -> Response:
     """Template `name` as an HTML answer, with the session (for its CSRF token and role)."""
     status = values.pop("status", 200)
-    html = templates.get_template(name).render(
-        request=request, who=who, note=request.query_params.get("note", ""), **values
-    )
-    return HTMLResponse(html, status_code=status)
+    return HTMLResponse(render(request, name, who, **values), status_code=status)
+
+
+def render(request: Request, name: str, who: model.WebSession | None, **values: Any) -> str:
+    """Template `name` drawn, with the session and the page's one-line note."""
+    note = request.query_params.get("note", "")
+    return templates.get_template(name).render(request=request, who=who, note=note, **values)
 
 
 def back(to: str, note: str = "") -> Response:
@@ -234,12 +240,38 @@ async def job(request: Request, who: Viewer, job_id: JobId) -> Response:
     return page(request, "job.html", who, **await _job_values(request, view))
 
 
-@router.get("/jobs/{job_id}/live")
-async def job_live(request: Request, who: Viewer, job_id: JobId) -> Response:
-    """The part of a job's page that changes, for htmx to swap in while the job goes on:
-    the fragment stops asking once the job has stopped."""
-    view = await visible_job(auth.client_of(request), who, job_id)
-    return page(request, "job_live.html", who, **await _job_values(request, view))
+@router.get("/jobs/{job_id}/stream")
+async def job_stream(request: Request, who: Viewer, job_id: JobId) -> Response:
+    """The part of a job's page that changes, pushed each time the job has a new event or
+    a running process has written more (live.py), until the job has stopped."""
+    c = auth.client_of(request)
+    await visible_job(c, who, job_id)
+    cursor, running = 0, True
+
+    async def look() -> tuple[int, tuple[tuple[int, str, str], ...]]:
+        nonlocal cursor
+        ids, _ = await c.store.event_page(after=cursor, limit=EVENTS_LOOKED, job_id=job_id)
+        cursor = ids[-1] if ids else cursor
+        return cursor, (await _output_now(c, job_id) if running else ())
+
+    async def draw() -> live.Drawn:
+        nonlocal running
+        values = await _job_values(request, await visible_job(c, who, job_id))
+        running = any(a.state in model.ACTIVE_ATTEMPT_STATES for a, _ in values["attempts"])
+        html = render(request, "job_live.html", who, **values)
+        return live.Drawn({"live": html}, goes_on=values["goes_on"])
+
+    return live.stream(request, look, draw)
+
+
+async def _output_now(c: client.Client, job_id: int) -> tuple[tuple[int, str, str], ...]:
+    """What the job's running process has written so far, when this machine runs it."""
+    found = [
+        (part.attempt.id, part.stream, part.text)
+        async for part in c.follow(job_id, once=True)
+        if part.stream and part.attempt.state in model.ACTIVE_ATTEMPT_STATES
+    ]
+    return tuple(found)
 
 
 async def _job_values(request: Request, view: client.JobView) -> dict[str, Any]:
