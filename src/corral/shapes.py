@@ -180,3 +180,35 @@ def user_dict(u: model.User) -> dict[str, Any]:
         "role": str(u.role),
         "created_at": iso(u.created_at),
     }
+
+
+def worker_dict(w: model.Worker) -> dict[str, Any]:
+    """A registered worker as the API and `corral workers --json` show it."""
+    return {
+        "id": w.id,
+        "app": w.app,
+        "app_version": w.app_version,
+        "host": w.host,
+        "pid": w.pid,
+        "queues": list(w.queues),
+        "concurrency": w.concurrency,
+        "state": w.state.value,
+        "started_at": w.started_at.isoformat(),
+        "last_seen_at": w.last_seen_at.isoformat(),
+        "stopped_at": w.stopped_at.isoformat() if w.stopped_at else None,
+        "reads": [{"task": r.task, "version": r.version, "newest": r.newest} for r in w.reads],
+    }
+
+
+def parked_dict(p: model.ParkedJob) -> dict[str, Any]:
+    """A parked job as the API and `corral parked list --json` show it."""
+    return {
+        "job_id": p.job.id,
+        "tenant": p.job.tenant,
+        "queue": p.job.queue,
+        "task": p.task,
+        "version": p.version,
+        "needs_app_version": p.needs_app_version,
+        "parked_at": p.parked_at.isoformat() if p.parked_at else None,
+        "reason": p.reason,
+    }

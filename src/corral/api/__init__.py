@@ -18,7 +18,16 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from corral import client, errors, web
-from corral.api import attempts, metrics, operations, routes, schedules, streams, tokens
+from corral.api import (
+    attempts,
+    metrics,
+    operations,
+    routes,
+    schedules,
+    streams,
+    tokens,
+    workers,
+)
 from corral.api.auth import Refused
 from corral.api.limits import MAX_BODY, RequestLimits
 
@@ -89,6 +98,7 @@ def create_app(c: client.Client) -> FastAPI:
     app.include_router(tokens.router, prefix=PREFIX)
     app.include_router(attempts.router, prefix=PREFIX)
     app.include_router(operations.router, prefix=PREFIX)
+    app.include_router(workers.router, prefix=PREFIX)
     app.include_router(metrics.router)  # /metrics, beside /healthz and /readyz
     routes.add_health(app)
     web.mount(app)  # the dashboard, under /ui

@@ -10,6 +10,7 @@ from typing import Any
 
 import click
 
+from corral import shapes
 from corral.cli.common import State, config_option, err, json_option, out, print_json, run
 
 
@@ -86,7 +87,7 @@ def workers_cmd(state: State, every: bool, as_json: bool) -> None:
 
     found = run(go())
     if as_json:
-        print_json([_worker_dict(w) for w in found])
+        print_json([shapes.worker_dict(w) for w in found])
         return
     if not found:
         err.print("no live workers" if not every else "no workers have registered")
@@ -126,7 +127,7 @@ def parked_list(state: State, task: str | None, limit: int, as_json: bool) -> No
 
     found = run(go())
     if as_json:
-        print_json([_parked_dict(p) for p in found])
+        print_json([shapes.parked_dict(p) for p in found])
         return
     if not found:
         err.print("no parked jobs")
@@ -223,33 +224,3 @@ def preflight(state: State, target: str, as_json: bool) -> None:
             err.print(f"{app.name} {app.version} reads every payload in the store")
     if bad:
         raise SystemExit(1)
-
-
-def _worker_dict(w: Any) -> dict[str, Any]:
-    return {
-        "id": w.id,
-        "app": w.app,
-        "app_version": w.app_version,
-        "host": w.host,
-        "pid": w.pid,
-        "queues": list(w.queues),
-        "concurrency": w.concurrency,
-        "state": w.state.value,
-        "started_at": w.started_at.isoformat(),
-        "last_seen_at": w.last_seen_at.isoformat(),
-        "stopped_at": w.stopped_at.isoformat() if w.stopped_at else None,
-        "reads": [{"task": r.task, "version": r.version, "newest": r.newest} for r in w.reads],
-    }
-
-
-def _parked_dict(p: Any) -> dict[str, Any]:
-    return {
-        "job_id": p.job.id,
-        "tenant": p.job.tenant,
-        "queue": p.job.queue,
-        "task": p.task,
-        "version": p.version,
-        "needs_app_version": p.needs_app_version,
-        "parked_at": p.parked_at.isoformat() if p.parked_at else None,
-        "reason": p.reason,
-    }
