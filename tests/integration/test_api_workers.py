@@ -9,9 +9,11 @@ from pydantic import BaseModel
 
 from corral import model
 from corral.worker import App, Pinned
-from tests.integration.test_api import Api, api  # noqa: F401 (the fixture)
+from tests.integration import test_api
+from tests.integration.test_api import Api
 
 J = model.JobState
+api = test_api.api  # the same app, store and tokens as the API's own tests
 
 
 class Invoice(BaseModel):
