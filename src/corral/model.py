@@ -1201,8 +1201,14 @@ def envelope(task: str, version: int, data: Any) -> dict[str, Any]:
     return {"task": task, "version": version, "data": data}
 
 
-def version_key(version: str) -> tuple[tuple[int, int | str], ...]:
-    """An app version as a sort key: `1.10.0` after `1.9.2`; numbers before words at each
-    place, so any string sorts, a git sha included."""
-    parts = re.split(r"[.\-+_]", version)
-    return tuple((0, int(p)) if p.isdigit() else (1, p) for p in parts)
+def version_key(version: str) -> tuple[int, Any]:
+    """An app version as a sort key: a version as Python packages number them (PEP 440:
+    `1.10.0` after `1.9.2`, `2.0.0rc1` before `2.0.0`) by its meaning; any other string (a
+    git sha) after those, place by place, numbers before words."""
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return (0, Version(version))
+    except InvalidVersion:
+        parts = re.split(r"[.\-+_]", version)
+        return (1, tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in parts))
