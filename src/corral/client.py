@@ -265,7 +265,7 @@ class Client:
         schema = schemas.get(version)
         if schema is None:
             schema = await self.store.known_schema(task=task, version=version)
-        data = job.payload["data"] if isinstance(job.payload, Mapping) else None
+        data = job.payload.get("data") if isinstance(job.payload, Mapping) else None
         if schema is not None and (problem := schema_problem(schema, data)):
             raise errors.InvalidInput(
                 f"payload.data{problem} (task {task} version {version}'s schema, as its"
@@ -1171,6 +1171,13 @@ def check_job(
     _check_reach(job.executor, policy, settings)
     checker = python_executor.SPEC if job.executor == model.PYTHON else executors[job.executor]
     spec = checker.validate_spec(job.spec)
+    if job.executor == model.PYTHON and job.payload != model.envelope(
+        *model.task_of(spec), job.payload.get("data") if isinstance(job.payload, Mapping) else None
+    ):
+        raise errors.InvalidInput(
+            "payload: a Python task's payload is its envelope {task, version, data}, of the"
+            " spec's task and version; submit it as task=NAME with the data as payload"
+        )
     return dataclasses.replace(job, spec=spec, policy=policy.stored())
 
 

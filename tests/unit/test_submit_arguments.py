@@ -72,3 +72,16 @@ def test_a_job_as_json_becomes_the_arguments_of_submit() -> None:
 def test_a_wrong_field_is_named_with_its_rule(given: object, said: str) -> None:
     with pytest.raises(errors.InvalidInput, match=said.replace("(", r"\(")):
         client.submit_arguments(given)
+
+
+def test_a_python_job_given_by_spec_must_carry_its_envelope() -> None:
+    c = client.Client(store=None, executors={}, settings=config.Settings(), clock=SystemClock())  # type: ignore[arg-type]
+    spec = {"task": "send-invoice", "version": 2}
+    good = {"task": "send-invoice", "version": 2, "data": {"amount_cents": 5}}
+    job = c.validate(c.new_job(executor="python", spec=spec, payload=good))
+    assert job.payload == good
+    for bad in ({"amount_cents": 5}, {**good, "version": 1}, None):
+        with pytest.raises(errors.InvalidInput, match="payload: a Python task's payload is"):
+            c.validate(c.new_job(executor="python", spec=spec, payload=bad))
+    with pytest.raises(errors.InvalidInput, match="task_version: 0 must be"):
+        c.validate(c.new_job(task="send-invoice"))  # its version is settled by task_checked
