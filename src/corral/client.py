@@ -711,10 +711,15 @@ class Client:
         nominal time after now (or at its start)."""
         from corral import scheduler
 
-        if isinstance(args.get("task"), str) and args.get("task_version") is None:
-            # A schedule's jobs run the version its newest live worker writes today.
-            draft = await self.task_checked(self.new_job(task=args["task"], payload=None))
-            args["task_version"] = model.task_of(draft.spec)[1]
+        if isinstance(args.get("task"), str):
+            # Its jobs run the version the newest live worker writes today (unless it names
+            # one), their payload checked against that version's schema as a submit's is.
+            draft = self.new_job(
+                task=args["task"],
+                task_version=args.get("task_version"),
+                payload=args.get("payload"),
+            )
+            args["task_version"] = model.task_of((await self.task_checked(draft)).spec)[1]
         new, anchor = self.new_schedule(name, **args)
         now = self.clock.now()
         first = scheduler.first_due(

@@ -322,3 +322,28 @@ async def test_a_job_scheduled_today_runs_tomorrow_with_its_pinned_amount_and_th
     fresh = log.stream("fresh")
     assert fresh is not None
     assert "new@example.com" in fresh.text
+
+
+async def test_a_submitter_with_the_task_in_hand_checks_the_payload_with_its_own_model(
+    c: client.Client, db: store.Store, settings: config.Settings, clk: PausedClock
+) -> None:
+    app = app_v2()
+    send = app.get("send-invoice")
+    with pytest.raises(errors.InvalidInput, match="send-invoice version 2: data.amount_cents"):
+        await c.submit(task=send, payload={"customer_id": 7})
+    with pytest.raises(errors.InvalidInput, match="task_version: 1: task send-invoice here"):
+        await c.submit(task=send, task_version=1, payload=Invoice(customer_id=7, amount_cents=1))
+    EMAILS[7] = "ann@example.com"
+    async with running(app, db, settings, clk):
+        job_id, _ = await c.submit(task=send, payload=Invoice(customer_id=7, amount_cents=42))
+        await eventually(lambda: all_in(c, [job_id], J.SUCCEEDED), what="sent")
+        made = await c.schedule_create(
+            "monthly",
+            every="1h",
+            task="send-invoice",
+            payload={"customer_id": 7, "amount_cents": 9},
+        )
+        assert made.template["spec"] == {"task": "send-invoice", "version": 2}
+        fired = await c.schedule_trigger("monthly")
+        await eventually(lambda: all_in(c, [fired], J.SUCCEEDED), what="the schedule's job ran")
+    assert [s["cents"] for s in SENT] == [42, 9]
