@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Iterator, Mapping
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -382,3 +383,23 @@ def test_the_prometheus_example_scrapes_the_api_with_a_token_and_the_loops_ports
 def _pod_labels(name: str) -> dict[str, str]:
     labels: dict[str, str] = _deployment(name)["spec"]["template"]["metadata"]["labels"]
     return labels
+
+
+WORKER = DEPLOY / "examples" / "worker.yaml"
+
+
+def test_the_worker_example_passes_the_schemas_and_its_grace_covers_its_drain(
+    settings: config.Settings,
+) -> None:
+    doc = yaml.safe_load(WORKER.read_text(encoding="utf-8"))
+    kubernetes.check_manifest(doc)
+    assert lint.lint_paths([WORKER], settings) == []
+    shorter = settings.model_copy(
+        update={
+            "timeouts": settings.timeouts.model_copy(
+                update={"drain_timeout": timedelta(seconds=60)}
+            )
+        }
+    )
+    [found] = lint.lint_paths([WORKER], shorter)  # a longer drain than its grace allows
+    assert found.rule == "worker-grace"
