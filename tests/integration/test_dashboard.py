@@ -235,6 +235,36 @@ async def test_the_overview_is_kept_a_few_seconds_but_never_past_a_change_made_h
     assert (count_of(after, J.QUEUED), count_of(after, J.CANCELLED)) == ("2", "1")
 
 
+async def test_failed_sign_ins_are_limited_by_address_and_by_user(
+    http: httpx.AsyncClient, c: client.Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past the failures allowed, a sign-in waits (429, saying how long), refused before
+    its password is hashed: as a user from anywhere, and from an address as anyone."""
+    assert isinstance(c.clock, FrozenClock)
+    hashed, real = [], client._password_matches
+    monkeypatch.setattr(client, "_password_matches", lambda *a: hashed.append(1) or real(*a))
+    app = http._transport.app  # type: ignore[attr-defined]
+    away = httpx.ASGITransport(app=app, client=("192.0.2.7", 1234))
+    async with httpx.AsyncClient(transport=away, base_url="http://corral.test") as elsewhere:
+        for _ in range(auth.FAILURES_PER_USER):
+            assert (await sign_in(http, name="ada", password="wrong horse")).status_code == 401
+        refused = await sign_in(elsewhere, name="ada", password="correct horse")
+        assert refused.status_code == 429
+        assert "Too many failed sign-ins as ada: try again in 60 s." in refused.text
+        assert refused.headers["retry-after"] == "60"
+        assert len(hashed) == auth.FAILURES_PER_USER, "refused before hashing"
+        assert (await sign_in(elsewhere, name="vic", password="correct horse")).status_code == 303
+        for i in range(auth.FAILURES_PER_CLIENT - auth.FAILURES_PER_USER):
+            assert (await sign_in(http, name=f"guess{i}", password="x")).status_code == 401
+        for fields in ({"name": "vic", "password": "correct horse"}, {"token": "corral_x"}):
+            from_here = await sign_in(http, **fields)
+            assert from_here.status_code == 429
+            assert "Too many failed sign-ins from your address" in from_here.text
+        c.clock.advance(auth.SIGN_IN_WINDOW)
+        assert (await sign_in(http, name="vic", password="correct horse")).status_code == 303
+        assert (await sign_in(elsewhere, name="ada", password="correct horse")).status_code == 303
+
+
 @pytest.mark.parametrize(
     "target", ["https://evil.example/", "//evil.example/ui/", "/ui//evil.example"]
 )

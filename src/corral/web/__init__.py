@@ -23,6 +23,7 @@ __all__ = ["mount"]
 def mount(app: FastAPI) -> None:
     """Serve the dashboard on `app` under /ui (none of it in the OpenAPI document)."""
     app.state.overview = overview.Keeper()
+    app.state.sign_ins = auth.SignInLimits()
     app.add_middleware(overview.Changes, keeper=app.state.overview)
     app.include_router(overview.router)
     app.include_router(pages.router)

@@ -5,11 +5,17 @@ The cookie holds a random secret (the store keeps its SHA-256): HttpOnly, SameSi
 and Secure when the page came over https. A POST without the session's CSRF token (a
 form's `csrf` field, or htmx's `X-CSRF-Token` header) is refused with 403. The sign-in
 form, sent before there is a session, carries the double of a cookie of its own instead.
+
+Failed sign-ins are counted, by client address and by user name (SignInLimits): past
+their limit, one more is refused with 429 before its password is hashed, so guessing
+(and the argon2 hashing it costs the server) stays slow however it is spread.
 """
 
 from __future__ import annotations
 
 import secrets
+from collections import deque
+from dataclasses import dataclass, field
 from typing import Annotated
 from urllib.parse import parse_qs, quote
 
@@ -34,6 +40,64 @@ class NeedSignIn(Exception):
 class Forbidden(Exception):
     """Raised when the session's role may not do what was asked, or a form came without
     the session's CSRF token: 403."""
+
+
+SIGN_IN_WINDOW = 60.0
+"""Seconds over which failed sign-ins are counted."""
+FAILURES_PER_CLIENT = 10
+"""Failed sign-ins from one client address in SIGN_IN_WINDOW; past them, it waits."""
+FAILURES_PER_USER = 5
+"""Failed sign-ins as one user name in SIGN_IN_WINDOW, from anywhere; past them, signing
+in as that user waits (an API token still signs in)."""
+KEYS_KEPT = 10_000
+"""Most addresses (and user names) whose failures a process keeps at once."""
+
+
+@dataclass
+class SignInLimits:
+    """The failed sign-ins of this process (and those under way), by client address and
+    by user name, each a window of their times (monotonic seconds)."""
+
+    clients: dict[str, deque[float]] = field(default_factory=dict)
+    users: dict[str, deque[float]] = field(default_factory=dict)
+
+    def refused(self, now: float, *, client: str, user: str) -> tuple[str, int] | None:
+        """Why a sign-in from `client` as `user` ("" for a token) must wait, and how many
+        seconds; None when it may go on."""
+        if wait := _wait(self.clients.get(client), FAILURES_PER_CLIENT, now):
+            return f"Too many failed sign-ins from your address: try again in {wait} s.", wait
+        if user and (wait := _wait(self.users.get(user), FAILURES_PER_USER, now)):
+            return f"Too many failed sign-ins as {user}: try again in {wait} s.", wait
+        return None
+
+    def trying(self, now: float, *, client: str, user: str) -> None:
+        """A sign-in begins: it counts as failed until it `succeeded` (so that many at once
+        cannot all pass before the first has failed)."""
+        _note(self.clients, client, FAILURES_PER_CLIENT, now)
+        if user:
+            _note(self.users, user, FAILURES_PER_USER, now)
+
+    def succeeded(self, now: float, *, client: str, user: str) -> None:
+        """The sign-in begun at `now` succeeded: it counts no more."""
+        for kept, key in ((self.clients, client), (self.users, user)):
+            if now in kept.get(key, ()):
+                kept[key].remove(now)
+
+
+def _wait(times: deque[float] | None, limit: int, now: float) -> int:
+    """Whole seconds until one more failure fits in the window (0: it does now)."""
+    if times is None or len(times) < limit or now - times[0] >= SIGN_IN_WINDOW:
+        return 0
+    return max(1, int(times[0] + SIGN_IN_WINDOW - now + 0.999))
+
+
+def _note(kept: dict[str, deque[float]], key: str, limit: int, now: float) -> None:
+    if key not in kept and len(kept) >= KEYS_KEPT:  # forget those whose window is over
+        for old in [k for k, t in kept.items() if now - t[-1] >= SIGN_IN_WINDOW]:
+            del kept[old]
+        if len(kept) >= KEYS_KEPT:
+            kept.pop(next(iter(kept)))  # the longest kept
+    kept.setdefault(key, deque(maxlen=limit)).append(now)
 
 
 class Form(dict[str, str]):

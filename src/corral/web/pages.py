@@ -107,7 +107,7 @@ async def audit(
 @router.get("/sign-in")
 async def sign_in_page(request: Request, next: str = "/ui/") -> Response:
     pairing = secrets.token_urlsafe(24)
-    shown = page(request, "sign_in.html", None, pairing=pairing, next=_local(next), failed=False)
+    shown = page(request, "sign_in.html", None, pairing=pairing, next=_local(next), failed="")
     auth.set_cookie(request, shown, auth.SIGN_IN_COOKIE, pairing, 3600)
     return shown
 
@@ -116,32 +116,50 @@ async def sign_in_page(request: Request, next: str = "/ui/") -> Response:
 async def sign_in(request: Request) -> Response:
     """A user name and password, or an API token: a session cookie and back to the page
     that sent here. The form's pairing must match its cookie (SameSite keeps another site's
-    form from sending one), so another site cannot sign a browser in as someone else."""
+    form from sending one), so another site cannot sign a browser in as someone else. Past
+    the failed sign-ins allowed (auth.SignInLimits), 429 before any password is hashed."""
     form = await auth.form_of(request)
     pairing = request.cookies.get(auth.SIGN_IN_COOKIE, "")
     if not pairing or not secrets.compare_digest(
         form.get("pairing", "").encode(), pairing.encode()
     ):
         raise auth.Forbidden("the sign-in form is stale: reload the page")
-    c = auth.client_of(request)
+    c, limits = auth.client_of(request), request.app.state.sign_ins
+    client, user = request.client.host if request.client else "", form.get("name", "")
+    user = "" if form.get("token") else user
+    now = c.clock.monotonic()
+    if refused := limits.refused(now, client=client, user=user):
+        shown = _sign_in_again(request, form, failed=refused[0], status=429)
+        shown.headers["Retry-After"] = str(refused[1])
+        return shown
+    limits.trying(now, client=client, user=user)
     if form.get("token"):
         opened = await c.sign_in_token(form["token"])
     else:
-        opened = await c.sign_in(form.get("name", ""), form.get("password", ""))
+        opened = await c.sign_in(user, form.get("password", ""))
     if opened is None:
-        again = secrets.token_urlsafe(24)
-        shown = page(
-            request, "sign_in.html", None, pairing=again, next=_local(form.get("next", "")),
-            failed=True, status=401,
-        )  # fmt: skip
-        auth.set_cookie(request, shown, auth.SIGN_IN_COOKIE, again, 3600)
-        return shown
+        return _sign_in_again(request, form, failed=NOT_VALID, status=401)
+    limits.succeeded(now, client=client, user=user)
     secret, made = opened
     went = RedirectResponse(_local(form.get("next", "")), 303)
     age = int((made.expires_at - c.clock.now()).total_seconds())
     auth.set_cookie(request, went, auth.COOKIE, secret, age)
     went.delete_cookie(auth.SIGN_IN_COOKIE, path="/ui")
     return went
+
+
+NOT_VALID = "That name and password, or that token, is not valid."
+
+
+def _sign_in_again(request: Request, form: auth.Form, *, failed: str, status: int) -> Response:
+    """The sign-in form again, saying why, with a new pairing."""
+    again = secrets.token_urlsafe(24)
+    shown = page(
+        request, "sign_in.html", None, pairing=again, next=_local(form.get("next", "")),
+        failed=failed, status=status,
+    )  # fmt: skip
+    auth.set_cookie(request, shown, auth.SIGN_IN_COOKIE, again, 3600)
+    return shown
 
 
 @router.post("/sign-out")
