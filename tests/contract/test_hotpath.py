@@ -130,6 +130,75 @@ async def test_the_settle_applies_successes_and_records_the_rest_in_one_statemen
     assert (ran, outcomes) == ([], [])
 
 
+def _task_job(task: str, version: int, queue: str = "default") -> model.NewJob:
+    return model.NewJob(
+        executor=model.PYTHON,
+        spec={"task": task, "version": version},
+        payload=model.envelope(task, version, {}),
+        queue=queue,
+        policy={"heartbeat": True},
+    )
+
+
+async def _worker_claim(
+    db: store.Store, clock: FrozenClock, general: bool, **kwargs: Any
+) -> list[model.Claimed]:
+    """A worker's claim, through the general path (a pool cap sends it there) or not."""
+    return await db.worker_claim(
+        worker_id="w1",
+        now=clock.now(),
+        limits=store.DefaultLimits(timedelta(seconds=240), timedelta(seconds=60)),
+        pools={"elsewhere": 5} if general else None,
+        **{"reads": [("send", [1, 2])], "queues": (), "limit": 10, **kwargs},
+    )
+
+
+@pytest.mark.parametrize("general", [False, True], ids=["hot", "general"])
+async def test_a_workers_claim_takes_what_it_reads_and_records_it_running(
+    db: store.Store, clock: FrozenClock, general: bool
+) -> None:
+    """On PostgreSQL the hot path's one statement, elsewhere (or with pools) the general
+    path: the same jobs taken (the worker's tasks, versions and queues), the same attempt,
+    the same run log."""
+    await db.job_submit(
+        new=[
+            _task_job("send", 1),
+            _task_job("send", 3),  # a version it does not read
+            _task_job("other", 1),  # a task it does not read
+            _task_job("send", 2, queue="slow"),  # a queue it does not take
+            model.NewJob(executor="noop", spec={}),
+        ],
+        now=clock.now(),
+    )
+    [claimed] = await _worker_claim(db, clock, general, queues=("default", "fast"))
+    assert model.task_of(claimed.job.spec) == ("send", 1)
+    a = claimed.attempt
+    assert (a.state, a.started_at, a.last_seen_at) == (A.RUNNING, clock.now(), clock.now())
+    assert a.lease_until == clock.now() + timedelta(seconds=60)
+    assert [a] == await db.attempt_list(job_id=claimed.job.id)
+    events = [
+        (e.entity, e.from_state, e.to_state, e.reason)
+        for e in await db.event_list(job_id=claimed.job.id)
+    ]
+    assert events[-2:] == [
+        ("job", "queued", "running", "claimed: attempt 1 launching"),
+        ("attempt", "launching", "running", "started by worker w1"),
+    ]
+    [slow] = await _worker_claim(db, clock, general)  # every queue
+    assert slow.job.queue == "slow"
+    assert await _worker_claim(db, clock, general) == []
+
+
+@pytest.mark.postgres
+async def test_a_workers_claim_is_one_statement(
+    pg: store.Store, clock: FrozenClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await pg.job_submit(new=[_task_job("send", 1) for _ in range(5)], now=clock.now())
+    seen = Statements(pg, monkeypatch)
+    assert len(await _worker_claim(pg, clock, general=False, limit=3)) == 3
+    assert seen.sent == ["WITH"]
+
+
 @pytest.mark.postgres
 async def test_a_connection_broken_in_the_pool_is_replaced_once(
     pg: store.Store, pg_url: str, clock: FrozenClock
@@ -218,6 +287,17 @@ _PARAMETER_TYPES = {
         "limited": "bool",
         "deadline": "float8",
         "lease": "float8",
+    },
+    "WORKER_CLAIM": {
+        "now": "timestamptz",
+        "executors": "text[]",
+        "reads": "text[]",
+        "queues": "text[]",
+        "limit": "int",
+        "limited": "bool",
+        "deadline": "float8",
+        "lease": "float8",
+        "ran_reason": "text",
     },
     "SETTLE": {
         "now": "timestamptz",

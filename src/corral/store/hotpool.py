@@ -11,7 +11,8 @@ statement, and the call is tried once more on a new connection. The idle ones ar
 with it, as whatever broke one (a server restart, a failover) broke them all. A statement
 in autocommit may have committed before its answer was lost, so only statements that may
 run twice run here: a settle (compare-and-set), or a claim (what the lost answer claimed
-stays `launching`, and recovery launches it after launch_grace).
+stays `launching`, and recovery launches it after launch_grace; a worker's claim records
+its attempts running, and what no worker heard of is recovered once their leases lapse).
 
 A call that runs out of time, or is cancelled, closes its connection's socket at once:
 its statement ends with the connection (the server rolls back whatever had not committed),

@@ -17,7 +17,20 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, and_, delete, exists, false, func, insert, or_, select, update
+from sqlalchemy import (
+    Connection,
+    and_,
+    case,
+    delete,
+    exists,
+    false,
+    func,
+    insert,
+    or_,
+    select,
+    true,
+    update,
+)
 
 from corral import model
 from corral.store import attempts as attempts_
@@ -60,6 +73,15 @@ def _reads_any(reads: Iterable[tuple[str, Sequence[int]]]) -> Any:
     """A Python task's job whose (task, version) is one of `reads` (task, versions)."""
     terms = [and_(TASK == task, VERSION.in_(list(versions))) for task, versions in reads]
     return or_(*terms) if terms else false()
+
+
+def _claimable(reads: Iterable[tuple[str, Sequence[int]]]) -> Any:
+    """_reads_any as the claim's pick takes it: inside a CASE, which the planner cannot
+    estimate, so it counts on half the queued jobs matching and walks their index in claim
+    order, stopping at the limit. Given the JSON fields' equalities as they are, it counts
+    on almost none matching and sorts every queued job first (PostgreSQL: 15 ms a claim
+    with 20,000 queued, against 0.1 ms)."""
+    return case((_reads_any(reads), true()), else_=false())
 
 
 def _python(state: model.JobState) -> list[Any]:
@@ -325,7 +347,7 @@ def worker_claim(
     `queues`; all when empty), through the dispatcher's own claim (fences, pools, tenant
     limits, events), each attempt recorded running at once: the worker is its own platform,
     and starts the function as soon as this transaction commits."""
-    also = [_reads_any(reads)]
+    also = [_claimable(reads)]
     if queues:
         also.append(jobs.c.queue.in_(list(queues)))
     claimed = claims.job_claim(
@@ -342,10 +364,7 @@ def worker_claim(
         return []
     ran = set(
         attempts_.attempt_record_running(
-            conn,
-            fences=[c.attempt.id for c in claimed],
-            now=now,
-            reason=f"started by worker {worker_id}",
+            conn, fences=[c.attempt.id for c in claimed], now=now, reason=started_by(worker_id)
         )
     )
     return [
@@ -358,6 +377,11 @@ def worker_claim(
         for c in claimed
         if c.attempt.id in ran
     ]
+
+
+def started_by(worker_id: str) -> str:
+    """The run log's reason for an attempt a worker claimed and started."""
+    return f"started by worker {worker_id}"
 
 
 # --- parked jobs -----------------------------------------------------------------------------
