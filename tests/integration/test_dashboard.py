@@ -1,6 +1,7 @@
 """The dashboard over HTTP on both databases (its browser tests: tests/browser): signing
 in with a password or a token, the session cookie, CSRF on every form, roles, tenant
-isolation on every page, counts that stay bounded, and bulk actions from a preview."""
+isolation on every page, counts that stay bounded, the overview kept a few seconds, bulk
+actions from a preview, live pages over server-sent events, and failed sign-ins limited."""
 
 from __future__ import annotations
 
@@ -225,6 +226,8 @@ async def test_the_overview_is_kept_a_few_seconds_but_never_past_a_change_made_h
     kept = (await http.get("/ui/")).text
     assert count_of(kept, J.QUEUED) == "1"
     assert ", 3 s ago" in kept
+    assert (await http.post("/api/v1/jobs", json={})).status_code == 401  # refused: no change
+    assert count_of((await http.get("/ui/")).text, J.QUEUED) == "1"
     assert count_of((await http.get("/ui/?fresh=1")).text, J.QUEUED) == "2"
     c.clock.advance(shown_overview.KEEP_SECONDS)
     await c.submit(**NOOP, tenant="a")

@@ -69,9 +69,10 @@ class Keeper:
 
 
 class Changes:
-    """ASGI middleware: a request that may change something (any method but GET, HEAD and
-    OPTIONS; not an attempt's own calls) tells the keeper once its answer starts, that is
-    after its change was made, so the next overview reads anew."""
+    """ASGI middleware: a request that may have changed something (any method but GET,
+    HEAD and OPTIONS, not refused: its answer under 400; not an attempt's own calls) tells
+    the keeper once its answer starts, that is after its change was made, so the next
+    overview reads anew. A refused one (a guess without a token) changed nothing."""
 
     def __init__(self, app: ASGIApp, *, keeper: Keeper) -> None:
         self.app = app
@@ -87,7 +88,7 @@ class Changes:
             return
 
         async def told(message: Message) -> None:
-            if message["type"] == "http.response.start":
+            if message["type"] == "http.response.start" and message["status"] < 400:
                 self.keeper.changed()
             await send(message)
 
@@ -116,19 +117,21 @@ async def overview_stream(request: Request, who: Viewer) -> Response:
     KEEP_SECONDS (the drawing kept, or drawn anew once it is older), with when they
     were read each time they were read again."""
     c, keeper = auth.client_of(request), keeper_of(request)
-    now: list[Kept] = []
+    latest: Kept | None = None
     shown = Markup()
 
     async def look() -> datetime:
+        nonlocal latest
         kept = keeper.fresh(who.tenant, c.clock.monotonic())
-        now[:] = [kept or await drawn(c, keeper, who.tenant)]
-        return now[0].read_at
+        latest = kept or await drawn(c, keeper, who.tenant)
+        return latest.read_at
 
-    async def draw() -> live.Drawn:
+    async def draw() -> live.Drawn:  # after a look: `latest` is what it saw
         nonlocal shown
-        parts = {} if now[0].parts == shown else {"live": str(now[0].parts)}
-        shown = now[0].parts
-        fresh = pages.render(request, "overview_fresh.html", who, **_freshness(c, now[0]))
+        assert latest is not None
+        parts = {} if latest.parts == shown else {"live": str(latest.parts)}
+        shown = latest.parts
+        fresh = pages.render(request, "overview_fresh.html", who, **_freshness(c, latest))
         return live.Drawn({**parts, "fresh": fresh})
 
     return live.stream(request, look, draw, every=KEEP_SECONDS)
@@ -153,17 +156,9 @@ async def drawn(c: client.Client, keeper: Keeper, tenant: str | None) -> Kept:
         budgets=tenant is None,  # queues are every tenant's: only for a session of all
     )
     ends = dict(zip([key for _, key in spans], found.ends, strict=True))
-    drawn_charts = []
-    for w in windows:
-        old = ends.get((w.title, "past"))
-        if old is None:
-            old = past[w.title]
-        else:
-            keeper.past[(tenant, w.title)] = (w.since, old)
-        drawn_charts.append(charts.chart(w, [*old, *ends[(w.title, "live")]]))
     html = pages.templates.get_template("overview_parts.html").render(
         counts=[(state, *found.counts[state]) for state in model.JobState],
-        charts=drawn_charts,
+        charts=_charts(keeper, tenant, windows, past, ends),
         quarantined=found.quarantined,
         failing=found.failing,
         pools=[(name, found.running.get(name, 0), size) for name, size in sorted(slots.items())],
@@ -173,6 +168,26 @@ async def drawn(c: client.Client, keeper: Keeper, tenant: str | None) -> Kept:
     if keeper.generation == generation:  # else a change came meanwhile: shown once, not kept
         keeper.drawn[tenant] = kept
     return kept
+
+
+def _charts(
+    keeper: Keeper,
+    tenant: str | None,
+    windows: list[charts.Window],
+    past: dict[str, Buckets],
+    ends: dict[tuple[str, str], Buckets],
+) -> list[charts.Chart]:
+    """Each window's chart: its past buckets (kept, or read now and kept from now on for
+    where the window begins), then its live ones."""
+    drawn = []
+    for w in windows:
+        old = ends.get((w.title, "past"))
+        if old is None:
+            old = past[w.title]
+        else:
+            keeper.past[(tenant, w.title)] = (w.since, old)
+        drawn.append(charts.chart(w, [*old, *ends[(w.title, "live")]]))
+    return drawn
 
 
 def _spans(
