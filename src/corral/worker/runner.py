@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import functools
 import inspect
 import json
 import logging
@@ -395,7 +396,7 @@ class Worker:
             )
 
     async def _call(self, task: Task[Any], value: Any, ctx: TaskContext) -> None:
-        args = (value, ctx) if len(inspect.signature(task.fn).parameters) > 1 else (value,)
+        args = (value, ctx) if _takes_context(task.fn) else (value,)
         token = _current.set(ctx)
         try:
             if task.is_async:
@@ -557,6 +558,13 @@ def _data_of(payload: Any, task: str) -> Any:
             f"payload of task {task}: not an envelope {{task, version, data}}"
         )
     return payload["data"]
+
+
+@functools.cache
+def _takes_context(fn: Callable[..., Any]) -> bool:
+    """Whether a task's function takes its TaskContext too (a second parameter): read once
+    per function, not at every run."""
+    return len(inspect.signature(fn).parameters) > 1
 
 
 def _seconds_until(at: Any, clk: clock.Clock) -> float | None:
