@@ -90,6 +90,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/schedules.py
 	$(BIN)/python bench/api.py
 	$(BIN)/python bench/dashboard.py
+	$(BIN)/python bench/workers.py
 
 # Corral against PgQueuer and the raw loop, interleaved over rounds, on the PostgreSQL server
 # of CORRAL_TEST_POSTGRES_URL (JSON on stdout). PgQueuer is in the `bench` extra, installed here.

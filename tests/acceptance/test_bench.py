@@ -140,3 +140,14 @@ def test_dashboard_reports_its_pages_against_the_api_list() -> None:
     for name in dashboard:
         assert report["pages"][name]["ratio_p95_vs_api_list"] > 0
     assert report["server"]["cpu_ms_per_request"] > 0
+
+
+def test_workers_report_the_ratio_to_the_dispatcher_and_the_parked_backlog() -> None:
+    report = _bench("workers.py", "--jobs", "300", "--backlog", "200")
+    got = report["throughput"]
+    assert got["workers"]["succeeded"] == got["dispatcher"]["succeeded"] == 300
+    assert sum(got["workers"]["jobs_by_worker"]) == 300
+    assert got["ratio_workers_vs_dispatcher"] > 0
+    backlog = report["parked_backlog"]
+    assert backlog["in_process"]["register_s"] > 0
+    assert backlog["worker_process"]["from_registration_to_all_ran_s"] > 0
