@@ -1172,18 +1172,34 @@ def check_job(
     for key, value in job.labels.items():
         model.check_label(key, value)
     _check_payload(job.payload, settings)
+    if job.executor == model.PYTHON:
+        job = _worker_leased(job)
     policy = config.job_policy(settings, job.policy)
     _check_reach(job.executor, policy, settings)
     checker = python_executor.SPEC if job.executor == model.PYTHON else executors[job.executor]
     spec = checker.validate_spec(job.spec)
-    if job.executor == model.PYTHON and job.payload != model.envelope(
-        *model.task_of(spec), job.payload.get("data") if isinstance(job.payload, Mapping) else None
-    ):
+    return dataclasses.replace(job, spec=spec, policy=policy.stored())
+
+
+def _worker_leased(job: model.NewJob) -> model.NewJob:
+    """A Python task's job: its payload the envelope of its spec's task and version, and on
+    its worker's lease (the worker's heartbeats renew it, at the worker's own interval, so a
+    job cannot set its own lease or heartbeat interval)."""
+    task, version = model.task_of(python_executor.SPEC.validate_spec(job.spec))
+    data = job.payload.get("data") if isinstance(job.payload, Mapping) else None
+    if job.payload != model.envelope(task, version, data):
         raise errors.InvalidInput(
             "payload: a Python task's payload is its envelope {task, version, data}, of the"
             " spec's task and version; submit it as task=NAME with the data as payload"
         )
-    return dataclasses.replace(job, spec=spec, policy=policy.stored())
+    limits = job.policy.get("limits") or {}
+    for name in ("lease_timeout", "heartbeat_interval"):
+        if isinstance(limits, Mapping) and name in limits:
+            raise errors.InvalidInput(
+                f"policy.limits.{name}: a Python task's lease is its worker's"
+                f" (timeouts.{name}), renewed by the worker's heartbeats; it is not set per job"
+            )
+    return dataclasses.replace(job, policy={**job.policy, "heartbeat": True})
 
 
 def _not_running(kind: str, executors: Mapping[str, SpecChecker]) -> str:
@@ -1249,6 +1265,12 @@ def explain(view: JobView, now: datetime, *, pool: tuple[int, int] | None = None
         return (
             f"pool full: pool {job.pool!r} runs {pool[0]} of its {pool[1]} slots;"
             " this job waits for one to free up"
+        )
+    if job.state == J.QUEUED and job.executor == model.PYTHON:
+        task, version = model.task_of(job.spec)
+        return (
+            f"due now: waiting for a `corral worker` that reads task {task} version {version}"
+            " to claim it (is one running with a free slot? `corral workers` lists them)"
         )
     if job.state == J.QUEUED:
         return (

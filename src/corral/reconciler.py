@@ -82,6 +82,7 @@ class Pass:
     jobs_removed: int = 0
     slas_missed: int = 0
     parked: int = 0  # Python tasks' jobs no live worker reads (queued, or whose worker went)
+    unparked: int = 0  # parked ones a live worker reads after all (a race, a silence ended)
 
     def __str__(self) -> str:
         return ", ".join(
@@ -171,16 +172,22 @@ class Reconciler:
                 await self._repair_tasks(items, summary)
             else:
                 await self._repair_all(kind, items, summary)
-        summary.parked += await self.store.jobs_park_unread(
-            now=self.clock.now(), since=self.clock.now() - self.t.lease_timeout
-        )
+        since = self.clock.now() - self.t.lease_timeout
+        summary.parked += await self.store.jobs_park_unread(now=self.clock.now(), since=since)
+        summary.unparked += await self.store.jobs_unpark_read(now=self.clock.now(), since=since)
         for executor in self.executors.values():
             await self._stop_orphans(executor, summary)
         if self.clock.monotonic() >= self._retention_due:
             await self._remove_old_jobs(summary)
         summary.slas_missed = await self.store.sla_check(now=self.clock.now())
         metrics.repairs({f.name: getattr(summary, f.name) for f in fields(summary)})
-        done = (summary.orphans_cancelled, summary.forgotten, summary.jobs_removed, summary.parked)
+        done = (
+            summary.orphans_cancelled,
+            summary.forgotten,
+            summary.jobs_removed,
+            summary.parked,
+            summary.unparked,
+        )
         if summary.looked or summary.slas_missed or any(done):
             log.info("pass: %s", summary)
         return summary
@@ -207,15 +214,19 @@ class Reconciler:
                 summary.timed_out += 1
                 self._repaired(attempt, "timed out")
                 finishes.append(_failed(attempt, "timed out: ran past its deadline"))
-            elif _past(attempt.lease_until, now) or attempt.state == A.LAUNCHING:
+            elif (
+                _past(attempt.lease_until, now)
+                or _past(attempt.last_seen_at, since)
+                or attempt.state == A.LAUNCHING
+            ):
                 silent.append(item)
         readers = await self.store.task_readers(
-            pairs=[model.task_of(i.job.spec) for i in silent], since=since
+            pairs=[(*model.task_of(i.job.spec), i.job.queue) for i in silent], since=since
         )
         park: dict[tuple[str, int], list[int]] = defaultdict(list)
         for item in silent:
             pair = model.task_of(item.job.spec)
-            if pair in readers:
+            if (*pair, item.job.queue) in readers:
                 summary.lost += 1
                 self._repaired(item.attempt, "lost: its worker went silent")
                 finishes.append(
@@ -234,6 +245,8 @@ class Reconciler:
         for (task, version), fences in sorted(park.items()):
             parked = await self.store.attempt_park(
                 fences=fences,
+                task=task,
+                version=version,
                 now=now,
                 why=f"its worker went silent and no live worker reads task {task}"
                 f" version {version}",

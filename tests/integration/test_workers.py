@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
@@ -347,3 +348,134 @@ async def test_a_submitter_with_the_task_in_hand_checks_the_payload_with_its_own
         fired = await c.schedule_trigger("monthly")
         await eventually(lambda: all_in(c, [fired], J.SUCCEEDED), what="the schedule's job ran")
     assert [s["cents"] for s in SENT] == [42, 9]
+
+
+# --- what goes wrong ---------------------------------------------------------------------
+
+
+def ping_app(version: str = "1.0.0") -> App:
+    app = App("pings", version=version)
+
+    @app.task("ping", version=1)
+    def ping(p: Ping) -> None: ...
+
+    return app
+
+
+async def test_a_worker_heard_from_again_after_a_silence_queues_what_parked_meanwhile(
+    c: client.Client, db: store.Store, settings: config.Settings, clk: PausedClock
+) -> None:
+    worker = Worker(ping_app(), db=db, settings=settings, clk=clk)
+    await db.worker_register(worker=worker.info(), now=clk.now(), since=c.since())
+    clk.advance(settings.timeouts.lease_timeout.total_seconds() + 1)  # silent past its lease
+    job_id, _ = await c.submit(task="ping", task_version=1, payload={"n": 1})
+    assert (await c.job(job_id)).job.state == J.PARKED  # nobody live reads it
+    await db.worker_beat(worker_id=worker.id, leases={}, now=clk.now(), since=c.since())
+    assert (await c.job(job_id)).job.state == J.QUEUED  # its reader is back
+
+
+async def test_recovery_queues_a_parked_job_that_a_live_worker_reads(
+    c: client.Client, db: store.Store, settings: config.Settings, clk: PausedClock
+) -> None:
+    worker = Worker(ping_app(), db=db, settings=settings, clk=clk)
+    await db.worker_register(worker=worker.info(), now=clk.now(), since=c.since())
+    job_id, _ = await c.submit(task="ping", payload={"n": 1})
+    # A park that raced the registration: it saw no live reader.
+    assert await db.jobs_park_unread(now=clk.now(), since=clk.now()) == 1
+    done = await Reconciler(store=db, executors={}, clock=clk, settings=settings).run_once()
+    assert (done.parked, done.unparked) == (0, 1)
+    assert (await c.job(job_id)).job.state == J.QUEUED
+
+
+async def test_a_worker_of_one_queue_neither_reads_nor_releases_another_queue_s_jobs(
+    c: client.Client, db: store.Store, settings: config.Settings, clk: PausedClock
+) -> None:
+    job_id, _ = await c.submit(task="ping", task_version=1, payload={"n": 1}, queue="b")
+    assert (await c.job(job_id)).job.state == J.PARKED
+    worker = Worker(ping_app(), db=db, settings=settings, clk=clk, queues=("a",))
+    assert await db.worker_register(worker=worker.info(), now=clk.now(), since=c.since()) == 0
+    assert await db.jobs_unpark_read(now=clk.now(), since=c.since()) == 0
+    other, _ = await c.submit(task="ping", payload={"n": 2}, queue="b")
+    assert (await c.job(other)).job.state == J.PARKED  # queue a's worker does not read b
+
+
+async def test_an_end_the_store_refused_once_is_written_again(
+    c: client.Client,
+    db: store.Store,
+    settings: config.Settings,
+    clk: PausedClock,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    real, failed = db.attempt_finish, []
+
+    async def flaky(**kw: Any) -> Any:
+        if not failed:
+            failed.append(1)
+            raise errors.StoreError("database is locked")
+        return await real(**kw)
+
+    monkeypatch.setattr(db, "attempt_finish", flaky)
+    async with running(ping_app(), db, settings, clk):
+        job_id, _ = await c.submit(task="ping", payload={"n": 1})
+        await eventually(lambda: all_in(c, [job_id], J.SUCCEEDED), what="recorded after all")
+    assert failed == [1]
+
+
+async def test_a_plain_task_past_its_deadline_fails_and_holds_its_slot_until_it_returns(
+    c: client.Client, db: store.Store, settings: config.Settings, clk: PausedClock
+) -> None:
+    app = App("slow", version="1.0.0")
+    release = threading.Event()
+    ran: list[int] = []
+
+    @app.task("nap", version=1)
+    def nap(p: Ping) -> None:
+        ran.append(p.n)
+        if p.n == 1:
+            release.wait(60)  # ignores ctx.stopping: Python cannot stop its thread
+
+    async with running(app, db, settings, clk, concurrency=1):
+        first, _ = await c.submit(
+            task="nap", payload={"n": 1}, policy={"limits": {"attempt_deadline": "30s"}}
+        )
+        await eventually(lambda: ran == [1], what="the first started")
+        second, _ = await c.submit(task="nap", payload={"n": 2})
+        clk.advance(31)
+        await eventually(lambda: all_in(c, [first], J.QUEUED), what="timed out, to retry")
+        attempt = (await c.job(first)).attempts[0]
+        assert (attempt.state, attempt.reason) == (A.FAILED, "timed out: ran past its deadline")
+        assert (await c.job(second)).job.state == J.QUEUED  # no free thread, no claim
+        assert ran == [1]
+        release.set()  # its thread returns: the slot frees
+        await eventually(lambda: all_in(c, [second], J.SUCCEEDED), what="the second ran")
+
+
+async def test_a_task_s_own_timeout_is_its_failure_not_a_deadline(
+    c: client.Client, db: store.Store, settings: config.Settings, clk: PausedClock
+) -> None:
+    app = App("t", version="1.0.0")
+
+    @app.task("call", version=1)
+    async def call(p: Ping) -> None:
+        raise TimeoutError("the payment service did not answer")
+
+    async with running(app, db, settings, clk):
+        job_id, _ = await c.submit(task="call", payload={"n": 1}, max_attempts=1)
+        await eventually(lambda: all_in(c, [job_id], J.FAILED), what="failed")
+    [attempt] = (await c.job(job_id)).attempts
+    assert attempt.reason == "TimeoutError: the payment service did not answer"
+
+
+async def test_a_python_job_cannot_set_its_own_lease(c: client.Client) -> None:
+    with pytest.raises(errors.InvalidInput, match="policy.limits.lease_timeout: a Python task"):
+        await c.submit(
+            task="ping", task_version=1, payload={}, policy={"limits": {"lease_timeout": "8s"}}
+        )
+    spec_job = c.validate(
+        c.new_job(
+            executor="python",
+            spec={"task": "ping", "version": 1},
+            payload=model.envelope("ping", 1, {}),
+        )
+    )
+    assert spec_job.policy["heartbeat"] is True  # on its worker's lease, however submitted

@@ -1211,9 +1211,11 @@ class Store:
         return await self._tx(workers.worker_register, worker=worker, now=now, since=since)
 
     async def worker_beat(
-        self, *, worker_id: str, leases: Mapping[int, float], now: datetime
+        self, *, worker_id: str, leases: Mapping[int, float], now: datetime, since: datetime
     ) -> tuple[model.WorkerState | None, list[int]]:
-        return await self._tx(workers.worker_beat, worker_id=worker_id, leases=leases, now=now)
+        return await self._tx(
+            workers.worker_beat, worker_id=worker_id, leases=leases, now=now, since=since
+        )
 
     async def worker_drain(self, *, worker_id: str, now: datetime) -> None:
         await self._tx(workers.worker_drain, worker_id=worker_id, now=now)
@@ -1273,9 +1275,12 @@ class Store:
         return await self._read(workers.known_schema, task=task, version=version)
 
     async def task_readers(
-        self, *, pairs: Sequence[tuple[str, int]], since: datetime
-    ) -> set[tuple[str, int]]:
+        self, *, pairs: Sequence[tuple[str, int, str]], since: datetime
+    ) -> set[tuple[str, int, str]]:
         return await self._read(workers.readers, pairs=pairs, since=since)
+
+    async def jobs_unpark_read(self, *, now: datetime, since: datetime) -> int:
+        return await self._tx(workers.jobs_unpark_read, now=now, since=since)
 
     async def lowest_app_versions(
         self, *, pairs: Sequence[tuple[str, int]]
@@ -1305,8 +1310,12 @@ class Store:
     async def attempt_hand_back(self, *, fences: Sequence[int], now: datetime) -> list[int]:
         return await self._tx(attempts.attempt_hand_back, fences=fences, now=now)
 
-    async def attempt_park(self, *, fences: Sequence[int], now: datetime, why: str) -> list[int]:
-        return await self._tx(attempts.attempt_park, fences=fences, now=now, why=why)
+    async def attempt_park(
+        self, *, fences: Sequence[int], task: str, version: int, now: datetime, why: str
+    ) -> list[int]:
+        return await self._tx(
+            workers.attempt_park, fences=fences, task=task, version=version, now=now, why=why
+        )
 
     @contextlib.asynccontextmanager
     async def woken(self, channel: str = workers.CHANNEL) -> AsyncIterator[asyncio.Event]:

@@ -300,6 +300,7 @@ def attempt_hand_back(conn: Connection, *, fences: Sequence[int], now: datetime)
     model.HANDED_BACK and its job queued at once, not charged (as attempt_never_launched).
     Returns the fences handed back; one that moved meanwhile (a newer attempt, a cancel) is
     left alone, so a stopped run can never hand back a job someone else now runs."""
+    dialects.notify(conn, dialects.TASKS)  # another worker may take them at once
     return _supersede(
         conn,
         fences=fences,
@@ -309,23 +310,6 @@ def attempt_hand_back(conn: Connection, *, fences: Sequence[int], now: datetime)
         job_reason=f"new attempt: the last one was {model.HANDED_BACK}; not charged",
         attempt_reason=model.HANDED_BACK,
         job_values={"uncharged_attempts": jobs.c.uncharged_attempts + 1},
-    )
-
-
-def attempt_park(conn: Connection, *, fences: Sequence[int], now: datetime, why: str) -> list[int]:
-    """Running attempts of Python tasks whose worker went away while no live worker reads
-    their payload: each is superseded with the reason model.NO_COMPATIBLE_WORKER and its job
-    parked, not charged, until a worker that reads it registers. Returns the fences."""
-    return _supersede(
-        conn,
-        fences=fences,
-        expected=A.RUNNING,
-        now=now,
-        reason=f"{model.NO_COMPATIBLE_WORKER}: {why}; not charged",
-        job_reason=f"parked: {model.NO_COMPATIBLE_WORKER} ({why}); not charged",
-        attempt_reason=model.NO_COMPATIBLE_WORKER,
-        job_values={"uncharged_attempts": jobs.c.uncharged_attempts + 1},
-        job_to=J.PARKED,
     )
 
 
@@ -341,6 +325,7 @@ def _supersede(
     attempt_reason: str | None = None,
     job_values: Mapping[str, Any] | None = None,
     job_to: model.JobState = J.QUEUED,
+    job_details: Mapping[str, Any] | None = None,
 ) -> list[int]:
     """Supersede each current attempt of `fences` still in `expected` (and meeting
     `where`), and queue its job at once for a new attempt (or move it to `job_to`).
@@ -380,6 +365,7 @@ def _supersede(
         to=job_to,
         now=now,
         reason=job_reason,
+        details=job_details,
         values={"run_at": now, **(job_values or {})},
         attempt_nos=[a.attempt_no for a in applied],
         attempt_ids=[a.id for a in applied],

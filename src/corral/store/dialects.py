@@ -34,7 +34,9 @@ from sqlalchemy import (
     bindparam,
     create_engine,
     event,
+    exists,
     func,
+    or_,
     select,
     tuple_,
 )
@@ -472,6 +474,27 @@ def sqlite_time(value: datetime | None) -> str | None:
     """The text form SQLAlchemy's SQLite DateTime writes and reads back: naive UTC, microseconds."""
     utc = _utc(value)
     return None if utc is None else utc.replace(tzinfo=None).isoformat(" ", "microseconds")
+
+
+TASKS = "corral_tasks"
+"""PostgreSQL's LISTEN/NOTIFY channel of Python tasks' jobs: told when some become queued
+(a submit, a hand-back, a release, a worker that reads parked ones registering), so that
+waiting `corral worker` processes claim at once instead of at their next poll."""
+
+
+def json_list_empty_or_has(conn: Connection, column: Any, value: Any) -> ColumnElement[bool]:
+    """Whether the JSON array `column` is empty or holds `value` (a SQL expression): a
+    worker's queues, empty for every queue, and a job's queue."""
+    if conn.dialect.name == "postgresql":
+        return or_(
+            func.jsonb_array_length(column) == 0,
+            column.op("@>")(func.jsonb_build_array(value)),
+        )
+    each = func.json_each(column).table_valued("value")
+    return or_(
+        func.json_array_length(column) == 0,
+        exists(select(each.c.value).where(each.c.value == value)),
+    )
 
 
 def notify(conn: Connection, channel: str, payload: str = "") -> None:

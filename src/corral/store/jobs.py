@@ -48,6 +48,8 @@ def job_submit(
         ):
             out[i] = made
     result = [o for o in out if o is not None]
+    if any(j.executor == model.PYTHON for j in new):
+        dialects.notify(conn, dialects.TASKS)  # waiting workers claim at once
     _slas(conn, new, result, now)
     event_insert(
         conn,

@@ -41,10 +41,7 @@ from corral.store.tables import attempts, events, jobs, schedules, worker_tasks,
 
 A, J, W = model.AttemptState, model.JobState, model.WorkerState
 
-CHANNEL = "corral_tasks"
-"""PostgreSQL's LISTEN/NOTIFY channel: told when Python tasks' jobs become queued (a
-submit, a release, a worker that reads parked ones registering), so waiting workers claim
-at once instead of at their next poll."""
+CHANNEL = dialects.TASKS
 
 RELEASED = "released by a person: parked no more"
 """The reason of a manual release; the park pass leaves a job so released alone."""
@@ -60,12 +57,17 @@ def _live(since: datetime) -> Any:
     return and_(workers.c.state == W.RUNNING, workers.c.last_seen_at > since)
 
 
-def _read_by_live(since: datetime) -> Any:
-    """A Python task's job that some live worker reads (a correlated EXISTS)."""
+def _read_by_live(conn: Connection, since: datetime) -> Any:
+    """A Python task's job that some live worker reads, of its queue (a correlated EXISTS)."""
     return exists(
         select(worker_tasks.c.worker_id)
         .join(workers, workers.c.id == worker_tasks.c.worker_id)
-        .where(worker_tasks.c.task == TASK, worker_tasks.c.version == VERSION, _live(since))
+        .where(
+            worker_tasks.c.task == TASK,
+            worker_tasks.c.version == VERSION,
+            _live(since),
+            dialects.json_list_empty_or_has(conn, workers.c.queues, jobs.c.queue),
+        )
     )
 
 
@@ -127,6 +129,7 @@ def worker_register(
     return jobs_unpark(
         conn,
         reads=_grouped((r.task, r.version) for r in worker.reads),
+        queues=worker.queues,
         now=now,
         reason=f"a worker that reads it registered: {worker.app} {worker.app_version}"
         f" ({worker.id})",
@@ -139,23 +142,44 @@ def worker_beat(
     worker_id: str,
     leases: Mapping[int, float],
     now: datetime,
+    since: datetime,
 ) -> tuple[model.WorkerState | None, list[int]]:
     """A worker's heartbeat: it is alive, and each attempt it runs (fence: lease seconds)
     has its lease renewed from now. Returns the worker's state as stored (None: no such
     worker) and the fences no longer running (cancelled, or replaced by a newer attempt):
-    the worker stops those runs."""
+    the worker stops those runs. A worker heard from again after a silence past its lease
+    (`since`: now less the lease) queues again the parked jobs it reads, as a registering
+    one does: while it was silent, what only it reads may have parked."""
+    before = conn.execute(
+        select(workers.c.state, workers.c.last_seen_at, workers.c.queues).where(
+            workers.c.id == worker_id
+        )
+    ).first()
     state = conn.execute(
         update(workers)
         .where(workers.c.id == worker_id)
         .values(last_seen_at=now)
         .returning(workers.c.state)
     ).scalar()
+    if before is not None and before.state == W.RUNNING and before.last_seen_at <= since:
+        reads = conn.execute(
+            select(worker_tasks.c.task, worker_tasks.c.version).where(
+                worker_tasks.c.worker_id == worker_id
+            )
+        ).all()
+        jobs_unpark(
+            conn,
+            reads=_grouped((r.task, r.version) for r in reads),
+            queues=before.queues,
+            now=now,
+            reason=f"a worker that reads it was heard from again ({worker_id})",
+        )
     renewed: set[int] = set()
     by_length: dict[float, list[int]] = {}
     for fence, seconds in leases.items():
         by_length.setdefault(seconds, []).append(fence)
+    dialects.lock_in_order(conn, attempts, sorted(leases))  # one order, as completions lock
     for seconds, fences in sorted(by_length.items()):
-        dialects.lock_in_order(conn, attempts, fences)
         renewed.update(
             conn.execute(
                 update(attempts)
@@ -256,26 +280,28 @@ def known_schema(conn: Connection, *, task: str, version: int) -> Mapping[str, A
 
 
 def readers(
-    conn: Connection, *, pairs: Sequence[tuple[str, int]], since: datetime
-) -> set[tuple[str, int]]:
-    """Which of `pairs` (task, version) some live worker reads."""
-    if not pairs:
-        return set()
+    conn: Connection, *, pairs: Sequence[tuple[str, int, str]], since: datetime
+) -> set[tuple[str, int, str]]:
+    """Which of `pairs` (task, version, queue) some live worker reads, of that queue."""
+    out: set[tuple[str, int, str]] = set()
+    wanted = {(t, v) for t, v, _ in pairs}
+    if not wanted:
+        return out
     rows = conn.execute(
-        select(worker_tasks.c.task, worker_tasks.c.version)
+        select(worker_tasks.c.task, worker_tasks.c.version, workers.c.queues)
         .join(workers, workers.c.id == worker_tasks.c.worker_id)
         .where(
-            or_(
-                *(
-                    and_(worker_tasks.c.task == t, worker_tasks.c.version == v)
-                    for t, v in set(pairs)
-                )
-            ),
+            or_(*(and_(worker_tasks.c.task == t, worker_tasks.c.version == v) for t, v in wanted)),
             _live(since),
         )
-        .distinct()
     ).all()
-    return {(r.task, r.version) for r in rows}
+    for task, version, queue in set(pairs):
+        if any(
+            (r.task, r.version) == (task, version) and (not r.queues or queue in r.queues)
+            for r in rows
+        ):
+            out.add((task, version, queue))
+    return out
 
 
 def lowest_app_versions(
@@ -387,6 +413,28 @@ def started_by(worker_id: str) -> str:
 # --- parked jobs -----------------------------------------------------------------------------
 
 
+def attempt_park(
+    conn: Connection, *, fences: Sequence[int], task: str, version: int, now: datetime, why: str
+) -> list[int]:
+    """Running attempts of (task, version) whose worker went away while no live worker reads
+    it: each is superseded with the reason model.NO_COMPATIBLE_WORKER and its job parked,
+    not charged, until a worker that reads it registers; the park records the lowest app
+    version known to read it. Returns the fences."""
+    need = lowest_app_versions(conn, pairs=[(task, version)]).get((task, version))
+    return attempts_._supersede(
+        conn,
+        fences=fences,
+        expected=A.RUNNING,
+        now=now,
+        reason=f"{model.NO_COMPATIBLE_WORKER}: {why}; not charged",
+        job_reason=f"parked: {model.NO_COMPATIBLE_WORKER} ({why}); not charged",
+        attempt_reason=model.NO_COMPATIBLE_WORKER,
+        job_values={"uncharged_attempts": jobs.c.uncharged_attempts + 1},
+        job_to=J.PARKED,
+        job_details={"task": task, "version": version, "needs_app_version": need},
+    )
+
+
 def jobs_park_unread(
     conn: Connection, *, now: datetime, since: datetime, job_ids: Sequence[int] | None = None
 ) -> int:
@@ -409,7 +457,7 @@ def jobs_park_unread(
             .where(
                 *_python(J.QUEUED),
                 *([dialects.one_of(conn, jobs.c.id, job_ids)] if job_ids is not None else []),
-                ~_read_by_live(since),
+                ~_read_by_live(conn, since),
                 ~released,
             )
             .order_by(jobs.c.id)
@@ -447,15 +495,17 @@ def jobs_unpark(
     reads: Sequence[tuple[str, Sequence[int]]],
     now: datetime,
     reason: str,
+    queues: Sequence[str] = (),
 ) -> int:
-    """Queue again every parked job of `reads` (task, versions); tell waiting workers.
-    Returns how many."""
+    """Queue again every parked job of `reads` (task, versions), of `queues` (all when
+    empty); tell waiting workers. Returns how many."""
     moved = 0
+    in_queues = [jobs.c.queue.in_(list(queues))] if queues else []
     while reads:
         ids = (
             conn.execute(
                 select(jobs.c.id)
-                .where(*_python(J.PARKED), _reads_any(reads))
+                .where(*_python(J.PARKED), _reads_any(reads), *in_queues)
                 .order_by(jobs.c.id)
                 .limit(BATCH)
             )
@@ -465,6 +515,40 @@ def jobs_unpark(
         moved += len(
             transition(
                 conn, entity="job", ids=ids, expected=J.PARKED, to=J.QUEUED, now=now, reason=reason
+            )
+        )
+        if len(ids) < BATCH:
+            break
+    if moved:
+        dialects.notify(conn, CHANNEL)
+    return moved
+
+
+def jobs_unpark_read(conn: Connection, *, now: datetime, since: datetime) -> int:
+    """Queue again every parked job some live worker reads (of its queue): what a park
+    that raced a registration, or one made while its worker was silent, left behind.
+    Returns how many."""
+    moved = 0
+    while True:
+        ids = (
+            conn.execute(
+                select(jobs.c.id)
+                .where(*_python(J.PARKED), _read_by_live(conn, since))
+                .order_by(jobs.c.id)
+                .limit(BATCH)
+            )
+            .scalars()
+            .all()
+        )
+        moved += len(
+            transition(
+                conn,
+                entity="job",
+                ids=ids,
+                expected=J.PARKED,
+                to=J.QUEUED,
+                now=now,
+                reason="a live worker reads it: queued again",
             )
         )
         if len(ids) < BATCH:

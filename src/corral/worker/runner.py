@@ -32,8 +32,10 @@ import threading
 import traceback
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
 from typing import Any, TypeVar
 
 from corral import clock, config, errors, model, retry, store
@@ -43,6 +45,18 @@ from corral.worker.app import App, Task
 log = logging.getLogger("corral.worker")
 A, FC = model.AttemptState, model.FailureClass
 T = TypeVar("T")
+
+
+class StopReason(StrEnum):
+    """Why a run was asked to stop (TaskContext.why)."""
+
+    SHUTDOWN = "shutdown"  # the worker was told to stop: hand it back, not charged
+    CANCELLED = "cancelled or replaced"  # the store no longer has its attempt running
+    DEADLINE = "timed out"  # its attempt's deadline passed
+
+
+class _PastDeadline(Exception):
+    """A run's attempt passed its deadline (by the worker's clock) before it ended."""
 
 
 class PermanentError(Exception):
@@ -70,7 +84,7 @@ class TaskContext:
     stopping: threading.Event = field(default_factory=threading.Event)
     """Set when the worker is stopping (or the attempt was cancelled or replaced): save a
     checkpoint and return, or raise."""
-    why: str = ""
+    why: StopReason | None = None
     _db: store.Store | None = None
     _clock: clock.Clock | None = None
     _loop: asyncio.AbstractEventLoop | None = None
@@ -172,6 +186,7 @@ class _Run:
     ctx: TaskContext
     task: asyncio.Task[None] | None = None
     handed_back: bool = False
+    thread: Future[Any] | None = None  # a plain function's, while it runs
 
 
 class Worker:
@@ -205,6 +220,9 @@ class Worker:
         self.limits = DefaultLimits(self.t.attempt_deadline, self.t.lease_timeout)
         self._runs: dict[int, _Run] = {}  # running, by fence
         self._back: list[_Run] = []  # stopped at shutdown, unfinished: to hand back
+        # Threads of plain functions whose attempt ended (a deadline, a cancel) while they
+        # run on: Python cannot stop a thread, so each keeps its slot until it returns.
+        self._holding: set[Future[Any]] = set()
         self._done: asyncio.Queue[Finish] = asyncio.Queue()
         self._freed = asyncio.Event()
         self._threads = ThreadPoolExecutor(
@@ -248,7 +266,7 @@ class Worker:
             f"; queues {', '.join(self.queues)}" if self.queues else "",
             unparked,
         )
-        beats = asyncio.create_task(self._beat_loop(stop))
+        beats = asyncio.create_task(self._beat_loop())
         flush = asyncio.create_task(self._flush_loop())
         try:
             async with self.db.woken() as woke:
@@ -281,7 +299,7 @@ class Worker:
     async def _claim_loop(self, stop: asyncio.Event, woke: asyncio.Event) -> None:
         interval = self.t.dispatch_interval.total_seconds()
         while not stop.is_set():
-            free = self.concurrency - len(self._runs)
+            free = self.concurrency - len(self._runs) - len(self._holding)
             got = 0
             if free > 0:
                 woke.clear()
@@ -329,88 +347,130 @@ class Worker:
     # --- one run ---------------------------------------------------------------------------
 
     async def _run_one(self, run: _Run) -> None:
-        job, attempt, ctx = run.claimed.job, run.claimed.attempt, run.ctx
+        """Run one claimed attempt's function to its end, and record that end."""
+        attempt, ctx = run.claimed.attempt, run.ctx
         started = self.clock.monotonic()
         fresh: dict[str, Any] = {}
         try:
-            task = self.app.get(ctx.task)
-            value = task.read(ctx.version, _data_of(job.payload, ctx.task))
-            value, fresh = await task.resolve(value, self._in_thread)
-            if fresh:
-                await self.db.event_note(
-                    job_id=job.id,
-                    attempt_id=attempt.id,
-                    state=A.RUNNING,
-                    reason=f"fresh values resolved: {', '.join(sorted(fresh))}",
-                    now=self.clock.now(),
-                    details={"fresh": model.redacted(_jsonable(fresh))},
-                )
-            left = _seconds_until(attempt.deadline_at, self.clock)
-            async with asyncio.timeout(left):
-                await self._call(task, value, ctx)
-        except (asyncio.CancelledError, Stopped):
-            if not ctx.stopping.is_set():
-                raise
-            if ctx.why == "shutdown":
-                self._back.append(run)  # unfinished: _drain hands it back
-            self._forget(run)  # (cancelled or replaced: the store already says so)
-            return
-        except TimeoutError:
-            ctx.why = "timed out"
-            ctx.stopping.set()
-            self._end(
-                run,
-                _failed(
-                    attempt.id,
-                    "timed out: ran past its deadline",
-                    FC.TRANSIENT,
-                    started,
-                    fresh,
-                    self.clock,
-                ),
-            )
-        except errors.StaleFence as exc:
-            log.warning("%s: %s; its result is dropped", attempt.launch_name, exc)
-            self._forget(run)
-        except errors.InvalidInput as exc:  # the payload does not fit: no retry can help
-            self._end(run, _failed(attempt.id, str(exc), FC.PERMANENT, started, fresh, self.clock))
-        except PermanentError as exc:
-            self._end(
-                run, _failed(attempt.id, _said(exc), FC.PERMANENT, started, fresh, self.clock, exc)
-            )
-        except Exception as exc:  # a task's own failure: the job's retry policy decides
-            self._end(run, _failed(attempt.id, _said(exc), None, started, fresh, self.clock, exc))
-        else:
-            if ctx.stopping.is_set() and ctx.why != "shutdown":
-                self._forget(run)  # cancelled or replaced meanwhile: its end is not ours
+            task, value, fresh = await self._prepare(run)
+            await self._by(attempt.deadline_at, self._call(task, value, ctx, run))
+        except BaseException as exc:  # each is judged in _failure
+            finish = self._failure(run, exc, started, fresh)
+            if finish is None:
+                self._forget(run)
                 return
-            self._end(
-                run,
-                Finish(
-                    attempt.id,
-                    A.SUCCEEDED,
-                    None,
-                    "returned",
-                    output=_log(started, fresh, self.clock),
-                ),
-            )
+            if isinstance(finish, BaseException):
+                self._forget(run)
+                raise finish from None
+            self._end(run, finish)
+            return
+        if ctx.stopping.is_set() and ctx.why is StopReason.CANCELLED:
+            self._forget(run)  # cancelled or replaced meanwhile: its end is not ours
+            return
+        self._end(
+            run,
+            Finish(
+                attempt.id, A.SUCCEEDED, None, "returned", output=_log(started, fresh, self.clock)
+            ),
+        )
 
-    async def _call(self, task: Task[Any], value: Any, ctx: TaskContext) -> None:
+    async def _prepare(self, run: _Run) -> tuple[Task[Any], Any, dict[str, Any]]:
+        """The task, its payload read in its current version, and the Fresh values read
+        now (noted in the run log)."""
+        job, attempt, ctx = run.claimed.job, run.claimed.attempt, run.ctx
+        task = self.app.get(ctx.task)
+        value = task.read(ctx.version, _data_of(job.payload, ctx.task))
+        value, fresh = await task.resolve(value, self._in_thread)
+        if fresh:
+            await self.db.event_note(
+                job_id=job.id,
+                attempt_id=attempt.id,
+                state=A.RUNNING,
+                reason=f"fresh values resolved: {', '.join(sorted(fresh))}",
+                now=self.clock.now(),
+                details={"fresh": model.redacted(_jsonable(fresh))},
+            )
+        return task, value, fresh
+
+    def _failure(
+        self,
+        run: _Run,
+        exc: BaseException,
+        started: float,
+        fresh: Mapping[str, Any],
+    ) -> Finish | BaseException | None:
+        """What a run that raised `exc` ends as: a Finish to record; None when nothing is
+        to be recorded (stopped on request: at shutdown it is handed back; cancelled or
+        replaced, the store says so already; a stale fence); or an exception to raise on
+        (this worker's own cancellation)."""
+        attempt, ctx = run.claimed.attempt, run.ctx
+        fence = attempt.id
+        if isinstance(exc, asyncio.CancelledError | Stopped) and ctx.stopping.is_set():
+            if ctx.why is StopReason.SHUTDOWN:
+                self._back.append(run)  # unfinished: _drain hands it back
+            return None
+        if isinstance(exc, asyncio.CancelledError):
+            return exc  # this worker itself is being cancelled
+        if isinstance(exc, _PastDeadline):
+            ctx.why = StopReason.DEADLINE
+            ctx.stopping.set()
+            why = "timed out: ran past its deadline"
+            return _failed(fence, why, FC.TRANSIENT, started, fresh, self.clock)
+        if isinstance(exc, errors.StaleFence):
+            log.warning("%s: %s; its result is dropped", attempt.launch_name, exc)
+            return None
+        if isinstance(exc, errors.InvalidInput):  # the payload does not fit: no retry helps
+            return _failed(fence, str(exc), FC.PERMANENT, started, fresh, self.clock)
+        if isinstance(exc, PermanentError):
+            return _failed(fence, _said(exc), FC.PERMANENT, started, fresh, self.clock, exc)
+        if isinstance(exc, Stopped):  # raised though nothing asked it to stop
+            why = "raised Stopped, but nothing had asked it to stop"
+            return _failed(fence, why, None, started, fresh, self.clock, exc)
+        if isinstance(exc, Exception):  # a task's own failure (its own timeouts included)
+            return _failed(fence, _said(exc), None, started, fresh, self.clock, exc)
+        return exc  # KeyboardInterrupt, SystemExit: not a task's to swallow
+
+    async def _by(self, at: datetime | None, work: Coroutine[Any, Any, None]) -> None:
+        """Await `work` until `at` on this worker's clock; past it, cancel it and raise
+        _PastDeadline (a plain function's thread runs on: it holds its slot, _forget)."""
+        running = asyncio.ensure_future(work)
+        if at is None:
+            return await running
+        watch = asyncio.ensure_future(self._until(at))
+        try:
+            done, _ = await asyncio.wait({running, watch}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            watch.cancel()
+            if not running.done():
+                running.cancel()  # past the deadline, or this run itself was cancelled
+        if running not in done:
+            raise _PastDeadline
+        running.result()
+
+    async def _until(self, at: datetime) -> None:
+        while (left := (at - self.clock.now()).total_seconds()) > 0:
+            await self.clock.sleep(min(left, 1.0))
+
+    async def _call(self, task: Task[Any], value: Any, ctx: TaskContext, run: _Run) -> None:
         args = (value, ctx) if _takes_context(task.fn) else (value,)
         token = _current.set(ctx)
         try:
             if task.is_async:
                 await task.fn(*args)
             else:
-                await self._in_thread(lambda: task.fn(*args))
+                await self._in_thread(lambda: task.fn(*args), run)
         finally:
             _current.reset(token)
 
-    async def _in_thread(self, fn: Callable[[], T]) -> T:
+    async def _in_thread(self, fn: Callable[[], T], run: _Run | None = None) -> T:
         """Run `fn` in one of the worker's threads, with this task's context (its
-        current_task(), current_attempt())."""
+        current_task(), current_attempt()); `run`: the run whose function it is, which
+        holds its slot while the thread runs."""
         context = contextvars.copy_context()
-        return await asyncio.get_running_loop().run_in_executor(self._threads, context.run, fn)
+        thread = self._threads.submit(context.run, fn)
+        if run is not None:
+            run.thread = thread
+        return await asyncio.wrap_future(thread)
 
     def _end(self, run: _Run, finish: Finish) -> None:
         if not run.handed_back:  # else its attempt is over: a late end would be refused
@@ -419,36 +479,56 @@ class Worker:
 
     def _forget(self, run: _Run) -> None:
         self._runs.pop(run.ctx.fence, None)
+        thread = run.thread
+        if thread is not None and not thread.done() and thread not in self._holding:
+            self._holding.add(thread)
+            loop = asyncio.get_running_loop()
+            thread.add_done_callback(lambda t: loop.call_soon_threadsafe(self._let_go, t))
+        self._freed.set()
+
+    def _let_go(self, thread: Future[Any]) -> None:
+        self._holding.discard(thread)
         self._freed.set()
 
     async def _flush_loop(self) -> None:
-        """Write ended attempts, as many at once as have ended meanwhile."""
+        """Write ended attempts, as many at once as have ended meanwhile. It never dies:
+        a batch that cannot be written within the lease is given up (logged), and recovery
+        ends those attempts once their leases run out."""
         while True:
             batch = [await self._done.get()]
             while not self._done.empty():
                 batch.append(self._done.get_nowait())
             try:
-                await self._write(batch)
+                written = await self._persist(
+                    f"recording {len(batch)} ends",
+                    functools.partial(self._finish, batch),
+                )
+                self.ran += len(batch) if written is not None else 0
             finally:
                 for _ in batch:
                     self._done.task_done()
 
-    async def _write(self, batch: list[Finish]) -> None:
-        pause = 0.5
+    async def _finish(self, batch: list[Finish]) -> Any:
+        return await self.db.attempt_finish(finishes=batch, now=self.clock.now(), retry=self.retry)
+
+    async def _persist(self, what: str, call: Callable[[], Awaitable[T]]) -> T | None:
+        """`call()`, tried again on a store error with growing pauses for up to the lease
+        (a lock, a deadlock, a server gone for a moment); None when it never got through."""
+        pause, give_up = 0.2, self.clock.monotonic() + self.t.lease_timeout.total_seconds()
         while True:
             try:
-                await self.db.attempt_finish(finishes=batch, now=self.clock.now(), retry=self.retry)
-                self.ran += len(batch)
-                return
-            except errors.StoreUnavailable as exc:
-                # The leases of these attempts run on: recovery ends them if this never can.
-                log.warning("recording %d ends failed, again in %.1fs: %s", len(batch), pause, exc)
+                return await call()
+            except errors.StoreError as exc:
+                if self.clock.monotonic() + pause > give_up:
+                    log.error("%s failed for good: %s; recovery settles it", what, exc)
+                    return None
+                log.warning("%s failed, again in %.1fs: %s", what, pause, exc)
                 await self.clock.sleep(pause)
                 pause = min(pause * 2, self.t.heartbeat_interval.total_seconds())
 
     # --- heartbeats -----------------------------------------------------------------------------
 
-    async def _beat_loop(self, stop: asyncio.Event) -> None:
+    async def _beat_loop(self) -> None:
         every = self.t.heartbeat_interval.total_seconds()
         while True:
             await self.clock.sleep(every)
@@ -464,15 +544,15 @@ class Worker:
         }
         try:
             state, stale = await self.db.worker_beat(
-                worker_id=self.id, leases=leases, now=self.clock.now()
+                worker_id=self.id, leases=leases, now=self.clock.now(), since=self._since()
             )
+            if state is None:  # forgotten (a long silence): say again who this worker is
+                await self.db.worker_register(
+                    worker=self.info(), now=self.clock.now(), since=self._since()
+                )
         except errors.StoreError as exc:
-            log.warning("heartbeat failed: %s", exc)
+            log.warning("heartbeat failed (again in %s): %s", self.t.heartbeat_interval, exc)
             return
-        if state is None:  # forgotten (a long silence): say again who this worker is
-            await self.db.worker_register(
-                worker=self.info(), now=self.clock.now(), since=self._since()
-            )
         for fence in stale:
             run = self._runs.get(fence)
             if run is not None:
@@ -480,10 +560,10 @@ class Worker:
                     "%s: cancelled, or replaced by a newer attempt: stopping it",
                     run.claimed.attempt.launch_name,
                 )
-                self._stop_run(run, "cancelled or replaced")
+                self._stop_run(run, StopReason.CANCELLED)
                 self._forget(run)
 
-    def _stop_run(self, run: _Run, why: str) -> None:
+    def _stop_run(self, run: _Run, why: StopReason) -> None:
         run.ctx.why = why
         run.ctx.stopping.set()
         for hook in run.ctx._hooks:
@@ -510,7 +590,7 @@ class Worker:
         for hook in self.app.shutdown_hooks:
             _call_hook(hook, None)
         for run in left:
-            self._stop_run(run, "shutdown")
+            self._stop_run(run, StopReason.SHUTDOWN)
         await self._until_done(self.t.margin.total_seconds())
         await self._done.join()  # what finished meanwhile is recorded before the rest goes back
         # Those that stopped when asked, and those still running (a plain function's thread
@@ -519,10 +599,14 @@ class Worker:
         for run in left:
             run.handed_back = True
             self._forget(run)
-        back = await self.db.attempt_hand_back(
-            fences=[r.ctx.fence for r in left], now=self.clock.now()
+        back = await self._persist(
+            f"handing back {len(left)} tasks",
+            lambda: self.db.attempt_hand_back(
+                fences=[r.ctx.fence for r in left], now=self.clock.now()
+            ),
         )
-        log.info("handed back %d of %d unfinished tasks, not charged", len(back), len(left))
+        if back is not None:
+            log.info("handed back %d of %d unfinished tasks, not charged", len(back), len(left))
 
     async def _until_done(self, seconds: float) -> None:
         deadline = self.clock.monotonic() + seconds
@@ -565,13 +649,6 @@ def _takes_context(fn: Callable[..., Any]) -> bool:
     """Whether a task's function takes its TaskContext too (a second parameter): read once
     per function, not at every run."""
     return len(inspect.signature(fn).parameters) > 1
-
-
-def _seconds_until(at: Any, clk: clock.Clock) -> float | None:
-    if at is None:
-        return None
-    left: float = (at - clk.now()).total_seconds()
-    return max(left, 0.0)
 
 
 def _said(exc: BaseException) -> str:
