@@ -1351,10 +1351,12 @@ class Store:
                     pause = 0.5
                     async for _ in conn.notifies():
                         woke.set()
-            except psycopg.Error as exc:
+            except (psycopg.Error, OSError) as exc:
                 log.info("listening on %s: %s; again in %.1fs", channel, _first_line(exc), pause)
-                await asyncio.sleep(pause)  # a real pause before reconnecting, not a clock read
-                pause = min(pause * 2, 10.0)
+            except Exception:  # never silently: the holder would poll alone from here on
+                log.exception("listening on %s failed; again in %.1fs", channel, pause)
+            await asyncio.sleep(pause)  # a real pause before reconnecting, not a clock read
+            pause = min(pause * 2, 10.0)
 
 
 def _name(fn: Callable[..., Any]) -> str:
