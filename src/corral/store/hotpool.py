@@ -83,11 +83,14 @@ class HotPool:
         if self._most is None:
             return await self._run(fn, deadline)
         turns = self._turns_of(loop)
-        try:
-            async with asyncio.timeout_at(deadline):  # a wait for a turn: no connection yet
-                await turns.acquire()
-        except TimeoutError:
-            raise GivenUp from None
+        if not turns.locked():
+            await turns.acquire()  # a turn is free: taken at once
+        else:
+            try:
+                async with asyncio.timeout_at(deadline):  # a wait for a turn: no connection
+                    await turns.acquire()
+            except TimeoutError:
+                raise GivenUp from None
         try:
             return await self._run(fn, deadline)
         finally:
