@@ -2,17 +2,20 @@
 
     .venv/bin/python bench/api.py [--jobs 1000000] [--events 5000000] [--clients 8]
                                   [--requests 200] [--pg-url URL] [--http-client plain]
+                                  [--api-processes 1]
 
 On a fresh PostgreSQL database, migrated by corral and dropped afterwards:
   * `--jobs` jobs and `--events` events are loaded with INSERT ... SELECT over
     generate_series (not timed): states, queues, tenants, labels and times spread as a
     busy installation has them, an attempt for every job that has run;
   * `corral api --http` serves the real app in one process of its own (nothing
-    dispatches), and `--clients` clients, each `--requests` requests on one HTTP/1.1
-    connection kept alive, ask with an admin token for a mix of pages: GET /api/v1/jobs by
-    state only, by state and queue, by a label, and GET /api/v1/jobs/{id} (the job page:
-    the job, its attempts, its events, its run logs). A request is timed from its first
-    byte written to its answer's last byte read (status checked, body not parsed);
+    dispatches; `--api-processes N`: N processes, the clients spread evenly over them,
+    `api_server` their sums), and `--clients` clients, each `--requests` requests on one
+    HTTP/1.1 connection kept alive, ask with an admin token for a mix of pages:
+    GET /api/v1/jobs by state only, by state and queue, by a label, and
+    GET /api/v1/jobs/{id} (the job page: the job, its attempts, its events, its run
+    logs). A request is timed from its first byte written to its answer's last byte read
+    (status checked, body not parsed);
   * the same pages' bare SQL, the statements the store runs for each (taken from the store
     as it runs them: `Capture`; on PostgreSQL the text and parameters it hands psycopg on
     its reads' own connections), replayed on `--clients` plain psycopg connections at the
@@ -337,15 +340,17 @@ class PlainClient:
 
 
 async def time_api(
-    base: str, secret: str, work: list[list[tuple[str, dict[str, Any]]]], plain: bool = True
+    bases: list[str], secret: str, work: list[list[tuple[str, dict[str, Any]]]], plain: bool = True
 ) -> dict[str, list[float]]:
     """Each client's requests of `work`, timed from the request's first byte sent to the
-    answer's last byte read: on a PlainClient each, or (not `plain`) an httpx client each."""
+    answer's last byte read: on a PlainClient each, or (not `plain`) an httpx client each;
+    client i asks the server at bases[i % len(bases)]."""
     if not plain:
-        return await time_api_httpx(base, secret, work)
-    host = httpx.URL(base).netloc.decode()
-    head = f"Host: {host}\r\nAuthorization: Bearer {secret}\r\n".encode()
-    clients = [await PlainClient.open(base) for _ in work]
+        return await time_api_httpx(bases, secret, work)
+    heads = [
+        f"Host: {httpx.URL(b).netloc.decode()}\r\nAuthorization: Bearer {secret}\r\n" for b in bases
+    ]
+    clients = [await PlainClient.open(bases[i % len(bases)]) for i in range(len(work))]
     by_kind: dict[str, list[float]] = {}
     try:
 
@@ -354,7 +359,7 @@ async def time_api(
             path, query = path_of(kind, args)
             target = f"{path}?{urlencode(query, doseq=True)}" if query else path
             t0 = time.perf_counter()
-            status, body = await clients[i].get(target, head)
+            status, body = await clients[i].get(target, heads[i % len(heads)].encode())
             by_kind.setdefault(kind, []).append((time.perf_counter() - t0) * 1000)
             if status != 200:
                 raise RuntimeError(f"GET {target}: {status} {body[:300]!r}")
@@ -367,10 +372,13 @@ async def time_api(
 
 
 async def time_api_httpx(
-    base: str, secret: str, work: list[list[tuple[str, dict[str, Any]]]]
+    bases: list[str], secret: str, work: list[list[tuple[str, dict[str, Any]]]]
 ) -> dict[str, list[float]]:
     headers = {"Authorization": f"Bearer {secret}"}
-    clients = [httpx.AsyncClient(base_url=base, headers=headers, timeout=60) for _ in work]
+    clients = [
+        httpx.AsyncClient(base_url=bases[i % len(bases)], headers=headers, timeout=60)
+        for i in range(len(work))
+    ]
     by_kind: dict[str, list[float]] = {}
     try:
 
@@ -507,29 +515,32 @@ async def measure(url: str, args: argparse.Namespace) -> dict[str, Any]:
     finally:
         await db.close()
     with tempfile.TemporaryDirectory(prefix="corral-bench-api-") as scratch:
-        proc, base = serve(url, Path(scratch))
+        served = [serve(url, Path(scratch)) for _ in range(args.api_processes)]
+        procs, bases = [p for p, _ in served], [b for _, b in served]
         try:
-            await time_api(base, secret, warm, plain)
+            await time_api(bases, secret, warm, plain)
             await time_bare(libpq_url(url), bare_warm)
-            cpu = cpu_s(proc.pid)
+            cpu = sum(cpu_s(p.pid) for p in procs)
             t0 = time.monotonic()
-            api = await time_api(base, secret, per, plain)
-            api_wall, cpu = time.monotonic() - t0, cpu_s(proc.pid) - cpu
+            api = await time_api(bases, secret, per, plain)
+            api_wall, cpu = time.monotonic() - t0, sum(cpu_s(p.pid) for p in procs) - cpu
             bare = await time_bare(libpq_url(url), bare_per)
         finally:
-            stop(proc)
+            for proc in procs:
+                stop(proc)
     pages = summary(api, bare)
     return {
         "jobs": args.jobs,
         "events": args.events,
         "clients": args.clients,
         "http_client": args.http_client,
+        "api_processes": args.api_processes,
         "requests_per_client": args.requests,
         "pages": pages,
         "api_server": {
             "requests_per_s": round(args.clients * args.requests / api_wall, 1),
             "cpu_ms_per_request": round(cpu * 1000 / (args.clients * args.requests), 2),
-            "cpu_share_of_one_core": round(cpu / api_wall, 2),
+            "cpu_share_of_one_core": round(cpu / api_wall, 2),  # all its processes'
         },
         "targets": {"ratio_p95_api_vs_bare": MAX_RATIO, "api_p95_ms_under": MAX_P95_MS},
         "meets_targets": all(p["meets_target"] for p in pages.values()),
@@ -556,6 +567,12 @@ def main() -> None:
         choices=["plain", "httpx"],
         default="plain",
         help="the API side's clients: PlainClient (default) or httpx's AsyncClient",
+    )
+    parser.add_argument(
+        "--api-processes",
+        type=int,
+        default=1,
+        help="`corral api` processes, the clients spread evenly over them (default 1)",
     )
     args = parser.parse_args()
     if args.jobs < 1 or args.events < 0:
