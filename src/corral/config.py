@@ -617,6 +617,22 @@ class Placement(BaseModel):
         (), description="Taints a pod of this class tolerates (core/v1 Toleration)."
     )
     priority_class: str | None = Field(None, description="A PriorityClass name.")
+    resources: dict[str, dict[str, str]] = Field(
+        default_factory=dict,
+        description="Requests and limits of this class's jobs (`{requests: {cpu: 2}}`), in"
+        " place of executors.kubernetes.default_resources resource by resource; a job's own"
+        " win over them. Checked as a job's are, when a job names the class.",
+    )
+    pod_security_context: dict[str, Any] = Field(
+        default_factory=dict,
+        description="core/v1 PodSecurityContext fields over corral's restricted defaults"
+        " (e.g. `{runAsUser: 1000}`), within executors.kubernetes.pod_security.",
+    )
+    security_context: dict[str, Any] = Field(
+        default_factory=dict,
+        description="core/v1 SecurityContext fields of the job's container over corral's"
+        " restricted defaults, within executors.kubernetes.pod_security.",
+    )
 
     @field_validator("node_selector")
     @classmethod
@@ -640,6 +656,37 @@ class KubernetesExecutorSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     namespace: str = Field("default", description="Where Jobs are created.")
+    namespaces: tuple[str, ...] | None = Field(
+        None,
+        description="The namespaces a job's spec may name (`namespace`). Unset: `namespace`"
+        " alone. corral's Role must be bound in each (`corral deploy rbac`).",
+    )
+    own_service_account: str = Field(
+        "corral",
+        description="The service account corral itself runs as (its token creates Jobs): no"
+        " job may run as it, so it may not be service_account nor in allowed_service_accounts.",
+    )
+    pod_security: Literal["restricted", "baseline"] = Field(
+        "restricted",
+        description="The Pod Security Standard every pod corral makes meets: its defaults are"
+        " always restricted's; a job or placement class may loosen them only within this level.",
+    )
+    default_resources: dict[str, dict[str, str]] = Field(
+        default_factory=lambda: {
+            "requests": {"cpu": "100m", "memory": "128Mi"},
+            "limits": {"memory": "512Mi"},
+        },
+        description="Requests and limits of every container that names none for a resource,"
+        " so that no pod is BestEffort (first evicted, unbounded).",
+    )
+    argo_pod_gc: Literal[
+        "OnPodCompletion", "OnPodSuccess", "OnWorkflowCompletion", "OnWorkflowSuccess", "Never"
+    ] = Field(
+        "OnPodCompletion",
+        description="When Argo deletes a Workflow's pods (its podGC strategy); corral reads an"
+        " attempt's outcome from the Workflow, which stays for ttl_after_finished."
+        " Never: no podGC.",
+    )
     service_account: str | None = Field(
         None,
         description="Default service account of Jobs.",
@@ -698,6 +745,38 @@ class KubernetesExecutorSettings(BaseModel):
             if not _DNS_SUBDOMAIN.match(name):
                 raise ValueError(f"{name!r} is not a DNS-1123 subdomain")
         return names
+
+    @field_validator("namespaces")
+    @classmethod
+    def _namespaces(cls, names: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        for name in names or ():
+            if not _DNS_LABEL.match(name):
+                raise ValueError(f"{name!r} is not a DNS-1123 label (a-z, 0-9, '-', at most 63)")
+        return names
+
+    @property
+    def namespaces_allowed(self) -> tuple[str, ...]:
+        """The namespaces a job may name: `namespace` first, then the rest of `namespaces`."""
+        return (self.namespace, *(n for n in self.namespaces or () if n != self.namespace))
+
+    @model_validator(mode="after")
+    def _own_account_never_runs_jobs(self) -> KubernetesExecutorSettings:
+        if self.own_service_account in (self.service_account, *self.accounts_allowed):
+            raise ValueError(
+                f"service_account and allowed_service_accounts may not name corral's own"
+                f" account {self.own_service_account!r} (own_service_account): its token"
+                " creates Jobs, so a job that ran as it could do anything corral can"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _namespace_allowed(self) -> KubernetesExecutorSettings:
+        if self.namespaces is not None and self.namespace not in self.namespaces:
+            raise ValueError(
+                f"namespaces must include namespace {self.namespace!r} (where jobs that name"
+                " none run)"
+            )
+        return self
 
     @property
     def accounts_allowed(self) -> tuple[str, ...]:

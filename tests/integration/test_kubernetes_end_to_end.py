@@ -10,6 +10,7 @@ import contextlib
 import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +47,9 @@ def kubeconfig(path: Path, url: str) -> Path:
     return path
 
 
-def make_settings(tmp_path: Path, url: str, **timeouts: Any) -> config.Settings:
+def make_settings(
+    tmp_path: Path, url: str, *, cluster: dict[str, Any] | None = None, **timeouts: Any
+) -> config.Settings:
     return config.Settings(
         database_url=f"sqlite:///{tmp_path}/corral.db",
         state_dir=tmp_path / "state",
@@ -58,6 +61,7 @@ def make_settings(tmp_path: Path, url: str, **timeouts: Any) -> config.Settings:
                 "termination_grace": 1,
                 "request_timeout": 10,
                 "watch_timeout": 3,
+                **(cluster or {}),
             },
         },
         timeouts=config.Timeouts(
@@ -153,6 +157,58 @@ async def test_cancel_deletes_the_job(corral: Corral) -> None:
     await corral.wait(job_id, J.CANCELLED)
     await eventually(lambda: found(kube_api.JOBS, "default", name) is None, what="the Job deleted")
     assert corral.cluster.api.objects(kube_api.PODS) == []
+
+
+@pytest.mark.parametrize("kind", ["kubernetes", "argo"])
+async def test_a_job_in_another_allowed_namespace_is_launched_read_and_stopped_there(
+    tmp_path: Path, kind: str
+) -> None:
+    from corral.executors import argo
+
+    made = {"kubernetes": kubernetes.KubernetesExecutor, "argo": argo.ArgoExecutor}[kind]
+    resource = kube_api.JOBS if kind == "kubernetes" else kube_api.WORKFLOWS
+    async with kube_api.cluster() as cluster:
+        settings = make_settings(tmp_path, cluster.url, cluster={"namespaces": ["default", "etl"]})
+
+        async def started() -> Any:
+            ex = made(
+                settings=settings,
+                clock=clock.SystemClock(),
+                configuration=kube_api.configuration(cluster),
+            )
+            await ex.start()
+            return ex
+
+        launcher, fresh = await started(), await started()  # fresh: a restart, knowing nothing
+        try:
+            spec = launcher.validate_spec(
+                {"image": IMAGE, "command": ["sleep", "30"], "namespace": "etl"}
+            )
+            new = model.NewJob(executor=kind, spec=spec, payload={"big": "x" * 40_000})
+            launch = base.launch_for(model.first_claim(new, NOW), settings, NOW)
+            await launcher.launch(launch)
+            await launcher.launch(launch)  # again: its 409 is read back in "etl"
+            found = cluster.api.find
+            assert found(resource, "etl", launch.name) is not None
+            assert found(resource, "default", launch.name) is None
+            assert found(kube_api.CONFIGMAPS, "etl", launch.name) is not None, "owned, beside it"
+            for ex in (launcher, fresh):
+                seen = (await ex.observe([launch.name]))[launch.name]
+                assert seen.phase is not P.ABSENT
+            await fresh.cancel(launch.name, timedelta(seconds=1))
+            if kind == "kubernetes":
+                await eventually(
+                    lambda: found(resource, "etl", launch.name) is None, what="the Job deleted"
+                )
+            else:
+                stopped_wf = found(resource, "etl", launch.name)
+                assert stopped_wf["spec"]["shutdown"] == "Terminate"
+        finally:
+            await launcher.close()
+            await fresh.close()
+
+
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 # --- while corral was down -------------------------------------------------------------------

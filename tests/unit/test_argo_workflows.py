@@ -43,7 +43,7 @@ def test_a_workflow_carries_corrals_rules_labels_and_environment() -> None:
     assert "generateName" not in meta, "the name is the launch's: a second launch collides"
     assert spec["activeDeadlineSeconds"] == 91, "the job's own deadline, whole seconds up"
     assert spec["ttlStrategy"] == {"secondsAfterCompletion": 86400}
-    assert "podGC" not in spec, "the pod and its logs stay until the Workflow is deleted"
+    assert spec["podGC"] == {"strategy": "OnPodCompletion"}, "the Workflow keeps the outcome"
     assert "serviceAccountName" not in spec
     labels = meta["labels"]
     assert labels == spec["podMetadata"]["labels"], "the pods carry them too"
@@ -370,3 +370,55 @@ def test_the_attempt_token_is_read_from_the_launchs_secret_as_on_a_job() -> None
     job = k8s.dry_run(model.NewJob(executor="kubernetes", spec=spec), s, NOW)
     assert template["container"] == job["spec"]["template"]["spec"]["containers"][0]
     argo.check_workflow(doc)
+
+
+# --- least privilege and the pod fields ---------------------------------------------------------
+
+
+def test_every_pod_field_reaches_the_workflow_and_passes_the_argo_schema() -> None:
+    from tests.unit.test_kubernetes_jobs import EVERYTHING
+
+    doc = workflow(EVERYTHING, payload=LARGE)
+    argo.check_workflow(doc)
+    spec = doc["spec"]
+    [template] = spec["templates"]
+    container = template["container"]
+    assert spec["securityContext"] == {
+        "fsGroup": 1000,
+        "runAsNonRoot": True,
+        "runAsUser": 1000,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    assert container["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "readOnlyRootFilesystem": True,
+    }
+    assert container["resources"]["requests"] == {"cpu": "100m", "memory": "128Mi"}
+    assert spec["imagePullSecrets"] == [{"name": "registry"}]
+    assert spec["podMetadata"]["annotations"] == {"example.com/team": "data"}
+    assert [v["name"] for v in spec["volumes"]] == ["data", "scratch", "corral-payload"]
+    assert template["affinity"] == EVERYTHING["affinity"]
+    [proxy] = template["initContainers"]
+    assert (proxy["name"], proxy["restartPolicy"]) == ("proxy", "Always")
+    assert doc["metadata"]["namespace"] == "jobs"
+
+
+def test_pod_gc_is_on_pod_completion_unless_the_settings_say_otherwise() -> None:
+    plain = {"image": "busybox", "command": ["true"]}
+    assert workflow(plain)["spec"]["podGC"] == {"strategy": "OnPodCompletion"}
+    later = make_settings(argo_pod_gc="OnWorkflowSuccess")
+    doc = workflow(plain, settings=later)
+    assert doc["spec"]["podGC"] == {"strategy": "OnWorkflowSuccess"}
+    argo.check_workflow(doc)
+    assert "podGC" not in workflow(plain, settings=make_settings(argo_pod_gc="Never"))["spec"]
+    with pytest.raises(ValueError, match="argo_pod_gc"):
+        make_settings(argo_pod_gc="Sometimes")
+
+
+def test_a_workflow_runs_in_an_allowed_namespace_only() -> None:
+    s = make_settings(namespaces=["jobs", "etl"])
+    doc = workflow({"image": "b", "command": ["x"], "namespace": "etl"}, settings=s)
+    assert doc["metadata"]["namespace"] == "etl"
+    with pytest.raises(errors.InvalidInput, match="argo spec: namespace: 'etl' is not allowed"):
+        workflow({"image": "b", "command": ["x"], "namespace": "etl"})

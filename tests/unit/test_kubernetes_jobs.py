@@ -513,3 +513,412 @@ def test_without_an_api_url_there_is_no_token_and_no_secret() -> None:
     assert k8s.attempt_secret(launch, namespace="jobs", owner=owner) is None
     env = env_of(job({"image": "busybox", "command": ["true"]}, settings=s))
     assert "CORRAL_ATTEMPT_TOKEN" not in env
+
+
+# --- least privilege and the pod fields ---------------------------------------------------------
+
+EVERYTHING: dict[str, Any] = {
+    "image": "ghcr.io/acme/etl:1.4",
+    "command": ["python", "-m", "etl"],
+    "env": {
+        "MODE": "full",
+        "PASSWORD": {"secret": "etl-db", "key": "password"},
+        "REGION": {"config_map": "etl", "key": "region", "optional": True},
+    },
+    "env_from": [{"config_map": "etl-settings"}, {"secret": "etl-keys", "prefix": "K_"}],
+    "volumes": [
+        {"name": "data", "persistentVolumeClaim": {"claimName": "etl-data"}},
+        {"name": "scratch", "emptyDir": {"sizeLimit": "1Gi"}},
+    ],
+    "volume_mounts": [{"name": "data", "mountPath": "/data", "readOnly": True}],
+    "image_pull_secrets": ["registry"],
+    "pod_security_context": {"runAsUser": 1000, "fsGroup": 1000},
+    "security_context": {"readOnlyRootFilesystem": True},
+    "affinity": {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}
+                ]
+            }
+        }
+    },
+    "annotations": {"example.com/team": "data"},
+    "sidecars": [
+        {
+            "name": "proxy",
+            "image": "envoyproxy/envoy:v1.31",
+            "command": ["envoy"],
+            "args": ["-c", "/etc/envoy.yaml"],
+            "env": {"TOKEN": {"secret": "proxy", "key": "token"}},
+            "volume_mounts": [{"name": "scratch", "mountPath": "/tmp"}],
+            "resources": {"requests": {"cpu": "50m"}},
+        }
+    ],
+}
+
+
+def pod_of(doc: dict[str, Any]) -> dict[str, Any]:
+    pod: dict[str, Any] = doc["spec"]["template"]["spec"]
+    return pod
+
+
+def restricted_problems(pod: dict[str, Any]) -> list[str]:
+    """What the Pod Security Standard "restricted" (v1.31) finds wrong with a pod spec."""
+    problems = []
+    pod_context = pod.get("securityContext", {})
+    for c in [*pod["containers"], *pod.get("initContainers", [])]:
+        context = c.get("securityContext", {})
+        if context.get("allowPrivilegeEscalation") is not False:
+            problems.append(f"{c['name']}: allowPrivilegeEscalation")
+        if "ALL" not in context.get("capabilities", {}).get("drop", []):
+            problems.append(f"{c['name']}: drop ALL")
+        if not context.get("runAsNonRoot", pod_context.get("runAsNonRoot")):
+            problems.append(f"{c['name']}: runAsNonRoot")
+        seccomp = context.get("seccompProfile", pod_context.get("seccompProfile", {}))
+        if seccomp.get("type") not in ("RuntimeDefault", "Localhost"):
+            problems.append(f"{c['name']}: seccomp")
+        if not c.get("resources", {}).get("requests"):
+            problems.append(f"{c['name']}: no requests (BestEffort)")
+    for volume in pod.get("volumes", []):
+        if not set(volume) - {"name"} <= {
+            "configMap",
+            "secret",
+            "emptyDir",
+            "persistentVolumeClaim",
+        }:
+            problems.append(f"volume {volume['name']}")
+    return problems
+
+
+def test_every_pod_is_restricted_and_has_resources_by_default() -> None:
+    pod = pod_of(job({"image": "busybox", "command": ["true"]}, payload=LARGE))
+    assert restricted_problems(pod) == []
+    assert pod["securityContext"] == {
+        "runAsNonRoot": True,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    [container] = pod["containers"]
+    assert container["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+    }
+    assert container["resources"] == {
+        "requests": {"cpu": "100m", "memory": "128Mi"},
+        "limits": {"memory": "512Mi"},
+    }
+
+
+def test_every_pod_field_lands_where_kubernetes_reads_it_and_passes_the_schemas() -> None:
+    doc = job(EVERYTHING)
+    k8s.check_manifest(doc)
+    pod = pod_of(doc)
+    assert restricted_problems(pod) == []
+    assert doc["spec"]["template"]["metadata"]["annotations"] == {"example.com/team": "data"}
+    assert "example.com/team" not in doc["metadata"].get("annotations", {}), "the pod's only"
+    [main] = pod["containers"]
+    env = {e["name"]: e for e in main["env"]}
+    assert env["PASSWORD"] == {
+        "name": "PASSWORD",
+        "valueFrom": {"secretKeyRef": {"name": "etl-db", "key": "password"}},
+    }
+    assert env["REGION"]["valueFrom"] == {
+        "configMapKeyRef": {"name": "etl", "key": "region", "optional": True}
+    }
+    assert main["envFrom"] == [
+        {"configMapRef": {"name": "etl-settings"}},
+        {"secretRef": {"name": "etl-keys"}, "prefix": "K_"},
+    ]
+    assert main["volumeMounts"] == [{"name": "data", "mountPath": "/data", "readOnly": True}]
+    assert main["securityContext"]["readOnlyRootFilesystem"] is True
+    assert pod["securityContext"]["runAsUser"] == 1000
+    assert pod["securityContext"]["runAsNonRoot"] is True, "the defaults stay under the job's"
+    assert pod["imagePullSecrets"] == [{"name": "registry"}]
+    assert pod["affinity"] == EVERYTHING["affinity"]
+    assert [v["name"] for v in pod["volumes"]] == ["data", "scratch"]
+    [proxy] = pod["initContainers"]
+    assert proxy["restartPolicy"] == "Always", "a native sidecar: it never holds the pod"
+    assert proxy["resources"] == {
+        "requests": {"cpu": "50m", "memory": "128Mi"},
+        "limits": {"memory": "512Mi"},
+    }
+    assert proxy["env"] == [
+        {"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "proxy", "key": "token"}}}
+    ]
+
+
+def test_a_large_payload_mounts_beside_the_jobs_own_volumes() -> None:
+    pod = pod_of(job(EVERYTHING, payload=LARGE))
+    assert [v["name"] for v in pod["volumes"]] == ["data", "scratch", "corral-payload"]
+    assert [m["name"] for m in pod["containers"][0]["volumeMounts"]] == ["data", "corral-payload"]
+
+
+def test_resources_and_contexts_layer_defaults_class_then_job() -> None:
+    s = make_settings(
+        default_resources={
+            "requests": {"cpu": "200m", "memory": "256Mi"},
+            "limits": {"memory": "1Gi"},
+        },
+        placements={
+            "big": {
+                "resources": {"requests": {"memory": "4Gi"}, "limits": {"memory": "8Gi"}},
+                "pod_security_context": {"runAsUser": 2000},
+                "security_context": {"readOnlyRootFilesystem": True},
+            }
+        },
+    )
+    spec = {
+        "image": "b",
+        "command": ["x"],
+        "placement": "big",
+        "resources": {"requests": {"cpu": "2"}},
+    }
+    pod = pod_of(job(spec, settings=s))
+    [main] = pod["containers"]
+    assert main["resources"] == {
+        "requests": {"cpu": "2", "memory": "4Gi"},
+        "limits": {"memory": "8Gi"},
+    }, "a layer that names a resource replaces its request and limit below"
+    assert pod["securityContext"]["runAsUser"] == 2000
+    assert main["securityContext"]["readOnlyRootFilesystem"] is True
+    assert restricted_problems(pod) == []
+    more = job({**spec, "resources": {"requests": {"memory": "16Gi"}}}, settings=s)
+    assert pod_of(more)["containers"][0]["resources"]["requests"]["memory"] == "16Gi"
+    assert "memory" not in pod_of(more)["containers"][0]["resources"].get("limits", {})
+
+
+def test_baseline_lets_a_job_run_as_root_but_never_privileged() -> None:
+    s = make_settings(pod_security="baseline")
+    spec = {
+        "image": "b",
+        "command": ["x"],
+        "pod_security_context": {"runAsNonRoot": False, "runAsUser": 0},
+        "security_context": {"capabilities": {"add": ["CHOWN"], "drop": ["ALL"]}},
+    }
+    k8s.check_manifest(job(spec, settings=s))
+    with pytest.raises(errors.InvalidInput, match="runAsNonRoot: must stay true"):
+        job(spec)
+    with pytest.raises(errors.InvalidInput, match="SYS_ADMIN may not be added"):
+        job({**spec, "security_context": {"capabilities": {"add": ["SYS_ADMIN"]}}}, settings=s)
+    hostpath = {"volumes": [{"name": "h", "hostPath": {"path": "/"}}]}
+    with pytest.raises(errors.InvalidInput, match="hostPath volumes are not allowed"):
+        job({**spec, **hostpath}, settings=s)
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (
+            {"volumes": [{"name": "h", "hostPath": {"path": "/"}}]},
+            "volumes[0]: hostPath volumes are not allowed under Pod Security 'restricted' (executors.kubernetes.pod_security)",
+        ),
+        (
+            {"volumes": [{"name": "d", "persistentVolumeClaim": {}}]},
+            "volumes[0].persistentVolumeClaim: 'claimName' is a required property (Kubernetes 1.31 schema)",
+        ),
+        ({"volumes": [{"name": "corral-x", "emptyDir": {}}]}, "volumes[0].name: 'corral-x'"),
+        (
+            {"volumes": [{"name": "a", "emptyDir": {}}, {"name": "a", "emptyDir": {}}]},
+            "volumes[1].name: 'a': a unique",
+        ),
+        (
+            {"volume_mounts": [{"name": "x", "mountPath": "/x"}]},
+            "volume_mounts[0].name: 'x' is not one of the spec's volumes",
+        ),
+        (
+            {
+                "volumes": [{"name": "p", "emptyDir": {}}],
+                "volume_mounts": [{"name": "p", "mountPath": "/var/run/corral/x"}],
+            },
+            "volume_mounts[0].mountPath: /var/run/corral is corral's",
+        ),
+        (
+            {"volume_mounts": [{"name": "x"}]},
+            "volume_mounts[0]: 'mountPath' is a required property",
+        ),
+        ({"env": {"A": {"secret": "db"}}}, "env.A.key: required"),
+        (
+            {"env": {"A": {"secret": "db", "key": "k", "config_map": "c"}}},
+            "env.A: must be a string or",
+        ),
+        ({"env": {"A": {"field": "x"}}}, "env.A: must be a string or"),
+        (
+            {"env_from": [{"secret": "Bad_Name"}]},
+            "env_from[0].secret: 'Bad_Name' is not an object name",
+        ),
+        (
+            {"env_from": [{"config_map": "c", "prefix": "CORRAL_"}]},
+            "env_from[0].prefix: names starting CORRAL_",
+        ),
+        ({"env_from": {"secret": "s"}}, "env_from: must be a list"),
+        ({"image_pull_secrets": ["Nope!"]}, "image_pull_secrets[0]: 'Nope!' is not an object name"),
+        (
+            {"pod_security_context": {"runAsUser": 0}},
+            "pod_security_context.runAsUser: 0 (root) is not allowed under Pod Security 'restricted'",
+        ),
+        (
+            {"pod_security_context": {"runAsNonRoot": False}},
+            "pod_security_context.runAsNonRoot: must stay true",
+        ),
+        ({"pod_security_context": {"sysctls": []}}, "pod_security_context.sysctls: may not be set"),
+        ({"security_context": {"privileged": True}}, "security_context.privileged: may not be set"),
+        (
+            {"security_context": {"allowPrivilegeEscalation": True}},
+            "security_context.allowPrivilegeEscalation: must stay false",
+        ),
+        (
+            {"security_context": {"capabilities": {"add": ["NET_BIND_SERVICE"]}}},
+            "security_context.capabilities.drop: must include ALL",
+        ),
+        (
+            {"security_context": {"seccompProfile": {"type": "Unconfined"}}},
+            "security_context.seccompProfile.type: Unconfined is not allowed",
+        ),
+        (
+            {"security_context": {"readOnlyRootFilesystem": "yes"}},
+            "security_context.readOnlyRootFilesystem: 'yes' is not of type",
+        ),
+        (
+            {"affinity": {"nodeAfinity": {}}},
+            "affinity: Additional properties are not allowed ('nodeAfinity' was unexpected)",
+        ),
+        (
+            {"annotations": {"corral.dev/x": "1"}},
+            "annotations.corral.dev/x: the prefix 'corral.dev/' is corral's",
+        ),
+        ({"annotations": {"bad key": "1"}}, "annotations: key 'bad key'"),
+        ({"annotations": {"a": 1}}, "annotations.a: the value must be a string"),
+        (
+            {"sidecars": [{"name": "main", "image": "x", "command": ["x"]}]},
+            "sidecars[0].name: 'main': a unique DNS-1123 label",
+        ),
+        ({"sidecars": [{"name": "p", "image": "x"}]}, "sidecars[0].command: required"),
+        (
+            {"sidecars": [{"name": "p", "image": "Bad!", "command": ["x"]}]},
+            "sidecars[0].image: 'Bad!' is not an image reference",
+        ),
+        (
+            {"sidecars": [{"name": "p", "image": "x", "command": ["x"], "ports": []}]},
+            "sidecars[0].ports: unknown field",
+        ),
+        (
+            {
+                "sidecars": [
+                    {
+                        "name": "p",
+                        "image": "x",
+                        "command": ["x"],
+                        "resources": {"requests": {"cpu": "x"}},
+                    }
+                ]
+            },
+            "sidecars[0].resources.requests.cpu: 'x' is not a quantity",
+        ),
+        (
+            {
+                "sidecars": [
+                    {
+                        "name": "p",
+                        "image": "x",
+                        "command": ["x"],
+                        "security_context": {"runAsUser": 0},
+                    }
+                ]
+            },
+            "sidecars[0].security_context.runAsUser: 0 (root)",
+        ),
+        (
+            {"namespace": "other"},
+            "namespace: 'other' is not allowed: a job may only run in one of executors.kubernetes.namespaces (jobs;",
+        ),
+    ],
+)
+def test_a_bad_pod_field_is_refused_naming_the_field_and_the_rule(
+    extra: dict[str, Any], message: str
+) -> None:
+    for kind, template in (("kubernetes", k8s.JobTemplate), ("argo", argo_template())):
+        with pytest.raises(errors.InvalidInput) as caught:
+            template(make_settings()).validate_spec(
+                {"image": "busybox", "command": ["true"], **extra}
+            )
+        assert f"{kind} spec: {message}" in str(caught.value)
+
+
+def argo_template() -> Any:
+    from corral.executors import argo
+
+    return argo.WorkflowTemplate
+
+
+@pytest.mark.parametrize(
+    ("placement", "message"),
+    [
+        (
+            {"pod_security_context": {"runAsUser": 0}},
+            "placements.x.pod_security_context.runAsUser: 0 (root)",
+        ),
+        (
+            {"security_context": {"privileged": True}},
+            "placements.x.security_context.privileged: may not be set",
+        ),
+        (
+            {"resources": {"requests": {"cpu": "lots"}}},
+            "placements.x.resources.requests.cpu: 'lots'",
+        ),
+    ],
+)
+def test_a_placement_class_is_held_to_the_same_rules(
+    placement: dict[str, Any], message: str
+) -> None:
+    s = make_settings(placements={"x": placement})
+    with pytest.raises(
+        errors.ConfigError,
+        match=f"executors.kubernetes.{message}".replace("(", "\\(").replace(")", "\\)"),
+    ):
+        k8s.JobTemplate(s)
+
+
+def test_a_job_runs_in_an_allowed_namespace_only() -> None:
+    s = make_settings(namespaces=["jobs", "etl"])
+    doc = job({"image": "b", "command": ["x"], "namespace": "etl"}, settings=s)
+    assert doc["metadata"]["namespace"] == "etl"
+    assert job({"image": "b", "command": ["x"]}, settings=s)["metadata"]["namespace"] == "jobs"
+    with pytest.raises(ValueError, match="namespaces must include namespace 'jobs'"):
+        make_settings(namespaces=["etl"])
+    with pytest.raises(ValueError, match="not a DNS-1123 label"):
+        make_settings(namespaces=["jobs", "Etl"])
+
+
+def test_corrals_own_service_account_can_never_run_a_job() -> None:
+    for wrong in ({"service_account": "corral"}, {"allowed_service_accounts": ["etl", "corral"]}):
+        with pytest.raises(
+            ValueError, match="corral's own account 'corral' \\(own_service_account\\)"
+        ):
+            make_settings(**wrong)
+    with pytest.raises(ValueError, match="own account 'corral-sa'"):
+        make_settings(own_service_account="corral-sa", allowed_service_accounts=["corral-sa"])
+
+
+@pytest.mark.parametrize(
+    ("top", "has_url"),
+    [
+        (
+            {},
+            True,
+        ),  # database_url_secret set and jobs_get_database_url on (the default): on purpose
+        ({"jobs_get_database_url": False}, False),
+        ({"api_url": "http://corral-api:8080", "attempt_key": ATTEMPT_KEY}, False),
+    ],
+)
+def test_pods_get_the_database_url_only_when_the_settings_hand_it_on_purpose(
+    top: dict[str, Any], has_url: bool
+) -> None:
+    s = config.Settings(
+        executors={"kubernetes": {"namespace": "jobs", "database_url_secret": "corral-db/url"}},
+        **top,
+    )
+    env = {
+        e["name"]
+        for e in pod_of(job({"image": "b", "command": ["x"]}, settings=s))["containers"][0]["env"]
+    }
+    assert ("CORRAL_DATABASE_URL" in env) is has_url

@@ -24,11 +24,15 @@ container as a Job would (the CORRAL_* environment, the database URL and the att
 token from Secrets);
 `retryStrategy.limit: 0` on it (corral owns retries, whatever defaults the Argo
 controller adds); `activeDeadlineSeconds` what is left of the attempt's deadline;
-`ttlStrategy.secondsAfterCompletion` long enough to outlive a corral outage; no `podGC`,
-so the pod and its logs stay until the Workflow itself is deleted; the attempt's labels
-on the Workflow and its pod (full values of hashed ones in annotations); the placement
-class's node selector, tolerations and priority class on the template; and the pod's
-termination grace through `podSpecPatch`, the one field Argo has for it.
+`ttlStrategy.secondsAfterCompletion` long enough to outlive a corral outage; `podGC` as
+`executors.kubernetes.argo_pod_gc` says (OnPodCompletion by default: the outcome is read
+from the Workflow, which stays, not from its pod); the attempt's labels on the Workflow
+and its pod (full values of hashed ones in annotations); the placement class's node
+selector, tolerations and priority class on the template; the pod's termination grace
+through `podSpecPatch`, the one field Argo has for it; and the spec's pod fields
+(pods.py: the restricted securityContext and default resources, volumes, pull secrets,
+affinity, annotations, native sidecars as the template's init containers), in the
+namespace the spec names.
 
 The payload reaches the container as on a Job (kubernetes.Payload): in CORRAL_PAYLOAD up
 to 32 KiB, else in a ConfigMap named after the launch, owned by the Workflow (created
@@ -51,7 +55,7 @@ from hera.workflows import models as argo
 from kubernetes.aio import client as kube
 
 from corral import config, errors, model
-from corral.executors import base, kube_client, kubernetes
+from corral.executors import base, kube_client, kubernetes, pods
 
 log = logging.getLogger("corral.executors.argo")
 
@@ -70,6 +74,7 @@ class WorkflowTemplate:
     def __init__(self, settings: config.Settings) -> None:
         self.settings = settings
         self.k8s = settings.executors.kubernetes
+        kubernetes.check_cluster_settings(self.k8s)
 
     def validate_spec(self, spec: Mapping[str, Any]) -> dict[str, Any]:
         """The spec, normalised; InvalidInput names the field and the rule."""
@@ -82,21 +87,32 @@ class WorkflowTemplate:
         """The argoproj.io/v1alpha1 Workflow for `launch`."""
         k8s = self.k8s
         payload = kubernetes.Payload.of(launch)
-        volumes = [argo.Volume.model_validate(payload.volume(launch.name))]
+        volumes = kubernetes.volumes_of(launch, spec, payload)
+        pod = pods.pod_fields(spec, k8s, kubernetes.placement_class(spec, k8s, launch.name))
+        pull_secrets = pod.get("imagePullSecrets")
         workflow = argo.Workflow(
             api_version=API_VERSION,
             kind="Workflow",
             metadata=argo.ObjectMeta(
                 name=launch.name,
-                namespace=k8s.namespace,
+                namespace=spec.get("namespace", k8s.namespace),
                 labels=dict(launch.labels),
                 annotations=dict(launch.annotations) or None,
             ),
             spec=argo.WorkflowSpec(
                 entrypoint=TEMPLATE,
-                templates=[self._template(launch, spec, payload)],
-                volumes=volumes if payload.mounted else None,
-                pod_metadata=argo.Metadata(labels=dict(launch.labels)),
+                templates=[self._template(launch, spec, payload, pod)],
+                volumes=[argo.Volume.model_validate(v) for v in volumes] or None,
+                pod_metadata=argo.Metadata(
+                    labels=dict(launch.labels), annotations=spec.get("annotations") or None
+                ),
+                security_context=argo.PodSecurityContext.model_validate(pod["securityContext"]),
+                image_pull_secrets=[
+                    argo.LocalObjectReference.model_validate(s) for s in pull_secrets
+                ]
+                if pull_secrets
+                else None,
+                pod_gc=None if k8s.argo_pod_gc == "Never" else argo.PodGC(strategy=k8s.argo_pod_gc),
                 active_deadline_seconds=kubernetes.active_deadline(launch, self.settings),
                 ttl_strategy=argo.TTLStrategy(
                     seconds_after_completion=kubernetes.whole_seconds(
@@ -109,15 +125,22 @@ class WorkflowTemplate:
         return workflow.model_dump(by_alias=True, exclude_none=True, mode="json")
 
     def _template(
-        self, launch: model.Launch, spec: Mapping[str, Any], payload: kubernetes.Payload
+        self,
+        launch: model.Launch,
+        spec: Mapping[str, Any],
+        payload: kubernetes.Payload,
+        pod: Mapping[str, Any],
     ) -> argo.Template:
         k8s = self.k8s
-        container = kubernetes.container(launch, spec, k8s.database_url_secret, payload)
+        container = kubernetes.container(launch, spec, payload, self.settings)
         grace = kubernetes.whole_seconds(k8s.termination_grace.total_seconds())
         placement = kubernetes.placement_class(spec, k8s, launch.name) or config.Placement()
+        sidecars = [argo.UserContainer.model_validate(c) for c in pod.get("initContainers", [])]
         return argo.Template(
             name=TEMPLATE,
             container=argo.Container.model_validate(container),
+            init_containers=sidecars or None,
+            affinity=argo.Affinity.model_validate(pod["affinity"]) if "affinity" in pod else None,
             retry_strategy=argo.RetryStrategy(limit=argo.IntOrString(0)),
             pod_spec_patch=json.dumps({"terminationGracePeriodSeconds": grace}),
             node_selector=dict(placement.node_selector) or None,
@@ -228,8 +251,13 @@ class ArgoExecutor(kube_client.ClusterExecutor):
     def _bind(self, api_client: kube.ApiClient) -> None:
         self._custom = kube.CustomObjectsApi(api_client)
 
-    def _scope(self) -> dict[str, Any]:
-        return {"group": GROUP, "version": VERSION, "namespace": self.namespace, "plural": PLURAL}
+    def _scope(self, namespace: str | None = None) -> dict[str, Any]:
+        return {
+            "group": GROUP,
+            "version": VERSION,
+            "namespace": namespace or self.namespace,
+            "plural": PLURAL,
+        }
 
     async def launch(self, launch: model.Launch) -> None:
         """Create the Workflow `launch.name`, then, owned by it, the ConfigMap of a payload
@@ -237,17 +265,18 @@ class ArgoExecutor(kube_client.ClusterExecutor):
         for an existing name as the kubernetes executor's (this attempt's and not being
         deleted: launched)."""
         payload = kubernetes.Payload.of(launch)
-        payload.check_size(f"creating Workflow {self.namespace}/{launch.name}")
+        namespace = self.namespace_of(launch)
+        payload.check_size(f"creating Workflow {namespace}/{launch.name}")
         body = self.template.manifest(launch, launch.spec)  # the spec was checked at submit
         workflow = await self.create_once(
             launch,
             lambda: self._custom.create_namespaced_custom_object_without_preload_content(
-                body=body, **self._scope(), _request_timeout=self.api.timeout
+                body=body, **self._scope(namespace), _request_timeout=self.api.timeout
             ),
         )
         # After the Workflow, whose uid owns them; its pod waits for them.
         owner = kubernetes.owner_reference(API_VERSION, "Workflow", workflow)
-        made = kubernetes.owned_objects(launch, payload, namespace=self.namespace, owner=owner)
+        made = kubernetes.owned_objects(launch, payload, namespace=namespace, owner=owner)
         for owned in made:
             await self.create_owned(launch, owned)
 
@@ -269,12 +298,16 @@ class ArgoExecutor(kube_client.ClusterExecutor):
         """Argo's own stop: `spec.shutdown: Terminate` (its pods get SIGTERM, then SIGKILL
         after their terminationGracePeriodSeconds). The Workflow stays, `Failed`, for the
         record and its TTL. A Workflow already gone is fine."""
+        where = self.namespaces_for(name)
+        if len(where) > 1 and (found := await self._get(name)) is not None:
+            where = [found["metadata"].get("namespace") or self.namespace]
+        namespace = where[0]
         await self.api.call(
-            f"stopping Workflow {self.namespace}/{name}",
+            f"stopping Workflow {namespace}/{name}",
             lambda: self._custom.patch_namespaced_custom_object_without_preload_content(
                 name=name,
                 body={"spec": {"shutdown": "Terminate"}},
-                **self._scope(),
+                **self._scope(namespace),
                 _content_type="application/merge-patch+json",
                 _request_timeout=self.api.timeout,
             ),
@@ -297,10 +330,16 @@ class ArgoExecutor(kube_client.ClusterExecutor):
             yield workflow_observation(obs)
 
     async def _get(self, name: str) -> dict[str, Any] | None:
+        for namespace in self.namespaces_for(name):
+            if (found := await self._read(name, namespace)) is not None:
+                return found
+        return None
+
+    async def _read(self, name: str, namespace: str) -> dict[str, Any] | None:
         return await self.api.call(
-            f"reading Workflow {self.namespace}/{name}",
+            f"reading Workflow {namespace}/{name}",
             lambda: self._custom.get_namespaced_custom_object_without_preload_content(
-                name=name, **self._scope(), _request_timeout=self.api.timeout
+                name=name, **self._scope(namespace), _request_timeout=self.api.timeout
             ),
             ok=lambda exc: kube_client.is_status(exc, 404),
         )

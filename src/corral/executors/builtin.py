@@ -34,11 +34,14 @@ def _process_reach(settings: config.Settings) -> str | None:
 
 
 def _cluster_reach(settings: config.Settings) -> str | None:
-    if settings.api_url or settings.executors.kubernetes.database_url_secret:
+    if settings.api_url:
+        return None
+    if settings.jobs_get_database_url and settings.executors.kubernetes.database_url_secret:
         return None
     return (
-        "a job on Kubernetes cannot reach corral to send heartbeats; set"
-        " executors.kubernetes.database_url_secret (or api_url)"
+        "a job on Kubernetes cannot reach corral to send heartbeats; set api_url (or, to"
+        " hand jobs the database itself, executors.kubernetes.database_url_secret with"
+        " jobs_get_database_url on)"
     )
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import collections
 import json
 import logging
 import os
@@ -58,6 +59,9 @@ OBSERVE_CONCURRENCY = 16
 """How many reads one `observe` has in flight."""
 LIST_PAGE = 500
 """Objects per list request; longer lists come in pages."""
+NAMESPACES_NOTED = 10_000
+"""How many launches in a namespace other than the configured one an executor remembers
+the namespace of (it asks every allowed namespace for one it forgot)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -358,6 +362,7 @@ class ClusterExecutor(abc.ABC):
         self.template = type(self).make_template(settings)
         self.k8s = settings.executors.kubernetes
         self.namespace = self.k8s.namespace
+        self._launched_in: collections.OrderedDict[str, str] = collections.OrderedDict()
         self._clock = clock
         self._configuration = configuration
         self._rng = rng
@@ -392,6 +397,26 @@ class ClusterExecutor(abc.ABC):
     async def _get(self, name: str) -> dict[str, Any] | None:
         """A fresh read of the object `name`; None when there is none."""
 
+    def namespace_of(self, launch: model.Launch) -> str:
+        """Where `launch` runs: its spec's namespace (one of executors.kubernetes.namespaces,
+        checked at submit), else the configured one. Noted, so that reads of the name ask
+        there first."""
+        namespace = str(launch.spec.get("namespace") or self.namespace)
+        if namespace != self.namespace:
+            self._launched_in[launch.name] = namespace
+            self._launched_in.move_to_end(launch.name)
+            while len(self._launched_in) > NAMESPACES_NOTED:
+                self._launched_in.popitem(last=False)
+        return namespace
+
+    def namespaces_for(self, name: str) -> list[str]:
+        """Where the object `name` may be, in the order to ask: the namespace this process
+        launched it in, when it did; else every allowed namespace, the configured one first
+        (a name is corral's alone, so it is in one of them at most)."""
+        if known := self._launched_in.get(name):
+            return [known]
+        return list(self.k8s.namespaces_allowed)
+
     async def create_once(
         self,
         launch: model.Launch,
@@ -401,7 +426,7 @@ class ClusterExecutor(abc.ABC):
         is read back, and counts as launched only with this attempt's identity and no
         deletionTimestamp (a create whose answer was lost); otherwise LaunchConflict.
         The object as the API server holds it (its uid owns the launch's ConfigMap)."""
-        what = f"{self.objects[:-1]} {self.namespace}/{launch.name}"
+        what = f"{self.objects[:-1]} {self.namespace_of(launch)}/{launch.name}"
         made = await self.api.call(f"creating {what}", request, ok=lambda exc: is_status(exc, 409))
         if made is None:
             return check_existing(what, await self._get(launch.name), launch)
@@ -416,7 +441,7 @@ class ClusterExecutor(abc.ABC):
         waits for it needs it; one being deleted is ExecutorError (a later launch makes it
         again), one of another attempt LaunchConflict."""
         calls = self._owned_calls(launch.name, body)
-        what = f"{calls.kind} {self.namespace}/{launch.name}"
+        what = f"{calls.kind} {body['metadata']['namespace']}/{launch.name}"
         made = await self.api.call(
             f"creating {what}", calls.create, ok=lambda exc: is_status(exc, 409)
         )
@@ -436,7 +461,7 @@ class ClusterExecutor(abc.ABC):
 
     def _owned_calls(self, name: str, body: Mapping[str, Any]) -> _OwnedCalls:
         """The create, read and merge-patch of `body` (a ConfigMap or a Secret) by name."""
-        core, namespace, timeout = self._core, self.namespace, self.api.timeout
+        core, namespace, timeout = self._core, body["metadata"]["namespace"], self.api.timeout
         kind = str(body.get("kind"))
         what = f"{kind} {namespace}/{name}"
         if kind == "ConfigMap":

@@ -19,7 +19,10 @@ The Job: `backoffLimit: 0` (corral owns retries), `activeDeadlineSeconds` what i
 the attempt's deadline, `ttlSecondsAfterFinished` long enough to outlive a corral outage,
 the attempt's labels on the Job and its pod template (full values of hashed ones in
 annotations), the CORRAL_* environment, and the placement class's node selector,
-tolerations and priority class.
+tolerations and priority class. The pod fields beyond these (a namespace from the allowed
+ones, the restricted securityContext and default resources every pod gets, volumes,
+Secret and ConfigMap references, pull secrets, affinity, annotations, native sidecars)
+are pods.py's.
 
 The job's payload (`Payload`): none when it is null; its JSON in `CORRAL_PAYLOAD` when
 that is at most PAYLOAD_ENV_BYTES (32 KiB) of UTF-8; else in a ConfigMap named after the
@@ -56,12 +59,12 @@ import pydantic
 from kubernetes.aio import client as kube
 
 from corral import config, errors, model
-from corral.executors import base, kube_client
+from corral.executors import base, kube_client, pods
 
 log = logging.getLogger("corral.executors.kubernetes")
 
 KIND = "kubernetes"
-SUPPORTED_VERSIONS = ("1.31", "1.37")
+SUPPORTED_VERSIONS = pods.SUPPORTED_VERSIONS
 """The oldest and the newest Kubernetes version whose schemas every Job is checked against."""
 CONTAINER = "main"
 DATABASE_URL = "CORRAL_DATABASE_URL"
@@ -86,7 +89,15 @@ PAYLOAD_KEY = "payload.json"
 PAYLOAD_VOLUME = "corral-payload"
 READ_ONLY = 0o444
 
-_SPEC_FIELDS = ("image", "command", "env", "placement", "resources", "service_account")
+_SPEC_FIELDS = (
+    "image",
+    "command",
+    "env",
+    "placement",
+    "resources",
+    "service_account",
+    *pods.FIELDS,
+)
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
@@ -115,6 +126,7 @@ class JobTemplate:
     def __init__(self, settings: config.Settings) -> None:
         self.settings = settings
         self.k8s = settings.executors.kubernetes
+        check_cluster_settings(self.k8s)
 
     # --- spec ------------------------------------------------------------------------------
 
@@ -131,23 +143,28 @@ class JobTemplate:
         """The batch/v1 Job for `launch`."""
         k8s = self.k8s
         payload = Payload.of(launch)
+        placement = placement_class(spec, k8s, launch.name)
         pod: dict[str, Any] = {
             "restartPolicy": "Never",
             "terminationGracePeriodSeconds": whole_seconds(k8s.termination_grace.total_seconds()),
-            "containers": [container(launch, spec, k8s.database_url_secret, payload)],
+            "containers": [container(launch, spec, payload, self.settings)],
+            **pods.pod_fields(spec, k8s, placement),
         }
-        if payload.mounted:
-            pod["volumes"] = [payload.volume(launch.name)]
+        if volumes := volumes_of(launch, spec, payload):
+            pod["volumes"] = volumes
         account = spec.get("service_account", k8s.service_account)
         if account:
             pod["serviceAccountName"] = account
-        if placement := placement_class(spec, k8s, launch.name):
+        if placement:
             pod.update(_placement(placement))
         metadata: dict[str, Any] = {
             "name": launch.name,
-            "namespace": k8s.namespace,
+            "namespace": spec.get("namespace", k8s.namespace),
             "labels": dict(launch.labels),
         }
+        pod_metadata: dict[str, Any] = {"labels": dict(launch.labels)}
+        if spec.get("annotations"):
+            pod_metadata["annotations"] = dict(spec["annotations"])
         if launch.annotations:
             metadata["annotations"] = dict(launch.annotations)
         return {
@@ -169,7 +186,7 @@ class JobTemplate:
                     ]
                 },
                 "podReplacementPolicy": "Failed",
-                "template": {"metadata": {"labels": dict(launch.labels)}, "spec": pod},
+                "template": {"metadata": pod_metadata, "spec": pod},
             },
         }
 
@@ -325,8 +342,20 @@ def normalise_spec(
     the field and the rule. It checks the fields only, not the object they make."""
     try:
         return _normalise(spec, cluster)
-    except _Refused as exc:
+    except pods.Refused as exc:
         raise errors.InvalidInput(base.spec_error(kind, exc.field, exc.rule)) from None
+
+
+def check_cluster_settings(k8s: config.KubernetesExecutorSettings) -> None:
+    """ConfigError naming the setting when the default resources or a placement class's
+    resources or security contexts are not what a job's spec could hold."""
+    try:
+        _resources(k8s.default_resources, "executors.kubernetes.default_resources")
+        for name, placement in k8s.placements.items():
+            _resources(placement.resources, f"executors.kubernetes.placements.{name}.resources")
+            pods.check_placement(name, placement, k8s)
+    except pods.Refused as exc:
+        raise errors.ConfigError(f"{exc.field}: {exc.rule}") from None
 
 
 def _normalise(spec: Mapping[str, Any], k8s: config.KubernetesExecutorSettings) -> dict[str, Any]:
@@ -334,16 +363,10 @@ def _normalise(spec: Mapping[str, Any], k8s: config.KubernetesExecutorSettings) 
         raise _bad("spec", "must be a JSON object")
     if unknown := sorted(set(spec) - set(_SPEC_FIELDS)):
         raise _bad(unknown[0], f"unknown field (allowed: {', '.join(_SPEC_FIELDS)})")
-    image = spec.get("image")
-    if image is None or image == "":
-        raise _bad("image", "required: a container image reference, e.g. busybox:1.36")
-    if not isinstance(image, str) or not _IMAGE.match(image):
-        raise _bad(
-            "image",
-            f"{image!r} is not an image reference: [REGISTRY[:PORT]/]NAME[:TAG][@DIGEST],"
-            " lower-case name parts, e.g. busybox:1.36 or ghcr.io/acme/etl:1.4",
-        )
-    normal: dict[str, Any] = {"image": image, "command": _command(spec.get("command"))}
+    normal: dict[str, Any] = {
+        "image": _image(spec.get("image")),
+        "command": _command(spec.get("command")),
+    }
     if "env" in spec:
         normal["env"] = _env(spec["env"])
     placement = spec.get("placement", k8s.default_placement)
@@ -360,7 +383,41 @@ def _normalise(spec: Mapping[str, Any], k8s: config.KubernetesExecutorSettings) 
             raise _bad("service_account", "must be a DNS-1123 subdomain")
         _allowed_account(account, k8s)
         normal["service_account"] = account
+    normal.update(pods.normalise(spec, k8s))
+    for n, sidecar in enumerate(normal.get("sidecars", [])):
+        _check_sidecar(f"sidecars[{n}]", sidecar)
     return normal
+
+
+def _image(image: Any, field: str = "image") -> str:
+    if image is None or image == "":
+        raise _bad(field, "required: a container image reference, e.g. busybox:1.36")
+    if not isinstance(image, str) or not _IMAGE.match(image):
+        raise _bad(
+            field,
+            f"{image!r} is not an image reference: [REGISTRY[:PORT]/]NAME[:TAG][@DIGEST],"
+            " lower-case name parts, e.g. busybox:1.36 or ghcr.io/acme/etl:1.4",
+        )
+    return image
+
+
+def _check_sidecar(where: str, sidecar: dict[str, Any]) -> None:
+    """A sidecar's image, command, args and resources, by the job container's rules."""
+    _image(sidecar["image"], f"{where}.image")
+    try:
+        sidecar["command"] = _command(sidecar["command"])
+        if "args" in sidecar:
+            sidecar["args"] = _args(sidecar["args"])
+        if "resources" in sidecar:
+            sidecar["resources"] = _resources(sidecar["resources"])
+    except pods.Refused as exc:
+        raise _bad(f"{where}.{exc.field}", exc.rule) from None
+
+
+def _args(args: Any) -> list[str]:
+    if not isinstance(args, list) or not all(isinstance(a, str) and "\0" not in a for a in args):
+        raise _bad("args", "must be a list of strings")
+    return list(args)
 
 
 def _allowed_account(account: str, k8s: config.KubernetesExecutorSettings) -> None:
@@ -375,14 +432,6 @@ def _allowed_account(account: str, k8s: config.KubernetesExecutorSettings) -> No
             f" executors.kubernetes.allowed_service_accounts ({listed}; by default the"
             " configured service_account alone); add it there if jobs may use it",
         )
-
-
-class _Refused(Exception):
-    """A spec field broke a rule; normalise_spec words it for the executor that asked."""
-
-    def __init__(self, field: str, rule: str) -> None:
-        super().__init__(field, rule)
-        self.field, self.rule = field, rule
 
 
 # --- checks ---------------------------------------------------------------------------------------
@@ -442,17 +491,20 @@ def _all_labels(doc: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
 
 
 def container(
-    launch: model.Launch, spec: Mapping[str, Any], secret: str | None, payload: Payload
+    launch: model.Launch, spec: Mapping[str, Any], payload: Payload, settings: config.Settings
 ) -> dict[str, Any]:
     """The core/v1 Container that runs a normalised spec for `launch`: its image, command,
-    resources and environment, the database URL read from Secret `secret` (`name/key`), the
-    attempt token from the launch's own Secret (attempt_secret), and where its `payload` is
-    (a mounted one at PAYLOAD_MOUNT)."""
+    environment, and the pod fields of a container (pods.container_fields: security
+    context, resources with the defaults, envFrom, mounts); the database URL read from
+    its Secret only where the settings hand jobs the database on purpose
+    (database_secret), the attempt token from the launch's own Secret (attempt_secret),
+    and where its `payload` is (a mounted one at PAYLOAD_MOUNT)."""
     # corral's own variables win; no credential goes into a manifest in the clear.
-    env = {**spec.get("env", {}), **launch.env, **payload.env()}
+    env: dict[str, Any] = {**spec.get("env", {}), **launch.env, **payload.env()}
     env.pop(DATABASE_URL, None)
     token = env.pop(ATTEMPT_TOKEN, None)
-    entries: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in sorted(env.items())]
+    entries = [pods.env_entry(k, v) for k, v in sorted(env.items())]
+    secret = database_secret(settings)
     if secret is not None and not token:  # a token in place of the database, never both
         name, _, key = secret.partition("/")
         entries.append(_from_secret(DATABASE_URL, name, key))
@@ -467,11 +519,28 @@ def container(
         # reads the last line as the failure's message, as it reads stderr for processes.
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
-    if resources := spec.get("resources"):
-        container["resources"] = resources
+    k8s = settings.executors.kubernetes
+    container.update(pods.container_fields(spec, k8s, placement_class(spec, k8s, launch.name)))
     if payload.mounted:
-        container["volumeMounts"] = [dict(PAYLOAD_MOUNT)]
+        container["volumeMounts"] = [*container.get("volumeMounts", []), dict(PAYLOAD_MOUNT)]
     return container
+
+
+def database_secret(settings: config.Settings) -> str | None:
+    """The `name/key` of the Secret whose database URL a pod gets as CORRAL_DATABASE_URL:
+    only when executors.kubernetes.database_url_secret is set and jobs_get_database_url is
+    on, and never beside an api_url (jobs then use the API with their attempt token)."""
+    if not settings.jobs_get_database_url or settings.api_url:
+        return None
+    return settings.executors.kubernetes.database_url_secret
+
+
+def volumes_of(launch: model.Launch, spec: Mapping[str, Any], payload: Payload) -> list[Any]:
+    """The pod's volumes: the spec's, and the payload's ConfigMap when it is mounted."""
+    volumes = [dict(v) for v in spec.get("volumes", [])]
+    if payload.mounted:
+        volumes.append(payload.volume(launch.name))
+    return volumes
 
 
 def _from_secret(variable: str, name: str, key: str) -> dict[str, Any]:
@@ -520,8 +589,8 @@ def whole_seconds(seconds: float) -> int:
     return max(1, math.ceil(seconds))
 
 
-def _bad(field: str, rule: str) -> _Refused:
-    return _Refused(field, rule)
+def _bad(field: str, rule: str) -> pods.Refused:
+    return pods.Refused(field, rule)
 
 
 def _command(command: Any) -> list[str]:
@@ -536,18 +605,18 @@ def _command(command: Any) -> list[str]:
     return list(command)
 
 
-def _env(env: Any) -> dict[str, str]:
+def _env(env: Any) -> dict[str, str | dict[str, Any]]:
     if not isinstance(env, Mapping):
         raise _bad("env", "must be an object of NAME: value strings")
-    out = {}
+    out: dict[str, str | dict[str, Any]] = {}
     for name, value in env.items():
         if not isinstance(name, str) or not _ENV_NAME.match(name) or name in (".", ".."):
             raise _bad("env", f"{name!r} is not a valid environment variable name")
         if name.startswith("CORRAL_"):
             raise _bad("env", f"{name!r}: names starting CORRAL_ are set by corral")
-        if not isinstance(value, str):
+        if not isinstance(value, str | Mapping):
             raise _bad("env", f"{name}: the value must be a string")
-        out[name] = value
+        out[name] = pods.env_value(name, value)
     return out
 
 
@@ -569,41 +638,41 @@ def quantity(text: str) -> Decimal:
     return number * _SUFFIX[suffix]
 
 
-def _resources(resources: Any) -> dict[str, dict[str, str]]:
+def _resources(resources: Any, field: str = "resources") -> dict[str, dict[str, str]]:
     if not isinstance(resources, Mapping) or set(resources) - {"requests", "limits"}:
-        raise _bad("resources", "must be an object with `requests` and/or `limits`")
+        raise _bad(field, "must be an object with `requests` and/or `limits`")
     out: dict[str, dict[str, str]] = {}
     for part, amounts in resources.items():
         if not isinstance(amounts, Mapping):
-            raise _bad(f"resources.{part}", "must be an object such as {cpu: 500m, memory: 1Gi}")
+            raise _bad(f"{field}.{part}", "must be an object such as {cpu: 500m, memory: 1Gi}")
         for name, amount in amounts.items():
             if not isinstance(name, str) or not _RESOURCE_NAME.match(name):
-                raise _bad(f"resources.{part}", f"{name!r} is not a resource name")
+                raise _bad(f"{field}.{part}", f"{name!r} is not a resource name")
             if not isinstance(amount, str | int) or not _QUANTITY.match(str(amount)):
                 raise _bad(
-                    f"resources.{part}.{name}",
+                    f"{field}.{part}.{name}",
                     f"{amount!r} is not a quantity (e.g. 500m, 2, 1Gi, 512Mi)",
                 )
         out[part] = {str(k): str(v) for k, v in amounts.items()}
-    _requests_fit_limits(out.get("requests", {}), out.get("limits", {}))
+    _requests_fit_limits(out.get("requests", {}), out.get("limits", {}), field)
     return out
 
 
-def _requests_fit_limits(requests: Mapping[str, str], limits: Mapping[str, str]) -> None:
+def _requests_fit_limits(
+    requests: Mapping[str, str], limits: Mapping[str, str], field: str = "resources"
+) -> None:
     """What the API server checks: a request is at most its limit, and an extended
     resource (a name with a domain, like nvidia.com/gpu) is whole and not overcommitted."""
     for name, amount in {**requests, **limits}.items():
         if "/" in name and not name.startswith(("kubernetes.io/", "requests.")):
             if quantity(amount) % 1:
-                raise _bad(f"resources.{name}", f"{amount}: an extended resource is whole units")
+                raise _bad(f"{field}.{name}", f"{amount}: an extended resource is whole units")
             if name in requests and name in limits and requests[name] != limits[name]:
-                raise _bad(
-                    f"resources.{name}", "an extended resource's request must equal its limit"
-                )
+                raise _bad(f"{field}.{name}", "an extended resource's request must equal its limit")
     for name, request in requests.items():
         if name in limits and quantity(request) > quantity(limits[name]):
             raise _bad(
-                f"resources.requests.{name}",
+                f"{field}.requests.{name}",
                 f"{request} is more than its limit {limits[name]}",
             )
 
@@ -633,7 +702,8 @@ class KubernetesExecutor(kube_client.ClusterExecutor):
         launched (a create whose answer was lost, then tried again, or a launch stopped
         before its ConfigMap or Secret, which this one makes); any other raises
         LaunchConflict."""
-        doing = f"creating Job {self.namespace}/{launch.name}"
+        namespace = self.namespace_of(launch)
+        doing = f"creating Job {namespace}/{launch.name}"
         payload = Payload.of(launch)
         payload.check_size(doing)
         # The spec was checked at submit; a placement class removed from the settings
@@ -648,12 +718,12 @@ class KubernetesExecutor(kube_client.ClusterExecutor):
         job = await self.create_once(
             launch,
             lambda: self._batch.create_namespaced_job_without_preload_content(
-                self.namespace, body, _request_timeout=self.api.timeout
+                namespace, body, _request_timeout=self.api.timeout
             ),
         )
         # After the Job, whose uid owns them; its pod waits for them.
         owner = owner_reference("batch/v1", "Job", job)
-        for owned in owned_objects(launch, payload, namespace=self.namespace, owner=owner):
+        for owned in owned_objects(launch, payload, namespace=namespace, owner=owner):
             await self.create_owned(launch, owned)
 
     async def observe(self, names: Sequence[str]) -> dict[str, model.Observation]:
@@ -698,24 +768,26 @@ class KubernetesExecutor(kube_client.ClusterExecutor):
             job = await self._get(name)
             if job is None or _finished(job):
                 return
-            if await self._delete(name, job["metadata"]["resourceVersion"], seconds):
+            if await self._delete(job, seconds):
                 return
         raise errors.ExecutorError(
             f"deleting Job {self.namespace}/{name}: it changed under each of {CANCEL_TRIES} tries"
         )
 
-    async def _delete(self, name: str, resource_version: str, grace_seconds: int) -> bool:
-        """Delete the Job if it is still at `resource_version`; False when it is not (409)
-        or already gone (404), so the caller reads it again."""
+    async def _delete(self, job: Mapping[str, Any], grace_seconds: int) -> bool:
+        """Delete the Job (in its namespace) if it is still at the resourceVersion read;
+        False when it is not (409) or already gone (404), so the caller reads it again."""
+        meta = job["metadata"]
+        name, namespace = meta["name"], meta.get("namespace") or self.namespace
         options = kube.V1DeleteOptions(
             propagation_policy="Background",
             grace_period_seconds=grace_seconds,
-            preconditions=kube.V1Preconditions(resource_version=resource_version),
+            preconditions=kube.V1Preconditions(resource_version=meta["resourceVersion"]),
         )
         answer = await self.api.call(
-            f"deleting Job {self.namespace}/{name}",
+            f"deleting Job {namespace}/{name}",
             lambda: self._batch.delete_namespaced_job_without_preload_content(
-                name, self.namespace, body=options, _request_timeout=self.api.timeout
+                name, namespace, body=options, _request_timeout=self.api.timeout
             ),
             ok=lambda exc: kube_client.is_status(exc, 404, 409),
         )
@@ -740,10 +812,16 @@ class KubernetesExecutor(kube_client.ClusterExecutor):
     # --- reading -------------------------------------------------------------------------
 
     async def _get(self, name: str) -> dict[str, Any] | None:
+        for namespace in self.namespaces_for(name):
+            if (job := await self._read(name, namespace)) is not None:
+                return job
+        return None
+
+    async def _read(self, name: str, namespace: str) -> dict[str, Any] | None:
         job = await self.api.call(
-            f"reading Job {self.namespace}/{name}",
+            f"reading Job {namespace}/{name}",
             lambda: self._batch.read_namespaced_job_without_preload_content(
-                name, self.namespace, _request_timeout=self.api.timeout
+                name, namespace, _request_timeout=self.api.timeout
             ),
             ok=lambda exc: kube_client.is_status(exc, 404),
         )
@@ -751,10 +829,11 @@ class KubernetesExecutor(kube_client.ClusterExecutor):
 
     async def _pods(self, job: Mapping[str, Any]) -> list[dict[str, Any]]:
         uid = job["metadata"].get("uid", "")
+        namespace = job["metadata"].get("namespace") or self.namespace
         result = await self.api.call(
-            f"listing the pods of Job {job['metadata'].get('name')}",
+            f"listing the pods of Job {namespace}/{job['metadata'].get('name')}",
             lambda: self._core.list_namespaced_pod_without_preload_content(
-                self.namespace,
+                namespace,
                 label_selector=f"{CONTROLLER_UID}={uid}",
                 _request_timeout=self.api.timeout,
             ),
