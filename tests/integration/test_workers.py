@@ -434,7 +434,7 @@ async def test_a_plain_task_past_its_deadline_fails_and_holds_its_slot_until_it_
         if p.n == 1:
             release.wait(60)  # ignores ctx.stopping: Python cannot stop its thread
 
-    async with running(app, db, settings, clk, concurrency=1):
+    async with running(app, db, settings, clk, concurrency=1, prefetch=0):
         first, _ = await c.submit(
             task="nap", payload={"n": 1}, policy={"limits": {"attempt_deadline": "30s"}}
         )
@@ -479,3 +479,57 @@ async def test_a_python_job_cannot_set_its_own_lease(c: client.Client) -> None:
         )
     )
     assert spec_job.policy["heartbeat"] is True  # on its worker's lease, however submitted
+
+
+async def test_jobs_claimed_ahead_go_back_uncharged_when_the_worker_stops(
+    c: client.Client, db: store.Store, settings: config.Settings, clk: PausedClock
+) -> None:
+    app = App("pings", version="1.0.0")
+    release = asyncio.Event()
+
+    @app.task("ping", version=1)
+    async def ping(p: Ping) -> None:
+        await release.wait()
+
+    worker = Worker(app, db=db, settings=settings, clk=clk, concurrency=1, prefetch=2)
+    stop = asyncio.Event()
+    task = asyncio.create_task(worker.run(stop))
+    await eventually(lambda: db.worker_list(since=c.since()), what="registered")
+    ids = [(await c.submit(task="ping", payload={"n": n}))[0] for n in range(3)]
+    await eventually(lambda: len(worker._ready) == 2, what="two held ahead of the one running")
+    stop.set()
+    release.set()  # the running one finishes within the drain; the held ones never start
+    await task
+    views = [await c.job(i) for i in ids]
+    ran = [v for v in views if v.job.state == J.SUCCEEDED]
+    back = [v for v in views if v.job.state != J.SUCCEEDED]
+    assert len(ran) == 1
+    assert len(back) == 2
+    for v in back:  # parked: no live worker reads them now; and nothing was charged
+        assert v.job.state == J.PARKED
+        assert [(a.state, a.reason) for a in v.attempts] == [(A.SUPERSEDED, model.HANDED_BACK)]
+        assert v.job.charged_attempts == 0
+
+
+async def test_a_worker_holds_no_jobs_ahead_while_its_runs_are_long(
+    c: client.Client, db: store.Store, settings: config.Settings, clk: PausedClock
+) -> None:
+    app = App("naps", version="1.0.0")
+    release = asyncio.Event()
+
+    @app.task("nap", version=1)
+    async def nap(p: Ping) -> None:
+        if p.n == 0:
+            clk.advance(1)  # a run that takes a second of the worker's clock
+        else:
+            await release.wait()
+
+    async with running(app, db, settings, clk, concurrency=1, prefetch=4) as worker:
+        first, _ = await c.submit(task="nap", payload={"n": 0})
+        await eventually(lambda: all_in(c, [first], J.SUCCEEDED), what="the long one ran")
+        ids = [(await c.submit(task="nap", payload={"n": n}))[0] for n in (1, 2, 3)]
+        await eventually(lambda: len(worker._runs) == 1, what="one running")
+        assert len(worker._ready) == 0  # runs take long here: none held, the rest stay queued
+        assert [(await c.job(i)).job.state for i in ids].count(J.QUEUED) == 2
+        release.set()
+        await eventually(lambda: all_in(c, ids, J.SUCCEEDED), what="all ran")

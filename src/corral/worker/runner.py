@@ -20,6 +20,7 @@ writing after that is refused by its fence once a newer attempt has started.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import contextvars
 import functools
@@ -34,7 +35,6 @@ import uuid
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import datetime
 from enum import StrEnum
 from typing import Any, TypeVar
 
@@ -47,16 +47,23 @@ A, FC = model.AttemptState, model.FailureClass
 T = TypeVar("T")
 
 
+GATHER = 0.05
+"""Seconds a claim waits for more slots to free while some are busy (see _claim_loop)."""
+
+
+DEADLINE_SWEEP = 0.5
+"""Seconds (of the worker's clock) between two looks for runs past their deadline."""
+
+SHORT_RUN = 0.1
+"""Seconds: while runs take less on average, a worker holds jobs ready (see Worker._room)."""
+
+
 class StopReason(StrEnum):
     """Why a run was asked to stop (TaskContext.why)."""
 
     SHUTDOWN = "shutdown"  # the worker was told to stop: hand it back, not charged
     CANCELLED = "cancelled or replaced"  # the store no longer has its attempt running
     DEADLINE = "timed out"  # its attempt's deadline passed
-
-
-class _PastDeadline(Exception):
-    """A run's attempt passed its deadline (by the worker's clock) before it ended."""
 
 
 class PermanentError(Exception):
@@ -187,6 +194,8 @@ class _Run:
     task: asyncio.Task[None] | None = None
     handed_back: bool = False
     thread: Future[Any] | None = None  # a plain function's, while it runs
+    started: float = 0.0  # clock.monotonic()
+    ended: bool = False  # its end is recorded (or handed back)
 
 
 class Worker:
@@ -202,9 +211,13 @@ class Worker:
         concurrency: int = 16,
         queues: tuple[str, ...] = (),
         worker_id: str | None = None,
+        prefetch: int | None = None,
     ) -> None:
         if concurrency < 1:
             raise errors.ConfigError(f"--concurrency {concurrency}: must be at least 1")
+        prefetch = 4 * concurrency if prefetch is None else prefetch
+        if prefetch < 0:
+            raise errors.ConfigError(f"--prefetch {prefetch}: must be at least 0")
         app.check()
         self.app = app
         self.db = db
@@ -212,6 +225,7 @@ class Worker:
         self.t = settings.timeouts
         self.clock = clk
         self.concurrency = concurrency
+        self.prefetch = prefetch
         self.queues = queues
         host = socket.gethostname()
         self.id = worker_id or f"{host}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
@@ -219,6 +233,12 @@ class Worker:
         self.retry = retry.Retry.from_settings(settings)
         self.limits = DefaultLimits(self.t.attempt_deadline, self.t.lease_timeout)
         self._runs: dict[int, _Run] = {}  # running, by fence
+        # Claimed ahead (while tasks are short, see _room), started as slots free: a slot
+        # that frees takes the next at once, with no round trip to the store.
+        self._ready: collections.deque[model.Claimed] = collections.deque()
+        self._run_time = 0.0  # seconds a run takes, a moving average
+        self._draining = False
+        self._stop = asyncio.Event()  # run()'s
         self._back: list[_Run] = []  # stopped at shutdown, unfinished: to hand back
         # Threads of plain functions whose attempt ended (a deadline, a cancel) while they
         # run on: Python cannot stop a thread, so each keeps its slot until it returns.
@@ -252,6 +272,7 @@ class Worker:
 
     async def run(self, stop: asyncio.Event) -> None:
         """Register, claim and run until `stop` is set; then drain and hand back."""
+        self._stop = stop
         unparked = await self.db.worker_register(
             worker=self.info(), now=self.clock.now(), since=self._since()
         )
@@ -267,15 +288,17 @@ class Worker:
             unparked,
         )
         beats = asyncio.create_task(self._beat_loop())
+        deadlines = asyncio.create_task(self._deadline_loop())
         flush = asyncio.create_task(self._flush_loop())
         try:
             async with self.db.woken() as woke:
                 await self._claim_loop(stop, woke)
             await self._drain()
         finally:
-            beats.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await beats
+            for loop_task in (beats, deadlines):
+                loop_task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await loop_task
             await self._done.join()
             flush.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -297,9 +320,22 @@ class Worker:
         return [(task.name, task.reads()) for task in self.app]
 
     async def _claim_loop(self, stop: asyncio.Event, woke: asyncio.Event) -> None:
+        """Claim as slots free: a claim waits (at most GATHER) until half the slots are free
+        when some still run, so that each of its round trips takes a batch, not the one job
+        the first slot to free would take."""
         interval = self.t.dispatch_interval.total_seconds()
+        half = max(1, self.concurrency // 2)
+        gathering: float | None = None  # until when (clock.monotonic) to wait for slots
         while not stop.is_set():
-            free = self.concurrency - len(self._runs) - len(self._holding)
+            free = self._room()
+            if 0 < free < half and self._busy() > 0:
+                now = self.clock.monotonic()
+                gathering = now + GATHER if gathering is None else gathering
+                if now < gathering:
+                    self._freed.clear()
+                    await _first(self.clock.sleep(gathering - now), stop.wait(), self._freed.wait())
+                    continue
+            gathering = None
             got = 0
             if free > 0:
                 woke.clear()
@@ -317,14 +353,34 @@ class Worker:
                 except errors.StoreError as exc:
                     log.warning("claim failed, trying again in %.1fs: %s", interval, exc)
                     claimed = []
-                for c in claimed:
-                    self._start(c)
+                self._ready.extend(claimed)
+                self._start_ready()
                 got = len(claimed)
             if got and got == free:
                 continue  # more may be due: claim again as soon as a slot frees
             self._freed.clear()
             waits = [stop.wait(), woke.wait()] if free > got else [stop.wait(), self._freed.wait()]
             await _first(self.clock.sleep(interval), *waits)
+
+    def _busy(self) -> int:
+        return len(self._runs) + len(self._holding) + len(self._ready)
+
+    def _room(self) -> int:
+        """How many jobs to claim now: the free slots, and while runs are short (a moving
+        average under SHORT_RUN) as many again to hold ready, so that the next claim's round
+        trip overlaps the runs instead of waiting behind them. Held long, a claimed job's
+        deadline would run down before it starts: long runs get no jobs held ahead."""
+        ahead = self.prefetch if self._run_time < SHORT_RUN else 0
+        return max(self.concurrency + ahead - self._busy(), 0)
+
+    def _start_ready(self) -> None:
+        while (
+            self._ready
+            and not self._draining
+            and not self._stop.is_set()  # told to stop: nothing more starts
+            and len(self._runs) + len(self._holding) < self.concurrency
+        ):
+            self._start(self._ready.popleft())
 
     def _start(self, claimed: model.Claimed) -> None:
         job, attempt = claimed.job, claimed.attempt
@@ -340,7 +396,7 @@ class Worker:
             _clock=self.clock,
             _loop=asyncio.get_running_loop(),
         )
-        run = _Run(claimed, ctx)
+        run = _Run(claimed, ctx, started=self.clock.monotonic())
         self._runs[attempt.id] = run
         run.task = asyncio.create_task(self._run_one(run), name=attempt.launch_name)
 
@@ -353,7 +409,7 @@ class Worker:
         fresh: dict[str, Any] = {}
         try:
             task, value, fresh = await self._prepare(run)
-            await self._by(attempt.deadline_at, self._call(task, value, ctx, run))
+            await self._call(task, value, ctx, run)
         except BaseException as exc:  # each is judged in _failure
             finish = self._failure(run, exc, started, fresh)
             if finish is None:
@@ -364,8 +420,8 @@ class Worker:
                 raise finish from None
             self._end(run, finish)
             return
-        if ctx.stopping.is_set() and ctx.why is StopReason.CANCELLED:
-            self._forget(run)  # cancelled or replaced meanwhile: its end is not ours
+        if run.ended or (ctx.stopping.is_set() and ctx.why is StopReason.CANCELLED):
+            self._forget(run)  # ended already (its deadline), or cancelled or replaced
             return
         self._end(
             run,
@@ -411,11 +467,6 @@ class Worker:
             return None
         if isinstance(exc, asyncio.CancelledError):
             return exc  # this worker itself is being cancelled
-        if isinstance(exc, _PastDeadline):
-            ctx.why = StopReason.DEADLINE
-            ctx.stopping.set()
-            why = "timed out: ran past its deadline"
-            return _failed(fence, why, FC.TRANSIENT, started, fresh, self.clock)
         if isinstance(exc, errors.StaleFence):
             log.warning("%s: %s; its result is dropped", attempt.launch_name, exc)
             return None
@@ -429,27 +480,6 @@ class Worker:
         if isinstance(exc, Exception):  # a task's own failure (its own timeouts included)
             return _failed(fence, _said(exc), None, started, fresh, self.clock, exc)
         return exc  # KeyboardInterrupt, SystemExit: not a task's to swallow
-
-    async def _by(self, at: datetime | None, work: Coroutine[Any, Any, None]) -> None:
-        """Await `work` until `at` on this worker's clock; past it, cancel it and raise
-        _PastDeadline (a plain function's thread runs on: it holds its slot, _forget)."""
-        running = asyncio.ensure_future(work)
-        if at is None:
-            return await running
-        watch = asyncio.ensure_future(self._until(at))
-        try:
-            done, _ = await asyncio.wait({running, watch}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            watch.cancel()
-            if not running.done():
-                running.cancel()  # past the deadline, or this run itself was cancelled
-        if running not in done:
-            raise _PastDeadline
-        running.result()
-
-    async def _until(self, at: datetime) -> None:
-        while (left := (at - self.clock.now()).total_seconds()) > 0:
-            await self.clock.sleep(min(left, 1.0))
 
     async def _call(self, task: Task[Any], value: Any, ctx: TaskContext, run: _Run) -> None:
         args = (value, ctx) if _takes_context(task.fn) else (value,)
@@ -473,21 +503,28 @@ class Worker:
         return await asyncio.wrap_future(thread)
 
     def _end(self, run: _Run, finish: Finish) -> None:
+        if run.ended:
+            return  # its end is written already (its deadline came first)
+        run.ended = True
         if not run.handed_back:  # else its attempt is over: a late end would be refused
             self._done.put_nowait(finish)
         self._forget(run)
 
     def _forget(self, run: _Run) -> None:
-        self._runs.pop(run.ctx.fence, None)
+        if self._runs.pop(run.ctx.fence, None) is not None:
+            took = self.clock.monotonic() - run.started
+            self._run_time += (took - self._run_time) * 0.2
         thread = run.thread
         if thread is not None and not thread.done() and thread not in self._holding:
             self._holding.add(thread)
             loop = asyncio.get_running_loop()
-            thread.add_done_callback(lambda t: loop.call_soon_threadsafe(self._let_go, t))
+            thread.add_done_callback(functools.partial(_back_on, loop, self._let_go))
+        self._start_ready()
         self._freed.set()
 
     def _let_go(self, thread: Future[Any]) -> None:
         self._holding.discard(thread)
+        self._start_ready()
         self._freed.set()
 
     async def _flush_loop(self) -> None:
@@ -528,6 +565,26 @@ class Worker:
 
     # --- heartbeats -----------------------------------------------------------------------------
 
+    async def _deadline_loop(self) -> None:
+        """Every DEADLINE_SWEEP of the worker's clock, end the runs past their attempt's
+        deadline: failed as timed out (transient; the job's policy retries), an async one
+        cancelled, a plain one asked to stop (its thread keeps its slot until it returns)."""
+        while True:
+            await self.clock.sleep(DEADLINE_SWEEP)
+            now = self.clock.now()
+            for run in list(self._runs.values()):
+                at = run.claimed.attempt.deadline_at
+                if at is not None and at <= now and not run.ended:
+                    self._expire(run)
+
+    def _expire(self, run: _Run) -> None:
+        why = "timed out: ran past its deadline"
+        took = self.clock.monotonic() - run.started
+        fence = run.claimed.attempt.id
+        self._stop_run(run, StopReason.DEADLINE)
+        self._end(run, _failed(fence, why, FC.TRANSIENT, run.started, {}, self.clock))
+        log.info("%s: %s (after %.1fs)", run.claimed.attempt.launch_name, why, took)
+
     async def _beat_loop(self) -> None:
         every = self.t.heartbeat_interval.total_seconds()
         while True:
@@ -537,11 +594,13 @@ class Worker:
     async def beat(self) -> None:
         """One heartbeat: this worker is alive; its attempts' leases are renewed; runs the
         store no longer has running are stopped."""
+        lease = self.t.lease_timeout.total_seconds()
         leases = {
-            fence: run.claimed.attempt.lease_seconds or self.t.lease_timeout.total_seconds()
+            fence: run.claimed.attempt.lease_seconds or lease
             for fence, run in self._runs.items()
             if not run.handed_back
         }
+        leases.update({c.attempt.id: c.attempt.lease_seconds or lease for c in self._ready})
         try:
             state, stale = await self.db.worker_beat(
                 worker_id=self.id, leases=leases, now=self.clock.now(), since=self._since()
@@ -553,6 +612,8 @@ class Worker:
         except errors.StoreError as exc:
             log.warning("heartbeat failed (again in %s): %s", self.t.heartbeat_interval, exc)
             return
+        gone = set(stale)
+        self._ready = collections.deque(c for c in self._ready if c.attempt.id not in gone)
         for fence in stale:
             run = self._runs.get(fence)
             if run is not None:
@@ -574,12 +635,12 @@ class Worker:
     # --- stopping ---------------------------------------------------------------------------
 
     async def _drain(self) -> None:
-        if not self._runs:
-            with contextlib.suppress(errors.StoreError):
-                await self.db.worker_drain(worker_id=self.id, now=self.clock.now())
-            return
+        self._draining = True
         with contextlib.suppress(errors.StoreError):
             await self.db.worker_drain(worker_id=self.id, now=self.clock.now())
+        await self._hand_back_ready()
+        if not self._runs:
+            return
         drain = self.t.drain_timeout.total_seconds()
         log.info("draining: %d tasks running; they have %gs to finish", len(self._runs), drain)
         await self._until_done(drain)
@@ -608,11 +669,33 @@ class Worker:
         if back is not None:
             log.info("handed back %d of %d unfinished tasks, not charged", len(back), len(left))
 
+    async def _hand_back_ready(self) -> None:
+        """The jobs claimed ahead and never started go back at once, not charged."""
+        ready = [c.attempt.id for c in self._ready]
+        self._ready.clear()
+        if not ready:
+            return
+        back = await self._persist(
+            f"handing back {len(ready)} jobs not started",
+            lambda: self.db.attempt_hand_back(fences=ready, now=self.clock.now()),
+        )
+        if back is not None:
+            log.info("handed back %d jobs claimed ahead and not started, not charged", len(back))
+
     async def _until_done(self, seconds: float) -> None:
         deadline = self.clock.monotonic() + seconds
         while self._runs and self.clock.monotonic() < deadline:
             self._freed.clear()
             await _first(self.clock.sleep(deadline - self.clock.monotonic()), self._freed.wait())
+
+
+def _back_on(
+    loop: asyncio.AbstractEventLoop, call: Callable[[Future[Any]], None], thread: Future[Any]
+) -> None:
+    """`call(thread)` on the worker's loop, from the thread's end; nothing once the loop has
+    closed (the worker has stopped)."""
+    with contextlib.suppress(RuntimeError):
+        loop.call_soon_threadsafe(call, thread)
 
 
 async def _first(*waits: Awaitable[Any]) -> None:
