@@ -10,16 +10,17 @@ HTTP, and the Prometheus example scrapes what the Deployments serve.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 from collections.abc import Iterator, Mapping
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from corral import cli, clock, config, errors, health, lint
+from corral import cli, clock, config, errors, health, lint, model
 from corral.executors import kubernetes
 from corral.testing import assert_timeouts_nest
 
@@ -35,16 +36,8 @@ DEPLOYMENTS = {
 METRICS = {"corral-dispatcher": "0.0.0.0:9100", "corral-reconciler": "0.0.0.0:9100"}
 """The loops that serve their own metrics (--metrics), and where."""
 SERVICE_MONITOR = DEPLOY / "examples" / "servicemonitor.yaml"
-ROLE = {
-    ("batch", "jobs"): {"create", "get", "list", "watch", "delete"},
-    ("", "pods"): {"get", "list", "watch"},
-    ("", "pods/log"): {"get"},
-    ("argoproj.io", "workflows"): {"create", "get", "list", "watch", "delete", "patch"},
-    ("", "configmaps"): {"create", "get", "patch"},  # payloads over 32 KiB
-    ("", "secrets"): {"create", "get", "patch"},  # attempt tokens, with api_url
-    ("batch", "jobs/finalizers"): {"update"},  # blockOwnerDeletion on their owner
-    ("argoproj.io", "workflows/finalizers"): {"update"},
-}
+ROLE = {(r.group, r.resource): set(r.verbs) for r in kubernetes.RULES.corral}
+"""What the kubernetes executor, the one deploy/config.yaml enables, says it calls."""
 
 
 def _manifest_files() -> list[Path]:
@@ -143,9 +136,23 @@ def test_the_configmap_holds_valid_settings_whose_limits_nest(
     assert k8s.namespace == _one("Role")["metadata"]["namespace"]
     assert set(k8s.placements) >= {"critical", "batch"}
     assert k8s.placements["batch"].tolerations
-    secret, _, key = (k8s.database_url_secret or "").partition("/")
-    assert key in _one("Secret", secret)["stringData"]
     assert str(settings.state_dir).startswith("/tmp/"), "the root filesystem is read-only"
+
+
+def test_pods_reach_corral_through_its_api_never_with_the_database_url(
+    settings: config.Settings,
+) -> None:
+    service = _one("Service", "corral-api")
+    port = service["spec"]["ports"][0]["port"]
+    assert settings.api_url == f"http://corral-api.{service['metadata']['namespace']}.svc:{port}"
+    assert settings.database_url_for_jobs is None
+    assert kubernetes.database_secret(settings) is None
+    new = model.NewJob(executor="kubernetes", spec={"image": "busybox", "command": ["true"]})
+    doc = kubernetes.dry_run(new, settings, datetime(2026, 1, 1, tzinfo=UTC))
+    [container] = doc["spec"]["template"]["spec"]["containers"]
+    assert "CORRAL_DATABASE_URL" not in _env(container)
+    assert _env(container)["CORRAL_API_URL"] == settings.api_url
+    assert "corral-database" not in json.dumps(doc)
 
 
 def test_the_example_secret_holds_a_postgresql_url() -> None:
@@ -165,6 +172,88 @@ def test_the_role_grants_exactly_what_the_executors_need() -> None:
                 granted.setdefault((group, resource), set()).update(rule["verbs"])
     assert granted == ROLE
     assert not [d for _, d in DOCS if d["kind"] in ("ClusterRole", "ClusterRoleBinding")]
+
+
+def test_rbac_yaml_is_what_corral_deploy_rbac_prints(toml_file: Path) -> None:
+    from click.testing import CliRunner
+
+    result = CliRunner().invoke(cli.main, ["--config", str(toml_file), "deploy", "rbac"])
+    assert result.exit_code == 0, result.output
+    assert result.output == (DEPLOY / "rbac.yaml").read_text(encoding="utf-8"), (
+        "run: corral --config <deploy/config.yaml's corral.toml> deploy rbac > deploy/rbac.yaml"
+    )
+
+
+def test_corral_deploy_rbac_gives_argo_pods_their_role_in_every_allowed_namespace(
+    toml_file: Path,
+) -> None:
+    from click.testing import CliRunner
+
+    toml_file.write_text(
+        toml_file.read_text(encoding="utf-8").replace(
+            'namespace = "corral" ',
+            'namespaces = ["corral", "etl"]\nservice_account = "runner"\nnamespace = "corral" ',
+        ),
+        encoding="utf-8",
+    )
+    result = CliRunner().invoke(
+        cli.main, ["--config", str(toml_file), "deploy", "rbac", "--executors", "kubernetes,argo"]
+    )
+    assert result.exit_code == 0, result.output
+    docs = list(yaml.safe_load_all(result.output))
+    for doc in docs:
+        kubernetes.check_manifest(doc)
+    where = {(d["kind"], d["metadata"]["name"], d["metadata"]["namespace"]) for d in docs}
+    assert where == {
+        ("ServiceAccount", "corral", "corral"),
+        *(
+            (kind, name, ns)
+            for kind in ("Role", "RoleBinding")
+            for name in ("corral", "corral-pods")
+            for ns in ("corral", "etl")
+        ),
+    }
+    [pods] = [
+        d
+        for d in docs
+        if d["kind"] == "Role"
+        and d["metadata"]["namespace"] == "etl"
+        and d["metadata"]["name"] == "corral-pods"
+    ]
+    assert pods["rules"] == [
+        {
+            "apiGroups": ["argoproj.io"],
+            "resources": ["workflowtaskresults"],
+            "verbs": ["create", "patch"],
+        }
+    ]
+    [bound] = [
+        d
+        for d in docs
+        if d["kind"] == "RoleBinding"
+        and d["metadata"]["namespace"] == "etl"
+        and d["metadata"]["name"] == "corral"
+    ]
+    assert bound["subjects"] == [
+        {"kind": "ServiceAccount", "name": "corral", "namespace": "corral"}
+    ]
+    [runs] = [
+        d
+        for d in docs
+        if d["kind"] == "RoleBinding"
+        and d["metadata"]["namespace"] == "etl"
+        and d["metadata"]["name"] == "corral-pods"
+    ]
+    assert runs["subjects"] == [{"kind": "ServiceAccount", "name": "runner", "namespace": "etl"}]
+    workflows = [
+        r
+        for d in docs
+        if d["kind"] == "Role"
+        for r in d["rules"]
+        if r["resources"] == ["workflows"]
+    ]
+    assert workflows
+    assert all("delete" not in r["verbs"] for r in workflows), "cancel patches, never deletes"
 
 
 def test_the_deployments_run_as_the_bound_service_account() -> None:

@@ -10,6 +10,7 @@ one replaced (the job should stop).
     loops.py    corral serve | dispatcher | reconciler | health
     jobs.py     corral jobs ..., corral dead ...
     admin.py    corral db upgrade | check | lint | heartbeat
+    deploy.py   corral deploy rbac
 """
 
 from __future__ import annotations
@@ -74,6 +75,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "Show how the limits nest (inner < outer, with the margin); exit 1 if one does not.",
     ),
     "jobs": ("corral.cli.jobs:jobs", "Look at and manage jobs."),
+    "deploy": (
+        "corral.cli.deploy:deploy",
+        "Print the manifests corral needs on a cluster.",
+    ),
     "lint": (
         "corral.cli.admin:lint_cmd",
         "Check Kubernetes manifests for what would hurt corral; exit 1 on findings.",

@@ -55,7 +55,7 @@ from hera.workflows import models as argo
 from kubernetes.aio import client as kube
 
 from corral import config, errors, model
-from corral.executors import base, kube_client, kubernetes, pods
+from corral.executors import base, kube_client, kubernetes, pods, rbac
 
 log = logging.getLogger("corral.executors.argo")
 
@@ -238,6 +238,35 @@ _PHASES = {
     "Failed": model.Phase.FAILED,
     "Error": model.Phase.FAILED,
 }
+
+
+RULES = rbac.Rules(
+    corral=(
+        rbac.Rule(
+            "argoproj.io",
+            "workflows",
+            ("create", "get", "list", "watch", "patch"),
+            "a Workflow an attempt: created, read, listed and watched for finishes, patched"
+            " with spec.shutdown to cancel",
+        ),
+        *kube_client.OWNED_RULES,
+        rbac.Rule(
+            "argoproj.io",
+            "workflows/finalizers",
+            ("update",),
+            "blockOwnerDeletion on a Workflow's ConfigMap and Secret (as for a Job's)",
+        ),
+    ),
+    pods=(
+        rbac.Rule(
+            "argoproj.io",
+            "workflowtaskresults",
+            ("create", "patch"),
+            "Argo's executor in each Workflow pod records the step's outputs and exit code",
+        ),
+    ),
+)
+"""The API calls this executor and its Workflows' pods make (`corral deploy rbac`)."""
 
 
 class ArgoExecutor(kube_client.ClusterExecutor):

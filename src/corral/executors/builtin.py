@@ -93,6 +93,18 @@ def _argo_dry_run(job: model.NewJob, settings: config.Settings, now: datetime) -
     return argo.dry_run(job, settings, now)
 
 
+def _kubernetes_rules() -> Any:
+    from corral.executors import kubernetes
+
+    return kubernetes.RULES
+
+
+def _argo_rules() -> Any:
+    from corral.executors import argo
+
+    return argo.RULES
+
+
 PROCESS = Registration(
     kind="process",
     summary="a local process in a run folder, supervised (the embedded default)",
@@ -113,6 +125,7 @@ KUBERNETES = Registration(
     dry_run=_kubernetes_dry_run,
     container=True,
     reach=_cluster_reach,
+    rules=_kubernetes_rules,
 )
 ARGO = Registration(
     kind="argo",
@@ -122,4 +135,5 @@ ARGO = Registration(
     dry_run=_argo_dry_run,
     container=True,
     reach=_cluster_reach,
+    rules=_argo_rules,
 )

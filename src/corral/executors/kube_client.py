@@ -41,6 +41,7 @@ from kubernetes.aio import config as kube_config
 from kubernetes.aio import watch as kube_watch
 
 from corral import clock, config, errors, model
+from corral.executors import rbac
 
 log = logging.getLogger("corral.executors.kubernetes")
 
@@ -59,6 +60,23 @@ OBSERVE_CONCURRENCY = 16
 """How many reads one `observe` has in flight."""
 LIST_PAGE = 500
 """Objects per list request; longer lists come in pages."""
+OWNED_RULES = (
+    rbac.Rule(
+        "",
+        "configmaps",
+        ("create", "get", "patch"),
+        "a payload over 32 KiB: a ConfigMap owned by its Job or Workflow (patch: one left by"
+        " an earlier owner of the name is given the new one)",
+    ),
+    rbac.Rule(
+        "",
+        "secrets",
+        ("create", "get", "patch"),
+        "with api_url, an attempt's token: a Secret owned by its Job or Workflow (patch: as"
+        " for the ConfigMap)",
+    ),
+)
+"""What create_owned calls."""
 NAMESPACES_NOTED = 10_000
 """How many launches in a namespace other than the configured one an executor remembers
 the namespace of (it asks every allowed namespace for one it forgot)."""

@@ -59,7 +59,7 @@ import pydantic
 from kubernetes.aio import client as kube
 
 from corral import config, errors, model
-from corral.executors import base, kube_client, pods
+from corral.executors import base, kube_client, pods, rbac
 
 log = logging.getLogger("corral.executors.kubernetes")
 
@@ -680,6 +680,28 @@ def _requests_fit_limits(
 # --- the executor -------------------------------------------------------------------------------
 
 _FINAL = ("Complete", "Failed")
+
+RULES = rbac.Rules(
+    corral=(
+        rbac.Rule(
+            "batch",
+            "jobs",
+            ("create", "get", "list", "watch", "delete"),
+            "a Job an attempt: created, read, listed and watched for finishes, deleted to cancel",
+        ),
+        rbac.Rule("", "pods", ("list",), "a failed Job's pods, for the exit code and reason"),
+        *kube_client.OWNED_RULES,
+        rbac.Rule(
+            "batch",
+            "jobs/finalizers",
+            ("update",),
+            "the owner references of a Job's ConfigMap and Secret set blockOwnerDeletion,"
+            " which the OwnerReferencesPermissionEnforcement admission plugin allows only to"
+            " whoever may update the owner's finalizers",
+        ),
+    )
+)
+"""The API calls this executor makes (`corral deploy rbac`)."""
 
 
 class KubernetesExecutor(kube_client.ClusterExecutor):

@@ -22,6 +22,7 @@ from corral import entrypoints, errors
 
 if TYPE_CHECKING:  # not at run time: `corral submit --help` lists the kinds, nothing more
     from corral import clock, config, model
+    from corral.executors import rbac
     from corral.executors.base import Executor
 
 GROUP = entrypoints.EXECUTORS
@@ -55,6 +56,8 @@ class Registration:
     reach: Callable[[config.Settings], str | None] | None = None
     """Why a job that sends heartbeats cannot reach corral from this platform with these
     settings (what to set), or None when it can."""
+    rules: Callable[[], rbac.Rules] | None = None
+    """The Kubernetes API calls it makes, for its Role (`corral deploy rbac`); None: none."""
 
 
 def known() -> tuple[str, ...]:
