@@ -118,9 +118,7 @@ class JobArgs(TypedDict, total=False):
     gives it (as JSON: client.submit_arguments). Left out, a field takes the default
     below."""
 
-    spec: Mapping[str, Any]  # the executor's spec, e.g. {"command": [...]}; or a task:
-    task: Any  # a Python task's name (or corral.worker Task), instead of spec and executor
-    task_version: int | None  # its payload's version; None: the newest a live worker writes
+    spec: Mapping[str, Any]  # the executor's spec, e.g. {"command": [...]}; or a task (below)
     executor: str  # "process"
     payload: Any  # None
     queue: str  # "default"
@@ -133,6 +131,8 @@ class JobArgs(TypedDict, total=False):
     run_at: datetime | None  # None: now
     policy: Mapping[str, Any] | config.JobPolicy | None  # None: the settings' policy
     code_version: str | None  # None
+    task: Any  # a Python task's name (or corral.worker Task), instead of spec and executor
+    task_version: int | None  # its payload's version; None: the newest a live worker writes
 
 
 class Client:
