@@ -81,7 +81,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "lint": (
         "corral.cli.admin:lint_cmd",
-        "Check Kubernetes manifests for what would hurt corral; exit 1 on findings.",
+        "Check Kubernetes manifests or a live cluster for what would hurt corral; exit 1 on"
+        " findings.",
     ),
     "dead": (
         "corral.cli.jobs:dead",

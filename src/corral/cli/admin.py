@@ -90,8 +90,10 @@ def lint_cmd(
     namespace: str | None,
     as_json: bool,
 ) -> None:
-    """Check Kubernetes manifests (PATH...), or a cluster's workloads (--cluster), for what
-    would hurt corral; exit 1 on findings (notes alone do not fail)."""
+    """Check Kubernetes manifests or a live cluster for what would hurt corral; exit 1 on findings.
+
+    Reads the manifests of PATH... (files, or folders read recursively), or with --cluster
+    the workloads of a live cluster; notes alone do not fail."""
     from corral import lint
 
     if not cluster and (context is not None or namespace is not None):

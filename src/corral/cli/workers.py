@@ -42,9 +42,9 @@ from corral.cli.common import State, config_option, err, json_option, out, print
 def worker_cmd(
     state: State, target: str, concurrency: int, prefetch: int | None, queues: tuple[str, ...]
 ) -> None:
-    """Run the Python tasks of MODULE:APP (a corral.App), e.g. `billing.tasks:app`.
+    """Run the Python tasks of MODULE:APP (a corral.App); SIGTERM drains and hands back.
 
-    The worker registers the tasks and payload versions it reads (parked jobs it reads are
+    MODULE:APP is e.g. `billing.tasks:app`. The worker registers the tasks and payload versions it reads (parked jobs it reads are
     queued again at once), claims their jobs and runs them. On SIGTERM it claims nothing
     more, lets running tasks finish for timeouts.drain_timeout, then hands the rest back
     (not charged) to resume elsewhere from their checkpoints."""
@@ -95,7 +95,9 @@ def worker_cmd(
 @config_option
 @click.pass_obj
 def workers_cmd(state: State, every: bool, as_json: bool) -> None:
-    """The registered workers: live ones (or --all), with the tasks and versions each reads."""
+    """The registered workers, with the tasks and payload versions each reads.
+
+    The live ones; with --all, stopped and silent ones too."""
 
     async def go() -> list[Any]:
         async with state.connect(platforms=False) as c:
@@ -198,9 +200,10 @@ def parked_release(
 @config_option
 @click.pass_obj
 def preflight(state: State, target: str, as_json: bool) -> None:
-    """Before rolling out MODULE:APP: exit 1 if a scheduled, queued or parked job (or a
-    schedule) of one of its tasks has a payload version this app can neither read nor
-    upcast. Run it in CI against the live store."""
+    """Exit 1 if a stored payload has a version MODULE:APP can neither read nor upcast.
+
+    Looks at every scheduled, queued or parked job, and every schedule, of the app's tasks.
+    Run it in CI against the live store before rolling the app out."""
     from corral.worker.app import load_app
 
     app = load_app(target)
