@@ -571,6 +571,10 @@ class HttpExecutorSettings(BaseModel):
         return networks
 
 
+POD_START_TIMEOUT = timedelta(minutes=2)
+"""How long a pod may take to start when executors.kubernetes.pod_start_timeout is unset
+(and the attempt deadline leaves room for it): long enough to pull a large image."""
+
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(
     r"^(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
@@ -705,6 +709,14 @@ class KubernetesExecutorSettings(BaseModel):
     )
     termination_grace: Duration = Field(
         timedelta(seconds=30), description="terminationGracePeriodSeconds of each pod."
+    )
+    pod_start_timeout: Duration | None = Field(
+        None,
+        description="How long an attempt's pod (a Job's or a Workflow's) may take to start"
+        " before the attempt fails with the reason the pod waits for (an image that cannot"
+        " be pulled, a missing Secret or ConfigMap: permanent; no node to run on: transient)."
+        " Unset: 2 minutes, or timeouts.attempt_deadline less timeouts.margin when that is"
+        " shorter.",
     )
     placements: dict[str, Placement] = Field(
         default_factory=dict, description="Placement classes by name; a job names one."
@@ -980,6 +992,17 @@ class Settings(BaseSettings):
         return self
 
     @property
+    def pod_start_timeout(self) -> timedelta:
+        """executors.kubernetes.pod_start_timeout, or, unset, POD_START_TIMEOUT shortened
+        to timeouts.attempt_deadline less timeouts.margin (as an unset inner limit follows
+        its outer one down)."""
+        given = self.executors.kubernetes.pod_start_timeout
+        if given is not None:
+            return given
+        room = self.timeouts.attempt_deadline - self.timeouts.margin
+        return min(POD_START_TIMEOUT, max(room, timedelta(seconds=MIN_DURATION)))
+
+    @property
     def database_url_for_jobs(self) -> str | None:
         """database_url as a job sees it: a relative SQLite path made absolute, since a job
         runs in a folder of its own."""
@@ -1114,6 +1137,13 @@ CHAIN = (
         extra="timeouts.cancel_grace",
         why="an attempt still being stopped at its deadline must not be taken for lost"
         " and launched a second time",
+    ),
+    Link(
+        "executors.kubernetes.pod_start_timeout",
+        "timeouts.attempt_deadline",
+        deployment_only=True,
+        why="a pod that never starts must fail with the reason it waits for, not as an"
+        " attempt past its deadline (a job's shorter deadline shortens it for that job)",
     ),
     Link(
         "timeouts.drain_timeout",
@@ -1255,7 +1285,7 @@ class LinkCheck:
 
     def show(self, units: int) -> str:
         """`units` as a person reads them: seconds for time limits, counts otherwise."""
-        if self.link.inner.startswith("timeouts."):
+        if "timeouts." in (self.link.inner[:9], self.link.outer[:9]):
             return f"{units / 1_000_000:g}s"
         return f"{units:g}"
 
@@ -1316,7 +1346,13 @@ def chain_violations(
     return out
 
 
+_FOLLOWING = {"executors.kubernetes.pod_start_timeout": "pod_start_timeout"}
+"""Settings that, unset, follow another limit: the Settings property of their value."""
+
+
 def _get(settings: Settings, dotted: str) -> Any:
+    if dotted in _FOLLOWING:
+        return getattr(settings, _FOLLOWING[dotted])
     value: Any = settings
     for part in dotted.split("."):
         value = getattr(value, part)

@@ -579,7 +579,7 @@ def test_check_shows_the_chain_and_fails_on_a_broken_link(tmp_path: Path) -> Non
 
     ok = check()
     assert ok.returncode == 0, ok.stderr
-    assert "all 11 limits nest" in ok.stdout
+    assert "all 12 limits nest" in ok.stdout
     for limit in ("http_request_timeout", "step_deadline", "heartbeat_interval", "tick_deadline"):
         assert limit in ok.stdout
     broken = check(CORRAL_TIMEOUTS__ATTEMPT_DEADLINE="6m")
@@ -616,7 +616,7 @@ def test_check_shows_the_database_links_on_postgresql(tmp_path: Path) -> None:
     pg = "postgresql+psycopg://corral@127.0.0.1:5432/corral"  # check reads, never connects
     ok = check(CORRAL_DATABASE_URL=pg, CORRAL_TIMEOUTS__LAUNCH_GRACE="30s")
     assert ok.returncode == 0, ok.stderr
-    assert "all 18 limits nest" in ok.stdout
+    assert "all 19 limits nest" in ok.stdout
     lines = [line.strip() for line in ok.stdout.splitlines()]
     for link in (
         ["database_lock_timeout", "< database_statement_timeout"],

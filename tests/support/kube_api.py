@@ -76,6 +76,7 @@ PODS = ("", "v1", "pods")
 WORKFLOWS = ("argoproj.io", "v1alpha1", "workflows")
 CONFIGMAPS = ("", "v1", "configmaps")
 SECRETS = ("", "v1", "secrets")
+EVENTS = ("", "v1", "events")
 DEPLOYMENTS = ("apps", "v1", "deployments")
 STATEFULSETS = ("apps", "v1", "statefulsets")
 KINDS = {
@@ -84,10 +85,14 @@ KINDS = {
     WORKFLOWS: "Workflow",
     CONFIGMAPS: "ConfigMap",
     SECRETS: "Secret",
+    EVENTS: "Event",
     DEPLOYMENTS: "Deployment",
     STATEFULSETS: "StatefulSet",
 }
-WITHOUT_STATUS = frozenset({CONFIGMAPS, SECRETS})
+WITHOUT_STATUS = frozenset({CONFIGMAPS, SECRETS, EVENTS})
+TRACKING = "batch.kubernetes.io/job-tracking"
+"""The finalizer the Job controller puts on its pods: a pod stays (Terminating, when it is
+deleted) until the controller has counted how it ended."""
 DATA_BYTES = 1024 * 1024
 """The most a ConfigMap's or a Secret's data may hold."""
 SCHEMA_VERSION = kubernetes.SUPPORTED_VERSIONS[-1]
@@ -145,6 +150,7 @@ class KubeApi(kmock.KubernetesEmulator):  # type: ignore[misc]
             STATEFULSETS: _schema_problems,
         }
         self.on_change: list[Callable[[str, tuple[str, str, str], dict[str, Any]], None]] = []
+        self.admission: dict[tuple[str, str, str], tuple[str, str]] = {}  # resource -> denial
 
     # kmock's emulator mutates its own store before routing; ours does it in the handlers.
     async def _handle(self, request: kmock.Request) -> Any:
@@ -187,6 +193,41 @@ class KubeApi(kmock.KubernetesEmulator):  # type: ignore[misc]
     ) -> dict[str, Any]:
         return self._delete((resource, namespace, name), policy)
 
+    def deny(self, resource: tuple[str, str, str], webhook: str, message: str) -> None:
+        """A validating admission webhook that refuses every create of `resource` (403
+        Forbidden, the API server's wording of a webhook's denial), until `allow`."""
+        self.admission[resource] = (webhook, message)
+
+    def allow(self, resource: tuple[str, str, str]) -> None:
+        self.admission.pop(resource, None)
+
+    def event(self, involved: Mapping[str, Any], reason: str, message: str) -> dict[str, Any]:
+        """A Warning event about `involved`, as a controller records one."""
+        meta = involved["metadata"]
+        return self._create(
+            EVENTS,
+            meta["namespace"],
+            {
+                "apiVersion": "v1",
+                "kind": "Event",
+                "metadata": {"name": f"{meta['name']}.{uuid.uuid4().hex[:16]}"},
+                "involvedObject": {
+                    "apiVersion": involved.get("apiVersion", "v1"),
+                    "kind": involved.get("kind", ""),
+                    "name": meta["name"],
+                    "namespace": meta["namespace"],
+                    "uid": meta["uid"],
+                },
+                "reason": reason,
+                "message": message,
+                "type": "Warning",
+                "count": 1,
+                "firstTimestamp": now_text(),
+                "lastTimestamp": now_text(),
+                "source": {"component": "job-controller"},
+            },
+        )
+
     def compact(self) -> None:
         """Forget the change history, as etcd compaction does: older watches get 410."""
         self.history.clear()
@@ -217,6 +258,15 @@ class KubeApi(kmock.KubernetesEmulator):  # type: ignore[misc]
             meta["name"] = name
         meta["namespace"] = namespace
         key = (resource, namespace, name)
+        if resource in self.admission:  # admission comes before storage: no 409 either
+            webhook, message = self.admission[resource]
+            raise status_error(
+                403,
+                "Forbidden",
+                f'admission webhook "{webhook}" denied the request: {message}',
+                name=name,
+                kind=resource[2],
+            )
         if key in self.store:
             group = resource[0]
             raise status_error(
@@ -624,18 +674,27 @@ def _matcher(params: Mapping[str, str]) -> Callable[[Mapping[str, Any]], bool]:
     labels = parse_selector(params.get("labelSelector", ""))
     fields: list[tuple[str, str, str]] = []
     for part in filter(None, params.get("fieldSelector", "").split(",")):
-        m = re.match(r"^(metadata\.name|metadata\.namespace)\s*(==|=|!=)\s*(.*)$", part)
+        m = re.match(
+            r"^(metadata\.name|metadata\.namespace|involvedObject\.uid|involvedObject\.name)"
+            r"\s*(==|=|!=)\s*(.*)$",
+            part,
+        )
         if not m:
             raise status_error(400, "BadRequest", f'field label not supported: "{part}"')
-        fields.append((m[1].split(".")[1], m[2], m[3]))
+        fields.append((m[1], m[2], m[3]))
 
     def matches(obj: Mapping[str, Any]) -> bool:
         meta = obj.get("metadata", {})
         if not labels(meta.get("labels") or {}):
             return False
-        return all((meta.get(name) == value) == (op != "!=") for name, op, value in fields)
+        return all((_field(obj, name) == value) == (op != "!=") for name, op, value in fields)
 
     return matches
+
+
+def _field(obj: Mapping[str, Any], dotted: str) -> Any:
+    top, _, name = dotted.partition(".")
+    return (obj.get(top) or {}).get(name)
 
 
 # --- the cluster ----------------------------------------------------------------------------
@@ -673,12 +732,22 @@ class _Controller:
 
 class Kubelet(_Controller):
     """Runs each pod's `main` container command as a local process and reports it in the
-    pod's status. Deleting a pod stops its process: SIGTERM, then SIGKILL after the grace."""
+    pod's status. Deleting a pod stops its process: SIGTERM, then SIGKILL after the grace;
+    the pod stays Terminating meanwhile when a finalizer holds it (a Job's pods), and ends
+    Failed with the exit code (143 for SIGTERM). A pod deleted before it started ends
+    Failed at once.
+
+    A pod can be kept from starting, as a cluster keeps it, Pending with the reason:
+    `no_nodes` (a scheduler's message: PodScheduled False, Unschedulable) for every pod,
+    `bad_images` (image -> (reason, message): ErrImagePull, InvalidImageName...) for the
+    pods of those images. Clearing them lets the waiting pods start."""
 
     def __init__(self, api: KubeApi, *, start_delay: float = 0.0) -> None:
         super().__init__(api)
         self.start_delay = start_delay
         self.hold = False  # pods stay Pending (no node)
+        self.no_nodes: str | None = None
+        self.bad_images: dict[str, tuple[str, str]] = {}
         self.procs: dict[str, asyncio.subprocess.Process] = {}
         self.oom: set[str] = set()  # pods the "kernel" killed: their status is set already
         self.volumes: dict[str, Path] = {}  # by pod: the folder its volumes are mounted in
@@ -695,13 +764,67 @@ class Kubelet(_Controller):
         elif going and proc is not None and proc.returncode is None:
             grace = obj["spec"].get("terminationGracePeriodSeconds", 30)
             self._spawn(_stop(proc, grace))
+        elif going and proc is None and kind != "DELETED":
+            self._spawn(self._never_started(obj))
+        elif _terminal(obj) and proc is not None and proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):  # failed under it: a node lost
+                os.killpg(proc.pid, signal.SIGKILL)
+
+    async def _never_started(self, pod: dict[str, Any]) -> None:
+        """A pod deleted before its container started: Failed, nothing to stop."""
+        ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+        found = self.api.find(PODS, ns, name)
+        if found is None or name in self.procs:
+            return
+        if found.get("status", {}).get("phase") not in ("Succeeded", "Failed"):
+            self.api.patch(PODS, ns, name, {"status": {"phase": "Failed"}})
+
+    def _gone(self, ns: str, name: str) -> bool:
+        """Whether the pod is gone or going (deleted: a finalizer may keep it a while)."""
+        found = self.api.find(PODS, ns, name)
+        return found is None or bool(found["metadata"].get("deletionTimestamp"))
+
+    def _held_status(self, pod: Mapping[str, Any]) -> dict[str, Any] | None:
+        """The Pending status that keeps the pod from starting now, or None."""
+        if self.no_nodes is not None:
+            unscheduled = {
+                "type": "PodScheduled",
+                "status": "False",
+                "reason": "Unschedulable",
+                "message": self.no_nodes,
+            }
+            return {"phase": "Pending", "conditions": [unscheduled]}
+        image = pod["spec"]["containers"][0].get("image", "")
+        if image in self.bad_images:
+            reason, message = self.bad_images[image]
+            waiting = container_status({"waiting": {"reason": reason, "message": message}})
+            return {
+                "phase": "Pending",
+                "conditions": [{"type": "PodScheduled", "status": "True"}],
+                "containerStatuses": [waiting],
+            }
+        return None
+
+    async def _held(self, pod: dict[str, Any]) -> None:
+        """Keep the pod Pending, saying why, while something keeps it from starting."""
+        ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+        told = None
+        while not self._gone(ns, name) and (status := self._held_status(pod)) is not None:
+            if status != told:
+                told = status
+                self.api.patch(PODS, ns, name, {"status": status})
+            await asyncio.sleep(0.05)
+        if told is not None and not self._gone(ns, name):
+            scheduled = [{"type": "PodScheduled", "status": "True"}]
+            self.api.patch(PODS, ns, name, {"status": {"conditions": scheduled}})
 
     async def _run(self, pod: dict[str, Any]) -> None:
         ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
         await asyncio.sleep(self.start_delay)
         while self.hold:
             await asyncio.sleep(0.05)
-        if self.api.find(PODS, ns, name) is None:
+        await self._held(pod)
+        if self._gone(ns, name):
             return
         mounts = await self._mount(pod)
         if mounts is None:  # the pod went while it waited for its volumes
@@ -727,7 +850,7 @@ class Kubelet(_Controller):
         ]
         waiting = False
         while True:
-            if self.api.find(PODS, ns, name) is None:
+            if self._gone(ns, name):
                 return None
             found = [self.api.find(CONFIGMAPS, ns, source["name"]) for _, source in wanted]
             missing = [
@@ -752,7 +875,7 @@ class Kubelet(_Controller):
         ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
         entries = pod["spec"]["containers"][0].get("env") or []
         told = None
-        while self.api.find(PODS, ns, name) is not None:
+        while not self._gone(ns, name):
             env, missing = _resolve_env(entries, lambda n: self.api.find(SECRETS, ns, n), mounts)
             if missing is None:
                 return env
@@ -833,7 +956,8 @@ class Kubelet(_Controller):
     def _terminated(
         self, ns: str, name: str, code: int, reason: str, message: str, started: str
     ) -> None:
-        if self.api.find(PODS, ns, name) is None or name in self.oom:
+        found = self.api.find(PODS, ns, name)
+        if found is None or name in self.oom or _terminal(found):  # a phase ends once
             return
         state = {"exitCode": code, "reason": reason, "startedAt": started, "finishedAt": now_text()}
         if message:
@@ -936,7 +1060,13 @@ class JobController(_Controller):
     a pod per Job; `Complete` when it succeeds; `Failed` (BackoffLimitExceeded) when it
     fails, unless a podFailurePolicy `Ignore` rule matches (then a new pod, the Job lives);
     `Failed` (DeadlineExceeded) once activeDeadlineSeconds pass, its pods deleted; and the
-    TTL-after-finished controller's delete once `ttlSecondsAfterFinished` pass."""
+    TTL-after-finished controller's delete once `ttlSecondsAfterFinished` pass.
+
+    Its pods carry the job-tracking finalizer (TRACKING), removed once the controller has
+    counted how a pod ended: a pod deleted under a running Job (`kubectl delete pod`) is
+    Terminating until its container ends (143 on SIGTERM), then fails the Job, then goes.
+    A pod the API server refuses (admission) is a FailedCreate event on the Job with the
+    refusal's message, and the controller tries again until it is made or the Job ends."""
 
     def __init__(self, api: KubeApi, *, ttl_enabled: bool = True) -> None:
         super().__init__(api)
@@ -952,7 +1082,7 @@ class JobController(_Controller):
             if owner is not None:
                 self._pod_changed(obj, owner)
 
-    def _pod_for(self, job: dict[str, Any]) -> dict[str, Any]:
+    def _pod_for(self, job: dict[str, Any]) -> dict[str, Any] | None:
         meta, template = job["metadata"], job["spec"]["template"]
         pod = {
             "apiVersion": "v1",
@@ -961,6 +1091,7 @@ class JobController(_Controller):
                 "generateName": meta["name"] + "-",
                 "namespace": meta["namespace"],
                 "labels": dict(template["metadata"].get("labels", {})),
+                "finalizers": [TRACKING],
                 "ownerReferences": [
                     {
                         "apiVersion": "batch/v1",
@@ -974,11 +1105,25 @@ class JobController(_Controller):
             },
             "spec": copy.deepcopy(template["spec"]),
         }
-        made = self.api.put(PODS, pod)
+        try:
+            made = self.api.put(PODS, pod)
+        except ApiError as exc:
+            self.api.event(job, "FailedCreate", f"Error creating: {exc.message}")
+            self._spawn(self._create_again(job))
+            return None
         self._job_status(
             job, {"active": 1, "startTime": job["status"].get("startTime") or now_text()}
         )
         return made
+
+    async def _create_again(self, job: dict[str, Any], pause: float = 0.2) -> None:
+        await asyncio.sleep(pause)
+        meta = job["metadata"]
+        now = self._job(meta["namespace"], meta["name"])
+        if now is None or now["metadata"]["uid"] != meta["uid"] or _finished(now):
+            return
+        if not now["metadata"].get("deletionTimestamp") and not self.pods_of(now):
+            self._pod_for(now)
 
     def _job(self, ns: str, name: str) -> dict[str, Any] | None:
         return self.api.find(JOBS, ns, name)
@@ -989,11 +1134,30 @@ class JobController(_Controller):
             self.api.patch(JOBS, meta["namespace"], meta["name"], {"status": status})
 
     def _pod_changed(self, pod: dict[str, Any], owner: str) -> None:
-        ns = pod["metadata"]["namespace"]
-        job = self._job(ns, owner)
+        if TRACKING not in (pod["metadata"].get("finalizers") or []):
+            return  # counted already
+        phase = pod.get("status", {}).get("phase")
+        self._count(pod, owner, phase)
+        job = self._job(pod["metadata"]["namespace"], owner)
+        orphan = job is None or _finished(job) or bool(job["metadata"].get("deletionTimestamp"))
+        if phase in ("Succeeded", "Failed") or (
+            orphan and pod["metadata"].get("deletionTimestamp")
+        ):
+            # counted, or its Job is gone or ended: the pod may go
+            meta = pod["metadata"]
+            rest = [f for f in meta.get("finalizers") or [] if f != TRACKING]
+            with contextlib.suppress(ApiError):
+                self.api.patch(
+                    PODS,
+                    meta["namespace"],
+                    meta["name"],
+                    {"metadata": {"finalizers": rest or None}},
+                )
+
+    def _count(self, pod: dict[str, Any], owner: str, phase: str | None) -> None:
+        job = self._job(pod["metadata"]["namespace"], owner)
         if job is None or _finished(job):
             return
-        phase = pod.get("status", {}).get("phase")
         if phase == "Running":
             self._job_status(job, {"ready": 1})
         elif phase == "Succeeded":
@@ -1051,6 +1215,14 @@ class JobController(_Controller):
             if any(o.get("uid") == uid for o in pod["metadata"].get("ownerReferences") or [])
         ]
 
+    def evict(self, ns: str, pod_name: str, reason: str = "EvictionByEvictionAPI") -> None:
+        """The Eviction API (or a preemption, a drain): the pod gets the DisruptionTarget
+        condition, then is deleted with its grace; how it ends is up to its container (one
+        that traps SIGTERM and exits 0 succeeds)."""
+        condition = {"type": "DisruptionTarget", "status": "True", "reason": reason}
+        self.api.patch(PODS, ns, pod_name, {"status": {"conditions": [condition]}})
+        self.api.remove(PODS, ns, pod_name)
+
     def disrupt(self, ns: str, pod_name: str, reason: str = "DeletionByTaintManager") -> None:
         """A node goes away: the pod gets the DisruptionTarget condition and fails."""
         self.api.patch(
@@ -1104,7 +1276,10 @@ class ArgoController(_Controller):
     """Argo's workflow controller for one-step workflows: a pod for the entrypoint's
     container, `status.phase` Pending → Running → Succeeded / Failed / Error, a node status
     with the exit code, `spec.shutdown: Terminate` stops it, activeDeadlineSeconds fails
-    it, and a pod deleted under a running workflow makes it Error ("pod deleted")."""
+    it, and a pod deleted under a running workflow makes it Error ("pod deleted"). While
+    its pod waits to start for a reason, the pod node is Pending with Argo's message
+    ("Reason: message"); a pod the API server refuses (admission) ends it in Error with
+    the refusal as the node's message."""
 
     def __init__(self, api: KubeApi) -> None:
         super().__init__(api)
@@ -1130,7 +1305,6 @@ class ArgoController(_Controller):
     def _start(self, wf: dict[str, Any]) -> None:
         meta, spec = wf["metadata"], wf["spec"]
         entry = next(t for t in spec["templates"] if t["name"] == spec["entrypoint"])
-        pod_meta = spec.get("podMetadata", {})
         pod_spec: dict[str, Any] = {
             "restartPolicy": "Never",
             "containers": [{**copy.deepcopy(entry["container"]), "name": "main"}],
@@ -1144,13 +1318,26 @@ class ArgoController(_Controller):
         ):
             if src in spec:
                 pod_spec[dst] = copy.deepcopy(spec[src])
+        pod_name = f"{meta['name']}-{entry['name']}-{abs(hash(meta['uid'])) % 10**10}"
+        try:
+            self._make_pod(wf, pod_name, pod_spec)
+        except ApiError as exc:
+            self._set(wf, {"phase": "Running", "startedAt": now_text()})
+            self._end(wf, "Error", f'pods "{pod_name}" is forbidden: {exc.message}', None)
+            return
+        self._set(wf, {"phase": "Pending", "startedAt": now_text()})
+        if (seconds := spec.get("activeDeadlineSeconds")) is not None:
+            self._spawn(self._deadline(wf, seconds))
+
+    def _make_pod(self, wf: dict[str, Any], pod_name: str, pod_spec: dict[str, Any]) -> None:
+        meta, pod_meta = wf["metadata"], wf["spec"].get("podMetadata", {})
         self.api.put(
             PODS,
             {
                 "apiVersion": "v1",
                 "kind": "Pod",
                 "metadata": {
-                    "name": f"{meta['name']}-{entry['name']}-{abs(hash(meta['uid'])) % 10**10}",
+                    "name": pod_name,
                     "namespace": meta["namespace"],
                     "labels": {
                         **pod_meta.get("labels", {}),
@@ -1169,9 +1356,6 @@ class ArgoController(_Controller):
                 "spec": pod_spec,
             },
         )
-        self._set(wf, {"phase": "Pending", "startedAt": now_text()})
-        if (seconds := spec.get("activeDeadlineSeconds")) is not None:
-            self._spawn(self._deadline(wf, seconds))
 
     def _set(self, wf: dict[str, Any], status: dict[str, Any]) -> None:
         meta = wf["metadata"]
@@ -1216,8 +1400,11 @@ class ArgoController(_Controller):
         status = pod.get("status", {})
         phase = status.get("phase")
         terminated = (status.get("containerStatuses") or [{}])[0].get("state", {}).get("terminated")
-        if phase == "Running":
-            self._set(wf, {"phase": "Running"})
+        if phase == "Pending" and (why := _pending_reason(status)):
+            node = {"id": owner, "name": owner, "type": "Pod", "phase": "Pending", "message": why}
+            self._set(wf, {"phase": "Running", "nodes": {owner: node}})
+        elif phase == "Running":
+            self._set(wf, {"phase": "Running", "nodes": None})
         elif phase == "Succeeded":
             self._end(wf, "Succeeded", "", 0)
         elif phase == "Failed":
@@ -1251,6 +1438,22 @@ class ArgoController(_Controller):
             for pod in self.api.objects(PODS)
             if any(o.get("uid") == uid for o in pod["metadata"].get("ownerReferences") or [])
         ]
+
+
+def _terminal(pod: Mapping[str, Any]) -> bool:
+    return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+
+
+def _pending_reason(status: Mapping[str, Any]) -> str | None:
+    """Argo's message for a pod that waits to start: "Reason: message", or None."""
+    for container in status.get("containerStatuses") or []:
+        waiting = (container.get("state") or {}).get("waiting") or {}
+        if waiting.get("reason") not in (None, "ContainerCreating"):
+            return f"{waiting['reason']}: {waiting.get('message', '')}"
+    for condition in status.get("conditions") or []:
+        if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
+            return f"{condition.get('reason')}: {condition.get('message', '')}"
+    return None
 
 
 @dataclass

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import AsyncGenerator, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, cast
@@ -55,7 +56,7 @@ from hera.workflows import models as argo
 from kubernetes.aio import client as kube
 
 from corral import config, errors, model
-from corral.executors import base, kube_client, kubernetes, pods, rbac
+from corral.executors import base, kube_client, kubernetes, pods, rbac, startup
 
 log = logging.getLogger("corral.executors.argo")
 
@@ -311,7 +312,7 @@ class ArgoExecutor(kube_client.ClusterExecutor):
 
     async def observe(self, names: Sequence[str]) -> dict[str, model.Observation]:
         """A fresh read of each Workflow."""
-        return await self.observe_each(names, self._get, _observed)
+        return await self.observe_each(names, self._get, self._observation)
 
     async def list_managed(self, selector: Mapping[str, str]) -> list[model.Observation]:
         """Every Workflow in the namespace whose labels include all of `selector`."""
@@ -373,9 +374,50 @@ class ArgoExecutor(kube_client.ClusterExecutor):
             ok=lambda exc: kube_client.is_status(exc, 404),
         )
 
+    async def _observation(self, wf: dict[str, Any]) -> model.Observation:
+        """What the Workflow says; for one whose pod waits to start, why (Argo's node
+        message), and past the pod start timeout its end (the Workflow is stopped, so
+        that its pod cannot start later beside the next attempt's)."""
+        obs = workflow_observation(wf)
+        why = pod_waiting(wf)
+        if obs.phase.finished or why is None:
+            return obs
+        meta = wf["metadata"]
+        obs = startup.observation(
+            obs.name,
+            obs.labels,
+            why,
+            since=kube_client.timestamp(meta.get("creationTimestamp")),
+            now=self._clock.now(),
+            limit=startup.limit(
+                self.start_timeout, (wf.get("spec") or {}).get("activeDeadlineSeconds"), self.margin
+            ),
+        )
+        if obs.phase is model.Phase.FAILED:
+            log.info("%s: %s; stopping its Workflow", obs.name, obs.reason)
+            await self.cancel(obs.name, timedelta(0))
+        return obs
 
-async def _observed(wf: dict[str, Any]) -> model.Observation:
-    return workflow_observation(wf)
+
+_REASON = re.compile(r"^([A-Z][A-Za-z]+): (.*)$", re.DOTALL)
+"""Argo's message on a pod node that waits: the kubelet's or scheduler's reason, then its
+message ("ImagePullBackOff: Back-off pulling image ...", "Unschedulable: 0/3 nodes ...")."""
+
+
+def pod_waiting(wf: Mapping[str, Any]) -> startup.Waiting | None:
+    """Why the Workflow's pod waits to start, from its pod node (None: it started, or
+    it is not known to wait): Argo copies the pod's reason and message onto the node."""
+    status = wf.get("status") or {}
+    node = _pod_node(status)
+    if not node:  # no word of its pod yet: waiting only while the Workflow is
+        pending = _PHASES.get(str(status.get("phase") or "")) is model.Phase.PENDING
+        return startup.Waiting.of("Pending") if pending else None
+    if node.get("phase") != "Pending" or status.get("phase") not in ("Pending", "Running"):
+        return None
+    said = str(node.get("message") or "")
+    if (found := _REASON.match(said)) is not None:
+        return startup.Waiting.of(found.group(1), found.group(2))
+    return startup.Waiting.of("Pending", said or None)
 
 
 DEADLINE = "Step exceeded its deadline"
@@ -420,6 +462,8 @@ def workflow_observation(wf: Mapping[str, Any]) -> model.Observation:
         reason, verdict = f"deadline exceeded: {DEADLINE}", model.FailureClass.TRANSIENT
     elif told.startswith(STOPPED):
         reason = f"cancelled: {told}"
+    elif node.get("phase") == "Error" and code is None and startup.denied(said or told):
+        reason, verdict = f"pod refused by admission: {said or told}", model.FailureClass.PERMANENT
     elif node.get("phase") == "Error" and code is None:
         reason, verdict = f"{said or told or 'Argo error'}", model.FailureClass.TRANSIENT
     else:

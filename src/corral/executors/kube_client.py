@@ -41,7 +41,7 @@ from kubernetes.aio import config as kube_config
 from kubernetes.aio import watch as kube_watch
 
 from corral import clock, config, errors, model
-from corral.executors import rbac
+from corral.executors import rbac, startup
 
 log = logging.getLogger("corral.executors.kubernetes")
 
@@ -172,6 +172,10 @@ def translate(exc: BaseException, doing: str) -> errors.CorralError:
         why = status_reason(exc)
         if exc.status in (400, 422):
             return errors.LaunchRefused(f"{doing}: the API server refused it as invalid: {why}")
+        if exc.status == 403 and startup.denied(why):
+            return errors.LaunchRefused(f"{doing}: refused by admission: {why}")
+        if exc.status == 403 and "exceeded quota" in why:
+            return errors.ExecutorError(f"{doing}: a ResourceQuota is full: {why}")
         if exc.status in (401, 403):
             return errors.ExecutorError(
                 f"{doing}: forbidden ({exc.status}): {why}; check the service account's Role"
@@ -380,6 +384,8 @@ class ClusterExecutor(abc.ABC):
         self.template = type(self).make_template(settings)
         self.k8s = settings.executors.kubernetes
         self.namespace = self.k8s.namespace
+        self.start_timeout = settings.pod_start_timeout
+        self.margin = settings.timeouts.margin
         self._launched_in: collections.OrderedDict[str, str] = collections.OrderedDict()
         self._clock = clock
         self._configuration = configuration

@@ -59,7 +59,7 @@ import pydantic
 from kubernetes.aio import client as kube
 
 from corral import config, errors, model
-from corral.executors import base, kube_client, pods, rbac
+from corral.executors import base, kube_client, pods, rbac, startup
 
 log = logging.getLogger("corral.executors.kubernetes")
 
@@ -762,7 +762,7 @@ class KubernetesExecutor(kube_client.ClusterExecutor):
             namespace=self.namespace,
         )
         pods: dict[str, list[dict[str, Any]]] = {}
-        if any(_condition(job, "Failed") for job in listing.items):
+        if any(_finished(job) for job in listing.items):
             managed = await self.api.list_all(
                 "pods",
                 self._core.list_namespaced_pod,
@@ -862,22 +862,83 @@ class KubernetesExecutor(kube_client.ClusterExecutor):
         )
         return kube_client.items(result)
 
+    async def _events(self, job: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """The Job's events (what its controller reports, FailedCreate among them); none
+        when the Role does not let corral list events (then a pod never made says only
+        that no pod was made)."""
+        meta = job["metadata"]
+        namespace = meta.get("namespace") or self.namespace
+        result = await self.api.call(
+            f"listing the events of Job {namespace}/{meta.get('name')}",
+            lambda: self._core.list_namespaced_event_without_preload_content(
+                namespace,
+                field_selector=f"involvedObject.uid={meta.get('uid', '')}",
+                _request_timeout=self.api.timeout,
+            ),
+            ok=lambda exc: kube_client.is_status(exc, 403, 404),
+        )
+        return kube_client.items(result)
+
     async def _observation(self, job: Mapping[str, Any]) -> model.Observation:
-        pods = await self._pods(job) if _condition(job, "Failed") else []
-        return job_observation(job, pods)
+        """What the Job says; for one that waits to start, why, and past the pod start
+        timeout its end (the Job is deleted, so that its pod cannot start later beside
+        the next attempt's)."""
+        if _finished(job):
+            return job_observation(job, await self._pods(job))
+        if int((job.get("status") or {}).get("ready") or 0) > 0:
+            return job_observation(job, [])
+        pods = await self._pods(job)
+        why = startup.waiting(pods)
+        if why is None:
+            return job_observation(job, pods)
+        if why.reason == startup.NO_POD:
+            why = startup.refused(await self._events(job)) or why
+        meta = job["metadata"]
+        obs = startup.observation(
+            str(meta.get("name", "")),
+            kube_client.labels_of(job),
+            why,
+            since=kube_client.timestamp(meta.get("creationTimestamp")),
+            now=self._clock.now(),
+            limit=startup.limit(
+                self.start_timeout,
+                (job.get("spec") or {}).get("activeDeadlineSeconds"),
+                self.margin,
+            ),
+        )
+        if obs.phase is model.Phase.FAILED:
+            log.info("%s: %s; deleting its Job", obs.name, obs.reason)
+            await self._delete(job, 0)
+        return obs
 
 
 def job_observation(job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> model.Observation:
-    """What a Job (and, when it failed, its pods) says of its attempt.
+    """What a Job (and, when it finished, its pods) says of its attempt.
 
-    Success is the `Complete` condition and nothing else. `Failed` reads the pod that
-    failed last for the exit code, the termination reason (OOMKilled, Error...) and the
-    last line of its termination message; DeadlineExceeded and pod disruptions (a node
-    lost, an eviction) are transient. Any number of pods is still one attempt."""
+    Success is the `Complete` condition, from a pod that succeeded undisturbed: one with
+    a DisruptionTarget condition (evicted, preempted, its node drained: it trapped
+    SIGTERM and exited 0), or gone by then (deleted before its Job counted it), is not
+    trusted, and fails transient. `Failed` reads the pod that failed last for the exit
+    code, the termination reason (OOMKilled, Error...) and the last line of its
+    termination message; DeadlineExceeded, pod disruptions (a node lost, an eviction)
+    and a pod deleted under its Job (`kubectl delete pod`) are transient. Any number of
+    pods is still one attempt."""
     meta, status = job.get("metadata", {}), job.get("status") or {}
     name, labels = str(meta.get("name", "")), kube_client.labels_of(job)
     started = kube_client.timestamp(status.get("startTime"))
     complete, failed = _condition(job, "Complete"), _condition(job, "Failed")
+    if complete is not None and (doubt := _untrusted(job, pods)) is not None:
+        return model.Observation(
+            name=name,
+            phase=model.Phase.FAILED,
+            labels=labels,
+            reason=f"success not trusted: {doubt}",
+            started_at=started,
+            finished_at=kube_client.timestamp(
+                status.get("completionTime") or complete.get("lastTransitionTime")
+            ),
+            failure_class=_TRANSIENT,
+        )
     if complete is not None:
         return model.Observation(
             name=name,
@@ -908,10 +969,15 @@ def job_observation(job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -
     elif pod is not None and (disruption := _condition(pod, "DisruptionTarget")) is not None:
         reason = f"pod disrupted: {disruption.get('reason') or 'DisruptionTarget'}"
         verdict = _TRANSIENT
+    elif pod is not None and pod.get("metadata", {}).get("deletionTimestamp"):
+        reason = f"pod deleted: it ended {terminated.get('reason') or 'Error'} on SIGTERM"
+        verdict = _TRANSIENT
     elif terminated:
         reason = str(terminated.get("reason") or "Error")
     elif pod is None:
-        reason = f"Job failed ({why}); its pod is gone, so no exit code"
+        # A failed pod stays while its Job does: one gone was deleted (`kubectl delete
+        # pod`, a drain), ended by that, and its own exit code is lost.
+        reason, verdict = f"Job failed ({why}); its pod is gone, so no exit code", _TRANSIENT
     else:
         reason = f"Job failed ({why}): {pod.get('status', {}).get('reason') or 'pod failed'}"
     return model.Observation(
@@ -934,6 +1000,26 @@ def _condition(obj: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
     for cond in (obj.get("status") or {}).get("conditions") or []:
         if cond.get("type") == kind and cond.get("status") == "True":
             return cast(Mapping[str, Any], cond)
+    return None
+
+
+def _untrusted(job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> str | None:
+    """Why a Complete Job's success is not to be trusted, or None: its succeeded pod
+    was disrupted, or is gone (a pod that ends on its own stays as long as its Job, so one
+    gone was deleted, evicted or preempted, and its Job counted it as it went)."""
+    phases = [(p, (p.get("status") or {}).get("phase")) for p in pods]
+    for pod, phase in phases:
+        if phase != "Succeeded":
+            continue
+        if (disruption := _condition(pod, "DisruptionTarget")) is not None:
+            why = disruption.get("reason") or "DisruptionTarget"
+            return f"its pod exited 0 after a disruption ({why})"
+        if pod.get("metadata", {}).get("deletionTimestamp"):
+            return "its pod exited 0 while being deleted"
+    if all(phase == "Failed" for _, phase in phases) and not job.get("metadata", {}).get(
+        "deletionTimestamp"
+    ):
+        return "its pod was deleted (evicted, preempted, drained) before its Job counted it"
     return None
 
 
