@@ -1288,7 +1288,13 @@ def explain(view: JobView, now: datetime, *, pool: tuple[int, int] | None = None
             ),
             None,
         )
+        waits = next(
+            (e for e in reversed(view.events) if e.attempt_id == a.id and "waiting" in e.details),
+            None,
+        )
         state = f"in the unknown state: {unknown}" if unknown else f"{a.state}"
+        if waits is not None and waits.details["waiting"] and not unknown:
+            state = f"{a.state} but not started on its platform ({waits.reason})"
         return (
             f"running: attempt {a.attempt_no} ({a.launch_name}, fence {a.id}) is {state};"
             f" last news {seen}"

@@ -27,6 +27,10 @@ from corral import store as store_
 from corral.executors import base
 from corral.executors.base import Executor
 
+NOTED = 10_000
+"""How many waiting attempts a dispatcher remembers it noted the reason of (one it forgot
+is noted again)."""
+
 log = logging.getLogger("corral.dispatcher")
 J, A = model.JobState, model.AttemptState
 _JOB_NEXT = {J.QUEUED: "queued for retry"}
@@ -100,6 +104,7 @@ class Dispatcher:
         self._stopping: set[asyncio.Task[None]] = set()  # cancels of attempts cancelled mid-launch
         self._reaches = base.Reaches(settings)
         self._recorded_first: set[int] = set()  # recorded running before sending, not yet sent
+        self._noted: dict[int, str] = {}  # why each attempt waits on its platform, as noted
 
     # --- the cycle -------------------------------------------------------------------------
 
@@ -505,17 +510,36 @@ class Dispatcher:
         except errors.ExecutorError as exc:
             log.warning("%s: cannot observe %d attempts: %s", executor.kind, len(page), exc)
             return 0
-        found, alive = 0, []
+        found, alive, notes = 0, [], {}
         for attempt in page:
             obs = seen.get(attempt.launch_name)
             if obs is None:
                 continue
             if self.offer(obs, fence=attempt.id):
                 found += 1
+                self._noted.pop(attempt.id, None)
             elif obs.phase in (model.Phase.RUNNING, model.Phase.PENDING):
                 alive.append(attempt.id)
+                notes.update(self._news(attempt.id, obs))
         await self.store.attempt_seen(fences=alive, now=self.clock.now())
+        if notes:
+            await self.store.attempt_note(notes=notes, now=self.clock.now())
         return found
+
+    def _news(self, fence: int, obs: model.Observation) -> dict[int, str | None]:
+        """What the run log should say of a live attempt: why it waits on its platform (a
+        pod that has not started), when that is new, and that it started, once it has."""
+        if obs.phase is model.Phase.PENDING and obs.reason:
+            why = f"{obs.reason}: {obs.message}" if obs.message else obs.reason
+            if self._noted.get(fence) == why:
+                return {}
+            self._noted[fence] = why
+            while len(self._noted) > NOTED:
+                self._noted.pop(next(iter(self._noted)))
+            return {fence: why}
+        if obs.phase is model.Phase.RUNNING and self._noted.pop(fence, None) is not None:
+            return {fence: None}
+        return {}
 
     async def _poll(self) -> None:
         interval = self.settings.timeouts.observe_interval.total_seconds()

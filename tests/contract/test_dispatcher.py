@@ -577,3 +577,55 @@ async def test_attempts_carried_to_the_next_tick_are_launched_when_the_claim_fai
         assert (await d.run_once()).claimed == 0
     finally:
         await db.close()
+
+
+class Waits(NoopExecutor):
+    """Launches that stay on the platform, each observed as `seen` says (PENDING with a
+    reason: a pod that has not started), until told otherwise."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: dict[str, model.Observation] = {}
+
+    async def launch(self, launch: model.Launch) -> None:
+        self.launches.setdefault(launch.name, launch)
+        self.seen.setdefault(launch.name, self.pending(launch.name, "ErrImagePull", "not found"))
+
+    def pending(self, name: str, reason: str, message: str) -> model.Observation:
+        labels = self.launches[name].labels
+        return model.Observation(
+            name, model.Phase.PENDING, labels, reason=f"waiting to start: {reason}", message=message
+        )
+
+    async def observe(self, names: Sequence[str]) -> dict[str, model.Observation]:
+        return {n: self.seen.get(n, model.Observation(n, model.Phase.ABSENT)) for n in names}
+
+
+async def test_why_an_attempt_waits_on_its_platform_is_in_its_run_log_once(
+    db: store.Store, clock: FrozenClock
+) -> None:
+    executor = Waits()
+    d = make(db, clock, executor)
+    (job_id,) = await submit(db, clock, 1)
+    await d.run_once()
+    (name,) = executor.launches
+
+    async def notes() -> list[tuple[str, bool]]:
+        _, _, events, _ = await db.job_record(job_id=job_id)
+        return [(e.reason, e.details["waiting"]) for e in events if "waiting" in e.details]
+
+    await d.poll_once()
+    await d.poll_once()  # the same reason: not noted again
+    assert await notes() == [("waiting to start: ErrImagePull: not found", True)]
+    executor.seen[name] = executor.pending(name, "Unschedulable", "0/3 nodes are available")
+    await d.poll_once()
+    executor.seen[name] = model.Observation(
+        name, model.Phase.RUNNING, executor.launches[name].labels
+    )
+    await d.poll_once()
+    await d.poll_once()
+    assert await notes() == [
+        ("waiting to start: ErrImagePull: not found", True),
+        ("waiting to start: Unschedulable: 0/3 nodes are available", True),
+        ("started on its platform", False),
+    ]

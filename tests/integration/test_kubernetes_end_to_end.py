@@ -156,7 +156,39 @@ async def test_cancel_deletes_the_job(corral: Corral) -> None:
     await corral.client.cancel(job_id)
     await corral.wait(job_id, J.CANCELLED)
     await eventually(lambda: found(kube_api.JOBS, "default", name) is None, what="the Job deleted")
-    assert corral.cluster.api.objects(kube_api.PODS) == []
+    await eventually(lambda: corral.cluster.api.objects(kube_api.PODS) == [], what="its pod gone")
+
+
+async def test_a_pod_that_cannot_start_is_explained_then_quarantined(tmp_path: Path) -> None:
+    bad = "ghcr.io/acme/etl:9.9"
+    pulling = 'failed to pull image "ghcr.io/acme/etl:9.9": not found'
+    async with kube_api.cluster() as cluster:
+        cluster.kubelet.bad_images[bad] = ("ErrImagePull", pulling)
+        settings = make_settings(tmp_path, cluster.url, cluster={"pod_start_timeout": "3s"})
+        await migrated(settings)
+        stop = asyncio.Event()
+        loops = asyncio.create_task(runtime.serve(settings, stop))
+        async with runtime.connect(settings) as c:
+            try:
+                job_id, _ = await c.submit(
+                    executor="kubernetes", spec={"image": bad, "command": ["true"]}, max_attempts=3
+                )
+
+                async def explained() -> str | None:
+                    said = await c.explain(job_id)
+                    return said if "ErrImagePull" in said else None
+
+                said = await eventually(explained, what="explain saying why it waits")
+                assert "not started on its platform (waiting to start: ErrImagePull" in said
+                assert pulling in said
+                view = await Corral(c, cluster).wait(job_id, J.QUARANTINED)
+            finally:
+                stop.set()
+                await asyncio.wait_for(loops, PATIENCE)
+    assert len(view.attempts) == 1, "permanent: not retried"
+    assert view.attempts[0].failure_class is model.FailureClass.PERMANENT
+    reasons = [e.reason for e in view.events]
+    assert any(r.startswith("pod did not start in ") for r in reasons), reasons
 
 
 @pytest.mark.parametrize("kind", ["kubernetes", "argo"])

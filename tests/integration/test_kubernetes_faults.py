@@ -201,7 +201,9 @@ async def test_cancel_deletes_the_job_and_its_pods(
     await until(ex, "stop-1", lambda o: o.phase is model.Phase.RUNNING)
     await ex.cancel("stop-1", timedelta(seconds=1))
     assert (await observe(ex, "stop-1")).phase is model.Phase.ABSENT
-    assert cluster.api.objects(kube_api.PODS) == [], "Background propagation: no orphans"
+    await eventually(  # Terminating until its container ends, then gone
+        lambda: cluster.api.objects(kube_api.PODS) == [], what="Background propagation: no orphans"
+    )
 
 
 async def test_a_job_that_finishes_while_being_cancelled_keeps_its_result(

@@ -676,6 +676,9 @@ class Store:
     async def attempt_seen(self, *, fences: Sequence[int], now: datetime) -> None:
         await self._tx(attempts.attempt_seen, fences=fences, now=now)
 
+    async def attempt_note(self, *, notes: Mapping[int, str | None], now: datetime) -> list[int]:
+        return await self._tx(attempts.attempt_note, notes=notes, now=now)
+
     async def attempt_heartbeat(self, *, job_id: int, fence: int, now: datetime) -> datetime | None:
         return await self._tx(attempts.attempt_heartbeat, job_id=job_id, fence=fence, now=now)
 

@@ -158,6 +158,38 @@ def attempt_seen(conn: Connection, *, fences: Sequence[int], now: datetime) -> N
         )
 
 
+def attempt_note(conn: Connection, *, notes: Mapping[int, str | None], now: datetime) -> list[int]:
+    """Why running attempts wait on their platform (`notes`: a pod that has not started,
+    and why; None: it has started since), each an event in its run log (details
+    `waiting`: true, or false once started), which `corral jobs explain` reads. Attempts
+    no longer running are left alone; the caller notes a reason once, not at every look.
+    Returns the fences written."""
+    if not notes:
+        return []
+    found = conn.execute(
+        select(attempts.c.id, attempts.c.job_id).where(
+            dialects.one_of(conn, attempts.c.id, list(notes)), attempts.c.state == A.RUNNING
+        )
+    ).all()
+    event_insert(
+        conn,
+        [
+            event_row(
+                job_id=job_id,
+                attempt_id=fence,
+                entity="attempt",
+                frm=A.RUNNING,
+                to=A.RUNNING,
+                reason=notes[fence] or "started on its platform",
+                now=now,
+                details={"waiting": notes[fence] is not None},
+            )
+            for fence, job_id in found
+        ],
+    )
+    return [fence for fence, _ in found]
+
+
 def attempt_heartbeat(
     conn: Connection, *, job_id: int, fence: int, now: datetime
 ) -> datetime | None:
