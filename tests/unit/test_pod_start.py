@@ -11,7 +11,7 @@ import pytest
 from kubernetes.aio import client
 
 from corral import config, errors, model
-from corral.executors import kube_client, kubernetes, startup
+from corral.executors import argo, kube_client, kubernetes, startup
 
 NOW = datetime(2026, 12, 6, 12, 0, tzinfo=UTC)
 P, T = model.FailureClass.PERMANENT, model.FailureClass.TRANSIENT
@@ -191,3 +191,28 @@ def test_a_pod_start_timeout_past_the_attempt_deadline_is_refused() -> None:
         ValueError, match=r"executors.kubernetes.pod_start_timeout \(300s\) must be"
     ):
         config.Settings(executors={"kubernetes": {"pod_start_timeout": "5m"}})
+
+
+def test_a_replacement_pod_waits_from_when_it_was_made() -> None:
+    first = pod({"phase": "Failed"}, created="2026-12-06T11:00:00Z")
+    second = held("ErrImagePull")
+    assert startup.since([first, second]) == datetime(2026, 12, 6, 11, 59, tzinfo=UTC)
+    assert startup.since([]) is None
+
+
+def workflow(phase: str, node: dict[str, Any] | None = None) -> dict[str, Any]:
+    status: dict[str, Any] = {"phase": phase}
+    if node is not None:
+        status["nodes"] = {"wf": {"type": "Pod", **node}}
+    return {"metadata": {"name": "wf"}, "status": status}
+
+
+def test_argo_reads_why_its_pod_waits_from_the_node_message() -> None:
+    pulling = {"phase": "Pending", "message": "ImagePullBackOff: Back-off pulling image"}
+    assert argo.pod_waiting(workflow("Running", pulling)) == startup.Waiting(
+        "ImagePullBackOff", "Back-off pulling image", P
+    )
+    assert argo.pod_waiting(workflow("Pending")) == startup.Waiting("Pending")
+    assert argo.pod_waiting(workflow("Running")) is None, "running, no node yet: trusted"
+    assert argo.pod_waiting(workflow("Running", {"phase": "Running"})) is None
+    assert argo.pod_waiting(workflow("Failed", pulling)) is None

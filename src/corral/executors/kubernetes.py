@@ -898,7 +898,7 @@ class KubernetesExecutor(kube_client.ClusterExecutor):
             str(meta.get("name", "")),
             kube_client.labels_of(job),
             why,
-            since=kube_client.timestamp(meta.get("creationTimestamp")),
+            since=startup.since(pods) or kube_client.timestamp(meta.get("creationTimestamp")),
             now=self._clock.now(),
             limit=startup.limit(
                 self.start_timeout,

@@ -120,6 +120,16 @@ def waiting(pods: Sequence[Mapping[str, Any]]) -> Waiting | None:
     return Waiting.of("Pending")
 
 
+def since(pods: Sequence[Mapping[str, Any]]) -> datetime | None:
+    """When the newest pod was made (None: no pod): a pod made to replace one lost with
+    its node waits from then, not from its Job's start."""
+    made = [str(p.get("metadata", {}).get("creationTimestamp") or "") for p in pods]
+    newest = max(made, default="")
+    if not newest:
+        return None
+    return datetime.fromisoformat(newest.replace("Z", "+00:00"))
+
+
 def refused(events: Sequence[Mapping[str, Any]]) -> Waiting | None:
     """The newest FailedCreate among a Job's events (None when there is none): the API
     server refused the pod its controller makes, and says why."""
