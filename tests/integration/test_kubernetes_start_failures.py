@@ -127,6 +127,19 @@ async def test_an_image_that_cannot_be_pulled_is_said_then_quarantines(
     )
 
 
+async def test_a_job_that_changes_as_it_is_deleted_is_deleted_still(
+    cluster: kube_api.Cluster, ex: kubernetes.KubernetesExecutor
+) -> None:
+    bad = "ghcr.io/acme/etl:9.9"
+    cluster.kubelet.bad_images[bad] = ("ErrImagePull", PULL_ERROR)
+    conflict = {"kind": "Status", "code": 409, "reason": "Conflict"}
+    cluster.api[f"delete /apis/batch/v1/namespaces/{NS}/jobs/pull-2"][:1] << 409 << conflict
+    await ex.launch(make_launch("kubernetes", "pull-2", {"image": bad, "command": ["true"]}))
+    ended = await until(ex, "pull-2", lambda o: o.phase.finished)
+    assert ended.phase is model.Phase.FAILED
+    assert cluster.api.find(kube_api.JOBS, NS, "pull-2") is None, "read again, then deleted"
+
+
 async def test_an_invalid_image_name_fails_at_once(
     cluster: kube_api.Cluster, cluster_k8s: kubernetes.KubernetesExecutor
 ) -> None:

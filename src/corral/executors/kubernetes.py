@@ -908,7 +908,7 @@ class KubernetesExecutor(kube_client.ClusterExecutor):
         )
         if obs.phase is model.Phase.FAILED:
             log.info("%s: %s; deleting its Job", obs.name, obs.reason)
-            await self._delete(job, 0)
+            await self.cancel(obs.name, timedelta(0))  # read again if it changed meanwhile
         return obs
 
 
