@@ -104,7 +104,7 @@ class Dispatcher:
         self._stopping: set[asyncio.Task[None]] = set()  # cancels of attempts cancelled mid-launch
         self._reaches = base.Reaches(settings)
         self._recorded_first: set[int] = set()  # recorded running before sending, not yet sent
-        self._noted: dict[int, str] = {}  # why each attempt waits on its platform, as noted
+        self._noted: dict[int, set[str]] = {}  # why each attempt waited on its platform, noted
 
     # --- the cycle -------------------------------------------------------------------------
 
@@ -528,15 +528,17 @@ class Dispatcher:
 
     def _news(self, fence: int, obs: model.Observation) -> dict[int, str | None]:
         """What the run log should say of a live attempt: why it waits on its platform (a
-        pod that has not started), when that is new, and that it started, once it has."""
+        pod that has not started), the first time it waits for that reason (a kubelet
+        goes back and forth between ErrImagePull and ImagePullBackOff), and that it
+        started, once it has."""
         if obs.phase is model.Phase.PENDING and obs.reason:
-            why = f"{obs.reason}: {obs.message}" if obs.message else obs.reason
-            if self._noted.get(fence) == why:
+            noted = self._noted.setdefault(fence, set())
+            if obs.reason in noted:
                 return {}
-            self._noted[fence] = why
+            noted.add(obs.reason)
             while len(self._noted) > NOTED:
                 self._noted.pop(next(iter(self._noted)))
-            return {fence: why}
+            return {fence: f"{obs.reason}: {obs.message}" if obs.message else obs.reason}
         if obs.phase is model.Phase.RUNNING and self._noted.pop(fence, None) is not None:
             return {fence: None}
         return {}

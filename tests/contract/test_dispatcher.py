@@ -619,6 +619,8 @@ async def test_why_an_attempt_waits_on_its_platform_is_in_its_run_log_once(
     assert await notes() == [("waiting to start: ErrImagePull: not found", True)]
     executor.seen[name] = executor.pending(name, "Unschedulable", "0/3 nodes are available")
     await d.poll_once()
+    executor.seen[name] = executor.pending(name, "ErrImagePull", "not found again")
+    await d.poll_once()  # back to a reason noted before: not noted again
     executor.seen[name] = model.Observation(
         name, model.Phase.RUNNING, executor.launches[name].labels
     )
