@@ -1006,7 +1006,9 @@ def _condition(obj: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
 def _untrusted(job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> str | None:
     """Why a Complete Job's success is not to be trusted, or None: its succeeded pod
     was disrupted, or is gone (a pod that ends on its own stays as long as its Job, so one
-    gone was deleted, evicted or preempted, and its Job counted it as it went)."""
+    gone was deleted, evicted or preempted, and its Job counted it as it went). The cost:
+    a success read only after the pod garbage collector removed its pod (a cluster with a
+    low terminated-pod-gc-threshold, read late by recovery) is run again."""
     phases = [(p, (p.get("status") or {}).get("phase")) for p in pods]
     for pod, phase in phases:
         if phase != "Succeeded":
