@@ -689,7 +689,20 @@ RULES = rbac.Rules(
             ("create", "get", "list", "watch", "delete"),
             "a Job an attempt: created, read, listed and watched for finishes, deleted to cancel",
         ),
-        rbac.Rule("", "pods", ("list",), "a failed Job's pods, for the exit code and reason"),
+        rbac.Rule(
+            "",
+            "pods",
+            ("list",),
+            "a Job's pods: why one waits to start, and how a finished one ended (exit code,"
+            " reason, a disruption)",
+        ),
+        rbac.Rule(
+            "",
+            "events",
+            ("list",),
+            "a Job's FailedCreate events: the message of an admission webhook or a quota that"
+            " refused its pod",
+        ),
         *kube_client.OWNED_RULES,
         rbac.Rule(
             "batch",
