@@ -44,10 +44,11 @@ def worker_cmd(
 ) -> None:
     """Run the Python tasks of MODULE:APP (a corral.App); SIGTERM drains and hands back.
 
-    MODULE:APP is e.g. `billing.tasks:app`. The worker registers the tasks and payload versions it reads (parked jobs it reads are
-    queued again at once), claims their jobs and runs them. On SIGTERM it claims nothing
-    more, lets running tasks finish for timeouts.drain_timeout, then hands the rest back
-    (not charged) to resume elsewhere from their checkpoints."""
+    MODULE:APP is e.g. `billing.tasks:app`. The worker registers the tasks and payload
+    versions it reads (parked jobs it reads are queued again at once), claims their jobs
+    and runs them. On SIGTERM it claims nothing more, lets running tasks finish for
+    timeouts.drain_timeout, then hands the rest back (not charged) to resume elsewhere from
+    their checkpoints."""
     from corral import clock, runtime
     from corral.cli.loops import setup_logging, until_signalled
     from corral.worker.app import load_app
