@@ -320,15 +320,14 @@ class Worker:
         return [(task.name, task.reads()) for task in self.app]
 
     async def _claim_loop(self, stop: asyncio.Event, woke: asyncio.Event) -> None:
-        """Claim as slots free: a claim waits (at most GATHER) until half the slots are free
-        when some still run, so that each of its round trips takes a batch, not the one job
-        the first slot to free would take."""
+        """Claim as slots free: a claim waits (at most GATHER) until half of what the worker
+        takes at once (_capacity) is free when some still run, so that each of its round
+        trips takes a batch, not the one job the first slot to free would take."""
         interval = self.t.dispatch_interval.total_seconds()
-        half = max(1, self.concurrency // 2)
         gathering: float | None = None  # until when (clock.monotonic) to wait for slots
         while not stop.is_set():
             free = self._room()
-            if 0 < free < half and self._busy() > 0:
+            if 0 < free < max(1, self._capacity() // 2) and self._busy() > 0:
                 now = self.clock.monotonic()
                 gathering = now + GATHER if gathering is None else gathering
                 if now < gathering:
@@ -370,8 +369,11 @@ class Worker:
         average under SHORT_RUN) as many again to hold ready, so that the next claim's round
         trip overlaps the runs instead of waiting behind them. Held long, a claimed job's
         deadline would run down before it starts: long runs get no jobs held ahead."""
-        ahead = self.prefetch if self._run_time < SHORT_RUN else 0
-        return max(self.concurrency + ahead - self._busy(), 0)
+        return max(self._capacity() - self._busy(), 0)
+
+    def _capacity(self) -> int:
+        """Jobs this worker takes at once: its slots, and those it holds ready (_room)."""
+        return self.concurrency + (self.prefetch if self._run_time < SHORT_RUN else 0)
 
     def _start_ready(self) -> None:
         while (
