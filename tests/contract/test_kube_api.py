@@ -506,3 +506,18 @@ async def test_a_pod_waits_in_create_container_config_error_until_its_secret_exi
     assert out.read_text() == "s3cret", "the key's value, decoded"
     await controller.close()
     await kubelet.close()
+
+
+async def test_throttled_requests_are_429_with_retry_after(k8s: Fixture) -> None:
+    # API Priority and Fairness: a request shed for load is 429 TooManyRequests with a
+    # Retry-After header and details.retryAfterSeconds.
+    api, batch, _ = k8s
+    api.throttle("get /apis/batch/v1/namespaces/default/jobs", seconds=3, times=1)
+    with pytest.raises(client.ApiException) as caught:
+        await batch.list_namespaced_job("default")
+    assert caught.value.status == 429
+    assert caught.value.headers["Retry-After"] == "3"
+    body = json.loads(caught.value.body)
+    assert body["reason"] == "TooManyRequests"
+    assert body["details"]["retryAfterSeconds"] == 3
+    assert (await batch.list_namespaced_job("default")).items == []

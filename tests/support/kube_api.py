@@ -21,6 +21,8 @@ Kubernetes API documentation (kubernetes.io/docs/reference/using-api/api-concept
   by ownerReferences, Orphan keeps them; a Job deleted with no policy orphans its pods,
   as batch/v1 does for compatibility);
 - JSON merge patches (used for `spec.shutdown` and status injection);
+- load shedding (`throttle`): 429 TooManyRequests (or 503) with a Retry-After header and
+  `details.retryAfterSeconds`, as API Priority and Fairness answers;
 - ConfigMaps and Secrets as core/v1 keeps them: no status, created, read, patched and
   garbage collected like any dependent (ownerReferences), their data at most 1 MiB (422
   beyond); a Secret's `stringData` is merged into its base64 `data` on every write (and
@@ -192,6 +194,24 @@ class KubeApi(kmock.KubernetesEmulator):  # type: ignore[misc]
         self, resource: tuple[str, str, str], namespace: str, name: str, policy: str | None = None
     ) -> dict[str, Any]:
         return self._delete((resource, namespace, name), policy)
+
+    def throttle(self, route: str, *, seconds: int, times: int, code: int = 429) -> None:
+        """The next `times` requests of `route` (kmock's "verb /path") are refused as an API
+        server shedding load refuses them (API Priority and Fairness): a 429 TooManyRequests
+        Status (or a 503 ServiceUnavailable) with `Retry-After: seconds` and the same
+        seconds in `details.retryAfterSeconds`."""
+        reason = "TooManyRequests" if code == 429 else "ServiceUnavailable"
+        status = {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": "Too many requests, please try again later.",
+            "reason": reason,
+            "details": {"retryAfterSeconds": seconds},
+            "code": code,
+        }
+        self[route][:times] << code << kmock.headers({"Retry-After": str(seconds)}) << status
 
     def deny(self, resource: tuple[str, str, str], webhook: str, message: str) -> None:
         """A validating admission webhook that refuses every create of `resource` (403

@@ -7,7 +7,10 @@ Only this module, kubernetes.py and argo.py import a Kubernetes client (the offi
 - Every request carries a client-side timeout (`request_timeout`), so a cut connection
   fails instead of hanging; a watch's is its server-side `timeoutSeconds` plus that.
 - 429, 5xx, timeouts and refused connections are retried a few times with full jitter
-  (creates too: they are idempotent by name); anything else fails at once.
+  (creates too: they are idempotent by name); anything else fails at once. A 429 or 503
+  that carries Retry-After (an API server shedding load, its priority and fairness
+  queues full) is tried again after what it asks, for as long as the call's deadline
+  allows (`(RETRIES + 1) * request_timeout` from its start), not after a quick jitter.
 - Client errors become ExecutorError (the platform could not be asked) or InvalidInput
   (422/400: the API server refused the object as invalid).
 - `changes()` lists, then watches from the list's resourceVersion, resumes from the last
@@ -54,6 +57,8 @@ BACKOFF_BASE = 0.2
 BACKOFF_CAP = 5.0
 WATCH_BACKOFF_CAP = 30.0
 _PASSING = {408, 425, 429, 500, 502, 503, 504}
+_THROTTLED = {429, 503}
+"""The answers whose Retry-After corral waits for."""
 MANAGED = f"{model.MANAGED_BY}={model.MANAGER}"
 """The label selector of everything corral launched."""
 OBSERVE_CONCURRENCY = 16
@@ -187,6 +192,18 @@ def translate(exc: BaseException, doing: str) -> errors.CorralError:
     return errors.ExecutorError(f"{doing}: cannot reach the API server: {exc}")
 
 
+def retry_after(exc: BaseException) -> float | None:
+    """The seconds a 429 or 503 asks to wait (its Retry-After header, in seconds as the
+    API server sends it); None without one, or for any other error."""
+    if not isinstance(exc, client.ApiException) or exc.status not in _THROTTLED:
+        return None
+    value = (exc.headers or {}).get("Retry-After")
+    try:
+        return max(0.0, float(value)) if value is not None else None
+    except ValueError:
+        return None  # an HTTP date: rare from an API server; the usual backoff then
+
+
 def passing(exc: BaseException) -> bool:
     """Whether trying again may help."""
     if isinstance(exc, client.ApiException):
@@ -223,18 +240,34 @@ class Api:
         the answer is read as plain JSON, so fields newer than this client never break
         it), tried again on passing failures. None when `ok(exc)` says the error is an
         answer (404 on a get, say); otherwise corral's error."""
-        for attempt in range(retries + 1):
+        ends = self._clock.monotonic() + self.timeout * (retries + 1)
+        failures = 0
+        while True:
             try:
                 return await _json(await request())
             except (client.ApiException, TimeoutError, aiohttp.ClientError, OSError) as exc:
                 if ok(exc):
                     return None
-                if attempt == retries or not passing(exc):
+                if not passing(exc):
                     raise translate(exc, doing) from None
-                delay = self._rng.uniform(0, min(BACKOFF_CAP, BACKOFF_BASE * 2**attempt))
+                failures += 1
+                delay = self._wait(exc, failures, retries, ends - self._clock.monotonic())
+                if delay is None:
+                    raise translate(exc, doing) from None
                 log.info("%s: %s; trying again in %.2fs", doing, translate(exc, doing), delay)
                 await self._clock.sleep(delay)
-        raise AssertionError("unreachable")
+
+    def _wait(self, exc: BaseException, failures: int, retries: int, left: float) -> float | None:
+        """How long to wait before trying again after a passing failure, None to give up:
+        what a Retry-After asks (at least BACKOFF_BASE: a 0 is no reason to hammer), cut to
+        the `left` of the call's deadline; else a full
+        jitter that grows, for at most `retries` tries."""
+        asked = retry_after(exc)
+        if asked is not None:
+            return min(max(asked, BACKOFF_BASE), left) if left > 0 else None
+        if failures > retries:
+            return None
+        return self._rng.uniform(0, min(BACKOFF_CAP, BACKOFF_BASE * 2 ** (failures - 1)))
 
     async def changes(
         self,
@@ -346,7 +379,9 @@ async def _json(response: aiohttp.ClientResponse) -> dict[str, Any]:
     finally:
         response.release()
     if response.status >= 400:
-        raise client.ApiException(status=response.status, reason=response.reason, body=text)
+        exc = client.ApiException(status=response.status, reason=response.reason, body=text)
+        exc.headers = response.headers  # Retry-After, as the client's own calls keep it
+        raise exc
     try:
         data = json.loads(text) if text else {}
     except ValueError:
