@@ -598,6 +598,35 @@ class Reconciler:
         await asyncio.gather(
             *(self._stop_orphan(executor, obs, st, summary) for obs, st in orphans)
         )
+        if isinstance(executor, base.LeavesStrays):
+            await self._stop_strays(executor, summary)
+
+    async def _stop_strays(self, executor: base.LeavesStrays, summary: Pass) -> None:
+        """Stop the parts a launch left running (pods) whose launch is gone, or whose
+        attempt has ended or whose job was cancelled: a pod orphaned by its Job's delete
+        must not run beside the attempt that replaces its own."""
+        try:
+            strays = await executor.list_strays({model.MANAGED_BY: model.MANAGER})
+        except errors.ExecutorError as exc:
+            log.warning("cannot list stray pods for orphans: %s", exc)
+            return
+        fences = [s.identity.fence for s in strays if s.identity is not None]
+        states = await self.store.attempt_states(fences=fences) if fences else {}
+        doomed = [(s, why) for s in strays if (why := _stray_reason(s, states)) is not None]
+        await asyncio.gather(
+            *(self._stop_one_stray(executor, s, why, summary) for s, why in doomed)
+        )
+
+    async def _stop_one_stray(
+        self, executor: base.LeavesStrays, stray: base.Stray, why: str, summary: Pass
+    ) -> None:
+        try:
+            await executor.stop_stray(stray)
+        except errors.ExecutorError as exc:
+            log.warning("%s: could not stop it, will try again: %s", stray.name, exc)
+            return
+        log.info("%s/%s (of %s): %s", stray.namespace, stray.name, stray.launch_name, why)
+        summary.orphans_cancelled += 1
 
     async def _forget_old(self, executor: base.Forgets, summary: Pass) -> None:
         """Forget launches that finished more than the executor's retention ago, once the
@@ -713,3 +742,17 @@ def _past(at: datetime | None, now: datetime) -> bool:
 def _conflict(obs: model.Observation, attempt: model.Attempt) -> str:
     owner = obs.identity or "something corral does not manage"
     return f"launch conflict: {attempt.launch_name} holds {owner}, not fence {attempt.id}"
+
+
+def _stray_reason(stray: base.Stray, states: Mapping[int, store.Status]) -> str | None:
+    """Why `stray` is stopped, or None to leave it: its launch is gone (whatever its
+    attempt's state: with no launch to observe, recovery calls it lost), or it belongs to
+    an attempt that has ended or a job that was cancelled."""
+    if stray.launch_gone:
+        return "orphan pod stopped: its launch is gone"
+    status = states.get(stray.identity.fence) if stray.identity is not None else None
+    if status is None or status.identity != stray.identity:
+        return None
+    if status.attempt_state in model.FINAL_ATTEMPT_STATES or status.job_state == J.CANCELLED:
+        return f"orphan pod stopped: attempt is {status.attempt_state}, job is {status.job_state}"
+    return None

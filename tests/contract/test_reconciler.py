@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
 
@@ -10,6 +11,7 @@ import pytest
 
 from corral import config, errors, health, model, reconciler, runtime, store
 from corral.clock import SystemClock
+from corral.executors import base
 from corral.store import Finish
 from corral.testing import FrozenClock
 from tests.support.platform import Platform
@@ -403,3 +405,46 @@ async def test_a_namesake_fence_is_not_an_orphan(db: store.Store, clock: FrozenC
     platform.put(launch_of(other))  # same fence, another job: a store restored from backup
     assert (await make(db, clock, platform).run_once()).orphans_cancelled == 0
     assert not platform.cancelled
+
+
+class PodPlatform(Platform):
+    """A platform whose launches leave parts that can outlive them (pods): `strays` is
+    what `list_strays` answers, `stopped` the names `stop_stray` was given."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.strays: list[base.Stray] = []
+        self.stopped: list[str] = []
+
+    async def list_strays(self, selector: Mapping[str, str]) -> list[base.Stray]:
+        return list(self.strays)
+
+    async def stop_stray(self, stray: base.Stray) -> None:
+        self.stopped.append(stray.name)
+
+
+def stray_of(c: model.Claimed, *, launch_gone: bool) -> base.Stray:
+    launch = launch_of(c)
+    identity = model.identity_from_labels(launch.labels)
+    return base.Stray(f"{launch.name}-pod", "default", "uid", launch.name, identity, launch_gone)
+
+
+async def test_pods_whose_launch_is_gone_or_whose_attempt_ended_are_stopped(
+    db: store.Store, clock: FrozenClock
+) -> None:
+    # Fails on the code before strays: the sweep listed launches (Jobs) only, so a pod
+    # orphaned by its Job's delete ran on beside the retry of its attempt.
+    platform = PodPlatform()
+    [gone, ended, healthy] = await running(db, clock, 3)
+    await db.attempt_finish(
+        finishes=[Finish(ended.attempt.id, A.FAILED, 1, "gave up")], now=clock.now()
+    )
+    platform.strays = [
+        stray_of(gone, launch_gone=True),
+        stray_of(ended, launch_gone=False),
+        stray_of(healthy, launch_gone=False),
+    ]
+    assert (await make(db, clock, platform).run_once()).orphans_cancelled == 2
+    assert sorted(platform.stopped) == sorted(
+        [f"{gone.attempt.launch_name}-pod", f"{ended.attempt.launch_name}-pod"]
+    )

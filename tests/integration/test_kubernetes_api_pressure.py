@@ -11,9 +11,9 @@ import pytest
 
 from corral import clock, errors, model
 from corral.executors import kubernetes
-from tests.integration.test_kubernetes_faults import JOBS_URL, launch, observe, settings
+from tests.integration.test_kubernetes_faults import JOBS_URL, NS, launch, observe, settings
 from tests.support import kube_api
-from tests.support.wait import PATIENCE
+from tests.support.wait import PATIENCE, eventually
 
 pytestmark = pytest.mark.timeout(4 * PATIENCE)
 
@@ -87,3 +87,34 @@ async def test_a_retry_after_past_the_deadline_is_cut_to_it_then_fails(
         await observe(ex, "shed-2")
     assert len(skipping.slept) == 1, "one wait, to the deadline, then no time left"
     assert 3.0 < skipping.slept[0] <= 4.0
+
+
+# --- pods left behind ----------------------------------------------------------------------
+
+
+async def test_a_pod_whose_job_was_deleted_without_propagation_is_a_stray(
+    cluster: kube_api.Cluster, ex: kubernetes.KubernetesExecutor
+) -> None:
+    # Fails on the code before strays: nothing listed corral's pods apart from their Jobs.
+    await ex.launch(launch("stray-1", ["sleep", "30"]))
+    await ex.launch(launch("kept-1", ["sleep", "30"]))
+
+    async def running() -> bool:
+        pods = [p for p in cluster.api.objects(kube_api.PODS) if p["status"].get("phase")]
+        return len([p for p in pods if p["status"]["phase"] == "Running"]) == 2
+
+    await eventually(running, what="both pods running")
+    cluster.api.remove(kube_api.JOBS, NS, "stray-1", "Orphan")  # kubectl --cascade=orphan
+    strays = await ex.list_strays({model.MANAGED_BY: model.MANAGER})
+    by_launch = {s.launch_name: s for s in strays}
+    assert by_launch["stray-1"].launch_gone
+    assert not by_launch["kept-1"].launch_gone
+    assert by_launch["stray-1"].identity == launch("stray-1", []).identity
+    await ex.stop_stray(by_launch["stray-1"])
+
+    async def stopped() -> bool:
+        left = await ex.list_strays({model.MANAGED_BY: model.MANAGER})
+        return [s.launch_name for s in left] == ["kept-1"]
+
+    await eventually(stopped, what="the stray pod stopping, the other left alone")
+    await ex.stop_stray(by_launch["stray-1"])  # again, gone or going: fine

@@ -8,6 +8,7 @@ a platform that cannot be asked raises ExecutorError rather than guessing `absen
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Protocol, runtime_checkable
 
@@ -79,6 +80,37 @@ class Forgets(Protocol):
 
     async def forget(self, names: Sequence[str]) -> None:
         """Remove these finished launches and everything they left."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Stray:
+    """A process a launch left running apart from the launch itself (a Kubernetes pod):
+    where it is, its launch's identity from its labels, and whether the launch it belongs
+    to is gone from the platform (a Job deleted without a propagation policy leaves its
+    pods running)."""
+
+    name: str
+    namespace: str
+    uid: str
+    launch_name: str
+    identity: model.Identity | None
+    launch_gone: bool
+
+
+@runtime_checkable
+class LeavesStrays(Protocol):
+    """An executor whose launches run as parts that can outlive them (Jobs and their pods).
+    The reconciler's orphan sweep stops a stray whose launch is gone or whose attempt has
+    ended, so nothing keeps running once its attempt is lost and the job runs again."""
+
+    async def list_strays(self, selector: Mapping[str, str]) -> list[Stray]:
+        """The live parts whose labels include all of `selector` (not those already
+        stopping), each with whether its launch is gone."""
+        ...
+
+    async def stop_stray(self, stray: Stray) -> None:
+        """Stop it with its own grace; one already gone is fine."""
         ...
 
 
