@@ -118,3 +118,41 @@ async def test_a_pod_whose_job_was_deleted_without_propagation_is_a_stray(
 
     await eventually(stopped, what="the stray pod stopping, the other left alone")
     await ex.stop_stray(by_launch["stray-1"])  # again, gone or going: fine
+
+
+# --- observation by lists ------------------------------------------------------------------
+
+
+def reads(cluster: kube_api.Cluster) -> tuple[int, int]:
+    """The GETs of the Jobs' collection (lists) and of single Jobs (reads) so far."""
+    gets = [r for r in list(cluster.api) if r.method.value == "GET" and "watch" not in r.params]
+    lists = sum(1 for r in gets if r.url.path == JOBS_URL)
+    singles = sum(1 for r in gets if r.url.path.startswith(JOBS_URL + "/"))
+    return lists, singles
+
+
+async def test_observe_is_one_list_not_a_read_per_job(
+    cluster: kube_api.Cluster, ex: kubernetes.KubernetesExecutor
+) -> None:
+    # Fails on the code before lists: observe read each Job by name (five GETs).
+    names = [f"many-{i}" for i in range(5)]
+    for name in names:
+        await ex.launch(launch(name, ["sleep", "30"]))
+    before = reads(cluster)
+    seen = await ex.observe([*names, "never-1"])
+    lists, singles = (a - b for a, b in zip(reads(cluster), before, strict=True))
+    assert (lists, singles) == (1, 0)
+    assert seen["never-1"].phase is model.Phase.ABSENT
+    assert all(seen[name].phase is not model.Phase.ABSENT for name in names)
+
+
+async def test_one_malformed_job_leaves_its_name_unknown_not_the_page(
+    cluster: kube_api.Cluster, ex: kubernetes.KubernetesExecutor
+) -> None:
+    # Fails on the code before: one Job's malformed conditions failed the whole observe.
+    await ex.launch(launch("good-1", ["sleep", "30"]))
+    await ex.launch(launch("bad-1", ["sleep", "30"]))
+    cluster.api.patch(kube_api.JOBS, NS, "bad-1", {"status": {"conditions": ["Complete"]}})
+    seen = await ex.observe(["good-1", "bad-1"])
+    assert "bad-1" not in seen, "no observation: recovery takes it as unknown"
+    assert seen["good-1"].phase is not model.Phase.ABSENT

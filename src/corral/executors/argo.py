@@ -311,8 +311,17 @@ class ArgoExecutor(kube_client.ClusterExecutor):
             await self.create_owned(launch, owned)
 
     async def observe(self, names: Sequence[str]) -> dict[str, model.Observation]:
-        """A fresh read of each Workflow."""
-        return await self.observe_each(names, self._get, self._observation)
+        """A fresh list of corral's Workflows in each namespace that may hold one of
+        `names` (one request a page), each read as `list_managed` reads it."""
+        return await self.observe_listed(names, self._list_in, self._observation)
+
+    async def _list_in(self, namespace: str) -> kube_client.Listing:
+        return await self.api.list_all(
+            "Workflows",
+            self._custom.list_namespaced_custom_object,
+            selector=kube_client.MANAGED,
+            **self._scope(namespace),
+        )
 
     async def list_managed(self, selector: Mapping[str, str]) -> list[model.Observation]:
         """Every Workflow in the namespace whose labels include all of `selector`."""

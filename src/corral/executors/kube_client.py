@@ -13,6 +13,9 @@ Only this module, kubernetes.py and argo.py import a Kubernetes client (the offi
   allows (`(RETRIES + 1) * request_timeout` from its start), not after a quick jitter.
 - Client errors become ExecutorError (the platform could not be asked) or InvalidInput
   (422/400: the API server refused the object as invalid).
+- `observe` is one label-selected list (in pages of LIST_PAGE) per namespace that may
+  hold an observed name, not a read per name, and one object that cannot be read gives
+  no observation for its name (unknown to the caller) instead of failing them all.
 - `changes()` lists, then watches from the list's resourceVersion, resumes from the last
   one it saw when a stream ends or breaks, and lists again after 410 Gone.
 - A launch may be more than one object: its Job or Workflow, then, owned by it, the
@@ -565,23 +568,42 @@ class ClusterExecutor(abc.ABC):
             raise errors.ExecutorError(f"{self.kind} executor: used before start()")
         return self._api
 
-    async def observe_each(
+    async def observe_listed(
         self,
         names: Sequence[str],
-        read: Callable[[str], Awaitable[dict[str, Any] | None]],
+        list_in: Callable[[str], Awaitable[Listing]],
         observation: Callable[[dict[str, Any]], Awaitable[model.Observation]],
     ) -> dict[str, model.Observation]:
-        """A fresh read of each name (a few at a time): `absent` where there is none."""
+        """What the platform holds of each name, from one label-selected list (in pages)
+        in each namespace that may hold one of them, never a read per name: `absent` for a
+        name no list holds. An object that cannot be made an observation (malformed, or a
+        read it needs fails) gives none for its name, so the caller takes it as unknown,
+        and the others are still observed."""
+        wanted = {name: set(self.namespaces_for(name)) for name in names}
+        found: dict[str, dict[str, Any]] = {}
+        for namespace in dict.fromkeys(ns for where in wanted.values() for ns in where):
+            for obj in (await list_in(namespace)).items:
+                name = (obj.get("metadata") or {}).get("name")
+                if namespace in wanted.get(name, ()):  # type: ignore[arg-type]
+                    found.setdefault(str(name), obj)
+        seen = {
+            name: model.Observation(name=name, phase=model.Phase.ABSENT)
+            for name in wanted
+            if name not in found
+        }
         slots = asyncio.Semaphore(OBSERVE_CONCURRENCY)
 
-        async def one(name: str) -> model.Observation:
+        async def one(name: str, obj: dict[str, Any]) -> None:
             async with slots:
-                found = await read(name)
-                if found is None:
-                    return model.Observation(name=name, phase=model.Phase.ABSENT)
-                return await observation(found)
+                try:
+                    seen[name] = await observation(obj)
+                except (errors.ExecutorError, LookupError, TypeError, ValueError) as exc:
+                    log.warning("%s: cannot read its %s (%s); unknown", name, self.objects, exc)
+                except AttributeError as exc:  # a field of the wrong shape, a list for a map
+                    log.warning("%s: malformed %s (%s); unknown", name, self.objects, exc)
 
-        return {obs.name: obs for obs in await asyncio.gather(*(one(n) for n in names))}
+        await asyncio.gather(*(one(name, obj) for name, obj in found.items()))
+        return seen
 
 
 @dataclass(frozen=True, slots=True)

@@ -765,8 +765,18 @@ class KubernetesExecutor(kube_client.ClusterExecutor):
             await self.create_owned(launch, owned)
 
     async def observe(self, names: Sequence[str]) -> dict[str, model.Observation]:
-        """A fresh read of each Job (and, for a failed one, its pods)."""
-        return await self.observe_each(names, self._get, self._observation)
+        """A fresh list of corral's Jobs in each namespace that may hold one of `names`
+        (one request a page, not a read per Job), and, for a Job that has finished or
+        waits to start, its pods."""
+        return await self.observe_listed(names, self._list_in, self._observation)
+
+    async def _list_in(self, namespace: str) -> kube_client.Listing:
+        return await self.api.list_all(
+            "Jobs",
+            self._batch.list_namespaced_job,
+            selector=kube_client.MANAGED,
+            namespace=namespace,
+        )
 
     async def list_managed(self, selector: Mapping[str, str]) -> list[model.Observation]:
         """Every Job in the namespace whose labels include all of `selector` (in pages),
