@@ -6,11 +6,13 @@ them, so a test of a 2 s Retry-After does not take 2 s."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
-from corral import clock, errors, model
+from corral import clock, errors, model, reconciler, store
 from corral.executors import kubernetes
+from corral.testing import FrozenClock
 from tests.integration.test_kubernetes_faults import JOBS_URL, NS, launch, observe, settings
 from tests.support import kube_api
 from tests.support.wait import PATIENCE, eventually
@@ -156,3 +158,34 @@ async def test_one_malformed_job_leaves_its_name_unknown_not_the_page(
     seen = await ex.observe(["good-1", "bad-1"])
     assert "bad-1" not in seen, "no observation: recovery takes it as unknown"
     assert seen["good-1"].phase is not model.Phase.ABSENT
+
+
+async def test_recovery_stops_the_pod_of_a_job_deleted_without_propagation(
+    cluster: kube_api.Cluster, ex: kubernetes.KubernetesExecutor, db: store.Store
+) -> None:
+    # Fails on the code before strays: the sweep listed Jobs only, and the pod ran on
+    # while its attempt was marked lost and the job ran again.
+    now = clock.SystemClock().now()
+    spec = ex.validate_spec({"image": "busybox:1.36", "command": ["sleep", "30"]})
+    await db.job_submit(new=[model.NewJob(executor="kubernetes", spec=spec)], now=now)
+    [claimed] = await db.job_claim(now=now, limit=1, executors=["kubernetes"])
+    launched = model.build_launch(claimed, reach=model.Reach(), deadline_seconds=None)
+    await ex.launch(launched)
+    await db.attempt_record_running(fences=[claimed.attempt.id], now=now)
+
+    def pod() -> dict[str, Any] | None:
+        return next(iter(cluster.api.objects(kube_api.PODS)), None)
+
+    await eventually(
+        lambda: (p := pod()) is not None and p["status"].get("phase") == "Running",
+        what="its pod running",
+    )
+    cluster.api.remove(kube_api.JOBS, NS, launched.name, "Orphan")
+    r = reconciler.Reconciler(
+        store=db, executors={"kubernetes": ex}, clock=FrozenClock(now), settings=settings()
+    )
+    assert (await r.run_once()).orphans_cancelled == 1
+    await eventually(
+        lambda: (p := pod()) is None or bool(p["metadata"].get("deletionTimestamp")),
+        what="the orphaned pod deleted",
+    )
