@@ -27,7 +27,12 @@ Kubernetes API documentation (kubernetes.io/docs/reference/using-api/api-concept
   garbage collected like any dependent (ownerReferences), their data at most 1 MiB (422
   beyond); a Secret's `stringData` is merged into its base64 `data` on every write (and
   never read back), a `data` value that is not base64 is 422; once `immutable`, their
-  data cannot change (422), their metadata can.
+  data cannot change (422), their metadata can;
+- a pod's log (`pods/{name}/log`) as text/plain: the container's output so far (stdout and
+  stderr together), `tailLines` its last lines, `limitBytes` at most that many bytes from
+  the start of what is selected, `follow=true` a stream that goes on as the container
+  writes and ends when it has ended (or its pod is gone); 400 for a container that has not
+  started or is not the pod's, 404 for a pod that is not there.
 
 `Kubelet`, `JobController` and `ArgoController` (below) move the objects as a cluster
 would; the kubelet runs each pod's `main` container command as a local process, so an
@@ -153,6 +158,7 @@ class KubeApi(kmock.KubernetesEmulator):  # type: ignore[misc]
         }
         self.on_change: list[Callable[[str, tuple[str, str, str], dict[str, Any]], None]] = []
         self.admission: dict[tuple[str, str, str], tuple[str, str]] = {}  # resource -> denial
+        self.logs: dict[tuple[str, str], bytearray] = {}  # (namespace, pod) -> its output
 
     # kmock's emulator mutates its own store before routing; ours does it in the handlers.
     async def _handle(self, request: kmock.Request) -> Any:
@@ -403,6 +409,8 @@ class KubeApi(kmock.KubernetesEmulator):  # type: ignore[misc]
 
     async def _serve_fetch(self, request: kmock.Request) -> Any:
         resource = self._resource(request)
+        if resource == PODS and request.subresource == "log":
+            return self._serve_log(request)
         obj = self.store.get((resource, request.namespace or "default", request.name or ""))
         if obj is None:
             raise _not_found(resource, request.name or "")
@@ -432,6 +440,53 @@ class KubeApi(kmock.KubernetesEmulator):  # type: ignore[misc]
             "metadata": meta,
             "items": items,
         }
+
+    def _serve_log(self, request: kmock.Request) -> kmock.Response:
+        namespace, name = request.namespace or "default", request.name or ""
+        pod = self.store.get((PODS, namespace, name))
+        if pod is None:
+            raise _not_found(PODS, name)
+        names = [c["name"] for c in pod["spec"]["containers"]]
+        container = request.params.get("container") or names[0]
+        if container not in names:
+            raise status_error(
+                400, "BadRequest", f"container {container} is not valid for pod {name}"
+            )
+        if (namespace, name) not in self.logs:
+            reason = _pending_reason(pod.get("status") or {}) or "ContainerCreating"
+            raise status_error(
+                400,
+                "BadRequest",
+                f'container "{container}" in pod "{name}" is waiting to start: {reason}',
+            )
+        tail = request.params.get("tailLines")
+        limit = int(request.params.get("limitBytes") or 0)
+        data = log_part(bytes(self.logs[(namespace, name)]), tail, limit)
+        payload: Any = data
+        if request.params.get("follow") == "true":
+            at = len(self.logs[(namespace, name)])  # what `data` was selected from
+            payload = self._follow_log(namespace, name, data, at, limit)
+        return kmock.Response(payload=payload, headers={"Content-Type": "text/plain"})
+
+    async def _follow_log(
+        self, namespace: str, name: str, first: bytes, at: int, limit: int
+    ) -> AsyncIterator[bytes]:
+        """What a followed log sends: what was selected, then each new write, until the
+        container has ended (or its pod is gone) and all of it is sent, or `limit` bytes."""
+        sent = len(first)
+        yield first
+        while not limit or sent < limit:
+            pod = self.store.get((PODS, namespace, name))
+            ended = pod is None or _terminal(pod)
+            log = self.logs[(namespace, name)]
+            if len(log) > at:
+                chunk = bytes(log[at : at + (limit - sent if limit else len(log))])
+                at, sent = at + len(chunk), sent + len(chunk)
+                yield chunk
+            elif ended:
+                return
+            else:
+                await asyncio.sleep(0.02)
 
     async def _serve_watch(self, request: kmock.Request) -> AsyncIterator[Any]:
         resource = self._resource(request)
@@ -518,6 +573,15 @@ def _not_found(resource: tuple[str, str, str], name: str) -> ApiError:
         group=group,
         kind=resource[2],
     )
+
+
+def log_part(data: bytes, tail: str | None, limit: int) -> bytes:
+    """The part of a log a read selects: its last `tail` lines, then at most `limit`
+    bytes from their start (0: all), as the kubelet cuts it."""
+    if tail is not None:
+        lines = data.splitlines(keepends=True)
+        data = b"".join(lines[len(lines) - int(tail) :]) if int(tail) > 0 else b""
+    return data[:limit] if limit else data
 
 
 def _check_preconditions(key: Key, obj: dict[str, Any] | None, wanted: Mapping[str, Any]) -> None:
@@ -965,9 +1029,13 @@ class Kubelet(_Controller):
                 }
             },
         )
-        out, _ = await proc.communicate()
+        out = self.api.logs.setdefault((ns, name), bytearray())
+        assert proc.stdout is not None
+        while chunk := await proc.stdout.read(65_536):
+            out += chunk
+        await proc.wait()
         code = proc.returncode if proc.returncode >= 0 else 128 - proc.returncode
-        log = out.decode(errors="replace")
+        log = bytes(out).decode(errors="replace")
         policy = container.get("terminationMessagePolicy")
         message = log[-2048:] if code and policy == "FallbackToLogsOnError" else ""
         reason = "Completed" if code == 0 else "Error"

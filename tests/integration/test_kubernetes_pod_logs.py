@@ -1,0 +1,211 @@
+"""A Kubernetes attempt's pod log in its run log: the end of what its main container wrote,
+read when the executor sees its Job finished, capped like every run log; and the API
+double's `pods/{name}/log`, read through the real client as Kubernetes serves it."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import pytest
+
+from corral import clock, config, model
+from corral.executors import kubernetes
+from tests.contract.test_executors import sh
+from tests.support import kube_api
+from tests.support.launches import make_launch
+from tests.support.wait import PATIENCE, eventually
+
+pytestmark = pytest.mark.timeout(4 * PATIENCE)
+
+NS = "default"
+IMAGE = "busybox:1.36"
+
+
+@pytest.fixture
+async def cluster() -> AsyncIterator[kube_api.Cluster]:
+    async with kube_api.cluster() as c:
+        yield c
+
+
+@pytest.fixture
+async def ex(cluster: kube_api.Cluster) -> AsyncIterator[kubernetes.KubernetesExecutor]:
+    settings = config.Settings(
+        executors={
+            "kubernetes": {
+                "namespace": NS,
+                "termination_grace": 2,
+                "request_timeout": 2,
+                "watch_timeout": 2,
+            }
+        }
+    )
+    executor = kubernetes.KubernetesExecutor(
+        settings=settings,
+        clock=clock.SystemClock(),
+        configuration=kube_api.configuration(cluster),
+    )
+    await executor.start()
+    try:
+        yield executor
+    finally:
+        await executor.close()
+
+
+async def launched(ex: kubernetes.KubernetesExecutor, name: str, script: str) -> None:
+    await ex.launch(make_launch("kubernetes", name, {"image": IMAGE, "command": sh(script)}))
+
+
+async def finished(ex: kubernetes.KubernetesExecutor, name: str) -> model.Observation:
+    async def seen() -> model.Observation | None:
+        obs = (await ex.observe([name]))[name]
+        return obs if obs.phase.finished else None
+
+    found: model.Observation = await eventually(seen, what=f"{name} finished")
+    return found
+
+
+def pod_log(obs: model.Observation) -> model.Stream:
+    assert obs.output is not None
+    stream = obs.output.stream(kubernetes.LOG_STREAM)
+    assert stream is not None
+    return stream
+
+
+def pods_of(cluster: kube_api.Cluster, job: str) -> list[dict[str, Any]]:
+    return [p for p in cluster.api.objects(kube_api.PODS) if p["metadata"]["name"].startswith(job)]
+
+
+# --- the run log -----------------------------------------------------------------------------
+
+
+async def test_a_finished_attempt_keeps_its_pod_log(ex: kubernetes.KubernetesExecutor) -> None:
+    await launched(ex, "logs-1", "echo one; echo two >&2; echo three")
+    obs = await finished(ex, "logs-1")
+    assert obs.phase is model.Phase.SUCCEEDED
+    log = pod_log(obs)
+    assert log.text == "one\ntwo\nthree\n", "stdout and stderr as the container wrote them"
+    assert (log.size, log.cut) == (14, False)
+
+
+async def test_a_long_log_keeps_its_end_cut_at_the_cap(ex: kubernetes.KubernetesExecutor) -> None:
+    # About 390 KB, past one read's limitBytes: the end must still be what is kept.
+    await launched(ex, "logs-2", "seq 1 60000; echo the end")
+    log = pod_log(await finished(ex, "logs-2"))
+    assert log.cut
+    assert len(log.text.encode()) <= model.STREAM_BYTES
+    assert log.text.endswith("59999\n60000\nthe end\n")
+    assert log.size >= len(log.text.encode())
+
+
+async def test_a_failed_attempt_keeps_its_pod_log_first(ex: kubernetes.KubernetesExecutor) -> None:
+    await launched(ex, "logs-3", "echo loading; echo 'no table: orders' >&2; exit 3")
+    obs = await finished(ex, "logs-3")
+    assert (obs.phase, obs.exit_code) == (model.Phase.FAILED, 3)
+    assert obs.output is not None
+    assert [s.name for s in obs.output.streams] == [kubernetes.LOG_STREAM, "message"]
+    assert pod_log(obs).text == "loading\nno table: orders\n", "the reason a person reads first"
+    assert obs.output.streams[1].text == "no table: orders"
+
+
+def log_refused_once(cluster: kube_api.Cluster, code: int, reason: str, message: str) -> None:
+    """The next read of a pod log is refused (a pod gone between its listing and its log)."""
+    serve = cluster.api._serve_log
+
+    def refused(request: Any) -> Any:
+        cluster.api._serve_log = serve  # type: ignore[method-assign]
+        raise kube_api.status_error(code, reason, message)
+
+    cluster.api._serve_log = refused  # type: ignore[method-assign]
+
+
+async def test_a_pod_gone_before_its_log_was_read_is_a_note(
+    cluster: kube_api.Cluster, ex: kubernetes.KubernetesExecutor
+) -> None:
+    await launched(ex, "logs-4", "echo done; exit 1")
+    await finished(ex, "logs-4")
+    (pod,) = pods_of(cluster, "logs-4")
+    log_refused_once(cluster, 404, "NotFound", f'pods "{pod["metadata"]["name"]}" not found')
+    obs = await finished(ex, "logs-4")
+    assert obs.phase is model.Phase.FAILED, "the outcome does not wait on the log"
+    log = pod_log(obs)
+    assert log.text == "(no pod log: its pod was gone before its log was read)"
+    assert (log.size, log.cut) == (0, False)
+
+
+async def test_a_job_whose_pod_is_gone_has_a_note(
+    cluster: kube_api.Cluster, ex: kubernetes.KubernetesExecutor
+) -> None:
+    await launched(ex, "logs-5", "exit 2")
+    await finished(ex, "logs-5")
+    for pod in pods_of(cluster, "logs-5"):
+        name = pod["metadata"]["name"]
+        cluster.api.patch(kube_api.PODS, NS, name, {"metadata": {"finalizers": None}})
+        cluster.api.remove(kube_api.PODS, NS, name)
+    obs = await finished(ex, "logs-5")
+    assert pod_log(obs).text == "(no pod log: its pod was gone before its log was read)"
+
+
+async def test_a_role_without_pods_log_gives_a_note(
+    cluster: kube_api.Cluster, ex: kubernetes.KubernetesExecutor
+) -> None:
+    await launched(ex, "logs-6", "echo hidden")
+    await finished(ex, "logs-6")
+    message = 'pods "x" is forbidden: cannot get resource "pods/log"'
+    log_refused_once(cluster, 403, "Forbidden", message)
+    obs = await finished(ex, "logs-6")
+    assert obs.phase is model.Phase.SUCCEEDED
+    assert pod_log(obs).text.startswith("(no pod log: ")
+    assert "pods/log" in pod_log(obs).text, "the refusal says what the Role lacks"
+
+
+# --- the double's pods/log ---------------------------------------------------------------------
+
+
+async def log_of(cluster: kube_api.Cluster, pod: str, **params: Any) -> tuple[int, str, bytes]:
+    url = f"{cluster.url}/api/v1/namespaces/{NS}/pods/{pod}/log"
+    query = {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in params.items()}
+    async with aiohttp.ClientSession() as http, http.get(url, params=query) as response:
+        return response.status, response.headers.get("Content-Type", ""), await response.read()
+
+
+async def test_the_double_serves_a_pod_log_as_kubernetes_does(
+    cluster: kube_api.Cluster, ex: kubernetes.KubernetesExecutor
+) -> None:
+    await launched(ex, "logs-7", "printf 'a\\nbb\\nccc\\n'")
+    await finished(ex, "logs-7")
+    (pod,) = pods_of(cluster, "logs-7")
+    name = pod["metadata"]["name"]
+    status, kind, body = await log_of(cluster, name)
+    assert (status, kind, body) == (200, "text/plain", b"a\nbb\nccc\n")
+    assert (await log_of(cluster, name, tailLines=2))[2] == b"bb\nccc\n"
+    assert (await log_of(cluster, name, tailLines=2, limitBytes=4))[2] == b"bb\nc"
+    assert (await log_of(cluster, name, follow=True))[2] == b"a\nbb\nccc\n", "ended: it ends"
+    assert (await log_of(cluster, "nobody"))[0] == 404
+    assert (await log_of(cluster, name, container="proxy"))[0] == 400
+
+
+async def test_the_double_follows_a_running_pod_log(
+    cluster: kube_api.Cluster, ex: kubernetes.KubernetesExecutor
+) -> None:
+    cluster.kubelet.hold = True
+    await launched(ex, "logs-8", "echo first; sleep 1; echo second")
+    (pod,) = await eventually(lambda: pods_of(cluster, "logs-8") or None, what="its pod")
+    name = pod["metadata"]["name"]
+    assert (await log_of(cluster, name))[0] == 400, "not started: waiting to start"
+    cluster.kubelet.hold = False
+    await eventually(lambda: (NS, name) in cluster.api.logs, what="its container started")
+    url = f"{cluster.url}/api/v1/namespaces/{NS}/pods/{name}/log"
+    lines: list[bytes] = []
+    async with (
+        aiohttp.ClientSession() as http,
+        http.get(url, params={"follow": "true"}) as response,
+    ):
+        async for line in response.content:
+            lines.append(line)
+            if len(lines) == 1:
+                pod_now = cluster.api.find(kube_api.PODS, NS, name)
+                assert pod_now is not None
+                assert pod_now["status"]["phase"] == "Running", "the first line while it runs"
+    assert lines == [b"first\n", b"second\n"]
