@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import codecs
+import contextlib
 import dataclasses
 import functools
 import hashlib
@@ -27,8 +28,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
 from corral import clock, config, errors, model, store
+from corral.executors import base, registry
 from corral.executors import python as python_executor
-from corral.executors import registry
 from corral.executors.base import Executor
 
 if TYPE_CHECKING:
@@ -106,7 +107,51 @@ class _Tail:
                 parts.append((name, text))
         return parts
 
+    async def take(self, *, last: bool = False) -> list[tuple[str, str]]:
+        return await asyncio.to_thread(self.read, last=last)
 
+    def close(self) -> None:
+        """Nothing to stop: each read opens the files anew."""
+
+
+class _Follow:
+    """A running attempt's output read as it comes from its platform, away from the machine
+    it runs on (a Kubernetes pod's log, through the executor's `follow_log`), in a task of
+    its own; a follow that breaks leaves the attempt's run log to be read at its end."""
+
+    def __init__(self, follower: base.FollowsLogs, name: str) -> None:
+        self.chunks: list[bytes] = []
+        self.at = 0  # bytes handed out
+        self.decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        self.task = asyncio.create_task(self._read(follower, name))
+
+    async def _read(self, follower: base.FollowsLogs, name: str) -> None:
+        try:
+            async for chunk in follower.follow_log(name):
+                self.chunks.append(chunk)
+        except Exception as exc:  # any failure of the platform: the run log is read instead
+            log.info("following the output of %s stopped: %r", name, exc)
+
+    async def take(self, *, last: bool = False) -> list[tuple[str, str]]:
+        """What came since the last take; `last`: the attempt has ended, so what is still
+        on its way is waited for a little (FOLLOW_END_WAIT), and the follow ends."""
+        if last:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(self.task), FOLLOW_END_WAIT)
+            self.close()
+        data = b"".join(self.chunks)
+        self.chunks.clear()
+        self.at += len(data)
+        text = self.decoder.decode(data, final=last)
+        return [(_FOLLOWED, text)] if text else []
+
+    def close(self) -> None:
+        self.task.cancel()
+
+
+FOLLOW_END_WAIT = 5.0
+"""How long, once an attempt has ended, its followed output may take to finish arriving."""
+_FOLLOWED = "log"  # a followed platform log is one stream, named as its run log names it
 _STREAMS = ("stdout", "stderr")
 _GOES_ON = frozenset({model.JobState.SCHEDULED, model.JobState.QUEUED, model.JobState.RUNNING})
 """A job in these states has attempts to come: `follow` waits for them. (A quarantined or
@@ -291,10 +336,27 @@ class Client:
     ) -> AsyncIterator[LogPart]:
         """A job's output as it comes, until the job has finished, or stopped for a person
         (or attempt `attempt_no` has ended): each ended attempt's run log, and a running
-        process's stdout and stderr live from its run folder when this machine has it (else
-        its run log once it ends). `once`: what there is now, without waiting."""
+        process's stdout and stderr live from its run folder when this machine has it, or a
+        running pod's log through an executor that follows logs (else its run log once it
+        ends). `once`: what there is now, without waiting."""
         done: set[int] = set()
-        tails: dict[int, _Tail] = {}  # running attempts followed live, by fence
+        tails: dict[int, _Tail | _Follow] = {}  # running attempts followed live, by fence
+        try:
+            async for part in self._follow(job_id, attempt_no, every, once, done, tails):
+                yield part
+        finally:
+            for tail in tails.values():
+                tail.close()
+
+    async def _follow(
+        self,
+        job_id: int,
+        attempt_no: int | None,
+        every: float,
+        once: bool,
+        done: set[int],
+        tails: dict[int, _Tail | _Follow],
+    ) -> AsyncIterator[LogPart]:
         while True:
             job = await self.store.job_get(job_id=job_id)  # then its attempts: none missed
             attempts = await self.store.attempt_list(job_id=job_id)
@@ -315,17 +377,17 @@ class Client:
             await self.clock.sleep(every)
 
     async def _output_now(
-        self, a: model.Attempt, tails: dict[int, _Tail], logs: _Logs
+        self, a: model.Attempt, tails: dict[int, _Tail | _Follow], logs: _Logs
     ) -> tuple[list[LogPart], bool]:
         """What attempt `a` has to show now, and whether that is all it will show: a
-        running process's new output from its run folder, or an ended attempt's run log
+        running attempt's new output (its run folder, its pod's log), or an ended attempt's run log
         (unless its output was read live here, to its end)."""
         live = a.state in model.ACTIVE_ATTEMPT_STATES
-        if a.id not in tails and live and a.executor == "process":
-            tails[a.id] = _Tail(self.settings.process_root / a.launch_name)
+        if a.id not in tails and live and (reader := self._live_output(a)) is not None:
+            tails[a.id] = reader
         parts = []
         if (tail := tails.get(a.id)) is not None:
-            read = await asyncio.to_thread(tail.read, last=not live)
+            read = await tail.take(last=not live)
             parts = [LogPart(a, stream, text) for stream, text in read]
             if not live:
                 tails.pop(a.id)
@@ -335,6 +397,16 @@ class Client:
         if found is None or not found.streams:  # it ended with nothing to read
             return [*parts, LogPart(a, "", "", found)], True
         return [*parts, *(LogPart(a, s.name, s.text, found) for s in found.streams)], True
+
+    def _live_output(self, a: model.Attempt) -> _Tail | _Follow | None:
+        """Where a running attempt's output is read as it comes, if anywhere: a process's
+        run folder, or an executor that follows its platform's log."""
+        if a.executor == "process":
+            return _Tail(self.settings.process_root / a.launch_name)
+        follower = self.executors.get(a.executor)
+        if isinstance(follower, base.FollowsLogs):
+            return _Follow(follower, a.launch_name)
+        return None
 
     async def explain(self, job_id: int) -> str:
         """One line: why the job is not running now (or what it is doing)."""

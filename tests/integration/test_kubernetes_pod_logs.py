@@ -1,18 +1,23 @@
 """A Kubernetes attempt's pod log in its run log: the end of what its main container wrote,
-read when the executor sees its Job finished, capped like every run log; and the API
-double's `pods/{name}/log`, read through the real client as Kubernetes serves it."""
+read when the executor sees its Job finished, capped like every run log; followed live by
+`corral jobs logs --follow`; and the API double's `pods/{name}/log` as Kubernetes serves it."""
 
 from __future__ import annotations
 
+import asyncio
+import sys
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
+from click.testing import CliRunner
 
-from corral import clock, config, model
+from corral import cli, clock, config, model, runtime
 from corral.executors import kubernetes
 from tests.contract.test_executors import sh
+from tests.integration import test_kubernetes_end_to_end as end_to_end
 from tests.support import kube_api
 from tests.support.launches import make_launch
 from tests.support.wait import PATIENCE, eventually
@@ -209,3 +214,90 @@ async def test_the_double_follows_a_running_pod_log(
                 assert pod_now is not None
                 assert pod_now["status"]["phase"] == "Running", "the first line while it runs"
     assert lines == [b"first\n", b"second\n"]
+
+
+# --- corral jobs logs --follow -----------------------------------------------------------------
+
+
+@pytest.fixture
+async def served(tmp_path: Path) -> AsyncIterator[tuple[end_to_end.Corral, Path]]:
+    """corral's loops on the double, and a corral.toml the CLI reads the same store with."""
+    async with kube_api.cluster() as c:
+        settings = end_to_end.make_settings(tmp_path, c.url)
+        await end_to_end.migrated(settings)
+        toml = tmp_path / "corral.toml"
+        toml.write_text(
+            f'database_url = "{settings.database_url}"\n'
+            f'state_dir = "{tmp_path / "state"}"\n'
+            "[executors]\n"
+            'enabled = ["kubernetes"]\n'
+            "[executors.kubernetes]\n"
+            'namespace = "default"\n'
+            f'kubeconfig = "{tmp_path / "kubeconfig"}"\n',
+            encoding="utf-8",
+        )
+        stop = asyncio.Event()
+        loops = asyncio.create_task(runtime.serve(settings, stop))
+        async with runtime.connect(settings) as cl:
+            try:
+                yield end_to_end.Corral(cl, c), toml
+            finally:
+                stop.set()
+                await asyncio.wait_for(loops, PATIENCE)
+
+
+async def test_jobs_logs_follow_prints_a_running_pods_lines_as_they_come(
+    served: tuple[end_to_end.Corral, Path],
+) -> None:
+    corral, toml = served
+    script = "echo first; sleep 3; echo second"
+    job_id, _ = await corral.client.submit(
+        executor="kubernetes", spec={"image": IMAGE, "command": sh(script)}
+    )
+    await corral.wait(job_id, model.JobState.RUNNING)
+    command = ["-m", "corral", "--config", str(toml), "jobs", "logs", str(job_id), "--follow"]
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, *command, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
+    assert proc.stdout is not None
+    printed: list[str] = []
+    while "first" not in printed:
+        line = await asyncio.wait_for(proc.stdout.readline(), PATIENCE)
+        assert line, "it ended before the first line came"
+        printed.append(line.decode().rstrip("\n"))
+    view = await corral.client.job(job_id)
+    assert view.job.state is model.JobState.RUNNING, "printed while the pod runs"
+    rest, errors = await asyncio.wait_for(proc.communicate(), PATIENCE)
+    assert proc.returncode == 0, errors.decode()
+    printed += rest.decode().splitlines()
+    assert "--- log ---" in printed
+    assert [line for line in printed if line in ("first", "second")] == ["first", "second"]
+    assert (await corral.client.job(job_id)).job.state is model.JobState.SUCCEEDED
+
+
+def test_jobs_logs_follow_without_a_cluster_here_reads_run_logs(tmp_path: Path) -> None:
+    toml = tmp_path / "corral.toml"
+    toml.write_text(
+        f'database_url = "sqlite:///{tmp_path}/corral.db"\n'
+        f'state_dir = "{tmp_path / "state"}"\n'
+        "[executors]\n"
+        'enabled = ["process", "kubernetes"]\n'
+        "[executors.kubernetes]\n"
+        f'kubeconfig = "{tmp_path / "missing"}"\n',
+        encoding="utf-8",
+    )
+
+    async def a_cancelled_job() -> int:
+        settings = config.Settings.load(toml)
+        await end_to_end.migrated(settings)
+        async with runtime.connect(settings, platforms=False) as c:
+            job_id, _ = await c.submit(spec={"command": ["true"]})
+            await c.cancel(job_id)
+            return job_id
+
+    job_id = asyncio.run(a_cancelled_job())
+    command = ["--config", str(toml), "jobs", "logs", str(job_id), "--follow"]
+    result = CliRunner().invoke(cli.main, command)
+    assert result.exit_code == 0, result.output
+    assert "cannot load the cluster's connection settings" in result.output
+    assert "a running pod's log shows once its attempt ends" in result.output

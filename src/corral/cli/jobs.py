@@ -3,7 +3,9 @@ quarantined ones, and act on every job a filter matches (`jobs bulk`)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -91,11 +93,12 @@ def jobs_logs(
     state: State, job_id: int, attempt_no: int | None, follow: bool, as_json: bool
 ) -> None:
     """Print what a job's attempts left: a process's stdout and stderr, an HTTP attempt's
-    request and response. With --follow, a running process's output as it comes."""
+    request and response, a pod's log. With --follow, a running process's output or a
+    running pod's log as it comes."""
     printer = _LogPrinter(as_json, lines=follow)
 
     async def go() -> None:
-        async with state.connect(platforms=False) as c:
+        async with _logs_client(state, follow=follow) as c:
             view = await c.job(job_id)
             if attempt_no is not None and attempt_no > view.job.attempt_count:
                 raise errors.NotFound(
@@ -106,6 +109,26 @@ def jobs_logs(
 
     run(go())
     printer.end()
+
+
+@contextlib.asynccontextmanager
+async def _logs_client(state: State, *, follow: bool) -> AsyncIterator[client.Client]:
+    """A client for `jobs logs`. Following, with the executors started, so that a running
+    pod's log is read from its cluster; when one cannot start here (no kubeconfig on this
+    machine, say), without them: a pod's output then comes from its run log at its end."""
+    if follow:
+        entered = False
+        try:
+            async with state.connect() as c:
+                entered = True
+                yield c
+                return
+        except (errors.ConfigError, errors.ExecutorError) as exc:
+            if entered:
+                raise
+            err.print(f"note: {exc}; a running pod's log shows once its attempt ends", markup=False)
+    async with state.connect(platforms=False) as c:
+        yield c
 
 
 class _LogPrinter:

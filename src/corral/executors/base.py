@@ -123,6 +123,17 @@ class Drains(Protocol):
 
 
 @runtime_checkable
+class FollowsLogs(Protocol):
+    """An executor whose running attempts' output can be read as it is written, away from
+    the machine they run on (a Kubernetes pod's log): `corral jobs logs --follow`."""
+
+    def follow_log(self, name: str) -> AsyncIterator[bytes]:
+        """The output of launch `name` as it comes (the end of what it wrote before, first),
+        ending when it has ended, or at once when it is not there."""
+        ...
+
+
+@runtime_checkable
 class SignsRequests(Protocol):
     """An executor that signs what it sends with its tenant's secrets (the http executor):
     the runtime gives it a way to read them from the store."""

@@ -85,6 +85,11 @@ start of the lines asked for, so a read that reaches it is made again for fewer 
 (as many as STREAM_BYTES holds at the first read's line length): the run log keeps a
 log's end."""
 LOG_STREAM = "log"
+FOLLOW_SECONDS = 24 * 3600.0
+"""The longest a followed pod log is read: it ends with its container, this only bounds
+one that never does."""
+FOLLOW_PAUSE = 0.5
+"""How long a follow waits between two looks at a pod that has not started yet."""
 """The run log's stream of a pod's log: its main container's stdout and stderr together."""
 CANCEL_TRIES = 5
 """Reads and deletes a cancel makes of a Job whose status keeps changing in between."""
@@ -714,7 +719,8 @@ RULES = rbac.Rules(
             "",
             "pods/log",
             ("get",),
-            "a finished pod's log: its last lines, kept in the attempt's run log",
+            "a pod's log: a finished one's last lines, kept in the attempt's run log, and a"
+            " running one's, followed by `corral jobs logs --follow`",
         ),
         rbac.Rule(
             "",
@@ -990,6 +996,40 @@ class KubernetesExecutor(kube_client.ClusterExecutor):
             await self.cancel(obs.name, timedelta(0))  # read again if it changed meanwhile
         return obs
 
+    async def follow_log(self, name: str) -> AsyncGenerator[bytes, None]:
+        """The log of the Job `name`'s pod as it is written (its last LOG_LINES lines
+        first), until the pod's container ends: the pod is waited for while it has not
+        started, and nothing comes of a Job that is gone or ended before one did."""
+        while (job := await self._get(name)) is not None:
+            pod = _logged_pod([p for p in await self._pods(job) if _started(p)])
+            if pod is not None:
+                async for chunk in self._follow_pod(pod):
+                    yield chunk
+                return
+            if _finished(job):
+                return
+            await self._clock.sleep(FOLLOW_PAUSE)
+
+    async def _follow_pod(self, pod: Mapping[str, Any]) -> AsyncGenerator[bytes, None]:
+        meta = pod.get("metadata") or {}
+        name, namespace = str(meta.get("name")), meta.get("namespace") or self.namespace
+        response = await self._core.read_namespaced_pod_log_without_preload_content(
+            name,
+            namespace,
+            container=CONTAINER,
+            follow=True,
+            tail_lines=LOG_LINES,
+            _request_timeout=FOLLOW_SECONDS,
+        )
+        try:
+            if response.status >= 400:  # gone, or not started after all: nothing to follow
+                log.info("following the log of pod %s/%s: %s", namespace, name, response.status)
+                return
+            async for chunk in response.content.iter_any():
+                yield chunk
+        finally:
+            response.release()
+
     async def _run_log(
         self, found: Sequence[Mapping[str, Any]], message: str | None
     ) -> model.RunLog:
@@ -1176,6 +1216,14 @@ def log_note(why: str) -> model.Stream:
     """The run log's stream in place of a pod log that could not be read: why not."""
     text = f"(no pod log: {why})"
     return model.Stream(LOG_STREAM, text, 0)
+
+
+def _started(pod: Mapping[str, Any]) -> bool:
+    """Whether the pod's main container has started (so it has a log to follow)."""
+    for status in (pod.get("status") or {}).get("containerStatuses") or []:
+        if status.get("name") == CONTAINER:
+            return bool(set(status.get("state") or {}) & {"running", "terminated"})
+    return False
 
 
 def _logged_pod(found: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
