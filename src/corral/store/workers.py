@@ -499,63 +499,18 @@ def jobs_unpark(
 ) -> int:
     """Queue again every parked job of `reads` (task, versions), of `queues` (all when
     empty); tell waiting workers. Returns how many."""
-    moved = 0
+    if not reads:
+        return 0
     in_queues = [jobs.c.queue.in_(list(queues))] if queues else []
-    while reads:
-        ids = (
-            conn.execute(
-                select(jobs.c.id)
-                .where(*_python(J.PARKED), _reads_any(reads), *in_queues)
-                .order_by(jobs.c.id)
-                .limit(BATCH)
-            )
-            .scalars()
-            .all()
-        )
-        moved += len(
-            transition(
-                conn, entity="job", ids=ids, expected=J.PARKED, to=J.QUEUED, now=now, reason=reason
-            )
-        )
-        if len(ids) < BATCH:
-            break
-    if moved:
-        dialects.notify(conn, CHANNEL)
-    return moved
+    return len(_queue_parked(conn, [_reads_any(reads), *in_queues], now=now, reason=reason))
 
 
 def jobs_unpark_read(conn: Connection, *, now: datetime, since: datetime) -> int:
     """Queue again every parked job some live worker reads (of its queue): what a park
     that raced a registration, or one made while its worker was silent, left behind.
     Returns how many."""
-    moved = 0
-    while True:
-        ids = (
-            conn.execute(
-                select(jobs.c.id)
-                .where(*_python(J.PARKED), _read_by_live(conn, since))
-                .order_by(jobs.c.id)
-                .limit(BATCH)
-            )
-            .scalars()
-            .all()
-        )
-        moved += len(
-            transition(
-                conn,
-                entity="job",
-                ids=ids,
-                expected=J.PARKED,
-                to=J.QUEUED,
-                now=now,
-                reason="a live worker reads it: queued again",
-            )
-        )
-        if len(ids) < BATCH:
-            break
-    if moved:
-        dialects.notify(conn, CHANNEL)
-    return moved
+    reason = "a live worker reads it: queued again"
+    return len(_queue_parked(conn, [_read_by_live(conn, since)], now=now, reason=reason))
 
 
 def parked_release(
@@ -563,27 +518,37 @@ def parked_release(
 ) -> list[int]:
     """A person's release of parked jobs (by id, or every one of `task`): queued again,
     and left alone by the park pass. Returns the job ids released."""
-    where = [*_python(J.PARKED)]
+    where = []
     if job_ids:
         where.append(dialects.one_of(conn, jobs.c.id, job_ids))
     if task is not None:
         where.append(TASK == task)
-    released: list[int] = []
+    return _queue_parked(conn, where, now=now, reason=RELEASED)
+
+
+def _queue_parked(
+    conn: Connection, where: Sequence[Any], *, now: datetime, reason: str
+) -> list[int]:
+    """Move the parked Python tasks' jobs that meet `where` to queued, BATCH a statement,
+    one event each; tell waiting workers. Returns the job ids moved."""
+    moved: list[int] = []
     while True:
         ids = (
-            conn.execute(select(jobs.c.id).where(*where).order_by(jobs.c.id).limit(BATCH))
+            conn.execute(
+                select(jobs.c.id).where(*_python(J.PARKED), *where).order_by(jobs.c.id).limit(BATCH)
+            )
             .scalars()
             .all()
         )
         applied = transition(
-            conn, entity="job", ids=ids, expected=J.PARKED, to=J.QUEUED, now=now, reason=RELEASED
+            conn, entity="job", ids=ids, expected=J.PARKED, to=J.QUEUED, now=now, reason=reason
         )
-        released += [a.id for a in applied]
+        moved += [a.id for a in applied]
         if len(ids) < BATCH:
             break
-    if released:
+    if moved:
         dialects.notify(conn, CHANNEL)
-    return released
+    return moved
 
 
 def parked_list(
