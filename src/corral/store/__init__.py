@@ -1246,28 +1246,12 @@ class Store:
         pools: Mapping[str, int] | None = None,
         tenants: Mapping[str, int] | None = None,
     ) -> list[model.Claimed]:
-        if not pools and not tenants:  # the hot path (hotpath.py): one statement on PostgreSQL
-            return await self._hot(
-                workers.worker_claim,
-                hotpath.pg_worker_claim,
-                worker_id=worker_id,
-                reads=reads,
-                queues=queues,
-                now=now,
-                limit=limit,
-                limits=limits,
-            )
-        return await self._tx(
-            workers.worker_claim,
-            worker_id=worker_id,
-            reads=reads,
-            queues=queues,
-            now=now,
-            limit=limit,
-            limits=limits,
-            pools=pools,
-            tenants=tenants,
+        args = dict(
+            worker_id=worker_id, reads=reads, queues=queues, now=now, limit=limit, limits=limits
         )
+        if not pools and not tenants:  # the hot path (hotpath.py): one statement on PostgreSQL
+            return await self._hot(workers.worker_claim, hotpath.pg_worker_claim, **args)
+        return await self._tx(workers.worker_claim, pools=pools, tenants=tenants, **args)
 
     async def task_schemas(
         self, *, task: str, since: datetime
