@@ -192,10 +192,9 @@ class _Run:
     claimed: model.Claimed
     ctx: TaskContext
     task: asyncio.Task[None] | None = None
-    handed_back: bool = False
     thread: Future[Any] | None = None  # a plain function's, while it runs
     started: float = 0.0  # clock.monotonic()
-    ended: bool = False  # its end is recorded (or handed back)
+    ended: bool = False  # its end is recorded, or it was handed back
 
 
 class Worker:
@@ -506,10 +505,9 @@ class Worker:
 
     def _end(self, run: _Run, finish: Finish) -> None:
         if run.ended:
-            return  # its end is written already (its deadline came first)
+            return  # its end is written already (its deadline came first), or handed back
         run.ended = True
-        if not run.handed_back:  # else its attempt is over: a late end would be refused
-            self._done.put_nowait(finish)
+        self._done.put_nowait(finish)
         self._forget(run)
 
     def _forget(self, run: _Run) -> None:
@@ -600,7 +598,7 @@ class Worker:
         leases = {
             fence: run.claimed.attempt.lease_seconds or lease
             for fence, run in self._runs.items()
-            if not run.handed_back
+            if not run.ended
         }
         leases.update({c.attempt.id: c.attempt.lease_seconds or lease for c in self._ready})
         try:
@@ -660,7 +658,7 @@ class Worker:
         # cannot be stopped: its writes are refused by its fence once a newer attempt runs).
         left = [*self._back, *self._runs.values()]
         for run in left:
-            run.handed_back = True
+            run.ended = True  # handed back: a late end of it would only be refused
             self._forget(run)
         back = await self._persist(
             f"handing back {len(left)} tasks",
