@@ -533,3 +533,21 @@ async def test_a_worker_holds_no_jobs_ahead_while_its_runs_are_long(
         assert [(await c.job(i)).job.state for i in ids].count(J.QUEUED) == 2
         release.set()
         await eventually(lambda: all_in(c, ids, J.SUCCEEDED), what="all ran")
+
+
+async def test_preflight_counts_the_payload_versions_of_jobs_and_of_schedules(
+    c: client.Client, db: store.Store, settings: config.Settings, clk: PausedClock
+) -> None:
+    worker = Worker(app_v2(), db=db, settings=settings, clk=clk)
+    await db.worker_register(worker=worker.info(), now=clk.now(), since=c.since())
+    await c.submit(task="send-invoice", task_version=1, payload={"customer_id": 1, "amount": 1})
+    await c.submit(task="send-invoice", task_version=3, payload={"customer_id": 1})  # parks
+    await c.schedule_create(
+        "monthly", every="1h", task="send-invoice", payload={"customer_id": 7, "amount_cents": 9}
+    )
+    found = await db.payload_versions(tasks=["send-invoice", "no-such-task"])
+    assert found == {
+        ("send-invoice", 1): {"queued": 1},
+        ("send-invoice", 2): {"schedule": 1},
+        ("send-invoice", 3): {"parked": 1},
+    }
