@@ -683,6 +683,14 @@ class KubernetesExecutorSettings(BaseModel):
         description="Requests and limits of every container that names none for a resource,"
         " so that no pod is BestEffort (first evicted, unbounded).",
     )
+    max_resources: dict[str, str] = Field(
+        default_factory=dict,
+        description="The most one container may ask for of each resource named, as a request"
+        ' or a limit alike (`{cpu = "8", memory = "32Gi", "nvidia.com/gpu" = "2"}`): one'
+        " number a resource, since a request is never above its limit. A job whose spec asks"
+        " more is refused at submit; default_resources or a placement class above it is a"
+        " settings error at start. Empty: no ceiling.",
+    )
     argo_pod_gc: Literal[
         "OnPodCompletion", "OnPodSuccess", "OnWorkflowCompletion", "OnWorkflowSuccess", "Never"
     ] = Field(

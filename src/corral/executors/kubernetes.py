@@ -365,12 +365,15 @@ def normalise_spec(
 
 
 def check_cluster_settings(k8s: config.KubernetesExecutorSettings) -> None:
-    """ConfigError naming the setting when the default resources or a placement class's
-    resources or security contexts are not what a job's spec could hold."""
+    """ConfigError naming the setting when the ceiling on resources is not one, or the
+    default resources or a placement class's resources or security contexts are not what a
+    job's spec could hold (above the ceiling among them)."""
     try:
-        _resources(k8s.default_resources, "executors.kubernetes.default_resources")
+        _ceiling(k8s.max_resources)
+        _resources(k8s.default_resources, "executors.kubernetes.default_resources", cluster=k8s)
         for name, placement in k8s.placements.items():
-            _resources(placement.resources, f"executors.kubernetes.placements.{name}.resources")
+            where = f"executors.kubernetes.placements.{name}.resources"
+            _resources(placement.resources, where, cluster=k8s)
             pods.check_placement(name, placement, k8s)
     except pods.Refused as exc:
         raise errors.ConfigError(f"{exc.field}: {exc.rule}") from None
@@ -394,7 +397,7 @@ def _normalise(spec: Mapping[str, Any], k8s: config.KubernetesExecutorSettings) 
             raise _bad("placement", f"unknown placement class {placement!r} ({known})")
         normal["placement"] = placement
     if "resources" in spec:
-        normal["resources"] = _resources(spec["resources"])
+        normal["resources"] = _resources(spec["resources"], cluster=k8s)
     account = spec.get("service_account")
     if account is not None:
         if not isinstance(account, str) or not _DNS_SUBDOMAIN.match(account):
@@ -403,7 +406,7 @@ def _normalise(spec: Mapping[str, Any], k8s: config.KubernetesExecutorSettings) 
         normal["service_account"] = account
     normal.update(pods.normalise(spec, k8s))
     for n, sidecar in enumerate(normal.get("sidecars", [])):
-        _check_sidecar(f"sidecars[{n}]", sidecar)
+        _check_sidecar(f"sidecars[{n}]", sidecar, k8s)
     return normal
 
 
@@ -419,7 +422,9 @@ def _image(image: Any, field: str = "image") -> str:
     return image
 
 
-def _check_sidecar(where: str, sidecar: dict[str, Any]) -> None:
+def _check_sidecar(
+    where: str, sidecar: dict[str, Any], k8s: config.KubernetesExecutorSettings
+) -> None:
     """A sidecar's image, command, args and resources, by the job container's rules."""
     _image(sidecar["image"], f"{where}.image")
     try:
@@ -427,7 +432,7 @@ def _check_sidecar(where: str, sidecar: dict[str, Any]) -> None:
         if "args" in sidecar:
             sidecar["args"] = _args(sidecar["args"])
         if "resources" in sidecar:
-            sidecar["resources"] = _resources(sidecar["resources"])
+            sidecar["resources"] = _resources(sidecar["resources"], cluster=k8s)
     except pods.Refused as exc:
         raise _bad(f"{where}.{exc.field}", exc.rule) from None
 
@@ -656,7 +661,9 @@ def quantity(text: str) -> Decimal:
     return number * _SUFFIX[suffix]
 
 
-def _resources(resources: Any, field: str = "resources") -> dict[str, dict[str, str]]:
+def _resources(
+    resources: Any, field: str = "resources", *, cluster: config.KubernetesExecutorSettings
+) -> dict[str, dict[str, str]]:
     if not isinstance(resources, Mapping) or set(resources) - {"requests", "limits"}:
         raise _bad(field, "must be an object with `requests` and/or `limits`")
     out: dict[str, dict[str, str]] = {}
@@ -673,7 +680,37 @@ def _resources(resources: Any, field: str = "resources") -> dict[str, dict[str, 
                 )
         out[part] = {str(k): str(v) for k, v in amounts.items()}
     _requests_fit_limits(out.get("requests", {}), out.get("limits", {}), field)
+    _within_ceiling(out, cluster.max_resources, field)
     return out
+
+
+MAX_RESOURCES = "executors.kubernetes.max_resources"
+
+
+def _ceiling(ceiling: Mapping[str, str]) -> None:
+    """Refused (the setting named) unless each of `ceiling`'s names is a resource and
+    each amount a quantity."""
+    for name, amount in ceiling.items():
+        if not _RESOURCE_NAME.match(name):
+            raise _bad(MAX_RESOURCES, f"{name!r} is not a resource name")
+        if not _QUANTITY.match(amount):
+            raise _bad(f"{MAX_RESOURCES}.{name}", f"{amount!r} is not a quantity (e.g. 8, 32Gi)")
+
+
+def _within_ceiling(
+    resources: Mapping[str, Mapping[str, str]], ceiling: Mapping[str, str], field: str
+) -> None:
+    """Refused when a request or a limit asks more of a resource than the ceiling
+    (max_resources) allows. One flat number a resource bounds both: a request is at most
+    its limit, so a ceiling for each would only say the same thing twice."""
+    for part, amounts in resources.items():
+        for name, amount in amounts.items():
+            most = ceiling.get(name)
+            if most is not None and quantity(amount) > quantity(most):
+                raise _bad(
+                    f"{field}.{part}.{name}",
+                    f"{amount} is more than {MAX_RESOURCES} allows ({most})",
+                )
 
 
 def _requests_fit_limits(
