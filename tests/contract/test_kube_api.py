@@ -259,24 +259,62 @@ async def test_injected_faults_come_before_the_store(k8s: Fixture) -> None:
     assert (await batch.list_namespaced_job("default")).items == []
 
 
-async def test_a_workflow_argo_would_refuse_is_422(k8s: Fixture) -> None:
-    # Argo's Workflow CRD: an unknown field in a template is refused (the double reads it
-    # through hera's models of the CRD, strictly).
-    api, _, _ = k8s
-    body = {
+def workflow(**template: Any) -> dict[str, Any]:
+    return {
         "apiVersion": "argoproj.io/v1alpha1",
         "kind": "Workflow",
         "metadata": {"name": "w", "namespace": "default"},
         "spec": {
             "entrypoint": "main",
-            "templates": [{"name": "main", "container": {"image": "busybox"}, "bogus": 1}],
+            "templates": [{"name": "main", "container": {"image": "busybox"}, **template}],
         },
     }
-    url = "/apis/argoproj.io/v1alpha1/namespaces/default/workflows"
-    async with api.post(url, json=body) as answer:
+
+
+@pytest.mark.parametrize(
+    ("body", "why"),
+    [
+        (workflow(bogus=1), "invalid spec: Workflow spec.templates.0.bogus: unknown field"),
+        (
+            {**workflow(), "spec": {**workflow()["spec"], "entrypoint": "nowhere"}},
+            "invalid spec: spec.entrypoint template 'nowhere' undefined",
+        ),
+    ],
+)
+async def test_a_workflow_argo_would_refuse_is_created_then_failed_by_its_controller(
+    k8s: Fixture, body: dict[str, Any], why: str
+) -> None:
+    # Argo's "minimal CRDs" (the ones it installs by default) keep any field of a spec, so
+    # the API server takes such a Workflow (201); the controller's validation then fails it
+    # (`invalid spec: ...`, phase Failed) and makes no pod.
+    api, _, _ = k8s
+    controller = kube_api.ArgoController(api)
+    try:
+        url = "/apis/argoproj.io/v1alpha1/namespaces/default/workflows"
+        async with api.post(url, json=body) as answer:
+            assert answer.status == 201
+        failed = await eventually(
+            lambda: api.get(kube_api.WORKFLOWS, "default", "w")["status"].get("message"),
+            what="the controller's verdict",
+        )
+        assert failed.startswith(why), failed
+        assert api.get(kube_api.WORKFLOWS, "default", "w")["status"]["phase"] == "Failed"
+        assert api.objects(kube_api.PODS) == []
+    finally:
+        await controller.close()
+
+
+async def test_an_invalid_body_whose_name_is_taken_is_422_not_409(k8s: Fixture) -> None:
+    # The API server validates an object before it stores it: the name is only found taken
+    # once the body is valid.
+    api, batch, _ = k8s
+    await batch.create_namespaced_job("default", job("a"))
+    bad = job("a", {"app": "not a label value!"})
+    async with api.post("/apis/batch/v1/namespaces/default/jobs", json=bad) as answer:
         assert answer.status == 422
-        assert "bogus" in (await answer.json())["message"]
-    assert api.objects(kube_api.WORKFLOWS) == []
+        assert (await answer.json())["reason"] == "Invalid"
+    async with api.post("/apis/batch/v1/namespaces/default/jobs", json=job("a")) as answer:
+        assert answer.status == 409, "a valid body: the name is taken"
 
 
 async def test_what_the_controllers_write_reads_back_through_the_typed_client(
@@ -521,3 +559,203 @@ async def test_throttled_requests_are_429_with_retry_after(k8s: Fixture) -> None
     assert body["reason"] == "TooManyRequests"
     assert body["details"]["retryAfterSeconds"] == 3
     assert (await batch.list_namespaced_job("default")).items == []
+
+
+# --- a Job's end --------------------------------------------------------------------------------
+
+
+def gated(name: str, gate: Path, **spec: Any) -> dict[str, Any]:
+    """A Job whose container runs until SIGTERM, then holds on until `gate` exists, then
+    exits 3; 30 s of grace, so that only the gate ends it."""
+    body = job(name, **spec)
+    pod = body["spec"]["template"]["spec"]
+    pod["terminationGracePeriodSeconds"] = 30
+    pod["containers"][0]["command"] = [
+        "sh",
+        "-c",
+        f"trap 'while [ ! -e {gate} ]; do sleep 0.05; done; exit 3' TERM;"
+        " while true; do sleep 0.05; done",
+    ]
+    return body
+
+
+def conditions(api: kube_api.KubeApi, name: str) -> list[tuple[str, str]]:
+    found = api.get(kube_api.JOBS, "default", name)["status"].get("conditions") or []
+    return [(c["type"], c["reason"]) for c in found]
+
+
+async def test_a_failing_job_is_failure_target_until_its_pods_have_ended(
+    k8s: Fixture, tmp_path: Path
+) -> None:
+    # Job "Termination of Job pods" (1.31+): once a Job's failure is decided it gets
+    # FailureTarget and its pods are terminated; Failed comes only once every pod is
+    # terminal, so a client that waits for Failed never sees a pod still running.
+    api, batch, _ = k8s
+    kubelet, controller = kube_api.Kubelet(api), kube_api.JobController(api)
+    try:
+        gate = tmp_path / "gate"
+        await batch.create_namespaced_job("default", gated("a", gate, activeDeadlineSeconds=1))
+        await eventually(
+            lambda: conditions(api, "a") == [("FailureTarget", "DeadlineExceeded")],
+            what="FailureTarget",
+        )
+        (pod,) = controller.pods_of(api.get(kube_api.JOBS, "default", "a"))
+        assert pod["metadata"].get("deletionTimestamp"), "its pod is being terminated"
+        assert pod["status"]["phase"] == "Running", "and runs on, in its grace"
+        gate.touch()
+        await eventually(
+            lambda: (
+                conditions(api, "a")
+                == [("FailureTarget", "DeadlineExceeded"), ("Failed", "DeadlineExceeded")]
+            ),
+            what="Failed, once the pod has ended",
+        )
+    finally:
+        await controller.close()
+        await kubelet.close()
+
+
+async def test_a_pod_failure_policy_fail_job_rule_fails_the_job_in_two_steps(
+    k8s: Fixture,
+) -> None:
+    # Job "Pod failure policy": FailJob on a matching exit code, reason PodFailurePolicy.
+    api, batch, _ = k8s
+    kubelet, controller = kube_api.Kubelet(api), kube_api.JobController(api)
+    try:
+        body = job(
+            "a",
+            podFailurePolicy={
+                "rules": [{"action": "FailJob", "onExitCodes": {"operator": "In", "values": [3]}}]
+            },
+        )
+        body["spec"]["template"]["spec"]["containers"][0]["command"] = ["sh", "-c", "exit 3"]
+        seen: list[list[tuple[str, str]]] = []
+        api.on_change.append(
+            lambda kind, resource, obj: (
+                seen.append(conditions(api, "a"))
+                if resource == kube_api.JOBS and api.find(kube_api.JOBS, "default", "a")
+                else None
+            )
+        )
+        await batch.create_namespaced_job("default", body)
+        final = [("FailureTarget", "PodFailurePolicy"), ("Failed", "PodFailurePolicy")]
+        await eventually(lambda: conditions(api, "a") == final, what="Failed")
+        assert [("FailureTarget", "PodFailurePolicy")] in seen, "FailureTarget came first"
+    finally:
+        await controller.close()
+        await kubelet.close()
+
+
+async def test_a_disrupted_pod_is_replaced_only_once_it_has_failed(
+    k8s: Fixture, tmp_path: Path
+) -> None:
+    # Job "Delayed creation of replacement pods" (podReplacementPolicy: Failed, the only
+    # policy a podFailurePolicy allows): an evicted pod, Terminating in its grace, is
+    # counted in status.terminating; its replacement is made once it has failed.
+    api, batch, _ = k8s
+    kubelet, controller = kube_api.Kubelet(api), kube_api.JobController(api)
+    try:
+        gate = tmp_path / "gate"
+        rule = {
+            "action": "Ignore",
+            "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
+        }
+        body = gated("a", gate, podFailurePolicy={"rules": [rule]}, podReplacementPolicy="Failed")
+        await batch.create_namespaced_job("default", body)
+        made = api.get(kube_api.JOBS, "default", "a")
+
+        def running() -> bool:
+            return [p["status"].get("phase") for p in controller.pods_of(made)] == ["Running"]
+
+        await eventually(running, what="its pod running")
+        (first,) = controller.pods_of(made)
+        controller.evict("default", first["metadata"]["name"])
+        await eventually(
+            lambda: api.get(kube_api.JOBS, "default", "a")["status"].get("terminating") == 1,
+            what="the Job counting its pod terminating",
+        )
+        assert len(controller.pods_of(made)) == 1, "no replacement while it terminates"
+        assert api.get(kube_api.JOBS, "default", "a")["status"]["active"] == 0
+        gate.touch()
+        await eventually(
+            lambda: (
+                [p["metadata"]["name"] for p in controller.pods_of(made)]
+                not in ([], [first["metadata"]["name"]])
+            ),
+            what="a replacement, once the evicted pod failed",
+        )
+        assert conditions(api, "a") == [], "the Job lives on"
+    finally:
+        await controller.close()
+        await kubelet.close()
+
+
+async def test_a_pod_failure_policy_needs_pod_replacement_policy_failed(k8s: Fixture) -> None:
+    # Job validation: podReplacementPolicy TerminatingOrFailed is refused beside a
+    # podFailurePolicy.
+    api, _, _ = k8s
+    body = job("a", podFailurePolicy={"rules": []}, podReplacementPolicy="TerminatingOrFailed")
+    async with api.post("/apis/batch/v1/namespaces/default/jobs", json=body) as answer:
+        assert answer.status == 422
+        assert "podReplacementPolicy" in (await answer.json())["message"]
+
+
+# --- bookmarks and calls ---------------------------------------------------------------------
+
+
+async def test_a_watch_that_allows_bookmarks_gets_them_while_quiet(k8s: Fixture) -> None:
+    # api-concepts "Watch bookmarks": with allowWatchBookmarks the server sends BOOKMARK
+    # events, the watched kind with only metadata.resourceVersion, to resume from; a
+    # watch that does not ask gets none.
+    api, batch, _ = k8s
+    api.bookmark_every = 0.05
+    await batch.create_namespaced_job("default", job("other"))  # moves resourceVersion on
+
+    async def events(**bookmarks: Any) -> list[dict[str, Any]]:
+        found = []
+        async for event in kube_watch.Watch(return_type="object").stream(
+            batch.list_namespaced_job,
+            "default",
+            label_selector="app=quiet",
+            timeout_seconds=1,
+            **bookmarks,
+        ):
+            found.append(event)
+        return found
+
+    marks = await events(allow_watch_bookmarks=True)
+    assert marks, "bookmarks while nothing changed"
+    assert {e["type"] for e in marks} == {"BOOKMARK"}
+    assert marks[-1]["raw_object"] == {
+        "kind": "Job",
+        "apiVersion": "batch/v1",
+        "metadata": {"resourceVersion": str(api.last_rv)},
+    }
+    assert await events() == []
+
+
+async def test_every_request_is_recorded_as_rbac_reads_it(k8s: Fixture) -> None:
+    # RBAC "Determine the request verb": get, list, watch, create, patch, update, delete;
+    # a subresource after the resource (pods/log).
+    api, batch, core = k8s
+    await batch.create_namespaced_job("default", job("a"))
+    await batch.read_namespaced_job("a", "default")
+    await batch.list_namespaced_job("default")
+    await batch.patch_namespaced_job_status("a", "default", {"status": {"active": 1}})
+    async for _ in kube_watch.Watch().stream(
+        core.list_namespaced_pod, "default", timeout_seconds=1
+    ):
+        pass
+    with pytest.raises(client.ApiException):
+        await core.read_namespaced_pod_log("p", "default")
+    await batch.delete_namespaced_job("a", "default")
+    C = kube_api.Call
+    assert api.calls == [
+        C("batch", "jobs", "create", "default"),
+        C("batch", "jobs", "get", "default"),
+        C("batch", "jobs", "list", "default"),
+        C("batch", "jobs/status", "patch", "default"),
+        C("", "pods", "watch", "default"),
+        C("", "pods/log", "get", "default"),
+        C("batch", "jobs", "delete", "default"),
+    ]

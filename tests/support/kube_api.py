@@ -7,14 +7,19 @@ Kubernetes API documentation (kubernetes.io/docs/reference/using-api/api-concept
 
 - every write stamps `metadata.uid` (create), `creationTimestamp`, `generation` and a
   cluster-wide increasing `resourceVersion`; lists carry the list's resourceVersion;
-- create of an existing name answers 409 with the `AlreadyExists` Status body;
-- every created body is validated (strict schema of the newest supported Kubernetes
-  version, DNS-1123 names, label syntax) and refused with 422 `Invalid`;
+- a create answers 201; every created body is validated first (strict schema of the
+  newest supported Kubernetes version, DNS-1123 names, label syntax) and refused with 422
+  `Invalid`, then admission, and only then a taken name answers 409 with the
+  `AlreadyExists` Status body; a Workflow is validated as Argo's minimal CRD does (kind,
+  name, labels: its spec keeps any field), its controller refusing the rest;
 - label selectors (`=`, `==`, `!=`, `in`, `notin`, `key`, `!key`) and the
   `metadata.name` / `metadata.namespace` field selectors;
 - watch from a resourceVersion replays what changed after it; after `compact()`, a
-  resourceVersion older than the history answers a 410 `Expired` ERROR event, and a
-  watch ends after `timeoutSeconds`;
+  resourceVersion older than the history answers a 410 `Expired` ERROR event, a watch
+  opened with `allowWatchBookmarks` gets a BOOKMARK (only a resourceVersion) after each
+  `bookmark_every` seconds of quiet, and a watch ends after `timeoutSeconds`;
+- every request it serves is kept in `calls` as RBAC authorises it (`Call`: API group,
+  resource or subresource, verb, namespace);
 - delete honours preconditions (`uid`, `resourceVersion`: 409 `Conflict` when they
   differ), finalizers (sets `deletionTimestamp`, removes the object once they are
   gone) and `propagationPolicy` (Background and Foreground delete the object's dependents
@@ -111,6 +116,40 @@ def now_text() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+BOOKMARK_SECONDS = 1.0
+"""How long a watch opened with allowWatchBookmarks waits quiet before a BOOKMARK (an API
+server sends one about once a minute; the double sooner, so a test sees one)."""
+VERBS = {"POST": "create", "PATCH": "patch", "PUT": "update", "DELETE": "delete"}
+"""The RBAC verb of each HTTP method but GET (get, list or watch)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One API request as RBAC authorises it: the API group ("" for core), the resource
+    (a subresource after a slash: `pods/log`), the verb and the namespace (None: all)."""
+
+    group: str
+    resource: str
+    verb: str
+    namespace: str | None
+
+    @classmethod
+    def of(cls, request: kmock.Request) -> Call | None:
+        """The request's call; None for one that is no resource's (discovery, /version)."""
+        res = request.resource
+        if res is None or not res.plural:
+            return None
+        method = request.method.value
+        if method != "GET":
+            verb = VERBS.get(method, method.lower())
+        elif request.params.get("watch") in ("true", "1"):
+            verb = "watch"
+        else:
+            verb = "get" if request.name else "list"
+        sub = f"/{request.subresource}" if request.subresource else ""
+        return cls(res.group or "", f"{res.plural}{sub}", verb, request.namespace)
+
+
 @dataclass(eq=False)
 class _Watcher:
     resource: tuple[str, str, str]
@@ -148,7 +187,7 @@ class KubeApi(kmock.KubernetesEmulator):  # type: ignore[misc]
         self.frozen = False  # watches stay open but send nothing (a silently cut link)
         self.reply_lost: dict[tuple[str, str], int] = {}  # (verb, plural) -> count
         self.validators: dict[tuple[str, str, str], Callable[[dict[str, Any]], list[str]]] = {
-            JOBS: _schema_problems,
+            JOBS: _job_problems,
             PODS: _schema_problems,
             CONFIGMAPS: _schema_problems,
             SECRETS: _secret_problems,
@@ -159,9 +198,13 @@ class KubeApi(kmock.KubernetesEmulator):  # type: ignore[misc]
         self.on_change: list[Callable[[str, tuple[str, str, str], dict[str, Any]], None]] = []
         self.admission: dict[tuple[str, str, str], tuple[str, str]] = {}  # resource -> denial
         self.logs: dict[tuple[str, str], bytearray] = {}  # (namespace, pod) -> its output
+        self.calls: list[Call] = []  # every API request served, as RBAC reads it
+        self.bookmark_every = BOOKMARK_SECONDS
 
     # kmock's emulator mutates its own store before routing; ours does it in the handlers.
     async def _handle(self, request: kmock.Request) -> Any:
+        if (call := Call.of(request)) is not None:
+            self.calls.append(call)
         return await kmock.KubernetesScaffold._handle(self, request)
 
     # --- direct access for tests and simulators ----------------------------------------
@@ -284,7 +327,19 @@ class KubeApi(kmock.KubernetesEmulator):  # type: ignore[misc]
             meta["name"] = name
         meta["namespace"] = namespace
         key = (resource, namespace, name)
-        if resource in self.admission:  # admission comes before storage: no 409 either
+        # The API server's order: the object's validation, then validating admission, and
+        # only then storage, where a taken name is 409.
+        problems = self.validators.get(resource, lambda _: [])(obj)
+        if problems:
+            raise status_error(
+                422,
+                "Invalid",
+                f'{KINDS[resource]}.{resource[0] or "core"} "{name}" is invalid: {problems[0]}',
+                name=name,
+                kind=KINDS[resource],
+                causes=[{"reason": "FieldValueInvalid", "message": p} for p in problems],
+            )
+        if resource in self.admission:
             webhook, message = self.admission[resource]
             raise status_error(
                 403,
@@ -302,16 +357,6 @@ class KubeApi(kmock.KubernetesEmulator):  # type: ignore[misc]
                 name=name,
                 group=group,
                 kind=resource[2],
-            )
-        problems = self.validators.get(resource, lambda _: [])(obj)
-        if problems:
-            raise status_error(
-                422,
-                "Invalid",
-                f'{KINDS[resource]}.{resource[0] or "core"} "{name}" is invalid: {problems[0]}',
-                name=name,
-                kind=KINDS[resource],
-                causes=[{"reason": "FieldValueInvalid", "message": p} for p in problems],
             )
         meta["uid"] = str(uuid.uuid4())
         meta["creationTimestamp"] = now_text()
@@ -332,7 +377,7 @@ class KubeApi(kmock.KubernetesEmulator):  # type: ignore[misc]
             self.store.pop(key, None)
         else:
             meta = obj["metadata"]
-            if meta.get("deletionTimestamp") and not meta.get("finalizers"):
+            if meta.get("deletionTimestamp") and not meta.get("finalizers") and not _running(obj):
                 return self._write(key, obj, "DELETED")
             self.store[key] = obj
         snapshot = copy.deepcopy(obj)
@@ -405,7 +450,7 @@ class KubeApi(kmock.KubernetesEmulator):  # type: ignore[misc]
         namespace = request.namespace or body.get("metadata", {}).get("namespace") or "default"
         created = self._create(resource, namespace, body)
         self._lost("create", resource)  # stored, but the answer never arrives
-        return created
+        return kmock.Response(status=201, payload=created)
 
     async def _serve_fetch(self, request: kmock.Request) -> Any:
         resource = self._resource(request)
@@ -513,6 +558,7 @@ class KubeApi(kmock.KubernetesEmulator):  # type: ignore[misc]
                 if rv > int(since) and res == resource and matches(obj)
                 if request.namespace in (None, obj["metadata"].get("namespace"))
             ]
+        bookmarks = request.params.get("allowWatchBookmarks") == "true"
         self.watchers.add(watcher)
         try:
             for event in backlog:
@@ -520,10 +566,13 @@ class KubeApi(kmock.KubernetesEmulator):  # type: ignore[misc]
             loop = asyncio.get_running_loop()
             ends = loop.time() + timeout
             while (left := ends - loop.time()) > 0:
+                quiet = min(left, self.bookmark_every) if bookmarks else left
                 try:
-                    event = await asyncio.wait_for(watcher.queue.get(), left)
+                    event = await asyncio.wait_for(watcher.queue.get(), quiet)
                 except TimeoutError:
-                    return
+                    if bookmarks and not self.frozen and loop.time() < ends:
+                        yield self._bookmark(resource)
+                    continue
                 if event is None:
                     return
                 while self.frozen:  # a silent link: nothing arrives, nothing ends
@@ -531,6 +580,17 @@ class KubeApi(kmock.KubernetesEmulator):  # type: ignore[misc]
                 yield event
         finally:
             self.watchers.discard(watcher)
+
+    def _bookmark(self, resource: tuple[str, str, str]) -> dict[str, Any]:
+        """A BOOKMARK: the watched kind with only a resourceVersion, the newest the server
+        has sent this watch everything up to (its queue is empty when one is sent)."""
+        group, version, _ = resource
+        obj = {
+            "kind": KINDS[resource],
+            "apiVersion": f"{group}/{version}" if group else version,
+            "metadata": {"resourceVersion": str(self.last_rv)},
+        }
+        return {"type": "BOOKMARK", "object": obj}
 
     async def _serve_update(self, request: kmock.Request) -> Any:
         resource = self._resource(request)
@@ -561,6 +621,13 @@ class KubeApi(kmock.KubernetesEmulator):  # type: ignore[misc]
 
 
 # --- rules -----------------------------------------------------------------------------------
+
+
+def _running(obj: Mapping[str, Any]) -> bool:
+    """A pod whose container runs: deleted, it stays (Terminating) until the kubelet has
+    stopped it, SIGTERM then SIGKILL after its grace, as the API server's graceful deletion
+    keeps it; then its terminal status removes it."""
+    return obj.get("kind") == "Pod" and (obj.get("status") or {}).get("phase") == "Running"
 
 
 def _not_found(resource: tuple[str, str, str], name: str) -> ApiError:
@@ -623,6 +690,20 @@ def _schema_problems(obj: dict[str, Any]) -> list[str]:
     return kubernetes.manifest_problems(doc)
 
 
+def _job_problems(obj: dict[str, Any]) -> list[str]:
+    """A Job's schema, then batch/v1's rule that a podFailurePolicy needs
+    podReplacementPolicy Failed (a pod is replaced only once it has ended)."""
+    if problems := _schema_problems(obj):
+        return problems
+    spec = obj.get("spec") or {}
+    policy = spec.get("podReplacementPolicy")
+    if spec.get("podFailurePolicy") and policy not in (None, "Failed"):
+        return [
+            f'spec.podReplacementPolicy: Unsupported value: "{policy}": supported values: "Failed"'
+        ]
+    return []
+
+
 def _secret_problems(obj: dict[str, Any]) -> list[str]:
     """A Secret's schema, then what the API server checks of its data: each `data` value
     base64, and the decoded values with `stringData`'s at most DATA_BYTES."""
@@ -669,11 +750,28 @@ def _check_immutable(
 
 
 def _workflow_problems(obj: dict[str, Any]) -> list[str]:
-    """What Argo's CRD schema and admission would refuse, as hera's models of it read it."""
+    """What the API server refuses of a Workflow under Argo's minimal CRD, whose spec keeps
+    any field (x-kubernetes-preserve-unknown-fields): the kind, and the name and label
+    rules of every object. The rest is the controller's to find (`_spec_problems`)."""
+    kind = (obj.get("apiVersion"), obj.get("kind"))
+    if kind != (argo.API_VERSION, "Workflow"):
+        return [f"apiVersion/kind: must be {argo.API_VERSION}/Workflow, not {kind[0]}/{kind[1]}"]
+    return kubernetes.manifest_problems(obj)
+
+
+def _spec_problems(wf: Mapping[str, Any]) -> list[str]:
+    """What Argo's controller finds wrong with a Workflow it takes up, as its validation
+    words it: a field its schema has not (hera's models of it, strictly), a label of
+    Argo's own, an entrypoint that names no template."""
+    sent = ("name", "namespace", "labels", "annotations")  # not what the API server added
+    meta = {k: v for k, v in wf["metadata"].items() if k in sent}
     try:
-        argo.check_workflow({k: v for k, v in obj.items() if k != "status"})
+        argo.check_workflow({k: v for k, v in wf.items() if k != "status"} | {"metadata": meta})
     except errors.InvalidInput as exc:
         return [str(exc)]
+    spec = wf["spec"]
+    if spec.get("entrypoint") not in {t.get("name") for t in spec.get("templates") or []}:
+        return [f"spec.entrypoint template '{spec.get('entrypoint')}' undefined"]
     return []
 
 
@@ -1062,6 +1160,12 @@ class Kubelet(_Controller):
             },
         )
 
+    def end(self, ns: str, name: str, code: int) -> None:
+        """The container ends now with `code`, as if it had exited: its status says so at
+        once (its process, if any, is killed under it)."""
+        reason = "Completed" if code == 0 else "Error"
+        self._terminated(ns, name, code, reason, "", now_text())
+
     def oom_kill(self, ns: str, name: str) -> None:
         """The kernel kills the container for memory: exit 137, reason OOMKilled."""
         self.oom.add(name)
@@ -1146,9 +1250,18 @@ async def _stop(proc: asyncio.subprocess.Process, grace: float) -> None:
 class JobController(_Controller):
     """The Job controller as batch/v1 documents it, for one-pod Jobs with backoffLimit 0:
     a pod per Job; `Complete` when it succeeds; `Failed` (BackoffLimitExceeded) when it
-    fails, unless a podFailurePolicy `Ignore` rule matches (then a new pod, the Job lives);
-    `Failed` (DeadlineExceeded) once activeDeadlineSeconds pass, its pods deleted; and the
-    TTL-after-finished controller's delete once `ttlSecondsAfterFinished` pass.
+    fails, unless a podFailurePolicy rule matches: `Ignore` (then a new pod, the Job
+    lives), `FailJob` (Failed, PodFailurePolicy); `Failed` (DeadlineExceeded) once
+    activeDeadlineSeconds pass; and the TTL-after-finished controller's delete once
+    `ttlSecondsAfterFinished` pass.
+
+    A Job's end comes in two steps, as since Kubernetes 1.31: once it is decided the Job
+    gets `SuccessCriteriaMet` or `FailureTarget`, its pods that still run are deleted (each
+    Terminating for its grace), and only once every pod has ended does it get `Complete`
+    or `Failed`, the conditions that say it finished. A pod replaced under an `Ignore`
+    rule is replaced once it has ended (Failed), never while it is Terminating
+    (podReplacementPolicy: Failed, the only policy a podFailurePolicy allows); meanwhile
+    the Job counts it in `status.terminating`.
 
     Its pods carry the job-tracking finalizer (TRACKING), removed once the controller has
     counted how a pod ended: a pod deleted under a running Job (`kubectl delete pod`) is
@@ -1169,6 +1282,11 @@ class JobController(_Controller):
             owner = _owner(obj, "Job")
             if owner is not None:
                 self._pod_changed(obj, owner)
+        elif resource == PODS and kind == "DELETED":
+            owner = _owner(obj, "Job")
+            job = self._job(obj["metadata"]["namespace"], owner) if owner else None
+            if job is not None:
+                self._settle(job)
 
     def _pod_for(self, job: dict[str, Any]) -> dict[str, Any] | None:
         meta, template = job["metadata"], job["spec"]["template"]
@@ -1208,7 +1326,7 @@ class JobController(_Controller):
         await asyncio.sleep(pause)
         meta = job["metadata"]
         now = self._job(meta["namespace"], meta["name"])
-        if now is None or now["metadata"]["uid"] != meta["uid"] or _finished(now):
+        if now is None or now["metadata"]["uid"] != meta["uid"] or _decided(now):
             return
         if not now["metadata"].get("deletionTimestamp") and not self.pods_of(now):
             self._pod_for(now)
@@ -1225,6 +1343,8 @@ class JobController(_Controller):
         if TRACKING not in (pod["metadata"].get("finalizers") or []):
             return  # counted already
         phase = pod.get("status", {}).get("phase")
+        if pod["metadata"].get("deletionTimestamp") and phase not in ("Succeeded", "Failed"):
+            self._count_terminating(pod, owner)
         self._count(pod, owner, phase)
         job = self._job(pod["metadata"]["namespace"], owner)
         orphan = job is None or _finished(job) or bool(job["metadata"].get("deletionTimestamp"))
@@ -1242,35 +1362,72 @@ class JobController(_Controller):
                     {"metadata": {"finalizers": rest or None}},
                 )
 
+    def _count_terminating(self, pod: dict[str, Any], owner: str) -> None:
+        """A pod being deleted that still runs: the Job counts it as terminating, not
+        active, until it has ended."""
+        job = self._job(pod["metadata"]["namespace"], owner)
+        if job is not None and not _decided(job) and job["status"].get("terminating") != 1:
+            self._job_status(job, {"active": 0, "ready": 0, "terminating": 1})
+
     def _count(self, pod: dict[str, Any], owner: str, phase: str | None) -> None:
         job = self._job(pod["metadata"]["namespace"], owner)
         if job is None or _finished(job):
             return
-        if phase == "Running":
+        if _decided(job):
+            self._settle(job)
+            return
+        if phase == "Running" and not pod["metadata"].get("deletionTimestamp"):
             self._job_status(job, {"ready": 1})
         elif phase == "Succeeded":
             self._finish(job, "Complete", None, succeeded=1)
         elif phase == "Failed":
-            if _ignored(job, pod):
-                self._job_status(job, {"active": 0, "ready": 0})
+            action = _policy_action(job, pod)
+            if action == "Ignore":  # replaced only now it has ended (podReplacementPolicy)
+                self._job_status(job, {"active": 0, "ready": 0, "terminating": 0})
                 self._pod_for(job)
+            elif action == "FailJob":
+                self._finish(job, "Failed", "PodFailurePolicy", failed=1)
             else:
                 self._finish(job, "Failed", "BackoffLimitExceeded", failed=1)
 
     def _finish(self, job: dict[str, Any], kind: str, reason: str | None, **counts: int) -> None:
-        stamp = now_text()
+        """The Job's end is decided (`kind`, Complete or Failed): its interim condition now,
+        its pods that still run deleted, and `kind` once every pod has ended (`_settle`)."""
         interim = "SuccessCriteriaMet" if kind == "Complete" else "FailureTarget"
-        conditions = [
-            {"type": t, "status": "True", "lastTransitionTime": stamp, "reason": reason or t}
-            for t in (interim, kind)
-        ]
-        status: dict[str, Any] = {"conditions": conditions, "active": 0, "ready": 0, **counts}
+        condition = {
+            "type": interim,
+            "status": "True",
+            "lastTransitionTime": now_text(),
+            "reason": reason or interim,
+        }
+        self._job_status(job, {"conditions": [condition], "active": 0, "ready": 0, **counts})
+        for pod in self.pods_of(job):
+            if not _terminal(pod) and not pod["metadata"].get("deletionTimestamp"):
+                with contextlib.suppress(ApiError):
+                    self.api.remove(PODS, pod["metadata"]["namespace"], pod["metadata"]["name"])
+        self._settle(job)
+
+    def _settle(self, job: dict[str, Any]) -> None:
+        """A Job whose end is decided gets its final condition once none of its pods runs."""
+        meta = job["metadata"]
+        now = self._job(meta["namespace"], meta["name"])
+        if now is None or now["metadata"]["uid"] != meta["uid"] or _finished(now):
+            return
+        interim = _decided(now)
+        if interim is None or not all(_terminal(pod) for pod in self.pods_of(now)):
+            return
+        stamp = now_text()
+        kind = "Complete" if interim["type"] == "SuccessCriteriaMet" else "Failed"
+        final = {**interim, "type": kind, "lastTransitionTime": stamp}
+        if interim["reason"] == interim["type"]:
+            final["reason"] = kind
+        status: dict[str, Any] = {"conditions": [interim, final], "terminating": 0}
         if kind == "Complete":
             status["completionTime"] = stamp
-        self._job_status(job, status)
-        ttl = job["spec"].get("ttlSecondsAfterFinished")
+        self._job_status(now, status)
+        ttl = now["spec"].get("ttlSecondsAfterFinished")
         if self.ttl_enabled and ttl is not None:
-            self._spawn(self._ttl(job, ttl))
+            self._spawn(self._ttl(now, ttl))
 
     async def _deadline(self, job: dict[str, Any]) -> None:
         seconds = job["spec"].get("activeDeadlineSeconds")
@@ -1279,12 +1436,9 @@ class JobController(_Controller):
         await asyncio.sleep(seconds)
         meta = job["metadata"]
         now = self._job(meta["namespace"], meta["name"])
-        if now is None or now["metadata"]["uid"] != meta["uid"] or _finished(now):
+        if now is None or now["metadata"]["uid"] != meta["uid"] or _decided(now):
             return
         self._finish(now, "Failed", "DeadlineExceeded", failed=1)
-        for pod in self.pods_of(now):
-            with contextlib.suppress(ApiError):
-                self.api.remove(PODS, pod["metadata"]["namespace"], pod["metadata"]["name"])
 
     async def _ttl(self, job: dict[str, Any], seconds: float) -> None:
         await asyncio.sleep(seconds)
@@ -1346,18 +1500,36 @@ def _finished(job: Mapping[str, Any]) -> bool:
     )
 
 
-def _ignored(job: Mapping[str, Any], pod: Mapping[str, Any]) -> bool:
-    """Whether a podFailurePolicy `Ignore` rule on pod conditions matches this pod."""
+def _decided(job: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The condition that says a Job's end is decided (FailureTarget, SuccessCriteriaMet),
+    or None."""
+    for c in job.get("status", {}).get("conditions") or []:
+        if c.get("type") in ("FailureTarget", "SuccessCriteriaMet") and c.get("status") == "True":
+            return dict(c)
+    return None
+
+
+def _policy_action(job: Mapping[str, Any], pod: Mapping[str, Any]) -> str | None:
+    """The action of the first podFailurePolicy rule that matches this failed pod (on its
+    conditions, or its main container's exit code), or None."""
     conditions = {
         c["type"]
         for c in pod.get("status", {}).get("conditions") or []
         if c.get("status") == "True"
     }
+    state = (pod.get("status", {}).get("containerStatuses") or [{}])[0].get("state") or {}
+    code = (state.get("terminated") or {}).get("exitCode")
     for rule in (job["spec"].get("podFailurePolicy") or {}).get("rules", []):
         wanted = {c["type"] for c in rule.get("onPodConditions", [])}
-        if wanted & conditions:
-            return bool(rule["action"] == "Ignore")
-    return False
+        codes = rule.get("onExitCodes")
+        if wanted & conditions or (codes and code is not None and _exit_matches(codes, code)):
+            return str(rule["action"])
+    return None
+
+
+def _exit_matches(rule: Mapping[str, Any], code: int) -> bool:
+    listed = code in rule.get("values", [])
+    return listed if rule.get("operator") == "In" else not listed
 
 
 class ArgoController(_Controller):
@@ -1367,7 +1539,8 @@ class ArgoController(_Controller):
     it, and a pod deleted under a running workflow makes it Error ("pod deleted"). While
     its pod waits to start for a reason, the pod node is Pending with Argo's message
     ("Reason: message"); a pod the API server refuses (admission) ends it in Error with
-    the refusal as the node's message."""
+    the refusal as the node's message. A Workflow its validation refuses (`_spec_problems`:
+    the minimal CRD let it in) is Failed at once, "invalid spec: ...", with no pod."""
 
     def __init__(self, api: KubeApi) -> None:
         super().__init__(api)
@@ -1392,6 +1565,11 @@ class ArgoController(_Controller):
 
     def _start(self, wf: dict[str, Any]) -> None:
         meta, spec = wf["metadata"], wf["spec"]
+        if problems := _spec_problems(wf):
+            self._set(wf, {"phase": "Running", "startedAt": now_text()})
+            message = f"invalid spec: {problems[0]}"
+            self._set(wf, {"phase": "Failed", "message": message, "finishedAt": now_text()})
+            return
         entry = next(t for t in spec["templates"] if t["name"] == spec["entrypoint"])
         pod_spec: dict[str, Any] = {
             "restartPolicy": "Never",

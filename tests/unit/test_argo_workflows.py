@@ -301,6 +301,19 @@ def _finished(phase: str, node: dict[str, Any], message: str = "") -> dict[str, 
             None,
             None,
         ),
+        # Argo's minimal CRDs let in a Workflow its controller then refuses, with no pod.
+        (
+            {
+                "metadata": {"name": "corral-1-1", "labels": {}},
+                "status": {
+                    "phase": "Failed",
+                    "message": "invalid spec: spec.entrypoint template 'main' undefined",
+                },
+            },
+            "Workflow refused by Argo: invalid spec: spec.entrypoint template 'main' undefined",
+            "permanent",
+            None,
+        ),
         # A job that prints the controller's words is still judged by its exit code.
         (
             _finished(

@@ -435,6 +435,9 @@ POD_DELETED = "pod deleted"
 """What it writes on a node whose pod went away under it (the node's phase: Error)."""
 STOPPED = "Stopped with strategy"
 """The start of what it writes on a Workflow stopped by `spec.shutdown`."""
+INVALID = "invalid spec:"
+"""The start of what it writes on a Workflow its validation refuses (it fails it, and makes
+no pod): Argo's CRDs are minimal, so the API server took it in."""
 
 
 def workflow_observation(wf: Mapping[str, Any]) -> model.Observation:
@@ -444,7 +447,8 @@ def workflow_observation(wf: Mapping[str, Any]) -> model.Observation:
     Only the controller's own words are read for a verdict, and only whole: a node's
     message may be the container's last log lines, which say whatever the job printed.
     A deadline and an `Error` node with no exit code (the pod deleted, a node lost) are
-    transient; a stop by `spec.shutdown` is a cancel."""
+    transient; a stop by `spec.shutdown` is a cancel; a Workflow the controller refused as
+    invalid is permanent (the same Workflow is refused again), its words the message."""
     meta, status = wf.get("metadata", {}), wf.get("status") or {}
     name, labels = str(meta.get("name", "")), kube_client.labels_of(wf)
     phase = _PHASES.get(str(status.get("phase") or ""), model.Phase.PENDING)
@@ -467,10 +471,14 @@ def workflow_observation(wf: Mapping[str, Any]) -> model.Observation:
     said = str(node.get("message") or "")
     told = str(status.get("message") or "")
     verdict: model.FailureClass | None = None
+    message = kube_client.last_line(said) if code is not None else None
     if DEADLINE in (said, told):
         reason, verdict = f"deadline exceeded: {DEADLINE}", model.FailureClass.TRANSIENT
     elif told.startswith(STOPPED):
         reason = f"cancelled: {told}"
+    elif told.startswith(INVALID):
+        reason, verdict = f"Workflow refused by Argo: {told}", model.FailureClass.PERMANENT
+        message = told
     elif node.get("phase") == "Error" and code is None and startup.denied(said or told):
         reason, verdict = f"pod refused by admission: {said or told}", model.FailureClass.PERMANENT
     elif node.get("phase") == "Error" and code is None:
@@ -486,7 +494,7 @@ def workflow_observation(wf: Mapping[str, Any]) -> model.Observation:
         started_at=started,
         finished_at=finished,
         failure_class=verdict,
-        message=kube_client.last_line(said) if code is not None else None,
+        message=message,
     )
 
 
