@@ -71,6 +71,7 @@ class Pass:
     relaunched: int = 0
     completed: int = 0
     timed_out: int = 0
+    stopping: int = 0  # stopped, but a part still runs (a pod in its termination grace)
     lost: int = 0
     conflicts: int = 0
     unknown: int = 0
@@ -124,6 +125,7 @@ class Reconciler:
         self.t = settings.timeouts
         self.retry = retry or retry_.Retry.from_settings(settings)
         self._noted_unknown: set[int] = set()  # fences already noted, to keep the run log short
+        self._noted_stopping: set[int] = set()  # fences whose stopping is in their run log
         # Where the last pass stopped: attempts that must wait (absent but not yet lost, or on
         # a platform that cannot be asked) must not keep the ones behind them from a look.
         self._cursor = 0
@@ -421,6 +423,9 @@ class Reconciler:
         attempt, now = item.attempt, self.clock.now()
         started = attempt.started_at or attempt.created_at
         deadline = attempt.deadline_at or started + self.t.attempt_deadline
+        # One this process is stopping is overdue whether its launch is still there or not
+        # (a deleted Job's pods run on in their termination grace): it ends once they end.
+        stopping = attempt.id in self._noted_stopping
         if obs.phase is not P.ABSENT and obs.identity != _identity(attempt):
             summary.unknown += 1  # someone else's object under our name: never adopt or fail on it
             log.warning(
@@ -430,6 +435,8 @@ class Reconciler:
             summary.completed += 1
             self._repaired(attempt, f"completed ({obs.phase}), missed while no dispatcher watched")
             work.finishes.append(store.Finish.seen(attempt.id, obs))
+        elif stopping:
+            work.overdue.append(attempt)  # looked at again: it ends once nothing of it runs
         elif obs.phase is not P.ABSENT and deadline + self.t.cancel_grace <= now:
             summary.timed_out += 1  # its platform had its own stop and grace: the backstop
             self._repaired(attempt, "timed out")
@@ -453,7 +460,7 @@ class Reconciler:
             summary.waiting += 1  # absent, but not for long enough to be sure
 
     async def _write(self, executor: Executor, work: _Work, summary: Pass) -> None:
-        work.finishes += await self._stop_overdue(executor, work.overdue)
+        work.finishes += await self._stop_overdue(executor, work, summary)
         await self._unknown(executor, work.unknown, summary)
         now = self.clock.now()
         if work.adopt:
@@ -482,20 +489,24 @@ class Reconciler:
         )
 
     async def _stop_overdue(
-        self, executor: Executor, overdue: Sequence[model.Attempt]
+        self, executor: Executor, work: _Work, summary: Pass
     ) -> list[store.Finish]:
         """Stop attempts past their deadline, then record what the platform shows: a stop
         that did not get through records nothing (the next pass tries again), so a retry
-        never runs beside a copy that is still going; one that finished in time succeeded."""
-        if not overdue:
+        never runs beside a copy that is still going; one that finished in time succeeded.
+        On a platform whose launches stop slowly (pods in their termination grace), an
+        attempt stays running, with a `stopping` event, until nothing of it runs."""
+        if not work.overdue:
             return []
         grace = self.t.cancel_grace
         stopped = await asyncio.gather(
-            *(self._stop(executor, a.launch_name, grace) for a in overdue)
+            *(self._stop(executor, a.launch_name, grace) for a in work.overdue)
         )
-        done = [a for a, ok in zip(overdue, stopped, strict=True) if ok]
+        done = [a for a, ok in zip(work.overdue, stopped, strict=True) if ok]
         try:
             seen = await executor.observe([a.launch_name for a in done])
+            if isinstance(executor, base.StopsSlowly):
+                done = await self._stopping(executor, done, work, summary)
         except errors.ExecutorError as exc:
             log.warning("%d stopped attempts: cannot look again: %s", len(done), exc)
             return []
@@ -507,6 +518,52 @@ class Reconciler:
             else:
                 finishes.append(_failed(a, "timed out: ran past its deadline, stopped by recovery"))
         return finishes
+
+    async def _stopping(
+        self,
+        executor: base.StopsSlowly,
+        stopped: Sequence[model.Attempt],
+        work: _Work,
+        summary: Pass,
+    ) -> list[model.Attempt]:
+        """Of attempts just stopped, those that may end now: nothing of them runs, or what
+        does has had its whole grace (it is taken for stuck on a node that is gone, and
+        said so). The others stay running, noted once as stopping, for the next pass."""
+        running = await executor.still_running([a.launch_name for a in stopped])
+        now, ending = self.clock.now(), []
+        for a in stopped:
+            what = running.get(a.launch_name)
+            if what is None:
+                ending.append(a)
+                continue
+            deadline = a.deadline_at or (a.started_at or a.created_at) + self.t.attempt_deadline
+            given_up = deadline + self.t.cancel_grace + executor.stop_grace + self.t.margin
+            if given_up <= now:
+                log.warning(
+                    "%s: %s still runs past its termination grace (its node may be lost);"
+                    " ending the attempt anyway: stop it by hand",
+                    a.launch_name,
+                    what,
+                )
+                ending.append(a)
+                continue
+            work.alive.append(a.id)
+            summary.stopping += 1
+            if a.id not in self._noted_stopping:
+                self._noted_stopping.add(a.id)
+                await self.store.event_note(
+                    job_id=a.job_id,
+                    attempt_id=a.id,
+                    state=a.state,
+                    reason=f"stopping: {what} is ending (SIGTERM, then SIGKILL after its"
+                    " termination grace); the attempt ends, and its job may retry, once it"
+                    " is gone",
+                    now=now,
+                    details={"launch_name": a.launch_name, "running": what},
+                )
+                log.info("%s: stopping; %s is still ending", a.launch_name, what)
+        self._noted_stopping.difference_update(a.id for a in ending)
+        return ending
 
     # --- the unknown state -------------------------------------------------------------------
 

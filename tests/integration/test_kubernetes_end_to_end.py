@@ -404,3 +404,94 @@ async def test_a_launch_cut_short_before_its_token_secret_is_finished_by_recover
     assert token not in json.dumps(cluster.api.get(kube_api.JOBS, "default", name))
     await finished(ex, name)
     assert (await ex.observe([name]))[name].phase is P.SUCCEEDED, "it had its token"
+
+
+# --- stopping: a deleted Job's pod runs on for its termination grace ---------------------------
+
+
+@pytest.fixture
+async def down_slow(tmp_path: Path) -> AsyncIterator[tuple[Any, ...]]:
+    """As `down`, with pods given a long termination grace (60 s): a stop takes that long."""
+
+    def slow(tmp_path: Path, url: str) -> config.Settings:
+        made = make_settings(tmp_path, url, cluster={"termination_grace": 60})
+        longer = made.timeouts.model_copy(update={"recovery_grace": timedelta(seconds=90)})
+        return made.model_copy(update={"timeouts": longer})
+
+    async with stopped(slow, tmp_path) as parts:
+        yield parts
+
+
+def lingers(gate: Path) -> list[str]:
+    """A command that takes SIGTERM slowly: it ends (143) only once `gate` exists."""
+    on_term = f"while [ ! -e {gate} ]; do sleep 0.05; done; exit 143"
+    return ["sh", "-c", f"trap '{on_term}' TERM; while true; do sleep 0.05; done"]
+
+
+async def overdue_and_stopping(
+    down: tuple[Any, ...], command: list[str]
+) -> tuple[model.Claimed, reconciler.Pass]:
+    """An attempt running past its deadline, stopped by recovery while its pod lingers."""
+    _cluster, db, ex, frozen, _settings, rec = down
+    c = await running_attempt(db, frozen, _settings, ex, command)
+    name = c.attempt.launch_name
+    await eventually(lambda: _running(ex, name), what=f"{name} running", every=0.1)
+    frozen.advance(22)  # past its deadline (20 s) and cancel_grace (1 s)
+    summary = await rec.run_once()
+    return c, summary
+
+
+async def _running(ex: Any, name: str) -> bool:
+    return (await ex.observe([name]))[name].phase is P.RUNNING
+
+
+async def test_a_stopped_attempt_ends_only_once_its_pod_is_gone(
+    down_slow: tuple[Any, ...], tmp_path: Path
+) -> None:
+    """Recovery stops an attempt past its deadline; its Job goes at once, but its pod runs
+    on in its termination grace. The attempt stays running, with one `stopping` event,
+    and its job is not retried beside it until the pod has ended."""
+    cluster, db, ex, frozen, _settings, rec = down_slow
+    gate = tmp_path / "gate"
+    c, summary = await overdue_and_stopping(down_slow, lingers(gate))
+    name = c.attempt.launch_name
+    assert (summary.timed_out, summary.stopping) == (1, 1)
+    assert cluster.api.find(kube_api.JOBS, "default", name) is None, "the Job is deleted"
+    assert name in await ex.still_running([name]), "its pod is still Terminating"
+    frozen.advance(1)
+    summary = await rec.run_once()
+    assert summary.stopping == 1
+    [attempt] = await db.attempt_list(job_id=c.job.id)
+    assert attempt.state == A.RUNNING, "not ended while its pod runs"
+    assert (await db.job_get(job_id=c.job.id)).state is J.RUNNING, "no retry beside it"
+    stopping = [e for e in await db.event_list(job_id=c.job.id) if "stopping" in e.reason]
+    assert len(stopping) == 1, "said once"
+    assert "Terminating" in stopping[0].reason or "Running" in stopping[0].reason
+    gate.touch()  # the pod ends
+    await eventually(lambda: _gone(ex, name), what=f"{name}'s pod ended", every=0.1)
+    frozen.advance(1)
+    summary = await rec.run_once()
+    assert summary.stopping == 0
+    [attempt, *_] = await db.attempt_list(job_id=c.job.id)
+    assert attempt.state == A.FAILED and "timed out" in (attempt.reason or "")
+    assert (await db.job_get(job_id=c.job.id)).state is J.QUEUED, "retried now"
+
+
+async def test_a_pod_that_outlives_its_whole_grace_no_longer_holds_its_attempt(
+    down_slow: tuple[Any, ...], tmp_path: Path
+) -> None:
+    """A pod still there past the deadline, cancel_grace, its termination grace and the
+    margin is taken for stuck on a lost node: the attempt ends, and its job may retry."""
+    _cluster, db, ex, frozen, _settings, rec = down_slow
+    c, summary = await overdue_and_stopping(down_slow, lingers(tmp_path / "never"))
+    assert summary.stopping == 1
+    frozen.advance(61)  # past termination_grace (60 s) and the margin
+    summary = await rec.run_once()
+    assert summary.stopping == 0
+    [attempt, *_] = await db.attempt_list(job_id=c.job.id)
+    assert attempt.state == A.FAILED
+    assert (await db.job_get(job_id=c.job.id)).state is J.QUEUED
+
+
+async def _gone(ex: Any, name: str) -> bool:
+    return name not in await ex.still_running([name])

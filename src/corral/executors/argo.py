@@ -231,6 +231,8 @@ def _first_difference(given: Any, back: Any, where: str = "") -> tuple[str, str]
 
 GROUP, VERSION = API_VERSION.split("/")
 PLURAL = "workflows"
+WORKFLOW_LABEL = "workflows.argoproj.io/workflow"
+"""The label Argo's controller puts on a Workflow's pods: the Workflow's name."""
 _PHASES = {
     "": model.Phase.PENDING,
     "Pending": model.Phase.PENDING,
@@ -277,6 +279,7 @@ class ArgoExecutor(kube_client.ClusterExecutor):
     kind = KIND
     objects = "Workflows"
     make_template = WorkflowTemplate
+    pod_label = WORKFLOW_LABEL
 
     def _bind(self, api_client: kube.ApiClient) -> None:
         self._custom = kube.CustomObjectsApi(api_client)

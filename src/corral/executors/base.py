@@ -115,6 +115,22 @@ class LeavesStrays(Protocol):
 
 
 @runtime_checkable
+class StopsSlowly(Protocol):
+    """An executor whose launches go on for a while after they are stopped (a Kubernetes
+    Job's pods get SIGTERM, then their termination grace before SIGKILL; its Job may be
+    gone well before they are). The reconciler ends an attempt it stopped only once
+    nothing of it runs, so a retry never starts beside it; `stop_grace` bounds that wait
+    (past it, what still runs is taken for stuck on a lost node, and the attempt ends)."""
+
+    stop_grace: timedelta
+
+    async def still_running(self, names: Sequence[str]) -> dict[str, str]:
+        """Of these launches, those some part of which still runs (its launch deleted or
+        not), each with what runs, in words: `pod corral-5-1-x7kq2 (Terminating)`."""
+        ...
+
+
+@runtime_checkable
 class Drains(Protocol):
     """An executor whose launches run inside corral's process (HTTP requests): before the
     dispatcher stops it lets them end, and hands over what ended that `events` has not."""

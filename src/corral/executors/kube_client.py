@@ -410,6 +410,7 @@ class ClusterExecutor(abc.ABC):
     kind: str
     objects: str  # what it creates, for logs: "Jobs", "Workflows"
     make_template: Callable[[config.Settings], Template]
+    pod_label: str  # the label its controller puts on each pod: the launch's name
 
     def __init__(
         self,
@@ -423,6 +424,7 @@ class ClusterExecutor(abc.ABC):
         self.k8s = settings.executors.kubernetes
         self.namespace = self.k8s.namespace
         self.start_timeout = settings.pod_start_timeout
+        self.stop_grace = self.k8s.termination_grace
         self.margin = settings.timeouts.margin
         self._launched_in: collections.OrderedDict[str, str] = collections.OrderedDict()
         self._clock = clock
@@ -568,6 +570,23 @@ class ClusterExecutor(abc.ABC):
             raise errors.ExecutorError(f"{self.kind} executor: used before start()")
         return self._api
 
+    async def still_running(self, names: Sequence[str]) -> dict[str, str]:
+        """Of these launches, those with a pod that has not ended (running, or being
+        deleted and still in its termination grace), whether their Job or Workflow is
+        there or not: one label-selected list of corral's pods in each namespace that may
+        hold one of them."""
+        wanted = {name: set(self.namespaces_for(name)) for name in names}
+        running: dict[str, str] = {}
+        for namespace in dict.fromkeys(ns for where in wanted.values() for ns in where):
+            pods = await self.api.list_all(
+                "pods", self._core.list_namespaced_pod, selector=MANAGED, namespace=namespace
+            )
+            for pod in pods.items:
+                name = labels_of(pod).get(self.pod_label, "")
+                if namespace in wanted.get(name, ()) and not pod_ended(pod):
+                    running.setdefault(name, describe_pod(pod))
+        return running
+
     async def observe_listed(
         self,
         names: Sequence[str],
@@ -629,6 +648,23 @@ def _typed(model_class: type[Owned], body: Mapping[str, Any], what: str) -> Owne
 
 
 # --- reading objects ------------------------------------------------------------------------
+
+
+def pod_ended(pod: Mapping[str, Any]) -> bool:
+    """Whether the pod's containers have all ended (Succeeded or Failed): a pod being
+    deleted runs on until then, for as long as its termination grace."""
+    return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+
+
+def describe_pod(pod: Mapping[str, Any]) -> str:
+    """A pod in words, for the run log: `pod corral-5-1-x7kq2 (Terminating)`."""
+    meta = pod.get("metadata") or {}
+    phase = (
+        "Terminating"
+        if meta.get("deletionTimestamp")
+        else (pod.get("status") or {}).get("phase", "Pending")
+    )
+    return f"pod {meta.get('name')} ({phase})"
 
 
 def selector_text(selector: Mapping[str, str]) -> str:

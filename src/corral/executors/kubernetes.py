@@ -787,6 +787,7 @@ class KubernetesExecutor(kube_client.ClusterExecutor):
     kind = KIND
     objects = "Jobs"
     make_template = JobTemplate
+    pod_label = JOB_NAME_LABEL
 
     def _bind(self, api_client: kube.ApiClient) -> None:
         self._batch = kube.BatchV1Api(api_client)
