@@ -256,6 +256,25 @@ def test_corral_deploy_rbac_gives_argo_pods_their_role_in_every_allowed_namespac
     assert all("delete" not in r["verbs"] for r in workflows), "cancel patches, never deletes"
 
 
+def test_argo_may_list_and_delete_pods_and_a_shared_rule_keeps_each_reason(
+    toml_file: Path,
+) -> None:
+    from click.testing import CliRunner
+
+    def rbac(executors: str) -> str:
+        args = ["--config", str(toml_file), "deploy", "rbac", "--executors", executors]
+        result = CliRunner().invoke(cli.main, args)
+        assert result.exit_code == 0, result.output
+        return result.output
+
+    [role, *_] = [d for d in yaml.safe_load_all(rbac("argo")) if d["kind"] == "Role"]
+    pods = [r for r in role["rules"] if r["resources"] == ["pods"]]
+    assert pods == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "delete"]}]
+    both = " ".join(rbac("kubernetes,argo").split())
+    assert "# a Job's pods: why one waits" in both
+    assert "; a Workflow's pods: delete one left running" in both
+
+
 def test_the_deployments_run_as_the_bound_service_account() -> None:
     binding = _one("RoleBinding", "corral")
     assert binding["roleRef"] == {

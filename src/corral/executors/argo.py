@@ -40,6 +40,9 @@ after it, made by a later launch of the name if a launch stopped in between), a 
 the Workflow mounted read-only into the container, CORRAL_PAYLOAD_FILE naming its file.
 The attempt token reaches it as on a Job too: from a Secret named after the launch, owned
 by the Workflow, never in the Workflow in the clear.
+
+A pod left running by a Workflow deleted without a propagation policy is found and
+stopped by the reconciler's orphan sweep as a Job's is (`ClusterExecutor.list_strays`).
 """
 
 from __future__ import annotations
@@ -252,6 +255,13 @@ RULES = rbac.Rules(
             "a Workflow an attempt: created, read, listed and watched for finishes, patched"
             " with spec.shutdown to cancel",
         ),
+        rbac.Rule(
+            "",
+            "pods",
+            ("list", "delete"),
+            "a Workflow's pods: delete one left running by a Workflow deleted without a"
+            " propagation policy, or by an attempt that has ended",
+        ),
         *kube_client.OWNED_RULES,
         rbac.Rule(
             "argoproj.io",
@@ -318,11 +328,13 @@ class ArgoExecutor(kube_client.ClusterExecutor):
         `names` (one request a page), each read as `list_managed` reads it."""
         return await self.observe_listed(names, self._list_in, self._observation)
 
-    async def _list_in(self, namespace: str) -> kube_client.Listing:
+    async def _list_in(
+        self, namespace: str, selector: str = kube_client.MANAGED
+    ) -> kube_client.Listing:
         return await self.api.list_all(
             "Workflows",
             self._custom.list_namespaced_custom_object,
-            selector=kube_client.MANAGED,
+            selector=selector,
             **self._scope(namespace),
         )
 

@@ -47,7 +47,7 @@ from kubernetes.aio import config as kube_config
 from kubernetes.aio import watch as kube_watch
 
 from corral import clock, config, errors, model
-from corral.executors import rbac, startup
+from corral.executors import base, rbac, startup
 
 log = logging.getLogger("corral.executors.kubernetes")
 
@@ -624,6 +624,66 @@ class ClusterExecutor(abc.ABC):
         await asyncio.gather(*(one(name, obj) for name, obj in found.items()))
         return seen
 
+    @abc.abstractmethod
+    async def _list_in(self, namespace: str, selector: str = MANAGED) -> Listing:
+        """Every Job or Workflow in `namespace` that `selector` matches (in pages)."""
+
+    # --- pods left running (base.LeavesStrays) ---------------------------------------------
+
+    async def list_strays(self, selector: Mapping[str, str]) -> list[base.Stray]:
+        """corral's live pods in each allowed namespace (not those already terminating),
+        each with whether its Job or Workflow is gone: one deleted without a propagation
+        policy (`kubectl delete --cascade=orphan`, an old client's default for Jobs) leaves
+        its pods running. The pods are listed before the Jobs or Workflows, so one made in
+        between is never missing from the second list."""
+        labels = selector_text(selector)
+        strays: list[base.Stray] = []
+        for namespace in self.k8s.namespaces_allowed:
+            pods = await self.api.list_all(
+                "pods", self._core.list_namespaced_pod, selector=labels, namespace=namespace
+            )
+            live = [pod for pod in pods.items if live_pod(pod)]
+            if not live:
+                continue
+            launches = await self._list_in(namespace, labels)
+            uids = {str((obj.get("metadata") or {}).get("uid")) for obj in launches.items}
+            strays += [self._stray(pod, namespace, uids) for pod in live]
+        return strays
+
+    def _stray(self, pod: Mapping[str, Any], namespace: str, launches: set[str]) -> base.Stray:
+        """A live pod of corral's as a stray: its launch gone when none of the uids of
+        `launches` (the Jobs or Workflows listed) is one of its owners'."""
+        meta = pod.get("metadata") or {}
+        labels = labels_of(pod)
+        return base.Stray(
+            name=str(meta.get("name", "")),
+            namespace=namespace,
+            uid=str(meta.get("uid", "")),
+            launch_name=labels.get(self.pod_label, ""),
+            identity=model.identity_from_labels(labels),
+            launch_gone=not self._owner_uids(pod) & launches,
+        )
+
+    def _owner_uids(self, pod: Mapping[str, Any]) -> set[str]:
+        """The uids of what owns the pod: its owner references'. The garbage collector
+        removes the reference of an owner deleted with `--cascade=orphan`, so a pod left so
+        has none: a namesake Job or Workflow made since (the launch made again) never
+        passes for the one that made it."""
+        refs = (pod.get("metadata") or {}).get("ownerReferences") or []
+        return {str(ref["uid"]) for ref in refs if ref.get("uid")}
+
+    async def stop_stray(self, stray: base.Stray) -> None:
+        """Delete the pod (its uid the precondition: never a namesake made since), with its
+        own terminationGracePeriodSeconds; one already gone is fine."""
+        options = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=stray.uid))
+        await self.api.call(
+            f"deleting pod {stray.namespace}/{stray.name}",
+            lambda: self._core.delete_namespaced_pod_without_preload_content(
+                stray.name, stray.namespace, body=options, _request_timeout=self.api.timeout
+            ),
+            ok=lambda exc: is_status(exc, 404, 409),
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class _OwnedCalls:
@@ -688,6 +748,13 @@ def timestamp(value: Any) -> datetime | None:
         return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
     except ValueError:
         return None
+
+
+def live_pod(pod: Mapping[str, Any]) -> bool:
+    """A pod that runs or may still run, and that no one is deleting yet."""
+    meta = pod.get("metadata") or {}
+    phase = (pod.get("status") or {}).get("phase")
+    return not meta.get("deletionTimestamp") and phase not in ("Succeeded", "Failed")
 
 
 def last_line(text: Any) -> str | None:

@@ -831,12 +831,11 @@ class KubernetesExecutor(kube_client.ClusterExecutor):
         waits to start, its pods."""
         return await self.observe_listed(names, self._list_in, self._observation)
 
-    async def _list_in(self, namespace: str) -> kube_client.Listing:
+    async def _list_in(
+        self, namespace: str, selector: str = kube_client.MANAGED
+    ) -> kube_client.Listing:
         return await self.api.list_all(
-            "Jobs",
-            self._batch.list_namespaced_job,
-            selector=kube_client.MANAGED,
-            namespace=namespace,
+            "Jobs", self._batch.list_namespaced_job, selector=selector, namespace=namespace
         )
 
     async def list_managed(self, selector: Mapping[str, str]) -> list[model.Observation]:
@@ -902,39 +901,13 @@ class KubernetesExecutor(kube_client.ClusterExecutor):
         )
         return answer is not None
 
-    async def list_strays(self, selector: Mapping[str, str]) -> list[base.Stray]:
-        """corral's live pods in each allowed namespace (not those already terminating),
-        each with whether its Job is gone: a Job deleted without a propagation policy (as
-        `kubectl delete job --cascade=orphan` does, or an old client's default) leaves its
-        pods running. The pods are listed before the Jobs, so a Job made in between is
-        never missing from the second list."""
-        labels = kube_client.selector_text(selector)
-        strays: list[base.Stray] = []
-        for namespace in self.k8s.namespaces_allowed:
-            pods = await self.api.list_all(
-                "pods", self._core.list_namespaced_pod, selector=labels, namespace=namespace
-            )
-            live = [pod for pod in pods.items if _live_pod(pod)]
-            if not live:
-                continue
-            jobs = await self.api.list_all(
-                "Jobs", self._batch.list_namespaced_job, selector=labels, namespace=namespace
-            )
-            uids = {job.get("metadata", {}).get("uid") for job in jobs.items}
-            strays += [_stray(pod, namespace, uids) for pod in live]
-        return strays
-
-    async def stop_stray(self, stray: base.Stray) -> None:
-        """Delete the pod (its uid the precondition: never a namesake made since), with its
-        own terminationGracePeriodSeconds; one already gone is fine."""
-        options = kube.V1DeleteOptions(preconditions=kube.V1Preconditions(uid=stray.uid))
-        await self.api.call(
-            f"deleting pod {stray.namespace}/{stray.name}",
-            lambda: self._core.delete_namespaced_pod_without_preload_content(
-                stray.name, stray.namespace, body=options, _request_timeout=self.api.timeout
-            ),
-            ok=lambda exc: kube_client.is_status(exc, 404, 409),
-        )
+    def _owner_uids(self, pod: Mapping[str, Any]) -> set[str]:
+        """Its owner references' uids and its controller-uid label's, which stays on a pod
+        whose Job was deleted with `--cascade=orphan`."""
+        uids = super()._owner_uids(pod)
+        if uid := kube_client.labels_of(pod).get(CONTROLLER_UID):
+            uids.add(uid)
+        return uids
 
     async def events(self) -> AsyncGenerator[model.Observation, None]:
         """Each Job's finish, once, as the watch sees it. Jobs that had finished before the
@@ -1268,30 +1241,6 @@ def _logged_pod(found: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
     """The pod whose log is the attempt's: the one that succeeded, else the last failed."""
     done = [p for p in found if (p.get("status") or {}).get("phase") == "Succeeded"]
     return done[-1] if done else _last_failed(found)
-
-
-def _live_pod(pod: Mapping[str, Any]) -> bool:
-    """A pod that runs or may still run, and that no one is deleting yet."""
-    meta = pod.get("metadata") or {}
-    phase = (pod.get("status") or {}).get("phase")
-    return not meta.get("deletionTimestamp") and phase not in ("Succeeded", "Failed")
-
-
-def _stray(pod: Mapping[str, Any], namespace: str, jobs: set[Any]) -> base.Stray:
-    """A live pod of corral's as a stray: its Job gone when no Job listed has its
-    controller-uid (nor its owner reference's uid)."""
-    meta = pod.get("metadata") or {}
-    labels = kube_client.labels_of(pod)
-    owners = {ref.get("uid") for ref in meta.get("ownerReferences") or []}
-    owners.add(labels.get(CONTROLLER_UID))
-    return base.Stray(
-        name=str(meta.get("name", "")),
-        namespace=namespace,
-        uid=str(meta.get("uid", "")),
-        launch_name=labels.get(JOB_NAME_LABEL, ""),
-        identity=model.identity_from_labels(labels),
-        launch_gone=not (owners - {None}) & jobs,
-    )
 
 
 def _finished(job: Mapping[str, Any]) -> bool:

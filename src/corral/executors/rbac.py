@@ -83,7 +83,11 @@ def manifests(
 
 def render(docs: Sequence[dict[str, Any]], rules: Sequence[Rules], command: str) -> str:
     """`docs` as one YAML file, each rule of a Role after a comment that says why."""
-    reasons = {(r.group, r.resource): r.why for each in rules for r in (*each.corral, *each.pods)}
+    reasons: dict[tuple[str, str], list[str]] = {}  # each executor's, where two need a resource
+    for rule in (r for each in rules for r in (*each.corral, *each.pods)):
+        said = reasons.setdefault((rule.group, rule.resource), [])
+        if rule.why not in said:
+            said.append(rule.why)
     head = (
         f"# Made by `{command}`: what corral, and the pods of its jobs, may do in the\n"
         "# namespaces jobs run in: exactly the API calls the enabled executors make. Do not\n"
@@ -98,7 +102,8 @@ def render(docs: Sequence[dict[str, Any]], rules: Sequence[Rules], command: str)
         lines = ["rules:"]
         for rule in doc["rules"]:
             [group], [resource] = rule["apiGroups"], rule["resources"]
-            lines += [f"  # {line}" for line in textwrap.wrap(reasons[(group, resource)], 86)]
+            why = "; ".join(reasons[(group, resource)])
+            lines += [f"  # {line}" for line in textwrap.wrap(why, 86)]
             lines += [
                 f"  - apiGroups: {json.dumps(rule['apiGroups'])}",
                 f"    resources: {json.dumps(rule['resources'])}",
