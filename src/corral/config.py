@@ -1116,7 +1116,8 @@ class Link:
     (margin None) only `<=`. A `postgres_only` link is about corral's own connections to
     PostgreSQL: it is checked only when database_url is a PostgreSQL one (SQLite uses none
     of those limits), and always with corral's own settings (a job's tighter limits do not
-    make corral's transactions any shorter).
+    make corral's transactions any shorter). A `cluster_only` link is about pods: checked
+    only when the kubernetes or argo executor is enabled.
     """
 
     inner: str
@@ -1126,6 +1127,7 @@ class Link:
     extra: str | None = None
     postgres_only: bool = False
     deployment_only: bool = False  # about corral's own processes: a job's limits do not apply
+    cluster_only: bool = False  # about pods: checked only when kubernetes or argo is enabled
 
 
 CHAIN = (
@@ -1145,6 +1147,14 @@ CHAIN = (
         extra="timeouts.cancel_grace",
         why="an attempt still being stopped at its deadline must not be taken for lost"
         " and launched a second time",
+    ),
+    Link(
+        "timeouts.attempt_deadline",
+        "timeouts.recovery_grace",
+        extra="executors.kubernetes.termination_grace",
+        cluster_only=True,
+        why="a pod stopped at its deadline runs on for its termination grace: it must have"
+        " ended before recovery may take its attempt for lost and run the job beside it",
     ),
     Link(
         "executors.kubernetes.pod_start_timeout",
@@ -1307,6 +1317,7 @@ def chain(
     (`job_margin`)."""
     replaced = {f"timeouts.{name}": value for name, value in (limits or {}).items()}
     postgres = not settings.database_url.startswith("sqlite:")
+    cluster = bool({"kubernetes", "argo"} & set(settings.executors.enabled))
 
     def check(link: Link) -> LinkCheck:
         def value(dotted: str) -> Any:
@@ -1329,7 +1340,7 @@ def chain(
             extra=_units(value(link.extra)) if link.extra else 0,
             outer=_units(value(link.outer)),
             needed=needed(),
-            applies=postgres or not link.postgres_only,
+            applies=(postgres or not link.postgres_only) and (cluster or not link.cluster_only),
         )
 
     return [check(link) for link in CHAIN]

@@ -612,7 +612,8 @@ def test_check_shows_the_database_links_on_postgresql(tmp_path: Path) -> None:
     on_sqlite = check(CORRAL_TIMEOUTS__LAUNCH_GRACE="30s")
     assert on_sqlite.returncode == 0, on_sqlite.stderr
     assert "n/a: 7 links for PostgreSQL, unused on SQLite" in on_sqlite.stdout
-    assert on_sqlite.stdout.count("n/a") == 8
+    assert "1 for pods, with no kubernetes or argo executor" in on_sqlite.stdout
+    assert on_sqlite.stdout.count("n/a") == 9
     pg = "postgresql+psycopg://corral@127.0.0.1:5432/corral"  # check reads, never connects
     ok = check(CORRAL_DATABASE_URL=pg, CORRAL_TIMEOUTS__LAUNCH_GRACE="30s")
     assert ok.returncode == 0, ok.stderr

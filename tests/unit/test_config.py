@@ -346,10 +346,13 @@ def test_database_limits_have_defaults_that_nest_inside_the_tick_and_lease_limit
         "transaction_timeout": 20,
     }
     assert (t.launch_grace, t.lease_timeout) == (timedelta(seconds=30), timedelta(seconds=60))
-    links = {(c.link.inner, c.link.outer): c for c in chain(Settings.load(None, database_url=PG))}
+    links = {
+        (c.link.inner, c.link.outer, c.link.extra): c
+        for c in chain(Settings.load(None, database_url=PG))
+    }
     for inner in ("lock", "statement", "connect", "tcp", "idle", "transaction"):
-        assert any(i == f"timeouts.database_{inner}_timeout" for i, _ in links), inner
-    assert all(c.ok and c.applies for c in links.values())
+        assert any(i == f"timeouts.database_{inner}_timeout" for i, _, _ in links), inner
+    assert all(c.ok and (c.applies or c.link.cluster_only) for c in links.values())
     # A job may still have a lease shorter than a store call: the links are corral's own.
     policy = config.job_policy(
         Settings.load(None, database_url=PG), {"limits": {"lease_timeout": "10s"}}
@@ -489,3 +492,18 @@ def test_durations_are_written_as_people_write_them() -> None:
     ]
     assert shown == ["500ms", "2.5s", "5s", "1m30s", "5m", "1h30m", "62.5s"]
     assert all(parse_duration(text) for text in shown)
+
+
+def test_a_pods_termination_grace_is_in_the_chain_only_with_a_cluster_executor() -> None:
+    """A pod stopped at its deadline runs on for its termination grace: recovery must not
+    take its attempt for lost before then. Without a cluster executor there are no pods."""
+    timeouts = {"attempt_deadline": "4m", "recovery_grace": "6m"}
+    slow = {"termination_grace": "2m"}
+    with pytest.raises(errors.ConfigError) as caught:
+        Settings.load(
+            None, timeouts=timeouts, executors={"enabled": ["kubernetes"], "kubernetes": slow}
+        )
+    said = str(caught.value)
+    assert "timeouts.attempt_deadline (240s) + executors.kubernetes.termination_grace" in said
+    assert "must have ended before recovery may take its attempt for lost" in said
+    Settings.load(None, timeouts=timeouts, executors={"enabled": ["process"], "kubernetes": slow})

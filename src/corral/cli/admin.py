@@ -61,8 +61,13 @@ def check(state: State, as_json: bool) -> None:
     if not as_json:
         margin = settings.timeouts.margin.total_seconds()
         tick = settings.timeouts.tick_margin.total_seconds()
-        unused = sum(not c.applies for c in config.chain(settings))
-        note = f"; n/a: {unused} links for PostgreSQL, unused on SQLite" if unused else ""
+        checks = config.chain(settings)
+        unused = sum(not c.applies for c in checks)
+        pg = sum(not c.applies and c.link.postgres_only for c in checks)
+        pods = unused - pg
+        parts = [f"{pg} links for PostgreSQL, unused on SQLite"] if pg else []
+        parts += [f"{pods} for pods, with no kubernetes or argo executor"] if pods else []
+        note = f"; n/a: {', '.join(parts)}" if parts else ""
         out.print(
             f"all {len(config.CHAIN) - unused} limits nest"
             f" (margin {margin:g}s, tick margin {tick:g}s){note}"

@@ -262,7 +262,7 @@ def _show(c: config.LinkCheck, units: int) -> str:
 
 def _status(c: config.LinkCheck) -> str:
     if not c.applies:
-        return "[dim]n/a[/dim]"  # a PostgreSQL link, on SQLite
+        return "[dim]n/a[/dim]"  # a PostgreSQL link on SQLite, a pods' link with no cluster
     return "ok" if c.ok else "[red]BROKEN[/red]"
 
 
