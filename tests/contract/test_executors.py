@@ -20,7 +20,9 @@ import pytest
 
 from corral import clock, config, errors, model
 from corral.executors import argo, base, kubernetes, process, registry
+from tests.support import cluster as double
 from tests.support import kube_api, procs
+from tests.support.cluster import sh
 from tests.support.launches import make_launch
 from tests.support.wait import PATIENCE, eventually
 
@@ -103,26 +105,10 @@ class Backend:
         return await self.wait_for(name, lambda o: o.phase.finished)
 
 
-def cluster_settings(**k8s: Any) -> config.Settings:
-    return config.Settings(
-        executors={"kubernetes": {"namespace": "default", "termination_grace": 2, **k8s}}
-    )
-
-
-def sh(script: str) -> list[str]:
-    return ["sh", "-c", script]
-
-
-def cluster_executor(kind: str, cluster: kube_api.Cluster, settings: config.Settings) -> Any:
-    made = {
-        "kubernetes": kubernetes.KubernetesExecutor,
-        "argo": getattr(argo, "ArgoExecutor", None),
-    }[kind]
-    return made(
-        settings=settings,
-        clock=clock.SystemClock(),
-        configuration=kube_api.configuration(cluster),
-    )
+CLUSTER_SETTINGS = config.Settings(
+    executors={"kubernetes": {"namespace": "default", "termination_grace": 2}}
+)
+"""The cluster executors' settings in this suite: the defaults but a 2 s termination grace."""
 
 
 @pytest.fixture(params=[*KINDS, REAL_CLUSTER])
@@ -153,11 +139,12 @@ async def process_backend(kind: str, tmp_path: Path) -> AsyncIterator[Backend]:
 
 async def cluster_backend(kind: str, tmp_path: Path) -> AsyncIterator[Backend]:
     """The kubernetes or argo executor on the real client, against the API double."""
-    async with kube_api.cluster() as cluster:
-        ex = cluster_executor(kind, cluster, cluster_settings())
-        await ex.start()
+    made = {"kubernetes": kubernetes.KubernetesExecutor, "argo": argo.ArgoExecutor}[kind]
+    async with (
+        kube_api.cluster() as cluster,
+        double.started(made, cluster, using=CLUSTER_SETTINGS) as ex,
+    ):
         yield Backend(kind, ex, cluster)
-        await ex.close()
 
 
 BACKENDS: dict[str, Callable[[str, Path], AsyncIterator[Backend]]] = {

@@ -13,8 +13,9 @@ import pytest
 from corral import clock, errors, model, reconciler, store
 from corral.executors import kubernetes
 from corral.testing import FrozenClock
-from tests.integration.test_kubernetes_faults import JOBS_URL, NS, launch, observe, settings
+from tests.integration.test_kubernetes_faults import launch
 from tests.support import kube_api
+from tests.support.cluster import JOBS_URL, NS, observe, settings, started
 from tests.support.wait import PATIENCE, eventually
 
 pytestmark = pytest.mark.timeout(4 * PATIENCE)
@@ -35,12 +36,6 @@ class SkippingClock(clock.SystemClock):
 
 
 @pytest.fixture
-async def cluster() -> AsyncIterator[kube_api.Cluster]:
-    async with kube_api.cluster() as c:
-        yield c
-
-
-@pytest.fixture
 def skipping() -> SkippingClock:
     return SkippingClock()
 
@@ -50,16 +45,8 @@ async def ex(
     cluster: kube_api.Cluster, skipping: SkippingClock
 ) -> AsyncIterator[kubernetes.KubernetesExecutor]:
     # request_timeout 1 s: a call's deadline is 4 s, (RETRIES + 1) request timeouts
-    executor = kubernetes.KubernetesExecutor(
-        settings=settings(),
-        clock=skipping,
-        configuration=kube_api.configuration(cluster),
-    )
-    await executor.start()
-    try:
+    async with started(kubernetes.KubernetesExecutor, cluster, clock_=skipping) as executor:
         yield executor
-    finally:
-        await executor.close()
 
 
 @pytest.mark.parametrize("code", [429, 503])

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import dataclasses
 import json
 import time
@@ -18,32 +17,14 @@ from typing import Any
 import kmock
 import pytest
 
-from corral import clock, config, errors, model
+from corral import clock, errors, model
 from corral.executors import argo, kubernetes
-from tests.contract.test_executors import sh
 from tests.support import kube_api
+from tests.support.cluster import IMAGE, JOBS_URL, NS, observe, settings, sh, started, until
 from tests.support.launches import make_launch
 from tests.support.wait import PATIENCE, eventually
 
 pytestmark = pytest.mark.timeout(6 * PATIENCE)  # a test waits for at most six things
-
-NS = "default"
-JOBS_URL = "/apis/batch/v1/namespaces/default/jobs"
-IMAGE = "busybox:1.36"
-
-
-def settings(**k8s: Any) -> config.Settings:
-    return config.Settings(
-        executors={
-            "kubernetes": {
-                "namespace": NS,
-                "termination_grace": 2,
-                "request_timeout": 1,
-                "watch_timeout": 2,
-                **k8s,
-            }
-        }
-    )
 
 
 def launch(name: str, command: list[str], **kw: Any) -> model.Launch:
@@ -51,43 +32,9 @@ def launch(name: str, command: list[str], **kw: Any) -> model.Launch:
 
 
 @pytest.fixture
-async def cluster() -> AsyncIterator[kube_api.Cluster]:
-    async with kube_api.cluster() as c:
-        yield c
-
-
-@contextlib.asynccontextmanager
-async def started(made: Any, cluster: kube_api.Cluster) -> AsyncIterator[Any]:
-    """An executor of class `made` on the double, started, closed on exit."""
-    executor = made(
-        settings=settings(),
-        clock=clock.SystemClock(),
-        configuration=kube_api.configuration(cluster),
-    )
-    await executor.start()
-    try:
-        yield executor
-    finally:
-        await executor.close()
-
-
-@pytest.fixture
 async def ex(cluster: kube_api.Cluster) -> AsyncIterator[kubernetes.KubernetesExecutor]:
     async with started(kubernetes.KubernetesExecutor, cluster) as executor:
         yield executor
-
-
-async def observe(ex: Any, name: str) -> model.Observation:
-    return (await ex.observe([name]))[name]
-
-
-async def until(ex: Any, name: str, test: Any) -> model.Observation:
-    async def seen() -> model.Observation | None:
-        obs = await observe(ex, name)
-        return obs if test(obs) else None
-
-    found: model.Observation = await eventually(seen, what=f"{name} as wanted")
-    return found
 
 
 def creates(cluster: kube_api.Cluster) -> int:
@@ -215,9 +162,11 @@ async def test_a_job_that_finishes_while_being_cancelled_keeps_its_result(
     read = ex._get
 
     async def read_then_finish(name: str) -> dict[str, Any] | None:
-        """The cancel reads the Job running; it completes before the delete arrives."""
+        """The cancel reads the Job running; its pod exits 0, so the Job completes,
+        before the delete arrives."""
         job = await read(name)
-        cluster.jobs._finish(cluster.api.get(kube_api.JOBS, NS, name), "Complete", None)
+        (pod,) = cluster.jobs.pods_of(cluster.api.get(kube_api.JOBS, NS, name))
+        cluster.kubelet.end(NS, pod["metadata"]["name"], 0)
         return job
 
     monkeypatch.setattr(ex, "_get", read_then_finish)

@@ -14,48 +14,21 @@ import aiohttp
 import pytest
 from click.testing import CliRunner
 
-from corral import cli, clock, config, model, runtime
+from corral import cli, config, model, runtime
 from corral.executors import kubernetes
-from tests.contract.test_executors import sh
 from tests.integration import test_kubernetes_end_to_end as end_to_end
 from tests.support import kube_api
+from tests.support.cluster import IMAGE, NS, sh, started
 from tests.support.launches import make_launch
 from tests.support.wait import PATIENCE, eventually
 
 pytestmark = pytest.mark.timeout(4 * PATIENCE)
 
-NS = "default"
-IMAGE = "busybox:1.36"
-
-
-@pytest.fixture
-async def cluster() -> AsyncIterator[kube_api.Cluster]:
-    async with kube_api.cluster() as c:
-        yield c
-
 
 @pytest.fixture
 async def ex(cluster: kube_api.Cluster) -> AsyncIterator[kubernetes.KubernetesExecutor]:
-    settings = config.Settings(
-        executors={
-            "kubernetes": {
-                "namespace": NS,
-                "termination_grace": 2,
-                "request_timeout": 2,
-                "watch_timeout": 2,
-            }
-        }
-    )
-    executor = kubernetes.KubernetesExecutor(
-        settings=settings,
-        clock=clock.SystemClock(),
-        configuration=kube_api.configuration(cluster),
-    )
-    await executor.start()
-    try:
+    async with started(kubernetes.KubernetesExecutor, cluster, request_timeout=2) as executor:
         yield executor
-    finally:
-        await executor.close()
 
 
 async def launched(ex: kubernetes.KubernetesExecutor, name: str, script: str) -> None:

@@ -5,24 +5,22 @@ the API double on loopback, with a short pod start timeout."""
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
-from corral import clock, config, errors, model
+from corral import errors, model
 from corral.executors import argo, kubernetes
-from tests.contract.test_executors import sh
+from tests.support import cluster as double
 from tests.support import kube_api
+from tests.support.cluster import IMAGE, NS, observe, sh, until
 from tests.support.launches import make_launch
 from tests.support.wait import PATIENCE, eventually
 
 pytestmark = pytest.mark.timeout(6 * PATIENCE)
 
-NS = "default"
-IMAGE = "busybox:1.36"
 START = 1.5
 """The pod start timeout of these tests, in seconds."""
 PULL_ERROR = 'rpc error: code = NotFound desc = failed to pull image "ghcr.io/acme/etl:9.9"'
@@ -30,39 +28,9 @@ NO_NODES = "0/3 nodes are available: 3 Insufficient cpu. preemption: 0/3 nodes a
 DENIAL = "[no-root] containers must set runAsNonRoot"
 
 
-def settings(**k8s: Any) -> config.Settings:
-    return config.Settings(
-        executors={
-            "kubernetes": {
-                "namespace": NS,
-                "termination_grace": 2,
-                "request_timeout": 1,
-                "watch_timeout": 2,
-                "pod_start_timeout": START,
-                **k8s,
-            }
-        }
-    )
-
-
-@pytest.fixture
-async def cluster() -> AsyncIterator[kube_api.Cluster]:
-    async with kube_api.cluster() as c:
-        yield c
-
-
-@contextlib.asynccontextmanager
-async def started(made: Any, cluster: kube_api.Cluster, **k8s: Any) -> AsyncIterator[Any]:
-    executor = made(
-        settings=settings(**k8s),
-        clock=clock.SystemClock(),
-        configuration=kube_api.configuration(cluster),
-    )
-    await executor.start()
-    try:
-        yield executor
-    finally:
-        await executor.close()
+def started(made: Any, cluster: kube_api.Cluster, **k8s: Any) -> Any:
+    """An executor on the double (started, closed on exit), its pod start timeout START."""
+    return double.started(made, cluster, **{"pod_start_timeout": START, **k8s})
 
 
 @pytest.fixture
@@ -79,19 +47,6 @@ async def wf(cluster: kube_api.Cluster) -> AsyncIterator[argo.ArgoExecutor]:
 
 def launch(name: str, command: list[str], kind: str = "kubernetes", **spec: Any) -> model.Launch:
     return make_launch(kind, name, {"image": IMAGE, "command": command, **spec})
-
-
-async def observe(ex: Any, name: str) -> model.Observation:
-    return (await ex.observe([name]))[name]
-
-
-async def until(ex: Any, name: str, test: Any) -> model.Observation:
-    async def seen() -> model.Observation | None:
-        obs = await observe(ex, name)
-        return obs if test(obs) else None
-
-    found: model.Observation = await eventually(seen, what=f"{name} as wanted")
-    return found
 
 
 async def waits_then_fails(ex: Any, name: str, reason: str) -> model.Observation:

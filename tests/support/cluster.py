@@ -1,0 +1,89 @@
+"""What the tests of the `kubernetes` and `argo` executors share: the API double with its
+controllers as a fixture (`cluster`), settings with short limits, an executor of corral's
+started on the double, and waits on what it observes.
+
+tests/integration/conftest.py makes `cluster` a fixture of every integration test, so the
+double is made and closed in one place."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+
+from corral import clock, config, model
+from corral.executors import kube_client
+from tests.support import kube_api
+from tests.support.wait import eventually
+
+NS = "default"
+IMAGE = "busybox:1.36"
+JOBS_URL = f"/apis/batch/v1/namespaces/{NS}/jobs"
+
+
+@pytest.fixture
+async def cluster() -> AsyncIterator[kube_api.Cluster]:
+    """The API double on loopback, its kubelet, Job controller and Argo controller."""
+    async with kube_api.cluster() as c:
+        yield c
+
+
+def settings(**k8s: Any) -> config.Settings:
+    """`executors.kubernetes` for the double: namespace NS, a 2 s termination grace, and
+    short timeouts (a call's deadline is (RETRIES + 1) request timeouts: 4 s), `k8s` over
+    them."""
+    return config.Settings(
+        executors={
+            "kubernetes": {
+                "namespace": NS,
+                "termination_grace": 2,
+                "request_timeout": 1,
+                "watch_timeout": 2,
+                **k8s,
+            }
+        }
+    )
+
+
+@contextlib.asynccontextmanager
+async def started(
+    made: Callable[..., kube_client.ClusterExecutor],
+    cluster: kube_api.Cluster,
+    *,
+    using: config.Settings | None = None,
+    clock_: clock.Clock | None = None,
+    **k8s: Any,
+) -> AsyncIterator[Any]:
+    """An executor of class `made` on the double, started, closed on exit: on `using`, or
+    else `settings(**k8s)`, and the system clock unless `clock_` is given."""
+    executor = made(
+        settings=using or settings(**k8s),
+        clock=clock_ or clock.SystemClock(),
+        configuration=kube_api.configuration(cluster),
+    )
+    await executor.start()
+    try:
+        yield executor
+    finally:
+        await executor.close()
+
+
+def sh(script: str) -> list[str]:
+    return ["sh", "-c", script]
+
+
+async def observe(ex: Any, name: str) -> model.Observation:
+    return (await ex.observe([name]))[name]
+
+
+async def until(ex: Any, name: str, test: Callable[[model.Observation], bool]) -> model.Observation:
+    """The first observation of `name` that passes `test` (polled)."""
+
+    async def seen() -> model.Observation | None:
+        obs = await observe(ex, name)
+        return obs if test(obs) else None
+
+    found: model.Observation = await eventually(seen, what=f"{name} as wanted")
+    return found
