@@ -200,6 +200,7 @@ class KubeApi(kmock.KubernetesEmulator):  # type: ignore[misc]
         self.logs: dict[tuple[str, str], bytearray] = {}  # (namespace, pod) -> its output
         self.calls: list[Call] = []  # every API request served, as RBAC reads it
         self.bookmark_every = BOOKMARK_SECONDS
+        self.bookmarked: list[int] = []  # the resourceVersion of each BOOKMARK sent
 
     # kmock's emulator mutates its own store before routing; ours does it in the handlers.
     async def _handle(self, request: kmock.Request) -> Any:
@@ -585,6 +586,7 @@ class KubeApi(kmock.KubernetesEmulator):  # type: ignore[misc]
         """A BOOKMARK: the watched kind with only a resourceVersion, the newest the server
         has sent this watch everything up to (its queue is empty when one is sent)."""
         group, version, _ = resource
+        self.bookmarked.append(self.last_rv)
         obj = {
             "kind": KINDS[resource],
             "apiVersion": f"{group}/{version}" if group else version,

@@ -1111,7 +1111,10 @@ def job_observation(job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -
     code, the termination reason (OOMKilled, Error...) and the last line of its
     termination message; DeadlineExceeded, pod disruptions (a node lost, an eviction)
     and a pod deleted under its Job (`kubectl delete pod`) are transient. Any number of
-    pods is still one attempt."""
+    pods is still one attempt. Until `Complete` or `Failed` the attempt has not ended, even
+    once the Job's end is decided (SuccessCriteriaMet, FailureTarget): its pods may still
+    run. It is RUNNING while a pod is ready, or Running though terminating (no longer
+    counted ready, but running on in its grace)."""
     meta, status = job.get("metadata", {}), job.get("status") or {}
     name, labels = str(meta.get("name", "")), kube_client.labels_of(job)
     started = kube_client.timestamp(status.get("startTime"))
@@ -1140,7 +1143,9 @@ def job_observation(job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -
             ),
         )
     if failed is None:
-        running = int(status.get("ready") or 0) > 0
+        running = int(status.get("ready") or 0) > 0 or any(
+            (pod.get("status") or {}).get("phase") == "Running" for pod in pods
+        )
         return model.Observation(
             name=name,
             phase=model.Phase.RUNNING if running else model.Phase.PENDING,
