@@ -736,9 +736,11 @@ async def test_a_watch_that_allows_bookmarks_gets_them_while_quiet(k8s: Fixture)
 
 async def test_every_request_is_recorded_as_rbac_reads_it(k8s: Fixture) -> None:
     # RBAC "Determine the request verb": get, list, watch, create, patch, update, delete;
-    # a subresource after the resource (pods/log).
+    # a subresource after the resource (pods/log). An owner reference that sets
+    # blockOwnerDeletion also needs update on the owner's finalizers (admission).
     api, batch, core = k8s
-    await batch.create_namespaced_job("default", job("a"))
+    made = await batch.create_namespaced_job("default", job("a"))
+    await core.create_namespaced_config_map("default", config_map("a", made))
     await batch.read_namespaced_job("a", "default")
     await batch.list_namespaced_job("default")
     await batch.patch_namespaced_job_status("a", "default", {"status": {"active": 1}})
@@ -752,6 +754,8 @@ async def test_every_request_is_recorded_as_rbac_reads_it(k8s: Fixture) -> None:
     C = kube_api.Call
     assert api.calls == [
         C("batch", "jobs", "create", "default"),
+        C("", "configmaps", "create", "default"),
+        C("batch", "jobs/finalizers", "update", "default"),
         C("batch", "jobs", "get", "default"),
         C("batch", "jobs", "list", "default"),
         C("batch", "jobs/status", "patch", "default"),

@@ -19,7 +19,8 @@ Kubernetes API documentation (kubernetes.io/docs/reference/using-api/api-concept
   opened with `allowWatchBookmarks` gets a BOOKMARK (only a resourceVersion) after each
   `bookmark_every` seconds of quiet, and a watch ends after `timeoutSeconds`;
 - every request it serves is kept in `calls` as RBAC authorises it (`Call`: API group,
-  resource or subresource, verb, namespace);
+  resource or subresource, verb, namespace), with the `update` of an owner's finalizers
+  that an owner reference setting blockOwnerDeletion needs;
 - delete honours preconditions (`uid`, `resourceVersion`: 409 `Conflict` when they
   differ), finalizers (sets `deletionTimestamp`, removes the object once they are
   gone) and `propagationPolicy` (Background and Foreground delete the object's dependents
@@ -445,10 +446,20 @@ class KubeApi(kmock.KubernetesEmulator):  # type: ignore[misc]
                 504, "Timeout", "Timeout: request did not complete within requested timeout"
             )
 
+    def _note_owner_checks(self, body: Mapping[str, Any], namespace: str) -> None:
+        """The OwnerReferencesPermissionEnforcement admission plugin's checks: an owner
+        reference that sets blockOwnerDeletion needs `update` on its owner's finalizers,
+        kept in `calls` as the request's own."""
+        for ref in (body.get("metadata") or {}).get("ownerReferences") or []:
+            owner = next((r for r, kind in KINDS.items() if kind == ref.get("kind")), None)
+            if owner is not None and ref.get("blockOwnerDeletion"):
+                self.calls.append(Call(owner[0], f"{owner[2]}/finalizers", "update", namespace))
+
     async def _serve_create(self, request: kmock.Request) -> Any:
         resource = self._resource(request)
         body = request.data if isinstance(request.data, dict) else {}
         namespace = request.namespace or body.get("metadata", {}).get("namespace") or "default"
+        self._note_owner_checks(body, namespace)
         created = self._create(resource, namespace, body)
         self._lost("create", resource)  # stored, but the answer never arrives
         return kmock.Response(status=201, payload=created)
@@ -597,6 +608,7 @@ class KubeApi(kmock.KubernetesEmulator):  # type: ignore[misc]
     async def _serve_update(self, request: kmock.Request) -> Any:
         resource = self._resource(request)
         change = request.data if isinstance(request.data, dict) else {}
+        self._note_owner_checks(change, request.namespace or "default")
         if request.method.value == "PUT":
             obj = self.get(resource, request.namespace or "default", request.name or "")
             change = {
