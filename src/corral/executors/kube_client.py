@@ -634,13 +634,17 @@ class ClusterExecutor(abc.ABC):
         """corral's live pods in each allowed namespace (not those already terminating),
         each with whether its Job or Workflow is gone: one deleted without a propagation
         policy (`kubectl delete --cascade=orphan`, an old client's default for Jobs) leaves
-        its pods running. The pods are listed before the Jobs or Workflows, so one made in
-        between is never missing from the second list."""
+        its pods running. Only pods with `pod_label` are this executor's: the other cluster
+        executor's carry corral's labels too. The pods are listed before the Jobs or
+        Workflows, so one made in between is never missing from the second list."""
         labels = selector_text(selector)
         strays: list[base.Stray] = []
         for namespace in self.k8s.namespaces_allowed:
             pods = await self.api.list_all(
-                "pods", self._core.list_namespaced_pod, selector=labels, namespace=namespace
+                "pods",
+                self._core.list_namespaced_pod,
+                selector=f"{labels},{self.pod_label}" if labels else self.pod_label,
+                namespace=namespace,
             )
             live = [pod for pod in pods.items if live_pod(pod)]
             if not live:
