@@ -414,6 +414,11 @@ class Store:
                 f" {migrate.head()}: run `corral db upgrade`"
             )
 
+    async def installation(self) -> str:
+        """The id that sets this installation's objects on a cluster apart from another's
+        (the label corral.dev/installation): made once, by the database's migration."""
+        return await self._read(migrate.installation)
+
     # --- operations: one transaction each (the modules say what each does) -----------------
 
     async def transition(

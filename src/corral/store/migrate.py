@@ -53,6 +53,14 @@ def current(conn: Connection) -> str | None:
     return conn.execute(text(f"SELECT version_num FROM {VERSION_TABLE}")).scalar()
 
 
+def installation(conn: Connection) -> str:
+    """The installation's id, made by the migration that made its table (0021)."""
+    found = conn.execute(text("SELECT id FROM installation ORDER BY id LIMIT 1")).scalar()
+    if found is None:
+        raise LookupError("the installation table is empty: run `corral db upgrade`")
+    return str(found)
+
+
 @functools.cache
 def _chain() -> dict[str, str | None]:
     """Each revision of the migration files, with the one it follows."""

@@ -498,3 +498,11 @@ worker_tasks = Table(
     Column("schema", Json, nullable=False),  # the version's JSON Schema
     Index("ix_worker_tasks_task_version", "task", "version"),
 )
+
+# The installation's id (one row, made by migration 0021): the label value that keeps two
+# corral installations' objects apart on a cluster they share.
+installation = Table(
+    "installation",
+    metadata,
+    Column("id", String(63), primary_key=True),
+)
