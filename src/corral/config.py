@@ -654,6 +654,11 @@ class Placement(BaseModel):
         return name
 
 
+MAX_NAME_PREFIX = 24
+"""The longest executors.kubernetes.name_prefix: with a job id and an attempt number after
+it, and the pod's suffix Kubernetes adds, a name stays within 63 characters."""
+
+
 class KubernetesExecutorSettings(BaseModel):
     """The `kubernetes` executor: each attempt is a batch/v1 Job."""
 
@@ -664,6 +669,13 @@ class KubernetesExecutorSettings(BaseModel):
         None,
         description="The namespaces a job's spec may name (`namespace`). Unset: `namespace`"
         " alone. corral's Role must be bound in each (`corral deploy rbac`).",
+    )
+    name_prefix: str = Field(
+        "corral",
+        description="What the names of the Jobs, Workflows, ConfigMaps and Secrets corral"
+        " makes start with (`corral-42-1`). Two corral installations that share a namespace"
+        " each need their own; each reads only its own objects (the label"
+        " corral.dev/installation), and a name taken by the other is a launch conflict.",
     )
     own_service_account: str = Field(
         "corral",
@@ -765,6 +777,16 @@ class KubernetesExecutorSettings(BaseModel):
             if not _DNS_SUBDOMAIN.match(name):
                 raise ValueError(f"{name!r} is not a DNS-1123 subdomain")
         return names
+
+    @field_validator("name_prefix")
+    @classmethod
+    def _name_prefix(cls, prefix: str) -> str:
+        if len(prefix) > MAX_NAME_PREFIX or not _DNS_LABEL.match(prefix):
+            raise ValueError(
+                f"{prefix!r}: a name prefix is a DNS-1123 label (a-z, 0-9, '-') of at most"
+                f" {MAX_NAME_PREFIX} characters, e.g. corral-staging"
+            )
+        return prefix
 
     @field_validator("namespaces")
     @classmethod

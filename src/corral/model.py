@@ -145,6 +145,11 @@ FENCE = LABEL_PREFIX + "fence"
 TENANT = LABEL_PREFIX + "tenant"
 CAPABILITY = LABEL_PREFIX + "capability"
 IDEMPOTENCY_KEY = LABEL_PREFIX + "idempotency-key"
+INSTALLATION = LABEL_PREFIX + "installation"
+"""The label of the installation (its store's id) that made an object on a shared platform."""
+LAUNCH_NAME_PREFIX = "corral-"
+"""What every launch name starts with (`launch_name`); a cluster executor puts its name
+prefix in its place."""
 MANAGER = "corral"
 
 _LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")

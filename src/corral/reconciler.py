@@ -60,6 +60,9 @@ REMOVE_BATCH = 500
 REMOVE_BATCHES = 20
 RETENTION_EVERY = 600.0
 """Seconds between two looks for jobs past their retention, once a look found them all."""
+LABEL_EVERY = 60.0
+"""Seconds between two looks for launches an earlier corral made without the installation
+label, once a look labelled none (an upgrade's older processes may still be making them)."""
 
 
 @dataclass(slots=True)
@@ -71,6 +74,7 @@ class Pass:
     relaunched: int = 0
     completed: int = 0
     timed_out: int = 0
+    labelled: int = 0  # an earlier corral's launches, given this installation's label
     stopping: int = 0  # stopped, but a part still runs (a pod in its termination grace)
     lost: int = 0
     conflicts: int = 0
@@ -126,6 +130,7 @@ class Reconciler:
         self.retry = retry or retry_.Retry.from_settings(settings)
         self._noted_unknown: set[int] = set()  # fences already noted, to keep the run log short
         self._noted_stopping: set[int] = set()  # fences whose stopping is in their run log
+        self._label_due = 0.0  # when to look for launches without the installation label
         # Where the last pass stopped: attempts that must wait (absent but not yet lost, or on
         # a platform that cannot be asked) must not keep the ones behind them from a look.
         self._cursor = 0
@@ -155,6 +160,8 @@ class Reconciler:
     async def run_once(self) -> Pass:
         """One pass: repair at most `recovery_batch_limit` attempts, then stop orphans."""
         summary = Pass()
+        if self.clock.monotonic() >= self._label_due:
+            await self._label_unlabelled(summary)
         due = await self.store.attempt_list_for_recovery(
             now=self.clock.now(),
             launch_grace=self.t.launch_grace,
@@ -621,6 +628,45 @@ class Reconciler:
                     fence,
                     why,
                 )
+
+    # --- an upgrade: launches made before the installation label ----------------------------
+
+    async def _label_unlabelled(self, summary: Pass) -> None:
+        """Give this installation's label to the launches an earlier corral made without it
+        whose name and identity labels match an attempt in this store, before they are
+        looked at: unlabelled, they are not this installation's to read, and would be taken
+        for lost and launched again. Others (another installation's) are left alone."""
+        labelled = 0
+        for executor in self.executors.values():
+            if isinstance(executor, base.SharesPlatform):
+                labelled += await self._label_ours(executor)
+        summary.labelled += labelled
+        self._label_due = 0.0 if labelled else self.clock.monotonic() + LABEL_EVERY
+
+    async def _label_ours(self, executor: base.SharesPlatform) -> int:
+        try:
+            found = await executor.list_unlabelled()
+        except errors.ExecutorError as exc:
+            log.warning("cannot list launches without the installation label: %s", exc)
+            return 0
+        named = {o.identity.fence: o for o in found if o.identity is not None}
+        states = await self.store.attempt_states(fences=list(named)) if named else {}
+        ours = [
+            obs.name
+            for fence, obs in named.items()
+            if (st := states.get(fence)) is not None
+            and st.identity == obs.identity
+            and obs.name == model.launch_name(st.identity.job_id, st.identity.attempt_no)
+        ]
+        if not ours:
+            return 0
+        try:
+            await executor.label(ours)
+        except errors.ExecutorError as exc:
+            log.warning("could not label %d launches, will try again: %s", len(ours), exc)
+            return 0
+        log.info("labelled %d launches an earlier corral made: %s", len(ours), ", ".join(ours))
+        return len(ours)
 
     # --- orphans ---------------------------------------------------------------------------
 

@@ -133,7 +133,11 @@ async def opened(
             key = await client.attempt_key(settings, db, clk)
             settings = settings.model_copy(update={"attempt_key": key})
         built = executors if executors is not None else executors_build(settings, clk)
+        installation = None
         for executor in built.values():
+            if isinstance(executor, base.SharesPlatform):
+                installation = installation or await db.installation()
+                executor.use_installation(installation)
             if isinstance(executor, base.SignsRequests):
                 executor.use_signing_keys(_signing_keys(db, clk))
             await executor.start()

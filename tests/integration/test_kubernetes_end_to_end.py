@@ -74,8 +74,7 @@ def make_settings(
             lease_timeout="10s",
             attempt_deadline="20s",
             cancel_grace="1s",
-            recovery_grace="30s",
-            **timeouts,
+            **{"recovery_grace": "30s", **timeouts},
         ),
     )
 
@@ -414,9 +413,7 @@ async def down_slow(tmp_path: Path) -> AsyncIterator[tuple[Any, ...]]:
     """As `down`, with pods given a long termination grace (60 s): a stop takes that long."""
 
     def slow(tmp_path: Path, url: str) -> config.Settings:
-        made = make_settings(tmp_path, url, cluster={"termination_grace": 60})
-        longer = made.timeouts.model_copy(update={"recovery_grace": timedelta(seconds=90)})
-        return made.model_copy(update={"timeouts": longer})
+        return make_settings(tmp_path, url, cluster={"termination_grace": 60}, recovery_grace="90s")
 
     async with stopped(slow, tmp_path) as parts:
         yield parts

@@ -256,7 +256,7 @@ def test_corral_deploy_rbac_gives_argo_pods_their_role_in_every_allowed_namespac
     assert all("delete" not in r["verbs"] for r in workflows), "cancel patches, never deletes"
 
 
-def test_argo_may_list_and_delete_pods_and_a_shared_rule_keeps_each_reason(
+def test_argo_may_list_delete_and_label_pods_and_a_shared_rule_keeps_each_reason(
     toml_file: Path,
 ) -> None:
     from click.testing import CliRunner
@@ -269,7 +269,9 @@ def test_argo_may_list_and_delete_pods_and_a_shared_rule_keeps_each_reason(
 
     [role, *_] = [d for d in yaml.safe_load_all(rbac("argo")) if d["kind"] == "Role"]
     pods = [r for r in role["rules"] if r["resources"] == ["pods"]]
-    assert pods == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "delete"]}]
+    assert pods == [
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "delete", "patch"]}
+    ]
     both = " ".join(rbac("kubernetes,argo").split())
     assert "# a Job's pods: why one waits" in both
     assert "; a Workflow's pods: delete one left running" in both

@@ -47,6 +47,7 @@ stopped by the reconciler's orphan sweep as a Job's is (`ClusterExecutor.list_st
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import re
@@ -157,6 +158,8 @@ def dry_run(job: model.NewJob, settings: config.Settings, now: datetime) -> dict
     """The Workflow the first attempt of `job` (already validated) would create, without a
     store or a cluster: its job id and fence are placeholders (0) until it is stored."""
     launch = base.launch_for(model.first_claim(job, now), settings, now)
+    prefix = settings.executors.kubernetes.name_prefix
+    launch = dataclasses.replace(launch, name=kube_client.platform_name(launch.name, prefix))
     return WorkflowTemplate(settings).manifest(launch, job.spec)
 
 
@@ -253,14 +256,16 @@ RULES = rbac.Rules(
             "workflows",
             ("create", "get", "list", "watch", "patch"),
             "a Workflow an attempt: created, read, listed and watched for finishes, patched"
-            " with spec.shutdown to cancel",
+            " with spec.shutdown to cancel, or with the installation's label when an earlier"
+            " corral made it without",
         ),
         rbac.Rule(
             "",
             "pods",
-            ("list", "delete"),
+            ("list", "delete", "patch"),
             "a Workflow's pods: delete one left running by a Workflow deleted without a"
-            " propagation policy, or by an attempt that has ended",
+            " propagation policy, or by an attempt that has ended; patch: the installation's"
+            " label, as for its Workflow",
         ),
         *kube_client.OWNED_RULES,
         rbac.Rule(
@@ -306,7 +311,8 @@ class ArgoExecutor(kube_client.ClusterExecutor):
         """Create the Workflow `launch.name`, then, owned by it, the ConfigMap of a payload
         too large for the environment and the Secret of the attempt token; the same rules
         for an existing name as the kubernetes executor's (this attempt's and not being
-        deleted: launched)."""
+        deleted: launched), and the same names and labels (`on_cluster`)."""
+        launch = self.on_cluster(launch)
         payload = kubernetes.Payload.of(launch)
         namespace = self.namespace_of(launch)
         payload.check_size(f"creating Workflow {namespace}/{launch.name}")
@@ -328,14 +334,25 @@ class ArgoExecutor(kube_client.ClusterExecutor):
         `names` (one request a page), each read as `list_managed` reads it."""
         return await self.observe_listed(names, self._list_in, self._observation)
 
-    async def _list_in(
-        self, namespace: str, selector: str = kube_client.MANAGED
-    ) -> kube_client.Listing:
+    async def _list_in(self, namespace: str, selector: str | None = None) -> kube_client.Listing:
         return await self.api.list_all(
             "Workflows",
             self._custom.list_namespaced_custom_object,
-            selector=selector,
+            selector=selector or self.managed,
             **self._scope(namespace),
+        )
+
+    async def _label(self, name: str, namespace: str, change: Any) -> dict[str, Any] | None:
+        return await self.api.call(
+            f"labelling Workflow {namespace}/{name}",
+            lambda: self._custom.patch_namespaced_custom_object_without_preload_content(
+                name=name,
+                body=change,
+                **self._scope(namespace),
+                _content_type=kube_client.MERGE_PATCH,
+                _request_timeout=self.api.timeout,
+            ),
+            ok=lambda exc: kube_client.is_status(exc, 404),
         )
 
     async def list_managed(self, selector: Mapping[str, str]) -> list[model.Observation]:
@@ -343,15 +360,19 @@ class ArgoExecutor(kube_client.ClusterExecutor):
         listing = await self.api.list_all(
             "Workflows",
             self._custom.list_namespaced_custom_object,
-            selector=kube_client.selector_text(selector),
+            selector=self.selector(selector),
             **self._scope(),
         )
-        return [workflow_observation(wf) for wf in listing.items]
+        return [self.named(workflow_observation(wf)) for wf in listing.items]
 
     async def cancel(self, name: str, grace: timedelta) -> None:
         """Argo's own stop: `spec.shutdown: Terminate` (its pods get SIGTERM, then SIGKILL
         after their terminationGracePeriodSeconds). The Workflow stays, `Failed`, for the
         record and its TTL. A Workflow already gone is fine."""
+        await self._cancel(self.platform_name(name))
+
+    async def _cancel(self, name: str) -> None:
+        """`cancel` of the Workflow `name` (its name on the cluster)."""
         where = self.namespaces_for(name)
         if len(where) > 1 and (found := await self._get(name)) is not None:
             where = [found["metadata"].get("namespace") or self.namespace]
@@ -362,7 +383,7 @@ class ArgoExecutor(kube_client.ClusterExecutor):
                 name=name,
                 body={"spec": {"shutdown": "Terminate"}},
                 **self._scope(namespace),
-                _content_type="application/merge-patch+json",
+                _content_type=kube_client.MERGE_PATCH,
                 _request_timeout=self.api.timeout,
             ),
             ok=lambda exc: kube_client.is_status(exc, 404),
@@ -375,13 +396,13 @@ class ArgoExecutor(kube_client.ClusterExecutor):
             self.api.changes(
                 "Workflows",
                 self._custom.list_namespaced_custom_object,
-                selector=kube_client.MANAGED,
+                selector=self.managed,
                 closed=self._closed,
                 **self._scope(),
             ),
             finished=lambda wf: workflow_observation(wf).phase.finished,
         ):
-            yield workflow_observation(obs)
+            yield self.named(workflow_observation(obs))
 
     async def _get(self, name: str) -> dict[str, Any] | None:
         for namespace in self.namespaces_for(name):
@@ -419,7 +440,7 @@ class ArgoExecutor(kube_client.ClusterExecutor):
         )
         if obs.phase is model.Phase.FAILED:
             log.info("%s: %s; stopping its Workflow", obs.name, obs.reason)
-            await self.cancel(obs.name, timedelta(0))
+            await self._cancel(obs.name)
         return obs
 
 

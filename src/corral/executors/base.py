@@ -131,6 +131,27 @@ class StopsSlowly(Protocol):
 
 
 @runtime_checkable
+class SharesPlatform(Protocol):
+    """An executor whose platform another corral installation may share (a cluster's
+    namespace): what it makes carries this installation's id (the label
+    corral.dev/installation), and it reads, watches and stops only what does. Objects an
+    earlier corral made without the label are found by `list_unlabelled`; recovery labels
+    (`label`) those whose attempts its store holds, so an upgrade loses none of them."""
+
+    def use_installation(self, installation: str) -> None:
+        """The installation's id, from the store; given before `start`."""
+        ...
+
+    async def list_unlabelled(self) -> list[model.Observation]:
+        """corral's launches with no installation label, in every allowed namespace."""
+        ...
+
+    async def label(self, names: Sequence[str]) -> None:
+        """Give these launches (found by `list_unlabelled`) this installation's label."""
+        ...
+
+
+@runtime_checkable
 class Drains(Protocol):
     """An executor whose launches run inside corral's process (HTTP requests): before the
     dispatcher stops it lets them end, and hands over what ended that `events` has not."""

@@ -31,6 +31,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import collections
+import dataclasses
 import json
 import logging
 import os
@@ -425,6 +426,8 @@ class ClusterExecutor(abc.ABC):
         self.namespace = self.k8s.namespace
         self.start_timeout = settings.pod_start_timeout
         self.stop_grace = self.k8s.termination_grace
+        self.name_prefix = self.k8s.name_prefix
+        self.installation: str | None = None  # use_installation's: the store's id
         self.margin = settings.timeouts.margin
         self._launched_in: collections.OrderedDict[str, str] = collections.OrderedDict()
         self._clock = clock
@@ -436,6 +439,106 @@ class ClusterExecutor(abc.ABC):
 
     def validate_spec(self, spec: Mapping[str, Any]) -> dict[str, Any]:
         return self.template.validate_spec(spec)
+
+    # --- this installation's objects (base.SharesPlatform) ----------------------------------
+
+    def use_installation(self, installation: str) -> None:
+        """Label what this executor makes with `installation` (corral.dev/installation), and
+        list, watch and stop only what carries it."""
+        self.installation = installation
+
+    @property
+    def managed(self) -> str:
+        """The label selector of this installation's objects (every corral's, until
+        `use_installation`)."""
+        return self.selector({model.MANAGED_BY: model.MANAGER})
+
+    def selector(self, labels: Mapping[str, str]) -> str:
+        """A label selector for `labels`, within this installation's objects."""
+        if self.installation is not None:
+            labels = {**labels, model.INSTALLATION: self.installation}
+        return selector_text(labels)
+
+    def on_cluster(self, launch: model.Launch) -> model.Launch:
+        """`launch` as this installation puts it on the cluster: its name with the name
+        prefix (executors.kubernetes.name_prefix) and its labels with the installation's."""
+        labels = dict(launch.labels)
+        if self.installation is not None:
+            labels[model.INSTALLATION] = self.installation
+        return dataclasses.replace(launch, name=self.platform_name(launch.name), labels=labels)
+
+    def platform_name(self, name: str) -> str:
+        """A launch's name on the cluster: `corral-42-1` with the name prefix for `corral`."""
+        return platform_name(name, self.name_prefix)
+
+    def launch_name(self, platform_name: str) -> str:
+        """The launch name of an object's name on the cluster (`platform_name` undone)."""
+        rest = platform_name.removeprefix(f"{self.name_prefix}-")
+        return f"{model.LAUNCH_NAME_PREFIX}{rest}" if rest != platform_name else platform_name
+
+    def named(self, obs: model.Observation) -> model.Observation:
+        """An observation of an object on the cluster, under its launch name."""
+        return dataclasses.replace(obs, name=self.launch_name(obs.name))
+
+    async def list_unlabelled(self) -> list[model.Observation]:
+        """corral's Jobs or Workflows with no installation label (made before corral
+        labelled them), in every allowed namespace, under their launch names (none before
+        `use_installation`: then every object is read as this installation's)."""
+        if self.installation is None:
+            return []
+        unlabelled = f"{MANAGED},!{model.INSTALLATION}"
+        found = []
+        for namespace in self.k8s.namespaces_allowed:
+            for obj in (await self._list_in(namespace, unlabelled)).items:
+                meta = obj.get("metadata") or {}
+                found.append(
+                    model.Observation(
+                        name=self.launch_name(str(meta.get("name", ""))),
+                        phase=model.Phase.PENDING,
+                        labels=labels_of(obj),
+                    )
+                )
+                self._launched_in[str(meta.get("name"))] = namespace
+        return found
+
+    async def label(self, names: Sequence[str]) -> None:
+        """Give these launches' Jobs or Workflows, and their pods that have not ended, this
+        installation's label (a merge patch: nothing else changes)."""
+        if self.installation is None:
+            return
+        change = {"metadata": {"labels": {model.INSTALLATION: self.installation}}}
+        for name in map(self.platform_name, names):
+            for namespace in self.namespaces_for(name):
+                if await self._label(name, namespace, change) is None:
+                    continue  # not in this namespace
+                pods = await self.api.list_all(
+                    "pods",
+                    self._core.list_namespaced_pod,
+                    selector=f"{MANAGED},{self.pod_label}={name}",
+                    namespace=namespace,
+                )
+                for pod in pods.items:
+                    if not pod_ended(pod):
+                        await self._label_pod(pod, namespace, change)
+                break
+
+    async def _label_pod(self, pod: Mapping[str, Any], namespace: str, change: Any) -> None:
+        name = str((pod.get("metadata") or {}).get("name"))
+        await self.api.call(
+            f"labelling pod {namespace}/{name}",
+            lambda: self._core.patch_namespaced_pod_without_preload_content(
+                name,
+                namespace,
+                change,
+                _content_type=MERGE_PATCH,
+                _request_timeout=self.api.timeout,
+            ),
+            ok=lambda exc: is_status(exc, 404),
+        )
+
+    @abc.abstractmethod
+    async def _label(self, name: str, namespace: str, change: Any) -> dict[str, Any] | None:
+        """Merge-patch the Job or Workflow `name` with `change`; None when it is not there."""
 
     async def start(self) -> None:
         """Load the connection settings; the cluster is first asked at the first call, so a
@@ -575,16 +678,17 @@ class ClusterExecutor(abc.ABC):
         deleted and still in its termination grace), whether their Job or Workflow is
         there or not: one label-selected list of corral's pods in each namespace that may
         hold one of them."""
-        wanted = {name: set(self.namespaces_for(name)) for name in names}
+        launches = {self.platform_name(name): name for name in names}
+        wanted = {name: set(self.namespaces_for(name)) for name in launches}
         running: dict[str, str] = {}
         for namespace in dict.fromkeys(ns for where in wanted.values() for ns in where):
             pods = await self.api.list_all(
-                "pods", self._core.list_namespaced_pod, selector=MANAGED, namespace=namespace
+                "pods", self._core.list_namespaced_pod, selector=self.managed, namespace=namespace
             )
             for pod in pods.items:
                 name = labels_of(pod).get(self.pod_label, "")
                 if namespace in wanted.get(name, ()) and not pod_ended(pod):
-                    running.setdefault(name, describe_pod(pod))
+                    running.setdefault(launches[name], describe_pod(pod))
         return running
 
     async def observe_listed(
@@ -597,8 +701,9 @@ class ClusterExecutor(abc.ABC):
         in each namespace that may hold one of them, never a read per name: `absent` for a
         name no list holds. An object that cannot be made an observation (malformed, or a
         read it needs fails) gives none for its name, so the caller takes it as unknown,
-        and the others are still observed."""
-        wanted = {name: set(self.namespaces_for(name)) for name in names}
+        and the others are still observed. `names` are launch names, as are the answer's."""
+        launches = {self.platform_name(name): name for name in names}
+        wanted = {name: set(self.namespaces_for(name)) for name in launches}
         found: dict[str, dict[str, Any]] = {}
         for namespace in dict.fromkeys(ns for where in wanted.values() for ns in where):
             for obj in (await list_in(namespace)).items:
@@ -622,11 +727,12 @@ class ClusterExecutor(abc.ABC):
                     log.warning("%s: malformed %s (%s); unknown", name, self.objects, exc)
 
         await asyncio.gather(*(one(name, obj) for name, obj in found.items()))
-        return seen
+        return {launches[name]: self.named(obs) for name, obs in seen.items()}
 
     @abc.abstractmethod
-    async def _list_in(self, namespace: str, selector: str = MANAGED) -> Listing:
-        """Every Job or Workflow in `namespace` that `selector` matches (in pages)."""
+    async def _list_in(self, namespace: str, selector: str | None = None) -> Listing:
+        """Every Job or Workflow in `namespace` that `selector` matches (in pages); by
+        default, this installation's (`managed`)."""
 
     # --- pods left running (base.LeavesStrays) ---------------------------------------------
 
@@ -637,7 +743,7 @@ class ClusterExecutor(abc.ABC):
         its pods running. Only pods with `pod_label` are this executor's: the other cluster
         executor's carry corral's labels too. The pods are listed before the Jobs or
         Workflows, so one made in between is never missing from the second list."""
-        labels = selector_text(selector)
+        labels = self.selector(selector)
         strays: list[base.Stray] = []
         for namespace in self.k8s.namespaces_allowed:
             pods = await self.api.list_all(
@@ -663,7 +769,7 @@ class ClusterExecutor(abc.ABC):
             name=str(meta.get("name", "")),
             namespace=namespace,
             uid=str(meta.get("uid", "")),
-            launch_name=labels.get(self.pod_label, ""),
+            launch_name=self.launch_name(labels.get(self.pod_label, "")),
             identity=model.identity_from_labels(labels),
             launch_gone=not self._owner_uids(pod) & launches,
         )
@@ -712,6 +818,12 @@ def _typed(model_class: type[Owned], body: Mapping[str, Any], what: str) -> Owne
 
 
 # --- reading objects ------------------------------------------------------------------------
+
+
+def platform_name(name: str, prefix: str) -> str:
+    """A launch's name on a cluster: `corral-42-1` with `prefix` in place of `corral`."""
+    rest = name.removeprefix(model.LAUNCH_NAME_PREFIX)
+    return f"{prefix}-{rest}" if rest != name else name
 
 
 def pod_ended(pod: Mapping[str, Any]) -> bool:
@@ -775,6 +887,7 @@ def check_existing(what: str, found: dict[str, Any] | None, launch: model.Launch
             f"creating {what}: 409 AlreadyExists, but it was gone when read back (deleted"
             " meanwhile); it will be tried again"
         )
+    foreign(what, found, launch)
     theirs = model.identity_from_labels(labels_of(found))
     deleting = found.get("metadata", {}).get("deletionTimestamp")
     if theirs == launch.identity and not deleting:
@@ -791,6 +904,20 @@ def check_existing(what: str, found: dict[str, Any] | None, launch: model.Launch
     )
 
 
+def foreign(what: str, found: Mapping[str, Any], launch: model.Launch) -> None:
+    """LaunchConflict when `found`, holding the name `launch` wants, is another corral
+    installation's (its installation label is not the launch's). One with no such label is
+    an earlier corral's, this installation's or not: its identity labels decide."""
+    theirs = labels_of(found).get(model.INSTALLATION)
+    mine = launch.labels.get(model.INSTALLATION)
+    if theirs is not None and mine is not None and theirs != mine:
+        raise errors.LaunchConflict(
+            f"{what} exists and belongs to another corral installation ({theirs}; this one is"
+            f" {mine}) in the same namespace: give each installation its own"
+            " executors.kubernetes.name_prefix"
+        )
+
+
 def owned_by(
     what: str,
     found: Mapping[str, Any] | None,
@@ -805,6 +932,7 @@ def owned_by(
             f"creating {what}: 409 AlreadyExists, but it was gone when read back (deleted"
             " meanwhile); it will be tried again"
         )
+    foreign(what, found, launch)
     theirs = model.identity_from_labels(labels_of(found))
     if theirs != launch.identity:
         raise errors.LaunchConflict(

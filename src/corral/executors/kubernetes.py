@@ -213,6 +213,8 @@ def dry_run(job: model.NewJob, settings: config.Settings, now: datetime) -> dict
     """The Job the first attempt of `job` (already validated) would create, without a store
     or a cluster: its job id and fence are placeholders (0) until it is stored."""
     launch = base.launch_for(model.first_claim(job, now), settings, now)
+    prefix = settings.executors.kubernetes.name_prefix
+    launch = dataclasses.replace(launch, name=kube_client.platform_name(launch.name, prefix))
     return JobTemplate(settings).manifest(launch, job.spec)
 
 
@@ -741,16 +743,19 @@ RULES = rbac.Rules(
         rbac.Rule(
             "batch",
             "jobs",
-            ("create", "get", "list", "watch", "delete"),
-            "a Job an attempt: created, read, listed and watched for finishes, deleted to cancel",
+            ("create", "get", "list", "watch", "delete", "patch"),
+            "a Job an attempt: created, read, listed and watched for finishes, deleted to"
+            " cancel; patched once with the installation's label, when an earlier corral made"
+            " it without",
         ),
         rbac.Rule(
             "",
             "pods",
-            ("list", "delete"),
+            ("list", "delete", "patch"),
             "a Job's pods: why one waits to start, and how a finished one ended (exit code,"
             " reason, a disruption); delete: a pod left running by a Job deleted without a"
-            " propagation policy, or by an attempt that has ended",
+            " propagation policy, or by an attempt that has ended; patch: the installation's"
+            " label, as for its Job",
         ),
         rbac.Rule(
             "",
@@ -800,7 +805,9 @@ class KubernetesExecutor(kube_client.ClusterExecutor):
         name that carries this attempt's identity and is not being deleted counts as
         launched (a create whose answer was lost, then tried again, or a launch stopped
         before its ConfigMap or Secret, which this one makes); any other raises
-        LaunchConflict."""
+        LaunchConflict. Every object is named with the name prefix and carries the
+        installation's label (`on_cluster`)."""
+        launch = self.on_cluster(launch)
         namespace = self.namespace_of(launch)
         doing = f"creating Job {namespace}/{launch.name}"
         payload = Payload.of(launch)
@@ -831,11 +838,25 @@ class KubernetesExecutor(kube_client.ClusterExecutor):
         waits to start, its pods."""
         return await self.observe_listed(names, self._list_in, self._observation)
 
-    async def _list_in(
-        self, namespace: str, selector: str = kube_client.MANAGED
-    ) -> kube_client.Listing:
+    async def _list_in(self, namespace: str, selector: str | None = None) -> kube_client.Listing:
         return await self.api.list_all(
-            "Jobs", self._batch.list_namespaced_job, selector=selector, namespace=namespace
+            "Jobs",
+            self._batch.list_namespaced_job,
+            selector=selector or self.managed,
+            namespace=namespace,
+        )
+
+    async def _label(self, name: str, namespace: str, change: Any) -> dict[str, Any] | None:
+        return await self.api.call(
+            f"labelling Job {namespace}/{name}",
+            lambda: self._batch.patch_namespaced_job_without_preload_content(
+                name,
+                namespace,
+                change,
+                _content_type=kube_client.MERGE_PATCH,
+                _request_timeout=self.api.timeout,
+            ),
+            ok=lambda exc: kube_client.is_status(exc, 404),
         )
 
     async def list_managed(self, selector: Mapping[str, str]) -> list[model.Observation]:
@@ -844,7 +865,7 @@ class KubernetesExecutor(kube_client.ClusterExecutor):
         listing = await self.api.list_all(
             "Jobs",
             self._batch.list_namespaced_job,
-            selector=kube_client.selector_text(selector),
+            selector=self.selector(selector),
             namespace=self.namespace,
         )
         pods: dict[str, list[dict[str, Any]]] = {}
@@ -852,14 +873,14 @@ class KubernetesExecutor(kube_client.ClusterExecutor):
             managed = await self.api.list_all(
                 "pods",
                 self._core.list_namespaced_pod,
-                selector=kube_client.MANAGED,
+                selector=self.managed,
                 namespace=self.namespace,
             )
             for pod in managed.items:
                 uid = kube_client.labels_of(pod).get(CONTROLLER_UID, "")
                 pods.setdefault(uid, []).append(pod)
         return [
-            job_observation(job, pods.get(job.get("metadata", {}).get("uid", ""), []))
+            self.named(job_observation(job, pods.get(job.get("metadata", {}).get("uid", ""), [])))
             for job in listing.items
         ]
 
@@ -871,6 +892,10 @@ class KubernetesExecutor(kube_client.ClusterExecutor):
         that has finished is left as it is: it is the record of the attempt's result, and
         its TTL removes it. The delete carries the resourceVersion that was read as its
         precondition, so a Job that finishes in between is refused (409) and read again."""
+        await self._cancel(self.platform_name(name), grace)
+
+    async def _cancel(self, name: str, grace: timedelta) -> None:
+        """`cancel` of the Job `name` (its name on the cluster)."""
         seconds = max(0, math.ceil(grace.total_seconds()))
         for _ in range(CANCEL_TRIES):
             job = await self._get(name)
@@ -917,13 +942,13 @@ class KubernetesExecutor(kube_client.ClusterExecutor):
             self.api.changes(
                 "Jobs",
                 self._batch.list_namespaced_job,
-                selector=kube_client.MANAGED,
+                selector=self.managed,
                 closed=self._closed,
                 namespace=self.namespace,
             ),
             finished=_finished,
         ):
-            yield await self._observation(job)
+            yield self.named(await self._observation(job))
 
     # --- reading -------------------------------------------------------------------------
 
@@ -1004,13 +1029,14 @@ class KubernetesExecutor(kube_client.ClusterExecutor):
         )
         if obs.phase is model.Phase.FAILED:
             log.info("%s: %s; deleting its Job", obs.name, obs.reason)
-            await self.cancel(obs.name, timedelta(0))  # read again if it changed meanwhile
+            await self._cancel(obs.name, timedelta(0))  # read again if it changed meanwhile
         return obs
 
     async def follow_log(self, name: str) -> AsyncGenerator[bytes, None]:
         """The log of the Job `name`'s pod as it is written (its last LOG_LINES lines
         first), until the pod's container ends: the pod is waited for while it has not
         started, and nothing comes of a Job that is gone or ended before one did."""
+        name = self.platform_name(name)
         while (job := await self._get(name)) is not None:
             pod = _logged_pod([p for p in await self._pods(job) if _started(p)])
             if pod is not None:
