@@ -15,7 +15,7 @@ from corral.executors import kubernetes
 from corral.testing import FrozenClock
 from tests.integration.test_kubernetes_faults import launch
 from tests.support import kube_api
-from tests.support.cluster import JOBS_URL, NS, observe, settings, started
+from tests.support.cluster import JOBS_URL, NS, observe, settings, started, until
 from tests.support.wait import PATIENCE, eventually
 
 pytestmark = pytest.mark.timeout(4 * PATIENCE)
@@ -133,6 +133,34 @@ async def test_observe_is_one_list_not_a_read_per_job(
     assert (lists, singles) == (1, 0)
     assert seen["never-1"].phase is model.Phase.ABSENT
     assert all(seen[name].phase is not model.Phase.ABSENT for name in names)
+
+
+def pod_lists(cluster: kube_api.Cluster) -> int:
+    """The lists of pods so far (by label selector, for any Job's or all of corral's)."""
+    path = f"/api/v1/namespaces/{NS}/pods"
+    return sum(
+        1
+        for r in list(cluster.api)
+        if r.method.value == "GET" and r.url.path == path and "watch" not in r.params
+    )
+
+
+async def test_the_pods_of_many_finished_jobs_are_one_list_not_one_a_job(
+    cluster: kube_api.Cluster, ex: kubernetes.KubernetesExecutor
+) -> None:
+    # Fails on the code before: each finished Job's pods were listed by its controller-uid.
+    names = [f"done-{i}" for i in range(5)]
+    for name in names:
+        await ex.launch(launch(name, ["sh", "-c", "echo bye; exit 3"]))
+    for name in names:
+        await until(ex, name, lambda o: o.phase.finished)
+    before = pod_lists(cluster)
+    seen = await ex.observe(names)
+    assert pod_lists(cluster) - before == 1
+    assert all(seen[name].exit_code == 3 for name in names), "each read its own pod"
+    running = await ex.observe([])
+    assert running == {}
+    assert pod_lists(cluster) - before == 1, "no Job asked for: no pods listed"
 
 
 async def test_one_malformed_job_leaves_its_name_unknown_not_the_page(

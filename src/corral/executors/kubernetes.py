@@ -835,8 +835,31 @@ class KubernetesExecutor(kube_client.ClusterExecutor):
     async def observe(self, names: Sequence[str]) -> dict[str, model.Observation]:
         """A fresh list of corral's Jobs in each namespace that may hold one of `names`
         (one request a page, not a read per Job), and, for a Job that has finished or
-        waits to start, its pods."""
-        return await self.observe_listed(names, self._list_in, self._observation)
+        waits to start, its pods: from one list of corral's pods in its namespace, made
+        only when one of the Jobs asked for needs them (a Job none of whose pods that list
+        holds, one made since, say, has its own read)."""
+        wanted = {self.platform_name(name) for name in names}
+        pods: dict[str, list[dict[str, Any]]] = {}
+
+        async def list_in(namespace: str) -> kube_client.Listing:
+            listing = await self._list_in(namespace)
+            if any(_may_need_pods(job) for job in listing.items if _name(job) in wanted):
+                found = await self.api.list_all(
+                    "pods",
+                    self._core.list_namespaced_pod,
+                    selector=self.managed,
+                    namespace=namespace,
+                )
+                for pod in found.items:
+                    pods.setdefault(kube_client.labels_of(pod).get(CONTROLLER_UID, ""), []).append(
+                        pod
+                    )
+            return listing
+
+        async def observation(job: dict[str, Any]) -> model.Observation:
+            return await self._observation(job, pods.get(job["metadata"].get("uid", "")))
+
+        return await self.observe_listed(names, list_in, observation)
 
     async def _list_in(self, namespace: str, selector: str | None = None) -> kube_client.Listing:
         return await self.api.list_all(
@@ -998,17 +1021,19 @@ class KubernetesExecutor(kube_client.ClusterExecutor):
         )
         return kube_client.items(result)
 
-    async def _observation(self, job: Mapping[str, Any]) -> model.Observation:
+    async def _observation(
+        self, job: Mapping[str, Any], listed: list[dict[str, Any]] | None = None
+    ) -> model.Observation:
         """What the Job says; for one that waits to start, why, and past the pod start
         timeout its end (the Job is deleted, so that its pod cannot start later beside
-        the next attempt's)."""
-        if _finished(job):
-            found = await self._pods(job)
-            obs = job_observation(job, found)
-            return dataclasses.replace(obs, output=await self._run_log(found, obs.message))
-        if int((job.get("status") or {}).get("ready") or 0) > 0:
+        the next attempt's). `listed`: its pods, when a list of them was made (none there:
+        they are read)."""
+        if not _needs_pods(job):
             return job_observation(job, [])
-        pods = await self._pods(job)
+        pods = listed or await self._pods(job)
+        if _finished(job):
+            obs = job_observation(job, pods)
+            return dataclasses.replace(obs, output=await self._run_log(pods, obs.message))
         why = startup.waiting(pods)
         if why is None:
             return job_observation(job, pods)
@@ -1272,6 +1297,24 @@ def _logged_pod(found: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
     """The pod whose log is the attempt's: the one that succeeded, else the last failed."""
     done = [p for p in found if (p.get("status") or {}).get("phase") == "Succeeded"]
     return done[-1] if done else _last_failed(found)
+
+
+def _needs_pods(job: Mapping[str, Any]) -> bool:
+    """Whether what a Job says needs its pods read: it has finished (how its pod ended), or
+    none of its pods is ready (why it waits to start)."""
+    return _finished(job) or int((job.get("status") or {}).get("ready") or 0) == 0
+
+
+def _may_need_pods(job: Mapping[str, Any]) -> bool:
+    """`_needs_pods`, False for a malformed Job (its own observation says it is unknown)."""
+    try:
+        return _needs_pods(job)
+    except (AttributeError, TypeError, ValueError):
+        return False
+
+
+def _name(obj: Mapping[str, Any]) -> str:
+    return str((obj.get("metadata") or {}).get("name", ""))
 
 
 def _finished(job: Mapping[str, Any]) -> bool:
