@@ -64,6 +64,17 @@ _PASSING = {408, 425, 429, 500, 502, 503, 504}
 _THROTTLED = {429, 503}
 """The answers whose Retry-After corral waits for."""
 MANAGED = f"{model.MANAGED_BY}={model.MANAGER}"
+CONTAINER = "main"
+"""The container whose log is an attempt's: the job's own (Argo names its user's `main` too)."""
+LOG_LINES = 10_000
+"""How many last lines of a finished pod's log the first read asks for (`tailLines`)."""
+LOG_READ_BYTES = 4 * model.STREAM_BYTES
+"""The most one read of a pod's log takes (`limitBytes`). The kubelet counts it from the
+start of the lines asked for, so a read that reaches it is made again for fewer lines
+(as many as STREAM_BYTES holds at the first read's line length): the run log keeps a
+log's end."""
+LOG_STREAM = "log"
+"""The run log's stream of a pod's log: its main container's stdout and stderr together."""
 """The label selector of everything corral launched."""
 OBSERVE_CONCURRENCY = 16
 """How many reads one `observe` has in flight."""
@@ -691,6 +702,62 @@ class ClusterExecutor(abc.ABC):
                     running.setdefault(launches[name], describe_pod(pod))
         return running
 
+    async def run_log(self, pod: Mapping[str, Any] | None, message: str | None) -> model.RunLog:
+        """A finished attempt's run log: the end of its pod's log (None: no pod is left)
+        and the last line of its termination message. A log that cannot be read (the pod
+        gone, a Role without `pods/log`) is a note in its place, never an error: the
+        attempt's outcome does not wait on its log."""
+        if pod is None:
+            stream = log_note("its pod was gone before its log was read")
+        else:
+            stream = await self._pod_log(pod)
+        streams = [stream]
+        if message:
+            streams.append(model.Stream("message", message, len(message.encode())))
+        return model.RunLog(streams=tuple(streams))
+
+    async def _pod_log(self, pod: Mapping[str, Any]) -> model.Stream:
+        """The end of `pod`'s main container's log (LOG_READ_BYTES), or a note of why not."""
+        data, why = await self._read_log(pod, LOG_LINES)
+        if data is not None and len(data) >= LOG_READ_BYTES:
+            lines = max(1, data.count(b"\n"))
+            fewer = max(1, model.STREAM_BYTES * lines // len(data))
+            data, why = await self._read_log(pod, fewer)
+        if data is None:
+            return log_note(why or "it could not be read")
+        return log_stream(data)
+
+    async def _read_log(
+        self, pod: Mapping[str, Any], lines: int
+    ) -> tuple[bytes | None, str | None]:
+        """One read of a pod's log: its bytes, or None and why not (one try: a log is
+        worth no retry that holds up an attempt's end)."""
+        meta = pod.get("metadata") or {}
+        name, namespace = str(meta.get("name")), meta.get("namespace") or self.namespace
+        doing = f"reading the log of pod {namespace}/{name}"
+        try:
+            response = await self._core.read_namespaced_pod_log_without_preload_content(
+                name,
+                namespace,
+                container=CONTAINER,
+                tail_lines=lines,
+                limit_bytes=LOG_READ_BYTES,
+                _request_timeout=self.api.timeout,
+            )
+            try:
+                data = await response.read()
+            finally:
+                response.release()
+        except (client.ApiException, TimeoutError, aiohttp.ClientError, OSError) as exc:
+            return None, str(translate(exc, doing))
+        if response.status == 404:
+            return None, "its pod was gone before its log was read"
+        if response.status >= 400:
+            text = data.decode(errors="replace")
+            refused = client.ApiException(status=response.status, reason=response.reason, body=text)
+            return None, str(translate(refused, doing))
+        return data, None
+
     async def observe_listed(
         self,
         names: Sequence[str],
@@ -818,6 +885,21 @@ def _typed(model_class: type[Owned], body: Mapping[str, Any], what: str) -> Owne
 
 
 # --- reading objects ------------------------------------------------------------------------
+
+
+def log_stream(data: bytes, *, limit: int = model.STREAM_BYTES) -> model.Stream:
+    """A read of a pod's log as the run log keeps it: its last `limit` bytes, `cut` when
+    that is not all of it (more than `limit`, or a read that reached LOG_LINES lines or
+    LOG_READ_BYTES: the log went on before them)."""
+    cut = len(data) > limit or len(data) >= LOG_READ_BYTES or data.count(b"\n") >= LOG_LINES
+    text = model.decoded(data[-limit:], cut_before=len(data) > limit)
+    return model.Stream(LOG_STREAM, text, len(data), cut)
+
+
+def log_note(why: str) -> model.Stream:
+    """The run log's stream in place of a pod log that could not be read: why not."""
+    text = f"(no pod log: {why})"
+    return model.Stream(LOG_STREAM, text, 0)
 
 
 def platform_name(name: str, prefix: str) -> str:

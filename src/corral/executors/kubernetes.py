@@ -55,7 +55,6 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any, cast
 
-import aiohttp
 import kubernetes_validate
 import pydantic
 from kubernetes.aio import client as kube
@@ -68,7 +67,7 @@ log = logging.getLogger("corral.executors.kubernetes")
 KIND = "kubernetes"
 SUPPORTED_VERSIONS = pods.SUPPORTED_VERSIONS
 """The oldest and the newest Kubernetes version whose schemas every Job is checked against."""
-CONTAINER = "main"
+CONTAINER = kube_client.CONTAINER
 DATABASE_URL = "CORRAL_DATABASE_URL"
 ATTEMPT_TOKEN = "CORRAL_ATTEMPT_TOKEN"
 ATTEMPT_TOKEN_KEY = "token"
@@ -77,20 +76,11 @@ CONTROLLER_UID = "batch.kubernetes.io/controller-uid"
 """The label the API server puts on a Job's pods: the Job's uid."""
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 """The label the API server puts on a Job's pods: the name of their Job."""
-LOG_LINES = 10_000
-"""How many last lines of a finished pod's log the first read asks for (`tailLines`)."""
-LOG_READ_BYTES = 4 * model.STREAM_BYTES
-"""The most one read of a pod's log takes (`limitBytes`). The kubelet counts it from the
-start of the lines asked for, so a read that reaches it is made again for fewer lines
-(as many as STREAM_BYTES holds at the first read's line length): the run log keeps a
-log's end."""
-LOG_STREAM = "log"
 FOLLOW_SECONDS = 24 * 3600.0
 """The longest a followed pod log is read: it ends with its container, this only bounds
 one that never does."""
 FOLLOW_PAUSE = 0.5
 """How long a follow waits between two looks at a pod that has not started yet."""
-"""The run log's stream of a pod's log: its main container's stdout and stderr together."""
 CANCEL_TRIES = 5
 """Reads and deletes a cancel makes of a Job whose status keeps changing in between."""
 
@@ -1033,7 +1023,9 @@ class KubernetesExecutor(kube_client.ClusterExecutor):
         pods = listed or await self._pods(job)
         if _finished(job):
             obs = job_observation(job, pods)
-            return dataclasses.replace(obs, output=await self._run_log(pods, obs.message))
+            return dataclasses.replace(
+                obs, output=await self.run_log(_logged_pod(pods), obs.message)
+            )
         why = startup.waiting(pods)
         if why is None:
             return job_observation(job, pods)
@@ -1080,7 +1072,7 @@ class KubernetesExecutor(kube_client.ClusterExecutor):
             namespace,
             container=CONTAINER,
             follow=True,
-            tail_lines=LOG_LINES,
+            tail_lines=kube_client.LOG_LINES,
             _request_timeout=FOLLOW_SECONDS,
         )
         try:
@@ -1091,65 +1083,6 @@ class KubernetesExecutor(kube_client.ClusterExecutor):
                 yield chunk
         finally:
             response.release()
-
-    async def _run_log(
-        self, found: Sequence[Mapping[str, Any]], message: str | None
-    ) -> model.RunLog:
-        """A finished attempt's run log: the end of its pod's log (the pod that succeeded,
-        else the one that failed last) and the last line of its termination message. A
-        log that cannot be read (the pod gone, a Role without `pods/log`) is a note in its
-        place, never an error: the attempt's outcome does not wait on its log."""
-        pod = _logged_pod(found)
-        if pod is None:
-            stream = log_note("its pod was gone before its log was read")
-        else:
-            stream = await self._pod_log(pod)
-        streams = [stream]
-        if message:
-            streams.append(model.Stream("message", message, len(message.encode())))
-        return model.RunLog(streams=tuple(streams))
-
-    async def _pod_log(self, pod: Mapping[str, Any]) -> model.Stream:
-        """The end of `pod`'s main container's log (LOG_READ_BYTES), or a note of why not."""
-        data, why = await self._read_log(pod, LOG_LINES)
-        if data is not None and len(data) >= LOG_READ_BYTES:
-            lines = max(1, data.count(b"\n"))
-            fewer = max(1, model.STREAM_BYTES * lines // len(data))
-            data, why = await self._read_log(pod, fewer)
-        if data is None:
-            return log_note(why or "it could not be read")
-        return log_stream(data)
-
-    async def _read_log(
-        self, pod: Mapping[str, Any], lines: int
-    ) -> tuple[bytes | None, str | None]:
-        """One read of a pod's log: its bytes, or None and why not (one try: a log is
-        worth no retry that holds up an attempt's end)."""
-        meta = pod.get("metadata") or {}
-        name, namespace = str(meta.get("name")), meta.get("namespace") or self.namespace
-        doing = f"reading the log of pod {namespace}/{name}"
-        try:
-            response = await self._core.read_namespaced_pod_log_without_preload_content(
-                name,
-                namespace,
-                container=CONTAINER,
-                tail_lines=lines,
-                limit_bytes=LOG_READ_BYTES,
-                _request_timeout=self.api.timeout,
-            )
-            try:
-                data = await response.read()
-            finally:
-                response.release()
-        except (kube.ApiException, TimeoutError, aiohttp.ClientError, OSError) as exc:
-            return None, str(kube_client.translate(exc, doing))
-        if response.status == 404:
-            return None, "its pod was gone before its log was read"
-        if response.status >= 400:
-            text = data.decode(errors="replace")
-            refused = kube.ApiException(status=response.status, reason=response.reason, body=text)
-            return None, str(kube_client.translate(refused, doing))
-        return data, None
 
 
 def job_observation(job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> model.Observation:
@@ -1268,21 +1201,6 @@ def _untrusted(job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> str
     ):
         return "its pod was deleted (evicted, preempted, drained) before its Job counted it"
     return None
-
-
-def log_stream(data: bytes, *, limit: int = model.STREAM_BYTES) -> model.Stream:
-    """A read of a pod's log as the run log keeps it: its last `limit` bytes, `cut` when
-    that is not all of it (more than `limit`, or a read that reached LOG_LINES lines or
-    LOG_READ_BYTES: the log went on before them)."""
-    cut = len(data) > limit or len(data) >= LOG_READ_BYTES or data.count(b"\n") >= LOG_LINES
-    text = model.decoded(data[-limit:], cut_before=len(data) > limit)
-    return model.Stream(LOG_STREAM, text, len(data), cut)
-
-
-def log_note(why: str) -> model.Stream:
-    """The run log's stream in place of a pod log that could not be read: why not."""
-    text = f"(no pod log: {why})"
-    return model.Stream(LOG_STREAM, text, 0)
 
 
 def _started(pod: Mapping[str, Any]) -> bool:
