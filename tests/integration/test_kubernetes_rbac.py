@@ -91,6 +91,17 @@ async def swept(ex: Any, cluster: kube_api.Cluster, resource: tuple[str, str, st
             await ex.stop_stray(stray)
 
 
+async def relabelled(ex: Any) -> None:
+    """An upgrade: what an earlier corral made, with no installation label, is found and
+    given this installation's (its Job or Workflow, and its pod that runs)."""
+    await ex.launch(launch(ex.kind, "old-1", ["sleep", "30"]))
+    await until(ex, "old-1", lambda o: o.phase is model.Phase.RUNNING)
+    ex.use_installation("install-1")
+    unlabelled = [o.name for o in await ex.list_unlabelled()]
+    assert "old-1" in unlabelled
+    await ex.label(unlabelled)
+
+
 async def kubernetes_calls(cluster: kube_api.Cluster, tmp_path: Path) -> None:
     async with started(kubernetes.KubernetesExecutor, cluster) as ex:
 
@@ -105,6 +116,7 @@ async def kubernetes_calls(cluster: kube_api.Cluster, tmp_path: Path) -> None:
             cluster.api.allow(kube_api.PODS)
             await swept(ex, cluster, kube_api.JOBS)
             await ex.list_managed(MANAGED)
+            await relabelled(ex)
 
         await listening(ex, scenario, cluster.api)
 
@@ -117,6 +129,7 @@ async def argo_calls(cluster: kube_api.Cluster, tmp_path: Path) -> None:
             await cancelled(ex)
             await swept(ex, cluster, kube_api.WORKFLOWS)
             await ex.list_managed(MANAGED)
+            await relabelled(ex)
 
         await listening(ex, scenario, cluster.api)
 
