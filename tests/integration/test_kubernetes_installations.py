@@ -15,46 +15,30 @@ import pytest
 from corral import clock, config, errors, model, reconciler, store
 from corral.executors import argo, base, kubernetes
 from corral.testing import FrozenClock
+from tests.support import cluster as double
 from tests.support import kube_api
+from tests.support.cluster import IMAGE
 from tests.support.launches import make_launch
 from tests.support.wait import PATIENCE, eventually
 
 pytestmark = pytest.mark.timeout(4 * PATIENCE)
 
-IMAGE = "busybox:1.36"
 P = model.Phase
 
 
 def settings(**k8s: Any) -> config.Settings:
-    return config.Settings(
-        executors={
-            "kubernetes": {
-                "namespace": "default",
-                "termination_grace": 1,
-                "request_timeout": 2,
-                "watch_timeout": 2,
-                **k8s,
-            }
-        }
-    )
+    return double.settings(**{"termination_grace": 1, "request_timeout": 2, **k8s})
 
 
 @contextlib.asynccontextmanager
 async def executor(
     made: Any, cluster: kube_api.Cluster, installation: str | None, **k8s: Any
 ) -> AsyncIterator[Any]:
-    ex = made(
-        settings=settings(**k8s),
-        clock=clock.SystemClock(),
-        configuration=kube_api.configuration(cluster),
-    )
-    if installation is not None:
-        ex.use_installation(installation)
-    await ex.start()
-    try:
+    """An executor on the double, of `installation` (None: a corral from before them)."""
+    async with double.started(made, cluster, using=settings(**k8s)) as ex:
+        if installation is not None:
+            ex.use_installation(installation)
         yield ex
-    finally:
-        await ex.close()
 
 
 def launch(kind: str, command: list[str], **kw: Any) -> model.Launch:
