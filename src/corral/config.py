@@ -711,6 +711,12 @@ class KubernetesExecutorSettings(BaseModel):
         " attempt's outcome from the Workflow, which stays for ttl_after_finished."
         " Never: no podGC.",
     )
+    argo_pod_gc_delay: Duration = Field(
+        timedelta(minutes=2),
+        description="How long Argo's podGC keeps a Workflow's pod after it ends"
+        " (deleteDelayDuration, Argo 3.5 and later): corral reads the end of its log into the"
+        " attempt's run log in that time; a pod gone before leaves only Argo's message.",
+    )
     service_account: str | None = Field(
         None,
         description="Default service account of Jobs.",

@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from corral import cli, config, model, runtime
-from corral.executors import kube_client, kubernetes
+from corral.executors import argo, kube_client, kubernetes
 from tests.integration import test_kubernetes_end_to_end as end_to_end
 from tests.support import kube_api
 from tests.support.cluster import IMAGE, NS, sh, started
@@ -35,7 +35,7 @@ async def launched(ex: kubernetes.KubernetesExecutor, name: str, script: str) ->
     await ex.launch(make_launch("kubernetes", name, {"image": IMAGE, "command": sh(script)}))
 
 
-async def finished(ex: kubernetes.KubernetesExecutor, name: str) -> model.Observation:
+async def finished(ex: kube_client.ClusterExecutor, name: str) -> model.Observation:
     async def seen() -> model.Observation | None:
         obs = (await ex.observe([name]))[name]
         return obs if obs.phase.finished else None
@@ -85,6 +85,47 @@ async def test_a_failed_attempt_keeps_its_pod_log_first(ex: kubernetes.Kubernete
     assert [s.name for s in obs.output.streams] == [kube_client.LOG_STREAM, "message"]
     assert pod_log(obs).text == "loading\nno table: orders\n", "the reason a person reads first"
     assert obs.output.streams[1].text == "no table: orders"
+
+
+async def test_a_finished_workflow_keeps_its_pod_log_while_pod_gc_waits(
+    cluster: kube_api.Cluster,
+) -> None:
+    # Fails on the code before: an Argo attempt's run log kept Argo's message alone.
+    async with started(argo.ArgoExecutor, cluster, request_timeout=2) as wf:
+
+        async def first_finish() -> model.Observation:
+            async for seen in wf.events():
+                if seen.name == "wf-logs-1":
+                    return seen
+            raise AssertionError("the watch ended")
+
+        watching = asyncio.create_task(first_finish())
+        await cluster.api.watched()
+        script = "echo reading; echo 'no table: orders' >&2; exit 3"
+        await wf.launch(make_launch("argo", "wf-logs-1", {"image": IMAGE, "command": sh(script)}))
+        seen = await asyncio.wait_for(watching, PATIENCE)
+        assert pod_log(seen).text == "reading\nno table: orders\n", "the watch's finish has it"
+        obs = await finished(wf, "wf-logs-1")
+        assert (obs.phase, obs.exit_code) == (model.Phase.FAILED, 3)
+        assert pod_log(obs).text == "reading\nno table: orders\n"
+        assert pods_of(cluster, "wf-logs-1"), "podGC keeps the pod for argo_pod_gc_delay"
+
+
+async def test_a_workflow_whose_pod_gc_ran_first_says_so_in_place_of_its_log(
+    cluster: kube_api.Cluster,
+) -> None:
+    async with started(argo.ArgoExecutor, cluster, request_timeout=2) as wf:
+        await wf.launch(make_launch("argo", "wf-logs-2", {"image": IMAGE, "command": sh("exit 4")}))
+
+        async def pod_ended() -> bool:
+            phases = [(p.get("status") or {}).get("phase") for p in pods_of(cluster, "wf-logs-2")]
+            return phases == ["Failed"]
+
+        await eventually(pod_ended, what="its pod ended")
+        for pod in pods_of(cluster, "wf-logs-2"):  # podGC with no delay
+            cluster.api.remove(kube_api.PODS, NS, pod["metadata"]["name"])
+        obs = await finished(wf, "wf-logs-2")
+        assert pod_log(obs).text == "(no pod log: its pod was gone before its log was read)"
 
 
 def log_refused_once(cluster: kube_api.Cluster, code: int, reason: str, message: str) -> None:

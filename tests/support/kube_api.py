@@ -1546,6 +1546,10 @@ def _exit_matches(rule: Mapping[str, Any], code: int) -> bool:
     return listed if rule.get("operator") == "In" else not listed
 
 
+POD_GC_ON_SUCCESS = ("OnPodSuccess", "OnWorkflowSuccess")
+POD_GC_ON_COMPLETION = ("OnPodCompletion", "OnWorkflowCompletion")
+
+
 class ArgoController(_Controller):
     """Argo's workflow controller for one-step workflows: a pod for the entrypoint's
     container, `status.phase` Pending → Running → Succeeded / Failed / Error, a node status
@@ -1687,6 +1691,7 @@ class ArgoController(_Controller):
             self._set(wf, {"phase": "Running", "nodes": None})
         elif phase == "Succeeded":
             self._end(wf, "Succeeded", "", 0)
+            self._collect(wf, pod, phase)
         elif phase == "Failed":
             code = terminated.get("exitCode") if terminated else None
             reason = terminated.get("reason") if terminated else None
@@ -1697,6 +1702,31 @@ class ArgoController(_Controller):
                 else (text.strip() or f"Error (exit code {code})")
             )
             self._end(wf, "Failed", message, code)
+            self._collect(wf, pod, phase)
+
+    def _collect(self, wf: dict[str, Any], pod: dict[str, Any], phase: str) -> None:
+        """The Workflow's podGC: its ended pod deleted (after `deleteDelayDuration`, in
+        seconds; at once, as its Workflow ends, without one) when its strategy says so.
+        A one-step Workflow ends with its pod, so the workflow strategies act as the pod's."""
+        gc = (wf.get("spec") or {}).get("podGC") or {}
+        strategy = gc.get("strategy")
+        if strategy not in POD_GC_ON_SUCCESS + POD_GC_ON_COMPLETION:
+            return
+        if strategy in POD_GC_ON_SUCCESS and phase != "Succeeded":
+            return
+        delay = float(str(gc.get("deleteDelayDuration") or "0s").removesuffix("s") or 0)
+        ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+        if delay <= 0:
+            with contextlib.suppress(ApiError):
+                self.api.remove(PODS, ns, name)
+            return
+
+        async def later() -> None:
+            await asyncio.sleep(delay)
+            with contextlib.suppress(ApiError):
+                self.api.remove(PODS, ns, name)
+
+        self._spawn(later())
 
     async def _deadline(self, wf: dict[str, Any], seconds: float) -> None:
         await asyncio.sleep(seconds)

@@ -43,7 +43,9 @@ def test_a_workflow_carries_corrals_rules_labels_and_environment() -> None:
     assert "generateName" not in meta, "the name is the launch's: a second launch collides"
     assert spec["activeDeadlineSeconds"] == 91, "the job's own deadline, whole seconds up"
     assert spec["ttlStrategy"] == {"secondsAfterCompletion": 86400}
-    assert spec["podGC"] == {"strategy": "OnPodCompletion"}, "the Workflow keeps the outcome"
+    assert spec["podGC"] == {"strategy": "OnPodCompletion", "deleteDelayDuration": "120s"}, (
+        "the Workflow keeps the outcome; its pod stays two minutes, for its log"
+    )
     assert "serviceAccountName" not in spec
     labels = meta["labels"]
     assert labels == spec["podMetadata"]["labels"], "the pods carry them too"
@@ -419,10 +421,11 @@ def test_every_pod_field_reaches_the_workflow_and_passes_the_argo_schema() -> No
 
 def test_pod_gc_is_on_pod_completion_unless_the_settings_say_otherwise() -> None:
     plain = {"image": "busybox", "command": ["true"]}
-    assert workflow(plain)["spec"]["podGC"] == {"strategy": "OnPodCompletion"}
-    later = make_settings(argo_pod_gc="OnWorkflowSuccess")
+    gc = workflow(plain)["spec"]["podGC"]
+    assert gc == {"strategy": "OnPodCompletion", "deleteDelayDuration": "120s"}
+    later = make_settings(argo_pod_gc="OnWorkflowSuccess", argo_pod_gc_delay="10m")
     doc = workflow(plain, settings=later)
-    assert doc["spec"]["podGC"] == {"strategy": "OnWorkflowSuccess"}
+    assert doc["spec"]["podGC"] == {"strategy": "OnWorkflowSuccess", "deleteDelayDuration": "600s"}
     argo.check_workflow(doc)
     assert "podGC" not in workflow(plain, settings=make_settings(argo_pod_gc="Never"))["spec"]
     with pytest.raises(ValueError, match="argo_pod_gc"):

@@ -117,7 +117,7 @@ class WorkflowTemplate:
                 ]
                 if pull_secrets
                 else None,
-                pod_gc=None if k8s.argo_pod_gc == "Never" else argo.PodGC(strategy=k8s.argo_pod_gc),
+                pod_gc=_pod_gc(k8s),
                 active_deadline_seconds=kubernetes.active_deadline(launch, self.settings),
                 ttl_strategy=argo.TTLStrategy(
                     seconds_after_completion=kubernetes.whole_seconds(
@@ -152,6 +152,15 @@ class WorkflowTemplate:
             tolerations=[argo.Toleration(**t.manifest()) for t in placement.tolerations] or None,
             priority_class_name=placement.priority_class,
         )
+
+
+def _pod_gc(k8s: config.KubernetesExecutorSettings) -> argo.PodGC | None:
+    """The Workflow's podGC: `argo_pod_gc`, each pod kept `argo_pod_gc_delay` after it ends
+    so that corral reads its log into the run log first."""
+    if k8s.argo_pod_gc == "Never":
+        return None
+    delay = kubernetes.whole_seconds(k8s.argo_pod_gc_delay.total_seconds())
+    return argo.PodGC(strategy=k8s.argo_pod_gc, delete_delay_duration=f"{delay}s")
 
 
 def dry_run(job: model.NewJob, settings: config.Settings, now: datetime) -> dict[str, Any]:
@@ -265,7 +274,14 @@ RULES = rbac.Rules(
             ("list", "delete", "patch"),
             "a Workflow's pods: delete one left running by a Workflow deleted without a"
             " propagation policy, or by an attempt that has ended; patch: the installation's"
-            " label, as for its Workflow",
+            " label, as for its Workflow; list: a finished Workflow's pod, for its log",
+        ),
+        rbac.Rule(
+            "",
+            "pods/log",
+            ("get",),
+            "a finished Workflow's pod's log, kept in the attempt's run log while podGC has"
+            " not deleted the pod yet (argo_pod_gc_delay)",
         ),
         *kube_client.OWNED_RULES,
         rbac.Rule(
@@ -402,7 +418,19 @@ class ArgoExecutor(kube_client.ClusterExecutor):
             ),
             finished=lambda wf: workflow_observation(wf).phase.finished,
         ):
-            yield self.named(workflow_observation(obs))
+            yield self.named(await self._observation(obs))
+
+    async def _pods(self, wf: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """The Workflow's pods (those podGC has not deleted yet)."""
+        meta = wf["metadata"]
+        return (
+            await self.api.list_all(
+                "pods",
+                self._core.list_namespaced_pod,
+                selector=f"{self.managed},{WORKFLOW_LABEL}={meta['name']}",
+                namespace=meta.get("namespace") or self.namespace,
+            )
+        ).items
 
     async def _get(self, name: str) -> dict[str, Any] | None:
         for namespace in self.namespaces_for(name):
@@ -422,10 +450,15 @@ class ArgoExecutor(kube_client.ClusterExecutor):
     async def _observation(self, wf: dict[str, Any]) -> model.Observation:
         """What the Workflow says; for one whose pod waits to start, why (Argo's node
         message), and past the pod start timeout its end (the Workflow is stopped, so
-        that its pod cannot start later beside the next attempt's)."""
+        that its pod cannot start later beside the next attempt's). For one that has
+        finished, its run log: the end of its pod's log, while podGC has not deleted the pod
+        (executors.kubernetes.argo_pod_gc_delay), and Argo's message."""
         obs = workflow_observation(wf)
+        if obs.phase.finished:
+            pod = kubernetes.logged_pod(await self._pods(wf))
+            return dataclasses.replace(obs, output=await self.run_log(pod, obs.message))
         why = pod_waiting(wf)
-        if obs.phase.finished or why is None:
+        if why is None:
             return obs
         meta = wf["metadata"]
         obs = startup.observation(

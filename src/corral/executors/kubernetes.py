@@ -1024,7 +1024,7 @@ class KubernetesExecutor(kube_client.ClusterExecutor):
         if _finished(job):
             obs = job_observation(job, pods)
             return dataclasses.replace(
-                obs, output=await self.run_log(_logged_pod(pods), obs.message)
+                obs, output=await self.run_log(logged_pod(pods), obs.message)
             )
         why = startup.waiting(pods)
         if why is None:
@@ -1055,7 +1055,7 @@ class KubernetesExecutor(kube_client.ClusterExecutor):
         started, and nothing comes of a Job that is gone or ended before one did."""
         name = self.platform_name(name)
         while (job := await self._get(name)) is not None:
-            pod = _logged_pod([p for p in await self._pods(job) if _started(p)])
+            pod = logged_pod([p for p in await self._pods(job) if _started(p)])
             if pod is not None:
                 async for chunk in self._follow_pod(pod):
                     yield chunk
@@ -1211,7 +1211,7 @@ def _started(pod: Mapping[str, Any]) -> bool:
     return False
 
 
-def _logged_pod(found: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+def logged_pod(found: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
     """The pod whose log is the attempt's: the one that succeeded, else the last failed."""
     done = [p for p in found if (p.get("status") or {}).get("phase") == "Succeeded"]
     return done[-1] if done else _last_failed(found)
