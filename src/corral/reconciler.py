@@ -41,6 +41,7 @@ never from memory, so a reconciler started after every process died rebuilds the
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
@@ -60,6 +61,8 @@ REMOVE_BATCH = 500
 REMOVE_BATCHES = 20
 RETENTION_EVERY = 600.0
 """Seconds between two looks for jobs past their retention, once a look found them all."""
+LAST_OUTPUTS = 10_000
+"""The most outputs of attempts being stopped this process keeps until their end."""
 LABEL_EVERY = 60.0
 """Seconds between two looks for launches an earlier corral made without the installation
 label, once a look labelled none (an upgrade's older processes may still be making them)."""
@@ -131,6 +134,7 @@ class Reconciler:
         self._noted_unknown: set[int] = set()  # fences already noted, to keep the run log short
         self._noted_stopping: set[int] = set()  # fences whose stopping is in their run log
         self._label_due = 0.0  # when to look for launches without the installation label
+        self._last_output: dict[int, model.RunLog] = {}  # of attempts being stopped, by fence
         # Where the last pass stopped: attempts that must wait (absent but not yet lost, or on
         # a platform that cannot be asked) must not keep the ones behind them from a look.
         self._cursor = 0
@@ -505,6 +509,8 @@ class Reconciler:
         attempt stays running, with a `stopping` event, until nothing of it runs."""
         if not work.overdue:
             return []
+        if isinstance(executor, base.StopsSlowly):
+            await self._read_last_output(executor, work.overdue)
         grace = self.t.cancel_grace
         stopped = await asyncio.gather(
             *(self._stop(executor, a.launch_name, grace) for a in work.overdue)
@@ -523,8 +529,31 @@ class Reconciler:
             if obs is not None and obs.phase is P.SUCCEEDED and obs.exit_code in (0, None):
                 finishes.append(store.Finish.seen(a.id, obs))
             else:
-                finishes.append(_failed(a, "timed out: ran past its deadline, stopped by recovery"))
+                why = "timed out: ran past its deadline, stopped by recovery"
+                output = self._last_output.pop(a.id, None)
+                finishes.append(dataclasses.replace(_failed(a, why), output=output))
         return finishes
+
+    async def _read_last_output(
+        self, executor: base.StopsSlowly, overdue: Sequence[model.Attempt]
+    ) -> None:
+        """Before attempts are stopped, what they wrote so far (a pod's log): kept for the
+        run log of their end, which comes once their pods have ended and it is gone."""
+        first = [a for a in overdue if a.id not in self._last_output]
+        read = await asyncio.gather(
+            *(executor.last_output(a.launch_name) for a in first), return_exceptions=True
+        )
+        for a, output in zip(first, read, strict=True):
+            if isinstance(output, model.RunLog):
+                self._last_output[a.id] = output
+            elif isinstance(output, errors.ExecutorError):
+                log.info(
+                    "%s: its output could not be read before its stop: %s", a.launch_name, output
+                )
+            elif isinstance(output, BaseException):
+                raise output
+        while len(self._last_output) > LAST_OUTPUTS:  # some ended another way meanwhile
+            del self._last_output[next(iter(self._last_output))]
 
     async def _stopping(
         self,

@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from corral import client, clock, config, errors, model, reconciler, runtime, store
-from corral.executors import base, kubernetes
+from corral.executors import base, kube_client, kubernetes
 from corral.testing import FrozenClock
 from tests.support import kube_api
 from tests.support.wait import PATIENCE, eventually
@@ -422,7 +422,8 @@ async def down_slow(tmp_path: Path) -> AsyncIterator[tuple[Any, ...]]:
 def lingers(gate: Path) -> list[str]:
     """A command that takes SIGTERM slowly: it ends (143) only once `gate` exists."""
     on_term = f"while [ ! -e {gate} ]; do sleep 0.05; done; exit 143"
-    return ["sh", "-c", f"trap '{on_term}' TERM; while true; do sleep 0.05; done"]
+    loop = "echo loaded 40 rows; while true; do sleep 0.05; done"
+    return ["sh", "-c", f"trap '{on_term}' TERM; {loop}"]
 
 
 async def overdue_and_stopping(
@@ -470,8 +471,14 @@ async def test_a_stopped_attempt_ends_only_once_its_pod_is_gone(
     summary = await rec.run_once()
     assert summary.stopping == 0
     [attempt, *_] = await db.attempt_list(job_id=c.job.id)
-    assert attempt.state == A.FAILED and "timed out" in (attempt.reason or "")
+    assert attempt.state == A.FAILED
+    assert "timed out" in (attempt.reason or "")
     assert (await db.job_get(job_id=c.job.id)).state is J.QUEUED, "retried now"
+    # Its pod's log, read before it was stopped (gone since): why it ran so long.
+    output = (await db.run_logs(job_id=c.job.id))[attempt.id]
+    stream = output.stream(kube_client.LOG_STREAM)
+    assert stream is not None
+    assert stream.text == "loaded 40 rows\n"
 
 
 async def test_a_pod_that_outlives_its_whole_grace_no_longer_holds_its_attempt(
@@ -479,7 +486,7 @@ async def test_a_pod_that_outlives_its_whole_grace_no_longer_holds_its_attempt(
 ) -> None:
     """A pod still there past the deadline, cancel_grace, its termination grace and the
     margin is taken for stuck on a lost node: the attempt ends, and its job may retry."""
-    _cluster, db, ex, frozen, _settings, rec = down_slow
+    _cluster, db, _ex, frozen, _settings, rec = down_slow
     c, summary = await overdue_and_stopping(down_slow, lingers(tmp_path / "never"))
     assert summary.stopping == 1
     frozen.advance(61)  # past termination_grace (60 s) and the margin

@@ -124,6 +124,12 @@ class StopsSlowly(Protocol):
 
     stop_grace: timedelta
 
+    async def last_output(self, name: str) -> model.RunLog | None:
+        """The end of what launch `name` has written so far (its pod's log), read before it
+        is stopped, for the run log of an attempt that ran past its deadline; None when
+        nothing of it has run."""
+        ...
+
     async def still_running(self, names: Sequence[str]) -> dict[str, str]:
         """Of these launches, those some part of which still runs (its launch deleted or
         not), each with what runs, in words: `pod corral-5-1-x7kq2 (Terminating)`."""

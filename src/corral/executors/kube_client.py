@@ -684,6 +684,23 @@ class ClusterExecutor(abc.ABC):
             raise errors.ExecutorError(f"{self.kind} executor: used before start()")
         return self._api
 
+    async def last_output(self, name: str) -> model.RunLog | None:
+        """The end of the log of launch `name`'s pod that started last (one list of its
+        pods, one read of its log); None when none has started."""
+        platform = self.platform_name(name)
+        for namespace in self.namespaces_for(platform):
+            pods = await self.api.list_all(
+                "pods",
+                self._core.list_namespaced_pod,
+                selector=f"{self.managed},{self.pod_label}={platform}",
+                namespace=namespace,
+            )
+            started = [p for p in pods.items if (p.get("status") or {}).get("phase") != "Pending"]
+            if started:
+                started.sort(key=lambda p: str((p.get("metadata") or {}).get("creationTimestamp")))
+                return await self.run_log(started[-1], None)
+        return None
+
     async def still_running(self, names: Sequence[str]) -> dict[str, str]:
         """Of these launches, those with a pod that has not ended (running, or being
         deleted and still in its termination grace), whether their Job or Workflow is
