@@ -942,6 +942,7 @@ class Kubelet(_Controller):
         super().__init__(api)
         self.start_delay = start_delay
         self.hold = False  # pods stay Pending (no node)
+        self.closing = False  # every pod reads as gone: nothing more starts
         self.no_nodes: str | None = None
         self.bad_images: dict[str, tuple[str, str]] = {}
         self.procs: dict[str, asyncio.subprocess.Process] = {}
@@ -976,9 +977,10 @@ class Kubelet(_Controller):
             self.api.patch(PODS, ns, name, {"status": {"phase": "Failed"}})
 
     def _gone(self, ns: str, name: str) -> bool:
-        """Whether the pod is gone or going (deleted: a finalizer may keep it a while)."""
+        """Whether the pod is gone or going (deleted: a finalizer may keep it a while), or
+        the kubelet is closing."""
         found = self.api.find(PODS, ns, name)
-        return found is None or bool(found["metadata"].get("deletionTimestamp"))
+        return self.closing or found is None or bool(found["metadata"].get("deletionTimestamp"))
 
     def _held_status(self, pod: Mapping[str, Any]) -> dict[str, Any] | None:
         """The Pending status that keeps the pod from starting now, or None."""
@@ -1017,7 +1019,7 @@ class Kubelet(_Controller):
     async def _run(self, pod: dict[str, Any]) -> None:
         ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
         await asyncio.sleep(self.start_delay)
-        while self.hold:
+        while self.hold and not self.closing:
             await asyncio.sleep(0.05)
         await self._held(pod)
         if self._gone(ns, name):
@@ -1127,6 +1129,9 @@ class Kubelet(_Controller):
             self._terminated(ns, name, 128, "StartError", str(exc), started)
             return
         self.procs[name] = proc
+        if self.closing:  # started as the kubelet closed: it ends now, with the others
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
         self.api.patch(
             PODS,
             ns,
@@ -1202,8 +1207,9 @@ class Kubelet(_Controller):
         )
 
     async def close(self) -> None:
-        """Kill what still runs and let each `_run` see its process end, so every pipe and
-        transport is closed before the event loop goes."""
+        """Kill what still runs and let each `_run` see its process end (or its pod read as
+        gone), so every pipe and transport is closed before the event loop goes."""
+        self.closing = True
         for proc in self.procs.values():
             if proc.returncode is None:
                 with contextlib.suppress(ProcessLookupError):
@@ -1211,7 +1217,7 @@ class Kubelet(_Controller):
         waits = [asyncio.wait_for(p.wait(), 5) for p in self.procs.values()]
         await asyncio.gather(*waits, return_exceptions=True)
         if self.tasks:
-            await asyncio.wait(list(self.tasks), timeout=2)
+            await asyncio.wait(list(self.tasks), timeout=PATIENCE)
         await super().close()
 
 
