@@ -1026,6 +1026,8 @@ class KubernetesExecutor(kube_client.ClusterExecutor):
             return dataclasses.replace(
                 obs, output=await self.run_log(logged_pod(pods), obs.message)
             )
+        if _decided(job):  # its pods ran and are ending, or gone: it is not waiting to start
+            return job_observation(job, pods)
         why = startup.waiting(pods)
         if why is None:
             return job_observation(job, pods)
@@ -1215,6 +1217,15 @@ def logged_pod(found: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
     """The pod whose log is the attempt's: the one that succeeded, else the last failed."""
     done = [p for p in found if (p.get("status") or {}).get("phase") == "Succeeded"]
     return done[-1] if done else _last_failed(found)
+
+
+def _decided(job: Mapping[str, Any]) -> bool:
+    """Whether the Job's end is decided (FailureTarget, SuccessCriteriaMet) while its pods
+    end: Complete or Failed follows once none runs."""
+    return any(_condition(job, kind) is not None for kind in _DECIDED)
+
+
+_DECIDED = ("FailureTarget", "SuccessCriteriaMet")
 
 
 def _needs_pods(job: Mapping[str, Any]) -> bool:
