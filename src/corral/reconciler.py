@@ -734,20 +734,20 @@ class Reconciler:
             await self._stop_strays(executor, summary)
 
     async def _stop_strays(self, executor: base.LeavesStrays, summary: Pass) -> None:
-        """Stop the parts a launch left running (pods) whose launch is gone, or whose
-        attempt has ended or whose job was cancelled: a pod orphaned by its Job's delete
-        must not run beside the attempt that replaces its own."""
+        """Stop the parts a launch left running (pods) whose launch is gone, whatever
+        their attempt's state (with no launch to observe, recovery calls it lost): a pod
+        orphaned by its Job's delete must not run beside the attempt that replaces its
+        own. A pod whose launch is still there goes with it: the launch is the orphan
+        sweep's to stop (a Job deleted, its pods with it), never the pod alone, which
+        would end the Job as failed first and leave it, finished, for its TTL."""
         try:
             strays = await executor.list_strays({model.MANAGED_BY: model.MANAGER})
         except errors.ExecutorError as exc:
             log.warning("cannot list stray pods for orphans: %s", exc)
             return
-        fences = [s.identity.fence for s in strays if s.identity is not None]
-        states = await self.store.attempt_states(fences=fences) if fences else {}
-        doomed = [(s, why) for s in strays if (why := _stray_reason(s, states)) is not None]
-        await asyncio.gather(
-            *(self._stop_one_stray(executor, s, why, summary) for s, why in doomed)
-        )
+        why = "orphan pod stopped: its launch is gone"
+        doomed = [s for s in strays if s.launch_gone]
+        await asyncio.gather(*(self._stop_one_stray(executor, s, why, summary) for s in doomed))
 
     async def _stop_one_stray(
         self, executor: base.LeavesStrays, stray: base.Stray, why: str, summary: Pass
@@ -874,17 +874,3 @@ def _past(at: datetime | None, now: datetime) -> bool:
 def _conflict(obs: model.Observation, attempt: model.Attempt) -> str:
     owner = obs.identity or "something corral does not manage"
     return f"launch conflict: {attempt.launch_name} holds {owner}, not fence {attempt.id}"
-
-
-def _stray_reason(stray: base.Stray, states: Mapping[int, store.Status]) -> str | None:
-    """Why `stray` is stopped, or None to leave it: its launch is gone (whatever its
-    attempt's state: with no launch to observe, recovery calls it lost), or it belongs to
-    an attempt that has ended or a job that was cancelled."""
-    if stray.launch_gone:
-        return "orphan pod stopped: its launch is gone"
-    status = states.get(stray.identity.fence) if stray.identity is not None else None
-    if status is None or status.identity != stray.identity:
-        return None
-    if status.attempt_state in model.FINAL_ATTEMPT_STATES or status.job_state == J.CANCELLED:
-        return f"orphan pod stopped: attempt is {status.attempt_state}, job is {status.job_state}"
-    return None

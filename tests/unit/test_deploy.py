@@ -274,7 +274,7 @@ def test_argo_may_list_delete_and_label_pods_and_a_shared_rule_keeps_each_reason
     ]
     both = " ".join(rbac("kubernetes,argo").split())
     assert "# a Job's pods: why one waits" in both
-    assert "; a Workflow's pods: delete one left running" in both
+    assert "; a Workflow's pods: delete one" in both
 
 
 def test_the_deployments_run_as_the_bound_service_account() -> None:

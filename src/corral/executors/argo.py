@@ -273,7 +273,7 @@ RULES = rbac.Rules(
             "pods",
             ("list", "delete", "patch"),
             "a Workflow's pods: delete one left running by a Workflow deleted without a"
-            " propagation policy, or by an attempt that has ended; patch: the installation's"
+            " propagation policy; patch: the installation's"
             " label, as for its Workflow; list: a finished Workflow's pod, for its log",
         ),
         rbac.Rule(

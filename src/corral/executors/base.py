@@ -101,8 +101,8 @@ class Stray:
 @runtime_checkable
 class LeavesStrays(Protocol):
     """An executor whose launches run as parts that can outlive them (Jobs and their pods).
-    The reconciler's orphan sweep stops a stray whose launch is gone or whose attempt has
-    ended, so nothing keeps running once its attempt is lost and the job runs again."""
+    The reconciler's orphan sweep stops a stray whose launch is gone, so nothing keeps
+    running once its attempt is lost and the job runs again."""
 
     async def list_strays(self, selector: Mapping[str, str]) -> list[Stray]:
         """The live parts whose labels include all of `selector` (not those already

@@ -744,7 +744,7 @@ RULES = rbac.Rules(
             ("list", "delete", "patch"),
             "a Job's pods: why one waits to start, and how a finished one ended (exit code,"
             " reason, a disruption); delete: a pod left running by a Job deleted without a"
-            " propagation policy, or by an attempt that has ended; patch: the installation's"
+            " propagation policy; patch: the installation's"
             " label, as for its Job",
         ),
         rbac.Rule(
