@@ -61,7 +61,7 @@ REMOVE_BATCH = 500
 REMOVE_BATCHES = 20
 RETENTION_EVERY = 600.0
 """Seconds between two looks for jobs past their retention, once a look found them all."""
-LAST_OUTPUTS = 10_000
+LAST_OUTPUTS = 1_000
 """The most outputs of attempts being stopped this process keeps until their end."""
 LABEL_EVERY = 60.0
 """Seconds between two looks for launches an earlier corral made without the installation
@@ -111,6 +111,16 @@ class _Work:
     overdue: list[model.Attempt] = field(default_factory=list)
     unknown: list[tuple[model.Claimed, str]] = field(default_factory=list)
     never_launched: list[int] = field(default_factory=list)
+    lost: list[model.Attempt] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class _Stopping:
+    """An attempt recovery is stopping, waiting for its pods to end."""
+
+    since: datetime
+    lost: bool = False  # absent past recovery_grace, its pods running on: it ends lost
+    noted: bool = False  # its `stopping` event is written
 
 
 class Reconciler:
@@ -132,7 +142,9 @@ class Reconciler:
         self.t = settings.timeouts
         self.retry = retry or retry_.Retry.from_settings(settings)
         self._noted_unknown: set[int] = set()  # fences already noted, to keep the run log short
-        self._noted_stopping: set[int] = set()  # fences whose stopping is in their run log
+        # Attempts being stopped whose parts still run, by fence: since when (their grace
+        # counts from it), and whether they were lost (else timed out).
+        self._stopping: dict[int, _Stopping] = {}
         self._label_due = 0.0  # when to look for launches without the installation label
         self._last_output: dict[int, model.RunLog] = {}  # of attempts being stopped, by fence
         # Where the last pass stopped: attempts that must wait (absent but not yet lost, or on
@@ -176,6 +188,8 @@ class Reconciler:
         )
         full = len(due) == self.settings.recovery_batch_limit
         self._cursor = due[-1].attempt.id if full else 0
+        if not full:  # every attempt due is here: one not due has ended some other way
+            self._forget_stopping({item.attempt.id for item in due})
         summary.looked = len(due)
         by_kind: dict[str, list[model.Claimed]] = defaultdict(list)
         for item in due:
@@ -434,20 +448,19 @@ class Reconciler:
         attempt, now = item.attempt, self.clock.now()
         started = attempt.started_at or attempt.created_at
         deadline = attempt.deadline_at or started + self.t.attempt_deadline
-        # One this process is stopping is overdue whether its launch is still there or not
-        # (a deleted Job's pods run on in their termination grace): it ends once they end.
-        stopping = attempt.id in self._noted_stopping
         if obs.phase is not P.ABSENT and obs.identity != _identity(attempt):
             summary.unknown += 1  # someone else's object under our name: never adopt or fail on it
             log.warning(
                 "%s shows another identity (%s); leaving it", attempt.launch_name, obs.labels
             )
+        elif attempt.id in self._stopping:
+            # Being stopped: overdue whether its launch is still there, gone, or finished (a
+            # deleted Job's pods run on in their grace): it ends once nothing of it runs.
+            work.overdue.append(attempt)
         elif obs.phase.finished:
             summary.completed += 1
             self._repaired(attempt, f"completed ({obs.phase}), missed while no dispatcher watched")
             work.finishes.append(store.Finish.seen(attempt.id, obs))
-        elif stopping:
-            work.overdue.append(attempt)  # looked at again: it ends once nothing of it runs
         elif obs.phase is not P.ABSENT and deadline + self.t.cancel_grace <= now:
             summary.timed_out += 1  # its platform had its own stop and grace: the backstop
             self._repaired(attempt, "timed out")
@@ -460,17 +473,12 @@ class Reconciler:
         elif obs.phase is not P.ABSENT:
             work.alive.append(attempt.id)
         elif started + self.t.recovery_grace <= now:
-            summary.lost += 1
-            self._repaired(attempt, "lost")
-            work.finishes.append(
-                store.Finish(
-                    attempt.id, A.LOST, None, "lost: not on the platform past recovery_grace"
-                )
-            )
+            work.lost.append(attempt)  # unless parts of it still run (_lose)
         else:
             summary.waiting += 1  # absent, but not for long enough to be sure
 
     async def _write(self, executor: Executor, work: _Work, summary: Pass) -> None:
+        work.finishes += await self._lose(executor, work, summary)
         work.finishes += await self._stop_overdue(executor, work, summary)
         await self._unknown(executor, work.unknown, summary)
         now = self.clock.now()
@@ -519,20 +527,50 @@ class Reconciler:
         try:
             seen = await executor.observe([a.launch_name for a in done])
             if isinstance(executor, base.StopsSlowly):
-                done = await self._stopping(executor, done, work, summary)
+                done = await self._still_stopping(executor, done, work, summary)
         except errors.ExecutorError as exc:
             log.warning("%d stopped attempts: cannot look again: %s", len(done), exc)
             return []
         finishes = []
         for a in done:
+            was = self._stopping.pop(a.id, None)
             obs = seen.get(a.launch_name)
             if obs is not None and obs.phase is P.SUCCEEDED and obs.exit_code in (0, None):
                 finishes.append(store.Finish.seen(a.id, obs))
             else:
-                why = "timed out: ran past its deadline, stopped by recovery"
                 output = self._last_output.pop(a.id, None)
-                finishes.append(dataclasses.replace(_failed(a, why), output=output))
+                finishes.append(dataclasses.replace(_stopped(a, was), output=output))
         return finishes
+
+    def _forget_stopping(self, due: set[int]) -> None:
+        """Forget what this process kept of attempts it was stopping that are no longer due
+        for recovery (ended by a dispatcher, a cancel, or another reconciler)."""
+        for kept in (self._stopping, self._last_output):
+            for fence in [f for f in kept if f not in due]:
+                del kept[fence]
+
+    async def _lose(self, executor: Executor, work: _Work, summary: Pass) -> list[store.Finish]:
+        """Attempts absent past recovery_grace are lost, unless parts of them still run (a
+        Job deleted without its pods, or while recovery did not know it was stopping them:
+        a restart): those are stopped, and end lost once nothing of them runs."""
+        lost = work.lost
+        if lost and isinstance(executor, base.StopsSlowly):
+            try:
+                running = await executor.still_running([a.launch_name for a in lost])
+            except errors.ExecutorError as exc:
+                log.warning("%d absent attempts: cannot look for their pods: %s", len(lost), exc)
+                return []
+            now = self.clock.now()
+            for a in lost:
+                if a.launch_name in running:
+                    self._stopping[a.id] = _Stopping(since=now, lost=True)
+                    work.overdue.append(a)
+            lost = [a for a in lost if a.launch_name not in running]
+        summary.lost += len(lost)
+        for a in lost:
+            self._repaired(a, "lost")
+        why = "lost: not on the platform past recovery_grace"
+        return [store.Finish(a.id, A.LOST, None, why) for a in lost]
 
     async def _read_last_output(
         self, executor: base.StopsSlowly, overdue: Sequence[model.Attempt]
@@ -555,7 +593,7 @@ class Reconciler:
         while len(self._last_output) > LAST_OUTPUTS:  # some ended another way meanwhile
             del self._last_output[next(iter(self._last_output))]
 
-    async def _stopping(
+    async def _still_stopping(
         self,
         executor: base.StopsSlowly,
         stopped: Sequence[model.Attempt],
@@ -572,9 +610,8 @@ class Reconciler:
             if what is None:
                 ending.append(a)
                 continue
-            deadline = a.deadline_at or (a.started_at or a.created_at) + self.t.attempt_deadline
-            given_up = deadline + self.t.cancel_grace + executor.stop_grace + self.t.margin
-            if given_up <= now:
+            known = self._stopping.get(a.id) or _Stopping(since=now)
+            if known.since + executor.stop_grace + self.t.margin <= now:
                 log.warning(
                     "%s: %s still runs past its termination grace (its node may be lost);"
                     " ending the attempt anyway: stop it by hand",
@@ -585,8 +622,8 @@ class Reconciler:
                 continue
             work.alive.append(a.id)
             summary.stopping += 1
-            if a.id not in self._noted_stopping:
-                self._noted_stopping.add(a.id)
+            self._stopping[a.id] = dataclasses.replace(known, noted=True)
+            if not known.noted:
                 await self.store.event_note(
                     job_id=a.job_id,
                     attempt_id=a.id,
@@ -598,7 +635,6 @@ class Reconciler:
                     details={"launch_name": a.launch_name, "running": what},
                 )
                 log.info("%s: stopping; %s is still ending", a.launch_name, what)
-        self._noted_stopping.difference_update(a.id for a in ending)
         return ending
 
     # --- the unknown state -------------------------------------------------------------------
@@ -690,12 +726,13 @@ class Reconciler:
         if not ours:
             return 0
         try:
-            await executor.label(ours)
+            labelled = await executor.label(ours)
         except errors.ExecutorError as exc:
             log.warning("could not label %d launches, will try again: %s", len(ours), exc)
             return 0
-        log.info("labelled %d launches an earlier corral made: %s", len(ours), ", ".join(ours))
-        return len(ours)
+        if labelled:
+            log.info("labelled %d launches an earlier corral made: %s", len(labelled), labelled)
+        return len(labelled)
 
     # --- orphans ---------------------------------------------------------------------------
 
@@ -860,6 +897,15 @@ class Reconciler:
 
 def _identity(attempt: model.Attempt) -> model.Identity:
     return model.Identity(attempt.job_id, attempt.attempt_no, attempt.id)
+
+
+def _stopped(attempt: model.Attempt, stopping: _Stopping | None) -> store.Finish:
+    """The end of an attempt recovery stopped, once nothing of it runs: timed out, or lost
+    (absent past recovery_grace, its pods running on until they were stopped)."""
+    if stopping is not None and stopping.lost:
+        why = "lost: not on the platform past recovery_grace; its pods were stopped"
+        return store.Finish(attempt.id, A.LOST, None, why)
+    return _failed(attempt, "timed out: ran past its deadline, stopped by recovery")
 
 
 def _failed(attempt: model.Attempt, why: str) -> store.Finish:

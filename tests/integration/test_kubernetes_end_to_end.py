@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from corral import client, clock, config, errors, model, reconciler, runtime, store
-from corral.executors import base, kube_client, kubernetes
+from corral.executors import argo, base, kube_client, kubernetes
 from corral.testing import FrozenClock
 from tests.support import kube_api
 from tests.support.wait import PATIENCE, eventually
@@ -250,10 +250,10 @@ async def running_attempt(
 ) -> model.Claimed:
     """A job claimed, launched on the double and recorded running; then corral "stops"."""
     await db.job_submit(
-        new=[model.NewJob(executor="kubernetes", spec={"image": IMAGE, "command": command})],
+        new=[model.NewJob(executor=ex.kind, spec={"image": IMAGE, "command": command})],
         now=frozen.now(),
     )
-    [claimed] = await db.job_claim(now=frozen.now(), limit=1, executors=["kubernetes"])
+    [claimed] = await db.job_claim(now=frozen.now(), limit=1, executors=[ex.kind])
     await ex.launch(base.launch_for(claimed, settings, frozen.now()))
     await db.attempt_record_running(fences=[claimed.attempt.id], now=frozen.now())
     return claimed
@@ -267,14 +267,16 @@ async def finished(ex: Any, name: str) -> None:
 
 
 @contextlib.asynccontextmanager
-async def stopped(made: Any, tmp_path: Path) -> AsyncIterator[tuple[Any, ...]]:
-    """A cluster, a store, a started executor and a reconciler on a frozen clock: corral
-    as recovery finds it after a stop, its loops not running."""
+async def stopped(
+    made: Any, tmp_path: Path, executor: Any = kubernetes.KubernetesExecutor
+) -> AsyncIterator[tuple[Any, ...]]:
+    """A cluster, a store, a started executor (of class `executor`) and a reconciler on a
+    frozen clock: corral as recovery finds it after a stop, its loops not running."""
     async with kube_api.cluster() as cluster:
         settings = made(tmp_path, cluster.url)
         await migrated(settings)
         db = store.Store.connect(settings.database_url)
-        ex = kubernetes.KubernetesExecutor(
+        ex = executor(
             settings=settings,
             clock=clock.SystemClock(),
             configuration=kube_api.configuration(cluster),
@@ -282,7 +284,7 @@ async def stopped(made: Any, tmp_path: Path) -> AsyncIterator[tuple[Any, ...]]:
         await ex.start()
         frozen = FrozenClock()
         rec = reconciler.Reconciler(
-            store=db, executors={"kubernetes": ex}, clock=frozen, settings=settings
+            store=db, executors={ex.kind: ex}, clock=frozen, settings=settings
         )
         yield cluster, db, ex, frozen, settings, rec
         await ex.close()
@@ -408,14 +410,16 @@ async def test_a_launch_cut_short_before_its_token_secret_is_finished_by_recover
 # --- stopping: a deleted Job's pod runs on for its termination grace ---------------------------
 
 
-@pytest.fixture
-async def down_slow(tmp_path: Path) -> AsyncIterator[tuple[Any, ...]]:
-    """As `down`, with pods given a long termination grace (60 s): a stop takes that long."""
+@pytest.fixture(params=["kubernetes", "argo"])
+async def down_slow(tmp_path: Path, request: Any) -> AsyncIterator[tuple[Any, ...]]:
+    """As `down`, on either executor, with pods given a long termination grace (60 s): a
+    stop takes that long."""
 
     def slow(tmp_path: Path, url: str) -> config.Settings:
         return make_settings(tmp_path, url, cluster={"termination_grace": 60}, recovery_grace="90s")
 
-    async with stopped(slow, tmp_path) as parts:
+    made = {"kubernetes": kubernetes.KubernetesExecutor, "argo": argo.ArgoExecutor}
+    async with stopped(slow, tmp_path, made[request.param]) as parts:
         yield parts
 
 
@@ -427,14 +431,15 @@ def lingers(gate: Path) -> list[str]:
 
 
 async def overdue_and_stopping(
-    down: tuple[Any, ...], command: list[str]
+    down: tuple[Any, ...], command: list[str], *, late: float = 0
 ) -> tuple[model.Claimed, reconciler.Pass]:
-    """An attempt running past its deadline, stopped by recovery while its pod lingers."""
+    """An attempt running past its deadline (and `late` seconds more), stopped by recovery
+    while its pod lingers."""
     _cluster, db, ex, frozen, _settings, rec = down
     c = await running_attempt(db, frozen, _settings, ex, command)
     name = c.attempt.launch_name
     await eventually(lambda: _running(ex, name), what=f"{name} running", every=0.1)
-    frozen.advance(22)  # past its deadline (20 s) and cancel_grace (1 s)
+    frozen.advance(22 + late)  # past its deadline (20 s) and cancel_grace (1 s)
     summary = await rec.run_once()
     return c, summary
 
@@ -454,8 +459,11 @@ async def test_a_stopped_attempt_ends_only_once_its_pod_is_gone(
     c, summary = await overdue_and_stopping(down_slow, lingers(gate))
     name = c.attempt.launch_name
     assert (summary.timed_out, summary.stopping) == (1, 1)
-    assert cluster.api.find(kube_api.JOBS, "default", name) is None, "the Job is deleted"
+    if ex.kind == "kubernetes":
+        assert cluster.api.find(kube_api.JOBS, "default", name) is None, "the Job is deleted"
     assert name in await ex.still_running([name]), "its pod is still Terminating"
+    seen = (await ex.observe([name]))[name]
+    assert not seen.phase.finished, "a dispatcher looking now sees no end to record"
     frozen.advance(1)
     summary = await rec.run_once()
     assert summary.stopping == 1
@@ -499,3 +507,48 @@ async def test_a_pod_that_outlives_its_whole_grace_no_longer_holds_its_attempt(
 
 async def _gone(ex: Any, name: str) -> bool:
     return name not in await ex.still_running([name])
+
+
+async def test_a_late_stop_still_gives_the_pod_its_whole_grace(
+    down_slow: tuple[Any, ...], tmp_path: Path
+) -> None:
+    """Recovery that first stops an attempt long past its deadline (it was down) counts the
+    pod's grace from the stop, not from the deadline: the attempt does not end at once."""
+    db = down_slow[1]
+    c, summary = await overdue_and_stopping(down_slow, lingers(tmp_path / "gate"), late=60)
+    assert summary.stopping == 1
+    [attempt] = await db.attempt_list(job_id=c.job.id)
+    assert attempt.state == A.RUNNING, "its pod has just had SIGTERM"
+
+
+async def test_a_restarted_recovery_does_not_take_a_stopping_attempt_for_lost(
+    down_slow: tuple[Any, ...], tmp_path: Path
+) -> None:
+    """A reconciler that stopped an attempt and then restarted no longer knows it: past
+    recovery_grace the attempt's Job is absent, but its pod still runs, so it is stopped
+    again and ends lost only once the pod has ended, never beside its retry. (A stopped
+    Workflow stays, as the record: its attempt is stopped again and ends timed out.)"""
+    _cluster, db, ex, frozen, settings, _rec = down_slow
+    gate = tmp_path / "gate"
+    c, _ = await overdue_and_stopping(down_slow, lingers(gate))
+    fresh = reconciler.Reconciler(
+        store=db, executors={ex.kind: ex}, clock=frozen, settings=settings
+    )
+    frozen.advance(70)  # past recovery_grace (90 s from its start)
+    summary = await fresh.run_once()
+    assert (summary.lost, summary.stopping) == (0, 1)
+    [attempt] = await db.attempt_list(job_id=c.job.id)
+    assert attempt.state == A.RUNNING
+    gate.touch()
+    name = c.attempt.launch_name
+    await eventually(lambda: _gone(ex, name), what=f"{name}'s pod ended", every=0.1)
+    frozen.advance(1)
+    await fresh.run_once()
+    [attempt, *_] = await db.attempt_list(job_id=c.job.id)
+    if ex.kind == "kubernetes":
+        assert attempt.state == A.LOST
+        assert "its pods were stopped" in (attempt.reason or "")
+    else:
+        assert attempt.state == A.FAILED
+        assert "timed out" in (attempt.reason or "")
+    assert (await db.job_get(job_id=c.job.id)).state is J.QUEUED

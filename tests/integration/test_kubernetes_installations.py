@@ -5,6 +5,7 @@ double, with a real store for recovery's part."""
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
@@ -107,6 +108,25 @@ async def test_a_name_the_other_installation_holds_is_a_launch_conflict_that_say
             await b.launch(launch("kubernetes", ["sleep", "30"]))
         assert "executors.kubernetes.name_prefix" in str(caught.value)
         assert (await b.observe(["corral-1-1"]))["corral-1-1"].phase is P.ABSENT
+        await b.cancel("corral-1-1", timedelta(seconds=1))  # its own attempt's, it thinks
+        assert cluster.api.find(kube_api.JOBS, "default", "corral-1-1") is not None, "not its own"
+        assert [chunk async for chunk in b.follow_log("corral-1-1")] == [], "nor its log"
+
+
+@pytest.mark.parametrize("kind", ["kubernetes", "argo"])
+async def test_a_workflow_of_the_same_name_of_another_installation_is_not_stopped(
+    kind: str,
+) -> None:
+    async with (
+        kube_api.cluster() as cluster,
+        executor(MADE[kind], cluster, "aaaa") as a,
+        executor(MADE[kind], cluster, "bbbb") as b,
+    ):
+        await a.launch(launch(kind, ["sleep", "30"]))
+        await b.cancel("corral-1-1", timedelta(seconds=1))
+        made = cluster.api.get(RESOURCE[kind], "default", "corral-1-1")
+        assert not (made.get("spec") or {}).get("shutdown"), "not stopped"
+        assert not made["metadata"].get("deletionTimestamp"), "not deleted"
 
 
 @pytest.mark.parametrize("kind", ["kubernetes", "argo"])
@@ -176,13 +196,40 @@ async def test_an_upgrade_labels_what_the_earlier_corral_made_and_loses_none_of_
         await db.close()
 
 
+async def test_an_upgrade_that_also_changed_the_name_prefix_leaves_the_old_objects_alone(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Objects an earlier corral made under another name prefix are not this one's names:
+    they are left unlabelled, said once a look, and not looked for again every pass."""
+    db = store.Store.connect(f"sqlite:///{tmp_path}/corral.db")
+    await db.migrate()
+    frozen = FrozenClock()
+    try:
+        spec = {"image": IMAGE, "command": ["sleep", "30"]}
+        await db.job_submit(new=[model.NewJob(executor="kubernetes", spec=spec)], now=frozen.now())
+        [claimed] = await db.job_claim(now=frozen.now(), limit=1, executors=["kubernetes"])
+        async with kube_api.cluster() as cluster:
+            async with executor(kubernetes.KubernetesExecutor, cluster, None) as old:
+                await old.launch(base.launch_for(claimed, settings(), frozen.now()))
+            made = kubernetes.KubernetesExecutor
+            async with executor(made, cluster, "aaaa", name_prefix="corral-b") as new:
+                rec = reconciler.Reconciler(
+                    store=db, executors={"kubernetes": new}, clock=frozen, settings=settings()
+                )
+                assert (await rec.run_once()).labelled == 0
+                assert "under another name prefix" in caplog.text
+                job = cluster.api.get(kube_api.JOBS, "default", claimed.attempt.launch_name)
+                assert model.INSTALLATION not in job["metadata"]["labels"]
+    finally:
+        await db.close()
+
+
 async def test_the_store_makes_one_installation_id_and_keeps_it(tmp_path: Path) -> None:
     db = store.Store.connect(f"sqlite:///{tmp_path}/corral.db")
     await db.migrate()
     try:
         first = await db.installation()
-        assert len(first) == 16
-        assert int(first, 16) >= 0
+        assert re.fullmatch("[0-9a-f]{16}", first)
         assert model.label_problem(model.INSTALLATION, first) is None
         await db.migrate()
         assert await db.installation() == first

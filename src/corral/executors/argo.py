@@ -388,9 +388,13 @@ class ArgoExecutor(kube_client.ClusterExecutor):
         await self._cancel(self.platform_name(name))
 
     async def _cancel(self, name: str) -> None:
-        """`cancel` of the Workflow `name` (its name on the cluster)."""
+        """`cancel` of the Workflow `name` (its name on the cluster); one of another
+        installation's that holds the name is left alone."""
         where = self.namespaces_for(name)
-        if len(where) > 1 and (found := await self._get(name)) is not None:
+        if len(where) > 1 or self.installation is not None:
+            found = await self._get(name)
+            if found is None or self.foreign(found):
+                return
             where = [found["metadata"].get("namespace") or self.namespace]
         namespace = where[0]
         await self.api.call(
@@ -423,14 +427,7 @@ class ArgoExecutor(kube_client.ClusterExecutor):
     async def _pods(self, wf: Mapping[str, Any]) -> list[dict[str, Any]]:
         """The Workflow's pods (those podGC has not deleted yet)."""
         meta = wf["metadata"]
-        return (
-            await self.api.list_all(
-                "pods",
-                self._core.list_namespaced_pod,
-                selector=f"{self.managed},{WORKFLOW_LABEL}={meta['name']}",
-                namespace=meta.get("namespace") or self.namespace,
-            )
-        ).items
+        return await self._pods_of(str(meta["name"]), meta.get("namespace") or self.namespace)
 
     async def _get(self, name: str) -> dict[str, Any] | None:
         for namespace in self.namespaces_for(name):
@@ -455,7 +452,12 @@ class ArgoExecutor(kube_client.ClusterExecutor):
         (executors.kubernetes.argo_pod_gc_delay), and Argo's message."""
         obs = workflow_observation(wf)
         if obs.phase.finished:
-            pod = kubernetes.logged_pod(await self._pods(wf))
+            pods = await self._pods(wf)
+            if running := [p for p in pods if not kube_client.pod_ended(p)]:
+                # Stopped (spec.shutdown), Argo ends it at once; its pod runs on in its grace.
+                ending = f"ending: {kube_client.describe_pod(running[0])} still runs"
+                return dataclasses.replace(obs, phase=model.Phase.RUNNING, reason=ending)
+            pod = kubernetes.logged_pod(pods)
             return dataclasses.replace(obs, output=await self.run_log(pod, obs.message))
         why = pod_waiting(wf)
         if why is None:

@@ -152,8 +152,9 @@ class SharesPlatform(Protocol):
         """corral's launches with no installation label, in every allowed namespace."""
         ...
 
-    async def label(self, names: Sequence[str]) -> None:
-        """Give these launches (found by `list_unlabelled`) this installation's label."""
+    async def label(self, names: Sequence[str]) -> list[str]:
+        """Give these launches (found by `list_unlabelled`) this installation's label; the
+        names of those it labelled."""
         ...
 
 

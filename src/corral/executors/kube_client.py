@@ -64,6 +64,7 @@ _PASSING = {408, 425, 429, 500, 502, 503, 504}
 _THROTTLED = {429, 503}
 """The answers whose Retry-After corral waits for."""
 MANAGED = f"{model.MANAGED_BY}={model.MANAGER}"
+"""The label selector of everything corral launched."""
 CONTAINER = "main"
 """The container whose log is an attempt's: the job's own (Argo names its user's `main` too)."""
 LOG_LINES = 10_000
@@ -75,7 +76,6 @@ start of the lines asked for, so a read that reaches it is made again for fewer 
 log's end."""
 LOG_STREAM = "log"
 """The run log's stream of a pod's log: its main container's stdout and stderr together."""
-"""The label selector of everything corral launched."""
 OBSERVE_CONCURRENCY = 16
 """How many reads one `observe` has in flight."""
 LIST_PAGE = 500
@@ -501,37 +501,60 @@ class ClusterExecutor(abc.ABC):
         found = []
         for namespace in self.k8s.namespaces_allowed:
             for obj in (await self._list_in(namespace, unlabelled)).items:
-                meta = obj.get("metadata") or {}
-                found.append(
-                    model.Observation(
-                        name=self.launch_name(str(meta.get("name", ""))),
-                        phase=model.Phase.PENDING,
-                        labels=labels_of(obj),
+                name = str((obj.get("metadata") or {}).get("name", ""))
+                launch = self.launch_name(name)
+                if self.platform_name(launch) != name:
+                    log.warning(
+                        "%s/%s: made without the installation label under another name prefix"
+                        " than %r; left alone (set executors.kubernetes.name_prefix back to"
+                        " adopt what it runs)",
+                        namespace,
+                        name,
+                        self.name_prefix,
                     )
+                    continue
+                found.append(
+                    model.Observation(name=launch, phase=model.Phase.PENDING, labels=labels_of(obj))
                 )
-                self._launched_in[str(meta.get("name"))] = namespace
+                self._note_namespace(name, namespace)
         return found
 
-    async def label(self, names: Sequence[str]) -> None:
-        """Give these launches' Jobs or Workflows, and their pods that have not ended, this
-        installation's label (a merge patch: nothing else changes)."""
+    async def label(self, names: Sequence[str]) -> list[str]:
+        """Give these launches' Jobs or Workflows, and their pods, this installation's label
+        (a merge patch: nothing else changes): the pods first, so that a failure leaves
+        the launch unlabelled, to be found again. The names of those labelled."""
         if self.installation is None:
-            return
+            return []
         change = {"metadata": {"labels": {model.INSTALLATION: self.installation}}}
-        for name in map(self.platform_name, names):
-            for namespace in self.namespaces_for(name):
-                if await self._label(name, namespace, change) is None:
-                    continue  # not in this namespace
-                pods = await self.api.list_all(
-                    "pods",
-                    self._core.list_namespaced_pod,
-                    selector=f"{MANAGED},{self.pod_label}={name}",
-                    namespace=namespace,
-                )
-                for pod in pods.items:
-                    if not pod_ended(pod):
-                        await self._label_pod(pod, namespace, change)
-                break
+        done = []
+        for name in names:
+            platform = self.platform_name(name)
+            for namespace in self.namespaces_for(platform):
+                for pod in await self._pods_of(platform, namespace, MANAGED):
+                    await self._label_pod(pod, namespace, change)
+                if await self._label(platform, namespace, change) is not None:
+                    done.append(name)
+                    break
+        return done
+
+    async def _pods_of(
+        self, name: str, namespace: str, selector: str | None = None
+    ) -> list[dict[str, Any]]:
+        """The pods of the Job or Workflow `name` (its name on the cluster) in `namespace`
+        that `selector` (by default this installation's) matches, by its controller's label."""
+        found = await self.api.list_all(
+            "pods",
+            self._core.list_namespaced_pod,
+            selector=f"{selector or self.managed},{self.pod_label}={name}",
+            namespace=namespace,
+        )
+        return found.items
+
+    def foreign(self, obj: Mapping[str, Any]) -> bool:
+        """Whether `obj` is another installation's (its installation label is not ours):
+        never read as ours, stopped or followed, though it holds a name we want."""
+        theirs = labels_of(obj).get(model.INSTALLATION)
+        return self.installation is not None and theirs not in (None, self.installation)
 
     async def _label_pod(self, pod: Mapping[str, Any], namespace: str, change: Any) -> None:
         name = str((pod.get("metadata") or {}).get("name"))
@@ -581,11 +604,14 @@ class ClusterExecutor(abc.ABC):
         there first."""
         namespace = str(launch.spec.get("namespace") or self.namespace)
         if namespace != self.namespace:
-            self._launched_in[launch.name] = namespace
-            self._launched_in.move_to_end(launch.name)
-            while len(self._launched_in) > NAMESPACES_NOTED:
-                self._launched_in.popitem(last=False)
+            self._note_namespace(launch.name, namespace)
         return namespace
+
+    def _note_namespace(self, name: str, namespace: str) -> None:
+        self._launched_in[name] = namespace
+        self._launched_in.move_to_end(name)
+        while len(self._launched_in) > NAMESPACES_NOTED:
+            self._launched_in.popitem(last=False)
 
     def namespaces_for(self, name: str) -> list[str]:
         """Where the object `name` may be, in the order to ask: the namespace this process
@@ -689,13 +715,8 @@ class ClusterExecutor(abc.ABC):
         pods, one read of its log); None when none has started."""
         platform = self.platform_name(name)
         for namespace in self.namespaces_for(platform):
-            pods = await self.api.list_all(
-                "pods",
-                self._core.list_namespaced_pod,
-                selector=f"{self.managed},{self.pod_label}={platform}",
-                namespace=namespace,
-            )
-            started = [p for p in pods.items if (p.get("status") or {}).get("phase") != "Pending"]
+            pods = await self._pods_of(platform, namespace)
+            started = [p for p in pods if (p.get("status") or {}).get("phase") != "Pending"]
             if started:
                 started.sort(key=lambda p: str((p.get("metadata") or {}).get("creationTimestamp")))
                 return await self.run_log(started[-1], None)

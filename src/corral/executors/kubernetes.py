@@ -912,7 +912,7 @@ class KubernetesExecutor(kube_client.ClusterExecutor):
         seconds = max(0, math.ceil(grace.total_seconds()))
         for _ in range(CANCEL_TRIES):
             job = await self._get(name)
-            if job is None or _finished(job):
+            if job is None or _finished(job) or self.foreign(job):
                 return
             if await self._delete(job, seconds):
                 return
@@ -1056,7 +1056,7 @@ class KubernetesExecutor(kube_client.ClusterExecutor):
         first), until the pod's container ends: the pod is waited for while it has not
         started, and nothing comes of a Job that is gone or ended before one did."""
         name = self.platform_name(name)
-        while (job := await self._get(name)) is not None:
+        while (job := await self._get(name)) is not None and not self.foreign(job):
             pod = logged_pod([p for p in await self._pods(job) if _started(p)])
             if pod is not None:
                 async for chunk in self._follow_pod(pod):
