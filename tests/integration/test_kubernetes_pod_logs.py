@@ -264,7 +264,8 @@ async def test_jobs_logs_follow_prints_a_running_pods_lines_as_they_come(
     served: tuple[end_to_end.Corral, Path],
 ) -> None:
     corral, toml = served
-    script = "echo first; sleep 3; echo second"
+    gate = toml.parent / "gate"  # the pod runs on until the test has seen its first line
+    script = f"echo first; while [ ! -e {gate} ]; do sleep 0.05; done; echo second"
     job_id, _ = await corral.client.submit(
         executor="kubernetes", spec={"image": IMAGE, "command": sh(script)}
     )
@@ -281,6 +282,7 @@ async def test_jobs_logs_follow_prints_a_running_pods_lines_as_they_come(
         printed.append(line.decode().rstrip("\n"))
     view = await corral.client.job(job_id)
     assert view.job.state is model.JobState.RUNNING, "printed while the pod runs"
+    gate.touch()
     rest, errors = await asyncio.wait_for(proc.communicate(), PATIENCE)
     assert proc.returncode == 0, errors.decode()
     printed += rest.decode().splitlines()
