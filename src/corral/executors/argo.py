@@ -60,7 +60,7 @@ from hera.workflows import models as argo
 from kubernetes.aio import client as kube
 
 from corral import config, errors, model
-from corral.executors import base, kube_client, kubernetes, pods, rbac, startup
+from corral.executors import kube_client, kubernetes, pods, rbac, startup
 
 log = logging.getLogger("corral.executors.argo")
 
@@ -166,10 +166,9 @@ def _pod_gc(k8s: config.KubernetesExecutorSettings) -> argo.PodGC | None:
 def dry_run(job: model.NewJob, settings: config.Settings, now: datetime) -> dict[str, Any]:
     """The Workflow the first attempt of `job` (already validated) would create, without a
     store or a cluster: its job id and fence are placeholders (0) until it is stored."""
-    launch = base.launch_for(model.first_claim(job, now), settings, now)
-    prefix = settings.executors.kubernetes.name_prefix
-    launch = dataclasses.replace(launch, name=kube_client.platform_name(launch.name, prefix))
-    return WorkflowTemplate(settings).manifest(launch, job.spec)
+    return WorkflowTemplate(settings).manifest(
+        kube_client.first_launch(job, settings, now), job.spec
+    )
 
 
 # --- checks ---------------------------------------------------------------------------------------

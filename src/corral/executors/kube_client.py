@@ -940,6 +940,14 @@ def log_note(why: str) -> model.Stream:
     return model.Stream(LOG_STREAM, text, 0)
 
 
+def first_launch(job: model.NewJob, settings: config.Settings, now: datetime) -> model.Launch:
+    """The Launch of the first attempt of `job` (validated, not stored: its job id and fence
+    are placeholders, 0) as a cluster executor names it: for a dry run's manifest."""
+    launch = base.launch_for(model.first_claim(job, now), settings, now)
+    name = platform_name(launch.name, settings.executors.kubernetes.name_prefix)
+    return dataclasses.replace(launch, name=name)
+
+
 def platform_name(name: str, prefix: str) -> str:
     """A launch's name on a cluster: `corral-42-1` with `prefix` in place of `corral`."""
     rest = name.removeprefix(model.LAUNCH_NAME_PREFIX)

@@ -202,10 +202,7 @@ class JobTemplate:
 def dry_run(job: model.NewJob, settings: config.Settings, now: datetime) -> dict[str, Any]:
     """The Job the first attempt of `job` (already validated) would create, without a store
     or a cluster: its job id and fence are placeholders (0) until it is stored."""
-    launch = base.launch_for(model.first_claim(job, now), settings, now)
-    prefix = settings.executors.kubernetes.name_prefix
-    launch = dataclasses.replace(launch, name=kube_client.platform_name(launch.name, prefix))
-    return JobTemplate(settings).manifest(launch, job.spec)
+    return JobTemplate(settings).manifest(kube_client.first_launch(job, settings, now), job.spec)
 
 
 # --- the payload ----------------------------------------------------------------------------------
