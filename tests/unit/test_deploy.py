@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import tomllib
 from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -114,7 +115,10 @@ def test_the_kustomization_applies_every_manifest_and_sets_the_image() -> None:
     every = [*DEPLOYMENTS, "corral-api"]
     images = {c["image"] for name in every for c in _pod(name)["initContainers"]}
     images |= {_container(name)["image"] for name in every}
-    assert images == {f"{image['name']}:latest"}
+    project = tomllib.loads((DEPLOY.parent / "pyproject.toml").read_text(encoding="utf-8"))
+    version = project["project"]["version"]
+    assert images == {f"{image['name']}:{version}"}, "the version built, never latest"
+    assert str(image["newTag"]) == version
     namespaces = {d["metadata"].get("namespace") for _, d in DOCS if d["kind"] != "Namespace"}
     assert namespaces == {kustomization["namespace"]} == {_one("Namespace")["metadata"]["name"]}
 
