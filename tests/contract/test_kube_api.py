@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import io
 import json
 from collections.abc import AsyncIterator
@@ -20,6 +21,18 @@ from tests.support import kube_api
 from tests.support.wait import PATIENCE, eventually
 
 pytestmark = pytest.mark.timeout(3 * PATIENCE)
+
+
+@contextlib.asynccontextmanager
+async def job_controllers(api: kube_api.KubeApi) -> AsyncIterator[kube_api.JobController]:
+    """The double's kubelet and Job controller on `api` (the controller given), closed on
+    the way out."""
+    kubelet, controller = kube_api.Kubelet(api), kube_api.JobController(api)
+    try:
+        yield controller
+    finally:
+        await controller.close()
+        await kubelet.close()
 
 
 def job(name: str, labels: dict[str, str] | None = None, **spec: Any) -> dict[str, Any]:
@@ -323,21 +336,19 @@ async def test_what_the_controllers_write_reads_back_through_the_typed_client(
     # The client's own models are strict (required fields, no unknown ones): pods and Jobs
     # the double's controllers write must pass them, as a real cluster's do.
     api, batch, core = k8s
-    kubelet, controller = kube_api.Kubelet(api), kube_api.JobController(api)
-    body = job("a")
-    body["spec"]["template"]["spec"]["containers"][0]["command"] = ["true"]
-    await batch.create_namespaced_job("default", body)
+    async with job_controllers(api):
+        body = job("a")
+        body["spec"]["template"]["spec"]["containers"][0]["command"] = ["true"]
+        await batch.create_namespaced_job("default", body)
 
-    async def finished() -> Any:
-        done = await batch.read_namespaced_job("a", "default")
-        return done if done.status.conditions else None
+        async def finished() -> Any:
+            done = await batch.read_namespaced_job("a", "default")
+            return done if done.status.conditions else None
 
-    done = await eventually(finished, what="the Job finished")
-    assert [c.type for c in done.status.conditions] == ["SuccessCriteriaMet", "Complete"]
-    [pod] = (await core.list_namespaced_pod("default")).items
-    assert pod.status.container_statuses[0].state.terminated.exit_code == 0
-    await controller.close()
-    await kubelet.close()
+        done = await eventually(finished, what="the Job finished")
+        assert [c.type for c in done.status.conditions] == ["SuccessCriteriaMet", "Complete"]
+        [pod] = (await core.list_namespaced_pod("default")).items
+        assert pod.status.container_statuses[0].state.terminated.exit_code == 0
 
 
 # --- ConfigMaps -------------------------------------------------------------------------------
@@ -414,37 +425,37 @@ async def test_a_pod_waits_in_container_creating_until_its_config_map_exists(
     # "Configure a Pod to Use a ConfigMap": a pod that mounts a ConfigMap that does not exist
     # does not start (unless the volume is optional); the kubelet retries the mount.
     api, batch, core = k8s
-    kubelet, controller = kube_api.Kubelet(api), kube_api.JobController(api)
-    out = tmp_path / "out"
-    body = job("a")
-    pod = body["spec"]["template"]["spec"]
-    pod["volumes"] = [{"name": "p", "configMap": {"name": "a", "defaultMode": 0o444}}]
-    pod["containers"][0] |= {
-        "command": ["sh", "-c", f'stat -c %a "$FILE" > {out}.mode; cat "$FILE" > {out}'],
-        "env": [{"name": "FILE", "value": "/etc/p/data.json"}],
-        "volumeMounts": [{"name": "p", "mountPath": "/etc/p", "readOnly": True}],
-    }
-    made = await batch.create_namespaced_job("default", body)
+    async with job_controllers(api):
+        out = tmp_path / "out"
+        body = job("a")
+        pod = body["spec"]["template"]["spec"]
+        pod["volumes"] = [{"name": "p", "configMap": {"name": "a", "defaultMode": 0o444}}]
+        pod["containers"][0] |= {
+            "command": ["sh", "-c", f'stat -c %a "$FILE" > {out}.mode; cat "$FILE" > {out}'],
+            "env": [{"name": "FILE", "value": "/etc/p/data.json"}],
+            "volumeMounts": [{"name": "p", "mountPath": "/etc/p", "readOnly": True}],
+        }
+        made = await batch.create_namespaced_job("default", body)
 
-    async def waiting() -> Any:
-        pods = (await core.list_namespaced_pod("default")).items
-        statuses = pods[0].status.container_statuses if pods else None
-        return statuses and statuses[0].state.waiting
+        async def waiting() -> Any:
+            pods = (await core.list_namespaced_pod("default")).items
+            statuses = pods[0].status.container_statuses if pods else None
+            return statuses and statuses[0].state.waiting
 
-    assert (await eventually(waiting, what="the pod waiting")).reason == "ContainerCreating"
-    assert not out.exists(), "no container before its volume"
-    await core.create_namespaced_config_map("default", config_map("a", made, **{"data.json": "{}"}))
+        assert (await eventually(waiting, what="the pod waiting")).reason == "ContainerCreating"
+        assert not out.exists(), "no container before its volume"
+        await core.create_namespaced_config_map(
+            "default", config_map("a", made, **{"data.json": "{}"})
+        )
 
-    async def finished() -> Any:
-        done = await batch.read_namespaced_job("a", "default")
-        return done if done.status.conditions else None
+        async def finished() -> Any:
+            done = await batch.read_namespaced_job("a", "default")
+            return done if done.status.conditions else None
 
-    done = await eventually(finished, what="the Job finished")
-    assert [c.type for c in done.status.conditions] == ["SuccessCriteriaMet", "Complete"]
-    assert out.read_text() == "{}"
-    assert Path(f"{out}.mode").read_text() == "444\n", "the volume's defaultMode"
-    await controller.close()
-    await kubelet.close()
+        done = await eventually(finished, what="the Job finished")
+        assert [c.type for c in done.status.conditions] == ["SuccessCriteriaMet", "Complete"]
+        assert out.read_text() == "{}"
+        assert Path(f"{out}.mode").read_text() == "444\n", "the volume's defaultMode"
 
 
 # --- Secrets ----------------------------------------------------------------------------------
@@ -516,34 +527,34 @@ async def test_a_pod_waits_in_create_container_config_error_until_its_secret_exi
     # a Secret that does not exist (and is not optional) does not start; the kubelet
     # reports CreateContainerConfigError and tries again.
     api, batch, core = k8s
-    kubelet, controller = kube_api.Kubelet(api), kube_api.JobController(api)
-    out = tmp_path / "out"
-    body = job("a")
-    body["spec"]["template"]["spec"]["containers"][0] |= {
-        "command": ["sh", "-c", f'printf %s "$TOKEN" > {out}'],
-        "env": [{"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "a", "key": "token"}}}],
-    }
-    made = await batch.create_namespaced_job("default", body)
+    async with job_controllers(api):
+        out = tmp_path / "out"
+        body = job("a")
+        body["spec"]["template"]["spec"]["containers"][0] |= {
+            "command": ["sh", "-c", f'printf %s "$TOKEN" > {out}'],
+            "env": [
+                {"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "a", "key": "token"}}}
+            ],
+        }
+        made = await batch.create_namespaced_job("default", body)
 
-    async def waiting() -> Any:
-        pods = (await core.list_namespaced_pod("default")).items
-        statuses = pods[0].status.container_statuses if pods else None
-        return statuses and statuses[0].state.waiting
+        async def waiting() -> Any:
+            pods = (await core.list_namespaced_pod("default")).items
+            statuses = pods[0].status.container_statuses if pods else None
+            return statuses and statuses[0].state.waiting
 
-    held = await eventually(waiting, what="the pod waiting")
-    assert (held.reason, held.message) == ("CreateContainerConfigError", 'secret "a" not found')
-    assert not out.exists(), "no container before its Secret"
-    await core.create_namespaced_secret("default", secret("a", made, token="s3cret"))
+        held = await eventually(waiting, what="the pod waiting")
+        assert (held.reason, held.message) == ("CreateContainerConfigError", 'secret "a" not found')
+        assert not out.exists(), "no container before its Secret"
+        await core.create_namespaced_secret("default", secret("a", made, token="s3cret"))
 
-    async def finished() -> Any:
-        done = await batch.read_namespaced_job("a", "default")
-        return done if done.status.conditions else None
+        async def finished() -> Any:
+            done = await batch.read_namespaced_job("a", "default")
+            return done if done.status.conditions else None
 
-    done = await eventually(finished, what="the Job finished")
-    assert [c.type for c in done.status.conditions] == ["SuccessCriteriaMet", "Complete"]
-    assert out.read_text() == "s3cret", "the key's value, decoded"
-    await controller.close()
-    await kubelet.close()
+        done = await eventually(finished, what="the Job finished")
+        assert [c.type for c in done.status.conditions] == ["SuccessCriteriaMet", "Complete"]
+        assert out.read_text() == "s3cret", "the key's value, decoded"
 
 
 async def test_throttled_requests_are_429_with_retry_after(k8s: Fixture) -> None:
@@ -591,8 +602,7 @@ async def test_a_failing_job_is_failure_target_until_its_pods_have_ended(
     # FailureTarget and its pods are terminated; Failed comes only once every pod is
     # terminal, so a client that waits for Failed never sees a pod still running.
     api, batch, _ = k8s
-    kubelet, controller = kube_api.Kubelet(api), kube_api.JobController(api)
-    try:
+    async with job_controllers(api) as controller:
         gate = tmp_path / "gate"
         await batch.create_namespaced_job("default", gated("a", gate, activeDeadlineSeconds=1))
         await eventually(
@@ -610,9 +620,6 @@ async def test_a_failing_job_is_failure_target_until_its_pods_have_ended(
             ),
             what="Failed, once the pod has ended",
         )
-    finally:
-        await controller.close()
-        await kubelet.close()
 
 
 async def test_a_pod_failure_policy_fail_job_rule_fails_the_job_in_two_steps(
@@ -620,8 +627,7 @@ async def test_a_pod_failure_policy_fail_job_rule_fails_the_job_in_two_steps(
 ) -> None:
     # Job "Pod failure policy": FailJob on a matching exit code, reason PodFailurePolicy.
     api, batch, _ = k8s
-    kubelet, controller = kube_api.Kubelet(api), kube_api.JobController(api)
-    try:
+    async with job_controllers(api):
         body = job(
             "a",
             podFailurePolicy={
@@ -641,9 +647,6 @@ async def test_a_pod_failure_policy_fail_job_rule_fails_the_job_in_two_steps(
         final = [("FailureTarget", "PodFailurePolicy"), ("Failed", "PodFailurePolicy")]
         await eventually(lambda: conditions(api, "a") == final, what="Failed")
         assert [("FailureTarget", "PodFailurePolicy")] in seen, "FailureTarget came first"
-    finally:
-        await controller.close()
-        await kubelet.close()
 
 
 async def test_a_disrupted_pod_is_replaced_only_once_it_has_failed(
@@ -653,8 +656,7 @@ async def test_a_disrupted_pod_is_replaced_only_once_it_has_failed(
     # policy a podFailurePolicy allows): an evicted pod, Terminating in its grace, is
     # counted in status.terminating; its replacement is made once it has failed.
     api, batch, _ = k8s
-    kubelet, controller = kube_api.Kubelet(api), kube_api.JobController(api)
-    try:
+    async with job_controllers(api) as controller:
         gate = tmp_path / "gate"
         rule = {
             "action": "Ignore",
@@ -685,9 +687,6 @@ async def test_a_disrupted_pod_is_replaced_only_once_it_has_failed(
             what="a replacement, once the evicted pod failed",
         )
         assert conditions(api, "a") == [], "the Job lives on"
-    finally:
-        await controller.close()
-        await kubelet.close()
 
 
 async def test_a_pod_failure_policy_needs_pod_replacement_policy_failed(k8s: Fixture) -> None:
