@@ -542,11 +542,12 @@ class ClusterExecutor(abc.ABC):
     ) -> list[dict[str, Any]]:
         """The pods of the Job or Workflow `name` (its name on the cluster) in `namespace`
         that `selector` (by default this installation's) matches, by its controller's label."""
+        return await self._pods_in(namespace, f"{selector or self.managed},{self.pod_label}={name}")
+
+    async def _pods_in(self, namespace: str, selector: str) -> list[dict[str, Any]]:
+        """The pods in `namespace` that the label selector `selector` matches (in pages)."""
         found = await self.api.list_all(
-            "pods",
-            self._core.list_namespaced_pod,
-            selector=f"{selector or self.managed},{self.pod_label}={name}",
-            namespace=namespace,
+            "pods", self._core.list_namespaced_pod, selector=selector, namespace=namespace
         )
         return found.items
 
@@ -731,10 +732,7 @@ class ClusterExecutor(abc.ABC):
         wanted = {name: set(self.namespaces_for(name)) for name in launches}
         running: dict[str, str] = {}
         for namespace in dict.fromkeys(ns for where in wanted.values() for ns in where):
-            pods = await self.api.list_all(
-                "pods", self._core.list_namespaced_pod, selector=self.managed, namespace=namespace
-            )
-            for pod in pods.items:
+            for pod in await self._pods_in(namespace, self.managed):
                 name = labels_of(pod).get(self.pod_label, "")
                 if namespace in wanted.get(name, ()) and not pod_ended(pod):
                     running.setdefault(launches[name], describe_pod(pod))
@@ -851,13 +849,8 @@ class ClusterExecutor(abc.ABC):
         labels = self.selector(selector)
         strays: list[base.Stray] = []
         for namespace in self.k8s.namespaces_allowed:
-            pods = await self.api.list_all(
-                "pods",
-                self._core.list_namespaced_pod,
-                selector=f"{labels},{self.pod_label}" if labels else self.pod_label,
-                namespace=namespace,
-            )
-            live = [pod for pod in pods.items if live_pod(pod)]
+            selected = f"{labels},{self.pod_label}" if labels else self.pod_label
+            live = [pod for pod in await self._pods_in(namespace, selected) if live_pod(pod)]
             if not live:
                 continue
             launches = await self._list_in(namespace, labels)

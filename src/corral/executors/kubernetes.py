@@ -831,16 +831,7 @@ class KubernetesExecutor(kube_client.ClusterExecutor):
         async def list_in(namespace: str) -> kube_client.Listing:
             listing = await self._list_in(namespace)
             if any(_may_need_pods(job) for job in listing.items if _name(job) in wanted):
-                found = await self.api.list_all(
-                    "pods",
-                    self._core.list_namespaced_pod,
-                    selector=self.managed,
-                    namespace=namespace,
-                )
-                for pod in found.items:
-                    pods.setdefault(kube_client.labels_of(pod).get(CONTROLLER_UID, ""), []).append(
-                        pod
-                    )
+                pods.update(await self._pods_by_job(namespace))
             return listing
 
         async def observation(job: dict[str, Any]) -> model.Observation:
@@ -878,17 +869,8 @@ class KubernetesExecutor(kube_client.ClusterExecutor):
             selector=self.selector(selector),
             namespace=self.namespace,
         )
-        pods: dict[str, list[dict[str, Any]]] = {}
-        if any(_finished(job) for job in listing.items):
-            managed = await self.api.list_all(
-                "pods",
-                self._core.list_namespaced_pod,
-                selector=self.managed,
-                namespace=self.namespace,
-            )
-            for pod in managed.items:
-                uid = kube_client.labels_of(pod).get(CONTROLLER_UID, "")
-                pods.setdefault(uid, []).append(pod)
+        finished = any(_finished(job) for job in listing.items)
+        pods = await self._pods_by_job(self.namespace) if finished else {}
         return [
             self.named(job_observation(job, pods.get(job.get("metadata", {}).get("uid", ""), [])))
             for job in listing.items
@@ -979,17 +961,17 @@ class KubernetesExecutor(kube_client.ClusterExecutor):
         return job
 
     async def _pods(self, job: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """The Job's pods, by its uid (a namesake Job's are not its own)."""
         uid = job["metadata"].get("uid", "")
         namespace = job["metadata"].get("namespace") or self.namespace
-        result = await self.api.call(
-            f"listing the pods of Job {namespace}/{job['metadata'].get('name')}",
-            lambda: self._core.list_namespaced_pod_without_preload_content(
-                namespace,
-                label_selector=f"{CONTROLLER_UID}={uid}",
-                _request_timeout=self.api.timeout,
-            ),
-        )
-        return kube_client.items(result)
+        return await self._pods_in(namespace, f"{CONTROLLER_UID}={uid}")
+
+    async def _pods_by_job(self, namespace: str) -> dict[str, list[dict[str, Any]]]:
+        """corral's pods in `namespace` (one list, in pages), by the uid of their Job."""
+        by_job: dict[str, list[dict[str, Any]]] = {}
+        for pod in await self._pods_in(namespace, self.managed):
+            by_job.setdefault(kube_client.labels_of(pod).get(CONTROLLER_UID, ""), []).append(pod)
+        return by_job
 
     async def _events(self, job: Mapping[str, Any]) -> list[dict[str, Any]]:
         """The Job's events (what its controller reports, FailedCreate among them); none
@@ -1102,28 +1084,27 @@ def job_observation(job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -
     name, labels = str(meta.get("name", "")), kube_client.labels_of(job)
     started = kube_client.timestamp(status.get("startTime"))
     complete, failed = _condition(job, "Complete"), _condition(job, "Failed")
-    if complete is not None and (doubt := _untrusted(job, pods)) is not None:
-        return model.Observation(
-            name=name,
-            phase=model.Phase.FAILED,
-            labels=labels,
-            reason=f"success not trusted: {doubt}",
-            started_at=started,
-            finished_at=kube_client.timestamp(
-                status.get("completionTime") or complete.get("lastTransitionTime")
-            ),
-            failure_class=_TRANSIENT,
-        )
     if complete is not None:
+        completed = kube_client.timestamp(
+            status.get("completionTime") or complete.get("lastTransitionTime")
+        )
+        if (doubt := _untrusted(job, pods)) is not None:
+            return model.Observation(
+                name=name,
+                phase=model.Phase.FAILED,
+                labels=labels,
+                reason=f"success not trusted: {doubt}",
+                started_at=started,
+                finished_at=completed,
+                failure_class=_TRANSIENT,
+            )
         return model.Observation(
             name=name,
             phase=model.Phase.SUCCEEDED,
             labels=labels,
             exit_code=0,
             started_at=started,
-            finished_at=kube_client.timestamp(
-                status.get("completionTime") or complete.get("lastTransitionTime")
-            ),
+            finished_at=completed,
         )
     if failed is None:
         running = int(status.get("ready") or 0) > 0 or any(
