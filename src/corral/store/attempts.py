@@ -3,7 +3,7 @@ superseded when their state is unknown, and listed for recovery."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, NoReturn
@@ -171,6 +171,26 @@ def attempt_note(conn: Connection, *, notes: Mapping[int, str | None], now: date
             dialects.one_of(conn, attempts.c.id, list(notes)), attempts.c.state == A.RUNNING
         )
     ).all()
+    return _note_running(
+        conn,
+        [(fence, job_id) for fence, job_id in found],
+        now=now,
+        reason=lambda fence: notes[fence] or "started on its platform",
+        details=lambda fence: {"waiting": notes[fence] is not None},
+    )
+
+
+def _note_running(
+    conn: Connection,
+    written: Sequence[tuple[int, int]],
+    *,
+    now: datetime,
+    reason: Callable[[int], str],
+    details: Callable[[int], dict[str, Any]],
+) -> list[int]:
+    """An event in the run log of each running attempt of `written` ((fence, job id)
+    pairs), its state unchanged, with the reason and details it gets by fence. Returns
+    the fences written."""
     event_insert(
         conn,
         [
@@ -180,14 +200,14 @@ def attempt_note(conn: Connection, *, notes: Mapping[int, str | None], now: date
                 entity="attempt",
                 frm=A.RUNNING,
                 to=A.RUNNING,
-                reason=notes[fence] or "started on its platform",
+                reason=reason(fence),
                 now=now,
-                details={"waiting": notes[fence] is not None},
+                details=details(fence),
             )
-            for fence, job_id in found
+            for fence, job_id in written
         ],
     )
-    return [fence for fence, _ in found]
+    return [fence for fence, _ in written]
 
 
 def attempt_heartbeat(
@@ -262,23 +282,13 @@ def attempt_wait(
         .values(lease_until=attempts.c.deadline_at)
         .returning(attempts.c.id, attempts.c.job_id)
     ).all()
-    event_insert(
+    return _note_running(
         conn,
-        [
-            event_row(
-                job_id=job_id,
-                attempt_id=fence,
-                entity="attempt",
-                frm=A.RUNNING,
-                to=A.RUNNING,
-                reason=reason,
-                now=now,
-                details={"unknown": "wait"},
-            )
-            for fence, job_id in done
-        ],
+        [(fence, job_id) for fence, job_id in done],
+        now=now,
+        reason=lambda _: reason,
+        details=lambda _: {"unknown": "wait"},
     )
-    return [fence for fence, _ in done]
 
 
 def attempt_supersede(
