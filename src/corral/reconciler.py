@@ -61,8 +61,6 @@ REMOVE_BATCH = 500
 REMOVE_BATCHES = 20
 RETENTION_EVERY = 600.0
 """Seconds between two looks for jobs past their retention, once a look found them all."""
-LAST_OUTPUTS = 1_000
-"""The most outputs of attempts being stopped this process keeps until their end."""
 LABEL_EVERY = 60.0
 """Seconds between two looks for launches an earlier corral made without the installation
 label, once a look labelled none (an upgrade's older processes may still be making them)."""
@@ -121,6 +119,8 @@ class _Stopping:
     since: datetime
     lost: bool = False  # absent past recovery_grace, its pods running on: it ends lost
     noted: bool = False  # its `stopping` event is written
+    read: bool = False  # what it wrote was read, before the stop: `output`
+    output: model.RunLog | None = None
 
 
 class Reconciler:
@@ -142,11 +142,10 @@ class Reconciler:
         self.t = settings.timeouts
         self.retry = retry or retry_.Retry.from_settings(settings)
         self._noted_unknown: set[int] = set()  # fences already noted, to keep the run log short
-        # Attempts being stopped whose parts still run, by fence: since when (their grace
-        # counts from it), and whether they were lost (else timed out).
+        # Attempts this process is stopping, by fence: since when (their pods' grace counts
+        # from it), whether they were lost (else timed out), what they wrote before.
         self._stopping: dict[int, _Stopping] = {}
         self._label_due = 0.0  # when to look for launches without the installation label
-        self._last_output: dict[int, model.RunLog] = {}  # of attempts being stopped, by fence
         # Where the last pass stopped: attempts that must wait (absent but not yet lost, or on
         # a platform that cannot be asked) must not keep the ones behind them from a look.
         self._cursor = 0
@@ -538,16 +537,15 @@ class Reconciler:
             if obs is not None and obs.phase is P.SUCCEEDED and obs.exit_code in (0, None):
                 finishes.append(store.Finish.seen(a.id, obs))
             else:
-                output = self._last_output.pop(a.id, None)
+                output = was.output if was is not None else None
                 finishes.append(dataclasses.replace(_stopped(a, was), output=output))
         return finishes
 
     def _forget_stopping(self, due: set[int]) -> None:
         """Forget what this process kept of attempts it was stopping that are no longer due
         for recovery (ended by a dispatcher, a cancel, or another reconciler)."""
-        for kept in (self._stopping, self._last_output):
-            for fence in [f for f in kept if f not in due]:
-                del kept[fence]
+        for fence in [f for f in self._stopping if f not in due]:
+            del self._stopping[fence]
 
     async def _lose(self, executor: Executor, work: _Work, summary: Pass) -> list[store.Finish]:
         """Attempts absent past recovery_grace are lost, unless parts of them still run (a
@@ -575,23 +573,25 @@ class Reconciler:
     async def _read_last_output(
         self, executor: base.StopsSlowly, overdue: Sequence[model.Attempt]
     ) -> None:
-        """Before attempts are stopped, what they wrote so far (a pod's log): kept for the
-        run log of their end, which comes once their pods have ended and it is gone."""
-        first = [a for a in overdue if a.id not in self._last_output]
+        """Before attempts are first stopped, what they wrote so far (a pod's log): kept,
+        with the time of the stop, for the run log of their end, which comes once their pods
+        have ended and it is gone."""
+        now = self.clock.now()
+        kept = self._stopping
+        first = [a for a in overdue if a.id not in kept or not kept[a.id].read]
         read = await asyncio.gather(
             *(executor.last_output(a.launch_name) for a in first), return_exceptions=True
         )
         for a, output in zip(first, read, strict=True):
-            if isinstance(output, model.RunLog):
-                self._last_output[a.id] = output
-            elif isinstance(output, errors.ExecutorError):
+            if isinstance(output, errors.ExecutorError):
                 log.info(
                     "%s: its output could not be read before its stop: %s", a.launch_name, output
                 )
             elif isinstance(output, BaseException):
                 raise output
-        while len(self._last_output) > LAST_OUTPUTS:  # some ended another way meanwhile
-            del self._last_output[next(iter(self._last_output))]
+            got = output if isinstance(output, model.RunLog) else None
+            known = kept.get(a.id) or _Stopping(since=now)
+            kept[a.id] = dataclasses.replace(known, read=True, output=got)
 
     async def _still_stopping(
         self,
