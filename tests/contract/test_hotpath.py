@@ -287,6 +287,7 @@ _PARAMETER_TYPES = {
         "limited": "bool",
         "deadline": "float8",
         "lease": "float8",
+        "came": "text",
     },
     "WORKER_CLAIM": {
         "now": "timestamptz",
@@ -298,6 +299,7 @@ _PARAMETER_TYPES = {
         "deadline": "float8",
         "lease": "float8",
         "ran_reason": "text",
+        "came": "text",
     },
     "SETTLE": {
         "now": "timestamptz",

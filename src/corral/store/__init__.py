@@ -1211,7 +1211,7 @@ class Store:
         return await self._tx(schedules.backfill, schedule=schedule, fires=fires, now=now)
 
     async def jobs_promote_due(self, *, now: datetime, limit: int) -> int:
-        return await self._tx(schedules.jobs_promote_due, now=now, limit=limit)
+        return await self._tx(claims.jobs_promote_due, now=now, limit=limit)
 
     # --- Python workers and parked jobs (corral.worker) ---------------------------------
 

@@ -1,5 +1,11 @@
 """The claim: due jobs move queued -> running and each gets a new attempt (its id the
-fence) in `launching`, with one event each, in one transaction."""
+fence) in `launching`, with one event each, in one transaction.
+
+Due jobs are queued ones and `scheduled` ones whose run_at has come (`corral submit
+--at/--delay`): a claim first moves up to its limit of those to queued, oldest first, each
+with its "its time came" event, then picks, so a job waiting for its time needs no
+scheduler, only a dispatcher (or a worker) that could run it. The scheduler moves due jobs
+too, for the executors no dispatcher claims now."""
 
 from __future__ import annotations
 
@@ -12,7 +18,7 @@ from sqlalchemy import Connection, Select, func, or_, select, true, update
 
 from corral import config, model
 from corral.store import dialects
-from corral.store.events import event_insert, event_row
+from corral.store.events import event_insert, event_row, transition
 from corral.store.rows import job_from_row, state_is
 from corral.store.tables import (
     attempts,
@@ -20,6 +26,8 @@ from corral.store.tables import (
 )
 
 A, J = model.AttemptState, model.JobState
+TIME_CAME = "its time came"
+"""The run log's reason when a scheduled job's run_at comes and it is queued."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +59,7 @@ def job_claim(
     transition table and writes its events in the same transaction.
     """
     model.check_transition("job", J.QUEUED, J.RUNNING)
+    jobs_promote_due(conn, now=now, limit=limit, where=[jobs.c.executor.in_(executors), *also])
     if pools or tenants:
         ids = _claim_pick_capped(
             conn,
@@ -92,6 +101,32 @@ def job_claim(
         ],
     )
     return claimed
+
+
+def jobs_promote_due(
+    conn: Connection, *, now: datetime, limit: int, where: Sequence[Any] = ()
+) -> int:
+    """Move up to `limit` jobs in `scheduled` whose time has come (and that meet `where`)
+    to `queued`, the longest due first, skipping rows another transaction holds."""
+    ids = conn.execute(
+        dialects.skip_locked(
+            conn,
+            select(jobs.c.id)
+            .where(jobs.c.state == state_is(J.SCHEDULED), jobs.c.run_at <= now, *where)
+            .order_by(jobs.c.run_at, jobs.c.id)
+            .limit(limit),
+        )
+    ).scalars()
+    return len(jobs_promote(conn, ids=list(ids), now=now))
+
+
+def jobs_promote(conn: Connection, *, ids: Sequence[int], now: datetime) -> list[int]:
+    """Move the jobs of `ids` still in `scheduled` to `queued`, each with its event; the
+    ids moved."""
+    moved = transition(
+        conn, entity="job", ids=ids, expected=J.SCHEDULED, to=J.QUEUED, now=now, reason=TIME_CAME
+    )
+    return [row.id for row in moved]
 
 
 def _claim_pick(

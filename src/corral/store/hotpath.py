@@ -61,26 +61,44 @@ def _claim_sql(*, also: str = "", started: bool = False) -> str:
     start_values = ",\n        %(now)s, %(now)s" if started else ""
     ran = (
         """
-    UNION ALL
-    SELECT job_id, id, 'attempt', 'launching', 'running', %(ran_reason)s, %(now)s, '{}'::jsonb
-    FROM made"""
+        UNION ALL
+        SELECT job_id, id, 'attempt', 'launching', 'running', %(ran_reason)s, '{}'::jsonb, 2
+        FROM made"""
         if started
         else ""
     )
+    pick = "executor = ANY(%(executors)s::text[])" + also
     return f"""
-WITH due AS MATERIALIZED (
-    SELECT id FROM jobs
-    WHERE state = 'queued' AND run_at <= %(now)s AND executor = ANY(%(executors)s::text[]){also}
+WITH ready AS MATERIALIZED (
+    SELECT id, priority, run_at, false AS waited FROM jobs
+    WHERE state = 'queued' AND run_at <= %(now)s AND {pick}
     ORDER BY priority DESC, run_at, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
+), came AS MATERIALIZED (
+    -- Scheduled jobs whose time has come, the longest due first: all are queued, and the
+    -- most urgent of them and of `ready` claimed (claims.jobs_promote_due, in one statement).
+    SELECT id, priority, run_at, true AS waited FROM jobs
+    WHERE state = 'scheduled' AND run_at <= %(now)s AND {pick}
+    ORDER BY run_at, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), due AS MATERIALIZED (
+    SELECT id, waited FROM (SELECT * FROM ready UNION ALL SELECT * FROM came) AS d
+    ORDER BY priority DESC, run_at, id
+    LIMIT %(limit)s
+), queued AS (
+    UPDATE jobs SET state = 'queued', updated_at = %(now)s
+    WHERE id = ANY(ARRAY(SELECT id FROM came WHERE id <> ALL(ARRAY(SELECT id FROM due))))
+        AND state = 'scheduled'
+    RETURNING id
 ), moved AS (
     -- By primary key, the ids as one array: a lookup per job whatever the planner guesses
     -- of `due`'s size (a prepared statement's generic plan guesses, and a guess of many
     -- rows would scan the table).
     UPDATE jobs AS j
     SET state = 'running', attempt_count = j.attempt_count + 1, updated_at = %(now)s
-    WHERE j.id = ANY(ARRAY(SELECT id FROM due)) AND j.state = 'queued'
+    WHERE j.id = ANY(ARRAY(SELECT id FROM due)) AND j.state IN ('queued', 'scheduled')
     RETURNING j.*
 ), leased AS (
     SELECT m.id, m.attempt_count, m.executor,
@@ -103,11 +121,24 @@ WITH due AS MATERIALIZED (
     ORDER BY id
     RETURNING id, job_id, attempt_no, launch_name, deadline_at, lease_until, lease_seconds
 ), logged AS (
+    -- A job whose time came and that is claimed at once has both lines, in that order.
     INSERT INTO events (job_id, attempt_id, entity, from_state, to_state, reason, at, details)
-    SELECT job_id, id, 'job', 'queued', 'running',
-        'claimed: attempt ' || attempt_no || ' launching', %(now)s,
-        jsonb_build_object('launch_name', launch_name)
-    FROM made{ran}
+    SELECT job_id, attempt_id, entity, from_state, to_state, reason, %(now)s, details
+    FROM (
+        SELECT id AS job_id, NULL::bigint AS attempt_id, 'job' AS entity,
+            'scheduled' AS from_state, 'queued' AS to_state, %(came)s AS reason,
+            '{{}}'::jsonb AS details, 0 AS step
+        FROM queued
+        UNION ALL
+        SELECT a.job_id, NULL, 'job', 'scheduled', 'queued', %(came)s, '{{}}'::jsonb, 0
+        FROM made AS a JOIN due AS d ON d.id = a.job_id AND d.waited
+        UNION ALL
+        SELECT job_id, id, 'job', 'queued', 'running',
+            'claimed: attempt ' || attempt_no || ' launching',
+            jsonb_build_object('launch_name', launch_name), 1
+        FROM made{ran}
+    ) AS e
+    ORDER BY job_id, step
 )
 SELECT {", ".join(f"m.{c}::text" if c in _JSON_COLUMNS else f"m.{c}" for c in _JOB_COLUMNS)},
     a.id, a.launch_name, a.deadline_at, a.lease_until, a.lease_seconds
@@ -151,6 +182,7 @@ async def pg_claim(
         "limited": deadline is not None,
         "deadline": deadline,
         "lease": lease,
+        "came": claims.TIME_CAME,
     }
     return _claimed(await _execute(conn, CLAIM, params), now)
 
@@ -178,6 +210,7 @@ async def pg_worker_claim(
         "reads": [f"{task}:{version}" for task, versions in reads for version in versions],
         "queues": list(queues),
         "ran_reason": workers.started_by(worker_id),
+        "came": claims.TIME_CAME,
     }
     return _claimed(await _execute(conn, WORKER_CLAIM, params), now, started=True)
 
@@ -332,6 +365,13 @@ WHERE id IN (
 )
 RETURNING {", ".join(_JOB_COLUMNS)}
 """
+# Scheduled jobs whose time has come, the longest due first: a claim queues them first.
+_SQLITE_DUE = """
+SELECT id FROM jobs
+WHERE state = 'scheduled' AND run_at <= ? AND executor IN (SELECT value FROM json_each(?))
+ORDER BY run_at, id
+LIMIT ?
+"""
 _SQLITE_ATTEMPT = """
 INSERT INTO attempts (
     job_id, attempt_no, launch_name, executor, state, created_at, updated_at,
@@ -359,8 +399,10 @@ def sqlite_claim(
     caller's (write-locked) transaction. `deadline` and `lease`: the default limits in
     seconds; both None sets no limits."""
     cursor = _sqlite_cursor(conn)
-    at = dialects.sqlite_time(now)
-    rows = cursor.execute(_SQLITE_CLAIM, (at, at, json.dumps(list(executors)), limit)).fetchall()
+    at, kinds = dialects.sqlite_time(now), json.dumps(list(executors))
+    if due := [job_id for (job_id,) in cursor.execute(_SQLITE_DUE, (at, kinds, limit))]:
+        claims.jobs_promote(conn, ids=due, now=now)
+    rows = cursor.execute(_SQLITE_CLAIM, (at, at, kinds, limit)).fetchall()
     if not rows:
         return []
     read = _Reader()

@@ -20,7 +20,7 @@ from sqlalchemy import Connection, and_, bindparam, delete, func, or_, select, u
 
 from corral import errors, model
 from corral.store import dialects
-from corral.store.events import NO_JOB, event_insert, event_row, transition
+from corral.store.events import NO_JOB, event_insert, event_row
 from corral.store.jobs import job_cancel, job_submit
 from corral.store.rows import state_is
 from corral.store.tables import DUE, UTCDateTime, firings, jobs, schedules
@@ -535,34 +535,3 @@ def backfill(
         )
         created += int(made)
     return created, len(fires) - created
-
-
-# --- jobs waiting for their time -------------------------------------------------------------
-
-
-def jobs_promote_due(conn: Connection, *, now: datetime, limit: int) -> int:
-    """Move up to `limit` jobs in `scheduled` whose time has come to `queued`."""
-    ids = list(
-        conn.execute(
-            dialects.skip_locked(
-                conn,
-                select(jobs.c.id)
-                .where(jobs.c.state == state_is(J.SCHEDULED), jobs.c.run_at <= now)
-                .order_by(jobs.c.run_at)
-                .limit(limit),
-            )
-        ).scalars()
-    )
-    if not ids:
-        return 0
-    return len(
-        transition(
-            conn,
-            entity="job",
-            ids=ids,
-            expected=J.SCHEDULED,
-            to=J.QUEUED,
-            now=now,
-            reason="its time came",
-        )
-    )
