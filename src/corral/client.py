@@ -27,7 +27,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
-from corral import clock, config, errors, model, store
+from corral import clock, config, errors, loops, model, store
 from corral.executors import base, registry
 from corral.executors import python as python_executor
 from corral.executors.base import Executor
@@ -202,6 +202,8 @@ class Client:
         self._tokens: dict[str, tuple[float, model.Token]] = {}  # digest -> (fresh until, token)
         self._sessions: dict[str, tuple[float, model.WebSession]] = {}  # the same, of cookies
         self.checkers = executors if checkers is None else checkers
+        self.loops = loops.Service(store, settings, clock)
+        """The loops table: this process's pulse, which loops live, work nobody can do."""
 
     async def submit(self, **args: Unpack[JobArgs]) -> tuple[int, bool]:
         """Store a job (its arguments and their defaults: JobArgs); returns (job id,

@@ -212,7 +212,8 @@ class Timeouts(BaseModel):
     )
     heartbeat_interval: Duration = Field(
         timedelta(seconds=20),
-        description="How often a job that sends heartbeats sends one (CORRAL_HEARTBEAT_INTERVAL).",
+        description="How often a job that sends heartbeats sends one (CORRAL_HEARTBEAT_INTERVAL),"
+        " and how often each corral process beats in the loops table (three missed: stale).",
     )
     step_deadline: Duration = Field(
         timedelta(seconds=120), description="The longest one step of an attempt may take."

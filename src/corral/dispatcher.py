@@ -74,7 +74,10 @@ class Dispatcher:
         clock: clock.Clock,
         settings: config.Settings,
         retry: retry.Retry | None = None,
+        sender: str | None = None,
     ) -> None:
+        """`sender`: this process's id in the loops table, recorded on each attempt it
+        sends blind (before it is sent), so recovery ends those at once if it dies."""
         if not executors:
             raise errors.ConfigError(
                 "executors.enabled: the dispatcher needs at least one executor"
@@ -84,6 +87,7 @@ class Dispatcher:
         self.clock = clock
         self.settings = settings
         self.retry = retry or retry_.Retry.from_settings(settings)
+        self.sender = sender
         self.limits = store_.DefaultLimits(
             settings.timeouts.attempt_deadline, settings.timeouts.lease_timeout
         )
@@ -173,7 +177,10 @@ class Dispatcher:
         try:
             recorded = set(
                 await self.store.attempt_record_running(
-                    fences=blind, now=self.clock.now(), reason="recorded running before it is sent"
+                    fences=blind,
+                    now=self.clock.now(),
+                    reason="recorded running before it is sent",
+                    sent_by=self.sender,
                 )
             )
         except errors.StoreError as exc:

@@ -48,7 +48,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timedelta
 
-from corral import clock, config, errors, failpoints, metrics, model, retry, store
+from corral import clock, config, errors, failpoints, loops, metrics, model, retry, store
 from corral import retry as retry_  # the module, where a parameter has its name
 from corral.executors import base
 from corral.executors.base import Executor
@@ -56,6 +56,12 @@ from corral.executors.base import Executor
 log = logging.getLogger("corral.reconciler")
 A, J, P = model.AttemptState, model.JobState, model.Phase
 
+
+_SENDER_STATES = {
+    loops.Liveness.GONE: "gone (its process no longer runs)",
+    loops.Liveness.STALE: "silent past 3 heartbeats",
+    loops.Liveness.STOPPED: "stopped",
+}
 
 REMOVE_BATCH = 500
 REMOVE_BATCHES = 20
@@ -134,13 +140,18 @@ class Reconciler:
         clock: clock.Clock,
         settings: config.Settings,
         retry: retry.Retry | None = None,
+        sender: str | None = None,
     ) -> None:
+        """`sender`: this process's id in the loops table, recorded on each attempt it
+        relaunches blind (an HTTP request, recorded running before it is sent)."""
         self.store = store
         self.executors = dict(executors)
         self.clock = clock
         self.settings = settings
         self.t = settings.timeouts
         self.retry = retry or retry_.Retry.from_settings(settings)
+        self.sender = sender
+        self._here = loops.Here.this_host()
         self._noted_unknown: set[int] = set()  # fences already noted, to keep the run log short
         # Attempts this process is stopping, by fence: since when (their pods' grace counts
         # from it), whether they were lost (else timed out), what they wrote before.
@@ -177,6 +188,7 @@ class Reconciler:
         summary = Pass()
         if self.clock.monotonic() >= self._label_due:
             await self._label_unlabelled(summary)
+        await self._lose_blind_of_the_dead(summary)
         due = await self.store.attempt_list_for_recovery(
             now=self.clock.now(),
             launch_grace=self.t.launch_grace,
@@ -219,6 +231,38 @@ class Reconciler:
         return summary
 
     # --- repairs ---------------------------------------------------------------------------
+
+    async def _lose_blind_of_the_dead(self, summary: Pass) -> None:
+        """Blind attempts (recorded running before they were sent: an HTTP request) whose
+        sender the loops table shows dead are lost now, not after recovery_grace: nothing
+        will ever record their outcome. Each job gets a new attempt at once (a new fence,
+        the same Idempotency-Key), not charged (store.attempts.attempt_lost_with_sender)."""
+        now, heartbeat = self.clock.now(), self.t.heartbeat_interval
+        dead = {
+            loop.id: (loop, state)
+            for loop in await self.store.loops.all()
+            if loop.id != self.sender
+            and (state := loops.liveness(loop, now=now, heartbeat=heartbeat, here=self._here))
+            is not loops.Liveness.LIVE
+        }
+        if not dead:
+            return
+        blind = await self.store.loops.sent_by(
+            senders=sorted(dead), limit=self.settings.recovery_batch_limit
+        )
+        by_sender: dict[str, list[model.Attempt]] = defaultdict(list)
+        for attempt, sender in blind:
+            by_sender[sender].append(attempt)
+        for sender, cut in sorted(by_sender.items()):
+            loop, state = dead[sender]
+            why = f"{loop.kind} pid {loop.pid} on {loop.host} is {_SENDER_STATES[state]}"
+            ended = await self.store.loops.lost_with_sender(
+                fences=[a.id for a in cut], now=now, why=why
+            )
+            summary.lost += len(ended)
+            for attempt in cut:
+                if attempt.id in ended:
+                    self._repaired(attempt, f"lost with its sender ({why})")
 
     async def _repair_tasks(self, items: Sequence[model.Claimed], summary: Pass) -> None:
         """Python tasks' attempts: a `corral worker` is their platform, and its heartbeats
@@ -361,6 +405,7 @@ class Reconciler:
                 fences=[item.attempt.id],
                 now=self.clock.now(),
                 reason="recorded running before it is sent",
+                sent_by=self.sender,
             ):
                 return None  # no longer launching: another process has it
             async with slots:

@@ -17,13 +17,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from corral import client, clock, config, errors, health, store
+from corral import client, clock, config, errors, health, loops, store
 from corral.executors import base, registry
 from corral.executors.base import Executor
 
@@ -184,10 +184,14 @@ async def serve(
     executors: dict[str, Executor] | None = None,
     clk: clock.Clock | None = None,
     on_ready: Callable[[Runtime], Awaitable[None]] | None = None,
+    kind: str = "serve",
+    also_runs: Sequence[str] = (),
 ) -> None:
     """Open the runtime, then run the dispatcher, the reconciler, the scheduler and the
     alerter (those asked for; the alerter only when alert rules are set), and the runner
-    of bulk operations (`operate`), until `stop` is set.
+    of bulk operations (`operate`), until `stop` is set. The process is recorded in the
+    loops table as `kind` (the command), running those loops and `also_runs` (the API,
+    served beside them), and beats there while they run (corral.loops).
 
         The order is the point: the store is reached and every executor has started before
         `on_ready` and before either loop, so the first recovery pass never asks a platform
@@ -209,17 +213,23 @@ async def serve(
         if db is None:
             return
         async with opened(settings, clk=clk, executors=executors, db=db) as rt:
-            await _run_loops(
-                rt,
-                stop,
-                beats,
-                dispatch=dispatch,
-                reconcile=reconcile,
-                schedule=schedule,
-                alert=alert and bool(settings.alerts.rules),
-                operate=operate,
-                on_ready=on_ready,
+            runs = [*names, *([loops.OPERATIONS] if operate else []), *also_runs]
+            pulse = loops.Service(rt.store, settings, clk).pulse(
+                kind=kind, runs=runs, executors=list(rt.executors) if dispatch else ()
             )
+            async with pulse.beating():
+                await _run_loops(
+                    rt,
+                    stop,
+                    beats,
+                    dispatch=dispatch,
+                    reconcile=reconcile,
+                    schedule=schedule,
+                    alert=alert and bool(settings.alerts.rules),
+                    operate=operate,
+                    on_ready=on_ready,
+                    sender=pulse.id,
+                )
 
 
 async def _closed_after(loop: Awaitable[None], heartbeat: alerts.Heartbeat) -> None:
@@ -240,13 +250,15 @@ async def _run_loops(
     alert: bool,
     on_ready: Callable[[Runtime], Awaitable[None]] | None,
     operate: bool = True,
+    sender: str | None = None,
 ) -> None:
-    """Run the loops asked for on an opened runtime until `stop` is set."""
+    """Run the loops asked for on an opened runtime until `stop` is set; `sender`: this
+    process's id in the loops table."""
     from corral import alerts, dispatcher, operations, reconciler, retry, scheduler
 
     if on_ready is not None:
         await on_ready(rt)
-    loops = []
+    running = []
     rules = retry.Retry.from_settings(rt.settings)  # one random source per process
     if dispatch:
         d = dispatcher.Dispatcher(
@@ -255,8 +267,9 @@ async def _run_loops(
             clock=rt.clock,
             settings=rt.settings,
             retry=rules,
+            sender=sender,
         )
-        loops.append(d.run(stop, on_tick=beats.recorder(health.DISPATCHER)))
+        running.append(d.run(stop, on_tick=beats.recorder(health.DISPATCHER)))
     if reconcile:
         r = reconciler.Reconciler(
             store=rt.store,
@@ -264,6 +277,7 @@ async def _run_loops(
             clock=rt.clock,
             settings=rt.settings,
             retry=rules,
+            sender=sender,
         )
         passed = beats.recorder(health.RECONCILER)
         if url := rt.settings.alerts.heartbeat_url:
@@ -273,9 +287,9 @@ async def _run_loops(
                 passed()
                 ping()
 
-            loops.append(_closed_after(r.run(stop, on_pass=passed_and_pinged), ping))
+            running.append(_closed_after(r.run(stop, on_pass=passed_and_pinged), ping))
         else:
-            loops.append(r.run(stop, on_pass=passed))
+            running.append(r.run(stop, on_pass=passed))
     if schedule:
         s = scheduler.Scheduler(
             store=rt.store,
@@ -283,13 +297,13 @@ async def _run_loops(
             executors=rt.executors,
             cancel_grace=rt.settings.timeouts.cancel_grace,
         )
-        loops.append(s.run(stop, on_pass=beats.recorder(health.SCHEDULER)))
+        running.append(s.run(stop, on_pass=beats.recorder(health.SCHEDULER)))
     if alert:
         a = alerts.Alerter(store=rt.store, clock=rt.clock, settings=rt.settings)
-        loops.append(a.run(stop, on_pass=beats.recorder(health.ALERTER)))
+        running.append(a.run(stop, on_pass=beats.recorder(health.ALERTER)))
     if operate:
         o = operations.Runner(
             store=rt.store, clock=rt.clock, settings=rt.settings, executors=rt.executors
         )
-        loops.append(o.run(stop))
-    await asyncio.gather(*loops)
+        running.append(o.run(stop))
+    await asyncio.gather(*running)

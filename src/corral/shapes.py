@@ -5,9 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from corral import cadence, model
+
+if TYPE_CHECKING:
+    from corral import loops
 
 
 def shown(value: Any) -> Any:
@@ -211,4 +214,29 @@ def parked_dict(p: model.ParkedJob) -> dict[str, Any]:
         "needs_app_version": p.needs_app_version,
         "parked_at": p.parked_at.isoformat() if p.parked_at else None,
         "reason": p.reason,
+    }
+
+
+def status_dict(status: loops.Status) -> dict[str, Any]:
+    """`corral status --json`: every loop the store knows, whether each is alive, and the
+    conditions of work nobody can do that hold now."""
+    return {
+        "heartbeat_interval": status.heartbeat.total_seconds(),
+        "loops": [
+            {
+                "id": loop.id,
+                "kind": loop.kind,
+                "state": state.value,
+                "runs": list(loop.runs),
+                "executors": list(loop.executors),
+                "host": loop.host,
+                "pid": loop.pid,
+                "version": loop.version,
+                "started_at": iso(loop.started_at),
+                "beat_at": iso(loop.beat_at),
+                "stopped_at": iso(loop.stopped_at),
+            }
+            for loop, state in status.loops
+        ],
+        "warnings": [{"condition": c, "message": m} for c, m in status.warnings.items()],
     }

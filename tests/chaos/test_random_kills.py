@@ -4,24 +4,16 @@ finish: every job still ends exactly once, nothing runs twice, nothing is left s
 from __future__ import annotations
 
 import json
-import os
-import random
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.support.crash import Report, Site, run_to_the_end, stop
+from tests.support.crash import Report, Site, run_to_the_end, seeded, stop
 
 JOBS = 200
 KILLS = 12
-
-
-def seeded() -> random.Random:
-    seed = int(os.environ.get("CORRAL_CHAOS_SEED", str(int(time.time()))))
-    print(f"chaos seed {seed} (set CORRAL_CHAOS_SEED to repeat)")
-    return random.Random(seed)
 
 
 def figures(report: Report, kills: int) -> dict[str, int]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import subprocess
 import sys
 import time
@@ -34,6 +35,13 @@ FAST = {
     "CORRAL_CLAIM_BATCH_LIMIT": "20",
     "CORRAL_LAUNCH_CONCURRENCY": "4",
 }
+
+
+def seeded() -> random.Random:
+    """A random source for a chaos test, its seed printed (CORRAL_CHAOS_SEED repeats it)."""
+    seed = int(os.environ.get("CORRAL_CHAOS_SEED", str(int(time.time()))))
+    print(f"chaos seed {seed} (set CORRAL_CHAOS_SEED to repeat)")
+    return random.Random(seed)
 
 
 class Site:

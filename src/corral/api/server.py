@@ -7,10 +7,11 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Generator
+from typing import Any
 
 import uvicorn
 
-from corral import config, errors, operations, runtime
+from corral import client, config, errors, operations, runtime
 from corral.api import create_app
 
 log = logging.getLogger("corral.api")
@@ -34,12 +35,22 @@ class _Server(uvicorn.Server):
         yield  # corral's own handlers set `stop`, which ends the server
 
 
-async def serve_http(settings: config.Settings, http: str, stop: asyncio.Event) -> None:
+def _pulse(c: client.Client, *, on: bool) -> contextlib.AbstractAsyncContextManager[Any]:
+    """The `api` process's row in the loops table, beaten while it serves (when `on`)."""
+    if not on:
+        return contextlib.nullcontext()
+    return c.loops.pulse(kind="api", runs=("api", "operations")).beating()
+
+
+async def serve_http(
+    settings: config.Settings, http: str, stop: asyncio.Event, *, pulse: bool = True
+) -> None:
     """Serve the API on `http` (HOST:PORT) until `stop`, on a client of its own that
     starts no executor (a cancel marks the attempt; its dispatcher stops the run), with a
-    runner of bulk operations beside it."""
+    runner of bulk operations beside it. With `pulse`, the process is recorded in the loops
+    table as `api` (corral.loops); without, whoever runs it beside other loops records it."""
     host, port = address(http)
-    async with runtime.connect(settings, platforms=False) as c:
+    async with runtime.connect(settings, platforms=False) as c, _pulse(c, on=pulse):
         server = _Server(
             uvicorn.Config(
                 create_app(c),

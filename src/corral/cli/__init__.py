@@ -8,6 +8,7 @@ one replaced (the job should stop).
     render.py   tables, blocks and JSON shapes
     submit.py   corral submit (and --dry-run)
     loops.py    corral serve | dispatcher | reconciler | health
+    status.py   corral status
     jobs.py     corral jobs ..., corral dead ...
     admin.py    corral db upgrade | check | lint | heartbeat
     deploy.py   corral deploy rbac
@@ -65,6 +66,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "backfill": (
         "corral.cli.schedules:backfill",
         "One job per nominal time of a schedule in [--from, --to), idempotently.",
+    ),
+    "status": (
+        "corral.cli.status:status",
+        "corral's processes (serve, dispatcher, ..., worker, api) and whether each is alive.",
     ),
     "health": (
         "corral.cli.loops:health_cmd",

@@ -4,6 +4,7 @@ and the one command a job runs from inside."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -45,13 +46,22 @@ def db_upgrade(state: State) -> None:
 @config_option
 @click.pass_obj
 def check(state: State, as_json: bool) -> None:
-    """Show how the limits nest (inner < outer, with the margin); exit 1 if one does not."""
+    """Show how the limits nest (inner < outer, with the margin); exit 1 if one does not.
+
+    Where the database can be reached, also the loops that run and the work that waits for
+    a loop nobody runs (as `corral status`); those are warnings, never a failure."""
     from corral import config
+    from corral.cli import status
 
     settings = state.settings(check_chain=False)
     broken = config.chain_violations(settings)
+    seen = (
+        run_async(status.looked(settings))
+        if not broken
+        else "not looked at: the limits do not nest"
+    )
     if as_json:
-        print_json(render.chain_dict(settings))
+        print_json({**render.chain_dict(settings), "status": _status_json(seen)})
     else:
         out.print(render.chain_table(settings))
         for line in broken:
@@ -72,6 +82,16 @@ def check(state: State, as_json: bool) -> None:
             f"all {len(config.CHAIN) - unused} limits nest"
             f" (margin {margin:g}s, tick margin {tick:g}s){note}"
         )
+        if isinstance(seen, str):
+            err.print(f"loops: not looked at ({seen})", markup=False)
+        else:
+            status.print_status(seen)
+
+
+def _status_json(seen: Any) -> dict[str, Any]:
+    from corral import shapes
+
+    return {"error": seen} if isinstance(seen, str) else shapes.status_dict(seen)
 
 
 @click.command("lint")

@@ -72,6 +72,7 @@ async def _serve(
     alert: bool,
     operate: bool = False,
     http: str | None = None,
+    kind: str = "serve",
 ) -> None:
     from corral import client, runtime
 
@@ -116,13 +117,15 @@ async def _serve(
             # Bulk operations run beside the API when there is one (serve_http), else here.
             operate=operate and http is None,
             on_ready=ready,
+            kind=kind,
+            also_runs=() if http is None else ("api",),
         )
         if http is None:
             await loops
             return
         from corral.api.server import serve_http
 
-        await _together(loops, serve_http(settings, http, stop), stop=stop)
+        await _together(loops, serve_http(settings, http, stop, pulse=False), stop=stop)
 
     await until_signalled(body)
 
@@ -232,7 +235,14 @@ def api_cmd(state: State, http: str) -> None:
 @click.pass_obj
 def dispatcher_cmd(state: State, health_file: Path | None, metrics_at: str | None) -> None:
     """Run the dispatcher loop alone."""
-    _run_loops(state, health_file, demo=False, loops=("dispatch",), metrics_at=metrics_at)
+    _run_loops(
+        state,
+        health_file,
+        demo=False,
+        loops=("dispatch",),
+        metrics_at=metrics_at,
+        kind="dispatcher",
+    )
 
 
 @click.command("reconciler")
@@ -242,7 +252,14 @@ def dispatcher_cmd(state: State, health_file: Path | None, metrics_at: str | Non
 @click.pass_obj
 def reconciler_cmd(state: State, health_file: Path | None, metrics_at: str | None) -> None:
     """Run the reconciler loop alone (recovery: adopt, relaunch, complete, time out, lost)."""
-    _run_loops(state, health_file, demo=False, loops=("reconcile",), metrics_at=metrics_at)
+    _run_loops(
+        state,
+        health_file,
+        demo=False,
+        loops=("reconcile",),
+        metrics_at=metrics_at,
+        kind="reconciler",
+    )
 
 
 @click.command("scheduler")
@@ -252,7 +269,9 @@ def reconciler_cmd(state: State, health_file: Path | None, metrics_at: str | Non
 @click.pass_obj
 def scheduler_cmd(state: State, health_file: Path | None, metrics_at: str | None) -> None:
     """Run the scheduler loop alone (fires schedules; any number may run at once)."""
-    _run_loops(state, health_file, demo=False, loops=("schedule",), metrics_at=metrics_at)
+    _run_loops(
+        state, health_file, demo=False, loops=("schedule",), metrics_at=metrics_at, kind="scheduler"
+    )
 
 
 @click.command("alerter")
@@ -264,7 +283,9 @@ def alerter_cmd(state: State, health_file: Path | None, metrics_at: str | None) 
     """Run the alerter alone (reads the run log, sends alerts; any number may run at once)."""
     if not state.settings().alerts.rules:
         raise click.UsageError("no alert rules in the settings: [alerts.rules.NAME]")
-    _run_loops(state, health_file, demo=False, loops=("alert",), metrics_at=metrics_at)
+    _run_loops(
+        state, health_file, demo=False, loops=("alert",), metrics_at=metrics_at, kind="alerter"
+    )
 
 
 def _run_loops(
@@ -275,6 +296,7 @@ def _run_loops(
     loops: tuple[str, ...],
     http: str | None = None,
     metrics_at: str | None = None,
+    kind: str = "serve",
 ) -> None:
     if http is not None:
         _address(http, "--http")
@@ -294,6 +316,7 @@ def _run_loops(
                 alert="alert" in loops,
                 operate="operate" in loops,
                 http=http,
+                kind=kind,
             )
         )
     finally:

@@ -45,6 +45,7 @@ from corral.store import (
     hotpath,
     hotreads,
     jobs,
+    loops,
     migrate,
     operations,
     overview,
@@ -113,6 +114,7 @@ class Store:
                 dialects.hot_params(engine, limits), idle=READS_AT_ONCE, most=READS_AT_ONCE
             )
         self.limits = limits
+        self.loops = loops.Loops(self)
         # SQLite has one writer at a time: one thread keeps this process from queueing on
         # its own lock. PostgreSQL takes as many as the connection pool holds.
         workers = 1 if self.dialect == "sqlite" else 5
@@ -649,10 +651,19 @@ class Store:
         return await self._tx(completions.attempt_finish, finishes=finishes, now=now, retry=retry)
 
     async def attempt_record_running(
-        self, *, fences: Sequence[int], now: datetime, reason: str = "launched"
+        self,
+        *,
+        fences: Sequence[int],
+        now: datetime,
+        reason: str = "launched",
+        sent_by: str | None = None,
     ) -> list[int]:
         return await self._tx(
-            attempts.attempt_record_running, fences=fences, now=now, reason=reason
+            attempts.attempt_record_running,
+            fences=fences,
+            now=now,
+            reason=reason,
+            sent_by=sent_by,
         )
 
     async def attempt_list_for_recovery(

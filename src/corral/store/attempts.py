@@ -29,12 +29,14 @@ def attempt_record_running(
     now: datetime,
     reason: str = "launched",
     locked: bool = False,
+    sent_by: str | None = None,
 ) -> list[int]:
     """launching -> running for each fence still launching (the outbox's third step, or
     recovery adopting or relaunching an attempt). A job that sends heartbeats gets its
     whole lease from now: the time it waited to be launched does not count against it.
     Rows are locked in fence order first, as completions lock them, so the two cannot
-    deadlock when they write at once (PostgreSQL); `locked`: the caller did that already."""
+    deadlock when they write at once (PostgreSQL); `locked`: the caller did that already.
+    `sent_by`: the loop that records a blind attempt before it sends it (store/loops.py)."""
     if not locked:
         dialects.lock_in_order(conn, attempts, fences)
     applied = transition(
@@ -45,7 +47,8 @@ def attempt_record_running(
         to=A.RUNNING,
         now=now,
         reason=reason,
-        values={"started_at": now, "last_seen_at": now},
+        values={"started_at": now, "last_seen_at": now}
+        | ({"sent_by": sent_by} if sent_by is not None else {}),
     )
     ids = [a.id for a in applied]
     if ids:
@@ -355,6 +358,27 @@ def attempt_hand_back(conn: Connection, *, fences: Sequence[int], now: datetime)
     )
 
 
+def attempt_lost_with_sender(
+    conn: Connection, *, fences: Sequence[int], now: datetime, why: str
+) -> list[int]:
+    """Blind attempts (recorded running before their send: an HTTP request) whose sender
+    died (`why` says which): each still running is lost, and its job queued at once for a
+    new attempt (a higher fence, the same Idempotency-Key). It is not charged, as
+    attempt_never_launched: corral's own crash is not the job's failure, and most such
+    attempts were still waiting for their turn to be sent. Returns the fences ended."""
+    return _supersede(
+        conn,
+        fences=fences,
+        expected=A.RUNNING,
+        to=A.LOST,
+        now=now,
+        reason=f"lost: {why}; not charged",
+        job_reason=f"new attempt: the last one was lost with its sender ({why}); not charged",
+        attempt_reason=f"lost with its sender: {why}",
+        job_values={"uncharged_attempts": jobs.c.uncharged_attempts + 1},
+    )
+
+
 def _supersede(
     conn: Connection,
     *,
@@ -368,10 +392,11 @@ def _supersede(
     job_values: Mapping[str, Any] | None = None,
     job_to: model.JobState = J.QUEUED,
     job_details: Mapping[str, Any] | None = None,
+    to: model.AttemptState = A.SUPERSEDED,
 ) -> list[int]:
-    """Supersede each current attempt of `fences` still in `expected` (and meeting
-    `where`), and queue its job at once for a new attempt (or move it to `job_to`).
-    Returns the superseded fences."""
+    """Supersede (or end as `to`) each current attempt of `fences` still in `expected` (and
+    meeting `where`), and queue its job at once for a new attempt (or move it to `job_to`).
+    Returns the fences ended."""
     dialects.lock_in_order(conn, attempts, fences)
     rows = conn.execute(
         select(attempts.c.id)
@@ -394,7 +419,7 @@ def _supersede(
         entity="attempt",
         ids=[r.id for r in rows],
         expected=expected,
-        to=A.SUPERSEDED,
+        to=to,
         now=now,
         reason=reason,
         values=values,

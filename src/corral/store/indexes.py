@@ -16,10 +16,12 @@ from corral.store.tables import (
     JOB_ENDS,
     LIVE,
     PENDING,
+    SENT,
     alerts,
     attempts,
     events,
     jobs,
+    loop_warnings,
     metadata,
     schedules,
 )
@@ -62,6 +64,20 @@ Index(
     attempts.c.id,
     sqlite_where=LIVE,
     postgresql_where=LIVE,
+)
+
+# Running blind attempts by the loop that sent them: what recovery reads once a sender is
+# dead. Only those with a sender (HTTP requests), and only while they run.
+Index("ix_attempts_sent_by", attempts.c.sent_by, sqlite_where=SENT, postgresql_where=SENT)
+
+# One open warning a condition: many processes that see it begin write it once.
+_OPEN = text("ended_at IS NULL")
+Index(
+    "uq_loop_warnings_open",
+    loop_warnings.c.condition,
+    unique=True,
+    sqlite_where=_OPEN,
+    postgresql_where=_OPEN,
 )
 
 # Job ends by time (tables.JOB_ENDS): the overview's charts count a window's.

@@ -28,10 +28,13 @@ def job_from_row(row: Any) -> model.Job:
 
 
 def attempt_from_row(row: Any) -> model.Attempt:
+    """An attempts row as the model's Attempt; who sent it (`sent_by`) is recovery's, kept
+    in the store."""
     cls = row.get("failure_class")
+    fields = {k: v for k, v in row.items() if k != "sent_by"}
     return model.Attempt(
         **{
-            **row,
+            **fields,
             "state": A(row["state"]),
             "failure_class": model.FailureClass(cls) if cls else None,
         }

@@ -131,6 +131,9 @@ attempts = Table(
     Column("lease_seconds", Float),  # set for a job that sends heartbeats: its lease length
     Column("failure_class", String(20)),
     Column("fingerprint", String(64)),
+    # The loop (loops.id) that recorded a blind attempt running and sent it (an HTTP
+    # request): recovery ends it lost once that loop is known dead (store/loops.py).
+    Column("sent_by", String(32)),
     UniqueConstraint("job_id", "attempt_no"),
     sqlite_autoincrement=True,  # never reuse an id: a reused fence would unfence a writer
 )
@@ -143,6 +146,10 @@ LIVE = text("state IN ('launching', 'running')")
 """The predicate of ix_attempts_live (indexes.py). A query that reads live attempts says it
 as written here (not with bound states): SQLite uses a partial index only for a query whose
 WHERE has the index's terms as they are, and PostgreSQL's generic plans can then use it."""
+
+# Running blind attempts that name their sender (ix_attempts_sent_by): said as LIVE is.
+SENT = text("state = 'running' AND sent_by IS NOT NULL")
+"""The predicate of ix_attempts_sent_by (indexes.py), as its readers write it."""
 
 # One token bucket per queue: retries draw a token each; first attempts (counted by fence,
 # from `counted_fence` on) and the passing of time put tokens back. See corral.retry.Budget.
@@ -505,4 +512,35 @@ installation = Table(
     "installation",
     metadata,
     Column("id", String(63), primary_key=True),
+)
+
+# corral's long-running processes (serve, dispatcher, ..., worker, api): one row each, beaten
+# every heartbeat_interval, forgotten a day after its last beat (store/loops.py).
+loops = Table(
+    "loops",
+    metadata,
+    Column("id", String(32), primary_key=True),
+    Column("kind", String(20), nullable=False),  # the command: serve, dispatcher, ...
+    Column("runs", Json, nullable=False),  # the loops it runs: dispatcher, scheduler, ...
+    Column("executors", Json, nullable=False),  # the executors it dispatches
+    Column("host", String(255), nullable=False),
+    Column("pid", Integer, nullable=False),
+    Column("pid_started", String(40)),  # "<pid namespace>:<start time>", where known
+    Column("version", String(50), nullable=False),
+    Column("started_at", UTCDateTime, nullable=False),
+    Column("beat_at", UTCDateTime, nullable=False),
+    Column("stopped_at", UTCDateTime),
+)
+
+# Each time a condition of work nobody can do begins, a row, until it ends: at most one open
+# row a condition (uq_loop_warnings_open, indexes.py), so it is said once.
+loop_warnings = Table(
+    "loop_warnings",
+    metadata,
+    Column("id", Id, primary_key=True, autoincrement=True),
+    Column("condition", String(40), nullable=False),
+    Column("message", Text, nullable=False),
+    Column("begun_at", UTCDateTime, nullable=False),
+    Column("checked_at", UTCDateTime, nullable=False),
+    Column("ended_at", UTCDateTime),
 )

@@ -1,6 +1,8 @@
 """The dashboard's overview (/ui/): jobs by state, the charts of job ends (charts.py), the
 newest quarantined jobs, the pools in use, each queue's retry budget and the failing
-schedules, read in one call of the store and kept for a few seconds.
+schedules, read in one call of the store and kept for a few seconds; for a session of all
+tenants, also corral's own loops (`corral status`) and the work that waits for one nobody
+runs.
 
 A busy overview (many people, or one page updating live) would read the same numbers over
 and over: what it shows of a tenant is kept for KEEP_SECONDS, drawn once, and every view
@@ -22,7 +24,7 @@ from markupsafe import Markup
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from corral import client, model, retry, store
+from corral import client, loops, model, retry, store
 from corral.web import auth, charts, live, pages
 from corral.web.auth import Viewer
 
@@ -156,7 +158,11 @@ async def drawn(c: client.Client, keeper: Keeper, tenant: str | None) -> Kept:
         budgets=tenant is None,  # queues are every tenant's: only for a session of all
     )
     ends = dict(zip([key for _, key in spans], found.ends, strict=True))
+    # corral's own processes are the operator's: shown to a session of all tenants only.
+    status = await c.loops.status() if tenant is None else None
     html = pages.templates.get_template("overview_parts.html").render(
+        loops=_shown_loops(status),
+        warnings=list(status.warnings.values()) if status is not None else [],
         counts=[(state, *found.counts[state]) for state in model.JobState],
         charts=_charts(keeper, tenant, windows, past, ends),
         quarantined=found.quarantined,
@@ -207,6 +213,18 @@ def _spans(
         live = store.overview.Span(w.since + w.width * over, w.width, LIVE_BUCKETS)
         spans.append((live, (w.title, "live")))
     return spans, past
+
+
+def _shown_loops(status: loops.Status | None) -> list[tuple[loops.Loop, str, float]]:
+    """The live and stale loops: (loop, its state, seconds since its last beat)."""
+    if status is None:
+        return []
+    shown = (loops.Liveness.LIVE, loops.Liveness.STALE)
+    return [
+        (loop, state.value, max(0.0, (status.now - loop.beat_at).total_seconds()))
+        for loop, state in status.loops
+        if state in shown
+    ]
 
 
 def _budgets(c: client.Client, buckets: dict[str, retry.Bucket]) -> list[tuple[str, float, float]]:

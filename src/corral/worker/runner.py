@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, TypeVar
 
-from corral import clock, config, errors, model, retry, store
+from corral import clock, config, errors, loops, model, retry, store
 from corral.store import DefaultLimits, Finish
 from corral.worker.app import App, Task
 
@@ -289,10 +289,14 @@ class Worker:
         beats = asyncio.create_task(self._beat_loop())
         deadlines = asyncio.create_task(self._deadline_loop())
         flush = asyncio.create_task(self._flush_loop())
+        pulse = loops.Service(self.db, self.settings, self.clock).pulse(
+            kind="worker", runs=(loops.WORKER,), executors=(model.PYTHON,)
+        )
         try:
-            async with self.db.woken() as woke:
-                await self._claim_loop(stop, woke)
-            await self._drain()
+            async with pulse.beating():
+                async with self.db.woken() as woke:
+                    await self._claim_loop(stop, woke)
+                await self._drain()
         finally:
             for loop_task in (beats, deadlines):
                 loop_task.cancel()
