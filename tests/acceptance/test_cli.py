@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import sqlite_copy
 from tests.support.wait import PATIENCE
 
 Run = Callable[..., subprocess.CompletedProcess[str]]
@@ -33,7 +34,10 @@ def corral_env(extra: dict[str, str] | None = None) -> dict[str, str]:
 
 
 @pytest.fixture
-def corral(tmp_path: Path) -> Run:
+def corral(tmp_path: Path, sqlite_template: Path) -> Run:
+    """`corral ARGS` as a user runs it, in tmp_path, on its ./corral.db (migrated: a copy of
+    the session's template; `corral db upgrade` has tests of its own)."""
+
     def run(
         *args: str, env: dict[str, str] | None = None, check: bool = True
     ) -> subprocess.CompletedProcess[str]:
@@ -49,7 +53,7 @@ def corral(tmp_path: Path) -> Run:
             raise AssertionError(f"corral {' '.join(args)} exited {proc.returncode}: {proc.stderr}")
         return proc
 
-    run("db", "upgrade")
+    sqlite_copy(sqlite_template, tmp_path)
     return run
 
 

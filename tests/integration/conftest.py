@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from corral import client, config, errors, health, model, runtime, store
+from corral import client, config, errors, health, model, runtime
 from tests.integration.test_process_executor import kill_leftovers
 from tests.support.cluster import cluster  # noqa: F401  (the Kubernetes double, a fixture)
 from tests.support.wait import PATIENCE, eventually
@@ -69,8 +69,8 @@ class Corral:
 
 
 @pytest.fixture
-async def corral(tmp_path: Path) -> AsyncIterator[Corral]:
-    url = f"sqlite:///{tmp_path}/corral.db"
+async def corral(tmp_path: Path, sqlite_url: str) -> AsyncIterator[Corral]:
+    url = sqlite_url
     settings = config.Settings(
         database_url=url,
         state_dir=tmp_path / "state",
@@ -88,9 +88,6 @@ async def corral(tmp_path: Path) -> AsyncIterator[Corral]:
             recovery_grace="60s",
         ),
     )
-    db = store.Store.connect(url)
-    await db.migrate()
-    await db.close()
     stop = asyncio.Event()
     loops = asyncio.create_task(runtime.serve(settings, stop))
     async with runtime.connect(settings) as c:

@@ -23,7 +23,9 @@ from corral.store.tables import (
     jobs,
     loop_warnings,
     metadata,
+    operation_items,
     schedules,
+    signing_secrets,
 )
 
 __all__ = ["compared_on", "metadata"]
@@ -100,6 +102,26 @@ Index("ix_schedules_due", schedules.c.next_due, sqlite_where=DUE, postgresql_whe
 
 # Alerts waiting for delivery, by when they are due: what the deliverer reads.
 Index("ix_alerts_pending", alerts.c.due_at, sqlite_where=PENDING, postgresql_where=PENDING)
+
+# One current signing secret a tenant (the one that has not begun to retire).
+_CURRENT = text("retires_at IS NULL")
+Index(
+    "uq_signing_secrets_current",
+    signing_secrets.c.tenant,
+    unique=True,
+    sqlite_where=_CURRENT,
+    postgresql_where=_CURRENT,
+)
+
+# A bulk operation's items still to do, in job order.
+_TODO = text("done_at IS NULL")
+Index(
+    "ix_operation_items_todo",
+    operation_items.c.operation_id,
+    operation_items.c.job_id,
+    sqlite_where=_TODO,
+    postgresql_where=_TODO,
+)
 
 # Labels by containment (@>), which is how a job list's label filter reads them on
 # PostgreSQL (dialects.json_has): a GIN index, jsonb_path_ops (it serves @> only, and is

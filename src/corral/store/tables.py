@@ -279,13 +279,7 @@ signing_secrets = Table(
     Column("created_at", UTCDateTime, nullable=False),
     Column("retires_at", UTCDateTime),
     Index("ix_signing_secrets_tenant", "tenant", "id"),
-    Index(
-        "uq_signing_secrets_current",
-        "tenant",
-        unique=True,
-        sqlite_where=text("retires_at IS NULL"),
-        postgresql_where=text("retires_at IS NULL"),
-    ),
+    # uq_signing_secrets_current, a partial index: indexes.py
     sqlite_autoincrement=True,
 )
 
@@ -442,13 +436,7 @@ operation_items = Table(
     Column("outcome", String(20)),
     Column("note", String(300)),
     Column("done_at", UTCDateTime),
-    Index(
-        "ix_operation_items_todo",
-        "operation_id",
-        "job_id",
-        sqlite_where=text("done_at IS NULL"),
-        postgresql_where=text("done_at IS NULL"),
-    ),
+    # ix_operation_items_todo, a partial index: indexes.py
 )
 
 # People who sign in to the dashboard (an argon2 hash of the password, never the password),
