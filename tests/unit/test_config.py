@@ -119,34 +119,74 @@ def test_missing_config_file_is_an_error(tmp_path: Path) -> None:
 # --- the chain of limits -------------------------------------------------------------------
 
 millis = st.integers(min_value=1, max_value=10_000_000)  # durations in whole milliseconds
+gaps = st.integers(min_value=0, max_value=1_000_000)
+LIMITS = (
+    "http_request_timeout",
+    "step_deadline",
+    "attempt_deadline",
+    "cancel_grace",
+    "recovery_grace",
+    "heartbeat_interval",
+    "lease_timeout",
+    "tick_deadline",
+    "dispatch_interval",
+    "launch_grace",
+    "margin",
+    "tick_margin",
+)
+
+
+@st.composite
+def nesting_limits(draw: st.DrawFn) -> dict[str, int]:
+    """Limits that nest by construction: each outer one is its inner one plus the margin
+    plus a gap (zero included: the boundary)."""
+    m, tm = draw(millis), draw(millis)
+    http = draw(millis)
+    step = http + m + draw(gaps)
+    attempt = step + m + draw(gaps)
+    cancel = draw(millis)
+    heartbeat = draw(millis)
+    lease = heartbeat + m + draw(gaps)
+    recovery = max(attempt + cancel + m, lease) + draw(gaps)
+    tick = draw(millis)
+    return {
+        "http_request_timeout": http,
+        "step_deadline": step,
+        "attempt_deadline": attempt,
+        "cancel_grace": cancel,
+        "recovery_grace": recovery,
+        "heartbeat_interval": heartbeat,
+        "lease_timeout": lease,
+        "tick_deadline": tick,
+        "dispatch_interval": tick + tm + draw(gaps),
+        "launch_grace": tick + tm + draw(gaps),
+        "margin": m,
+        "tick_margin": tm,
+    }
+
+
+@st.composite
+def batch_limits(draw: st.DrawFn) -> tuple[int, int]:
+    """(claim_batch_limit, recovery_batch_limit): as often around the rule (recovery at
+    least twice the claim) as anywhere."""
+    claim = draw(st.integers(1, 10_000))
+    recovery = draw(
+        st.one_of(
+            st.integers(1, 100_000),
+            st.integers(max(1, 2 * claim - 2), 2 * claim + 2),
+        )
+    )
+    return claim, recovery
 
 
 @given(
-    ms=st.fixed_dictionaries(
-        {
-            name: millis
-            for name in (
-                "http_request_timeout",
-                "step_deadline",
-                "attempt_deadline",
-                "cancel_grace",
-                "recovery_grace",
-                "heartbeat_interval",
-                "lease_timeout",
-                "tick_deadline",
-                "dispatch_interval",
-                "launch_grace",
-                "margin",
-                "tick_margin",
-            )
-        }
-    ),
-    claim=st.integers(1, 10_000),
-    recovery_batch=st.integers(1, 100_000),
+    ms=st.one_of(nesting_limits(), st.fixed_dictionaries({name: millis for name in LIMITS})),
+    batches=batch_limits(),
 )
 def test_the_chain_accepts_exactly_the_nesting_settings(
-    ms: dict[str, int], claim: int, recovery_batch: int
+    ms: dict[str, int], batches: tuple[int, int]
 ) -> None:
+    claim, recovery_batch = batches
     m, tm = ms["margin"], ms["tick_margin"]
     nests = (
         ms["http_request_timeout"] + m <= ms["step_deadline"]
@@ -156,7 +196,7 @@ def test_the_chain_accepts_exactly_the_nesting_settings(
         and ms["lease_timeout"] <= ms["recovery_grace"]
         and ms["tick_deadline"] + tm <= ms["dispatch_interval"]
         and ms["tick_deadline"] + tm <= ms["launch_grace"]
-        and claim <= recovery_batch
+        and 2 * claim <= recovery_batch
     )
     overrides = {
         "timeouts": {name: f"{value}ms" for name, value in ms.items()},
@@ -171,6 +211,14 @@ def test_the_chain_accepts_exactly_the_nesting_settings(
             Settings.load(None, **overrides)
         with pytest.raises(AssertionError, match="do not nest"):
             assert_timeouts_nest(Settings.load(None, check_chain=False, **overrides))
+
+
+def test_one_recovery_pass_must_cover_two_claims() -> None:
+    """2 x claim_batch_limit <= recovery_batch_limit: a reconciler pass repairs what a
+    dispatcher's two claims (the one launching and the one made ahead) left."""
+    with pytest.raises(errors.ConfigError, match="recovery_batch_limit"):
+        Settings.load(None, claim_batch_limit=100, recovery_batch_limit=199)
+    assert Settings.load(None, claim_batch_limit=100, recovery_batch_limit=200)
 
 
 def test_unset_inner_limits_follow_their_outer_limit_down() -> None:
