@@ -49,6 +49,8 @@ STALE_BEATS = 3
 """A loop whose last beat is older than this many heartbeat_intervals is not alive."""
 FORGET_AFTER = timedelta(days=1)
 """A loop's row silent this long is forgotten."""
+WARNINGS_KEPT = timedelta(days=7)
+"""A warning that ended is kept this long (what `loop_warnings` says of the past week)."""
 
 DISPATCHER, RECONCILER, SCHEDULER = "dispatcher", "reconciler", "scheduler"
 ALERTER, OPERATIONS, WORKER, API = "alerter", "operations", "worker", "api"
@@ -253,7 +255,9 @@ class Pulse:
         try:
             if not await self.db.loops.beat(loop_id=self.loop.id, now=now):
                 await self.db.loops.register(loop=self._again(now))
-            await self.db.loops.forget(before=now - FORGET_AFTER)
+            await self.db.loops.forget(
+                before=now - FORGET_AFTER, warnings_before=now - WARNINGS_KEPT
+            )
             begun = await self._judge(now)
         except errors.StoreError as exc:
             if not self._failing:

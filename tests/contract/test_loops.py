@@ -227,3 +227,19 @@ async def test_a_sender_silent_for_three_beats_elsewhere_is_dead_too(
     clock.advance(3 * BEAT.total_seconds() + 1)
     assert (await r.run_once()).lost == 1
     assert [a.state for a in await db.attempt_list(job_id=c.job.id)] == [A.LOST]
+
+
+async def test_a_warning_is_kept_a_week_after_it_ended(db: store.Store, clock: FrozenClock) -> None:
+    await _due_schedule(db, clock)
+    one = pulse(db, clock, "dispatcher")
+    async with started(one):
+        [began] = await one.beat_once()
+        scheduler = pulse(db, clock, "scheduler")
+        await scheduler.start()
+        await one.beat_once()  # ended
+        clock.advance(loops.WARNINGS_KEPT.total_seconds() - 1)
+        await scheduler.beat_once()
+        assert [w.id for w in await db.loops.warnings()] == [began.id]
+        clock.advance(2)
+        await scheduler.beat_once()
+        assert await db.loops.warnings() == []

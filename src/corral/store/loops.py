@@ -111,8 +111,10 @@ def loop_stop(conn: Connection, *, loop_id: str, now: datetime) -> None:
     conn.execute(update(loops).where(loops.c.id == loop_id).values(beat_at=now, stopped_at=now))
 
 
-def loops_forget(conn: Connection, *, before: datetime) -> int:
-    """Forget the rows of loops silent since `before`; how many."""
+def loops_forget(conn: Connection, *, before: datetime, warnings_before: datetime) -> int:
+    """Forget the rows of loops silent since `before`, and the warnings that ended before
+    `warnings_before`; how many loops."""
+    conn.execute(delete(loop_warnings).where(loop_warnings.c.ended_at < warnings_before))
     return int(conn.execute(delete(loops).where(loops.c.beat_at < before)).rowcount)
 
 
@@ -230,8 +232,8 @@ class Loops:
     async def stop(self, *, loop_id: str, now: datetime) -> None:
         await self._db._tx(loop_stop, loop_id=loop_id, now=now)
 
-    async def forget(self, *, before: datetime) -> int:
-        return await self._db._tx(loops_forget, before=before)
+    async def forget(self, *, before: datetime, warnings_before: datetime) -> int:
+        return await self._db._tx(loops_forget, before=before, warnings_before=warnings_before)
 
     async def all(self) -> list[Loop]:
         return await self._db._lookup(loop_list)
