@@ -57,9 +57,12 @@ docs: $(STAMP)
 
 # Bytecode for corral's own modules first, as installing a package makes it: the many
 # `corral` processes the tests start then read it, even where PYTHONDONTWRITEBYTECODE is set.
+# The tests run on TEST_WORKERS processes at once (pytest-xdist; each has its own PostgreSQL
+# databases and folders); a group of tests that shares one slow set-up stays on one worker.
+TEST_WORKERS ?= 3
 test: lint docs
 	@$(BIN)/python -m compileall -q src
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup
 
 # `make test` with the CPU oversubscribed: two busy processes per core spin beside it, so
 # a test that counts on a quick machine fails here first. The busy processes are killed

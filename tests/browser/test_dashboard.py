@@ -41,7 +41,8 @@ DEADLINE_MS = 90_000
 SCREENSHOT = Path(__file__).parents[2] / "docs" / "images" / "dashboard-overview.png"
 PASSWORD = "correct horse battery"
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+# One worker runs them all (pytest-xdist's loadgroup): the module's corral and browser start once.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600), pytest.mark.xdist_group("browser")]
 
 playwright = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
 
