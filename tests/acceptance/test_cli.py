@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import sqlite_copy
+from tests.support.net import free_port
 from tests.support.wait import PATIENCE
 
 Run = Callable[..., subprocess.CompletedProcess[str]]
@@ -812,13 +813,9 @@ def serve_http(
 ) -> tuple[subprocess.Popen[str], str]:
     """`corral serve [ARGS] --http` on a free port of 127.0.0.1, once it answers /readyz:
     the process and its base URL (`api_url`: jobs are told it, as CORRAL_API_URL)."""
-    import socket
-
     import httpx
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     base = f"http://127.0.0.1:{port}"
     proc = subprocess.Popen(
         [sys.executable, "-m", "corral", "serve", *args, "--http", f"127.0.0.1:{port}"],

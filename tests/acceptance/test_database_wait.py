@@ -8,7 +8,6 @@ import asyncio
 import contextlib
 import json
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -21,13 +20,7 @@ from sqlalchemy.engine import make_url
 
 from tests.acceptance.test_cli import corral_env
 from tests.conftest import pg_empty
-
-
-def free_port() -> int:
-    """A local TCP port nothing listens on (once this returns)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from tests.support.net import free_port
 
 
 class Proxy:

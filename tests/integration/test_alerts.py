@@ -11,7 +11,6 @@ import email
 import email.policy
 import json
 import logging
-import socket
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -26,16 +25,11 @@ from corral.alerts import channels, rules
 from corral.store import Finish
 from corral.store.alerts import JobFacts
 from corral.testing import FrozenClock
+from tests.support.net import free_port
 
 A, J = model.AttemptState, model.JobState
 LOCAL = ["127.0.0.0/8"]
 SECRET = "whsec_" + base64.b64encode(b"s" * 32).decode()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Inbox:

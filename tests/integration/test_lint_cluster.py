@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -20,6 +19,7 @@ import yaml
 
 from corral import config, errors, lint
 from tests.support import kube_api
+from tests.support.net import free_port
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -54,14 +54,6 @@ def workload(
         "metadata": {"name": name, "namespace": namespace, "labels": labels or {}},
         "spec": spec,
     }
-
-
-def free_port() -> int:
-    """A loopback port nothing listens on (bound, then let go): connecting is refused."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def kubeconfig(path: Path, url: str) -> Path:
