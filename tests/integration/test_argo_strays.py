@@ -5,7 +5,6 @@ double and its Argo controller (which labels and owns each pod as Argo's does)."
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -14,7 +13,7 @@ from corral import clock, model, reconciler, store
 from corral.executors import argo, base, kubernetes
 from corral.testing import FrozenClock
 from tests.support import kube_api
-from tests.support.cluster import IMAGE, NS, settings, started
+from tests.support.cluster import IMAGE, NS, executor_fixture, settings, started
 from tests.support.launches import make_launch
 from tests.support.wait import PATIENCE, eventually
 
@@ -23,10 +22,7 @@ pytestmark = pytest.mark.timeout(6 * PATIENCE)
 MANAGED = {model.MANAGED_BY: model.MANAGER}
 
 
-@pytest.fixture
-async def wf(cluster: kube_api.Cluster) -> AsyncIterator[argo.ArgoExecutor]:
-    async with started(argo.ArgoExecutor, cluster) as executor:
-        yield executor
+wf = executor_fixture(argo.ArgoExecutor)
 
 
 def launch(name: str, **kw: Any) -> model.Launch:

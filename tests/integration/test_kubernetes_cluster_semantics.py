@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,7 @@ import pytest
 from corral import errors, model
 from corral.executors import argo, kubernetes
 from tests.support import kube_api
-from tests.support.cluster import IMAGE, NS, observe, sh, started, until
+from tests.support.cluster import IMAGE, NS, executor_fixture, observe, sh, started, until
 from tests.support.launches import make_launch
 from tests.support.wait import PATIENCE, eventually
 
@@ -41,10 +40,7 @@ def launch(name: str, command: list[str], **kw: Any) -> model.Launch:
     return make_launch("kubernetes", name, {"image": IMAGE, "command": command}, **kw)
 
 
-@pytest.fixture
-async def ex(cluster: kube_api.Cluster) -> AsyncIterator[kubernetes.KubernetesExecutor]:
-    async with started(kubernetes.KubernetesExecutor, cluster, termination_grace=GRACE) as made:
-        yield made
+ex = executor_fixture(kubernetes.KubernetesExecutor, termination_grace=GRACE)
 
 
 def conditions(cluster: kube_api.Cluster, name: str) -> list[str]:

@@ -20,7 +20,17 @@ import pytest
 from corral import clock, errors, model
 from corral.executors import argo, kubernetes
 from tests.support import kube_api
-from tests.support.cluster import IMAGE, JOBS_URL, NS, observe, settings, sh, started, until
+from tests.support.cluster import (
+    IMAGE,
+    JOBS_URL,
+    NS,
+    executor_fixture,
+    observe,
+    settings,
+    sh,
+    started,
+    until,
+)
 from tests.support.launches import make_launch
 from tests.support.wait import PATIENCE, eventually
 
@@ -31,10 +41,7 @@ def launch(name: str, command: list[str], **kw: Any) -> model.Launch:
     return make_launch("kubernetes", name, {"image": IMAGE, "command": command}, **kw)
 
 
-@pytest.fixture
-async def ex(cluster: kube_api.Cluster) -> AsyncIterator[kubernetes.KubernetesExecutor]:
-    async with started(kubernetes.KubernetesExecutor, cluster) as executor:
-        yield executor
+ex = executor_fixture(kubernetes.KubernetesExecutor)
 
 
 def creates(cluster: kube_api.Cluster) -> int:
@@ -347,10 +354,7 @@ async def test_jobs_finished_before_the_first_list_are_left_to_recovery(
 # --- argo ----------------------------------------------------------------------------------
 
 
-@pytest.fixture
-async def wf(cluster: kube_api.Cluster) -> AsyncIterator[argo.ArgoExecutor]:
-    async with started(argo.ArgoExecutor, cluster) as executor:
-        yield executor
+wf = executor_fixture(argo.ArgoExecutor)
 
 
 async def test_a_workflow_whose_pod_vanished_fails_instead_of_running_forever(

@@ -18,17 +18,14 @@ from corral import cli, config, model, runtime
 from corral.executors import argo, kube_client, kubernetes
 from tests.integration import test_kubernetes_end_to_end as end_to_end
 from tests.support import kube_api
-from tests.support.cluster import IMAGE, NS, sh, started
+from tests.support.cluster import IMAGE, NS, executor_fixture, sh, started
 from tests.support.launches import make_launch
 from tests.support.wait import PATIENCE, eventually
 
 pytestmark = pytest.mark.timeout(4 * PATIENCE)
 
 
-@pytest.fixture
-async def ex(cluster: kube_api.Cluster) -> AsyncIterator[kubernetes.KubernetesExecutor]:
-    async with started(kubernetes.KubernetesExecutor, cluster, request_timeout=2) as executor:
-        yield executor
+ex = executor_fixture(kubernetes.KubernetesExecutor, request_timeout=2)
 
 
 async def launched(ex: kubernetes.KubernetesExecutor, name: str, script: str) -> None:

@@ -1,6 +1,7 @@
 """What the tests of the `kubernetes` and `argo` executors share: the API double with its
 controllers as a fixture (`cluster`), settings with short limits, an executor of corral's
-started on the double, and waits on what it observes.
+started on the double (and fixtures of one: `executor_fixture`), and waits on what it
+observes.
 
 tests/integration/conftest.py makes `cluster` a fixture of every integration test, so the
 double is made and closed in one place."""
@@ -68,6 +69,26 @@ async def started(
         yield executor
     finally:
         await executor.close()
+
+
+def executor_fixture(
+    made: Callable[..., kube_client.ClusterExecutor],
+    *,
+    clock_fixture: str | None = None,
+    **k8s: Any,
+) -> Any:
+    """A fixture of an executor of class `made` on the double, `started` with `k8s`, on the
+    clock of the fixture named `clock_fixture` (else the system clock). A test module names
+    the fixture by assigning it: `ex = executor_fixture(kubernetes.KubernetesExecutor)`."""
+
+    async def fixture(
+        cluster: kube_api.Cluster, request: pytest.FixtureRequest
+    ) -> AsyncIterator[Any]:
+        clock_ = request.getfixturevalue(clock_fixture) if clock_fixture else None
+        async with started(made, cluster, clock_=clock_, **k8s) as executor:
+            yield executor
+
+    return pytest.fixture(fixture)
 
 
 def sh(script: str) -> list[str]:
