@@ -12,9 +12,8 @@ import pytest
 from corral import clock, errors, model, reconciler, store
 from corral.executors import kubernetes
 from corral.testing import FrozenClock
-from tests.integration.test_kubernetes_faults import launch
 from tests.support import kube_api
-from tests.support.cluster import JOBS_URL, NS, executor_fixture, observe, settings, until
+from tests.support.cluster import JOBS_URL, NS, executor_fixture, launch, observe, settings, until
 from tests.support.wait import PATIENCE, eventually
 
 pytestmark = pytest.mark.timeout(4 * PATIENCE)

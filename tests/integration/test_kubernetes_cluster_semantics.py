@@ -16,8 +16,7 @@ import pytest
 from corral import errors, model
 from corral.executors import argo, kubernetes
 from tests.support import kube_api
-from tests.support.cluster import IMAGE, NS, executor_fixture, observe, sh, started, until
-from tests.support.launches import make_launch
+from tests.support.cluster import NS, executor_fixture, launch, observe, sh, started, until
 from tests.support.wait import PATIENCE, eventually
 
 pytestmark = pytest.mark.timeout(6 * PATIENCE)
@@ -34,10 +33,6 @@ def gated(gate: Path) -> list[str]:
         f" trap 'while [ ! -e {gate} ]; do sleep 0.05; done; exit 3' TERM;"
         " while true; do sleep 0.05; done"
     )
-
-
-def launch(name: str, command: list[str], **kw: Any) -> model.Launch:
-    return make_launch("kubernetes", name, {"image": IMAGE, "command": command}, **kw)
 
 
 ex = executor_fixture(kubernetes.KubernetesExecutor, termination_grace=GRACE)
@@ -167,7 +162,7 @@ async def test_a_workflow_argo_refuses_after_it_was_created_fails_permanently(
             return body
 
         monkeypatch.setattr(wf.template, "manifest", astray)
-        await wf.launch(make_launch("argo", "astray-1", {"image": IMAGE, "command": ["true"]}))
+        await wf.launch(launch("astray-1", ["true"], kind="argo"))
         ended = await until(wf, "astray-1", lambda o: o.phase.finished)
     said = "invalid spec: spec.entrypoint template 'nowhere' undefined"
     assert (ended.phase, ended.failure_class) == (

@@ -13,7 +13,7 @@ import pytest
 from corral import errors, model
 from corral.executors import argo, kubernetes
 from tests.support import kube_api
-from tests.support.cluster import IMAGE, NS, executor_fixture, observe, sh, until
+from tests.support.cluster import NS, executor_fixture, launch, observe, sh, until
 from tests.support.launches import make_launch
 from tests.support.wait import PATIENCE, eventually
 
@@ -29,10 +29,6 @@ DENIAL = "[no-root] containers must set runAsNonRoot"
 # The executors on the double, their pod start timeout START.
 ex = executor_fixture(kubernetes.KubernetesExecutor, pod_start_timeout=START)
 wf = executor_fixture(argo.ArgoExecutor, pod_start_timeout=START)
-
-
-def launch(name: str, command: list[str], kind: str = "kubernetes", **spec: Any) -> model.Launch:
-    return make_launch(kind, name, {"image": IMAGE, "command": command, **spec})
 
 
 async def waits_then_fails(ex: Any, name: str, reason: str) -> model.Observation:
@@ -103,7 +99,7 @@ async def test_a_missing_secret_is_said_then_quarantines(
     ex: kubernetes.KubernetesExecutor,
 ) -> None:
     env = {"PASSWORD": {"secret": "etl-db", "key": "password"}}
-    await ex.launch(launch("secret-1", ["true"], env=env))
+    await ex.launch(launch("secret-1", ["true"], spec={"env": env}))
     ended = await waits_then_fails(ex, "secret-1", "CreateContainerConfigError")
     assert ended.failure_class is model.FailureClass.PERMANENT
     assert ended.message is not None

@@ -1,7 +1,7 @@
 """What the tests of the `kubernetes` and `argo` executors share: the API double with its
 controllers as a fixture (`cluster`), settings with short limits, an executor of corral's
-started on the double (and fixtures of one: `executor_fixture`), and waits on what it
-observes.
+started on the double (and fixtures of one: `executor_fixture`), launches of one
+container (`launch`), and waits on what it observes.
 
 tests/integration/conftest.py makes `cluster` a fixture of every integration test, so the
 double is made and closed in one place."""
@@ -17,6 +17,7 @@ import pytest
 from corral import clock, config, model
 from corral.executors import kube_client
 from tests.support import kube_api
+from tests.support.launches import make_launch
 from tests.support.wait import eventually
 
 NS = "default"
@@ -89,6 +90,19 @@ def executor_fixture(
             yield executor
 
     return pytest.fixture(fixture)
+
+
+def launch(
+    name: str,
+    command: list[str],
+    *,
+    kind: str = "kubernetes",
+    spec: dict[str, Any] | None = None,
+    **kw: Any,
+) -> model.Launch:
+    """The launch `name` on `kind` (kubernetes or argo) of one container, IMAGE running
+    `command`, `spec` over that spec; `kw` go to `make_launch` (identity, payload, reach)."""
+    return make_launch(kind, name, {"image": IMAGE, "command": command, **(spec or {})}, **kw)
 
 
 def sh(script: str) -> list[str]:
