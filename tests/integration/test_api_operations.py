@@ -14,6 +14,7 @@ from corral import client, config, model, operations, store
 from corral.api import create_app
 from corral.testing import FrozenClock
 from tests.integration.test_api import JOB, Api
+from tests.support.jobs import quarantine
 from tests.support.noop import NoopExecutor
 
 J = model.JobState
@@ -44,10 +45,7 @@ async def quarantined(api: Api, n: int, *, token: str = "a-op", queue: str = "q"
         "/api/v1/jobs", json=[{**JOB, "queue": queue}] * n, headers=api.as_(token)
     )
     ids = [j["id"] for j in made.json()]
-    for frm, to in ((J.QUEUED, J.RUNNING), (J.RUNNING, J.QUARANTINED)):
-        await api.c.store.transition(
-            entity="job", ids=ids, expected=frm, to=to, now=api.c.clock.now(), reason="test"
-        )
+    await quarantine(api.c.store, api.c.clock, ids)
     return ids
 
 
