@@ -25,7 +25,7 @@ from corral.alerts import channels, rules
 from corral.store import Finish
 from corral.store.alerts import JobFacts
 from corral.testing import FrozenClock
-from tests.support.net import free_port
+from tests.support.net import free_port, http_server
 
 A, J = model.AttemptState, model.JobState
 LOCAL = ["127.0.0.0/8"]
@@ -71,17 +71,9 @@ async def web_receiver() -> AsyncIterator[Web]:
         )
         return web.Response(text="ok", status=400 if request.path == "/bad" else 200)
 
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", handle)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    got.base = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"  # type: ignore[union-attr]
-    try:
+    async with http_server(handle) as base:
+        got.base = base
         yield got
-    finally:
-        await runner.cleanup()
 
 
 def settings(port: int, web_base: str, **rule: Any) -> config.Settings:
