@@ -11,7 +11,8 @@ from pathlib import Path
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.acceptance.test_cli import Run, corral_env, stopped
+from tests.acceptance.test_cli import stopped
+from tests.support.cli import Run, corral_env
 from tests.support.net import free_port
 from tests.support.wait import eventually_sync
 

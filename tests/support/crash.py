@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from corral import model, store
+from tests.support.cli import clean_env, run_corral
 
 # Short limits so recovery happens within seconds; jobs never come near the deadline.
 FAST = {
@@ -54,21 +55,13 @@ class Site:
         self.ledger.touch()
 
     def env(self, **extra: str) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("CORRAL_")}
-        env.update(FAST, CORRAL_DATABASE_URL=self.url, CORRAL_STATE_DIR=str(self.root / "state"))
+        env = clean_env(FAST)
+        env.update(CORRAL_DATABASE_URL=self.url, CORRAL_STATE_DIR=str(self.root / "state"))
         env.update(extra)
         return env
 
     def corral(self, *args: str, **extra: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "corral", *args],
-            cwd=self.root,
-            env=self.env(**extra),
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=True,
-        )
+        return run_corral(self.root, *args, env=self.env(**extra), check=True)
 
     def start(self, command: str = "serve", **extra: str) -> subprocess.Popen[str]:
         with open(self.root / "corral.log", "a") as log:  # a file never fills up and blocks
