@@ -15,6 +15,7 @@ import pytest
 
 from corral import failpoints
 from tests.support.crash import Report, Site, run_to_the_end, stop, wait_exit, wait_until
+from tests.support.procs import alive
 from tests.support.wait import PATIENCE
 
 JOBS = 3
@@ -83,15 +84,6 @@ COPY = textwrap.dedent(
 def copies(site: Site) -> list[list[str]]:
     """The ledger's lines: job, attempt, fence, pid, and whether another copy was alive."""
     return [line.split(",") for line in site.ledger.read_text().splitlines()]
-
-
-def alive(pid: int | str) -> bool:
-    """Whether `pid` runs (a zombie does not: nobody may reap it here)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rpartition(")")[2].split()[0] != "Z"
 
 
 def stop_strays(site: Site) -> None:

@@ -24,7 +24,7 @@ from corral import clock, errors, model
 from corral.executors import base, process, process_shim
 from corral.testing import FrozenClock
 from tests.support import launches
-from tests.support.procs import holds_under
+from tests.support.procs import alive, holds_under
 from tests.support.wait import PATIENCE, eventually
 
 pytestmark = pytest.mark.timeout(4 * PATIENCE)  # a test waits for at most four things
@@ -919,15 +919,6 @@ def waiter(go: Path) -> list[str]:
 def pid_of(run_dir: Path, pid_file: str) -> int:
     pid: int = json.loads((run_dir / pid_file).read_text())["pid"]
     return pid
-
-
-def alive(pid: int) -> bool:
-    """Whether `pid` runs (a zombie does not: nobody may reap it here)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rpartition(")")[2].split()[0] != "Z"
 
 
 def processes_of(run_dir: Path) -> list[int]:
