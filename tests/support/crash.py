@@ -14,6 +14,7 @@ from pathlib import Path
 
 from corral import model, store
 from tests.support.cli import clean_env, run_corral
+from tests.support.wait import eventually_sync
 
 # Short limits so recovery happens within seconds; jobs never come near the deadline.
 FAST = {
@@ -175,22 +176,15 @@ async def _load(
     return jobs, attempts, events
 
 
-def wait_until(predicate: object, seconds: float, what: str) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if predicate():  # type: ignore[operator]
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"not {what} after {seconds}s")
-
-
 def run_to_the_end(site: Site, ids: Sequence[int], *commands: str, **extra: str) -> Report:
     """Run corral (`serve`, or the given commands side by side, with `extra` in their
     environment) until every job is final, then check every promise against the store and
     the ledger."""
     procs = [site.start(c, **extra) for c in commands or ("serve",)]
     try:
-        wait_until(lambda: Report(site.url, ids).all_final(), 180, "all jobs final")
+        eventually_sync(
+            lambda: Report(site.url, ids).all_final(), within=180, every=0.2, what="all jobs final"
+        )
     finally:
         for p in procs:
             stop(p)
