@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from corral import failpoints
+from tests.support import crash
 from tests.support.crash import Report, Site, run_to_the_end, stop, wait_exit
 from tests.support.procs import alive
 from tests.support.wait import eventually_sync
@@ -21,9 +22,7 @@ from tests.support.wait import eventually_sync
 JOBS = 3
 
 
-@pytest.fixture
-def site(db_url: str, tmp_path: Path) -> Site:
-    return Site(tmp_path, db_url)
+site = crash.site  # the fixture
 
 
 def crash_at(site: Site, name: str) -> None:

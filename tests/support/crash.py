@@ -12,6 +12,8 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
+import pytest
+
 from corral import model, store
 from tests.support.cli import clean_env, run_corral
 from tests.support.wait import eventually_sync
@@ -87,6 +89,13 @@ class Site:
     def ledger_entries(self) -> list[tuple[int, int, int]]:
         rows = [line.split(",") for line in self.ledger.read_text().split()]
         return [(int(j), int(a), int(f)) for j, a, f in rows]
+
+
+@pytest.fixture
+def site(db_url: str, tmp_path: Path) -> Site:
+    """A Site in the test's folder, on its database (each backend in turn); a test module
+    takes it as its own fixture with `site = crash.site`."""
+    return Site(tmp_path, db_url)
 
 
 async def _submit(url: str, cmd: str, count: int) -> list[int]:
