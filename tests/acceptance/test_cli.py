@@ -17,7 +17,7 @@ import pytest
 
 from tests.conftest import sqlite_copy
 from tests.support.cli import Run, corral_env, run_corral
-from tests.support.net import free_port
+from tests.support.net import free_port, in_thread
 from tests.support.wait import PATIENCE
 
 
@@ -690,7 +690,6 @@ def test_alerts_test_mute_unmute_and_history(corral: Run, tmp_path: Path) -> Non
     """`corral alerts test` sends through a real channel and says so; an unknown channel
     is refused naming it; `mute` is kept in the store and `list` shows it until
     `unmute`; `history --json` has the test message with its try."""
-    import threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
     received: list[dict[str, Any]] = []
@@ -705,7 +704,6 @@ def test_alerts_test_mute_unmute_and_history(corral: Run, tmp_path: Path) -> Non
             pass
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Hook)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
     (tmp_path / "corral.toml").write_text(
         f"""
 [executors.http]
@@ -720,7 +718,7 @@ on = ["quarantined"]
 channels = ["hook"]
 """
     )
-    try:
+    with in_thread(server):
         assert "delivered through hook" in corral("alerts", "test", "hook").stdout
         assert [m["type"] for m in received] == ["corral.alert.test"]
         unknown = corral("alerts", "test", "pager", check=False)
@@ -740,9 +738,6 @@ channels = ["hook"]
         bad = corral("alerts", "mute", "poison", "--for", "soon", check=False)
         assert bad.returncode == 2
         assert "--for" in bad.stderr
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def serve_http(

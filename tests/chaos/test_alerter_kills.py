@@ -7,7 +7,6 @@ import asyncio
 import json
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -18,6 +17,7 @@ from corral import failpoints, model, store
 from corral.store import Finish
 from corral.testing import FrozenClock
 from tests.support.cli import clean_env, run_corral
+from tests.support.net import in_thread
 from tests.support.wait import PATIENCE, eventually_sync
 
 
@@ -45,13 +45,8 @@ class Handler(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def receiver() -> Iterator[Receiver]:
-    server = Receiver()
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
+    with in_thread(Receiver()) as server:
         yield server
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def test_an_alerter_killed_before_delivering_delivers_after_its_restart_once(

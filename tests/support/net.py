@@ -1,15 +1,20 @@
 """Loopback ports for tests that start servers, or need an address nothing answers on, and
-an HTTP server there that answers every request with a handler of the test's."""
+servers there: an aiohttp one that answers every request with a handler of the test's, or
+the test's own (`http.server`) served from a thread."""
 
 from __future__ import annotations
 
 import contextlib
 import socket
-from collections.abc import AsyncIterator, Awaitable, Callable
+import socketserver
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from typing import TypeVar
 
 from aiohttp import web
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+Server = TypeVar("Server", bound=socketserver.BaseServer)
 
 
 def free_port() -> int:
@@ -35,3 +40,15 @@ async def http_server(handle: Handler) -> AsyncIterator[str]:
         yield f"http://127.0.0.1:{port}"
     finally:
         await runner.cleanup()
+
+
+@contextlib.contextmanager
+def in_thread(server: Server) -> Iterator[Server]:
+    """`server` serving from a daemon thread for as long as the block runs, then shut down
+    and closed."""
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
