@@ -16,7 +16,8 @@ import pytest
 from corral import errors, model
 from corral.executors import argo, kubernetes
 from tests.support import kube_api
-from tests.support.cluster import NS, executor_fixture, launch, observe, sh, started, until
+from tests.support.cluster import NS, executor_fixture, launch, observe, started, until
+from tests.support.launches import sh
 from tests.support.wait import PATIENCE, eventually
 
 pytestmark = pytest.mark.timeout(6 * PATIENCE)

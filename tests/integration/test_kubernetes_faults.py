@@ -27,10 +27,10 @@ from tests.support.cluster import (
     launch,
     observe,
     settings,
-    sh,
     started,
     until,
 )
+from tests.support.launches import sh
 from tests.support.wait import PATIENCE, eventually
 
 pytestmark = pytest.mark.timeout(6 * PATIENCE)  # a test waits for at most six things

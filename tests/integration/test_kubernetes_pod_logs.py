@@ -18,7 +18,8 @@ from corral import cli, config, model, runtime
 from corral.executors import argo, kube_client, kubernetes
 from tests.integration import test_kubernetes_end_to_end as end_to_end
 from tests.support import kube_api
-from tests.support.cluster import IMAGE, NS, executor_fixture, launch, sh, started
+from tests.support.cluster import IMAGE, NS, executor_fixture, finished, launch, started
+from tests.support.launches import sh
 from tests.support.wait import PATIENCE, eventually
 
 pytestmark = pytest.mark.timeout(4 * PATIENCE)
@@ -29,15 +30,6 @@ ex = executor_fixture(kubernetes.KubernetesExecutor, request_timeout=2)
 
 async def launched(ex: kubernetes.KubernetesExecutor, name: str, script: str) -> None:
     await ex.launch(launch(name, sh(script)))
-
-
-async def finished(ex: kube_client.ClusterExecutor, name: str) -> model.Observation:
-    async def seen() -> model.Observation | None:
-        obs = (await ex.observe([name]))[name]
-        return obs if obs.phase.finished else None
-
-    found: model.Observation = await eventually(seen, what=f"{name} finished")
-    return found
 
 
 def pod_log(obs: model.Observation) -> model.Stream:

@@ -13,8 +13,8 @@ import pytest
 from corral import errors, model
 from corral.executors import argo, kubernetes
 from tests.support import kube_api
-from tests.support.cluster import NS, executor_fixture, launch, observe, sh, until
-from tests.support.launches import make_launch
+from tests.support.cluster import NS, executor_fixture, launch, observe, until
+from tests.support.launches import make_launch, sh
 from tests.support.wait import PATIENCE, eventually
 
 pytestmark = pytest.mark.timeout(6 * PATIENCE)

@@ -24,6 +24,7 @@ from corral import clock, errors, model
 from corral.executors import base, process, process_shim
 from corral.testing import FrozenClock
 from tests.support import launches
+from tests.support.launches import sh
 from tests.support.procs import alive, holds_under
 from tests.support.wait import PATIENCE, eventually
 
@@ -54,10 +55,6 @@ def make_launch(
         reach=model.Reach(api_url="http://corral.test"),
         payload=payload,
     )
-
-
-def sh(script: str) -> list[str]:
-    return ["sh", "-c", script]
 
 
 async def wait_for(

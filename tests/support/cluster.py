@@ -105,10 +105,6 @@ def launch(
     return make_launch(kind, name, {"image": IMAGE, "command": command, **(spec or {})}, **kw)
 
 
-def sh(script: str) -> list[str]:
-    return ["sh", "-c", script]
-
-
 async def observe(ex: Any, name: str) -> model.Observation:
     return (await ex.observe([name]))[name]
 
@@ -122,3 +118,8 @@ async def until(ex: Any, name: str, test: Callable[[model.Observation], bool]) -
 
     found: model.Observation = await eventually(seen, what=f"{name} as wanted")
     return found
+
+
+async def finished(ex: Any, name: str) -> model.Observation:
+    """The first observation of `name` that has finished (polled)."""
+    return await until(ex, name, lambda o: o.phase.finished)
