@@ -24,10 +24,10 @@ from unittest import mock
 import pytest
 
 from corral import config
-from tests.integration.test_process_executor import kill_leftovers
 from tests.support import doc_examples
 from tests.support.cli import clean_env
 from tests.support.doc_examples import Block
+from tests.support.procs import kill_leftovers
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = sorted(

@@ -109,7 +109,7 @@ async def serving(tmp_path: Any, alerting: dict[str, Any]) -> AsyncIterator[conf
     """A real `corral serve` (its loops in this process) with these alert settings, on
     a fresh SQLite file, with short loop intervals; stopped and cleaned up after."""
     from corral import runtime
-    from tests.integration.test_process_executor import kill_leftovers
+    from tests.support.procs import kill_leftovers
     from tests.support.wait import PATIENCE
 
     url = f"sqlite:///{tmp_path}/corral.db"
