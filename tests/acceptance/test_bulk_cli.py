@@ -4,11 +4,9 @@ which), a question unless --yes, then the operation on that snapshot until it ha
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
-from tests.acceptance.test_cli import Run, corral_env
+from tests.support.cli import Run, run_corral
 
 
 def test_a_bulk_cancel_previews_asks_and_acts(corral: Run, tmp_path: Path) -> None:
@@ -17,15 +15,7 @@ def test_a_bulk_cancel_previews_asks_and_acts(corral: Run, tmp_path: Path) -> No
         for _ in range(3)
     ]
     corral("submit", "--queue", "other", "--", "true")
-    declined = subprocess.run(
-        [sys.executable, "-m", "corral", "jobs", "bulk", "cancel", "--queue", "bulk"],
-        cwd=tmp_path,
-        env=corral_env(),
-        input="n\n",
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    declined = run_corral(tmp_path, "jobs", "bulk", "cancel", "--queue", "bulk", stdin="n\n")
     assert declined.returncode == 1
     assert f"cancel would touch 3 jobs: {ids[2]}, {ids[1]}, {ids[0]}" in declined.stderr
     done = json.loads(corral("jobs", "bulk", "cancel", "--queue", "bulk", "--yes", "--json").stdout)

@@ -16,21 +16,9 @@ from typing import Any
 import pytest
 
 from tests.conftest import sqlite_copy
+from tests.support.cli import Run, corral_env, run_corral
+from tests.support.net import free_port, in_thread
 from tests.support.wait import PATIENCE
-
-Run = Callable[..., subprocess.CompletedProcess[str]]
-
-
-def corral_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CORRAL_")}
-    env["CORRAL_TIMEOUTS__DISPATCH_INTERVAL"] = "200ms"
-    env["CORRAL_TIMEOUTS__TICK_DEADLINE"] = "150ms"
-    env["CORRAL_TIMEOUTS__TICK_MARGIN"] = "50ms"
-    env["CORRAL_TIMEOUTS__OBSERVE_INTERVAL"] = "200ms"
-    env["CORRAL_TIMEOUTS__LAUNCH_GRACE"] = "2s"
-    env["CORRAL_TIMEOUTS__RECONCILE_INTERVAL"] = "500ms"
-    env.update(extra or {})
-    return env
 
 
 @pytest.fixture
@@ -41,17 +29,7 @@ def corral(tmp_path: Path, sqlite_template: Path) -> Run:
     def run(
         *args: str, env: dict[str, str] | None = None, check: bool = True
     ) -> subprocess.CompletedProcess[str]:
-        proc = subprocess.run(
-            [sys.executable, "-m", "corral", *args],
-            cwd=tmp_path,
-            env=corral_env(env),
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        if check and proc.returncode != 0:
-            raise AssertionError(f"corral {' '.join(args)} exited {proc.returncode}: {proc.stderr}")
-        return proc
+        return run_corral(tmp_path, *args, env=corral_env(env), check=check)
 
     sqlite_copy(sqlite_template, tmp_path)
     return run
@@ -138,15 +116,8 @@ def test_submit_from_a_file_checks_every_line_first_and_a_rerun_creates_nothing_
 def test_submit_from_stdin_names_a_bad_field_and_refuses_options_beside_the_file(
     corral: Run, tmp_path: Path
 ) -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "corral", "submit", "--from-file", "-"],
-        cwd=tmp_path,
-        env=corral_env(),
-        input='{"spec": {"command": ["true"]}, "prio": 1}\n',
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
+    proc = run_corral(
+        tmp_path, "submit", "--from-file", "-", stdin='{"spec": {"command": ["true"]}, "prio": 1}\n'
     )
     assert proc.returncode == 2
     assert "line 1: prio: unknown field (allowed: spec, executor" in proc.stderr
@@ -184,14 +155,7 @@ def test_commands_that_only_read_create_no_database(tmp_path: Path) -> None:
         (["submit", "--", "true"], {}),
         (["heartbeat"], attempt),  # which checks no revision, but still the file
     ):
-        proc = subprocess.run(
-            [sys.executable, "-m", "corral", *args],
-            cwd=tmp_path,
-            env=corral_env(extra),
-            capture_output=True,
-            text=True,
-            timeout=PATIENCE,
-        )
+        proc = run_corral(tmp_path, *args, env=corral_env(extra))
         assert proc.returncode == 1, proc.stderr
         assert "there is no database at corral.db" in proc.stderr
         assert "corral db upgrade" in proc.stderr
@@ -417,14 +381,7 @@ def test_a_payload_file_that_is_not_text_is_refused(corral: Run, tmp_path: Path)
 
 
 def test_serve_before_upgrade_says_what_to_do(tmp_path: Path) -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "corral", "serve"],
-        cwd=tmp_path,
-        env=corral_env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    proc = run_corral(tmp_path, "serve")
     assert proc.returncode == 1
     assert "run `corral db upgrade`" in proc.stderr
 
@@ -572,14 +529,7 @@ def test_cancel_stops_a_running_job(corral: Run, tmp_path: Path) -> None:
 
 def test_check_shows_the_chain_and_fails_on_a_broken_link(tmp_path: Path) -> None:
     def check(**env: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "corral", "check"],
-            cwd=tmp_path,
-            env=corral_env(env),
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        return run_corral(tmp_path, "check", env=corral_env(env))
 
     ok = check()
     assert ok.returncode == 0, ok.stderr
@@ -590,13 +540,8 @@ def test_check_shows_the_chain_and_fails_on_a_broken_link(tmp_path: Path) -> Non
     assert broken.returncode == 1
     assert "BROKEN" in broken.stdout
     assert "timeouts.attempt_deadline (360s) + timeouts.cancel_grace (10s) must be" in broken.stderr
-    refused = subprocess.run(
-        [sys.executable, "-m", "corral", "serve"],
-        cwd=tmp_path,
-        env=corral_env({"CORRAL_TIMEOUTS__ATTEMPT_DEADLINE": "6m"}),
-        capture_output=True,
-        text=True,
-        timeout=60,
+    refused = run_corral(
+        tmp_path, "serve", env=corral_env({"CORRAL_TIMEOUTS__ATTEMPT_DEADLINE": "6m"})
     )
     assert refused.returncode == 2, "corral refuses to start on limits that do not nest"
     assert "timeouts.recovery_grace (360s)" in refused.stderr
@@ -604,14 +549,7 @@ def test_check_shows_the_chain_and_fails_on_a_broken_link(tmp_path: Path) -> Non
 
 def test_check_shows_the_database_links_on_postgresql(tmp_path: Path) -> None:
     def check(**env: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "corral", "check"],
-            cwd=tmp_path,
-            env=corral_env({"COLUMNS": "200", **env}),
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        return run_corral(tmp_path, "check", env=corral_env({"COLUMNS": "200", **env}))
 
     on_sqlite = check(CORRAL_TIMEOUTS__LAUNCH_GRACE="30s")
     assert on_sqlite.returncode == 0, on_sqlite.stderr
@@ -752,7 +690,6 @@ def test_alerts_test_mute_unmute_and_history(corral: Run, tmp_path: Path) -> Non
     """`corral alerts test` sends through a real channel and says so; an unknown channel
     is refused naming it; `mute` is kept in the store and `list` shows it until
     `unmute`; `history --json` has the test message with its try."""
-    import threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
     received: list[dict[str, Any]] = []
@@ -767,7 +704,6 @@ def test_alerts_test_mute_unmute_and_history(corral: Run, tmp_path: Path) -> Non
             pass
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Hook)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
     (tmp_path / "corral.toml").write_text(
         f"""
 [executors.http]
@@ -782,7 +718,7 @@ on = ["quarantined"]
 channels = ["hook"]
 """
     )
-    try:
+    with in_thread(server):
         assert "delivered through hook" in corral("alerts", "test", "hook").stdout
         assert [m["type"] for m in received] == ["corral.alert.test"]
         unknown = corral("alerts", "test", "pager", check=False)
@@ -802,9 +738,6 @@ channels = ["hook"]
         bad = corral("alerts", "mute", "poison", "--for", "soon", check=False)
         assert bad.returncode == 2
         assert "--for" in bad.stderr
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def serve_http(
@@ -812,13 +745,9 @@ def serve_http(
 ) -> tuple[subprocess.Popen[str], str]:
     """`corral serve [ARGS] --http` on a free port of 127.0.0.1, once it answers /readyz:
     the process and its base URL (`api_url`: jobs are told it, as CORRAL_API_URL)."""
-    import socket
-
     import httpx
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     base = f"http://127.0.0.1:{port}"
     proc = subprocess.Popen(
         [sys.executable, "-m", "corral", "serve", *args, "--http", f"127.0.0.1:{port}"],

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from corral import cli
+from tests.support.cli import run_corral
 
 WATCHED = (
     "alembic",
@@ -59,13 +60,7 @@ def imported(args: list[str], cwd: Path, **env: str) -> set[str]:
 @pytest.fixture
 def sqlite_env(tmp_path: Path) -> dict[str, str]:
     env = {"CORRAL_DATABASE_URL": f"sqlite:///{tmp_path / 'corral.db'}"}
-    subprocess.run(
-        [sys.executable, "-m", "corral", "db", "upgrade"],
-        cwd=tmp_path,
-        env={**os.environ, **env},
-        check=True,
-        capture_output=True,
-    )
+    run_corral(tmp_path, "db", "upgrade", env={**os.environ, **env}, check=True)
     return env
 
 

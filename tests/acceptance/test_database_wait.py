@@ -8,7 +8,6 @@ import asyncio
 import contextlib
 import json
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -19,15 +18,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy.engine import make_url
 
-from tests.acceptance.test_cli import corral_env
 from tests.conftest import pg_empty
-
-
-def free_port() -> int:
-    """A local TCP port nothing listens on (once this returns)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from tests.support.cli import corral_env, run_corral
+from tests.support.net import free_port
 
 
 class Proxy:
@@ -104,17 +97,6 @@ def env(database_url: str, **extra: str) -> dict[str, str]:
     )
 
 
-def corral(tmp_path: Path, database_url: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "corral", *args],
-        cwd=tmp_path,
-        env=env(database_url),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-
-
 def start_serve(
     tmp_path: Path, database_url: str, **extra: str
 ) -> tuple[subprocess.Popen[str], Path]:
@@ -167,12 +149,12 @@ def test_serve_waits_for_the_database_then_runs_jobs(
         assert not (tmp_path / "health").exists(), "not ready while the database is down"
         proxy.start()
         wait_until(lambda: (tmp_path / "health").exists(), 90, "ready", server)
-        submitted = corral(tmp_path, pg_url, "submit", "--", "sh", "-c", "echo ran")
+        submitted = run_corral(tmp_path, "submit", "--", "sh", "-c", "echo ran", env=env(pg_url))
         assert submitted.returncode == 0, submitted.stderr
         job_id = submitted.stdout.strip()
 
         def succeeded() -> bool:
-            shown = corral(tmp_path, pg_url, "jobs", "show", job_id, "--json")
+            shown = run_corral(tmp_path, "jobs", "show", job_id, "--json", env=env(pg_url))
             return json.loads(shown.stdout)["state"] == "succeeded"
 
         wait_until(succeeded, 90, "succeeded", server)
@@ -233,7 +215,7 @@ def test_a_stop_while_waiting_exits_cleanly(tmp_path: Path) -> None:
 
 def test_one_shot_commands_fail_at_once(tmp_path: Path) -> None:
     nowhere = f"postgresql+psycopg://postgres@127.0.0.1:{free_port()}/corral"
-    listed = corral(tmp_path, nowhere, "jobs", "list")
+    listed = run_corral(tmp_path, "jobs", "list", env=env(nowhere))
     assert listed.returncode == 1
     assert "cannot be reached" in listed.stderr
     assert "Connection refused" in listed.stderr

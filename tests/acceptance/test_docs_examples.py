@@ -24,9 +24,10 @@ from unittest import mock
 import pytest
 
 from corral import config
-from tests.integration.test_process_executor import kill_leftovers
 from tests.support import doc_examples
+from tests.support.cli import clean_env
 from tests.support.doc_examples import Block
+from tests.support.procs import kill_leftovers
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = sorted(
@@ -91,10 +92,6 @@ def migrated(tmp_path_factory: pytest.TempPathFactory, venv: Path) -> Path:
         timeout=BLOCK_SECONDS,
     )
     return folder / "corral.db"
-
-
-def clean_env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if not k.startswith("CORRAL_")}
 
 
 class Session:

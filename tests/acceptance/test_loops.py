@@ -8,19 +8,16 @@ import asyncio
 import json
 import subprocess
 import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from corral import model, store
+from tests.support import crash
 from tests.support.crash import Site, stop
 from tests.support.wait import eventually_sync
 
-
-@pytest.fixture
-def site(db_url: str, tmp_path: Path) -> Site:
-    return Site(tmp_path, db_url)
+site = crash.site  # the fixture
 
 
 def _job_state(url: str, job_id: int) -> model.JobState:

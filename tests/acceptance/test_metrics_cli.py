@@ -11,14 +11,10 @@ from pathlib import Path
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.acceptance.test_cli import Run, corral_env, stopped
+from tests.acceptance.test_cli import stopped
+from tests.support.cli import Run, corral_env
+from tests.support.net import free_port
 from tests.support.wait import eventually_sync
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def samples(url: str) -> dict[str, float]:

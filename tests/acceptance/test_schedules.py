@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from corral import model, store
-from tests.acceptance.test_cli import Run, corral_env
+from tests.support.cli import Run, corral_env
 from tests.support.crash import stop
 from tests.support.wait import PATIENCE
 

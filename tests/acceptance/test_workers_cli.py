@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from tests.acceptance.test_cli import Run, corral_env, job
+from tests.acceptance.test_cli import job
+from tests.support.cli import Run, corral_env, run_corral
 from tests.support.wait import PATIENCE, eventually_sync
 
 BILLING = Path(__file__).resolve().parents[2] / "examples" / "billing"
@@ -36,14 +37,7 @@ def billing_env(tmp_path: Path) -> dict[str, str]:
 
 def in_release(tmp_path: Path, release: str, *args: str) -> subprocess.CompletedProcess[str]:
     """`corral ARGS` run from examples/billing/RELEASE, where `billing:app` imports."""
-    return subprocess.run(
-        [sys.executable, "-m", "corral", *args],
-        cwd=BILLING / release,
-        env=billing_env(tmp_path),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return run_corral(BILLING / release, *args, env=billing_env(tmp_path))
 
 
 def workers(corral: Run, *flags: str) -> list[dict[str, Any]]:

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +21,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.acceptance.test_cli import corral_env, serve_http, stopped
+from tests.acceptance.test_cli import serve_http, stopped
+from tests.support.cli import run_corral
 from tests.support.wait import eventually_sync
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -72,29 +71,18 @@ class Site:
         return found
 
 
-def _corral(cwd: Path, *args: str, stdin: str = "") -> str:
-    done = subprocess.run(
-        [sys.executable, "-m", "corral", *args],
-        cwd=cwd,
-        env=corral_env(),
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr
-    return done.stdout
-
-
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
     """`corral serve --demo --http` with a user `ada` (operator of tenant default) and an
     admin token to set the scene through the API."""
     root = tmp_path_factory.mktemp("dashboard")
-    _corral(root, "db", "upgrade")
-    _corral(root, "users", "add", "ada", "--tenant", "default", "--role", "operator",
-            "--password-stdin", stdin=PASSWORD + "\n")  # fmt: skip
-    token = _corral(root, "tokens", "create", "--all-tenants", "--role", "admin").split()[-1]
+    run_corral(root, "db", "upgrade", timeout=120, check=True)
+    run_corral(root, "users", "add", "ada", "--tenant", "default", "--role", "operator",
+               "--password-stdin", stdin=PASSWORD + "\n", timeout=120, check=True)  # fmt: skip
+    made = run_corral(
+        root, "tokens", "create", "--all-tenants", "--role", "admin", timeout=120, check=True
+    )
+    token = made.stdout.split()[-1]
     server, base = serve_http(root, "--demo")
     try:
         yield Site(base, token)

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -18,6 +16,8 @@ import pytest
 from corral import failpoints, model, store
 from corral.store import Finish
 from corral.testing import FrozenClock
+from tests.support.cli import clean_env, run_corral
+from tests.support.net import in_thread
 from tests.support.wait import PATIENCE, eventually_sync
 
 
@@ -45,13 +45,8 @@ class Handler(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def receiver() -> Iterator[Receiver]:
-    server = Receiver()
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
+    with in_thread(Receiver()) as server:
         yield server
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def test_an_alerter_killed_before_delivering_delivers_after_its_restart_once(
@@ -73,14 +68,9 @@ channels = ["hook"]
 """
     )
     asyncio.run(_three_quarantined(url))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CORRAL_")}
-    crashed = subprocess.run(
-        [sys.executable, "-m", "corral", "alerter"],
-        cwd=tmp_path,
-        env={**env, failpoints.ENV: "after_alerts_written:crash"},
-        capture_output=True,
-        text=True,
-        timeout=PATIENCE,
+    env = clean_env()
+    crashed = run_corral(
+        tmp_path, "alerter", env={**env, failpoints.ENV: "after_alerts_written:crash"}
     )
     assert crashed.returncode == failpoints.CRASH_EXIT_CODE, crashed.stderr
     assert receiver.keys == []  # written, not sent
@@ -100,15 +90,7 @@ channels = ["hook"]
     assert again.returncode == 0, stderr
     assert len(receiver.keys) == 3
     assert len(set(receiver.keys)) == 3
-    history = subprocess.run(
-        [sys.executable, "-m", "corral", "alerts", "history", "--json"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=PATIENCE,
-        check=True,
-    )
+    history = run_corral(tmp_path, "alerts", "history", "--json", env=env, check=True)
     sent = json.loads(history.stdout)
     assert [(a["state"], len(a["tries"])) for a in sent] == [("delivered", 1)] * 3
 

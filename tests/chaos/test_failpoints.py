@@ -14,15 +14,15 @@ from pathlib import Path
 import pytest
 
 from corral import failpoints
-from tests.support.crash import Report, Site, run_to_the_end, stop, wait_exit, wait_until
-from tests.support.wait import PATIENCE
+from tests.support import crash
+from tests.support.crash import Report, Site, run_to_the_end, stop, wait_exit
+from tests.support.procs import alive
+from tests.support.wait import eventually_sync
 
 JOBS = 3
 
 
-@pytest.fixture
-def site(db_url: str, tmp_path: Path) -> Site:
-    return Site(tmp_path, db_url)
+site = crash.site  # the fixture
 
 
 def crash_at(site: Site, name: str) -> None:
@@ -85,15 +85,6 @@ def copies(site: Site) -> list[list[str]]:
     return [line.split(",") for line in site.ledger.read_text().splitlines()]
 
 
-def alive(pid: int | str) -> bool:
-    """Whether `pid` runs (a zombie does not: nobody may reap it here)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rpartition(")")[2].split()[0] != "Z"
-
-
 def stop_strays(site: Site) -> None:
     """SIGKILL the copies of the test's jobs still running (the test failed)."""
     for _, _, _, pid, _ in copies(site):
@@ -120,20 +111,29 @@ def test_a_run_folder_deleted_while_corral_is_down_never_leaves_two_copies_of_an
     ids = site.submit_shell(JOBS, shlex.join([sys.executable, str(script), str(site.root)]))
     crash_at(site, "before_record_running")
     try:
-        wait_until(lambda: len(copies(site)) == JOBS, 60, "every first copy started")
+        eventually_sync(
+            lambda: len(copies(site)) == JOBS, within=60, what="every first copy started"
+        )
         for run_dir in (site.root / "state" / "runs").iterdir():
             if run_dir.name.startswith("."):
                 continue  # the indexes of live and ended runs: hints, left stale here
             if supervisors == "killed":
                 shim = json.loads((run_dir / "shim.pid").read_text())["pid"]
                 os.kill(shim, signal.SIGKILL)
-                wait_until(lambda pid=shim: not alive(pid), PATIENCE, f"supervisor {shim} dead")
+                eventually_sync(lambda pid=shim: not alive(pid), what=f"supervisor {shim} dead")
             shutil.rmtree(run_dir)
         corral = site.start()
         try:
-            wait_until(lambda: len(copies(site)) == 2 * JOBS, 120, "every attempt relaunched")
+            eventually_sync(
+                lambda: len(copies(site)) == 2 * JOBS, within=120, what="every attempt relaunched"
+            )
             (site.root / "release").touch()
-            wait_until(lambda: Report(site.url, ids).all_final(), 120, "all jobs final")
+            eventually_sync(
+                lambda: Report(site.url, ids).all_final(),
+                within=120,
+                every=0.2,
+                what="all jobs final",
+            )
         finally:
             stop(corral)
     finally:

@@ -19,6 +19,7 @@ from corral import model, store
 from corral.clock import SystemClock
 from corral.executors import http
 from tests.support.crash import Site, run_to_the_end, seeded
+from tests.support.net import in_thread
 
 LIMITS = {
     # A lost attempt is called lost within seconds: the chain of limits shrunk to fit.
@@ -83,15 +84,11 @@ class Handler(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def receiver(request: pytest.FixtureRequest) -> Iterator[Receiver]:
-    server = Receiver(**getattr(request, "param", {}))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield server
-    finally:
-        server.release.set()
-        server.shutdown()
-        server.server_close()
+    with in_thread(Receiver(**getattr(request, "param", {}))) as server:
+        try:
+            yield server
+        finally:
+            server.release.set()
 
 
 @pytest.mark.slow

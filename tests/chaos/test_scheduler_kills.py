@@ -15,8 +15,7 @@ import pytest
 
 from corral import client, config, model, scheduler, store
 from corral.clock import SystemClock
-from tests.chaos.test_random_kills import seeded
-from tests.support.crash import Site, stop
+from tests.support.crash import Site, seeded, stop
 from tests.support.noop import NoopExecutor
 
 SCHEDULES = 20

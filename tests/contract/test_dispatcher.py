@@ -12,6 +12,7 @@ import pytest
 
 from corral import config, dispatcher, errors, model, retry, store
 from corral.testing import FrozenClock, PausedClock
+from tests.support import jobs
 from tests.support.noop import NoopExecutor
 from tests.support.wait import PATIENCE, eventually
 
@@ -43,8 +44,8 @@ def make(
 
 
 async def submit(db: store.Store, clock: FrozenClock, n: int, **kw: object) -> list[int]:
-    jobs = [model.NewJob(executor="noop", spec={}, **kw) for _ in range(n)]  # type: ignore[arg-type]
-    return [job_id for job_id, _ in await db.job_submit(new=jobs, now=clock.now())]
+    new = [model.NewJob(executor="noop", spec={}, **kw) for _ in range(n)]  # type: ignore[arg-type]
+    return await jobs.submit(db, clock, *new)
 
 
 async def deliver(

@@ -12,6 +12,7 @@ import pytest
 
 from corral import model, store
 from corral.testing import FrozenClock
+from tests.support.jobs import submit
 
 J = model.JobState
 CAPPED = {"elsewhere": 5}  # a pool cap: the claim takes the general path
@@ -24,10 +25,6 @@ def _new(*, run_at_in: float = 0.0, clock: FrozenClock, **kw: object) -> model.N
         run_at=clock.now() + timedelta(seconds=run_at_in),
         **kw,  # type: ignore[arg-type]
     )
-
-
-async def _submit(db: store.Store, clock: FrozenClock, *jobs: model.NewJob) -> list[int]:
-    return [job_id for job_id, _ in await db.job_submit(new=list(jobs), now=clock.now())]
 
 
 async def _claim(
@@ -47,7 +44,7 @@ async def _log(db: store.Store, job_id: int) -> list[tuple[str | None, str, str]
 async def test_a_due_scheduled_job_is_claimed_with_both_lines_of_its_run_log(
     db: store.Store, clock: FrozenClock, general: bool
 ) -> None:
-    [job_id] = await _submit(db, clock, _new(run_at_in=30, clock=clock))
+    [job_id] = await submit(db, clock, _new(run_at_in=30, clock=clock))
     assert await _claim(db, clock, general=general) == []
     assert (await db.job_get(job_id=job_id)).state == J.SCHEDULED
     clock.advance(30)
@@ -65,14 +62,14 @@ async def test_the_claim_takes_the_most_urgent_and_queues_the_other_due_ones(
 ) -> None:
     """Of queued and due scheduled jobs together, the most urgent are claimed (priority,
     then run_at); due scheduled ones not claimed now are queued for a later claim."""
-    waited = await _submit(
+    waited = await submit(
         db,
         clock,
         _new(run_at_in=5, priority=1, clock=clock),
         _new(run_at_in=10, priority=7, clock=clock),
         _new(run_at_in=3600, priority=9, clock=clock),  # not due
     )
-    [ready] = await _submit(db, clock, _new(priority=3, clock=clock))
+    [ready] = await submit(db, clock, _new(priority=3, clock=clock))
     clock.advance(10)
     assert await _claim(db, clock, limit=2, general=general) == [waited[1], ready]
     assert (await db.job_get(job_id=waited[0])).state == J.QUEUED
@@ -88,7 +85,7 @@ async def test_a_claim_leaves_the_due_jobs_of_other_executors_scheduled(
 ) -> None:
     """A dispatcher moves only what it could run; another executor's due jobs wait for a
     dispatcher of theirs (or the scheduler)."""
-    [other] = await _submit(db, clock, _new(executor="other", run_at_in=1, clock=clock))
+    [other] = await submit(db, clock, _new(executor="other", run_at_in=1, clock=clock))
     clock.advance(1)
     assert await _claim(db, clock, general=general) == []
     assert (await db.job_get(job_id=other)).state == J.SCHEDULED
@@ -101,7 +98,7 @@ async def test_a_workers_claim_takes_its_due_scheduled_tasks(
     db: store.Store, clock: FrozenClock, general: bool
 ) -> None:
     task = {"task": "send", "version": 1}
-    [job_id] = await _submit(
+    [job_id] = await submit(
         db,
         clock,
         _new(

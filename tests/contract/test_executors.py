@@ -22,8 +22,7 @@ from corral import clock, config, errors, model
 from corral.executors import argo, base, kubernetes, process, registry
 from tests.support import cluster as double
 from tests.support import kube_api, procs
-from tests.support.cluster import sh
-from tests.support.launches import make_launch
+from tests.support.launches import make_launch, sh
 from tests.support.wait import PATIENCE, eventually
 
 pytestmark = pytest.mark.timeout(4 * PATIENCE)  # a test waits for at most four things

@@ -13,6 +13,7 @@ from sqlalchemy import create_engine, text
 from corral import client, config, dispatcher, errors, model, reconciler, retry, store
 from corral.store import Finish
 from corral.testing import FrozenClock
+from tests.support import jobs
 from tests.support.noop import NoopExecutor
 from tests.support.platform import Platform
 
@@ -30,8 +31,8 @@ async def submit(
     **kw: Any,
 ) -> list[int]:
     stored = config.job_policy(config.Settings(), policy or {}).stored()
-    jobs = [model.NewJob(executor="noop", spec={}, policy=stored, **kw) for _ in range(n)]
-    return [job_id for job_id, _ in await db.job_submit(new=jobs, now=clock.now())]
+    new = [model.NewJob(executor="noop", spec={}, policy=stored, **kw) for _ in range(n)]
+    return await jobs.submit(db, clock, *new)
 
 
 async def claim(db: store.Store, clock: FrozenClock, n: int = 100) -> list[model.Claimed]:

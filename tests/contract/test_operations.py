@@ -11,6 +11,8 @@ import pytest
 from corral import errors, model, store
 from corral.store import operations
 from corral.testing import FrozenClock
+from tests.support import jobs
+from tests.support.jobs import quarantine
 
 J, B, S = model.JobState, model.BulkAction, model.OperationState
 QUARANTINED = model.JobFilter(states=("quarantined",))
@@ -20,14 +22,7 @@ async def submit(
     db: store.Store, clock: FrozenClock, n: int, *, tenant: str = "a", queue: str = "q"
 ) -> list[int]:
     new = [model.NewJob(executor="noop", spec={}, tenant=tenant, queue=queue) for _ in range(n)]
-    return [job_id for job_id, _ in await db.job_submit(new=new, now=clock.now())]
-
-
-async def quarantine(db: store.Store, clock: FrozenClock, ids: list[int]) -> None:
-    for frm, to in ((J.QUEUED, J.RUNNING), (J.RUNNING, J.QUARANTINED)):
-        await db.transition(
-            entity="job", ids=ids, expected=frm, to=to, now=clock.now(), reason="test"
-        )
+    return await jobs.submit(db, clock, *new)
 
 
 async def make(

@@ -16,16 +16,13 @@ from corral.store import Finish, migrate
 from corral.store.indexes import compared_on
 from corral.store.indexes import metadata as schema
 from corral.testing import FrozenClock
+from tests.support.jobs import submit
 
 J, A, FC = model.JobState, model.AttemptState, model.FailureClass
 
 
 def new(**kw: object) -> model.NewJob:
     return model.NewJob(executor=str(kw.pop("executor", "noop")), spec={}, **kw)  # type: ignore[arg-type]
-
-
-async def submit(db: store.Store, clock: FrozenClock, *jobs: model.NewJob) -> list[int]:
-    return [job_id for job_id, _ in await db.job_submit(new=list(jobs), now=clock.now())]
 
 
 async def claim(db: store.Store, clock: FrozenClock, limit: int = 100) -> list[model.Claimed]:

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from corral import client, config, errors, health, model, runtime
-from tests.integration.test_process_executor import kill_leftovers
 from tests.support.cluster import cluster  # noqa: F401  (the Kubernetes double, a fixture)
+from tests.support.procs import kill_leftovers
 from tests.support.wait import PATIENCE, eventually
 
 J = model.JobState

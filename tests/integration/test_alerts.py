@@ -11,7 +11,6 @@ import email
 import email.policy
 import json
 import logging
-import socket
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -26,16 +25,11 @@ from corral.alerts import channels, rules
 from corral.store import Finish
 from corral.store.alerts import JobFacts
 from corral.testing import FrozenClock
+from tests.support.net import free_port, http_server
 
 A, J = model.AttemptState, model.JobState
 LOCAL = ["127.0.0.0/8"]
 SECRET = "whsec_" + base64.b64encode(b"s" * 32).decode()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Inbox:
@@ -77,17 +71,9 @@ async def web_receiver() -> AsyncIterator[Web]:
         )
         return web.Response(text="ok", status=400 if request.path == "/bad" else 200)
 
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", handle)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    got.base = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"  # type: ignore[union-attr]
-    try:
+    async with http_server(handle) as base:
+        got.base = base
         yield got
-    finally:
-        await runner.cleanup()
 
 
 def settings(port: int, web_base: str, **rule: Any) -> config.Settings:
@@ -123,7 +109,7 @@ async def serving(tmp_path: Any, alerting: dict[str, Any]) -> AsyncIterator[conf
     """A real `corral serve` (its loops in this process) with these alert settings, on
     a fresh SQLite file, with short loop intervals; stopped and cleaned up after."""
     from corral import runtime
-    from tests.integration.test_process_executor import kill_leftovers
+    from tests.support.procs import kill_leftovers
     from tests.support.wait import PATIENCE
 
     url = f"sqlite:///{tmp_path}/corral.db"

@@ -16,44 +16,22 @@ import pytest
 from corral import client, config, model, shapes, store
 from corral.api import MAX_BODY, create_app
 from corral.store import Finish
-from corral.testing import FrozenClock
+from tests.support.api import JOB, Api, serving
 from tests.support.noop import NoopExecutor
 
 A, J = model.AttemptState, model.JobState
-JOB = {"spec": {}, "executor": "noop"}
-
-
-class Api:
-    """The app over one store, and a token of each kind to call it with."""
-
-    def __init__(self, c: client.Client, http: httpx.AsyncClient) -> None:
-        self.c = c
-        self.http = http
-        self.secrets: dict[str, str] = {}
-
-    async def token(self, name: str, tenant: str | None, role: str, **kw: Any) -> str:
-        _, secret = await self.c.token_create(name=name, tenant=tenant, role=role, **kw)
-        self.secrets[name] = secret
-        return secret
-
-    def as_(self, name: str) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.secrets[name]}"}
+TOKENS = [
+    ("a-op", "a", "operator"),
+    ("a-view", "a", "viewer"),
+    ("b-op", "b", "operator"),
+    ("b-admin", "b", "admin"),
+    ("admin", None, "admin"),
+]
 
 
 @pytest.fixture
 async def api(db: store.Store) -> AsyncIterator[Api]:
-    clock = FrozenClock()
-    c = client.Client(
-        store=db, executors={"noop": NoopExecutor()}, settings=config.Settings(), clock=clock
-    )
-    transport = httpx.ASGITransport(app=create_app(c))
-    async with httpx.AsyncClient(transport=transport, base_url="http://corral.test") as http:
-        made = Api(c, http)
-        await made.token("a-op", "a", "operator")
-        await made.token("a-view", "a", "viewer")
-        await made.token("b-op", "b", "operator")
-        await made.token("b-admin", "b", "admin")
-        await made.token("admin", None, "admin")
+    async with serving(db, TOKENS) as made:
         yield made
 
 

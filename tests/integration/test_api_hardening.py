@@ -10,44 +10,39 @@ from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
 
-import httpx
 import pytest
 
-from corral import client, config, errors, model, store
-from corral.api import MAX_BODY, create_app, streams
+from corral import config, errors, model, store
+from corral.api import MAX_BODY, streams
 from corral.store import Finish
-from corral.testing import FrozenClock, PausedClock
-from tests.integration.test_api import JOB, Api, _sse
-from tests.support.noop import NoopExecutor
+from corral.testing import PausedClock
+from tests.integration.test_api import _sse
+from tests.support.api import JOB, Api, serving
 from tests.support.wait import eventually
 
 A, J = model.AttemptState, model.JobState
 SETTINGS = config.Settings(pools={"nightly": 1})
 
 
-async def _api(db: store.Store, clock: FrozenClock) -> AsyncIterator[Api]:
-    c = client.Client(store=db, executors={"noop": NoopExecutor()}, settings=SETTINGS, clock=clock)
-    transport = httpx.ASGITransport(app=create_app(c))
-    async with httpx.AsyncClient(transport=transport, base_url="http://corral.test") as http:
-        made = Api(c, http)
-        await made.token("a-op", "a", "operator")
-        await made.token("a-view", "a", "viewer")
-        await made.token("b-op", "b", "operator")
-        await made.token("a-admin", "a", "admin")
-        await made.token("admin", None, "admin")
-        yield made
+TOKENS = [
+    ("a-op", "a", "operator"),
+    ("a-view", "a", "viewer"),
+    ("b-op", "b", "operator"),
+    ("a-admin", "a", "admin"),
+    ("admin", None, "admin"),
+]
 
 
 @pytest.fixture
 async def api(db: store.Store) -> AsyncIterator[Api]:
-    async for made in _api(db, FrozenClock()):
+    async with serving(db, TOKENS, settings=SETTINGS) as made:
         yield made
 
 
 @pytest.fixture
 async def paused(db: store.Store) -> AsyncIterator[Api]:
     """The API on a clock whose sleeps take real (short) time and move it not at all."""
-    async for made in _api(db, PausedClock()):
+    async with serving(db, TOKENS, settings=SETTINGS, clock_=PausedClock()) as made:
         yield made
 
 

@@ -7,35 +7,27 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
-import httpx
 import pytest
 
-from corral import client, config, model, operations, store
-from corral.api import create_app
-from corral.testing import FrozenClock
-from tests.integration.test_api import JOB, Api
-from tests.support.noop import NoopExecutor
+from corral import model, operations, store
+from tests.support.api import JOB, Api, serving
+from tests.support.jobs import quarantine
 
 J = model.JobState
 RETRY = {"action": "retry", "filter": {"state": ["quarantined"], "queue": "q"}}
 
 
+TOKENS = [
+    ("a-op", "a", "operator"),
+    ("a-view", "a", "viewer"),
+    ("b-op", "b", "operator"),
+    ("admin", None, "admin"),
+]
+
+
 @pytest.fixture
 async def api(db: store.Store) -> AsyncIterator[Api]:
-    settings = config.Settings()
-    c = client.Client(
-        store=db, executors={"noop": NoopExecutor()}, settings=settings, clock=FrozenClock()
-    )
-    transport = httpx.ASGITransport(app=create_app(c))
-    async with httpx.AsyncClient(transport=transport, base_url="http://corral.test") as http:
-        made = Api(c, http)
-        for name, tenant, role in (
-            ("a-op", "a", "operator"),
-            ("a-view", "a", "viewer"),
-            ("b-op", "b", "operator"),
-            ("admin", None, "admin"),
-        ):
-            await made.token(name, tenant, role)
+    async with serving(db, TOKENS) as made:
         yield made
 
 
@@ -44,10 +36,7 @@ async def quarantined(api: Api, n: int, *, token: str = "a-op", queue: str = "q"
         "/api/v1/jobs", json=[{**JOB, "queue": queue}] * n, headers=api.as_(token)
     )
     ids = [j["id"] for j in made.json()]
-    for frm, to in ((J.QUEUED, J.RUNNING), (J.RUNNING, J.QUARANTINED)):
-        await api.c.store.transition(
-            entity="job", ids=ids, expected=frm, to=to, now=api.c.clock.now(), reason="test"
-        )
+    await quarantine(api.c.store, api.c.clock, ids)
     return ids
 
 

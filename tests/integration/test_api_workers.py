@@ -10,7 +10,7 @@ from pydantic import BaseModel
 from corral import model
 from corral.worker import App, Pinned
 from tests.integration import test_api
-from tests.integration.test_api import Api
+from tests.support.api import Api
 
 J = model.JobState
 api = test_api.api  # the same app, store and tokens as the API's own tests

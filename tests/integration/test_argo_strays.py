@@ -5,7 +5,6 @@ double and its Argo controller (which labels and owns each pod as Argo's does)."
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -14,23 +13,16 @@ from corral import clock, model, reconciler, store
 from corral.executors import argo, base, kubernetes
 from corral.testing import FrozenClock
 from tests.support import kube_api
-from tests.support.cluster import IMAGE, NS, settings, started
-from tests.support.launches import make_launch
+from tests.support.cluster import IMAGE, NS, executor_fixture, launch, settings, started
 from tests.support.wait import PATIENCE, eventually
 
 pytestmark = pytest.mark.timeout(6 * PATIENCE)
 
 MANAGED = {model.MANAGED_BY: model.MANAGER}
+SLEEP = ["sleep", "30"]
 
 
-@pytest.fixture
-async def wf(cluster: kube_api.Cluster) -> AsyncIterator[argo.ArgoExecutor]:
-    async with started(argo.ArgoExecutor, cluster) as executor:
-        yield executor
-
-
-def launch(name: str, **kw: Any) -> model.Launch:
-    return make_launch("argo", name, {"image": IMAGE, "command": ["sleep", "30"]}, **kw)
+wf = executor_fixture(argo.ArgoExecutor)
 
 
 def pods_of(cluster: kube_api.Cluster, workflow: str) -> list[dict[str, Any]]:
@@ -61,14 +53,14 @@ async def test_a_pod_whose_workflow_was_deleted_without_propagation_is_a_stray(
     cluster: kube_api.Cluster, wf: argo.ArgoExecutor
 ) -> None:
     # Fails on the code before: the argo executor listed no pods, and this one ran on.
-    await wf.launch(launch("stray-1"))
-    await wf.launch(launch("kept-1", job_id=2, fence=2))
+    await wf.launch(launch("stray-1", SLEEP, kind="argo"))
+    await wf.launch(launch("kept-1", SLEEP, kind="argo", job_id=2, fence=2))
     await running(cluster, "stray-1", "kept-1")
     cluster.api.remove(kube_api.WORKFLOWS, NS, "stray-1", "Orphan")  # --cascade=orphan
     by_launch = {s.launch_name: s for s in await wf.list_strays(MANAGED)}
     assert by_launch["stray-1"].launch_gone
     assert not by_launch["kept-1"].launch_gone
-    assert by_launch["stray-1"].identity == launch("stray-1").identity
+    assert by_launch["stray-1"].identity == launch("stray-1", SLEEP, kind="argo").identity
     assert by_launch["stray-1"].namespace == NS
     await wf.stop_stray(by_launch["stray-1"])
 
@@ -85,11 +77,11 @@ async def test_a_namesake_workflow_made_since_does_not_hide_the_orphan(
     cluster: kube_api.Cluster, wf: argo.ArgoExecutor
 ) -> None:
     # The label names the Workflow; only its uid says which one made the pod.
-    await wf.launch(launch("again-1"))
+    await wf.launch(launch("again-1", SLEEP, kind="argo"))
     await running(cluster, "again-1")
     [old] = pods_of(cluster, "again-1")
     cluster.api.remove(kube_api.WORKFLOWS, NS, "again-1", "Orphan")
-    await wf.launch(launch("again-1"))  # the launch made again under its name
+    await wf.launch(launch("again-1", SLEEP, kind="argo"))  # the launch made again under its name
     await eventually(lambda: len(pods_of(cluster, "again-1")) == 2, what="a second pod")
     gone = {s.uid: s.launch_gone for s in await wf.list_strays(MANAGED)}
     assert gone.pop(old["metadata"]["uid"]) is True
@@ -101,10 +93,10 @@ async def test_each_cluster_executor_sweeps_only_its_own_pods(
 ) -> None:
     # Fails on the code before: both read every pod with corral's labels as theirs, so
     # each took the other's pods for strays whose launch was gone, and deleted them.
-    job = make_launch("kubernetes", "job-1", {"image": IMAGE, "command": ["sleep", "30"]})
+    job = launch("job-1", SLEEP)
     async with started(kubernetes.KubernetesExecutor, cluster) as ex:
         await ex.launch(job)
-        await wf.launch(launch("flow-1", job_id=2, fence=2))
+        await wf.launch(launch("flow-1", SLEEP, kind="argo", job_id=2, fence=2))
 
         def both_running() -> bool:
             pods = cluster.api.objects(kube_api.PODS)

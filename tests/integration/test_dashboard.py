@@ -19,6 +19,7 @@ from corral.store import Finish, budgets, overview
 from corral.testing import FrozenClock
 from corral.web import auth, live
 from corral.web import overview as shown_overview
+from tests.support.jobs import quarantine
 from tests.support.noop import NoopExecutor
 from tests.support.wait import eventually
 
@@ -288,10 +289,7 @@ async def quarantined(
     c: client.Client, n: int, *, tenant: str = "a", queue: str = "q"
 ) -> list[int]:
     ids = [(await c.submit(**NOOP, tenant=tenant, queue=queue))[0] for _ in range(n)]
-    for frm, to in ((J.QUEUED, J.RUNNING), (J.RUNNING, J.QUARANTINED)):
-        await c.store.transition(
-            entity="job", ids=ids, expected=frm, to=to, now=c.clock.now(), reason="test"
-        )
+    await quarantine(c.store, c.clock, ids)
     return ids
 
 

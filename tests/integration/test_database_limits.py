@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import socket
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -17,6 +16,7 @@ from sqlalchemy import Connection, create_engine, text
 from corral import config, errors, model, store
 from corral.testing import FrozenClock
 from tests.conftest import pg_empty
+from tests.support.net import free_port
 
 pytestmark = pytest.mark.postgres
 
@@ -208,10 +208,7 @@ async def test_a_connection_lost_mid_call_or_refused_is_unavailable(db: store.St
     with pytest.raises(errors.StoreError) as caught:
         await db._tx(lambda conn: conn.execute(text("SELECT 1/0")))
     assert not isinstance(caught.value, errors.StoreUnavailable)  # a working server said no
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]  # nothing listens here once the socket is closed
-    closed = store.Store.connect(f"postgresql+psycopg://postgres@127.0.0.1:{port}/test")
+    closed = store.Store.connect(f"postgresql+psycopg://postgres@127.0.0.1:{free_port()}/test")
     try:
         with pytest.raises(errors.StoreUnavailable, match="Connection refused"):
             await closed.check_schema()

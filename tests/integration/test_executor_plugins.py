@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.cli import clean_env, run_corral
 from tests.support.wait import PATIENCE, eventually_sync
 
 pytestmark = pytest.mark.slow
@@ -49,47 +50,35 @@ def site(tmp_path: Path) -> Path:
         "[corral.executors]\ninstant = corral_instant:REGISTRATION\n"
     )
     (tmp_path / "corral.toml").write_text('[executors]\nenabled = ["process", "instant"]\n')
-    corral(tmp_path, "db", "upgrade")
+    run_corral(tmp_path, "db", "upgrade", env=env(tmp_path), check=True)
     return tmp_path
 
 
 def env(folder: Path) -> dict[str, str]:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("CORRAL_")}
-    clean["PYTHONPATH"] = os.pathsep.join([str(folder / "site"), str(ROOT)])
-    return clean
-
-
-def corral(folder: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run(
-        [sys.executable, "-m", "corral", *args],
-        cwd=folder,
-        env=env(folder),
-        capture_output=True,
-        text=True,
-        timeout=PATIENCE,
-    )
-    if check:
-        assert proc.returncode == 0, proc.stderr
-    return proc
+    return clean_env({"PYTHONPATH": os.pathsep.join([str(folder / "site"), str(ROOT)])})
 
 
 def test_a_registered_executor_runs_jobs_and_nothing_else_names_it(site: Path) -> None:
-    assert "instant" in corral(site, "submit", "--help").stdout
-    corral(site, "check")
-    job_id = corral(site, "submit", "--executor", "instant", "--json", "--spec", "{}").stdout
+    plugged = env(site)
+    assert "instant" in run_corral(site, "submit", "--help", env=plugged, check=True).stdout
+    run_corral(site, "check", env=plugged, check=True)
+    job_id = run_corral(
+        site, "submit", "--executor", "instant", "--json", "--spec", "{}", env=plugged, check=True
+    ).stdout
     job_id = str(json.loads(job_id)["id"])
     server = subprocess.Popen(
         [sys.executable, "-m", "corral", "serve"],
         cwd=site,
-        env=env(site),
+        env=plugged,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
     )
+    show = ("jobs", "show", job_id, "--json")
     try:
         eventually_sync(
             lambda: (
-                json.loads(corral(site, "jobs", "show", job_id, "--json").stdout)["state"]
+                json.loads(run_corral(site, *show, env=plugged, check=True).stdout)["state"]
                 == "succeeded"
             ),
             what="the plug-in's job succeeded",
@@ -102,7 +91,7 @@ def test_a_registered_executor_runs_jobs_and_nothing_else_names_it(site: Path) -
 
 def test_a_plugin_that_is_not_enabled_says_how_to_enable_it(site: Path) -> None:
     (site / "corral.toml").write_text("")
-    refused = corral(site, "submit", "--executor", "instant", "--spec", "{}", check=False)
+    refused = run_corral(site, "submit", "--executor", "instant", "--spec", "{}", env=env(site))
     assert refused.returncode == 2
     assert "'instant' is not enabled in this corral" in refused.stderr
     assert '(enabled = ["http", "process", "instant"])' in refused.stderr

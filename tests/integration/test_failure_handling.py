@@ -9,16 +9,16 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import subprocess
 import sys
 from datetime import timedelta
+from pathlib import Path
 from unittest.mock import patch
 
 import pytest
 
 from corral import config, model
 from tests.integration.conftest import Corral
+from tests.support.cli import clean_env, run_corral
 from tests.support.wait import PATIENCE, eventually
 
 J, A, FC = model.JobState, model.AttemptState, model.FailureClass
@@ -106,21 +106,15 @@ async def test_silence_with_fence_and_relaunch_relaunches_and_refuses_the_old_fe
     exit_record = json.loads((corral.root / first.launch_name / "exit.json").read_text())
     assert exit_record["reason"] == "cancelled"
     # Its heartbeat, were it still alive, is refused: exit code 3 tells the job to stop.
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CORRAL_")}
-    env.update(
-        CORRAL_JOB_ID=str(job_id),
-        CORRAL_ATTEMPT="1",
-        CORRAL_FENCE=str(first.id),
-        CORRAL_DATABASE_URL=corral.database_url,
+    env = clean_env(
+        {
+            "CORRAL_JOB_ID": str(job_id),
+            "CORRAL_ATTEMPT": "1",
+            "CORRAL_FENCE": str(first.id),
+            "CORRAL_DATABASE_URL": corral.database_url,
+        }
     )
-    proc = await asyncio.to_thread(
-        subprocess.run,
-        [PY, "-m", "corral", "heartbeat"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    proc = await asyncio.to_thread(run_corral, Path.cwd(), "heartbeat", env=env)
     assert proc.returncode == 3, proc.stderr
     assert f"fence {first.id} is stale: attempt 1 of job {job_id} is superseded" in proc.stderr
 

@@ -19,7 +19,7 @@ import pytest
 
 from corral import config, dispatcher, errors, reconciler, store
 from corral.testing import PausedClock
-from tests.acceptance.test_cli import corral_env
+from tests.support.cli import corral_env, run_corral
 from tests.support.noop import NoopExecutor
 from tests.support.wait import PATIENCE, eventually_sync
 
@@ -71,22 +71,9 @@ async def test_each_loop_calls_its_hook_after_every_round_failed_ones_too(
 # --- a real corral process ------------------------------------------------------------------------
 
 
-def corral(
-    cwd: Path, *args: str, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "corral", *args],
-        cwd=cwd,
-        env=corral_env(env),
-        capture_output=True,
-        text=True,
-        timeout=PATIENCE,
-    )
-
-
 @pytest.fixture
 def folder(tmp_path: Path) -> Path:
-    upgraded = corral(tmp_path, "db", "upgrade")
+    upgraded = run_corral(tmp_path, "db", "upgrade")
     assert upgraded.returncode == 0, upgraded.stderr
     return tmp_path
 
@@ -149,18 +136,18 @@ def test_serve_keeps_its_health_file_fresh_and_health_sees_a_frozen_process(
     proc = start(folder, running, "serve", "--health-file", str(path))
     first = times(path, proc)
     assert set(first) == {"dispatcher", "reconciler", "scheduler"}
-    ready = corral(folder, "health", "--file", str(path), "--ready")
+    ready = run_corral(folder, "health", "--file", str(path), "--ready")
     assert ready.returncode == 0, ready.stderr
     assert ready.stdout.startswith("ok: dispatcher tick")
     later = times(path, proc, after=first)  # rewritten as the loops go on
     assert all(later[loop] > first[loop] for loop in first), (first, later)
-    alive = corral(folder, "health", "--file", str(path), "--max-age", "30s")
+    alive = run_corral(folder, "health", "--file", str(path), "--max-age", "30s")
     assert alive.returncode == 0, alive.stderr
 
     os.kill(proc.pid, signal.SIGSTOP)  # every loop stops moving, the file stays
 
     def health(*args: str) -> subprocess.CompletedProcess[str]:
-        return corral(folder, "health", "--file", str(path), *args)
+        return run_corral(folder, "health", "--file", str(path), *args)
 
     def stale() -> subprocess.CompletedProcess[str] | None:
         checked = health("--max-age", "2s")
@@ -187,7 +174,7 @@ def test_a_reconciler_alone_takes_its_health_file_from_the_environment(
     env = {"CORRAL_HEALTH_FILE": str(path)}
     proc = start(folder, running, "reconciler", env=env)
     assert set(times(path, proc)) == {"reconciler"}
-    checked = corral(folder, "health", "--max-age", "30s", env=env)
+    checked = run_corral(folder, "health", "--max-age", "30s", env=corral_env(env))
     assert checked.returncode == 0, checked.stderr
     assert checked.stdout.startswith("ok: reconciler pass")
 
@@ -197,7 +184,7 @@ def test_a_restarted_corral_is_not_ready_until_its_own_first_round(
 ) -> None:
     path = folder / "health.json"
     path.write_text(json.dumps({"pid": 1, "loops": {"dispatcher": "2020-01-01T00:00:00+00:00"}}))
-    old = corral(folder, "health", "--file", str(path))
+    old = run_corral(folder, "health", "--file", str(path))
     assert old.returncode == 1
     assert "dispatcher's last tick ended" in old.stderr
     proc = start(folder, running, "dispatcher", "--health-file", str(path))
@@ -205,17 +192,17 @@ def test_a_restarted_corral_is_not_ready_until_its_own_first_round(
         lambda: json.loads(path.read_text() if path.exists() else "{}").get("pid") == proc.pid,
         what="the earlier run's file replaced",
     )
-    assert corral(folder, "health", "--file", str(path)).returncode == 0
+    assert run_corral(folder, "health", "--file", str(path)).returncode == 0
 
 
 def test_health_fails_clearly_on_a_missing_file_or_none_configured(folder: Path) -> None:
-    missing = corral(folder, "health", "--file", str(folder / "nowhere.json"))
+    missing = run_corral(folder, "health", "--file", str(folder / "nowhere.json"))
     assert missing.returncode == 1
     assert "no health file" in missing.stderr
     assert "--health-file" in missing.stderr
-    unset = corral(folder, "health")
+    unset = run_corral(folder, "health")
     assert unset.returncode == 2
     assert "give --file PATH or set health_file" in unset.stderr
-    bad = corral(folder, "health", "--file", "x", "--max-age", "soon")
+    bad = run_corral(folder, "health", "--file", "x", "--max-age", "soon")
     assert bad.returncode == 2
     assert "--max-age" in bad.stderr

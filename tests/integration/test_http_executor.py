@@ -6,7 +6,7 @@ import asyncio
 import base64
 import contextlib
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -21,10 +21,10 @@ from corral.executors import http
 from corral.sinks.http import verify_signature
 from corral.testing import FrozenClock
 from tests.support import launches
+from tests.support.net import Handler, http_server
 from tests.support.wait import PATIENCE
 
 LOCAL = ("127.0.0.0/8",)
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 @dataclass
@@ -55,18 +55,9 @@ async def receiver() -> AsyncIterator[Receiver]:
         answer = got.answers.get(request.path)
         return await answer(request) if answer else web.Response(text="ok")
 
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", handle)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    got.base = f"http://127.0.0.1:{port}"
-    try:
+    async with http_server(handle) as base:
+        got.base = base
         yield got
-    finally:
-        await runner.cleanup()
 
 
 def local_settings(**more: Any) -> config.Settings:

@@ -5,7 +5,6 @@ them, so a test of a 2 s Retry-After does not take 2 s."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -13,9 +12,8 @@ import pytest
 from corral import clock, errors, model, reconciler, store
 from corral.executors import kubernetes
 from corral.testing import FrozenClock
-from tests.integration.test_kubernetes_faults import launch
 from tests.support import kube_api
-from tests.support.cluster import JOBS_URL, NS, observe, settings, started, until
+from tests.support.cluster import JOBS_URL, NS, executor_fixture, launch, observe, settings, until
 from tests.support.wait import PATIENCE, eventually
 
 pytestmark = pytest.mark.timeout(4 * PATIENCE)
@@ -40,13 +38,8 @@ def skipping() -> SkippingClock:
     return SkippingClock()
 
 
-@pytest.fixture
-async def ex(
-    cluster: kube_api.Cluster, skipping: SkippingClock
-) -> AsyncIterator[kubernetes.KubernetesExecutor]:
-    # request_timeout 1 s: a call's deadline is 4 s, (RETRIES + 1) request timeouts
-    async with started(kubernetes.KubernetesExecutor, cluster, clock_=skipping) as executor:
-        yield executor
+# request_timeout 1 s: a call's deadline is 4 s, (RETRIES + 1) request timeouts
+ex = executor_fixture(kubernetes.KubernetesExecutor, clock_fixture="skipping")
 
 
 @pytest.mark.parametrize("code", [429, 503])

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +16,8 @@ import pytest
 from corral import errors, model
 from corral.executors import argo, kubernetes
 from tests.support import kube_api
-from tests.support.cluster import IMAGE, NS, observe, sh, started, until
-from tests.support.launches import make_launch
+from tests.support.cluster import NS, executor_fixture, launch, observe, started, until
+from tests.support.launches import sh
 from tests.support.wait import PATIENCE, eventually
 
 pytestmark = pytest.mark.timeout(6 * PATIENCE)
@@ -37,14 +36,7 @@ def gated(gate: Path) -> list[str]:
     )
 
 
-def launch(name: str, command: list[str], **kw: Any) -> model.Launch:
-    return make_launch("kubernetes", name, {"image": IMAGE, "command": command}, **kw)
-
-
-@pytest.fixture
-async def ex(cluster: kube_api.Cluster) -> AsyncIterator[kubernetes.KubernetesExecutor]:
-    async with started(kubernetes.KubernetesExecutor, cluster, termination_grace=GRACE) as made:
-        yield made
+ex = executor_fixture(kubernetes.KubernetesExecutor, termination_grace=GRACE)
 
 
 def conditions(cluster: kube_api.Cluster, name: str) -> list[str]:
@@ -171,7 +163,7 @@ async def test_a_workflow_argo_refuses_after_it_was_created_fails_permanently(
             return body
 
         monkeypatch.setattr(wf.template, "manifest", astray)
-        await wf.launch(make_launch("argo", "astray-1", {"image": IMAGE, "command": ["true"]}))
+        await wf.launch(launch("astray-1", ["true"], kind="argo"))
         ended = await until(wf, "astray-1", lambda o: o.phase.finished)
     said = "invalid spec: spec.entrypoint template 'nowhere' undefined"
     assert (ended.phase, ended.failure_class) == (

@@ -21,12 +21,12 @@ from corral import client, clock, config, errors, model, reconciler, runtime, st
 from corral.executors import argo, base, kube_client, kubernetes
 from corral.testing import FrozenClock
 from tests.support import kube_api
+from tests.support.cluster import IMAGE, finished
 from tests.support.wait import PATIENCE, eventually
 
 pytestmark = [pytest.mark.timeout(4 * PATIENCE), pytest.mark.slow]
 
 J, A, P = model.JobState, model.AttemptState, model.Phase
-IMAGE = "busybox:1.36"
 
 
 def kubeconfig(path: Path, url: str) -> Path:
@@ -257,13 +257,6 @@ async def running_attempt(
     await ex.launch(base.launch_for(claimed, settings, frozen.now()))
     await db.attempt_record_running(fences=[claimed.attempt.id], now=frozen.now())
     return claimed
-
-
-async def finished(ex: Any, name: str) -> None:
-    async def done() -> bool:
-        return bool((await ex.observe([name]))[name].phase.finished)
-
-    await eventually(done, what=f"{name} finished")
 
 
 @contextlib.asynccontextmanager

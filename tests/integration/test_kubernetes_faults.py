@@ -20,21 +20,23 @@ import pytest
 from corral import clock, errors, model
 from corral.executors import argo, kubernetes
 from tests.support import kube_api
-from tests.support.cluster import IMAGE, JOBS_URL, NS, observe, settings, sh, started, until
-from tests.support.launches import make_launch
+from tests.support.cluster import (
+    JOBS_URL,
+    NS,
+    executor_fixture,
+    launch,
+    observe,
+    settings,
+    started,
+    until,
+)
+from tests.support.launches import sh
 from tests.support.wait import PATIENCE, eventually
 
 pytestmark = pytest.mark.timeout(6 * PATIENCE)  # a test waits for at most six things
 
 
-def launch(name: str, command: list[str], **kw: Any) -> model.Launch:
-    return make_launch("kubernetes", name, {"image": IMAGE, "command": command}, **kw)
-
-
-@pytest.fixture
-async def ex(cluster: kube_api.Cluster) -> AsyncIterator[kubernetes.KubernetesExecutor]:
-    async with started(kubernetes.KubernetesExecutor, cluster) as executor:
-        yield executor
+ex = executor_fixture(kubernetes.KubernetesExecutor)
 
 
 def creates(cluster: kube_api.Cluster) -> int:
@@ -91,9 +93,8 @@ async def test_an_invalid_job_refused_by_the_api_server_is_launch_refused(
 async def test_a_placement_class_removed_since_submit_says_to_add_it_back(
     ex: kubernetes.KubernetesExecutor,
 ) -> None:
-    spec = {"image": IMAGE, "command": ["true"], "placement": "gone"}
     with pytest.raises(errors.ExecutorError, match="add it back or cancel") as caught:
-        await ex.launch(make_launch("kubernetes", "moved-1", spec))
+        await ex.launch(launch("moved-1", ["true"], spec={"placement": "gone"}))
     assert not isinstance(caught.value, errors.LaunchRefused), "not the job's fault"
 
 
@@ -347,16 +348,13 @@ async def test_jobs_finished_before_the_first_list_are_left_to_recovery(
 # --- argo ----------------------------------------------------------------------------------
 
 
-@pytest.fixture
-async def wf(cluster: kube_api.Cluster) -> AsyncIterator[argo.ArgoExecutor]:
-    async with started(argo.ArgoExecutor, cluster) as executor:
-        yield executor
+wf = executor_fixture(argo.ArgoExecutor)
 
 
 async def test_a_workflow_whose_pod_vanished_fails_instead_of_running_forever(
     cluster: kube_api.Cluster, wf: argo.ArgoExecutor
 ) -> None:
-    await wf.launch(make_launch("argo", "vanish-1", {"image": IMAGE, "command": ["sleep", "30"]}))
+    await wf.launch(launch("vanish-1", ["sleep", "30"], kind="argo"))
     await until(wf, "vanish-1", lambda o: o.phase is model.Phase.RUNNING)
     for pod in cluster.api.objects(kube_api.PODS):
         cluster.api.remove(kube_api.PODS, NS, pod["metadata"]["name"])
@@ -370,7 +368,7 @@ async def test_a_workflow_whose_pod_vanished_fails_instead_of_running_forever(
 async def test_argo_cancel_is_terminate_and_keeps_the_record(
     cluster: kube_api.Cluster, wf: argo.ArgoExecutor
 ) -> None:
-    await wf.launch(make_launch("argo", "term-1", {"image": IMAGE, "command": ["sleep", "30"]}))
+    await wf.launch(launch("term-1", ["sleep", "30"], kind="argo"))
     await until(wf, "term-1", lambda o: o.phase is model.Phase.RUNNING)
     await wf.cancel("term-1", timedelta(seconds=1))
     obs = await until(wf, "term-1", lambda o: o.phase.finished)
@@ -411,8 +409,8 @@ async def either(request: pytest.FixtureRequest, cluster: kube_api.Cluster) -> A
 
 
 def payload_launch(kind: str, name: str, payload: Any, out: Any, **kw: Any) -> model.Launch:
-    spec = {"image": IMAGE, "command": sh(READ_PAYLOAD.replace("{out}", str(out)))}
-    return make_launch(kind, name, spec, payload=payload, **kw)
+    command = sh(READ_PAYLOAD.replace("{out}", str(out)))
+    return launch(name, command, kind=kind, payload=payload, **kw)
 
 
 def owner_of(cluster: kube_api.Cluster, kind: str, name: str) -> dict[str, Any]:
@@ -481,11 +479,7 @@ async def test_the_config_map_goes_when_its_owner_is_deleted(
 async def test_a_cancelled_jobs_config_map_goes_with_it(
     cluster: kube_api.Cluster, ex: kubernetes.KubernetesExecutor
 ) -> None:
-    await ex.launch(
-        make_launch(
-            "kubernetes", "stop-2", {"image": IMAGE, "command": ["sleep", "30"]}, payload=LARGE
-        )
-    )
+    await ex.launch(launch("stop-2", ["sleep", "30"], payload=LARGE))
     await until(ex, "stop-2", lambda o: o.phase is model.Phase.RUNNING)
     await ex.cancel("stop-2", timedelta(seconds=1))
     assert cluster.api.find(kube_api.CONFIGMAPS, NS, "stop-2") is None
@@ -594,8 +588,8 @@ READ_TOKEN = 'printf %s "$CORRAL_ATTEMPT_TOKEN" > {out}; test -n "$CORRAL_ATTEMP
 
 
 def token_launch(kind: str, name: str, out: Any, **kw: Any) -> model.Launch:
-    spec = {"image": IMAGE, "command": sh(READ_TOKEN.replace("{out}", str(out)))}
-    return make_launch(kind, name, spec, reach=API_REACH, **kw)
+    command = sh(READ_TOKEN.replace("{out}", str(out)))
+    return launch(name, command, kind=kind, reach=API_REACH, **kw)
 
 
 def secret_token(cluster: kube_api.Cluster, name: str) -> str:
@@ -646,13 +640,8 @@ async def test_a_launch_cut_short_before_its_secret_is_finished_by_the_next(
     # payload's ConfigMap is made too, before the Secret.
     cluster.api[f"post {SECRETS_URL}"][:4] << 503 << {"kind": "Status", "code": 503}
     out = tmp_path / "out"
-    cut = make_launch(
-        either.kind,
-        "cut-3",
-        {"image": IMAGE, "command": sh(READ_TOKEN.replace("{out}", str(out)))},
-        reach=API_REACH,
-        payload=LARGE,
-    )
+    command = sh(READ_TOKEN.replace("{out}", str(out)))
+    cut = launch("cut-3", command, kind=either.kind, reach=API_REACH, payload=LARGE)
     with pytest.raises(errors.ExecutorError, match="Secret"):
         await either.launch(cut)
     assert cluster.api.find(kube_api.SECRETS, NS, "cut-3") is None

@@ -18,8 +18,7 @@ from corral.executors import argo, base, kubernetes
 from corral.testing import FrozenClock
 from tests.support import cluster as double
 from tests.support import kube_api
-from tests.support.cluster import IMAGE
-from tests.support.launches import make_launch
+from tests.support.cluster import IMAGE, launch
 from tests.support.wait import PATIENCE, eventually
 
 pytestmark = pytest.mark.timeout(4 * PATIENCE)
@@ -40,10 +39,6 @@ async def executor(
         if installation is not None:
             ex.use_installation(installation)
         yield ex
-
-
-def launch(kind: str, command: list[str], **kw: Any) -> model.Launch:
-    return make_launch(kind, "corral-1-1", {"image": IMAGE, "command": command}, **kw)
 
 
 RESOURCE = {"kubernetes": kube_api.JOBS, "argo": kube_api.WORKFLOWS}
@@ -78,8 +73,8 @@ async def test_two_installations_in_one_namespace_each_see_and_stop_only_their_o
         executor(MADE[kind], cluster, "aaaa") as a,
         executor(MADE[kind], cluster, "bbbb", name_prefix="corral-b") as b,
     ):
-        await a.launch(launch(kind, ["sleep", "30"]))
-        await b.launch(launch(kind, ["sleep", "30"]))
+        await a.launch(launch("corral-1-1", ["sleep", "30"], kind=kind))
+        await b.launch(launch("corral-1-1", ["sleep", "30"], kind=kind))
         objects = {o["metadata"]["name"]: o for o in cluster.api.objects(RESOURCE[kind])}
         assert set(objects) == {"corral-1-1", "corral-b-1-1"}
         assert objects["corral-1-1"]["metadata"]["labels"][model.INSTALLATION] == "aaaa"
@@ -103,9 +98,9 @@ async def test_a_name_the_other_installation_holds_is_a_launch_conflict_that_say
         executor(kubernetes.KubernetesExecutor, cluster, "aaaa") as a,
         executor(kubernetes.KubernetesExecutor, cluster, "bbbb") as b,
     ):
-        await a.launch(launch("kubernetes", ["sleep", "30"]))
+        await a.launch(launch("corral-1-1", ["sleep", "30"]))
         with pytest.raises(errors.LaunchConflict, match="another corral installation") as caught:
-            await b.launch(launch("kubernetes", ["sleep", "30"]))
+            await b.launch(launch("corral-1-1", ["sleep", "30"]))
         assert "executors.kubernetes.name_prefix" in str(caught.value)
         assert (await b.observe(["corral-1-1"]))["corral-1-1"].phase is P.ABSENT
         await b.cancel("corral-1-1", timedelta(seconds=1))  # its own attempt's, it thinks
@@ -122,7 +117,7 @@ async def test_a_workflow_of_the_same_name_of_another_installation_is_not_stoppe
         executor(MADE[kind], cluster, "aaaa") as a,
         executor(MADE[kind], cluster, "bbbb") as b,
     ):
-        await a.launch(launch(kind, ["sleep", "30"]))
+        await a.launch(launch("corral-1-1", ["sleep", "30"], kind=kind))
         await b.cancel("corral-1-1", timedelta(seconds=1))
         made = cluster.api.get(RESOURCE[kind], "default", "corral-1-1")
         assert not (made.get("spec") or {}).get("shutdown"), "not stopped"
@@ -152,13 +147,7 @@ async def test_an_upgrade_labels_what_the_earlier_corral_made_and_loses_none_of_
         async with kube_api.cluster() as cluster:
             async with executor(MADE[kind], cluster, None) as old:
                 await old.launch(base.launch_for(claimed, settings(), frozen.now()))
-                stranger = make_launch(
-                    kind,
-                    "corral-900-1",
-                    {"image": IMAGE, "command": ["sleep", "30"]},
-                    job_id=900,
-                    fence=900,
-                )
+                stranger = launch("corral-900-1", ["sleep", "30"], kind=kind, job_id=900, fence=900)
                 await old.launch(stranger)
             async with executor(MADE[kind], cluster, installation) as new:
                 assert (await new.observe([name]))[name].phase is P.ABSENT, "not its own yet"

@@ -18,30 +18,18 @@ from corral import cli, config, model, runtime
 from corral.executors import argo, kube_client, kubernetes
 from tests.integration import test_kubernetes_end_to_end as end_to_end
 from tests.support import kube_api
-from tests.support.cluster import IMAGE, NS, sh, started
-from tests.support.launches import make_launch
+from tests.support.cluster import IMAGE, NS, executor_fixture, finished, launch, started
+from tests.support.launches import sh
 from tests.support.wait import PATIENCE, eventually
 
 pytestmark = pytest.mark.timeout(4 * PATIENCE)
 
 
-@pytest.fixture
-async def ex(cluster: kube_api.Cluster) -> AsyncIterator[kubernetes.KubernetesExecutor]:
-    async with started(kubernetes.KubernetesExecutor, cluster, request_timeout=2) as executor:
-        yield executor
+ex = executor_fixture(kubernetes.KubernetesExecutor, request_timeout=2)
 
 
 async def launched(ex: kubernetes.KubernetesExecutor, name: str, script: str) -> None:
-    await ex.launch(make_launch("kubernetes", name, {"image": IMAGE, "command": sh(script)}))
-
-
-async def finished(ex: kube_client.ClusterExecutor, name: str) -> model.Observation:
-    async def seen() -> model.Observation | None:
-        obs = (await ex.observe([name]))[name]
-        return obs if obs.phase.finished else None
-
-    found: model.Observation = await eventually(seen, what=f"{name} finished")
-    return found
+    await ex.launch(launch(name, sh(script)))
 
 
 def pod_log(obs: model.Observation) -> model.Stream:
@@ -102,7 +90,7 @@ async def test_a_finished_workflow_keeps_its_pod_log_while_pod_gc_waits(
         watching = asyncio.create_task(first_finish())
         await cluster.api.watched()
         script = "echo reading; echo 'no table: orders' >&2; exit 3"
-        await wf.launch(make_launch("argo", "wf-logs-1", {"image": IMAGE, "command": sh(script)}))
+        await wf.launch(launch("wf-logs-1", sh(script), kind="argo"))
         seen = await asyncio.wait_for(watching, PATIENCE)
         assert pod_log(seen).text == "reading\nno table: orders\n", "the watch's finish has it"
         obs = await finished(wf, "wf-logs-1")
@@ -115,7 +103,7 @@ async def test_a_workflow_whose_pod_gc_ran_first_says_so_in_place_of_its_log(
     cluster: kube_api.Cluster,
 ) -> None:
     async with started(argo.ArgoExecutor, cluster, request_timeout=2) as wf:
-        await wf.launch(make_launch("argo", "wf-logs-2", {"image": IMAGE, "command": sh("exit 4")}))
+        await wf.launch(launch("wf-logs-2", sh("exit 4"), kind="argo"))
 
         async def pod_ended() -> bool:
             phases = [(p.get("status") or {}).get("phase") for p in pods_of(cluster, "wf-logs-2")]

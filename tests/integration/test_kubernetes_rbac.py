@@ -18,8 +18,7 @@ import pytest
 from corral import model
 from corral.executors import argo, base, kubernetes, rbac
 from tests.support import kube_api
-from tests.support.cluster import IMAGE, NS, started, until
-from tests.support.launches import make_launch
+from tests.support.cluster import NS, launch, started, until
 from tests.support.wait import PATIENCE, eventually
 
 pytestmark = pytest.mark.timeout(6 * PATIENCE)
@@ -30,10 +29,6 @@ REACH = model.Reach(api_url="http://127.0.0.1:1", attempt_key="k" * 48)
 """With an api_url, each attempt has a token: it goes in a Secret."""
 MANAGED = {model.MANAGED_BY: model.MANAGER}
 Used = set[tuple[str, str, str]]
-
-
-def launch(kind: str, name: str, command: list[str], **kw: Any) -> model.Launch:
-    return make_launch(kind, name, {"image": IMAGE, "command": command}, **kw)
 
 
 def granted(rules: rbac.Rules) -> Used:
@@ -63,7 +58,7 @@ async def launched_twice_then_taken_over(ex: Any, cluster: kube_api.Cluster, kin
     then its owner deleted, orphaning the ConfigMap and the Secret, and launched once
     more: they are given the new owner (patch)."""
     resource = kube_api.JOBS if kind == "kubernetes" else kube_api.WORKFLOWS
-    made = launch(kind, "big-1", ["true"], payload=LARGE, reach=REACH)
+    made = launch("big-1", ["true"], kind=kind, payload=LARGE, reach=REACH)
     await ex.launch(made)
     await ex.launch(made)
     await until(ex, "big-1", lambda o: o.phase.finished)
@@ -73,7 +68,7 @@ async def launched_twice_then_taken_over(ex: Any, cluster: kube_api.Cluster, kin
 
 
 async def cancelled(ex: Any) -> None:
-    await ex.launch(launch(ex.kind, "stop-1", ["sleep", "30"]))
+    await ex.launch(launch("stop-1", ["sleep", "30"], kind=ex.kind))
     await until(ex, "stop-1", lambda o: o.phase is model.Phase.RUNNING)
     await ex.cancel("stop-1", timedelta(seconds=1))
 
@@ -81,7 +76,7 @@ async def cancelled(ex: Any) -> None:
 async def swept(ex: Any, cluster: kube_api.Cluster, resource: tuple[str, str, str]) -> None:
     """A launch whose Job or Workflow is deleted without propagation: its pod, a stray,
     is found and stopped."""
-    await ex.launch(launch(ex.kind, "stray-1", ["sleep", "30"]))
+    await ex.launch(launch("stray-1", ["sleep", "30"], kind=ex.kind))
     await until(ex, "stray-1", lambda o: o.phase is model.Phase.RUNNING)
     cluster.api.remove(resource, NS, "stray-1", "Orphan")
     assert isinstance(ex, base.LeavesStrays)
@@ -94,7 +89,7 @@ async def swept(ex: Any, cluster: kube_api.Cluster, resource: tuple[str, str, st
 async def relabelled(ex: Any) -> None:
     """An upgrade: what an earlier corral made, with no installation label, is found and
     given this installation's (its Job or Workflow, and its pod that runs)."""
-    await ex.launch(launch(ex.kind, "old-1", ["sleep", "30"]))
+    await ex.launch(launch("old-1", ["sleep", "30"], kind=ex.kind))
     await until(ex, "old-1", lambda o: o.phase is model.Phase.RUNNING)
     ex.use_installation("install-1")
     unlabelled = [o.name for o in await ex.list_unlabelled()]
@@ -111,7 +106,7 @@ async def kubernetes_calls(cluster: kube_api.Cluster, tmp_path: Path) -> None:
                 pass
             await cancelled(ex)
             cluster.api.deny(kube_api.PODS, "no-root", "containers must set runAsNonRoot")
-            await ex.launch(launch("kubernetes", "never-1", ["true"]))
+            await ex.launch(launch("never-1", ["true"]))
             await until(ex, "never-1", lambda o: "FailedCreate" in (o.reason or ""))
             cluster.api.allow(kube_api.PODS)
             await swept(ex, cluster, kube_api.JOBS)

@@ -6,17 +6,15 @@ the API double on loopback, with a short pod start timeout."""
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
 from corral import errors, model
 from corral.executors import argo, kubernetes
-from tests.support import cluster as double
 from tests.support import kube_api
-from tests.support.cluster import IMAGE, NS, observe, sh, until
-from tests.support.launches import make_launch
+from tests.support.cluster import NS, executor_fixture, launch, observe, until
+from tests.support.launches import make_launch, sh
 from tests.support.wait import PATIENCE, eventually
 
 pytestmark = pytest.mark.timeout(6 * PATIENCE)
@@ -28,25 +26,9 @@ NO_NODES = "0/3 nodes are available: 3 Insufficient cpu. preemption: 0/3 nodes a
 DENIAL = "[no-root] containers must set runAsNonRoot"
 
 
-def started(made: Any, cluster: kube_api.Cluster, **k8s: Any) -> Any:
-    """An executor on the double (started, closed on exit), its pod start timeout START."""
-    return double.started(made, cluster, **{"pod_start_timeout": START, **k8s})
-
-
-@pytest.fixture
-async def ex(cluster: kube_api.Cluster) -> AsyncIterator[kubernetes.KubernetesExecutor]:
-    async with started(kubernetes.KubernetesExecutor, cluster) as executor:
-        yield executor
-
-
-@pytest.fixture
-async def wf(cluster: kube_api.Cluster) -> AsyncIterator[argo.ArgoExecutor]:
-    async with started(argo.ArgoExecutor, cluster) as executor:
-        yield executor
-
-
-def launch(name: str, command: list[str], kind: str = "kubernetes", **spec: Any) -> model.Launch:
-    return make_launch(kind, name, {"image": IMAGE, "command": command, **spec})
+# The executors on the double, their pod start timeout START.
+ex = executor_fixture(kubernetes.KubernetesExecutor, pod_start_timeout=START)
+wf = executor_fixture(argo.ArgoExecutor, pod_start_timeout=START)
 
 
 async def waits_then_fails(ex: Any, name: str, reason: str) -> model.Observation:
@@ -109,18 +91,15 @@ async def test_an_invalid_image_name_fails_at_once(
     assert ended.reason.endswith(": InvalidImageName"), "no waiting: the kubelet will not retry"
 
 
-@pytest.fixture
-async def cluster_k8s(cluster: kube_api.Cluster) -> AsyncIterator[kubernetes.KubernetesExecutor]:
-    """An executor whose pods may wait a minute to start."""
-    async with started(kubernetes.KubernetesExecutor, cluster, pod_start_timeout=60) as executor:
-        yield executor
+# An executor whose pods may wait a minute to start.
+cluster_k8s = executor_fixture(kubernetes.KubernetesExecutor, pod_start_timeout=60)
 
 
 async def test_a_missing_secret_is_said_then_quarantines(
     ex: kubernetes.KubernetesExecutor,
 ) -> None:
     env = {"PASSWORD": {"secret": "etl-db", "key": "password"}}
-    await ex.launch(launch("secret-1", ["true"], env=env))
+    await ex.launch(launch("secret-1", ["true"], spec={"env": env}))
     ended = await waits_then_fails(ex, "secret-1", "CreateContainerConfigError")
     assert ended.failure_class is model.FailureClass.PERMANENT
     assert ended.message is not None

@@ -6,10 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import socket
 import subprocess
-import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +17,8 @@ import yaml
 
 from corral import config, errors, lint
 from tests.support import kube_api
+from tests.support.cli import clean_env, run_corral
+from tests.support.net import free_port
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -54,14 +53,6 @@ def workload(
         "metadata": {"name": name, "namespace": namespace, "labels": labels or {}},
         "spec": spec,
     }
-
-
-def free_port() -> int:
-    """A loopback port nothing listens on (bound, then let go): connecting is refused."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def kubeconfig(path: Path, url: str) -> Path:
@@ -169,21 +160,12 @@ async def test_refusals_name_the_permission_to_grant(served: Served) -> None:
     )
 
 
-def corral(*args: str, kubeconfig: Path) -> subprocess.CompletedProcess[str]:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith("CORRAL_") and k != "KUBERNETES_SERVICE_HOST"
-    }
-    env["KUBECONFIG"] = str(kubeconfig)
-    return subprocess.run(
-        [sys.executable, "-m", "corral", "lint", *args],
-        cwd=kubeconfig.parent,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=90,
-    )
+def corral_lint(*args: str, kubeconfig: Path) -> subprocess.CompletedProcess[str]:
+    """`corral lint ARGS` in the kubeconfig's folder, on it alone: no corral settings, and
+    not as in a pod (no KUBERNETES_SERVICE_HOST)."""
+    env = clean_env({"KUBECONFIG": str(kubeconfig)})
+    env.pop("KUBERNETES_SERVICE_HOST", None)
+    return run_corral(kubeconfig.parent, "lint", *args, env=env, timeout=90)
 
 
 async def test_the_command_reads_the_context_it_is_given(
@@ -191,18 +173,18 @@ async def test_the_command_reads_the_context_it_is_given(
 ) -> None:
     path = served.kubeconfig
     run = asyncio.to_thread  # the double answers on this loop while the command runs
-    told = await run(corral, "--cluster", "--context", "double", kubeconfig=path)
+    told = await run(corral_lint, "--cluster", "--context", "double", kubeconfig=path)
     assert told.returncode == 1, told.stderr
     assert "cluster:double/jobs/Deployment/billing:0: worker-grace: Deployment billing:" in (
         told.stdout
     )
     assert "3 findings" in told.stderr
-    as_json = await run(corral, "--cluster", "--context", "double", "--json", kubeconfig=path)
+    as_json = await run(corral_lint, "--cluster", "--context", "double", "--json", kubeconfig=path)
     assert [f["rule"] for f in json.loads(as_json.stdout)] == ["grace-period"] + 2 * [
         "worker-grace"
     ]
     clean = await run(
-        corral, "--cluster", "--context", "double", "--namespace", "web", kubeconfig=path
+        corral_lint, "--cluster", "--context", "double", "--namespace", "web", kubeconfig=path
     )
     assert (clean.returncode, clean.stderr.strip()) == (0, "0 findings")
 
@@ -212,18 +194,18 @@ async def test_the_command_says_what_to_do_when_the_cluster_cannot_be_read(
 ) -> None:
     path = served.kubeconfig
     run = asyncio.to_thread
-    down = await run(corral, "--cluster", kubeconfig=path)  # the current context: refused
+    down = await run(corral_lint, "--cluster", kubeconfig=path)  # the current context: refused
     assert down.returncode == 1
     assert "error: listing Deployments in all namespaces (context down, http://127.0.0.1:" in (
         down.stderr
     )
     assert "cannot reach the API server" in down.stderr
-    unknown = await run(corral, "--cluster", "--context", "nope", kubeconfig=path)
+    unknown = await run(corral_lint, "--cluster", "--context", "nope", kubeconfig=path)
     assert unknown.returncode == 2
     assert "name one of its contexts with --context" in unknown.stderr
-    missing = await run(corral, "--cluster", kubeconfig=tmp_path / "no-such-kubeconfig")
+    missing = await run(corral_lint, "--cluster", kubeconfig=tmp_path / "no-such-kubeconfig")
     assert missing.returncode == 2
     assert "point KUBECONFIG at the cluster's kubeconfig file" in missing.stderr
-    usage = await run(corral, "--context", "double", kubeconfig=path)
+    usage = await run(corral_lint, "--context", "double", kubeconfig=path)
     assert usage.returncode == 2
     assert "--context and --namespace are for --cluster" in usage.stderr

@@ -29,8 +29,9 @@ from corral import (
 )
 from corral.api import create_app
 from corral.testing import FrozenClock
-from tests.integration.test_alerts import Web, free_port, listening, quarantine, settings
+from tests.integration.test_alerts import Web, listening, quarantine, settings
 from tests.integration.test_alerts import web_receiver as web_receiver  # the fixture
+from tests.support.net import free_port
 from tests.support.noop import NoopExecutor
 
 A, J = model.AttemptState, model.JobState

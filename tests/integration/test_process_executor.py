@@ -24,7 +24,8 @@ from corral import clock, errors, model
 from corral.executors import base, process, process_shim
 from corral.testing import FrozenClock
 from tests.support import launches
-from tests.support.procs import holds_under
+from tests.support.launches import sh
+from tests.support.procs import alive, kill_leftovers
 from tests.support.wait import PATIENCE, eventually
 
 pytestmark = pytest.mark.timeout(4 * PATIENCE)  # a test waits for at most four things
@@ -56,10 +57,6 @@ def make_launch(
     )
 
 
-def sh(script: str) -> list[str]:
-    return ["sh", "-c", script]
-
-
 async def wait_for(
     ex: process.ProcessExecutor, name: str, *, finished: bool = True
 ) -> model.Observation:
@@ -81,33 +78,6 @@ def run_folders(root: Path) -> list[str]:
     half-made launch folder was left behind."""
     assert not list((root / ".tmp").iterdir()), "a half-made launch folder was left"
     return sorted(p.name for p in root.iterdir() if not p.name.startswith("."))
-
-
-def kill_leftovers(root: Path) -> None:
-    """Kill the command groups and shims of unfinished runs, so no test leaves processes;
-    also those whose run folder a test removed (found by their environment or arguments)."""
-    kill_strays(root)
-    if not root.is_dir():
-        return
-    for run_dir in root.iterdir():
-        if run_dir.name.startswith(".") or (run_dir / "exit.json").exists():
-            continue
-        for pid_file, kill in (("child.pid", os.killpg), ("shim.pid", os.kill)):
-            with contextlib.suppress(OSError, ValueError, KeyError):
-                kill(json.loads((run_dir / pid_file).read_text())["pid"], signal.SIGKILL)
-
-
-def kill_strays(root: Path) -> None:
-    """SIGKILL every process that runs in, or supervises, a run folder under `root`."""
-    inside = f"CORRAL_RUN_DIR={root}/".encode()
-    for entry in Path("/proc").iterdir():
-        try:
-            environ = (entry / "environ").read_bytes().split(b"\0")
-        except OSError:
-            continue  # not a process, or gone
-        if holds_under(entry, root) or any(var.startswith(inside) for var in environ):
-            with contextlib.suppress(OSError):
-                os.kill(int(entry.name), signal.SIGKILL)
 
 
 @pytest.fixture
@@ -919,15 +889,6 @@ def waiter(go: Path) -> list[str]:
 def pid_of(run_dir: Path, pid_file: str) -> int:
     pid: int = json.loads((run_dir / pid_file).read_text())["pid"]
     return pid
-
-
-def alive(pid: int) -> bool:
-    """Whether `pid` runs (a zombie does not: nobody may reap it here)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rpartition(")")[2].split()[0] != "Z"
 
 
 def processes_of(run_dir: Path) -> list[int]:

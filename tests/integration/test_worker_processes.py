@@ -18,6 +18,7 @@ import pytest
 
 from corral import client, clock, config, model, store
 from corral.reconciler import Reconciler
+from tests.support.jobs import all_in
 from tests.support.wait import eventually
 
 pytestmark = pytest.mark.slow
@@ -110,10 +111,6 @@ async def registered(c: client.Client, app_version: str, count: int = 1) -> None
         return sum(w.app_version == app_version for w in live) >= count
 
     await eventually(there, what=f"a worker of {app_version} registered")
-
-
-async def all_in(c: client.Client, ids: list[int], state: model.JobState) -> bool:
-    return all([(await c.job(i)).job.state == state for i in ids])
 
 
 def by(lines: list[dict[str, Any]], version: str) -> list[dict[str, Any]]:

@@ -18,6 +18,7 @@ from corral import client, config, errors, model, store
 from corral.reconciler import Reconciler
 from corral.testing import PausedClock
 from corral.worker import App, Fresh, Pinned, Stopped, TaskContext, Worker, current_task
+from tests.support.jobs import all_in
 from tests.support.wait import eventually
 
 J, A = model.JobState, model.AttemptState
@@ -116,10 +117,6 @@ async def running(
 
 async def states(c: client.Client, ids: list[int]) -> set[J]:
     return {(await c.job(i)).job.state for i in ids}
-
-
-async def all_in(c: client.Client, ids: list[int], state: J) -> bool:
-    return await states(c, ids) == {state}
 
 
 async def test_a_payload_that_does_not_fit_the_live_workers_schema_is_refused_naming_the_field(

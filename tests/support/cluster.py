@@ -1,6 +1,7 @@
 """What the tests of the `kubernetes` and `argo` executors share: the API double with its
 controllers as a fixture (`cluster`), settings with short limits, an executor of corral's
-started on the double, and waits on what it observes.
+started on the double (and fixtures of one: `executor_fixture`), launches of one
+container (`launch`), and waits on what it observes.
 
 tests/integration/conftest.py makes `cluster` a fixture of every integration test, so the
 double is made and closed in one place."""
@@ -16,6 +17,7 @@ import pytest
 from corral import clock, config, model
 from corral.executors import kube_client
 from tests.support import kube_api
+from tests.support.launches import make_launch
 from tests.support.wait import eventually
 
 NS = "default"
@@ -70,8 +72,37 @@ async def started(
         await executor.close()
 
 
-def sh(script: str) -> list[str]:
-    return ["sh", "-c", script]
+def executor_fixture(
+    made: Callable[..., kube_client.ClusterExecutor],
+    *,
+    clock_fixture: str | None = None,
+    **k8s: Any,
+) -> Any:
+    """A fixture of an executor of class `made` on the double, `started` with `k8s`, on the
+    clock of the fixture named `clock_fixture` (else the system clock). A test module names
+    the fixture by assigning it: `ex = executor_fixture(kubernetes.KubernetesExecutor)`."""
+
+    async def fixture(
+        cluster: kube_api.Cluster, request: pytest.FixtureRequest
+    ) -> AsyncIterator[Any]:
+        clock_ = request.getfixturevalue(clock_fixture) if clock_fixture else None
+        async with started(made, cluster, clock_=clock_, **k8s) as executor:
+            yield executor
+
+    return pytest.fixture(fixture)
+
+
+def launch(
+    name: str,
+    command: list[str],
+    *,
+    kind: str = "kubernetes",
+    spec: dict[str, Any] | None = None,
+    **kw: Any,
+) -> model.Launch:
+    """The launch `name` on `kind` (kubernetes or argo) of one container, IMAGE running
+    `command`, `spec` over that spec; `kw` go to `make_launch` (identity, payload, reach)."""
+    return make_launch(kind, name, {"image": IMAGE, "command": command, **(spec or {})}, **kw)
 
 
 async def observe(ex: Any, name: str) -> model.Observation:
@@ -87,3 +118,8 @@ async def until(ex: Any, name: str, test: Callable[[model.Observation], bool]) -
 
     found: model.Observation = await eventually(seen, what=f"{name} as wanted")
     return found
+
+
+async def finished(ex: Any, name: str) -> model.Observation:
+    """The first observation of `name` that has finished (polled)."""
+    return await until(ex, name, lambda o: o.phase.finished)

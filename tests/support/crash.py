@@ -12,7 +12,11 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
+import pytest
+
 from corral import model, store
+from tests.support.cli import clean_env, run_corral
+from tests.support.wait import eventually_sync
 
 # Short limits so recovery happens within seconds; jobs never come near the deadline.
 FAST = {
@@ -54,21 +58,13 @@ class Site:
         self.ledger.touch()
 
     def env(self, **extra: str) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("CORRAL_")}
-        env.update(FAST, CORRAL_DATABASE_URL=self.url, CORRAL_STATE_DIR=str(self.root / "state"))
+        env = clean_env(FAST)
+        env.update(CORRAL_DATABASE_URL=self.url, CORRAL_STATE_DIR=str(self.root / "state"))
         env.update(extra)
         return env
 
     def corral(self, *args: str, **extra: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "corral", *args],
-            cwd=self.root,
-            env=self.env(**extra),
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=True,
-        )
+        return run_corral(self.root, *args, env=self.env(**extra), check=True)
 
     def start(self, command: str = "serve", **extra: str) -> subprocess.Popen[str]:
         with open(self.root / "corral.log", "a") as log:  # a file never fills up and blocks
@@ -93,6 +89,13 @@ class Site:
     def ledger_entries(self) -> list[tuple[int, int, int]]:
         rows = [line.split(",") for line in self.ledger.read_text().split()]
         return [(int(j), int(a), int(f)) for j, a, f in rows]
+
+
+@pytest.fixture
+def site(db_url: str, tmp_path: Path) -> Site:
+    """A Site in the test's folder, on its database (each backend in turn); a test module
+    takes it as its own fixture with `site = crash.site`."""
+    return Site(tmp_path, db_url)
 
 
 async def _submit(url: str, cmd: str, count: int) -> list[int]:
@@ -182,22 +185,15 @@ async def _load(
     return jobs, attempts, events
 
 
-def wait_until(predicate: object, seconds: float, what: str) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if predicate():  # type: ignore[operator]
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"not {what} after {seconds}s")
-
-
 def run_to_the_end(site: Site, ids: Sequence[int], *commands: str, **extra: str) -> Report:
     """Run corral (`serve`, or the given commands side by side, with `extra` in their
     environment) until every job is final, then check every promise against the store and
     the ledger."""
     procs = [site.start(c, **extra) for c in commands or ("serve",)]
     try:
-        wait_until(lambda: Report(site.url, ids).all_final(), 180, "all jobs final")
+        eventually_sync(
+            lambda: Report(site.url, ids).all_final(), within=180, every=0.2, what="all jobs final"
+        )
     finally:
         for p in procs:
             stop(p)

@@ -1,4 +1,5 @@
-"""Launches for executor tests: what the dispatcher would hand an executor."""
+"""Launches for executor tests: what the dispatcher would hand an executor, and the
+commands they run."""
 
 from __future__ import annotations
 
@@ -43,3 +44,8 @@ def make_launch(
         env=model.attempt_env(labels, name=name, tenant=tenant, reach=reach or model.Reach()),
         deadline_seconds=deadline_seconds,
     )
+
+
+def sh(script: str) -> list[str]:
+    """The command that runs `script` with `sh -c`."""
+    return ["sh", "-c", script]

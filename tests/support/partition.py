@@ -14,12 +14,13 @@ import contextlib
 import os
 import random
 import shutil
-import socket
 import subprocess
 import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from tests.support.net import free_port
 
 NFT = Path("/usr/sbin/nft")
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
@@ -129,12 +130,6 @@ class Namespace:
 
     def heal(self) -> None:
         _run(*self.inside([str(NFT), "delete", "table", "inet", _TABLE]))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass

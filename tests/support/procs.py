@@ -1,8 +1,13 @@
 """Which local processes still run for a test: what a launch started can write nothing more
-once none of them is alive, so a test can wait for that instead of sleeping."""
+once none of them is alive, so a test can wait for that instead of sleeping; and, at its
+end, killing those it left."""
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
+import signal
 from pathlib import Path
 
 
@@ -48,3 +53,19 @@ def running_under(root: Path) -> list[int]:
         if (in_folder or holds_under(entry, root)) and alive(int(entry.name)):
             found.append(int(entry.name))
     return found
+
+
+def kill_leftovers(root: Path) -> None:
+    """Kill the command groups and shims of unfinished runs, so no test leaves processes;
+    also those whose run folder a test removed (found by their environment or arguments)."""
+    for pid in running_under(root):
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+    if not root.is_dir():
+        return
+    for run_dir in root.iterdir():
+        if run_dir.name.startswith(".") or (run_dir / "exit.json").exists():
+            continue
+        for pid_file, kill in (("child.pid", os.killpg), ("shim.pid", os.kill)):
+            with contextlib.suppress(OSError, ValueError, KeyError):
+                kill(json.loads((run_dir / pid_file).read_text())["pid"], signal.SIGKILL)

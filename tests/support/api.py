@@ -1,0 +1,59 @@
+"""The REST API over a store, called through httpx against the app (no server), with a
+token of each kind: what the API's tests share."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import httpx
+
+from corral import client, clock, config, store
+from corral.api import create_app
+from corral.testing import FrozenClock
+from tests.support.noop import NoopExecutor
+
+JOB = {"spec": {}, "executor": "noop"}
+"""The body of a job the no-op executor runs."""
+
+
+class Api:
+    """The app over one store, and a token of each kind to call it with."""
+
+    def __init__(self, c: client.Client, http: httpx.AsyncClient) -> None:
+        self.c = c
+        self.http = http
+        self.secrets: dict[str, str] = {}
+
+    async def token(self, name: str, tenant: str | None, role: str, **kw: Any) -> str:
+        _, secret = await self.c.token_create(name=name, tenant=tenant, role=role, **kw)
+        self.secrets[name] = secret
+        return secret
+
+    def as_(self, name: str) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.secrets[name]}"}
+
+
+@contextlib.asynccontextmanager
+async def serving(
+    db: store.Store,
+    tokens: Sequence[tuple[str, str | None, str]],
+    *,
+    settings: config.Settings | None = None,
+    clock_: clock.Clock | None = None,
+) -> AsyncIterator[Api]:
+    """The app over `db` with the no-op executor, on `settings` (else the defaults) and
+    `clock_` (else a frozen clock), and `tokens`, each (name, tenant, role), made in order."""
+    c = client.Client(
+        store=db,
+        executors={"noop": NoopExecutor()},
+        settings=config.Settings() if settings is None else settings,
+        clock=FrozenClock() if clock_ is None else clock_,
+    )
+    transport = httpx.ASGITransport(app=create_app(c))
+    async with httpx.AsyncClient(transport=transport, base_url="http://corral.test") as http:
+        made = Api(c, http)
+        for name, tenant, role in tokens:
+            await made.token(name, tenant, role)
+        yield made
