@@ -42,7 +42,7 @@ def _bench(script: str, *args: str, server: bool = True) -> Any:
 
 
 def test_throughput_reports_both_databases() -> None:
-    report = _bench("throughput.py", "--jobs", "300", "--big", "3000")
+    report = _bench("throughput.py", "--jobs", "300", "--big", "3000", "--samples", "50")
     for kind in ("sqlite", "postgres"):
         got = report[kind]
         assert got["corral"]["dispatch_complete_jobs_per_s"] > 0
