@@ -112,7 +112,7 @@ def test_cli_start_reports_each_command_and_bulk_submit() -> None:
 
 
 def test_schedules_reports_lateness_duplicates_and_scaling() -> None:
-    report = _bench("schedules.py", "--schedules", "40", "--paused", "100")
+    report = _bench("schedules.py", "--schedules", "40", "--paused", "100", "--lead", "2")
     for kind in ("sqlite", "postgres"):
         got = report[kind]
         assert got["one_scheduler"]["fired"] == 40
