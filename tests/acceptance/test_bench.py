@@ -97,7 +97,9 @@ def test_alerts_report_the_noise_and_the_ratio_with_the_alerter_on() -> None:
 
 def test_history_reports_serve_and_a_pass_at_two_sizes() -> None:
     report = _bench(
-        "history.py", "--small", "20", "--big", "60", "--settle", "2", "--passes", "2", server=False
+        "history.py",
+        *("--small", "20", "--big", "60", "--settle", "0.5", "--passes", "2"),
+        server=False,
     )
     assert report["big"]["finished_runs"] == 60
     assert report["ratio_serve_rss_big_vs_small"] > 0
@@ -124,7 +126,9 @@ def test_schedules_reports_lateness_duplicates_and_scaling() -> None:
 
 
 def test_api_reports_each_page_against_its_bare_sql() -> None:
-    report = _bench("api.py", "--jobs", "2000", "--events", "10000", "--requests", "10")
+    report = _bench(
+        "api.py", "--jobs", "2000", "--events", "10000", "--requests", "10", "--clients", "2"
+    )
     assert set(report["pages"]) == {"state", "state_queue", "label", "job"}
     for page in report["pages"].values():
         assert page["ratio_p95_api_vs_bare"] > 0
@@ -133,7 +137,9 @@ def test_api_reports_each_page_against_its_bare_sql() -> None:
 
 def test_dashboard_reports_its_pages_against_the_api_list() -> None:
     report = _bench(
-        "dashboard.py", "--jobs", "2000", "--events", "10000", "--requests", "8", "--alone", "2"
+        "dashboard.py",
+        *("--jobs", "2000", "--events", "10000", "--clients", "2", "--requests", "8"),
+        *("--alone", "2"),
     )
     overviews = {"overview", "overview_one_tenant"}
     cold = {f"{name}_cold" for name in overviews}  # read anew at each request (?fresh=1)
