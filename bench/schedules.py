@@ -2,8 +2,8 @@
 
 Phases, on SQLite (a file) and on PostgreSQL (a fresh database), one after the other:
   * one: `--schedules` interval schedules, all due at the same instant a few seconds
-    ahead, fired by one Scheduler on the real clock. Lateness of a firing = when the
-    transaction that recorded it and its job committed - its nominal time (p50, p99, max);
+    ahead (`--lead`), fired by one Scheduler on the real clock. Lateness of a firing = when
+    the transaction that recorded it and its job committed - its nominal time (p50, p99, max);
   * three: the same with three Schedulers (each on its own store connection pool) at
     once: the lateness again, and duplicates (firings per nominal time above one; any is
     a failure);
@@ -93,13 +93,14 @@ class Timed(scheduler.Scheduler):
             del self.store.schedules_fire_due
 
 
-async def fire_once(url: str, count: int, schedulers: int) -> dict[str, Any]:
+async def fire_once(url: str, count: int, schedulers: int, lead_s: float = 3.0) -> dict[str, Any]:
     """`count` schedules due at one instant, `schedulers` Scheduler loops firing them (as
-    `corral scheduler` does: ahead of the instant, scheduler.AHEAD)."""
+    `corral scheduler` does: ahead of the instant, scheduler.AHEAD). The schedules are made
+    in the `lead_s` seconds before they fire, and a second more a thousand schedules."""
     clock = SystemClock()
     setup = store.Store.connect(url)
     await setup.migrate()
-    lead = scheduler.AHEAD + timedelta(seconds=3 + count / 1000)
+    lead = scheduler.AHEAD + timedelta(seconds=lead_s + count / 1000)
     due = clock.now().replace(microsecond=0) + lead
     await make_schedules(setup, count, due, clock.now(), prefix=f"s{schedulers}-")
     if clock.now() >= due - scheduler.AHEAD:
@@ -176,6 +177,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--schedules", type=int, default=10_000)
     parser.add_argument("--paused", type=int, default=100_000)
+    parser.add_argument(
+        "--lead", type=float, default=3.0, help="seconds to make the schedules in before they fire"
+    )
     parser.add_argument("--backends", nargs="+", default=["sqlite", "postgres"])
     parser.add_argument("--pg-url", default=throughput.DEFAULT_PG)
     args = parser.parse_args()
@@ -188,9 +192,9 @@ def main() -> None:
     for backend in args.backends:
         dbs = [throughput.Database(backend, args.pg_url, migrated=True) for _ in range(6)]
         try:
-            one = asyncio.run(fire_once(dbs[0].url, args.schedules, 1))
+            one = asyncio.run(fire_once(dbs[0].url, args.schedules, 1, args.lead))
             print(f"{backend}: one scheduler {one['lateness_s']}", file=sys.stderr)
-            three = asyncio.run(fire_once(dbs[1].url, args.schedules, 3))
+            three = asyncio.run(fire_once(dbs[1].url, args.schedules, 3, args.lead))
             print(f"{backend}: three schedulers {three['lateness_s']}", file=sys.stderr)
             full = asyncio.run(pass_time(dbs[2].url, args.schedules, 0, "f"))
             tenth = asyncio.run(pass_time(dbs[3].url, args.schedules // 10, 0, "t"))

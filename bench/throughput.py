@@ -1,7 +1,7 @@
 """Throughput and claim latency of corral's store and dispatcher, against a raw baseline.
 
     .venv/bin/python bench/throughput.py [--jobs 20000] [--batch 100] [--db sqlite,postgres]
-                                         [--big 1000000] [--pg-url URL]
+                                         [--big 1000000] [--samples 1000] [--pg-url URL]
 
 For each database it measures, in one run:
   * submit jobs/s (batches of 1,000) and dispatch+complete jobs/s for N no-op jobs through
@@ -18,7 +18,8 @@ For each database it measures, in one run:
     raw_same_writes/raw (the cost of the promises) and corral/raw_same_writes (corral's own
     overhead);
   * p50/p99 claim latency (the claim transaction, rolled back so the queue stays the same
-    size) with 10k queued, with `--big` queued, and with `--big` finished jobs in the table;
+    size; `--samples` of each) with 10k queued, with `--big` queued, and with `--big`
+    finished jobs in the table;
   * the dispatcher's peak RSS (each dispatch phase runs in its own process), also with
     `--big` jobs queued while 10k of them run;
 Every measured phase starts on a fresh database and right after an ANALYZE, so all phases
@@ -555,7 +556,9 @@ async def _pg_claim_timings(params: dict[str, Any], batch: int, samples: int) ->
     return timings
 
 
-def latency_scenarios(kind: str, pg: str, batch: int, big: int) -> dict[str, Any]:
+def latency_scenarios(
+    kind: str, pg: str, batch: int, big: int, samples: int = 1000
+) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for label, queued, finished in (
         ("10k_queued", 10_000, 0),
@@ -567,7 +570,7 @@ def latency_scenarios(kind: str, pg: str, batch: int, big: int) -> dict[str, Any
             if finished:
                 seed(db, state="succeeded", count=finished)
             seed(db, state="queued", count=queued)
-            out[label] = claim_latency(db, batch)
+            out[label] = claim_latency(db, batch, samples)
         finally:
             db.drop()
     base = out["10k_queued"]["p99_ms"]
@@ -598,7 +601,9 @@ def run_database(kind: str, args: argparse.Namespace) -> dict[str, Any]:
         result["raw_same_writes_jobs_per_s"] / result["raw_jobs_per_s"]
     )
     result["ratio_corral_vs_raw_same_writes"] = corral_rate / result["raw_same_writes_jobs_per_s"]
-    result["claim_latency"] = latency_scenarios(kind, args.pg_url, args.batch, args.big)
+    result["claim_latency"] = latency_scenarios(
+        kind, args.pg_url, args.batch, args.big, args.samples
+    )
     held = min(10_000, args.big // 2)  # a small --big (a smoke run) holds half of it
     result["rss_big_queue"] = rss_scenario(kind, args.pg_url, args.batch, args.big, held)
     return result
@@ -610,6 +615,9 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=100)
     parser.add_argument(
         "--big", type=int, default=1_000_000, help="Rows for the large-table latency cases."
+    )
+    parser.add_argument(
+        "--samples", type=int, default=1000, help="Timed claims of each latency case."
     )
     parser.add_argument("--db", default="sqlite,postgres")
     parser.add_argument("--pg-url", default=DEFAULT_PG)

@@ -42,7 +42,7 @@ def _bench(script: str, *args: str, server: bool = True) -> Any:
 
 
 def test_throughput_reports_both_databases() -> None:
-    report = _bench("throughput.py", "--jobs", "300", "--big", "3000")
+    report = _bench("throughput.py", "--jobs", "300", "--big", "3000", "--samples", "50")
     for kind in ("sqlite", "postgres"):
         got = report[kind]
         assert got["corral"]["dispatch_complete_jobs_per_s"] > 0
@@ -97,7 +97,9 @@ def test_alerts_report_the_noise_and_the_ratio_with_the_alerter_on() -> None:
 
 def test_history_reports_serve_and_a_pass_at_two_sizes() -> None:
     report = _bench(
-        "history.py", "--small", "20", "--big", "60", "--settle", "2", "--passes", "2", server=False
+        "history.py",
+        *("--small", "20", "--big", "60", "--settle", "0.5", "--passes", "2"),
+        server=False,
     )
     assert report["big"]["finished_runs"] == 60
     assert report["ratio_serve_rss_big_vs_small"] > 0
@@ -112,7 +114,7 @@ def test_cli_start_reports_each_command_and_bulk_submit() -> None:
 
 
 def test_schedules_reports_lateness_duplicates_and_scaling() -> None:
-    report = _bench("schedules.py", "--schedules", "40", "--paused", "100")
+    report = _bench("schedules.py", "--schedules", "40", "--paused", "100", "--lead", "2")
     for kind in ("sqlite", "postgres"):
         got = report[kind]
         assert got["one_scheduler"]["fired"] == 40
@@ -124,7 +126,9 @@ def test_schedules_reports_lateness_duplicates_and_scaling() -> None:
 
 
 def test_api_reports_each_page_against_its_bare_sql() -> None:
-    report = _bench("api.py", "--jobs", "2000", "--events", "10000", "--requests", "10")
+    report = _bench(
+        "api.py", "--jobs", "2000", "--events", "10000", "--requests", "10", "--clients", "2"
+    )
     assert set(report["pages"]) == {"state", "state_queue", "label", "job"}
     for page in report["pages"].values():
         assert page["ratio_p95_api_vs_bare"] > 0
@@ -133,7 +137,9 @@ def test_api_reports_each_page_against_its_bare_sql() -> None:
 
 def test_dashboard_reports_its_pages_against_the_api_list() -> None:
     report = _bench(
-        "dashboard.py", "--jobs", "2000", "--events", "10000", "--requests", "8", "--alone", "2"
+        "dashboard.py",
+        *("--jobs", "2000", "--events", "10000", "--clients", "2", "--requests", "8"),
+        *("--alone", "2"),
     )
     overviews = {"overview", "overview_one_tenant"}
     cold = {f"{name}_cold" for name in overviews}  # read anew at each request (?fresh=1)

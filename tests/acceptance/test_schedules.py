@@ -9,7 +9,11 @@ import json
 import subprocess
 import sys
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
@@ -17,6 +21,15 @@ from corral import model, store
 from tests.support.cli import Run, corral_env
 from tests.support.crash import stop
 from tests.support.wait import PATIENCE
+
+T = TypeVar("T")
+
+
+def side_by_side(*calls: Callable[[], T]) -> list[T]:
+    """The results of `calls`, made at once from threads: `corral` commands that do not
+    depend on each other, each a process of its own as a user's would be."""
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        return [done.result() for done in [pool.submit(call) for call in calls]]
 
 
 def test_schedules_add_list_show_preview_and_bad_input(corral: Run) -> None:
@@ -43,13 +56,19 @@ def test_schedules_add_list_show_preview_and_bad_input(corral: Run) -> None:
         "Europe/Berlin",
         False,
     )
-    listed = json.loads(corral("schedules", "list", "--json").stdout)
-    assert [s["name"] for s in listed] == ["nightly"]
-    shown = json.loads(corral("schedules", "show", "nightly", "--json").stdout)
-    assert len(shown["upcoming"]) == 5
-    assert shown["firings"] == []
-    preview = json.loads(
-        corral(
+    # What reads, or is refused, does not wait for the others: side by side.
+    bad = [
+        (["--cron", "61 * * * *"], "cron:"),
+        (["--cron", "0 9 * * *", "--tz", "Mars/Olympus"], "tz:"),
+        (["--every", "500ms"], "every:"),
+        (["--every", "1m", "--start", "soon"], "start:"),
+        (["--every", "1m", "--payload", "[1]"], "payload:"),
+    ]
+    listed_out, shown_out, preview_out, leap, *refusals = side_by_side(
+        partial(corral, "schedules", "list", "--json"),
+        partial(corral, "schedules", "show", "nightly", "--json"),
+        partial(
+            corral,
             "schedules",
             "preview",
             "--cron",
@@ -61,34 +80,38 @@ def test_schedules_add_list_show_preview_and_bad_input(corral: Run) -> None:
             "--count",
             "2",
             "--json",
-        ).stdout
+        ),
+        partial(
+            corral,
+            "schedules",
+            "preview",
+            "--cron",
+            "0 0 29 2 *",
+            "--from",
+            "2028-02-28",
+            "--count",
+            "2",
+            "--json",
+        ),
+        *[
+            partial(corral, "schedules", "add", "bad", *args, "--", "true", check=False)
+            for args, _ in bad
+        ],
     )
+    listed = json.loads(listed_out.stdout)
+    assert [s["name"] for s in listed] == ["nightly"]
+    shown = json.loads(shown_out.stdout)
+    assert len(shown["upcoming"]) == 5
+    assert shown["firings"] == []
+    preview = json.loads(preview_out.stdout)
     assert [p["at"] for p in preview] == ["2026-03-28T02:30:00+01:00", "2026-03-29T03:00:00+02:00"]
     assert preview[0]["moved"] is None
     assert "does not exist" in preview[1]["moved"]
-    leap = corral(
-        "schedules",
-        "preview",
-        "--cron",
-        "0 0 29 2 *",
-        "--from",
-        "2028-02-28",
-        "--count",
-        "2",
-        "--json",
-    )
     assert [p["utc"] for p in json.loads(leap.stdout)] == [
         "2028-02-29T00:00:00+00:00",
         "2032-02-29T00:00:00+00:00",
     ]
-    for args, field in [
-        (["--cron", "61 * * * *"], "cron:"),
-        (["--cron", "0 9 * * *", "--tz", "Mars/Olympus"], "tz:"),
-        (["--every", "500ms"], "every:"),
-        (["--every", "1m", "--start", "soon"], "start:"),
-        (["--every", "1m", "--payload", "[1]"], "payload:"),
-    ]:
-        refused = corral("schedules", "add", "bad", *args, "--", "true", check=False)
+    for (args, field), refused in zip(bad, refusals, strict=True):
         assert refused.returncode == 2, (args, refused.stderr)
         assert field in refused.stderr, (args, refused.stderr)
     assert len(json.loads(corral("schedules", "list", "--json").stdout)) == 1, "nothing stored"
@@ -108,11 +131,9 @@ def test_schedules_add_list_show_preview_and_bad_input(corral: Run) -> None:
     assert merged["policy"]["heartbeat"] is True, "--deadline keeps the rest of the policy"
     assert merged["policy"]["limits"]["attempt_deadline"] == 120  # stored in seconds
     corral("schedules", "update", "nightly", "--deadline", "3m")  # a new one replaces it
-    again = json.loads(corral("schedules", "show", "nightly", "--json").stdout)["template"]
-    assert again["policy"]["limits"]["attempt_deadline"] == 180
-    assert (
-        json.loads(corral("schedules", "show", "nightly", "--json").stdout)["cron"] == "0 3 * * *"
-    )
+    again = json.loads(corral("schedules", "show", "nightly", "--json").stdout)
+    assert again["template"]["policy"]["limits"]["attempt_deadline"] == 180
+    assert again["cron"] == "0 3 * * *"
     job_id = corral("schedules", "trigger", "nightly").stdout.strip()
     assert json.loads(corral("jobs", "show", job_id, "--json").stdout)["state"] == "queued"
     corral("schedules", "delete", "nightly")
@@ -184,10 +205,10 @@ def test_a_backfill_of_730_days_through_a_2_slot_pool(
     assert made == {"created": 730, "existing": 0, "dry_run": False}
     again = json.loads(corral(*args, "--pool", "backfill", "--code-version", "v1.4.2").stdout)
     assert again == {"created": 0, "existing": 730, "dry_run": False}, "idempotent"
-    others = [
-        json.loads(corral("submit", "--json", "--queue", "live", "--", "true").stdout)["id"]
-        for _ in range(5)
-    ]
+    (tmp_path / "live.jsonl").write_text('{"spec": {"command": ["true"]}, "queue": "live"}\n' * 5)
+    live = json.loads(corral("submit", "--from-file", "live.jsonl", "--json").stdout)
+    assert live["created"] == 5
+    others = [job["id"] for job in live["jobs"]]
     # Two slots: a tick claims at most two, so ticks come often.
     fast = {
         "CORRAL_TIMEOUTS__DISPATCH_INTERVAL": "50ms",
@@ -210,7 +231,7 @@ def test_a_backfill_of_730_days_through_a_2_slot_pool(
             counts = asyncio.run(_counts(url))
             if counts.get("succeeded", 0) == 735:
                 break
-            time.sleep(1)
+            time.sleep(0.25)
         else:
             raise AssertionError(f"not all done: {counts}")
     finally:

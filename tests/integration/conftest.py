@@ -1,18 +1,21 @@
 """What the integration tests share: corral's loops running in-process on a real SQLite
-file, with the process executor and short limits, and a client to drive them."""
+file, with the process executor and short limits, and a client to drive them; on the real
+clock (`corral`), or on a PausedClock that only the test moves (`paused_corral`)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from corral import client, config, errors, health, model, runtime
+from corral import client, clock, config, errors, health, model, runtime
+from corral.testing import PausedClock
 from tests.support.cluster import cluster  # noqa: F401  (the Kubernetes double, a fixture)
 from tests.support.procs import kill_leftovers
 from tests.support.wait import PATIENCE, eventually
@@ -26,6 +29,7 @@ class Corral:
     root: Path
     database_url: str
     health_file: Path
+    clock: clock.Clock
 
     async def submit(self, script: str, **kw: Any) -> int:
         job_id, _ = await self.client.submit(spec={"command": ["sh", "-c", script]}, **kw)
@@ -68,9 +72,8 @@ class Corral:
         return sorted(p.name for p in self.root.glob(f"corral-{job_id}-*"))
 
 
-@pytest.fixture
-async def corral(tmp_path: Path, sqlite_url: str) -> AsyncIterator[Corral]:
-    url = sqlite_url
+@contextlib.asynccontextmanager
+async def _running(tmp_path: Path, url: str, clk: clock.Clock) -> AsyncIterator[Corral]:
     settings = config.Settings(
         database_url=url,
         state_dir=tmp_path / "state",
@@ -89,11 +92,31 @@ async def corral(tmp_path: Path, sqlite_url: str) -> AsyncIterator[Corral]:
         ),
     )
     stop = asyncio.Event()
-    loops = asyncio.create_task(runtime.serve(settings, stop))
-    async with runtime.connect(settings) as c:
+    loops = asyncio.create_task(runtime.serve(settings, stop, clk=clk))
+    async with runtime.opened(settings, clk=clk) as rt:
+        c = client.Client(store=rt.store, executors=rt.executors, settings=settings, clock=clk)
         try:
-            yield Corral(c, settings.process_root, url, tmp_path / "health.json")
+            yield Corral(c, settings.process_root, url, tmp_path / "health.json", clk)
         finally:
             stop.set()
             await asyncio.wait_for(loops, PATIENCE)
             kill_leftovers(settings.process_root)
+
+
+@pytest.fixture
+async def corral(tmp_path: Path, sqlite_url: str) -> AsyncIterator[Corral]:
+    async with _running(tmp_path, sqlite_url, clock.SystemClock()) as running:
+        yield running
+
+
+@pytest.fixture
+async def paused_corral(tmp_path: Path, sqlite_url: str) -> AsyncIterator[Corral]:
+    """corral's loops and the client on a PausedClock that starts at the real time: a lease
+    or a deadline passes for them only when the test moves the clock on (`corral.clock`).
+    The jobs' processes keep real time: a heartbeat renews a lease from when it is sent.
+    Its loops sleep a tenth of a second of real time each round, as often as on the real
+    clock, not more."""
+    clk = PausedClock(datetime.now(UTC), pause=0.1)
+    async with _running(tmp_path, sqlite_url, clk) as running:
+        clk.advance(max((datetime.now(UTC) - clk.now()).total_seconds(), 0.0))  # the test's start
+        yield running

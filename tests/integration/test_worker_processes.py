@@ -27,11 +27,12 @@ J, A = model.JobState, model.AttemptState
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "billing"
 CORRAL = str(Path(sys.executable).with_name("corral"))
 TIMEOUTS = {
-    # Real processes keep real time: heartbeats every second, a lease of ten, so a worker
-    # killed is known dead ten seconds on, and one alive never looks dead on a busy machine.
+    # Real processes keep real time: heartbeats every second, a lease of five, so a worker
+    # killed is known dead five seconds on, and one alive never looks dead on a busy machine
+    # (at load 8, a worker's heartbeats come 1.1 s apart at most).
     "margin": "1s",
     "heartbeat_interval": "1s",
-    "lease_timeout": "10s",
+    "lease_timeout": "5s",
     "drain_timeout": "1s",
 }
 
