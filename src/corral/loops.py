@@ -207,6 +207,7 @@ class Pulse:
             beat_at=now,
         )
         self._failing = False
+        self._steady_since: float | None = None  # clock.monotonic() of the first beat of a run
 
     @property
     def id(self) -> str:
@@ -225,9 +226,19 @@ class Pulse:
             await beats
             await self.stop()
 
+    def sees_silence(self) -> bool:
+        """Whether this process may take another loop's silence for its death: only once it
+        has itself beaten without a miss for STALE_BEATS + 1 heartbeats. After the database
+        was away, every loop's beats are old; the others get those beats to come back in."""
+        if self._steady_since is None:
+            return False
+        steady = self.clock.monotonic() - self._steady_since
+        return steady >= (STALE_BEATS + 1) * self.heartbeat.total_seconds()
+
     async def start(self) -> None:
         """Write this process's row: it is alive from now."""
         await self.db.loops.register(loop=self.loop)
+        self._steady_since = self.clock.monotonic()
         log.info(
             "%s %s on %s (pid %d) recorded in the loops table; a beat every %s",
             self.loop.kind,
@@ -262,10 +273,12 @@ class Pulse:
         except errors.StoreError as exc:
             if not self._failing:
                 log.warning("loops table: could not beat (again in %s): %s", self.heartbeat, exc)
-            self._failing = True
+            self._failing, self._steady_since = True, None
             return []
         if self._failing:
             log.info("loops table: beating again")
+        if self._steady_since is None:
+            self._steady_since = self.clock.monotonic()
         self._failing = False
         for warning in begun:
             log.warning("%s", warning.message)

@@ -140,17 +140,19 @@ class Reconciler:
         clock: clock.Clock,
         settings: config.Settings,
         retry: retry.Retry | None = None,
-        sender: str | None = None,
+        pulse: loops.Pulse | None = None,
     ) -> None:
-        """`sender`: this process's id in the loops table, recorded on each attempt it
-        relaunches blind (an HTTP request, recorded running before it is sent)."""
+        """`pulse`: this process's row in the loops table: its id is recorded on each
+        attempt it relaunches blind (an HTTP request, recorded running before it is sent),
+        and it says when another loop's silence may be taken for its death."""
         self.store = store
         self.executors = dict(executors)
         self.clock = clock
         self.settings = settings
         self.t = settings.timeouts
         self.retry = retry or retry_.Retry.from_settings(settings)
-        self.sender = sender
+        self.pulse = pulse
+        self.sender = pulse.id if pulse is not None else None
         self._here = loops.Here.this_host()
         self._noted_unknown: set[int] = set()  # fences already noted, to keep the run log short
         # Attempts this process is stopping, by fence: since when (their pods' grace counts
@@ -238,12 +240,16 @@ class Reconciler:
         will ever record their outcome. Each job gets a new attempt at once (a new fence,
         the same Idempotency-Key), not charged (store.attempts.attempt_lost_with_sender)."""
         now, heartbeat = self.clock.now(), self.t.heartbeat_interval
+        # A silence elsewhere counts only while this process beats steadily itself: after
+        # the database was away, every loop is silent, and none of them is dead for it.
+        silence = self.pulse is None or self.pulse.sees_silence()
         dead = {
             loop.id: (loop, state)
             for loop in await self.store.loops.all()
             if loop.id != self.sender
             and (state := loops.liveness(loop, now=now, heartbeat=heartbeat, here=self._here))
             is not loops.Liveness.LIVE
+            and (silence or state is not loops.Liveness.STALE)
         }
         if not dead:
             return

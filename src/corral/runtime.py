@@ -228,7 +228,7 @@ async def serve(
                     alert=alert and bool(settings.alerts.rules),
                     operate=operate,
                     on_ready=on_ready,
-                    sender=pulse.id,
+                    pulse=pulse,
                 )
 
 
@@ -250,10 +250,10 @@ async def _run_loops(
     alert: bool,
     on_ready: Callable[[Runtime], Awaitable[None]] | None,
     operate: bool = True,
-    sender: str | None = None,
+    pulse: loops.Pulse | None = None,
 ) -> None:
-    """Run the loops asked for on an opened runtime until `stop` is set; `sender`: this
-    process's id in the loops table."""
+    """Run the loops asked for on an opened runtime until `stop` is set; `pulse`: this
+    process's row in the loops table."""
     from corral import alerts, dispatcher, operations, reconciler, retry, scheduler
 
     if on_ready is not None:
@@ -267,7 +267,7 @@ async def _run_loops(
             clock=rt.clock,
             settings=rt.settings,
             retry=rules,
-            sender=sender,
+            sender=pulse.id if pulse is not None else None,
         )
         running.append(d.run(stop, on_tick=beats.recorder(health.DISPATCHER)))
     if reconcile:
@@ -277,7 +277,7 @@ async def _run_loops(
             clock=rt.clock,
             settings=rt.settings,
             retry=rules,
-            sender=sender,
+            pulse=pulse,
         )
         passed = beats.recorder(health.RECONCILER)
         if url := rt.settings.alerts.heartbeat_url:

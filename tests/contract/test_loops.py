@@ -243,3 +243,34 @@ async def test_a_warning_is_kept_a_week_after_it_ended(db: store.Store, clock: F
         clock.advance(2)
         await scheduler.beat_once()
         assert await db.loops.warnings() == []
+
+
+async def test_after_an_outage_a_silence_counts_only_once_this_process_beats_steadily(
+    db: store.Store, clock: FrozenClock
+) -> None:
+    """The database was away: every loop's last beat is old, the reconciler's own too. A
+    sender elsewhere that is as silent is not taken for dead until this process has beaten
+    without a miss for four heartbeats, time in which a live sender beats again; one
+    whose process is gone from this host is dead at once."""
+    far = replace(pulse(db, clock, "dispatcher").loop, host="another-host")
+    await db.loops.register(loop=far)
+    cut = await _blind(db, clock, far.id)
+    gone = _dead_loop(db, clock)
+    await db.loops.register(loop=gone)
+    lost_at_once = await _blind(db, clock, gone.id)
+    clock.advance(10 * BEAT.total_seconds())  # the outage
+    own = pulse(db, clock, "serve", "dispatcher", "reconciler")
+    await own.start()
+    r = reconciler.Reconciler(
+        store=db, executors={"noop": NoopExecutor()}, clock=clock, settings=settings(), pulse=own
+    )
+    assert (await r.run_once()).lost == 1
+    assert [a.state for a in await db.attempt_list(job_id=lost_at_once.job.id)] == [A.LOST]
+    for _ in range(loops.STALE_BEATS):
+        clock.advance(BEAT.total_seconds())
+        await own.beat_once()
+        assert (await r.run_once()).lost == 0  # not yet: the sender may be beating again
+    clock.advance(BEAT.total_seconds())
+    await own.beat_once()
+    assert (await r.run_once()).lost == 1
+    assert [a.state for a in await db.attempt_list(job_id=cut.job.id)] == [A.LOST]
