@@ -527,8 +527,13 @@ async def test_a_job_s_page_is_pushed_as_it_changes_until_it_stops(
     shown = (await http.get(f"/ui/jobs/{job_id}")).text
     assert f'sse-connect="/ui/jobs/{job_id}/stream"' in shown
     assert "hx-trigger" not in shown  # nothing polls
+    assert isinstance(c.clock, FrozenClock)
+    started = c.clock.monotonic()
     streaming = asyncio.create_task(http.get(f"/ui/jobs/{job_id}/stream"))
-    await eventually(lambda: slots_taken(http) == 1, what="the stream is open")
+    await eventually(  # its first drawing is made: it waits for a change (its sleeps move time)
+        lambda: slots_taken(http) == 1 and c.clock.monotonic() > started,
+        what="the stream drew the queued job",
+    )
     await c.cancel(job_id, reason="test")
     answer = await streaming
     assert answer.headers["content-type"].startswith("text/event-stream")
