@@ -23,6 +23,18 @@ from corral import store
 from corral.store import tables
 from corral.testing import FrozenClock
 
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test has a node id of its own: pytest-xdist hands tests to its workers by id,
+    and of several that share one it runs only the first, silently."""
+    seen: set[str] = set()
+    twice = sorted({i.nodeid for i in items if i.nodeid in seen or seen.add(i.nodeid)})
+    if twice:
+        raise pytest.UsageError(
+            "these node ids name more than one test (give each its own id): " + ", ".join(twice)
+        )
+
+
 PG_ENV = "CORRAL_TEST_POSTGRES_URL"
 DEFAULT_PG = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 
