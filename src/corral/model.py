@@ -701,8 +701,10 @@ def decoded(data: bytes, *, cut_before: bool = False, cut_after: bool = False) -
 
 @dataclass(frozen=True, slots=True)
 class Pointer:
-    """Which attempt's output a published dataset shows: write-audit-publish's pointer."""
+    """Which attempt's output a published dataset of a tenant shows: write-audit-publish's
+    pointer. Each tenant has its own datasets: one name of two tenants is two pointers."""
 
+    tenant: str
     dataset: str
     fence: int
     location: str

@@ -288,3 +288,69 @@ async def test_0012_keeps_where_each_rule_and_subject_stands(empty_url: str) -> 
     }
     assert await db.alert_open() == {"queue:mail"}
     await db.close()
+
+
+async def test_0023_gives_each_pointer_the_tenant_of_its_fence_s_job(empty_url: str) -> None:
+    """A database of 0022 with pointers: after the upgrade, a pointer whose attempt is
+    still stored takes its job's tenant, one whose attempt is gone takes `default`, and
+    two tenants may then each hold a dataset of one name."""
+    from datetime import UTC, datetime
+
+    from sqlalchemy import insert
+
+    from corral import store
+    from corral.store.tables import attempts, jobs
+
+    _migrated_to(empty_url, "0022")
+    t0 = datetime(2026, 12, 1, tzinfo=UTC)
+    engine = create_engine(empty_url)
+    with engine.begin() as conn:
+        conn.execute(
+            insert(jobs).values(
+                id=7,
+                tenant="acme",
+                queue="q",
+                executor="noop",
+                spec={},
+                state="succeeded",
+                priority=0,
+                run_at=t0,
+                max_attempts=1,
+                attempt_count=1,
+                labels={},
+                created_at=t0,
+                updated_at=t0,
+            )
+        )
+        conn.execute(
+            insert(attempts).values(
+                id=70,
+                job_id=7,
+                attempt_no=1,
+                launch_name="j7-1",
+                executor="noop",
+                state="succeeded",
+                created_at=t0,
+                updated_at=t0,
+            )
+        )
+        for dataset, fence in (("sales", 70), ("old", 3)):
+            conn.execute(
+                text(
+                    "INSERT INTO publish_pointers (dataset, fence, location, published_at)"
+                    " VALUES (:d, :f, :l, :t)"
+                ),
+                {"d": dataset, "f": fence, "l": f"file:///{dataset}", "t": t0},
+            )
+    engine.dispose()
+    db = store.Store.connect(empty_url)
+    assert await db.migrate() == ("0022", migrate.head())
+    sales = await db.pointer_get(dataset="sales", tenant="acme")
+    assert sales is not None
+    assert (sales.tenant, sales.fence) == ("acme", 70)
+    assert await db.pointer_get(dataset="sales", tenant="default") is None
+    old = await db.pointer_get(dataset="old", tenant="default")
+    assert old is not None
+    assert old.location == "file:///old"
+    assert await db.pointer_get(dataset="sales", fence=70) == sales
+    await db.close()

@@ -131,6 +131,31 @@ async def test_a_pointer_published_by_a_newer_fence_is_refused_naming_it(setup: 
         )
 
 
+async def test_an_attempt_reads_and_swaps_its_own_tenant_s_pointers_only(setup: Setup) -> None:
+    """Tenant b's job names tenant a's dataset: it reads nothing, and its swap makes b's own
+    pointer of that name, leaving a's where it was (a's job still reads its own)."""
+    theirs = await setup.running(queue="one", tenant="a")
+    mine = await setup.running(queue="two", tenant="b")  # a newer fence than a's
+    async with setup.api(await setup.token(theirs)) as api:
+        a_reports = await api.pointer_swap(
+            dataset="reports", location="file:///a", code_version=None
+        )
+        assert isinstance(a_reports, model.Pointer)
+        assert a_reports.tenant == "a"
+    async with setup.api(await setup.token(mine)) as api:
+        assert await api.pointer_get("reports") is None, "another tenant's dataset is not found"
+        b_reports = await api.pointer_swap(
+            dataset="reports", location="file:///b", code_version=None
+        )
+        assert isinstance(b_reports, model.Pointer)
+        assert (b_reports.tenant, b_reports.location) == ("b", "file:///b")
+        assert await api.pointer_get("reports") == b_reports
+    async with setup.api(await setup.token(theirs)) as api:
+        assert await api.pointer_get("reports") == a_reports, "a's pointer did not move"
+    got = await setup.c.store.pointer_get(dataset="reports", tenant="a")
+    assert got == a_reports
+
+
 async def test_attempt_tokens_and_person_tokens_each_open_only_their_own_routes(
     setup: Setup,
 ) -> None:

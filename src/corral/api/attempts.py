@@ -79,6 +79,7 @@ class NewCheckpoint(BaseModel):
 
 
 class Pointer(BaseModel):
+    tenant: str = Field(description="The tenant whose dataset this is: the attempt's job's.")
     dataset: str
     fence: int
     location: str
@@ -94,6 +95,7 @@ class Swap(BaseModel):
 
 def _pointer(p: model.Pointer) -> Pointer:
     return Pointer(
+        tenant=p.tenant,
         dataset=p.dataset,
         fence=p.fence,
         location=p.location,
@@ -139,15 +141,17 @@ async def checkpoint_save(body: NewCheckpoint, who: Caller, c: Client) -> None:
 async def pointer_get(
     who: Caller, c: Client, dataset: Annotated[str, Query(min_length=1, max_length=500)]
 ) -> Pointer | None:
-    """Where `dataset` points now; null before anything was published."""
-    found = await c.store.pointer_get(dataset=dataset)
+    """Where `dataset` of this attempt's tenant points now; null before anything was
+    published (another tenant's dataset of that name is not this one)."""
+    found = await c.store.pointer_get(dataset=dataset, fence=who.fence)
     return None if found is None else _pointer(found)
 
 
 @router.post("/pointer", response_model=Pointer)
 async def pointer_swap(body: Swap, who: Caller, c: Client) -> Pointer | JSONResponse:
-    """Point `dataset` at `location`, this attempt's output: applied only over a lower
-    fence (409, naming the newer one, when an attempt as new or newer published it)."""
+    """Point `dataset` of this attempt's tenant at `location`, this attempt's output:
+    applied only over a lower fence (409, naming the newer one, when an attempt as new or
+    newer published it)."""
     swapped = await c.store.pointer_swap(
         dataset=body.dataset,
         fence=who.fence,

@@ -28,6 +28,7 @@ import contextlib
 import csv
 import io
 import json
+import os
 import secrets
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -148,7 +149,7 @@ class Publisher:
     def stage(self) -> str:
         """Make a new staging folder for this attempt and return it. InvalidInput when
         this attempt (or a newer one) has published the dataset already."""
-        pointer = run_blocking(_pointer(self.dataset, self.settings, self._api()))
+        pointer = run_blocking(self._pointer())
         if pointer is not None and pointer.fence >= self.writer.fence:
             raise errors.InvalidInput(
                 f"{self.dataset}: fence {pointer.fence} has published it already; a new"
@@ -218,6 +219,12 @@ class Publisher:
     def _api(self) -> ApiReach | None:
         return own_api(self.writer.fence)
 
+    async def _pointer(self) -> model.Pointer | None:
+        """The dataset's pointer, of this attempt's tenant."""
+        return await _pointer(
+            self.dataset, self.settings, reach=self._api(), fence=self.writer.fence
+        )
+
     def _audit(self, staged: str, audits: Sequence[Audit]) -> list[str]:
         if not self.fs.isdir(staged):
             raise errors.InvalidInput(f"{self.dataset}: nothing staged at {self.location}")
@@ -228,7 +235,7 @@ class Publisher:
         retention: those of fences below the published one, and this fence's other tries.
         The published folder, and folders of newer fences (still running, perhaps), stay.
         Returns what was removed."""
-        pointer = run_blocking(_pointer(self.dataset, self.settings, self._api()))
+        pointer = run_blocking(self._pointer())
         cutoff = self.clock.now() - self.retention
         parent = f"{self.root}/{self.dataset}/{STAGING}"
         if pointer is None or not self.fs.exists(parent):
@@ -261,25 +268,38 @@ def _fence_of(folder: str) -> int | None:
 
 
 async def _pointer(
-    dataset: str, settings: config.Settings | None, reach: ApiReach | None = None
+    dataset: str,
+    settings: config.Settings | None,
+    *,
+    reach: ApiReach | None = None,
+    tenant: str | None = None,
+    fence: int | None = None,
 ) -> model.Pointer | None:
+    """`dataset`'s pointer: over the API (the attempt's tenant's), else on the store, of
+    `tenant` or of the tenant of attempt `fence`'s job."""
     if reach is not None:
         async with AttemptApi(reach) as api:
             return await api.pointer_get(dataset)
     db = store_for(settings)
     try:
-        return await db.pointer_get(dataset=dataset)
+        return await db.pointer_get(dataset=dataset, tenant=tenant, fence=fence)
     finally:
         await db.close()
 
 
-def resolve(dataset: str, *, settings: config.Settings | None = None) -> str | None:
+def resolve(
+    dataset: str, *, tenant: str | None = None, settings: config.Settings | None = None
+) -> str | None:
     """The folder (URL) readers of `dataset` read now: one attempt's whole output. None
-    before anything was published."""
-    return run_blocking(resolve_async(dataset, settings=settings))
+    before anything was published. `tenant`: whose dataset (default: CORRAL_TENANT, the
+    tenant of the job this runs in, else `default`)."""
+    return run_blocking(resolve_async(dataset, tenant=tenant, settings=settings))
 
 
-async def resolve_async(dataset: str, *, settings: config.Settings | None = None) -> str | None:
+async def resolve_async(
+    dataset: str, *, tenant: str | None = None, settings: config.Settings | None = None
+) -> str | None:
     """`resolve` for async code."""
-    pointer = await _pointer(dataset, settings)
+    tenant = tenant or os.environ.get("CORRAL_TENANT") or "default"
+    pointer = await _pointer(dataset, settings, tenant=tenant)
     return None if pointer is None else pointer.location

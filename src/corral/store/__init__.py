@@ -1025,8 +1025,10 @@ class Store:
             now=now,
         )
 
-    async def pointer_get(self, *, dataset: str) -> model.Pointer | None:
-        return await self._tx(sinks.pointer_get, dataset=dataset)
+    async def pointer_get(
+        self, *, dataset: str, tenant: str | None = None, fence: int | None = None
+    ) -> model.Pointer | None:
+        return await self._tx(sinks.pointer_get, dataset=dataset, tenant=tenant, fence=fence)
 
     # --- bulk operations (operations.py) ------------------------------------------------
 

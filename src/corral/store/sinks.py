@@ -81,17 +81,20 @@ def pointer_swap(
     code_version: str | None,
     now: datetime,
 ) -> model.Pointer | int:
-    """Point `dataset` at `location`, published by attempt `fence`: a compare-and-swap
-    that applies when the stored fence is lower, or there is none (or it is this same
-    publish again: same fence and location, so a retried publish is not refused).
-    Returns the pointer it wrote, else the fence that holds the pointer."""
+    """Point `dataset` of the tenant of attempt `fence`'s job at `location`: a
+    compare-and-swap that applies when the stored fence is lower, or there is none (or it
+    is this same publish again: same fence and location, so a retried publish is not
+    refused). Returns the pointer it wrote, else the fence that holds the pointer. The
+    tenant is the fence's, never the caller's word: an attempt swaps its own tenant's
+    pointers only."""
+    tenant = fence_tenant(conn, fence=fence)
     insert = dialects.upsert(conn, publish_pointers)
     values = {"fence": fence, "location": location, "code_version": code_version}
     held = publish_pointers.c
     stmt = (
-        insert.values(dataset=dataset, published_at=now, **values)
+        insert.values(tenant=tenant, dataset=dataset, published_at=now, **values)
         .on_conflict_do_update(
-            index_elements=[held.dataset],
+            index_elements=[held.tenant, held.dataset],
             set_={**values, "published_at": now},
             where=(held.fence < fence) | ((held.fence == fence) & (held.location == location)),
         )
@@ -100,19 +103,42 @@ def pointer_swap(
     row = conn.execute(stmt).first()
     if row is not None:
         return _pointer(row)
-    return int(conn.execute(select(held.fence).where(held.dataset == dataset)).scalar_one())
+    mine = (held.tenant == tenant) & (held.dataset == dataset)
+    return int(conn.execute(select(held.fence).where(mine)).scalar_one())
 
 
-def pointer_get(conn: Connection, *, dataset: str) -> model.Pointer | None:
-    """Where `dataset` points now, and who put it there."""
+def pointer_get(
+    conn: Connection, *, dataset: str, tenant: str | None = None, fence: int | None = None
+) -> model.Pointer | None:
+    """Where `dataset` of `tenant` (or of the tenant of attempt `fence`'s job) points now,
+    and who put it there. Another tenant's dataset of the same name is not this one."""
+    if tenant is None:
+        if fence is None:
+            raise errors.InvalidInput("pointer: give the tenant, or the fence of an attempt")
+        tenant = fence_tenant(conn, fence=fence)
+    held = publish_pointers.c
     row = conn.execute(
-        select(publish_pointers).where(publish_pointers.c.dataset == dataset)
+        select(publish_pointers).where((held.tenant == tenant) & (held.dataset == dataset))
     ).first()
     return None if row is None else _pointer(row)
 
 
+def fence_tenant(conn: Connection, *, fence: int) -> str:
+    """The tenant of the job of attempt `fence`; `default` when no such attempt is stored
+    (a fence given by hand on the store, whose holder is the operator, or one forgotten:
+    as migration 0023 placed those pointers). Over the API the attempt always exists: its
+    token was checked against it."""
+    tenant = conn.execute(
+        select(jobs.c.tenant)
+        .select_from(attempts.join(jobs, jobs.c.id == attempts.c.job_id))
+        .where(attempts.c.id == fence)
+    ).scalar_one_or_none()
+    return "default" if tenant is None else str(tenant)
+
+
 def _pointer(row: Any) -> model.Pointer:
     return model.Pointer(
+        tenant=row.tenant,
         dataset=row.dataset,
         fence=int(row.fence),
         location=row.location,

@@ -174,6 +174,7 @@ checkpoints = Table(
 publish_pointers = Table(
     "publish_pointers",
     metadata,
+    Column("tenant", String(200), primary_key=True),
     Column("dataset", String(500), primary_key=True),
     Column("fence", Id, nullable=False),
     Column("location", Text, nullable=False),

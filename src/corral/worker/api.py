@@ -127,6 +127,7 @@ def _raise_for(answer: httpx.Response, url: str) -> None:
 
 def _pointer(said: Mapping[str, Any]) -> model.Pointer:
     return model.Pointer(
+        tenant=said["tenant"],
         dataset=said["dataset"],
         fence=said["fence"],
         location=said["location"],
