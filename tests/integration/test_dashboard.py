@@ -14,13 +14,12 @@ import httpx
 import pytest
 
 from corral import client, config, model, operations, retry, scheduler, store
-from corral.api import create_app
 from corral.store import Finish, budgets, overview
 from corral.testing import FrozenClock
 from corral.web import auth, live
 from corral.web import overview as shown_overview
+from tests.support.api import noop_client, over_http, sign_in
 from tests.support.jobs import quarantine
-from tests.support.noop import NoopExecutor
 from tests.support.wait import eventually
 
 A, J = model.AttemptState, model.JobState
@@ -29,12 +28,7 @@ NOOP = {"spec": {}, "executor": "noop"}
 
 @pytest.fixture
 async def c(db: store.Store) -> client.Client:
-    made = client.Client(
-        store=db,
-        executors={"noop": NoopExecutor()},
-        settings=config.Settings(),
-        clock=FrozenClock(),
-    )
+    made = noop_client(db)
     await made.user_add("ada", password="correct horse", tenant="a", role="operator")
     await made.user_add("vic", password="correct horse", tenant="a", role="viewer")
     return made
@@ -42,18 +36,8 @@ async def c(db: store.Store) -> client.Client:
 
 @pytest.fixture
 async def http(c: client.Client) -> AsyncIterator[httpx.AsyncClient]:
-    transport = httpx.ASGITransport(app=create_app(c))
-    async with httpx.AsyncClient(transport=transport, base_url="http://corral.test") as made:
+    async with over_http(c) as made:
         yield made
-
-
-async def sign_in(http: httpx.AsyncClient, **fields: str) -> httpx.Response:
-    form = await http.get("/ui/sign-in")
-    pairing = re.search(r'name="pairing" value="([^"]+)"', form.text)
-    assert pairing is not None
-    return await http.post(
-        "/ui/sign-in", data={"pairing": pairing[1], "next": "/ui/jobs", **fields}
-    )
 
 
 def csrf(page: httpx.Response) -> str:

@@ -4,26 +4,18 @@ tenant's. On both databases, over HTTP."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import AsyncIterator
 
 import httpx
 import pytest
 
-from corral import client, config, loops, store
-from corral.api import create_app
-from corral.testing import FrozenClock
-from tests.support.noop import NoopExecutor
+from corral import client, loops, store
+from tests.support.api import noop_client, over_http, sign_in
 
 
 @pytest.fixture
 async def c(db: store.Store) -> client.Client:
-    made = client.Client(
-        store=db,
-        executors={"noop": NoopExecutor()},
-        settings=config.Settings(),
-        clock=FrozenClock(),
-    )
+    made = noop_client(db)
     await made.user_add("root", password="correct horse", tenant=None, role="admin")
     await made.user_add("ada", password="correct horse", tenant="a", role="admin")
     return made
@@ -31,19 +23,12 @@ async def c(db: store.Store) -> client.Client:
 
 @pytest.fixture
 async def http(c: client.Client) -> AsyncIterator[httpx.AsyncClient]:
-    transport = httpx.ASGITransport(app=create_app(c))
-    async with httpx.AsyncClient(transport=transport, base_url="http://corral.test") as made:
+    async with over_http(c) as made:
         yield made
 
 
 async def overview_as(http: httpx.AsyncClient, name: str) -> str:
-    form = await http.get("/ui/sign-in")
-    pairing = re.search(r'name="pairing" value="([^"]+)"', form.text)
-    assert pairing is not None
-    signed = await http.post(
-        "/ui/sign-in",
-        data={"pairing": pairing[1], "next": "/ui/", "name": name, "password": "correct horse"},
-    )
+    signed = await sign_in(http, to="/ui/", name=name, password="correct horse")
     assert signed.status_code == 303
     page = await http.get("/ui/?fresh=1")
     assert page.status_code == 200

@@ -4,6 +4,7 @@ token of each kind: what the API's tests share."""
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -35,6 +36,37 @@ class Api:
         return {"Authorization": f"Bearer {self.secrets[name]}"}
 
 
+def noop_client(
+    db: store.Store, *, settings: config.Settings | None = None, clock_: clock.Clock | None = None
+) -> client.Client:
+    """A client over `db` with the no-op executor, on `settings` (else the defaults) and
+    `clock_` (else a frozen clock)."""
+    return client.Client(
+        store=db,
+        executors={"noop": NoopExecutor()},
+        settings=config.Settings() if settings is None else settings,
+        clock=FrozenClock() if clock_ is None else clock_,
+    )
+
+
+@contextlib.asynccontextmanager
+async def over_http(c: client.Client) -> AsyncIterator[httpx.AsyncClient]:
+    """An httpx client calling the app (the API and the dashboard) over `c`, no server."""
+    transport = httpx.ASGITransport(app=create_app(c))
+    async with httpx.AsyncClient(transport=transport, base_url="http://corral.test") as http:
+        yield http
+
+
+async def sign_in(
+    http: httpx.AsyncClient, *, to: str = "/ui/jobs", **fields: str
+) -> httpx.Response:
+    """The dashboard's sign-in form posted with `fields` (name, password), going `to` next."""
+    form = await http.get("/ui/sign-in")
+    pairing = re.search(r'name="pairing" value="([^"]+)"', form.text)
+    assert pairing is not None
+    return await http.post("/ui/sign-in", data={"pairing": pairing[1], "next": to, **fields})
+
+
 @contextlib.asynccontextmanager
 async def serving(
     db: store.Store,
@@ -45,14 +77,8 @@ async def serving(
 ) -> AsyncIterator[Api]:
     """The app over `db` with the no-op executor, on `settings` (else the defaults) and
     `clock_` (else a frozen clock), and `tokens`, each (name, tenant, role), made in order."""
-    c = client.Client(
-        store=db,
-        executors={"noop": NoopExecutor()},
-        settings=config.Settings() if settings is None else settings,
-        clock=FrozenClock() if clock_ is None else clock_,
-    )
-    transport = httpx.ASGITransport(app=create_app(c))
-    async with httpx.AsyncClient(transport=transport, base_url="http://corral.test") as http:
+    c = noop_client(db, settings=settings, clock_=clock_)
+    async with over_http(c) as http:
         made = Api(c, http)
         for name, tenant, role in tokens:
             await made.token(name, tenant, role)
