@@ -711,11 +711,14 @@ class Client:
         catchup_max: int = 100,
         overlap: str = "allow",
         jitter: str | None = None,
+        tenant_made: bool = False,
         **job: Unpack[JobArgs],
     ) -> tuple[model.NewSchedule, datetime]:
         """The schedule `schedule_create` would store, checked, with its anchor (the
         origin of an interval, and no firing before it); InvalidInput naming the field and
-        the rule otherwise. `job` is its job template, as `submit` takes a job."""
+        the rule otherwise. `job` is its job template, as `submit` takes a job.
+        `tenant_made`: made by a tenant (the API, the dashboard), its firings check the
+        tenant's grant; the operator's are checked by none."""
         from corral import cadence, scheduler
 
         now = self.clock.now()
@@ -776,6 +779,7 @@ class Client:
             overlap=how,
             jitter_seconds=spread.total_seconds() if spread else 0.0,
             until=end,
+            tenant_made=tenant_made,
         )
         scheduler.rule(new, anchor)  # every rule builds
         return new, anchor
@@ -1027,6 +1031,7 @@ def _schedule_args(schedule: model.Schedule) -> dict[str, Any]:
         "catchup_max": schedule.catchup_max,
         "overlap": schedule.overlap.value,
         "jitter": _duration_text(schedule.jitter_seconds) if schedule.jitter_seconds else None,
+        "tenant_made": schedule.tenant_made,
         **{k: v for k, v in schedule.template.items() if k in SUBMIT_FIELDS},
     }
     if schedule.cron is not None:

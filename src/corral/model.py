@@ -882,6 +882,7 @@ class FiringOutcome(StrEnum):
     MISSED = "missed"  # it passed while no scheduler ran, and catch-up did not fire it
     SKIPPED = "skipped"  # it passed while the schedule was paused
     OVERLAP = "overlap"  # the previous firing's job still ran, and overlap is `forbid`
+    REFUSED = "refused"  # a tenant's schedule whose tenant is no longer granted its executor
     BACKFILLED = "backfilled"  # a job was created for it by `corral backfill`
 
 
@@ -935,6 +936,7 @@ class NewSchedule:
     overlap: Overlap = Overlap.ALLOW
     jitter_seconds: float = 0.0
     until: datetime | None = None  # no firing at or after it
+    tenant_made: bool = False  # through the API or the dashboard: firings check the grant
 
 
 @dataclass(frozen=True, slots=True)
@@ -963,6 +965,7 @@ class Schedule:
     missed_total: int
     created_at: datetime
     updated_at: datetime
+    tenant_made: bool = False  # its tenant's grant is checked at each firing
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,6 +21,7 @@ from typing import Any
 from sqlalchemy import (
     JSON,
     BigInteger,
+    Boolean,
     Column,
     Connection,
     DateTime,
@@ -433,6 +434,8 @@ def _pg_array_type(type_: Any) -> str:
         return "bigint"
     if isinstance(type_, Float):
         return "double precision"
+    if isinstance(type_, Boolean):
+        return "boolean"
     if isinstance(type_, DateTime) or isinstance(getattr(type_, "impl", None), DateTime):
         return "timestamptz"
     return "text"  # strings, and JSON as text cast to jsonb

@@ -84,6 +84,7 @@ def schedules_create(
             "overlap": new.overlap.value,
             "jitter_seconds": new.jitter_seconds,
             "until": new.until,
+            "tenant_made": new.tenant_made,
             "paused_at": now if paused else None,
             "next_due": next_due,
             "last_nominal": None,
@@ -371,7 +372,7 @@ def schedules_fire_due(
     return out
 
 
-NOT_RUN = (F.MISSED, F.OVERLAP)
+NOT_RUN = (F.MISSED, F.OVERLAP, F.REFUSED)
 """What a schedule's run log tells of (a paused schedule's skipped times are asked for)."""
 
 

@@ -249,6 +249,8 @@ schedules = Table(
     Column("missed_total", BigInteger, nullable=False),
     Column("created_at", UTCDateTime, nullable=False),
     Column("updated_at", UTCDateTime, nullable=False),
+    # Made or changed by a tenant (the API, the dashboard): its firings check the grant.
+    Column("tenant_made", Boolean, nullable=False, server_default=false()),
     UniqueConstraint("tenant", "name"),
     sqlite_autoincrement=True,  # a schedule made again under a deleted one's name is new
 )
