@@ -36,7 +36,8 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from corral import entrypoints, errors, failpoints, model
+from corral import entrypoints, errors, failpoints, model, tenancy
+from corral.tenancy import TenantSettings
 
 DEFAULT_CONFIG_FILE = Path("corral.toml")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
@@ -359,10 +360,12 @@ ALERT_CAUSES = (
     "schedule_missed",
     "sla_missed",
     "consecutive_failures",
+    "refused",
 )
 """What a rule may fire `on`: a job quarantined or failed for good, an attempt lost or of
 unknown class, a retry waiting for an empty budget, a firing late or missed, a job past
-its SLA, and `after` failures in a row of a schedule or queue."""
+its SLA, `after` failures in a row of a schedule or queue, and a tenant's schedule's
+firing refused (its tenant no longer granted its executor)."""
 
 _EMAIL = re.compile(r"^[^@\s<>]+@[^@\s<>]+\.[^@\s<>]+$|^[^@\s<>]+@localhost$")
 
@@ -912,16 +915,6 @@ def _url_for_jobs(url: str, cwd: str) -> str:
     return url
 
 
-class TenantSettings(BaseModel):
-    """One tenant's limits (`[tenants.NAME]`)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    max_running: int | None = Field(
-        None, ge=1, description="At most this many of the tenant's jobs run at once."
-    )
-
-
 class Settings(BaseSettings):
     """Everything corral can be told. Read with Settings.load()."""
 
@@ -941,8 +934,10 @@ class Settings(BaseSettings):
     )
     tenants: dict[str, TenantSettings] = Field(
         default_factory=dict,
-        description="Per tenant (`[tenants.NAME]`): max_running, the most of its jobs that run"
-        " at once, checked at the claim as pools are.",
+        description='Per tenant (`[tenants.NAME]`; `[tenants."*"]` for every tenant not'
+        " named): max_running, the most of its jobs that run at once, checked at the claim as"
+        " pools are; executors, what its tokens and dashboard users may submit and schedule"
+        ' (default ["http", "python"]).',
     )
     recovery_batch_limit: int = Field(
         500, ge=1, le=100_000, description="Most attempts one reconciler pass looks at."
@@ -1021,6 +1016,13 @@ class Settings(BaseSettings):
             if not 1 <= slots <= 100_000:
                 raise ValueError(f"pool {name!r}: slots must be between 1 and 100000, not {slots}")
         return pools
+
+    @model_validator(mode="after")
+    def _grants(self) -> Settings:
+        broken = tenancy.violations(self.tenants, enabled=self.executors.enabled, strangers=False)
+        if broken:
+            raise ValueError("; ".join(broken))
+        return self
 
     @model_validator(mode="after")
     def _limits_nest(self) -> Settings:

@@ -47,6 +47,10 @@ class Conflict(InvalidInput):
     that is not quarantined, a resume of a schedule that is not paused)."""
 
 
+class NotGranted(CorralError):
+    """A tenant asked for what its grant does not give it (an executor): 403."""
+
+
 class IllegalTransition(CorralError):
     """Raised when a state change is not in the transition table."""
 

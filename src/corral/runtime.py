@@ -296,6 +296,7 @@ async def _run_loops(
             clock=rt.clock,
             executors=rt.executors,
             cancel_grace=rt.settings.timeouts.cancel_grace,
+            tenants=rt.settings.tenants,
         )
         running.append(s.run(stop, on_pass=beats.recorder(health.SCHEDULER)))
     if alert:

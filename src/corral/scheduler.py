@@ -10,13 +10,14 @@ schedule and the time (`plan`), with the maths of time in `cadence`.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from corral import cadence, errors, metrics, model
+from corral import cadence, errors, metrics, model, tenancy
 from corral.clock import Clock, sleep_or_stop
 from corral.executors.base import Executor
 from corral.store import Store
@@ -143,12 +144,34 @@ def _catch_up(schedule: model.Schedule, when: cadence.When, now: datetime) -> ca
     )
 
 
-def _plan_at(schedule: model.Schedule, previous: model.JobState | None, *, now: datetime) -> Plan:
+def refused(plan: Plan, why: str) -> Plan:
+    """`plan` with each firing it would fire recorded as refused instead (`why` its note),
+    creating no job: a tenant's schedule whose tenant is no longer granted its executor.
+    Pure."""
+    fires = [
+        model.Fire(f.nominal_at, F.REFUSED, note=why) if f.outcome == F.FIRED else f
+        for f in plan.fires
+    ]
+    return dataclasses.replace(plan, fires=fires, cancel_previous=False)
+
+
+def _plan_at(
+    schedule: model.Schedule,
+    previous: model.JobState | None,
+    *,
+    now: datetime,
+    tenants: Mapping[str, tenancy.TenantSettings],
+) -> Plan:
     """`plan`, but a schedule whose firings cannot be worked out (a zone that tzdata no
     longer knows, a template that no longer builds) is left as it is and said in the log:
-    it never stops the others, and is looked at again STUCK_BACKOFF later."""
+    it never stops the others, and is looked at again STUCK_BACKOFF later. A tenant's
+    schedule fires only while its tenant is granted its jobs' executor."""
     try:
-        return plan(schedule, previous, now)
+        made = plan(schedule, previous, now)
+        executor = str(schedule.template.get("executor", "process"))
+        if schedule.tenant_made and (why := tenancy.refusal(tenants, schedule.tenant, executor)):
+            return refused(made, why)
+        return made
     except Exception:
         log.exception(
             "schedule %r (id %d): its firings cannot be worked out; it is left as it is",
@@ -245,7 +268,10 @@ class Scheduler:
         batch: int = BATCH,
         poll: float = POLL,
         ahead: timedelta = AHEAD,
+        tenants: Mapping[str, tenancy.TenantSettings] | None = None,
     ) -> None:
+        """`tenants`: the settings' tenants, whose grants a tenant's schedule's firings
+        are checked against (none given: every tenant has the default grant)."""
         self.store = store
         self.clock = clock
         self.executors = executors or {}
@@ -253,6 +279,7 @@ class Scheduler:
         self.batch = batch
         self.poll = poll
         self.ahead = ahead
+        self.tenants = tenants or {}
         self._limit = batch
         self.last_pass: PassResult | None = None
 
@@ -293,7 +320,7 @@ class Scheduler:
             done = await self.store.schedules_fire_due(
                 now=now,
                 limit=limit,
-                plan=functools.partial(_plan_at, now=now),
+                plan=functools.partial(_plan_at, now=now, tenants=self.tenants),
                 ahead=self.ahead,
             )
             # A batch that took long (catching up after an outage walks many missed times)

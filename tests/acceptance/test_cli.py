@@ -783,7 +783,8 @@ def test_serve_http_answers_a_token_made_by_tokens_create_and_runs_what_it_takes
     corral: Run, tmp_path: Path
 ) -> None:
     """`corral tokens create` prints the token alone on its last line; `corral serve
-    --http` serves the API with the loops: a job submitted through it runs and ends;
+    --http` serves the API with the loops: a command submitted through it is refused (the
+    tenant is not granted process), the operator's runs and the API streams it to its end;
     `tokens revoke` ends the token."""
     import httpx
 
@@ -799,9 +800,13 @@ def test_serve_http_answers_a_token_made_by_tokens_create_and_runs_what_it_takes
     auth = {"Authorization": f"Bearer {token}"}
     try:
         body = {"spec": {"command": ["sh", "-c", "echo hi from the API"]}, "queue": "api"}
-        submitted = httpx.post(f"{base}/api/v1/jobs", json=body, headers=auth, timeout=30)
-        assert submitted.status_code == 201, submitted.text
-        job_id = submitted.json()["id"]
+        refused = httpx.post(f"{base}/api/v1/jobs", json=body, headers=auth, timeout=30)
+        assert refused.status_code == 403, refused.text  # a tenant is not granted process
+        assert "[tenants.default] executors" in refused.json()["error"]
+        made = corral(
+            "submit", "--queue", "api", "--json", "--", "sh", "-c", "echo hi from the API"
+        )
+        job_id = json.loads(made.stdout)["id"]  # the operator's: run by the serve
         stream = f"{base}/api/v1/jobs/{job_id}/events/stream"
         seen = []
         with httpx.stream("GET", stream, headers=auth, timeout=PATIENCE) as live:
@@ -852,10 +857,8 @@ def test_a_job_reaches_corral_through_the_api_with_its_attempt_token_alone(
         f"{py} -m corral heartbeat && {py} {inside}"
     )
     try:
-        body = {"spec": {"command": ["sh", "-c", script]}, "policy": {"heartbeat": True}}
-        submitted = httpx.post(f"{base}/api/v1/jobs", json=body, headers=auth, timeout=30)
-        assert submitted.status_code == 201, submitted.text
-        job = f"{base}/api/v1/jobs/{submitted.json()['id']}"
+        made = corral("submit", "--heartbeat", "--json", "--", "sh", "-c", script)
+        job = f"{base}/api/v1/jobs/{json.loads(made.stdout)['id']}"
         deadline = time.monotonic() + 2 * PATIENCE
         while (state := httpx.get(job, headers=auth, timeout=30).json()["state"]) != "succeeded":
             assert state in ("queued", "running"), httpx.get(f"{job}/logs", headers=auth).text

@@ -10,14 +10,12 @@ from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
 
-import httpx
 import pytest
 
 from corral import client, config, model, shapes, store
-from corral.api import MAX_BODY, create_app
+from corral.api import MAX_BODY
 from corral.store import Finish
-from tests.support.api import JOB, Api, serving
-from tests.support.noop import NoopExecutor
+from tests.support.api import JOB, Api, noop_client, over_http, serving
 
 A, J = model.AttemptState, model.JobState
 TOKENS = [
@@ -342,12 +340,12 @@ async def test_pools_and_alert_rules_are_read(api: Api) -> None:
             },
         },
     )
-    c = client.Client(
-        store=api.c.store, executors={"noop": NoopExecutor()}, settings=settings, clock=api.c.clock
-    )
-    transport = httpx.ASGITransport(app=create_app(c))
-    async with httpx.AsyncClient(transport=transport, base_url="http://corral.test") as http:
-        await http.post("/api/v1/jobs", json={**JOB, "pool": "nightly"}, headers=api.as_("a-op"))
+    c = noop_client(api.c.store, settings=settings, clock_=api.c.clock)
+    async with over_http(c) as http:
+        made = await http.post(
+            "/api/v1/jobs", json={**JOB, "pool": "nightly"}, headers=api.as_("a-op")
+        )
+        assert made.status_code == 201, made.text
         await c.store.job_claim(
             now=c.clock.now(), limit=1, executors=["noop"], pools=settings.pools
         )

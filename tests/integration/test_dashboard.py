@@ -18,7 +18,7 @@ from corral.store import Finish, budgets, overview
 from corral.testing import FrozenClock
 from corral.web import auth, live
 from corral.web import overview as shown_overview
-from tests.support.api import noop_client, over_http, sign_in
+from tests.support.api import granting, noop_client, over_http, sign_in
 from tests.support.jobs import quarantine
 from tests.support.wait import eventually
 
@@ -137,6 +137,15 @@ async def test_a_token_signs_in_and_a_submitted_command_becomes_a_job(
     signed = await sign_in(http, token=secret)
     assert signed.status_code == 303
     page = await http.get("/ui/jobs")
+    assert "Submit a command" not in page.text, "tenant a is not granted process"
+    refused = await http.post("/ui/jobs", data={"csrf": csrf(page), "command": "echo hi"})
+    assert refused.status_code == 403
+    assert "tenant &#39;a&#39; is not granted &#39;process&#39;" in refused.text
+    assert await c.store.job_list(states=[], limit=10) == []
+    # Granted (once its jobs can run as strangers), the box is offered and makes a job.
+    c.settings = granting(c.settings, "process", tenant="a")
+    page = await http.get("/ui/jobs")
+    assert "Submit a command" in page.text
     c.checkers = {**c.checkers, "process": _ProcessSpec()}  # checked here, never run
     made = await http.post("/ui/jobs", data={"csrf": csrf(page), "command": "echo hi"})
     assert made.status_code == 303

@@ -10,7 +10,7 @@ from typing import Any
 
 import httpx
 
-from corral import client, clock, config, store
+from corral import client, clock, config, store, tenancy
 from corral.api import create_app
 from corral.testing import FrozenClock
 from tests.support.noop import NoopExecutor
@@ -36,15 +36,26 @@ class Api:
         return {"Authorization": f"Bearer {self.secrets[name]}"}
 
 
+def granting(settings: config.Settings, *kinds: str, tenant: str = tenancy.ANY) -> config.Settings:
+    """`settings` with `tenant` (default: every tenant not named) granted `kinds` besides
+    the default grant. Made without the settings' checks: the no-op executor is no
+    registered one, so no corral.toml could grant it, and `process` may not be granted
+    to a tenant at all (its jobs would run as corral's own user)."""
+    grant = (*tenancy.granted(settings.tenants, tenant), *kinds)
+    table = settings.tenants.get(tenant, tenancy.TenantSettings())
+    tenants = {**settings.tenants, tenant: table.model_copy(update={"executors": grant})}
+    return settings.model_copy(update={"tenants": tenants})
+
+
 def noop_client(
     db: store.Store, *, settings: config.Settings | None = None, clock_: clock.Clock | None = None
 ) -> client.Client:
-    """A client over `db` with the no-op executor, on `settings` (else the defaults) and
-    `clock_` (else a frozen clock)."""
+    """A client over `db` with the no-op executor, granted to every tenant, on `settings`
+    (else the defaults) and `clock_` (else a frozen clock)."""
     return client.Client(
         store=db,
         executors={"noop": NoopExecutor()},
-        settings=config.Settings() if settings is None else settings,
+        settings=granting(config.Settings() if settings is None else settings, "noop"),
         clock=FrozenClock() if clock_ is None else clock_,
     )
 

@@ -86,8 +86,9 @@ def render(alert: Alert, base_url: str | None = None) -> Rendered:
             f" nominal time, in queue {d.get('queue')}.",
             f"Started: {_when(d.get('at'))}",
         ]
-    elif alert.cause == "schedule_missed":
-        title = f"[corral] {about}: nominal times did not run"
+    elif alert.cause in ("schedule_missed", "refused"):
+        what = "were refused" if alert.cause == "refused" else "did not run"
+        title = f"[corral] {about}: nominal times {what}"
         lines = [f"Rule {alert.rule}: {d.get('reason')}", f"At: {_when(d.get('at'))}"]
     else:
         title = f"[corral] {alert.cause}: job {alert.job_id} in {about}"

@@ -19,7 +19,7 @@ SUCCEEDED = "succeeded"
 STARTED = "started"
 """Not a cause either: a firing's job started; `schedule_late` where it started later
 than a rule's `late_by` after its nominal time."""
-NOT_RUN = {"missed": "schedule_missed", "overlap": "schedule_missed"}
+NOT_RUN = {"missed": "schedule_missed", "overlap": "schedule_missed", "refused": "refused"}
 """A schedule's news (of nominal times that did not run) as causes."""
 
 
@@ -175,7 +175,7 @@ class Digested:
         return f"{self.rule}|{self.subject}|digest|{self.window_start.isoformat()}|{self.channel}"
 
 
-NOT_FAILURES = frozenset({"schedule_late", "schedule_missed"})
+NOT_FAILURES = frozenset({"schedule_late", "schedule_missed", "refused"})
 """Causes that are no job's failure: they have no recovered message to come."""
 
 ENDED_BADLY = frozenset({"failed", "quarantined"})

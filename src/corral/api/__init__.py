@@ -58,6 +58,10 @@ def create_app(c: client.Client) -> FastAPI:
     async def invalid(_: Request, exc: errors.InvalidInput) -> Response:
         return _error(422, str(exc))
 
+    @app.exception_handler(errors.NotGranted)
+    async def not_granted(_: Request, exc: errors.NotGranted) -> Response:
+        return _error(403, str(exc))
+
     @app.exception_handler(errors.Conflict)
     async def conflict(_: Request, exc: errors.Conflict) -> Response:
         return _error(409, str(exc))

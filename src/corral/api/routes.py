@@ -15,7 +15,7 @@ import orjson
 from fastapi import APIRouter, Body, FastAPI, Path, Query, Request
 from fastapi.responses import JSONResponse, Response
 
-from corral import client, errors, model, shapes
+from corral import client, errors, model, shapes, tenancy
 from corral.api.auth import ERRORS, Caller, Client, ErrorBody, Operator, Refused, Since, Viewer
 
 RESPONSES: dict[int | str, dict[str, Any]] = {
@@ -168,7 +168,9 @@ async def _new_job(c: client.Client, who: Caller, given: dict[str, Any]) -> mode
     args = client.submit_arguments(_tenant_of(who, given))
     if args.get("run_at") is not None:
         args["run_at"] = instant(args["run_at"], "run_at")
-    return c.validate(await c.task_checked(c.new_job(**args)))
+    job = c.new_job(**args)
+    tenancy.check(c.settings.tenants, job.tenant, job.executor)
+    return c.validate(await c.task_checked(job))
 
 
 @router.post("/jobs", status_code=201, summary="Submit one job (an object) or many (an array)")
@@ -355,6 +357,7 @@ async def job_rerun(c: Client, who: Operator, job_id: JobId) -> dict[str, Any]:
         raise errors.Conflict(
             f"job {job_id} is {old.job.state}: only a failed or cancelled job is run again"
         )
+    tenancy.check(c.settings.tenants, old.job.tenant, old.job.executor)
     made = await c.rerun(job_id)
     await audit(c, who, "jobs.rerun", str(job_id), old.job.tenant, new_job=made)
     return shapes.view_dict(await visible_job(c, who, made))

@@ -6,12 +6,13 @@ tenant with ?tenant= (default: default)."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Path, Query
 
-from corral import cadence, client, errors, model, scheduler, shapes
+from corral import cadence, client, errors, model, scheduler, shapes, tenancy
 from corral.api.auth import Caller, Client, Operator, Refused, Viewer
 from corral.api.routes import EARLIEST, LATEST, RESPONSES, audit, instant, plain_json
 
@@ -96,6 +97,14 @@ def _arguments(
     return args
 
 
+def _granted(c: client.Client, tenant: str, template: Mapping[str, Any]) -> None:
+    """Refuse (403) a schedule whose jobs would run on an executor its tenant is not
+    granted: a Python task's are `python`'s, others name theirs (`process` unnamed)."""
+    task = template.get("task") is not None
+    executor = model.PYTHON if task else str(template.get("executor") or "process")
+    tenancy.check(c.settings.tenants, tenant, executor)
+
+
 def _in_range(text: str, field: str) -> None:
     """A time of a body (with an offset, or wall time in the schedule's zone) that lies far
     from where dates overflow; InvalidInput naming `field` if not. Its form is checked
@@ -148,7 +157,8 @@ async def schedule_create(
     name = args.pop("name", None)
     if not isinstance(name, str):
         raise errors.InvalidInput("name: required, a string")
-    made = await c.schedule_create(name, **args)
+    _granted(c, args["tenant"], args)
+    made = await c.schedule_create(name, **args, tenant_made=True)
     await _audit(c, who, "schedules.create", made)
     return _shown(c, made)
 
@@ -177,7 +187,9 @@ async def schedule_update(
     found = await _schedule(c, who, name, tenant)
     args = _arguments(who, body, creating=False, spec=found.template.get("spec"))
     args.pop("tenant", None)
-    changed = await c.schedule_update(name, tenant=found.tenant, **args)
+    if any(key in args for key in TEMPLATE_FIELDS):
+        _granted(c, found.tenant, {**found.template, **args})
+    changed = await c.schedule_update(name, tenant=found.tenant, **args, tenant_made=True)
     await _audit(c, who, "schedules.update", found, keys=sorted(body))
     return _shown(c, changed)
 
@@ -221,6 +233,7 @@ async def schedule_trigger(
     c: Client, who: Operator, name: Name, tenant: Tenant = None
 ) -> dict[str, Any]:
     found = await _schedule(c, who, name, tenant)
+    _granted(c, found.tenant, found.template)
     job_id = await c.schedule_trigger(name, tenant=found.tenant)
     await _audit(c, who, "schedules.trigger", found, job_id=job_id)
     return {"id": job_id, "schedule": name, "tenant": found.tenant}
@@ -251,6 +264,7 @@ async def schedule_backfill(
     dry_run: bool = False,
 ) -> dict[str, Any]:
     found = await _schedule(c, who, name, tenant)
+    _granted(c, found.tenant, found.template)
     unknown = sorted(set(body) - {"from", "to"})
     if unknown:
         raise errors.InvalidInput(f"{unknown[0]}: unknown field (allowed: from, to)")

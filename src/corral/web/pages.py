@@ -21,7 +21,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi import Path as PathParam
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
-from corral import client, errors, model
+from corral import client, errors, model, tenancy
 from corral.web import auth, live
 from corral.web.auth import Operator, Viewer
 
@@ -229,17 +229,21 @@ async def jobs(
         wrong=wrong,
         next_page=filters.query(before=more) if more else None,
         states=list(model.JobState),
+        commands=tenancy.offered(c.settings.tenants, who.tenant, "process"),
     )
 
 
 @router.post("/jobs")
 async def job_submit(request: Request, acting: Operator) -> Response:
-    """A shell command as a job of the process executor, in the session's tenant."""
+    """A shell command as a job of the process executor, in the session's tenant: refused
+    (403) unless that tenant is granted `process`."""
     c, who, form = auth.client_of(request), acting.who, acting.form
     command = form.get("command", "").strip()
     tenant = who.tenant or form.get("tenant", "").strip() or "default"
     if not command:
         return back("/ui/jobs", "command: give a command to run")
+    if (why := tenancy.refusal(c.settings.tenants, tenant, "process")) is not None:
+        raise auth.Forbidden(why)
     try:
         job_id, _ = await c.submit(
             spec={"command": ["sh", "-c", command]},

@@ -1,0 +1,132 @@
+"""What each tenant may do: its settings (`[tenants.NAME]`) and its executor grant.
+
+A tenant (a token or a dashboard user of it) submits and schedules jobs for executors its
+grant names, and no others. `[tenants."*"]` is the default of every tenant not named, and a
+named tenant's table takes from it what it does not set itself. The default grant is HTTP
+requests and Python tasks: `process`, `kubernetes`, `argo` and executors from packages
+outside corral run code the submitter chooses, so they are granted only by name.
+
+The operator (the CLI on the store) is no tenant: what it submits or schedules is checked
+by no grant. The checks here are pure; the API, the dashboard and the scheduler ask them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection, Mapping
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from corral import errors
+
+ANY = "*"
+"""The key of the table every tenant not named takes its settings from."""
+
+PYTHON = "python"
+"""Python tasks, run by workers: no executor to enable, always there to grant."""
+
+DEFAULT_GRANT = ("http", PYTHON)
+"""What a tenant may submit when no table says otherwise."""
+
+CHOSEN_CODE = frozenset({"process", "kubernetes", "argo"})
+"""corral's own executors that run code the submitter chooses (with those of packages
+outside corral: anything not in DEFAULT_GRANT)."""
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,199}$")
+
+
+class TenantSettings(BaseModel):
+    """One tenant's settings (`[tenants.NAME]`, or `[tenants."*"]` for every tenant not
+    named); what a named tenant leaves unset it takes from `"*"`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_running: int | None = Field(
+        None, ge=1, description="At most this many of the tenant's jobs run at once."
+    )
+    executors: tuple[str, ...] | None = Field(
+        None,
+        description="The executors the tenant's tokens and dashboard users may submit and"
+        ' schedule (unset: `"*"`\'s, by default ["http", "python"]). process, kubernetes,'
+        " argo and executors of other packages run code the submitter chooses: grant them"
+        " by name only.",
+    )
+
+
+def resolved(tenants: Mapping[str, TenantSettings], tenant: str) -> TenantSettings:
+    """`tenant`'s settings: its own table over `"*"`'s."""
+    base = tenants.get(ANY, TenantSettings())
+    own = tenants.get(tenant)
+    if own is None:
+        return base
+    return base.model_copy(update={k: getattr(own, k) for k in own.model_fields_set})
+
+
+def granted(tenants: Mapping[str, TenantSettings], tenant: str) -> tuple[str, ...]:
+    """The executors `tenant` may submit and schedule."""
+    given = resolved(tenants, tenant).executors
+    return DEFAULT_GRANT if given is None else given
+
+
+def refusal(tenants: Mapping[str, TenantSettings], tenant: str, executor: str) -> str | None:
+    """Why `tenant` may not submit or schedule a job for `executor`; None when it may."""
+    grant = granted(tenants, tenant)
+    if executor in grant:
+        return None
+    table = f"[tenants.{tenant}]" if _NAME.match(tenant) else f'[tenants."{tenant}"]'
+    return (
+        f"executor: tenant {tenant!r} is not granted {executor!r} (it may use:"
+        f" {', '.join(grant) or 'none'}); the operator grants it in corral.toml with"
+        f" {table} executors = [..., {executor!r}]"
+    )
+
+
+def offered(tenants: Mapping[str, TenantSettings], tenant: str | None, executor: str) -> bool:
+    """Whether a form that makes `executor` jobs is offered to a session of `tenant` (None:
+    of every tenant, then when any tenant may use it)."""
+    if tenant is not None:
+        return executor in granted(tenants, tenant)
+    return any(executor in granted(tenants, name) for name in (ANY, *tenants))
+
+
+def check(tenants: Mapping[str, TenantSettings], tenant: str, executor: str) -> None:
+    """Refuse (NotGranted, naming the tenant, the executor and the setting) a job `tenant`
+    may not submit or schedule."""
+    if (why := refusal(tenants, tenant, executor)) is not None:
+        raise errors.NotGranted(why)
+
+
+def violations(
+    tenants: Mapping[str, TenantSettings], *, enabled: Collection[str], strangers: bool
+) -> list[str]:
+    """What is wrong with the `tenants` settings, one line each: a name that is no
+    tenant's, a grant of an executor this corral does not run, `process` granted while
+    its jobs would run as corral's own user (`strangers` False), a cap for every tenant."""
+    out = []
+    runs = {*enabled, PYTHON}
+    for name, table in tenants.items():
+        where = f'tenants."{name}"' if name == ANY else f"tenants.{name}"
+        if name != ANY and not _NAME.match(name):
+            out.append(f"{where}: a tenant's name is 1-200 characters of [A-Za-z0-9_.-]")
+        if name == ANY and table.max_running is not None:
+            out.append(
+                f"{where}.max_running: a cap is set per tenant, by name ([tenants.NAME]"
+                " max_running)"
+            )
+        for kind in table.executors or ():
+            if kind not in runs:
+                out.append(
+                    f"{where}.executors: {kind!r} is not in executors.enabled"
+                    f" ({', '.join(enabled) or 'none'}): enable it or take it out of the grant"
+                )
+            elif kind == "process" and not strangers:
+                out.append(
+                    f"{where}.executors: granting 'process' runs a tenant's commands on"
+                    " corral's host as corral's own user, which could read corral's settings"
+                    " and database: a tenant's process jobs must run as strangers"
+                    " (executors.process.uid_range or executors.process.sandbox), which"
+                    " this corral does not offer yet; grant http, python, kubernetes or argo"
+                )
+        if table.executors is not None and len(set(table.executors)) != len(table.executors):
+            out.append(f"{where}.executors: an executor is named twice")
+    return out
