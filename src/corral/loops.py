@@ -126,6 +126,37 @@ def liveness(loop: Loop, *, now: datetime, heartbeat: timedelta, here: Here) -> 
     return Liveness.LIVE
 
 
+_DEAD_BECAUSE = {
+    Liveness.GONE: "gone (its process no longer runs)",
+    Liveness.STALE: f"silent past {STALE_BEATS} heartbeats",
+    Liveness.STOPPED: "stopped",
+}
+
+
+def dead(
+    loops: Sequence[Loop],
+    *,
+    now: datetime,
+    heartbeat: timedelta,
+    here: Here,
+    me: str | None,
+    silence_counts: bool,
+) -> dict[str, str]:
+    """The loops (by id) that will never record another outcome, each with why, as a
+    sentence: gone, stopped, or silent (only where `silence_counts`: after the database
+    was away every loop is silent, and none of them is dead for it). `me` is never dead.
+    Pure."""
+    out = {}
+    for loop in loops:
+        state = liveness(loop, now=now, heartbeat=heartbeat, here=here)
+        if loop.id == me or state is Liveness.LIVE:
+            continue
+        if state is Liveness.STALE and not silence_counts:
+            continue
+        out[loop.id] = f"{loop.kind} pid {loop.pid} on {loop.host} is {_DEAD_BECAUSE[state]}"
+    return out
+
+
 def conditions(
     *, live: Sequence[Loop], waiting: Waiting, alert_rules: bool
 ) -> tuple[dict[str, str], list[str]]:

@@ -57,12 +57,6 @@ log = logging.getLogger("corral.reconciler")
 A, J, P = model.AttemptState, model.JobState, model.Phase
 
 
-_SENDER_STATES = {
-    loops.Liveness.GONE: "gone (its process no longer runs)",
-    loops.Liveness.STALE: "silent past 3 heartbeats",
-    loops.Liveness.STOPPED: "stopped",
-}
-
 REMOVE_BATCH = 500
 REMOVE_BATCHES = 20
 RETENTION_EVERY = 600.0
@@ -239,18 +233,16 @@ class Reconciler:
         sender the loops table shows dead are lost now, not after recovery_grace: nothing
         will ever record their outcome. Each job gets a new attempt at once (a new fence,
         the same Idempotency-Key), not charged (store.attempts.attempt_lost_with_sender)."""
-        now, heartbeat = self.clock.now(), self.t.heartbeat_interval
-        # A silence elsewhere counts only while this process beats steadily itself: after
-        # the database was away, every loop is silent, and none of them is dead for it.
-        silence = self.pulse is None or self.pulse.sees_silence()
-        dead = {
-            loop.id: (loop, state)
-            for loop in await self.store.loops.all()
-            if loop.id != self.sender
-            and (state := loops.liveness(loop, now=now, heartbeat=heartbeat, here=self._here))
-            is not loops.Liveness.LIVE
-            and (silence or state is not loops.Liveness.STALE)
-        }
+        now = self.clock.now()
+        dead = loops.dead(
+            await self.store.loops.all(),
+            now=now,
+            heartbeat=self.t.heartbeat_interval,
+            here=self._here,
+            me=self.sender,
+            # A silence counts only while this process beats steadily itself.
+            silence_counts=self.pulse is None or self.pulse.sees_silence(),
+        )
         if not dead:
             return
         blind = await self.store.loops.sent_by(
@@ -260,8 +252,7 @@ class Reconciler:
         for attempt, sender in blind:
             by_sender[sender].append(attempt)
         for sender, cut in sorted(by_sender.items()):
-            loop, state = dead[sender]
-            why = f"{loop.kind} pid {loop.pid} on {loop.host} is {_SENDER_STATES[state]}"
+            why = dead[sender]
             ended = await self.store.loops.lost_with_sender(
                 fences=[a.id for a in cut], now=now, why=why
             )

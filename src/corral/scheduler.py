@@ -168,7 +168,7 @@ def _plan_at(
     schedule fires only while its tenant is granted its jobs' executor."""
     try:
         made = plan(schedule, previous, now)
-        executor = str(schedule.template.get("executor", "process"))
+        executor = tenancy.executor_of(schedule.template)
         if schedule.tenant_made and (why := tenancy.refusal(tenants, schedule.tenant, executor)):
             return refused(made, why)
         return made

@@ -53,6 +53,14 @@ class TenantSettings(BaseModel):
     )
 
 
+def executor_of(template: Mapping[str, object]) -> str:
+    """The executor a job template's jobs run on: a Python task's are `python`'s, others
+    name theirs (none named: `process`, as a submit takes it)."""
+    if template.get("task") is not None:
+        return PYTHON
+    return str(template.get("executor") or "process")
+
+
 def resolved(tenants: Mapping[str, TenantSettings], tenant: str) -> TenantSettings:
     """`tenant`'s settings: its own table over `"*"`'s."""
     base = tenants.get(ANY, TenantSettings())

@@ -72,6 +72,26 @@ def test_process_mark_tells_a_running_process_from_a_gone_one() -> None:
     assert loops.process_mark(child.pid) is None
 
 
+def test_the_dead_are_gone_stopped_or_silent_where_silence_counts_and_never_me() -> None:
+    late = NOW + 3 * BEAT + timedelta(seconds=1)
+    rows = [
+        loop(id="live", beat_at=late),
+        loop(id="silent"),
+        loop(id="gone", host="vm", pid=8, beat_at=late),
+        loop(id="stopped", stopped_at=NOW, beat_at=late),
+        loop(id="me"),
+    ]
+    seen = {"here": here({}), "me": "me", "now": late, "heartbeat": BEAT}
+    dead = loops.dead(rows, silence_counts=True, **seen)  # type: ignore[arg-type]
+    assert dead == {
+        "silent": "serve pid 7 on elsewhere is silent past 3 heartbeats",
+        "gone": "serve pid 8 on vm is gone (its process no longer runs)",
+        "stopped": "serve pid 7 on elsewhere is stopped",
+    }
+    # After an outage every loop is silent: only what the host itself shows is dead.
+    assert set(loops.dead(rows, silence_counts=False, **seen)) == {"gone", "stopped"}  # type: ignore[arg-type]
+
+
 def waiting(schedules: int = 0, tasks: int = 0) -> Waiting:
     return Waiting(schedules_due=schedules, tasks_parked=tasks)
 

@@ -100,9 +100,7 @@ def _arguments(
 def _granted(c: client.Client, tenant: str, template: Mapping[str, Any]) -> None:
     """Refuse (403) a schedule whose jobs would run on an executor its tenant is not
     granted: a Python task's are `python`'s, others name theirs (`process` unnamed)."""
-    task = template.get("task") is not None
-    executor = model.PYTHON if task else str(template.get("executor") or "process")
-    tenancy.check(c.settings.tenants, tenant, executor)
+    tenancy.check(c.settings.tenants, tenant, tenancy.executor_of(template))
 
 
 def _in_range(text: str, field: str) -> None:
