@@ -203,6 +203,30 @@ def test_explain_and_check_print_json(corral: Run) -> None:
     assert json.loads(broken.stdout)["ok"] is False
 
 
+def test_check_warns_of_what_could_hand_corral_s_secrets_to_others(
+    corral: Run, tmp_path: Path
+) -> None:
+    """A settings file or database other users may read, and jobs given the database's
+    URL, are warnings that say what to do; never a failure."""
+    settings, database = tmp_path / "corral.toml", tmp_path / "corral.db"
+    settings.write_text('api_url = "http://127.0.0.1:9/"\n')
+    settings.chmod(0o600)
+    database.chmod(0o600)
+    assert "warning:" not in corral("check").stderr
+    settings.chmod(0o644)
+    database.chmod(0o640)
+    loud = corral("check")
+    assert (
+        "warning: the settings file corral.toml is readable by other users (mode 0644): it"
+        " holds corral's secrets; chmod 600 corral.toml" in " ".join(loud.stderr.split())
+    )
+    assert "warning: the database corral.db is readable by other users (mode 0640)" in loud.stderr
+    settings.write_text("")  # no api_url: process jobs get the database's URL
+    said = json.loads(corral("check", "--json").stdout)["exposed"]
+    assert len(said) == 3
+    assert said[2].startswith("process jobs get CORRAL_DATABASE_URL")
+
+
 def test_jobs_show_cuts_no_id_state_or_name_in_a_narrow_terminal(
     corral: Run, tmp_path: Path
 ) -> None:

@@ -49,19 +49,24 @@ def check(state: State, as_json: bool) -> None:
     """Show how the limits nest (inner < outer, with the margin); exit 1 if one does not.
 
     Where the database can be reached, also the loops that run and the work that waits for
-    a loop nobody runs (as `corral status`); those are warnings, never a failure."""
+    a loop nobody runs (as `corral status`), and what could hand corral's secrets to
+    others (a settings file or database other users can read, jobs given the database's
+    URL); those are warnings, never a failure."""
     from corral import config
-    from corral.cli import status
+    from corral.cli import exposure, status
 
     settings = state.settings(check_chain=False)
     broken = config.chain_violations(settings)
+    exposed = exposure.warnings(settings, state.config_file)
     seen = (
         run_async(status.looked(settings))
         if not broken
         else "not looked at: the limits do not nest"
     )
     if as_json:
-        print_json({**render.chain_dict(settings), "status": _status_json(seen)})
+        print_json(
+            {**render.chain_dict(settings), "status": _status_json(seen), "exposed": exposed}
+        )
     else:
         out.print(render.chain_table(settings))
         for line in broken:
@@ -86,6 +91,8 @@ def check(state: State, as_json: bool) -> None:
             err.print(f"loops: not looked at ({seen})", markup=False)
         else:
             status.print_status(seen)
+        for line in exposed:
+            err.print(f"warning: {line}", markup=False)
 
 
 def _status_json(seen: Any) -> dict[str, Any]:
