@@ -354,3 +354,28 @@ async def test_0023_gives_each_pointer_the_tenant_of_its_fence_s_job(empty_url: 
     assert old.location == "file:///old"
     assert await db.pointer_get(dataset="sales", fence=70) == sales
     await db.close()
+
+
+async def test_a_sqlite_file_corral_makes_is_readable_by_its_owner_alone(tmp_path: Path) -> None:
+    """It holds every tenant's payloads and secrets: made 0600, as are SQLite's -wal and
+    -shm beside it. A file that was there already keeps its mode (`corral check` warns)."""
+    import stat
+
+    from corral import store
+
+    made = tmp_path / "new.db"
+    db = store.Store.connect(f"sqlite:///{made}")
+    await db.migrate()
+    beside = sorted(tmp_path.glob("new.db*"))
+    assert [p.name for p in beside] == ["new.db", "new.db-shm", "new.db-wal"]
+    assert {p.name: stat.S_IMODE(p.stat().st_mode) for p in beside} == dict.fromkeys(
+        ["new.db", "new.db-shm", "new.db-wal"], 0o600
+    )
+    await db.close()
+    theirs = tmp_path / "theirs.db"
+    theirs.touch()
+    theirs.chmod(0o644)
+    db = store.Store.connect(f"sqlite:///{theirs}")
+    await db.migrate()
+    await db.close()
+    assert stat.S_IMODE(theirs.stat().st_mode) == 0o644

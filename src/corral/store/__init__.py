@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import os
 import threading
 from collections.abc import (
     AsyncIterator,
@@ -390,6 +391,8 @@ class Store:
 
         if self.dialect == "postgresql":
             return await self._call("migrate", upgrade_pg, None, autocommit=True)
+        if (path := self.sqlite_path) is not None and not path.exists():
+            _create_private(path)
         return await self._call("migrate", upgrade, None)
 
     async def check_schema(self, *, revision: bool = True) -> None:
@@ -1371,3 +1374,11 @@ def _name(fn: Callable[..., Any]) -> str:
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _create_private(path: Path) -> None:
+    """Make the SQLite file `path`, empty, readable by its owner alone (0600): it holds
+    every tenant's payloads and secrets. SQLite gives its -wal and -shm files the same
+    mode. One that exists already keeps its mode (`corral check` warns of a readable one)."""
+    with contextlib.suppress(FileExistsError):
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
