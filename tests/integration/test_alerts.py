@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import dataclasses
 import email
 import email.policy
 import json
@@ -419,6 +420,17 @@ def test_a_message_s_words_name_what_happened() -> None:
     assert said.title == "[corral] quarantined: job 42 in queue billing"
     assert "Last attempt: permanent: HTTP 404" in said.lines
     assert said.link is None
+    reason = "schedule 'nightly': 1 nominal time(s) from ... did not run: not granted 'argo'"
+    refused = dataclasses.replace(
+        a,
+        cause="refused",
+        subject="schedule:b/nightly",
+        job_id=None,
+        details={"reason": reason, "at": "2026-12-03T10:00:00+00:00"},
+    )
+    said = channels.render(refused)
+    assert said.title == "[corral] schedule b/nightly: nominal times were refused"
+    assert said.lines == (f"Rule poison: {reason}", "At: 2026-12-03 10:00:00 UTC")
 
 
 async def test_serve_alerts_through_its_own_alerter_and_pings_the_heartbeat(
