@@ -31,9 +31,10 @@ ex = executor_fixture(kubernetes.KubernetesExecutor, pod_start_timeout=START)
 wf = executor_fixture(argo.ArgoExecutor, pod_start_timeout=START)
 
 
-async def waits_then_fails(ex: Any, name: str, reason: str) -> model.Observation:
-    """The attempt reads as waiting, saying `reason`, then fails with it at the timeout."""
-    began = time.monotonic()
+async def waits_then_fails(ex: Any, name: str, reason: str, *, began: float) -> model.Observation:
+    """The attempt reads as waiting, saying `reason`, then fails with it at the timeout:
+    not sooner than START after `began` (taken before the launch: on a loaded machine the
+    launch itself may take longer than START, its pod made early in it)."""
     said = f"waiting to start: {reason}"
     seen = await until(ex, name, lambda o: o.reason == said or o.phase.finished)
     assert seen.phase is model.Phase.PENDING, "said while it waits, before it fails"
@@ -54,8 +55,9 @@ async def test_an_image_that_cannot_be_pulled_is_said_then_quarantines(
 ) -> None:
     bad = "ghcr.io/acme/etl:9.9"
     cluster.kubelet.bad_images[bad] = ("ErrImagePull", PULL_ERROR)
+    began = time.monotonic()
     await ex.launch(make_launch("kubernetes", "pull-1", {"image": bad, "command": ["true"]}))
-    ended = await waits_then_fails(ex, "pull-1", "ErrImagePull")
+    ended = await waits_then_fails(ex, "pull-1", "ErrImagePull", began=began)
     assert ended.failure_class is model.FailureClass.PERMANENT
     assert ended.message == PULL_ERROR
     await eventually(
@@ -99,8 +101,9 @@ async def test_a_missing_secret_is_said_then_quarantines(
     ex: kubernetes.KubernetesExecutor,
 ) -> None:
     env = {"PASSWORD": {"secret": "etl-db", "key": "password"}}
+    began = time.monotonic()
     await ex.launch(launch("secret-1", ["true"], spec={"env": env}))
-    ended = await waits_then_fails(ex, "secret-1", "CreateContainerConfigError")
+    ended = await waits_then_fails(ex, "secret-1", "CreateContainerConfigError", began=began)
     assert ended.failure_class is model.FailureClass.PERMANENT
     assert ended.message is not None
     assert "etl-db" in ended.message
@@ -110,8 +113,9 @@ async def test_no_node_for_the_pod_is_said_then_fails_transient(
     cluster: kube_api.Cluster, ex: kubernetes.KubernetesExecutor
 ) -> None:
     cluster.kubelet.no_nodes = NO_NODES
+    began = time.monotonic()
     await ex.launch(launch("nodes-1", ["true"]))
-    ended = await waits_then_fails(ex, "nodes-1", "Unschedulable")
+    ended = await waits_then_fails(ex, "nodes-1", "Unschedulable", began=began)
     assert ended.failure_class is model.FailureClass.TRANSIENT, "nodes come: retried"
     assert ended.message == NO_NODES
 
@@ -133,9 +137,10 @@ async def test_a_pod_refused_by_admission_is_said_then_quarantines(
     cluster: kube_api.Cluster, ex: kubernetes.KubernetesExecutor
 ) -> None:
     cluster.api.deny(kube_api.PODS, "validation.gatekeeper.sh", DENIAL)
+    began = time.monotonic()
     await ex.launch(launch("admit-1", ["true"]))
     assert cluster.api.find(kube_api.JOBS, NS, "admit-1") is not None, "the Job was made"
-    ended = await waits_then_fails(ex, "admit-1", "FailedCreate")
+    ended = await waits_then_fails(ex, "admit-1", "FailedCreate", began=began)
     assert ended.failure_class is model.FailureClass.PERMANENT
     assert ended.message is not None
     assert 'admission webhook "validation.gatekeeper.sh" denied the request' in ended.message
@@ -210,8 +215,9 @@ async def test_a_workflow_whose_pod_cannot_pull_is_said_then_stopped(
 ) -> None:
     bad = "ghcr.io/acme/etl:9.9"
     cluster.kubelet.bad_images[bad] = ("ImagePullBackOff", PULL_ERROR)
+    began = time.monotonic()
     await wf.launch(make_launch("argo", "wpull-1", {"image": bad, "command": ["true"]}))
-    ended = await waits_then_fails(wf, "wpull-1", "ImagePullBackOff")
+    ended = await waits_then_fails(wf, "wpull-1", "ImagePullBackOff", began=began)
     assert ended.failure_class is model.FailureClass.PERMANENT
     assert ended.message == PULL_ERROR
     stopped = cluster.api.get(kube_api.WORKFLOWS, NS, "wpull-1")
