@@ -1019,7 +1019,12 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _grants(self) -> Settings:
-        broken = tenancy.violations(self.tenants, enabled=self.executors.enabled, strangers=False)
+        broken = tenancy.violations(
+            self.tenants,
+            enabled=self.executors.enabled,
+            strangers=False,
+            namespaces=self.executors.kubernetes.namespaces_allowed,
+        )
         if broken:
             raise ValueError("; ".join(broken))
         return self

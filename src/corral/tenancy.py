@@ -51,6 +51,22 @@ class TenantSettings(BaseModel):
         " argo and executors of other packages run code the submitter chooses: grant them"
         " by name only.",
     )
+    namespace: str | None = Field(
+        None,
+        description="Where the tenant's kubernetes and argo jobs run, and only there"
+        " (required where either is granted; one of executors.kubernetes.namespaces).",
+    )
+    allowed_secrets: tuple[str, ...] | None = Field(
+        None,
+        description="The Secrets the tenant's cluster jobs may name (env, env_from, volumes,"
+        " pull secrets); unset: none. Never corral's own.",
+    )
+    allowed_config_maps: tuple[str, ...] | None = Field(
+        None, description="The ConfigMaps the tenant's cluster jobs may name; unset: none."
+    )
+    service_accounts: tuple[str, ...] | None = Field(
+        None, description="The service accounts the tenant's cluster jobs may run as."
+    )
 
 
 def executor_of(template: Mapping[str, object]) -> str:
@@ -104,15 +120,37 @@ def check(tenants: Mapping[str, TenantSettings], tenant: str, executor: str) -> 
         raise errors.NotGranted(why)
 
 
+CLUSTER = ("kubernetes", "argo")
+"""The executors whose jobs run in a tenant's namespace."""
+
+
 def violations(
-    tenants: Mapping[str, TenantSettings], *, enabled: Collection[str], strangers: bool
+    tenants: Mapping[str, TenantSettings],
+    *,
+    enabled: Collection[str],
+    strangers: bool,
+    namespaces: Collection[str] = (),
 ) -> list[str]:
     """What is wrong with the `tenants` settings, one line each: a name that is no
     tenant's, a grant of an executor this corral does not run, `process` granted while
-    its jobs would run as corral's own user (`strangers` False), a cap for every tenant."""
+    its jobs would run as corral's own user (`strangers` False), a cap for every tenant,
+    kubernetes or argo granted without a namespace among `namespaces` (corral's)."""
     out = []
     runs = {*enabled, PYTHON}
     for name, table in tenants.items():
+        mine = resolved(tenants, name)
+        cluster = [k for k in CLUSTER if k in granted(tenants, name)]
+        where_ns = f'tenants."{name}".namespace' if name == ANY else f"tenants.{name}.namespace"
+        if cluster and mine.namespace is None:
+            out.append(
+                f"{where_ns}: required where {cluster[0]} is granted: the tenant's cluster"
+                " jobs run in its own namespace, and only there"
+            )
+        elif cluster and mine.namespace not in namespaces:
+            out.append(
+                f"{where_ns}: {mine.namespace!r} is not one of executors.kubernetes.namespaces"
+                f" ({', '.join(namespaces) or 'none'}): add it there, and corral's Role in it"
+            )
         where = f'tenants."{name}"' if name == ANY else f"tenants.{name}"
         if name != ANY and not _NAME.match(name):
             out.append(f"{where}: a tenant's name is 1-200 characters of [A-Za-z0-9_.-]")

@@ -68,8 +68,11 @@ def test_settings_that_grant_wrongly_are_refused_naming_the_table(
 
 def test_granting_an_enabled_executor_by_name_is_taken() -> None:
     s = config.Settings(
-        tenants={"ops": {"executors": ["http", "kubernetes", "python"]}},  # type: ignore[dict-item]
-        executors={"enabled": ["process", "http", "kubernetes"]},  # type: ignore[arg-type]
+        tenants={"ops": {"executors": ["http", "kubernetes", "python"], "namespace": "ops"}},  # type: ignore[dict-item]
+        executors={  # type: ignore[arg-type]
+            "enabled": ["process", "http", "kubernetes"],
+            "kubernetes": {"namespaces": ["default", "ops"]},
+        },
     )
     assert tenancy.granted(s.tenants, "ops") == ("http", "kubernetes", "python")
     assert tenancy.granted(s.tenants, "acme") == ("http", "python")

@@ -4,6 +4,7 @@ takes a job finds it through `_job`, which answers 404 for another tenant's."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections import defaultdict
@@ -17,6 +18,7 @@ from fastapi.responses import JSONResponse, Response
 
 from corral import client, errors, model, shapes, tenancy
 from corral.api.auth import ERRORS, Caller, Client, ErrorBody, Operator, Refused, Since, Viewer
+from corral.executors import references
 
 RESPONSES: dict[int | str, dict[str, Any]] = {
     **ERRORS,
@@ -170,7 +172,8 @@ async def _new_job(c: client.Client, who: Caller, given: dict[str, Any]) -> mode
         args["run_at"] = instant(args["run_at"], "run_at")
     job = c.new_job(**args)
     tenancy.check(c.settings.tenants, job.tenant, job.executor)
-    return c.validate(await c.task_checked(job))
+    spec = references.scoped(job.executor, job.spec, job.tenant, c.settings)
+    return c.validate(await c.task_checked(dataclasses.replace(job, spec=spec)))
 
 
 @router.post("/jobs", status_code=201, summary="Submit one job (an object) or many (an array)")

@@ -15,6 +15,7 @@ from fastapi import APIRouter, Body, Path, Query
 from corral import cadence, client, errors, model, scheduler, shapes, tenancy
 from corral.api.auth import Caller, Client, Operator, Refused, Viewer
 from corral.api.routes import EARLIEST, LATEST, RESPONSES, audit, instant, plain_json
+from corral.executors import references
 
 router = APIRouter(responses=RESPONSES)
 
@@ -97,10 +98,14 @@ def _arguments(
     return args
 
 
-def _granted(c: client.Client, tenant: str, template: Mapping[str, Any]) -> None:
+def _granted(c: client.Client, tenant: str, template: Mapping[str, Any]) -> dict[str, Any]:
     """Refuse (403) a schedule whose jobs would run on an executor its tenant is not
-    granted: a Python task's are `python`'s, others name theirs (`process` unnamed)."""
-    tenancy.check(c.settings.tenants, tenant, tenancy.executor_of(template))
+    granted (a Python task's are `python`'s, others name theirs, `process` unnamed), or
+    name on a cluster what the tenant may not; else its spec as it may run (a cluster
+    job's in the tenant's namespace)."""
+    executor = tenancy.executor_of(template)
+    tenancy.check(c.settings.tenants, tenant, executor)
+    return references.scoped(executor, template.get("spec") or {}, tenant, c.settings)
 
 
 def _in_range(text: str, field: str) -> None:
@@ -155,7 +160,9 @@ async def schedule_create(
     name = args.pop("name", None)
     if not isinstance(name, str):
         raise errors.InvalidInput("name: required, a string")
-    _granted(c, args["tenant"], args)
+    spec = _granted(c, args["tenant"], args)
+    if "spec" in args:
+        args["spec"] = spec
     made = await c.schedule_create(name, **args, tenant_made=True)
     await _audit(c, who, "schedules.create", made)
     return _shown(c, made)
@@ -186,7 +193,9 @@ async def schedule_update(
     args = _arguments(who, body, creating=False, spec=found.template.get("spec"))
     args.pop("tenant", None)
     if any(key in args for key in TEMPLATE_FIELDS):
-        _granted(c, found.tenant, {**found.template, **args})
+        spec = _granted(c, found.tenant, {**found.template, **args})
+        if "spec" in args:
+            args["spec"] = spec
     changed = await c.schedule_update(name, tenant=found.tenant, **args, tenant_made=True)
     await _audit(c, who, "schedules.update", found, keys=sorted(body))
     return _shown(c, changed)
