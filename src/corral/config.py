@@ -726,6 +726,18 @@ class KubernetesExecutorSettings(BaseModel):
         description="Default service account of Jobs.",
         pattern=r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$",
     )
+    token_accounts: tuple[str, ...] = Field(
+        (),
+        description="The service accounts whose Job pods mount their API token; every other"
+        " pod gets automountServiceAccountToken: false (a job needs no token to run).",
+    )
+    run_as_user: int = Field(
+        65532,
+        ge=1,
+        description="The uid a pod runs as when neither its spec nor its placement says:"
+        " non-root by number, so an image that declares root still starts under"
+        " runAsNonRoot.",
+    )
     allowed_service_accounts: tuple[str, ...] | None = Field(
         None,
         description="The service accounts a job's spec may name (`service_account`). Unset:"

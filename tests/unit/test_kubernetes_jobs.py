@@ -597,7 +597,9 @@ def test_every_pod_is_restricted_and_has_resources_by_default() -> None:
     assert pod["securityContext"] == {
         "runAsNonRoot": True,
         "seccompProfile": {"type": "RuntimeDefault"},
+        "runAsUser": 65532,  # by number: an image that declares root (busybox) still starts
     }
+    assert pod["automountServiceAccountToken"] is False, "a job needs no API token"
     [container] = pod["containers"]
     assert container["securityContext"] == {
         "allowPrivilegeEscalation": False,
@@ -922,3 +924,14 @@ def test_pods_get_the_database_url_only_when_the_settings_hand_it_on_purpose(
         for e in pod_of(job({"image": "b", "command": ["x"]}, settings=s))["containers"][0]["env"]
     }
     assert ("CORRAL_DATABASE_URL" in env) is has_url
+
+
+def test_a_pod_s_own_uid_and_a_token_account_s_token_are_kept() -> None:
+    own = pod_of(
+        job({"image": "busybox", "command": ["true"], "pod_security_context": {"runAsUser": 1000}})
+    )
+    assert own["securityContext"]["runAsUser"] == 1000
+    settings = make_settings(service_account="runner", token_accounts=["runner"], run_as_user=4242)
+    pod = pod_of(job({"image": "busybox", "command": ["true"]}, settings=settings))
+    assert pod["automountServiceAccountToken"] is True
+    assert pod["securityContext"]["runAsUser"] == 4242

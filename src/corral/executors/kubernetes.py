@@ -163,6 +163,8 @@ class JobTemplate:
         account = spec.get("service_account", k8s.service_account)
         if account:
             pod["serviceAccountName"] = account
+        # A job needs no API token to run: only the accounts the settings name mount one.
+        pod["automountServiceAccountToken"] = account in k8s.token_accounts
         if placement:
             pod.update(_placement(placement))
         metadata: dict[str, Any] = {

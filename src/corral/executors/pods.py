@@ -519,13 +519,19 @@ def resources(
     return {part: amounts for part, amounts in merged.items() if amounts}
 
 
-def pod_context(spec: Mapping[str, Any], placement: config.Placement | None) -> dict[str, Any]:
-    """The pod's securityContext: restricted's defaults, the class's fields, the job's."""
-    return {
+def pod_context(
+    spec: Mapping[str, Any], placement: config.Placement | None, run_as_user: int
+) -> dict[str, Any]:
+    """The pod's securityContext: restricted's defaults, the class's fields, the job's;
+    `run_as_user` where none of them names a uid (a kubelet refuses runAsNonRoot for an
+    image that declares root unless a uid is given)."""
+    context = {
         **POD_DEFAULTS,
         **(placement.pod_security_context if placement else {}),
         **spec.get("pod_security_context", {}),
     }
+    context.setdefault("runAsUser", run_as_user)
+    return context
 
 
 def container_context(
@@ -564,7 +570,7 @@ def pod_fields(
 ) -> dict[str, Any]:
     """What the spec's pod fields put on the pod (core/v1 PodSpec): its securityContext,
     imagePullSecrets, affinity and sidecars. Volumes are the caller's, beside its own."""
-    out: dict[str, Any] = {"securityContext": pod_context(spec, placement)}
+    out: dict[str, Any] = {"securityContext": pod_context(spec, placement, k8s.run_as_user)}
     if spec.get("image_pull_secrets"):
         out["imagePullSecrets"] = [{"name": name} for name in spec["image_pull_secrets"]]
     if spec.get("affinity"):
