@@ -156,7 +156,7 @@ async def test_a_name_the_tenant_may_not_use_is_refused_every_way(
         said = answer.json()["error"]
         assert said.startswith(f"spec.{field}: {name!r} is ")
         if whose == "not allowed":
-            assert f"tenants.b.{references._ALLOWED[kind][0]}" in said
+            assert f"tenants.b.{references.ALLOWED_IN[kind][0]}" in said
         else:
             assert "is corral's own" in said
     assert await c.store.job_list(states=[], limit=10) == []

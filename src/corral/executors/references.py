@@ -87,11 +87,12 @@ def _volume(field: str, volume: Mapping[str, Any]) -> Iterator[Reference]:
                 yield Reference(f"{field}.{key}.secretName", "secret", str(value["secretName"]))
 
 
-_ALLOWED = {
+ALLOWED_IN = {
     "secret": ("allowed_secrets", "Secrets"),
     "config_map": ("allowed_config_maps", "ConfigMaps"),
     "service_account": ("service_accounts", "service accounts"),
 }
+"""Each kind of reference: the tenant's setting that allows it, and what it lists."""
 
 
 def refusal(spec: Mapping[str, Any], tenant: str, settings: config.Settings) -> str | None:
@@ -107,7 +108,7 @@ def refusal(spec: Mapping[str, Any], tenant: str, settings: config.Settings) -> 
         )
     own = (settings.executors.kubernetes.database_url_secret or "").partition("/")[0]
     for ref in references(spec):
-        setting, what = _ALLOWED[ref.kind]
+        setting, what = ALLOWED_IN[ref.kind]
         allowed = getattr(scope, setting) or ()
         if ref.name.startswith(RESERVED_PREFIX) or (own and ref.name == own):
             return f"spec.{ref.field}: {ref.name!r} is corral's own; a tenant's job may not name it"
