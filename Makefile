@@ -5,10 +5,11 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 NFT    := /usr/sbin/nft
 CHROMIUM := /usr/bin/chromium
+BWRAP  := /usr/bin/bwrap
 
 .PHONY: run test test-under-load lint docs bench bench-peers clean
 
-$(STAMP): pyproject.toml | $(NFT) $(CHROMIUM)
+$(STAMP): pyproject.toml | $(NFT) $(CHROMIUM) $(BWRAP)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@echo "installing corral and its dependencies into $(VENV) ..."
 	@$(BIN)/python -m pip install -q --upgrade pip
@@ -35,6 +36,17 @@ $(CHROMIUM):
 		{ apt-get install -y -qq chromium || \
 			{ apt-get update -qq && apt-get install -y -qq chromium; }; } >/dev/null 2>&1 || \
 			echo "could not install chromium: the dashboard's browser tests will skip"; \
+	fi
+
+# Tenants' process jobs may run in a bubblewrap sandbox (executors.process.sandbox); its
+# tests need Debian's bubblewrap. As root, install it when it is missing.
+$(BWRAP):
+	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "installing bubblewrap (for the process sandbox's tests) ..."; \
+		export DEBIAN_FRONTEND=noninteractive; \
+		{ apt-get install -y -qq bubblewrap || \
+			{ apt-get update -qq && apt-get install -y -qq bubblewrap; }; } >/dev/null 2>&1 || \
+			echo "could not install bubblewrap: the sandbox's tests will fail"; \
 	fi
 
 run: $(STAMP)

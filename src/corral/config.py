@@ -310,6 +310,20 @@ class RetrySettings(BaseModel):
     )
 
 
+def _uid_range(given: str) -> tuple[int, int]:
+    """`START-END` as two uids; ValueError naming the rule."""
+    start, sep, end = given.partition("-")
+    if not sep or not start.isdigit() or not end.isdigit():
+        raise ValueError(f"{given!r} is not START-END, e.g. 100000-165535")
+    lo, hi = int(start), int(end)
+    if not 1000 <= lo <= hi <= 4_294_967_294:
+        raise ValueError(
+            f"{given!r}: the uids must be 1000 <= START <= END <= 4294967294, clear of the"
+            " system's accounts; pick a range no person's account uses, e.g. 100000-165535"
+        )
+    return lo, hi
+
+
 class ProcessExecutorSettings(BaseModel):
     """The embedded `process` executor."""
 
@@ -328,6 +342,35 @@ class ProcessExecutorSettings(BaseModel):
         description="How much of the end of a command's stdout, and of its stderr, the run log"
         " keeps when it ends.",
     )
+    uid_range: str | None = Field(
+        None,
+        description="START-END, e.g. 100000-165535: the commands of tenants granted `process`"
+        " each run under a uid and gid of their own from this range (corral runs as root)."
+        " The operator's own process jobs run as corral's user.",
+    )
+    sandbox: Literal["bwrap"] | None = Field(
+        None,
+        description="`bwrap`: the commands of tenants granted `process` run in a bubblewrap"
+        " sandbox (their own namespaces, the system read-only, none of corral's paths)."
+        " corral refuses to start where bwrap is missing or cannot make namespaces.",
+    )
+
+    @field_validator("uid_range")
+    @classmethod
+    def _uids(cls, given: str | None) -> str | None:
+        if given is not None:
+            _uid_range(given)
+        return given
+
+    @property
+    def uids(self) -> tuple[int, int] | None:
+        """uid_range as its first and last uid."""
+        return None if self.uid_range is None else _uid_range(self.uid_range)
+
+    @property
+    def strangers(self) -> bool:
+        """Whether a tenant's process jobs can run as strangers to corral."""
+        return self.uid_range is not None or self.sandbox is not None
 
 
 class RetentionSettings(BaseModel):
@@ -1034,7 +1077,7 @@ class Settings(BaseSettings):
         broken = tenancy.violations(
             self.tenants,
             enabled=self.executors.enabled,
-            strangers=False,
+            strangers=self.executors.process.strangers,
             namespaces=self.executors.kubernetes.namespaces_allowed,
         )
         if broken:
@@ -1065,6 +1108,14 @@ class Settings(BaseSettings):
         if not self.jobs_get_database_url or self.api_url:
             return None
         return _url_for_jobs(self.database_url, os.getcwd())
+
+    @property
+    def sqlite_file(self) -> Path | None:
+        """The SQLite database's file, as database_url names it; None for PostgreSQL."""
+        url = self.database_url
+        if not url.startswith("sqlite:"):
+            return None
+        return Path(url.split("://", 1)[1].removeprefix("/").partition("?")[0])
 
     @property
     def process_root(self) -> Path:

@@ -572,6 +572,9 @@ class Launch:
     relaunch: bool = False
     """This name may have been launched before: the executor must make sure no earlier copy
     still runs before it starts one (recovery sets it; a dispatcher's first launch does not)."""
+    stranger: bool = False
+    """Its command is a tenant's, a stranger to corral (its tenant is granted `process`):
+    the process executor runs it under its own uid or in a sandbox, never as corral."""
 
     @property
     def identity(self) -> Identity:
@@ -808,7 +811,12 @@ def attempt_env(
 
 
 def build_launch(
-    claimed: Claimed, *, reach: Reach, deadline_seconds: float | None, relaunch: bool = False
+    claimed: Claimed,
+    *,
+    reach: Reach,
+    deadline_seconds: float | None,
+    relaunch: bool = False,
+    stranger: bool = False,
 ) -> Launch:
     """The Launch for a claimed attempt: name, identity labels, user labels and env."""
     job, attempt = claimed.job, claimed.attempt
@@ -845,6 +853,7 @@ def build_launch(
         },
         deadline_seconds=deadline_seconds,
         relaunch=relaunch,
+        stranger=stranger,
         annotations={
             key: value
             for key, value in (

@@ -169,9 +169,9 @@ def violations(
                 out.append(
                     f"{where}.executors: granting 'process' runs a tenant's commands on"
                     " corral's host as corral's own user, which could read corral's settings"
-                    " and database: a tenant's process jobs must run as strangers"
-                    " (executors.process.uid_range or executors.process.sandbox), which"
-                    " this corral does not offer yet; grant http, python, kubernetes or argo"
+                    " and database: a tenant's process jobs must run as strangers; set"
+                    " executors.process.uid_range (each attempt under its own uid, corral"
+                    " as root) or executors.process.sandbox = \"bwrap\""
                 )
         if table.executors is not None and len(set(table.executors)) != len(table.executors):
             out.append(f"{where}.executors: an executor is named twice")

@@ -17,7 +17,7 @@ def warnings(settings: config.Settings, config_file: Path | None) -> list[str]:
     """One sentence per exposure found, each saying what to do."""
     out = []
     given = config_file if config_file is not None else config.DEFAULT_CONFIG_FILE
-    for path, what in ((given, "the settings file"), (_sqlite_file(settings), "the database")):
+    for path, what in ((given, "the settings file"), (settings.sqlite_file, "the database")):
         if path is not None and path.is_file() and path.stat().st_mode & OTHERS:
             mode = stat.S_IMODE(path.stat().st_mode)
             out.append(
@@ -31,10 +31,3 @@ def warnings(settings: config.Settings, config_file: Path | None) -> list[str]:
             " their attempt token) or jobs_get_database_url = false"
         )
     return out
-
-
-def _sqlite_file(settings: config.Settings) -> Path | None:
-    url = settings.database_url
-    if not url.startswith("sqlite:"):
-        return None
-    return Path(url.split("://", 1)[1].removeprefix("/").partition("?")[0])

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Protocol, runtime_checkable
 
-from corral import config, errors, model
+from corral import config, errors, model, tenancy
 
 
 @runtime_checkable
@@ -244,4 +244,14 @@ def launch_for(
     elif (seconds := (deadline - now).total_seconds()) <= 0:
         raise errors.LaunchTooLate(f"{claimed.attempt.launch_name}: {DEADLINE_BEFORE_LAUNCH}")
     reach = (reaches or Reaches(settings)).of(policy)
-    return model.build_launch(claimed, reach=reach, deadline_seconds=seconds, relaunch=relaunch)
+    stranger = stranger_of(settings, claimed.job.tenant, claimed.job.executor)
+    return model.build_launch(
+        claimed, reach=reach, deadline_seconds=seconds, relaunch=relaunch, stranger=stranger
+    )
+
+
+def stranger_of(settings: config.Settings, tenant: str, executor: str) -> bool:
+    """Whether a job of `tenant` on `executor` runs code corral's operator never saw, on
+    corral's host: a process job of a tenant granted `process` (whoever submitted it). Its
+    command then runs as a stranger to corral (executors.process.uid_range, .sandbox)."""
+    return executor == "process" and "process" in tenancy.granted(settings.tenants, tenant)

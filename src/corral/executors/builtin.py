@@ -6,6 +6,7 @@ other command (`corral heartbeat` inside a job, say) would pay for nothing."""
 from __future__ import annotations
 
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from corral import clock, config, model
@@ -21,7 +22,25 @@ def _process(settings: config.Settings, clk: clock.Clock) -> Executor:
         kill_grace=settings.timeouts.cancel_grace.total_seconds(),
         retention=settings.executors.process.retention,
         log_bytes=settings.executors.process.log_bytes,
+        strangers=_strangers(settings),
+        state_dir=settings.state_dir,
     )
+
+
+def _strangers(settings: config.Settings) -> dict[str, Any] | None:
+    """How tenants' process commands run (see process_sandbox), or None: as corral."""
+    own = settings.executors.process
+    if not own.strangers:
+        return None
+    corral_paths = [Path.cwd(), settings.state_dir, settings.process_root]
+    if (database := settings.sqlite_file) is not None:
+        corral_paths.append(database)
+    return {
+        "uids": own.uids,
+        "sandbox": own.sandbox,
+        "hide": sorted({str(p.absolute()) for p in corral_paths}),
+        "shown": [],
+    }
 
 
 def _process_reach(settings: config.Settings) -> str | None:

@@ -85,7 +85,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from corral import clock, errors, model
-from corral.executors import base, process_shim
+from corral.executors import base, process_sandbox, process_shim
 
 log = logging.getLogger("corral.executors.process")
 
@@ -126,8 +126,14 @@ class ProcessExecutor:
         kill_grace: float = KILL_GRACE_SECONDS,
         retention: timedelta | None = None,
         log_bytes: int = model.STREAM_BYTES,
+        strangers: Mapping[str, Any] | None = None,
+        state_dir: Path | None = None,
     ) -> None:
         self.root = Path(root).absolute()  # fixed now: a later chdir must not move it
+        self._strangers = dict(strangers) if strangers else None
+        """How tenants' commands run (process_sandbox): `uids` [first, last], `sandbox`,
+        `hide` (corral's paths a sandbox must not show), `shown` (paths it must)."""
+        self._state_dir = None if state_dir is None else Path(state_dir).absolute()
         self._clock = clock
         self._poll_interval = poll_interval
         self._kill_grace = kill_grace
@@ -167,6 +173,8 @@ class ProcessExecutor:
         """Create the root folder, and its indexes from the run folders if they are missing."""
         await asyncio.to_thread(self._make_root)
         log.info("process executor: run folders in %s", self.root)
+        if self._strangers is not None:
+            await asyncio.to_thread(self._ready_for_strangers)
         if not (self.root / INDEXED).exists():
             await asyncio.to_thread(self._rebuild_index)
 
@@ -189,6 +197,12 @@ class ProcessExecutor:
             raise errors.ExecutorError("process executor: closed; no more launches")
         spec = self.validate_spec(launch.spec)
         run_dir = self._run_dir(launch.name)
+        if launch.stranger and self._strangers is None:
+            raise errors.ConfigError(
+                f"process executor: tenant {launch.tenant!r} is granted 'process', but its"
+                " commands cannot run as strangers here: set executors.process.uid_range or"
+                " executors.process.sandbox"
+            )
         if launch.relaunch:
             await self._stop_earlier_copies(run_dir)
         watched = launch.name in self._watched
@@ -202,6 +216,8 @@ class ProcessExecutor:
             claimed = launch.relaunch and await asyncio.to_thread(os.path.lexists, run_dir)
             if not claimed:
                 files = _launch_files(launch, spec, self._log_bytes)
+                if launch.stranger:
+                    files["launch.json"]["stranger"] = self._strangers
                 answer = await self._supervisor.supervise(
                     run_dir, files, self._kill_grace, self._clock, log=self._log
                 )
@@ -325,9 +341,42 @@ class ProcessExecutor:
 
     def _make_root(self) -> None:
         with _platform(f"create the process executor's root {self.root}"):
-            self.root.mkdir(parents=True, exist_ok=True)
+            self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
             for index in (process_shim.LIVE, process_shim.ENDED, process_shim.HALF_MADE):
-                (self.root / index).mkdir(exist_ok=True)
+                (self.root / index).mkdir(mode=0o700, exist_ok=True)
+
+    def _ready_for_strangers(self) -> None:
+        """Check that tenants' commands can run as strangers here (ConfigError, naming the
+        setting, if not), and open the path from the state folder down to the run folders
+        to them: 0711, so that a command reaches its own work folder and lists nothing."""
+        assert self._strangers is not None
+        uids = self._strangers.get("uids")
+        if uids is not None:
+            with _platform(f"open the path to {self.root} to tenants' commands"):
+                os.chmod(self.root, 0o711)
+                for folder in self.root.parents:
+                    if self._state_dir is None or not folder.is_relative_to(self._state_dir):
+                        break
+                    os.chmod(folder, 0o711)
+                closed = process_sandbox.unreachable(self.root)
+            if closed is not None:
+                raise errors.ConfigError(
+                    f"process executor: executors.process.uid_range: {closed} is closed to"
+                    f" other users, so tenants' commands could not reach their run folders"
+                    f" in {self.root}: chmod o+x {closed}, or set executors.process.root"
+                    " elsewhere"
+                )
+        why = process_sandbox.probe(
+            uid_range=None if uids is None else (uids[0], uids[1]),
+            sandbox=self._strangers.get("sandbox"),
+            scratch=self.root / f".probe-{os.getpid()}",  # where run folders are
+        )
+        if why is not None:
+            raise errors.ConfigError(f"process executor: {why}")
+        log.info(
+            "process executor: tenants' commands run %s",
+            process_sandbox.describe(self._strangers),
+        )
 
     def _rebuild_index(self) -> None:
         """Index every run folder, live or ended, from what it holds: once for a root made
@@ -1065,8 +1114,8 @@ def _signal_child_group(run_dir: Path, sig: signal.Signals) -> None:
         child = _read_pid(run_dir / "child.pid")
         if _has_exit(run_dir) or not _alive(child):
             return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(child["pid"], sig)
+        sandboxed = bool(child and child.get("sandboxed"))
+        process_sandbox.signal_run(child["pid"], sig, sandboxed=sandboxed)
 
 
 # --- earlier copies of a run -------------------------------------------------------------------

@@ -52,6 +52,7 @@ import ctypes
 import errno
 import fcntl
 import functools
+import importlib.util
 import json
 import os
 import resource
@@ -67,8 +68,25 @@ import traceback
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from types import FrameType
+from types import FrameType, ModuleType
 from typing import Any
+
+
+def _sibling(name: str) -> ModuleType:
+    """A module beside this file, by its path: run as a script (`python -I`), this file
+    has neither corral nor its own folder on sys.path."""
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(f"{name}.py"))
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+if __package__:
+    from corral.executors import process_sandbox as sandbox
+else:  # pragma: no cover - the supervisor, run as a script
+    sandbox = _sibling("process_sandbox")
 
 POLL_SECONDS = 0.05
 """How often the wait loop looks for a cancel request, a passed deadline or a lost folder."""
@@ -353,8 +371,14 @@ def inherited_env() -> dict[str, str]:
 
 def child_env(folder: RunFolder, launch: dict[str, Any], *, payload: bool) -> dict[str, str]:
     """The command's environment: this machine's, the spec's, the launch's, the run folder,
-    and the payload's file when the launch has a `payload`."""
-    env = {**inherited_env(), **launch["spec"].get("env", {}), **launch["env"]}
+    and the payload's file when the launch has a `payload`. A stranger's (a tenant's
+    command, see process_sandbox) has none of this machine's but an allow-list."""
+    spec_env, launch_env = launch["spec"].get("env", {}), launch["env"]
+    if launch.get("stranger"):
+        work = folder.path / sandbox.WORK
+        env = sandbox.environment(os.environ, spec_env, launch_env, work=work)
+    else:
+        env = {**inherited_env(), **spec_env, **launch_env}
     for name in PAYLOAD_VARIABLES:  # corral says where the payload is, or that there is none
         env.pop(name, None)
     if payload:
@@ -380,10 +404,11 @@ def program(argv0: str, env: dict[str, str]) -> str:
 
 
 def start_child(
-    folder: RunFolder, launch: dict[str, Any], *, payload: bool = False
+    folder: RunFolder, launch: dict[str, Any], *, payload: bool = False, uid: int | None = None
 ) -> tuple[int, dict[str, Any]]:
     """Start the command in its own process group; its pid and its `child.pid` record.
-    `payload`: the folder holds the launch's PAYLOAD_FILE.
+    `payload`: the folder holds the launch's PAYLOAD_FILE. A stranger's command (the
+    launch's `stranger`) runs under `uid` and in its sandbox, if any, from its work folder.
 
     A command starts with posix_spawn (a vfork and an exec, no more): the supervisor
     starts every command, so this is its hot path. It runs in `cwd`, which the supervisor
@@ -391,7 +416,22 @@ def start_child(
     command's three is closed on exec (Python opens them so, and `main` makes the socket so)."""
     command = launch["spec"]["command"]
     env = child_env(folder, launch, payload=payload)
-    if cwd := launch.get("cwd"):
+    stranger = launch.get("stranger")
+    if stranger:
+        sandbox.hand_over(folder.fd, uid)
+        work = os.path.join(folder.path / sandbox.WORK, launch["spec"].get("cwd", ""))
+        os.chdir(work)
+        program(command[0], env)  # missing: it could not start, as for anyone's command
+        command = sandbox.argv(
+            command,
+            uid=uid,
+            sandbox=stranger.get("sandbox"),
+            run_dir=folder.path,
+            cwd=Path(work),
+            hide=stranger.get("hide", ()),
+            shown=stranger.get("shown", ()),
+        )
+    elif cwd := launch.get("cwd"):
         os.chdir(cwd)
     path = program(command[0], env)
     logs = [folder.open(name, os.O_WRONLY | os.O_CREAT | os.O_APPEND) for name in LOGS]
@@ -413,6 +453,8 @@ def start_child(
         for fd in logs:
             os.close(fd)
     record = {"pid": pid, "start_time": proc_start_time(pid), "started_at": now_iso()}
+    if stranger:
+        record.update(uid=uid, sandboxed=bool(stranger.get("sandbox")))
     try:  # it runs now, whatever happens to its record: it is watched all the same
         folder.write_json_atomic("child.pid", record, durable=False)
     except OSError:
@@ -451,13 +493,15 @@ class Supervision:
         self.kill_at: float | None = None
         self.drafted: dict[str, Any] | None = None  # exit.json, drafted
         self.record: dict[str, Any] | None = None  # exit.json, once in place
+        self.uid: int | None = started.get("uid")  # a stranger's own, freed when it ends
+        self.sandboxed = bool(started.get("sandboxed"))
 
     def tick(self, now: float, terminated: bool) -> None:
         """One look: start stopping the command, or force it once the grace is over."""
         if self.stop_reason is None:
             self.stop_reason, grace = self.stop_request(now, terminated)
             if self.stop_reason is not None:
-                signal_group(self.pid, signal.SIGTERM)
+                sandbox.signal_run(self.pid, signal.SIGTERM, sandboxed=self.sandboxed)
                 self.kill_at = now + grace
         elif self.kill_at is not None and now >= self.kill_at:
             signal_group(self.pid, signal.SIGKILL)
@@ -481,8 +525,11 @@ class Supervision:
         # The canceller signals the group itself: the command may end before we look.
         if self.stop_reason is None and self.folder.exists("cancel"):
             self.stop_reason = "cancelled"
-        # Like a container ending: whatever the command left behind in its group goes too.
+        # Like a container ending: whatever the command left behind in its group goes too,
+        # and a stranger's every process (its uid is then free for another attempt).
         signal_group(self.pid, signal.SIGKILL)
+        if self.uid is not None:
+            sandbox.kill_uid(self.uid)
         if not self.folder.still_mine():
             return False
         record = exit_record(returncode, self.stop_reason, self.started["started_at"])
@@ -772,7 +819,12 @@ class Supervisor:
         grace = float(request["grace"])
         launch = request["files"]["launch.json"]
         try:
-            pid, started = start_child(folder, launch, payload=PAYLOAD_FILE in request["files"])
+            uid = None
+            if (stranger := launch.get("stranger")) and (uids := stranger.get("uids")):
+                taken = {run.uid for run in self.runs.values() if run.uid is not None}
+                uid = sandbox.pick_uid(uids[0], uids[1], taken)
+            payload = PAYLOAD_FILE in request["files"]
+            pid, started = start_child(folder, launch, payload=payload, uid=uid)
         except Exception as exc:  # ValueError: e.g. a NUL byte in an argument
             short = isinstance(exc, OSError) and exc.errno in _SHORT_OF
             why = NO_RESOURCES if short else START_FAILED

@@ -1,0 +1,142 @@
+"""The escalation a hostile tenant found, tried again on `corral serve --http` as a user
+runs it: tenant b's operator token submits a process job that reads corral's settings
+file and SQLite database, writes itself an all-tenant admin token there, and uses it.
+
+Before tenants' jobs ran as strangers this made tenant b an admin of every tenant. Now
+tenant b may be granted `process` only with `executors.process.uid_range` (or a
+sandbox): its job runs under a uid of its own, and every step is refused."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.support.cli import corral_env, run_corral
+from tests.support.net import free_port
+from tests.support.wait import PATIENCE
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="uid_range needs corral as root")
+
+SETTINGS = """\
+attempt_key = "an-attempt-key-of-at-least-32-characters"
+
+[tenants.b]
+executors = ["process", "http"]
+
+[executors.process]
+uid_range = "190000-199999"
+"""
+
+JOB = textwrap.dedent(
+    """
+    import json, os, sqlite3
+    out = {}
+    def attempt(what, do):
+        try:
+            do()
+            out[what] = "allowed"
+        except Exception as exc:
+            out[what] = type(exc).__name__
+    attempt("read corral.toml", lambda: open("corral.toml").read())
+    attempt("read corral.db", lambda: open("corral.db", "rb").read(64))
+    def admin():
+        db = sqlite3.connect("corral.db")
+        db.execute("update tokens set tenant = null, role = 'admin'")
+        db.commit()
+    attempt("make itself an admin", admin)
+    attempt("list the state folder", lambda: os.listdir(".corral"))
+    out["database url"] = "CORRAL_DATABASE_URL" in os.environ
+    print(json.dumps(out))
+    """
+)
+
+
+@pytest.fixture
+def home() -> Iterator[Path]:
+    """corral's folder: under /tmp, which other users may pass through."""
+    made = Path(tempfile.mkdtemp(prefix="corral-escalation-", dir="/tmp"))
+    made.chmod(0o711)
+    (made / "corral.toml").write_text(SETTINGS)
+    (made / "corral.toml").chmod(0o600)
+    yield made
+    shutil.rmtree(made, ignore_errors=True)
+
+
+def test_a_tenants_process_job_cannot_make_its_tenant_an_admin(home: Path) -> None:
+    run_corral(home, "db", "upgrade", check=True)
+    made = run_corral(
+        home, "tokens", "create", "--tenant", "b", "--role", "operator", "--json", check=True
+    )
+    secret = json.loads(made.stdout)["secret"]
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "corral", "serve", "--http", f"127.0.0.1:{port}"],
+        cwd=home,
+        env=corral_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        api = httpx.Client(
+            base_url=f"http://127.0.0.1:{port}/api/v1",
+            headers={"Authorization": f"Bearer {secret}"},
+            timeout=PATIENCE,
+        )
+        job = {"spec": {"command": ["/usr/bin/python3", "-c", JOB], "cwd": str(home)}}
+        submitted = _until(lambda: api.post("/jobs", json=job), server)
+        assert submitted.status_code == 201, submitted.text
+        job_id = submitted.json()["id"]
+        shown = _until(
+            lambda: (
+                (found := api.get(f"/jobs/{job_id}")).json()["state"] in ("succeeded", "failed")
+                and found
+            ),
+            server,
+        )
+        assert shown.json()["state"] == "succeeded", shown.text
+        said = json.loads(
+            (home / ".corral" / "runs" / f"corral-{job_id}-1" / "stdout.log").read_text()
+        )
+        assert said == {
+            "read corral.toml": "PermissionError",
+            "read corral.db": "PermissionError",
+            "make itself an admin": "OperationalError",
+            "list the state folder": "PermissionError",
+            "database url": False,
+        }
+        # Still an operator of tenant b only: tenant a's jobs and the token list are closed.
+        assert api.get("/tokens").status_code == 403
+        api.close()
+        tokens = json.loads(run_corral(home, "tokens", "list", "--json", check=True).stdout)
+        assert [(t["tenant"], t["role"]) for t in tokens] == [("b", "operator")]
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.communicate(timeout=PATIENCE)
+
+
+def _until(ask, server: subprocess.Popen[str]):  # type: ignore[no-untyped-def]
+    """What `ask` returns once it is truthy and the server answers, within PATIENCE."""
+    deadline = time.monotonic() + 2 * PATIENCE
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            raise AssertionError(f"corral serve exited: {server.communicate()[1]}")
+        try:
+            if found := ask():
+                return found
+        except httpx.TransportError:
+            pass
+        time.sleep(0.1)
+    raise AssertionError("no answer in time")
