@@ -171,7 +171,7 @@ def violations(
                     " corral's host as corral's own user, which could read corral's settings"
                     " and database: a tenant's process jobs must run as strangers; set"
                     " executors.process.uid_range (each attempt under its own uid, corral"
-                    " as root) or executors.process.sandbox = \"bwrap\""
+                    ' as root) or executors.process.sandbox = "bwrap"'
                 )
         if table.executors is not None and len(set(table.executors)) != len(table.executors):
             out.append(f"{where}.executors: an executor is named twice")
