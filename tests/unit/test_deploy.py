@@ -517,3 +517,23 @@ def test_the_worker_example_passes_the_schemas_and_its_grace_covers_its_drain(
     )
     [found] = lint.lint_paths([WORKER], shorter)  # a longer drain than its grace allows
     assert found.rule == "worker-grace"
+
+
+def test_the_network_policy_keeps_every_job_pod_from_the_database() -> None:
+    policy = _one("NetworkPolicy")
+    assert policy["spec"]["policyTypes"] == ["Egress"]
+    settings = config.Settings(executors={"kubernetes": {"namespace": "corral"}})
+    new = model.NewJob(
+        executor="kubernetes",
+        spec=kubernetes.JobTemplate(settings).validate_spec(
+            {"image": "busybox:1.36", "command": ["true"]}
+        ),
+    )
+    made = kubernetes.dry_run(new, settings, datetime(2026, 1, 1, tzinfo=UTC))
+    pod_labels = made["spec"]["template"]["metadata"]["labels"]
+    selector = policy["spec"]["podSelector"]["matchLabels"]
+    assert selector.items() <= pod_labels.items()
+    [rule] = policy["spec"]["egress"]
+    v4 = next(b["ipBlock"] for b in rule["to"] if b["ipBlock"]["cidr"] == "0.0.0.0/0")
+    assert v4["except"]  # the database's address, which the operator fills in
+    assert "network-policy.yaml" in KUSTOMIZATION.read_text()
