@@ -291,12 +291,15 @@ async def _run_loops(
         else:
             running.append(r.run(stop, on_pass=passed))
     if schedule:
+        from corral.executors import references  # jsonschema: only where schedules fire
+
         s = scheduler.Scheduler(
             store=rt.store,
             clock=rt.clock,
             executors=rt.executors,
             cancel_grace=rt.settings.timeouts.cancel_grace,
             tenants=rt.settings.tenants,
+            refuse=references.firing_refusal(rt.settings),
         )
         running.append(s.run(stop, on_pass=beats.recorder(health.SCHEDULER)))
     if alert:

@@ -160,16 +160,16 @@ def _plan_at(
     previous: model.JobState | None,
     *,
     now: datetime,
-    tenants: Mapping[str, tenancy.TenantSettings],
+    refuse: Refuse,
 ) -> Plan:
     """`plan`, but a schedule whose firings cannot be worked out (a zone that tzdata no
     longer knows, a template that no longer builds) is left as it is and said in the log:
     it never stops the others, and is looked at again STUCK_BACKOFF later. A tenant's
-    schedule fires only while its tenant is granted its jobs' executor."""
+    schedule fires only while `refuse` finds nothing against it (its tenant is granted its
+    jobs' executor, and the names its spec uses are still its own)."""
     try:
         made = plan(schedule, previous, now)
-        executor = tenancy.executor_of(schedule.template)
-        if schedule.tenant_made and (why := tenancy.refusal(tenants, schedule.tenant, executor)):
+        if schedule.tenant_made and (why := refuse(schedule)):
             return refused(made, why)
         return made
     except Exception:
@@ -179,6 +179,16 @@ def _plan_at(
             schedule.id,
         )
         return Plan(fires=[], next_due=now + STUCK_BACKOFF)
+
+
+Refuse = Callable[[model.Schedule], str | None]
+"""Why a firing of a tenant's schedule is refused now; None when it may run."""
+
+
+def _not_granted(
+    tenants: Mapping[str, tenancy.TenantSettings], schedule: model.Schedule
+) -> str | None:
+    return tenancy.refusal(tenants, schedule.tenant, tenancy.executor_of(schedule.template))
 
 
 def firing(
@@ -269,9 +279,12 @@ class Scheduler:
         poll: float = POLL,
         ahead: timedelta = AHEAD,
         tenants: Mapping[str, tenancy.TenantSettings] | None = None,
+        refuse: Refuse | None = None,
     ) -> None:
         """`tenants`: the settings' tenants, whose grants a tenant's schedule's firings
-        are checked against (none given: every tenant has the default grant)."""
+        are checked against (none given: every tenant has the default grant); `refuse`,
+        the whole check of such a firing, if more than the grant (see
+        executors.references.firing_refusal)."""
         self.store = store
         self.clock = clock
         self.executors = executors or {}
@@ -280,6 +293,7 @@ class Scheduler:
         self.poll = poll
         self.ahead = ahead
         self.tenants = tenants or {}
+        self.refuse = refuse or functools.partial(_not_granted, self.tenants)
         self._limit = batch
         self.last_pass: PassResult | None = None
 
@@ -320,7 +334,7 @@ class Scheduler:
             done = await self.store.schedules_fire_due(
                 now=now,
                 limit=limit,
-                plan=functools.partial(_plan_at, now=now, tenants=self.tenants),
+                plan=functools.partial(_plan_at, now=now, refuse=self.refuse),
                 ahead=self.ahead,
             )
             # A batch that took long (catching up after an outage walks many missed times)

@@ -14,11 +14,11 @@ the manifest will hold.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from corral import config, errors, tenancy
+from corral import config, errors, model, tenancy
 from corral.executors.pods import RESERVED_PREFIX
 
 CLUSTER_KINDS = frozenset({"kubernetes", "argo"})
@@ -135,3 +135,20 @@ def scoped(
     if (why := refusal(mine, tenant, settings)) is not None:
         raise errors.NotGranted(why)
     return mine
+
+
+def firing_refusal(settings: config.Settings) -> Callable[[model.Schedule], str | None]:
+    """Why a firing of a schedule a tenant made is refused under `settings`, checked at
+    every firing: its executor no longer granted, or (a cluster job) a namespace or a name
+    its tenant's table no longer allows. None when it may run."""
+
+    def why(schedule: model.Schedule) -> str | None:
+        executor = tenancy.executor_of(schedule.template)
+        if (refused := tenancy.refusal(settings.tenants, schedule.tenant, executor)) is not None:
+            return refused
+        spec = schedule.template.get("spec")
+        if executor in tenancy.CLUSTER and isinstance(spec, Mapping):
+            return refusal(spec, schedule.tenant, settings)
+        return None
+
+    return why
