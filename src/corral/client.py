@@ -981,9 +981,10 @@ class Client:
     async def _backfill(self, schedule: model.Schedule, fires: list[model.Fire]) -> tuple[int, int]:
         return await self.store.backfill(schedule=schedule, fires=fires, now=self.clock.now())
 
-    async def rerun(self, job_id: int) -> int:
+    async def rerun(self, job_id: int, *, tenant_made: bool = False) -> int:
         """A failed or cancelled job again, as a new job (the same spec, payload and
-        options) labelled with the old one's id: the new job's id."""
+        options) labelled with the old one's id: the new job's id. It is a tenant's when
+        the old one was, or `tenant_made` (asked for through the API)."""
         old = await self.store.job_get(job_id=job_id)
         if old.state not in (model.JobState.FAILED, model.JobState.CANCELLED):
             raise errors.InvalidInput(
@@ -993,6 +994,7 @@ class Client:
         new = dataclasses.replace(
             model.job_from_template({f: getattr(old, f) for f in model.TEMPLATE_FIELDS}),
             labels={**old.labels, RERUN_OF: str(job_id)},
+            tenant_made=old.tenant_made or tenant_made,
         )
         [(made, _)] = await self.store.job_submit(new=[self.validate(new)], now=self.clock.now())
         return made

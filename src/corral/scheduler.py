@@ -215,6 +215,7 @@ def firing(
         run_at=nominal + delay,
         idempotency_key=model.firing_key(schedule.id, nominal),
         payload=payload,
+        tenant_made=schedule.tenant_made,
         **(overrides or {}),
     )
     return model.Fire(nominal, outcome, job=job, note=_moved(when, nominal))

@@ -3,6 +3,7 @@ an earlier text of one is brought up to the schema all the same."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -95,6 +96,27 @@ def _migrated_to(url: str, revision: str) -> None:
     engine.dispose()
 
 
+LATER_JOB_COLUMNS = {"tenant_made": "BOOLEAN NOT NULL DEFAULT false"}
+"""Columns of `jobs` that later revisions add and today's claim reads."""
+
+
+@contextlib.contextmanager
+def _lent_job_columns(url: str) -> Iterator[None]:
+    """Today's claim, on a database of an old revision: the job columns later revisions add
+    are lent for it and taken back, so the old revision is what the upgrade then finds."""
+    engine = create_engine(url)
+    with engine.begin() as conn:
+        for name, kind in LATER_JOB_COLUMNS.items():
+            conn.execute(text(f"ALTER TABLE jobs ADD COLUMN {name} {kind}"))
+    try:
+        yield
+    finally:
+        with engine.begin() as conn:
+            for name in LATER_JOB_COLUMNS:
+                conn.execute(text(f"ALTER TABLE jobs DROP COLUMN {name}"))
+        engine.dispose()
+
+
 def _valid_indexes(url: str, *names: str) -> set[str]:
     """The indexes of these tables; on PostgreSQL, having checked that none is invalid (what a
     concurrent build that failed half way leaves)."""
@@ -120,7 +142,8 @@ async def test_0006_moves_a_database_with_jobs_to_the_new_indexes(empty_url: str
     keyed = [model.NewJob(executor="noop", spec={}, idempotency_key=f"k{i}") for i in range(50)]
     plain = [model.NewJob(executor="noop", spec={}) for _ in range(50)]
     made = await old.job_submit(new=keyed + plain, now=clock.now())
-    await old.job_claim(now=clock.now(), limit=10, executors=["noop"])
+    with _lent_job_columns(empty_url):
+        await old.job_claim(now=clock.now(), limit=10, executors=["noop"])
     await old.close()
 
     db = store.Store.connect(empty_url)
@@ -160,12 +183,15 @@ async def test_0007_indexes_live_attempts_only(empty_url: str) -> None:
     await old.job_submit(
         new=[model.NewJob(executor="noop", spec={}) for _ in range(6)], now=clock.now()
     )
-    claimed = await old.job_claim(now=clock.now(), limit=6, executors=["noop"])
-    # Failures: today's settle of a success also keeps its run log, a table 0006 lacks.
-    ended = [store.Finish(c.attempt.id, model.AttemptState.FAILED, 1, None) for c in claimed[:2]]
-    await old.attempt_settle(
-        launched=[c.attempt.id for c in claimed[2:4]], finishes=ended, now=clock.now()
-    )
+    with _lent_job_columns(empty_url):
+        claimed = await old.job_claim(now=clock.now(), limit=6, executors=["noop"])
+        # Failures: today's settle of a success also keeps its run log, a table 0006 lacks.
+        ended = [
+            store.Finish(c.attempt.id, model.AttemptState.FAILED, 1, None) for c in claimed[:2]
+        ]
+        await old.attempt_settle(
+            launched=[c.attempt.id for c in claimed[2:4]], finishes=ended, now=clock.now()
+        )
     await old.close()
 
     db = store.Store.connect(empty_url)

@@ -173,7 +173,8 @@ async def _new_job(c: client.Client, who: Caller, given: dict[str, Any]) -> mode
     job = c.new_job(**args)
     tenancy.check(c.settings.tenants, job.tenant, job.executor)
     spec = references.scoped(job.executor, job.spec, job.tenant, c.settings)
-    return c.validate(await c.task_checked(dataclasses.replace(job, spec=spec)))
+    made = dataclasses.replace(job, spec=spec, tenant_made=True)  # a tenant's: see stranger_of
+    return c.validate(await c.task_checked(made))
 
 
 @router.post("/jobs", status_code=201, summary="Submit one job (an object) or many (an array)")
@@ -361,7 +362,7 @@ async def job_rerun(c: Client, who: Operator, job_id: JobId) -> dict[str, Any]:
             f"job {job_id} is {old.job.state}: only a failed or cancelled job is run again"
         )
     tenancy.check(c.settings.tenants, old.job.tenant, old.job.executor)
-    made = await c.rerun(job_id)
+    made = await c.rerun(job_id, tenant_made=True)
     await audit(c, who, "jobs.rerun", str(job_id), old.job.tenant, new_job=made)
     return shapes.view_dict(await visible_job(c, who, made))
 

@@ -39,7 +39,8 @@ def job_submit(
     keyed = [i for i, j in enumerate(new) if j.idempotency_key is not None]
     if plain:
         stmt = insert(jobs).returning(jobs.c.id, sort_by_parameter_order=True)
-        ids = conn.execute(stmt, [_job_row(new[i], now, hold) for i in plain]).scalars().all()
+        rows = _job_rows([new[i] for i in plain], now, hold)
+        ids = conn.execute(stmt, rows).scalars().all()
         for i, job_id in zip(plain, ids, strict=True):
             out[i] = (job_id, True)
     if keyed:
@@ -115,7 +116,7 @@ def _job_submit_keyed(
     for n, job in enumerate(new):
         assert job.idempotency_key is not None
         first.setdefault((job.tenant, job.idempotency_key), n)
-    rows = [_job_row(new[n], now, hold) for n in first.values()]
+    rows = _job_rows([new[n] for n in first.values()], now, hold)
     inserted = dialects.insert_many(
         conn,
         jobs,
@@ -149,6 +150,16 @@ def _job_submit_keyed(
         else:
             out.append((existing[key], False))
     return out
+
+
+def _job_rows(new: Sequence[model.NewJob], now: datetime, hold: bool) -> list[dict[str, Any]]:
+    """The rows of `new`; `tenant_made` named only where one of them is a tenant's (a batch
+    of the operator's leaves it to its default, as every corral before it did)."""
+    rows = [_job_row(job, now, hold) for job in new]
+    if any(job.tenant_made for job in new):
+        for row, job in zip(rows, new, strict=True):
+            row["tenant_made"] = job.tenant_made
+    return rows
 
 
 def _job_row(job: model.NewJob, now: datetime, hold: bool) -> dict[str, Any]:

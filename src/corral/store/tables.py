@@ -102,6 +102,9 @@ jobs = Table(
     # Attempts that never reached their platform: they count toward neither max_attempts
     # nor the retry budget (model.charged).
     Column("uncharged_attempts", Integer, nullable=False, server_default=text("0")),
+    # Made by a tenant (the API, the dashboard, a tenant's schedule): a process job of it
+    # runs as a stranger to corral (executors/base.stranger_of).
+    Column("tenant_made", Boolean, nullable=False, server_default=false()),
     # A job list reads the newest jobs of a state (of a queue's state) first and stops at
     # its limit: these hand them over in that order, however few of the table they are.
     Index("ix_jobs_state", "state", "id"),
