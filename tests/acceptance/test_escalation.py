@@ -41,7 +41,8 @@ uid_range = "190000-199999"
 
 JOB = textwrap.dedent(
     """
-    import json, os, sqlite3
+    import json, os, sqlite3, sys
+    os.chdir(sys.argv[1])  # corral's folder, where a job of old started
     out = {}
     def attempt(what, do):
         try:
@@ -56,19 +57,38 @@ JOB = textwrap.dedent(
         db.execute("update tokens set tenant = null, role = 'admin'")
         db.commit()
     attempt("make itself an admin", admin)
-    attempt("list the state folder", lambda: os.listdir(".corral"))
+    def listing():
+        found = set(os.listdir(".corral"))
+        if found - {"runs", "attempt-api"}:  # a sandbox's stubs for its mounts are not
+            return found
+        raise PermissionError("only the sandbox's own mount points")
+    attempt("list the state folder", listing)
     out["database url"] = "CORRAL_DATABASE_URL" in os.environ
+    # Its one way to corral: the attempt API on the Unix socket, with its own token.
+    import http.client, socket
+    class Unix(http.client.HTTPConnection):
+        def connect(self):
+            self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self.sock.connect(os.environ["CORRAL_API_URL"].removeprefix("unix:"))
+    def call(method, path):
+        conn = Unix("corral")
+        token = os.environ["CORRAL_ATTEMPT_TOKEN"]
+        conn.request(method, path, headers={"Authorization": "Bearer " + token})
+        return conn.getresponse().status
+    out["heartbeat"] = call("POST", "/api/v1/attempt/heartbeat")
+    out["tokens over the socket"] = call("GET", "/api/v1/tokens")
     print(json.dumps(out))
     """
 )
 
 
-@pytest.fixture
-def home() -> Iterator[Path]:
+@pytest.fixture(params=["uid_range", "uid_range+bwrap"])
+def home(request: pytest.FixtureRequest) -> Iterator[Path]:
     """corral's folder: under /tmp, which other users may pass through."""
     made = Path(tempfile.mkdtemp(prefix="corral-escalation-", dir="/tmp"))
     made.chmod(0o711)
-    (made / "corral.toml").write_text(SETTINGS)
+    sandbox = 'sandbox = "bwrap"\n' if "bwrap" in request.param else ""
+    (made / "corral.toml").write_text(SETTINGS + sandbox)
     (made / "corral.toml").chmod(0o600)
     yield made
     shutil.rmtree(made, ignore_errors=True)
@@ -95,7 +115,7 @@ def test_a_tenants_process_job_cannot_make_its_tenant_an_admin(home: Path) -> No
             headers={"Authorization": f"Bearer {secret}"},
             timeout=PATIENCE,
         )
-        job = {"spec": {"command": ["/usr/bin/python3", "-c", JOB], "cwd": str(home)}}
+        job = {"spec": {"command": ["/usr/bin/python3", "-c", JOB, str(home)]}}
         submitted = _until(lambda: api.post("/jobs", json=job), server)
         assert submitted.status_code == 201, submitted.text
         job_id = submitted.json()["id"]
@@ -110,12 +130,14 @@ def test_a_tenants_process_job_cannot_make_its_tenant_an_admin(home: Path) -> No
         said = json.loads(
             (home / ".corral" / "runs" / f"corral-{job_id}-1" / "stdout.log").read_text()
         )
+        refused = {"PermissionError", "FileNotFoundError"}  # a sandbox shows none of it
+        for what in ("read corral.toml", "read corral.db", "list the state folder"):
+            assert said.pop(what) in refused, what
         assert said == {
-            "read corral.toml": "PermissionError",
-            "read corral.db": "PermissionError",
             "make itself an admin": "OperationalError",
-            "list the state folder": "PermissionError",
             "database url": False,
+            "heartbeat": 200,
+            "tokens over the socket": 404,
         }
         # Still an operator of tenant b only: tenant a's jobs and the token list are closed.
         assert api.get("/tokens").status_code == 403
@@ -140,3 +162,15 @@ def _until(ask, server: subprocess.Popen[str]):  # type: ignore[no-untyped-def]
             pass
         time.sleep(0.1)
     raise AssertionError("no answer in time")
+
+
+def test_corral_will_not_serve_strangers_beside_a_settings_file_they_could_read(
+    home: Path,
+) -> None:
+    (home / "corral.toml").chmod(0o644)
+    said = run_corral(home, "serve", env=corral_env())
+    assert said.returncode == 2, said
+    told = " ".join(said.stderr.split())
+    assert "the settings file corral.toml is readable by other users (mode 0644)" in told
+    assert "chmod 600 corral.toml" in told
+    assert "corral will not start until only it can read them" in told

@@ -16,7 +16,7 @@ import sqlite3
 import tempfile
 import textwrap
 from collections.abc import AsyncIterator, Iterator
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -91,11 +91,13 @@ async def host(
         shutil.rmtree(state, ignore_errors=True)
 
 
-def stranger(name: str, command: list[str], **kw: Any) -> model.Launch:
+def stranger(
+    name: str, command: list[str], *, spec: dict[str, Any] | None = None, **kw: Any
+) -> model.Launch:
     made = launches.make_launch(
         "process",
         name,
-        {"command": command},
+        {"command": command, **(spec or {})},
         tenant="b",
         reach=model.Reach(api_url="http://corral.test"),
         **kw,
@@ -197,8 +199,13 @@ async def test_a_strangers_job_reaches_nothing_of_corral_nor_of_another_job(host
     assert other_uid != said["uid"]
     # It reads its own payload and writes its work folder; the bookkeeping stays corral's.
     assert os.stat(ex.root / "b-1" / "work" / "written").st_uid == said["uid"]
-    run = os.stat(ex.root / "b-1")
-    assert (run.st_uid, run.st_gid, run.st_mode & 0o777) == (0, said["uid"], 0o750)
+    # While it runs, a run folder is root's and its group's; once it ended, root's alone:
+    # a later attempt given the uid reads nothing of it.
+    live = os.stat(ex.root / "a-1")
+    assert (live.st_uid, live.st_gid, live.st_mode & 0o777) == (0, other_uid, 0o750)
+    ended = os.stat(ex.root / "b-1")
+    assert (ended.st_uid, ended.st_gid, ended.st_mode & 0o777) == (0, 0, 0o700)
+    assert (os.stat(ex.root / "b-1" / "launch.json").st_mode & 0o777) == 0o600
     assert os.stat(ex.root).st_mode & 0o777 == 0o711
     assert os.stat(host.state).st_mode & 0o777 == 0o711
 
@@ -212,18 +219,47 @@ async def test_a_strangers_job_reads_its_payload_and_its_run_folder(host: Host) 
     assert (ex.root / "p-1" / "stdout.log").read_text() == '{"n":7}listed\n'
 
 
-async def test_what_a_stranger_leaves_behind_is_killed_when_it_ends(host: Host) -> None:
+async def test_what_a_stranger_leaves_behind_is_gone_when_it_ends(host: Host) -> None:
     ex = host.executor
-    script = "setsid sleep 300 >/dev/null 2>&1 < /dev/null & echo $! > left; exit 0"
+    left = f"/tmp/corral-left-{os.getpid()}"
+    script = (
+        "setsid sleep 300 >/dev/null 2>&1 < /dev/null & echo $! > left;"
+        f" mkdir {left} && echo x > {left}/file && touch {left}-file; exit 0"
+    )
     await ex.launch(stranger("l-1", ["/bin/sh", "-c", script]))
     obs = await finished(ex, "l-1")
-    assert obs.phase is model.Phase.SUCCEEDED
+    assert obs.phase is model.Phase.SUCCEEDED, (ex.root / "l-1" / "stderr.log").read_text()
     uid = os.stat(ex.root / "l-1" / "work").st_uid
 
     def none_left() -> bool:
         return not process_sandbox.uids_running(uid, uid)
 
     await eventually(none_left, what=f"every process of uid {uid} gone")
+    # Nor what it left in the host's shared /tmp (a sandbox's /tmp is its own anyway).
+    assert not os.path.lexists(left)
+    assert not os.path.lexists(f"{left}-file")
+
+
+async def test_a_strangers_variables_reach_its_command_only(host: Host) -> None:
+    """setpriv runs as root: a LD_PRELOAD of the tenant's must not reach it (nor bwrap, nor
+    env), only the command it runs (as itself), whose loader then says it once."""
+    ex = host.executor
+    missing = "/nonexistent/corral-preload.so"
+    env = {"LD_PRELOAD": missing, "GCONV_PATH": "/nonexistent"}
+    await ex.launch(stranger("e-1", ["/bin/sh", "-c", "exit 0"], spec={"env": env}))
+    obs = await finished(ex, "e-1")
+    assert obs.phase is model.Phase.SUCCEEDED
+    said = (ex.root / "e-1" / "stderr.log").read_text()
+    assert said.count(missing) == 1, said
+
+
+@pytest.mark.parametrize("cwd", ["/", "../..", "sub/../../.."])
+async def test_a_strangers_cwd_never_leads_out_of_its_work_folder(host: Host, cwd: str) -> None:
+    ex = host.executor
+    await ex.launch(stranger("w-1", ["/bin/sh", "-c", "pwd"], spec={"cwd": cwd}))
+    obs = await finished(ex, "w-1")
+    assert obs.phase is model.Phase.FAILED
+    assert "leads out of the work folder" in (obs.reason or ""), obs
 
 
 async def test_a_cancelled_stranger_gets_its_grace_and_its_exit_is_its_own(host: Host) -> None:
@@ -317,11 +353,24 @@ def test_a_bad_uid_range_names_the_rule(given: str, rule: str) -> None:
         config.Settings(executors={"process": {"uid_range": given}})
 
 
-def test_a_launch_is_a_strangers_when_its_tenant_is_granted_process() -> None:
+def test_a_launch_is_a_strangers_when_its_tenant_is_granted_process_or_made_it() -> None:
     settings = config.Settings(
         tenants={"b": {"executors": ["process", "http"]}},
         executors={"process": {"uid_range": "100000-165535"}},
     )
-    assert base.stranger_of(settings, "b", "process") is True
-    assert base.stranger_of(settings, "default", "process") is False  # the operator's
-    assert base.stranger_of(settings, "b", "http") is False
+
+    def job(tenant: str, executor: str = "process", *, tenant_made: bool = False) -> model.Job:
+        now = datetime.now(UTC)
+        return model.Job(
+            id=1, tenant=tenant, queue="q", pool=None, priority=0, executor=executor,
+            spec={}, payload=None, state=model.JobState.RUNNING, run_at=now,
+            idempotency_key=None, max_attempts=1, attempt_count=1, labels={},
+            created_at=now, updated_at=now, tenant_made=tenant_made,
+        )  # fmt: skip
+
+    assert base.stranger_of(settings, job("b")) is True  # whoever submitted it
+    assert base.stranger_of(settings, job("default")) is False  # the operator's
+    assert base.stranger_of(settings, job("b", "http")) is False
+    # A tenant's job whose grant was withdrawn since is a stranger's still: it never runs
+    # as corral (the launch is refused where strangers cannot run).
+    assert base.stranger_of(settings, job("default", tenant_made=True)) is True

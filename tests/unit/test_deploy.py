@@ -119,8 +119,11 @@ def test_the_kustomization_applies_every_manifest_and_sets_the_image() -> None:
     version = project["project"]["version"]
     assert images == {f"{image['name']}:{version}"}, "the version built, never latest"
     assert str(image["newTag"]) == version
-    namespaces = {d["metadata"].get("namespace") for _, d in DOCS if d["kind"] != "Namespace"}
+    # The NetworkPolicy names none: it is applied in every namespace jobs run in.
+    per_namespace = ("Namespace", "NetworkPolicy")
+    namespaces = {d["metadata"].get("namespace") for _, d in DOCS if d["kind"] not in per_namespace}
     assert namespaces == {kustomization["namespace"]} == {_one("Namespace")["metadata"]["name"]}
+    assert "namespace" not in _one("NetworkPolicy")["metadata"]
 
 
 def test_corral_lint_finds_nothing(settings: config.Settings) -> None:

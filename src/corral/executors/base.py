@@ -7,6 +7,7 @@ a platform that cannot be asked raises ExecutorError rather than guessing `absen
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -209,18 +210,22 @@ class Reaches:
     def __init__(self, settings: config.Settings) -> None:
         self.settings = settings
         self._database_url = settings.database_url_for_jobs
-        self._made: dict[float | None, model.Reach] = {}
+        self._made: dict[tuple[float | None, bool], model.Reach] = {}
 
-    def of(self, policy: config.JobPolicy) -> model.Reach:
+    def of(self, policy: config.JobPolicy, executor: str = "") -> model.Reach:
+        """How an attempt of `executor` reaches corral: api_url when set; else a process
+        job reaches the attempt API this process answers on its Unix socket, if it does."""
         every = policy.heartbeat_every(self.settings).total_seconds() if policy.heartbeat else None
-        if (reach := self._made.get(every)) is None:
+        local = executor == "process" and not self.settings.api_url
+        if (reach := self._made.get((every, local))) is None:
+            api_url = self.settings.api_url or (self.settings.local_api_url if local else None)
             reach = model.Reach(
-                api_url=self.settings.api_url,
+                api_url=api_url,
                 database_url=self._database_url,
                 heartbeat_seconds=every,
                 attempt_key=self.settings.attempt_key,
             )
-            self._made[every] = reach
+            self._made[every, local] = reach
         return reach
 
 
@@ -243,15 +248,20 @@ def launch_for(
         seconds = policy.deadline(settings).total_seconds()
     elif (seconds := (deadline - now).total_seconds()) <= 0:
         raise errors.LaunchTooLate(f"{claimed.attempt.launch_name}: {DEADLINE_BEFORE_LAUNCH}")
-    reach = (reaches or Reaches(settings)).of(policy)
-    stranger = stranger_of(settings, claimed.job.tenant, claimed.job.executor)
+    reach = (reaches or Reaches(settings)).of(policy, claimed.job.executor)
+    stranger = stranger_of(settings, claimed.job)
+    if stranger and reach.database_url:  # a stranger never holds corral's database
+        reach = dataclasses.replace(reach, database_url=None)
     return model.build_launch(
         claimed, reach=reach, deadline_seconds=seconds, relaunch=relaunch, stranger=stranger
     )
 
 
-def stranger_of(settings: config.Settings, tenant: str, executor: str) -> bool:
-    """Whether a job of `tenant` on `executor` runs code corral's operator never saw, on
-    corral's host: a process job of a tenant granted `process` (whoever submitted it). Its
-    command then runs as a stranger to corral (executors.process.uid_range, .sandbox)."""
-    return executor == "process" and "process" in tenancy.granted(settings.tenants, tenant)
+def stranger_of(settings: config.Settings, job: model.Job) -> bool:
+    """Whether `job` runs code corral's operator never saw, on corral's host: a process job
+    a tenant made (through the API, the dashboard, its schedule: even once its grant is
+    withdrawn), or of a tenant granted `process` (whoever submitted it). Its command then
+    runs as a stranger to corral (executors.process.uid_range, .sandbox), never as corral."""
+    if job.executor != "process":
+        return False
+    return job.tenant_made or "process" in tenancy.granted(settings.tenants, job.tenant)

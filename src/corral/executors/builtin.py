@@ -32,24 +32,16 @@ def _strangers(settings: config.Settings) -> dict[str, Any] | None:
     own = settings.executors.process
     if not own.strangers:
         return None
-    corral_paths = [Path.cwd(), settings.state_dir, settings.process_root]
-    if (database := settings.sqlite_file) is not None:
-        corral_paths.append(database)
+    corral_paths = [Path.cwd(), settings.state_dir, settings.process_root, Path("/etc/corral")]
+    for path in (settings.sqlite_file, settings.settings_file):
+        if path is not None:
+            corral_paths.append(path)
     return {
         "uids": own.uids,
         "sandbox": own.sandbox,
         "hide": sorted({str(p.absolute()) for p in corral_paths}),
-        "shown": [],
+        "shown": [str(settings.attempt_socket.parent)],  # the attempt API's socket
     }
-
-
-def _process_reach(settings: config.Settings) -> str | None:
-    if settings.jobs_get_database_url or settings.api_url:
-        return None
-    return (
-        "with jobs_get_database_url off, a process job cannot reach corral to send"
-        " heartbeats; set api_url or turn jobs_get_database_url on"
-    )
 
 
 def _cluster_reach(settings: config.Settings) -> str | None:
@@ -128,7 +120,6 @@ PROCESS = Registration(
     kind="process",
     summary="a local process in a run folder, supervised (the embedded default)",
     build=_process,
-    reach=_process_reach,
 )
 HTTP = Registration(
     kind="http",

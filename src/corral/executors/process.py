@@ -344,6 +344,7 @@ class ProcessExecutor:
             self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
             for index in (process_shim.LIVE, process_shim.ENDED, process_shim.HALF_MADE):
                 (self.root / index).mkdir(mode=0o700, exist_ok=True)
+                os.chmod(self.root / index, 0o700)  # made by an earlier corral: 0755
 
     def _ready_for_strangers(self) -> None:
         """Check that tenants' commands can run as strangers here (ConfigError, naming the
@@ -352,19 +353,28 @@ class ProcessExecutor:
         assert self._strangers is not None
         uids = self._strangers.get("uids")
         if uids is not None:
+            shown = [Path(p) for p in self._strangers.get("shown", ())]
             with _platform(f"open the path to {self.root} to tenants' commands"):
                 os.chmod(self.root, 0o711)
                 for folder in self.root.parents:
                     if self._state_dir is None or not folder.is_relative_to(self._state_dir):
                         break
                     os.chmod(folder, 0o711)
-                closed = process_sandbox.unreachable(self.root)
+                if self._state_dir is not None and self._state_dir.is_dir():
+                    os.chmod(self._state_dir, 0o711)  # to the attempt socket's folder too
+                for folder in shown:
+                    folder.mkdir(mode=0o711, parents=True, exist_ok=True)
+                    os.chmod(folder, 0o711)
+                closed = next(
+                    (c for p in (self.root, *shown) if (c := process_sandbox.unreachable(p))),
+                    None,
+                )
             if closed is not None:
                 raise errors.ConfigError(
                     f"process executor: executors.process.uid_range: {closed} is closed to"
                     f" other users, so tenants' commands could not reach their run folders"
-                    f" in {self.root}: chmod o+x {closed}, or set executors.process.root"
-                    " elsewhere"
+                    f" ({self.root}) and the attempt socket: chmod o+x {closed}, or set"
+                    " executors.process.root and state_dir elsewhere"
                 )
         why = process_sandbox.probe(
             uid_range=None if uids is None else (uids[0], uids[1]),

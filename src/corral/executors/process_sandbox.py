@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import os
 import random
 import shutil
@@ -99,23 +100,47 @@ def _uids_of(pid: str) -> list[int]:
     return []
 
 
-def pick_uid(lo: int, hi: int, taken: Collection[int]) -> int:
-    """A uid of [lo, hi] that neither a process nor `taken` (attempts starting) holds, at
-    random, so that corrals sharing a range rarely reach for the same one; OSError (EAGAIN)
-    when every uid of the range is in use."""
+UIDS = ".uids"
+"""The folder of a root's uid leases: `<root>/.uids/<uid>`, locked (flock) while an attempt
+runs under that uid and until what it left is gone, so no two supervisors give it out."""
+
+
+def pick_uid(lo: int, hi: int, taken: Collection[int], leases: Path) -> tuple[int, int]:
+    """A uid of [lo, hi] that no process runs as, no attempt starting here holds (`taken`)
+    and no supervisor of this root has leased, at random (corrals of other roots sharing a
+    range rarely reach for the same one): the uid and its lease, a descriptor held locked
+    until the attempt's processes and files are gone. OSError (EAGAIN) when every uid of
+    the range is in use."""
     busy = uids_running(lo, hi) | set(taken)
     size = hi - lo + 1
-    if len(busy) >= size:
-        raise BlockingIOError(errno.EAGAIN, f"every uid of {lo}-{hi} runs an attempt")
-    for _ in range(64):
-        uid = random.randint(lo, hi)
-        if uid not in busy:
-            return uid
-    return next(u for u in range(lo, hi + 1) if u not in busy)
+    os.makedirs(leases, mode=0o700, exist_ok=True)
+    tried = 0
+    while len(busy) < size and tried < 256:
+        uid = (
+            random.randint(lo, hi)
+            if tried < 64
+            else next(u for u in range(lo, hi + 1) if u not in busy)
+        )
+        tried += 1
+        if uid in busy:
+            continue
+        lease = os.open(leases / str(uid), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(lease, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(lease)
+            busy.add(uid)
+            continue
+        if uid in uids_running(uid, uid):  # took a process since the first look
+            os.close(lease)
+            busy.add(uid)
+            continue
+        return uid, lease
+    raise BlockingIOError(errno.EAGAIN, f"every uid of {lo}-{hi} runs an attempt")
 
 
 def kill_uid(uid: int) -> int:
-    """SIGKILL every process running as `uid` (what an attempt left behind); how many."""
+    """SIGKILL every process running as `uid`; how many it found."""
     killed = 0
     for entry in os.scandir("/proc"):
         if entry.name.isdigit() and uid in _uids_of(entry.name):
@@ -123,6 +148,36 @@ def kill_uid(uid: int) -> int:
                 os.kill(int(entry.name), signal.SIGKILL)
                 killed += 1
     return killed
+
+
+SWEPT = ("/tmp", "/var/tmp", "/dev/shm")
+"""The host's shared folders where an attempt under its own uid (no sandbox) may leave files
+that a later attempt given the same uid would find: what is the uid's there is removed."""
+
+
+def clean_up_uid(uid: int, *, passes: int = 20) -> None:
+    """What an attempt under `uid` left behind, gone: SIGKILL every process running as it,
+    pass after pass until a pass finds none (one that forks as it dies is found again), and
+    remove what it owns at the top of the shared temporary folders."""
+    for _ in range(passes):
+        if not kill_uid(uid):
+            break
+    for shared in SWEPT:
+        try:
+            entries = list(os.scandir(shared))
+        except OSError:
+            continue
+        for entry in entries:
+            try:
+                st = entry.stat(follow_symlinks=False)
+                if st.st_uid != uid:
+                    continue
+                if entry.is_dir(follow_symlinks=False):
+                    shutil.rmtree(entry.path, ignore_errors=True)  # never follows a link
+                else:
+                    os.unlink(entry.path)
+            except OSError:
+                continue
 
 
 def signal_run(pgid: int, sig: signal.Signals, *, sandboxed: bool) -> None:
@@ -172,6 +227,7 @@ def hand_over(folder_fd: int, uid: int | None) -> None:
 def argv(
     command: list[str],
     *,
+    env: Mapping[str, str],
     uid: int | None,
     sandbox: str | None,
     run_dir: Path,
@@ -180,15 +236,29 @@ def argv(
     shown: Iterable[str] = (),
 ) -> list[str]:
     """The command as a stranger runs it: under `setpriv` to its uid and gid (no
-    supplementary groups, no new privileges), then in bubblewrap when `sandbox`. `shown`:
-    more host paths the sandbox shows read-only (the attempt API's socket)."""
+    supplementary groups, no new privileges), then in bubblewrap when `sandbox`, and last
+    `env -i` with the command's environment `env`. The wrappers themselves run on
+    `wrapper_env` only: setpriv runs as root, and a variable of the tenant's
+    (LD_PRELOAD, ...) must never reach a program before it has dropped root. `shown`: more
+    host folders the sandbox shows read-only (the attempt API's socket)."""
     out: list[str] = []
     if uid is not None:
         out += [_tool(SETPRIV), f"--reuid={uid}", f"--regid={uid}", "--clear-groups"]
         out += ["--no-new-privs", "--"]
     if sandbox == "bwrap":
         out += bwrap_args(run_dir=run_dir, cwd=cwd, hide=hide, shown=shown)
+    out += [ENV, "-i", *(f"{k}={v}" for k, v in env.items())]
     return out + command
+
+
+ENV = "/usr/bin/env"
+"""What sets a stranger's environment once it runs as itself (coreutils' env)."""
+
+
+def wrapper_env(run_dir: Path) -> dict[str, str]:
+    """All the environment the wrappers (setpriv, bwrap, env) get: a fixed PATH, and the
+    run folder by which corral finds every process of the run."""
+    return {"PATH": SAFE_PATH, "CORRAL_RUN_DIR": str(run_dir)}
 
 
 def bwrap_args(
@@ -263,9 +333,13 @@ def probe(*, uid_range: tuple[int, int] | None, sandbox: str | None, scratch: Pa
             hand_over(fd, uid)
     finally:
         os.close(fd)
-    tried = argv(["/bin/true"], uid=uid, sandbox=sandbox, run_dir=run_dir, cwd=run_dir / WORK)
+    tried = argv(
+        ["/bin/true"], env={}, uid=uid, sandbox=sandbox, run_dir=run_dir, cwd=run_dir / WORK
+    )
     try:
-        done = subprocess.run(tried, capture_output=True, timeout=30, check=False)
+        done = subprocess.run(
+            tried, env=wrapper_env(run_dir), capture_output=True, timeout=30, check=False
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"executors.process.sandbox = 'bwrap': bwrap could not run: {exc}"
     finally:

@@ -263,7 +263,7 @@ def mark_live(root: Path, name: str) -> None:
             _make_marker(f"{root}/{LIVE}/{name}")
             return
         except FileNotFoundError:
-            os.makedirs(f"{root}/{LIVE}", exist_ok=True)
+            os.makedirs(f"{root}/{LIVE}", mode=0o700, exist_ok=True)
 
 
 def _make_marker(path: str) -> None:
@@ -418,12 +418,13 @@ def start_child(
     env = child_env(folder, launch, payload=payload)
     stranger = launch.get("stranger")
     if stranger:
+        work = stranger_cwd(folder, launch["spec"].get("cwd", ""))
         sandbox.hand_over(folder.fd, uid)
-        work = os.path.join(folder.path / sandbox.WORK, launch["spec"].get("cwd", ""))
         os.chdir(work)
         program(command[0], env)  # missing: it could not start, as for anyone's command
         command = sandbox.argv(
             command,
+            env=env,
             uid=uid,
             sandbox=stranger.get("sandbox"),
             run_dir=folder.path,
@@ -431,6 +432,7 @@ def start_child(
             hide=stranger.get("hide", ()),
             shown=stranger.get("shown", ()),
         )
+        env = sandbox.wrapper_env(folder.path)  # the command's own is set by `env -i`
     elif cwd := launch.get("cwd"):
         os.chdir(cwd)
     path = program(command[0], env)
@@ -460,6 +462,18 @@ def start_child(
     except OSError:
         traceback.print_exc()
     return pid, record
+
+
+def stranger_cwd(folder: RunFolder, cwd: str) -> str:
+    """Where a stranger's command starts: its work folder, or a relative `cwd` inside it
+    (ValueError for one that would lead out: corral, as root, must not open a folder for
+    it that its own user could not reach)."""
+    if Path(cwd).is_absolute() or ".." in Path(cwd).parts:
+        raise ValueError(
+            f"cwd: {cwd!r} leads out of the work folder; a tenant's command starts in its"
+            " work folder, or a relative folder inside it"
+        )
+    return os.path.join(folder.path / sandbox.WORK, cwd)
 
 
 def signal_group(pgid: int, sig: signal.Signals) -> None:
@@ -494,6 +508,7 @@ class Supervision:
         self.drafted: dict[str, Any] | None = None  # exit.json, drafted
         self.record: dict[str, Any] | None = None  # exit.json, once in place
         self.uid: int | None = started.get("uid")  # a stranger's own, freed when it ends
+        self.lease: int | None = None  # the uid's lease, held until its leftovers are gone
         self.sandboxed = bool(started.get("sandboxed"))
 
     def tick(self, now: float, terminated: bool) -> None:
@@ -529,7 +544,10 @@ class Supervision:
         # and a stranger's every process (its uid is then free for another attempt).
         signal_group(self.pid, signal.SIGKILL)
         if self.uid is not None:
-            sandbox.kill_uid(self.uid)
+            sandbox.clean_up_uid(self.uid)
+            with contextlib.suppress(OSError):  # the folder: root's alone, for a later owner
+                os.fchown(self.folder.fd, 0, 0)  # of the uid must not read it
+                os.fchmod(self.folder.fd, 0o700)
         if not self.folder.still_mine():
             return False
         record = exit_record(returncode, self.stop_reason, self.started["started_at"])
@@ -756,8 +774,9 @@ class Supervisor:
                 raise
             try:
                 files = request["files"]
-                for name in ("launch.json", "labels.json"):
-                    os.close(folder.write(name, json.dumps(files[name]).encode()))
+                launch = json.dumps(files["launch.json"]).encode()
+                os.close(folder.write("launch.json", launch, mode=0o600))  # corral's alone
+                os.close(folder.write("labels.json", json.dumps(files["labels.json"]).encode()))
                 os.close(folder.write("shim.pid", self.record))
                 if PAYLOAD_FILE in files:  # JSON text already: written as it is, read-only
                     os.close(folder.write(PAYLOAD_FILE, files[PAYLOAD_FILE].encode(), mode=0o444))
@@ -818,14 +837,17 @@ class Supervisor:
         at once, its exit recorded (`could not start the command`)."""
         grace = float(request["grace"])
         launch = request["files"]["launch.json"]
+        uid = lease = None
         try:
-            uid = None
             if (stranger := launch.get("stranger")) and (uids := stranger.get("uids")):
                 taken = {run.uid for run in self.runs.values() if run.uid is not None}
-                uid = sandbox.pick_uid(uids[0], uids[1], taken)
+                leases = folder.path.parent / sandbox.UIDS
+                uid, lease = sandbox.pick_uid(uids[0], uids[1], taken, leases)
             payload = PAYLOAD_FILE in request["files"]
             pid, started = start_child(folder, launch, payload=payload, uid=uid)
         except Exception as exc:  # ValueError: e.g. a NUL byte in an argument
+            if lease is not None:
+                os.close(lease)
             short = isinstance(exc, OSError) and exc.errno in _SHORT_OF
             why = NO_RESOURCES if short else START_FAILED
             record = exit_record(START_FAILED_EXIT_CODE, None, None)
@@ -840,7 +862,8 @@ class Supervisor:
             finally:
                 os.close(folder.fd)
             return said
-        self.runs[pid] = Supervision(request["id"], pid, started, folder, launch, grace)
+        run = self.runs[pid] = Supervision(request["id"], pid, started, folder, launch, grace)
+        run.lease = lease
         return {"answer": "started"}
 
     def reap(self) -> None:
@@ -866,6 +889,9 @@ class Supervisor:
             self.done(run)
 
     def done(self, run: Supervision, *, recorded: bool = True) -> None:
+        if run.lease is not None:  # its uid is clean now: another attempt may have it
+            os.close(run.lease)
+            run.lease = None
         said: dict[str, Any] = {"id": run.ask, "ended": True}
         if not recorded:  # the executor reports it failed: its folder will never say
             said["unrecorded"] = True
@@ -930,7 +956,7 @@ def main(argv: list[str]) -> int:
     os.dup2(devnull, 1)  # a command's output goes to its folder, never to corral
     os.close(devnull)
     if len(argv) > 3:  # its own complaints: never corral's stderr, which may close
-        log = os.open(argv[3], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        log = os.open(argv[3], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         os.dup2(log, 2)
         os.close(log)
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
