@@ -24,6 +24,7 @@ from pydantic import (
     ConfigDict,
     Field,
     PlainSerializer,
+    PrivateAttr,
     ValidationError,
     ValidationInfo,
     field_validator,
@@ -978,6 +979,8 @@ class Settings(BaseSettings):
     )
     _toml_file: ClassVar[Path | None] = None
     _check_chain: ClassVar[bool] = True
+    _attempts_served: bool = PrivateAttr(False)
+    """This process answers the attempt API on `attempt_socket` (see `serving_attempts`)."""
 
     database_url: str = Field("sqlite:///./corral.db", description="SQLite file or PostgreSQL URL.")
     state_dir: Path = Field(Path(".corral"), description="Local state: run folders, logs.")
@@ -1023,10 +1026,12 @@ class Settings(BaseSettings):
         " store, shared by every corral process on it.",
     )
     jobs_get_database_url: bool = Field(
-        True,
-        description="Pass database_url to attempts as CORRAL_DATABASE_URL, so that `corral"
-        " heartbeat` inside a job reaches the store. Turn off when jobs must not hold the"
-        " database's credentials. Never passed when api_url is set.",
+        False,
+        description="Pass database_url to the operator's process jobs as CORRAL_DATABASE_URL"
+        " (and executors.kubernetes.database_url_secret to pods). Off: jobs reach corral"
+        " through the attempt API only (api_url, or for process jobs the Unix socket their"
+        " dispatcher answers), holding a token good for their own attempt. Never passed"
+        " with api_url, nor to a tenant's process jobs.",
     )
     log_level: str = Field(
         "INFO",
@@ -1108,6 +1113,32 @@ class Settings(BaseSettings):
         if not self.jobs_get_database_url or self.api_url:
             return None
         return _url_for_jobs(self.database_url, os.getcwd())
+
+    @property
+    def settings_file(self) -> Path | None:
+        """The TOML file these settings were read from, if any (Settings.load)."""
+        found = type(self)._toml_file
+        return None if found is None else found.absolute()
+
+    @property
+    def attempt_socket(self) -> Path:
+        """Where a dispatcher answers its process jobs' attempt API when api_url is unset: in
+        a folder of its own, which a sandbox shows whole (a socket made anew after a restart
+        is then seen by the commands that run on)."""
+        return self.state_dir.absolute() / "attempt-api" / "attempts.sock"
+
+    def serving_attempts(self) -> Settings:
+        """These settings, in a process that answers the attempt API on `attempt_socket`:
+        its process jobs then get CORRAL_API_URL naming it (see `local_api_url`)."""
+        made = self.model_copy()
+        made._attempts_served = True
+        return made
+
+    @property
+    def local_api_url(self) -> str | None:
+        """CORRAL_API_URL for this process's process jobs when api_url is unset: the Unix
+        socket it answers on, if it does."""
+        return f"unix:{self.attempt_socket}" if self._attempts_served else None
 
     @property
     def sqlite_file(self) -> Path | None:

@@ -221,7 +221,9 @@ def test_check_warns_of_what_could_hand_corral_s_secrets_to_others(
         " holds corral's secrets; chmod 600 corral.toml" in " ".join(loud.stderr.split())
     )
     assert "warning: the database corral.db is readable by other users (mode 0640)" in loud.stderr
-    settings.write_text("")  # no api_url: process jobs get the database's URL
+    settings.write_text("")  # no api_url: process jobs use the attempt socket, by default
+    assert len(json.loads(corral("check", "--json").stdout)["exposed"]) == 2
+    settings.write_text("jobs_get_database_url = true\n")  # as corral did before
     said = json.loads(corral("check", "--json").stdout)["exposed"]
     assert len(said) == 3
     assert said[2].startswith("process jobs get CORRAL_DATABASE_URL")

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from corral import client, clock, config, errors, health, model, runtime
+from corral.api.server import serve_attempts
 from corral.testing import PausedClock
 from tests.support.cluster import cluster  # noqa: F401  (the Kubernetes double, a fixture)
 from tests.support.procs import kill_leftovers
@@ -90,9 +91,10 @@ async def _running(tmp_path: Path, url: str, clk: clock.Clock) -> AsyncIterator[
             cancel_grace="1s",
             recovery_grace="60s",
         ),
-    )
+    ).serving_attempts()  # as `corral serve` does: process jobs reach it on its socket
     stop = asyncio.Event()
     loops = asyncio.create_task(runtime.serve(settings, stop, clk=clk))
+    attempts = asyncio.create_task(serve_attempts(settings, stop))
     async with runtime.opened(settings, clk=clk) as rt:
         c = client.Client(store=rt.store, executors=rt.executors, settings=settings, clock=clk)
         try:
@@ -100,6 +102,7 @@ async def _running(tmp_path: Path, url: str, clk: clock.Clock) -> AsyncIterator[
         finally:
             stop.set()
             await asyncio.wait_for(loops, PATIENCE)
+            await asyncio.wait_for(attempts, PATIENCE)
             kill_leftovers(settings.process_root)
 
 

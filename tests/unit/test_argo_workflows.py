@@ -93,7 +93,7 @@ def test_placement_classes_the_service_account_and_the_database_secret() -> None
         service_account="runner",
         allowed_service_accounts=["runner", "etl"],
         termination_grace="45s",
-    )
+    ).model_copy(update={"jobs_get_database_url": True})  # the Secret is honoured only so
     batch = workflow({"image": "busybox", "command": ["true"], "placement": "batch"}, settings=s)
     [template] = batch["spec"]["templates"]
     assert template["nodeSelector"] == {"pool": "spot"}
@@ -230,7 +230,9 @@ def test_a_heartbeat_job_must_be_able_to_reach_corral() -> None:
     s = make_settings()
     with pytest.raises(errors.InvalidInput, match="cannot reach corral to send heartbeats"):
         client.check_job(new, executors={"argo": argo.WorkflowTemplate(s)}, settings=s)
-    ok = make_settings(database_url_secret="corral-db/url")
+    ok = make_settings(database_url_secret="corral-db/url").model_copy(
+        update={"jobs_get_database_url": True}
+    )
     assert client.check_job(new, executors={"argo": argo.WorkflowTemplate(ok)}, settings=ok)
 
 

@@ -271,11 +271,12 @@ def test_jobs_get_an_absolute_database_url_unless_told_not_to(tmp_path: Path) ->
     here = os.getcwd()
     os.chdir(tmp_path)
     try:
-        relative = Settings.load(None, database_url="sqlite:///./corral.db")
+        told = {"jobs_get_database_url": True}
+        relative = Settings.load(None, database_url="sqlite:///./corral.db", **told)
         assert relative.database_url_for_jobs == f"sqlite:///{tmp_path}/./corral.db"
         pg = "postgresql+psycopg://corral@db:5432/corral"
-        assert Settings.load(None, database_url=pg).database_url_for_jobs == pg
-        assert Settings.load(None, jobs_get_database_url=False).database_url_for_jobs is None
+        assert Settings.load(None, database_url=pg, **told).database_url_for_jobs == pg
+        assert Settings.load(None).database_url_for_jobs is None  # by default: never
     finally:
         os.chdir(here)
 

@@ -85,7 +85,11 @@ def test_placement_classes_and_the_database_secret() -> None:
         database_url_secret="corral-db/url",
         service_account="runner",
         allowed_service_accounts=["runner", "etl"],
-    )
+    ).model_copy(update={"jobs_get_database_url": True})  # the Secret is honoured only so
+    unset = make_settings(database_url_secret="corral-db/url")
+    told_not = job({"image": "busybox", "command": ["true"]}, settings=unset)
+    [plain] = told_not["spec"]["template"]["spec"]["containers"]
+    assert "CORRAL_DATABASE_URL" not in {e["name"] for e in plain.get("env", [])}
     batch = job({"image": "busybox", "command": ["true"], "placement": "batch"}, settings=s)
     pod = batch["spec"]["template"]["spec"]
     assert pod["nodeSelector"] == {"pool": "spot"}
@@ -314,7 +318,9 @@ def test_a_heartbeat_job_must_be_able_to_reach_corral() -> None:
     s = make_settings()
     with pytest.raises(errors.InvalidInput, match="cannot reach corral to send heartbeats"):
         client.check_job(new, executors={"kubernetes": k8s.JobTemplate(s)}, settings=s)
-    ok = make_settings(database_url_secret="corral-db/url")
+    ok = make_settings(database_url_secret="corral-db/url").model_copy(
+        update={"jobs_get_database_url": True}
+    )
     assert client.check_job(new, executors={"kubernetes": k8s.JobTemplate(ok)}, settings=ok)
 
 
@@ -904,11 +910,9 @@ def test_corrals_own_service_account_can_never_run_a_job() -> None:
 @pytest.mark.parametrize(
     ("top", "has_url"),
     [
-        (
-            {},
-            True,
-        ),  # database_url_secret set and jobs_get_database_url on (the default): on purpose
-        ({"jobs_get_database_url": False}, False),
+        # database_url_secret set and jobs_get_database_url on: on purpose
+        ({"jobs_get_database_url": True}, True),
+        ({}, False),  # jobs_get_database_url off, the default
         ({"api_url": "http://corral-api:8080", "attempt_key": ATTEMPT_KEY}, False),
     ],
 )

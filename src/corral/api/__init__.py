@@ -34,7 +34,7 @@ from corral.api.limits import MAX_BODY, RequestLimits
 log = logging.getLogger("corral.api")
 
 PREFIX = "/api/v1"
-__all__ = ["MAX_BODY", "PREFIX", "create_app"]
+__all__ = ["MAX_BODY", "PREFIX", "create_app", "create_attempt_app"]
 
 
 def create_app(c: client.Client) -> FastAPI:
@@ -47,7 +47,32 @@ def create_app(c: client.Client) -> FastAPI:
         redoc_url=None,
     )
     app.state.client = c
+    _answer_errors(app)
+    app.include_router(routes.router, prefix=PREFIX)
+    app.include_router(schedules.router, prefix=PREFIX)
+    app.include_router(streams.router, prefix=PREFIX)
+    app.include_router(tokens.router, prefix=PREFIX)
+    app.include_router(attempts.router, prefix=PREFIX)
+    app.include_router(operations.router, prefix=PREFIX)
+    app.include_router(workers.router, prefix=PREFIX)
+    app.include_router(metrics.router)  # /metrics, beside /healthz and /readyz
+    routes.add_health(app)
+    web.mount(app)  # the dashboard, under /ui
+    return app
 
+
+def create_attempt_app(c: client.Client) -> FastAPI:
+    """The attempt API alone (/api/v1/attempt/...), for the Unix socket a dispatcher
+    answers its process jobs on: nothing but an attempt's own calls, with its token."""
+    app = FastAPI(title="corral attempts", version="1", openapi_url=None, docs_url=None)
+    app.state.client = c
+    _answer_errors(app)
+    app.include_router(attempts.router, prefix=PREFIX)
+    return app
+
+
+def _answer_errors(app: FastAPI) -> None:
+    """Every refusal as a JSON body naming the field, with its status."""
     app.add_middleware(RequestLimits, error=_error)
 
     @app.exception_handler(Refused)
@@ -95,18 +120,6 @@ def create_app(c: client.Client) -> FastAPI:
         named = [p for p in loc[1:] if "[" not in p]
         where = ".".join(named) or (loc[0] if loc else "request")
         return _error(422, f"{where}: {first.get('msg', 'is not valid')}")
-
-    app.include_router(routes.router, prefix=PREFIX)
-    app.include_router(schedules.router, prefix=PREFIX)
-    app.include_router(streams.router, prefix=PREFIX)
-    app.include_router(tokens.router, prefix=PREFIX)
-    app.include_router(attempts.router, prefix=PREFIX)
-    app.include_router(operations.router, prefix=PREFIX)
-    app.include_router(workers.router, prefix=PREFIX)
-    app.include_router(metrics.router)  # /metrics, beside /healthz and /readyz
-    routes.add_health(app)
-    web.mount(app)  # the dashboard, under /ui
-    return app
 
 
 def _methods(app: FastAPI, path: str) -> list[str]:

@@ -1,18 +1,24 @@
 """Serving the API with uvicorn in corral's own event loop, stopped by corral's own
-signal handling (`corral serve --http`, `corral api --http`)."""
+signal handling (`corral serve --http`, `corral api --http`), and the attempt API on a
+Unix socket for the process jobs of a dispatcher without api_url (`serve_attempts`)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
+import os
+import socket
 from collections.abc import Generator
+from pathlib import Path
 from typing import Any
 
 import uvicorn
 
-from corral import client, config, errors, operations, runtime
-from corral.api import create_app
+from corral import client, clock, config, errors, operations, runtime
+from corral.api import create_app, create_attempt_app
+from corral.worker.api import socket_path
 
 log = logging.getLogger("corral.api")
 
@@ -74,3 +80,102 @@ async def serve_http(
         await operating
         if not server.started:
             raise errors.ConfigError(f"--http: could not listen on {http}")
+
+
+TAKE_OVER_SECONDS = 5.0
+"""How often a process whose attempt socket another corral answers looks whether it still
+does (it takes the socket over once that one has stopped)."""
+
+
+async def serve_attempts(
+    settings: config.Settings, stop: asyncio.Event, *, c: client.Client | None = None
+) -> None:
+    """Answer the attempt API (heartbeats, payloads, checkpoints, publish pointers: an
+    attempt's own calls, with its token) on the Unix socket settings.attempt_socket, until
+    `stop`, on the client `c` (else one of its own, once the database can be reached).
+    Another corral on the same state folder may answer it already (its jobs and ours are
+    in one store): then this one waits, and takes over once that one stops."""
+    if c is not None:
+        await _answer_attempts(c, settings.attempt_socket, stop)
+        return
+    clk = clock.SystemClock()
+    db = await runtime.reach(settings, clk, stop)  # waits for the database, as the loops do
+    if db is None:
+        return
+    async with runtime.opened(settings, clk=clk, executors={}, db=db) as rt:
+        own = client.Client(store=rt.store, executors={}, settings=rt.settings, clock=rt.clock)
+        await _answer_attempts(own, settings.attempt_socket, stop)
+
+
+async def _answer_attempts(c: client.Client, path: Path, stop: asyncio.Event) -> None:
+    while not stop.is_set():
+        sock = await asyncio.to_thread(_listen_unix, path)
+        if sock is None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), TAKE_OVER_SECONDS)
+            continue
+        log.info("the attempt API for process jobs: unix:%s", path)
+        identity = os.stat(path)
+        server = _Server(
+            uvicorn.Config(
+                create_attempt_app(c), log_level="warning", access_log=False, lifespan="off"
+            )
+        )
+        try:
+            serving = asyncio.create_task(server.serve(sockets=[sock]))
+            stopping = asyncio.create_task(stop.wait())
+            await asyncio.wait({serving, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            server.should_exit = True
+            stopping.cancel()
+            await serving
+            if not server.started and not stop.is_set():
+                raise errors.ConfigError(f"the attempt socket {path}: uvicorn could not serve it")
+        finally:
+            sock.close()
+            with contextlib.suppress(OSError):
+                now = os.stat(path)
+                if (now.st_dev, now.st_ino) == (identity.st_dev, identity.st_ino):
+                    os.unlink(path)  # ours still: no other corral's
+
+
+def _listen_unix(path: os.PathLike[str] | str) -> socket.socket | None:
+    """A listening socket bound at `path`, which anyone may connect to (an attempt's token
+    is its authority, and a job may run as another user); None when another process
+    answers there. A socket left by a corral that died is replaced."""
+    parent = os.path.dirname(os.fspath(path))
+    os.makedirs(parent, mode=0o711, exist_ok=True)
+    os.chmod(parent, 0o711)  # any job's user reaches the socket; nobody lists the folder
+    where, folder = socket_path(os.fspath(path))
+    try:
+        for _ in range(2):
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                sock.bind(where)
+            except OSError as exc:
+                sock.close()
+                if exc.errno != errno.EADDRINUSE or _answered(where):
+                    if exc.errno == errno.EADDRINUSE:
+                        return None
+                    raise errors.ConfigError(
+                        f"the attempt socket {path}: could not listen there: {exc}"
+                    ) from None
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(where)  # a dead corral's
+                continue
+            os.chmod(where, 0o666)
+            sock.listen(128)
+            sock.setblocking(False)
+            return sock
+        return None
+    finally:
+        if folder is not None:
+            os.close(folder)
+
+
+def _answered(where: str) -> bool:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        try:
+            probe.connect(where)
+        except OSError:
+            return False
+        return True

@@ -76,8 +76,15 @@ async def _serve(
 ) -> None:
     from corral import client, runtime
 
+    # The attempt socket is answered once the loops' runtime is up, on its store.
+    up: asyncio.Future[client.Client] = asyncio.get_running_loop().create_future()
+
     async def ready(rt: runtime.Runtime) -> None:
         c = client.Client(store=rt.store, executors=rt.executors, settings=settings, clock=rt.clock)
+        if not up.done():
+            up.set_result(
+                client.Client(store=rt.store, executors={}, settings=rt.settings, clock=rt.clock)
+            )
         if demo:
             await _submit_demo(c)
         if demo and http is not None and not await rt.store.token_list():
@@ -106,7 +113,18 @@ async def _serve(
         # This process is corral's own, so this is done here, not in runtime.
         collect_from_here()
 
+    # Process jobs reach corral through the attempt API: api_url's, else that of the process
+    # that launched them (a dispatcher, or a reconciler relaunching), on a Unix socket in
+    # the state folder; never through the database's URL, by default.
+    launches = dispatch or reconcile
+    attempts = launches and not settings.api_url and "process" in settings.executors.enabled
+    if attempts:
+        settings = settings.serving_attempts()
+
     async def body(stop: asyncio.Event) -> None:
+        parts = []
+        if attempts:
+            parts.append(_attempts_once_up(settings, up, stop))
         loops = runtime.serve(
             settings,
             stop,
@@ -120,14 +138,34 @@ async def _serve(
             kind=kind,
             also_runs=() if http is None else ("api",),
         )
-        if http is None:
+        if http is not None:
+            from corral.api.server import serve_http
+
+            parts.append(serve_http(settings, http, stop, pulse=False))
+        if not parts:
             await loops
             return
-        from corral.api.server import serve_http
-
-        await _together(loops, serve_http(settings, http, stop, pulse=False), stop=stop)
+        await _together(loops, *parts, stop=stop)
 
     await until_signalled(body)
+
+
+async def _attempts_once_up(
+    settings: config.Settings, up: asyncio.Future[client.Client], stop: asyncio.Event
+) -> None:
+    """Answer the attempt socket (api.server.serve_attempts) on the loops' client, once
+    their runtime is up; nothing if `stop` comes first."""
+    stopping = asyncio.ensure_future(stop.wait())
+    waiting: set[asyncio.Future[Any]] = {up, stopping}
+    try:
+        await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopping.cancel()
+    if not up.done():
+        return
+    from corral.api.server import serve_attempts
+
+    await serve_attempts(settings, stop, c=up.result())
 
 
 async def _together(*parts: Awaitable[None], stop: asyncio.Event) -> None:
@@ -304,6 +342,15 @@ def _run_loops(
     overrides: dict[str, Any] = {"health_file": health_file} if health_file else {}
     settings = state.settings(**overrides)
     setup_logging(settings)
+    if settings.executors.process.strangers and "process" in settings.executors.enabled:
+        from corral.cli import exposure
+
+        if exposed := exposure.readable(settings, state.config_file):
+            raise errors.ConfigError(
+                "; ".join(exposed) + ": tenants' process jobs run on this host as other"
+                " users (executors.process), so corral will not start until only it can"
+                " read them"
+            )
     stop_metrics = _serve_metrics(listen) if listen is not None else None
     try:
         run(

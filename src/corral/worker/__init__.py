@@ -92,6 +92,12 @@ async def heartbeat_async(
     if (reach := own_api(attempt.fence)) is not None:
         async with AttemptApi(reach) as api:
             return await api.heartbeat()
+    if os.environ.get(IN_A_POD) and not os.environ.get("CORRAL_DATABASE_URL"):
+        raise errors.ConfigError(
+            "this job runs on Kubernetes and corral gave it no way to reach it (no"
+            " CORRAL_API_URL): a pod reaches corral only through its API; set api_url in"
+            " corral's settings, and its jobs get CORRAL_API_URL and an attempt token"
+        )
     settings = settings or config.Settings.load(check_chain=False)
     # No revision check: the corral that launched this job runs on this schema, and the
     # heartbeat's one statement is all a job should pay for each beat.
@@ -100,6 +106,10 @@ async def heartbeat_async(
     async with runtime.opened(settings, executors={}, db=db) as rt:
         c = client.Client(store=rt.store, executors={}, settings=settings, clock=rt.clock)
         return await c.heartbeat(attempt.job_id, attempt.fence)
+
+
+IN_A_POD = "KUBERNETES_SERVICE_HOST"
+"""Set by the kubelet in every container: this process runs in a pod."""
 
 
 def own_api(fence: int | None = None) -> ApiReach | None:

@@ -1,9 +1,12 @@
 """An attempt's calls to corral over its API, with its attempt token.
 
-When corral serves its API (`api_url`), an attempt gets CORRAL_API_URL and
-CORRAL_ATTEMPT_TOKEN and no database URL; the heartbeat, the checkpoint functions and the
-Publisher then go through here. The token is good for this attempt only, and only while
-it is its job's current one: a refusal for that reason is StaleFence, as from the store.
+An attempt gets CORRAL_API_URL and CORRAL_ATTEMPT_TOKEN and no database URL: the URL is
+`api_url` when corral has one, else, for a process job,
+`unix:<state_dir>/attempt-api/attempts.sock`, the attempt API that the corral which
+launched it answers on a Unix socket. The
+heartbeat, the checkpoint functions and the Publisher go through here. The token is good
+for this attempt only, and only while it is its job's current one: a refusal for that
+reason is StaleFence, as from the store.
 """
 
 from __future__ import annotations
@@ -38,13 +41,37 @@ def api_reach(env: Mapping[str, str] | None = None) -> ApiReach | None:
     return ApiReach(url.rstrip("/"), token) if url and token else None
 
 
+UNIX = "unix:"
+"""How CORRAL_API_URL names a Unix socket: `unix:/path/to/attempts.sock`."""
+
+SUN_PATH_MAX = 107
+"""The longest path a Unix socket may be bound or reached at (sockaddr_un's sun_path)."""
+
+
+def socket_path(path: str) -> tuple[str, int | None]:
+    """A path to bind or reach the Unix socket `path` at, and a descriptor to close once
+    done (None: none). A path longer than sun_path holds is reached through its folder,
+    held open: /proc/self/fd/N/NAME."""
+    if len(os.fsencode(path)) <= SUN_PATH_MAX:
+        return path, None
+    folder, name = os.path.split(path)
+    fd = os.open(folder or ".", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    return f"/proc/self/fd/{fd}/{name}", fd
+
+
 class AttemptApi:
     """One connection pool to the API for the calls of one attempt (`async with`)."""
 
     def __init__(self, reach: ApiReach, *, transport: httpx.AsyncBaseTransport | None = None):
         self.reach = reach
+        base = reach.url
+        self._folder: int | None = None
+        if reach.url.startswith(UNIX) and transport is None:
+            uds, self._folder = socket_path(reach.url.removeprefix(UNIX))
+            transport = httpx.AsyncHTTPTransport(uds=uds)
+            base = "http://corral"  # the socket is the address; the host is a name only
         self._http = httpx.AsyncClient(
-            base_url=f"{reach.url}/api/v1/attempt",
+            base_url=f"{base}/api/v1/attempt",
             headers={"Authorization": f"Bearer {reach.token}", "User-Agent": "corral-attempt"},
             timeout=TIMEOUT,
             trust_env=False,
@@ -61,6 +88,8 @@ class AttemptApi:
         tb: TracebackType | None,
     ) -> None:
         await self._http.aclose()
+        if self._folder is not None:
+            os.close(self._folder)
 
     async def heartbeat(self) -> datetime | None:
         """Renew this attempt's lease; when it now ends (None: the job has none)."""
