@@ -440,3 +440,21 @@ def test_a_workflow_runs_in_an_allowed_namespace_only() -> None:
     assert doc["metadata"]["namespace"] == "etl"
     with pytest.raises(errors.InvalidInput, match="argo spec: namespace: 'etl' is not allowed"):
         workflow({"image": "b", "command": ["x"], "namespace": "etl"})
+
+
+def test_a_workflow_s_own_containers_mount_no_token_but_argo_s_executor_does() -> None:
+    """automountServiceAccountToken: false on the Workflow, and Argo's executor (its init
+    and wait containers) given the job's account, whose Role records the step's result."""
+    plain = workflow({"image": "busybox:1.36", "command": ["true"]})["spec"]
+    assert plain["automountServiceAccountToken"] is False
+    assert plain["executor"] == {"serviceAccountName": "default"}
+    s = make_settings(
+        service_account="runner", allowed_service_accounts=["runner"], token_accounts=["runner"]
+    )
+    trusted = workflow({"image": "busybox:1.36", "command": ["true"]}, settings=s)["spec"]
+    assert trusted["serviceAccountName"] == "runner"
+    assert "automountServiceAccountToken" not in trusted
+    assert "executor" not in trusted
+    etl = make_settings(service_account="etl", allowed_service_accounts=["etl"])
+    own = workflow({"image": "busybox:1.36", "command": ["true"]}, settings=etl)["spec"]
+    assert own["executor"] == {"serviceAccountName": "etl"}

@@ -95,6 +95,11 @@ class WorkflowTemplate:
         volumes = kubernetes.volumes_of(launch, spec, payload)
         pod = pods.pod_fields(spec, k8s, kubernetes.placement_class(spec, k8s, launch.name))
         pull_secrets = pod.get("imagePullSecrets")
+        account = spec.get("service_account", k8s.service_account)
+        # The job's own containers get no API token unless its account is one of
+        # token_accounts; Argo's executor (its init and wait containers) still gets one, of
+        # the same account, to record the step's result (corral-pods, `corral deploy rbac`).
+        own_token = account in k8s.token_accounts
         workflow = argo.Workflow(
             api_version=API_VERSION,
             kind="Workflow",
@@ -124,7 +129,11 @@ class WorkflowTemplate:
                         k8s.ttl_after_finished.total_seconds()
                     )
                 ),
-                service_account_name=spec.get("service_account", k8s.service_account),
+                service_account_name=account,
+                automount_service_account_token=None if own_token else False,
+                executor=None
+                if own_token
+                else argo.ExecutorConfig(service_account_name=account or "default"),
             ),
         )
         return workflow.model_dump(by_alias=True, exclude_none=True, mode="json")
