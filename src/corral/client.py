@@ -27,7 +27,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
-from corral import clock, config, errors, loops, model, store
+from corral import clock, config, errors, loops, model, plain, store
 from corral.executors import base, registry
 from corral.executors import python as python_executor
 from corral.executors.base import Executor
@@ -558,6 +558,8 @@ class Client:
             )
         if not name.strip() or len(name) > 200:
             raise errors.InvalidInput("name: must be 1-200 characters")
+        if (rule := plain.fault(name)) is not None:
+            raise errors.InvalidInput(f"name: {rule}")
         if expires is not None and expires <= timedelta(0):
             raise errors.InvalidInput("expires: must be longer than zero")
         secret = TOKEN_PREFIX + secrets.token_urlsafe(32)
@@ -1002,6 +1004,12 @@ class Client:
 
 SpecChecker = registry.SpecChecker
 
+_TEXT_OF_A_JOB = (
+    "executor", "spec", "payload", "queue", "pool", "tenant", "idempotency_key", "labels",
+    "policy", "code_version",
+)  # fmt: skip
+"""The fields of a job that hold text (each checked by corral.plain)."""
+
 _TEXT_FIELDS = ("executor", "queue", "tenant", "pool", "idempotency_key", "code_version")
 _NULLABLE = frozenset(
     {"pool", "idempotency_key", "code_version", "max_attempts", "run_at", "task_version"}
@@ -1218,18 +1226,27 @@ def submit_arguments(given: Any) -> dict[str, Any]:
     return args
 
 
-def check_job(
-    job: model.NewJob, *, executors: Mapping[str, SpecChecker], settings: config.Settings
-) -> model.NewJob:
-    """The job as it will be stored, or InvalidInput naming the first field that is wrong."""
-    if job.executor not in executors and job.executor != model.PYTHON:
-        raise errors.InvalidInput(_not_running(job.executor, executors))
+def _check_text(job: model.NewJob) -> None:
+    """InvalidInput for text a database cannot hold anywhere in `job` (corral.plain), or a
+    queue, tenant or pool that is not a name."""
+    text = {f: getattr(job, f) for f in _TEXT_OF_A_JOB}
+    if (why := plain.refusal(text)) is not None:
+        raise errors.InvalidInput(why)
     for field, value in (("queue", job.queue), ("tenant", job.tenant), ("pool", job.pool)):
         if value is not None and not _NAME.match(value):
             raise errors.InvalidInput(
                 f"{field}: {value!r} must be 1-200 characters of [A-Za-z0-9_.-],"
                 " starting alphanumeric"
             )
+
+
+def check_job(
+    job: model.NewJob, *, executors: Mapping[str, SpecChecker], settings: config.Settings
+) -> model.NewJob:
+    """The job as it will be stored, or InvalidInput naming the first field that is wrong."""
+    _check_text(job)
+    if job.executor not in executors and job.executor != model.PYTHON:
+        raise errors.InvalidInput(_not_running(job.executor, executors))
     if job.pool is not None and job.pool not in settings.pools:
         known = ", ".join(sorted(settings.pools)) or "none are configured"
         raise errors.InvalidInput(

@@ -39,8 +39,8 @@ class Api:
 def granting(settings: config.Settings, *kinds: str, tenant: str = tenancy.ANY) -> config.Settings:
     """`settings` with `tenant` (default: every tenant not named) granted `kinds` besides
     the default grant. Made without the settings' checks: the no-op executor is no
-    registered one, so no corral.toml could grant it, and `process` may not be granted
-    to a tenant at all (its jobs would run as corral's own user)."""
+    registered one, so no corral.toml could grant it, and `process` only where tenants'
+    commands run as strangers (executors.process.uid_range or .sandbox)."""
     grant = (*tenancy.granted(settings.tenants, tenant), *kinds)
     table = settings.tenants.get(tenant, tenancy.TenantSettings())
     tenants = {**settings.tenants, tenant: table.model_copy(update={"executors": grant})}

@@ -8,6 +8,7 @@ events or run log. Every change is written to the audit log with the token that 
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from typing import Any
@@ -37,9 +38,21 @@ PREFIX = "/api/v1"
 __all__ = ["MAX_BODY", "PREFIX", "create_app", "create_attempt_app"]
 
 
+class Answer(JSONResponse):
+    """A JSON answer; one that holds a lone surrogate stored before corral refused them is
+    sent with it escaped (`\\ud800`, valid JSON), never a 500."""
+
+    def render(self, content: Any) -> bytes:
+        try:
+            return super().render(content)
+        except UnicodeEncodeError:
+            return json.dumps(content, allow_nan=False, separators=(",", ":")).encode("ascii")
+
+
 def create_app(c: client.Client) -> FastAPI:
     """The API over the client `c` (its store, executors and settings)."""
     app = FastAPI(
+        default_response_class=Answer,
         title="corral",
         version="1",
         openapi_url=f"{PREFIX}/openapi.json",
@@ -116,6 +129,10 @@ def _answer_errors(app: FastAPI) -> None:
     async def malformed(_: Request, exc: RequestValidationError) -> Response:
         first = exc.errors()[0]
         loc = [str(p) for p in first.get("loc", ())]
+        if first.get("type") == "json_invalid":  # loc: ("body", the character it failed at)
+            said = (first.get("ctx") or {}).get("error", "JSON decode error")
+            at = f" at character {loc[1]}" if len(loc) > 1 else ""
+            return _error(422, f"body: not valid JSON: {said}{at}")
         # Not "body" nor "query", nor the union member tried ("dict[str,any]"): the field.
         named = [p for p in loc[1:] if "[" not in p]
         where = ".".join(named) or (loc[0] if loc else "request")
@@ -139,4 +156,4 @@ def _error(status: int, message: str, *, headers: dict[str, str] | None = None) 
     body: dict[str, Any] = {"error": message}
     if sep and " " not in field:
         body["field"] = field
-    return JSONResponse(body, status_code=status, headers=headers)
+    return Answer(body, status_code=status, headers=headers)

@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
@@ -16,7 +15,7 @@ import orjson
 from fastapi import APIRouter, Body, FastAPI, Path, Query, Request
 from fastapi.responses import JSONResponse, Response
 
-from corral import client, errors, model, shapes, tenancy
+from corral import client, errors, model, plain, shapes, tenancy
 from corral.api.auth import ERRORS, Caller, Client, ErrorBody, Operator, Refused, Since, Viewer
 from corral.executors import references
 
@@ -59,29 +58,10 @@ def instant(value: datetime, field: str) -> datetime:
 
 
 def plain_json(given: Mapping[str, Any], *, prefix: str = "") -> None:
-    """InvalidInput naming the field for what JSON carries but the databases cannot hold:
-    a NUL character in a string (PostgreSQL's text and JSONB refuse it) or a number that
-    is NaN or infinite (not JSON at all)."""
-    for field, value in _leaves(given, prefix):
-        if isinstance(value, str) and "\x00" in value:
-            raise errors.InvalidInput(f"{field}: must not hold a NUL character (\\u0000)")
-        if isinstance(value, float) and not math.isfinite(value):
-            raise errors.InvalidInput(f"{field}: must be a finite number, not NaN or Infinity")
-
-
-def _leaves(given: Mapping[str, Any], prefix: str) -> Iterator[tuple[str, Any]]:
-    """Every key and value under `given`, each with the dotted path of its field (keys
-    with the path of the object holding them); iteratively, however deep."""
-    stack: list[tuple[str, Any]] = [(prefix + str(k), v) for k, v in given.items()]
-    yield from ((prefix.rstrip(".") or "body", k) for k in given)
-    while stack:
-        field, value = stack.pop()
-        yield field, value
-        if isinstance(value, dict):
-            stack += [(f"{field}.{k}", v) for k, v in value.items()]
-            yield from ((field, k) for k in value)
-        elif isinstance(value, list):
-            stack += [(f"{field}.{n}", v) for n, v in enumerate(value)]
+    """InvalidInput naming the field for what JSON carries but the databases cannot hold
+    (corral.plain): a NUL or a lone surrogate in a string, a NaN or infinite number."""
+    if (why := plain.refusal(given, prefix)) is not None:
+        raise errors.InvalidInput(why)
 
 
 def when(value: datetime | None, field: str) -> datetime | None:
@@ -212,13 +192,13 @@ def answer(content: Any) -> Response:
     at once: FastAPI's check and encoding of a dict against dict[str, Any] would only walk
     it again, a cost each page of a hundred jobs feels. orjson writes it, several times
     faster than the json module, datetimes included (as isoformat writes them); what it
-    does not take (an integer past 64 bits) the json module writes, as Starlette would."""
+    does not take (an integer past 64 bits, a lone surrogate stored before corral refused
+    them) the json module writes, non-ASCII characters escaped."""
     try:
         body = orjson.dumps(content)
     except TypeError:
-        body = json.dumps(
-            content, ensure_ascii=False, allow_nan=False, separators=(",", ":"), default=_iso
-        ).encode()
+        text = json.dumps(content, allow_nan=False, separators=(",", ":"), default=_iso)
+        body = text.encode("ascii")  # escaped: a lone surrogate stored long ago included
     return Response(body, media_type=JSONResponse.media_type)
 
 

@@ -21,7 +21,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi import Path as PathParam
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
-from corral import client, errors, model, tenancy
+from corral import client, errors, model, plain, tenancy
 from corral.web import auth, live
 from corral.web.auth import Operator, Viewer
 
@@ -45,6 +45,8 @@ templates = jinja2.Environment(
     loader=jinja2.FileSystemLoader(HERE / "templates"),
     autoescape=True,
     undefined=jinja2.StrictUndefined,
+    # A value stored before corral refused lone surrogates is shown escaped: never a 500.
+    finalize=lambda value: plain.shown(value) if isinstance(value, str) else value,
 )
 templates.filters["when"] = lambda at: at.strftime("%Y-%m-%d %H:%M:%S UTC") if at else "-"
 templates.filters["count"] = lambda n: f"{n:,}"

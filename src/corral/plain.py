@@ -1,0 +1,67 @@
+"""What text corral takes and stores: JSON values the databases can hold, whatever edge
+they come in by (the API, the dashboard's forms, the CLI's arguments).
+
+Two things in a Python string are not text a database can hold: a NUL character
+(PostgreSQL's text and JSONB refuse it) and a lone surrogate (`"\\ud800"`, which JSON's
+escapes allow and the shell's undecodable bytes become): it has no UTF-8 form, so a page
+or list that holds one could not be sent. Both are refused at the edge, naming the field;
+a number that is NaN or infinite too (it is not JSON). A value stored before these checks
+is still shown, escaped (`shown`).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def fault(text: str) -> str | None:
+    """The rule `text` breaks, or None when a database can hold it."""
+    if "\x00" in text:
+        return "must not hold a NUL character (\\u0000)"
+    if _SURROGATE.search(text):
+        return "must not hold a lone surrogate (\\ud800-\\udfff): it has no UTF-8 form"
+    return None
+
+
+def leaves(given: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """Every key and value under `given`, each with the dotted path of its field (keys
+    with the path of the object holding them); iteratively, however deep."""
+    top = prefix.rstrip(".") or "body"
+    if not isinstance(given, Mapping | list):
+        yield top, given
+        return
+    items = given.items() if isinstance(given, Mapping) else enumerate(given)
+    stack: list[tuple[str, Any]] = [(f"{prefix}{k}", v) for k, v in items]
+    if isinstance(given, Mapping):
+        yield from ((top, k) for k in given)
+    while stack:
+        field, value = stack.pop()
+        yield field, value
+        if isinstance(value, Mapping):
+            stack += [(f"{field}.{k}", v) for k, v in value.items()]
+            yield from ((field, k) for k in value)
+        elif isinstance(value, list | tuple):
+            stack += [(f"{field}.{n}", v) for n, v in enumerate(value)]
+
+
+def refusal(given: Any, prefix: str = "") -> str | None:
+    """`field: rule` for the first value under `given` a database cannot hold (a string
+    with a NUL or a lone surrogate, a number that is NaN or infinite); None if none."""
+    for field, value in leaves(given, prefix):
+        if isinstance(value, str) and (rule := fault(value)) is not None:
+            return f"{field}: {rule}"
+        if isinstance(value, float) and not math.isfinite(value):
+            return f"{field}: must be a finite number, not NaN or Infinity"
+    return None
+
+
+def shown(text: str) -> str:
+    """`text` as it can be sent: a lone surrogate as its escape (`\\ud800`)."""
+    if not _SURROGATE.search(text):
+        return text
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
