@@ -1038,6 +1038,12 @@ class Settings(BaseSettings):
         pattern=r"^(DEBUG|INFO|WARNING|ERROR)$",
         description="How much corral's loops log: DEBUG, INFO, WARNING or ERROR.",
     )
+    log_format: Literal["text", "json"] = Field(
+        "text",
+        description="How corral's loops log to standard error: text (drawn on a terminal, a"
+        " plain line a record to a file or pipe) or json (one JSON object a line). URLs in"
+        " every record are redacted.",
+    )
     health_file: Path | None = Field(
         None,
         description="When set, the dispatcher and reconciler loops note every finished tick"

@@ -508,20 +508,43 @@ class AuditEntry:
 # --- secrets kept out of sight ----------------------------------------------------------------
 
 REDACTED = "[redacted]"
-_SECRET_NAME = re.compile(
-    r"(authorization|cookie|passw(or)?d|secret|token|api[-_]?key|access[-_]?key|signature|"
-    r"session|credential|private[-_]?key)",
-    re.IGNORECASE,
-)
+
+SECRET_NAMES = {
+    "contains": (
+        "authorization", "cookie", "passw", "secret", "token", "signature", "credential",
+        "session", "private-key", "private_key", "privatekey", "apikey", "api-key",
+        "api_key", "access-key", "access_key",
+    ),
+    "is": ("auth", "key", "sig", "pwd", "pass", "jwt"),
+    "ends with": ("-auth", "_auth", "-key", "_key", "-sig", "_sig", "-pwd", "_pwd"),
+}  # fmt: skip
+"""The one table of names whose values are secrets, for every surface that shows a spec,
+a URL or a log line (API, CLI, run log, serve log): a key, a header or a query parameter
+whose name, in any case, contains, is, or ends with one of these."""
+
 _URL_QUERY = re.compile(
     r"^(?P<head>[a-z][a-z0-9+.-]*://[^?#]*\?)(?P<query>[^#]*)(?P<tail>#.*)?$", re.I
 )
 _USERINFO = re.compile(r"^(?P<scheme>[a-z][a-z0-9+.-]*://)[^/@?#]*@", re.IGNORECASE)
+_URL_IN_TEXT = re.compile(r"[a-z][a-z0-9+.-]*://[^\s'\"<>]+", re.IGNORECASE)
 
 
 def names_a_secret(name: str) -> bool:
-    """Whether a key, a header or a parameter name says its value is a secret."""
-    return _SECRET_NAME.search(name) is not None
+    """Whether a key, a header or a parameter name says its value is a secret (by
+    SECRET_NAMES)."""
+    n = name.lower()
+    return (
+        n in SECRET_NAMES["is"]
+        or any(part in n for part in SECRET_NAMES["contains"])
+        or n.endswith(SECRET_NAMES["ends with"])
+    )
+
+
+def redacted_text(text: str) -> str:
+    """Free text (a log line, an error) with every URL in it redacted (`redacted`)."""
+    if "://" not in text:
+        return text
+    return _URL_IN_TEXT.sub(lambda m: _redacted_url(m[0]), text)
 
 
 def redacted(value: Any) -> Any:
@@ -531,7 +554,7 @@ def redacted(value: Any) -> Any:
     place; what is stored stays whole, for the executor."""
     if isinstance(value, Mapping):
         return {
-            k: REDACTED if isinstance(k, str) and _SECRET_NAME.search(k) and v else redacted(v)
+            k: REDACTED if isinstance(k, str) and names_a_secret(k) and v else redacted(v)
             for k, v in value.items()
         }
     if isinstance(value, list | tuple):
@@ -548,7 +571,7 @@ def _redacted_url(url: str) -> str:
     params = []
     for part in m["query"].split("&"):
         name, eq, _ = part.partition("=")
-        params.append(f"{name}={REDACTED}" if eq and _SECRET_NAME.search(name) else part)
+        params.append(f"{name}={REDACTED}" if eq and names_a_secret(name) else part)
     return f"{m['head']}{'&'.join(params)}{m['tail'] or ''}"
 
 

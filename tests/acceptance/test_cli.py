@@ -339,7 +339,12 @@ def test_jobs_show_cuts_no_id_state_or_name_in_a_narrow_terminal(
         (["jobs", "cancel", "42"], {}, 1, "no job with id 42"),
         (["nope"], {}, 2, "No such command"),
         (["submit", "--spec", "5"], {}, 2, "process spec: spec: must be a JSON object"),
-        (["submit", "--spec", '{"command": ["echo", "a\\u0000"]}'], {}, 2, "must not contain NUL"),
+        (
+            ["submit", "--spec", '{"command": ["echo", "a\\u0000"]}'],
+            {},
+            2,
+            "spec.command.1: must not hold a NUL character",
+        ),
         (["jobs", "show", "99999999999999999999"], {}, 2, "not in the range"),
         (
             ["jobs", "list"],

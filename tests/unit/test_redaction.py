@@ -27,7 +27,7 @@ R = model.REDACTED
         ),
         (
             {"command": ["curl", "https://x.example/?sig=1&signature=2"]},
-            {"command": ["curl", f"https://x.example/?sig=1&signature={R}"]},
+            {"command": ["curl", f"https://x.example/?sig={R}&signature={R}"]},
         ),
         (
             {"url": "https://x.example/p?q=secret-looking-value"},

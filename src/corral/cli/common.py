@@ -33,12 +33,15 @@ class State:
 
     def __init__(self, config_file: Path | None) -> None:
         self.config_file = config_file
+        self.overrides: dict[str, Any] = {}  # settings given as options (--log-format)
 
     def settings(self, *, check_chain: bool = True, **overrides: Any) -> config.Settings:
-        """The settings from the config file and CORRAL_* environment, with `overrides`."""
+        """The settings from the config file and CORRAL_* environment, with the options'
+        and `overrides`."""
         from corral import config  # pydantic: only for a command that runs, never for --help
 
-        return config.Settings.load(self.config_file, check_chain=check_chain, **overrides)
+        given = {**self.overrides, **overrides}
+        return config.Settings.load(self.config_file, check_chain=check_chain, **given)
 
     def connect(self, *, platforms: bool = True) -> AbstractAsyncContextManager[client.Client]:
         """A client of the store these settings name (`runtime.connect`); with `platforms`
@@ -46,6 +49,26 @@ class State:
         from corral import runtime
 
         return runtime.connect(self.settings(), platforms=platforms)
+
+
+def _take_log_format(ctx: click.Context, _: click.Parameter, value: str | None) -> None:
+    if value is not None:
+        ctx.ensure_object(State).overrides["log_format"] = value
+
+
+def log_format_option(fn: F) -> F:
+    """`--log-format text|json` on a long-running command (the log_format setting)."""
+    option = click.option(
+        "--log-format",
+        type=click.Choice(["text", "json"]),
+        default=None,
+        expose_value=False,
+        is_eager=True,
+        callback=_take_log_format,
+        help="How to log: text (a line a record) or json (an object a line); default: the"
+        " log_format setting.",
+    )
+    return option(fn)
 
 
 def _take_config(ctx: click.Context, _: click.Parameter, value: Path | None) -> None:

@@ -4,7 +4,6 @@ signal handling and the demo jobs of `make run`; and `corral health`, their prob
 from __future__ import annotations
 
 import asyncio
-import logging
 import signal
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -13,7 +12,15 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from corral import errors, health
-from corral.cli.common import State, collect_from_here, config_option, err, out, run
+from corral.cli.common import (
+    State,
+    collect_from_here,
+    config_option,
+    err,
+    log_format_option,
+    out,
+    run,
+)
 
 if TYPE_CHECKING:
     from corral import client, config, runtime
@@ -39,14 +46,9 @@ DEMO_JOBS: list[dict[str, Any]] = [
 
 
 def setup_logging(settings: config.Settings) -> None:
-    from rich.logging import RichHandler
+    from corral import logs
 
-    logging.basicConfig(
-        level=settings.log_level,
-        format="%(name)s: %(message)s",
-        handlers=[RichHandler(console=err, show_path=False, rich_tracebacks=True)],
-    )
-    logging.getLogger("alembic").setLevel(logging.WARNING)
+    logs.setup(settings.log_level, settings.log_format)
 
 
 async def until_signalled(body: Callable[[asyncio.Event], Awaitable[None]]) -> None:
@@ -229,6 +231,7 @@ METRICS = click.option(
 @HTTP
 @METRICS
 @HEALTH_FILE
+@log_format_option
 @config_option
 @click.pass_obj
 def serve(
@@ -250,6 +253,7 @@ def serve(
 
 @click.command("api")
 @click.option("--http", "http", required=True, metavar="HOST:PORT", help="Where to listen.")
+@log_format_option
 @config_option
 @click.pass_obj
 def api_cmd(state: State, http: str) -> None:
@@ -269,6 +273,7 @@ def api_cmd(state: State, http: str) -> None:
 @click.command("dispatcher")
 @METRICS
 @HEALTH_FILE
+@log_format_option
 @config_option
 @click.pass_obj
 def dispatcher_cmd(state: State, health_file: Path | None, metrics_at: str | None) -> None:
@@ -286,6 +291,7 @@ def dispatcher_cmd(state: State, health_file: Path | None, metrics_at: str | Non
 @click.command("reconciler")
 @METRICS
 @HEALTH_FILE
+@log_format_option
 @config_option
 @click.pass_obj
 def reconciler_cmd(state: State, health_file: Path | None, metrics_at: str | None) -> None:
@@ -303,6 +309,7 @@ def reconciler_cmd(state: State, health_file: Path | None, metrics_at: str | Non
 @click.command("scheduler")
 @METRICS
 @HEALTH_FILE
+@log_format_option
 @config_option
 @click.pass_obj
 def scheduler_cmd(state: State, health_file: Path | None, metrics_at: str | None) -> None:
@@ -315,6 +322,7 @@ def scheduler_cmd(state: State, health_file: Path | None, metrics_at: str | None
 @click.command("alerter")
 @METRICS
 @HEALTH_FILE
+@log_format_option
 @config_option
 @click.pass_obj
 def alerter_cmd(state: State, health_file: Path | None, metrics_at: str | None) -> None:

@@ -11,7 +11,16 @@ from typing import Any
 import click
 
 from corral import shapes
-from corral.cli.common import State, config_option, err, json_option, out, print_json, run
+from corral.cli.common import (
+    State,
+    config_option,
+    err,
+    json_option,
+    log_format_option,
+    out,
+    print_json,
+    run,
+)
 
 
 @click.command("worker")
@@ -37,6 +46,7 @@ from corral.cli.common import State, config_option, err, json_option, out, print
     multiple=True,
     help="Take jobs of this queue only (repeat for more; default: every queue).",
 )
+@log_format_option
 @config_option
 @click.pass_obj
 def worker_cmd(
