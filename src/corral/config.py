@@ -38,6 +38,7 @@ from pydantic_settings import (
 )
 
 from corral import entrypoints, errors, failpoints, model, tenancy
+from corral.proxies import ApiSettings
 from corral.tenancy import TenantSettings
 
 DEFAULT_CONFIG_FILE = Path("corral.toml")
@@ -1049,6 +1050,7 @@ class Settings(BaseSettings):
         description="When set, the dispatcher and reconciler loops note every finished tick"
         " and pass in this file, for `corral health` (e.g. Kubernetes exec probes).",
     )
+    api: ApiSettings = ApiSettings()
     timeouts: Timeouts = Timeouts()
     retry: RetrySettings = RetrySettings()
     secrets: SecretsSettings = SecretsSettings()

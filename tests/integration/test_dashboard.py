@@ -232,34 +232,80 @@ async def test_the_overview_is_kept_a_few_seconds_but_never_past_a_change_made_h
     assert (count_of(after, J.QUEUED), count_of(after, J.CANCELLED)) == ("2", "1")
 
 
-async def test_failed_sign_ins_are_limited_by_address_and_by_user(
+async def test_failed_sign_ins_are_limited_by_name_and_address_and_by_address(
     http: httpx.AsyncClient, c: client.Client, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Past the failures allowed, a sign-in waits (429, saying how long), refused before
-    its password is hashed: as a user from anywhere, and from an address as anyone."""
+    its password is hashed: as a name from one address (5 a minute), and from an address
+    as anyone (20 a minute). A name alone is never locked: its owner signs in elsewhere."""
     assert isinstance(c.clock, FrozenClock)
     hashed, real = [], client._password_matches
     monkeypatch.setattr(client, "_password_matches", lambda *a: hashed.append(1) or real(*a))
     app = http._transport.app  # type: ignore[attr-defined]
     away = httpx.ASGITransport(app=app, client=("192.0.2.7", 1234))
+    assert (auth.FAILURES_PER_NAME_AND_ADDRESS, auth.FAILURES_PER_ADDRESS) == (5, 20)
     async with httpx.AsyncClient(transport=away, base_url="http://corral.test") as elsewhere:
-        for _ in range(auth.FAILURES_PER_USER):
+        for _ in range(auth.FAILURES_PER_NAME_AND_ADDRESS):
             assert (await sign_in(http, name="ada", password="wrong horse")).status_code == 401
-        refused = await sign_in(elsewhere, name="ada", password="correct horse")
+        refused = await sign_in(http, name="ada", password="correct horse")
         assert refused.status_code == 429
         assert "Too many failed sign-ins as ada: try again in 60 s." in refused.text
         assert refused.headers["retry-after"] == "60"
-        assert len(hashed) == auth.FAILURES_PER_USER, "refused before hashing"
-        assert (await sign_in(elsewhere, name="vic", password="correct horse")).status_code == 303
-        for i in range(auth.FAILURES_PER_CLIENT - auth.FAILURES_PER_USER):
+        assert len(hashed) == auth.FAILURES_PER_NAME_AND_ADDRESS, "refused before hashing"
+        # Its owner, elsewhere, is not locked out by a stranger's guesses.
+        assert (await sign_in(elsewhere, name="ada", password="correct horse")).status_code == 303
+        left = auth.FAILURES_PER_ADDRESS - auth.FAILURES_PER_NAME_AND_ADDRESS
+        for i in range(left):
             assert (await sign_in(http, name=f"guess{i}", password="x")).status_code == 401
         for fields in ({"name": "vic", "password": "correct horse"}, {"token": "corral_x"}):
             from_here = await sign_in(http, **fields)
             assert from_here.status_code == 429
             assert "Too many failed sign-ins from your address" in from_here.text
+            assert from_here.headers["retry-after"] == "60"
         c.clock.advance(auth.SIGN_IN_WINDOW)
         assert (await sign_in(http, name="vic", password="correct horse")).status_code == 303
-        assert (await sign_in(elsewhere, name="ada", password="correct horse")).status_code == 303
+        assert (await sign_in(http, name="ada", password="correct horse")).status_code == 303
+
+
+async def test_x_forwarded_for_is_read_only_from_a_trusted_proxy(
+    http: httpx.AsyncClient, c: client.Client
+) -> None:
+    """Sprayed X-Forwarded-For from an untrusted peer changes nothing: every failure is
+    the peer's. Behind a trusted proxy, each client is its own address, the rightmost
+    that is not a proxy."""
+    app = http._transport.app  # type: ignore[attr-defined]
+    for n in range(auth.FAILURES_PER_ADDRESS):
+        sprayed = {"X-Forwarded-For": f"198.51.100.{n}"}
+        answer = await _sign_in_with(http, sprayed, name=f"g{n}", password="x")
+        assert answer.status_code == 401
+    limited = await _sign_in_with(http, {"X-Forwarded-For": "198.51.100.200"}, name="vic")
+    assert limited.status_code == 429, "the header of an untrusted peer is not read"
+    c.settings = c.settings.model_copy(
+        update={"api": config.ApiSettings(trusted_proxies=("10.0.0.0/24",))}
+    )
+    proxy = httpx.ASGITransport(app=app, client=("10.0.0.5", 443))
+    async with httpx.AsyncClient(transport=proxy, base_url="http://corral.test") as behind:
+        for _ in range(auth.FAILURES_PER_NAME_AND_ADDRESS):
+            hops = {"X-Forwarded-For": "203.0.113.9, 198.51.100.7, 10.0.0.4"}
+            assert (await _sign_in_with(behind, hops, name="ada")).status_code == 401
+        hops = {"X-Forwarded-For": "6.6.6.6, 198.51.100.7"}  # the left one is made up
+        assert (await _sign_in_with(behind, hops, name="ada")).status_code == 429
+        other = {"X-Forwarded-For": "198.51.100.8"}
+        signed = await _sign_in_with(behind, other, name="ada", password="correct horse")
+        assert signed.status_code == 303, "another client behind the proxy is not locked"
+
+
+async def _sign_in_with(
+    http: httpx.AsyncClient, headers: dict[str, str], *, name: str, password: str = "wrong"
+) -> httpx.Response:
+    form = await http.get("/ui/sign-in", headers=headers)
+    pairing = re.search(r'name="pairing" value="([^"]+)"', form.text)
+    assert pairing is not None
+    return await http.post(
+        "/ui/sign-in",
+        headers=headers,
+        data={"pairing": pairing[1], "next": "/ui/", "name": name, "password": password},
+    )
 
 
 @pytest.mark.parametrize(

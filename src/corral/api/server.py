@@ -62,6 +62,7 @@ async def serve_http(
                 create_app(c),
                 host=host,
                 port=port,
+                proxy_headers=False,  # the peer is the client, unless [api] trusted_proxies
                 log_level="warning",
                 access_log=False,
                 lifespan="off",

@@ -6,9 +6,11 @@ and Secure when the page came over https. A POST without the session's CSRF toke
 form's `csrf` field, or htmx's `X-CSRF-Token` header) is refused with 403. The sign-in
 form, sent before there is a session, carries the double of a cookie of its own instead.
 
-Failed sign-ins are counted, by client address and by user name (SignInLimits): past
-their limit, one more is refused with 429 before its password is hashed, so guessing
-(and the argon2 hashing it costs the server) stays slow however it is spread.
+Failed sign-ins are counted by client address and by (user name, address) (SignInLimits):
+past their limit, one more is refused with 429 and Retry-After before its password is
+hashed, so guessing (and the argon2 hashing it costs the server) stays slow, while a
+name's owner elsewhere is never locked out. The client address is the peer's, or behind a
+proxy of `[api] trusted_proxies` the one it forwards (corral.proxies).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from urllib.parse import parse_qs, quote
 from fastapi import Depends, Request
 from starlette.responses import Response
 
-from corral import client, model
+from corral import client, model, proxies
 
 COOKIE = "corral_session"
 SIGN_IN_COOKIE = "corral_sign_in"
@@ -44,44 +46,50 @@ class Forbidden(Exception):
 
 SIGN_IN_WINDOW = 60.0
 """Seconds over which failed sign-ins are counted."""
-FAILURES_PER_CLIENT = 10
-"""Failed sign-ins from one client address in SIGN_IN_WINDOW; past them, it waits."""
-FAILURES_PER_USER = 5
-"""Failed sign-ins as one user name in SIGN_IN_WINDOW, from anywhere; past them, signing
-in as that user waits (an API token still signs in)."""
+FAILURES_PER_NAME_AND_ADDRESS = 5
+"""Failed sign-ins as one user name from one client address in SIGN_IN_WINDOW; past them,
+that name waits there. A name alone is never locked: its owner signs in from elsewhere."""
+FAILURES_PER_ADDRESS = 20
+"""Failed sign-ins from one client address in SIGN_IN_WINDOW, as any name or with a token;
+past them, the address waits."""
 KEYS_KEPT = 10_000
-"""Most addresses (and user names) whose failures a process keeps at once."""
+"""Most addresses (and name-address pairs) whose failures a process keeps at once."""
 
 
 @dataclass
 class SignInLimits:
-    """The failed sign-ins of this process (and those under way), by client address and
-    by user name, each a window of their times (monotonic seconds)."""
+    """The failed sign-ins of this process (and those under way), by client address and by
+    (user name, address), each a window of their times (monotonic seconds)."""
 
-    clients: dict[str, deque[float]] = field(default_factory=dict)
-    users: dict[str, deque[float]] = field(default_factory=dict)
+    addresses: dict[str, deque[float]] = field(default_factory=dict)
+    pairs: dict[str, deque[float]] = field(default_factory=dict)
 
     def refused(self, now: float, *, client: str, user: str) -> tuple[str, int] | None:
         """Why a sign-in from `client` as `user` ("" for a token) must wait, and how many
         seconds; None when it may go on."""
-        if wait := _wait(self.clients.get(client), FAILURES_PER_CLIENT, now):
+        if wait := _wait(self.addresses.get(client), FAILURES_PER_ADDRESS, now):
             return f"Too many failed sign-ins from your address: try again in {wait} s.", wait
-        if user and (wait := _wait(self.users.get(user), FAILURES_PER_USER, now)):
+        pair = self.pairs.get(_pair(user, client))
+        if user and (wait := _wait(pair, FAILURES_PER_NAME_AND_ADDRESS, now)):
             return f"Too many failed sign-ins as {user}: try again in {wait} s.", wait
         return None
 
     def trying(self, now: float, *, client: str, user: str) -> None:
         """A sign-in begins: it counts as failed until it `succeeded` (so that many at once
         cannot all pass before the first has failed)."""
-        _note(self.clients, client, FAILURES_PER_CLIENT, now)
+        _note(self.addresses, client, FAILURES_PER_ADDRESS, now)
         if user:
-            _note(self.users, user, FAILURES_PER_USER, now)
+            _note(self.pairs, _pair(user, client), FAILURES_PER_NAME_AND_ADDRESS, now)
 
     def succeeded(self, now: float, *, client: str, user: str) -> None:
         """The sign-in begun at `now` succeeded: it counts no more."""
-        for kept, key in ((self.clients, client), (self.users, user)):
+        for kept, key in ((self.addresses, client), (self.pairs, _pair(user, client))):
             if now in kept.get(key, ()):
                 kept[key].remove(now)
+
+
+def _pair(user: str, client: str) -> str:
+    return f"{client} {user}"  # an address has no space
 
 
 def _wait(times: deque[float] | None, limit: int, now: float) -> int:
@@ -102,6 +110,16 @@ def _note(kept: dict[str, deque[float]], key: str, limit: int, now: float) -> No
 
 class Form(dict[str, str]):
     """A submitted form's fields, the first value of each."""
+
+
+def address_of(request: Request) -> str:
+    """The asking client's address: the peer's, or behind a trusted proxy the one it
+    forwards (corral.proxies)."""
+    peer = request.client.host if request.client else ""
+    trusted = client_of(request).settings.api.networks
+    if not trusted:
+        return peer
+    return proxies.client_address(peer, request.headers.getlist("x-forwarded-for"), trusted)
 
 
 def client_of(request: Request) -> client.Client:

@@ -127,7 +127,7 @@ async def sign_in(request: Request) -> Response:
     ):
         raise auth.Forbidden("the sign-in form is stale: reload the page")
     c, limits = auth.client_of(request), request.app.state.sign_ins
-    client, user = request.client.host if request.client else "", form.get("name", "")
+    client, user = auth.address_of(request), form.get("name", "")
     user = "" if form.get("token") else user
     now = c.clock.monotonic()
     if refused := limits.refused(now, client=client, user=user):
