@@ -264,3 +264,39 @@ def test_the_overview_shows_counts_and_quarantined_jobs(
     where = SCREENSHOT if keep else tmp_path / SCREENSHOT.name
     page.screenshot(path=str(where), full_page=True)
     assert where.stat().st_size > 10_000
+
+
+CSP_WATCH = """
+window.__violations = [];
+document.addEventListener("securitypolicyviolation", (e) => {
+  window.__violations.push(`${e.violatedDirective} ${e.blockedURI} ${e.sourceFile}:${e.lineNumber}`);
+});
+"""
+
+
+def test_no_page_breaks_the_content_security_policy(page: Any, site: Site) -> None:
+    """Every page, with htmx working on it (a live job page, the overview's charts, a
+    quarantined job's actions), loads and runs under the dashboard's CSP: no inline script
+    or style, nothing from elsewhere. A violation reported on any page fails."""
+    page.context.add_init_script(CSP_WATCH)
+    said: list[str] = []
+    page.on(
+        "console", lambda m: said.append(m.text) if "Content Security Policy" in m.text else None
+    )
+    job_id = site.submit({"spec": {"command": ["sh", "-c", "sleep 1"]}, "queue": "csp"})
+    pages = ["/ui/", "/ui/jobs", f"/ui/jobs/{job_id}", "/ui/dead", "/ui/schedules",
+             "/ui/operations", "/ui/jobs?note=job-changed&job=1&did=cancelled"]  # fmt: skip
+    for path in pages:
+        answer = page.goto(path)
+        assert answer is not None
+        headers = answer.headers
+        assert "frame-ancestors 'none'" in headers["content-security-policy"]
+        assert headers["x-frame-options"] == "DENY"
+        page.wait_for_load_state("networkidle")
+        playwright.expect(page.locator("h1")).to_be_visible()
+        assert page.evaluate("window.__violations") == [], path
+    playwright.expect(page.locator(".note")).to_have_text("job 1 cancelled")
+    page.goto("/ui/jobs?note=Your+session+expired.+Call+555-0100")
+    assert page.locator(".note").count() == 0, "a note outside the fixed set is not shown"
+    site.wait_job(job_id, "succeeded")
+    assert said == []

@@ -643,3 +643,72 @@ async def test_live_pages_past_the_limit_are_429_until_one_ends(
     await c.cancel(job_id, reason="test")
     assert (await first).status_code == 200
     assert slots_taken(http) == 0
+
+
+GUARDS = {
+    "x-frame-options": "DENY",
+    "x-content-type-options": "nosniff",
+    "referrer-policy": "same-origin",
+}
+
+
+async def test_every_dashboard_answer_carries_its_guards(
+    http: httpx.AsyncClient, c: client.Client
+) -> None:
+    """Pages, fragments, redirects, errors and static files alike: no frame may hold the
+    dashboard, nothing is sniffed, no referrer leaves it, and only its own scripts and
+    styles run (no inline ones, no eval)."""
+    answers = [await http.get(p) for p in ("/ui/sign-in", "/ui/jobs", "/ui/static/htmx.min.js")]
+    await sign_in(http, name="ada", password="correct horse")
+    job_id, _ = await c.submit(**NOOP, tenant="a")
+    answers += [await http.get(p) for p in ("/ui/", f"/ui/jobs/{job_id}", "/ui/jobs/999999")]
+    assert [a.status_code for a in answers] == [200, 303, 200, 200, 200, 404]
+    for answer in answers:
+        for name, value in GUARDS.items():
+            assert answer.headers[name] == value, (answer.url, name)
+        policy = answer.headers["content-security-policy"]
+        assert "frame-ancestors 'none'" in policy
+        assert "script-src 'self'" in policy
+        assert "style-src 'self'" in policy
+        assert "unsafe-inline" not in policy
+        assert "unsafe-eval" not in policy
+        if answer.headers.get("content-type", "").startswith("text/html"):
+            assert "<style" not in answer.text
+            assert 'style="' not in answer.text
+    assert "x-frame-options" not in (await http.get("/api/v1/openapi.json")).headers
+
+
+@pytest.mark.parametrize(
+    ("query", "shown"),
+    [
+        ("note=job-changed&job=12&did=cancelled", "job 12 cancelled"),
+        ("note=schedule-changed&name=nightly&did=paused", "schedule nightly paused"),
+        ("note=operation-stopped&op=3&left=1,204", "operation 3 stopped: 1,204 jobs left"),
+        ("note=Your+session+expired.+Call+us", None),  # no such note
+        ("note=job-changed&job=12&did=hacked+by+eve", None),  # a field out of its form
+        ("note=job-changed&job=<b>1</b>&did=cancelled", None),
+        ("note=job-changed&did=cancelled", None),  # a field missing
+    ],
+)
+async def test_a_note_is_one_of_a_fixed_set(
+    http: httpx.AsyncClient, query: str, shown: str | None
+) -> None:
+    await sign_in(http, name="ada", password="correct horse")
+    page = (await http.get(f"/ui/jobs?{query}")).text
+    notes = re.findall(r'<div class="note" role="status">([^<]*)</div>', page)
+    if shown is None:
+        assert notes == []
+    else:
+        assert len(notes) == 1
+        assert notes[0].startswith(shown)
+
+
+async def test_a_count_that_is_not_ascii_digits_is_refused_not_a_500(
+    http: httpx.AsyncClient, c: client.Client
+) -> None:
+    await quarantined(c, 1)
+    await sign_in(http, name="ada", password="correct horse")
+    form = confirm_form(await http.get("/ui/bulk?action=retry&state=quarantined"))
+    answer = await http.post("/ui/operations", data={**form, "expect": "²"})
+    assert answer.status_code < 500
+    assert "expect: the form lost the previewed count" in answer.text

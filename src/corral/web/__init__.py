@@ -14,14 +14,62 @@ from __future__ import annotations
 from fastapi import FastAPI, Request
 from fastapi.staticfiles import StaticFiles
 from starlette.responses import RedirectResponse, Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from corral.web import auth, bulk, live, overview, pages
 
 __all__ = ["mount"]
 
 
+CSP = "; ".join(
+    (
+        "default-src 'none'",
+        "script-src 'self'",
+        "style-src 'self'",
+        "img-src 'self'",
+        "connect-src 'self'",
+        "form-action 'self'",
+        "base-uri 'none'",
+        "frame-ancestors 'none'",
+    )
+)
+"""The dashboard's Content-Security-Policy: its own scripts and styles only (vendored
+htmx, configured to inject none), no inline script or style, no eval, never in a frame."""
+
+HEADERS = [
+    (b"content-security-policy", CSP.encode()),
+    (b"x-frame-options", b"DENY"),
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"same-origin"),
+]
+"""What every answer under /ui carries."""
+
+
+class Guarded:
+    """ASGI middleware: HEADERS on every answer under /ui (pages, fragments, streams,
+    static files, redirects, errors)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not scope.get("path", "").startswith("/ui"):
+            await self.app(scope, receive, send)
+            return
+
+        async def guarded(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                named = {k.lower() for k, _ in message.get("headers", [])}
+                extra = [(k, v) for k, v in HEADERS if k not in named]
+                message = {**message, "headers": [*message.get("headers", []), *extra]}
+            await send(message)
+
+        await self.app(scope, receive, guarded)
+
+
 def mount(app: FastAPI) -> None:
     """Serve the dashboard on `app` under /ui (none of it in the OpenAPI document)."""
+    app.add_middleware(Guarded)
     app.state.overview = overview.Keeper()
     app.state.sign_ins = auth.SignInLimits()
     app.add_middleware(overview.Changes, keeper=app.state.overview)

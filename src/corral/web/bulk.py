@@ -95,7 +95,8 @@ async def operation_start(request: Request, acting: Operator) -> Response:
     """Start the previewed action on the jobs it counted; the preview again (409) when the
     filters now match another number of jobs."""
     c, who, form = auth.client_of(request), acting.who, acting.form
-    expect = int(form["expect"]) if form.get("expect", "").isdigit() else -1
+    given = form.get("expect", "")
+    expect = int(given) if given.isascii() and given.isdigit() else -1  # not "²"
     try:
         action, chosen = _chosen(form)
         if expect < 0:
@@ -179,7 +180,7 @@ async def operation_cancel(
     op = await _visible(c, who, operation_id)
     to = f"/ui/operations/{op.id}"
     if op.state != model.OperationState.RUNNING:
-        return back(to, f"operation {op.id} has already {op.state}")
+        return back(to, "operation-ended", op=op.id, state=op.state)
     stopped = await c.operation_cancel(op.id)
     await audit(c, who, "operations.cancel", str(op.id), op.tenant, left=stopped.left)
-    return back(to, f"operation {op.id} stopped: {stopped.left:,} jobs left as they were")
+    return back(to, "operation-stopped", op=op.id, left=f"{stopped.left:,}")

@@ -11,7 +11,9 @@ by an operator (or admin), written to the audit log, and answered with a redirec
 from __future__ import annotations
 
 import dataclasses
+import re
 import secrets
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import urlencode
@@ -64,14 +66,53 @@ def page(request: Request, name: str, who: model.WebSession | None, **values: An
 
 def render(request: Request, name: str, who: model.WebSession | None, **values: Any) -> str:
     """Template `name` drawn, with the session and the page's one-line note."""
-    note = request.query_params.get("note", "")
+    note = note_of(request.query_params)
     return templates.get_template(name).render(request=request, who=who, note=note, **values)
 
 
-def back(to: str, note: str = "") -> Response:
-    """A redirect after a POST, to the page `to`, with a one-line note to show there."""
+NOTES = {
+    "command-missing": "command: give a command to run",
+    "job-changed": "job {job} {did}",
+    "job-unchanged": "job {job} was not {did}: it is {state}",
+    "operation-ended": "operation {op} has already {state}",
+    "operation-stopped": "operation {op} stopped: {left} jobs left as they were",
+    "schedule-changed": "schedule {name} {did}",
+}
+"""The one-line notes a page shows after a form (`?note=KEY` and its fields): a fixed
+set, so that a link cannot make the dashboard say anything else."""
+
+_NOTE_FIELDS = {
+    "job": re.compile(r"^[1-9][0-9]{0,18}$"),
+    "op": re.compile(r"^[1-9][0-9]{0,18}$"),
+    "left": re.compile(r"^[0-9]{1,3}(,[0-9]{3})*$"),
+    "state": re.compile(r"^[a-z]{1,20}$"),
+    "did": re.compile(r"^(cancelled|sent back to its queue|discarded|paused|resumed)$"),
+    "name": re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,199}$"),
+}
+
+
+def note_of(query: Mapping[str, str]) -> str:
+    """The note `?note=KEY&FIELD=...` asks for, its fields each of their own form; "" for
+    any other."""
+    template = NOTES.get(query.get("note", ""))
+    if template is None:
+        return ""
+    fields = {}
+    for name in re.findall(r"{(\w+)}", template):
+        value = query.get(name, "")
+        if not _NOTE_FIELDS[name].match(value):
+            return ""
+        fields[name] = value
+    return template.format(**fields)
+
+
+def back(to: str, note: str = "", **fields: object) -> Response:
+    """A redirect after a POST, to the page `to`, with a note of NOTES to show there."""
+    if not note:
+        return RedirectResponse(to, 303)
+    assert note in NOTES, note
     sep = "&" if "?" in to else "?"
-    return RedirectResponse(to + (f"{sep}{urlencode({'note': note})}" if note else ""), 303)
+    return RedirectResponse(f"{to}{sep}{urlencode({'note': note, **fields})}", 303)
 
 
 async def visible_job(c: client.Client, who: model.WebSession, job_id: int) -> client.JobView:
@@ -204,8 +245,23 @@ async def jobs(
     before: Annotated[int | None, Query(ge=1, le=MAX_ID)] = None,
 ) -> Response:
     """Jobs, the newest first, a page at a time (keyset: ?before=<id>)."""
+    return await _jobs_page(request, who, state=state, queue=queue, label=label, before=before)
+
+
+async def _jobs_page(
+    request: Request,
+    who: model.WebSession,
+    *,
+    state: str = "",
+    queue: str = "",
+    label: str = "",
+    before: int | None = None,
+    wrong: str = "",
+    status: int = 200,
+) -> Response:
+    """The jobs page, saying `wrong` (a refused form's reason) when there is one."""
     c = auth.client_of(request)
-    filters, wrong = Filters(state=state, queue=queue, label=label), ""
+    filters = Filters(state=state, queue=queue, label=label)
     key, _, value = label.partition("=")
     if state and state not in model.JobState.__members__.values():
         wrong = f"state: {state!r} is not a job state"
@@ -232,6 +288,7 @@ async def jobs(
         next_page=filters.query(before=more) if more else None,
         states=list(model.JobState),
         commands=tenancy.offered(c.settings.tenants, who.tenant, "process"),
+        status=status,
     )
 
 
@@ -243,7 +300,7 @@ async def job_submit(request: Request, acting: Operator) -> Response:
     command = form.get("command", "").strip()
     tenant = who.tenant or form.get("tenant", "").strip() or "default"
     if not command:
-        return back("/ui/jobs", "command: give a command to run")
+        return back("/ui/jobs", "command-missing")
     if (why := tenancy.refusal(c.settings.tenants, tenant, "process")) is not None:
         raise auth.Forbidden(why)
     try:
@@ -254,8 +311,8 @@ async def job_submit(request: Request, acting: Operator) -> Response:
         )
         made = c.validate(dataclasses.replace(job, tenant_made=True))  # runs as a stranger
         [(job_id, _)] = await c.submit_many([made])
-    except errors.InvalidInput as exc:
-        return back("/ui/jobs", str(exc))
+    except errors.InvalidInput as exc:  # shown on the page itself, never through a link
+        return await _jobs_page(request, who, wrong=str(exc), status=422)
     await audit(c, who, "jobs.submit", str(job_id), tenant)
     return back(f"/ui/jobs/{job_id}")
 
@@ -347,10 +404,11 @@ async def job_change(request: Request, acting: Operator, job_id: JobId, action: 
             await c.dead_retry(job_id, reason=reason)
         else:
             await c.dead_discard(job_id, reason=reason)
-    except (errors.InvalidInput, errors.IllegalTransition) as exc:
-        return back(to, f"job {job_id}: {exc}")
+    except (errors.InvalidInput, errors.IllegalTransition):
+        now = (await c.job(job_id)).job.state
+        return back(to, "job-unchanged", job=job_id, did=_ACTIONS[action][1], state=now)
     await audit(c, who, _ACTIONS[action][0], str(job_id), view.job.tenant)
-    return back(to, f"job {job_id} {_ACTIONS[action][1]}")
+    return back(to, "job-changed", job=job_id, did=_ACTIONS[action][1])
 
 
 @router.get("/dead")
@@ -399,4 +457,4 @@ async def schedule_change(
     except errors.NotFound:
         raise Missing(f"no schedule {name!r}") from None
     await audit(c, who, f"schedules.{action}", name, tenant)
-    return back("/ui/schedules", f"schedule {name} {action}d")
+    return back("/ui/schedules", "schedule-changed", name=name, did=f"{action}d")
