@@ -149,10 +149,12 @@ async def listening(db: store.Store) -> None:
     )
 
 
-async def quarantine(db: store.Store, clock: FrozenClock, queue: str = "billing") -> int:
-    """A job of `queue` that fails permanently: quarantined at once."""
+async def quarantine(
+    db: store.Store, clock: FrozenClock, queue: str = "billing", tenant: str = "default"
+) -> int:
+    """A job of `queue` (of `tenant`) that fails permanently: quarantined at once."""
     [(job_id, _)] = await db.job_submit(
-        new=[model.NewJob(executor="noop", spec={}, queue=queue)], now=clock.now()
+        new=[model.NewJob(executor="noop", spec={}, queue=queue, tenant=tenant)], now=clock.now()
     )
     [c] = await db.job_claim(now=clock.now(), limit=1, executors=["noop"])
     failed = Finish(c.attempt.id, A.FAILED, 2, "exited with code 2", model.FailureClass.PERMANENT)
@@ -189,7 +191,7 @@ async def test_a_quarantine_reaches_email_slack_and_a_signed_webhook(
     assert mail["To"] == "ops@example.com"
     body = mail.get_content()
     assert f"Job: https://corral.example.com/jobs/{job_id}" in body
-    key = "poison|queue:billing|quarantined|event:"
+    key = "poison|queue:default/billing|quarantined|event:"
     assert key in body
     assert mail["Message-ID"].endswith("@corral>")
 
@@ -254,6 +256,43 @@ async def test_a_flapping_queue_alerts_once_digests_the_rest_and_recovers_once(
     assert [m["Subject"] for m in inbox.messages[2:]] == [
         f"[corral] recovered: queue billing (job {done} succeeded)"
     ]
+
+
+async def test_each_tenant_s_queue_is_its_own_subject_and_its_digests_its_own(
+    db: store.Store, smtp: tuple[Inbox, int], web_receiver: Web
+) -> None:
+    """Two tenants' queues of one name are two subjects: tenant a's failures open no
+    window that folds tenant b's quarantine into a digest, and each tenant's alert list
+    shows its own messages and digests, never the other's."""
+    inbox, port = smtp
+    clock = FrozenClock()
+    await listening(db)
+    s = settings(port, web_receiver.base, channels=["ops_mail"])
+    alerter = alerts.Alerter(store=db, clock=clock, settings=s)
+    try:
+        first_a = await quarantine(db, clock, tenant="a")
+        more_a = await quarantine(db, clock, tenant="a")
+        first_b = await quarantine(db, clock, tenant="b")
+        await alerter.read_once()
+        await alerter.deliver_all()
+        assert sorted(m["Subject"] for m in inbox.messages) == sorted(
+            [
+                f"[corral] quarantined: job {first_a} in queue billing of tenant a",
+                f"[corral] quarantined: job {first_b} in queue billing of tenant b",
+            ]
+        )
+        clock.advance(600)
+        await alerter.deliver_all()
+    finally:
+        await alerter.close()
+    listed = {t: await db.alert_list(limit=50, tenant=t) for t in ("a", "b")}
+    assert {(a.kind, a.subject) for a in listed["a"]} == {
+        ("alert", "queue:a/billing"),
+        ("digest", "queue:a/billing"),
+    }
+    [digest] = [a for a in listed["a"] if a.kind == "digest"]
+    assert digest.details["jobs"] == [more_a]
+    assert {(a.kind, a.subject) for a in listed["b"]} == {("alert", "queue:b/billing")}
 
 
 async def test_a_crash_before_delivery_delivers_after_and_never_writes_twice(

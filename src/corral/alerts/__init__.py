@@ -313,4 +313,5 @@ def _digested(d: rules.Digested) -> dict[str, object]:
         "window_end": d.window_end,
         "job_id": d.job_id,
         "cause": d.cause,
+        "tenant": d.tenant,
     }

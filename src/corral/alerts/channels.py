@@ -48,11 +48,21 @@ def _when(at: str | None) -> str:
     return datetime.fromisoformat(at).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
+def _about(subject: str) -> str:
+    """A subject in words: `queue billing` (`of tenant acme` for a tenant but the default),
+    `schedule default/nightly`."""
+    kind, _, about = subject.partition(":")
+    tenant, slash, name = about.partition("/")
+    if kind != "queue" or not slash:
+        return f"{kind} {about}"
+    return f"queue {name}" + ("" if tenant == "default" else f" of tenant {tenant}")
+
+
 def render(alert: Alert, base_url: str | None = None) -> Rendered:
     """The words of a message (pure): what happened, to what, the job and its last
     attempt's class and message, and a link to the job under `base_url`."""
     d = alert.details
-    about = alert.subject.replace(":", " ", 1)
+    about = _about(alert.subject)
     if alert.kind == "digest":
         count = int(d.get("count", 0))
         causes = "/".join(d.get("causes", []))

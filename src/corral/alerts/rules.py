@@ -129,7 +129,7 @@ def subject(rule: config.AlertRule, h: Happening) -> str:
     on_schedule = rule.match.schedule is not None or any(c.startswith("schedule_") for c in rule.on)
     if on_schedule and h.schedule is not None:
         return schedule_subject(h.tenant, h.schedule)
-    return queue_subject(h.queue)
+    return queue_subject(h.tenant, h.queue)
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +169,7 @@ class Digested:
     window_end: datetime
     job_id: int | None
     cause: str
+    tenant: str
 
     @property
     def dedupe_key(self) -> str:
@@ -231,7 +232,9 @@ def plan(
             # one digest and one recovered message, not one of each per flap.
             if opened is not None and h.at < opened + rule.throttle:
                 out.digested.extend(
-                    Digested(name, ch, key[1], opened, opened + rule.throttle, h.job_id, cause)
+                    Digested(
+                        name, ch, key[1], opened, opened + rule.throttle, h.job_id, cause, h.tenant
+                    )
                     for ch in rule.channels
                 )
                 continue

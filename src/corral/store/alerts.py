@@ -110,9 +110,10 @@ class EventsRead:
     open: frozenset[str] = frozenset()
 
 
-def queue_subject(queue: str) -> str:
-    """The subject of a rule's messages about a queue's jobs."""
-    return f"queue:{queue}"
+def queue_subject(tenant: str, queue: str) -> str:
+    """The subject of a rule's messages about a queue's jobs: a tenant's queue, never
+    another tenant's of the same name."""
+    return f"queue:{tenant}/{queue}"
 
 
 def schedule_subject(tenant: str, schedule: str) -> str:
@@ -209,14 +210,18 @@ def alert_successes(
 ) -> list[tuple[model.Event, JobFacts | None]]:
     """The successes among the events after `after` up to `upto` of the jobs of
     `subjects` (their queues and schedules), in id order, with the jobs' facts."""
-    queues = {s.partition(":")[2] for s in subjects if s.startswith("queue:")}
-    schedules = {s.partition("/")[2] for s in subjects if s.startswith("schedule:")}
-    if not queues and not schedules:
+    wanted = []
+    for s in sorted(subjects):
+        kind, _, about = s.partition(":")
+        tenant, slash, name = about.partition("/")
+        if kind == "queue" and not slash:  # an older corral's subject: the queue alone
+            wanted.append(jobs.c.queue == about)
+        elif kind in ("queue", "schedule"):
+            what = jobs.c.queue if kind == "queue" else _schedule_of(conn)
+            wanted.append(and_(jobs.c.tenant == tenant, what == name))
+    if not wanted:
         return []
-    ours = or_(
-        jobs.c.queue.in_(sorted(queues)),
-        _schedule_of(conn).in_(sorted(schedules)),
-    )
+    ours = or_(*wanted)
     return [
         _found(r) for r in conn.execute(_events_read(conn, after, upto, and_(_succeeded(), ours)))
     ]
@@ -344,6 +349,7 @@ def _digest(conn: Connection, digested: Sequence[Mapping[str, Any]], now: dateti
             first = {**first, "window_end": now}
         if row is None:
             details = {
+                "tenant": first["tenant"],  # whose alert list shows it
                 "count": len(entries),
                 "jobs": jobs_named[:DIGEST_JOBS],
                 "since": first["window_start"].isoformat(),
