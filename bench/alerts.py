@@ -51,7 +51,7 @@ class TenthFails(NoopExecutor):
 
 def settings(base: str, throttle: str) -> config.Settings:
     return config.Settings(
-        executors={"enabled": ["process"], "http": {"allow_networks": ["127.0.0.0/8"]}},  # type: ignore[arg-type]
+        executors={"enabled": ["process"], "http": {"allow_networks": ["127.0.0.0/8:1024-65535"]}},  # type: ignore[arg-type]
         alerts={  # type: ignore[arg-type]
             "channels": {
                 "hook": {"kind": "webhook", "url": f"{base}/hook"},

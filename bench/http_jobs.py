@@ -34,7 +34,7 @@ from corral import config, dispatcher, model, store
 from corral.clock import SystemClock
 from corral.executors import http
 
-LOCAL = ("127.0.0.0/8",)
+LOCAL = ("127.0.0.0/8:1024-65535",)
 
 
 def _serve(port: int) -> None:

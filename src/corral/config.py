@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import difflib
 import functools
-import ipaddress
 import os
 import re
 from collections.abc import Mapping
@@ -37,7 +36,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from corral import entrypoints, errors, failpoints, model, tenancy
+from corral import entrypoints, errors, failpoints, model, netrules, tenancy
 from corral.proxies import ApiSettings
 from corral.tenancy import TenantSettings
 
@@ -598,9 +597,10 @@ class HttpExecutorSettings(BaseModel):
 
     allow_networks: tuple[str, ...] = Field(
         (),
-        description="Address ranges requests may reach although they are not public (loopback,"
-        ' private, link-local...): e.g. ["127.0.0.0/8"] for local use and tests. Empty:'
-        " public addresses only.",
+        description="Addresses requests may reach although they are not public (loopback,"
+        " private, link-local...), each ADDRESS[/PREFIX][:PORT[-PORT]] (IPv6 in brackets"
+        ' with ports): e.g. ["127.0.0.1:8080"] for a local receiver. A network without'
+        " ports opens 80 and 443 only. Empty: public addresses only (on any port).",
     )
     body_bytes: int = Field(
         model.STREAM_BYTES,
@@ -608,15 +608,19 @@ class HttpExecutorSettings(BaseModel):
         le=16 * 1024 * 1024,
         description="How much of a response body the run log keeps (its first bytes).",
     )
+    max_request_body_bytes: int = Field(
+        256 * 1024,
+        ge=0,
+        le=16 * 1024 * 1024,
+        description="The largest request body (`body`, or `json` as sent) an HTTP job may"
+        " carry, refused at submit past it; its payload keeps max_payload_bytes.",
+    )
 
     @field_validator("allow_networks")
     @classmethod
     def _networks(cls, networks: tuple[str, ...]) -> tuple[str, ...]:
         for net in networks:
-            try:
-                ipaddress.ip_network(net, strict=False)
-            except ValueError:
-                raise ValueError(f"{net!r} is not an address range like 10.0.0.0/8") from None
+            netrules.parse(net)
         return networks
 
 

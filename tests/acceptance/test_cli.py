@@ -738,7 +738,7 @@ def test_alerts_test_mute_unmute_and_history(corral: Run, tmp_path: Path) -> Non
     (tmp_path / "corral.toml").write_text(
         f"""
 [executors.http]
-allow_networks = ["127.0.0.0/8"]
+allow_networks = ["127.0.0.0/8:1024-65535"]
 
 [alerts.channels.hook]
 kind = "webhook"

@@ -59,7 +59,7 @@ class _Ok(BaseHTTPRequestHandler):
 def home(tmp_path: Path, sqlite_template: Path) -> Path:
     sqlite_copy(sqlite_template, tmp_path)
     (tmp_path / "corral.toml").write_text(
-        'log_level = "DEBUG"\n[executors.http]\nallow_networks = ["127.0.0.0/8"]\n'
+        'log_level = "DEBUG"\n[executors.http]\nallow_networks = ["127.0.0.0/8:1024-65535"]\n'
     )
     (tmp_path / "corral.toml").chmod(0o600)
     return tmp_path

@@ -58,7 +58,7 @@ def test_an_alerter_killed_before_delivering_delivers_after_its_restart_once(
         f"""
 database_url = "{url}"
 [executors.http]
-allow_networks = ["127.0.0.0/8"]
+allow_networks = ["127.0.0.0/8:1024-65535"]
 [alerts.channels.hook]
 kind = "webhook"
 url = "http://127.0.0.1:{port}/alerts"

@@ -29,7 +29,7 @@ from corral.testing import FrozenClock
 from tests.support.net import free_port, http_server
 
 A, J = model.AttemptState, model.JobState
-LOCAL = ["127.0.0.0/8"]
+LOCAL = ["127.0.0.0/8:1024-65535"]
 SECRET = "whsec_" + base64.b64encode(b"s" * 32).decode()
 
 

@@ -331,7 +331,7 @@ async def test_a_bad_schedule_names_the_field(api: Api, body: Any, field: str) -
 async def test_pools_and_alert_rules_are_read(api: Api) -> None:
     settings = config.Settings(
         pools={"nightly": 2},
-        executors={"http": {"allow_networks": ["127.0.0.0/8"]}},  # type: ignore[arg-type]
+        executors={"http": {"allow_networks": ["127.0.0.0/8:1024-65535"]}},  # type: ignore[arg-type]
         alerts={  # type: ignore[arg-type]
             "channels": {"hook": {"kind": "webhook", "url": "http://127.0.0.1:9/hook"}},
             "rules": {

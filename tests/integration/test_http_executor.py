@@ -24,7 +24,7 @@ from tests.support import launches
 from tests.support.net import Handler, http_server
 from tests.support.wait import PATIENCE
 
-LOCAL = ("127.0.0.0/8",)
+LOCAL = ("127.0.0.0/8:1024-65535",)
 
 
 @dataclass
@@ -61,7 +61,7 @@ async def receiver() -> AsyncIterator[Receiver]:
 
 
 def local_settings(**more: Any) -> config.Settings:
-    """corral's settings with the http executor alone, let reach 127.0.0.0/8."""
+    """corral's settings with the http executor alone, let reach 127.0.0.0/8 on ports 1024 and up."""
     return config.Settings(
         executors={"enabled": ["http"], "http": {"allow_networks": list(LOCAL)}},  # type: ignore[arg-type]
         **more,
@@ -247,7 +247,7 @@ async def test_a_name_that_resolves_to_a_private_address_is_refused_unless_allow
     ],
 )
 def test_the_guard_refuses_every_address_that_is_not_public(address: str, kind: str) -> None:
-    why = http.Guard().refusal(address)
+    why = http.Guard().refusal(address, 443)
     assert why == f"{address} is a {kind} address (executors.http.allow_networks opens it)"
 
 
@@ -260,16 +260,51 @@ def test_the_guard_refuses_every_address_that_is_not_public(address: str, kind: 
     ],
 )
 def test_the_guard_looks_inside_addresses_that_carry_an_ipv4_one(address: str, inner: str) -> None:
-    why = http.Guard().refusal(address)
+    why = http.Guard().refusal(address, 443)
     assert why == f"{address} holds {inner} (executors.http.allow_networks opens it)"
-    assert http.Guard().refusal("2002:5db8:d822::") is None  # 6to4 of a public address
+    assert http.Guard().refusal("2002:5db8:d822::", 443) is None  # 6to4 of a public address
 
 
 def test_the_guard_lets_public_addresses_and_allowed_ranges_through() -> None:
-    assert http.Guard().refusal("93.184.216.34") is None
-    assert http.Guard().refusal("2606:2800:220:1:248:1893:25c8:1946") is None
-    assert http.Guard(["10.0.0.0/8"]).refusal("10.9.9.9") is None
-    assert http.Guard(["10.0.0.0/8"]).refusal("192.168.0.1") is not None
+    assert http.Guard().refusal("93.184.216.34", 443) is None
+    assert http.Guard().refusal("2606:2800:220:1:248:1893:25c8:1946", 443) is None
+    assert http.Guard(["10.0.0.0/8"]).refusal("10.9.9.9", 443) is None
+    assert http.Guard(["10.0.0.0/8"]).refusal("192.168.0.1", 443) is not None
+
+
+@pytest.mark.parametrize(
+    ("entry", "address", "port", "open_"),
+    [
+        ("127.0.0.0/8", "127.0.0.1", 80, True),  # a bare network: the web's ports only
+        ("127.0.0.0/8", "127.0.0.1", 443, True),
+        ("127.0.0.0/8", "127.0.0.1", 5432, False),  # PostgreSQL beside a local receiver
+        ("127.0.0.1:8080", "127.0.0.1", 8080, True),
+        ("127.0.0.1:8080", "127.0.0.1", 8081, False),
+        ("127.0.0.1:8080", "127.0.0.2", 8080, False),
+        ("127.0.0.0/8:8000-8099", "127.0.0.9", 8099, True),
+        ("127.0.0.0/8:8000-8099", "127.0.0.9", 8100, False),
+        ("[::1]:8080", "::1", 8080, True),
+        ("[::1]:8080", "::1", 80, False),
+        ("::1", "::1", 443, True),
+        ("[fd00::/8]:9000", "fd00::5", 9000, True),
+        ("10.0.0.0/8", "93.184.216.34", 5432, True),  # a public address: any port
+    ],
+)
+def test_allow_networks_name_ports_and_a_bare_network_opens_the_web_s(
+    entry: str, address: str, port: int, open_: bool
+) -> None:
+    why = http.Guard([entry]).refusal(address, port)
+    assert (why is None) is open_, why
+    if not open_ and address.startswith("127.0.0.") and entry.startswith("127.0.0.0/8"):
+        assert f"port {port} is not opened" in (why or "")
+
+
+@pytest.mark.parametrize(
+    "entry", ["127.0.0.1:", "127.0.0.1:0", "127.0.0.1:9-8", "[::1]:", "[::1", "[::1]x", "a:b"]
+)
+def test_an_allow_networks_entry_that_is_not_one_names_the_rule(entry: str) -> None:
+    with pytest.raises(ValueError, match="ADDRESS|ports must be 1-65535"):
+        config.Settings(executors={"http": {"allow_networks": [entry]}})
 
 
 @pytest.mark.parametrize(
@@ -952,3 +987,32 @@ async def test_a_drain_that_fails_does_not_keep_the_dispatcher_from_stopping(
     [attempt] = await db.attempt_list(job_id=job_id)
     assert attempt.state == model.AttemptState.RUNNING
     assert "http: could not drain: drain broke" in caplog.text
+
+
+def test_a_literal_address_the_guard_refuses_is_refused_at_submit() -> None:
+    check = http.SpecCheck(config.Settings())
+    for url in ("http://169.254.169.254/latest", "http://10.0.0.1/x", "http://[::1]:8080/"):
+        with pytest.raises(errors.InvalidInput, match=r"^http spec: url: .*could never be sent"):
+            check.validate_spec({"method": "POST", "url": url})
+    assert check.validate_spec({"url": "http://metadata.internal/x"})  # a name: when sent
+    assert check.validate_spec({"url": "https://93.184.216.34/x"})
+    opened = http.SpecCheck(
+        config.Settings(executors={"http": {"allow_networks": ["10.0.0.0/8"]}})  # type: ignore[arg-type]
+    )
+    assert opened.validate_spec({"url": "https://10.0.0.1/x"})
+    with pytest.raises(errors.InvalidInput, match="port 5432 is not opened"):
+        opened.validate_spec({"url": "http://10.0.0.1:5432/x"})
+
+
+def test_a_request_body_is_capped_at_submit() -> None:
+    check = http.SpecCheck(config.Settings())
+    fits = "x" * (256 * 1024)
+    assert check.validate_spec({"method": "POST", "url": "https://a.example/", "body": fits})
+    for name, big in (("body", fits + "x"), ("json", {"data": fits})):
+        with pytest.raises(errors.InvalidInput, match=rf"^http spec: {name}: is 262,1\d\d bytes"):
+            check.validate_spec({"method": "POST", "url": "https://a.example/", name: big})
+    small = http.SpecCheck(
+        config.Settings(executors={"http": {"max_request_body_bytes": 10}})  # type: ignore[arg-type]
+    )
+    with pytest.raises(errors.InvalidInput, match="max_request_body_bytes"):
+        small.validate_spec({"method": "POST", "url": "https://a.example/", "body": "x" * 11})

@@ -65,7 +65,7 @@ def _http(settings: config.Settings, clk: clock.Clock) -> Executor:
 def _http_checker(settings: config.Settings) -> SpecChecker:
     from corral.executors import http
 
-    return http.SpecCheck()
+    return http.SpecCheck(settings)
 
 
 def _kubernetes(settings: config.Settings, clk: clock.Clock) -> Executor:

@@ -49,7 +49,7 @@ from typing import Any
 
 import httpx
 
-from corral import clock, config, errors, model
+from corral import clock, config, errors, model, netrules
 from corral.executors import base
 
 log = logging.getLogger("corral.executors.http")
@@ -88,9 +88,17 @@ signs every request within this long."""
 # --- the spec ------------------------------------------------------------------------------
 
 
-def check_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
+MAX_REQUEST_BODY = 256 * 1024
+"""By default, the largest request body (`body`, or `json` as sent) an HTTP job may carry."""
+
+
+def check_spec(
+    spec: Mapping[str, Any], *, guard: Guard | None = None, max_body: int = MAX_REQUEST_BODY
+) -> dict[str, Any]:
     """The spec, normalised: method, url, headers, body or json, expect. InvalidInput names
-    the field and the rule."""
+    the field and the rule. With `guard`, a URL whose host is a literal address the guard
+    refuses is refused now (a name is checked when the request is sent); a body past
+    `max_body` bytes is refused."""
     allowed = ("method", "url", "headers", "body", "json", "expect")
     if unknown := sorted(set(spec) - set(allowed)):
         raise errors.InvalidInput(
@@ -100,7 +108,30 @@ def check_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
     if not isinstance(method, str) or method.upper() not in METHODS:
         raise _bad("method", f"must be one of {', '.join(METHODS)}")
     normal: dict[str, Any] = {"method": method.upper(), "url": check_url(spec.get("url"))}
-    headers = spec.get("headers", {})
+    normal["headers"] = _checked_headers(spec.get("headers", {}))
+    if "body" in spec and "json" in spec:
+        raise _bad("body", "give body or json, not both")
+    if "body" in spec:
+        if not isinstance(spec["body"], str):
+            raise _bad("body", "must be a string (use json for a JSON body)")
+        normal["body"] = spec["body"]
+    if "json" in spec:
+        normal["json"] = spec["json"]
+    size = _body_size(normal)
+    if size > max_body:
+        field = "body" if "body" in normal else "json"
+        raise _bad(
+            field,
+            f"is {size:,} bytes; a request body is at most {max_body:,}"
+            " (executors.http.max_request_body_bytes): send a reference to the data instead",
+        )
+    if guard is not None and (why := _literal_refusal(normal["url"], guard)) is not None:
+        raise _bad("url", f"{why}: it could never be sent")
+    normal["expect"] = check_expect(spec.get("expect", "2xx"))
+    return normal
+
+
+def _checked_headers(headers: Any) -> dict[str, str]:
     if not isinstance(headers, Mapping) or not all(
         isinstance(k, str) and isinstance(v, str) for k, v in headers.items()
     ):
@@ -112,17 +143,26 @@ def check_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
             raise _bad("headers", f"{name} is set by corral")
         if any(c in value for c in "\r\n\0"):
             raise _bad("headers", f"{name}: a value must be one line")
-    normal["headers"] = dict(headers)
-    if "body" in spec and "json" in spec:
-        raise _bad("body", "give body or json, not both")
-    if "body" in spec:
-        if not isinstance(spec["body"], str):
-            raise _bad("body", "must be a string (use json for a JSON body)")
-        normal["body"] = spec["body"]
-    if "json" in spec:
-        normal["json"] = spec["json"]
-    normal["expect"] = check_expect(spec.get("expect", "2xx"))
-    return normal
+    return dict(headers)
+
+
+def _body_size(normal: Mapping[str, Any]) -> int:
+    if "body" in normal:
+        return len(normal["body"].encode("utf-8", "surrogatepass"))
+    if "json" in normal:
+        return len(json.dumps(normal["json"], separators=(",", ":")).encode("utf-8", "replace"))
+    return 0
+
+
+def _literal_refusal(url: str, guard: Guard) -> str | None:
+    """The guard's refusal of a URL whose host is a literal address; None for a name."""
+    parsed = httpx.URL(url)
+    try:
+        ipaddress.ip_address(parsed.host.strip("[]"))
+    except ValueError:
+        return None
+    port = parsed.port or (443 if parsed.scheme == "https" else 80)
+    return guard.refusal(parsed.host.strip("[]"), port)
 
 
 def check_url(url: Any) -> str:
@@ -165,10 +205,15 @@ def _bad(field: str, rule: str) -> errors.InvalidInput:
 
 
 class SpecCheck:
-    """Checks specs without a client (for --dry-run and submit)."""
+    """Checks specs without a client (for --dry-run and submit), under these settings."""
+
+    def __init__(self, settings: config.Settings | None = None) -> None:
+        own = (settings or config.Settings()).executors.http
+        self.guard = Guard(own.allow_networks)
+        self.max_body = own.max_request_body_bytes
 
     def validate_spec(self, spec: Mapping[str, Any]) -> dict[str, Any]:
-        return check_spec(spec)
+        return check_spec(spec, guard=self.guard, max_body=self.max_body)
 
 
 # --- the guard -----------------------------------------------------------------------------
@@ -182,13 +227,14 @@ class Refused(Exception):
 
 
 class Guard:
-    """Which addresses a request may go to: global ones, and `allow` on purpose."""
+    """Which addresses and ports a request may go to: global addresses on any port, and
+    those of `allow` (corral.netrules) on purpose."""
 
     def __init__(self, allow: Iterable[str] = ()) -> None:
-        self.allow = tuple(ipaddress.ip_network(net, strict=False) for net in allow)
+        self.allow = tuple(netrules.parse(entry) for entry in allow)
 
-    def refusal(self, address: str) -> str | None:
-        """Why a request must not go to `address`, or None."""
+    def refusal(self, address: str, port: int) -> str | None:
+        """Why a request must not go to `address` on `port`, or None."""
         ip = ipaddress.ip_address(address)
         if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
             ip = ip.ipv4_mapped  # ::ffff:127.0.0.1 is 127.0.0.1
@@ -196,11 +242,16 @@ class Guard:
             # An IPv4 address carried in an IPv6 one is reached through it: 2002:a9fe:a9fe::
             # (6to4), 2001:0:... (Teredo: its client).
             inner = ip.sixtofour or (ip.teredo[1] if ip.teredo else None)
-            if inner is not None and not any(ip in net for net in self.allow):
-                why = self.refusal(str(inner))
+            if inner is not None and not any(o.opens(ip, port) for o in self.allow):
+                why = self.refusal(str(inner), port)
                 return None if why is None else f"{address} holds {why}"
-        if any(ip in net for net in self.allow):
+        if any(o.opens(ip, port) for o in self.allow):
             return None
+        if nearly := [str(o) for o in self.allow if ip in o.network]:
+            return (
+                f"{address} port {port} is not opened: executors.http.allow_networks opens"
+                f" {', '.join(nearly)}; name the port there (e.g. {ip}:{port})"
+            )
         for kind, hit in (
             ("unspecified", ip.is_unspecified),
             ("loopback", ip.is_loopback),
@@ -232,7 +283,7 @@ class Guard:
                 raise httpx.ConnectError(f"cannot resolve {host}: {exc}") from exc
             addresses = list(dict.fromkeys(str(info[4][0]) for info in infos))
         for found in addresses:
-            if why := self.refusal(found):
+            if why := self.refusal(found, port):
                 raise Refused(f"{host}: {why}" if found != host else why)
         return addresses[0]
 
@@ -562,6 +613,7 @@ class HttpExecutor:
         concurrency: int,
         allow_networks: Iterable[str] = (),
         body_bytes: int = 65_536,
+        max_body: int = MAX_REQUEST_BODY,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self._clock = clock
@@ -569,6 +621,7 @@ class HttpExecutor:
         self._slots = asyncio.Semaphore(concurrency)
         self.guard = Guard(allow_networks)
         self._body_bytes = body_bytes
+        self._max_body = max_body
         self._transport = transport
         self._clients: collections.OrderedDict[str, httpx.AsyncClient] = collections.OrderedDict()
         self._closing: set[asyncio.Future[None]] = set()
@@ -596,7 +649,7 @@ class HttpExecutor:
         return read[1]
 
     def validate_spec(self, spec: Mapping[str, Any]) -> dict[str, Any]:
-        return check_spec(spec)
+        return check_spec(spec, guard=self.guard, max_body=self._max_body)
 
     async def start(self) -> None:
         self._started = True
@@ -780,4 +833,5 @@ def build(settings: config.Settings, clk: clock.Clock) -> HttpExecutor:
         concurrency=settings.launch_concurrency,
         allow_networks=http.allow_networks,
         body_bytes=http.body_bytes,
+        max_body=http.max_request_body_bytes,
     )
