@@ -133,8 +133,11 @@ _SUBSECOND = re.compile(r"[0-9.]+(?:ms|us|µs|ns)")
 
 def parse_duration(text: str, field: str) -> timedelta:
     """A duration in whole days, hours, minutes and seconds, in that order: "0s", "90m",
-    "1h30m", "7d". InvalidInput naming `field` for anything else."""
+    "1h30m", "7d", or a bare number of seconds ("90"). InvalidInput naming `field` for
+    anything else."""
     compact = "".join(text.split()).lower()
+    if compact.isascii() and compact.isdigit():  # a bare number is seconds, everywhere
+        compact += "s"
     match = _DURATION.fullmatch(compact)
     if match is None or not compact:
         reason = "is finer than a second" if _SUBSECOND.fullmatch(compact) else "is not a duration"

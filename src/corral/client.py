@@ -1194,14 +1194,23 @@ def job_filter(
     )
 
 
-def submit_arguments(given: Any) -> dict[str, Any]:
+def submit_arguments(given: Any, *, now: datetime | None = None) -> dict[str, Any]:
     """A job as a JSON object (the keys of `Client.submit`, e.g. `{"spec": {"command":
     ["echo", "hi"]}, "queue": "q", "idempotency_key": "k"}`) as `Client.submit`'s keyword
-    arguments; InvalidInput naming the field and the rule when one is wrong."""
+    arguments; InvalidInput naming the field and the rule when one is wrong. Given `now`
+    (a submit, not a template), it also takes `delay` (a duration: run_at is now plus it)
+    and `allow_past` (a run_at more than a second before `now` is refused without it)."""
     if not isinstance(given, dict):
         raise errors.InvalidInput(
             'must be a JSON object, e.g. {"spec": {"command": ["echo", "hi"]}}'
         )
+    if now is not None and ("delay" in given or "allow_past" in given):
+        given = dict(given)
+        delay, allow_past = given.pop("delay", None), given.pop("allow_past", False)
+        args = submit_arguments(given)
+        return _timed(args, now, delay=delay, allow_past=allow_past)
+    if now is not None:
+        return _timed(submit_arguments(given), now)
     unknown = sorted(set(given) - set(SUBMIT_FIELDS))
     if unknown:
         raise errors.InvalidInput(
@@ -1238,6 +1247,35 @@ def _check_text(job: model.NewJob) -> None:
                 f"{field}: {value!r} must be 1-200 characters of [A-Za-z0-9_.-],"
                 " starting alphanumeric"
             )
+
+
+PAST_SLACK = timedelta(seconds=1)
+"""How far before now a run_at may be without `allow_past`: a clock's skew, no more."""
+
+
+def _timed(
+    args: dict[str, Any], now: datetime, *, delay: Any = None, allow_past: Any = False
+) -> dict[str, Any]:
+    """`args` with run_at from `delay`, and a run_at in the past refused unless
+    `allow_past`."""
+    from corral import cadence
+
+    if not isinstance(allow_past, bool):
+        raise errors.InvalidInput("allow_past: must be true or false")
+    if delay is not None:
+        if args.get("run_at") is not None:
+            raise errors.InvalidInput("delay: give run_at or delay, not both")
+        if isinstance(delay, bool) or not isinstance(delay, str | int | float):
+            raise errors.InvalidInput("delay: must be a duration, e.g. 10m, 1h30m or 90 (seconds)")
+        args["run_at"] = now + cadence.parse_duration(str(delay), "delay")
+    run_at: datetime | None = args.get("run_at")
+    if run_at is None or run_at.tzinfo is None or allow_past or run_at >= now - PAST_SLACK:
+        return args
+    before = config.format_duration(timedelta(seconds=int((now - run_at).total_seconds())))
+    raise errors.InvalidInput(
+        f"run_at: {run_at.isoformat()} is {before} before now; send allow_past: true"
+        " (corral submit --allow-past) to run it at once"
+    )
 
 
 def check_job(

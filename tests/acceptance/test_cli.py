@@ -255,6 +255,12 @@ def test_jobs_show_cuts_no_id_state_or_name_in_a_narrow_terminal(
     [
         (["submit", "--"], {}, 2, "nothing to run: give the command after --"),
         (["submit", "--", ""], {}, 2, "its first item, the program to run, is empty"),
+        (
+            ["submit", "--at", "2020-01-01T00:00:00Z", "--", "true"],
+            {},
+            2,
+            "--at: 2020-01-01T00:00:00+00:00 is before now; give --allow-past",
+        ),
         (["submit", "--executor", "k8s", "--", "true"], {}, 2, "executor: unknown executor 'k8s'"),
         (
             ["submit", "--executor", "kubernetes", "--image", "busybox:1.36", "--", "true"],
@@ -936,3 +942,12 @@ def test_the_demo_serves_the_api_and_prints_a_first_admin_token_once(
     assert stopped(again).strip() == ""  # no second token
     assert listed.status_code == 200
     assert len(listed.json()["jobs"]) == 5
+
+
+def test_a_past_at_runs_with_allow_past_and_a_bare_delay_is_seconds(corral: Run) -> None:
+    ran = corral("submit", "--at", "2020-01-01T00:00:00Z", "--allow-past", "--json", "--", "true")
+    assert json.loads(ran.stdout)["created"] is True
+    later = corral("submit", "--delay", "10", "--json", "--", "true")
+    job_id = str(json.loads(later.stdout)["id"])
+    shown = json.loads(corral("jobs", "show", job_id, "--json").stdout)
+    assert shown["state"] == "scheduled"

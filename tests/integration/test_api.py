@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import AsyncIterator
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -422,3 +422,36 @@ async def test_admins_make_list_and_revoke_tokens_of_their_own_tenant_only(api: 
     )
     assert gone.json()["revoked_at"] is not None
     assert (await api.http.get("/api/v1/jobs", headers=use)).status_code == 401
+
+
+async def test_a_run_at_in_the_past_needs_allow_past_and_delay_sets_one(db: store.Store) -> None:
+    """By the injected clock: a run_at more than a second before now is refused unless
+    allow_past; `delay` (a duration, a bare number of seconds) sets run_at from now."""
+    from corral.testing import FrozenClock
+    from tests.support.api import JOB, serving
+
+    clock = FrozenClock()
+    async with serving(db, [("op", "a", "operator")], clock_=clock) as api:
+        past = (clock.now() - timedelta(hours=3)).isoformat()
+        refused = await api.http.post(
+            "/api/v1/jobs", json={**JOB, "run_at": past}, headers=api.as_("op")
+        )
+        assert refused.status_code == 422
+        assert refused.json()["field"] == "run_at"
+        assert "is 3h before now; send allow_past: true" in refused.json()["error"]
+        just = (clock.now() - timedelta(milliseconds=500)).isoformat()  # a clock's skew
+        for body in ({"run_at": past, "allow_past": True}, {"run_at": just}):
+            taken = await api.http.post("/api/v1/jobs", json={**JOB, **body}, headers=api.as_("op"))
+            assert taken.status_code == 201, taken.text
+        for delay, seconds in (("10m", 600), (90, 90), ("90", 90)):
+            made = await api.http.post(
+                "/api/v1/jobs", json={**JOB, "delay": delay}, headers=api.as_("op")
+            )
+            assert made.status_code == 201, made.text
+            run_at = datetime.fromisoformat(made.json()["run_at"])
+            assert run_at == clock.now() + timedelta(seconds=seconds)
+        both = await api.http.post(
+            "/api/v1/jobs", json={**JOB, "delay": "1m", "run_at": past}, headers=api.as_("op")
+        )
+        assert both.status_code == 422
+        assert both.json()["field"] == "delay"

@@ -99,7 +99,14 @@ def test_nicknames_spell_out_five_fields() -> None:
 
 @pytest.mark.parametrize(
     ("text", "seconds"),
-    [("30s", 30), ("10m", 600), ("1h30m", 5400), ("2d", 172800), ("1d2h3m4s", 93784)],
+    [
+        ("30s", 30),
+        ("10m", 600),
+        ("1h30m", 5400),
+        ("2d", 172800),
+        ("1d2h3m4s", 93784),
+        ("90", 90),  # a bare number is seconds, as wherever a duration is read
+    ],
 )
 def test_an_interval_reads_days_hours_minutes_and_seconds(text: str, seconds: int) -> None:
     anchor = datetime(2026, 1, 1, 9, tzinfo=ZoneInfo(BERLIN))
@@ -109,7 +116,7 @@ def test_an_interval_reads_days_hours_minutes_and_seconds(text: str, seconds: in
     assert every.anchor.tzinfo is UTC
 
 
-@pytest.mark.parametrize("text", ["0s", "500ms", "abc", "", "1.5h", "-5s", "10", "1m30h"])
+@pytest.mark.parametrize("text", ["0s", "500ms", "abc", "", "1.5h", "-5s", "0", "1m30h"])
 def test_an_interval_under_a_second_or_unreadable_is_refused_naming_every(text: str) -> None:
     with pytest.raises(errors.InvalidInput, match=r"^every: "):
         cadence.parse_every(text, utc(2026, 1, 1))

@@ -147,7 +147,7 @@ async def _new_job(c: client.Client, who: Caller, given: dict[str, Any]) -> mode
     """A submitted job, checked as any job is and for what the databases cannot hold (a
     Python task's: against the schema its workers registered)."""
     plain_json(given)
-    args = client.submit_arguments(_tenant_of(who, given))
+    args = client.submit_arguments(_tenant_of(who, given), now=c.clock.now())
     if args.get("run_at") is not None:
         args["run_at"] = instant(args["run_at"], "run_at")
     job = c.new_job(**args)

@@ -447,7 +447,14 @@ def job_arguments(
     help="Run at this time (ISO 8601, e.g. 2026-12-24T09:00+01:00): scheduled until then.",
 )
 @click.option(
-    "--delay", default=None, help="Run after this long, e.g. 10m or 1h30m: scheduled until then."
+    "--delay",
+    default=None,
+    help="Run after this long, e.g. 10m, 1h30m or 90 (seconds): scheduled until then.",
+)
+@click.option(
+    "--allow-past",
+    is_flag=True,
+    help="Take an --at more than a second before now (the job runs at once).",
 )
 @click.option(
     "--dry-run",
@@ -484,6 +491,7 @@ def submit(
     output: str | None,
     at: str | None,
     delay: str | None,
+    allow_past: bool,
     **options: Any,
 ) -> None:
     """Submit a job: corral submit [OPTIONS] -- CMD [ARGS...]; or many: --from-file PATH"""
@@ -520,7 +528,7 @@ def submit(
 
     async def go() -> tuple[int, bool]:
         async with state.connect(platforms=False) as c:
-            run_at = _run_at(at, delay, c.clock.now())
+            run_at = _run_at(at, delay, c.clock.now(), allow_past=allow_past)
             return await c.submit(**args, run_at=run_at)
 
     job_id, created = run(go())
@@ -534,20 +542,28 @@ def submit(
         )
 
 
-def _run_at(at: str | None, delay: str | None, now: datetime) -> datetime | None:
-    """--at or --delay as the job's run_at (None: now)."""
-    from corral import cadence
+def _run_at(
+    at: str | None, delay: str | None, now: datetime, *, allow_past: bool = False
+) -> datetime | None:
+    """--at or --delay as the job's run_at (None: now); an --at more than a second before
+    now is refused unless --allow-past."""
+    from corral import cadence, client
 
     if at is not None and delay is not None:
         raise errors.InvalidInput("give either --at or --delay, not both")
     if at is not None:
-        return cadence.parse_instant(at, "--at")
+        when = cadence.parse_instant(at, "--at")
+        if when < now - client.PAST_SLACK and not allow_past:  # the API's rule (allow_past)
+            raise errors.InvalidInput(
+                f"--at: {when.isoformat()} is before now; give --allow-past to run it at once"
+            )
+        return when
     if delay is not None:
         return now + cadence.parse_duration(delay, "--delay")
     return None
 
 
-def read_jobs(text: Any) -> list[tuple[int, dict[str, Any]]]:
+def read_jobs(text: Any, now: datetime | None = None) -> list[tuple[int, dict[str, Any]]]:
     """The jobs of a JSON-lines file, with their line numbers (blank lines skipped); the
     first bad line refuses them all, naming its number."""
     from corral import client
@@ -561,7 +577,7 @@ def read_jobs(text: Any) -> list[tuple[int, dict[str, Any]]]:
         except json.JSONDecodeError as exc:
             raise errors.InvalidInput(f"line {number}: not valid JSON ({exc})") from None
         try:
-            jobs.append((number, client.submit_arguments(given)))
+            jobs.append((number, client.submit_arguments(given, now=now)))
         except errors.InvalidInput as exc:
             raise errors.InvalidInput(f"line {number}: {exc}") from None
     return jobs
@@ -580,7 +596,9 @@ def submit_file(state: State, text: Any, *, as_json: bool) -> None:
 
     collect_from_here()  # a file may hold many jobs
     try:
-        jobs = read_jobs(text)
+        from corral import clock
+
+        jobs = read_jobs(text, clock.SystemClock().now())  # delay, allow_past: as the API
     except UnicodeDecodeError as exc:
         raise errors.InvalidInput(f"--from-file: not UTF-8 text ({exc.reason})") from None
 
