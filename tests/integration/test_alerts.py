@@ -190,7 +190,7 @@ async def test_a_quarantine_reaches_email_slack_and_a_signed_webhook(
     assert mail["Subject"] == f"[corral] quarantined: job {job_id} in queue billing"
     assert mail["To"] == "ops@example.com"
     body = mail.get_content()
-    assert f"Job: https://corral.example.com/jobs/{job_id}" in body
+    assert f"Job: https://corral.example.com/ui/jobs/{job_id}" in body
     key = "poison|queue:default/billing|quarantined|event:"
     assert key in body
     assert mail["Message-ID"].endswith("@corral>")
@@ -200,7 +200,7 @@ async def test_a_quarantine_reaches_email_slack_and_a_signed_webhook(
     assert slack["text"].startswith(f"[corral] quarantined: job {job_id} in queue billing (poison|")
     kinds = [b["type"] for b in slack["blocks"]]
     assert kinds == ["header", "section", "section", "context"]
-    assert f"https://corral.example.com/jobs/{job_id}" in slack["blocks"][2]["text"]["text"]
+    assert f"https://corral.example.com/ui/jobs/{job_id}" in slack["blocks"][2]["text"]["text"]
 
     from standardwebhooks.webhooks import Webhook
 
@@ -1134,3 +1134,73 @@ async def test_on_sqlite_the_alerter_reads_beside_a_writer_without_waiting(
         writer.rollback()
         writer.close()
         await db.close()
+
+
+async def test_every_link_of_an_alert_opens_a_dashboard_page(db: store.Store) -> None:
+    """With base_url as the docs show it, each kind of message links to a page of the
+    dashboard that exists: a job's, a queue's jobs (a digest), the schedules (their news)."""
+    from corral.store.alerts import Alert
+    from tests.support.api import noop_client, over_http, sign_in
+
+    c = noop_client(db)
+    job_id, _ = await c.submit(executor="noop", spec={}, queue="billing")
+    await c.user_add("ada", password="correct horse", tenant=None, role="admin")
+    now = datetime.now(UTC)
+
+    def alert(kind: str, cause: str, subject: str, job: int | None) -> Alert:
+        return Alert(
+            id=1, dedupe_key="k", rule="r", channel="ch", kind=kind, cause=cause,
+            subject=subject, job_id=job, details={"count": 2, "jobs": [job_id]},
+            state="pending", created_at=now, due_at=now, tries=0, last_error=None,
+            delivered_at=None,
+        )  # fmt: skip
+
+    made = [
+        alert("alert", "quarantined", "queue:default/billing", job_id),
+        alert("recovered", "succeeded", "queue:default/billing", job_id),
+        alert("digest", "quarantined", "queue:default/billing", None),
+        alert("alert", "schedule_missed", "schedule:default/nightly", None),
+    ]
+    async with over_http(c) as http:
+        await sign_in(http, name="ada", password="correct horse")
+        for message in made:
+            link = channels.render(message, base_url="http://corral.test/").link
+            assert link is not None
+            assert link.startswith("http://corral.test/ui/"), link
+            opened = await http.get(link)
+            assert opened.status_code == 200, (link, opened.status_code)
+    assert channels.render(alert("test", "test", "channel:ch", None), "http://x").link is None
+
+
+async def test_a_failure_s_message_names_what_ran_and_how_its_attempt_ended(
+    db: store.Store, smtp: tuple[Inbox, int], web_receiver: Web
+) -> None:
+    """The method and URL (redacted) or the command, and the newest attempt's number and
+    error: what the person reading it needs to act."""
+    inbox, port = smtp
+    clock = FrozenClock()
+    await listening(db)
+    spec = {"method": "POST", "url": "https://ada:pw@hooks.example/ping?token=t0k&n=1"}
+    [(job_id, _)] = await db.job_submit(
+        new=[model.NewJob(executor="http", spec=spec, queue="billing", max_attempts=1)],
+        now=clock.now(),
+    )
+    [c] = await db.job_claim(now=clock.now(), limit=1, executors=["http"])
+    said = "HTTP 503 Service Unavailable: upstream down"
+    failed = Finish(c.attempt.id, A.FAILED, None, said, model.FailureClass.PERMANENT)
+    await db.attempt_finish(finishes=[failed], now=clock.now())
+    alerter = alerts.Alerter(
+        store=db, clock=clock, settings=settings(port, web_receiver.base, channels=["ops_mail"])
+    )
+    try:
+        await alerter.read_once()
+        await alerter.deliver_all()
+    finally:
+        await alerter.close()
+    [mail] = inbox.messages
+    body = mail.get_content()
+    assert "Runs: POST https://[redacted]@hooks.example/ping?token=[redacted]&n=1" in body
+    assert f"Attempt 1: {said}" in body
+    assert "t0k" not in body
+    assert ":pw@" not in body
+    assert str(job_id) in mail["Subject"]

@@ -48,6 +48,21 @@ def _when(at: str | None) -> str:
     return datetime.fromisoformat(at).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
+def _link(alert: Alert, base_url: str | None) -> str | None:
+    """The dashboard's page of what a message is about, under `base_url`: the job's page,
+    else the schedules (a schedule's news) or the queue's jobs (a digest)."""
+    if not base_url or alert.kind == "test":
+        return None
+    ui = f"{base_url.rstrip('/')}/ui"
+    if alert.job_id is not None:
+        return f"{ui}/jobs/{alert.job_id}"
+    kind, _, about = alert.subject.partition(":")
+    if kind == "schedule":
+        return f"{ui}/schedules"
+    name = about.partition("/")[2] or about
+    return f"{ui}/jobs?{urllib.parse.urlencode({'queue': name})}"
+
+
 def _about(subject: str) -> str:
     """A subject in words: `queue billing` (`of tenant acme` for a tenant but the default),
     `schedule default/nightly`."""
@@ -107,12 +122,16 @@ def render(alert: Alert, base_url: str | None = None) -> Rendered:
             f"Job {alert.job_id}, queue {d.get('queue')}, tenant {d.get('tenant')}"
             + (f", schedule {d['schedule']}" if d.get("schedule") else "")
             + f", executor {d.get('executor')}",
+            *([f"Runs: {d['what']}"] if d.get("what") else []),
             f"Last attempt: {d.get('failure_class') or 'no class'}: {d.get('reason')}",
+            *(
+                [f"Attempt {d['attempt']}: {d['attempt_reason']}"]
+                if d.get("attempt") and d.get("attempt_reason")
+                else []
+            ),
             f"At: {_when(d.get('at'))}",
         ]
-    link = None
-    if base_url and alert.job_id is not None:
-        link = f"{base_url.rstrip('/')}/jobs/{alert.job_id}"
+    link = _link(alert, base_url)
     body = {
         "type": f"corral.alert.{alert.kind}",
         "key": alert.dedupe_key,

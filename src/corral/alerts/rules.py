@@ -40,6 +40,9 @@ class Happening:
     reason: str
     failure_class: str | None = None
     late: timedelta | None = None  # STARTED: after its nominal time
+    what: str | None = None  # what the job runs, as a message says it (secrets redacted)
+    attempt_no: int | None = None  # its newest attempt, and how that one ended
+    attempt_reason: str | None = None
 
 
 def happening(event: model.Event, job: JobFacts | None) -> Happening | None:
@@ -84,7 +87,31 @@ def happening(event: model.Event, job: JobFacts | None) -> Happening | None:
         reason=event.reason,
         failure_class=cls if isinstance(cls, str) else None,
         late=late,
+        what=what_it_runs(job.executor, job.spec),
+        attempt_no=job.attempt_no,
+        attempt_reason=job.attempt_reason,
     )
+
+
+WHAT_CHARS = 300
+"""How much of what a job runs a message says."""
+
+
+def what_it_runs(executor: str, spec: Mapping[str, Any]) -> str | None:
+    """A job's work in one line, secrets redacted: an HTTP job's method and URL, a
+    command, an image and its command, a task's name."""
+    shown = model.redacted(dict(spec))
+    if executor == "http" and isinstance(shown.get("url"), str):
+        said = f"{shown.get('method', 'GET')} {shown['url']}"
+    elif isinstance(shown.get("command"), list):
+        said = " ".join(str(part) for part in shown["command"])
+        if isinstance(shown.get("image"), str):
+            said = f"{shown['image']}: {said}"
+    elif isinstance(shown.get("task"), str):
+        said = f"task {shown['task']}"
+    else:
+        return None
+    return said if len(said) <= WHAT_CHARS else said[: WHAT_CHARS - 1] + "…"
 
 
 _ENDS: dict[str, str] = {J.QUARANTINED: "quarantined", J.FAILED: "failed", J.SUCCEEDED: SUCCEEDED}
@@ -282,6 +309,9 @@ def _each_channel(
         "executor": h.executor,
         "failure_class": h.failure_class,
         "at": h.at.isoformat(),
+        "what": h.what,
+        "attempt": h.attempt_no,
+        "attempt_reason": h.attempt_reason,
     }
     return [
         Message(

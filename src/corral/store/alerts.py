@@ -5,7 +5,7 @@ tries, and muted rules."""
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -32,6 +32,7 @@ from corral.store.tables import (
     alert_streaks,
     alert_tries,
     alerts,
+    attempts,
     events,
     job_slas,
     jobs,
@@ -95,6 +96,9 @@ class JobFacts:
     labels: Mapping[str, str]
     schedule: str | None  # the schedule a firing's job is for (its payload says)
     nominal: datetime | None = None  # and its nominal time
+    spec: Mapping[str, Any] = field(default_factory=dict)  # what it runs (a message says it)
+    attempt_no: int | None = None  # its newest attempt, and how that one ended
+    attempt_reason: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,11 +237,18 @@ def _schedule_of(conn: Connection) -> ColumnElement[Any]:
 
 def _events_read(conn: Connection, after: int, upto: int, which: ColumnElement[bool]) -> Any:
     nominal = dialects.json_text(conn, jobs.c.payload, model.FIRING, "nominal_time")
-    facts = (jobs.c.queue, jobs.c.tenant, jobs.c.executor, jobs.c.labels)
+    facts = (jobs.c.queue, jobs.c.tenant, jobs.c.executor, jobs.c.labels, jobs.c.spec)
+    newest = (
+        select(attempts.c.reason)
+        .where(attempts.c.job_id == jobs.c.id, attempts.c.attempt_no == jobs.c.attempt_count)
+        .scalar_subquery()
+    )
     return (
         select(
             events,
             *[c.label(f"j_{c.name}") for c in facts],
+            jobs.c.attempt_count.label("j_attempt_no"),
+            newest.label("j_attempt_reason"),
             _schedule_of(conn).label("j_schedule"),
             nominal.label("j_nominal"),
         )
@@ -261,6 +272,9 @@ def _found(row: Any) -> tuple[model.Event, JobFacts | None]:
         labels=m["j_labels"],
         schedule=named if isinstance(named, str) else None,
         nominal=_time(nominal_at) if named is not None else None,
+        spec=m["j_spec"] or {},
+        attempt_no=m["j_attempt_no"] or None,
+        attempt_reason=m["j_attempt_reason"],
     )
 
 
