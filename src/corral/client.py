@@ -537,6 +537,16 @@ class Client:
 
     # --- API tokens -----------------------------------------------------------------------
 
+    async def first_admin_token(self) -> tuple[model.Token, str] | None:
+        """An all-tenant admin token and its secret (shown this once), made only where no
+        all-tenant admin token was ever made: what `serve --http` hands a new installation.
+        None otherwise (exactly one, however many corrals start at once)."""
+        secret = TOKEN_PREFIX + secrets.token_urlsafe(32)
+        made = await self.store.token_add_first_admin(
+            name="first admin", secret_sha256=token_digest(secret), now=self.clock.now()
+        )
+        return None if made is None else (made, secret)
+
     async def token_create(
         self,
         *,

@@ -926,22 +926,50 @@ def test_tokens_and_the_api_refuse_bad_input_naming_the_option(corral: Run) -> N
     assert "no token 99" in gone.stderr
 
 
-def test_the_demo_serves_the_api_and_prints_a_first_admin_token_once(
+def test_serve_http_prints_a_first_admin_token_once_and_where_things_are(
     corral: Run, tmp_path: Path
 ) -> None:
-    """What `make run` runs: a first admin token on stdout at the first start only."""
+    """What `make run` runs: on a store without an all-tenant admin token, one is made and
+    shown once, on standard error as a plain line, with the API's and the dashboard's URLs;
+    the next start makes none."""
     import httpx
 
     first, base = serve_http(tmp_path, "--demo")
-    token = stopped(first).strip().splitlines()[-1]
+    first.send_signal(signal.SIGTERM)
+    _, said = first.communicate(timeout=60)
+    lines = said.splitlines()
+    at = next(i for i, line in enumerate(lines) if "a first admin token" in line)
+    token = lines[at + 1]
     assert token.startswith("corral_")
+    assert f"corral: the API: {base}/api/v1" in said
+    assert f"corral: the dashboard: {base}/ui/" in said
     again, base = serve_http(tmp_path, "--demo")
     listed = httpx.get(
         f"{base}/api/v1/jobs?queue=demo", headers={"Authorization": f"Bearer {token}"}, timeout=30
     )
-    assert stopped(again).strip() == ""  # no second token
+    again.send_signal(signal.SIGTERM)
+    _, said_again = again.communicate(timeout=60)
+    assert "corral_" not in said_again  # no second token
+    assert f"corral: the dashboard: {base}/ui/" in said_again
     assert listed.status_code == 200
     assert len(listed.json()["jobs"]) == 5
+
+
+@pytest.mark.parametrize("command", ["serve", "api"])
+def test_a_busy_port_is_refused_before_anything_is_served(
+    corral: Run, tmp_path: Path, command: str
+) -> None:
+    import socket as sockets
+
+    with sockets.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        said = corral(command, "--http", f"127.0.0.1:{port}", check=False)
+    assert said.returncode == 2, said
+    told = " ".join(said.stderr.split())
+    assert f"--http 127.0.0.1:{port}: could not listen there" in told
+    assert "pick another HOST:PORT" in told
+    assert "the API:" not in said.stderr
+    assert "corral is" not in said.stderr
 
 
 def test_a_past_at_runs_with_allow_past_and_a_bare_delay_is_seconds(corral: Run) -> None:

@@ -178,11 +178,16 @@ class Session:
         self.stop(proc)
 
     def unfinished_jobs(self) -> int:
-        with contextlib.closing(sqlite3.connect(self.work / "corral.db", timeout=10)) as db:
-            marks = ", ".join("?" * len(ENDED))
-            query = f"SELECT count(*) FROM jobs WHERE state NOT IN ({marks})"
-            count: int = db.execute(query, ENDED).fetchone()[0]
-            return count
+        """The jobs not ended in every store of the scratch folder (corral.db, and a store
+        of a page's own, e.g. the README's first-job.db)."""
+        count = 0
+        marks = ", ".join("?" * len(ENDED))
+        query = f"SELECT count(*) FROM jobs WHERE state NOT IN ({marks})"
+        for path in sorted(self.work.glob("*.db")):
+            with contextlib.closing(sqlite3.connect(path, timeout=10)) as db:
+                if db.execute("SELECT 1 FROM sqlite_master WHERE name = 'jobs'").fetchone():
+                    count += db.execute(query, ENDED).fetchone()[0]
+        return count
 
     def stop(self, proc: subprocess.Popen[str]) -> str:
         """SIGTERM to the block's process group, SIGKILL if it lingers; its output."""

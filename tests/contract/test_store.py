@@ -429,3 +429,26 @@ async def test_a_tenant_s_max_running_is_kept_at_the_claim_with_pools(
     await db.attempt_finish(finishes=[done], now=clock.now())
     [after] = await db.job_claim(now=clock.now(), limit=100, executors=["noop"], **caps)
     assert (after.job.tenant, after.job.pool) == ("a", None)
+
+
+async def test_exactly_one_first_admin_token_however_many_start_at_once(db_url: str) -> None:
+    stores = [store.Store.connect(db_url) for _ in range(4)]
+    try:
+        now = FrozenClock().now()
+        made = await asyncio.gather(
+            *(
+                s.token_add_first_admin(name="first admin", secret_sha256=f"{n:064x}", now=now)
+                for n, s in enumerate(stores)
+            )
+        )
+        [token] = [t for t in made if t is not None]
+        assert (token.tenant, token.role) == (None, model.Role.ADMIN)
+        assert (
+            await stores[0].token_add_first_admin(
+                name="first admin", secret_sha256="f" * 64, now=now
+            )
+            is None
+        )
+    finally:
+        for s in stores:
+            await s.close()

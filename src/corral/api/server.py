@@ -10,7 +10,7 @@ import errno
 import logging
 import os
 import socket
-from collections.abc import Generator
+from collections.abc import Awaitable, Callable, Generator
 from pathlib import Path
 from typing import Any
 
@@ -49,14 +49,25 @@ def _pulse(c: client.Client, *, on: bool) -> contextlib.AbstractAsyncContextMana
 
 
 async def serve_http(
-    settings: config.Settings, http: str, stop: asyncio.Event, *, pulse: bool = True
+    settings: config.Settings,
+    http: str,
+    stop: asyncio.Event,
+    *,
+    pulse: bool = True,
+    sock: socket.socket | None = None,
+    on_ready: Callable[[client.Client], Awaitable[None]] | None = None,
 ) -> None:
-    """Serve the API on `http` (HOST:PORT) until `stop`, on a client of its own that
-    starts no executor (a cancel marks the attempt; its dispatcher stops the run), with a
-    runner of bulk operations beside it. With `pulse`, the process is recorded in the loops
-    table as `api` (corral.loops); without, whoever runs it beside other loops records it."""
+    """Serve the API on `http` (HOST:PORT; on `sock` when it is bound already, see
+    `listen`) until `stop`, on a client of its own that starts no executor (a cancel marks
+    the attempt; its dispatcher stops the run), with a runner of bulk operations beside
+    it; `on_ready` is called once the store is reached. With `pulse`, the process is
+    recorded in the loops table as `api` (corral.loops); without, whoever runs it beside
+    other loops records it."""
     host, port = address(http)
+    sock = sock or listen(http)
     async with runtime.connect(settings, platforms=False) as c, _pulse(c, on=pulse):
+        if on_ready is not None:
+            await on_ready(c)
         server = _Server(
             uvicorn.Config(
                 create_app(c),
@@ -68,7 +79,7 @@ async def serve_http(
                 lifespan="off",
             )
         )
-        serving = asyncio.create_task(server.serve())
+        serving = asyncio.create_task(server.serve(sockets=[sock]))
         stopping = asyncio.create_task(stop.wait())
         halt = asyncio.Event()  # the runner's: set when the server ends, whyever it does
         runner = operations.Runner(store=c.store, clock=c.clock, settings=c.settings)
@@ -79,8 +90,25 @@ async def serve_http(
         halt.set()
         await serving
         await operating
-        if not server.started:
-            raise errors.ConfigError(f"--http: could not listen on {http}")
+        sock.close()
+        if not server.started and not stop.is_set():
+            raise errors.ConfigError(f"--http {http}: could not serve there")
+
+
+def listen(http: str) -> socket.socket:
+    """A socket listening on `http` (HOST:PORT), bound before anything says it is served:
+    ConfigError naming `--http HOST:PORT` where it cannot be (a port in use, an address
+    this host has not)."""
+    host, port = address(http)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        return socket.create_server((host, port), family=family, backlog=2048)
+    except OSError as exc:
+        busy = " (is another corral serving there?)" if exc.errno == errno.EADDRINUSE else ""
+        raise errors.ConfigError(
+            f"--http {http}: could not listen there: {exc.strerror or exc}{busy}; pick"
+            " another HOST:PORT"
+        ) from None
 
 
 TAKE_OVER_SECONDS = 5.0

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import socket
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -75,6 +76,7 @@ async def _serve(
     operate: bool = False,
     http: str | None = None,
     kind: str = "serve",
+    sock: socket.socket | None = None,
 ) -> None:
     from corral import client, runtime
 
@@ -89,13 +91,6 @@ async def _serve(
             )
         if demo:
             await _submit_demo(c)
-        if demo and http is not None and not await rt.store.token_list():
-            made, secret = await c.token_create(name="first admin", tenant=None, role="admin")
-            err.print(
-                f"a first admin token (token {made.id}; shown this once, `corral tokens"
-                " revoke` it when you have made your own):"
-            )
-            out.print(secret, highlight=False, soft_wrap=True)
         doing = ", ".join(
             what
             for what, on in (
@@ -111,7 +106,7 @@ async def _serve(
             " Press Ctrl+C (or send SIGTERM) to stop."
         )
         if http is not None:
-            err.print(f"the API: http://{http}/api/v1 (OpenAPI: /api/v1/openapi.json)")
+            await announce(c, http)
         # This process is corral's own, so this is done here, not in runtime.
         collect_from_here()
 
@@ -143,7 +138,7 @@ async def _serve(
         if http is not None:
             from corral.api.server import serve_http
 
-            parts.append(serve_http(settings, http, stop, pulse=False))
+            parts.append(serve_http(settings, http, stop, pulse=False, sock=sock))
         if not parts:
             await loops
             return
@@ -168,6 +163,27 @@ async def _attempts_once_up(
     from corral.api.server import serve_attempts
 
     await serve_attempts(settings, stop, c=up.result())
+
+
+async def announce(c: client.Client, http: str) -> None:
+    """Where the API and the dashboard are, on standard error as plain lines (never a log
+    record); and on an installation without an all-tenant admin token, one made now and
+    shown this once (exactly one, however many corrals start at once)."""
+    made = await c.first_admin_token()
+    if made is not None:
+        token, secret = made
+        click.echo(
+            f"corral: a first admin token, for every tenant (token {token.id}; shown this once:"
+            f" keep it, and `corral tokens revoke {token.id}` once you have made your own):",
+            err=True,
+        )
+        click.echo(secret, err=True)
+    click.echo(f"corral: the API: http://{http}/api/v1 (OpenAPI: /api/v1/openapi.json)", err=True)
+    click.echo(
+        f"corral: the dashboard: http://{http}/ui/ (sign in with a token, or a user of"
+        " `corral users add`)",
+        err=True,
+    )
 
 
 async def _together(*parts: Awaitable[None], stop: asyncio.Event) -> None:
@@ -258,7 +274,7 @@ def serve(
 @click.pass_obj
 def api_cmd(state: State, http: str) -> None:
     """Serve the REST API alone (any number of these may run, on any database)."""
-    from corral.api.server import address, serve_http
+    from corral.api.server import address, listen, serve_http
 
     try:
         address(http)
@@ -266,8 +282,14 @@ def api_cmd(state: State, http: str) -> None:
         raise click.BadParameter(str(exc).partition(": ")[2], param_hint="--http") from None
     settings = state.settings()
     setup_logging(settings)
-    err.print(f"the API: http://{http}/api/v1 (OpenAPI: /api/v1/openapi.json)")
-    run(until_signalled(lambda stop: serve_http(settings, http, stop)))
+    sock = listen(http)  # bound before anything says it is served (a busy port: exit 2)
+    run(
+        until_signalled(
+            lambda stop: serve_http(
+                settings, http, stop, sock=sock, on_ready=lambda c: announce(c, http)
+            )
+        )
+    )
 
 
 @click.command("dispatcher")
@@ -359,6 +381,11 @@ def _run_loops(
                 " users (executors.process), so corral will not start until only it can"
                 " read them"
             )
+    sock = None
+    if http is not None:  # bound before anything says it is served (a busy port: exit 2)
+        from corral.api.server import listen as bind
+
+        sock = bind(http)
     stop_metrics = _serve_metrics(listen) if listen is not None else None
     try:
         run(
@@ -372,6 +399,7 @@ def _run_loops(
                 operate="operate" in loops,
                 http=http,
                 kind=kind,
+                sock=sock,
             )
         )
     finally:

@@ -748,6 +748,13 @@ class Store:
             expires_at=expires_at,
         )
 
+    async def token_add_first_admin(
+        self, *, name: str, secret_sha256: str, now: datetime
+    ) -> model.Token | None:
+        return await self._tx(
+            tokens.token_add_first_admin, name=name, secret_sha256=secret_sha256, now=now
+        )
+
     async def token_find(self, *, secret_sha256: str) -> model.Token | None:
         return await self._lookup(tokens.token_find, secret_sha256=secret_sha256)
 

@@ -10,7 +10,7 @@ from typing import Any
 from sqlalchemy import Connection, insert, select, update
 
 from corral import errors, model
-from corral.store import jobs
+from corral.store import dialects, jobs
 from corral.store.tables import audit, tokens
 
 T = tokens.c
@@ -30,6 +30,30 @@ def _token(row: Any) -> model.Token:
 
 
 _LISTED = [T.id, T.name, T.tenant, T.role, T.created_at, T.expires_at, T.revoked_at]
+
+
+def token_add_first_admin(
+    conn: Connection, *, name: str, secret_sha256: str, now: datetime
+) -> model.Token | None:
+    """An all-tenant admin token, stored only where none was ever made (one revoked since
+    counts: its operator chose so): the first of an installation, made by whichever corral
+    serves its API first. Replicas that start at once take turns here, so exactly one is
+    made. None when one exists."""
+    dialects.take_turns(conn, "tokens.first_admin")
+    admins = select(tokens.c.id).where(
+        tokens.c.tenant.is_(None), tokens.c.role == model.Role.ADMIN.value
+    )
+    if conn.execute(admins.limit(1)).first() is not None:
+        return None
+    return token_add(
+        conn,
+        name=name,
+        tenant=None,
+        role=model.Role.ADMIN,
+        secret_sha256=secret_sha256,
+        now=now,
+        expires_at=None,
+    )
 
 
 def token_add(
