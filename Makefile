@@ -3,58 +3,57 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
+RUN_STAMP := $(VENV)/.runtime-stamp
 NFT    := /usr/sbin/nft
 CHROMIUM := /usr/bin/chromium
 BWRAP  := /usr/bin/bwrap
 
-.PHONY: run test test-under-load lint docs bench bench-peers clean
+.PHONY: run test test-under-load lint docs bench bench-peers clean system-packages
 
-$(STAMP): pyproject.toml | $(NFT) $(CHROMIUM) $(BWRAP)
+# `make run` needs corral and its runtime dependencies only; `make test` adds the `dev`
+# extra (linters, docs, test tools) and the Debian packages the tests drive.
+$(RUN_STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	@echo "installing corral and its dependencies into $(VENV) ..."
+	@echo "installing corral into $(VENV) ..."
+	@$(BIN)/python -m pip install -q --upgrade pip
+	@$(BIN)/python -m pip install -q -e .
+	@touch $(RUN_STAMP)
+
+$(STAMP): pyproject.toml | system-packages
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@echo "installing corral and its development tools into $(VENV) ..."
 	@$(BIN)/python -m pip install -q --upgrade pip
 	@$(BIN)/python -m pip install -q -e '.[dev]'
-	@touch $(STAMP)
+	@touch $(STAMP) $(RUN_STAMP)
 
-# The partition chaos test cuts a network namespace off with nftables. As root, install it
-# when it is missing (quietly; once there, this is a no-op); otherwise that test skips.
-$(NFT):
-	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-		echo "installing nftables (for the partition chaos test) ..."; \
-		export DEBIAN_FRONTEND=noninteractive; \
-		{ apt-get install -y -qq nftables || \
-			{ apt-get update -qq && apt-get install -y -qq nftables; }; } >/dev/null 2>&1 || \
-			echo "could not install nftables: the partition chaos test will skip"; \
-	fi
+# The Debian packages the tests drive: Chromium (the dashboard's browser tests, through
+# Playwright: its own browser download fails here), nftables (the partition chaos test)
+# and bubblewrap (the process sandbox's tests). As root, those missing are installed
+# (waiting for another apt's lock); when apt fails, its own words are shown and make stops.
+# Without root or apt, make says what is missing and those tests skip.
+TEST_PACKAGES := $(CHROMIUM):chromium $(NFT):nftables $(BWRAP):bubblewrap
+system-packages:
+	@missing=""; \
+	for pair in $(TEST_PACKAGES); do [ -x "$${pair%%:*}" ] || missing="$$missing $${pair##*:}"; done; \
+	[ -z "$$missing" ] && exit 0; \
+	if [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then \
+		echo "the tests need Debian's$$missing: install them as root, or their tests skip"; \
+		exit 0; \
+	fi; \
+	echo "installing Debian's$$missing (for the tests) ..."; \
+	log=$$(mktemp); export DEBIAN_FRONTEND=noninteractive; \
+	apt="apt-get -y -qq -o DPkg::Lock::Timeout=300"; \
+	if ! { $$apt install $$missing >"$$log" 2>&1 || \
+		{ $$apt update >>"$$log" 2>&1 && $$apt install $$missing >>"$$log" 2>&1; }; }; then \
+		cat "$$log" >&2; rm -f "$$log"; \
+		echo "make: could not install$$missing; apt said so above" >&2; exit 1; \
+	fi; \
+	rm -f "$$log"
 
-# The dashboard's browser tests drive Debian's Chromium through Playwright (a browser download
-# fails here). As root, install it when it is missing; otherwise those tests skip.
-$(CHROMIUM):
-	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-		echo "installing chromium (for the dashboard's browser tests) ..."; \
-		export DEBIAN_FRONTEND=noninteractive; \
-		{ apt-get install -y -qq chromium || \
-			{ apt-get update -qq && apt-get install -y -qq chromium; }; } >/dev/null 2>&1 || \
-			echo "could not install chromium: the dashboard's browser tests will skip"; \
-	fi
-
-# Tenants' process jobs may run in a bubblewrap sandbox (executors.process.sandbox); its
-# tests need Debian's bubblewrap. As root, install it when it is missing.
-$(BWRAP):
-	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-		echo "installing bubblewrap (for the process sandbox's tests) ..."; \
-		export DEBIAN_FRONTEND=noninteractive; \
-		{ apt-get install -y -qq bubblewrap || \
-			{ apt-get update -qq && apt-get install -y -qq bubblewrap; }; } >/dev/null 2>&1 || \
-			echo "could not install bubblewrap: the sandbox's tests will fail"; \
-	fi
-
-run: $(STAMP)
+run: $(RUN_STAMP)
 	@echo "corral: migrating the embedded database (./corral.db) ..."
 	@$(BIN)/corral db upgrade
 	@echo "corral: starting on SQLite with the process executor; state in ./.corral/"
-	@echo "corral: the API on http://127.0.0.1:8080/api/v1 (a first admin token follows, once)"
-	@echo "corral: the dashboard on http://127.0.0.1:8080/ui/ (sign in with that token)"
 	@$(BIN)/corral serve --demo --http 127.0.0.1:8080
 
 lint: $(STAMP)
