@@ -139,6 +139,17 @@ OUTPUT_LINES = 3
 """How many lines of each stream `jobs show` prints: the start of an attempt's output."""
 
 
+def failure_message(log: model.RunLog | None) -> str | None:
+    """A failed request's message: the first line of its response's body (its run log
+    keeps the status line and headers, a blank line, then the body)."""
+    response = log.stream("response") if log is not None and log.status is not None else None
+    if response is None:
+        return None
+    _, blank, body = response.text.partition("\n\n")
+    lines = [line.strip() for line in body.splitlines() if line.strip()] if blank else []
+    return lines[0][:200] if lines else None
+
+
 def print_attempt(a: model.Attempt, log: model.RunLog | None = None) -> None:
     head = f"attempt {a.attempt_no}  fence {a.id}  {a.launch_name}  {a.state}"
     if not a.charged:
@@ -152,6 +163,8 @@ def print_attempt(a: model.Attempt, log: model.RunLog | None = None) -> None:
     ]
     if a.reason:
         lines.append(f"reason: {a.reason}")
+    if a.state == "failed" and (said := failure_message(log)):
+        lines.append(f"message: {said}")
     for s in log.streams if log else ():
         shown = s.text.splitlines()
         lines.append(f"{s.name}:" + (" (cut)" if s.cut else ""))
