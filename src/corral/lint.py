@@ -37,7 +37,7 @@ from typing import Any
 import yaml
 
 from corral import clock, config, errors, model
-from corral.executors import kube_client
+from corral.executors import builtin
 
 DRAIN = model.LABEL_PREFIX + "drain-seconds"
 COMPONENT = model.LABEL_PREFIX + "component"
@@ -130,6 +130,7 @@ async def lint_cluster(
     k8s = settings.executors.kubernetes
     if context is not None:
         k8s = k8s.model_copy(update={"context": context})
+    kube_client = builtin.cluster_module("kube_client", "reading a cluster (--cluster)")
     try:
         read = await kube_client.list_workloads(k8s, namespace=namespace, clock=clock.SystemClock())
     except errors.ConfigError as exc:

@@ -5,11 +5,12 @@ other command (`corral heartbeat` inside a job, say) would pay for nothing."""
 
 from __future__ import annotations
 
+import importlib
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from corral import clock, config, model
+from corral import clock, config, errors, model
 from corral.executors.base import Executor
 from corral.executors.process import ProcessExecutor
 from corral.executors.registry import Registration, SpecChecker
@@ -68,52 +69,59 @@ def _http_checker(settings: config.Settings) -> SpecChecker:
     return http.SpecCheck(settings)
 
 
-def _kubernetes(settings: config.Settings, clk: clock.Clock) -> Executor:
-    from corral.executors.kubernetes import KubernetesExecutor
+CLUSTER_LIBRARIES = frozenset({"kubernetes", "kubernetes_validate", "hera"})
+"""What the cluster executors need beside corral: the `kubernetes` extra."""
 
-    return KubernetesExecutor(settings=settings, clock=clk)
+
+def cluster_module(name: str, what: str = "") -> Any:
+    """corral.executors.`name` (kubernetes, argo, kube_client), or ConfigError saying how
+    to install what it needs (`what` needs it: by default the executor `name`): `make run`
+    and a plain install leave the Kubernetes libraries out."""
+    try:
+        return importlib.import_module(f"corral.executors.{name}")
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").partition(".")[0] not in CLUSTER_LIBRARIES:
+            raise
+        raise errors.ConfigError(
+            f"{what or f'the {name} executor'} needs the Kubernetes libraries ({exc.name} is"
+            " not installed): pip install 'corral[kubernetes]'"
+        ) from None
+
+
+def _kubernetes(settings: config.Settings, clk: clock.Clock) -> Executor:
+    made: Executor = cluster_module("kubernetes").KubernetesExecutor(settings=settings, clock=clk)
+    return made
 
 
 def _kubernetes_checker(settings: config.Settings) -> SpecChecker:
-    from corral.executors.kubernetes import JobTemplate
-
-    return JobTemplate(settings)
+    made: SpecChecker = cluster_module("kubernetes").JobTemplate(settings)
+    return made
 
 
 def _kubernetes_dry_run(job: model.NewJob, settings: config.Settings, now: datetime) -> Any:
-    from corral.executors import kubernetes
-
-    return kubernetes.dry_run(job, settings, now)
+    return cluster_module("kubernetes").dry_run(job, settings, now)
 
 
 def _argo(settings: config.Settings, clk: clock.Clock) -> Executor:
-    from corral.executors.argo import ArgoExecutor
-
-    return ArgoExecutor(settings=settings, clock=clk)
+    made: Executor = cluster_module("argo").ArgoExecutor(settings=settings, clock=clk)
+    return made
 
 
 def _argo_checker(settings: config.Settings) -> SpecChecker:
-    from corral.executors.argo import WorkflowTemplate
-
-    return WorkflowTemplate(settings)
+    made: SpecChecker = cluster_module("argo").WorkflowTemplate(settings)
+    return made
 
 
 def _argo_dry_run(job: model.NewJob, settings: config.Settings, now: datetime) -> Any:
-    from corral.executors import argo
-
-    return argo.dry_run(job, settings, now)
+    return cluster_module("argo").dry_run(job, settings, now)
 
 
 def _kubernetes_rules() -> Any:
-    from corral.executors import kubernetes
-
-    return kubernetes.RULES
+    return cluster_module("kubernetes").RULES
 
 
 def _argo_rules() -> Any:
-    from corral.executors import argo
-
-    return argo.RULES
+    return cluster_module("argo").RULES
 
 
 PROCESS = Registration(
