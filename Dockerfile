@@ -9,7 +9,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 
 COPY pyproject.toml README.md /src/
 COPY src /src/src
-RUN pip install /src && rm -rf /src \
+RUN pip install '/src[kubernetes]' && rm -rf /src \
     && useradd --uid 10001 --user-group --no-create-home --home-dir /nonexistent corral
 
 USER 10001:10001
