@@ -1214,13 +1214,10 @@ def submit_arguments(given: Any, *, now: datetime | None = None) -> dict[str, An
         raise errors.InvalidInput(
             'must be a JSON object, e.g. {"spec": {"command": ["echo", "hi"]}}'
         )
-    if now is not None and ("delay" in given or "allow_past" in given):
+    if now is not None:
         given = dict(given)
         delay, allow_past = given.pop("delay", None), given.pop("allow_past", False)
-        args = submit_arguments(given)
-        return _timed(args, now, delay=delay, allow_past=allow_past)
-    if now is not None:
-        return _timed(submit_arguments(given), now)
+        return _timed(submit_arguments(given), now, delay=delay, allow_past=allow_past)
     unknown = sorted(set(given) - set(SUBMIT_FIELDS))
     if unknown:
         raise errors.InvalidInput(
@@ -1278,14 +1275,22 @@ def _timed(
         if isinstance(delay, bool) or not isinstance(delay, str | int | float):
             raise errors.InvalidInput("delay: must be a duration, e.g. 10m, 1h30m or 90 (seconds)")
         args["run_at"] = now + cadence.parse_duration(str(delay), "delay")
-    run_at: datetime | None = args.get("run_at")
-    if run_at is None or run_at.tzinfo is None or allow_past or run_at >= now - PAST_SLACK:
-        return args
-    before = config.format_duration(timedelta(seconds=int((now - run_at).total_seconds())))
-    raise errors.InvalidInput(
-        f"run_at: {run_at.isoformat()} is {before} before now; send allow_past: true"
-        " (corral submit --allow-past) to run it at once"
-    )
+    run_at = args.get("run_at")
+    if run_at is not None and not allow_past and (before := past_by(run_at, now)):
+        raise errors.InvalidInput(
+            f"run_at: {run_at.isoformat()} is {before} before now; send allow_past: true"
+            " (corral submit --allow-past) to run it at once"
+        )
+    return args
+
+
+def past_by(run_at: datetime, now: datetime) -> str | None:
+    """How long before `now` a run_at is, in words, when that is more than PAST_SLACK (a
+    typo in a date must not run a job at once: the API's `allow_past` and the CLI's
+    `--allow-past` take one); None for a time to come, or a naive one."""
+    if run_at.tzinfo is None or run_at >= now - PAST_SLACK:
+        return None
+    return config.format_duration(timedelta(seconds=int((now - run_at).total_seconds())))
 
 
 def check_job(

@@ -11,21 +11,17 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
-import subprocess
-import sys
 import tempfile
 import textwrap
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
+from tests.acceptance.test_cli import serve_http, stopped
 from tests.support.cli import corral_env, run_corral
-from tests.support.net import free_port
-from tests.support.wait import PATIENCE
+from tests.support.wait import PATIENCE, eventually_sync
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="uid_range needs corral as root")
 
@@ -100,31 +96,25 @@ def test_a_tenants_process_job_cannot_make_its_tenant_an_admin(home: Path) -> No
         home, "tokens", "create", "--tenant", "b", "--role", "operator", "--json", check=True
     )
     secret = json.loads(made.stdout)["secret"]
-    port = free_port()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "corral", "serve", "--http", f"127.0.0.1:{port}"],
-        cwd=home,
-        env=corral_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    server, base = serve_http(home)
     try:
         api = httpx.Client(
-            base_url=f"http://127.0.0.1:{port}/api/v1",
+            base_url=f"{base}/api/v1",
             headers={"Authorization": f"Bearer {secret}"},
             timeout=PATIENCE,
         )
         job = {"spec": {"command": ["/usr/bin/python3", "-c", JOB, str(home)]}}
-        submitted = _until(lambda: api.post("/jobs", json=job), server)
+        submitted = api.post("/jobs", json=job)
         assert submitted.status_code == 201, submitted.text
         job_id = submitted.json()["id"]
-        shown = _until(
+        shown = eventually_sync(
             lambda: (
                 (found := api.get(f"/jobs/{job_id}")).json()["state"] in ("succeeded", "failed")
                 and found
             ),
-            server,
+            within=2 * PATIENCE,
+            every=0.1,
+            what=f"job {job_id} ended",
         )
         assert shown.json()["state"] == "succeeded", shown.text
         said = json.loads(
@@ -149,23 +139,7 @@ def test_a_tenants_process_job_cannot_make_its_tenant_an_admin(home: Path) -> No
             ("first admin", "", "admin"),
         ]
     finally:
-        server.send_signal(signal.SIGTERM)
-        server.communicate(timeout=PATIENCE)
-
-
-def _until(ask, server: subprocess.Popen[str]):  # type: ignore[no-untyped-def]
-    """What `ask` returns once it is truthy and the server answers, within PATIENCE."""
-    deadline = time.monotonic() + 2 * PATIENCE
-    while time.monotonic() < deadline:
-        if server.poll() is not None:
-            raise AssertionError(f"corral serve exited: {server.communicate()[1]}")
-        try:
-            if found := ask():
-                return found
-        except httpx.TransportError:
-            pass
-        time.sleep(0.1)
-    raise AssertionError("no answer in time")
+        stopped(server)
 
 
 def test_corral_will_not_serve_strangers_beside_a_settings_file_they_could_read(

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
-import sys
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -18,9 +16,10 @@ import httpx
 import pytest
 
 from corral import model
+from tests.acceptance.test_cli import serve_http
 from tests.conftest import sqlite_copy
-from tests.support.cli import corral_env, run_corral
-from tests.support.net import free_port, in_thread
+from tests.support.cli import run_corral
+from tests.support.net import in_thread
 from tests.support.wait import PATIENCE
 
 
@@ -81,19 +80,11 @@ def test_no_secret_shows_on_any_surface(home: Path) -> None:
             home, "tokens", "create", "--all-tenants", "--role", "admin", "--json", check=True
         )
         token = json.loads(admin.stdout)["secret"]
-        http = f"127.0.0.1:{free_port()}"
-        server = subprocess.Popen(
-            [sys.executable, "-m", "corral", "serve", "--http", http],
-            cwd=home,
-            env=corral_env(),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        server, base = serve_http(home)
         try:
             shown = _until_succeeded(home, job_id)
             api = httpx.get(
-                f"http://{http}/api/v1/jobs/{job_id}",
+                f"{base}/api/v1/jobs/{job_id}",
                 headers={"Authorization": f"Bearer {token}"},
                 timeout=PATIENCE,
             ).text

@@ -18,7 +18,7 @@ from corral import client, config, model, store
 from corral.executors import kubernetes as k8s
 from corral.executors import references
 from corral.testing import FrozenClock
-from tests.support.api import over_http
+from tests.support.api import as_operator_of
 from tests.support.noop import NoopExecutor
 
 BASE = {"image": "busybox:1.36", "command": ["true"]}
@@ -125,9 +125,7 @@ async def c(db: store.Store) -> client.Client:
 
 @pytest.fixture
 async def http(c: client.Client) -> AsyncIterator[httpx.AsyncClient]:
-    _, secret = await c.token_create(name="b-op", tenant="b", role="operator")
-    async with over_http(c) as made:
-        made.headers["Authorization"] = f"Bearer {secret}"
+    async with as_operator_of(c, "b") as made:
         yield made
 
 

@@ -276,9 +276,11 @@ async def test_x_forwarded_for_is_read_only_from_a_trusted_proxy(
     app = http._transport.app  # type: ignore[attr-defined]
     for n in range(auth.FAILURES_PER_ADDRESS):
         sprayed = {"X-Forwarded-For": f"198.51.100.{n}"}
-        answer = await _sign_in_with(http, sprayed, name=f"g{n}", password="x")
+        answer = await sign_in(http, headers=sprayed, name=f"g{n}", password="x")
         assert answer.status_code == 401
-    limited = await _sign_in_with(http, {"X-Forwarded-For": "198.51.100.200"}, name="vic")
+    limited = await sign_in(
+        http, headers={"X-Forwarded-For": "198.51.100.200"}, name="vic", password="wrong"
+    )
     assert limited.status_code == 429, "the header of an untrusted peer is not read"
     c.settings = c.settings.model_copy(
         update={"api": config.ApiSettings(trusted_proxies=("10.0.0.0/24",))}
@@ -287,25 +289,16 @@ async def test_x_forwarded_for_is_read_only_from_a_trusted_proxy(
     async with httpx.AsyncClient(transport=proxy, base_url="http://corral.test") as behind:
         for _ in range(auth.FAILURES_PER_NAME_AND_ADDRESS):
             hops = {"X-Forwarded-For": "203.0.113.9, 198.51.100.7, 10.0.0.4"}
-            assert (await _sign_in_with(behind, hops, name="ada")).status_code == 401
+            assert (
+                await sign_in(behind, headers=hops, name="ada", password="wrong")
+            ).status_code == 401
         hops = {"X-Forwarded-For": "6.6.6.6, 198.51.100.7"}  # the left one is made up
-        assert (await _sign_in_with(behind, hops, name="ada")).status_code == 429
+        assert (
+            await sign_in(behind, headers=hops, name="ada", password="wrong")
+        ).status_code == 429
         other = {"X-Forwarded-For": "198.51.100.8"}
-        signed = await _sign_in_with(behind, other, name="ada", password="correct horse")
+        signed = await sign_in(behind, headers=other, name="ada", password="correct horse")
         assert signed.status_code == 303, "another client behind the proxy is not locked"
-
-
-async def _sign_in_with(
-    http: httpx.AsyncClient, headers: dict[str, str], *, name: str, password: str = "wrong"
-) -> httpx.Response:
-    form = await http.get("/ui/sign-in", headers=headers)
-    pairing = re.search(r'name="pairing" value="([^"]+)"', form.text)
-    assert pairing is not None
-    return await http.post(
-        "/ui/sign-in",
-        headers=headers,
-        data={"pairing": pairing[1], "next": "/ui/", "name": name, "password": password},
-    )
 
 
 @pytest.mark.parametrize(

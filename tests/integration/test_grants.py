@@ -16,7 +16,7 @@ from corral import client, config, model, scheduler, store
 from corral.alerts import rules
 from corral.executors import registry
 from corral.testing import FrozenClock
-from tests.support.api import granting, over_http
+from tests.support.api import as_operator_of, granting
 from tests.support.noop import NoopExecutor
 
 KINDS = sorted({*registry.known(), "noop"} - {"http"})
@@ -35,9 +35,7 @@ async def c(db: store.Store) -> client.Client:
 
 @pytest.fixture
 async def http(c: client.Client) -> AsyncIterator[httpx.AsyncClient]:
-    _, secret = await c.token_create(name="b-op", tenant="b", role="operator")
-    async with over_http(c) as made:
-        made.headers["Authorization"] = f"Bearer {secret}"
+    async with as_operator_of(c, "b") as made:
         yield made
 
 

@@ -374,3 +374,11 @@ def test_a_launch_is_a_strangers_when_its_tenant_is_granted_process_or_made_it()
     # A tenant's job whose grant was withdrawn since is a stranger's still: it never runs
     # as corral (the launch is refused where strangers cannot run).
     assert base.stranger_of(settings, job("default", tenant_made=True)) is True
+    # A stranger's launch never carries the database's URL, even where the operator's do.
+    told = settings.model_copy(update={"jobs_get_database_url": True})
+    reaches = base.Reaches(told)
+    assert reaches.stranger(job("b")) is True
+    assert reaches.stranger(job("default")) is False
+    policy = config.JobPolicy()
+    assert reaches.of(policy, "process", stranger=True).database_url is None
+    assert reaches.of(policy, "process", stranger=False).database_url is not None

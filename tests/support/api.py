@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 import httpx
@@ -68,14 +68,30 @@ async def over_http(c: client.Client) -> AsyncIterator[httpx.AsyncClient]:
         yield http
 
 
+@contextlib.asynccontextmanager
+async def as_operator_of(c: client.Client, tenant: str) -> AsyncIterator[httpx.AsyncClient]:
+    """`over_http` with a new operator token of `tenant` on every request."""
+    _, secret = await c.token_create(name=f"{tenant}-op", tenant=tenant, role="operator")
+    async with over_http(c) as made:
+        made.headers["Authorization"] = f"Bearer {secret}"
+        yield made
+
+
 async def sign_in(
-    http: httpx.AsyncClient, *, to: str = "/ui/jobs", **fields: str
+    http: httpx.AsyncClient,
+    *,
+    to: str = "/ui/jobs",
+    headers: Mapping[str, str] | None = None,
+    **fields: str,
 ) -> httpx.Response:
-    """The dashboard's sign-in form posted with `fields` (name, password), going `to` next."""
-    form = await http.get("/ui/sign-in")
+    """The dashboard's sign-in form posted with `fields` (name, password), going `to` next;
+    `headers` on both requests (e.g. a proxy's X-Forwarded-For)."""
+    form = await http.get("/ui/sign-in", headers=headers)
     pairing = re.search(r'name="pairing" value="([^"]+)"', form.text)
     assert pairing is not None
-    return await http.post("/ui/sign-in", data={"pairing": pairing[1], "next": to, **fields})
+    return await http.post(
+        "/ui/sign-in", headers=headers, data={"pairing": pairing[1], "next": to, **fields}
+    )
 
 
 @contextlib.asynccontextmanager

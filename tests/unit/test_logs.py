@@ -57,3 +57,24 @@ def test_the_http_client_s_own_request_lines_are_not_written() -> None:
         logging.basicConfig(force=True, handlers=[logging.NullHandler()])
     assert "HTTP Request" not in out.getvalue()
     assert "kept" in out.getvalue()
+
+
+def test_log_format_is_a_setting_and_an_option_of_each_loop_command() -> None:
+    import click
+    from click.testing import CliRunner
+
+    from corral.cli import common, loops, workers
+
+    @click.command()
+    @common.log_format_option
+    @click.pass_obj
+    def loop(state: common.State) -> None:
+        click.echo(state.settings(check_chain=False).log_format)
+
+    ran = CliRunner().invoke(loop, ["--log-format", "json"], obj=common.State(None))
+    assert ran.output.strip() == "json", ran.output
+    assert CliRunner().invoke(loop, [], obj=common.State(None)).output.strip() == "text"
+    commands = (loops.serve, loops.api_cmd, loops.dispatcher_cmd, loops.reconciler_cmd,
+                loops.scheduler_cmd, loops.alerter_cmd, workers.worker_cmd)  # fmt: skip
+    for command in commands:
+        assert "--log-format" in {o for p in command.params for o in p.opts}, command.name

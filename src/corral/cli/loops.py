@@ -84,11 +84,11 @@ async def _serve(
     up: asyncio.Future[client.Client] = asyncio.get_running_loop().create_future()
 
     async def ready(rt: runtime.Runtime) -> None:
-        c = client.Client(store=rt.store, executors=rt.executors, settings=settings, clock=rt.clock)
+        c = client.Client(
+            store=rt.store, executors=rt.executors, settings=rt.settings, clock=rt.clock
+        )
         if not up.done():
-            up.set_result(
-                client.Client(store=rt.store, executors={}, settings=rt.settings, clock=rt.clock)
-            )
+            up.set_result(c)
         if demo:
             await _submit_demo(c)
         doing = ", ".join(

@@ -553,7 +553,7 @@ def _run_at(
         raise errors.InvalidInput("give either --at or --delay, not both")
     if at is not None:
         when = cadence.parse_instant(at, "--at")
-        if when < now - client.PAST_SLACK and not allow_past:  # the API's rule (allow_past)
+        if not allow_past and client.past_by(when, now):
             raise errors.InvalidInput(
                 f"--at: {when.isoformat()} is before now; give --allow-past to run it at once"
             )

@@ -7,7 +7,6 @@ a platform that cannot be asked raises ExecutorError rather than guessing `absen
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -205,28 +204,43 @@ DEADLINE_BEFORE_LAUNCH = "its deadline passed before it reached its platform"
 
 class Reaches:
     """How an attempt reaches corral under these settings (model.Reach), made once for each
-    heartbeat interval: a dispatcher launches many attempts with few distinct ones."""
+    heartbeat interval and kind of job: a dispatcher launches many attempts with few
+    distinct ones. Which tenants' process jobs are strangers is worked out once a tenant."""
 
     def __init__(self, settings: config.Settings) -> None:
         self.settings = settings
         self._database_url = settings.database_url_for_jobs
-        self._made: dict[tuple[float | None, bool], model.Reach] = {}
+        self._made: dict[tuple[float | None, bool, bool], model.Reach] = {}
+        self._granted_process: dict[str, bool] = {}
 
-    def of(self, policy: config.JobPolicy, executor: str = "") -> model.Reach:
+    def of(
+        self, policy: config.JobPolicy, executor: str = "", *, stranger: bool = False
+    ) -> model.Reach:
         """How an attempt of `executor` reaches corral: api_url when set; else a process
-        job reaches the attempt API this process answers on its Unix socket, if it does."""
+        job reaches the attempt API this process answers on its Unix socket, if it does. A
+        stranger's (`stranger_of`) never gets the database's URL."""
         every = policy.heartbeat_every(self.settings).total_seconds() if policy.heartbeat else None
         local = executor == "process" and not self.settings.api_url
-        if (reach := self._made.get((every, local))) is None:
+        if (reach := self._made.get((every, local, stranger))) is None:
             api_url = self.settings.api_url or (self.settings.local_api_url if local else None)
             reach = model.Reach(
                 api_url=api_url,
-                database_url=self._database_url,
+                database_url=None if stranger else self._database_url,
                 heartbeat_seconds=every,
                 attempt_key=self.settings.attempt_key,
             )
-            self._made[every, local] = reach
+            self._made[every, local, stranger] = reach
         return reach
+
+    def stranger(self, job: model.Job) -> bool:
+        """`stranger_of(settings, job)`, each tenant's grant read once."""
+        if job.executor != "process":
+            return False
+        if job.tenant_made:
+            return True
+        if (granted := self._granted_process.get(job.tenant)) is None:
+            granted = self._granted_process[job.tenant] = granted_process(self.settings, job.tenant)
+        return granted
 
 
 def launch_for(
@@ -248,10 +262,9 @@ def launch_for(
         seconds = policy.deadline(settings).total_seconds()
     elif (seconds := (deadline - now).total_seconds()) <= 0:
         raise errors.LaunchTooLate(f"{claimed.attempt.launch_name}: {DEADLINE_BEFORE_LAUNCH}")
-    reach = (reaches or Reaches(settings)).of(policy, claimed.job.executor)
-    stranger = stranger_of(settings, claimed.job)
-    if stranger and reach.database_url:  # a stranger never holds corral's database
-        reach = dataclasses.replace(reach, database_url=None)
+    reaches = reaches or Reaches(settings)
+    stranger = reaches.stranger(claimed.job)
+    reach = reaches.of(policy, claimed.job.executor, stranger=stranger)
     return model.build_launch(
         claimed, reach=reach, deadline_seconds=seconds, relaunch=relaunch, stranger=stranger
     )
@@ -262,6 +275,9 @@ def stranger_of(settings: config.Settings, job: model.Job) -> bool:
     a tenant made (through the API, the dashboard, its schedule: even once its grant is
     withdrawn), or of a tenant granted `process` (whoever submitted it). Its command then
     runs as a stranger to corral (executors.process.uid_range, .sandbox), never as corral."""
-    if job.executor != "process":
-        return False
-    return job.tenant_made or "process" in tenancy.granted(settings.tenants, job.tenant)
+    return job.executor == "process" and (job.tenant_made or granted_process(settings, job.tenant))
+
+
+def granted_process(settings: config.Settings, tenant: str) -> bool:
+    """Whether `tenant` is granted `process`: every process job of it runs as a stranger."""
+    return "process" in tenancy.granted(settings.tenants, tenant)

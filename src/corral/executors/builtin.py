@@ -88,40 +88,35 @@ def cluster_module(name: str, what: str = "") -> Any:
         ) from None
 
 
-def _kubernetes(settings: config.Settings, clk: clock.Clock) -> Executor:
-    made: Executor = cluster_module("kubernetes").KubernetesExecutor(settings=settings, clock=clk)
-    return made
+def _cluster(kind: str, summary: str, *, executor: str, template: str) -> Registration:
+    """The registration of a cluster executor: its module (corral.executors.`kind`, which
+    needs the kubernetes extra) imported only when it is asked for; `executor` and
+    `template` name its Executor and its spec checker there."""
 
+    def build(settings: config.Settings, clk: clock.Clock) -> Executor:
+        made: Executor = getattr(cluster_module(kind), executor)(settings=settings, clock=clk)
+        return made
 
-def _kubernetes_checker(settings: config.Settings) -> SpecChecker:
-    made: SpecChecker = cluster_module("kubernetes").JobTemplate(settings)
-    return made
+    def checker(settings: config.Settings) -> SpecChecker:
+        made: SpecChecker = getattr(cluster_module(kind), template)(settings)
+        return made
 
+    def dry_run(job: model.NewJob, settings: config.Settings, now: datetime) -> Any:
+        return cluster_module(kind).dry_run(job, settings, now)
 
-def _kubernetes_dry_run(job: model.NewJob, settings: config.Settings, now: datetime) -> Any:
-    return cluster_module("kubernetes").dry_run(job, settings, now)
+    def rules() -> Any:
+        return cluster_module(kind).RULES
 
-
-def _argo(settings: config.Settings, clk: clock.Clock) -> Executor:
-    made: Executor = cluster_module("argo").ArgoExecutor(settings=settings, clock=clk)
-    return made
-
-
-def _argo_checker(settings: config.Settings) -> SpecChecker:
-    made: SpecChecker = cluster_module("argo").WorkflowTemplate(settings)
-    return made
-
-
-def _argo_dry_run(job: model.NewJob, settings: config.Settings, now: datetime) -> Any:
-    return cluster_module("argo").dry_run(job, settings, now)
-
-
-def _kubernetes_rules() -> Any:
-    return cluster_module("kubernetes").RULES
-
-
-def _argo_rules() -> Any:
-    return cluster_module("argo").RULES
+    return Registration(
+        kind=kind,
+        summary=summary,
+        build=build,
+        checker=checker,
+        dry_run=dry_run,
+        container=True,
+        reach=_cluster_reach,
+        rules=rules,
+    )
 
 
 PROCESS = Registration(
@@ -135,23 +130,15 @@ HTTP = Registration(
     build=_http,
     checker=_http_checker,
 )
-KUBERNETES = Registration(
-    kind="kubernetes",
-    summary="a batch/v1 Job in executors.kubernetes.namespace",
-    build=_kubernetes,
-    checker=_kubernetes_checker,
-    dry_run=_kubernetes_dry_run,
-    container=True,
-    reach=_cluster_reach,
-    rules=_kubernetes_rules,
+KUBERNETES = _cluster(
+    "kubernetes",
+    "a batch/v1 Job in executors.kubernetes.namespace",
+    executor="KubernetesExecutor",
+    template="JobTemplate",
 )
-ARGO = Registration(
-    kind="argo",
-    summary="an Argo Workflow (one container step) in executors.kubernetes.namespace",
-    build=_argo,
-    checker=_argo_checker,
-    dry_run=_argo_dry_run,
-    container=True,
-    reach=_cluster_reach,
-    rules=_argo_rules,
+ARGO = _cluster(
+    "argo",
+    "an Argo Workflow (one container step) in executors.kubernetes.namespace",
+    executor="ArgoExecutor",
+    template="WorkflowTemplate",
 )

@@ -64,13 +64,13 @@ def environment(
 ) -> dict[str, str]:
     """A stranger's environment: PATH, LANG, LC_ALL and TZ as corral has them (PATH a safe
     default), HOME its work folder, then the spec's `env`, then the attempt's CORRAL_
-    variables (which no spec overrides) but the database's URL. Nothing else of corral's."""
+    variables (which no spec overrides; a stranger's launch carries no database URL:
+    executors.base.Reaches). Nothing else of corral's."""
     env = {k: corral_env[k] for k in KEPT if k in corral_env}
     env["PATH"] = SAFE_PATH
     env["HOME"] = str(work)
     env.update(spec_env)
     env.update(attempt_env)
-    env.pop("CORRAL_DATABASE_URL", None)  # corral's credentials: never a stranger's
     return env
 
 
