@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from corral.clock import Clock, SystemClock
     from corral.config import Settings, Timeouts
     from corral.dispatcher import Dispatcher
-    from corral.errors import CorralError
+    from corral.errors import CorralError, PermanentError, Stopped
     from corral.model import (
         Attempt,
         AttemptState,
@@ -39,6 +39,8 @@ _FROM = {
     "Timeouts": "corral.config",
     "Dispatcher": "corral.dispatcher",
     "CorralError": "corral.errors",
+    "PermanentError": "corral.errors",
+    "Stopped": "corral.errors",
     "Attempt": "corral.model",
     "AttemptState": "corral.model",
     "Event": "corral.model",
@@ -72,9 +74,11 @@ __all__ = [
     "JobView",
     "Launch",
     "Observation",
+    "PermanentError",
     "Phase",
     "Pinned",
     "Settings",
+    "Stopped",
     "SystemClock",
     "Timeouts",
     "connect",

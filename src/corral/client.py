@@ -501,7 +501,7 @@ class Client:
         token_id: int | None = None,
     ) -> model.Operation:
         """Start `action` on the snapshot of the jobs the preview counts now; the runner of
-        each serve and api process then applies it. Changed (a Conflict, with the new
+        each serve and api process then applies it. CountChanged (a Conflict, with the new
         count) when that is not `expect` jobs: preview again."""
         return await self.store.operation_create(
             tenant=tenant,

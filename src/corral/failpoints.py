@@ -33,17 +33,13 @@ NAMES = frozenset(
 ACTIONS = frozenset({"crash", "error"})
 
 
-class FailpointError(errors.CorralError):
-    """Raised by a failpoint set to `error`."""
-
-
 def hit(name: str) -> None:
     """Do what CORRAL_FAILPOINTS says for `name` (usually nothing)."""
     action = _actions().get(name)
     if action == "crash":
         os._exit(CRASH_EXIT_CODE)
     if action == "error":
-        raise FailpointError(f"failpoint {name} fired")
+        raise errors.FailpointError(f"failpoint {name} fired")
 
 
 def reset() -> None:

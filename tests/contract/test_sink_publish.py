@@ -17,11 +17,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from corral import config, errors
+from corral.errors import AuditFailed, StaleFenceError
 from corral.sinks import (
-    AuditFailed,
     MinRows,
     Publisher,
-    StaleFenceError,
     UniqueKeys,
     resolve,
     rows_of,
@@ -235,7 +234,8 @@ RACE = dedent(
     """
     import sys, time
     from pathlib import Path
-    from corral.sinks import Publisher, StaleFenceError
+    from corral.errors import StaleFenceError
+    from corral.sinks import Publisher
     root, gate, ready = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
     pub = Publisher("sales/day", root=root)
     pub.stage()

@@ -16,7 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from corral import errors
-from corral.sinks import FencedTable, StaleFenceError, add_fence_columns, fence_columns
+from corral.errors import StaleFenceError
+from corral.sinks import FencedTable, add_fence_columns, fence_columns
 from tests.support.wait import PATIENCE, eventually_sync
 
 KEYS = [f"k{i}" for i in range(6)]

@@ -15,9 +15,10 @@ import pytest
 from pydantic import BaseModel
 
 from corral import client, config, errors, model, store
+from corral.errors import Stopped
 from corral.reconciler import Reconciler
 from corral.testing import PausedClock
-from corral.worker import App, Fresh, Pinned, Stopped, TaskContext, Worker, current_task
+from corral.worker import App, Fresh, Pinned, TaskContext, Worker, current_task
 from tests.support.jobs import all_in
 from tests.support.wait import eventually
 

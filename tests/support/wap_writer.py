@@ -7,7 +7,8 @@ import sys
 import time
 from pathlib import Path
 
-from corral.sinks import MinRows, Publisher, StaleFenceError
+from corral.errors import StaleFenceError
+from corral.sinks import MinRows, Publisher
 
 
 def main() -> None:

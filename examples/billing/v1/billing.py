@@ -17,7 +17,8 @@ import time
 from pydantic import BaseModel
 
 import corral
-from corral.worker import Pinned, Stopped, current_task
+from corral import Stopped
+from corral.worker import Pinned, current_task
 
 app = corral.App("billing", version="1.0.0")
 

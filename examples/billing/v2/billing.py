@@ -22,7 +22,8 @@ from typing import Literal
 from pydantic import BaseModel
 
 import corral
-from corral.worker import Fresh, Pinned, Stopped, current_task
+from corral import Stopped
+from corral.worker import Fresh, Pinned, current_task
 
 app = corral.App("billing", version="2.0.0")
 

@@ -227,7 +227,7 @@ class Alerter:
             try:
                 async with asyncio.timeout(self._seconds.get(a.channel, 30.0)):
                     await channel.send(channels.render(a, self.settings.alerts.base_url))
-            except channels.Undelivered as exc:
+            except errors.Undelivered as exc:
                 error = str(exc)
             except TimeoutError:
                 error = f"no answer in {self._seconds.get(a.channel, 30.0):g}s"

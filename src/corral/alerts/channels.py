@@ -17,13 +17,9 @@ from typing import Any, Protocol
 
 import httpx
 
-from corral import config, model
+from corral import config, errors, model
 from corral.executors import http
 from corral.store.alerts import Alert
-
-
-class Undelivered(Exception):
-    """A try that did not deliver: why, in one line."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,7 +181,7 @@ class Email:
                 timeout=self.settings.timeout.total_seconds(),
             )
         except (aiosmtplib.SMTPException, OSError, TimeoutError) as exc:
-            raise Undelivered(f"{type(exc).__name__}: {exc}") from None
+            raise errors.Undelivered(f"{type(exc).__name__}: {exc}") from None
 
 
 class _Web:
@@ -215,7 +211,9 @@ class _Web:
         )
         phase, reason, _ = http.judge(outcome, ["2xx"])
         if phase is not model.Phase.SUCCEEDED:
-            raise Undelivered(model.redacted(reason).replace(self.url, "[the channel's URL]"))
+            raise errors.Undelivered(
+                model.redacted(reason).replace(self.url, "[the channel's URL]")
+            )
 
     async def close(self) -> None:
         await asyncio.gather(*(c.aclose() for c in self.clients.values()))

@@ -29,7 +29,6 @@ from corral.api import (
     tokens,
     workers,
 )
-from corral.api.auth import Refused
 from corral.api.limits import MAX_BODY, RequestLimits
 
 log = logging.getLogger("corral.api")
@@ -88,8 +87,8 @@ def _answer_errors(app: FastAPI) -> None:
     """Every refusal as a JSON body naming the field, with its status."""
     app.add_middleware(RequestLimits, error=_error)
 
-    @app.exception_handler(Refused)
-    async def refused(_: Request, exc: Refused) -> Response:
+    @app.exception_handler(errors.RequestRefused)
+    async def refused(_: Request, exc: errors.RequestRefused) -> Response:
         return _error(exc.status, str(exc), headers=exc.headers)
 
     @app.exception_handler(errors.InvalidInput)

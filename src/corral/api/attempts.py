@@ -18,8 +18,8 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
-from corral import model
-from corral.api.auth import ERRORS, Client, ErrorBody, Refused, client_of
+from corral import errors, model
+from corral.api.auth import ERRORS, Client, ErrorBody, client_of
 
 router = APIRouter(
     prefix="/attempt",
@@ -44,7 +44,7 @@ async def attempt(request: Request) -> Attempt:
     c = client_of(request)
     found = await c.attempt_of(token.strip()) if scheme.lower() == "bearer" else None
     if found is None:
-        raise Refused(
+        raise errors.RequestRefused(
             401,
             "authorization: send Authorization: Bearer $CORRAL_ATTEMPT_TOKEN (an attempt's"
             " own token)",

@@ -10,7 +10,7 @@ from typing import Annotated, Any
 from fastapi import Depends, Query, Request
 from pydantic import BaseModel
 
-from corral import client, model
+from corral import client, errors, model
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -45,15 +45,6 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 """The error answers every route may give, for the OpenAPI document."""
 
 
-class Refused(Exception):
-    """An error the API answers with `status` and a JSON body naming what is wrong."""
-
-    def __init__(self, status: int, message: str, *, headers: dict[str, str] | None = None):
-        super().__init__(message)
-        self.status = status
-        self.headers = headers
-
-
 def client_of(request: Request) -> client.Client:
     c: client.Client = request.app.state.client
     return c
@@ -71,10 +62,12 @@ async def caller(request: Request) -> Caller:
     scheme, _, secret = said.partition(" ")
     challenge = {"WWW-Authenticate": "Bearer"}
     if scheme.lower() != "bearer" or not secret.strip():
-        raise Refused(401, "authorization: send Authorization: Bearer <token>", headers=challenge)
+        raise errors.RequestRefused(
+            401, "authorization: send Authorization: Bearer <token>", headers=challenge
+        )
     found = await client_of(request).token_check(secret.strip())
     if found is None:
-        raise Refused(
+        raise errors.RequestRefused(
             401, "authorization: the token is unknown, expired or revoked", headers=challenge
         )
     return Caller(found)
@@ -85,7 +78,9 @@ def role(needed: model.Role) -> Callable[[Caller], Awaitable[Caller]]:
 
     async def check(who: Annotated[Caller, Depends(caller)]) -> Caller:
         if not who.token.role.allows(needed):
-            raise Refused(403, f"role: {who.token.role} may not do this; it takes {needed}")
+            raise errors.RequestRefused(
+                403, f"role: {who.token.role} may not do this; it takes {needed}"
+            )
         return who
 
     return check

@@ -17,8 +17,8 @@ from fastapi.responses import Response
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from corral import metrics, retry
-from corral.api.auth import Client, Refused, Viewer
+from corral import errors, metrics, retry
+from corral.api.auth import Client, Viewer
 
 router = APIRouter()
 
@@ -62,7 +62,7 @@ def tokens_now(
 async def scrape(who: Viewer, c: Client) -> Response:
     """The metrics of this process and of the store, for Prometheus."""
     if who.token.tenant is not None:
-        raise Refused(
+        raise errors.RequestRefused(
             403, "tenant: /metrics shows every tenant's queues; it takes a token of every tenant"
         )
     jobs = await c.store.job_count_live()

@@ -14,9 +14,9 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from corral import client, errors, model, shapes
-from corral.api.auth import Caller, Client, Operator, Refused, Viewer
+from corral.api.auth import Caller, Client, Operator, Viewer
 from corral.api.routes import MAX_ID, RESPONSES, audit, plain_json, when
-from corral.store.operations import MAX_JOBS, Changed
+from corral.store.operations import MAX_JOBS
 
 router = APIRouter(responses=RESPONSES)
 
@@ -112,7 +112,7 @@ async def _visible(c: client.Client, who: Caller, operation_id: int) -> model.Op
         op = None
     mine = who.token.tenant
     if op is None or (mine is not None and op.tenant != mine):
-        raise Refused(404, f"no operation {operation_id}")
+        raise errors.RequestRefused(404, f"no operation {operation_id}")
     return op
 
 
@@ -150,7 +150,7 @@ async def operation_start(c: Client, who: Operator, body: OperationBody) -> Any:
             made_by=f"token {who.token.name}",
             token_id=who.token.id,
         )
-    except Changed as changed:
+    except errors.CountChanged as changed:
         return JSONResponse(
             {"error": str(changed), "field": "expect", "count": changed.count}, status_code=409
         )

@@ -16,7 +16,7 @@ from fastapi import APIRouter, Body, FastAPI, Path, Query, Request
 from fastapi.responses import JSONResponse, Response
 
 from corral import client, errors, model, plain, shapes, tenancy
-from corral.api.auth import ERRORS, Caller, Client, ErrorBody, Operator, Refused, Since, Viewer
+from corral.api.auth import ERRORS, Caller, Client, ErrorBody, Operator, Since, Viewer
 from corral.executors import references
 
 RESPONSES: dict[int | str, dict[str, Any]] = {
@@ -77,7 +77,7 @@ async def visible_job(c: client.Client, who: Caller, job_id: int) -> client.JobV
     except errors.NotFound:
         view = None
     if view is None or not who.sees(view.job.tenant):
-        raise Refused(404, f"no job {job_id}")
+        raise errors.RequestRefused(404, f"no job {job_id}")
     return view
 
 

@@ -13,7 +13,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Path, Query
 
 from corral import cadence, client, errors, model, scheduler, shapes, tenancy
-from corral.api.auth import Caller, Client, Operator, Refused, Viewer
+from corral.api.auth import Caller, Client, Operator, Viewer
 from corral.api.routes import EARLIEST, LATEST, RESPONSES, audit, instant, plain_json
 from corral.executors import references
 
@@ -55,11 +55,11 @@ def _tenant(who: Caller, given: str | None) -> str:
 async def _schedule(c: client.Client, who: Caller, name: str, tenant: str | None) -> Any:
     mine = who.token.tenant
     if mine is not None and tenant not in (None, mine):
-        raise Refused(404, f"no schedule {name!r}")
+        raise errors.RequestRefused(404, f"no schedule {name!r}")
     try:
         return await c.schedule(name, tenant=_tenant(who, tenant))
     except errors.NotFound:
-        raise Refused(404, f"no schedule {name!r}") from None
+        raise errors.RequestRefused(404, f"no schedule {name!r}") from None
 
 
 def _arguments(

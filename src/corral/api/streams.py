@@ -18,7 +18,7 @@ from sse_starlette.sse import EventSourceResponse
 from starlette.background import BackgroundTask
 
 from corral import client, errors, model
-from corral.api.auth import ERRORS, Client, ErrorBody, Refused, Viewer
+from corral.api.auth import ERRORS, Client, ErrorBody, Viewer
 from corral.api.routes import MAX_ID, JobId, visible_job
 from corral.web import live
 
@@ -81,7 +81,7 @@ def _streamed(request: Request, messages: AsyncIterator[dict[str, Any]]) -> Even
         slots = request.app.state.stream_slots = live.Slots(MAX_STREAMS)
     give_back = slots.take()
     if give_back is None:
-        raise Refused(
+        raise errors.RequestRefused(
             429,
             f"stream: {slots.limit} event streams are open already; try again later",
             headers={"Retry-After": "5"},

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Depends, Path
 
 from corral import config, errors, model, shapes
-from corral.api.auth import Caller, Client, Refused, role
+from corral.api.auth import Caller, Client, role
 from corral.api.routes import MAX_ID, RESPONSES, audit, plain_json
 
 router = APIRouter(responses=RESPONSES)
@@ -70,7 +70,7 @@ async def tokens_revoke(
 ) -> dict[str, Any]:
     found = {t.id: t for t in await c.store.token_list()}.get(token_id)
     if found is None or who.token.tenant not in (None, found.tenant):
-        raise Refused(404, f"no token {token_id}")
+        raise errors.RequestRefused(404, f"no token {token_id}")
     done = await c.token_revoke(token_id)
     await audit(c, who, "tokens.revoke", str(token_id), found.tenant)
     return shapes.token_dict(done)

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query
 
 from corral import errors, model, shapes
-from corral.api.auth import Client, Operator, Refused, Viewer
+from corral.api.auth import Client, Operator, Viewer
 from corral.api.routes import RESPONSES, JobId, audit, visible_job
 
 router = APIRouter(responses=RESPONSES)
@@ -21,7 +21,7 @@ async def workers_list(
     every: Annotated[bool, Query(alias="all", description="Stopped ones too")] = False,
 ) -> list[dict[str, Any]]:
     if who.token.tenant is not None:
-        raise Refused(
+        raise errors.RequestRefused(
             403, "tenant: workers serve every tenant; seeing them takes a token of every tenant"
         )
     found = await c.store.worker_list(since=c.since(), live=not every)

@@ -222,10 +222,6 @@ class SpecCheck:
 _SHARED = ipaddress.ip_network("100.64.0.0/10")  # CGNAT: not global, yet not `is_private`
 
 
-class Refused(Exception):
-    """The guard refused a destination: why."""
-
-
 class Guard:
     """Which addresses and ports a request may go to: global addresses on any port, and
     those of `allow` (corral.netrules) on purpose."""
@@ -284,7 +280,7 @@ class Guard:
             addresses = list(dict.fromkeys(str(info[4][0]) for info in infos))
         for found in addresses:
             if why := self.refusal(found, port):
-                raise Refused(f"{host}: {why}" if found != host else why)
+                raise errors.DestinationRefused(f"{host}: {why}" if found != host else why)
         return addresses[0]
 
 
@@ -405,7 +401,7 @@ async def send(
             return Outcome(
                 error=f"more than {MAX_REDIRECTS} redirects", address=address, seconds=took()
             )
-    except Refused as exc:
+    except errors.DestinationRefused as exc:
         return Outcome(refused=str(exc), seconds=took())
     except TimeoutError:
         return Outcome(error=f"no response in {seconds:g}s", address=address, seconds=took())
@@ -548,10 +544,6 @@ def request_headers(launch: model.Launch, spec: Mapping[str, Any]) -> dict[str, 
 _PLACE = re.compile(r"\{\{\s*([A-Za-z0-9_.-]+)\s*\}\}")
 
 
-class TemplateError(ValueError):
-    """A placeholder names nothing in the payload."""
-
-
 def fill(template: str, payload: Any, *, quote: bool = False) -> str:
     """`template` with each `{{path}}` replaced by that value of the payload (a dotted
     path: `{{corral.nominal_time}}`); strings as they are, anything else as JSON;
@@ -561,7 +553,7 @@ def fill(template: str, payload: Any, *, quote: bool = False) -> str:
         found: Any = payload
         for key in match[1].split("."):
             if not isinstance(found, Mapping) or key not in found:
-                raise TemplateError(f"{{{{{match[1]}}}}} names nothing in the job's payload")
+                raise errors.TemplateError(f"{{{{{match[1]}}}}} names nothing in the job's payload")
             found = found[key]
         text = found if isinstance(found, str) else json.dumps(found)
         return urllib.parse.quote(text, safe="") if quote else text
@@ -741,7 +733,7 @@ class HttpExecutor:
                 if keys:
                     sign(headers, content, keys, self._clock.now())
                 request = request_stream(spec["method"], url, headers, content, self._body_bytes)
-            except TemplateError as exc:
+            except errors.TemplateError as exc:
                 outcome = Outcome(refused=f"template: {exc}")
             except UnicodeDecodeError:
                 outcome = Outcome(refused="a signed request's body must be UTF-8 text")

@@ -351,7 +351,7 @@ def normalise_spec(
     the field and the rule. It checks the fields only, not the object they make."""
     try:
         return _normalise(spec, cluster)
-    except pods.Refused as exc:
+    except errors.FieldRefused as exc:
         raise errors.InvalidInput(base.spec_error(kind, exc.field, exc.rule)) from None
 
 
@@ -366,7 +366,7 @@ def check_cluster_settings(k8s: config.KubernetesExecutorSettings) -> None:
             where = f"executors.kubernetes.placements.{name}.resources"
             _resources(placement.resources, where, cluster=k8s)
             pods.check_placement(name, placement, k8s)
-    except pods.Refused as exc:
+    except errors.FieldRefused as exc:
         raise errors.ConfigError(f"{exc.field}: {exc.rule}") from None
 
 
@@ -424,7 +424,7 @@ def _check_sidecar(
             sidecar["args"] = _args(sidecar["args"])
         if "resources" in sidecar:
             sidecar["resources"] = _resources(sidecar["resources"], cluster=k8s)
-    except pods.Refused as exc:
+    except errors.FieldRefused as exc:
         raise _bad(f"{where}.{exc.field}", exc.rule) from None
 
 
@@ -603,8 +603,8 @@ def whole_seconds(seconds: float) -> int:
     return max(1, math.ceil(seconds))
 
 
-def _bad(field: str, rule: str) -> pods.Refused:
-    return pods.Refused(field, rule)
+def _bad(field: str, rule: str) -> errors.FieldRefused:
+    return errors.FieldRefused(field, rule)
 
 
 def _command(command: Any) -> list[str]:
@@ -679,7 +679,7 @@ MAX_RESOURCES = "executors.kubernetes.max_resources"
 
 
 def _ceiling(ceiling: Mapping[str, str]) -> None:
-    """Refused (the setting named) unless each of `ceiling`'s names is a resource and
+    """FieldRefused (the setting named) unless each of `ceiling`'s names is a resource and
     each amount a quantity."""
     for name, amount in ceiling.items():
         if not _RESOURCE_NAME.match(name):
@@ -691,7 +691,7 @@ def _ceiling(ceiling: Mapping[str, str]) -> None:
 def _within_ceiling(
     resources: Mapping[str, Mapping[str, str]], ceiling: Mapping[str, str], field: str
 ) -> None:
-    """Refused when a request or a limit asks more of a resource than the ceiling
+    """FieldRefused when a request or a limit asks more of a resource than the ceiling
     (max_resources) allows. One flat number a resource bounds both: a request is at most
     its limit, so a ceiling for each would only say the same thing twice."""
     for part, amounts in resources.items():

@@ -46,7 +46,7 @@ import jsonschema
 import referencing
 import referencing.jsonschema
 
-from corral import config, model
+from corral import config, errors, model
 
 SUPPORTED_VERSIONS = ("1.31", "1.37")
 """The oldest and the newest Kubernetes version whose schemas every object is checked against."""
@@ -141,14 +141,6 @@ _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9
 _ENV_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
 
 
-class Refused(Exception):
-    """A spec field broke a rule; the executor words it (`kind spec: field: rule`)."""
-
-    def __init__(self, field: str, rule: str) -> None:
-        super().__init__(field, rule)
-        self.field, self.rule = field, rule
-
-
 # --- Kubernetes' schemas, part by part -------------------------------------------------------
 
 
@@ -181,16 +173,16 @@ def _validator(kind: str, version: str) -> jsonschema.protocols.Validator:
 
 def _kube_object(field: str, value: Any, kind: str) -> dict[str, Any]:
     if not isinstance(value, Mapping):
-        raise Refused(field, f"must be an object (a core/v1 {kind})")
+        raise errors.FieldRefused(field, f"must be an object (a core/v1 {kind})")
     if problem := schema_problem(dict(value), kind):
         where, rule = problem
-        raise Refused(f"{field}{where}", rule)
+        raise errors.FieldRefused(f"{field}{where}", rule)
     return dict(value)
 
 
 def _list(field: str, value: Any, what: str) -> list[Any]:
     if not isinstance(value, list):
-        raise Refused(field, f"must be a list of {what}")
+        raise errors.FieldRefused(field, f"must be a list of {what}")
     return value
 
 
@@ -198,7 +190,7 @@ def _list(field: str, value: Any, what: str) -> list[Any]:
 
 
 def normalise(spec: Mapping[str, Any], k8s: config.KubernetesExecutorSettings) -> dict[str, Any]:
-    """The pod fields of `spec` (those in FIELDS it holds), normalised; Refused names the
+    """The pod fields of `spec` (those in FIELDS it holds), normalised; FieldRefused names the
     field and the rule. `env` and `resources` stay kubernetes.py's, but for references."""
     out: dict[str, Any] = {}
     for field, check in FIELDS.items():
@@ -216,7 +208,7 @@ def normalise(spec: Mapping[str, Any], k8s: config.KubernetesExecutorSettings) -
 def _namespace(value: Any, k8s: config.KubernetesExecutorSettings) -> str:
     allowed = k8s.namespaces_allowed
     if not isinstance(value, str) or value not in allowed:
-        raise Refused(
+        raise errors.FieldRefused(
             "namespace",
             f"{value!r} is not allowed: a job may only run in one of"
             f" executors.kubernetes.namespaces ({', '.join(allowed)}; by default the configured"
@@ -231,21 +223,21 @@ def env_value(name: str, value: Any, field: str = "env") -> str | dict[str, Any]
     if isinstance(value, str):
         return value
     if not isinstance(value, Mapping) or len(set(value) & set(_ENV_REF)) != 1:
-        raise Refused(
+        raise errors.FieldRefused(
             f"{field}.{name}",
             'must be a string or {"secret": NAME, "key": KEY} or {"config_map": NAME, "key": KEY}',
         )
     [source] = set(value) & set(_ENV_REF)
     if unknown := sorted(set(value) - {source, "key", "optional"}):
-        raise Refused(
+        raise errors.FieldRefused(
             f"{field}.{name}", f"{unknown[0]}: unknown (allowed: {source}, key, optional)"
         )
     _object_name(f"{field}.{name}.{source}", value[source])
     key = value.get("key")
     if not isinstance(key, str) or not _ENV_KEY.match(key):
-        raise Refused(f"{field}.{name}.key", "required: the key in it, [-._a-zA-Z0-9]+")
+        raise errors.FieldRefused(f"{field}.{name}.key", "required: the key in it, [-._a-zA-Z0-9]+")
     if not isinstance(value.get("optional", False), bool):
-        raise Refused(f"{field}.{name}.optional", "must be true or false")
+        raise errors.FieldRefused(f"{field}.{name}.optional", "must be true or false")
     return dict(value)
 
 
@@ -267,18 +259,20 @@ def _env_from(
     for n, item in enumerate(_list(field, value, '{"config_map": NAME} or {"secret": NAME}')):
         where = f"{field}[{n}]"
         if not isinstance(item, Mapping) or len(set(item) & set(_ENV_FROM)) != 1:
-            raise Refused(where, 'must be {"config_map": NAME} or {"secret": NAME}')
+            raise errors.FieldRefused(where, 'must be {"config_map": NAME} or {"secret": NAME}')
         [source] = set(item) & set(_ENV_FROM)
         if unknown := sorted(set(item) - {source, "prefix", "optional"}):
-            raise Refused(where, f"{unknown[0]}: unknown (allowed: {source}, prefix, optional)")
+            raise errors.FieldRefused(
+                where, f"{unknown[0]}: unknown (allowed: {source}, prefix, optional)"
+            )
         _object_name(f"{where}.{source}", item[source])
         prefix = item.get("prefix", "")
         if not isinstance(prefix, str) or (prefix and not _ENV_KEY.match(prefix)):
-            raise Refused(f"{where}.prefix", "must be a string of [-._a-zA-Z0-9]")
+            raise errors.FieldRefused(f"{where}.prefix", "must be a string of [-._a-zA-Z0-9]")
         if prefix.startswith("CORRAL_"):
-            raise Refused(f"{where}.prefix", "names starting CORRAL_ are set by corral")
+            raise errors.FieldRefused(f"{where}.prefix", "names starting CORRAL_ are set by corral")
         if not isinstance(item.get("optional", False), bool):
-            raise Refused(f"{where}.optional", "must be true or false")
+            raise errors.FieldRefused(f"{where}.optional", "must be true or false")
         out.append(dict(item))
     return out
 
@@ -304,7 +298,7 @@ def _volumes(value: Any, k8s: config.KubernetesExecutorSettings) -> list[dict[st
         volume = _kube_object(f"volumes[{n}]", item, "Volume")
         name = str(volume.get("name", ""))
         if not _DNS_LABEL.match(name) or name.startswith(RESERVED_PREFIX) or name in names:
-            raise Refused(
+            raise errors.FieldRefused(
                 f"volumes[{n}].name",
                 f"{name!r}: a unique DNS-1123 label, not starting {RESERVED_PREFIX!r} (corral's)",
             )
@@ -312,7 +306,7 @@ def _volumes(value: Any, k8s: config.KubernetesExecutorSettings) -> list[dict[st
         types = set(volume) - {"name"}
         allowed = _volume_types(k8s.pod_security)
         if bad := sorted(t for t in types if t not in allowed):
-            raise Refused(
+            raise errors.FieldRefused(
                 f"volumes[{n}]",
                 f"{bad[0]} volumes are not allowed under Pod Security {k8s.pod_security!r}"
                 f" (executors.kubernetes.pod_security); allowed: {', '.join(sorted(allowed))}",
@@ -337,14 +331,18 @@ def _volume_mounts(
         mount = _kube_object(f"{field}[{n}]", item, "VolumeMount")
         path = str(mount.get("mountPath", ""))
         if path.rstrip("/") == RESERVED_DIR or path.startswith(RESERVED_DIR + "/"):
-            raise Refused(f"{field}[{n}].mountPath", f"{RESERVED_DIR} is corral's (the payload)")
+            raise errors.FieldRefused(
+                f"{field}[{n}].mountPath", f"{RESERVED_DIR} is corral's (the payload)"
+            )
         out.append(mount)
     return out
 
 
 def _mounted(field: str, mount: Mapping[str, Any], volumes: set[str]) -> None:
     if mount.get("name") not in volumes:
-        raise Refused(f"{field}.name", f"{mount.get('name')!r} is not one of the spec's volumes")
+        raise errors.FieldRefused(
+            f"{field}.name", f"{mount.get('name')!r} is not one of the spec's volumes"
+        )
 
 
 def _image_pull_secrets(value: Any, k8s: config.KubernetesExecutorSettings) -> list[str]:
@@ -370,10 +368,12 @@ def security_context(
     of the settings, and the whole against Kubernetes' schema."""
     allowed = POD_CONTEXT_FIELDS if pod else CONTAINER_CONTEXT_FIELDS
     if isinstance(value, Mapping) and (unknown := sorted(set(value) - set(allowed))):
-        raise Refused(f"{field}.{unknown[0]}", f"may not be set (allowed: {', '.join(allowed)})")
+        raise errors.FieldRefused(
+            f"{field}.{unknown[0]}", f"may not be set (allowed: {', '.join(allowed)})"
+        )
     context = _kube_object(field, value, "PodSecurityContext" if pod else "SecurityContext")
     for key, rule in context_problems(context, k8s.pod_security):
-        raise Refused(
+        raise errors.FieldRefused(
             f"{field}.{key}",
             f"{rule} under Pod Security {k8s.pod_security!r} (executors.kubernetes.pod_security)",
         )
@@ -412,16 +412,20 @@ def _affinity(value: Any, k8s: config.KubernetesExecutorSettings) -> dict[str, A
 
 def _annotations(value: Any, k8s: config.KubernetesExecutorSettings) -> dict[str, str]:
     if not isinstance(value, Mapping):
-        raise Refused("annotations", "must be an object of key: value strings")
+        raise errors.FieldRefused("annotations", "must be an object of key: value strings")
     for key, text in value.items():
         if not isinstance(key, str) or (problem := model.label_problem(key, "")):
-            raise Refused("annotations", (problem or repr(key)).replace("label key", "key"))
+            raise errors.FieldRefused(
+                "annotations", (problem or repr(key)).replace("label key", "key")
+            )
         if key.startswith(model.LABEL_PREFIX):
-            raise Refused(f"annotations.{key}", f"the prefix {model.LABEL_PREFIX!r} is corral's")
+            raise errors.FieldRefused(
+                f"annotations.{key}", f"the prefix {model.LABEL_PREFIX!r} is corral's"
+            )
         if not isinstance(text, str):
-            raise Refused(f"annotations.{key}", "the value must be a string")
+            raise errors.FieldRefused(f"annotations.{key}", "the value must be a string")
     if sum(len(k) + len(v.encode()) for k, v in value.items()) > ANNOTATIONS_BYTES // 2:
-        raise Refused(
+        raise errors.FieldRefused(
             "annotations",
             f"more than {ANNOTATIONS_BYTES // 2} bytes (half the API server's limit: the rest"
             " is corral's)",
@@ -434,14 +438,16 @@ def _sidecars(value: Any, k8s: config.KubernetesExecutorSettings) -> list[dict[s
     for n, item in enumerate(_list("sidecars", value, "containers (name, image, command...)")):
         where = f"sidecars[{n}]"
         if not isinstance(item, Mapping):
-            raise Refused(where, "must be an object (name, image, command, ...)")
+            raise errors.FieldRefused(where, "must be an object (name, image, command, ...)")
         if unknown := sorted(set(item) - set(SIDECAR_FIELDS)):
-            raise Refused(
+            raise errors.FieldRefused(
                 f"{where}.{unknown[0]}", f"unknown field (allowed: {', '.join(SIDECAR_FIELDS)})"
             )
         name = item.get("name")
         if not isinstance(name, str) or not _DNS_LABEL.match(name) or name in names:
-            raise Refused(f"{where}.name", f"{name!r}: a unique DNS-1123 label, not {MAIN!r}")
+            raise errors.FieldRefused(
+                f"{where}.name", f"{name!r}: a unique DNS-1123 label, not {MAIN!r}"
+            )
         names.add(name)
         out.append(_sidecar(where, item, k8s))
     return out
@@ -453,13 +459,13 @@ def _sidecar(
     sidecar: dict[str, Any] = {"name": item["name"]}
     for key in ("image", "command"):
         if key not in item:
-            raise Refused(f"{where}.{key}", "required")
+            raise errors.FieldRefused(f"{where}.{key}", "required")
     for key, value in item.items():
         if key in ("name",):
             continue
         if key == "env":
             if not isinstance(value, Mapping):
-                raise Refused(f"{where}.env", "must be an object of NAME: value")
+                raise errors.FieldRefused(f"{where}.env", "must be an object of NAME: value")
             sidecar["env"] = {
                 str(k): env_value(str(k), v, f"{where}.env") for k, v in value.items()
             }
@@ -493,7 +499,7 @@ FIELDS: dict[str, Callable[[Any, config.KubernetesExecutorSettings], Any]] = {
 
 def _object_name(field: str, name: Any) -> None:
     if not isinstance(name, str) or not _DNS_SUBDOMAIN.match(name) or len(name) > 253:
-        raise Refused(field, f"{name!r} is not an object name (a DNS-1123 subdomain)")
+        raise errors.FieldRefused(field, f"{name!r} is not an object name (a DNS-1123 subdomain)")
 
 
 # --- the pod ---------------------------------------------------------------------------------
@@ -605,7 +611,7 @@ def sidecar(spec: Mapping[str, Any], k8s: config.KubernetesExecutorSettings) -> 
 def check_placement(
     name: str, placement: config.Placement, k8s: config.KubernetesExecutorSettings
 ) -> None:
-    """Refused (its field named as a setting) when a placement class's security contexts
+    """FieldRefused (its field named as a setting) when a placement class's security contexts
     break the Pod Security level or are not Kubernetes'."""
     where = f"executors.kubernetes.placements.{name}"
     security_context(f"{where}.pod_security_context", placement.pod_security_context, k8s, pod=True)

@@ -11,9 +11,8 @@ from corral.sinks.checkpoint import (
     save_checkpoint,
     save_checkpoint_async,
 )
-from corral.sinks.fence import StaleFenceError, Writer, writer
+from corral.sinks.fence import Writer, writer
 from corral.sinks.publish import (
-    AuditFailed,
     MinRows,
     Publisher,
     UniqueKeys,
@@ -24,11 +23,9 @@ from corral.sinks.publish import (
 from corral.sinks.table import FencedTable, UpsertResult, add_fence_columns, fence_columns
 
 __all__ = [
-    "AuditFailed",
     "FencedTable",
     "MinRows",
     "Publisher",
-    "StaleFenceError",
     "UniqueKeys",
     "UpsertResult",
     "Writer",

@@ -13,15 +13,6 @@ from corral.worker import current_attempt
 T = TypeVar("T")
 
 
-class StaleFenceError(errors.StaleFence):
-    """Raised by a sink in strict mode when a newer attempt has already written there."""
-
-    def __init__(self, message: str, *, fence: int, newer: int) -> None:
-        super().__init__(message)
-        self.fence = fence
-        self.newer = newer
-
-
 @dataclass(frozen=True, slots=True)
 class Writer:
     """The attempt a write comes from."""

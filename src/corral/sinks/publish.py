@@ -40,7 +40,6 @@ import fsspec
 
 from corral import clock, config, errors, model
 from corral.sinks.fence import (
-    StaleFenceError,
     Writer,
     run_blocking,
     store_for,
@@ -52,14 +51,6 @@ from corral.worker.api import ApiReach, AttemptApi
 STAGING = "_staging"
 Audit = Callable[[str], str | None]
 """A check of a staging folder (its URL): None when it passes, else what is wrong."""
-
-
-class AuditFailed(errors.CorralError):
-    """Raised when a staged output fails an audit: nothing was published."""
-
-    def __init__(self, dataset: str, problems: Sequence[str]) -> None:
-        super().__init__(f"{dataset}: not published: " + "; ".join(problems))
-        self.problems = list(problems)
 
 
 def rows_of(folder: str | Path) -> Iterator[dict[str, Any]]:
@@ -182,10 +173,10 @@ class Publisher:
         staged = self.staging
         problems = await asyncio.to_thread(self._audit, staged, audits)
         if problems:
-            raise AuditFailed(self.dataset, problems)
+            raise errors.AuditFailed(self.dataset, problems)
         swapped = await self._swap()
         if not isinstance(swapped, model.Pointer):
-            raise StaleFenceError(
+            raise errors.StaleFenceError(
                 f"{self.dataset}: not published: fence {swapped} published it already,"
                 f" newer than (or the same as) this attempt's {self.writer.fence}",
                 fence=self.writer.fence,

@@ -31,7 +31,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 
 from corral import errors
-from corral.sinks.fence import StaleFenceError, Writer, writer
+from corral.sinks.fence import Writer, writer
 
 FENCE, CODE_VERSION = "fence", "code_version"
 
@@ -129,7 +129,7 @@ class FencedTable:
                     sa.select(sa.func.max(self.table.c[FENCE])).where(self._keys_in(batch))
                 ).scalar_one()
                 conn.rollback()
-                raise StaleFenceError(
+                raise errors.StaleFenceError(
                     f"{self.table.name}: {refused} of {len(batch)} rows hold fence {newest},"
                     f" newer than this attempt's {who.fence}; nothing was written",
                     fence=who.fence,

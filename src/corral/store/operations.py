@@ -4,7 +4,7 @@ A preview counts the jobs a filter matches for a tenant (only those the action c
 quarantined jobs for retry and discard, jobs not ended for cancel) and shows some of their
 ids. Making the operation runs the same query again, in one transaction with the insert of
 the operation and of one item a matched job, so the snapshot is exactly what was counted;
-when the count is not what the person confirmed (`expect`), nothing is made (Changed).
+when the count is not what the person confirmed (`expect`), nothing is made (CountChanged).
 
 A step takes the next batch of items not done, in job id order, and applies the action to
 each job through the same transitions one job's retry, discard or cancel goes through, in
@@ -32,16 +32,6 @@ MAX_JOBS = 100_000
 """The most jobs one preview counts and one operation takes."""
 SAMPLE = 20
 """How many ids a preview shows."""
-
-
-class Changed(errors.Conflict):
-    """Raised when the filter matches another number of jobs than the person confirmed."""
-
-    def __init__(self, count: int, expected: int) -> None:
-        super().__init__(
-            f"expect: the filter now matches {count} jobs, not {expected}; preview again"
-        )
-        self.count = count
 
 
 @dataclass(slots=True)
@@ -122,7 +112,7 @@ def operation_create(
     now: datetime,
 ) -> model.Operation:
     """Make an operation on the snapshot of the jobs the action would touch now: one item
-    a job, taken by the preview's query in this transaction. Raises Changed (nothing made)
+    a job, taken by the preview's query in this transaction. Raises CountChanged (nothing made)
     when their number is not `expect`, InvalidInput when it is past MAX_JOBS."""
     made = conn.execute(
         insert(operations).values(
@@ -154,7 +144,7 @@ def operation_create(
     if taken > MAX_JOBS:
         raise _too_many()
     if expect is not None and taken != expect:
-        raise Changed(taken, expect)
+        raise errors.CountChanged(taken, expect)
     ended = {"state": S.SUCCEEDED, "finished_at": now} if taken == 0 else {}
     conn.execute(
         update(operations).where(operations.c.id == operation_id).values(total=taken, **ended)

@@ -16,7 +16,8 @@ from fastapi.staticfiles import StaticFiles
 from starlette.responses import RedirectResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from corral.web import auth, bulk, live, overview, pages
+from corral import errors
+from corral.web import auth, bulk, overview, pages
 
 __all__ = ["mount"]
 
@@ -82,23 +83,23 @@ def mount(app: FastAPI) -> None:
     async def ui_root() -> Response:
         return RedirectResponse("/ui/", 307)
 
-    @app.exception_handler(auth.NeedSignIn)
-    async def need_sign_in(request: Request, exc: auth.NeedSignIn) -> Response:
+    @app.exception_handler(errors.NeedSignIn)
+    async def need_sign_in(request: Request, exc: errors.NeedSignIn) -> Response:
         to = auth.sign_in_url(exc.back)
         if request.headers.get("hx-request"):  # htmx follows this header, not a redirect
             return Response(status_code=401, headers={"HX-Redirect": to})
         return RedirectResponse(to, 303)
 
-    @app.exception_handler(auth.Forbidden)
-    async def forbidden(request: Request, exc: auth.Forbidden) -> Response:
+    @app.exception_handler(errors.Forbidden)
+    async def forbidden(request: Request, exc: errors.Forbidden) -> Response:
         return pages.page(request, "error.html", None, status=403, title="Refused", said=str(exc))
 
-    @app.exception_handler(live.TooMany)
-    async def too_many(request: Request, exc: live.TooMany) -> Response:
+    @app.exception_handler(errors.TooManyStreams)
+    async def too_many(request: Request, exc: errors.TooManyStreams) -> Response:
         shown = pages.page(request, "error.html", None, status=429, title="Busy", said=str(exc))
         shown.headers["Retry-After"] = "5"
         return shown
 
-    @app.exception_handler(pages.Missing)
-    async def missing(request: Request, exc: pages.Missing) -> Response:
+    @app.exception_handler(errors.PageMissing)
+    async def missing(request: Request, exc: errors.PageMissing) -> Response:
         return pages.page(request, "error.html", None, status=404, title="Not found", said=str(exc))

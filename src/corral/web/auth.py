@@ -24,24 +24,11 @@ from urllib.parse import parse_qs, quote
 from fastapi import Depends, Request
 from starlette.responses import Response
 
-from corral import client, model, proxies
+from corral import client, errors, model, proxies
 
 COOKIE = "corral_session"
 SIGN_IN_COOKIE = "corral_sign_in"
 CSRF_HEADER = "x-csrf-token"
-
-
-class NeedSignIn(Exception):
-    """Raised when a page is asked for without a valid session: to the sign-in page."""
-
-    def __init__(self, back: str) -> None:
-        super().__init__(back)
-        self.back = back
-
-
-class Forbidden(Exception):
-    """Raised when the session's role may not do what was asked, or a form came without
-    the session's CSRF token: 403."""
 
 
 SIGN_IN_WINDOW = 60.0
@@ -138,7 +125,7 @@ async def session(request: Request) -> model.WebSession:
     found = await client_of(request).session(request.cookies.get(COOKIE, ""))
     if found is None:
         back = request.url.path + (f"?{request.url.query}" if request.url.query else "")
-        raise NeedSignIn(back)
+        raise errors.NeedSignIn(back)
     return found
 
 
@@ -148,7 +135,7 @@ async def acting(request: Request, who: Annotated[model.WebSession, Depends(sess
     form = await form_of(request)
     check_csrf(request, who, form)
     if not who.role.allows(model.Role.OPERATOR):
-        raise Forbidden(f"a {who.role} may look but not act; it takes an operator")
+        raise errors.Forbidden(f"a {who.role} may look but not act; it takes an operator")
     return Acting(who, form)
 
 
@@ -157,7 +144,7 @@ def check_csrf(request: Request, who: model.WebSession, form: Form) -> None:
     the form's `csrf` field)."""
     given = request.headers.get(CSRF_HEADER) or form.get("csrf", "")
     if not secrets.compare_digest(given.encode(), who.csrf.encode()):
-        raise Forbidden("the form's CSRF token is missing or wrong: reload the page")
+        raise errors.Forbidden("the form's CSRF token is missing or wrong: reload the page")
 
 
 class Acting:

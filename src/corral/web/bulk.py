@@ -17,10 +17,9 @@ from fastapi import Path as PathParam
 from starlette.responses import Response
 
 from corral import client, errors, model
-from corral.store.operations import Changed
 from corral.web import auth, live
 from corral.web.auth import Operator, Viewer
-from corral.web.pages import MAX_ID, Missing, audit, back, page, render
+from corral.web.pages import MAX_ID, audit, back, page, render
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
 OperationId = Annotated[int, PathParam(ge=1, le=MAX_ID)]
@@ -61,7 +60,7 @@ async def _preview(
     """The preview page of a bulk action on the filters in `form`, with its confirm form
     (for an operator); `said` tells why it is shown again."""
     if not who.role.allows(model.Role.OPERATOR):
-        raise auth.Forbidden(f"a {who.role} may look but not act; it takes an operator")
+        raise errors.Forbidden(f"a {who.role} may look but not act; it takes an operator")
     given = {k: form.get(k, "") for k in FIELDS}
     seen, doing, wrong = None, "", ""
     try:
@@ -109,7 +108,7 @@ async def operation_start(request: Request, acting: Operator) -> Response:
             made_by=f"{who.name} (dashboard)",
             token_id=who.token_id,
         )
-    except Changed as changed:
+    except errors.CountChanged as changed:
         said = f"The filters now match {changed.count:,} jobs, not {expect:,}: confirm again."
         return await _preview(request, who, form, status=409, said=said)
     except errors.InvalidInput as exc:
@@ -134,9 +133,9 @@ async def _visible(c: client.Client, who: model.WebSession, operation_id: int) -
     try:
         op = await c.operation(operation_id)
     except errors.NotFound:
-        raise Missing(f"no operation {operation_id}") from None
+        raise errors.PageMissing(f"no operation {operation_id}") from None
     if who.tenant is not None and op.tenant != who.tenant:
-        raise Missing(f"no operation {operation_id}")
+        raise errors.PageMissing(f"no operation {operation_id}")
     return op
 
 

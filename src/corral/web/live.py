@@ -26,6 +26,7 @@ from fastapi import Request
 from sse_starlette.sse import EventSourceResponse
 from starlette.background import BackgroundTask
 
+from corral import errors
 from corral.web import auth
 
 POLL = 0.5
@@ -36,10 +37,6 @@ MAX_STREAMS = 100
 """The most dashboard streams one process serves at once; one more is refused (429)."""
 RETRY_MS = 2000
 """How long a browser waits before it connects again after a stream ended."""
-
-
-class TooMany(Exception):
-    """Raised when a stream is asked for while MAX_STREAMS are open: 429."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +78,7 @@ class Slots:
 def stream(request: Request, look: Look, draw: Draw, *, every: float = POLL) -> EventSourceResponse:
     """The stream of a page: its parts drawn now, then again each time `look` (asked every
     `every` seconds) gives something else, until the subject stops changing, the session
-    ends, the client leaves or MAX_SECONDS pass. TooMany when the process serves
+    ends, the client leaves or MAX_SECONDS pass. TooManyStreams when the process serves
     MAX_STREAMS already."""
     state = request.app.state
     slots = getattr(state, "live_slots", None)
@@ -89,7 +86,9 @@ def stream(request: Request, look: Look, draw: Draw, *, every: float = POLL) -> 
         slots = state.live_slots = Slots(MAX_STREAMS)
     give_back = slots.take()
     if give_back is None:
-        raise TooMany(f"{slots.limit} live pages are open already: this one updates later")
+        raise errors.TooManyStreams(
+            f"{slots.limit} live pages are open already: this one updates later"
+        )
     pushes = _Pushes(request, look, draw, every)
 
     async def held() -> AsyncIterator[dict[str, Any]]:

@@ -54,10 +54,6 @@ templates.filters["when"] = lambda at: at.strftime("%Y-%m-%d %H:%M:%S UTC") if a
 templates.filters["count"] = lambda n: f"{n:,}"
 
 
-class Missing(Exception):
-    """Raised when a page is asked for what does not exist, or is another tenant's: 404."""
-
-
 def page(request: Request, name: str, who: model.WebSession | None, **values: Any) -> Response:
     """Template `name` as an HTML answer, with the session (for its CSRF token and role)."""
     status = values.pop("status", 200)
@@ -119,9 +115,9 @@ async def visible_job(c: client.Client, who: model.WebSession, job_id: int) -> c
     try:
         view = await c.job(job_id)
     except errors.NotFound:
-        raise Missing(f"no job {job_id}") from None
+        raise errors.PageMissing(f"no job {job_id}") from None
     if not auth.sees(who, view.job.tenant):
-        raise Missing(f"no job {job_id}")
+        raise errors.PageMissing(f"no job {job_id}")
     return view
 
 
@@ -166,7 +162,7 @@ async def sign_in(request: Request) -> Response:
     if not pairing or not secrets.compare_digest(
         form.get("pairing", "").encode(), pairing.encode()
     ):
-        raise auth.Forbidden("the sign-in form is stale: reload the page")
+        raise errors.Forbidden("the sign-in form is stale: reload the page")
     c, limits = auth.client_of(request), request.app.state.sign_ins
     client, user = auth.address_of(request), form.get("name", "")
     user = "" if form.get("token") else user
@@ -302,7 +298,7 @@ async def job_submit(request: Request, acting: Operator) -> Response:
     if not command:
         return back("/ui/jobs", "command-missing")
     if (why := tenancy.refusal(c.settings.tenants, tenant, "process")) is not None:
-        raise auth.Forbidden(why)
+        raise errors.Forbidden(why)
     try:
         job = c.new_job(
             spec={"command": ["sh", "-c", command]},
@@ -392,7 +388,7 @@ _ACTIONS = {
 async def job_change(request: Request, acting: Operator, job_id: JobId, action: str) -> Response:
     """Cancel a job, or retry or discard a quarantined one; back to where the form was."""
     if action not in _ACTIONS:
-        raise Missing(f"no action {action!r}")
+        raise errors.PageMissing(f"no action {action!r}")
     c, who = auth.client_of(request), acting.who
     view = await visible_job(c, who, job_id)
     reason = f"{action} on the dashboard by {who.name}"
@@ -448,13 +444,13 @@ async def schedule_change(
 ) -> Response:
     c, who = auth.client_of(request), acting.who
     if action not in ("pause", "resume") or not auth.sees(who, tenant):
-        raise Missing(f"no schedule {name!r}")
+        raise errors.PageMissing(f"no schedule {name!r}")
     try:
         if action == "pause":
             await c.schedule_pause(name, tenant=tenant)
         else:
             await c.schedule_resume(name, tenant=tenant)
     except errors.NotFound:
-        raise Missing(f"no schedule {name!r}") from None
+        raise errors.PageMissing(f"no schedule {name!r}") from None
     await audit(c, who, f"schedules.{action}", name, tenant)
     return back("/ui/schedules", "schedule-changed", name=name, did=f"{action}d")

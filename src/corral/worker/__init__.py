@@ -31,14 +31,7 @@ from typing import Any, TypeVar
 from corral import client, config, errors, runtime, store
 from corral.worker.api import ApiReach, AttemptApi, api_reach
 from corral.worker.app import App, Fresh, Pinned, Task, load_app
-from corral.worker.runner import (
-    PermanentError,
-    Stopped,
-    TaskContext,
-    Worker,
-    current_task,
-    in_task,
-)
+from corral.worker.runner import TaskContext, Worker, current_task, in_task
 
 log = logging.getLogger("corral.worker")
 T = TypeVar("T")
@@ -254,9 +247,7 @@ __all__ = [
     "App",
     "CurrentAttempt",
     "Fresh",
-    "PermanentError",
     "Pinned",
-    "Stopped",
     "Task",
     "TaskContext",
     "Worker",

@@ -66,16 +66,6 @@ class StopReason(StrEnum):
     DEADLINE = "timed out"  # its attempt's deadline passed
 
 
-class PermanentError(Exception):
-    """Raise it from a task when retrying cannot help: the job is quarantined at once."""
-
-
-class Stopped(Exception):
-    """Raise it from a task that saw `ctx.stopping` and saved its checkpoint: at shutdown
-    its job is handed back, not charged, to resume elsewhere; after a cancel, nothing is
-    recorded (the cancel was). Returning normally instead counts as done."""
-
-
 @dataclass(slots=True)
 class TaskContext:
     """What a running task may know and do: which attempt it is, whether it is asked to
@@ -466,7 +456,7 @@ class Worker:
         (this worker's own cancellation)."""
         attempt, ctx = run.claimed.attempt, run.ctx
         fence = attempt.id
-        if isinstance(exc, asyncio.CancelledError | Stopped) and ctx.stopping.is_set():
+        if isinstance(exc, asyncio.CancelledError | errors.Stopped) and ctx.stopping.is_set():
             if ctx.why is StopReason.SHUTDOWN:
                 self._back.append(run)  # unfinished: _drain hands it back
             return None
@@ -477,9 +467,9 @@ class Worker:
             return None
         if isinstance(exc, errors.InvalidInput):  # the payload does not fit: no retry helps
             return _failed(fence, str(exc), FC.PERMANENT, started, fresh, self.clock)
-        if isinstance(exc, PermanentError):
+        if isinstance(exc, errors.PermanentError):
             return _failed(fence, _said(exc), FC.PERMANENT, started, fresh, self.clock, exc)
-        if isinstance(exc, Stopped):  # raised though nothing asked it to stop
+        if isinstance(exc, errors.Stopped):  # raised though nothing asked it to stop
             why = "raised Stopped, but nothing had asked it to stop"
             return _failed(fence, why, None, started, fresh, self.clock, exc)
         if isinstance(exc, Exception):  # a task's own failure (its own timeouts included)
@@ -785,4 +775,4 @@ def _failed(
     )
 
 
-__all__ = ["PermanentError", "Stopped", "TaskContext", "Worker", "current_task", "in_task"]
+__all__ = ["TaskContext", "Worker", "current_task", "in_task"]
