@@ -110,19 +110,35 @@ class Alerter:
         )
         cursor, read = got.cursor, got.events
         if cursor is None:
-            start = await self.store.event_newest()
-            await self.store.alert_write(
-                name=self.name, read_from=0, read_to=start, messages=[], digested=[], now=now
-            )
-            log.info("alerter %s: alerts on what happens after event %d", self.name, start)
+            await self._start(now)
             return 0
         upto = self._in_order(cursor, read)
         if upto == cursor:
             return 0
         found = [(e, j) for e, j in read.found if e.id <= upto]
-        muted = frozenset(got.muted)
+        made = await self._plan_batch(cursor, upto, found, read, frozenset(got.muted))
+        wrote = await self._write(cursor, upto, made, now)
+        return len(read.ids) if wrote else 0
+
+    async def _start(self, now: datetime) -> None:
+        """Set a first alerter's cursor at the newest event."""
+        start = await self.store.event_newest()
+        await self.store.alert_write(
+            name=self.name, read_from=0, read_to=start, messages=[], digested=[], now=now
+        )
+        log.info("alerter %s: alerts on what happens after event %d", self.name, start)
+
+    async def _plan_batch(
+        self,
+        cursor: int,
+        upto: int,
+        found: list[tuple[model.Event, JobFacts | None]],
+        read: EventsRead,
+        muted: frozenset[str],
+    ) -> rules.Plan:
+        """What the events in (cursor, upto] make. A subject a failure of this batch opened
+        hears of its successes in it too, though the batch read no success of it."""
         made = await self._plan(found, muted)
-        # A subject a failure of this batch opened hears of its successes in it too.
         opened = {k[1] for k, v in made.standing.items() if v.owes_recovery or v.streak}
         if opened - read.open:
             more = await self.store.alert_successes(
@@ -130,6 +146,11 @@ class Alerter:
             )
             if more:
                 made = await self._plan(sorted([*found, *more], key=lambda f: f[0].id), muted)
+        return made
+
+    async def _write(self, cursor: int, upto: int, made: rules.Plan, now: datetime) -> bool:
+        """Write what the events in (cursor, upto] made as the cursor moves to `upto`:
+        False when another alerter moved it first (it wrote them)."""
         messages, digested = made.messages, made.digested
         wrote = await self.store.alert_write(
             name=self.name,
@@ -151,7 +172,7 @@ class Alerter:
                 len(messages),
                 len(digested),
             )
-        return len(read.ids) if wrote else 0
+        return wrote
 
     async def _plan(
         self, found: list[tuple[model.Event, JobFacts | None]], muted: frozenset[str]

@@ -10,7 +10,7 @@ import email.utils
 import hashlib
 import json
 import urllib.parse
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
@@ -72,61 +72,7 @@ def _about(subject: str) -> str:
 def render(alert: Alert, base_url: str | None = None) -> Rendered:
     """The words of a message (pure): what happened, to what, the job and its last
     attempt's class and message, and a link to the job under `base_url`."""
-    d = alert.details
-    about = _about(alert.subject)
-    if alert.kind == "digest":
-        count = int(d.get("count", 0))
-        causes = "/".join(d.get("causes", []))
-        title = f"[corral] {count} more {causes} in {about} since {_when(d.get('since'))}"
-        named = [f"job {j}" for j in d.get("jobs", [])]
-        rest = count - len(named)
-        lines = (
-            ["Jobs: " + ", ".join(named) + (f" and {rest} more" if rest > 0 else "")]
-            if named
-            else [f"Rule {alert.rule}: {count} more, each of no job."]
-        )
-    elif alert.kind == "recovered":
-        title = f"[corral] recovered: {about} (job {alert.job_id} succeeded)"
-        lines = [f"Rule {alert.rule}: {about} succeeded again after failures."]
-    elif alert.kind == "test":
-        title = f"[corral] test message for channel {alert.channel}"
-        lines = ["If you read this, corral can reach you here."]
-    elif alert.cause == "consecutive_failures":
-        title = f"[corral] {d.get('streak')} failures in a row in {about} (job {alert.job_id})"
-        lines = [
-            f"Rule {alert.rule}: {d.get('streak')} jobs in a row ended without succeeding.",
-            f"The last: job {alert.job_id}, {d.get('failure_class') or 'no class'}:"
-            f" {d.get('reason')}",
-            f"At: {_when(d.get('at'))}",
-        ]
-    elif alert.cause == "schedule_late":
-        late = float(d.get("late_seconds") or 0)
-        title = f"[corral] {about}: a firing started {late:g}s late (job {alert.job_id})"
-        lines = [
-            f"Rule {alert.rule}: job {alert.job_id} of {about} started {late:g}s after its"
-            f" nominal time, in queue {d.get('queue')}.",
-            f"Started: {_when(d.get('at'))}",
-        ]
-    elif alert.cause in ("schedule_missed", "refused"):
-        what = "were refused" if alert.cause == "refused" else "did not run"
-        title = f"[corral] {about}: nominal times {what}"
-        lines = [f"Rule {alert.rule}: {d.get('reason')}", f"At: {_when(d.get('at'))}"]
-    else:
-        title = f"[corral] {alert.cause}: job {alert.job_id} in {about}"
-        lines = [
-            f"Rule {alert.rule}: {alert.cause}.",
-            f"Job {alert.job_id}, queue {d.get('queue')}, tenant {d.get('tenant')}"
-            + (f", schedule {d['schedule']}" if d.get("schedule") else "")
-            + f", executor {d.get('executor')}",
-            *([f"Runs: {d['what']}"] if d.get("what") else []),
-            f"Last attempt: {d.get('failure_class') or 'no class'}: {d.get('reason')}",
-            *(
-                [f"Attempt {d['attempt']}: {d['attempt_reason']}"]
-                if d.get("attempt") and d.get("attempt_reason")
-                else []
-            ),
-            f"At: {_when(d.get('at'))}",
-        ]
+    title, lines = _words(alert, _about(alert.subject))
     link = _link(alert, base_url)
     body = {
         "type": f"corral.alert.{alert.kind}",
@@ -136,10 +82,97 @@ def render(alert: Alert, base_url: str | None = None) -> Rendered:
         "subject": alert.subject,
         "job_id": alert.job_id,
         "title": title,
-        "details": dict(d),
+        "details": dict(alert.details),
         "link": link,
     }
     return Rendered(title, tuple(lines), link, alert.dedupe_key, body)
+
+
+_Words = tuple[str, list[str]]
+"""A message's title and its lines."""
+
+
+def _words(alert: Alert, about: str) -> _Words:
+    """What a message says, by its kind (a digest, a recovery, a test) and else its cause."""
+    if alert.kind == "digest":
+        return _digest(alert, about)
+    if alert.kind == "recovered":
+        title = f"[corral] recovered: {about} (job {alert.job_id} succeeded)"
+        return title, [f"Rule {alert.rule}: {about} succeeded again after failures."]
+    if alert.kind == "test":
+        title = f"[corral] test message for channel {alert.channel}"
+        return title, ["If you read this, corral can reach you here."]
+    return _BY_CAUSE.get(alert.cause, _failed)(alert, about)
+
+
+def _digest(alert: Alert, about: str) -> _Words:
+    """The news a throttle held back: how many, of which causes, and the jobs it names."""
+    d = alert.details
+    count = int(d.get("count", 0))
+    causes = "/".join(d.get("causes", []))
+    title = f"[corral] {count} more {causes} in {about} since {_when(d.get('since'))}"
+    named = [f"job {j}" for j in d.get("jobs", [])]
+    rest = count - len(named)
+    if not named:
+        return title, [f"Rule {alert.rule}: {count} more, each of no job."]
+    return title, ["Jobs: " + ", ".join(named) + (f" and {rest} more" if rest > 0 else "")]
+
+
+def _streak(alert: Alert, about: str) -> _Words:
+    d = alert.details
+    title = f"[corral] {d.get('streak')} failures in a row in {about} (job {alert.job_id})"
+    return title, [
+        f"Rule {alert.rule}: {d.get('streak')} jobs in a row ended without succeeding.",
+        f"The last: job {alert.job_id}, {d.get('failure_class') or 'no class'}: {d.get('reason')}",
+        f"At: {_when(d.get('at'))}",
+    ]
+
+
+def _late(alert: Alert, about: str) -> _Words:
+    d = alert.details
+    late = float(d.get("late_seconds") or 0)
+    title = f"[corral] {about}: a firing started {late:g}s late (job {alert.job_id})"
+    return title, [
+        f"Rule {alert.rule}: job {alert.job_id} of {about} started {late:g}s after its"
+        f" nominal time, in queue {d.get('queue')}.",
+        f"Started: {_when(d.get('at'))}",
+    ]
+
+
+def _not_run(alert: Alert, about: str) -> _Words:
+    d = alert.details
+    what = "were refused" if alert.cause == "refused" else "did not run"
+    title = f"[corral] {about}: nominal times {what}"
+    return title, [f"Rule {alert.rule}: {d.get('reason')}", f"At: {_when(d.get('at'))}"]
+
+
+def _failed(alert: Alert, about: str) -> _Words:
+    """A job's own news (failed, quarantined, ...): the job, where it ran, and why."""
+    d = alert.details
+    title = f"[corral] {alert.cause}: job {alert.job_id} in {about}"
+    return title, [
+        f"Rule {alert.rule}: {alert.cause}.",
+        f"Job {alert.job_id}, queue {d.get('queue')}, tenant {d.get('tenant')}"
+        + (f", schedule {d['schedule']}" if d.get("schedule") else "")
+        + f", executor {d.get('executor')}",
+        *([f"Runs: {d['what']}"] if d.get("what") else []),
+        f"Last attempt: {d.get('failure_class') or 'no class'}: {d.get('reason')}",
+        *(
+            [f"Attempt {d['attempt']}: {d['attempt_reason']}"]
+            if d.get("attempt") and d.get("attempt_reason")
+            else []
+        ),
+        f"At: {_when(d.get('at'))}",
+    ]
+
+
+_BY_CAUSE: Mapping[str, Callable[[Alert, str], _Words]] = {
+    "consecutive_failures": _streak,
+    "schedule_late": _late,
+    "schedule_missed": _not_run,
+    "refused": _not_run,
+}
+"""The words of the causes that say more than a job's failure."""
 
 
 class Channel(Protocol):

@@ -54,24 +54,7 @@ def happening(event: model.Event, job: JobFacts | None) -> Happening | None:
     if job is None or event.from_state is None:
         return None  # a job gone, or a job or attempt made: no news to anyone
     cls = details.get("failure_class")
-    cause = None
-    late = None
-    if event.from_state == event.to_state:  # a note: news about a state, not a change
-        if event.entity != "job" or details.get("sla") != "missed":
-            return None
-        cause = "sla_missed"
-    elif event.entity == "attempt" and event.to_state == A.LOST:
-        cause = "lost"
-    elif event.entity == "job" and event.to_state == J.RUNNING:
-        if job.nominal is None:
-            return None  # only a firing's start can be late
-        cause, late = STARTED, event.at - job.nominal
-    elif event.entity == "job":
-        cause = _ENDS.get(event.to_state)
-        if cause is None and details.get("budget") == "empty":
-            cause = "budget_empty"
-        elif cause is None and cls == model.FailureClass.UNKNOWN:
-            cause = "unknown"
+    cause, late = _job_cause(event, job, details)
     if cause is None:
         return None
     return Happening(
@@ -91,6 +74,30 @@ def happening(event: model.Event, job: JobFacts | None) -> Happening | None:
         attempt_no=job.attempt_no,
         attempt_reason=job.attempt_reason,
     )
+
+
+def _job_cause(
+    event: model.Event, job: JobFacts, details: Mapping[str, Any]
+) -> tuple[str | None, timedelta | None]:
+    """The cause a change of a job or attempt is (None: none), and how late a firing's
+    job started (for STARTED only)."""
+    if event.from_state == event.to_state:  # a note: news about a state, not a change
+        if event.entity != "job" or details.get("sla") != "missed":
+            return None, None
+        return "sla_missed", None
+    if event.entity != "job":  # of an attempt, only its loss is news
+        lost = event.entity == "attempt" and event.to_state == A.LOST
+        return ("lost" if lost else None), None
+    if event.to_state == J.RUNNING:
+        if job.nominal is None:
+            return None, None  # only a firing's start can be late
+        return STARTED, event.at - job.nominal
+    cause = _ENDS.get(event.to_state)
+    if cause is None and details.get("budget") == "empty":
+        return "budget_empty", None
+    if cause is None and details.get("failure_class") == model.FailureClass.UNKNOWN:
+        return "unknown", None
+    return cause, None
 
 
 WHAT_CHARS = 300
@@ -238,42 +245,65 @@ def plan(
     out = Plan([], [], {})
     for h in found:
         for name, rule in rules.items():
-            if name in muted or not matches(rule, h):
-                continue
-            key = (name, subject(rule, h))
-            before = now.get(key, Sent())
-            if h.cause == SUCCEEDED:
-                if before.owes_recovery:
-                    out.messages.extend(_each_channel(rule, name, "recovered", h.cause, key[1], h))
-                after = replace(before, owes_recovery=False, streak=0)
-                if after != before:
-                    now[key] = out.standing[key] = after
-                continue
-            cause, counted = _cause(rule, h, before)
-            if counted != before:
-                now[key] = out.standing[key] = before = counted
-            if cause is None:
-                continue
-            opened = before.window_at
-            # Inside the window, even after a recovery: a flapping subject is one message,
-            # one digest and one recovered message, not one of each per flap.
-            if opened is not None and h.at < opened + rule.throttle:
-                out.digested.extend(
-                    Digested(
-                        name, ch, key[1], opened, opened + rule.throttle, h.job_id, cause, h.tenant
-                    )
-                    for ch in rule.channels
-                )
-                continue
-            owes = before.owes_recovery or cause not in NOT_FAILURES
-            now[key] = out.standing[key] = replace(before, window_at=h.at, owes_recovery=owes)
-            extra: dict[str, Any] = {}
-            if cause == "consecutive_failures":
-                extra = {"streak": before.streak}
-            elif h.late is not None:
-                extra = {"late_seconds": h.late.total_seconds()}
-            out.messages.extend(_each_channel(rule, name, "alert", cause, key[1], h, extra))
+            if name not in muted and matches(rule, h):
+                _apply(out, now, name, rule, h)
     return out
+
+
+def _apply(
+    out: Plan,
+    now: dict[tuple[str, str], Sent],
+    name: str,
+    rule: config.AlertRule,
+    h: Happening,
+) -> None:
+    """What `h` makes under the rule `name`, added to `out`; `now` is where each rule and
+    subject stands so far in the pass."""
+    key = (name, subject(rule, h))
+    before = now.get(key, Sent())
+    if h.cause == SUCCEEDED:
+        if before.owes_recovery:
+            out.messages.extend(_each_channel(rule, name, "recovered", h.cause, key[1], h))
+        _stand(out, now, key, before, replace(before, owes_recovery=False, streak=0))
+        return
+    cause, counted = _cause(rule, h, before)
+    before = _stand(out, now, key, before, counted)
+    if cause is None:
+        return
+    opened = before.window_at
+    # Inside the window, even after a recovery: a flapping subject is one message,
+    # one digest and one recovered message, not one of each per flap.
+    if opened is not None and h.at < opened + rule.throttle:
+        closes = opened + rule.throttle
+        out.digested.extend(
+            Digested(name, ch, key[1], opened, closes, h.job_id, cause, h.tenant)
+            for ch in rule.channels
+        )
+        return
+    owes = before.owes_recovery or cause not in NOT_FAILURES
+    now[key] = out.standing[key] = replace(before, window_at=h.at, owes_recovery=owes)
+    out.messages.extend(
+        _each_channel(rule, name, "alert", cause, key[1], h, _extra(cause, h, before))
+    )
+
+
+def _stand(
+    out: Plan, now: dict[tuple[str, str], Sent], key: tuple[str, str], before: Sent, after: Sent
+) -> Sent:
+    """Where `key` stands after a happening: changed, it is written in the plan too."""
+    if after != before:
+        now[key] = out.standing[key] = after
+    return after
+
+
+def _extra(cause: str, h: Happening, before: Sent) -> dict[str, Any]:
+    """What a message of `cause` says beyond the happening: a streak's length, or how late
+    a firing started."""
+    if cause == "consecutive_failures":
+        return {"streak": before.streak}
+    if h.late is not None:
+        return {"late_seconds": h.late.total_seconds()}
+    return {}
 
 
 def _cause(rule: config.AlertRule, h: Happening, before: Sent) -> tuple[str | None, Sent]:
