@@ -460,23 +460,28 @@ def _worker_window(
             level=NOTE,
         )
     least = math.floor(taken + drain.seconds + margin) + 1
-    if hook is None:
-        short = f"{said} is not above {needed}: set it to at least {least}"
-    elif hook.known:
-        short = (
-            f"{said} less {hook.said} leaves {window - taken:g}s, not above {needed}: set it to"
-            f" at least {least} (a preStop hook runs inside the grace period)"
-        )
-    else:
-        short = (
-            f"{said} less at least {taken:g}s for {hook.said} is not above {needed}: set it to"
-            f" at least {least} plus what the hook takes beyond that (it cannot be read)"
-        )
+    short = _too_short(said, hook, window, needed, least)
     where = pod if grace is None else (*pod, "terminationGracePeriodSeconds")
     return doc.finding(
         WORKER_GRACE,
         f"{worker.prefix}{short}; else a rollout kills the worker's running tasks mid-drain",
         *where,
+    )
+
+
+def _too_short(said: str, hook: _PreStop | None, window: float, needed: str, least: int) -> str:
+    """Why a worker's grace period (`said`, `window` seconds) is too short, and the least
+    it should be: its preStop hook runs inside it, for a time read or not."""
+    if hook is None:
+        return f"{said} is not above {needed}: set it to at least {least}"
+    if hook.known:
+        return (
+            f"{said} less {hook.said} leaves {window - hook.seconds:g}s, not above {needed}: set"
+            f" it to at least {least} (a preStop hook runs inside the grace period)"
+        )
+    return (
+        f"{said} less at least {hook.seconds:g}s for {hook.said} is not above {needed}: set it"
+        f" to at least {least} plus what the hook takes beyond that (it cannot be read)"
     )
 
 

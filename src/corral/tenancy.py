@@ -136,22 +136,9 @@ def violations(
     its jobs would run as corral's own user (`strangers` False), a cap for every tenant,
     kubernetes or argo granted without a namespace among `namespaces` (corral's)."""
     out = []
-    runs = {*enabled, PYTHON}
     for name, table in tenants.items():
-        mine = resolved(tenants, name)
-        cluster = [k for k in CLUSTER if k in granted(tenants, name)]
-        where_ns = f'tenants."{name}".namespace' if name == ANY else f"tenants.{name}.namespace"
-        if cluster and mine.namespace is None:
-            out.append(
-                f"{where_ns}: required where {cluster[0]} is granted: the tenant's cluster"
-                " jobs run in its own namespace, and only there"
-            )
-        elif cluster and mine.namespace not in namespaces:
-            out.append(
-                f"{where_ns}: {mine.namespace!r} is not one of executors.kubernetes.namespaces"
-                f" ({', '.join(namespaces) or 'none'}): add it there, and corral's Role in it"
-            )
         where = f'tenants."{name}"' if name == ANY else f"tenants.{name}"
+        out += _namespace_problems(tenants, name, where, namespaces)
         if name != ANY and not _NAME.match(name):
             out.append(f"{where}: a tenant's name is 1-200 characters of [A-Za-z0-9_.-]")
         if name == ANY and table.max_running is not None:
@@ -159,20 +146,49 @@ def violations(
                 f"{where}.max_running: a cap is set per tenant, by name ([tenants.NAME]"
                 " max_running)"
             )
-        for kind in table.executors or ():
-            if kind not in runs:
-                out.append(
-                    f"{where}.executors: {kind!r} is not in executors.enabled"
-                    f" ({', '.join(enabled) or 'none'}): enable it or take it out of the grant"
-                )
-            elif kind == "process" and not strangers:
-                out.append(
-                    f"{where}.executors: granting 'process' runs a tenant's commands on"
-                    " corral's host as corral's own user, which could read corral's settings"
-                    " and database: a tenant's process jobs must run as strangers; set"
-                    " executors.process.uid_range (each attempt under its own uid, corral"
-                    ' as root) or executors.process.sandbox = "bwrap"'
-                )
-        if table.executors is not None and len(set(table.executors)) != len(table.executors):
-            out.append(f"{where}.executors: an executor is named twice")
+        out += [f"{where}.executors: {why}" for why in _grant_problems(table, enabled, strangers)]
+    return out
+
+
+def _namespace_problems(
+    tenants: Mapping[str, TenantSettings], name: str, where: str, namespaces: Collection[str]
+) -> list[str]:
+    """What is wrong with the namespace of tenant `name` (at `where`) for its cluster jobs."""
+    mine = resolved(tenants, name)
+    cluster = [k for k in CLUSTER if k in granted(tenants, name)]
+    if cluster and mine.namespace is None:
+        return [
+            f"{where}.namespace: required where {cluster[0]} is granted: the tenant's cluster"
+            " jobs run in its own namespace, and only there"
+        ]
+    if cluster and mine.namespace not in namespaces:
+        return [
+            f"{where}.namespace: {mine.namespace!r} is not one of"
+            f" executors.kubernetes.namespaces ({', '.join(namespaces) or 'none'}): add it"
+            " there, and corral's Role in it"
+        ]
+    return []
+
+
+def _grant_problems(table: TenantSettings, enabled: Collection[str], strangers: bool) -> list[str]:
+    """What is wrong with a table's grant: an executor this corral does not run (not in
+    `enabled`, nor Python tasks), `process` without strangers to run it as, an executor
+    named twice."""
+    out = []
+    runs = {*enabled, PYTHON}
+    for kind in table.executors or ():
+        if kind not in runs:
+            out.append(
+                f"{kind!r} is not in executors.enabled ({', '.join(enabled) or 'none'}):"
+                " enable it or take it out of the grant"
+            )
+        elif kind == "process" and not strangers:
+            out.append(
+                "granting 'process' runs a tenant's commands on corral's host as corral's own"
+                " user, which could read corral's settings and database: a tenant's process"
+                " jobs must run as strangers; set executors.process.uid_range (each attempt"
+                ' under its own uid, corral as root) or executors.process.sandbox = "bwrap"'
+            )
+    if table.executors is not None and len(set(table.executors)) != len(table.executors):
+        out.append("an executor is named twice")
     return out
