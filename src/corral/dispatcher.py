@@ -9,7 +9,7 @@ that recovery can finish from the store and the platform alone, never a lost job
 
 Completions arrive pushed (an executor's `events()`) or polled (`observe()` of the
 store's active attempts) and are written in batches through the store's compare-and-set
-transitions, so the same completion arriving twice applies once.
+transitions, so the same completion arriving twice applies once (corral.completions).
 """
 
 from __future__ import annotations
@@ -17,23 +17,17 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import Unpack
 
-from corral import clock, config, errors, failpoints, metrics, model, retry, store
-from corral import retry as retry_  # the modules, where a parameter has their name
-from corral import store as store_
+from corral import clock, completions, core, errors, failpoints, metrics, model, store
 from corral.executors import base
 from corral.executors.base import Executor
 
-NOTED = 10_000
-"""How many waiting attempts a dispatcher remembers it noted the reason of (one it forgot
-is noted again)."""
-
 log = logging.getLogger("corral.dispatcher")
 J, A = model.JobState, model.AttemptState
-_JOB_NEXT = {J.QUEUED: "queued for retry"}
 _STOP_IF_LAUNCHED = frozenset({A.CANCELLED, A.SUPERSEDED})
 """Attempt states that, reached while the attempt was being launched, mean it must stop."""
 
@@ -63,52 +57,26 @@ class Tick:
     more: bool = field(default=False, compare=False)  # full claim or carried: tick again now
 
 
-class Dispatcher:
+class Dispatcher(core.Core):
     """Runs the dispatch cycle and applies completions for a set of executors."""
 
-    def __init__(
-        self,
-        *,
-        store: store.Store,
-        executors: Mapping[str, Executor],
-        clock: clock.Clock,
-        settings: config.Settings,
-        retry: retry.Retry | None = None,
-        sender: str | None = None,
-    ) -> None:
-        """`sender`: this process's id in the loops table, recorded on each attempt it
-        sends blind (before it is sent), so recovery ends those at once if it dies."""
-        if not executors:
+    def __init__(self, **needs: Unpack[core.Needs]) -> None:
+        super().__init__(**needs)
+        if not self.executors:
             raise errors.ConfigError(
                 "executors.enabled: the dispatcher needs at least one executor"
             )
-        self.store = store
-        self.executors = dict(executors)
-        self.clock = clock
-        self.settings = settings
-        self.retry = retry or retry_.Retry.from_settings(settings)
-        self.sender = sender
-        self.limits = store_.DefaultLimits(
-            settings.timeouts.attempt_deadline, settings.timeouts.lease_timeout
-        )
+        self.limits = store.DefaultLimits(self.t.attempt_deadline, self.t.lease_timeout)
+        self.completions = completions.Completions(self)
         self._carried: list[model.Claimed] = []  # claimed, not yet launched: next tick's first
         # The next tick's claim, made while this tick launches (a full claim says there is
         # more): ticks overlap by at most this one claim.
         self._next_claim: asyncio.Task[list[model.Claimed]] | None = None
         self._overlap = False  # on while run() runs (not for a lone run_once), off at its stop
-        self._completions = asyncio.Queue[store_.Finish]()
-        self._pending: set[int] = set()  # fences queued or being written: polls repeat them
-        self._arrived = asyncio.Event()
         self._unrecorded: list[int] = []  # launched, `running` not written yet (a failed settle)
-        # Set while no tick is in flight. The completion writer waits for it, so that what
-        # arrives during a tick is written in that tick's last transaction (fewer, bigger
-        # writes); a tick never waits for the writer, so a stuck write holds up no claim.
-        self._between_ticks = asyncio.Event()
-        self._between_ticks.set()
         self._stopping: set[asyncio.Task[None]] = set()  # cancels of attempts cancelled mid-launch
-        self._reaches = base.Reaches(settings)
+        self._reaches = base.Reaches(self.settings)
         self._recorded_first: set[int] = set()  # recorded running before sending, not yet sent
-        self._noted: dict[int, set[str]] = {}  # why each attempt waited on its platform, noted
 
     # --- the cycle -------------------------------------------------------------------------
 
@@ -123,11 +91,11 @@ class Dispatcher:
         they are launched and recorded all the same, and then the claim's error is raised.
         Completions have a writer of their own: a completion write that waits (on a lock,
         on a slow network) never holds up a claim."""
-        self._between_ticks.clear()
+        self.completions.tick_begins()
         try:
             return await self._tick()
         finally:
-            self._between_ticks.set()
+            self.completions.tick_ends()
 
     async def _tick(self) -> Tick:
         carried, self._carried = self._carried, []
@@ -230,12 +198,8 @@ class Dispatcher:
         unrecorded = [fence for fence in launched if fence not in blind]
         failpoints.hit("before_record_running")
         recorded, outcomes = await self._settle(unrecorded)
-        too_late = [c.attempt.id for c in todo if done[c.attempt.id] is _Result.TOO_LATE]
-        unsent = [c.attempt.id for c in todo if done[c.attempt.id] is _Result.UNSENT]
-        await self._never_launched([f for f in too_late if f not in blind], recorded=False)
-        await self._never_launched([f for f in too_late if f in blind], recorded=True)
-        await self._never_launched(unsent, recorded=True, why=UNSENT_PAST_GRACE)
-        self._log_outcomes(outcomes)
+        late = await self._give_up(todo, done, blind)
+        self.completions.log_outcomes(outcomes)
         moved = set(unrecorded) - set(recorded) - {o.fence for o in outcomes}
         await self._stop_moved([c.attempt for c in todo if c.attempt.id in moved])
         tick = Tick(
@@ -246,18 +210,20 @@ class Dispatcher:
             carried=len(self._carried),
             more=fresh >= room or bool(self._carried) or self._next_claim is not None,
         )
-        log.info(
-            "tick: claimed %d, launched %d, launch errors %d, recorded running %d%s%s",
-            tick.claimed,
-            tick.launched,
-            tick.launch_errors,
-            tick.recorded,
-            f", {tick.carried} left for the next tick (tick_deadline)" if tick.carried else "",
-            f", {len(too_late) + len(unsent)} too late to launch (new attempts, not charged)"
-            if too_late or unsent
-            else "",
-        )
+        _log_tick(tick, late)
         return tick
+
+    async def _give_up(
+        self, todo: Sequence[model.Claimed], done: dict[int, _Result], blind: set[int]
+    ) -> int:
+        """Write the attempts too late to launch, or recorded running and never sent, as
+        never launched (`blind`: those recorded running before their send); how many."""
+        too_late = [c.attempt.id for c in todo if done[c.attempt.id] is _Result.TOO_LATE]
+        unsent = [c.attempt.id for c in todo if done[c.attempt.id] is _Result.UNSENT]
+        await self._never_launched([f for f in too_late if f not in blind], recorded=False)
+        await self._never_launched([f for f in too_late if f in blind], recorded=True)
+        await self._never_launched(unsent, recorded=True, why=UNSENT_PAST_GRACE)
+        return len(too_late) + len(unsent)
 
     async def _never_launched(
         self, fences: list[int], *, recorded: bool, why: str = base.DEADLINE_BEFORE_LAUNCH
@@ -273,7 +239,7 @@ class Dispatcher:
         """Record the launched attempts as running, with the completions that have arrived
         meanwhile, in one transaction. If that fails, the launched ones are recorded next
         tick (recovery adopts them should this process die first)."""
-        finishes = self._drain(self.settings.claim_batch_limit)
+        finishes = self.completions.take(self.settings.claim_batch_limit)
         fences = self._unrecorded + launched
         try:
             with metrics.timed(metrics.SETTLE.labels(write="settle"), self.clock):
@@ -281,11 +247,11 @@ class Dispatcher:
                     launched=fences, finishes=finishes, now=self.clock.now(), retry=self.retry
                 )
         except errors.CorralError:
-            self._requeue(finishes)
+            self.completions.requeue(finishes)
             self._unrecorded = fences
             raise
         self._unrecorded = []
-        self._done(finishes)
+        self.completions.done(finishes)
         return recorded, outcomes
 
     async def _stop_moved(self, attempts: Sequence[model.Attempt]) -> None:
@@ -389,176 +355,6 @@ class Dispatcher:
             details={"launch_name": claimed.attempt.launch_name, "error": type(exc).__name__},
         )
 
-    # --- completions ---------------------------------------------------------------------------
-
-    def offer(self, observation: model.Observation, *, fence: int | None = None) -> bool:
-        """Queue a finished observation for the completion writer; False if it is not one.
-
-        `fence` is the attempt the caller observed; an observation whose labels carry another
-        identity (a stale object under the same name) is ignored.
-        """
-        identity = observation.identity
-        if not observation.phase.finished or identity is None:
-            return False
-        if identity.fence in self._pending:
-            return True
-        if fence is not None and identity.fence != fence:
-            log.warning(
-                "%s: carries fence %d, expected %d; ignored",
-                observation.name,
-                identity.fence,
-                fence,
-            )
-            return False
-        self._arrived.set()
-        self._pending.add(identity.fence)
-        self._completions.put_nowait(store.Finish.seen(identity.fence, observation))
-        return True
-
-    async def flush_completions(self) -> list[store.Outcome]:
-        """Apply every queued completion now, in batches of `claim_batch_limit`."""
-        outcomes: list[store.Outcome] = []
-        while not self._completions.empty():
-            outcomes += await self._apply(self._drain(self.settings.claim_batch_limit))
-        return outcomes
-
-    def _drain(self, room: int) -> list[store.Finish]:
-        batch: list[store.Finish] = []
-        while not self._completions.empty() and len(batch) < room:
-            batch.append(self._completions.get_nowait())
-        return batch
-
-    async def _apply(self, batch: Sequence[store.Finish]) -> list[store.Outcome]:
-        if not batch:
-            return []
-        try:
-            with metrics.timed(metrics.SETTLE.labels(write="finish"), self.clock):
-                outcomes = await self.store.attempt_finish(
-                    finishes=batch, now=self.clock.now(), retry=self.retry
-                )
-        except (errors.CorralError, asyncio.CancelledError):
-            # Cancelled: the loop is stopping, and its last flush writes them again (the
-            # write in flight may commit too: a completion applies once however often).
-            self._requeue(batch)
-            raise
-        self._done(batch)
-        self._log_outcomes(outcomes)
-        return outcomes
-
-    def _requeue(self, batch: Sequence[store.Finish]) -> None:
-        """Put back completions a failed write took out: they are written next time."""
-        for finish in batch:
-            self._completions.put_nowait(finish)
-        if batch:
-            self._arrived.set()
-
-    def _done(self, batch: Sequence[store.Finish]) -> None:
-        self._pending.difference_update(f.fence for f in batch)
-
-    def _log_outcomes(self, outcomes: Sequence[store.Outcome]) -> None:
-        for o in outcomes:
-            metrics.COMPLETIONS.labels(attempt_state=o.attempt_state, job_state=o.job_state).inc()
-            log.info(
-                "job %d attempt %d (fence %d) %s; job %s",
-                o.job_id,
-                o.attempt_no,
-                o.fence,
-                o.attempt_state,
-                _JOB_NEXT.get(o.job_state, o.job_state),
-            )
-
-    async def _write_completions(self) -> None:
-        """Forever: when completions have arrived, write all that queued up, in batches.
-        A failed write keeps them queued and is tried again after `dispatch_interval`."""
-        retry = self.settings.timeouts.dispatch_interval.total_seconds()
-        while True:
-            await self._arrived.wait()
-            await self._between_ticks.wait()
-            try:
-                self._arrived.clear()
-                await self.flush_completions()
-            except errors.CorralError as exc:
-                log.error("writing completions failed, trying again in %.1fs: %s", retry, exc)
-                await self.clock.sleep(retry)
-
-    async def _watch(self, executor: Executor) -> None:
-        """Forever: take the executor's pushed observations; polling covers any gap."""
-        retry = self.settings.timeouts.observe_interval.total_seconds()
-        while True:
-            try:
-                async for observation in executor.events():
-                    self.offer(observation)
-                return  # the executor closed its stream
-            except Exception as exc:  # polling covers the gap; the stream must come back
-                log.warning(
-                    "%s: event stream failed, restarting in %.1fs: %s",
-                    executor.kind,
-                    retry,
-                    exc,
-                    exc_info=not isinstance(exc, errors.CorralError),
-                )
-                await self.clock.sleep(retry)
-
-    async def poll_once(self) -> int:
-        """Observe every active attempt in the store; queue the finished ones. Returns how many."""
-        found = 0
-        for kind, executor in self.executors.items():
-            after = 0
-            while page := await self.store.attempt_list_active(
-                executor=kind, limit=self.settings.claim_batch_limit, after=after
-            ):
-                after = page[-1].id
-                found += await self._observe_page(executor, page)
-        return found
-
-    async def _observe_page(self, executor: Executor, page: Sequence[model.Attempt]) -> int:
-        try:
-            seen = await executor.observe([a.launch_name for a in page])
-        except errors.ExecutorError as exc:
-            log.warning("%s: cannot observe %d attempts: %s", executor.kind, len(page), exc)
-            return 0
-        found, alive, notes = 0, [], {}
-        for attempt in page:
-            obs = seen.get(attempt.launch_name)
-            if obs is None:
-                continue
-            if self.offer(obs, fence=attempt.id):
-                found += 1
-                self._noted.pop(attempt.id, None)
-            elif obs.phase in (model.Phase.RUNNING, model.Phase.PENDING):
-                alive.append(attempt.id)
-                notes.update(self._news(attempt.id, obs))
-        await self.store.attempt_seen(fences=alive, now=self.clock.now())
-        if notes:
-            await self.store.attempt_note(notes=notes, now=self.clock.now())
-        return found
-
-    def _news(self, fence: int, obs: model.Observation) -> dict[int, str | None]:
-        """What the run log should say of a live attempt: why it waits on its platform (a
-        pod that has not started), the first time it waits for that reason (a kubelet
-        goes back and forth between ErrImagePull and ImagePullBackOff), and that it
-        started, once it has."""
-        if obs.phase is model.Phase.PENDING and obs.reason:
-            noted = self._noted.setdefault(fence, set())
-            if obs.reason in noted:
-                return {}
-            noted.add(obs.reason)
-            while len(self._noted) > NOTED:
-                self._noted.pop(next(iter(self._noted)))
-            return {fence: f"{obs.reason}: {obs.message}" if obs.message else obs.reason}
-        if obs.phase is model.Phase.RUNNING and self._noted.pop(fence, None) is not None:
-            return {fence: None}
-        return {}
-
-    async def _poll(self) -> None:
-        interval = self.settings.timeouts.observe_interval.total_seconds()
-        while True:
-            try:
-                await self.poll_once()
-            except errors.CorralError as exc:
-                log.warning("poll failed, trying again in %.1fs: %s", interval, exc)
-            await self.clock.sleep(interval)
-
     # --- the loop ------------------------------------------------------------------------------
 
     async def run(self, stop: asyncio.Event, *, on_tick: Callable[[], None] | None = None) -> None:
@@ -566,10 +362,10 @@ class Dispatcher:
 
         `on_tick` is called after every tick, one that failed included: the loop is alive
         (corral.health). It runs on the event loop, so it must return at once."""
-        helpers = [asyncio.create_task(self._write_completions(), name="completions")]
-        helpers.append(asyncio.create_task(self._poll(), name="poll"))
+        helpers = [asyncio.create_task(self.completions.write_forever(), name="completions")]
+        helpers.append(asyncio.create_task(self.completions.poll_forever(), name="poll"))
         helpers += [
-            asyncio.create_task(self._watch(e), name=f"watch-{e.kind}")
+            asyncio.create_task(self.completions.watch(e), name=f"watch-{e.kind}")
             for e in self.executors.values()
         ]
         log.info(
@@ -598,17 +394,17 @@ class Dispatcher:
             if isinstance(executor, base.Drains):
                 try:
                     for observation in await executor.drain():
-                        self.offer(observation)
+                        self.completions.offer(observation)
                 except Exception as exc:
                     log.warning("%s: could not drain: %s", executor.kind, exc)
 
     async def _final_flush(self) -> None:
         try:
-            await self.flush_completions()
+            await self.completions.flush()
         except errors.CorralError as exc:
             log.error(
                 "%d completions not written (%s); the next start finds them again by polling",
-                self._completions.qsize(),
+                self.completions.queued(),
                 exc,
             )
 
@@ -639,3 +435,16 @@ class Dispatcher:
                 "%d claimed attempts were not launched before the stop; recovery launches them",
                 len(self._carried),
             )
+
+
+def _log_tick(tick: Tick, late: int) -> None:
+    """Say in the log what a tick did; `late`: attempts too late to launch."""
+    log.info(
+        "tick: claimed %d, launched %d, launch errors %d, recorded running %d%s%s",
+        tick.claimed,
+        tick.launched,
+        tick.launch_errors,
+        tick.recorded,
+        f", {tick.carried} left for the next tick (tick_deadline)" if tick.carried else "",
+        f", {late} too late to launch (new attempts, not charged)" if late else "",
+    )

@@ -267,7 +267,7 @@ async def _run_loops(
             clock=rt.clock,
             settings=rt.settings,
             retry=rules,
-            sender=pulse.id if pulse is not None else None,
+            pulse=pulse,
         )
         running.append(d.run(stop, on_tick=beats.recorder(health.DISPATCHER)))
     if reconcile:
