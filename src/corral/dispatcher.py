@@ -5,7 +5,8 @@ The cycle follows the outbox rule. (1) Claim: one transaction moves up to
 commits. (2) Launch: outside any transaction, each attempt is created on its platform
 under its deterministic launch name; "already exists" counts as launched. (3) Record:
 the launched attempts move to `running`. A crash between any two steps leaves an attempt
-that recovery can finish from the store and the platform alone, never a lost job.
+that recovery can finish from the store and the platform alone, never a lost job. The
+launches themselves are corral.launching's; this module runs the tick around them.
 
 Completions arrive pushed (an executor's `events()`) or polled (`observe()` of the
 store's active attempts) and are written in batches through the store's compare-and-set
@@ -15,14 +16,13 @@ transitions, so the same completion arriving twice applies once (corral.completi
 from __future__ import annotations
 
 import asyncio
-import enum
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Unpack
 
-from corral import clock, completions, core, errors, failpoints, metrics, model, store
+from corral import clock, completions, core, errors, failpoints, launching, metrics, model, store
 from corral.executors import base
 from corral.executors.base import Executor
 
@@ -33,16 +33,6 @@ _STOP_IF_LAUNCHED = frozenset({A.CANCELLED, A.SUPERSEDED})
 
 
 UNSENT_PAST_GRACE = "claimed longer ago than launch_grace before its turn to be sent"
-
-
-class _Result(enum.Enum):
-    """What became of one launch in a tick."""
-
-    LAUNCHED = "launched"
-    FAILED = "failed"  # left `launching` for recovery
-    LATER = "later"  # the tick's deadline came first: first in the next tick
-    TOO_LATE = "too late"  # its deadline passed before launch: never launched, not charged
-    UNSENT = "unsent"  # recorded running before its send, then past launch_grace: the same
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,8 +65,7 @@ class Dispatcher(core.Core):
         self._overlap = False  # on while run() runs (not for a lone run_once), off at its stop
         self._unrecorded: list[int] = []  # launched, `running` not written yet (a failed settle)
         self._stopping: set[asyncio.Task[None]] = set()  # cancels of attempts cancelled mid-launch
-        self._reaches = base.Reaches(self.settings)
-        self._recorded_first: set[int] = set()  # recorded running before sending, not yet sent
+        self.launches = launching.Launches(self)
 
     # --- the cycle -------------------------------------------------------------------------
 
@@ -123,50 +112,11 @@ class Dispatcher(core.Core):
             # pile up claims that wait past their launch_grace.
             self._next_claim = asyncio.create_task(self._claim(self.settings.claim_batch_limit))
         claimed = len(fresh)
-        fresh = await self._record_before_sending(fresh)
+        fresh = await self.launches.record_before_sending(fresh)
         tick = await self._launch_and_record(carried + fresh, fresh=claimed, room=room)
         if failed_claim is not None:
             raise failed_claim
         return tick
-
-    async def _record_before_sending(self, fresh: list[model.Claimed]) -> list[model.Claimed]:
-        """Record as running, before they are launched, the attempts of executors that leave
-        nothing on a platform to observe (an HTTP request): a crash after the send then
-        leaves a running attempt that recovery calls lost (the job retries, a new fence),
-        never a launching one that it would send again. What cannot be recorded now stays
-        launching, unsent, for recovery (or was cancelled meanwhile): not launched."""
-        blind = [
-            c.attempt.id
-            for c in fresh
-            if not base.observable(self.executors[c.attempt.executor]) and self._in_time(c)
-        ]
-        if not blind:
-            return fresh
-        try:
-            recorded = set(
-                await self.store.attempt_record_running(
-                    fences=blind,
-                    now=self.clock.now(),
-                    reason="recorded running before it is sent",
-                    sent_by=self.sender,
-                )
-            )
-        except errors.StoreError as exc:
-            log.error(
-                "%d attempts not recorded before sending (%s); left for recovery", len(blind), exc
-            )
-            recorded = set()
-        self._recorded_first.update(recorded)
-        return [c for c in fresh if c.attempt.id in recorded or c.attempt.id not in blind]
-
-    def _in_time(self, claimed: model.Claimed) -> bool:
-        """Whether the attempt can still be launched (its deadline has not passed): one that
-        cannot is left launching, to end as never launched (not charged)."""
-        try:
-            base.launch_for(claimed, self.settings, self.clock.now(), reaches=self._reaches)
-        except errors.LaunchTooLate:
-            return False
-        return True
 
     async def _claim(self, room: int) -> list[model.Claimed]:
         with metrics.timed(metrics.CLAIM, self.clock):
@@ -186,15 +136,14 @@ class Dispatcher(core.Core):
         until = self.clock.monotonic() + self.settings.timeouts.tick_deadline.total_seconds()
         if fresh:
             failpoints.hit("after_claim_commit")
-        results = await self._launch_all(todo, until)
+        results = await self.launches.launch_all(todo, until)
         done = dict(zip((c.attempt.id for c in todo), results, strict=True))
-        self._carried = [c for c in todo if done[c.attempt.id] is _Result.LATER]
-        launched = [c.attempt.id for c in todo if done[c.attempt.id] is _Result.LAUNCHED]
+        self._carried = [c for c in todo if done[c.attempt.id] is launching.Result.LATER]
+        launched = [c.attempt.id for c in todo if done[c.attempt.id] is launching.Result.LAUNCHED]
         # Recorded running before they were sent: nothing to settle.
-        blind = self._recorded_first.intersection(
-            c.attempt.id for c in todo if done[c.attempt.id] is not _Result.LATER
+        blind = self.launches.sent_blind(
+            c.attempt.id for c in todo if done[c.attempt.id] is not launching.Result.LATER
         )
-        self._recorded_first -= blind
         unrecorded = [fence for fence in launched if fence not in blind]
         failpoints.hit("before_record_running")
         recorded, outcomes = await self._settle(unrecorded)
@@ -205,7 +154,7 @@ class Dispatcher(core.Core):
         tick = Tick(
             claimed=fresh,
             launched=len(launched),
-            launch_errors=sum(r is _Result.FAILED for r in results),
+            launch_errors=sum(r is launching.Result.FAILED for r in results),
             recorded=len(recorded),
             carried=len(self._carried),
             more=fresh >= room or bool(self._carried) or self._next_claim is not None,
@@ -214,12 +163,12 @@ class Dispatcher(core.Core):
         return tick
 
     async def _give_up(
-        self, todo: Sequence[model.Claimed], done: dict[int, _Result], blind: set[int]
+        self, todo: Sequence[model.Claimed], done: dict[int, launching.Result], blind: set[int]
     ) -> int:
         """Write the attempts too late to launch, or recorded running and never sent, as
         never launched (`blind`: those recorded running before their send); how many."""
-        too_late = [c.attempt.id for c in todo if done[c.attempt.id] is _Result.TOO_LATE]
-        unsent = [c.attempt.id for c in todo if done[c.attempt.id] is _Result.UNSENT]
+        too_late = [c.attempt.id for c in todo if done[c.attempt.id] is launching.Result.TOO_LATE]
+        unsent = [c.attempt.id for c in todo if done[c.attempt.id] is launching.Result.UNSENT]
         await self._never_launched([f for f in too_late if f not in blind], recorded=False)
         await self._never_launched([f for f in too_late if f in blind], recorded=True)
         await self._never_launched(unsent, recorded=True, why=UNSENT_PAST_GRACE)
@@ -281,79 +230,6 @@ class Dispatcher(core.Core):
             await executor.cancel(name, grace)
         except errors.CorralError as exc:
             log.warning("%s: could not stop it: %s", name, exc)
-
-    async def _launch_all(self, todo: Sequence[model.Claimed], until: float) -> list[_Result]:
-        """Launch `todo` in order, `launch_concurrency` at a time; an attempt whose turn
-        comes after the tick's deadline is not launched (LATER). A few workers take the
-        attempts one after another: no task per launch."""
-        results = [_Result.LATER] * len(todo)
-        turns = iter(enumerate(todo))
-
-        async def worker() -> None:
-            for i, claimed in turns:
-                if self.clock.monotonic() > until:
-                    return  # the rest stay LATER
-                results[i] = await self._launch_now(claimed)
-
-        workers = min(self.settings.launch_concurrency, len(todo))
-        await asyncio.gather(*(worker() for _ in range(workers)))
-        return results
-
-    async def _launch_now(self, claimed: model.Claimed) -> _Result:
-        now = self.clock.now()
-        age = now - claimed.attempt.created_at
-        if age > self.settings.timeouts.launch_grace:
-            if claimed.attempt.id in self._recorded_first:
-                # Recorded running before its send, and never sent: recovery would wait
-                # recovery_grace to call it lost; this process knows, so says so now.
-                return _Result.UNSENT
-            # Recovery may already have launched, finished and (on some platforms) deleted it:
-            # a launch this late could run it a second time. Leave it to recovery.
-            await self._note_launch_error(
-                claimed,
-                errors.ExecutorError(f"claimed {age.total_seconds():.0f}s ago, past launch_grace"),
-            )
-            return _Result.FAILED
-        try:
-            launch = base.launch_for(claimed, self.settings, now, reaches=self._reaches)
-        except errors.LaunchTooLate:
-            return _Result.TOO_LATE  # nothing was asked of the platform: a new attempt, free
-        try:
-            await self.executors[launch.executor].launch(launch)
-        except Exception as exc:  # any failure: the attempt stays `launching` for recovery
-            await self._note_launch_error(claimed, exc)
-            return _Result.FAILED
-        failpoints.hit("after_launch")
-        return _Result.LAUNCHED
-
-    async def _note_launch_error(self, claimed: model.Claimed, exc: Exception) -> None:
-        metrics.LAUNCH_ERRORS.labels(executor=claimed.attempt.executor).inc()
-        why = (
-            f"launch failed: {exc}"
-            if isinstance(exc, errors.CorralError)
-            else f"launch failed: {exc!r}"
-        )
-        left = (
-            "recorded running before it was sent: recovery calls it lost"
-            if claimed.attempt.id in self._recorded_first
-            else "left launching for recovery"
-        )
-        log.warning(
-            "job %d attempt %s: %s (%s)",
-            claimed.job.id,
-            claimed.attempt.launch_name,
-            why,
-            left,
-            exc_info=not isinstance(exc, errors.CorralError),
-        )
-        await self.store.event_note(
-            job_id=claimed.job.id,
-            attempt_id=claimed.attempt.id,
-            state=A.RUNNING if claimed.attempt.id in self._recorded_first else A.LAUNCHING,
-            reason=f"{why}; {left}",
-            now=self.clock.now(),
-            details={"launch_name": claimed.attempt.launch_name, "error": type(exc).__name__},
-        )
 
     # --- the loop ------------------------------------------------------------------------------
 
