@@ -55,8 +55,8 @@ async def storm(jobs: int, attempts: int, budget: config.BudgetSettings) -> dict
     while True:
         tick = await d.run_once()
         for _ in range(tick.launched):
-            d.offer(await anext(events))
-        await d.flush_completions()
+            d.completions.offer(await anext(events))
+        await d.completions.flush()
         launched_at += [(clock.now() - start).total_seconds()] * tick.launched
         if tick.claimed == 0:
             if await db.job_count_by_state() == {"failed": jobs}:

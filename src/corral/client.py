@@ -731,7 +731,7 @@ class Client:
         the rule otherwise. `job` is its job template, as `submit` takes a job.
         `tenant_made`: made by a tenant (the API, the dashboard), its firings check the
         tenant's grant; the operator's are checked by none."""
-        from corral import cadence, scheduler
+        from corral import cadence, planning
 
         now = self.clock.now()
         if not _NAME.match(name or ""):
@@ -793,13 +793,13 @@ class Client:
             until=end,
             tenant_made=tenant_made,
         )
-        scheduler.rule(new, anchor)  # every rule builds
+        planning.rule(new, anchor)  # every rule builds
         return new, anchor
 
     async def schedule_create(self, name: str, **args: Any) -> model.Schedule:
         """Store a schedule (`new_schedule`'s arguments); it fires first at its first
         nominal time after now (or at its start)."""
-        from corral import scheduler
+        from corral import planning
 
         if isinstance(args.get("task"), str):
             # Its jobs run the version the newest live worker writes today (unless it names
@@ -812,19 +812,19 @@ class Client:
             args["task_version"] = model.task_of((await self.task_checked(draft)).spec)[1]
         new, anchor = self.new_schedule(name, **args)
         now = self.clock.now()
-        first = scheduler.first_due(
-            scheduler.rule(new, anchor), now=now, anchor=anchor, until=new.until
+        first = planning.first_due(
+            planning.rule(new, anchor), now=now, anchor=anchor, until=new.until
         )
         return await self.store.schedule_create(new=new, anchor=anchor, next_due=first, now=now)
 
     def upcoming(self, found: model.Schedule, count: int = 5) -> list[cadence.Nominal]:
         """A schedule's next `count` nominal times (none while it is paused or over),
         marking those a DST change moved."""
-        from corral import cadence, scheduler
+        from corral import cadence, planning
 
         if found.next_due is None or found.paused_at is not None:
             return []
-        rule = scheduler.rule(found, found.anchor)
+        rule = planning.rule(found, found.anchor)
         far = found.next_due + timedelta(days=30 * 366)
         taken: list[cadence.Nominal] = []
         for nominal in cadence.between(rule, found.next_due, far):
@@ -866,7 +866,7 @@ class Client:
         """Change a schedule: the arguments given replace its own (the rule, the options,
         any field of the job template); the rest stay. Its next nominal time is computed
         again from now."""
-        from corral import scheduler
+        from corral import planning
 
         old = await self.store.schedule_get(name=name, tenant=tenant)
         given = {**_schedule_args(old), **args}
@@ -878,8 +878,8 @@ class Client:
         if new.tenant != old.tenant:
             raise errors.InvalidInput("tenant: a schedule cannot move to another tenant")
         now = self.clock.now()
-        first = scheduler.first_due(
-            scheduler.rule(new, anchor),
+        first = planning.first_due(
+            planning.rule(new, anchor),
             now=now,
             anchor=anchor,
             until=new.until,
@@ -908,13 +908,13 @@ class Client:
     async def schedule_resume(self, name: str, *, tenant: str = "default") -> model.Schedule:
         """Resume a paused schedule: what passed while it was paused is recorded as
         skipped, never fired; it fires next at its first nominal time after now."""
-        from corral import scheduler
+        from corral import planning
 
         old = await self.store.schedule_get(name=name, tenant=tenant)
         if old.paused_at is None:
             return old
         now = self.clock.now()
-        skipped, more, first = scheduler.resume_skips(old, now)
+        skipped, more, first = planning.resume_skips(old, now)
         return await self.store.schedule_resume(
             schedule_id=old.id, skipped=skipped, skipped_count=more, next_due=first, now=now
         )
@@ -922,13 +922,11 @@ class Client:
     async def schedule_trigger(self, name: str, *, tenant: str = "default") -> int:
         """Fire a schedule now, outside its times (its next nominal time stays): the job's
         id. Its firing is recorded at this instant."""
-        from corral import scheduler
+        from corral import planning
 
         old = await self.store.schedule_get(name=name, tenant=tenant)
         now = self.clock.now()
-        fire = scheduler.firing(
-            old, scheduler.rule(old, old.anchor), now, model.FiringOutcome.FIRED
-        )
+        fire = planning.firing(old, planning.rule(old, old.anchor), now, model.FiringOutcome.FIRED)
         fire = dataclasses.replace(fire, note="triggered by hand")
         await self.store.backfill(schedule=old, fires=[fire], now=now)
         [firing] = await self.store.firing_list(schedule_id=old.id, limit=1, before=now + _TICK)

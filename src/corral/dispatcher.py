@@ -5,50 +5,34 @@ The cycle follows the outbox rule. (1) Claim: one transaction moves up to
 commits. (2) Launch: outside any transaction, each attempt is created on its platform
 under its deterministic launch name; "already exists" counts as launched. (3) Record:
 the launched attempts move to `running`. A crash between any two steps leaves an attempt
-that recovery can finish from the store and the platform alone, never a lost job.
+that recovery can finish from the store and the platform alone, never a lost job. The
+launches themselves are corral.launches's; this module runs the tick around them.
 
 Completions arrive pushed (an executor's `events()`) or polled (`observe()` of the
 store's active attempts) and are written in batches through the store's compare-and-set
-transitions, so the same completion arriving twice applies once.
+transitions, so the same completion arriving twice applies once (corral.completions).
 """
 
 from __future__ import annotations
 
 import asyncio
-import enum
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import Unpack
 
-from corral import clock, config, errors, failpoints, metrics, model, retry, store
-from corral import retry as retry_  # the modules, where a parameter has their name
-from corral import store as store_
+from corral import clock, completions, core, errors, failpoints, launches, metrics, model, store
 from corral.executors import base
 from corral.executors.base import Executor
 
-NOTED = 10_000
-"""How many waiting attempts a dispatcher remembers it noted the reason of (one it forgot
-is noted again)."""
-
 log = logging.getLogger("corral.dispatcher")
 J, A = model.JobState, model.AttemptState
-_JOB_NEXT = {J.QUEUED: "queued for retry"}
 _STOP_IF_LAUNCHED = frozenset({A.CANCELLED, A.SUPERSEDED})
 """Attempt states that, reached while the attempt was being launched, mean it must stop."""
 
 
 UNSENT_PAST_GRACE = "claimed longer ago than launch_grace before its turn to be sent"
-
-
-class _Result(enum.Enum):
-    """What became of one launch in a tick."""
-
-    LAUNCHED = "launched"
-    FAILED = "failed"  # left `launching` for recovery
-    LATER = "later"  # the tick's deadline came first: first in the next tick
-    TOO_LATE = "too late"  # its deadline passed before launch: never launched, not charged
-    UNSENT = "unsent"  # recorded running before its send, then past launch_grace: the same
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,52 +47,25 @@ class Tick:
     more: bool = field(default=False, compare=False)  # full claim or carried: tick again now
 
 
-class Dispatcher:
+class Dispatcher(core.Core):
     """Runs the dispatch cycle and applies completions for a set of executors."""
 
-    def __init__(
-        self,
-        *,
-        store: store.Store,
-        executors: Mapping[str, Executor],
-        clock: clock.Clock,
-        settings: config.Settings,
-        retry: retry.Retry | None = None,
-        sender: str | None = None,
-    ) -> None:
-        """`sender`: this process's id in the loops table, recorded on each attempt it
-        sends blind (before it is sent), so recovery ends those at once if it dies."""
-        if not executors:
+    def __init__(self, **needs: Unpack[core.Needs]) -> None:
+        super().__init__(**needs)
+        if not self.executors:
             raise errors.ConfigError(
                 "executors.enabled: the dispatcher needs at least one executor"
             )
-        self.store = store
-        self.executors = dict(executors)
-        self.clock = clock
-        self.settings = settings
-        self.retry = retry or retry_.Retry.from_settings(settings)
-        self.sender = sender
-        self.limits = store_.DefaultLimits(
-            settings.timeouts.attempt_deadline, settings.timeouts.lease_timeout
-        )
+        self.limits = store.DefaultLimits(self.t.attempt_deadline, self.t.lease_timeout)
+        self.completions = completions.Completions(self)
         self._carried: list[model.Claimed] = []  # claimed, not yet launched: next tick's first
         # The next tick's claim, made while this tick launches (a full claim says there is
         # more): ticks overlap by at most this one claim.
         self._next_claim: asyncio.Task[list[model.Claimed]] | None = None
         self._overlap = False  # on while run() runs (not for a lone run_once), off at its stop
-        self._completions = asyncio.Queue[store_.Finish]()
-        self._pending: set[int] = set()  # fences queued or being written: polls repeat them
-        self._arrived = asyncio.Event()
         self._unrecorded: list[int] = []  # launched, `running` not written yet (a failed settle)
-        # Set while no tick is in flight. The completion writer waits for it, so that what
-        # arrives during a tick is written in that tick's last transaction (fewer, bigger
-        # writes); a tick never waits for the writer, so a stuck write holds up no claim.
-        self._between_ticks = asyncio.Event()
-        self._between_ticks.set()
         self._stopping: set[asyncio.Task[None]] = set()  # cancels of attempts cancelled mid-launch
-        self._reaches = base.Reaches(settings)
-        self._recorded_first: set[int] = set()  # recorded running before sending, not yet sent
-        self._noted: dict[int, set[str]] = {}  # why each attempt waited on its platform, noted
+        self.launches = launches.Launches(self)
 
     # --- the cycle -------------------------------------------------------------------------
 
@@ -123,11 +80,11 @@ class Dispatcher:
         they are launched and recorded all the same, and then the claim's error is raised.
         Completions have a writer of their own: a completion write that waits (on a lock,
         on a slow network) never holds up a claim."""
-        self._between_ticks.clear()
+        self.completions.tick_begins()
         try:
             return await self._tick()
         finally:
-            self._between_ticks.set()
+            self.completions.tick_ends()
 
     async def _tick(self) -> Tick:
         carried, self._carried = self._carried, []
@@ -155,50 +112,11 @@ class Dispatcher:
             # pile up claims that wait past their launch_grace.
             self._next_claim = asyncio.create_task(self._claim(self.settings.claim_batch_limit))
         claimed = len(fresh)
-        fresh = await self._record_before_sending(fresh)
+        fresh = await self.launches.record_before_sending(fresh)
         tick = await self._launch_and_record(carried + fresh, fresh=claimed, room=room)
         if failed_claim is not None:
             raise failed_claim
         return tick
-
-    async def _record_before_sending(self, fresh: list[model.Claimed]) -> list[model.Claimed]:
-        """Record as running, before they are launched, the attempts of executors that leave
-        nothing on a platform to observe (an HTTP request): a crash after the send then
-        leaves a running attempt that recovery calls lost (the job retries, a new fence),
-        never a launching one that it would send again. What cannot be recorded now stays
-        launching, unsent, for recovery (or was cancelled meanwhile): not launched."""
-        blind = [
-            c.attempt.id
-            for c in fresh
-            if not base.observable(self.executors[c.attempt.executor]) and self._in_time(c)
-        ]
-        if not blind:
-            return fresh
-        try:
-            recorded = set(
-                await self.store.attempt_record_running(
-                    fences=blind,
-                    now=self.clock.now(),
-                    reason="recorded running before it is sent",
-                    sent_by=self.sender,
-                )
-            )
-        except errors.StoreError as exc:
-            log.error(
-                "%d attempts not recorded before sending (%s); left for recovery", len(blind), exc
-            )
-            recorded = set()
-        self._recorded_first.update(recorded)
-        return [c for c in fresh if c.attempt.id in recorded or c.attempt.id not in blind]
-
-    def _in_time(self, claimed: model.Claimed) -> bool:
-        """Whether the attempt can still be launched (its deadline has not passed): one that
-        cannot is left launching, to end as never launched (not charged)."""
-        try:
-            base.launch_for(claimed, self.settings, self.clock.now(), reaches=self._reaches)
-        except errors.LaunchTooLate:
-            return False
-        return True
 
     async def _claim(self, room: int) -> list[model.Claimed]:
         with metrics.timed(metrics.CLAIM, self.clock):
@@ -218,46 +136,43 @@ class Dispatcher:
         until = self.clock.monotonic() + self.settings.timeouts.tick_deadline.total_seconds()
         if fresh:
             failpoints.hit("after_claim_commit")
-        results = await self._launch_all(todo, until)
+        results = await self.launches.launch_all(todo, until)
         done = dict(zip((c.attempt.id for c in todo), results, strict=True))
-        self._carried = [c for c in todo if done[c.attempt.id] is _Result.LATER]
-        launched = [c.attempt.id for c in todo if done[c.attempt.id] is _Result.LAUNCHED]
+        self._carried = [c for c in todo if done[c.attempt.id] is launches.Result.LATER]
+        launched = [c.attempt.id for c in todo if done[c.attempt.id] is launches.Result.LAUNCHED]
         # Recorded running before they were sent: nothing to settle.
-        blind = self._recorded_first.intersection(
-            c.attempt.id for c in todo if done[c.attempt.id] is not _Result.LATER
+        blind = self.launches.sent_blind(
+            c.attempt.id for c in todo if done[c.attempt.id] is not launches.Result.LATER
         )
-        self._recorded_first -= blind
         unrecorded = [fence for fence in launched if fence not in blind]
         failpoints.hit("before_record_running")
         recorded, outcomes = await self._settle(unrecorded)
-        too_late = [c.attempt.id for c in todo if done[c.attempt.id] is _Result.TOO_LATE]
-        unsent = [c.attempt.id for c in todo if done[c.attempt.id] is _Result.UNSENT]
-        await self._never_launched([f for f in too_late if f not in blind], recorded=False)
-        await self._never_launched([f for f in too_late if f in blind], recorded=True)
-        await self._never_launched(unsent, recorded=True, why=UNSENT_PAST_GRACE)
-        self._log_outcomes(outcomes)
+        late = await self._give_up(todo, done, blind)
+        self.completions.log_outcomes(outcomes)
         moved = set(unrecorded) - set(recorded) - {o.fence for o in outcomes}
         await self._stop_moved([c.attempt for c in todo if c.attempt.id in moved])
         tick = Tick(
             claimed=fresh,
             launched=len(launched),
-            launch_errors=sum(r is _Result.FAILED for r in results),
+            launch_errors=sum(r is launches.Result.FAILED for r in results),
             recorded=len(recorded),
             carried=len(self._carried),
             more=fresh >= room or bool(self._carried) or self._next_claim is not None,
         )
-        log.info(
-            "tick: claimed %d, launched %d, launch errors %d, recorded running %d%s%s",
-            tick.claimed,
-            tick.launched,
-            tick.launch_errors,
-            tick.recorded,
-            f", {tick.carried} left for the next tick (tick_deadline)" if tick.carried else "",
-            f", {len(too_late) + len(unsent)} too late to launch (new attempts, not charged)"
-            if too_late or unsent
-            else "",
-        )
+        _log_tick(tick, late)
         return tick
+
+    async def _give_up(
+        self, todo: Sequence[model.Claimed], done: dict[int, launches.Result], blind: set[int]
+    ) -> int:
+        """Write the attempts too late to launch, or recorded running and never sent, as
+        never launched (`blind`: those recorded running before their send); how many."""
+        too_late = [c.attempt.id for c in todo if done[c.attempt.id] is launches.Result.TOO_LATE]
+        unsent = [c.attempt.id for c in todo if done[c.attempt.id] is launches.Result.UNSENT]
+        await self._never_launched([f for f in too_late if f not in blind], recorded=False)
+        await self._never_launched([f for f in too_late if f in blind], recorded=True)
+        await self._never_launched(unsent, recorded=True, why=UNSENT_PAST_GRACE)
+        return len(too_late) + len(unsent)
 
     async def _never_launched(
         self, fences: list[int], *, recorded: bool, why: str = base.DEADLINE_BEFORE_LAUNCH
@@ -273,7 +188,7 @@ class Dispatcher:
         """Record the launched attempts as running, with the completions that have arrived
         meanwhile, in one transaction. If that fails, the launched ones are recorded next
         tick (recovery adopts them should this process die first)."""
-        finishes = self._drain(self.settings.claim_batch_limit)
+        finishes = self.completions.take(self.settings.claim_batch_limit)
         fences = self._unrecorded + launched
         try:
             with metrics.timed(metrics.SETTLE.labels(write="settle"), self.clock):
@@ -281,11 +196,11 @@ class Dispatcher:
                     launched=fences, finishes=finishes, now=self.clock.now(), retry=self.retry
                 )
         except errors.CorralError:
-            self._requeue(finishes)
+            self.completions.requeue(finishes)
             self._unrecorded = fences
             raise
         self._unrecorded = []
-        self._done(finishes)
+        self.completions.done(finishes)
         return recorded, outcomes
 
     async def _stop_moved(self, attempts: Sequence[model.Attempt]) -> None:
@@ -316,249 +231,6 @@ class Dispatcher:
         except errors.CorralError as exc:
             log.warning("%s: could not stop it: %s", name, exc)
 
-    async def _launch_all(self, todo: Sequence[model.Claimed], until: float) -> list[_Result]:
-        """Launch `todo` in order, `launch_concurrency` at a time; an attempt whose turn
-        comes after the tick's deadline is not launched (LATER). A few workers take the
-        attempts one after another: no task per launch."""
-        results = [_Result.LATER] * len(todo)
-        turns = iter(enumerate(todo))
-
-        async def worker() -> None:
-            for i, claimed in turns:
-                if self.clock.monotonic() > until:
-                    return  # the rest stay LATER
-                results[i] = await self._launch_now(claimed)
-
-        workers = min(self.settings.launch_concurrency, len(todo))
-        await asyncio.gather(*(worker() for _ in range(workers)))
-        return results
-
-    async def _launch_now(self, claimed: model.Claimed) -> _Result:
-        now = self.clock.now()
-        age = now - claimed.attempt.created_at
-        if age > self.settings.timeouts.launch_grace:
-            if claimed.attempt.id in self._recorded_first:
-                # Recorded running before its send, and never sent: recovery would wait
-                # recovery_grace to call it lost; this process knows, so says so now.
-                return _Result.UNSENT
-            # Recovery may already have launched, finished and (on some platforms) deleted it:
-            # a launch this late could run it a second time. Leave it to recovery.
-            await self._note_launch_error(
-                claimed,
-                errors.ExecutorError(f"claimed {age.total_seconds():.0f}s ago, past launch_grace"),
-            )
-            return _Result.FAILED
-        try:
-            launch = base.launch_for(claimed, self.settings, now, reaches=self._reaches)
-        except errors.LaunchTooLate:
-            return _Result.TOO_LATE  # nothing was asked of the platform: a new attempt, free
-        try:
-            await self.executors[launch.executor].launch(launch)
-        except Exception as exc:  # any failure: the attempt stays `launching` for recovery
-            await self._note_launch_error(claimed, exc)
-            return _Result.FAILED
-        failpoints.hit("after_launch")
-        return _Result.LAUNCHED
-
-    async def _note_launch_error(self, claimed: model.Claimed, exc: Exception) -> None:
-        metrics.LAUNCH_ERRORS.labels(executor=claimed.attempt.executor).inc()
-        why = (
-            f"launch failed: {exc}"
-            if isinstance(exc, errors.CorralError)
-            else f"launch failed: {exc!r}"
-        )
-        left = (
-            "recorded running before it was sent: recovery calls it lost"
-            if claimed.attempt.id in self._recorded_first
-            else "left launching for recovery"
-        )
-        log.warning(
-            "job %d attempt %s: %s (%s)",
-            claimed.job.id,
-            claimed.attempt.launch_name,
-            why,
-            left,
-            exc_info=not isinstance(exc, errors.CorralError),
-        )
-        await self.store.event_note(
-            job_id=claimed.job.id,
-            attempt_id=claimed.attempt.id,
-            state=A.RUNNING if claimed.attempt.id in self._recorded_first else A.LAUNCHING,
-            reason=f"{why}; {left}",
-            now=self.clock.now(),
-            details={"launch_name": claimed.attempt.launch_name, "error": type(exc).__name__},
-        )
-
-    # --- completions ---------------------------------------------------------------------------
-
-    def offer(self, observation: model.Observation, *, fence: int | None = None) -> bool:
-        """Queue a finished observation for the completion writer; False if it is not one.
-
-        `fence` is the attempt the caller observed; an observation whose labels carry another
-        identity (a stale object under the same name) is ignored.
-        """
-        identity = observation.identity
-        if not observation.phase.finished or identity is None:
-            return False
-        if identity.fence in self._pending:
-            return True
-        if fence is not None and identity.fence != fence:
-            log.warning(
-                "%s: carries fence %d, expected %d; ignored",
-                observation.name,
-                identity.fence,
-                fence,
-            )
-            return False
-        self._arrived.set()
-        self._pending.add(identity.fence)
-        self._completions.put_nowait(store.Finish.seen(identity.fence, observation))
-        return True
-
-    async def flush_completions(self) -> list[store.Outcome]:
-        """Apply every queued completion now, in batches of `claim_batch_limit`."""
-        outcomes: list[store.Outcome] = []
-        while not self._completions.empty():
-            outcomes += await self._apply(self._drain(self.settings.claim_batch_limit))
-        return outcomes
-
-    def _drain(self, room: int) -> list[store.Finish]:
-        batch: list[store.Finish] = []
-        while not self._completions.empty() and len(batch) < room:
-            batch.append(self._completions.get_nowait())
-        return batch
-
-    async def _apply(self, batch: Sequence[store.Finish]) -> list[store.Outcome]:
-        if not batch:
-            return []
-        try:
-            with metrics.timed(metrics.SETTLE.labels(write="finish"), self.clock):
-                outcomes = await self.store.attempt_finish(
-                    finishes=batch, now=self.clock.now(), retry=self.retry
-                )
-        except (errors.CorralError, asyncio.CancelledError):
-            # Cancelled: the loop is stopping, and its last flush writes them again (the
-            # write in flight may commit too: a completion applies once however often).
-            self._requeue(batch)
-            raise
-        self._done(batch)
-        self._log_outcomes(outcomes)
-        return outcomes
-
-    def _requeue(self, batch: Sequence[store.Finish]) -> None:
-        """Put back completions a failed write took out: they are written next time."""
-        for finish in batch:
-            self._completions.put_nowait(finish)
-        if batch:
-            self._arrived.set()
-
-    def _done(self, batch: Sequence[store.Finish]) -> None:
-        self._pending.difference_update(f.fence for f in batch)
-
-    def _log_outcomes(self, outcomes: Sequence[store.Outcome]) -> None:
-        for o in outcomes:
-            metrics.COMPLETIONS.labels(attempt_state=o.attempt_state, job_state=o.job_state).inc()
-            log.info(
-                "job %d attempt %d (fence %d) %s; job %s",
-                o.job_id,
-                o.attempt_no,
-                o.fence,
-                o.attempt_state,
-                _JOB_NEXT.get(o.job_state, o.job_state),
-            )
-
-    async def _write_completions(self) -> None:
-        """Forever: when completions have arrived, write all that queued up, in batches.
-        A failed write keeps them queued and is tried again after `dispatch_interval`."""
-        retry = self.settings.timeouts.dispatch_interval.total_seconds()
-        while True:
-            await self._arrived.wait()
-            await self._between_ticks.wait()
-            try:
-                self._arrived.clear()
-                await self.flush_completions()
-            except errors.CorralError as exc:
-                log.error("writing completions failed, trying again in %.1fs: %s", retry, exc)
-                await self.clock.sleep(retry)
-
-    async def _watch(self, executor: Executor) -> None:
-        """Forever: take the executor's pushed observations; polling covers any gap."""
-        retry = self.settings.timeouts.observe_interval.total_seconds()
-        while True:
-            try:
-                async for observation in executor.events():
-                    self.offer(observation)
-                return  # the executor closed its stream
-            except Exception as exc:  # polling covers the gap; the stream must come back
-                log.warning(
-                    "%s: event stream failed, restarting in %.1fs: %s",
-                    executor.kind,
-                    retry,
-                    exc,
-                    exc_info=not isinstance(exc, errors.CorralError),
-                )
-                await self.clock.sleep(retry)
-
-    async def poll_once(self) -> int:
-        """Observe every active attempt in the store; queue the finished ones. Returns how many."""
-        found = 0
-        for kind, executor in self.executors.items():
-            after = 0
-            while page := await self.store.attempt_list_active(
-                executor=kind, limit=self.settings.claim_batch_limit, after=after
-            ):
-                after = page[-1].id
-                found += await self._observe_page(executor, page)
-        return found
-
-    async def _observe_page(self, executor: Executor, page: Sequence[model.Attempt]) -> int:
-        try:
-            seen = await executor.observe([a.launch_name for a in page])
-        except errors.ExecutorError as exc:
-            log.warning("%s: cannot observe %d attempts: %s", executor.kind, len(page), exc)
-            return 0
-        found, alive, notes = 0, [], {}
-        for attempt in page:
-            obs = seen.get(attempt.launch_name)
-            if obs is None:
-                continue
-            if self.offer(obs, fence=attempt.id):
-                found += 1
-                self._noted.pop(attempt.id, None)
-            elif obs.phase in (model.Phase.RUNNING, model.Phase.PENDING):
-                alive.append(attempt.id)
-                notes.update(self._news(attempt.id, obs))
-        await self.store.attempt_seen(fences=alive, now=self.clock.now())
-        if notes:
-            await self.store.attempt_note(notes=notes, now=self.clock.now())
-        return found
-
-    def _news(self, fence: int, obs: model.Observation) -> dict[int, str | None]:
-        """What the run log should say of a live attempt: why it waits on its platform (a
-        pod that has not started), the first time it waits for that reason (a kubelet
-        goes back and forth between ErrImagePull and ImagePullBackOff), and that it
-        started, once it has."""
-        if obs.phase is model.Phase.PENDING and obs.reason:
-            noted = self._noted.setdefault(fence, set())
-            if obs.reason in noted:
-                return {}
-            noted.add(obs.reason)
-            while len(self._noted) > NOTED:
-                self._noted.pop(next(iter(self._noted)))
-            return {fence: f"{obs.reason}: {obs.message}" if obs.message else obs.reason}
-        if obs.phase is model.Phase.RUNNING and self._noted.pop(fence, None) is not None:
-            return {fence: None}
-        return {}
-
-    async def _poll(self) -> None:
-        interval = self.settings.timeouts.observe_interval.total_seconds()
-        while True:
-            try:
-                await self.poll_once()
-            except errors.CorralError as exc:
-                log.warning("poll failed, trying again in %.1fs: %s", interval, exc)
-            await self.clock.sleep(interval)
-
     # --- the loop ------------------------------------------------------------------------------
 
     async def run(self, stop: asyncio.Event, *, on_tick: Callable[[], None] | None = None) -> None:
@@ -566,10 +238,10 @@ class Dispatcher:
 
         `on_tick` is called after every tick, one that failed included: the loop is alive
         (corral.health). It runs on the event loop, so it must return at once."""
-        helpers = [asyncio.create_task(self._write_completions(), name="completions")]
-        helpers.append(asyncio.create_task(self._poll(), name="poll"))
+        helpers = [asyncio.create_task(self.completions.write_forever(), name="completions")]
+        helpers.append(asyncio.create_task(self.completions.poll_forever(), name="poll"))
         helpers += [
-            asyncio.create_task(self._watch(e), name=f"watch-{e.kind}")
+            asyncio.create_task(self.completions.watch(e), name=f"watch-{e.kind}")
             for e in self.executors.values()
         ]
         log.info(
@@ -598,17 +270,17 @@ class Dispatcher:
             if isinstance(executor, base.Drains):
                 try:
                     for observation in await executor.drain():
-                        self.offer(observation)
+                        self.completions.offer(observation)
                 except Exception as exc:
                     log.warning("%s: could not drain: %s", executor.kind, exc)
 
     async def _final_flush(self) -> None:
         try:
-            await self.flush_completions()
+            await self.completions.flush()
         except errors.CorralError as exc:
             log.error(
                 "%d completions not written (%s); the next start finds them again by polling",
-                self._completions.qsize(),
+                self.completions.queued(),
                 exc,
             )
 
@@ -639,3 +311,16 @@ class Dispatcher:
                 "%d claimed attempts were not launched before the stop; recovery launches them",
                 len(self._carried),
             )
+
+
+def _log_tick(tick: Tick, late: int) -> None:
+    """Say in the log what a tick did; `late`: attempts too late to launch."""
+    log.info(
+        "tick: claimed %d, launched %d, launch errors %d, recorded running %d%s%s",
+        tick.claimed,
+        tick.launched,
+        tick.launch_errors,
+        tick.recorded,
+        f", {tick.carried} left for the next tick (tick_deadline)" if tick.carried else "",
+        f", {late} too late to launch (new attempts, not charged)" if late else "",
+    )

@@ -294,7 +294,7 @@ class Job:
     updated_at: datetime
     policy: Mapping[str, Any] = field(default_factory=dict)
     code_version: str | None = None
-    uncharged_attempts: int = 0  # attempts that never reached their platform (see `charged`)
+    uncharged_attempts: int = 0  # attempts that never reached their platform (see `End`)
     tenant_made: bool = False  # a tenant's (API, dashboard, its schedule): never corral's own
 
     @property
@@ -316,16 +316,30 @@ NO_COMPATIBLE_WORKER = "no compatible worker"
 """The reason of a Python task's attempt whose worker went away while no live worker
 reads its payload's version: the job is parked, and pays nothing for it."""
 
-UNCHARGED = frozenset({NEVER_LAUNCHED, HANDED_BACK, NO_COMPATIBLE_WORKER})
-"""The reasons of attempts that count toward neither max_attempts nor the retry budget."""
+
+@dataclass(frozen=True, slots=True)
+class End:
+    """How an attempt ended, as its job pays for it: the reason it is recorded with, and
+    whether it is charged (counts toward max_attempts, the retry budget, and a streak of
+    the same failure). The end decides, not the state: an attempt superseded because its
+    state was unknown ran, and is charged; one superseded because it never reached its
+    platform, or handed back by a worker told to stop, or parked for want of a worker
+    that reads it, is not (UNCHARGED)."""
+
+    reason: str
+    charged: bool = True
+
+    @classmethod
+    def of(cls, reason: str | None) -> End:
+        """The end of a stored attempt, read back from the reason it was recorded with."""
+        return UNCHARGED.get(reason or "") or cls(reason or "")
 
 
-def charged(reason: str | None) -> bool:
-    """Whether an attempt that ended for `reason` counts against its job. The reason
-    decides, not the state: an attempt superseded because its state was unknown ran, and
-    counts; one superseded because it never reached its platform, or handed back by a
-    worker told to stop, or parked for want of a worker that reads it, does not."""
-    return reason not in UNCHARGED
+UNCHARGED: Mapping[str, End] = {
+    reason: End(reason, charged=False)
+    for reason in (NEVER_LAUNCHED, HANDED_BACK, NO_COMPATIBLE_WORKER)
+}
+"""The ends that count toward neither max_attempts nor the retry budget, by reason."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -356,9 +370,14 @@ class Attempt:
         return self.id
 
     @property
+    def end(self) -> End:
+        """How this attempt ended, as its job pays for it (see `End`)."""
+        return End.of(self.reason)
+
+    @property
     def charged(self) -> bool:
-        """Whether this attempt counts toward its job's max_attempts (see `charged`)."""
-        return charged(self.reason)
+        """Whether this attempt counts toward its job's max_attempts (see `End`)."""
+        return self.end.charged
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,8 @@
   fingerprint, from the platform's verdict and the job's exit-code rules.
 - decide: what a failed attempt leads to for its job (quarantine, fail, or retry after a
   backoff, perhaps later for want of a budget token), a pure function over plain values;
-  the store reads those values and applies the Decision it returns.
+  the store reads those values and applies the Decision it returns. The streak of the
+  same failure it reads counts only the attempts whose end is charged (model.End).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import hashlib
 import math
 import random
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
@@ -318,6 +320,29 @@ class Decision:
         if self.token_at is not None:
             out |= {"budget": "empty", "queue": str(self.queue)}
         return out
+
+
+def streak(
+    fingerprint: str,
+    attempt_no: int,
+    earlier: Mapping[int, tuple[model.End, str | None]],
+    longest: int,
+) -> int:
+    """How many attempts in a row, ending with attempt `attempt_no` (which failed with
+    `fingerprint`), failed with that fingerprint, counting at most `longest`. `earlier`
+    holds, by attempt number, the job's earlier attempts that may count (failed of class
+    unknown, or not charged), each with its end and fingerprint. An attempt that is not
+    charged is not in the row: it neither breaks a streak nor adds to it; one not in
+    `earlier`, or of another fingerprint, ends it."""
+    count, n = 1, attempt_no - 1
+    while count < longest and n > 0:
+        end, print_ = earlier.get(n, (None, None))
+        if end is None or end.charged:
+            if print_ != fingerprint:
+                break
+            count += 1
+        n -= 1
+    return count
 
 
 def decide(

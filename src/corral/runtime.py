@@ -28,7 +28,7 @@ from corral.executors import base, registry
 from corral.executors.base import Executor
 
 if TYPE_CHECKING:
-    from corral import alerts
+    from corral import alerts, retry
 
 log = logging.getLogger("corral.runtime")
 FIRST_PAUSE, LONGEST_PAUSE = 0.5, 10.0
@@ -172,6 +172,27 @@ async def connect(
         )
 
 
+@dataclass(frozen=True, slots=True)
+class _Asked:
+    """The loops a process was asked to run (the alerter only when alert rules are set)."""
+
+    dispatch: bool
+    reconcile: bool
+    schedule: bool
+    alert: bool
+    operate: bool
+
+    def names(self) -> list[str]:
+        """The loops' names in the health file, and in the loops table."""
+        wanted = (
+            (health.DISPATCHER, self.dispatch),
+            (health.RECONCILER, self.reconcile),
+            (health.SCHEDULER, self.schedule),
+            (health.ALERTER, self.alert),
+        )
+        return [n for n, on in wanted if on]
+
+
 async def serve(
     settings: config.Settings,
     stop: asyncio.Event,
@@ -193,43 +214,128 @@ async def serve(
     loops table as `kind` (the command), running those loops and `also_runs` (the API,
     served beside them), and beats there while they run (corral.loops).
 
-        The order is the point: the store is reached and every executor has started before
-        `on_ready` and before either loop, so the first recovery pass never asks a platform
-        that is not ready yet. A database that cannot be reached is waited for first (see
-        `reach`); `stop` set meanwhile ends the wait, and this returns. With `health_file` set,
-        a file left by an earlier run is removed first, and the file appears once every loop
-        has finished its first round.
-    """
+    The order is the point: the store is reached and every executor has started before
+    `on_ready` and before either loop, so the first recovery pass never asks a platform
+    that is not ready yet. A database that cannot be reached is waited for first (see
+    `reach`); `stop` set meanwhile ends the wait, and this returns. With `health_file` set,
+    a file left by an earlier run is removed first, and the file appears once every loop
+    has finished its first round."""
     clk = clk or clock.SystemClock()
-    wanted = (
-        (health.DISPATCHER, dispatch),
-        (health.RECONCILER, reconcile),
-        (health.SCHEDULER, schedule),
-        (health.ALERTER, alert and bool(settings.alerts.rules)),
-    )
-    names = [n for n, on in wanted if on]
-    async with health.HealthFile(settings.health_file, clk, names) as beats:
+    asked = _Asked(dispatch, reconcile, schedule, alert and bool(settings.alerts.rules), operate)
+    async with health.HealthFile(settings.health_file, clk, asked.names()) as beats:
         db = await reach(settings, clk, stop)
         if db is None:
             return
         async with opened(settings, clk=clk, executors=executors, db=db) as rt:
-            runs = [*names, *([loops.OPERATIONS] if operate else []), *also_runs]
+            runs = [*asked.names(), *([loops.OPERATIONS] if operate else []), *also_runs]
             pulse = loops.Service(rt.store, settings, clk).pulse(
                 kind=kind, runs=runs, executors=list(rt.executors) if dispatch else ()
             )
             async with pulse.beating():
-                await _run_loops(
-                    rt,
-                    stop,
-                    beats,
-                    dispatch=dispatch,
-                    reconcile=reconcile,
-                    schedule=schedule,
-                    alert=alert and bool(settings.alerts.rules),
-                    operate=operate,
-                    on_ready=on_ready,
-                    pulse=pulse,
-                )
+                await _run_loops(rt, stop, beats, asked, on_ready=on_ready, pulse=pulse)
+
+
+async def _run_loops(
+    rt: Runtime,
+    stop: asyncio.Event,
+    beats: health.HealthFile,
+    asked: _Asked,
+    *,
+    on_ready: Callable[[Runtime], Awaitable[None]] | None,
+    pulse: loops.Pulse | None = None,
+) -> None:
+    """Run the loops asked for on an opened runtime until `stop` is set; `pulse`: this
+    process's row in the loops table."""
+    from corral import alerts, operations, retry
+
+    if on_ready is not None:
+        await on_ready(rt)
+    running = []
+    rules = retry.Retry.from_settings(rt.settings)  # one random source per process
+    if asked.dispatch:
+        running.append(_dispatching(rt, stop, beats, rules, pulse))
+    if asked.reconcile:
+        running.append(_reconciling(rt, stop, beats, rules, pulse))
+    if asked.schedule:
+        running.append(_scheduling(rt, stop, beats))
+    if asked.alert:
+        a = alerts.Alerter(store=rt.store, clock=rt.clock, settings=rt.settings)
+        running.append(a.run(stop, on_pass=beats.recorder(health.ALERTER)))
+    if asked.operate:
+        o = operations.Runner(
+            store=rt.store, clock=rt.clock, settings=rt.settings, executors=rt.executors
+        )
+        running.append(o.run(stop))
+    await asyncio.gather(*running)
+
+
+def _dispatching(
+    rt: Runtime,
+    stop: asyncio.Event,
+    beats: health.HealthFile,
+    rules: retry.Retry,
+    pulse: loops.Pulse | None,
+) -> Awaitable[None]:
+    """The dispatcher's loop, its ticks recorded in the health file."""
+    from corral import dispatcher
+
+    d = dispatcher.Dispatcher(
+        store=rt.store,
+        executors=rt.executors,
+        clock=rt.clock,
+        settings=rt.settings,
+        retry=rules,
+        pulse=pulse,
+    )
+    return d.run(stop, on_tick=beats.recorder(health.DISPATCHER))
+
+
+def _reconciling(
+    rt: Runtime,
+    stop: asyncio.Event,
+    beats: health.HealthFile,
+    rules: retry.Retry,
+    pulse: loops.Pulse | None,
+) -> Awaitable[None]:
+    """The reconciler's loop, its passes recorded in the health file and, with
+    alerts.heartbeat_url set, pinged there too."""
+    from corral import alerts, reconciler
+
+    r = reconciler.Reconciler(
+        store=rt.store,
+        executors=rt.executors,
+        clock=rt.clock,
+        settings=rt.settings,
+        retry=rules,
+        pulse=pulse,
+    )
+    passed = beats.recorder(health.RECONCILER)
+    if not (url := rt.settings.alerts.heartbeat_url):
+        return r.run(stop, on_pass=passed)
+    ping = alerts.Heartbeat(url)
+
+    def passed_and_pinged() -> None:
+        passed()
+        ping()
+
+    return _closed_after(r.run(stop, on_pass=passed_and_pinged), ping)
+
+
+def _scheduling(rt: Runtime, stop: asyncio.Event, beats: health.HealthFile) -> Awaitable[None]:
+    """The scheduler's loop, its passes recorded in the health file; a tenant's firings
+    checked against its grant and its spec's references."""
+    from corral import scheduler
+    from corral.executors import references  # jsonschema: only where schedules fire
+
+    s = scheduler.Scheduler(
+        store=rt.store,
+        clock=rt.clock,
+        executors=rt.executors,
+        cancel_grace=rt.settings.timeouts.cancel_grace,
+        tenants=rt.settings.tenants,
+        refuse=references.firing_refusal(rt.settings),
+    )
+    return s.run(stop, on_pass=beats.recorder(health.SCHEDULER))
 
 
 async def _closed_after(loop: Awaitable[None], heartbeat: alerts.Heartbeat) -> None:
@@ -237,77 +343,3 @@ async def _closed_after(loop: Awaitable[None], heartbeat: alerts.Heartbeat) -> N
         await loop
     finally:
         await heartbeat.close()
-
-
-async def _run_loops(
-    rt: Runtime,
-    stop: asyncio.Event,
-    beats: health.HealthFile,
-    *,
-    dispatch: bool,
-    reconcile: bool,
-    schedule: bool,
-    alert: bool,
-    on_ready: Callable[[Runtime], Awaitable[None]] | None,
-    operate: bool = True,
-    pulse: loops.Pulse | None = None,
-) -> None:
-    """Run the loops asked for on an opened runtime until `stop` is set; `pulse`: this
-    process's row in the loops table."""
-    from corral import alerts, dispatcher, operations, reconciler, retry, scheduler
-
-    if on_ready is not None:
-        await on_ready(rt)
-    running = []
-    rules = retry.Retry.from_settings(rt.settings)  # one random source per process
-    if dispatch:
-        d = dispatcher.Dispatcher(
-            store=rt.store,
-            executors=rt.executors,
-            clock=rt.clock,
-            settings=rt.settings,
-            retry=rules,
-            sender=pulse.id if pulse is not None else None,
-        )
-        running.append(d.run(stop, on_tick=beats.recorder(health.DISPATCHER)))
-    if reconcile:
-        r = reconciler.Reconciler(
-            store=rt.store,
-            executors=rt.executors,
-            clock=rt.clock,
-            settings=rt.settings,
-            retry=rules,
-            pulse=pulse,
-        )
-        passed = beats.recorder(health.RECONCILER)
-        if url := rt.settings.alerts.heartbeat_url:
-            ping = alerts.Heartbeat(url)
-
-            def passed_and_pinged() -> None:
-                passed()
-                ping()
-
-            running.append(_closed_after(r.run(stop, on_pass=passed_and_pinged), ping))
-        else:
-            running.append(r.run(stop, on_pass=passed))
-    if schedule:
-        from corral.executors import references  # jsonschema: only where schedules fire
-
-        s = scheduler.Scheduler(
-            store=rt.store,
-            clock=rt.clock,
-            executors=rt.executors,
-            cancel_grace=rt.settings.timeouts.cancel_grace,
-            tenants=rt.settings.tenants,
-            refuse=references.firing_refusal(rt.settings),
-        )
-        running.append(s.run(stop, on_pass=beats.recorder(health.SCHEDULER)))
-    if alert:
-        a = alerts.Alerter(store=rt.store, clock=rt.clock, settings=rt.settings)
-        running.append(a.run(stop, on_pass=beats.recorder(health.ALERTER)))
-    if operate:
-        o = operations.Runner(
-            store=rt.store, clock=rt.clock, settings=rt.settings, executors=rt.executors
-        )
-        running.append(o.run(stop))
-    await asyncio.gather(*running)

@@ -54,8 +54,8 @@ async def deliver(
     """Hand `count` pushed observations to the dispatcher and write them."""
     events = executor.events()
     for _ in range(count):
-        d.offer(await asyncio.wait_for(anext(events), timeout=PATIENCE))
-    return await d.flush_completions()
+        d.completions.offer(await asyncio.wait_for(anext(events), timeout=PATIENCE))
+    return await d.completions.flush()
 
 
 async def _count(db: store.Store, state: str, n: int) -> bool:
@@ -114,10 +114,10 @@ async def test_the_same_completion_twice_applies_once(db: store.Store, clock: Fr
     await d.run_once()
     obs = await asyncio.wait_for(anext(executor.events()), timeout=PATIENCE)
     for _ in range(3):
-        d.offer(obs)
-    assert len(await d.flush_completions()) == 1
-    d.offer(obs)
-    assert await d.flush_completions() == []
+        d.completions.offer(obs)
+    assert len(await d.completions.flush()) == 1
+    d.completions.offer(obs)
+    assert await d.completions.flush() == []
     reasons = [e.to_state for e in await db.event_list(job_id=job_id)]
     assert reasons.count("succeeded") == 2  # once for the attempt, once for the job
 
@@ -161,7 +161,7 @@ async def test_an_observation_with_another_fence_is_ignored(
     await submit(db, clock, 1)
     await d.run_once()
     obs = await asyncio.wait_for(anext(executor.events()), timeout=PATIENCE)
-    assert not d.offer(obs, fence=obs.identity.fence + 1 if obs.identity else 0)
+    assert not d.completions.offer(obs, fence=obs.identity.fence + 1 if obs.identity else 0)
 
 
 async def test_polling_completes_attempts_launched_before_a_restart(
@@ -172,8 +172,8 @@ async def test_polling_completes_attempts_launched_before_a_restart(
     await make(db, clock, executor, claim_batch_limit=4).run_once()
     # A new dispatcher (a restart) never saw the pushed events; it finds them by polling.
     fresh = make(db, clock, executor, claim_batch_limit=3)
-    assert await fresh.poll_once() == 4
-    await fresh.flush_completions()
+    assert await fresh.completions.poll_once() == 4
+    await fresh.completions.flush()
     assert await states(db, ids) == [J.SUCCEEDED] * 4
 
 
@@ -303,8 +303,8 @@ async def test_completions_survive_a_failed_write(db_url: str) -> None:
     finished = model.Observation(launch.name, model.Phase.SUCCEEDED, launch.labels, exit_code=0)
     stop = asyncio.Event()
     runner = asyncio.create_task(d.run(stop))
-    d.offer(finished)
-    d.offer(finished)  # a repeat while the first is pending is not queued twice
+    d.completions.offer(finished)
+    d.completions.offer(finished)  # a repeat while the first is pending is not queued twice
     await eventually(lambda: _is(db, job_id, J.SUCCEEDED), what="the job succeeded")
     stop.set()
     await asyncio.wait_for(runner, timeout=PATIENCE)
@@ -336,7 +336,9 @@ async def test_a_completion_write_that_waits_does_not_hold_up_claims(db_url: str
     [first] = await submit(db, clock, 1)
     [claimed] = await db.job_claim(now=clock.now(), limit=1, executors=["noop"])
     launch = model.build_launch(claimed, reach=model.Reach(), deadline_seconds=None)
-    d.offer(model.Observation(launch.name, model.Phase.SUCCEEDED, launch.labels, exit_code=0))
+    d.completions.offer(
+        model.Observation(launch.name, model.Phase.SUCCEEDED, launch.labels, exit_code=0)
+    )
     stop = asyncio.Event()
     runner = asyncio.create_task(d.run(stop))
     try:
@@ -361,10 +363,12 @@ async def test_a_failed_flush_keeps_the_completions_queued(db_url: str, clock: F
     [job_id] = await submit(db, clock, 1)
     [claimed] = await db.job_claim(now=clock.now(), limit=1, executors=["noop"])
     launch = model.build_launch(claimed, reach=model.Reach(), deadline_seconds=None)
-    d.offer(model.Observation(launch.name, model.Phase.FAILED, launch.labels, exit_code=2))
+    d.completions.offer(
+        model.Observation(launch.name, model.Phase.FAILED, launch.labels, exit_code=2)
+    )
     with pytest.raises(errors.StoreError):
-        await d.flush_completions()
-    [outcome] = await d.flush_completions()
+        await d.completions.flush()
+    [outcome] = await d.completions.flush()
     assert (outcome.job_id, outcome.job_state) == (job_id, J.QUEUED)
     await db.close()
 
@@ -615,18 +619,18 @@ async def test_why_an_attempt_waits_on_its_platform_is_in_its_run_log_once(
         _, _, events, _ = await db.job_record(job_id=job_id)
         return [(e.reason, e.details["waiting"]) for e in events if "waiting" in e.details]
 
-    await d.poll_once()
-    await d.poll_once()  # the same reason: not noted again
+    await d.completions.poll_once()
+    await d.completions.poll_once()  # the same reason: not noted again
     assert await notes() == [("waiting to start: ErrImagePull: not found", True)]
     executor.seen[name] = executor.pending(name, "Unschedulable", "0/3 nodes are available")
-    await d.poll_once()
+    await d.completions.poll_once()
     executor.seen[name] = executor.pending(name, "ErrImagePull", "not found again")
-    await d.poll_once()  # back to a reason noted before: not noted again
+    await d.completions.poll_once()  # back to a reason noted before: not noted again
     executor.seen[name] = model.Observation(
         name, model.Phase.RUNNING, executor.launches[name].labels
     )
-    await d.poll_once()
-    await d.poll_once()
+    await d.completions.poll_once()
+    await d.completions.poll_once()
     assert await notes() == [
         ("waiting to start: ErrImagePull: not found", True),
         ("waiting to start: Unschedulable: 0/3 nodes are available", True),

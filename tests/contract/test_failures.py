@@ -369,8 +369,8 @@ async def test_a_systemic_failure_stays_within_the_retry_budget(
     while True:
         tick = await d.run_once()
         for _ in range(tick.launched):
-            d.offer(await anext(events))
-        await d.flush_completions()
+            d.completions.offer(await anext(events))
+        await d.completions.flush()
         launched_at += [clock.now()] * tick.launched
         if tick.claimed == 0 and await db.job_count_by_state() == {"failed": 1000}:
             break

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from corral import config, model, reconciler, store
+from corral import config, maintenance, model, reconciler, store
 from corral.store import Finish
 from corral.testing import FrozenClock
 from tests.support.platform import Platform
@@ -165,11 +165,11 @@ async def test_the_reconciler_removes_old_jobs_and_looks_again_later(
     assert [a.id for a in await db.alert_list()] == [sent]
     clock.advance(2)
     assert (await r.run_once()).jobs_removed == 0  # old now, but looked a moment ago
-    clock.advance(reconciler.RETENTION_EVERY)
+    clock.advance(maintenance.RETENTION_EVERY)
     assert (await r.run_once()).jobs_removed == 0  # the newest job is kept, however old
     assert await db.alert_list() == []  # the message goes with its age
     [d] = await _claimed(db, clock)
-    clock.advance(reconciler.RETENTION_EVERY)
+    clock.advance(maintenance.RETENTION_EVERY)
     assert (await r.run_once()).jobs_removed == 1
     assert [j.id for j in await db.job_list()] == [d.job.id]
 

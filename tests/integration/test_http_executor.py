@@ -383,8 +383,8 @@ async def test_a_job_that_fails_twice_then_succeeds_is_retried_with_one_key(
         for _ in range(3):
             tick = await d.run_once()
             assert (tick.claimed, tick.launched) == (1, 1)
-            d.offer(await asyncio.wait_for(anext(events), PATIENCE))
-            await d.flush_completions()
+            d.completions.offer(await asyncio.wait_for(anext(events), PATIENCE))
+            await d.completions.flush()
             frozen.advance(600)  # past any backoff
         job = await db.job_get(job_id=job_id)
         attempts = await db.attempt_list(job_id=job_id)
@@ -446,8 +446,8 @@ async def test_an_http_attempt_is_running_before_its_request_is_sent(
     events = ex.events()
     try:
         tick = await d.run_once()
-        d.offer(await asyncio.wait_for(anext(events), PATIENCE))
-        await d.flush_completions()
+        d.completions.offer(await asyncio.wait_for(anext(events), PATIENCE))
+        await d.completions.flush()
     finally:
         await ex.close()
     assert (tick.launched, tick.recorded) == (1, 0)  # recorded before, not after
@@ -499,8 +499,8 @@ async def test_a_request_cut_short_by_a_crash_is_lost_then_retried_under_a_new_f
         await r.run_once()
         frozen.advance(600)  # past the retry's backoff
         await d.run_once()
-        d.offer(await asyncio.wait_for(anext(events), PATIENCE))
-        await d.flush_completions()
+        d.completions.offer(await asyncio.wait_for(anext(events), PATIENCE))
+        await d.completions.flush()
     finally:
         await second.close()
     attempts = await db.attempt_list(job_id=job_id)
@@ -587,8 +587,8 @@ async def test_a_429_with_retry_after_holds_the_retry_that_long(
     try:
         await d.run_once()
         for _ in made:
-            d.offer(await asyncio.wait_for(anext(events), PATIENCE))
-        await d.flush_completions()
+            d.completions.offer(await asyncio.wait_for(anext(events), PATIENCE))
+        await d.completions.flush()
     finally:
         await ex.close()
     busy, very_busy = [await db.job_get(job_id=job_id) for job_id, _ in made]
@@ -622,8 +622,8 @@ async def test_a_job_s_status_rule_retries_a_404_that_would_quarantine_it(
     try:
         await d.run_once()
         for _ in made:
-            d.offer(await asyncio.wait_for(anext(events), PATIENCE))
-        await d.flush_completions()
+            d.completions.offer(await asyncio.wait_for(anext(events), PATIENCE))
+        await d.completions.flush()
     finally:
         await ex.close()
     ruled, plain = [await db.job_get(job_id=job_id) for job_id, _ in made]

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from corral import client, clock, config, errors, model, reconciler, runtime, store
+from corral import client, clock, config, errors, model, reconciler, recovery, runtime, store
 from corral.executors import argo, base, kube_client, kubernetes
 from corral.testing import FrozenClock
 from tests.support import kube_api
@@ -425,7 +425,7 @@ def lingers(gate: Path) -> list[str]:
 
 async def overdue_and_stopping(
     down: tuple[Any, ...], command: list[str], *, late: float = 0
-) -> tuple[model.Claimed, reconciler.Pass]:
+) -> tuple[model.Claimed, recovery.Pass]:
     """An attempt running past its deadline (and `late` seconds more), stopped by recovery
     while its pod lingers."""
     _cluster, db, ex, frozen, _settings, rec = down

@@ -23,6 +23,7 @@ from corral import (
     errors,
     model,
     reconciler,
+    recovery,
     retry,
     scheduler,
     store,
@@ -120,8 +121,8 @@ async def test_a_scrape_after_a_dispatcher_ran_shows_its_latencies_and_the_jobs_
         store=db, executors=c.executors, clock=clock, settings=config.Settings()
     )
     await d.run_once()
-    assert await d.poll_once() == 3  # the noop launches finished at once
-    await d.flush_completions()
+    assert await d.completions.poll_once() == 3  # the noop launches finished at once
+    await d.completions.flush()
 
     assert value("corral_claim_duration_seconds_count") - before["claims"] >= 1
     assert value("corral_settle_duration_seconds_count", write="settle") - before["settles"] >= 1
@@ -189,7 +190,7 @@ async def test_the_reconciler_counts_its_repairs_by_kind(db: store.Store) -> Non
         await c.submit(spec={}, executor="noop")
     await db.job_claim(now=clock.now(), limit=3, executors=["noop"])  # then "crashed"
     clock.advance(settings.timeouts.launch_grace.total_seconds() + 1)
-    kinds = [f for f in reconciler.Pass.__dataclass_fields__ if f not in ("looked", "waiting")]
+    kinds = [f for f in recovery.Pass.__dataclass_fields__ if f not in ("looked", "waiting")]
     before = {k: value("corral_repairs_total", kind=k) for k in kinds}
     done = await reconciler.Reconciler(
         store=db, executors=executors, clock=clock, settings=settings

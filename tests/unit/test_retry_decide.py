@@ -118,3 +118,15 @@ def test_the_run_log_lines_name_the_rule_and_the_count() -> None:
         " empty, so it waits for a token"
     )
     assert late.details["queue"] == "reports"
+
+
+def test_a_streak_skips_the_attempts_that_are_not_charged_and_ends_at_another() -> None:
+    same, other = "a" * 16, "b" * 16
+    never = model.End.of(model.NEVER_LAUNCHED)
+    failed = model.End.of("exit 3")
+    assert (never.charged, failed.charged) == (False, True)
+    earlier = {4: (never, None), 3: (failed, same), 2: (model.End.of(model.HANDED_BACK), None)}
+    assert retry.streak(same, 5, {**earlier, 1: (failed, same)}, longest=9) == 3
+    assert retry.streak(same, 5, {**earlier, 1: (failed, other)}, longest=9) == 2
+    assert retry.streak(same, 5, earlier, longest=9) == 2  # attempt 1 did not fail this way
+    assert retry.streak(same, 5, {**earlier, 1: (failed, same)}, longest=2) == 2

@@ -12,7 +12,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Path, Query
 
-from corral import cadence, client, errors, model, scheduler, shapes, tenancy
+from corral import cadence, client, errors, model, planning, shapes, tenancy
 from corral.api.auth import Caller, Client, Operator, Viewer
 from corral.api.routes import EARLIEST, LATEST, RESPONSES, audit, instant, plain_json
 from corral.executors import references
@@ -309,7 +309,7 @@ def _firings(found: model.Schedule, first: datetime, last: datetime) -> int:
     """How many nominal times the schedule has in [first, last), counted up to one past
     MAX_BACKFILL (run off the event loop: a dense rule over a long range takes time)."""
     count = 0
-    for _ in cadence.between(scheduler.rule(found, found.anchor), first, last):
+    for _ in cadence.between(planning.rule(found, found.anchor), first, last):
         count += 1
         if count > MAX_BACKFILL:
             break

@@ -332,7 +332,7 @@ def schedules_preview(
 ) -> None:
     """The next firings of a schedule, or of --cron EXPR --tz TZ, marking those a DST
     change moved."""
-    from corral import cadence, clock, scheduler
+    from corral import cadence, clock, planning
 
     now = clock.SystemClock().now()
     if name is not None and (cron or every):
@@ -355,7 +355,7 @@ def schedules_preview(
                 return await c.schedule(name, tenant=tenant)
 
         found = run(go())
-        when, until = scheduler.rule(found, found.anchor), found.until
+        when, until = planning.rule(found, found.anchor), found.until
         if start:  # a time without an offset is the schedule's own zone's
             since = cadence.parse_instant(start, "--from", found.tz)
         since = max(since, found.anchor)

@@ -23,7 +23,7 @@ from corral import clock, config, errors
 from corral.sinks.fence import run_blocking, store_for
 from corral.worker import CurrentAttempt, current_attempt, in_task, own_api
 from corral.worker.api import AttemptApi
-from corral.worker.runner import TaskContext
+from corral.worker.context import TaskContext
 
 
 async def save_checkpoint_async(

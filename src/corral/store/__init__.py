@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from sqlalchemy import Connection, Engine
 from sqlalchemy import exc as sa_exc
 
-from corral import config, errors, failpoints, model, retry
+from corral import config, errors, failpoints, model, planning, retry
 from corral.store import (
     alerts,
     attempts,
@@ -1221,9 +1221,9 @@ class Store:
         *,
         now: datetime,
         limit: int,
-        plan: Callable[[model.Schedule, model.JobState | None], schedules.Plan],
+        plan: Callable[[model.Schedule, model.JobState | None], planning.Plan],
         ahead: timedelta = timedelta(0),
-    ) -> schedules.Fired:
+    ) -> planning.Fired:
         return await self._tx(
             schedules.schedules_fire_due, now=now, limit=limit, plan=plan, ahead=ahead
         )

@@ -316,16 +316,11 @@ def _streaks(
         )
         .order_by(attempts.c.job_id, attempts.c.attempt_no.desc())
     ).all()
-    prints = {(r.job_id, r.attempt_no): r.fingerprint for r in rows if model.charged(r.reason)}
-    skip = {(r.job_id, r.attempt_no) for r in rows if not model.charged(r.reason)}
+    earlier: dict[int, dict[int, tuple[model.End, str | None]]] = defaultdict(dict)
+    for r in rows:
+        earlier[r.job_id][r.attempt_no] = (model.End.of(r.reason), r.fingerprint)
     for a, j in todo:
-        n = a.attempt_no - 1
-        while out[a.id] < longest and n > 0:
-            if (a.job_id, n) not in skip:
-                if prints.get((a.job_id, n)) != j.failure.fingerprint:
-                    break
-                out[a.id] += 1
-            n -= 1
+        out[a.id] = retry.streak(j.failure.fingerprint, a.attempt_no, earlier[a.job_id], longest)
     return out
 
 

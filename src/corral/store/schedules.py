@@ -12,13 +12,13 @@ nothing here computes a time.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Connection, and_, bindparam, delete, func, or_, select, update
 
 from corral import errors, model
+from corral.planning import Fired, Plan
 from corral.store import dialects
 from corral.store.events import NO_JOB, event_insert, event_row
 from corral.store.jobs import job_cancel, job_submit
@@ -267,28 +267,6 @@ def schedule_next_wake(conn: Connection, *, ahead: timedelta) -> datetime | None
 
 
 # --- firing --------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Plan:
-    """What the scheduler decided for one due schedule: the nominal times to record (and
-    the jobs to create), where its next nominal time is, and whether to cancel the job of
-    its previous firing first (overlap `replace`)."""
-
-    fires: Sequence[model.Fire]
-    next_due: datetime | None
-    missed_count: int = 0  # missed times not in `fires` (too many to record one by one)
-    cancel_previous: bool = False
-
-
-@dataclass(slots=True)
-class Fired:
-    """What one pass of the scheduler did."""
-
-    schedules: int = 0  # schedules it moved on
-    firings: list[model.Firing] = field(default_factory=list)
-    cancelled: list[model.Attempt] = field(default_factory=list)  # to stop on their platform
-    promoted: int = 0  # jobs moved from scheduled to queued
 
 
 def schedules_fire_due(

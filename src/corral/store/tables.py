@@ -100,7 +100,7 @@ jobs = Table(
     Column("policy", Json, nullable=False, server_default=text("'{}'")),
     Column("code_version", Text),
     # Attempts that never reached their platform: they count toward neither max_attempts
-    # nor the retry budget (model.charged).
+    # nor the retry budget (model.End).
     Column("uncharged_attempts", Integer, nullable=False, server_default=text("0")),
     # Made by a tenant (the API, the dashboard, a tenant's schedule): a process job of it
     # runs as a stranger to corral (executors/base.stranger_of).

@@ -1,5 +1,6 @@
 """Inside a job: which attempt this is, and heartbeats that keep its lease; and Python
-tasks run by `corral worker` (corral.worker.app, corral.worker.runner).
+tasks run by `corral worker` (corral.worker.app, corral.worker.runner; a running task's
+context in corral.worker.context).
 
 corral gives every attempt its identity in the environment (CORRAL_JOB_ID, CORRAL_ATTEMPT,
 CORRAL_FENCE, ...). A job whose policy says `heartbeat: true` must send a heartbeat at
@@ -31,7 +32,8 @@ from typing import Any, TypeVar
 from corral import client, config, errors, runtime, store
 from corral.worker.api import ApiReach, AttemptApi, api_reach
 from corral.worker.app import App, Fresh, Pinned, Task, load_app
-from corral.worker.runner import TaskContext, Worker, current_task, in_task
+from corral.worker.context import TaskContext, current_task, in_task
+from corral.worker.runner import Worker
 
 log = logging.getLogger("corral.worker")
 T = TypeVar("T")

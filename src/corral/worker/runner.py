@@ -22,24 +22,18 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import contextvars
 import functools
-import inspect
-import json
 import logging
 import os
 import socket
-import threading
-import traceback
 import uuid
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
-from enum import StrEnum
+from collections.abc import Awaitable, Callable, Mapping
+from concurrent.futures import Future
 from typing import Any, TypeVar
 
 from corral import clock, config, errors, loops, model, retry, store
 from corral.store import DefaultLimits, Finish
+from corral.worker import calls, context, ends
 from corral.worker.app import App, Task
 
 log = logging.getLogger("corral.worker")
@@ -58,135 +52,6 @@ SHORT_RUN = 0.1
 """Seconds: while runs take less on average, a worker holds jobs ready (see Worker._room)."""
 
 
-class StopReason(StrEnum):
-    """Why a run was asked to stop (TaskContext.why)."""
-
-    SHUTDOWN = "shutdown"  # the worker was told to stop: hand it back, not charged
-    CANCELLED = "cancelled or replaced"  # the store no longer has its attempt running
-    DEADLINE = "timed out"  # its attempt's deadline passed
-
-
-@dataclass(slots=True)
-class TaskContext:
-    """What a running task may know and do: which attempt it is, whether it is asked to
-    stop, and its job's fenced checkpoint. `current_task()` gives it inside a task; a task
-    whose function takes a second parameter gets it there too."""
-
-    job_id: int
-    attempt_no: int
-    fence: int
-    task: str
-    version: int
-    tenant: str
-    stopping: threading.Event = field(default_factory=threading.Event)
-    """Set when the worker is stopping (or the attempt was cancelled or replaced): save a
-    checkpoint and return, or raise."""
-    why: StopReason | None = None
-    _db: store.Store | None = None
-    _clock: clock.Clock | None = None
-    _loop: asyncio.AbstractEventLoop | None = None
-    _hooks: list[Callable[[], Any]] = field(default_factory=list)
-
-    @property
-    def attempt(self) -> Any:
-        from corral.worker import CurrentAttempt
-
-        return CurrentAttempt(
-            job_id=self.job_id,
-            attempt_no=self.attempt_no,
-            fence=self.fence,
-            launch_name=model.launch_name(self.job_id, self.attempt_no),
-            tenant=self.tenant,
-            heartbeat_interval=None,
-        )
-
-    def on_shutdown(self, fn: Callable[[], Any]) -> Callable[[], Any]:
-        """Call `fn` (sync, from the worker's loop: keep it short) when this run is asked
-        to stop, before it is cancelled."""
-        self._hooks.append(fn)
-        return fn
-
-    async def save_checkpoint_async(self, state: Any) -> None:
-        """Keep `state` (JSON) as this job's checkpoint; StaleFence once a newer attempt
-        exists or has saved one: stop then."""
-        try:
-            json.dumps(state)
-        except (TypeError, ValueError) as exc:
-            raise errors.InvalidInput(f"checkpoint state: must be JSON: {exc}") from None
-
-        async def save() -> None:
-            assert self._db is not None
-            assert self._clock is not None
-            await self._db.checkpoint_save(
-                job_id=self.job_id, fence=self.fence, state=state, now=self._clock.now()
-            )
-
-        await self._on_loop(save)
-
-    async def load_checkpoint_async(self, default: Any = None) -> Any:
-        """This job's newest checkpoint, whichever attempt saved it; `default` if none."""
-
-        async def load() -> Any:
-            assert self._db is not None
-            found = await self._db.checkpoint_load(job_id=self.job_id)
-            return default if found is None else found[1]
-
-        return await self._on_loop(load)
-
-    def save_checkpoint(self, state: Any) -> None:
-        """save_checkpoint_async, from a plain (sync) task's thread."""
-        self._from_thread(self.save_checkpoint_async(state))
-
-    def load_checkpoint(self, default: Any = None) -> Any:
-        """load_checkpoint_async, from a plain (sync) task's thread."""
-        return self._from_thread(self.load_checkpoint_async(default))
-
-    async def _on_loop(self, make: Callable[[], Coroutine[Any, Any, T]]) -> T:
-        """Run `make()` on the worker's loop (the store's connections live there), awaited
-        from whichever loop calls."""
-        assert self._loop is not None
-        if asyncio.get_running_loop() is self._loop:
-            return await make()
-        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(make(), self._loop))
-
-    def _from_thread(self, work: Coroutine[Any, Any, T]) -> T:
-        assert self._loop is not None
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            return asyncio.run_coroutine_threadsafe(work, self._loop).result()
-        work.close()
-        raise errors.CorralError("this call blocks; in an async task use its _async version")
-
-
-_current: contextvars.ContextVar[TaskContext | None] = contextvars.ContextVar(
-    "corral_task", default=None
-)
-
-
-def current_task() -> TaskContext:
-    """The running task's context; ConfigError outside a task a worker runs."""
-    ctx = _current.get()
-    if ctx is None:
-        raise errors.ConfigError("current_task(): not inside a task that a corral worker runs")
-    return ctx
-
-
-def in_task() -> TaskContext | None:
-    """The running task's context, or None outside one."""
-    return _current.get()
-
-
-@dataclass(slots=True)
-class _Run:
-    claimed: model.Claimed
-    ctx: TaskContext
-    task: asyncio.Task[None] | None = None
-    thread: Future[Any] | None = None  # a plain function's, while it runs
-    started: float = 0.0  # clock.monotonic()
-    ended: bool = False  # its end is recorded, or it was handed back
-
-
 class Worker:
     """One `corral worker` process's loop (see the module's doc)."""
 
@@ -202,11 +67,6 @@ class Worker:
         worker_id: str | None = None,
         prefetch: int | None = None,
     ) -> None:
-        if concurrency < 1:
-            raise errors.ConfigError(f"--concurrency {concurrency}: must be at least 1")
-        prefetch = 4 * concurrency if prefetch is None else prefetch
-        if prefetch < 0:
-            raise errors.ConfigError(f"--prefetch {prefetch}: must be at least 0")
         app.check()
         self.app = app
         self.db = db
@@ -214,29 +74,26 @@ class Worker:
         self.t = settings.timeouts
         self.clock = clk
         self.concurrency = concurrency
-        self.prefetch = prefetch
+        self.prefetch = _prefetch(concurrency, prefetch)
         self.queues = queues
-        host = socket.gethostname()
-        self.id = worker_id or f"{host}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-        self.host = host
+        self.host = socket.gethostname()
+        self.id = worker_id or f"{self.host}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.retry = retry.Retry.from_settings(settings)
         self.limits = DefaultLimits(self.t.attempt_deadline, self.t.lease_timeout)
-        self._runs: dict[int, _Run] = {}  # running, by fence
+        self._runs: dict[int, calls.Run] = {}  # running, by fence
         # Claimed ahead (while tasks are short, see _room), started as slots free: a slot
         # that frees takes the next at once, with no round trip to the store.
         self._ready: collections.deque[model.Claimed] = collections.deque()
         self._run_time = 0.0  # seconds a run takes, a moving average
         self._draining = False
         self._stop = asyncio.Event()  # run()'s
-        self._back: list[_Run] = []  # stopped at shutdown, unfinished: to hand back
+        self._back: list[calls.Run] = []  # stopped at shutdown, unfinished: to hand back
         # Threads of plain functions whose attempt ended (a deadline, a cancel) while they
         # run on: Python cannot stop a thread, so each keeps its slot until it returns.
         self._holding: set[Future[Any]] = set()
         self._done: asyncio.Queue[Finish] = asyncio.Queue()
         self._freed = asyncio.Event()
-        self._threads = ThreadPoolExecutor(
-            max_workers=concurrency, thread_name_prefix="corral-task"
-        )
+        self.calls = calls.Calls(concurrency)
         self.ran = 0  # attempts this worker ended, for its summary
 
     def info(self) -> model.Worker:
@@ -265,17 +122,7 @@ class Worker:
         unparked = await self.db.worker_register(
             worker=self.info(), now=self.clock.now(), since=self._since()
         )
-        reads = ", ".join(f"{r.task} v{r.version}" for r in self.app.reads())
-        log.info(
-            "worker %s (%s %s) registered: reads %s; concurrency %d%s; %d parked jobs released",
-            self.id,
-            self.app.name,
-            self.app.version,
-            reads or "nothing",
-            self.concurrency,
-            f"; queues {', '.join(self.queues)}" if self.queues else "",
-            unparked,
-        )
+        self._log_registered(unparked)
         beats = asyncio.create_task(self._beat_loop())
         deadlines = asyncio.create_task(self._deadline_loop())
         flush = asyncio.create_task(self._flush_loop())
@@ -288,15 +135,7 @@ class Worker:
                     await self._claim_loop(stop, woke)
                 await self._drain()
         finally:
-            for loop_task in (beats, deadlines):
-                loop_task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await loop_task
-            await self._done.join()
-            flush.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await flush
-            self._threads.shutdown(wait=False, cancel_futures=True)
+            await self._end_loops(beats, deadlines, flush)
         parked = await self.db.worker_stop(
             worker_id=self.id, now=self.clock.now(), since=self._since()
         )
@@ -306,6 +145,34 @@ class Worker:
             self.ran,
             parked,
         )
+
+    def _log_registered(self, unparked: int) -> None:
+        reads = ", ".join(f"{r.task} v{r.version}" for r in self.app.reads())
+        log.info(
+            "worker %s (%s %s) registered: reads %s; concurrency %d%s; %d parked jobs released",
+            self.id,
+            self.app.name,
+            self.app.version,
+            reads or "nothing",
+            self.concurrency,
+            f"; queues {', '.join(self.queues)}" if self.queues else "",
+            unparked,
+        )
+
+    async def _end_loops(
+        self, beats: asyncio.Task[None], deadlines: asyncio.Task[None], flush: asyncio.Task[None]
+    ) -> None:
+        """Stop the heartbeats and the deadline sweep; let the writer record every end
+        queued, then stop it too; let the threads go."""
+        for loop_task in (beats, deadlines):
+            loop_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await loop_task
+        await self._done.join()
+        flush.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await flush
+        self.calls.shutdown()
 
     # --- claiming ---------------------------------------------------------------------------
 
@@ -331,28 +198,32 @@ class Worker:
             got = 0
             if free > 0:
                 woke.clear()
-                try:
-                    claimed = await self.db.worker_claim(
-                        worker_id=self.id,
-                        reads=self._reads(),
-                        queues=self.queues,
-                        now=self.clock.now(),
-                        limit=free,
-                        limits=self.limits,
-                        pools=self.settings.pools,
-                        tenants=self.settings.tenant_caps,
-                    )
-                except errors.StoreError as exc:
-                    log.warning("claim failed, trying again in %.1fs: %s", interval, exc)
-                    claimed = []
-                self._ready.extend(claimed)
-                self._start_ready()
-                got = len(claimed)
+                got = await self._claim(free, interval)
             if got and got == free:
                 continue  # more may be due: claim again as soon as a slot frees
             self._freed.clear()
             waits = [stop.wait(), woke.wait()] if free > got else [stop.wait(), self._freed.wait()]
             await _first(self.clock.sleep(interval), *waits)
+
+    async def _claim(self, free: int, interval: float) -> int:
+        """Claim up to `free` jobs and start what slots allow; how many it claimed."""
+        try:
+            claimed = await self.db.worker_claim(
+                worker_id=self.id,
+                reads=self._reads(),
+                queues=self.queues,
+                now=self.clock.now(),
+                limit=free,
+                limits=self.limits,
+                pools=self.settings.pools,
+                tenants=self.settings.tenant_caps,
+            )
+        except errors.StoreError as exc:
+            log.warning("claim failed, trying again in %.1fs: %s", interval, exc)
+            claimed = []
+        self._ready.extend(claimed)
+        self._start_ready()
+        return len(claimed)
 
     def _busy(self) -> int:
         return len(self._runs) + len(self._holding) + len(self._ready)
@@ -380,7 +251,7 @@ class Worker:
     def _start(self, claimed: model.Claimed) -> None:
         job, attempt = claimed.job, claimed.attempt
         name, version = model.task_of(job.spec)
-        ctx = TaskContext(
+        ctx = context.TaskContext(
             job_id=job.id,
             attempt_no=attempt.attempt_no,
             fence=attempt.id,
@@ -391,20 +262,20 @@ class Worker:
             _clock=self.clock,
             _loop=asyncio.get_running_loop(),
         )
-        run = _Run(claimed, ctx, started=self.clock.monotonic())
+        run = calls.Run(claimed, ctx, started=self.clock.monotonic())
         self._runs[attempt.id] = run
         run.task = asyncio.create_task(self._run_one(run), name=attempt.launch_name)
 
     # --- one run ---------------------------------------------------------------------------
 
-    async def _run_one(self, run: _Run) -> None:
+    async def _run_one(self, run: calls.Run) -> None:
         """Run one claimed attempt's function to its end, and record that end."""
         attempt, ctx = run.claimed.attempt, run.ctx
         started = self.clock.monotonic()
         fresh: dict[str, Any] = {}
         try:
             task, value, fresh = await self._prepare(run)
-            await self._call(task, value, ctx, run)
+            await self.calls.call(task, value, ctx, run)
         except BaseException as exc:  # each is judged in _failure
             finish = self._failure(run, exc, started, fresh)
             if finish is None:
@@ -415,23 +286,27 @@ class Worker:
                 raise finish from None
             self._end(run, finish)
             return
-        if run.ended or (ctx.stopping.is_set() and ctx.why is StopReason.CANCELLED):
+        if run.ended or (ctx.stopping.is_set() and ctx.why is context.StopReason.CANCELLED):
             self._forget(run)  # ended already (its deadline), or cancelled or replaced
             return
         self._end(
             run,
             Finish(
-                attempt.id, A.SUCCEEDED, None, "returned", output=_log(started, fresh, self.clock)
+                attempt.id,
+                A.SUCCEEDED,
+                None,
+                "returned",
+                output=ends.run_log(started, fresh, self.clock),
             ),
         )
 
-    async def _prepare(self, run: _Run) -> tuple[Task[Any], Any, dict[str, Any]]:
+    async def _prepare(self, run: calls.Run) -> tuple[Task[Any], Any, dict[str, Any]]:
         """The task, its payload read in its current version, and the Fresh values read
         now (noted in the run log)."""
         job, attempt, ctx = run.claimed.job, run.claimed.attempt, run.ctx
         task = self.app.get(ctx.task)
-        value = task.read(ctx.version, _data_of(job.payload, ctx.task))
-        value, fresh = await task.resolve(value, self._in_thread)
+        value = task.read(ctx.version, calls.data_of(job.payload, ctx.task))
+        value, fresh = await task.resolve(value, self.calls.in_thread)
         if fresh:
             await self.db.event_note(
                 job_id=job.id,
@@ -439,13 +314,13 @@ class Worker:
                 state=A.RUNNING,
                 reason=f"fresh values resolved: {', '.join(sorted(fresh))}",
                 now=self.clock.now(),
-                details={"fresh": model.redacted(_jsonable(fresh))},
+                details={"fresh": model.redacted(ends.jsonable(fresh))},
             )
         return task, value, fresh
 
     def _failure(
         self,
-        run: _Run,
+        run: calls.Run,
         exc: BaseException,
         started: float,
         fresh: Mapping[str, Any],
@@ -457,7 +332,7 @@ class Worker:
         attempt, ctx = run.claimed.attempt, run.ctx
         fence = attempt.id
         if isinstance(exc, asyncio.CancelledError | errors.Stopped) and ctx.stopping.is_set():
-            if ctx.why is StopReason.SHUTDOWN:
+            if ctx.why is context.StopReason.SHUTDOWN:
                 self._back.append(run)  # unfinished: _drain hands it back
             return None
         if isinstance(exc, asyncio.CancelledError):
@@ -466,45 +341,24 @@ class Worker:
             log.warning("%s: %s; its result is dropped", attempt.launch_name, exc)
             return None
         if isinstance(exc, errors.InvalidInput):  # the payload does not fit: no retry helps
-            return _failed(fence, str(exc), FC.PERMANENT, started, fresh, self.clock)
+            return ends.failed(fence, str(exc), FC.PERMANENT, started, fresh, self.clock)
         if isinstance(exc, errors.PermanentError):
-            return _failed(fence, _said(exc), FC.PERMANENT, started, fresh, self.clock, exc)
+            return ends.failed(fence, ends.said(exc), FC.PERMANENT, started, fresh, self.clock, exc)
         if isinstance(exc, errors.Stopped):  # raised though nothing asked it to stop
             why = "raised Stopped, but nothing had asked it to stop"
-            return _failed(fence, why, None, started, fresh, self.clock, exc)
+            return ends.failed(fence, why, None, started, fresh, self.clock, exc)
         if isinstance(exc, Exception):  # a task's own failure (its own timeouts included)
-            return _failed(fence, _said(exc), None, started, fresh, self.clock, exc)
+            return ends.failed(fence, ends.said(exc), None, started, fresh, self.clock, exc)
         return exc  # KeyboardInterrupt, SystemExit: not a task's to swallow
 
-    async def _call(self, task: Task[Any], value: Any, ctx: TaskContext, run: _Run) -> None:
-        args = (value, ctx) if _takes_context(task.fn) else (value,)
-        token = _current.set(ctx)
-        try:
-            if task.is_async:
-                await task.fn(*args)
-            else:
-                await self._in_thread(lambda: task.fn(*args), run)
-        finally:
-            _current.reset(token)
-
-    async def _in_thread(self, fn: Callable[[], T], run: _Run | None = None) -> T:
-        """Run `fn` in one of the worker's threads, with this task's context (its
-        current_task(), current_attempt()); `run`: the run whose function it is, which
-        holds its slot while the thread runs."""
-        context = contextvars.copy_context()
-        thread = self._threads.submit(context.run, fn)
-        if run is not None:
-            run.thread = thread
-        return await asyncio.wrap_future(thread)
-
-    def _end(self, run: _Run, finish: Finish) -> None:
+    def _end(self, run: calls.Run, finish: Finish) -> None:
         if run.ended:
             return  # its end is written already (its deadline came first), or handed back
         run.ended = True
         self._done.put_nowait(finish)
         self._forget(run)
 
-    def _forget(self, run: _Run) -> None:
+    def _forget(self, run: calls.Run) -> None:
         if self._runs.pop(run.ctx.fence, None) is not None:
             took = self.clock.monotonic() - run.started
             self._run_time += (took - self._run_time) * 0.2
@@ -512,7 +366,7 @@ class Worker:
         if thread is not None and not thread.done() and thread not in self._holding:
             self._holding.add(thread)
             loop = asyncio.get_running_loop()
-            thread.add_done_callback(functools.partial(_back_on, loop, self._let_go))
+            thread.add_done_callback(functools.partial(calls.back_on, loop, self._let_go))
         self._start_ready()
         self._freed.set()
 
@@ -571,12 +425,12 @@ class Worker:
                 if at is not None and at <= now and not run.ended:
                     self._expire(run)
 
-    def _expire(self, run: _Run) -> None:
+    def _expire(self, run: calls.Run) -> None:
         why = "timed out: ran past its deadline"
         took = self.clock.monotonic() - run.started
         fence = run.claimed.attempt.id
-        self._stop_run(run, StopReason.DEADLINE)
-        self._end(run, _failed(fence, why, FC.TRANSIENT, run.started, {}, self.clock))
+        self._stop_run(run, context.StopReason.DEADLINE)
+        self._end(run, ends.failed(fence, why, FC.TRANSIENT, run.started, {}, self.clock))
         log.info("%s: %s (after %.1fs)", run.claimed.attempt.launch_name, why, took)
 
     async def _beat_loop(self) -> None:
@@ -615,14 +469,14 @@ class Worker:
                     "%s: cancelled, or replaced by a newer attempt: stopping it",
                     run.claimed.attempt.launch_name,
                 )
-                self._stop_run(run, StopReason.CANCELLED)
+                self._stop_run(run, context.StopReason.CANCELLED)
                 self._forget(run)
 
-    def _stop_run(self, run: _Run, why: StopReason) -> None:
+    def _stop_run(self, run: calls.Run, why: context.StopReason) -> None:
         run.ctx.why = why
         run.ctx.stopping.set()
         for hook in run.ctx._hooks:
-            _call_hook(hook, run)
+            calls.call_hook(hook, run)
         if run.task is not None and self.app.get(run.ctx.task).is_async:
             run.task.cancel()
 
@@ -643,9 +497,9 @@ class Worker:
         left = list(self._runs.values())
         log.info("%d tasks still running: asking them to checkpoint", len(left))
         for hook in self.app.shutdown_hooks:
-            _call_hook(hook, None)
+            calls.call_hook(hook, None)
         for run in left:
-            self._stop_run(run, StopReason.SHUTDOWN)
+            self._stop_run(run, context.StopReason.SHUTDOWN)
         await self._until_done(self.t.margin.total_seconds())
         await self._done.join()  # what finished meanwhile is recorded before the rest goes back
         # Those that stopped when asked, and those still running (a plain function's thread
@@ -683,13 +537,14 @@ class Worker:
             await _first(self.clock.sleep(deadline - self.clock.monotonic()), self._freed.wait())
 
 
-def _back_on(
-    loop: asyncio.AbstractEventLoop, call: Callable[[Future[Any]], None], thread: Future[Any]
-) -> None:
-    """`call(thread)` on the worker's loop, from the thread's end; nothing once the loop has
-    closed (the worker has stopped)."""
-    with contextlib.suppress(RuntimeError):
-        loop.call_soon_threadsafe(call, thread)
+def _prefetch(concurrency: int, prefetch: int | None) -> int:
+    """The jobs a worker holds ready, once its --concurrency and --prefetch are checked."""
+    if concurrency < 1:
+        raise errors.ConfigError(f"--concurrency {concurrency}: must be at least 1")
+    prefetch = 4 * concurrency if prefetch is None else prefetch
+    if prefetch < 0:
+        raise errors.ConfigError(f"--prefetch {prefetch}: must be at least 0")
+    return prefetch
 
 
 async def _first(*waits: Awaitable[Any]) -> None:
@@ -702,77 +557,4 @@ async def _first(*waits: Awaitable[Any]) -> None:
             t.cancel()
 
 
-def _call_hook(hook: Callable[[], Any], run: _Run | None) -> None:
-    try:
-        result = hook()
-        if inspect.isawaitable(result):
-            with contextlib.suppress(AttributeError):
-                result.close()  # type: ignore[attr-defined]
-            log.error("an on_shutdown hook must be a plain function, not async: %r", hook)
-    except Exception:
-        log.exception("an on_shutdown hook failed%s", f" ({run.ctx.task})" if run else "")
-
-
-def _data_of(payload: Any, task: str) -> Any:
-    if not isinstance(payload, Mapping) or "data" not in payload:
-        raise errors.InvalidInput(
-            f"payload of task {task}: not an envelope {{task, version, data}}"
-        )
-    return payload["data"]
-
-
-@functools.cache
-def _takes_context(fn: Callable[..., Any]) -> bool:
-    """Whether a task's function takes its TaskContext too (a second parameter): read once
-    per function, not at every run."""
-    return len(inspect.signature(fn).parameters) > 1
-
-
-def _said(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
-
-
-def _jsonable(values: Mapping[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = json.loads(json.dumps(dict(values), default=str))
-    return out
-
-
-def _log(
-    started: float,
-    fresh: Mapping[str, Any],
-    clk: clock.Clock,
-    exc: BaseException | None = None,
-) -> model.RunLog:
-    streams = []
-    if fresh:
-        text = json.dumps(model.redacted(_jsonable(fresh)), sort_keys=True)
-        streams.append(model.Stream("fresh", text, len(text.encode())))
-    if exc is not None:
-        whole = "".join(traceback.format_exception(exc))
-        text = whole[-model.STREAM_BYTES :]
-        streams.append(model.Stream("traceback", text, len(whole.encode()), cut=text != whole))
-    return model.RunLog(streams=tuple(streams), latency=clk.monotonic() - started)
-
-
-def _failed(
-    fence: int,
-    why: str,
-    cls: model.FailureClass | None,
-    started: float,
-    fresh: Mapping[str, Any],
-    clk: clock.Clock,
-    exc: BaseException | None = None,
-) -> Finish:
-    return Finish(
-        fence,
-        A.FAILED,
-        None,
-        why,
-        failure_class=cls,
-        message=why,
-        output=_log(started, fresh, clk, exc),
-    )
-
-
-__all__ = ["TaskContext", "Worker", "current_task", "in_task"]
+__all__ = ["Worker"]
