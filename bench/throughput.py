@@ -510,9 +510,9 @@ def _raw_tx(conn: Any, kind: str, body: Any) -> Any:
 
 
 def claim_latency(db: Database, batch: int, samples: int = 1000) -> dict[str, float]:
-    """p50/p99 of the claim the dispatcher makes (store/postgres/claim.py: one statement on PostgreSQL,
-    on a connection as the hot path's), in a transaction rolled back each time, so the
-    queue is unchanged."""
+    """p50/p99 of the claim the dispatcher makes (store/postgres/claim.py: one statement on
+    PostgreSQL, on a connection as the hot path's), in a transaction rolled back each time,
+    so the queue is unchanged."""
     engine = store.dialects.engine_create(db.url)
     if db.kind == "sqlite":
         timings = _sqlite_claim_timings(engine, batch, samples + 10)

@@ -19,7 +19,7 @@ import pytest
 from sqlalchemy import Connection, select
 
 from corral import model, store
-from corral.store import claims, completions, tables
+from corral.store import claims, completions, tables, workers
 from corral.testing import FrozenClock
 from tests.conftest import sqlite_copy
 
@@ -52,6 +52,21 @@ class Route:
                 completions.attempt_settle, launched=launched, finishes=won, now=clock.now()
             )
         return await self.db.attempt_settle(launched=launched, finishes=won, now=clock.now())
+
+    async def worker_claim(
+        self, clock: FrozenClock, reads: Sequence[tuple[str, Sequence[int]]], limit: int
+    ) -> list[model.Claimed]:
+        args: dict[str, Any] = {
+            "worker_id": "w1",
+            "reads": reads,
+            "queues": [],
+            "now": clock.now(),
+            "limit": limit,
+            "limits": LIMITS,
+        }
+        if self.general:
+            return self._in_tx(workers.worker_claim, **args)
+        return await self.db.worker_claim(**args)
 
     def _in_tx(self, fn: Callable[..., Any], **kwargs: Any) -> Any:
         with self.db.engine.begin() as conn:
@@ -94,6 +109,34 @@ async def scenario(route: Route, clock: FrozenClock) -> list[Any]:
         [(x.job, _attempt(x.attempt)) for x in [*first, c]],
         [_settled(s, fences) for s in [settled, *again]],
     ]
+
+
+async def worker_scenario(route: Route, clock: FrozenClock) -> list[Any]:
+    """A worker's claim of the tasks it reads (one of them scheduled, its time come), each
+    attempt recorded running at once, then their successes settled."""
+    t0 = clock.now()
+    new = [
+        model.NewJob(executor=model.PYTHON, spec={"task": "a", "version": 1}, priority=2),
+        model.NewJob(executor=model.PYTHON, spec={"task": "a", "version": 2}),
+        model.NewJob(
+            executor=model.PYTHON,
+            spec={"task": "a", "version": 1},
+            run_at=t0 + timedelta(seconds=10),
+            policy=HEARTBEAT,
+        ),
+        model.NewJob(executor=model.PYTHON, spec={"task": "b", "version": 1}, queue="q2"),
+    ]
+    await route.db.job_submit(new=new, now=t0)
+    clock.advance(20)
+    taken = await route.worker_claim(clock, [("a", [1]), ("b", [1])], 5)
+    clock.advance(5)
+    fences = {x.attempt.id: (x.job.id, x.attempt.attempt_no) for x in taken}
+    won = [success(x.attempt.id, 0, None) for x in taken if x.job.id in (1, 3)]
+    settled = await route.settle(clock, [], won)
+    return [[(x.job, _attempt(x.attempt)) for x in taken], _settled(settled, fences)]
+
+
+SCENARIOS = {"dispatcher": scenario, "worker": worker_scenario}
 
 
 def _attempt(attempt: model.Attempt) -> model.Attempt:
@@ -145,28 +188,26 @@ def _events(conn: Connection, fence: dict[int, tuple[int, int]]) -> dict[int, li
     return dict(by_job)
 
 
-async def run(url: str, *, general: bool) -> tuple[list[Any], dict[str, Any]]:
+async def run(url: str, *, general: bool, name: str) -> tuple[list[Any], dict[str, Any]]:
+    """Scenario `name` on a store at `url`, by the general path or the hot one: what its
+    calls returned and the rows it left."""
     db = store.Store.connect(url)
     try:
-        returned = await scenario(Route(db, general=general), FrozenClock())
+        returned = await SCENARIOS[name](Route(db, general=general), FrozenClock())
         return returned, rows(db)
     finally:
         await db.close()
 
 
-@pytest.fixture
-def reference(sqlite_template: Path, tmp_path: Path) -> tuple[list[Any], dict[str, Any]]:
-    """The general path on SQLite: what every other path must leave."""
-    url = sqlite_copy(sqlite_template, tmp_path, "reference.db")
-    return asyncio.run(run(url, general=True))
-
-
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
 @pytest.mark.parametrize("general", [False, True], ids=["hot", "general"])
 async def test_every_path_leaves_the_same_rows(
-    db_url: str, general: bool, reference: tuple[list[Any], dict[str, Any]]
+    db_url: str, general: bool, name: str, sqlite_template: Path, tmp_path: Path
 ) -> None:
-    returned, left = await run(db_url, general=general)
-    expected_returned, expected = reference
+    """Each path's rows and returns against the general path's on SQLite."""
+    reference = sqlite_copy(sqlite_template, tmp_path, "reference.db")
+    expected_returned, expected = await run(reference, general=True, name=name)
+    returned, left = await run(db_url, general=general, name=name)
     assert left["jobs"] == expected["jobs"]
     assert left["attempts"] == expected["attempts"]
     assert left["events"] == expected["events"]
@@ -174,11 +215,12 @@ async def test_every_path_leaves_the_same_rows(
     assert returned == expected_returned
 
 
-def test_the_scenario_takes_the_hot_path_and_its_rows_are_what_a_claim_and_settle_mean(
-    reference: tuple[list[Any], dict[str, Any]],
+def test_the_reference_rows_are_what_a_claim_and_settle_mean(
+    sqlite_template: Path, tmp_path: Path
 ) -> None:
     """The reference itself, so that a drift in every path at once is caught too."""
-    _, left = reference
+    url = sqlite_copy(sqlite_template, tmp_path, "reference.db")
+    _, left = asyncio.run(run(url, general=True, name="dispatcher"))
     states = {j["id"]: (j["state"], j["attempt_count"]) for j in left["jobs"]}
     assert states == {
         1: (J.SUCCEEDED, 1),
@@ -197,3 +239,20 @@ def test_the_scenario_takes_the_hot_path_and_its_rows_are_what_a_claim_and_settl
     ]
     [log] = left["run_logs"]
     assert log["attempt_id"] == (1, 1)
+
+
+def test_a_workers_claim_records_its_attempts_running(
+    sqlite_template: Path, tmp_path: Path
+) -> None:
+    """The worker scenario's reference: the tasks read are taken and started, the others
+    left queued."""
+    url = sqlite_copy(sqlite_template, tmp_path, "reference.db")
+    _, left = asyncio.run(run(url, general=True, name="worker"))
+    states = {j["id"]: j["state"] for j in left["jobs"]}
+    assert states == {1: J.SUCCEEDED, 2: J.QUEUED, 3: J.SUCCEEDED, 4: J.RUNNING}
+    lines = [(e["entity"], e["from_state"], e["to_state"]) for e in left["events"][4]]
+    assert lines == [
+        ("job", None, "queued"),
+        ("job", "queued", "running"),
+        ("attempt", "launching", "running"),
+    ]
