@@ -349,7 +349,9 @@ class Explain(Executable, ClauseElement):
 
 
 @compiles(Explain)
-def _compile_explain(element: Explain, compiler: Any, **kw: Any) -> str:
+def _compile_explain(element: Explain, compiler: Any, **kw: object) -> str:
+    """SQLAlchemy's compiler hook: the options it passes (`kw`) go on to the statement's
+    own compilation as they came."""
     prefix = "EXPLAIN QUERY PLAN " if compiler.dialect.name == "sqlite" else "EXPLAIN "
     return prefix + str(compiler.process(element.statement, **kw))
 
@@ -392,6 +394,20 @@ def insert_many(
         return []
     if conn.dialect.name == "postgresql":
         return _pg_insert_unnest(conn, table, cols, values, tail)
+    return _sqlite_insert_values(conn, table, cols, values, tail, returning=bool(returning))
+
+
+def _sqlite_insert_values(
+    conn: Connection,
+    table: Table,
+    cols: list[str],
+    values: list[tuple[Any, ...]],
+    tail: str,
+    *,
+    returning: bool,
+) -> list[tuple[Any, ...]]:
+    """SQLite's insert_many: multi-row VALUES statements, as many rows each as its limit on
+    a statement's parameters allows."""
     out: list[tuple[Any, ...]] = []
     per_chunk = max(1, SQLITE_MAX_VARIABLES // len(cols))
     for start in range(0, len(values), per_chunk):
