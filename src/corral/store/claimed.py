@@ -41,6 +41,7 @@ class Reader:
         self._time_at = _TIME_AT if times else []
 
     def job(self, row: Sequence[Any]) -> model.Job:
+        """A claimed job's row (its columns in JOB_COLUMNS' order) as the job, running."""
         values = list(row)
         for i in _JSON_AT:
             values[i] = self._load(values[i])
@@ -105,6 +106,7 @@ class Limits:
         self._seen = {}
 
     def of(self, job: model.Job) -> tuple[datetime | None, datetime | None, float | None]:
+        """`job`'s new attempt's deadline, lease end and lease length."""
         # By the policy object: Reader gives the jobs of one policy text the same one (and
         # it is kept here beside its limits, so its id is not another's).
         seen = self._seen.get(id(job.policy))

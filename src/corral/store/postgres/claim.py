@@ -142,6 +142,7 @@ def claim_sql(*, also: str = "", started: bool = False) -> str:
 
 
 CLAIM = claim_sql()
+"""The dispatcher's claim."""
 
 # A worker's jobs: the (task, version) pairs it reads as "task:version" texts, of its queues
 # (all when none). Inside a CASE, which the planner cannot estimate: it counts on half the

@@ -102,6 +102,8 @@ SELECT 0, id, 0, 0 FROM ran
 UNION ALL
 SELECT 1, job_id, fence, attempt_no FROM ended
 """
+"""The settle: (0, fence) of each attempt recorded running, (1, job id, fence, attempt
+number) of each job that succeeded."""
 
 
 async def pg_settle(

@@ -27,6 +27,7 @@ WHERE id IN (
 )
 RETURNING {", ".join(claimed.JOB_COLUMNS)}
 """
+"""The due queued jobs of the executors given, most urgent first, moved to running."""
 DUE = """
 SELECT id FROM jobs
 WHERE state = 'scheduled' AND run_at <= ? AND executor IN (SELECT value FROM json_each(?))
@@ -39,6 +40,7 @@ ATTEMPT = f"""
 INSERT INTO attempts ({statements.ATTEMPT_COLUMNS})
 VALUES (?, ?, ?, ?, 'launching', ?, ?, ?, ?, ?)
 """
+"""One claimed job's new attempt, launching."""
 CLAIMED = f"""
 INSERT INTO events ({statements.EVENT_COLUMNS})
 SELECT job_id, id, 'job', 'queued', 'running', {statements.claimed_sql("attempt_no")},

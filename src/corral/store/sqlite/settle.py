@@ -26,6 +26,7 @@ UPDATE attempts SET state = 'running', updated_at = ?1, started_at = ?1, last_se
 WHERE id IN (SELECT value FROM json_each(?2)) AND state = 'launching'
 RETURNING id, job_id, lease_seconds
 """
+"""The attempts of the fences given (a JSON list) still launching, recorded running."""
 ACTIVE = """
 SELECT a.id, a.job_id, a.attempt_no, a.state,
     j.state = 'running' AND j.attempt_count = a.attempt_no
@@ -36,8 +37,11 @@ WHERE a.id IN (SELECT value FROM json_each(?)) AND a.state IN ('launching', 'run
 current attempt of a running job (so that job succeeds with it)."""
 
 SUCCEEDED = f"UPDATE attempts SET {statements.success_set('?1', '?2', '?3')} WHERE id = ?4"
+"""One attempt's success: at ?1, its exit code ?2 and reason ?3, attempt ?4."""
 EVENT = f"INSERT INTO events ({statements.EVENT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, '{{}}')"
+"""One run-log line without details."""
 RUN_LOG = f"INSERT INTO run_logs ({statements.RUN_LOG_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)"
+"""One success's run log."""
 
 
 def sqlite_settle(
