@@ -9,7 +9,8 @@ compare-and-set on every row, an attempt row whose id is the fence, one run-log 
 state change, and the settle's rows locked in fence order before anything is written. The
 general path stays for what these do not cover: claims that count pools or tenants, and
 settles with failures (a failure's decision needs its job, its policy and its history).
-tests/contract/test_hot_paths.py runs one scenario through all three and compares the rows.
+tests/contract/test_hot_paths.py runs the same scenarios through all three and compares
+the rows they leave.
 """
 
 from __future__ import annotations
