@@ -44,7 +44,7 @@ from sqlalchemy import (
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.base import Executable
-from sqlalchemy.sql.elements import ClauseElement, ColumnElement
+from sqlalchemy.sql.elements import BindParameter, ClauseElement, ColumnElement
 
 from corral import config
 
@@ -271,14 +271,18 @@ def pairs_in(
 
 
 def json_has(
-    conn: Connection, column: Column[Any], pairs: Mapping[str, str]
+    conn: Connection, column: Column[Any], pairs: Mapping[str, str] | BindParameter[Any]
 ) -> ColumnElement[bool]:
     """Whether a JSON object column holds each key of `pairs` with its value: JSONB
-    containment (@>) on PostgreSQL, which a GIN index serves; json_extract on SQLite."""
+    containment (@>) on PostgreSQL, which a GIN index serves; json_extract on SQLite.
+    On PostgreSQL `pairs` may be a parameter of the statement (the API's reads name it)."""
     if conn.dialect.name == "postgresql":
         from sqlalchemy.dialects.postgresql import JSONB
 
+        if isinstance(pairs, BindParameter):
+            return column.op("@>")(pairs)
         return column.op("@>")(bindparam(None, dict(pairs), type_=JSONB))
+    assert not isinstance(pairs, BindParameter)
     return and_(*(json_text(conn, column, k) == v for k, v in pairs.items()))
 
 
