@@ -510,9 +510,9 @@ def _raw_tx(conn: Any, kind: str, body: Any) -> Any:
 
 
 def claim_latency(db: Database, batch: int, samples: int = 1000) -> dict[str, float]:
-    """p50/p99 of the claim the dispatcher makes (hotpath.py: one statement on PostgreSQL,
-    on a connection as the hot path's), in a transaction rolled back each time, so the
-    queue is unchanged."""
+    """p50/p99 of the claim the dispatcher makes (store/postgres/claim.py: one statement on
+    PostgreSQL, on a connection as the hot path's), in a transaction rolled back each time,
+    so the queue is unchanged."""
     engine = store.dialects.engine_create(db.url)
     if db.kind == "sqlite":
         timings = _sqlite_claim_timings(engine, batch, samples + 10)
@@ -533,7 +533,7 @@ def _sqlite_claim_timings(engine: Any, batch: int, samples: int) -> list[float]:
         for _ in range(samples):
             t0 = time.perf_counter()
             tx = conn.begin()
-            claimed = hotpath.sqlite_claim(
+            claimed = hotpath.SQLITE.claim(
                 conn, now=now, limit=batch, executors=["noop"], deadline=3600.0, lease=60.0
             )
             tx.rollback()
@@ -547,7 +547,7 @@ async def _pg_claim_timings(params: dict[str, Any], batch: int, samples: int) ->
     async with await psycopg.AsyncConnection.connect(**params) as conn:
         for _ in range(samples):
             t0 = time.perf_counter()
-            claimed = await hotpath.pg_claim(
+            claimed = await hotpath.POSTGRESQL.claim(
                 conn, now=now, limit=batch, executors=["noop"], deadline=3600.0, lease=60.0
             )
             await conn.rollback()

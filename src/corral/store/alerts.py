@@ -362,35 +362,47 @@ def _digest(conn: Connection, digested: Sequence[Mapping[str, Any]], now: dateti
             key, row = f"{key}|after:{now.isoformat()}", None
             first = {**first, "window_end": now}
         if row is None:
-            details = {
-                "tenant": first["tenant"],  # whose alert list shows it
-                "count": len(entries),
-                "jobs": jobs_named[:DIGEST_JOBS],
-                "since": first["window_start"].isoformat(),
-                "causes": sorted({e["cause"] for e in entries}),
-            }
-            conn.execute(
-                dialects.insert_ignore_conflict(conn, alerts, ["dedupe_key"]).values(
-                    dedupe_key=key,
-                    rule=first["rule"],
-                    channel=first["channel"],
-                    kind="digest",
-                    cause=first["cause"],
-                    subject=first["subject"],
-                    job_id=None,
-                    details=details,
-                    state="pending",
-                    created_at=now,
-                    due_at=first["window_end"],
-                    tries=0,
-                )
-            )
+            _digest_new(conn, key, first, entries, jobs_named, now)
             continue
         old = dict(row.details)
         old["count"] = int(old.get("count", 0)) + len(entries)
         old["jobs"] = [*old.get("jobs", []), *jobs_named][:DIGEST_JOBS]
         old["causes"] = sorted({*old.get("causes", []), *(e["cause"] for e in entries)})
         conn.execute(update(alerts).where(AL.id == row.id).values(details=old))
+
+
+def _digest_new(
+    conn: Connection,
+    key: str,
+    first: Mapping[str, Any],
+    entries: Sequence[Mapping[str, Any]],
+    jobs_named: Sequence[int],
+    now: datetime,
+) -> None:
+    """A new digest of `entries` (the first of them `first`), due at its window's end."""
+    details = {
+        "tenant": first["tenant"],  # whose alert list shows it
+        "count": len(entries),
+        "jobs": jobs_named[:DIGEST_JOBS],
+        "since": first["window_start"].isoformat(),
+        "causes": sorted({e["cause"] for e in entries}),
+    }
+    conn.execute(
+        dialects.insert_ignore_conflict(conn, alerts, ["dedupe_key"]).values(
+            dedupe_key=key,
+            rule=first["rule"],
+            channel=first["channel"],
+            kind="digest",
+            cause=first["cause"],
+            subject=first["subject"],
+            job_id=None,
+            details=details,
+            state="pending",
+            created_at=now,
+            due_at=first["window_end"],
+            tries=0,
+        )
+    )
 
 
 def alerts_claim(

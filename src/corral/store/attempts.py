@@ -12,7 +12,7 @@ from sqlalchemy import Connection, and_, func, or_, select, update
 
 from corral import errors, model
 from corral.store import dialects, tables
-from corral.store.events import event_insert, event_row, transition
+from corral.store.events import Applied, event_insert, event_row, transition
 from corral.store.rows import ACTIVE, attempt_from_row, job_from_row, per_row
 from corral.store.tables import (
     attempts,
@@ -52,19 +52,24 @@ def attempt_record_running(
     )
     ids = [a.id for a in applied]
     if ids:
-        leased = conn.execute(
-            select(attempts.c.id, attempts.c.lease_seconds).where(
-                dialects.one_of(conn, attempts.c.id, ids), attempts.c.lease_seconds.is_not(None)
-            )
-        ).all()
-        if leased:
-            until = {fence: now + timedelta(seconds=seconds) for fence, seconds in leased}
-            conn.execute(
-                update(attempts)
-                .where(dialects.one_of(conn, attempts.c.id, list(until)))
-                .values(lease_until=per_row(attempts.c.id, until, now))
-            )
+        _leases_restart(conn, ids, now)
     return ids
+
+
+def _leases_restart(conn: Connection, fences: Sequence[int], now: datetime) -> None:
+    """Each attempt of `fences` on a lease has all of it from `now`."""
+    leased = conn.execute(
+        select(attempts.c.id, attempts.c.lease_seconds).where(
+            dialects.one_of(conn, attempts.c.id, fences), attempts.c.lease_seconds.is_not(None)
+        )
+    ).all()
+    if leased:
+        until = {fence: now + timedelta(seconds=seconds) for fence, seconds in leased}
+        conn.execute(
+            update(attempts)
+            .where(dialects.one_of(conn, attempts.c.id, list(until)))
+            .values(lease_until=per_row(attempts.c.id, until, now))
+        )
 
 
 def attempt_list_active(
@@ -94,21 +99,7 @@ def attempt_list_for_recovery(
     launching for longer than `launch_grace`; running without news for `lease_timeout`,
     past its lease (a job that sends heartbeats went quiet), or past its deadline
     (`attempt_deadline` from its start for attempts made before deadlines were stored)."""
-    stale = or_(
-        and_(attempts.c.state == A.LAUNCHING, attempts.c.created_at <= now - launch_grace),
-        and_(
-            attempts.c.state == A.RUNNING,
-            or_(
-                attempts.c.last_seen_at <= now - lease_timeout,
-                attempts.c.lease_until <= now,
-                attempts.c.deadline_at <= now,
-                and_(
-                    attempts.c.deadline_at.is_(None),
-                    attempts.c.started_at <= now - attempt_deadline,
-                ),
-            ),
-        ),
-    )
+    stale = _recovery_due(now, launch_grace, lease_timeout, attempt_deadline)
     stmt = (
         select(attempts)
         .where(tables.LIVE, stale, attempts.c.id > after)  # LIVE: read from ix_attempts_live
@@ -123,6 +114,27 @@ def attempt_list_for_recovery(
     )
     by_id = {job.id: job for job in (job_from_row(r) for r in job_rows)}
     return [model.Claimed(by_id[a.job_id], a) for a in found]
+
+
+def _recovery_due(
+    now: datetime, launch_grace: timedelta, lease_timeout: timedelta, attempt_deadline: timedelta
+) -> Any:
+    """The condition of an attempt recovery must look at (attempt_list_for_recovery)."""
+    return or_(
+        and_(attempts.c.state == A.LAUNCHING, attempts.c.created_at <= now - launch_grace),
+        and_(
+            attempts.c.state == A.RUNNING,
+            or_(
+                attempts.c.last_seen_at <= now - lease_timeout,
+                attempts.c.lease_until <= now,
+                attempts.c.deadline_at <= now,
+                and_(
+                    attempts.c.deadline_at.is_(None),
+                    attempts.c.started_at <= now - attempt_deadline,
+                ),
+            ),
+        ),
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -398,6 +410,61 @@ def _supersede(
     meeting `where`), and queue its job at once for a new attempt (or move it to `job_to`).
     Returns the fences ended."""
     dialects.lock_in_order(conn, attempts, fences)
+    current = _current(conn, fences, expected, where)
+    if not current:
+        return []
+    values: dict[str, Any] = {"finished_at": now}
+    if attempt_reason is not None:
+        values["reason"] = attempt_reason
+    applied = transition(
+        conn,
+        entity="attempt",
+        ids=current,
+        expected=expected,
+        to=to,
+        now=now,
+        reason=reason,
+        values=values,
+    )
+    values = {"run_at": now, **(job_values or {})}
+    _jobs_follow(
+        conn, applied, to=job_to, now=now, reason=job_reason, details=job_details, values=values
+    )
+    return [a.id for a in applied]
+
+
+def _jobs_follow(
+    conn: Connection,
+    applied: Sequence[Applied],
+    *,
+    to: model.JobState,
+    now: datetime,
+    reason: str,
+    details: Mapping[str, Any] | None,
+    values: Mapping[str, Any],
+) -> None:
+    """Move the running jobs of the attempts `applied` ended to `to`, fenced to those
+    attempts (a job that moved on to a newer one is left alone)."""
+    transition(
+        conn,
+        entity="job",
+        ids=[a.job_id for a in applied],
+        expected=J.RUNNING,
+        to=to,
+        now=now,
+        reason=reason,
+        details=details,
+        values=values,
+        attempt_nos=[a.attempt_no for a in applied],
+        attempt_ids=[a.id for a in applied],
+    )
+
+
+def _current(
+    conn: Connection, fences: Sequence[int], expected: model.AttemptState, where: Sequence[Any]
+) -> list[int]:
+    """The fences still in `expected` (and meeting `where`) that are their running job's
+    current attempt."""
     rows = conn.execute(
         select(attempts.c.id)
         .join(jobs, jobs.c.id == attempts.c.job_id)
@@ -409,35 +476,7 @@ def _supersede(
             *where,
         )
     ).all()
-    if not rows:
-        return []
-    values: dict[str, Any] = {"finished_at": now}
-    if attempt_reason is not None:
-        values["reason"] = attempt_reason
-    applied = transition(
-        conn,
-        entity="attempt",
-        ids=[r.id for r in rows],
-        expected=expected,
-        to=to,
-        now=now,
-        reason=reason,
-        values=values,
-    )
-    transition(
-        conn,
-        entity="job",
-        ids=[a.job_id for a in applied],
-        expected=J.RUNNING,
-        to=job_to,
-        now=now,
-        reason=job_reason,
-        details=job_details,
-        values={"run_at": now, **(job_values or {})},
-        attempt_nos=[a.attempt_no for a in applied],
-        attempt_ids=[a.id for a in applied],
-    )
-    return [a.id for a in applied]
+    return [r.id for r in rows]
 
 
 def attempt_list(conn: Connection, *, job_id: int) -> list[model.Attempt]:

@@ -32,22 +32,7 @@ def budget_take(
         select(retry_budgets).where(retry_budgets.c.queue == queue).with_for_update()
     ).one()
     bucket = retry.Bucket(row.tokens, row.updated_at, row.counted_fence)
-    # First attempts since the last count (enough of them fill the bucket: stop there).
-    # One started in a transaction that commits after this one is not counted: the budget
-    # errs on the side of fewer retries.
-    firsts = (
-        select(attempts.c.id)
-        .join(jobs, jobs.c.id == attempts.c.job_id)
-        .where(
-            attempts.c.id > bucket.counted_fence,
-            attempts.c.id <= newest,
-            attempts.c.attempt_no == 1,
-            jobs.c.queue == queue,
-        )
-        .limit(budget.firsts_to_fill(bucket.tokens))
-        .subquery()
-    )
-    counted = conn.execute(select(func.count()).select_from(firsts)).scalar_one()
+    counted = _firsts_since(conn, queue, bucket, newest, budget)
     tokens = budget.refill(bucket, now, counted)
     ready = []
     for _ in range(n):
@@ -63,6 +48,28 @@ def budget_take(
         )
     )
     return ready
+
+
+def _firsts_since(
+    conn: Connection, queue: str, bucket: retry.Bucket, newest: int, budget: retry.Budget
+) -> int:
+    """How many first attempts of `queue` started since the bucket's last count, up to
+    `newest` (enough of them fill the bucket: it stops there). One started in a transaction
+    that commits after this one is not counted: the budget errs on the side of fewer
+    retries."""
+    firsts = (
+        select(attempts.c.id)
+        .join(jobs, jobs.c.id == attempts.c.job_id)
+        .where(
+            attempts.c.id > bucket.counted_fence,
+            attempts.c.id <= newest,
+            attempts.c.attempt_no == 1,
+            jobs.c.queue == queue,
+        )
+        .limit(budget.firsts_to_fill(bucket.tokens))
+        .subquery()
+    )
+    return int(conn.execute(select(func.count()).select_from(firsts)).scalar_one())
 
 
 def budget_list(conn: Connection) -> dict[str, retry.Bucket]:

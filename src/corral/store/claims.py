@@ -17,7 +17,7 @@ from typing import Any
 from sqlalchemy import Connection, Select, func, or_, select, true, update
 
 from corral import config, model
-from corral.store import dialects
+from corral.store import dialects, statements
 from corral.store.events import event_insert, event_row, transition
 from corral.store.rows import job_from_row, state_is
 from corral.store.tables import (
@@ -66,8 +66,7 @@ def job_claim(
             now=now,
             limit=limit,
             executors=executors,
-            pools=pools or {},
-            tenants=tenants or {},
+            caps=_Caps(pools or {}, tenants or {}),
             also=also,
         )
         stmt = _claim_update(dialects.one_of(conn, jobs.c.id, ids), now)
@@ -76,6 +75,13 @@ def job_claim(
     claimed_jobs = sorted((job_from_row(r) for r in conn.execute(stmt)), key=urgency)
     if not claimed_jobs:
         return []
+    return _attempts_make(conn, claimed_jobs, now, limits)
+
+
+def _attempts_make(
+    conn: Connection, claimed_jobs: Sequence[model.Job], now: datetime, limits: DefaultLimits | None
+) -> list[model.Claimed]:
+    """The claimed jobs' attempts in `launching`, each with its claim's run-log line."""
     rows = [_attempt_row(job, now, limits) for job in claimed_jobs]
     # Each claimed job gets one attempt, so the job id maps fences back to rows. (Asking for
     # rows in parameter order would make SQLite insert them one statement at a time.)
@@ -93,7 +99,7 @@ def job_claim(
                 entity="job",
                 frm=J.QUEUED,
                 to=J.RUNNING,
-                reason=f"claimed: attempt {c.attempt.attempt_no} launching",
+                reason=statements.claimed(c.attempt.attempt_no),
                 now=now,
                 details={"launch_name": c.attempt.launch_name},
             )
@@ -153,14 +159,59 @@ def _claim_pick(
     return dialects.skip_locked(conn, due)
 
 
+class _Caps:
+    """The room pools and tenants have left, taken one job at a time."""
+
+    def __init__(self, pools: Mapping[str, int], tenants: Mapping[str, int]) -> None:
+        self.pools, self.tenants = pools, tenants
+        self.pool_room: dict[str | None, int] = {}
+        self.tenant_room: dict[str, int] = {}
+
+    def count(self, conn: Connection) -> None:
+        """Read how many jobs of each capped pool and tenant run now."""
+        in_pools = pool_running(conn, pools=list(self.pools))
+        of_tenants = tenant_running(conn, tenants=list(self.tenants))
+        self.pool_room = {p: n - in_pools.get(p, 0) for p, n in self.pools.items()}
+        self.tenant_room = {t: n - of_tenants.get(t, 0) for t, n in self.tenants.items()}
+
+    def groups(self, limit: int) -> list[tuple[Any, Any, int]]:
+        """(pool condition, tenant condition, most jobs) for each pool with free slots (and
+        the jobs of no capped pool) and each tenant capped (and the rest together)."""
+        pools, tenants = list(self.pools), list(self.tenants)
+        by_pool: list[tuple[Any, int]] = [
+            (or_(jobs.c.pool.is_(None), jobs.c.pool.not_in(pools)) if pools else true(), limit)
+        ]
+        by_pool += [
+            (jobs.c.pool == p, min(r, limit)) for p, r in sorted(self.pool_room.items()) if r > 0
+        ]
+        by_tenant: list[tuple[Any, int]] = [
+            (jobs.c.tenant.not_in(tenants) if tenants else true(), limit)
+        ]
+        by_tenant += [
+            (jobs.c.tenant == t, min(r, limit))
+            for t, r in sorted(self.tenant_room.items())
+            if r > 0
+        ]
+        return [(p, t, min(pn, tn)) for p, pn in by_pool for t, tn in by_tenant]
+
+    def take(self, pool: str | None, tenant: str) -> bool:
+        """Whether a job of `pool` and `tenant` fits, counting it in when it does."""
+        if self.pool_room.get(pool, 1) <= 0 or self.tenant_room.get(tenant, 1) <= 0:
+            return False
+        if pool in self.pool_room:
+            self.pool_room[pool] -= 1
+        if tenant in self.tenant_room:
+            self.tenant_room[tenant] -= 1
+        return True
+
+
 def _claim_pick_capped(
     conn: Connection,
     *,
     now: datetime,
     limit: int,
     executors: Sequence[str],
-    pools: Mapping[str, int],
-    tenants: Mapping[str, int],
+    caps: _Caps,
     also: Sequence[Any] = (),
 ) -> list[int]:
     """The claim's pick when pools or tenants cap concurrency: per tenant capped (and the
@@ -170,45 +221,26 @@ def _claim_pick_capped(
     turns (PostgreSQL: one transaction-scoped lock), so two dispatchers cannot both fill
     the last slot."""
     dialects.take_turns(conn, "corral.pools")
-    in_pools = pool_running(conn, pools=list(pools))
-    of_tenants = tenant_running(conn, tenants=list(tenants))
-    pool_room = {p: n - in_pools.get(p, 0) for p, n in pools.items()}
-    tenant_room = {t: n - of_tenants.get(t, 0) for t, n in tenants.items()}
+    caps.count(conn)
     columns = (jobs.c.id, jobs.c.priority, jobs.c.run_at, jobs.c.pool, jobs.c.tenant)
-    by_pool: list[tuple[Any, int]] = [
-        (or_(jobs.c.pool.is_(None), jobs.c.pool.not_in(list(pools))) if pools else true(), limit)
-    ]
-    by_pool += [(jobs.c.pool == p, min(r, limit)) for p, r in sorted(pool_room.items()) if r > 0]
-    by_tenant: list[tuple[Any, int]] = [
-        (jobs.c.tenant.not_in(list(tenants)) if tenants else true(), limit)
-    ]
-    by_tenant += [
-        (jobs.c.tenant == t, min(r, limit)) for t, r in sorted(tenant_room.items()) if r > 0
-    ]
     found: list[Any] = []
-    for in_pool, pool_limit in by_pool:
-        for in_tenant, tenant_limit in by_tenant:
-            stmt = _claim_pick(
-                conn,
-                now=now,
-                limit=min(pool_limit, tenant_limit),
-                executors=executors,
-                where=[in_pool, in_tenant, *also],
-                columns=columns,
-            )
-            found += conn.execute(stmt).all()
+    for in_pool, in_tenant, most in caps.groups(limit):
+        stmt = _claim_pick(
+            conn,
+            now=now,
+            limit=most,
+            executors=executors,
+            where=[in_pool, in_tenant, *also],
+            columns=columns,
+        )
+        found += conn.execute(stmt).all()
     found.sort(key=lambda r: (-r.priority, r.run_at, r.id))
     taken: list[int] = []
     for r in found:
         if len(taken) >= limit:
             break
-        if pool_room.get(r.pool, 1) <= 0 or tenant_room.get(r.tenant, 1) <= 0:
-            continue
-        if r.pool in pool_room:
-            pool_room[r.pool] -= 1
-        if r.tenant in tenant_room:
-            tenant_room[r.tenant] -= 1
-        taken.append(r.id)
+        if caps.take(r.pool, r.tenant):
+            taken.append(r.id)
     return taken
 
 

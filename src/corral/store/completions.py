@@ -12,7 +12,7 @@ from typing import Any
 from sqlalchemy import Connection, and_, or_, select
 
 from corral import config, errors, failpoints, model, retry
-from corral.store import dialects
+from corral.store import dialects, statements
 from corral.store.attempts import attempt_record_running
 from corral.store.budgets import budget_take
 from corral.store.events import Applied, transition
@@ -129,6 +129,23 @@ def attempt_finish(
     if not locked:  # (`locked`: the caller locked these rows, in fence order, already)
         dialects.lock_in_order(conn, attempts, [f.fence for f in finishes])
     judged = _judge(conn, [f for f in finishes if f.state != A.SUCCEEDED])
+    ended = _attempts_end(conn, finishes, judged, now)
+    if ended:
+        output = {f.fence: f.output for f in finishes if f.output and f.output.kept}
+        kept = [(a.id, a.job_id, output[a.id]) for a, _ in ended if a.id in output]
+        run_logs_write(conn, kept, now)
+        failpoints.hit("mid_completion")
+    won = [a for a, state in ended if state == A.SUCCEEDED]
+    outcomes = _jobs_succeed(conn, won, now)
+    lost = [(a, state) for a, state in ended if state != A.SUCCEEDED]
+    return outcomes + _jobs_after_failure(conn, lost, judged, now, rules)
+
+
+def _attempts_end(
+    conn: Connection, finishes: Sequence[Finish], judged: Mapping[int, _Judged], now: datetime
+) -> list[tuple[Applied, model.AttemptState]]:
+    """End each attempt still active as its finish says, one transition per group of the
+    same values (and per state it may end from); what was ended, and in which state."""
     groups: dict[tuple[Any, ...], list[int]] = defaultdict(list)
     for f in finishes:
         j = judged.get(f.fence)
@@ -144,7 +161,7 @@ def attempt_finish(
             "failure_class": cls,
             "fingerprint": print_,
         }
-        why = reason or (f"exit {code}" if code is not None else str(to))
+        why = statements.ended(code, reason, str(to))
         todo = set(fences)
         for expected in ACTIVE:
             if to == A.LOST and expected == A.LAUNCHING:
@@ -161,15 +178,7 @@ def attempt_finish(
             )
             ended += [(a, to) for a in applied]
             todo -= {a.id for a in applied}
-    if ended:
-        output = {f.fence: f.output for f in finishes if f.output and f.output.kept}
-        kept = [(a.id, a.job_id, output[a.id]) for a, _ in ended if a.id in output]
-        run_logs_write(conn, kept, now)
-        failpoints.hit("mid_completion")
-    won = [a for a, state in ended if state == A.SUCCEEDED]
-    outcomes = _jobs_succeed(conn, won, now)
-    lost = [(a, state) for a, state in ended if state != A.SUCCEEDED]
-    return outcomes + _jobs_after_failure(conn, lost, judged, now, rules)
+    return ended
 
 
 _PLAIN = retry.Retry()
@@ -225,7 +234,7 @@ def _jobs_succeed(conn: Connection, won: Sequence[Applied], now: datetime) -> li
             expected=J.RUNNING,
             to=J.SUCCEEDED,
             now=now,
-            reason=f"attempt {n} succeeded",
+            reason=statements.succeeded(n),
             attempt_nos=[a.attempt_no for a in group],
             attempt_ids=[a.id for a in group],
         )
@@ -245,6 +254,31 @@ def _jobs_after_failure(
     queued (after a backoff, and a token from its queue's retry budget) or failed."""
     if not lost:
         return []
+    decisions = _decide(conn, lost, judged, rules)
+    _spend_budget(conn, [(a, judged[a.id]) for a, _ in lost], decisions, now, rules)
+    groups: dict[tuple[Any, ...], list[Applied]] = defaultdict(list)
+    for a, _ in lost:
+        d = decisions[a.id]
+        groups[(d.to, d.reason, tuple(d.details.items()))].append(a)
+    state_of = {a.id: state for a, state in lost}
+    outcomes = []
+    for (to, reason, details), group in groups.items():
+        applied = _jobs_move(conn, group, decisions, to, reason, dict(details), now)
+        fence = {a.job_id: a for a in group}
+        outcomes += [
+            Outcome(j.id, fence[j.id].id, fence[j.id].attempt_no, state_of[fence[j.id].id], to)
+            for j in applied
+        ]
+    return outcomes
+
+
+def _decide(
+    conn: Connection,
+    lost: Sequence[tuple[Applied, model.AttemptState]],
+    judged: Mapping[int, _Judged],
+    rules: retry.Retry,
+) -> dict[int, retry.Decision]:
+    """What each failed attempt's job does next (retry.decide), by fence."""
     streaks = _streaks(conn, [(a, judged[a.id]) for a, _ in lost], rules)
     decisions = {}
     for a, state in lost:
@@ -259,39 +293,39 @@ def _jobs_after_failure(
             quarantine_after=j.policy.quarantine_after or rules.quarantine_after,
             delay=rules.delay(a.attempt_no, j.policy, asked=j.retry_after),
         )
-    _spend_budget(conn, [(a, judged[a.id]) for a, _ in lost], decisions, now, rules)
-    groups: dict[tuple[Any, ...], list[Applied]] = defaultdict(list)
-    for a, _ in lost:
-        d = decisions[a.id]
-        groups[(d.to, d.reason, tuple(d.details.items()))].append(a)
-    state_of = {a.id: state for a, state in lost}
-    outcomes = []
-    for (to, reason, details), group in groups.items():
-        values: dict[str, Any] = {}
-        if to == J.QUEUED:
-            run_at = {a.job_id: decisions[a.id].run_at(now) for a in group}
-            values["run_at"] = per_row(jobs.c.id, run_at, now)
-        if any(decisions[a.id].extra_attempt for a in group):
-            values["max_attempts"] = jobs.c.max_attempts + 1
-        applied = transition(
-            conn,
-            entity="job",
-            ids=[a.job_id for a in group],
-            expected=J.RUNNING,
-            to=to,
-            now=now,
-            reason=reason,
-            values=values,
-            details=dict(details),
-            attempt_nos=[a.attempt_no for a in group],
-            attempt_ids=[a.id for a in group],
-        )
-        fence = {a.job_id: a for a in group}
-        outcomes += [
-            Outcome(j.id, fence[j.id].id, fence[j.id].attempt_no, state_of[fence[j.id].id], to)
-            for j in applied
-        ]
-    return outcomes
+    return decisions
+
+
+def _jobs_move(
+    conn: Connection,
+    group: Sequence[Applied],
+    decisions: Mapping[int, retry.Decision],
+    to: model.JobState,
+    reason: str,
+    details: dict[str, Any],
+    now: datetime,
+) -> list[Applied]:
+    """Move the jobs of `group` (their attempts, all decided the same) from running to `to`:
+    when queued, each due at its own time; an extra attempt where a decision grants one."""
+    values: dict[str, Any] = {}
+    if to == J.QUEUED:
+        run_at = {a.job_id: decisions[a.id].run_at(now) for a in group}
+        values["run_at"] = per_row(jobs.c.id, run_at, now)
+    if any(decisions[a.id].extra_attempt for a in group):
+        values["max_attempts"] = jobs.c.max_attempts + 1
+    return transition(
+        conn,
+        entity="job",
+        ids=[a.job_id for a in group],
+        expected=J.RUNNING,
+        to=to,
+        now=now,
+        reason=reason,
+        values=values,
+        details=details,
+        attempt_nos=[a.attempt_no for a in group],
+        attempt_ids=[a.id for a in group],
+    )
 
 
 def _streaks(

@@ -44,7 +44,7 @@ from sqlalchemy import (
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.base import Executable
-from sqlalchemy.sql.elements import ClauseElement, ColumnElement
+from sqlalchemy.sql.elements import BindParameter, ClauseElement, ColumnElement
 
 from corral import config
 
@@ -271,14 +271,18 @@ def pairs_in(
 
 
 def json_has(
-    conn: Connection, column: Column[Any], pairs: Mapping[str, str]
+    conn: Connection, column: Column[Any], pairs: Mapping[str, str] | BindParameter[Any]
 ) -> ColumnElement[bool]:
     """Whether a JSON object column holds each key of `pairs` with its value: JSONB
-    containment (@>) on PostgreSQL, which a GIN index serves; json_extract on SQLite."""
+    containment (@>) on PostgreSQL, which a GIN index serves; json_extract on SQLite.
+    On PostgreSQL `pairs` may be a parameter of the statement (the API's reads name it)."""
     if conn.dialect.name == "postgresql":
         from sqlalchemy.dialects.postgresql import JSONB
 
+        if isinstance(pairs, BindParameter):
+            return column.op("@>")(pairs)
         return column.op("@>")(bindparam(None, dict(pairs), type_=JSONB))
+    assert not isinstance(pairs, BindParameter)
     return and_(*(json_text(conn, column, k) == v for k, v in pairs.items()))
 
 
@@ -349,7 +353,9 @@ class Explain(Executable, ClauseElement):
 
 
 @compiles(Explain)
-def _compile_explain(element: Explain, compiler: Any, **kw: Any) -> str:
+def _compile_explain(element: Explain, compiler: Any, **kw: object) -> str:
+    """SQLAlchemy's compiler hook: the options it passes (`kw`) go on to the statement's
+    own compilation as they came."""
     prefix = "EXPLAIN QUERY PLAN " if compiler.dialect.name == "sqlite" else "EXPLAIN "
     return prefix + str(compiler.process(element.statement, **kw))
 
@@ -392,6 +398,20 @@ def insert_many(
         return []
     if conn.dialect.name == "postgresql":
         return _pg_insert_unnest(conn, table, cols, values, tail)
+    return _sqlite_insert_values(conn, table, cols, values, tail, returning=bool(returning))
+
+
+def _sqlite_insert_values(
+    conn: Connection,
+    table: Table,
+    cols: list[str],
+    values: list[tuple[Any, ...]],
+    tail: str,
+    *,
+    returning: bool,
+) -> list[tuple[Any, ...]]:
+    """SQLite's insert_many: multi-row VALUES statements, as many rows each as its limit on
+    a statement's parameters allows."""
     out: list[tuple[Any, ...]] = []
     per_chunk = max(1, SQLITE_MAX_VARIABLES // len(cols))
     for start in range(0, len(values), per_chunk):

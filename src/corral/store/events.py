@@ -4,6 +4,7 @@ change of state (`event_note`)."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -61,6 +62,33 @@ def transition(
     model.check_transition(entity, expected, to)
     if not ids:
         return []
+    values = {"state": to, "updated_at": now, **(values or {})}
+    stmt = _compare_and_set(conn, entity, ids, expected, values, attempt_nos, where)
+    applied = [Applied(*row) for row in conn.execute(stmt)]
+    by_id: dict[int, int | None] = {}
+    if attempt_ids is not None:
+        by_id = dict(zip(ids, attempt_ids, strict=True))
+    line = functools.partial(
+        event_row, entity=entity, frm=expected, to=to, reason=reason, now=now, details=details
+    )
+    if entity == "attempt":  # an attempt's event names the attempt itself
+        by_id = {a.id: a.id for a in applied}
+    event_insert(conn, [line(job_id=a.job_id, attempt_id=by_id.get(a.id)) for a in applied])
+    return applied
+
+
+def _compare_and_set(
+    conn: Connection,
+    entity: model.Entity,
+    ids: Sequence[int],
+    expected: str,
+    values: Mapping[str, Any],
+    attempt_nos: Sequence[int] | None,
+    where: Sequence[Any],
+) -> Any:
+    """The UPDATE of `transition`: the rows of `ids` still in `expected` (and, for jobs
+    with `attempt_nos`, still on that attempt) get `values`; it returns each row's id, job
+    and attempt number."""
     table = jobs if entity == "job" else attempts
     conditions = [dialects.one_of(conn, table.c.id, ids), table.c.state == expected, *where]
     if attempt_nos is not None:
@@ -71,31 +99,7 @@ def transition(
         if entity == "job"
         else (attempts.c.job_id, attempts.c.attempt_no)
     )
-    stmt = (
-        update(table)
-        .where(and_(*conditions))
-        .values(state=to, updated_at=now, **(values or {}))
-        .returning(table.c.id, *cols)
-    )
-    applied = [Applied(*row) for row in conn.execute(stmt)]
-    by_id = dict(zip(ids, attempt_ids, strict=True)) if attempt_ids is not None else {}
-    event_insert(
-        conn,
-        [
-            event_row(
-                job_id=a.job_id,
-                attempt_id=a.id if entity == "attempt" else by_id.get(a.id),
-                entity=entity,
-                frm=expected,
-                to=to,
-                reason=reason,
-                now=now,
-                details=details,
-            )
-            for a in applied
-        ],
-    )
-    return applied
+    return update(table).where(and_(*conditions)).values(**values).returning(table.c.id, *cols)
 
 
 NO_JOB = 0

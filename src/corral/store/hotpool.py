@@ -1,10 +1,10 @@
 """The hot path's own PostgreSQL connections: psycopg's async connections, on the event loop.
 
-The dispatcher's claim and settle (hotpath.py) are one statement each, in autocommit, and
-run here rather than on the store's worker threads: no thread hop, no wait for the GIL
-while the loop launches, no SQLAlchemy execution context around a statement that needs
-none. A tick's claim and the one made ahead of it each take a connection; an idle one is
-kept for the next call.
+The dispatcher's claim and settle (postgres/claim.py, postgres/settle.py) are one statement
+each, in autocommit, and run here rather than on the store's worker threads: no thread hop,
+no wait for the GIL while the loop launches, no SQLAlchemy execution context around a
+statement that needs none. A tick's claim and the one made ahead of it each take a
+connection; an idle one is kept for the next call.
 
 A connection is not pinged when it is taken: one that broke while idle fails its first
 statement, and the call is tried once more on a new connection. The idle ones are dropped

@@ -1,9 +1,10 @@
 """The API's most asked reads on PostgreSQL, a job list and a job's page, on async
 connections of their own (hotpool.py) on the event loop, as the dispatcher's hot path runs.
 
-They read what jobs.job_list and Store.job_record read, by the same statements (the same
-conditions, in the same form, so the planner picks the same indexes: ix_jobs_state,
-ix_jobs_queue_state, ix_jobs_labels), each one round trip outside a transaction. What they
+They read what jobs.job_list and Store.job_record read, by the same statements: the job
+list's conditions are jobs.job_where's, compiled once per set of filters as SQLAlchemy
+sends them (so the planner picks the same indexes: ix_jobs_state, ix_jobs_queue_state,
+ix_jobs_labels), each one round trip outside a transaction. What they
 leave out is what a read of a hundred jobs felt as much as the database's work: the hop to
 a worker thread and back, SQLAlchemy's execution context and result rows. A row comes as
 the driver's tuple, JSON as text parsed once per distinct text (a page repeats the same
@@ -22,12 +23,15 @@ import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any, cast
 
 import orjson
+from sqlalchemy import Connection, Integer, String, Text, bindparam, select
+from sqlalchemy import cast as sa_cast
 
 from corral import errors, model
-from corral.store import runlogs
+from corral.store import dialects, jobs, runlogs, tables
 
 if TYPE_CHECKING:
     import psycopg
@@ -91,52 +95,62 @@ async def job_list(
     from psycopg.types.json import Jsonb
 
     params: dict[str, Any] = {f"state_{n}": s for n, s in enumerate(states)}
-    given = {"queue": queue, "tenant": tenant, "pool": pool, "executor": executor}
+    given: dict[str, Any] = {"queue": queue, "tenant": tenant, "pool": pool}
+    given |= {"executor": executor, "schedule": schedule, "before": before}
     params.update({k: v for k, v in given.items() if v is not None})
-    if schedule is not None:
-        params.update(firing=model.FIRING, firing_schedule="schedule", schedule=schedule)
     if labels:
         params["labels"] = Jsonb(dict(labels))
     if since is not None:
         params["since"] = _utc(since)
     if until is not None:
         params["until"] = _utc(until)
-    if before is not None:
-        params["before"] = before
     params["limit"] = limit
-    sql = _job_list_sql(frozenset(params))
-    rows = await _rows(conn, sql, params)
+    sql, fixed = _job_list_sql(frozenset(params))
+    rows = await _rows(conn, sql, {**fixed, **params})
     read = _Reader()
     return [read.job(row) for row in rows]
 
 
 @functools.lru_cache(maxsize=256)
-def _job_list_sql(names: frozenset[str]) -> str:
+def _job_list_sql(names: frozenset[str]) -> tuple[str, Mapping[str, Any]]:
     """The job list's statement for the parameters `names` (state_0, state_1, ... for the
-    states): the conditions of jobs.job_where, written as SQLAlchemy writes them."""
-    where = []
+    states), and the values it sets itself (the JSON path to a firing's schedule): the
+    conditions of jobs.job_where, each filter's value a parameter of its own, compiled as
+    SQLAlchemy sends them to PostgreSQL (so the planner sees what it sees from the store's
+    own reads, and picks the same indexes)."""
+    from sqlalchemy.dialects.postgresql import JSONB
+    from sqlalchemy.dialects.postgresql import psycopg as postgresql
+
+    def named(name: str, type_: Any = None) -> Any:
+        return bindparam(name, type_=type_)
+
+    def given(name: str, type_: Any = None) -> Any:
+        return named(name, type_) if name in names else None
+
+    dialect = postgresql.dialect()  # type: ignore[no-untyped-call]
+    conn = cast(Connection, SimpleNamespace(dialect=dialect))  # only its dialect is asked
     states = sorted((n for n in names if n.startswith("state_")), key=lambda n: int(n[6:]))
-    if states:
-        where.append(f"jobs.state IN ({', '.join(f'%({n})s::VARCHAR' for n in states)})")
-    where += [f"jobs.{n} = %({n})s::VARCHAR" for n in _EQUAL if n in names]
-    if "schedule" in names:
-        where.append(
-            "jsonb_extract_path_text(jobs.payload, %(firing)s::VARCHAR,"
-            " %(firing_schedule)s::VARCHAR) = %(schedule)s::VARCHAR"
-        )
-    if "labels" in names:
-        where.append("(jobs.labels @> %(labels)s::JSONB)")
-    if "since" in names:
-        where.append("jobs.created_at >= %(since)s::TIMESTAMP WITH TIME ZONE")
-    if "until" in names:
-        where.append("jobs.created_at < %(until)s::TIMESTAMP WITH TIME ZONE")
-    if "before" in names:
-        where.append("jobs.id < %(before)s::BIGINT")
-    return (
-        f"SELECT {_columns('jobs', _JOB)} FROM jobs"
-        + (f" WHERE {' AND '.join(where)}" if where else "")
-        + " ORDER BY jobs.id DESC LIMIT %(limit)s::INTEGER"
+    where = jobs.job_where(
+        conn,
+        states=[named(n, String()) for n in states],
+        **{n: given(n) for n in _EQUAL},
+        schedule=given("schedule", String()),
+        since=given("since"),
+        until=given("until"),
     )
+    if "labels" in names:  # (job_where's labels are values: a parameter is named here)
+        where.append(dialects.json_has(conn, tables.jobs.c.labels, given("labels", JSONB())))
+    if "before" in names:
+        where.append(tables.jobs.c.id < bindparam("before"))
+    columns = [sa_cast(c, Text) if c.name in JSON_FIELDS else c for c in tables.jobs.c]
+    stmt = (
+        select(*columns)
+        .where(*where)
+        .order_by(tables.jobs.c.id.desc())
+        .limit(bindparam("limit", type_=Integer()))
+    )
+    compiled = stmt.compile(dialect=dialect)
+    return str(compiled), {k: v for k, v in compiled.params.items() if k not in names}
 
 
 async def job_record(

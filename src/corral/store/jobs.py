@@ -52,6 +52,18 @@ def job_submit(
     if any(j.executor == model.PYTHON for j in new):
         dialects.notify(conn, dialects.TASKS)  # waiting workers claim at once
     _slas(conn, new, result, now)
+    _submitted(conn, new, result, now, hold)
+    return result
+
+
+def _submitted(
+    conn: Connection,
+    new: Sequence[model.NewJob],
+    made: Sequence[tuple[int, bool]],
+    now: datetime,
+    hold: bool,
+) -> None:
+    """The run log's first line of each job made (not of one an idempotency key found)."""
     event_insert(
         conn,
         [
@@ -64,11 +76,10 @@ def job_submit(
                 reason="submitted",
                 now=now,
             )
-            for job, (job_id, made) in zip(new, result, strict=True)
-            if made
+            for job, (job_id, created) in zip(new, made, strict=True)
+            if created
         ],
     )
-    return result
 
 
 def _slas(
@@ -125,7 +136,23 @@ def _job_submit_keyed(
         on_conflict=KEYED_CONFLICT,
     )
     made = {(tenant, key): job_id for job_id, tenant, key in inserted}
-    missing = [key for key in first if key not in made]
+    existing = _keyed_existing(conn, [key for key in first if key not in made])
+    out: list[tuple[int, bool]] = []
+    for n, job in enumerate(new):
+        key = (job.tenant, job.idempotency_key or "")
+        if key in made:
+            out.append((made[key], first[key] == n))
+        else:
+            out.append((existing[key], False))
+    return out
+
+
+def _keyed_existing(
+    conn: Connection, missing: Sequence[tuple[str, str]]
+) -> dict[tuple[str, str], int]:
+    """The jobs stored before with the (tenant, idempotency key) pairs of `missing`, read
+    500 keys at a time."""
+    wanted = set(missing)
     existing: dict[tuple[str, str], int] = {}
     for start in range(0, len(missing), 500):
         chunk = missing[start : start + 500]
@@ -139,17 +166,10 @@ def _job_submit_keyed(
             {
                 (r.tenant, r.idempotency_key): r.id
                 for r in found
-                if (r.tenant, r.idempotency_key) in first
+                if (r.tenant, r.idempotency_key) in wanted
             }
         )
-    out: list[tuple[int, bool]] = []
-    for n, job in enumerate(new):
-        key = (job.tenant, job.idempotency_key or "")
-        if key in made:
-            out.append((made[key], first[key] == n))
-        else:
-            out.append((existing[key], False))
-    return out
+    return existing
 
 
 def _job_rows(new: Sequence[model.NewJob], now: datetime, hold: bool) -> list[dict[str, Any]]:

@@ -131,7 +131,20 @@ def operation_create(
     ).inserted_primary_key
     assert made is not None
     operation_id = made[0]
-    ids = _matching(conn, tenant, action, given).subquery()
+    taken = _items_take(conn, operation_id, _matching(conn, tenant, action, given))
+    if taken > MAX_JOBS:
+        raise _too_many()
+    if expect is not None and taken != expect:
+        raise errors.CountChanged(taken, expect)
+    ended = {"state": S.SUCCEEDED, "finished_at": now} if taken == 0 else {}
+    mine = operations.c.id == operation_id
+    conn.execute(update(operations).where(mine).values(total=taken, **ended))
+    return operation_get(conn, operation_id=operation_id)
+
+
+def _items_take(conn: Connection, operation_id: int, matching: Any) -> int:
+    """One item of operation `operation_id` for each job `matching` selects; how many."""
+    ids = matching.subquery()
     conn.execute(
         insert(operation_items).from_select(
             ["operation_id", "job_id"], select(literal(operation_id), ids.c.id)
@@ -140,16 +153,7 @@ def operation_create(
     # Counted, not the insert's rowcount: a driver may not say how many an INSERT ... SELECT
     # wrote (-1).
     mine = operation_items.c.operation_id == operation_id
-    taken = conn.execute(select(func.count()).where(mine)).scalar_one()
-    if taken > MAX_JOBS:
-        raise _too_many()
-    if expect is not None and taken != expect:
-        raise errors.CountChanged(taken, expect)
-    ended = {"state": S.SUCCEEDED, "finished_at": now} if taken == 0 else {}
-    conn.execute(
-        update(operations).where(operations.c.id == operation_id).values(total=taken, **ended)
-    )
-    return operation_get(conn, operation_id=operation_id)
+    return int(conn.execute(select(func.count()).where(mine)).scalar_one())
 
 
 # --- steps -------------------------------------------------------------------------------------

@@ -80,25 +80,7 @@ def jobs_forget(conn: Connection, *, before: datetime, limit: int) -> int:
     run folders and histories."""
     old_news = select(events.c.id).where(events.c.job_id == NO_JOB, events.c.at < before)
     conn.execute(delete(events).where(events.c.id.in_(old_news.limit(limit).scalar_subquery())))
-    newest = {
-        conn.execute(select(func.max(jobs.c.id))).scalar(),
-        *(
-            conn.execute(select(t.c.job_id).order_by(t.c.id.desc()).limit(1)).scalar()
-            for t in (attempts, events)
-        ),
-    }
-    ids = list(
-        conn.execute(
-            select(jobs.c.id)
-            .where(
-                jobs.c.state.in_([s.value for s in FORGOTTEN]),
-                jobs.c.updated_at < before,
-                jobs.c.id.not_in([i for i in newest if i is not None]),
-            )
-            .order_by(jobs.c.id)
-            .limit(limit)
-        ).scalars()
-    )
+    ids = _forgettable(conn, before, limit)
     if not ids:
         return 0
     dialects.lock_in_order(conn, jobs, ids)
@@ -116,3 +98,27 @@ def jobs_forget(conn: Connection, *, before: datetime, limit: int) -> int:
         conn.execute(delete(table).where(dialects.one_of(conn, table.c.job_id, ids)))
     conn.execute(delete(jobs).where(dialects.one_of(conn, jobs.c.id, ids)))
     return len(ids)
+
+
+def _forgettable(conn: Connection, before: datetime, limit: int) -> list[int]:
+    """Up to `limit` ids of jobs that finished before `before`, oldest first, but for the
+    jobs that hold the highest job id, fence and event id (see jobs_forget)."""
+    newest = {
+        conn.execute(select(func.max(jobs.c.id))).scalar(),
+        *(
+            conn.execute(select(t.c.job_id).order_by(t.c.id.desc()).limit(1)).scalar()
+            for t in (attempts, events)
+        ),
+    }
+    return list(
+        conn.execute(
+            select(jobs.c.id)
+            .where(
+                jobs.c.state.in_([s.value for s in FORGOTTEN]),
+                jobs.c.updated_at < before,
+                jobs.c.id.not_in([i for i in newest if i is not None]),
+            )
+            .order_by(jobs.c.id)
+            .limit(limit)
+        ).scalars()
+    )

@@ -69,32 +69,7 @@ def schedules_create(
     names = {(new.tenant, new.name) for new, _, _ in items}
     if len(names) < len(items):
         raise errors.InvalidInput("name: the same schedule twice in one request")
-    rows = [
-        {
-            "tenant": new.tenant,
-            "name": new.name,
-            "cron": new.cron,
-            "tz": new.tz,
-            "every_seconds": new.every_seconds,
-            "anchor": anchor,
-            "template": dict(new.template),
-            "catchup": new.catchup.value,
-            "catchup_window_seconds": new.catchup_window_seconds,
-            "catchup_max": new.catchup_max,
-            "overlap": new.overlap.value,
-            "jitter_seconds": new.jitter_seconds,
-            "until": new.until,
-            "tenant_made": new.tenant_made,
-            "paused_at": now if paused else None,
-            "next_due": next_due,
-            "last_nominal": None,
-            "last_job_id": None,
-            "missed_total": 0,
-            "created_at": now,
-            "updated_at": now,
-        }
-        for new, anchor, next_due in items
-    ]
+    rows = [_schedule_row(new, anchor, next_due, now, paused) for new, anchor, next_due in items]
     inserted = dialects.insert_many(
         conn,
         schedules,
@@ -109,7 +84,40 @@ def schedules_create(
             f"name: a schedule named {name!r} exists (tenant {tenant!r}); change it"
             " with `corral schedules update`, or delete it first"
         )
-    ids = [schedule_id for schedule_id, _, _ in inserted]
+    return _schedules_read(conn, [schedule_id for schedule_id, _, _ in inserted])
+
+
+def _schedule_row(
+    new: model.NewSchedule, anchor: datetime, next_due: datetime | None, now: datetime, paused: bool
+) -> dict[str, Any]:
+    """A new schedule's row: never fired, nothing missed yet."""
+    return {
+        "tenant": new.tenant,
+        "name": new.name,
+        "cron": new.cron,
+        "tz": new.tz,
+        "every_seconds": new.every_seconds,
+        "anchor": anchor,
+        "template": dict(new.template),
+        "catchup": new.catchup.value,
+        "catchup_window_seconds": new.catchup_window_seconds,
+        "catchup_max": new.catchup_max,
+        "overlap": new.overlap.value,
+        "jitter_seconds": new.jitter_seconds,
+        "until": new.until,
+        "tenant_made": new.tenant_made,
+        "paused_at": now if paused else None,
+        "next_due": next_due,
+        "last_nominal": None,
+        "last_job_id": None,
+        "missed_total": 0,
+        "created_at": now,
+        "updated_at": now,
+    }
+
+
+def _schedules_read(conn: Connection, ids: Sequence[int]) -> list[model.Schedule]:
+    """The schedules of `ids`, in that order, read 500 at a time."""
     made: dict[int, model.Schedule] = {}
     for start in range(0, len(ids), 500):
         some = ids[start : start + 500]
@@ -284,6 +292,36 @@ def schedules_fire_due(
     recorded early and its job waits in the queue for its run_at (the nominal time), so a
     burst of firings due at one instant is claimable at that instant. The others decide on
     their previous job's state, so they fire at their time, not before."""
+    due = _schedules_due(conn, now=now, limit=limit, ahead=ahead)
+    previous = _previous_states(conn, due)
+    out = Fired()
+    news: list[dict[str, Any]] = []
+    todo: list[tuple[model.Schedule, model.Fire]] = []
+    moves: list[dict[str, Any]] = []
+    for schedule in due:
+        decided = plan(schedule, previous.get(schedule.last_job_id or 0))
+        moves.append(_move(schedule, decided))
+        if decided.cancel_previous and schedule.last_job_id is not None:
+            attempt = _cancel_quietly(conn, schedule, now)
+            if attempt is not None:
+                out.cancelled.append(attempt)
+        todo.extend((schedule, f) for f in decided.fires)
+        news.extend(_missed_news(schedule, decided, now))
+    if not moves:
+        return out
+    _schedules_move(conn, moves, now)
+    out.schedules = len(moves)
+    out.firings = _fire(conn, todo, now)
+    if news:
+        event_insert(conn, news)
+    return out
+
+
+def _schedules_due(
+    conn: Connection, *, now: datetime, limit: int, ahead: timedelta
+) -> list[model.Schedule]:
+    """Up to `limit` due schedules, the most overdue first, skipping rows another
+    transaction holds; those whose overlap is `allow` are due `ahead` of their time."""
     early = and_(
         schedules.c.overlap == model.Overlap.ALLOW.value, schedules.c.next_due <= now + ahead
     )
@@ -293,40 +331,38 @@ def schedules_fire_due(
         .order_by(schedules.c.next_due)
         .limit(limit)
     )
-    due = [schedule_from_row(r) for r in conn.execute(dialects.skip_locked(conn, pick))]
+    return [schedule_from_row(r) for r in conn.execute(dialects.skip_locked(conn, pick))]
+
+
+def _previous_states(conn: Connection, due: Sequence[model.Schedule]) -> dict[int, model.JobState]:
+    """The state of each previous firing's job, by job id, of the schedules that decide on
+    it (all but those whose overlap is `allow`)."""
     watched = [s.last_job_id for s in due if s.overlap != model.Overlap.ALLOW and s.last_job_id]
-    previous: dict[int, model.JobState] = {}
-    if watched:
-        rows = conn.execute(
-            select(jobs.c.id, jobs.c.state).where(dialects.one_of(conn, jobs.c.id, watched))
-        )
-        previous = {job_id: J(state) for job_id, state in rows}
-    out = Fired()
-    news: list[dict[str, Any]] = []
-    todo: list[tuple[model.Schedule, model.Fire]] = []
-    moves: list[dict[str, Any]] = []
-    for schedule in due:
-        decided = plan(schedule, previous.get(schedule.last_job_id or 0))
-        missed = sum(1 for f in decided.fires if f.outcome == F.MISSED)
-        moves.append(
-            {
-                "b_id": schedule.id,
-                "b_old": schedule.next_due,
-                "b_next": decided.next_due,
-                "b_last": max((f.nominal_at for f in decided.fires), default=schedule.last_nominal),
-                "b_missed": decided.missed_count + missed,
-            }
-        )
-        if decided.cancel_previous and schedule.last_job_id is not None:
-            attempt = _cancel_quietly(conn, schedule, now)
-            if attempt is not None:
-                out.cancelled.append(attempt)
-        todo.extend((schedule, f) for f in decided.fires)
-        news.extend(_missed_news(schedule, decided, now))
-    if not moves:
-        return out
-    # The rows are ours until commit (locked on PostgreSQL, the one writer on SQLite), so
-    # the compare-and-set holds for every one; were one moved meanwhile, nothing is kept.
+    if not watched:
+        return {}
+    rows = conn.execute(
+        select(jobs.c.id, jobs.c.state).where(dialects.one_of(conn, jobs.c.id, watched))
+    )
+    return {job_id: J(state) for job_id, state in rows}
+
+
+def _move(schedule: model.Schedule, decided: Plan) -> dict[str, Any]:
+    """The parameters of `_schedules_move` for one schedule: its next due time, its last
+    nominal time and the times it missed."""
+    missed = sum(1 for f in decided.fires if f.outcome == F.MISSED)
+    return {
+        "b_id": schedule.id,
+        "b_old": schedule.next_due,
+        "b_next": decided.next_due,
+        "b_last": max((f.nominal_at for f in decided.fires), default=schedule.last_nominal),
+        "b_missed": decided.missed_count + missed,
+    }
+
+
+def _schedules_move(conn: Connection, moves: Sequence[dict[str, Any]], now: datetime) -> None:
+    """Move each schedule on, compare-and-set on its due time. The rows are ours until
+    commit (locked on PostgreSQL, the one writer on SQLite), so the compare-and-set holds
+    for every one; were one moved meanwhile, nothing of the pass is kept (StoreError)."""
     moved = conn.execute(
         update(schedules)
         .where(schedules.c.id == bindparam("b_id"), schedules.c.next_due == bindparam("b_old"))
@@ -343,11 +379,6 @@ def schedules_fire_due(
             f"{len(moves) - moved} of {len(moves)} schedules moved under this scheduler;"
             " nothing of this pass is kept"
         )
-    out.schedules = len(moves)
-    out.firings = _fire(conn, todo, now)
-    if news:
-        event_insert(conn, news)
-    return out
 
 
 NOT_RUN = (F.MISSED, F.OVERLAP, F.REFUSED)

@@ -35,18 +35,9 @@ def fingerprint(secret: str) -> str:
     return "sha256:" + hashlib.sha256(secret.encode()).hexdigest()[:12]
 
 
-def secret_add(
-    conn: Connection,
-    *,
-    tenant: str,
-    secret: str,
-    now: datetime,
-    overlap: timedelta,
-    rotate: bool,
-) -> model.SigningSecret:
-    """Make `secret` the tenant's current one. `rotate`: there must be a current one, which
-    signs on until `now + overlap`; otherwise there must be none (InvalidInput says which
-    command to use)."""
+def _current_check(conn: Connection, tenant: str, rotate: bool) -> None:
+    """InvalidInput unless the tenant has a current secret exactly when it is to rotate it
+    (the current one locked until the transaction ends)."""
     current = conn.execute(
         select(S.id).where(S.tenant == tenant, S.retires_at.is_(None)).with_for_update()
     ).all()
@@ -60,6 +51,21 @@ def secret_add(
             f"tenant {tenant!r} has a signing secret already; `corral secrets rotate` makes a"
             " new one (the old one signs alongside it for secrets.rotation_overlap)"
         )
+
+
+def secret_add(
+    conn: Connection,
+    *,
+    tenant: str,
+    secret: str,
+    now: datetime,
+    overlap: timedelta,
+    rotate: bool,
+) -> model.SigningSecret:
+    """Make `secret` the tenant's current one. `rotate`: there must be a current one, which
+    signs on until `now + overlap`; otherwise there must be none (InvalidInput says which
+    command to use)."""
+    _current_check(conn, tenant, rotate)
     conn.execute(
         update(signing_secrets)
         .where(S.tenant == tenant, S.retires_at.is_(None))

@@ -1,6 +1,8 @@
 """The tables corral keeps: jobs, attempts (whose id is the fence) and the events run log.
 
 The migrations in migrations/versions must build exactly this schema; a test diffs them.
+The columns many tables share (their own id, the tenant, the times every row has) are made
+by one function each (`_id`, `_tenant`, `_at`, `_made`), so they are the same everywhere.
 """
 
 from __future__ import annotations
@@ -78,11 +80,32 @@ Json: Any = _Json()
 # SQLite makes only an INTEGER PRIMARY KEY the rowid alias that autoincrements.
 Id: Any = BigInteger().with_variant(Integer(), "sqlite")
 
+
+def _id() -> Column[Any]:
+    """A table's own id: a number that only grows (on SQLite, the rowid)."""
+    return Column("id", Id, primary_key=True, autoincrement=True)
+
+
+def _tenant(*, nullable: bool = False) -> Column[Any]:
+    """The tenant a row belongs to (nullable: None for every tenant, an operator's)."""
+    return Column("tenant", String(200), nullable=nullable)
+
+
+def _at(name: str) -> Column[Any]:
+    """A time that every row has."""
+    return Column(name, UTCDateTime, nullable=False)
+
+
+def _made() -> tuple[Column[Any], Column[Any]]:
+    """When a row was made and last changed."""
+    return _at("created_at"), _at("updated_at")
+
+
 jobs = Table(
     "jobs",
     metadata,
-    Column("id", Id, primary_key=True, autoincrement=True),
-    Column("tenant", String(200), nullable=False),
+    _id(),
+    _tenant(),
     Column("queue", String(200), nullable=False),
     Column("pool", String(200)),
     Column("priority", Integer, nullable=False),
@@ -90,13 +113,12 @@ jobs = Table(
     Column("spec", Json, nullable=False),
     Column("payload", Json),
     Column("state", String(20), nullable=False),
-    Column("run_at", UTCDateTime, nullable=False),
+    _at("run_at"),
     Column("idempotency_key", String(500)),
     Column("max_attempts", Integer, nullable=False),
     Column("attempt_count", Integer, nullable=False),
     Column("labels", Json, nullable=False),
-    Column("created_at", UTCDateTime, nullable=False),
-    Column("updated_at", UTCDateTime, nullable=False),
+    *_made(),
     Column("policy", Json, nullable=False, server_default=text("'{}'")),
     Column("code_version", Text),
     # Attempts that never reached their platform: they count toward neither max_attempts
@@ -114,7 +136,7 @@ jobs = Table(
 attempts = Table(
     "attempts",
     metadata,
-    Column("id", Id, primary_key=True, autoincrement=True),  # the fence token
+    _id(),  # the fence token
     # No foreign key: an attempt is only ever made by the claim, from its job's row, and a
     # foreign key's check costs a lookup per attempt on the hot path.
     Column("job_id", Id, nullable=False),
@@ -122,8 +144,7 @@ attempts = Table(
     Column("launch_name", String(63), nullable=False),  # a function of (job_id, attempt_no)
     Column("executor", String(50), nullable=False),
     Column("state", String(20), nullable=False),
-    Column("created_at", UTCDateTime, nullable=False),
-    Column("updated_at", UTCDateTime, nullable=False),
+    *_made(),
     Column("started_at", UTCDateTime),
     Column("finished_at", UTCDateTime),
     Column("exit_code", Integer),
@@ -161,7 +182,7 @@ retry_budgets = Table(
     metadata,
     Column("queue", String(200), primary_key=True),
     Column("tokens", Float, nullable=False),
-    Column("updated_at", UTCDateTime, nullable=False),
+    _at("updated_at"),
     Column("counted_fence", Id, nullable=False),
 )
 
@@ -171,7 +192,7 @@ checkpoints = Table(
     Column("job_id", Id, primary_key=True),  # no foreign key: checkpoint_save checks the job
     Column("fence", Id, nullable=False),
     Column("state", Json, nullable=False),
-    Column("saved_at", UTCDateTime, nullable=False),
+    _at("saved_at"),
 )
 
 publish_pointers = Table(
@@ -182,13 +203,13 @@ publish_pointers = Table(
     Column("fence", Id, nullable=False),
     Column("location", Text, nullable=False),
     Column("code_version", Text),
-    Column("published_at", UTCDateTime, nullable=False),
+    _at("published_at"),
 )
 
 events = Table(
     "events",
     metadata,
-    Column("id", Id, primary_key=True, autoincrement=True),
+    _id(),
     Column(
         "job_id", Id, nullable=False
     ),  # no foreign key: events are written with their job's change
@@ -197,7 +218,7 @@ events = Table(
     Column("from_state", String(20)),
     Column("to_state", String(20), nullable=False),
     Column("reason", Text, nullable=False),
-    Column("at", UTCDateTime, nullable=False),
+    _at("at"),
     Column("details", Json, nullable=False),
     Index("ix_events_job", "job_id", "id"),
     sqlite_autoincrement=True,
@@ -216,7 +237,7 @@ run_logs = Table(
     metadata,
     Column("attempt_id", Id, primary_key=True, autoincrement=False),
     Column("job_id", Id, nullable=False),
-    Column("recorded_at", UTCDateTime, nullable=False),
+    _at("recorded_at"),
     Column("latency", Float),
     Column("status", Integer),
     Column("address", String(100)),
@@ -231,13 +252,13 @@ run_logs = Table(
 schedules = Table(
     "schedules",
     metadata,
-    Column("id", Id, primary_key=True, autoincrement=True),
-    Column("tenant", String(200), nullable=False),
+    _id(),
+    _tenant(),
     Column("name", String(200), nullable=False),
     Column("cron", String(200)),
     Column("tz", String(64), nullable=False),
     Column("every_seconds", BigInteger),
-    Column("anchor", UTCDateTime, nullable=False),
+    _at("anchor"),
     Column("template", Json, nullable=False),
     Column("catchup", String(10), nullable=False),
     Column("catchup_window_seconds", Float, nullable=False),
@@ -250,8 +271,7 @@ schedules = Table(
     Column("last_nominal", UTCDateTime),
     Column("last_job_id", Id),
     Column("missed_total", BigInteger, nullable=False),
-    Column("created_at", UTCDateTime, nullable=False),
-    Column("updated_at", UTCDateTime, nullable=False),
+    *_made(),
     # Made or changed by a tenant (the API, the dashboard): its firings check the grant.
     Column("tenant_made", Boolean, nullable=False, server_default=false()),
     UniqueConstraint("tenant", "name"),
@@ -267,10 +287,10 @@ firings = Table(
     "firings",
     metadata,
     Column("schedule_id", Id, nullable=False),
-    Column("nominal_at", UTCDateTime, nullable=False),
+    _at("nominal_at"),
     Column("outcome", String(20), nullable=False),
     Column("job_id", Id),
-    Column("recorded_at", UTCDateTime, nullable=False),
+    _at("recorded_at"),
     Column("lateness_seconds", Float, nullable=False),
     Column("note", Text),
     UniqueConstraint("schedule_id", "nominal_at"),
@@ -279,10 +299,10 @@ firings = Table(
 signing_secrets = Table(
     "signing_secrets",
     metadata,
-    Column("id", Id, primary_key=True, autoincrement=True),
-    Column("tenant", String(200), nullable=False),
+    _id(),
+    _tenant(),
     Column("secret", String(200), nullable=False),
-    Column("created_at", UTCDateTime, nullable=False),
+    _at("created_at"),
     Column("retires_at", UTCDateTime),
     Index("ix_signing_secrets_tenant", "tenant", "id"),
     # uq_signing_secrets_current, a partial index: indexes.py
@@ -294,7 +314,7 @@ signing_secrets = Table(
 alerts = Table(
     "alerts",
     metadata,
-    Column("id", Id, primary_key=True, autoincrement=True),
+    _id(),
     Column("dedupe_key", String(500), nullable=False),
     Column("rule", String(200), nullable=False),
     Column("channel", String(200), nullable=False),
@@ -304,8 +324,8 @@ alerts = Table(
     Column("job_id", Id),
     Column("details", Json, nullable=False),  # what the message says
     Column("state", String(20), nullable=False),  # pending, delivered, failed
-    Column("created_at", UTCDateTime, nullable=False),
-    Column("due_at", UTCDateTime, nullable=False),
+    _at("created_at"),
+    _at("due_at"),
     Column("tries", Integer, nullable=False),
     Column("last_error", Text),
     Column("delivered_at", UTCDateTime),
@@ -319,9 +339,9 @@ PENDING = text("state = 'pending'")
 alert_tries = Table(
     "alert_tries",
     metadata,
-    Column("id", Id, primary_key=True, autoincrement=True),
+    _id(),
     Column("alert_id", Id, nullable=False),
-    Column("at", UTCDateTime, nullable=False),
+    _at("at"),
     Column("ok", Boolean, nullable=False),
     Column("error", Text),
     Index("ix_alert_tries_alert", "alert_id", "id"),
@@ -333,7 +353,7 @@ alert_cursors = Table(
     metadata,
     Column("name", String(50), primary_key=True),
     Column("event_id", Id, nullable=False),
-    Column("updated_at", UTCDateTime, nullable=False),
+    _at("updated_at"),
 )
 
 # Where each rule and subject stands (corral.alerts.rules.Sent): its streak of jobs that
@@ -354,7 +374,7 @@ job_slas = Table(
     "job_slas",
     metadata,
     Column("job_id", Id, primary_key=True, autoincrement=False),
-    Column("due_at", UTCDateTime, nullable=False),
+    _at("due_at"),
     Index("ix_job_slas_due_at", "due_at"),
 )
 
@@ -362,8 +382,8 @@ alert_mutes = Table(
     "alert_mutes",
     metadata,
     Column("rule", String(200), primary_key=True),
-    Column("until", UTCDateTime, nullable=False),
-    Column("muted_at", UTCDateTime, nullable=False),
+    _at("until"),
+    _at("muted_at"),
 )
 
 # API credentials (corral.api): the SHA-256 of each secret, never the secret; a token acts
@@ -371,12 +391,12 @@ alert_mutes = Table(
 tokens = Table(
     "tokens",
     metadata,
-    Column("id", Id, primary_key=True, autoincrement=True),
+    _id(),
     Column("name", String(200), nullable=False),
-    Column("tenant", String(200)),
+    _tenant(nullable=True),
     Column("role", String(20), nullable=False),
     Column("secret_sha256", String(64), nullable=False, unique=True),
-    Column("created_at", UTCDateTime, nullable=False),
+    _at("created_at"),
     Column("expires_at", UTCDateTime),
     Column("revoked_at", UTCDateTime),
     sqlite_autoincrement=True,
@@ -386,10 +406,10 @@ tokens = Table(
 audit = Table(
     "audit",
     metadata,
-    Column("id", Id, primary_key=True, autoincrement=True),
-    Column("at", UTCDateTime, nullable=False),
+    _id(),
+    _at("at"),
     Column("token_id", Id),
-    Column("tenant", String(200)),
+    _tenant(nullable=True),
     Column("action", String(100), nullable=False),
     Column("target", String(300), nullable=False),
     Column("details", Json, nullable=False),
@@ -404,7 +424,7 @@ service_keys = Table(
     metadata,
     Column("name", String(100), primary_key=True),
     Column("secret", String(200), nullable=False),
-    Column("created_at", UTCDateTime, nullable=False),
+    _at("created_at"),
 )
 
 # Bulk operations (retry, cancel, discard by filter): each runs on the snapshot of ids its
@@ -412,8 +432,8 @@ service_keys = Table(
 operations = Table(
     "operations",
     metadata,
-    Column("id", Id, primary_key=True, autoincrement=True),
-    Column("tenant", String(200)),
+    _id(),
+    _tenant(nullable=True),
     Column("action", String(20), nullable=False),
     Column("filter", Json, nullable=False),
     Column("state", String(20), nullable=False),
@@ -422,8 +442,7 @@ operations = Table(
     Column("skipped", Integer, nullable=False, server_default="0"),
     Column("token_id", Id),
     Column("made_by", String(200), nullable=False),
-    Column("created_at", UTCDateTime, nullable=False),
-    Column("updated_at", UTCDateTime, nullable=False),
+    *_made(),
     Column("finished_at", UTCDateTime),
     Index("ix_operations_state", "state", "id"),
     sqlite_autoincrement=True,
@@ -450,12 +469,12 @@ operation_items = Table(
 users = Table(
     "users",
     metadata,
-    Column("id", Id, primary_key=True, autoincrement=True),
+    _id(),
     Column("name", String(200), nullable=False, unique=True),
     Column("password_hash", String(300), nullable=False),
-    Column("tenant", String(200)),
+    _tenant(nullable=True),
     Column("role", String(20), nullable=False),
-    Column("created_at", UTCDateTime, nullable=False),
+    _at("created_at"),
     Column("removed_at", UTCDateTime),
     sqlite_autoincrement=True,
 )
@@ -467,8 +486,8 @@ web_sessions = Table(
     Column("user_id", Id),
     Column("token_id", Id),
     Column("csrf", String(64), nullable=False),
-    Column("created_at", UTCDateTime, nullable=False),
-    Column("expires_at", UTCDateTime, nullable=False),
+    _at("created_at"),
+    _at("expires_at"),
     Index("ix_web_sessions_expires_at", "expires_at"),
 )
 
@@ -485,8 +504,8 @@ workers = Table(
     Column("queues", Json, nullable=False),
     Column("concurrency", Integer, nullable=False),
     Column("state", String(20), nullable=False),  # model.WorkerState
-    Column("started_at", UTCDateTime, nullable=False),
-    Column("last_seen_at", UTCDateTime, nullable=False),
+    _at("started_at"),
+    _at("last_seen_at"),
     Column("stopped_at", UTCDateTime),
 )
 worker_tasks = Table(
@@ -521,8 +540,8 @@ loops = Table(
     Column("pid", Integer, nullable=False),
     Column("pid_started", String(40)),  # "<pid namespace>:<start time>", where known
     Column("version", String(50), nullable=False),
-    Column("started_at", UTCDateTime, nullable=False),
-    Column("beat_at", UTCDateTime, nullable=False),
+    _at("started_at"),
+    _at("beat_at"),
     Column("stopped_at", UTCDateTime),
 )
 
@@ -531,10 +550,10 @@ loops = Table(
 loop_warnings = Table(
     "loop_warnings",
     metadata,
-    Column("id", Id, primary_key=True, autoincrement=True),
+    _id(),
     Column("condition", String(40), nullable=False),
     Column("message", Text, nullable=False),
-    Column("begun_at", UTCDateTime, nullable=False),
-    Column("checked_at", UTCDateTime, nullable=False),
+    _at("begun_at"),
+    _at("checked_at"),
     Column("ended_at", UTCDateTime),
 )

@@ -109,22 +109,27 @@ def session_add(
     )
 
 
+_SESSION = (
+    W.csrf,
+    W.expires_at,
+    W.user_id,
+    W.token_id,
+    U.name.label("user_name"),
+    U.tenant.label("user_tenant"),
+    U.role.label("user_role"),
+    T.name.label("token_name"),
+    T.tenant.label("token_tenant"),
+    T.role.label("token_role"),
+)
+"""What a session's check reads: the session, and its user's or its token's name, tenant
+and role."""
+
+
 def session_find(conn: Connection, *, secret_sha256: str, now: datetime) -> model.WebSession | None:
     """The session of this secret if it is valid at `now`: not expired, and its user not
     removed (or its token neither revoked nor expired); None otherwise."""
     stmt = (
-        select(
-            W.csrf,
-            W.expires_at,
-            W.user_id,
-            W.token_id,
-            U.name.label("user_name"),
-            U.tenant.label("user_tenant"),
-            U.role.label("user_role"),
-            T.name.label("token_name"),
-            T.tenant.label("token_tenant"),
-            T.role.label("token_role"),
-        )
+        select(*_SESSION)
         .select_from(
             web_sessions.outerjoin(users, U.id == W.user_id).outerjoin(tokens, T.id == W.token_id)
         )

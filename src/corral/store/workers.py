@@ -4,7 +4,7 @@ their claim of the jobs they read, and parked jobs (jobs no live worker reads).
 A worker is live while it is `running` (not draining, not stopped) and its last word is
 younger than `since` (now less the lease). A Python task's job carries its task and
 payload version in its spec (`{"task": ..., "version": ...}`), which every query here
-reads; the payload itself is the envelope `{task, version, data}`.
+reads through task_jobs.py; the payload itself is the envelope `{task, version, data}`.
 
 Parking never makes an attempt: a queued job moves to `parked` and back with one event
 each, so it costs neither an attempt nor a token of its queue's retry budget.
@@ -20,21 +20,18 @@ from typing import Any
 from sqlalchemy import (
     Connection,
     and_,
-    case,
     delete,
     exists,
-    false,
     func,
     insert,
     or_,
     select,
-    true,
     update,
 )
 
 from corral import model
 from corral.store import attempts as attempts_
-from corral.store import claims, dialects
+from corral.store import claims, dialects, task_jobs
 from corral.store.events import transition
 from corral.store.rows import job_from_row, state_is
 from corral.store.tables import attempts, events, jobs, schedules, worker_tasks, workers
@@ -48,47 +45,6 @@ RELEASED = "released by a person: parked no more"
 
 BATCH = 5000
 """Jobs parked or released per statement: a backlog of tens of thousands moves in a few."""
-
-TASK = jobs.c.spec["task"].as_string()
-VERSION = jobs.c.spec["version"].as_integer()
-
-
-def _live(since: datetime) -> Any:
-    return and_(workers.c.state == W.RUNNING, workers.c.last_seen_at > since)
-
-
-def _read_by_live(conn: Connection, since: datetime) -> Any:
-    """A Python task's job that some live worker reads, of its queue (a correlated EXISTS)."""
-    return exists(
-        select(worker_tasks.c.worker_id)
-        .join(workers, workers.c.id == worker_tasks.c.worker_id)
-        .where(
-            worker_tasks.c.task == TASK,
-            worker_tasks.c.version == VERSION,
-            _live(since),
-            dialects.json_list_empty_or_has(conn, workers.c.queues, jobs.c.queue),
-        )
-    )
-
-
-def _reads_any(reads: Iterable[tuple[str, Sequence[int]]]) -> Any:
-    """A Python task's job whose (task, version) is one of `reads` (task, versions)."""
-    terms = [and_(TASK == task, VERSION.in_(list(versions))) for task, versions in reads]
-    return or_(*terms) if terms else false()
-
-
-def _claimable(reads: Iterable[tuple[str, Sequence[int]]]) -> Any:
-    """_reads_any as the claim's pick takes it: inside a CASE, which the planner cannot
-    estimate, so it counts on half the queued jobs matching and walks their index in claim
-    order, stopping at the limit. Given the JSON fields' equalities as they are, it counts
-    on almost none matching and sorts every queued job first (PostgreSQL: 15 ms a claim
-    with 20,000 queued, against 0.1 ms)."""
-    return case((_reads_any(reads), true()), else_=false())
-
-
-def _python(state: model.JobState) -> list[Any]:
-    return [jobs.c.state == state_is(state), jobs.c.executor == model.PYTHON]
-
 
 # --- registration and liveness --------------------------------------------------------------
 
@@ -113,27 +69,26 @@ def worker_register(
         )
     )
     if worker.reads:
-        conn.execute(
-            insert(worker_tasks),
-            [
-                {
-                    "worker_id": worker.id,
-                    "task": r.task,
-                    "version": r.version,
-                    "newest": r.newest,
-                    "schema": dict(r.schema),
-                }
-                for r in worker.reads
-            ],
-        )
+        conn.execute(insert(worker_tasks), [_read_row(worker.id, r) for r in worker.reads])
     return jobs_unpark(
         conn,
-        reads=_grouped((r.task, r.version) for r in worker.reads),
+        reads=task_jobs.grouped((r.task, r.version) for r in worker.reads),
         queues=worker.queues,
         now=now,
         reason=f"a worker that reads it registered: {worker.app} {worker.app_version}"
         f" ({worker.id})",
     )
+
+
+def _read_row(worker_id: str, read: model.TaskRead) -> dict[str, Any]:
+    """A worker_tasks row: one (task, version) a worker reads, with its payload's schema."""
+    return {
+        "worker_id": worker_id,
+        "task": read.task,
+        "version": read.version,
+        "newest": read.newest,
+        "schema": dict(read.schema),
+    }
 
 
 def worker_beat(
@@ -169,11 +124,18 @@ def worker_beat(
         ).all()
         jobs_unpark(
             conn,
-            reads=_grouped((r.task, r.version) for r in reads),
+            reads=task_jobs.grouped((r.task, r.version) for r in reads),
             queues=before.queues,
             now=now,
             reason=f"a worker that reads it was heard from again ({worker_id})",
         )
+    stale = sorted(set(leases) - _leases_renew(conn, leases, now))
+    return (W(state) if state is not None else None), stale
+
+
+def _leases_renew(conn: Connection, leases: Mapping[int, float], now: datetime) -> set[int]:
+    """Renew each running attempt's lease (fence: lease seconds) from now, one statement per
+    lease length; the fences renewed."""
     renewed: set[int] = set()
     by_length: dict[float, list[int]] = {}
     for fence, seconds in leases.items():
@@ -188,8 +150,7 @@ def worker_beat(
                 .returning(attempts.c.id)
             ).scalars()
         )
-    stale = sorted(set(leases) - renewed)
-    return (W(state) if state is not None else None), stale
+    return renewed
 
 
 def worker_drain(conn: Connection, *, worker_id: str, now: datetime) -> None:
@@ -219,7 +180,7 @@ def worker_list(
     """Workers, newest first: the live ones, or (`live` False) every one stored."""
     stmt = select(workers).order_by(workers.c.started_at.desc(), workers.c.id).limit(limit)
     if live:
-        stmt = stmt.where(_live(since))
+        stmt = stmt.where(task_jobs.live(since))
     rows = conn.execute(stmt).all()
     reads: dict[str, list[model.TaskRead]] = {}
     if rows:
@@ -259,7 +220,7 @@ def task_schemas(
     rows = conn.execute(
         select(worker_tasks.c.version, worker_tasks.c.schema, worker_tasks.c.newest)
         .join(workers, workers.c.id == worker_tasks.c.worker_id)
-        .where(worker_tasks.c.task == task, _live(since))
+        .where(worker_tasks.c.task == task, task_jobs.live(since))
         .order_by(workers.c.started_at)
     ).all()
     schemas = {r.version: r.schema for r in rows}
@@ -292,7 +253,7 @@ def readers(
         .join(workers, workers.c.id == worker_tasks.c.worker_id)
         .where(
             or_(*(and_(worker_tasks.c.task == t, worker_tasks.c.version == v) for t, v in wanted)),
-            _live(since),
+            task_jobs.live(since),
         )
     ).all()
     for task, version, queue in set(pairs):
@@ -373,7 +334,7 @@ def worker_claim(
     `queues`; all when empty), through the dispatcher's own claim (fences, pools, tenant
     limits, events), each attempt recorded running at once: the worker is its own platform,
     and starts the function as soon as this transaction commits."""
-    also = [_claimable(reads)]
+    also = [task_jobs.claimable(reads)]
     if queues:
         also.append(jobs.c.queue.in_(list(queues)))
     claimed = claims.job_claim(
@@ -393,16 +354,15 @@ def worker_claim(
             conn, fences=[c.attempt.id for c in claimed], now=now, reason=started_by(worker_id)
         )
     )
-    return [
-        dataclasses.replace(
-            c,
-            attempt=dataclasses.replace(
-                c.attempt, state=A.RUNNING, started_at=now, last_seen_at=now
-            ),
-        )
-        for c in claimed
-        if c.attempt.id in ran
-    ]
+    return [_started(c, now) for c in claimed if c.attempt.id in ran]
+
+
+def _started(claimed: model.Claimed, now: datetime) -> model.Claimed:
+    """A claim whose attempt was recorded running at `now`."""
+    attempt = dataclasses.replace(
+        claimed.attempt, state=A.RUNNING, started_at=now, last_seen_at=now
+    )
+    return dataclasses.replace(claimed, attempt=attempt)
 
 
 def started_by(worker_id: str) -> str:
@@ -453,40 +413,46 @@ def jobs_park_unread(
     parked = 0
     while True:
         rows = conn.execute(
-            select(jobs.c.id, TASK.label("task"), VERSION.label("version"))
+            select(jobs.c.id, task_jobs.TASK.label("task"), task_jobs.VERSION.label("version"))
             .where(
-                *_python(J.QUEUED),
+                *task_jobs.python_in(J.QUEUED),
                 *([dialects.one_of(conn, jobs.c.id, job_ids)] if job_ids is not None else []),
-                ~_read_by_live(conn, since),
+                ~task_jobs.read_by_live(conn, since),
                 ~released,
             )
             .order_by(jobs.c.id)
             .limit(BATCH)
         ).all()
-        if not rows:
-            return parked
-        needs = lowest_app_versions(conn, pairs=[(r.task, r.version) for r in rows])
-        by_pair: dict[tuple[str, int], list[int]] = {}
-        for r in rows:
-            by_pair.setdefault((r.task, r.version), []).append(r.id)
-        for (task, version), ids in sorted(by_pair.items()):
-            need = needs.get((task, version))
-            wants = f"app version {need} or later reads it" if need else "no worker ever read it"
-            parked += len(
-                transition(
-                    conn,
-                    entity="job",
-                    ids=ids,
-                    expected=J.QUEUED,
-                    to=J.PARKED,
-                    now=now,
-                    reason=f"parked: no live worker reads task {task} version {version}"
-                    f" ({wants}); no attempt spent",
-                    details={"task": task, "version": version, "needs_app_version": need},
-                )
-            )
+        parked += _jobs_park(conn, rows, now)
         if len(rows) < BATCH:
             return parked
+
+
+def _jobs_park(conn: Connection, rows: Sequence[Any], now: datetime) -> int:
+    """Park the queued jobs of `rows` (id, task, version), one transition per (task,
+    version), each event naming the lowest app version known to read it; how many parked."""
+    needs = lowest_app_versions(conn, pairs=[(r.task, r.version) for r in rows])
+    by_pair: dict[tuple[str, int], list[int]] = {}
+    for r in rows:
+        by_pair.setdefault((r.task, r.version), []).append(r.id)
+    parked = 0
+    for (task, version), ids in sorted(by_pair.items()):
+        need = needs.get((task, version))
+        wants = f"app version {need} or later reads it" if need else "no worker ever read it"
+        parked += len(
+            transition(
+                conn,
+                entity="job",
+                ids=ids,
+                expected=J.QUEUED,
+                to=J.PARKED,
+                now=now,
+                reason=f"parked: no live worker reads task {task} version {version}"
+                f" ({wants}); no attempt spent",
+                details={"task": task, "version": version, "needs_app_version": need},
+            )
+        )
+    return parked
 
 
 def jobs_unpark(
@@ -502,7 +468,9 @@ def jobs_unpark(
     if not reads:
         return 0
     in_queues = [jobs.c.queue.in_(list(queues))] if queues else []
-    return len(_queue_parked(conn, [_reads_any(reads), *in_queues], now=now, reason=reason))
+    return len(
+        _queue_parked(conn, [task_jobs.reads_any(reads), *in_queues], now=now, reason=reason)
+    )
 
 
 def jobs_unpark_read(conn: Connection, *, now: datetime, since: datetime) -> int:
@@ -510,7 +478,7 @@ def jobs_unpark_read(conn: Connection, *, now: datetime, since: datetime) -> int
     that raced a registration, or one made while its worker was silent, left behind.
     Returns how many."""
     reason = "a live worker reads it: queued again"
-    return len(_queue_parked(conn, [_read_by_live(conn, since)], now=now, reason=reason))
+    return len(_queue_parked(conn, [task_jobs.read_by_live(conn, since)], now=now, reason=reason))
 
 
 def parked_release(
@@ -522,7 +490,7 @@ def parked_release(
     if job_ids:
         where.append(dialects.one_of(conn, jobs.c.id, job_ids))
     if task is not None:
-        where.append(TASK == task)
+        where.append(task_jobs.TASK == task)
     return _queue_parked(conn, where, now=now, reason=RELEASED)
 
 
@@ -535,7 +503,10 @@ def _queue_parked(
     while True:
         ids = (
             conn.execute(
-                select(jobs.c.id).where(*_python(J.PARKED), *where).order_by(jobs.c.id).limit(BATCH)
+                select(jobs.c.id)
+                .where(*task_jobs.python_in(J.PARKED), *where)
+                .order_by(jobs.c.id)
+                .limit(BATCH)
             )
             .scalars()
             .all()
@@ -557,7 +528,7 @@ def parked_list(
     """Parked jobs, oldest first, each with what its park recorded."""
     stmt = select(jobs).where(jobs.c.state == state_is(J.PARKED)).order_by(jobs.c.id).limit(limit)
     if task is not None:
-        stmt = stmt.where(jobs.c.executor == model.PYTHON, TASK == task)
+        stmt = stmt.where(jobs.c.executor == model.PYTHON, task_jobs.TASK == task)
     if tenant is not None:
         stmt = stmt.where(jobs.c.tenant == tenant)
     found = [job_from_row(r) for r in conn.execute(stmt)]
@@ -609,17 +580,10 @@ def payload_versions(
                 counts["schedule"] = counts.get("schedule", 0) + 1
     for state in (J.SCHEDULED, J.QUEUED, J.PARKED):
         rows = conn.execute(
-            select(TASK.label("task"), VERSION.label("version"), func.count())
-            .where(*_python(state), TASK.in_(list(tasks)))
-            .group_by(TASK, VERSION)
+            select(task_jobs.TASK.label("task"), task_jobs.VERSION.label("version"), func.count())
+            .where(*task_jobs.python_in(state), task_jobs.TASK.in_(list(tasks)))
+            .group_by(task_jobs.TASK, task_jobs.VERSION)
         ).all()
         for task, version, count in rows:
             out.setdefault((task, version), {})[state.value] = count
     return out
-
-
-def _grouped(pairs: Iterable[tuple[str, int]]) -> list[tuple[str, list[int]]]:
-    by_task: dict[str, set[int]] = {}
-    for task, version in pairs:
-        by_task.setdefault(task, set()).add(version)
-    return [(task, sorted(versions)) for task, versions in sorted(by_task.items())]

@@ -14,7 +14,8 @@ import pytest
 from sqlalchemy import create_engine, event, text
 
 from corral import config, dispatcher, errors, model, store
-from corral.store import hotpath, hotpool, tables
+from corral.store import hotpool, tables
+from corral.store.postgres import claim, settle
 from corral.testing import FrozenClock
 from tests.support.noop import NoopExecutor
 
@@ -246,8 +247,8 @@ async def test_a_server_that_is_gone_is_unavailable_not_retried_for_good(
 
 
 def test_the_hot_path_statements_name_states_as_the_partial_indexes_do() -> None:
-    assert "state = 'queued'" in hotpath.CLAIM
-    assert "%(state" not in hotpath.CLAIM + hotpath.SETTLE
+    assert "state = 'queued'" in claim.CLAIM
+    assert "%(state" not in claim.CLAIM + settle.SETTLE
 
 
 async def test_a_job_on_a_lease_has_all_of_it_from_its_record(
@@ -313,6 +314,13 @@ _PARAMETER_TYPES = {
 }
 
 
+_STATEMENTS = {
+    "CLAIM": claim.CLAIM,
+    "WORKER_CLAIM": claim.WORKER_CLAIM,
+    "SETTLE": settle.SETTLE,
+}
+
+
 @pytest.mark.postgres
 @pytest.mark.parametrize("name", sorted(_PARAMETER_TYPES))
 def test_the_hot_statements_find_rows_by_key_even_planned_on_a_fresh_database(
@@ -325,9 +333,7 @@ def test_the_hot_statements_find_rows_by_key_even_planned_on_a_fresh_database(
     either statement scans a table, whatever the statistics say."""
     types = _PARAMETER_TYPES[name]
     order = list(types)
-    sql = re.sub(
-        r"%\((\w+)\)s", lambda m: f"${order.index(m.group(1)) + 1}", getattr(hotpath, name)
-    )
+    sql = re.sub(r"%\((\w+)\)s", lambda m: f"${order.index(m.group(1)) + 1}", _STATEMENTS[name])
     assert pg.hot_pool is not None
     with psycopg.connect(**pg.hot_pool.params, autocommit=True) as conn:  # as the hot path's
         conn.execute("SET plan_cache_mode = force_generic_plan")
