@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from corral import client, clock, config, errors, model, reconciler, runtime, store
-from corral.executors import argo, base, kube_client, kubernetes
+from corral.executors import argo, base, kube_client, kubernetes, kubernetes_owned
 from corral.testing import FrozenClock
 from tests.support import kube_api
 from tests.support.cluster import IMAGE, finished
@@ -393,7 +393,7 @@ async def test_a_launch_cut_short_before_its_token_secret_is_finished_by_recover
     job_uid = cluster.api.get(kube_api.JOBS, "default", name)["metadata"]["uid"]
     assert [o["uid"] for o in secret["metadata"]["ownerReferences"]] == [job_uid]
     token = model.attempt_token(API["attempt_key"], claimed.job.id, claimed.attempt.id)
-    stored = base64.b64decode(secret["data"][kubernetes.ATTEMPT_TOKEN_KEY]).decode()
+    stored = base64.b64decode(secret["data"][kubernetes_owned.ATTEMPT_TOKEN_KEY]).decode()
     assert stored == token
     assert token not in json.dumps(cluster.api.get(kube_api.JOBS, "default", name))
     await finished(ex, name)

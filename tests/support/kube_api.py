@@ -81,7 +81,7 @@ from aiohttp import web_request, web_runner, web_server
 from kubernetes.aio import client
 
 from corral import errors
-from corral.executors import argo, kubernetes
+from corral.executors import argo, kubernetes_manifest
 from tests.support.wait import PATIENCE
 
 JOBS = ("batch", "v1", "jobs")
@@ -108,7 +108,7 @@ TRACKING = "batch.kubernetes.io/job-tracking"
 deleted) until the controller has counted how it ended."""
 DATA_BYTES = 1024 * 1024
 """The most a ConfigMap's or a Secret's data may hold."""
-SCHEMA_VERSION = kubernetes.SUPPORTED_VERSIONS[-1]
+SCHEMA_VERSION = kubernetes_manifest.SUPPORTED_VERSIONS[-1]
 
 Key = tuple[tuple[str, str, str], str, str]  # (resource, namespace, name)
 
@@ -701,7 +701,7 @@ def _schema_problems(obj: dict[str, Any]) -> list[str]:
     except kubernetes_validate.ValidationError as exc:
         where = ".".join(str(p) for p in exc.path) or "(top)"
         return [f"{where}: {exc.message}"]
-    return kubernetes.manifest_problems(doc)
+    return kubernetes_manifest.manifest_problems(doc)
 
 
 def _job_problems(obj: dict[str, Any]) -> list[str]:
@@ -770,7 +770,7 @@ def _workflow_problems(obj: dict[str, Any]) -> list[str]:
     kind = (obj.get("apiVersion"), obj.get("kind"))
     if kind != (argo.API_VERSION, "Workflow"):
         return [f"apiVersion/kind: must be {argo.API_VERSION}/Workflow, not {kind[0]}/{kind[1]}"]
-    return kubernetes.manifest_problems(obj)
+    return kubernetes_manifest.manifest_problems(obj)
 
 
 def _spec_problems(wf: Mapping[str, Any]) -> list[str]:

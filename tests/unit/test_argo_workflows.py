@@ -11,8 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from corral import client, config, errors, model
-from corral.executors import argo
-from corral.executors import kubernetes as k8s
+from corral.executors import argo, kubernetes, kubernetes_manifest
 from tests.unit.test_kubernetes_jobs import (
     ATTEMPT_KEY,
     LARGE,
@@ -72,7 +71,7 @@ def test_the_container_is_the_one_a_kubernetes_job_would_run() -> None:
     }
     s = make_settings(database_url_secret="corral-db/url")
     new = model.NewJob(executor="argo", spec=spec)
-    job = k8s.dry_run(new, s, NOW)
+    job = kubernetes.dry_run(new, s, NOW)
     [template] = workflow(spec, settings=s)["spec"]["templates"]
     assert template["container"] == job["spec"]["template"]["spec"]["containers"][0]
 
@@ -216,7 +215,7 @@ def test_the_workflow_check_catches_what_argo_would_refuse_or_misread(
 def test_a_placement_removed_from_the_settings_is_a_clear_launch_error() -> None:
     template = argo.WorkflowTemplate(make_settings())
     spec = template.validate_spec({"image": "busybox", "command": ["true"], "placement": "batch"})
-    launch = k8s.placeholder_launch(spec, kind=argo.KIND)
+    launch = kubernetes_manifest.placeholder_launch(spec, kind=argo.KIND)
     with pytest.raises(errors.ExecutorError, match="'batch' is no longer in the settings"):
         argo.WorkflowTemplate(config.Settings()).manifest(launch, spec)
 
@@ -364,7 +363,7 @@ def test_a_large_payload_is_a_workflow_volume_mounted_read_only() -> None:
         {"name": "corral-payload", "configMap": {"name": "corral-0-1", "defaultMode": 0o444}}
     ]
     [template] = doc["spec"]["templates"]
-    job = k8s.dry_run(
+    job = kubernetes.dry_run(
         model.NewJob(executor="kubernetes", spec=spec, payload=LARGE), make_settings(), NOW
     )
     assert template["container"] == job["spec"]["template"]["spec"]["containers"][0]
@@ -384,7 +383,7 @@ def test_the_attempt_token_is_read_from_the_launchs_secret_as_on_a_job() -> None
     [template] = doc["spec"]["templates"]
     [entry] = [e for e in template["container"]["env"] if e["name"] == "CORRAL_ATTEMPT_TOKEN"]
     assert entry["valueFrom"] == {"secretKeyRef": {"name": "corral-0-1", "key": "token"}}
-    job = k8s.dry_run(model.NewJob(executor="kubernetes", spec=spec), s, NOW)
+    job = kubernetes.dry_run(model.NewJob(executor="kubernetes", spec=spec), s, NOW)
     assert template["container"] == job["spec"]["template"]["spec"]["containers"][0]
     argo.check_workflow(doc)
 

@@ -11,7 +11,7 @@ import pytest
 from kubernetes.aio import client
 
 from corral import config, errors, model
-from corral.executors import argo, kube_client, kubernetes, startup
+from corral.executors import argo, kube_client, kubernetes_observation, startup
 
 NOW = datetime(2026, 12, 6, 12, 0, tzinfo=UTC)
 P, T = model.FailureClass.PERMANENT, model.FailureClass.TRANSIENT
@@ -135,21 +135,27 @@ def succeeded(*conditions: dict[str, Any], **meta: Any) -> dict[str, Any]:
 
 def test_a_success_after_a_disruption_is_not_trusted() -> None:
     disruption = {"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler"}
-    obs = kubernetes.job_observation(complete_job(), [succeeded(disruption)])
+    obs = kubernetes_observation.job_observation(complete_job(), [succeeded(disruption)])
     assert (obs.phase, obs.failure_class) == (model.Phase.FAILED, T)
     assert (
         obs.reason
         == "success not trusted: its pod exited 0 after a disruption (PreemptionByScheduler)"
     )
-    gone = kubernetes.job_observation(complete_job(), [])
+    gone = kubernetes_observation.job_observation(complete_job(), [])
     assert (gone.phase, gone.failure_class) == (model.Phase.FAILED, T)
     deleting = succeeded(deletionTimestamp="2026-12-06T12:00:00Z")
-    assert kubernetes.job_observation(complete_job(), [deleting]).phase is model.Phase.FAILED
+    assert (
+        kubernetes_observation.job_observation(complete_job(), [deleting]).phase
+        is model.Phase.FAILED
+    )
 
 
 def test_an_undisturbed_success_is_trusted() -> None:
-    assert kubernetes.job_observation(complete_job(), [succeeded()]).phase is model.Phase.SUCCEEDED
-    ttl = kubernetes.job_observation(complete_job(deleting=True), [])
+    assert (
+        kubernetes_observation.job_observation(complete_job(), [succeeded()]).phase
+        is model.Phase.SUCCEEDED
+    )
+    ttl = kubernetes_observation.job_observation(complete_job(deleting=True), [])
     assert ttl.phase is model.Phase.SUCCEEDED, "its TTL deletes the Job and its pods together"
 
 

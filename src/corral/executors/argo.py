@@ -60,7 +60,16 @@ from hera.workflows import models as argo
 from kubernetes.aio import client as kube
 
 from corral import config, errors, model
-from corral.executors import kube_client, kubernetes, pods, rbac, startup
+from corral.executors import (
+    kube_client,
+    kubernetes_manifest,
+    kubernetes_observation,
+    kubernetes_owned,
+    kubernetes_spec,
+    pods,
+    rbac,
+    startup,
+)
 
 log = logging.getLogger("corral.executors.argo")
 
@@ -79,21 +88,25 @@ class WorkflowTemplate:
     def __init__(self, settings: config.Settings) -> None:
         self.settings = settings
         self.k8s = settings.executors.kubernetes
-        kubernetes.check_cluster_settings(self.k8s)
+        kubernetes_spec.check_cluster_settings(self.k8s)
 
     def validate_spec(self, spec: Mapping[str, Any]) -> dict[str, Any]:
         """The spec, normalised; InvalidInput names the field and the rule."""
-        normal = kubernetes.normalise_spec(spec, self.k8s, kind=KIND)
+        normal = kubernetes_spec.normalise_spec(spec, self.k8s, kind=KIND)
         # The whole Workflow this spec makes must pass the checks: refuse it now, not at launch.
-        check_workflow(self.manifest(kubernetes.placeholder_launch(normal, kind=KIND), normal))
+        check_workflow(
+            self.manifest(kubernetes_manifest.placeholder_launch(normal, kind=KIND), normal)
+        )
         return normal
 
     def manifest(self, launch: model.Launch, spec: Mapping[str, Any]) -> dict[str, Any]:
         """The argoproj.io/v1alpha1 Workflow for `launch`."""
         k8s = self.k8s
-        payload = kubernetes.Payload.of(launch)
-        volumes = kubernetes.volumes_of(launch, spec, payload)
-        pod = pods.pod_fields(spec, k8s, kubernetes.placement_class(spec, k8s, launch.name))
+        payload = kubernetes_owned.Payload.of(launch)
+        volumes = kubernetes_manifest.volumes_of(launch, spec, payload)
+        pod = pods.pod_fields(
+            spec, k8s, kubernetes_manifest.placement_class(spec, k8s, launch.name)
+        )
         pull_secrets = pod.get("imagePullSecrets")
         account = spec.get("service_account", k8s.service_account)
         # The job's own containers get no API token unless its account is one of
@@ -123,9 +136,9 @@ class WorkflowTemplate:
                 if pull_secrets
                 else None,
                 pod_gc=_pod_gc(k8s),
-                active_deadline_seconds=kubernetes.active_deadline(launch, self.settings),
+                active_deadline_seconds=kubernetes_manifest.active_deadline(launch, self.settings),
                 ttl_strategy=argo.TTLStrategy(
-                    seconds_after_completion=kubernetes.whole_seconds(
+                    seconds_after_completion=kubernetes_manifest.whole_seconds(
                         k8s.ttl_after_finished.total_seconds()
                     )
                 ),
@@ -142,13 +155,15 @@ class WorkflowTemplate:
         self,
         launch: model.Launch,
         spec: Mapping[str, Any],
-        payload: kubernetes.Payload,
+        payload: kubernetes_owned.Payload,
         pod: Mapping[str, Any],
     ) -> argo.Template:
         k8s = self.k8s
-        container = kubernetes.container(launch, spec, payload, self.settings)
-        grace = kubernetes.whole_seconds(k8s.termination_grace.total_seconds())
-        placement = kubernetes.placement_class(spec, k8s, launch.name) or config.Placement()
+        container = kubernetes_manifest.container(launch, spec, payload, self.settings)
+        grace = kubernetes_manifest.whole_seconds(k8s.termination_grace.total_seconds())
+        placement = (
+            kubernetes_manifest.placement_class(spec, k8s, launch.name) or config.Placement()
+        )
         sidecars = [argo.UserContainer.model_validate(c) for c in pod.get("initContainers", [])]
         return argo.Template(
             name=TEMPLATE,
@@ -168,7 +183,7 @@ def _pod_gc(k8s: config.KubernetesExecutorSettings) -> argo.PodGC | None:
     so that corral reads its log into the run log first."""
     if k8s.argo_pod_gc == "Never":
         return None
-    delay = kubernetes.whole_seconds(k8s.argo_pod_gc_delay.total_seconds())
+    delay = kubernetes_manifest.whole_seconds(k8s.argo_pod_gc_delay.total_seconds())
     return argo.PodGC(strategy=k8s.argo_pod_gc, delete_delay_duration=f"{delay}s")
 
 
@@ -213,7 +228,7 @@ def workflow_problems(doc: Mapping[str, Any]) -> list[str]:
     """The name and label rules the API server and Argo enforce but the schema does not:
     the name is a DNS-1123 label (Argo puts it in a label on every pod), and the labels of
     the Workflow and of its pod are valid and none of Argo's own."""
-    problems = kubernetes.manifest_problems(doc)  # the name, and the Workflow's labels
+    problems = kubernetes_manifest.manifest_problems(doc)  # the name, and the Workflow's labels
     places = {
         "metadata.labels": doc.get("metadata", {}).get("labels") or {},
         "spec.podMetadata.labels": doc.get("spec", {}).get("podMetadata", {}).get("labels") or {},
@@ -337,7 +352,7 @@ class ArgoExecutor(kube_client.ClusterExecutor):
         for an existing name as the kubernetes executor's (this attempt's and not being
         deleted: launched), and the same names and labels (`on_cluster`)."""
         launch = self.on_cluster(launch)
-        payload = kubernetes.Payload.of(launch)
+        payload = kubernetes_owned.Payload.of(launch)
         namespace = self.namespace_of(launch)
         payload.check_size(f"creating Workflow {namespace}/{launch.name}")
         body = self.template.manifest(launch, launch.spec)  # the spec was checked at submit
@@ -348,8 +363,8 @@ class ArgoExecutor(kube_client.ClusterExecutor):
             ),
         )
         # After the Workflow, whose uid owns them; its pod waits for them.
-        owner = kubernetes.owner_reference(API_VERSION, "Workflow", workflow)
-        made = kubernetes.owned_objects(launch, payload, namespace=namespace, owner=owner)
+        owner = kubernetes_owned.owner_reference(API_VERSION, "Workflow", workflow)
+        made = kubernetes_owned.owned_objects(launch, payload, namespace=namespace, owner=owner)
         for owned in made:
             await self.create_owned(launch, owned)
 
@@ -465,7 +480,7 @@ class ArgoExecutor(kube_client.ClusterExecutor):
                 # Stopped (spec.shutdown), Argo ends it at once; its pod runs on in its grace.
                 ending = f"ending: {kube_client.describe_pod(running[0])} still runs"
                 return dataclasses.replace(obs, phase=model.Phase.RUNNING, reason=ending)
-            pod = kubernetes.logged_pod(pods)
+            pod = kubernetes_observation.logged_pod(pods)
             return dataclasses.replace(obs, output=await self.run_log(pod, obs.message))
         why = pod_waiting(wf)
         if why is None:
