@@ -370,16 +370,19 @@ class KubernetesExecutor(kube_client.ClusterExecutor):
         pods = listed or await self._pods(job)
         if kubernetes_observation.job_finished(job):
             obs = kubernetes_observation.job_observation(job, pods)
-            return dataclasses.replace(
-                obs, output=await self.run_log(kubernetes_observation.logged_pod(pods), obs.message)
-            )
-        if kubernetes_observation.job_decided(
-            job
-        ):  # its pods ran and are ending, or gone: it is not waiting to start
+            output = await self.run_log(kubernetes_observation.logged_pod(pods), obs.message)
+            return dataclasses.replace(obs, output=output)
+        # Pods that ran and are ending, or gone, on a decided Job: it is not waiting to start.
+        decided = kubernetes_observation.job_decided(job)
+        if decided or (why := startup.waiting(pods)) is None:
             return kubernetes_observation.job_observation(job, pods)
-        why = startup.waiting(pods)
-        if why is None:
-            return kubernetes_observation.job_observation(job, pods)
+        return await self._waiting(job, pods, why)
+
+    async def _waiting(
+        self, job: Mapping[str, Any], pods: list[dict[str, Any]], why: startup.Waiting
+    ) -> model.Observation:
+        """A Job whose pod waits to start (`why`): pending, or past the pod start timeout
+        failed, and then its Job is deleted."""
         if why.reason == startup.NO_POD:
             why = startup.refused(await self._events(job)) or why
         meta = job["metadata"]

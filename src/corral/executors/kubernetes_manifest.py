@@ -207,26 +207,11 @@ def container(
     its Secret only where the settings hand jobs the database on purpose
     (database_secret), the attempt token from the launch's own Secret (attempt_secret),
     and where its `payload` is (a mounted one at PAYLOAD_MOUNT)."""
-    # corral's own variables win; no credential goes into a manifest in the clear.
-    env: dict[str, Any] = {**spec.get("env", {}), **launch.env, **payload.env()}
-    env.pop(DATABASE_URL, None)
-    token = env.pop(kubernetes_owned.ATTEMPT_TOKEN, None)
-    entries = [pods.env_entry(k, v) for k, v in sorted(env.items())]
-    secret = database_secret(settings)
-    if secret is not None and not token:  # a token in place of the database, never both
-        name, _, key = secret.partition("/")
-        entries.append(_from_secret(DATABASE_URL, name, key))
-    if token:
-        entries.append(
-            _from_secret(
-                kubernetes_owned.ATTEMPT_TOKEN, launch.name, kubernetes_owned.ATTEMPT_TOKEN_KEY
-            )
-        )
     container: dict[str, Any] = {
         "name": kube_client.CONTAINER,
         "image": spec["image"],
         "command": list(spec["command"]),
-        "env": entries,
+        "env": env_entries(launch, spec, payload, settings),
         # A failed container's last log lines become its termination message: corral
         # reads the last line as the failure's message, as it reads stderr for processes.
         "terminationMessagePolicy": "FallbackToLogsOnError",
@@ -239,6 +224,29 @@ def container(
             dict(kubernetes_owned.PAYLOAD_MOUNT),
         ]
     return container
+
+
+def env_entries(
+    launch: model.Launch,
+    spec: Mapping[str, Any],
+    payload: kubernetes_owned.Payload,
+    settings: config.Settings,
+) -> list[dict[str, Any]]:
+    """The container's environment: the spec's, the launch's and the payload's variables,
+    then the database URL or the attempt token, each read from its Secret."""
+    # corral's own variables win; no credential goes into a manifest in the clear.
+    env: dict[str, Any] = {**spec.get("env", {}), **launch.env, **payload.env()}
+    env.pop(DATABASE_URL, None)
+    token = env.pop(kubernetes_owned.ATTEMPT_TOKEN, None)
+    entries = [pods.env_entry(k, v) for k, v in sorted(env.items())]
+    secret = database_secret(settings)
+    if secret is not None and not token:  # a token in place of the database, never both
+        name, _, key = secret.partition("/")
+        entries.append(_from_secret(DATABASE_URL, name, key))
+    if token:
+        key = kubernetes_owned.ATTEMPT_TOKEN_KEY
+        entries.append(_from_secret(kubernetes_owned.ATTEMPT_TOKEN, launch.name, key))
+    return entries
 
 
 def database_secret(settings: config.Settings) -> str | None:

@@ -4,7 +4,9 @@ API server returned, apart from the calls that fetch them.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any, cast
 
 from corral import model
@@ -28,74 +30,83 @@ def job_observation(job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -
     run. It is RUNNING while a pod is ready, or Running though terminating (no longer
     counted ready, but running on in its grace)."""
     meta, status = job.get("metadata", {}), job.get("status") or {}
-    name, labels = str(meta.get("name", "")), kube_client.labels_of(job)
-    started = kube_client.timestamp(status.get("startTime"))
-    complete, failed = _condition(job, "Complete"), _condition(job, "Failed")
-    if complete is not None:
+    seen = model.Observation(
+        name=str(meta.get("name", "")),
+        phase=model.Phase.PENDING,
+        labels=kube_client.labels_of(job),
+        started_at=kube_client.timestamp(status.get("startTime")),
+    )
+    if (complete := _condition(job, "Complete")) is not None:
         completed = kube_client.timestamp(
             status.get("completionTime") or complete.get("lastTransitionTime")
         )
-        if (doubt := _untrusted(job, pods)) is not None:
-            return model.Observation(
-                name=name,
-                phase=model.Phase.FAILED,
-                labels=labels,
-                reason=f"success not trusted: {doubt}",
-                started_at=started,
-                finished_at=completed,
-                failure_class=_TRANSIENT,
-            )
-        return model.Observation(
-            name=name,
-            phase=model.Phase.SUCCEEDED,
-            labels=labels,
-            exit_code=0,
-            started_at=started,
+        return _completed(seen, job, pods, completed)
+    if (failed := _condition(job, "Failed")) is not None:
+        return _failed(seen, failed, pods)
+    running = int(status.get("ready") or 0) > 0 or any(
+        (pod.get("status") or {}).get("phase") == "Running" for pod in pods
+    )
+    return dataclasses.replace(seen, phase=model.Phase.RUNNING) if running else seen
+
+
+def _completed(
+    seen: model.Observation,
+    job: Mapping[str, Any],
+    pods: Sequence[Mapping[str, Any]],
+    completed: datetime | None,
+) -> model.Observation:
+    """A Complete Job's attempt: succeeded, unless its success is not to be trusted."""
+    if (doubt := _untrusted(job, pods)) is not None:
+        return dataclasses.replace(
+            seen,
+            phase=model.Phase.FAILED,
+            reason=f"success not trusted: {doubt}",
             finished_at=completed,
+            failure_class=_TRANSIENT,
         )
-    if failed is None:
-        running = int(status.get("ready") or 0) > 0 or any(
-            (pod.get("status") or {}).get("phase") == "Running" for pod in pods
-        )
-        return model.Observation(
-            name=name,
-            phase=model.Phase.RUNNING if running else model.Phase.PENDING,
-            labels=labels,
-            started_at=started,
-        )
-    why = str(failed.get("reason") or "Failed")
+    return dataclasses.replace(
+        seen, phase=model.Phase.SUCCEEDED, exit_code=0, finished_at=completed
+    )
+
+
+def _failed(
+    seen: model.Observation, failed: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]
+) -> model.Observation:
+    """A Failed Job's attempt, read from the pod that failed last."""
     pod = _last_failed(pods)
     terminated = _terminated(pod)
     exit_code = terminated.get("exitCode") if terminated else None
-    message = kube_client.last_line(terminated.get("message")) if terminated else None
-    verdict: model.FailureClass | None = None
-    if why == "DeadlineExceeded":
-        reason, verdict = "deadline exceeded: the Job ran past activeDeadlineSeconds", _TRANSIENT
-    elif pod is not None and (disruption := _condition(pod, "DisruptionTarget")) is not None:
-        reason = f"pod disrupted: {disruption.get('reason') or 'DisruptionTarget'}"
-        verdict = _TRANSIENT
-    elif pod is not None and pod.get("metadata", {}).get("deletionTimestamp"):
-        reason = f"pod deleted: it ended {terminated.get('reason') or 'Error'} on SIGTERM"
-        verdict = _TRANSIENT
-    elif terminated:
-        reason = str(terminated.get("reason") or "Error")
-    elif pod is None:
-        # A failed pod stays while its Job does: one gone was deleted (`kubectl delete
-        # pod`, a drain), ended by that, and its own exit code is lost.
-        reason, verdict = f"Job failed ({why}); its pod is gone, so no exit code", _TRANSIENT
-    else:
-        reason = f"Job failed ({why}): {pod.get('status', {}).get('reason') or 'pod failed'}"
-    return model.Observation(
-        name=name,
+    reason, verdict = _failure(str(failed.get("reason") or "Failed"), pod, terminated)
+    return dataclasses.replace(
+        seen,
         phase=model.Phase.FAILED,
-        labels=labels,
         exit_code=int(exit_code) if exit_code is not None else None,
         reason=reason,
-        started_at=started,
         finished_at=kube_client.timestamp(failed.get("lastTransitionTime")),
         failure_class=verdict,
-        message=message,
+        message=kube_client.last_line(terminated.get("message")) if terminated else None,
     )
+
+
+def _failure(
+    why: str, pod: Mapping[str, Any] | None, terminated: Mapping[str, Any]
+) -> tuple[str, model.FailureClass | None]:
+    """The reason a Job failed (`why`, its Failed condition's), and its class when the
+    platform knows it: the deadline, a disruption and a deleted pod are transient."""
+    if why == "DeadlineExceeded":
+        return "deadline exceeded: the Job ran past activeDeadlineSeconds", _TRANSIENT
+    if pod is not None and (disruption := _condition(pod, "DisruptionTarget")) is not None:
+        return f"pod disrupted: {disruption.get('reason') or 'DisruptionTarget'}", _TRANSIENT
+    if pod is not None and pod.get("metadata", {}).get("deletionTimestamp"):
+        ended = terminated.get("reason") or "Error"
+        return f"pod deleted: it ended {ended} on SIGTERM", _TRANSIENT
+    if terminated:
+        return str(terminated.get("reason") or "Error"), None
+    if pod is None:
+        # A failed pod stays while its Job does: one gone was deleted (`kubectl delete
+        # pod`, a drain), ended by that, and its own exit code is lost.
+        return f"Job failed ({why}); its pod is gone, so no exit code", _TRANSIENT
+    return f"Job failed ({why}): {pod.get('status', {}).get('reason') or 'pod failed'}", None
 
 
 _TRANSIENT = model.FailureClass.TRANSIENT
