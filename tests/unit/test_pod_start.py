@@ -11,7 +11,7 @@ import pytest
 from kubernetes.aio import client
 
 from corral import config, errors, model
-from corral.executors import argo, kube_client, kubernetes_observation, startup
+from corral.executors import argo, kube_calls, kubernetes_observation, startup
 
 NOW = datetime(2026, 12, 6, 12, 0, tzinfo=UTC)
 P, T = model.FailureClass.PERMANENT, model.FailureClass.TRANSIENT
@@ -169,15 +169,15 @@ def forbidden(message: str) -> client.ApiException:
 
 def test_a_job_refused_by_admission_is_refused_for_good() -> None:
     webhook = 'admission webhook "validation.gatekeeper.sh" denied the request: [labels] team'
-    refused = kube_client.translate(forbidden(webhook), "creating Job default/a")
+    refused = kube_calls.translate(forbidden(webhook), "creating Job default/a")
     assert isinstance(refused, errors.LaunchRefused)
     assert "[labels] team" in str(refused)
     quota = 'jobs "a" is forbidden: exceeded quota: jobs, requested: count/jobs.batch=1'
-    full = kube_client.translate(forbidden(quota), "creating Job default/a")
+    full = kube_calls.translate(forbidden(quota), "creating Job default/a")
     assert not isinstance(full, errors.LaunchRefused), "a quota frees up"
     assert "ResourceQuota" in str(full)
     assert "Role" not in str(full)
-    role = kube_client.translate(forbidden('jobs is forbidden: User "x" cannot create'), "x")
+    role = kube_calls.translate(forbidden('jobs is forbidden: User "x" cannot create'), "x")
     assert "Role" in str(role)
 
 

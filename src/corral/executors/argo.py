@@ -61,7 +61,11 @@ from kubernetes.aio import client as kube
 
 from corral import config, errors, model
 from corral.executors import (
+    kube_calls,
+    kube_changes,
     kube_client,
+    kube_objects,
+    kube_owned,
     kubernetes_manifest,
     kubernetes_observation,
     kubernetes_owned,
@@ -191,7 +195,7 @@ def dry_run(job: model.NewJob, settings: config.Settings, now: datetime) -> dict
     """The Workflow the first attempt of `job` (already validated) would create, without a
     store or a cluster: its job id and fence are placeholders (0) until it is stored."""
     return WorkflowTemplate(settings).manifest(
-        kube_client.first_launch(job, settings, now), job.spec
+        kube_objects.first_launch(job, settings, now), job.spec
     )
 
 
@@ -306,7 +310,7 @@ RULES = rbac.Rules(
             "a finished Workflow's pod's log, kept in the attempt's run log while podGC has"
             " not deleted the pod yet (argo_pod_gc_delay)",
         ),
-        *kube_client.OWNED_RULES,
+        *kube_owned.OWNED_RULES,
         rbac.Rule(
             "argoproj.io",
             "workflows/finalizers",
@@ -373,7 +377,7 @@ class ArgoExecutor(kube_client.ClusterExecutor):
         `names` (one request a page), each read as `list_managed` reads it."""
         return await self.observe_listed(names, self._list_in, self._observation)
 
-    async def _list_in(self, namespace: str, selector: str | None = None) -> kube_client.Listing:
+    async def _list_in(self, namespace: str, selector: str | None = None) -> kube_calls.Listing:
         return await self.api.list_all(
             "Workflows",
             self._custom.list_namespaced_custom_object,
@@ -388,10 +392,10 @@ class ArgoExecutor(kube_client.ClusterExecutor):
                 name=name,
                 body=change,
                 **self._scope(namespace),
-                _content_type=kube_client.MERGE_PATCH,
+                _content_type=kube_calls.MERGE_PATCH,
                 _request_timeout=self.api.timeout,
             ),
-            ok=lambda exc: kube_client.is_status(exc, 404),
+            ok=lambda exc: kube_calls.is_status(exc, 404),
         )
 
     async def list_managed(self, selector: Mapping[str, str]) -> list[model.Observation]:
@@ -426,17 +430,18 @@ class ArgoExecutor(kube_client.ClusterExecutor):
                 name=name,
                 body={"spec": {"shutdown": "Terminate"}},
                 **self._scope(namespace),
-                _content_type=kube_client.MERGE_PATCH,
+                _content_type=kube_calls.MERGE_PATCH,
                 _request_timeout=self.api.timeout,
             ),
-            ok=lambda exc: kube_client.is_status(exc, 404),
+            ok=lambda exc: kube_calls.is_status(exc, 404),
         )
 
     async def events(self) -> AsyncGenerator[model.Observation, None]:
         """Each Workflow's finish, once, as the watch sees it (as the kubernetes
         executor's events: finishes from before the first list are recovery's)."""
-        async for obs in kube_client.finishes(
-            self.api.changes(
+        async for obs in kube_changes.finishes(
+            kube_changes.changes(
+                self.api,
                 "Workflows",
                 self._custom.list_namespaced_custom_object,
                 selector=self.managed,
@@ -464,7 +469,7 @@ class ArgoExecutor(kube_client.ClusterExecutor):
             lambda: self._custom.get_namespaced_custom_object_without_preload_content(
                 name=name, **self._scope(namespace), _request_timeout=self.api.timeout
             ),
-            ok=lambda exc: kube_client.is_status(exc, 404),
+            ok=lambda exc: kube_calls.is_status(exc, 404),
         )
 
     async def _observation(self, wf: dict[str, Any]) -> model.Observation:
@@ -476,9 +481,9 @@ class ArgoExecutor(kube_client.ClusterExecutor):
         obs = workflow_observation(wf)
         if obs.phase.finished:
             pods = await self._pods(wf)
-            if running := [p for p in pods if not kube_client.pod_ended(p)]:
+            if running := [p for p in pods if not kube_objects.pod_ended(p)]:
                 # Stopped (spec.shutdown), Argo ends it at once; its pod runs on in its grace.
-                ending = f"ending: {kube_client.describe_pod(running[0])} still runs"
+                ending = f"ending: {kube_objects.describe_pod(running[0])} still runs"
                 return dataclasses.replace(obs, phase=model.Phase.RUNNING, reason=ending)
             pod = kubernetes_observation.logged_pod(pods)
             return dataclasses.replace(obs, output=await self.run_log(pod, obs.message))
@@ -490,7 +495,7 @@ class ArgoExecutor(kube_client.ClusterExecutor):
             obs.name,
             obs.labels,
             why,
-            since=kube_client.timestamp(meta.get("creationTimestamp")),
+            since=kube_objects.timestamp(meta.get("creationTimestamp")),
             now=self._clock.now(),
             limit=startup.limit(
                 self.start_timeout, (wf.get("spec") or {}).get("activeDeadlineSeconds"), self.margin
@@ -544,12 +549,12 @@ def workflow_observation(wf: Mapping[str, Any]) -> model.Observation:
     transient; a stop by `spec.shutdown` is a cancel; a Workflow the controller refused as
     invalid is permanent (the same Workflow is refused again), its words the message."""
     meta, status = wf.get("metadata", {}), wf.get("status") or {}
-    name, labels = str(meta.get("name", "")), kube_client.labels_of(wf)
+    name, labels = str(meta.get("name", "")), kube_objects.labels_of(wf)
     phase = _PHASES.get(str(status.get("phase") or ""), model.Phase.PENDING)
-    started = kube_client.timestamp(status.get("startedAt"))
+    started = kube_objects.timestamp(status.get("startedAt"))
     if not phase.finished:
         return model.Observation(name=name, phase=phase, labels=labels, started_at=started)
-    finished = kube_client.timestamp(status.get("finishedAt"))
+    finished = kube_objects.timestamp(status.get("finishedAt"))
     if phase is model.Phase.SUCCEEDED:
         return model.Observation(
             name=name,
@@ -565,7 +570,7 @@ def workflow_observation(wf: Mapping[str, Any]) -> model.Observation:
     said = str(node.get("message") or "")
     told = str(status.get("message") or "")
     verdict: model.FailureClass | None = None
-    message = kube_client.last_line(said) if code is not None else None
+    message = kube_objects.last_line(said) if code is not None else None
     if DEADLINE in (said, told):
         reason, verdict = f"deadline exceeded: {DEADLINE}", model.FailureClass.TRANSIENT
     elif told.startswith(STOPPED):

@@ -22,7 +22,11 @@ from kubernetes.aio import client as kube
 
 from corral import config, errors, model
 from corral.executors import (
+    kube_calls,
+    kube_changes,
     kube_client,
+    kube_objects,
+    kube_owned,
     kubernetes_manifest,
     kubernetes_observation,
     kubernetes_owned,
@@ -77,7 +81,7 @@ class JobTemplate:
 def dry_run(job: model.NewJob, settings: config.Settings, now: datetime) -> dict[str, Any]:
     """The Job the first attempt of `job` (already validated) would create, without a store
     or a cluster: its job id and fence are placeholders (0) until it is stored."""
-    return JobTemplate(settings).manifest(kube_client.first_launch(job, settings, now), job.spec)
+    return JobTemplate(settings).manifest(kube_objects.first_launch(job, settings, now), job.spec)
 
 
 # --- the executor -------------------------------------------------------------------------------
@@ -116,7 +120,7 @@ RULES = rbac.Rules(
             "a Job's FailedCreate events: the message of an admission webhook or a quota that"
             " refused its pod",
         ),
-        *kube_client.OWNED_RULES,
+        *kube_owned.OWNED_RULES,
         rbac.Rule(
             "batch",
             "jobs/finalizers",
@@ -188,7 +192,7 @@ class KubernetesExecutor(kube_client.ClusterExecutor):
         wanted = {self.platform_name(name) for name in names}
         pods: dict[str, list[dict[str, Any]]] = {}
 
-        async def list_in(namespace: str) -> kube_client.Listing:
+        async def list_in(namespace: str) -> kube_calls.Listing:
             listing = await self._list_in(namespace)
             if any(
                 kubernetes_observation.may_need_pods(job)
@@ -203,7 +207,7 @@ class KubernetesExecutor(kube_client.ClusterExecutor):
 
         return await self.observe_listed(names, list_in, observation)
 
-    async def _list_in(self, namespace: str, selector: str | None = None) -> kube_client.Listing:
+    async def _list_in(self, namespace: str, selector: str | None = None) -> kube_calls.Listing:
         return await self.api.list_all(
             "Jobs",
             self._batch.list_namespaced_job,
@@ -218,10 +222,10 @@ class KubernetesExecutor(kube_client.ClusterExecutor):
                 name,
                 namespace,
                 change,
-                _content_type=kube_client.MERGE_PATCH,
+                _content_type=kube_calls.MERGE_PATCH,
                 _request_timeout=self.api.timeout,
             ),
-            ok=lambda exc: kube_client.is_status(exc, 404),
+            ok=lambda exc: kube_calls.is_status(exc, 404),
         )
 
     async def list_managed(self, selector: Mapping[str, str]) -> list[model.Observation]:
@@ -282,7 +286,7 @@ class KubernetesExecutor(kube_client.ClusterExecutor):
             lambda: self._batch.delete_namespaced_job_without_preload_content(
                 name, namespace, body=options, _request_timeout=self.api.timeout
             ),
-            ok=lambda exc: kube_client.is_status(exc, 404, 409),
+            ok=lambda exc: kube_calls.is_status(exc, 404, 409),
         )
         return answer is not None
 
@@ -290,7 +294,7 @@ class KubernetesExecutor(kube_client.ClusterExecutor):
         """Its owner references' uids and its controller-uid label's, which stays on a pod
         whose Job was deleted with `--cascade=orphan`."""
         uids = super()._owner_uids(pod)
-        if uid := kube_client.labels_of(pod).get(CONTROLLER_UID):
+        if uid := kube_objects.labels_of(pod).get(CONTROLLER_UID):
             uids.add(uid)
         return uids
 
@@ -298,8 +302,9 @@ class KubernetesExecutor(kube_client.ClusterExecutor):
         """Each Job's finish, once, as the watch sees it. Jobs that had finished before the
         first list are left to recovery; a relist after 410 Gone yields the finishes the
         stream missed. Polling (`observe`) covers whatever a broken watch still misses."""
-        async for job in kube_client.finishes(
-            self.api.changes(
+        async for job in kube_changes.finishes(
+            kube_changes.changes(
+                self.api,
                 "Jobs",
                 self._batch.list_namespaced_job,
                 selector=self.managed,
@@ -324,7 +329,7 @@ class KubernetesExecutor(kube_client.ClusterExecutor):
             lambda: self._batch.read_namespaced_job_without_preload_content(
                 name, namespace, _request_timeout=self.api.timeout
             ),
-            ok=lambda exc: kube_client.is_status(exc, 404),
+            ok=lambda exc: kube_calls.is_status(exc, 404),
         )
         return job
 
@@ -338,7 +343,7 @@ class KubernetesExecutor(kube_client.ClusterExecutor):
         """corral's pods in `namespace` (one list, in pages), by the uid of their Job."""
         by_job: dict[str, list[dict[str, Any]]] = {}
         for pod in await self._pods_in(namespace, self.managed):
-            by_job.setdefault(kube_client.labels_of(pod).get(CONTROLLER_UID, ""), []).append(pod)
+            by_job.setdefault(kube_objects.labels_of(pod).get(CONTROLLER_UID, ""), []).append(pod)
         return by_job
 
     async def _events(self, job: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -354,9 +359,9 @@ class KubernetesExecutor(kube_client.ClusterExecutor):
                 field_selector=f"involvedObject.uid={meta.get('uid', '')}",
                 _request_timeout=self.api.timeout,
             ),
-            ok=lambda exc: kube_client.is_status(exc, 403, 404),
+            ok=lambda exc: kube_calls.is_status(exc, 403, 404),
         )
-        return kube_client.items(result)
+        return kube_objects.items(result)
 
     async def _observation(
         self, job: Mapping[str, Any], listed: list[dict[str, Any]] | None = None
@@ -388,9 +393,9 @@ class KubernetesExecutor(kube_client.ClusterExecutor):
         meta = job["metadata"]
         obs = startup.observation(
             str(meta.get("name", "")),
-            kube_client.labels_of(job),
+            kube_objects.labels_of(job),
             why,
-            since=startup.since(pods) or kube_client.timestamp(meta.get("creationTimestamp")),
+            since=startup.since(pods) or kube_objects.timestamp(meta.get("creationTimestamp")),
             now=self._clock.now(),
             limit=startup.limit(
                 self.start_timeout,
@@ -428,7 +433,7 @@ class KubernetesExecutor(kube_client.ClusterExecutor):
             namespace,
             container=kube_client.CONTAINER,
             follow=True,
-            tail_lines=kube_client.LOG_LINES,
+            tail_lines=kube_objects.LOG_LINES,
             _request_timeout=FOLLOW_SECONDS,
         )
         try:

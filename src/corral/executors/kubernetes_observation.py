@@ -10,7 +10,7 @@ from datetime import datetime
 from typing import Any, cast
 
 from corral import model
-from corral.executors import kube_client
+from corral.executors import kube_client, kube_objects
 
 _FINAL = ("Complete", "Failed")
 
@@ -33,11 +33,11 @@ def job_observation(job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -
     seen = model.Observation(
         name=str(meta.get("name", "")),
         phase=model.Phase.PENDING,
-        labels=kube_client.labels_of(job),
-        started_at=kube_client.timestamp(status.get("startTime")),
+        labels=kube_objects.labels_of(job),
+        started_at=kube_objects.timestamp(status.get("startTime")),
     )
     if (complete := _condition(job, "Complete")) is not None:
-        completed = kube_client.timestamp(
+        completed = kube_objects.timestamp(
             status.get("completionTime") or complete.get("lastTransitionTime")
         )
         return _completed(seen, job, pods, completed)
@@ -82,9 +82,9 @@ def _failed(
         phase=model.Phase.FAILED,
         exit_code=int(exit_code) if exit_code is not None else None,
         reason=reason,
-        finished_at=kube_client.timestamp(failed.get("lastTransitionTime")),
+        finished_at=kube_objects.timestamp(failed.get("lastTransitionTime")),
         failure_class=verdict,
-        message=kube_client.last_line(terminated.get("message")) if terminated else None,
+        message=kube_objects.last_line(terminated.get("message")) if terminated else None,
     )
 
 
