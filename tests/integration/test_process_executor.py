@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from corral import clock, errors, model
-from corral.executors import base, process, process_shim
+from corral.executors import base, process, process_runs, process_shim, process_supervisor
 from corral.testing import FrozenClock
 from tests.support import launches
 from tests.support.launches import sh
@@ -302,7 +302,7 @@ async def test_a_damaged_pid_record_reads_as_none(executor: process.ProcessExecu
     for name in ("shim.pid", "child.pid"):
         (run_dir / name).write_text('{"pid": ')
     obs = (await executor.observe(["torn-1"]))["torn-1"]
-    assert (obs.phase, obs.reason) == (model.Phase.FAILED, process.SUPERVISOR_DIED)
+    assert (obs.phase, obs.reason) == (model.Phase.FAILED, process_runs.SUPERVISOR_DIED)
 
 
 async def test_a_closed_executor_launches_nothing(tmp_path: Path) -> None:
@@ -326,7 +326,7 @@ def test_a_command_that_cannot_start_fails_for_good_unless_the_machine_was_short
     reason: str, verdict: str
 ) -> None:
     record = {"exit_code": process_shim.START_FAILED_EXIT_CODE, "reason": reason}
-    assert process._verdict(record) == model.FailureClass(verdict)
+    assert process_runs.verdict(record) == model.FailureClass(verdict)
 
 
 async def test_cancel(executor: process.ProcessExecutor) -> None:
@@ -399,13 +399,13 @@ async def test_the_first_launches_share_one_supervisor_started_off_the_loop(
     and the other launches of the tick must have their turn before it). The start is made
     a second slower than it is, so a loop held by it would stand still that long: far
     more than a loaded machine's pauses."""
-    start = process._start_supervisor
+    start = process_supervisor._start_supervisor
 
     def slow_start(log: Path) -> Any:
         time.sleep(1.0)
         return start(log)
 
-    monkeypatch.setattr(process, "_start_supervisor", slow_start)
+    monkeypatch.setattr(process_supervisor, "_start_supervisor", slow_start)
     gaps: list[float] = []
 
     async def beat() -> None:
@@ -440,7 +440,7 @@ async def test_a_supervisor_that_fails_to_start_fails_every_waiting_launch_and_n
     """Every launch waiting on a start that fails is told so (recovery tries them again);
     the next launch starts a supervisor of its own."""
     broken = tmp_path / "no_such_shim.py"
-    monkeypatch.setattr(process, "SHIM", broken)
+    monkeypatch.setattr(process_supervisor, "SHIM", broken)
     launches = [executor.launch(make_launch(f"early-{i}", ["true"], fence=i)) for i in (1, 2, 3)]
     failed = await asyncio.gather(*launches, return_exceptions=True)
     assert all(isinstance(e, errors.ExecutorError) for e in failed), failed
@@ -586,7 +586,7 @@ async def test_a_killed_supervisor_is_started_again_and_its_commands_go_on(
     assert executor.supervisor_pid not in (None, shim)
     assert alive(child), "a command outlives its supervisor"
     obs = (await executor.observe(["before-1"]))["before-1"]
-    assert (obs.phase, obs.reason) == (model.Phase.RUNNING, process.SUPERVISOR_DIED)
+    assert (obs.phase, obs.reason) == (model.Phase.RUNNING, process_runs.SUPERVISOR_DIED)
 
 
 async def test_a_supervisor_stopped_with_sigterm_stops_its_commands_and_another_takes_over(
@@ -726,13 +726,13 @@ def indexed(root: Path) -> tuple[list[str], list[str]]:
 def observed(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The names of every run folder the executor reads, as they are read."""
     names: list[str] = []
-    real = process._observe_one
+    real = process_runs.observe_one
 
     def counting(name: str, run_dir: Path) -> model.Observation:
         names.append(name)
         return real(name, run_dir)
 
-    monkeypatch.setattr(process, "_observe_one", counting)
+    monkeypatch.setattr(process_runs, "observe_one", counting)
     return names
 
 
@@ -1224,7 +1224,7 @@ async def test_an_ended_command_brings_its_output_tails_without_a_read_of_its_fo
     def no_read(run_dir: Path, limit: int) -> dict[str, Any]:
         raise AssertionError(f"read {run_dir} again")
 
-    monkeypatch.setattr(process, "_tails", no_read)
+    monkeypatch.setattr(process_runs, "read_tails", no_read)
     await ex.start()
     try:
         async with contextlib.aclosing(ex.events()) as events:
