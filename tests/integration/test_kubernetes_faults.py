@@ -18,7 +18,7 @@ import kmock
 import pytest
 
 from corral import clock, errors, model
-from corral.executors import argo, kubernetes, kubernetes_owned
+from corral.executors import argo, argo_manifest, kubernetes, kubernetes_owned
 from tests.support import kube_api
 from tests.support.cluster import (
     JOBS_URL,
@@ -392,7 +392,7 @@ SMALL = {"text": "grüße, 世界, 🐎", "n": [1, 2.5, True, None]}
 LARGE = {"rows": [f"row {n}: {'é' * 40}" for n in range(500)]}  # ~44 KB: past 32 KiB
 OWNERS = {
     "kubernetes": (kube_api.JOBS, "batch/v1", "Job"),
-    "argo": (kube_api.WORKFLOWS, argo.API_VERSION, "Workflow"),
+    "argo": (kube_api.WORKFLOWS, argo_manifest.API_VERSION, "Workflow"),
 }
 READ_PAYLOAD = (
     'if [ -n "${CORRAL_PAYLOAD_FILE:-}" ]; then'

@@ -81,7 +81,7 @@ from aiohttp import web_request, web_runner, web_server
 from kubernetes.aio import client
 
 from corral import errors
-from corral.executors import argo, kubernetes_manifest
+from corral.executors import argo_manifest, kubernetes_manifest
 from tests.support.wait import PATIENCE
 
 JOBS = ("batch", "v1", "jobs")
@@ -768,8 +768,10 @@ def _workflow_problems(obj: dict[str, Any]) -> list[str]:
     any field (x-kubernetes-preserve-unknown-fields): the kind, and the name and label
     rules of every object. The rest is the controller's to find (`_spec_problems`)."""
     kind = (obj.get("apiVersion"), obj.get("kind"))
-    if kind != (argo.API_VERSION, "Workflow"):
-        return [f"apiVersion/kind: must be {argo.API_VERSION}/Workflow, not {kind[0]}/{kind[1]}"]
+    if kind != (argo_manifest.API_VERSION, "Workflow"):
+        return [
+            f"apiVersion/kind: must be {argo_manifest.API_VERSION}/Workflow, not {kind[0]}/{kind[1]}"
+        ]
     return kubernetes_manifest.manifest_problems(obj)
 
 
@@ -780,7 +782,9 @@ def _spec_problems(wf: Mapping[str, Any]) -> list[str]:
     sent = ("name", "namespace", "labels", "annotations")  # not what the API server added
     meta = {k: v for k, v in wf["metadata"].items() if k in sent}
     try:
-        argo.check_workflow({k: v for k, v in wf.items() if k != "status"} | {"metadata": meta})
+        argo_manifest.check_workflow(
+            {k: v for k, v in wf.items() if k != "status"} | {"metadata": meta}
+        )
     except errors.InvalidInput as exc:
         return [str(exc)]
     spec = wf["spec"]

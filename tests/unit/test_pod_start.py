@@ -11,7 +11,7 @@ import pytest
 from kubernetes.aio import client
 
 from corral import config, errors, model
-from corral.executors import argo, kube_calls, kubernetes_observation, startup
+from corral.executors import argo_observation, kube_calls, kubernetes_observation, startup
 
 NOW = datetime(2026, 12, 6, 12, 0, tzinfo=UTC)
 P, T = model.FailureClass.PERMANENT, model.FailureClass.TRANSIENT
@@ -215,10 +215,12 @@ def workflow(phase: str, node: dict[str, Any] | None = None) -> dict[str, Any]:
 
 def test_argo_reads_why_its_pod_waits_from_the_node_message() -> None:
     pulling = {"phase": "Pending", "message": "ImagePullBackOff: Back-off pulling image"}
-    assert argo.pod_waiting(workflow("Running", pulling)) == startup.Waiting(
+    assert argo_observation.pod_waiting(workflow("Running", pulling)) == startup.Waiting(
         "ImagePullBackOff", "Back-off pulling image", P
     )
-    assert argo.pod_waiting(workflow("Pending")) == startup.Waiting("Pending")
-    assert argo.pod_waiting(workflow("Running")) is None, "running, no node yet: trusted"
-    assert argo.pod_waiting(workflow("Running", {"phase": "Running"})) is None
-    assert argo.pod_waiting(workflow("Failed", pulling)) is None
+    assert argo_observation.pod_waiting(workflow("Pending")) == startup.Waiting("Pending")
+    assert argo_observation.pod_waiting(workflow("Running")) is None, (
+        "running, no node yet: trusted"
+    )
+    assert argo_observation.pod_waiting(workflow("Running", {"phase": "Running"})) is None
+    assert argo_observation.pod_waiting(workflow("Failed", pulling)) is None

@@ -58,12 +58,13 @@ import kubernetes_validate
 from corral import config, errors, model
 from corral.executors import (
     kube_client,
+    kube_schemas,
     kubernetes_owned,
     pods,
 )
 
 KIND = "kubernetes"
-SUPPORTED_VERSIONS = pods.SUPPORTED_VERSIONS
+SUPPORTED_VERSIONS = kube_schemas.SUPPORTED_VERSIONS
 """The oldest and the newest Kubernetes version whose schemas every Job is checked against."""
 DATABASE_URL = "CORRAL_DATABASE_URL"
 
