@@ -21,7 +21,14 @@ from typing import Any
 import pytest
 
 from corral import clock, errors, model
-from corral.executors import base, process, process_runs, process_shim, process_supervisor
+from corral.executors import (
+    base,
+    process,
+    process_folder,
+    process_runs,
+    process_shim,
+    process_supervisor,
+)
 from corral.testing import FrozenClock
 from tests.support import launches
 from tests.support.launches import sh
@@ -743,7 +750,7 @@ async def test_each_run_moves_from_the_live_index_to_its_hour_when_it_ends(
     await executor.launch(make_launch("long-2", ["sleep", "300"], fence=2))
     await wait_for(executor, "quick-1")
     await eventually(lambda: indexed(executor.root) == (["long-2"], ["quick-1"]), what="moved")
-    hour = process_shim.hour_of(time.time())
+    hour = process_folder.hour_of(time.time())
     assert (executor.root / ".ended" / hour / "quick-1").is_file()
     assert [o.name for o in await executor.list_live({})] == ["long-2"]
     await executor.cancel("long-2", timedelta(seconds=5))
@@ -833,8 +840,8 @@ async def test_stale_markers_are_mended_where_they_are_found(
     await wait_for(executor, "done-1")
     await eventually(lambda: indexed(executor.root) == ([], ["done-1"]), what="ended")
     root = executor.root
-    process_shim.mark_live(root, "done-1")
-    process_shim.mark_live(root, "never-2")
+    process_folder.mark_live(root, "done-1")
+    process_folder.mark_live(root, "never-2")
     assert await executor.list_live({}) == []
     assert indexed(root) == (["never-2"], ["done-1"]), "ended moved; absent kept for one look"
     assert await executor.list_live({}) == []
@@ -1178,7 +1185,7 @@ async def test_a_null_payload_makes_no_file_and_a_spec_cannot_fake_one(
 def test_the_payload_file_is_0444_whatever_the_umask(tmp_path: Path) -> None:
     old = os.umask(0o077)
     try:
-        folder = process_shim.RunFolder(tmp_path)
+        folder = process_folder.RunFolder(tmp_path)
         os.close(folder.write("payload.json", '{"a":"é"}'.encode(), mode=0o444))
         os.close(folder.fd)
     finally:

@@ -82,8 +82,8 @@ from typing import Any
 from corral import clock, errors, model
 from corral.executors import (
     base,
+    process_folder,
     process_runs,
-    process_shim,
     process_stop,
     process_strangers,
     process_supervisor,
@@ -354,7 +354,7 @@ class ProcessExecutor:
     def _make_root(self) -> None:
         with process_runs.os_errors(f"create the process executor's root {self.root}"):
             self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
-            for index in (process_shim.LIVE, process_shim.ENDED, process_shim.HALF_MADE):
+            for index in (process_folder.LIVE, process_folder.ENDED, process_folder.HALF_MADE):
                 (self.root / index).mkdir(mode=0o700, exist_ok=True)
                 os.chmod(self.root / index, 0o700)  # made by an earlier corral: 0755
 
@@ -374,19 +374,19 @@ class ProcessExecutor:
                 except errors.ExecutorError:
                     record = None  # a torn record: the live index looks at it again
                 if record is None:
-                    process_shim.mark_live(self.root, entry.name)
+                    process_folder.mark_live(self.root, entry.name)
                     live += 1
                     continue
                 at = process_runs.parse_time(record.get("finished_at"))
                 when = at.timestamp() if at else entry.stat().st_mtime
-                process_shim.mark_ended(self.root, entry.name, when)
+                process_folder.mark_ended(self.root, entry.name, when)
                 ended += 1
             (self.root / INDEXED).write_text('{"version": 1}\n', encoding="utf-8")
         log.info("process executor: indexed %d live, %d ended runs in %s", live, ended, self.root)
 
     def _live_blocking(self, selector: dict[str, str]) -> list[model.Observation]:
         self._check_root()
-        index = self.root / process_shim.LIVE
+        index = self.root / process_folder.LIVE
         with process_runs.os_errors(f"list the live runs in {index}"):
             if not index.is_dir():  # deleted under a running corral: made again, in full
                 self._make_root()
@@ -397,7 +397,7 @@ class ProcessExecutor:
         for name, obs in sorted(seen.items()):
             if obs.phase.finished:  # its supervisor died before it could move the marker
                 at = obs.finished_at or self._clock.now()
-                process_shim.mark_ended(self.root, name, at.timestamp())
+                process_folder.mark_ended(self.root, name, at.timestamp())
             elif obs.phase is model.Phase.ABSENT:
                 # Marked just before a claim that is under way, or by one that failed: a
                 # marker still without its folder a pass later is a failed one's.
@@ -414,10 +414,10 @@ class ProcessExecutor:
     def _ended_blocking(self, before: datetime) -> list[model.Observation]:
         self._check_root()
         with process_runs.os_errors(
-            f"list the half-made launches in {self.root / process_shim.HALF_MADE}"
+            f"list the half-made launches in {self.root / process_folder.HALF_MADE}"
         ):
             self._sweep_half_made(
-                list(os.scandir(self.root / process_shim.HALF_MADE)),
+                list(os.scandir(self.root / process_folder.HALF_MADE)),
                 self._clock.now() - self.retention,
             )
         markers = self._old_markers(before)
@@ -425,7 +425,7 @@ class ProcessExecutor:
         self._offered = {}
         found = []
         for hour, name in markers:
-            marker = self.root / process_shim.ENDED / hour / name
+            marker = self.root / process_folder.ENDED / hour / name
             obs = seen.get(name)
             if obs is None:
                 continue  # damaged: left for a person to look at
@@ -434,7 +434,7 @@ class ProcessExecutor:
                     os.unlink(marker)
             elif not obs.phase.finished:  # the name was launched again: it goes on
                 with contextlib.suppress(OSError):
-                    os.rename(marker, self.root / process_shim.LIVE / name)
+                    os.rename(marker, self.root / process_folder.LIVE / name)
             elif (obs.finished_at or process_runs.hour_end(hour)) < before:
                 self._offered[name] = marker
                 found.append(obs)
@@ -444,7 +444,7 @@ class ProcessExecutor:
         """Up to FORGET_BATCH (hour, name) of the ended index in hours that ended before
         `before`, going on after the last offer and starting over once at the end. Reads
         the hours from the last offer on, and stops once the batch is full."""
-        index = self.root / process_shim.ENDED
+        index = self.root / process_folder.ENDED
         with process_runs.os_errors(f"list the ended runs in {index}"):
             hours = sorted(h for h in os.listdir(index) if process_runs.hour_end(h) <= before)
             batch = self._markers_after(index, hours, self._forget_after)

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from corral import errors, model
-from corral.executors import process_shim
+from corral.executors import process_folder, process_shim
 
 log = logging.getLogger("corral.executors.process")
 
@@ -130,7 +130,7 @@ def read_tails(run_dir: Path, limit: int) -> dict[str, Any]:
     """What the supervisor says of a run's logs (process_shim.output_tails), read from its
     folder."""
     out = {}
-    for name in process_shim.LOGS:
+    for name in process_folder.LOGS:
         try:
             with (run_dir / name).open("rb") as f:
                 size = f.seek(0, os.SEEK_END)

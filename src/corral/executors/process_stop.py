@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from corral.executors import (
+    process_folder,
     process_runs,
     process_sandbox,
-    process_shim,
     process_supervisor,
 )
 
@@ -65,7 +65,7 @@ def stop_processes_of_run(run_dir: Path) -> set[RunProcess]:
     them; no shim can claim the folder meanwhile (the root's lock, held exclusively)."""
     with (
         process_runs.os_errors(f"lock {run_dir.parent} to look for earlier processes"),
-        process_shim.claims_lock(run_dir.parent, exclusive=True),
+        process_folder.claims_lock(run_dir.parent, exclusive=True),
     ):
         found = _processes_of_run(run_dir)
         _kill_groups(found)
