@@ -24,6 +24,7 @@ from corral import clock, errors, model
 from corral.executors import (
     base,
     process,
+    process_child,
     process_folder,
     process_runs,
     process_shim,
@@ -1154,7 +1155,7 @@ async def test_the_payload_is_a_read_only_file_of_the_run_folder_named_in_the_en
     await executor.launch(make_launch("pay-1", sh(script), payload=PAYLOAD))
     assert (await wait_for(executor, "pay-1")).phase is model.Phase.SUCCEEDED
     run_dir = executor.root / "pay-1"
-    file = run_dir / process_shim.PAYLOAD_FILE
+    file = run_dir / process_child.PAYLOAD_FILE
     assert Path(f"{out}.where").read_text() == str(file), "the absolute path, in its run folder"
     assert Path(f"{out}.mode").read_text() == "444\n", "read-only, as the command sees it"
     assert file.stat().st_mode & 0o777 == 0o444
@@ -1176,8 +1177,8 @@ async def test_a_null_payload_makes_no_file_and_a_spec_cannot_fake_one(
     for name in ("nopay-1", "pay-2"):
         assert (await wait_for(executor, name)).phase is model.Phase.SUCCEEDED
     assert (executor.root / "nopay-1" / "stdout.log").read_text() == "unset unset\n"
-    assert not (executor.root / "nopay-1" / process_shim.PAYLOAD_FILE).exists()
-    payload_file = executor.root / "pay-2" / process_shim.PAYLOAD_FILE
+    assert not (executor.root / "nopay-1" / process_child.PAYLOAD_FILE).exists()
+    payload_file = executor.root / "pay-2" / process_child.PAYLOAD_FILE
     assert (executor.root / "pay-2" / "stdout.log").read_text() == f"{payload_file} unset\n"
     assert payload_file.read_text() == "[1]"
 

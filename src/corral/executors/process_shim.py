@@ -42,13 +42,17 @@ fails, never in a new folder that a relaunch made under the same path.
 A supervisor killed with SIGKILL leaves its commands running (each in a group of its
 own); what they exit with is then unknown, and the executor says so: corral adopts them
 while they run, and records `supervisor died` once they are gone.
+
+This file holds the supervisor's loop and each run's watch; the run folder it holds and
+writes is process_folder.py's, starting a command process_child.py's, and running a
+tenant's command as a stranger process_sandbox.py's. Those are standard library only
+too, and, run as a script, this file loads them by their paths (`_sibling`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
-import functools
 import importlib.util
 import json
 import os
@@ -67,21 +71,24 @@ from typing import Any
 
 def _sibling(name: str) -> ModuleType:
     """A module beside this file, by its path: run as a script (`python -I`), this file
-    has neither corral nor its own folder on sys.path."""
+    has neither corral nor its own folder on sys.path. It is registered by its bare name,
+    which is how process_child.py finds process_folder.py and process_sandbox.py."""
     spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(f"{name}.py"))
     assert spec is not None
     assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # so that a sibling loaded later finds it by its name
     spec.loader.exec_module(module)
     return module
 
 
 if __package__:
-    from corral.executors import process_folder
+    from corral.executors import process_child, process_folder
     from corral.executors import process_sandbox as sandbox
 else:  # pragma: no cover - the supervisor, run as a script
     process_folder = _sibling("process_folder")
     sandbox = _sibling("process_sandbox")
+    process_child = _sibling("process_child")  # which uses the two above
 
 POLL_SECONDS = 0.05
 """How often the wait loop looks for a cancel request, a passed deadline or a lost folder."""
@@ -98,14 +105,6 @@ START_FAILED_EXIT_CODE = 127
 """The exit code recorded when the command cannot even be started (as a shell does)."""
 
 
-PAYLOAD_FILE = "payload.json"
-"""The launch's payload as JSON text, in its run folder, read-only: present only when the
-launch has one (a null payload makes no file, and no CORRAL_PAYLOAD_FILE)."""
-
-PAYLOAD_VARIABLES = ("CORRAL_PAYLOAD_FILE", "CORRAL_PAYLOAD")
-"""What a job reads its payload from: only corral sets them (never a spec's env)."""
-
-
 FOLDER_GONE = "run folder removed"
 """Why a command was stopped whose run folder was deleted or replaced (never recorded:
 there is no folder left to record it in)."""
@@ -120,177 +119,16 @@ there is no folder left to record it in)."""
 # --- small helpers -----------------------------------------------------------------------------
 
 
-def proc_start_time(pid: int) -> int | None:
-    """Field 22 of /proc/<pid>/stat: when the process started, in clock ticks since boot.
-
-    Stored beside a pid so that a later reader can tell the process from another one
-    that happens to get the same pid."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="utf-8") as fh:
-            stat = fh.read()
-    except OSError:
-        return None
-    # The command name (field 2) may hold spaces and parentheses: split after the last ')'.
-    fields = stat.rpartition(")")[2].split()
-    return int(fields[19])
-
-
 # --- claiming the name -----------------------------------------------------------------
 
 
 def supervisor_record() -> bytes:
     """`shim.pid`: this process, as a record that tells it from a later one with its pid."""
     me = os.getpid()
-    return json.dumps({"pid": me, "start_time": proc_start_time(me)}).encode()
+    return json.dumps({"pid": me, "start_time": process_child.proc_start_time(me)}).encode()
 
 
 # --- running the command ------------------------------------------------------------------
-
-
-@functools.cache
-def inherited_env() -> dict[str, str]:
-    """What every command inherits of the supervisor's environment (which never changes):
-    all but corral's own settings (database URL, ...), which are not the job's business."""
-    return {k: v for k, v in os.environ.items() if not k.startswith("CORRAL_")}
-
-
-def child_env(
-    folder: process_folder.RunFolder, launch: dict[str, Any], *, payload: bool
-) -> dict[str, str]:
-    """The command's environment: this machine's, the spec's, the launch's, the run folder,
-    and the payload's file when the launch has a `payload`. A stranger's (a tenant's
-    command, see process_sandbox) has none of this machine's but an allow-list."""
-    spec_env, launch_env = launch["spec"].get("env", {}), launch["env"]
-    if launch.get("stranger"):
-        work = folder.path / sandbox.WORK
-        env = sandbox.environment(os.environ, spec_env, launch_env, work=work)
-    else:
-        env = {**inherited_env(), **spec_env, **launch_env}
-    for name in PAYLOAD_VARIABLES:  # corral says where the payload is, or that there is none
-        env.pop(name, None)
-    if payload:
-        env["CORRAL_PAYLOAD_FILE"] = str(folder.path / PAYLOAD_FILE)
-    env["CORRAL_RUN_DIR"] = str(folder.path)  # last, so no spec can change what corral finds
-    return env
-
-
-RESTORED_SIGNALS = (signal.SIGPIPE, signal.SIGXFSZ)
-"""Signals Python ignores, which a command gets back at their defaults (an ignored signal
-stays ignored across exec), as subprocess's `restore_signals` does."""
-
-
-def program(argv0: str, env: dict[str, str]) -> str:
-    """The file to run for a command's first word: searched in the command's own PATH, as
-    subprocess and the shell do, unless it is a path."""
-    if os.sep in argv0:
-        return argv0  # relative ones from the command's folder (the cwd at the spawn)
-    found = shutil.which(argv0, path=os.pathsep.join(os.get_exec_path(env)))
-    if found is None:
-        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), argv0)
-    return found
-
-
-def start_child(
-    folder: process_folder.RunFolder,
-    launch: dict[str, Any],
-    *,
-    payload: bool = False,
-    uid: int | None = None,
-) -> tuple[int, dict[str, Any]]:
-    """Start the command in its own process group; its pid and its `child.pid` record.
-    `payload`: the folder holds the launch's PAYLOAD_FILE. A stranger's command (the
-    launch's `stranger`) runs under `uid` and in its sandbox, if any, from its work folder.
-
-    A command starts with posix_spawn (a vfork and an exec, no more): the supervisor
-    starts every command, so this is its hot path. It runs in `cwd`, which the supervisor
-    moves to itself first (it only ever uses absolute paths); every descriptor but the
-    command's three is closed on exec (Python opens them so, and `main` makes the socket so)."""
-    command = launch["spec"]["command"]
-    env = child_env(folder, launch, payload=payload)
-    stranger = launch.get("stranger")
-    if stranger:
-        command, env = _as_stranger(folder, launch, command, env, uid)
-    elif cwd := launch.get("cwd"):
-        os.chdir(cwd)
-    pid = _spawn(folder, program(command[0], env), command, env)
-    record = {
-        "pid": pid,
-        "start_time": proc_start_time(pid),
-        "started_at": process_folder.now_iso(),
-    }
-    if stranger:
-        record.update(uid=uid, sandboxed=bool(stranger.get("sandbox")))
-    try:  # it runs now, whatever happens to its record: it is watched all the same
-        folder.write_json_atomic("child.pid", record, durable=False)
-    except OSError:
-        traceback.print_exc()
-    return pid, record
-
-
-def _as_stranger(
-    folder: process_folder.RunFolder,
-    launch: dict[str, Any],
-    command: list[str],
-    env: dict[str, str],
-    uid: int | None,
-) -> tuple[list[str], dict[str, str]]:
-    """A stranger's command and environment: the folder handed over to `uid`, the
-    supervisor in its work folder, and the command wrapped to run as `uid` (in its
-    sandbox, if any) with its own environment set by the wrapper."""
-    stranger = launch["stranger"]
-    work = stranger_cwd(folder, launch["spec"].get("cwd", ""))
-    sandbox.hand_over(folder.fd, uid)
-    os.chdir(work)
-    program(command[0], env)  # missing: it could not start, as for anyone's command
-    wrapped = sandbox.argv(
-        command,
-        env=env,
-        uid=uid,
-        sandbox=stranger.get("sandbox"),
-        run_dir=folder.path,
-        cwd=Path(work),
-        hide=stranger.get("hide", ()),
-        shown=stranger.get("shown", ()),
-    )
-    return wrapped, sandbox.wrapper_env(folder.path)  # the command's own is set by `env -i`
-
-
-def _spawn(
-    folder: process_folder.RunFolder, path: str, command: list[str], env: dict[str, str]
-) -> int:
-    """posix_spawn `path` in its own process group, its output to the folder's logs."""
-    logs = [
-        folder.open(name, os.O_WRONLY | os.O_CREAT | os.O_APPEND) for name in process_folder.LOGS
-    ]
-    try:
-        return os.posix_spawn(
-            path,
-            command,
-            env,
-            file_actions=[
-                (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-                (os.POSIX_SPAWN_DUP2, logs[0], 1),
-                (os.POSIX_SPAWN_DUP2, logs[1], 2),
-            ],
-            setpgroup=0,
-            setsigdef=RESTORED_SIGNALS,
-            setsigmask=(),
-        )
-    finally:
-        for fd in logs:
-            os.close(fd)
-
-
-def stranger_cwd(folder: process_folder.RunFolder, cwd: str) -> str:
-    """Where a stranger's command starts: its work folder, or a relative `cwd` inside it
-    (ValueError for one that would lead out: corral, as root, must not open a folder for
-    it that its own user could not reach)."""
-    if Path(cwd).is_absolute() or ".." in Path(cwd).parts:
-        raise ValueError(
-            f"cwd: {cwd!r} leads out of the work folder; a tenant's command starts in its"
-            " work folder, or a relative folder inside it"
-        )
-    return os.path.join(folder.path / sandbox.WORK, cwd)
 
 
 def signal_group(pgid: int, sig: signal.Signals) -> None:
@@ -529,8 +367,10 @@ class Supervisor:
                 os.close(folder.write("launch.json", launch, mode=0o600))  # corral's alone
                 os.close(folder.write("labels.json", json.dumps(files["labels.json"]).encode()))
                 os.close(folder.write("shim.pid", self.record))
-                if PAYLOAD_FILE in files:  # JSON text already: written as it is, read-only
-                    os.close(folder.write(PAYLOAD_FILE, files[PAYLOAD_FILE].encode(), mode=0o444))
+                payload = files.get(process_child.PAYLOAD_FILE)
+                if payload is not None:  # JSON text already: written as it is, read-only
+                    name = process_child.PAYLOAD_FILE
+                    os.close(folder.write(name, payload.encode(), mode=0o444))
                 process_folder.mark_live(final.parent, final.name)
             except BaseException:
                 os.close(folder.fd)
@@ -596,8 +436,8 @@ class Supervisor:
                 taken = {run.uid for run in self.runs.values() if run.uid is not None}
                 leases = folder.path.parent / sandbox.UIDS
                 uid, lease = sandbox.pick_uid(uids[0], uids[1], taken, leases)
-            payload = PAYLOAD_FILE in request["files"]
-            pid, started = start_child(folder, launch, payload=payload, uid=uid)
+            payload = process_child.PAYLOAD_FILE in request["files"]
+            pid, started = process_child.start_child(folder, launch, payload=payload, uid=uid)
         except Exception as exc:  # ValueError: e.g. a NUL byte in an argument
             if lease is not None:
                 os.close(lease)

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from corral import clock, errors, model
-from corral.executors import process_runs, process_shim
+from corral.executors import process_child, process_runs
 
 log = logging.getLogger("corral.executors.process")
 
@@ -43,7 +43,7 @@ def launch_files(launch: model.Launch, spec: dict[str, Any], log_bytes: int) -> 
     }
     files: dict[str, Any] = {"launch.json": launch_doc, "labels.json": dict(launch.labels)}
     if (payload := model.payload_json(launch.payload)) is not None:
-        files[process_shim.PAYLOAD_FILE] = payload
+        files[process_child.PAYLOAD_FILE] = payload
     return files
 
 
