@@ -23,7 +23,7 @@ def schema_problem(value: Any, kind: str) -> tuple[str, str] | None:
     (Volume, Affinity, ...) of a supported version first finds it wrong, and its rule;
     None when every supported version takes it."""
     for version in SUPPORTED_VERSIONS:
-        error = jsonschema.exceptions.best_match(_validator(kind, version).iter_errors(value))
+        error = jsonschema.exceptions.best_match(validator(kind, version).iter_errors(value))
         if error is not None:
             where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.path)
             return where, f"{error.message} (Kubernetes {version} schema)"
@@ -31,7 +31,8 @@ def schema_problem(value: Any, kind: str) -> tuple[str, str] | None:
 
 
 @functools.cache
-def _validator(kind: str, version: str) -> jsonschema.protocols.Validator:
+def validator(kind: str, version: str) -> jsonschema.protocols.Validator:
+    """The strict schema of core/v1 `kind` in Kubernetes `version`, read once."""
     folder = importlib.resources.files("kubernetes_validate") / "kubernetes-json-schema"
     strict = folder / f"v{version}.0-local-strict"
     schema = json.loads((strict / f"{kind.lower()}-v1.json").read_text(encoding="utf-8"))
@@ -39,7 +40,7 @@ def _validator(kind: str, version: str) -> jsonschema.protocols.Validator:
     registry: referencing.Registry[Any] = referencing.Registry()
     registry = referencing.jsonschema.DRAFT202012.create_resource(schema) @ registry
     registry = referencing.jsonschema.DRAFT202012.create_resource(definitions) @ registry
-    validator: jsonschema.protocols.Validator = jsonschema.Draft202012Validator(
+    made: jsonschema.protocols.Validator = jsonschema.Draft202012Validator(
         schema, registry=registry
     )
-    return validator
+    return made

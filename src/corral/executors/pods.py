@@ -288,7 +288,7 @@ def _volumes(value: Any, k8s: config.KubernetesExecutorSettings) -> list[dict[st
 def _volume_types(level: str) -> set[str]:
     if level == "restricted":
         return set(RESTRICTED_VOLUMES)
-    schema = kube_schemas._validator("Volume", kube_schemas.SUPPORTED_VERSIONS[-1]).schema
+    schema = kube_schemas.validator("Volume", kube_schemas.SUPPORTED_VERSIONS[-1]).schema
     properties = schema.get("properties", {}) if isinstance(schema, Mapping) else {}
     return set(properties) - {"name", "hostPath"}
 
