@@ -75,9 +75,6 @@ def dry_run(job: model.NewJob, settings: config.Settings, now: datetime) -> dict
     )
 
 
-# --- checks ---------------------------------------------------------------------------------------
-
-
 # --- the executor -------------------------------------------------------------------------------
 
 GROUP, VERSION = argo_manifest.API_VERSION.split("/")

@@ -61,6 +61,11 @@ stops nothing: that is the launch) or finds no process, and the first launch the
 the name and the relaunch finds it launched (the rename lets exactly one through).
 
 A supervisor's own complaints go to `.<root name>-supervisor.log` beside the root.
+
+This module holds the executor and its indexes; reading a run folder is process_runs.py's,
+talking to the supervisor process_supervisor.py's, stopping a run's processes
+process_stop.py's, readying the root for tenants' commands process_strangers.py's, and the
+supervisor itself process_shim.py's.
 """
 
 from __future__ import annotations
@@ -559,15 +564,3 @@ def _checked_cwd(cwd: Any) -> str:
     if not isinstance(cwd, str) or not cwd or "\0" in cwd:
         raise errors.InvalidInput(base.spec_error(KIND, "cwd", "must be a non-empty path"))
     return cwd
-
-
-# --- launching -------------------------------------------------------------------------------
-
-
-# --- observing -------------------------------------------------------------------------------
-
-
-# --- processes ---------------------------------------------------------------------------------
-
-
-# --- earlier copies of a run -------------------------------------------------------------------

@@ -110,16 +110,7 @@ FOLDER_GONE = "run folder removed"
 there is no folder left to record it in)."""
 
 
-# --- the run folder, held open ---------------------------------------------------------------
-
-
-# --- the indexes of live and ended runs -----------------------------------------------------
-
-
-# --- small helpers -----------------------------------------------------------------------------
-
-
-# --- claiming the name -----------------------------------------------------------------
+# --- the supervisor's own record -------------------------------------------------------
 
 
 def supervisor_record() -> bytes:
