@@ -130,9 +130,11 @@ async def lint_cluster(
     k8s = settings.executors.kubernetes
     if context is not None:
         k8s = k8s.model_copy(update={"context": context})
-    kube_client = builtin.cluster_module("kube_client", "reading a cluster (--cluster)")
+    kube_workloads = builtin.cluster_module("kube_workloads", "reading a cluster (--cluster)")
     try:
-        read = await kube_client.list_workloads(k8s, namespace=namespace, clock=clock.SystemClock())
+        read = await kube_workloads.list_workloads(
+            k8s, namespace=namespace, clock=clock.SystemClock()
+        )
     except errors.ConfigError as exc:
         raise errors.ConfigError(
             f"{exc}; or point KUBECONFIG at the cluster's kubeconfig file, and name one of its"

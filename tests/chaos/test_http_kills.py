@@ -17,7 +17,7 @@ import pytest
 
 from corral import model, store
 from corral.clock import SystemClock
-from corral.executors import http
+from corral.executors import http_spec
 from tests.support.crash import Site, run_to_the_end, seeded
 from tests.support.net import in_thread
 
@@ -129,7 +129,7 @@ BLIND = {
 
 
 def _submit_http(url: str, target: str, count: int) -> list[int]:
-    spec = http.check_spec({"method": "POST", "url": target, "json": {"n": 1}})
+    spec = http_spec.check_spec({"method": "POST", "url": target, "json": {"n": 1}})
 
     async def go() -> list[int]:
         db = store.Store.connect(url)

@@ -15,8 +15,7 @@ import pydantic
 import pytest
 
 from corral import client, config, model, store
-from corral.executors import kubernetes as k8s
-from corral.executors import references
+from corral.executors import kubernetes, references
 from corral.testing import FrozenClock
 from tests.support.api import as_operator_of
 from tests.support.noop import NoopExecutor
@@ -117,7 +116,7 @@ async def c(db: store.Store) -> client.Client:
     return client.Client(
         store=db,
         executors={"noop": NoopExecutor()},
-        checkers={"noop": NoopExecutor(), "kubernetes": k8s.JobTemplate(SETTINGS)},
+        checkers={"noop": NoopExecutor(), "kubernetes": kubernetes.JobTemplate(SETTINGS)},
         settings=SETTINGS,
         clock=FrozenClock(),
     )
@@ -171,7 +170,7 @@ async def test_a_name_the_tenant_may_use_goes_on_to_its_job_in_its_namespace(
     assert scheduled.status_code == 201, scheduled.text
     job = (await c.job(made.json()["id"])).job
     assert job.spec["namespace"] == "team-b"
-    manifest = k8s.dry_run(
+    manifest = kubernetes.dry_run(
         model.NewJob(executor="kubernetes", spec=job.spec, tenant="b"),
         SETTINGS,
         datetime(2026, 1, 1, tzinfo=UTC),

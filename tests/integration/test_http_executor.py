@@ -17,7 +17,7 @@ from aiohttp import web
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
 from corral import clock, config, dispatcher, errors, model, reconciler, runtime, store
-from corral.executors import http
+from corral.executors import http, http_guard, http_outcome, http_request, http_send, http_spec
 from corral.sinks.http import verify_signature
 from corral.testing import FrozenClock
 from tests.support import launches
@@ -205,7 +205,7 @@ async def test_redirects_are_followed_and_checked_each_time(receiver: Receiver) 
     ]
     assert (looped.phase, looped.reason) == (
         model.Phase.FAILED,
-        f"more than {http.MAX_REDIRECTS} redirects (127.0.0.1)",
+        f"more than {http_send.MAX_REDIRECTS} redirects (127.0.0.1)",
     )
 
 
@@ -247,7 +247,7 @@ async def test_a_name_that_resolves_to_a_private_address_is_refused_unless_allow
     ],
 )
 def test_the_guard_refuses_every_address_that_is_not_public(address: str, kind: str) -> None:
-    why = http.Guard().refusal(address, 443)
+    why = http_guard.Guard().refusal(address, 443)
     assert why == f"{address} is a {kind} address (executors.http.allow_networks opens it)"
 
 
@@ -260,16 +260,16 @@ def test_the_guard_refuses_every_address_that_is_not_public(address: str, kind: 
     ],
 )
 def test_the_guard_looks_inside_addresses_that_carry_an_ipv4_one(address: str, inner: str) -> None:
-    why = http.Guard().refusal(address, 443)
+    why = http_guard.Guard().refusal(address, 443)
     assert why == f"{address} holds {inner} (executors.http.allow_networks opens it)"
-    assert http.Guard().refusal("2002:5db8:d822::", 443) is None  # 6to4 of a public address
+    assert http_guard.Guard().refusal("2002:5db8:d822::", 443) is None  # 6to4 of a public address
 
 
 def test_the_guard_lets_public_addresses_and_allowed_ranges_through() -> None:
-    assert http.Guard().refusal("93.184.216.34", 443) is None
-    assert http.Guard().refusal("2606:2800:220:1:248:1893:25c8:1946", 443) is None
-    assert http.Guard(["10.0.0.0/8"]).refusal("10.9.9.9", 443) is None
-    assert http.Guard(["10.0.0.0/8"]).refusal("192.168.0.1", 443) is not None
+    assert http_guard.Guard().refusal("93.184.216.34", 443) is None
+    assert http_guard.Guard().refusal("2606:2800:220:1:248:1893:25c8:1946", 443) is None
+    assert http_guard.Guard(["10.0.0.0/8"]).refusal("10.9.9.9", 443) is None
+    assert http_guard.Guard(["10.0.0.0/8"]).refusal("192.168.0.1", 443) is not None
 
 
 @pytest.mark.parametrize(
@@ -293,7 +293,7 @@ def test_the_guard_lets_public_addresses_and_allowed_ranges_through() -> None:
 def test_allow_networks_name_ports_and_a_bare_network_opens_the_web_s(
     entry: str, address: str, port: int, open_: bool
 ) -> None:
-    why = http.Guard([entry]).refusal(address, port)
+    why = http_guard.Guard([entry]).refusal(address, port)
     assert (why is None) is open_, why
     if not open_ and address.startswith("127.0.0.") and entry.startswith("127.0.0.0/8"):
         assert f"port {port} is not opened" in (why or "")
@@ -327,11 +327,11 @@ def test_an_allow_networks_entry_that_is_not_one_names_the_rule(entry: str) -> N
 )
 def test_bad_specs_are_refused_naming_the_field(spec: dict[str, Any], message: str) -> None:
     with pytest.raises(errors.InvalidInput, match=message.replace("?", r"\?")):
-        http.check_spec(spec)
+        http_spec.check_spec(spec)
 
 
 def test_a_spec_is_normalised() -> None:
-    assert http.check_spec(
+    assert http_spec.check_spec(
         {"url": "https://a.example/x", "method": "post", "expect": [200, 204]}
     ) == {
         "method": "POST",
@@ -557,11 +557,11 @@ async def test_recovery_records_a_launching_request_running_before_it_sends_it(
 
 def test_retry_after_is_read_as_seconds_or_a_date() -> None:
     now = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
-    assert http.retry_after_seconds("120", now) == 120.0
-    assert http.retry_after_seconds("Wed, 02 Dec 2026 12:01:30 GMT", now) == 90.0
-    assert http.retry_after_seconds("Wed, 02 Dec 2026 11:00:00 GMT", now) == 0.0
-    assert http.retry_after_seconds("soon", now) is None
-    assert http.retry_after_seconds(None, now) is None
+    assert http_outcome.retry_after_seconds("120", now) == 120.0
+    assert http_outcome.retry_after_seconds("Wed, 02 Dec 2026 12:01:30 GMT", now) == 90.0
+    assert http_outcome.retry_after_seconds("Wed, 02 Dec 2026 11:00:00 GMT", now) == 0.0
+    assert http_outcome.retry_after_seconds("soon", now) is None
+    assert http_outcome.retry_after_seconds(None, now) is None
 
 
 async def test_a_429_with_retry_after_holds_the_retry_that_long(
@@ -775,9 +775,9 @@ async def test_a_redirect_to_another_host_carries_no_credential(receiver: Receiv
 
 
 async def test_a_redirect_from_https_to_http_is_refused() -> None:
-    outcome_ = await http.send(
+    outcome_ = await http_send.send(
         lambda origin: httpx.AsyncClient(transport=httpx.MockTransport(_to_http)),
-        http.Guard(["0.0.0.0/0", "::/0"]),
+        http_guard.Guard(["0.0.0.0/0", "::/0"]),
         method="GET",
         url="https://198.51.100.7/x",
         headers={},
@@ -940,7 +940,7 @@ async def test_an_unforeseen_error_still_ends_the_attempt_and_frees_its_slot(
     def broken(launch: model.Launch, spec: Any) -> dict[str, str]:
         raise RuntimeError("a bug")
 
-    monkeypatch.setattr(http, "request_headers", broken)
+    monkeypatch.setattr(http_request, "request_headers", broken)
     async with executor() as ex:
         obs = await outcome(ex, {"url": receiver.url("/x")})
         assert ex._slots._value == 4

@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from corral import client, clock, config, errors, model, reconciler, recovery, runtime, store
-from corral.executors import argo, base, kube_client, kubernetes
+from corral.executors import argo, base, kube_objects, kubernetes, kubernetes_owned
 from corral.testing import FrozenClock
 from tests.support import kube_api
 from tests.support.cluster import IMAGE, finished
@@ -393,7 +393,7 @@ async def test_a_launch_cut_short_before_its_token_secret_is_finished_by_recover
     job_uid = cluster.api.get(kube_api.JOBS, "default", name)["metadata"]["uid"]
     assert [o["uid"] for o in secret["metadata"]["ownerReferences"]] == [job_uid]
     token = model.attempt_token(API["attempt_key"], claimed.job.id, claimed.attempt.id)
-    stored = base64.b64decode(secret["data"][kubernetes.ATTEMPT_TOKEN_KEY]).decode()
+    stored = base64.b64decode(secret["data"][kubernetes_owned.ATTEMPT_TOKEN_KEY]).decode()
     assert stored == token
     assert token not in json.dumps(cluster.api.get(kube_api.JOBS, "default", name))
     await finished(ex, name)
@@ -477,7 +477,7 @@ async def test_a_stopped_attempt_ends_only_once_its_pod_is_gone(
     assert (await db.job_get(job_id=c.job.id)).state is J.QUEUED, "retried now"
     # Its pod's log, read before it was stopped (gone since): why it ran so long.
     output = (await db.run_logs(job_id=c.job.id))[attempt.id]
-    stream = output.stream(kube_client.LOG_STREAM)
+    stream = output.stream(kube_objects.LOG_STREAM)
     assert stream is not None
     assert stream.text == "loaded 40 rows\n"
 

@@ -18,7 +18,7 @@ import kmock
 import pytest
 
 from corral import clock, errors, model
-from corral.executors import argo, kubernetes
+from corral.executors import argo, argo_manifest, kubernetes, kubernetes_owned
 from tests.support import kube_api
 from tests.support.cluster import (
     JOBS_URL,
@@ -392,7 +392,7 @@ SMALL = {"text": "grüße, 世界, 🐎", "n": [1, 2.5, True, None]}
 LARGE = {"rows": [f"row {n}: {'é' * 40}" for n in range(500)]}  # ~44 KB: past 32 KiB
 OWNERS = {
     "kubernetes": (kube_api.JOBS, "batch/v1", "Job"),
-    "argo": (kube_api.WORKFLOWS, argo.API_VERSION, "Workflow"),
+    "argo": (kube_api.WORKFLOWS, argo_manifest.API_VERSION, "Workflow"),
 }
 READ_PAYLOAD = (
     'if [ -n "${CORRAL_PAYLOAD_FILE:-}" ]; then'
@@ -594,7 +594,7 @@ def token_launch(kind: str, name: str, out: Any, **kw: Any) -> model.Launch:
 
 def secret_token(cluster: kube_api.Cluster, name: str) -> str:
     data = cluster.api.get(kube_api.SECRETS, NS, name)["data"]
-    return base64.b64decode(data[kubernetes.ATTEMPT_TOKEN_KEY]).decode()
+    return base64.b64decode(data[kubernetes_owned.ATTEMPT_TOKEN_KEY]).decode()
 
 
 async def test_the_attempt_token_reaches_the_pod_from_a_secret_its_owner_owns(
@@ -671,7 +671,7 @@ async def test_a_secret_left_by_an_earlier_owner_of_the_name_is_taken_over(
     _, api_version, owner_kind = OWNERS[either.kind]
     stale = {"apiVersion": api_version, "kind": owner_kind, "name": "left-2", "uid": "gone-uid"}
     owner = {"apiVersion": api_version, "kind": owner_kind, "name": "left-2", "uid": "x"}
-    left = kubernetes.attempt_secret(mine, namespace=NS, owner=owner)
+    left = kubernetes_owned.attempt_secret(mine, namespace=NS, owner=owner)
     assert left is not None
     left["metadata"]["ownerReferences"] = [stale]
     cluster.api.put(kube_api.SECRETS, left)

@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from corral import cli, config, model, runtime
-from corral.executors import argo, kube_client, kubernetes
+from corral.executors import argo, kube_objects, kubernetes
 from tests.integration import test_kubernetes_end_to_end as end_to_end
 from tests.support import kube_api
 from tests.support.cluster import IMAGE, NS, executor_fixture, finished, launch, started
@@ -34,7 +34,7 @@ async def launched(ex: kubernetes.KubernetesExecutor, name: str, script: str) ->
 
 def pod_log(obs: model.Observation) -> model.Stream:
     assert obs.output is not None
-    stream = obs.output.stream(kube_client.LOG_STREAM)
+    stream = obs.output.stream(kube_objects.LOG_STREAM)
     assert stream is not None
     return stream
 
@@ -70,7 +70,7 @@ async def test_a_failed_attempt_keeps_its_pod_log_first(ex: kubernetes.Kubernete
     obs = await finished(ex, "logs-3")
     assert (obs.phase, obs.exit_code) == (model.Phase.FAILED, 3)
     assert obs.output is not None
-    assert [s.name for s in obs.output.streams] == [kube_client.LOG_STREAM, "message"]
+    assert [s.name for s in obs.output.streams] == [kube_objects.LOG_STREAM, "message"]
     assert pod_log(obs).text == "loading\nno table: orders\n", "the reason a person reads first"
     assert obs.output.streams[1].text == "no table: orders"
 

@@ -21,7 +21,15 @@ from typing import Any
 import pytest
 
 from corral import clock, errors, model
-from corral.executors import base, process, process_shim
+from corral.executors import (
+    base,
+    process,
+    process_child,
+    process_folder,
+    process_runs,
+    process_shim,
+    process_supervisor,
+)
 from corral.testing import FrozenClock
 from tests.support import launches
 from tests.support.launches import sh
@@ -302,7 +310,7 @@ async def test_a_damaged_pid_record_reads_as_none(executor: process.ProcessExecu
     for name in ("shim.pid", "child.pid"):
         (run_dir / name).write_text('{"pid": ')
     obs = (await executor.observe(["torn-1"]))["torn-1"]
-    assert (obs.phase, obs.reason) == (model.Phase.FAILED, process.SUPERVISOR_DIED)
+    assert (obs.phase, obs.reason) == (model.Phase.FAILED, process_runs.SUPERVISOR_DIED)
 
 
 async def test_a_closed_executor_launches_nothing(tmp_path: Path) -> None:
@@ -326,7 +334,7 @@ def test_a_command_that_cannot_start_fails_for_good_unless_the_machine_was_short
     reason: str, verdict: str
 ) -> None:
     record = {"exit_code": process_shim.START_FAILED_EXIT_CODE, "reason": reason}
-    assert process._verdict(record) == model.FailureClass(verdict)
+    assert process_runs.verdict(record) == model.FailureClass(verdict)
 
 
 async def test_cancel(executor: process.ProcessExecutor) -> None:
@@ -399,13 +407,13 @@ async def test_the_first_launches_share_one_supervisor_started_off_the_loop(
     and the other launches of the tick must have their turn before it). The start is made
     a second slower than it is, so a loop held by it would stand still that long: far
     more than a loaded machine's pauses."""
-    start = process._start_supervisor
+    start = process_supervisor._start_supervisor
 
     def slow_start(log: Path) -> Any:
         time.sleep(1.0)
         return start(log)
 
-    monkeypatch.setattr(process, "_start_supervisor", slow_start)
+    monkeypatch.setattr(process_supervisor, "_start_supervisor", slow_start)
     gaps: list[float] = []
 
     async def beat() -> None:
@@ -440,7 +448,7 @@ async def test_a_supervisor_that_fails_to_start_fails_every_waiting_launch_and_n
     """Every launch waiting on a start that fails is told so (recovery tries them again);
     the next launch starts a supervisor of its own."""
     broken = tmp_path / "no_such_shim.py"
-    monkeypatch.setattr(process, "SHIM", broken)
+    monkeypatch.setattr(process_supervisor, "SHIM", broken)
     launches = [executor.launch(make_launch(f"early-{i}", ["true"], fence=i)) for i in (1, 2, 3)]
     failed = await asyncio.gather(*launches, return_exceptions=True)
     assert all(isinstance(e, errors.ExecutorError) for e in failed), failed
@@ -586,7 +594,7 @@ async def test_a_killed_supervisor_is_started_again_and_its_commands_go_on(
     assert executor.supervisor_pid not in (None, shim)
     assert alive(child), "a command outlives its supervisor"
     obs = (await executor.observe(["before-1"]))["before-1"]
-    assert (obs.phase, obs.reason) == (model.Phase.RUNNING, process.SUPERVISOR_DIED)
+    assert (obs.phase, obs.reason) == (model.Phase.RUNNING, process_runs.SUPERVISOR_DIED)
 
 
 async def test_a_supervisor_stopped_with_sigterm_stops_its_commands_and_another_takes_over(
@@ -726,13 +734,13 @@ def indexed(root: Path) -> tuple[list[str], list[str]]:
 def observed(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The names of every run folder the executor reads, as they are read."""
     names: list[str] = []
-    real = process._observe_one
+    real = process_runs.observe_one
 
     def counting(name: str, run_dir: Path) -> model.Observation:
         names.append(name)
         return real(name, run_dir)
 
-    monkeypatch.setattr(process, "_observe_one", counting)
+    monkeypatch.setattr(process_runs, "observe_one", counting)
     return names
 
 
@@ -743,7 +751,7 @@ async def test_each_run_moves_from_the_live_index_to_its_hour_when_it_ends(
     await executor.launch(make_launch("long-2", ["sleep", "300"], fence=2))
     await wait_for(executor, "quick-1")
     await eventually(lambda: indexed(executor.root) == (["long-2"], ["quick-1"]), what="moved")
-    hour = process_shim.hour_of(time.time())
+    hour = process_folder.hour_of(time.time())
     assert (executor.root / ".ended" / hour / "quick-1").is_file()
     assert [o.name for o in await executor.list_live({})] == ["long-2"]
     await executor.cancel("long-2", timedelta(seconds=5))
@@ -833,8 +841,8 @@ async def test_stale_markers_are_mended_where_they_are_found(
     await wait_for(executor, "done-1")
     await eventually(lambda: indexed(executor.root) == ([], ["done-1"]), what="ended")
     root = executor.root
-    process_shim.mark_live(root, "done-1")
-    process_shim.mark_live(root, "never-2")
+    process_folder.mark_live(root, "done-1")
+    process_folder.mark_live(root, "never-2")
     assert await executor.list_live({}) == []
     assert indexed(root) == (["never-2"], ["done-1"]), "ended moved; absent kept for one look"
     assert await executor.list_live({}) == []
@@ -1147,7 +1155,7 @@ async def test_the_payload_is_a_read_only_file_of_the_run_folder_named_in_the_en
     await executor.launch(make_launch("pay-1", sh(script), payload=PAYLOAD))
     assert (await wait_for(executor, "pay-1")).phase is model.Phase.SUCCEEDED
     run_dir = executor.root / "pay-1"
-    file = run_dir / process_shim.PAYLOAD_FILE
+    file = run_dir / process_child.PAYLOAD_FILE
     assert Path(f"{out}.where").read_text() == str(file), "the absolute path, in its run folder"
     assert Path(f"{out}.mode").read_text() == "444\n", "read-only, as the command sees it"
     assert file.stat().st_mode & 0o777 == 0o444
@@ -1169,8 +1177,8 @@ async def test_a_null_payload_makes_no_file_and_a_spec_cannot_fake_one(
     for name in ("nopay-1", "pay-2"):
         assert (await wait_for(executor, name)).phase is model.Phase.SUCCEEDED
     assert (executor.root / "nopay-1" / "stdout.log").read_text() == "unset unset\n"
-    assert not (executor.root / "nopay-1" / process_shim.PAYLOAD_FILE).exists()
-    payload_file = executor.root / "pay-2" / process_shim.PAYLOAD_FILE
+    assert not (executor.root / "nopay-1" / process_child.PAYLOAD_FILE).exists()
+    payload_file = executor.root / "pay-2" / process_child.PAYLOAD_FILE
     assert (executor.root / "pay-2" / "stdout.log").read_text() == f"{payload_file} unset\n"
     assert payload_file.read_text() == "[1]"
 
@@ -1178,7 +1186,7 @@ async def test_a_null_payload_makes_no_file_and_a_spec_cannot_fake_one(
 def test_the_payload_file_is_0444_whatever_the_umask(tmp_path: Path) -> None:
     old = os.umask(0o077)
     try:
-        folder = process_shim.RunFolder(tmp_path)
+        folder = process_folder.RunFolder(tmp_path)
         os.close(folder.write("payload.json", '{"a":"é"}'.encode(), mode=0o444))
         os.close(folder.fd)
     finally:
@@ -1224,7 +1232,7 @@ async def test_an_ended_command_brings_its_output_tails_without_a_read_of_its_fo
     def no_read(run_dir: Path, limit: int) -> dict[str, Any]:
         raise AssertionError(f"read {run_dir} again")
 
-    monkeypatch.setattr(process, "_tails", no_read)
+    monkeypatch.setattr(process_runs, "read_tails", no_read)
     await ex.start()
     try:
         async with contextlib.aclosing(ex.events()) as events:

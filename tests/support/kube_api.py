@@ -81,7 +81,7 @@ from aiohttp import web_request, web_runner, web_server
 from kubernetes.aio import client
 
 from corral import errors
-from corral.executors import argo, kubernetes
+from corral.executors import argo_manifest, kubernetes_manifest
 from tests.support.wait import PATIENCE
 
 JOBS = ("batch", "v1", "jobs")
@@ -108,7 +108,7 @@ TRACKING = "batch.kubernetes.io/job-tracking"
 deleted) until the controller has counted how it ended."""
 DATA_BYTES = 1024 * 1024
 """The most a ConfigMap's or a Secret's data may hold."""
-SCHEMA_VERSION = kubernetes.SUPPORTED_VERSIONS[-1]
+SCHEMA_VERSION = kubernetes_manifest.SUPPORTED_VERSIONS[-1]
 
 Key = tuple[tuple[str, str, str], str, str]  # (resource, namespace, name)
 
@@ -701,7 +701,7 @@ def _schema_problems(obj: dict[str, Any]) -> list[str]:
     except kubernetes_validate.ValidationError as exc:
         where = ".".join(str(p) for p in exc.path) or "(top)"
         return [f"{where}: {exc.message}"]
-    return kubernetes.manifest_problems(doc)
+    return kubernetes_manifest.manifest_problems(doc)
 
 
 def _job_problems(obj: dict[str, Any]) -> list[str]:
@@ -768,9 +768,11 @@ def _workflow_problems(obj: dict[str, Any]) -> list[str]:
     any field (x-kubernetes-preserve-unknown-fields): the kind, and the name and label
     rules of every object. The rest is the controller's to find (`_spec_problems`)."""
     kind = (obj.get("apiVersion"), obj.get("kind"))
-    if kind != (argo.API_VERSION, "Workflow"):
-        return [f"apiVersion/kind: must be {argo.API_VERSION}/Workflow, not {kind[0]}/{kind[1]}"]
-    return kubernetes.manifest_problems(obj)
+    if kind != (argo_manifest.API_VERSION, "Workflow"):
+        return [
+            f"apiVersion/kind: must be {argo_manifest.API_VERSION}/Workflow, not {kind[0]}/{kind[1]}"
+        ]
+    return kubernetes_manifest.manifest_problems(obj)
 
 
 def _spec_problems(wf: Mapping[str, Any]) -> list[str]:
@@ -780,7 +782,9 @@ def _spec_problems(wf: Mapping[str, Any]) -> list[str]:
     sent = ("name", "namespace", "labels", "annotations")  # not what the API server added
     meta = {k: v for k, v in wf["metadata"].items() if k in sent}
     try:
-        argo.check_workflow({k: v for k, v in wf.items() if k != "status"} | {"metadata": meta})
+        argo_manifest.check_workflow(
+            {k: v for k, v in wf.items() if k != "status"} | {"metadata": meta}
+        )
     except errors.InvalidInput as exc:
         return [str(exc)]
     spec = wf["spec"]

@@ -11,8 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from corral import client, config, errors, model
-from corral.executors import argo
-from corral.executors import kubernetes as k8s
+from corral.executors import argo, argo_manifest, argo_observation, kubernetes, kubernetes_manifest
 from tests.unit.test_kubernetes_jobs import (
     ATTEMPT_KEY,
     LARGE,
@@ -60,7 +59,7 @@ def test_a_workflow_carries_corrals_rules_labels_and_environment() -> None:
     assert env["MODE"] == "x"
     assert (env["CORRAL_JOB_ID"], env["CORRAL_ATTEMPT"], env["CORRAL_FENCE"]) == ("0", "1", "0")
     assert "CORRAL_DATABASE_URL" not in env, "never a database URL in the clear"
-    argo.check_workflow(doc)
+    argo_manifest.check_workflow(doc)
 
 
 def test_the_container_is_the_one_a_kubernetes_job_would_run() -> None:
@@ -72,7 +71,7 @@ def test_the_container_is_the_one_a_kubernetes_job_would_run() -> None:
     }
     s = make_settings(database_url_secret="corral-db/url")
     new = model.NewJob(executor="argo", spec=spec)
-    job = k8s.dry_run(new, s, NOW)
+    job = kubernetes.dry_run(new, s, NOW)
     [template] = workflow(spec, settings=s)["spec"]["templates"]
     assert template["container"] == job["spec"]["template"]["spec"]["containers"][0]
 
@@ -84,7 +83,7 @@ def test_long_values_are_hashed_in_labels_and_kept_whole_in_annotations() -> Non
     assert labels[model.TENANT].startswith("h-")
     assert doc["spec"]["podMetadata"]["labels"][model.TENANT] == labels[model.TENANT]
     assert notes == {model.TENANT: tenant, model.IDEMPOTENCY_KEY: "a b"}
-    argo.check_workflow(doc)
+    argo_manifest.check_workflow(doc)
 
 
 def test_placement_classes_the_service_account_and_the_database_secret() -> None:
@@ -120,8 +119,8 @@ def test_placement_classes_the_service_account_and_the_database_secret() -> None
     [template] = critical["spec"]["templates"]
     assert template["priorityClassName"] == "high"
     assert critical["spec"]["serviceAccountName"] == "etl"
-    argo.check_workflow(batch)
-    argo.check_workflow(critical)
+    argo_manifest.check_workflow(batch)
+    argo_manifest.check_workflow(critical)
 
 
 def test_the_default_placement_applies_to_jobs_that_name_none() -> None:
@@ -207,16 +206,16 @@ def test_the_workflow_check_catches_what_argo_would_refuse_or_misread(
     change: Any, message: str
 ) -> None:
     doc = good_doc()
-    argo.check_workflow(doc)
+    argo_manifest.check_workflow(doc)
     change(doc)
     with pytest.raises(errors.InvalidInput, match=message):
-        argo.check_workflow(doc)
+        argo_manifest.check_workflow(doc)
 
 
 def test_a_placement_removed_from_the_settings_is_a_clear_launch_error() -> None:
     template = argo.WorkflowTemplate(make_settings())
     spec = template.validate_spec({"image": "busybox", "command": ["true"], "placement": "batch"})
-    launch = k8s.placeholder_launch(spec, kind=argo.KIND)
+    launch = kubernetes_manifest.placeholder_launch(spec, kind=argo.KIND)
     with pytest.raises(errors.ExecutorError, match="'batch' is no longer in the settings"):
         argo.WorkflowTemplate(config.Settings()).manifest(launch, spec)
 
@@ -274,7 +273,7 @@ def test_every_workflow_corral_makes_passes_the_check(
     doc = workflow(
         spec, tenant=tenant, policy={"limits": {"attempt_deadline": deadline}}, payload=payload
     )
-    argo.check_workflow(doc)
+    argo_manifest.check_workflow(doc)
 
 
 def _finished(phase: str, node: dict[str, Any], message: str = "") -> dict[str, Any]:
@@ -288,7 +287,7 @@ def _finished(phase: str, node: dict[str, Any], message: str = "") -> dict[str, 
     ("wf", "reason", "verdict", "code"),
     [
         (
-            _finished("Failed", {"phase": "Failed", "message": argo.DEADLINE}),
+            _finished("Failed", {"phase": "Failed", "message": argo_observation.DEADLINE}),
             "deadline exceeded",
             "transient",
             None,
@@ -337,7 +336,7 @@ def _finished(phase: str, node: dict[str, Any], message: str = "") -> dict[str, 
 def test_a_finished_workflow_is_judged_by_the_controllers_words_only(
     wf: dict[str, Any], reason: str, verdict: str | None, code: int | None
 ) -> None:
-    obs = argo.workflow_observation(wf)
+    obs = argo_observation.workflow_observation(wf)
     assert obs.phase is model.Phase.FAILED
     assert obs.reason is not None
     assert obs.reason.startswith(reason)
@@ -354,7 +353,7 @@ def test_a_small_payload_is_in_the_environment_as_on_a_job() -> None:
     env = {e["name"]: e.get("value") for e in template["container"]["env"]}
     assert env["CORRAL_PAYLOAD"] == model.payload_json(SMALL)
     assert "volumes" not in doc["spec"]
-    argo.check_workflow(doc)
+    argo_manifest.check_workflow(doc)
 
 
 def test_a_large_payload_is_a_workflow_volume_mounted_read_only() -> None:
@@ -364,7 +363,7 @@ def test_a_large_payload_is_a_workflow_volume_mounted_read_only() -> None:
         {"name": "corral-payload", "configMap": {"name": "corral-0-1", "defaultMode": 0o444}}
     ]
     [template] = doc["spec"]["templates"]
-    job = k8s.dry_run(
+    job = kubernetes.dry_run(
         model.NewJob(executor="kubernetes", spec=spec, payload=LARGE), make_settings(), NOW
     )
     assert template["container"] == job["spec"]["template"]["spec"]["containers"][0]
@@ -373,7 +372,7 @@ def test_a_large_payload_is_a_workflow_volume_mounted_read_only() -> None:
     ]
     env = {e["name"]: e.get("value") for e in template["container"]["env"]}
     assert env["CORRAL_PAYLOAD_FILE"] == MOUNTED_FILE
-    argo.check_workflow(doc)
+    argo_manifest.check_workflow(doc)
 
 
 def test_the_attempt_token_is_read_from_the_launchs_secret_as_on_a_job() -> None:
@@ -384,9 +383,9 @@ def test_the_attempt_token_is_read_from_the_launchs_secret_as_on_a_job() -> None
     [template] = doc["spec"]["templates"]
     [entry] = [e for e in template["container"]["env"] if e["name"] == "CORRAL_ATTEMPT_TOKEN"]
     assert entry["valueFrom"] == {"secretKeyRef": {"name": "corral-0-1", "key": "token"}}
-    job = k8s.dry_run(model.NewJob(executor="kubernetes", spec=spec), s, NOW)
+    job = kubernetes.dry_run(model.NewJob(executor="kubernetes", spec=spec), s, NOW)
     assert template["container"] == job["spec"]["template"]["spec"]["containers"][0]
-    argo.check_workflow(doc)
+    argo_manifest.check_workflow(doc)
 
 
 # --- least privilege and the pod fields ---------------------------------------------------------
@@ -396,7 +395,7 @@ def test_every_pod_field_reaches_the_workflow_and_passes_the_argo_schema() -> No
     from tests.unit.test_kubernetes_jobs import EVERYTHING
 
     doc = workflow(EVERYTHING, payload=LARGE)
-    argo.check_workflow(doc)
+    argo_manifest.check_workflow(doc)
     spec = doc["spec"]
     [template] = spec["templates"]
     container = template["container"]
@@ -428,7 +427,7 @@ def test_pod_gc_is_on_pod_completion_unless_the_settings_say_otherwise() -> None
     later = make_settings(argo_pod_gc="OnWorkflowSuccess", argo_pod_gc_delay="10m")
     doc = workflow(plain, settings=later)
     assert doc["spec"]["podGC"] == {"strategy": "OnWorkflowSuccess", "deleteDelayDuration": "600s"}
-    argo.check_workflow(doc)
+    argo_manifest.check_workflow(doc)
     assert "podGC" not in workflow(plain, settings=make_settings(argo_pod_gc="Never"))["spec"]
     with pytest.raises(ValueError, match="argo_pod_gc"):
         make_settings(argo_pod_gc="Sometimes")

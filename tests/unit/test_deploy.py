@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from corral import cli, clock, config, errors, health, lint, model
-from corral.executors import kubernetes
+from corral.executors import kubernetes, kubernetes_manifest
 from corral.testing import assert_timeouts_nest
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
@@ -104,7 +104,7 @@ def settings(toml_file: Path) -> config.Settings:
 def test_every_manifest_passes_the_strict_schemas_of_both_supported_versions(
     doc: dict[str, Any],
 ) -> None:
-    kubernetes.check_manifest(doc)  # 1.31 and 1.37, strict, plus names and labels
+    kubernetes_manifest.check_manifest(doc)  # 1.31 and 1.37, strict, plus names and labels
 
 
 def test_the_kustomization_applies_every_manifest_and_sets_the_image() -> None:
@@ -153,7 +153,7 @@ def test_pods_reach_corral_through_its_api_never_with_the_database_url(
     port = service["spec"]["ports"][0]["port"]
     assert settings.api_url == f"http://corral-api.{service['metadata']['namespace']}.svc:{port}"
     assert settings.database_url_for_jobs is None
-    assert kubernetes.database_secret(settings) is None
+    assert kubernetes_manifest.database_secret(settings) is None
     new = model.NewJob(executor="kubernetes", spec={"image": "busybox", "command": ["true"]})
     doc = kubernetes.dry_run(new, settings, datetime(2026, 1, 1, tzinfo=UTC))
     [container] = doc["spec"]["template"]["spec"]["containers"]
@@ -209,7 +209,7 @@ def test_corral_deploy_rbac_gives_argo_pods_their_role_in_every_allowed_namespac
     assert result.exit_code == 0, result.output
     docs = list(yaml.safe_load_all(result.output))
     for doc in docs:
-        kubernetes.check_manifest(doc)
+        kubernetes_manifest.check_manifest(doc)
     where = {(d["kind"], d["metadata"]["name"], d["metadata"]["namespace"]) for d in docs}
     assert where == {
         ("ServiceAccount", "corral", "corral"),
@@ -509,7 +509,7 @@ def test_the_worker_example_passes_the_schemas_and_its_grace_covers_its_drain(
     settings: config.Settings,
 ) -> None:
     doc = yaml.safe_load(WORKER.read_text(encoding="utf-8"))
-    kubernetes.check_manifest(doc)
+    kubernetes_manifest.check_manifest(doc)
     assert lint.lint_paths([WORKER], settings) == []
     shorter = settings.model_copy(
         update={

@@ -12,8 +12,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from corral import config, errors, model
-from corral.executors import base, registry
-from corral.executors import kubernetes as k8s
+from corral.executors import (
+    base,
+    kubernetes,
+    kubernetes_manifest,
+    kubernetes_owned,
+    kubernetes_spec,
+    registry,
+)
 from corral.testing import FrozenClock
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -34,9 +40,9 @@ def make_settings(**k8s_settings: Any) -> config.Settings:
 
 def job(spec: dict[str, Any], **kw: Any) -> dict[str, Any]:
     s = kw.pop("settings", None) or make_settings()
-    template = k8s.JobTemplate(s)
+    template = kubernetes.JobTemplate(s)
     new = model.NewJob(executor="kubernetes", spec=template.validate_spec(spec), **kw)
-    return k8s.dry_run(new, s, NOW)
+    return kubernetes.dry_run(new, s, NOW)
 
 
 def test_a_job_carries_corrals_rules_labels_and_environment() -> None:
@@ -68,7 +74,7 @@ def test_a_job_carries_corrals_rules_labels_and_environment() -> None:
     assert env["MODE"] == "x"
     assert (env["CORRAL_JOB_ID"], env["CORRAL_ATTEMPT"], env["CORRAL_FENCE"]) == ("0", "1", "0")
     assert "CORRAL_DATABASE_URL" not in env, "never a database URL in the clear"
-    k8s.check_manifest(doc)
+    kubernetes_manifest.check_manifest(doc)
 
 
 def test_long_values_are_hashed_in_labels_and_kept_whole_in_annotations() -> None:
@@ -77,7 +83,7 @@ def test_long_values_are_hashed_in_labels_and_kept_whole_in_annotations() -> Non
     labels, notes = doc["metadata"]["labels"], doc["metadata"]["annotations"]
     assert labels[model.TENANT].startswith("h-")
     assert notes == {model.TENANT: tenant, model.IDEMPOTENCY_KEY: "a b/c"}
-    k8s.check_manifest(doc)
+    kubernetes_manifest.check_manifest(doc)
 
 
 def test_placement_classes_and_the_database_secret() -> None:
@@ -111,7 +117,7 @@ def test_placement_classes_and_the_database_secret() -> None:
         settings=s,
     )["spec"]["template"]["spec"]
     assert (critical["priorityClassName"], critical["serviceAccountName"]) == ("high", "etl")
-    k8s.check_manifest(batch)
+    kubernetes_manifest.check_manifest(batch)
 
 
 @pytest.mark.parametrize(
@@ -175,7 +181,7 @@ def test_placement_classes_and_the_database_secret() -> None:
 )
 def test_a_bad_spec_is_refused_naming_the_field(spec: dict[str, Any], message: str) -> None:
     with pytest.raises(errors.InvalidInput) as caught:
-        k8s.JobTemplate(make_settings()).validate_spec(spec)
+        kubernetes.JobTemplate(make_settings()).validate_spec(spec)
     assert str(caught.value).startswith("kubernetes spec: ")
     assert message in str(caught.value)
 
@@ -200,7 +206,7 @@ def test_the_manifest_check_catches_what_the_api_server_would_refuse(
     doc = good_doc()
     change(doc)
     with pytest.raises(errors.InvalidInput, match=message):
-        k8s.check_manifest(doc)
+        kubernetes_manifest.check_manifest(doc)
 
 
 names = st.from_regex(r"[A-Z_][A-Z0-9_]{0,20}", fullmatch=True).filter(
@@ -247,7 +253,7 @@ def test_every_job_corral_makes_passes_the_strict_schemas(
         policy={"limits": {"attempt_deadline": deadline}},
         payload=PAYLOADS.get(payload),
     )
-    k8s.check_manifest(doc)
+    kubernetes_manifest.check_manifest(doc)
 
 
 def test_a_ttl_shorter_than_recovery_grace_is_refused() -> None:
@@ -265,27 +271,29 @@ def test_huge_pages_are_a_resource_and_kubernetes_own_label_keys_are_refused() -
         "command": ["true"],
         "resources": {"limits": {"hugepages-2Mi": "1Gi"}},
     }
-    k8s.check_manifest(job(spec))
+    kubernetes_manifest.check_manifest(job(spec))
     for key in ("job-name", "batch.kubernetes.io/job-name", "kubernetes.io/arch"):
         with pytest.raises(errors.InvalidInput, match="Kubernetes sets it"):
             model.check_label(key, "x")
 
 
 def test_a_placement_removed_from_the_settings_is_a_clear_launch_error() -> None:
-    template = k8s.JobTemplate(make_settings())
+    template = kubernetes.JobTemplate(make_settings())
     spec = template.validate_spec({"image": "busybox", "command": ["true"], "placement": "batch"})
     with pytest.raises(errors.ExecutorError, match="'batch' is no longer in the settings"):
-        k8s.JobTemplate(config.Settings()).manifest(k8s.placeholder_launch(spec), spec)
+        kubernetes.JobTemplate(config.Settings()).manifest(
+            kubernetes_manifest.placeholder_launch(spec), spec
+        )
 
 
 def test_quantities_read_as_kubernetes_reads_them() -> None:
     from decimal import Decimal
 
-    assert k8s.quantity("500m") == Decimal("0.5")
-    assert k8s.quantity("1Gi") == 2**30
-    assert k8s.quantity("1.5M") == 1_500_000
-    assert k8s.quantity("1e3") == 1000
-    assert k8s.quantity("512Mi") < k8s.quantity("1G")
+    assert kubernetes_spec.quantity("500m") == Decimal("0.5")
+    assert kubernetes_spec.quantity("1Gi") == 2**30
+    assert kubernetes_spec.quantity("1.5M") == 1_500_000
+    assert kubernetes_spec.quantity("1e3") == 1000
+    assert kubernetes_spec.quantity("512Mi") < kubernetes_spec.quantity("1G")
 
 
 @pytest.mark.parametrize(
@@ -317,11 +325,11 @@ def test_a_heartbeat_job_must_be_able_to_reach_corral() -> None:
     )
     s = make_settings()
     with pytest.raises(errors.InvalidInput, match="cannot reach corral to send heartbeats"):
-        client.check_job(new, executors={"kubernetes": k8s.JobTemplate(s)}, settings=s)
+        client.check_job(new, executors={"kubernetes": kubernetes.JobTemplate(s)}, settings=s)
     ok = make_settings(database_url_secret="corral-db/url").model_copy(
         update={"jobs_get_database_url": True}
     )
-    assert client.check_job(new, executors={"kubernetes": k8s.JobTemplate(ok)}, settings=ok)
+    assert client.check_job(new, executors={"kubernetes": kubernetes.JobTemplate(ok)}, settings=ok)
 
 
 @pytest.mark.parametrize("kind", ["kubernetes", "argo"])
@@ -367,7 +375,7 @@ def test_a_small_payload_is_its_json_in_the_environment() -> None:
     assert env["CORRAL_PAYLOAD"] == model.payload_json(SMALL)
     assert "CORRAL_PAYLOAD_FILE" not in env
     assert "volumes" not in doc["spec"]["template"]["spec"]
-    k8s.check_manifest(doc)
+    kubernetes_manifest.check_manifest(doc)
 
 
 def test_a_null_payload_is_neither_variable() -> None:
@@ -398,17 +406,19 @@ def test_a_large_payload_is_a_config_map_mounted_read_only() -> None:
     env = env_of(doc)
     assert env["CORRAL_PAYLOAD_FILE"] == MOUNTED_FILE
     assert "CORRAL_PAYLOAD" not in env
-    k8s.check_manifest(doc)
+    kubernetes_manifest.check_manifest(doc)
 
 
 def test_the_payload_config_map_is_owned_by_the_job_and_passes_the_schemas() -> None:
     new = model.NewJob(executor="kubernetes", spec={}, payload=LARGE, labels={"team": "data"})
     s = make_settings()
     launch = base.launch_for(model.first_claim(new, NOW), s, NOW)
-    job_doc = k8s.JobTemplate(s).manifest(launch, {"image": "busybox", "command": ["true"]})
+    job_doc = kubernetes.JobTemplate(s).manifest(launch, {"image": "busybox", "command": ["true"]})
     created = {**job_doc, "metadata": {**job_doc["metadata"], "uid": "3f2b-uid"}}
-    owner = k8s.owner_reference("batch/v1", "Job", created)
-    doc = k8s.payload_config_map(launch, k8s.Payload.of(launch), namespace="jobs", owner=owner)
+    owner = kubernetes_owned.owner_reference("batch/v1", "Job", created)
+    doc = kubernetes_owned.payload_config_map(
+        launch, kubernetes_owned.Payload.of(launch), namespace="jobs", owner=owner
+    )
     assert (doc["apiVersion"], doc["kind"], doc["metadata"]["name"]) == (
         "v1",
         "ConfigMap",
@@ -428,7 +438,7 @@ def test_the_payload_config_map_is_owned_by_the_job_and_passes_the_schemas() -> 
     ]
     assert doc["immutable"] is True
     assert doc["data"] == {"payload.json": model.payload_json(LARGE)}
-    k8s.check_manifest(doc)
+    kubernetes_manifest.check_manifest(doc)
 
 
 def test_a_config_map_over_1_mib_is_refused_as_the_api_server_would() -> None:
@@ -439,7 +449,7 @@ def test_a_config_map_over_1_mib_is_refused_as_the_api_server_would() -> None:
         "data": {"payload.json": "x" * (1024 * 1024 + 1)},
     }
     with pytest.raises(errors.InvalidInput, match="ConfigMap data: 1048577 bytes"):
-        k8s.check_manifest(doc)
+        kubernetes_manifest.check_manifest(doc)
 
 
 def test_a_payload_no_config_map_holds_is_refused_before_anything_is_made() -> None:
@@ -449,7 +459,7 @@ def test_a_payload_no_config_map_holds_is_refused_before_anything_is_made() -> N
         deadline_seconds=None,
     )
     with pytest.raises(errors.LaunchRefused, match="more than a ConfigMap holds"):
-        k8s.Payload.of(launch).check_size("creating Job jobs/corral-0-1")
+        kubernetes_owned.Payload.of(launch).check_size("creating Job jobs/corral-0-1")
 
 
 # --- the attempt token ------------------------------------------------------------------------
@@ -486,17 +496,17 @@ def test_the_attempt_token_is_read_from_the_launchs_secret_never_in_the_clear() 
     }, "not optional: the pod waits for the Secret"
     assert env_of(doc)["CORRAL_API_URL"] == API_URL
     assert "CORRAL_DATABASE_URL" not in [e["name"] for e in container["env"]]
-    k8s.check_manifest(doc)
+    kubernetes_manifest.check_manifest(doc)
 
 
 def test_the_token_secret_is_owned_by_the_job_and_passes_the_schemas() -> None:
     s = api_settings()
     new = model.NewJob(executor="kubernetes", spec={}, labels={"team": "data"}, tenant="t" * 70)
     launch = base.launch_for(model.first_claim(new, NOW), s, NOW)
-    job_doc = k8s.JobTemplate(s).manifest(launch, {"image": "busybox", "command": ["true"]})
+    job_doc = kubernetes.JobTemplate(s).manifest(launch, {"image": "busybox", "command": ["true"]})
     created = {**job_doc, "metadata": {**job_doc["metadata"], "uid": "3f2b-uid"}}
-    owner = k8s.owner_reference("batch/v1", "Job", created)
-    doc = k8s.attempt_secret(launch, namespace="jobs", owner=owner)
+    owner = kubernetes_owned.owner_reference("batch/v1", "Job", created)
+    doc = kubernetes_owned.attempt_secret(launch, namespace="jobs", owner=owner)
     assert doc is not None
     assert (doc["apiVersion"], doc["kind"], doc["type"]) == ("v1", "Secret", "Opaque")
     meta = doc["metadata"]
@@ -506,8 +516,10 @@ def test_the_token_secret_is_owned_by_the_job_and_passes_the_schemas() -> None:
     assert meta["ownerReferences"] == [owner]
     assert doc["immutable"] is True
     assert doc["stringData"] == {"token": model.attempt_token(ATTEMPT_KEY, 0, 0)}
-    assert k8s.owned_objects(launch, k8s.Payload.of(launch), namespace="jobs", owner=owner) == [doc]
-    k8s.check_manifest(doc)
+    assert kubernetes_owned.owned_objects(
+        launch, kubernetes_owned.Payload.of(launch), namespace="jobs", owner=owner
+    ) == [doc]
+    kubernetes_manifest.check_manifest(doc)
 
 
 def test_without_an_api_url_there_is_no_token_and_no_secret() -> None:
@@ -516,7 +528,7 @@ def test_without_an_api_url_there_is_no_token_and_no_secret() -> None:
         model.first_claim(model.NewJob(executor="kubernetes", spec={}), NOW), s, NOW
     )
     owner = {"apiVersion": "batch/v1", "kind": "Job", "name": launch.name, "uid": "u"}
-    assert k8s.attempt_secret(launch, namespace="jobs", owner=owner) is None
+    assert kubernetes_owned.attempt_secret(launch, namespace="jobs", owner=owner) is None
     env = env_of(job({"image": "busybox", "command": ["true"]}, settings=s))
     assert "CORRAL_ATTEMPT_TOKEN" not in env
 
@@ -619,7 +631,7 @@ def test_every_pod_is_restricted_and_has_resources_by_default() -> None:
 
 def test_every_pod_field_lands_where_kubernetes_reads_it_and_passes_the_schemas() -> None:
     doc = job(EVERYTHING)
-    k8s.check_manifest(doc)
+    kubernetes_manifest.check_manifest(doc)
     pod = pod_of(doc)
     assert restricted_problems(pod) == []
     assert doc["spec"]["template"]["metadata"]["annotations"] == {"example.com/team": "data"}
@@ -703,7 +715,7 @@ def test_baseline_lets_a_job_run_as_root_but_never_privileged() -> None:
         "pod_security_context": {"runAsNonRoot": False, "runAsUser": 0},
         "security_context": {"capabilities": {"add": ["CHOWN"], "drop": ["ALL"]}},
     }
-    k8s.check_manifest(job(spec, settings=s))
+    kubernetes_manifest.check_manifest(job(spec, settings=s))
     with pytest.raises(errors.InvalidInput, match="runAsNonRoot: must stay true"):
         job(spec)
     with pytest.raises(errors.InvalidInput, match="SYS_ADMIN may not be added"):
@@ -844,7 +856,10 @@ def test_baseline_lets_a_job_run_as_root_but_never_privileged() -> None:
 def test_a_bad_pod_field_is_refused_naming_the_field_and_the_rule(
     extra: dict[str, Any], message: str
 ) -> None:
-    for kind, template in (("kubernetes", k8s.JobTemplate), ("argo", argo_template())):
+    for kind, template in (
+        ("kubernetes", kubernetes.JobTemplate),
+        ("argo", argo_template()),
+    ):
         with pytest.raises(errors.InvalidInput) as caught:
             template(make_settings()).validate_spec(
                 {"image": "busybox", "command": ["true"], **extra}
@@ -883,7 +898,7 @@ def test_a_placement_class_is_held_to_the_same_rules(
         errors.ConfigError,
         match=f"executors.kubernetes.{message}".replace("(", "\\(").replace(")", "\\)"),
     ):
-        k8s.JobTemplate(s)
+        kubernetes.JobTemplate(s)
 
 
 def test_a_job_runs_in_an_allowed_namespace_only() -> None:

@@ -11,7 +11,7 @@ import pytest
 from kubernetes.aio import client
 
 from corral import config, errors, model
-from corral.executors import argo, kube_client, kubernetes, startup
+from corral.executors import argo_observation, kube_calls, kubernetes_observation, startup
 
 NOW = datetime(2026, 12, 6, 12, 0, tzinfo=UTC)
 P, T = model.FailureClass.PERMANENT, model.FailureClass.TRANSIENT
@@ -135,21 +135,27 @@ def succeeded(*conditions: dict[str, Any], **meta: Any) -> dict[str, Any]:
 
 def test_a_success_after_a_disruption_is_not_trusted() -> None:
     disruption = {"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler"}
-    obs = kubernetes.job_observation(complete_job(), [succeeded(disruption)])
+    obs = kubernetes_observation.job_observation(complete_job(), [succeeded(disruption)])
     assert (obs.phase, obs.failure_class) == (model.Phase.FAILED, T)
     assert (
         obs.reason
         == "success not trusted: its pod exited 0 after a disruption (PreemptionByScheduler)"
     )
-    gone = kubernetes.job_observation(complete_job(), [])
+    gone = kubernetes_observation.job_observation(complete_job(), [])
     assert (gone.phase, gone.failure_class) == (model.Phase.FAILED, T)
     deleting = succeeded(deletionTimestamp="2026-12-06T12:00:00Z")
-    assert kubernetes.job_observation(complete_job(), [deleting]).phase is model.Phase.FAILED
+    assert (
+        kubernetes_observation.job_observation(complete_job(), [deleting]).phase
+        is model.Phase.FAILED
+    )
 
 
 def test_an_undisturbed_success_is_trusted() -> None:
-    assert kubernetes.job_observation(complete_job(), [succeeded()]).phase is model.Phase.SUCCEEDED
-    ttl = kubernetes.job_observation(complete_job(deleting=True), [])
+    assert (
+        kubernetes_observation.job_observation(complete_job(), [succeeded()]).phase
+        is model.Phase.SUCCEEDED
+    )
+    ttl = kubernetes_observation.job_observation(complete_job(deleting=True), [])
     assert ttl.phase is model.Phase.SUCCEEDED, "its TTL deletes the Job and its pods together"
 
 
@@ -163,15 +169,15 @@ def forbidden(message: str) -> client.ApiException:
 
 def test_a_job_refused_by_admission_is_refused_for_good() -> None:
     webhook = 'admission webhook "validation.gatekeeper.sh" denied the request: [labels] team'
-    refused = kube_client.translate(forbidden(webhook), "creating Job default/a")
+    refused = kube_calls.translate(forbidden(webhook), "creating Job default/a")
     assert isinstance(refused, errors.LaunchRefused)
     assert "[labels] team" in str(refused)
     quota = 'jobs "a" is forbidden: exceeded quota: jobs, requested: count/jobs.batch=1'
-    full = kube_client.translate(forbidden(quota), "creating Job default/a")
+    full = kube_calls.translate(forbidden(quota), "creating Job default/a")
     assert not isinstance(full, errors.LaunchRefused), "a quota frees up"
     assert "ResourceQuota" in str(full)
     assert "Role" not in str(full)
-    role = kube_client.translate(forbidden('jobs is forbidden: User "x" cannot create'), "x")
+    role = kube_calls.translate(forbidden('jobs is forbidden: User "x" cannot create'), "x")
     assert "Role" in str(role)
 
 
@@ -209,10 +215,12 @@ def workflow(phase: str, node: dict[str, Any] | None = None) -> dict[str, Any]:
 
 def test_argo_reads_why_its_pod_waits_from_the_node_message() -> None:
     pulling = {"phase": "Pending", "message": "ImagePullBackOff: Back-off pulling image"}
-    assert argo.pod_waiting(workflow("Running", pulling)) == startup.Waiting(
+    assert argo_observation.pod_waiting(workflow("Running", pulling)) == startup.Waiting(
         "ImagePullBackOff", "Back-off pulling image", P
     )
-    assert argo.pod_waiting(workflow("Pending")) == startup.Waiting("Pending")
-    assert argo.pod_waiting(workflow("Running")) is None, "running, no node yet: trusted"
-    assert argo.pod_waiting(workflow("Running", {"phase": "Running"})) is None
-    assert argo.pod_waiting(workflow("Failed", pulling)) is None
+    assert argo_observation.pod_waiting(workflow("Pending")) == startup.Waiting("Pending")
+    assert argo_observation.pod_waiting(workflow("Running")) is None, (
+        "running, no node yet: trusted"
+    )
+    assert argo_observation.pod_waiting(workflow("Running", {"phase": "Running"})) is None
+    assert argo_observation.pod_waiting(workflow("Failed", pulling)) is None

@@ -11,8 +11,7 @@ from typing import Any
 import pytest
 
 from corral import config, errors
-from corral.executors import argo
-from corral.executors import kubernetes as k8s
+from corral.executors import argo, kubernetes
 
 CEILING = {"cpu": "8", "memory": "32Gi", "nvidia.com/gpu": "2"}
 SIDECAR = {
@@ -21,7 +20,7 @@ SIDECAR = {
     "command": ["envoy"],
     "resources": {"limits": {"memory": "33Gi"}},
 }
-TEMPLATES = {"kubernetes": k8s.JobTemplate, "argo": argo.WorkflowTemplate}
+TEMPLATES = {"kubernetes": kubernetes.JobTemplate, "argo": argo.WorkflowTemplate}
 
 
 def settings(**k8s_settings: Any) -> config.Settings:
@@ -115,4 +114,4 @@ def test_the_ceiling_reads_from_a_settings_file(tmp_path: Path) -> None:
     loaded = config.Settings.load(cfg)
     assert loaded.executors.kubernetes.max_resources == {"cpu": "4", "nvidia.com/gpu": "1"}
     with pytest.raises(errors.ConfigError, match=r"default_resources\.requests\.cpu: 5 is more"):
-        k8s.JobTemplate(loaded)
+        kubernetes.JobTemplate(loaded)

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 import httpx
 
 from corral import config, errors, model
-from corral.executors import http
+from corral.executors import http_guard, http_outcome, http_request, http_send
 from corral.store.alerts import Alert
 
 
@@ -220,7 +220,7 @@ class Email:
 class _Web:
     """A POST of JSON through the HTTP jobs' guard, to the address it checked."""
 
-    def __init__(self, url: str, seconds: float, guard: http.Guard) -> None:
+    def __init__(self, url: str, seconds: float, guard: http_guard.Guard) -> None:
         self.url = url
         self.seconds = seconds
         self.guard = guard
@@ -232,7 +232,7 @@ class _Web:
         return self.clients[origin]
 
     async def post(self, body: Mapping[str, Any], headers: Mapping[str, str]) -> None:
-        outcome = await http.send(
+        outcome = await http_send.send(
             self._client,
             self.guard,
             method="POST",
@@ -242,7 +242,7 @@ class _Web:
             seconds=self.seconds,
             body_bytes=1024,
         )
-        phase, reason, _ = http.judge(outcome, ["2xx"])
+        phase, reason, _ = http_outcome.judge(outcome, ["2xx"])
         if phase is not model.Phase.SUCCEEDED:
             raise errors.Undelivered(
                 model.redacted(reason).replace(self.url, "[the channel's URL]")
@@ -256,7 +256,7 @@ class Slack(_Web):
     """A Slack incoming webhook: a Block Kit message (what happened, the job, its last
     attempt, a link), with the dedupe key in its text."""
 
-    def __init__(self, settings: config.SlackChannel, guard: http.Guard) -> None:
+    def __init__(self, settings: config.SlackChannel, guard: http_guard.Guard) -> None:
         super().__init__(settings.webhook_url, settings.timeout.total_seconds(), guard)
 
     async def send(self, message: Rendered) -> None:
@@ -289,7 +289,7 @@ class Webhook(_Web):
     """Any URL: the documented JSON body (`Rendered.body`), signed the Standard Webhooks
     way when the channel has a secret (webhook-id: the dedupe key)."""
 
-    def __init__(self, settings: config.WebhookChannel, guard: http.Guard, now: Any) -> None:
+    def __init__(self, settings: config.WebhookChannel, guard: http_guard.Guard, now: Any) -> None:
         super().__init__(settings.url, settings.timeout.total_seconds(), guard)
         self.secret = settings.secret
         self.now = now
@@ -297,14 +297,14 @@ class Webhook(_Web):
     async def send(self, message: Rendered) -> None:
         headers = {"Idempotency-Key": message.key}
         if self.secret:
-            http.sign(headers, json.dumps(message.body).encode(), [self.secret], self.now())
+            http_request.sign(headers, json.dumps(message.body).encode(), [self.secret], self.now())
         await self.post(message.body, headers)
 
 
 def build(name: str, settings: config.Settings, now: Any) -> Email | Slack | Webhook:
     """The channel `name` of the settings, ready to send."""
     channel = settings.alerts.channels[name]
-    guard = http.Guard(settings.executors.http.allow_networks)
+    guard = http_guard.Guard(settings.executors.http.allow_networks)
     if isinstance(channel, config.EmailChannel):
         return Email(channel)
     if isinstance(channel, config.SlackChannel):

@@ -28,180 +28,38 @@ errors, timeouts, 5xx, 408 and 429 are transient failures (retried); any other s
 is permanent (the job is quarantined at once); a refusal by the guard is permanent.
 The reason says the status, the time it took and the address; a failure's message is
 the start of the response body.
+
+The parts, each in its module: the spec's checks (http_spec.py), the guard
+(http_guard.py), building and signing the request (http_request.py), sending it
+(http_send.py), and judging what came back (http_outcome.py). This module holds the
+executor: its slots, its clients, its signing keys, and the outcomes it tells.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
-import email.utils
-import ipaddress
-import json
 import logging
-import re
-import socket
 import time
-import urllib.parse
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import httpx
 
-from corral import clock, config, errors, model, netrules
-from corral.executors import base
+from corral import clock, config, errors, model
+from corral.executors import http_guard, http_outcome, http_request, http_send, http_spec
 
 log = logging.getLogger("corral.executors.http")
 
-KIND = "http"
-METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
-MAX_REDIRECTS = 5
-TRANSIENT_STATUSES = frozenset({408, 429})
-"""Besides every 5xx: the server asks to be asked again later."""
 CLIENTS_KEPT = 64
 """Origins whose clients (and pooled connections) are kept; the least recently used closes."""
 REMEMBERED = 10_000
 """How many finished requests `observe` still answers for (a poll may come after the push)."""
-MESSAGE_CHARS = 500
 
-_HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
-_EXPECT = re.compile(r"^(?:[1-5]xx|[1-5][0-9][0-9])$")
-_SET_BY_CORRAL = frozenset(
-    {
-        "host",
-        "content-length",
-        "corral-job-id",
-        "corral-attempt",
-        "corral-fence",
-        "idempotency-key",
-        "webhook-id",
-        "webhook-timestamp",
-        "webhook-signature",
-    }
-)
 KEYS_FRESH_SECONDS = 5.0
 """How long a tenant's signing secrets are used before they are read again: a rotation
 signs every request within this long."""
-
-
-# --- the spec ------------------------------------------------------------------------------
-
-
-MAX_REQUEST_BODY = 256 * 1024
-"""By default, the largest request body (`body`, or `json` as sent) an HTTP job may carry."""
-
-
-def check_spec(
-    spec: Mapping[str, Any], *, guard: Guard | None = None, max_body: int = MAX_REQUEST_BODY
-) -> dict[str, Any]:
-    """The spec, normalised: method, url, headers, body or json, expect. InvalidInput names
-    the field and the rule. With `guard`, a URL whose host is a literal address the guard
-    refuses is refused now (a name is checked when the request is sent); a body past
-    `max_body` bytes is refused."""
-    allowed = ("method", "url", "headers", "body", "json", "expect")
-    if unknown := sorted(set(spec) - set(allowed)):
-        raise errors.InvalidInput(
-            base.spec_error(KIND, unknown[0], f"unknown field (allowed: {', '.join(allowed)})")
-        )
-    method = spec.get("method", "GET")
-    if not isinstance(method, str) or method.upper() not in METHODS:
-        raise _bad("method", f"must be one of {', '.join(METHODS)}")
-    normal: dict[str, Any] = {"method": method.upper(), "url": check_url(spec.get("url"))}
-    normal["headers"] = _checked_headers(spec.get("headers", {}))
-    if "body" in spec and "json" in spec:
-        raise _bad("body", "give body or json, not both")
-    if "body" in spec:
-        if not isinstance(spec["body"], str):
-            raise _bad("body", "must be a string (use json for a JSON body)")
-        normal["body"] = spec["body"]
-    if "json" in spec:
-        normal["json"] = spec["json"]
-    size = _body_size(normal)
-    if size > max_body:
-        field = "body" if "body" in normal else "json"
-        raise _bad(
-            field,
-            f"is {size:,} bytes; a request body is at most {max_body:,}"
-            " (executors.http.max_request_body_bytes): send a reference to the data instead",
-        )
-    if guard is not None and (why := _literal_refusal(normal["url"], guard)) is not None:
-        raise _bad("url", f"{why}: it could never be sent")
-    normal["expect"] = check_expect(spec.get("expect", "2xx"))
-    return normal
-
-
-def _checked_headers(headers: Any) -> dict[str, str]:
-    if not isinstance(headers, Mapping) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in headers.items()
-    ):
-        raise _bad("headers", "must be a mapping of header names to strings")
-    for name, value in headers.items():
-        if not _HEADER_NAME.match(name):
-            raise _bad("headers", f"{name!r} is not a header name")
-        if name.lower() in _SET_BY_CORRAL:
-            raise _bad("headers", f"{name} is set by corral")
-        if any(c in value for c in "\r\n\0"):
-            raise _bad("headers", f"{name}: a value must be one line")
-    return dict(headers)
-
-
-def _body_size(normal: Mapping[str, Any]) -> int:
-    if "body" in normal:
-        return len(normal["body"].encode("utf-8", "surrogatepass"))
-    if "json" in normal:
-        return len(json.dumps(normal["json"], separators=(",", ":")).encode("utf-8", "replace"))
-    return 0
-
-
-def _literal_refusal(url: str, guard: Guard) -> str | None:
-    """The guard's refusal of a URL whose host is a literal address; None for a name."""
-    parsed = httpx.URL(url)
-    try:
-        ipaddress.ip_address(parsed.host.strip("[]"))
-    except ValueError:
-        return None
-    port = parsed.port or (443 if parsed.scheme == "https" else 80)
-    return guard.refusal(parsed.host.strip("[]"), port)
-
-
-def check_url(url: Any) -> str:
-    """An absolute http or https URL with a host."""
-    if not isinstance(url, str) or not url:
-        raise _bad("url", "must be an absolute http:// or https:// URL")
-    try:
-        parsed = httpx.URL(url)
-    except (httpx.InvalidURL, TypeError, ValueError) as exc:
-        raise _bad("url", f"is not a URL ({exc})") from None
-    if parsed.scheme not in ("http", "https"):
-        given = f" (not {parsed.scheme}:)" if parsed.scheme else ""
-        raise _bad("url", f"must start with http:// or https://{given}")
-    if not parsed.host:
-        raise _bad("url", "must name a host")
-    return url
-
-
-def check_expect(expect: Any) -> list[str]:
-    """The statuses that mean success: `2xx`, `200,204`, or a list of them, as strings."""
-    items: Iterable[Any]
-    if isinstance(expect, str):
-        items = [part.strip() for part in expect.split(",")]
-    elif isinstance(expect, list | tuple):
-        items = [str(part) for part in expect]
-    else:
-        items = [expect]
-    normal = [str(item).lower() for item in items]
-    if not normal or not all(_EXPECT.match(item) for item in normal):
-        raise _bad("expect", "must be statuses (200,204) or classes (2xx), comma-separated")
-    return normal
-
-
-def expected(status: int, expect: Sequence[str]) -> bool:
-    return str(status) in expect or f"{status // 100}xx" in expect
-
-
-def _bad(field: str, rule: str) -> errors.InvalidInput:
-    return errors.InvalidInput(base.spec_error(KIND, field, rule))
 
 
 class SpecCheck:
@@ -209,390 +67,17 @@ class SpecCheck:
 
     def __init__(self, settings: config.Settings | None = None) -> None:
         own = (settings or config.Settings()).executors.http
-        self.guard = Guard(own.allow_networks)
+        self.guard = http_guard.Guard(own.allow_networks)
         self.max_body = own.max_request_body_bytes
 
     def validate_spec(self, spec: Mapping[str, Any]) -> dict[str, Any]:
-        return check_spec(spec, guard=self.guard, max_body=self.max_body)
-
-
-# --- the guard -----------------------------------------------------------------------------
-
-
-_SHARED = ipaddress.ip_network("100.64.0.0/10")  # CGNAT: not global, yet not `is_private`
-
-
-class Guard:
-    """Which addresses and ports a request may go to: global addresses on any port, and
-    those of `allow` (corral.netrules) on purpose."""
-
-    def __init__(self, allow: Iterable[str] = ()) -> None:
-        self.allow = tuple(netrules.parse(entry) for entry in allow)
-
-    def refusal(self, address: str, port: int) -> str | None:
-        """Why a request must not go to `address` on `port`, or None."""
-        ip = ipaddress.ip_address(address)
-        if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-            ip = ip.ipv4_mapped  # ::ffff:127.0.0.1 is 127.0.0.1
-        elif isinstance(ip, ipaddress.IPv6Address):
-            # An IPv4 address carried in an IPv6 one is reached through it: 2002:a9fe:a9fe::
-            # (6to4), 2001:0:... (Teredo: its client).
-            inner = ip.sixtofour or (ip.teredo[1] if ip.teredo else None)
-            if inner is not None and not any(o.opens(ip, port) for o in self.allow):
-                why = self.refusal(str(inner), port)
-                return None if why is None else f"{address} holds {why}"
-        if any(o.opens(ip, port) for o in self.allow):
-            return None
-        if nearly := [str(o) for o in self.allow if ip in o.network]:
-            return (
-                f"{address} port {port} is not opened: executors.http.allow_networks opens"
-                f" {', '.join(nearly)}; name the port there (e.g. {ip}:{port})"
-            )
-        for kind, hit in (
-            ("unspecified", ip.is_unspecified),
-            ("loopback", ip.is_loopback),
-            ("link-local", ip.is_link_local),
-            ("multicast", ip.is_multicast),
-            ("shared (CGNAT)", ip in _SHARED),
-            ("reserved", ip.is_reserved),
-            ("private", ip.is_private),
-            ("non-public", not ip.is_global),
-        ):
-            if hit:
-                return f"{address} is a {kind} address (executors.http.allow_networks opens it)"
-        return None
-
-    async def address(self, host: str, port: int) -> str:
-        """The one address to connect to for `host`: resolved once, every answer checked."""
-        try:
-            literal = ipaddress.ip_address(host.strip("[]"))
-        except ValueError:
-            literal = None
-        if literal is not None:
-            addresses = [str(literal)]
-        else:
-            try:
-                infos = await asyncio.get_running_loop().getaddrinfo(
-                    host, port, type=socket.SOCK_STREAM
-                )
-            except OSError as exc:
-                raise httpx.ConnectError(f"cannot resolve {host}: {exc}") from exc
-            addresses = list(dict.fromkeys(str(info[4][0]) for info in infos))
-        for found in addresses:
-            if why := self.refusal(found, port):
-                raise errors.DestinationRefused(f"{host}: {why}" if found != host else why)
-        return addresses[0]
-
-
-# --- one request -----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Outcome:
-    """What became of one request, redirects followed."""
-
-    status: int | None = None
-    reason_phrase: str = ""
-    address: str | None = None
-    seconds: float = 0.0
-    body: bytes = b""
-    error: str | None = None  # no response: why (a timeout, a refused connection)
-    refused: str | None = None  # the guard's refusal
-    retry_after: str | None = None  # the response's Retry-After, as it came
-    headers: tuple[tuple[str, str], ...] = ()  # the response's
-    body_cut: bool = False  # the body went on past what was kept
-    hops: tuple[str, ...] = ()  # the redirects followed: status and where to
-
-
-_CROSS_ORIGIN_DROPPED = ("webhook-id", "webhook-timestamp", "webhook-signature", "cookie")
-
-
-def _redirected_headers(
-    headers: Mapping[str, str], *, same_origin: bool, body_kept: bool
-) -> dict[str, str]:
-    """The headers a redirect is followed with: to another origin, none that carries a
-    credential or corral's signature (as browsers and httpx do); without the body, none
-    that describes it (the signature was of the body)."""
-    kept = {}
-    for name, value in headers.items():
-        low = name.lower()
-        if not same_origin and (low in _CROSS_ORIGIN_DROPPED or model.names_a_secret(low)):
-            continue
-        if not body_kept and (low.startswith("content-") or low.startswith("webhook-")):
-            continue
-        kept[name] = value
-    return kept
-
-
-async def send(
-    clients: Callable[[str], httpx.AsyncClient],
-    guard: Guard,
-    *,
-    method: str,
-    url: str,
-    headers: Mapping[str, str],
-    content: bytes | None,
-    seconds: float,
-    body_bytes: int,
-) -> Outcome:
-    """Send one request through the guard, following redirects (each checked again).
-    `clients(name)` is the client for a host name: connections (and their TLS sessions)
-    are never shared between names, though the URL names the checked address."""
-    started = time.monotonic()
-    address: str | None = None
-    headers = dict(headers)
-    hops: list[str] = []
-
-    def took() -> float:
-        return time.monotonic() - started
-
-    try:
-        async with asyncio.timeout(seconds):
-            target = httpx.URL(url)
-            for _ in range(MAX_REDIRECTS + 1):
-                if target.scheme not in ("http", "https"):
-                    refused = f"a redirect to {target.scheme}: is refused"
-                    return Outcome(refused=refused, seconds=took())
-                host = target.raw_host.decode("ascii")  # IDNA as it is sent: one name for all
-                port = target.port or (443 if target.scheme == "https" else 80)
-                address = await guard.address(host, port)
-                client = clients(f"{target.scheme}://{host}:{port}")
-                request = client.build_request(
-                    method,
-                    target.copy_with(host=address),
-                    headers={**headers, "Host": target.netloc.decode("ascii")},
-                    content=content,
-                    extensions={"sni_hostname": host, "timeout": _timeouts(seconds)},
-                )
-                response = await client.send(request, stream=True)
-                try:
-                    body, cut = await _read(response, body_bytes)
-                finally:
-                    await response.aclose()
-                location = response.headers.get("location")
-                if not (response.is_redirect and location):
-                    return Outcome(
-                        response.status_code,
-                        response.reason_phrase,
-                        address,
-                        took(),
-                        body,
-                        retry_after=response.headers.get("retry-after"),
-                        headers=tuple(response.headers.multi_items()),
-                        body_cut=cut,
-                        hops=tuple(hops),
-                    )
-                following = target.join(location)
-                where = model.redacted(str(following))
-                hops.append(f"HTTP {response.status_code} {response.reason_phrase} -> {where}")
-                if target.scheme == "https" and following.scheme == "http":
-                    refused = f"a redirect from https to http ({following.host}) is refused"
-                    return Outcome(refused=refused, address=address, seconds=took())
-                body_kept = not (response.status_code in (301, 302, 303) and method != "HEAD")
-                if not body_kept:
-                    method, content = "GET", None  # as every browser does
-                same = (following.scheme, following.raw_host, following.port) == (
-                    target.scheme,
-                    target.raw_host,
-                    target.port,
-                )
-                headers = _redirected_headers(headers, same_origin=same, body_kept=body_kept)
-                target = following
-            return Outcome(
-                error=f"more than {MAX_REDIRECTS} redirects", address=address, seconds=took()
-            )
-    except errors.DestinationRefused as exc:
-        return Outcome(refused=str(exc), seconds=took())
-    except TimeoutError:
-        return Outcome(error=f"no response in {seconds:g}s", address=address, seconds=took())
-    except httpx.TimeoutException as exc:
-        why = f"timed out: {exc or type(exc).__name__}"
-        return Outcome(error=why, address=address, seconds=took())
-    except httpx.HTTPError as exc:
-        return Outcome(error=f"{type(exc).__name__}: {exc}", address=address, seconds=took())
-
-
-def _timeouts(total: float) -> dict[str, float]:
-    return {"connect": total, "read": total, "write": total, "pool": total}
-
-
-async def _read(response: httpx.Response, limit: int) -> tuple[bytes, bool]:
-    """Up to `limit` bytes of the body (the rest is not read), and whether there was more."""
-    kept = bytearray()
-    async for chunk in response.aiter_raw():
-        room = limit - len(kept)
-        kept += chunk[:room]
-        if len(chunk) > room:
-            return bytes(kept), True
-    return bytes(kept), False
-
-
-def judge(
-    outcome: Outcome, expect: Sequence[str]
-) -> tuple[model.Phase, str, model.FailureClass | None]:
-    """The phase, reason and failure class of an outcome (pure)."""
-    took = f"in {outcome.seconds * 1000:.0f} ms"
-    if outcome.refused is not None:
-        return model.Phase.FAILED, f"refused: {outcome.refused}", model.FailureClass.PERMANENT
-    if outcome.status is None:
-        at = f" ({outcome.address})" if outcome.address else ""
-        return model.Phase.FAILED, f"{outcome.error}{at}", model.FailureClass.TRANSIENT
-    said = f"HTTP {outcome.status}{' ' + outcome.reason_phrase if outcome.reason_phrase else ''}"
-    reason = f"{said} {took} ({outcome.address})"
-    if expected(outcome.status, expect):
-        return model.Phase.SUCCEEDED, reason, None
-    if outcome.status >= 500 or outcome.status in TRANSIENT_STATUSES:
-        return model.Phase.FAILED, reason, model.FailureClass.TRANSIENT
-    return model.Phase.FAILED, reason, model.FailureClass.PERMANENT
-
-
-def retry_after_seconds(value: str | None, now: datetime) -> float | None:
-    """A Retry-After header's wait in seconds (delta-seconds or an HTTP date), or None."""
-    if not value:
-        return None
-    value = value.strip()
-    if value.isascii() and value.isdigit():
-        return float(value)
-    try:
-        at = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    if at.tzinfo is None:
-        at = at.replace(tzinfo=UTC)
-    return max((at - now).total_seconds(), 0.0)
-
-
-def _header_lines(headers: Iterable[tuple[str, str]]) -> str:
-    """Headers as lines, the values of those that carry a secret redacted."""
-    return "".join(
-        f"{name}: {model.REDACTED if model.names_a_secret(name) else model.redacted(value)}\n"
-        for name, value in headers
-    )
-
-
-def request_stream(
-    method: str, url: str, headers: Mapping[str, str], content: bytes | None, limit: int
-) -> model.Stream:
-    """The request as the run log keeps it: its line, its headers and the first `limit`
-    bytes of its body, secrets redacted (in a JSON body, the values of secret-named keys,
-    as `jobs show` shows the spec)."""
-    head = f"{method} {model.redacted(url)}\n{_header_lines(headers.items())}"
-    body = content or b""
-    try:
-        shown = json.dumps(model.redacted(json.loads(body))).encode() if body else body
-    except ValueError:  # not JSON (UnicodeDecodeError is one): as it is
-        shown = body
-    return _message("request", head, shown, len(shown) > limit, limit, size=len(body))
-
-
-def response_stream(outcome: Outcome) -> model.Stream | None:
-    """The response as the run log keeps it: the redirects followed, its status line, its
-    headers (secrets redacted) and the first part of its body; None without a response."""
-    if outcome.status is None:
-        return None
-    status = f"HTTP {outcome.status} {outcome.reason_phrase}".rstrip()
-    head = "".join(f"{hop}\n" for hop in outcome.hops)
-    head += f"{status}\n{_header_lines(outcome.headers)}"
-    return _message("response", head, outcome.body, outcome.body_cut, len(outcome.body))
-
-
-def _message(
-    name: str, head: str, body: bytes, cut: bool, limit: int, *, size: int | None = None
-) -> model.Stream:
-    kept = body[:limit]
-    text = head if not body else f"{head}\n{model.decoded(kept, cut_after=cut)}"
-    total = len(head.encode()) + (1 + (len(body) if size is None else size) if body else 0)
-    return model.Stream(name, text, total, cut)
-
-
-def run_log(request: model.Stream | None, outcome: Outcome) -> model.RunLog:
-    """An HTTP attempt's run log: its request (None when it could not be made), response,
-    status, latency and the address it reached."""
-    streams = tuple(s for s in (request, response_stream(outcome)) if s is not None)
-    return model.RunLog(
-        streams=streams, latency=outcome.seconds, status=outcome.status, address=outcome.address
-    )
-
-
-def first_line(body: bytes) -> str | None:
-    for line in body.decode("utf-8", "replace").splitlines():
-        if line := line.strip():
-            return line[:MESSAGE_CHARS]
-    return None
-
-
-_IDENTITY = {"Accept-Encoding": "identity"}
-
-
-def request_headers(launch: model.Launch, spec: Mapping[str, Any]) -> dict[str, str]:
-    """The spec's headers and corral's: who sends, which attempt, and the job's key."""
-    key = launch.annotations.get(model.IDEMPOTENCY_KEY) or launch.labels.get(model.IDEMPOTENCY_KEY)
-    given = spec.get("headers", {})
-    # The body as it is, unless the job asks otherwise: what the run log keeps is readable.
-    plain = {} if any(n.lower() == "accept-encoding" for n in given) else _IDENTITY
-    return {
-        "User-Agent": "corral",
-        **plain,
-        **given,
-        "Corral-Job-Id": str(launch.job_id),
-        "Corral-Attempt": str(launch.attempt_no),
-        "Corral-Fence": str(launch.fence),
-        "Idempotency-Key": key or f"corral-job-{launch.job_id}",
-    }
-
-
-_PLACE = re.compile(r"\{\{\s*([A-Za-z0-9_.-]+)\s*\}\}")
-
-
-def fill(template: str, payload: Any, *, quote: bool = False) -> str:
-    """`template` with each `{{path}}` replaced by that value of the payload (a dotted
-    path: `{{corral.nominal_time}}`); strings as they are, anything else as JSON;
-    percent-encoded when `quote` (in a URL)."""
-
-    def value(match: re.Match[str]) -> str:
-        found: Any = payload
-        for key in match[1].split("."):
-            if not isinstance(found, Mapping) or key not in found:
-                raise errors.TemplateError(f"{{{{{match[1]}}}}} names nothing in the job's payload")
-            found = found[key]
-        text = found if isinstance(found, str) else json.dumps(found)
-        return urllib.parse.quote(text, safe="") if quote else text
-
-    return _PLACE.sub(value, template)
-
-
-def request_body(spec: Mapping[str, Any], payload: Any, headers: dict[str, str]) -> bytes | None:
-    """The body: the spec's `json`, or its `body` with the payload's values filled in; with
-    neither, the job's payload as JSON (a firing's payload says its interval), if any."""
-    as_json = "body" not in spec and payload is not None and spec["method"] not in ("GET", "HEAD")
-    if "json" in spec or as_json:
-        if not any(name.lower() == "content-type" for name in headers):
-            headers["Content-Type"] = "application/json"
-        return json.dumps(spec.get("json", payload)).encode()
-    body = spec.get("body")
-    return None if body is None else fill(str(body), payload).encode()
-
-
-def sign(headers: dict[str, str], content: bytes | None, keys: Sequence[str], at: datetime) -> None:
-    """Sign the request the Standard Webhooks way: webhook-id (the Idempotency-Key: the
-    same on every attempt of a job), webhook-timestamp, and webhook-signature over
-    `id.timestamp.body`, one `v1,` signature per key (during a rotation, old and new)."""
-    from standardwebhooks.webhooks import Webhook
-
-    message = headers["Idempotency-Key"]
-    data = (content or b"").decode("utf-8")
-    headers["webhook-id"] = message
-    headers["webhook-timestamp"] = str(int(at.timestamp()))
-    headers["webhook-signature"] = " ".join(Webhook(k).sign(message, at, data) for k in keys)
-
-
-# --- the executor ------------------------------------------------------------------------------
+        return http_spec.check_spec(spec, guard=self.guard, max_body=self.max_body)
 
 
 class HttpExecutor:
     """Runs each attempt as one HTTP request; see the module's doc."""
 
-    kind = KIND
+    kind = http_spec.KIND
     observable = False
     """A request leaves nothing to list: the dispatcher records an attempt running before
     it is sent, and recovery never sends it again under the same name."""
@@ -605,13 +90,13 @@ class HttpExecutor:
         concurrency: int,
         allow_networks: Iterable[str] = (),
         body_bytes: int = 65_536,
-        max_body: int = MAX_REQUEST_BODY,
+        max_body: int = http_spec.MAX_REQUEST_BODY,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self._clock = clock
         self._timeout = timeout.total_seconds()
         self._slots = asyncio.Semaphore(concurrency)
-        self.guard = Guard(allow_networks)
+        self.guard = http_guard.Guard(allow_networks)
         self._body_bytes = body_bytes
         self._max_body = max_body
         self._transport = transport
@@ -641,7 +126,7 @@ class HttpExecutor:
         return read[1]
 
     def validate_spec(self, spec: Mapping[str, Any]) -> dict[str, Any]:
-        return check_spec(spec, guard=self.guard, max_body=self._max_body)
+        return http_spec.check_spec(spec, guard=self.guard, max_body=self._max_body)
 
     async def start(self) -> None:
         self._started = True
@@ -714,33 +199,38 @@ class HttpExecutor:
         if launch.name not in self._running or self._closed:
             return
         if task.cancelled():
-            self._record(launch, spec, Outcome(error="cancelled"), self._clock.now())
+            self._record(launch, spec, http_outcome.Outcome(error="cancelled"), self._clock.now())
         elif (exc := task.exception()) is not None:
             log.error("http executor: %s failed unforeseen", launch.name, exc_info=exc)
             self._record(
-                launch, spec, Outcome(error=f"{type(exc).__name__}: {exc}"), self._clock.now()
+                launch,
+                spec,
+                http_outcome.Outcome(error=f"{type(exc).__name__}: {exc}"),
+                self._clock.now(),
             )
 
     async def _run(self, launch: model.Launch, spec: dict[str, Any]) -> None:
         started = self._clock.now()
         request: model.Stream | None = None
         try:
-            headers = request_headers(launch, spec)
+            headers = http_request.request_headers(launch, spec)
             try:
-                content = request_body(spec, launch.payload, headers)
-                url = fill(spec["url"], launch.payload, quote=True)
+                content = http_request.request_body(spec, launch.payload, headers)
+                url = http_request.fill(spec["url"], launch.payload, quote=True)
                 keys = await self._signing_keys(launch.tenant)
                 if keys:
-                    sign(headers, content, keys, self._clock.now())
-                request = request_stream(spec["method"], url, headers, content, self._body_bytes)
+                    http_request.sign(headers, content, keys, self._clock.now())
+                request = http_outcome.request_stream(
+                    spec["method"], url, headers, content, self._body_bytes
+                )
             except errors.TemplateError as exc:
-                outcome = Outcome(refused=f"template: {exc}")
+                outcome = http_outcome.Outcome(refused=f"template: {exc}")
             except UnicodeDecodeError:
-                outcome = Outcome(refused="a signed request's body must be UTF-8 text")
+                outcome = http_outcome.Outcome(refused="a signed request's body must be UTF-8 text")
             except errors.CorralError as exc:  # the store, for the keys: try again later
-                outcome = Outcome(error=f"could not read the signing secrets: {exc}")
+                outcome = http_outcome.Outcome(error=f"could not read the signing secrets: {exc}")
             else:
-                outcome = await send(
+                outcome = await http_send.send(
                     self._client,
                     self.guard,
                     method=spec["method"],
@@ -753,18 +243,18 @@ class HttpExecutor:
         except asyncio.CancelledError:
             if self._closed:
                 raise
-            outcome = Outcome(error="cancelled")
+            outcome = http_outcome.Outcome(error="cancelled")
         self._record(launch, spec, outcome, started, request)
 
     def _record(
         self,
         launch: model.Launch,
         spec: dict[str, Any],
-        outcome: Outcome,
+        outcome: http_outcome.Outcome,
         started: datetime,
         request: model.Stream | None = None,
     ) -> None:
-        phase, reason, failure = judge(outcome, spec["expect"])
+        phase, reason, failure = http_outcome.judge(outcome, spec["expect"])
         ended = self._clock.now()
         observation = model.Observation(
             name=launch.name,
@@ -774,12 +264,14 @@ class HttpExecutor:
             started_at=started,
             finished_at=ended,
             failure_class=failure,
-            message=None if phase is model.Phase.SUCCEEDED else first_line(outcome.body),
+            message=None
+            if phase is model.Phase.SUCCEEDED
+            else http_outcome.first_line(outcome.body),
             retry_after=None
             if phase is model.Phase.SUCCEEDED
-            else retry_after_seconds(outcome.retry_after, ended),
+            else http_outcome.retry_after_seconds(outcome.retry_after, ended),
             http_status=outcome.status,
-            output=run_log(request, outcome),
+            output=http_outcome.run_log(request, outcome),
         )
         self._running.pop(launch.name, None)
         self._ended[launch.name] = observation

@@ -35,21 +35,12 @@ running.
 
 from __future__ import annotations
 
-import functools
-import importlib.resources
-import json
 import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import jsonschema
-import referencing
-import referencing.jsonschema
-
 from corral import config, errors, model
-
-SUPPORTED_VERSIONS = ("1.31", "1.37")
-"""The oldest and the newest Kubernetes version whose schemas every object is checked against."""
+from corral.executors import kube_schemas
 
 POD_DEFAULTS: Mapping[str, Any] = {
     "runAsNonRoot": True,
@@ -144,37 +135,10 @@ _ENV_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
 # --- Kubernetes' schemas, part by part -------------------------------------------------------
 
 
-def schema_problem(value: Any, kind: str) -> tuple[str, str] | None:
-    """Where in `value` (a dotted path, "" for the top) the strict schema of core/v1 `kind`
-    (Volume, Affinity, ...) of a supported version first finds it wrong, and its rule;
-    None when every supported version takes it."""
-    for version in SUPPORTED_VERSIONS:
-        error = jsonschema.exceptions.best_match(_validator(kind, version).iter_errors(value))
-        if error is not None:
-            where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.path)
-            return where, f"{error.message} (Kubernetes {version} schema)"
-    return None
-
-
-@functools.cache
-def _validator(kind: str, version: str) -> jsonschema.protocols.Validator:
-    folder = importlib.resources.files("kubernetes_validate") / "kubernetes-json-schema"
-    strict = folder / f"v{version}.0-local-strict"
-    schema = json.loads((strict / f"{kind.lower()}-v1.json").read_text(encoding="utf-8"))
-    definitions = json.loads((strict / "_definitions.json").read_text(encoding="utf-8"))
-    registry: referencing.Registry[Any] = referencing.Registry()
-    registry = referencing.jsonschema.DRAFT202012.create_resource(schema) @ registry
-    registry = referencing.jsonschema.DRAFT202012.create_resource(definitions) @ registry
-    validator: jsonschema.protocols.Validator = jsonschema.Draft202012Validator(
-        schema, registry=registry
-    )
-    return validator
-
-
 def _kube_object(field: str, value: Any, kind: str) -> dict[str, Any]:
     if not isinstance(value, Mapping):
         raise errors.FieldRefused(field, f"must be an object (a core/v1 {kind})")
-    if problem := schema_problem(dict(value), kind):
+    if problem := kube_schemas.schema_problem(dict(value), kind):
         where, rule = problem
         raise errors.FieldRefused(f"{field}{where}", rule)
     return dict(value)
@@ -318,7 +282,7 @@ def _volumes(value: Any, k8s: config.KubernetesExecutorSettings) -> list[dict[st
 def _volume_types(level: str) -> set[str]:
     if level == "restricted":
         return set(RESTRICTED_VOLUMES)
-    schema = _validator("Volume", SUPPORTED_VERSIONS[-1]).schema
+    schema = kube_schemas.validator("Volume", kube_schemas.SUPPORTED_VERSIONS[-1]).schema
     properties = schema.get("properties", {}) if isinstance(schema, Mapping) else {}
     return set(properties) - {"name", "hostPath"}
 

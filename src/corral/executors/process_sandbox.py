@@ -304,14 +304,8 @@ def probe(*, uid_range: tuple[int, int] | None, sandbox: str | None, scratch: Pa
     """Why strangers cannot run here, or None: a uid range needs root and setpriv; a
     sandbox needs bwrap able to make its namespaces (tried, as an attempt would run it, in
     a scratch run folder under `scratch`)."""
-    if uid_range is not None:
-        if os.geteuid() != 0:
-            return (
-                "executors.process.uid_range: corral must run as root to start commands as"
-                " other users"
-            )
-        if shutil.which(SETPRIV, path=SAFE_PATH + ":/usr/sbin:/sbin") is None:
-            return "executors.process.uid_range: setpriv (util-linux) is not installed"
+    if uid_range is not None and (why := _uid_range_problem()) is not None:
+        return why
     if sandbox is None:
         return None
     if uid_range is None and os.geteuid() == 0:
@@ -324,8 +318,23 @@ def probe(*, uid_range: tuple[int, int] | None, sandbox: str | None, scratch: Pa
             "executors.process.sandbox = 'bwrap': bwrap is not installed (Debian: apt-get"
             " install bubblewrap)"
         )
-    uid = None if uid_range is None else uid_range[0]
-    run_dir = Path(scratch)
+    return _try_sandbox(sandbox, None if uid_range is None else uid_range[0], Path(scratch))
+
+
+def _uid_range_problem() -> str | None:
+    """Why commands cannot run as other users here (not root, no setpriv), or None."""
+    if os.geteuid() != 0:
+        return (
+            "executors.process.uid_range: corral must run as root to start commands as other users"
+        )
+    if shutil.which(SETPRIV, path=SAFE_PATH + ":/usr/sbin:/sbin") is None:
+        return "executors.process.uid_range: setpriv (util-linux) is not installed"
+    return None
+
+
+def _try_sandbox(sandbox: str, uid: int | None, run_dir: Path) -> str | None:
+    """Run /bin/true in `sandbox` as an attempt would, in the scratch run folder `run_dir`
+    (removed after); why it could not, or None."""
     run_dir.mkdir(mode=0o700, exist_ok=True)
     fd = os.open(run_dir, os.O_RDONLY | os.O_DIRECTORY)
     try:

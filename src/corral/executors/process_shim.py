@@ -42,16 +42,17 @@ fails, never in a new folder that a relaunch made under the same path.
 A supervisor killed with SIGKILL leaves its commands running (each in a group of its
 own); what they exit with is then unknown, and the executor says so: corral adopts them
 while they run, and records `supervisor died` once they are gone.
+
+This file holds the supervisor's loop and each run's watch; the run folder it holds and
+writes is process_folder.py's, starting a command process_child.py's, and running a
+tenant's command as a stranger process_sandbox.py's. Those are standard library only
+too, and, run as a script, this file loads them by their paths (`_sibling`).
 """
 
 from __future__ import annotations
 
-import base64
 import contextlib
-import ctypes
 import errno
-import fcntl
-import functools
 import importlib.util
 import json
 import os
@@ -60,13 +61,9 @@ import selectors
 import shutil
 import signal
 import socket
-import stat
 import sys
-import tempfile
 import time
 import traceback
-from collections.abc import Iterator
-from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType, ModuleType
 from typing import Any
@@ -74,19 +71,24 @@ from typing import Any
 
 def _sibling(name: str) -> ModuleType:
     """A module beside this file, by its path: run as a script (`python -I`), this file
-    has neither corral nor its own folder on sys.path."""
+    has neither corral nor its own folder on sys.path. It is registered by its bare name,
+    which is how process_child.py finds process_folder.py and process_sandbox.py."""
     spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(f"{name}.py"))
     assert spec is not None
     assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # so that a sibling loaded later finds it by its name
     spec.loader.exec_module(module)
     return module
 
 
 if __package__:
+    from corral.executors import process_child, process_folder
     from corral.executors import process_sandbox as sandbox
 else:  # pragma: no cover - the supervisor, run as a script
+    process_folder = _sibling("process_folder")
     sandbox = _sibling("process_sandbox")
+    process_child = _sibling("process_child")  # which uses the two above
 
 POLL_SECONDS = 0.05
 """How often the wait loop looks for a cancel request, a passed deadline or a lost folder."""
@@ -102,378 +104,22 @@ _SHORT_OF = frozenset({errno.EMFILE, errno.ENFILE, errno.EAGAIN, errno.ENOMEM})
 START_FAILED_EXIT_CODE = 127
 """The exit code recorded when the command cannot even be started (as a shell does)."""
 
-LOGS = ("stdout.log", "stderr.log")
-LOG_BYTES = 65_536
-"""How much of the end of each log the run log keeps, unless the launch says."""
-"""Where the command's output goes, in its run folder."""
-
-LIVE = ".live"
-"""The index of runs that may still go on: `<root>/.live/<name>`, an empty file named after
-the run folder, made before the name is claimed and moved to ENDED once its exit is recorded."""
-
-ENDED = ".ended"
-"""The index of ended runs by the UTC hour they ended in: `<root>/.ended/<YYYYMMDDHH>/<name>`,
-so that forgetting old runs reads old hours only. Both indexes are hints, rebuilt from the
-run folders when missing: a run folder is the truth about its run."""
-
-PAYLOAD_FILE = "payload.json"
-"""The launch's payload as JSON text, in its run folder, read-only: present only when the
-launch has one (a null payload makes no file, and no CORRAL_PAYLOAD_FILE)."""
-
-PAYLOAD_VARIABLES = ("CORRAL_PAYLOAD_FILE", "CORRAL_PAYLOAD")
-"""What a job reads its payload from: only corral sets them (never a spec's env)."""
-
-HALF_MADE = ".tmp"
-"""Where a launch's folder is made (`<root>/.tmp/<name>-*`) before its claim renames it."""
 
 FOLDER_GONE = "run folder removed"
 """Why a command was stopped whose run folder was deleted or replaced (never recorded:
 there is no folder left to record it in)."""
 
 
-# --- the run folder, held open ---------------------------------------------------------------
-
-
-class RunFolder:
-    """A folder held by a descriptor: its files are read and written relative to it, so they
-    land in this very folder (or fail once it is deleted), whatever is at its path since."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        st = os.fstat(self.fd)
-        # While the descriptor is open the folder's inode cannot be reused, so another
-        # folder made later under this path always differs in (device, inode).
-        self.identity = (st.st_dev, st.st_ino)
-
-    def still_mine(self) -> bool:
-        """Whether the folder at `path` is still this one: not deleted, not replaced."""
-        try:
-            st = os.stat(self.path, follow_symlinks=False)
-        except (FileNotFoundError, NotADirectoryError):
-            return False
-        except OSError:  # cannot tell (EACCES, EIO...): never stop a command on a doubt
-            return True
-        return (st.st_dev, st.st_ino) == self.identity
-
-    def open(self, name: str, flags: int) -> int:
-        """A descriptor for the file `name` in this folder."""
-        return os.open(name, flags | os.O_CLOEXEC, 0o644, dir_fd=self.fd)
-
-    def exists(self, name: str) -> bool:
-        """Whether this folder holds a file `name`."""
-        try:
-            os.stat(name, dir_fd=self.fd, follow_symlinks=False)
-        except OSError:  # absent, or cannot tell (EIO...): never stop a command on a doubt
-            return False
-        return True
-
-    def read_json(self, name: str) -> Any:
-        """The JSON in this folder's file `name`."""
-        with open(self.open(name, os.O_RDONLY), encoding="utf-8") as fh:
-            return json.load(fh)
-
-    def write(self, name: str, data: bytes, *, mode: int = 0o644) -> int:
-        """A new file `name` in this folder holding `data`; its descriptor, open (for an
-        fsync), which the caller closes."""
-        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
-        fd = os.open(name, flags, mode, dir_fd=self.fd)
-        try:
-            if mode != 0o644:
-                os.fchmod(fd, mode)  # whatever the umask
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-        except BaseException:
-            os.close(fd)
-            raise
-        return fd
-
-    def write_json_draft(self, name: str, data: Any) -> None:
-        """Write `data` as JSON under a draft name, for `commit_draft` to put in place once
-        it is durable (sync_filesystem): a batch of them costs one sync, and a power cut
-        never leaves a torn file under `name`."""
-        os.close(self.write(f".{name}.tmp", json.dumps(data).encode()))
-
-    def commit_draft(self, name: str) -> None:
-        os.rename(f".{name}.tmp", name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
-
-    def write_json_atomic(self, name: str, data: Any, *, durable: bool = True) -> None:
-        """Write `data` as JSON so that readers see either nothing or the whole file, and,
-        if `durable`, so that it survives a power cut. `child.pid` need not: after a power
-        cut no process it names runs, and the executor reads a damaged one as none."""
-        tmp = f".{name}.tmp"
-        fd = self.write(tmp, json.dumps(data).encode())
-        try:
-            if durable:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.rename(tmp, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
-        if durable:
-            os.fsync(self.fd)  # the rename survives a power cut
-
-
-@contextlib.contextmanager
-def claims_lock(root: Path, exclusive: bool = False) -> Iterator[None]:
-    """Hold the lock on `root` that claims take shared and a relaunch's search for an
-    earlier copy's processes takes exclusively (process.py uses this very function)."""
-    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
-        yield
-    finally:
-        os.close(fd)  # which releases the lock
-
-
-def _syncfs() -> Any:
-    try:
-        return ctypes.CDLL(None, use_errno=True).syncfs
-    except (OSError, AttributeError):
-        return None
-
-
-SYNCFS = _syncfs()
-
-
-def sync_filesystem(path: Path) -> None:
-    """Make everything written on `path`'s filesystem survive a power cut: one call for a
-    batch of files and renames, instead of an fsync of each file and of its folder."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        if SYNCFS is None or SYNCFS(fd) != 0:
-            os.sync()
-    finally:
-        os.close(fd)
-
-
-# --- the indexes of live and ended runs -----------------------------------------------------
-
-
-def hour_of(at: float) -> str:
-    """The ENDED folder of a run that ended at `at` (seconds since the epoch)."""
-    return time.strftime("%Y%m%d%H", time.gmtime(at))
-
-
-def mark_live(root: Path, name: str) -> None:
-    """Put `name` in the index of live runs (before its claim, so no run ever goes on
-    unindexed)."""
-    for _ in range(2):
-        try:
-            _make_marker(f"{root}/{LIVE}/{name}")
-            return
-        except FileNotFoundError:
-            os.makedirs(f"{root}/{LIVE}", mode=0o700, exist_ok=True)
-
-
-def _make_marker(path: str) -> None:
-    """An empty file at `path`, made with one system call (there is one for every run)."""
-    with contextlib.suppress(FileExistsError):
-        os.mknod(path, 0o644 | stat.S_IFREG)
-
-
-def mark_ended(root: Path, name: str, at: float) -> None:
-    """Move `name` from the index of live runs to the runs that ended in `at`'s hour. Never
-    fails the run: its exit is recorded, and a marker left behind is moved by the executor
-    when it finds the run ended."""
-    try:
-        _mark_ended(root, name, at)
-    except OSError:
-        traceback.print_exc()
-
-
-def _mark_ended(root: Path, name: str, at: float) -> None:
-    live, hour = f"{root}/{LIVE}/{name}", f"{root}/{ENDED}/{hour_of(at)}"
-    for _ in range(4):  # an empty old hour may be removed under us: make it again
-        try:
-            os.rename(live, f"{hour}/{name}")
-            return
-        except FileNotFoundError:
-            if not os.path.isdir(hour):
-                os.makedirs(hour, exist_ok=True)
-                continue
-        try:  # never in the live index (a crash, an earlier version): only in this one
-            _make_marker(f"{hour}/{name}")
-            return
-        except FileNotFoundError:
-            continue
-
-
-# --- small helpers -----------------------------------------------------------------------------
-
-
-def proc_start_time(pid: int) -> int | None:
-    """Field 22 of /proc/<pid>/stat: when the process started, in clock ticks since boot.
-
-    Stored beside a pid so that a later reader can tell the process from another one
-    that happens to get the same pid."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="utf-8") as fh:
-            stat = fh.read()
-    except OSError:
-        return None
-    # The command name (field 2) may hold spaces and parentheses: split after the last ')'.
-    fields = stat.rpartition(")")[2].split()
-    return int(fields[19])
-
-
-def now_iso() -> str:
-    """The current UTC time as an ISO 8601 string."""
-    return datetime.now(UTC).isoformat()
-
-
-# --- claiming the name -----------------------------------------------------------------
+# --- the supervisor's own record -------------------------------------------------------
 
 
 def supervisor_record() -> bytes:
     """`shim.pid`: this process, as a record that tells it from a later one with its pid."""
     me = os.getpid()
-    return json.dumps({"pid": me, "start_time": proc_start_time(me)}).encode()
-
-
-def make_half(final: Path) -> Path:
-    """A new folder in the root's HALF_MADE, for a launch of `final` to fill and claim."""
-    half = final.parent / HALF_MADE
-    try:
-        return Path(tempfile.mkdtemp(prefix=f"{final.name}-", dir=half))
-    except FileNotFoundError:
-        half.mkdir(exist_ok=True)
-        return Path(tempfile.mkdtemp(prefix=f"{final.name}-", dir=half))
-
-
-def claim(folder: RunFolder, final: Path) -> bool:
-    """Rename `folder` (made in HALF_MADE, its files written and synced) to `final`, holding
-    the root's claims_lock; False (and the folder removed) when `final` exists. A rename lost
-    to a power cut reads as a launch that never was: recovery's case.
-
-    The folder was opened before the rename, so its descriptor is the claimed folder
-    itself: opening `final` afterwards could already find another one there."""
-    try:
-        os.rename(folder.path, final)
-    except OSError as exc:
-        if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY):
-            raise
-        shutil.rmtree(folder.path, ignore_errors=True)
-        return False
-    folder.path = final
-    return True
+    return json.dumps({"pid": me, "start_time": process_child.proc_start_time(me)}).encode()
 
 
 # --- running the command ------------------------------------------------------------------
-
-
-@functools.cache
-def inherited_env() -> dict[str, str]:
-    """What every command inherits of the supervisor's environment (which never changes):
-    all but corral's own settings (database URL, ...), which are not the job's business."""
-    return {k: v for k, v in os.environ.items() if not k.startswith("CORRAL_")}
-
-
-def child_env(folder: RunFolder, launch: dict[str, Any], *, payload: bool) -> dict[str, str]:
-    """The command's environment: this machine's, the spec's, the launch's, the run folder,
-    and the payload's file when the launch has a `payload`. A stranger's (a tenant's
-    command, see process_sandbox) has none of this machine's but an allow-list."""
-    spec_env, launch_env = launch["spec"].get("env", {}), launch["env"]
-    if launch.get("stranger"):
-        work = folder.path / sandbox.WORK
-        env = sandbox.environment(os.environ, spec_env, launch_env, work=work)
-    else:
-        env = {**inherited_env(), **spec_env, **launch_env}
-    for name in PAYLOAD_VARIABLES:  # corral says where the payload is, or that there is none
-        env.pop(name, None)
-    if payload:
-        env["CORRAL_PAYLOAD_FILE"] = str(folder.path / PAYLOAD_FILE)
-    env["CORRAL_RUN_DIR"] = str(folder.path)  # last, so no spec can change what corral finds
-    return env
-
-
-RESTORED_SIGNALS = (signal.SIGPIPE, signal.SIGXFSZ)
-"""Signals Python ignores, which a command gets back at their defaults (an ignored signal
-stays ignored across exec), as subprocess's `restore_signals` does."""
-
-
-def program(argv0: str, env: dict[str, str]) -> str:
-    """The file to run for a command's first word: searched in the command's own PATH, as
-    subprocess and the shell do, unless it is a path."""
-    if os.sep in argv0:
-        return argv0  # relative ones from the command's folder (the cwd at the spawn)
-    found = shutil.which(argv0, path=os.pathsep.join(os.get_exec_path(env)))
-    if found is None:
-        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), argv0)
-    return found
-
-
-def start_child(
-    folder: RunFolder, launch: dict[str, Any], *, payload: bool = False, uid: int | None = None
-) -> tuple[int, dict[str, Any]]:
-    """Start the command in its own process group; its pid and its `child.pid` record.
-    `payload`: the folder holds the launch's PAYLOAD_FILE. A stranger's command (the
-    launch's `stranger`) runs under `uid` and in its sandbox, if any, from its work folder.
-
-    A command starts with posix_spawn (a vfork and an exec, no more): the supervisor
-    starts every command, so this is its hot path. It runs in `cwd`, which the supervisor
-    moves to itself first (it only ever uses absolute paths); every descriptor but the
-    command's three is closed on exec (Python opens them so, and `main` makes the socket so)."""
-    command = launch["spec"]["command"]
-    env = child_env(folder, launch, payload=payload)
-    stranger = launch.get("stranger")
-    if stranger:
-        work = stranger_cwd(folder, launch["spec"].get("cwd", ""))
-        sandbox.hand_over(folder.fd, uid)
-        os.chdir(work)
-        program(command[0], env)  # missing: it could not start, as for anyone's command
-        command = sandbox.argv(
-            command,
-            env=env,
-            uid=uid,
-            sandbox=stranger.get("sandbox"),
-            run_dir=folder.path,
-            cwd=Path(work),
-            hide=stranger.get("hide", ()),
-            shown=stranger.get("shown", ()),
-        )
-        env = sandbox.wrapper_env(folder.path)  # the command's own is set by `env -i`
-    elif cwd := launch.get("cwd"):
-        os.chdir(cwd)
-    path = program(command[0], env)
-    logs = [folder.open(name, os.O_WRONLY | os.O_CREAT | os.O_APPEND) for name in LOGS]
-    try:
-        pid = os.posix_spawn(
-            path,
-            command,
-            env,
-            file_actions=[
-                (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-                (os.POSIX_SPAWN_DUP2, logs[0], 1),
-                (os.POSIX_SPAWN_DUP2, logs[1], 2),
-            ],
-            setpgroup=0,
-            setsigdef=RESTORED_SIGNALS,
-            setsigmask=(),
-        )
-    finally:
-        for fd in logs:
-            os.close(fd)
-    record = {"pid": pid, "start_time": proc_start_time(pid), "started_at": now_iso()}
-    if stranger:
-        record.update(uid=uid, sandboxed=bool(stranger.get("sandbox")))
-    try:  # it runs now, whatever happens to its record: it is watched all the same
-        folder.write_json_atomic("child.pid", record, durable=False)
-    except OSError:
-        traceback.print_exc()
-    return pid, record
-
-
-def stranger_cwd(folder: RunFolder, cwd: str) -> str:
-    """Where a stranger's command starts: its work folder, or a relative `cwd` inside it
-    (ValueError for one that would lead out: corral, as root, must not open a folder for
-    it that its own user could not reach)."""
-    if Path(cwd).is_absolute() or ".." in Path(cwd).parts:
-        raise ValueError(
-            f"cwd: {cwd!r} leads out of the work folder; a tenant's command starts in its"
-            " work folder, or a relative folder inside it"
-        )
-    return os.path.join(folder.path / sandbox.WORK, cwd)
 
 
 def signal_group(pgid: int, sig: signal.Signals) -> None:
@@ -491,12 +137,12 @@ class Supervision:
         ask: int,
         pid: int,
         started: dict[str, Any],
-        folder: RunFolder,
+        folder: process_folder.RunFolder,
         launch: dict[str, Any],
         kill_grace: float,
     ) -> None:
         self.ask = ask  # the id of the launch request it answered
-        self.log_bytes = int(launch.get("log_bytes", LOG_BYTES))
+        self.log_bytes = int(launch.get("log_bytes", process_folder.LOG_BYTES))
         self.pid = pid  # the command's, and its process group's
         self.started = started
         self.folder = folder
@@ -529,7 +175,7 @@ class Supervision:
         if not self.folder.still_mine():
             return FOLDER_GONE, self.kill_grace
         if self.folder.exists("cancel"):
-            return "cancelled", read_cancel_grace(self.folder, self.kill_grace)
+            return "cancelled", process_folder.read_cancel_grace(self.folder, self.kill_grace)
         if self.deadline_at is not None and now >= self.deadline_at:
             return "deadline exceeded", self.kill_grace
         return None, 0.0
@@ -550,7 +196,9 @@ class Supervision:
                 os.fchmod(self.folder.fd, 0o700)
         if not self.folder.still_mine():
             return False
-        record = exit_record(returncode, self.stop_reason, self.started["started_at"])
+        record = process_folder.exit_record(
+            returncode, self.stop_reason, self.started["started_at"]
+        )
         try:
             self.folder.write_json_draft("exit.json", record)
         except FileNotFoundError:  # deleted since we looked
@@ -568,77 +216,7 @@ class Supervision:
                 return
             self.record = self.drafted
             path = self.folder.path
-            mark_ended(path.parent, path.name, time.time())
-
-
-def output_tails(folder: RunFolder, limit: int) -> dict[str, Any]:
-    """The last `limit` bytes of each log the command wrote (none for an empty one), with
-    its size, for the run log: {"stdout": {"bytes": N, "tail": text}, ...}; a tail that is
-    not UTF-8 as it is goes in base64 (`"base64": true`), and the executor decodes it."""
-    out = {}
-    for name in LOGS:
-        try:  # a stat first: most commands leave a log empty, and opening costs more
-            size = os.stat(name, dir_fd=folder.fd).st_size
-            if not size:
-                continue
-            fd = folder.open(name, os.O_RDONLY)
-        except OSError:
-            continue
-        try:
-            data = os.pread(fd, min(size, limit), max(size - limit, 0))
-        except OSError:
-            continue
-        finally:
-            os.close(fd)
-        if data:
-            said: dict[str, Any] = {"bytes": size}
-            try:
-                said["tail"] = data.decode()
-            except UnicodeDecodeError:  # cut in a character, or not text: as it is
-                said |= {"tail": base64.b64encode(data).decode(), "base64": True}
-            out[name.removesuffix(".log")] = said
-    return out
-
-
-def read_cancel_grace(folder: RunFolder, default: float) -> float:
-    """The grace the canceller asked for, from the `cancel` marker file."""
-    try:
-        return float(folder.read_json("cancel")["grace_seconds"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return default
-
-
-def exit_record(returncode: int, stop_reason: str | None, started_at: str | None) -> dict[str, Any]:
-    """What `exit.json` says about a command that ended with `returncode`."""
-    if returncode < 0:
-        try:
-            detail = f"killed by signal {signal.Signals(-returncode).name}"
-        except ValueError:
-            detail = f"killed by signal {-returncode}"
-    else:
-        detail = f"exited with code {returncode}"
-    return {
-        "exit_code": returncode,
-        "succeeded": returncode == 0 and stop_reason is None,
-        "reason": stop_reason or detail,
-        "started_at": started_at,
-        "finished_at": now_iso(),
-    }
-
-
-def record_exit(folder: RunFolder, record: dict[str, Any]) -> bool:
-    """Write `exit.json` at once and durably (a command that never started: the ends of
-    the others are drafted and synced by the round), and move the run to the index of
-    ended ones, unless the folder is gone (False): nobody may read it, and a relaunch may
-    have made a new folder under its path since."""
-    if not folder.still_mine():
-        return False
-    try:
-        folder.write_json_atomic("exit.json", record)
-    except FileNotFoundError:  # deleted since we looked
-        return False
-    mark_ended(folder.path.parent, folder.path.name, time.time())
-    return True
+            process_folder.mark_ended(path.parent, path.name, time.time())
 
 
 class Supervisor:
@@ -670,7 +248,9 @@ class Supervisor:
         self.outbox: list[dict[str, Any]] = []  # said at the end of the round
         self.unsynced: set[Path] = set()  # roots whose filesystem has drafts to sync (the
         # files of `made`, the records of `ended`, and the claims since the last sync)
-        self.made: list[tuple[dict[str, Any], RunFolder]] = []  # new folders, to claim
+        self.made: list[
+            tuple[dict[str, Any], process_folder.RunFolder]
+        ] = []  # new folders, to claim
         self.record = supervisor_record()  # shim.pid, the same in every folder
         self.ended: list[Supervision] = []  # ended runs, their records drafted
 
@@ -755,20 +335,20 @@ class Supervisor:
         error = "".join(traceback.format_exception_only(type(exc), exc)).strip()
         self.outbox.append({"id": request["id"], "error": error})
 
-    def prepare(self, request: dict[str, Any]) -> RunFolder | None:
+    def prepare(self, request: dict[str, Any]) -> process_folder.RunFolder | None:
         """The launch's folder, made in HALF_MADE with its files written, and held; None
         when it is answered already (the name exists, the supervisor is stopping, or it
         failed)."""
 
-        def make() -> RunFolder | dict[str, Any]:
+        def make() -> process_folder.RunFolder | dict[str, Any]:
             final = Path(request["run"])
             if self.terminated:
                 return {"error": "the supervisor is stopping (SIGTERM)"}
             if os.path.lexists(final):
                 return {"answer": "exists"}
-            tmp = make_half(final)
+            tmp = process_folder.make_half(final)
             try:
-                folder = RunFolder(tmp)
+                folder = process_folder.RunFolder(tmp)
             except BaseException:
                 shutil.rmtree(tmp, ignore_errors=True)
                 raise
@@ -778,9 +358,11 @@ class Supervisor:
                 os.close(folder.write("launch.json", launch, mode=0o600))  # corral's alone
                 os.close(folder.write("labels.json", json.dumps(files["labels.json"]).encode()))
                 os.close(folder.write("shim.pid", self.record))
-                if PAYLOAD_FILE in files:  # JSON text already: written as it is, read-only
-                    os.close(folder.write(PAYLOAD_FILE, files[PAYLOAD_FILE].encode(), mode=0o444))
-                mark_live(final.parent, final.name)
+                payload = files.get(process_child.PAYLOAD_FILE)
+                if payload is not None:  # JSON text already: written as it is, read-only
+                    name = process_child.PAYLOAD_FILE
+                    os.close(folder.write(name, payload.encode(), mode=0o444))
+                process_folder.mark_live(final.parent, final.name)
             except BaseException:
                 os.close(folder.fd)
                 shutil.rmtree(tmp, ignore_errors=True)
@@ -788,20 +370,22 @@ class Supervisor:
             return folder
 
         made = self.answer(request, make)
-        return made if isinstance(made, RunFolder) else None
+        return made if isinstance(made, process_folder.RunFolder) else None
 
-    def claim_all(self, made: list[tuple[dict[str, Any], RunFolder]]) -> list[RunFolder | None]:
+    def claim_all(
+        self, made: list[tuple[dict[str, Any], process_folder.RunFolder]]
+    ) -> list[process_folder.RunFolder | None]:
         """Claim the names of a round's new folders, holding each root's lock once for all
         of its claims: each folder, or None where the launch is answered already (`exists`,
         or its error)."""
-        claimed: list[RunFolder | None] = [None] * len(made)
+        claimed: list[process_folder.RunFolder | None] = [None] * len(made)
         by_root: dict[Path, list[int]] = {}
         for i, (request, _) in enumerate(made):
             by_root.setdefault(Path(request["run"]).parent, []).append(i)
         for root, batch in by_root.items():
             with contextlib.ExitStack() as locked:
                 try:
-                    locked.enter_context(claims_lock(root))
+                    locked.enter_context(process_folder.claims_lock(root))
                 except OSError as exc:  # the root gone: nothing to claim there
                     for i in batch:
                         request, folder = made[i]
@@ -815,12 +399,12 @@ class Supervisor:
                         claimed[i] = folder
         return claimed
 
-    def claim(self, request: dict[str, Any], folder: RunFolder) -> bool:
+    def claim(self, request: dict[str, Any], folder: process_folder.RunFolder) -> bool:
         """Claim the launch's name (the caller holds the lock): False, answered `exists`,
         when another launch has it."""
         final = Path(request["run"])
         try:
-            won = claim(folder, final)
+            won = process_folder.claim(folder, final)
         except BaseException:
             os.close(folder.fd)
             shutil.rmtree(folder.path, ignore_errors=True)
@@ -832,7 +416,7 @@ class Supervisor:
         self.unsynced.add(final.parent)  # the rename, durable with the next round
         return True
 
-    def launch(self, folder: RunFolder, request: dict[str, Any]) -> dict[str, Any]:
+    def launch(self, folder: process_folder.RunFolder, request: dict[str, Any]) -> dict[str, Any]:
         """Start the claimed launch's command: what to answer. One that cannot start ends
         at once, its exit recorded (`could not start the command`)."""
         grace = float(request["grace"])
@@ -843,18 +427,18 @@ class Supervisor:
                 taken = {run.uid for run in self.runs.values() if run.uid is not None}
                 leases = folder.path.parent / sandbox.UIDS
                 uid, lease = sandbox.pick_uid(uids[0], uids[1], taken, leases)
-            payload = PAYLOAD_FILE in request["files"]
-            pid, started = start_child(folder, launch, payload=payload, uid=uid)
+            payload = process_child.PAYLOAD_FILE in request["files"]
+            pid, started = process_child.start_child(folder, launch, payload=payload, uid=uid)
         except Exception as exc:  # ValueError: e.g. a NUL byte in an argument
             if lease is not None:
                 os.close(lease)
             short = isinstance(exc, OSError) and exc.errno in _SHORT_OF
             why = NO_RESOURCES if short else START_FAILED
-            record = exit_record(START_FAILED_EXIT_CODE, None, None)
+            record = process_folder.exit_record(START_FAILED_EXIT_CODE, None, None)
             record["reason"] = f"{why}: {exc}"
             said: dict[str, Any] = {"answer": "started", "ended": True}
             try:
-                if record_exit(folder, record):
+                if process_folder.record_exit(folder, record):
                     said["exit"] = record
             except OSError:
                 traceback.print_exc()
@@ -897,7 +481,7 @@ class Supervisor:
             said["unrecorded"] = True
         elif run.record is not None:  # what its folder says now: no need to read it
             said["exit"] = run.record
-            said["output"] = output_tails(run.folder, run.log_bytes)
+            said["output"] = process_folder.output_tails(run.folder, run.log_bytes)
         with contextlib.suppress(OSError):
             os.close(run.folder.fd)
         self.outbox.append(said)
@@ -909,7 +493,7 @@ class Supervisor:
         if self.made or self.ended:
             for root in self.unsynced:
                 with contextlib.suppress(OSError):  # a root gone: nothing there to keep
-                    sync_filesystem(root)
+                    process_folder.sync_filesystem(root)
             self.unsynced.clear()
             made, ended = self.made, self.ended
             self.made, self.ended = [], []
@@ -918,7 +502,7 @@ class Supervisor:
         self.say(*outbox)
 
     def put_in_place(
-        self, made: list[tuple[dict[str, Any], RunFolder]], ended: list[Supervision]
+        self, made: list[tuple[dict[str, Any], process_folder.RunFolder]], ended: list[Supervision]
     ) -> None:
         """What a sync made durable: the exit records renamed into place, the new folders
         claimed and their commands started."""

@@ -1,0 +1,132 @@
+"""Judging an HTTP attempt's answer (pure): its phase, reason and failure class from the
+status and the spec's `expect`, its Retry-After, its message, and the run log of its
+request and response, secrets redacted.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from corral import model
+from corral.executors import http_spec
+
+TRANSIENT_STATUSES = frozenset({408, 429})
+"""Besides every 5xx: the server asks to be asked again later."""
+
+
+MESSAGE_CHARS = 500
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What became of one request, redirects followed."""
+
+    status: int | None = None
+    reason_phrase: str = ""
+    address: str | None = None
+    seconds: float = 0.0
+    body: bytes = b""
+    error: str | None = None  # no response: why (a timeout, a refused connection)
+    refused: str | None = None  # the guard's refusal
+    retry_after: str | None = None  # the response's Retry-After, as it came
+    headers: tuple[tuple[str, str], ...] = ()  # the response's
+    body_cut: bool = False  # the body went on past what was kept
+    hops: tuple[str, ...] = ()  # the redirects followed: status and where to
+
+
+def judge(
+    outcome: Outcome, expect: Sequence[str]
+) -> tuple[model.Phase, str, model.FailureClass | None]:
+    """The phase, reason and failure class of an outcome (pure)."""
+    took = f"in {outcome.seconds * 1000:.0f} ms"
+    if outcome.refused is not None:
+        return model.Phase.FAILED, f"refused: {outcome.refused}", model.FailureClass.PERMANENT
+    if outcome.status is None:
+        at = f" ({outcome.address})" if outcome.address else ""
+        return model.Phase.FAILED, f"{outcome.error}{at}", model.FailureClass.TRANSIENT
+    said = f"HTTP {outcome.status}{' ' + outcome.reason_phrase if outcome.reason_phrase else ''}"
+    reason = f"{said} {took} ({outcome.address})"
+    if http_spec.expected(outcome.status, expect):
+        return model.Phase.SUCCEEDED, reason, None
+    if outcome.status >= 500 or outcome.status in TRANSIENT_STATUSES:
+        return model.Phase.FAILED, reason, model.FailureClass.TRANSIENT
+    return model.Phase.FAILED, reason, model.FailureClass.PERMANENT
+
+
+def retry_after_seconds(value: str | None, now: datetime) -> float | None:
+    """A Retry-After header's wait in seconds (delta-seconds or an HTTP date), or None."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isascii() and value.isdigit():
+        return float(value)
+    try:
+        at = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if at.tzinfo is None:
+        at = at.replace(tzinfo=UTC)
+    return max((at - now).total_seconds(), 0.0)
+
+
+def _header_lines(headers: Iterable[tuple[str, str]]) -> str:
+    """Headers as lines, the values of those that carry a secret redacted."""
+    return "".join(
+        f"{name}: {model.REDACTED if model.names_a_secret(name) else model.redacted(value)}\n"
+        for name, value in headers
+    )
+
+
+def request_stream(
+    method: str, url: str, headers: Mapping[str, str], content: bytes | None, limit: int
+) -> model.Stream:
+    """The request as the run log keeps it: its line, its headers and the first `limit`
+    bytes of its body, secrets redacted (in a JSON body, the values of secret-named keys,
+    as `jobs show` shows the spec)."""
+    head = f"{method} {model.redacted(url)}\n{_header_lines(headers.items())}"
+    body = content or b""
+    try:
+        shown = json.dumps(model.redacted(json.loads(body))).encode() if body else body
+    except ValueError:  # not JSON (UnicodeDecodeError is one): as it is
+        shown = body
+    return _message("request", head, shown, len(shown) > limit, limit, size=len(body))
+
+
+def response_stream(outcome: Outcome) -> model.Stream | None:
+    """The response as the run log keeps it: the redirects followed, its status line, its
+    headers (secrets redacted) and the first part of its body; None without a response."""
+    if outcome.status is None:
+        return None
+    status = f"HTTP {outcome.status} {outcome.reason_phrase}".rstrip()
+    head = "".join(f"{hop}\n" for hop in outcome.hops)
+    head += f"{status}\n{_header_lines(outcome.headers)}"
+    return _message("response", head, outcome.body, outcome.body_cut, len(outcome.body))
+
+
+def _message(
+    name: str, head: str, body: bytes, cut: bool, limit: int, *, size: int | None = None
+) -> model.Stream:
+    kept = body[:limit]
+    text = head if not body else f"{head}\n{model.decoded(kept, cut_after=cut)}"
+    total = len(head.encode()) + (1 + (len(body) if size is None else size) if body else 0)
+    return model.Stream(name, text, total, cut)
+
+
+def run_log(request: model.Stream | None, outcome: Outcome) -> model.RunLog:
+    """An HTTP attempt's run log: its request (None when it could not be made), response,
+    status, latency and the address it reached."""
+    streams = tuple(s for s in (request, response_stream(outcome)) if s is not None)
+    return model.RunLog(
+        streams=streams, latency=outcome.seconds, status=outcome.status, address=outcome.address
+    )
+
+
+def first_line(body: bytes) -> str | None:
+    for line in body.decode("utf-8", "replace").splitlines():
+        if line := line.strip():
+            return line[:MESSAGE_CHARS]
+    return None
