@@ -130,7 +130,7 @@ async def opened(
         if not checked:
             await db.check_schema()
         if (settings.api_url or settings.local_api_url) and not settings.attempt_key:
-            key = await client.attempt_key(settings, db, clk)
+            key = await client.tokens.attempt_key(settings, db, clk)
             settings = settings.model_copy(update={"attempt_key": key})
         built = executors if executors is not None else executors_build(settings, clk)
         installation = None

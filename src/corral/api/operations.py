@@ -70,7 +70,7 @@ def _scope(who: Caller, body: PreviewBody) -> tuple[str | None, model.JobFilter]
     mine = who.token.tenant
     if mine is not None and given.tenant not in (None, mine):
         raise errors.InvalidInput(f"filter.tenant: this token acts for tenant {mine!r} only")
-    chosen = client.job_filter(
+    chosen = client.operations.job_filter(
         body.action,
         states=given.state or (),
         queue=given.queue,

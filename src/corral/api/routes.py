@@ -69,7 +69,7 @@ def when(value: datetime | None, field: str) -> datetime | None:
     return None if value is None else instant(value, field)
 
 
-async def visible_job(c: client.Client, who: Caller, job_id: int) -> client.JobView:
+async def visible_job(c: client.Client, who: Caller, job_id: int) -> client.jobs.JobView:
     """The job, with its attempts and run log, if the caller's tenant may see it; else
     404, the same as for a job that does not exist."""
     try:
@@ -147,7 +147,7 @@ async def _new_job(c: client.Client, who: Caller, given: dict[str, Any]) -> mode
     """A submitted job, checked as any job is and for what the databases cannot hold (a
     Python task's: against the schema its workers registered)."""
     plain_json(given)
-    args = client.submit_arguments(_tenant_of(who, given), now=c.clock.now())
+    args = client.arguments.submit_arguments(_tenant_of(who, given), now=c.clock.now())
     if args.get("run_at") is not None:
         args["run_at"] = instant(args["run_at"], "run_at")
     job = c.new_job(**args)
@@ -305,7 +305,7 @@ async def job_explain(c: Client, who: Viewer, job_id: JobId) -> dict[str, Any]:
     if slots is not None and view.job.state == model.JobState.QUEUED:
         running = await c.store.pool_running(pools=[pool], tenant=who.token.tenant)
         counted = (running.get(pool, 0), slots)  # of the caller's tenant only
-    said = client.explain(view, c.clock.now(), pool=counted)
+    said = client.explain.why(view, c.clock.now(), pool=counted)
     return {"id": job_id, "cause": said.partition(":")[0], "explanation": said}
 
 

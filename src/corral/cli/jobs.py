@@ -63,7 +63,7 @@ def jobs_list(
 def jobs_show(state: State, job_id: int, as_json: bool) -> None:
     """Show a job, its attempts and its events (the run log)."""
 
-    async def go() -> client.JobView:
+    async def go() -> client.jobs.JobView:
         async with state.connect(platforms=False) as c:
             return await c.job(job_id)
 
@@ -143,7 +143,7 @@ class _LogPrinter:
         self.line_open = False
         self.printed = False
 
-    def print(self, part: client.LogPart) -> None:
+    def print(self, part: client.follow.LogPart) -> None:
         a = part.attempt
         if self.as_json:
             said = {"attempt": a.attempt_no, "fence": a.id, "state": a.state}
@@ -312,7 +312,7 @@ def _bulk_filter(
     from corral import client
 
     try:
-        return client.job_filter(
+        return client.operations.job_filter(
             action,
             states=states,
             queue=queue,
@@ -372,7 +372,7 @@ def dead() -> None:
 def dead_list(state: State, limit: int, as_json: bool) -> None:
     """List quarantined jobs with their last failure."""
 
-    async def go() -> list[client.JobView]:
+    async def go() -> list[client.jobs.JobView]:
         async with state.connect(platforms=False) as c:
             return await c.dead(limit=limit)
 

@@ -85,7 +85,7 @@ def jobs_table(found: Sequence[model.Job]) -> Table:
     return t
 
 
-def print_view(view: client.JobView) -> None:
+def print_view(view: client.jobs.JobView) -> None:
     """A job, then one block per attempt (no column of an attempt is ever cut), then its
     run log as a table whose reasons fold."""
     j = view.job
@@ -177,7 +177,7 @@ def print_attempt(a: model.Attempt, log: model.RunLog | None = None) -> None:
         out.print(f"  all of it: corral jobs logs {a.job_id} --attempt {a.attempt_no}")
 
 
-def dead_table(views: Sequence[client.JobView]) -> Table:
+def dead_table(views: Sequence[client.jobs.JobView]) -> Table:
     t = table("id", "queue", "attempts", "last failure", "since", "class", "fingerprint")
     t.columns[0].no_wrap = True
     for v in views:

@@ -157,7 +157,7 @@ def print_dry_run(
         **fields,
     )
     checker = registry.checker(executor, settings, clock.SystemClock())
-    job = client.check_job(draft, executors={executor: checker}, settings=settings)
+    job = client.checks.check_job(draft, executors={executor: checker}, settings=settings)
     doc = reg.dry_run(job, settings, now)
     # Plain writes: a console would wrap long lines, and the output is meant for kubectl.
     text = (
@@ -553,7 +553,7 @@ def _run_at(
         raise errors.InvalidInput("give either --at or --delay, not both")
     if at is not None:
         when = cadence.parse_instant(at, "--at")
-        if not allow_past and client.past_by(when, now):
+        if not allow_past and client.arguments.past_by(when, now):
             raise errors.InvalidInput(
                 f"--at: {when.isoformat()} is before now; give --allow-past to run it at once"
             )
@@ -577,7 +577,7 @@ def read_jobs(text: Any, now: datetime | None = None) -> list[tuple[int, dict[st
         except json.JSONDecodeError as exc:
             raise errors.InvalidInput(f"line {number}: not valid JSON ({exc})") from None
         try:
-            jobs.append((number, client.submit_arguments(given, now=now)))
+            jobs.append((number, client.arguments.submit_arguments(given, now=now)))
         except errors.InvalidInput as exc:
             raise errors.InvalidInput(f"line {number}: {exc}") from None
     return jobs

@@ -115,7 +115,7 @@ def back(to: str, note: str = "", **fields: object) -> Response:
     return RedirectResponse(f"{to}{sep}{urlencode({'note': note, **fields})}", 303)
 
 
-async def visible_job(c: client.Client, who: model.WebSession, job_id: int) -> client.JobView:
+async def visible_job(c: client.Client, who: model.WebSession, job_id: int) -> client.jobs.JobView:
     try:
         view = await c.job(job_id)
     except errors.NotFound:
@@ -357,7 +357,7 @@ async def _output_now(c: client.Client, job_id: int) -> tuple[tuple[int, str, st
     return tuple(found)
 
 
-async def _job_values(request: Request, view: client.JobView) -> dict[str, Any]:
+async def _job_values(request: Request, view: client.jobs.JobView) -> dict[str, Any]:
     c = auth.client_of(request)
     return {
         "job": view.job,
@@ -365,11 +365,11 @@ async def _job_values(request: Request, view: client.JobView) -> dict[str, Any]:
         "output": await _running_output(c, view),
         "events": view.events,
         "goes_on": view.job.state in (J.SCHEDULED, J.QUEUED, J.RUNNING, J.PARKED),
-        "explained": client.explain(view, c.clock.now()),
+        "explained": client.explain.why(view, c.clock.now()),
     }
 
 
-async def _running_output(c: client.Client, view: client.JobView) -> dict[int, list[Any]]:
+async def _running_output(c: client.Client, view: client.jobs.JobView) -> dict[int, list[Any]]:
     """What each running attempt has written so far, by fence: read from its run folder
     when this machine has it (a process's stdout and stderr, their last part)."""
     if not any(a.state in model.ACTIVE_ATTEMPT_STATES for a in view.attempts):
@@ -421,7 +421,7 @@ async def dead(
         states=[J.QUARANTINED], tenant=who.tenant, before=before, limit=QUARANTINED_SHOWN
     )
     views = [await c.job(j.id) for j in found]
-    shown = [(v.job, client.explain(v, c.clock.now())) for v in views]
+    shown = [(v.job, client.explain.why(v, c.clock.now())) for v in views]
     more = found[-1].id if len(found) == QUARANTINED_SHOWN else None
     return page(request, "dead.html", who, jobs=shown, next_page=more)
 

@@ -1,0 +1,55 @@
+"""The Python API for submitting, inspecting and cancelling jobs, as services.
+
+    async with corral.connect() as client:
+        job_id, created = await client.submit(spec={"command": ["echo", "hello"]})
+
+Each concern is a service in a module of its own (client.jobs, client.schedules,
+client.follow, client.tokens, ...), and `Client` is all of them over one store. It is
+also the only way api/, web/ and cli/ reach the store.
+"""
+
+from __future__ import annotations
+
+from corral.client import (
+    arguments,
+    backfill,
+    checks,
+    explain,
+    follow,
+    jobs,
+    operations,
+    schedules,
+    service,
+    signing,
+    tokens,
+    users,
+)
+
+
+class Client(
+    explain.Explain,
+    follow.Follow,
+    schedules.Schedules,
+    backfill.Backfill,
+    operations.Operations,
+    users.Users,
+    signing.Signing,
+):
+    """Submit and manage jobs against one store: every service of the client at once."""
+
+
+__all__ = [
+    "Client",
+    "arguments",
+    "backfill",
+    "checks",
+    "explain",
+    "follow",
+    "jobs",
+    "operations",
+    "schedules",
+    "service",
+    "signing",
+    "tokens",
+    "users",
+]
