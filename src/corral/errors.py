@@ -5,6 +5,7 @@
     ├── InvalidInput           a request corral refuses at the edge (exit 2)
     │   ├── PayloadTooLarge
     │   └── Conflict           the request does not fit the thing's state now
+    │       └── CountChanged   a bulk filter matches another number of jobs than confirmed
     ├── IllegalTransition      a state change the transition table does not allow
     ├── NotFound               no such job or attempt (exit 1)
     ├── StaleFence             a newer attempt has replaced the one that asked (exit 3)
@@ -45,6 +46,17 @@ class PayloadTooLarge(InvalidInput):
 class Conflict(InvalidInput):
     """Raised when a request does not fit the state its target is in now (a retry of a job
     that is not quarantined, a resume of a schedule that is not paused)."""
+
+
+class CountChanged(Conflict):
+    """Raised when a bulk operation's filter matches another number of jobs than the
+    person confirmed (`count`: how many it matches now)."""
+
+    def __init__(self, count: int, expected: int) -> None:
+        super().__init__(
+            f"expect: the filter now matches {count} jobs, not {expected}; preview again"
+        )
+        self.count = count
 
 
 class NotGranted(CorralError):

@@ -59,6 +59,12 @@ class Runtime:
     store: store.Store
     executors: dict[str, Executor]
 
+    def client(self) -> client.Client:
+        """A client of these parts: its store, executors, settings and clock."""
+        return client.Client(
+            store=self.store, executors=self.executors, settings=self.settings, clock=self.clock
+        )
+
 
 def pause_after(tries: int) -> float:
     """Seconds to wait after the `tries`-th failed try to reach the database (from 1)."""

@@ -9,7 +9,6 @@ import asyncio
 import pytest
 
 from corral import errors, model, store
-from corral.store import operations
 from corral.testing import FrozenClock
 from tests.support import jobs
 from tests.support.jobs import quarantine
@@ -100,7 +99,7 @@ async def test_the_operation_runs_on_its_snapshot_and_skips_what_changed(
 
 async def test_a_count_that_changed_makes_nothing(db: store.Store, clock: FrozenClock) -> None:
     ids = await submit(db, clock, 3)
-    with pytest.raises(operations.Changed) as refused:
+    with pytest.raises(errors.CountChanged) as refused:
         await make(db, clock, B.CANCEL, model.JobFilter(), expect=2)
     assert refused.value.count == 3
     assert "expect: the filter now matches 3 jobs, not 2" in str(refused.value)

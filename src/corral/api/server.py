@@ -16,7 +16,7 @@ from typing import Any
 
 import uvicorn
 
-from corral import client, clock, config, errors, operations, runtime
+from corral import client, clock, config, errors, runtime
 from corral.api import create_app, create_attempt_app
 from corral.worker.api import socket_path
 
@@ -82,7 +82,7 @@ async def serve_http(
         serving = asyncio.create_task(server.serve(sockets=[sock]))
         stopping = asyncio.create_task(stop.wait())
         halt = asyncio.Event()  # the runner's: set when the server ends, whyever it does
-        runner = operations.Runner(store=c.store, clock=c.clock, settings=c.settings)
+        runner = c.runner()
         operating = asyncio.create_task(runner.run(halt))
         await asyncio.wait({serving, stopping}, return_when=asyncio.FIRST_COMPLETED)
         server.should_exit = True
@@ -132,7 +132,7 @@ async def serve_attempts(
     if db is None:
         return
     async with runtime.opened(settings, clk=clk, executors={}, db=db) as rt:
-        own = client.Client(store=rt.store, executors={}, settings=rt.settings, clock=rt.clock)
+        own = rt.client()
         await _answer_attempts(own, settings.attempt_socket, stop)
 
 

@@ -23,18 +23,9 @@ def db() -> None:
 @click.pass_obj
 def db_upgrade(state: State) -> None:
     """Create or upgrade the schema to this corral's newest revision."""
-    from corral import store
+    from corral.client import schema
 
-    settings = state.settings()
-
-    async def upgrade() -> tuple[str | None, str | None]:
-        database = store.Store.connect(settings.database_url, timeouts=settings.timeouts)
-        try:
-            return await database.migrate()
-        finally:
-            await database.close()
-
-    before, after = run_async(upgrade())
+    before, after = run_async(schema.upgrade(state.settings()))
     if before == after:
         out.print(f"database is up to date (revision {after})")
     else:

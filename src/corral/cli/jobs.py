@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from corral import errors
+from corral import errors, shapes
 from corral.cli import render
 from corral.cli.common import JOB_ID, State, config_option, err, json_option, out, print_json, run
 
@@ -193,8 +193,7 @@ def jobs_explain(state: State, job_id: int, as_json: bool) -> None:
 
     job, said = run(go())
     if as_json:
-        cause, _, _ = said.partition(":")
-        print_json({"id": job.id, "state": job.state, "cause": cause, "explanation": said})
+        print_json({"id": job.id, "state": job.state, **shapes.explanation(said)})
         return
     out.print(f"job {job_id}: {said}", markup=False)
 
@@ -340,15 +339,11 @@ async def _bulk_run(
     progress bar until it has ended."""
     from rich.progress import Progress
 
-    from corral import operations
-
     async with state.connect() as c:
         op = await c.bulk_start(
             action, chosen, tenant=tenant, expect=expect, made_by="command line"
         )
-        runner = operations.Runner(
-            store=c.store, clock=c.clock, settings=c.settings, executors=c.executors
-        )
+        runner = c.runner()
         with Progress(console=err, transient=True, disable=quiet) as bar:
             task = bar.add_task(f"operation {op.id}: {action}", total=op.total)
             while op.state == "running":

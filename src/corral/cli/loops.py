@@ -78,15 +78,13 @@ async def _serve(
     kind: str = "serve",
     sock: socket.socket | None = None,
 ) -> None:
-    from corral import client, runtime
+    from corral import runtime
 
     # The attempt socket is answered once the loops' runtime is up, on its store.
     up: asyncio.Future[client.Client] = asyncio.get_running_loop().create_future()
 
     async def ready(rt: runtime.Runtime) -> None:
-        c = client.Client(
-            store=rt.store, executors=rt.executors, settings=rt.settings, clock=rt.clock
-        )
+        c = rt.client()
         if not up.done():
             up.set_result(c)
         if demo:
@@ -102,7 +100,7 @@ async def _serve(
             if on
         )
         err.print(
-            f"corral is {doing} on {rt.store.url} with executors: {', '.join(rt.executors)}."
+            f"corral is {doing} on {c.database} with executors: {', '.join(rt.executors)}."
             " Press Ctrl+C (or send SIGTERM) to stop."
         )
         if http is not None:

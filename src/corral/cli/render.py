@@ -335,16 +335,6 @@ def print_schedule(
         out.print(t)
 
 
-def secret_dict(s: model.SigningSecret) -> dict[str, Any]:
-    return {
-        "id": s.id,
-        "tenant": s.tenant,
-        "fingerprint": s.fingerprint,
-        "created_at": iso(s.created_at),
-        "retires_at": iso(s.retires_at),
-    }
-
-
 def secrets_table(found: Sequence[model.SigningSecret]) -> Table:
     t = table("id", "tenant", "fingerprint", "made", "signs until", keep=("id", "fingerprint"))
     for s in found:
@@ -393,26 +383,6 @@ def channels_table(channels: dict[str, dict[str, Any]]) -> Table:
         to = ", ".join(c["to"]) if c["kind"] == "email" else c.get("url", "(webhook URL)")
         t.add_row(name, c["kind"], to)
     return t
-
-
-def alert_dict(a: Any, tries: Sequence[tuple[datetime, bool, str | None]]) -> dict[str, Any]:
-    return {
-        "id": a.id,
-        "key": a.dedupe_key,
-        "rule": a.rule,
-        "channel": a.channel,
-        "kind": a.kind,
-        "cause": a.cause,
-        "subject": a.subject,
-        "job_id": a.job_id,
-        "state": a.state,
-        "created_at": iso(a.created_at),
-        "due_at": iso(a.due_at),
-        "delivered_at": iso(a.delivered_at),
-        "tries": [{"at": iso(at), "ok": ok, "error": error} for at, ok, error in tries],
-        "last_error": a.last_error,
-        "details": dict(a.details),
-    }
 
 
 def alerts_table(found: Sequence[Any]) -> Table:

@@ -11,18 +11,25 @@ also the only way api/, web/ and cli/ reach the store.
 from __future__ import annotations
 
 from corral.client import (
+    alerts,
     arguments,
+    attempts,
+    audit,
     backfill,
     checks,
+    counts,
+    events,
     explain,
     follow,
     jobs,
     operations,
     schedules,
+    schema,
     service,
     signing,
     tokens,
     users,
+    workers,
 )
 
 
@@ -34,22 +41,35 @@ class Client(
     operations.Operations,
     users.Users,
     signing.Signing,
+    attempts.Attempts,
+    events.Events,
+    audit.Audit,
+    workers.Workers,
+    alerts.Alerts,
+    counts.Counts,
 ):
     """Submit and manage jobs against one store: every service of the client at once."""
 
 
 __all__ = [
     "Client",
+    "alerts",
     "arguments",
+    "attempts",
+    "audit",
     "backfill",
     "checks",
+    "counts",
+    "events",
     "explain",
     "follow",
     "jobs",
     "operations",
     "schedules",
+    "schema",
     "service",
     "signing",
     "tokens",
     "users",
+    "workers",
 ]

@@ -14,12 +14,17 @@ class Explain(jobs.Jobs):
 
     async def explain(self, job_id: int) -> str:
         """One line: why the job is not running now (or what it is doing)."""
-        view = await self.job(job_id)
-        slots = self.settings.pools.get(view.job.pool or "")
+        return await self.explain_view(await self.job(job_id))
+
+    async def explain_view(self, view: jobs.JobView, *, tenant: str | None = None) -> str:
+        """`explain` of a job read already; a queued job in a pool is told the pool's
+        running jobs of `tenant` (None: of every tenant)."""
+        pool = view.job.pool or ""
+        slots = self.settings.pools.get(pool)
         if slots is None or view.job.state != model.JobState.QUEUED:
             return why(view, self.clock.now())
-        running = await self.store.pool_running(pools=[view.job.pool or ""])
-        return why(view, self.clock.now(), pool=(running.get(view.job.pool or "", 0), slots))
+        running = await self.store.pool_running(pools=[pool], tenant=tenant)
+        return why(view, self.clock.now(), pool=(running.get(pool, 0), slots))
 
 
 def why(view: jobs.JobView, now: datetime, *, pool: tuple[int, int] | None = None) -> str:

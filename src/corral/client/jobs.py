@@ -95,6 +95,19 @@ class Jobs(service.Service):
                 progress(len(chunk))
         return stored
 
+    async def submit_audited(
+        self,
+        new: Sequence[model.NewJob],
+        *,
+        audit: Callable[[list[tuple[int, bool]]], Iterable[Mapping[str, Any]]],
+    ) -> list[tuple[int, bool]]:
+        """Store jobs checked already (`validate`) in one transaction, with the audit rows
+        `audit` makes of what was stored (audit_add's fields, and `at`); (job id, created)
+        for each."""
+        return await self.store.job_submit(
+            new=new, now=self.clock.now(), audit=audit, since=self.since()
+        )
+
     def new_job(self, **args: Unpack[JobArgs]) -> model.NewJob:
         """The job `submit` would store for these arguments, not checked yet (`validate`).
         TypeError for a keyword it does not take, as for any function."""
@@ -187,9 +200,17 @@ class Jobs(service.Service):
         queue: str | None = None,
         tenant: str | None = None,
         pool: str | None = None,
+        executor: str | None = None,
+        labels: Mapping[str, str] | None = None,
+        schedule: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        before: int | None = None,
         limit: int = 100,
     ) -> list[model.Job]:
-        """The newest jobs, optionally only those in `states`, of `queue`, `tenant`, `pool`."""
+        """The newest jobs (with ids below `before`), optionally only those in `states`, of
+        `queue`, `tenant`, `pool`, `executor`, carrying `labels`, fired by `schedule`,
+        created from `since` until `until`."""
         states = list(states)
         for state in states:
             if state not in model.JobState.__members__.values():
@@ -197,13 +218,26 @@ class Jobs(service.Service):
                     f"state: {state!r} is not a job state; use one of {', '.join(model.JobState)}"
                 )
         return await self.store.job_list(
-            states=states, limit=limit, queue=queue, tenant=tenant, pool=pool
+            states=states,
+            limit=limit,
+            queue=queue,
+            tenant=tenant,
+            pool=pool,
+            executor=executor,
+            labels=labels,
+            schedule=schedule,
+            since=since,
+            until=until,
+            before=before,
         )
 
-    async def heartbeat(self, job_id: int, fence: int) -> datetime | None:
-        """News from inside attempt `fence`: renews its lease (returns the lease's new end, or
-        None for a job without one). StaleFence when a newer attempt replaced it: stop."""
-        return await self.store.attempt_heartbeat(job_id=job_id, fence=fence, now=self.clock.now())
+    async def job_row(self, job_id: int) -> model.Job:
+        """A job alone, without its attempts and run log (NotFound if there is none)."""
+        return await self.store.job_get(job_id=job_id)
+
+    async def jobs_by_id(self, job_ids: Sequence[int]) -> list[model.Job]:
+        """The jobs of `job_ids` that exist."""
+        return await self.store.job_get_many(job_ids=job_ids)
 
     async def dead(self, *, limit: int = 100) -> list[JobView]:
         """Quarantined jobs, newest first, each with its attempts and run log."""

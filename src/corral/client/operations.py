@@ -7,17 +7,25 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from corral import errors, model
+from corral import operations as background
 from corral.client import service
 
 
 class Operations(service.Service):
     """Preview, start, follow and stop bulk operations."""
 
+    def runner(self) -> background.Runner:
+        """A runner of bulk operations on this client's store: what `serve`, the API and
+        `corral jobs bulk` (which waits for its own) run beside their work."""
+        return background.Runner(
+            store=self.store, clock=self.clock, settings=self.settings, executors=self.executors
+        )
+
     async def bulk_preview(
         self, action: model.BulkAction, given: model.JobFilter, *, tenant: str | None
     ) -> model.Preview:
         """How many jobs of `tenant` (None: every tenant) `action` would touch now, and the
-        newest of their ids; InvalidInput past store.operations.MAX_JOBS."""
+        newest of their ids; InvalidInput past model.BULK_MAX_JOBS."""
         return await self.store.operation_preview(tenant=tenant, action=action, given=given)
 
     async def bulk_start(
@@ -31,7 +39,7 @@ class Operations(service.Service):
         token_id: int | None = None,
     ) -> model.Operation:
         """Start `action` on the snapshot of the jobs the preview counts now; the runner of
-        each serve and api process then applies it. Changed (a Conflict, with the new
+        each serve and api process then applies it. CountChanged (a Conflict, with the new
         count) when that is not `expect` jobs: preview again."""
         return await self.store.operation_create(
             tenant=tenant,

@@ -41,6 +41,11 @@ class Service:
         self.loops = loops.Service(store, settings, clock)
         """The loops table: this process's pulse, which loops live, work nobody can do."""
 
+    @property
+    def database(self) -> str:
+        """Where the store is, as its URL says it (the password hidden)."""
+        return self.store.url
+
     def since(self) -> datetime:
         """When a worker last heard of is still live (its lease)."""
         return self.clock.now() - self.settings.timeouts.lease_timeout

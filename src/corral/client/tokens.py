@@ -87,6 +87,10 @@ class Tokens(service.Service):
         )
         return made, secret
 
+    async def tokens(self) -> list[model.Token]:
+        """Every token made (never a secret)."""
+        return await self.store.token_list()
+
     async def token_check(self, secret: str) -> model.Token | None:
         """The token of `secret` if it may be used now (not revoked, not expired). A token
         read from the store is trusted for TOKEN_FRESH_SECONDS: a revoke made by another

@@ -17,7 +17,6 @@ from fastapi import Path as PathParam
 from starlette.responses import Response
 
 from corral import client, errors, model
-from corral.store.operations import Changed
 from corral.web import auth, live
 from corral.web.auth import Operator, Viewer
 from corral.web.pages import MAX_ID, Missing, audit, back, page, render
@@ -109,7 +108,7 @@ async def operation_start(request: Request, acting: Operator) -> Response:
             made_by=f"{who.name} (dashboard)",
             token_id=who.token_id,
         )
-    except Changed as changed:
+    except errors.CountChanged as changed:
         said = f"The filters now match {changed.count:,} jobs, not {expect:,}: confirm again."
         return await _preview(request, who, form, status=409, said=said)
     except errors.InvalidInput as exc:
