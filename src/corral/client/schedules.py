@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, Unpack
+from typing import TYPE_CHECKING, Any, TypedDict, Unpack, cast
 
 from corral import errors, model
 from corral.client import checks, jobs
@@ -15,6 +15,28 @@ if TYPE_CHECKING:
     from corral import cadence
 
 _TICK = timedelta(microseconds=1)
+
+
+class RuleArgs(TypedDict, total=False):
+    """When a schedule fires, as `new_schedule` takes it; left out, a field takes the
+    default below."""
+
+    cron: str | None  # a cron expression, in `tz`; or `every`
+    tz: str  # "UTC"
+    every: str | None  # an interval, e.g. "10m"
+    start: str | datetime | None  # None: now; no firing before it, an interval's origin
+    until: str | datetime | None  # None: never; no firing at or after it
+    catchup: str  # "none" (the latest missed time only) or "all"
+    catchup_window: str  # "7d"
+    catchup_max: int  # 100
+    overlap: str  # "allow", "forbid" or "replace"
+    jitter: str | None  # None: no delay
+    tenant_made: bool  # False: the operator's schedule
+
+
+class ScheduleArgs(RuleArgs, jobs.JobArgs, total=False):
+    """A schedule as `schedule_create` takes it: when it fires, and its job template (as
+    `submit` takes a job)."""
 
 
 class Schedules(jobs.Jobs):
@@ -41,51 +63,17 @@ class Schedules(jobs.Jobs):
         origin of an interval, and no firing before it); InvalidInput naming the field and
         the rule otherwise. `job` is its job template, as `submit` takes a job.
         `tenant_made`: made by a tenant (the API, the dashboard), its firings check the
-        tenant's grant; the operator's are checked by none."""
+        tenant's grant; the operator's are checked by none. (Its parameters are RuleArgs',
+        each with its default, hence its length.)"""
         from corral import cadence, scheduler
 
-        now = self.clock.now()
         if not checks.NAME.match(name or ""):
             raise errors.InvalidInput(
                 f"name: {name!r} must be 1-200 characters of [A-Za-z0-9_.-], starting alphanumeric"
             )
-        if (cron is None) == (every is None):
-            raise errors.InvalidInput("give either cron (with tz) or every, not both or neither")
-        anchor = instant(start, "start", tz) if start is not None else now.replace(microsecond=0)
-        when: cadence.When = (
-            cadence.parse_cron(cron, tz)
-            if cron is not None
-            else cadence.parse_every(every or "", anchor)
-        )
-        if every is not None and tz != "UTC":
-            cadence.parse_cron("* * * * *", tz)  # the zone is still checked
-        end = instant(until, "until", tz) if until is not None else None
-        if end is not None and end <= anchor:
-            raise errors.InvalidInput(
-                f"until: {model.iso(end)} is not after the start {model.iso(anchor)}"
-            )
-        if job.get("run_at") is not None or job.get("idempotency_key") is not None:
-            raise errors.InvalidInput(
-                "run_at and idempotency_key are each firing's own: a schedule's job has neither"
-            )
-        if job.get("payload") is not None and not isinstance(job.get("payload"), Mapping):
-            raise errors.InvalidInput(
-                "payload: a schedule's payload must be a JSON object: each firing adds what"
-                f" it is for under {model.FIRING!r}"
-            )
-        template = model.job_template(self.validate(self.new_job(**job)))
-        try:
-            mode = model.Catchup(catchup)
-        except ValueError:
-            raise errors.InvalidInput(f"catchup: {catchup!r} must be none or all") from None
-        try:
-            how = model.Overlap(overlap)
-        except ValueError:
-            raise errors.InvalidInput(
-                f"overlap: {overlap!r} must be allow, forbid or replace"
-            ) from None
-        if not 1 <= catchup_max <= 10_000:
-            raise errors.InvalidInput(f"catchup_max: {catchup_max} must be between 1 and 10000")
+        when, anchor, end = _when(cron, every, tz, start, until, self.clock.now())
+        template = model.job_template(self.validate(self.new_job(**_template_args(job))))
+        mode, how = _choices(catchup, overlap, catchup_max)
         window = cadence.parse_duration(catchup_window, "catchup_window")
         spread = cadence.parse_duration(jitter, "jitter") if jitter is not None else None
         new = model.NewSchedule(
@@ -107,7 +95,7 @@ class Schedules(jobs.Jobs):
         scheduler.rule(new, anchor)  # every rule builds
         return new, anchor
 
-    async def schedule_create(self, name: str, **args: Any) -> model.Schedule:
+    async def schedule_create(self, name: str, **args: Unpack[ScheduleArgs]) -> model.Schedule:
         """Store a schedule (`new_schedule`'s arguments); it fires first at its first
         nominal time after now (or at its start)."""
         from corral import scheduler
@@ -150,16 +138,15 @@ class Schedules(jobs.Jobs):
     async def schedules(self, *, tenant: str | None = None) -> list[model.Schedule]:
         return await self.store.schedule_list(tenant=tenant)
 
-    async def schedule_update(
-        self, name: str, *, tenant: str = "default", **args: Any
-    ) -> model.Schedule:
-        """Change a schedule: the arguments given replace its own (the rule, the options,
-        any field of the job template); the rest stay. Its next nominal time is computed
-        again from now."""
+    async def schedule_update(self, name: str, **args: Unpack[ScheduleArgs]) -> model.Schedule:
+        """Change `tenant`'s schedule `name` (tenant "default" when not given): the other
+        arguments given replace its own (the rule, the options, any field of the job
+        template); the rest stay. Its next nominal time is computed again from now."""
         from corral import scheduler
 
+        tenant = args.pop("tenant", "default")
         old = await self.store.schedule_get(name=name, tenant=tenant)
-        given = {**_schedule_args(old), **args}
+        given: ScheduleArgs = {**_schedule_args(old), **args}
         if "cron" in args:
             given.pop("every", None)
         if "every" in args:
@@ -232,6 +219,68 @@ class Schedules(jobs.Jobs):
         return await self.store.firing_list(schedule_id=old.id, limit=limit)
 
 
+def _when(
+    cron: str | None,
+    every: str | None,
+    tz: str,
+    start: str | datetime | None,
+    until: str | datetime | None,
+    now: datetime,
+) -> tuple[cadence.When, datetime, datetime | None]:
+    """A schedule's rule (its cron in `tz`, or its interval), its anchor (`start`, else
+    now) and its end (`until`); InvalidInput naming the field that is wrong."""
+    from corral import cadence
+
+    if (cron is None) == (every is None):
+        raise errors.InvalidInput("give either cron (with tz) or every, not both or neither")
+    anchor = instant(start, "start", tz) if start is not None else now.replace(microsecond=0)
+    when: cadence.When = (
+        cadence.parse_cron(cron, tz)
+        if cron is not None
+        else cadence.parse_every(every or "", anchor)
+    )
+    if every is not None and tz != "UTC":
+        cadence.parse_cron("* * * * *", tz)  # the zone is still checked
+    end = instant(until, "until", tz) if until is not None else None
+    if end is not None and end <= anchor:
+        raise errors.InvalidInput(
+            f"until: {model.iso(end)} is not after the start {model.iso(anchor)}"
+        )
+    return when, anchor, end
+
+
+def _template_args(job: jobs.JobArgs) -> jobs.JobArgs:
+    """A schedule's job as `submit`'s arguments, refused when it says what each firing
+    says for itself, or carries a payload that is not a JSON object."""
+    if job.get("run_at") is not None or job.get("idempotency_key") is not None:
+        raise errors.InvalidInput(
+            "run_at and idempotency_key are each firing's own: a schedule's job has neither"
+        )
+    if job.get("payload") is not None and not isinstance(job.get("payload"), Mapping):
+        raise errors.InvalidInput(
+            "payload: a schedule's payload must be a JSON object: each firing adds what"
+            f" it is for under {model.FIRING!r}"
+        )
+    return job
+
+
+def _choices(catchup: str, overlap: str, catchup_max: int) -> tuple[model.Catchup, model.Overlap]:
+    """A schedule's catch-up and overlap, read; InvalidInput naming a wrong one."""
+    try:
+        mode = model.Catchup(catchup)
+    except ValueError:
+        raise errors.InvalidInput(f"catchup: {catchup!r} must be none or all") from None
+    try:
+        how = model.Overlap(overlap)
+    except ValueError:
+        raise errors.InvalidInput(
+            f"overlap: {overlap!r} must be allow, forbid or replace"
+        ) from None
+    if not 1 <= catchup_max <= 10_000:
+        raise errors.InvalidInput(f"catchup_max: {catchup_max} must be between 1 and 10000")
+    return mode, how
+
+
 def instant(value: str | datetime, field: str, tz: str) -> datetime:
     from corral import cadence
 
@@ -242,8 +291,9 @@ def instant(value: str | datetime, field: str, tz: str) -> datetime:
     return cadence.parse_instant(value, field, tz)
 
 
-def _schedule_args(schedule: model.Schedule) -> dict[str, Any]:
-    """A stored schedule as `new_schedule`'s arguments (what `schedule_update` starts from)."""
+def _schedule_args(schedule: model.Schedule) -> ScheduleArgs:
+    """A stored schedule as `new_schedule`'s arguments (what `schedule_update` starts from):
+    its template's fields are a job's, as it was checked when stored."""
     args: dict[str, Any] = {
         "tz": schedule.tz,
         "start": schedule.anchor,
@@ -260,7 +310,7 @@ def _schedule_args(schedule: model.Schedule) -> dict[str, Any]:
         args["cron"] = schedule.cron
     else:
         args["every"] = _duration_text(schedule.every_seconds or 0)
-    return args
+    return cast(ScheduleArgs, args)
 
 
 def _duration_text(seconds: float) -> str:
