@@ -232,17 +232,7 @@ async def jobs_list(
 ) -> Response:
     if tenant is not None and not who.sees(tenant):
         return answer({"jobs": [], "next": None})
-    labels = {}
-    for pair in label or []:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise errors.InvalidInput(f"label: {pair!r} is not KEY=VALUE")
-        labels[key] = value
-    for s in state or []:
-        if s not in model.JobState.__members__.values():
-            raise errors.InvalidInput(
-                f"state: {s!r} is not a job state; use one of {', '.join(model.JobState)}"
-            )
+    labels = _filter_checked(state or [], label or [])
     found = await c.jobs(
         states=state or [],
         queue=queue,
@@ -262,6 +252,23 @@ async def jobs_list(
             "next": found[-1].id if len(found) == limit else None,
         }
     )
+
+
+def _filter_checked(states: list[str], labels: list[str]) -> dict[str, str]:
+    """The job list's labels as a mapping, once each label is KEY=VALUE and each state a
+    job state (else InvalidInput naming the field)."""
+    pairs = {}
+    for pair in labels:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise errors.InvalidInput(f"label: {pair!r} is not KEY=VALUE")
+        pairs[key] = value
+    for s in states:
+        if s not in model.JobState.__members__.values():
+            raise errors.InvalidInput(
+                f"state: {s!r} is not a job state; use one of {', '.join(model.JobState)}"
+            )
+    return pairs
 
 
 @router.get(
