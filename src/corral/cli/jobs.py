@@ -282,7 +282,10 @@ def jobs_bulk(
     err.print(f"{action} would touch {seen.count} jobs" + (f": {ids}" if seen.count else ""))
     if seen.count and not yes:
         click.confirm(f"{action} these {seen.count} jobs?", abort=True, err=True)
-    op = run(_bulk_run(state, bulk, chosen, tenant, seen.count, as_json))
+    _print_operation(run(_bulk_run(state, bulk, chosen, tenant, seen.count, as_json)), as_json)
+
+
+def _print_operation(op: model.Operation, as_json: bool) -> None:
     if as_json:
         print_json(
             {

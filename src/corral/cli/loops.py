@@ -81,9 +81,14 @@ class Serving:
     def runs(self, loop: str) -> bool:
         return loop in self.loops
 
-    def launches(self) -> bool:
-        """Whether it launches attempts: a dispatcher does, and a reconciler relaunching."""
-        return self.runs("dispatch") or self.runs("reconcile")
+    def answers_attempts(self, settings: config.Settings) -> bool:
+        """Whether it answers the attempt API on a Unix socket in the state folder. Process
+        jobs reach corral through the attempt API: api_url's, else that of the process that
+        launched them (a dispatcher, or a reconciler relaunching); never through the
+        database's URL, by default."""
+        launches = self.runs("dispatch") or self.runs("reconcile")
+        enabled = "process" in settings.executors.enabled
+        return launches and not settings.api_url and enabled
 
 
 async def _serve(settings: config.Settings, plan: Serving) -> None:
@@ -98,11 +103,7 @@ async def _serve(settings: config.Settings, plan: Serving) -> None:
             up.set_result(c)
         await _started(c, settings, plan, list(rt.executors))
 
-    # Process jobs reach corral through the attempt API: api_url's, else that of the process
-    # that launched them (a dispatcher, or a reconciler relaunching), on a Unix socket in
-    # the state folder; never through the database's URL, by default.
-    enabled = "process" in settings.executors.enabled
-    attempts = plan.launches() and not settings.api_url and enabled
+    attempts = plan.answers_attempts(settings)
     if attempts:
         settings = settings.serving_attempts()
 

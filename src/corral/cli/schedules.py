@@ -386,13 +386,12 @@ def schedules_preview(
 ) -> None:
     """The next firings of a schedule, or of --cron EXPR --tz TZ, marking those a DST
     change moved."""
-    from corral import cadence, clock, scheduler
+    from corral import cadence, clock
 
     now = clock.SystemClock().now()
     if name is not None and (cron or every):
         raise errors.InvalidInput("give a schedule's name or --cron/--every, not both")
     until: datetime | None = None
-    since = now
     if name is None:
         since = cadence.parse_instant(start, "--from", tz) if start else now
         if (cron is None) == (every is None):
@@ -403,22 +402,29 @@ def schedules_preview(
             cadence.parse_cron(cron, tz) if cron else cadence.parse_every(every or "", since)
         )
     else:
-
-        async def go() -> model.Schedule:
-            async with state.connect(platforms=False) as c:
-                return await c.schedule(name, tenant=tenant)
-
-        found = run(go())
-        when, until = scheduler.rule(found, found.anchor), found.until
-        if start:  # a time without an offset is the schedule's own zone's
-            since = cadence.parse_instant(start, "--from", found.tz)
-        since = max(since, found.anchor)
+        when, since, until = _schedule_rule(state, name, tenant, start, now)
     first = cadence.after(when, since - _MICRO)
     upcoming = _take(cadence.between(when, first.at, _far(first.at)), count, until)
     if as_json:
         print_json([render.nominal_dict(n) for n in upcoming])
         return
     out.print(render.nominals_table(upcoming))
+
+
+def _schedule_rule(
+    state: State, name: str, tenant: str, start: str | None, now: datetime
+) -> tuple[cadence.When, datetime, datetime | None]:
+    """A stored schedule's rule, from when to preview it (--from, in the schedule's own
+    zone when it has no offset; else now; never before its start), and its end."""
+    from corral import cadence, scheduler
+
+    async def go() -> model.Schedule:
+        async with state.connect(platforms=False) as c:
+            return await c.schedule(name, tenant=tenant)
+
+    found = run(go())
+    since = cadence.parse_instant(start, "--from", found.tz) if start else now
+    return scheduler.rule(found, found.anchor), max(since, found.anchor), found.until
 
 
 @click.command(

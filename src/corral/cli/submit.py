@@ -94,13 +94,7 @@ def submit(
         _alone_with_file(ctx, command)
         submit_file(state, from_file, as_json=as_json)
         return
-    if output is not None and not dry_run:
-        raise errors.InvalidInput(
-            "-o/--output is the format of --dry-run's object; to print the submitted job"
-            " as JSON, use --json"
-        )
-    if dry_run and as_json:
-        raise errors.InvalidInput("--dry-run prints the object itself: use -o json, not --json")
+    _check_output(output, dry_run=dry_run, as_json=as_json)
     args = {**job.arguments(command), "idempotency_key": idempotency_key}
     if dry_run and "task" in args:
         raise errors.InvalidInput(
@@ -132,6 +126,17 @@ def _alone_with_file(ctx: click.Context, command: tuple[str, ...]) -> None:
             f"--from-file: each line says all of its job; give no {(given or ['command'])[0]}"
             " beside it"
         )
+
+
+def _check_output(output: str | None, *, dry_run: bool, as_json: bool) -> None:
+    """InvalidInput for -o without --dry-run, or --json with it."""
+    if output is not None and not dry_run:
+        raise errors.InvalidInput(
+            "-o/--output is the format of --dry-run's object; to print the submitted job"
+            " as JSON, use --json"
+        )
+    if dry_run and as_json:
+        raise errors.InvalidInput("--dry-run prints the object itself: use -o json, not --json")
 
 
 def _print_submitted(job_id: int, created: bool, *, as_json: bool) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 from typing import Any
 
@@ -44,18 +44,8 @@ class Backfill(jobs.Jobs):
         if overrides:  # checked as any job is
             sample = model.job_from_template(old.template, **overrides)
             self.validate(sample)
-        fires = scheduler.backfill_fires(old, first, last, **overrides)
         created = there = 0
-        chunk: list[model.Fire] = []
-        for fire in fires:
-            chunk.append(fire)
-            if len(chunk) == batch:
-                made = (len(chunk), 0) if dry_run else await self._backfill(old, chunk)
-                created, there = created + made[0], there + made[1]
-                if progress is not None:
-                    progress(len(chunk))
-                chunk = []
-        if chunk:
+        for chunk in _chunks(scheduler.backfill_fires(old, first, last, **overrides), batch):
             made = (len(chunk), 0) if dry_run else await self._backfill(old, chunk)
             created, there = created + made[0], there + made[1]
             if progress is not None:
@@ -64,3 +54,15 @@ class Backfill(jobs.Jobs):
 
     async def _backfill(self, schedule: model.Schedule, fires: list[model.Fire]) -> tuple[int, int]:
         return await self.store.backfill(schedule=schedule, fires=fires, now=self.clock.now())
+
+
+def _chunks(fires: Iterable[model.Fire], size: int) -> Iterator[list[model.Fire]]:
+    """`fires` in lists of `size` (the last one shorter), read as they are needed."""
+    chunk: list[model.Fire] = []
+    for fire in fires:
+        chunk.append(fire)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk

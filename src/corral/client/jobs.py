@@ -117,20 +117,7 @@ class Jobs(service.Service):
         stored_policy = (
             policy.stored() if isinstance(policy, config.JobPolicy) else dict(policy or {})
         )
-        if args.get("task") is not None:
-            if "spec" in args or "executor" in args:
-                raise errors.InvalidInput("task: give a task, or a spec and an executor; not both")
-            executor, task_spec, payload = _task_job(
-                args["task"], args.get("task_version"), args.get("payload")
-            )
-            spec: Mapping[str, Any] = task_spec
-            # A worker renews its attempts' leases: recovery knows a dead one by its silence.
-            stored_policy["heartbeat"] = True
-        elif "spec" not in args:
-            raise TypeError("submit() missing the required keyword argument 'spec' (or 'task')")
-        else:
-            executor, spec = args.get("executor", "process"), args["spec"]
-            payload = args.get("payload")
+        executor, spec, payload = _what_runs(args, stored_policy)
         max_attempts = args.get("max_attempts")
         return model.NewJob(
             executor=executor,
@@ -293,6 +280,23 @@ class Jobs(service.Service):
         )
         [(made, _)] = await self.store.job_submit(new=[self.validate(new)], now=self.clock.now())
         return made
+
+
+def _what_runs(args: JobArgs, policy: dict[str, Any]) -> tuple[str, Mapping[str, Any], Any]:
+    """A job's (executor, spec, payload): of its task, or as given. A task's job promises
+    heartbeats in `policy`, since a worker renews its attempts' leases and recovery knows
+    a dead one by its silence."""
+    if args.get("task") is not None:
+        if "spec" in args or "executor" in args:
+            raise errors.InvalidInput("task: give a task, or a spec and an executor; not both")
+        executor, spec, payload = _task_job(
+            args["task"], args.get("task_version"), args.get("payload")
+        )
+        policy["heartbeat"] = True
+        return executor, spec, payload
+    if "spec" not in args:
+        raise TypeError("submit() missing the required keyword argument 'spec' (or 'task')")
+    return args.get("executor", "process"), args["spec"], args.get("payload")
 
 
 def _task_job(task: Any, version: int | None, data: Any) -> tuple[str, dict[str, Any], Any]:

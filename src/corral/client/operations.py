@@ -86,15 +86,14 @@ def job_filter(
     until: datetime | None = None,
     prefix: str = "filter.",
 ) -> model.JobFilter:
-    """The jobs a bulk `action` is about, as the job list filters them: InvalidInput naming
-    the field (after `prefix`) for a state that is not one, or that `action` never touches,
-    and for a label that is not KEY=VALUE."""
-    fits = model.BULK_STATES[action]
+    """The jobs a bulk `action` is about, as the job list filters them; InvalidInput naming
+    the field (after `prefix`): a state not one, or never touched by `action`; a label not
+    KEY=VALUE."""
+    fits, known = model.BULK_STATES[action], ", ".join(model.JobState)
     for state in states:
         if state not in model.JobState.__members__.values():
             raise errors.InvalidInput(
-                f"{prefix}state: {state!r} is not a job state; use one of"
-                f" {', '.join(model.JobState)}"
+                f"{prefix}state: {state!r} is not a job state; use one of {known}"
             )
         if state not in fits:
             raise errors.InvalidInput(

@@ -262,10 +262,7 @@ async def _jobs_page(
     c = auth.client_of(request)
     filters = Filters(state=state, queue=queue, label=label)
     key, _, value = label.partition("=")
-    if state and state not in model.JobState.__members__.values():
-        wrong = f"state: {state!r} is not a job state"
-    elif label and not (key and "=" in label):
-        wrong = f"label: {label!r} is not KEY=VALUE"
+    wrong = _wrong_filter(state, label) or wrong
     found: list[model.Job] = []
     if not wrong:
         found = await c.jobs(
@@ -289,6 +286,16 @@ async def _jobs_page(
         commands=tenancy.offered(c.settings.tenants, who.tenant, "process"),
         status=status,
     )
+
+
+def _wrong_filter(state: str, label: str) -> str:
+    """Why the jobs page's filter is refused, or "" when it is not."""
+    key = label.partition("=")[0]
+    if state and state not in model.JobState.__members__.values():
+        return f"state: {state!r} is not a job state"
+    if label and not (key and "=" in label):
+        return f"label: {label!r} is not KEY=VALUE"
+    return ""
 
 
 @router.post("/jobs")
