@@ -5,10 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from corral import errors, model
-from corral import operations as background
 from corral.client import service
+
+if TYPE_CHECKING:
+    from corral import operations as background
 
 
 class Operations(service.Service):
@@ -17,6 +20,8 @@ class Operations(service.Service):
     def runner(self) -> background.Runner:
         """A runner of bulk operations on this client's store: what `serve`, the API and
         `corral jobs bulk` (which waits for its own) run beside their work."""
+        from corral import operations as background
+
         return background.Runner(
             store=self.store, clock=self.clock, settings=self.settings, executors=self.executors
         )
