@@ -50,7 +50,7 @@ def jobs_list(
 
     found = run(go())
     if as_json:
-        print_json([render.job_dict(j) for j in found])
+        print_json([shapes.job_dict(j) for j in found])
         return
     out.print(render.jobs_table(found))
 
@@ -69,7 +69,7 @@ def jobs_show(state: State, job_id: int, as_json: bool) -> None:
 
     view = run(go())
     if as_json:
-        print_json(render.view_dict(view))
+        print_json(shapes.view_dict(view))
         return
     render.print_view(view)
 
@@ -376,7 +376,7 @@ def dead_list(state: State, limit: int, as_json: bool) -> None:
 
     views = run(go())
     if as_json:
-        print_json([render.view_dict(v) for v in views])
+        print_json([shapes.view_dict(v) for v in views])
         return
     out.print(render.dead_table(views))
     err.print(

@@ -13,32 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from corral.cli.common import out
-from corral.shapes import (
-    attempt_dict,
-    firing_dict,
-    iso,
-    job_dict,
-    log_facts,
-    nominal_dict,
-    schedule_dict,
-    shown,
-    token_dict,
-    user_dict,
-    view_dict,
-)
-
-__all__ = [
-    "attempt_dict",
-    "firing_dict",
-    "iso",
-    "job_dict",
-    "log_facts",
-    "nominal_dict",
-    "schedule_dict",
-    "token_dict",
-    "user_dict",
-    "view_dict",
-]
+from corral.shapes import shown
 
 if TYPE_CHECKING:
     from corral import cadence, client, config, model

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 import click
 
-from corral import errors
+from corral import errors, shapes
 from corral.cli import render
 from corral.cli.common import State, config_option, err, out, print_json, run
 from corral.cli.job_options import JobCommand, JobOptions, job_options
@@ -245,7 +245,7 @@ def _policy_but(template: Any, job: JobOptions) -> dict[str, Any]:
 
 def _print_made(made: model.Schedule, as_json: bool, verb: str = "made") -> None:
     if as_json:
-        print_json(render.schedule_dict(made))
+        print_json(shapes.schedule_dict(made))
         return
     out.print(made.name)
     nxt = render.when(made.next_due) if made.next_due else "never (past --until)"
@@ -266,7 +266,7 @@ def schedules_list(state: State, tenant: str | None, as_json: bool) -> None:
 
     found = run(go())
     if as_json:
-        print_json([render.schedule_dict(s) for s in found])
+        print_json([shapes.schedule_dict(s) for s in found])
         return
     out.print(render.schedules_table(found))
 
@@ -290,9 +290,9 @@ def schedules_show(state: State, name: str, tenant: str, limit: int, as_json: bo
     if as_json:
         print_json(
             {
-                **render.schedule_dict(found),
-                "upcoming": [render.nominal_dict(n) for n in upcoming],
-                "firings": [render.firing_dict(f) for f in firings],
+                **shapes.schedule_dict(found),
+                "upcoming": [shapes.nominal_dict(n) for n in upcoming],
+                "firings": [shapes.firing_dict(f) for f in firings],
             }
         )
         return
@@ -326,7 +326,7 @@ def _simple(verb: str, doc: str) -> click.Command:
 
         done = run(go())
         if as_json:
-            print_json(render.schedule_dict(done) if done else {"name": name, "deleted": True})
+            print_json(shapes.schedule_dict(done) if done else {"name": name, "deleted": True})
             return
         err.print(f"schedule {name!r} {verb}d" if verb != "pause" else f"schedule {name!r} paused")
 
@@ -406,7 +406,7 @@ def schedules_preview(
     first = cadence.after(when, since - _MICRO)
     upcoming = _take(cadence.between(when, first.at, _far(first.at)), count, until)
     if as_json:
-        print_json([render.nominal_dict(n) for n in upcoming])
+        print_json([shapes.nominal_dict(n) for n in upcoming])
         return
     out.print(render.nominals_table(upcoming))
 
