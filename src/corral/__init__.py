@@ -12,7 +12,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from corral.client import Client, JobView
+    from corral.client import Client
+    from corral.client.jobs import JobView
     from corral.clock import Clock, SystemClock
     from corral.config import Settings, Timeouts
     from corral.dispatcher import Dispatcher
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
 
 _FROM = {
     "Client": "corral.client",
-    "JobView": "corral.client",
+    "JobView": "corral.client.jobs",
     "Clock": "corral.clock",
     "SystemClock": "corral.clock",
     "Settings": "corral.config",

@@ -1113,6 +1113,8 @@ BULK_STATES: Mapping[BulkAction, frozenset[JobState]] = {
     BulkAction.CANCEL: frozenset(set(JobState) - FINAL_JOB_STATES),
 }
 """The states a job must be in for each action to touch it: a filter matches only these."""
+BULK_MAX_JOBS = 100_000
+"""The most jobs one preview counts and one operation takes."""
 
 
 class OperationState(StrEnum):

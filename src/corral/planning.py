@@ -11,7 +11,7 @@ client services ask the same functions what a new, changed or resumed schedule d
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -212,3 +212,14 @@ def resume_skips(
     skipped = passed.skipped if start <= last else []
     more = passed.skipped_count - len(passed.skipped) if start <= last else 0
     return skipped, more, first_due(when, now=now, anchor=schedule.anchor, until=schedule.until)
+
+
+def backfill_fires(
+    schedule: model.Schedule, start: datetime, end: datetime, **overrides: object
+) -> Iterator[model.Fire]:
+    """The firings `corral backfill` makes for the nominal times in [start, end), lazily."""
+    when = rule(schedule, schedule.anchor)
+    for nominal in cadence.between(when, start, end):
+        yield firing(
+            schedule, when, nominal.at, model.FiringOutcome.BACKFILLED, overrides=overrides
+        )

@@ -59,6 +59,12 @@ class Runtime:
     store: store.Store
     executors: dict[str, Executor]
 
+    def client(self) -> client.Client:
+        """A client of these parts: its store, executors, settings and clock."""
+        return client.Client(
+            store=self.store, executors=self.executors, settings=self.settings, clock=self.clock
+        )
+
 
 def pause_after(tries: int) -> float:
     """Seconds to wait after the `tries`-th failed try to reach the database (from 1)."""
@@ -130,7 +136,7 @@ async def opened(
         if not checked:
             await db.check_schema()
         if (settings.api_url or settings.local_api_url) and not settings.attempt_key:
-            key = await client.attempt_key(settings, db, clk)
+            key = await client.tokens.attempt_key(settings, db, clk)
             settings = settings.model_copy(update={"attempt_key": key})
         built = executors if executors is not None else executors_build(settings, clk)
         installation = None

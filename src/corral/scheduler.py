@@ -13,11 +13,11 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from corral import cadence, errors, metrics, model, planning, tenancy
+from corral import errors, metrics, model, planning, tenancy
 from corral.clock import Clock, sleep_or_stop
 from corral.executors.base import Executor
 from corral.store import Store
@@ -75,15 +75,6 @@ def _not_granted(
     tenants: Mapping[str, tenancy.TenantSettings], schedule: model.Schedule
 ) -> str | None:
     return tenancy.refusal(tenants, schedule.tenant, tenancy.executor_of(schedule.template))
-
-
-def backfill_fires(
-    schedule: model.Schedule, start: datetime, end: datetime, **overrides: object
-) -> Iterator[model.Fire]:
-    """The firings `corral backfill` makes for the nominal times in [start, end), lazily."""
-    when = planning.rule(schedule, schedule.anchor)
-    for nominal in cadence.between(when, start, end):
-        yield planning.firing(schedule, when, nominal.at, F.BACKFILLED, overrides=overrides)
 
 
 # --- the loop --------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
-"""How jobs, attempts and their run logs look as JSON: the same in the CLI's --json and
-in the API."""
+"""How corral's things look as JSON (jobs, attempts, run logs, schedules, tokens,
+workers, alerts, bulk operations, ...): the same in the CLI's --json and in the API,
+written once here."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from corral import cadence, model
 
 if TYPE_CHECKING:
-    from corral import loops
+    from corral import config, loops, store
 
 
 def shown(value: Any) -> Any:
@@ -172,6 +173,106 @@ def token_dict(t: model.Token) -> dict[str, Any]:
         "created_at": iso(t.created_at),
         "expires_at": iso(t.expires_at),
         "revoked_at": iso(t.revoked_at),
+    }
+
+
+def secret_dict(s: model.SigningSecret) -> dict[str, Any]:
+    """A signing secret as it may be shown: its fingerprint, never its value."""
+    return {
+        "id": s.id,
+        "tenant": s.tenant,
+        "fingerprint": s.fingerprint,
+        "created_at": iso(s.created_at),
+        "retires_at": iso(s.retires_at),
+    }
+
+
+def explanation(said: str) -> dict[str, Any]:
+    """A job's explanation (`corral jobs explain`, /explain): its cause, the words before
+    the first colon, and the whole line."""
+    return {"cause": said.partition(":")[0], "explanation": said}
+
+
+def audit_dict(a: model.AuditEntry) -> dict[str, Any]:
+    return {
+        "id": a.id,
+        "at": a.at.isoformat(),
+        "token_id": a.token_id,
+        "tenant": a.tenant,
+        "action": a.action,
+        "target": a.target,
+        "details": dict(a.details),
+    }
+
+
+def operation_dict(op: model.Operation) -> dict[str, Any]:
+    """A bulk operation: what, for whom, how far it has come."""
+    return {
+        "id": op.id,
+        "tenant": op.tenant,
+        "action": op.action.value,
+        "filter": dict(op.filter),
+        "state": op.state.value,
+        "total": op.total,
+        "applied": op.applied,
+        "skipped": op.skipped,
+        "left": op.left,
+        "made_by": op.made_by,
+        "token_id": op.token_id,
+        "created_at": iso(op.created_at),
+        "updated_at": iso(op.updated_at),
+        "finished_at": iso(op.finished_at),
+    }
+
+
+def alert_rule_dict(rule: config.AlertRule, muted_until: datetime | None) -> dict[str, Any]:
+    """An alert rule of the settings, and until when it is muted (None: it is not)."""
+    return {
+        "on": list(rule.on),
+        "match": rule.match.model_dump(exclude_defaults=True),
+        "channels": list(rule.channels),
+        "throttle": rule.throttle.total_seconds(),
+        "muted_until": iso(muted_until),
+    }
+
+
+def alert_brief_dict(a: store.alerts.Alert) -> dict[str, Any]:
+    """A message of the alerts outbox as the API lists it: its tries counted."""
+    return {
+        "id": a.id,
+        "rule": a.rule,
+        "channel": a.channel,
+        "kind": a.kind,
+        "cause": a.cause,
+        "subject": a.subject,
+        "job_id": a.job_id,
+        "state": a.state,
+        "created_at": a.created_at.isoformat(),
+        "delivered_at": iso(a.delivered_at),
+        "tries": a.tries,
+        "last_error": a.last_error,
+    }
+
+
+def alert_dict(a: store.alerts.Alert, tries: Iterable[store.alerts.Try]) -> dict[str, Any]:
+    """A message of the alerts outbox in full (`corral alerts history --json`): its key,
+    its details and every try."""
+    return {
+        "id": a.id,
+        "key": a.dedupe_key,
+        "rule": a.rule,
+        "channel": a.channel,
+        "kind": a.kind,
+        "cause": a.cause,
+        "subject": a.subject,
+        "job_id": a.job_id,
+        "state": a.state,
+        "created_at": iso(a.created_at),
+        "due_at": iso(a.due_at),
+        "delivered_at": iso(a.delivered_at),
+        "tries": [{"at": iso(at), "ok": ok, "error": error} for at, ok, error in tries],
+        "last_error": a.last_error,
+        "details": dict(a.details),
     }
 
 

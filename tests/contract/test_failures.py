@@ -166,12 +166,12 @@ async def test_retries_beyond_the_budget_are_delayed_with_an_event(
         last = (await db.event_list(job_id=job_id))[-1]
         assert "queue 'etl' retry budget is empty, so it waits for a token" in last.reason
         assert last.details["budget"] == "empty"
-        view = client.JobView(
+        view = client.jobs.JobView(
             await db.job_get(job_id=job_id),
             await db.attempt_list(job_id=job_id),
             await db.event_list(job_id=job_id),
         )
-        assert client.explain(view, clock.now()).startswith("budget empty: queue 'etl'")
+        assert client.explain.why(view, clock.now()).startswith("budget empty: queue 'etl'")
     assert len(await claim(db, clock)) == 2
     clock.advance(3)
     assert len(await claim(db, clock)) == 3, "delayed, never dropped"
@@ -261,8 +261,8 @@ async def test_silence_with_policy_wait_keeps_the_attempt_until_its_deadline(
     clock.advance(60)
     assert (await r.run_once()).unknown == 0, "waiting: not judged again before its deadline"
     assert len(await db.event_list(job_id=c.job.id)) == len(events)
-    view = client.JobView(await db.job_get(job_id=c.job.id), [a], events)
-    assert "in the unknown state" in client.explain(view, clock.now())
+    view = client.jobs.JobView(await db.job_get(job_id=c.job.id), [a], events)
+    assert "in the unknown state" in client.explain.why(view, clock.now())
     clock.advance(240)
     assert (await r.run_once()).timed_out == 1, "the watchdog stops it at its deadline"
     [a] = await db.attempt_list(job_id=c.job.id)

@@ -242,7 +242,7 @@ async def test_trigger_fires_now_and_rerun_makes_a_new_job(
         await c.rerun(job_id)
     await c.cancel(job_id)
     again = await db.job_get(job_id=await c.rerun(job_id))
-    assert again.labels == {client.RERUN_OF: str(job_id)}
+    assert again.labels == {client.jobs.RERUN_OF: str(job_id)}
     assert (again.spec, again.payload) == (job.spec, job.payload)
 
 

@@ -36,12 +36,12 @@ class Corral:
         job_id, _ = await self.client.submit(spec={"command": ["sh", "-c", script]}, **kw)
         return job_id
 
-    async def wait(self, job_id: int, *states: J, seconds: float = PATIENCE) -> client.JobView:
-        async def there() -> client.JobView | None:
+    async def wait(self, job_id: int, *states: J, seconds: float = PATIENCE) -> client.jobs.JobView:
+        async def there() -> client.jobs.JobView | None:
             view = await self.client.job(job_id)
             return view if view.job.state in states else None
 
-        found: client.JobView = await eventually(
+        found: client.jobs.JobView = await eventually(
             there, within=seconds, every=0.1, what=f"job {job_id} {states}"
         )
         return found

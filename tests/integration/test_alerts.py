@@ -773,8 +773,8 @@ def test_a_note_is_no_state_change_to_the_rules_and_explain_skips_sla_notes() ->
     budget = model.Event(
         1, 1, None, "job", "running", "queued", "retry: waits", at, {"budget": "empty"}
     )
-    view = client.JobView(job, [], [budget, sla_note])
-    assert client.explain(view, at - timedelta(seconds=1)).startswith("budget empty")
+    view = client.jobs.JobView(job, [], [budget, sla_note])
+    assert client.explain.why(view, at - timedelta(seconds=1)).startswith("budget empty")
 
 
 async def test_an_smtp_server_that_hangs_never_holds_up_the_jobs(

@@ -65,7 +65,7 @@ async def test_a_token_revoked_by_another_process_is_refused_within_seconds(api:
     [listed] = [t for t in await api.c.store.token_list() if t.name == "v"]
     await api.c.store.token_revoke(token_id=listed.id, now=api.c.clock.now())  # elsewhere
     assert (await api.http.get("/api/v1/jobs", headers=auth)).status_code == 200, "still kept"
-    api.c.clock.advance(client.TOKEN_FRESH_SECONDS)  # type: ignore[attr-defined]
+    api.c.clock.advance(client.tokens.TOKEN_FRESH_SECONDS)  # type: ignore[attr-defined]
     assert (await api.http.get("/api/v1/jobs", headers=auth)).status_code == 401
 
 

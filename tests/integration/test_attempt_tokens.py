@@ -37,7 +37,7 @@ class Setup:
         return claimed
 
     async def token(self, claimed: model.Claimed) -> str:
-        key = await client.attempt_key(self.c.settings, self.c.store, self.c.clock)
+        key = await client.tokens.attempt_key(self.c.settings, self.c.store, self.c.clock)
         return model.attempt_token(key, claimed.job.id, claimed.attempt.id)
 
 
@@ -185,10 +185,10 @@ async def test_attempt_tokens_and_person_tokens_each_open_only_their_own_routes(
 async def test_every_process_on_a_store_shares_one_attempt_key(db: store.Store) -> None:
     clock = FrozenClock()
     s = config.Settings()
-    first = await client.attempt_key(s, db, clock)
+    first = await client.tokens.attempt_key(s, db, clock)
     assert len(first) >= 32
-    assert await client.attempt_key(s, db, clock) == first
-    assert await client.attempt_key(config.Settings(attempt_key=KEY), db, clock) == KEY
+    assert await client.tokens.attempt_key(s, db, clock) == first
+    assert await client.tokens.attempt_key(config.Settings(attempt_key=KEY), db, clock) == KEY
 
 
 def test_only_this_processs_own_attempt_goes_through_the_api(

@@ -239,8 +239,8 @@ async def test_failed_sign_ins_are_limited_by_name_and_address_and_by_address(
     its password is hashed: as a name from one address (5 a minute), and from an address
     as anyone (20 a minute). A name alone is never locked: its owner signs in elsewhere."""
     assert isinstance(c.clock, FrozenClock)
-    hashed, real = [], client._password_matches
-    monkeypatch.setattr(client, "_password_matches", lambda *a: hashed.append(1) or real(*a))
+    hashed, real = [], client.users._password_matches
+    monkeypatch.setattr(client.users, "_password_matches", lambda *a: hashed.append(1) or real(*a))
     app = http._transport.app  # type: ignore[attr-defined]
     away = httpx.ASGITransport(app=app, client=("192.0.2.7", 1234))
     assert (auth.FAILURES_PER_NAME_AND_ADDRESS, auth.FAILURES_PER_ADDRESS) == (5, 20)

@@ -44,9 +44,9 @@ async def test_a_session_ends_with_sign_out_removal_or_time(
     first, second, third = (s[0] for s in signed if s is not None)
     await c.sign_out(first)
     assert await c.session(first) is None
-    clock.advance(client.SESSION_LIFETIME.total_seconds() + 1)
+    clock.advance(client.users.SESSION_LIFETIME.total_seconds() + 1)
     assert await c.session(second) is None
-    clock.advance(-client.SESSION_LIFETIME.total_seconds() - 1)
+    clock.advance(-client.users.SESSION_LIFETIME.total_seconds() - 1)
     assert await c.session(third) is not None
     await c.user_remove("ada")
     assert await c.session(third) is None

@@ -228,11 +228,11 @@ def test_a_heartbeat_job_must_be_able_to_reach_corral() -> None:
     )
     s = make_settings()
     with pytest.raises(errors.InvalidInput, match="cannot reach corral to send heartbeats"):
-        client.check_job(new, executors={"argo": argo.WorkflowTemplate(s)}, settings=s)
+        client.checks.check_job(new, executors={"argo": argo.WorkflowTemplate(s)}, settings=s)
     ok = make_settings(database_url_secret="corral-db/url").model_copy(
         update={"jobs_get_database_url": True}
     )
-    assert client.check_job(new, executors={"argo": argo.WorkflowTemplate(ok)}, settings=ok)
+    assert client.checks.check_job(new, executors={"argo": argo.WorkflowTemplate(ok)}, settings=ok)
 
 
 names = st.from_regex(r"[A-Z_][A-Z0-9_]{0,20}", fullmatch=True).filter(

@@ -8,25 +8,11 @@ from typing import Any
 import pytest
 
 from corral import errors
-from corral.cli.submit import job_arguments
+from corral.cli.job_options import JobOptions
 
 
 def arguments(command: tuple[str, ...] = (), **given: Any) -> dict[str, Any]:
-    options: dict[str, Any] = {
-        "label_pairs": (),
-        "spec_json": None,
-        "payload_json": None,
-        "payload_file": None,
-        "policy_json": None,
-        "deadline": None,
-        "heartbeat": False,
-        "on_unknown": None,
-        "image": None,
-        "placement": None,
-        "executor": "process",
-        **given,
-    }
-    return job_arguments(command, **options)
+    return JobOptions(**given).arguments(command)
 
 
 def test_http_makes_the_spec_and_the_executor(tmp_path: Path) -> None:

@@ -31,7 +31,7 @@ JOB = model.Job(
 
 def say(job: model.Job, attempts: list[model.Attempt] | None = None, last: str = "") -> str:
     events = [model.Event(1, job.id, None, "job", None, job.state, last, NOW, {})]
-    return client.explain(client.JobView(job, attempts or [], events), NOW)
+    return client.explain.why(client.jobs.JobView(job, attempts or [], events), NOW)
 
 
 def test_not_due_yet() -> None:

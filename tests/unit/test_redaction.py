@@ -6,8 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from corral import model
-from corral.cli import render
+from corral import model, shapes
 
 R = model.REDACTED
 
@@ -53,6 +52,6 @@ def test_a_job_is_shown_without_its_secrets_and_kept_whole() -> None:
         max_attempts=3, run_at=at, idempotency_key=None, labels={},
         policy={}, code_version=None, created_at=at, updated_at=at,
     )  # fmt: skip
-    shown = render.job_dict(job)
+    shown = shapes.job_dict(job)
     assert "abc" not in repr(shown)
     assert job.spec["headers"]["Authorization"] == "Bearer abc"

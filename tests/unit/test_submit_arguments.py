@@ -28,7 +28,7 @@ def test_every_field_is_an_argument_of_submit_and_nothing_else_is() -> None:
         "code_version": "v1",
     }
     task = ("task", "task_version")  # a Python task's, instead of spec and executor
-    assert tuple(given) == tuple(f for f in client.SUBMIT_FIELDS if f not in task)
+    assert tuple(given) == tuple(f for f in client.jobs.SUBMIT_FIELDS if f not in task)
     job = c.new_job(**given)  # type: ignore[arg-type]
     assert {name: getattr(job, name) for name in given} == given
     with pytest.raises(TypeError, match="unexpected keyword argument 'queu'"):
@@ -44,7 +44,7 @@ def test_every_field_is_an_argument_of_submit_and_nothing_else_is() -> None:
 
 
 def test_a_job_as_json_becomes_the_arguments_of_submit() -> None:
-    args = client.submit_arguments(
+    args = client.arguments.submit_arguments(
         {"spec": {"command": ["true"]}, "run_at": "2026-12-01T09:00:00+00:00", "pool": None}
     )
     assert args == {
@@ -71,7 +71,7 @@ def test_a_job_as_json_becomes_the_arguments_of_submit() -> None:
 )
 def test_a_wrong_field_is_named_with_its_rule(given: object, said: str) -> None:
     with pytest.raises(errors.InvalidInput, match=said.replace("(", r"\(")):
-        client.submit_arguments(given)
+        client.arguments.submit_arguments(given)
 
 
 def test_a_python_job_given_by_spec_must_carry_its_envelope() -> None:

@@ -83,59 +83,60 @@ def create_attempt_app(c: client.Client) -> FastAPI:
     return app
 
 
+_STATUS: dict[type[errors.CorralError], int] = {
+    errors.InvalidInput: 422,
+    errors.NotGranted: 403,
+    errors.Conflict: 409,
+    errors.NotFound: 404,
+    errors.StaleFence: 409,
+    errors.StoreUnavailable: 503,
+}
+"""The status of each error corral refuses a request with (the nearest class of an error
+in this table says it)."""
+
+
 def _answer_errors(app: FastAPI) -> None:
     """Every refusal as a JSON body naming the field, with its status."""
     app.add_middleware(RequestLimits, error=_error)
-
-    @app.exception_handler(errors.RequestRefused)
-    async def refused(_: Request, exc: errors.RequestRefused) -> Response:
-        return _error(exc.status, str(exc), headers=exc.headers)
-
-    @app.exception_handler(errors.InvalidInput)
-    async def invalid(_: Request, exc: errors.InvalidInput) -> Response:
-        return _error(422, str(exc))
-
-    @app.exception_handler(errors.NotGranted)
-    async def not_granted(_: Request, exc: errors.NotGranted) -> Response:
-        return _error(403, str(exc))
-
-    @app.exception_handler(errors.Conflict)
-    async def conflict(_: Request, exc: errors.Conflict) -> Response:
-        return _error(409, str(exc))
-
-    @app.exception_handler(errors.NotFound)
-    async def not_found(_: Request, exc: errors.NotFound) -> Response:
-        return _error(404, str(exc))
-
-    @app.exception_handler(errors.StaleFence)
-    async def stale(_: Request, exc: errors.StaleFence) -> Response:
-        return _error(409, f"fence: {exc}")
-
-    @app.exception_handler(errors.StoreUnavailable)
-    async def unavailable(_: Request, exc: errors.StoreUnavailable) -> Response:
-        return _error(503, str(exc))
+    app.exception_handler(errors.RequestRefused)(_refused)
+    for kind in _STATUS:
+        app.exception_handler(kind)(_refusal)
+    app.exception_handler(RequestValidationError)(_malformed)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
-        headers = dict(exc.headers or {})
-        if exc.status_code == 405:  # every method of the path, not only one route's
-            headers["Allow"] = ", ".join(_methods(app, request.url.path))
-        what = {404: "path", 405: "method", 400: "body"}.get(exc.status_code, "request")
-        message = "path: no such route" if exc.status_code == 404 else f"{what}: {exc.detail}"
-        return _error(exc.status_code, message, headers=headers)
+        return _http_error(app, request, exc)
 
-    @app.exception_handler(RequestValidationError)
-    async def malformed(_: Request, exc: RequestValidationError) -> Response:
-        first = exc.errors()[0]
-        loc = [str(p) for p in first.get("loc", ())]
-        if first.get("type") == "json_invalid":  # loc: ("body", the character it failed at)
-            said = (first.get("ctx") or {}).get("error", "JSON decode error")
-            at = f" at character {loc[1]}" if len(loc) > 1 else ""
-            return _error(422, f"body: not valid JSON: {said}{at}")
-        # Not "body" nor "query", nor the union member tried ("dict[str,any]"): the field.
-        named = [p for p in loc[1:] if "[" not in p]
-        where = ".".join(named) or (loc[0] if loc else "request")
-        return _error(422, f"{where}: {first.get('msg', 'is not valid')}")
+
+async def _refused(_: Request, exc: errors.RequestRefused) -> Response:
+    return _error(exc.status, str(exc), headers=exc.headers)
+
+
+async def _refusal(_: Request, exc: errors.CorralError) -> Response:
+    status = next(_STATUS[kind] for kind in type(exc).__mro__ if kind in _STATUS)
+    return _error(status, f"fence: {exc}" if isinstance(exc, errors.StaleFence) else str(exc))
+
+
+def _http_error(app: FastAPI, request: Request, exc: StarletteHTTPException) -> Response:
+    headers = dict(exc.headers or {})
+    if exc.status_code == 405:  # every method of the path, not only one route's
+        headers["Allow"] = ", ".join(_methods(app, request.url.path))
+    what = {404: "path", 405: "method", 400: "body"}.get(exc.status_code, "request")
+    message = "path: no such route" if exc.status_code == 404 else f"{what}: {exc.detail}"
+    return _error(exc.status_code, message, headers=headers)
+
+
+async def _malformed(_: Request, exc: RequestValidationError) -> Response:
+    first = exc.errors()[0]
+    loc = [str(p) for p in first.get("loc", ())]
+    if first.get("type") == "json_invalid":  # loc: ("body", the character it failed at)
+        said = (first.get("ctx") or {}).get("error", "JSON decode error")
+        at = f" at character {loc[1]}" if len(loc) > 1 else ""
+        return _error(422, f"body: not valid JSON: {said}{at}")
+    # Not "body" nor "query", nor the union member tried ("dict[str,any]"): the field.
+    named = [p for p in loc[1:] if "[" not in p]
+    where = ".".join(named) or (loc[0] if loc else "request")
+    return _error(422, f"{where}: {first.get('msg', 'is not valid')}")
 
 
 def _methods(app: FastAPI, path: str) -> list[str]:

@@ -16,7 +16,6 @@ from pydantic import BaseModel, ConfigDict, Field
 from corral import client, errors, model, shapes
 from corral.api.auth import Caller, Client, Operator, Viewer
 from corral.api.routes import MAX_ID, RESPONSES, audit, plain_json, when
-from corral.store.operations import MAX_JOBS
 
 router = APIRouter(responses=RESPONSES)
 
@@ -57,7 +56,7 @@ class OperationBody(PreviewBody):
 
     expect: int = Field(
         ge=0,
-        le=MAX_JOBS,
+        le=model.BULK_MAX_JOBS,
         description="The count the preview showed: if the filter now matches another number"
         " of jobs, nothing starts (409, with the new count).",
     )
@@ -70,7 +69,7 @@ def _scope(who: Caller, body: PreviewBody) -> tuple[str | None, model.JobFilter]
     mine = who.token.tenant
     if mine is not None and given.tenant not in (None, mine):
         raise errors.InvalidInput(f"filter.tenant: this token acts for tenant {mine!r} only")
-    chosen = client.job_filter(
+    chosen = client.operations.job_filter(
         body.action,
         states=given.state or (),
         queue=given.queue,
@@ -81,26 +80,6 @@ def _scope(who: Caller, body: PreviewBody) -> tuple[str | None, model.JobFilter]
         until=when(given.until, "filter.until"),
     )
     return (mine if mine is not None else given.tenant), chosen
-
-
-def operation_dict(op: model.Operation) -> dict[str, Any]:
-    """An operation as the API shows it: what, for whom, how far it has come."""
-    return {
-        "id": op.id,
-        "tenant": op.tenant,
-        "action": op.action.value,
-        "filter": dict(op.filter),
-        "state": op.state.value,
-        "total": op.total,
-        "applied": op.applied,
-        "skipped": op.skipped,
-        "left": op.left,
-        "made_by": op.made_by,
-        "token_id": op.token_id,
-        "created_at": shapes.iso(op.created_at),
-        "updated_at": shapes.iso(op.updated_at),
-        "finished_at": shapes.iso(op.finished_at),
-    }
 
 
 async def _visible(c: client.Client, who: Caller, operation_id: int) -> model.Operation:
@@ -130,7 +109,7 @@ async def bulk_preview(c: Client, who: Operator, body: PreviewBody) -> dict[str,
         "filter": chosen.as_json(),
         "count": seen.count,
         "sample": list(seen.sample),
-        "limit": MAX_JOBS,
+        "limit": model.BULK_MAX_JOBS,
     }
 
 
@@ -156,7 +135,7 @@ async def operation_start(c: Client, who: Operator, body: OperationBody) -> Any:
         )
     details = {"bulk": op.action.value, "filter": dict(op.filter), "total": op.total}
     await audit(c, who, "operations.start", str(op.id), op.tenant, **details)
-    return operation_dict(op)
+    return shapes.operation_dict(op)
 
 
 @router.get("/operations", summary="Bulk operations, the newest first")
@@ -170,7 +149,7 @@ async def operations_list(
 ) -> dict[str, Any]:
     found = await c.operations(tenant=who.token.tenant, limit=limit, before=before)
     return {
-        "operations": [operation_dict(op) for op in found],
+        "operations": [shapes.operation_dict(op) for op in found],
         "next": found[-1].id if len(found) == limit else None,
     }
 
@@ -183,7 +162,7 @@ async def operation_get(c: Client, who: Viewer, operation_id: OperationId) -> di
     op = await _visible(c, who, operation_id)
     skipped = await c.operation_skipped(op.id, limit=SKIPPED_SHOWN) if op.skipped else []
     return {
-        **operation_dict(op),
+        **shapes.operation_dict(op),
         "skipped_jobs": [{"job_id": i.job_id, "note": i.note} for i in skipped],
     }
 
@@ -195,7 +174,7 @@ async def operation_get(c: Client, who: Viewer, operation_id: OperationId) -> di
 async def operation_cancel(c: Client, who: Operator, operation_id: OperationId) -> dict[str, Any]:
     op = await _visible(c, who, operation_id)
     if op.state == model.OperationState.CANCELLED:  # nothing changes, so nothing to audit
-        return operation_dict(op)
+        return shapes.operation_dict(op)
     stopped = await c.operation_cancel(op.id)
     await audit(c, who, "operations.cancel", str(op.id), op.tenant, left=stopped.left)
-    return operation_dict(stopped)
+    return shapes.operation_dict(stopped)

@@ -69,7 +69,7 @@ def when(value: datetime | None, field: str) -> datetime | None:
     return None if value is None else instant(value, field)
 
 
-async def visible_job(c: client.Client, who: Caller, job_id: int) -> client.JobView:
+async def visible_job(c: client.Client, who: Caller, job_id: int) -> client.jobs.JobView:
     """The job, with its attempts and run log, if the caller's tenant may see it; else
     404, the same as for a job that does not exist."""
     try:
@@ -86,7 +86,9 @@ async def audit(
 ) -> None:
     """Write the audit row of a change: `tenant` is the tenant of what was changed (for a
     token of every tenant, not its own), so that tenant's viewers see it."""
-    await c.store.audit_add(**_audit_row(c, who, action, target, tenant, details))
+    await c.audit_add(
+        token_id=who.token.id, tenant=tenant, action=action, target=target, details=details
+    )
 
 
 def _audit_row(
@@ -147,7 +149,7 @@ async def _new_job(c: client.Client, who: Caller, given: dict[str, Any]) -> mode
     """A submitted job, checked as any job is and for what the databases cannot hold (a
     Python task's: against the schema its workers registered)."""
     plain_json(given)
-    args = client.submit_arguments(_tenant_of(who, given), now=c.clock.now())
+    args = client.arguments.submit_arguments(_tenant_of(who, given), now=c.clock.now())
     if args.get("run_at") is not None:
         args["run_at"] = instant(args["run_at"], "run_at")
     job = c.new_job(**args)
@@ -179,10 +181,8 @@ async def jobs_submit(
             new.append(await _new_job(c, who, one))
         except errors.InvalidInput as exc:
             raise errors.InvalidInput(f"{n}.{exc}" if many else str(exc)) from None
-    made = await c.store.job_submit(
-        new=new, now=c.clock.now(), audit=_submitted(c, who, new), since=c.since()
-    )
-    jobs = {j.id: j for j in await c.store.job_get_many(job_ids=[i for i, _ in made])}
+    made = await c.submit_audited(new, audit=_submitted(c, who, new))
+    jobs = {j.id: j for j in await c.jobs_by_id([i for i, _ in made])}
     out = [{**shapes.job_dict(jobs[i]), "created": created} for i, created in made]
     return out if many else out[0]
 
@@ -232,18 +232,8 @@ async def jobs_list(
 ) -> Response:
     if tenant is not None and not who.sees(tenant):
         return answer({"jobs": [], "next": None})
-    labels = {}
-    for pair in label or []:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise errors.InvalidInput(f"label: {pair!r} is not KEY=VALUE")
-        labels[key] = value
-    for s in state or []:
-        if s not in model.JobState.__members__.values():
-            raise errors.InvalidInput(
-                f"state: {s!r} is not a job state; use one of {', '.join(model.JobState)}"
-            )
-    found = await c.store.job_list(
+    labels = _filter_checked(state or [], label or [])
+    found = await c.jobs(
         states=state or [],
         queue=queue,
         tenant=tenant if tenant is not None else who.token.tenant,
@@ -262,6 +252,23 @@ async def jobs_list(
             "next": found[-1].id if len(found) == limit else None,
         }
     )
+
+
+def _filter_checked(states: list[str], labels: list[str]) -> dict[str, str]:
+    """The job list's labels as a mapping, once each label is KEY=VALUE and each state a
+    job state (else InvalidInput naming the field)."""
+    pairs = {}
+    for pair in labels:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise errors.InvalidInput(f"label: {pair!r} is not KEY=VALUE")
+        pairs[key] = value
+    for s in states:
+        if s not in model.JobState.__members__.values():
+            raise errors.InvalidInput(
+                f"state: {s!r} is not a job state; use one of {', '.join(model.JobState)}"
+            )
+    return pairs
 
 
 @router.get(
@@ -300,13 +307,8 @@ async def job_logs(c: Client, who: Viewer, job_id: JobId) -> list[dict[str, Any]
 @router.get("/jobs/{job_id}/explain", summary="Why a job is not running now, in one line")
 async def job_explain(c: Client, who: Viewer, job_id: JobId) -> dict[str, Any]:
     view = await visible_job(c, who, job_id)
-    pool, slots = view.job.pool or "", c.settings.pools.get(view.job.pool or "")
-    counted = None
-    if slots is not None and view.job.state == model.JobState.QUEUED:
-        running = await c.store.pool_running(pools=[pool], tenant=who.token.tenant)
-        counted = (running.get(pool, 0), slots)  # of the caller's tenant only
-    said = client.explain(view, c.clock.now(), pool=counted)
-    return {"id": job_id, "cause": said.partition(":")[0], "explanation": said}
+    said = await c.explain_view(view, tenant=who.token.tenant)  # its pool: the tenant's jobs
+    return {"id": job_id, **shapes.explanation(said)}
 
 
 async def _change(
@@ -363,19 +365,8 @@ async def job_discard(c: Client, who: Operator, job_id: JobId) -> dict[str, Any]
 async def audit_list(
     c: Client, who: Viewer, limit: Annotated[int, Query(ge=1, le=1000)] = 100
 ) -> list[dict[str, Any]]:
-    found = await c.store.audit_list(tenant=who.token.tenant, limit=limit)
-    return [
-        {
-            "id": a.id,
-            "at": a.at.isoformat(),
-            "token_id": a.token_id,
-            "tenant": a.tenant,
-            "action": a.action,
-            "target": a.target,
-            "details": dict(a.details),
-        }
-        for a in found
-    ]
+    found = await c.audit_list(tenant=who.token.tenant, limit=limit)
+    return [shapes.audit_dict(a) for a in found]
 
 
 @router.get(
@@ -385,7 +376,7 @@ async def audit_list(
 )
 async def pools_list(c: Client, who: Viewer) -> list[dict[str, Any]]:
     limits = dict(c.settings.pools)
-    running = await c.store.pool_running(pools=sorted(limits), tenant=who.token.tenant)
+    running = await c.pools_running(sorted(limits), tenant=who.token.tenant)
     return [
         {"name": name, "limit": limit, "running": running.get(name, 0)}
         for name, limit in sorted(limits.items())
@@ -399,15 +390,9 @@ async def pools_list(c: Client, who: Viewer) -> list[dict[str, Any]]:
 )
 async def alert_rules(c: Client, who: Viewer) -> dict[str, Any]:
     settings = c.settings.alerts
-    muted = await c.store.alert_muted(now=c.clock.now())
+    muted = await c.alerts_muted()
     rules = {
-        name: {
-            "on": list(r.on),
-            "match": r.match.model_dump(exclude_defaults=True),
-            "channels": list(r.channels),
-            "throttle": r.throttle.total_seconds(),
-            "muted_until": muted[name].isoformat() if name in muted else None,
-        }
+        name: shapes.alert_rule_dict(r, muted.get(name))
         for name, r in settings.rules.items()
         if r.match.tenant is None or who.sees(r.match.tenant)
     }
@@ -418,24 +403,8 @@ async def alert_rules(c: Client, who: Viewer) -> dict[str, Any]:
 async def alerts_history(
     c: Client, who: Viewer, limit: Annotated[int, Query(ge=1, le=1000)] = 50
 ) -> list[dict[str, Any]]:
-    found = await c.store.alert_list(limit=limit, tenant=who.token.tenant)
-    return [
-        {
-            "id": a.id,
-            "rule": a.rule,
-            "channel": a.channel,
-            "kind": a.kind,
-            "cause": a.cause,
-            "subject": a.subject,
-            "job_id": a.job_id,
-            "state": a.state,
-            "created_at": a.created_at.isoformat(),
-            "delivered_at": shapes.iso(a.delivered_at),
-            "tries": a.tries,
-            "last_error": a.last_error,
-        }
-        for a in found
-    ]
+    found = await c.alerts(limit=limit, tenant=who.token.tenant)
+    return [shapes.alert_brief_dict(a) for a in found]
 
 
 def add_health(app: FastAPI) -> None:
@@ -449,7 +418,7 @@ def add_health(app: FastAPI) -> None:
     async def readyz(request: Request) -> Any:
         c: client.Client = request.app.state.client
         try:
-            await c.store.event_newest()
+            await c.event_newest()
         except errors.StoreError as exc:
             return JSONResponse({"status": "unready", "error": str(exc)}, status_code=503)
         return {"status": "ready"}

@@ -41,7 +41,9 @@ NOT_NULL = ("tz", "catchup", "catchup_window", "catchup_max", "overlap")
 """The keys of a schedule that have a value always (leave one out for its default)."""
 MAX_BACKFILL = 10_000
 """The most firings one backfill makes (or counts, with dry_run)."""
-TEMPLATE_FIELDS = tuple(f for f in client.SUBMIT_FIELDS if f not in ("run_at", "idempotency_key"))
+TEMPLATE_FIELDS = tuple(
+    f for f in client.jobs.SUBMIT_FIELDS if f not in ("run_at", "idempotency_key")
+)
 
 
 def _tenant(who: Caller, given: str | None) -> str:
@@ -93,7 +95,9 @@ def _arguments(
         args["tenant"] = who.token.tenant or "default"
     template = {k: v for k, v in args.items() if k in TEMPLATE_FIELDS}
     if creating or template:
-        checked = client.submit_arguments({**({} if creating else {"spec": spec}), **template})
+        checked = client.arguments.submit_arguments(
+            {**({} if creating else {"spec": spec}), **template}
+        )
         args.update({k: checked[k] for k in template})
     return args
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import uvicorn
 
-from corral import client, clock, config, errors, operations, runtime
+from corral import client, clock, config, errors, runtime
 from corral.api import create_app, create_attempt_app
 from corral.worker.api import socket_path
 
@@ -79,20 +79,27 @@ async def serve_http(
                 lifespan="off",
             )
         )
-        serving = asyncio.create_task(server.serve(sockets=[sock]))
-        stopping = asyncio.create_task(stop.wait())
-        halt = asyncio.Event()  # the runner's: set when the server ends, whyever it does
-        runner = operations.Runner(store=c.store, clock=c.clock, settings=c.settings)
-        operating = asyncio.create_task(runner.run(halt))
-        await asyncio.wait({serving, stopping}, return_when=asyncio.FIRST_COMPLETED)
-        server.should_exit = True
-        stopping.cancel()
-        halt.set()
-        await serving
-        await operating
-        sock.close()
+        await _served(server, sock, c, stop)
         if not server.started and not stop.is_set():
             raise errors.ConfigError(f"--http {http}: could not serve there")
+
+
+async def _served(
+    server: uvicorn.Server, sock: socket.socket, c: client.Client, stop: asyncio.Event
+) -> None:
+    """Serve on `sock` until `stop` (or the server ends), with a runner of bulk operations
+    beside it, stopped with it."""
+    serving = asyncio.create_task(server.serve(sockets=[sock]))
+    stopping = asyncio.create_task(stop.wait())
+    halt = asyncio.Event()  # the runner's: set when the server ends, whyever it does
+    operating = asyncio.create_task(c.runner().run(halt))
+    await asyncio.wait({serving, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    server.should_exit = True
+    stopping.cancel()
+    halt.set()
+    await serving
+    await operating
+    sock.close()
 
 
 def listen(http: str) -> socket.socket:
@@ -132,7 +139,7 @@ async def serve_attempts(
     if db is None:
         return
     async with runtime.opened(settings, clk=clk, executors={}, db=db) as rt:
-        own = client.Client(store=rt.store, executors={}, settings=rt.settings, clock=rt.clock)
+        own = rt.client()
         await _answer_attempts(own, settings.attempt_socket, stop)
 
 

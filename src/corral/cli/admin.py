@@ -4,13 +4,16 @@ and the one command a job runs from inside."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from corral.cli import render
 from corral.cli.common import EXIT_FAILED, State, config_option, err, json_option, out, print_json
 from corral.cli.common import run as run_async
+
+if TYPE_CHECKING:
+    from corral import config
 
 
 @click.group()
@@ -23,18 +26,9 @@ def db() -> None:
 @click.pass_obj
 def db_upgrade(state: State) -> None:
     """Create or upgrade the schema to this corral's newest revision."""
-    from corral import store
+    from corral.client import schema
 
-    settings = state.settings()
-
-    async def upgrade() -> tuple[str | None, str | None]:
-        database = store.Store.connect(settings.database_url, timeouts=settings.timeouts)
-        try:
-            return await database.migrate()
-        finally:
-            await database.close()
-
-    before, after = run_async(upgrade())
+    before, after = run_async(schema.upgrade(state.settings()))
     if before == after:
         out.print(f"database is up to date (revision {after})")
     else:
@@ -74,25 +68,32 @@ def check(state: State, as_json: bool) -> None:
     if broken:
         raise SystemExit(EXIT_FAILED)
     if not as_json:
-        margin = settings.timeouts.margin.total_seconds()
-        tick = settings.timeouts.tick_margin.total_seconds()
-        checks = config.chain(settings)
-        unused = sum(not c.applies for c in checks)
-        pg = sum(not c.applies and c.link.postgres_only for c in checks)
-        pods = unused - pg
-        parts = [f"{pg} links for PostgreSQL, unused on SQLite"] if pg else []
-        parts += [f"{pods} for pods, with no kubernetes or argo executor"] if pods else []
-        note = f"; n/a: {', '.join(parts)}" if parts else ""
-        out.print(
-            f"all {len(config.CHAIN) - unused} limits nest"
-            f" (margin {margin:g}s, tick margin {tick:g}s){note}"
-        )
+        _print_nested(settings)
         if isinstance(seen, str):
             err.print(f"loops: not looked at ({seen})", markup=False)
         else:
             status.print_status(seen)
         for line in exposed:
             err.print(f"warning: {line}", markup=False)
+
+
+def _print_nested(settings: config.Settings) -> None:
+    """That every limit that applies nests, with the margins, and which do not apply."""
+    from corral import config
+
+    margin = settings.timeouts.margin.total_seconds()
+    tick = settings.timeouts.tick_margin.total_seconds()
+    checks = config.chain(settings)
+    unused = sum(not c.applies for c in checks)
+    pg = sum(not c.applies and c.link.postgres_only for c in checks)
+    pods = unused - pg
+    parts = [f"{pg} links for PostgreSQL, unused on SQLite"] if pg else []
+    parts += [f"{pods} for pods, with no kubernetes or argo executor"] if pods else []
+    note = f"; n/a: {', '.join(parts)}" if parts else ""
+    out.print(
+        f"all {len(config.CHAIN) - unused} limits nest"
+        f" (margin {margin:g}s, tick margin {tick:g}s){note}"
+    )
 
 
 def _status_json(seen: Any) -> dict[str, Any]:

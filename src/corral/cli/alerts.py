@@ -4,15 +4,16 @@ what was sent, and muting a rule for a while."""
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
+from corral import shapes
 from corral.cli import render
 from corral.cli.common import State, config_option, err, json_option, out, print_json, run
 
 if TYPE_CHECKING:
-    from corral.store.alerts import Alert, Try
+    from corral import client
 
 
 @click.group()
@@ -33,19 +34,10 @@ def alerts_list(state: State, as_json: bool) -> None:
 
         async def go() -> dict[str, datetime]:
             async with state.connect(platforms=False) as c:
-                return await c.store.alert_muted(now=c.clock.now())
+                return await c.alerts_muted()
 
         muted = run(go())
-    rules = {
-        name: {
-            "on": list(r.on),
-            "match": r.match.model_dump(exclude_defaults=True),
-            "channels": list(r.channels),
-            "throttle": r.throttle.total_seconds(),
-            "muted_until": muted[name].isoformat() if name in muted else None,
-        }
-        for name, r in settings.rules.items()
-    }
+    rules = {name: shapes.alert_rule_dict(r, muted.get(name)) for name, r in settings.rules.items()}
     channels = {name: render.channel_dict(c) for name, c in settings.channels.items()}
     if as_json:
         print_json({"rules": rules, "channels": channels})
@@ -63,41 +55,22 @@ def alerts_list(state: State, as_json: bool) -> None:
 @click.pass_obj
 def alerts_test(state: State, channel: str) -> None:
     """Send a test message through CHANNEL now, and say whether it went."""
-    from corral import alerts as alerting
 
     settings = state.settings()
     if channel not in settings.alerts.channels:
         known = ", ".join(sorted(settings.alerts.channels)) or "none"
         raise click.BadParameter(f"no channel {channel!r}; defined: {known}", param_hint="CHANNEL")
 
-    async def go() -> Alert:
+    async def go() -> tuple[str, str | None]:
         async with state.connect(platforms=False) as c:
-            now = c.clock.now()
-            message: dict[str, Any] = {
-                "dedupe_key": f"test|{channel}|{now.isoformat()}",
-                "rule": "-",
-                "channel": channel,
-                "kind": "test",
-                "cause": "test",
-                "subject": f"channel:{channel}",
-                "job_id": None,
-                "details": {},
-                "due_at": now + timedelta(hours=1),  # not a running alerter's to send
-            }
-            made = await c.store.alert_add(message=message, now=now)
-            sender = alerting.Alerter(store=c.store, clock=c.clock, settings=settings)
-            try:
-                await sender.deliver_now(made)
-            finally:
-                await sender.close()
-            [found] = [a for a in await c.store.alert_list(limit=50) if a.id == made]
-            return found
+            sent = await c.alert_test(channel)
+            return sent.state, sent.last_error
 
-    sent = run(go())
-    if sent.state == "delivered":
+    delivered, error = run(go())
+    if delivered == "delivered":
         out.print(f"test message delivered through {channel}")
         return
-    err.print(f"test message not delivered through {channel}: {sent.last_error}")
+    err.print(f"test message not delivered through {channel}: {error}")
     raise SystemExit(1)
 
 
@@ -110,14 +83,14 @@ def alerts_test(state: State, channel: str) -> None:
 def alerts_history(state: State, rule: str | None, limit: int, as_json: bool) -> None:
     """The newest messages: what, to which channel, delivered or not, and every try."""
 
-    async def go() -> tuple[list[Alert], dict[int, list[Try]]]:
+    async def go() -> client.alerts.History:
         async with state.connect(platforms=False) as c:
-            found = await c.store.alert_list(limit=limit, rule=rule)
-            return found, await c.store.alert_try_list(alert_ids=[a.id for a in found])
+            return await c.alert_history(limit=limit, rule=rule)
 
-    found, tries = run(go())
+    history = run(go())
+    found, tries = history.alerts, history.tries
     if as_json:
-        print_json([render.alert_dict(a, tries.get(a.id, [])) for a in found])
+        print_json([shapes.alert_dict(a, tries.get(a.id, [])) for a in found])
         return
     if not found:
         err.print("no alerts sent yet")
@@ -145,11 +118,9 @@ def alerts_mute(state: State, rule: str, for_: str) -> None:
     if span <= timedelta(0):
         raise click.BadParameter("must be longer than zero", param_hint="--for")
 
-    async def go() -> Any:
+    async def go() -> datetime:
         async with state.connect(platforms=False) as c:
-            until = c.clock.now() + span
-            await c.store.alert_mute(rule=rule, until=until, now=c.clock.now())
-            return until
+            return await c.alert_mute(rule, span)
 
     until = run(go())
     out.print(
@@ -166,7 +137,7 @@ def alerts_unmute(state: State, rule: str) -> None:
 
     async def go() -> bool:
         async with state.connect(platforms=False) as c:
-            return await c.store.alert_unmute(rule=rule)
+            return await c.alert_unmute(rule)
 
     if run(go()):
         out.print(f"rule {rule} sends again")

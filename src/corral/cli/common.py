@@ -35,12 +35,14 @@ class State:
         self.config_file = config_file
         self.overrides: dict[str, Any] = {}  # settings given as options (--log-format)
 
-    def settings(self, *, check_chain: bool = True, **overrides: Any) -> config.Settings:
+    def settings(
+        self, *, check_chain: bool = True, health_file: Path | None = None
+    ) -> config.Settings:
         """The settings from the config file and CORRAL_* environment, with the options'
-        and `overrides`."""
+        (and a loop's --health-file)."""
         from corral import config  # pydantic: only for a command that runs, never for --help
 
-        given = {**self.overrides, **overrides}
+        given = {**self.overrides, **({"health_file": health_file} if health_file else {})}
         return config.Settings.load(self.config_file, check_chain=check_chain, **given)
 
     def connect(self, *, platforms: bool = True) -> AbstractAsyncContextManager[client.Client]:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from corral import errors
+from corral import errors, shapes
 from corral.cli import render
 from corral.cli.common import JOB_ID, State, config_option, err, json_option, out, print_json, run
 
@@ -50,7 +50,7 @@ def jobs_list(
 
     found = run(go())
     if as_json:
-        print_json([render.job_dict(j) for j in found])
+        print_json([shapes.job_dict(j) for j in found])
         return
     out.print(render.jobs_table(found))
 
@@ -63,13 +63,13 @@ def jobs_list(
 def jobs_show(state: State, job_id: int, as_json: bool) -> None:
     """Show a job, its attempts and its events (the run log)."""
 
-    async def go() -> client.JobView:
+    async def go() -> client.jobs.JobView:
         async with state.connect(platforms=False) as c:
             return await c.job(job_id)
 
     view = run(go())
     if as_json:
-        print_json(render.view_dict(view))
+        print_json(shapes.view_dict(view))
         return
     render.print_view(view)
 
@@ -143,7 +143,7 @@ class _LogPrinter:
         self.line_open = False
         self.printed = False
 
-    def print(self, part: client.LogPart) -> None:
+    def print(self, part: client.follow.LogPart) -> None:
         a = part.attempt
         if self.as_json:
             said = {"attempt": a.attempt_no, "fence": a.id, "state": a.state}
@@ -193,8 +193,7 @@ def jobs_explain(state: State, job_id: int, as_json: bool) -> None:
 
     job, said = run(go())
     if as_json:
-        cause, _, _ = said.partition(":")
-        print_json({"id": job.id, "state": job.state, "cause": cause, "explanation": said})
+        print_json({"id": job.id, "state": job.state, **shapes.explanation(said)})
         return
     out.print(f"job {job_id}: {said}", markup=False)
 
@@ -283,7 +282,10 @@ def jobs_bulk(
     err.print(f"{action} would touch {seen.count} jobs" + (f": {ids}" if seen.count else ""))
     if seen.count and not yes:
         click.confirm(f"{action} these {seen.count} jobs?", abort=True, err=True)
-    op = run(_bulk_run(state, bulk, chosen, tenant, seen.count, as_json))
+    _print_operation(run(_bulk_run(state, bulk, chosen, tenant, seen.count, as_json)), as_json)
+
+
+def _print_operation(op: model.Operation, as_json: bool) -> None:
     if as_json:
         print_json(
             {
@@ -312,7 +314,7 @@ def _bulk_filter(
     from corral import client
 
     try:
-        return client.job_filter(
+        return client.operations.job_filter(
             action,
             states=states,
             queue=queue,
@@ -340,15 +342,11 @@ async def _bulk_run(
     progress bar until it has ended."""
     from rich.progress import Progress
 
-    from corral import operations
-
     async with state.connect() as c:
         op = await c.bulk_start(
             action, chosen, tenant=tenant, expect=expect, made_by="command line"
         )
-        runner = operations.Runner(
-            store=c.store, clock=c.clock, settings=c.settings, executors=c.executors
-        )
+        runner = c.runner()
         with Progress(console=err, transient=True, disable=quiet) as bar:
             task = bar.add_task(f"operation {op.id}: {action}", total=op.total)
             while op.state == "running":
@@ -372,13 +370,13 @@ def dead() -> None:
 def dead_list(state: State, limit: int, as_json: bool) -> None:
     """List quarantined jobs with their last failure."""
 
-    async def go() -> list[client.JobView]:
+    async def go() -> list[client.jobs.JobView]:
         async with state.connect(platforms=False) as c:
             return await c.dead(limit=limit)
 
     views = run(go())
     if as_json:
-        print_json([render.view_dict(v) for v in views])
+        print_json([shapes.view_dict(v) for v in views])
         return
     out.print(render.dead_table(views))
     err.print(

@@ -7,6 +7,7 @@ import asyncio
 import signal
 import socket
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -65,86 +66,95 @@ async def until_signalled(body: Callable[[asyncio.Event], Awaitable[None]]) -> N
             loop.remove_signal_handler(sig)
 
 
-async def _serve(
-    settings: config.Settings,
-    *,
-    demo: bool,
-    dispatch: bool,
-    reconcile: bool,
-    schedule: bool,
-    alert: bool,
-    operate: bool = False,
-    http: str | None = None,
-    kind: str = "serve",
-    sock: socket.socket | None = None,
-) -> None:
-    from corral import client, runtime
+@dataclass(frozen=True, slots=True)
+class Serving:
+    """What one process runs: its loops (dispatch, reconcile, schedule, alert, operate),
+    the API on `http` (bound already to `sock`), the demo's jobs; `kind` names it in the
+    loops table."""
+
+    loops: tuple[str, ...]
+    demo: bool = False
+    http: str | None = None
+    kind: str = "serve"
+    sock: socket.socket | None = None
+
+    def runs(self, loop: str) -> bool:
+        return loop in self.loops
+
+    def answers_attempts(self, settings: config.Settings) -> bool:
+        """Whether it answers the attempt API on a Unix socket in the state folder. Process
+        jobs reach corral through the attempt API: api_url's, else that of the process that
+        launched them (a dispatcher, or a reconciler relaunching); never through the
+        database's URL, by default."""
+        launches = self.runs("dispatch") or self.runs("reconcile")
+        enabled = "process" in settings.executors.enabled
+        return launches and not settings.api_url and enabled
+
+
+async def _serve(settings: config.Settings, plan: Serving) -> None:
+    from corral import runtime
 
     # The attempt socket is answered once the loops' runtime is up, on its store.
     up: asyncio.Future[client.Client] = asyncio.get_running_loop().create_future()
 
     async def ready(rt: runtime.Runtime) -> None:
-        c = client.Client(
-            store=rt.store, executors=rt.executors, settings=rt.settings, clock=rt.clock
-        )
+        c = rt.client()
         if not up.done():
             up.set_result(c)
-        if demo:
-            await _submit_demo(c)
-        doing = ", ".join(
-            what
-            for what, on in (
-                ("dispatching", dispatch),
-                ("reconciling", reconcile),
-                ("scheduling", schedule),
-                ("alerting", alert and bool(settings.alerts.rules)),
-            )
-            if on
-        )
-        err.print(
-            f"corral is {doing} on {rt.store.url} with executors: {', '.join(rt.executors)}."
-            " Press Ctrl+C (or send SIGTERM) to stop."
-        )
-        if http is not None:
-            await announce(c, http)
-        # This process is corral's own, so this is done here, not in runtime.
-        collect_from_here()
+        await _started(c, settings, plan, list(rt.executors))
 
-    # Process jobs reach corral through the attempt API: api_url's, else that of the process
-    # that launched them (a dispatcher, or a reconciler relaunching), on a Unix socket in
-    # the state folder; never through the database's URL, by default.
-    launches = dispatch or reconcile
-    attempts = launches and not settings.api_url and "process" in settings.executors.enabled
+    attempts = plan.answers_attempts(settings)
     if attempts:
         settings = settings.serving_attempts()
 
     async def body(stop: asyncio.Event) -> None:
-        parts = []
-        if attempts:
-            parts.append(_attempts_once_up(settings, up, stop))
+        parts = [_attempts_once_up(settings, up, stop)] if attempts else []
         loops = runtime.serve(
             settings,
             stop,
-            dispatch=dispatch,
-            reconcile=reconcile,
-            schedule=schedule,
-            alert=alert,
+            dispatch=plan.runs("dispatch"),
+            reconcile=plan.runs("reconcile"),
+            schedule=plan.runs("schedule"),
+            alert=plan.runs("alert"),
             # Bulk operations run beside the API when there is one (serve_http), else here.
-            operate=operate and http is None,
+            operate=plan.runs("operate") and plan.http is None,
             on_ready=ready,
-            kind=kind,
-            also_runs=() if http is None else ("api",),
+            kind=plan.kind,
+            also_runs=() if plan.http is None else ("api",),
         )
-        if http is not None:
+        if plan.http is not None:
             from corral.api.server import serve_http
 
-            parts.append(serve_http(settings, http, stop, pulse=False, sock=sock))
-        if not parts:
-            await loops
-            return
-        await _together(loops, *parts, stop=stop)
+            parts.append(serve_http(settings, plan.http, stop, pulse=False, sock=plan.sock))
+        await (_together(loops, *parts, stop=stop) if parts else loops)
 
     await until_signalled(body)
+
+
+async def _started(
+    c: client.Client, settings: config.Settings, plan: Serving, executors: list[str]
+) -> None:
+    """Once the loops are up: the demo's jobs submitted, and what runs said."""
+    if plan.demo:
+        await _submit_demo(c)
+    doing = ", ".join(
+        what
+        for what, on in (
+            ("dispatching", plan.runs("dispatch")),
+            ("reconciling", plan.runs("reconcile")),
+            ("scheduling", plan.runs("schedule")),
+            ("alerting", plan.runs("alert") and bool(settings.alerts.rules)),
+        )
+        if on
+    )
+    err.print(
+        f"corral is {doing} on {c.database} with executors: {', '.join(executors)}."
+        " Press Ctrl+C (or send SIGTERM) to stop."
+    )
+    if plan.http is not None:
+        await announce(c, plan.http)
+    # This process is corral's own, so this is done here, not in runtime.
+    collect_from_here()
 
 
 async def _attempts_once_up(
@@ -369,9 +379,25 @@ def _run_loops(
     if http is not None:
         _address(http, "--http")
     listen = _address(metrics_at, "--metrics") if metrics_at is not None else None
-    overrides: dict[str, Any] = {"health_file": health_file} if health_file else {}
-    settings = state.settings(**overrides)
+    settings = state.settings(health_file=health_file)
     setup_logging(settings)
+    _refuse_exposed(state, settings)
+    sock = None
+    if http is not None:  # bound before anything says it is served (a busy port: exit 2)
+        from corral.api.server import listen as bind
+
+        sock = bind(http)
+    stop_metrics = _serve_metrics(listen) if listen is not None else None
+    try:
+        run(_serve(settings, Serving(loops, demo=demo, http=http, kind=kind, sock=sock)))
+    finally:
+        if stop_metrics is not None:
+            stop_metrics()
+
+
+def _refuse_exposed(state: State, settings: config.Settings) -> None:
+    """ConfigError when tenants' process jobs run here as other users and could read
+    corral's settings or database."""
     if settings.executors.process.strangers and "process" in settings.executors.enabled:
         from corral.cli import exposure
 
@@ -381,30 +407,6 @@ def _run_loops(
                 " users (executors.process), so corral will not start until only it can"
                 " read them"
             )
-    sock = None
-    if http is not None:  # bound before anything says it is served (a busy port: exit 2)
-        from corral.api.server import listen as bind
-
-        sock = bind(http)
-    stop_metrics = _serve_metrics(listen) if listen is not None else None
-    try:
-        run(
-            _serve(
-                settings,
-                demo=demo,
-                dispatch="dispatch" in loops,
-                reconcile="reconcile" in loops,
-                schedule="schedule" in loops,
-                alert="alert" in loops,
-                operate="operate" in loops,
-                http=http,
-                kind=kind,
-                sock=sock,
-            )
-        )
-    finally:
-        if stop_metrics is not None:
-            stop_metrics()
 
 
 def _address(given: str, option: str) -> tuple[str, int]:

@@ -13,32 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from corral.cli.common import out
-from corral.shapes import (
-    attempt_dict,
-    firing_dict,
-    iso,
-    job_dict,
-    log_facts,
-    nominal_dict,
-    schedule_dict,
-    shown,
-    token_dict,
-    user_dict,
-    view_dict,
-)
-
-__all__ = [
-    "attempt_dict",
-    "firing_dict",
-    "iso",
-    "job_dict",
-    "log_facts",
-    "nominal_dict",
-    "schedule_dict",
-    "token_dict",
-    "user_dict",
-    "view_dict",
-]
+from corral.shapes import shown
 
 if TYPE_CHECKING:
     from corral import cadence, client, config, model
@@ -85,7 +60,7 @@ def jobs_table(found: Sequence[model.Job]) -> Table:
     return t
 
 
-def print_view(view: client.JobView) -> None:
+def print_view(view: client.jobs.JobView) -> None:
     """A job, then one block per attempt (no column of an attempt is ever cut), then its
     run log as a table whose reasons fold."""
     j = view.job
@@ -177,7 +152,7 @@ def print_attempt(a: model.Attempt, log: model.RunLog | None = None) -> None:
         out.print(f"  all of it: corral jobs logs {a.job_id} --attempt {a.attempt_no}")
 
 
-def dead_table(views: Sequence[client.JobView]) -> Table:
+def dead_table(views: Sequence[client.jobs.JobView]) -> Table:
     t = table("id", "queue", "attempts", "last failure", "since", "class", "fingerprint")
     t.columns[0].no_wrap = True
     for v in views:
@@ -335,16 +310,6 @@ def print_schedule(
         out.print(t)
 
 
-def secret_dict(s: model.SigningSecret) -> dict[str, Any]:
-    return {
-        "id": s.id,
-        "tenant": s.tenant,
-        "fingerprint": s.fingerprint,
-        "created_at": iso(s.created_at),
-        "retires_at": iso(s.retires_at),
-    }
-
-
 def secrets_table(found: Sequence[model.SigningSecret]) -> Table:
     t = table("id", "tenant", "fingerprint", "made", "signs until", keep=("id", "fingerprint"))
     for s in found:
@@ -393,26 +358,6 @@ def channels_table(channels: dict[str, dict[str, Any]]) -> Table:
         to = ", ".join(c["to"]) if c["kind"] == "email" else c.get("url", "(webhook URL)")
         t.add_row(name, c["kind"], to)
     return t
-
-
-def alert_dict(a: Any, tries: Sequence[tuple[datetime, bool, str | None]]) -> dict[str, Any]:
-    return {
-        "id": a.id,
-        "key": a.dedupe_key,
-        "rule": a.rule,
-        "channel": a.channel,
-        "kind": a.kind,
-        "cause": a.cause,
-        "subject": a.subject,
-        "job_id": a.job_id,
-        "state": a.state,
-        "created_at": iso(a.created_at),
-        "due_at": iso(a.due_at),
-        "delivered_at": iso(a.delivered_at),
-        "tries": [{"at": iso(at), "ok": ok, "error": error} for at, ok, error in tries],
-        "last_error": a.last_error,
-        "details": dict(a.details),
-    }
 
 
 def alerts_table(found: Sequence[Any]) -> Table:

@@ -3,17 +3,19 @@ backfill` (one job per nominal time of a schedule in a range)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 import click
 
-from corral import errors
+from corral import errors, shapes
 from corral.cli import render
 from corral.cli.common import State, config_option, err, out, print_json, run
-from corral.cli.submit import job_arguments, job_options
+from corral.cli.job_options import JobCommand, JobOptions, job_options
 
 if TYPE_CHECKING:
     from corral import cadence, model
@@ -58,18 +60,50 @@ RULE_OPTIONS = [
         help="Delay each firing's job by up to this much (the same delay on every scheduler).",
     ),
 ]
-_RULE_NAMES = {
-    "cron": "cron",
-    "tz": "tz",
-    "every": "every",
-    "start": "start",
-    "until": "until",
-    "catchup": "catchup",
-    "catchup_window": "catchup_window",
-    "catchup_max": "catchup_max",
-    "overlap": "overlap",
-    "jitter": "jitter",
-}
+
+
+@dataclass(frozen=True, slots=True)
+class RuleOptions:
+    """RULE_OPTIONS' values (None: not given), each named as `Client.schedule_create`'s
+    argument."""
+
+    cron: str | None = None
+    tz: str | None = None
+    every: str | None = None
+    start: str | None = None
+    until: str | None = None
+    catchup: str | None = None
+    catchup_window: str | None = None
+    catchup_max: int | None = None
+    overlap: str | None = None
+    jitter: str | None = None
+
+    @classmethod
+    def take(cls, params: dict[str, Any]) -> Self:
+        """The rule options of a command's `params`, taken out of them."""
+        return cls(**{f.name: params.pop(f.name) for f in dataclasses.fields(cls)})
+
+    def given(self, ctx: click.Context | None = None) -> dict[str, Any]:
+        """The options given: those not None, or (with `ctx`) those given on the command
+        line."""
+        return {
+            f.name: getattr(self, f.name)
+            for f in dataclasses.fields(self)
+            if (getattr(self, f.name) is not None if ctx is None else _given(ctx, f.name))
+        }
+
+
+class ScheduleCommand(JobCommand):
+    """A schedule's command: its job options as one JobOptions, `job`, and its rule's as
+    one RuleOptions, `rule`."""
+
+    takes: ClassVar[dict[str, Any]] = {"job": JobOptions, "rule": RuleOptions}
+
+
+def _given(ctx: click.Context, param: str) -> bool:
+    return ctx.get_parameter_source(param) is not click.core.ParameterSource.DEFAULT
+
+
 # Which template fields each job option says (for `update`: only the ones given change).
 _JOB_FIELDS = {
     "command": "spec",
@@ -113,85 +147,105 @@ def schedules() -> None:
     """Make and manage schedules (cron, intervals)."""
 
 
-@schedules.command("add")
+@schedules.command("add", cls=ScheduleCommand)
 @schedule_options
 def schedules_add(
-    ctx: click.Context, /, name: str, command: tuple[str, ...], as_json: bool, **options: Any
+    ctx: click.Context,
+    /,
+    name: str,
+    command: tuple[str, ...],
+    as_json: bool,
+    job: JobOptions,
+    rule: RuleOptions,
 ) -> None:
     """Make a schedule: corral schedules add NAME (--cron EXPR [--tz TZ] | --every DUR)
     [OPTIONS] -- CMD [ARGS...]"""
     state: State = ctx.obj
-    rule = {k: options.pop(k) for k in _RULE_NAMES}
-    given = {k: v for k, v in rule.items() if v is not None}
-    job = job_arguments(command, **options)
+    given = rule.given()
+    args = job.arguments(command)
 
     async def go() -> model.Schedule:
         async with state.connect(platforms=False) as c:
-            return await c.schedule_create(name, **given, **job)
+            return await c.schedule_create(name, **given, **args)
 
     made = run(go())
     _print_made(made, as_json)
 
 
-@schedules.command("update")
+@schedules.command("update", cls=ScheduleCommand)
 @schedule_options
 def schedules_update(
-    ctx: click.Context, /, name: str, command: tuple[str, ...], as_json: bool, **options: Any
+    ctx: click.Context,
+    /,
+    name: str,
+    command: tuple[str, ...],
+    as_json: bool,
+    job: JobOptions,
+    rule: RuleOptions,
 ) -> None:
     """Change a schedule: only the options given (and the command, if given) change."""
     state: State = ctx.obj
-
-    def given(param: str) -> bool:
-        return ctx.get_parameter_source(param) is not click.core.ParameterSource.DEFAULT
-
-    tenant = options["tenant"]
-    changes = {k: options.pop(k) for k in _RULE_NAMES if given(k)}
-    fields = {_JOB_FIELDS.get(p, p) for p in [*options, "command"] if given(p)} - {"tenant"}
-    if command:
-        fields.add("spec")
-    if options["http_request"]:
-        fields.add("executor")  # an HTTP request runs on the http executor
-    if "spec" in fields and not (command or options["spec_json"] or options["http_request"]):
-        raise errors.InvalidInput(
-            "to change what runs, give the whole command after -- (or --spec, or --http)"
-        )
+    changes = rule.given(ctx)
+    fields = _fields_given(ctx, command, job)
     if not (changes or fields):
         raise errors.InvalidInput("nothing to change: give an option or a command")
 
     async def go() -> model.Schedule:
         async with state.connect(platforms=False) as c:
             if fields:
-                old = (await c.schedule(name, tenant=tenant)).template
-                if options["policy_json"] is None:  # --deadline and the like change it
-                    options["policy_json"] = json.dumps(_policy_but(old, options))
-                # What runs stays as it is unless given: a stand-in command lets the other
-                # options be read, and is dropped.
-                job = job_arguments(command if "spec" in fields else ("true",), **options)
-                if "labels" in fields:  # --label adds to the labels, or changes one
-                    job["labels"] = {**old.get("labels", {}), **job["labels"]}
-                changes.update({k: v for k, v in job.items() if k in fields})
-            return await c.schedule_update(name, tenant=tenant, **changes)
+                old = (await c.schedule(name, tenant=job.tenant)).template
+                changes.update(_template_changes(old, fields, command, job))
+            return await c.schedule_update(name, tenant=job.tenant, **changes)
 
     _print_made(run(go()), as_json, verb="updated")
 
 
-def _policy_but(template: Any, options: dict[str, Any]) -> dict[str, Any]:
+def _fields_given(ctx: click.Context, command: tuple[str, ...], job: JobOptions) -> set[str]:
+    """The template fields the job options (and the command) given change."""
+    names = [f.name for f in dataclasses.fields(job)]
+    fields = {_JOB_FIELDS.get(p, p) for p in [*names, "command"] if _given(ctx, p)} - {"tenant"}
+    if command:
+        fields.add("spec")
+    if job.http_request:
+        fields.add("executor")  # an HTTP request runs on the http executor
+    if "spec" in fields and not (command or job.spec_json or job.http_request):
+        raise errors.InvalidInput(
+            "to change what runs, give the whole command after -- (or --spec, or --http)"
+        )
+    return fields
+
+
+def _template_changes(
+    old: Any, fields: set[str], command: tuple[str, ...], job: JobOptions
+) -> dict[str, Any]:
+    """The job template's `fields` as the options say them now, over template `old`."""
+    if job.policy_json is None:  # --deadline and the like change it
+        job = dataclasses.replace(job, policy_json=json.dumps(_policy_but(old, job)))
+    # What runs stays as it is unless given: a stand-in command lets the other options be
+    # read, and is dropped.
+    args = job.arguments(command if "spec" in fields else ("true",))
+    if "labels" in fields:  # --label adds to the labels, or changes one
+        args["labels"] = {**old.get("labels", {}), **args["labels"]}
+    return {k: v for k, v in args.items() if k in fields}
+
+
+def _policy_but(template: Any, job: JobOptions) -> dict[str, Any]:
     """A stored policy without what the shortcut options given say again."""
     policy = dict(template.get("policy") or {})
-    if options["deadline"] is not None and isinstance(policy.get("limits"), dict):
+    if job.deadline is not None and isinstance(policy.get("limits"), dict):
         policy["limits"] = {k: v for k, v in policy["limits"].items() if k != "attempt_deadline"}
-    if options["heartbeat"]:
+    if job.heartbeat:
         policy.pop("heartbeat", None)
-    if options["on_unknown"] is not None:
+    if job.on_unknown is not None:
         policy.pop("on_unknown", None)
-    if options.get("sla") is not None:
+    if job.sla is not None:
         policy.pop("sla", None)
     return policy
 
 
 def _print_made(made: model.Schedule, as_json: bool, verb: str = "made") -> None:
     if as_json:
-        print_json(render.schedule_dict(made))
+        print_json(shapes.schedule_dict(made))
         return
     out.print(made.name)
     nxt = render.when(made.next_due) if made.next_due else "never (past --until)"
@@ -212,7 +266,7 @@ def schedules_list(state: State, tenant: str | None, as_json: bool) -> None:
 
     found = run(go())
     if as_json:
-        print_json([render.schedule_dict(s) for s in found])
+        print_json([shapes.schedule_dict(s) for s in found])
         return
     out.print(render.schedules_table(found))
 
@@ -236,9 +290,9 @@ def schedules_show(state: State, name: str, tenant: str, limit: int, as_json: bo
     if as_json:
         print_json(
             {
-                **render.schedule_dict(found),
-                "upcoming": [render.nominal_dict(n) for n in upcoming],
-                "firings": [render.firing_dict(f) for f in firings],
+                **shapes.schedule_dict(found),
+                "upcoming": [shapes.nominal_dict(n) for n in upcoming],
+                "firings": [shapes.firing_dict(f) for f in firings],
             }
         )
         return
@@ -272,7 +326,7 @@ def _simple(verb: str, doc: str) -> click.Command:
 
         done = run(go())
         if as_json:
-            print_json(render.schedule_dict(done) if done else {"name": name, "deleted": True})
+            print_json(shapes.schedule_dict(done) if done else {"name": name, "deleted": True})
             return
         err.print(f"schedule {name!r} {verb}d" if verb != "pause" else f"schedule {name!r} paused")
 
@@ -332,13 +386,12 @@ def schedules_preview(
 ) -> None:
     """The next firings of a schedule, or of --cron EXPR --tz TZ, marking those a DST
     change moved."""
-    from corral import cadence, clock, planning
+    from corral import cadence, clock
 
     now = clock.SystemClock().now()
     if name is not None and (cron or every):
         raise errors.InvalidInput("give a schedule's name or --cron/--every, not both")
     until: datetime | None = None
-    since = now
     if name is None:
         since = cadence.parse_instant(start, "--from", tz) if start else now
         if (cron is None) == (every is None):
@@ -349,22 +402,29 @@ def schedules_preview(
             cadence.parse_cron(cron, tz) if cron else cadence.parse_every(every or "", since)
         )
     else:
-
-        async def go() -> model.Schedule:
-            async with state.connect(platforms=False) as c:
-                return await c.schedule(name, tenant=tenant)
-
-        found = run(go())
-        when, until = planning.rule(found, found.anchor), found.until
-        if start:  # a time without an offset is the schedule's own zone's
-            since = cadence.parse_instant(start, "--from", found.tz)
-        since = max(since, found.anchor)
+        when, since, until = _schedule_rule(state, name, tenant, start, now)
     first = cadence.after(when, since - _MICRO)
     upcoming = _take(cadence.between(when, first.at, _far(first.at)), count, until)
     if as_json:
-        print_json([render.nominal_dict(n) for n in upcoming])
+        print_json([shapes.nominal_dict(n) for n in upcoming])
         return
     out.print(render.nominals_table(upcoming))
+
+
+def _schedule_rule(
+    state: State, name: str, tenant: str, start: str | None, now: datetime
+) -> tuple[cadence.When, datetime, datetime | None]:
+    """A stored schedule's rule, from when to preview it (--from, in the schedule's own
+    zone when it has no offset; else now; never before its start), and its end."""
+    from corral import cadence, planning
+
+    async def go() -> model.Schedule:
+        async with state.connect(platforms=False) as c:
+            return await c.schedule(name, tenant=tenant)
+
+    found = run(go())
+    since = cadence.parse_instant(start, "--from", found.tz) if start else now
+    return planning.rule(found, found.anchor), max(since, found.anchor), found.until
 
 
 @click.command(

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from corral import shapes
 from corral.cli import render
 from corral.cli.common import State, config_option, json_option, out, print_json, run
 
@@ -25,7 +26,7 @@ def _made(state: State, tenant: str, *, rotate: bool, as_json: bool) -> None:
 
     secret, made = run(go())
     if as_json:
-        print_json({"secret": secret, **render.secret_dict(made)})
+        print_json({"secret": secret, **shapes.secret_dict(made)})
         return
     out.print(secret, highlight=False, soft_wrap=True)
     out.print(
@@ -69,6 +70,6 @@ def secrets_list(state: State, tenant: str | None, as_json: bool) -> None:
 
     found = run(go())
     if as_json:
-        print_json([render.secret_dict(s) for s in found])
+        print_json([shapes.secret_dict(s) for s in found])
         return
     out.print(render.secrets_table(found))

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from corral import shapes
 from corral.cli import render
 from corral.cli.common import State, config_option, json_option, out, print_json, run
 
@@ -64,7 +65,7 @@ def tokens_create(
 
     made, secret = run(go())
     if as_json:
-        print_json({"secret": secret, **render.token_dict(made)})
+        print_json({"secret": secret, **shapes.token_dict(made)})
         return
     out.print(
         f"[dim]token {made.id} ({made.name}): {made.role} of"
@@ -83,11 +84,11 @@ def tokens_list(state: State, as_json: bool) -> None:
 
     async def go() -> list[model.Token]:
         async with state.connect(platforms=False) as c:
-            return await c.store.token_list()
+            return await c.tokens()
 
     found = run(go())
     if as_json:
-        print_json([render.token_dict(t) for t in found])
+        print_json([shapes.token_dict(t) for t in found])
         return
     out.print(render.tokens_table(found))
 

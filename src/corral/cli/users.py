@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from corral import shapes
 from corral.cli import render
 from corral.cli.common import State, config_option, json_option, out, print_json, run
 
@@ -69,7 +70,7 @@ def users_list(state: State, as_json: bool) -> None:
 
     found = run(go())
     if as_json:
-        print_json([render.user_dict(u) for u in found])
+        print_json([shapes.user_dict(u) for u in found])
         return
     out.print(render.users_table(found))
 

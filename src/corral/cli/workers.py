@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -21,6 +21,10 @@ from corral.cli.common import (
     print_json,
     run,
 )
+
+if TYPE_CHECKING:
+    from corral import config
+    from corral.worker.app import App
 
 
 @click.command("worker")
@@ -59,10 +63,8 @@ def worker_cmd(
     and runs them. On SIGTERM it claims nothing more, lets running tasks finish for
     timeouts.drain_timeout, then hands the rest back (not charged) to resume elsewhere from
     their checkpoints."""
-    from corral import clock, runtime
     from corral.cli.loops import setup_logging, until_signalled
     from corral.worker.app import load_app
-    from corral.worker.runner import Worker
 
     app = load_app(target)
     app.check()
@@ -70,27 +72,7 @@ def worker_cmd(
     setup_logging(settings)
 
     async def body(stop: asyncio.Event) -> None:
-        clk = clock.SystemClock()
-        db = await runtime.reach(settings, clk, stop)
-        if db is None:
-            return
-        try:
-            worker = Worker(
-                app,
-                db=db,
-                settings=settings,
-                clk=clk,
-                concurrency=concurrency,
-                queues=queues,
-                prefetch=prefetch,
-            )
-            err.print(
-                f"worker {worker.id}: app {app.name} {app.version} on {db.url};"
-                f" {len(app.tasks)} tasks, concurrency {concurrency}. SIGTERM drains and stops."
-            )
-            await worker.run(stop)
-        finally:
-            await db.close()
+        await _work(app, settings, stop, concurrency=concurrency, queues=queues, prefetch=prefetch)
 
     run(until_signalled(body))
     sys.stdout.flush()
@@ -112,7 +94,7 @@ def workers_cmd(state: State, every: bool, as_json: bool) -> None:
 
     async def go() -> list[Any]:
         async with state.connect(platforms=False) as c:
-            return await c.store.worker_list(since=c.since(), live=not every)
+            return await c.workers(every=every)
 
     found = run(go())
     if as_json:
@@ -152,7 +134,7 @@ def parked_list(state: State, task: str | None, limit: int, as_json: bool) -> No
 
     async def go() -> list[Any]:
         async with state.connect(platforms=False) as c:
-            return await c.store.parked_list(task=task, limit=limit)
+            return await c.parked(task=task, limit=limit)
 
     found = run(go())
     if as_json:
@@ -194,7 +176,7 @@ def parked_release(
 
     async def go() -> list[int]:
         async with state.connect(platforms=False) as c:
-            return await c.store.parked_release(job_ids=job_ids, task=task, now=c.clock.now())
+            return await c.parked_release(job_ids=job_ids, task=task)
 
     released = run(go())
     if as_json:
@@ -203,6 +185,42 @@ def parked_release(
     if job_ids and (missing := sorted(set(job_ids) - set(released))):
         err.print(f"not parked (left alone): {', '.join(map(str, missing))}")
     err.print(f"released {len(released)} parked jobs: queued again")
+
+
+async def _work(
+    app: App,
+    settings: config.Settings,
+    stop: asyncio.Event,
+    *,
+    concurrency: int,
+    queues: tuple[str, ...],
+    prefetch: int | None,
+) -> None:
+    """Run `app`'s tasks until `stop`, once the database can be reached."""
+    from corral import clock, runtime
+    from corral.worker.runner import Worker
+
+    clk = clock.SystemClock()
+    db = await runtime.reach(settings, clk, stop)
+    if db is None:
+        return
+    try:
+        worker = Worker(
+            app,
+            db=db,
+            settings=settings,
+            clk=clk,
+            concurrency=concurrency,
+            queues=queues,
+            prefetch=prefetch,
+        )
+        err.print(
+            f"worker {worker.id}: app {app.name} {app.version} on {db.url};"
+            f" {len(app.tasks)} tasks, concurrency {concurrency}. SIGTERM drains and stops."
+        )
+        await worker.run(stop)
+    finally:
+        await db.close()
 
 
 @click.command("preflight")
@@ -221,7 +239,7 @@ def preflight(state: State, target: str, as_json: bool) -> None:
 
     async def go() -> dict[tuple[str, int], dict[str, int]]:
         async with state.connect(platforms=False) as c:
-            return await c.store.payload_versions(tasks=list(app.tasks))
+            return await c.payload_versions(tasks=list(app.tasks))
 
     found = run(go())
     rows: list[dict[str, Any]] = []
@@ -240,17 +258,22 @@ def preflight(state: State, target: str, as_json: bool) -> None:
     if as_json:
         print_json({"app": app.name, "app_version": app.version, "ok": not bad, "payloads": rows})
     else:
-        for r in rows:
-            seen: dict[str, int] = r["counts"]
-            what = ", ".join(f"{n} {kind}" for kind, n in sorted(seen.items()))
-            verdict = "reads it" if r["readable"] else "CANNOT read it"
-            err.print(f"{r['task']} v{r['version']}: {what}: {app.name} {app.version} {verdict}")
-        if bad:
-            err.print(
-                f"{len(bad)} payload versions this app cannot read: add an upcaster from each"
-                " (@task.upcaster(from_version=N)), or roll out a version that reads them"
-            )
-        else:
-            err.print(f"{app.name} {app.version} reads every payload in the store")
+        _print_preflight(app, rows, bad)
     if bad:
         raise SystemExit(1)
+
+
+def _print_preflight(app: App, rows: list[dict[str, Any]], bad: list[dict[str, Any]]) -> None:
+    """What each stored payload version counts, and whether `app` reads it."""
+    for r in rows:
+        seen: dict[str, int] = r["counts"]
+        what = ", ".join(f"{n} {kind}" for kind, n in sorted(seen.items()))
+        verdict = "reads it" if r["readable"] else "CANNOT read it"
+        err.print(f"{r['task']} v{r['version']}: {what}: {app.name} {app.version} {verdict}")
+    if bad:
+        err.print(
+            f"{len(bad)} payload versions this app cannot read: add an upcaster from each"
+            " (@task.upcaster(from_version=N)), or roll out a version that reads them"
+        )
+    else:
+        err.print(f"{app.name} {app.version} reads every payload in the store")

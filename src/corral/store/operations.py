@@ -4,7 +4,8 @@ A preview counts the jobs a filter matches for a tenant (only those the action c
 quarantined jobs for retry and discard, jobs not ended for cancel) and shows some of their
 ids. Making the operation runs the same query again, in one transaction with the insert of
 the operation and of one item a matched job, so the snapshot is exactly what was counted;
-when the count is not what the person confirmed (`expect`), nothing is made (CountChanged).
+when the count is not what the person confirmed (`expect`), nothing is made
+(errors.CountChanged).
 
 A step takes the next batch of items not done, in job id order, and applies the action to
 each job through the same transitions one job's retry, discard or cancel goes through, in
@@ -28,8 +29,6 @@ from corral.store.tables import jobs as jobs_table
 from corral.store.tables import operation_items, operations
 
 J, S = model.JobState, model.OperationState
-MAX_JOBS = 100_000
-"""The most jobs one preview counts and one operation takes."""
 SAMPLE = 20
 """How many ids a preview shows."""
 
@@ -56,7 +55,7 @@ def _matching(
     conn: Connection, tenant: str | None, action: model.BulkAction, given: model.JobFilter
 ) -> Select[Any]:
     """The ids of the jobs `given` matches for `tenant` (None: every tenant) that `action`
-    can touch, at most MAX_JOBS + 1 of them (one more tells there are too many)."""
+    can touch, at most model.BULK_MAX_JOBS + 1 of them (one more tells there are too many)."""
     fits = model.BULK_STATES[action]
     states = [s for s in given.states if s in fits] if given.states else sorted(fits)
     where = jobs.job_where(
@@ -72,12 +71,12 @@ def _matching(
     )
     if not states:  # states were given, and the action touches none of them
         where.append(literal(False))
-    return select(jobs_table.c.id).where(*where).limit(MAX_JOBS + 1)
+    return select(jobs_table.c.id).where(*where).limit(model.BULK_MAX_JOBS + 1)
 
 
 def _too_many() -> errors.InvalidInput:
     return errors.InvalidInput(
-        f"filter: matches more than {MAX_JOBS:,} jobs, the most one operation takes;"
+        f"filter: matches more than {model.BULK_MAX_JOBS:,} jobs, the most one operation takes;"
         " narrow it (state, queue, since, until)"
     )
 
@@ -90,11 +89,11 @@ def operation_preview(
     given: model.JobFilter,
     sample: int = SAMPLE,
 ) -> model.Preview:
-    """How many jobs the action would touch now (exact, up to MAX_JOBS; InvalidInput past
-    it), and the ids of the newest `sample` of them."""
+    """How many jobs the action would touch now (exact, up to model.BULK_MAX_JOBS;
+    InvalidInput past it), and the ids of the newest `sample` of them."""
     ids = _matching(conn, tenant, action, given).subquery()
     count = conn.execute(select(func.count()).select_from(ids)).scalar_one()
-    if count > MAX_JOBS:
+    if count > model.BULK_MAX_JOBS:
         raise _too_many()
     newest = select(ids.c.id).order_by(ids.c.id.desc()).limit(sample)
     return model.Preview(count=count, sample=tuple(conn.execute(newest).scalars()))
@@ -112,8 +111,9 @@ def operation_create(
     now: datetime,
 ) -> model.Operation:
     """Make an operation on the snapshot of the jobs the action would touch now: one item
-    a job, taken by the preview's query in this transaction. Raises CountChanged (nothing made)
-    when their number is not `expect`, InvalidInput when it is past MAX_JOBS."""
+    a job, taken by the preview's query in this transaction. Raises errors.CountChanged
+    (nothing made) when their number is not `expect`, InvalidInput when it is past
+    model.BULK_MAX_JOBS."""
     made = conn.execute(
         insert(operations).values(
             tenant=tenant,
@@ -132,7 +132,7 @@ def operation_create(
     assert made is not None
     operation_id = made[0]
     taken = _items_take(conn, operation_id, _matching(conn, tenant, action, given))
-    if taken > MAX_JOBS:
+    if taken > model.BULK_MAX_JOBS:
         raise _too_many()
     if expect is not None and taken != expect:
         raise errors.CountChanged(taken, expect)

@@ -44,7 +44,7 @@ def _chosen(given: dict[str, str]) -> tuple[model.BulkAction, model.JobFilter]:
     if action not in model.BulkAction.__members__.values():
         raise errors.InvalidInput(f"action: {action!r} is not retry, discard or cancel")
     state, label = given.get("state", ""), given.get("label", "")
-    chosen = client.job_filter(
+    chosen = client.operations.job_filter(
         model.BulkAction(action),
         states=[state] if state else (),
         queue=given.get("queue") or None,

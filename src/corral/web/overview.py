@@ -16,7 +16,7 @@ window moves past them, as they gain no more job ends."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -24,7 +24,7 @@ from markupsafe import Markup
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from corral import client, loops, model, retry, store
+from corral import client, loops, model, retry
 from corral.web import auth, charts, live, pages
 from corral.web.auth import Viewer
 
@@ -40,6 +40,9 @@ ATTEMPT_CALLS = "/api/v1/attempt/"
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
 Buckets = list[tuple[int, int]]
+Span = tuple[datetime, timedelta, int]
+"""(since, width, buckets): `buckets` spans `width` long from `since`, what a chart counts
+job ends over."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,7 +153,7 @@ async def drawn(c: client.Client, keeper: Keeper, tenant: str | None) -> Kept:
     windows = charts.windows(now)
     spans, past = _spans(keeper, tenant, windows)
     slots = dict(c.settings.pools)
-    found = await c.store.overview_read(
+    found = await c.overview(
         tenant=tenant,
         spans=[s for s, _ in spans],
         quarantined=pages.QUARANTINED_SHOWN,
@@ -198,7 +201,7 @@ def _charts(
 
 def _spans(
     keeper: Keeper, tenant: str | None, windows: list[charts.Window]
-) -> tuple[list[tuple[store.overview.Span, tuple[str, str]]], dict[str, Buckets]]:
+) -> tuple[list[tuple[Span, tuple[str, str]]], dict[str, Buckets]]:
     """What to count of each chart's window, each with (its title, "past" or "live"): its
     live buckets always, its past ones when they are not kept for where it begins now; and
     the past buckets kept, by title."""
@@ -209,8 +212,8 @@ def _spans(
         if since == w.since and old is not None:
             past[w.title] = old
         else:
-            spans.append((store.overview.Span(w.since, w.width, over), (w.title, "past")))
-        live = store.overview.Span(w.since + w.width * over, w.width, LIVE_BUCKETS)
+            spans.append(((w.since, w.width, over), (w.title, "past")))
+        live = (w.since + w.width * over, w.width, LIVE_BUCKETS)
         spans.append((live, (w.title, "live")))
     return spans, past
 

@@ -111,7 +111,7 @@ def back(to: str, note: str = "", **fields: object) -> Response:
     return RedirectResponse(f"{to}{sep}{urlencode({'note': note, **fields})}", 303)
 
 
-async def visible_job(c: client.Client, who: model.WebSession, job_id: int) -> client.JobView:
+async def visible_job(c: client.Client, who: model.WebSession, job_id: int) -> client.jobs.JobView:
     try:
         view = await c.job(job_id)
     except errors.NotFound:
@@ -130,8 +130,7 @@ async def audit(
     **details: Any,
 ) -> None:
     """The audit row of a change made on the dashboard: by the session's user (or token)."""
-    await c.store.audit_add(
-        at=c.clock.now(),
+    await c.audit_add(
         token_id=who.token_id,
         tenant=tenant,
         action=action,
@@ -259,13 +258,10 @@ async def _jobs_page(
     c = auth.client_of(request)
     filters = Filters(state=state, queue=queue, label=label)
     key, _, value = label.partition("=")
-    if state and state not in model.JobState.__members__.values():
-        wrong = f"state: {state!r} is not a job state"
-    elif label and not (key and "=" in label):
-        wrong = f"label: {label!r} is not KEY=VALUE"
+    wrong = _wrong_filter(state, label) or wrong
     found: list[model.Job] = []
     if not wrong:
-        found = await c.store.job_list(
+        found = await c.jobs(
             states=[state] if state else [],
             queue=queue or None,
             tenant=who.tenant,
@@ -286,6 +282,16 @@ async def _jobs_page(
         commands=tenancy.offered(c.settings.tenants, who.tenant, "process"),
         status=status,
     )
+
+
+def _wrong_filter(state: str, label: str) -> str:
+    """Why the jobs page's filter is refused, or "" when it is not."""
+    key = label.partition("=")[0]
+    if state and state not in model.JobState.__members__.values():
+        return f"state: {state!r} is not a job state"
+    if label and not (key and "=" in label):
+        return f"label: {label!r} is not KEY=VALUE"
+    return ""
 
 
 @router.post("/jobs")
@@ -329,7 +335,7 @@ async def job_stream(request: Request, who: Viewer, job_id: JobId) -> Response:
 
     async def look() -> tuple[int, tuple[tuple[int, str, str], ...]]:
         nonlocal cursor
-        ids, _ = await c.store.event_page(after=cursor, limit=EVENTS_LOOKED, job_id=job_id)
+        ids, _ = await c.event_page(after=cursor, limit=EVENTS_LOOKED, job_id=job_id)
         cursor = ids[-1] if ids else cursor
         return cursor, (await _output_now(c, job_id) if running else ())
 
@@ -353,7 +359,7 @@ async def _output_now(c: client.Client, job_id: int) -> tuple[tuple[int, str, st
     return tuple(found)
 
 
-async def _job_values(request: Request, view: client.JobView) -> dict[str, Any]:
+async def _job_values(request: Request, view: client.jobs.JobView) -> dict[str, Any]:
     c = auth.client_of(request)
     return {
         "job": view.job,
@@ -361,11 +367,11 @@ async def _job_values(request: Request, view: client.JobView) -> dict[str, Any]:
         "output": await _running_output(c, view),
         "events": view.events,
         "goes_on": view.job.state in (J.SCHEDULED, J.QUEUED, J.RUNNING, J.PARKED),
-        "explained": client.explain(view, c.clock.now()),
+        "explained": client.explain.why(view, c.clock.now()),
     }
 
 
-async def _running_output(c: client.Client, view: client.JobView) -> dict[int, list[Any]]:
+async def _running_output(c: client.Client, view: client.jobs.JobView) -> dict[int, list[Any]]:
     """What each running attempt has written so far, by fence: read from its run folder
     when this machine has it (a process's stdout and stderr, their last part)."""
     if not any(a.state in model.ACTIVE_ATTEMPT_STATES for a in view.attempts):
@@ -413,11 +419,11 @@ async def dead(
 ) -> Response:
     """Quarantined jobs, the newest first, each with why it was quarantined."""
     c = auth.client_of(request)
-    found = await c.store.job_list(
+    found = await c.jobs(
         states=[J.QUARANTINED], tenant=who.tenant, before=before, limit=QUARANTINED_SHOWN
     )
     views = [await c.job(j.id) for j in found]
-    shown = [(v.job, client.explain(v, c.clock.now())) for v in views]
+    shown = [(v.job, client.explain.why(v, c.clock.now())) for v in views]
     more = found[-1].id if len(found) == QUARANTINED_SHOWN else None
     return page(request, "dead.html", who, jobs=shown, next_page=more)
 
@@ -431,8 +437,8 @@ async def schedules(request: Request, who: Viewer) -> Response:
     marked), last run, and pause or resume."""
     c = auth.client_of(request)
     found = await c.schedules(tenant=who.tenant)
-    last = {j.id: j for j in await c.store.job_get_many(
-        job_ids=[s.last_job_id for s in found if s.last_job_id is not None]
+    last = {j.id: j for j in await c.jobs_by_id(
+        [s.last_job_id for s in found if s.last_job_id is not None]
     )}  # fmt: skip
     rows = [(s, c.upcoming(s, FIRINGS_SHOWN), last.get(s.last_job_id or 0)) for s in found]
     return page(request, "schedules.html", who, schedules=rows)

@@ -1,0 +1,75 @@
+"""The Python API for submitting, inspecting and cancelling jobs, as services.
+
+    async with corral.connect() as client:
+        job_id, created = await client.submit(spec={"command": ["echo", "hello"]})
+
+Each concern is a service in a module of its own (client.jobs, client.schedules,
+client.follow, client.tokens, ...), and `Client` is all of them over one store. It is
+also the only way api/, web/ and cli/ reach the store.
+"""
+
+from __future__ import annotations
+
+from corral.client import (
+    alerts,
+    arguments,
+    attempts,
+    audit,
+    backfill,
+    checks,
+    counts,
+    events,
+    explain,
+    follow,
+    jobs,
+    operations,
+    schedules,
+    schema,
+    service,
+    signing,
+    tokens,
+    users,
+    workers,
+)
+
+
+class Client(
+    explain.Explain,
+    follow.Follow,
+    schedules.Schedules,
+    backfill.Backfill,
+    operations.Operations,
+    users.Users,
+    signing.Signing,
+    attempts.Attempts,
+    events.Events,
+    audit.Audit,
+    workers.Workers,
+    alerts.Alerts,
+    counts.Counts,
+):
+    """Submit and manage jobs against one store: every service of the client at once."""
+
+
+__all__ = [
+    "Client",
+    "alerts",
+    "arguments",
+    "attempts",
+    "audit",
+    "backfill",
+    "checks",
+    "counts",
+    "events",
+    "explain",
+    "follow",
+    "jobs",
+    "operations",
+    "schedules",
+    "schema",
+    "service",
+    "signing",
+    "tokens",
+    "users",
+    "workers",
+]
