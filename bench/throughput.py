@@ -55,7 +55,7 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 from tests.support.noop import NoopExecutor
 
-from corral import config, dispatcher, model, store
+from corral import config, dispatcher, model, store, timeouts
 from corral.clock import SystemClock
 from corral.store import hotpath
 
@@ -293,7 +293,7 @@ async def _dispatch_all(
     clock = SystemClock()
     settings = config.Settings(
         claim_batch_limit=batch,
-        timeouts=config.Timeouts(dispatch_interval=0.05, tick_deadline=0.04, tick_margin=0.01),
+        timeouts=timeouts.Timeouts(dispatch_interval=0.05, tick_deadline=0.04, tick_margin=0.01),
     )
     executor = NoopExecutor()
     d = dispatcher.Dispatcher(
@@ -355,7 +355,7 @@ async def _rss_phase(url: str, held: int, batch: int) -> dict[str, Any]:
     db = store.Store.connect(url)
     settings = config.Settings(
         claim_batch_limit=batch,
-        timeouts=config.Timeouts(dispatch_interval=0.05, tick_deadline=0.04, tick_margin=0.01),
+        timeouts=timeouts.Timeouts(dispatch_interval=0.05, tick_deadline=0.04, tick_margin=0.01),
     )
     executor = _Holding()
     d = dispatcher.Dispatcher(

@@ -53,7 +53,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import api, throughput
-from corral import config, model, runtime, store
+from corral import config, model, runtime, store, timeouts
 from corral.clock import SystemClock
 from corral.worker.app import App, load_app
 
@@ -269,7 +269,7 @@ async def register_in_process(url: str, app: App) -> float:
         stopped_at=None,
         reads=tuple(app.reads()),
     )
-    since = now - config.Timeouts().lease_timeout
+    since = now - timeouts.Timeouts().lease_timeout
     try:
         t0 = time.perf_counter()
         await db.worker_register(worker=worker, now=now, since=since)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from corral.client import Client, JobView
     from corral.clock import Clock, SystemClock
-    from corral.config import Settings, Timeouts
+    from corral.config import Settings
     from corral.dispatcher import Dispatcher
     from corral.errors import CorralError
     from corral.model import (
@@ -28,6 +28,7 @@ if TYPE_CHECKING:
         Phase,
     )
     from corral.runtime import connect
+    from corral.timeouts import Timeouts
     from corral.worker import App, CurrentAttempt, Fresh, Pinned, current_attempt, current_task
 
 _FROM = {
@@ -36,7 +37,7 @@ _FROM = {
     "Clock": "corral.clock",
     "SystemClock": "corral.clock",
     "Settings": "corral.config",
-    "Timeouts": "corral.config",
+    "Timeouts": "corral.timeouts",
     "Dispatcher": "corral.dispatcher",
     "CorralError": "corral.errors",
     "Attempt": "corral.model",

@@ -27,7 +27,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
-from corral import clock, config, errors, loops, model, plain, store
+from corral import clock, config, durations, errors, loops, model, plain, policy, store
 from corral.executors import base, registry
 from corral.executors import python as python_executor
 from corral.executors.base import Executor
@@ -174,7 +174,7 @@ class JobArgs(TypedDict, total=False):
     idempotency_key: str | None  # None
     labels: Mapping[str, str] | None  # none
     run_at: datetime | None  # None: now
-    policy: Mapping[str, Any] | config.JobPolicy | None  # None: the settings' policy
+    policy: Mapping[str, Any] | policy.JobPolicy | None  # None: the settings' policy
     code_version: str | None  # None
     task: Any  # a Python task's name (or corral.worker Task), instead of spec and executor
     task_version: int | None  # its payload's version; None: the newest a live worker writes
@@ -209,7 +209,7 @@ class Client:
         """Store a job (its arguments and their defaults: JobArgs); returns (job id,
         created). A repeated idempotency key returns the existing job with created=False.
 
-        `policy` is the job's own retry, limit and failure policy (config.JobPolicy), e.g.
+        `policy` is the job's own retry, limit and failure policy (policy.JobPolicy), e.g.
         `{"limits": {"attempt_deadline": "30s"}, "failure_rules": [{"on_exit_codes":
         {"operator": "In", "values": [3]}, "action": "fail"}]}`."""
         job = self.validate(await self.task_checked(self.new_job(**args)))
@@ -244,10 +244,8 @@ class Client:
         TypeError for a keyword it does not take, as for any function."""
         if unknown := sorted(set(args) - set(SUBMIT_FIELDS)):
             raise TypeError(f"submit() got an unexpected keyword argument {unknown[0]!r}")
-        policy = args.get("policy")
-        stored_policy = (
-            policy.stored() if isinstance(policy, config.JobPolicy) else dict(policy or {})
-        )
+        given = args.get("policy")
+        stored_policy = given.stored() if isinstance(given, policy.JobPolicy) else dict(given or {})
         if args.get("task") is not None:
             if "spec" in args or "executor" in args:
                 raise errors.InvalidInput("task: give a task, or a spec and an executor; not both")
@@ -1290,7 +1288,7 @@ def past_by(run_at: datetime, now: datetime) -> str | None:
     `--allow-past` take one); None for a time to come, or a naive one."""
     if run_at.tzinfo is None or run_at >= now - PAST_SLACK:
         return None
-    return config.format_duration(timedelta(seconds=int((now - run_at).total_seconds())))
+    return durations.format_duration(timedelta(seconds=int((now - run_at).total_seconds())))
 
 
 def check_job(
@@ -1325,11 +1323,11 @@ def check_job(
     _check_payload(job.payload, settings)
     if job.executor == model.PYTHON:
         job = _worker_leased(job)
-    policy = config.job_policy(settings, job.policy)
-    _check_reach(job.executor, policy, settings)
+    checked = policy.job_policy(settings, job.policy)
+    _check_reach(job.executor, checked, settings)
     checker = python_executor.SPEC if job.executor == model.PYTHON else executors[job.executor]
     spec = checker.validate_spec(job.spec)
-    return dataclasses.replace(job, spec=spec, policy=policy.stored())
+    return dataclasses.replace(job, spec=spec, policy=checked.stored())
 
 
 def _worker_leased(job: model.NewJob) -> model.NewJob:
@@ -1371,7 +1369,7 @@ def _not_running(kind: str, executors: Mapping[str, SpecChecker]) -> str:
     )
 
 
-def _check_reach(executor: str, policy: config.JobPolicy, settings: config.Settings) -> None:
+def _check_reach(executor: str, policy: policy.JobPolicy, settings: config.Settings) -> None:
     """A job that promises heartbeats must be able to send them from where it runs."""
     if not policy.heartbeat or executor not in registry.known():
         return

@@ -48,7 +48,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timedelta
 
-from corral import clock, config, errors, failpoints, loops, metrics, model, retry, store
+from corral import clock, config, errors, failpoints, loops, metrics, model, policy, retry, store
 from corral import retry as retry_  # the module, where a parameter has its name
 from corral.executors import base
 from corral.executors.base import Executor
@@ -688,7 +688,7 @@ class Reconciler:
         relaunch = [
             (item, why)
             for item, why in items
-            if config.JobPolicy.read(item.job.policy).on_unknown == "fence_and_relaunch"
+            if policy.JobPolicy.read(item.job.policy).on_unknown == "fence_and_relaunch"
         ]
         relaunch_items = [item for item, _ in relaunch]
         superseded: set[int] = set()

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from corral import config, dispatcher, errors, model, retry, store
+from corral import config, dispatcher, errors, model, retry, store, timeouts
 from corral.testing import FrozenClock, PausedClock
 from tests.support import jobs
 from tests.support.noop import NoopExecutor
@@ -498,7 +498,7 @@ async def test_a_tick_stops_launching_at_its_deadline_and_the_next_goes_on(
         executor,
         claim_batch_limit=5,
         launch_concurrency=1,
-        timeouts=config.Timeouts(tick_deadline="500ms"),
+        timeouts=timeouts.Timeouts(tick_deadline="500ms"),
     )
     await submit(db, clock, 12)
     ticks = []
@@ -527,7 +527,7 @@ async def test_claims_made_ahead_never_pile_up_behind_slow_launches(
         executor,
         claim_batch_limit=5,
         launch_concurrency=1,
-        timeouts=config.Timeouts(tick_deadline="500ms"),
+        timeouts=timeouts.Timeouts(tick_deadline="500ms"),
     )
     d._overlap = True  # as in run()
     await submit(db, clock, 60)
@@ -563,7 +563,7 @@ async def test_attempts_carried_to_the_next_tick_are_launched_when_the_claim_fai
         settings=config.Settings(
             claim_batch_limit=5,
             launch_concurrency=1,
-            timeouts=config.Timeouts(tick_deadline="500ms"),
+            timeouts=timeouts.Timeouts(tick_deadline="500ms"),
         ),
     )
     try:

@@ -11,6 +11,7 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from corral import client, config, dispatcher, errors, model, reconciler, retry, store
+from corral.policy import job_policy
 from corral.store import Finish
 from corral.testing import FrozenClock
 from tests.support import jobs
@@ -30,7 +31,7 @@ async def submit(
     policy: dict[str, Any] | None = None,
     **kw: Any,
 ) -> list[int]:
-    stored = config.job_policy(config.Settings(), policy or {}).stored()
+    stored = job_policy(config.Settings(), policy or {}).stored()
     new = [model.NewJob(executor="noop", spec={}, policy=stored, **kw) for _ in range(n)]
     return await jobs.submit(db, clock, *new)
 

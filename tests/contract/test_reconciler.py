@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from corral import config, errors, health, model, reconciler, runtime, store
+from corral import config, errors, health, model, reconciler, runtime, store, timeouts
 from corral.clock import SystemClock
 from corral.executors import base
 from corral.store import Finish
@@ -18,7 +18,7 @@ from tests.support.platform import Platform
 from tests.support.wait import PATIENCE, eventually
 
 A, J, P = model.AttemptState, model.JobState, model.Phase
-TIMEOUTS = config.Timeouts(
+TIMEOUTS = timeouts.Timeouts(
     launch_grace=30, lease_timeout=60, attempt_deadline=240, recovery_grace=360, cancel_grace=1
 )
 
@@ -306,7 +306,7 @@ async def test_the_first_pass_waits_for_executors_to_be_ready(
     s = config.Settings(
         database_url=db_url,
         health_file=beats,
-        timeouts=config.Timeouts(reconcile_interval=0.05),
+        timeouts=timeouts.Timeouts(reconcile_interval=0.05),
     )
     [(job_id, _)] = await db.job_submit(
         new=[model.NewJob(executor="noop", spec={})], now=SystemClock().now()

@@ -21,7 +21,7 @@ import pytest
 from aiohttp import web
 from aiosmtpd.controller import Controller
 
-from corral import alerts, config, model, store
+from corral import alert_settings, alerts, config, model, store, timeouts
 from corral.alerts import channels, rules
 from corral.store import Finish
 from corral.store.alerts import JobFacts
@@ -118,7 +118,7 @@ async def serving(tmp_path: Any, alerting: dict[str, Any]) -> AsyncIterator[conf
         database_url=url,
         state_dir=tmp_path / "state",
         executors={"http": {"allow_networks": LOCAL}},  # type: ignore[arg-type]
-        timeouts=config.Timeouts(
+        timeouts=timeouts.Timeouts(
             margin="500ms",
             tick_margin="50ms",
             dispatch_interval="200ms",
@@ -359,7 +359,7 @@ async def test_a_muted_rule_says_nothing(db: store.Store, web_receiver: Web) -> 
 
 
 def test_rules_match_on_every_key_given() -> None:
-    rule = config.AlertRule(
+    rule = alert_settings.AlertRule(
         on=("failed",),
         match={"queue": "q", "labels": {"team": "data"}},
         channels=("c",),  # type: ignore[arg-type]

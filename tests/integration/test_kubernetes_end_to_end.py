@@ -20,6 +20,7 @@ import yaml
 from corral import client, clock, config, errors, model, reconciler, runtime, store
 from corral.executors import argo, base, kube_client, kubernetes
 from corral.testing import FrozenClock
+from corral.timeouts import Timeouts
 from tests.support import kube_api
 from tests.support.cluster import IMAGE, finished
 from tests.support.wait import PATIENCE, eventually
@@ -64,7 +65,7 @@ def make_settings(
                 **(cluster or {}),
             },
         },
-        timeouts=config.Timeouts(
+        timeouts=Timeouts(
             margin="500ms",
             tick_margin="50ms",
             dispatch_interval="200ms",

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from corral import config, model, reconciler, store
+from corral import config, durations, model, reconciler, store, timeouts
 from corral.clock import SystemClock
 from corral.executors.process import ProcessExecutor
 from corral.testing import FrozenClock
@@ -36,7 +36,7 @@ async def test_a_fresh_reconciler_adopts_and_stops_orphans_from_labels(
 
     fresh = ProcessExecutor(root=tmp_path / "runs", clock=clock)
     await fresh.start()
-    settings = config.Settings(timeouts=config.Timeouts(cancel_grace="2s"))
+    settings = config.Settings(timeouts=timeouts.Timeouts(cancel_grace="2s"))
     later = FrozenClock(clock.now())  # the reconciler's time; the platform's stays real
     later.advance(settings.timeouts.launch_grace.total_seconds() + 1)
     r = reconciler.Reconciler(
@@ -56,5 +56,5 @@ async def test_a_fresh_reconciler_adopts_and_stops_orphans_from_labels(
     assert stopped.phase is model.Phase.FAILED
     assert stopped.identity == model.Identity(cancel.job.id, 1, cancel.attempt.id)
     for c in (keep, adopt):  # clean up the two still sleeping
-        await fresh.cancel(c.attempt.launch_name, config.parse_duration("1s"))
+        await fresh.cancel(c.attempt.launch_name, durations.parse_duration("1s"))
     await fresh.close()

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from corral import clock, config, errors, model
+from corral import clock, config, errors, model, policy
 from corral.executors import base, process, process_sandbox
 from tests.support import launches
 from tests.support.procs import alive, kill_leftovers
@@ -379,6 +379,6 @@ def test_a_launch_is_a_strangers_when_its_tenant_is_granted_process_or_made_it()
     reaches = base.Reaches(told)
     assert reaches.stranger(job("b")) is True
     assert reaches.stranger(job("default")) is False
-    policy = config.JobPolicy()
-    assert reaches.of(policy, "process", stranger=True).database_url is None
-    assert reaches.of(policy, "process", stranger=False).database_url is not None
+    own = policy.JobPolicy()
+    assert reaches.of(own, "process", stranger=True).database_url is None
+    assert reaches.of(own, "process", stranger=False).database_url is not None

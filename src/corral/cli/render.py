@@ -12,6 +12,7 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
+from corral import durations, timeouts
 from corral.cli.common import out
 from corral.shapes import (
     attempt_dict,
@@ -201,17 +202,16 @@ def short(setting: str) -> str:
     return setting.removeprefix("timeouts.").removeprefix("executors.")
 
 
-def _amount(c: config.LinkCheck, units: int) -> float | int:
+def _amount(c: timeouts.LinkCheck, units: int) -> float | int:
     return units / 1_000_000 if c.link.inner.startswith("timeouts.") else units
 
 
 def chain_dict(settings: config.Settings) -> dict[str, Any]:
     """`corral check --json`: every link with its values (seconds, or counts), and the
     broken ones in words."""
-    from corral import config
 
     links = []
-    for c in config.chain(settings):
+    for c in timeouts.chain(settings):
         link = c.link
         links.append(
             {
@@ -230,25 +230,24 @@ def chain_dict(settings: config.Settings) -> dict[str, Any]:
                 "why": link.why,
             }
         )
-    broken = config.chain_violations(settings)
+    broken = timeouts.chain_violations(settings)
     return {"ok": not broken, "links": links, "broken": broken}
 
 
 def chain_table(settings: config.Settings) -> Table:
     """One row a link; each setting's name on a line of its own, so a narrow terminal
     wraps between names, never inside one."""
-    from corral import config
 
     t = table("inner < outer", "values", "spare", "needs", "", keep=("spare", "needs", ""))
     t.columns[0].min_width = max(
-        len(short(name)) + 3 for link in config.CHAIN for name in (link.inner, link.outer)
+        len(short(name)) + 3 for link in timeouts.CHAIN for name in (link.inner, link.outer)
     )
     t.columns[-1].min_width = len("BROKEN")
     t.caption = (
         "each inner limit must be shorter than the outer one by the margin it needs"
         " (timeouts.margin; timeouts.tick_margin for the sub-second links)"
     )
-    for c in config.chain(settings):
+    for c in timeouts.chain(settings):
         link = c.link
         names = [short(link.inner)]
         if link.extra:
@@ -264,16 +263,15 @@ def chain_table(settings: config.Settings) -> Table:
     return t
 
 
-def _show(c: config.LinkCheck, units: int) -> str:
+def _show(c: timeouts.LinkCheck, units: int) -> str:
     """A link's amount as settings are written: 4m, 7d, 500ms, or a count."""
-    from corral import config
 
     if not c.link.inner.startswith("timeouts.") or units < 0:
         return c.show(units)
-    return config.format_duration(timedelta(microseconds=units)) if units else "0s"
+    return durations.format_duration(timedelta(microseconds=units)) if units else "0s"
 
 
-def _status(c: config.LinkCheck) -> str:
+def _status(c: timeouts.LinkCheck) -> str:
     if not c.applies:
         return "[dim]n/a[/dim]"  # a PostgreSQL link on SQLite, a pods' link with no cluster
     return "ok" if c.ok else "[red]BROKEN[/red]"

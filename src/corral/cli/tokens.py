@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from corral import durations
 from corral.cli import render
 from corral.cli.common import State, config_option, json_option, out, print_json, run
 
@@ -42,14 +43,13 @@ def tokens_create(
     as_json: bool,
 ) -> None:
     """Make a token and print it, alone on the last line (the one time it is shown)."""
-    from corral import config
 
     if all_tenants == (tenant is not None):
         raise click.UsageError("give --tenant T, or --all-tenants (for an admin token)")
     span: timedelta | None = None
     if expires is not None:
         try:
-            span = config.parse_duration(expires)
+            span = durations.parse_duration(expires)
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="--expires") from None
 

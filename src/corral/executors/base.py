@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Protocol, runtime_checkable
 
-from corral import config, errors, model, tenancy
+from corral import config, errors, model, policy, tenancy
 
 
 @runtime_checkable
@@ -214,7 +214,7 @@ class Reaches:
         self._granted_process: dict[str, bool] = {}
 
     def of(
-        self, policy: config.JobPolicy, executor: str = "", *, stranger: bool = False
+        self, policy: policy.JobPolicy, executor: str = "", *, stranger: bool = False
     ) -> model.Reach:
         """How an attempt of `executor` reaches corral: api_url when set; else a process
         job reaches the attempt API this process answers on its Unix socket, if it does. A
@@ -256,15 +256,15 @@ def launch_for(
     the attempt's own (fixed at the claim); LaunchTooLate when none is left. `relaunch`
     says the name may have been launched before (see `model.Launch.relaunch`); `reaches`,
     the caller's Reaches for these settings, if it launches many."""
-    policy = config.JobPolicy.read(claimed.job.policy)
+    own = policy.JobPolicy.read(claimed.job.policy)
     deadline = claimed.attempt.deadline_at
     if deadline is None:
-        seconds = policy.deadline(settings).total_seconds()
+        seconds = own.deadline(settings).total_seconds()
     elif (seconds := (deadline - now).total_seconds()) <= 0:
         raise errors.LaunchTooLate(f"{claimed.attempt.launch_name}: {DEADLINE_BEFORE_LAUNCH}")
     reaches = reaches or Reaches(settings)
     stranger = reaches.stranger(claimed.job)
-    reach = reaches.of(policy, claimed.job.executor, stranger=stranger)
+    reach = reaches.of(own, claimed.job.executor, stranger=stranger)
     return model.build_launch(
         claimed, reach=reach, deadline_seconds=seconds, relaunch=relaunch, stranger=stranger
     )

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from sqlalchemy import Connection, Engine
 from sqlalchemy import exc as sa_exc
 
-from corral import config, errors, failpoints, model, retry
+from corral import errors, failpoints, model, retry
 from corral.store import (
     alerts,
     attempts,
@@ -61,6 +61,7 @@ from corral.store import (
 from corral.store.attempts import Status
 from corral.store.claims import DefaultLimits
 from corral.store.completions import Finish, Outcome
+from corral.timeouts import Timeouts
 
 if TYPE_CHECKING:
     from corral.store import hotpool  # psycopg's async side: imported for PostgreSQL only
@@ -135,10 +136,10 @@ class Store:
         )
 
     @classmethod
-    def connect(cls, url: str, *, timeouts: config.Timeouts | None = None) -> Store:
+    def connect(cls, url: str, *, timeouts: Timeouts | None = None) -> Store:
         """A Store for `url` (no connection is made until the first call), with the time
         limits of `timeouts` (default: the default settings') on its PostgreSQL connections."""
-        limits = dialects.ConnectionLimits.of(timeouts or config.Timeouts())
+        limits = dialects.ConnectionLimits.of(timeouts or Timeouts())
         try:
             return cls(dialects.engine_create(url, limits), limits=limits)
         except (sa_exc.ArgumentError, ImportError, ValueError) as exc:

@@ -11,7 +11,7 @@ from typing import Any
 
 from sqlalchemy import Connection, and_, or_, select
 
-from corral import config, errors, failpoints, model, retry
+from corral import errors, failpoints, model, policy, retry
 from corral.store import dialects
 from corral.store.attempts import attempt_record_running
 from corral.store.budgets import budget_take
@@ -103,7 +103,7 @@ ENDINGS = frozenset({A.SUCCEEDED, A.FAILED, A.LOST})
 @dataclass(frozen=True, slots=True)
 class _Judged:
     job: model.Job
-    policy: config.JobPolicy
+    policy: policy.JobPolicy
     failure: retry.Failure
     retry_after: float | None = None
 
@@ -196,9 +196,9 @@ def _judge(conn: Connection, failed: Sequence[Finish]) -> dict[int, _Judged]:
         if f.fence not in found:
             continue
         executor, job = found[f.fence]
-        policy = config.JobPolicy.read(job.policy)
+        own = policy.JobPolicy.read(job.policy)
         failure = retry.classify(
-            policy,
+            own,
             executor=executor,
             state=f.state,
             exit_code=f.exit_code,
@@ -207,7 +207,7 @@ def _judge(conn: Connection, failed: Sequence[Finish]) -> dict[int, _Judged]:
             message=f.message,
             http_status=f.http_status,
         )
-        out[f.fence] = _Judged(job, policy, failure, f.retry_after)
+        out[f.fence] = _Judged(job, own, failure, f.retry_after)
     return out
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from sqlalchemy import ColumnElement, Connection, case, func, insert, select
 
-from corral import config, errors, model
+from corral import errors, model, policy
 from corral.store import dialects
 from corral.store.events import event_insert, event_row, transition
 from corral.store.rows import attempt_from_row, job_from_row
@@ -78,7 +78,7 @@ def _slas(
     run_at, or for a firing's job from its nominal time."""
     rows = []
     for job, (job_id, created) in zip(new, made, strict=True):
-        sla = config.JobPolicy.read(job.policy).sla if created and job.policy else None
+        sla = policy.JobPolicy.read(job.policy).sla if created and job.policy else None
         if sla is not None:
             rows.append({"job_id": job_id, "due_at": _counted_from(job, now) + sla})
     if rows:
