@@ -70,6 +70,7 @@ class _Section:
 
 
 def settings_reference(root: type[BaseModel]) -> str:
+    root.model_rebuild()  # Settings learns the executors' tables from their registrations
     prefix = str(root.model_config.get("env_prefix", ""))
     delimiter = str(root.model_config.get("env_nested_delimiter", "__"))
     pending = [_Section(root, "", prefix)]

@@ -19,7 +19,7 @@ import re
 from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import (
     BaseModel,
@@ -27,6 +27,7 @@ from pydantic import (
     Field,
     PrivateAttr,
     ValidationError,
+    create_model,
     field_validator,
     model_validator,
 )
@@ -44,13 +45,15 @@ from corral import (
     errors,
     failpoints,
     model,
-    netrules,
     tenancy,
     timeouts,
 )
 from corral.proxies import ApiSettings
 from corral.tenancy import TenantSettings
 from corral.timeouts import Timeouts
+
+if TYPE_CHECKING:  # corral's own executors' tables, as the type checker sees them
+    from corral.executors import http_settings, kubernetes_settings, process_settings
 
 DEFAULT_CONFIG_FILE = Path("corral.toml")
 
@@ -95,69 +98,6 @@ class RetrySettings(BaseModel):
     )
 
 
-def _uid_range(given: str) -> tuple[int, int]:
-    """`START-END` as two uids; ValueError naming the rule."""
-    start, sep, end = given.partition("-")
-    if not sep or not start.isdigit() or not end.isdigit():
-        raise ValueError(f"{given!r} is not START-END, e.g. 100000-165535")
-    lo, hi = int(start), int(end)
-    if not 1000 <= lo <= hi <= 4_294_967_294:
-        raise ValueError(
-            f"{given!r}: the uids must be 1000 <= START <= END <= 4294967294, clear of the"
-            " system's accounts; pick a range no person's account uses, e.g. 100000-165535"
-        )
-    return lo, hi
-
-
-class ProcessExecutorSettings(BaseModel):
-    """The embedded `process` executor."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    root: Path | None = Field(None, description="Run folders live here; default <state_dir>/runs.")
-    retention: durations.Duration = Field(
-        timedelta(days=7),
-        description="A finished run's folder (its logs, its exit) is removed this long after"
-        " it finished; longer than timeouts.recovery_grace, so recovery always reads it first.",
-    )
-    log_bytes: int = Field(
-        model.STREAM_BYTES,
-        ge=0,
-        le=1024 * 1024,
-        description="How much of the end of a command's stdout, and of its stderr, the run log"
-        " keeps when it ends.",
-    )
-    uid_range: str | None = Field(
-        None,
-        description="START-END, e.g. 100000-165535: the commands of tenants granted `process`"
-        " each run under a uid and gid of their own from this range (corral runs as root)."
-        " The operator's own process jobs run as corral's user.",
-    )
-    sandbox: Literal["bwrap"] | None = Field(
-        None,
-        description="`bwrap`: the commands of tenants granted `process` run in a bubblewrap"
-        " sandbox (their own namespaces, the system read-only, none of corral's paths)."
-        " corral refuses to start where bwrap is missing or cannot make namespaces.",
-    )
-
-    @field_validator("uid_range")
-    @classmethod
-    def _uids(cls, given: str | None) -> str | None:
-        if given is not None:
-            _uid_range(given)
-        return given
-
-    @property
-    def uids(self) -> tuple[int, int] | None:
-        """uid_range as its first and last uid."""
-        return None if self.uid_range is None else _uid_range(self.uid_range)
-
-    @property
-    def strangers(self) -> bool:
-        """Whether a tenant's process jobs can run as strangers to corral."""
-        return self.uid_range is not None or self.sandbox is not None
-
-
 class RetentionSettings(BaseModel):
     """How long what corral records is kept."""
 
@@ -190,338 +130,13 @@ class SecretsSettings(BaseModel):
     )
 
 
-class HttpExecutorSettings(BaseModel):
-    """The `http` executor."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    allow_networks: tuple[str, ...] = Field(
-        (),
-        description="Addresses requests may reach although they are not public (loopback,"
-        " private, link-local...), each ADDRESS[/PREFIX][:PORT[-PORT]] (IPv6 in brackets"
-        ' with ports): e.g. ["127.0.0.1:8080"] for a local receiver. A network without'
-        " ports opens 80 and 443 only. Empty: public addresses only (on any port).",
-    )
-    body_bytes: int = Field(
-        model.STREAM_BYTES,
-        ge=0,
-        le=16 * 1024 * 1024,
-        description="How much of a response body the run log keeps (its first bytes).",
-    )
-    max_request_body_bytes: int = Field(
-        256 * 1024,
-        ge=0,
-        le=16 * 1024 * 1024,
-        description="The largest request body (`body`, or `json` as sent) an HTTP job may"
-        " carry, refused at submit past it; its payload keeps max_payload_bytes.",
-    )
-
-    @field_validator("allow_networks")
-    @classmethod
-    def _networks(cls, networks: tuple[str, ...]) -> tuple[str, ...]:
-        for net in networks:
-            netrules.parse(net)
-        return networks
-
-
-POD_START_TIMEOUT = timedelta(minutes=2)
-"""How long a pod may take to start when executors.kubernetes.pod_start_timeout is unset
-(and the attempt deadline leaves room for it): long enough to pull a large image."""
-
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
-_DNS_SUBDOMAIN = re.compile(
-    r"^(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
-)
-
-
-class Toleration(BaseModel):
-    """A Kubernetes toleration (core/v1 Toleration)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    key: str | None = Field(None, description="The taint key; unset with Exists: every taint.")
-    operator: Literal["Exists", "Equal"] = Field(
-        "Equal", description="Equal: the taint's value must be `value`; Exists: any value."
-    )
-    value: str | None = Field(None, description="The taint value to match (operator Equal).")
-    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
-        None, description="The taint effect to match; unset: every effect."
-    )
-
-    @model_validator(mode="after")
-    def _exists_has_no_value(self) -> Toleration:
-        if self.operator == "Exists" and self.value:
-            raise ValueError("a toleration with operator Exists takes no value")
-        if self.key is None and self.operator != "Exists":
-            raise ValueError("a toleration without a key must use operator Exists")
-        if self.key is not None and (problem := model.label_problem(self.key, self.value or "")):
-            raise ValueError(f"toleration: {problem}")
-        return self
-
-    def manifest(self) -> dict[str, str]:
-        return {k: v for k, v in self.model_dump().items() if v is not None}
-
-
-class Placement(BaseModel):
-    """Where a class of jobs runs: e.g. `critical` on the on-demand pool, `batch` on spot."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    node_selector: dict[str, str] = Field(
-        default_factory=dict, description="Node labels a pod of this class must be on."
-    )
-    tolerations: tuple[Toleration, ...] = Field(
-        (), description="Taints a pod of this class tolerates (core/v1 Toleration)."
-    )
-    priority_class: str | None = Field(None, description="A PriorityClass name.")
-    resources: dict[str, dict[str, str]] = Field(
-        default_factory=dict,
-        description="Requests and limits of this class's jobs (`{requests: {cpu: 2}}`), in"
-        " place of executors.kubernetes.default_resources resource by resource; a job's own"
-        " win over them. Checked as a job's are, when a job names the class.",
-    )
-    pod_security_context: dict[str, Any] = Field(
-        default_factory=dict,
-        description="core/v1 PodSecurityContext fields over corral's restricted defaults"
-        " (e.g. `{runAsUser: 1000}`), within executors.kubernetes.pod_security.",
-    )
-    security_context: dict[str, Any] = Field(
-        default_factory=dict,
-        description="core/v1 SecurityContext fields of the job's container over corral's"
-        " restricted defaults, within executors.kubernetes.pod_security.",
-    )
-
-    @field_validator("node_selector")
-    @classmethod
-    def _selector_labels(cls, selector: dict[str, str]) -> dict[str, str]:
-        for key, value in selector.items():
-            if problem := model.label_problem(key, value):
-                raise ValueError(f"node_selector: {problem}")
-        return selector
-
-    @field_validator("priority_class")
-    @classmethod
-    def _priority_class(cls, name: str | None) -> str | None:
-        if name is not None and not _DNS_SUBDOMAIN.match(name):
-            raise ValueError(f"{name!r} is not a DNS-1123 subdomain")
-        return name
-
-
-MAX_NAME_PREFIX = 24
-"""The longest executors.kubernetes.name_prefix: with a job id and an attempt number after
-it, and the pod's suffix Kubernetes adds, a name stays within 63 characters."""
-
-
-class KubernetesExecutorSettings(BaseModel):
-    """The `kubernetes` executor: each attempt is a batch/v1 Job."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    namespace: str = Field("default", description="Where Jobs are created.")
-    namespaces: tuple[str, ...] | None = Field(
-        None,
-        description="The namespaces a job's spec may name (`namespace`). Unset: `namespace`"
-        " alone. corral's Role must be bound in each (`corral deploy rbac`).",
-    )
-    name_prefix: str = Field(
-        "corral",
-        description="What the names of the Jobs, Workflows, ConfigMaps and Secrets corral"
-        " makes start with (`corral-42-1`). Two corral installations that share a namespace"
-        " each need their own; each reads only its own objects (the label"
-        " corral.dev/installation), and a name taken by the other is a launch conflict.",
-    )
-    own_service_account: str = Field(
-        "corral",
-        description="The service account corral itself runs as (its token creates Jobs): no"
-        " job may run as it, so it may not be service_account nor in allowed_service_accounts.",
-    )
-    pod_security: Literal["restricted", "baseline"] = Field(
-        "restricted",
-        description="The Pod Security Standard every pod corral makes meets: its defaults are"
-        " always restricted's; a job or placement class may loosen them only within this level.",
-    )
-    default_resources: dict[str, dict[str, str]] = Field(
-        default_factory=lambda: {
-            "requests": {"cpu": "100m", "memory": "128Mi"},
-            "limits": {"memory": "512Mi"},
-        },
-        description="Requests and limits of every container that names none for a resource,"
-        " so that no pod is BestEffort (first evicted, unbounded).",
-    )
-    max_resources: dict[str, str] = Field(
-        default_factory=dict,
-        description="The most one container may ask for of each resource named, as a request"
-        ' or a limit alike (`{cpu = "8", memory = "32Gi", "nvidia.com/gpu" = "2"}`): one'
-        " number a resource, since a request is never above its limit. A job whose spec asks"
-        " more is refused at submit; default_resources or a placement class above it is a"
-        " settings error at start. Empty: no ceiling.",
-    )
-    argo_pod_gc: Literal[
-        "OnPodCompletion", "OnPodSuccess", "OnWorkflowCompletion", "OnWorkflowSuccess", "Never"
-    ] = Field(
-        "OnPodCompletion",
-        description="When Argo deletes a Workflow's pods (its podGC strategy); corral reads an"
-        " attempt's outcome from the Workflow, which stays for ttl_after_finished."
-        " Never: no podGC.",
-    )
-    argo_pod_gc_delay: durations.Duration = Field(
-        timedelta(minutes=2),
-        description="How long Argo's podGC keeps a Workflow's pod after it ends"
-        " (deleteDelayDuration, Argo 3.5 and later): corral reads the end of its log into the"
-        " attempt's run log in that time; a pod gone before leaves only Argo's message.",
-    )
-    service_account: str | None = Field(
-        None,
-        description="Default service account of Jobs.",
-        pattern=r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$",
-    )
-    token_accounts: tuple[str, ...] = Field(
-        (),
-        description="The service accounts whose Job pods mount their API token; every other"
-        " pod gets automountServiceAccountToken: false (a job needs no token to run).",
-    )
-    run_as_user: int = Field(
-        65532,
-        ge=1,
-        description="The uid a pod runs as when neither its spec nor its placement says:"
-        " non-root by number, so an image that declares root still starts under"
-        " runAsNonRoot.",
-    )
-    allowed_service_accounts: tuple[str, ...] | None = Field(
-        None,
-        description="The service accounts a job's spec may name (`service_account`). Unset:"
-        " the configured service_account alone. Any other is refused at submit: an account"
-        " such as corral's own, which can create Jobs, must never run a job.",
-    )
-    ttl_after_finished: durations.Duration = Field(
-        timedelta(days=1),
-        description="A finished Job is kept this long: it must outlive a corral outage"
-        " (longer than timeouts.recovery_grace), or its outcome is gone before recovery reads it.",
-    )
-    termination_grace: durations.Duration = Field(
-        timedelta(seconds=30), description="terminationGracePeriodSeconds of each pod."
-    )
-    pod_start_timeout: durations.Duration | None = Field(
-        None,
-        description="How long an attempt's pod (a Job's or a Workflow's) may take to start"
-        " before the attempt fails with the reason the pod waits for (an image that cannot"
-        " be pulled, a missing Secret or ConfigMap: permanent; no node to run on: transient)."
-        " Unset: 2 minutes, or timeouts.attempt_deadline less timeouts.margin when that is"
-        " shorter.",
-    )
-    placements: dict[str, Placement] = Field(
-        default_factory=dict, description="Placement classes by name; a job names one."
-    )
-    default_placement: str | None = Field(None, description="For jobs that name none.")
-    kubeconfig: Path | None = Field(
-        None,
-        description="A kubeconfig file; unset: the pod's service account in a cluster,"
-        " else ~/.kube/config.",
-    )
-    context: str | None = Field(None, description="The kubeconfig context to use.")
-    request_timeout: durations.Duration = Field(
-        timedelta(seconds=10),
-        description="Client-side limit of one API request: a cut connection fails, never hangs.",
-    )
-    watch_timeout: durations.Duration = Field(
-        timedelta(minutes=4),
-        description="How long one watch request lasts (server side) before it is renewed.",
-    )
-    database_url_secret: str | None = Field(
-        None,
-        description="`secret-name/key` of a Secret holding the URL pods use for `corral"
-        " heartbeat` (CORRAL_DATABASE_URL); the URL itself never goes into a Job.",
-        pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[-._a-zA-Z0-9]+$",
-    )
-
-    @field_validator("namespace")
-    @classmethod
-    def _namespace(cls, value: str) -> str:
-        if not _DNS_LABEL.match(value):
-            raise ValueError(f"{value!r} is not a DNS-1123 label (a-z, 0-9, '-', at most 63)")
-        return value
-
-    @field_validator("allowed_service_accounts")
-    @classmethod
-    def _accounts(cls, names: tuple[str, ...] | None) -> tuple[str, ...] | None:
-        for name in names or ():
-            if not _DNS_SUBDOMAIN.match(name):
-                raise ValueError(f"{name!r} is not a DNS-1123 subdomain")
-        return names
-
-    @field_validator("name_prefix")
-    @classmethod
-    def _name_prefix(cls, prefix: str) -> str:
-        if len(prefix) > MAX_NAME_PREFIX or not _DNS_LABEL.match(prefix):
-            raise ValueError(
-                f"{prefix!r}: a name prefix is a DNS-1123 label (a-z, 0-9, '-') of at most"
-                f" {MAX_NAME_PREFIX} characters, e.g. corral-staging"
-            )
-        return prefix
-
-    @field_validator("namespaces")
-    @classmethod
-    def _namespaces(cls, names: tuple[str, ...] | None) -> tuple[str, ...] | None:
-        for name in names or ():
-            if not _DNS_LABEL.match(name):
-                raise ValueError(f"{name!r} is not a DNS-1123 label (a-z, 0-9, '-', at most 63)")
-        return names
-
-    @property
-    def namespaces_allowed(self) -> tuple[str, ...]:
-        """The namespaces a job may name: `namespace` first, then the rest of `namespaces`."""
-        return (self.namespace, *(n for n in self.namespaces or () if n != self.namespace))
-
-    @model_validator(mode="after")
-    def _own_account_never_runs_jobs(self) -> KubernetesExecutorSettings:
-        if self.own_service_account in (self.service_account, *self.accounts_allowed):
-            raise ValueError(
-                f"service_account and allowed_service_accounts may not name corral's own"
-                f" account {self.own_service_account!r} (own_service_account): its token"
-                " creates Jobs, so a job that ran as it could do anything corral can"
-            )
-        return self
-
-    @model_validator(mode="after")
-    def _namespace_allowed(self) -> KubernetesExecutorSettings:
-        if self.namespaces is not None and self.namespace not in self.namespaces:
-            raise ValueError(
-                f"namespaces must include namespace {self.namespace!r} (where jobs that name"
-                " none run)"
-            )
-        return self
-
-    @property
-    def accounts_allowed(self) -> tuple[str, ...]:
-        """The service accounts a job may name: allowed_service_accounts, by default the
-        configured service_account alone."""
-        if self.allowed_service_accounts is not None:
-            return self.allowed_service_accounts
-        return (self.service_account,) if self.service_account else ()
-
-    @model_validator(mode="after")
-    def _default_account_allowed(self) -> KubernetesExecutorSettings:
-        if self.service_account and self.service_account not in self.accounts_allowed:
-            raise ValueError(
-                f"service_account {self.service_account!r} must be one of"
-                " allowed_service_accounts (the jobs that name none run as it)"
-            )
-        return self
-
-    @model_validator(mode="after")
-    def _default_is_a_class(self) -> KubernetesExecutorSettings:
-        if self.default_placement is not None and self.default_placement not in self.placements:
-            raise ValueError(
-                f"default_placement {self.default_placement!r} is not one of the placements"
-                f" ({', '.join(sorted(self.placements)) or 'none configured'})"
-            )
-        return self
-
-
 class ExecutorSettings(BaseModel):
-    """Which executors this corral runs, and their settings. Executors outside corral (see
-    corral.executors.registry) keep their settings in a table named after their kind,
-    `[executors.<kind>]`, which they read with `section(kind)`."""
+    """Which executors this corral runs, and each one's table, `[executors.<kind>]`.
+
+    A table is read with the model the executor's registration names
+    (`Registration.settings_model`, see corral.executors.registry), so an executor brings its
+    settings with it and adding one touches nothing here. An executor without a model keeps
+    its table as given, read with `section(kind)`."""
 
     model_config = ConfigDict(extra="allow", frozen=True)
 
@@ -530,9 +145,15 @@ class ExecutorSettings(BaseModel):
         description="Executor kinds to run, from the registered ones (`corral.executors`"
         " entry points; corral's own: process, http, kubernetes, argo).",
     )
-    process: ProcessExecutorSettings = ProcessExecutorSettings()
-    kubernetes: KubernetesExecutorSettings = KubernetesExecutorSettings()
-    http: HttpExecutorSettings = HttpExecutorSettings()
+
+    if TYPE_CHECKING:  # at run time these are read through the registry (`with_tables`)
+
+        @property
+        def process(self) -> process_settings.ProcessExecutorSettings: ...
+        @property
+        def http(self) -> http_settings.HttpExecutorSettings: ...
+        @property
+        def kubernetes(self) -> kubernetes_settings.KubernetesExecutorSettings: ...
 
     @field_validator("enabled")
     @classmethod
@@ -557,11 +178,62 @@ class ExecutorSettings(BaseModel):
                 )
         return self
 
+    @classmethod
+    def with_tables(cls) -> type[ExecutorSettings]:
+        """This model with a field for each registered executor that names a settings
+        model: its table, every setting at its default when the table is not given."""
+        return _with_tables(tuple(sorted(_settings_models().items())))
+
     def section(self, kind: str) -> Mapping[str, Any]:
-        """The `[executors.<kind>]` table of an executor outside corral (empty if unset)."""
+        """The `[executors.<kind>]` table of an executor without a settings model (empty
+        if unset)."""
         found = (self.model_extra or {}).get(kind, {})
         return found if isinstance(found, Mapping) else {}
 
+    @property
+    def pods(self) -> bool:
+        """Whether an enabled executor runs its attempts in pods (its registration says
+        `container`): the links of the chain about pods then apply."""
+        return any(getattr(_registration(kind), "container", False) for kind in self.enabled)
+
+
+def _registration(kind: str) -> Any:
+    """The registration of `kind` (corral.executors.registry.Registration), or None when it
+    cannot be loaded: an executor that is not enabled does not stop settings from loading,
+    and one that is says what is wrong when it is built. Read from the entry-point table,
+    since the registry sits above settings."""
+    try:
+        return entrypoints.load(entrypoints.EXECUTORS, kind)
+    except errors.ConfigError:
+        return None
+
+
+def _settings_models() -> dict[str, type[BaseModel]]:
+    """The settings model of each registered executor that names one, by kind."""
+    found = {}
+    for kind in entrypoints.names(entrypoints.EXECUTORS):
+        made = getattr(_registration(kind), "settings_model", None)
+        if isinstance(made, type) and issubclass(made, BaseModel):
+            found[kind] = made
+    return found
+
+
+@functools.cache
+def _with_tables(models: tuple[tuple[str, type[BaseModel]], ...]) -> type[ExecutorSettings]:
+    fields: dict[str, Any] = {kind: (made, made()) for kind, made in models}
+    return create_model(
+        "ExecutorSettings",
+        __base__=ExecutorSettings,
+        __module__=__name__,
+        __doc__=ExecutorSettings.__doc__,
+        **fields,
+    )
+
+
+if TYPE_CHECKING:
+    ExecutorTables = ExecutorSettings
+    """At run time: ExecutorSettings with every registered executor's table (`with_tables`),
+    resolved when Settings is first used (`Settings.model_rebuild`)."""
 
 _POOL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,199}$")
 _DB_SCHEMES = re.compile(r"^(sqlite|postgresql(\+psycopg)?)://")
@@ -660,7 +332,7 @@ class Settings(BaseSettings):
     secrets: SecretsSettings = SecretsSettings()
     retention: RetentionSettings = RetentionSettings()
     alerts: alert_settings.AlertsSettings = alert_settings.AlertsSettings()
-    executors: ExecutorSettings = ExecutorSettings()
+    executors: ExecutorTables = Field(default_factory=lambda: ExecutorSettings.with_tables()())
 
     @field_validator("database_url")
     @classmethod
@@ -709,14 +381,9 @@ class Settings(BaseSettings):
 
     @property
     def pod_start_timeout(self) -> timedelta:
-        """executors.kubernetes.pod_start_timeout, or, unset, POD_START_TIMEOUT shortened
-        to timeouts.attempt_deadline less timeouts.margin (as an unset inner limit follows
-        its outer one down)."""
-        given = self.executors.kubernetes.pod_start_timeout
-        if given is not None:
-            return given
-        room = self.timeouts.attempt_deadline - self.timeouts.margin
-        return min(POD_START_TIMEOUT, max(room, timedelta(seconds=durations.MIN_DURATION)))
+        """executors.kubernetes.pod_start_timeout, or, unset, as long as the attempt deadline
+        leaves room for (see KubernetesExecutorSettings.start_timeout)."""
+        return self.executors.kubernetes.start_timeout(self.timeouts)
 
     @property
     def database_url_for_jobs(self) -> str | None:
@@ -770,6 +437,30 @@ class Settings(BaseSettings):
         return {
             name: t.max_running for name, t in self.tenants.items() if t.max_running is not None
         }
+
+    def __init__(self, **values: Any) -> None:
+        type(self).model_rebuild()  # before the sources read the fields: see model_rebuild
+        super().__init__(**values)
+
+    @classmethod
+    def model_rebuild(
+        cls,
+        *,
+        force: bool = False,
+        raise_errors: bool = True,
+        _parent_namespace_depth: int = 2,
+        _types_namespace: Mapping[str, Any] | None = None,
+    ) -> bool | None:
+        """Builds the model when it is first used: `executors` is ExecutorSettings with each
+        registered executor's table (`ExecutorSettings.with_tables`), known only once the
+        registry is read, which importing corral.config does not do."""
+        tables = {"ExecutorTables": ExecutorSettings.with_tables(), **(_types_namespace or {})}
+        return super().model_rebuild(
+            force=force,
+            raise_errors=raise_errors,
+            _parent_namespace_depth=_parent_namespace_depth,
+            _types_namespace=tables,
+        )
 
     @classmethod
     def settings_customise_sources(
@@ -826,6 +517,7 @@ def misspelt_variables(env: Mapping[str, str]) -> list[str]:
     """One message per CORRAL_* variable that is not a setting but is close to the name of
     one (a typo would otherwise be ignored, and its setting silently left at its default).
     Variables not close to any setting are left alone: they may be someone else's."""
+    Settings.model_rebuild()  # the executors' tables are settings too
     fields = Settings.model_fields
     top = {f"CORRAL_{name.upper()}" for name in fields}
     groups = {

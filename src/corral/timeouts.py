@@ -214,7 +214,8 @@ class Link:
     PostgreSQL: it is checked only when database_url is a PostgreSQL one (SQLite uses none
     of those limits), and always with corral's own settings (a job's tighter limits do not
     make corral's transactions any shorter). A `cluster_only` link is about pods: checked
-    only when the kubernetes or argo executor is enabled.
+    only when an enabled executor runs its attempts in containers (kubernetes, argo: see
+    ExecutorSettings.pods).
     """
 
     inner: str
@@ -224,7 +225,7 @@ class Link:
     extra: str | None = None
     postgres_only: bool = False
     deployment_only: bool = False  # about corral's own processes: a job's limits do not apply
-    cluster_only: bool = False  # about pods: checked only when kubernetes or argo is enabled
+    cluster_only: bool = False  # about pods: checked only when an executor makes pods
 
 
 CHAIN = (
@@ -417,7 +418,7 @@ def chain(
     (`job_margin`)."""
     replaced = {f"timeouts.{name}": value for name, value in (limits or {}).items()}
     postgres = not settings.database_url.startswith("sqlite:")
-    cluster = bool({"kubernetes", "argo"} & set(settings.executors.enabled))
+    cluster = settings.executors.pods
 
     def check(link: Link) -> LinkCheck:
         def value(dotted: str) -> Any:

@@ -11,7 +11,7 @@ import pytest
 from kubernetes.aio import client
 
 from corral import config, errors, model
-from corral.executors import argo, kube_client, kubernetes, startup
+from corral.executors import argo, kube_client, kubernetes, kubernetes_settings, startup
 
 NOW = datetime(2026, 12, 6, 12, 0, tzinfo=UTC)
 P, T = model.FailureClass.PERMANENT, model.FailureClass.TRANSIENT
@@ -179,7 +179,7 @@ def test_a_job_refused_by_admission_is_refused_for_good() -> None:
 
 
 def test_the_pod_start_timeout_follows_the_attempt_deadline_down() -> None:
-    assert config.Settings().pod_start_timeout == config.POD_START_TIMEOUT
+    assert config.Settings().pod_start_timeout == kubernetes_settings.POD_START_TIMEOUT
     short = config.Settings(timeouts={"attempt_deadline": "20s"})
     assert short.pod_start_timeout == timedelta(seconds=15)
     given = config.Settings(executors={"kubernetes": {"pod_start_timeout": "10s"}})

@@ -60,7 +60,7 @@ from hera.workflows import models as argo
 from kubernetes.aio import client as kube
 
 from corral import config, errors, model
-from corral.executors import kube_client, kubernetes, pods, rbac, startup
+from corral.executors import kube_client, kubernetes, kubernetes_settings, pods, rbac, startup
 
 log = logging.getLogger("corral.executors.argo")
 
@@ -148,7 +148,9 @@ class WorkflowTemplate:
         k8s = self.k8s
         container = kubernetes.container(launch, spec, payload, self.settings)
         grace = kubernetes.whole_seconds(k8s.termination_grace.total_seconds())
-        placement = kubernetes.placement_class(spec, k8s, launch.name) or config.Placement()
+        placement = (
+            kubernetes.placement_class(spec, k8s, launch.name) or kubernetes_settings.Placement()
+        )
         sidecars = [argo.UserContainer.model_validate(c) for c in pod.get("initContainers", [])]
         return argo.Template(
             name=TEMPLATE,
@@ -163,7 +165,7 @@ class WorkflowTemplate:
         )
 
 
-def _pod_gc(k8s: config.KubernetesExecutorSettings) -> argo.PodGC | None:
+def _pod_gc(k8s: kubernetes_settings.KubernetesExecutorSettings) -> argo.PodGC | None:
     """The Workflow's podGC: `argo_pod_gc`, each pod kept `argo_pod_gc_delay` after it ends
     so that corral reads its log into the run log first."""
     if k8s.argo_pod_gc == "Never":

@@ -48,7 +48,7 @@ from kubernetes.aio import config as kube_config
 from kubernetes.aio import watch as kube_watch
 
 from corral import clock, config, errors, model
-from corral.executors import base, rbac, startup
+from corral.executors import base, kubernetes_settings, rbac, startup
 
 log = logging.getLogger("corral.executors.kubernetes")
 
@@ -136,7 +136,7 @@ class Connection:
 
 
 async def connect(
-    settings: config.KubernetesExecutorSettings,
+    settings: kubernetes_settings.KubernetesExecutorSettings,
     configuration: client.Configuration | None = None,
 ) -> Connection:
     """An API client: on `configuration` if given, else the kubeconfig file of the
@@ -233,7 +233,7 @@ class Api:
         self,
         api_client: client.ApiClient,
         *,
-        settings: config.KubernetesExecutorSettings,
+        settings: kubernetes_settings.KubernetesExecutorSettings,
         clock: clock.Clock,
         rng: random.Random | None = None,
     ) -> None:
@@ -1105,7 +1105,10 @@ class Workloads:
 
 
 async def list_workloads(
-    settings: config.KubernetesExecutorSettings, *, namespace: str | None, clock: clock.Clock
+    settings: kubernetes_settings.KubernetesExecutorSettings,
+    *,
+    namespace: str | None,
+    clock: clock.Clock,
 ) -> Workloads:
     """Every Deployment and StatefulSet in `namespace` (None: in all), as plain JSON with its
     `kind` set (a list's items carry none). The connection is the executors' (`connect`);
@@ -1167,7 +1170,7 @@ async def _list_or_say_why(
             return found
 
 
-def _context_name(settings: config.KubernetesExecutorSettings) -> str:
+def _context_name(settings: kubernetes_settings.KubernetesExecutorSettings) -> str:
     """The kubeconfig context `connect` used, or `in-cluster` for the pod's service account."""
     if os.environ.get("KUBERNETES_SERVICE_HOST") and settings.kubeconfig is None:
         return "in-cluster"

@@ -60,7 +60,7 @@ import pydantic
 from kubernetes.aio import client as kube
 
 from corral import config, errors, model
-from corral.executors import base, kube_client, pods, rbac, startup
+from corral.executors import base, kube_client, kubernetes_settings, pods, rbac, startup
 
 log = logging.getLogger("corral.executors.kubernetes")
 
@@ -344,7 +344,7 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def normalise_spec(
-    spec: Mapping[str, Any], cluster: config.KubernetesExecutorSettings, *, kind: str
+    spec: Mapping[str, Any], cluster: kubernetes_settings.KubernetesExecutorSettings, *, kind: str
 ) -> dict[str, Any]:
     """A container spec (image, command, env, placement, resources, service_account),
     normalised under these cluster settings; InvalidInput names the `kind` of executor,
@@ -355,7 +355,7 @@ def normalise_spec(
         raise errors.InvalidInput(base.spec_error(kind, exc.field, exc.rule)) from None
 
 
-def check_cluster_settings(k8s: config.KubernetesExecutorSettings) -> None:
+def check_cluster_settings(k8s: kubernetes_settings.KubernetesExecutorSettings) -> None:
     """ConfigError naming the setting when the ceiling on resources is not one, or the
     default resources or a placement class's resources or security contexts are not what a
     job's spec could hold (above the ceiling among them)."""
@@ -370,7 +370,9 @@ def check_cluster_settings(k8s: config.KubernetesExecutorSettings) -> None:
         raise errors.ConfigError(f"{exc.field}: {exc.rule}") from None
 
 
-def _normalise(spec: Mapping[str, Any], k8s: config.KubernetesExecutorSettings) -> dict[str, Any]:
+def _normalise(
+    spec: Mapping[str, Any], k8s: kubernetes_settings.KubernetesExecutorSettings
+) -> dict[str, Any]:
     if not isinstance(spec, Mapping):
         raise _bad("spec", "must be a JSON object")
     if unknown := sorted(set(spec) - set(_SPEC_FIELDS)):
@@ -414,7 +416,7 @@ def _image(image: Any, field: str = "image") -> str:
 
 
 def _check_sidecar(
-    where: str, sidecar: dict[str, Any], k8s: config.KubernetesExecutorSettings
+    where: str, sidecar: dict[str, Any], k8s: kubernetes_settings.KubernetesExecutorSettings
 ) -> None:
     """A sidecar's image, command, args and resources, by the job container's rules."""
     _image(sidecar["image"], f"{where}.image")
@@ -434,7 +436,7 @@ def _args(args: Any) -> list[str]:
     return list(args)
 
 
-def _allowed_account(account: str, k8s: config.KubernetesExecutorSettings) -> None:
+def _allowed_account(account: str, k8s: kubernetes_settings.KubernetesExecutorSettings) -> None:
     """A job runs only as an account corral was told it may use: any other could be
     corral's own, whose token creates Jobs (a job that could name it could do anything)."""
     allowed = k8s.accounts_allowed
@@ -563,8 +565,8 @@ def _from_secret(variable: str, name: str, key: str) -> dict[str, Any]:
 
 
 def placement_class(
-    spec: Mapping[str, Any], cluster: config.KubernetesExecutorSettings, name: str
-) -> config.Placement | None:
+    spec: Mapping[str, Any], cluster: kubernetes_settings.KubernetesExecutorSettings, name: str
+) -> kubernetes_settings.Placement | None:
     """The placement class a normalised spec names, or None when it names none.
     ExecutorError when the settings no longer hold it, so `name` cannot launch."""
     placement = spec.get("placement")
@@ -578,7 +580,7 @@ def placement_class(
     return cluster.placements[placement]
 
 
-def _placement(placement: config.Placement) -> dict[str, Any]:
+def _placement(placement: kubernetes_settings.Placement) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if placement.node_selector:
         out["nodeSelector"] = dict(placement.node_selector)
@@ -653,7 +655,10 @@ def quantity(text: str) -> Decimal:
 
 
 def _resources(
-    resources: Any, field: str = "resources", *, cluster: config.KubernetesExecutorSettings
+    resources: Any,
+    field: str = "resources",
+    *,
+    cluster: kubernetes_settings.KubernetesExecutorSettings,
 ) -> dict[str, dict[str, str]]:
     if not isinstance(resources, Mapping) or set(resources) - {"requests", "limits"}:
         raise _bad(field, "must be an object with `requests` and/or `limits`")
