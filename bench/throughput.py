@@ -55,7 +55,7 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 from tests.support.noop import NoopExecutor
 
-from corral import config, dispatcher, model, store, timeouts
+from corral import config, dispatcher, launching, model, store, timeouts
 from corral.clock import SystemClock
 from corral.store import hotpath
 
@@ -338,11 +338,11 @@ async def _dispatch_all(
 class _Holding(NoopExecutor):
     """Launches and never finishes: its attempts stay running, as long jobs do."""
 
-    async def launch(self, launch: model.Launch) -> None:
+    async def launch(self, launch: launching.Launch) -> None:
         self.launch_calls += 1
         self.launches[launch.name] = launch
 
-    async def observe(self, names: Sequence[str]) -> dict[str, model.Observation]:
+    async def observe(self, names: Sequence[str]) -> dict[str, launching.Observation]:
         return {}
 
 

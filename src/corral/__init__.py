@@ -17,15 +17,13 @@ if TYPE_CHECKING:
     from corral.config import Settings
     from corral.dispatcher import Dispatcher
     from corral.errors import CorralError
+    from corral.launching import Launch, Observation, Phase
     from corral.model import (
         Attempt,
         AttemptState,
         Event,
         Job,
         JobState,
-        Launch,
-        Observation,
-        Phase,
     )
     from corral.runtime import connect
     from corral.timeouts import Timeouts
@@ -45,9 +43,9 @@ _FROM = {
     "Event": "corral.model",
     "Job": "corral.model",
     "JobState": "corral.model",
-    "Launch": "corral.model",
-    "Observation": "corral.model",
-    "Phase": "corral.model",
+    "Launch": "corral.launching",
+    "Observation": "corral.launching",
+    "Phase": "corral.launching",
     "connect": "corral.runtime",
     "CurrentAttempt": "corral.worker",
     "current_attempt": "corral.worker",

@@ -27,7 +27,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
-from corral import clock, config, durations, errors, loops, model, plain, policy, store
+from corral import clock, config, durations, errors, launching, loops, model, plain, policy, store
 from corral.executors import base, registry
 from corral.executors import python as python_executor
 from corral.executors.base import Executor
@@ -51,7 +51,7 @@ class JobView:
     job: model.Job
     attempts: list[model.Attempt]
     events: list[model.Event]
-    logs: Mapping[int, model.RunLog] = dataclasses.field(default_factory=dict)  # by fence
+    logs: Mapping[int, launching.RunLog] = dataclasses.field(default_factory=dict)  # by fence
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +64,7 @@ class LogPart:
     attempt: model.Attempt
     stream: str
     text: str
-    log: model.RunLog | None = None  # the stored run log it comes from, if it does
+    log: launching.RunLog | None = None  # the stored run log it comes from, if it does
 
 
 class _Logs:
@@ -72,9 +72,9 @@ class _Logs:
 
     def __init__(self, db: store.Store, job_id: int) -> None:
         self.db, self.job_id = db, job_id
-        self.found: Mapping[int, model.RunLog] | None = None
+        self.found: Mapping[int, launching.RunLog] | None = None
 
-    async def get(self, fence: int) -> model.RunLog | None:
+    async def get(self, fence: int) -> launching.RunLog | None:
         if self.found is None:
             self.found = await self.db.run_logs(job_id=self.job_id)
         return self.found.get(fence)
@@ -97,7 +97,7 @@ class _Tail:
             try:
                 with (self.run_dir / f"{name}.log").open("rb") as f:
                     size = f.seek(0, os.SEEK_END)
-                    at = min(self.at.setdefault(name, max(size - model.STREAM_BYTES, 0)), size)
+                    at = min(self.at.setdefault(name, max(size - launching.STREAM_BYTES, 0)), size)
                     f.seek(at)
                     data = f.read(size - at)
             except OSError:
@@ -611,11 +611,11 @@ class Client:
     async def attempt_of(self, token: str) -> tuple[int, int] | None:
         """(job_id, fence) of an attempt token this installation made; None for any other.
         Whether that attempt may still act is for the store to say (`store.attempt_check`)."""
-        if not token.startswith(model.ATTEMPT_TOKEN_PREFIX):
+        if not token.startswith(launching.ATTEMPT_TOKEN_PREFIX):
             return None
         if self._attempt_key is None:
             self._attempt_key = await attempt_key(self.settings, self.store, self.clock)
-        return model.attempt_token_read(self._attempt_key, token)
+        return launching.attempt_token_read(self._attempt_key, token)
 
     # --- dashboard users and sign-ins -------------------------------------------------------
 

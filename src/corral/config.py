@@ -44,7 +44,7 @@ from corral import (
     entrypoints,
     errors,
     failpoints,
-    model,
+    launching,
     tenancy,
     timeouts,
 )
@@ -508,7 +508,7 @@ class Settings(BaseSettings):
 
 # --- environment variables -----------------------------------------------------------------
 
-NOT_SETTINGS = frozenset({*model.ATTEMPT_ENV, failpoints.ENV, "CORRAL_CHAOS_SEED"})
+NOT_SETTINGS = frozenset({*launching.ATTEMPT_ENV, failpoints.ENV, "CORRAL_CHAOS_SEED"})
 """CORRAL_* variables that are not settings: what corral gives attempts, its failpoints,
 and its own tests' (as is every CORRAL_TEST_* variable)."""
 

@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from corral import clock, config, errors, failpoints, metrics, model, retry, store
+from corral import clock, config, errors, failpoints, launching, metrics, model, retry, store
 from corral import retry as retry_  # the modules, where a parameter has their name
 from corral import store as store_
 from corral.executors import base
@@ -391,7 +391,7 @@ class Dispatcher:
 
     # --- completions ---------------------------------------------------------------------------
 
-    def offer(self, observation: model.Observation, *, fence: int | None = None) -> bool:
+    def offer(self, observation: launching.Observation, *, fence: int | None = None) -> bool:
         """Queue a finished observation for the completion writer; False if it is not one.
 
         `fence` is the attempt the caller observed; an observation whose labels carry another
@@ -525,7 +525,7 @@ class Dispatcher:
             if self.offer(obs, fence=attempt.id):
                 found += 1
                 self._noted.pop(attempt.id, None)
-            elif obs.phase in (model.Phase.RUNNING, model.Phase.PENDING):
+            elif obs.phase in (launching.Phase.RUNNING, launching.Phase.PENDING):
                 alive.append(attempt.id)
                 notes.update(self._news(attempt.id, obs))
         await self.store.attempt_seen(fences=alive, now=self.clock.now())
@@ -533,12 +533,12 @@ class Dispatcher:
             await self.store.attempt_note(notes=notes, now=self.clock.now())
         return found
 
-    def _news(self, fence: int, obs: model.Observation) -> dict[int, str | None]:
+    def _news(self, fence: int, obs: launching.Observation) -> dict[int, str | None]:
         """What the run log should say of a live attempt: why it waits on its platform (a
         pod that has not started), the first time it waits for that reason (a kubelet
         goes back and forth between ErrImagePull and ImagePullBackOff), and that it
         started, once it has."""
-        if obs.phase is model.Phase.PENDING and obs.reason:
+        if obs.phase is launching.Phase.PENDING and obs.reason:
             noted = self._noted.setdefault(fence, set())
             if obs.reason in noted:
                 return {}
@@ -546,7 +546,7 @@ class Dispatcher:
             while len(self._noted) > NOTED:
                 self._noted.pop(next(iter(self._noted)))
             return {fence: f"{obs.reason}: {obs.message}" if obs.message else obs.reason}
-        if obs.phase is model.Phase.RUNNING and self._noted.pop(fence, None) is not None:
+        if obs.phase is launching.Phase.RUNNING and self._noted.pop(fence, None) is not None:
             return {fence: None}
         return {}
 

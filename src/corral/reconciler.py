@@ -48,13 +48,25 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timedelta
 
-from corral import clock, config, errors, failpoints, loops, metrics, model, policy, retry, store
+from corral import (
+    clock,
+    config,
+    errors,
+    failpoints,
+    launching,
+    loops,
+    metrics,
+    model,
+    policy,
+    retry,
+    store,
+)
 from corral import retry as retry_  # the module, where a parameter has its name
 from corral.executors import base
 from corral.executors.base import Executor
 
 log = logging.getLogger("corral.reconciler")
-A, J, P = model.AttemptState, model.JobState, model.Phase
+A, J, P = model.AttemptState, model.JobState, launching.Phase
 
 
 REMOVE_BATCH = 500
@@ -120,7 +132,7 @@ class _Stopping:
     lost: bool = False  # absent past recovery_grace, its pods running on: it ends lost
     noted: bool = False  # its `stopping` event is written
     read: bool = False  # what it wrote was read, before the stop: `output`
-    output: model.RunLog | None = None
+    output: launching.RunLog | None = None
 
 
 class Reconciler:
@@ -367,7 +379,7 @@ class Reconciler:
     def _repair_launching(
         self,
         item: model.Claimed,
-        obs: model.Observation,
+        obs: launching.Observation,
         work: _Work,
         summary: Pass,
     ) -> None:
@@ -484,7 +496,7 @@ class Reconciler:
             await self._note_unknown([item], f"relaunch failed, will try again: {exc}", summary)
 
     def _repair_running(
-        self, item: model.Claimed, obs: model.Observation, work: _Work, summary: Pass
+        self, item: model.Claimed, obs: launching.Observation, work: _Work, summary: Pass
     ) -> None:
         attempt, now = item.attempt, self.clock.now()
         started = attempt.started_at or attempt.created_at
@@ -631,7 +643,7 @@ class Reconciler:
                 )
             elif isinstance(output, BaseException):
                 raise output
-            got = output if isinstance(output, model.RunLog) else None
+            got = output if isinstance(output, launching.RunLog) else None
             known = kept.get(a.id) or _Stopping(since=now)
             kept[a.id] = dataclasses.replace(known, read=True, output=got)
 
@@ -889,7 +901,7 @@ class Reconciler:
             log.info("removed %d jobs that finished before %s", summary.jobs_removed, before)
 
     async def _stop_orphan(
-        self, executor: Executor, obs: model.Observation, status: store.Status, summary: Pass
+        self, executor: Executor, obs: launching.Observation, status: store.Status, summary: Pass
     ) -> None:
         why = f"orphan cancelled: attempt is {status.attempt_state}, job is {status.job_state}"
         if not await self._stop(executor, obs.name, self.t.cancel_grace):
@@ -959,6 +971,6 @@ def _past(at: datetime | None, now: datetime) -> bool:
     return at is not None and at <= now
 
 
-def _conflict(obs: model.Observation, attempt: model.Attempt) -> str:
+def _conflict(obs: launching.Observation, attempt: model.Attempt) -> str:
     owner = obs.identity or "something corral does not manage"
     return f"launch conflict: {attempt.launch_name} holds {owner}, not fence {attempt.id}"

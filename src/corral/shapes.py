@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from corral import cadence, model
+from corral import cadence, launching, model
 
 if TYPE_CHECKING:
     from corral import loops
@@ -112,7 +112,7 @@ def view_dict(view: Any) -> dict[str, Any]:
     }
 
 
-def log_facts(log: model.RunLog | None) -> dict[str, Any]:
+def log_facts(log: launching.RunLog | None) -> dict[str, Any]:
     """What an attempt's run log says of how it went (its streams: `corral jobs logs`)."""
     return {
         "http_status": log.status if log else None,

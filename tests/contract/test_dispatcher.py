@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from corral import config, dispatcher, errors, model, retry, store, timeouts
+from corral import config, dispatcher, errors, launching, model, retry, store, timeouts
 from corral.testing import FrozenClock, PausedClock
 from tests.support import jobs
 from tests.support.noop import NoopExecutor
@@ -26,7 +26,7 @@ class FlakyLaunch(NoopExecutor):
         super().__init__()
         self.refuse = refuse
 
-    async def launch(self, launch: model.Launch) -> None:
+    async def launch(self, launch: launching.Launch) -> None:
         if launch.name in self.refuse:
             raise errors.ExecutorError(f"platform said no to {launch.name}")
         await super().launch(launch)
@@ -205,7 +205,7 @@ class GatedLaunch(NoopExecutor):
         self.entered = asyncio.Event()
         self.gate = asyncio.Event()
 
-    async def launch(self, launch: model.Launch) -> None:
+    async def launch(self, launch: launching.Launch) -> None:
         self.entered.set()
         await self.gate.wait()
         await super().launch(launch)
@@ -299,8 +299,10 @@ async def test_completions_survive_a_failed_write(db_url: str) -> None:
     d = make(db, clock, executor)  # type: ignore[arg-type]
     [job_id] = await submit(db, clock, 1)
     [claimed] = await db.job_claim(now=clock.now(), limit=1, executors=["noop"])
-    launch = model.build_launch(claimed, reach=model.Reach(), deadline_seconds=None)
-    finished = model.Observation(launch.name, model.Phase.SUCCEEDED, launch.labels, exit_code=0)
+    launch = launching.build_launch(claimed, reach=launching.Reach(), deadline_seconds=None)
+    finished = launching.Observation(
+        launch.name, launching.Phase.SUCCEEDED, launch.labels, exit_code=0
+    )
     stop = asyncio.Event()
     runner = asyncio.create_task(d.run(stop))
     d.offer(finished)
@@ -335,8 +337,10 @@ async def test_a_completion_write_that_waits_does_not_hold_up_claims(db_url: str
     d = make(db, clock, executor)  # type: ignore[arg-type]
     [first] = await submit(db, clock, 1)
     [claimed] = await db.job_claim(now=clock.now(), limit=1, executors=["noop"])
-    launch = model.build_launch(claimed, reach=model.Reach(), deadline_seconds=None)
-    d.offer(model.Observation(launch.name, model.Phase.SUCCEEDED, launch.labels, exit_code=0))
+    launch = launching.build_launch(claimed, reach=launching.Reach(), deadline_seconds=None)
+    d.offer(
+        launching.Observation(launch.name, launching.Phase.SUCCEEDED, launch.labels, exit_code=0)
+    )
     stop = asyncio.Event()
     runner = asyncio.create_task(d.run(stop))
     try:
@@ -360,8 +364,8 @@ async def test_a_failed_flush_keeps_the_completions_queued(db_url: str, clock: F
     d = make(db, clock, NoopExecutor())  # type: ignore[arg-type]
     [job_id] = await submit(db, clock, 1)
     [claimed] = await db.job_claim(now=clock.now(), limit=1, executors=["noop"])
-    launch = model.build_launch(claimed, reach=model.Reach(), deadline_seconds=None)
-    d.offer(model.Observation(launch.name, model.Phase.FAILED, launch.labels, exit_code=2))
+    launch = launching.build_launch(claimed, reach=launching.Reach(), deadline_seconds=None)
+    d.offer(launching.Observation(launch.name, launching.Phase.FAILED, launch.labels, exit_code=2))
     with pytest.raises(errors.StoreError):
         await d.flush_completions()
     [outcome] = await d.flush_completions()
@@ -391,7 +395,7 @@ class ClockAdvancingLaunch(NoopExecutor):
         super().__init__()
         self.clock = clock
 
-    async def launch(self, launch: model.Launch) -> None:
+    async def launch(self, launch: launching.Launch) -> None:
         if not self.launches:
             self.clock.advance(31)
         await super().launch(launch)
@@ -451,10 +455,10 @@ class BrokenStreamOnce(NoopExecutor):
         super().__init__()
         self.broke = False
 
-    async def observe(self, names: Sequence[str]) -> dict[str, model.Observation]:
-        return {n: model.Observation(n, model.Phase.RUNNING) for n in names}
+    async def observe(self, names: Sequence[str]) -> dict[str, launching.Observation]:
+        return {n: launching.Observation(n, launching.Phase.RUNNING) for n in names}
 
-    async def events(self) -> AsyncIterator[model.Observation]:
+    async def events(self) -> AsyncIterator[launching.Observation]:
         if not self.broke:
             self.broke = True
             raise errors.ExecutorError("watch connection dropped")
@@ -483,7 +487,7 @@ class SlowLaunch(NoopExecutor):
         super().__init__()
         self.clock = clock
 
-    async def launch(self, launch: model.Launch) -> None:
+    async def launch(self, launch: launching.Launch) -> None:
         await self.clock.sleep(0.2)
         await super().launch(launch)
 
@@ -586,20 +590,26 @@ class Waits(NoopExecutor):
 
     def __init__(self) -> None:
         super().__init__()
-        self.seen: dict[str, model.Observation] = {}
+        self.seen: dict[str, launching.Observation] = {}
 
-    async def launch(self, launch: model.Launch) -> None:
+    async def launch(self, launch: launching.Launch) -> None:
         self.launches.setdefault(launch.name, launch)
         self.seen.setdefault(launch.name, self.pending(launch.name, "ErrImagePull", "not found"))
 
-    def pending(self, name: str, reason: str, message: str) -> model.Observation:
+    def pending(self, name: str, reason: str, message: str) -> launching.Observation:
         labels = self.launches[name].labels
-        return model.Observation(
-            name, model.Phase.PENDING, labels, reason=f"waiting to start: {reason}", message=message
+        return launching.Observation(
+            name,
+            launching.Phase.PENDING,
+            labels,
+            reason=f"waiting to start: {reason}",
+            message=message,
         )
 
-    async def observe(self, names: Sequence[str]) -> dict[str, model.Observation]:
-        return {n: self.seen.get(n, model.Observation(n, model.Phase.ABSENT)) for n in names}
+    async def observe(self, names: Sequence[str]) -> dict[str, launching.Observation]:
+        return {
+            n: self.seen.get(n, launching.Observation(n, launching.Phase.ABSENT)) for n in names
+        }
 
 
 async def test_why_an_attempt_waits_on_its_platform_is_in_its_run_log_once(
@@ -622,8 +632,8 @@ async def test_why_an_attempt_waits_on_its_platform_is_in_its_run_log_once(
     await d.poll_once()
     executor.seen[name] = executor.pending(name, "ErrImagePull", "not found again")
     await d.poll_once()  # back to a reason noted before: not noted again
-    executor.seen[name] = model.Observation(
-        name, model.Phase.RUNNING, executor.launches[name].labels
+    executor.seen[name] = launching.Observation(
+        name, launching.Phase.RUNNING, executor.launches[name].labels
     )
     await d.poll_once()
     await d.poll_once()

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 import httpx
 
-from corral import alert_settings, config, model
+from corral import alert_settings, config, launching, model
 from corral.executors import http
 from corral.store.alerts import Alert
 
@@ -214,7 +214,7 @@ class _Web:
             body_bytes=1024,
         )
         phase, reason, _ = http.judge(outcome, ["2xx"])
-        if phase is not model.Phase.SUCCEEDED:
+        if phase is not launching.Phase.SUCCEEDED:
             raise Undelivered(model.redacted(reason).replace(self.url, "[the channel's URL]"))
 
     async def close(self) -> None:

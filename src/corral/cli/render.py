@@ -12,7 +12,7 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
-from corral import durations, timeouts
+from corral import durations, launching, timeouts
 from corral.cli.common import out
 from corral.shapes import (
     attempt_dict,
@@ -120,7 +120,7 @@ def took(seconds: float) -> str:
     return f"{seconds * 1000:.0f} ms" if seconds < 10 else f"{seconds:.1f} s"
 
 
-def outcome(a: model.Attempt, log: model.RunLog | None) -> str:
+def outcome(a: model.Attempt, log: launching.RunLog | None) -> str:
     """How an attempt went, in one line: its state, exit or HTTP status, latency, class."""
     said = [str(a.state)]
     if log is not None and log.status is not None:
@@ -140,7 +140,7 @@ OUTPUT_LINES = 3
 """How many lines of each stream `jobs show` prints: the start of an attempt's output."""
 
 
-def failure_message(log: model.RunLog | None) -> str | None:
+def failure_message(log: launching.RunLog | None) -> str | None:
     """A failed request's message: the first line of its response's body (its run log
     keeps the status line and headers, a blank line, then the body)."""
     response = log.stream("response") if log is not None and log.status is not None else None
@@ -151,7 +151,7 @@ def failure_message(log: model.RunLog | None) -> str | None:
     return lines[0][:200] if lines else None
 
 
-def print_attempt(a: model.Attempt, log: model.RunLog | None = None) -> None:
+def print_attempt(a: model.Attempt, log: launching.RunLog | None = None) -> None:
     head = f"attempt {a.attempt_no}  fence {a.id}  {a.launch_name}  {a.state}"
     if not a.charged:
         head += "  (not charged)"

@@ -59,7 +59,7 @@ import pydantic
 from hera.workflows import models as argo
 from kubernetes.aio import client as kube
 
-from corral import config, errors, model
+from corral import config, errors, launching, model
 from corral.executors import kube_client, kubernetes, kubernetes_settings, pods, rbac, startup
 
 log = logging.getLogger("corral.executors.argo")
@@ -88,7 +88,7 @@ class WorkflowTemplate:
         check_workflow(self.manifest(kubernetes.placeholder_launch(normal, kind=KIND), normal))
         return normal
 
-    def manifest(self, launch: model.Launch, spec: Mapping[str, Any]) -> dict[str, Any]:
+    def manifest(self, launch: launching.Launch, spec: Mapping[str, Any]) -> dict[str, Any]:
         """The argoproj.io/v1alpha1 Workflow for `launch`."""
         k8s = self.k8s
         payload = kubernetes.Payload.of(launch)
@@ -140,7 +140,7 @@ class WorkflowTemplate:
 
     def _template(
         self,
-        launch: model.Launch,
+        launch: launching.Launch,
         spec: Mapping[str, Any],
         payload: kubernetes.Payload,
         pod: Mapping[str, Any],
@@ -259,12 +259,12 @@ PLURAL = "workflows"
 WORKFLOW_LABEL = "workflows.argoproj.io/workflow"
 """The label Argo's controller puts on a Workflow's pods: the Workflow's name."""
 _PHASES = {
-    "": model.Phase.PENDING,
-    "Pending": model.Phase.PENDING,
-    "Running": model.Phase.RUNNING,
-    "Succeeded": model.Phase.SUCCEEDED,
-    "Failed": model.Phase.FAILED,
-    "Error": model.Phase.FAILED,
+    "": launching.Phase.PENDING,
+    "Pending": launching.Phase.PENDING,
+    "Running": launching.Phase.RUNNING,
+    "Succeeded": launching.Phase.SUCCEEDED,
+    "Failed": launching.Phase.FAILED,
+    "Error": launching.Phase.FAILED,
 }
 
 
@@ -333,7 +333,7 @@ class ArgoExecutor(kube_client.ClusterExecutor):
             "plural": PLURAL,
         }
 
-    async def launch(self, launch: model.Launch) -> None:
+    async def launch(self, launch: launching.Launch) -> None:
         """Create the Workflow `launch.name`, then, owned by it, the ConfigMap of a payload
         too large for the environment and the Secret of the attempt token; the same rules
         for an existing name as the kubernetes executor's (this attempt's and not being
@@ -355,7 +355,7 @@ class ArgoExecutor(kube_client.ClusterExecutor):
         for owned in made:
             await self.create_owned(launch, owned)
 
-    async def observe(self, names: Sequence[str]) -> dict[str, model.Observation]:
+    async def observe(self, names: Sequence[str]) -> dict[str, launching.Observation]:
         """A fresh list of corral's Workflows in each namespace that may hold one of
         `names` (one request a page), each read as `list_managed` reads it."""
         return await self.observe_listed(names, self._list_in, self._observation)
@@ -381,7 +381,7 @@ class ArgoExecutor(kube_client.ClusterExecutor):
             ok=lambda exc: kube_client.is_status(exc, 404),
         )
 
-    async def list_managed(self, selector: Mapping[str, str]) -> list[model.Observation]:
+    async def list_managed(self, selector: Mapping[str, str]) -> list[launching.Observation]:
         """Every Workflow in the namespace whose labels include all of `selector`."""
         listing = await self.api.list_all(
             "Workflows",
@@ -419,7 +419,7 @@ class ArgoExecutor(kube_client.ClusterExecutor):
             ok=lambda exc: kube_client.is_status(exc, 404),
         )
 
-    async def events(self) -> AsyncGenerator[model.Observation, None]:
+    async def events(self) -> AsyncGenerator[launching.Observation, None]:
         """Each Workflow's finish, once, as the watch sees it (as the kubernetes
         executor's events: finishes from before the first list are recovery's)."""
         async for obs in kube_client.finishes(
@@ -454,7 +454,7 @@ class ArgoExecutor(kube_client.ClusterExecutor):
             ok=lambda exc: kube_client.is_status(exc, 404),
         )
 
-    async def _observation(self, wf: dict[str, Any]) -> model.Observation:
+    async def _observation(self, wf: dict[str, Any]) -> launching.Observation:
         """What the Workflow says; for one whose pod waits to start, why (Argo's node
         message), and past the pod start timeout its end (the Workflow is stopped, so
         that its pod cannot start later beside the next attempt's). For one that has
@@ -466,7 +466,7 @@ class ArgoExecutor(kube_client.ClusterExecutor):
             if running := [p for p in pods if not kube_client.pod_ended(p)]:
                 # Stopped (spec.shutdown), Argo ends it at once; its pod runs on in its grace.
                 ending = f"ending: {kube_client.describe_pod(running[0])} still runs"
-                return dataclasses.replace(obs, phase=model.Phase.RUNNING, reason=ending)
+                return dataclasses.replace(obs, phase=launching.Phase.RUNNING, reason=ending)
             pod = kubernetes.logged_pod(pods)
             return dataclasses.replace(obs, output=await self.run_log(pod, obs.message))
         why = pod_waiting(wf)
@@ -483,7 +483,7 @@ class ArgoExecutor(kube_client.ClusterExecutor):
                 self.start_timeout, (wf.get("spec") or {}).get("activeDeadlineSeconds"), self.margin
             ),
         )
-        if obs.phase is model.Phase.FAILED:
+        if obs.phase is launching.Phase.FAILED:
             log.info("%s: %s; stopping its Workflow", obs.name, obs.reason)
             await self._cancel(obs.name)
         return obs
@@ -500,7 +500,7 @@ def pod_waiting(wf: Mapping[str, Any]) -> startup.Waiting | None:
     status = wf.get("status") or {}
     node = _pod_node(status)
     if not node:  # no word of its pod yet: waiting only while the Workflow is
-        pending = _PHASES.get(str(status.get("phase") or "")) is model.Phase.PENDING
+        pending = _PHASES.get(str(status.get("phase") or "")) is launching.Phase.PENDING
         return startup.Waiting.of("Pending") if pending else None
     if node.get("phase") != "Pending" or status.get("phase") not in ("Pending", "Running"):
         return None
@@ -521,7 +521,7 @@ INVALID = "invalid spec:"
 no pod): Argo's CRDs are minimal, so the API server took it in."""
 
 
-def workflow_observation(wf: Mapping[str, Any]) -> model.Observation:
+def workflow_observation(wf: Mapping[str, Any]) -> launching.Observation:
     """What a Workflow says of its attempt: `status.phase`, and its pod node's exit code
     and message.
 
@@ -532,13 +532,13 @@ def workflow_observation(wf: Mapping[str, Any]) -> model.Observation:
     invalid is permanent (the same Workflow is refused again), its words the message."""
     meta, status = wf.get("metadata", {}), wf.get("status") or {}
     name, labels = str(meta.get("name", "")), kube_client.labels_of(wf)
-    phase = _PHASES.get(str(status.get("phase") or ""), model.Phase.PENDING)
+    phase = _PHASES.get(str(status.get("phase") or ""), launching.Phase.PENDING)
     started = kube_client.timestamp(status.get("startedAt"))
     if not phase.finished:
-        return model.Observation(name=name, phase=phase, labels=labels, started_at=started)
+        return launching.Observation(name=name, phase=phase, labels=labels, started_at=started)
     finished = kube_client.timestamp(status.get("finishedAt"))
-    if phase is model.Phase.SUCCEEDED:
-        return model.Observation(
+    if phase is launching.Phase.SUCCEEDED:
+        return launching.Observation(
             name=name,
             phase=phase,
             labels=labels,
@@ -566,7 +566,7 @@ def workflow_observation(wf: Mapping[str, Any]) -> model.Observation:
         reason, verdict = f"{said or told or 'Argo error'}", model.FailureClass.TRANSIENT
     else:
         reason = f"workflow {status.get('phase')}" + (f" (exit code {code})" if code else "")
-    return model.Observation(
+    return launching.Observation(
         name=name,
         phase=phase,
         labels=labels,

@@ -49,7 +49,7 @@ from typing import Any
 
 import httpx
 
-from corral import clock, config, errors, model, netrules
+from corral import clock, config, errors, launching, model, netrules
 from corral.executors import base
 
 log = logging.getLogger("corral.executors.http")
@@ -433,21 +433,21 @@ async def _read(response: httpx.Response, limit: int) -> tuple[bytes, bool]:
 
 def judge(
     outcome: Outcome, expect: Sequence[str]
-) -> tuple[model.Phase, str, model.FailureClass | None]:
+) -> tuple[launching.Phase, str, model.FailureClass | None]:
     """The phase, reason and failure class of an outcome (pure)."""
     took = f"in {outcome.seconds * 1000:.0f} ms"
     if outcome.refused is not None:
-        return model.Phase.FAILED, f"refused: {outcome.refused}", model.FailureClass.PERMANENT
+        return launching.Phase.FAILED, f"refused: {outcome.refused}", model.FailureClass.PERMANENT
     if outcome.status is None:
         at = f" ({outcome.address})" if outcome.address else ""
-        return model.Phase.FAILED, f"{outcome.error}{at}", model.FailureClass.TRANSIENT
+        return launching.Phase.FAILED, f"{outcome.error}{at}", model.FailureClass.TRANSIENT
     said = f"HTTP {outcome.status}{' ' + outcome.reason_phrase if outcome.reason_phrase else ''}"
     reason = f"{said} {took} ({outcome.address})"
     if expected(outcome.status, expect):
-        return model.Phase.SUCCEEDED, reason, None
+        return launching.Phase.SUCCEEDED, reason, None
     if outcome.status >= 500 or outcome.status in TRANSIENT_STATUSES:
-        return model.Phase.FAILED, reason, model.FailureClass.TRANSIENT
-    return model.Phase.FAILED, reason, model.FailureClass.PERMANENT
+        return launching.Phase.FAILED, reason, model.FailureClass.TRANSIENT
+    return launching.Phase.FAILED, reason, model.FailureClass.PERMANENT
 
 
 def retry_after_seconds(value: str | None, now: datetime) -> float | None:
@@ -476,7 +476,7 @@ def _header_lines(headers: Iterable[tuple[str, str]]) -> str:
 
 def request_stream(
     method: str, url: str, headers: Mapping[str, str], content: bytes | None, limit: int
-) -> model.Stream:
+) -> launching.Stream:
     """The request as the run log keeps it: its line, its headers and the first `limit`
     bytes of its body, secrets redacted (in a JSON body, the values of secret-named keys,
     as `jobs show` shows the spec)."""
@@ -489,7 +489,7 @@ def request_stream(
     return _message("request", head, shown, len(shown) > limit, limit, size=len(body))
 
 
-def response_stream(outcome: Outcome) -> model.Stream | None:
+def response_stream(outcome: Outcome) -> launching.Stream | None:
     """The response as the run log keeps it: the redirects followed, its status line, its
     headers (secrets redacted) and the first part of its body; None without a response."""
     if outcome.status is None:
@@ -502,18 +502,18 @@ def response_stream(outcome: Outcome) -> model.Stream | None:
 
 def _message(
     name: str, head: str, body: bytes, cut: bool, limit: int, *, size: int | None = None
-) -> model.Stream:
+) -> launching.Stream:
     kept = body[:limit]
-    text = head if not body else f"{head}\n{model.decoded(kept, cut_after=cut)}"
+    text = head if not body else f"{head}\n{launching.decoded(kept, cut_after=cut)}"
     total = len(head.encode()) + (1 + (len(body) if size is None else size) if body else 0)
-    return model.Stream(name, text, total, cut)
+    return launching.Stream(name, text, total, cut)
 
 
-def run_log(request: model.Stream | None, outcome: Outcome) -> model.RunLog:
+def run_log(request: launching.Stream | None, outcome: Outcome) -> launching.RunLog:
     """An HTTP attempt's run log: its request (None when it could not be made), response,
     status, latency and the address it reached."""
     streams = tuple(s for s in (request, response_stream(outcome)) if s is not None)
-    return model.RunLog(
+    return launching.RunLog(
         streams=streams, latency=outcome.seconds, status=outcome.status, address=outcome.address
     )
 
@@ -528,7 +528,7 @@ def first_line(body: bytes) -> str | None:
 _IDENTITY = {"Accept-Encoding": "identity"}
 
 
-def request_headers(launch: model.Launch, spec: Mapping[str, Any]) -> dict[str, str]:
+def request_headers(launch: launching.Launch, spec: Mapping[str, Any]) -> dict[str, str]:
     """The spec's headers and corral's: who sends, which attempt, and the job's key."""
     key = launch.annotations.get(model.IDEMPOTENCY_KEY) or launch.labels.get(model.IDEMPOTENCY_KEY)
     given = spec.get("headers", {})
@@ -626,9 +626,9 @@ class HttpExecutor:
         self._clients: collections.OrderedDict[str, httpx.AsyncClient] = collections.OrderedDict()
         self._closing: set[asyncio.Future[None]] = set()
         self._started = self._draining = False
-        self._running: dict[str, tuple[model.Launch, asyncio.Task[None]]] = {}
-        self._ended: collections.OrderedDict[str, model.Observation] = collections.OrderedDict()
-        self._news: asyncio.Queue[model.Observation | None] = asyncio.Queue()
+        self._running: dict[str, tuple[launching.Launch, asyncio.Task[None]]] = {}
+        self._ended: collections.OrderedDict[str, launching.Observation] = collections.OrderedDict()
+        self._news: asyncio.Queue[launching.Observation | None] = asyncio.Queue()
         self._closed = False
         self._keys: Callable[[str], Awaitable[list[str]]] | None = None
         self._keys_read: dict[str, tuple[float, list[str]]] = {}
@@ -668,7 +668,7 @@ class HttpExecutor:
             self._closing.add(asyncio.ensure_future(oldest.aclose()))
         return client
 
-    async def drain(self) -> list[model.Observation]:
+    async def drain(self) -> list[launching.Observation]:
         """Take no more launches, let the requests in flight end (each is bounded by
         http_request_timeout), and return what ended that `events` has not yielded: the
         dispatcher writes those before it stops, so a stop loses no outcome."""
@@ -694,7 +694,7 @@ class HttpExecutor:
             await client.aclose()
         await asyncio.gather(*self._closing, return_exceptions=True)
 
-    async def launch(self, launch: model.Launch) -> None:
+    async def launch(self, launch: launching.Launch) -> None:
         """Start the request in the background, once one of the `concurrency` slots is free
         (a slow receiver holds the dispatcher's launches back, not piles of attempts that
         wait unsent), and return; a name launched before (running or ended here) is never
@@ -713,7 +713,7 @@ class HttpExecutor:
         task.add_done_callback(lambda done: self._settled(launch, spec, done))
 
     def _settled(
-        self, launch: model.Launch, spec: dict[str, Any], task: asyncio.Task[None]
+        self, launch: launching.Launch, spec: dict[str, Any], task: asyncio.Task[None]
     ) -> None:
         """Whatever became of the task, its slot is free and, unless corral is stopping,
         its attempt has an outcome: one cancelled before it began, or that failed in a way
@@ -729,9 +729,9 @@ class HttpExecutor:
                 launch, spec, Outcome(error=f"{type(exc).__name__}: {exc}"), self._clock.now()
             )
 
-    async def _run(self, launch: model.Launch, spec: dict[str, Any]) -> None:
+    async def _run(self, launch: launching.Launch, spec: dict[str, Any]) -> None:
         started = self._clock.now()
-        request: model.Stream | None = None
+        request: launching.Stream | None = None
         try:
             headers = request_headers(launch, spec)
             try:
@@ -766,15 +766,15 @@ class HttpExecutor:
 
     def _record(
         self,
-        launch: model.Launch,
+        launch: launching.Launch,
         spec: dict[str, Any],
         outcome: Outcome,
         started: datetime,
-        request: model.Stream | None = None,
+        request: launching.Stream | None = None,
     ) -> None:
         phase, reason, failure = judge(outcome, spec["expect"])
         ended = self._clock.now()
-        observation = model.Observation(
+        observation = launching.Observation(
             name=launch.name,
             phase=phase,
             labels=launch.labels,
@@ -782,9 +782,9 @@ class HttpExecutor:
             started_at=started,
             finished_at=ended,
             failure_class=failure,
-            message=None if phase is model.Phase.SUCCEEDED else first_line(outcome.body),
+            message=None if phase is launching.Phase.SUCCEEDED else first_line(outcome.body),
             retry_after=None
-            if phase is model.Phase.SUCCEEDED
+            if phase is launching.Phase.SUCCEEDED
             else retry_after_seconds(outcome.retry_after, ended),
             http_status=outcome.status,
             output=run_log(request, outcome),
@@ -795,17 +795,17 @@ class HttpExecutor:
             self._ended.popitem(last=False)
         self._news.put_nowait(observation)
 
-    async def observe(self, names: Sequence[str]) -> dict[str, model.Observation]:
+    async def observe(self, names: Sequence[str]) -> dict[str, launching.Observation]:
         """What this process knows: a request in flight runs, one that ended says how; any
         other name is absent (sent by a process that is gone, or never sent)."""
         return {name: self._look(name) for name in names}
 
-    def _look(self, name: str) -> model.Observation:
+    def _look(self, name: str) -> launching.Observation:
         if (running := self._running.get(name)) is not None:
-            return model.Observation(name, model.Phase.RUNNING, running[0].labels)
-        return self._ended.get(name) or model.Observation(name, model.Phase.ABSENT)
+            return launching.Observation(name, launching.Phase.RUNNING, running[0].labels)
+        return self._ended.get(name) or launching.Observation(name, launching.Phase.ABSENT)
 
-    async def list_managed(self, selector: Mapping[str, str]) -> list[model.Observation]:
+    async def list_managed(self, selector: Mapping[str, str]) -> list[launching.Observation]:
         names = [*self._running, *self._ended]
         seen = [self._look(name) for name in names]
         return [o for o in seen if all(o.labels.get(k) == v for k, v in selector.items())]
@@ -816,7 +816,7 @@ class HttpExecutor:
         if (running := self._running.get(name)) is not None:
             running[1].cancel()
 
-    async def events(self) -> AsyncGenerator[model.Observation, None]:
+    async def events(self) -> AsyncGenerator[launching.Observation, None]:
         """Each request's outcome, as it comes, until `close`."""
         while not self._closed:
             observation = await self._news.get()

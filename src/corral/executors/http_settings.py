@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from corral import model, netrules
+from corral import launching, netrules
 
 
 class HttpExecutorSettings(BaseModel):
@@ -25,7 +25,7 @@ class HttpExecutorSettings(BaseModel):
         " ports opens 80 and 443 only. Empty: public addresses only (on any port).",
     )
     body_bytes: int = Field(
-        model.STREAM_BYTES,
+        launching.STREAM_BYTES,
         ge=0,
         le=16 * 1024 * 1024,
         description="How much of a response body the run log keeps (its first bytes).",

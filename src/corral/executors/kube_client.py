@@ -47,7 +47,7 @@ from kubernetes.aio import client
 from kubernetes.aio import config as kube_config
 from kubernetes.aio import watch as kube_watch
 
-from corral import clock, config, errors, model
+from corral import clock, config, errors, launching, model
 from corral.executors import base, kubernetes_settings, rbac, startup
 
 log = logging.getLogger("corral.executors.kubernetes")
@@ -69,7 +69,7 @@ CONTAINER = "main"
 """The container whose log is an attempt's: the job's own (Argo names its user's `main` too)."""
 LOG_LINES = 10_000
 """How many last lines of a finished pod's log the first read asks for (`tailLines`)."""
-LOG_READ_BYTES = 4 * model.STREAM_BYTES
+LOG_READ_BYTES = 4 * launching.STREAM_BYTES
 """The most one read of a pod's log takes (`limitBytes`). The kubelet counts it from the
 start of the lines asked for, so a read that reaches it is made again for fewer lines
 (as many as STREAM_BYTES holds at the first read's line length): the run log keeps a
@@ -412,7 +412,7 @@ class Template(Protocol):
 
     def validate_spec(self, spec: Mapping[str, Any]) -> dict[str, Any]: ...
 
-    def manifest(self, launch: model.Launch, spec: Mapping[str, Any]) -> dict[str, Any]: ...
+    def manifest(self, launch: launching.Launch, spec: Mapping[str, Any]) -> dict[str, Any]: ...
 
 
 class ClusterExecutor(abc.ABC):
@@ -470,7 +470,7 @@ class ClusterExecutor(abc.ABC):
             labels = {**labels, model.INSTALLATION: self.installation}
         return selector_text(labels)
 
-    def on_cluster(self, launch: model.Launch) -> model.Launch:
+    def on_cluster(self, launch: launching.Launch) -> launching.Launch:
         """`launch` as this installation puts it on the cluster: its name with the name
         prefix (executors.kubernetes.name_prefix) and its labels with the installation's."""
         labels = dict(launch.labels)
@@ -487,11 +487,11 @@ class ClusterExecutor(abc.ABC):
         rest = platform_name.removeprefix(f"{self.name_prefix}-")
         return f"{model.LAUNCH_NAME_PREFIX}{rest}" if rest != platform_name else platform_name
 
-    def named(self, obs: model.Observation) -> model.Observation:
+    def named(self, obs: launching.Observation) -> launching.Observation:
         """An observation of an object on the cluster, under its launch name."""
         return dataclasses.replace(obs, name=self.launch_name(obs.name))
 
-    async def list_unlabelled(self) -> list[model.Observation]:
+    async def list_unlabelled(self) -> list[launching.Observation]:
         """corral's Jobs or Workflows with no installation label (made before corral
         labelled them), in every allowed namespace, under their launch names (none before
         `use_installation`: then every object is read as this installation's)."""
@@ -514,7 +514,9 @@ class ClusterExecutor(abc.ABC):
                     )
                     continue
                 found.append(
-                    model.Observation(name=launch, phase=model.Phase.PENDING, labels=labels_of(obj))
+                    launching.Observation(
+                        name=launch, phase=launching.Phase.PENDING, labels=labels_of(obj)
+                    )
                 )
                 self._note_namespace(name, namespace)
         return found
@@ -599,7 +601,7 @@ class ClusterExecutor(abc.ABC):
     async def _get(self, name: str) -> dict[str, Any] | None:
         """A fresh read of the object `name`; None when there is none."""
 
-    def namespace_of(self, launch: model.Launch) -> str:
+    def namespace_of(self, launch: launching.Launch) -> str:
         """Where `launch` runs: its spec's namespace (one of executors.kubernetes.namespaces,
         checked at submit), else the configured one. Noted, so that reads of the name ask
         there first."""
@@ -624,7 +626,7 @@ class ClusterExecutor(abc.ABC):
 
     async def create_once(
         self,
-        launch: model.Launch,
+        launch: launching.Launch,
         request: Callable[[], Awaitable[aiohttp.ClientResponse]],
     ) -> dict[str, Any]:
         """Create `launch`'s object with `request`, idempotent by name: on 409 the object
@@ -637,7 +639,7 @@ class ClusterExecutor(abc.ABC):
             return check_existing(what, await self._get(launch.name), launch)
         return made
 
-    async def create_owned(self, launch: model.Launch, body: Mapping[str, Any]) -> None:
+    async def create_owned(self, launch: launching.Launch, body: Mapping[str, Any]) -> None:
         """Create `body`, a ConfigMap or Secret of `launch` owned by its Job or Workflow (its
         payload, its attempt token), idempotent by name: on 409 the one there counts as
         made when it carries this attempt's identity. One owned by another object (an
@@ -711,7 +713,7 @@ class ClusterExecutor(abc.ABC):
             raise errors.ExecutorError(f"{self.kind} executor: used before start()")
         return self._api
 
-    async def last_output(self, name: str) -> model.RunLog | None:
+    async def last_output(self, name: str) -> launching.RunLog | None:
         """The end of the log of launch `name`'s pod that started last (one list of its
         pods, one read of its log); None when none has started."""
         platform = self.platform_name(name)
@@ -738,7 +740,7 @@ class ClusterExecutor(abc.ABC):
                     running.setdefault(launches[name], describe_pod(pod))
         return running
 
-    async def run_log(self, pod: Mapping[str, Any] | None, message: str | None) -> model.RunLog:
+    async def run_log(self, pod: Mapping[str, Any] | None, message: str | None) -> launching.RunLog:
         """A finished attempt's run log: the end of its pod's log (None: no pod is left)
         and the last line of its termination message. A log that cannot be read (the pod
         gone, a Role without `pods/log`) is a note in its place, never an error: the
@@ -749,15 +751,15 @@ class ClusterExecutor(abc.ABC):
             stream = await self._pod_log(pod)
         streams = [stream]
         if message:
-            streams.append(model.Stream("message", message, len(message.encode())))
-        return model.RunLog(streams=tuple(streams))
+            streams.append(launching.Stream("message", message, len(message.encode())))
+        return launching.RunLog(streams=tuple(streams))
 
-    async def _pod_log(self, pod: Mapping[str, Any]) -> model.Stream:
+    async def _pod_log(self, pod: Mapping[str, Any]) -> launching.Stream:
         """The end of `pod`'s main container's log (LOG_READ_BYTES), or a note of why not."""
         data, why = await self._read_log(pod, LOG_LINES)
         if data is not None and len(data) >= LOG_READ_BYTES:
             lines = max(1, data.count(b"\n"))
-            fewer = max(1, model.STREAM_BYTES * lines // len(data))
+            fewer = max(1, launching.STREAM_BYTES * lines // len(data))
             data, why = await self._read_log(pod, fewer)
         if data is None:
             return log_note(why or "it could not be read")
@@ -798,8 +800,8 @@ class ClusterExecutor(abc.ABC):
         self,
         names: Sequence[str],
         list_in: Callable[[str], Awaitable[Listing]],
-        observation: Callable[[dict[str, Any]], Awaitable[model.Observation]],
-    ) -> dict[str, model.Observation]:
+        observation: Callable[[dict[str, Any]], Awaitable[launching.Observation]],
+    ) -> dict[str, launching.Observation]:
         """What the platform holds of each name, from one label-selected list (in pages)
         in each namespace that may hold one of them, never a read per name: `absent` for a
         name no list holds. An object that cannot be made an observation (malformed, or a
@@ -814,7 +816,7 @@ class ClusterExecutor(abc.ABC):
                 if namespace in wanted.get(name, ()):  # type: ignore[arg-type]
                     found.setdefault(str(name), obj)
         seen = {
-            name: model.Observation(name=name, phase=model.Phase.ABSENT)
+            name: launching.Observation(name=name, phase=launching.Phase.ABSENT)
             for name in wanted
             if name not in found
         }
@@ -918,22 +920,22 @@ def _typed(model_class: type[Owned], body: Mapping[str, Any], what: str) -> Owne
 # --- reading objects ------------------------------------------------------------------------
 
 
-def log_stream(data: bytes, *, limit: int = model.STREAM_BYTES) -> model.Stream:
+def log_stream(data: bytes, *, limit: int = launching.STREAM_BYTES) -> launching.Stream:
     """A read of a pod's log as the run log keeps it: its last `limit` bytes, `cut` when
     that is not all of it (more than `limit`, or a read that reached LOG_LINES lines or
     LOG_READ_BYTES: the log went on before them)."""
     cut = len(data) > limit or len(data) >= LOG_READ_BYTES or data.count(b"\n") >= LOG_LINES
-    text = model.decoded(data[-limit:], cut_before=len(data) > limit)
-    return model.Stream(LOG_STREAM, text, len(data), cut)
+    text = launching.decoded(data[-limit:], cut_before=len(data) > limit)
+    return launching.Stream(LOG_STREAM, text, len(data), cut)
 
 
-def log_note(why: str) -> model.Stream:
+def log_note(why: str) -> launching.Stream:
     """The run log's stream in place of a pod log that could not be read: why not."""
     text = f"(no pod log: {why})"
-    return model.Stream(LOG_STREAM, text, 0)
+    return launching.Stream(LOG_STREAM, text, 0)
 
 
-def first_launch(job: model.NewJob, settings: config.Settings, now: datetime) -> model.Launch:
+def first_launch(job: model.NewJob, settings: config.Settings, now: datetime) -> launching.Launch:
     """The Launch of the first attempt of `job` (validated, not stored: its job id and fence
     are placeholders, 0) as a cluster executor names it: for a dry run's manifest."""
     launch = base.launch_for(model.first_claim(job, now), settings, now)
@@ -1000,7 +1002,9 @@ def last_line(text: Any) -> str | None:
     return lines[-1][:500] if lines else None
 
 
-def check_existing(what: str, found: dict[str, Any] | None, launch: model.Launch) -> dict[str, Any]:
+def check_existing(
+    what: str, found: dict[str, Any] | None, launch: launching.Launch
+) -> dict[str, Any]:
     """After a 409 on create: `found` if it is this attempt's and not being deleted (the
     create got through before, its answer was lost); else raise."""
     if found is None:
@@ -1025,7 +1029,7 @@ def check_existing(what: str, found: dict[str, Any] | None, launch: model.Launch
     )
 
 
-def foreign(what: str, found: Mapping[str, Any], launch: model.Launch) -> None:
+def foreign(what: str, found: Mapping[str, Any], launch: launching.Launch) -> None:
     """LaunchConflict when `found`, holding the name `launch` wants, is another corral
     installation's (its installation label is not the launch's). One with no such label is
     an earlier corral's, this installation's or not: its identity labels decide."""
@@ -1042,7 +1046,7 @@ def foreign(what: str, found: Mapping[str, Any], launch: model.Launch) -> None:
 def owned_by(
     what: str,
     found: Mapping[str, Any] | None,
-    launch: model.Launch,
+    launch: launching.Launch,
     owners: Sequence[Mapping[str, Any]],
 ) -> bool:
     """After a 409 on a launch's ConfigMap or Secret: whether `found` is this attempt's and has the

@@ -59,7 +59,7 @@ import kubernetes_validate
 import pydantic
 from kubernetes.aio import client as kube
 
-from corral import config, errors, model
+from corral import config, errors, launching, model
 from corral.executors import base, kube_client, kubernetes_settings, pods, rbac, startup
 
 log = logging.getLogger("corral.executors.kubernetes")
@@ -147,7 +147,7 @@ class JobTemplate:
 
     # --- the Job ---------------------------------------------------------------------------
 
-    def manifest(self, launch: model.Launch, spec: Mapping[str, Any]) -> dict[str, Any]:
+    def manifest(self, launch: launching.Launch, spec: Mapping[str, Any]) -> dict[str, Any]:
         """The batch/v1 Job for `launch`."""
         k8s = self.k8s
         payload = Payload.of(launch)
@@ -221,8 +221,8 @@ class Payload:
     size: int
 
     @classmethod
-    def of(cls, launch: model.Launch) -> Payload:
-        text = model.payload_json(launch.payload)
+    def of(cls, launch: launching.Launch) -> Payload:
+        text = launching.payload_json(launch.payload)
         return cls(text, 0 if text is None else len(text.encode("utf-8")))
 
     @property
@@ -271,7 +271,7 @@ def owner_reference(api_version: str, kind: str, owner: Mapping[str, Any]) -> di
 
 
 def payload_config_map(
-    launch: model.Launch, payload: Payload, *, namespace: str, owner: Mapping[str, Any]
+    launch: launching.Launch, payload: Payload, *, namespace: str, owner: Mapping[str, Any]
 ) -> dict[str, Any]:
     """The v1 ConfigMap that holds a payload too large for the environment: named after the
     launch, with its labels, immutable, and owned by `owner` (an owner_reference)."""
@@ -285,7 +285,7 @@ def payload_config_map(
 
 
 def attempt_secret(
-    launch: model.Launch, *, namespace: str, owner: Mapping[str, Any]
+    launch: launching.Launch, *, namespace: str, owner: Mapping[str, Any]
 ) -> dict[str, Any] | None:
     """The v1 Secret that holds `launch`'s attempt token (None when it has none): named
     after the launch, with its labels, immutable, and owned by `owner` (an owner_reference)."""
@@ -303,7 +303,7 @@ def attempt_secret(
 
 
 def owned_objects(
-    launch: model.Launch, payload: Payload, *, namespace: str, owner: Mapping[str, Any]
+    launch: launching.Launch, payload: Payload, *, namespace: str, owner: Mapping[str, Any]
 ) -> list[dict[str, Any]]:
     """What a launch makes after its Job or Workflow, owned by it: the ConfigMap of a
     payload too large for the environment, and the Secret of its attempt token."""
@@ -316,7 +316,7 @@ def owned_objects(
 
 
 def _owned_metadata(
-    launch: model.Launch, namespace: str, owner: Mapping[str, Any]
+    launch: launching.Launch, namespace: str, owner: Mapping[str, Any]
 ) -> dict[str, Any]:
     metadata: dict[str, Any] = {
         "name": launch.name,
@@ -329,11 +329,11 @@ def _owned_metadata(
     return metadata
 
 
-def placeholder_launch(spec: Mapping[str, Any], *, kind: str = KIND) -> model.Launch:
+def placeholder_launch(spec: Mapping[str, Any], *, kind: str = KIND) -> launching.Launch:
     """The Launch of a job not stored yet, with this spec and nothing else: for checks."""
     draft = model.NewJob(executor=kind, spec=spec)
-    return model.build_launch(
-        model.first_claim(draft, _EPOCH), reach=model.Reach(), deadline_seconds=None
+    return launching.build_launch(
+        model.first_claim(draft, _EPOCH), reach=launching.Reach(), deadline_seconds=None
     )
 
 
@@ -507,7 +507,7 @@ def _all_labels(doc: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
 
 
 def container(
-    launch: model.Launch, spec: Mapping[str, Any], payload: Payload, settings: config.Settings
+    launch: launching.Launch, spec: Mapping[str, Any], payload: Payload, settings: config.Settings
 ) -> dict[str, Any]:
     """The core/v1 Container that runs a normalised spec for `launch`: its image, command,
     environment, and the pod fields of a container (pods.container_fields: security
@@ -551,7 +551,7 @@ def database_secret(settings: config.Settings) -> str | None:
     return settings.executors.kubernetes.database_url_secret
 
 
-def volumes_of(launch: model.Launch, spec: Mapping[str, Any], payload: Payload) -> list[Any]:
+def volumes_of(launch: launching.Launch, spec: Mapping[str, Any], payload: Payload) -> list[Any]:
     """The pod's volumes: the spec's, and the payload's ConfigMap when it is mounted."""
     volumes = [dict(v) for v in spec.get("volumes", [])]
     if payload.mounted:
@@ -591,7 +591,7 @@ def _placement(placement: kubernetes_settings.Placement) -> dict[str, Any]:
     return out
 
 
-def active_deadline(launch: model.Launch, settings: config.Settings) -> int:
+def active_deadline(launch: launching.Launch, settings: config.Settings) -> int:
     """The whole seconds `launch` may run: what is left of its deadline, or the settings'
     attempt deadline for a launch that carries none."""
     deadline = launch.deadline_seconds
@@ -793,7 +793,7 @@ class KubernetesExecutor(kube_client.ClusterExecutor):
 
     # --- the protocol --------------------------------------------------------------------
 
-    async def launch(self, launch: model.Launch) -> None:
+    async def launch(self, launch: launching.Launch) -> None:
         """Create the Job `launch.name`, then, owned by the Job, the ConfigMap of a payload
         too large for the environment and the Secret of the attempt token. A Job of that
         name that carries this attempt's identity and is not being deleted counts as
@@ -826,7 +826,7 @@ class KubernetesExecutor(kube_client.ClusterExecutor):
         for owned in owned_objects(launch, payload, namespace=namespace, owner=owner):
             await self.create_owned(launch, owned)
 
-    async def observe(self, names: Sequence[str]) -> dict[str, model.Observation]:
+    async def observe(self, names: Sequence[str]) -> dict[str, launching.Observation]:
         """A fresh list of corral's Jobs in each namespace that may hold one of `names`
         (one request a page, not a read per Job), and, for a Job that has finished or
         waits to start, its pods: from one list of corral's pods in its namespace, made
@@ -841,7 +841,7 @@ class KubernetesExecutor(kube_client.ClusterExecutor):
                 pods.update(await self._pods_by_job(namespace))
             return listing
 
-        async def observation(job: dict[str, Any]) -> model.Observation:
+        async def observation(job: dict[str, Any]) -> launching.Observation:
             return await self._observation(job, pods.get(job["metadata"].get("uid", "")))
 
         return await self.observe_listed(names, list_in, observation)
@@ -867,7 +867,7 @@ class KubernetesExecutor(kube_client.ClusterExecutor):
             ok=lambda exc: kube_client.is_status(exc, 404),
         )
 
-    async def list_managed(self, selector: Mapping[str, str]) -> list[model.Observation]:
+    async def list_managed(self, selector: Mapping[str, str]) -> list[launching.Observation]:
         """Every Job in the namespace whose labels include all of `selector` (in pages),
         with one list of corral's pods for the exit codes of the failed ones."""
         listing = await self.api.list_all(
@@ -933,7 +933,7 @@ class KubernetesExecutor(kube_client.ClusterExecutor):
             uids.add(uid)
         return uids
 
-    async def events(self) -> AsyncGenerator[model.Observation, None]:
+    async def events(self) -> AsyncGenerator[launching.Observation, None]:
         """Each Job's finish, once, as the watch sees it. Jobs that had finished before the
         first list are left to recovery; a relist after 410 Gone yields the finishes the
         stream missed. Polling (`observe`) covers whatever a broken watch still misses."""
@@ -999,7 +999,7 @@ class KubernetesExecutor(kube_client.ClusterExecutor):
 
     async def _observation(
         self, job: Mapping[str, Any], listed: list[dict[str, Any]] | None = None
-    ) -> model.Observation:
+    ) -> launching.Observation:
         """What the Job says; for one that waits to start, why, and past the pod start
         timeout its end (the Job is deleted, so that its pod cannot start later beside
         the next attempt's). `listed`: its pods, when a list of them was made (none there:
@@ -1032,7 +1032,7 @@ class KubernetesExecutor(kube_client.ClusterExecutor):
                 self.margin,
             ),
         )
-        if obs.phase is model.Phase.FAILED:
+        if obs.phase is launching.Phase.FAILED:
             log.info("%s: %s; deleting its Job", obs.name, obs.reason)
             await self._cancel(obs.name, timedelta(0))  # read again if it changed meanwhile
         return obs
@@ -1073,7 +1073,9 @@ class KubernetesExecutor(kube_client.ClusterExecutor):
             response.release()
 
 
-def job_observation(job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> model.Observation:
+def job_observation(
+    job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]
+) -> launching.Observation:
     """What a Job (and, when it finished, its pods) says of its attempt.
 
     Success is the `Complete` condition, from a pod that succeeded undisturbed: one with
@@ -1096,18 +1098,18 @@ def job_observation(job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -
             status.get("completionTime") or complete.get("lastTransitionTime")
         )
         if (doubt := _untrusted(job, pods)) is not None:
-            return model.Observation(
+            return launching.Observation(
                 name=name,
-                phase=model.Phase.FAILED,
+                phase=launching.Phase.FAILED,
                 labels=labels,
                 reason=f"success not trusted: {doubt}",
                 started_at=started,
                 finished_at=completed,
                 failure_class=_TRANSIENT,
             )
-        return model.Observation(
+        return launching.Observation(
             name=name,
-            phase=model.Phase.SUCCEEDED,
+            phase=launching.Phase.SUCCEEDED,
             labels=labels,
             exit_code=0,
             started_at=started,
@@ -1117,9 +1119,9 @@ def job_observation(job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -
         running = int(status.get("ready") or 0) > 0 or any(
             (pod.get("status") or {}).get("phase") == "Running" for pod in pods
         )
-        return model.Observation(
+        return launching.Observation(
             name=name,
-            phase=model.Phase.RUNNING if running else model.Phase.PENDING,
+            phase=launching.Phase.RUNNING if running else launching.Phase.PENDING,
             labels=labels,
             started_at=started,
         )
@@ -1145,9 +1147,9 @@ def job_observation(job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -
         reason, verdict = f"Job failed ({why}); its pod is gone, so no exit code", _TRANSIENT
     else:
         reason = f"Job failed ({why}): {pod.get('status', {}).get('reason') or 'pod failed'}"
-    return model.Observation(
+    return launching.Observation(
         name=name,
-        phase=model.Phase.FAILED,
+        phase=launching.Phase.FAILED,
         labels=labels,
         exit_code=int(exit_code) if exit_code is not None else None,
         reason=reason,

@@ -84,7 +84,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from corral import clock, errors, model
+from corral import clock, errors, launching, model
 from corral.executors import base, process_sandbox, process_shim
 
 log = logging.getLogger("corral.executors.process")
@@ -125,7 +125,7 @@ class ProcessExecutor:
         poll_interval: float = 0.1,
         kill_grace: float = KILL_GRACE_SECONDS,
         retention: timedelta | None = None,
-        log_bytes: int = model.STREAM_BYTES,
+        log_bytes: int = launching.STREAM_BYTES,
         strangers: Mapping[str, Any] | None = None,
         state_dir: Path | None = None,
     ) -> None:
@@ -191,7 +191,7 @@ class ProcessExecutor:
 
     # --- the protocol --------------------------------------------------------------------
 
-    async def launch(self, launch: model.Launch) -> None:
+    async def launch(self, launch: launching.Launch) -> None:
         """Claim `launch.name` and start its command; idempotent by name and identity."""
         if self._closed:
             raise errors.ExecutorError("process executor: closed; no more launches")
@@ -253,22 +253,22 @@ class ProcessExecutor:
                 )
             await self._clock.sleep(self._poll_interval)
 
-    async def observe(self, names: Sequence[str]) -> dict[str, model.Observation]:
+    async def observe(self, names: Sequence[str]) -> dict[str, launching.Observation]:
         """What each name's run folder shows."""
         dirs = {name: self._run_dir(name) for name in names}
         return await asyncio.to_thread(self._observe_blocking, dirs)
 
-    async def list_managed(self, selector: Mapping[str, str]) -> list[model.Observation]:
+    async def list_managed(self, selector: Mapping[str, str]) -> list[launching.Observation]:
         """Observations of every run folder whose labels include all of `selector`: the
         whole history, so the reconciler asks `list_live` and `list_ended` instead."""
         return await asyncio.to_thread(self._list_blocking, dict(selector))
 
-    async def list_live(self, selector: Mapping[str, str]) -> list[model.Observation]:
+    async def list_live(self, selector: Mapping[str, str]) -> list[launching.Observation]:
         """Observations of the runs in the live index whose labels include all of
         `selector` and that may still go on; what it finds ended moves to the ended index."""
         return await asyncio.to_thread(self._live_blocking, dict(selector))
 
-    async def list_ended(self, before: datetime) -> list[model.Observation]:
+    async def list_ended(self, before: datetime) -> list[launching.Observation]:
         """Observations of up to FORGET_BATCH runs that ended before `before`, from the
         ended index's hours before it (and an offer after the last one, pass by pass)."""
         return await asyncio.to_thread(self._ended_blocking, before)
@@ -286,7 +286,7 @@ class ProcessExecutor:
             await self._clock.sleep(min(self._poll_interval, left))
         await asyncio.to_thread(_signal_child_group, run_dir, signal.SIGKILL)
 
-    async def events(self) -> AsyncGenerator[model.Observation, None]:
+    async def events(self) -> AsyncGenerator[launching.Observation, None]:
         """Yields, once each, the finish of launches made by this instance, until `close`:
         as soon as the supervisor says a command ended, and for every run watched once in
         SWEEP_EVERY poll intervals (a command whose supervisor was killed ends unannounced)."""
@@ -314,15 +314,17 @@ class ProcessExecutor:
                     if (obs := seen.get(name)) is not None and not obs.phase.finished:
                         seen[name] = dataclasses.replace(
                             obs,
-                            phase=model.Phase.FAILED,
+                            phase=launching.Phase.FAILED,
                             reason=UNRECORDED,
                             failure_class=model.FailureClass.TRANSIENT,
                         )
                 for name in sorted(names):
                     obs = seen.get(name)
-                    if obs is None or not (obs.phase.finished or obs.phase is model.Phase.ABSENT):
+                    if obs is None or not (
+                        obs.phase.finished or obs.phase is launching.Phase.ABSENT
+                    ):
                         continue
-                    if obs.phase is model.Phase.ABSENT and name in self._asking:
+                    if obs.phase is launching.Phase.ABSENT and name in self._asking:
                         continue  # not claimed yet: a sweep between its request and answer
                     self._watched.pop(name, None)
                     yield obs
@@ -414,7 +416,7 @@ class ProcessExecutor:
             (self.root / INDEXED).write_text('{"version": 1}\n', encoding="utf-8")
         log.info("process executor: indexed %d live, %d ended runs in %s", live, ended, self.root)
 
-    def _live_blocking(self, selector: dict[str, str]) -> list[model.Observation]:
+    def _live_blocking(self, selector: dict[str, str]) -> list[launching.Observation]:
         self._check_root()
         index = self.root / process_shim.LIVE
         with _platform(f"list the live runs in {index}"):
@@ -428,7 +430,7 @@ class ProcessExecutor:
             if obs.phase.finished:  # its supervisor died before it could move the marker
                 at = obs.finished_at or self._clock.now()
                 process_shim.mark_ended(self.root, name, at.timestamp())
-            elif obs.phase is model.Phase.ABSENT:
+            elif obs.phase is launching.Phase.ABSENT:
                 # Marked just before a claim that is under way, or by one that failed: a
                 # marker still without its folder a pass later is a failed one's.
                 if name in self._absent_before:
@@ -441,7 +443,7 @@ class ProcessExecutor:
         self._absent_before = absent
         return found
 
-    def _ended_blocking(self, before: datetime) -> list[model.Observation]:
+    def _ended_blocking(self, before: datetime) -> list[launching.Observation]:
         self._check_root()
         with _platform(f"list the half-made launches in {self.root / process_shim.HALF_MADE}"):
             self._sweep_half_made(
@@ -457,7 +459,7 @@ class ProcessExecutor:
             obs = seen.get(name)
             if obs is None:
                 continue  # damaged: left for a person to look at
-            if obs.phase is model.Phase.ABSENT:  # forgotten, or deleted by hand
+            if obs.phase is launching.Phase.ABSENT:  # forgotten, or deleted by hand
                 with contextlib.suppress(OSError):
                     os.unlink(marker)
             elif not obs.phase.finished:  # the name was launched again: it goes on
@@ -504,11 +506,11 @@ class ProcessExecutor:
         if not self.root.is_dir():
             raise errors.ExecutorError(f"process executor: run folder root {self.root} is missing")
 
-    def _observe_blocking(self, dirs: Mapping[str, Path]) -> dict[str, model.Observation]:
+    def _observe_blocking(self, dirs: Mapping[str, Path]) -> dict[str, launching.Observation]:
         self._check_root()
         return _observe_many(dirs)
 
-    def _list_blocking(self, selector: dict[str, str]) -> list[model.Observation]:
+    def _list_blocking(self, selector: dict[str, str]) -> list[launching.Observation]:
         self._check_root()
         with _platform(f"list the run folders in {self.root}"):
             entries = sorted(os.scandir(self.root), key=lambda e: e.name)
@@ -599,7 +601,7 @@ def _platform(doing: str) -> Iterator[None]:
         raise errors.ExecutorError(f"process executor could not {doing}: {exc}") from exc
 
 
-def _launch_files(launch: model.Launch, spec: dict[str, Any], log_bytes: int) -> dict[str, Any]:
+def _launch_files(launch: launching.Launch, spec: dict[str, Any], log_bytes: int) -> dict[str, Any]:
     """What a run folder starts with, by file name: the supervisor writes them (the payload,
     when there is one, as JSON text, so that it is written as every executor delivers it)."""
     launch_doc = {
@@ -612,7 +614,7 @@ def _launch_files(launch: model.Launch, spec: dict[str, Any], log_bytes: int) ->
         "log_bytes": log_bytes,
     }
     files: dict[str, Any] = {"launch.json": launch_doc, "labels.json": dict(launch.labels)}
-    if (payload := model.payload_json(launch.payload)) is not None:
+    if (payload := launching.payload_json(launch.payload)) is not None:
         files[process_shim.PAYLOAD_FILE] = payload
     return files
 
@@ -863,7 +865,7 @@ def _start_supervisor(log: Path) -> socket.socket:
     return mine
 
 
-def _check_same_identity(run_dir: Path, launch: model.Launch) -> None:
+def _check_same_identity(run_dir: Path, launch: launching.Launch) -> None:
     """Return if `run_dir` belongs to `launch`'s attempt, else raise LaunchConflict."""
     with _platform(f"read the labels of {launch.name!r}"):
         theirs = _read_json(run_dir / "labels.json") or {}
@@ -880,7 +882,7 @@ def _check_same_identity(run_dir: Path, launch: model.Launch) -> None:
 # --- observing -------------------------------------------------------------------------------
 
 
-def _observe_many(dirs: Mapping[str, Path]) -> dict[str, model.Observation]:
+def _observe_many(dirs: Mapping[str, Path]) -> dict[str, launching.Observation]:
     """Observations by name; a run folder that cannot be read is left out (unknown), so
     one damaged folder does not hide the others."""
     seen = {}
@@ -892,10 +894,10 @@ def _observe_many(dirs: Mapping[str, Path]) -> dict[str, model.Observation]:
     return seen
 
 
-def _observe_one(name: str, run_dir: Path) -> model.Observation:
+def _observe_one(name: str, run_dir: Path) -> launching.Observation:
     with _platform(f"observe {name!r}"):
         if not run_dir.is_dir():
-            return model.Observation(name=name, phase=model.Phase.ABSENT)
+            return launching.Observation(name=name, phase=launching.Phase.ABSENT)
         labels = _read_json(run_dir / "labels.json") or {}
         finished = _finished(name, run_dir, labels)
         if finished is not None:
@@ -903,16 +905,16 @@ def _observe_one(name: str, run_dir: Path) -> model.Observation:
         child = _read_pid(run_dir / "child.pid")
         started_at = _time(child.get("started_at")) if child else None
         if _alive(_read_pid(run_dir / "shim.pid")):
-            phase = model.Phase.RUNNING if child else model.Phase.PENDING
-            return model.Observation(name, phase, labels, started_at=started_at)
+            phase = launching.Phase.RUNNING if child else launching.Phase.PENDING
+            return launching.Observation(name, phase, labels, started_at=started_at)
         if _alive(child):  # the supervisor was killed, the command was not: it still runs
-            return model.Observation(
-                name, model.Phase.RUNNING, labels, reason=SUPERVISOR_DIED, started_at=started_at
+            return launching.Observation(
+                name, launching.Phase.RUNNING, labels, reason=SUPERVISOR_DIED, started_at=started_at
             )
         # The shim may have written exit.json and ended since we first looked.
-        return _finished(name, run_dir, labels) or model.Observation(
+        return _finished(name, run_dir, labels) or launching.Observation(
             name,
-            model.Phase.FAILED,
+            launching.Phase.FAILED,
             labels,
             reason=SUPERVISOR_DIED,
             started_at=started_at,
@@ -921,14 +923,14 @@ def _observe_one(name: str, run_dir: Path) -> model.Observation:
         )
 
 
-def _finished(name: str, run_dir: Path, labels: dict[str, str]) -> model.Observation | None:
+def _finished(name: str, run_dir: Path, labels: dict[str, str]) -> launching.Observation | None:
     record = _read_json(run_dir / "exit.json")
     return None if record is None else _from_record(name, run_dir, labels, record)
 
 
 def _from_record(
     name: str, run_dir: Path, labels: Mapping[str, str], record: Mapping[str, Any]
-) -> model.Observation:
+) -> launching.Observation:
     """What `exit.json` (`record`) says of a finished run; a failure's message is the last
     line of its stderr. Its output is the record's when the supervisor said it, else read
     from the folder."""
@@ -939,9 +941,9 @@ def _from_record(
         said if isinstance(said, dict) else _tails(run_dir, LOG_TAIL_BYTES),
         None if started is None or finished is None else (finished - started).total_seconds(),
     )
-    return model.Observation(
+    return launching.Observation(
         name=name,
-        phase=model.Phase.SUCCEEDED if succeeded else model.Phase.FAILED,
+        phase=launching.Phase.SUCCEEDED if succeeded else launching.Phase.FAILED,
         labels=labels,
         exit_code=record.get("exit_code"),
         reason=record.get("reason"),
@@ -953,7 +955,7 @@ def _from_record(
     )
 
 
-LOG_TAIL_BYTES = model.STREAM_BYTES
+LOG_TAIL_BYTES = launching.STREAM_BYTES
 """How much of each log is read back from a run folder whose end the supervisor did not
 say (recovery, a sweep): the default, as the run folder does not record the setting."""
 
@@ -975,7 +977,7 @@ def _tails(run_dir: Path, limit: int) -> dict[str, Any]:
     return out
 
 
-def run_log(tails: Mapping[str, Any], latency: float | None) -> model.RunLog:
+def run_log(tails: Mapping[str, Any], latency: float | None) -> launching.RunLog:
     """A command's run log: the tails of its stdout and stderr, as the supervisor said them
     (process_shim.output_tails) or as read (bytes)."""
     streams = []
@@ -990,8 +992,8 @@ def run_log(tails: Mapping[str, Any], latency: float | None) -> model.RunLog:
             data = bytes(tail)
         size = int(said.get("bytes", len(data)))
         cut = size > len(data)
-        streams.append(model.Stream(name, model.decoded(data, cut_before=cut), size, cut))
-    return model.RunLog(streams=tuple(streams), latency=latency)
+        streams.append(launching.Stream(name, launching.decoded(data, cut_before=cut), size, cut))
+    return launching.RunLog(streams=tuple(streams), latency=latency)
 
 
 _TRANSIENT_REASONS = ("deadline exceeded", "supervisor terminated", SUPERVISOR_DIED)

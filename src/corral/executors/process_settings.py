@@ -13,7 +13,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from corral import durations, model
+from corral import durations, launching
 
 
 def _uid_range(given: str) -> tuple[int, int]:
@@ -42,7 +42,7 @@ class ProcessExecutorSettings(BaseModel):
         " it finished; longer than timeouts.recovery_grace, so recovery always reads it first.",
     )
     log_bytes: int = Field(
-        model.STREAM_BYTES,
+        launching.STREAM_BYTES,
         ge=0,
         le=1024 * 1024,
         description="How much of the end of a command's stdout, and of its stderr, the run log"

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from sqlalchemy import Connection, Engine
 from sqlalchemy import exc as sa_exc
 
-from corral import errors, failpoints, model, retry
+from corral import errors, failpoints, launching, model, retry
 from corral.store import (
     alerts,
     attempts,
@@ -982,19 +982,19 @@ class Store:
     async def alert_muted(self, *, now: datetime) -> dict[str, datetime]:
         return await self._tx(alerts.alert_muted, now=now)
 
-    async def run_logs(self, *, job_id: int) -> dict[int, model.RunLog]:
+    async def run_logs(self, *, job_id: int) -> dict[int, launching.RunLog]:
         """What each ended attempt of a job left to read, by fence."""
         return await self._lookup(runlogs.run_logs_of, job_id=job_id)
 
     async def job_record(
         self, *, job_id: int
-    ) -> tuple[model.Job, list[model.Attempt], list[model.Event], dict[int, model.RunLog]]:
+    ) -> tuple[model.Job, list[model.Attempt], list[model.Event], dict[int, launching.RunLog]]:
         """A job, its attempts, its events and its run logs (what a job's page shows), read
         in one call on one connection; NotFound if there is no such job."""
 
         def job_record(
             conn: Connection, *, job_id: int
-        ) -> tuple[model.Job, list[model.Attempt], list[model.Event], dict[int, model.RunLog]]:
+        ) -> tuple[model.Job, list[model.Attempt], list[model.Event], dict[int, launching.RunLog]]:
             return (
                 jobs.job_get(conn, job_id=job_id),
                 attempts.attempt_list(conn, job_id=job_id),
@@ -1026,7 +1026,7 @@ class Store:
         location: str,
         code_version: str | None,
         now: datetime,
-    ) -> model.Pointer | int:
+    ) -> launching.Pointer | int:
         return await self._tx(
             sinks.pointer_swap,
             dataset=dataset,
@@ -1038,7 +1038,7 @@ class Store:
 
     async def pointer_get(
         self, *, dataset: str, tenant: str | None = None, fence: int | None = None
-    ) -> model.Pointer | None:
+    ) -> launching.Pointer | None:
         return await self._tx(sinks.pointer_get, dataset=dataset, tenant=tenant, fence=fence)
 
     # --- bulk operations (operations.py) ------------------------------------------------

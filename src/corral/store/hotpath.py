@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection
 
-from corral import model
+from corral import launching, model
 from corral.store import claims, dialects, runlogs, workers
 from corral.store.tables import UTCDateTime, jobs
 
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 
 A, J = model.AttemptState, model.JobState
 
-_NONE: Mapping[int, model.RunLog] = {}
+_NONE: Mapping[int, launching.RunLog] = {}
 
 _JOB_COLUMNS = [c.name for c in jobs.c]  # in the order of model.Job's fields (a test checks)
 _STATE = _JOB_COLUMNS.index("state")
@@ -309,7 +309,7 @@ async def pg_settle(
     launched: Sequence[int],
     won: Sequence[tuple[int, int | None, str | None]],
     now: datetime,
-    logs: Mapping[int, model.RunLog] = _NONE,
+    logs: Mapping[int, launching.RunLog] = _NONE,
     reason: str = "launched",
 ) -> tuple[list[int], list[tuple[int, int, int]]]:
     """Record `launched` attempts as running and apply successes (fence, exit code, reason)
@@ -445,7 +445,7 @@ def sqlite_settle(
     launched: Sequence[int],
     won: Sequence[tuple[int, int | None, str | None]],
     now: datetime,
-    logs: Mapping[int, model.RunLog] = _NONE,
+    logs: Mapping[int, launching.RunLog] = _NONE,
     reason: str = "launched",
 ) -> tuple[list[int], list[tuple[int, int, int]]]:
     """Record `launched` attempts as running and apply successes (fence, exit code, reason)
@@ -551,7 +551,7 @@ def _launching(
     )
 
 
-def _row(log: model.RunLog) -> tuple[Any, ...]:
+def _row(log: launching.RunLog) -> tuple[Any, ...]:
     """latency, status, address and streams (as JSON text) of a run_logs row."""
     fields = runlogs.log_fields(log)
     return (fields["latency"], fields["status"], fields["address"], json.dumps(fields["streams"]))

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from corral import errors, model
+from corral import errors, launching, model
 from corral.store import runlogs
 
 if TYPE_CHECKING:
@@ -141,7 +141,7 @@ def _job_list_sql(names: frozenset[str]) -> str:
 
 async def job_record(
     conn: psycopg.AsyncConnection[Any], *, job_id: int
-) -> tuple[model.Job, list[model.Attempt], list[model.Event], dict[int, model.RunLog]]:
+) -> tuple[model.Job, list[model.Attempt], list[model.Event], dict[int, launching.RunLog]]:
     """A job, its attempts, its events and its run logs, four statements on one connection
     (as Store.job_record reads them); NotFound if there is no such job."""
     params = {"job_id": job_id}
@@ -218,7 +218,7 @@ class _Reader:
         return model.Event(*values)
 
     @staticmethod
-    def run_log(row: Sequence[Any]) -> model.RunLog:
+    def run_log(row: Sequence[Any]) -> launching.RunLog:
         values = dict(zip(_RUN_LOG, row, strict=True))
         values["streams"] = _parsed(values["streams"])
         return runlogs.run_log_from_row(values)

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, TypeVar
 
-from corral import clock, config, errors, loops, model, retry, store
+from corral import clock, config, errors, launching, loops, model, retry, store
 from corral.store import DefaultLimits, Finish
 from corral.worker.app import App, Task
 
@@ -753,16 +753,16 @@ def _log(
     fresh: Mapping[str, Any],
     clk: clock.Clock,
     exc: BaseException | None = None,
-) -> model.RunLog:
+) -> launching.RunLog:
     streams = []
     if fresh:
         text = json.dumps(model.redacted(_jsonable(fresh)), sort_keys=True)
-        streams.append(model.Stream("fresh", text, len(text.encode())))
+        streams.append(launching.Stream("fresh", text, len(text.encode())))
     if exc is not None:
         whole = "".join(traceback.format_exception(exc))
-        text = whole[-model.STREAM_BYTES :]
-        streams.append(model.Stream("traceback", text, len(whole.encode()), cut=text != whole))
-    return model.RunLog(streams=tuple(streams), latency=clk.monotonic() - started)
+        text = whole[-launching.STREAM_BYTES :]
+        streams.append(launching.Stream("traceback", text, len(whole.encode()), cut=text != whole))
+    return launching.RunLog(streams=tuple(streams), latency=clk.monotonic() - started)
 
 
 def _failed(
