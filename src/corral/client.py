@@ -27,7 +27,21 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
-from corral import clock, config, durations, errors, launching, loops, model, plain, policy, store
+from corral import (
+    access,
+    clock,
+    config,
+    durations,
+    errors,
+    launching,
+    loops,
+    model,
+    plain,
+    policy,
+    python_tasks,
+    scheduling,
+    store,
+)
 from corral.executors import base, registry
 from corral.executors import python as python_executor
 from corral.executors.base import Executor
@@ -199,8 +213,8 @@ class Client:
         self.settings = settings
         self.clock = clock
         self._attempt_key: str | None = None
-        self._tokens: dict[str, tuple[float, model.Token]] = {}  # digest -> (fresh until, token)
-        self._sessions: dict[str, tuple[float, model.WebSession]] = {}  # the same, of cookies
+        self._tokens: dict[str, tuple[float, access.Token]] = {}  # digest -> (fresh until, token)
+        self._sessions: dict[str, tuple[float, access.WebSession]] = {}  # the same, of cookies
         self.checkers = executors if checkers is None else checkers
         self.loops = loops.Service(store, settings, clock)
         """The loops table: this process's pulse, which loops live, work nobody can do."""
@@ -295,9 +309,9 @@ class Client:
         workers registered it (else as any worker last did). A version no worker has ever
         registered is taken as it is: the job parks until one that reads it registers.
         InvalidInput names the field and the rule. Any other job is returned as it is."""
-        if job.executor != model.PYTHON:
+        if job.executor != python_tasks.PYTHON:
             return job
-        task, version = model.task_of(job.spec)
+        task, version = python_tasks.task_of(job.spec)
         schemas, newest = await self.store.task_schemas(task=task, since=self.since())
         if version == 0:
             if newest is None:
@@ -319,7 +333,7 @@ class Client:
         return dataclasses.replace(
             job,
             spec={"task": task, "version": version},
-            payload=model.envelope(task, version, data),
+            payload=python_tasks.envelope(task, version, data),
         )
 
     async def job(self, job_id: int) -> JobView:
@@ -535,7 +549,7 @@ class Client:
 
     # --- API tokens -----------------------------------------------------------------------
 
-    async def first_admin_token(self) -> tuple[model.Token, str] | None:
+    async def first_admin_token(self) -> tuple[access.Token, str] | None:
         """An all-tenant admin token and its secret (shown this once), made only where no
         all-tenant admin token was ever made: what `serve --http` hands a new installation.
         None otherwise (exactly one, however many corrals start at once)."""
@@ -552,7 +566,7 @@ class Client:
         tenant: str | None,
         role: str,
         expires: timedelta | None = None,
-    ) -> tuple[model.Token, str]:
+    ) -> tuple[access.Token, str]:
         """Make an API token for `tenant` (None: every tenant) in `role`: the token as
         listed, and its secret, which is shown this once and stored only hashed."""
         if tenant is not None and not _NAME.match(tenant):
@@ -560,9 +574,9 @@ class Client:
                 f"tenant: {tenant!r} must be 1-200 characters of [A-Za-z0-9_.-],"
                 " starting alphanumeric"
             )
-        if role not in model.Role.__members__.values():
+        if role not in access.Role.__members__.values():
             raise errors.InvalidInput(
-                f"role: {role!r} is not a role; use one of {', '.join(model.Role)}"
+                f"role: {role!r} is not a role; use one of {', '.join(access.Role)}"
             )
         if not name.strip() or len(name) > 200:
             raise errors.InvalidInput("name: must be 1-200 characters")
@@ -575,14 +589,14 @@ class Client:
         made = await self.store.token_add(
             name=name,
             tenant=tenant,
-            role=model.Role(role),
+            role=access.Role(role),
             secret_sha256=token_digest(secret),
             now=now,
             expires_at=None if expires is None else now + expires,
         )
         return made, secret
 
-    async def token_check(self, secret: str) -> model.Token | None:
+    async def token_check(self, secret: str) -> access.Token | None:
         """The token of `secret` if it may be used now (not revoked, not expired). A token
         read from the store is trusted for TOKEN_FRESH_SECONDS: a revoke made by another
         process reaches this one within that; one made through this client, at once."""
@@ -591,7 +605,7 @@ class Client:
         digest, now = token_digest(secret), self.clock.monotonic()
         kept = self._tokens.get(digest)
         if kept is not None and kept[0] > now:
-            found: model.Token | None = kept[1]
+            found: access.Token | None = kept[1]
         else:
             found = await self.store.token_find(secret_sha256=digest)
             if found is not None:  # unknown secrets are not kept: guesses fill no memory
@@ -600,7 +614,7 @@ class Client:
                 self._tokens[digest] = (now + TOKEN_FRESH_SECONDS, found)
         return found if found is not None and found.valid(self.clock.now()) else None
 
-    async def token_revoke(self, token_id: int) -> model.Token:
+    async def token_revoke(self, token_id: int) -> access.Token:
         """Revoke token `token_id` (NotFound: there is none); refused here at once, and by
         other API processes within TOKEN_FRESH_SECONDS."""
         done = await self.store.token_revoke(token_id=token_id, now=self.clock.now())
@@ -621,7 +635,7 @@ class Client:
 
     async def user_add(
         self, name: str, *, password: str, tenant: str | None, role: str
-    ) -> model.User:
+    ) -> access.User:
         """Make a dashboard user for `tenant` (None: every tenant) in `role`; the password is
         kept only as its argon2 hash. Conflict when the name is taken."""
         if not _NAME.match(name or ""):
@@ -636,21 +650,21 @@ class Client:
             name=name,
             password_hash=hashed,
             tenant=tenant,
-            role=model.Role(role),
+            role=access.Role(role),
             now=self.clock.now(),
         )
 
-    async def user_remove(self, name: str) -> model.User:
+    async def user_remove(self, name: str) -> access.User:
         """Remove a dashboard user (NotFound: there is none); their sessions end at once
         (in other processes within TOKEN_FRESH_SECONDS)."""
         removed = await self.store.user_remove(name=name, now=self.clock.now())
         self._sessions.clear()
         return removed
 
-    async def users(self) -> list[model.User]:
+    async def users(self) -> list[access.User]:
         return await self.store.user_list()
 
-    async def sign_in(self, name: str, password: str) -> tuple[str, model.WebSession] | None:
+    async def sign_in(self, name: str, password: str) -> tuple[str, access.WebSession] | None:
         """A new session for the user `name` if `password` is theirs: its secret (for the
         cookie; stored only hashed) and the session; None otherwise. An unknown name costs
         the same hash as a wrong password, so the time taken does not tell names apart."""
@@ -660,7 +674,7 @@ class Client:
             return None
         return await self._session_open(user_id=found[0].id, token_id=None)
 
-    async def sign_in_token(self, secret: str) -> tuple[str, model.WebSession] | None:
+    async def sign_in_token(self, secret: str) -> tuple[str, access.WebSession] | None:
         """A new session acting as the API token `secret` (while the token stays valid)."""
         token = await self.token_check(secret.strip())
         if token is None:
@@ -669,7 +683,7 @@ class Client:
 
     async def _session_open(
         self, *, user_id: int | None, token_id: int | None
-    ) -> tuple[str, model.WebSession] | None:
+    ) -> tuple[str, access.WebSession] | None:
         secret, now = secrets.token_urlsafe(32), self.clock.now()
         await self.store.session_add(
             secret_sha256=token_digest(secret),
@@ -682,7 +696,7 @@ class Client:
         made = await self.session(secret)
         return None if made is None else (secret, made)
 
-    async def session(self, secret: str) -> model.WebSession | None:
+    async def session(self, secret: str) -> access.WebSession | None:
         """The valid session of a cookie's secret, or None (unknown, expired, its user
         removed or its token revoked). As a token is, a session read from the store is
         trusted for TOKEN_FRESH_SECONDS: one ended through this client ends at once, one
@@ -723,7 +737,7 @@ class Client:
         jitter: str | None = None,
         tenant_made: bool = False,
         **job: Unpack[JobArgs],
-    ) -> tuple[model.NewSchedule, datetime]:
+    ) -> tuple[scheduling.NewSchedule, datetime]:
         """The schedule `schedule_create` would store, checked, with its anchor (the
         origin of an interval, and no firing before it); InvalidInput naming the field and
         the rule otherwise. `job` is its job template, as `submit` takes a job.
@@ -758,15 +772,15 @@ class Client:
         if job.get("payload") is not None and not isinstance(job.get("payload"), Mapping):
             raise errors.InvalidInput(
                 "payload: a schedule's payload must be a JSON object: each firing adds what"
-                f" it is for under {model.FIRING!r}"
+                f" it is for under {scheduling.FIRING!r}"
             )
-        template = model.job_template(self.validate(self.new_job(**job)))
+        template = scheduling.job_template(self.validate(self.new_job(**job)))
         try:
-            mode = model.Catchup(catchup)
+            mode = scheduling.Catchup(catchup)
         except ValueError:
             raise errors.InvalidInput(f"catchup: {catchup!r} must be none or all") from None
         try:
-            how = model.Overlap(overlap)
+            how = scheduling.Overlap(overlap)
         except ValueError:
             raise errors.InvalidInput(
                 f"overlap: {overlap!r} must be allow, forbid or replace"
@@ -775,7 +789,7 @@ class Client:
             raise errors.InvalidInput(f"catchup_max: {catchup_max} must be between 1 and 10000")
         window = cadence.parse_duration(catchup_window, "catchup_window")
         spread = cadence.parse_duration(jitter, "jitter") if jitter is not None else None
-        new = model.NewSchedule(
+        new = scheduling.NewSchedule(
             name=name,
             template=template,
             tenant=template["tenant"],
@@ -794,7 +808,7 @@ class Client:
         scheduler.rule(new, anchor)  # every rule builds
         return new, anchor
 
-    async def schedule_create(self, name: str, **args: Any) -> model.Schedule:
+    async def schedule_create(self, name: str, **args: Any) -> scheduling.Schedule:
         """Store a schedule (`new_schedule`'s arguments); it fires first at its first
         nominal time after now (or at its start)."""
         from corral import scheduler
@@ -807,7 +821,7 @@ class Client:
                 task_version=args.get("task_version"),
                 payload=args.get("payload"),
             )
-            args["task_version"] = model.task_of((await self.task_checked(draft)).spec)[1]
+            args["task_version"] = python_tasks.task_of((await self.task_checked(draft)).spec)[1]
         new, anchor = self.new_schedule(name, **args)
         now = self.clock.now()
         first = scheduler.first_due(
@@ -815,7 +829,7 @@ class Client:
         )
         return await self.store.schedule_create(new=new, anchor=anchor, next_due=first, now=now)
 
-    def upcoming(self, found: model.Schedule, count: int = 5) -> list[cadence.Nominal]:
+    def upcoming(self, found: scheduling.Schedule, count: int = 5) -> list[cadence.Nominal]:
         """A schedule's next `count` nominal times (none while it is paused or over),
         marking those a DST change moved."""
         from corral import cadence, scheduler
@@ -831,12 +845,12 @@ class Client:
             taken.append(nominal)
         return taken
 
-    async def schedule(self, name: str, *, tenant: str = "default") -> model.Schedule:
+    async def schedule(self, name: str, *, tenant: str = "default") -> scheduling.Schedule:
         return await self.store.schedule_get(name=name, tenant=tenant)
 
     async def secret_make(
         self, *, tenant: str = "default", rotate: bool = False
-    ) -> tuple[str, model.SigningSecret]:
+    ) -> tuple[str, access.SigningSecret]:
         """A new signing secret for `tenant`'s HTTP requests (`whsec_` and 32 random bytes in
         base64, the Standard Webhooks form): the secret, shown this once, and its record.
         `rotate`: it replaces the current one, which signs alongside it for
@@ -851,16 +865,16 @@ class Client:
         )
         return secret, made
 
-    async def signing_secrets(self, *, tenant: str | None = None) -> list[model.SigningSecret]:
+    async def signing_secrets(self, *, tenant: str | None = None) -> list[access.SigningSecret]:
         """The signing secrets that still sign (never their values)."""
         return await self.store.secrets_list(tenant=tenant, now=self.clock.now())
 
-    async def schedules(self, *, tenant: str | None = None) -> list[model.Schedule]:
+    async def schedules(self, *, tenant: str | None = None) -> list[scheduling.Schedule]:
         return await self.store.schedule_list(tenant=tenant)
 
     async def schedule_update(
         self, name: str, *, tenant: str = "default", **args: Any
-    ) -> model.Schedule:
+    ) -> scheduling.Schedule:
         """Change a schedule: the arguments given replace its own (the rule, the options,
         any field of the job template); the rest stay. Its next nominal time is computed
         again from now."""
@@ -899,11 +913,11 @@ class Client:
         old = await self.store.schedule_get(name=name, tenant=tenant)
         await self.store.schedule_delete(schedule_id=old.id)
 
-    async def schedule_pause(self, name: str, *, tenant: str = "default") -> model.Schedule:
+    async def schedule_pause(self, name: str, *, tenant: str = "default") -> scheduling.Schedule:
         old = await self.store.schedule_get(name=name, tenant=tenant)
         return await self.store.schedule_pause(schedule_id=old.id, now=self.clock.now())
 
-    async def schedule_resume(self, name: str, *, tenant: str = "default") -> model.Schedule:
+    async def schedule_resume(self, name: str, *, tenant: str = "default") -> scheduling.Schedule:
         """Resume a paused schedule: what passed while it was paused is recorded as
         skipped, never fired; it fires next at its first nominal time after now."""
         from corral import scheduler
@@ -925,7 +939,7 @@ class Client:
         old = await self.store.schedule_get(name=name, tenant=tenant)
         now = self.clock.now()
         fire = scheduler.firing(
-            old, scheduler.rule(old, old.anchor), now, model.FiringOutcome.FIRED
+            old, scheduler.rule(old, old.anchor), now, scheduling.FiringOutcome.FIRED
         )
         fire = dataclasses.replace(fire, note="triggered by hand")
         await self.store.backfill(schedule=old, fires=[fire], now=now)
@@ -935,7 +949,7 @@ class Client:
 
     async def firings(
         self, name: str, *, tenant: str = "default", limit: int = 20
-    ) -> list[model.Firing]:
+    ) -> list[scheduling.Firing]:
         old = await self.store.schedule_get(name=name, tenant=tenant)
         return await self.store.firing_list(schedule_id=old.id, limit=limit)
 
@@ -968,11 +982,11 @@ class Client:
         if code_version is not None:
             overrides["code_version"] = code_version
         if overrides:  # checked as any job is
-            sample = model.job_from_template(old.template, **overrides)
+            sample = scheduling.job_from_template(old.template, **overrides)
             self.validate(sample)
         fires = scheduler.backfill_fires(old, first, last, **overrides)
         created = there = 0
-        chunk: list[model.Fire] = []
+        chunk: list[scheduling.Fire] = []
         for fire in fires:
             chunk.append(fire)
             if len(chunk) == batch:
@@ -988,7 +1002,9 @@ class Client:
                 progress(len(chunk))
         return created, there
 
-    async def _backfill(self, schedule: model.Schedule, fires: list[model.Fire]) -> tuple[int, int]:
+    async def _backfill(
+        self, schedule: scheduling.Schedule, fires: list[scheduling.Fire]
+    ) -> tuple[int, int]:
         return await self.store.backfill(schedule=schedule, fires=fires, now=self.clock.now())
 
     async def rerun(self, job_id: int, *, tenant_made: bool = False) -> int:
@@ -1002,7 +1018,7 @@ class Client:
                 " (a quarantined one: `corral dead retry`)"
             )
         new = dataclasses.replace(
-            model.job_from_template({f: getattr(old, f) for f in model.TEMPLATE_FIELDS}),
+            scheduling.job_from_template({f: getattr(old, f) for f in scheduling.TEMPLATE_FIELDS}),
             labels={**old.labels, RERUN_OF: str(job_id)},
             tenant_made=old.tenant_made or tenant_made,
         )
@@ -1038,7 +1054,7 @@ def _instant(value: str | datetime, field: str, tz: str) -> datetime:
     return cadence.parse_instant(value, field, tz)
 
 
-def _schedule_args(schedule: model.Schedule) -> dict[str, Any]:
+def _schedule_args(schedule: scheduling.Schedule) -> dict[str, Any]:
     """A stored schedule as `new_schedule`'s arguments (what `schedule_update` starts from)."""
     args: dict[str, Any] = {
         "tz": schedule.tz,
@@ -1123,9 +1139,9 @@ def _check_tenant_role(tenant: str | None, role: str) -> None:
         raise errors.InvalidInput(
             f"tenant: {tenant!r} must be 1-200 characters of [A-Za-z0-9_.-], starting alphanumeric"
         )
-    if role not in model.Role.__members__.values():
+    if role not in access.Role.__members__.values():
         raise errors.InvalidInput(
-            f"role: {role!r} is not a role; use one of {', '.join(model.Role)}"
+            f"role: {role!r} is not a role; use one of {', '.join(access.Role)}"
         )
 
 
@@ -1296,7 +1312,7 @@ def check_job(
 ) -> model.NewJob:
     """The job as it will be stored, or InvalidInput naming the first field that is wrong."""
     _check_text(job)
-    if job.executor not in executors and job.executor != model.PYTHON:
+    if job.executor not in executors and job.executor != python_tasks.PYTHON:
         raise errors.InvalidInput(_not_running(job.executor, executors))
     if job.pool is not None and job.pool not in settings.pools:
         known = ", ".join(sorted(settings.pools)) or "none are configured"
@@ -1321,11 +1337,13 @@ def check_job(
     for key, value in job.labels.items():
         model.check_label(key, value)
     _check_payload(job.payload, settings)
-    if job.executor == model.PYTHON:
+    if job.executor == python_tasks.PYTHON:
         job = _worker_leased(job)
     checked = policy.job_policy(settings, job.policy)
     _check_reach(job.executor, checked, settings)
-    checker = python_executor.SPEC if job.executor == model.PYTHON else executors[job.executor]
+    checker = (
+        python_executor.SPEC if job.executor == python_tasks.PYTHON else executors[job.executor]
+    )
     spec = checker.validate_spec(job.spec)
     return dataclasses.replace(job, spec=spec, policy=checked.stored())
 
@@ -1334,9 +1352,9 @@ def _worker_leased(job: model.NewJob) -> model.NewJob:
     """A Python task's job: its payload the envelope of its spec's task and version, and on
     its worker's lease (the worker's heartbeats renew it, at the worker's own interval, so a
     job cannot set its own lease or heartbeat interval)."""
-    task, version = model.task_of(python_executor.SPEC.validate_spec(job.spec))
+    task, version = python_tasks.task_of(python_executor.SPEC.validate_spec(job.spec))
     data = job.payload.get("data") if isinstance(job.payload, Mapping) else None
-    if job.payload != model.envelope(task, version, data):
+    if job.payload != python_tasks.envelope(task, version, data):
         raise errors.InvalidInput(
             "payload: a Python task's payload is its envelope {task, version, data}, of the"
             " spec's task and version; submit it as task=NAME with the data as payload"
@@ -1415,8 +1433,8 @@ def explain(view: JobView, now: datetime, *, pool: tuple[int, int] | None = None
             f"pool full: pool {job.pool!r} runs {pool[0]} of its {pool[1]} slots;"
             " this job waits for one to free up"
         )
-    if job.state == J.QUEUED and job.executor == model.PYTHON:
-        task, version = model.task_of(job.spec)
+    if job.state == J.QUEUED and job.executor == python_tasks.PYTHON:
+        task, version = python_tasks.task_of(job.spec)
         return (
             f"due now: waiting for a `corral worker` that reads task {task} version {version}"
             " to claim it (is one running with a free slot? `corral workers` lists them)"
@@ -1469,13 +1487,13 @@ def _task_job(task: Any, version: int | None, data: Any) -> tuple[str, dict[str,
                 f"task_version: {version}: task {task.name} here writes version {task.version}"
             )
         payload = task.payload(data)
-        return model.PYTHON, task.spec(), payload
+        return python_tasks.PYTHON, task.spec(), payload
     if version is not None and (
         not isinstance(version, int) or isinstance(version, bool) or version < 1
     ):
         raise errors.InvalidInput(f"task_version: {version!r} must be a whole number, at least 1")
     v = version or 0
-    return model.PYTHON, {"task": task, "version": v}, model.envelope(task, v, data)
+    return python_tasks.PYTHON, {"task": task, "version": v}, python_tasks.envelope(task, v, data)
 
 
 def schema_problem(schema: Mapping[str, Any], data: Any) -> str | None:

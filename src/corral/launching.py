@@ -18,7 +18,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from corral import model
+from corral import model, scheduling
 
 
 @dataclass(frozen=True, slots=True)
@@ -306,7 +306,7 @@ def build_launch(
         spec=job.spec,
         payload=job.payload,
         labels=labels,
-        env={**env, **model.firing_env(job.payload)},
+        env={**env, **scheduling.firing_env(job.payload)},
         deadline_seconds=deadline_seconds,
         relaunch=relaunch,
         stranger=stranger,

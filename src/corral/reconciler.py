@@ -58,6 +58,7 @@ from corral import (
     metrics,
     model,
     policy,
+    python_tasks,
     retry,
     store,
 )
@@ -214,7 +215,7 @@ class Reconciler:
         for item in due:
             by_kind[item.attempt.executor].append(item)
         for kind, items in by_kind.items():
-            if kind == model.PYTHON:
+            if kind == python_tasks.PYTHON:
                 await self._repair_tasks(items, summary)
             else:
                 await self._repair_all(kind, items, summary)
@@ -300,11 +301,11 @@ class Reconciler:
             ):
                 silent.append(item)
         readers = await self.store.task_readers(
-            pairs=[(*model.task_of(i.job.spec), i.job.queue) for i in silent], since=since
+            pairs=[(*python_tasks.task_of(i.job.spec), i.job.queue) for i in silent], since=since
         )
         park: dict[tuple[str, int], list[int]] = defaultdict(list)
         for item in silent:
-            pair = model.task_of(item.job.spec)
+            pair = python_tasks.task_of(item.job.spec)
             if (*pair, item.job.queue) in readers:
                 summary.lost += 1
                 self._repaired(item.attempt, "lost: its worker went silent")

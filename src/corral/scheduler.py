@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from corral import cadence, errors, metrics, model, tenancy
+from corral import cadence, errors, metrics, model, scheduling, tenancy
 from corral.clock import Clock, sleep_or_stop
 from corral.executors.base import Executor
 from corral.store import Store
@@ -25,7 +25,7 @@ from corral.store.schedules import Fired, Plan
 
 log = logging.getLogger("corral.scheduler")
 
-F = model.FiringOutcome
+F = scheduling.FiringOutcome
 BATCH = 500
 """Schedules fired in one transaction: big enough that 10,000 due at once take a few
 transactions, small enough that one holds its locks briefly."""
@@ -46,7 +46,7 @@ MISSED_RECORDED = 1000
 rest are counted on the schedule (missed_total)."""
 
 
-def rule(schedule: model.Schedule | model.NewSchedule, anchor: datetime) -> cadence.When:
+def rule(schedule: scheduling.Schedule | scheduling.NewSchedule, anchor: datetime) -> cadence.When:
     """When a schedule fires, as `cadence` reads it."""
     if schedule.cron is not None:
         return cadence.Cron(schedule.cron, schedule.tz)
@@ -75,7 +75,7 @@ def _before_until(at: datetime, until: datetime | None) -> datetime | None:
     return None if until is not None and at >= until else at
 
 
-def plan(schedule: model.Schedule, previous: model.JobState | None, now: datetime) -> Plan:
+def plan(schedule: scheduling.Schedule, previous: model.JobState | None, now: datetime) -> Plan:
     """What firing `schedule` at `now` records: the due nominal times it fires (with their
     jobs), the ones it records as missed (catch-up) or as overlapping, and its next
     nominal time. `previous` is the state of its previous firing's job, if any. Pure."""
@@ -84,7 +84,7 @@ def plan(schedule: model.Schedule, previous: model.JobState | None, now: datetim
     assert schedule.next_due is not None
     following_due = cadence.after(when, schedule.next_due).at
     window = timedelta(seconds=schedule.catchup_window_seconds)
-    too_old = schedule.catchup == model.Catchup.ALL and now - schedule.next_due > window
+    too_old = schedule.catchup == scheduling.Catchup.ALL and now - schedule.next_due > window
     if following_due > now and not too_old:  # the usual case: one due, no catching up
         caught = cadence.CatchUp([schedule.next_due], [], following_due, 0, None)
         ends = {schedule.next_due: following_due}
@@ -95,30 +95,34 @@ def plan(schedule: model.Schedule, previous: model.JobState | None, now: datetim
     fire_at = [t for t in caught.fire if until is None or t < until]
     missed = [t for t in caught.missed if until is None or t < until]
     fires = [
-        model.Fire(t, F.MISSED, note=f"no scheduler fired it in time (catch-up {schedule.catchup})")
+        scheduling.Fire(
+            t, F.MISSED, note=f"no scheduler fired it in time (catch-up {schedule.catchup})"
+        )
         for t in missed[-MISSED_RECORDED:]
     ]
     missed_count = max(0, caught.missed_count - len(fires))  # the ones not recorded one by one
     busy = previous is not None and previous not in model.FINAL_JOB_STATES
     cancel_previous = False
-    if fire_at and busy and schedule.overlap == model.Overlap.FORBID:
+    if fire_at and busy and schedule.overlap == scheduling.Overlap.FORBID:
         fires += [
-            model.Fire(t, F.OVERLAP, note="the previous firing's job had not ended")
+            scheduling.Fire(t, F.OVERLAP, note="the previous firing's job had not ended")
             for t in fire_at
         ]
         fire_at = []
-    elif fire_at and schedule.overlap == model.Overlap.REPLACE:
+    elif fire_at and schedule.overlap == scheduling.Overlap.REPLACE:
         # Catching up, the latest replaces the rest: one job runs.
         fires += [
-            model.Fire(t, F.OVERLAP, note="replaced by a later firing caught up in the same pass")
+            scheduling.Fire(
+                t, F.OVERLAP, note="replaced by a later firing caught up in the same pass"
+            )
             for t in fire_at[:-1]
         ]
         fire_at = fire_at[-1:]
         cancel_previous = busy
-    elif fire_at and schedule.overlap == model.Overlap.FORBID:
+    elif fire_at and schedule.overlap == scheduling.Overlap.FORBID:
         # Catching up, one at a time: the first now, the rest would overlap it.
         fires += [
-            model.Fire(t, F.OVERLAP, note="an earlier firing caught up in the same pass")
+            scheduling.Fire(t, F.OVERLAP, note="an earlier firing caught up in the same pass")
             for t in fire_at[1:]
         ]
         fire_at = fire_at[:1]
@@ -130,7 +134,7 @@ def plan(schedule: model.Schedule, previous: model.JobState | None, now: datetim
     )
 
 
-def _catch_up(schedule: model.Schedule, when: cadence.When, now: datetime) -> cadence.CatchUp:
+def _catch_up(schedule: scheduling.Schedule, when: cadence.When, now: datetime) -> cadence.CatchUp:
     assert schedule.next_due is not None
     before_next = schedule.next_due - timedelta(microseconds=1)
     return cadence.catch_up(
@@ -149,14 +153,14 @@ def refused(plan: Plan, why: str) -> Plan:
     creating no job: a tenant's schedule whose tenant is no longer granted its executor.
     Pure."""
     fires = [
-        model.Fire(f.nominal_at, F.REFUSED, note=why) if f.outcome == F.FIRED else f
+        scheduling.Fire(f.nominal_at, F.REFUSED, note=why) if f.outcome == F.FIRED else f
         for f in plan.fires
     ]
     return dataclasses.replace(plan, fires=fires, cancel_previous=False)
 
 
 def _plan_at(
-    schedule: model.Schedule,
+    schedule: scheduling.Schedule,
     previous: model.JobState | None,
     *,
     now: datetime,
@@ -181,25 +185,25 @@ def _plan_at(
         return Plan(fires=[], next_due=now + STUCK_BACKOFF)
 
 
-Refuse = Callable[[model.Schedule], str | None]
+Refuse = Callable[[scheduling.Schedule], str | None]
 """Why a firing of a tenant's schedule is refused now; None when it may run."""
 
 
 def _not_granted(
-    tenants: Mapping[str, tenancy.TenantSettings], schedule: model.Schedule
+    tenants: Mapping[str, tenancy.TenantSettings], schedule: scheduling.Schedule
 ) -> str | None:
     return tenancy.refusal(tenants, schedule.tenant, tenancy.executor_of(schedule.template))
 
 
 def firing(
-    schedule: model.Schedule,
+    schedule: scheduling.Schedule,
     when: cadence.When,
     nominal: datetime,
-    outcome: model.FiringOutcome,
+    outcome: scheduling.FiringOutcome,
     *,
     end: datetime | None = None,
     overrides: Mapping[str, object] | None = None,
-) -> model.Fire:
+) -> scheduling.Fire:
     """The firing of `schedule` at `nominal`, with the job it creates: the template's, due
     at the nominal time (plus the schedule's jitter), keyed by schedule and time, its
     payload saying which interval it is for. `overrides` change the job (a backfill's pool
@@ -207,18 +211,18 @@ def firing(
     end = end or cadence.following(when, nominal)
     spread = timedelta(seconds=schedule.jitter_seconds)
     delay = cadence.jitter(f"{schedule.id}", nominal, spread) if spread else timedelta(0)
-    payload = model.firing_payload(
+    payload = scheduling.firing_payload(
         schedule.template.get("payload"), schedule=schedule.name, nominal=nominal, interval_end=end
     )
-    job = model.job_from_template(
+    job = scheduling.job_from_template(
         schedule.template,
         run_at=nominal + delay,
-        idempotency_key=model.firing_key(schedule.id, nominal),
+        idempotency_key=scheduling.firing_key(schedule.id, nominal),
         payload=payload,
         tenant_made=schedule.tenant_made,
         **(overrides or {}),
     )
-    return model.Fire(nominal, outcome, job=job, note=_moved(when, nominal))
+    return scheduling.Fire(nominal, outcome, job=job, note=_moved(when, nominal))
 
 
 def _moved(when: cadence.When, nominal: datetime) -> str | None:
@@ -228,8 +232,8 @@ def _moved(when: cadence.When, nominal: datetime) -> str | None:
 
 
 def backfill_fires(
-    schedule: model.Schedule, start: datetime, end: datetime, **overrides: object
-) -> Iterator[model.Fire]:
+    schedule: scheduling.Schedule, start: datetime, end: datetime, **overrides: object
+) -> Iterator[scheduling.Fire]:
     """The firings `corral backfill` makes for the nominal times in [start, end), lazily."""
     when = rule(schedule, schedule.anchor)
     for nominal in cadence.between(when, start, end):
@@ -237,7 +241,7 @@ def backfill_fires(
 
 
 def resume_skips(
-    schedule: model.Schedule, now: datetime
+    schedule: scheduling.Schedule, now: datetime
 ) -> tuple[list[datetime], int, datetime | None]:
     """What resuming a paused schedule at `now` records: the nominal times that passed
     while it was paused (at most MISSED_RECORDED of them, and how many more there were),

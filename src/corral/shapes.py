@@ -7,15 +7,15 @@ from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from corral import cadence, launching, model
+from corral import access, cadence, launching, model, python_tasks, redaction, scheduling
 
 if TYPE_CHECKING:
     from corral import loops
 
 
 def shown(value: Any) -> Any:
-    """A spec or template as it may be shown: its secrets redacted (model.redacted)."""
-    return model.redacted(value)
+    """A spec or template as it may be shown: its secrets redacted (redaction.redacted)."""
+    return redaction.redacted(value)
 
 
 def iso(at: datetime | None) -> str | None:
@@ -121,7 +121,7 @@ def log_facts(log: launching.RunLog | None) -> dict[str, Any]:
     }
 
 
-def schedule_dict(s: model.Schedule) -> dict[str, Any]:
+def schedule_dict(s: scheduling.Schedule) -> dict[str, Any]:
     return {
         "id": s.id,
         "name": s.name,
@@ -152,7 +152,7 @@ def nominal_dict(n: cadence.Nominal) -> dict[str, Any]:
     return {"at": n.local.isoformat(), "utc": iso(n.at), "moved": n.moved}
 
 
-def firing_dict(f: model.Firing) -> dict[str, Any]:
+def firing_dict(f: scheduling.Firing) -> dict[str, Any]:
     return {
         "nominal_at": iso(f.nominal_at),
         "outcome": f.outcome.value,
@@ -163,7 +163,7 @@ def firing_dict(f: model.Firing) -> dict[str, Any]:
     }
 
 
-def token_dict(t: model.Token) -> dict[str, Any]:
+def token_dict(t: access.Token) -> dict[str, Any]:
     return {
         "id": t.id,
         "name": t.name,
@@ -175,7 +175,7 @@ def token_dict(t: model.Token) -> dict[str, Any]:
     }
 
 
-def user_dict(u: model.User) -> dict[str, Any]:
+def user_dict(u: access.User) -> dict[str, Any]:
     return {
         "id": u.id,
         "name": u.name,
@@ -185,7 +185,7 @@ def user_dict(u: model.User) -> dict[str, Any]:
     }
 
 
-def worker_dict(w: model.Worker) -> dict[str, Any]:
+def worker_dict(w: python_tasks.Worker) -> dict[str, Any]:
     """A registered worker as the API and `corral workers --json` show it."""
     return {
         "id": w.id,
@@ -203,7 +203,7 @@ def worker_dict(w: model.Worker) -> dict[str, Any]:
     }
 
 
-def parked_dict(p: model.ParkedJob) -> dict[str, Any]:
+def parked_dict(p: python_tasks.ParkedJob) -> dict[str, Any]:
     """A parked job as the API and `corral parked list --json` show it."""
     return {
         "job_id": p.job.id,

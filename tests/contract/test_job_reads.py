@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from corral import errors, launching, model, store
+from corral import errors, launching, model, scheduling, store
 from corral.store import Finish, attempts, events, hotpool, hotreads, jobs, runlogs, tables
 from corral.testing import FrozenClock
 
@@ -41,7 +41,7 @@ async def _jobs(db: store.Store, clock: FrozenClock) -> None:
     """30 jobs, a second apart, across queues, tenants, pools, executors, labels and a
     schedule; some claimed (running), some cancelled, some to run later (scheduled)."""
     for i in range(30):
-        firing = {model.FIRING: {"schedule": "nightly"}} if i % 6 == 0 else {"n": i}
+        firing = {scheduling.FIRING: {"schedule": "nightly"}} if i % 6 == 0 else {"n": i}
         later = clock.now() + timedelta(hours=1) if i % 7 == 3 else None
         new = model.NewJob(
             executor="noop" if i % 3 else "other",

@@ -21,7 +21,7 @@ import pytest
 from aiohttp import web
 from aiosmtpd.controller import Controller
 
-from corral import alert_settings, alerts, config, model, store, timeouts
+from corral import alert_settings, alerts, config, model, scheduling, store, timeouts
 from corral.alerts import channels, rules
 from corral.store import Finish
 from corral.store.alerts import JobFacts
@@ -628,7 +628,7 @@ async def test_a_firing_s_sla_counts_from_its_nominal_time(db: store.Store) -> N
     clock = FrozenClock()
     await listening(db)
     nominal = clock.now() - timedelta(seconds=100)  # fired late, e.g. caught up
-    payload = model.firing_payload(
+    payload = scheduling.firing_payload(
         None, schedule="nightly", nominal=nominal, interval_end=clock.now()
     )
     await db.job_submit(
@@ -859,7 +859,7 @@ async def test_the_alerter_reads_every_event_the_rules_can_use_and_skips_starts_
 
     clock = FrozenClock()
     nominal = clock.now() - timedelta(minutes=5)
-    payload = model.firing_payload(
+    payload = scheduling.firing_payload(
         {"x": 1}, schedule="nightly", nominal=nominal, interval_end=clock.now()
     )
     [(job_id, _)] = await db.job_submit(

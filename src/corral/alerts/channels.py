@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 import httpx
 
-from corral import alert_settings, config, launching, model
+from corral import alert_settings, config, launching, redaction
 from corral.executors import http
 from corral.store.alerts import Alert
 
@@ -215,7 +215,7 @@ class _Web:
         )
         phase, reason, _ = http.judge(outcome, ["2xx"])
         if phase is not launching.Phase.SUCCEEDED:
-            raise Undelivered(model.redacted(reason).replace(self.url, "[the channel's URL]"))
+            raise Undelivered(redaction.redacted(reason).replace(self.url, "[the channel's URL]"))
 
     async def close(self) -> None:
         await asyncio.gather(*(c.aclose() for c in self.clients.values()))

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from corral import alert_settings, model
+from corral import alert_settings, model, redaction
 from corral.store.alerts import JobFacts, queue_subject, schedule_subject
 
 J, A = model.JobState, model.AttemptState
@@ -100,7 +100,7 @@ WHAT_CHARS = 300
 def what_it_runs(executor: str, spec: Mapping[str, Any]) -> str | None:
     """A job's work in one line, secrets redacted: an HTTP job's method and URL, a
     command, an image and its command, a task's name."""
-    shown = model.redacted(dict(spec))
+    shown = redaction.redacted(dict(spec))
     if executor == "http" and isinstance(shown.get("url"), str):
         said = f"{shown.get('method', 'GET')} {shown['url']}"
     elif isinstance(shown.get("command"), list):

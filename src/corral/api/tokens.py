@@ -8,13 +8,13 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, Path
 
-from corral import durations, errors, model, shapes
+from corral import access, durations, errors, shapes
 from corral.api.auth import Caller, Client, Refused, role
 from corral.api.routes import MAX_ID, RESPONSES, audit, plain_json
 
 router = APIRouter(responses=RESPONSES)
 
-Admin = Annotated[Caller, Depends(role(model.Role.ADMIN))]
+Admin = Annotated[Caller, Depends(role(access.Role.ADMIN))]
 
 
 @router.get("/tokens", summary="The tokens the caller manages (never their secrets)")

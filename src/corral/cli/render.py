@@ -12,7 +12,7 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
-from corral import durations, launching, timeouts
+from corral import access, durations, launching, scheduling, timeouts
 from corral.cli.common import out
 from corral.shapes import (
     attempt_dict,
@@ -280,13 +280,13 @@ def _status(c: timeouts.LinkCheck) -> str:
 # --- schedules ----------------------------------------------------------------------------
 
 
-def schedule_rule(s: model.Schedule) -> str:
+def schedule_rule(s: scheduling.Schedule) -> str:
     if s.cron is not None:
         return f"{s.cron} ({s.tz})"
     return f"every {s.every_seconds}s"
 
 
-def schedules_table(found: Sequence[model.Schedule]) -> Table:
+def schedules_table(found: Sequence[scheduling.Schedule]) -> Table:
     t = table("NAME", "TENANT", "WHEN", "NEXT (UTC)", "LAST JOB", "STATE", keep=("NAME",))
     for s in found:
         state = "paused" if s.paused_at else ("ended" if s.next_due is None else "active")
@@ -309,7 +309,9 @@ def nominals_table(found: Sequence[cadence.Nominal]) -> Table:
 
 
 def print_schedule(
-    s: model.Schedule, upcoming: Sequence[cadence.Nominal], firings: Sequence[model.Firing]
+    s: scheduling.Schedule,
+    upcoming: Sequence[cadence.Nominal],
+    firings: Sequence[scheduling.Firing],
 ) -> None:
     out.print(f"schedule {s.name} (tenant {s.tenant}): {schedule_rule(s)}")
     state = "paused since " + when(s.paused_at) if s.paused_at else "active"
@@ -333,7 +335,7 @@ def print_schedule(
         out.print(t)
 
 
-def secret_dict(s: model.SigningSecret) -> dict[str, Any]:
+def secret_dict(s: access.SigningSecret) -> dict[str, Any]:
     return {
         "id": s.id,
         "tenant": s.tenant,
@@ -343,7 +345,7 @@ def secret_dict(s: model.SigningSecret) -> dict[str, Any]:
     }
 
 
-def secrets_table(found: Sequence[model.SigningSecret]) -> Table:
+def secrets_table(found: Sequence[access.SigningSecret]) -> Table:
     t = table("id", "tenant", "fingerprint", "made", "signs until", keep=("id", "fingerprint"))
     for s in found:
         t.add_row(
@@ -358,7 +360,7 @@ def secrets_table(found: Sequence[model.SigningSecret]) -> Table:
 
 def channel_dict(channel: Any) -> dict[str, Any]:
     """A channel as it may be shown: its kind and where it goes, secrets hidden."""
-    from corral.model import REDACTED, redacted
+    from corral.redaction import REDACTED, redacted
 
     kind = channel.kind
     if kind == "email":
@@ -428,7 +430,7 @@ def token_expiry(t: Any) -> str:
     return "never expires" if t.expires_at is None else f"expires {when(t.expires_at)}"
 
 
-def users_table(found: Sequence[model.User]) -> Table:
+def users_table(found: Sequence[access.User]) -> Table:
     t = table("name", "tenant", "role", "added", keep=("name", "role"))
     for u in found:
         t.add_row(u.name, u.tenant or "(all)", str(u.role), when(u.created_at))

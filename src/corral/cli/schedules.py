@@ -10,13 +10,13 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from corral import errors
+from corral import errors, scheduling
 from corral.cli import render
 from corral.cli.common import State, config_option, err, out, print_json, run
 from corral.cli.submit import job_arguments, job_options
 
 if TYPE_CHECKING:
-    from corral import cadence, model
+    from corral import cadence
 
 TENANT = click.option("--tenant", "tenant", default="default", show_default=True)
 JSON = click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
@@ -125,7 +125,7 @@ def schedules_add(
     given = {k: v for k, v in rule.items() if v is not None}
     job = job_arguments(command, **options)
 
-    async def go() -> model.Schedule:
+    async def go() -> scheduling.Schedule:
         async with state.connect(platforms=False) as c:
             return await c.schedule_create(name, **given, **job)
 
@@ -158,7 +158,7 @@ def schedules_update(
     if not (changes or fields):
         raise errors.InvalidInput("nothing to change: give an option or a command")
 
-    async def go() -> model.Schedule:
+    async def go() -> scheduling.Schedule:
         async with state.connect(platforms=False) as c:
             if fields:
                 old = (await c.schedule(name, tenant=tenant)).template
@@ -189,7 +189,7 @@ def _policy_but(template: Any, options: dict[str, Any]) -> dict[str, Any]:
     return policy
 
 
-def _print_made(made: model.Schedule, as_json: bool, verb: str = "made") -> None:
+def _print_made(made: scheduling.Schedule, as_json: bool, verb: str = "made") -> None:
     if as_json:
         print_json(render.schedule_dict(made))
         return
@@ -206,7 +206,7 @@ def _print_made(made: model.Schedule, as_json: bool, verb: str = "made") -> None
 def schedules_list(state: State, tenant: str | None, as_json: bool) -> None:
     """The schedules, with their next firings."""
 
-    async def go() -> list[model.Schedule]:
+    async def go() -> list[scheduling.Schedule]:
         async with state.connect(platforms=False) as c:
             return await c.schedules(tenant=tenant)
 
@@ -227,7 +227,7 @@ def schedules_list(state: State, tenant: str | None, as_json: bool) -> None:
 def schedules_show(state: State, name: str, tenant: str, limit: int, as_json: bool) -> None:
     """A schedule, its next firings and its latest ones."""
 
-    async def go() -> tuple[model.Schedule, list[model.Firing], list[cadence.Nominal]]:
+    async def go() -> tuple[scheduling.Schedule, list[scheduling.Firing], list[cadence.Nominal]]:
         async with state.connect(platforms=False) as c:
             found = await c.schedule(name, tenant=tenant)
             return found, await c.firings(name, tenant=tenant, limit=limit), c.upcoming(found)
@@ -265,7 +265,7 @@ def _simple(verb: str, doc: str) -> click.Command:
     @config_option
     @click.pass_obj
     def command(state: State, name: str, tenant: str, as_json: bool) -> None:
-        async def go() -> model.Schedule | None:
+        async def go() -> scheduling.Schedule | None:
             async with state.connect(platforms=False) as c:
                 method = getattr(c, f"schedule_{verb}")
                 return await method(name, tenant=tenant)  # type: ignore[no-any-return]
@@ -350,7 +350,7 @@ def schedules_preview(
         )
     else:
 
-        async def go() -> model.Schedule:
+        async def go() -> scheduling.Schedule:
             async with state.connect(platforms=False) as c:
                 return await c.schedule(name, tenant=tenant)
 

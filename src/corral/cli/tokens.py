@@ -7,12 +7,12 @@ from typing import TYPE_CHECKING
 
 import click
 
-from corral import durations
+from corral import access, durations
 from corral.cli import render
 from corral.cli.common import State, config_option, json_option, out, print_json, run
 
 if TYPE_CHECKING:
-    from corral import model
+    pass
 
 ROLES = ("viewer", "operator", "admin")
 
@@ -53,7 +53,7 @@ def tokens_create(
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="--expires") from None
 
-    async def go() -> tuple[model.Token, str]:
+    async def go() -> tuple[access.Token, str]:
         async with state.connect(platforms=False) as c:
             return await c.token_create(
                 name=name or f"{tenant or 'all tenants'} {role}",
@@ -81,7 +81,7 @@ def tokens_create(
 def tokens_list(state: State, as_json: bool) -> None:
     """Every token: whom it acts for, in what role, until when (never its secret)."""
 
-    async def go() -> list[model.Token]:
+    async def go() -> list[access.Token]:
         async with state.connect(platforms=False) as c:
             return await c.store.token_list()
 
@@ -99,7 +99,7 @@ def tokens_list(state: State, as_json: bool) -> None:
 def tokens_revoke(state: State, token_id: int) -> None:
     """Refuse a token from now on."""
 
-    async def go() -> model.Token:
+    async def go() -> access.Token:
         async with state.connect(platforms=False) as c:
             return await c.token_revoke(token_id)
 

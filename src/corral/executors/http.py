@@ -49,7 +49,7 @@ from typing import Any
 
 import httpx
 
-from corral import clock, config, errors, launching, model, netrules
+from corral import clock, config, errors, launching, model, netrules, redaction
 from corral.executors import base
 
 log = logging.getLogger("corral.executors.http")
@@ -320,7 +320,7 @@ def _redirected_headers(
     kept = {}
     for name, value in headers.items():
         low = name.lower()
-        if not same_origin and (low in _CROSS_ORIGIN_DROPPED or model.names_a_secret(low)):
+        if not same_origin and (low in _CROSS_ORIGIN_DROPPED or redaction.names_a_secret(low)):
             continue
         if not body_kept and (low.startswith("content-") or low.startswith("webhook-")):
             continue
@@ -387,7 +387,7 @@ async def send(
                         hops=tuple(hops),
                     )
                 following = target.join(location)
-                where = model.redacted(str(following))
+                where = redaction.redacted(str(following))
                 hops.append(f"HTTP {response.status_code} {response.reason_phrase} -> {where}")
                 if target.scheme == "https" and following.scheme == "http":
                     refused = f"a redirect from https to http ({following.host}) is refused"
@@ -468,8 +468,9 @@ def retry_after_seconds(value: str | None, now: datetime) -> float | None:
 
 def _header_lines(headers: Iterable[tuple[str, str]]) -> str:
     """Headers as lines, the values of those that carry a secret redacted."""
+    shown = redaction.REDACTED
     return "".join(
-        f"{name}: {model.REDACTED if model.names_a_secret(name) else model.redacted(value)}\n"
+        f"{name}: {shown if redaction.names_a_secret(name) else redaction.redacted(value)}\n"
         for name, value in headers
     )
 
@@ -480,10 +481,10 @@ def request_stream(
     """The request as the run log keeps it: its line, its headers and the first `limit`
     bytes of its body, secrets redacted (in a JSON body, the values of secret-named keys,
     as `jobs show` shows the spec)."""
-    head = f"{method} {model.redacted(url)}\n{_header_lines(headers.items())}"
+    head = f"{method} {redaction.redacted(url)}\n{_header_lines(headers.items())}"
     body = content or b""
     try:
-        shown = json.dumps(model.redacted(json.loads(body))).encode() if body else body
+        shown = json.dumps(redaction.redacted(json.loads(body))).encode() if body else body
     except ValueError:  # not JSON (UnicodeDecodeError is one): as it is
         shown = body
     return _message("request", head, shown, len(shown) > limit, limit, size=len(body))

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection
 
-from corral import launching, model
+from corral import launching, model, python_tasks
 from corral.store import claims, dialects, runlogs, workers
 from corral.store.tables import UTCDateTime, jobs
 
@@ -202,7 +202,7 @@ async def pg_worker_claim(
     recorded running."""
     params = {
         "now": now,
-        "executors": [model.PYTHON],
+        "executors": [python_tasks.PYTHON],
         "limit": limit,
         "limited": True,
         "deadline": limits.attempt_deadline.total_seconds(),

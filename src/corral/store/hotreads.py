@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from corral import errors, launching, model
+from corral import errors, launching, model, scheduling
 from corral.store import runlogs
 
 if TYPE_CHECKING:
@@ -94,7 +94,7 @@ async def job_list(
     given = {"queue": queue, "tenant": tenant, "pool": pool, "executor": executor}
     params.update({k: v for k, v in given.items() if v is not None})
     if schedule is not None:
-        params.update(firing=model.FIRING, firing_schedule="schedule", schedule=schedule)
+        params.update(firing=scheduling.FIRING, firing_schedule="schedule", schedule=schedule)
     if labels:
         params["labels"] = Jsonb(dict(labels))
     if since is not None:

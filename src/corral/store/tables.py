@@ -484,7 +484,7 @@ workers = Table(
     Column("pid", Integer, nullable=False),
     Column("queues", Json, nullable=False),
     Column("concurrency", Integer, nullable=False),
-    Column("state", String(20), nullable=False),  # model.WorkerState
+    Column("state", String(20), nullable=False),  # python_tasks.WorkerState
     Column("started_at", UTCDateTime, nullable=False),
     Column("last_seen_at", UTCDateTime, nullable=False),
     Column("stopped_at", UTCDateTime),

@@ -38,7 +38,18 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, TypeVar
 
-from corral import clock, config, errors, launching, loops, model, retry, store
+from corral import (
+    clock,
+    config,
+    errors,
+    launching,
+    loops,
+    model,
+    python_tasks,
+    redaction,
+    retry,
+    store,
+)
 from corral.store import DefaultLimits, Finish
 from corral.worker.app import App, Task
 
@@ -249,9 +260,9 @@ class Worker:
         )
         self.ran = 0  # attempts this worker ended, for its summary
 
-    def info(self) -> model.Worker:
+    def info(self) -> python_tasks.Worker:
         now = self.clock.now()
-        return model.Worker(
+        return python_tasks.Worker(
             id=self.id,
             app=self.app.name,
             app_version=self.app.version,
@@ -259,7 +270,7 @@ class Worker:
             pid=os.getpid(),
             queues=self.queues,
             concurrency=self.concurrency,
-            state=model.WorkerState.RUNNING,
+            state=python_tasks.WorkerState.RUNNING,
             started_at=now,
             last_seen_at=now,
             stopped_at=None,
@@ -290,7 +301,7 @@ class Worker:
         deadlines = asyncio.create_task(self._deadline_loop())
         flush = asyncio.create_task(self._flush_loop())
         pulse = loops.Service(self.db, self.settings, self.clock).pulse(
-            kind="worker", runs=(loops.WORKER,), executors=(model.PYTHON,)
+            kind="worker", runs=(loops.WORKER,), executors=(python_tasks.PYTHON,)
         )
         try:
             async with pulse.beating():
@@ -389,7 +400,7 @@ class Worker:
 
     def _start(self, claimed: model.Claimed) -> None:
         job, attempt = claimed.job, claimed.attempt
-        name, version = model.task_of(job.spec)
+        name, version = python_tasks.task_of(job.spec)
         ctx = TaskContext(
             job_id=job.id,
             attempt_no=attempt.attempt_no,
@@ -449,7 +460,7 @@ class Worker:
                 state=A.RUNNING,
                 reason=f"fresh values resolved: {', '.join(sorted(fresh))}",
                 now=self.clock.now(),
-                details={"fresh": model.redacted(_jsonable(fresh))},
+                details={"fresh": redaction.redacted(_jsonable(fresh))},
             )
         return task, value, fresh
 
@@ -756,7 +767,7 @@ def _log(
 ) -> launching.RunLog:
     streams = []
     if fresh:
-        text = json.dumps(model.redacted(_jsonable(fresh)), sort_keys=True)
+        text = json.dumps(redaction.redacted(_jsonable(fresh)), sort_keys=True)
         streams.append(launching.Stream("fresh", text, len(text.encode())))
     if exc is not None:
         whole = "".join(traceback.format_exception(exc))
