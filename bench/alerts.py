@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from aiohttp import web
 from tests.support.noop import NoopExecutor
 
-from corral import alerts, config, dispatcher, model, store
+from corral import alerts, config, dispatcher, launching, model, store
 from corral.clock import SystemClock
 from corral.testing import FrozenClock
 
@@ -44,7 +44,7 @@ FAIL = {"failure_rules": [{"on_exit_codes": {"operator": "In", "values": [3]}, "
 class TenthFails(NoopExecutor):
     """Ends every launch at once; a job whose policy says so exits 3."""
 
-    async def launch(self, launch: model.Launch) -> None:
+    async def launch(self, launch: launching.Launch) -> None:
         self.fail_exit_code = 3 if launch.payload == "fail" else None
         await super().launch(launch)
 

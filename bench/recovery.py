@@ -30,10 +30,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tests.support.platform import Platform
 
 from bench.throughput import DEFAULT_PG, Database
-from corral import config, model, reconciler, store
+from corral import config, launching, model, reconciler, store
 from corral.clock import SystemClock
 
-A, P = model.AttemptState, model.Phase
+A, P = model.AttemptState, launching.Phase
 SCENARIOS = ("relaunch", "adopt", "complete", "lost")
 
 
@@ -47,7 +47,7 @@ async def orphan(
     if scenario in ("complete", "lost"):
         await db.attempt_record_running(fences=[c.attempt.id for c in claimed], now=then)
     for c in claimed:
-        launch = model.build_launch(c, reach=model.Reach(), deadline_seconds=None)
+        launch = launching.build_launch(c, reach=launching.Reach(), deadline_seconds=None)
         if scenario == "adopt":
             platform.put(launch)
         elif scenario == "complete":

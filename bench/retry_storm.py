@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tests.support.noop import NoopExecutor
 
-from corral import config, dispatcher, model, store
+from corral import config, dispatcher, model, policy, store
 from corral.testing import FrozenClock
 
 RETRY_75 = {
@@ -47,8 +47,8 @@ async def storm(jobs: int, attempts: int, budget: config.BudgetSettings) -> dict
     d = dispatcher.Dispatcher(
         store=db, executors={"noop": executor}, clock=clock, settings=settings
     )
-    policy = config.job_policy(settings, RETRY_75).stored()
-    new = [model.NewJob(executor="noop", spec={}, max_attempts=attempts, policy=policy)] * jobs
+    stored = policy.job_policy(settings, RETRY_75).stored()
+    new = [model.NewJob(executor="noop", spec={}, max_attempts=attempts, policy=stored)] * jobs
     await db.job_submit(new=new, now=clock.now())
     start, launched_at = clock.now(), []
     events = executor.events()

@@ -30,7 +30,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import throughput
-from corral import model, scheduler, store
+from corral import scheduler, scheduling, store
 from corral.clock import SystemClock
 from corral.testing import FrozenClock
 
@@ -61,7 +61,7 @@ async def make_schedules(
     for start in range(0, count, 5000):
         items = [
             (
-                model.NewSchedule(
+                scheduling.NewSchedule(
                     name=f"{prefix}{n}", template=TEMPLATE, every_seconds=60, anchor=at
                 ),
                 at,
@@ -75,7 +75,7 @@ async def make_schedules(
 class Timed(scheduler.Scheduler):
     """A Scheduler that notes when each of its transactions returned, with what it fired."""
 
-    commits: list[tuple[float, list[model.Firing]]]
+    commits: list[tuple[float, list[scheduling.Firing]]]
 
     async def pass_once(self) -> scheduler.PassResult:
         self.commits = getattr(self, "commits", [])  # kept across passes
@@ -110,7 +110,7 @@ async def fire_once(url: str, count: int, schedulers: int, lead_s: float = 3.0) 
     stop = asyncio.Event()
     running = [asyncio.create_task(s.run(stop)) for s in loops]
 
-    def fired() -> list[tuple[float, model.Firing]]:
+    def fired() -> list[tuple[float, scheduling.Firing]]:
         return [
             (at, f)
             for s in loops

@@ -55,7 +55,7 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 from tests.support.noop import NoopExecutor
 
-from corral import config, dispatcher, model, store
+from corral import config, dispatcher, launching, model, store, timeouts
 from corral.clock import SystemClock
 from corral.store import hotpath
 
@@ -293,7 +293,7 @@ async def _dispatch_all(
     clock = SystemClock()
     settings = config.Settings(
         claim_batch_limit=batch,
-        timeouts=config.Timeouts(dispatch_interval=0.05, tick_deadline=0.04, tick_margin=0.01),
+        timeouts=timeouts.Timeouts(dispatch_interval=0.05, tick_deadline=0.04, tick_margin=0.01),
     )
     executor = NoopExecutor()
     d = dispatcher.Dispatcher(
@@ -338,11 +338,11 @@ async def _dispatch_all(
 class _Holding(NoopExecutor):
     """Launches and never finishes: its attempts stay running, as long jobs do."""
 
-    async def launch(self, launch: model.Launch) -> None:
+    async def launch(self, launch: launching.Launch) -> None:
         self.launch_calls += 1
         self.launches[launch.name] = launch
 
-    async def observe(self, names: Sequence[str]) -> dict[str, model.Observation]:
+    async def observe(self, names: Sequence[str]) -> dict[str, launching.Observation]:
         return {}
 
 
@@ -355,7 +355,7 @@ async def _rss_phase(url: str, held: int, batch: int) -> dict[str, Any]:
     db = store.Store.connect(url)
     settings = config.Settings(
         claim_batch_limit=batch,
-        timeouts=config.Timeouts(dispatch_interval=0.05, tick_deadline=0.04, tick_margin=0.01),
+        timeouts=timeouts.Timeouts(dispatch_interval=0.05, tick_deadline=0.04, tick_margin=0.01),
     )
     executor = _Holding()
     d = dispatcher.Dispatcher(

@@ -53,7 +53,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import api, throughput
-from corral import config, model, runtime, store
+from corral import config, python_tasks, runtime, store, timeouts
 from corral.clock import SystemClock
 from corral.worker.app import App, load_app
 
@@ -171,7 +171,7 @@ async def submit(url: str, count: int) -> None:
     async with runtime.connect(settings, platforms=False) as c:
         one = c.validate(await c.task_checked(c.new_job(task="noop", task_version=1, payload={})))
         jobs = [
-            dataclasses.replace(one, payload=model.envelope("noop", 1, {"n": i}))
+            dataclasses.replace(one, payload=python_tasks.envelope("noop", 1, {"n": i}))
             for i in range(count)
         ]
         await c.submit_many(jobs, batch=max(1, count))
@@ -255,7 +255,7 @@ async def register_in_process(url: str, app: App) -> float:
     db = store.Store.connect(url)
     clock = SystemClock()
     now = clock.now()
-    worker = model.Worker(
+    worker = python_tasks.Worker(
         id="bench-in-process",
         app=app.name,
         app_version=app.version or "",
@@ -263,13 +263,13 @@ async def register_in_process(url: str, app: App) -> float:
         pid=os.getpid(),
         queues=(),
         concurrency=16,
-        state=model.WorkerState.RUNNING,
+        state=python_tasks.WorkerState.RUNNING,
         started_at=now,
         last_seen_at=now,
         stopped_at=None,
         reads=tuple(app.reads()),
     )
-    since = now - config.Timeouts().lease_timeout
+    since = now - timeouts.Timeouts().lease_timeout
     try:
         t0 = time.perf_counter()
         await db.worker_register(worker=worker, now=now, since=since)

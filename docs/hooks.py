@@ -1,4 +1,5 @@
-"""mkdocs hook: the settings reference, generated from the pydantic models in corral.config.
+"""mkdocs hook: the settings reference, generated from corral.config.Settings and the models
+of its groups (corral.timeouts, corral.alert_settings, each executor's own).
 
 A page that holds the line `<!-- corral-settings -->` gets, in its place, one section per
 settings model (Settings, then each nested model) and in it every field: its TOML name,
@@ -70,6 +71,7 @@ class _Section:
 
 
 def settings_reference(root: type[BaseModel]) -> str:
+    root.model_rebuild()  # Settings learns the executors' tables from their registrations
     prefix = str(root.model_config.get("env_prefix", ""))
     delimiter = str(root.model_config.get("env_nested_delimiter", "__"))
     pending = [_Section(root, "", prefix)]
@@ -84,7 +86,9 @@ def _table(section: _Section, delimiter: str, pending: list[_Section]) -> list[s
     model = section.model
     doc = inspect.getdoc(model)
     if not doc or model.__doc__ is None:
-        raise PluginError(f"{model.__qualname__} has no docstring: describe it in corral.config")
+        raise PluginError(
+            f"{model.__qualname__} has no docstring: describe it in {model.__module__}"
+        )
     heading = f"`[{section.toml}]`" if section.toml else "Top level"
     if section.toml.endswith("[]"):
         heading = f"Each item of `{section.toml[:-2]}`"
@@ -100,7 +104,7 @@ def _table(section: _Section, delimiter: str, pending: list[_Section]) -> list[s
         if field.description is None:
             raise PluginError(
                 f"{model.__qualname__}.{name} ({dotted}) has no description: add"
-                " description= to its Field in corral.config"
+                f" description= to its Field in {model.__module__}"
             )
         if (inner := _collection_model(field.annotation)) is not None:
             item = f"{dotted}.NAME" if _is_mapping(field.annotation) else f"{dotted}[]"

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from corral.client import Client
     from corral.client.jobs import JobView
     from corral.clock import Clock, SystemClock
-    from corral.config import Settings, Timeouts
+    from corral.config import Settings
     from corral.dispatcher import Dispatcher
     from corral.errors import CorralError, PermanentError, Stopped
     from corral.model import (
@@ -24,11 +24,9 @@ if TYPE_CHECKING:
         Event,
         Job,
         JobState,
-        Launch,
-        Observation,
-        Phase,
     )
     from corral.runtime import connect
+    from corral.timeouts import Timeouts
     from corral.worker import App, CurrentAttempt, Fresh, Pinned, current_attempt, current_task
 
 _FROM = {
@@ -37,7 +35,7 @@ _FROM = {
     "Clock": "corral.clock",
     "SystemClock": "corral.clock",
     "Settings": "corral.config",
-    "Timeouts": "corral.config",
+    "Timeouts": "corral.timeouts",
     "Dispatcher": "corral.dispatcher",
     "CorralError": "corral.errors",
     "PermanentError": "corral.errors",
@@ -47,9 +45,9 @@ _FROM = {
     "Event": "corral.model",
     "Job": "corral.model",
     "JobState": "corral.model",
-    "Launch": "corral.model",
-    "Observation": "corral.model",
-    "Phase": "corral.model",
+    "Launch": "corral.launching",
+    "Observation": "corral.launching",
+    "Phase": "corral.launching",
     "connect": "corral.runtime",
     "CurrentAttempt": "corral.worker",
     "current_attempt": "corral.worker",

@@ -15,7 +15,7 @@ import asyncio
 import logging
 from collections.abc import Sequence
 
-from corral import core, errors, metrics, model, store
+from corral import core, errors, launching, metrics, model, store
 from corral.executors.base import Executor
 
 NOTED = 10_000
@@ -52,7 +52,7 @@ class Completions:
         """How many completions wait to be written."""
         return self._queue.qsize()
 
-    def offer(self, observation: model.Observation, *, fence: int | None = None) -> bool:
+    def offer(self, observation: launching.Observation, *, fence: int | None = None) -> bool:
         """Queue a finished observation for the completion writer; False if it is not one.
 
         `fence` is the attempt the caller observed; an observation whose labels carry another
@@ -186,7 +186,7 @@ class Completions:
             if self.offer(obs, fence=attempt.id):
                 found += 1
                 self._noted.pop(attempt.id, None)
-            elif obs.phase in (model.Phase.RUNNING, model.Phase.PENDING):
+            elif obs.phase in (launching.Phase.RUNNING, launching.Phase.PENDING):
                 alive.append(attempt.id)
                 notes.update(self._news(attempt.id, obs))
         await self.core.store.attempt_seen(fences=alive, now=self.core.clock.now())
@@ -194,12 +194,12 @@ class Completions:
             await self.core.store.attempt_note(notes=notes, now=self.core.clock.now())
         return found
 
-    def _news(self, fence: int, obs: model.Observation) -> dict[int, str | None]:
+    def _news(self, fence: int, obs: launching.Observation) -> dict[int, str | None]:
         """What the run log should say of a live attempt: why it waits on its platform (a
         pod that has not started), the first time it waits for that reason (a kubelet
         goes back and forth between ErrImagePull and ImagePullBackOff), and that it
         started, once it has."""
-        if obs.phase is model.Phase.PENDING and obs.reason:
+        if obs.phase is launching.Phase.PENDING and obs.reason:
             noted = self._noted.setdefault(fence, set())
             if obs.reason in noted:
                 return {}
@@ -207,7 +207,7 @@ class Completions:
             while len(self._noted) > NOTED:
                 self._noted.pop(next(iter(self._noted)))
             return {fence: f"{obs.reason}: {obs.message}" if obs.message else obs.reason}
-        if obs.phase is model.Phase.RUNNING and self._noted.pop(fence, None) is not None:
+        if obs.phase is launching.Phase.RUNNING and self._noted.pop(fence, None) is not None:
             return {fence: None}
         return {}
 

@@ -2,8 +2,8 @@
 secret in it.
 
 Every record corral's handlers write, its own and its libraries' (an HTTP client's request
-line, a driver's error), has the URLs in it redacted (model.redacted_text: no userinfo,
-no value of a query parameter named in model.SECRET_NAMES). The HTTP client's own
+line, a driver's error), has the URLs in it redacted (redaction.redacted_text: no userinfo,
+no value of a query parameter named in redaction.SECRET_NAMES). The HTTP client's own
 request lines (httpx and httpcore at INFO) are not written at all: corral's run log
 says what was sent, redacted. On a terminal records are drawn by rich; to a file or a
 pipe they are plain lines, never wrapped; `log_format = "json"` writes one JSON object a
@@ -18,7 +18,7 @@ import sys
 from datetime import UTC, datetime
 from typing import IO, Any
 
-from corral import model
+from corral import redaction
 
 QUIET = ("alembic", "httpx", "httpcore", "hpack", "uvicorn.access")
 """Libraries whose INFO records are theirs, not the operator's: WARNING and above only."""
@@ -29,15 +29,15 @@ class Redacting(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
-        clean = model.redacted_text(message)
+        clean = redaction.redacted_text(message)
         if clean != message or record.args:
             record.msg, record.args = clean, None
         if record.exc_info and not record.exc_text:
-            record.exc_text = model.redacted_text(
+            record.exc_text = redaction.redacted_text(
                 logging.Formatter().formatException(record.exc_info)
             )
         elif record.exc_text:
-            record.exc_text = model.redacted_text(record.exc_text)
+            record.exc_text = redaction.redacted_text(record.exc_text)
         return True
 
 

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from corral import clock, config, errors, store
+from corral import clock, config, durations, errors, store
 from corral.store.loops import Loop, Waiting, Warning
 
 __all__ = ["Here", "Liveness", "Loop", "Pulse", "Service", "Status", "Waiting", "Warning"]
@@ -276,7 +276,7 @@ class Pulse:
             self.loop.id,
             self.loop.host,
             self.loop.pid,
-            config.format_duration(self.heartbeat),
+            durations.format_duration(self.heartbeat),
         )
 
     async def stop(self) -> None:

@@ -13,13 +13,13 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from corral import core, errors, model, recovery, store
+from corral import core, errors, launching, model, recovery, store
 from corral.executors import base
 from corral.executors.base import Executor
 from corral.recovery import Pass
 
 log = logging.getLogger("corral.reconciler")
-J, P = model.JobState, model.Phase
+J, P = model.JobState, launching.Phase
 
 REMOVE_BATCH = 500
 REMOVE_BATCHES = 20
@@ -211,7 +211,7 @@ class Maintenance:
             log.info("removed %d jobs that finished before %s", summary.jobs_removed, before)
 
     async def _stop_orphan(
-        self, executor: Executor, obs: model.Observation, status: store.Status, summary: Pass
+        self, executor: Executor, obs: launching.Observation, status: store.Status, summary: Pass
     ) -> None:
         why = f"orphan cancelled: attempt is {status.attempt_state}, job is {status.job_state}"
         if not await recovery.stop(executor, obs.name, self.core.t.cancel_grace):

@@ -15,9 +15,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from corral import cadence, model
+from corral import cadence, model, scheduling
 
-F = model.FiringOutcome
+F = scheduling.FiringOutcome
 _MICROSECOND = timedelta(microseconds=1)
 MISSED_RECORDED = 1000
 """At most this many missed (or skipped) nominal times are recorded one by one a pass; the
@@ -30,7 +30,7 @@ class Plan:
     the jobs to create), where its next nominal time is, and whether to cancel the job of
     its previous firing first (overlap `replace`)."""
 
-    fires: Sequence[model.Fire]
+    fires: Sequence[scheduling.Fire]
     next_due: datetime | None
     missed_count: int = 0  # missed times not in `fires` (too many to record one by one)
     cancel_previous: bool = False
@@ -41,12 +41,12 @@ class Fired:
     """What one pass of the scheduler did."""
 
     schedules: int = 0  # schedules it moved on
-    firings: list[model.Firing] = field(default_factory=list)
+    firings: list[scheduling.Firing] = field(default_factory=list)
     cancelled: list[model.Attempt] = field(default_factory=list)  # to stop on their platform
     promoted: int = 0  # jobs moved from scheduled to queued
 
 
-def rule(schedule: model.Schedule | model.NewSchedule, anchor: datetime) -> cadence.When:
+def rule(schedule: scheduling.Schedule | scheduling.NewSchedule, anchor: datetime) -> cadence.When:
     """When a schedule fires, as `cadence` reads it."""
     if schedule.cron is not None:
         return cadence.Cron(schedule.cron, schedule.tz)
@@ -75,7 +75,7 @@ def _before_until(at: datetime, until: datetime | None) -> datetime | None:
     return None if until is not None and at >= until else at
 
 
-def plan(schedule: model.Schedule, previous: model.JobState | None, now: datetime) -> Plan:
+def plan(schedule: scheduling.Schedule, previous: model.JobState | None, now: datetime) -> Plan:
     """What firing `schedule` at `now` records: the due nominal times it fires (with their
     jobs), the ones it records as missed (catch-up) or as overlapping, and its next
     nominal time. `previous` is the state of its previous firing's job, if any. Pure."""
@@ -85,7 +85,9 @@ def plan(schedule: model.Schedule, previous: model.JobState | None, now: datetim
     fire_at = [t for t in caught.fire if until is None or t < until]
     missed = [t for t in caught.missed if until is None or t < until]
     fires = [
-        model.Fire(t, F.MISSED, note=f"no scheduler fired it in time (catch-up {schedule.catchup})")
+        scheduling.Fire(
+            t, F.MISSED, note=f"no scheduler fired it in time (catch-up {schedule.catchup})"
+        )
         for t in missed[-MISSED_RECORDED:]
     ]
     missed_count = max(0, caught.missed_count - len(fires))  # the ones not recorded one by one
@@ -101,7 +103,7 @@ def plan(schedule: model.Schedule, previous: model.JobState | None, now: datetim
 
 
 def _due(
-    schedule: model.Schedule, when: cadence.When, now: datetime
+    schedule: scheduling.Schedule, when: cadence.When, now: datetime
 ) -> tuple[cadence.CatchUp, dict[datetime, datetime]]:
     """Every nominal time from next_due (the first not recorded yet) to `now`, as catch-up
     sorts them; and, in the usual case of one due with no catching up, where its interval
@@ -109,7 +111,7 @@ def _due(
     assert schedule.next_due is not None
     following_due = cadence.after(when, schedule.next_due).at
     window = timedelta(seconds=schedule.catchup_window_seconds)
-    too_old = schedule.catchup == model.Catchup.ALL and now - schedule.next_due > window
+    too_old = schedule.catchup == scheduling.Catchup.ALL and now - schedule.next_due > window
     if following_due > now and not too_old:
         caught = cadence.CatchUp([schedule.next_due], [], following_due, 0, None)
         return caught, {schedule.next_due: following_due}
@@ -117,28 +119,28 @@ def _due(
 
 
 def _overlap(
-    schedule: model.Schedule, fire_at: list[datetime], *, busy: bool
-) -> tuple[list[model.Fire], list[datetime], bool]:
+    schedule: scheduling.Schedule, fire_at: list[datetime], *, busy: bool
+) -> tuple[list[scheduling.Fire], list[datetime], bool]:
     """The schedule's overlap rule applied to the times due to fire: those recorded as
     overlapping instead, those that fire, and whether the previous firing's job (`busy`:
     not ended) is cancelled first."""
     if not fire_at:
         return [], fire_at, False
-    if busy and schedule.overlap == model.Overlap.FORBID:
+    if busy and schedule.overlap == scheduling.Overlap.FORBID:
         note = "the previous firing's job had not ended"
-        return [model.Fire(t, F.OVERLAP, note=note) for t in fire_at], [], False
-    if schedule.overlap == model.Overlap.REPLACE:
+        return [scheduling.Fire(t, F.OVERLAP, note=note) for t in fire_at], [], False
+    if schedule.overlap == scheduling.Overlap.REPLACE:
         # Catching up, the latest replaces the rest: one job runs.
         note = "replaced by a later firing caught up in the same pass"
-        return [model.Fire(t, F.OVERLAP, note=note) for t in fire_at[:-1]], fire_at[-1:], busy
-    if schedule.overlap == model.Overlap.FORBID:
+        return [scheduling.Fire(t, F.OVERLAP, note=note) for t in fire_at[:-1]], fire_at[-1:], busy
+    if schedule.overlap == scheduling.Overlap.FORBID:
         # Catching up, one at a time: the first now, the rest would overlap it.
         note = "an earlier firing caught up in the same pass"
-        return [model.Fire(t, F.OVERLAP, note=note) for t in fire_at[1:]], fire_at[:1], False
+        return [scheduling.Fire(t, F.OVERLAP, note=note) for t in fire_at[1:]], fire_at[:1], False
     return [], fire_at, False
 
 
-def _catch_up(schedule: model.Schedule, when: cadence.When, now: datetime) -> cadence.CatchUp:
+def _catch_up(schedule: scheduling.Schedule, when: cadence.When, now: datetime) -> cadence.CatchUp:
     assert schedule.next_due is not None
     before_next = schedule.next_due - timedelta(microseconds=1)
     return cadence.catch_up(
@@ -157,21 +159,21 @@ def refused(plan: Plan, why: str) -> Plan:
     creating no job: a tenant's schedule whose tenant is no longer granted its executor.
     Pure."""
     fires = [
-        model.Fire(f.nominal_at, F.REFUSED, note=why) if f.outcome == F.FIRED else f
+        scheduling.Fire(f.nominal_at, F.REFUSED, note=why) if f.outcome == F.FIRED else f
         for f in plan.fires
     ]
     return dataclasses.replace(plan, fires=fires, cancel_previous=False)
 
 
 def firing(
-    schedule: model.Schedule,
+    schedule: scheduling.Schedule,
     when: cadence.When,
     nominal: datetime,
-    outcome: model.FiringOutcome,
+    outcome: scheduling.FiringOutcome,
     *,
     end: datetime | None = None,
     overrides: Mapping[str, object] | None = None,
-) -> model.Fire:
+) -> scheduling.Fire:
     """The firing of `schedule` at `nominal`, with the job it creates: the template's, due
     at the nominal time (plus the schedule's jitter), keyed by schedule and time, its
     payload saying which interval it is for. `overrides` change the job (a backfill's pool
@@ -179,18 +181,18 @@ def firing(
     end = end or cadence.following(when, nominal)
     spread = timedelta(seconds=schedule.jitter_seconds)
     delay = cadence.jitter(f"{schedule.id}", nominal, spread) if spread else timedelta(0)
-    payload = model.firing_payload(
+    payload = scheduling.firing_payload(
         schedule.template.get("payload"), schedule=schedule.name, nominal=nominal, interval_end=end
     )
-    job = model.job_from_template(
+    job = scheduling.job_from_template(
         schedule.template,
         run_at=nominal + delay,
-        idempotency_key=model.firing_key(schedule.id, nominal),
+        idempotency_key=scheduling.firing_key(schedule.id, nominal),
         payload=payload,
         tenant_made=schedule.tenant_made,
         **(overrides or {}),
     )
-    return model.Fire(nominal, outcome, job=job, note=_moved(when, nominal))
+    return scheduling.Fire(nominal, outcome, job=job, note=_moved(when, nominal))
 
 
 def _moved(when: cadence.When, nominal: datetime) -> str | None:
@@ -200,7 +202,7 @@ def _moved(when: cadence.When, nominal: datetime) -> str | None:
 
 
 def resume_skips(
-    schedule: model.Schedule, now: datetime
+    schedule: scheduling.Schedule, now: datetime
 ) -> tuple[list[datetime], int, datetime | None]:
     """What resuming a paused schedule at `now` records: the nominal times that passed
     while it was paused (at most MISSED_RECORDED of them, and how many more there were),
@@ -215,11 +217,11 @@ def resume_skips(
 
 
 def backfill_fires(
-    schedule: model.Schedule, start: datetime, end: datetime, **overrides: object
-) -> Iterator[model.Fire]:
+    schedule: scheduling.Schedule, start: datetime, end: datetime, **overrides: object
+) -> Iterator[scheduling.Fire]:
     """The firings `corral backfill` makes for the nominal times in [start, end), lazily."""
     when = rule(schedule, schedule.anchor)
     for nominal in cadence.between(when, start, end):
         yield firing(
-            schedule, when, nominal.at, model.FiringOutcome.BACKFILLED, overrides=overrides
+            schedule, when, nominal.at, scheduling.FiringOutcome.BACKFILLED, overrides=overrides
         )

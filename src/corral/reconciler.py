@@ -51,7 +51,19 @@ from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Unpack
 
-from corral import clock, core, errors, failpoints, loops, maintenance, metrics, model, store
+from corral import (
+    clock,
+    core,
+    errors,
+    failpoints,
+    launching,
+    loops,
+    maintenance,
+    metrics,
+    model,
+    python_tasks,
+    store,
+)
 from corral import stopping as stopping_
 from corral import unknown as unknown_
 from corral.executors import base
@@ -59,7 +71,7 @@ from corral.executors.base import Executor
 from corral.recovery import Pass, failed, repaired
 
 log = logging.getLogger("corral.reconciler")
-A, J, P = model.AttemptState, model.JobState, model.Phase
+A, J, P = model.AttemptState, model.JobState, launching.Phase
 
 
 @dataclass(slots=True)
@@ -124,7 +136,7 @@ class Reconciler(core.Core):
         for item in due:
             by_kind[item.attempt.executor].append(item)
         for kind, items in by_kind.items():
-            if kind == model.PYTHON:
+            if kind == python_tasks.PYTHON:
                 await self._repair_tasks(items, summary)
             else:
                 await self._repair_all(kind, items, summary)
@@ -234,11 +246,11 @@ class Reconciler(core.Core):
         """Of tasks' attempts whose worker went silent, those a live worker reads are lost
         (their ends join `finishes`); the others, by task and version, to park."""
         readers = await self.store.task_readers(
-            pairs=[(*model.task_of(i.job.spec), i.job.queue) for i in silent], since=since
+            pairs=[(*python_tasks.task_of(i.job.spec), i.job.queue) for i in silent], since=since
         )
         park: dict[tuple[str, int], list[int]] = defaultdict(list)
         for item in silent:
-            pair = model.task_of(item.job.spec)
+            pair = python_tasks.task_of(item.job.spec)
             if (*pair, item.job.queue) in readers:
                 summary.lost += 1
                 repaired(item.attempt, "lost: its worker went silent")
@@ -317,7 +329,7 @@ class Reconciler(core.Core):
     def _repair_launching(
         self,
         item: model.Claimed,
-        obs: model.Observation,
+        obs: launching.Observation,
         work: _Work,
         summary: Pass,
     ) -> None:
@@ -434,7 +446,7 @@ class Reconciler(core.Core):
             await self.unknown.note([item], f"relaunch failed, will try again: {exc}", summary)
 
     def _repair_running(
-        self, item: model.Claimed, obs: model.Observation, work: _Work, summary: Pass
+        self, item: model.Claimed, obs: launching.Observation, work: _Work, summary: Pass
     ) -> None:
         attempt, now = item.attempt, self.clock.now()
         started = attempt.started_at or attempt.created_at
@@ -507,6 +519,6 @@ def _past(at: datetime | None, now: datetime) -> bool:
     return at is not None and at <= now
 
 
-def _conflict(obs: model.Observation, attempt: model.Attempt) -> str:
+def _conflict(obs: launching.Observation, attempt: model.Attempt) -> str:
     owner = obs.identity or "something corral does not manage"
     return f"launch conflict: {attempt.launch_name} holds {owner}, not fence {attempt.id}"

@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
-from corral import config, model
+from corral import config, model, policy
 
 FailureClass = model.FailureClass
 
@@ -60,11 +60,11 @@ class Backoff:
         job's own, when it has them."""
         return self.rng.uniform(0.0, self.ceiling(attempt_no, base, cap))
 
-    def cap_for(self, policy: config.JobPolicy) -> float:
+    def cap_for(self, policy: policy.JobPolicy) -> float:
         """The longest backoff for a job with this policy."""
         return policy.retry.cap.total_seconds() if policy.retry.cap else self.cap
 
-    def for_policy(self, attempt_no: int, policy: config.JobPolicy) -> float:
+    def for_policy(self, attempt_no: int, policy: policy.JobPolicy) -> float:
         retry = policy.retry
         return self.delay(
             attempt_no,
@@ -152,7 +152,7 @@ def fingerprint(
 
 
 def classify(
-    policy: config.JobPolicy,
+    policy: policy.JobPolicy,
     *,
     executor: str,
     state: model.AttemptState,
@@ -188,10 +188,10 @@ def classify(
 
 def _ruled(
     n: int,
-    rule: config.FailureRule,
+    rule: policy.FailureRule,
     print_: str,
     what: str,
-    matched: config.ExitCodes | config.HttpStatuses,
+    matched: policy.Codes,
 ) -> Failure:
     values = ", ".join(map(str, matched.values))
     why = f"rule {n + 1}: {what} {matched.operator} [{values}] -> {rule.action}"
@@ -220,7 +220,7 @@ class Retry:
         )
 
     def delay(
-        self, attempt_no: int, policy: config.JobPolicy, *, asked: float | None = None
+        self, attempt_no: int, policy: policy.JobPolicy, *, asked: float | None = None
     ) -> float:
         """The backoff after attempt `attempt_no`; at least what the platform `asked` for
         (an HTTP Retry-After), up to the backoff's cap: a server cannot park a job."""

@@ -23,7 +23,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from corral import client, clock, config, errors, health, loops, store
+from corral import client, clock, config, durations, errors, health, loops, store
 from corral.executors import base, registry
 from corral.executors.base import Executor
 
@@ -103,12 +103,12 @@ async def _schema_checked(
             pause = min(pause_after(tries), patience.total_seconds() - waited)
             said = (
                 f"database unreachable (try {tries}, waited {waited:.1f}s of"
-                f" {config.format_duration(patience)}): {exc}"
+                f" {durations.format_duration(patience)}): {exc}"
             )
             if pause <= 0:
                 log.error("%s; giving up (timeouts.database_wait)", said)
                 raise errors.StoreUnavailable(
-                    f"{exc} (tried {tries} times in {config.format_duration(patience)},"
+                    f"{exc} (tried {tries} times in {durations.format_duration(patience)},"
                     " timeouts.database_wait)"
                 ) from exc
             log.warning("%s; trying again in %.1fs", said, pause)

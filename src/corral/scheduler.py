@@ -17,14 +17,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from corral import errors, metrics, model, planning, tenancy
+from corral import errors, metrics, model, planning, scheduling, tenancy
 from corral.clock import Clock, sleep_or_stop
 from corral.executors.base import Executor
 from corral.store import Store
 
 log = logging.getLogger("corral.scheduler")
 
-F = model.FiringOutcome
+F = scheduling.FiringOutcome
 BATCH = 500
 """Schedules fired in one transaction: big enough that 10,000 due at once take a few
 transactions, small enough that one holds its locks briefly."""
@@ -42,7 +42,7 @@ STUCK_BACKOFF = timedelta(minutes=1)
 
 
 def _plan_at(
-    schedule: model.Schedule,
+    schedule: scheduling.Schedule,
     previous: model.JobState | None,
     *,
     now: datetime,
@@ -67,12 +67,12 @@ def _plan_at(
         return planning.Plan(fires=[], next_due=now + STUCK_BACKOFF)
 
 
-Refuse = Callable[[model.Schedule], str | None]
+Refuse = Callable[[scheduling.Schedule], str | None]
 """Why a firing of a tenant's schedule is refused now; None when it may run."""
 
 
 def _not_granted(
-    tenants: Mapping[str, tenancy.TenantSettings], schedule: model.Schedule
+    tenants: Mapping[str, tenancy.TenantSettings], schedule: scheduling.Schedule
 ) -> str | None:
     return tenancy.refusal(tenants, schedule.tenant, tenancy.executor_of(schedule.template))
 

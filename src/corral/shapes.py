@@ -8,15 +8,24 @@ from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from corral import cadence, model
+from corral import (
+    access,
+    alert_settings,
+    cadence,
+    launching,
+    model,
+    python_tasks,
+    redaction,
+    scheduling,
+)
 
 if TYPE_CHECKING:
-    from corral import config, loops, store
+    from corral import loops, store
 
 
 def shown(value: Any) -> Any:
-    """A spec or template as it may be shown: its secrets redacted (model.redacted)."""
-    return model.redacted(value)
+    """A spec or template as it may be shown: its secrets redacted (redaction.redacted)."""
+    return redaction.redacted(value)
 
 
 def iso(at: datetime | None) -> str | None:
@@ -113,7 +122,7 @@ def view_dict(view: Any) -> dict[str, Any]:
     }
 
 
-def log_facts(log: model.RunLog | None) -> dict[str, Any]:
+def log_facts(log: launching.RunLog | None) -> dict[str, Any]:
     """What an attempt's run log says of how it went (its streams: `corral jobs logs`)."""
     return {
         "http_status": log.status if log else None,
@@ -122,7 +131,7 @@ def log_facts(log: model.RunLog | None) -> dict[str, Any]:
     }
 
 
-def schedule_dict(s: model.Schedule) -> dict[str, Any]:
+def schedule_dict(s: scheduling.Schedule) -> dict[str, Any]:
     return {
         "id": s.id,
         "name": s.name,
@@ -153,7 +162,7 @@ def nominal_dict(n: cadence.Nominal) -> dict[str, Any]:
     return {"at": n.local.isoformat(), "utc": iso(n.at), "moved": n.moved}
 
 
-def firing_dict(f: model.Firing) -> dict[str, Any]:
+def firing_dict(f: scheduling.Firing) -> dict[str, Any]:
     return {
         "nominal_at": iso(f.nominal_at),
         "outcome": f.outcome.value,
@@ -164,7 +173,7 @@ def firing_dict(f: model.Firing) -> dict[str, Any]:
     }
 
 
-def token_dict(t: model.Token) -> dict[str, Any]:
+def token_dict(t: access.Token) -> dict[str, Any]:
     return {
         "id": t.id,
         "name": t.name,
@@ -176,7 +185,7 @@ def token_dict(t: model.Token) -> dict[str, Any]:
     }
 
 
-def secret_dict(s: model.SigningSecret) -> dict[str, Any]:
+def secret_dict(s: access.SigningSecret) -> dict[str, Any]:
     """A signing secret as it may be shown: its fingerprint, never its value."""
     return {
         "id": s.id,
@@ -193,7 +202,7 @@ def explanation(said: str) -> dict[str, Any]:
     return {"cause": said.partition(":")[0], "explanation": said}
 
 
-def audit_dict(a: model.AuditEntry) -> dict[str, Any]:
+def audit_dict(a: access.AuditEntry) -> dict[str, Any]:
     return {
         "id": a.id,
         "at": a.at.isoformat(),
@@ -225,7 +234,7 @@ def operation_dict(op: model.Operation) -> dict[str, Any]:
     }
 
 
-def alert_rule_dict(rule: config.AlertRule, muted_until: datetime | None) -> dict[str, Any]:
+def alert_rule_dict(rule: alert_settings.AlertRule, muted_until: datetime | None) -> dict[str, Any]:
     """An alert rule of the settings, and until when it is muted (None: it is not)."""
     return {
         "on": list(rule.on),
@@ -276,7 +285,7 @@ def alert_dict(a: store.alerts.Alert, tries: Iterable[store.alerts.Try]) -> dict
     }
 
 
-def user_dict(u: model.User) -> dict[str, Any]:
+def user_dict(u: access.User) -> dict[str, Any]:
     return {
         "id": u.id,
         "name": u.name,
@@ -286,7 +295,7 @@ def user_dict(u: model.User) -> dict[str, Any]:
     }
 
 
-def worker_dict(w: model.Worker) -> dict[str, Any]:
+def worker_dict(w: python_tasks.Worker) -> dict[str, Any]:
     """A registered worker as the API and `corral workers --json` show it."""
     return {
         "id": w.id,
@@ -304,7 +313,7 @@ def worker_dict(w: model.Worker) -> dict[str, Any]:
     }
 
 
-def parked_dict(p: model.ParkedJob) -> dict[str, Any]:
+def parked_dict(p: python_tasks.ParkedJob) -> dict[str, Any]:
     """A parked job as the API and `corral parked list --json` show it."""
     return {
         "job_id": p.job.id,

@@ -21,13 +21,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from corral import core, errors, model, recovery, store
+from corral import core, errors, launching, model, recovery, store
 from corral.executors import base
 from corral.executors.base import Executor
 from corral.recovery import Pass
 
 log = logging.getLogger("corral.reconciler")
-A, P = model.AttemptState, model.Phase
+A, P = model.AttemptState, launching.Phase
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,7 +38,7 @@ class _Stopping:
     lost: bool = False  # absent past recovery_grace, its pods running on: it ends lost
     noted: bool = False  # its `stopping` event is written
     read: bool = False  # what it wrote was read, before the stop: `output`
-    output: model.RunLog | None = None
+    output: launching.RunLog | None = None
 
 
 class Stops:
@@ -115,7 +115,7 @@ class Stops:
             return []
         return [self._end(a, seen.get(a.launch_name)) for a in done]
 
-    def _end(self, attempt: model.Attempt, obs: model.Observation | None) -> store.Finish:
+    def _end(self, attempt: model.Attempt, obs: launching.Observation | None) -> store.Finish:
         """The end of an attempt recovery stopped, now that nothing of it runs: succeeded
         if the platform shows it finished so in time; else timed out, or lost (absent
         past recovery_grace, its pods running on until they were stopped)."""
@@ -148,7 +148,7 @@ class Stops:
                 )
             elif isinstance(output, BaseException):
                 raise output
-            got = output if isinstance(output, model.RunLog) else None
+            got = output if isinstance(output, launching.RunLog) else None
             known = kept.get(a.id) or _Stopping(since=now)
             kept[a.id] = dataclasses.replace(known, read=True, output=got)
 

@@ -7,7 +7,7 @@ import asyncio
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from corral import config
+from corral import config, timeouts
 
 
 class FrozenClock:
@@ -55,5 +55,5 @@ def assert_timeouts_nest(
     ./corral.toml) and the CORRAL_* environment, as corral itself would."""
     if settings is None:
         settings = config.Settings.load(config_file, check_chain=False)
-    broken = config.chain_violations(settings)
+    broken = timeouts.chain_violations(settings)
     assert not broken, "time limits do not nest:\n" + "\n".join(broken)

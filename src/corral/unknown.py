@@ -15,7 +15,7 @@ import asyncio
 import logging
 from collections.abc import Iterable, Sequence
 
-from corral import config, core, model, recovery
+from corral import core, model, policy, recovery
 from corral.executors.base import Executor
 from corral.recovery import Pass
 
@@ -58,7 +58,7 @@ class Unknowns:
         relaunch = [
             (item, why)
             for item, why in items
-            if config.JobPolicy.read(item.job.policy).on_unknown == "fence_and_relaunch"
+            if policy.JobPolicy.read(item.job.policy).on_unknown == "fence_and_relaunch"
         ]
         superseded = await self._supersede(executor, relaunch, summary)
         relaunch_items = [item for item, _ in relaunch]

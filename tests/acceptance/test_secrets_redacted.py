@@ -1,5 +1,5 @@
 """No secret of an HTTP job on any surface: one job carries a header and a query parameter
-for every kind of name in model.SECRET_NAMES (and a password in its URL), is sent by a
+for every kind of name in redaction.SECRET_NAMES (and a password in its URL), is sent by a
 real `corral serve --http` to a receiver on 127.0.0.1, and no secret value shows in the
 API's JSON, `corral jobs show` (JSON and text), the run log (`corral jobs logs`) or the
 serve log, which logs at DEBUG."""
@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from corral import model
+from corral import redaction
 from tests.acceptance.test_cli import serve_http
 from tests.conftest import sqlite_copy
 from tests.support.cli import run_corral
@@ -25,7 +25,7 @@ from tests.support.wait import PATIENCE
 
 def secret_names() -> list[str]:
     """A name of each kind the table covers: containing, being, ending with each entry."""
-    table = model.SECRET_NAMES
+    table = redaction.SECRET_NAMES
     return [
         *(f"x-{part}-y" for part in table["contains"]),
         *table["is"],
@@ -37,9 +37,9 @@ def test_the_table_names_what_the_issue_lists() -> None:
     for name in ("X-Custom-Auth", "x-refresh-token", "X-Api-Key", "client_secret",
                  "x-signature-256", "sig", "password", "passwd", "pwd", "Authorization",
                  "Cookie"):  # fmt: skip
-        assert model.names_a_secret(name), name
+        assert redaction.names_a_secret(name), name
     for name in ("monkey", "signal", "page", "x-request-id", "content-type"):
-        assert not model.names_a_secret(name), name
+        assert not redaction.names_a_secret(name), name
 
 
 class _Ok(BaseHTTPRequestHandler):

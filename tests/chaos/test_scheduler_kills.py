@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from corral import client, config, model, scheduler, store
+from corral import client, config, scheduler, scheduling, store
 from corral.clock import SystemClock
 from tests.support.crash import Site, seeded, stop
 from tests.support.noop import NoopExecutor
@@ -37,7 +37,9 @@ async def _make(url: str) -> datetime:
     return clock.now()
 
 
-async def _read(url: str) -> tuple[list[model.Schedule], dict[int, list[model.Firing]], int]:
+async def _read(
+    url: str,
+) -> tuple[list[scheduling.Schedule], dict[int, list[scheduling.Firing]], int]:
     db = store.Store.connect(url)
     found = await db.schedule_list()
     fired = {s.id: await db.firing_list(schedule_id=s.id, limit=100_000) for s in found}
@@ -82,7 +84,7 @@ def test_three_schedulers_killed_at_random_fire_each_nominal_time_once(
         assert times[-1] >= stopped_at - timedelta(seconds=5), (times[-1], stopped_at)
         expected = [times[0] + timedelta(seconds=k) for k in range(len(times))]
         assert times == expected, "a nominal time in the window was never recorded"
-        assert {f.outcome for f in rows} == {model.FiringOutcome.FIRED}, Counter(
+        assert {f.outcome for f in rows} == {scheduling.FiringOutcome.FIRED}, Counter(
             f.outcome for f in rows
         )
         # Recorded, each with its lateness: negative when fired ahead (scheduler.AHEAD).

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from corral import config, dispatcher, errors, model, retry, store
+from corral import config, dispatcher, errors, launching, model, retry, store, timeouts
 from corral.testing import FrozenClock, PausedClock
 from tests.support import jobs
 from tests.support.noop import NoopExecutor
@@ -26,7 +26,7 @@ class FlakyLaunch(NoopExecutor):
         super().__init__()
         self.refuse = refuse
 
-    async def launch(self, launch: model.Launch) -> None:
+    async def launch(self, launch: launching.Launch) -> None:
         if launch.name in self.refuse:
             raise errors.ExecutorError(f"platform said no to {launch.name}")
         await super().launch(launch)
@@ -205,7 +205,7 @@ class GatedLaunch(NoopExecutor):
         self.entered = asyncio.Event()
         self.gate = asyncio.Event()
 
-    async def launch(self, launch: model.Launch) -> None:
+    async def launch(self, launch: launching.Launch) -> None:
         self.entered.set()
         await self.gate.wait()
         await super().launch(launch)
@@ -299,8 +299,10 @@ async def test_completions_survive_a_failed_write(db_url: str) -> None:
     d = make(db, clock, executor)  # type: ignore[arg-type]
     [job_id] = await submit(db, clock, 1)
     [claimed] = await db.job_claim(now=clock.now(), limit=1, executors=["noop"])
-    launch = model.build_launch(claimed, reach=model.Reach(), deadline_seconds=None)
-    finished = model.Observation(launch.name, model.Phase.SUCCEEDED, launch.labels, exit_code=0)
+    launch = launching.build_launch(claimed, reach=launching.Reach(), deadline_seconds=None)
+    finished = launching.Observation(
+        launch.name, launching.Phase.SUCCEEDED, launch.labels, exit_code=0
+    )
     stop = asyncio.Event()
     runner = asyncio.create_task(d.run(stop))
     d.completions.offer(finished)
@@ -335,9 +337,9 @@ async def test_a_completion_write_that_waits_does_not_hold_up_claims(db_url: str
     d = make(db, clock, executor)  # type: ignore[arg-type]
     [first] = await submit(db, clock, 1)
     [claimed] = await db.job_claim(now=clock.now(), limit=1, executors=["noop"])
-    launch = model.build_launch(claimed, reach=model.Reach(), deadline_seconds=None)
+    launch = launching.build_launch(claimed, reach=launching.Reach(), deadline_seconds=None)
     d.completions.offer(
-        model.Observation(launch.name, model.Phase.SUCCEEDED, launch.labels, exit_code=0)
+        launching.Observation(launch.name, launching.Phase.SUCCEEDED, launch.labels, exit_code=0)
     )
     stop = asyncio.Event()
     runner = asyncio.create_task(d.run(stop))
@@ -362,9 +364,9 @@ async def test_a_failed_flush_keeps_the_completions_queued(db_url: str, clock: F
     d = make(db, clock, NoopExecutor())  # type: ignore[arg-type]
     [job_id] = await submit(db, clock, 1)
     [claimed] = await db.job_claim(now=clock.now(), limit=1, executors=["noop"])
-    launch = model.build_launch(claimed, reach=model.Reach(), deadline_seconds=None)
+    launch = launching.build_launch(claimed, reach=launching.Reach(), deadline_seconds=None)
     d.completions.offer(
-        model.Observation(launch.name, model.Phase.FAILED, launch.labels, exit_code=2)
+        launching.Observation(launch.name, launching.Phase.FAILED, launch.labels, exit_code=2)
     )
     with pytest.raises(errors.StoreError):
         await d.completions.flush()
@@ -395,7 +397,7 @@ class ClockAdvancingLaunch(NoopExecutor):
         super().__init__()
         self.clock = clock
 
-    async def launch(self, launch: model.Launch) -> None:
+    async def launch(self, launch: launching.Launch) -> None:
         if not self.launches:
             self.clock.advance(31)
         await super().launch(launch)
@@ -455,10 +457,10 @@ class BrokenStreamOnce(NoopExecutor):
         super().__init__()
         self.broke = False
 
-    async def observe(self, names: Sequence[str]) -> dict[str, model.Observation]:
-        return {n: model.Observation(n, model.Phase.RUNNING) for n in names}
+    async def observe(self, names: Sequence[str]) -> dict[str, launching.Observation]:
+        return {n: launching.Observation(n, launching.Phase.RUNNING) for n in names}
 
-    async def events(self) -> AsyncIterator[model.Observation]:
+    async def events(self) -> AsyncIterator[launching.Observation]:
         if not self.broke:
             self.broke = True
             raise errors.ExecutorError("watch connection dropped")
@@ -487,7 +489,7 @@ class SlowLaunch(NoopExecutor):
         super().__init__()
         self.clock = clock
 
-    async def launch(self, launch: model.Launch) -> None:
+    async def launch(self, launch: launching.Launch) -> None:
         await self.clock.sleep(0.2)
         await super().launch(launch)
 
@@ -502,7 +504,7 @@ async def test_a_tick_stops_launching_at_its_deadline_and_the_next_goes_on(
         executor,
         claim_batch_limit=5,
         launch_concurrency=1,
-        timeouts=config.Timeouts(tick_deadline="500ms"),
+        timeouts=timeouts.Timeouts(tick_deadline="500ms"),
     )
     await submit(db, clock, 12)
     ticks = []
@@ -531,7 +533,7 @@ async def test_claims_made_ahead_never_pile_up_behind_slow_launches(
         executor,
         claim_batch_limit=5,
         launch_concurrency=1,
-        timeouts=config.Timeouts(tick_deadline="500ms"),
+        timeouts=timeouts.Timeouts(tick_deadline="500ms"),
     )
     d._overlap = True  # as in run()
     await submit(db, clock, 60)
@@ -567,7 +569,7 @@ async def test_attempts_carried_to_the_next_tick_are_launched_when_the_claim_fai
         settings=config.Settings(
             claim_batch_limit=5,
             launch_concurrency=1,
-            timeouts=config.Timeouts(tick_deadline="500ms"),
+            timeouts=timeouts.Timeouts(tick_deadline="500ms"),
         ),
     )
     try:
@@ -590,20 +592,26 @@ class Waits(NoopExecutor):
 
     def __init__(self) -> None:
         super().__init__()
-        self.seen: dict[str, model.Observation] = {}
+        self.seen: dict[str, launching.Observation] = {}
 
-    async def launch(self, launch: model.Launch) -> None:
+    async def launch(self, launch: launching.Launch) -> None:
         self.launches.setdefault(launch.name, launch)
         self.seen.setdefault(launch.name, self.pending(launch.name, "ErrImagePull", "not found"))
 
-    def pending(self, name: str, reason: str, message: str) -> model.Observation:
+    def pending(self, name: str, reason: str, message: str) -> launching.Observation:
         labels = self.launches[name].labels
-        return model.Observation(
-            name, model.Phase.PENDING, labels, reason=f"waiting to start: {reason}", message=message
+        return launching.Observation(
+            name,
+            launching.Phase.PENDING,
+            labels,
+            reason=f"waiting to start: {reason}",
+            message=message,
         )
 
-    async def observe(self, names: Sequence[str]) -> dict[str, model.Observation]:
-        return {n: self.seen.get(n, model.Observation(n, model.Phase.ABSENT)) for n in names}
+    async def observe(self, names: Sequence[str]) -> dict[str, launching.Observation]:
+        return {
+            n: self.seen.get(n, launching.Observation(n, launching.Phase.ABSENT)) for n in names
+        }
 
 
 async def test_why_an_attempt_waits_on_its_platform_is_in_its_run_log_once(
@@ -626,8 +634,8 @@ async def test_why_an_attempt_waits_on_its_platform_is_in_its_run_log_once(
     await d.completions.poll_once()
     executor.seen[name] = executor.pending(name, "ErrImagePull", "not found again")
     await d.completions.poll_once()  # back to a reason noted before: not noted again
-    executor.seen[name] = model.Observation(
-        name, model.Phase.RUNNING, executor.launches[name].labels
+    executor.seen[name] = launching.Observation(
+        name, launching.Phase.RUNNING, executor.launches[name].labels
     )
     await d.completions.poll_once()
     await d.completions.poll_once()

@@ -10,7 +10,7 @@ from datetime import timedelta
 
 import pytest
 
-from corral import model, store
+from corral import model, python_tasks, store
 from corral.testing import FrozenClock
 from tests.support.jobs import submit
 
@@ -102,9 +102,9 @@ async def test_a_workers_claim_takes_its_due_scheduled_tasks(
         db,
         clock,
         _new(
-            executor=model.PYTHON,
+            executor=python_tasks.PYTHON,
             spec=task,
-            payload=model.envelope("send", 1, {}),
+            payload=python_tasks.envelope("send", 1, {}),
             run_at_in=60,
             clock=clock,
         ),

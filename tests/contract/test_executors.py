@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from corral import clock, config, errors, model
+from corral import clock, config, errors, launching, model
 from corral.executors import argo, base, kubernetes, process, registry
 from tests.support import cluster as double
 from tests.support import kube_api, procs
@@ -78,7 +78,7 @@ class Backend:
         fence: int = 1,
         deadline_seconds: float | None = None,
         payload: Any = None,
-    ) -> model.Launch:
+    ) -> launching.Launch:
         return make_launch(
             self.kind,
             name,
@@ -91,16 +91,16 @@ class Backend:
         )
 
     async def wait_for(
-        self, name: str, until: Callable[[model.Observation], bool]
-    ) -> model.Observation:
-        async def seen() -> model.Observation | None:
+        self, name: str, until: Callable[[launching.Observation], bool]
+    ) -> launching.Observation:
+        async def seen() -> launching.Observation | None:
             obs = (await self.executor.observe([name]))[name]
             return obs if until(obs) else None
 
-        found: model.Observation = await eventually(seen, what=f"{name} as wanted")
+        found: launching.Observation = await eventually(seen, what=f"{name} as wanted")
         return found
 
-    async def finished(self, name: str) -> model.Observation:
+    async def finished(self, name: str) -> launching.Observation:
         return await self.wait_for(name, lambda o: o.phase.finished)
 
 
@@ -189,7 +189,7 @@ def test_it_is_an_executor(backend: Backend) -> None:
 async def test_success(backend: Backend) -> None:
     await backend.executor.launch(backend.launch("ok-1", sh("echo hello")))
     obs = await backend.finished("ok-1")
-    assert obs.phase is model.Phase.SUCCEEDED
+    assert obs.phase is launching.Phase.SUCCEEDED
     assert obs.exit_code == 0
     assert obs.identity == model.Identity(1, 1, 1)
     assert obs.started_at is not None
@@ -203,7 +203,7 @@ async def test_failure_gives_exit_code_and_last_line(backend: Backend) -> None:
         backend.launch("bad-1", sh("echo working; echo oops >&2; exit 3"))
     )
     obs = await backend.finished("bad-1")
-    assert obs.phase is model.Phase.FAILED
+    assert obs.phase is launching.Phase.FAILED
     assert obs.exit_code == 3
     assert obs.message == "oops"
     assert obs.identity == model.Identity(1, 1, 1)
@@ -241,19 +241,19 @@ async def test_list_managed_by_selector(backend: Backend) -> None:
 
 async def test_observe_absent(backend: Backend) -> None:
     obs = await backend.executor.observe(["never-1"])
-    assert obs == {"never-1": model.Observation("never-1", model.Phase.ABSENT)}
+    assert obs == {"never-1": launching.Observation("never-1", launching.Phase.ABSENT)}
 
 
 async def test_cancel_stops_it(backend: Backend, tmp_path: Path) -> None:
     backend.same_machine()
     after = tmp_path / "after"
     await backend.executor.launch(backend.launch("cancel-1", sh(f"sleep 3; touch {after}")))
-    await backend.wait_for("cancel-1", lambda o: o.phase is model.Phase.RUNNING)
+    await backend.wait_for("cancel-1", lambda o: o.phase is launching.Phase.RUNNING)
     await backend.executor.cancel("cancel-1", timedelta(seconds=1))
     obs = await backend.wait_for(
-        "cancel-1", lambda o: o.phase in (model.Phase.FAILED, model.Phase.ABSENT)
+        "cancel-1", lambda o: o.phase in (launching.Phase.FAILED, launching.Phase.ABSENT)
     )
-    assert obs.phase is not model.Phase.SUCCEEDED
+    assert obs.phase is not launching.Phase.SUCCEEDED
     await eventually(backend.quiet, what="the command stopped")  # so it can touch nothing later
     assert not after.exists(), "the command was stopped, not left to finish"
 
@@ -262,19 +262,19 @@ async def test_cancel_absent_or_finished_is_a_noop(backend: Backend) -> None:
     ex = backend.executor
     await ex.launch(backend.launch("done-1", ["true"]))
     done = await backend.finished("done-1")
-    assert done.phase is model.Phase.SUCCEEDED
+    assert done.phase is launching.Phase.SUCCEEDED
     managed = await ex.list_managed({model.MANAGED_BY: model.MANAGER})
 
     await ex.cancel("never-1", timedelta(seconds=1))
     assert await ex.observe(["never-1"]) == {
-        "never-1": model.Observation("never-1", model.Phase.ABSENT)
+        "never-1": launching.Observation("never-1", launching.Phase.ABSENT)
     }, "cancelling an absent name creates nothing"
     assert await ex.list_managed({model.MANAGED_BY: model.MANAGER}) == managed
 
     await ex.cancel("done-1", timedelta(seconds=1))
     after = (await ex.observe(["done-1"]))["done-1"]
     assert (after.phase, after.exit_code, after.reason) == (
-        model.Phase.SUCCEEDED,
+        launching.Phase.SUCCEEDED,
         0,
         done.reason,
     ), "a finished launch keeps its result: cancelling it changes nothing"
@@ -285,14 +285,14 @@ async def test_cancel_absent_or_finished_is_a_noop(backend: Backend) -> None:
 async def test_deadline(backend: Backend) -> None:
     await backend.executor.launch(backend.launch("late-1", ["sleep", "30"], deadline_seconds=1))
     obs = await backend.finished("late-1")
-    assert obs.phase is model.Phase.FAILED
+    assert obs.phase is launching.Phase.FAILED
     assert obs.reason is not None
     assert obs.reason.startswith("deadline exceeded"), obs.reason
     assert obs.failure_class is model.FailureClass.TRANSIENT
 
 
 async def test_events_yield_each_finish_once(backend: Backend) -> None:
-    seen: list[model.Observation] = []
+    seen: list[launching.Observation] = []
 
     async def listen() -> None:
         async for obs in backend.executor.events():
@@ -310,8 +310,8 @@ async def test_events_yield_each_finish_once(backend: Backend) -> None:
     await asyncio.gather(task, return_exceptions=True)
     by_name = {o.name: o for o in seen}
     assert sorted(o.name for o in seen) == ["ev-1", "ev-2", "ev-3"], "each finish once"
-    assert by_name["ev-1"].phase is model.Phase.SUCCEEDED
-    assert (by_name["ev-2"].phase, by_name["ev-2"].exit_code) == (model.Phase.FAILED, 1)
+    assert by_name["ev-1"].phase is launching.Phase.SUCCEEDED
+    assert (by_name["ev-2"].phase, by_name["ev-2"].exit_code) == (launching.Phase.FAILED, 1)
 
 
 async def test_a_spec_with_an_unknown_field_is_refused(backend: Backend) -> None:
@@ -347,5 +347,5 @@ async def test_the_command_reads_its_payload(
         backend.launch("payload-1", sh(f"{READ_PAYLOAD} > {out}"), payload=payload)
     )
     obs = await backend.finished("payload-1")
-    assert obs.phase is model.Phase.SUCCEEDED, obs
+    assert obs.phase is launching.Phase.SUCCEEDED, obs
     assert json.loads(out.read_text(encoding="utf-8")) == payload

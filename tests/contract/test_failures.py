@@ -10,14 +10,15 @@ from typing import Any
 import pytest
 from sqlalchemy import create_engine, text
 
-from corral import client, config, dispatcher, errors, model, reconciler, retry, store
+from corral import client, config, dispatcher, errors, launching, model, reconciler, retry, store
+from corral.policy import job_policy
 from corral.store import Finish
 from corral.testing import FrozenClock
 from tests.support import jobs
 from tests.support.noop import NoopExecutor
 from tests.support.platform import Platform
 
-A, J, FC, P = model.AttemptState, model.JobState, model.FailureClass, model.Phase
+A, J, FC, P = model.AttemptState, model.JobState, model.FailureClass, launching.Phase
 RULE_FAIL_4 = {"on_exit_codes": {"operator": "In", "values": [4]}, "action": "fail"}
 RULE_IGNORE_9 = {"on_exit_codes": {"operator": "In", "values": [9]}, "action": "ignore"}
 
@@ -30,7 +31,7 @@ async def submit(
     policy: dict[str, Any] | None = None,
     **kw: Any,
 ) -> list[int]:
-    stored = config.job_policy(config.Settings(), policy or {}).stored()
+    stored = job_policy(config.Settings(), policy or {}).stored()
     new = [model.NewJob(executor="noop", spec={}, policy=stored, **kw) for _ in range(n)]
     return await jobs.submit(db, clock, *new)
 
@@ -237,7 +238,7 @@ async def launched(
 ) -> model.Claimed:
     await submit(db, clock, policy={"heartbeat": True, **policy}, **kw)
     [c] = await claim(db, clock)
-    await platform.launch(model.build_launch(c, reach=model.Reach(), deadline_seconds=None))
+    await platform.launch(launching.build_launch(c, reach=launching.Reach(), deadline_seconds=None))
     await db.attempt_record_running(fences=[c.attempt.id], now=clock.now())
     return c
 

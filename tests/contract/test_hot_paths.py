@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from sqlalchemy import Connection, select
 
-from corral import model, store
+from corral import launching, model, python_tasks, store
 from corral.store import claims, completions, tables, workers
 from corral.testing import FrozenClock
 from tests.conftest import sqlite_copy
@@ -26,7 +26,7 @@ from tests.conftest import sqlite_copy
 A, J = model.AttemptState, model.JobState
 LIMITS = store.DefaultLimits(timedelta(seconds=240), timedelta(seconds=60))
 HEARTBEAT = {"heartbeat": True, "limits": {"lease_timeout": 30}}
-OUTPUT = model.RunLog(streams=(model.Stream("stdout", "done\n", 5),), latency=0.5)
+OUTPUT = launching.RunLog(streams=(launching.Stream("stdout", "done\n", 5),), latency=0.5)
 
 
 class Route:
@@ -116,15 +116,15 @@ async def worker_scenario(route: Route, clock: FrozenClock) -> list[Any]:
     attempt recorded running at once, then their successes settled."""
     t0 = clock.now()
     new = [
-        model.NewJob(executor=model.PYTHON, spec={"task": "a", "version": 1}, priority=2),
-        model.NewJob(executor=model.PYTHON, spec={"task": "a", "version": 2}),
+        model.NewJob(executor=python_tasks.PYTHON, spec={"task": "a", "version": 1}, priority=2),
+        model.NewJob(executor=python_tasks.PYTHON, spec={"task": "a", "version": 2}),
         model.NewJob(
-            executor=model.PYTHON,
+            executor=python_tasks.PYTHON,
             spec={"task": "a", "version": 1},
             run_at=t0 + timedelta(seconds=10),
             policy=HEARTBEAT,
         ),
-        model.NewJob(executor=model.PYTHON, spec={"task": "b", "version": 1}, queue="q2"),
+        model.NewJob(executor=python_tasks.PYTHON, spec={"task": "b", "version": 1}, queue="q2"),
     ]
     await route.db.job_submit(new=new, now=t0)
     clock.advance(20)

@@ -13,16 +13,16 @@ from typing import Any
 
 import pytest
 
-from corral import errors, model, store
+from corral import errors, launching, model, scheduling, store
 from corral.store import Finish, attempts, events, hotpool, hotreads, jobs, runlogs, tables
 from corral.testing import FrozenClock
 
 A, J = model.AttemptState, model.JobState
 
-LOG = model.RunLog(
+LOG = launching.RunLog(
     streams=(
-        model.Stream("request", "POST https://example.com/hook\n", 30),
-        model.Stream("response", "HTTP 200 OK\n\nthanks é", 22, cut=True),
+        launching.Stream("request", "POST https://example.com/hook\n", 30),
+        launching.Stream("response", "HTTP 200 OK\n\nthanks é", 22, cut=True),
     ),
     latency=0.035,
     status=200,
@@ -41,7 +41,7 @@ async def _jobs(db: store.Store, clock: FrozenClock) -> None:
     """30 jobs, a second apart, across queues, tenants, pools, executors, labels and a
     schedule; some claimed (running), some cancelled, some to run later (scheduled)."""
     for i in range(30):
-        firing = {model.FIRING: {"schedule": "nightly"}} if i % 6 == 0 else {"n": i}
+        firing = {scheduling.FIRING: {"schedule": "nightly"}} if i % 6 == 0 else {"n": i}
         later = clock.now() + timedelta(hours=1) if i % 7 == 3 else None
         new = model.NewJob(
             executor="noop" if i % 3 else "other",
@@ -138,7 +138,7 @@ async def test_a_job_s_page_reads_its_attempts_events_and_run_logs(
         now=clock.now(),
     )
     [first] = await db.job_claim(now=clock.now(), limit=1, executors=["noop"])
-    out = model.RunLog(streams=(model.Stream("stderr", "boom\n", 5),), latency=1.5)
+    out = launching.RunLog(streams=(launching.Stream("stderr", "boom\n", 5),), latency=1.5)
     failed = Finish(first.attempt.id, A.FAILED, 1, "exited with code 1", output=out)
     await db.attempt_finish(finishes=[failed], now=clock.now())
     clock.advance(3600)

@@ -13,7 +13,7 @@ import psycopg
 import pytest
 from sqlalchemy import create_engine, event, text
 
-from corral import config, dispatcher, errors, model, store
+from corral import config, dispatcher, errors, model, python_tasks, store
 from corral.store import hotpool, tables
 from corral.store.postgres import claim, settle
 from corral.testing import FrozenClock
@@ -133,9 +133,9 @@ async def test_the_settle_applies_successes_and_records_the_rest_in_one_statemen
 
 def _task_job(task: str, version: int, queue: str = "default") -> model.NewJob:
     return model.NewJob(
-        executor=model.PYTHON,
+        executor=python_tasks.PYTHON,
         spec={"task": task, "version": version},
-        payload=model.envelope(task, version, {}),
+        payload=python_tasks.envelope(task, version, {}),
         queue=queue,
         policy={"heartbeat": True},
     )
@@ -172,7 +172,7 @@ async def test_a_workers_claim_takes_what_it_reads_and_records_it_running(
         now=clock.now(),
     )
     [claimed] = await _worker_claim(db, clock, general, queues=("default", "fast"))
-    assert model.task_of(claimed.job.spec) == ("send", 1)
+    assert python_tasks.task_of(claimed.job.spec) == ("send", 1)
     a = claimed.attempt
     assert (a.state, a.started_at, a.last_seen_at) == (A.RUNNING, clock.now(), clock.now())
     assert a.lease_until == clock.now() + timedelta(seconds=60)

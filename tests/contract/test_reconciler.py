@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from corral import config, errors, health, model, reconciler, runtime, store
+from corral import config, errors, health, launching, model, reconciler, runtime, store, timeouts
 from corral.clock import SystemClock
 from corral.executors import base
 from corral.store import Finish
@@ -17,8 +17,8 @@ from corral.testing import FrozenClock
 from tests.support.platform import Platform
 from tests.support.wait import PATIENCE, eventually
 
-A, J, P = model.AttemptState, model.JobState, model.Phase
-TIMEOUTS = config.Timeouts(
+A, J, P = model.AttemptState, model.JobState, launching.Phase
+TIMEOUTS = timeouts.Timeouts(
     launch_grace=30, lease_timeout=60, attempt_deadline=240, recovery_grace=360, cancel_grace=1
 )
 
@@ -42,8 +42,8 @@ async def claimed(
     return await db.job_claim(now=clock.now(), limit=n, executors=["noop"])
 
 
-def launch_of(c: model.Claimed) -> model.Launch:
-    return model.build_launch(c, reach=model.Reach(), deadline_seconds=None)
+def launch_of(c: model.Claimed) -> launching.Launch:
+    return launching.build_launch(c, reach=launching.Reach(), deadline_seconds=None)
 
 
 async def running(
@@ -151,9 +151,9 @@ async def test_a_launch_name_held_by_another_identity_is_a_conflict(
 ) -> None:
     platform = Platform()
     [c] = await claimed(db, clock)
-    stale = model.build_launch(
+    stale = launching.build_launch(
         model.Claimed(c.job, model.Attempt(**{**_fields(c.attempt), "id": c.attempt.id + 1000})),
-        reach=model.Reach(),
+        reach=launching.Reach(),
         deadline_seconds=None,
     )
     platform.put(stale)
@@ -306,7 +306,7 @@ async def test_the_first_pass_waits_for_executors_to_be_ready(
     s = config.Settings(
         database_url=db_url,
         health_file=beats,
-        timeouts=config.Timeouts(reconcile_interval=0.05),
+        timeouts=timeouts.Timeouts(reconcile_interval=0.05),
     )
     [(job_id, _)] = await db.job_submit(
         new=[model.NewJob(executor="noop", spec={})], now=SystemClock().now()

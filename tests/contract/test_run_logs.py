@@ -6,17 +6,21 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from corral import config, maintenance, model, reconciler, store
+from corral import config, launching, maintenance, model, reconciler, store
 from corral.store import Finish
 from corral.testing import FrozenClock
 from tests.support.platform import Platform
 
 A, J = model.AttemptState, model.JobState
 
-LOG = model.RunLog(
+LOG = launching.RunLog(
     streams=(
-        model.Stream("request", "POST https://example.com/hook\nAuthorization: [redacted]\n", 48),
-        model.Stream("response", "HTTP 200 OK\ncontent-type: text/plain\n\nthanks é", 52, cut=True),
+        launching.Stream(
+            "request", "POST https://example.com/hook\nAuthorization: [redacted]\n", 48
+        ),
+        launching.Stream(
+            "response", "HTTP 200 OK\ncontent-type: text/plain\n\nthanks é", 52, cut=True
+        ),
     ),
     latency=0.035,
     status=200,
@@ -37,7 +41,7 @@ async def test_a_success_settled_on_the_hot_path_keeps_its_run_log(
 ) -> None:
     quiet, loud = await _claimed(db, clock, 2)
     finishes = [
-        Finish(quiet.attempt.id, A.SUCCEEDED, 0, None, output=model.RunLog(latency=0.5)),
+        Finish(quiet.attempt.id, A.SUCCEEDED, 0, None, output=launching.RunLog(latency=0.5)),
         Finish(loud.attempt.id, A.SUCCEEDED, None, "HTTP 200 OK", output=LOG),
     ]
     _, outcomes = await db.attempt_settle(launched=[], finishes=finishes, now=clock.now())
@@ -53,7 +57,9 @@ async def test_a_failure_keeps_its_run_log_and_a_repeat_writes_nothing(
     db: store.Store, clock: FrozenClock
 ) -> None:
     [c] = await _claimed(db, clock)
-    out = model.RunLog(streams=(model.Stream("stderr", "Traceback ...\nboom\n", 20),), latency=1.5)
+    out = launching.RunLog(
+        streams=(launching.Stream("stderr", "Traceback ...\nboom\n", 20),), latency=1.5
+    )
     failed = Finish(c.attempt.id, A.FAILED, 1, "exited with code 1", output=out)
     await db.attempt_finish(finishes=[failed], now=clock.now())
     again = Finish(c.attempt.id, A.FAILED, 2, "exited with code 2", output=LOG)
@@ -174,7 +180,7 @@ async def test_the_reconciler_removes_old_jobs_and_looks_again_later(
     assert [j.id for j in await db.job_list()] == [d.job.id]
 
 
-def _fields(log: model.RunLog) -> dict[str, object]:
+def _fields(log: launching.RunLog) -> dict[str, object]:
     return {name: getattr(log, name) for name in log.__slots__}  # type: ignore[attr-defined]
 
 
@@ -183,9 +189,9 @@ async def test_a_platform_that_gives_only_a_message_has_it_as_its_run_log(
 ) -> None:
     """A container's termination message is all a Kubernetes attempt says of itself."""
     [c] = await _claimed(db, clock)
-    obs = model.Observation(
-        c.attempt.launch_name, model.Phase.FAILED, exit_code=1, message="ValueError: bad row 7"
+    obs = launching.Observation(
+        c.attempt.launch_name, launching.Phase.FAILED, exit_code=1, message="ValueError: bad row 7"
     )
     await db.attempt_finish(finishes=[Finish.seen(c.attempt.id, obs)], now=clock.now())
     [kept] = (await db.run_logs(job_id=c.job.id)).values()
-    assert kept.streams == (model.Stream("message", "ValueError: bad row 7", 21),)
+    assert kept.streams == (launching.Stream("message", "ValueError: bad row 7", 21),)

@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from corral import client, config, errors, model, scheduler, store
+from corral import client, config, errors, model, scheduler, scheduling, store
 from corral.testing import FrozenClock
 from tests.support.noop import NoopExecutor
 
-F, J = model.FiringOutcome, model.JobState
+F, J = scheduling.FiringOutcome, model.JobState
 START = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
 
@@ -39,7 +39,7 @@ def make_scheduler(db: store.Store, clock: FrozenClock, **kw: Any) -> scheduler.
 JOB = {"spec": {"command": ["true"]}, "executor": "noop"}
 
 
-async def firings(db: store.Store, schedule_id: int) -> list[model.Firing]:
+async def firings(db: store.Store, schedule_id: int) -> list[scheduling.Firing]:
     return sorted(
         await db.firing_list(schedule_id=schedule_id, limit=100_000), key=lambda f: f.nominal_at
     )
@@ -61,7 +61,7 @@ async def test_an_interval_fires_each_nominal_time_once_with_its_interval(
     assert {f.outcome for f in fired} == {F.FIRED}
     assert all(f.lateness_seconds >= 0 for f in fired)
     job = await db.job_get(job_id=fired[1].job_id or 0)
-    assert job.idempotency_key == model.firing_key(made.id, START + timedelta(seconds=30))
+    assert job.idempotency_key == scheduling.firing_key(made.id, START + timedelta(seconds=30))
     assert job.payload == {
         "region": "eu",
         "corral": {
@@ -71,7 +71,7 @@ async def test_an_interval_fires_each_nominal_time_once_with_its_interval(
             "interval_end": "2026-03-01T12:01:00Z",
         },
     }
-    assert model.firing_env(job.payload)["CORRAL_INTERVAL_END"] == "2026-03-01T12:01:00Z"
+    assert scheduling.firing_env(job.payload)["CORRAL_INTERVAL_END"] == "2026-03-01T12:01:00Z"
     assert (await db.schedule_by_id(schedule_id=made.id)).last_job_id == fired[-1].job_id
 
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from sqlalchemy import create_engine, event
 
-from corral import config, errors, model, retry, store
+from corral import access, errors, model, policy, retry, store
 from corral.store import Finish, migrate
 from corral.store.indexes import compared_on
 from corral.store.indexes import metadata as schema
@@ -357,7 +357,7 @@ async def test_retries_in_one_batch_each_get_their_own_backoff(
     delays = iter([3.0, 7.0, 11.0])
 
     class Fixed(retry.Backoff):
-        def for_policy(self, attempt_no: int, policy: config.JobPolicy) -> float:
+        def for_policy(self, attempt_no: int, policy: policy.JobPolicy) -> float:
             return next(delays)
 
     outcomes = await db.attempt_finish(
@@ -442,7 +442,7 @@ async def test_exactly_one_first_admin_token_however_many_start_at_once(db_url: 
             )
         )
         [token] = [t for t in made if t is not None]
-        assert (token.tenant, token.role) == (None, model.Role.ADMIN)
+        assert (token.tenant, token.role) == (None, access.Role.ADMIN)
         assert (
             await stores[0].token_add_first_admin(
                 name="first admin", secret_sha256="f" * 64, now=now

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from corral import client, clock, config, errors, health, model, runtime
+from corral import client, clock, config, errors, health, model, runtime, timeouts
 from corral.api.server import serve_attempts
 from corral.testing import PausedClock
 from tests.support.cluster import cluster  # noqa: F401  (the Kubernetes double, a fixture)
@@ -79,7 +79,7 @@ async def _running(tmp_path: Path, url: str, clk: clock.Clock) -> AsyncIterator[
         database_url=url,
         state_dir=tmp_path / "state",
         health_file=tmp_path / "health.json",
-        timeouts=config.Timeouts(
+        timeouts=timeouts.Timeouts(
             margin="500ms",
             tick_margin="50ms",
             dispatch_interval="200ms",

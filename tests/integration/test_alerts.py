@@ -21,7 +21,7 @@ import pytest
 from aiohttp import web
 from aiosmtpd.controller import Controller
 
-from corral import alerts, config, model, store
+from corral import alert_settings, alerts, config, model, scheduling, store, timeouts
 from corral.alerts import channels, rules
 from corral.store import Finish
 from corral.store.alerts import JobFacts
@@ -118,7 +118,7 @@ async def serving(tmp_path: Any, alerting: dict[str, Any]) -> AsyncIterator[conf
         database_url=url,
         state_dir=tmp_path / "state",
         executors={"http": {"allow_networks": LOCAL}},  # type: ignore[arg-type]
-        timeouts=config.Timeouts(
+        timeouts=timeouts.Timeouts(
             margin="500ms",
             tick_margin="50ms",
             dispatch_interval="200ms",
@@ -359,7 +359,7 @@ async def test_a_muted_rule_says_nothing(db: store.Store, web_receiver: Web) -> 
 
 
 def test_rules_match_on_every_key_given() -> None:
-    rule = config.AlertRule(
+    rule = alert_settings.AlertRule(
         on=("failed",),
         match={"queue": "q", "labels": {"team": "data"}},
         channels=("c",),  # type: ignore[arg-type]
@@ -628,7 +628,7 @@ async def test_a_firing_s_sla_counts_from_its_nominal_time(db: store.Store) -> N
     clock = FrozenClock()
     await listening(db)
     nominal = clock.now() - timedelta(seconds=100)  # fired late, e.g. caught up
-    payload = model.firing_payload(
+    payload = scheduling.firing_payload(
         None, schedule="nightly", nominal=nominal, interval_end=clock.now()
     )
     await db.job_submit(
@@ -859,7 +859,7 @@ async def test_the_alerter_reads_every_event_the_rules_can_use_and_skips_starts_
 
     clock = FrozenClock()
     nominal = clock.now() - timedelta(minutes=5)
-    payload = model.firing_payload(
+    payload = scheduling.firing_payload(
         {"x": 1}, schedule="nightly", nominal=nominal, interval_end=clock.now()
     )
     [(job_id, _)] = await db.job_submit(

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from corral import clock, model, reconciler, store
+from corral import clock, launching, model, reconciler, store
 from corral.executors import argo, base, kubernetes
 from corral.testing import FrozenClock
 from tests.support import kube_api
@@ -117,7 +117,7 @@ async def test_recovery_stops_the_pod_of_a_workflow_deleted_without_propagation(
     spec = wf.validate_spec({"image": IMAGE, "command": ["sleep", "30"]})
     await db.job_submit(new=[model.NewJob(executor="argo", spec=spec)], now=now)
     [claimed] = await db.job_claim(now=now, limit=1, executors=["argo"])
-    launched = model.build_launch(claimed, reach=model.Reach(), deadline_seconds=None)
+    launched = launching.build_launch(claimed, reach=launching.Reach(), deadline_seconds=None)
     await wf.launch(launched)
     await db.attempt_record_running(fences=[claimed.attempt.id], now=now)
     await running(cluster, launched.name)

@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from corral import config, model, store
+from corral import config, launching, model, store
 from corral.api.server import serve_attempts
 from corral.worker.api import ApiReach, AttemptApi
 from tests.integration.conftest import Corral, J
@@ -40,7 +40,7 @@ async def test_a_process_job_heartbeats_and_checkpoints_through_the_socket(
     env = dict(line.split("=", 1) for line in (tmp_path / "env.txt").read_text().splitlines())
     sock = corral.client.settings.attempt_socket
     assert env["CORRAL_API_URL"] == f"unix:{sock}"
-    assert env["CORRAL_ATTEMPT_TOKEN"].startswith(model.ATTEMPT_TOKEN_PREFIX)
+    assert env["CORRAL_ATTEMPT_TOKEN"].startswith(launching.ATTEMPT_TOKEN_PREFIX)
     assert "CORRAL_DATABASE_URL" not in env
     assert stat.S_ISSOCK(os.stat(sock).st_mode)
     assert stat.S_IMODE(os.stat(sock).st_mode) == 0o666  # any job's user: the token decides
@@ -64,7 +64,7 @@ async def test_the_socket_answers_an_attempt_s_own_calls_and_nothing_else(
         assert "CORRAL_ATTEMPT_TOKEN" in refused.json()["error"]
         forged = await http.post(
             "/api/v1/attempt/heartbeat",
-            headers={"Authorization": f"Bearer {model.ATTEMPT_TOKEN_PREFIX}1_1_0000"},
+            headers={"Authorization": f"Bearer {launching.ATTEMPT_TOKEN_PREFIX}1_1_0000"},
         )
         assert forged.status_code == 401
 
@@ -89,7 +89,7 @@ async def test_a_state_folder_deeper_than_a_socket_path_holds_still_works(
     serving = asyncio.create_task(serve_attempts(settings, stop))
     try:
         await eventually(lambda: settings.attempt_socket.exists(), what="the socket")
-        token = model.attempt_token("k" * 40, job_id, fence)
+        token = launching.attempt_token("k" * 40, job_id, fence)
         reach = ApiReach(str(settings.local_api_url), token)
         async with AttemptApi(reach) as api:
             assert await api.payload() == {"n": 1}

@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
-from corral import client, config, errors, model, store
+from corral import client, config, errors, launching, model, store
 from corral.api import create_app
 from corral.store import Finish
 from corral.testing import FrozenClock
@@ -38,7 +38,7 @@ class Setup:
 
     async def token(self, claimed: model.Claimed) -> str:
         key = await client.tokens.attempt_key(self.c.settings, self.c.store, self.c.clock)
-        return model.attempt_token(key, claimed.job.id, claimed.attempt.id)
+        return launching.attempt_token(key, claimed.job.id, claimed.attempt.id)
 
 
 @pytest.fixture
@@ -53,21 +53,21 @@ async def setup(db: store.Store) -> Setup:
 
 
 def test_a_token_names_its_attempt_and_no_other_key_or_change_passes() -> None:
-    token = model.attempt_token(KEY, 12, 345)
-    assert token.startswith(model.ATTEMPT_TOKEN_PREFIX)
-    assert model.attempt_token_read(KEY, token) == (12, 345)
-    assert model.attempt_token_read("x" * 48, token) is None
+    token = launching.attempt_token(KEY, 12, 345)
+    assert token.startswith(launching.ATTEMPT_TOKEN_PREFIX)
+    assert launching.attempt_token_read(KEY, token) == (12, 345)
+    assert launching.attempt_token_read("x" * 48, token) is None
     forged = token.replace("_12_345_", "_12_346_")
-    assert model.attempt_token_read(KEY, forged) is None
+    assert launching.attempt_token_read(KEY, forged) is None
     for other in ("", "corral_attempt_", "corral_attempt_1_2", "corral_abc", token + "0"):
-        assert model.attempt_token_read(KEY, other) is None
+        assert launching.attempt_token_read(KEY, other) is None
 
 
 def test_the_environment_has_the_token_and_never_the_database_url_with_an_api() -> None:
     labels = {model.JOB_ID: "7", model.ATTEMPT: "1", model.FENCE: "9"}
-    reach = model.Reach(api_url="http://corral:8080", attempt_key=KEY)
-    env = model.attempt_env(labels, name="n", tenant="t", reach=reach)
-    assert model.attempt_token_read(KEY, env["CORRAL_ATTEMPT_TOKEN"]) == (7, 9)
+    reach = launching.Reach(api_url="http://corral:8080", attempt_key=KEY)
+    env = launching.attempt_env(labels, name="n", tenant="t", reach=reach)
+    assert launching.attempt_token_read(KEY, env["CORRAL_ATTEMPT_TOKEN"]) == (7, 9)
     assert env["CORRAL_API_URL"] == "http://corral:8080"
     assert "CORRAL_DATABASE_URL" not in env
     s = config.Settings(database_url="sqlite:///x.db", api_url="http://corral:8080")
@@ -87,7 +87,7 @@ async def test_an_attempt_calls_with_its_token_until_a_newer_attempt_exists(setu
         assert await api.checkpoint_load() == (claimed.attempt.id, {"page": 3})
         location = "file:///data/sales/_staging/fence=1-ab"
         pointer = await api.pointer_swap(dataset="sales", location=location, code_version="v1")
-        assert isinstance(pointer, model.Pointer)
+        assert isinstance(pointer, launching.Pointer)
         assert (pointer.fence, pointer.location) == (claimed.attempt.id, location)
         assert await api.pointer_get("sales") == pointer
         assert await api.pointer_get("other") is None
@@ -116,7 +116,7 @@ async def test_an_attempt_calls_with_its_token_until_a_newer_attempt_exists(setu
     async with setup.api(await setup.token(newer)) as api:
         await api.heartbeat()
         swapped = await api.pointer_swap(dataset="sales", location="file:///new", code_version=None)
-        assert isinstance(swapped, model.Pointer)
+        assert isinstance(swapped, launching.Pointer)
         assert swapped.fence == newer.attempt.id
 
 
@@ -140,14 +140,14 @@ async def test_an_attempt_reads_and_swaps_its_own_tenant_s_pointers_only(setup: 
         a_reports = await api.pointer_swap(
             dataset="reports", location="file:///a", code_version=None
         )
-        assert isinstance(a_reports, model.Pointer)
+        assert isinstance(a_reports, launching.Pointer)
         assert a_reports.tenant == "a"
     async with setup.api(await setup.token(mine)) as api:
         assert await api.pointer_get("reports") is None, "another tenant's dataset is not found"
         b_reports = await api.pointer_swap(
             dataset="reports", location="file:///b", code_version=None
         )
-        assert isinstance(b_reports, model.Pointer)
+        assert isinstance(b_reports, launching.Pointer)
         assert (b_reports.tenant, b_reports.location) == ("b", "file:///b")
         assert await api.pointer_get("reports") == b_reports
     async with setup.api(await setup.token(theirs)) as api:

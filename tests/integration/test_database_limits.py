@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from sqlalchemy import Connection, create_engine, text
 
-from corral import config, errors, model, store
+from corral import errors, model, store, timeouts
 from corral.testing import FrozenClock
 from tests.conftest import pg_empty
 from tests.support.net import free_port
@@ -38,7 +38,7 @@ def url(pg_url: str) -> str:
 
 @pytest.fixture
 async def db(url: str) -> AsyncIterator[store.Store]:
-    s = store.Store.connect(url, timeouts=config.Timeouts(**LIMITS))
+    s = store.Store.connect(url, timeouts=timeouts.Timeouts(**LIMITS))
     yield s
     await s.close()
 
@@ -223,7 +223,7 @@ async def test_a_call_past_the_backstop_is_given_up_with_one_line_and_rolled_bac
     # backstop, as a silent network would, so that the backstop is what ends the call.
     db = store.Store.connect(
         url,
-        timeouts=config.Timeouts(
+        timeouts=timeouts.Timeouts(
             database_transaction_timeout="500ms",
             database_statement_timeout="30s",
             database_lock_timeout="30s",
@@ -262,7 +262,7 @@ async def test_calls_queued_behind_given_up_ones_are_given_up_too_then_work_agai
 ) -> None:
     db = store.Store.connect(
         url,
-        timeouts=config.Timeouts(
+        timeouts=timeouts.Timeouts(
             database_transaction_timeout="300ms",
             database_statement_timeout="30s",
             database_lock_timeout="30s",

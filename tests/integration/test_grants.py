@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from corral import client, config, model, scheduler, store
+from corral import client, config, scheduler, scheduling, store
 from corral.alerts import rules
 from corral.executors import registry
 from corral.testing import FrozenClock
@@ -87,7 +87,7 @@ async def test_a_tenant_s_schedule_fires_only_while_its_grant_holds(
     c.clock.advance(60)
     await while_granted.pass_once()
     before = await c.firings("mine", tenant="b")
-    assert [f.outcome for f in before] == [model.FiringOutcome.FIRED] * len(before)
+    assert [f.outcome for f in before] == [scheduling.FiringOutcome.FIRED] * len(before)
     assert before
     assert all(f.job_id is not None for f in before)
 
@@ -96,13 +96,13 @@ async def test_a_tenant_s_schedule_fires_only_while_its_grant_holds(
     c.clock.advance(60)
     await scheduler.Scheduler(store=c.store, clock=c.clock, tenants={}).pass_once()
     newest = (await c.firings("mine", tenant="b"))[0]
-    assert newest.outcome == model.FiringOutcome.REFUSED
+    assert newest.outcome == scheduling.FiringOutcome.REFUSED
     assert newest.job_id is None
     assert newest.note is not None
     assert "not granted 'noop'" in newest.note
     ops = await c.firings("ops", tenant="b")
     assert len(ops) == len(before) + 1
-    assert {f.outcome for f in ops} == {model.FiringOutcome.FIRED}
+    assert {f.outcome for f in ops} == {scheduling.FiringOutcome.FIRED}
     news = [e for e, _ in (await c.store.alert_events(after=0, limit=1000)).found if e.job_id == 0]
     [refused] = [e for e in news if e.to_state == "refused"]
     assert refused.details["schedule"] == "mine"

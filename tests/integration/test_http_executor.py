@@ -16,7 +16,7 @@ import pytest
 from aiohttp import web
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
-from corral import clock, config, dispatcher, errors, model, reconciler, runtime, store
+from corral import clock, config, dispatcher, errors, launching, model, reconciler, runtime, store
 from corral.executors import http, http_guard, http_outcome, http_request, http_send, http_spec
 from corral.sinks.http import verify_signature
 from corral.testing import FrozenClock
@@ -92,7 +92,7 @@ async def executor(
         await ex.close()
 
 
-async def outcome(ex: http.HttpExecutor, spec: dict[str, Any], **kw: Any) -> model.Observation:
+async def outcome(ex: http.HttpExecutor, spec: dict[str, Any], **kw: Any) -> launching.Observation:
     """Launch one request and wait for its pushed outcome."""
     launch = launches.make_launch("http", kw.pop("name", "corral-1-1"), spec, **kw)
     events = ex.events()
@@ -109,7 +109,7 @@ async def test_a_request_carries_the_job_and_its_key_and_succeeds(receiver: Rece
     }
     async with executor() as ex:
         obs = await outcome(ex, spec, job_id=7, fence=42, idempotency_key="nightly-2026-12-02")
-    assert obs.phase is model.Phase.SUCCEEDED
+    assert obs.phase is launching.Phase.SUCCEEDED
     assert obs.reason is not None
     assert obs.reason.startswith("HTTP 200 OK in ")
     assert obs.reason.endswith("(127.0.0.1)")
@@ -132,17 +132,17 @@ async def test_a_request_carries_the_job_and_its_key_and_succeeds(receiver: Rece
 @pytest.mark.parametrize(
     ("status", "phase", "failure"),
     [
-        (500, model.Phase.FAILED, model.FailureClass.TRANSIENT),
-        (503, model.Phase.FAILED, model.FailureClass.TRANSIENT),
-        (429, model.Phase.FAILED, model.FailureClass.TRANSIENT),
-        (408, model.Phase.FAILED, model.FailureClass.TRANSIENT),
-        (404, model.Phase.FAILED, model.FailureClass.PERMANENT),
-        (400, model.Phase.FAILED, model.FailureClass.PERMANENT),
-        (204, model.Phase.SUCCEEDED, None),
+        (500, launching.Phase.FAILED, model.FailureClass.TRANSIENT),
+        (503, launching.Phase.FAILED, model.FailureClass.TRANSIENT),
+        (429, launching.Phase.FAILED, model.FailureClass.TRANSIENT),
+        (408, launching.Phase.FAILED, model.FailureClass.TRANSIENT),
+        (404, launching.Phase.FAILED, model.FailureClass.PERMANENT),
+        (400, launching.Phase.FAILED, model.FailureClass.PERMANENT),
+        (204, launching.Phase.SUCCEEDED, None),
     ],
 )
 async def test_statuses_are_judged(
-    receiver: Receiver, status: int, phase: model.Phase, failure: model.FailureClass | None
+    receiver: Receiver, status: int, phase: launching.Phase, failure: model.FailureClass | None
 ) -> None:
     receiver.answers["/x"] = reply(status, "" if status == 204 else f"first line {status}\nmore")
     async with executor() as ex:
@@ -150,14 +150,14 @@ async def test_statuses_are_judged(
     assert (obs.phase, obs.failure_class) == (phase, failure)
     assert obs.reason is not None
     assert obs.reason.startswith(f"HTTP {status} ")
-    assert obs.message == (None if phase is model.Phase.SUCCEEDED else f"first line {status}")
+    assert obs.message == (None if phase is launching.Phase.SUCCEEDED else f"first line {status}")
 
 
 async def test_expect_names_the_statuses_that_succeed(receiver: Receiver) -> None:
     receiver.answers["/created"] = reply(201)
     async with executor() as ex:
         obs = await outcome(ex, {"url": receiver.url("/created"), "expect": "200,204"})
-    assert (obs.phase, obs.failure_class) == (model.Phase.FAILED, model.FailureClass.PERMANENT)
+    assert (obs.phase, obs.failure_class) == (launching.Phase.FAILED, model.FailureClass.PERMANENT)
 
 
 async def test_a_server_slower_than_the_timeout_is_a_transient_failure(
@@ -175,7 +175,7 @@ async def test_a_server_slower_than_the_timeout_is_a_transient_failure(
             obs = await outcome(ex, {"url": receiver.url("/slow")})
     finally:
         release.set()
-    assert (obs.phase, obs.failure_class) == (model.Phase.FAILED, model.FailureClass.TRANSIENT)
+    assert (obs.phase, obs.failure_class) == (launching.Phase.FAILED, model.FailureClass.TRANSIENT)
     assert obs.reason is not None
     assert "0.3s" in obs.reason
 
@@ -184,7 +184,7 @@ async def test_a_redirect_to_the_metadata_address_is_refused(receiver: Receiver)
     receiver.answers["/go"] = reply(302, location="http://169.254.169.254/latest/meta-data/")
     async with executor() as ex:
         obs = await outcome(ex, {"url": receiver.url("/go")})
-    assert (obs.phase, obs.failure_class) == (model.Phase.FAILED, model.FailureClass.PERMANENT)
+    assert (obs.phase, obs.failure_class) == (launching.Phase.FAILED, model.FailureClass.PERMANENT)
     assert obs.reason == (
         "refused: 169.254.169.254 is a link-local address (executors.http.allow_networks opens it)"
     )
@@ -198,13 +198,13 @@ async def test_redirects_are_followed_and_checked_each_time(receiver: Receiver) 
     async with executor() as ex:
         followed = await outcome(ex, {"method": "POST", "url": receiver.url("/old"), "body": "x"})
         looped = await outcome(ex, {"url": receiver.url("/loop")}, name="corral-2-1", job_id=2)
-    assert followed.phase is model.Phase.SUCCEEDED
+    assert followed.phase is launching.Phase.SUCCEEDED
     assert [(s["method"], s["path"]) for s in receiver.seen[:2]] == [
         ("POST", "/old"),
         ("GET", "/new"),
     ]
     assert (looped.phase, looped.reason) == (
-        model.Phase.FAILED,
+        launching.Phase.FAILED,
         f"more than {http_send.MAX_REDIRECTS} redirects (127.0.0.1)",
     )
 
@@ -215,14 +215,14 @@ async def test_a_name_that_resolves_to_a_private_address_is_refused_unless_allow
     url = receiver.url("/x").replace("127.0.0.1", "localhost")
     async with executor(allow=()) as ex:
         refused = await outcome(ex, {"url": url})
-    assert refused.phase is model.Phase.FAILED
+    assert refused.phase is launching.Phase.FAILED
     assert refused.reason is not None
     assert refused.reason.startswith("refused: localhost: ")
     assert "loopback" in refused.reason
     assert receiver.seen == []
     async with executor() as ex:
         allowed = await outcome(ex, {"url": url})
-    assert allowed.phase is model.Phase.SUCCEEDED
+    assert allowed.phase is launching.Phase.SUCCEEDED
     assert receiver.seen[0]["headers"]["Host"] == url.removeprefix("http://").removesuffix("/x")
 
 
@@ -351,8 +351,8 @@ async def test_a_launched_name_is_never_sent_again(receiver: Receiver) -> None:
         await ex.launch(launch)  # ended
         seen = await ex.observe(["corral-1-1", "corral-9-1"])
     assert [s["path"] for s in receiver.seen] == ["/once"]
-    assert seen["corral-1-1"].phase is model.Phase.SUCCEEDED
-    assert seen["corral-9-1"].phase is model.Phase.ABSENT
+    assert seen["corral-1-1"].phase is launching.Phase.SUCCEEDED
+    assert seen["corral-9-1"].phase is launching.Phase.ABSENT
 
 
 # --- through the dispatcher and the store ---------------------------------------------------
@@ -548,7 +548,7 @@ async def test_recovery_records_a_launching_request_running_before_it_sends_it(
         await r.run_once()
     finally:
         await ex.close()
-    assert obs.phase is model.Phase.SUCCEEDED
+    assert obs.phase is launching.Phase.SUCCEEDED
     [attempt] = await db.attempt_list(job_id=job_id)
     assert attempt.state == model.AttemptState.RUNNING  # its outcome is the dispatcher's to write
     assert [s["path"] for s in receiver.seen] == ["/late"]
@@ -642,14 +642,14 @@ async def test_a_body_and_a_url_are_filled_from_the_payload(receiver: Receiver) 
         missing = await outcome(
             ex, {**spec, "body": "{{nope}}"}, payload=payload, name="corral-2-1", job_id=2
         )
-    assert obs.phase is model.Phase.SUCCEEDED
+    assert obs.phase is launching.Phase.SUCCEEDED
     [seen] = receiver.seen
     assert seen["path"] == "/r/sales & costs"  # sent percent-encoded, read back decoded
     assert seen["body"].decode() == (
         'for 2026-12-02T02:30:00+00:00: {"nominal_time": "2026-12-02T02:30:00+00:00"}'
     )
     assert (missing.phase, missing.failure_class) == (
-        model.Phase.FAILED,
+        launching.Phase.FAILED,
         model.FailureClass.PERMANENT,
     )
     assert missing.reason == "refused: template: {{nope}} names nothing in the job's payload"
@@ -702,7 +702,7 @@ async def test_requests_are_signed_with_the_tenant_s_secrets_through_a_rotation(
         unsigned = await outcome(
             ex, {"url": receiver.url("/s")}, name="corral-3-1", job_id=3, tenant="other"
         )
-    assert (during.phase, after.phase, unsigned.phase) == (model.Phase.SUCCEEDED,) * 3
+    assert (during.phase, after.phase, unsigned.phase) == (launching.Phase.SUCCEEDED,) * 3
     first, second, third = receiver.seen
     for secret in (old, new):
         Webhook(secret).verify(first["body"], first["headers"])
@@ -764,7 +764,7 @@ async def test_a_redirect_to_another_host_carries_no_credential(receiver: Receiv
                 "json": {"a": 1},
             }
             obs = await outcome(ex, spec, name=f"corral-{n}-1", job_id=n)
-            assert obs.phase is model.Phase.SUCCEEDED
+            assert obs.phase is launching.Phase.SUCCEEDED
     landed = [s for s in receiver.seen if s["path"] == "/landing"]
     away, here, seen_after_303 = (s["headers"] for s in landed)
     assert {"Authorization", "Cookie", "X-Api-Key"}.isdisjoint(away)
@@ -843,10 +843,10 @@ async def test_every_launch_ends_with_an_outcome_however_it_ends(receiver: Recei
         await ex.cancel("corral-2-1", timedelta(seconds=1))  # before its task ran at all
         cancelled = await asyncio.wait_for(anext(events), PATIENCE)
         assert ex._slots._value == 4  # every slot free again
-    assert (odd.phase, odd.retry_after) == (model.Phase.FAILED, None)
+    assert (odd.phase, odd.retry_after) == (launching.Phase.FAILED, None)
     assert (cancelled.name, cancelled.phase, cancelled.reason) == (
         "corral-2-1",
-        model.Phase.FAILED,
+        launching.Phase.FAILED,
         "cancelled",
     )
 
@@ -927,7 +927,7 @@ async def test_binary_output_is_kept_without_its_nul_bytes(db: store.Store) -> N
     frozen = FrozenClock()
     await db.job_submit(new=[model.NewJob(executor="noop", spec={})], now=frozen.now())
     [c] = await db.job_claim(now=frozen.now(), limit=1, executors=["noop"])
-    binary = model.RunLog(streams=(model.Stream("stdout", "a\x00b", 3),))
+    binary = launching.RunLog(streams=(launching.Stream("stdout", "a\x00b", 3),))
     done = store.Finish(c.attempt.id, model.AttemptState.SUCCEEDED, 0, None, output=binary)
     await db.attempt_settle(launched=[], finishes=[done], now=frozen.now())
     [kept] = (await db.run_logs(job_id=c.job.id)).values()
@@ -937,14 +937,14 @@ async def test_binary_output_is_kept_without_its_nul_bytes(db: store.Store) -> N
 async def test_an_unforeseen_error_still_ends_the_attempt_and_frees_its_slot(
     receiver: Receiver, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def broken(launch: model.Launch, spec: Any) -> dict[str, str]:
+    def broken(launch: launching.Launch, spec: Any) -> dict[str, str]:
         raise RuntimeError("a bug")
 
     monkeypatch.setattr(http_request, "request_headers", broken)
     async with executor() as ex:
         obs = await outcome(ex, {"url": receiver.url("/x")})
         assert ex._slots._value == 4
-    assert (obs.phase, obs.reason) == (model.Phase.FAILED, "RuntimeError: a bug")
+    assert (obs.phase, obs.reason) == (launching.Phase.FAILED, "RuntimeError: a bug")
     assert obs.failure_class is model.FailureClass.TRANSIENT
     assert receiver.seen == []
 
@@ -966,7 +966,7 @@ async def test_a_drain_that_fails_does_not_keep_the_dispatcher_from_stopping(
     wall = clock.SystemClock()
     ex = http.build(settings, wall)
 
-    async def broken() -> list[model.Observation]:
+    async def broken() -> list[launching.Observation]:
         raise RuntimeError("drain broke")
 
     monkeypatch.setattr(ex, "drain", broken)

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from corral import clock, errors, model, reconciler, store
+from corral import clock, errors, launching, model, reconciler, store
 from corral.executors import kubernetes
 from corral.testing import FrozenClock
 from tests.support import kube_api
@@ -54,7 +54,7 @@ async def test_retry_after_is_waited_for_as_long_as_the_server_asks(
     skipping.slept.clear()
     cluster.api.throttle(f"get {JOBS_URL}", seconds=1, times=3, code=code)
     cluster.api.throttle(f"get {JOBS_URL}/shed-1", seconds=1, times=3, code=code)
-    assert (await observe(ex, "shed-1")).phase is not model.Phase.ABSENT
+    assert (await observe(ex, "shed-1")).phase is not launching.Phase.ABSENT
     assert skipping.slept == [1.0, 1.0, 1.0], "waited what the server asked, each time"
 
 
@@ -124,8 +124,8 @@ async def test_observe_is_one_list_not_a_read_per_job(
     seen = await ex.observe([*names, "never-1"])
     lists, singles = (a - b for a, b in zip(reads(cluster), before, strict=True))
     assert (lists, singles) == (1, 0)
-    assert seen["never-1"].phase is model.Phase.ABSENT
-    assert all(seen[name].phase is not model.Phase.ABSENT for name in names)
+    assert seen["never-1"].phase is launching.Phase.ABSENT
+    assert all(seen[name].phase is not launching.Phase.ABSENT for name in names)
 
 
 def pod_lists(cluster: kube_api.Cluster) -> int:
@@ -165,7 +165,7 @@ async def test_one_malformed_job_leaves_its_name_unknown_not_the_page(
     cluster.api.patch(kube_api.JOBS, NS, "bad-1", {"status": {"conditions": ["Complete"]}})
     seen = await ex.observe(["good-1", "bad-1"])
     assert "bad-1" not in seen, "no observation: recovery takes it as unknown"
-    assert seen["good-1"].phase is not model.Phase.ABSENT
+    assert seen["good-1"].phase is not launching.Phase.ABSENT
 
 
 async def test_recovery_stops_the_pod_of_a_job_deleted_without_propagation(
@@ -177,7 +177,7 @@ async def test_recovery_stops_the_pod_of_a_job_deleted_without_propagation(
     spec = ex.validate_spec({"image": "busybox:1.36", "command": ["sleep", "30"]})
     await db.job_submit(new=[model.NewJob(executor="kubernetes", spec=spec)], now=now)
     [claimed] = await db.job_claim(now=now, limit=1, executors=["kubernetes"])
-    launched = model.build_launch(claimed, reach=model.Reach(), deadline_seconds=None)
+    launched = launching.build_launch(claimed, reach=launching.Reach(), deadline_seconds=None)
     await ex.launch(launched)
     await db.attempt_record_running(fences=[claimed.attempt.id], now=now)
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from corral import errors, model
+from corral import errors, launching, model
 from corral.executors import argo, kubernetes
 from tests.support import kube_api
 from tests.support.cluster import NS, executor_fixture, launch, observe, started, until
@@ -44,7 +44,7 @@ def conditions(cluster: kube_api.Cluster, name: str) -> list[str]:
     return [c["type"] for c in job["status"].get("conditions") or []]
 
 
-async def heard(ex: Any, into: list[model.Observation]) -> None:
+async def heard(ex: Any, into: list[launching.Observation]) -> None:
     async for obs in ex.events():
         into.append(obs)
 
@@ -55,7 +55,7 @@ async def test_a_job_whose_failure_is_decided_is_not_failed_until_its_pod_has_en
     # Failed only once no pod runs: an attempt read as ended while its pod terminates
     # would let its retry run beside it.
     gate = tmp_path / "gate"
-    seen: list[model.Observation] = []
+    seen: list[launching.Observation] = []
     listening = asyncio.create_task(heard(ex, seen))
     try:
         await cluster.api.watched()
@@ -69,13 +69,13 @@ async def test_a_job_whose_failure_is_decided_is_not_failed_until_its_pod_has_en
         gate.touch()
         ended = await until(ex, "target-1", lambda o: o.phase.finished)
         assert (ended.phase, ended.failure_class) == (
-            model.Phase.FAILED,
+            launching.Phase.FAILED,
             model.FailureClass.TRANSIENT,
         )
         assert ended.reason is not None
         assert ended.reason.startswith("deadline exceeded")
         await eventually(lambda: seen, what="the finish from the watch")
-        assert [(o.name, o.phase) for o in seen] == [("target-1", model.Phase.FAILED)], (
+        assert [(o.name, o.phase) for o in seen] == [("target-1", launching.Phase.FAILED)], (
             "one finish, the Failed one, not the FailureTarget before it"
         )
     finally:
@@ -90,7 +90,7 @@ async def test_an_evicted_pod_is_replaced_once_it_has_failed_and_the_attempt_goe
     # the attempt is neither ended nor doubled.
     gate = tmp_path / "gate"
     await ex.launch(launch("evict-2", gated(gate)))
-    await until(ex, "evict-2", lambda o: o.phase is model.Phase.RUNNING)
+    await until(ex, "evict-2", lambda o: o.phase is launching.Phase.RUNNING)
     job = cluster.api.get(kube_api.JOBS, NS, "evict-2")
     (first,) = cluster.jobs.pods_of(job)
     cluster.jobs.evict(NS, first["metadata"]["name"])
@@ -104,7 +104,7 @@ async def test_an_evicted_pod_is_replaced_once_it_has_failed_and_the_attempt_goe
     assert not (await observe(ex, "evict-2")).phase.finished, "the attempt goes on"
     gate.touch()
     ended = await until(ex, "evict-2", lambda o: o.phase.finished)
-    assert (ended.phase, ended.identity) == (model.Phase.SUCCEEDED, model.Identity(1, 1, 1))
+    assert (ended.phase, ended.identity) == (launching.Phase.SUCCEEDED, model.Identity(1, 1, 1))
     assert len(await ex.list_managed({model.JOB_ID: "1"})) == 1, "one Job, one attempt"
 
 
@@ -157,7 +157,7 @@ async def test_a_workflow_argo_refuses_after_it_was_created_fails_permanently(
     async with started(argo.ArgoExecutor, cluster) as wf:
         made = wf.template.manifest
 
-        def astray(launched: model.Launch, spec: Any) -> dict[str, Any]:
+        def astray(launched: launching.Launch, spec: Any) -> dict[str, Any]:
             body = made(launched, spec)
             body["spec"]["entrypoint"] = "nowhere"
             return body
@@ -167,7 +167,7 @@ async def test_a_workflow_argo_refuses_after_it_was_created_fails_permanently(
         ended = await until(wf, "astray-1", lambda o: o.phase.finished)
     said = "invalid spec: spec.entrypoint template 'nowhere' undefined"
     assert (ended.phase, ended.failure_class) == (
-        model.Phase.FAILED,
+        launching.Phase.FAILED,
         model.FailureClass.PERMANENT,
     )
     assert ended.reason == f"Workflow refused by Argo: {said}"

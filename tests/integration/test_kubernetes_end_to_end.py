@@ -17,16 +17,28 @@ from typing import Any
 import pytest
 import yaml
 
-from corral import client, clock, config, errors, model, reconciler, recovery, runtime, store
+from corral import (
+    client,
+    clock,
+    config,
+    errors,
+    launching,
+    model,
+    reconciler,
+    recovery,
+    runtime,
+    store,
+)
 from corral.executors import argo, base, kube_objects, kubernetes, kubernetes_owned
 from corral.testing import FrozenClock
+from corral.timeouts import Timeouts
 from tests.support import kube_api
 from tests.support.cluster import IMAGE, finished
 from tests.support.wait import PATIENCE, eventually
 
 pytestmark = [pytest.mark.timeout(4 * PATIENCE), pytest.mark.slow]
 
-J, A, P = model.JobState, model.AttemptState, model.Phase
+J, A, P = model.JobState, model.AttemptState, launching.Phase
 
 
 def kubeconfig(path: Path, url: str) -> Path:
@@ -64,7 +76,7 @@ def make_settings(
                 **(cluster or {}),
             },
         },
-        timeouts=config.Timeouts(
+        timeouts=Timeouts(
             margin="500ms",
             tick_margin="50ms",
             dispatch_interval="200ms",
@@ -347,7 +359,11 @@ async def test_a_launch_cut_short_before_its_payload_config_map_is_finished_by_r
     cluster, db, ex, frozen, settings, rec = down
     payload = {"rows": ["é" * 100] * 200}  # 40 KB: a ConfigMap's
     command = ["sh", "-c", 'test "$(cat "$CORRAL_PAYLOAD_FILE")" = "$EXPECTED"']
-    spec = {"image": IMAGE, "command": command, "env": {"EXPECTED": model.payload_json(payload)}}
+    spec = {
+        "image": IMAGE,
+        "command": command,
+        "env": {"EXPECTED": launching.payload_json(payload)},
+    }
     await db.job_submit(
         new=[model.NewJob(executor="kubernetes", spec=spec, payload=payload)], now=frozen.now()
     )
@@ -392,7 +408,7 @@ async def test_a_launch_cut_short_before_its_token_secret_is_finished_by_recover
     secret = cluster.api.get(kube_api.SECRETS, "default", name)
     job_uid = cluster.api.get(kube_api.JOBS, "default", name)["metadata"]["uid"]
     assert [o["uid"] for o in secret["metadata"]["ownerReferences"]] == [job_uid]
-    token = model.attempt_token(API["attempt_key"], claimed.job.id, claimed.attempt.id)
+    token = launching.attempt_token(API["attempt_key"], claimed.job.id, claimed.attempt.id)
     stored = base64.b64decode(secret["data"][kubernetes_owned.ATTEMPT_TOKEN_KEY]).decode()
     assert stored == token
     assert token not in json.dumps(cluster.api.get(kube_api.JOBS, "default", name))

@@ -17,7 +17,7 @@ from typing import Any
 import kmock
 import pytest
 
-from corral import clock, errors, model
+from corral import clock, errors, launching, model
 from corral.executors import argo, argo_manifest, kubernetes, kubernetes_owned
 from tests.support import kube_api
 from tests.support.cluster import (
@@ -58,7 +58,7 @@ async def test_create_stored_but_its_answer_lost_is_launched_once(
     assert creates(cluster) == 2, "tried again, and the second create saw 409"
     assert len(cluster.api.objects(kube_api.JOBS)) == 1
     obs = await until(ex, "lost-1", lambda o: o.phase.finished)
-    assert (obs.phase, obs.identity) == (model.Phase.SUCCEEDED, model.Identity(1, 1, 1))
+    assert (obs.phase, obs.identity) == (launching.Phase.SUCCEEDED, model.Identity(1, 1, 1))
 
 
 async def test_409_from_an_earlier_attempts_job_is_a_conflict(
@@ -106,7 +106,7 @@ async def test_a_disrupted_pod_is_replaced_and_the_job_is_still_one_attempt(
 ) -> None:
     gate = tmp_path / "go"
     await ex.launch(launch("evict-1", sh(f"while [ ! -e {gate} ]; do sleep 0.05; done")))
-    await until(ex, "evict-1", lambda o: o.phase is model.Phase.RUNNING)
+    await until(ex, "evict-1", lambda o: o.phase is launching.Phase.RUNNING)
     job = cluster.api.get(kube_api.JOBS, NS, "evict-1")
     (first,) = cluster.jobs.pods_of(job)
     cluster.jobs.disrupt(NS, first["metadata"]["name"], "EvictionByEvictionAPI")
@@ -116,17 +116,17 @@ async def test_a_disrupted_pod_is_replaced_and_the_job_is_still_one_attempt(
     assert not (await observe(ex, "evict-1")).phase.finished, "the Job lives on"
     gate.touch()
     obs = await until(ex, "evict-1", lambda o: o.phase.finished)
-    assert (obs.phase, obs.identity) == (model.Phase.SUCCEEDED, model.Identity(1, 1, 1))
+    assert (obs.phase, obs.identity) == (launching.Phase.SUCCEEDED, model.Identity(1, 1, 1))
     assert len(await ex.list_managed({model.JOB_ID: "1"})) == 1, "one Job, one attempt"
 
 
 async def test_oom_killed(cluster: kube_api.Cluster, ex: kubernetes.KubernetesExecutor) -> None:
     await ex.launch(launch("oom-1", ["sleep", "30"]))
-    await until(ex, "oom-1", lambda o: o.phase is model.Phase.RUNNING)
+    await until(ex, "oom-1", lambda o: o.phase is launching.Phase.RUNNING)
     (pod,) = cluster.jobs.pods_of(cluster.api.get(kube_api.JOBS, NS, "oom-1"))
     cluster.kubelet.oom_kill(NS, pod["metadata"]["name"])
     obs = await until(ex, "oom-1", lambda o: o.phase.finished)
-    assert (obs.phase, obs.exit_code, obs.reason) == (model.Phase.FAILED, 137, "OOMKilled")
+    assert (obs.phase, obs.exit_code, obs.reason) == (launching.Phase.FAILED, 137, "OOMKilled")
 
 
 async def test_a_failed_job_whose_pod_is_gone_says_so(
@@ -137,7 +137,7 @@ async def test_a_failed_job_whose_pod_is_gone_says_so(
     for pod in cluster.jobs.pods_of(cluster.api.get(kube_api.JOBS, NS, "gone-1")):
         cluster.api.remove(kube_api.PODS, NS, pod["metadata"]["name"])
     obs = await observe(ex, "gone-1")
-    assert obs.phase is model.Phase.FAILED
+    assert obs.phase is launching.Phase.FAILED
     assert obs.exit_code is None
     assert obs.reason == "Job failed (BackoffLimitExceeded); its pod is gone, so no exit code"
 
@@ -146,9 +146,9 @@ async def test_cancel_deletes_the_job_and_its_pods(
     cluster: kube_api.Cluster, ex: kubernetes.KubernetesExecutor
 ) -> None:
     await ex.launch(launch("stop-1", ["sleep", "30"]))
-    await until(ex, "stop-1", lambda o: o.phase is model.Phase.RUNNING)
+    await until(ex, "stop-1", lambda o: o.phase is launching.Phase.RUNNING)
     await ex.cancel("stop-1", timedelta(seconds=1))
-    assert (await observe(ex, "stop-1")).phase is model.Phase.ABSENT
+    assert (await observe(ex, "stop-1")).phase is launching.Phase.ABSENT
     await eventually(  # Terminating until its container ends, then gone
         lambda: cluster.api.objects(kube_api.PODS) == [], what="Background propagation: no orphans"
     )
@@ -158,7 +158,7 @@ async def test_a_job_that_finishes_while_being_cancelled_keeps_its_result(
     cluster: kube_api.Cluster, ex: kubernetes.KubernetesExecutor, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     await ex.launch(launch("race-1", ["sleep", "30"]))
-    await until(ex, "race-1", lambda o: o.phase is model.Phase.RUNNING)
+    await until(ex, "race-1", lambda o: o.phase is launching.Phase.RUNNING)
 
     read = ex._get
 
@@ -174,7 +174,7 @@ async def test_a_job_that_finishes_while_being_cancelled_keeps_its_result(
     await ex.cancel("race-1", timedelta(seconds=1))
     job = cluster.api.get(kube_api.JOBS, NS, "race-1")
     assert "deletionTimestamp" not in job["metadata"], "the delete's precondition refused it"
-    assert (await observe(ex, "race-1")).phase is model.Phase.SUCCEEDED
+    assert (await observe(ex, "race-1")).phase is launching.Phase.SUCCEEDED
 
 
 # --- an unreliable API server --------------------------------------------------------------
@@ -186,7 +186,7 @@ async def test_5xx_and_429_are_tried_again(
     cluster.api[f"post {JOBS_URL}"][:1] << 503 << {"kind": "Status", "code": 503}
     cluster.api[f"get {JOBS_URL}/retry-1"][:1] << 429 << {"kind": "Status", "code": 429}
     await ex.launch(launch("retry-1", ["true"]))
-    assert (await observe(ex, "retry-1")).phase is not model.Phase.ABSENT
+    assert (await observe(ex, "retry-1")).phase is not launching.Phase.ABSENT
 
 
 async def test_an_api_server_that_keeps_failing_is_an_executor_error(
@@ -229,7 +229,7 @@ class Listener:
     def __init__(self, ex: Any, cluster: kube_api.Cluster) -> None:
         self.ex = ex
         self.cluster = cluster
-        self.seen: list[model.Observation] = []
+        self.seen: list[launching.Observation] = []
         self.marks = 0
 
     async def _listen(self) -> None:
@@ -245,7 +245,7 @@ class Listener:
         self.task.cancel()
         await asyncio.gather(self.task, return_exceptions=True)
 
-    async def until(self, names: set[str]) -> list[tuple[str, model.Phase]]:
+    async def until(self, names: set[str]) -> list[tuple[str, launching.Phase]]:
         """What was heard, once `names` were, and a Job launched after them has finished and
         been heard too: the stream yields in order, so anything it yielded twice is in."""
         await eventually(lambda: names <= {o.name for o in self.seen}, what=f"{names} heard")
@@ -258,7 +258,7 @@ class Listener:
         return [(o.name, o.phase) for o in self.seen if not o.name.startswith("mark-")]
 
 
-def gated(name: str, gate: Any) -> model.Launch:
+def gated(name: str, gate: Any) -> launching.Launch:
     """A launch whose command runs until `gate` exists."""
     return launch(name, sh(f"while [ ! -e {gate} ]; do sleep 0.05; done"))
 
@@ -276,7 +276,7 @@ async def test_the_watch_lists_again_after_410_and_yields_what_it_missed(
         before = lists(cluster)  # observe lists too: count from here
         cluster.api.compact()  # ...and the history it would resume from is gone: 410
         cluster.api.frozen = False
-        assert await heard.until({"gap-1"}) == [("gap-1", model.Phase.SUCCEEDED)]
+        assert await heard.until({"gap-1"}) == [("gap-1", launching.Phase.SUCCEEDED)]
     assert lists(cluster) - before == 1, "the 410 made it list again"
 
 
@@ -303,7 +303,7 @@ async def test_a_silently_cut_watch_times_out_and_resumes(
             lambda: watches(cluster) > opened, what="the silent watch given up and opened again"
         )
         cluster.api.frozen = False
-        assert await heard.until({"cut-1"}) == [("cut-1", model.Phase.SUCCEEDED)]
+        assert await heard.until({"cut-1"}) == [("cut-1", launching.Phase.SUCCEEDED)]
 
 
 async def test_a_watch_answered_by_error_pages_backs_off_and_recovers(
@@ -325,7 +325,7 @@ async def test_a_watch_answered_by_error_pages_backs_off_and_recovers(
     try:
         await cluster.api.watched()
         gate.touch()
-        assert await heard.until({"proxy-1"}) == [("proxy-1", model.Phase.SUCCEEDED)]
+        assert await heard.until({"proxy-1"}) == [("proxy-1", launching.Phase.SUCCEEDED)]
     finally:
         await heard.__aexit__()
     took = time.monotonic() - began
@@ -342,7 +342,7 @@ async def test_jobs_finished_before_the_first_list_are_left_to_recovery(
     await until(ex, "old-1", lambda o: o.phase.finished)
     async with Listener(ex, cluster) as heard:
         await ex.launch(launch("new-1", ["true"], job_id=2, fence=2))
-        assert await heard.until({"new-1"}) == [("new-1", model.Phase.SUCCEEDED)]
+        assert await heard.until({"new-1"}) == [("new-1", launching.Phase.SUCCEEDED)]
 
 
 # --- argo ----------------------------------------------------------------------------------
@@ -355,11 +355,11 @@ async def test_a_workflow_whose_pod_vanished_fails_instead_of_running_forever(
     cluster: kube_api.Cluster, wf: argo.ArgoExecutor
 ) -> None:
     await wf.launch(launch("vanish-1", ["sleep", "30"], kind="argo"))
-    await until(wf, "vanish-1", lambda o: o.phase is model.Phase.RUNNING)
+    await until(wf, "vanish-1", lambda o: o.phase is launching.Phase.RUNNING)
     for pod in cluster.api.objects(kube_api.PODS):
         cluster.api.remove(kube_api.PODS, NS, pod["metadata"]["name"])
     obs = await until(wf, "vanish-1", lambda o: o.phase.finished)
-    assert obs.phase is model.Phase.FAILED
+    assert obs.phase is launching.Phase.FAILED
     assert obs.failure_class is model.FailureClass.TRANSIENT
     assert obs.reason is not None
     assert obs.reason.startswith("pod deleted")
@@ -369,10 +369,10 @@ async def test_argo_cancel_is_terminate_and_keeps_the_record(
     cluster: kube_api.Cluster, wf: argo.ArgoExecutor
 ) -> None:
     await wf.launch(launch("term-1", ["sleep", "30"], kind="argo"))
-    await until(wf, "term-1", lambda o: o.phase is model.Phase.RUNNING)
+    await until(wf, "term-1", lambda o: o.phase is launching.Phase.RUNNING)
     await wf.cancel("term-1", timedelta(seconds=1))
     obs = await until(wf, "term-1", lambda o: o.phase.finished)
-    assert obs.phase is model.Phase.FAILED
+    assert obs.phase is launching.Phase.FAILED
     assert obs.reason is not None
     assert obs.reason.startswith("cancelled")
     assert cluster.api.get(kube_api.WORKFLOWS, NS, "term-1")["spec"]["shutdown"] == "Terminate"
@@ -408,7 +408,7 @@ async def either(request: pytest.FixtureRequest, cluster: kube_api.Cluster) -> A
         yield executor
 
 
-def payload_launch(kind: str, name: str, payload: Any, out: Any, **kw: Any) -> model.Launch:
+def payload_launch(kind: str, name: str, payload: Any, out: Any, **kw: Any) -> launching.Launch:
     command = sh(READ_PAYLOAD.replace("{out}", str(out)))
     return launch(name, command, kind=kind, payload=payload, **kw)
 
@@ -432,8 +432,8 @@ async def test_a_small_payload_is_in_the_environment_and_makes_no_config_map(
     out = tmp_path / "out"
     await either.launch(payload_launch(either.kind, "small-1", SMALL, out))
     obs = await until(either, "small-1", lambda o: o.phase.finished)
-    assert obs.phase is model.Phase.SUCCEEDED
-    assert out.read_bytes().decode() == model.payload_json(SMALL), "UTF-8 as it is"
+    assert obs.phase is launching.Phase.SUCCEEDED
+    assert out.read_bytes().decode() == launching.payload_json(SMALL), "UTF-8 as it is"
     assert cluster.api.objects(kube_api.CONFIGMAPS) == []
 
 
@@ -443,7 +443,7 @@ async def test_a_large_payload_is_an_owned_config_map_mounted_read_only(
     out = tmp_path / "out"
     await either.launch(payload_launch(either.kind, "large-1", LARGE, out))
     obs = await until(either, "large-1", lambda o: o.phase.finished)
-    assert obs.phase is model.Phase.SUCCEEDED
+    assert obs.phase is launching.Phase.SUCCEEDED
     assert json.loads(out.read_text(encoding="utf-8")) == LARGE
     assert Path(f"{out}.mode").read_text() == "444\n"
     # The double mounts a volume in a folder of this machine: the path says where it is.
@@ -460,7 +460,7 @@ async def test_a_large_payload_is_an_owned_config_map_mounted_read_only(
         config_map["metadata"]["labels"]
         == cluster.api.get(resource, NS, "large-1")["metadata"]["labels"]
     )
-    assert config_map["data"] == {"payload.json": model.payload_json(LARGE)}
+    assert config_map["data"] == {"payload.json": launching.payload_json(LARGE)}
 
 
 async def test_the_config_map_goes_when_its_owner_is_deleted(
@@ -480,7 +480,7 @@ async def test_a_cancelled_jobs_config_map_goes_with_it(
     cluster: kube_api.Cluster, ex: kubernetes.KubernetesExecutor
 ) -> None:
     await ex.launch(launch("stop-2", ["sleep", "30"], payload=LARGE))
-    await until(ex, "stop-2", lambda o: o.phase is model.Phase.RUNNING)
+    await until(ex, "stop-2", lambda o: o.phase is launching.Phase.RUNNING)
     await ex.cancel("stop-2", timedelta(seconds=1))
     assert cluster.api.find(kube_api.CONFIGMAPS, NS, "stop-2") is None
 
@@ -495,8 +495,8 @@ async def test_a_launch_cut_short_before_its_config_map_is_finished_by_the_next(
     with pytest.raises(errors.ExecutorError, match="ConfigMap"):
         await either.launch(cut)
     assert cluster.api.find(kube_api.CONFIGMAPS, NS, "cut-2") is None
-    waiting = await until(either, "cut-2", lambda o: o.phase is not model.Phase.ABSENT)
-    assert waiting.phase is model.Phase.PENDING, "its pod waits for the ConfigMap"
+    waiting = await until(either, "cut-2", lambda o: o.phase is not launching.Phase.ABSENT)
+    assert waiting.phase is launching.Phase.PENDING, "its pod waits for the ConfigMap"
     [pod] = cluster.api.objects(kube_api.PODS)
     await eventually(
         lambda: waiting_reason(cluster, pod["metadata"]["name"]) == "ContainerCreating",
@@ -505,7 +505,7 @@ async def test_a_launch_cut_short_before_its_config_map_is_finished_by_the_next(
     assert not out.exists()
     await either.launch(dataclasses.replace(cut, relaunch=True))  # as recovery asks again
     obs = await until(either, "cut-2", lambda o: o.phase.finished)
-    assert obs.phase is model.Phase.SUCCEEDED
+    assert obs.phase is launching.Phase.SUCCEEDED
     assert json.loads(out.read_text(encoding="utf-8")) == LARGE
     config_map = cluster.api.get(kube_api.CONFIGMAPS, NS, "cut-2")
     assert config_map["metadata"]["ownerReferences"] == [owner_of(cluster, either.kind, "cut-2")]
@@ -527,7 +527,7 @@ async def test_a_config_map_create_whose_answer_was_lost_counts_as_made(
     assert len(cluster.api.objects(kube_api.CONFIGMAPS)) == 1
     assert (
         await until(either, "lost-2", lambda o: o.phase.finished)
-    ).phase is model.Phase.SUCCEEDED
+    ).phase is launching.Phase.SUCCEEDED
 
 
 async def test_a_config_map_left_by_an_earlier_owner_of_the_name_is_taken_over(
@@ -550,7 +550,7 @@ async def test_a_config_map_left_by_an_earlier_owner_of_the_name_is_taken_over(
                 "labels": dict(mine.labels),
                 "ownerReferences": [stale],
             },
-            "data": {"payload.json": model.payload_json(LARGE)},
+            "data": {"payload.json": launching.payload_json(LARGE)},
         },
     )
     await either.launch(mine)
@@ -558,7 +558,7 @@ async def test_a_config_map_left_by_an_earlier_owner_of_the_name_is_taken_over(
     assert config_map["metadata"]["ownerReferences"] == [owner_of(cluster, either.kind, "left-1")]
     assert (
         await until(either, "left-1", lambda o: o.phase.finished)
-    ).phase is model.Phase.SUCCEEDED
+    ).phase is launching.Phase.SUCCEEDED
     assert json.loads(out.read_text(encoding="utf-8")) == LARGE
 
 
@@ -583,11 +583,11 @@ async def test_a_config_map_of_another_attempt_is_a_conflict(
 
 SECRETS_URL = "/api/v1/namespaces/default/secrets"
 ATTEMPT_KEY = "k" * 48
-API_REACH = model.Reach(api_url="http://127.0.0.1:1", attempt_key=ATTEMPT_KEY)
+API_REACH = launching.Reach(api_url="http://127.0.0.1:1", attempt_key=ATTEMPT_KEY)
 READ_TOKEN = 'printf %s "$CORRAL_ATTEMPT_TOKEN" > {out}; test -n "$CORRAL_ATTEMPT_TOKEN"'
 
 
-def token_launch(kind: str, name: str, out: Any, **kw: Any) -> model.Launch:
+def token_launch(kind: str, name: str, out: Any, **kw: Any) -> launching.Launch:
     command = sh(READ_TOKEN.replace("{out}", str(out)))
     return launch(name, command, kind=kind, reach=API_REACH, **kw)
 
@@ -602,11 +602,11 @@ async def test_the_attempt_token_reaches_the_pod_from_a_secret_its_owner_owns(
 ) -> None:
     out = tmp_path / "out"
     mine = token_launch(either.kind, "token-1", out, job_id=5, fence=8)
-    token = model.attempt_token(ATTEMPT_KEY, 5, 8)
+    token = launching.attempt_token(ATTEMPT_KEY, 5, 8)
     assert mine.env["CORRAL_ATTEMPT_TOKEN"] == token
     await either.launch(mine)
     obs = await until(either, "token-1", lambda o: o.phase.finished)
-    assert obs.phase is model.Phase.SUCCEEDED, obs
+    assert obs.phase is launching.Phase.SUCCEEDED, obs
     assert out.read_text() == token, "the pod's environment has it"
     resource = OWNERS[either.kind][0]
     for made in (cluster.api.get(resource, NS, "token-1"), *cluster.api.objects(kube_api.PODS)):
@@ -629,7 +629,7 @@ async def test_a_launch_without_a_token_makes_no_secret(
 ) -> None:
     await either.launch(payload_launch(either.kind, "plain-1", SMALL, tmp_path / "out"))
     obs = await until(either, "plain-1", lambda o: o.phase.finished)
-    assert obs.phase is model.Phase.SUCCEEDED
+    assert obs.phase is launching.Phase.SUCCEEDED
     assert cluster.api.objects(kube_api.SECRETS) == []
 
 
@@ -646,8 +646,8 @@ async def test_a_launch_cut_short_before_its_secret_is_finished_by_the_next(
         await either.launch(cut)
     assert cluster.api.find(kube_api.SECRETS, NS, "cut-3") is None
     assert cluster.api.find(kube_api.CONFIGMAPS, NS, "cut-3") is not None
-    waiting = await until(either, "cut-3", lambda o: o.phase is not model.Phase.ABSENT)
-    assert waiting.phase is model.Phase.PENDING, "its pod waits for the Secret"
+    waiting = await until(either, "cut-3", lambda o: o.phase is not launching.Phase.ABSENT)
+    assert waiting.phase is launching.Phase.PENDING, "its pod waits for the Secret"
     [pod] = cluster.api.objects(kube_api.PODS)
     await eventually(
         lambda: waiting_reason(cluster, pod["metadata"]["name"]) == "CreateContainerConfigError",
@@ -656,7 +656,7 @@ async def test_a_launch_cut_short_before_its_secret_is_finished_by_the_next(
     assert not out.exists()
     await either.launch(dataclasses.replace(cut, relaunch=True))  # as recovery asks again
     obs = await until(either, "cut-3", lambda o: o.phase.finished)
-    assert obs.phase is model.Phase.SUCCEEDED
+    assert obs.phase is launching.Phase.SUCCEEDED
     assert out.read_text() == cut.env["CORRAL_ATTEMPT_TOKEN"]
     secret = cluster.api.get(kube_api.SECRETS, NS, "cut-3")
     assert secret["metadata"]["ownerReferences"] == [owner_of(cluster, either.kind, "cut-3")]
@@ -680,5 +680,5 @@ async def test_a_secret_left_by_an_earlier_owner_of_the_name_is_taken_over(
     assert secret["metadata"]["ownerReferences"] == [owner_of(cluster, either.kind, "left-2")]
     assert (
         await until(either, "left-2", lambda o: o.phase.finished)
-    ).phase is model.Phase.SUCCEEDED
+    ).phase is launching.Phase.SUCCEEDED
     assert out.read_text() == mine.env["CORRAL_ATTEMPT_TOKEN"]

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from corral import clock, config, errors, model, reconciler, store
+from corral import clock, config, errors, launching, model, reconciler, store
 from corral.executors import argo, base, kubernetes
 from corral.testing import FrozenClock
 from tests.support import cluster as double
@@ -23,7 +23,7 @@ from tests.support.wait import PATIENCE, eventually
 
 pytestmark = pytest.mark.timeout(4 * PATIENCE)
 
-P = model.Phase
+P = launching.Phase
 
 
 def settings(**k8s: Any) -> config.Settings:

@@ -14,7 +14,7 @@ import aiohttp
 import pytest
 from click.testing import CliRunner
 
-from corral import cli, config, model, runtime
+from corral import cli, config, launching, model, runtime
 from corral.executors import argo, kube_objects, kubernetes
 from tests.integration import test_kubernetes_end_to_end as end_to_end
 from tests.support import kube_api
@@ -32,7 +32,7 @@ async def launched(ex: kubernetes.KubernetesExecutor, name: str, script: str) ->
     await ex.launch(launch(name, sh(script)))
 
 
-def pod_log(obs: model.Observation) -> model.Stream:
+def pod_log(obs: launching.Observation) -> launching.Stream:
     assert obs.output is not None
     stream = obs.output.stream(kube_objects.LOG_STREAM)
     assert stream is not None
@@ -49,7 +49,7 @@ def pods_of(cluster: kube_api.Cluster, job: str) -> list[dict[str, Any]]:
 async def test_a_finished_attempt_keeps_its_pod_log(ex: kubernetes.KubernetesExecutor) -> None:
     await launched(ex, "logs-1", "echo one; echo two >&2; echo three")
     obs = await finished(ex, "logs-1")
-    assert obs.phase is model.Phase.SUCCEEDED
+    assert obs.phase is launching.Phase.SUCCEEDED
     log = pod_log(obs)
     assert log.text == "one\ntwo\nthree\n", "stdout and stderr as the container wrote them"
     assert (log.size, log.cut) == (14, False)
@@ -60,7 +60,7 @@ async def test_a_long_log_keeps_its_end_cut_at_the_cap(ex: kubernetes.Kubernetes
     await launched(ex, "logs-2", "seq 1 60000; echo the end")
     log = pod_log(await finished(ex, "logs-2"))
     assert log.cut
-    assert len(log.text.encode()) <= model.STREAM_BYTES
+    assert len(log.text.encode()) <= launching.STREAM_BYTES
     assert log.text.endswith("59999\n60000\nthe end\n")
     assert log.size >= len(log.text.encode())
 
@@ -68,7 +68,7 @@ async def test_a_long_log_keeps_its_end_cut_at_the_cap(ex: kubernetes.Kubernetes
 async def test_a_failed_attempt_keeps_its_pod_log_first(ex: kubernetes.KubernetesExecutor) -> None:
     await launched(ex, "logs-3", "echo loading; echo 'no table: orders' >&2; exit 3")
     obs = await finished(ex, "logs-3")
-    assert (obs.phase, obs.exit_code) == (model.Phase.FAILED, 3)
+    assert (obs.phase, obs.exit_code) == (launching.Phase.FAILED, 3)
     assert obs.output is not None
     assert [s.name for s in obs.output.streams] == [kube_objects.LOG_STREAM, "message"]
     assert pod_log(obs).text == "loading\nno table: orders\n", "the reason a person reads first"
@@ -81,7 +81,7 @@ async def test_a_finished_workflow_keeps_its_pod_log_while_pod_gc_waits(
     # Fails on the code before: an Argo attempt's run log kept Argo's message alone.
     async with started(argo.ArgoExecutor, cluster, request_timeout=2) as wf:
 
-        async def first_finish() -> model.Observation:
+        async def first_finish() -> launching.Observation:
             async for seen in wf.events():
                 if seen.name == "wf-logs-1":
                     return seen
@@ -94,7 +94,7 @@ async def test_a_finished_workflow_keeps_its_pod_log_while_pod_gc_waits(
         seen = await asyncio.wait_for(watching, PATIENCE)
         assert pod_log(seen).text == "reading\nno table: orders\n", "the watch's finish has it"
         obs = await finished(wf, "wf-logs-1")
-        assert (obs.phase, obs.exit_code) == (model.Phase.FAILED, 3)
+        assert (obs.phase, obs.exit_code) == (launching.Phase.FAILED, 3)
         assert pod_log(obs).text == "reading\nno table: orders\n"
         assert pods_of(cluster, "wf-logs-1"), "podGC keeps the pod for argo_pod_gc_delay"
 
@@ -135,7 +135,7 @@ async def test_a_pod_gone_before_its_log_was_read_is_a_note(
     (pod,) = pods_of(cluster, "logs-4")
     log_refused_once(cluster, 404, "NotFound", f'pods "{pod["metadata"]["name"]}" not found')
     obs = await finished(ex, "logs-4")
-    assert obs.phase is model.Phase.FAILED, "the outcome does not wait on the log"
+    assert obs.phase is launching.Phase.FAILED, "the outcome does not wait on the log"
     log = pod_log(obs)
     assert log.text == "(no pod log: its pod was gone before its log was read)"
     assert (log.size, log.cut) == (0, False)
@@ -162,7 +162,7 @@ async def test_a_role_without_pods_log_gives_a_note(
     message = 'pods "x" is forbidden: cannot get resource "pods/log"'
     log_refused_once(cluster, 403, "Forbidden", message)
     obs = await finished(ex, "logs-6")
-    assert obs.phase is model.Phase.SUCCEEDED
+    assert obs.phase is launching.Phase.SUCCEEDED
     assert pod_log(obs).text.startswith("(no pod log: ")
     assert "pods/log" in pod_log(obs).text, "the refusal says what the Role lacks"
 

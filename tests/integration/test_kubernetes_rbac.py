@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from corral import model
+from corral import launching, model
 from corral.executors import argo, base, kubernetes, rbac
 from tests.support import kube_api
 from tests.support.cluster import NS, launch, started, until
@@ -25,7 +25,7 @@ pytestmark = pytest.mark.timeout(6 * PATIENCE)
 
 LARGE = {"rows": [f"row {n}: {'x' * 80}" for n in range(500)]}
 """A payload past 32 KiB: it goes in a ConfigMap."""
-REACH = model.Reach(api_url="http://127.0.0.1:1", attempt_key="k" * 48)
+REACH = launching.Reach(api_url="http://127.0.0.1:1", attempt_key="k" * 48)
 """With an api_url, each attempt has a token: it goes in a Secret."""
 MANAGED = {model.MANAGED_BY: model.MANAGER}
 Used = set[tuple[str, str, str]]
@@ -69,7 +69,7 @@ async def launched_twice_then_taken_over(ex: Any, cluster: kube_api.Cluster, kin
 
 async def cancelled(ex: Any) -> None:
     await ex.launch(launch("stop-1", ["sleep", "30"], kind=ex.kind))
-    await until(ex, "stop-1", lambda o: o.phase is model.Phase.RUNNING)
+    await until(ex, "stop-1", lambda o: o.phase is launching.Phase.RUNNING)
     await ex.cancel("stop-1", timedelta(seconds=1))
 
 
@@ -77,7 +77,7 @@ async def swept(ex: Any, cluster: kube_api.Cluster, resource: tuple[str, str, st
     """A launch whose Job or Workflow is deleted without propagation: its pod, a stray,
     is found and stopped."""
     await ex.launch(launch("stray-1", ["sleep", "30"], kind=ex.kind))
-    await until(ex, "stray-1", lambda o: o.phase is model.Phase.RUNNING)
+    await until(ex, "stray-1", lambda o: o.phase is launching.Phase.RUNNING)
     cluster.api.remove(resource, NS, "stray-1", "Orphan")
     assert isinstance(ex, base.LeavesStrays)
     strays = await eventually(lambda: ex.list_strays(MANAGED), what="the stray")
@@ -90,7 +90,7 @@ async def relabelled(ex: Any) -> None:
     """An upgrade: what an earlier corral made, with no installation label, is found and
     given this installation's (its Job or Workflow, and its pod that runs)."""
     await ex.launch(launch("old-1", ["sleep", "30"], kind=ex.kind))
-    await until(ex, "old-1", lambda o: o.phase is model.Phase.RUNNING)
+    await until(ex, "old-1", lambda o: o.phase is launching.Phase.RUNNING)
     ex.use_installation("install-1")
     unlabelled = [o.name for o in await ex.list_unlabelled()]
     assert "old-1" in unlabelled

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from corral import errors, model
+from corral import errors, launching, model
 from corral.executors import argo, kubernetes
 from tests.support import kube_api
 from tests.support.cluster import NS, executor_fixture, launch, observe, until
@@ -31,16 +31,18 @@ ex = executor_fixture(kubernetes.KubernetesExecutor, pod_start_timeout=START)
 wf = executor_fixture(argo.ArgoExecutor, pod_start_timeout=START)
 
 
-async def waits_then_fails(ex: Any, name: str, reason: str, *, began: float) -> model.Observation:
+async def waits_then_fails(
+    ex: Any, name: str, reason: str, *, began: float
+) -> launching.Observation:
     """The attempt reads as waiting, saying `reason`, then fails with it at the timeout:
     not sooner than START after `began` (taken before the launch: on a loaded machine the
     launch itself may take longer than START, its pod made early in it)."""
     said = f"waiting to start: {reason}"
     seen = await until(ex, name, lambda o: o.reason == said or o.phase.finished)
-    assert seen.phase is model.Phase.PENDING, "said while it waits, before it fails"
+    assert seen.phase is launching.Phase.PENDING, "said while it waits, before it fails"
     ended = await until(ex, name, lambda o: o.phase.finished)
     assert time.monotonic() - began >= START - 1, "not before the timeout (1s timestamps)"
-    assert ended.phase is model.Phase.FAILED
+    assert ended.phase is launching.Phase.FAILED
     assert ended.reason is not None
     assert ended.reason.startswith("pod did not start in ")
     assert ended.reason.endswith(f": {reason}")
@@ -75,7 +77,7 @@ async def test_a_job_that_changes_as_it_is_deleted_is_deleted_still(
     cluster.api[f"delete /apis/batch/v1/namespaces/{NS}/jobs/pull-2"][:1] << 409 << conflict
     await ex.launch(make_launch("kubernetes", "pull-2", {"image": bad, "command": ["true"]}))
     ended = await until(ex, "pull-2", lambda o: o.phase.finished)
-    assert ended.phase is model.Phase.FAILED
+    assert ended.phase is launching.Phase.FAILED
     assert cluster.api.find(kube_api.JOBS, NS, "pull-2") is None, "read again, then deleted"
 
 
@@ -88,7 +90,10 @@ async def test_an_invalid_image_name_fails_at_once(
         make_launch("kubernetes", "name-1", {"image": bad, "command": ["true"]})
     )
     ended = await until(cluster_k8s, "name-1", lambda o: o.phase.finished)
-    assert (ended.phase, ended.failure_class) == (model.Phase.FAILED, model.FailureClass.PERMANENT)
+    assert (ended.phase, ended.failure_class) == (
+        launching.Phase.FAILED,
+        model.FailureClass.PERMANENT,
+    )
     assert ended.reason is not None
     assert ended.reason.endswith(": InvalidImageName"), "no waiting: the kubelet will not retry"
 
@@ -127,10 +132,10 @@ async def test_a_pod_that_starts_before_the_timeout_runs_on(
     await cluster_k8s.launch(launch("late-1", ["true"]))
     said = "waiting to start: Unschedulable"
     seen = await until(cluster_k8s, "late-1", lambda o: o.reason == said or o.phase.finished)
-    assert (seen.phase, seen.message) == (model.Phase.PENDING, NO_NODES)
+    assert (seen.phase, seen.message) == (launching.Phase.PENDING, NO_NODES)
     cluster.kubelet.no_nodes = None
     ended = await until(cluster_k8s, "late-1", lambda o: o.phase.finished)
-    assert ended.phase is model.Phase.SUCCEEDED
+    assert ended.phase is launching.Phase.SUCCEEDED
 
 
 async def test_a_pod_refused_by_admission_is_said_then_quarantines(
@@ -163,12 +168,15 @@ async def test_an_evicted_pod_that_exits_0_is_not_a_success(
     cluster: kube_api.Cluster, ex: kubernetes.KubernetesExecutor
 ) -> None:
     await ex.launch(launch("trap-1", sh("trap 'exit 0' TERM; while true; do sleep 0.05; done")))
-    await until(ex, "trap-1", lambda o: o.phase is model.Phase.RUNNING)
+    await until(ex, "trap-1", lambda o: o.phase is launching.Phase.RUNNING)
     (pod,) = cluster.jobs.pods_of(cluster.api.get(kube_api.JOBS, NS, "trap-1"))
     cluster.jobs.evict(NS, pod["metadata"]["name"])
     ended = await until(ex, "trap-1", lambda o: o.phase.finished)
     assert _complete(cluster, "trap-1"), "the Job itself says Complete"
-    assert (ended.phase, ended.failure_class) == (model.Phase.FAILED, model.FailureClass.TRANSIENT)
+    assert (ended.phase, ended.failure_class) == (
+        launching.Phase.FAILED,
+        model.FailureClass.TRANSIENT,
+    )
     assert ended.reason is not None
     assert ended.reason.startswith("success not trusted")
 
@@ -182,11 +190,14 @@ async def test_a_pod_deleted_under_its_running_job_fails_the_attempt(
     cluster: kube_api.Cluster, ex: kubernetes.KubernetesExecutor
 ) -> None:
     await ex.launch(launch("kill-1", ["sleep", "30"]))
-    await until(ex, "kill-1", lambda o: o.phase is model.Phase.RUNNING)
+    await until(ex, "kill-1", lambda o: o.phase is launching.Phase.RUNNING)
     (pod,) = cluster.jobs.pods_of(cluster.api.get(kube_api.JOBS, NS, "kill-1"))
     cluster.api.remove(kube_api.PODS, NS, pod["metadata"]["name"])  # kubectl delete pod
     ended = await until(ex, "kill-1", lambda o: o.phase.finished)
-    assert (ended.phase, ended.failure_class) == (model.Phase.FAILED, model.FailureClass.TRANSIENT)
+    assert (ended.phase, ended.failure_class) == (
+        launching.Phase.FAILED,
+        model.FailureClass.TRANSIENT,
+    )
     assert cluster.jobs.pods_of(cluster.api.get(kube_api.JOBS, NS, "kill-1")) == []
 
 
@@ -196,13 +207,13 @@ async def test_a_deleted_pod_stays_terminating_until_it_ends_with_143(
     await ex.launch(
         launch("term-1", sh("trap 'sleep 0.5; exit 143' TERM; while :; do sleep 0.05; done"))
     )
-    await until(ex, "term-1", lambda o: o.phase is model.Phase.RUNNING)
+    await until(ex, "term-1", lambda o: o.phase is launching.Phase.RUNNING)
     (pod,) = cluster.jobs.pods_of(cluster.api.get(kube_api.JOBS, NS, "term-1"))
     name = pod["metadata"]["name"]
     cluster.api.remove(kube_api.PODS, NS, name)
     held = cluster.api.get(kube_api.PODS, NS, name)
     assert held["metadata"]["deletionTimestamp"], "Terminating, held by the job-tracking finalizer"
-    assert (await observe(ex, "term-1")).phase is model.Phase.RUNNING, "it still runs"
+    assert (await observe(ex, "term-1")).phase is launching.Phase.RUNNING, "it still runs"
     await until(ex, "term-1", lambda o: o.phase.finished)
     assert cluster.api.find(kube_api.PODS, NS, name) is None, "counted, then gone"
 
@@ -230,6 +241,9 @@ async def test_a_workflow_whose_pod_admission_refuses_quarantines(
     cluster.api.deny(kube_api.PODS, "validation.gatekeeper.sh", DENIAL)
     await wf.launch(launch("wadmit-1", ["true"], kind="argo"))
     ended = await until(wf, "wadmit-1", lambda o: o.phase.finished)
-    assert (ended.phase, ended.failure_class) == (model.Phase.FAILED, model.FailureClass.PERMANENT)
+    assert (ended.phase, ended.failure_class) == (
+        launching.Phase.FAILED,
+        model.FailureClass.PERMANENT,
+    )
     assert ended.reason is not None
     assert DENIAL in ended.reason

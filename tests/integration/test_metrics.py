@@ -21,6 +21,7 @@ from corral import (
     config,
     dispatcher,
     errors,
+    launching,
     model,
     reconciler,
     recovery,
@@ -43,7 +44,7 @@ class Refusing(NoopExecutor):
 
     kind = "refusing"
 
-    async def launch(self, launch: model.Launch) -> None:
+    async def launch(self, launch: launching.Launch) -> None:
         raise errors.ExecutorError("the platform said no")
 
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from corral import clock, errors, model
+from corral import clock, errors, launching, model
 from corral.executors import (
     base,
     process,
@@ -51,7 +51,7 @@ def make_launch(
     deadline_seconds: float | None = None,
     payload: Any = None,
     **spec: Any,
-) -> model.Launch:
+) -> launching.Launch:
     return launches.make_launch(
         "process",
         name,
@@ -60,22 +60,22 @@ def make_launch(
         attempt_no=attempt_no,
         fence=fence,
         deadline_seconds=deadline_seconds,
-        reach=model.Reach(api_url="http://corral.test"),
+        reach=launching.Reach(api_url="http://corral.test"),
         payload=payload,
     )
 
 
 async def wait_for(
     ex: process.ProcessExecutor, name: str, *, finished: bool = True
-) -> model.Observation:
+) -> launching.Observation:
     """Poll until `name` is finished (or, with finished=False, running)."""
 
-    async def there() -> model.Observation | None:
+    async def there() -> launching.Observation | None:
         obs = (await ex.observe([name]))[name]
-        wanted = obs.phase.finished if finished else obs.phase is model.Phase.RUNNING
+        wanted = obs.phase.finished if finished else obs.phase is launching.Phase.RUNNING
         return obs if wanted else None
 
-    found: model.Observation = await eventually(
+    found: launching.Observation = await eventually(
         there, what=f"{name} {'finished' if finished else 'running'}"
     )
     return found
@@ -106,7 +106,7 @@ def test_it_is_an_executor(executor: process.ProcessExecutor) -> None:
 async def test_success(executor: process.ProcessExecutor) -> None:
     await executor.launch(make_launch("ok-1", sh("echo hello")))
     obs = await wait_for(executor, "ok-1")
-    assert obs.phase is model.Phase.SUCCEEDED
+    assert obs.phase is launching.Phase.SUCCEEDED
     assert obs.exit_code == 0
     assert obs.identity == model.Identity(1, 1, 1)
     assert obs.started_at is not None
@@ -119,7 +119,7 @@ async def test_success(executor: process.ProcessExecutor) -> None:
 async def test_failure_keeps_stderr(executor: process.ProcessExecutor) -> None:
     await executor.launch(make_launch("bad-1", sh("echo oops >&2; exit 3")))
     obs = await wait_for(executor, "bad-1")
-    assert obs.phase is model.Phase.FAILED
+    assert obs.phase is launching.Phase.FAILED
     assert obs.exit_code == 3
     assert obs.reason == "exited with code 3"
     assert (executor.root / "bad-1" / "stderr.log").read_text() == "oops\n"
@@ -128,7 +128,7 @@ async def test_failure_keeps_stderr(executor: process.ProcessExecutor) -> None:
 async def test_command_that_cannot_start_fails(executor: process.ProcessExecutor) -> None:
     await executor.launch(make_launch("nope-1", ["/no/such/program"]))
     obs = await wait_for(executor, "nope-1")
-    assert obs.phase is model.Phase.FAILED
+    assert obs.phase is launching.Phase.FAILED
     assert obs.reason is not None
     assert "could not start" in obs.reason
 
@@ -143,7 +143,7 @@ async def test_env_and_cwd(
     )
     launch = make_launch("env-1", sh(script), env={"MINE": "yes"}, cwd=str(tmp_path))
     await executor.launch(launch)
-    assert (await wait_for(executor, "env-1")).phase is model.Phase.SUCCEEDED
+    assert (await wait_for(executor, "env-1")).phase is launching.Phase.SUCCEEDED
     # corral's own settings are not passed on to the job
     run_dir = executor.root / "env-1"
     assert (tmp_path / "out").read_text() == f"1 1 env-1 http://corral.test acme yes [] {run_dir}\n"
@@ -160,7 +160,7 @@ async def test_a_command_gets_its_three_descriptors_and_default_signals(
     listing = "import os; print(*sorted(int(fd) for fd in os.listdir('/proc/self/fd'))[:-1])"
     script = f'grep SigIgn /proc/$$/status; exec {sys.executable} -c "{listing}"'
     await executor.launch(make_launch("fds-1", sh(script)))
-    assert (await wait_for(executor, "fds-1")).phase is model.Phase.SUCCEEDED
+    assert (await wait_for(executor, "fds-1")).phase is launching.Phase.SUCCEEDED
     ignored, fds = (executor.root / "fds-1" / "stdout.log").read_text().splitlines()
     assert fds == "0 1 2"  # and the one that listed them, last, left out
     mask = int(ignored.split()[1], 16)
@@ -177,10 +177,10 @@ async def test_a_command_is_found_in_its_own_path(
     path = f"{tool.parent}:{os.defpath}"
     await executor.launch(make_launch("path-1", [tool.name], env={"PATH": path}))
     await executor.launch(make_launch("path-2", [tool.name], job_id=2))  # not in corral's PATH
-    assert (await wait_for(executor, "path-1")).phase is model.Phase.SUCCEEDED
+    assert (await wait_for(executor, "path-1")).phase is launching.Phase.SUCCEEDED
     assert (executor.root / "path-1" / "stdout.log").read_text() == "found me\n"
     missing = await wait_for(executor, "path-2")
-    assert missing.phase is model.Phase.FAILED
+    assert missing.phase is launching.Phase.FAILED
     assert missing.reason == (
         f"{process_shim.START_FAILED}: [Errno 2] No such file or directory: '{tool.name}'"
     )
@@ -191,7 +191,7 @@ async def test_launch_twice_runs_once(executor: process.ProcessExecutor, tmp_pat
     launch = make_launch("twice-1", sh(f"echo run >> {marks}"))
     await asyncio.gather(*(executor.launch(launch) for _ in range(5)))  # racing shims
     await executor.launch(launch)  # the folder is there already
-    assert (await wait_for(executor, "twice-1")).phase is model.Phase.SUCCEEDED
+    assert (await wait_for(executor, "twice-1")).phase is launching.Phase.SUCCEEDED
     assert marks.read_text() == "run\n"
     assert run_folders(executor.root) == ["twice-1"]
 
@@ -200,7 +200,7 @@ RACER = textwrap.dedent(
     """
     import asyncio, sys, time
     from pathlib import Path
-    from corral import clock, model
+    from corral import clock, launching, model
     from corral.executors import process
 
     root, marks, ready, go = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3]), Path(sys.argv[4])
@@ -215,10 +215,10 @@ RACER = textwrap.dedent(
             name = f"race-{i}"
             labels = model.identity_labels(job_id=i, attempt_no=1, fence=i, tenant="t",
                                            capability="c", idempotency_key=None)
-            await ex.launch(model.Launch(
+            await ex.launch(launching.Launch(
                 name=name, job_id=i, attempt_no=1, fence=i, tenant="t", executor="process",
                 spec={"command": ["sh", "-c", f"echo run >> {marks}/{name}"]}, payload=None,
-                labels=labels, env=model.attempt_env(labels, name=name, tenant="t", reach=model.Reach())))
+                labels=labels, env=launching.attempt_env(labels, name=name, tenant="t", reach=launching.Reach())))
         await ex.close()
 
     asyncio.run(main())
@@ -247,7 +247,7 @@ async def test_two_os_processes_launching_one_name_start_one_run(
     assert codes == [0, 0, 0, 0]
     names = [f"race-{i}" for i in range(4)]
     for name in names:
-        assert (await wait_for(executor, name)).phase is model.Phase.SUCCEEDED
+        assert (await wait_for(executor, name)).phase is launching.Phase.SUCCEEDED
         assert (marks / name).read_text() == "run\n"
     assert run_folders(executor.root) == names
 
@@ -272,12 +272,12 @@ async def test_restart_survival(tmp_path: Path) -> None:
     await b.start()
     try:
         running = (await b.observe(["long-1"]))["long-1"]
-        assert running.phase is model.Phase.RUNNING
+        assert running.phase is launching.Phase.RUNNING
         assert running.identity == model.Identity(1, 1, 1)
         assert [o.name for o in await b.list_managed({model.JOB_ID: "1"})] == ["long-1"]
         gate.touch()
         done = await wait_for(b, "long-1")
-        assert done.phase is model.Phase.SUCCEEDED
+        assert done.phase is launching.Phase.SUCCEEDED
     finally:
         await b.close()
         kill_leftovers(root)
@@ -297,7 +297,7 @@ async def test_list_managed_by_selector(executor: process.ProcessExecutor) -> No
 
 async def test_observe_absent(executor: process.ProcessExecutor) -> None:
     obs = await executor.observe(["never-1"])
-    assert obs == {"never-1": model.Observation("never-1", model.Phase.ABSENT)}
+    assert obs == {"never-1": launching.Observation("never-1", launching.Phase.ABSENT)}
 
 
 async def test_a_damaged_pid_record_reads_as_none(executor: process.ProcessExecutor) -> None:
@@ -310,7 +310,7 @@ async def test_a_damaged_pid_record_reads_as_none(executor: process.ProcessExecu
     for name in ("shim.pid", "child.pid"):
         (run_dir / name).write_text('{"pid": ')
     obs = (await executor.observe(["torn-1"]))["torn-1"]
-    assert (obs.phase, obs.reason) == (model.Phase.FAILED, process_runs.SUPERVISOR_DIED)
+    assert (obs.phase, obs.reason) == (launching.Phase.FAILED, process_runs.SUPERVISOR_DIED)
 
 
 async def test_a_closed_executor_launches_nothing(tmp_path: Path) -> None:
@@ -342,7 +342,7 @@ async def test_cancel(executor: process.ProcessExecutor) -> None:
     await wait_for(executor, "cancel-1", finished=False)
     await executor.cancel("cancel-1", timedelta(seconds=5))
     obs = await wait_for(executor, "cancel-1")
-    assert obs.phase is model.Phase.FAILED
+    assert obs.phase is launching.Phase.FAILED
     assert obs.reason is not None
     assert "cancelled" in obs.reason
     assert obs.exit_code == -signal.SIGTERM
@@ -356,7 +356,7 @@ async def test_cancel_kills_what_ignores_sigterm(executor: process.ProcessExecut
     await executor.cancel("stubborn-1", timedelta(seconds=0.5))
     obs = await wait_for(executor, "stubborn-1")
     assert time.monotonic() - began >= 0.5
-    assert obs.phase is model.Phase.FAILED
+    assert obs.phase is launching.Phase.FAILED
     assert obs.reason is not None
     assert "cancelled" in obs.reason
     assert obs.exit_code == -signal.SIGKILL
@@ -367,14 +367,14 @@ async def test_cancel_absent_or_finished_is_a_noop(executor: process.ProcessExec
     await executor.launch(make_launch("done-1", ["true"]))
     await wait_for(executor, "done-1")
     await executor.cancel("done-1", timedelta(seconds=1))
-    assert (await executor.observe(["done-1"]))["done-1"].phase is model.Phase.SUCCEEDED
+    assert (await executor.observe(["done-1"]))["done-1"].phase is launching.Phase.SUCCEEDED
     assert not (executor.root / "done-1" / "cancel").exists()
 
 
 async def test_deadline(executor: process.ProcessExecutor) -> None:
     await executor.launch(make_launch("late-1", ["sleep", "30"], deadline_seconds=0.5))
     obs = await wait_for(executor, "late-1")
-    assert obs.phase is model.Phase.FAILED
+    assert obs.phase is launching.Phase.FAILED
     assert obs.reason == "deadline exceeded"
     assert obs.exit_code == -signal.SIGTERM
 
@@ -388,7 +388,7 @@ async def test_past_the_deadline_what_ignores_sigterm_is_killed_after_the_grace(
     await ex.launch(make_launch("stubborn-late", script, deadline_seconds=2))  # sh is up by then
     obs = await wait_for(ex, "stubborn-late")
     assert (obs.phase, obs.reason, obs.exit_code) == (
-        model.Phase.FAILED,
+        launching.Phase.FAILED,
         "deadline exceeded",
         -signal.SIGKILL,
     )
@@ -456,7 +456,7 @@ async def test_a_supervisor_that_fails_to_start_fails_every_waiting_launch_and_n
     assert executor.supervisor_pid is None
     monkeypatch.undo()
     await executor.launch(make_launch("later-4", ["true"], fence=4))
-    assert (await wait_for(executor, "later-4")).phase is model.Phase.SUCCEEDED
+    assert (await wait_for(executor, "later-4")).phase is launching.Phase.SUCCEEDED
 
 
 async def test_supervisor_killed(executor: process.ProcessExecutor) -> None:
@@ -466,7 +466,7 @@ async def test_supervisor_killed(executor: process.ProcessExecutor) -> None:
     os.kill(json.loads((run_dir / "shim.pid").read_text())["pid"], signal.SIGKILL)
     os.killpg(json.loads((run_dir / "child.pid").read_text())["pid"], signal.SIGKILL)
     obs = await wait_for(executor, "orphan-1")
-    assert obs.phase is model.Phase.FAILED
+    assert obs.phase is launching.Phase.FAILED
     assert obs.reason is not None
     assert obs.reason.startswith("supervisor died")
     assert obs.exit_code is None
@@ -481,19 +481,19 @@ async def test_a_command_outliving_its_killed_supervisor_is_still_running(
     run_dir = executor.root / "orphan-2"
     os.kill(json.loads((run_dir / "shim.pid").read_text())["pid"], signal.SIGKILL)
 
-    async def told() -> model.Observation | None:
+    async def told() -> launching.Observation | None:
         obs = (await executor.observe(["orphan-2"]))["orphan-2"]
         return obs if obs.reason else None
 
     obs = await eventually(told, what="the supervisor's death seen")
-    assert obs.phase is model.Phase.RUNNING, (
+    assert obs.phase is launching.Phase.RUNNING, (
         "the work goes on; it must not be retried beside itself"
     )
     assert obs.reason is not None
     assert obs.reason.startswith("supervisor died")
     await executor.cancel("orphan-2", timedelta(seconds=0.2))  # cancel still reaches it
     obs = await wait_for(executor, "orphan-2")
-    assert obs.phase is model.Phase.FAILED
+    assert obs.phase is launching.Phase.FAILED
 
 
 async def test_one_damaged_run_folder_does_not_hide_the_others(
@@ -504,21 +504,21 @@ async def test_one_damaged_run_folder_does_not_hide_the_others(
     await wait_for(executor, "good-1")
     (executor.root / "bad-1" / "labels.json").write_text("{not json")
     seen = await executor.observe(["good-1", "bad-1"])
-    assert seen["good-1"].phase is model.Phase.SUCCEEDED
+    assert seen["good-1"].phase is launching.Phase.SUCCEEDED
     assert "bad-1" not in seen  # unknown, not absent: nothing may relaunch it
 
 
 async def test_events_yield_finishes(executor: process.ProcessExecutor) -> None:
     await executor.launch(make_launch("ev-1", ["true"]))
     await executor.launch(make_launch("ev-2", sh("exit 4"), job_id=2))
-    seen: dict[str, model.Observation] = {}
+    seen: dict[str, launching.Observation] = {}
     async with contextlib.aclosing(executor.events()) as events:
         async for obs in events:
             seen[obs.name] = obs
             if len(seen) == 2:
                 break
-    assert seen["ev-1"].phase is model.Phase.SUCCEEDED
-    assert seen["ev-2"].phase is model.Phase.FAILED
+    assert seen["ev-1"].phase is launching.Phase.SUCCEEDED
+    assert seen["ev-2"].phase is launching.Phase.FAILED
     assert seen["ev-2"].exit_code == 4
 
 
@@ -533,7 +533,7 @@ async def test_a_finish_reaches_events_when_its_shim_ends_not_at_a_poll(tmp_path
         async with contextlib.aclosing(ex.events()) as events:
             await ex.launch(make_launch("push-1", sh("exit 5")))
             obs = await asyncio.wait_for(anext(events), PATIENCE)
-        assert (obs.name, obs.phase, obs.exit_code) == ("push-1", model.Phase.FAILED, 5)
+        assert (obs.name, obs.phase, obs.exit_code) == ("push-1", launching.Phase.FAILED, 5)
     finally:
         await ex.close()
         kill_leftovers(ex.root)
@@ -558,7 +558,7 @@ async def test_a_sweep_while_a_launch_is_asked_does_not_drop_its_finish(
         await answer_now.wait()
         return await supervise(*args, **kwargs)
 
-    async def watched_observe(names: Sequence[str]) -> dict[str, model.Observation]:
+    async def watched_observe(names: Sequence[str]) -> dict[str, launching.Observation]:
         seen = await observe(names)
         if "held-1" in names:
             swept.set()
@@ -568,14 +568,14 @@ async def test_a_sweep_while_a_launch_is_asked_does_not_drop_its_finish(
     monkeypatch.setattr(ex, "observe", watched_observe)
     try:
         async with contextlib.aclosing(ex.events()) as events:
-            launching = asyncio.create_task(ex.launch(make_launch("held-1", ["true"])))
+            launch_task = asyncio.create_task(ex.launch(make_launch("held-1", ["true"])))
             await asyncio.wait_for(asked.wait(), PATIENCE)
             first = asyncio.ensure_future(anext(events))
             await asyncio.wait_for(swept.wait(), PATIENCE)
             answer_now.set()
-            await asyncio.wait_for(launching, PATIENCE)
+            await asyncio.wait_for(launch_task, PATIENCE)
             obs = await asyncio.wait_for(first, PATIENCE)
-        assert (obs.name, obs.phase) == ("held-1", model.Phase.SUCCEEDED)
+        assert (obs.name, obs.phase) == ("held-1", launching.Phase.SUCCEEDED)
     finally:
         await ex.close()
         kill_leftovers(ex.root)
@@ -590,11 +590,11 @@ async def test_a_killed_supervisor_is_started_again_and_its_commands_go_on(
     os.kill(shim, signal.SIGKILL)
     await wait_gone([shim])
     await executor.launch(make_launch("after-1", ["true"], job_id=2))  # a new supervisor
-    assert (await wait_for(executor, "after-1")).phase is model.Phase.SUCCEEDED
+    assert (await wait_for(executor, "after-1")).phase is launching.Phase.SUCCEEDED
     assert executor.supervisor_pid not in (None, shim)
     assert alive(child), "a command outlives its supervisor"
     obs = (await executor.observe(["before-1"]))["before-1"]
-    assert (obs.phase, obs.reason) == (model.Phase.RUNNING, process_runs.SUPERVISOR_DIED)
+    assert (obs.phase, obs.reason) == (launching.Phase.RUNNING, process_runs.SUPERVISOR_DIED)
 
 
 async def test_a_supervisor_stopped_with_sigterm_stops_its_commands_and_another_takes_over(
@@ -604,15 +604,15 @@ async def test_a_supervisor_stopped_with_sigterm_stops_its_commands_and_another_
     shim, _ = await started(executor, "stopped-1", "sleep")
     os.kill(shim, signal.SIGTERM)  # a shutdown: it stops what it runs, and says why
     obs = await wait_for(executor, "stopped-1")
-    assert (obs.phase, obs.reason) == (model.Phase.FAILED, "supervisor terminated")
+    assert (obs.phase, obs.reason) == (launching.Phase.FAILED, "supervisor terminated")
     assert obs.failure_class is model.FailureClass.TRANSIENT
     await executor.launch(make_launch("next-1", ["true"], job_id=2))
-    assert (await wait_for(executor, "next-1")).phase is model.Phase.SUCCEEDED
+    assert (await wait_for(executor, "next-1")).phase is launching.Phase.SUCCEEDED
     assert executor.supervisor_pid not in (None, shim)
 
 
 async def test_events_end_on_close(executor: process.ProcessExecutor) -> None:
-    async def drain() -> list[model.Observation]:
+    async def drain() -> list[launching.Observation]:
         return [obs async for obs in executor.events()]
 
     task = asyncio.create_task(drain())
@@ -694,7 +694,7 @@ async def test_old_finished_runs_are_forgotten_only_once_the_store_holds_them_en
         done, unread, busy = await db.job_claim(now=later.now(), limit=3, executors=["process"])
         scripts = [(done, "true"), (unread, "true"), (busy, "sleep 30")]
         for c, script in scripts:
-            launch = model.build_launch(c, reach=model.Reach(), deadline_seconds=None)
+            launch = launching.build_launch(c, reach=launching.Reach(), deadline_seconds=None)
             await ex.launch(dataclasses.replace(launch, spec={"command": ["sh", "-c", script]}))
         fences = [c.attempt.id for c, _ in scripts]
         await db.attempt_record_running(fences=fences, now=later.now())
@@ -736,7 +736,7 @@ def observed(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     names: list[str] = []
     real = process_runs.observe_one
 
-    def counting(name: str, run_dir: Path) -> model.Observation:
+    def counting(name: str, run_dir: Path) -> launching.Observation:
         names.append(name)
         return real(name, run_dir)
 
@@ -962,7 +962,7 @@ async def let_go(pid: int, folders: Sequence[Path]) -> None:
     )
 
 
-def relaunch_of(launch: model.Launch) -> model.Launch:
+def relaunch_of(launch: launching.Launch) -> launching.Launch:
     return dataclasses.replace(launch, relaunch=True)
 
 
@@ -1113,7 +1113,7 @@ async def test_a_relaunch_never_stops_the_first_launch_that_claims_the_name_mean
     await asyncio.wait_for(relaunch, PATIENCE)  # found the name launched: nothing to stop
     await asyncio.wait_for(first, PATIENCE)  # claimed once the search let go of the lock
     obs = (await patient.observe(["slow-1"]))["slow-1"]
-    assert (obs.phase, obs.reason) == (model.Phase.RUNNING, None), "its supervisor is alive"
+    assert (obs.phase, obs.reason) == (launching.Phase.RUNNING, None), "its supervisor is alive"
     run_dir = patient.root / "slow-1"
     child = pid_of(run_dir, "child.pid")
     await eventually(lambda: processes_of(run_dir) == [child], what="one copy")
@@ -1130,12 +1130,12 @@ async def test_an_exit_the_supervisor_cannot_record_is_reported_failed_and_retri
     obs = await asyncio.wait_for(anext(events), PATIENCE)
     assert (obs.name, obs.phase, obs.reason) == (
         "unrecorded-1",
-        model.Phase.FAILED,
+        launching.Phase.FAILED,
         process.UNRECORDED,
     )
     assert obs.failure_class is model.FailureClass.TRANSIENT
     await executor.launch(make_launch("after-2", ["true"], fence=2))
-    assert (await wait_for(executor, "after-2")).phase is model.Phase.SUCCEEDED
+    assert (await wait_for(executor, "after-2")).phase is launching.Phase.SUCCEEDED
     await events.aclose()
 
 
@@ -1153,7 +1153,7 @@ async def test_the_payload_is_a_read_only_file_of_the_run_folder_named_in_the_en
         f' > {out}.mode; cat "$CORRAL_PAYLOAD_FILE" > {out}; echo "[${{CORRAL_PAYLOAD-unset}}]"'
     )
     await executor.launch(make_launch("pay-1", sh(script), payload=PAYLOAD))
-    assert (await wait_for(executor, "pay-1")).phase is model.Phase.SUCCEEDED
+    assert (await wait_for(executor, "pay-1")).phase is launching.Phase.SUCCEEDED
     run_dir = executor.root / "pay-1"
     file = run_dir / process_child.PAYLOAD_FILE
     assert Path(f"{out}.where").read_text() == str(file), "the absolute path, in its run folder"
@@ -1162,7 +1162,7 @@ async def test_the_payload_is_a_read_only_file_of_the_run_folder_named_in_the_en
     text = out.read_bytes().decode("utf-8")
     assert json.loads(text) == PAYLOAD
     assert "grüße, 世界, 🐎" in text, "UTF-8 as it is, not \\u escapes"
-    assert text == model.payload_json(PAYLOAD), "what every executor delivers"
+    assert text == launching.payload_json(PAYLOAD), "what every executor delivers"
     assert (run_dir / "stdout.log").read_text() == "[unset]\n", "a file, not a variable"
     assert "grüße" not in (run_dir / "launch.json").read_text(), "written once, not copied"
 
@@ -1175,7 +1175,7 @@ async def test_a_null_payload_makes_no_file_and_a_spec_cannot_fake_one(
     await executor.launch(make_launch("nopay-1", sh(script), env=fake))
     await executor.launch(make_launch("pay-2", sh(script), env=fake, payload=[1], fence=2))
     for name in ("nopay-1", "pay-2"):
-        assert (await wait_for(executor, name)).phase is model.Phase.SUCCEEDED
+        assert (await wait_for(executor, name)).phase is launching.Phase.SUCCEEDED
     assert (executor.root / "nopay-1" / "stdout.log").read_text() == "unset unset\n"
     assert not (executor.root / "nopay-1" / process_child.PAYLOAD_FILE).exists()
     payload_file = executor.root / "pay-2" / process_child.PAYLOAD_FILE
@@ -1242,7 +1242,7 @@ async def test_an_ended_command_brings_its_output_tails_without_a_read_of_its_fo
     finally:
         await ex.close()
         kill_leftovers(ex.root)
-    assert obs.phase is model.Phase.SUCCEEDED
+    assert obs.phase is launching.Phase.SUCCEEDED
     assert obs.output is not None
     out, err = obs.output.streams
     assert (out.name, out.text, out.size, out.cut) == ("stdout", "é\n", 8, True)
@@ -1284,5 +1284,5 @@ async def test_a_long_output_s_tail_arrives_whole_over_many_reads(
         obs = await asyncio.wait_for(anext(events), PATIENCE)
     assert obs.output is not None
     [out] = obs.output.streams
-    assert (out.size, out.cut, len(out.text)) == (200_005, True, model.STREAM_BYTES)
+    assert (out.size, out.cut, len(out.text)) == (200_005, True, launching.STREAM_BYTES)
     assert out.text.endswith("xxx\nend\n")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from corral import config, model, reconciler, store
+from corral import config, durations, launching, model, reconciler, store, timeouts
 from corral.clock import SystemClock
 from corral.executors.process import ProcessExecutor
 from corral.testing import FrozenClock
@@ -26,7 +26,9 @@ async def test_a_fresh_reconciler_adopts_and_stops_orphans_from_labels(
     await db.job_submit(new=jobs, now=clock.now())
     claimed = await db.job_claim(now=clock.now(), limit=3, executors=["process"])
     for c in claimed:  # launched, then corral died before recording anything
-        await first.launch(model.build_launch(c, reach=model.Reach(), deadline_seconds=None))
+        await first.launch(
+            launching.build_launch(c, reach=launching.Reach(), deadline_seconds=None)
+        )
     await first.close()
     del first
     keep, cancel, adopt = claimed
@@ -36,7 +38,7 @@ async def test_a_fresh_reconciler_adopts_and_stops_orphans_from_labels(
 
     fresh = ProcessExecutor(root=tmp_path / "runs", clock=clock)
     await fresh.start()
-    settings = config.Settings(timeouts=config.Timeouts(cancel_grace="2s"))
+    settings = config.Settings(timeouts=timeouts.Timeouts(cancel_grace="2s"))
     later = FrozenClock(clock.now())  # the reconciler's time; the platform's stays real
     later.advance(settings.timeouts.launch_grace.total_seconds() + 1)
     r = reconciler.Reconciler(
@@ -48,13 +50,13 @@ async def test_a_fresh_reconciler_adopts_and_stops_orphans_from_labels(
     assert states == {keep.job.id: A.RUNNING, cancel.job.id: A.CANCELLED, adopt.job.id: A.RUNNING}
     name = cancel.attempt.launch_name
 
-    async def finished() -> model.Observation | None:  # the shim writes the exit
+    async def finished() -> launching.Observation | None:  # the shim writes the exit
         obs = (await fresh.observe([name]))[name]
         return obs if obs.phase.finished else None
 
     stopped = await eventually(finished, what="the orphan stopped")
-    assert stopped.phase is model.Phase.FAILED
+    assert stopped.phase is launching.Phase.FAILED
     assert stopped.identity == model.Identity(cancel.job.id, 1, cancel.attempt.id)
     for c in (keep, adopt):  # clean up the two still sleeping
-        await fresh.cancel(c.attempt.launch_name, config.parse_duration("1s"))
+        await fresh.cancel(c.attempt.launch_name, durations.parse_duration("1s"))
     await fresh.close()

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from corral import clock, config, errors, model
+from corral import clock, config, errors, launching, model, policy
 from corral.executors import base, process, process_sandbox
 from tests.support import launches
 from tests.support.procs import alive, kill_leftovers
@@ -93,24 +93,24 @@ async def host(
 
 def stranger(
     name: str, command: list[str], *, spec: dict[str, Any] | None = None, **kw: Any
-) -> model.Launch:
+) -> launching.Launch:
     made = launches.make_launch(
         "process",
         name,
         {"command": command, **(spec or {})},
         tenant="b",
-        reach=model.Reach(api_url="http://corral.test"),
+        reach=launching.Reach(api_url="http://corral.test"),
         **kw,
     )
     return dataclasses.replace(made, stranger=True)
 
 
-async def finished(ex: process.ProcessExecutor, name: str) -> model.Observation:
-    async def done() -> model.Observation | None:
+async def finished(ex: process.ProcessExecutor, name: str) -> launching.Observation:
+    async def done() -> launching.Observation | None:
         obs = (await ex.observe([name]))[name]
         return obs if obs.phase.finished else None
 
-    found: model.Observation = await eventually(done, what=f"{name} finished")
+    found: launching.Observation = await eventually(done, what=f"{name} finished")
     return found
 
 
@@ -171,7 +171,7 @@ async def test_a_strangers_job_reaches_nothing_of_corral_nor_of_another_job(host
     )
     obs = await finished(ex, "b-1")
     stdout = (ex.root / "b-1" / "stdout.log").read_text()
-    assert obs.phase is model.Phase.SUCCEEDED, (ex.root / "b-1" / "stderr.log").read_text()
+    assert obs.phase is launching.Phase.SUCCEEDED, (ex.root / "b-1" / "stderr.log").read_text()
     said = json.loads(stdout)
     tried = {k: v for k, v in said.items() if isinstance(v, list)}
     # A sandbox shows the path down to the job's own run folder, made for its mounts, and
@@ -215,7 +215,7 @@ async def test_a_strangers_job_reads_its_payload_and_its_run_folder(host: Host) 
     script = 'cat "$CORRAL_PAYLOAD_FILE"; ls "$CORRAL_RUN_DIR" >/dev/null && echo listed'
     await ex.launch(stranger("p-1", ["/bin/sh", "-c", script], payload={"n": 7}))
     obs = await finished(ex, "p-1")
-    assert obs.phase is model.Phase.SUCCEEDED, (ex.root / "p-1" / "stderr.log").read_text()
+    assert obs.phase is launching.Phase.SUCCEEDED, (ex.root / "p-1" / "stderr.log").read_text()
     assert (ex.root / "p-1" / "stdout.log").read_text() == '{"n":7}listed\n'
 
 
@@ -228,7 +228,7 @@ async def test_what_a_stranger_leaves_behind_is_gone_when_it_ends(host: Host) ->
     )
     await ex.launch(stranger("l-1", ["/bin/sh", "-c", script]))
     obs = await finished(ex, "l-1")
-    assert obs.phase is model.Phase.SUCCEEDED, (ex.root / "l-1" / "stderr.log").read_text()
+    assert obs.phase is launching.Phase.SUCCEEDED, (ex.root / "l-1" / "stderr.log").read_text()
     uid = os.stat(ex.root / "l-1" / "work").st_uid
 
     def none_left() -> bool:
@@ -248,7 +248,7 @@ async def test_a_strangers_variables_reach_its_command_only(host: Host) -> None:
     env = {"LD_PRELOAD": missing, "GCONV_PATH": "/nonexistent"}
     await ex.launch(stranger("e-1", ["/bin/sh", "-c", "exit 0"], spec={"env": env}))
     obs = await finished(ex, "e-1")
-    assert obs.phase is model.Phase.SUCCEEDED
+    assert obs.phase is launching.Phase.SUCCEEDED
     said = (ex.root / "e-1" / "stderr.log").read_text()
     assert said.count(missing) == 1, said
 
@@ -258,7 +258,7 @@ async def test_a_strangers_cwd_never_leads_out_of_its_work_folder(host: Host, cw
     ex = host.executor
     await ex.launch(stranger("w-1", ["/bin/sh", "-c", "pwd"], spec={"cwd": cwd}))
     obs = await finished(ex, "w-1")
-    assert obs.phase is model.Phase.FAILED
+    assert obs.phase is launching.Phase.FAILED
     assert "leads out of the work folder" in (obs.reason or ""), obs
 
 
@@ -379,6 +379,6 @@ def test_a_launch_is_a_strangers_when_its_tenant_is_granted_process_or_made_it()
     reaches = base.Reaches(told)
     assert reaches.stranger(job("b")) is True
     assert reaches.stranger(job("default")) is False
-    policy = config.JobPolicy()
-    assert reaches.of(policy, "process", stranger=True).database_url is None
-    assert reaches.of(policy, "process", stranger=False).database_url is not None
+    own = policy.JobPolicy()
+    assert reaches.of(own, "process", stranger=True).database_url is None
+    assert reaches.of(own, "process", stranger=False).database_url is not None

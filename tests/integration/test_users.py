@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from corral import client, config, errors, model, store
+from corral import access, client, config, errors, store
 from corral.testing import FrozenClock
 from tests.support.noop import NoopExecutor
 
@@ -20,13 +20,13 @@ def c(db: store.Store, clock: FrozenClock) -> client.Client:
 
 async def test_a_user_signs_in_with_their_password_only(c: client.Client) -> None:
     made = await c.user_add("ada", password="correct horse", tenant="a", role="operator")
-    assert (made.name, made.tenant, made.role) == ("ada", "a", model.Role.OPERATOR)
+    assert (made.name, made.tenant, made.role) == ("ada", "a", access.Role.OPERATOR)
     assert await c.sign_in("ada", "wrong horse") is None
     assert await c.sign_in("nobody", "correct horse") is None
     signed = await c.sign_in("ada", "correct horse")
     assert signed is not None
     secret, session = signed
-    assert (session.name, session.tenant, session.role) == ("ada", "a", model.Role.OPERATOR)
+    assert (session.name, session.tenant, session.role) == ("ada", "a", access.Role.OPERATOR)
     again = await c.session(secret)
     assert again is not None
     assert again.csrf == session.csrf
@@ -60,7 +60,7 @@ async def test_a_token_session_ends_when_its_token_is_revoked(c: client.Client) 
     signed = await c.sign_in_token(secret)
     assert signed is not None
     cookie, session = signed
-    assert (session.tenant, session.role, session.token_id) == ("b", model.Role.ADMIN, token.id)
+    assert (session.tenant, session.role, session.token_id) == ("b", access.Role.ADMIN, token.id)
     await c.token_revoke(token.id)
     assert await c.session(cookie) is None
 
@@ -73,7 +73,7 @@ async def test_names_are_unique_until_removed_and_input_is_checked(c: client.Cli
     with pytest.raises(errors.NotFound):
         await c.user_remove("ada")
     again = await c.user_add("ada", password="another one", tenant=None, role="admin")
-    assert (again.tenant, again.role) == (None, model.Role.ADMIN)
+    assert (again.tenant, again.role) == (None, access.Role.ADMIN)
     assert await c.sign_in("ada", "correct horse") is None
     assert await c.sign_in("ada", "another one") is not None
     for bad, field in (

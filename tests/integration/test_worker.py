@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from corral import config, model, store, worker
+from corral import config, model, policy, store, worker
 from corral.clock import SystemClock
 from tests.support.wait import PATIENCE, eventually_sync
 
@@ -28,8 +28,8 @@ async def _running(url: str, *, superseded: bool = False) -> worker.CurrentAttem
     db = store.Store.connect(url)
     try:
         now = SystemClock().now()
-        policy = config.job_policy(config.Settings(), {"heartbeat": True}).stored()
-        new = model.NewJob(executor="process", spec={"command": ["true"]}, policy=policy)
+        stored = policy.job_policy(config.Settings(), {"heartbeat": True}).stored()
+        new = model.NewJob(executor="process", spec={"command": ["true"]}, policy=stored)
         await db.job_submit(new=[new], now=now)
         limits = store.DefaultLimits(timedelta(seconds=240), timedelta(seconds=60))
         [c] = await db.job_claim(now=now, limit=1, executors=["process"], limits=limits)

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from corral import client, config, errors, model, store
+from corral import client, config, errors, model, python_tasks, store
 from corral.errors import Stopped
 from corral.reconciler import Reconciler
 from corral.testing import PausedClock
@@ -136,7 +136,7 @@ async def test_a_payload_that_does_not_fit_the_live_workers_schema_is_refused_na
         job = (await c.job(job_id)).job
         assert job.spec == {"task": "send-invoice", "version": 2}
         data = {"customer_id": 7, "amount_cents": 5}  # as submitted: the worker fills defaults
-        assert job.payload == model.envelope("send-invoice", 2, data)
+        assert job.payload == python_tasks.envelope("send-invoice", 2, data)
         await eventually(lambda: SENT, what="sent")
 
 
@@ -473,7 +473,7 @@ async def test_a_python_job_cannot_set_its_own_lease(c: client.Client) -> None:
         c.new_job(
             executor="python",
             spec={"task": "ping", "version": 1},
-            payload=model.envelope("ping", 1, {}),
+            payload=python_tasks.envelope("ping", 1, {}),
         )
     )
     assert spec_job.policy["heartbeat"] is True  # on its worker's lease, however submitted

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from corral import clock, config, model
+from corral import clock, config, launching
 from corral.executors import kube_client
 from tests.support import kube_api
 from tests.support.launches import make_launch
@@ -99,27 +99,29 @@ def launch(
     kind: str = "kubernetes",
     spec: dict[str, Any] | None = None,
     **kw: Any,
-) -> model.Launch:
+) -> launching.Launch:
     """The launch `name` on `kind` (kubernetes or argo) of one container, IMAGE running
     `command`, `spec` over that spec; `kw` go to `make_launch` (identity, payload, reach)."""
     return make_launch(kind, name, {"image": IMAGE, "command": command, **(spec or {})}, **kw)
 
 
-async def observe(ex: Any, name: str) -> model.Observation:
+async def observe(ex: Any, name: str) -> launching.Observation:
     return (await ex.observe([name]))[name]
 
 
-async def until(ex: Any, name: str, test: Callable[[model.Observation], bool]) -> model.Observation:
+async def until(
+    ex: Any, name: str, test: Callable[[launching.Observation], bool]
+) -> launching.Observation:
     """The first observation of `name` that passes `test` (polled)."""
 
-    async def seen() -> model.Observation | None:
+    async def seen() -> launching.Observation | None:
         obs = await observe(ex, name)
         return obs if test(obs) else None
 
-    found: model.Observation = await eventually(seen, what=f"{name} as wanted")
+    found: launching.Observation = await eventually(seen, what=f"{name} as wanted")
     return found
 
 
-async def finished(ex: Any, name: str) -> model.Observation:
+async def finished(ex: Any, name: str) -> launching.Observation:
     """The first observation of `name` that has finished (polled)."""
     return await until(ex, name, lambda o: o.phase.finished)

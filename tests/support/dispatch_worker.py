@@ -6,7 +6,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from corral import config, dispatcher, store
+from corral import config, dispatcher, store, timeouts
 from corral.clock import SystemClock
 from tests.support.noop import NoopExecutor
 
@@ -25,7 +25,7 @@ async def _run(url: str, ledger: Path, claim_batch_limit: int) -> None:
     settings = config.Settings(
         database_url=url,
         claim_batch_limit=claim_batch_limit,
-        timeouts=config.Timeouts(
+        timeouts=timeouts.Timeouts(
             dispatch_interval=0.02, tick_deadline=0.015, tick_margin=0.005, observe_interval=0.5
         ),
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from corral import model
+from corral import launching, model
 
 
 def make_launch(
@@ -17,11 +17,11 @@ def make_launch(
     attempt_no: int = 1,
     fence: int = 1,
     deadline_seconds: float | None = None,
-    reach: model.Reach | None = None,
+    reach: launching.Reach | None = None,
     payload: Any = None,
     idempotency_key: str | None = None,
     tenant: str = "acme",
-) -> model.Launch:
+) -> launching.Launch:
     """The Launch of attempt `attempt_no` (fence `fence`) of job `job_id` on `kind`."""
     labels = model.identity_labels(
         job_id=job_id,
@@ -31,7 +31,7 @@ def make_launch(
         capability="default",
         idempotency_key=idempotency_key,
     )
-    return model.Launch(
+    return launching.Launch(
         name=name,
         job_id=job_id,
         attempt_no=attempt_no,
@@ -41,7 +41,9 @@ def make_launch(
         spec=spec,
         payload=payload,
         labels=labels,
-        env=model.attempt_env(labels, name=name, tenant=tenant, reach=reach or model.Reach()),
+        env=launching.attempt_env(
+            labels, name=name, tenant=tenant, reach=reach or launching.Reach()
+        ),
         deadline_seconds=deadline_seconds,
     )
 

@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
-from corral import clock, model
+from corral import clock, launching
 
 
 class NoopExecutor:
@@ -24,14 +24,14 @@ class NoopExecutor:
         self, *, fail_exit_code: int | None = None, clock: clock.Clock | None = None
     ) -> None:
         self.fail_exit_code = fail_exit_code
-        self.launches: dict[str, model.Launch] = {}
+        self.launches: dict[str, launching.Launch] = {}
         """Every distinct launch, by name."""
         self.launch_calls = 0
         """How many times `launch` was called, repeats included."""
         self.cancelled: list[str] = []
         self._clock = clock
-        self._seen: dict[str, model.Observation] = {}
-        self._queue: asyncio.Queue[model.Observation | None] = asyncio.Queue()
+        self._seen: dict[str, launching.Observation] = {}
+        self._queue: asyncio.Queue[launching.Observation | None] = asyncio.Queue()
 
     @property
     def launched(self) -> int:
@@ -49,7 +49,7 @@ class NoopExecutor:
         """End `events`."""
         self._queue.put_nowait(None)
 
-    async def launch(self, launch: model.Launch) -> None:
+    async def launch(self, launch: launching.Launch) -> None:
         """Record the launch and finish it at once (only the first time for a name)."""
         self.launch_calls += 1
         if launch.name in self.launches:
@@ -57,9 +57,9 @@ class NoopExecutor:
         self.launches[launch.name] = launch
         now = self._clock.now() if self._clock else None
         failed = self.fail_exit_code is not None
-        obs = model.Observation(
+        obs = launching.Observation(
             name=launch.name,
-            phase=model.Phase.FAILED if failed else model.Phase.SUCCEEDED,
+            phase=launching.Phase.FAILED if failed else launching.Phase.SUCCEEDED,
             labels=launch.labels,
             exit_code=self.fail_exit_code if failed else 0,
             reason=f"exited with code {self.fail_exit_code}" if failed else None,
@@ -69,11 +69,13 @@ class NoopExecutor:
         self._seen[launch.name] = obs
         self._queue.put_nowait(obs)
 
-    async def observe(self, names: Sequence[str]) -> dict[str, model.Observation]:
+    async def observe(self, names: Sequence[str]) -> dict[str, launching.Observation]:
         """What was launched; ABSENT for names never launched."""
-        return {n: self._seen.get(n, model.Observation(n, model.Phase.ABSENT)) for n in names}
+        return {
+            n: self._seen.get(n, launching.Observation(n, launching.Phase.ABSENT)) for n in names
+        }
 
-    async def list_managed(self, selector: Mapping[str, str]) -> list[model.Observation]:
+    async def list_managed(self, selector: Mapping[str, str]) -> list[launching.Observation]:
         """Launches whose labels include all of `selector`."""
         return [
             obs
@@ -87,16 +89,16 @@ class NoopExecutor:
         if obs is None:
             return
         self.cancelled.append(name)
-        self._seen[name] = model.Observation(
+        self._seen[name] = launching.Observation(
             name=name,
-            phase=model.Phase.FAILED,
+            phase=launching.Phase.FAILED,
             labels=obs.labels,
             reason="cancelled",
             started_at=obs.started_at,
             finished_at=obs.finished_at,
         )
 
-    async def events(self) -> AsyncIterator[model.Observation]:
+    async def events(self) -> AsyncIterator[launching.Observation]:
         """The finish of every launch, in launch order, until `close`."""
         while (obs := await self._queue.get()) is not None:
             yield obs

@@ -12,9 +12,9 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
-from corral import errors, model
+from corral import errors, launching
 
-P = model.Phase
+P = launching.Phase
 
 
 class Platform:
@@ -23,9 +23,9 @@ class Platform:
     kind = "noop"
 
     def __init__(self, *, start_delay: float = 0.0) -> None:
-        self.objects: dict[str, model.Observation] = {}
+        self.objects: dict[str, launching.Observation] = {}
         self.launches: Counter[str] = Counter()  # real creations by name
-        self.asked: list[model.Launch] = []  # every launch asked for, repeats included
+        self.asked: list[launching.Launch] = []  # every launch asked for, repeats included
         self.cancelled: list[str] = []
         self.down = False
         self.down_for_launch = False
@@ -53,7 +53,7 @@ class Platform:
         if self.down:
             raise errors.ExecutorError("platform unreachable")
 
-    async def launch(self, launch: model.Launch) -> None:
+    async def launch(self, launch: launching.Launch) -> None:
         self._check()
         self.asked.append(launch)
         if self.down_for_launch:
@@ -64,13 +64,15 @@ class Platform:
                 raise errors.LaunchConflict(f"{launch.name} exists as {existing.identity}")
             return
         self.launches[launch.name] += 1
-        self.objects[launch.name] = model.Observation(launch.name, P.RUNNING, dict(launch.labels))
+        self.objects[launch.name] = launching.Observation(
+            launch.name, P.RUNNING, dict(launch.labels)
+        )
 
-    async def observe(self, names: Sequence[str]) -> dict[str, model.Observation]:
+    async def observe(self, names: Sequence[str]) -> dict[str, launching.Observation]:
         self._check()
-        return {n: self.objects.get(n, model.Observation(n, P.ABSENT)) for n in names}
+        return {n: self.objects.get(n, launching.Observation(n, P.ABSENT)) for n in names}
 
-    async def list_managed(self, selector: Mapping[str, str]) -> list[model.Observation]:
+    async def list_managed(self, selector: Mapping[str, str]) -> list[launching.Observation]:
         self._check()
         return [
             o
@@ -84,11 +86,11 @@ class Platform:
             raise errors.ExecutorError("platform did not take the delete")
         if (obs := self.objects.get(name)) is not None and not obs.phase.finished:
             self.cancelled.append(name)
-            self.objects[name] = model.Observation(
+            self.objects[name] = launching.Observation(
                 name, P.FAILED, obs.labels, exit_code=-15, reason="cancelled"
             )
 
-    async def events(self) -> AsyncIterator[model.Observation]:
+    async def events(self) -> AsyncIterator[launching.Observation]:
         await self._closed.wait()
         return
         yield  # an async generator that pushes nothing: this platform is polled
@@ -96,17 +98,20 @@ class Platform:
     # --- what tests do to the platform ----------------------------------------------------
 
     def put(
-        self, launch: model.Launch, phase: model.Phase = P.RUNNING, exit_code: int | None = None
+        self,
+        launch: launching.Launch,
+        phase: launching.Phase = P.RUNNING,
+        exit_code: int | None = None,
     ) -> None:
         """Create a launch as if it had been launched (labels and all)."""
-        self.objects[launch.name] = model.Observation(
+        self.objects[launch.name] = launching.Observation(
             launch.name, phase, dict(launch.labels), exit_code=exit_code
         )
 
     def finish(self, name: str, exit_code: int = 0) -> None:
         obs = self.objects[name]
         phase = P.SUCCEEDED if exit_code == 0 else P.FAILED
-        self.objects[name] = model.Observation(name, phase, obs.labels, exit_code=exit_code)
+        self.objects[name] = launching.Observation(name, phase, obs.labels, exit_code=exit_code)
 
     def remove(self, name: str) -> None:
         del self.objects[name]

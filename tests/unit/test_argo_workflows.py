@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from corral import client, config, errors, model
+from corral import client, config, errors, launching, model
 from corral.executors import argo, argo_manifest, argo_observation, kubernetes, kubernetes_manifest
 from tests.unit.test_kubernetes_jobs import (
     ATTEMPT_KEY,
@@ -337,7 +337,7 @@ def test_a_finished_workflow_is_judged_by_the_controllers_words_only(
     wf: dict[str, Any], reason: str, verdict: str | None, code: int | None
 ) -> None:
     obs = argo_observation.workflow_observation(wf)
-    assert obs.phase is model.Phase.FAILED
+    assert obs.phase is launching.Phase.FAILED
     assert obs.reason is not None
     assert obs.reason.startswith(reason)
     assert obs.failure_class == (model.FailureClass(verdict) if verdict else None)
@@ -351,7 +351,7 @@ def test_a_small_payload_is_in_the_environment_as_on_a_job() -> None:
     doc = workflow({"image": "busybox", "command": ["true"]}, payload=SMALL)
     [template] = doc["spec"]["templates"]
     env = {e["name"]: e.get("value") for e in template["container"]["env"]}
-    assert env["CORRAL_PAYLOAD"] == model.payload_json(SMALL)
+    assert env["CORRAL_PAYLOAD"] == launching.payload_json(SMALL)
     assert "volumes" not in doc["spec"]
     argo_manifest.check_workflow(doc)
 
@@ -379,7 +379,7 @@ def test_the_attempt_token_is_read_from_the_launchs_secret_as_on_a_job() -> None
     s = api_settings()
     spec = {"image": "busybox", "command": ["true"]}
     doc = workflow(spec, settings=s)
-    assert model.attempt_token(ATTEMPT_KEY, 0, 0) not in json.dumps(doc), "never in the clear"
+    assert launching.attempt_token(ATTEMPT_KEY, 0, 0) not in json.dumps(doc), "never in the clear"
     [template] = doc["spec"]["templates"]
     [entry] = [e for e in template["container"]["env"] if e["name"] == "CORRAL_ATTEMPT_TOKEN"]
     assert entry["valueFrom"] == {"secretKeyRef": {"name": "corral-0-1", "key": "token"}}

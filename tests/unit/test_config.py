@@ -10,9 +10,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from corral import config, errors
-from corral.config import Settings, chain, parse_duration
+from corral import durations, errors, policy
+from corral.config import Settings
+from corral.durations import parse_duration
 from corral.testing import assert_timeouts_nest
+from corral.timeouts import chain
 
 
 @pytest.mark.parametrize(
@@ -291,8 +293,7 @@ def test_jobs_get_an_absolute_database_url_unless_told_not_to(tmp_path: Path) ->
 def test_a_jobs_deadline_shrinks_the_inner_limits_it_leaves_unset(
     deadline: str, step: float, http: float
 ) -> None:
-    policy = config.job_policy(Settings(), {"limits": {"attempt_deadline": deadline}})
-    limits = policy.limits
+    limits = policy.job_policy(Settings(), {"limits": {"attempt_deadline": deadline}}).limits
     assert limits.step_deadline == timedelta(seconds=step)
     assert (limits.http_request_timeout or Settings().timeouts.http_request_timeout) == (
         timedelta(seconds=http)
@@ -301,7 +302,7 @@ def test_a_jobs_deadline_shrinks_the_inner_limits_it_leaves_unset(
 
 def test_a_jobs_own_inner_limit_that_does_not_fit_is_refused() -> None:
     with pytest.raises(errors.InvalidInput, match=r"step_deadline \(4s\) must be at least 2.5s"):
-        config.job_policy(Settings(), {"limits": {"attempt_deadline": "5s", "step_deadline": "4s"}})
+        policy.job_policy(Settings(), {"limits": {"attempt_deadline": "5s", "step_deadline": "4s"}})
 
 
 # --- CORRAL_* variables and database URLs ---------------------------------------------------
@@ -403,10 +404,10 @@ def test_database_limits_have_defaults_that_nest_inside_the_tick_and_lease_limit
         assert any(i == f"timeouts.database_{inner}_timeout" for i, _, _ in links), inner
     assert all(c.ok and (c.applies or c.link.cluster_only) for c in links.values())
     # A job may still have a lease shorter than a store call: the links are corral's own.
-    policy = config.job_policy(
+    own = policy.job_policy(
         Settings.load(None, database_url=PG), {"limits": {"lease_timeout": "10s"}}
     )
-    assert policy.limits.lease_timeout == timedelta(seconds=10)
+    assert own.limits.lease_timeout == timedelta(seconds=10)
 
 
 @pytest.mark.parametrize(
@@ -537,7 +538,7 @@ def test_the_connect_timeout_is_whole_seconds_and_at_least_two(value: object) ->
 
 def test_durations_are_written_as_people_write_them() -> None:
     shown = [
-        config.format_duration(timedelta(seconds=s)) for s in (0.5, 2.5, 5, 90, 300, 5400, 62.5)
+        durations.format_duration(timedelta(seconds=s)) for s in (0.5, 2.5, 5, 90, 300, 5400, 62.5)
     ]
     assert shown == ["500ms", "2.5s", "5s", "1m30s", "5m", "1h30m", "62.5s"]
     assert all(parse_duration(text) for text in shown)

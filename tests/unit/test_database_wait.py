@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from corral import config, errors, runtime, store
+from corral import config, errors, runtime, store, timeouts
 from corral.testing import FrozenClock
 from tests.support.noop import NoopExecutor
 
@@ -127,7 +127,7 @@ async def test_serve_runs_once_the_database_answers(
     async def on_ready(rt: runtime.Runtime) -> None:
         stop.set()
 
-    settings = settings.model_copy(update={"timeouts": config.Timeouts(database_wait="10s")})
+    settings = settings.model_copy(update={"timeouts": timeouts.Timeouts(database_wait="10s")})
     await asyncio.wait_for(
         runtime.serve(
             settings, stop, executors={"noop": NoopExecutor()}, clk=clk, on_ready=on_ready

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import yaml
 
-from corral import cli, clock, config, errors, health, lint, model
+from corral import cli, clock, config, durations, errors, health, lint, model
 from corral.executors import kubernetes, kubernetes_manifest
 from corral.testing import assert_timeouts_nest
 
@@ -353,7 +353,7 @@ def test_each_deployment_probes_its_health_file(name: str, settings: config.Sett
     live = container["livenessProbe"]["exec"]["command"]
     assert live[:1] == ["corral"]
     assert live[-3:-1] == ["health", "--max-age"]
-    max_age = config.parse_duration(live[-1])
+    max_age = durations.parse_duration(live[-1])
     slowest = max(settings.timeouts.reconcile_interval, settings.timeouts.dispatch_interval)
     assert max_age >= 3 * slowest, "a loop must be able to miss a round or two"
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):

@@ -9,16 +9,17 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from corral import config, errors, model, retry
+from corral.policy import JobPolicy, job_policy
 
 FC, A = model.FailureClass, model.AttemptState
 SETTINGS = config.Settings()
 
 
-def policy(**raw: object) -> config.JobPolicy:
-    return config.job_policy(SETTINGS, raw)
+def policy(**raw: object) -> JobPolicy:
+    return job_policy(SETTINGS, raw)
 
 
-def judge(p: config.JobPolicy, code: int | None, **kw: object) -> retry.Failure:
+def judge(p: JobPolicy, code: int | None, **kw: object) -> retry.Failure:
     args: dict[str, object] = {
         "executor": "process",
         "state": A.FAILED,
@@ -81,7 +82,7 @@ def test_a_job_may_tighten_its_limits_and_inner_ones_follow() -> None:
     assert limits.step_deadline == timedelta(seconds=25)  # tightened with it, by the margin
     assert limits.http_request_timeout == timedelta(seconds=20)
     assert limits.heartbeat_interval == timedelta(seconds=5)
-    assert config.JobPolicy.read(p.stored()) == p  # what is stored reads back the same
+    assert JobPolicy.read(p.stored()) == p  # what is stored reads back the same
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from corral import config, errors, model
+from corral import config, errors, launching, model
 from corral.executors import (
     base,
     kubernetes,
@@ -325,11 +325,15 @@ def test_a_heartbeat_job_must_be_able_to_reach_corral() -> None:
     )
     s = make_settings()
     with pytest.raises(errors.InvalidInput, match="cannot reach corral to send heartbeats"):
-        client.checks.check_job(new, executors={"kubernetes": kubernetes.JobTemplate(s)}, settings=s)
+        client.checks.check_job(
+            new, executors={"kubernetes": kubernetes.JobTemplate(s)}, settings=s
+        )
     ok = make_settings(database_url_secret="corral-db/url").model_copy(
         update={"jobs_get_database_url": True}
     )
-    assert client.checks.check_job(new, executors={"kubernetes": kubernetes.JobTemplate(ok)}, settings=ok)
+    assert client.checks.check_job(
+        new, executors={"kubernetes": kubernetes.JobTemplate(ok)}, settings=ok
+    )
 
 
 @pytest.mark.parametrize("kind", ["kubernetes", "argo"])
@@ -372,7 +376,7 @@ def env_of(doc: dict[str, Any]) -> dict[str, str | None]:
 def test_a_small_payload_is_its_json_in_the_environment() -> None:
     doc = job({"image": "busybox", "command": ["true"]}, payload=SMALL)
     env = env_of(doc)
-    assert env["CORRAL_PAYLOAD"] == model.payload_json(SMALL)
+    assert env["CORRAL_PAYLOAD"] == launching.payload_json(SMALL)
     assert "CORRAL_PAYLOAD_FILE" not in env
     assert "volumes" not in doc["spec"]["template"]["spec"]
     kubernetes_manifest.check_manifest(doc)
@@ -437,7 +441,7 @@ def test_the_payload_config_map_is_owned_by_the_job_and_passes_the_schemas() -> 
         }
     ]
     assert doc["immutable"] is True
-    assert doc["data"] == {"payload.json": model.payload_json(LARGE)}
+    assert doc["data"] == {"payload.json": launching.payload_json(LARGE)}
     kubernetes_manifest.check_manifest(doc)
 
 
@@ -453,9 +457,9 @@ def test_a_config_map_over_1_mib_is_refused_as_the_api_server_would() -> None:
 
 
 def test_a_payload_no_config_map_holds_is_refused_before_anything_is_made() -> None:
-    launch = model.build_launch(
+    launch = launching.build_launch(
         model.first_claim(model.NewJob(executor="kubernetes", spec={}, payload="x" * 2**20), NOW),
-        reach=model.Reach(),
+        reach=launching.Reach(),
         deadline_seconds=None,
     )
     with pytest.raises(errors.LaunchRefused, match="more than a ConfigMap holds"):
@@ -486,7 +490,7 @@ def api_settings() -> config.Settings:
 
 def test_the_attempt_token_is_read_from_the_launchs_secret_never_in_the_clear() -> None:
     doc = job({"image": "busybox", "command": ["true"]}, settings=api_settings())
-    token = model.attempt_token(ATTEMPT_KEY, 0, 0)
+    token = launching.attempt_token(ATTEMPT_KEY, 0, 0)
     assert token not in json.dumps(doc), "whoever may read Jobs must not read the token"
     [container] = doc["spec"]["template"]["spec"]["containers"]
     [entry] = [e for e in container["env"] if e["name"] == "CORRAL_ATTEMPT_TOKEN"]
@@ -515,7 +519,7 @@ def test_the_token_secret_is_owned_by_the_job_and_passes_the_schemas() -> None:
     assert meta["annotations"] == job_doc["metadata"]["annotations"], "and its annotations"
     assert meta["ownerReferences"] == [owner]
     assert doc["immutable"] is True
-    assert doc["stringData"] == {"token": model.attempt_token(ATTEMPT_KEY, 0, 0)}
+    assert doc["stringData"] == {"token": launching.attempt_token(ATTEMPT_KEY, 0, 0)}
     assert kubernetes_owned.owned_objects(
         launch, kubernetes_owned.Payload.of(launch), namespace="jobs", owner=owner
     ) == [doc]

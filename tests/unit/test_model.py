@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from corral import errors, model
+from corral import errors, launching, model
 
 DNS_1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
@@ -119,21 +119,22 @@ json_values = st.recursive(
 
 def test_a_payload_is_compact_json_with_its_characters_as_they_are() -> None:
     assert (
-        model.payload_json({"city": "Zürich", "days": [1, 2]}) == '{"city":"Zürich","days":[1,2]}'
+        launching.payload_json({"city": "Zürich", "days": [1, 2]})
+        == '{"city":"Zürich","days":[1,2]}'
     )
-    assert model.payload_json("🐎") == '"🐎"'
-    assert model.payload_json(0) == "0"
-    assert model.payload_json(None) is None, "no payload: nothing to deliver"
+    assert launching.payload_json("🐎") == '"🐎"'
+    assert launching.payload_json(0) == "0"
+    assert launching.payload_json(None) is None, "no payload: nothing to deliver"
 
 
 def test_a_payload_with_a_lone_surrogate_keeps_its_escape() -> None:
     # A JSON "\ud800" reads as a string with no UTF-8 form: the escape is kept instead.
-    assert model.payload_json(json.loads('["\\ud800", "é"]')) == '["\\ud800","\\u00e9"]'
+    assert launching.payload_json(json.loads('["\\ud800", "é"]')) == '["\\ud800","\\u00e9"]'
 
 
 @given(json_values)
 def test_every_payload_reads_back_as_itself(payload: object) -> None:
-    text = model.payload_json(payload)
+    text = launching.payload_json(payload)
     assert (text is None) == (payload is None)
     if text is not None:
         assert json.loads(text.encode("utf-8")) == payload

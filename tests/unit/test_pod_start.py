@@ -10,8 +10,14 @@ from typing import Any
 import pytest
 from kubernetes.aio import client
 
-from corral import config, errors, model
-from corral.executors import argo_observation, kube_calls, kubernetes_observation, startup
+from corral import config, errors, launching, model
+from corral.executors import (
+    argo_observation,
+    kube_calls,
+    kubernetes_observation,
+    kubernetes_settings,
+    startup,
+)
 
 NOW = datetime(2026, 12, 6, 12, 0, tzinfo=UTC)
 P, T = model.FailureClass.PERMANENT, model.FailureClass.TRANSIENT
@@ -96,19 +102,19 @@ def test_waiting_is_pending_until_the_limit_then_failed() -> None:
     since = NOW - timedelta(seconds=30)
     before = startup.observation("a", {}, why, since=since, now=NOW, limit=timedelta(seconds=31))
     assert (before.phase, before.reason, before.message) == (
-        model.Phase.PENDING,
+        launching.Phase.PENDING,
         "waiting to start: ErrImagePull",
         "not found",
     )
     after = startup.observation("a", {}, why, since=since, now=NOW, limit=timedelta(seconds=30))
     assert (after.phase, after.failure_class, after.reason) == (
-        model.Phase.FAILED,
+        launching.Phase.FAILED,
         P,
         "pod did not start in 30s: ErrImagePull",
     )
     at_once = startup.Waiting("InvalidImageName", None, P)
     now = startup.observation("a", {}, at_once, since=NOW, now=NOW, limit=timedelta(hours=1))
-    assert now.phase is model.Phase.FAILED
+    assert now.phase is launching.Phase.FAILED
 
 
 def test_a_shorter_deadline_shortens_the_wait() -> None:
@@ -136,27 +142,27 @@ def succeeded(*conditions: dict[str, Any], **meta: Any) -> dict[str, Any]:
 def test_a_success_after_a_disruption_is_not_trusted() -> None:
     disruption = {"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler"}
     obs = kubernetes_observation.job_observation(complete_job(), [succeeded(disruption)])
-    assert (obs.phase, obs.failure_class) == (model.Phase.FAILED, T)
+    assert (obs.phase, obs.failure_class) == (launching.Phase.FAILED, T)
     assert (
         obs.reason
         == "success not trusted: its pod exited 0 after a disruption (PreemptionByScheduler)"
     )
     gone = kubernetes_observation.job_observation(complete_job(), [])
-    assert (gone.phase, gone.failure_class) == (model.Phase.FAILED, T)
+    assert (gone.phase, gone.failure_class) == (launching.Phase.FAILED, T)
     deleting = succeeded(deletionTimestamp="2026-12-06T12:00:00Z")
     assert (
         kubernetes_observation.job_observation(complete_job(), [deleting]).phase
-        is model.Phase.FAILED
+        is launching.Phase.FAILED
     )
 
 
 def test_an_undisturbed_success_is_trusted() -> None:
     assert (
         kubernetes_observation.job_observation(complete_job(), [succeeded()]).phase
-        is model.Phase.SUCCEEDED
+        is launching.Phase.SUCCEEDED
     )
     ttl = kubernetes_observation.job_observation(complete_job(deleting=True), [])
-    assert ttl.phase is model.Phase.SUCCEEDED, "its TTL deletes the Job and its pods together"
+    assert ttl.phase is launching.Phase.SUCCEEDED, "its TTL deletes the Job and its pods together"
 
 
 # --- refusals at create ---------------------------------------------------------------------------
@@ -185,7 +191,7 @@ def test_a_job_refused_by_admission_is_refused_for_good() -> None:
 
 
 def test_the_pod_start_timeout_follows_the_attempt_deadline_down() -> None:
-    assert config.Settings().pod_start_timeout == config.POD_START_TIMEOUT
+    assert config.Settings().pod_start_timeout == kubernetes_settings.POD_START_TIMEOUT
     short = config.Settings(timeouts={"attempt_deadline": "20s"})
     assert short.pod_start_timeout == timedelta(seconds=15)
     given = config.Settings(executors={"kubernetes": {"pod_start_timeout": "10s"}})

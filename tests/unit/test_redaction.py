@@ -6,9 +6,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from corral import model, shapes
+from corral import model, redaction, shapes
 
-R = model.REDACTED
+R = redaction.REDACTED
 
 
 @pytest.mark.parametrize(
@@ -36,7 +36,7 @@ R = model.REDACTED
     ],
 )
 def test_secret_values_are_redacted(shown: dict[str, object], expected: dict[str, object]) -> None:
-    assert model.redacted(shown) == expected
+    assert redaction.redacted(shown) == expected
 
 
 def test_a_job_is_shown_without_its_secrets_and_kept_whole() -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any, cast
 
-from corral import config, model
+from corral import config, scheduling
 from corral.executors import references
 from corral.executors.references import Reference
 
@@ -58,7 +58,7 @@ def test_a_tenants_schedule_is_checked_again_at_every_firing() -> None:
         "env": {"U": {"secret": "warehouse", "key": "url"}},
     }
     schedule = cast(
-        model.Schedule,
+        scheduling.Schedule,
         SimpleNamespace(tenant="b", template={"executor": "kubernetes", "spec": spec}),
     )
     assert references.firing_refusal(settings(["warehouse"]))(schedule) is None
@@ -67,7 +67,7 @@ def test_a_tenants_schedule_is_checked_again_at_every_firing() -> None:
     assert "'warehouse' is not one of the Secrets tenant 'b' may name" in said
     moved = {**spec, "namespace": "jobs"}
     elsewhere = cast(
-        model.Schedule,
+        scheduling.Schedule,
         SimpleNamespace(tenant="b", template={"executor": "kubernetes", "spec": moved}),
     )
     assert "its own namespace" in (

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from corral import config, model, retry
+from corral import config, model, policy, retry
 
 
 @given(
@@ -37,18 +37,18 @@ def test_a_seed_makes_delays_exact() -> None:
 
 def test_a_platform_s_retry_after_lengthens_the_backoff_up_to_its_cap() -> None:
     settings = config.Settings(retry={"seed": 3, "base": 1, "cap": 60})  # type: ignore[arg-type]
-    policy = config.JobPolicy()
-    plain = retry.Retry.from_settings(settings).delay(1, policy)
+    own = policy.JobPolicy()
+    plain = retry.Retry.from_settings(settings).delay(1, own)
     assert 0 <= plain <= 1
-    assert retry.Retry.from_settings(settings).delay(1, policy, asked=30) == 30
-    assert retry.Retry.from_settings(settings).delay(1, policy, asked=3600) == 60
-    assert retry.Retry.from_settings(settings).delay(1, policy, asked=0) == plain
-    capped = config.JobPolicy(retry={"cap": 10})  # type: ignore[arg-type]
+    assert retry.Retry.from_settings(settings).delay(1, own, asked=30) == 30
+    assert retry.Retry.from_settings(settings).delay(1, own, asked=3600) == 60
+    assert retry.Retry.from_settings(settings).delay(1, own, asked=0) == plain
+    capped = policy.JobPolicy(retry={"cap": 10})  # type: ignore[arg-type]
     assert retry.Retry.from_settings(settings).delay(1, capped, asked=3600) == 10
 
 
 def test_a_job_s_http_status_rules_come_before_the_executor_s_classes() -> None:
-    policy = config.JobPolicy.model_validate(
+    rules = policy.JobPolicy.model_validate(
         {
             "failure_rules": [
                 {"on_http_statuses": {"operator": "In", "values": [404]}, "action": "retry"},
@@ -60,7 +60,7 @@ def test_a_job_s_http_status_rules_come_before_the_executor_s_classes() -> None:
 
     def judged(status: int, hint: model.FailureClass) -> retry.Failure:
         return retry.classify(
-            policy,
+            rules,
             executor="http",
             state=model.AttemptState.FAILED,
             exit_code=None,
@@ -91,4 +91,4 @@ def test_a_job_s_http_status_rules_come_before_the_executor_s_classes() -> None:
 )
 def test_a_rule_matches_one_thing(rule: dict[str, object]) -> None:
     with pytest.raises(ValueError, match="on_exit_codes or on_http_statuses|100-599"):
-        config.JobPolicy.model_validate({"failure_rules": [rule]})
+        policy.JobPolicy.model_validate({"failure_rules": [rule]})

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from pydantic import BaseModel
 
-from corral import errors, model
+from corral import errors, python_tasks
 from corral.worker import App, Fresh, Pinned
 from corral.worker.app import fresh_fields, load_app, pinned_fields
 
@@ -66,7 +66,7 @@ def test_a_payload_that_does_not_fit_names_the_field_and_the_version() -> None:
         task.read(1, {"amount": "lots"})
     with pytest.raises(errors.InvalidInput, match="version 4 is not one this worker reads"):
         task.read(4, {})
-    assert task.payload(V3(amount_cents=1)) == model.envelope(
+    assert task.payload(V3(amount_cents=1)) == python_tasks.envelope(
         "invoice", 3, {"amount_cents": 1, "currency": "EUR", "email": None}
     )
 
@@ -119,4 +119,4 @@ def test_what_cannot_run_is_refused_when_the_app_is_read() -> None:
 
 def test_app_versions_sort_as_people_read_them() -> None:
     ordered = ["0.9", "1.2.0", "1.10.0", "2.0.0-rc1", "2.0.0", "abc123", "abc124"]
-    assert sorted(reversed(ordered), key=model.version_key) == ordered
+    assert sorted(reversed(ordered), key=python_tasks.version_key) == ordered

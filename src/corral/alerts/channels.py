@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 import httpx
 
-from corral import config, errors, model
+from corral import alert_settings, config, errors, launching, redaction
 from corral.executors import http_guard, http_outcome, http_request, http_send
 from corral.store.alerts import Alert
 
@@ -183,7 +183,7 @@ class Email:
     """SMTP with aiosmtplib: smtps:// is TLS from the start, `starttls` upgrades smtp://,
     user:password@ logs in. The dedupe key is the Message-ID."""
 
-    def __init__(self, settings: config.EmailChannel) -> None:
+    def __init__(self, settings: alert_settings.EmailChannel) -> None:
         self.settings = settings
         url = urllib.parse.urlsplit(settings.smtp_url)
         self.tls = url.scheme == "smtps"
@@ -243,9 +243,9 @@ class _Web:
             body_bytes=1024,
         )
         phase, reason, _ = http_outcome.judge(outcome, ["2xx"])
-        if phase is not model.Phase.SUCCEEDED:
+        if phase is not launching.Phase.SUCCEEDED:
             raise errors.Undelivered(
-                model.redacted(reason).replace(self.url, "[the channel's URL]")
+                redaction.redacted(reason).replace(self.url, "[the channel's URL]")
             )
 
     async def close(self) -> None:
@@ -256,7 +256,7 @@ class Slack(_Web):
     """A Slack incoming webhook: a Block Kit message (what happened, the job, its last
     attempt, a link), with the dedupe key in its text."""
 
-    def __init__(self, settings: config.SlackChannel, guard: http_guard.Guard) -> None:
+    def __init__(self, settings: alert_settings.SlackChannel, guard: http_guard.Guard) -> None:
         super().__init__(settings.webhook_url, settings.timeout.total_seconds(), guard)
 
     async def send(self, message: Rendered) -> None:
@@ -289,7 +289,9 @@ class Webhook(_Web):
     """Any URL: the documented JSON body (`Rendered.body`), signed the Standard Webhooks
     way when the channel has a secret (webhook-id: the dedupe key)."""
 
-    def __init__(self, settings: config.WebhookChannel, guard: http_guard.Guard, now: Any) -> None:
+    def __init__(
+        self, settings: alert_settings.WebhookChannel, guard: http_guard.Guard, now: Any
+    ) -> None:
         super().__init__(settings.url, settings.timeout.total_seconds(), guard)
         self.secret = settings.secret
         self.now = now
@@ -305,8 +307,8 @@ def build(name: str, settings: config.Settings, now: Any) -> Email | Slack | Web
     """The channel `name` of the settings, ready to send."""
     channel = settings.alerts.channels[name]
     guard = http_guard.Guard(settings.executors.http.allow_networks)
-    if isinstance(channel, config.EmailChannel):
+    if isinstance(channel, alert_settings.EmailChannel):
         return Email(channel)
-    if isinstance(channel, config.SlackChannel):
+    if isinstance(channel, alert_settings.SlackChannel):
         return Slack(channel, guard)
     return Webhook(channel, guard, now)

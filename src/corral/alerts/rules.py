@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from corral import config, model
+from corral import alert_settings, model, redaction
 from corral.store.alerts import JobFacts, queue_subject, schedule_subject
 
 J, A = model.JobState, model.AttemptState
@@ -30,7 +30,7 @@ class Happening:
 
     event_id: int
     at: datetime
-    cause: str  # one of config.ALERT_CAUSES, SUCCEEDED or STARTED
+    cause: str  # one of alert_settings.ALERT_CAUSES, SUCCEEDED or STARTED
     job_id: int | None  # None for a schedule's news
     queue: str
     tenant: str
@@ -107,7 +107,7 @@ WHAT_CHARS = 300
 def what_it_runs(executor: str, spec: Mapping[str, Any]) -> str | None:
     """A job's work in one line, secrets redacted: an HTTP job's method and URL, a
     command, an image and its command, a task's name."""
-    shown = model.redacted(dict(spec))
+    shown = redaction.redacted(dict(spec))
     if executor == "http" and isinstance(shown.get("url"), str):
         said = f"{shown.get('method', 'GET')} {shown['url']}"
     elif isinstance(shown.get("command"), list):
@@ -143,7 +143,7 @@ def _schedule_news(event: model.Event, details: Mapping[str, Any]) -> Happening 
     )
 
 
-def matches(rule: config.AlertRule, h: Happening) -> bool:
+def matches(rule: alert_settings.AlertRule, h: Happening) -> bool:
     """Whether `h` is about what `rule` watches (its cause aside)."""
     m = rule.match
     wanted = (
@@ -157,7 +157,7 @@ def matches(rule: config.AlertRule, h: Happening) -> bool:
     return all(h.labels.get(k) == v for k, v in m.labels.items())
 
 
-def subject(rule: config.AlertRule, h: Happening) -> str:
+def subject(rule: alert_settings.AlertRule, h: Happening) -> str:
     """What a message is about: the schedule, for a rule on a schedule or on its firings;
     otherwise the job's queue."""
     on_schedule = rule.match.schedule is not None or any(c.startswith("schedule_") for c in rule.on)
@@ -229,7 +229,7 @@ class Plan:
 
 def plan(
     found: Sequence[Happening],
-    rules: Mapping[str, config.AlertRule],
+    rules: Mapping[str, alert_settings.AlertRule],
     sent: Mapping[tuple[str, str], Sent],
     *,
     muted: frozenset[str] = frozenset(),
@@ -254,7 +254,7 @@ def _apply(
     out: Plan,
     now: dict[tuple[str, str], Sent],
     name: str,
-    rule: config.AlertRule,
+    rule: alert_settings.AlertRule,
     h: Happening,
 ) -> None:
     """What `h` makes under the rule `name`, added to `out`; `now` is where each rule and
@@ -306,7 +306,7 @@ def _extra(cause: str, h: Happening, before: Sent) -> dict[str, Any]:
     return {}
 
 
-def _cause(rule: config.AlertRule, h: Happening, before: Sent) -> tuple[str | None, Sent]:
+def _cause(rule: alert_settings.AlertRule, h: Happening, before: Sent) -> tuple[str | None, Sent]:
     """The cause `h` is to `rule` (None: none it fires on), and the subject's streak
     after it: a late start is `schedule_late`; a job that ended badly counts toward
     `consecutive_failures`, the `after`-th in a row on."""
@@ -322,7 +322,7 @@ def _cause(rule: config.AlertRule, h: Happening, before: Sent) -> tuple[str | No
 
 
 def _each_channel(
-    rule: config.AlertRule,
+    rule: alert_settings.AlertRule,
     name: str,
     kind: str,
     cause: str,

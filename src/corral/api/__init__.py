@@ -1,7 +1,7 @@
 """The REST API (FastAPI), under /api/v1, with its OpenAPI document at /api/v1/openapi.json.
 
 Every route but /healthz and /readyz takes `Authorization: Bearer <token>`: a token acts
-for one tenant (or every tenant, an admin's) in one role (corral.model.Role). A job of
+for one tenant (or every tenant, an admin's) in one role (corral.access.Role). A job of
 another tenant is not found (404), however it is asked for: by id, in a list, by its
 events or run log. Every change is written to the audit log with the token that made it.
 """

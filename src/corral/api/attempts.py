@@ -18,7 +18,7 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 
-from corral import errors, model
+from corral import errors, launching
 from corral.api.auth import ERRORS, Client, ErrorBody, client_of
 
 router = APIRouter(
@@ -93,7 +93,7 @@ class Swap(BaseModel):
     code_version: str | None = Field(None, max_length=200)
 
 
-def _pointer(p: model.Pointer) -> Pointer:
+def _pointer(p: launching.Pointer) -> Pointer:
     return Pointer(
         tenant=p.tenant,
         dataset=p.dataset,
@@ -151,7 +151,7 @@ async def pointer_swap(body: Swap, who: Caller, c: Client) -> Pointer | JSONResp
     applied only over a lower fence (409, naming the newer one, when an attempt as new or
     newer published it)."""
     swapped = await c.pointer_swap(body.dataset, who.fence, body.location, body.code_version)
-    if not isinstance(swapped, model.Pointer):
+    if not isinstance(swapped, launching.Pointer):
         said = (
             f"fence: {swapped} published {body.dataset} already, newer than (or the same as)"
             f" this attempt's {who.fence}"

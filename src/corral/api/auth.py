@@ -10,14 +10,14 @@ from typing import Annotated, Any
 from fastapi import Depends, Query, Request
 from pydantic import BaseModel
 
-from corral import client, errors, model
+from corral import access, client, errors
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Caller:
     """Who is calling: their token."""
 
-    token: model.Token
+    token: access.Token
 
     def sees(self, tenant: str) -> bool:
         return self.token.tenant is None or self.token.tenant == tenant
@@ -73,7 +73,7 @@ async def caller(request: Request) -> Caller:
     return Caller(found)
 
 
-def role(needed: model.Role) -> Callable[[Caller], Awaitable[Caller]]:
+def role(needed: access.Role) -> Callable[[Caller], Awaitable[Caller]]:
     """A dependency: the caller, when their role allows what `needed` may do (else 403)."""
 
     async def check(who: Annotated[Caller, Depends(caller)]) -> Caller:
@@ -86,7 +86,7 @@ def role(needed: model.Role) -> Callable[[Caller], Awaitable[Caller]]:
     return check
 
 
-Viewer = Annotated[Caller, Depends(role(model.Role.VIEWER))]
-Operator = Annotated[Caller, Depends(role(model.Role.OPERATOR))]
+Viewer = Annotated[Caller, Depends(role(access.Role.VIEWER))]
+Operator = Annotated[Caller, Depends(role(access.Role.OPERATOR))]
 Client = Annotated[client.Client, Depends(the_client)]
 Since = Annotated[datetime | None, Query(description="Created at or after (ISO 8601).")]

@@ -12,7 +12,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Path, Query
 
-from corral import cadence, client, errors, model, planning, shapes, tenancy
+from corral import cadence, client, errors, model, planning, scheduling, shapes, tenancy
 from corral.api.auth import Caller, Client, Operator, Viewer
 from corral.api.routes import EARLIEST, LATEST, RESPONSES, audit, instant, plain_json
 from corral.executors import references
@@ -309,7 +309,7 @@ def _backfill_time(given: Any, field: str, tz: str) -> datetime:
         ) from None
 
 
-def _firings(found: model.Schedule, first: datetime, last: datetime) -> int:
+def _firings(found: scheduling.Schedule, first: datetime, last: datetime) -> int:
     """How many nominal times the schedule has in [first, last), counted up to one past
     MAX_BACKFILL (run off the event loop: a dense rule over a long range takes time)."""
     count = 0

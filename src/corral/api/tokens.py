@@ -8,13 +8,13 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, Path
 
-from corral import config, errors, model, shapes
+from corral import access, durations, errors, shapes
 from corral.api.auth import Caller, Client, role
 from corral.api.routes import MAX_ID, RESPONSES, audit, plain_json
 
 router = APIRouter(responses=RESPONSES)
 
-Admin = Annotated[Caller, Depends(role(model.Role.ADMIN))]
+Admin = Annotated[Caller, Depends(role(access.Role.ADMIN))]
 
 
 @router.get("/tokens", summary="The tokens the caller manages (never their secrets)")
@@ -52,7 +52,7 @@ async def tokens_create(
     if expires is not None and not isinstance(expires, str):
         raise errors.InvalidInput("expires: a duration, e.g. 90d")
     try:
-        span = config.parse_duration(expires) if expires is not None else None
+        span = durations.parse_duration(expires) if expires is not None else None
     except ValueError as exc:
         raise errors.InvalidInput(f"expires: {exc}") from None
     made, secret = await c.token_create(

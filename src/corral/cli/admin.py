@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from corral import timeouts
 from corral.cli import render
 from corral.cli.common import EXIT_FAILED, State, config_option, err, json_option, out, print_json
 from corral.cli.common import run as run_async
@@ -46,11 +47,10 @@ def check(state: State, as_json: bool) -> None:
     a loop nobody runs (as `corral status`), and what could hand corral's secrets to
     others (a settings file or database other users can read, jobs given the database's
     URL); those are warnings, never a failure."""
-    from corral import config
     from corral.cli import exposure, status
 
     settings = state.settings(check_chain=False)
-    broken = config.chain_violations(settings)
+    broken = timeouts.chain_violations(settings)
     exposed = exposure.warnings(settings, state.config_file)
     seen = (
         run_async(status.looked(settings))
@@ -79,11 +79,10 @@ def check(state: State, as_json: bool) -> None:
 
 def _print_nested(settings: config.Settings) -> None:
     """That every limit that applies nests, with the margins, and which do not apply."""
-    from corral import config
 
     margin = settings.timeouts.margin.total_seconds()
     tick = settings.timeouts.tick_margin.total_seconds()
-    checks = config.chain(settings)
+    checks = timeouts.chain(settings)
     unused = sum(not c.applies for c in checks)
     pg = sum(not c.applies and c.link.postgres_only for c in checks)
     pods = unused - pg
@@ -91,7 +90,7 @@ def _print_nested(settings: config.Settings) -> None:
     parts += [f"{pods} for pods, with no kubernetes or argo executor"] if pods else []
     note = f"; n/a: {', '.join(parts)}" if parts else ""
     out.print(
-        f"all {len(config.CHAIN) - unused} limits nest"
+        f"all {len(timeouts.CHAIN) - unused} limits nest"
         f" (margin {margin:g}s, tick margin {tick:g}s){note}"
     )
 

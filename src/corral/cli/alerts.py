@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from corral import shapes
+from corral import durations, shapes
 from corral.cli import render
 from corral.cli.common import State, config_option, err, json_option, out, print_json, run
 
@@ -105,14 +105,13 @@ def alerts_history(state: State, rule: str | None, limit: int, as_json: bool) ->
 @click.pass_obj
 def alerts_mute(state: State, rule: str, for_: str) -> None:
     """Send nothing for RULE for a while (kept in the store: every alerter obeys)."""
-    from corral import config
 
     settings = state.settings()
     if rule not in settings.alerts.rules:
         known = ", ".join(sorted(settings.alerts.rules)) or "none"
         raise click.BadParameter(f"no rule {rule!r}; defined: {known}", param_hint="RULE")
     try:
-        span: timedelta = config.parse_duration(for_)
+        span: timedelta = durations.parse_duration(for_)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--for") from None
     if span <= timedelta(0):

@@ -9,7 +9,7 @@ import json
 from datetime import timedelta
 from typing import Any
 
-from corral import errors, model
+from corral import durations, errors, model
 from corral.cli.common import parse_json
 from corral.executors import registry
 
@@ -74,10 +74,9 @@ def _agree(policy: dict[str, Any], field: str, value: Any, option: str) -> None:
 
 
 def _seconds(value: Any, where: str = "--policy limits.attempt_deadline") -> timedelta | None:
-    from corral import config
 
     try:
-        return config.parse_duration(value)
+        return durations.parse_duration(value)
     except ValueError as exc:
         if where in ("--deadline", "--sla"):
             raise errors.InvalidInput(f"{where}: {exc}") from None

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from corral import errors, health
+from corral import durations, errors, health
 from corral.cli.common import (
     State,
     collect_from_here,
@@ -464,12 +464,12 @@ def health_cmd(state: State, path: Path | None, max_age: str | None, ready: bool
         raise errors.InvalidInput(
             "no health file to check: give --file PATH or set health_file (CORRAL_HEALTH_FILE)"
         )
-    from corral import clock, config
+    from corral import clock
 
     limit = None if ready else health.DEFAULT_MAX_AGE
     if max_age is not None:
         try:
-            limit = config.parse_duration(max_age)
+            limit = durations.parse_duration(max_age)
         except ValueError as exc:
             raise errors.InvalidInput(f"--max-age: {exc}") from None
     said = health.check(path, now=clock.SystemClock().now(), max_age=limit)

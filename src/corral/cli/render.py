@@ -12,6 +12,7 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
+from corral import access, durations, launching, scheduling, timeouts
 from corral.cli.common import out
 from corral.shapes import shown
 
@@ -94,7 +95,7 @@ def took(seconds: float) -> str:
     return f"{seconds * 1000:.0f} ms" if seconds < 10 else f"{seconds:.1f} s"
 
 
-def outcome(a: model.Attempt, log: model.RunLog | None) -> str:
+def outcome(a: model.Attempt, log: launching.RunLog | None) -> str:
     """How an attempt went, in one line: its state, exit or HTTP status, latency, class."""
     said = [str(a.state)]
     if log is not None and log.status is not None:
@@ -114,7 +115,7 @@ OUTPUT_LINES = 3
 """How many lines of each stream `jobs show` prints: the start of an attempt's output."""
 
 
-def failure_message(log: model.RunLog | None) -> str | None:
+def failure_message(log: launching.RunLog | None) -> str | None:
     """A failed request's message: the first line of its response's body (its run log
     keeps the status line and headers, a blank line, then the body)."""
     response = log.stream("response") if log is not None and log.status is not None else None
@@ -125,7 +126,7 @@ def failure_message(log: model.RunLog | None) -> str | None:
     return lines[0][:200] if lines else None
 
 
-def print_attempt(a: model.Attempt, log: model.RunLog | None = None) -> None:
+def print_attempt(a: model.Attempt, log: launching.RunLog | None = None) -> None:
     head = f"attempt {a.attempt_no}  fence {a.id}  {a.launch_name}  {a.state}"
     if not a.charged:
         head += "  (not charged)"
@@ -176,17 +177,16 @@ def short(setting: str) -> str:
     return setting.removeprefix("timeouts.").removeprefix("executors.")
 
 
-def _amount(c: config.LinkCheck, units: int) -> float | int:
+def _amount(c: timeouts.LinkCheck, units: int) -> float | int:
     return units / 1_000_000 if c.link.inner.startswith("timeouts.") else units
 
 
 def chain_dict(settings: config.Settings) -> dict[str, Any]:
     """`corral check --json`: every link with its values (seconds, or counts), and the
     broken ones in words."""
-    from corral import config
 
     links = []
-    for c in config.chain(settings):
+    for c in timeouts.chain(settings):
         link = c.link
         links.append(
             {
@@ -205,25 +205,24 @@ def chain_dict(settings: config.Settings) -> dict[str, Any]:
                 "why": link.why,
             }
         )
-    broken = config.chain_violations(settings)
+    broken = timeouts.chain_violations(settings)
     return {"ok": not broken, "links": links, "broken": broken}
 
 
 def chain_table(settings: config.Settings) -> Table:
     """One row a link; each setting's name on a line of its own, so a narrow terminal
     wraps between names, never inside one."""
-    from corral import config
 
     t = table("inner < outer", "values", "spare", "needs", "", keep=("spare", "needs", ""))
     t.columns[0].min_width = max(
-        len(short(name)) + 3 for link in config.CHAIN for name in (link.inner, link.outer)
+        len(short(name)) + 3 for link in timeouts.CHAIN for name in (link.inner, link.outer)
     )
     t.columns[-1].min_width = len("BROKEN")
     t.caption = (
         "each inner limit must be shorter than the outer one by the margin it needs"
         " (timeouts.margin; timeouts.tick_margin for the sub-second links)"
     )
-    for c in config.chain(settings):
+    for c in timeouts.chain(settings):
         link = c.link
         names = [short(link.inner)]
         if link.extra:
@@ -239,16 +238,15 @@ def chain_table(settings: config.Settings) -> Table:
     return t
 
 
-def _show(c: config.LinkCheck, units: int) -> str:
+def _show(c: timeouts.LinkCheck, units: int) -> str:
     """A link's amount as settings are written: 4m, 7d, 500ms, or a count."""
-    from corral import config
 
     if not c.link.inner.startswith("timeouts.") or units < 0:
         return c.show(units)
-    return config.format_duration(timedelta(microseconds=units)) if units else "0s"
+    return durations.format_duration(timedelta(microseconds=units)) if units else "0s"
 
 
-def _status(c: config.LinkCheck) -> str:
+def _status(c: timeouts.LinkCheck) -> str:
     if not c.applies:
         return "[dim]n/a[/dim]"  # a PostgreSQL link on SQLite, a pods' link with no cluster
     return "ok" if c.ok else "[red]BROKEN[/red]"
@@ -257,13 +255,13 @@ def _status(c: config.LinkCheck) -> str:
 # --- schedules ----------------------------------------------------------------------------
 
 
-def schedule_rule(s: model.Schedule) -> str:
+def schedule_rule(s: scheduling.Schedule) -> str:
     if s.cron is not None:
         return f"{s.cron} ({s.tz})"
     return f"every {s.every_seconds}s"
 
 
-def schedules_table(found: Sequence[model.Schedule]) -> Table:
+def schedules_table(found: Sequence[scheduling.Schedule]) -> Table:
     t = table("NAME", "TENANT", "WHEN", "NEXT (UTC)", "LAST JOB", "STATE", keep=("NAME",))
     for s in found:
         state = "paused" if s.paused_at else ("ended" if s.next_due is None else "active")
@@ -286,7 +284,9 @@ def nominals_table(found: Sequence[cadence.Nominal]) -> Table:
 
 
 def print_schedule(
-    s: model.Schedule, upcoming: Sequence[cadence.Nominal], firings: Sequence[model.Firing]
+    s: scheduling.Schedule,
+    upcoming: Sequence[cadence.Nominal],
+    firings: Sequence[scheduling.Firing],
 ) -> None:
     out.print(f"schedule {s.name} (tenant {s.tenant}): {schedule_rule(s)}")
     state = "paused since " + when(s.paused_at) if s.paused_at else "active"
@@ -310,7 +310,7 @@ def print_schedule(
         out.print(t)
 
 
-def secrets_table(found: Sequence[model.SigningSecret]) -> Table:
+def secrets_table(found: Sequence[access.SigningSecret]) -> Table:
     t = table("id", "tenant", "fingerprint", "made", "signs until", keep=("id", "fingerprint"))
     for s in found:
         t.add_row(
@@ -325,7 +325,7 @@ def secrets_table(found: Sequence[model.SigningSecret]) -> Table:
 
 def channel_dict(channel: Any) -> dict[str, Any]:
     """A channel as it may be shown: its kind and where it goes, secrets hidden."""
-    from corral.model import REDACTED, redacted
+    from corral.redaction import REDACTED, redacted
 
     kind = channel.kind
     if kind == "email":
@@ -375,7 +375,7 @@ def token_expiry(t: Any) -> str:
     return "never expires" if t.expires_at is None else f"expires {when(t.expires_at)}"
 
 
-def users_table(found: Sequence[model.User]) -> Table:
+def users_table(found: Sequence[access.User]) -> Table:
     t = table("name", "tenant", "role", "added", keep=("name", "role"))
     for u in found:
         t.add_row(u.name, u.tenant or "(all)", str(u.role), when(u.created_at))

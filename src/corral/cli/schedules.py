@@ -12,13 +12,13 @@ from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 import click
 
-from corral import errors, shapes
+from corral import errors, scheduling, shapes
 from corral.cli import render
 from corral.cli.common import State, config_option, err, out, print_json, run
 from corral.cli.job_options import JobCommand, JobOptions, job_options
 
 if TYPE_CHECKING:
-    from corral import cadence, model
+    from corral import cadence
 
 TENANT = click.option("--tenant", "tenant", default="default", show_default=True)
 JSON = click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
@@ -164,7 +164,7 @@ def schedules_add(
     given = rule.given()
     args = job.arguments(command)
 
-    async def go() -> model.Schedule:
+    async def go() -> scheduling.Schedule:
         async with state.connect(platforms=False) as c:
             return await c.schedule_create(name, **given, **args)
 
@@ -190,7 +190,7 @@ def schedules_update(
     if not (changes or fields):
         raise errors.InvalidInput("nothing to change: give an option or a command")
 
-    async def go() -> model.Schedule:
+    async def go() -> scheduling.Schedule:
         async with state.connect(platforms=False) as c:
             if fields:
                 old = (await c.schedule(name, tenant=job.tenant)).template
@@ -243,7 +243,7 @@ def _policy_but(template: Any, job: JobOptions) -> dict[str, Any]:
     return policy
 
 
-def _print_made(made: model.Schedule, as_json: bool, verb: str = "made") -> None:
+def _print_made(made: scheduling.Schedule, as_json: bool, verb: str = "made") -> None:
     if as_json:
         print_json(shapes.schedule_dict(made))
         return
@@ -260,7 +260,7 @@ def _print_made(made: model.Schedule, as_json: bool, verb: str = "made") -> None
 def schedules_list(state: State, tenant: str | None, as_json: bool) -> None:
     """The schedules, with their next firings."""
 
-    async def go() -> list[model.Schedule]:
+    async def go() -> list[scheduling.Schedule]:
         async with state.connect(platforms=False) as c:
             return await c.schedules(tenant=tenant)
 
@@ -281,7 +281,7 @@ def schedules_list(state: State, tenant: str | None, as_json: bool) -> None:
 def schedules_show(state: State, name: str, tenant: str, limit: int, as_json: bool) -> None:
     """A schedule, its next firings and its latest ones."""
 
-    async def go() -> tuple[model.Schedule, list[model.Firing], list[cadence.Nominal]]:
+    async def go() -> tuple[scheduling.Schedule, list[scheduling.Firing], list[cadence.Nominal]]:
         async with state.connect(platforms=False) as c:
             found = await c.schedule(name, tenant=tenant)
             return found, await c.firings(name, tenant=tenant, limit=limit), c.upcoming(found)
@@ -319,7 +319,7 @@ def _simple(verb: str, doc: str) -> click.Command:
     @config_option
     @click.pass_obj
     def command(state: State, name: str, tenant: str, as_json: bool) -> None:
-        async def go() -> model.Schedule | None:
+        async def go() -> scheduling.Schedule | None:
             async with state.connect(platforms=False) as c:
                 method = getattr(c, f"schedule_{verb}")
                 return await method(name, tenant=tenant)  # type: ignore[no-any-return]
@@ -418,7 +418,7 @@ def _schedule_rule(
     zone when it has no offset; else now; never before its start), and its end."""
     from corral import cadence, planning
 
-    async def go() -> model.Schedule:
+    async def go() -> scheduling.Schedule:
         async with state.connect(platforms=False) as c:
             return await c.schedule(name, tenant=tenant)
 

@@ -6,12 +6,12 @@ from typing import TYPE_CHECKING
 
 import click
 
-from corral import shapes
+from corral import access, shapes
 from corral.cli import render
 from corral.cli.common import State, config_option, json_option, out, print_json, run
 
 if TYPE_CHECKING:
-    from corral import model
+    pass
 
 
 @click.group()
@@ -20,7 +20,7 @@ def secrets() -> None:
 
 
 def _made(state: State, tenant: str, *, rotate: bool, as_json: bool) -> None:
-    async def go() -> tuple[str, model.SigningSecret]:
+    async def go() -> tuple[str, access.SigningSecret]:
         async with state.connect(platforms=False) as c:
             return await c.secret_make(tenant=tenant, rotate=rotate)
 
@@ -64,7 +64,7 @@ def secrets_rotate(state: State, tenant: str, as_json: bool) -> None:
 def secrets_list(state: State, tenant: str | None, as_json: bool) -> None:
     """The secrets that sign now (fingerprints, never the secrets)."""
 
-    async def go() -> list[model.SigningSecret]:
+    async def go() -> list[access.SigningSecret]:
         async with state.connect(platforms=False) as c:
             return await c.signing_secrets(tenant=tenant)
 

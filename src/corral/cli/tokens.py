@@ -7,12 +7,12 @@ from typing import TYPE_CHECKING
 
 import click
 
-from corral import shapes
+from corral import access, durations, shapes
 from corral.cli import render
 from corral.cli.common import State, config_option, json_option, out, print_json, run
 
 if TYPE_CHECKING:
-    from corral import model
+    pass
 
 ROLES = ("viewer", "operator", "admin")
 
@@ -43,18 +43,17 @@ def tokens_create(
     as_json: bool,
 ) -> None:
     """Make a token and print it, alone on the last line (the one time it is shown)."""
-    from corral import config
 
     if all_tenants == (tenant is not None):
         raise click.UsageError("give --tenant T, or --all-tenants (for an admin token)")
     span: timedelta | None = None
     if expires is not None:
         try:
-            span = config.parse_duration(expires)
+            span = durations.parse_duration(expires)
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="--expires") from None
 
-    async def go() -> tuple[model.Token, str]:
+    async def go() -> tuple[access.Token, str]:
         async with state.connect(platforms=False) as c:
             return await c.token_create(
                 name=name or f"{tenant or 'all tenants'} {role}",
@@ -82,7 +81,7 @@ def tokens_create(
 def tokens_list(state: State, as_json: bool) -> None:
     """Every token: whom it acts for, in what role, until when (never its secret)."""
 
-    async def go() -> list[model.Token]:
+    async def go() -> list[access.Token]:
         async with state.connect(platforms=False) as c:
             return await c.tokens()
 
@@ -100,7 +99,7 @@ def tokens_list(state: State, as_json: bool) -> None:
 def tokens_revoke(state: State, token_id: int) -> None:
     """Refuse a token from now on."""
 
-    async def go() -> model.Token:
+    async def go() -> access.Token:
         async with state.connect(platforms=False) as c:
             return await c.token_revoke(token_id)
 

@@ -8,12 +8,12 @@ from typing import TYPE_CHECKING
 
 import click
 
-from corral import shapes
+from corral import access, shapes
 from corral.cli import render
 from corral.cli.common import State, config_option, json_option, out, print_json, run
 
 if TYPE_CHECKING:
-    from corral import model
+    pass
 
 ROLES = ("viewer", "operator", "admin")
 
@@ -49,7 +49,7 @@ def users_add(
     else:
         password = click.prompt("Password", hide_input=True, confirmation_prompt=True)
 
-    async def go() -> model.User:
+    async def go() -> access.User:
         async with state.connect(platforms=False) as c:
             return await c.user_add(name, password=password, tenant=tenant, role=role)
 
@@ -64,7 +64,7 @@ def users_add(
 def users_list(state: State, as_json: bool) -> None:
     """Every user: whom they act for, in what role (never their password)."""
 
-    async def go() -> list[model.User]:
+    async def go() -> list[access.User]:
         async with state.connect(platforms=False) as c:
             return await c.users()
 
@@ -82,7 +82,7 @@ def users_list(state: State, as_json: bool) -> None:
 def users_remove(state: State, name: str) -> None:
     """Remove a user; their sessions end at once."""
 
-    async def go() -> model.User:
+    async def go() -> access.User:
         async with state.connect(platforms=False) as c:
             return await c.user_remove(name)
 

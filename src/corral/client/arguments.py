@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from corral import config, errors
+from corral import durations, errors
 from corral.client import jobs
 
 _TEXT_FIELDS = ("executor", "queue", "tenant", "pool", "idempotency_key", "code_version")
@@ -105,4 +105,4 @@ def past_by(run_at: datetime, now: datetime) -> str | None:
     `--allow-past` take one); None for a time to come, or a naive one."""
     if run_at.tzinfo is None or run_at >= now - PAST_SLACK:
         return None
-    return config.format_duration(timedelta(seconds=int((now - run_at).total_seconds())))
+    return durations.format_duration(timedelta(seconds=int((now - run_at).total_seconds())))

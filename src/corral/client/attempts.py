@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from corral import model
+from corral import launching
 from corral.client import service
 
 
@@ -34,13 +34,13 @@ class Attempts(service.Service):
             job_id=job_id, fence=fence, state=state, now=self.clock.now()
         )
 
-    async def pointer_get(self, dataset: str, fence: int) -> model.Pointer | None:
+    async def pointer_get(self, dataset: str, fence: int) -> launching.Pointer | None:
         """Where `dataset` of attempt `fence`'s tenant points now, if anywhere."""
         return await self.store.pointer_get(dataset=dataset, fence=fence)
 
     async def pointer_swap(
         self, dataset: str, fence: int, location: str, code_version: str | None
-    ) -> model.Pointer | int:
+    ) -> launching.Pointer | int:
         """Point `dataset` at `location` if no attempt as new as `fence` published it: the
         pointer, or the fence of the newer attempt that did."""
         return await self.store.pointer_swap(

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from corral import model
+from corral import access
 from corral.client import service
 
 
@@ -34,6 +34,6 @@ class Audit(service.Service):
 
     async def audit_list(
         self, *, tenant: str | None = None, limit: int = 100
-    ) -> list[model.AuditEntry]:
+    ) -> list[access.AuditEntry]:
         """The newest audit rows, of `tenant` (None: of every tenant)."""
         return await self.store.audit_list(tenant=tenant, limit=limit)

@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 from typing import Any
 
-from corral import errors, model
+from corral import errors, model, scheduling
 from corral.client import jobs, schedules
 
 
@@ -42,7 +42,7 @@ class Backfill(jobs.Jobs):
         if code_version is not None:
             overrides["code_version"] = code_version
         if overrides:  # checked as any job is
-            sample = model.job_from_template(old.template, **overrides)
+            sample = scheduling.job_from_template(old.template, **overrides)
             self.validate(sample)
         created = there = 0
         for chunk in _chunks(planning.backfill_fires(old, first, last, **overrides), batch):
@@ -52,13 +52,15 @@ class Backfill(jobs.Jobs):
                 progress(len(chunk))
         return created, there
 
-    async def _backfill(self, schedule: model.Schedule, fires: list[model.Fire]) -> tuple[int, int]:
+    async def _backfill(
+        self, schedule: scheduling.Schedule, fires: list[scheduling.Fire]
+    ) -> tuple[int, int]:
         return await self.store.backfill(schedule=schedule, fires=fires, now=self.clock.now())
 
 
-def _chunks(fires: Iterable[model.Fire], size: int) -> Iterator[list[model.Fire]]:
+def _chunks(fires: Iterable[scheduling.Fire], size: int) -> Iterator[list[scheduling.Fire]]:
     """`fires` in lists of `size` (the last one shorter), read as they are needed."""
-    chunk: list[model.Fire] = []
+    chunk: list[scheduling.Fire] = []
     for fire in fires:
         chunk.append(fire)
         if len(chunk) == size:

@@ -13,9 +13,10 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from corral import config, errors, model, plain
+from corral import config, errors, model, plain, python_tasks
 from corral.executors import python as python_executor
 from corral.executors import registry
+from corral.policy import JobPolicy, job_policy
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,199}$")
 """What a name (a queue, tenant, pool, schedule or user) may be."""
@@ -35,7 +36,7 @@ def check_job(
 ) -> model.NewJob:
     """The job as it will be stored, or InvalidInput naming the first field that is wrong."""
     _check_text(job)
-    if job.executor not in executors and job.executor != model.PYTHON:
+    if job.executor not in executors and job.executor != python_tasks.PYTHON:
         raise errors.InvalidInput(_not_running(job.executor, executors))
     if job.pool is not None and job.pool not in settings.pools:
         known = ", ".join(sorted(settings.pools)) or "none are configured"
@@ -60,11 +61,13 @@ def check_job(
     for key, value in job.labels.items():
         model.check_label(key, value)
     _check_payload(job.payload, settings)
-    if job.executor == model.PYTHON:
+    if job.executor == python_tasks.PYTHON:
         job = _worker_leased(job)
-    policy = config.job_policy(settings, job.policy)
+    policy = job_policy(settings, job.policy)
     _check_reach(job.executor, policy, settings)
-    checker = python_executor.SPEC if job.executor == model.PYTHON else executors[job.executor]
+    checker = (
+        python_executor.SPEC if job.executor == python_tasks.PYTHON else executors[job.executor]
+    )
     spec = checker.validate_spec(job.spec)
     return dataclasses.replace(job, spec=spec, policy=policy.stored())
 
@@ -73,9 +76,9 @@ def _worker_leased(job: model.NewJob) -> model.NewJob:
     """A Python task's job: its payload the envelope of its spec's task and version, and on
     its worker's lease (the worker's heartbeats renew it, at the worker's own interval, so a
     job cannot set its own lease or heartbeat interval)."""
-    task, version = model.task_of(python_executor.SPEC.validate_spec(job.spec))
+    task, version = python_tasks.task_of(python_executor.SPEC.validate_spec(job.spec))
     data = job.payload.get("data") if isinstance(job.payload, Mapping) else None
-    if job.payload != model.envelope(task, version, data):
+    if job.payload != python_tasks.envelope(task, version, data):
         raise errors.InvalidInput(
             "payload: a Python task's payload is its envelope {task, version, data}, of the"
             " spec's task and version; submit it as task=NAME with the data as payload"
@@ -108,7 +111,7 @@ def _not_running(kind: str, executors: Mapping[str, SpecChecker]) -> str:
     )
 
 
-def _check_reach(executor: str, policy: config.JobPolicy, settings: config.Settings) -> None:
+def _check_reach(executor: str, policy: JobPolicy, settings: config.Settings) -> None:
     """A job that promises heartbeats must be able to send them from where it runs."""
     if not policy.heartbeat or executor not in registry.known():
         return

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from corral import model
+from corral import model, python_tasks
 from corral.client import jobs
 
 
@@ -74,8 +74,8 @@ def _queued(
             f"pool full: pool {job.pool!r} runs {pool[0]} of its {pool[1]} slots;"
             " this job waits for one to free up"
         )
-    if job.executor == model.PYTHON:
-        task, version = model.task_of(job.spec)
+    if job.executor == python_tasks.PYTHON:
+        task, version = python_tasks.task_of(job.spec)
         return (
             f"due now: waiting for a `corral worker` that reads task {task} version {version}"
             " to claim it (is one running with a free slot? `corral workers` lists them)"

@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from corral import model, store
+from corral import launching, model, store
 from corral.client import service
 from corral.executors import base
 
@@ -29,7 +29,7 @@ class LogPart:
     attempt: model.Attempt
     stream: str
     text: str
-    log: model.RunLog | None = None  # the stored run log it comes from, if it does
+    log: launching.RunLog | None = None  # the stored run log it comes from, if it does
 
 
 class _Logs:
@@ -37,9 +37,9 @@ class _Logs:
 
     def __init__(self, db: store.Store, job_id: int) -> None:
         self.db, self.job_id = db, job_id
-        self.found: Mapping[int, model.RunLog] | None = None
+        self.found: Mapping[int, launching.RunLog] | None = None
 
-    async def get(self, fence: int) -> model.RunLog | None:
+    async def get(self, fence: int) -> launching.RunLog | None:
         if self.found is None:
             self.found = await self.db.run_logs(job_id=self.job_id)
         return self.found.get(fence)
@@ -62,7 +62,7 @@ class _Tail:
             try:
                 with (self.run_dir / f"{name}.log").open("rb") as f:
                     size = f.seek(0, os.SEEK_END)
-                    at = min(self.at.setdefault(name, max(size - model.STREAM_BYTES, 0)), size)
+                    at = min(self.at.setdefault(name, max(size - launching.STREAM_BYTES, 0)), size)
                     f.seek(at)
                     data = f.read(size - at)
             except OSError:

@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypedDict, Unpack
 
-from corral import config, errors, model
+from corral import errors, launching, model, python_tasks, scheduling
 from corral.client import checks, service
+from corral.policy import JobPolicy
 
 log = logging.getLogger("corral.client")
 
@@ -27,7 +28,7 @@ class JobView:
     job: model.Job
     attempts: list[model.Attempt]
     events: list[model.Event]
-    logs: Mapping[int, model.RunLog] = dataclasses.field(default_factory=dict)  # by fence
+    logs: Mapping[int, launching.RunLog] = dataclasses.field(default_factory=dict)  # by fence
 
 
 class JobArgs(TypedDict, total=False):
@@ -46,7 +47,7 @@ class JobArgs(TypedDict, total=False):
     idempotency_key: str | None  # None
     labels: Mapping[str, str] | None  # none
     run_at: datetime | None  # None: now
-    policy: Mapping[str, Any] | config.JobPolicy | None  # None: the settings' policy
+    policy: Mapping[str, Any] | JobPolicy | None  # None: the settings' policy
     code_version: str | None  # None
     task: Any  # a Python task's name (or corral.worker Task), instead of spec and executor
     task_version: int | None  # its payload's version; None: the newest a live worker writes
@@ -65,7 +66,7 @@ class Jobs(service.Service):
         """Store a job (its arguments and their defaults: JobArgs); returns (job id,
         created). A repeated idempotency key returns the existing job with created=False.
 
-        `policy` is the job's own retry, limit and failure policy (config.JobPolicy), e.g.
+        `policy` is the job's own retry, limit and failure policy (JobPolicy), e.g.
         `{"limits": {"attempt_deadline": "30s"}, "failure_rules": [{"on_exit_codes":
         {"operator": "In", "values": [3]}, "action": "fail"}]}`."""
         job = self.validate(await self.task_checked(self.new_job(**args)))
@@ -114,9 +115,7 @@ class Jobs(service.Service):
         if unknown := sorted(set(args) - set(SUBMIT_FIELDS)):
             raise TypeError(f"submit() got an unexpected keyword argument {unknown[0]!r}")
         policy = args.get("policy")
-        stored_policy = (
-            policy.stored() if isinstance(policy, config.JobPolicy) else dict(policy or {})
-        )
+        stored_policy = policy.stored() if isinstance(policy, JobPolicy) else dict(policy or {})
         executor, spec, payload = _what_runs(args, stored_policy)
         max_attempts = args.get("max_attempts")
         return model.NewJob(
@@ -149,9 +148,9 @@ class Jobs(service.Service):
         workers registered it (else as any worker last did). A version no worker has ever
         registered is taken as it is: the job parks until one that reads it registers.
         InvalidInput names the field and the rule. Any other job is returned as it is."""
-        if job.executor != model.PYTHON:
+        if job.executor != python_tasks.PYTHON:
             return job
-        task, version = model.task_of(job.spec)
+        task, version = python_tasks.task_of(job.spec)
         schemas, newest = await self.store.task_schemas(task=task, since=self.since())
         if version == 0:
             if newest is None:
@@ -173,7 +172,7 @@ class Jobs(service.Service):
         return dataclasses.replace(
             job,
             spec={"task": task, "version": version},
-            payload=model.envelope(task, version, data),
+            payload=python_tasks.envelope(task, version, data),
         )
 
     async def job(self, job_id: int) -> JobView:
@@ -274,7 +273,7 @@ class Jobs(service.Service):
                 " (a quarantined one: `corral dead retry`)"
             )
         new = dataclasses.replace(
-            model.job_from_template({f: getattr(old, f) for f in model.TEMPLATE_FIELDS}),
+            scheduling.job_from_template({f: getattr(old, f) for f in scheduling.TEMPLATE_FIELDS}),
             labels={**old.labels, RERUN_OF: str(job_id)},
             tenant_made=old.tenant_made or tenant_made,
         )
@@ -309,10 +308,10 @@ def _task_job(task: Any, version: int | None, data: Any) -> tuple[str, dict[str,
                 f"task_version: {version}: task {task.name} here writes version {task.version}"
             )
         payload = task.payload(data)
-        return model.PYTHON, task.spec(), payload
+        return python_tasks.PYTHON, task.spec(), payload
     if version is not None and (
         not isinstance(version, int) or isinstance(version, bool) or version < 1
     ):
         raise errors.InvalidInput(f"task_version: {version!r} must be a whole number, at least 1")
     v = version or 0
-    return model.PYTHON, {"task": task, "version": v}, model.envelope(task, v, data)
+    return python_tasks.PYTHON, {"task": task, "version": v}, python_tasks.envelope(task, v, data)

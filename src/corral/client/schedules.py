@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypedDict, Unpack, cast
 
-from corral import errors, model
+from corral import errors, model, python_tasks, scheduling
 from corral.client import checks, jobs
 
 if TYPE_CHECKING:
@@ -58,7 +58,7 @@ class Schedules(jobs.Jobs):
         jitter: str | None = None,
         tenant_made: bool = False,
         **job: Unpack[jobs.JobArgs],
-    ) -> tuple[model.NewSchedule, datetime]:
+    ) -> tuple[scheduling.NewSchedule, datetime]:
         """The schedule `schedule_create` would store, checked, with its anchor (the
         origin of an interval, and no firing before it); InvalidInput naming the field and
         the rule otherwise. `job` is its job template, as `submit` takes a job.
@@ -72,11 +72,11 @@ class Schedules(jobs.Jobs):
                 f"name: {name!r} must be 1-200 characters of [A-Za-z0-9_.-], starting alphanumeric"
             )
         when, anchor, end = _when(cron, every, tz, start, until, self.clock.now())
-        template = model.job_template(self.validate(self.new_job(**_template_args(job))))
+        template = scheduling.job_template(self.validate(self.new_job(**_template_args(job))))
         mode, how = _choices(catchup, overlap, catchup_max)
         window = cadence.parse_duration(catchup_window, "catchup_window")
         spread = cadence.parse_duration(jitter, "jitter") if jitter is not None else None
-        new = model.NewSchedule(
+        new = scheduling.NewSchedule(
             name=name,
             template=template,
             tenant=template["tenant"],
@@ -95,7 +95,7 @@ class Schedules(jobs.Jobs):
         planning.rule(new, anchor)  # every rule builds
         return new, anchor
 
-    async def schedule_create(self, name: str, **args: Unpack[ScheduleArgs]) -> model.Schedule:
+    async def schedule_create(self, name: str, **args: Unpack[ScheduleArgs]) -> scheduling.Schedule:
         """Store a schedule (`new_schedule`'s arguments); it fires first at its first
         nominal time after now (or at its start)."""
         from corral import planning
@@ -108,7 +108,7 @@ class Schedules(jobs.Jobs):
                 task_version=args.get("task_version"),
                 payload=args.get("payload"),
             )
-            args["task_version"] = model.task_of((await self.task_checked(draft)).spec)[1]
+            args["task_version"] = python_tasks.task_of((await self.task_checked(draft)).spec)[1]
         new, anchor = self.new_schedule(name, **args)
         now = self.clock.now()
         first = planning.first_due(
@@ -116,7 +116,7 @@ class Schedules(jobs.Jobs):
         )
         return await self.store.schedule_create(new=new, anchor=anchor, next_due=first, now=now)
 
-    def upcoming(self, found: model.Schedule, count: int = 5) -> list[cadence.Nominal]:
+    def upcoming(self, found: scheduling.Schedule, count: int = 5) -> list[cadence.Nominal]:
         """A schedule's next `count` nominal times (none while it is paused or over),
         marking those a DST change moved."""
         from corral import cadence, planning
@@ -132,13 +132,13 @@ class Schedules(jobs.Jobs):
             taken.append(nominal)
         return taken
 
-    async def schedule(self, name: str, *, tenant: str = "default") -> model.Schedule:
+    async def schedule(self, name: str, *, tenant: str = "default") -> scheduling.Schedule:
         return await self.store.schedule_get(name=name, tenant=tenant)
 
-    async def schedules(self, *, tenant: str | None = None) -> list[model.Schedule]:
+    async def schedules(self, *, tenant: str | None = None) -> list[scheduling.Schedule]:
         return await self.store.schedule_list(tenant=tenant)
 
-    async def schedule_update(self, name: str, **args: Unpack[ScheduleArgs]) -> model.Schedule:
+    async def schedule_update(self, name: str, **args: Unpack[ScheduleArgs]) -> scheduling.Schedule:
         """Change `tenant`'s schedule `name` (tenant "default" when not given): the other
         arguments given replace its own (the rule, the options, any field of the job
         template); the rest stay. Its next nominal time is computed again from now."""
@@ -178,11 +178,11 @@ class Schedules(jobs.Jobs):
         old = await self.store.schedule_get(name=name, tenant=tenant)
         await self.store.schedule_delete(schedule_id=old.id)
 
-    async def schedule_pause(self, name: str, *, tenant: str = "default") -> model.Schedule:
+    async def schedule_pause(self, name: str, *, tenant: str = "default") -> scheduling.Schedule:
         old = await self.store.schedule_get(name=name, tenant=tenant)
         return await self.store.schedule_pause(schedule_id=old.id, now=self.clock.now())
 
-    async def schedule_resume(self, name: str, *, tenant: str = "default") -> model.Schedule:
+    async def schedule_resume(self, name: str, *, tenant: str = "default") -> scheduling.Schedule:
         """Resume a paused schedule: what passed while it was paused is recorded as
         skipped, never fired; it fires next at its first nominal time after now."""
         from corral import planning
@@ -203,7 +203,9 @@ class Schedules(jobs.Jobs):
 
         old = await self.store.schedule_get(name=name, tenant=tenant)
         now = self.clock.now()
-        fire = planning.firing(old, planning.rule(old, old.anchor), now, model.FiringOutcome.FIRED)
+        fire = planning.firing(
+            old, planning.rule(old, old.anchor), now, scheduling.FiringOutcome.FIRED
+        )
         fire = dataclasses.replace(fire, note="triggered by hand")
         await self.store.backfill(schedule=old, fires=[fire], now=now)
         [firing] = await self.store.firing_list(schedule_id=old.id, limit=1, before=now + _TICK)
@@ -212,7 +214,7 @@ class Schedules(jobs.Jobs):
 
     async def firings(
         self, name: str, *, tenant: str = "default", limit: int = 20
-    ) -> list[model.Firing]:
+    ) -> list[scheduling.Firing]:
         old = await self.store.schedule_get(name=name, tenant=tenant)
         return await self.store.firing_list(schedule_id=old.id, limit=limit)
 
@@ -257,19 +259,21 @@ def _template_args(job: jobs.JobArgs) -> jobs.JobArgs:
     if job.get("payload") is not None and not isinstance(job.get("payload"), Mapping):
         raise errors.InvalidInput(
             "payload: a schedule's payload must be a JSON object: each firing adds what"
-            f" it is for under {model.FIRING!r}"
+            f" it is for under {scheduling.FIRING!r}"
         )
     return job
 
 
-def _choices(catchup: str, overlap: str, catchup_max: int) -> tuple[model.Catchup, model.Overlap]:
+def _choices(
+    catchup: str, overlap: str, catchup_max: int
+) -> tuple[scheduling.Catchup, scheduling.Overlap]:
     """A schedule's catch-up and overlap, read; InvalidInput naming a wrong one."""
     try:
-        mode = model.Catchup(catchup)
+        mode = scheduling.Catchup(catchup)
     except ValueError:
         raise errors.InvalidInput(f"catchup: {catchup!r} must be none or all") from None
     try:
-        how = model.Overlap(overlap)
+        how = scheduling.Overlap(overlap)
     except ValueError:
         raise errors.InvalidInput(
             f"overlap: {overlap!r} must be allow, forbid or replace"
@@ -289,7 +293,7 @@ def instant(value: str | datetime, field: str, tz: str) -> datetime:
     return cadence.parse_instant(value, field, tz)
 
 
-def _schedule_args(schedule: model.Schedule) -> ScheduleArgs:
+def _schedule_args(schedule: scheduling.Schedule) -> ScheduleArgs:
     """A stored schedule as `new_schedule`'s arguments (what `schedule_update` starts from):
     its template's fields are a job's, as it was checked when stored."""
     args: dict[str, Any] = {

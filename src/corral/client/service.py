@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import datetime
 
-from corral import clock, config, loops, model, store
+from corral import access, clock, config, loops, store
 from corral.executors import registry
 from corral.executors.base import Executor
 
@@ -35,8 +35,8 @@ class Service:
         self.settings = settings
         self.clock = clock
         self._attempt_key: str | None = None
-        self._tokens: dict[str, tuple[float, model.Token]] = {}  # digest -> (fresh until, token)
-        self._sessions: dict[str, tuple[float, model.WebSession]] = {}  # the same, of cookies
+        self._tokens: dict[str, tuple[float, access.Token]] = {}  # digest -> (fresh until, token)
+        self._sessions: dict[str, tuple[float, access.WebSession]] = {}  # the same, of cookies
         self.checkers = executors if checkers is None else checkers
         self.loops = loops.Service(store, settings, clock)
         """The loops table: this process's pulse, which loops live, work nobody can do."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import secrets
 
-from corral import model
+from corral import access
 from corral.client import service
 
 
@@ -14,7 +14,7 @@ class Signing(service.Service):
 
     async def secret_make(
         self, *, tenant: str = "default", rotate: bool = False
-    ) -> tuple[str, model.SigningSecret]:
+    ) -> tuple[str, access.SigningSecret]:
         """A new signing secret for `tenant`'s HTTP requests (`whsec_` and 32 random bytes in
         base64, the Standard Webhooks form): the secret, shown this once, and its record.
         `rotate`: it replaces the current one, which signs alongside it for
@@ -29,6 +29,6 @@ class Signing(service.Service):
         )
         return secret, made
 
-    async def signing_secrets(self, *, tenant: str | None = None) -> list[model.SigningSecret]:
+    async def signing_secrets(self, *, tenant: str | None = None) -> list[access.SigningSecret]:
         """The signing secrets that still sign (never their values)."""
         return await self.store.secrets_list(tenant=tenant, now=self.clock.now())

@@ -7,7 +7,7 @@ import hashlib
 import secrets
 from datetime import timedelta
 
-from corral import clock, config, errors, model, plain, store
+from corral import access, clock, config, errors, launching, plain, store
 from corral.client import checks, service
 
 TOKEN_FRESH_SECONDS = 5.0
@@ -40,7 +40,7 @@ def token_digest(secret: str) -> str:
 class Tokens(service.Service):
     """Make, check and revoke API tokens; read attempt tokens."""
 
-    async def first_admin_token(self) -> tuple[model.Token, str] | None:
+    async def first_admin_token(self) -> tuple[access.Token, str] | None:
         """An all-tenant admin token and its secret (shown this once), made only where no
         all-tenant admin token was ever made: what `serve --http` hands a new installation.
         None otherwise (exactly one, however many corrals start at once)."""
@@ -57,7 +57,7 @@ class Tokens(service.Service):
         tenant: str | None,
         role: str,
         expires: timedelta | None = None,
-    ) -> tuple[model.Token, str]:
+    ) -> tuple[access.Token, str]:
         """Make an API token for `tenant` (None: every tenant) in `role`: the token as
         listed, and its secret, which is shown this once and stored only hashed."""
         if tenant is not None and not checks.NAME.match(tenant):
@@ -65,9 +65,9 @@ class Tokens(service.Service):
                 f"tenant: {tenant!r} must be 1-200 characters of [A-Za-z0-9_.-],"
                 " starting alphanumeric"
             )
-        if role not in model.Role.__members__.values():
+        if role not in access.Role.__members__.values():
             raise errors.InvalidInput(
-                f"role: {role!r} is not a role; use one of {', '.join(model.Role)}"
+                f"role: {role!r} is not a role; use one of {', '.join(access.Role)}"
             )
         if not name.strip() or len(name) > 200:
             raise errors.InvalidInput("name: must be 1-200 characters")
@@ -80,18 +80,18 @@ class Tokens(service.Service):
         made = await self.store.token_add(
             name=name,
             tenant=tenant,
-            role=model.Role(role),
+            role=access.Role(role),
             secret_sha256=token_digest(secret),
             now=now,
             expires_at=None if expires is None else now + expires,
         )
         return made, secret
 
-    async def tokens(self) -> list[model.Token]:
+    async def tokens(self) -> list[access.Token]:
         """Every token made (never a secret)."""
         return await self.store.token_list()
 
-    async def token_check(self, secret: str) -> model.Token | None:
+    async def token_check(self, secret: str) -> access.Token | None:
         """The token of `secret` if it may be used now (not revoked, not expired). A token
         read from the store is trusted for TOKEN_FRESH_SECONDS: a revoke made by another
         process reaches this one within that; one made through this client, at once."""
@@ -100,7 +100,7 @@ class Tokens(service.Service):
         digest, now = token_digest(secret), self.clock.monotonic()
         kept = self._tokens.get(digest)
         if kept is not None and kept[0] > now:
-            found: model.Token | None = kept[1]
+            found: access.Token | None = kept[1]
         else:
             found = await self.store.token_find(secret_sha256=digest)
             if found is not None:  # unknown secrets are not kept: guesses fill no memory
@@ -109,7 +109,7 @@ class Tokens(service.Service):
                 self._tokens[digest] = (now + TOKEN_FRESH_SECONDS, found)
         return found if found is not None and found.valid(self.clock.now()) else None
 
-    async def token_revoke(self, token_id: int) -> model.Token:
+    async def token_revoke(self, token_id: int) -> access.Token:
         """Revoke token `token_id` (NotFound: there is none); refused here at once, and by
         other API processes within TOKEN_FRESH_SECONDS."""
         done = await self.store.token_revoke(token_id=token_id, now=self.clock.now())
@@ -120,8 +120,8 @@ class Tokens(service.Service):
     async def attempt_of(self, token: str) -> tuple[int, int] | None:
         """(job_id, fence) of an attempt token this installation made; None for any other.
         Whether that attempt may still act is for the store to say (`store.attempt_check`)."""
-        if not token.startswith(model.ATTEMPT_TOKEN_PREFIX):
+        if not token.startswith(launching.ATTEMPT_TOKEN_PREFIX):
             return None
         if self._attempt_key is None:
             self._attempt_key = await attempt_key(self.settings, self.store, self.clock)
-        return model.attempt_token_read(self._attempt_key, token)
+        return launching.attempt_token_read(self._attempt_key, token)

@@ -9,7 +9,7 @@ import secrets
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
-from corral import errors, model
+from corral import access, errors
 from corral.client import checks, tokens
 
 if TYPE_CHECKING:
@@ -26,7 +26,7 @@ class Users(tokens.Tokens):
 
     async def user_add(
         self, name: str, *, password: str, tenant: str | None, role: str
-    ) -> model.User:
+    ) -> access.User:
         """Make a dashboard user for `tenant` (None: every tenant) in `role`; the password is
         kept only as its argon2 hash. Conflict when the name is taken."""
         if not checks.NAME.match(name or ""):
@@ -41,21 +41,21 @@ class Users(tokens.Tokens):
             name=name,
             password_hash=hashed,
             tenant=tenant,
-            role=model.Role(role),
+            role=access.Role(role),
             now=self.clock.now(),
         )
 
-    async def user_remove(self, name: str) -> model.User:
+    async def user_remove(self, name: str) -> access.User:
         """Remove a dashboard user (NotFound: there is none); their sessions end at once
         (in other processes within tokens.TOKEN_FRESH_SECONDS)."""
         removed = await self.store.user_remove(name=name, now=self.clock.now())
         self._sessions.clear()
         return removed
 
-    async def users(self) -> list[model.User]:
+    async def users(self) -> list[access.User]:
         return await self.store.user_list()
 
-    async def sign_in(self, name: str, password: str) -> tuple[str, model.WebSession] | None:
+    async def sign_in(self, name: str, password: str) -> tuple[str, access.WebSession] | None:
         """A new session for the user `name` if `password` is theirs: its secret (for the
         cookie; stored only hashed) and the session; None otherwise. An unknown name costs
         the same hash as a wrong password, so the time taken does not tell names apart."""
@@ -65,7 +65,7 @@ class Users(tokens.Tokens):
             return None
         return await self._session_open(user_id=found[0].id, token_id=None)
 
-    async def sign_in_token(self, secret: str) -> tuple[str, model.WebSession] | None:
+    async def sign_in_token(self, secret: str) -> tuple[str, access.WebSession] | None:
         """A new session acting as the API token `secret` (while the token stays valid)."""
         token = await self.token_check(secret.strip())
         if token is None:
@@ -74,7 +74,7 @@ class Users(tokens.Tokens):
 
     async def _session_open(
         self, *, user_id: int | None, token_id: int | None
-    ) -> tuple[str, model.WebSession] | None:
+    ) -> tuple[str, access.WebSession] | None:
         secret, now = secrets.token_urlsafe(32), self.clock.now()
         await self.store.session_add(
             secret_sha256=tokens.token_digest(secret),
@@ -87,7 +87,7 @@ class Users(tokens.Tokens):
         made = await self.session(secret)
         return None if made is None else (secret, made)
 
-    async def session(self, secret: str) -> model.WebSession | None:
+    async def session(self, secret: str) -> access.WebSession | None:
         """The valid session of a cookie's secret, or None (unknown, expired, its user
         removed or its token revoked). As a token is, a session read from the store is
         trusted for tokens.TOKEN_FRESH_SECONDS: one ended through this client ends at once, one
@@ -116,9 +116,9 @@ def _check_tenant_role(tenant: str | None, role: str) -> None:
         raise errors.InvalidInput(
             f"tenant: {tenant!r} must be 1-200 characters of [A-Za-z0-9_.-], starting alphanumeric"
         )
-    if role not in model.Role.__members__.values():
+    if role not in access.Role.__members__.values():
         raise errors.InvalidInput(
-            f"role: {role!r} is not a role; use one of {', '.join(model.Role)}"
+            f"role: {role!r} is not a role; use one of {', '.join(access.Role)}"
         )
 
 

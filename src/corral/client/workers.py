@@ -5,20 +5,20 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from corral import model
+from corral import python_tasks
 from corral.client import service
 
 
 class Workers(service.Service):
     """Registered workers and the jobs parked for them."""
 
-    async def workers(self, *, every: bool = False) -> list[model.Worker]:
+    async def workers(self, *, every: bool = False) -> list[python_tasks.Worker]:
         """The workers live now (their lease not run out); `every`: the stopped ones too."""
         return await self.store.worker_list(since=self.since(), live=not every)
 
     async def parked(
         self, *, task: str | None = None, tenant: str | None = None, limit: int = 100
-    ) -> list[model.ParkedJob]:
+    ) -> list[python_tasks.ParkedJob]:
         """The parked jobs, oldest first: of `task`, of `tenant` (None: any)."""
         return await self.store.parked_list(task=task, tenant=tenant, limit=limit)
 

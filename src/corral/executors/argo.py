@@ -21,7 +21,7 @@ from typing import Any
 
 from kubernetes.aio import client as kube
 
-from corral import config, model
+from corral import config, launching, model
 from corral.executors import (
     argo_manifest,
     argo_observation,
@@ -62,7 +62,7 @@ class WorkflowTemplate:
         )
         return normal
 
-    def manifest(self, launch: model.Launch, spec: Mapping[str, Any]) -> dict[str, Any]:
+    def manifest(self, launch: launching.Launch, spec: Mapping[str, Any]) -> dict[str, Any]:
         """The argoproj.io/v1alpha1 Workflow for `launch`."""
         return argo_manifest.workflow(launch, spec, self.settings)
 
@@ -148,7 +148,7 @@ class ArgoExecutor(kube_client.ClusterExecutor):
             "plural": PLURAL,
         }
 
-    async def launch(self, launch: model.Launch) -> None:
+    async def launch(self, launch: launching.Launch) -> None:
         """Create the Workflow `launch.name`, then, owned by it, the ConfigMap of a payload
         too large for the environment and the Secret of the attempt token; the same rules
         for an existing name as the kubernetes executor's (this attempt's and not being
@@ -170,7 +170,7 @@ class ArgoExecutor(kube_client.ClusterExecutor):
         for owned in made:
             await self.create_owned(launch, owned)
 
-    async def observe(self, names: Sequence[str]) -> dict[str, model.Observation]:
+    async def observe(self, names: Sequence[str]) -> dict[str, launching.Observation]:
         """A fresh list of corral's Workflows in each namespace that may hold one of
         `names` (one request a page), each read as `list_managed` reads it."""
         return await self.observe_listed(names, self._list_in, self._observation)
@@ -196,7 +196,7 @@ class ArgoExecutor(kube_client.ClusterExecutor):
             ok=lambda exc: kube_calls.is_status(exc, 404),
         )
 
-    async def list_managed(self, selector: Mapping[str, str]) -> list[model.Observation]:
+    async def list_managed(self, selector: Mapping[str, str]) -> list[launching.Observation]:
         """Every Workflow in the namespace whose labels include all of `selector`."""
         listing = await self.api.list_all(
             "Workflows",
@@ -234,7 +234,7 @@ class ArgoExecutor(kube_client.ClusterExecutor):
             ok=lambda exc: kube_calls.is_status(exc, 404),
         )
 
-    async def events(self) -> AsyncGenerator[model.Observation, None]:
+    async def events(self) -> AsyncGenerator[launching.Observation, None]:
         """Each Workflow's finish, once, as the watch sees it (as the kubernetes
         executor's events: finishes from before the first list are recovery's)."""
         async for obs in kube_changes.finishes(
@@ -270,7 +270,7 @@ class ArgoExecutor(kube_client.ClusterExecutor):
             ok=lambda exc: kube_calls.is_status(exc, 404),
         )
 
-    async def _observation(self, wf: dict[str, Any]) -> model.Observation:
+    async def _observation(self, wf: dict[str, Any]) -> launching.Observation:
         """What the Workflow says; for one whose pod waits to start, why (Argo's node
         message), and past the pod start timeout its end (the Workflow is stopped, so
         that its pod cannot start later beside the next attempt's). For one that has
@@ -282,7 +282,7 @@ class ArgoExecutor(kube_client.ClusterExecutor):
             if running := [p for p in pods if not kube_objects.pod_ended(p)]:
                 # Stopped (spec.shutdown), Argo ends it at once; its pod runs on in its grace.
                 ending = f"ending: {kube_objects.describe_pod(running[0])} still runs"
-                return dataclasses.replace(obs, phase=model.Phase.RUNNING, reason=ending)
+                return dataclasses.replace(obs, phase=launching.Phase.RUNNING, reason=ending)
             pod = kubernetes_observation.logged_pod(pods)
             return dataclasses.replace(obs, output=await self.run_log(pod, obs.message))
         why = argo_observation.pod_waiting(wf)
@@ -299,7 +299,7 @@ class ArgoExecutor(kube_client.ClusterExecutor):
                 self.start_timeout, (wf.get("spec") or {}).get("activeDeadlineSeconds"), self.margin
             ),
         )
-        if obs.phase is model.Phase.FAILED:
+        if obs.phase is launching.Phase.FAILED:
             log.info("%s: %s; stopping its Workflow", obs.name, obs.reason)
             await self._cancel(obs.name)
         return obs

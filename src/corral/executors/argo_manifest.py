@@ -54,8 +54,8 @@ from typing import Any
 import pydantic
 from hera.workflows import models as argo
 
-from corral import config, errors, model
-from corral.executors import kubernetes_manifest, kubernetes_owned, pods
+from corral import config, errors, launching, model
+from corral.executors import kubernetes_manifest, kubernetes_owned, kubernetes_settings, pods
 
 API_VERSION = "argoproj.io/v1alpha1"
 TEMPLATE = "main"
@@ -64,7 +64,7 @@ ARGO_LABEL_PREFIX = "workflows.argoproj.io/"
 
 
 def workflow(
-    launch: model.Launch, spec: Mapping[str, Any], settings: config.Settings
+    launch: launching.Launch, spec: Mapping[str, Any], settings: config.Settings
 ) -> dict[str, Any]:
     """The argoproj.io/v1alpha1 Workflow for `launch`, from its normalised spec."""
     k8s = settings.executors.kubernetes
@@ -85,7 +85,7 @@ def workflow(
 
 
 def _workflow_spec(
-    launch: model.Launch,
+    launch: launching.Launch,
     spec: Mapping[str, Any],
     settings: config.Settings,
     payload: kubernetes_owned.Payload,
@@ -125,7 +125,7 @@ def _workflow_spec(
 
 
 def _template(
-    launch: model.Launch,
+    launch: launching.Launch,
     spec: Mapping[str, Any],
     settings: config.Settings,
     payload: kubernetes_owned.Payload,
@@ -136,7 +136,10 @@ def _template(
     k8s = settings.executors.kubernetes
     container = kubernetes_manifest.container(launch, spec, payload, settings)
     grace = kubernetes_manifest.whole_seconds(k8s.termination_grace.total_seconds())
-    placement = kubernetes_manifest.placement_class(spec, k8s, launch.name) or config.Placement()
+    placement = (
+        kubernetes_manifest.placement_class(spec, k8s, launch.name)
+        or kubernetes_settings.Placement()
+    )
     sidecars = [argo.UserContainer.model_validate(c) for c in pod.get("initContainers", [])]
     return argo.Template(
         name=TEMPLATE,
@@ -151,7 +154,7 @@ def _template(
     )
 
 
-def _pod_gc(k8s: config.KubernetesExecutorSettings) -> argo.PodGC | None:
+def _pod_gc(k8s: kubernetes_settings.KubernetesExecutorSettings) -> argo.PodGC | None:
     """The Workflow's podGC: `argo_pod_gc`, each pod kept `argo_pod_gc_delay` after it ends
     so that corral reads its log into the run log first."""
     if k8s.argo_pod_gc == "Never":

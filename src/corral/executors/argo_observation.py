@@ -10,16 +10,16 @@ import re
 from collections.abc import Mapping
 from typing import Any, cast
 
-from corral import model
+from corral import launching, model
 from corral.executors import kube_objects, startup
 
 _PHASES = {
-    "": model.Phase.PENDING,
-    "Pending": model.Phase.PENDING,
-    "Running": model.Phase.RUNNING,
-    "Succeeded": model.Phase.SUCCEEDED,
-    "Failed": model.Phase.FAILED,
-    "Error": model.Phase.FAILED,
+    "": launching.Phase.PENDING,
+    "Pending": launching.Phase.PENDING,
+    "Running": launching.Phase.RUNNING,
+    "Succeeded": launching.Phase.SUCCEEDED,
+    "Failed": launching.Phase.FAILED,
+    "Error": launching.Phase.FAILED,
 }
 
 
@@ -34,7 +34,7 @@ def pod_waiting(wf: Mapping[str, Any]) -> startup.Waiting | None:
     status = wf.get("status") or {}
     node = _pod_node(status)
     if not node:  # no word of its pod yet: waiting only while the Workflow is
-        pending = _PHASES.get(str(status.get("phase") or "")) is model.Phase.PENDING
+        pending = _PHASES.get(str(status.get("phase") or "")) is launching.Phase.PENDING
         return startup.Waiting.of("Pending") if pending else None
     if node.get("phase") != "Pending" or status.get("phase") not in ("Pending", "Running"):
         return None
@@ -55,7 +55,7 @@ INVALID = "invalid spec:"
 no pod): Argo's CRDs are minimal, so the API server took it in."""
 
 
-def workflow_observation(wf: Mapping[str, Any]) -> model.Observation:
+def workflow_observation(wf: Mapping[str, Any]) -> launching.Observation:
     """What a Workflow says of its attempt: `status.phase`, and its pod node's exit code
     and message.
 
@@ -65,8 +65,8 @@ def workflow_observation(wf: Mapping[str, Any]) -> model.Observation:
     transient; a stop by `spec.shutdown` is a cancel; a Workflow the controller refused as
     invalid is permanent (the same Workflow is refused again), its words the message."""
     meta, status = wf.get("metadata", {}), wf.get("status") or {}
-    phase = _PHASES.get(str(status.get("phase") or ""), model.Phase.PENDING)
-    seen = model.Observation(
+    phase = _PHASES.get(str(status.get("phase") or ""), launching.Phase.PENDING)
+    seen = launching.Observation(
         name=str(meta.get("name", "")),
         phase=phase,
         labels=kube_objects.labels_of(wf),
@@ -75,7 +75,7 @@ def workflow_observation(wf: Mapping[str, Any]) -> model.Observation:
     if not phase.finished:
         return seen
     seen = dataclasses.replace(seen, finished_at=kube_objects.timestamp(status.get("finishedAt")))
-    if phase is model.Phase.SUCCEEDED:
+    if phase is launching.Phase.SUCCEEDED:
         return dataclasses.replace(seen, exit_code=0)
     node = _pod_node(status)
     raw_code = str((node.get("outputs") or {}).get("exitCode") or "")

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Protocol, runtime_checkable
 
-from corral import config, errors, model, tenancy
+from corral import config, errors, launching, model, policy, tenancy
 
 
 @runtime_checkable
@@ -34,16 +34,16 @@ class Executor(Protocol):
         """Release what `start` took. Running attempts keep running."""
         ...
 
-    async def launch(self, launch: model.Launch) -> None:
+    async def launch(self, launch: launching.Launch) -> None:
         """Create `launch.name` on the platform; an existing name with this identity counts
         as launched, one with another identity raises LaunchConflict."""
         ...
 
-    async def observe(self, names: Sequence[str]) -> dict[str, model.Observation]:
+    async def observe(self, names: Sequence[str]) -> dict[str, launching.Observation]:
         """What the platform shows for each name (`absent` when it shows nothing)."""
         ...
 
-    async def list_managed(self, selector: Mapping[str, str]) -> list[model.Observation]:
+    async def list_managed(self, selector: Mapping[str, str]) -> list[launching.Observation]:
         """Every launch whose labels include all of `selector`."""
         ...
 
@@ -51,7 +51,7 @@ class Executor(Protocol):
         """Stop a launch: ask politely, then force after `grace`. Absent names are fine."""
         ...
 
-    def events(self) -> AsyncIterator[model.Observation]:
+    def events(self) -> AsyncIterator[launching.Observation]:
         """Pushed observations of launches that changed (finished ones matter most).
         An executor without push yields nothing; the dispatcher polls it instead."""
         ...
@@ -70,11 +70,11 @@ class Forgets(Protocol):
     kind: str
     retention: timedelta
 
-    async def list_live(self, selector: Mapping[str, str]) -> list[model.Observation]:
+    async def list_live(self, selector: Mapping[str, str]) -> list[launching.Observation]:
         """The launches that may still go on whose labels include all of `selector`."""
         ...
 
-    async def list_ended(self, before: datetime) -> list[model.Observation]:
+    async def list_ended(self, before: datetime) -> list[launching.Observation]:
         """Some launches that finished before `before` (a batch: each pass offers more)."""
         ...
 
@@ -124,7 +124,7 @@ class StopsSlowly(Protocol):
 
     stop_grace: timedelta
 
-    async def last_output(self, name: str) -> model.RunLog | None:
+    async def last_output(self, name: str) -> launching.RunLog | None:
         """The end of what launch `name` has written so far (its pod's log), read before it
         is stopped, for the run log of an attempt that ran past its deadline; None when
         nothing of it has run."""
@@ -148,7 +148,7 @@ class SharesPlatform(Protocol):
         """The installation's id, from the store; given before `start`."""
         ...
 
-    async def list_unlabelled(self) -> list[model.Observation]:
+    async def list_unlabelled(self) -> list[launching.Observation]:
         """corral's launches with no installation label, in every allowed namespace."""
         ...
 
@@ -163,7 +163,7 @@ class Drains(Protocol):
     """An executor whose launches run inside corral's process (HTTP requests): before the
     dispatcher stops it lets them end, and hands over what ended that `events` has not."""
 
-    async def drain(self) -> list[model.Observation]: ...
+    async def drain(self) -> list[launching.Observation]: ...
 
 
 @runtime_checkable
@@ -203,19 +203,19 @@ DEADLINE_BEFORE_LAUNCH = "its deadline passed before it reached its platform"
 
 
 class Reaches:
-    """How an attempt reaches corral under these settings (model.Reach), made once for each
+    """How an attempt reaches corral under these settings (launching.Reach), made once for each
     heartbeat interval and kind of job: a dispatcher launches many attempts with few
     distinct ones. Which tenants' process jobs are strangers is worked out once a tenant."""
 
     def __init__(self, settings: config.Settings) -> None:
         self.settings = settings
         self._database_url = settings.database_url_for_jobs
-        self._made: dict[tuple[float | None, bool, bool], model.Reach] = {}
+        self._made: dict[tuple[float | None, bool, bool], launching.Reach] = {}
         self._granted_process: dict[str, bool] = {}
 
     def of(
-        self, policy: config.JobPolicy, executor: str = "", *, stranger: bool = False
-    ) -> model.Reach:
+        self, policy: policy.JobPolicy, executor: str = "", *, stranger: bool = False
+    ) -> launching.Reach:
         """How an attempt of `executor` reaches corral: api_url when set; else a process
         job reaches the attempt API this process answers on its Unix socket, if it does. A
         stranger's (`stranger_of`) never gets the database's URL."""
@@ -223,7 +223,7 @@ class Reaches:
         local = executor == "process" and not self.settings.api_url
         if (reach := self._made.get((every, local, stranger))) is None:
             api_url = self.settings.api_url or (self.settings.local_api_url if local else None)
-            reach = model.Reach(
+            reach = launching.Reach(
                 api_url=api_url,
                 database_url=None if stranger else self._database_url,
                 heartbeat_seconds=every,
@@ -250,22 +250,22 @@ def launch_for(
     *,
     relaunch: bool = False,
     reaches: Reaches | None = None,
-) -> model.Launch:
+) -> launching.Launch:
     """The Launch of a claimed attempt as these settings make it: its env says how to reach
     corral and how often to send heartbeats, and its platform deadline is what is left of
     the attempt's own (fixed at the claim); LaunchTooLate when none is left. `relaunch`
-    says the name may have been launched before (see `model.Launch.relaunch`); `reaches`,
+    says the name may have been launched before (see `launching.Launch.relaunch`); `reaches`,
     the caller's Reaches for these settings, if it launches many."""
-    policy = config.JobPolicy.read(claimed.job.policy)
+    own = policy.JobPolicy.read(claimed.job.policy)
     deadline = claimed.attempt.deadline_at
     if deadline is None:
-        seconds = policy.deadline(settings).total_seconds()
+        seconds = own.deadline(settings).total_seconds()
     elif (seconds := (deadline - now).total_seconds()) <= 0:
         raise errors.LaunchTooLate(f"{claimed.attempt.launch_name}: {DEADLINE_BEFORE_LAUNCH}")
     reaches = reaches or Reaches(settings)
     stranger = reaches.stranger(claimed.job)
-    reach = reaches.of(policy, claimed.job.executor, stranger=stranger)
-    return model.build_launch(
+    reach = reaches.of(own, claimed.job.executor, stranger=stranger)
+    return launching.build_launch(
         claimed, reach=reach, deadline_seconds=seconds, relaunch=relaunch, stranger=stranger
     )
 

@@ -8,15 +8,22 @@ from __future__ import annotations
 import importlib
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from corral import clock, config, errors, model
-from corral.executors.base import Executor
-from corral.executors.process import ProcessExecutor
+from pydantic import BaseModel
+
+from corral import errors
+from corral.executors import http_settings, kubernetes_settings, process_settings
 from corral.executors.registry import Registration, SpecChecker
+
+if TYPE_CHECKING:  # settings read this module: it imports no executor until one is built
+    from corral import clock, config, model
+    from corral.executors.base import Executor
 
 
 def _process(settings: config.Settings, clk: clock.Clock) -> Executor:
+    from corral.executors.process import ProcessExecutor
+
     return ProcessExecutor(
         root=settings.process_root,
         clock=clk,
@@ -88,10 +95,18 @@ def cluster_module(name: str, what: str = "") -> Any:
         ) from None
 
 
-def _cluster(kind: str, summary: str, *, executor: str, template: str) -> Registration:
+def _cluster(
+    kind: str,
+    summary: str,
+    *,
+    executor: str,
+    template: str,
+    settings_model: type[BaseModel] | None = None,
+) -> Registration:
     """The registration of a cluster executor: its module (corral.executors.`kind`, which
     needs the kubernetes extra) imported only when it is asked for; `executor` and
-    `template` name its Executor and its spec checker there."""
+    `template` name its Executor and its spec checker there. Both read the table
+    `[executors.kubernetes]`, which the kubernetes executor's registration names."""
 
     def build(settings: config.Settings, clk: clock.Clock) -> Executor:
         made: Executor = getattr(cluster_module(kind), executor)(settings=settings, clock=clk)
@@ -116,6 +131,7 @@ def _cluster(kind: str, summary: str, *, executor: str, template: str) -> Regist
         container=True,
         reach=_cluster_reach,
         rules=rules,
+        settings_model=settings_model,
     )
 
 
@@ -123,18 +139,21 @@ PROCESS = Registration(
     kind="process",
     summary="a local process in a run folder, supervised (the embedded default)",
     build=_process,
+    settings_model=process_settings.ProcessExecutorSettings,
 )
 HTTP = Registration(
     kind="http",
     summary="one HTTP request (httpx), to public addresses unless executors.http.allow_networks",
     build=_http,
     checker=_http_checker,
+    settings_model=http_settings.HttpExecutorSettings,
 )
 KUBERNETES = _cluster(
     "kubernetes",
     "a batch/v1 Job in executors.kubernetes.namespace",
     executor="KubernetesExecutor",
     template="JobTemplate",
+    settings_model=kubernetes_settings.KubernetesExecutorSettings,
 )
 ARGO = _cluster(
     "argo",

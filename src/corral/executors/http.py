@@ -47,7 +47,7 @@ from typing import Any
 
 import httpx
 
-from corral import clock, config, errors, model
+from corral import clock, config, errors, launching
 from corral.executors import http_guard, http_outcome, http_request, http_send, http_spec
 
 log = logging.getLogger("corral.executors.http")
@@ -103,9 +103,9 @@ class HttpExecutor:
         self._clients: collections.OrderedDict[str, httpx.AsyncClient] = collections.OrderedDict()
         self._closing: set[asyncio.Future[None]] = set()
         self._started = self._draining = False
-        self._running: dict[str, tuple[model.Launch, asyncio.Task[None]]] = {}
-        self._ended: collections.OrderedDict[str, model.Observation] = collections.OrderedDict()
-        self._news: asyncio.Queue[model.Observation | None] = asyncio.Queue()
+        self._running: dict[str, tuple[launching.Launch, asyncio.Task[None]]] = {}
+        self._ended: collections.OrderedDict[str, launching.Observation] = collections.OrderedDict()
+        self._news: asyncio.Queue[launching.Observation | None] = asyncio.Queue()
         self._closed = False
         self._keys: Callable[[str], Awaitable[list[str]]] | None = None
         self._keys_read: dict[str, tuple[float, list[str]]] = {}
@@ -145,7 +145,7 @@ class HttpExecutor:
             self._closing.add(asyncio.ensure_future(oldest.aclose()))
         return client
 
-    async def drain(self) -> list[model.Observation]:
+    async def drain(self) -> list[launching.Observation]:
         """Take no more launches, let the requests in flight end (each is bounded by
         http_request_timeout), and return what ended that `events` has not yielded: the
         dispatcher writes those before it stops, so a stop loses no outcome."""
@@ -171,7 +171,7 @@ class HttpExecutor:
             await client.aclose()
         await asyncio.gather(*self._closing, return_exceptions=True)
 
-    async def launch(self, launch: model.Launch) -> None:
+    async def launch(self, launch: launching.Launch) -> None:
         """Start the request in the background, once one of the `concurrency` slots is free
         (a slow receiver holds the dispatcher's launches back, not piles of attempts that
         wait unsent), and return; a name launched before (running or ended here) is never
@@ -190,7 +190,7 @@ class HttpExecutor:
         task.add_done_callback(lambda done: self._settled(launch, spec, done))
 
     def _settled(
-        self, launch: model.Launch, spec: dict[str, Any], task: asyncio.Task[None]
+        self, launch: launching.Launch, spec: dict[str, Any], task: asyncio.Task[None]
     ) -> None:
         """Whatever became of the task, its slot is free and, unless corral is stopping,
         its attempt has an outcome: one cancelled before it began, or that failed in a way
@@ -209,9 +209,9 @@ class HttpExecutor:
                 self._clock.now(),
             )
 
-    async def _run(self, launch: model.Launch, spec: dict[str, Any]) -> None:
+    async def _run(self, launch: launching.Launch, spec: dict[str, Any]) -> None:
         started = self._clock.now()
-        request: model.Stream | None = None
+        request: launching.Stream | None = None
         try:
             headers = http_request.request_headers(launch, spec)
             try:
@@ -248,15 +248,15 @@ class HttpExecutor:
 
     def _record(
         self,
-        launch: model.Launch,
+        launch: launching.Launch,
         spec: dict[str, Any],
         outcome: http_outcome.Outcome,
         started: datetime,
-        request: model.Stream | None = None,
+        request: launching.Stream | None = None,
     ) -> None:
         phase, reason, failure = http_outcome.judge(outcome, spec["expect"])
         ended = self._clock.now()
-        observation = model.Observation(
+        observation = launching.Observation(
             name=launch.name,
             phase=phase,
             labels=launch.labels,
@@ -265,10 +265,10 @@ class HttpExecutor:
             finished_at=ended,
             failure_class=failure,
             message=None
-            if phase is model.Phase.SUCCEEDED
+            if phase is launching.Phase.SUCCEEDED
             else http_outcome.first_line(outcome.body),
             retry_after=None
-            if phase is model.Phase.SUCCEEDED
+            if phase is launching.Phase.SUCCEEDED
             else http_outcome.retry_after_seconds(outcome.retry_after, ended),
             http_status=outcome.status,
             output=http_outcome.run_log(request, outcome),
@@ -279,17 +279,17 @@ class HttpExecutor:
             self._ended.popitem(last=False)
         self._news.put_nowait(observation)
 
-    async def observe(self, names: Sequence[str]) -> dict[str, model.Observation]:
+    async def observe(self, names: Sequence[str]) -> dict[str, launching.Observation]:
         """What this process knows: a request in flight runs, one that ended says how; any
         other name is absent (sent by a process that is gone, or never sent)."""
         return {name: self._look(name) for name in names}
 
-    def _look(self, name: str) -> model.Observation:
+    def _look(self, name: str) -> launching.Observation:
         if (running := self._running.get(name)) is not None:
-            return model.Observation(name, model.Phase.RUNNING, running[0].labels)
-        return self._ended.get(name) or model.Observation(name, model.Phase.ABSENT)
+            return launching.Observation(name, launching.Phase.RUNNING, running[0].labels)
+        return self._ended.get(name) or launching.Observation(name, launching.Phase.ABSENT)
 
-    async def list_managed(self, selector: Mapping[str, str]) -> list[model.Observation]:
+    async def list_managed(self, selector: Mapping[str, str]) -> list[launching.Observation]:
         names = [*self._running, *self._ended]
         seen = [self._look(name) for name in names]
         return [o for o in seen if all(o.labels.get(k) == v for k, v in selector.items())]
@@ -300,7 +300,7 @@ class HttpExecutor:
         if (running := self._running.get(name)) is not None:
             running[1].cancel()
 
-    async def events(self) -> AsyncGenerator[model.Observation, None]:
+    async def events(self) -> AsyncGenerator[launching.Observation, None]:
         """Each request's outcome, as it comes, until `close`."""
         while not self._closed:
             observation = await self._news.get()

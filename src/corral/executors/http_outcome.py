@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from corral import model
+from corral import launching, model, redaction
 from corral.executors import http_spec
 
 TRANSIENT_STATUSES = frozenset({408, 429})
@@ -40,21 +40,21 @@ class Outcome:
 
 def judge(
     outcome: Outcome, expect: Sequence[str]
-) -> tuple[model.Phase, str, model.FailureClass | None]:
+) -> tuple[launching.Phase, str, model.FailureClass | None]:
     """The phase, reason and failure class of an outcome (pure)."""
     took = f"in {outcome.seconds * 1000:.0f} ms"
     if outcome.refused is not None:
-        return model.Phase.FAILED, f"refused: {outcome.refused}", model.FailureClass.PERMANENT
+        return launching.Phase.FAILED, f"refused: {outcome.refused}", model.FailureClass.PERMANENT
     if outcome.status is None:
         at = f" ({outcome.address})" if outcome.address else ""
-        return model.Phase.FAILED, f"{outcome.error}{at}", model.FailureClass.TRANSIENT
+        return launching.Phase.FAILED, f"{outcome.error}{at}", model.FailureClass.TRANSIENT
     said = f"HTTP {outcome.status}{' ' + outcome.reason_phrase if outcome.reason_phrase else ''}"
     reason = f"{said} {took} ({outcome.address})"
     if http_spec.expected(outcome.status, expect):
-        return model.Phase.SUCCEEDED, reason, None
+        return launching.Phase.SUCCEEDED, reason, None
     if outcome.status >= 500 or outcome.status in TRANSIENT_STATUSES:
-        return model.Phase.FAILED, reason, model.FailureClass.TRANSIENT
-    return model.Phase.FAILED, reason, model.FailureClass.PERMANENT
+        return launching.Phase.FAILED, reason, model.FailureClass.TRANSIENT
+    return launching.Phase.FAILED, reason, model.FailureClass.PERMANENT
 
 
 def retry_after_seconds(value: str | None, now: datetime) -> float | None:
@@ -75,28 +75,29 @@ def retry_after_seconds(value: str | None, now: datetime) -> float | None:
 
 def _header_lines(headers: Iterable[tuple[str, str]]) -> str:
     """Headers as lines, the values of those that carry a secret redacted."""
-    return "".join(
-        f"{name}: {model.REDACTED if model.names_a_secret(name) else model.redacted(value)}\n"
-        for name, value in headers
-    )
+    lines = []
+    for name, value in headers:
+        shown = redaction.REDACTED if redaction.names_a_secret(name) else redaction.redacted(value)
+        lines.append(f"{name}: {shown}\n")
+    return "".join(lines)
 
 
 def request_stream(
     method: str, url: str, headers: Mapping[str, str], content: bytes | None, limit: int
-) -> model.Stream:
+) -> launching.Stream:
     """The request as the run log keeps it: its line, its headers and the first `limit`
     bytes of its body, secrets redacted (in a JSON body, the values of secret-named keys,
     as `jobs show` shows the spec)."""
-    head = f"{method} {model.redacted(url)}\n{_header_lines(headers.items())}"
+    head = f"{method} {redaction.redacted(url)}\n{_header_lines(headers.items())}"
     body = content or b""
     try:
-        shown = json.dumps(model.redacted(json.loads(body))).encode() if body else body
+        shown = json.dumps(redaction.redacted(json.loads(body))).encode() if body else body
     except ValueError:  # not JSON (UnicodeDecodeError is one): as it is
         shown = body
     return _message("request", head, shown, len(shown) > limit, limit, size=len(body))
 
 
-def response_stream(outcome: Outcome) -> model.Stream | None:
+def response_stream(outcome: Outcome) -> launching.Stream | None:
     """The response as the run log keeps it: the redirects followed, its status line, its
     headers (secrets redacted) and the first part of its body; None without a response."""
     if outcome.status is None:
@@ -109,18 +110,18 @@ def response_stream(outcome: Outcome) -> model.Stream | None:
 
 def _message(
     name: str, head: str, body: bytes, cut: bool, limit: int, *, size: int | None = None
-) -> model.Stream:
+) -> launching.Stream:
     kept = body[:limit]
-    text = head if not body else f"{head}\n{model.decoded(kept, cut_after=cut)}"
+    text = head if not body else f"{head}\n{launching.decoded(kept, cut_after=cut)}"
     total = len(head.encode()) + (1 + (len(body) if size is None else size) if body else 0)
-    return model.Stream(name, text, total, cut)
+    return launching.Stream(name, text, total, cut)
 
 
-def run_log(request: model.Stream | None, outcome: Outcome) -> model.RunLog:
+def run_log(request: launching.Stream | None, outcome: Outcome) -> launching.RunLog:
     """An HTTP attempt's run log: its request (None when it could not be made), response,
     status, latency and the address it reached."""
     streams = tuple(s for s in (request, response_stream(outcome)) if s is not None)
-    return model.RunLog(
+    return launching.RunLog(
         streams=streams, latency=outcome.seconds, status=outcome.status, address=outcome.address
     )
 

@@ -13,12 +13,12 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from corral import errors, model
+from corral import errors, launching, model
 
 _IDENTITY = {"Accept-Encoding": "identity"}
 
 
-def request_headers(launch: model.Launch, spec: Mapping[str, Any]) -> dict[str, str]:
+def request_headers(launch: launching.Launch, spec: Mapping[str, Any]) -> dict[str, str]:
     """The spec's headers and corral's: who sends, which attempt, and the job's key."""
     key = launch.annotations.get(model.IDEMPOTENCY_KEY) or launch.labels.get(model.IDEMPOTENCY_KEY)
     given = spec.get("headers", {})

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 
 import httpx
 
-from corral import errors, model
+from corral import errors, redaction
 from corral.executors import http_guard, http_outcome
 
 MAX_REDIRECTS = 5
@@ -31,7 +31,7 @@ def _redirected_headers(
     kept = {}
     for name, value in headers.items():
         low = name.lower()
-        if not same_origin and (low in _CROSS_ORIGIN_DROPPED or model.names_a_secret(low)):
+        if not same_origin and (low in _CROSS_ORIGIN_DROPPED or redaction.names_a_secret(low)):
             continue
         if not body_kept and (low.startswith("content-") or low.startswith("webhook-")):
             continue
@@ -155,7 +155,7 @@ def _redirect(
 ) -> str | None:
     """Note the redirect from `target` to `following` and make the trip's next request
     from it; why it is refused (from https to http), or None."""
-    where = model.redacted(str(following))
+    where = redaction.redacted(str(following))
     trip.hops.append(f"HTTP {response.status_code} {response.reason_phrase} -> {where}")
     if target.scheme == "https" and following.scheme == "http":
         return f"a redirect from https to http ({following.host}) is refused"

@@ -28,8 +28,8 @@ import aiohttp
 from kubernetes.aio import client
 from kubernetes.aio import config as kube_config
 
-from corral import clock, config, errors
-from corral.executors import kube_objects, startup
+from corral import clock, errors
+from corral.executors import kube_objects, kubernetes_settings, startup
 
 MERGE_PATCH = "application/merge-patch+json"
 log = logging.getLogger("corral.executors.kubernetes")
@@ -71,7 +71,7 @@ class Connection:
 
 
 async def connect(
-    settings: config.KubernetesExecutorSettings,
+    settings: kubernetes_settings.KubernetesExecutorSettings,
     configuration: client.Configuration | None = None,
 ) -> Connection:
     """An API client: on `configuration` if given, else the kubeconfig file of the
@@ -168,7 +168,7 @@ class Api:
         self,
         api_client: client.ApiClient,
         *,
-        settings: config.KubernetesExecutorSettings,
+        settings: kubernetes_settings.KubernetesExecutorSettings,
         clock: clock.Clock,
         rng: random.Random | None = None,
     ) -> None:

@@ -34,7 +34,7 @@ from typing import Any, Protocol, TypeVar
 import aiohttp
 from kubernetes.aio import client
 
-from corral import clock, config, errors, model
+from corral import clock, config, errors, launching, model
 from corral.executors import base, kube_calls, kube_objects, kube_owned
 
 log = logging.getLogger("corral.executors.kubernetes")
@@ -56,7 +56,7 @@ class Template(Protocol):
 
     def validate_spec(self, spec: Mapping[str, Any]) -> dict[str, Any]: ...
 
-    def manifest(self, launch: model.Launch, spec: Mapping[str, Any]) -> dict[str, Any]: ...
+    def manifest(self, launch: launching.Launch, spec: Mapping[str, Any]) -> dict[str, Any]: ...
 
 
 class ClusterExecutor(abc.ABC):
@@ -114,7 +114,7 @@ class ClusterExecutor(abc.ABC):
             labels = {**labels, model.INSTALLATION: self.installation}
         return kube_objects.selector_text(labels)
 
-    def on_cluster(self, launch: model.Launch) -> model.Launch:
+    def on_cluster(self, launch: launching.Launch) -> launching.Launch:
         """`launch` as this installation puts it on the cluster: its name with the name
         prefix (executors.kubernetes.name_prefix) and its labels with the installation's."""
         labels = dict(launch.labels)
@@ -131,11 +131,11 @@ class ClusterExecutor(abc.ABC):
         rest = platform_name.removeprefix(f"{self.name_prefix}-")
         return f"{model.LAUNCH_NAME_PREFIX}{rest}" if rest != platform_name else platform_name
 
-    def named(self, obs: model.Observation) -> model.Observation:
+    def named(self, obs: launching.Observation) -> launching.Observation:
         """An observation of an object on the cluster, under its launch name."""
         return dataclasses.replace(obs, name=self.launch_name(obs.name))
 
-    async def list_unlabelled(self) -> list[model.Observation]:
+    async def list_unlabelled(self) -> list[launching.Observation]:
         """corral's Jobs or Workflows with no installation label (made before corral
         labelled them), in every allowed namespace, under their launch names (none before
         `use_installation`: then every object is read as this installation's)."""
@@ -158,8 +158,10 @@ class ClusterExecutor(abc.ABC):
                     )
                     continue
                 found.append(
-                    model.Observation(
-                        name=launch, phase=model.Phase.PENDING, labels=kube_objects.labels_of(obj)
+                    launching.Observation(
+                        name=launch,
+                        phase=launching.Phase.PENDING,
+                        labels=kube_objects.labels_of(obj),
                     )
                 )
                 self._note_namespace(name, namespace)
@@ -245,7 +247,7 @@ class ClusterExecutor(abc.ABC):
     async def _get(self, name: str) -> dict[str, Any] | None:
         """A fresh read of the object `name`; None when there is none."""
 
-    def namespace_of(self, launch: model.Launch) -> str:
+    def namespace_of(self, launch: launching.Launch) -> str:
         """Where `launch` runs: its spec's namespace (one of executors.kubernetes.namespaces,
         checked at submit), else the configured one. Noted, so that reads of the name ask
         there first."""
@@ -270,7 +272,7 @@ class ClusterExecutor(abc.ABC):
 
     async def create_once(
         self,
-        launch: model.Launch,
+        launch: launching.Launch,
         request: Callable[[], Awaitable[aiohttp.ClientResponse]],
     ) -> dict[str, Any]:
         """Create `launch`'s object with `request`, idempotent by name: on 409 the object
@@ -285,7 +287,7 @@ class ClusterExecutor(abc.ABC):
             return kube_objects.check_existing(what, await self._get(launch.name), launch)
         return made
 
-    async def create_owned(self, launch: model.Launch, body: Mapping[str, Any]) -> None:
+    async def create_owned(self, launch: launching.Launch, body: Mapping[str, Any]) -> None:
         """Create `body`, a ConfigMap or Secret of `launch` owned by its Job or Workflow (its
         payload, its attempt token), idempotent by name: on 409 the one there counts as
         made when it carries this attempt's identity. One owned by another object (an
@@ -307,7 +309,7 @@ class ClusterExecutor(abc.ABC):
             raise errors.ExecutorError(f"{self.kind} executor: used before start()")
         return self._api
 
-    async def last_output(self, name: str) -> model.RunLog | None:
+    async def last_output(self, name: str) -> launching.RunLog | None:
         """The end of the log of launch `name`'s pod that started last (one list of its
         pods, one read of its log); None when none has started."""
         platform = self.platform_name(name)
@@ -334,7 +336,7 @@ class ClusterExecutor(abc.ABC):
                     running.setdefault(launches[name], kube_objects.describe_pod(pod))
         return running
 
-    async def run_log(self, pod: Mapping[str, Any] | None, message: str | None) -> model.RunLog:
+    async def run_log(self, pod: Mapping[str, Any] | None, message: str | None) -> launching.RunLog:
         """A finished attempt's run log: the end of its pod's log (None: no pod is left)
         and the last line of its termination message. A log that cannot be read (the pod
         gone, a Role without `pods/log`) is a note in its place, never an error: the
@@ -345,15 +347,15 @@ class ClusterExecutor(abc.ABC):
             stream = await self._pod_log(pod)
         streams = [stream]
         if message:
-            streams.append(model.Stream("message", message, len(message.encode())))
-        return model.RunLog(streams=tuple(streams))
+            streams.append(launching.Stream("message", message, len(message.encode())))
+        return launching.RunLog(streams=tuple(streams))
 
-    async def _pod_log(self, pod: Mapping[str, Any]) -> model.Stream:
+    async def _pod_log(self, pod: Mapping[str, Any]) -> launching.Stream:
         """The end of `pod`'s main container's log (LOG_READ_BYTES), or a note of why not."""
         data, why = await self._read_log(pod, kube_objects.LOG_LINES)
         if data is not None and len(data) >= kube_objects.LOG_READ_BYTES:
             lines = max(1, data.count(b"\n"))
-            fewer = max(1, model.STREAM_BYTES * lines // len(data))
+            fewer = max(1, launching.STREAM_BYTES * lines // len(data))
             data, why = await self._read_log(pod, fewer)
         if data is None:
             return kube_objects.log_note(why or "it could not be read")
@@ -394,8 +396,8 @@ class ClusterExecutor(abc.ABC):
         self,
         names: Sequence[str],
         list_in: Callable[[str], Awaitable[kube_calls.Listing]],
-        observation: Callable[[dict[str, Any]], Awaitable[model.Observation]],
-    ) -> dict[str, model.Observation]:
+        observation: Callable[[dict[str, Any]], Awaitable[launching.Observation]],
+    ) -> dict[str, launching.Observation]:
         """What the platform holds of each name, from one label-selected list (in pages)
         in each namespace that may hold one of them, never a read per name: `absent` for a
         name no list holds. An object that cannot be made an observation (malformed, or a
@@ -410,7 +412,7 @@ class ClusterExecutor(abc.ABC):
                 if namespace in wanted.get(name, ()):  # type: ignore[arg-type]
                     found.setdefault(str(name), obj)
         seen = {
-            name: model.Observation(name=name, phase=model.Phase.ABSENT)
+            name: launching.Observation(name=name, phase=launching.Phase.ABSENT)
             for name in wanted
             if name not in found
         }

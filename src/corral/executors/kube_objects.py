@@ -12,14 +12,14 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from corral import config, errors, model
+from corral import config, errors, launching, model
 from corral.executors import base
 
 log = logging.getLogger("corral.executors.kubernetes")
 
 LOG_LINES = 10_000
 """How many last lines of a finished pod's log the first read asks for (`tailLines`)."""
-LOG_READ_BYTES = 4 * model.STREAM_BYTES
+LOG_READ_BYTES = 4 * launching.STREAM_BYTES
 """The most one read of a pod's log takes (`limitBytes`). The kubelet counts it from the
 start of the lines asked for, so a read that reaches it is made again for fewer lines
 (as many as STREAM_BYTES holds at the first read's line length): the run log keeps a
@@ -28,22 +28,22 @@ LOG_STREAM = "log"
 """The run log's stream of a pod's log: its main container's stdout and stderr together."""
 
 
-def log_stream(data: bytes, *, limit: int = model.STREAM_BYTES) -> model.Stream:
+def log_stream(data: bytes, *, limit: int = launching.STREAM_BYTES) -> launching.Stream:
     """A read of a pod's log as the run log keeps it: its last `limit` bytes, `cut` when
     that is not all of it (more than `limit`, or a read that reached LOG_LINES lines or
     LOG_READ_BYTES: the log went on before them)."""
     cut = len(data) > limit or len(data) >= LOG_READ_BYTES or data.count(b"\n") >= LOG_LINES
-    text = model.decoded(data[-limit:], cut_before=len(data) > limit)
-    return model.Stream(LOG_STREAM, text, len(data), cut)
+    text = launching.decoded(data[-limit:], cut_before=len(data) > limit)
+    return launching.Stream(LOG_STREAM, text, len(data), cut)
 
 
-def log_note(why: str) -> model.Stream:
+def log_note(why: str) -> launching.Stream:
     """The run log's stream in place of a pod log that could not be read: why not."""
     text = f"(no pod log: {why})"
-    return model.Stream(LOG_STREAM, text, 0)
+    return launching.Stream(LOG_STREAM, text, 0)
 
 
-def first_launch(job: model.NewJob, settings: config.Settings, now: datetime) -> model.Launch:
+def first_launch(job: model.NewJob, settings: config.Settings, now: datetime) -> launching.Launch:
     """The Launch of the first attempt of `job` (validated, not stored: its job id and fence
     are placeholders, 0) as a cluster executor names it: for a dry run's manifest."""
     launch = base.launch_for(model.first_claim(job, now), settings, now)
@@ -110,7 +110,9 @@ def last_line(text: Any) -> str | None:
     return lines[-1][:500] if lines else None
 
 
-def check_existing(what: str, found: dict[str, Any] | None, launch: model.Launch) -> dict[str, Any]:
+def check_existing(
+    what: str, found: dict[str, Any] | None, launch: launching.Launch
+) -> dict[str, Any]:
     """After a 409 on create: `found` if it is this attempt's and not being deleted (the
     create got through before, its answer was lost); else raise."""
     if found is None:
@@ -135,7 +137,7 @@ def check_existing(what: str, found: dict[str, Any] | None, launch: model.Launch
     )
 
 
-def foreign(what: str, found: Mapping[str, Any], launch: model.Launch) -> None:
+def foreign(what: str, found: Mapping[str, Any], launch: launching.Launch) -> None:
     """LaunchConflict when `found`, holding the name `launch` wants, is another corral
     installation's (its installation label is not the launch's). One with no such label is
     an earlier corral's, this installation's or not: its identity labels decide."""
@@ -152,7 +154,7 @@ def foreign(what: str, found: Mapping[str, Any], launch: model.Launch) -> None:
 def owned_by(
     what: str,
     found: Mapping[str, Any] | None,
-    launch: model.Launch,
+    launch: launching.Launch,
     owners: Sequence[Mapping[str, Any]],
 ) -> bool:
     """After a 409 on a launch's ConfigMap or Secret: whether `found` is this attempt's and has the

@@ -15,7 +15,7 @@ import aiohttp
 import pydantic
 from kubernetes.aio import client
 
-from corral import errors, model
+from corral import errors, launching
 from corral.executors import kube_calls, kube_objects, rbac
 
 log = logging.getLogger("corral.executors.kubernetes")
@@ -42,7 +42,7 @@ OWNED_RULES = (
 
 
 async def create(
-    api: kube_calls.Api, core: client.CoreV1Api, launch: model.Launch, body: Mapping[str, Any]
+    api: kube_calls.Api, core: client.CoreV1Api, launch: launching.Launch, body: Mapping[str, Any]
 ) -> None:
     """Create `body`, a ConfigMap or Secret of `launch` owned by its Job or Workflow
     (ClusterExecutor.create_owned says how a 409 is read)."""

@@ -13,8 +13,8 @@ from typing import Any
 from kubernetes.aio import client
 from kubernetes.aio import config as kube_config
 
-from corral import clock, config, errors
-from corral.executors import kube_calls, kube_objects
+from corral import clock, errors
+from corral.executors import kube_calls, kube_objects, kubernetes_settings
 
 WORKLOADS = (("Deployment", "deployment"), ("StatefulSet", "stateful_set"))
 """The kinds `list_workloads` reads (group apps/v1), and their name in the client's calls."""
@@ -29,7 +29,10 @@ class Workloads:
 
 
 async def list_workloads(
-    settings: config.KubernetesExecutorSettings, *, namespace: str | None, clock: clock.Clock
+    settings: kubernetes_settings.KubernetesExecutorSettings,
+    *,
+    namespace: str | None,
+    clock: clock.Clock,
 ) -> Workloads:
     """Every Deployment and StatefulSet in `namespace` (None: in all), as plain JSON with its
     `kind` set (a list's items carry none). The connection is the executors' (`connect`);
@@ -94,7 +97,7 @@ async def _list_or_say_why(
             return found
 
 
-def _context_name(settings: config.KubernetesExecutorSettings) -> str:
+def _context_name(settings: kubernetes_settings.KubernetesExecutorSettings) -> str:
     """The kubeconfig context `connect` used, or `in-cluster` for the pod's service account."""
     if os.environ.get("KUBERNETES_SERVICE_HOST") and settings.kubeconfig is None:
         return "in-cluster"

@@ -20,7 +20,7 @@ from typing import Any
 import pydantic
 from kubernetes.aio import client as kube
 
-from corral import config, errors, model
+from corral import config, errors, launching, model
 from corral.executors import (
     kube_calls,
     kube_changes,
@@ -73,7 +73,7 @@ class JobTemplate:
 
     # --- the Job ---------------------------------------------------------------------------
 
-    def manifest(self, launch: model.Launch, spec: Mapping[str, Any]) -> dict[str, Any]:
+    def manifest(self, launch: launching.Launch, spec: Mapping[str, Any]) -> dict[str, Any]:
         """The batch/v1 Job for `launch`."""
         return kubernetes_manifest.job(launch, spec, self.settings)
 
@@ -148,7 +148,7 @@ class KubernetesExecutor(kube_client.ClusterExecutor):
 
     # --- the protocol --------------------------------------------------------------------
 
-    async def launch(self, launch: model.Launch) -> None:
+    async def launch(self, launch: launching.Launch) -> None:
         """Create the Job `launch.name`, then, owned by the Job, the ConfigMap of a payload
         too large for the environment and the Secret of the attempt token. A Job of that
         name that carries this attempt's identity and is not being deleted counts as
@@ -183,7 +183,7 @@ class KubernetesExecutor(kube_client.ClusterExecutor):
         ):
             await self.create_owned(launch, owned)
 
-    async def observe(self, names: Sequence[str]) -> dict[str, model.Observation]:
+    async def observe(self, names: Sequence[str]) -> dict[str, launching.Observation]:
         """A fresh list of corral's Jobs in each namespace that may hold one of `names`
         (one request a page, not a read per Job), and, for a Job that has finished or
         waits to start, its pods: from one list of corral's pods in its namespace, made
@@ -202,7 +202,7 @@ class KubernetesExecutor(kube_client.ClusterExecutor):
                 pods.update(await self._pods_by_job(namespace))
             return listing
 
-        async def observation(job: dict[str, Any]) -> model.Observation:
+        async def observation(job: dict[str, Any]) -> launching.Observation:
             return await self._observation(job, pods.get(job["metadata"].get("uid", "")))
 
         return await self.observe_listed(names, list_in, observation)
@@ -228,7 +228,7 @@ class KubernetesExecutor(kube_client.ClusterExecutor):
             ok=lambda exc: kube_calls.is_status(exc, 404),
         )
 
-    async def list_managed(self, selector: Mapping[str, str]) -> list[model.Observation]:
+    async def list_managed(self, selector: Mapping[str, str]) -> list[launching.Observation]:
         """Every Job in the namespace whose labels include all of `selector` (in pages),
         with one list of corral's pods for the exit codes of the failed ones."""
         listing = await self.api.list_all(
@@ -298,7 +298,7 @@ class KubernetesExecutor(kube_client.ClusterExecutor):
             uids.add(uid)
         return uids
 
-    async def events(self) -> AsyncGenerator[model.Observation, None]:
+    async def events(self) -> AsyncGenerator[launching.Observation, None]:
         """Each Job's finish, once, as the watch sees it. Jobs that had finished before the
         first list are left to recovery; a relist after 410 Gone yields the finishes the
         stream missed. Polling (`observe`) covers whatever a broken watch still misses."""
@@ -365,7 +365,7 @@ class KubernetesExecutor(kube_client.ClusterExecutor):
 
     async def _observation(
         self, job: Mapping[str, Any], listed: list[dict[str, Any]] | None = None
-    ) -> model.Observation:
+    ) -> launching.Observation:
         """What the Job says; for one that waits to start, why, and past the pod start
         timeout its end (the Job is deleted, so that its pod cannot start later beside
         the next attempt's). `listed`: its pods, when a list of them was made (none there:
@@ -385,7 +385,7 @@ class KubernetesExecutor(kube_client.ClusterExecutor):
 
     async def _waiting(
         self, job: Mapping[str, Any], pods: list[dict[str, Any]], why: startup.Waiting
-    ) -> model.Observation:
+    ) -> launching.Observation:
         """A Job whose pod waits to start (`why`): pending, or past the pod start timeout
         failed, and then its Job is deleted."""
         if why.reason == startup.NO_POD:
@@ -403,7 +403,7 @@ class KubernetesExecutor(kube_client.ClusterExecutor):
                 self.margin,
             ),
         )
-        if obs.phase is model.Phase.FAILED:
+        if obs.phase is launching.Phase.FAILED:
             log.info("%s: %s; deleting its Job", obs.name, obs.reason)
             await self._cancel(obs.name, timedelta(0))  # read again if it changed meanwhile
         return obs

@@ -55,11 +55,12 @@ from typing import Any
 
 import kubernetes_validate
 
-from corral import config, errors, model
+from corral import config, errors, launching, model
 from corral.executors import (
     kube_client,
     kube_schemas,
     kubernetes_owned,
+    kubernetes_settings,
     pods,
 )
 
@@ -71,7 +72,9 @@ DATABASE_URL = "CORRAL_DATABASE_URL"
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 
-def job(launch: model.Launch, spec: Mapping[str, Any], settings: config.Settings) -> dict[str, Any]:
+def job(
+    launch: launching.Launch, spec: Mapping[str, Any], settings: config.Settings
+) -> dict[str, Any]:
     """The batch/v1 Job for `launch`, from its normalised spec, under these settings."""
     k8s = settings.executors.kubernetes
     metadata: dict[str, Any] = {
@@ -108,7 +111,7 @@ _IGNORE_DISRUPTIONS = {
 
 
 def pod_spec(
-    launch: model.Launch, spec: Mapping[str, Any], settings: config.Settings
+    launch: launching.Launch, spec: Mapping[str, Any], settings: config.Settings
 ) -> dict[str, Any]:
     """The pod of `launch`'s Job: its container, the pod fields of the spec, its volumes,
     its service account, and its placement class's node selector and tolerations."""
@@ -133,11 +136,11 @@ def pod_spec(
     return pod
 
 
-def placeholder_launch(spec: Mapping[str, Any], *, kind: str = KIND) -> model.Launch:
+def placeholder_launch(spec: Mapping[str, Any], *, kind: str = KIND) -> launching.Launch:
     """The Launch of a job not stored yet, with this spec and nothing else: for checks."""
     draft = model.NewJob(executor=kind, spec=spec)
-    return model.build_launch(
-        model.first_claim(draft, _EPOCH), reach=model.Reach(), deadline_seconds=None
+    return launching.build_launch(
+        model.first_claim(draft, _EPOCH), reach=launching.Reach(), deadline_seconds=None
     )
 
 
@@ -197,7 +200,7 @@ def _all_labels(doc: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
 
 
 def container(
-    launch: model.Launch,
+    launch: launching.Launch,
     spec: Mapping[str, Any],
     payload: kubernetes_owned.Payload,
     settings: config.Settings,
@@ -228,7 +231,7 @@ def container(
 
 
 def env_entries(
-    launch: model.Launch,
+    launch: launching.Launch,
     spec: Mapping[str, Any],
     payload: kubernetes_owned.Payload,
     settings: config.Settings,
@@ -260,7 +263,7 @@ def database_secret(settings: config.Settings) -> str | None:
 
 
 def volumes_of(
-    launch: model.Launch, spec: Mapping[str, Any], payload: kubernetes_owned.Payload
+    launch: launching.Launch, spec: Mapping[str, Any], payload: kubernetes_owned.Payload
 ) -> list[Any]:
     """The pod's volumes: the spec's, and the payload's ConfigMap when it is mounted."""
     volumes = [dict(v) for v in spec.get("volumes", [])]
@@ -275,8 +278,8 @@ def _from_secret(variable: str, name: str, key: str) -> dict[str, Any]:
 
 
 def placement_class(
-    spec: Mapping[str, Any], cluster: config.KubernetesExecutorSettings, name: str
-) -> config.Placement | None:
+    spec: Mapping[str, Any], cluster: kubernetes_settings.KubernetesExecutorSettings, name: str
+) -> kubernetes_settings.Placement | None:
     """The placement class a normalised spec names, or None when it names none.
     ExecutorError when the settings no longer hold it, so `name` cannot launch."""
     placement = spec.get("placement")
@@ -290,7 +293,7 @@ def placement_class(
     return cluster.placements[placement]
 
 
-def _placement(placement: config.Placement) -> dict[str, Any]:
+def _placement(placement: kubernetes_settings.Placement) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if placement.node_selector:
         out["nodeSelector"] = dict(placement.node_selector)
@@ -301,7 +304,7 @@ def _placement(placement: config.Placement) -> dict[str, Any]:
     return out
 
 
-def active_deadline(launch: model.Launch, settings: config.Settings) -> int:
+def active_deadline(launch: launching.Launch, settings: config.Settings) -> int:
     """The whole seconds `launch` may run: what is left of its deadline, or the settings'
     attempt deadline for a launch that carries none."""
     deadline = launch.deadline_seconds

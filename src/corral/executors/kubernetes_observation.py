@@ -9,13 +9,15 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, cast
 
-from corral import model
+from corral import launching, model
 from corral.executors import kube_client, kube_objects
 
 _FINAL = ("Complete", "Failed")
 
 
-def job_observation(job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> model.Observation:
+def job_observation(
+    job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]
+) -> launching.Observation:
     """What a Job (and, when it finished, its pods) says of its attempt.
 
     Success is the `Complete` condition, from a pod that succeeded undisturbed: one with
@@ -30,9 +32,9 @@ def job_observation(job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -
     run. It is RUNNING while a pod is ready, or Running though terminating (no longer
     counted ready, but running on in its grace)."""
     meta, status = job.get("metadata", {}), job.get("status") or {}
-    seen = model.Observation(
+    seen = launching.Observation(
         name=str(meta.get("name", "")),
-        phase=model.Phase.PENDING,
+        phase=launching.Phase.PENDING,
         labels=kube_objects.labels_of(job),
         started_at=kube_objects.timestamp(status.get("startTime")),
     )
@@ -46,32 +48,32 @@ def job_observation(job: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -
     running = int(status.get("ready") or 0) > 0 or any(
         (pod.get("status") or {}).get("phase") == "Running" for pod in pods
     )
-    return dataclasses.replace(seen, phase=model.Phase.RUNNING) if running else seen
+    return dataclasses.replace(seen, phase=launching.Phase.RUNNING) if running else seen
 
 
 def _completed(
-    seen: model.Observation,
+    seen: launching.Observation,
     job: Mapping[str, Any],
     pods: Sequence[Mapping[str, Any]],
     completed: datetime | None,
-) -> model.Observation:
+) -> launching.Observation:
     """A Complete Job's attempt: succeeded, unless its success is not to be trusted."""
     if (doubt := _untrusted(job, pods)) is not None:
         return dataclasses.replace(
             seen,
-            phase=model.Phase.FAILED,
+            phase=launching.Phase.FAILED,
             reason=f"success not trusted: {doubt}",
             finished_at=completed,
             failure_class=_TRANSIENT,
         )
     return dataclasses.replace(
-        seen, phase=model.Phase.SUCCEEDED, exit_code=0, finished_at=completed
+        seen, phase=launching.Phase.SUCCEEDED, exit_code=0, finished_at=completed
     )
 
 
 def _failed(
-    seen: model.Observation, failed: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]
-) -> model.Observation:
+    seen: launching.Observation, failed: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]
+) -> launching.Observation:
     """A Failed Job's attempt, read from the pod that failed last."""
     pod = _last_failed(pods)
     terminated = _terminated(pod)
@@ -79,7 +81,7 @@ def _failed(
     reason, verdict = _failure(str(failed.get("reason") or "Failed"), pod, terminated)
     return dataclasses.replace(
         seen,
-        phase=model.Phase.FAILED,
+        phase=launching.Phase.FAILED,
         exit_code=int(exit_code) if exit_code is not None else None,
         reason=reason,
         finished_at=kube_objects.timestamp(failed.get("lastTransitionTime")),

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from corral import errors, model
+from corral import errors, launching
 
 ATTEMPT_TOKEN = "CORRAL_ATTEMPT_TOKEN"
 ATTEMPT_TOKEN_KEY = "token"
@@ -42,8 +42,8 @@ class Payload:
     size: int
 
     @classmethod
-    def of(cls, launch: model.Launch) -> Payload:
-        text = model.payload_json(launch.payload)
+    def of(cls, launch: launching.Launch) -> Payload:
+        text = launching.payload_json(launch.payload)
         return cls(text, 0 if text is None else len(text.encode("utf-8")))
 
     @property
@@ -92,7 +92,7 @@ def owner_reference(api_version: str, kind: str, owner: Mapping[str, Any]) -> di
 
 
 def payload_config_map(
-    launch: model.Launch, payload: Payload, *, namespace: str, owner: Mapping[str, Any]
+    launch: launching.Launch, payload: Payload, *, namespace: str, owner: Mapping[str, Any]
 ) -> dict[str, Any]:
     """The v1 ConfigMap that holds a payload too large for the environment: named after the
     launch, with its labels, immutable, and owned by `owner` (an owner_reference)."""
@@ -106,7 +106,7 @@ def payload_config_map(
 
 
 def attempt_secret(
-    launch: model.Launch, *, namespace: str, owner: Mapping[str, Any]
+    launch: launching.Launch, *, namespace: str, owner: Mapping[str, Any]
 ) -> dict[str, Any] | None:
     """The v1 Secret that holds `launch`'s attempt token (None when it has none): named
     after the launch, with its labels, immutable, and owned by `owner` (an owner_reference)."""
@@ -124,7 +124,7 @@ def attempt_secret(
 
 
 def owned_objects(
-    launch: model.Launch, payload: Payload, *, namespace: str, owner: Mapping[str, Any]
+    launch: launching.Launch, payload: Payload, *, namespace: str, owner: Mapping[str, Any]
 ) -> list[dict[str, Any]]:
     """What a launch makes after its Job or Workflow, owned by it: the ConfigMap of a
     payload too large for the environment, and the Secret of its attempt token."""
@@ -137,7 +137,7 @@ def owned_objects(
 
 
 def _owned_metadata(
-    launch: model.Launch, namespace: str, owner: Mapping[str, Any]
+    launch: launching.Launch, namespace: str, owner: Mapping[str, Any]
 ) -> dict[str, Any]:
     metadata: dict[str, Any] = {
         "name": launch.name,

@@ -11,8 +11,8 @@ from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
 
-from corral import config, errors
-from corral.executors import base, pods
+from corral import errors
+from corral.executors import base, kubernetes_settings, pods
 
 _SPEC_FIELDS = (
     "image",
@@ -44,7 +44,7 @@ _RESOURCE_NAME = re.compile(r"^([a-z0-9.-]+/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z
 
 
 def normalise_spec(
-    spec: Mapping[str, Any], cluster: config.KubernetesExecutorSettings, *, kind: str
+    spec: Mapping[str, Any], cluster: kubernetes_settings.KubernetesExecutorSettings, *, kind: str
 ) -> dict[str, Any]:
     """A container spec (image, command, env, placement, resources, service_account),
     normalised under these cluster settings; InvalidInput names the `kind` of executor,
@@ -55,7 +55,7 @@ def normalise_spec(
         raise errors.InvalidInput(base.spec_error(kind, exc.field, exc.rule)) from None
 
 
-def check_cluster_settings(k8s: config.KubernetesExecutorSettings) -> None:
+def check_cluster_settings(k8s: kubernetes_settings.KubernetesExecutorSettings) -> None:
     """ConfigError naming the setting when the ceiling on resources is not one, or the
     default resources or a placement class's resources or security contexts are not what a
     job's spec could hold (above the ceiling among them)."""
@@ -70,7 +70,9 @@ def check_cluster_settings(k8s: config.KubernetesExecutorSettings) -> None:
         raise errors.ConfigError(f"{exc.field}: {exc.rule}") from None
 
 
-def _normalise(spec: Mapping[str, Any], k8s: config.KubernetesExecutorSettings) -> dict[str, Any]:
+def _normalise(
+    spec: Mapping[str, Any], k8s: kubernetes_settings.KubernetesExecutorSettings
+) -> dict[str, Any]:
     if not isinstance(spec, Mapping):
         raise _bad("spec", "must be a JSON object")
     if unknown := sorted(set(spec) - set(_SPEC_FIELDS)):
@@ -114,7 +116,7 @@ def _image(image: Any, field: str = "image") -> str:
 
 
 def _check_sidecar(
-    where: str, sidecar: dict[str, Any], k8s: config.KubernetesExecutorSettings
+    where: str, sidecar: dict[str, Any], k8s: kubernetes_settings.KubernetesExecutorSettings
 ) -> None:
     """A sidecar's image, command, args and resources, by the job container's rules."""
     _image(sidecar["image"], f"{where}.image")
@@ -134,7 +136,7 @@ def _args(args: Any) -> list[str]:
     return list(args)
 
 
-def _allowed_account(account: str, k8s: config.KubernetesExecutorSettings) -> None:
+def _allowed_account(account: str, k8s: kubernetes_settings.KubernetesExecutorSettings) -> None:
     """A job runs only as an account corral was told it may use: any other could be
     corral's own, whose token creates Jobs (a job that could name it could do anything)."""
     allowed = k8s.accounts_allowed
@@ -198,7 +200,10 @@ def quantity(text: str) -> Decimal:
 
 
 def _resources(
-    resources: Any, field: str = "resources", *, cluster: config.KubernetesExecutorSettings
+    resources: Any,
+    field: str = "resources",
+    *,
+    cluster: kubernetes_settings.KubernetesExecutorSettings,
 ) -> dict[str, dict[str, str]]:
     if not isinstance(resources, Mapping) or set(resources) - {"requests", "limits"}:
         raise _bad(field, "must be an object with `requests` and/or `limits`")

@@ -39,8 +39,8 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from corral import config, errors, model
-from corral.executors import kube_schemas
+from corral import errors, model
+from corral.executors import kube_schemas, kubernetes_settings
 
 POD_DEFAULTS: Mapping[str, Any] = {
     "runAsNonRoot": True,
@@ -153,7 +153,9 @@ def _list(field: str, value: Any, what: str) -> list[Any]:
 # --- the fields -----------------------------------------------------------------------------
 
 
-def normalise(spec: Mapping[str, Any], k8s: config.KubernetesExecutorSettings) -> dict[str, Any]:
+def normalise(
+    spec: Mapping[str, Any], k8s: kubernetes_settings.KubernetesExecutorSettings
+) -> dict[str, Any]:
     """The pod fields of `spec` (those in FIELDS it holds), normalised; FieldRefused names the
     field and the rule. `env` and `resources` stay kubernetes.py's, but for references."""
     out: dict[str, Any] = {}
@@ -169,7 +171,7 @@ def normalise(spec: Mapping[str, Any], k8s: config.KubernetesExecutorSettings) -
     return out
 
 
-def _namespace(value: Any, k8s: config.KubernetesExecutorSettings) -> str:
+def _namespace(value: Any, k8s: kubernetes_settings.KubernetesExecutorSettings) -> str:
     allowed = k8s.namespaces_allowed
     if not isinstance(value, str) or value not in allowed:
         raise errors.FieldRefused(
@@ -217,7 +219,7 @@ def env_entry(name: str, value: str | Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _env_from(
-    value: Any, k8s: config.KubernetesExecutorSettings, field: str = "env_from"
+    value: Any, k8s: kubernetes_settings.KubernetesExecutorSettings, field: str = "env_from"
 ) -> list[dict[str, Any]]:
     out = []
     for n, item in enumerate(_list(field, value, '{"config_map": NAME} or {"secret": NAME}')):
@@ -256,7 +258,9 @@ def env_from_entries(items: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]
     return out
 
 
-def _volumes(value: Any, k8s: config.KubernetesExecutorSettings) -> list[dict[str, Any]]:
+def _volumes(
+    value: Any, k8s: kubernetes_settings.KubernetesExecutorSettings
+) -> list[dict[str, Any]]:
     out, names = [], set()
     for n, item in enumerate(_list("volumes", value, "core/v1 Volumes")):
         volume = _kube_object(f"volumes[{n}]", item, "Volume")
@@ -288,7 +292,7 @@ def _volume_types(level: str) -> set[str]:
 
 
 def _volume_mounts(
-    value: Any, k8s: config.KubernetesExecutorSettings, field: str = "volume_mounts"
+    value: Any, k8s: kubernetes_settings.KubernetesExecutorSettings, field: str = "volume_mounts"
 ) -> list[dict[str, Any]]:
     out = []
     for n, item in enumerate(_list(field, value, "core/v1 VolumeMounts")):
@@ -309,23 +313,29 @@ def _mounted(field: str, mount: Mapping[str, Any], volumes: set[str]) -> None:
         )
 
 
-def _image_pull_secrets(value: Any, k8s: config.KubernetesExecutorSettings) -> list[str]:
+def _image_pull_secrets(
+    value: Any, k8s: kubernetes_settings.KubernetesExecutorSettings
+) -> list[str]:
     names = _list("image_pull_secrets", value, "Secret names")
     for n, name in enumerate(names):
         _object_name(f"image_pull_secrets[{n}]", name)
     return list(names)
 
 
-def _pod_security_context(value: Any, k8s: config.KubernetesExecutorSettings) -> dict[str, Any]:
+def _pod_security_context(
+    value: Any, k8s: kubernetes_settings.KubernetesExecutorSettings
+) -> dict[str, Any]:
     return security_context("pod_security_context", value, k8s, pod=True)
 
 
-def _security_context(value: Any, k8s: config.KubernetesExecutorSettings) -> dict[str, Any]:
+def _security_context(
+    value: Any, k8s: kubernetes_settings.KubernetesExecutorSettings
+) -> dict[str, Any]:
     return security_context("security_context", value, k8s, pod=False)
 
 
 def security_context(
-    field: str, value: Any, k8s: config.KubernetesExecutorSettings, *, pod: bool
+    field: str, value: Any, k8s: kubernetes_settings.KubernetesExecutorSettings, *, pod: bool
 ) -> dict[str, Any]:
     """A pod's (`pod`) or a container's securityContext fields as a spec or placement class
     writes them: only the fields corral lets through, each within the Pod Security level
@@ -370,11 +380,11 @@ def context_problems(context: Mapping[str, Any], level: str) -> list[tuple[str, 
     return problems
 
 
-def _affinity(value: Any, k8s: config.KubernetesExecutorSettings) -> dict[str, Any]:
+def _affinity(value: Any, k8s: kubernetes_settings.KubernetesExecutorSettings) -> dict[str, Any]:
     return _kube_object("affinity", value, "Affinity")
 
 
-def _annotations(value: Any, k8s: config.KubernetesExecutorSettings) -> dict[str, str]:
+def _annotations(value: Any, k8s: kubernetes_settings.KubernetesExecutorSettings) -> dict[str, str]:
     if not isinstance(value, Mapping):
         raise errors.FieldRefused("annotations", "must be an object of key: value strings")
     for key, text in value.items():
@@ -397,7 +407,9 @@ def _annotations(value: Any, k8s: config.KubernetesExecutorSettings) -> dict[str
     return dict(value)
 
 
-def _sidecars(value: Any, k8s: config.KubernetesExecutorSettings) -> list[dict[str, Any]]:
+def _sidecars(
+    value: Any, k8s: kubernetes_settings.KubernetesExecutorSettings
+) -> list[dict[str, Any]]:
     out, names = [], {MAIN}
     for n, item in enumerate(_list("sidecars", value, "containers (name, image, command...)")):
         where = f"sidecars[{n}]"
@@ -418,7 +430,7 @@ def _sidecars(value: Any, k8s: config.KubernetesExecutorSettings) -> list[dict[s
 
 
 def _sidecar(
-    where: str, item: Mapping[str, Any], k8s: config.KubernetesExecutorSettings
+    where: str, item: Mapping[str, Any], k8s: kubernetes_settings.KubernetesExecutorSettings
 ) -> dict[str, Any]:
     sidecar: dict[str, Any] = {"name": item["name"]}
     for key in ("image", "command"):
@@ -446,7 +458,7 @@ def _sidecar(
     return sidecar
 
 
-FIELDS: dict[str, Callable[[Any, config.KubernetesExecutorSettings], Any]] = {
+FIELDS: dict[str, Callable[[Any, kubernetes_settings.KubernetesExecutorSettings], Any]] = {
     "namespace": _namespace,
     "env_from": _env_from,
     "volumes": _volumes,
@@ -471,8 +483,8 @@ def _object_name(field: str, name: Any) -> None:
 
 def resources(
     own: Mapping[str, Mapping[str, str]] | None,
-    k8s: config.KubernetesExecutorSettings,
-    placement: config.Placement | None = None,
+    k8s: kubernetes_settings.KubernetesExecutorSettings,
+    placement: kubernetes_settings.Placement | None = None,
 ) -> dict[str, dict[str, str]]:
     """A container's requests and limits: the settings' defaults, then the placement
     class's, then its `own`; a layer that names a resource (as a request or a limit)
@@ -490,7 +502,7 @@ def resources(
 
 
 def pod_context(
-    spec: Mapping[str, Any], placement: config.Placement | None, run_as_user: int
+    spec: Mapping[str, Any], placement: kubernetes_settings.Placement | None, run_as_user: int
 ) -> dict[str, Any]:
     """The pod's securityContext: restricted's defaults, the class's fields, the job's;
     `run_as_user` where none of them names a uid (a kubelet refuses runAsNonRoot for an
@@ -505,7 +517,7 @@ def pod_context(
 
 
 def container_context(
-    own: Mapping[str, Any] | None, placement: config.Placement | None = None
+    own: Mapping[str, Any] | None, placement: kubernetes_settings.Placement | None = None
 ) -> dict[str, Any]:
     """A container's securityContext: restricted's defaults, the class's fields, its own."""
     return {
@@ -517,8 +529,8 @@ def container_context(
 
 def container_fields(
     spec: Mapping[str, Any],
-    k8s: config.KubernetesExecutorSettings,
-    placement: config.Placement | None,
+    k8s: kubernetes_settings.KubernetesExecutorSettings,
+    placement: kubernetes_settings.Placement | None,
 ) -> dict[str, Any]:
     """What the spec's pod fields put on the job's container: its securityContext and
     resources (with the defaults), envFrom and volumeMounts."""
@@ -535,8 +547,8 @@ def container_fields(
 
 def pod_fields(
     spec: Mapping[str, Any],
-    k8s: config.KubernetesExecutorSettings,
-    placement: config.Placement | None,
+    k8s: kubernetes_settings.KubernetesExecutorSettings,
+    placement: kubernetes_settings.Placement | None,
 ) -> dict[str, Any]:
     """What the spec's pod fields put on the pod (core/v1 PodSpec): its securityContext,
     imagePullSecrets, affinity and sidecars. Volumes are the caller's, beside its own."""
@@ -550,7 +562,9 @@ def pod_fields(
     return out
 
 
-def sidecar(spec: Mapping[str, Any], k8s: config.KubernetesExecutorSettings) -> dict[str, Any]:
+def sidecar(
+    spec: Mapping[str, Any], k8s: kubernetes_settings.KubernetesExecutorSettings
+) -> dict[str, Any]:
     """The core/v1 Container of a normalised sidecar: a native sidecar (an init container
     that restarts Always), which the kubelet stops once the job's container has ended."""
     container: dict[str, Any] = {
@@ -573,7 +587,9 @@ def sidecar(spec: Mapping[str, Any], k8s: config.KubernetesExecutorSettings) -> 
 
 
 def check_placement(
-    name: str, placement: config.Placement, k8s: config.KubernetesExecutorSettings
+    name: str,
+    placement: kubernetes_settings.Placement,
+    k8s: kubernetes_settings.KubernetesExecutorSettings,
 ) -> None:
     """FieldRefused (its field named as a setting) when a placement class's security contexts
     break the Pod Security level or are not Kubernetes'."""

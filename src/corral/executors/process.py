@@ -84,7 +84,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from corral import clock, errors, model
+from corral import clock, errors, launching, model
 from corral.executors import (
     base,
     process_folder,
@@ -128,7 +128,7 @@ class ProcessExecutor:
         poll_interval: float = 0.1,
         kill_grace: float = KILL_GRACE_SECONDS,
         retention: timedelta | None = None,
-        log_bytes: int = model.STREAM_BYTES,
+        log_bytes: int = launching.STREAM_BYTES,
         strangers: Mapping[str, Any] | None = None,
         state_dir: Path | None = None,
     ) -> None:
@@ -196,7 +196,7 @@ class ProcessExecutor:
 
     # --- the protocol --------------------------------------------------------------------
 
-    async def launch(self, launch: model.Launch) -> None:
+    async def launch(self, launch: launching.Launch) -> None:
         """Claim `launch.name` and start its command; idempotent by name and identity."""
         if self._closed:
             raise errors.ExecutorError("process executor: closed; no more launches")
@@ -225,7 +225,7 @@ class ProcessExecutor:
             if self._asking[launch.name] <= 0:
                 del self._asking[launch.name]
 
-    async def _claim(self, launch: model.Launch, spec: dict[str, Any], run_dir: Path) -> None:
+    async def _claim(self, launch: launching.Launch, spec: dict[str, Any], run_dir: Path) -> None:
         """Have the supervisor claim `run_dir` and start `launch`'s command there; a name
         claimed already counts as launched when it holds this attempt's identity."""
         # Recovery asks again for launches it finds (before it adopts them): a claimed
@@ -263,22 +263,22 @@ class ProcessExecutor:
                 )
             await self._clock.sleep(self._poll_interval)
 
-    async def observe(self, names: Sequence[str]) -> dict[str, model.Observation]:
+    async def observe(self, names: Sequence[str]) -> dict[str, launching.Observation]:
         """What each name's run folder shows."""
         dirs = {name: self._run_dir(name) for name in names}
         return await asyncio.to_thread(self._observe_blocking, dirs)
 
-    async def list_managed(self, selector: Mapping[str, str]) -> list[model.Observation]:
+    async def list_managed(self, selector: Mapping[str, str]) -> list[launching.Observation]:
         """Observations of every run folder whose labels include all of `selector`: the
         whole history, so the reconciler asks `list_live` and `list_ended` instead."""
         return await asyncio.to_thread(self._list_blocking, dict(selector))
 
-    async def list_live(self, selector: Mapping[str, str]) -> list[model.Observation]:
+    async def list_live(self, selector: Mapping[str, str]) -> list[launching.Observation]:
         """Observations of the runs in the live index whose labels include all of
         `selector` and that may still go on; what it finds ended moves to the ended index."""
         return await asyncio.to_thread(self._live_blocking, dict(selector))
 
-    async def list_ended(self, before: datetime) -> list[model.Observation]:
+    async def list_ended(self, before: datetime) -> list[launching.Observation]:
         """Observations of up to FORGET_BATCH runs that ended before `before`, from the
         ended index's hours before it (and an offer after the last one, pass by pass)."""
         return await asyncio.to_thread(self._ended_blocking, before)
@@ -296,7 +296,7 @@ class ProcessExecutor:
             await self._clock.sleep(min(self._poll_interval, left))
         await asyncio.to_thread(process_stop.signal_child_group, run_dir, signal.SIGKILL)
 
-    async def events(self) -> AsyncGenerator[model.Observation, None]:
+    async def events(self) -> AsyncGenerator[launching.Observation, None]:
         """Yields, once each, the finish of launches made by this instance, until `close`:
         as soon as the supervisor says a command ended, and for every run watched once in
         SWEEP_EVERY poll intervals (a command whose supervisor was killed ends unannounced)."""
@@ -312,9 +312,11 @@ class ProcessExecutor:
                 seen = await self._seen(names, ended)
                 for name in sorted(names):
                     obs = seen.get(name)
-                    if obs is None or not (obs.phase.finished or obs.phase is model.Phase.ABSENT):
+                    if obs is None or not (
+                        obs.phase.finished or obs.phase is launching.Phase.ABSENT
+                    ):
                         continue
-                    if obs.phase is model.Phase.ABSENT and name in self._asking:
+                    if obs.phase is launching.Phase.ABSENT and name in self._asking:
                         continue  # not claimed yet: a sweep between its request and answer
                     self._watched.pop(name, None)
                     yield obs
@@ -323,7 +325,7 @@ class ProcessExecutor:
 
     async def _seen(
         self, names: set[str], ended: Mapping[str, Mapping[str, Any] | None]
-    ) -> dict[str, model.Observation]:
+    ) -> dict[str, launching.Observation]:
         """What became of the runs `names`: a success the supervisor told (`ended`: its
         record is in place, as it says) needs no look at its folder; the rest are read
         from their folders, and one whose exit went unrecorded fails, transient."""
@@ -340,7 +342,7 @@ class ProcessExecutor:
             if (obs := seen.get(name)) is not None and not obs.phase.finished:
                 seen[name] = dataclasses.replace(
                     obs,
-                    phase=model.Phase.FAILED,
+                    phase=launching.Phase.FAILED,
                     reason=UNRECORDED,
                     failure_class=model.FailureClass.TRANSIENT,
                 )
@@ -389,7 +391,7 @@ class ProcessExecutor:
             (self.root / INDEXED).write_text('{"version": 1}\n', encoding="utf-8")
         log.info("process executor: indexed %d live, %d ended runs in %s", live, ended, self.root)
 
-    def _live_blocking(self, selector: dict[str, str]) -> list[model.Observation]:
+    def _live_blocking(self, selector: dict[str, str]) -> list[launching.Observation]:
         self._check_root()
         index = self.root / process_folder.LIVE
         with process_runs.os_errors(f"list the live runs in {index}"):
@@ -403,7 +405,7 @@ class ProcessExecutor:
             if obs.phase.finished:  # its supervisor died before it could move the marker
                 at = obs.finished_at or self._clock.now()
                 process_folder.mark_ended(self.root, name, at.timestamp())
-            elif obs.phase is model.Phase.ABSENT:
+            elif obs.phase is launching.Phase.ABSENT:
                 # Marked just before a claim that is under way, or by one that failed: a
                 # marker still without its folder a pass later is a failed one's.
                 if name in self._absent_before:
@@ -416,7 +418,7 @@ class ProcessExecutor:
         self._absent_before = absent
         return found
 
-    def _ended_blocking(self, before: datetime) -> list[model.Observation]:
+    def _ended_blocking(self, before: datetime) -> list[launching.Observation]:
         self._check_root()
         with process_runs.os_errors(
             f"list the half-made launches in {self.root / process_folder.HALF_MADE}"
@@ -434,7 +436,7 @@ class ProcessExecutor:
             obs = seen.get(name)
             if obs is None:
                 continue  # damaged: left for a person to look at
-            if obs.phase is model.Phase.ABSENT:  # forgotten, or deleted by hand
+            if obs.phase is launching.Phase.ABSENT:  # forgotten, or deleted by hand
                 with contextlib.suppress(OSError):
                     os.unlink(marker)
             elif not obs.phase.finished:  # the name was launched again: it goes on
@@ -481,11 +483,11 @@ class ProcessExecutor:
         if not self.root.is_dir():
             raise errors.ExecutorError(f"process executor: run folder root {self.root} is missing")
 
-    def _observe_blocking(self, dirs: Mapping[str, Path]) -> dict[str, model.Observation]:
+    def _observe_blocking(self, dirs: Mapping[str, Path]) -> dict[str, launching.Observation]:
         self._check_root()
         return process_runs.observe_many(dirs)
 
-    def _list_blocking(self, selector: dict[str, str]) -> list[model.Observation]:
+    def _list_blocking(self, selector: dict[str, str]) -> list[launching.Observation]:
         self._check_root()
         with process_runs.os_errors(f"list the run folders in {self.root}"):
             entries = sorted(os.scandir(self.root), key=lambda e: e.name)

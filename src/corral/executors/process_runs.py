@@ -17,7 +17,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from corral import errors, model
+from corral import errors, launching, model
 from corral.executors import process_folder, process_shim
 
 log = logging.getLogger("corral.executors.process")
@@ -34,7 +34,7 @@ def os_errors(doing: str) -> Iterator[None]:
         raise errors.ExecutorError(f"process executor could not {doing}: {exc}") from exc
 
 
-def check_same_identity(run_dir: Path, launch: model.Launch) -> None:
+def check_same_identity(run_dir: Path, launch: launching.Launch) -> None:
     """Return if `run_dir` belongs to `launch`'s attempt, else raise LaunchConflict."""
     with os_errors(f"read the labels of {launch.name!r}"):
         theirs = read_json(run_dir / "labels.json") or {}
@@ -48,7 +48,7 @@ def check_same_identity(run_dir: Path, launch: model.Launch) -> None:
     )
 
 
-def observe_many(dirs: Mapping[str, Path]) -> dict[str, model.Observation]:
+def observe_many(dirs: Mapping[str, Path]) -> dict[str, launching.Observation]:
     """Observations by name; a run folder that cannot be read is left out (unknown), so
     one damaged folder does not hide the others."""
     seen = {}
@@ -60,10 +60,10 @@ def observe_many(dirs: Mapping[str, Path]) -> dict[str, model.Observation]:
     return seen
 
 
-def observe_one(name: str, run_dir: Path) -> model.Observation:
+def observe_one(name: str, run_dir: Path) -> launching.Observation:
     with os_errors(f"observe {name!r}"):
         if not run_dir.is_dir():
-            return model.Observation(name=name, phase=model.Phase.ABSENT)
+            return launching.Observation(name=name, phase=launching.Phase.ABSENT)
         labels = read_json(run_dir / "labels.json") or {}
         finished = _finished(name, run_dir, labels)
         if finished is not None:
@@ -71,16 +71,16 @@ def observe_one(name: str, run_dir: Path) -> model.Observation:
         child = read_pid(run_dir / "child.pid")
         started_at = parse_time(child.get("started_at")) if child else None
         if alive(read_pid(run_dir / "shim.pid")):
-            phase = model.Phase.RUNNING if child else model.Phase.PENDING
-            return model.Observation(name, phase, labels, started_at=started_at)
+            phase = launching.Phase.RUNNING if child else launching.Phase.PENDING
+            return launching.Observation(name, phase, labels, started_at=started_at)
         if alive(child):  # the supervisor was killed, the command was not: it still runs
-            return model.Observation(
-                name, model.Phase.RUNNING, labels, reason=SUPERVISOR_DIED, started_at=started_at
+            return launching.Observation(
+                name, launching.Phase.RUNNING, labels, reason=SUPERVISOR_DIED, started_at=started_at
             )
         # The shim may have written exit.json and ended since we first looked.
-        return _finished(name, run_dir, labels) or model.Observation(
+        return _finished(name, run_dir, labels) or launching.Observation(
             name,
-            model.Phase.FAILED,
+            launching.Phase.FAILED,
             labels,
             reason=SUPERVISOR_DIED,
             started_at=started_at,
@@ -89,14 +89,14 @@ def observe_one(name: str, run_dir: Path) -> model.Observation:
         )
 
 
-def _finished(name: str, run_dir: Path, labels: dict[str, str]) -> model.Observation | None:
+def _finished(name: str, run_dir: Path, labels: dict[str, str]) -> launching.Observation | None:
     record = read_json(run_dir / "exit.json")
     return None if record is None else from_record(name, run_dir, labels, record)
 
 
 def from_record(
     name: str, run_dir: Path, labels: Mapping[str, str], record: Mapping[str, Any]
-) -> model.Observation:
+) -> launching.Observation:
     """What `exit.json` (`record`) says of a finished run; a failure's message is the last
     line of its stderr. Its output is the record's when the supervisor said it, else read
     from the folder."""
@@ -107,9 +107,9 @@ def from_record(
         said if isinstance(said, dict) else read_tails(run_dir, LOG_TAIL_BYTES),
         None if started is None or finished is None else (finished - started).total_seconds(),
     )
-    return model.Observation(
+    return launching.Observation(
         name=name,
-        phase=model.Phase.SUCCEEDED if succeeded else model.Phase.FAILED,
+        phase=launching.Phase.SUCCEEDED if succeeded else launching.Phase.FAILED,
         labels=labels,
         exit_code=record.get("exit_code"),
         reason=record.get("reason"),
@@ -121,7 +121,7 @@ def from_record(
     )
 
 
-LOG_TAIL_BYTES = model.STREAM_BYTES
+LOG_TAIL_BYTES = launching.STREAM_BYTES
 """How much of each log is read back from a run folder whose end the supervisor did not
 say (recovery, a sweep): the default, as the run folder does not record the setting."""
 
@@ -143,7 +143,7 @@ def read_tails(run_dir: Path, limit: int) -> dict[str, Any]:
     return out
 
 
-def run_log(tails: Mapping[str, Any], latency: float | None) -> model.RunLog:
+def run_log(tails: Mapping[str, Any], latency: float | None) -> launching.RunLog:
     """A command's run log: the tails of its stdout and stderr, as the supervisor said them
     (process_shim.output_tails) or as read (bytes)."""
     streams = []
@@ -158,8 +158,8 @@ def run_log(tails: Mapping[str, Any], latency: float | None) -> model.RunLog:
             data = bytes(tail)
         size = int(said.get("bytes", len(data)))
         cut = size > len(data)
-        streams.append(model.Stream(name, model.decoded(data, cut_before=cut), size, cut))
-    return model.RunLog(streams=tuple(streams), latency=latency)
+        streams.append(launching.Stream(name, launching.decoded(data, cut_before=cut), size, cut))
+    return launching.RunLog(streams=tuple(streams), latency=latency)
 
 
 _TRANSIENT_REASONS = ("deadline exceeded", "supervisor terminated", SUPERVISOR_DIED)

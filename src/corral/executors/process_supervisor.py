@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from corral import clock, errors, model
+from corral import clock, errors, launching
 from corral.executors import process_child, process_runs
 
 log = logging.getLogger("corral.executors.process")
@@ -29,7 +29,7 @@ SHIM_ANSWER_SECONDS = 30.0
 """How long `launch` waits for the shim to say `started` or `exists`."""
 
 
-def launch_files(launch: model.Launch, spec: dict[str, Any], log_bytes: int) -> dict[str, Any]:
+def launch_files(launch: launching.Launch, spec: dict[str, Any], log_bytes: int) -> dict[str, Any]:
     """What a run folder starts with, by file name: the supervisor writes them (the payload,
     when there is one, as JSON text, so that it is written as every executor delivers it)."""
     launch_doc = {
@@ -42,7 +42,7 @@ def launch_files(launch: model.Launch, spec: dict[str, Any], log_bytes: int) -> 
         "log_bytes": log_bytes,
     }
     files: dict[str, Any] = {"launch.json": launch_doc, "labels.json": dict(launch.labels)}
-    if (payload := model.payload_json(launch.payload)) is not None:
+    if (payload := launching.payload_json(launch.payload)) is not None:
         files[process_child.PAYLOAD_FILE] = payload
     return files
 

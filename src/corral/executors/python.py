@@ -12,9 +12,9 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from corral import errors, model
+from corral import errors, python_tasks
 
-KIND = model.PYTHON
+KIND = python_tasks.PYTHON
 _TASK = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,199}$")
 
 

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from corral import config, errors, model, tenancy
+from corral import config, errors, scheduling, tenancy
 from corral.executors.pods import RESERVED_PREFIX
 
 CLUSTER_KINDS = frozenset({"kubernetes", "argo"})
@@ -137,12 +137,12 @@ def scoped(
     return mine
 
 
-def firing_refusal(settings: config.Settings) -> Callable[[model.Schedule], str | None]:
+def firing_refusal(settings: config.Settings) -> Callable[[scheduling.Schedule], str | None]:
     """Why a firing of a schedule a tenant made is refused under `settings`, checked at
     every firing: its executor no longer granted, or (a cluster job) a namespace or a name
     its tenant's table no longer allows. None when it may run."""
 
-    def why(schedule: model.Schedule) -> str | None:
+    def why(schedule: scheduling.Schedule) -> str | None:
         executor = tenancy.executor_of(schedule.template)
         if (refused := tenancy.refusal(settings.tenants, schedule.tenant, executor)) is not None:
             return refused

@@ -5,8 +5,8 @@ corral adds one the same way, pointing at a Registration:
     [project.entry-points."corral.executors"]
     nomad = "corral_nomad:REGISTRATION"
 
-Settings (`executors.enabled`), the runtime, the CLI (`--executor`, `--image`,
-`--dry-run`), the client (spec checks, heartbeat reach) and the executor contract suite
+Settings (`executors.enabled`, each executor's table), the runtime, the CLI (`--executor`,
+`--image`, `--dry-run`), the client (spec checks, heartbeat reach) and the executor contract suite
 all read this table, so adding an executor touches nothing else in corral. A registration
 must be cheap to import: build the executor, and import heavy clients, only when asked.
 """
@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 from corral import entrypoints, errors
 
 if TYPE_CHECKING:  # not at run time: `corral submit --help` lists the kinds, nothing more
+    from pydantic import BaseModel
+
     from corral import clock, config, model
     from corral.executors import rbac
     from corral.executors.base import Executor
@@ -58,6 +60,10 @@ class Registration:
     settings (what to set), or None when it can."""
     rules: Callable[[], rbac.Rules] | None = None
     """The Kubernetes API calls it makes, for its Role (`corral deploy rbac`); None: none."""
+    settings_model: type[BaseModel] | None = None
+    """The model of its table, `[executors.<kind>]`, which settings read and validate with
+    it (every setting at its default when the table is not given); None: the table is kept
+    as given (`ExecutorSettings.section`). It must live in a module as light as this one."""
 
 
 def known() -> tuple[str, ...]:

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from corral import model
+from corral import launching, model
 
 PERMANENT = frozenset(
     {
@@ -158,21 +158,21 @@ def observation(
     since: datetime | None,
     now: datetime,
     limit: timedelta,
-) -> model.Observation:
+) -> launching.Observation:
     """A waiting attempt as it is now: PENDING, its reason said, or, once it has waited
     `limit` since `since` (or at once, for a reason no wait fixes), FAILED with it."""
     waited = (now - since) if since is not None else timedelta(0)
     if why.reason not in AT_ONCE and waited < limit:
-        return model.Observation(
+        return launching.Observation(
             name=name,
-            phase=model.Phase.PENDING,
+            phase=launching.Phase.PENDING,
             labels=labels,
             reason=f"waiting to start: {why.reason}",
             message=why.message,
         )
-    return model.Observation(
+    return launching.Observation(
         name=name,
-        phase=model.Phase.FAILED,
+        phase=launching.Phase.FAILED,
         labels=labels,
         reason=f"pod did not start in {_seconds(waited)}: {why.reason}",
         finished_at=now,

@@ -38,7 +38,7 @@ from typing import Any
 
 import fsspec
 
-from corral import clock, config, errors, model
+from corral import clock, config, errors, launching
 from corral.sinks.fence import (
     Writer,
     run_blocking,
@@ -162,20 +162,20 @@ class Publisher:
                 out.write(json.dumps(row, sort_keys=True) + "\n")
         return path
 
-    def publish(self, audits: Sequence[Audit] = ()) -> model.Pointer:
+    def publish(self, audits: Sequence[Audit] = ()) -> launching.Pointer:
         """Audit the staging folder, then swap the pointer to it. AuditFailed (nothing
         published) when an audit fails; StaleFenceError when a newer attempt has
         published already. Publishing the same folder again is not refused."""
         return run_blocking(self.publish_async(audits))
 
-    async def publish_async(self, audits: Sequence[Audit] = ()) -> model.Pointer:
+    async def publish_async(self, audits: Sequence[Audit] = ()) -> launching.Pointer:
         """`publish` for async code (the audits read files: they run in a thread)."""
         staged = self.staging
         problems = await asyncio.to_thread(self._audit, staged, audits)
         if problems:
             raise errors.AuditFailed(self.dataset, problems)
         swapped = await self._swap()
-        if not isinstance(swapped, model.Pointer):
+        if not isinstance(swapped, launching.Pointer):
             raise errors.StaleFenceError(
                 f"{self.dataset}: not published: fence {swapped} published it already,"
                 f" newer than (or the same as) this attempt's {self.writer.fence}",
@@ -185,7 +185,7 @@ class Publisher:
         self._published = True
         return swapped
 
-    async def _swap(self) -> model.Pointer | int:
+    async def _swap(self) -> launching.Pointer | int:
         """The compare-and-swap: over corral's API with this attempt's token when it has
         one and writes as itself, else on the store."""
         if (reach := self._api()) is not None:
@@ -210,7 +210,7 @@ class Publisher:
     def _api(self) -> ApiReach | None:
         return own_api(self.writer.fence)
 
-    async def _pointer(self) -> model.Pointer | None:
+    async def _pointer(self) -> launching.Pointer | None:
         """The dataset's pointer, of this attempt's tenant."""
         return await _pointer(
             self.dataset, self.settings, reach=self._api(), fence=self.writer.fence
@@ -265,7 +265,7 @@ async def _pointer(
     reach: ApiReach | None = None,
     tenant: str | None = None,
     fence: int | None = None,
-) -> model.Pointer | None:
+) -> launching.Pointer | None:
     """`dataset`'s pointer: over the API (the attempt's tenant's), else on the store, of
     `tenant` or of the tenant of attempt `fence`'s job."""
     if reach is not None:

@@ -34,7 +34,17 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from sqlalchemy import Connection, Engine
 from sqlalchemy import exc as sa_exc
 
-from corral import config, errors, failpoints, model, planning, retry
+from corral import (
+    access,
+    errors,
+    failpoints,
+    launching,
+    model,
+    planning,
+    python_tasks,
+    retry,
+    scheduling,
+)
 from corral.store import (
     alerts,
     attempts,
@@ -61,6 +71,7 @@ from corral.store import (
 from corral.store.attempts import Status
 from corral.store.claims import DefaultLimits
 from corral.store.completions import Finish, Outcome
+from corral.timeouts import Timeouts
 
 if TYPE_CHECKING:
     from corral.store import hotpool  # psycopg's async side: imported for PostgreSQL only
@@ -135,10 +146,10 @@ class Store:
         )
 
     @classmethod
-    def connect(cls, url: str, *, timeouts: config.Timeouts | None = None) -> Store:
+    def connect(cls, url: str, *, timeouts: Timeouts | None = None) -> Store:
         """A Store for `url` (no connection is made until the first call), with the time
         limits of `timeouts` (default: the default settings') on its PostgreSQL connections."""
-        limits = dialects.ConnectionLimits.of(timeouts or config.Timeouts())
+        limits = dialects.ConnectionLimits.of(timeouts or Timeouts())
         try:
             return cls(dialects.engine_create(url, limits), limits=limits)
         except (sa_exc.ArgumentError, ImportError, ValueError) as exc:
@@ -501,7 +512,7 @@ class Store:
         tasks = [
             job_id
             for (job_id, created), job in zip(made, new, strict=True)
-            if created and job.executor == model.PYTHON
+            if created and job.executor == python_tasks.PYTHON
         ]
         if tasks and since is not None:
             await self._tx(workers.jobs_park_unread, now=now, since=since, job_ids=tasks)
@@ -733,11 +744,11 @@ class Store:
         *,
         name: str,
         tenant: str | None,
-        role: model.Role,
+        role: access.Role,
         secret_sha256: str,
         now: datetime,
         expires_at: datetime | None,
-    ) -> model.Token:
+    ) -> access.Token:
         return await self._tx(
             tokens.token_add,
             name=name,
@@ -750,18 +761,18 @@ class Store:
 
     async def token_add_first_admin(
         self, *, name: str, secret_sha256: str, now: datetime
-    ) -> model.Token | None:
+    ) -> access.Token | None:
         return await self._tx(
             tokens.token_add_first_admin, name=name, secret_sha256=secret_sha256, now=now
         )
 
-    async def token_find(self, *, secret_sha256: str) -> model.Token | None:
+    async def token_find(self, *, secret_sha256: str) -> access.Token | None:
         return await self._lookup(tokens.token_find, secret_sha256=secret_sha256)
 
-    async def token_list(self) -> list[model.Token]:
+    async def token_list(self) -> list[access.Token]:
         return await self._read(tokens.token_list)
 
-    async def token_revoke(self, *, token_id: int, now: datetime) -> model.Token:
+    async def token_revoke(self, *, token_id: int, now: datetime) -> access.Token:
         return await self._tx(tokens.token_revoke, token_id=token_id, now=now)
 
     async def audit_add(
@@ -786,7 +797,7 @@ class Store:
 
     async def audit_list(
         self, *, tenant: str | None = None, limit: int = 100
-    ) -> list[model.AuditEntry]:
+    ) -> list[access.AuditEntry]:
         return await self._read(tokens.audit_list, tenant=tenant, limit=limit)
 
     # --- dashboard users and sessions (corral.web) ------------------------------------
@@ -797,9 +808,9 @@ class Store:
         name: str,
         password_hash: str,
         tenant: str | None,
-        role: model.Role,
+        role: access.Role,
         now: datetime,
-    ) -> model.User:
+    ) -> access.User:
         return await self._tx(
             users.user_add,
             name=name,
@@ -809,13 +820,13 @@ class Store:
             now=now,
         )
 
-    async def user_password(self, *, name: str) -> tuple[model.User, str] | None:
+    async def user_password(self, *, name: str) -> tuple[access.User, str] | None:
         return await self._lookup(users.user_password, name=name)
 
-    async def user_list(self) -> list[model.User]:
+    async def user_list(self) -> list[access.User]:
         return await self._read(users.user_list)
 
-    async def user_remove(self, *, name: str, now: datetime) -> model.User:
+    async def user_remove(self, *, name: str, now: datetime) -> access.User:
         return await self._tx(users.user_remove, name=name, now=now)
 
     async def session_add(
@@ -838,7 +849,7 @@ class Store:
             expires_at=expires_at,
         )
 
-    async def session_find(self, *, secret_sha256: str, now: datetime) -> model.WebSession | None:
+    async def session_find(self, *, secret_sha256: str, now: datetime) -> access.WebSession | None:
         return await self._lookup(users.session_find, secret_sha256=secret_sha256, now=now)
 
     async def session_remove(self, *, secret_sha256: str) -> None:
@@ -981,19 +992,19 @@ class Store:
     async def alert_muted(self, *, now: datetime) -> dict[str, datetime]:
         return await self._tx(alerts.alert_muted, now=now)
 
-    async def run_logs(self, *, job_id: int) -> dict[int, model.RunLog]:
+    async def run_logs(self, *, job_id: int) -> dict[int, launching.RunLog]:
         """What each ended attempt of a job left to read, by fence."""
         return await self._lookup(runlogs.run_logs_of, job_id=job_id)
 
     async def job_record(
         self, *, job_id: int
-    ) -> tuple[model.Job, list[model.Attempt], list[model.Event], dict[int, model.RunLog]]:
+    ) -> tuple[model.Job, list[model.Attempt], list[model.Event], dict[int, launching.RunLog]]:
         """A job, its attempts, its events and its run logs (what a job's page shows), read
         in one call on one connection; NotFound if there is no such job."""
 
         def job_record(
             conn: Connection, *, job_id: int
-        ) -> tuple[model.Job, list[model.Attempt], list[model.Event], dict[int, model.RunLog]]:
+        ) -> tuple[model.Job, list[model.Attempt], list[model.Event], dict[int, launching.RunLog]]:
             return (
                 jobs.job_get(conn, job_id=job_id),
                 attempts.attempt_list(conn, job_id=job_id),
@@ -1025,7 +1036,7 @@ class Store:
         location: str,
         code_version: str | None,
         now: datetime,
-    ) -> model.Pointer | int:
+    ) -> launching.Pointer | int:
         return await self._tx(
             sinks.pointer_swap,
             dataset=dataset,
@@ -1037,7 +1048,7 @@ class Store:
 
     async def pointer_get(
         self, *, dataset: str, tenant: str | None = None, fence: int | None = None
-    ) -> model.Pointer | None:
+    ) -> launching.Pointer | None:
         return await self._tx(sinks.pointer_get, dataset=dataset, tenant=tenant, fence=fence)
 
     # --- bulk operations (operations.py) ------------------------------------------------
@@ -1113,11 +1124,11 @@ class Store:
     async def schedule_create(
         self,
         *,
-        new: model.NewSchedule,
+        new: scheduling.NewSchedule,
         anchor: datetime,
         next_due: datetime | None,
         now: datetime,
-    ) -> model.Schedule:
+    ) -> scheduling.Schedule:
         return await self._tx(
             schedules.schedule_create, new=new, anchor=anchor, next_due=next_due, now=now
         )
@@ -1125,10 +1136,10 @@ class Store:
     async def schedules_create(
         self,
         *,
-        items: Sequence[tuple[model.NewSchedule, datetime, datetime | None]],
+        items: Sequence[tuple[scheduling.NewSchedule, datetime, datetime | None]],
         now: datetime,
         paused: bool = False,
-    ) -> list[model.Schedule]:
+    ) -> list[scheduling.Schedule]:
         return await self._tx(schedules.schedules_create, items=items, now=now, paused=paused)
 
     async def schedule_update(
@@ -1138,7 +1149,7 @@ class Store:
         changes: Mapping[str, Any],
         next_due: datetime | None,
         now: datetime,
-    ) -> model.Schedule:
+    ) -> scheduling.Schedule:
         return await self._tx(
             schedules.schedule_update,
             schedule_id=schedule_id,
@@ -1149,7 +1160,7 @@ class Store:
 
     async def secret_add(
         self, *, tenant: str, secret: str, now: datetime, overlap: timedelta, rotate: bool
-    ) -> model.SigningSecret:
+    ) -> access.SigningSecret:
         return await self._tx(
             secrets.secret_add,
             tenant=tenant,
@@ -1162,7 +1173,9 @@ class Store:
     async def secrets_signing(self, *, tenants: list[str], now: datetime) -> dict[str, list[str]]:
         return await self._tx(secrets.secrets_signing, tenants=tenants, now=now)
 
-    async def secrets_list(self, *, tenant: str | None, now: datetime) -> list[model.SigningSecret]:
+    async def secrets_list(
+        self, *, tenant: str | None, now: datetime
+    ) -> list[access.SigningSecret]:
         return await self._tx(secrets.secrets_list, tenant=tenant, now=now)
 
     async def service_key(self, *, name: str, secret: str, now: datetime) -> str:
@@ -1171,7 +1184,7 @@ class Store:
     async def schedule_delete(self, *, schedule_id: int) -> None:
         await self._tx(schedules.schedule_delete, schedule_id=schedule_id)
 
-    async def schedule_pause(self, *, schedule_id: int, now: datetime) -> model.Schedule:
+    async def schedule_pause(self, *, schedule_id: int, now: datetime) -> scheduling.Schedule:
         return await self._tx(schedules.schedule_pause, schedule_id=schedule_id, now=now)
 
     async def schedule_resume(
@@ -1182,7 +1195,7 @@ class Store:
         skipped_count: int,
         next_due: datetime | None,
         now: datetime,
-    ) -> model.Schedule:
+    ) -> scheduling.Schedule:
         return await self._tx(
             schedules.schedule_resume,
             schedule_id=schedule_id,
@@ -1192,20 +1205,20 @@ class Store:
             now=now,
         )
 
-    async def schedule_get(self, *, name: str, tenant: str = "default") -> model.Schedule:
+    async def schedule_get(self, *, name: str, tenant: str = "default") -> scheduling.Schedule:
         return await self._tx(schedules.schedule_get, name=name, tenant=tenant)
 
-    async def schedule_by_id(self, *, schedule_id: int) -> model.Schedule:
+    async def schedule_by_id(self, *, schedule_id: int) -> scheduling.Schedule:
         return await self._tx(schedules.schedule_by_id, schedule_id=schedule_id)
 
     async def schedule_list(
         self, *, tenant: str | None = None, limit: int = 1000
-    ) -> list[model.Schedule]:
+    ) -> list[scheduling.Schedule]:
         return await self._tx(schedules.schedule_list, tenant=tenant, limit=limit)
 
     async def firing_list(
         self, *, schedule_id: int, limit: int = 20, before: datetime | None = None
-    ) -> list[model.Firing]:
+    ) -> list[scheduling.Firing]:
         return await self._tx(
             schedules.firing_list, schedule_id=schedule_id, limit=limit, before=before
         )
@@ -1221,7 +1234,7 @@ class Store:
         *,
         now: datetime,
         limit: int,
-        plan: Callable[[model.Schedule, model.JobState | None], planning.Plan],
+        plan: Callable[[scheduling.Schedule, model.JobState | None], planning.Plan],
         ahead: timedelta = timedelta(0),
     ) -> planning.Fired:
         return await self._tx(
@@ -1229,7 +1242,7 @@ class Store:
         )
 
     async def backfill(
-        self, *, schedule: model.Schedule, fires: Sequence[model.Fire], now: datetime
+        self, *, schedule: scheduling.Schedule, fires: Sequence[scheduling.Fire], now: datetime
     ) -> tuple[int, int]:
         return await self._tx(schedules.backfill, schedule=schedule, fires=fires, now=now)
 
@@ -1238,12 +1251,14 @@ class Store:
 
     # --- Python workers and parked jobs (corral.worker) ---------------------------------
 
-    async def worker_register(self, *, worker: model.Worker, now: datetime, since: datetime) -> int:
+    async def worker_register(
+        self, *, worker: python_tasks.Worker, now: datetime, since: datetime
+    ) -> int:
         return await self._tx(workers.worker_register, worker=worker, now=now, since=since)
 
     async def worker_beat(
         self, *, worker_id: str, leases: Mapping[int, float], now: datetime, since: datetime
-    ) -> tuple[model.WorkerState | None, list[int]]:
+    ) -> tuple[python_tasks.WorkerState | None, list[int]]:
         return await self._tx(
             workers.worker_beat, worker_id=worker_id, leases=leases, now=now, since=since
         )
@@ -1256,7 +1271,7 @@ class Store:
 
     async def worker_list(
         self, *, since: datetime, live: bool = True, limit: int = 500
-    ) -> list[model.Worker]:
+    ) -> list[python_tasks.Worker]:
         return await self._read(workers.worker_list, since=since, live=live, limit=limit)
 
     async def workers_forget(self, *, before: datetime) -> int:
@@ -1314,7 +1329,7 @@ class Store:
 
     async def parked_list(
         self, *, task: str | None = None, tenant: str | None = None, limit: int = 100
-    ) -> list[model.ParkedJob]:
+    ) -> list[python_tasks.ParkedJob]:
         return await self._read(workers.parked_list, task=task, tenant=tenant, limit=limit)
 
     async def payload_versions(

@@ -22,7 +22,7 @@ from sqlalchemy import (
     update,
 )
 
-from corral import model
+from corral import model, scheduling
 from corral.store import dialects
 from corral.store.events import event_note
 from corral.store.tables import (
@@ -232,11 +232,11 @@ def alert_successes(
 
 
 def _schedule_of(conn: Connection) -> ColumnElement[Any]:
-    return dialects.json_text(conn, jobs.c.payload, model.FIRING, "schedule")
+    return dialects.json_text(conn, jobs.c.payload, scheduling.FIRING, "schedule")
 
 
 def _events_read(conn: Connection, after: int, upto: int, which: ColumnElement[bool]) -> Any:
-    nominal = dialects.json_text(conn, jobs.c.payload, model.FIRING, "nominal_time")
+    nominal = dialects.json_text(conn, jobs.c.payload, scheduling.FIRING, "nominal_time")
     facts = (jobs.c.queue, jobs.c.tenant, jobs.c.executor, jobs.c.labels, jobs.c.spec)
     newest = (
         select(attempts.c.reason)

@@ -16,7 +16,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Select, func, or_, select, true, update
 
-from corral import config, model
+from corral import model, policy
 from corral.store import dialects, statements
 from corral.store.events import event_insert, event_row, transition
 from corral.store.rows import job_from_row, state_is
@@ -332,11 +332,11 @@ def attempt_limits(
     its lease. All None without `limits`."""
     if limits is None:
         return None, None, None
-    policy = config.JobPolicy.read(policy_stored)
-    deadline_at = now + (policy.limits.attempt_deadline or limits.attempt_deadline)
-    if not policy.heartbeat:
+    own = policy.JobPolicy.read(policy_stored)
+    deadline_at = now + (own.limits.attempt_deadline or limits.attempt_deadline)
+    if not own.heartbeat:
         return deadline_at, None, None
-    lease = policy.limits.lease_timeout or limits.lease_timeout
+    lease = own.limits.lease_timeout or limits.lease_timeout
     return deadline_at, now + lease, lease.total_seconds()
 
 

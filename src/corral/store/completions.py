@@ -11,7 +11,7 @@ from typing import Any
 
 from sqlalchemy import Connection, and_, or_, select
 
-from corral import config, errors, failpoints, model, retry
+from corral import errors, failpoints, launching, model, policy, retry
 from corral.store import dialects, statements
 from corral.store.attempts import attempt_record_running
 from corral.store.budgets import budget_take
@@ -61,18 +61,18 @@ class Finish:
     message: str | None = None
     retry_after: float | None = None  # seconds the platform asked to wait before a retry
     http_status: int | None = None  # an HTTP attempt's status: the job's status rules read it
-    output: model.RunLog | None = None  # what the attempt left to read: kept in its run log
+    output: launching.RunLog | None = None  # what the attempt left to read: kept in its run log
 
     @classmethod
-    def seen(cls, fence: int, obs: model.Observation) -> Finish:
+    def seen(cls, fence: int, obs: launching.Observation) -> Finish:
         """The end of attempt `fence` as a finished observation of its launch says it: a
         success is one that exited 0 (or has no exit code). A platform that gives no output
         but a message (a container's termination message) has that as its run log."""
-        ok = obs.phase is model.Phase.SUCCEEDED and obs.exit_code in (0, None)
+        ok = obs.phase is launching.Phase.SUCCEEDED and obs.exit_code in (0, None)
         output = obs.output
         if output is None and obs.message:
             size = len(obs.message.encode())
-            output = model.RunLog(streams=(model.Stream("message", obs.message, size),))
+            output = launching.RunLog(streams=(launching.Stream("message", obs.message, size),))
         return cls(
             fence,
             A.SUCCEEDED if ok else A.FAILED,
@@ -103,7 +103,7 @@ ENDINGS = frozenset({A.SUCCEEDED, A.FAILED, A.LOST})
 @dataclass(frozen=True, slots=True)
 class _Judged:
     job: model.Job
-    policy: config.JobPolicy
+    policy: policy.JobPolicy
     failure: retry.Failure
     retry_after: float | None = None
 
@@ -205,9 +205,9 @@ def _judge(conn: Connection, failed: Sequence[Finish]) -> dict[int, _Judged]:
         if f.fence not in found:
             continue
         executor, job = found[f.fence]
-        policy = config.JobPolicy.read(job.policy)
+        own = policy.JobPolicy.read(job.policy)
         failure = retry.classify(
-            policy,
+            own,
             executor=executor,
             state=f.state,
             exit_code=f.exit_code,
@@ -216,7 +216,7 @@ def _judge(conn: Connection, failed: Sequence[Finish]) -> dict[int, _Judged]:
             message=f.message,
             http_status=f.http_status,
         )
-        out[f.fence] = _Judged(job, policy, failure, f.retry_after)
+        out[f.fence] = _Judged(job, own, failure, f.retry_after)
     return out
 
 

@@ -46,7 +46,8 @@ from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.base import Executable
 from sqlalchemy.sql.elements import BindParameter, ClauseElement, ColumnElement
 
-from corral import config
+from corral import durations
+from corral.timeouts import Timeouts
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 
@@ -63,7 +64,7 @@ class ConnectionLimits:
     transaction: timedelta
 
     @classmethod
-    def of(cls, timeouts: config.Timeouts) -> ConnectionLimits:
+    def of(cls, timeouts: Timeouts) -> ConnectionLimits:
         return cls(
             connect=timeouts.database_connect_timeout,
             tcp=timeouts.database_tcp_timeout,
@@ -76,7 +77,9 @@ class ConnectionLimits:
     def setting(self, limit: str) -> str:
         """The setting one of these limits comes from, and its value: for messages."""
         name = "idle" if limit == "idle_in_transaction" else limit
-        return f"timeouts.database_{name}_timeout, {config.format_duration(getattr(self, limit))}"
+        return (
+            f"timeouts.database_{name}_timeout, {durations.format_duration(getattr(self, limit))}"
+        )
 
 
 _OWN_PARAMETERS = {
@@ -133,7 +136,7 @@ def _pg_args(parsed: URL, limits: ConnectionLimits | None) -> dict[str, Any]:
                 f"it sets {key}, which corral sets from timeouts.{_OWN_PARAMETERS[key]}:"
                 " set that instead"
             )
-    args = pg_connect_args(limits or ConnectionLimits.of(config.Timeouts()))
+    args = pg_connect_args(limits or ConnectionLimits.of(Timeouts()))
     given = parsed.query.get("options", ())
     # Corral's `-c` options go last: where the URL's options set the same thing, corral's win.
     args["options"] = " ".join([*([given] if isinstance(given, str) else given), args["options"]])

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from sqlalchemy import Connection
 
-from corral import model
+from corral import launching, model
 from corral.store.claims import DefaultLimits
 from corral.store.postgres.hot import PostgresHotPath
 from corral.store.sqlite.hot import SqliteHotPath
@@ -81,7 +81,7 @@ class HotPath(Protocol[C, Claims, Settled]):
         launched: Sequence[int],
         won: Sequence[Won],
         now: datetime,
-        logs: Mapping[int, model.RunLog] = ...,
+        logs: Mapping[int, launching.RunLog] = ...,
         reason: str = ...,
     ) -> Settled:
         """Record `launched` attempts as running and apply successes `won` and their run

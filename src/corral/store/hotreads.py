@@ -30,7 +30,7 @@ import orjson
 from sqlalchemy import Connection, Integer, String, Text, bindparam, select
 from sqlalchemy import cast as sa_cast
 
-from corral import errors, model
+from corral import errors, launching, model
 from corral.store import dialects, jobs, runlogs, tables
 
 if TYPE_CHECKING:
@@ -155,7 +155,7 @@ def _job_list_sql(names: frozenset[str]) -> tuple[str, Mapping[str, Any]]:
 
 async def job_record(
     conn: psycopg.AsyncConnection[Any], *, job_id: int
-) -> tuple[model.Job, list[model.Attempt], list[model.Event], dict[int, model.RunLog]]:
+) -> tuple[model.Job, list[model.Attempt], list[model.Event], dict[int, launching.RunLog]]:
     """A job, its attempts, its events and its run logs, four statements on one connection
     (as Store.job_record reads them); NotFound if there is no such job."""
     params = {"job_id": job_id}
@@ -232,7 +232,7 @@ class _Reader:
         return model.Event(*values)
 
     @staticmethod
-    def run_log(row: Sequence[Any]) -> model.RunLog:
+    def run_log(row: Sequence[Any]) -> launching.RunLog:
         values = dict(zip(_RUN_LOG, row, strict=True))
         values["streams"] = _parsed(values["streams"])
         return runlogs.run_log_from_row(values)

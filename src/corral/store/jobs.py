@@ -9,7 +9,7 @@ from typing import Any
 
 from sqlalchemy import ColumnElement, Connection, case, func, insert, select
 
-from corral import config, errors, model
+from corral import errors, model, policy, python_tasks, scheduling
 from corral.store import dialects
 from corral.store.events import event_insert, event_row, transition
 from corral.store.rows import attempt_from_row, job_from_row
@@ -49,7 +49,7 @@ def job_submit(
         ):
             out[i] = made
     result = [o for o in out if o is not None]
-    if any(j.executor == model.PYTHON for j in new):
+    if any(j.executor == python_tasks.PYTHON for j in new):
         dialects.notify(conn, dialects.TASKS)  # waiting workers claim at once
     _slas(conn, new, result, now)
     _submitted(conn, new, result, now, hold)
@@ -89,7 +89,7 @@ def _slas(
     run_at, or for a firing's job from its nominal time."""
     rows = []
     for job, (job_id, created) in zip(new, made, strict=True):
-        sla = config.JobPolicy.read(job.policy).sla if created and job.policy else None
+        sla = policy.JobPolicy.read(job.policy).sla if created and job.policy else None
         if sla is not None:
             rows.append({"job_id": job_id, "due_at": _counted_from(job, now) + sla})
     if rows:
@@ -97,7 +97,7 @@ def _slas(
 
 
 def _counted_from(job: model.NewJob, now: datetime) -> datetime:
-    firing = job.payload.get(model.FIRING) if isinstance(job.payload, dict) else None
+    firing = job.payload.get(scheduling.FIRING) if isinstance(job.payload, dict) else None
     nominal = firing.get("nominal_time") if isinstance(firing, dict) else None
     if isinstance(nominal, str):
         try:
@@ -377,7 +377,7 @@ def job_where(
         (jobs.c.tenant, tenant),
         (jobs.c.pool, pool),
         (jobs.c.executor, executor),
-        (dialects.json_text(conn, jobs.c.payload, model.FIRING, "schedule"), schedule),
+        (dialects.json_text(conn, jobs.c.payload, scheduling.FIRING, "schedule"), schedule),
     )
     where += [column == value for column, value in given if value is not None]
     if labels:

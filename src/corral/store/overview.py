@@ -19,7 +19,7 @@ from datetime import datetime, timedelta
 
 from sqlalchemy import CompoundSelect, Connection, bindparam, case, func, literal, select, union_all
 
-from corral import model, retry
+from corral import model, retry, scheduling
 from corral.store import dialects
 from corral.store.budgets import budget_list
 from corral.store.claims import pool_running
@@ -104,7 +104,7 @@ class Overview:
     counts: dict[str, tuple[int, bool]]  # by state: (counted, whether there are more)
     quarantined: list[model.Job]  # the newest first
     ends: list[list[tuple[int, int]]]  # for each span asked: (succeeded, failed) a bucket
-    failing: list[tuple[model.Schedule, model.Job]]  # the newest last job first
+    failing: list[tuple[scheduling.Schedule, model.Job]]  # the newest last job first
     running: dict[str, int]  # of each pool asked, its running jobs (of the tenant)
     budgets: dict[str, retry.Bucket]  # each queue's retry budget, when asked
 
@@ -138,7 +138,7 @@ def overview_read(
 
 def schedule_failing(
     conn: Connection, *, tenant: str | None
-) -> list[tuple[model.Schedule, model.Job]]:
+) -> list[tuple[scheduling.Schedule, model.Job]]:
     """The schedules (of `tenant`) whose last job failed or waits in quarantine, with that
     job, the newest job first: only those schedules are read, then only their jobs."""
     bad = (

@@ -1,4 +1,4 @@
-"""Run logs: what each attempt left to read (model.RunLog), written in the transaction that
+"""Run logs: what each attempt left to read (launching.RunLog), written in the transaction that
 ends the attempt and kept as long as its job; and the removal of finished jobs, with all
 they hold, once their retention is over."""
 
@@ -10,7 +10,7 @@ from typing import Any
 
 from sqlalchemy import Connection, delete, func, insert, select
 
-from corral import model
+from corral import launching, model
 from corral.store import dialects
 from corral.store.events import NO_JOB
 from corral.store.tables import attempts, checkpoints, events, job_slas, jobs, run_logs
@@ -22,7 +22,7 @@ FORGOTTEN = (J.SUCCEEDED, J.FAILED, J.CANCELLED)
 A quarantined job waits for a person, however long."""
 
 
-def log_fields(log: model.RunLog) -> dict[str, Any]:
+def log_fields(log: launching.RunLog) -> dict[str, Any]:
     """What a run_logs row holds of `log`, by column."""
     return {
         "latency": log.latency,
@@ -32,13 +32,13 @@ def log_fields(log: model.RunLog) -> dict[str, Any]:
     }
 
 
-def run_log_values(fence: int, job_id: int, log: model.RunLog, now: datetime) -> dict[str, Any]:
+def run_log_values(fence: int, job_id: int, log: launching.RunLog, now: datetime) -> dict[str, Any]:
     """One run_logs row."""
     return {"attempt_id": fence, "job_id": job_id, "recorded_at": now, **log_fields(log)}
 
 
 def run_logs_write(
-    conn: Connection, logs: Sequence[tuple[int, int, model.RunLog]], now: datetime
+    conn: Connection, logs: Sequence[tuple[int, int, launching.RunLog]], now: datetime
 ) -> None:
     """Keep the output of attempts that just ended: (fence, job id, log) each. The caller
     ended these attempts in this transaction, so each is written once."""
@@ -46,7 +46,7 @@ def run_logs_write(
         conn.execute(insert(run_logs), [run_log_values(f, j, log, now) for f, j, log in logs])
 
 
-def run_logs_of(conn: Connection, *, job_id: int) -> dict[int, model.RunLog]:
+def run_logs_of(conn: Connection, *, job_id: int) -> dict[int, launching.RunLog]:
     """A job's run logs, by fence."""
     rows = conn.execute(
         select(run_logs).where(run_logs.c.job_id == job_id).order_by(run_logs.c.attempt_id)
@@ -54,10 +54,10 @@ def run_logs_of(conn: Connection, *, job_id: int) -> dict[int, model.RunLog]:
     return {r.attempt_id: run_log_from_row(r._mapping) for r in rows}
 
 
-def run_log_from_row(row: Mapping[Any, Any]) -> model.RunLog:
-    return model.RunLog(
+def run_log_from_row(row: Mapping[Any, Any]) -> launching.RunLog:
+    return launching.RunLog(
         streams=tuple(
-            model.Stream(str(s["name"]), str(s["text"]), int(s["bytes"]), bool(s.get("cut")))
+            launching.Stream(str(s["name"]), str(s["text"]), int(s["bytes"]), bool(s.get("cut")))
             for s in row["streams"]
         ),
         latency=row["latency"],

@@ -17,7 +17,7 @@ from typing import Any
 
 from sqlalchemy import Connection, and_, bindparam, delete, func, or_, select, update
 
-from corral import errors, model
+from corral import errors, model, scheduling
 from corral.planning import Fired, Plan
 from corral.store import dialects
 from corral.store.events import NO_JOB, event_insert, event_row
@@ -25,19 +25,23 @@ from corral.store.jobs import job_cancel, job_submit
 from corral.store.rows import state_is
 from corral.store.tables import DUE, UTCDateTime, firings, jobs, schedules
 
-J, F = model.JobState, model.FiringOutcome
+J, F = model.JobState, scheduling.FiringOutcome
 
 
-def schedule_from_row(row: Any) -> model.Schedule:
+def schedule_from_row(row: Any) -> scheduling.Schedule:
     m = dict(row._mapping if hasattr(row, "_mapping") else row)
-    return model.Schedule(
-        **{**m, "catchup": model.Catchup(m["catchup"]), "overlap": model.Overlap(m["overlap"])}
+    return scheduling.Schedule(
+        **{
+            **m,
+            "catchup": scheduling.Catchup(m["catchup"]),
+            "overlap": scheduling.Overlap(m["overlap"]),
+        }
     )
 
 
-def firing_from_row(row: Any) -> model.Firing:
+def firing_from_row(row: Any) -> scheduling.Firing:
     m = dict(row._mapping if hasattr(row, "_mapping") else row)
-    return model.Firing(**{**m, "outcome": F(m["outcome"])})
+    return scheduling.Firing(**{**m, "outcome": F(m["outcome"])})
 
 
 # --- create, change, delete --------------------------------------------------------------
@@ -46,11 +50,11 @@ def firing_from_row(row: Any) -> model.Firing:
 def schedule_create(
     conn: Connection,
     *,
-    new: model.NewSchedule,
+    new: scheduling.NewSchedule,
     anchor: datetime,
     next_due: datetime | None,
     now: datetime,
-) -> model.Schedule:
+) -> scheduling.Schedule:
     """Store a new schedule whose first nominal time is `next_due`. A name is unique per
     tenant."""
     [made] = schedules_create(conn, items=[(new, anchor, next_due)], now=now)
@@ -60,10 +64,10 @@ def schedule_create(
 def schedules_create(
     conn: Connection,
     *,
-    items: Sequence[tuple[model.NewSchedule, datetime, datetime | None]],
+    items: Sequence[tuple[scheduling.NewSchedule, datetime, datetime | None]],
     now: datetime,
     paused: bool = False,
-) -> list[model.Schedule]:
+) -> list[scheduling.Schedule]:
     """Store new schedules, each with its anchor and first nominal time, in one statement
     (`paused`: made paused); refused, all of them, when a name is taken (per tenant)."""
     names = {(new.tenant, new.name) for new, _, _ in items}
@@ -88,7 +92,11 @@ def schedules_create(
 
 
 def _schedule_row(
-    new: model.NewSchedule, anchor: datetime, next_due: datetime | None, now: datetime, paused: bool
+    new: scheduling.NewSchedule,
+    anchor: datetime,
+    next_due: datetime | None,
+    now: datetime,
+    paused: bool,
 ) -> dict[str, Any]:
     """A new schedule's row: never fired, nothing missed yet."""
     return {
@@ -116,9 +124,9 @@ def _schedule_row(
     }
 
 
-def _schedules_read(conn: Connection, ids: Sequence[int]) -> list[model.Schedule]:
+def _schedules_read(conn: Connection, ids: Sequence[int]) -> list[scheduling.Schedule]:
     """The schedules of `ids`, in that order, read 500 at a time."""
-    made: dict[int, model.Schedule] = {}
+    made: dict[int, scheduling.Schedule] = {}
     for start in range(0, len(ids), 500):
         some = ids[start : start + 500]
         found = conn.execute(select(schedules).where(dialects.one_of(conn, schedules.c.id, some)))
@@ -133,11 +141,11 @@ def schedule_update(
     changes: Mapping[str, Any],
     next_due: datetime | None,
     now: datetime,
-) -> model.Schedule:
+) -> scheduling.Schedule:
     """Change a schedule's rule, template or options; its next nominal time is `next_due`
     (the scheduler computed it from the changed rule). Firings already recorded stay."""
     values = {
-        k: (v.value if isinstance(v, model.Catchup | model.Overlap) else v)
+        k: (v.value if isinstance(v, scheduling.Catchup | scheduling.Overlap) else v)
         for k, v in changes.items()
     }
     row = conn.execute(
@@ -160,7 +168,7 @@ def schedule_delete(conn: Connection, *, schedule_id: int) -> None:
     conn.execute(delete(firings).where(firings.c.schedule_id == schedule_id))
 
 
-def schedule_pause(conn: Connection, *, schedule_id: int, now: datetime) -> model.Schedule:
+def schedule_pause(conn: Connection, *, schedule_id: int, now: datetime) -> scheduling.Schedule:
     """Pause a schedule (pausing a paused one is a no-op)."""
     conn.execute(
         update(schedules)
@@ -178,7 +186,7 @@ def schedule_resume(
     skipped_count: int,
     next_due: datetime | None,
     now: datetime,
-) -> model.Schedule:
+) -> scheduling.Schedule:
     """Resume a paused schedule: the nominal times that passed while it was paused are
     recorded as skipped (`skipped`, at most a bounded number of them, of `skipped_count`),
     never fired; it fires next at `next_due`."""
@@ -194,21 +202,21 @@ def schedule_resume(
         )
     ).rowcount
     if resumed:
-        _record(conn, [(schedule_id, model.Fire(at, F.SKIPPED)) for at in skipped], {}, now)
+        _record(conn, [(schedule_id, scheduling.Fire(at, F.SKIPPED)) for at in skipped], {}, now)
     return schedule_by_id(conn, schedule_id=schedule_id)
 
 
 # --- reads ---------------------------------------------------------------------------------
 
 
-def _find(conn: Connection, tenant: str, name: str) -> model.Schedule | None:
+def _find(conn: Connection, tenant: str, name: str) -> scheduling.Schedule | None:
     row = conn.execute(
         select(schedules).where(schedules.c.tenant == tenant, schedules.c.name == name)
     ).first()
     return None if row is None else schedule_from_row(row)
 
 
-def schedule_get(conn: Connection, *, name: str, tenant: str = "default") -> model.Schedule:
+def schedule_get(conn: Connection, *, name: str, tenant: str = "default") -> scheduling.Schedule:
     found = _find(conn, tenant, name)
     if found is None:
         raise errors.NotFound(
@@ -217,7 +225,7 @@ def schedule_get(conn: Connection, *, name: str, tenant: str = "default") -> mod
     return found
 
 
-def schedule_by_id(conn: Connection, *, schedule_id: int) -> model.Schedule:
+def schedule_by_id(conn: Connection, *, schedule_id: int) -> scheduling.Schedule:
     row = conn.execute(select(schedules).where(schedules.c.id == schedule_id)).first()
     if row is None:
         raise errors.NotFound(f"no schedule with id {schedule_id}")
@@ -226,7 +234,7 @@ def schedule_by_id(conn: Connection, *, schedule_id: int) -> model.Schedule:
 
 def schedule_list(
     conn: Connection, *, tenant: str | None = None, limit: int = 1000
-) -> list[model.Schedule]:
+) -> list[scheduling.Schedule]:
     stmt = select(schedules).order_by(schedules.c.tenant, schedules.c.name).limit(limit)
     if tenant is not None:
         stmt = stmt.where(schedules.c.tenant == tenant)
@@ -235,7 +243,7 @@ def schedule_list(
 
 def firing_list(
     conn: Connection, *, schedule_id: int, limit: int = 20, before: datetime | None = None
-) -> list[model.Firing]:
+) -> list[scheduling.Firing]:
     """A schedule's firings, the latest nominal time first."""
     stmt = (
         select(firings)
@@ -261,7 +269,7 @@ def schedule_next_wake(conn: Connection, *, ahead: timedelta) -> datetime | None
     """The earliest time anything is due: a schedule's next nominal time (`ahead` of it
     for one fired ahead, see schedules_fire_due), or a job in `scheduled` waiting for its
     run_at."""
-    allow = schedules.c.overlap == model.Overlap.ALLOW.value
+    allow = schedules.c.overlap == scheduling.Overlap.ALLOW.value
     first = select(func.min(schedules.c.next_due)).where(DUE)
     ahead_of = conn.execute(first.where(allow)).scalar()
     on_time = conn.execute(first.where(~allow)).scalar()
@@ -282,7 +290,7 @@ def schedules_fire_due(
     *,
     now: datetime,
     limit: int,
-    plan: Callable[[model.Schedule, model.JobState | None], Plan],
+    plan: Callable[[scheduling.Schedule, model.JobState | None], Plan],
     ahead: timedelta = timedelta(0),
 ) -> Fired:
     """Fire up to `limit` due schedules, the most overdue first: `plan(schedule, state of
@@ -296,7 +304,7 @@ def schedules_fire_due(
     previous = _previous_states(conn, due)
     out = Fired()
     news: list[dict[str, Any]] = []
-    todo: list[tuple[model.Schedule, model.Fire]] = []
+    todo: list[tuple[scheduling.Schedule, scheduling.Fire]] = []
     moves: list[dict[str, Any]] = []
     for schedule in due:
         decided = plan(schedule, previous.get(schedule.last_job_id or 0))
@@ -319,11 +327,11 @@ def schedules_fire_due(
 
 def _schedules_due(
     conn: Connection, *, now: datetime, limit: int, ahead: timedelta
-) -> list[model.Schedule]:
+) -> list[scheduling.Schedule]:
     """Up to `limit` due schedules, the most overdue first, skipping rows another
     transaction holds; those whose overlap is `allow` are due `ahead` of their time."""
     early = and_(
-        schedules.c.overlap == model.Overlap.ALLOW.value, schedules.c.next_due <= now + ahead
+        schedules.c.overlap == scheduling.Overlap.ALLOW.value, schedules.c.next_due <= now + ahead
     )
     pick = (
         select(schedules)
@@ -334,10 +342,14 @@ def _schedules_due(
     return [schedule_from_row(r) for r in conn.execute(dialects.skip_locked(conn, pick))]
 
 
-def _previous_states(conn: Connection, due: Sequence[model.Schedule]) -> dict[int, model.JobState]:
+def _previous_states(
+    conn: Connection, due: Sequence[scheduling.Schedule]
+) -> dict[int, model.JobState]:
     """The state of each previous firing's job, by job id, of the schedules that decide on
     it (all but those whose overlap is `allow`)."""
-    watched = [s.last_job_id for s in due if s.overlap != model.Overlap.ALLOW and s.last_job_id]
+    watched = [
+        s.last_job_id for s in due if s.overlap != scheduling.Overlap.ALLOW and s.last_job_id
+    ]
     if not watched:
         return {}
     rows = conn.execute(
@@ -346,7 +358,7 @@ def _previous_states(conn: Connection, due: Sequence[model.Schedule]) -> dict[in
     return {job_id: J(state) for job_id, state in rows}
 
 
-def _move(schedule: model.Schedule, decided: Plan) -> dict[str, Any]:
+def _move(schedule: scheduling.Schedule, decided: Plan) -> dict[str, Any]:
     """The parameters of `_schedules_move` for one schedule: its next due time, its last
     nominal time and the times it missed."""
     missed = sum(1 for f in decided.fires if f.outcome == F.MISSED)
@@ -385,7 +397,9 @@ NOT_RUN = (F.MISSED, F.OVERLAP, F.REFUSED)
 """What a schedule's run log tells of (a paused schedule's skipped times are asked for)."""
 
 
-def _missed_news(schedule: model.Schedule, decided: Plan, now: datetime) -> list[dict[str, Any]]:
+def _missed_news(
+    schedule: scheduling.Schedule, decided: Plan, now: datetime
+) -> list[dict[str, Any]]:
     """The events that tell of the nominal times of `decided` that did not run, one per
     outcome: a schedule's news has no job (job_id NO_JOB), so it names the schedule and
     what a firing's job would have been (queue, executor, labels) for rules to match."""
@@ -424,7 +438,7 @@ def _missed_news(schedule: model.Schedule, decided: Plan, now: datetime) -> list
 
 
 def _cancel_quietly(
-    conn: Connection, schedule: model.Schedule, now: datetime
+    conn: Connection, schedule: scheduling.Schedule, now: datetime
 ) -> model.Attempt | None:
     assert schedule.last_job_id is not None
     try:
@@ -440,11 +454,11 @@ def _cancel_quietly(
 
 def _fire(
     conn: Connection,
-    todo: Sequence[tuple[model.Schedule, model.Fire]],
+    todo: Sequence[tuple[scheduling.Schedule, scheduling.Fire]],
     now: datetime,
     *,
     latest: bool = True,
-) -> list[model.Firing]:
+) -> list[scheduling.Firing]:
     """Record each firing and create its job, in the order given; a nominal time recorded
     before (a backfill, a scheduler that lost a race) is left as it is."""
     with_jobs = [(s, f) for s, f in todo if f.job is not None]
@@ -468,10 +482,10 @@ def _fire(
 
 def _record(
     conn: Connection,
-    todo: Sequence[tuple[int, model.Fire]],
+    todo: Sequence[tuple[int, scheduling.Fire]],
     job_ids: Mapping[int, int],
     now: datetime,
-) -> list[model.Firing]:
+) -> list[scheduling.Firing]:
     rows = [
         {
             "schedule_id": schedule_id,
@@ -497,12 +511,12 @@ def _record(
     return [_firing_from_values(names, values) for values in inserted]
 
 
-def _firing_from_values(names: Sequence[str], values: Sequence[Any]) -> model.Firing:
+def _firing_from_values(names: Sequence[str], values: Sequence[Any]) -> scheduling.Firing:
     """A firing from a RETURNING row of the driver's own values (times as it gives them)."""
     m = dict(zip(names, values, strict=True))
     for name in ("nominal_at", "recorded_at"):
         m[name] = _as_utc(m[name])
-    return model.Firing(**{**m, "outcome": F(m["outcome"])})
+    return scheduling.Firing(**{**m, "outcome": F(m["outcome"])})
 
 
 def _as_utc(value: Any) -> datetime:
@@ -511,7 +525,11 @@ def _as_utc(value: Any) -> datetime:
 
 
 def backfill(
-    conn: Connection, *, schedule: model.Schedule, fires: Sequence[model.Fire], now: datetime
+    conn: Connection,
+    *,
+    schedule: scheduling.Schedule,
+    fires: Sequence[scheduling.Fire],
+    now: datetime,
 ) -> tuple[int, int]:
     """Record `fires` (outcome backfilled, each with its job) for nominal times of
     `schedule`; a nominal time recorded before (fired, backfilled, missed...) keeps its

@@ -14,14 +14,14 @@ from typing import Any
 from sqlalchemy import Connection, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
 
-from corral import errors, model
+from corral import access, errors
 from corral.store.tables import service_keys, signing_secrets
 
 S = signing_secrets.c
 
 
-def _row(row: Any) -> model.SigningSecret:
-    return model.SigningSecret(
+def _row(row: Any) -> access.SigningSecret:
+    return access.SigningSecret(
         id=row.id,
         tenant=row.tenant,
         created_at=row.created_at,
@@ -61,7 +61,7 @@ def secret_add(
     now: datetime,
     overlap: timedelta,
     rotate: bool,
-) -> model.SigningSecret:
+) -> access.SigningSecret:
     """Make `secret` the tenant's current one. `rotate`: there must be a current one, which
     signs on until `now + overlap`; otherwise there must be none (InvalidInput says which
     command to use)."""
@@ -101,7 +101,7 @@ def secrets_signing(conn: Connection, *, tenants: list[str], now: datetime) -> d
 
 def secrets_list(
     conn: Connection, *, tenant: str | None, now: datetime
-) -> list[model.SigningSecret]:
+) -> list[access.SigningSecret]:
     """The secrets that still sign (of `tenant`, or of every tenant), oldest first."""
     stmt = select(signing_secrets).where(or_(S.retires_at.is_(None), S.retires_at > now))
     if tenant is not None:

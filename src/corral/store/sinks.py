@@ -7,7 +7,7 @@ from typing import Any
 
 from sqlalchemy import Connection, func, select
 
-from corral import errors, model
+from corral import errors, launching, model
 from corral.store import dialects
 from corral.store.tables import (
     attempts,
@@ -80,7 +80,7 @@ def pointer_swap(
     location: str,
     code_version: str | None,
     now: datetime,
-) -> model.Pointer | int:
+) -> launching.Pointer | int:
     """Point `dataset` of the tenant of attempt `fence`'s job at `location`: a
     compare-and-swap that applies when the stored fence is lower, or there is none (or it
     is this same publish again: same fence and location, so a retried publish is not
@@ -109,7 +109,7 @@ def pointer_swap(
 
 def pointer_get(
     conn: Connection, *, dataset: str, tenant: str | None = None, fence: int | None = None
-) -> model.Pointer | None:
+) -> launching.Pointer | None:
     """Where `dataset` of `tenant` (or of the tenant of attempt `fence`'s job) points now,
     and who put it there. Another tenant's dataset of the same name is not this one."""
     if tenant is None:
@@ -136,8 +136,8 @@ def fence_tenant(conn: Connection, *, fence: int) -> str:
     return "default" if tenant is None else str(tenant)
 
 
-def _pointer(row: Any) -> model.Pointer:
-    return model.Pointer(
+def _pointer(row: Any) -> launching.Pointer:
+    return launching.Pointer(
         tenant=row.tenant,
         dataset=row.dataset,
         fence=int(row.fence),

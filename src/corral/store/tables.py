@@ -230,7 +230,7 @@ JOB_ENDS = text("entity = 'job' AND to_state IN ('succeeded', 'failed', 'quarant
 """The predicate of ix_events_job_ends. A query that counts job ends says it as written
 here, as with LIVE."""
 
-# What each attempt left to read (model.RunLog): written in the transaction that ends the
+# What each attempt left to read (launching.RunLog): written in the transaction that ends the
 # attempt, once (the attempt's id is the key), and removed with its job.
 run_logs = Table(
     "run_logs",

@@ -11,12 +11,12 @@ from typing import Any
 
 from sqlalchemy import Connection, and_, case, exists, false, or_, select, true
 
-from corral import model
+from corral import model, python_tasks
 from corral.store import dialects
 from corral.store.rows import state_is
 from corral.store.tables import jobs, worker_tasks, workers
 
-W = model.WorkerState
+W = python_tasks.WorkerState
 
 TASK = jobs.c.spec["task"].as_string()
 """A job's task, read from its spec."""
@@ -60,7 +60,7 @@ def claimable(reads: Iterable[tuple[str, Sequence[int]]]) -> Any:
 
 def python_in(state: model.JobState) -> list[Any]:
     """A Python task's job in `state` (the state as the partial indexes name it)."""
-    return [jobs.c.state == state_is(state), jobs.c.executor == model.PYTHON]
+    return [jobs.c.state == state_is(state), jobs.c.executor == python_tasks.PYTHON]
 
 
 def grouped(pairs: Iterable[tuple[str, int]]) -> list[tuple[str, list[int]]]:

@@ -9,20 +9,20 @@ from typing import Any
 
 from sqlalchemy import Connection, insert, select, update
 
-from corral import errors, model
+from corral import access, errors, model
 from corral.store import dialects, jobs
 from corral.store.tables import audit, tokens
 
 T = tokens.c
 
 
-def _token(row: Any) -> model.Token:
+def _token(row: Any) -> access.Token:
     m = row._mapping
-    return model.Token(
+    return access.Token(
         id=m["id"],
         name=m["name"],
         tenant=m["tenant"],
-        role=model.Role(m["role"]),
+        role=access.Role(m["role"]),
         created_at=m["created_at"],
         expires_at=m["expires_at"],
         revoked_at=m["revoked_at"],
@@ -34,14 +34,14 @@ _LISTED = [T.id, T.name, T.tenant, T.role, T.created_at, T.expires_at, T.revoked
 
 def token_add_first_admin(
     conn: Connection, *, name: str, secret_sha256: str, now: datetime
-) -> model.Token | None:
+) -> access.Token | None:
     """An all-tenant admin token, stored only where none was ever made (one revoked since
     counts: its operator chose so): the first of an installation, made by whichever corral
     serves its API first. Replicas that start at once take turns here, so exactly one is
     made. None when one exists."""
     dialects.take_turns(conn, "tokens.first_admin")
     admins = select(tokens.c.id).where(
-        tokens.c.tenant.is_(None), tokens.c.role == model.Role.ADMIN.value
+        tokens.c.tenant.is_(None), tokens.c.role == access.Role.ADMIN.value
     )
     if conn.execute(admins.limit(1)).first() is not None:
         return None
@@ -49,7 +49,7 @@ def token_add_first_admin(
         conn,
         name=name,
         tenant=None,
-        role=model.Role.ADMIN,
+        role=access.Role.ADMIN,
         secret_sha256=secret_sha256,
         now=now,
         expires_at=None,
@@ -61,11 +61,11 @@ def token_add(
     *,
     name: str,
     tenant: str | None,
-    role: model.Role,
+    role: access.Role,
     secret_sha256: str,
     now: datetime,
     expires_at: datetime | None,
-) -> model.Token:
+) -> access.Token:
     """Store a token by the SHA-256 of its secret."""
     row = conn.execute(
         insert(tokens)
@@ -82,17 +82,17 @@ def token_add(
     return _token(row)
 
 
-def token_find(conn: Connection, *, secret_sha256: str) -> model.Token | None:
+def token_find(conn: Connection, *, secret_sha256: str) -> access.Token | None:
     """The token whose secret has this SHA-256, revoked or expired or not."""
     row = conn.execute(select(*_LISTED).where(T.secret_sha256 == secret_sha256)).first()
     return None if row is None else _token(row)
 
 
-def token_list(conn: Connection) -> list[model.Token]:
+def token_list(conn: Connection) -> list[access.Token]:
     return [_token(r) for r in conn.execute(select(*_LISTED).order_by(T.id))]
 
 
-def token_revoke(conn: Connection, *, token_id: int, now: datetime) -> model.Token:
+def token_revoke(conn: Connection, *, token_id: int, now: datetime) -> access.Token:
     """Revoke a token from now on (one revoked before stays as it was)."""
     conn.execute(
         update(tokens).where(T.id == token_id, T.revoked_at.is_(None)).values(revoked_at=now)
@@ -142,9 +142,9 @@ def job_submit_audited(
 
 def audit_list(
     conn: Connection, *, tenant: str | None = None, limit: int = 100
-) -> list[model.AuditEntry]:
+) -> list[access.AuditEntry]:
     """The newest changes first; of one tenant's, or of all."""
     stmt = select(audit).order_by(audit.c.id.desc()).limit(limit)
     if tenant is not None:
         stmt = stmt.where(audit.c.tenant == tenant)
-    return [model.AuditEntry(**r._mapping) for r in conn.execute(stmt)]
+    return [access.AuditEntry(**r._mapping) for r in conn.execute(stmt)]

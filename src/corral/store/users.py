@@ -14,20 +14,20 @@ from typing import Any
 
 from sqlalchemy import Connection, delete, insert, or_, select, update
 
-from corral import errors, model
+from corral import access, errors
 from corral.store.tables import tokens, users, web_sessions
 
 U, W, T = users.c, web_sessions.c, tokens.c
 _LISTED = [U.id, U.name, U.tenant, U.role, U.created_at, U.removed_at]
 
 
-def _user(row: Any) -> model.User:
+def _user(row: Any) -> access.User:
     m = row._mapping
-    return model.User(
+    return access.User(
         id=m["id"],
         name=m["name"],
         tenant=m["tenant"],
-        role=model.Role(m["role"]),
+        role=access.Role(m["role"]),
         created_at=m["created_at"],
         removed_at=m["removed_at"],
     )
@@ -39,9 +39,9 @@ def user_add(
     name: str,
     password_hash: str,
     tenant: str | None,
-    role: model.Role,
+    role: access.Role,
     now: datetime,
-) -> model.User:
+) -> access.User:
     """Store a user; Conflict when one of that name exists (a removed one's row is reused)."""
     old = conn.execute(select(U.id, U.removed_at).where(U.name == name).with_for_update()).first()
     if old is not None and old.removed_at is None:
@@ -61,7 +61,7 @@ def user_add(
     return _user(conn.execute(select(*_LISTED).where(U.name == name)).one())
 
 
-def user_password(conn: Connection, *, name: str) -> tuple[model.User, str] | None:
+def user_password(conn: Connection, *, name: str) -> tuple[access.User, str] | None:
     """A user who has not been removed, and their password's hash; None if there is none."""
     row = conn.execute(
         select(*_LISTED, U.password_hash).where(U.name == name, U.removed_at.is_(None))
@@ -69,13 +69,13 @@ def user_password(conn: Connection, *, name: str) -> tuple[model.User, str] | No
     return None if row is None else (_user(row), row.password_hash)
 
 
-def user_list(conn: Connection) -> list[model.User]:
+def user_list(conn: Connection) -> list[access.User]:
     """The users who have not been removed, by name."""
     stmt = select(*_LISTED).where(U.removed_at.is_(None)).order_by(U.name)
     return [_user(r) for r in conn.execute(stmt)]
 
 
-def user_remove(conn: Connection, *, name: str, now: datetime) -> model.User:
+def user_remove(conn: Connection, *, name: str, now: datetime) -> access.User:
     """Remove a user and end their sessions; NotFound when there is no such user."""
     row = conn.execute(select(U.id).where(U.name == name, U.removed_at.is_(None))).first()
     if row is None:
@@ -125,7 +125,9 @@ _SESSION = (
 and role."""
 
 
-def session_find(conn: Connection, *, secret_sha256: str, now: datetime) -> model.WebSession | None:
+def session_find(
+    conn: Connection, *, secret_sha256: str, now: datetime
+) -> access.WebSession | None:
     """The session of this secret if it is valid at `now`: not expired, and its user not
     removed (or its token neither revoked nor expired); None otherwise."""
     stmt = (
@@ -147,10 +149,10 @@ def session_find(conn: Connection, *, secret_sha256: str, now: datetime) -> mode
     if row is None:
         return None
     of_user = row.user_id is not None
-    return model.WebSession(
+    return access.WebSession(
         name=row.user_name if of_user else f"token {row.token_id} ({row.token_name})",
         tenant=row.user_tenant if of_user else row.token_tenant,
-        role=model.Role(row.user_role if of_user else row.token_role),
+        role=access.Role(row.user_role if of_user else row.token_role),
         csrf=row.csrf,
         expires_at=row.expires_at,
         user_id=row.user_id,

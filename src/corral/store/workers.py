@@ -29,14 +29,14 @@ from sqlalchemy import (
     update,
 )
 
-from corral import model
+from corral import model, python_tasks
 from corral.store import attempts as attempts_
 from corral.store import claims, dialects, task_jobs
 from corral.store.events import transition
 from corral.store.rows import job_from_row, state_is
 from corral.store.tables import attempts, events, jobs, schedules, worker_tasks, workers
 
-A, J, W = model.AttemptState, model.JobState, model.WorkerState
+A, J, W = model.AttemptState, model.JobState, python_tasks.WorkerState
 
 CHANNEL = dialects.TASKS
 
@@ -50,7 +50,7 @@ BATCH = 5000
 
 
 def worker_register(
-    conn: Connection, *, worker: model.Worker, now: datetime, since: datetime
+    conn: Connection, *, worker: python_tasks.Worker, now: datetime, since: datetime
 ) -> int:
     """Store a worker and what it reads; the parked jobs it reads are queued again at once
     (in this transaction). Returns how many were."""
@@ -80,7 +80,7 @@ def worker_register(
     )
 
 
-def _read_row(worker_id: str, read: model.TaskRead) -> dict[str, Any]:
+def _read_row(worker_id: str, read: python_tasks.TaskRead) -> dict[str, Any]:
     """A worker_tasks row: one (task, version) a worker reads, with its payload's schema."""
     return {
         "worker_id": worker_id,
@@ -98,7 +98,7 @@ def worker_beat(
     leases: Mapping[int, float],
     now: datetime,
     since: datetime,
-) -> tuple[model.WorkerState | None, list[int]]:
+) -> tuple[python_tasks.WorkerState | None, list[int]]:
     """A worker's heartbeat: it is alive, and each attempt it runs (fence: lease seconds)
     has its lease renewed from now. Returns the worker's state as stored (None: no such
     worker) and the fences no longer running (cancelled, or replaced by a newer attempt):
@@ -176,13 +176,13 @@ def worker_stop(conn: Connection, *, worker_id: str, now: datetime, since: datet
 
 def worker_list(
     conn: Connection, *, since: datetime, live: bool = True, limit: int = 500
-) -> list[model.Worker]:
+) -> list[python_tasks.Worker]:
     """Workers, newest first: the live ones, or (`live` False) every one stored."""
     stmt = select(workers).order_by(workers.c.started_at.desc(), workers.c.id).limit(limit)
     if live:
         stmt = stmt.where(task_jobs.live(since))
     rows = conn.execute(stmt).all()
-    reads: dict[str, list[model.TaskRead]] = {}
+    reads: dict[str, list[python_tasks.TaskRead]] = {}
     if rows:
         for r in conn.execute(
             select(worker_tasks)
@@ -190,10 +190,10 @@ def worker_list(
             .order_by(worker_tasks.c.task, worker_tasks.c.version)
         ):
             reads.setdefault(r.worker_id, []).append(
-                model.TaskRead(r.task, r.version, r.schema, r.newest)
+                python_tasks.TaskRead(r.task, r.version, r.schema, r.newest)
             )
     return [
-        model.Worker(
+        python_tasks.Worker(
             id=r.id,
             app=r.app,
             app_version=r.app_version,
@@ -284,7 +284,9 @@ def lowest_app_versions(
     out: dict[tuple[str, int], str] = {}
     for r in rows:
         key = (r.task, r.version)
-        if key not in out or model.version_key(r.app_version) < model.version_key(out[key]):
+        if key not in out or python_tasks.version_key(r.app_version) < python_tasks.version_key(
+            out[key]
+        ):
             out[key] = r.app_version
     return out
 
@@ -304,7 +306,7 @@ def workers_forget(conn: Connection, *, before: datetime) -> int:
             workers.c.app_version,
         ).join(workers, workers.c.id == worker_tasks.c.worker_id)
     ):
-        key, rank = (r.task, r.version), model.version_key(r.app_version)
+        key, rank = (r.task, r.version), python_tasks.version_key(r.app_version)
         if key not in best or rank < best[key][0]:
             best[key] = (rank, r.worker_id)
     keep = {worker for _, worker in best.values()}
@@ -341,7 +343,7 @@ def worker_claim(
         conn,
         now=now,
         limit=limit,
-        executors=[model.PYTHON],
+        executors=[python_tasks.PYTHON],
         limits=limits,
         pools=pools,
         tenants=tenants,
@@ -524,11 +526,11 @@ def _queue_parked(
 
 def parked_list(
     conn: Connection, *, task: str | None = None, tenant: str | None = None, limit: int = 100
-) -> list[model.ParkedJob]:
+) -> list[python_tasks.ParkedJob]:
     """Parked jobs, oldest first, each with what its park recorded."""
     stmt = select(jobs).where(jobs.c.state == state_is(J.PARKED)).order_by(jobs.c.id).limit(limit)
     if task is not None:
-        stmt = stmt.where(jobs.c.executor == model.PYTHON, task_jobs.TASK == task)
+        stmt = stmt.where(jobs.c.executor == python_tasks.PYTHON, task_jobs.TASK == task)
     if tenant is not None:
         stmt = stmt.where(jobs.c.tenant == tenant)
     found = [job_from_row(r) for r in conn.execute(stmt)]
@@ -547,11 +549,13 @@ def parked_list(
         parks[e.job_id] = e  # the newest park of each job
     out = []
     for job in found:
-        task_, version = model.task_of(job.spec) if job.executor == model.PYTHON else ("", 0)
+        task_, version = (
+            python_tasks.task_of(job.spec) if job.executor == python_tasks.PYTHON else ("", 0)
+        )
         park = parks.get(job.id)
         details = park.details if park is not None else {}
         out.append(
-            model.ParkedJob(
+            python_tasks.ParkedJob(
                 job=job,
                 task=task_,
                 version=version,
@@ -573,8 +577,8 @@ def payload_versions(
         return {}
     out: dict[tuple[str, int], dict[str, int]] = {}
     for (template,) in conn.execute(select(schedules.c.template)):
-        if template.get("executor") == model.PYTHON:
-            task, version = model.task_of(template["spec"])
+        if template.get("executor") == python_tasks.PYTHON:
+            task, version = python_tasks.task_of(template["spec"])
             if task in tasks:
                 counts = out.setdefault((task, version), {})
                 counts["schedule"] = counts.get("schedule", 0) + 1

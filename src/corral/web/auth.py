@@ -24,7 +24,7 @@ from urllib.parse import parse_qs, quote
 from fastapi import Depends, Request
 from starlette.responses import Response
 
-from corral import client, errors, model, proxies
+from corral import access, client, errors, proxies
 
 COOKIE = "corral_session"
 SIGN_IN_COOKIE = "corral_sign_in"
@@ -120,7 +120,7 @@ async def form_of(request: Request) -> Form:
     return Form({k: v[0] for k, v in parse_qs(body, keep_blank_values=True).items()})
 
 
-async def session(request: Request) -> model.WebSession:
+async def session(request: Request) -> access.WebSession:
     """The valid session of the request's cookie; NeedSignIn (a redirect) without one."""
     found = await client_of(request).session(request.cookies.get(COOKIE, ""))
     if found is None:
@@ -129,17 +129,17 @@ async def session(request: Request) -> model.WebSession:
     return found
 
 
-async def acting(request: Request, who: Annotated[model.WebSession, Depends(session)]) -> Acting:
+async def acting(request: Request, who: Annotated[access.WebSession, Depends(session)]) -> Acting:
     """For a POST: the session, when the form carries its CSRF token and its role may act
     (operator or admin); Forbidden otherwise."""
     form = await form_of(request)
     check_csrf(request, who, form)
-    if not who.role.allows(model.Role.OPERATOR):
+    if not who.role.allows(access.Role.OPERATOR):
         raise errors.Forbidden(f"a {who.role} may look but not act; it takes an operator")
     return Acting(who, form)
 
 
-def check_csrf(request: Request, who: model.WebSession, form: Form) -> None:
+def check_csrf(request: Request, who: access.WebSession, form: Form) -> None:
     """Forbidden unless the request carries the session's CSRF token (htmx's header, or
     the form's `csrf` field)."""
     given = request.headers.get(CSRF_HEADER) or form.get("csrf", "")
@@ -150,12 +150,12 @@ def check_csrf(request: Request, who: model.WebSession, form: Form) -> None:
 class Acting:
     """A session allowed to act, and the form it sent."""
 
-    def __init__(self, who: model.WebSession, form: Form) -> None:
+    def __init__(self, who: access.WebSession, form: Form) -> None:
         self.who = who
         self.form = form
 
 
-def sees(who: model.WebSession, tenant: str) -> bool:
+def sees(who: access.WebSession, tenant: str) -> bool:
     return who.tenant is None or who.tenant == tenant
 
 
@@ -175,5 +175,5 @@ def sign_in_url(back: str) -> str:
     return f"/ui/sign-in?next={quote(back, safe='')}"
 
 
-Viewer = Annotated[model.WebSession, Depends(session)]
+Viewer = Annotated[access.WebSession, Depends(session)]
 Operator = Annotated[Acting, Depends(acting)]

@@ -16,7 +16,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi import Path as PathParam
 from starlette.responses import Response
 
-from corral import client, errors, model
+from corral import access, client, errors, model
 from corral.web import auth, live
 from corral.web.auth import Operator, Viewer
 from corral.web.pages import MAX_ID, audit, back, page, render
@@ -55,11 +55,15 @@ def _chosen(given: dict[str, str]) -> tuple[model.BulkAction, model.JobFilter]:
 
 
 async def _preview(
-    request: Request, who: model.WebSession, form: dict[str, str], status: int = 200, said: str = ""
+    request: Request,
+    who: access.WebSession,
+    form: dict[str, str],
+    status: int = 200,
+    said: str = "",
 ) -> Response:
     """The preview page of a bulk action on the filters in `form`, with its confirm form
     (for an operator); `said` tells why it is shown again."""
-    if not who.role.allows(model.Role.OPERATOR):
+    if not who.role.allows(access.Role.OPERATOR):
         raise errors.Forbidden(f"a {who.role} may look but not act; it takes an operator")
     given = {k: form.get(k, "") for k in FIELDS}
     seen, doing, wrong = None, "", ""
@@ -129,7 +133,7 @@ async def operations(
     return page(request, "operations.html", who, operations=found, next_page=more)
 
 
-async def _visible(c: client.Client, who: model.WebSession, operation_id: int) -> model.Operation:
+async def _visible(c: client.Client, who: access.WebSession, operation_id: int) -> model.Operation:
     try:
         op = await c.operation(operation_id)
     except errors.NotFound:

@@ -23,7 +23,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi import Path as PathParam
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
-from corral import client, errors, model, plain, tenancy
+from corral import access, client, errors, model, plain, tenancy
 from corral.web import auth, live
 from corral.web.auth import Operator, Viewer
 
@@ -54,13 +54,13 @@ templates.filters["when"] = lambda at: at.strftime("%Y-%m-%d %H:%M:%S UTC") if a
 templates.filters["count"] = lambda n: f"{n:,}"
 
 
-def page(request: Request, name: str, who: model.WebSession | None, **values: Any) -> Response:
+def page(request: Request, name: str, who: access.WebSession | None, **values: Any) -> Response:
     """Template `name` as an HTML answer, with the session (for its CSRF token and role)."""
     status = values.pop("status", 200)
     return HTMLResponse(render(request, name, who, **values), status_code=status)
 
 
-def render(request: Request, name: str, who: model.WebSession | None, **values: Any) -> str:
+def render(request: Request, name: str, who: access.WebSession | None, **values: Any) -> str:
     """Template `name` drawn, with the session and the page's one-line note."""
     note = note_of(request.query_params)
     return templates.get_template(name).render(request=request, who=who, note=note, **values)
@@ -111,7 +111,7 @@ def back(to: str, note: str = "", **fields: object) -> Response:
     return RedirectResponse(f"{to}{sep}{urlencode({'note': note, **fields})}", 303)
 
 
-async def visible_job(c: client.Client, who: model.WebSession, job_id: int) -> client.jobs.JobView:
+async def visible_job(c: client.Client, who: access.WebSession, job_id: int) -> client.jobs.JobView:
     try:
         view = await c.job(job_id)
     except errors.NotFound:
@@ -123,7 +123,7 @@ async def visible_job(c: client.Client, who: model.WebSession, job_id: int) -> c
 
 async def audit(
     c: client.Client,
-    who: model.WebSession,
+    who: access.WebSession,
     action: str,
     target: str,
     tenant: str | None,
@@ -245,7 +245,7 @@ async def jobs(
 
 async def _jobs_page(
     request: Request,
-    who: model.WebSession,
+    who: access.WebSession,
     *,
     state: str = "",
     queue: str = "",

@@ -20,7 +20,7 @@ from typing import Any
 
 import httpx
 
-from corral import errors, model
+from corral import errors, launching
 
 TIMEOUT = 30.0
 """Seconds one call may take, connecting included."""
@@ -106,13 +106,13 @@ class AttemptApi:
     async def checkpoint_save(self, state: Any) -> None:
         await self._call("PUT", "/checkpoint", json={"state": state})
 
-    async def pointer_get(self, dataset: str) -> model.Pointer | None:
+    async def pointer_get(self, dataset: str) -> launching.Pointer | None:
         said = (await self._call("GET", "/pointer", params={"dataset": dataset})).json()
         return None if said is None else _pointer(said)
 
     async def pointer_swap(
         self, *, dataset: str, location: str, code_version: str | None
-    ) -> model.Pointer | int:
+    ) -> launching.Pointer | int:
         """The pointer, swapped to `location`; or the newer fence that published already."""
         body = {"dataset": dataset, "location": location, "code_version": code_version}
         answer = await self._call("POST", "/pointer", json=body, refused_ok=True)
@@ -154,8 +154,8 @@ def _raise_for(answer: httpx.Response, url: str) -> None:
     raise errors.StoreUnavailable(f"corral's API at {url} answered {status}: {said}")
 
 
-def _pointer(said: Mapping[str, Any]) -> model.Pointer:
-    return model.Pointer(
+def _pointer(said: Mapping[str, Any]) -> launching.Pointer:
+    return launching.Pointer(
         tenant=said["tenant"],
         dataset=said["dataset"],
         fence=said["fence"],

@@ -51,7 +51,7 @@ import pydantic
 from pydantic import BaseModel
 
 from corral import errors
-from corral.model import TaskRead, envelope
+from corral.python_tasks import TaskRead, envelope
 
 T = TypeVar("T")
 M = TypeVar("M", bound=BaseModel)

@@ -1,5 +1,5 @@
 """What a task's run ends as: the attempt's Finish, with a run log of the fresh values it
-resolved and, for a failure, its traceback (cut to model.STREAM_BYTES). A failure's reason
+resolved and, for a failure, its traceback (cut to launching.STREAM_BYTES). A failure's reason
 is the exception's type and first line.
 """
 
@@ -10,7 +10,7 @@ import traceback
 from collections.abc import Mapping
 from typing import Any
 
-from corral import clock, model
+from corral import clock, launching, model, redaction
 from corral.store import Finish
 
 A = model.AttemptState
@@ -33,18 +33,18 @@ def run_log(
     fresh: Mapping[str, Any],
     clk: clock.Clock,
     exc: BaseException | None = None,
-) -> model.RunLog:
+) -> launching.RunLog:
     """The run log of a run that began at `started` (clock.monotonic): the fresh values
     it resolved (redacted), and the traceback of `exc` when it raised one."""
     streams = []
     if fresh:
-        text = json.dumps(model.redacted(jsonable(fresh)), sort_keys=True)
-        streams.append(model.Stream("fresh", text, len(text.encode())))
+        text = json.dumps(redaction.redacted(jsonable(fresh)), sort_keys=True)
+        streams.append(launching.Stream("fresh", text, len(text.encode())))
     if exc is not None:
         whole = "".join(traceback.format_exception(exc))
-        text = whole[-model.STREAM_BYTES :]
-        streams.append(model.Stream("traceback", text, len(whole.encode()), cut=text != whole))
-    return model.RunLog(streams=tuple(streams), latency=clk.monotonic() - started)
+        text = whole[-launching.STREAM_BYTES :]
+        streams.append(launching.Stream("traceback", text, len(whole.encode()), cut=text != whole))
+    return launching.RunLog(streams=tuple(streams), latency=clk.monotonic() - started)
 
 
 def failed(

@@ -31,7 +31,17 @@ from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
-from corral import clock, config, errors, loops, model, retry, store
+from corral import (
+    clock,
+    config,
+    errors,
+    loops,
+    model,
+    python_tasks,
+    redaction,
+    retry,
+    store,
+)
 from corral.store import DefaultLimits, Finish
 from corral.worker import calls, context, ends
 from corral.worker.app import App, Task
@@ -96,9 +106,9 @@ class Worker:
         self.calls = calls.Calls(concurrency)
         self.ran = 0  # attempts this worker ended, for its summary
 
-    def info(self) -> model.Worker:
+    def info(self) -> python_tasks.Worker:
         now = self.clock.now()
-        return model.Worker(
+        return python_tasks.Worker(
             id=self.id,
             app=self.app.name,
             app_version=self.app.version,
@@ -106,7 +116,7 @@ class Worker:
             pid=os.getpid(),
             queues=self.queues,
             concurrency=self.concurrency,
-            state=model.WorkerState.RUNNING,
+            state=python_tasks.WorkerState.RUNNING,
             started_at=now,
             last_seen_at=now,
             stopped_at=None,
@@ -127,7 +137,7 @@ class Worker:
         deadlines = asyncio.create_task(self._deadline_loop())
         flush = asyncio.create_task(self._flush_loop())
         pulse = loops.Service(self.db, self.settings, self.clock).pulse(
-            kind="worker", runs=(loops.WORKER,), executors=(model.PYTHON,)
+            kind="worker", runs=(loops.WORKER,), executors=(python_tasks.PYTHON,)
         )
         try:
             async with pulse.beating():
@@ -250,7 +260,7 @@ class Worker:
 
     def _start(self, claimed: model.Claimed) -> None:
         job, attempt = claimed.job, claimed.attempt
-        name, version = model.task_of(job.spec)
+        name, version = python_tasks.task_of(job.spec)
         ctx = context.TaskContext(
             job_id=job.id,
             attempt_no=attempt.attempt_no,
@@ -314,7 +324,7 @@ class Worker:
                 state=A.RUNNING,
                 reason=f"fresh values resolved: {', '.join(sorted(fresh))}",
                 now=self.clock.now(),
-                details={"fresh": model.redacted(ends.jsonable(fresh))},
+                details={"fresh": redaction.redacted(ends.jsonable(fresh))},
             )
         return task, value, fresh
 

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from corral import model
+from corral import model, python_tasks
 from corral.store import claimed, claims, statements, workers
 from corral.store.postgres import run
 
@@ -197,7 +197,7 @@ async def pg_worker_claim(
     recorded running."""
     params = {
         "now": now,
-        "executors": [model.PYTHON],
+        "executors": [python_tasks.PYTHON],
         "limit": limit,
         "limited": True,
         "deadline": limits.attempt_deadline.total_seconds(),

@@ -13,14 +13,14 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from corral import model
+from corral import launching
 from corral.store import runlogs, statements
 from corral.store.postgres import run
 
 if TYPE_CHECKING:
     import psycopg
 
-_NONE: Mapping[int, model.RunLog] = {}
+_NONE: Mapping[int, launching.RunLog] = {}
 
 _LOCKED = """locked AS MATERIALIZED (
     -- The attempts in fence order, each with what the settle does to it: one array element
@@ -112,7 +112,7 @@ async def pg_settle(
     launched: Sequence[int],
     won: Sequence[tuple[int, int | None, str | None]],
     now: datetime,
-    logs: Mapping[int, model.RunLog] = _NONE,
+    logs: Mapping[int, launching.RunLog] = _NONE,
     reason: str = "launched",
 ) -> tuple[list[int], list[tuple[int, int, int]]]:
     """Record `launched` attempts as running and apply successes (fence, exit code, reason)

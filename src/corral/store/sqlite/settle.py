@@ -15,11 +15,11 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from corral import model
+from corral import launching
 from corral.store import dialects, runlogs, statements
 from corral.store.sqlite import cursor as cursors
 
-_NONE: Mapping[int, model.RunLog] = {}
+_NONE: Mapping[int, launching.RunLog] = {}
 
 RUNNING = """
 UPDATE attempts SET state = 'running', updated_at = ?1, started_at = ?1, last_seen_at = ?1
@@ -50,7 +50,7 @@ def sqlite_settle(
     launched: Sequence[int],
     won: Sequence[tuple[int, int | None, str | None]],
     now: datetime,
-    logs: Mapping[int, model.RunLog] = _NONE,
+    logs: Mapping[int, launching.RunLog] = _NONE,
     reason: str = "launched",
 ) -> tuple[list[int], list[tuple[int, int, int]]]:
     """Record `launched` attempts as running and apply successes (fence, exit code, reason)
@@ -92,7 +92,7 @@ def _apply_successes(
     cursor: Any,
     won: Sequence[tuple[int, int | None, str | None]],
     now: datetime,
-    logs: Mapping[int, model.RunLog],
+    logs: Mapping[int, launching.RunLog],
 ) -> list[tuple[int, int, int]]:
     """The successes (fence, exit code, reason) of attempts still active applied, their
     jobs ended when it is their current attempt, with run-log lines and run logs; (job id,
@@ -120,7 +120,7 @@ def _apply_successes(
     return current
 
 
-def _row(log: model.RunLog) -> tuple[Any, ...]:
+def _row(log: launching.RunLog) -> tuple[Any, ...]:
     """latency, status, address and streams (as JSON text) of a run_logs row."""
     fields = runlogs.log_fields(log)
     return (fields["latency"], fields["status"], fields["address"], json.dumps(fields["streams"]))

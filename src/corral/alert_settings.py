@@ -1,0 +1,205 @@
+"""Alert settings as corral.toml writes them: channels (`[alerts.channels.NAME]`), rules
+(`[alerts.rules.NAME]`) and their throttles.
+
+Apart from corral.alerts, which sends the messages: the settings are read at every
+start-up, and reading them must not import the SMTP, Slack and HTTP clients.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from corral import durations
+
+ALERT_CAUSES = (
+    "quarantined",
+    "failed",
+    "lost",
+    "unknown",
+    "budget_empty",
+    "schedule_late",
+    "schedule_missed",
+    "sla_missed",
+    "consecutive_failures",
+    "refused",
+)
+"""What a rule may fire `on`: a job quarantined or failed for good, an attempt lost or of
+unknown class, a retry waiting for an empty budget, a firing late or missed, a job past
+its SLA, `after` failures in a row of a schedule or queue, and a tenant's schedule's
+firing refused (its tenant no longer granted its executor)."""
+
+_EMAIL = re.compile(r"^[^@\s<>]+@[^@\s<>]+\.[^@\s<>]+$|^[^@\s<>]+@localhost$")
+
+
+def _web_url(url: str) -> str:
+    if not re.match(r"^https?://[^/\s]+", url):  # not echoed: it may hold a secret
+        raise ValueError("must be an http:// or https:// URL")
+    return url
+
+
+class EmailChannel(BaseModel):
+    """Alerts as e-mail, over SMTP (aiosmtplib)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    kind: Literal["email"] = Field(description="email")
+    smtp_url: str = Field(
+        description="smtp://HOST:PORT or smtps://HOST:PORT (TLS from the start);"
+        " user:password@ to log in."
+    )
+    sender: str = Field(alias="from", description="The From address.")
+    to: tuple[str, ...] = Field(min_length=1, description="Who gets the messages.")
+    starttls: bool | None = Field(
+        None,
+        description="smtp://: upgrade with STARTTLS before sending; unset, when the server"
+        " offers it; false, never (then a password crosses in the clear).",
+    )
+    timeout: durations.Duration = Field(
+        timedelta(seconds=30), description="Most one delivery may take."
+    )
+
+    @field_validator("smtp_url")
+    @classmethod
+    def _smtp(cls, url: str) -> str:
+        if not re.match(r"^smtps?://([^@/\s]+@)?[^@/:\s]+(:\d+)?/?$", url):
+            raise ValueError(f"{_shown_url(url)!r} is not smtp://[user:password@]HOST[:PORT]")
+        return url
+
+    @field_validator("sender")
+    @classmethod
+    def _sender(cls, address: str) -> str:
+        if not _EMAIL.match(address):
+            raise ValueError(f"{address!r} is not an e-mail address")
+        return address
+
+    @field_validator("to")
+    @classmethod
+    def _to(cls, addresses: tuple[str, ...]) -> tuple[str, ...]:
+        if bad := [a for a in addresses if not _EMAIL.match(a)]:
+            raise ValueError(f"{bad[0]!r} is not an e-mail address")
+        return addresses
+
+
+class SlackChannel(BaseModel):
+    """Alerts to a Slack incoming webhook, as Block Kit messages."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: Literal["slack"] = Field(description="slack")
+    webhook_url: str = Field(description="The incoming webhook's URL (a secret: never shown).")
+    timeout: durations.Duration = Field(
+        timedelta(seconds=30), description="Most one delivery may take."
+    )
+
+    @field_validator("webhook_url")
+    @classmethod
+    def _url(cls, url: str) -> str:
+        return _web_url(url)
+
+
+class WebhookChannel(BaseModel):
+    """Alerts as a JSON POST to any URL, signed like HTTP jobs (Standard Webhooks)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: Literal["webhook"] = Field(description="webhook")
+    url: str = Field(description="Where the alert is POSTed.")
+    secret: str | None = Field(
+        None, description="whsec_... signing secret; unsigned without one. Never shown."
+    )
+    timeout: durations.Duration = Field(
+        timedelta(seconds=30), description="Most one delivery may take."
+    )
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, url: str) -> str:
+        return _web_url(url)
+
+
+AlertChannel = Annotated[EmailChannel | SlackChannel | WebhookChannel, Field(discriminator="kind")]
+
+
+class AlertMatch(BaseModel):
+    """Which jobs a rule is about; every key given must match."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    queue: str | None = Field(None, description="Only jobs of this queue.")
+    schedule: str | None = Field(None, description="Only the jobs of this schedule's firings.")
+    tenant: str | None = Field(None, description="Only jobs of this tenant.")
+    executor: str | None = Field(None, description="Only jobs of this executor.")
+    labels: dict[str, str] = Field(
+        default_factory=dict, description="Only jobs with each of these labels, so valued."
+    )
+
+
+class AlertRule(BaseModel):
+    """When to tell whom: `on` these causes, for jobs that `match`, through `channels`."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    on: tuple[Literal[ALERT_CAUSES], ...] = Field(  # type: ignore[valid-type]
+        min_length=1, description="The causes it fires on (see the Alerts guide)."
+    )
+    match: AlertMatch = Field(AlertMatch(), description="Which jobs it is about.")
+    channels: tuple[str, ...] = Field(min_length=1, description="Where its messages go.")
+    throttle: durations.Duration = Field(
+        timedelta(minutes=10),
+        description="Per subject (the schedule, or the queue), one message a window; the"
+        " rest go in one digest at its end.",
+    )
+    after: int = Field(3, ge=1, description="consecutive_failures: how many in a row.")
+    late_by: durations.Duration = Field(
+        timedelta(minutes=2),
+        description="schedule_late: how long after its nominal time a firing's job may start.",
+    )
+
+
+class AlertsSettings(BaseModel):
+    """Who is told what went wrong (`[alerts.channels.NAME]`, `[alerts.rules.NAME]`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    channels: dict[str, AlertChannel] = Field(
+        default_factory=dict,
+        description="Where messages go, by name: `kind` email (smtp_url, from, to, starttls),"
+        " slack (webhook_url) or webhook (url, secret).",
+    )
+    rules: dict[str, AlertRule] = Field(
+        default_factory=dict,
+        description="When to tell whom, by name: `on` (causes), `match` (queue, schedule,"
+        " tenant, executor, labels), `channels`, `throttle`.",
+    )
+    base_url: str | None = Field(
+        None, description="corral's web address: messages link to the job under it."
+    )
+    heartbeat_url: str | None = Field(
+        None,
+        description="Pinged (GET) after every reconciler pass: a dead man's switch for an"
+        " outside monitor.",
+    )
+
+    @field_validator("base_url", "heartbeat_url")
+    @classmethod
+    def _urls(cls, url: str | None) -> str | None:
+        return None if url is None else _web_url(url)
+
+    @model_validator(mode="after")
+    def _known_channels(self) -> AlertsSettings:
+        for name, rule in self.rules.items():
+            if unknown := [c for c in rule.channels if c not in self.channels]:
+                known = ", ".join(sorted(self.channels)) or "none"
+                raise ValueError(
+                    f"rules.{name}.channels: unknown channel {unknown[0]!r}; defined: {known}"
+                )
+        return self
+
+
+def _shown_url(url: str) -> str:
+    """A URL with its password hidden, for an error message."""
+    return re.sub(r"://([^:@/]+):[^@/]*@", r"://\1:[redacted]@", url)

@@ -1,0 +1,77 @@
+"""Secrets kept out of sight: the one table of names whose values are secrets, and the
+redaction every surface that shows a spec, a URL or a log line applies (API, CLI, run log,
+serve log).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+REDACTED = "[redacted]"
+
+SECRET_NAMES = {
+    "contains": (
+        "authorization", "cookie", "passw", "secret", "token", "signature", "credential",
+        "session", "private-key", "private_key", "privatekey", "apikey", "api-key",
+        "api_key", "access-key", "access_key",
+    ),
+    "is": ("auth", "key", "sig", "pwd", "pass", "jwt"),
+    "ends with": ("-auth", "_auth", "-key", "_key", "-sig", "_sig", "-pwd", "_pwd"),
+}  # fmt: skip
+"""The one table of names whose values are secrets, for every surface that shows a spec,
+a URL or a log line (API, CLI, run log, serve log): a key, a header or a query parameter
+whose name, in any case, contains, is, or ends with one of these."""
+
+_URL_QUERY = re.compile(
+    r"^(?P<head>[a-z][a-z0-9+.-]*://[^?#]*\?)(?P<query>[^#]*)(?P<tail>#.*)?$", re.I
+)
+_USERINFO = re.compile(r"^(?P<scheme>[a-z][a-z0-9+.-]*://)[^/@?#]*@", re.IGNORECASE)
+_URL_IN_TEXT = re.compile(r"[a-z][a-z0-9+.-]*://[^\s'\"<>]+", re.IGNORECASE)
+
+
+def names_a_secret(name: str) -> bool:
+    """Whether a key, a header or a parameter name says its value is a secret (by
+    SECRET_NAMES)."""
+    n = name.lower()
+    return (
+        n in SECRET_NAMES["is"]
+        or any(part in n for part in SECRET_NAMES["contains"])
+        or n.endswith(SECRET_NAMES["ends with"])
+    )
+
+
+def redacted_text(text: str) -> str:
+    """Free text (a log line, an error) with every URL in it redacted (`redacted`)."""
+    if "://" not in text:
+        return text
+    return _URL_IN_TEXT.sub(lambda m: _redacted_url(m[0]), text)
+
+
+def redacted(value: Any) -> Any:
+    """`value` (a spec, a template) as it may be shown: the values of keys that name a
+    secret (Authorization, cookies, tokens, keys, passwords), the password of a URL and
+    the secret-named parameters of its query replaced by REDACTED. Nothing is changed in
+    place; what is stored stays whole, for the executor."""
+    if isinstance(value, Mapping):
+        return {
+            k: REDACTED if isinstance(k, str) and names_a_secret(k) and v else redacted(v)
+            for k, v in value.items()
+        }
+    if isinstance(value, list | tuple):
+        return [redacted(v) for v in value]
+    if isinstance(value, str) and "://" in value:
+        return _redacted_url(value)
+    return value
+
+
+def _redacted_url(url: str) -> str:
+    url = _USERINFO.sub(lambda m: f"{m['scheme']}{REDACTED}@", url)
+    if (m := _URL_QUERY.match(url)) is None:
+        return url
+    params = []
+    for part in m["query"].split("&"):
+        name, eq, _ = part.partition("=")
+        params.append(f"{name}={REDACTED}" if eq and names_a_secret(name) else part)
+    return f"{m['head']}{'&'.join(params)}{m['tail'] or ''}"
