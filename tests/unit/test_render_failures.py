@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from corral import model
+from corral import launching
 from corral.cli import render
 from corral.executors import http_outcome
 
@@ -19,6 +19,6 @@ def test_a_failed_request_s_message_is_the_first_line_of_its_body() -> None:
     assert (
         render.failure_message(http_outcome.run_log(None, http_outcome.Outcome(status=500))) is None
     )
-    quiet = model.RunLog(streams=(model.Stream("stdout", "hi\n\nthere", 9),))
+    quiet = launching.RunLog(streams=(launching.Stream("stdout", "hi\n\nthere", 9),))
     assert render.failure_message(quiet) is None  # a command's: its streams say it
     assert render.failure_message(None) is None
