@@ -60,10 +60,10 @@ async def _jobs(db: store.Store, clock: FrozenClock) -> None:
         await db.job_cancel(job_id=job_id, now=clock.now(), reason="by a test")
 
 
-def _sqlalchemy(db: store.Store, **given: Any) -> list[model.Job]:
+def _sqlalchemy(db: store.Store, *, limit: int = 100, **given: Any) -> list[model.Job]:
     """The job list as store/jobs.py reads it, whatever the database."""
     with db.engine.connect() as conn:
-        return jobs.job_list(conn, **given)
+        return jobs.job_list(conn, model.JobFilter(**given), limit=limit)
 
 
 FILTERS: list[tuple[dict[str, Any], Callable[[model.Job], bool]]] = [

@@ -1,37 +1,24 @@
 """The durable store: jobs, attempts and events in SQLite (embedded) or PostgreSQL (scale).
 
-`Store` is the async face of the store: each method runs one function of the module for
-what it stores (jobs, claims, attempts, completions, events, budgets, sinks) in one
-transaction on a worker thread, so the event loop never blocks on the database; on
-PostgreSQL the dispatcher's hot path runs on async connections of its own (hotpool.py).
-Database errors are translated once, here, into StoreError (cause kept): StoreUnavailable
-when a PostgreSQL server cannot be reached, and a message naming the setting when one of
-the connection's time limits (dialects.ConnectionLimits) ended a call.
+`Store` holds the database (database.py: its connections, transactions and schema) and a
+typed handle per thing stored, each in the module of the functions it runs: `store.jobs`
+(jobs.py), `store.attempts`, `store.events`, `store.schedules`, `store.alerts`,
+`store.tokens` (API tokens, the audit log, signing secrets), `store.users` (the
+dashboard's users and sessions), `store.workers` (Python workers and parked jobs),
+`store.operations` (bulk actions), `store.runlogs`, `store.sinks` (checkpoints and publish
+pointers) and `store.loops`. A handle's call runs one function of its module in one
+transaction on a worker thread, or, on PostgreSQL, a statement of the hot path
+(hotpath.py, hotreads.py) on async connections of its own.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import functools
-import logging
-import os
-import threading
-from collections.abc import (
-    AsyncIterator,
-    Awaitable,
-    Callable,
-    Collection,
-    Iterable,
-    Mapping,
-    Sequence,
-)
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Engine
 from sqlalchemy import exc as sa_exc
 
 from corral import config, errors, failpoints, model, retry
@@ -41,13 +28,12 @@ from corral.store import (
     budgets,
     claims,
     completions,
+    database,
     dialects,
     events,
     hotpath,
-    hotreads,
     jobs,
     loops,
-    migrate,
     operations,
     overview,
     runlogs,
@@ -61,78 +47,31 @@ from corral.store import (
 from corral.store.attempts import Status
 from corral.store.claims import DefaultLimits
 from corral.store.completions import Finish, Outcome
-
-if TYPE_CHECKING:
-    from corral.store import hotpool  # psycopg's async side: imported for PostgreSQL only
-
-__all__ = ["DefaultLimits", "Finish", "Outcome", "Status", "Store"]
+from corral.store.database import READS_AT_ONCE
 
 T = TypeVar("T")
 A, J = model.AttemptState, model.JobState
-log = logging.getLogger("corral.store")
 
-READS_AT_ONCE = 10
-"""The job reads' connections (hotreads.py) in use at most, as many as the engine's pool
-holds (dialects.engine_create), and kept idle: a steady load opens none again."""
-
-_SERVER_LIMITS = {
-    "55P03": ("waited too long for a lock", "lock"),  # lock_not_available
-    "57014": ("was cancelled", "statement"),  # query_canceled: statement_timeout
-    "25P03": ("stayed idle too long inside its transaction", "idle_in_transaction"),
-}
-"""SQLSTATEs of the server's own time limits: what happened, and which limit did it."""
-
-
-class _GivenUp(Exception):
-    """The caller stopped waiting for this transaction: roll it back, nobody reads it."""
-
-
-class _Broken(Exception):
-    """The connection broke before the transaction committed: try once more."""
-
-    def __init__(self, error: sa_exc.DBAPIError) -> None:
-        super().__init__(str(error))
-        self.error = error
+__all__ = ["READS_AT_ONCE", "DefaultLimits", "Finish", "Outcome", "Status", "Store"]
 
 
 class Store:
-    """Jobs, attempts and events, behind compare-and-set transitions."""
+    """One database, and a handle on each thing stored in it."""
 
     def __init__(self, engine: Engine, *, limits: dialects.ConnectionLimits | None = None) -> None:
-        self.engine = engine
-        self.dialect = engine.dialect.name
-        # PostgreSQL: the hot path's own connections; SQLite: its one writer thread's.
-        self.hot_pool: hotpool.HotPool | None = None
-        if self.dialect == "postgresql":
-            from corral.store import hotpool
-
-            self.hot_pool = hotpool.HotPool(dialects.hot_params(engine, limits))
-        # PostgreSQL: the job list's and a job page's own connections (hotreads.py), as many
-        # at once as the engine's pool holds.
-        self.read_pool: hotpool.HotPool | None = None
-        if self.dialect == "postgresql":
-            self.read_pool = hotpool.HotPool(
-                dialects.hot_params(engine, limits), idle=READS_AT_ONCE, most=READS_AT_ONCE
-            )
-        self.limits = limits
-        self.loops = loops.Loops(self)
-        # SQLite has one writer at a time: one thread keeps this process from queueing on
-        # its own lock. PostgreSQL takes as many as the connection pool holds.
-        workers = 1 if self.dialect == "sqlite" else 5
-        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="corral-store")
-        # SQLite: reads that need no write lock (`_read`) have a thread of their own, so a
-        # long one (the alerter's) never waits for the writer, nor holds it up.
-        self._reader = self._pool
-        if self.dialect == "sqlite":
-            self._reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="corral-read")
-        # The backstop around each call, on PostgreSQL only: a SQLite file has no network to
-        # lose, its waits are bounded by its busy timeout, and with its one thread a call
-        # given up would only make every call behind it fail too.
-        self._backstop = (
-            limits.transaction.total_seconds()
-            if limits is not None and self.dialect == "postgresql"
-            else None
-        )
+        self.database = database.Database(engine, limits=limits)
+        self.jobs = jobs.Jobs(self.database)
+        self.attempts = attempts.Attempts(self.database)
+        self.events = events.Events(self.database)
+        self.schedules = schedules.Schedules(self.database)
+        self.alerts = alerts.Alerts(self.database)
+        self.tokens = tokens.Tokens(self.database)
+        self.users = users.Users(self.database)
+        self.workers = workers.Workers(self.database)
+        self.operations = operations.Operations(self.database)
+        self.runlogs = runlogs.RunLogs(self.database)
+        self.sinks = sinks.Sinks(self.database)
+        self.loops = loops.Loops(self.database)
 
     @classmethod
     def connect(cls, url: str, *, timeouts: config.Timeouts | None = None) -> Store:
@@ -144,131 +83,54 @@ class Store:
         except (sa_exc.ArgumentError, ImportError, ValueError) as exc:
             raise errors.ConfigError(f"database_url: {url!r} is not usable: {exc}") from exc
 
-    @property
-    def sqlite_path(self) -> Path | None:
-        """The file of a SQLite store; None for PostgreSQL."""
-        database = self.engine.url.database
-        return Path(database) if self.dialect == "sqlite" and database else None
+    async def close(self) -> None:
+        """Close the database's threads, pools and connections."""
+        await self.database.close()
 
+    # Until every caller calls the handles: the old names, forwarded.
     @property
     def url(self) -> str:
-        return self.engine.url.render_as_string(hide_password=True)
+        return self.database.url
 
-    async def close(self) -> None:
-        self._pool.shutdown(wait=True)
-        self._reader.shutdown(wait=True)
-        self.engine.dispose()
-        if self.hot_pool is not None:
-            await self.hot_pool.close()
-        if self.read_pool is not None:
-            await self.read_pool.close()
+    @property
+    def engine(self) -> Engine:
+        return self.database.engine
 
-    def _run(
-        self,
-        name: str,
-        fn: Callable[[Connection], T],
-        given_up: threading.Event | None,
-        autocommit: bool = False,
-        read_only: bool = False,
-    ) -> T:
-        """Run `fn` in one transaction, or with `autocommit` outside one (`migrate`, whose
-        migrations make their own), or `read_only` (on SQLite without the write lock). A
-        connection found broken by `fn` (the pool does not ping) is replaced and `fn`
-        tried once more: in a transaction nothing it did was committed, as the failure
-        came before the commit."""
-        for last in (False, True):
-            try:
-                conn = self.engine.connect()
-            except sa_exc.DBAPIError as exc:
-                raise self._translate(exc, name, connecting=True) from exc
-            try:
-                with conn:
-                    if autocommit:
-                        conn.execution_options(isolation_level="AUTOCOMMIT")
-                        return self._body(conn, fn, given_up)
-                    if read_only:  # an option of this Connection only, not of the pool's
-                        conn.execution_options(**{dialects.READ_ONLY: True})
-                    with conn.begin():
-                        return self._body(conn, fn, given_up)
-            except _Broken as broken:
-                if last:
-                    raise self._translate(broken.error, name, connecting=False) from broken.error
-                log.info(
-                    "%s: the connection was broken (%s); once more on a new one",
-                    name,
-                    _first_line(broken.error.orig or broken.error),
-                )
-            except sa_exc.DBAPIError as exc:
-                raise self._translate(exc, name, connecting=False) from exc
-        raise AssertionError("unreachable")
+    @property
+    def dialect(self) -> str:
+        return self.database.dialect
 
-    @staticmethod
-    def _body(
-        conn: Connection, fn: Callable[[Connection], T], given_up: threading.Event | None
-    ) -> T:
-        if given_up is not None and given_up.is_set():
-            raise _GivenUp  # connecting took so long that the caller left
-        try:
-            result = fn(conn)
-        except sa_exc.DBAPIError as exc:
-            if exc.connection_invalidated:
-                raise _Broken(exc) from exc
-            raise
-        if given_up is not None and given_up.is_set():
-            raise _GivenUp  # nobody reads the result: do not commit what it did
-        return result
+    @property
+    def read_pool(self) -> Any:
+        return self.database.read_pool
 
-    def _translate(
-        self, exc: sa_exc.DBAPIError, name: str, *, connecting: bool
-    ) -> errors.StoreError:
-        """One StoreError for a driver error: which, and how it reads, is decided here only."""
-        return self._store_error(
-            exc.orig or exc,
-            name,
-            unreachable=connecting or exc.connection_invalidated,
-            operational=isinstance(exc, sa_exc.OperationalError),
-        )
+    @property
+    def hot_pool(self) -> Any:
+        return self.database.hot_pool
 
-    def _store_error(
-        self, error: BaseException, name: str, *, unreachable: bool, operational: bool
-    ) -> errors.StoreError:
-        said = _first_line(error)
-        if self.dialect == "sqlite":  # a file: nothing to wait for, nothing to reach
-            if operational:
-                return errors.StoreError(f"database {self.url} failed: {said}")
-            return errors.StoreError(f"database error: {said}")
-        sqlstate = getattr(error, "sqlstate", None)
-        if sqlstate in _SERVER_LIMITS and self.limits is not None:
-            what, limit = _SERVER_LIMITS[sqlstate]
-            return errors.StoreError(
-                f"database {self.url}: {name} {what} ({self.limits.setting(limit)}): {said}"
-            )
-        if unreachable:
-            return errors.StoreUnavailable(f"database {self.url} cannot be reached: {said}")
-        if operational:
-            return errors.StoreError(f"database {self.url} failed: {said}")
-        return errors.StoreError(f"database error: {said}")
+    async def migrate(self) -> tuple[str | None, str | None]:
+        return await self.database.migrate()
+
+    async def check_schema(self, *, revision: bool = True) -> None:
+        await self.database.check_schema(revision=revision)
+
+    async def installation(self) -> str:
+        return await self.database.installation()
+
+    async def analyze(self) -> None:
+        await self.database.analyze()
+
+    def woken(self, channel: str = workers.CHANNEL) -> Any:
+        return self.database.woken(channel)
 
     async def _tx(self, fn: Callable[..., T], /, **kwargs: Any) -> T:
-        """Run `fn(conn, **kwargs)` in one transaction on the store's worker thread; on
-        PostgreSQL, give it up after timeouts.database_transaction_timeout (the backstop)."""
-        return await self._call(_name(fn), functools.partial(fn, **kwargs), self._backstop)
+        return await self.database.tx(functools.partial(fn, **kwargs))
 
     async def _read(self, fn: Callable[..., T], /, **kwargs: Any) -> T:
-        """`_tx` for a `fn` that only reads: on SQLite, on the reading thread, beside the
-        writer (`fn` must write nothing)."""
-        call = functools.partial(fn, **kwargs)
-        return await self._call(_name(fn), call, self._backstop, read_only=True)
+        return await self.database.read(functools.partial(fn, **kwargs))
 
     async def _lookup(self, fn: Callable[..., T], /, **kwargs: Any) -> T:
-        """`_read` for a `fn` whose statements each stand alone (none needs another's
-        snapshot): on PostgreSQL outside a transaction (autocommit), a round trip each where
-        BEGIN and COMMIT made two more (what each API request paid, a job's page five times
-        over)."""
-        if self.dialect != "postgresql":
-            return await self._read(fn, **kwargs)
-        call = functools.partial(fn, **kwargs)
-        return await self._call(_name(fn), call, self._backstop, autocommit=True)
+        return await self.database.lookup(functools.partial(fn, **kwargs))
 
     async def _hot(
         self,
@@ -277,152 +139,9 @@ class Store:
         /,
         **kwargs: Any,
     ) -> T:
-        """A hot-path function (hotpath.py): on SQLite `on_sqlite(conn, **kwargs)` as `_tx`
-        runs it; on PostgreSQL `on_postgresql(conn, **kwargs)`, one statement that is its
-        own transaction, on the hot path's own connections, under the same backstop."""
-        if self.hot_pool is None:
-            return await self._tx(on_sqlite, **kwargs)
-        return await self._pooled(self.hot_pool, on_postgresql, **kwargs)
-
-    async def _hot_read(
-        self,
-        on_sqlite: Callable[..., T],
-        on_postgresql: Callable[..., Awaitable[T]],
-        /,
-        **kwargs: Any,
-    ) -> T:
-        """A read of hotreads.py: on SQLite `on_sqlite(conn, **kwargs)` as `_lookup` runs
-        it; on PostgreSQL `on_postgresql(conn, **kwargs)` on the reads' own connections,
-        each statement its own transaction, under the same backstop."""
-        if self.read_pool is None:
-            return await self._lookup(on_sqlite, **kwargs)
-        return await self._pooled(self.read_pool, on_postgresql, **kwargs)
-
-    async def _pooled(
-        self, pool: hotpool.HotPool, fn: Callable[..., Awaitable[T]], /, **kwargs: Any
-    ) -> T:
-        """`fn(conn, **kwargs)` on a connection of `pool`, under the backstop, its errors
-        translated as every other call's."""
-        import psycopg
-
-        from corral.store import hotpool
-
-        name = _name(fn)
-        call = functools.partial(fn, **kwargs)
-        try:
-            return await pool.run(call, within=self._backstop)
-        except hotpool.GivenUp:
-            raise self._given_up(name) from None  # its connection closed, its statement too
-        except hotpool.Unreachable as lost:
-            raise self._store_error(
-                lost.error, name, unreachable=True, operational=True
-            ) from lost.error
-        except psycopg.Error as exc:
-            operational = isinstance(exc, psycopg.OperationalError)
-            raise self._store_error(exc, name, unreachable=False, operational=operational) from exc
-
-    async def _call(
-        self,
-        name: str,
-        call: Callable[[Connection], T],
-        backstop: float | None,
-        autocommit: bool = False,
-        read_only: bool = False,
-    ) -> T:
-        loop = asyncio.get_running_loop()
-        run = functools.partial(self._run, autocommit=autocommit, read_only=read_only)
-        pool = self._reader if read_only else self._pool
-        if backstop is None:
-            return await loop.run_in_executor(pool, run, name, call, None)
-        given_up = threading.Event()
-        timer = asyncio.timeout(backstop)  # real time, as the network's and libpq's limits are
-        try:
-            async with timer:
-                return await loop.run_in_executor(pool, run, name, call, given_up)
-        except TimeoutError:
-            if not timer.expired():
-                raise
-        # A call still queued for a thread is dropped. One already running cannot be stopped
-        # from here: its thread stays blocked in libpq until the connection's own limits end
-        # the wait (connect_timeout, tcp_user_timeout and keepalives, statement_timeout; all
-        # shorter than this backstop by the chain), then finds `given_up` set and rolls back,
-        # or finds its connection dead, which the pool then discards. Without those limits
-        # a cut connection would hold its thread for good, and once all the store's threads
-        # were held, every later call would time out here, queued.
-        given_up.set()
-        raise self._given_up(name)
-
-    def _given_up(self, name: str) -> errors.StoreUnavailable:
-        """The error of a call the backstop gave up, logged once."""
-        assert self.limits is not None
-        limit = self.limits.setting("transaction")
-        log.warning("%s: no answer from the database in time (%s); given up", name, limit)
-        return errors.StoreUnavailable(
-            f"database {self.url}: {name} got no answer in time ({limit}); given up"
+        return await self.database.hot(
+            functools.partial(on_sqlite, **kwargs), functools.partial(on_postgresql, **kwargs)
         )
-
-    # --- schema --------------------------------------------------------------------------
-
-    async def migrate(self) -> tuple[str | None, str | None]:
-        """Upgrade the schema to the newest revision; returns (before, after). On PostgreSQL
-        each migration is a transaction of its own, so that indexes on large tables can be
-        built concurrently (migrate.upgrade); run it with corral's loops stopped."""
-
-        def upgrade(conn: Connection) -> tuple[str | None, str | None]:
-            before = migrate.current(conn)
-            migrate.upgrade(conn)
-            return before, migrate.current(conn)
-
-        def upgrade_pg(conn: Connection) -> tuple[str | None, str | None]:
-            # Handed over in autocommit: the session's limits are lifted for good (a
-            # migration takes its time); then, outside any transaction, the migrations
-            # make their own.
-            dialects.statements_unbounded(conn, local=False)
-            before = migrate.current(conn)
-            conn.commit()
-            conn.execution_options(isolation_level="READ COMMITTED")
-            try:
-                migrate.upgrade(conn)
-                return before, migrate.current(conn)
-            finally:
-                conn.rollback()  # what a failed migration left open, or the last read
-                dialects.statements_bounded(conn)
-                conn.commit()
-
-        if self.dialect == "postgresql":
-            return await self._call("migrate", upgrade_pg, None, autocommit=True)
-        if (path := self.sqlite_path) is not None and not path.exists():
-            _create_private(path)
-        return await self._call("migrate", upgrade, None)
-
-    async def check_schema(self, *, revision: bool = True) -> None:
-        """Raise SchemaOutOfDate unless the database is at this corral's newest revision
-        (without `revision`: unless it exists). A SQLite file that does not exist is not
-        created (only `migrate` creates one), so a command that only reads leaves no empty
-        database behind."""
-        if (path := self.sqlite_path) is not None and not path.exists():
-            raise errors.SchemaOutOfDate(
-                f"there is no database at {path} (database_url {self.url}): run"
-                " `corral db upgrade` to create it, or point database_url at yours"
-            )
-        if not revision:
-            return
-        current = await self._tx(migrate.current)
-        if current is not None and not migrate.known(current):
-            raise errors.SchemaOutOfDate(
-                f"database {self.url} is at schema revision {current}, which this corral does not"
-                " know: a newer corral upgraded it; run that version"
-            )
-        if current != migrate.head():
-            raise errors.SchemaOutOfDate(
-                f"database {self.url} is at schema revision {current or 'none'}, this corral needs"
-                f" {migrate.head()}: run `corral db upgrade`"
-            )
-
-    async def installation(self) -> str:
-        """The id that sets this installation's objects on a cluster apart from another's
-        (the label corral.dev/installation): made once, by the database's migration."""
-        return await self._read(migrate.installation)
 
     # --- operations: one transaction each (the modules say what each does) -----------------
 
@@ -474,13 +193,6 @@ class Store:
 
     async def event_list(self, *, job_id: int) -> list[model.Event]:
         return await self._lookup(events.event_list, job_id=job_id)
-
-    async def analyze(self) -> None:
-        def analyze(conn: Connection) -> None:
-            dialects.statements_unbounded(conn)  # statistics of a large table take a while
-            jobs.analyze(conn)
-
-        await self._call("analyze", analyze, None)
 
     async def job_submit(
         self,
@@ -588,21 +300,18 @@ class Store:
         until: datetime | None = None,
         before: int | None = None,
     ) -> list[model.Job]:
-        return await self._hot_read(
-            jobs.job_list,
-            hotreads.job_list,
-            states=list(states),
-            limit=limit,
+        given = model.JobFilter(
+            states=tuple(states),
             queue=queue,
             tenant=tenant,
             pool=pool,
             executor=executor,
-            labels=labels,
+            labels=labels or {},
             schedule=schedule,
             since=since,
             until=until,
-            before=before,
         )
+        return await self.jobs.list(given, limit=limit, before=before)
 
     async def job_count_by_state(self) -> dict[str, int]:
         return await self._tx(jobs.job_count_by_state)
@@ -988,20 +697,7 @@ class Store:
     async def job_record(
         self, *, job_id: int
     ) -> tuple[model.Job, list[model.Attempt], list[model.Event], dict[int, model.RunLog]]:
-        """A job, its attempts, its events and its run logs (what a job's page shows), read
-        in one call on one connection; NotFound if there is no such job."""
-
-        def job_record(
-            conn: Connection, *, job_id: int
-        ) -> tuple[model.Job, list[model.Attempt], list[model.Event], dict[int, model.RunLog]]:
-            return (
-                jobs.job_get(conn, job_id=job_id),
-                attempts.attempt_list(conn, job_id=job_id),
-                events.event_list(conn, job_id=job_id),
-                runlogs.run_logs_of(conn, job_id=job_id),
-            )
-
-        return await self._hot_read(job_record, hotreads.job_record, job_id=job_id)
+        return await self.jobs.record(job_id=job_id)
 
     async def jobs_forget(self, *, before: datetime, limit: int = 500) -> int:
         """Remove up to `limit` jobs that finished before `before`, with their attempts,
@@ -1331,61 +1027,3 @@ class Store:
         return await self._tx(
             workers.attempt_park, fences=fences, task=task, version=version, now=now, why=why
         )
-
-    @contextlib.asynccontextmanager
-    async def woken(self, channel: str = workers.CHANNEL) -> AsyncIterator[asyncio.Event]:
-        """An Event set each time `channel` is notified (PostgreSQL's LISTEN, on a
-        connection of its own for the block); the holder clears it when it has looked. On
-        SQLite it is never set: its holder polls. A lost connection is made again; the
-        Event is set then too, since a notification may have been missed meanwhile."""
-        woke = asyncio.Event()
-        if self.hot_pool is None:
-            yield woke
-            return
-        task = asyncio.create_task(self._listen(channel, woke))
-        try:
-            yield woke
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-
-    async def _listen(self, channel: str, woke: asyncio.Event) -> None:
-        import psycopg
-
-        assert self.hot_pool is not None
-        pause = 0.5
-        while True:
-            try:
-                conn = await psycopg.AsyncConnection.connect(
-                    **self.hot_pool.params, autocommit=True
-                )
-                async with conn:
-                    await conn.execute(f"LISTEN {channel}")
-                    woke.set()
-                    pause = 0.5
-                    async for _ in conn.notifies():
-                        woke.set()
-            except (psycopg.Error, OSError) as exc:
-                log.info("listening on %s: %s; again in %.1fs", channel, _first_line(exc), pause)
-            except Exception:  # never silently: the holder would poll alone from here on
-                log.exception("listening on %s failed; again in %.1fs", channel, pause)
-            await asyncio.sleep(pause)  # a real pause before reconnecting, not a clock read
-            pause = min(pause * 2, 10.0)
-
-
-def _name(fn: Callable[..., Any]) -> str:
-    return getattr(fn, "__name__", type(fn).__name__)
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
-
-
-def _create_private(path: Path) -> None:
-    """Make the SQLite file `path`, empty, readable by its owner alone (0600): it holds
-    every tenant's payloads and secrets. SQLite gives its -wal and -shm files the same
-    mode. One that exists already keeps its mode (`corral check` warns of a readable one)."""
-    with contextlib.suppress(FileExistsError):
-        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))

@@ -20,7 +20,7 @@ import dataclasses
 import functools
 import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -74,33 +74,26 @@ _EQUAL = ("queue", "tenant", "pool", "executor")
 
 async def job_list(
     conn: psycopg.AsyncConnection[Any],
+    given: model.JobFilter,
     *,
-    states: Iterable[str] = (),
     limit: int = 100,
-    queue: str | None = None,
-    tenant: str | None = None,
-    pool: str | None = None,
-    executor: str | None = None,
-    labels: Mapping[str, str] | None = None,
-    schedule: str | None = None,
-    since: datetime | None = None,
-    until: datetime | None = None,
     before: int | None = None,
 ) -> list[model.Job]:
-    """jobs.job_list in one statement: the newest jobs first, those of each filter given."""
+    """jobs.job_list in one statement: the newest jobs first, those `given` matches."""
     from psycopg.types.json import Jsonb
 
-    params: dict[str, Any] = {f"state_{n}": s for n, s in enumerate(states)}
-    given = {"queue": queue, "tenant": tenant, "pool": pool, "executor": executor}
-    params.update({k: v for k, v in given.items() if v is not None})
-    if schedule is not None:
-        params.update(firing=model.FIRING, firing_schedule="schedule", schedule=schedule)
-    if labels:
-        params["labels"] = Jsonb(dict(labels))
-    if since is not None:
-        params["since"] = _utc(since)
-    if until is not None:
-        params["until"] = _utc(until)
+    params: dict[str, Any] = {f"state_{n}": s for n, s in enumerate(given.states)}
+    equal = {"queue": given.queue, "tenant": given.tenant, "pool": given.pool}
+    equal["executor"] = given.executor
+    params.update({k: v for k, v in equal.items() if v is not None})
+    if given.schedule is not None:
+        params.update(firing=model.FIRING, firing_schedule="schedule", schedule=given.schedule)
+    if given.labels:
+        params["labels"] = Jsonb(dict(given.labels))
+    if given.since is not None:
+        params["since"] = _utc(given.since)
+    if given.until is not None:
+        params["until"] = _utc(given.until)
     if before is not None:
         params["before"] = before
     params["limit"] = limit
