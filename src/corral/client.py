@@ -21,7 +21,7 @@ import logging
 import os
 import re
 import secrets
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -76,7 +76,7 @@ class _Logs:
 
     async def get(self, fence: int) -> model.RunLog | None:
         if self.found is None:
-            self.found = await self.db.run_logs(job_id=self.job_id)
+            self.found = await self.db.runlogs.of_job(job_id=self.job_id)
         return self.found.get(fence)
 
 
@@ -213,7 +213,7 @@ class Client:
         `{"limits": {"attempt_deadline": "30s"}, "failure_rules": [{"on_exit_codes":
         {"operator": "In", "values": [3]}, "action": "fail"}]}`."""
         job = self.validate(await self.task_checked(self.new_job(**args)))
-        [(job_id, created)] = await self.store.job_submit(
+        [(job_id, created)] = await self.store.jobs.submit(
             new=[job], now=self.clock.now(), since=self.since()
         )
         return job_id, created
@@ -232,7 +232,7 @@ class Client:
         stored: list[tuple[int, bool]] = []
         for start in range(0, len(jobs), batch):
             chunk = list(jobs[start : start + batch])
-            stored += await self.store.job_submit(
+            stored += await self.store.jobs.submit(
                 new=chunk, now=self.clock.now(), since=self.since()
             )
             if progress is not None:
@@ -300,7 +300,7 @@ class Client:
         if job.executor != model.PYTHON:
             return job
         task, version = model.task_of(job.spec)
-        schemas, newest = await self.store.task_schemas(task=task, since=self.since())
+        schemas, newest = await self.store.workers.task_schemas(task=task, since=self.since())
         if version == 0:
             if newest is None:
                 raise errors.InvalidInput(
@@ -311,7 +311,7 @@ class Client:
             version = newest
         schema = schemas.get(version)
         if schema is None:
-            schema = await self.store.known_schema(task=task, version=version)
+            schema = await self.store.workers.known_schema(task=task, version=version)
         data = job.payload.get("data") if isinstance(job.payload, Mapping) else None
         if schema is not None and (problem := schema_problem(schema, data)):
             raise errors.InvalidInput(
@@ -326,7 +326,7 @@ class Client:
 
     async def job(self, job_id: int) -> JobView:
         """A job with its attempts and events; NotFound if there is none."""
-        return JobView(*await self.store.job_record(job_id=job_id))
+        return JobView(*await self.store.jobs.record(job_id=job_id))
 
     async def follow(
         self,
@@ -360,8 +360,8 @@ class Client:
         tails: dict[int, _Tail | _Follow],
     ) -> AsyncIterator[LogPart]:
         while True:
-            job = await self.store.job_get(job_id=job_id)  # then its attempts: none missed
-            attempts = await self.store.attempt_list(job_id=job_id)
+            job = await self.store.jobs.get(job_id=job_id)  # then its attempts: none missed
+            attempts = await self.store.attempts.list(job_id=job_id)
             wanted = [a for a in attempts if attempt_no in (None, a.attempt_no)]
             logs = _Logs(self.store, job_id)  # read once an ended attempt needs them
             for a in wanted:
@@ -416,48 +416,39 @@ class Client:
         slots = self.settings.pools.get(view.job.pool or "")
         if slots is None or view.job.state != model.JobState.QUEUED:
             return explain(view, self.clock.now())
-        running = await self.store.pool_running(pools=[view.job.pool or ""])
+        running = await self.store.jobs.pool_running(pools=[view.job.pool or ""])
         return explain(view, self.clock.now(), pool=(running.get(view.job.pool or "", 0), slots))
 
-    async def jobs(
-        self,
-        *,
-        states: Iterable[str] = (),
-        queue: str | None = None,
-        tenant: str | None = None,
-        pool: str | None = None,
-        limit: int = 100,
-    ) -> list[model.Job]:
-        """The newest jobs, optionally only those in `states`, of `queue`, `tenant`, `pool`."""
-        states = list(states)
-        for state in states:
+    async def jobs(self, given: model.JobFilter, *, limit: int = 100) -> list[model.Job]:
+        """The newest jobs `given` matches; InvalidInput for a state that is not one."""
+        for state in given.states:
             if state not in model.JobState.__members__.values():
                 raise errors.InvalidInput(
                     f"state: {state!r} is not a job state; use one of {', '.join(model.JobState)}"
                 )
-        return await self.store.job_list(
-            states=states, limit=limit, queue=queue, tenant=tenant, pool=pool
-        )
+        return await self.store.jobs.list(given, limit=limit)
 
     async def heartbeat(self, job_id: int, fence: int) -> datetime | None:
         """News from inside attempt `fence`: renews its lease (returns the lease's new end, or
         None for a job without one). StaleFence when a newer attempt replaced it: stop."""
-        return await self.store.attempt_heartbeat(job_id=job_id, fence=fence, now=self.clock.now())
+        return await self.store.attempts.heartbeat(job_id=job_id, fence=fence, now=self.clock.now())
 
     async def dead(self, *, limit: int = 100) -> list[JobView]:
         """Quarantined jobs, newest first, each with its attempts and run log."""
-        found = await self.store.job_list(states=[model.JobState.QUARANTINED], limit=limit)
+        found = await self.store.jobs.list(
+            model.JobFilter(states=[model.JobState.QUARANTINED]), limit=limit
+        )
         return [await self.job(j.id) for j in found]
 
     async def dead_retry(self, job_id: int, *, reason: str = "retried by a person") -> None:
         """Send a quarantined job back to the queue for one more attempt (after a fix)."""
-        await self.store.job_unquarantine(
+        await self.store.jobs.unquarantine(
             job_id=job_id, to=model.JobState.QUEUED, now=self.clock.now(), reason=reason
         )
 
     async def dead_discard(self, job_id: int, *, reason: str = "discarded by a person") -> None:
         """Give up on a quarantined job: it ends cancelled."""
-        await self.store.job_unquarantine(
+        await self.store.jobs.unquarantine(
             job_id=job_id, to=model.JobState.CANCELLED, now=self.clock.now(), reason=reason
         )
 
@@ -465,7 +456,7 @@ class Client:
         self, job_id: int, *, reason: str = "cancelled by request"
     ) -> model.Attempt | None:
         """Cancel a job; if an attempt was active, stop it on its platform too."""
-        attempt = await self.store.job_cancel(job_id=job_id, now=self.clock.now(), reason=reason)
+        attempt = await self.store.jobs.cancel(job_id=job_id, now=self.clock.now(), reason=reason)
         if attempt is not None and attempt.executor in self.executors:
             try:
                 await self.executors[attempt.executor].cancel(
@@ -488,7 +479,7 @@ class Client:
     ) -> model.Preview:
         """How many jobs of `tenant` (None: every tenant) `action` would touch now, and the
         newest of their ids; InvalidInput past store.operations.MAX_JOBS."""
-        return await self.store.operation_preview(tenant=tenant, action=action, given=given)
+        return await self.store.operations.preview(tenant=tenant, action=action, given=given)
 
     async def bulk_start(
         self,
@@ -503,7 +494,7 @@ class Client:
         """Start `action` on the snapshot of the jobs the preview counts now; the runner of
         each serve and api process then applies it. Changed (a Conflict, with the new
         count) when that is not `expect` jobs: preview again."""
-        return await self.store.operation_create(
+        return await self.store.operations.create(
             tenant=tenant,
             action=action,
             given=given,
@@ -515,25 +506,25 @@ class Client:
 
     async def operation(self, operation_id: int) -> model.Operation:
         """A bulk operation and its progress (NotFound when there is none)."""
-        return await self.store.operation_get(operation_id=operation_id)
+        return await self.store.operations.get(operation_id=operation_id)
 
     async def operations(
         self, *, tenant: str | None, limit: int = 100, before: int | None = None
     ) -> list[model.Operation]:
         """Bulk operations, the newest first: of `tenant`, or of every tenant (None)."""
-        return await self.store.operation_list(tenant=tenant, limit=limit, before=before)
+        return await self.store.operations.list(tenant=tenant, limit=limit, before=before)
 
     async def operation_skipped(
         self, operation_id: int, *, limit: int = 20
     ) -> list[model.OperationItem]:
         """The first jobs an operation skipped, each with why."""
-        return await self.store.operation_items(
+        return await self.store.operations.items(
             operation_id=operation_id, outcome=model.ItemOutcome.SKIPPED, limit=limit
         )
 
     async def operation_cancel(self, operation_id: int) -> model.Operation:
         """Stop a bulk operation: the jobs it has not reached yet are left as they are."""
-        return await self.store.operation_cancel(operation_id=operation_id, now=self.clock.now())
+        return await self.store.operations.cancel(operation_id=operation_id, now=self.clock.now())
 
     # --- API tokens -----------------------------------------------------------------------
 
@@ -542,7 +533,7 @@ class Client:
         all-tenant admin token was ever made: what `serve --http` hands a new installation.
         None otherwise (exactly one, however many corrals start at once)."""
         secret = TOKEN_PREFIX + secrets.token_urlsafe(32)
-        made = await self.store.token_add_first_admin(
+        made = await self.store.tokens.add_first_admin(
             name="first admin", secret_sha256=token_digest(secret), now=self.clock.now()
         )
         return None if made is None else (made, secret)
@@ -574,7 +565,7 @@ class Client:
             raise errors.InvalidInput("expires: must be longer than zero")
         secret = TOKEN_PREFIX + secrets.token_urlsafe(32)
         now = self.clock.now()
-        made = await self.store.token_add(
+        made = await self.store.tokens.add(
             name=name,
             tenant=tenant,
             role=model.Role(role),
@@ -595,7 +586,7 @@ class Client:
         if kept is not None and kept[0] > now:
             found: model.Token | None = kept[1]
         else:
-            found = await self.store.token_find(secret_sha256=digest)
+            found = await self.store.tokens.find(secret_sha256=digest)
             if found is not None:  # unknown secrets are not kept: guesses fill no memory
                 if len(self._tokens) >= TOKENS_KEPT:
                     self._tokens.clear()
@@ -605,7 +596,7 @@ class Client:
     async def token_revoke(self, token_id: int) -> model.Token:
         """Revoke token `token_id` (NotFound: there is none); refused here at once, and by
         other API processes within TOKEN_FRESH_SECONDS."""
-        done = await self.store.token_revoke(token_id=token_id, now=self.clock.now())
+        done = await self.store.tokens.revoke(token_id=token_id, now=self.clock.now())
         self._tokens.clear()
         self._sessions.clear()  # the sessions signed in with it end with it
         return done
@@ -634,7 +625,7 @@ class Client:
         if len(password) < PASSWORD_MIN:
             raise errors.InvalidInput(f"password: must be at least {PASSWORD_MIN} characters")
         hashed = await asyncio.to_thread(_password_hasher().hash, password)
-        return await self.store.user_add(
+        return await self.store.users.add(
             name=name,
             password_hash=hashed,
             tenant=tenant,
@@ -645,18 +636,18 @@ class Client:
     async def user_remove(self, name: str) -> model.User:
         """Remove a dashboard user (NotFound: there is none); their sessions end at once
         (in other processes within TOKEN_FRESH_SECONDS)."""
-        removed = await self.store.user_remove(name=name, now=self.clock.now())
+        removed = await self.store.users.remove(name=name, now=self.clock.now())
         self._sessions.clear()
         return removed
 
     async def users(self) -> list[model.User]:
-        return await self.store.user_list()
+        return await self.store.users.list()
 
     async def sign_in(self, name: str, password: str) -> tuple[str, model.WebSession] | None:
         """A new session for the user `name` if `password` is theirs: its secret (for the
         cookie; stored only hashed) and the session; None otherwise. An unknown name costs
         the same hash as a wrong password, so the time taken does not tell names apart."""
-        found = await self.store.user_password(name=name)
+        found = await self.store.users.password(name=name)
         stored = found[1] if found is not None else _decoy_hash()
         if not await asyncio.to_thread(_password_matches, stored, password) or found is None:
             return None
@@ -673,7 +664,7 @@ class Client:
         self, *, user_id: int | None, token_id: int | None
     ) -> tuple[str, model.WebSession] | None:
         secret, now = secrets.token_urlsafe(32), self.clock.now()
-        await self.store.session_add(
+        await self.store.users.session_add(
             secret_sha256=token_digest(secret),
             user_id=user_id,
             token_id=token_id,
@@ -695,7 +686,7 @@ class Client:
         kept = self._sessions.get(digest)
         if kept is not None and kept[0] > fresh:
             return kept[1] if kept[1].expires_at > now else None
-        found = await self.store.session_find(secret_sha256=digest, now=now)
+        found = await self.store.users.session_find(secret_sha256=digest, now=now)
         if found is not None:  # unknown secrets are not kept: guesses fill no memory
             if len(self._sessions) >= TOKENS_KEPT:
                 self._sessions.clear()
@@ -705,7 +696,7 @@ class Client:
     async def sign_out(self, secret: str) -> None:
         digest = token_digest(secret)
         self._sessions.pop(digest, None)
-        await self.store.session_remove(secret_sha256=digest)
+        await self.store.users.session_remove(secret_sha256=digest)
 
     # --- schedules ------------------------------------------------------------------------
 
@@ -815,7 +806,7 @@ class Client:
         first = scheduler.first_due(
             scheduler.rule(new, anchor), now=now, anchor=anchor, until=new.until
         )
-        return await self.store.schedule_create(new=new, anchor=anchor, next_due=first, now=now)
+        return await self.store.schedules.create(new=new, anchor=anchor, next_due=first, now=now)
 
     def upcoming(self, found: model.Schedule, count: int = 5) -> list[cadence.Nominal]:
         """A schedule's next `count` nominal times (none while it is paused or over),
@@ -834,7 +825,7 @@ class Client:
         return taken
 
     async def schedule(self, name: str, *, tenant: str = "default") -> model.Schedule:
-        return await self.store.schedule_get(name=name, tenant=tenant)
+        return await self.store.schedules.get(name=name, tenant=tenant)
 
     async def secret_make(
         self, *, tenant: str = "default", rotate: bool = False
@@ -844,7 +835,7 @@ class Client:
         `rotate`: it replaces the current one, which signs alongside it for
         secrets.rotation_overlap."""
         secret = "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode()
-        made = await self.store.secret_add(
+        made = await self.store.tokens.secret_add(
             tenant=tenant,
             secret=secret,
             now=self.clock.now(),
@@ -855,10 +846,10 @@ class Client:
 
     async def signing_secrets(self, *, tenant: str | None = None) -> list[model.SigningSecret]:
         """The signing secrets that still sign (never their values)."""
-        return await self.store.secrets_list(tenant=tenant, now=self.clock.now())
+        return await self.store.tokens.secrets_list(tenant=tenant, now=self.clock.now())
 
     async def schedules(self, *, tenant: str | None = None) -> list[model.Schedule]:
-        return await self.store.schedule_list(tenant=tenant)
+        return await self.store.schedules.list(tenant=tenant)
 
     async def schedule_update(
         self, name: str, *, tenant: str = "default", **args: Any
@@ -868,7 +859,7 @@ class Client:
         again from now."""
         from corral import scheduler
 
-        old = await self.store.schedule_get(name=name, tenant=tenant)
+        old = await self.store.schedules.get(name=name, tenant=tenant)
         given = {**_schedule_args(old), **args}
         if "cron" in args:
             given.pop("every", None)
@@ -890,7 +881,7 @@ class Client:
             for f in dataclasses.fields(new)
             if f.name not in ("name", "tenant")
         }
-        return await self.store.schedule_update(
+        return await self.store.schedules.update(
             schedule_id=old.id,
             changes={**changes, "template": dict(new.template)},
             next_due=first,
@@ -898,24 +889,24 @@ class Client:
         )
 
     async def schedule_delete(self, name: str, *, tenant: str = "default") -> None:
-        old = await self.store.schedule_get(name=name, tenant=tenant)
-        await self.store.schedule_delete(schedule_id=old.id)
+        old = await self.store.schedules.get(name=name, tenant=tenant)
+        await self.store.schedules.delete(schedule_id=old.id)
 
     async def schedule_pause(self, name: str, *, tenant: str = "default") -> model.Schedule:
-        old = await self.store.schedule_get(name=name, tenant=tenant)
-        return await self.store.schedule_pause(schedule_id=old.id, now=self.clock.now())
+        old = await self.store.schedules.get(name=name, tenant=tenant)
+        return await self.store.schedules.pause(schedule_id=old.id, now=self.clock.now())
 
     async def schedule_resume(self, name: str, *, tenant: str = "default") -> model.Schedule:
         """Resume a paused schedule: what passed while it was paused is recorded as
         skipped, never fired; it fires next at its first nominal time after now."""
         from corral import scheduler
 
-        old = await self.store.schedule_get(name=name, tenant=tenant)
+        old = await self.store.schedules.get(name=name, tenant=tenant)
         if old.paused_at is None:
             return old
         now = self.clock.now()
         skipped, more, first = scheduler.resume_skips(old, now)
-        return await self.store.schedule_resume(
+        return await self.store.schedules.resume(
             schedule_id=old.id, skipped=skipped, skipped_count=more, next_due=first, now=now
         )
 
@@ -924,22 +915,24 @@ class Client:
         id. Its firing is recorded at this instant."""
         from corral import scheduler
 
-        old = await self.store.schedule_get(name=name, tenant=tenant)
+        old = await self.store.schedules.get(name=name, tenant=tenant)
         now = self.clock.now()
         fire = scheduler.firing(
             old, scheduler.rule(old, old.anchor), now, model.FiringOutcome.FIRED
         )
         fire = dataclasses.replace(fire, note="triggered by hand")
-        await self.store.backfill(schedule=old, fires=[fire], now=now)
-        [firing] = await self.store.firing_list(schedule_id=old.id, limit=1, before=now + _TICK)
+        await self.store.schedules.backfill(schedule=old, fires=[fire], now=now)
+        [firing] = await self.store.schedules.firings(
+            schedule_id=old.id, limit=1, before=now + _TICK
+        )
         assert firing.job_id is not None
         return firing.job_id
 
     async def firings(
         self, name: str, *, tenant: str = "default", limit: int = 20
     ) -> list[model.Firing]:
-        old = await self.store.schedule_get(name=name, tenant=tenant)
-        return await self.store.firing_list(schedule_id=old.id, limit=limit)
+        old = await self.store.schedules.get(name=name, tenant=tenant)
+        return await self.store.schedules.firings(schedule_id=old.id, limit=limit)
 
     async def backfill(
         self,
@@ -959,7 +952,7 @@ class Client:
         (how many nominal times, 0) and nothing stored."""
         from corral import scheduler
 
-        old = await self.store.schedule_get(name=name, tenant=tenant)
+        old = await self.store.schedules.get(name=name, tenant=tenant)
         first = _instant(start, "from", old.tz)
         last = _instant(end, "to", old.tz)
         if last <= first:
@@ -991,13 +984,15 @@ class Client:
         return created, there
 
     async def _backfill(self, schedule: model.Schedule, fires: list[model.Fire]) -> tuple[int, int]:
-        return await self.store.backfill(schedule=schedule, fires=fires, now=self.clock.now())
+        return await self.store.schedules.backfill(
+            schedule=schedule, fires=fires, now=self.clock.now()
+        )
 
     async def rerun(self, job_id: int, *, tenant_made: bool = False) -> int:
         """A failed or cancelled job again, as a new job (the same spec, payload and
         options) labelled with the old one's id: the new job's id. It is a tenant's when
         the old one was, or `tenant_made` (asked for through the API)."""
-        old = await self.store.job_get(job_id=job_id)
+        old = await self.store.jobs.get(job_id=job_id)
         if old.state not in (model.JobState.FAILED, model.JobState.CANCELLED):
             raise errors.InvalidInput(
                 f"job {job_id} is {old.state}: only a failed or cancelled job is run again"
@@ -1008,7 +1003,7 @@ class Client:
             labels={**old.labels, RERUN_OF: str(job_id)},
             tenant_made=old.tenant_made or tenant_made,
         )
-        [(made, _)] = await self.store.job_submit(new=[self.validate(new)], now=self.clock.now())
+        [(made, _)] = await self.store.jobs.submit(new=[self.validate(new)], now=self.clock.now())
         return made
 
 
@@ -1102,7 +1097,7 @@ async def attempt_key(settings: config.Settings, db: store.Store, clk: clock.Clo
     if settings.attempt_key:
         return settings.attempt_key
     made = secrets.token_urlsafe(48)
-    return await db.service_key(name=ATTEMPT_KEY, secret=made, now=clk.now())
+    return await db.tokens.service_key(name=ATTEMPT_KEY, secret=made, now=clk.now())
 
 
 TOKEN_FRESH_SECONDS = 5.0

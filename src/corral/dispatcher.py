@@ -176,7 +176,7 @@ class Dispatcher:
             return fresh
         try:
             recorded = set(
-                await self.store.attempt_record_running(
+                await self.store.attempts.record_running(
                     fences=blind,
                     now=self.clock.now(),
                     reason="recorded running before it is sent",
@@ -202,7 +202,7 @@ class Dispatcher:
 
     async def _claim(self, room: int) -> list[model.Claimed]:
         with metrics.timed(metrics.CLAIM, self.clock):
-            return await self.store.job_claim(
+            return await self.store.jobs.claim(
                 now=self.clock.now(),
                 limit=room,
                 executors=list(self.executors),
@@ -265,7 +265,7 @@ class Dispatcher:
         """Give up on attempts this process never sent: each is superseded, not charged, and
         its job queued for a new attempt at once (not after recovery_grace)."""
         if fences:
-            await self.store.attempt_never_launched(
+            await self.store.attempts.never_launched(
                 fences=fences, now=self.clock.now(), why=why, recorded=recorded
             )
 
@@ -277,7 +277,7 @@ class Dispatcher:
         fences = self._unrecorded + launched
         try:
             with metrics.timed(metrics.SETTLE.labels(write="settle"), self.clock):
-                recorded, outcomes = await self.store.attempt_settle(
+                recorded, outcomes = await self.store.attempts.settle(
                     launched=fences, finishes=finishes, now=self.clock.now(), retry=self.retry
                 )
         except errors.CorralError:
@@ -295,7 +295,7 @@ class Dispatcher:
         recovery adopted are left alone."""
         if not attempts:
             return
-        states = await self.store.attempt_states(fences=[a.id for a in attempts])
+        states = await self.store.attempts.states(fences=[a.id for a in attempts])
         grace = self.settings.timeouts.cancel_grace
         for attempt in attempts:
             status = states.get(attempt.id)
@@ -380,7 +380,7 @@ class Dispatcher:
             left,
             exc_info=not isinstance(exc, errors.CorralError),
         )
-        await self.store.event_note(
+        await self.store.events.note(
             job_id=claimed.job.id,
             attempt_id=claimed.attempt.id,
             state=A.RUNNING if claimed.attempt.id in self._recorded_first else A.LAUNCHING,
@@ -433,7 +433,7 @@ class Dispatcher:
             return []
         try:
             with metrics.timed(metrics.SETTLE.labels(write="finish"), self.clock):
-                outcomes = await self.store.attempt_finish(
+                outcomes = await self.store.attempts.finish(
                     finishes=batch, now=self.clock.now(), retry=self.retry
                 )
         except (errors.CorralError, asyncio.CancelledError):
@@ -504,7 +504,7 @@ class Dispatcher:
         found = 0
         for kind, executor in self.executors.items():
             after = 0
-            while page := await self.store.attempt_list_active(
+            while page := await self.store.attempts.list_active(
                 executor=kind, limit=self.settings.claim_batch_limit, after=after
             ):
                 after = page[-1].id
@@ -528,9 +528,9 @@ class Dispatcher:
             elif obs.phase in (model.Phase.RUNNING, model.Phase.PENDING):
                 alive.append(attempt.id)
                 notes.update(self._news(attempt.id, obs))
-        await self.store.attempt_seen(fences=alive, now=self.clock.now())
+        await self.store.attempts.seen(fences=alive, now=self.clock.now())
         if notes:
-            await self.store.attempt_note(notes=notes, now=self.clock.now())
+            await self.store.attempts.note(notes=notes, now=self.clock.now())
         return found
 
     def _news(self, fence: int, obs: model.Observation) -> dict[int, str | None]:

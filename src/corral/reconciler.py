@@ -185,7 +185,7 @@ class Reconciler:
         if self.clock.monotonic() >= self._label_due:
             await self._label_unlabelled(summary)
         await self._lose_blind_of_the_dead(summary)
-        due = await self.store.attempt_list_for_recovery(
+        due = await self.store.attempts.list_for_recovery(
             now=self.clock.now(),
             launch_grace=self.t.launch_grace,
             lease_timeout=self.t.lease_timeout,
@@ -207,13 +207,13 @@ class Reconciler:
             else:
                 await self._repair_all(kind, items, summary)
         since = self.clock.now() - self.t.lease_timeout
-        summary.parked += await self.store.jobs_park_unread(now=self.clock.now(), since=since)
-        summary.unparked += await self.store.jobs_unpark_read(now=self.clock.now(), since=since)
+        summary.parked += await self.store.workers.park_unread(now=self.clock.now(), since=since)
+        summary.unparked += await self.store.workers.unpark_read(now=self.clock.now(), since=since)
         for executor in self.executors.values():
             await self._stop_orphans(executor, summary)
         if self.clock.monotonic() >= self._retention_due:
             await self._remove_old_jobs(summary)
-        summary.slas_missed = await self.store.sla_check(now=self.clock.now())
+        summary.slas_missed = await self.store.alerts.sla_check(now=self.clock.now())
         metrics.repairs({f.name: getattr(summary, f.name) for f in fields(summary)})
         done = (
             summary.orphans_cancelled,
@@ -287,7 +287,7 @@ class Reconciler:
                 or attempt.state == A.LAUNCHING
             ):
                 silent.append(item)
-        readers = await self.store.task_readers(
+        readers = await self.store.workers.task_readers(
             pairs=[(*model.task_of(i.job.spec), i.job.queue) for i in silent], since=since
         )
         park: dict[tuple[str, int], list[int]] = defaultdict(list)
@@ -308,9 +308,9 @@ class Reconciler:
             else:
                 park[pair].append(item.attempt.id)
         if finishes:
-            await self.store.attempt_finish(finishes=finishes, now=now, retry=self.retry)
+            await self.store.attempts.finish(finishes=finishes, now=now, retry=self.retry)
         for (task, version), fences in sorted(park.items()):
-            parked = await self.store.attempt_park(
+            parked = await self.store.attempts.park(
                 fences=fences,
                 task=task,
                 version=version,
@@ -398,7 +398,7 @@ class Reconciler:
         through, the platform refuses a second copy); the error, or None."""
         try:
             launch = base.launch_for(item, self.settings, self.clock.now(), relaunch=True)
-            if not base.observable(executor) and not await self.store.attempt_record_running(
+            if not base.observable(executor) and not await self.store.attempts.record_running(
                 fences=[item.attempt.id],
                 now=self.clock.now(),
                 reason="recorded running before it is sent",
@@ -524,22 +524,22 @@ class Reconciler:
         await self._unknown(executor, work.unknown, summary)
         now = self.clock.now()
         if work.adopt:
-            await self.store.attempt_record_running(
+            await self.store.attempts.record_running(
                 fences=work.adopt, now=now, reason="adopted: found on the platform with its labels"
             )
         if work.relaunched:
-            await self.store.attempt_record_running(
+            await self.store.attempts.record_running(
                 fences=work.relaunched,
                 now=now,
                 reason="relaunched: nothing was on the platform under its name",
             )
         if work.finishes:
-            await self.store.attempt_finish(finishes=work.finishes, now=now, retry=self.retry)
+            await self.store.attempts.finish(finishes=work.finishes, now=now, retry=self.retry)
         if work.never_launched:
-            await self.store.attempt_never_launched(
+            await self.store.attempts.never_launched(
                 fences=work.never_launched, now=now, why=base.DEADLINE_BEFORE_LAUNCH
             )
-        await self.store.attempt_seen(fences=work.alive, now=now)
+        await self.store.attempts.seen(fences=work.alive, now=now)
         self._noted_unknown.difference_update(
             work.adopt
             + work.relaunched
@@ -666,7 +666,7 @@ class Reconciler:
             summary.stopping += 1
             self._stopping[a.id] = dataclasses.replace(known, noted=True)
             if not known.noted:
-                await self.store.event_note(
+                await self.store.events.note(
                     job_id=a.job_id,
                     attempt_id=a.id,
                     state=a.state,
@@ -694,7 +694,7 @@ class Reconciler:
         superseded: set[int] = set()
         for why in sorted({why for _, why in relaunch}):
             superseded.update(
-                await self.store.attempt_supersede(
+                await self.store.attempts.supersede(
                     fences=[item.attempt.id for item, w in relaunch if w == why],
                     now=self.clock.now(),
                     reason=f"superseded: unknown state ({why}); policy fence_and_relaunch",
@@ -721,7 +721,7 @@ class Reconciler:
         for why in sorted({why for _, why in waiting}):
             same = {item.attempt.id: item for item, w in waiting if w == why}
             self._noted_unknown.update(same)
-            written = await self.store.attempt_wait(
+            written = await self.store.attempts.wait(
                 fences=list(same),
                 now=self.clock.now(),
                 reason=f"unknown state ({why}); left to run until its deadline",
@@ -757,7 +757,7 @@ class Reconciler:
             log.warning("cannot list launches without the installation label: %s", exc)
             return 0
         named = {o.identity.fence: o for o in found if o.identity is not None}
-        states = await self.store.attempt_states(fences=list(named)) if named else {}
+        states = await self.store.attempts.states(fences=list(named)) if named else {}
         ours = [
             obs.name
             for fence, obs in named.items()
@@ -795,7 +795,7 @@ class Reconciler:
             for o in managed
             if o.identity is not None and o.phase in (P.PENDING, P.RUNNING)
         }
-        states = await self.store.attempt_states(fences=list(live))
+        states = await self.store.attempts.states(fences=list(live))
         orphans = [
             (obs, status)
             for fence, obs in live.items()
@@ -854,7 +854,7 @@ class Reconciler:
         }
         if not old:
             return
-        states = await self.store.attempt_states(fences=list(old))
+        states = await self.store.attempts.states(fences=list(old))
         names = [
             obs.name
             for fence, obs in old.items()
@@ -877,14 +877,14 @@ class Reconciler:
         for RETENTION_EVERY unless that was not all."""
         before = self.clock.now() - self.settings.retention.jobs
         for _ in range(REMOVE_BATCHES):
-            removed = await self.store.jobs_forget(before=before, limit=REMOVE_BATCH)
+            removed = await self.store.runlogs.forget(before=before, limit=REMOVE_BATCH)
             summary.jobs_removed += removed
             if removed < REMOVE_BATCH:
                 self._retention_due = self.clock.monotonic() + RETENTION_EVERY
                 break
-        while await self.store.alerts_forget(before=before, limit=REMOVE_BATCH) == REMOVE_BATCH:
+        while await self.store.alerts.forget(before=before, limit=REMOVE_BATCH) == REMOVE_BATCH:
             pass  # sent alerts go with the jobs of their age
-        await self.store.workers_forget(before=before)  # what each read is kept, the lowest
+        await self.store.workers.forget(before=before)  # what each read is kept, the lowest
         if summary.jobs_removed:
             log.info("removed %d jobs that finished before %s", summary.jobs_removed, before)
 
@@ -894,7 +894,7 @@ class Reconciler:
         why = f"orphan cancelled: attempt is {status.attempt_state}, job is {status.job_state}"
         if not await self._stop(executor, obs.name, self.t.cancel_grace):
             return
-        await self.store.event_note(
+        await self.store.events.note(
             job_id=status.identity.job_id,
             attempt_id=status.identity.fence,
             state=status.attempt_state,
@@ -923,7 +923,7 @@ class Reconciler:
             if item.attempt.id in self._noted_unknown:
                 continue
             self._noted_unknown.add(item.attempt.id)
-            await self.store.event_note(
+            await self.store.events.note(
                 job_id=item.job.id,
                 attempt_id=item.attempt.id,
                 state=item.attempt.state,

@@ -51,7 +51,7 @@ async def attempt(request: Request) -> Attempt:
             headers=challenge,
         )
     job_id, fence = found
-    await c.store.attempt_check(job_id=job_id, fence=fence)
+    await c.store.attempts.check(job_id=job_id, fence=fence)
     return Attempt(job_id, fence)
 
 
@@ -114,14 +114,14 @@ async def heartbeat(who: Caller, c: Client) -> Heartbeat:
 @router.get("/payload")
 async def payload(who: Caller, c: Client) -> Payload:
     """The payload of this attempt's job."""
-    job = await c.store.job_get(job_id=who.job_id)
+    job = await c.store.jobs.get(job_id=who.job_id)
     return Payload(job_id=job.id, payload=job.payload)
 
 
 @router.get("/checkpoint")
 async def checkpoint_load(who: Caller, c: Client) -> Checkpoint:
     """This job's newest checkpoint."""
-    found = await c.store.checkpoint_load(job_id=who.job_id)
+    found = await c.store.sinks.checkpoint_load(job_id=who.job_id)
     return (
         Checkpoint(state=None, fence=None)
         if found is None
@@ -132,7 +132,7 @@ async def checkpoint_load(who: Caller, c: Client) -> Checkpoint:
 @router.put("/checkpoint", status_code=204)
 async def checkpoint_save(body: NewCheckpoint, who: Caller, c: Client) -> None:
     """Keep `state` as this job's checkpoint (409 once a newer attempt has saved one)."""
-    await c.store.checkpoint_save(
+    await c.store.sinks.checkpoint_save(
         job_id=who.job_id, fence=who.fence, state=body.state, now=c.clock.now()
     )
 
@@ -143,7 +143,7 @@ async def pointer_get(
 ) -> Pointer | None:
     """Where `dataset` of this attempt's tenant points now; null before anything was
     published (another tenant's dataset of that name is not this one)."""
-    found = await c.store.pointer_get(dataset=dataset, fence=who.fence)
+    found = await c.store.sinks.pointer_get(dataset=dataset, fence=who.fence)
     return None if found is None else _pointer(found)
 
 
@@ -152,7 +152,7 @@ async def pointer_swap(body: Swap, who: Caller, c: Client) -> Pointer | JSONResp
     """Point `dataset` of this attempt's tenant at `location`, this attempt's output:
     applied only over a lower fence (409, naming the newer one, when an attempt as new or
     newer published it)."""
-    swapped = await c.store.pointer_swap(
+    swapped = await c.store.sinks.pointer_swap(
         dataset=body.dataset,
         fence=who.fence,
         location=body.location,

@@ -65,8 +65,8 @@ async def scrape(who: Viewer, c: Client) -> Response:
         raise Refused(
             403, "tenant: /metrics shows every tenant's queues; it takes a token of every tenant"
         )
-    jobs = await c.store.job_count_live()
-    buckets = await c.store.budget_list()
+    jobs = await c.store.jobs.count_live()
+    buckets = await c.store.jobs.budgets()
     tokens = tokens_now(buckets, retry.Budget.from_settings(c.settings), c.clock.now())
     stored = prometheus_client.CollectorRegistry(auto_describe=False)
     stored.register(Stored(jobs, tokens))

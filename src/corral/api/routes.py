@@ -86,7 +86,7 @@ async def audit(
 ) -> None:
     """Write the audit row of a change: `tenant` is the tenant of what was changed (for a
     token of every tenant, not its own), so that tenant's viewers see it."""
-    await c.store.audit_add(**_audit_row(c, who, action, target, tenant, details))
+    await c.store.tokens.audit_add(**_audit_row(c, who, action, target, tenant, details))
 
 
 def _audit_row(
@@ -179,10 +179,10 @@ async def jobs_submit(
             new.append(await _new_job(c, who, one))
         except errors.InvalidInput as exc:
             raise errors.InvalidInput(f"{n}.{exc}" if many else str(exc)) from None
-    made = await c.store.job_submit(
+    made = await c.store.jobs.submit(
         new=new, now=c.clock.now(), audit=_submitted(c, who, new), since=c.since()
     )
-    jobs = {j.id: j for j in await c.store.job_get_many(job_ids=[i for i, _ in made])}
+    jobs = {j.id: j for j in await c.store.jobs.get_many(job_ids=[i for i, _ in made])}
     out = [{**shapes.job_dict(jobs[i]), "created": created} for i, created in made]
     return out if many else out[0]
 
@@ -243,16 +243,18 @@ async def jobs_list(
             raise errors.InvalidInput(
                 f"state: {s!r} is not a job state; use one of {', '.join(model.JobState)}"
             )
-    found = await c.store.job_list(
-        states=state or [],
-        queue=queue,
-        tenant=tenant if tenant is not None else who.token.tenant,
-        executor=executor,
-        pool=pool,
-        schedule=schedule,
-        labels=labels,
-        since=when(since, "since"),
-        until=when(until, "until"),
+    found = await c.store.jobs.list(
+        model.JobFilter(
+            states=state or [],
+            queue=queue,
+            tenant=tenant if tenant is not None else who.token.tenant,
+            executor=executor,
+            pool=pool,
+            schedule=schedule,
+            labels=labels,
+            since=when(since, "since"),
+            until=when(until, "until"),
+        ),
         before=before,
         limit=limit,
     )
@@ -303,7 +305,7 @@ async def job_explain(c: Client, who: Viewer, job_id: JobId) -> dict[str, Any]:
     pool, slots = view.job.pool or "", c.settings.pools.get(view.job.pool or "")
     counted = None
     if slots is not None and view.job.state == model.JobState.QUEUED:
-        running = await c.store.pool_running(pools=[pool], tenant=who.token.tenant)
+        running = await c.store.jobs.pool_running(pools=[pool], tenant=who.token.tenant)
         counted = (running.get(pool, 0), slots)  # of the caller's tenant only
     said = client.explain(view, c.clock.now(), pool=counted)
     return {"id": job_id, "cause": said.partition(":")[0], "explanation": said}
@@ -363,7 +365,7 @@ async def job_discard(c: Client, who: Operator, job_id: JobId) -> dict[str, Any]
 async def audit_list(
     c: Client, who: Viewer, limit: Annotated[int, Query(ge=1, le=1000)] = 100
 ) -> list[dict[str, Any]]:
-    found = await c.store.audit_list(tenant=who.token.tenant, limit=limit)
+    found = await c.store.tokens.audit_list(tenant=who.token.tenant, limit=limit)
     return [
         {
             "id": a.id,
@@ -385,7 +387,7 @@ async def audit_list(
 )
 async def pools_list(c: Client, who: Viewer) -> list[dict[str, Any]]:
     limits = dict(c.settings.pools)
-    running = await c.store.pool_running(pools=sorted(limits), tenant=who.token.tenant)
+    running = await c.store.jobs.pool_running(pools=sorted(limits), tenant=who.token.tenant)
     return [
         {"name": name, "limit": limit, "running": running.get(name, 0)}
         for name, limit in sorted(limits.items())
@@ -399,7 +401,7 @@ async def pools_list(c: Client, who: Viewer) -> list[dict[str, Any]]:
 )
 async def alert_rules(c: Client, who: Viewer) -> dict[str, Any]:
     settings = c.settings.alerts
-    muted = await c.store.alert_muted(now=c.clock.now())
+    muted = await c.store.alerts.muted(now=c.clock.now())
     rules = {
         name: {
             "on": list(r.on),
@@ -418,7 +420,7 @@ async def alert_rules(c: Client, who: Viewer) -> dict[str, Any]:
 async def alerts_history(
     c: Client, who: Viewer, limit: Annotated[int, Query(ge=1, le=1000)] = 50
 ) -> list[dict[str, Any]]:
-    found = await c.store.alert_list(limit=limit, tenant=who.token.tenant)
+    found = await c.store.alerts.list(limit=limit, tenant=who.token.tenant)
     return [
         {
             "id": a.id,
@@ -449,7 +451,7 @@ def add_health(app: FastAPI) -> None:
     async def readyz(request: Request) -> Any:
         c: client.Client = request.app.state.client
         try:
-            await c.store.event_newest()
+            await c.store.alerts.event_newest()
         except errors.StoreError as exc:
             return JSONResponse({"status": "unready", "error": str(exc)}, status_code=503)
         return {"status": "ready"}

@@ -118,13 +118,13 @@ async def job_events_stream(
     async def messages() -> AsyncIterator[dict[str, Any]]:
         cursor = start
         while not await request.is_disconnected() and c.clock.monotonic() < ends:
-            ids, found = await c.store.event_page(after=cursor, limit=PAGE, job_id=job_id)
+            ids, found = await c.store.events.page(after=cursor, limit=PAGE, job_id=job_id)
             for e in found:
                 yield _message(e)
             cursor = ids[-1] if ids else cursor
             if not ids:
                 if await _still(c, job_id):
-                    ids, found = await c.store.event_page(after=cursor, limit=PAGE, job_id=job_id)
+                    ids, found = await c.store.events.page(after=cursor, limit=PAGE, job_id=job_id)
                     for e in found:  # what the end wrote, then no more
                         yield _message(e)
                     return
@@ -136,7 +136,7 @@ async def job_events_stream(
 async def _still(c: client.Client, job_id: int) -> bool:
     """Whether the job will not change without a person (or is gone: forgotten meanwhile)."""
     try:
-        return (await c.store.job_get(job_id=job_id)).state in STILL
+        return (await c.store.jobs.get(job_id=job_id)).state in STILL
     except errors.NotFound:
         return True
 
@@ -158,13 +158,15 @@ async def events_stream(
 ) -> EventSourceResponse:
     start = _start(after, last_event_id)
     if after is None and last_event_id is None:
-        start = await c.store.event_newest()  # from now on
+        start = await c.store.alerts.event_newest()  # from now on
 
     async def messages() -> AsyncIterator[dict[str, Any]]:
         cursor = start
         holding = _Gaps(c)
         while not await request.is_disconnected():
-            ids, found = await c.store.event_page(after=cursor, limit=PAGE, tenant=who.token.tenant)
+            ids, found = await c.store.events.page(
+                after=cursor, limit=PAGE, tenant=who.token.tenant
+            )
             upto = holding.upto(cursor, ids)
             for e in found:
                 if e.id <= upto:

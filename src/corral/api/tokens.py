@@ -19,7 +19,7 @@ Admin = Annotated[Caller, Depends(role(model.Role.ADMIN))]
 
 @router.get("/tokens", summary="The tokens the caller manages (never their secrets)")
 async def tokens_list(c: Client, who: Admin) -> list[dict[str, Any]]:
-    found = await c.store.token_list()
+    found = await c.store.tokens.list()
     return [shapes.token_dict(t) for t in found if who.token.tenant in (None, t.tenant)]
 
 
@@ -68,7 +68,7 @@ async def tokens_create(
 async def tokens_revoke(
     c: Client, who: Admin, token_id: Annotated[int, Path(ge=1, le=MAX_ID)]
 ) -> dict[str, Any]:
-    found = {t.id: t for t in await c.store.token_list()}.get(token_id)
+    found = {t.id: t for t in await c.store.tokens.list()}.get(token_id)
     if found is None or who.token.tenant not in (None, found.tenant):
         raise Refused(404, f"no token {token_id}")
     done = await c.token_revoke(token_id)

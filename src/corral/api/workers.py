@@ -24,7 +24,7 @@ async def workers_list(
         raise Refused(
             403, "tenant: workers serve every tenant; seeing them takes a token of every tenant"
         )
-    found = await c.store.worker_list(since=c.since(), live=not every)
+    found = await c.store.workers.list(since=c.since(), live=not every)
     return [shapes.worker_dict(w) for w in found]
 
 
@@ -35,7 +35,7 @@ async def parked_list(
     task: Annotated[str | None, Query(max_length=200)] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> list[dict[str, Any]]:
-    found = await c.store.parked_list(task=task, tenant=who.token.tenant, limit=limit)
+    found = await c.store.workers.parked_list(task=task, tenant=who.token.tenant, limit=limit)
     return [shapes.parked_dict(p) for p in found]
 
 
@@ -47,6 +47,6 @@ async def job_release(c: Client, who: Operator, job_id: JobId) -> dict[str, Any]
     view = await visible_job(c, who, job_id)
     if view.job.state != model.JobState.PARKED:
         raise errors.Conflict(f"job {job_id} is {view.job.state}: only a parked job is released")
-    await c.store.parked_release(job_ids=[job_id], now=c.clock.now())
+    await c.store.workers.parked_release(job_ids=[job_id], now=c.clock.now())
     await audit(c, who, "jobs.release", str(job_id), view.job.tenant)
     return shapes.view_dict(await visible_job(c, who, job_id))

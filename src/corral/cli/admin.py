@@ -30,7 +30,7 @@ def db_upgrade(state: State) -> None:
     async def upgrade() -> tuple[str | None, str | None]:
         database = store.Store.connect(settings.database_url, timeouts=settings.timeouts)
         try:
-            return await database.migrate()
+            return await database.database.migrate()
         finally:
             await database.close()
 

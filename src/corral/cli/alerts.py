@@ -33,7 +33,7 @@ def alerts_list(state: State, as_json: bool) -> None:
 
         async def go() -> dict[str, datetime]:
             async with state.connect(platforms=False) as c:
-                return await c.store.alert_muted(now=c.clock.now())
+                return await c.store.alerts.muted(now=c.clock.now())
 
         muted = run(go())
     rules = {
@@ -84,13 +84,13 @@ def alerts_test(state: State, channel: str) -> None:
                 "details": {},
                 "due_at": now + timedelta(hours=1),  # not a running alerter's to send
             }
-            made = await c.store.alert_add(message=message, now=now)
+            made = await c.store.alerts.add(message=message, now=now)
             sender = alerting.Alerter(store=c.store, clock=c.clock, settings=settings)
             try:
                 await sender.deliver_now(made)
             finally:
                 await sender.close()
-            [found] = [a for a in await c.store.alert_list(limit=50) if a.id == made]
+            [found] = [a for a in await c.store.alerts.list(limit=50) if a.id == made]
             return found
 
     sent = run(go())
@@ -112,8 +112,8 @@ def alerts_history(state: State, rule: str | None, limit: int, as_json: bool) ->
 
     async def go() -> tuple[list[Alert], dict[int, list[Try]]]:
         async with state.connect(platforms=False) as c:
-            found = await c.store.alert_list(limit=limit, rule=rule)
-            return found, await c.store.alert_try_list(alert_ids=[a.id for a in found])
+            found = await c.store.alerts.list(limit=limit, rule=rule)
+            return found, await c.store.alerts.tries(alert_ids=[a.id for a in found])
 
     found, tries = run(go())
     if as_json:
@@ -148,7 +148,7 @@ def alerts_mute(state: State, rule: str, for_: str) -> None:
     async def go() -> Any:
         async with state.connect(platforms=False) as c:
             until = c.clock.now() + span
-            await c.store.alert_mute(rule=rule, until=until, now=c.clock.now())
+            await c.store.alerts.mute(rule=rule, until=until, now=c.clock.now())
             return until
 
     until = run(go())
@@ -166,7 +166,7 @@ def alerts_unmute(state: State, rule: str) -> None:
 
     async def go() -> bool:
         async with state.connect(platforms=False) as c:
-            return await c.store.alert_unmute(rule=rule)
+            return await c.store.alerts.unmute(rule=rule)
 
     if run(go()):
         out.print(f"rule {rule} sends again")

@@ -102,7 +102,8 @@ async def _serve(
             if on
         )
         err.print(
-            f"corral is {doing} on {rt.store.url} with executors: {', '.join(rt.executors)}."
+            f"corral is {doing} on {rt.store.database.url}"
+            f" with executors: {', '.join(rt.executors)}."
             " Press Ctrl+C (or send SIGTERM) to stop."
         )
         if http is not None:

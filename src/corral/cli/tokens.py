@@ -83,7 +83,7 @@ def tokens_list(state: State, as_json: bool) -> None:
 
     async def go() -> list[model.Token]:
         async with state.connect(platforms=False) as c:
-            return await c.store.token_list()
+            return await c.store.tokens.list()
 
     found = run(go())
     if as_json:

@@ -85,7 +85,7 @@ def worker_cmd(
                 prefetch=prefetch,
             )
             err.print(
-                f"worker {worker.id}: app {app.name} {app.version} on {db.url};"
+                f"worker {worker.id}: app {app.name} {app.version} on {db.database.url};"
                 f" {len(app.tasks)} tasks, concurrency {concurrency}. SIGTERM drains and stops."
             )
             await worker.run(stop)
@@ -112,7 +112,7 @@ def workers_cmd(state: State, every: bool, as_json: bool) -> None:
 
     async def go() -> list[Any]:
         async with state.connect(platforms=False) as c:
-            return await c.store.worker_list(since=c.since(), live=not every)
+            return await c.store.workers.list(since=c.since(), live=not every)
 
     found = run(go())
     if as_json:
@@ -152,7 +152,7 @@ def parked_list(state: State, task: str | None, limit: int, as_json: bool) -> No
 
     async def go() -> list[Any]:
         async with state.connect(platforms=False) as c:
-            return await c.store.parked_list(task=task, limit=limit)
+            return await c.store.workers.parked_list(task=task, limit=limit)
 
     found = run(go())
     if as_json:
@@ -194,7 +194,9 @@ def parked_release(
 
     async def go() -> list[int]:
         async with state.connect(platforms=False) as c:
-            return await c.store.parked_release(job_ids=job_ids, task=task, now=c.clock.now())
+            return await c.store.workers.parked_release(
+                job_ids=job_ids, task=task, now=c.clock.now()
+            )
 
     released = run(go())
     if as_json:
@@ -221,7 +223,7 @@ def preflight(state: State, target: str, as_json: bool) -> None:
 
     async def go() -> dict[tuple[str, int], dict[str, int]]:
         async with state.connect(platforms=False) as c:
-            return await c.store.payload_versions(tasks=list(app.tasks))
+            return await c.store.workers.payload_versions(tasks=list(app.tasks))
 
     found = run(go())
     rows: list[dict[str, Any]] = []

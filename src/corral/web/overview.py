@@ -150,7 +150,7 @@ async def drawn(c: client.Client, keeper: Keeper, tenant: str | None) -> Kept:
     windows = charts.windows(now)
     spans, past = _spans(keeper, tenant, windows)
     slots = dict(c.settings.pools)
-    found = await c.store.overview_read(
+    found = await c.store.jobs.overview(
         tenant=tenant,
         spans=[s for s, _ in spans],
         quarantined=pages.QUARANTINED_SHOWN,

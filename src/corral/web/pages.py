@@ -134,7 +134,7 @@ async def audit(
     **details: Any,
 ) -> None:
     """The audit row of a change made on the dashboard: by the session's user (or token)."""
-    await c.store.audit_add(
+    await c.store.tokens.audit_add(
         at=c.clock.now(),
         token_id=who.token_id,
         tenant=tenant,
@@ -269,11 +269,13 @@ async def _jobs_page(
         wrong = f"label: {label!r} is not KEY=VALUE"
     found: list[model.Job] = []
     if not wrong:
-        found = await c.store.job_list(
-            states=[state] if state else [],
-            queue=queue or None,
-            tenant=who.tenant,
-            labels={key: value} if label else None,
+        found = await c.store.jobs.list(
+            model.JobFilter(
+                states=[state] if state else [],
+                queue=queue or None,
+                tenant=who.tenant,
+                labels={key: value} if label else {},
+            ),
             before=before,
             limit=JOBS_PAGE,
         )
@@ -333,7 +335,7 @@ async def job_stream(request: Request, who: Viewer, job_id: JobId) -> Response:
 
     async def look() -> tuple[int, tuple[tuple[int, str, str], ...]]:
         nonlocal cursor
-        ids, _ = await c.store.event_page(after=cursor, limit=EVENTS_LOOKED, job_id=job_id)
+        ids, _ = await c.store.events.page(after=cursor, limit=EVENTS_LOOKED, job_id=job_id)
         cursor = ids[-1] if ids else cursor
         return cursor, (await _output_now(c, job_id) if running else ())
 
@@ -417,8 +419,10 @@ async def dead(
 ) -> Response:
     """Quarantined jobs, the newest first, each with why it was quarantined."""
     c = auth.client_of(request)
-    found = await c.store.job_list(
-        states=[J.QUARANTINED], tenant=who.tenant, before=before, limit=QUARANTINED_SHOWN
+    found = await c.store.jobs.list(
+        model.JobFilter(states=[J.QUARANTINED], tenant=who.tenant),
+        before=before,
+        limit=QUARANTINED_SHOWN,
     )
     views = [await c.job(j.id) for j in found]
     shown = [(v.job, client.explain(v, c.clock.now())) for v in views]
@@ -435,7 +439,7 @@ async def schedules(request: Request, who: Viewer) -> Response:
     marked), last run, and pause or resume."""
     c = auth.client_of(request)
     found = await c.schedules(tenant=who.tenant)
-    last = {j.id: j for j in await c.store.job_get_many(
+    last = {j.id: j for j in await c.store.jobs.get_many(
         job_ids=[s.last_job_id for s in found if s.last_job_id is not None]
     )}  # fmt: skip
     rows = [(s, c.upcoming(s, FIRINGS_SHOWN), last.get(s.last_job_id or 0)) for s in found]

@@ -127,7 +127,7 @@ class TaskContext:
         async def save() -> None:
             assert self._db is not None
             assert self._clock is not None
-            await self._db.checkpoint_save(
+            await self._db.sinks.checkpoint_save(
                 job_id=self.job_id, fence=self.fence, state=state, now=self._clock.now()
             )
 
@@ -138,7 +138,7 @@ class TaskContext:
 
         async def load() -> Any:
             assert self._db is not None
-            found = await self._db.checkpoint_load(job_id=self.job_id)
+            found = await self._db.sinks.checkpoint_load(job_id=self.job_id)
             return default if found is None else found[1]
 
         return await self._on_loop(load)
@@ -272,7 +272,7 @@ class Worker:
     async def run(self, stop: asyncio.Event) -> None:
         """Register, claim and run until `stop` is set; then drain and hand back."""
         self._stop = stop
-        unparked = await self.db.worker_register(
+        unparked = await self.db.workers.register(
             worker=self.info(), now=self.clock.now(), since=self._since()
         )
         reads = ", ".join(f"{r.task} v{r.version}" for r in self.app.reads())
@@ -294,7 +294,7 @@ class Worker:
         )
         try:
             async with pulse.beating():
-                async with self.db.woken() as woke:
+                async with self.db.database.woken() as woke:
                     await self._claim_loop(stop, woke)
                 await self._drain()
         finally:
@@ -307,7 +307,7 @@ class Worker:
             with contextlib.suppress(asyncio.CancelledError):
                 await flush
             self._threads.shutdown(wait=False, cancel_futures=True)
-        parked = await self.db.worker_stop(
+        parked = await self.db.workers.stop(
             worker_id=self.id, now=self.clock.now(), since=self._since()
         )
         log.info(
@@ -342,7 +342,7 @@ class Worker:
             if free > 0:
                 woke.clear()
                 try:
-                    claimed = await self.db.worker_claim(
+                    claimed = await self.db.workers.claim(
                         worker_id=self.id,
                         reads=self._reads(),
                         queues=self.queues,
@@ -443,7 +443,7 @@ class Worker:
         value = task.read(ctx.version, _data_of(job.payload, ctx.task))
         value, fresh = await task.resolve(value, self._in_thread)
         if fresh:
-            await self.db.event_note(
+            await self.db.events.note(
                 job_id=job.id,
                 attempt_id=attempt.id,
                 state=A.RUNNING,
@@ -550,7 +550,7 @@ class Worker:
                     self._done.task_done()
 
     async def _finish(self, batch: list[Finish]) -> Any:
-        return await self.db.attempt_finish(finishes=batch, now=self.clock.now(), retry=self.retry)
+        return await self.db.attempts.finish(finishes=batch, now=self.clock.now(), retry=self.retry)
 
     async def _persist(self, what: str, call: Callable[[], Awaitable[T]]) -> T | None:
         """`call()`, tried again on a store error with growing pauses for up to the lease
@@ -606,11 +606,11 @@ class Worker:
         }
         leases.update({c.attempt.id: c.attempt.lease_seconds or lease for c in self._ready})
         try:
-            state, stale = await self.db.worker_beat(
+            state, stale = await self.db.workers.beat(
                 worker_id=self.id, leases=leases, now=self.clock.now(), since=self._since()
             )
             if state is None:  # forgotten (a long silence): say again who this worker is
-                await self.db.worker_register(
+                await self.db.workers.register(
                     worker=self.info(), now=self.clock.now(), since=self._since()
                 )
         except errors.StoreError as exc:
@@ -641,7 +641,7 @@ class Worker:
     async def _drain(self) -> None:
         self._draining = True
         with contextlib.suppress(errors.StoreError):
-            await self.db.worker_drain(worker_id=self.id, now=self.clock.now())
+            await self.db.workers.drain(worker_id=self.id, now=self.clock.now())
         await self._hand_back_ready()
         if not self._runs:
             return
@@ -666,7 +666,7 @@ class Worker:
             self._forget(run)
         back = await self._persist(
             f"handing back {len(left)} tasks",
-            lambda: self.db.attempt_hand_back(
+            lambda: self.db.attempts.hand_back(
                 fences=[r.ctx.fence for r in left], now=self.clock.now()
             ),
         )
@@ -681,7 +681,7 @@ class Worker:
             return
         back = await self._persist(
             f"handing back {len(ready)} jobs not started",
-            lambda: self.db.attempt_hand_back(fences=ready, now=self.clock.now()),
+            lambda: self.db.attempts.hand_back(fences=ready, now=self.clock.now()),
         )
         if back is not None:
             log.info("handed back %d jobs claimed ahead and not started, not charged", len(back))
