@@ -603,7 +603,7 @@ class Client:
 
     async def attempt_of(self, token: str) -> tuple[int, int] | None:
         """(job_id, fence) of an attempt token this installation made; None for any other.
-        Whether that attempt may still act is for the store to say (`store.attempt_check`)."""
+        Whether that attempt may still act is for the store to say (`store.attempts.check`)."""
         if not token.startswith(model.ATTEMPT_TOKEN_PREFIX):
             return None
         if self._attempt_key is None:
@@ -1088,7 +1088,7 @@ def _wrong(field: str, value: Any) -> str | None:
 
 
 ATTEMPT_KEY = "attempts"
-"""The service key (store.service_key) attempt tokens are signed with."""
+"""The service key (store.tokens.service_key) attempt tokens are signed with."""
 
 
 async def attempt_key(settings: config.Settings, db: store.Store, clk: clock.Clock) -> str:

@@ -303,7 +303,7 @@ class FailingOnce(store.Store):
 
 async def test_completions_survive_a_failed_write(db_url: str) -> None:
     clock = PausedClock()  # the loop's own sleeps must not move time
-    db = FailingOnce(store.Store.connect(db_url).engine)
+    db = FailingOnce(store.Store.connect(db_url).database.engine)
     executor = NoopExecutor()
     d = make(db, clock, executor)  # type: ignore[arg-type]
     [job_id] = await submit(db, clock, 1)
@@ -342,7 +342,7 @@ class WaitingFinish(store.Store):
 
 
 async def test_a_completion_write_that_waits_does_not_hold_up_claims(db_url: str) -> None:
-    db = WaitingFinish(store.Store.connect(db_url).engine)
+    db = WaitingFinish(store.Store.connect(db_url).database.engine)
     clock = PausedClock()  # the loop's own sleeps must not move time
     executor = NoopExecutor()
     d = make(db, clock, executor)  # type: ignore[arg-type]
@@ -369,7 +369,7 @@ async def test_a_completion_write_that_waits_does_not_hold_up_claims(db_url: str
 
 
 async def test_a_failed_flush_keeps_the_completions_queued(db_url: str, clock: FrozenClock) -> None:
-    db = FailingOnce(store.Store.connect(db_url).engine)
+    db = FailingOnce(store.Store.connect(db_url).database.engine)
     d = make(db, clock, NoopExecutor())  # type: ignore[arg-type]
     [job_id] = await submit(db, clock, 1)
     [claimed] = await db.jobs.claim(now=clock.now(), limit=1, executors=["noop"])
@@ -574,7 +574,7 @@ class ClaimFailsOnce(store.Store):
 async def test_attempts_carried_to_the_next_tick_are_launched_when_the_claim_fails(
     db_url: str, clock: FrozenClock
 ) -> None:
-    db = ClaimFailsOnce(store.Store.connect(db_url).engine)
+    db = ClaimFailsOnce(store.Store.connect(db_url).database.engine)
     executor = SlowLaunch(clock)
     d = dispatcher.Dispatcher(
         store=db,

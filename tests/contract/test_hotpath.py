@@ -205,7 +205,9 @@ async def test_a_connection_broken_in_the_pool_is_replaced_once(
     pg: store.Store, pg_url: str, clock: FrozenClock
 ) -> None:
     await pg.jobs.submit(new=[model.NewJob(executor="noop", spec={})], now=clock.now())
-    pids = {await pg._tx(lambda conn: conn.exec_driver_sql("SELECT pg_backend_pid()").scalar())}
+    pids = {
+        await pg.database.tx(lambda conn: conn.exec_driver_sql("SELECT pg_backend_pid()").scalar())
+    }
     assert pg.database.hot_pool is not None
     pids.add(await pg.database.hot_pool.run(_backend_pid))
     admin = create_engine(pg_url, isolation_level="AUTOCOMMIT")

@@ -231,8 +231,8 @@ async def test_the_reads_connections_are_as_many_as_their_limit_however_many_ask
         return int(conn.info.backend_pid)
 
     pids = await asyncio.gather(*(db.database.read_pool.run(slow) for _ in range(40)))
-    assert most == store.READS_AT_ONCE
-    assert len(set(pids)) == store.READS_AT_ONCE  # kept idle between turns, never reopened
+    assert most == store.database.READS_AT_ONCE
+    assert len(set(pids)) == store.database.READS_AT_ONCE  # kept idle between turns, never reopened
     lists = await asyncio.gather(
         *(db.jobs.list(model.JobFilter(states=["queued"])) for _ in range(40))
     )
@@ -242,8 +242,8 @@ async def test_the_reads_connections_are_as_many_as_their_limit_however_many_ask
 @pytest.mark.postgres
 async def test_a_call_that_waits_past_its_time_for_a_turn_is_given_up(pg_url: str) -> None:
     s = store.Store.connect(pg_url)
-    assert s.read_pool is not None
-    params = s.read_pool.params
+    assert s.database.read_pool is not None
+    params = s.database.read_pool.params
     await s.close()
     pool = hotpool.HotPool(params, idle=1, most=1)
     release = asyncio.Event()

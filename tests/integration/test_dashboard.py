@@ -6,6 +6,7 @@ actions from a preview, live pages over server-sent events, and failed sign-ins 
 from __future__ import annotations
 
 import asyncio
+import functools
 import re
 from collections.abc import AsyncIterator
 from datetime import datetime, timedelta
@@ -187,14 +188,18 @@ async def test_the_overview_counts_each_state_up_to_a_cap(
         await c.submit(**NOOP, tenant=tenant)
     assert (await db.jobs.count_capped(tenant="a"))[J.QUEUED] == (3, False)
     assert (await db.jobs.count_capped(tenant=None))[J.QUEUED] == (4, False)
-    capped = await db._read(overview.job_count_capped, tenant=None, cap=2)
+    capped = await db.database.read(
+        functools.partial(overview.job_count_capped, tenant=None, cap=2)
+    )
     assert capped[J.QUEUED] == (2, True)
     assert capped[J.SUCCEEDED] == (0, False)
     for _ in range(3):  # newer than every job of a's: a's count must not depend on them
         await c.submit(**NOOP, tenant="b")
-    mine = await db._read(overview.job_count_capped, tenant="a", cap=2)
+    mine = await db.database.read(functools.partial(overview.job_count_capped, tenant="a", cap=2))
     assert mine[J.QUEUED] == (2, True), "a tenant's own jobs, however old"
-    assert (await db._read(overview.job_count_capped, tenant="b", cap=5))[J.QUEUED] == (4, False)
+    assert (
+        await db.database.read(functools.partial(overview.job_count_capped, tenant="b", cap=5))
+    )[J.QUEUED] == (4, False)
 
 
 def count_of(page: str, state: model.JobState) -> str:
@@ -496,7 +501,9 @@ async def test_the_overview_charts_job_ends_and_shows_retry_budgets(
     assert "<script" not in shown.split("</head>", 1)[1]  # drawn on the server
     assert 'id="budgets"' not in shown  # queues are every tenant's: not for a tenant
     budget = retry.Budget.from_settings(c.settings)
-    await c.store._tx(budgets.budget_take, queue="q", n=3, now=now, budget=budget)
+    await c.store.database.tx(
+        functools.partial(budgets.budget_take, queue="q", n=3, now=now, budget=budget)
+    )
     await http.post("/ui/sign-out", data={"csrf": csrf(await http.get("/ui/jobs"))})
     await sign_in(http, name="root", password="correct horse")
     every = (await http.get("/ui/")).text

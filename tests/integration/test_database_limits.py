@@ -87,7 +87,7 @@ def show(conn: Connection) -> dict[str, str]:
 
 
 async def test_every_connection_carries_the_limits_on_both_ends(db: store.Store) -> None:
-    assert await db._tx(show) == {
+    assert await db.database.tx(show) == {
         "statement_timeout": "1s",
         "lock_timeout": "300ms",
         "idle_in_transaction_session_timeout": "1500ms",
@@ -111,7 +111,7 @@ async def test_every_connection_carries_the_limits_on_both_ends(db: store.Store)
 async def test_the_default_limits_are_on_when_none_are_given(url: str) -> None:
     db = store.Store.connect(url)
     try:
-        found = await db._tx(show)
+        found = await db.database.tx(show)
     finally:
         await db.close()
     assert (found["statement_timeout"], found["lock_timeout"]) == ("10s", "2s")
@@ -120,9 +120,11 @@ async def test_the_default_limits_are_on_when_none_are_given(url: str) -> None:
 async def test_options_of_the_url_are_kept_and_its_own_timeouts_refused(url: str) -> None:
     db = store.Store.connect(url + "?options=-c%20search_path%3Dpublic%2Cpg_catalog")
     try:
-        path = await db._tx(lambda conn: conn.execute(text("SHOW search_path")).scalar_one())
+        path = await db.database.tx(
+            lambda conn: conn.execute(text("SHOW search_path")).scalar_one()
+        )
         assert path == "public,pg_catalog"
-        assert (await db._tx(show))["statement_timeout"] == "10s"
+        assert (await db.database.tx(show))["statement_timeout"] == "10s"
     finally:
         await db.close()
     with pytest.raises(errors.ConfigError, match="timeouts.database_connect_timeout"):
@@ -179,7 +181,7 @@ async def test_a_statement_longer_than_the_statement_timeout_is_stopped_naming_i
 
     began = time.monotonic()
     with pytest.raises(errors.StoreError, match=r"sleepy was cancelled \(timeouts.database_state"):
-        await db._tx(sleepy)
+        await db.database.tx(sleepy)
     assert time.monotonic() - began < 5
 
 
@@ -192,10 +194,10 @@ async def test_a_client_idle_too_long_in_a_transaction_is_ended_by_the_server(
         conn.execute(text("SELECT 1"))
 
     with pytest.raises(errors.StoreError) as caught:
-        await db._tx(dawdle)
+        await db.database.tx(dawdle)
     assert "dawdle stayed idle too long inside its transaction" in str(caught.value)
     assert "(timeouts.database_idle_timeout, 1.5s)" in str(caught.value)
-    assert await db._tx(lambda conn: conn.execute(text("SELECT 2")).scalar_one()) == 2
+    assert await db.database.tx(lambda conn: conn.execute(text("SELECT 2")).scalar_one()) == 2
 
 
 async def test_a_connection_lost_mid_call_or_refused_is_unavailable(db: store.Store) -> None:
@@ -203,10 +205,10 @@ async def test_a_connection_lost_mid_call_or_refused_is_unavailable(db: store.St
         conn.execute(text("SELECT pg_terminate_backend(pg_backend_pid())"))
 
     with pytest.raises(errors.StoreUnavailable, match="cannot be reached"):
-        await db._tx(cut)
-    assert await db._tx(lambda conn: conn.execute(text("SELECT 3")).scalar_one()) == 3
+        await db.database.tx(cut)
+    assert await db.database.tx(lambda conn: conn.execute(text("SELECT 3")).scalar_one()) == 3
     with pytest.raises(errors.StoreError) as caught:
-        await db._tx(lambda conn: conn.execute(text("SELECT 1/0")))
+        await db.database.tx(lambda conn: conn.execute(text("SELECT 1/0")))
     assert not isinstance(caught.value, errors.StoreUnavailable)  # a working server said no
     closed = store.Store.connect(f"postgresql+psycopg://postgres@127.0.0.1:{free_port()}/test")
     try:

@@ -1,7 +1,7 @@
 """The API's most asked reads on PostgreSQL, a job list and a job's page, on async
 connections of their own (hotpool.py) on the event loop, as the dispatcher's hot path runs.
 
-They read what jobs.job_list and Store.job_record read, by the same statements (the same
+They read what jobs.job_list and jobs.job_record read, by the same statements (the same
 conditions, in the same form, so the planner picks the same indexes: ix_jobs_state,
 ix_jobs_queue_state, ix_jobs_labels), each one round trip outside a transaction. What they
 leave out is what a read of a hundred jobs felt as much as the database's work: the hop to
@@ -136,7 +136,7 @@ async def job_record(
     conn: psycopg.AsyncConnection[Any], *, job_id: int
 ) -> tuple[model.Job, list[model.Attempt], list[model.Event], dict[int, model.RunLog]]:
     """A job, its attempts, its events and its run logs, four statements on one connection
-    (as Store.job_record reads them); NotFound if there is no such job."""
+    (as jobs.job_record reads them); NotFound if there is no such job."""
     params = {"job_id": job_id}
     read = _Reader()
     found = await _rows(conn, JOB, params)

@@ -191,20 +191,23 @@ def warnings_update(
             .where(loop_warnings.c.ended_at.is_(None), loop_warnings.c.condition.in_(holding))
             .values(checked_at=now)
         )
-    begun = []
-    for condition, message in sorted(holding.items()):
-        is_open = exists().where(
-            loop_warnings.c.condition == condition, loop_warnings.c.ended_at.is_(None)
-        )
-        if conn.execute(select(is_open)).scalar():
-            continue
-        stmt = dialects.insert_ignore_conflict(
-            conn, loop_warnings, ["condition"], where=loop_warnings.c.ended_at.is_(None)
-        ).values(condition=condition, message=message, begun_at=now, checked_at=now)
-        row = conn.execute(stmt.returning(*loop_warnings.c)).first()
-        if row is not None:
-            begun.append(_warning(row))
-    return begun
+    begun = [_warning_begin(conn, c, m, now) for c, m in sorted(holding.items())]
+    return [warning for warning in begun if warning is not None]
+
+
+def _warning_begin(conn: Connection, condition: str, message: str, now: datetime) -> Warning | None:
+    """Begin a warning of `condition` unless one is open: None when one was (or another
+    process began it meanwhile: the open one is unique per condition)."""
+    is_open = exists().where(
+        loop_warnings.c.condition == condition, loop_warnings.c.ended_at.is_(None)
+    )
+    if conn.execute(select(is_open)).scalar():
+        return None
+    stmt = dialects.insert_ignore_conflict(
+        conn, loop_warnings, ["condition"], where=loop_warnings.c.ended_at.is_(None)
+    ).values(condition=condition, message=message, begun_at=now, checked_at=now)
+    row = conn.execute(stmt.returning(*loop_warnings.c)).first()
+    return None if row is None else _warning(row)
 
 
 def warning_list(conn: Connection, *, open_only: bool = False, limit: int = 50) -> list[Warning]:
