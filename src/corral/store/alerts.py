@@ -567,7 +567,11 @@ def alerts_forget(conn: Connection, *, before: datetime, limit: int) -> int:
 
 class Alerts:
     """The store's handle on the alerts outbox and what the alerter reads
-    (`store.alerts`): each call one transaction."""
+    (`store.alerts`): each call one transaction.
+
+    Each method runs the store function its name shortens (`claim`: alerts_claim),
+    named in its body; that function's docstring says what the call does.
+    """
 
     def __init__(self, db: Database) -> None:
         self._db = db

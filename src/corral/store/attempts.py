@@ -456,7 +456,11 @@ def attempt_list(conn: Connection, *, job_id: int) -> list[model.Attempt]:
 
 class Attempts:
     """The store's handle on attempts (`store.attempts`): their ends (completions.py), the
-    news of them, and the reads; each call one transaction."""
+    news of them, and the reads; each call one transaction.
+
+    Each method runs the store function its name shortens (`heartbeat`: attempt_heartbeat),
+    named in its body; that function's docstring says what the call does.
+    """
 
     def __init__(self, db: Database) -> None:
         self._db = db

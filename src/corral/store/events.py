@@ -204,7 +204,11 @@ def event_page(
 
 class Events:
     """The store's handle on the run log's events (`store.events`): each state change and
-    note in a transaction of its own, and the reads."""
+    note in a transaction of its own, and the reads.
+
+    Each method runs the store function its name shortens (`page`: event_page),
+    named in its body; that function's docstring says what the call does.
+    """
 
     def __init__(self, db: Database) -> None:
         self._db = db

@@ -381,7 +381,11 @@ def job_record(
 
 class Jobs:
     """The store's handle on jobs (`store.jobs`): submit, claim, cancel and the reads,
-    each call one transaction (the claim, on PostgreSQL, one statement of the hot path)."""
+    each call one transaction (the claim, on PostgreSQL, one statement of the hot path).
+
+    Each method runs the store function its name shortens (`get`: job_get),
+    named in its body; that function's docstring says what the call does.
+    """
 
     def __init__(self, db: Database) -> None:
         self._db = db

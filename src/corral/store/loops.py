@@ -4,7 +4,7 @@ can do, and the blind attempts a loop sent.
 A process writes its row at start (`loop_register`), beats it every heartbeat_interval
 (`loop_beat`), and marks it stopped at a clean stop; a row silent for a day is forgotten
 (`loops_forget`). What is alive is decided from these rows elsewhere (corral.loops); here
-are only the reads and writes, and `Loops`, the store's handle for them (`db.loops`).
+are only the reads and writes, and `Loops`, the store's handle for them (`store.loops`).
 """
 
 from __future__ import annotations
@@ -222,7 +222,7 @@ def warning_list(conn: Connection, *, open_only: bool = False, limit: int = 50) 
 
 
 class Loops:
-    """The store's handle on the loops table (`db.loops`): each call one transaction."""
+    """The store's handle on the loops table (`store.loops`): each call one transaction."""
 
     def __init__(self, db: Database) -> None:
         self._db = db

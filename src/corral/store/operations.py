@@ -357,7 +357,11 @@ def operation_items_list(
 
 class Operations:
     """The store's handle on bulk operations (`store.operations`): each call one
-    transaction."""
+    transaction.
+
+    Each method runs the store function its name shortens (`step`: operation_step),
+    named in its body; that function's docstring says what the call does.
+    """
 
     def __init__(self, db: Database) -> None:
         self._db = db

@@ -127,7 +127,11 @@ def jobs_forget(conn: Connection, *, before: datetime, limit: int) -> int:
 
 class RunLogs:
     """The store's handle on run logs and the retention of finished jobs
-    (`store.runlogs`): each call one transaction."""
+    (`store.runlogs`): each call one transaction.
+
+    Each method runs the store function its name shortens (`of_job`: run_logs_of),
+    named in its body; that function's docstring says what the call does.
+    """
 
     def __init__(self, db: Database) -> None:
         self._db = db

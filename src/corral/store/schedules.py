@@ -547,7 +547,11 @@ def backfill(
 
 class Schedules:
     """The store's handle on schedules and their firings (`store.schedules`): each call
-    one transaction."""
+    one transaction.
+
+    Each method runs the store function its name shortens (`pause`: schedule_pause),
+    named in its body; that function's docstring says what the call does.
+    """
 
     def __init__(self, db: Database) -> None:
         self._db = db

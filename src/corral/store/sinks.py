@@ -156,7 +156,11 @@ def _pointer(row: Any) -> model.Pointer:
 
 class Sinks:
     """The store's handle on what fenced sinks keep (`store.sinks`): checkpoints and
-    publish pointers; each call one transaction."""
+    publish pointers; each call one transaction.
+
+    Each method runs the store function its name shortens (`pointer_swap`: pointer_swap),
+    named in its body; that function's docstring says what the call does.
+    """
 
     def __init__(self, db: Database) -> None:
         self._db = db

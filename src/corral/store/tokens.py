@@ -160,7 +160,11 @@ def audit_list(
 class Tokens:
     """The store's handle on the API's credentials (`store.tokens`): tokens, the audit
     log of what they changed, and the signing secrets and service keys (secrets.py);
-    each call one transaction."""
+    each call one transaction.
+
+    Each method runs the store function its name shortens (`revoke`: token_revoke),
+    named in its body; that function's docstring says what the call does.
+    """
 
     def __init__(self, db: Database) -> None:
         self._db = db

@@ -167,7 +167,11 @@ def session_remove(conn: Connection, *, secret_sha256: str) -> None:
 
 class Users:
     """The store's handle on the dashboard's users and sessions (`store.users`): each call
-    one transaction."""
+    one transaction.
+
+    Each method runs the store function its name shortens (`remove`: user_remove),
+    named in its body; that function's docstring says what the call does.
+    """
 
     def __init__(self, db: Database) -> None:
         self._db = db

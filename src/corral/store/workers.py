@@ -635,7 +635,11 @@ def _grouped(pairs: Iterable[tuple[str, int]]) -> list[tuple[str, list[int]]]:
 class Workers:
     """The store's handle on Python workers, the task versions they read and the jobs
     parked for want of one (`store.workers`): each call one transaction (a worker's
-    claim, on PostgreSQL, one statement of the hot path)."""
+    claim, on PostgreSQL, one statement of the hot path).
+
+    Each method runs the store function its name shortens (`beat`: worker_beat),
+    named in its body; that function's docstring says what the call does.
+    """
 
     def __init__(self, db: Database) -> None:
         self._db = db
