@@ -45,6 +45,8 @@ def jobs_list(
     """List the newest jobs."""
 
     async def go() -> list[model.Job]:
+        from corral import model
+
         async with state.connect(platforms=False) as c:
             given = model.JobFilter(states=states, queue=queue, tenant=tenant, pool=pool)
             return await c.jobs(given, limit=limit)
