@@ -24,7 +24,8 @@ from markupsafe import Markup
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from corral import client, loops, model, retry, store
+from corral import client, loops, model, retry
+from corral.store import overview as stored
 from corral.web import auth, charts, live, pages
 from corral.web.auth import Viewer
 
@@ -198,7 +199,7 @@ def _charts(
 
 def _spans(
     keeper: Keeper, tenant: str | None, windows: list[charts.Window]
-) -> tuple[list[tuple[store.overview.Span, tuple[str, str]]], dict[str, Buckets]]:
+) -> tuple[list[tuple[stored.Span, tuple[str, str]]], dict[str, Buckets]]:
     """What to count of each chart's window, each with (its title, "past" or "live"): its
     live buckets always, its past ones when they are not kept for where it begins now; and
     the past buckets kept, by title."""
@@ -209,8 +210,8 @@ def _spans(
         if since == w.since and old is not None:
             past[w.title] = old
         else:
-            spans.append((store.overview.Span(w.since, w.width, over), (w.title, "past")))
-        live = store.overview.Span(w.since + w.width * over, w.width, LIVE_BUCKETS)
+            spans.append((stored.Span(w.since, w.width, over), (w.title, "past")))
+        live = stored.Span(w.since + w.width * over, w.width, LIVE_BUCKETS)
         spans.append((live, (w.title, "live")))
     return spans, past
 
