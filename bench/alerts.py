@@ -89,18 +89,18 @@ async def noise(quarantines: int, scratch: str) -> dict[str, Any]:
     runner, base, got = await receiver()
     clock = FrozenClock()
     db = store.Store.connect(f"sqlite:///{scratch}/noise.db")
-    await db.migrate()
+    await db.database.migrate()
     s = settings(base, "10m")
     alerter = alerts.Alerter(store=db, clock=clock, settings=s)
     await alerter.read_once()  # its cursor: from here on
     for start in range(0, quarantines, 1000):
         n = min(1000, quarantines - start)
-        await db.job_submit(
+        await db.jobs.submit(
             new=[model.NewJob(executor="noop", spec={}, queue="billing") for _ in range(n)],
             now=clock.now(),
         )
-        claimed = await db.job_claim(now=clock.now(), limit=n, executors=["noop"])
-        await db.attempt_finish(
+        claimed = await db.jobs.claim(now=clock.now(), limit=n, executors=["noop"])
+        await db.attempts.finish(
             finishes=[
                 store.Finish(
                     c.attempt.id, model.AttemptState.FAILED, 2, None, model.FailureClass.PERMANENT
@@ -134,7 +134,7 @@ async def dispatch(jobs: int, scratch: str, with_alerter: bool) -> float:
     runner, base, _ = await receiver()
     clock = SystemClock()
     db = store.Store.connect(f"sqlite:///{scratch}/dispatch-{with_alerter}.db")
-    await db.migrate()
+    await db.database.migrate()
     s = settings(base, "10m")  # the default throttle: the alerter reads every event
     stop = asyncio.Event()
     loops = []
@@ -153,11 +153,11 @@ async def dispatch(jobs: int, scratch: str, with_alerter: bool) -> float:
             )
             for i in range(min(1000, jobs - start))
         ]
-        await db.job_submit(new=chunk, now=clock.now())
+        await db.jobs.submit(new=chunk, now=clock.now())
     d = dispatcher.Dispatcher(store=db, executors={"noop": TenthFails()}, clock=clock, settings=s)
     t0 = time.perf_counter()
     loops.append(asyncio.create_task(d.run(stop)))
-    while await db.job_list(states=["queued", "running"], limit=1):
+    while await db.jobs.list(model.JobFilter(states=["queued", "running"]), limit=1):
         await asyncio.sleep(0.02)
     elapsed = time.perf_counter() - t0
     stop.set()

@@ -62,7 +62,7 @@ import httpx
 import psycopg
 from sqlalchemy import create_engine, event, make_url, text
 
-from corral import config, runtime, store
+from corral import config, model, runtime, store
 
 DEFAULT_PG = os.environ.get(
     "CORRAL_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
@@ -181,7 +181,7 @@ def loaded(pg_url: str, bench: str, jobs: int, events: int) -> Iterator[tuple[st
     url = make_url(pg_url).set(database=name).render_as_string(hide_password=False)
     try:
         db = store.Store.connect(url)
-        asyncio.run(db.migrate())
+        asyncio.run(db.database.migrate())
         asyncio.run(db.close())
         t0 = time.monotonic()
         load(url, jobs, events)
@@ -255,14 +255,14 @@ class Capture:
         self.seen: list[Statement] = []
         self._lists: dict[str, list[Statement]] = {}
         self._job: tuple[int, list[Statement]] | None = None
-        event.listen(db.engine, "before_cursor_execute", self._record)
-        if db.read_pool is not None:
-            run = db.read_pool.run
+        event.listen(db.database.engine, "before_cursor_execute", self._record)
+        if db.database.read_pool is not None:
+            run = db.database.read_pool.run
 
             async def recorded(fn: Callable[[Any], Awaitable[Any]], **kwargs: Any) -> Any:
                 return await run(lambda conn: fn(_Recorded(conn, self.seen)), **kwargs)
 
-            db.read_pool.run = recorded  # type: ignore[method-assign]
+            db.database.read_pool.run = recorded  # type: ignore[method-assign]
 
     def _record(self, conn: Any, cursor: Any, sql: str, params: Any, *_: Any) -> None:
         self.seen.append((sql, dict(params or {})))
@@ -278,13 +278,13 @@ class Capture:
             key = json.dumps(args, sort_keys=True)
             if key not in self._lists:
                 self._lists[key] = await self._run(
-                    lambda: self.db.job_list(limit=100, tenant=None, **args)
+                    lambda: self.db.jobs.list(model.JobFilter(tenant=None, **args), limit=100)
                 )
             return self._lists[key]
         if self._job is None:
             job_id = args["job_id"]
 
-            self._job = (job_id, await self._run(lambda: self.db.job_record(job_id=job_id)))
+            self._job = (job_id, await self._run(lambda: self.db.jobs.record(job_id=job_id)))
         was, taken = self._job
         return [(s, {k: args["job_id"] if v == was else v for k, v in p.items()}) for s, p in taken]
 

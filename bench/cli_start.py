@@ -118,8 +118,8 @@ async def _running(url: str) -> tuple[int, int]:
     db = store.Store.connect(url)
     try:
         now = SystemClock().now()
-        [claimed] = await db.job_claim(now=now, limit=1, executors=["process"])
-        await db.attempt_record_running(fences=[claimed.attempt.id], now=now)
+        [claimed] = await db.jobs.claim(now=now, limit=1, executors=["process"])
+        await db.attempts.record_running(fences=[claimed.attempt.id], now=now)
         return claimed.job.id, claimed.attempt.id
     finally:
         await db.close()
@@ -134,7 +134,7 @@ def _jobs(n: int) -> list[dict[str, Any]]:
 
 async def _client_loop(url: str, jobs: list[dict[str, Any]]) -> float:
     db = store.Store.connect(url)
-    await db.migrate()
+    await db.database.migrate()
     await db.close()
     settings = config.Settings(database_url=url)
     async with runtime.connect(settings, platforms=False) as c:

@@ -77,12 +77,12 @@ async def _fill(db: store.Store, jobs: int) -> None:
             model.NewJob(executor="process", spec={"command": COMMAND})
             for _ in range(min(1000, jobs - start))
         ]
-        await db.job_submit(new=chunk, now=clock.now())
+        await db.jobs.submit(new=chunk, now=clock.now())
 
 
 async def _wait_drained(db: store.Store, serve: subprocess.Popen[bytes]) -> None:
     until = time.monotonic() + PATIENCE
-    while await db.job_list(states=["queued", "running"], limit=1):
+    while await db.jobs.list(model.JobFilter(states=["queued", "running"]), limit=1):
         if serve.poll() is not None:
             raise RuntimeError(f"corral serve exited with {serve.returncode}: see serve.log")
         if time.monotonic() > until:
@@ -130,8 +130,8 @@ async def _timed_passes(scratch: Path, passes: int) -> tuple[float, float]:
 async def measure(scratch: Path, total: int, settle: float, passes: int) -> dict[str, Any]:
     """Grow the history in `scratch` to `total` finished runs, then measure."""
     db = store.Store.connect(f"sqlite:///{scratch}/corral.db")
-    await db.migrate()
-    have = len(await db.job_list(states=["succeeded"], limit=total))
+    await db.database.migrate()
+    have = len(await db.jobs.list(model.JobFilter(states=["succeeded"]), limit=total))
     await _fill(db, total - have)
     serve = _serve(scratch)
     try:
@@ -139,7 +139,7 @@ async def measure(scratch: Path, total: int, settle: float, passes: int) -> dict
     finally:
         drain_peak = _peak_rss_mb(serve.pid)
         _stop(serve)
-    finished = len(await db.job_list(states=["succeeded"], limit=total + 1))
+    finished = len(await db.jobs.list(model.JobFilter(states=["succeeded"]), limit=total + 1))
     assert finished == total, f"{finished} of {total} succeeded"
     await db.close()
     runs = scratch / "state" / "runs"

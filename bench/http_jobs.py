@@ -73,12 +73,12 @@ async def _corral(url: str, jobs: int, scratch: str) -> float:
         executors={"enabled": ["http"], "http": {"allow_networks": list(LOCAL)}}  # type: ignore[arg-type]
     )
     db = store.Store.connect(f"sqlite:///{scratch}/bench.db")
-    await db.migrate()
+    await db.database.migrate()
     for start in range(0, jobs, 1000):
         chunk = [
             model.NewJob(executor="http", spec={"url": url}) for _ in range(min(1000, jobs - start))
         ]
-        await db.job_submit(new=chunk, now=clock.now())
+        await db.jobs.submit(new=chunk, now=clock.now())
     executor = http.build(settings, clock)
     await executor.start()
     d = dispatcher.Dispatcher(
@@ -87,13 +87,13 @@ async def _corral(url: str, jobs: int, scratch: str) -> float:
     stop = asyncio.Event()
     t0 = time.perf_counter()
     runner = asyncio.create_task(d.run(stop))
-    while await db.job_list(states=["queued", "running"], limit=1):
+    while await db.jobs.list(model.JobFilter(states=["queued", "running"]), limit=1):
         await asyncio.sleep(0.05)
     elapsed = time.perf_counter() - t0
     stop.set()
     await runner
     await executor.close()
-    done = await db.job_count_by_state()
+    done = await db.jobs.count_by_state()
     await db.close()
     assert done.get("succeeded") == jobs, f"{done} of {jobs}"
     return jobs / elapsed

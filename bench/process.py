@@ -57,13 +57,13 @@ def bare_phase(jobs: int, concurrency: int) -> float:
 async def _corral_phase(jobs: int, scratch: str) -> float:
     clock = SystemClock()
     db = store.Store.connect(f"sqlite:///{scratch}/bench.db")
-    await db.migrate()
+    await db.database.migrate()
     for start in range(0, jobs, 1000):
         chunk = [
             model.NewJob(executor="process", spec={"command": COMMAND})
             for _ in range(min(1000, jobs - start))
         ]
-        await db.job_submit(new=chunk, now=clock.now())
+        await db.jobs.submit(new=chunk, now=clock.now())
     executor = ProcessExecutor(root=Path(scratch) / "runs", clock=clock)
     await executor.start()
     d = dispatcher.Dispatcher(
@@ -72,13 +72,13 @@ async def _corral_phase(jobs: int, scratch: str) -> float:
     stop = asyncio.Event()
     t0 = time.perf_counter()
     runner = asyncio.create_task(d.run(stop))
-    while await db.job_list(states=["queued", "running"], limit=1):
+    while await db.jobs.list(model.JobFilter(states=["queued", "running"]), limit=1):
         await asyncio.sleep(0.05)
     elapsed = time.perf_counter() - t0
     stop.set()
     await runner
     await executor.close()
-    ended = await db.job_list(states=["succeeded"], limit=jobs)
+    ended = await db.jobs.list(model.JobFilter(states=["succeeded"]), limit=jobs)
     await db.close()
     assert len(ended) == jobs, f"{len(ended)} of {jobs} succeeded"
     return jobs / elapsed

@@ -42,10 +42,10 @@ async def orphan(
 ) -> None:
     """Leave n attempts as a crash in `scenario` would, started an hour ago."""
     then = SystemClock().now() - timedelta(hours=1)
-    await db.job_submit(new=[model.NewJob(executor="noop", spec={}) for _ in range(n)], now=then)
-    claimed = await db.job_claim(now=then, limit=n, executors=["noop"])
+    await db.jobs.submit(new=[model.NewJob(executor="noop", spec={}) for _ in range(n)], now=then)
+    claimed = await db.jobs.claim(now=then, limit=n, executors=["noop"])
     if scenario in ("complete", "lost"):
-        await db.attempt_record_running(fences=[c.attempt.id for c in claimed], now=then)
+        await db.attempts.record_running(fences=[c.attempt.id for c in claimed], now=then)
     for c in claimed:
         launch = launching.build_launch(c, reach=launching.Reach(), deadline_seconds=None)
         if scenario == "adopt":
@@ -68,7 +68,7 @@ async def scenario_time(url: str, scenario: str, n: int) -> dict[str, Any]:
     stop = asyncio.Event()
     t0 = time.perf_counter()
     task = asyncio.create_task(r.run(stop))
-    while await db.attempt_list_for_recovery(
+    while await db.attempts.list_for_recovery(
         now=SystemClock().now(),
         launch_grace=settings.timeouts.launch_grace,
         lease_timeout=settings.timeouts.lease_timeout,

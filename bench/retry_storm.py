@@ -36,7 +36,7 @@ STEP_SECONDS = 15.0  # the clock moves this far when nothing is due
 async def storm(jobs: int, attempts: int, budget: config.BudgetSettings) -> dict[str, Any]:
     folder = tempfile.mkdtemp(prefix="corral-storm-")
     db = store.Store.connect(f"sqlite:///{folder}/storm.db")
-    await db.migrate()
+    await db.database.migrate()
     clock = FrozenClock()
     settings = config.Settings(
         claim_batch_limit=500,
@@ -49,7 +49,7 @@ async def storm(jobs: int, attempts: int, budget: config.BudgetSettings) -> dict
     )
     stored = policy.job_policy(settings, RETRY_75).stored()
     new = [model.NewJob(executor="noop", spec={}, max_attempts=attempts, policy=stored)] * jobs
-    await db.job_submit(new=new, now=clock.now())
+    await db.jobs.submit(new=new, now=clock.now())
     start, launched_at = clock.now(), []
     events = executor.events()
     while True:
@@ -59,7 +59,7 @@ async def storm(jobs: int, attempts: int, budget: config.BudgetSettings) -> dict
         await d.completions.flush()
         launched_at += [(clock.now() - start).total_seconds()] * tick.launched
         if tick.claimed == 0:
-            if await db.job_count_by_state() == {"failed": jobs}:
+            if await db.jobs.count_by_state() == {"failed": jobs}:
                 break
             clock.advance(STEP_SECONDS)
     await db.close()

@@ -69,7 +69,7 @@ async def make_schedules(
             )
             for n in range(start, min(count, start + 5000))
         ]
-        await db.schedules_create(items=items, now=now, paused=paused)
+        await db.schedules.create_many(items=items, now=now, paused=paused)
 
 
 class Timed(scheduler.Scheduler):
@@ -79,18 +79,18 @@ class Timed(scheduler.Scheduler):
 
     async def pass_once(self) -> scheduler.PassResult:
         self.commits = getattr(self, "commits", [])  # kept across passes
-        real = self.store.schedules_fire_due
+        real = self.store.schedules.fire_due
 
         async def timed(**kw: Any) -> Any:
             done = await real(**kw)
             self.commits.append((time.time(), done.firings))
             return done
 
-        self.store.schedules_fire_due = timed  # type: ignore[method-assign]
+        self.store.schedules.fire_due = timed  # type: ignore[method-assign]
         try:
             return await super().pass_once()
         finally:
-            del self.store.schedules_fire_due
+            del self.store.schedules.fire_due
 
 
 async def fire_once(url: str, count: int, schedulers: int, lead_s: float = 3.0) -> dict[str, Any]:
@@ -99,7 +99,7 @@ async def fire_once(url: str, count: int, schedulers: int, lead_s: float = 3.0) 
     in the `lead_s` seconds before they fire, and a second more a thousand schedules."""
     clock = SystemClock()
     setup = store.Store.connect(url)
-    await setup.migrate()
+    await setup.database.migrate()
     lead = scheduler.AHEAD + timedelta(seconds=lead_s + count / 1000)
     due = clock.now().replace(microsecond=0) + lead
     await make_schedules(setup, count, due, clock.now(), prefix=f"s{schedulers}-")
@@ -157,7 +157,7 @@ async def pass_time(url: str, due: int, paused: int, prefix: str) -> float:
     """Seconds of one pass (a frozen clock at the due instant) with `due` schedules due and
     `paused` paused ones."""
     db = store.Store.connect(url)
-    await db.migrate()
+    await db.database.migrate()
     at = datetime(2030, 1, 1, tzinfo=SystemClock().now().tzinfo)
     clock = FrozenClock(at - timedelta(seconds=1))
     if paused:

@@ -83,7 +83,7 @@ class Database:
             )
         if migrated:
             db = store.Store.connect(self.url)
-            asyncio.run(db.migrate())
+            asyncio.run(db.database.migrate())
             asyncio.run(db.close())
 
     def _admin(self, sql: str) -> None:
@@ -274,7 +274,7 @@ async def _corral_phase(url: str, jobs: int, batch: int) -> dict[str, Any]:
     t0 = time.perf_counter()
     for start in range(0, jobs, 1000):
         chunk = [model.NewJob(executor="noop", spec={}) for _ in range(min(1000, jobs - start))]
-        await db.job_submit(new=chunk, now=clock.now())
+        await db.jobs.submit(new=chunk, now=clock.now())
     submit_s = time.perf_counter() - t0
     analyze(url)
     dispatched = await _dispatch_all(db, url, jobs, batch, round_trips)
@@ -322,7 +322,7 @@ async def _dispatch_all(
     await runner
     probe.close()
     assert executor.launched == jobs
-    on_server = db.dialect == "postgresql"  # a SQLite file has no round trips to count
+    on_server = db.database.dialect == "postgresql"  # a SQLite file has no round trips to count
     return {
         "dispatch_complete_jobs_per_s": jobs / dispatch_s,
         "dispatch_cpu_us_per_job": 1e6 * dispatch_cpu_s / jobs,

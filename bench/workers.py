@@ -272,7 +272,7 @@ async def register_in_process(url: str, app: App) -> float:
     since = now - timeouts.Timeouts().lease_timeout
     try:
         t0 = time.perf_counter()
-        await db.worker_register(worker=worker, now=now, since=since)
+        await db.workers.register(worker=worker, now=now, since=since)
         return time.perf_counter() - t0
     finally:
         await db.close()

@@ -77,7 +77,7 @@ def pg_url() -> Iterator[str]:
     """A fresh PostgreSQL database for this session, migrated to head."""
     with pg_database("corral_t") as url:
         db = store.Store.connect(url)
-        asyncio.run(db.migrate())
+        asyncio.run(db.database.migrate())
         asyncio.run(db.close())
         yield url
 
@@ -118,7 +118,7 @@ def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (a copy takes a millisecond, a migration a fifth of a second)."""
     path = tmp_path_factory.mktemp("template") / "corral.db"
     db = store.Store.connect(f"sqlite:///{path}")
-    asyncio.run(db.migrate())
+    asyncio.run(db.database.migrate())
     asyncio.run(db.close())
     assert not path.with_name("corral.db-wal").exists(), "the template must be whole in one file"
     return path

@@ -94,7 +94,7 @@ class Completions:
             return []
         try:
             with metrics.timed(metrics.SETTLE.labels(write="finish"), self.core.clock):
-                outcomes = await self.core.store.attempt_finish(
+                outcomes = await self.core.store.attempts.finish(
                     finishes=batch, now=self.core.clock.now(), retry=self.core.retry
                 )
         except (errors.CorralError, asyncio.CancelledError):
@@ -165,7 +165,7 @@ class Completions:
         found = 0
         for kind, executor in self.core.executors.items():
             after = 0
-            while page := await self.core.store.attempt_list_active(
+            while page := await self.core.store.attempts.list_active(
                 executor=kind, limit=self.core.settings.claim_batch_limit, after=after
             ):
                 after = page[-1].id
@@ -189,9 +189,9 @@ class Completions:
             elif obs.phase in (launching.Phase.RUNNING, launching.Phase.PENDING):
                 alive.append(attempt.id)
                 notes.update(self._news(attempt.id, obs))
-        await self.core.store.attempt_seen(fences=alive, now=self.core.clock.now())
+        await self.core.store.attempts.seen(fences=alive, now=self.core.clock.now())
         if notes:
-            await self.core.store.attempt_note(notes=notes, now=self.core.clock.now())
+            await self.core.store.attempts.note(notes=notes, now=self.core.clock.now())
         return found
 
     def _news(self, fence: int, obs: launching.Observation) -> dict[int, str | None]:

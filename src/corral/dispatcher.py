@@ -120,7 +120,7 @@ class Dispatcher(core.Core):
 
     async def _claim(self, room: int) -> list[model.Claimed]:
         with metrics.timed(metrics.CLAIM, self.clock):
-            return await self.store.job_claim(
+            return await self.store.jobs.claim(
                 now=self.clock.now(),
                 limit=room,
                 executors=list(self.executors),
@@ -180,7 +180,7 @@ class Dispatcher(core.Core):
         """Give up on attempts this process never sent: each is superseded, not charged, and
         its job queued for a new attempt at once (not after recovery_grace)."""
         if fences:
-            await self.store.attempt_never_launched(
+            await self.store.attempts.never_launched(
                 fences=fences, now=self.clock.now(), why=why, recorded=recorded
             )
 
@@ -192,7 +192,7 @@ class Dispatcher(core.Core):
         fences = self._unrecorded + launched
         try:
             with metrics.timed(metrics.SETTLE.labels(write="settle"), self.clock):
-                recorded, outcomes = await self.store.attempt_settle(
+                recorded, outcomes = await self.store.attempts.settle(
                     launched=fences, finishes=finishes, now=self.clock.now(), retry=self.retry
                 )
         except errors.CorralError:
@@ -210,7 +210,7 @@ class Dispatcher(core.Core):
         recovery adopted are left alone."""
         if not attempts:
             return
-        states = await self.store.attempt_states(fences=[a.id for a in attempts])
+        states = await self.store.attempts.states(fences=[a.id for a in attempts])
         grace = self.settings.timeouts.cancel_grace
         for attempt in attempts:
             status = states.get(attempt.id)

@@ -63,7 +63,7 @@ class Launches:
             return fresh
         try:
             recorded = set(
-                await self.core.store.attempt_record_running(
+                await self.core.store.attempts.record_running(
                     fences=blind,
                     now=self.core.clock.now(),
                     reason="recorded running before it is sent",
@@ -153,7 +153,7 @@ class Launches:
             left,
             exc_info=not isinstance(exc, errors.CorralError),
         )
-        await self.core.store.event_note(
+        await self.core.store.events.note(
             job_id=claimed.job.id,
             attempt_id=claimed.attempt.id,
             state=A.RUNNING if claimed.attempt.id in self.recorded_first else A.LAUNCHING,

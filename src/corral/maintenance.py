@@ -48,13 +48,13 @@ class Maintenance:
         loop = self.core
         now = loop.clock.now()
         since = now - loop.t.lease_timeout
-        summary.parked += await loop.store.jobs_park_unread(now=now, since=since)
-        summary.unparked += await loop.store.jobs_unpark_read(now=loop.clock.now(), since=since)
+        summary.parked += await loop.store.workers.park_unread(now=now, since=since)
+        summary.unparked += await loop.store.workers.unpark_read(now=loop.clock.now(), since=since)
         for executor in loop.executors.values():
             await self._stop_orphans(executor, summary)
         if loop.clock.monotonic() >= self._retention_due:
             await self._remove_old_jobs(summary)
-        summary.slas_missed = await loop.store.sla_check(now=loop.clock.now())
+        summary.slas_missed = await loop.store.alerts.sla_check(now=loop.clock.now())
 
     # --- an upgrade: launches made before the installation label ----------------------------
 
@@ -77,7 +77,7 @@ class Maintenance:
             log.warning("cannot list launches without the installation label: %s", exc)
             return 0
         named = {o.identity.fence: o for o in found if o.identity is not None}
-        states = await self.core.store.attempt_states(fences=list(named)) if named else {}
+        states = await self.core.store.attempts.states(fences=list(named)) if named else {}
         ours = [
             obs.name
             for fence, obs in named.items()
@@ -115,7 +115,7 @@ class Maintenance:
             for o in managed
             if o.identity is not None and o.phase in (P.PENDING, P.RUNNING)
         }
-        states = await self.core.store.attempt_states(fences=list(live))
+        states = await self.core.store.attempts.states(fences=list(live))
         orphans = [
             (obs, status)
             for fence, obs in live.items()
@@ -174,7 +174,7 @@ class Maintenance:
         }
         if not old:
             return
-        states = await self.core.store.attempt_states(fences=list(old))
+        states = await self.core.store.attempts.states(fences=list(old))
         names = [
             obs.name
             for fence, obs in old.items()
@@ -197,16 +197,16 @@ class Maintenance:
         for RETENTION_EVERY unless that was not all."""
         before = self.core.clock.now() - self.core.settings.retention.jobs
         for _ in range(REMOVE_BATCHES):
-            removed = await self.core.store.jobs_forget(before=before, limit=REMOVE_BATCH)
+            removed = await self.core.store.runlogs.forget(before=before, limit=REMOVE_BATCH)
             summary.jobs_removed += removed
             if removed < REMOVE_BATCH:
                 self._retention_due = self.core.clock.monotonic() + RETENTION_EVERY
                 break
         while (
-            await self.core.store.alerts_forget(before=before, limit=REMOVE_BATCH) == REMOVE_BATCH
+            await self.core.store.alerts.forget(before=before, limit=REMOVE_BATCH) == REMOVE_BATCH
         ):
             pass  # sent alerts go with the jobs of their age
-        await self.core.store.workers_forget(before=before)  # what each read is kept, the lowest
+        await self.core.store.workers.forget(before=before)  # what each read is kept, the lowest
         if summary.jobs_removed:
             log.info("removed %d jobs that finished before %s", summary.jobs_removed, before)
 
@@ -216,7 +216,7 @@ class Maintenance:
         why = f"orphan cancelled: attempt is {status.attempt_state}, job is {status.job_state}"
         if not await recovery.stop(executor, obs.name, self.core.t.cancel_grace):
             return
-        await self.core.store.event_note(
+        await self.core.store.events.note(
             job_id=status.identity.job_id,
             attempt_id=status.identity.fence,
             state=status.attempt_state,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -489,21 +489,31 @@ class ItemOutcome(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class JobFilter:
-    """The jobs a bulk action is about, as the job list filters them (tenant apart)."""
+    """Which jobs a job list shows, or a bulk action is about: each field given narrows it
+    (states: any of them; labels: each of them; created in [since, until)). The one filter
+    of every job list: the API's, the dashboard's, the CLI's and the client's."""
 
-    states: tuple[str, ...] = ()
+    states: Collection[str] = ()
     queue: str | None = None
+    tenant: str | None = None
+    pool: str | None = None
     executor: str | None = None
     labels: Mapping[str, str] = field(default_factory=dict)
     schedule: str | None = None
     since: datetime | None = None
     until: datetime | None = None
 
+    def __post_init__(self) -> None:
+        # Kept as given would let a caller's list change the filter after it was made.
+        object.__setattr__(self, "states", tuple(self.states))
+
     def as_json(self) -> dict[str, Any]:
-        """The filter as stored with its operation and shown back: only what was given."""
+        """The filter as stored with its operation and shown back: only what was given (an
+        operation keeps its tenant apart)."""
         said: dict[str, Any] = {
             "state": list(self.states),
             "queue": self.queue,
+            "pool": self.pool,
             "executor": self.executor,
             "label": [f"{k}={v}" for k, v in self.labels.items()],
             "schedule": self.schedule,

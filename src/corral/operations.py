@@ -57,8 +57,8 @@ class Runner:
     async def run_once(self) -> int:
         """One step of each running operation; returns how many items were done."""
         done = 0
-        for operation_id in await self.store.operation_running(limit=OPERATIONS_A_PASS):
-            step = await self.store.operation_step(
+        for operation_id in await self.store.operations.running(limit=OPERATIONS_A_PASS):
+            step = await self.store.operations.step(
                 operation_id=operation_id,
                 now=self.clock.now(),
                 limit=self.settings.operation_batch_limit,

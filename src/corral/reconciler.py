@@ -156,7 +156,7 @@ class Reconciler(core.Core):
     async def _due(self) -> list[model.Claimed]:
         """The attempts due for recovery, at most `recovery_batch_limit`, from where the
         last pass stopped."""
-        due = await self.store.attempt_list_for_recovery(
+        due = await self.store.attempts.list_for_recovery(
             now=self.clock.now(),
             launch_grace=self.t.launch_grace,
             lease_timeout=self.t.lease_timeout,
@@ -233,7 +233,7 @@ class Reconciler(core.Core):
                 silent.append(item)
         park = await self._lost_tasks(silent, since, finishes, summary)
         if finishes:
-            await self.store.attempt_finish(finishes=finishes, now=now, retry=self.retry)
+            await self.store.attempts.finish(finishes=finishes, now=now, retry=self.retry)
         await self._park(park, now, summary)
 
     async def _lost_tasks(
@@ -245,7 +245,7 @@ class Reconciler(core.Core):
     ) -> dict[tuple[str, int], list[int]]:
         """Of tasks' attempts whose worker went silent, those a live worker reads are lost
         (their ends join `finishes`); the others, by task and version, to park."""
-        readers = await self.store.task_readers(
+        readers = await self.store.workers.task_readers(
             pairs=[(*python_tasks.task_of(i.job.spec), i.job.queue) for i in silent], since=since
         )
         park: dict[tuple[str, int], list[int]] = defaultdict(list)
@@ -272,7 +272,7 @@ class Reconciler(core.Core):
     ) -> None:
         """Park the jobs of attempts no live worker reads, not charged."""
         for (task, version), fences in sorted(park.items()):
-            parked = await self.store.attempt_park(
+            parked = await self.store.attempts.park(
                 fences=fences,
                 task=task,
                 version=version,
@@ -360,7 +360,7 @@ class Reconciler(core.Core):
         through, the platform refuses a second copy); the error, or None."""
         try:
             launch = base.launch_for(item, self.settings, self.clock.now(), relaunch=True)
-            if not base.observable(executor) and not await self.store.attempt_record_running(
+            if not base.observable(executor) and not await self.store.attempts.record_running(
                 fences=[item.attempt.id],
                 now=self.clock.now(),
                 reason="recorded running before it is sent",
@@ -486,22 +486,22 @@ class Reconciler(core.Core):
         await self.unknown.apply(executor, work.unknown, summary)
         now = self.clock.now()
         if work.adopt:
-            await self.store.attempt_record_running(
+            await self.store.attempts.record_running(
                 fences=work.adopt, now=now, reason="adopted: found on the platform with its labels"
             )
         if work.relaunched:
-            await self.store.attempt_record_running(
+            await self.store.attempts.record_running(
                 fences=work.relaunched,
                 now=now,
                 reason="relaunched: nothing was on the platform under its name",
             )
         if work.finishes:
-            await self.store.attempt_finish(finishes=work.finishes, now=now, retry=self.retry)
+            await self.store.attempts.finish(finishes=work.finishes, now=now, retry=self.retry)
         if work.never_launched:
-            await self.store.attempt_never_launched(
+            await self.store.attempts.never_launched(
                 fences=work.never_launched, now=now, why=base.DEADLINE_BEFORE_LAUNCH
             )
-        await self.store.attempt_seen(fences=work.alive, now=now)
+        await self.store.attempts.seen(fences=work.alive, now=now)
         self.unknown.forget(
             work.adopt
             + work.relaunched

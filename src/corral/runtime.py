@@ -39,7 +39,7 @@ def _signing_keys(db: store.Store, clk: clock.Clock) -> Callable[[str], Awaitabl
     """A tenant's signing secrets that sign now, from the store."""
 
     async def keys(tenant: str) -> list[str]:
-        found = await db.secrets_signing(tenants=[tenant], now=clk.now())
+        found = await db.tokens.secrets_signing(tenants=[tenant], now=clk.now())
         return found.get(tenant, [])
 
     return keys
@@ -95,7 +95,7 @@ async def _schema_checked(
     began, tries = clk.monotonic(), 0
     while True:
         try:
-            await db.check_schema()
+            await db.database.check_schema()
             return True
         except errors.StoreUnavailable as exc:
             tries += 1
@@ -134,7 +134,7 @@ async def opened(
     started: list[Executor] = []
     try:
         if not checked:
-            await db.check_schema()
+            await db.database.check_schema()
         if (settings.api_url or settings.local_api_url) and not settings.attempt_key:
             key = await client.tokens.attempt_key(settings, db, clk)
             settings = settings.model_copy(update={"attempt_key": key})
@@ -142,7 +142,7 @@ async def opened(
         installation = None
         for executor in built.values():
             if isinstance(executor, base.SharesPlatform):
-                installation = installation or await db.installation()
+                installation = installation or await db.database.installation()
                 executor.use_installation(installation)
             if isinstance(executor, base.SignsRequests):
                 executor.use_signing_keys(_signing_keys(db, clk))

@@ -142,7 +142,7 @@ class Scheduler:
                 continue
             wake = None
             try:
-                wake = await self.store.schedule_next_wake(ahead=self.ahead)
+                wake = await self.store.schedules.next_wake(ahead=self.ahead)
             except errors.StoreError as exc:
                 log.warning("the scheduler could not read what is due next: %s", exc)
             wait = self.poll
@@ -158,7 +158,7 @@ class Scheduler:
             now = self.clock.now()
             began = self.clock.monotonic()
             limit = self._limit
-            done = await self.store.schedules_fire_due(
+            done = await self.store.schedules.fire_due(
                 now=now,
                 limit=limit,
                 plan=functools.partial(_plan_at, now=now, refuse=self.refuse),
@@ -183,7 +183,7 @@ class Scheduler:
             if done.schedules < limit:
                 break
         while True:
-            moved = await self.store.jobs_promote_due(now=self.clock.now(), limit=self.batch)
+            moved = await self.store.jobs.promote_due(now=self.clock.now(), limit=self.batch)
             promoted += moved
             if moved < self.batch:
                 break

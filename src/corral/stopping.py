@@ -188,7 +188,7 @@ class Stops:
 
     async def _note(self, attempt: model.Attempt, what: str, now: datetime) -> None:
         """Say once in the run log that the attempt is stopping while `what` ends."""
-        await self.core.store.event_note(
+        await self.core.store.events.note(
             job_id=attempt.job_id,
             attempt_id=attempt.id,
             state=attempt.state,

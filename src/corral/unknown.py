@@ -42,7 +42,7 @@ class Unknowns:
             if item.attempt.id in self._noted:
                 continue
             self._noted.add(item.attempt.id)
-            await self.core.store.event_note(
+            await self.core.store.events.note(
                 job_id=item.job.id,
                 attempt_id=item.attempt.id,
                 state=item.attempt.state,
@@ -81,7 +81,7 @@ class Unknowns:
         superseded: set[int] = set()
         for why in sorted({why for _, why in relaunch}):
             superseded.update(
-                await self.core.store.attempt_supersede(
+                await self.core.store.attempts.supersede(
                     fences=[item.attempt.id for item, w in relaunch if w == why],
                     now=self.core.clock.now(),
                     reason=f"superseded: unknown state ({why}); policy fence_and_relaunch",
@@ -102,7 +102,7 @@ class Unknowns:
         for why in sorted({why for _, why in waiting}):
             same = {item.attempt.id: item for item, w in waiting if w == why}
             self._noted.update(same)
-            written = await self.core.store.attempt_wait(
+            written = await self.core.store.attempts.wait(
                 fences=list(same),
                 now=self.core.clock.now(),
                 reason=f"unknown state ({why}); left to run until its deadline",

@@ -24,7 +24,7 @@ def _job_state(url: str, job_id: int) -> model.JobState:
     async def read() -> model.JobState:
         db = store.Store.connect(url)
         try:
-            return (await db.job_get(job_id=job_id)).state
+            return (await db.jobs.get(job_id=job_id)).state
         finally:
             await db.close()
 

@@ -264,7 +264,7 @@ def max_overlap(spans: list[tuple[float, float]]) -> int:
 async def _counts(url: str) -> dict[str, int]:
     db = store.Store.connect(url)
     try:
-        return await db.job_count_by_state()
+        return await db.jobs.count_by_state()
     finally:
         await db.close()
 
@@ -274,11 +274,11 @@ async def _read(
 ) -> tuple[list[model.Job], list[tuple[float, float]], dict[int, model.Attempt]]:
     db = store.Store.connect(url)
     try:
-        jobs = await db.job_list(limit=10_000)
+        jobs = await db.jobs.list(limit=10_000)
         spans = []
         attempts = {}
         for j in jobs:
-            [attempt] = await db.attempt_list(job_id=j.id)
+            [attempt] = await db.attempts.list(job_id=j.id)
             attempts[j.id] = attempt
             if j.pool == "backfill":
                 # A slot is taken from the claim (the attempt's creation) to the end.

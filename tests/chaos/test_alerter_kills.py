@@ -97,19 +97,19 @@ channels = ["hook"]
 
 async def _three_quarantined(url: str) -> None:
     db = store.Store.connect(url)
-    await db.migrate()
+    await db.database.migrate()
     clock = FrozenClock()
     # The alerter has read everything so far (a new one starts after the newest event).
-    await db.alert_write(
+    await db.alerts.write(
         name="alerter", read_from=0, read_to=0, messages=[], digested=[], now=clock.now()
     )
     for _ in range(3):
-        await db.job_submit(
+        await db.jobs.submit(
             new=[model.NewJob(executor="noop", spec={}, queue=f"q{_}")], now=clock.now()
         )
-        [c] = await db.job_claim(now=clock.now(), limit=1, executors=["noop"])
+        [c] = await db.jobs.claim(now=clock.now(), limit=1, executors=["noop"])
         failed = Finish(
             c.attempt.id, model.AttemptState.FAILED, 1, None, model.FailureClass.PERMANENT
         )
-        await db.attempt_finish(finishes=[failed], now=clock.now())
+        await db.attempts.finish(finishes=[failed], now=clock.now())
     await db.close()

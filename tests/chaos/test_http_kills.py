@@ -135,7 +135,7 @@ def _submit_http(url: str, target: str, count: int) -> list[int]:
         db = store.Store.connect(url)
         try:
             jobs = [model.NewJob(executor="http", spec=spec) for _ in range(count)]
-            made = await db.job_submit(new=jobs, now=SystemClock().now())
+            made = await db.jobs.submit(new=jobs, now=SystemClock().now())
             return [job_id for job_id, _ in made]
         finally:
             await db.close()

@@ -143,7 +143,7 @@ class Submitter:
         try:
             while not self._stop.is_set():
                 try:
-                    made = await db.job_submit(new=[job, job], now=SystemClock().now())
+                    made = await db.jobs.submit(new=[job, job], now=SystemClock().now())
                     self.ids += [job_id for job_id, _ in made]
                 except Exception as exc:  # noted: the test fails on it
                     self.errors.append(repr(exc))
@@ -295,7 +295,7 @@ def all_final(url: str) -> bool:
     async def count() -> dict[str, int]:
         db = store.Store.connect(url)
         try:
-            return await db.job_count_by_state()
+            return await db.jobs.count_by_state()
         finally:
             await db.close()
 

@@ -41,9 +41,9 @@ async def _read(
     url: str,
 ) -> tuple[list[scheduling.Schedule], dict[int, list[scheduling.Firing]], int]:
     db = store.Store.connect(url)
-    found = await db.schedule_list()
-    fired = {s.id: await db.firing_list(schedule_id=s.id, limit=100_000) for s in found}
-    jobs = len(await db.job_list(limit=1_000_000))
+    found = await db.schedules.list()
+    fired = {s.id: await db.schedules.firings(schedule_id=s.id, limit=100_000) for s in found}
+    jobs = len(await db.jobs.list(limit=1_000_000))
     await db.close()
     return found, fired, jobs
 

@@ -11,6 +11,8 @@ from typing import Any
 import pytest
 
 from corral import config, dispatcher, errors, launching, model, retry, store, timeouts
+from corral.store import attempts as store_attempts
+from corral.store import jobs as store_jobs
 from corral.testing import FrozenClock, PausedClock
 from tests.support import jobs
 from tests.support.noop import NoopExecutor
@@ -59,15 +61,15 @@ async def deliver(
 
 
 async def _count(db: store.Store, state: str, n: int) -> bool:
-    return (await db.job_count_by_state()).get(state) == n
+    return (await db.jobs.count_by_state()).get(state) == n
 
 
 async def _is(db: store.Store, job_id: int, state: J) -> bool:
-    return (await db.job_get(job_id=job_id)).state == state
+    return (await db.jobs.get(job_id=job_id)).state == state
 
 
 async def states(db: store.Store, ids: list[int]) -> list[str]:
-    return [(await db.job_get(job_id=i)).state for i in ids]
+    return [(await db.jobs.get(job_id=i)).state for i in ids]
 
 
 async def test_a_tick_claims_launches_and_records_running(
@@ -97,12 +99,12 @@ async def test_a_launch_error_leaves_the_attempt_for_recovery(
     d = make(db, clock, executor)
     tick = await d.run_once()
     assert (tick.claimed, tick.launched, tick.launch_errors, tick.recorded) == (3, 2, 1, 2)
-    [attempt] = await db.attempt_list(job_id=ids[1])
+    [attempt] = await db.attempts.list(job_id=ids[1])
     assert attempt.state == A.LAUNCHING
     assert (
-        await db.job_get(job_id=ids[1])
+        await db.jobs.get(job_id=ids[1])
     ).state == J.RUNNING  # not lost: recovery adopts or relaunches it
-    note = (await db.event_list(job_id=ids[1]))[-1]
+    note = (await db.events.list(job_id=ids[1]))[-1]
     assert "launch failed: platform said no" in note.reason
     assert note.attempt_id == attempt.id
 
@@ -118,7 +120,7 @@ async def test_the_same_completion_twice_applies_once(db: store.Store, clock: Fr
     assert len(await d.completions.flush()) == 1
     d.completions.offer(obs)
     assert await d.completions.flush() == []
-    reasons = [e.to_state for e in await db.event_list(job_id=job_id)]
+    reasons = [e.to_state for e in await db.events.list(job_id=job_id)]
     assert reasons.count("succeeded") == 2  # once for the attempt, once for the job
 
 
@@ -139,14 +141,14 @@ async def test_failures_retry_after_a_jittered_backoff_until_attempts_run_out(
         [outcome] = await deliver(d, executor, 1)
         assert outcome.job_state == expected
         if expected == J.QUEUED:
-            job = await db.job_get(job_id=job_id)
+            job = await db.jobs.get(job_id=job_id)
             assert job.run_at == failed_at + timedelta(seconds=expected_delays[n - 1]), (
                 "seeded: exact"
             )
             assert job.run_at - failed_at <= timedelta(seconds=min(15, 10 * 2 ** (n - 1)))
             assert await d.run_once() == dispatcher.Tick(), "not due before its backoff"
             clock.advance(16)
-    attempts = await db.attempt_list(job_id=job_id)
+    attempts = await db.attempts.list(job_id=job_id)
     assert [(a.attempt_no, a.state, a.exit_code) for a in attempts] == [
         (n, A.FAILED, 3) for n in (1, 2, 3)
     ]
@@ -227,7 +229,7 @@ async def test_stop_finishes_the_launch_in_hand_and_claims_no_more(
     await asyncio.wait_for(runner, timeout=PATIENCE)
     assert executor.launched == 3
     for job_id in first:
-        [attempt] = await db.attempt_list(job_id=job_id)
+        [attempt] = await db.attempts.list(job_id=job_id)
         assert attempt.state == A.SUCCEEDED, "launched, recorded and completed before exit"
     assert await states(db, later) == [J.QUEUED, J.QUEUED]
 
@@ -245,14 +247,14 @@ async def test_the_next_claim_is_made_while_a_tick_launches_and_launched_before_
     # The first tick's 5 launches are held; its claim was full, so the next 5 are claimed
     # meanwhile: ticks overlap by one claim, no more.
     await eventually(lambda: _count(db, "running", 10), what="a second claim during the launches")
-    assert (await db.job_count_by_state())["queued"] == 2
+    assert (await db.jobs.count_by_state())["queued"] == 2
     stop.set()
     executor.gate.set()
     await asyncio.wait_for(runner, timeout=PATIENCE)
     assert executor.launched == 10  # what was claimed ahead was launched before the stop
     assert await states(db, ids[10:]) == [J.QUEUED, J.QUEUED]
     for job_id in ids[:10]:
-        [attempt] = await db.attempt_list(job_id=job_id)
+        [attempt] = await db.attempts.list(job_id=job_id)
         assert attempt.state != A.LAUNCHING, "nothing claimed is left for recovery"
 
 
@@ -272,12 +274,12 @@ async def test_a_job_cancelled_while_launching_is_stopped(
     db: store.Store, clock: FrozenClock
 ) -> None:
     executor, job_id, tick = await tick_held_mid_launch(db, clock)
-    await db.job_cancel(job_id=job_id, now=clock.now(), reason="by test")  # claim done, launch not
+    await db.jobs.cancel(job_id=job_id, now=clock.now(), reason="by test")  # claim done, launch not
     executor.gate.set()
     assert (await tick).recorded == 0
     await eventually(lambda: executor.cancelled, what="the launch was stopped")
     assert executor.cancelled == [model.launch_name(job_id, 1)]
-    assert (await db.job_get(job_id=job_id)).state == J.CANCELLED
+    assert (await db.jobs.get(job_id=job_id)).state == J.CANCELLED
 
 
 class FailingOnce(store.Store):
@@ -285,20 +287,27 @@ class FailingOnce(store.Store):
 
     failed = False
 
-    async def attempt_finish(self, **kwargs: object) -> list[store.Outcome]:
-        if not self.failed:
-            self.failed = True
-            raise errors.StoreError("database blipped")
-        return await super().attempt_finish(**kwargs)  # type: ignore[arg-type]
+    def __init__(self, engine: Any) -> None:
+        super().__init__(engine)
+        outer, finish = self, self.attempts.finish
+
+        class Attempts(store_attempts.Attempts):
+            async def finish(self, **kwargs: Any) -> list[store.Outcome]:
+                if not outer.failed:
+                    outer.failed = True
+                    raise errors.StoreError("database blipped")
+                return await finish(**kwargs)
+
+        self.attempts = Attempts(self.database)
 
 
 async def test_completions_survive_a_failed_write(db_url: str) -> None:
     clock = PausedClock()  # the loop's own sleeps must not move time
-    db = FailingOnce(store.Store.connect(db_url).engine)
+    db = FailingOnce(store.Store.connect(db_url).database.engine)
     executor = NoopExecutor()
     d = make(db, clock, executor)  # type: ignore[arg-type]
     [job_id] = await submit(db, clock, 1)
-    [claimed] = await db.job_claim(now=clock.now(), limit=1, executors=["noop"])
+    [claimed] = await db.jobs.claim(now=clock.now(), limit=1, executors=["noop"])
     launch = launching.build_launch(claimed, reach=launching.Reach(), deadline_seconds=None)
     finished = launching.Observation(
         launch.name, launching.Phase.SUCCEEDED, launch.labels, exit_code=0
@@ -311,7 +320,7 @@ async def test_completions_survive_a_failed_write(db_url: str) -> None:
     stop.set()
     await asyncio.wait_for(runner, timeout=PATIENCE)
     assert db.failed
-    assert (await db.job_get(job_id=job_id)).state == J.SUCCEEDED
+    assert (await db.jobs.get(job_id=job_id)).state == J.SUCCEEDED
     await db.close()
 
 
@@ -323,20 +332,24 @@ class WaitingFinish(store.Store):
         super().__init__(engine)
         self.gate = asyncio.Event()
         self.waiting = asyncio.Event()
+        outer, finish = self, self.attempts.finish
 
-    async def attempt_finish(self, **kwargs: object) -> list[store.Outcome]:
-        self.waiting.set()
-        await self.gate.wait()
-        return await super().attempt_finish(**kwargs)  # type: ignore[arg-type]
+        class Attempts(store_attempts.Attempts):
+            async def finish(self, **kwargs: Any) -> list[store.Outcome]:
+                outer.waiting.set()
+                await outer.gate.wait()
+                return await finish(**kwargs)
+
+        self.attempts = Attempts(self.database)
 
 
 async def test_a_completion_write_that_waits_does_not_hold_up_claims(db_url: str) -> None:
-    db = WaitingFinish(store.Store.connect(db_url).engine)
+    db = WaitingFinish(store.Store.connect(db_url).database.engine)
     clock = PausedClock()  # the loop's own sleeps must not move time
     executor = NoopExecutor()
     d = make(db, clock, executor)  # type: ignore[arg-type]
     [first] = await submit(db, clock, 1)
-    [claimed] = await db.job_claim(now=clock.now(), limit=1, executors=["noop"])
+    [claimed] = await db.jobs.claim(now=clock.now(), limit=1, executors=["noop"])
     launch = launching.build_launch(claimed, reach=launching.Reach(), deadline_seconds=None)
     d.completions.offer(
         launching.Observation(launch.name, launching.Phase.SUCCEEDED, launch.labels, exit_code=0)
@@ -360,10 +373,10 @@ async def test_a_completion_write_that_waits_does_not_hold_up_claims(db_url: str
 
 
 async def test_a_failed_flush_keeps_the_completions_queued(db_url: str, clock: FrozenClock) -> None:
-    db = FailingOnce(store.Store.connect(db_url).engine)
+    db = FailingOnce(store.Store.connect(db_url).database.engine)
     d = make(db, clock, NoopExecutor())  # type: ignore[arg-type]
     [job_id] = await submit(db, clock, 1)
-    [claimed] = await db.job_claim(now=clock.now(), limit=1, executors=["noop"])
+    [claimed] = await db.jobs.claim(now=clock.now(), limit=1, executors=["noop"])
     launch = launching.build_launch(claimed, reach=launching.Reach(), deadline_seconds=None)
     d.completions.offer(
         launching.Observation(launch.name, launching.Phase.FAILED, launch.labels, exit_code=2)
@@ -379,8 +392,8 @@ async def test_an_attempt_recovery_adopted_mid_launch_is_left_running(
     db: store.Store, clock: FrozenClock
 ) -> None:
     executor, job_id, tick = await tick_held_mid_launch(db, clock)
-    [a] = await db.attempt_list(job_id=job_id)
-    await db.attempt_record_running(fences=[a.id], now=clock.now(), reason="adopted")  # recovery
+    [a] = await db.attempts.list(job_id=job_id)
+    await db.attempts.record_running(fences=[a.id], now=clock.now(), reason="adopted")  # recovery
     executor.gate.set()
     await tick
     # A stop would be a task the tick started before it returned; ready tasks run before a
@@ -415,9 +428,9 @@ async def test_a_launch_later_than_launch_grace_is_left_to_recovery(
     # which finds it past launch_grace and leaves it to recovery.
     tick = await d.run_once()
     assert (tick.claimed, tick.launched, tick.launch_errors, tick.carried) == (0, 0, 1, 0)
-    [late] = await db.attempt_list(job_id=second)
+    [late] = await db.attempts.list(job_id=second)
     assert late.state == A.LAUNCHING
-    assert "past launch_grace" in (await db.event_list(job_id=second))[-1].reason
+    assert "past launch_grace" in (await db.events.list(job_id=second))[-1].reason
 
 
 class BlindClockAdvancingLaunch(ClockAdvancingLaunch):
@@ -437,16 +450,16 @@ async def test_an_attempt_recorded_before_its_send_and_never_sent_is_given_back_
     _, second = await submit(db, clock, 2)
     tick = await d.run_once()
     assert (tick.launched, tick.carried) == (1, 1)
-    [held] = await db.attempt_list(job_id=second)
+    [held] = await db.attempts.list(job_id=second)
     assert held.state == A.RUNNING, "recorded running before its send"
     tick = await d.run_once()  # past launch_grace: not sent, given back
     assert (tick.launched, tick.launch_errors, tick.carried) == (0, 0, 0)
-    [unsent] = await db.attempt_list(job_id=second)
+    [unsent] = await db.attempts.list(job_id=second)
     assert (unsent.state, unsent.reason) == (A.SUPERSEDED, model.NEVER_LAUNCHED)
-    job = await db.job_get(job_id=second)
+    job = await db.jobs.get(job_id=second)
     assert (job.state, job.uncharged_attempts) == (J.QUEUED, 1)
     await d.run_once()
-    assert [a.state for a in await db.attempt_list(job_id=second)] == [A.SUPERSEDED, A.RUNNING]
+    assert [a.state for a in await db.attempts.list(job_id=second)] == [A.SUPERSEDED, A.RUNNING]
     assert list(executor.launches)[-1].endswith("-2")
 
 
@@ -479,7 +492,7 @@ async def test_a_broken_event_stream_is_restarted(db: store.Store) -> None:
     stop.set()
     await asyncio.wait_for(runner, timeout=PATIENCE)
     assert executor.broke
-    assert (await db.job_get(job_id=job_id)).state == J.SUCCEEDED
+    assert (await db.jobs.get(job_id=job_id)).state == J.SUCCEEDED
 
 
 class SlowLaunch(NoopExecutor):
@@ -550,17 +563,24 @@ class ClaimFailsOnce(store.Store):
 
     claims = 0
 
-    async def job_claim(self, **kwargs: object) -> list[model.Claimed]:
-        self.claims += 1
-        if self.claims == 2:
-            raise errors.StoreError("database blipped")
-        return await super().job_claim(**kwargs)  # type: ignore[arg-type]
+    def __init__(self, engine: Any) -> None:
+        super().__init__(engine)
+        outer, claim = self, self.jobs.claim
+
+        class Jobs(store_jobs.Jobs):
+            async def claim(self, **kwargs: Any) -> list[model.Claimed]:
+                outer.claims += 1
+                if outer.claims == 2:
+                    raise errors.StoreError("database blipped")
+                return await claim(**kwargs)
+
+        self.jobs = Jobs(self.database)
 
 
 async def test_attempts_carried_to_the_next_tick_are_launched_when_the_claim_fails(
     db_url: str, clock: FrozenClock
 ) -> None:
-    db = ClaimFailsOnce(store.Store.connect(db_url).engine)
+    db = ClaimFailsOnce(store.Store.connect(db_url).database.engine)
     executor = SlowLaunch(clock)
     d = dispatcher.Dispatcher(
         store=db,
@@ -579,7 +599,7 @@ async def test_attempts_carried_to_the_next_tick_are_launched_when_the_claim_fai
             await d.run_once()  # the claim fails, and is said to have failed...
         assert executor.launched == 5, "...but the two held attempts are launched all the same"
         for job_id in ids:
-            [attempt] = await db.attempt_list(job_id=job_id)
+            [attempt] = await db.attempts.list(job_id=job_id)
             assert attempt.state == A.RUNNING, "and recorded: their deadlines are running"
         assert (await d.run_once()).claimed == 0
     finally:
@@ -624,7 +644,7 @@ async def test_why_an_attempt_waits_on_its_platform_is_in_its_run_log_once(
     (name,) = executor.launches
 
     async def notes() -> list[tuple[str, bool]]:
-        _, _, events, _ = await db.job_record(job_id=job_id)
+        _, _, events, _ = await db.jobs.record(job_id=job_id)
         return [(e.reason, e.details["waiting"]) for e in events if "waiting" in e.details]
 
     await d.completions.poll_once()

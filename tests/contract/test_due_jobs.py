@@ -30,14 +30,14 @@ def _new(*, run_at_in: float = 0.0, clock: FrozenClock, **kw: object) -> model.N
 async def _claim(
     db: store.Store, clock: FrozenClock, *, limit: int = 10, general: bool = False
 ) -> list[int]:
-    claimed = await db.job_claim(
+    claimed = await db.jobs.claim(
         now=clock.now(), limit=limit, executors=["noop"], pools=CAPPED if general else None
     )
     return [c.job.id for c in claimed]
 
 
 async def _log(db: store.Store, job_id: int) -> list[tuple[str | None, str, str]]:
-    return [(e.from_state, e.to_state, e.reason) for e in await db.event_list(job_id=job_id)]
+    return [(e.from_state, e.to_state, e.reason) for e in await db.events.list(job_id=job_id)]
 
 
 @pytest.mark.parametrize("general", [False, True], ids=["hot", "general"])
@@ -46,10 +46,10 @@ async def test_a_due_scheduled_job_is_claimed_with_both_lines_of_its_run_log(
 ) -> None:
     [job_id] = await submit(db, clock, _new(run_at_in=30, clock=clock))
     assert await _claim(db, clock, general=general) == []
-    assert (await db.job_get(job_id=job_id)).state == J.SCHEDULED
+    assert (await db.jobs.get(job_id=job_id)).state == J.SCHEDULED
     clock.advance(30)
     assert await _claim(db, clock, general=general) == [job_id]
-    assert (await db.job_get(job_id=job_id)).state == J.RUNNING
+    assert (await db.jobs.get(job_id=job_id)).state == J.RUNNING
     assert (await _log(db, job_id))[1:] == [
         ("scheduled", "queued", "its time came"),
         ("queued", "running", "claimed: attempt 1 launching"),
@@ -72,9 +72,9 @@ async def test_the_claim_takes_the_most_urgent_and_queues_the_other_due_ones(
     [ready] = await submit(db, clock, _new(priority=3, clock=clock))
     clock.advance(10)
     assert await _claim(db, clock, limit=2, general=general) == [waited[1], ready]
-    assert (await db.job_get(job_id=waited[0])).state == J.QUEUED
+    assert (await db.jobs.get(job_id=waited[0])).state == J.QUEUED
     assert (await _log(db, waited[0]))[1:] == [("scheduled", "queued", "its time came")]
-    assert (await db.job_get(job_id=waited[2])).state == J.SCHEDULED
+    assert (await db.jobs.get(job_id=waited[2])).state == J.SCHEDULED
     assert await _claim(db, clock, general=general) == [waited[0]]
     assert await _claim(db, clock, general=general) == []
 
@@ -88,9 +88,9 @@ async def test_a_claim_leaves_the_due_jobs_of_other_executors_scheduled(
     [other] = await submit(db, clock, _new(executor="other", run_at_in=1, clock=clock))
     clock.advance(1)
     assert await _claim(db, clock, general=general) == []
-    assert (await db.job_get(job_id=other)).state == J.SCHEDULED
-    assert await db.jobs_promote_due(now=clock.now(), limit=10) == 1
-    assert (await db.job_get(job_id=other)).state == J.QUEUED
+    assert (await db.jobs.get(job_id=other)).state == J.SCHEDULED
+    assert await db.jobs.promote_due(now=clock.now(), limit=10) == 1
+    assert (await db.jobs.get(job_id=other)).state == J.QUEUED
 
 
 @pytest.mark.parametrize("general", [False, True], ids=["hot", "general"])
@@ -111,7 +111,7 @@ async def test_a_workers_claim_takes_its_due_scheduled_tasks(
     )
 
     async def claim() -> list[int]:
-        claimed = await db.worker_claim(
+        claimed = await db.workers.claim(
             worker_id="w1",
             reads=[("send", [1])],
             queues=(),

@@ -38,7 +38,7 @@ async def submit(
 
 async def claim(db: store.Store, clock: FrozenClock, n: int = 100) -> list[model.Claimed]:
     limits = store.DefaultLimits(timedelta(seconds=240), timedelta(seconds=60))
-    return await db.job_claim(now=clock.now(), limit=n, executors=["noop"], limits=limits)
+    return await db.jobs.claim(now=clock.now(), limit=n, executors=["noop"], limits=limits)
 
 
 async def fail(
@@ -50,7 +50,7 @@ async def fail(
     rules: retry.Retry | None = None,
 ) -> list[store.Outcome]:
     finish = Finish(c.attempt.id, A.FAILED, code, f"exited with code {code}", None, message)
-    return await db.attempt_finish(finishes=[finish], now=clock.now(), retry=rules)
+    return await db.attempts.finish(finishes=[finish], now=clock.now(), retry=rules)
 
 
 async def test_the_same_unknown_failure_twice_quarantines_the_job(
@@ -64,15 +64,15 @@ async def test_the_same_unknown_failure_twice_quarantines_the_job(
     [o] = await fail(db, clock, second, 3, "12:00:09 no such table: users")  # same, but the time
     assert o.job_state == J.QUARANTINED
     assert await claim(db, clock) == [], "a quarantined job is never claimed"
-    attempts = await db.attempt_list(job_id=job_id)
+    attempts = await db.attempts.list(job_id=job_id)
     assert [(a.failure_class, a.fingerprint == attempts[0].fingerprint) for a in attempts] == [
         (FC.UNKNOWN, True),
         (FC.UNKNOWN, True),
     ]
-    last = (await db.event_list(job_id=job_id))[-1]
+    last = (await db.events.list(job_id=job_id))[-1]
     assert last.reason.startswith("quarantined: attempt 2 failed the same way 2 times in a row")
     assert last.details["fingerprint"] == attempts[0].fingerprint
-    assert (await db.job_get(job_id=job_id)).attempt_count == 2, "costs no more attempts"
+    assert (await db.jobs.get(job_id=job_id)).attempt_count == 2, "costs no more attempts"
 
 
 async def test_different_failures_are_retried_until_attempts_run_out(
@@ -83,7 +83,7 @@ async def test_different_failures_are_retried_until_attempts_run_out(
         [c] = await claim(db, clock)
         [o] = await fail(db, clock, c, 1, message)
         assert o.job_state == (J.FAILED if n == 3 else J.QUEUED)
-    assert (await db.job_get(job_id=job_id)).state == J.FAILED
+    assert (await db.jobs.get(job_id=job_id)).state == J.FAILED
 
 
 async def test_a_permanent_exit_code_quarantines_after_one_attempt(
@@ -93,7 +93,7 @@ async def test_a_permanent_exit_code_quarantines_after_one_attempt(
     [c] = await claim(db, clock)
     [o] = await fail(db, clock, c, 4)
     assert o.job_state == J.QUARANTINED
-    assert (await db.event_list(job_id=job_id))[-1].reason == (
+    assert (await db.events.list(job_id=job_id))[-1].reason == (
         "quarantined: attempt 1 failed permanently (rule 1: exit code 4 In [4] -> fail)"
     )
 
@@ -105,8 +105,8 @@ async def test_a_transient_failure_is_never_quarantined_by_repetition(
     for _ in range(3):
         [c] = await claim(db, clock)
         timed_out = Finish(c.attempt.id, A.FAILED, -15, "deadline exceeded", FC.TRANSIENT)
-        await db.attempt_finish(finishes=[timed_out], now=clock.now())
-    assert (await db.job_get(job_id=job_id)).state == J.FAILED
+        await db.attempts.finish(finishes=[timed_out], now=clock.now())
+    assert (await db.jobs.get(job_id=job_id)).state == J.FAILED
 
 
 async def test_an_ignored_failure_does_not_use_up_an_attempt(
@@ -117,9 +117,9 @@ async def test_an_ignored_failure_does_not_use_up_an_attempt(
         [c] = await claim(db, clock)
         [o] = await fail(db, clock, c, 9, f"evicted {n}")
         assert o.job_state == J.QUEUED
-    job = await db.job_get(job_id=job_id)
+    job = await db.jobs.get(job_id=job_id)
     assert (job.attempt_count, job.max_attempts) == (2, 3)
-    assert "does not count toward max_attempts" in (await db.event_list(job_id=job_id))[-1].reason
+    assert "does not count toward max_attempts" in (await db.events.list(job_id=job_id))[-1].reason
 
 
 async def test_a_person_retries_or_discards_a_quarantined_job(
@@ -128,20 +128,20 @@ async def test_a_person_retries_or_discards_a_quarantined_job(
     keep, drop = await submit(db, clock, 2, max_attempts=1, policy={"failure_rules": [RULE_FAIL_4]})
     for c in await claim(db, clock):
         await fail(db, clock, c, 4)
-    await db.job_unquarantine(job_id=keep, to=J.QUEUED, now=clock.now(), reason="by a person")
-    await db.job_unquarantine(job_id=drop, to=J.CANCELLED, now=clock.now(), reason="gave up")
-    assert [(await db.job_get(job_id=i)).state for i in (keep, drop)] == [J.QUEUED, J.CANCELLED]
-    job = await db.job_get(job_id=keep)
+    await db.jobs.unquarantine(job_id=keep, to=J.QUEUED, now=clock.now(), reason="by a person")
+    await db.jobs.unquarantine(job_id=drop, to=J.CANCELLED, now=clock.now(), reason="gave up")
+    assert [(await db.jobs.get(job_id=i)).state for i in (keep, drop)] == [J.QUEUED, J.CANCELLED]
+    job = await db.jobs.get(job_id=keep)
     assert (job.attempt_count, job.max_attempts) == (1, 2), "one more attempt than it had"
     [again] = await claim(db, clock)
     assert (again.job.id, again.attempt.attempt_no) == (keep, 2)
     with pytest.raises(errors.InvalidInput, match="is running, not quarantined"):
-        await db.job_unquarantine(job_id=keep, to=J.CANCELLED, now=clock.now(), reason="x")
+        await db.jobs.unquarantine(job_id=keep, to=J.CANCELLED, now=clock.now(), reason="x")
 
 
 async def test_not_found_is_not_found(db: store.Store, clock: FrozenClock) -> None:
     with pytest.raises(errors.NotFound):
-        await db.job_unquarantine(job_id=999_999, to=J.QUEUED, now=clock.now(), reason="x")
+        await db.jobs.unquarantine(job_id=999_999, to=J.QUEUED, now=clock.now(), reason="x")
 
 
 async def test_retries_beyond_the_budget_are_delayed_with_an_event(
@@ -156,21 +156,21 @@ async def test_retries_beyond_the_budget_are_delayed_with_an_event(
     ids = await submit(db, clock, 5, queue="etl", policy=retry_all)
     claimed = await claim(db, clock)
     finishes = [Finish(c.attempt.id, A.FAILED, 1, "exited with code 1") for c in claimed]
-    outcomes = await db.attempt_finish(finishes=finishes, now=clock.now(), retry=rules)
+    outcomes = await db.attempts.finish(finishes=finishes, now=clock.now(), retry=rules)
     assert {o.job_state for o in outcomes} == {J.QUEUED}
     waits = sorted(
-        [((await db.job_get(job_id=i)).run_at - clock.now()).total_seconds() for i in ids]
+        [((await db.jobs.get(job_id=i)).run_at - clock.now()).total_seconds() for i in ids]
     )
     assert waits == [0, 0, 1, 2, 3], "two tokens in the bucket, then one a second"
-    delayed = [i for i in ids if (await db.job_get(job_id=i)).run_at > clock.now()]
+    delayed = [i for i in ids if (await db.jobs.get(job_id=i)).run_at > clock.now()]
     for job_id in delayed:
-        last = (await db.event_list(job_id=job_id))[-1]
+        last = (await db.events.list(job_id=job_id))[-1]
         assert "queue 'etl' retry budget is empty, so it waits for a token" in last.reason
         assert last.details["budget"] == "empty"
         view = client.jobs.JobView(
-            await db.job_get(job_id=job_id),
-            await db.attempt_list(job_id=job_id),
-            await db.event_list(job_id=job_id),
+            await db.jobs.get(job_id=job_id),
+            await db.attempts.list(job_id=job_id),
+            await db.events.list(job_id=job_id),
         )
         assert client.explain.why(view, clock.now()).startswith("budget empty: queue 'etl'")
     assert len(await claim(db, clock)) == 2
@@ -202,22 +202,22 @@ async def test_a_heartbeat_renews_the_lease_and_a_stale_fence_is_refused(
     )
     [c] = await claim(db, clock)
     clock.advance(25)  # a slow launch: the lease starts again when it is recorded running
-    await db.attempt_record_running(fences=[c.attempt.id], now=clock.now())
-    [a] = await db.attempt_list(job_id=job_id)
+    await db.attempts.record_running(fences=[c.attempt.id], now=clock.now())
+    [a] = await db.attempts.list(job_id=job_id)
     assert a.lease_until == clock.now() + timedelta(seconds=60)
     clock.advance(40)
-    lease = await db.attempt_heartbeat(job_id=job_id, fence=c.attempt.id, now=clock.now())
+    lease = await db.attempts.heartbeat(job_id=job_id, fence=c.attempt.id, now=clock.now())
     assert lease == clock.now() + timedelta(seconds=60)
-    [a] = await db.attempt_list(job_id=job_id)
+    [a] = await db.attempts.list(job_id=job_id)
     assert (a.last_seen_at, a.lease_until) == (clock.now(), lease)
-    assert await db.attempt_supersede(fences=[c.attempt.id], now=clock.now(), reason="test") == [
+    assert await db.attempts.supersede(fences=[c.attempt.id], now=clock.now(), reason="test") == [
         c.attempt.id
     ]
     [new] = await claim(db, clock)
     with pytest.raises(errors.StaleFence, match=f"newest attempt has fence {new.attempt.id}"):
-        await db.attempt_heartbeat(job_id=job_id, fence=c.attempt.id, now=clock.now())
+        await db.attempts.heartbeat(job_id=job_id, fence=c.attempt.id, now=clock.now())
     with pytest.raises(errors.NotFound):
-        await db.attempt_heartbeat(
+        await db.attempts.heartbeat(
             job_id=job_id,
             fence=new.attempt.id + 99,
             now=clock.now(),
@@ -239,7 +239,7 @@ async def launched(
     await submit(db, clock, policy={"heartbeat": True, **policy}, **kw)
     [c] = await claim(db, clock)
     await platform.launch(launching.build_launch(c, reach=launching.Reach(), deadline_seconds=None))
-    await db.attempt_record_running(fences=[c.attempt.id], now=clock.now())
+    await db.attempts.record_running(fences=[c.attempt.id], now=clock.now())
     return c
 
 
@@ -254,19 +254,19 @@ async def test_silence_with_policy_wait_keeps_the_attempt_until_its_deadline(
     assert (await r.run_once()).looked == 0, "inside its lease"
     clock.advance(31)  # no heartbeat for 61s: the platform still shows it running
     assert (await r.run_once()).unknown == 1
-    [a] = await db.attempt_list(job_id=c.job.id)
+    [a] = await db.attempts.list(job_id=c.job.id)
     assert (a.state, a.lease_until) == (A.RUNNING, a.deadline_at), "the lease runs to the deadline"
-    events = await db.event_list(job_id=c.job.id)
+    events = await db.events.list(job_id=c.job.id)
     assert events[-1].reason.startswith("unknown state (silent: no heartbeat for its lease")
     assert events[-1].details == {"unknown": "wait"}
     clock.advance(60)
     assert (await r.run_once()).unknown == 0, "waiting: not judged again before its deadline"
-    assert len(await db.event_list(job_id=c.job.id)) == len(events)
-    view = client.jobs.JobView(await db.job_get(job_id=c.job.id), [a], events)
+    assert len(await db.events.list(job_id=c.job.id)) == len(events)
+    view = client.jobs.JobView(await db.jobs.get(job_id=c.job.id), [a], events)
     assert "in the unknown state" in client.explain.why(view, clock.now())
     clock.advance(240)
     assert (await r.run_once()).timed_out == 1, "the watchdog stops it at its deadline"
-    [a] = await db.attempt_list(job_id=c.job.id)
+    [a] = await db.attempts.list(job_id=c.job.id)
     assert (a.state, a.failure_class) == (A.FAILED, FC.TRANSIENT)
 
 
@@ -279,16 +279,16 @@ async def test_silence_with_fence_and_relaunch_supersedes_and_relaunches(
     clock.advance(61)
     summary = await recon(db, clock, platform).run_once()
     assert (summary.unknown, summary.superseded) == (1, 1)
-    [old] = await db.attempt_list(job_id=c.job.id)
+    [old] = await db.attempts.list(job_id=c.job.id)
     assert old.state == A.SUPERSEDED
     assert platform.cancelled == [c.attempt.launch_name], "the old one is stopped, best effort"
-    job = await db.job_get(job_id=c.job.id)
+    job = await db.jobs.get(job_id=c.job.id)
     assert (job.state, job.run_at) == (J.QUEUED, clock.now())
     [new] = await claim(db, clock)
     assert new.attempt.id > c.attempt.id, "a higher fence"
     # The old attempt's late completion changes nothing.
     assert (
-        await db.attempt_finish(
+        await db.attempts.finish(
             finishes=[Finish(c.attempt.id, A.SUCCEEDED, 0, None)], now=clock.now()
         )
         == []
@@ -304,7 +304,7 @@ async def test_a_platform_that_cannot_be_asked_is_unknown_too(
     platform.down = True
     clock.advance(61)
     await recon(db, clock, platform).run_once()
-    assert [a.state for a in await db.attempt_list(job_id=c.job.id)] == [A.SUPERSEDED]
+    assert [a.state for a in await db.attempts.list(job_id=c.job.id)] == [A.SUPERSEDED]
 
 
 async def test_the_unknown_state_is_written_once_per_silence(
@@ -319,14 +319,14 @@ async def test_the_unknown_state_is_written_once_per_silence(
     for _ in range(16):  # a pass a second, as with reconcile_interval = 1s
         await r.run_once()
         clock.advance(1)
-    unknown = [e for e in await db.event_list(job_id=c.job.id) if e.details.get("unknown")]
+    unknown = [e for e in await db.events.list(job_id=c.job.id) if e.details.get("unknown")]
     assert len(unknown) == 1, [e.reason for e in unknown]
-    await db.attempt_heartbeat(job_id=c.job.id, fence=c.attempt.id, now=clock.now())  # news
+    await db.attempts.heartbeat(job_id=c.job.id, fence=c.attempt.id, now=clock.now())  # news
     clock.advance(61)  # ... then silence again: a second silence, a second event
     for _ in range(3):
         await r.run_once()
         clock.advance(1)
-    unknown = [e for e in await db.event_list(job_id=c.job.id) if e.details.get("unknown")]
+    unknown = [e for e in await db.events.list(job_id=c.job.id) if e.details.get("unknown")]
     assert len(unknown) == 2, [e.reason for e in unknown]
 
 
@@ -337,9 +337,9 @@ async def test_fence_and_relaunch_without_attempts_left_waits(
     c = await launched(db, clock, platform, {"on_unknown": "fence_and_relaunch"}, max_attempts=1)
     clock.advance(61)
     await recon(db, clock, platform).run_once()
-    [a] = await db.attempt_list(job_id=c.job.id)
+    [a] = await db.attempts.list(job_id=c.job.id)
     assert (a.state, a.lease_until) == (A.RUNNING, a.deadline_at)
-    last = (await db.event_list(job_id=c.job.id))[-1]
+    last = (await db.events.list(job_id=c.job.id))[-1]
     assert last.reason.endswith("; no attempts left to relaunch); left to run until its deadline")
 
 
@@ -373,7 +373,7 @@ async def test_a_systemic_failure_stays_within_the_retry_budget(
             d.completions.offer(await anext(events))
         await d.completions.flush()
         launched_at += [clock.now()] * tick.launched
-        if tick.claimed == 0 and await db.job_count_by_state() == {"failed": 1000}:
+        if tick.claimed == 0 and await db.jobs.count_by_state() == {"failed": 1000}:
             break
         if tick.claimed == 0:
             clock.advance(5)
@@ -383,7 +383,7 @@ async def test_a_systemic_failure_stays_within_the_retry_budget(
     for i, at in enumerate(retries_at, start=1):
         elapsed = (at - start).total_seconds()
         assert i <= budget.burst + budget.ratio * firsts + budget.floor_per_minute / 60 * elapsed
-    assert {(await db.job_get(job_id=i)).state for i in ids} == {J.FAILED}
+    assert {(await db.jobs.get(job_id=i)).state for i in ids} == {J.FAILED}
     span = (retries_at[-1] - start).total_seconds()
     assert span >= (2000 - 20 - 100) / 2, "the floor (2 a second) paced the rest"
 
@@ -398,7 +398,7 @@ async def test_a_pool_caps_how_many_of_its_jobs_run(db: store.Store, clock: Froz
     limits = store.DefaultLimits(timedelta(seconds=240), timedelta(seconds=60))
 
     async def take(n: int = 10) -> list[model.Claimed]:
-        return await db.job_claim(
+        return await db.jobs.claim(
             now=clock.now(), limit=n, executors=["noop"], limits=limits, pools=pools
         )
 
@@ -406,7 +406,7 @@ async def test_a_pool_caps_how_many_of_its_jobs_run(db: store.Store, clock: Froz
     assert sorted(c.job.id for c in first) == sorted(backfill[:2] + others)
     assert await take() == [], "the pool is full"
     done = next(c for c in first if c.job.pool == "backfill")
-    await db.attempt_finish(
+    await db.attempts.finish(
         finishes=[Finish(done.attempt.id, A.SUCCEEDED, 0, None)], now=clock.now()
     )
     [next_one] = await take()
@@ -428,7 +428,7 @@ async def test_claims_at_the_same_moment_never_overfill_a_pool(
         await submit(stores[0], clock, 20, pool="backfill")
         claims = await asyncio.gather(
             *(
-                s.job_claim(now=clock.now(), limit=5, executors=["noop"], pools={"backfill": 3})
+                s.jobs.claim(now=clock.now(), limit=5, executors=["noop"], pools={"backfill": 3})
                 for s in stores
             )
         )
@@ -449,14 +449,14 @@ async def test_an_attempt_too_late_to_launch_is_not_charged_and_the_job_gets_a_n
     clock.advance(31)  # past launch_grace (30s) and past its own 20s deadline
     assert (await recon(db, clock, platform).run_once()).never_launched == 1
     assert platform.launches == {}, "never launched that late"
-    [a] = await db.attempt_list(job_id=job_id)
+    [a] = await db.attempts.list(job_id=job_id)
     assert (a.state, a.reason, a.charged) == (A.SUPERSEDED, model.NEVER_LAUNCHED, False)
-    job = await db.job_get(job_id=job_id)
+    job = await db.jobs.get(job_id=job_id)
     assert (job.state, job.charged_attempts, job.uncharged_attempts) == (J.QUEUED, 0, 1)
     [again] = await claim(db, clock)
     assert again.attempt.id > a.id, "a higher fence"
     assert again.attempt.deadline_at == clock.now() + timedelta(seconds=20), "a fresh deadline"
-    [o] = await db.attempt_finish(
+    [o] = await db.attempts.finish(
         finishes=[Finish(again.attempt.id, A.SUCCEEDED, 0, None)], now=clock.now()
     )
     assert o.job_state == J.SUCCEEDED, "max_attempts 1: the attempt that never ran cost nothing"
@@ -472,7 +472,7 @@ async def test_a_never_launched_attempt_costs_no_retry_token_and_breaks_no_strea
     assert o.job_state == J.QUEUED
     assert tokens(db_url) == pytest.approx(4), "the retry took a token"
     [second] = await claim(db, clock)
-    assert await db.attempt_never_launched(
+    assert await db.attempts.never_launched(
         fences=[second.attempt.id], now=clock.now(), why="test"
     ) == [second.attempt.id]
     assert tokens(db_url) == pytest.approx(4), "the attempt that never ran took none"
@@ -480,7 +480,7 @@ async def test_a_never_launched_attempt_costs_no_retry_token_and_breaks_no_strea
     assert third.attempt.attempt_no == 3
     [o] = await fail(db, clock, third, 3, "no such table: users", rules=rules)
     assert o.job_state == J.QUARANTINED, "attempts 1 and 3 failed alike: a poison pill"
-    assert (await db.job_get(job_id=job_id)).charged_attempts == 2
+    assert (await db.jobs.get(job_id=job_id)).charged_attempts == 2
 
 
 def tokens(db_url: str) -> float:

@@ -42,7 +42,7 @@ class Route:
             return self._in_tx(
                 claims.job_claim, now=now, limit=limit, executors=kinds, limits=LIMITS
             )
-        return await self.db.job_claim(now=now, limit=limit, executors=kinds, limits=LIMITS)
+        return await self.db.jobs.claim(now=now, limit=limit, executors=kinds, limits=LIMITS)
 
     async def settle(
         self, clock: FrozenClock, launched: Sequence[int], won: Sequence[completions.Finish]
@@ -51,7 +51,7 @@ class Route:
             return self._in_tx(
                 completions.attempt_settle, launched=launched, finishes=won, now=clock.now()
             )
-        return await self.db.attempt_settle(launched=launched, finishes=won, now=clock.now())
+        return await self.db.attempts.settle(launched=launched, finishes=won, now=clock.now())
 
     async def worker_claim(
         self, clock: FrozenClock, reads: Sequence[tuple[str, Sequence[int]]], limit: int
@@ -66,10 +66,10 @@ class Route:
         }
         if self.general:
             return self._in_tx(workers.worker_claim, **args)
-        return await self.db.worker_claim(**args)
+        return await self.db.workers.claim(**args)
 
     def _in_tx(self, fn: Callable[..., Any], **kwargs: Any) -> Any:
-        with self.db.engine.begin() as conn:
+        with self.db.database.engine.begin() as conn:
             return fn(conn, **kwargs)
 
 
@@ -90,7 +90,7 @@ async def scenario(route: Route, clock: FrozenClock) -> list[Any]:
         model.NewJob(executor="other", spec={}),
         model.NewJob(executor="noop", spec={"x": [1, 2]}, priority=1, payload={"p": 1}),
     ]
-    await route.db.job_submit(new=new, now=t0)
+    await route.db.jobs.submit(new=new, now=t0)
     clock.advance(20)
     first = await route.claim(clock, 3)
     a, e, b = (c.attempt.id for c in first)
@@ -126,7 +126,7 @@ async def worker_scenario(route: Route, clock: FrozenClock) -> list[Any]:
         ),
         model.NewJob(executor=python_tasks.PYTHON, spec={"task": "b", "version": 1}, queue="q2"),
     ]
-    await route.db.job_submit(new=new, now=t0)
+    await route.db.jobs.submit(new=new, now=t0)
     clock.advance(20)
     taken = await route.worker_claim(clock, [("a", [1]), ("b", [1])], 5)
     clock.advance(5)
@@ -157,7 +157,7 @@ def _settled(settled: Any, fences: dict[int, tuple[int, int]]) -> Any:
 def rows(db: store.Store) -> dict[str, Any]:
     """Every row the scenario left, each attempt's id as (job id, attempt number), each
     event's and run log's likewise, the events of each job in the order written."""
-    with db.engine.connect() as conn:
+    with db.database.engine.connect() as conn:
         fence = {r.id: (r.job_id, r.attempt_no) for r in conn.execute(select(tables.attempts))}
         return {
             "jobs": _all(conn, tables.jobs, "id"),

@@ -53,17 +53,17 @@ async def _jobs(db: store.Store, clock: FrozenClock) -> None:
             labels={"team": f"team-{i % 3}", **({"release": "r1"} if i % 5 == 0 else {})},
             run_at=later,
         )
-        await db.job_submit(new=[new], now=clock.now())
+        await db.jobs.submit(new=[new], now=clock.now())
         clock.advance(1)
-    await db.job_claim(now=clock.now(), limit=5, executors=["noop"])
+    await db.jobs.claim(now=clock.now(), limit=5, executors=["noop"])
     for job_id in (2, 8, 15):
-        await db.job_cancel(job_id=job_id, now=clock.now(), reason="by a test")
+        await db.jobs.cancel(job_id=job_id, now=clock.now(), reason="by a test")
 
 
-def _sqlalchemy(db: store.Store, **given: Any) -> list[model.Job]:
+def _sqlalchemy(db: store.Store, *, limit: int = 100, **given: Any) -> list[model.Job]:
     """The job list as store/jobs.py reads it, whatever the database."""
-    with db.engine.connect() as conn:
-        return jobs.job_list(conn, **given)
+    with db.database.engine.connect() as conn:
+        return jobs.job_list(conn, model.JobFilter(**given), limit=limit)
 
 
 FILTERS: list[tuple[dict[str, Any], Callable[[model.Job], bool]]] = [
@@ -104,13 +104,17 @@ async def test_each_filter_of_the_job_list_reads_its_jobs_newest_first(
     every = _sqlalchemy(db, limit=1000)
     assert [j.id for j in every] == list(range(30, 0, -1))
     expected = [j for j in every if matches(j)]
-    assert await db.job_list(**given) == expected == _sqlalchemy(db, **given)
-    assert await db.job_list(**given, limit=2) == expected[:2]
+    assert await db.jobs.list(model.JobFilter(**given)) == expected == _sqlalchemy(db, **given)
+    assert await db.jobs.list(model.JobFilter(**given), limit=2) == expected[:2]
     since, until = start + timedelta(seconds=5), start + timedelta(seconds=20)
     timed = [j for j in expected if since <= j.created_at < until]
-    assert await db.job_list(**given, since=since, until=until) == timed
-    assert await db.job_list(**given, since=since) == [j for j in expected if j.created_at >= since]
-    assert await db.job_list(**given, until=until) == [j for j in expected if j.created_at < until]
+    assert await db.jobs.list(model.JobFilter(**given, since=since, until=until)) == timed
+    assert await db.jobs.list(model.JobFilter(**given, since=since)) == [
+        j for j in expected if j.created_at >= since
+    ]
+    assert await db.jobs.list(model.JobFilter(**given, until=until)) == [
+        j for j in expected if j.created_at < until
+    ]
 
 
 async def test_keyset_paging_reads_every_job_once_in_order(
@@ -120,7 +124,7 @@ async def test_keyset_paging_reads_every_job_once_in_order(
     for given in ({}, {"states": ["queued"]}, {"labels": {"team": "team-1"}}, {"tenant": "t0"}):
         pages, before = [], None
         while True:
-            page = await db.job_list(**given, limit=4, before=before)
+            page = await db.jobs.list(model.JobFilter(**given), limit=4, before=before)
             pages.append(page)
             if len(page) < 4:
                 break
@@ -133,21 +137,21 @@ async def test_keyset_paging_reads_every_job_once_in_order(
 async def test_a_job_s_page_reads_its_attempts_events_and_run_logs(
     db: store.Store, clock: FrozenClock
 ) -> None:
-    await db.job_submit(
+    await db.jobs.submit(
         new=[model.NewJob(executor="noop", spec={"url": "https://x"}, max_attempts=3)],
         now=clock.now(),
     )
-    [first] = await db.job_claim(now=clock.now(), limit=1, executors=["noop"])
+    [first] = await db.jobs.claim(now=clock.now(), limit=1, executors=["noop"])
     out = launching.RunLog(streams=(launching.Stream("stderr", "boom\n", 5),), latency=1.5)
     failed = Finish(first.attempt.id, A.FAILED, 1, "exited with code 1", output=out)
-    await db.attempt_finish(finishes=[failed], now=clock.now())
+    await db.attempts.finish(finishes=[failed], now=clock.now())
     clock.advance(3600)
-    [second] = await db.job_claim(now=clock.now(), limit=1, executors=["noop"])
+    [second] = await db.jobs.claim(now=clock.now(), limit=1, executors=["noop"])
     won = Finish(second.attempt.id, A.SUCCEEDED, None, "HTTP 200 OK", output=LOG)
-    await db.attempt_settle(launched=[], finishes=[won], now=clock.now())
+    await db.attempts.settle(launched=[], finishes=[won], now=clock.now())
 
-    job, tried, happened, logs = await db.job_record(job_id=first.job.id)
-    with db.engine.connect() as conn:
+    job, tried, happened, logs = await db.jobs.record(job_id=first.job.id)
+    with db.database.engine.connect() as conn:
         assert job == jobs.job_get(conn, job_id=first.job.id)
         assert tried == attempts.attempt_list(conn, job_id=first.job.id)
         assert happened == events.event_list(conn, job_id=first.job.id)
@@ -178,8 +182,8 @@ async def test_json_is_read_as_the_json_module_reads_it(
     # PostgreSQL keeps numbers as numeric: 1e300 comes back as its 301 digits, -0.0 as 0.
     kept_as_numeric = {"e": 1e300, "neg": -0.0}
     new = [model.NewJob(executor="noop", spec={}, payload=p) for p in [*PAYLOADS, kept_as_numeric]]
-    await db.job_submit(new=new, now=clock.now())
-    read = await db.job_list()
+    await db.jobs.submit(new=new, now=clock.now())
+    read = await db.jobs.list()
     assert read == _sqlalchemy(db)
     assert [j.payload for j in reversed(read[1:])] == PAYLOADS
     assert type(read[-1].payload["big"]) is int
@@ -195,7 +199,7 @@ def test_a_json_text_is_parsed_as_the_json_module_parses_it(text: str) -> None:
 
 async def test_a_page_of_no_job_is_not_found(db: store.Store) -> None:
     with pytest.raises(errors.NotFound, match="no job with id 404"):
-        await db.job_record(job_id=404)
+        await db.jobs.record(job_id=404)
 
 
 @pytest.fixture
@@ -213,7 +217,7 @@ async def test_the_reads_connections_are_as_many_as_their_limit_however_many_ask
     pg: store.Store, clock: FrozenClock
 ) -> None:
     db = pg
-    assert db.read_pool is not None
+    assert db.database.read_pool is not None
     await _jobs(db, clock)
     busy = 0
     most = 0
@@ -226,18 +230,20 @@ async def test_the_reads_connections_are_as_many_as_their_limit_however_many_ask
         busy -= 1
         return int(conn.info.backend_pid)
 
-    pids = await asyncio.gather(*(db.read_pool.run(slow) for _ in range(40)))
-    assert most == store.READS_AT_ONCE
-    assert len(set(pids)) == store.READS_AT_ONCE  # kept idle between turns, never reopened
-    lists = await asyncio.gather(*(db.job_list(states=["queued"]) for _ in range(40)))
+    pids = await asyncio.gather(*(db.database.read_pool.run(slow) for _ in range(40)))
+    assert most == store.database.READS_AT_ONCE
+    assert len(set(pids)) == store.database.READS_AT_ONCE  # kept idle between turns, never reopened
+    lists = await asyncio.gather(
+        *(db.jobs.list(model.JobFilter(states=["queued"])) for _ in range(40))
+    )
     assert all(found == lists[0] for found in lists)
 
 
 @pytest.mark.postgres
 async def test_a_call_that_waits_past_its_time_for_a_turn_is_given_up(pg_url: str) -> None:
     s = store.Store.connect(pg_url)
-    assert s.read_pool is not None
-    params = s.read_pool.params
+    assert s.database.read_pool is not None
+    params = s.database.read_pool.params
     await s.close()
     pool = hotpool.HotPool(params, idle=1, most=1)
     release = asyncio.Event()

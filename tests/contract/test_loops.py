@@ -183,9 +183,9 @@ def _dead_loop(db: store.Store, clock: FrozenClock) -> loops.Loop:
 
 async def _blind(db: store.Store, clock: FrozenClock, sender: str) -> model.Claimed:
     """An attempt recorded running before it was sent, by `sender`."""
-    await db.job_submit(new=[model.NewJob(executor="noop", spec={})], now=clock.now())
-    [c] = await db.job_claim(now=clock.now(), limit=1, executors=["noop"])
-    await db.attempt_record_running(
+    await db.jobs.submit(new=[model.NewJob(executor="noop", spec={})], now=clock.now())
+    [c] = await db.jobs.claim(now=clock.now(), limit=1, executors=["noop"])
+    await db.attempts.record_running(
         fences=[c.attempt.id], now=clock.now(), reason="sent blind", sent_by=sender
     )
     return c
@@ -205,12 +205,12 @@ async def test_the_blind_attempts_of_a_dead_sender_are_lost_at_once_and_retried(
     )
     done = await r.run_once()
     assert done.lost == 1
-    [a] = await db.attempt_list(job_id=lost.job.id)
+    [a] = await db.attempts.list(job_id=lost.job.id)
     assert a.state == A.LOST
     assert f"serve pid {dead.pid}" in (a.reason or "")
     assert "gone" in (a.reason or "")
-    assert (await db.job_get(job_id=lost.job.id)).state == J.QUEUED  # its retry, a new fence
-    assert [a.state for a in await db.attempt_list(job_id=kept.job.id)] == [A.RUNNING]
+    assert (await db.jobs.get(job_id=lost.job.id)).state == J.QUEUED  # its retry, a new fence
+    assert [a.state for a in await db.attempts.list(job_id=kept.job.id)] == [A.RUNNING]
     assert (await r.run_once()).lost == 0
 
 
@@ -226,7 +226,7 @@ async def test_a_sender_silent_for_three_beats_elsewhere_is_dead_too(
     assert (await r.run_once()).lost == 0
     clock.advance(3 * BEAT.total_seconds() + 1)
     assert (await r.run_once()).lost == 1
-    assert [a.state for a in await db.attempt_list(job_id=c.job.id)] == [A.LOST]
+    assert [a.state for a in await db.attempts.list(job_id=c.job.id)] == [A.LOST]
 
 
 async def test_a_warning_is_kept_a_week_after_it_ended(db: store.Store, clock: FrozenClock) -> None:
@@ -265,7 +265,7 @@ async def test_after_an_outage_a_silence_counts_only_once_this_process_beats_ste
         store=db, executors={"noop": NoopExecutor()}, clock=clock, settings=settings(), pulse=own
     )
     assert (await r.run_once()).lost == 1
-    assert [a.state for a in await db.attempt_list(job_id=lost_at_once.job.id)] == [A.LOST]
+    assert [a.state for a in await db.attempts.list(job_id=lost_at_once.job.id)] == [A.LOST]
     for _ in range(loops.STALE_BEATS):
         clock.advance(BEAT.total_seconds())
         await own.beat_once()
@@ -273,4 +273,4 @@ async def test_after_an_outage_a_silence_counts_only_once_this_process_beats_ste
     clock.advance(BEAT.total_seconds())
     await own.beat_once()
     assert (await r.run_once()).lost == 1
-    assert [a.state for a in await db.attempt_list(job_id=cut.job.id)] == [A.LOST]
+    assert [a.state for a in await db.attempts.list(job_id=cut.job.id)] == [A.LOST]

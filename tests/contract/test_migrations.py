@@ -141,19 +141,19 @@ async def test_0006_moves_a_database_with_jobs_to_the_new_indexes(empty_url: str
     clock = FrozenClock()
     keyed = [model.NewJob(executor="noop", spec={}, idempotency_key=f"k{i}") for i in range(50)]
     plain = [model.NewJob(executor="noop", spec={}) for _ in range(50)]
-    made = await old.job_submit(new=keyed + plain, now=clock.now())
+    made = await old.jobs.submit(new=keyed + plain, now=clock.now())
     with _lent_job_columns(empty_url):
-        await old.job_claim(now=clock.now(), limit=10, executors=["noop"])
+        await old.jobs.claim(now=clock.now(), limit=10, executors=["noop"])
     await old.close()
 
     db = store.Store.connect(empty_url)
-    before, after = await db.migrate()
+    before, after = await db.database.migrate()
     assert (before, after) == ("0005", migrate.head())
-    counts = await db.job_count_by_state()
+    counts = await db.jobs.count_by_state()
     assert counts == {"queued": 90, "running": 10}
-    again = await db.job_submit(new=keyed[:3], now=clock.now())
+    again = await db.jobs.submit(new=keyed[:3], now=clock.now())
     assert again == [(job_id, False) for job_id, _ in made[:3]]
-    assert len(await db.job_claim(now=clock.now(), limit=100, executors=["noop"])) == 90
+    assert len(await db.jobs.claim(now=clock.now(), limit=100, executors=["noop"])) == 90
     await db.close()
     indexes = _valid_indexes(empty_url, "jobs", "attempts")
     assert {"ix_jobs_queued", "ix_jobs_pooled", "uq_jobs_idempotency"} <= indexes
@@ -180,23 +180,23 @@ async def test_0007_indexes_live_attempts_only(empty_url: str) -> None:
     _migrated_to(empty_url, "0006")
     old = store.Store.connect(empty_url)
     clock = FrozenClock()
-    await old.job_submit(
+    await old.jobs.submit(
         new=[model.NewJob(executor="noop", spec={}) for _ in range(6)], now=clock.now()
     )
     with _lent_job_columns(empty_url):
-        claimed = await old.job_claim(now=clock.now(), limit=6, executors=["noop"])
+        claimed = await old.jobs.claim(now=clock.now(), limit=6, executors=["noop"])
         # Failures: today's settle of a success also keeps its run log, a table 0006 lacks.
         ended = [
             store.Finish(c.attempt.id, model.AttemptState.FAILED, 1, None) for c in claimed[:2]
         ]
-        await old.attempt_settle(
+        await old.attempts.settle(
             launched=[c.attempt.id for c in claimed[2:4]], finishes=ended, now=clock.now()
         )
     await old.close()
 
     db = store.Store.connect(empty_url)
-    assert await db.migrate() == ("0006", migrate.head())
-    live = await db.attempt_list_active(executor="noop", limit=10)
+    assert await db.database.migrate() == ("0006", migrate.head())
+    live = await db.attempts.list_active(executor="noop", limit=10)
     assert [a.id for a in live] == [c.attempt.id for c in claimed[2:]]
     await db.close()
     indexes = _valid_indexes(empty_url, "attempts")
@@ -222,7 +222,7 @@ async def test_0007_builds_again_an_index_a_failed_build_left_invalid() -> None:
                 )
             )
         db = store.Store.connect(url)
-        assert await db.migrate() == ("0006", migrate.head())
+        assert await db.database.migrate() == ("0006", migrate.head())
         await db.close()
         with engine.connect() as conn:
             valid = conn.execute(
@@ -301,18 +301,18 @@ async def test_0012_keeps_where_each_rule_and_subject_stands(empty_url: str) -> 
         conn.execute(insert(alert_streaks).values(rule="poison", subject="queue:mail", failures=2))
     engine.dispose()
     db = store.Store.connect(empty_url)
-    assert await db.migrate() == ("0011", migrate.head())
+    assert await db.database.migrate() == ("0011", migrate.head())
     pairs = [
         ("poison", "queue:billing"),
         ("poison", "queue:mail"),
         ("late", "schedule:default/nightly"),
     ]
-    assert await db.alert_sent(pairs=pairs) == {
+    assert await db.alerts.sent(pairs=pairs) == {
         ("poison", "queue:billing"): (t0 + timedelta(minutes=1), False, 0),
         ("poison", "queue:mail"): (t0 + timedelta(minutes=4), True, 2),
         ("late", "schedule:default/nightly"): (t0 + timedelta(minutes=5), False, 0),
     }
-    assert await db.alert_open() == {"queue:mail"}
+    assert await db.alerts.open() == {"queue:mail"}
     await db.close()
 
 
@@ -370,15 +370,15 @@ async def test_0023_gives_each_pointer_the_tenant_of_its_fence_s_job(empty_url: 
             )
     engine.dispose()
     db = store.Store.connect(empty_url)
-    assert await db.migrate() == ("0022", migrate.head())
-    sales = await db.pointer_get(dataset="sales", tenant="acme")
+    assert await db.database.migrate() == ("0022", migrate.head())
+    sales = await db.sinks.pointer_get(dataset="sales", tenant="acme")
     assert sales is not None
     assert (sales.tenant, sales.fence) == ("acme", 70)
-    assert await db.pointer_get(dataset="sales", tenant="default") is None
-    old = await db.pointer_get(dataset="old", tenant="default")
+    assert await db.sinks.pointer_get(dataset="sales", tenant="default") is None
+    old = await db.sinks.pointer_get(dataset="old", tenant="default")
     assert old is not None
     assert old.location == "file:///old"
-    assert await db.pointer_get(dataset="sales", fence=70) == sales
+    assert await db.sinks.pointer_get(dataset="sales", fence=70) == sales
     await db.close()
 
 
@@ -391,7 +391,7 @@ async def test_a_sqlite_file_corral_makes_is_readable_by_its_owner_alone(tmp_pat
 
     made = tmp_path / "new.db"
     db = store.Store.connect(f"sqlite:///{made}")
-    await db.migrate()
+    await db.database.migrate()
     beside = sorted(tmp_path.glob("new.db*"))
     assert [p.name for p in beside] == ["new.db", "new.db-shm", "new.db-wal"]
     assert {p.name: stat.S_IMODE(p.stat().st_mode) for p in beside} == dict.fromkeys(
@@ -402,6 +402,6 @@ async def test_a_sqlite_file_corral_makes_is_readable_by_its_owner_alone(tmp_pat
     theirs.touch()
     theirs.chmod(0o644)
     db = store.Store.connect(f"sqlite:///{theirs}")
-    await db.migrate()
+    await db.database.migrate()
     await db.close()
     assert stat.S_IMODE(theirs.stat().st_mode) == 0o644

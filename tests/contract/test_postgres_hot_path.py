@@ -42,7 +42,7 @@ class Statements:
 
     def __init__(self, db: store.Store, monkeypatch: pytest.MonkeyPatch) -> None:
         self.sent: list[str] = []
-        event.listen(db.engine, "before_cursor_execute", self._statement)
+        event.listen(db.database.engine, "before_cursor_execute", self._statement)
         execute = psycopg.AsyncCursor.execute
 
         async def sent(cursor: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
@@ -64,7 +64,7 @@ class Statements:
 async def test_a_tick_whose_launches_all_succeed_is_two_statements(
     pg: store.Store, clock: FrozenClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    await pg.job_submit(
+    await pg.jobs.submit(
         new=[model.NewJob(executor="noop", spec={}) for _ in range(50)], now=clock.now()
     )
     d = dispatcher.Dispatcher(
@@ -77,9 +77,9 @@ async def test_a_tick_whose_launches_all_succeed_is_two_statements(
     tick = await d.run_once()
     assert tick.claimed == 50
     assert seen.sent == ["WITH", "WITH"], seen.sent  # the claim and the settle, nothing else
-    jobs = await pg.job_list(states=[J.RUNNING])
+    jobs = await pg.jobs.list(model.JobFilter(states=[J.RUNNING]))
     assert len(jobs) == 50  # (run_once alone reads no completions: run() does)
-    attempts = [a for j in jobs for a in await pg.attempt_list(job_id=j.id)]
+    attempts = [a for j in jobs for a in await pg.attempts.list(job_id=j.id)]
     assert {a.state for a in attempts} == {A.RUNNING}
 
 
@@ -87,13 +87,13 @@ async def test_a_tick_whose_launches_all_succeed_is_two_statements(
 async def test_the_settle_applies_successes_and_records_the_rest_in_one_statement(
     pg: store.Store, clock: FrozenClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    await pg.job_submit(
+    await pg.jobs.submit(
         new=[model.NewJob(executor="noop", spec={}) for _ in range(4)], now=clock.now()
     )
-    a, b, c, d = await pg.job_claim(now=clock.now(), limit=4, executors=["noop"])
-    await pg.job_cancel(job_id=d.job.id, now=clock.now(), reason="test")
+    a, b, c, d = await pg.jobs.claim(now=clock.now(), limit=4, executors=["noop"])
+    await pg.jobs.cancel(job_id=d.job.id, now=clock.now(), reason="test")
     seen = Statements(pg, monkeypatch)
-    ran, outcomes = await pg.attempt_settle(
+    ran, outcomes = await pg.attempts.settle(
         launched=[a.attempt.id, b.attempt.id, c.attempt.id, d.attempt.id],
         finishes=[
             store.Finish(b.attempt.id, A.SUCCEEDED, 0, None),
@@ -110,20 +110,21 @@ async def test_the_settle_applies_successes_and_records_the_rest_in_one_statemen
     }
     # The run log replays: each change once, the attempt's before its job's.
     events = [
-        (e.entity, e.from_state, e.to_state, e.reason) for e in await pg.event_list(job_id=c.job.id)
+        (e.entity, e.from_state, e.to_state, e.reason)
+        for e in await pg.events.list(job_id=c.job.id)
     ]
     assert events[-2:] == [
         ("attempt", "launching", "succeeded", "done by hand"),
         ("job", "running", "succeeded", "attempt 1 succeeded"),
     ]
-    events = [(e.entity, e.to_state, e.reason) for e in await pg.event_list(job_id=b.job.id)]
+    events = [(e.entity, e.to_state, e.reason) for e in await pg.events.list(job_id=b.job.id)]
     assert events[-2:] == [
         ("attempt", "succeeded", "exit 0"),
         ("job", "succeeded", "attempt 1 succeeded"),
     ]
-    assert [e.to_state for e in await pg.event_list(job_id=d.job.id)][-1] == "cancelled"
+    assert [e.to_state for e in await pg.events.list(job_id=d.job.id)][-1] == "cancelled"
     # Applied once: the same settle again changes nothing.
-    ran, outcomes = await pg.attempt_settle(
+    ran, outcomes = await pg.attempts.settle(
         launched=[a.attempt.id],
         finishes=[store.Finish(b.attempt.id, A.SUCCEEDED, 0, None)],
         now=clock.now(),
@@ -145,7 +146,7 @@ async def _worker_claim(
     db: store.Store, clock: FrozenClock, general: bool, **kwargs: Any
 ) -> list[model.Claimed]:
     """A worker's claim, through the general path (a pool cap sends it there) or not."""
-    return await db.worker_claim(
+    return await db.workers.claim(
         worker_id="w1",
         now=clock.now(),
         limits=store.DefaultLimits(timedelta(seconds=240), timedelta(seconds=60)),
@@ -161,7 +162,7 @@ async def test_a_workers_claim_takes_what_it_reads_and_records_it_running(
     """On PostgreSQL the hot path's one statement, elsewhere (or with pools) the general
     path: the same jobs taken (the worker's tasks, versions and queues), the same attempt,
     the same run log."""
-    await db.job_submit(
+    await db.jobs.submit(
         new=[
             _task_job("send", 1),
             _task_job("send", 3),  # a version it does not read
@@ -176,10 +177,10 @@ async def test_a_workers_claim_takes_what_it_reads_and_records_it_running(
     a = claimed.attempt
     assert (a.state, a.started_at, a.last_seen_at) == (A.RUNNING, clock.now(), clock.now())
     assert a.lease_until == clock.now() + timedelta(seconds=60)
-    assert [a] == await db.attempt_list(job_id=claimed.job.id)
+    assert [a] == await db.attempts.list(job_id=claimed.job.id)
     events = [
         (e.entity, e.from_state, e.to_state, e.reason)
-        for e in await db.event_list(job_id=claimed.job.id)
+        for e in await db.events.list(job_id=claimed.job.id)
     ]
     assert events[-2:] == [
         ("job", "queued", "running", "claimed: attempt 1 launching"),
@@ -194,7 +195,7 @@ async def test_a_workers_claim_takes_what_it_reads_and_records_it_running(
 async def test_a_workers_claim_is_one_statement(
     pg: store.Store, clock: FrozenClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    await pg.job_submit(new=[_task_job("send", 1) for _ in range(5)], now=clock.now())
+    await pg.jobs.submit(new=[_task_job("send", 1) for _ in range(5)], now=clock.now())
     seen = Statements(pg, monkeypatch)
     assert len(await _worker_claim(pg, clock, general=False, limit=3)) == 3
     assert seen.sent == ["WITH"]
@@ -204,19 +205,21 @@ async def test_a_workers_claim_is_one_statement(
 async def test_a_connection_broken_in_the_pool_is_replaced_once(
     pg: store.Store, pg_url: str, clock: FrozenClock
 ) -> None:
-    await pg.job_submit(new=[model.NewJob(executor="noop", spec={})], now=clock.now())
-    pids = {await pg._tx(lambda conn: conn.exec_driver_sql("SELECT pg_backend_pid()").scalar())}
-    assert pg.hot_pool is not None
-    pids.add(await pg.hot_pool.run(_backend_pid))
+    await pg.jobs.submit(new=[model.NewJob(executor="noop", spec={})], now=clock.now())
+    pids = {
+        await pg.database.tx(lambda conn: conn.exec_driver_sql("SELECT pg_backend_pid()").scalar())
+    }
+    assert pg.database.hot_pool is not None
+    pids.add(await pg.database.hot_pool.run(_backend_pid))
     admin = create_engine(pg_url, isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:  # the server ends the pooled connection's session
         conn.execute(
             text("SELECT pg_terminate_backend(pid) FROM unnest(:p) AS pid"), {"p": list(pids)}
         )
     admin.dispose()
-    [claimed] = await pg.job_claim(now=clock.now(), limit=1, executors=["noop"])
+    [claimed] = await pg.jobs.claim(now=clock.now(), limit=1, executors=["noop"])
     assert claimed.attempt.launch_name == model.launch_name(claimed.job.id, 1)
-    ran, _ = await pg.attempt_settle(launched=[claimed.attempt.id], finishes=[], now=clock.now())
+    ran, _ = await pg.attempts.settle(launched=[claimed.attempt.id], finishes=[], now=clock.now())
     assert ran == [claimed.attempt.id]
 
 
@@ -232,18 +235,21 @@ async def test_a_server_that_is_gone_is_unavailable_not_retried_for_good(
 ) -> None:
     """Both tries on a broken connection: StoreUnavailable, and the next call, with the
     server back, works on a fresh connection."""
-    assert pg.hot_pool is not None
-    first = await pg.hot_pool.run(_backend_pid)
-    real = pg.hot_pool.params
-    pg.hot_pool.params = {**real, "port": 1}  # nothing listens there: a new connection fails
+    assert pg.database.hot_pool is not None
+    first = await pg.database.hot_pool.run(_backend_pid)
+    real = pg.database.hot_pool.params
+    pg.database.hot_pool.params = {
+        **real,
+        "port": 1,
+    }  # nothing listens there: a new connection fails
     admin = create_engine(pg_url, isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
         conn.execute(text("SELECT pg_terminate_backend(:p)"), {"p": first})
     admin.dispose()
     with pytest.raises(errors.StoreUnavailable, match="cannot be reached"):
-        await pg.job_claim(now=clock.now(), limit=1, executors=["noop"])
-    pg.hot_pool.params = real
-    assert await pg.job_claim(now=clock.now(), limit=1, executors=["noop"]) == []
+        await pg.jobs.claim(now=clock.now(), limit=1, executors=["noop"])
+    pg.database.hot_pool.params = real
+    assert await pg.jobs.claim(now=clock.now(), limit=1, executors=["noop"]) == []
 
 
 def test_the_hot_path_statements_name_states_as_the_partial_indexes_do() -> None:
@@ -257,7 +263,7 @@ async def test_a_job_on_a_lease_has_all_of_it_from_its_record(
     """Both databases' hot path: the lease set at the claim restarts when `running` is
     written, so the time an attempt waited to launch does not count against it."""
     heartbeat = {"heartbeat": True, "limits": {"lease_timeout": 30}}
-    await db.job_submit(
+    await db.jobs.submit(
         new=[
             model.NewJob(executor="noop", spec={}, policy=heartbeat),
             model.NewJob(executor="noop", spec={}),
@@ -265,18 +271,18 @@ async def test_a_job_on_a_lease_has_all_of_it_from_its_record(
         now=clock.now(),
     )
     limits = store.DefaultLimits(timedelta(seconds=240), timedelta(seconds=60))
-    leased, plain = await db.job_claim(now=clock.now(), limit=2, executors=["noop"], limits=limits)
+    leased, plain = await db.jobs.claim(now=clock.now(), limit=2, executors=["noop"], limits=limits)
     assert leased.attempt.lease_until == clock.now() + timedelta(seconds=30)
     assert plain.attempt.lease_until is None
     assert plain.attempt.deadline_at == clock.now() + timedelta(seconds=240)
     clock.advance(20)
-    ran, _ = await db.attempt_settle(
+    ran, _ = await db.attempts.settle(
         launched=[leased.attempt.id, plain.attempt.id], finishes=[], now=clock.now()
     )
     assert sorted(ran) == sorted([leased.attempt.id, plain.attempt.id])
-    [a] = await db.attempt_list(job_id=leased.job.id)
+    [a] = await db.attempts.list(job_id=leased.job.id)
     assert a.lease_until == clock.now() + timedelta(seconds=30)
-    [b] = await db.attempt_list(job_id=plain.job.id)
+    [b] = await db.attempts.list(job_id=plain.job.id)
     assert b.lease_until is None
 
 
@@ -334,8 +340,10 @@ def test_the_hot_statements_find_rows_by_key_even_planned_on_a_fresh_database(
     types = _PARAMETER_TYPES[name]
     order = list(types)
     sql = re.sub(r"%\((\w+)\)s", lambda m: f"${order.index(m.group(1)) + 1}", _STATEMENTS[name])
-    assert pg.hot_pool is not None
-    with psycopg.connect(**pg.hot_pool.params, autocommit=True) as conn:  # as the hot path's
+    assert pg.database.hot_pool is not None
+    with psycopg.connect(
+        **pg.database.hot_pool.params, autocommit=True
+    ) as conn:  # as the hot path's
         conn.execute("SET plan_cache_mode = force_generic_plan")
         conn.execute(f"PREPARE hot({', '.join(types.values())}) AS {sql}")
         nulls = ", ".join(f"NULL::{t}" for t in types.values())
@@ -351,15 +359,15 @@ async def test_a_success_applies_when_another_writer_moved_the_attempt_while_it_
     """The settle's snapshot is taken before it waits for a row's lock: a writer that
     commits meanwhile (recovery adopting the attempt: launching to running) changes the row
     under it. The success is applied all the same, from the state the lock found."""
-    await pg.job_submit(new=[model.NewJob(executor="noop", spec={})], now=clock.now())
-    [c] = await pg.job_claim(now=clock.now(), limit=1, executors=["noop"])
+    await pg.jobs.submit(new=[model.NewJob(executor="noop", spec={})], now=clock.now())
+    [c] = await pg.jobs.claim(now=clock.now(), limit=1, executors=["noop"])
     other = psycopg.connect(pg_url.replace("+psycopg", ""))
     other.execute(
         "UPDATE attempts SET state = 'running', started_at = now() WHERE id = %s",
         (c.attempt.id,),
     )  # holds the row's lock until it commits
     settle = asyncio.create_task(
-        pg.attempt_settle(
+        pg.attempts.settle(
             launched=[],
             finishes=[store.Finish(c.attempt.id, A.SUCCEEDED, 0, None)],
             now=clock.now(),
@@ -373,7 +381,7 @@ async def test_a_success_applies_when_another_writer_moved_the_attempt_while_it_
     other.close()
     ran, outcomes = await settle
     assert (ran, [(o.fence, o.job_state) for o in outcomes]) == ([], [(c.attempt.id, J.SUCCEEDED)])
-    events = [(e.entity, e.from_state, e.to_state) for e in await pg.event_list(job_id=c.job.id)]
+    events = [(e.entity, e.from_state, e.to_state) for e in await pg.events.list(job_id=c.job.id)]
     assert events[-2:] == [("attempt", "running", "succeeded"), ("job", "running", "succeeded")]
 
 
@@ -383,8 +391,8 @@ async def test_one_broken_connection_drops_the_idle_ones_too(
 ) -> None:
     """What broke one idle connection (a restart, a failover) broke them all: the retry
     opens a new one rather than taking the next dead one, so one call sees it, none fail."""
-    assert pg.hot_pool is not None
-    pool = pg.hot_pool
+    assert pg.database.hot_pool is not None
+    pool = pg.database.hot_pool
     held = [await pool._connect() for _ in range(3)]
     pids = [conn.info.backend_pid for conn in held]
     for conn in held:
@@ -393,7 +401,7 @@ async def test_one_broken_connection_drops_the_idle_ones_too(
     with admin.connect() as conn:
         conn.execute(text("SELECT pg_terminate_backend(pid) FROM unnest(:p) AS pid"), {"p": pids})
     admin.dispose()
-    assert await pg.job_claim(now=clock.now(), limit=1, executors=["noop"]) == []
+    assert await pg.jobs.claim(now=clock.now(), limit=1, executors=["noop"]) == []
     assert pool._idle
     assert all(c.info.backend_pid not in pids for c in pool._idle)
 
@@ -402,7 +410,7 @@ async def test_one_broken_connection_drops_the_idle_ones_too(
 async def test_a_call_given_up_ends_at_its_time_not_seconds_after(pg: store.Store) -> None:
     """A statement that outlives the call's time: the call ends when the time is up, its
     connection closed under it (with a cancel request, psycopg would wait on the server)."""
-    assert pg.hot_pool is not None
+    assert pg.database.hot_pool is not None
 
     async def slow(conn: psycopg.AsyncConnection[Any]) -> None:
         await conn.execute("SELECT pg_sleep(30)")
@@ -410,9 +418,9 @@ async def test_a_call_given_up_ends_at_its_time_not_seconds_after(pg: store.Stor
     loop = asyncio.get_running_loop()
     began = loop.time()
     with pytest.raises(hotpool.GivenUp):
-        await pg.hot_pool.run(slow, within=0.5)
+        await pg.database.hot_pool.run(slow, within=0.5)
     assert loop.time() - began < 10.0  # not the 30s of its statement
-    assert await pg.hot_pool.run(_backend_pid) > 0  # and the pool works on
+    assert await pg.database.hot_pool.run(_backend_pid) > 0  # and the pool works on
 
 
 @pytest.mark.postgres
@@ -420,7 +428,7 @@ async def test_a_closed_store_refuses_hot_calls(pg_url: str, clock: FrozenClock)
     """After close, a hot-path call fails at once rather than opening a connection that
     nothing would close."""
     db = store.Store.connect(pg_url)
-    assert await db.job_claim(now=clock.now(), limit=1, executors=["noop"]) == []
+    assert await db.jobs.claim(now=clock.now(), limit=1, executors=["noop"]) == []
     await db.close()
     with pytest.raises(RuntimeError, match="closed"):
-        await db.job_claim(now=clock.now(), limit=1, executors=["noop"])
+        await db.jobs.claim(now=clock.now(), limit=1, executors=["noop"])

@@ -38,8 +38,8 @@ async def claimed(
 ) -> list[model.Claimed]:
     """Submit and claim `n` jobs: attempts in `launching`, as a dispatcher that died left them."""
     jobs = [model.NewJob(executor="noop", spec={}, **kw) for _ in range(n)]  # type: ignore[arg-type]
-    await db.job_submit(new=jobs, now=clock.now())
-    return await db.job_claim(now=clock.now(), limit=n, executors=["noop"])
+    await db.jobs.submit(new=jobs, now=clock.now())
+    return await db.jobs.claim(now=clock.now(), limit=n, executors=["noop"])
 
 
 def launch_of(c: model.Claimed) -> launching.Launch:
@@ -50,16 +50,16 @@ async def running(
     db: store.Store, clock: FrozenClock, n: int = 1, **kw: object
 ) -> list[model.Claimed]:
     found = await claimed(db, clock, n, **kw)
-    await db.attempt_record_running(fences=[c.attempt.id for c in found], now=clock.now())
+    await db.attempts.record_running(fences=[c.attempt.id for c in found], now=clock.now())
     return found
 
 
 async def attempt(db: store.Store, c: model.Claimed) -> model.Attempt:
-    return next(a for a in await db.attempt_list(job_id=c.job.id) if a.id == c.attempt.id)
+    return next(a for a in await db.attempts.list(job_id=c.job.id) if a.id == c.attempt.id)
 
 
 async def reasons(db: store.Store, c: model.Claimed) -> list[str]:
-    return [e.reason for e in await db.event_list(job_id=c.job.id)]
+    return [e.reason for e in await db.events.list(job_id=c.job.id)]
 
 
 async def test_a_launching_attempt_inside_its_grace_is_left_alone(
@@ -135,9 +135,9 @@ async def test_a_present_launch_past_its_deadline_is_adopted_as_it_is(
     db: store.Store, clock: FrozenClock
 ) -> None:
     platform = Platform()
-    await db.job_submit(new=[model.NewJob(executor="noop", spec={})], now=clock.now())
+    await db.jobs.submit(new=[model.NewJob(executor="noop", spec={})], now=clock.now())
     limits = store.DefaultLimits(timedelta(seconds=240), timedelta(seconds=60))
-    [c] = await db.job_claim(now=clock.now(), limit=1, executors=["noop"], limits=limits)
+    [c] = await db.jobs.claim(now=clock.now(), limit=1, executors=["noop"], limits=limits)
     assert c.attempt.deadline_at is not None
     platform.put(launch_of(c))
     clock.advance(241)  # past its deadline, inside cancel_grace: its platform is stopping it
@@ -163,7 +163,7 @@ async def test_a_launch_name_held_by_another_identity_is_a_conflict(
     assert a.state == A.FAILED
     assert a.reason is not None
     assert a.reason.startswith("launch conflict")
-    assert (await db.job_get(job_id=c.job.id)).state == J.QUEUED  # the job retries
+    assert (await db.jobs.get(job_id=c.job.id)).state == J.QUEUED  # the job retries
 
 
 async def test_a_finish_nobody_saw_is_completed(db: store.Store, clock: FrozenClock) -> None:
@@ -173,8 +173,8 @@ async def test_a_finish_nobody_saw_is_completed(db: store.Store, clock: FrozenCl
     platform.put(launch_of(bad), P.FAILED, exit_code=3)
     clock.advance(61)  # no news for lease_timeout
     assert (await make(db, clock, platform).run_once()).completed == 2
-    assert (await db.job_get(job_id=ok.job.id)).state == J.SUCCEEDED
-    assert (await db.job_get(job_id=bad.job.id)).state == J.FAILED
+    assert (await db.jobs.get(job_id=ok.job.id)).state == J.SUCCEEDED
+    assert (await db.jobs.get(job_id=bad.job.id)).state == J.FAILED
 
 
 async def test_an_attempt_past_its_deadline_is_stopped_and_failed(
@@ -195,7 +195,7 @@ async def test_an_attempt_past_its_deadline_is_stopped_and_failed(
         A.FAILED,
         "timed out: ran past its deadline, stopped by recovery",
     )
-    assert (await db.job_get(job_id=c.job.id)).state == J.QUEUED
+    assert (await db.jobs.get(job_id=c.job.id)).state == J.QUEUED
 
 
 async def test_absent_is_lost_only_past_recovery_grace(db: store.Store, clock: FrozenClock) -> None:
@@ -208,9 +208,9 @@ async def test_absent_is_lost_only_past_recovery_grace(db: store.Store, clock: F
     clock.advance(300)
     assert (await r.run_once()).lost == 1
     assert (await attempt(db, c)).state == A.LOST
-    assert (await db.job_get(job_id=c.job.id)).state == J.QUEUED
+    assert (await db.jobs.get(job_id=c.job.id)).state == J.QUEUED
     clock.advance(2)  # past the retry's backoff (base 1s)
-    [again] = await db.job_claim(now=clock.now(), limit=1, executors=["noop"])
+    [again] = await db.jobs.claim(now=clock.now(), limit=1, executors=["noop"])
     assert again.attempt.id > c.attempt.id, "the retry carries a higher fence"
 
 
@@ -242,10 +242,10 @@ async def test_orphans_of_ended_attempts_and_cancelled_jobs_are_stopped(
     [ended, cancelled, healthy] = await running(db, clock, 3)
     for c in (ended, cancelled, healthy):
         platform.put(launch_of(c))
-    await db.attempt_finish(
+    await db.attempts.finish(
         finishes=[Finish(ended.attempt.id, A.FAILED, 1, "gave up")], now=clock.now()
     )
-    await db.job_cancel(job_id=cancelled.job.id, now=clock.now(), reason="by test")
+    await db.jobs.cancel(job_id=cancelled.job.id, now=clock.now(), reason="by test")
     assert (await make(db, clock, platform).run_once()).orphans_cancelled == 2
     assert sorted(platform.cancelled) == sorted(
         [ended.attempt.launch_name, cancelled.attempt.launch_name]
@@ -270,7 +270,9 @@ async def test_many_reconcilers_repair_each_attempt_once(
     assert sum(p.looked for p in passes) >= 20
     assert all(n == 1 for n in platform.launches.values())
     for c in found:
-        states = [e.to_state for e in await db.event_list(job_id=c.job.id) if e.entity == "attempt"]
+        states = [
+            e.to_state for e in await db.events.list(job_id=c.job.id) if e.entity == "attempt"
+        ]
         assert states == ["running"], f"job {c.job.id}: {states}"
 
 
@@ -283,7 +285,7 @@ async def test_the_same_completion_from_everywhere_applies_once(
     try:
         results = await asyncio.gather(
             *(
-                s.attempt_finish(finishes=[finish], now=clock.now())
+                s.attempts.finish(finishes=[finish], now=clock.now())
                 for s in deliverers
                 for _ in range(3)
             )
@@ -292,7 +294,7 @@ async def test_the_same_completion_from_everywhere_applies_once(
         for s in deliverers:
             await s.close()
     assert sum(len(r) for r in results) == 1, "one state change, one retry decision"
-    events = [(e.entity, e.to_state) for e in await db.event_list(job_id=c.job.id)]
+    events = [(e.entity, e.to_state) for e in await db.events.list(job_id=c.job.id)]
     assert events.count(("attempt", "failed")) == 1
     assert events.count(("job", "queued")) == 2  # submitted, then one retry
 
@@ -308,7 +310,7 @@ async def test_the_first_pass_waits_for_executors_to_be_ready(
         health_file=beats,
         timeouts=timeouts.Timeouts(reconcile_interval=0.05),
     )
-    [(job_id, _)] = await db.job_submit(
+    [(job_id, _)] = await db.jobs.submit(
         new=[model.NewJob(executor="noop", spec={})], now=SystemClock().now()
     )
     stop = asyncio.Event()
@@ -375,7 +377,7 @@ async def test_a_relaunch_that_keeps_failing_ends_past_recovery_grace(
     assert a.state == A.FAILED
     assert a.reason is not None
     assert a.reason.startswith("launch failed past recovery_grace")
-    assert (await db.job_get(job_id=c.job.id)).state == J.QUEUED
+    assert (await db.jobs.get(job_id=c.job.id)).state == J.QUEUED
 
 
 async def test_a_timed_out_attempt_that_cannot_be_stopped_is_not_failed(
@@ -397,7 +399,7 @@ async def test_a_timed_out_attempt_that_cannot_be_stopped_is_not_failed(
 async def test_a_namesake_fence_is_not_an_orphan(db: store.Store, clock: FrozenClock) -> None:
     platform = Platform()
     [ended] = await running(db, clock)
-    await db.attempt_finish(finishes=[Finish(ended.attempt.id, A.FAILED, 1, "x")], now=clock.now())
+    await db.attempts.finish(finishes=[Finish(ended.attempt.id, A.FAILED, 1, "x")], now=clock.now())
     other = model.Claimed(
         model.Job(**{**_fields(ended.job), "id": ended.job.id + 500}),  # type: ignore[arg-type]
         ended.attempt,
@@ -438,7 +440,7 @@ async def test_pods_whose_launch_is_gone_are_stopped_the_others_go_with_their_la
     # sweep's to stop (deleting the pod alone would end its Job failed first).
     platform = PodPlatform()
     [gone, ended, healthy] = await running(db, clock, 3)
-    await db.attempt_finish(
+    await db.attempts.finish(
         finishes=[Finish(ended.attempt.id, A.FAILED, 1, "gave up")], now=clock.now()
     )
     platform.strays = [

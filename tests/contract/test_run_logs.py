@@ -29,11 +29,11 @@ LOG = launching.RunLog(
 
 
 async def _claimed(db: store.Store, clock: FrozenClock, n: int = 1) -> list[model.Claimed]:
-    await db.job_submit(
+    await db.jobs.submit(
         new=[model.NewJob(executor="noop", spec={}, max_attempts=2) for _ in range(n)],
         now=clock.now(),
     )
-    return await db.job_claim(now=clock.now(), limit=n, executors=["noop"])
+    return await db.jobs.claim(now=clock.now(), limit=n, executors=["noop"])
 
 
 async def test_a_success_settled_on_the_hot_path_keeps_its_run_log(
@@ -44,13 +44,13 @@ async def test_a_success_settled_on_the_hot_path_keeps_its_run_log(
         Finish(quiet.attempt.id, A.SUCCEEDED, 0, None, output=launching.RunLog(latency=0.5)),
         Finish(loud.attempt.id, A.SUCCEEDED, None, "HTTP 200 OK", output=LOG),
     ]
-    _, outcomes = await db.attempt_settle(launched=[], finishes=finishes, now=clock.now())
+    _, outcomes = await db.attempts.settle(launched=[], finishes=finishes, now=clock.now())
     assert len(outcomes) == 2
-    [kept] = (await db.run_logs(job_id=loud.job.id)).values()
+    [kept] = (await db.runlogs.of_job(job_id=loud.job.id)).values()
     expected = LOG.__class__(**{**_fields(LOG), "fence": loud.attempt.id})
     assert {**_fields(kept), "recorded_at": None} == _fields(expected)
     assert kept.recorded_at == clock.now()
-    assert await db.run_logs(job_id=quiet.job.id) == {}  # nothing printed: nothing written
+    assert await db.runlogs.of_job(job_id=quiet.job.id) == {}  # nothing printed: nothing written
 
 
 async def test_a_failure_keeps_its_run_log_and_a_repeat_writes_nothing(
@@ -61,14 +61,14 @@ async def test_a_failure_keeps_its_run_log_and_a_repeat_writes_nothing(
         streams=(launching.Stream("stderr", "Traceback ...\nboom\n", 20),), latency=1.5
     )
     failed = Finish(c.attempt.id, A.FAILED, 1, "exited with code 1", output=out)
-    await db.attempt_finish(finishes=[failed], now=clock.now())
+    await db.attempts.finish(finishes=[failed], now=clock.now())
     again = Finish(c.attempt.id, A.FAILED, 2, "exited with code 2", output=LOG)
-    assert await db.attempt_finish(finishes=[again], now=clock.now()) == []
-    logs = await db.run_logs(job_id=c.job.id)
+    assert await db.attempts.finish(finishes=[again], now=clock.now()) == []
+    logs = await db.runlogs.of_job(job_id=c.job.id)
     assert [(f, log.streams, log.latency) for f, log in logs.items()] == [
         (c.attempt.id, out.streams, 1.5)
     ]
-    [job] = await db.job_list()
+    [job] = await db.jobs.list()
     assert job.state == J.QUEUED  # the retry follows as before
 
 
@@ -76,49 +76,49 @@ async def test_a_stale_success_keeps_no_run_log(db: store.Store, clock: FrozenCl
     """An attempt that already ended (here: cancelled with its job) is not ended again by a
     late success, and its output is not kept under it."""
     [c] = await _claimed(db, clock)
-    await db.job_cancel(job_id=c.job.id, now=clock.now(), reason="by a test")
+    await db.jobs.cancel(job_id=c.job.id, now=clock.now(), reason="by a test")
     late = Finish(c.attempt.id, A.SUCCEEDED, 0, None, output=LOG)
-    await db.attempt_settle(launched=[], finishes=[late], now=clock.now())
-    assert await db.run_logs(job_id=c.job.id) == {}
+    await db.attempts.settle(launched=[], finishes=[late], now=clock.now())
+    assert await db.runlogs.of_job(job_id=c.job.id) == {}
 
 
 async def test_finished_jobs_go_after_their_retention_with_all_they_hold(
     db: store.Store, clock: FrozenClock
 ) -> None:
     old_ok, old_failed, old_dead, old_running = await _claimed(db, clock, 4)
-    await db.attempt_settle(
+    await db.attempts.settle(
         launched=[old_running.attempt.id],
         finishes=[Finish(old_ok.attempt.id, A.SUCCEEDED, 0, None, output=LOG)],
         now=clock.now(),
     )
-    await db.checkpoint_save(
+    await db.sinks.checkpoint_save(
         job_id=old_ok.job.id, fence=old_ok.attempt.id, state={"at": 1}, now=clock.now()
     )
-    await db.job_cancel(job_id=old_failed.job.id, now=clock.now(), reason="by a test")
+    await db.jobs.cancel(job_id=old_failed.job.id, now=clock.now(), reason="by a test")
     permanent = Finish(old_dead.attempt.id, A.FAILED, 2, None, model.FailureClass.PERMANENT)
-    await db.attempt_finish(finishes=[permanent], now=clock.now())
+    await db.attempts.finish(finishes=[permanent], now=clock.now())
     clock.advance(timedelta(days=2).total_seconds())
     [young] = await _claimed(db, clock)
-    await db.attempt_settle(
+    await db.attempts.settle(
         launched=[], finishes=[Finish(young.attempt.id, A.SUCCEEDED, 0, None)], now=clock.now()
     )
 
-    removed = await db.jobs_forget(before=clock.now() - timedelta(days=1), limit=1)
+    removed = await db.runlogs.forget(before=clock.now() - timedelta(days=1), limit=1)
     assert removed == 1
-    assert await db.jobs_forget(before=clock.now() - timedelta(days=1), limit=10) == 1
-    assert await db.jobs_forget(before=clock.now() - timedelta(days=1), limit=10) == 0
+    assert await db.runlogs.forget(before=clock.now() - timedelta(days=1), limit=10) == 1
+    assert await db.runlogs.forget(before=clock.now() - timedelta(days=1), limit=10) == 0
 
-    left = {j.id: j.state for j in await db.job_list()}
+    left = {j.id: j.state for j in await db.jobs.list()}
     assert left == {
         old_dead.job.id: J.QUARANTINED,  # waits for a person, however long
         old_running.job.id: J.RUNNING,
         young.job.id: J.SUCCEEDED,  # not old enough
     }
     for gone in (old_ok, old_failed):
-        assert await db.attempt_list(job_id=gone.job.id) == []
-        assert await db.event_list(job_id=gone.job.id) == []
-        assert await db.run_logs(job_id=gone.job.id) == {}
-        assert await db.checkpoint_load(job_id=gone.job.id) is None
+        assert await db.attempts.list(job_id=gone.job.id) == []
+        assert await db.events.list(job_id=gone.job.id) == []
+        assert await db.runlogs.of_job(job_id=gone.job.id) == {}
+        assert await db.sinks.checkpoint_load(job_id=gone.job.id) is None
 
 
 async def test_the_jobs_holding_the_highest_ids_are_kept_so_no_id_is_given_twice(
@@ -129,24 +129,24 @@ async def test_the_jobs_holding_the_highest_ids_are_kept_so_no_id_is_given_twice
     that were given before."""
     a, b, c = await _claimed(db, clock, 3)
     for one in (c, a, b):  # c holds the highest job id and fence, b the highest event id
-        await db.attempt_settle(
+        await db.attempts.settle(
             launched=[], finishes=[Finish(one.attempt.id, A.SUCCEEDED, 0, None)], now=clock.now()
         )
     clock.advance(timedelta(days=2).total_seconds())
-    assert await db.jobs_forget(before=clock.now() - timedelta(days=1), limit=10) == 1
-    assert {j.id for j in await db.job_list()} == {b.job.id, c.job.id}
+    assert await db.runlogs.forget(before=clock.now() - timedelta(days=1), limit=10) == 1
+    assert {j.id for j in await db.jobs.list()} == {b.job.id, c.job.id}
     [d] = await _claimed(db, clock)
     assert d.job.id > c.job.id
     assert d.attempt.id > c.attempt.id
-    events = await db.event_list(job_id=d.job.id)
-    assert min(e.id for e in events) > max(e.id for e in await db.event_list(job_id=b.job.id))
+    events = await db.events.list(job_id=d.job.id)
+    assert min(e.id for e in events) > max(e.id for e in await db.events.list(job_id=b.job.id))
 
 
 async def test_the_reconciler_removes_old_jobs_and_looks_again_later(
     db: store.Store, clock: FrozenClock
 ) -> None:
     [c] = await _claimed(db, clock)
-    await db.attempt_settle(
+    await db.attempts.settle(
         launched=[], finishes=[Finish(c.attempt.id, A.SUCCEEDED, 0, None)], now=clock.now()
     )
     message = {  # a message sent about it
@@ -160,24 +160,24 @@ async def test_the_reconciler_removes_old_jobs_and_looks_again_later(
         "details": {},
         "due_at": clock.now(),
     }
-    sent = await db.alert_add(message=message, now=clock.now())
-    await db.alert_tried(alert_id=sent, now=clock.now(), error=None, retry_at=None)
+    sent = await db.alerts.add(message=message, now=clock.now())
+    await db.alerts.tried(alert_id=sent, now=clock.now(), error=None, retry_at=None)
     settings = config.Settings(retention=config.RetentionSettings(jobs=timedelta(days=30)))
     r = reconciler.Reconciler(
         store=db, executors={"noop": Platform()}, clock=clock, settings=settings
     )
     clock.advance(timedelta(days=30).total_seconds() - 1)
     assert (await r.run_once()).jobs_removed == 0  # one second too young
-    assert [a.id for a in await db.alert_list()] == [sent]
+    assert [a.id for a in await db.alerts.list()] == [sent]
     clock.advance(2)
     assert (await r.run_once()).jobs_removed == 0  # old now, but looked a moment ago
     clock.advance(maintenance.RETENTION_EVERY)
     assert (await r.run_once()).jobs_removed == 0  # the newest job is kept, however old
-    assert await db.alert_list() == []  # the message goes with its age
+    assert await db.alerts.list() == []  # the message goes with its age
     [d] = await _claimed(db, clock)
     clock.advance(maintenance.RETENTION_EVERY)
     assert (await r.run_once()).jobs_removed == 1
-    assert [j.id for j in await db.job_list()] == [d.job.id]
+    assert [j.id for j in await db.jobs.list()] == [d.job.id]
 
 
 def _fields(log: launching.RunLog) -> dict[str, object]:
@@ -192,6 +192,6 @@ async def test_a_platform_that_gives_only_a_message_has_it_as_its_run_log(
     obs = launching.Observation(
         c.attempt.launch_name, launching.Phase.FAILED, exit_code=1, message="ValueError: bad row 7"
     )
-    await db.attempt_finish(finishes=[Finish.seen(c.attempt.id, obs)], now=clock.now())
-    [kept] = (await db.run_logs(job_id=c.job.id)).values()
+    await db.attempts.finish(finishes=[Finish.seen(c.attempt.id, obs)], now=clock.now())
+    [kept] = (await db.runlogs.of_job(job_id=c.job.id)).values()
     assert kept.streams == (launching.Stream("message", "ValueError: bad row 7", 21),)

@@ -41,7 +41,8 @@ JOB = {"spec": {"command": ["true"]}, "executor": "noop"}
 
 async def firings(db: store.Store, schedule_id: int) -> list[scheduling.Firing]:
     return sorted(
-        await db.firing_list(schedule_id=schedule_id, limit=100_000), key=lambda f: f.nominal_at
+        await db.schedules.firings(schedule_id=schedule_id, limit=100_000),
+        key=lambda f: f.nominal_at,
     )
 
 
@@ -60,7 +61,7 @@ async def test_an_interval_fires_each_nominal_time_once_with_its_interval(
     assert [f.nominal_at for f in fired] == [START + timedelta(seconds=30 * k) for k in range(3)]
     assert {f.outcome for f in fired} == {F.FIRED}
     assert all(f.lateness_seconds >= 0 for f in fired)
-    job = await db.job_get(job_id=fired[1].job_id or 0)
+    job = await db.jobs.get(job_id=fired[1].job_id or 0)
     assert job.idempotency_key == scheduling.firing_key(made.id, START + timedelta(seconds=30))
     assert job.payload == {
         "region": "eu",
@@ -72,7 +73,7 @@ async def test_an_interval_fires_each_nominal_time_once_with_its_interval(
         },
     }
     assert scheduling.firing_env(job.payload)["CORRAL_INTERVAL_END"] == "2026-03-01T12:01:00Z"
-    assert (await db.schedule_by_id(schedule_id=made.id)).last_job_id == fired[-1].job_id
+    assert (await db.schedules.by_id(schedule_id=made.id)).last_job_id == fired[-1].job_id
 
 
 async def test_after_downtime_catch_up_none_fires_the_latest_and_records_the_missed(
@@ -84,7 +85,7 @@ async def test_after_downtime_catch_up_none_fires_the_latest_and_records_the_mis
     fired = await firings(db, made.id)
     assert [f.outcome for f in fired] == [F.MISSED] * 10 + [F.FIRED]
     assert fired[-1].nominal_at == START + timedelta(minutes=10)
-    after = await db.schedule_by_id(schedule_id=made.id)
+    after = await db.schedules.by_id(schedule_id=made.id)
     assert after.missed_total == 10
     assert after.next_due == START + timedelta(minutes=11)
 
@@ -100,7 +101,7 @@ async def test_catch_up_all_fires_at_most_its_max_within_its_window(
     fired = await firings(db, made.id)
     # The missed ones recorded one by one are the latest, at most catchup_max; all counted.
     assert [f.outcome for f in fired] == [F.MISSED] * 3 + [F.FIRED] * 3
-    assert (await db.schedule_by_id(schedule_id=made.id)).missed_total == 8
+    assert (await db.schedules.by_id(schedule_id=made.id)).missed_total == 8
     assert [f.nominal_at for f in fired if f.outcome == F.FIRED] == [
         START + timedelta(minutes=m) for m in (8, 9, 10)
     ]
@@ -141,7 +142,7 @@ async def test_overlap_forbid_skips_while_the_previous_job_runs_and_replace_canc
     assert [f.outcome for f in f_fired] == [F.FIRED, F.OVERLAP]
     r_fired = await firings(db, replace.id)
     assert [f.outcome for f in r_fired] == [F.FIRED, F.FIRED]
-    assert (await db.job_get(job_id=r_fired[0].job_id or 0)).state == J.CANCELLED
+    assert (await db.jobs.get(job_id=r_fired[0].job_id or 0)).state == J.CANCELLED
     await c.cancel(f_fired[0].job_id or 0)  # it ended: the next firing goes ahead
     clock.advance(60)
     await s.pass_once()
@@ -157,7 +158,7 @@ async def test_a_schedule_fires_nothing_at_or_after_until(
     clock.advance(10 * 60)
     await make_scheduler(db, clock).pass_once()
     assert max(f.nominal_at for f in await firings(db, made.id)) == START + timedelta(minutes=1)
-    assert (await db.schedule_by_id(schedule_id=made.id)).next_due is None
+    assert (await db.schedules.by_id(schedule_id=made.id)).next_due is None
 
 
 async def test_a_cron_schedule_in_a_zone_fires_once_on_the_day_clocks_go_forward(
@@ -203,7 +204,7 @@ async def test_a_backfill_makes_one_job_per_nominal_time_once(
     fired = await firings(db, made.id)
     assert len(fired) == 12
     assert {f.outcome for f in fired} == {F.BACKFILLED}
-    job = await db.job_get(job_id=fired[0].job_id or 0)
+    job = await db.jobs.get(job_id=fired[0].job_id or 0)
     assert (job.pool, job.code_version) == ("backfill", "abc123")
     assert job.payload["corral"]["interval_start"] == "2025-01-01T00:00:00Z"
     assert job.payload["corral"]["interval_end"] == "2025-01-02T00:00:00Z"
@@ -219,14 +220,14 @@ async def test_a_job_for_later_is_scheduled_until_its_time_then_queued(
 ) -> None:
     c = make_client(db, clock)
     job_id, _ = await c.submit(run_at=START + timedelta(minutes=10), **JOB)  # type: ignore[arg-type]
-    assert (await db.job_get(job_id=job_id)).state == J.SCHEDULED
+    assert (await db.jobs.get(job_id=job_id)).state == J.SCHEDULED
     s = make_scheduler(db, clock)
     await s.pass_once()
-    assert (await db.job_get(job_id=job_id)).state == J.SCHEDULED
-    assert await db.schedule_next_wake() == START + timedelta(minutes=10)
+    assert (await db.jobs.get(job_id=job_id)).state == J.SCHEDULED
+    assert await db.schedules.next_wake() == START + timedelta(minutes=10)
     clock.advance(600)
     assert (await s.pass_once()).promoted == 1
-    assert (await db.job_get(job_id=job_id)).state == J.QUEUED
+    assert (await db.jobs.get(job_id=job_id)).state == J.QUEUED
 
 
 async def test_trigger_fires_now_and_rerun_makes_a_new_job(
@@ -235,13 +236,13 @@ async def test_trigger_fires_now_and_rerun_makes_a_new_job(
     c = make_client(db, clock)
     await c.schedule_create("t", cron="0 0 1 1 *", **JOB)
     job_id = await c.schedule_trigger("t")
-    job = await db.job_get(job_id=job_id)
+    job = await db.jobs.get(job_id=job_id)
     assert job.state == J.QUEUED
     assert job.payload["corral"]["schedule"] == "t"
     with pytest.raises(errors.InvalidInput, match="only a failed or cancelled job"):
         await c.rerun(job_id)
     await c.cancel(job_id)
-    again = await db.job_get(job_id=await c.rerun(job_id))
+    again = await db.jobs.get(job_id=await c.rerun(job_id))
     assert again.labels == {client.jobs.RERUN_OF: str(job_id)}
     assert (again.spec, again.payload) == (job.spec, job.payload)
 
@@ -273,7 +274,7 @@ async def test_bad_schedules_are_refused_naming_the_field_and_nothing_is_written
     with pytest.raises(errors.InvalidInput) as refused:
         await c.schedule_create("bad", **{**JOB, **args})
     assert str(refused.value).startswith(message), str(refused.value)
-    assert await db.schedule_list() == []
+    assert await db.schedules.list() == []
 
 
 async def test_a_backfill_range_that_ends_before_it_starts_is_refused(
@@ -287,7 +288,7 @@ async def test_a_backfill_range_that_ends_before_it_starts_is_refused(
         await c.backfill("d", start="yesterday", end="2025-01-01")
     with pytest.raises(errors.InvalidInput, match="^pool: "):
         await c.backfill("d", start="2025-01-01", end="2025-01-02", pool="nope")
-    made = await db.schedule_get(name="d")
+    made = await db.schedules.get(name="d")
     assert await firings(db, made.id) == []
 
 
@@ -307,7 +308,7 @@ async def test_update_changes_what_is_given_and_delete_removes_the_firings(
     with pytest.raises(errors.InvalidInput, match="^name: a schedule named 'x' exists"):
         await c.schedule_create("x", every="1m", **JOB)
     await c.schedule_delete("x")
-    assert await db.firing_list(schedule_id=made.id) == []
+    assert await db.schedules.firings(schedule_id=made.id) == []
     with pytest.raises(errors.NotFound):
         await c.schedule("x")
 
@@ -320,13 +321,13 @@ async def test_a_schedule_that_allows_overlap_fires_ahead_and_its_job_waits_for_
     forbid = await c.schedule_create("f", every="1m", overlap="forbid", **JOB)
     s = make_scheduler(db, clock, ahead=timedelta(seconds=5))
     await s.pass_once()  # both fire their first time, now
-    assert await db.schedule_next_wake(ahead=timedelta(seconds=5)) == START + timedelta(seconds=55)
+    assert await db.schedules.next_wake(ahead=timedelta(seconds=5)) == START + timedelta(seconds=55)
     clock.advance(57)
     await s.pass_once()
     [_first, early] = await firings(db, allow.id)
     assert early.nominal_at == START + timedelta(minutes=1)
     assert early.lateness_seconds == -3  # recorded three seconds ahead of its time
-    job = await db.job_get(job_id=early.job_id or 0)
+    job = await db.jobs.get(job_id=early.job_id or 0)
     assert (job.state, job.run_at) == (J.QUEUED, START + timedelta(minutes=1))
     assert len(await firings(db, forbid.id)) == 1, "forbid decides at its time, not before"
     clock.advance(3)
@@ -341,7 +342,7 @@ async def test_a_schedule_whose_firings_cannot_be_worked_out_never_stops_the_oth
     good = await c.schedule_create("good", every="1m", **JOB)
     new, anchor = c.new_schedule("broken", cron="0 * * * *", **JOB)
     # Stored as an older corral might have, in a zone this tzdata no longer knows.
-    broken = await db.schedule_create(
+    broken = await db.schedules.create(
         new=dataclasses.replace(new, tz="Atlantis/Capital"),
         anchor=anchor,
         next_due=START,
@@ -363,12 +364,12 @@ async def test_a_backfill_never_becomes_the_job_overlap_watches(
     await s.pass_once()
     [regular] = await firings(db, made.id)
     await c.backfill("r", start="2026-02-01T00:00Z", end="2026-02-01T00:03Z")
-    assert (await db.schedule_by_id(schedule_id=made.id)).last_job_id == regular.job_id
+    assert (await db.schedules.by_id(schedule_id=made.id)).last_job_id == regular.job_id
     clock.advance(60)
     await s.pass_once()
-    assert (await db.job_get(job_id=regular.job_id or 0)).state == J.CANCELLED
+    assert (await db.jobs.get(job_id=regular.job_id or 0)).state == J.CANCELLED
     backfilled = [f for f in await firings(db, made.id) if f.outcome == F.BACKFILLED]
-    assert {(await db.job_get(job_id=f.job_id or 0)).state for f in backfilled} == {J.QUEUED}
+    assert {(await db.jobs.get(job_id=f.job_id or 0)).state for f in backfilled} == {J.QUEUED}
 
 
 async def test_catching_up_with_replace_fires_only_the_latest(
@@ -413,14 +414,14 @@ async def test_a_stuck_schedule_is_tried_again_a_minute_later(
 ) -> None:
     c = make_client(db, clock)
     new, anchor = c.new_schedule("broken", cron="0 * * * *", **JOB)
-    broken = await db.schedule_create(
+    broken = await db.schedules.create(
         new=dataclasses.replace(new, tz="Atlantis/Capital"),
         anchor=anchor,
         next_due=START,
         now=START,
     )
     await make_scheduler(db, clock, batch=1).pass_once()
-    after = await db.schedule_by_id(schedule_id=broken.id)
+    after = await db.schedules.by_id(schedule_id=broken.id)
     assert after.next_due == START + scheduler.STUCK_BACKOFF
 
 
@@ -461,9 +462,9 @@ async def test_replace_stops_the_running_attempt_of_the_previous_job_on_its_plat
     noop = _Stops()
     s = make_scheduler(db, clock, executors={"noop": noop})  # type: ignore[dict-item]
     await s.pass_once()
-    [claimed] = await db.job_claim(now=clock.now(), limit=10, executors=["noop"])
+    [claimed] = await db.jobs.claim(now=clock.now(), limit=10, executors=["noop"])
     clock.advance(60)
     await s.pass_once()
     assert noop.cancelled == [claimed.attempt.launch_name]
-    assert (await db.job_get(job_id=claimed.job.id)).state == J.CANCELLED
+    assert (await db.jobs.get(job_id=claimed.job.id)).state == J.CANCELLED
     assert [f.outcome for f in await firings(db, made.id)] == [F.FIRED, F.FIRED]

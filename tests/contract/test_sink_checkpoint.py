@@ -18,15 +18,15 @@ def attempt(job_id: int, fence: int) -> CurrentAttempt:
 
 async def two_attempts(db: store.Store, clock: FrozenClock) -> tuple[int, int, int]:
     """A job whose first attempt failed and was claimed again: (job, old fence, new)."""
-    await db.job_submit(new=[model.NewJob(executor="noop", spec={})], now=clock.now())
-    [first] = await db.job_claim(now=clock.now(), limit=1, executors=["noop"])
-    await db.attempt_finish(
+    await db.jobs.submit(new=[model.NewJob(executor="noop", spec={})], now=clock.now())
+    [first] = await db.jobs.claim(now=clock.now(), limit=1, executors=["noop"])
+    await db.attempts.finish(
         finishes=[Finish(first.attempt.id, model.AttemptState.FAILED, 1, "boom")],
         now=clock.now(),
         retry=retry.Retry.from_settings(config.Settings()),
     )
     clock.advance(3600)
-    [second] = await db.job_claim(now=clock.now(), limit=1, executors=["noop"])
+    [second] = await db.jobs.claim(now=clock.now(), limit=1, executors=["noop"])
     assert second.attempt.id > first.attempt.id
     return first.job.id, first.attempt.id, second.attempt.id
 
@@ -42,7 +42,7 @@ async def test_the_replaced_attempt_cannot_roll_the_checkpoint_back(
     got = await load_checkpoint_async(attempt=attempt(job_id, old), settings=settings)
     assert got == {"page": 40}, "every attempt reads the newest state"
     await save_checkpoint_async({"page": 41}, attempt=attempt(job_id, new), settings=settings)
-    assert await db.checkpoint_load(job_id=job_id) == (new, {"page": 41})
+    assert await db.sinks.checkpoint_load(job_id=job_id) == (new, {"page": 41})
 
 
 async def test_a_job_with_no_checkpoint_reads_the_default(
@@ -61,7 +61,7 @@ async def test_state_must_be_json(db: store.Store, db_url: str, clock: FrozenClo
     job_id, _, new = await two_attempts(db, clock)
     with pytest.raises(errors.InvalidInput, match="must be JSON"):
         await save_checkpoint_async({1, 2}, attempt=attempt(job_id, new), settings=settings)
-    assert await db.checkpoint_load(job_id=job_id) is None
+    assert await db.sinks.checkpoint_load(job_id=job_id) is None
 
 
 async def test_the_blocking_calls_refuse_to_run_inside_an_event_loop() -> None:

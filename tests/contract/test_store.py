@@ -26,7 +26,7 @@ def new(**kw: object) -> model.NewJob:
 
 
 async def claim(db: store.Store, clock: FrozenClock, limit: int = 100) -> list[model.Claimed]:
-    return await db.job_claim(now=clock.now(), limit=limit, executors=["noop"])
+    return await db.jobs.claim(now=clock.now(), limit=limit, executors=["noop"])
 
 
 async def test_submit_stores_queued_jobs_with_a_submitted_event(
@@ -35,7 +35,7 @@ async def test_submit_stores_queued_jobs_with_a_submitted_event(
     [job_id] = await submit(
         db, clock, new(payload={"x": 1}, labels={"team": "data"}, queue="q", priority=5)
     )
-    job = await db.job_get(job_id=job_id)
+    job = await db.jobs.get(job_id=job_id)
     assert (job.state, job.queue, job.priority, job.payload, job.labels) == (
         J.QUEUED,
         "q",
@@ -44,7 +44,7 @@ async def test_submit_stores_queued_jobs_with_a_submitted_event(
         {"team": "data"},
     )
     assert job.run_at == clock.now()
-    [event] = await db.event_list(job_id=job_id)
+    [event] = await db.events.list(job_id=job_id)
     assert (event.entity, event.from_state, event.to_state, event.reason) == (
         "job",
         None,
@@ -56,18 +56,18 @@ async def test_submit_stores_queued_jobs_with_a_submitted_event(
 async def test_idempotency_key_returns_the_existing_job_per_tenant(
     db: store.Store, clock: FrozenClock
 ) -> None:
-    first = await db.job_submit(new=[new(idempotency_key="k1")], now=clock.now())
-    again = await db.job_submit(
+    first = await db.jobs.submit(new=[new(idempotency_key="k1")], now=clock.now())
+    again = await db.jobs.submit(
         new=[new(idempotency_key="k1"), new(idempotency_key="k1")], now=clock.now()
     )
-    other_tenant = await db.job_submit(
+    other_tenant = await db.jobs.submit(
         new=[new(idempotency_key="k1", tenant="t2")], now=clock.now()
     )
     assert first[0][1] is True
     assert again == [(first[0][0], False), (first[0][0], False)]
     assert other_tenant[0][0] != first[0][0]
     assert other_tenant[0][1] is True
-    assert len(await db.event_list(job_id=first[0][0])) == 1
+    assert len(await db.events.list(job_id=first[0][0])) == 1
 
 
 async def test_claim_takes_due_jobs_by_priority_then_run_at(
@@ -88,7 +88,7 @@ async def test_claim_takes_due_jobs_by_priority_then_run_at(
     assert [c.job.id for c in claimed] == [ids[1], ids[0]]
     assert [c.job.id for c in await claim(db, clock)] == [ids[2]]
     assert await claim(db, clock) == []
-    assert (await db.job_get(job_id=ids[3])).state == "scheduled"
+    assert (await db.jobs.get(job_id=ids[3])).state == "scheduled"
     clock.advance(61)
     assert [c.job.id for c in await claim(db, clock)] == [ids[3]]  # its time came
 
@@ -106,7 +106,7 @@ async def test_claim_creates_launching_attempts_with_growing_fences(
         assert c.job.attempt_count == 1
         assert c.attempt.state == A.LAUNCHING
         assert c.attempt.launch_name == model.launch_name(c.job.id, 1)
-    events = await db.event_list(job_id=ids[0])
+    events = await db.events.list(job_id=ids[0])
     assert [(e.from_state, e.to_state, e.attempt_id) for e in events][-1] == (
         "queued",
         "running",
@@ -123,7 +123,7 @@ async def test_each_claimed_attempt_gets_the_limits_of_its_own_policy(
     leased = {"heartbeat": True, "limits": {"attempt_deadline": 40.0, "lease_timeout": 7.0}}
     ids = await submit(db, clock, new(policy=short), new(), new(policy=leased), new(policy=short))
     defaults = store.DefaultLimits(timedelta(hours=1), timedelta(minutes=5))
-    claimed = await db.job_claim(now=clock.now(), limit=10, executors=["noop"], limits=defaults)
+    claimed = await db.jobs.claim(now=clock.now(), limit=10, executors=["noop"], limits=defaults)
     got = {c.job.id: c.attempt for c in claimed}
     now = clock.now()
     assert [(got[i].deadline_at, got[i].lease_until, got[i].lease_seconds) for i in ids] == [
@@ -132,7 +132,7 @@ async def test_each_claimed_attempt_gets_the_limits_of_its_own_policy(
         (now + timedelta(seconds=40), now + timedelta(seconds=7), 7.0),
         (now + timedelta(seconds=20), None, None),
     ]
-    stored = {a.id: a for i in ids for a in await db.attempt_list(job_id=i)}
+    stored = {a.id: a for i in ids for a in await db.attempts.list(job_id=i)}
     assert {(a.deadline_at, a.lease_until) for a in stored.values()} == {
         (a.deadline_at, a.lease_until) for a in got.values()
     }
@@ -150,16 +150,16 @@ async def test_transition_is_compare_and_set_and_a_lost_race_is_a_no_op(
         "now": clock.now(),
         "reason": "r",
     }
-    assert await db.transition(**args) == [job_id]
-    assert await db.transition(**args) == []
-    events = await db.event_list(job_id=job_id)
+    assert await db.events.transition(**args) == [job_id]
+    assert await db.events.transition(**args) == []
+    events = await db.events.list(job_id=job_id)
     assert [e.to_state for e in events] == ["queued", "cancelled"]
 
 
 async def test_illegal_transition_names_both_states(db: store.Store, clock: FrozenClock) -> None:
     [job_id] = await submit(db, clock, new())
     with pytest.raises(errors.IllegalTransition, match="'succeeded' to 'queued'"):
-        await db.transition(
+        await db.events.transition(
             entity="job",
             ids=[job_id],
             expected="succeeded",
@@ -173,25 +173,27 @@ async def test_attempt_writes_are_fenced(db: store.Store, clock: FrozenClock) ->
     await submit(db, clock, new(), new())
     a, b = await claim(db, clock)
     # A write for fence b cannot touch attempt a, and one already applied cannot apply again.
-    assert await db.attempt_record_running(fences=[b.attempt.id], now=clock.now()) == [b.attempt.id]
-    assert await db.attempt_record_running(fences=[b.attempt.id], now=clock.now()) == []
-    [att_a, _] = [x for c in (a, b) for x in await db.attempt_list(job_id=c.job.id)]
+    assert await db.attempts.record_running(fences=[b.attempt.id], now=clock.now()) == [
+        b.attempt.id
+    ]
+    assert await db.attempts.record_running(fences=[b.attempt.id], now=clock.now()) == []
+    [att_a, _] = [x for c in (a, b) for x in await db.attempts.list(job_id=c.job.id)]
     assert att_a.state == A.LAUNCHING
 
 
 async def test_success_completes_job_once(db: store.Store, clock: FrozenClock) -> None:
     [job_id] = await submit(db, clock, new())
     [c] = await claim(db, clock)
-    await db.attempt_record_running(fences=[c.attempt.id], now=clock.now())
+    await db.attempts.record_running(fences=[c.attempt.id], now=clock.now())
     done = Finish(c.attempt.id, A.SUCCEEDED, 0, None)
-    [outcome] = await db.attempt_finish(finishes=[done, done], now=clock.now())
+    [outcome] = await db.attempts.finish(finishes=[done, done], now=clock.now())
     assert (outcome.job_id, outcome.attempt_state, outcome.job_state) == (
         job_id,
         A.SUCCEEDED,
         J.SUCCEEDED,
     )
-    assert await db.attempt_finish(finishes=[done], now=clock.now()) == []
-    events = await db.event_list(job_id=job_id)
+    assert await db.attempts.finish(finishes=[done], now=clock.now()) == []
+    events = await db.events.list(job_id=job_id)
     assert [(e.entity, e.to_state) for e in events] == [
         ("job", "queued"),
         ("job", "running"),
@@ -206,11 +208,11 @@ async def test_completion_while_still_launching_applies(
 ) -> None:
     await submit(db, clock, new())
     [c] = await claim(db, clock)
-    [outcome] = await db.attempt_finish(
+    [outcome] = await db.attempts.finish(
         finishes=[Finish(c.attempt.id, A.SUCCEEDED, 0, None)], now=clock.now()
     )
     assert outcome.job_state == J.SUCCEEDED
-    assert await db.attempt_record_running(fences=[c.attempt.id], now=clock.now()) == []
+    assert await db.attempts.record_running(fences=[c.attempt.id], now=clock.now()) == []
 
 
 async def test_failure_retries_then_fails_and_a_stale_completion_changes_nothing(
@@ -218,7 +220,7 @@ async def test_failure_retries_then_fails_and_a_stale_completion_changes_nothing
 ) -> None:
     [job_id] = await submit(db, clock, new(max_attempts=2))
     [first] = await claim(db, clock)
-    [o1] = await db.attempt_finish(
+    [o1] = await db.attempts.finish(
         finishes=[Finish(first.attempt.id, A.FAILED, 3, "boom", FC.TRANSIENT)], now=clock.now()
     )
     assert o1.job_state == J.QUEUED
@@ -227,17 +229,17 @@ async def test_failure_retries_then_fails_and_a_stale_completion_changes_nothing
     assert second.attempt.id > first.attempt.id
     # The first attempt's completion arrives again: it is stale and must not touch the job.
     assert (
-        await db.attempt_finish(
+        await db.attempts.finish(
             finishes=[Finish(first.attempt.id, A.SUCCEEDED, 0, None)], now=clock.now()
         )
         == []
     )
-    assert (await db.job_get(job_id=job_id)).state == J.RUNNING
-    [o2] = await db.attempt_finish(
+    assert (await db.jobs.get(job_id=job_id)).state == J.RUNNING
+    [o2] = await db.attempts.finish(
         finishes=[Finish(second.attempt.id, A.FAILED, 3, "boom", FC.TRANSIENT)], now=clock.now()
     )
     assert o2.job_state == J.FAILED
-    attempts = await db.attempt_list(job_id=job_id)
+    attempts = await db.attempts.list(job_id=job_id)
     assert [(a.state, a.exit_code, a.reason) for a in attempts] == [
         ("failed", 3, "boom"),
         ("failed", 3, "boom"),
@@ -246,45 +248,45 @@ async def test_failure_retries_then_fails_and_a_stale_completion_changes_nothing
 
 async def test_cancel_queued_and_running_jobs(db: store.Store, clock: FrozenClock) -> None:
     queued, running = await submit(db, clock, new(), new())
-    await db.transition(
+    await db.events.transition(
         entity="job", ids=[queued], expected="queued", to="parked", now=clock.now(), reason="t"
     )
     [c] = await claim(db, clock)
     assert c.job.id == running
-    assert await db.job_cancel(job_id=queued, now=clock.now(), reason="by test") is None
-    attempt = await db.job_cancel(job_id=running, now=clock.now(), reason="by test")
+    assert await db.jobs.cancel(job_id=queued, now=clock.now(), reason="by test") is None
+    attempt = await db.jobs.cancel(job_id=running, now=clock.now(), reason="by test")
     assert attempt is not None
     assert attempt.id == c.attempt.id
-    assert [a.state for a in await db.attempt_list(job_id=running)] == [A.CANCELLED]
+    assert [a.state for a in await db.attempts.list(job_id=running)] == [A.CANCELLED]
     # The cancelled attempt's late completion is a no-op.
     assert (
-        await db.attempt_finish(
+        await db.attempts.finish(
             finishes=[Finish(c.attempt.id, A.SUCCEEDED, 0, None)], now=clock.now()
         )
         == []
     )
-    assert (await db.job_get(job_id=running)).state == J.CANCELLED
+    assert (await db.jobs.get(job_id=running)).state == J.CANCELLED
     done = (await submit(db, clock, new()))[0]
     [d] = await claim(db, clock)
-    await db.attempt_finish(finishes=[Finish(d.attempt.id, A.SUCCEEDED, 0, None)], now=clock.now())
+    await db.attempts.finish(finishes=[Finish(d.attempt.id, A.SUCCEEDED, 0, None)], now=clock.now())
     with pytest.raises(errors.InvalidInput, match=r"already ended \(succeeded\)"):
-        await db.job_cancel(job_id=done, now=clock.now(), reason="too late")
+        await db.jobs.cancel(job_id=done, now=clock.now(), reason="too late")
     with pytest.raises(errors.NotFound):
-        await db.job_cancel(job_id=999_999, now=clock.now(), reason="none")
+        await db.jobs.cancel(job_id=999_999, now=clock.now(), reason="none")
 
 
 async def test_active_attempts_page_by_fence(db: store.Store, clock: FrozenClock) -> None:
     await submit(db, clock, *[new() for _ in range(5)])
     claimed = await claim(db, clock)
-    page1 = await db.attempt_list_active(executor="noop", limit=3)
-    page2 = await db.attempt_list_active(executor="noop", limit=3, after=page1[-1].id)
+    page1 = await db.attempts.list_active(executor="noop", limit=3)
+    page2 = await db.attempts.list_active(executor="noop", limit=3, after=page1[-1].id)
     assert [a.id for a in page1 + page2] == [c.attempt.id for c in claimed]
 
 
 async def test_concurrent_claimers_never_share_a_job(db: store.Store, clock: FrozenClock) -> None:
-    await db.job_submit(new=[new() for _ in range(300)], now=clock.now())
+    await db.jobs.submit(new=[new() for _ in range(300)], now=clock.now())
     others = [
-        store.Store.connect(str(db.engine.url.render_as_string(hide_password=False)))
+        store.Store.connect(str(db.database.engine.url.render_as_string(hide_password=False)))
         for _ in range(3)
     ]
     try:
@@ -305,10 +307,10 @@ async def _claim_all(db: store.Store, clock: FrozenClock) -> list[int]:
 
 
 async def test_claim_uses_the_claim_index(db: store.Store, clock: FrozenClock) -> None:
-    await db.job_submit(new=[new() for _ in range(2000)], now=clock.now())
-    await db.job_submit(new=[new(executor="other") for _ in range(2000)], now=clock.now())
-    await db.analyze()
-    plan = "\n".join(await db.job_claim_plan(now=clock.now(), limit=100, executors=["noop"]))
+    await db.jobs.submit(new=[new() for _ in range(2000)], now=clock.now())
+    await db.jobs.submit(new=[new(executor="other") for _ in range(2000)], now=clock.now())
+    await db.database.analyze()
+    plan = "\n".join(await db.jobs.claim_plan(now=clock.now(), limit=100, executors=["noop"]))
     assert "ix_jobs_queued" in plan, plan
 
 
@@ -331,9 +333,9 @@ def test_migrations_build_the_same_schema_as_the_tables(db_url: str) -> None:
 
 async def test_cancelling_twice_is_a_no_op(db: store.Store, clock: FrozenClock) -> None:
     [job_id] = await submit(db, clock, new())
-    assert await db.job_cancel(job_id=job_id, now=clock.now(), reason="once") is None
-    assert await db.job_cancel(job_id=job_id, now=clock.now(), reason="twice") is None
-    assert [e.to_state for e in await db.event_list(job_id=job_id)] == ["queued", "cancelled"]
+    assert await db.jobs.cancel(job_id=job_id, now=clock.now(), reason="once") is None
+    assert await db.jobs.cancel(job_id=job_id, now=clock.now(), reason="twice") is None
+    assert [e.to_state for e in await db.events.list(job_id=job_id)] == ["queued", "cancelled"]
 
 
 async def test_a_schema_from_a_newer_corral_is_named(db: store.Store, db_url: str) -> None:
@@ -342,7 +344,7 @@ async def test_a_schema_from_a_newer_corral_is_named(db: store.Store, db_url: st
         conn.exec_driver_sql("UPDATE alembic_version SET version_num = '9999'")
     try:
         with pytest.raises(errors.SchemaOutOfDate, match="newer corral"):
-            await db.check_schema()
+            await db.database.check_schema()
     finally:  # the PostgreSQL database is shared by the session
         with engine.begin() as conn:
             conn.exec_driver_sql(f"UPDATE alembic_version SET version_num = '{migrate.head()}'")
@@ -360,14 +362,14 @@ async def test_retries_in_one_batch_each_get_their_own_backoff(
         def for_policy(self, attempt_no: int, policy: policy.JobPolicy) -> float:
             return next(delays)
 
-    outcomes = await db.attempt_finish(
+    outcomes = await db.attempts.finish(
         finishes=[Finish(claimed[i].attempt.id, A.FAILED, 1, "boom") for i in ids],
         now=clock.now(),
         retry=retry.Retry(backoff=Fixed(1, 1)),
     )
     assert sorted(o.job_state for o in outcomes) == [J.FAILED, J.QUEUED, J.QUEUED]
     waits = sorted(
-        [((await db.job_get(job_id=i)).run_at - clock.now()).total_seconds() for i in ids[:2]]
+        [((await db.jobs.get(job_id=i)).run_at - clock.now()).total_seconds() for i in ids[:2]]
     )
     assert waits in ([3.0, 7.0], [3.0, 11.0], [7.0, 11.0])  # each its own delay, one UPDATE
     assert await claim(db, clock) == [], "nothing is due before its backoff"
@@ -383,7 +385,7 @@ async def test_the_poll_and_recovery_read_live_attempts_from_their_index(
     attempts from ix_attempts_live, not the whole table."""
     url = f"sqlite:///{tmp_path / 'live.db'}"
     db = store.Store.connect(url)
-    await db.migrate()
+    await db.database.migrate()
     await submit(db, clock, *(new() for _ in range(5)))
     await claim(db, clock)
     sent: list[tuple[str, Any]] = []
@@ -392,9 +394,9 @@ async def test_the_poll_and_recovery_read_live_attempts_from_their_index(
         if "FROM attempts" in sql and sql.lstrip().startswith("SELECT"):
             sent.append((sql, params))
 
-    event.listen(db.engine, "before_cursor_execute", seen)
-    assert len(await db.attempt_list_active(executor="noop", limit=10)) == 5
-    await db.attempt_list_for_recovery(
+    event.listen(db.database.engine, "before_cursor_execute", seen)
+    assert len(await db.attempts.list_active(executor="noop", limit=10)) == 5
+    await db.attempts.list_for_recovery(
         now=clock.now(),
         launch_grace=timedelta(seconds=5),
         lease_timeout=timedelta(minutes=5),
@@ -420,14 +422,14 @@ async def test_a_tenant_s_max_running_is_kept_at_the_claim_with_pools(
     b = [model.NewJob(executor="noop", spec={}, tenant="b") for _ in range(3)]
     await submit(db, clock, *pooled, *a, *b)
     caps = {"tenants": {"a": 2}, "pools": {"p": 1}}
-    claimed = await db.job_claim(now=clock.now(), limit=100, executors=["noop"], **caps)
+    claimed = await db.jobs.claim(now=clock.now(), limit=100, executors=["noop"], **caps)
     mine = [c for c in claimed if c.job.tenant == "a"]
     assert sorted(c.job.tenant for c in claimed) == ["a", "a", "b", "b", "b"]
     assert [c.job.pool for c in mine] == ["p", None]  # the most urgent of each, one pooled
-    assert await db.job_claim(now=clock.now(), limit=100, executors=["noop"], **caps) == []
+    assert await db.jobs.claim(now=clock.now(), limit=100, executors=["noop"], **caps) == []
     done = Finish(mine[1].attempt.id, A.SUCCEEDED, 0, None)
-    await db.attempt_finish(finishes=[done], now=clock.now())
-    [after] = await db.job_claim(now=clock.now(), limit=100, executors=["noop"], **caps)
+    await db.attempts.finish(finishes=[done], now=clock.now())
+    [after] = await db.jobs.claim(now=clock.now(), limit=100, executors=["noop"], **caps)
     assert (after.job.tenant, after.job.pool) == ("a", None)
 
 
@@ -437,14 +439,14 @@ async def test_exactly_one_first_admin_token_however_many_start_at_once(db_url: 
         now = FrozenClock().now()
         made = await asyncio.gather(
             *(
-                s.token_add_first_admin(name="first admin", secret_sha256=f"{n:064x}", now=now)
+                s.tokens.add_first_admin(name="first admin", secret_sha256=f"{n:064x}", now=now)
                 for n, s in enumerate(stores)
             )
         )
         [token] = [t for t in made if t is not None]
         assert (token.tenant, token.role) == (None, access.Role.ADMIN)
         assert (
-            await stores[0].token_add_first_admin(
+            await stores[0].tokens.add_first_admin(
                 name="first admin", secret_sha256="f" * 64, now=now
             )
             is None

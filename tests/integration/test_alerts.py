@@ -129,7 +129,7 @@ async def serving(tmp_path: Any, alerting: dict[str, Any]) -> AsyncIterator[conf
         alerts=alerting,  # type: ignore[arg-type]
     )
     db = store.Store.connect(url)
-    await db.migrate()
+    await db.database.migrate()
     await db.close()
     stop = asyncio.Event()
     loops = asyncio.create_task(runtime.serve(s, stop))
@@ -144,7 +144,7 @@ async def serving(tmp_path: Any, alerting: dict[str, Any]) -> AsyncIterator[conf
 async def listening(db: store.Store) -> None:
     """An alerter's cursor from the start, as if it had run since the store was made: a
     new one starts after the newest event."""
-    await db.alert_write(
+    await db.alerts.write(
         name="alerter", read_from=0, read_to=0, messages=[], digested=[], now=FrozenClock().now()
     )
 
@@ -153,21 +153,21 @@ async def quarantine(
     db: store.Store, clock: FrozenClock, queue: str = "billing", tenant: str = "default"
 ) -> int:
     """A job of `queue` (of `tenant`) that fails permanently: quarantined at once."""
-    [(job_id, _)] = await db.job_submit(
+    [(job_id, _)] = await db.jobs.submit(
         new=[model.NewJob(executor="noop", spec={}, queue=queue, tenant=tenant)], now=clock.now()
     )
-    [c] = await db.job_claim(now=clock.now(), limit=1, executors=["noop"])
+    [c] = await db.jobs.claim(now=clock.now(), limit=1, executors=["noop"])
     failed = Finish(c.attempt.id, A.FAILED, 2, "exited with code 2", model.FailureClass.PERMANENT)
-    await db.attempt_finish(finishes=[failed], now=clock.now())
+    await db.attempts.finish(finishes=[failed], now=clock.now())
     return job_id
 
 
 async def succeed(db: store.Store, clock: FrozenClock, queue: str = "billing") -> int:
-    [(job_id, _)] = await db.job_submit(
+    [(job_id, _)] = await db.jobs.submit(
         new=[model.NewJob(executor="noop", spec={}, queue=queue)], now=clock.now()
     )
-    [c] = await db.job_claim(now=clock.now(), limit=1, executors=["noop"])
-    await db.attempt_finish(finishes=[Finish(c.attempt.id, A.SUCCEEDED, 0, None)], now=clock.now())
+    [c] = await db.jobs.claim(now=clock.now(), limit=1, executors=["noop"])
+    await db.attempts.finish(finishes=[Finish(c.attempt.id, A.SUCCEEDED, 0, None)], now=clock.now())
     return job_id
 
 
@@ -213,7 +213,7 @@ async def test_a_quarantine_reaches_email_slack_and_a_signed_webhook(
     )
     assert hook["headers"]["webhook-id"] == sent["key"]
 
-    history = await db.alert_list()
+    history = await db.alerts.list()
     assert {(a.channel, a.state, a.tries) for a in history} == {
         ("ops_mail", "delivered", 1),
         ("team_slack", "delivered", 1),
@@ -285,7 +285,7 @@ async def test_each_tenant_s_queue_is_its_own_subject_and_its_digests_its_own(
         await alerter.deliver_all()
     finally:
         await alerter.close()
-    listed = {t: await db.alert_list(limit=50, tenant=t) for t in ("a", "b")}
+    listed = {t: await db.alerts.list(limit=50, tenant=t) for t in ("a", "b")}
     assert {(a.kind, a.subject) for a in listed["a"]} == {
         ("alert", "queue:a/billing"),
         ("digest", "queue:a/billing"),
@@ -310,9 +310,9 @@ async def test_a_crash_before_delivery_delivers_after_and_never_writes_twice(
     await first.read_once()  # ... and dies before delivering
     again = alerts.Alerter(store=db, clock=clock, settings=s)
     assert await again.read_once() == 0  # the cursor moved: nothing read twice
-    cursor = await db.alert_cursor(name="alerter")
-    events = (await db.alert_events(after=0, limit=100)).ids
-    stale = await db.alert_write(  # a reader that read before the move: refused
+    cursor = await db.alerts.cursor(name="alerter")
+    events = (await db.alerts.events(after=0, limit=100)).ids
+    stale = await db.alerts.write(  # a reader that read before the move: refused
         name="alerter", read_from=0, read_to=cursor, messages=[], digested=[], now=clock.now()
     )
     assert (stale, len(events) > 0) == (False, True)
@@ -338,9 +338,9 @@ async def test_a_channel_that_fails_is_tried_again_with_backoff_then_given_up(
             clock.advance(alerts.BACKOFF[1])
     finally:
         await alerter.close()
-    [a] = await db.alert_list()
+    [a] = await db.alerts.list()
     assert (a.state, a.tries) == ("failed", alerts.TRIES)
-    tries = (await db.alert_try_list(alert_ids=[a.id]))[a.id]
+    tries = (await db.alerts.tries(alert_ids=[a.id]))[a.id]
     assert len(tries) == alerts.TRIES
     assert not any(ok for _, ok, _ in tries)
     assert (a.last_error or "").startswith("SMTPConnectError: Error connecting to 127.0.0.1")
@@ -350,12 +350,12 @@ async def test_a_muted_rule_says_nothing(db: store.Store, web_receiver: Web) -> 
     clock = FrozenClock()
     await listening(db)
     s = settings(free_port(), web_receiver.base, channels=["hook"])
-    await db.alert_mute(rule="poison", until=clock.now() + timedelta(hours=2), now=clock.now())
+    await db.alerts.mute(rule="poison", until=clock.now() + timedelta(hours=2), now=clock.now())
     await quarantine(db, clock)
     alerter = alerts.Alerter(store=db, clock=clock, settings=s)
     await alerter.read_once()
     await alerter.close()
-    assert await db.alert_list() == []
+    assert await db.alerts.list() == []
 
 
 def test_rules_match_on_every_key_given() -> None:
@@ -518,7 +518,7 @@ async def test_alerters_reading_at_once_write_each_message_once(
         await asyncio.gather(*(r.read_once() for r in readers))
     for r in readers:
         await r.close()
-    made = await db.alert_list(limit=100)
+    made = await db.alerts.list(limit=100)
     assert len(made) == 20
     assert len({a.dedupe_key for a in made}) == 20
 
@@ -542,7 +542,7 @@ async def test_consecutive_failures_alert_from_the_after_th_in_a_row_and_a_succe
             await quarantine(db, clock)
             clock.advance(1)
         await alerter.read_once()  # two in a row: nothing yet (the count is kept)
-        assert await db.alert_list() == []
+        assert await db.alerts.list() == []
         third = await quarantine(db, clock)
         clock.advance(1)
         await alerter.read_once()
@@ -554,7 +554,7 @@ async def test_consecutive_failures_alert_from_the_after_th_in_a_row_and_a_succe
         await alerter.read_once()
     finally:
         await alerter.close()
-    made = sorted(await db.alert_list(), key=lambda a: a.id)
+    made = sorted(await db.alerts.list(), key=lambda a: a.id)
     assert [(a.kind, a.cause, a.job_id) for a in made] == [
         ("alert", "consecutive_failures", third),
         ("recovered", "succeeded", third + 1),
@@ -581,7 +581,7 @@ async def test_a_window_read_over_several_passes_has_one_digest(
             await alerter.read_once()
     finally:
         await alerter.close()
-    digests = [a for a in await db.alert_list() if a.kind == "digest"]
+    digests = [a for a in await db.alerts.list() if a.kind == "digest"]
     assert [(d.details["count"], len(d.details["jobs"])) for d in digests] == [(3, 3)]
 
 
@@ -594,16 +594,16 @@ async def test_an_sla_missed_with_no_failure_alerts_and_one_met_does_not(
     clock = FrozenClock()
     await listening(db)
     sla = {"sla": 60.0}
-    [(late, _), (met, _)] = await db.job_submit(
+    [(late, _), (met, _)] = await db.jobs.submit(
         new=[
             model.NewJob(executor="noop", spec={}, queue="billing", policy=sla),
             model.NewJob(executor="noop", spec={}, queue="billing", policy=sla),
         ],
         now=clock.now(),
     )
-    claimed = await db.job_claim(now=clock.now(), limit=2, executors=["noop"])
+    claimed = await db.jobs.claim(now=clock.now(), limit=2, executors=["noop"])
     done = next(c for c in claimed if c.job.id == met)
-    await db.attempt_finish(
+    await db.attempts.finish(
         finishes=[Finish(done.attempt.id, A.SUCCEEDED, 0, None)], now=clock.now()
     )
     s = settings(free_port(), web_receiver.base, on=["sla_missed"], channels=["hook"])
@@ -617,11 +617,11 @@ async def test_an_sla_missed_with_no_failure_alerts_and_one_met_does_not(
         await alerter.read_once()
     finally:
         await alerter.close()
-    [a] = await db.alert_list()
+    [a] = await db.alerts.list()
     assert (a.cause, a.job_id) == ("sla_missed", late)
-    note = (await db.event_list(job_id=late))[-1]
+    note = (await db.events.list(job_id=late))[-1]
     assert note.reason.startswith("SLA missed: not succeeded by ")
-    assert (await db.job_get(job_id=late)).state == J.RUNNING  # a note, not a change
+    assert (await db.jobs.get(job_id=late)).state == J.RUNNING  # a note, not a change
 
 
 async def test_a_firing_s_sla_counts_from_its_nominal_time(db: store.Store) -> None:
@@ -631,11 +631,11 @@ async def test_a_firing_s_sla_counts_from_its_nominal_time(db: store.Store) -> N
     payload = scheduling.firing_payload(
         None, schedule="nightly", nominal=nominal, interval_end=clock.now()
     )
-    await db.job_submit(
+    await db.jobs.submit(
         new=[model.NewJob(executor="noop", spec={}, payload=payload, policy={"sla": 60.0})],
         now=clock.now(),
     )
-    assert await db.sla_check(now=clock.now()) == 1  # due at nominal + 60s: passed
+    assert await db.alerts.sla_check(now=clock.now()) == 1  # due at nominal + 60s: passed
 
 
 async def test_a_new_alerter_starts_after_the_newest_event_not_with_the_history(
@@ -652,7 +652,7 @@ async def test_a_new_alerter_starts_after_the_newest_event_not_with_the_history(
         assert await alerter.read_once() > 0
     finally:
         await alerter.close()
-    assert [a.job_id for a in await db.alert_list()] == [now]
+    assert [a.job_id for a in await db.alerts.list()] == [now]
 
 
 async def test_two_alerters_delivering_at_once_send_each_message_once(
@@ -697,7 +697,7 @@ async def test_what_fails_after_its_window_s_digest_went_is_a_digest_of_its_own(
         await alerter.deliver_all()
     finally:
         await alerter.close()
-    digests = sorted((a for a in await db.alert_list() if a.kind == "digest"), key=lambda a: a.id)
+    digests = sorted((a for a in await db.alerts.list() if a.kind == "digest"), key=lambda a: a.id)
     assert [(d.state, d.details["count"]) for d in digests] == [
         ("delivered", 1),
         ("delivered", 1),
@@ -707,11 +707,11 @@ async def test_what_fails_after_its_window_s_digest_went_is_a_digest_of_its_own(
 
 async def test_two_reconcilers_note_a_missed_sla_once(db: store.Store) -> None:
     clock = FrozenClock()
-    await db.job_submit(
+    await db.jobs.submit(
         new=[model.NewJob(executor="noop", spec={}, policy={"sla": 1.0})], now=clock.now()
     )
     clock.advance(5)
-    found = await asyncio.gather(*(db.sla_check(now=clock.now()) for _ in range(2)))
+    found = await asyncio.gather(*(db.alerts.sla_check(now=clock.now()) for _ in range(2)))
     assert sorted(found) == [0, 1]
 
 
@@ -730,17 +730,17 @@ async def test_sent_alerts_go_with_the_retention_and_their_subject_still_recover
         await alerter.deliver_all()
     finally:
         await alerter.close()
-    assert len(await db.alert_list()) == 3
+    assert len(await db.alerts.list()) == 3
     clock.advance(3600)
-    assert await db.alerts_forget(before=clock.now(), limit=100) == 3
-    assert await db.alert_list() == []
+    assert await db.alerts.forget(before=clock.now(), limit=100) == 3
+    assert await db.alerts.list() == []
     done = await succeed(db, clock)  # where the subject stands outlives its messages
     again = alerts.Alerter(store=db, clock=clock, settings=s)
     try:
         await again.read_once()
     finally:
         await again.close()
-    [recovered] = await db.alert_list()
+    [recovered] = await db.alerts.list()
     assert (recovered.kind, recovered.job_id) == ("recovered", done)
 
 
@@ -810,7 +810,7 @@ async def test_an_smtp_server_that_hangs_never_holds_up_the_jobs(
         async with serving(tmp_path, alerting) as s, runtime.connect(s, platforms=False) as c:
 
             async def started() -> bool:
-                return await c.store.alert_cursor(name="alerter") is not None
+                return await c.store.alerts.cursor(name="alerter") is not None
 
             await eventually(started, what="the alerter's first pass")
             await c.submit_many(
@@ -827,17 +827,17 @@ async def test_an_smtp_server_that_hangs_never_holds_up_the_jobs(
             )
 
             async def all_ended() -> bool:
-                counts = await c.store.job_count_by_state()
+                counts = await c.store.jobs.count_by_state()
                 return counts.get("succeeded", 0) + counts.get("quarantined", 0) == jobs
 
             await eventually(all_ended, within=4 * PATIENCE, what=f"all {jobs} jobs ended")
 
             async def timed_out() -> list[Any]:
-                return [a for a in await c.store.alert_list() if a.last_error]
+                return [a for a in await c.store.alerts.list() if a.last_error]
 
             [first, *_] = await eventually(timed_out, what="a try that timed out")
             assert first.last_error == "no answer in 2s"
-            counts = await c.store.job_count_by_state()
+            counts = await c.store.jobs.count_by_state()
             assert (counts.get("succeeded"), counts.get("quarantined")) == (270, 30)
     finally:
         server.close()
@@ -862,7 +862,7 @@ async def test_the_alerter_reads_every_event_the_rules_can_use_and_skips_starts_
     payload = scheduling.firing_payload(
         {"x": 1}, schedule="nightly", nominal=nominal, interval_end=clock.now()
     )
-    [(job_id, _)] = await db.job_submit(
+    [(job_id, _)] = await db.jobs.submit(
         new=[model.NewJob(executor="noop", spec={}, queue="billing", payload=payload)],
         now=clock.now(),
     )
@@ -890,19 +890,19 @@ async def test_the_alerter_reads_every_event_the_rules_can_use_and_skips_starts_
         for to in states
         for details in variants
     ]
-    with db.engine.begin() as conn:
+    with db.database.engine.begin() as conn:
         conn.execute(insert(events), rows)
     facts = JobFacts(job_id, "billing", "default", "noop", {}, "nightly", nominal)
     for with_starts in (False, True):
-        read = await db.alert_events(after=0, limit=100_000, with_starts=with_starts)
+        read = await db.alerts.events(after=0, limit=100_000, with_starts=with_starts)
         found = {e.id: (e, f) for e, f in read.found}
-        all_events = [e for e in await db.event_list(job_id=job_id)] + [
+        all_events = [e for e in await db.events.list(job_id=job_id)] + [
             e for e, _ in read.found if e.job_id == 0
         ]
-        successes = await db.alert_successes(
+        successes = await db.alerts.successes(
             after=0, upto=read.ids[-1], subjects=["schedule:default/nightly"]
         )
-        assert successes == await db.alert_successes(
+        assert successes == await db.alerts.successes(
             after=0, upto=read.ids[-1], subjects=["queue:billing"]
         )
         found |= {e.id: (e, f) for e, f in successes}
@@ -910,7 +910,7 @@ async def test_the_alerter_reads_every_event_the_rules_can_use_and_skips_starts_
             h = rules.happening(event, facts if event.job_id else None)
             if h is not None and (with_starts or h.cause != rules.STARTED):
                 assert event.id in found, (event, h)
-        assert await db.alert_successes(after=0, upto=read.ids[-1], subjects=["queue:q"]) == []
+        assert await db.alerts.successes(after=0, upto=read.ids[-1], subjects=["queue:q"]) == []
         assert len(read.ids) == len(rows) + 1  # every id, to see gaps by
         assert all(f == facts for e, f in read.found if e.job_id == job_id)
         submits = [e for e, _ in read.found if e.entity == "job" and e.from_state is None]
@@ -950,9 +950,9 @@ async def test_a_late_firing_and_missed_nominal_times_alert_on_the_schedule(
     async def start_and_end_after(seconds: float) -> int:
         await fire.pass_once()
         clock.advance(seconds)
-        [claimed] = await db.job_claim(now=clock.now(), limit=1, executors=["noop"])
+        [claimed] = await db.jobs.claim(now=clock.now(), limit=1, executors=["noop"])
         ok = Finish(claimed.attempt.id, A.SUCCEEDED, 0, None)
-        await db.attempt_finish(finishes=[ok], now=clock.now())
+        await db.attempts.finish(finishes=[ok], now=clock.now())
         return claimed.job.id
 
     try:
@@ -963,9 +963,9 @@ async def test_a_late_firing_and_missed_nominal_times_alert_on_the_schedule(
         await fire.pass_once()
         await alerter.read_once()
         await alerter.deliver_all()
-        [claimed] = await db.job_claim(now=clock.now(), limit=1, executors=["noop"])
+        [claimed] = await db.jobs.claim(now=clock.now(), limit=1, executors=["noop"])
         ok = Finish(claimed.attempt.id, A.SUCCEEDED, 0, None)  # the latest, caught up
-        await db.attempt_finish(finishes=[ok], now=clock.now())  # a success: nothing owed
+        await db.attempts.finish(finishes=[ok], now=clock.now())  # a success: nothing owed
         await alerter.read_once()
         await alerter.deliver_all()
     finally:
@@ -994,11 +994,11 @@ async def test_a_schedule_s_news_goes_with_the_retention(db: store.Store) -> Non
     await c.schedule_create("nightly", every="1m", spec={}, executor="noop")
     clock.advance(5 * 60)
     await scheduler.Scheduler(store=db, clock=clock).pass_once()
-    news = [e for e, _ in (await db.alert_events(after=0, limit=1000)).found if e.job_id == 0]
+    news = [e for e, _ in (await db.alerts.events(after=0, limit=1000)).found if e.job_id == 0]
     assert [(e.entity, e.to_state, e.details["count"]) for e in news] == [("schedule", "missed", 5)]
     clock.advance(3600)
-    await db.jobs_forget(before=clock.now() - timedelta(minutes=30), limit=100)
-    read = await db.alert_events(after=0, limit=1000)
+    await db.runlogs.forget(before=clock.now() - timedelta(minutes=30), limit=100)
+    read = await db.alerts.events(after=0, limit=1000)
     assert [e for e, _ in read.found if e.job_id == 0] == []
 
 
@@ -1019,7 +1019,7 @@ async def test_a_failure_and_a_success_read_in_one_pass_make_an_alert_and_a_reco
         assert await alerter.read_once() > 0
     finally:
         await alerter.close()
-    made = [(a.kind, a.job_id) for a in reversed(await db.alert_list())]
+    made = [(a.kind, a.job_id) for a in reversed(await db.alerts.list())]
     assert made == [("alert", failed), ("recovered", done)]
 
 
@@ -1036,7 +1036,7 @@ async def test_a_message_whose_sender_died_goes_again_after_its_lease(
     try:
         await other.read_once()
         # A sender claims it and dies before sending.
-        [taken] = await db.alerts_claim(now=clock.now(), limit=10, lease=timedelta(seconds=60))
+        [taken] = await db.alerts.claim(now=clock.now(), limit=10, lease=timedelta(seconds=60))
         await other.deliver_all()
         assert web_receiver.seen == []
         clock.advance(61)
@@ -1045,7 +1045,7 @@ async def test_a_message_whose_sender_died_goes_again_after_its_lease(
     finally:
         await other.close()
     assert len(web_receiver.seen) == 1
-    [sent] = await db.alert_list()
+    [sent] = await db.alerts.list()
     assert (sent.id, sent.state, sent.tries) == (taken.id, "delivered", 1)
 
 
@@ -1063,8 +1063,8 @@ async def test_the_alerter_waits_for_an_event_id_not_there_yet_then_goes_past_it
     await listening(db)
     s = settings(free_port(), web_receiver.base, channels=["hook"])
     failed = await quarantine(db, clock)
-    newest = await db.event_newest()
-    with db.engine.begin() as conn:  # as if the transaction holding newest + 1 still ran
+    newest = await db.alerts.event_newest()
+    with db.database.engine.begin() as conn:  # as if the transaction holding newest + 1 still ran
         conn.execute(
             insert(events).values(
                 id=newest + 2,
@@ -1080,14 +1080,14 @@ async def test_the_alerter_waits_for_an_event_id_not_there_yet_then_goes_past_it
     alerter = alerts.Alerter(store=db, clock=clock, settings=s)
     try:
         await alerter.read_once()
-        assert await db.alert_cursor(name="alerter") == newest
-        assert len(await db.alert_list()) == 1  # what came before the gap is read
+        assert await db.alerts.cursor(name="alerter") == newest
+        assert len(await db.alerts.list()) == 1  # what came before the gap is read
         clock.advance(s.timeouts.database_transaction_timeout.total_seconds())
         await alerter.read_once()
-        assert await db.alert_cursor(name="alerter") == newest  # still within the wait
+        assert await db.alerts.cursor(name="alerter") == newest  # still within the wait
         clock.advance(2)
         await alerter.read_once()
-        assert await db.alert_cursor(name="alerter") == newest + 2
+        assert await db.alerts.cursor(name="alerter") == newest + 2
     finally:
         await alerter.close()
 
@@ -1117,7 +1117,7 @@ async def test_on_sqlite_the_alerter_reads_beside_a_writer_without_waiting(
 
     path = tmp_path / "corral.db"
     db = store.Store.connect(f"sqlite:///{path}")
-    await db.migrate()
+    await db.database.migrate()
     await listening(db)
     clock = FrozenClock()
     await quarantine(db, clock)
@@ -1125,10 +1125,10 @@ async def test_on_sqlite_the_alerter_reads_beside_a_writer_without_waiting(
     writer.execute("BEGIN IMMEDIATE")
     try:
         got = await asyncio.wait_for(
-            db.alert_read(name="alerter", limit=100, now=clock.now()), timeout=10
+            db.alerts.read(name="alerter", limit=100, now=clock.now()), timeout=10
         )
         assert (got.cursor, len(got.events.ids) > 0) == (0, True)
-        sent = await asyncio.wait_for(db.alert_sent(pairs=[("poison", "queue:billing")]), 10)
+        sent = await asyncio.wait_for(db.alerts.sent(pairs=[("poison", "queue:billing")]), 10)
         assert sent == {("poison", "queue:billing"): (None, False, 0)}
     finally:
         writer.rollback()
@@ -1181,14 +1181,14 @@ async def test_a_failure_s_message_names_what_ran_and_how_its_attempt_ended(
     clock = FrozenClock()
     await listening(db)
     spec = {"method": "POST", "url": "https://ada:pw@hooks.example/ping?token=t0k&n=1"}
-    [(job_id, _)] = await db.job_submit(
+    [(job_id, _)] = await db.jobs.submit(
         new=[model.NewJob(executor="http", spec=spec, queue="billing", max_attempts=1)],
         now=clock.now(),
     )
-    [c] = await db.job_claim(now=clock.now(), limit=1, executors=["http"])
+    [c] = await db.jobs.claim(now=clock.now(), limit=1, executors=["http"])
     said = "HTTP 503 Service Unavailable: upstream down"
     failed = Finish(c.attempt.id, A.FAILED, None, said, model.FailureClass.PERMANENT)
-    await db.attempt_finish(finishes=[failed], now=clock.now())
+    await db.attempts.finish(finishes=[failed], now=clock.now())
     alerter = alerts.Alerter(
         store=db, clock=clock, settings=settings(port, web_receiver.base, channels=["ops_mail"])
     )

@@ -53,7 +53,7 @@ async def test_a_revoked_or_expired_token_is_refused(api: Api) -> None:
     assert (await api.http.get("/api/v1/jobs", headers=auth)).status_code == 401
     _, secret = await api.c.token_create(name="u", tenant="a", role="viewer")
     auth = {"Authorization": f"Bearer {secret}"}
-    [listed] = [t for t in await api.c.store.token_list() if t.name == "u"]
+    [listed] = [t for t in await api.c.store.tokens.list() if t.name == "u"]
     await api.c.token_revoke(listed.id)  # through this process: refused at once
     assert (await api.http.get("/api/v1/jobs", headers=auth)).status_code == 401
 
@@ -62,8 +62,8 @@ async def test_a_token_revoked_by_another_process_is_refused_within_seconds(api:
     _, secret = await api.c.token_create(name="v", tenant="a", role="viewer")
     auth = {"Authorization": f"Bearer {secret}"}
     assert (await api.http.get("/api/v1/jobs", headers=auth)).status_code == 200
-    [listed] = [t for t in await api.c.store.token_list() if t.name == "v"]
-    await api.c.store.token_revoke(token_id=listed.id, now=api.c.clock.now())  # elsewhere
+    [listed] = [t for t in await api.c.store.tokens.list() if t.name == "v"]
+    await api.c.store.tokens.revoke(token_id=listed.id, now=api.c.clock.now())  # elsewhere
     assert (await api.http.get("/api/v1/jobs", headers=auth)).status_code == 200, "still kept"
     api.c.clock.advance(client.tokens.TOKEN_FRESH_SECONDS)  # type: ignore[attr-defined]
     assert (await api.http.get("/api/v1/jobs", headers=auth)).status_code == 401
@@ -118,7 +118,7 @@ async def test_a_bad_submit_names_the_field_and_stores_nothing(
     assert r.status_code == 422, r.text
     assert r.json()["error"].startswith(field)
     assert words in r.json()["error"]
-    assert await api.c.store.job_list() == []
+    assert await api.c.store.jobs.list() == []
 
 
 async def test_a_body_past_the_limit_is_413(api: Api) -> None:
@@ -164,7 +164,7 @@ async def test_the_list_and_a_job_s_page_answer_each_job_as_its_shape_says(api: 
     listed = await api.http.get("/api/v1/jobs", headers=view)
     assert listed.headers["content-type"] == "application/json"
     assert "pw" not in listed.text
-    stored = [await api.c.store.job_get(job_id=i) for i in reversed(ids)]
+    stored = [await api.c.store.jobs.get(job_id=i) for i in reversed(ids)]
     shaped = json.loads(json.dumps([shapes.job_dict(j) for j in stored]))
     assert listed.json() == {"jobs": shaped, "next": None}
     assert listed.json()["jobs"][0]["payload"] == {"big": 2**70}
@@ -176,9 +176,9 @@ async def test_the_list_and_a_job_s_page_answer_each_job_as_its_shape_says(api: 
 async def test_a_job_s_page_events_logs_explain_and_changes(api: Api) -> None:
     op, view = api.as_("a-op"), api.as_("a-view")
     job = (await api.http.post("/api/v1/jobs", json=JOB, headers=op)).json()
-    [c] = await api.c.store.job_claim(now=api.c.clock.now(), limit=1, executors=["noop"])
+    [c] = await api.c.store.jobs.claim(now=api.c.clock.now(), limit=1, executors=["noop"])
     failed = Finish(c.attempt.id, A.FAILED, 2, "exit 2", model.FailureClass.PERMANENT)
-    await api.c.store.attempt_finish(finishes=[failed], now=api.c.clock.now())
+    await api.c.store.attempts.finish(finishes=[failed], now=api.c.clock.now())
     page = (await api.http.get(f"/api/v1/jobs/{job['id']}", headers=view)).json()
     assert page["state"] == "quarantined"
     assert [a["state"] for a in page["attempt_list"]] == ["failed"]
@@ -223,7 +223,7 @@ async def test_no_route_shows_or_changes_another_tenant_s_job_or_schedule(api: A
         headers=api.as_("a-op"),
     )
     assert made.status_code == 201, made.text
-    [a_token] = [t for t in await api.c.store.token_list() if t.name == "a-op"]
+    [a_token] = [t for t in await api.c.store.tokens.list() if t.name == "a-op"]
     bulk = {"action": "cancel", "filter": {"queue": "secret-queue"}, "expect": 0}
     op = (await api.http.post("/api/v1/operations", json=bulk, headers=api.as_("a-op"))).json()
     known = {
@@ -258,7 +258,7 @@ async def test_no_route_shows_or_changes_another_tenant_s_job_or_schedule(api: A
                 assert f'"job_id": {job["id"]}' not in r.text, f"{method} {path} shows a's"
             checked += 1
     assert checked >= 20
-    assert (await api.c.store.job_get(job_id=job["id"])).state == J.CANCELLED  # untouched by b
+    assert (await api.c.store.jobs.get(job_id=job["id"])).state == J.CANCELLED  # untouched by b
     assert (await api.c.schedule("a-nightly", tenant="a")).paused_at is None
     admin = await api.http.get(f"/api/v1/jobs/{job['id']}", headers=api.as_("admin"))
     assert admin.status_code == 200  # an admin of every tenant sees it
@@ -346,7 +346,7 @@ async def test_pools_and_alert_rules_are_read(api: Api) -> None:
             "/api/v1/jobs", json={**JOB, "pool": "nightly"}, headers=api.as_("a-op")
         )
         assert made.status_code == 201, made.text
-        await c.store.job_claim(
+        await c.store.jobs.claim(
             now=c.clock.now(), limit=1, executors=["noop"], pools=settings.pools
         )
         pools = await http.get("/api/v1/pools", headers=api.as_("a-view"))
@@ -367,8 +367,8 @@ async def test_a_job_s_events_stream_until_it_ends_and_all_events_resume_by_id(
     op, view = api.as_("a-op"), api.as_("a-view")
     mine = (await api.http.post("/api/v1/jobs", json=JOB, headers=op)).json()["id"]
     theirs = (await api.http.post("/api/v1/jobs", json=JOB, headers=api.as_("b-op"))).json()
-    claimed = await api.c.store.job_claim(now=api.c.clock.now(), limit=2, executors=["noop"])
-    await api.c.store.attempt_finish(
+    claimed = await api.c.store.jobs.claim(now=api.c.clock.now(), limit=2, executors=["noop"])
+    await api.c.store.attempts.finish(
         finishes=[Finish(c.attempt.id, A.SUCCEEDED, 0, None) for c in claimed],
         now=api.c.clock.now(),
     )
@@ -413,7 +413,7 @@ async def test_admins_make_list_and_revoke_tokens_of_their_own_tenant_only(api: 
     listed = (await api.http.get("/api/v1/tokens", headers=api.as_("a-admin"))).json()
     assert {t["tenant"] for t in listed} == {"a"}
     assert all("secret" not in t for t in listed)
-    [theirs] = [t for t in await api.c.store.token_list() if t.name == "b-op"]
+    [theirs] = [t for t in await api.c.store.tokens.list() if t.name == "b-op"]
     refused = await api.http.post(f"/api/v1/tokens/{theirs.id}/revoke", headers=api.as_("a-admin"))
     assert refused.status_code == 404
     assert (await api.http.get("/api/v1/tokens", headers=api.as_("a-op"))).status_code == 403

@@ -75,7 +75,7 @@ async def test_a_backfill_past_10000_firings_is_refused_before_anything_is_made(
     assert r.status_code == 422, r.text
     assert r.json()["field"] == "to"
     assert "10000 firings" in r.json()["error"]
-    assert await api.c.store.job_list() == []
+    assert await api.c.store.jobs.list() == []
     week = {"from": now.isoformat(), "to": (now + timedelta(days=6)).isoformat()}
     counted = await api.http.post(
         "/api/v1/schedules/often/backfill?dry_run=true", json=week, headers=api.as_("a-op")
@@ -124,7 +124,7 @@ async def test_jobs_are_not_stored_when_their_audit_cannot_be(
     monkeypatch.setattr(store.tokens, "audit_add", broken)
     with pytest.raises(errors.StoreError):  # the client is answered 500
         await api.http.post("/api/v1/jobs", json=[JOB, JOB], headers=api.as_("a-op"))
-    assert await api.c.store.job_list() == []
+    assert await api.c.store.jobs.list() == []
 
 
 # --- 3. whose audit row -----------------------------------------------------------------
@@ -159,8 +159,8 @@ async def test_a_cancel_of_an_ended_job_is_not_audited(api: Api) -> None:
         r = await api.http.post(f"/api/v1/jobs/{job['id']}/cancel", headers=api.as_("a-op"))
         assert (r.status_code, r.json()["state"]) == (200, "cancelled")
     done = await _submit(api, "a-op")
-    [claimed] = await api.c.store.job_claim(now=api.c.clock.now(), limit=1, executors=["noop"])
-    await api.c.store.attempt_finish(
+    [claimed] = await api.c.store.jobs.claim(now=api.c.clock.now(), limit=1, executors=["noop"])
+    await api.c.store.attempts.finish(
         finishes=[Finish(claimed.attempt.id, A.SUCCEEDED, 0, None)], now=api.c.clock.now()
     )
     r = await api.http.post(f"/api/v1/jobs/{done['id']}/cancel", headers=api.as_("a-op"))
@@ -221,7 +221,7 @@ async def test_what_the_databases_cannot_hold_names_the_field(
         r = await api.http.post("/api/v1/schedules", json=schedule, headers=api.as_("a-op"))
         assert r.status_code == 422, r.text
         assert r.json()["field"] == field
-    assert await api.c.store.job_list() == []
+    assert await api.c.store.jobs.list() == []
 
 
 @pytest.mark.parametrize(
@@ -255,7 +255,7 @@ async def test_a_last_event_id_that_is_no_event_id_names_the_header(api: Api, gi
 
 async def test_pools_and_explain_count_the_token_s_tenant_only(api: Api) -> None:
     await _submit(api, "b-op", pool="nightly")
-    await api.c.store.job_claim(
+    await api.c.store.jobs.claim(
         now=api.c.clock.now(), limit=1, executors=["noop"], pools=SETTINGS.pools
     )
     mine = await _submit(api, "a-op", pool="nightly")
@@ -281,9 +281,9 @@ async def test_alert_history_of_a_tenant_is_filtered_in_the_query(api: Api) -> N
             "due_at": api.c.clock.now(),
         }
 
-    await api.c.store.alert_add(message=message("a", 0), now=api.c.clock.now())
+    await api.c.store.alerts.add(message=message("a", 0), now=api.c.clock.now())
     for n in range(1001):  # newer than tenant a's, and more than a page of them
-        await api.c.store.alert_add(message=message("b", n), now=api.c.clock.now())
+        await api.c.store.alerts.add(message=message("b", n), now=api.c.clock.now())
     mine = (await api.http.get("/api/v1/alerts", headers=api.as_("a-view"))).json()
     assert [a["subject"] for a in mine] == ["queue:default"]
     everyone = await api.http.get("/api/v1/alerts?limit=5", headers=api.as_("admin"))
@@ -295,9 +295,9 @@ async def test_alert_history_of_a_tenant_is_filtered_in_the_query(api: Api) -> N
 
 async def test_a_quarantined_job_s_stream_ends(api: Api) -> None:
     job = await _submit(api, "a-op")
-    [c] = await api.c.store.job_claim(now=api.c.clock.now(), limit=1, executors=["noop"])
+    [c] = await api.c.store.jobs.claim(now=api.c.clock.now(), limit=1, executors=["noop"])
     failed = Finish(c.attempt.id, A.FAILED, 2, "exit 2", model.FailureClass.PERMANENT)
-    await api.c.store.attempt_finish(finishes=[failed], now=api.c.clock.now())
+    await api.c.store.attempts.finish(finishes=[failed], now=api.c.clock.now())
     r = await api.http.get(f"/api/v1/jobs/{job['id']}/events/stream", headers=api.as_("a-view"))
     assert [e["to"] for e in _sse(r.text) if e["entity"] == "job"][-1] == "quarantined"
 
@@ -317,7 +317,7 @@ async def test_a_stream_of_a_job_gone_meanwhile_ends(
 ) -> None:
     job = await _submit(api, "a-op")
     url = f"/api/v1/jobs/{job['id']}/events/stream"
-    real = api.c.store.job_get
+    real = api.c.store.jobs.get
     calls = 0
 
     async def forgotten(*, job_id: int) -> model.Job:
@@ -327,7 +327,7 @@ async def test_a_stream_of_a_job_gone_meanwhile_ends(
             raise errors.NotFound(f"no job with id {job_id}")
         return await real(job_id=job_id)
 
-    monkeypatch.setattr(api.c.store, "job_get", forgotten)
+    monkeypatch.setattr(api.c.store.jobs, "get", forgotten)
     r = await api.http.get(url, headers=api.as_("a-view"))
     assert r.status_code == 200
     assert [e["to"] for e in _sse(r.text)] == ["queued"]
@@ -375,7 +375,7 @@ async def test_a_chunked_body_past_the_limit_is_413(api: Api) -> None:
     assert "content-length" not in r.request.headers
     assert r.status_code == 413, r.text
     assert r.json()["field"] == "body"
-    assert await api.c.store.job_list() == []
+    assert await api.c.store.jobs.list() == []
     small = await api.http.post("/api/v1/jobs", content=_chunks(10), headers=headers)
     assert small.status_code == 201, small.text
 

@@ -72,7 +72,7 @@ async def test_a_retry_by_filter_previews_then_runs_on_its_snapshot(api: Api) ->
     assert done["skipped_jobs"] == [
         {"job_id": ids[0], "note": "cancelled, not quarantined any more"}
     ]
-    states = {j.id: j.state for j in await api.c.store.job_get_many(job_ids=ids + later)}
+    states = {j.id: j.state for j in await api.c.store.jobs.get_many(job_ids=ids + later)}
     assert [states[i] for i in ids] == [J.CANCELLED, J.QUEUED, J.QUEUED, J.QUEUED]
     assert [states[i] for i in later] == [J.QUARANTINED, J.QUARANTINED]
     listed = (await api.http.get("/api/v1/operations", headers=view)).json()
@@ -103,7 +103,7 @@ async def test_a_cancelled_operation_leaves_the_rest(api: Api) -> None:
     r = await api.http.post(f"/api/v1/operations/{made['id']}/cancel", headers=op)
     assert (r.status_code, r.json()["state"], r.json()["left"]) == (200, "cancelled", 3)
     await run(api)
-    assert {j.state for j in await api.c.store.job_get_many(job_ids=ids)} == {J.QUARANTINED}
+    assert {j.state for j in await api.c.store.jobs.get_many(job_ids=ids)} == {J.QUARANTINED}
 
 
 async def test_tenants_are_kept_apart(api: Api) -> None:
@@ -115,7 +115,7 @@ async def test_tenants_are_kept_apart(api: Api) -> None:
         )
     ).json()
     await run(api)
-    states = {j.id: j.state for j in await api.c.store.job_get_many(job_ids=mine + theirs)}
+    states = {j.id: j.state for j in await api.c.store.jobs.get_many(job_ids=mine + theirs)}
     assert [states[i] for i in mine] == [J.QUEUED, J.QUEUED]
     assert [states[i] for i in theirs] == [J.QUARANTINED, J.QUARANTINED]
     b = api.as_("b-op")

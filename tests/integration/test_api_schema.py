@@ -42,7 +42,7 @@ _client = client.Client(
 
 
 async def _ready() -> str:
-    await _db.migrate()
+    await _db.database.migrate()
     _, secret = await _client.token_create(name="schema", tenant=None, role="admin")
     await _client.submit(spec={}, executor="noop")
     return secret

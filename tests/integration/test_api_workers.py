@@ -34,7 +34,7 @@ async def register(api: Api, app: App) -> None:
     from corral.worker import Worker
 
     w = Worker(app, db=api.c.store, settings=api.c.settings, clk=api.c.clock)
-    await api.c.store.worker_register(worker=w.info(), now=api.c.clock.now(), since=api.c.since())
+    await api.c.store.workers.register(worker=w.info(), now=api.c.clock.now(), since=api.c.since())
 
 
 def task_job(**kw: Any) -> dict[str, Any]:
@@ -90,7 +90,7 @@ async def test_parked_jobs_are_listed_per_tenant_and_released_by_hand(api: Api) 
     r = await api.http.post(f"/api/v1/jobs/{a['id']}/release", headers=api.as_("a-op"))
     assert r.status_code == 409  # queued now, not parked
     # A released job is not parked again by itself, though no worker reads it yet.
-    assert await api.c.store.jobs_park_unread(now=api.c.clock.now(), since=api.c.since()) == 0
+    assert await api.c.store.workers.park_unread(now=api.c.clock.now(), since=api.c.since()) == 0
 
 
 async def test_the_workers_are_shown_to_a_token_of_every_tenant_only(api: Api) -> None:

@@ -115,11 +115,11 @@ async def test_recovery_stops_the_pod_of_a_workflow_deleted_without_propagation(
     # its attempt was marked lost and the job ran again.
     now = clock.SystemClock().now()
     spec = wf.validate_spec({"image": IMAGE, "command": ["sleep", "30"]})
-    await db.job_submit(new=[model.NewJob(executor="argo", spec=spec)], now=now)
-    [claimed] = await db.job_claim(now=now, limit=1, executors=["argo"])
+    await db.jobs.submit(new=[model.NewJob(executor="argo", spec=spec)], now=now)
+    [claimed] = await db.jobs.claim(now=now, limit=1, executors=["argo"])
     launched = launching.build_launch(claimed, reach=launching.Reach(), deadline_seconds=None)
     await wf.launch(launched)
-    await db.attempt_record_running(fences=[claimed.attempt.id], now=now)
+    await db.attempts.record_running(fences=[claimed.attempt.id], now=now)
     await running(cluster, launched.name)
     cluster.api.remove(kube_api.WORKFLOWS, NS, launched.name, "Orphan")
     r = reconciler.Reconciler(

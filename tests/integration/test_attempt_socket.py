@@ -44,7 +44,7 @@ async def test_a_process_job_heartbeats_and_checkpoints_through_the_socket(
     assert "CORRAL_DATABASE_URL" not in env
     assert stat.S_ISSOCK(os.stat(sock).st_mode)
     assert stat.S_IMODE(os.stat(sock).st_mode) == 0o666  # any job's user: the token decides
-    assert await corral.client.store.checkpoint_load(job_id=job_id) == (
+    assert await corral.client.store.sinks.checkpoint_load(job_id=job_id) == (
         view.attempts[0].id,
         {"step": 2},
     )
@@ -143,8 +143,8 @@ async def _claimed_job(db: store.Store) -> tuple[int, int]:
     """A job with a payload whose first attempt runs: its id and that attempt's fence."""
     now = datetime.now(UTC)
     new = model.NewJob(executor="process", spec={"command": ["true"]}, payload={"n": 1})
-    [(job_id, _)] = await db.job_submit(new=[new], now=now)
-    [claimed] = await db.job_claim(now=now, limit=1, executors=["process"])
+    [(job_id, _)] = await db.jobs.submit(new=[new], now=now)
+    [claimed] = await db.jobs.claim(now=now, limit=1, executors=["process"])
     return job_id, claimed.attempt.id
 
 

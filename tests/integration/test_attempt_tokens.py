@@ -31,7 +31,7 @@ class Setup:
     async def running(self, **job: Any) -> model.Claimed:
         """A job submitted and claimed: its current attempt."""
         await self.c.submit(executor="noop", spec={}, max_attempts=3, **job)
-        [claimed] = await self.c.store.job_claim(
+        [claimed] = await self.c.store.jobs.claim(
             now=self.c.clock.now(), limit=1, executors=["noop"]
         )
         return claimed
@@ -76,7 +76,7 @@ def test_the_environment_has_the_token_and_never_the_database_url_with_an_api() 
 
 async def test_an_attempt_calls_with_its_token_until_a_newer_attempt_exists(setup: Setup) -> None:
     claimed = await setup.running(payload={"n": 1})
-    await setup.c.store.attempt_record_running(
+    await setup.c.store.attempts.record_running(
         fences=[claimed.attempt.id], now=setup.c.clock.now(), reason="test"
     )
     async with setup.api(await setup.token(claimed)) as api:
@@ -94,9 +94,9 @@ async def test_an_attempt_calls_with_its_token_until_a_newer_attempt_exists(setu
 
     # The attempt fails; the job retries under a new fence: the old token is refused.
     failed = Finish(claimed.attempt.id, A.FAILED, 1, "boom")
-    await setup.c.store.attempt_finish(finishes=[failed], now=setup.c.clock.now())
+    await setup.c.store.attempts.finish(finishes=[failed], now=setup.c.clock.now())
     setup.c.clock.advance(3600)  # type: ignore[attr-defined]
-    [newer] = await setup.c.store.job_claim(now=setup.c.clock.now(), limit=1, executors=["noop"])
+    [newer] = await setup.c.store.jobs.claim(now=setup.c.clock.now(), limit=1, executors=["noop"])
     assert newer.attempt.id > claimed.attempt.id
     async with setup.api(await setup.token(claimed)) as stale:
         for call in (
@@ -109,7 +109,7 @@ async def test_an_attempt_calls_with_its_token_until_a_newer_attempt_exists(setu
         ):
             with pytest.raises(errors.StaleFence, match="is stale"):
                 await call
-    assert await setup.c.store.checkpoint_load(job_id=claimed.job.id) == (
+    assert await setup.c.store.sinks.checkpoint_load(job_id=claimed.job.id) == (
         claimed.attempt.id,
         {"page": 3},
     ), "the stale attempt changed nothing"
@@ -152,7 +152,7 @@ async def test_an_attempt_reads_and_swaps_its_own_tenant_s_pointers_only(setup: 
         assert await api.pointer_get("reports") == b_reports
     async with setup.api(await setup.token(theirs)) as api:
         assert await api.pointer_get("reports") == a_reports, "a's pointer did not move"
-    got = await setup.c.store.pointer_get(dataset="reports", tenant="a")
+    got = await setup.c.store.sinks.pointer_get(dataset="reports", tenant="a")
     assert got == a_reports
 
 

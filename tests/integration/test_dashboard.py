@@ -6,6 +6,7 @@ actions from a preview, live pages over server-sent events, and failed sign-ins 
 from __future__ import annotations
 
 import asyncio
+import functools
 import re
 from collections.abc import AsyncIterator
 from datetime import datetime, timedelta
@@ -92,7 +93,7 @@ async def test_every_form_needs_the_session_s_csrf_token(
     by_header = await http.post(f"/ui/jobs/{job_id}/cancel", headers={"X-CSRF-Token": token})
     assert by_header.status_code == 303
     assert (await c.job(job_id)).job.state == J.CANCELLED
-    audited = await c.store.audit_list(tenant="a")
+    audited = await c.store.tokens.audit_list(tenant="a")
     assert [(a.action, a.details["by"]) for a in audited] == [("jobs.cancel", "ada")]
 
 
@@ -141,7 +142,7 @@ async def test_a_token_signs_in_and_a_submitted_command_becomes_a_job(
     refused = await http.post("/ui/jobs", data={"csrf": csrf(page), "command": "echo hi"})
     assert refused.status_code == 403
     assert "tenant &#39;a&#39; is not granted &#39;process&#39;" in refused.text
-    assert await c.store.job_list(states=[], limit=10) == []
+    assert await c.store.jobs.list(model.JobFilter(states=[]), limit=10) == []
     # Granted (once its jobs can run as strangers), the box is offered and makes a job.
     c.settings = granting(c.settings, "process", tenant="a")
     page = await http.get("/ui/jobs")
@@ -170,10 +171,10 @@ async def test_the_overview_shows_pools_in_use_and_failing_schedules(
     shown = (await http.get("/ui/")).text
     assert re.search(r"<td>backfill</td><td>0</td><td>2</td>", shown)
     assert "None: every schedule" in shown
-    [claimed] = await c.store.job_claim(now=c.clock.now(), limit=1, executors=["noop"])
+    [claimed] = await c.store.jobs.claim(now=c.clock.now(), limit=1, executors=["noop"])
     assert claimed.job.id == fired
     failed = Finish(claimed.attempt.id, A.FAILED, 2, "exit 2", model.FailureClass.PERMANENT)
-    await c.store.attempt_finish(finishes=[failed], now=c.clock.now())
+    await c.store.attempts.finish(finishes=[failed], now=c.clock.now())
     assert isinstance(c.clock, FrozenClock)
     c.clock.advance(shown_overview.KEEP_SECONDS)  # what was read is kept that long
     failing = (await http.get("/ui/")).text
@@ -185,16 +186,20 @@ async def test_the_overview_counts_each_state_up_to_a_cap(
 ) -> None:
     for tenant in ("a", "a", "a", "b"):
         await c.submit(**NOOP, tenant=tenant)
-    assert (await db.job_count_capped(tenant="a"))[J.QUEUED] == (3, False)
-    assert (await db.job_count_capped(tenant=None))[J.QUEUED] == (4, False)
-    capped = await db._read(overview.job_count_capped, tenant=None, cap=2)
+    assert (await db.jobs.count_capped(tenant="a"))[J.QUEUED] == (3, False)
+    assert (await db.jobs.count_capped(tenant=None))[J.QUEUED] == (4, False)
+    capped = await db.database.read(
+        functools.partial(overview.job_count_capped, tenant=None, cap=2)
+    )
     assert capped[J.QUEUED] == (2, True)
     assert capped[J.SUCCEEDED] == (0, False)
     for _ in range(3):  # newer than every job of a's: a's count must not depend on them
         await c.submit(**NOOP, tenant="b")
-    mine = await db._read(overview.job_count_capped, tenant="a", cap=2)
+    mine = await db.database.read(functools.partial(overview.job_count_capped, tenant="a", cap=2))
     assert mine[J.QUEUED] == (2, True), "a tenant's own jobs, however old"
-    assert (await db._read(overview.job_count_capped, tenant="b", cap=5))[J.QUEUED] == (4, False)
+    assert (
+        await db.database.read(functools.partial(overview.job_count_capped, tenant="b", cap=5))
+    )[J.QUEUED] == (4, False)
 
 
 def count_of(page: str, state: model.JobState) -> str:
@@ -367,7 +372,7 @@ async def test_retry_all_quarantined_from_a_preview(
     assert (await c.job(theirs[0])).job.state == J.QUARANTINED
     listed = (await http.get("/ui/operations")).text
     assert f'href="{where}"' in listed
-    audited = await c.store.audit_list(tenant="a")
+    audited = await c.store.tokens.audit_list(tenant="a")
     assert [(a.action, a.details["total"]) for a in audited] == [("operations.start", 2)]
 
 
@@ -444,7 +449,7 @@ async def ended(c: client.Client, to: model.JobState, at: datetime, tenant: str 
     """A job of `tenant` that ended in `to` at `at`."""
     job_id, _ = await c.submit(**NOOP, tenant=tenant)
     for frm, nxt in ((J.QUEUED, J.RUNNING), (J.RUNNING, to)):
-        await c.store.transition(
+        await c.store.events.transition(
             entity="job", ids=[job_id], expected=frm, to=nxt, now=at, reason="test"
         )
 
@@ -462,13 +467,13 @@ async def test_job_ends_are_counted_per_bucket_of_a_window(
     await ended(c, J.SUCCEEDED, since + 60 * minute)  # after it
     await ended(c, J.SUCCEEDED, since + minute, tenant="b")
     await ended(c, J.CANCELLED, since + minute)  # not an end the charts count
-    mine = await db.job_ends_counted(tenant="a", since=since, width=minute, buckets=60)
+    mine = await db.jobs.ends_counted(tenant="a", since=since, width=minute, buckets=60)
     assert len(mine) == 60
     assert (mine[0], mine[29], mine[59]) == ((1, 0), (0, 1), (1, 1))
     assert sum(ok + bad for ok, bad in mine) == 4
-    every = await db.job_ends_counted(tenant=None, since=since, width=minute, buckets=60)
+    every = await db.jobs.ends_counted(tenant=None, since=since, width=minute, buckets=60)
     assert every[1] == (1, 0)
-    hourly = await db.job_ends_counted(
+    hourly = await db.jobs.ends_counted(
         tenant="a", since=since - timedelta(hours=1), width=timedelta(hours=1), buckets=2
     )
     assert hourly == [(1, 0), (2, 2)]
@@ -496,7 +501,9 @@ async def test_the_overview_charts_job_ends_and_shows_retry_budgets(
     assert "<script" not in shown.split("</head>", 1)[1]  # drawn on the server
     assert 'id="budgets"' not in shown  # queues are every tenant's: not for a tenant
     budget = retry.Budget.from_settings(c.settings)
-    await c.store._tx(budgets.budget_take, queue="q", n=3, now=now, budget=budget)
+    await c.store.database.tx(
+        functools.partial(budgets.budget_take, queue="q", n=3, now=now, budget=budget)
+    )
     await http.post("/ui/sign-out", data={"csrf": csrf(await http.get("/ui/jobs"))})
     await sign_in(http, name="root", password="correct horse")
     every = (await http.get("/ui/")).text

@@ -67,7 +67,7 @@ def row_lock(url: str) -> Iterator[Any]:
 
 
 async def submitted(db: store.Store) -> int:
-    [(job_id, _)] = await db.job_submit(
+    [(job_id, _)] = await db.jobs.submit(
         new=[model.NewJob(executor="noop", spec={})], now=FrozenClock().now()
     )
     return job_id
@@ -87,7 +87,7 @@ def show(conn: Connection) -> dict[str, str]:
 
 
 async def test_every_connection_carries_the_limits_on_both_ends(db: store.Store) -> None:
-    assert await db._tx(show) == {
+    assert await db.database.tx(show) == {
         "statement_timeout": "1s",
         "lock_timeout": "300ms",
         "idle_in_transaction_session_timeout": "1500ms",
@@ -96,7 +96,7 @@ async def test_every_connection_carries_the_limits_on_both_ends(db: store.Store)
         "tcp_keepalives_interval": "1",
         "tcp_keepalives_count": "2",
     }
-    raw = db.engine.raw_connection()
+    raw = db.database.engine.raw_connection()
     try:
         libpq = raw.dbapi_connection.info.get_parameters()  # type: ignore[union-attr]
     finally:
@@ -111,7 +111,7 @@ async def test_every_connection_carries_the_limits_on_both_ends(db: store.Store)
 async def test_the_default_limits_are_on_when_none_are_given(url: str) -> None:
     db = store.Store.connect(url)
     try:
-        found = await db._tx(show)
+        found = await db.database.tx(show)
     finally:
         await db.close()
     assert (found["statement_timeout"], found["lock_timeout"]) == ("10s", "2s")
@@ -120,9 +120,11 @@ async def test_the_default_limits_are_on_when_none_are_given(url: str) -> None:
 async def test_options_of_the_url_are_kept_and_its_own_timeouts_refused(url: str) -> None:
     db = store.Store.connect(url + "?options=-c%20search_path%3Dpublic%2Cpg_catalog")
     try:
-        path = await db._tx(lambda conn: conn.execute(text("SHOW search_path")).scalar_one())
+        path = await db.database.tx(
+            lambda conn: conn.execute(text("SHOW search_path")).scalar_one()
+        )
         assert path == "public,pg_catalog"
-        assert (await db._tx(show))["statement_timeout"] == "10s"
+        assert (await db.database.tx(show))["statement_timeout"] == "10s"
     finally:
         await db.close()
     with pytest.raises(errors.ConfigError, match="timeouts.database_connect_timeout"):
@@ -136,14 +138,14 @@ async def test_a_lock_wait_longer_than_the_lock_timeout_fails_fast_naming_it(
     row_lock(job_id)
     began = time.monotonic()
     with pytest.raises(errors.StoreError) as caught:
-        await db.job_cancel(job_id=job_id, now=FrozenClock().now(), reason="test")
+        await db.jobs.cancel(job_id=job_id, now=FrozenClock().now(), reason="test")
     assert time.monotonic() - began < 3
     assert not isinstance(caught.value, errors.StoreUnavailable)
     assert "job_cancel waited too long for a lock (timeouts.database_lock_timeout, 300ms)" in str(
         caught.value
     )
     row_lock.release()
-    assert (await db.job_get(job_id=job_id)).state == model.JobState.QUEUED
+    assert (await db.jobs.get(job_id=job_id)).state == model.JobState.QUEUED
 
 
 async def test_a_hot_path_lock_wait_fails_fast_naming_it(db: store.Store, url: str) -> None:
@@ -151,7 +153,7 @@ async def test_a_hot_path_lock_wait_fails_fast_naming_it(db: store.Store, url: s
     a settle that waits on a locked attempt longer than the lock timeout names it."""
     clock = FrozenClock()
     job_id = await submitted(db)
-    [claimed] = await db.job_claim(now=clock.now(), limit=1, executors=["noop"])
+    [claimed] = await db.jobs.claim(now=clock.now(), limit=1, executors=["noop"])
     engine = create_engine(url)
     with engine.connect() as conn, conn.begin():
         conn.execute(
@@ -159,16 +161,16 @@ async def test_a_hot_path_lock_wait_fails_fast_naming_it(db: store.Store, url: s
         )
         began = time.monotonic()
         with pytest.raises(errors.StoreError) as caught:
-            await db.attempt_settle(launched=[claimed.attempt.id], finishes=[], now=clock.now())
+            await db.attempts.settle(launched=[claimed.attempt.id], finishes=[], now=clock.now())
         assert time.monotonic() - began < 3
     engine.dispose()
     assert not isinstance(caught.value, errors.StoreUnavailable)
     assert "pg_settle waited too long for a lock (timeouts.database_lock_timeout, 300ms)" in str(
         caught.value
     )
-    ran, _ = await db.attempt_settle(launched=[claimed.attempt.id], finishes=[], now=clock.now())
+    ran, _ = await db.attempts.settle(launched=[claimed.attempt.id], finishes=[], now=clock.now())
     assert ran == [claimed.attempt.id]
-    assert (await db.job_get(job_id=job_id)).state == model.JobState.RUNNING
+    assert (await db.jobs.get(job_id=job_id)).state == model.JobState.RUNNING
 
 
 async def test_a_statement_longer_than_the_statement_timeout_is_stopped_naming_it(
@@ -179,7 +181,7 @@ async def test_a_statement_longer_than_the_statement_timeout_is_stopped_naming_i
 
     began = time.monotonic()
     with pytest.raises(errors.StoreError, match=r"sleepy was cancelled \(timeouts.database_state"):
-        await db._tx(sleepy)
+        await db.database.tx(sleepy)
     assert time.monotonic() - began < 5
 
 
@@ -192,10 +194,10 @@ async def test_a_client_idle_too_long_in_a_transaction_is_ended_by_the_server(
         conn.execute(text("SELECT 1"))
 
     with pytest.raises(errors.StoreError) as caught:
-        await db._tx(dawdle)
+        await db.database.tx(dawdle)
     assert "dawdle stayed idle too long inside its transaction" in str(caught.value)
     assert "(timeouts.database_idle_timeout, 1.5s)" in str(caught.value)
-    assert await db._tx(lambda conn: conn.execute(text("SELECT 2")).scalar_one()) == 2
+    assert await db.database.tx(lambda conn: conn.execute(text("SELECT 2")).scalar_one()) == 2
 
 
 async def test_a_connection_lost_mid_call_or_refused_is_unavailable(db: store.Store) -> None:
@@ -203,15 +205,15 @@ async def test_a_connection_lost_mid_call_or_refused_is_unavailable(db: store.St
         conn.execute(text("SELECT pg_terminate_backend(pg_backend_pid())"))
 
     with pytest.raises(errors.StoreUnavailable, match="cannot be reached"):
-        await db._tx(cut)
-    assert await db._tx(lambda conn: conn.execute(text("SELECT 3")).scalar_one()) == 3
+        await db.database.tx(cut)
+    assert await db.database.tx(lambda conn: conn.execute(text("SELECT 3")).scalar_one()) == 3
     with pytest.raises(errors.StoreError) as caught:
-        await db._tx(lambda conn: conn.execute(text("SELECT 1/0")))
+        await db.database.tx(lambda conn: conn.execute(text("SELECT 1/0")))
     assert not isinstance(caught.value, errors.StoreUnavailable)  # a working server said no
     closed = store.Store.connect(f"postgresql+psycopg://postgres@127.0.0.1:{free_port()}/test")
     try:
         with pytest.raises(errors.StoreUnavailable, match="Connection refused"):
-            await closed.check_schema()
+            await closed.database.check_schema()
     finally:
         await closed.close()
 
@@ -234,7 +236,7 @@ async def test_a_call_past_the_backstop_is_given_up_with_one_line_and_rolled_bac
     caplog.set_level(logging.INFO, logger="corral")
     began = time.monotonic()
     with pytest.raises(errors.StoreUnavailable) as caught:
-        await db.job_cancel(job_id=job_id, now=FrozenClock().now(), reason="test")
+        await db.jobs.cancel(job_id=job_id, now=FrozenClock().now(), reason="test")
     assert time.monotonic() - began < 3
     assert str(caught.value).endswith(
         "job_cancel got no answer in time (timeouts.database_transaction_timeout, 500ms); given up"
@@ -252,7 +254,7 @@ async def test_a_call_past_the_backstop_is_given_up_with_one_line_and_rolled_bac
     assert len([r for r in caplog.records if r.name.startswith("corral")]) == 1
     again = store.Store.connect(url)
     try:
-        assert (await again.job_get(job_id=job_id)).state == model.JobState.QUEUED
+        assert (await again.jobs.get(job_id=job_id)).state == model.JobState.QUEUED
     finally:
         await again.close()
 
@@ -272,16 +274,16 @@ async def test_calls_queued_behind_given_up_ones_are_given_up_too_then_work_agai
         job_id = await submitted(db)
         row_lock(job_id)
         now = FrozenClock().now()
-        calls = [db.job_cancel(job_id=job_id, now=now, reason="test") for _ in range(7)]
+        calls = [db.jobs.cancel(job_id=job_id, now=now, reason="test") for _ in range(7)]
         found = await asyncio.gather(*calls, return_exceptions=True)
         assert all(isinstance(f, errors.StoreUnavailable) for f in found), found
         row_lock.release()
         # Five were running (the store's threads), two were still queued and never ran.
-        assert await db.job_get(job_id=job_id) is not None  # the threads are free again
+        assert await db.jobs.get(job_id=job_id) is not None  # the threads are free again
     finally:
         await db.close()
     again = store.Store.connect(url)
     try:
-        assert (await again.job_get(job_id=job_id)).state == model.JobState.QUEUED
+        assert (await again.jobs.get(job_id=job_id)).state == model.JobState.QUEUED
     finally:
         await again.close()

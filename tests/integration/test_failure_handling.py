@@ -231,7 +231,7 @@ async def test_keep_alive_stops_a_superseded_attempt(corral: Corral) -> None:
 
     a = await eventually(running, what="its attempt running")
     now = corral.client.clock.now()
-    assert await corral.client.store.attempt_supersede(fences=[a.id], now=now, reason="test")
+    assert await corral.client.store.attempts.supersede(fences=[a.id], now=now, reason="test")
     told: list[str] = []
     attempt = worker.CurrentAttempt(job_id, 1, a.id, a.launch_name, "default", None)
     settings = config.Settings(database_url=corral.database_url)

@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from corral import client, config, scheduler, scheduling, store
+from corral import client, config, model, scheduler, scheduling, store
 from corral.alerts import rules
 from corral.executors import registry
 from corral.testing import FrozenClock
@@ -54,7 +54,7 @@ async def test_an_executor_not_granted_is_refused_at_every_door_of_the_api(
     _refused(await http.post("/api/v1/jobs", json=job), kind)
     _refused(await http.post("/api/v1/jobs", json=[job]), kind)
     _refused(await http.post("/api/v1/schedules", json={"name": "s", "every": "1m", **job}), kind)
-    assert await c.store.job_list(states=[], limit=10) == []
+    assert await c.store.jobs.list(model.JobFilter(states=[]), limit=10) == []
     assert await c.schedules() == []
     # The operator's schedule of tenant b, and the operator's job: a tenant may not fire,
     # backfill, re-run or re-point them at what it is not granted.
@@ -103,11 +103,11 @@ async def test_a_tenant_s_schedule_fires_only_while_its_grant_holds(
     ops = await c.firings("ops", tenant="b")
     assert len(ops) == len(before) + 1
     assert {f.outcome for f in ops} == {scheduling.FiringOutcome.FIRED}
-    news = [e for e, _ in (await c.store.alert_events(after=0, limit=1000)).found if e.job_id == 0]
+    news = [e for e, _ in (await c.store.alerts.events(after=0, limit=1000)).found if e.job_id == 0]
     [refused] = [e for e in news if e.to_state == "refused"]
     assert refused.details["schedule"] == "mine"
     said = rules.happening(refused, None)
     assert said is not None
     assert (said.cause, said.tenant) == ("refused", "b")
-    jobs = await c.store.job_list(states=[], limit=100)
+    jobs = await c.store.jobs.list(model.JobFilter(states=[]), limit=100)
     assert len(jobs) == len(before) + len(ops)  # none for the refused firing

@@ -31,13 +31,13 @@ async def test_each_loop_calls_its_hook_after_every_round_failed_ones_too(
 ) -> None:
     url = f"sqlite:///{tmp_path / 'corral.db'}"
     db = store.Store.connect(url)
-    await db.migrate()
+    await db.database.migrate()
 
     async def unreachable(**_: Any) -> Any:
         raise errors.StoreError("the database cannot be reached")
 
-    monkeypatch.setattr(db, "job_claim", unreachable)
-    monkeypatch.setattr(db, "attempt_list_for_recovery", unreachable)
+    monkeypatch.setattr(db.jobs, "claim", unreachable)
+    monkeypatch.setattr(db.attempts, "list_for_recovery", unreachable)
     parts: dict[str, Any] = {
         "store": db,
         "executors": {"noop": NoopExecutor()},

@@ -374,7 +374,7 @@ async def test_a_job_that_fails_twice_then_succeeds_is_retried_with_one_key(
     ex = http.build(settings, frozen)
     await ex.start()
     d = dispatcher.Dispatcher(store=db, executors={"http": ex}, clock=frozen, settings=settings)
-    [(job_id, _)] = await db.job_submit(
+    [(job_id, _)] = await db.jobs.submit(
         new=[model.NewJob(executor="http", spec={"url": receiver.url("/flaky")}, max_attempts=5)],
         now=frozen.now(),
     )
@@ -386,9 +386,9 @@ async def test_a_job_that_fails_twice_then_succeeds_is_retried_with_one_key(
             d.completions.offer(await asyncio.wait_for(anext(events), PATIENCE))
             await d.completions.flush()
             frozen.advance(600)  # past any backoff
-        job = await db.job_get(job_id=job_id)
-        attempts = await db.attempt_list(job_id=job_id)
-        logs = await db.run_logs(job_id=job_id)
+        job = await db.jobs.get(job_id=job_id)
+        attempts = await db.attempts.list(job_id=job_id)
+        logs = await db.runlogs.of_job(job_id=job_id)
     finally:
         await ex.close()
     assert job.state == model.JobState.SUCCEEDED
@@ -429,7 +429,7 @@ async def test_an_http_attempt_is_running_before_its_request_is_sent(
     ids: list[int] = []
 
     async def look(request: web.Request) -> web.StreamResponse:
-        [attempt] = await db.attempt_list(job_id=ids[0])
+        [attempt] = await db.attempts.list(job_id=ids[0])
         states_when_sent.append(attempt.state)
         return web.Response(text="ok")
 
@@ -439,7 +439,7 @@ async def test_an_http_attempt_is_running_before_its_request_is_sent(
     ex = http.build(settings, frozen)
     await ex.start()
     d = dispatcher.Dispatcher(store=db, executors={"http": ex}, clock=frozen, settings=settings)
-    [(job_id, _)] = await db.job_submit(
+    [(job_id, _)] = await db.jobs.submit(
         new=[model.NewJob(executor="http", spec={"url": receiver.url("/look")})], now=frozen.now()
     )
     ids.append(job_id)
@@ -452,7 +452,7 @@ async def test_an_http_attempt_is_running_before_its_request_is_sent(
         await ex.close()
     assert (tick.launched, tick.recorded) == (1, 0)  # recorded before, not after
     assert states_when_sent == [model.AttemptState.RUNNING]
-    assert (await db.job_get(job_id=job_id)).state == model.JobState.SUCCEEDED
+    assert (await db.jobs.get(job_id=job_id)).state == model.JobState.SUCCEEDED
 
 
 async def test_a_request_cut_short_by_a_crash_is_lost_then_retried_under_a_new_fence(
@@ -473,7 +473,7 @@ async def test_a_request_cut_short_by_a_crash_is_lost_then_retried_under_a_new_f
     receiver.answers["/hook"] = hook
     frozen = FrozenClock()
     settings = local_settings(retry={"seed": 1})
-    [(job_id, _)] = await db.job_submit(
+    [(job_id, _)] = await db.jobs.submit(
         new=[model.NewJob(executor="http", spec={"url": receiver.url("/hook")})], now=frozen.now()
     )
     first = http.build(settings, frozen)
@@ -492,7 +492,7 @@ async def test_a_request_cut_short_by_a_crash_is_lost_then_retried_under_a_new_f
     events = second.events()
     try:
         await r.run_once()
-        [attempt] = await db.attempt_list(job_id=job_id)
+        [attempt] = await db.attempts.list(job_id=job_id)
         assert attempt.state == model.AttemptState.RUNNING  # not yet sure: it waits
         assert len(receiver.seen) == 1  # and it is not sent again
         frozen.advance(settings.timeouts.recovery_grace.total_seconds() + 1)
@@ -503,9 +503,9 @@ async def test_a_request_cut_short_by_a_crash_is_lost_then_retried_under_a_new_f
         await d.completions.flush()
     finally:
         await second.close()
-    attempts = await db.attempt_list(job_id=job_id)
+    attempts = await db.attempts.list(job_id=job_id)
     assert [a.state for a in attempts] == [model.AttemptState.LOST, model.AttemptState.SUCCEEDED]
-    assert (await db.job_get(job_id=job_id)).state == model.JobState.SUCCEEDED
+    assert (await db.jobs.get(job_id=job_id)).state == model.JobState.SUCCEEDED
     assert {s["headers"]["Idempotency-Key"] for s in receiver.seen} == {f"corral-job-{job_id}"}
     assert [int(s["headers"]["Corral-Fence"]) for s in receiver.seen] == [a.id for a in attempts]
 
@@ -518,17 +518,17 @@ async def test_recovery_records_a_launching_request_running_before_it_sends_it(
     states_when_sent: list[str] = []
 
     async def late(request: web.Request) -> web.StreamResponse:
-        [attempt] = await db.attempt_list(job_id=job_id)
+        [attempt] = await db.attempts.list(job_id=job_id)
         states_when_sent.append(attempt.state)
         return web.Response(text="ok")
 
     receiver.answers["/late"] = late
     frozen = FrozenClock()
     settings = local_settings()
-    [(job_id, _)] = await db.job_submit(
+    [(job_id, _)] = await db.jobs.submit(
         new=[model.NewJob(executor="http", spec={"url": receiver.url("/late")})], now=frozen.now()
     )
-    claimed = await db.job_claim(
+    claimed = await db.jobs.claim(
         now=frozen.now(),
         limit=1,
         executors=["http"],
@@ -549,7 +549,7 @@ async def test_recovery_records_a_launching_request_running_before_it_sends_it(
     finally:
         await ex.close()
     assert obs.phase is launching.Phase.SUCCEEDED
-    [attempt] = await db.attempt_list(job_id=job_id)
+    [attempt] = await db.attempts.list(job_id=job_id)
     assert attempt.state == model.AttemptState.RUNNING  # its outcome is the dispatcher's to write
     assert [s["path"] for s in receiver.seen] == ["/late"]
     assert states_when_sent == [model.AttemptState.RUNNING]
@@ -576,7 +576,7 @@ async def test_a_429_with_retry_after_holds_the_retry_that_long(
     ex = http.build(settings, frozen)
     await ex.start()
     d = dispatcher.Dispatcher(store=db, executors={"http": ex}, clock=frozen, settings=settings)
-    made = await db.job_submit(
+    made = await db.jobs.submit(
         new=[
             model.NewJob(executor="http", spec={"url": receiver.url("/busy")}),
             model.NewJob(executor="http", spec={"url": receiver.url("/very-busy")}),
@@ -591,7 +591,7 @@ async def test_a_429_with_retry_after_holds_the_retry_that_long(
         await d.completions.flush()
     finally:
         await ex.close()
-    busy, very_busy = [await db.job_get(job_id=job_id) for job_id, _ in made]
+    busy, very_busy = [await db.jobs.get(job_id=job_id) for job_id, _ in made]
     assert (busy.state, very_busy.state) == (model.JobState.QUEUED, model.JobState.QUEUED)
     assert (busy.run_at - frozen.now()).total_seconds() == pytest.approx(90, abs=1)
     assert (very_busy.run_at - frozen.now()).total_seconds() == pytest.approx(600, abs=1)
@@ -604,7 +604,7 @@ async def test_a_job_s_status_rule_retries_a_404_that_would_quarantine_it(
     frozen = FrozenClock()
     settings = local_settings()
     rule = {"on_http_statuses": {"operator": "In", "values": [404]}, "action": "retry"}
-    made = await db.job_submit(
+    made = await db.jobs.submit(
         new=[
             model.NewJob(
                 executor="http",
@@ -626,7 +626,7 @@ async def test_a_job_s_status_rule_retries_a_404_that_would_quarantine_it(
         await d.completions.flush()
     finally:
         await ex.close()
-    ruled, plain = [await db.job_get(job_id=job_id) for job_id, _ in made]
+    ruled, plain = [await db.jobs.get(job_id=job_id) for job_id, _ in made]
     assert (ruled.state, plain.state) == (model.JobState.QUEUED, model.JobState.QUARANTINED)
 
 
@@ -687,10 +687,10 @@ async def test_requests_are_signed_with_the_tenant_s_secrets_through_a_rotation(
     overlap = timedelta(hours=24)
     old = "whsec_" + base64.b64encode(b"o" * 32).decode()
     new = "whsec_" + base64.b64encode(b"n" * 32).decode()
-    await db.secret_add(
+    await db.tokens.secret_add(
         tenant="acme", secret=old, now=keys_clock.now(), overlap=overlap, rotate=False
     )
-    await db.secret_add(
+    await db.tokens.secret_add(
         tenant="acme", secret=new, now=keys_clock.now(), overlap=overlap, rotate=True
     )
     async with executor() as ex:
@@ -721,29 +721,29 @@ async def test_requests_are_signed_with_the_tenant_s_secrets_through_a_rotation(
 
 
 async def test_a_secret_is_made_once_and_rotated_after(db: store.Store, clock: FrozenClock) -> None:
-    await db.secret_add(
+    await db.tokens.secret_add(
         tenant="t", secret="whsec_a", now=clock.now(), overlap=timedelta(hours=1), rotate=False
     )
     with pytest.raises(errors.InvalidInput, match="corral secrets rotate"):
-        await db.secret_add(
+        await db.tokens.secret_add(
             tenant="t", secret="whsec_b", now=clock.now(), overlap=timedelta(hours=1), rotate=False
         )
     with pytest.raises(errors.InvalidInput, match="corral secrets create"):
-        await db.secret_add(
+        await db.tokens.secret_add(
             tenant="u", secret="whsec_c", now=clock.now(), overlap=timedelta(hours=1), rotate=True
         )
-    await db.secret_add(
+    await db.tokens.secret_add(
         tenant="t", secret="whsec_b", now=clock.now(), overlap=timedelta(hours=1), rotate=True
     )
-    assert await db.secrets_signing(tenants=["t", "u"], now=clock.now()) == {
+    assert await db.tokens.secrets_signing(tenants=["t", "u"], now=clock.now()) == {
         "t": ["whsec_b", "whsec_a"]
     }
-    listed = await db.secrets_list(tenant="t", now=clock.now())
+    listed = await db.tokens.secrets_list(tenant="t", now=clock.now())
     assert [s.retires_at is None for s in listed] == [False, True]
     assert all(s.fingerprint.startswith("sha256:") and "whsec" not in s.fingerprint for s in listed)
     clock.advance(3601)
-    assert await db.secrets_signing(tenants=["t"], now=clock.now()) == {"t": ["whsec_b"]}
-    assert len(await db.secrets_list(tenant=None, now=clock.now())) == 1
+    assert await db.tokens.secrets_signing(tenants=["t"], now=clock.now()) == {"t": ["whsec_b"]}
+    assert len(await db.tokens.secrets_list(tenant=None, now=clock.now())) == 1
 
 
 async def test_a_redirect_to_another_host_carries_no_credential(receiver: Receiver) -> None:
@@ -811,7 +811,7 @@ async def test_a_stopping_dispatcher_waits_for_requests_in_flight(
     wall = clock.SystemClock()
     ex = http.build(settings, wall)
     await ex.start()
-    [(job_id, _)] = await db.job_submit(
+    [(job_id, _)] = await db.jobs.submit(
         new=[model.NewJob(executor="http", spec={"url": receiver.url("/slow")})], now=wall.now()
     )
     d = dispatcher.Dispatcher(store=db, executors={"http": ex}, clock=wall, settings=settings)
@@ -825,7 +825,7 @@ async def test_a_stopping_dispatcher_waits_for_requests_in_flight(
         await asyncio.wait_for(running, PATIENCE)
     finally:
         await ex.close()
-    assert (await db.job_get(job_id=job_id)).state == model.JobState.SUCCEEDED
+    assert (await db.jobs.get(job_id=job_id)).state == model.JobState.SUCCEEDED
     assert len(receiver.seen) == 1
 
 
@@ -925,12 +925,12 @@ async def test_binary_output_is_kept_without_its_nul_bytes(db: store.Store) -> N
     """PostgreSQL's JSON cannot hold a NUL: a response or a process that prints one must
     still have its end written, the NUL replaced."""
     frozen = FrozenClock()
-    await db.job_submit(new=[model.NewJob(executor="noop", spec={})], now=frozen.now())
-    [c] = await db.job_claim(now=frozen.now(), limit=1, executors=["noop"])
+    await db.jobs.submit(new=[model.NewJob(executor="noop", spec={})], now=frozen.now())
+    [c] = await db.jobs.claim(now=frozen.now(), limit=1, executors=["noop"])
     binary = launching.RunLog(streams=(launching.Stream("stdout", "a\x00b", 3),))
     done = store.Finish(c.attempt.id, model.AttemptState.SUCCEEDED, 0, None, output=binary)
-    await db.attempt_settle(launched=[], finishes=[done], now=frozen.now())
-    [kept] = (await db.run_logs(job_id=c.job.id)).values()
+    await db.attempts.settle(launched=[], finishes=[done], now=frozen.now())
+    [kept] = (await db.runlogs.of_job(job_id=c.job.id)).values()
     assert kept.streams[0].text == "a\ufffdb"
 
 
@@ -971,7 +971,7 @@ async def test_a_drain_that_fails_does_not_keep_the_dispatcher_from_stopping(
 
     monkeypatch.setattr(ex, "drain", broken)
     await ex.start()
-    [(job_id, _)] = await db.job_submit(
+    [(job_id, _)] = await db.jobs.submit(
         new=[model.NewJob(executor="http", spec={"url": receiver.url("/held")})], now=wall.now()
     )
     d = dispatcher.Dispatcher(store=db, executors={"http": ex}, clock=wall, settings=settings)
@@ -984,7 +984,7 @@ async def test_a_drain_that_fails_does_not_keep_the_dispatcher_from_stopping(
     finally:
         await ex.close()
         released.set()
-    [attempt] = await db.attempt_list(job_id=job_id)
+    [attempt] = await db.attempts.list(job_id=job_id)
     assert attempt.state == model.AttemptState.RUNNING
     assert "http: could not drain: drain broke" in caplog.text
 

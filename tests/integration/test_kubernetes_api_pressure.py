@@ -175,11 +175,11 @@ async def test_recovery_stops_the_pod_of_a_job_deleted_without_propagation(
     # while its attempt was marked lost and the job ran again.
     now = clock.SystemClock().now()
     spec = ex.validate_spec({"image": "busybox:1.36", "command": ["sleep", "30"]})
-    await db.job_submit(new=[model.NewJob(executor="kubernetes", spec=spec)], now=now)
-    [claimed] = await db.job_claim(now=now, limit=1, executors=["kubernetes"])
+    await db.jobs.submit(new=[model.NewJob(executor="kubernetes", spec=spec)], now=now)
+    [claimed] = await db.jobs.claim(now=now, limit=1, executors=["kubernetes"])
     launched = launching.build_launch(claimed, reach=launching.Reach(), deadline_seconds=None)
     await ex.launch(launched)
-    await db.attempt_record_running(fences=[claimed.attempt.id], now=now)
+    await db.attempts.record_running(fences=[claimed.attempt.id], now=now)
 
     def pod() -> dict[str, Any] | None:
         return next(iter(cluster.api.objects(kube_api.PODS)), None)

@@ -106,7 +106,7 @@ class Corral:
 
 async def migrated(settings: config.Settings) -> None:
     db = store.Store.connect(settings.database_url)
-    await db.migrate()
+    await db.database.migrate()
     await db.close()
 
 
@@ -261,13 +261,13 @@ async def running_attempt(
     db: store.Store, frozen: FrozenClock, settings: config.Settings, ex: Any, command: list[str]
 ) -> model.Claimed:
     """A job claimed, launched on the double and recorded running; then corral "stops"."""
-    await db.job_submit(
+    await db.jobs.submit(
         new=[model.NewJob(executor=ex.kind, spec={"image": IMAGE, "command": command})],
         now=frozen.now(),
     )
-    [claimed] = await db.job_claim(now=frozen.now(), limit=1, executors=[ex.kind])
+    [claimed] = await db.jobs.claim(now=frozen.now(), limit=1, executors=[ex.kind])
     await ex.launch(base.launch_for(claimed, settings, frozen.now()))
-    await db.attempt_record_running(fences=[claimed.attempt.id], now=frozen.now())
+    await db.attempts.record_running(fences=[claimed.attempt.id], now=frozen.now())
     return claimed
 
 
@@ -324,7 +324,7 @@ async def test_a_job_that_finished_while_corral_was_down_is_settled_by_recovery(
     frozen.advance(11)  # past its lease: recovery looks at it
     summary = await rec.run_once()
     assert summary.completed == 1
-    [attempt] = await db.attempt_list(job_id=c.job.id)
+    [attempt] = await db.attempts.list(job_id=c.job.id)
     assert (attempt.state, attempt.exit_code) == (A.FAILED, 4)
 
 
@@ -338,15 +338,15 @@ async def test_a_job_ttl_deleted_while_corral_was_down_is_lost_with_an_event(
     cluster.jobs.ttl_expire("default", name)  # its outcome is gone with it
     frozen.advance(11)
     await rec.run_once()
-    [attempt] = await db.attempt_list(job_id=c.job.id)
+    [attempt] = await db.attempts.list(job_id=c.job.id)
     assert attempt.state == A.RUNNING, "absent for a moment is no proof: not a success, no retry"
     frozen.advance(30)  # past recovery_grace
     await rec.run_once()
-    [attempt, *_] = await db.attempt_list(job_id=c.job.id)
+    [attempt, *_] = await db.attempts.list(job_id=c.job.id)
     assert attempt.state == A.LOST, "never a silent success"
-    events = [e.reason for e in await db.event_list(job_id=c.job.id)]
+    events = [e.reason for e in await db.events.list(job_id=c.job.id)]
     assert any("lost: not on the platform past recovery_grace" in r for r in events), events
-    job = await db.job_get(job_id=c.job.id)
+    job = await db.jobs.get(job_id=c.job.id)
     assert job.state is J.QUEUED, "retried, and the run log says why"
 
 
@@ -364,10 +364,10 @@ async def test_a_launch_cut_short_before_its_payload_config_map_is_finished_by_r
         "command": command,
         "env": {"EXPECTED": launching.payload_json(payload)},
     }
-    await db.job_submit(
+    await db.jobs.submit(
         new=[model.NewJob(executor="kubernetes", spec=spec, payload=payload)], now=frozen.now()
     )
-    [claimed] = await db.job_claim(now=frozen.now(), limit=1, executors=["kubernetes"])
+    [claimed] = await db.jobs.claim(now=frozen.now(), limit=1, executors=["kubernetes"])
     name = claimed.attempt.launch_name
     cluster.api["post /api/v1/namespaces/default/configmaps"][:4] << 503 << {"code": 503}
     with pytest.raises(errors.ExecutorError, match="ConfigMap"):
@@ -381,7 +381,7 @@ async def test_a_launch_cut_short_before_its_payload_config_map_is_finished_by_r
     assert [o["uid"] for o in config_map["metadata"]["ownerReferences"]] == [job_uid]
     await finished(ex, name)
     assert (await ex.observe([name]))[name].phase is P.SUCCEEDED, "it read its payload"
-    [attempt] = await db.attempt_list(job_id=claimed.job.id)
+    [attempt] = await db.attempts.list(job_id=claimed.job.id)
     assert attempt.state == A.RUNNING, "adopted: its finish is the dispatcher's to apply"
 
 
@@ -392,11 +392,11 @@ async def test_a_launch_cut_short_before_its_token_secret_is_finished_by_recover
     (CreateContainerConfigError) gets it when recovery launches the attempt again."""
     cluster, db, ex, frozen, settings, rec = down_with_api
     command = ["sh", "-c", 'test -n "$CORRAL_ATTEMPT_TOKEN" && test -n "$CORRAL_API_URL"']
-    await db.job_submit(
+    await db.jobs.submit(
         new=[model.NewJob(executor="kubernetes", spec={"image": IMAGE, "command": command})],
         now=frozen.now(),
     )
-    [claimed] = await db.job_claim(now=frozen.now(), limit=1, executors=["kubernetes"])
+    [claimed] = await db.jobs.claim(now=frozen.now(), limit=1, executors=["kubernetes"])
     name = claimed.attempt.launch_name
     cluster.api["post /api/v1/namespaces/default/secrets"][:4] << 503 << {"code": 503}
     with pytest.raises(errors.ExecutorError, match="Secret"):
@@ -476,10 +476,10 @@ async def test_a_stopped_attempt_ends_only_once_its_pod_is_gone(
     frozen.advance(1)
     summary = await rec.run_once()
     assert summary.stopping == 1
-    [attempt] = await db.attempt_list(job_id=c.job.id)
+    [attempt] = await db.attempts.list(job_id=c.job.id)
     assert attempt.state == A.RUNNING, "not ended while its pod runs"
-    assert (await db.job_get(job_id=c.job.id)).state is J.RUNNING, "no retry beside it"
-    stopping = [e for e in await db.event_list(job_id=c.job.id) if "stopping" in e.reason]
+    assert (await db.jobs.get(job_id=c.job.id)).state is J.RUNNING, "no retry beside it"
+    stopping = [e for e in await db.events.list(job_id=c.job.id) if "stopping" in e.reason]
     assert len(stopping) == 1, "said once"
     assert "Terminating" in stopping[0].reason or "Running" in stopping[0].reason
     gate.touch()  # the pod ends
@@ -487,12 +487,12 @@ async def test_a_stopped_attempt_ends_only_once_its_pod_is_gone(
     frozen.advance(1)
     summary = await rec.run_once()
     assert summary.stopping == 0
-    [attempt, *_] = await db.attempt_list(job_id=c.job.id)
+    [attempt, *_] = await db.attempts.list(job_id=c.job.id)
     assert attempt.state == A.FAILED
     assert "timed out" in (attempt.reason or "")
-    assert (await db.job_get(job_id=c.job.id)).state is J.QUEUED, "retried now"
+    assert (await db.jobs.get(job_id=c.job.id)).state is J.QUEUED, "retried now"
     # Its pod's log, read before it was stopped (gone since): why it ran so long.
-    output = (await db.run_logs(job_id=c.job.id))[attempt.id]
+    output = (await db.runlogs.of_job(job_id=c.job.id))[attempt.id]
     stream = output.stream(kube_objects.LOG_STREAM)
     assert stream is not None
     assert stream.text == "loaded 40 rows\n"
@@ -509,9 +509,9 @@ async def test_a_pod_that_outlives_its_whole_grace_no_longer_holds_its_attempt(
     frozen.advance(61)  # past termination_grace (60 s) and the margin
     summary = await rec.run_once()
     assert summary.stopping == 0
-    [attempt, *_] = await db.attempt_list(job_id=c.job.id)
+    [attempt, *_] = await db.attempts.list(job_id=c.job.id)
     assert attempt.state == A.FAILED
-    assert (await db.job_get(job_id=c.job.id)).state is J.QUEUED
+    assert (await db.jobs.get(job_id=c.job.id)).state is J.QUEUED
 
 
 async def _gone(ex: Any, name: str) -> bool:
@@ -526,7 +526,7 @@ async def test_a_late_stop_still_gives_the_pod_its_whole_grace(
     db = down_slow[1]
     c, summary = await overdue_and_stopping(down_slow, lingers(tmp_path / "gate"), late=60)
     assert summary.stopping == 1
-    [attempt] = await db.attempt_list(job_id=c.job.id)
+    [attempt] = await db.attempts.list(job_id=c.job.id)
     assert attempt.state == A.RUNNING, "its pod has just had SIGTERM"
 
 
@@ -546,18 +546,18 @@ async def test_a_restarted_recovery_does_not_take_a_stopping_attempt_for_lost(
     frozen.advance(70)  # past recovery_grace (90 s from its start)
     summary = await fresh.run_once()
     assert (summary.lost, summary.stopping) == (0, 1)
-    [attempt] = await db.attempt_list(job_id=c.job.id)
+    [attempt] = await db.attempts.list(job_id=c.job.id)
     assert attempt.state == A.RUNNING
     gate.touch()
     name = c.attempt.launch_name
     await eventually(lambda: _gone(ex, name), what=f"{name}'s pod ended", every=0.1)
     frozen.advance(1)
     await fresh.run_once()
-    [attempt, *_] = await db.attempt_list(job_id=c.job.id)
+    [attempt, *_] = await db.attempts.list(job_id=c.job.id)
     if ex.kind == "kubernetes":
         assert attempt.state == A.LOST
         assert "its pods were stopped" in (attempt.reason or "")
     else:
         assert attempt.state == A.FAILED
         assert "timed out" in (attempt.reason or "")
-    assert (await db.job_get(job_id=c.job.id)).state is J.QUEUED
+    assert (await db.jobs.get(job_id=c.job.id)).state is J.QUEUED

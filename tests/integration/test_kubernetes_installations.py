@@ -133,17 +133,17 @@ async def test_an_upgrade_labels_what_the_earlier_corral_made_and_loses_none_of_
     identity, labels it and its pod; an unlabelled one the store does not hold (another
     installation's) is left as it is."""
     db = store.Store.connect(f"sqlite:///{tmp_path}/corral.db")
-    await db.migrate()
+    await db.database.migrate()
     frozen = FrozenClock()
     try:
-        await db.job_submit(
+        await db.jobs.submit(
             new=[model.NewJob(executor=kind, spec={"image": IMAGE, "command": ["sleep", "30"]})],
             now=frozen.now(),
         )
-        [claimed] = await db.job_claim(now=frozen.now(), limit=1, executors=[kind])
-        await db.attempt_record_running(fences=[claimed.attempt.id], now=frozen.now())
+        [claimed] = await db.jobs.claim(now=frozen.now(), limit=1, executors=[kind])
+        await db.attempts.record_running(fences=[claimed.attempt.id], now=frozen.now())
         name = claimed.attempt.launch_name
-        installation = await db.installation()
+        installation = await db.database.installation()
         async with kube_api.cluster() as cluster:
             async with executor(MADE[kind], cluster, None) as old:
                 await old.launch(base.launch_for(claimed, settings(), frozen.now()))
@@ -191,12 +191,12 @@ async def test_an_upgrade_that_also_changed_the_name_prefix_leaves_the_old_objec
     """Objects an earlier corral made under another name prefix are not this one's names:
     they are left unlabelled, said once a look, and not looked for again every pass."""
     db = store.Store.connect(f"sqlite:///{tmp_path}/corral.db")
-    await db.migrate()
+    await db.database.migrate()
     frozen = FrozenClock()
     try:
         spec = {"image": IMAGE, "command": ["sleep", "30"]}
-        await db.job_submit(new=[model.NewJob(executor="kubernetes", spec=spec)], now=frozen.now())
-        [claimed] = await db.job_claim(now=frozen.now(), limit=1, executors=["kubernetes"])
+        await db.jobs.submit(new=[model.NewJob(executor="kubernetes", spec=spec)], now=frozen.now())
+        [claimed] = await db.jobs.claim(now=frozen.now(), limit=1, executors=["kubernetes"])
         async with kube_api.cluster() as cluster:
             async with executor(kubernetes.KubernetesExecutor, cluster, None) as old:
                 await old.launch(base.launch_for(claimed, settings(), frozen.now()))
@@ -215,12 +215,12 @@ async def test_an_upgrade_that_also_changed_the_name_prefix_leaves_the_old_objec
 
 async def test_the_store_makes_one_installation_id_and_keeps_it(tmp_path: Path) -> None:
     db = store.Store.connect(f"sqlite:///{tmp_path}/corral.db")
-    await db.migrate()
+    await db.database.migrate()
     try:
-        first = await db.installation()
+        first = await db.database.installation()
         assert re.fullmatch("[0-9a-f]{16}", first)
         assert model.label_problem(model.INSTALLATION, first) is None
-        await db.migrate()
-        assert await db.installation() == first
+        await db.database.migrate()
+        assert await db.database.installation() == first
     finally:
         await db.close()

@@ -53,13 +53,13 @@ def test_four_dispatcher_processes_run_every_job_exactly_once(pg_url: str, tmp_p
 async def _submit(url: str) -> None:
     db = store.Store.connect(url)
     jobs = [model.NewJob(executor="noop", spec={}) for _ in range(JOBS)]
-    await db.job_submit(new=jobs, now=SystemClock().now())
+    await db.jobs.submit(new=jobs, now=SystemClock().now())
     await db.close()
 
 
 async def _tally(url: str) -> tuple[dict[str, int], dict[int, int]]:
     db = store.Store.connect(url)
-    counts = await db.job_count_by_state()
-    jobs = await db.job_list(limit=JOBS + 10)
+    counts = await db.jobs.count_by_state()
+    jobs = await db.jobs.list(limit=JOBS + 10)
     await db.close()
     return counts, dict(Counter(j.attempt_count for j in jobs))

@@ -137,7 +137,7 @@ async def test_a_scrape_after_a_dispatcher_ran_shows_its_latencies_and_the_jobs_
     # The live jobs, as the store has them: the refused launch's job runs (its attempt is
     # left launching for recovery); finished jobs are not shown.
     expected: dict[tuple[str, str], int] = {}
-    for job in await db.job_list(states=list(J), limit=100):
+    for job in await db.jobs.list(model.JobFilter(states=list(J)), limit=100):
         if job.state not in (J.SUCCEEDED, J.FAILED, J.CANCELLED):
             expected[(job.state.value, job.queue)] = (
                 expected.get((job.state.value, job.queue), 0) + 1
@@ -157,12 +157,12 @@ async def test_the_retry_budget_is_shown_per_queue(api: Scraper, db: store.Store
     c, clock = api.c, api.c.clock
     assert isinstance(clock, FrozenClock)
     await c.submit(spec={}, executor="noop", queue="flaky", max_attempts=3)
-    [claimed] = await db.job_claim(now=clock.now(), limit=1, executors=["noop"])
+    [claimed] = await db.jobs.claim(now=clock.now(), limit=1, executors=["noop"])
     failed = store.Finish(claimed.attempt.id, A.FAILED, 1, "exited with code 1")
-    await db.attempt_finish(
+    await db.attempts.finish(
         finishes=[failed], now=clock.now(), retry=retry.Retry.from_settings(c.settings)
     )
-    buckets = await db.budget_list()
+    buckets = await db.jobs.budgets()
     assert "flaky" in buckets
     scraped = await api.scrape()
     shown = scraped[("corral_retry_budget_tokens", (("queue", "flaky"),))]
@@ -189,7 +189,7 @@ async def test_the_reconciler_counts_its_repairs_by_kind(db: store.Store) -> Non
     c = client.Client(store=db, executors=executors, settings=settings, clock=clock)
     for _ in range(3):
         await c.submit(spec={}, executor="noop")
-    await db.job_claim(now=clock.now(), limit=3, executors=["noop"])  # then "crashed"
+    await db.jobs.claim(now=clock.now(), limit=3, executors=["noop"])  # then "crashed"
     clock.advance(settings.timeouts.launch_grace.total_seconds() + 1)
     kinds = [f for f in recovery.Pass.__dataclass_fields__ if f not in ("looked", "waiting")]
     before = {k: value("corral_repairs_total", kind=k) for k in kinds}

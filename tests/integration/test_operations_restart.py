@@ -50,8 +50,8 @@ async def test_an_operation_killed_mid_way_is_finished_by_the_next_process_once(
         model.NewJob(executor="process", spec={"command": ["true"]}, queue="bulk")
         for _ in range(JOBS)
     ]
-    ids = [job_id for job_id, _ in await db.job_submit(new=new, now=clock.now())]
-    op = await db.operation_create(
+    ids = [job_id for job_id, _ in await db.jobs.submit(new=new, now=clock.now())]
+    op = await db.operations.create(
         tenant=None,
         action=model.BulkAction.CANCEL,
         given=model.JobFilter(queue="bulk"),
@@ -63,7 +63,7 @@ async def test_an_operation_killed_mid_way_is_finished_by_the_next_process_once(
     site = Site(tmp_path, db_url)
 
     async def progress() -> model.Operation:
-        return await db.operation_get(operation_id=op.id)
+        return await db.operations.get(operation_id=op.id)
 
     first = _api(site)
     try:
@@ -92,7 +92,7 @@ async def test_an_operation_killed_mid_way_is_finished_by_the_next_process_once(
         0,
     )
     for job_id in ids:
-        cancels = [e for e in await db.event_list(job_id=job_id) if e.to_state == "cancelled"]
+        cancels = [e for e in await db.events.list(job_id=job_id) if e.to_state == "cancelled"]
         assert len(cancels) == 1, f"job {job_id}: {cancels}"
 
 
@@ -116,8 +116,8 @@ async def test_corral_serve_without_the_api_runs_bulk_operations_too(
         model.NewJob(executor="process", spec={"command": ["true"]}, queue="bulk", run_at=later)
         for _ in range(5)
     ]
-    await db.job_submit(new=new, now=clock.now())
-    op = await db.operation_create(
+    await db.jobs.submit(new=new, now=clock.now())
+    op = await db.operations.create(
         tenant=None,
         action=model.BulkAction.CANCEL,
         given=model.JobFilter(queue="bulk"),
@@ -128,7 +128,7 @@ async def test_corral_serve_without_the_api_runs_bulk_operations_too(
     )
 
     async def progress() -> model.Operation:
-        return await db.operation_get(operation_id=op.id)
+        return await db.operations.get(operation_id=op.id)
 
     serving = Site(tmp_path, db_url).start("serve")
     try:

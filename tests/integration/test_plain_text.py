@@ -51,7 +51,7 @@ async def test_a_job_with_text_no_database_holds_is_refused_naming_the_field(
             named = field if isinstance(sent, dict) else f"1.{field}"
             assert answer.json()["field"] == named, answer.json()
             assert kind.lower() in answer.json()["error"].lower() or "NUL" in answer.text
-        assert await db.job_list(states=[], limit=10) == []
+        assert await db.jobs.list(model.JobFilter(states=[]), limit=10) == []
 
 
 async def test_a_token_name_with_a_lone_surrogate_is_refused(db: store.Store) -> None:
@@ -63,7 +63,7 @@ async def test_a_token_name_with_a_lone_surrogate_is_refused(db: store.Store) ->
         )
         assert answer.status_code == 422, answer.text
         assert answer.json()["field"] == "name"
-        assert [t.name for t in await api.c.store.token_list()] == ["admin"]
+        assert [t.name for t in await api.c.store.tokens.list()] == ["admin"]
 
 
 async def test_malformed_json_is_the_body_s_fault_with_where_it_broke(db: store.Store) -> None:
@@ -83,9 +83,9 @@ async def test_malformed_json_is_the_body_s_fault_with_where_it_broke(db: store.
 async def test_a_surrogate_stored_before_is_shown_escaped_never_a_500(
     db: store.Store,
 ) -> None:
-    if db.dialect != "sqlite":
+    if db.database.dialect != "sqlite":
         pytest.skip("PostgreSQL never stored one: its JSONB refuses \\ud800")
-    [(job_id, _)] = await db.job_submit(
+    [(job_id, _)] = await db.jobs.submit(
         new=[model.NewJob(executor="noop", spec={}, tenant="a", payload={"n": "x\ud800"})],
         now=FrozenClock().now(),
     )

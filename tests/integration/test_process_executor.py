@@ -683,24 +683,24 @@ async def test_old_finished_runs_are_forgotten_only_once_the_store_holds_them_en
     from corral.store import Finish
 
     db = store.Store.connect(f"sqlite:///{tmp_path}/c.db")
-    await db.migrate()
+    await db.database.migrate()
     later = FrozenClock(datetime.now(UTC) + timedelta(days=8))
     ex = process.ProcessExecutor(root=tmp_path / "runs", clock=later, poll_interval=0.05)
     assert isinstance(ex, base.Forgets)
     assert ex.retention == timedelta(days=7)
     await ex.start()
     try:
-        await db.job_submit(new=[model.NewJob(executor="process", spec={})] * 3, now=later.now())
-        done, unread, busy = await db.job_claim(now=later.now(), limit=3, executors=["process"])
+        await db.jobs.submit(new=[model.NewJob(executor="process", spec={})] * 3, now=later.now())
+        done, unread, busy = await db.jobs.claim(now=later.now(), limit=3, executors=["process"])
         scripts = [(done, "true"), (unread, "true"), (busy, "sleep 30")]
         for c, script in scripts:
             launch = launching.build_launch(c, reach=launching.Reach(), deadline_seconds=None)
             await ex.launch(dataclasses.replace(launch, spec={"command": ["sh", "-c", script]}))
         fences = [c.attempt.id for c, _ in scripts]
-        await db.attempt_record_running(fences=fences, now=later.now())
+        await db.attempts.record_running(fences=fences, now=later.now())
         await wait_for(ex, done.attempt.launch_name)
         await wait_for(ex, unread.attempt.launch_name)
-        await db.attempt_finish(
+        await db.attempts.finish(
             finishes=[Finish(done.attempt.id, model.AttemptState.SUCCEEDED, 0, None)],
             now=later.now(),
         )
@@ -768,7 +768,7 @@ async def test_a_pass_reads_the_live_runs_and_no_finished_one(
     from corral import config, reconciler, store
 
     db = store.Store.connect(f"sqlite:///{tmp_path}/c.db")
-    await db.migrate()
+    await db.database.migrate()
     ex = process.ProcessExecutor(root=tmp_path / "runs", clock=clock.SystemClock())
     await ex.start()
     try:

@@ -23,8 +23,8 @@ async def test_a_fresh_reconciler_adopts_and_stops_orphans_from_labels(
     await first.start()
     spec = {"command": ["sleep", "30"]}
     jobs = [model.NewJob(executor="process", spec=spec) for _ in range(3)]
-    await db.job_submit(new=jobs, now=clock.now())
-    claimed = await db.job_claim(now=clock.now(), limit=3, executors=["process"])
+    await db.jobs.submit(new=jobs, now=clock.now())
+    claimed = await db.jobs.claim(now=clock.now(), limit=3, executors=["process"])
     for c in claimed:  # launched, then corral died before recording anything
         await first.launch(
             launching.build_launch(c, reach=launching.Reach(), deadline_seconds=None)
@@ -32,7 +32,7 @@ async def test_a_fresh_reconciler_adopts_and_stops_orphans_from_labels(
     await first.close()
     del first
     keep, cancel, adopt = claimed
-    await db.job_cancel(
+    await db.jobs.cancel(
         job_id=cancel.job.id, now=clock.now(), reason="cancelled while corral was down"
     )
 
@@ -46,7 +46,7 @@ async def test_a_fresh_reconciler_adopts_and_stops_orphans_from_labels(
     )
     summary = await r.run_once()
     assert (summary.adopted, summary.orphans_cancelled, summary.relaunched) == (2, 1, 0)
-    states = {a.job_id: a.state for c in claimed for a in await db.attempt_list(job_id=c.job.id)}
+    states = {a.job_id: a.state for c in claimed for a in await db.attempts.list(job_id=c.job.id)}
     assert states == {keep.job.id: A.RUNNING, cancel.job.id: A.CANCELLED, adopt.job.id: A.RUNNING}
     name = cancel.attempt.launch_name
 

@@ -31,7 +31,7 @@ async def test_a_user_signs_in_with_their_password_only(c: client.Client) -> Non
     assert again is not None
     assert again.csrf == session.csrf
     assert await c.session(secret + "x") is None
-    found = await c.store.user_password(name="ada")
+    found = await c.store.users.password(name="ada")
     assert found is not None
     assert found[1].startswith("$argon2id$")
 

@@ -16,6 +16,7 @@ import pytest
 
 from corral import config, model, policy, store, worker
 from corral.clock import SystemClock
+from corral.store import attempts, database
 from tests.support.wait import PATIENCE, eventually_sync
 
 A = model.AttemptState
@@ -30,12 +31,12 @@ async def _running(url: str, *, superseded: bool = False) -> worker.CurrentAttem
         now = SystemClock().now()
         stored = policy.job_policy(config.Settings(), {"heartbeat": True}).stored()
         new = model.NewJob(executor="process", spec={"command": ["true"]}, policy=stored)
-        await db.job_submit(new=[new], now=now)
+        await db.jobs.submit(new=[new], now=now)
         limits = store.DefaultLimits(timedelta(seconds=240), timedelta(seconds=60))
-        [c] = await db.job_claim(now=now, limit=1, executors=["process"], limits=limits)
-        await db.attempt_record_running(fences=[c.attempt.id], now=now)
+        [c] = await db.jobs.claim(now=now, limit=1, executors=["process"], limits=limits)
+        await db.attempts.record_running(fences=[c.attempt.id], now=now)
         if superseded:
-            await db.attempt_supersede(fences=[c.attempt.id], now=now, reason="a newer one")
+            await db.attempts.supersede(fences=[c.attempt.id], now=now, reason="a newer one")
     finally:
         await db.close()
     return worker.CurrentAttempt(c.job.id, 1, c.attempt.id, c.attempt.launch_name, None, None)
@@ -44,7 +45,7 @@ async def _running(url: str, *, superseded: bool = False) -> worker.CurrentAttem
 async def _attempt(url: str, attempt: worker.CurrentAttempt) -> model.Attempt:
     db = store.Store.connect(url)
     try:
-        found = await db.attempt_list(job_id=attempt.job_id)
+        found = await db.attempts.list(job_id=attempt.job_id)
         return next(a for a in found if a.id == attempt.fence)
     finally:
         await db.close()
@@ -68,15 +69,20 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
         return connect.__func__(cls, *args, **kwargs)  # type: ignore[attr-defined,no-any-return]
 
     def spy(name: str, method: Callable[..., Any]) -> Callable[..., Any]:
-        async def counting(self: store.Store, *args: Any, **kwargs: Any) -> Any:
+        async def counting(self: Any, *args: Any, **kwargs: Any) -> Any:
             count(name)
             return await method(self, *args, **kwargs)
 
         return counting
 
     monkeypatch.setattr(store.Store, "connect", classmethod(counting_connect))
-    for name in ("check_schema", "attempt_heartbeat", "close"):
-        monkeypatch.setattr(store.Store, name, spy(name, getattr(store.Store, name)))
+    spied = (
+        (database.Database, "check_schema", "check_schema"),
+        (attempts.Attempts, "heartbeat", "attempt_heartbeat"),
+        (store.Store, "close", "close"),
+    )
+    for owner, attribute, name in spied:
+        monkeypatch.setattr(owner, attribute, spy(name, getattr(owner, attribute)))
     return counted
 
 

@@ -108,7 +108,7 @@ async def c(fleet: Fleet) -> AsyncIterator[client.Client]:
 
 async def registered(c: client.Client, app_version: str, count: int = 1) -> None:
     async def there() -> bool:
-        live = await c.store.worker_list(since=c.since())
+        live = await c.store.workers.list(since=c.since())
         return sum(w.app_version == app_version for w in live) >= count
 
     await eventually(there, what=f"a worker of {app_version} registered")
@@ -161,7 +161,7 @@ async def test_a_rollout_and_a_rollback_lose_no_job_and_burn_no_attempt(
         for n in range(2)
     ]
     assert await all_in(c, late, J.PARKED)
-    parked = await c.store.parked_list(task="send-invoice")
+    parked = await c.store.workers.parked_list(task="send-invoice")
     assert [(p.job.id, p.needs_app_version) for p in parked] == [(i, "2.0.0") for i in late]
 
     fleet.start("v2")  # the fix rolls forward

@@ -106,7 +106,7 @@ async def running(
     stop = asyncio.Event()
     task = asyncio.create_task(worker.run(stop))
     await eventually(
-        lambda: db.worker_list(since=clk.now() - settings.timeouts.lease_timeout),
+        lambda: db.workers.list(since=clk.now() - settings.timeouts.lease_timeout),
         what="the worker registered",
     )
     try:
@@ -160,7 +160,7 @@ async def test_a_newer_payload_parks_without_an_attempt_and_drains_when_its_work
         view = await c.job(new[0])
         assert view.attempts == []
         assert view.job.attempt_count == 0
-        parked = await db.parked_list()
+        parked = await db.workers.parked_list()
         assert [p.job.id for p in parked] == new
         assert parked[0].needs_app_version is None  # no worker ever read version 2
         assert await states(c, [old]) == {J.SUCCEEDED}
@@ -200,7 +200,8 @@ async def test_a_worker_gone_silent_has_its_job_parked_when_no_live_worker_reads
     stop = asyncio.Event()
     task = asyncio.create_task(worker.run(stop))
     await eventually(
-        lambda: db.worker_list(since=clk.now() - settings.timeouts.lease_timeout), what="registered"
+        lambda: db.workers.list(since=clk.now() - settings.timeouts.lease_timeout),
+        what="registered",
     )
     job_id, _ = await c.submit(task="ping", payload={"n": 1})
     await asyncio.wait_for(started.wait(), 60)
@@ -250,7 +251,7 @@ async def test_a_stopping_worker_hands_back_what_it_runs_with_its_checkpoint_not
     old = Worker(app, db=db, settings=settings, clk=clk)
     stop = asyncio.Event()
     task = asyncio.create_task(old.run(stop))
-    await eventually(lambda: db.worker_list(since=c.since()), what="registered")
+    await eventually(lambda: db.workers.list(since=c.since()), what="registered")
     job_id, _ = await c.submit(task="export", payload={"pages": 6})
     await asyncio.wait_for(stuck_at_3.wait(), 60)
     stop.set()  # SIGTERM: stop claiming, let it finish within drain_timeout (it does not)
@@ -272,7 +273,7 @@ async def test_a_stopping_worker_hands_back_what_it_runs_with_its_checkpoint_not
     assert {f for f, p in seen if p >= 3} == {fences[1]}
     with pytest.raises(errors.StaleFence):  # the stopped run writes late: refused
         await first[0].save_checkpoint_async({"page": 99})
-    assert (await db.checkpoint_load(job_id=job_id)) == (fences[1], {"page": 6})
+    assert (await db.sinks.checkpoint_load(job_id=job_id)) == (fences[1], {"page": 6})
 
 
 async def test_a_cancel_reaches_the_running_task_through_the_store(
@@ -312,12 +313,12 @@ async def test_a_job_scheduled_today_runs_tomorrow_with_its_pinned_amount_and_th
         assert (await c.job(job_id)).job.state == J.SCHEDULED
         EMAILS[7] = "new@example.com"  # the source changes overnight
         clk.advance(timedelta(days=1).total_seconds())
-        await db.jobs_promote_due(now=clk.now(), limit=100)
+        await db.jobs.promote_due(now=clk.now(), limit=100)
         await eventually(lambda: all_in(c, [job_id], J.SUCCEEDED), what="sent")
     assert SENT == [{"by": "2.0.0", "cents": 1999, "email": "new@example.com"}]
     view = await c.job(job_id)
     assert any(e.reason == "fresh values resolved: email" for e in view.events)
-    log = (await db.run_logs(job_id=job_id))[view.attempts[0].id]
+    log = (await db.runlogs.of_job(job_id=job_id))[view.attempts[0].id]
     fresh = log.stream("fresh")
     assert fresh is not None
     assert "new@example.com" in fresh.text
@@ -364,11 +365,11 @@ async def test_a_worker_heard_from_again_after_a_silence_queues_what_parked_mean
     c: client.Client, db: store.Store, settings: config.Settings, clk: PausedClock
 ) -> None:
     worker = Worker(ping_app(), db=db, settings=settings, clk=clk)
-    await db.worker_register(worker=worker.info(), now=clk.now(), since=c.since())
+    await db.workers.register(worker=worker.info(), now=clk.now(), since=c.since())
     clk.advance(settings.timeouts.lease_timeout.total_seconds() + 1)  # silent past its lease
     job_id, _ = await c.submit(task="ping", task_version=1, payload={"n": 1})
     assert (await c.job(job_id)).job.state == J.PARKED  # nobody live reads it
-    await db.worker_beat(worker_id=worker.id, leases={}, now=clk.now(), since=c.since())
+    await db.workers.beat(worker_id=worker.id, leases={}, now=clk.now(), since=c.since())
     assert (await c.job(job_id)).job.state == J.QUEUED  # its reader is back
 
 
@@ -376,10 +377,10 @@ async def test_recovery_queues_a_parked_job_that_a_live_worker_reads(
     c: client.Client, db: store.Store, settings: config.Settings, clk: PausedClock
 ) -> None:
     worker = Worker(ping_app(), db=db, settings=settings, clk=clk)
-    await db.worker_register(worker=worker.info(), now=clk.now(), since=c.since())
+    await db.workers.register(worker=worker.info(), now=clk.now(), since=c.since())
     job_id, _ = await c.submit(task="ping", payload={"n": 1})
     # A park that raced the registration: it saw no live reader.
-    assert await db.jobs_park_unread(now=clk.now(), since=clk.now()) == 1
+    assert await db.workers.park_unread(now=clk.now(), since=clk.now()) == 1
     done = await Reconciler(store=db, executors={}, clock=clk, settings=settings).run_once()
     assert (done.parked, done.unparked) == (0, 1)
     assert (await c.job(job_id)).job.state == J.QUEUED
@@ -391,8 +392,8 @@ async def test_a_worker_of_one_queue_neither_reads_nor_releases_another_queue_s_
     job_id, _ = await c.submit(task="ping", task_version=1, payload={"n": 1}, queue="b")
     assert (await c.job(job_id)).job.state == J.PARKED
     worker = Worker(ping_app(), db=db, settings=settings, clk=clk, queues=("a",))
-    assert await db.worker_register(worker=worker.info(), now=clk.now(), since=c.since()) == 0
-    assert await db.jobs_unpark_read(now=clk.now(), since=c.since()) == 0
+    assert await db.workers.register(worker=worker.info(), now=clk.now(), since=c.since()) == 0
+    assert await db.workers.unpark_read(now=clk.now(), since=c.since()) == 0
     other, _ = await c.submit(task="ping", payload={"n": 2}, queue="b")
     assert (await c.job(other)).job.state == J.PARKED  # queue a's worker does not read b
 
@@ -404,7 +405,7 @@ async def test_an_end_the_store_refused_once_is_written_again(
     clk: PausedClock,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    real, failed = db.attempt_finish, []
+    real, failed = db.attempts.finish, []
 
     async def flaky(**kw: Any) -> Any:
         if not failed:
@@ -412,7 +413,7 @@ async def test_an_end_the_store_refused_once_is_written_again(
             raise errors.StoreError("database is locked")
         return await real(**kw)
 
-    monkeypatch.setattr(db, "attempt_finish", flaky)
+    monkeypatch.setattr(db.attempts, "finish", flaky)
     async with running(ping_app(), db, settings, clk):
         job_id, _ = await c.submit(task="ping", payload={"n": 1})
         await eventually(lambda: all_in(c, [job_id], J.SUCCEEDED), what="recorded after all")
@@ -492,7 +493,7 @@ async def test_jobs_claimed_ahead_go_back_uncharged_when_the_worker_stops(
     worker = Worker(app, db=db, settings=settings, clk=clk, concurrency=1, prefetch=2)
     stop = asyncio.Event()
     task = asyncio.create_task(worker.run(stop))
-    await eventually(lambda: db.worker_list(since=c.since()), what="registered")
+    await eventually(lambda: db.workers.list(since=c.since()), what="registered")
     ids = [(await c.submit(task="ping", payload={"n": n}))[0] for n in range(3)]
     await eventually(lambda: len(worker._ready) == 2, what="two held ahead of the one running")
     stop.set()
@@ -537,13 +538,13 @@ async def test_preflight_counts_the_payload_versions_of_jobs_and_of_schedules(
     c: client.Client, db: store.Store, settings: config.Settings, clk: PausedClock
 ) -> None:
     worker = Worker(app_v2(), db=db, settings=settings, clk=clk)
-    await db.worker_register(worker=worker.info(), now=clk.now(), since=c.since())
+    await db.workers.register(worker=worker.info(), now=clk.now(), since=c.since())
     await c.submit(task="send-invoice", task_version=1, payload={"customer_id": 1, "amount": 1})
     await c.submit(task="send-invoice", task_version=3, payload={"customer_id": 1})  # parks
     await c.schedule_create(
         "monthly", every="1h", task="send-invoice", payload={"customer_id": 7, "amount_cents": 9}
     )
-    found = await db.payload_versions(tasks=["send-invoice", "no-such-task"])
+    found = await db.workers.payload_versions(tasks=["send-invoice", "no-such-task"])
     assert found == {
         ("send-invoice", 1): {"queued": 1},
         ("send-invoice", 2): {"schedule": 1},

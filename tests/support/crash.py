@@ -105,7 +105,7 @@ async def _submit(url: str, cmd: str, count: int) -> list[int]:
     jobs = [
         model.NewJob(executor="process", spec={"command": ["sh", "-c", cmd]}) for _ in range(count)
     ]
-    ids = [job_id for job_id, _ in await db.job_submit(new=jobs, now=SystemClock().now())]
+    ids = [job_id for job_id, _ in await db.jobs.submit(new=jobs, now=SystemClock().now())]
     await db.close()
     return ids
 
@@ -178,9 +178,9 @@ async def _load(
     url: str, job_ids: Sequence[int]
 ) -> tuple[list[model.Job], list[model.Attempt], dict[int, list[model.Event]]]:
     db = store.Store.connect(url)
-    jobs = [await db.job_get(job_id=i) for i in job_ids]
-    attempts = [a for i in job_ids for a in await db.attempt_list(job_id=i)]
-    events = {i: await db.event_list(job_id=i) for i in job_ids}
+    jobs = [await db.jobs.get(job_id=i) for i in job_ids]
+    attempts = [a for i in job_ids for a in await db.attempts.list(job_id=i)]
+    events = {i: await db.events.list(job_id=i) for i in job_ids}
     await db.close()
     return jobs, attempts, events
 

@@ -6,7 +6,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from corral import config, dispatcher, store, timeouts
+from corral import config, dispatcher, model, store, timeouts
 from corral.clock import SystemClock
 from tests.support.noop import NoopExecutor
 
@@ -34,7 +34,7 @@ async def _run(url: str, ledger: Path, claim_batch_limit: int) -> None:
     )
     stop = asyncio.Event()
     runner = asyncio.create_task(d.run(stop))
-    while await db.job_list(states=["queued", "running"], limit=1):
+    while await db.jobs.list(model.JobFilter(states=["queued", "running"]), limit=1):
         await asyncio.sleep(0.05)
     stop.set()
     await runner

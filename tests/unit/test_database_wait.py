@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from corral import config, errors, runtime, store, timeouts
+from corral.store import database
 from corral.testing import FrozenClock
 from tests.support.noop import NoopExecutor
 
@@ -24,13 +25,13 @@ UNREACHABLE = "database postgresql+psycopg://corral@127.0.0.1:1/corral cannot be
 def settings(tmp_path: Path) -> config.Settings:
     url = f"sqlite:///{tmp_path / 'corral.db'}"
     db = store.Store.connect(url)
-    asyncio.run(db.migrate())
+    asyncio.run(db.database.migrate())
     asyncio.run(db.close())
     return config.Settings(database_url=url, state_dir=tmp_path / "state")
 
 
 class Schema:
-    """Store.check_schema, replaced: raises each of `outcomes` in turn (None: passes), then
+    """Database.check_schema, replaced: raises each of `outcomes` in turn (None: passes), then
     passes; notes the clock time of each try in `tries`, and calls `on_try` with its number."""
 
     def __init__(
@@ -42,7 +43,7 @@ class Schema:
     ) -> None:
         self.clock, self.left, self.on_try = clk, list(outcomes), on_try
         self.tries: list[float] = []
-        monkeypatch.setattr(store.Store, "check_schema", self.check)
+        monkeypatch.setattr(database.Database, "check_schema", self.check)
 
     async def check(self) -> None:
         self.tries.append(self.clock.monotonic())

@@ -449,7 +449,7 @@ def test_the_api_probes_healthz_and_readyz_and_they_answer(tmp_path: Path) -> No
 
     async def ask() -> dict[str, int]:
         db = store.Store.connect(f"sqlite:///{tmp_path / 'corral.db'}")
-        await db.migrate()
+        await db.database.migrate()
         c = client.Client(
             store=db, executors={}, settings=config.Settings(), clock=clock.SystemClock()
         )

@@ -105,7 +105,7 @@ class Alerter:
         A first alerter starts after the newest event: it alerts on what happens from
         now on, not on the whole history."""
         now = self.clock.now()
-        got = await self.store.alert_read(
+        got = await self.store.alerts.read(
             name=self.name, limit=BATCH, now=now, with_starts=self._starts
         )
         cursor, read = got.cursor, got.events
@@ -122,8 +122,8 @@ class Alerter:
 
     async def _start(self, now: datetime) -> None:
         """Set a first alerter's cursor at the newest event."""
-        start = await self.store.event_newest()
-        await self.store.alert_write(
+        start = await self.store.alerts.event_newest()
+        await self.store.alerts.write(
             name=self.name, read_from=0, read_to=start, messages=[], digested=[], now=now
         )
         log.info("alerter %s: alerts on what happens after event %d", self.name, start)
@@ -141,7 +141,7 @@ class Alerter:
         made = await self._plan(found, muted)
         opened = {k[1] for k, v in made.standing.items() if v.owes_recovery or v.streak}
         if opened - read.open:
-            more = await self.store.alert_successes(
+            more = await self.store.alerts.successes(
                 after=cursor, upto=upto, subjects=sorted(opened - read.open)
             )
             if more:
@@ -152,7 +152,7 @@ class Alerter:
         """Write what the events in (cursor, upto] made as the cursor moves to `upto`:
         False when another alerter moved it first (it wrote them)."""
         messages, digested = made.messages, made.digested
-        wrote = await self.store.alert_write(
+        wrote = await self.store.alerts.write(
             name=self.name,
             read_from=cursor,
             read_to=upto,
@@ -185,7 +185,7 @@ class Alerter:
             for name, rule in self.rules.items()
             if rules.matches(rule, h)
         ]
-        sent = await self.store.alert_sent(pairs=pairs)
+        sent = await self.store.alerts.sent(pairs=pairs)
         return rules.plan(
             seen, self.rules, {k: rules.Sent(*v) for k, v in sent.items()}, muted=muted
         )
@@ -222,14 +222,14 @@ class Alerter:
         room = IN_FLIGHT * max(len(self.channels), 1) - len(self._in_flight)
         if room <= 0:
             return 0
-        due = await self.store.alerts_claim(now=self.clock.now(), limit=room, lease=self._lease)
+        due = await self.store.alerts.claim(now=self.clock.now(), limit=room, lease=self._lease)
         for a in due:
             self._in_flight[a.id] = asyncio.create_task(self._deliver(a))
         return len(due)
 
     async def deliver_now(self, alert_id: int) -> None:
         """Deliver one message at once, whatever its time (`corral alerts test`)."""
-        for a in await self.store.alerts_claim(
+        for a in await self.store.alerts.claim(
             now=self.clock.now(), limit=1, lease=self._lease, ids=[alert_id]
         ):
             await self._deliver(a)
@@ -266,7 +266,7 @@ class Alerter:
         else:
             log.warning("alert %d to %s: try %d failed: %s", a.id, a.channel, a.tries + 1, error)
         try:
-            await self.store.alert_tried(alert_id=a.id, now=now, error=error, retry_at=retry_at)
+            await self.store.alerts.tried(alert_id=a.id, now=now, error=error, retry_at=retry_at)
         except errors.CorralError as exc:  # delivered at least once: it may go again
             log.error("alert %d: its try not recorded: %s", a.id, exc)
 

@@ -233,19 +233,18 @@ async def jobs_list(
     if tenant is not None and not who.sees(tenant):
         return answer({"jobs": [], "next": None})
     labels = _filter_checked(state or [], label or [])
-    found = await c.jobs(
+    given = model.JobFilter(
         states=state or [],
         queue=queue,
         tenant=tenant if tenant is not None else who.token.tenant,
         executor=executor,
         pool=pool,
         schedule=schedule,
-        labels=labels,
+        labels=labels or {},
         since=when(since, "since"),
         until=when(until, "until"),
-        before=before,
-        limit=limit,
     )
+    found = await c.jobs(given, before=before, limit=limit)
     return answer(
         {
             "jobs": shapes.job_dicts(found, times_as_they_are=True),

@@ -45,8 +45,11 @@ def jobs_list(
     """List the newest jobs."""
 
     async def go() -> list[model.Job]:
+        from corral import model
+
         async with state.connect(platforms=False) as c:
-            return await c.jobs(states=states, queue=queue, tenant=tenant, pool=pool, limit=limit)
+            given = model.JobFilter(states=states, queue=queue, tenant=tenant, pool=pool)
+            return await c.jobs(given, limit=limit)
 
     found = run(go())
     if as_json:

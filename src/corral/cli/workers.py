@@ -215,7 +215,7 @@ async def _work(
             prefetch=prefetch,
         )
         err.print(
-            f"worker {worker.id}: app {app.name} {app.version} on {db.url};"
+            f"worker {worker.id}: app {app.name} {app.version} on {db.database.url};"
             f" {len(app.tasks)} tasks, concurrency {concurrency}. SIGTERM drains and stops."
         )
         await worker.run(stop)

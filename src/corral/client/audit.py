@@ -23,7 +23,7 @@ class Audit(service.Service):
         details: Mapping[str, Any],
     ) -> None:
         """Write the audit row of a change made now."""
-        await self.store.audit_add(
+        await self.store.tokens.audit_add(
             at=self.clock.now(),
             token_id=token_id,
             tenant=tenant,
@@ -36,4 +36,4 @@ class Audit(service.Service):
         self, *, tenant: str | None = None, limit: int = 100
     ) -> list[access.AuditEntry]:
         """The newest audit rows, of `tenant` (None: of every tenant)."""
-        return await self.store.audit_list(tenant=tenant, limit=limit)
+        return await self.store.tokens.audit_list(tenant=tenant, limit=limit)

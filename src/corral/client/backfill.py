@@ -31,7 +31,7 @@ class Backfill(jobs.Jobs):
         (how many nominal times, 0) and nothing stored."""
         from corral import planning
 
-        old = await self.store.schedule_get(name=name, tenant=tenant)
+        old = await self.store.schedules.get(name=name, tenant=tenant)
         first = schedules.instant(start, "from", old.tz)
         last = schedules.instant(end, "to", old.tz)
         if last <= first:
@@ -55,7 +55,9 @@ class Backfill(jobs.Jobs):
     async def _backfill(
         self, schedule: scheduling.Schedule, fires: list[scheduling.Fire]
     ) -> tuple[int, int]:
-        return await self.store.backfill(schedule=schedule, fires=fires, now=self.clock.now())
+        return await self.store.schedules.backfill(
+            schedule=schedule, fires=fires, now=self.clock.now()
+        )
 
 
 def _chunks(fires: Iterable[scheduling.Fire], size: int) -> Iterator[list[scheduling.Fire]]:

@@ -15,17 +15,17 @@ class Counts(service.Service):
 
     async def jobs_live_count(self) -> dict[tuple[str, str], int]:
         """Jobs in each live state, by (state, queue)."""
-        return await self.store.job_count_live()
+        return await self.store.jobs.count_live()
 
     async def budgets(self) -> dict[str, retry.Bucket]:
         """Every queue's retry budget as stored (time's refill not added)."""
-        return await self.store.budget_list()
+        return await self.store.jobs.budgets()
 
     async def pools_running(
         self, pools: Sequence[str], *, tenant: str | None = None
     ) -> dict[str, int]:
         """The jobs running in each of `pools` (of `tenant`; None: of every tenant)."""
-        return await self.store.pool_running(pools=pools, tenant=tenant)
+        return await self.store.jobs.pool_running(pools=pools, tenant=tenant)
 
     async def overview(
         self,
@@ -39,7 +39,7 @@ class Counts(service.Service):
         """What the overview shows of `tenant` (None: every tenant): job ends counted over
         each span (since, bucket width, buckets), the newest `quarantined` jobs, the
         running jobs of `pools`, and (`budgets`) each queue's retry budget."""
-        return await self.store.overview_read(
+        return await self.store.jobs.overview(
             tenant=tenant,
             spans=[store.overview.Span(since, width, count) for since, width, count in spans],
             quarantined=quarantined,

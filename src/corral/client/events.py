@@ -15,9 +15,9 @@ class Events(service.Service):
     ) -> tuple[list[int], list[model.Event]]:
         """The ids of the next `limit` events after id `after` (of `job_id`, or of
         `tenant`), and those of them that can be shown."""
-        return await self.store.event_page(after=after, limit=limit, job_id=job_id, tenant=tenant)
+        return await self.store.events.page(after=after, limit=limit, job_id=job_id, tenant=tenant)
 
     async def event_newest(self) -> int:
         """The id of the newest event (0 for none): where a stream from now on starts. It
         also tells the database answers."""
-        return await self.store.event_newest()
+        return await self.store.alerts.event_newest()

@@ -25,7 +25,7 @@ class Explain(jobs.Jobs):
         slots = self.settings.pools.get(pool)
         if slots is None or view.job.state != model.JobState.QUEUED:
             return why(view, self.clock.now())
-        running = await self.store.pool_running(pools=[pool], tenant=tenant)
+        running = await self.store.jobs.pool_running(pools=[pool], tenant=tenant)
         return why(view, self.clock.now(), pool=(running.get(pool, 0), slots))
 
 

@@ -41,7 +41,7 @@ class _Logs:
 
     async def get(self, fence: int) -> launching.RunLog | None:
         if self.found is None:
-            self.found = await self.db.run_logs(job_id=self.job_id)
+            self.found = await self.db.runlogs.of_job(job_id=self.job_id)
         return self.found.get(fence)
 
 
@@ -158,8 +158,8 @@ class Follow(service.Service):
         tails: dict[int, _Tail | _Follow],
     ) -> AsyncIterator[LogPart]:
         while True:
-            job = await self.store.job_get(job_id=job_id)  # then its attempts: none missed
-            attempts = await self.store.attempt_list(job_id=job_id)
+            job = await self.store.jobs.get(job_id=job_id)  # then its attempts: none missed
+            attempts = await self.store.attempts.list(job_id=job_id)
             wanted = [a for a in attempts if attempt_no in (None, a.attempt_no)]
             logs = _Logs(self.store, job_id)  # read once an ended attempt needs them
             for a in wanted:

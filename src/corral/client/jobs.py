@@ -70,7 +70,7 @@ class Jobs(service.Service):
         `{"limits": {"attempt_deadline": "30s"}, "failure_rules": [{"on_exit_codes":
         {"operator": "In", "values": [3]}, "action": "fail"}]}`."""
         job = self.validate(await self.task_checked(self.new_job(**args)))
-        [(job_id, created)] = await self.store.job_submit(
+        [(job_id, created)] = await self.store.jobs.submit(
             new=[job], now=self.clock.now(), since=self.since()
         )
         return job_id, created
@@ -89,7 +89,7 @@ class Jobs(service.Service):
         stored: list[tuple[int, bool]] = []
         for start in range(0, len(jobs), batch):
             chunk = list(jobs[start : start + batch])
-            stored += await self.store.job_submit(
+            stored += await self.store.jobs.submit(
                 new=chunk, now=self.clock.now(), since=self.since()
             )
             if progress is not None:
@@ -105,7 +105,7 @@ class Jobs(service.Service):
         """Store jobs checked already (`validate`) in one transaction, with the audit rows
         `audit` makes of what was stored (audit_add's fields, and `at`); (job id, created)
         for each."""
-        return await self.store.job_submit(
+        return await self.store.jobs.submit(
             new=new, now=self.clock.now(), audit=audit, since=self.since()
         )
 
@@ -151,7 +151,7 @@ class Jobs(service.Service):
         if job.executor != python_tasks.PYTHON:
             return job
         task, version = python_tasks.task_of(job.spec)
-        schemas, newest = await self.store.task_schemas(task=task, since=self.since())
+        schemas, newest = await self.store.workers.task_schemas(task=task, since=self.since())
         if version == 0:
             if newest is None:
                 raise errors.InvalidInput(
@@ -162,7 +162,7 @@ class Jobs(service.Service):
             version = newest
         schema = schemas.get(version)
         if schema is None:
-            schema = await self.store.known_schema(task=task, version=version)
+            schema = await self.store.workers.known_schema(task=task, version=version)
         data = job.payload.get("data") if isinstance(job.payload, Mapping) else None
         if schema is not None and (problem := checks.schema_problem(schema, data)):
             raise errors.InvalidInput(
@@ -177,68 +177,44 @@ class Jobs(service.Service):
 
     async def job(self, job_id: int) -> JobView:
         """A job with its attempts and events; NotFound if there is none."""
-        return JobView(*await self.store.job_record(job_id=job_id))
+        return JobView(*await self.store.jobs.record(job_id=job_id))
 
     async def jobs(
-        self,
-        *,
-        states: Iterable[str] = (),
-        queue: str | None = None,
-        tenant: str | None = None,
-        pool: str | None = None,
-        executor: str | None = None,
-        labels: Mapping[str, str] | None = None,
-        schedule: str | None = None,
-        since: datetime | None = None,
-        until: datetime | None = None,
-        before: int | None = None,
-        limit: int = 100,
+        self, given: model.JobFilter, *, before: int | None = None, limit: int = 100
     ) -> list[model.Job]:
-        """The newest jobs (with ids below `before`), optionally only those in `states`, of
-        `queue`, `tenant`, `pool`, `executor`, carrying `labels`, fired by `schedule`,
-        created from `since` until `until`."""
-        states = list(states)
-        for state in states:
+        """The newest jobs `given` matches (with ids below `before`); InvalidInput names a
+        state that is not one."""
+        for state in given.states:
             if state not in model.JobState.__members__.values():
                 raise errors.InvalidInput(
                     f"state: {state!r} is not a job state; use one of {', '.join(model.JobState)}"
                 )
-        return await self.store.job_list(
-            states=states,
-            limit=limit,
-            queue=queue,
-            tenant=tenant,
-            pool=pool,
-            executor=executor,
-            labels=labels,
-            schedule=schedule,
-            since=since,
-            until=until,
-            before=before,
-        )
+        return await self.store.jobs.list(given, limit=limit, before=before)
 
     async def job_row(self, job_id: int) -> model.Job:
         """A job alone, without its attempts and run log (NotFound if there is none)."""
-        return await self.store.job_get(job_id=job_id)
+        return await self.store.jobs.get(job_id=job_id)
 
     async def jobs_by_id(self, job_ids: Sequence[int]) -> list[model.Job]:
         """The jobs of `job_ids` that exist."""
-        return await self.store.job_get_many(job_ids=job_ids)
+        return await self.store.jobs.get_many(job_ids=job_ids)
 
     async def dead(self, *, limit: int = 100) -> list[JobView]:
         """Quarantined jobs, newest first, each with its attempts and run log."""
-        found = await self.store.job_list(states=[model.JobState.QUARANTINED], limit=limit)
+        found = await self.store.jobs.list(
+            model.JobFilter(states=[model.JobState.QUARANTINED]), limit=limit
+        )
         return [await self.job(j.id) for j in found]
 
     async def dead_retry(self, job_id: int, *, reason: str = "retried by a person") -> None:
         """Send a quarantined job back to the queue for one more attempt (after a fix)."""
-        await self.store.job_unquarantine(
+        await self.store.jobs.unquarantine(
             job_id=job_id, to=model.JobState.QUEUED, now=self.clock.now(), reason=reason
         )
 
     async def dead_discard(self, job_id: int, *, reason: str = "discarded by a person") -> None:
         """Give up on a quarantined job: it ends cancelled."""
-        await self.store.job_unquarantine(
+        await self.store.jobs.unquarantine(
             job_id=job_id, to=model.JobState.CANCELLED, now=self.clock.now(), reason=reason
         )
 
@@ -246,7 +222,7 @@ class Jobs(service.Service):
         self, job_id: int, *, reason: str = "cancelled by request"
     ) -> model.Attempt | None:
         """Cancel a job; if an attempt was active, stop it on its platform too."""
-        attempt = await self.store.job_cancel(job_id=job_id, now=self.clock.now(), reason=reason)
+        attempt = await self.store.jobs.cancel(job_id=job_id, now=self.clock.now(), reason=reason)
         if attempt is not None and attempt.executor in self.executors:
             try:
                 await self.executors[attempt.executor].cancel(
@@ -266,7 +242,7 @@ class Jobs(service.Service):
         """A failed or cancelled job again, as a new job (the same spec, payload and
         options) labelled with the old one's id: the new job's id. It is a tenant's when
         the old one was, or `tenant_made` (asked for through the API)."""
-        old = await self.store.job_get(job_id=job_id)
+        old = await self.store.jobs.get(job_id=job_id)
         if old.state not in (model.JobState.FAILED, model.JobState.CANCELLED):
             raise errors.InvalidInput(
                 f"job {job_id} is {old.state}: only a failed or cancelled job is run again"
@@ -277,7 +253,7 @@ class Jobs(service.Service):
             labels={**old.labels, RERUN_OF: str(job_id)},
             tenant_made=old.tenant_made or tenant_made,
         )
-        [(made, _)] = await self.store.job_submit(new=[self.validate(new)], now=self.clock.now())
+        [(made, _)] = await self.store.jobs.submit(new=[self.validate(new)], now=self.clock.now())
         return made
 
 

@@ -31,7 +31,7 @@ class Operations(service.Service):
     ) -> model.Preview:
         """How many jobs of `tenant` (None: every tenant) `action` would touch now, and the
         newest of their ids; InvalidInput past model.BULK_MAX_JOBS."""
-        return await self.store.operation_preview(tenant=tenant, action=action, given=given)
+        return await self.store.operations.preview(tenant=tenant, action=action, given=given)
 
     async def bulk_start(
         self,
@@ -46,7 +46,7 @@ class Operations(service.Service):
         """Start `action` on the snapshot of the jobs the preview counts now; the runner of
         each serve and api process then applies it. CountChanged (a Conflict, with the new
         count) when that is not `expect` jobs: preview again."""
-        return await self.store.operation_create(
+        return await self.store.operations.create(
             tenant=tenant,
             action=action,
             given=given,
@@ -58,25 +58,25 @@ class Operations(service.Service):
 
     async def operation(self, operation_id: int) -> model.Operation:
         """A bulk operation and its progress (NotFound when there is none)."""
-        return await self.store.operation_get(operation_id=operation_id)
+        return await self.store.operations.get(operation_id=operation_id)
 
     async def operations(
         self, *, tenant: str | None, limit: int = 100, before: int | None = None
     ) -> list[model.Operation]:
         """Bulk operations, the newest first: of `tenant`, or of every tenant (None)."""
-        return await self.store.operation_list(tenant=tenant, limit=limit, before=before)
+        return await self.store.operations.list(tenant=tenant, limit=limit, before=before)
 
     async def operation_skipped(
         self, operation_id: int, *, limit: int = 20
     ) -> list[model.OperationItem]:
         """The first jobs an operation skipped, each with why."""
-        return await self.store.operation_items(
+        return await self.store.operations.items(
             operation_id=operation_id, outcome=model.ItemOutcome.SKIPPED, limit=limit
         )
 
     async def operation_cancel(self, operation_id: int) -> model.Operation:
         """Stop a bulk operation: the jobs it has not reached yet are left as they are."""
-        return await self.store.operation_cancel(operation_id=operation_id, now=self.clock.now())
+        return await self.store.operations.cancel(operation_id=operation_id, now=self.clock.now())
 
 
 def job_filter(

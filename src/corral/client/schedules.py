@@ -114,7 +114,7 @@ class Schedules(jobs.Jobs):
         first = planning.first_due(
             planning.rule(new, anchor), now=now, anchor=anchor, until=new.until
         )
-        return await self.store.schedule_create(new=new, anchor=anchor, next_due=first, now=now)
+        return await self.store.schedules.create(new=new, anchor=anchor, next_due=first, now=now)
 
     def upcoming(self, found: scheduling.Schedule, count: int = 5) -> list[cadence.Nominal]:
         """A schedule's next `count` nominal times (none while it is paused or over),
@@ -133,10 +133,10 @@ class Schedules(jobs.Jobs):
         return taken
 
     async def schedule(self, name: str, *, tenant: str = "default") -> scheduling.Schedule:
-        return await self.store.schedule_get(name=name, tenant=tenant)
+        return await self.store.schedules.get(name=name, tenant=tenant)
 
     async def schedules(self, *, tenant: str | None = None) -> list[scheduling.Schedule]:
-        return await self.store.schedule_list(tenant=tenant)
+        return await self.store.schedules.list(tenant=tenant)
 
     async def schedule_update(self, name: str, **args: Unpack[ScheduleArgs]) -> scheduling.Schedule:
         """Change `tenant`'s schedule `name` (tenant "default" when not given): the other
@@ -145,7 +145,7 @@ class Schedules(jobs.Jobs):
         from corral import planning
 
         tenant = args.pop("tenant", "default")
-        old = await self.store.schedule_get(name=name, tenant=tenant)
+        old = await self.store.schedules.get(name=name, tenant=tenant)
         given: ScheduleArgs = {**_schedule_args(old), **args}
         if "cron" in args:
             given.pop("every", None)
@@ -167,7 +167,7 @@ class Schedules(jobs.Jobs):
             for f in dataclasses.fields(new)
             if f.name not in ("name", "tenant")
         }
-        return await self.store.schedule_update(
+        return await self.store.schedules.update(
             schedule_id=old.id,
             changes={**changes, "template": dict(new.template)},
             next_due=first,
@@ -175,24 +175,24 @@ class Schedules(jobs.Jobs):
         )
 
     async def schedule_delete(self, name: str, *, tenant: str = "default") -> None:
-        old = await self.store.schedule_get(name=name, tenant=tenant)
-        await self.store.schedule_delete(schedule_id=old.id)
+        old = await self.store.schedules.get(name=name, tenant=tenant)
+        await self.store.schedules.delete(schedule_id=old.id)
 
     async def schedule_pause(self, name: str, *, tenant: str = "default") -> scheduling.Schedule:
-        old = await self.store.schedule_get(name=name, tenant=tenant)
-        return await self.store.schedule_pause(schedule_id=old.id, now=self.clock.now())
+        old = await self.store.schedules.get(name=name, tenant=tenant)
+        return await self.store.schedules.pause(schedule_id=old.id, now=self.clock.now())
 
     async def schedule_resume(self, name: str, *, tenant: str = "default") -> scheduling.Schedule:
         """Resume a paused schedule: what passed while it was paused is recorded as
         skipped, never fired; it fires next at its first nominal time after now."""
         from corral import planning
 
-        old = await self.store.schedule_get(name=name, tenant=tenant)
+        old = await self.store.schedules.get(name=name, tenant=tenant)
         if old.paused_at is None:
             return old
         now = self.clock.now()
         skipped, more, first = planning.resume_skips(old, now)
-        return await self.store.schedule_resume(
+        return await self.store.schedules.resume(
             schedule_id=old.id, skipped=skipped, skipped_count=more, next_due=first, now=now
         )
 
@@ -201,22 +201,24 @@ class Schedules(jobs.Jobs):
         id. Its firing is recorded at this instant."""
         from corral import planning
 
-        old = await self.store.schedule_get(name=name, tenant=tenant)
+        old = await self.store.schedules.get(name=name, tenant=tenant)
         now = self.clock.now()
         fire = planning.firing(
             old, planning.rule(old, old.anchor), now, scheduling.FiringOutcome.FIRED
         )
         fire = dataclasses.replace(fire, note="triggered by hand")
-        await self.store.backfill(schedule=old, fires=[fire], now=now)
-        [firing] = await self.store.firing_list(schedule_id=old.id, limit=1, before=now + _TICK)
+        await self.store.schedules.backfill(schedule=old, fires=[fire], now=now)
+        [firing] = await self.store.schedules.firings(
+            schedule_id=old.id, limit=1, before=now + _TICK
+        )
         assert firing.job_id is not None
         return firing.job_id
 
     async def firings(
         self, name: str, *, tenant: str = "default", limit: int = 20
     ) -> list[scheduling.Firing]:
-        old = await self.store.schedule_get(name=name, tenant=tenant)
-        return await self.store.firing_list(schedule_id=old.id, limit=limit)
+        old = await self.store.schedules.get(name=name, tenant=tenant)
+        return await self.store.schedules.firings(schedule_id=old.id, limit=limit)
 
 
 def _when(

@@ -11,6 +11,6 @@ async def upgrade(settings: config.Settings) -> tuple[str | None, str | None]:
     empty) and after."""
     database = store.Store.connect(settings.database_url, timeouts=settings.timeouts)
     try:
-        return await database.migrate()
+        return await database.database.migrate()
     finally:
         await database.close()

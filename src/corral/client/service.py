@@ -44,7 +44,7 @@ class Service:
     @property
     def database(self) -> str:
         """Where the store is, as its URL says it (the password hidden)."""
-        return self.store.url
+        return self.store.database.url
 
     def since(self) -> datetime:
         """When a worker last heard of is still live (its lease)."""

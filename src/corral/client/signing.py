@@ -20,7 +20,7 @@ class Signing(service.Service):
         `rotate`: it replaces the current one, which signs alongside it for
         secrets.rotation_overlap."""
         secret = "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode()
-        made = await self.store.secret_add(
+        made = await self.store.tokens.secret_add(
             tenant=tenant,
             secret=secret,
             now=self.clock.now(),
@@ -31,4 +31,4 @@ class Signing(service.Service):
 
     async def signing_secrets(self, *, tenant: str | None = None) -> list[access.SigningSecret]:
         """The signing secrets that still sign (never their values)."""
-        return await self.store.secrets_list(tenant=tenant, now=self.clock.now())
+        return await self.store.tokens.secrets_list(tenant=tenant, now=self.clock.now())

@@ -28,7 +28,7 @@ async def attempt_key(settings: config.Settings, db: store.Store, clk: clock.Clo
     if settings.attempt_key:
         return settings.attempt_key
     made = secrets.token_urlsafe(48)
-    return await db.service_key(name=ATTEMPT_KEY, secret=made, now=clk.now())
+    return await db.tokens.service_key(name=ATTEMPT_KEY, secret=made, now=clk.now())
 
 
 def token_digest(secret: str) -> str:
@@ -45,7 +45,7 @@ class Tokens(service.Service):
         all-tenant admin token was ever made: what `serve --http` hands a new installation.
         None otherwise (exactly one, however many corrals start at once)."""
         secret = TOKEN_PREFIX + secrets.token_urlsafe(32)
-        made = await self.store.token_add_first_admin(
+        made = await self.store.tokens.add_first_admin(
             name="first admin", secret_sha256=token_digest(secret), now=self.clock.now()
         )
         return None if made is None else (made, secret)
@@ -77,7 +77,7 @@ class Tokens(service.Service):
             raise errors.InvalidInput("expires: must be longer than zero")
         secret = TOKEN_PREFIX + secrets.token_urlsafe(32)
         now = self.clock.now()
-        made = await self.store.token_add(
+        made = await self.store.tokens.add(
             name=name,
             tenant=tenant,
             role=access.Role(role),
@@ -89,7 +89,7 @@ class Tokens(service.Service):
 
     async def tokens(self) -> list[access.Token]:
         """Every token made (never a secret)."""
-        return await self.store.token_list()
+        return await self.store.tokens.list()
 
     async def token_check(self, secret: str) -> access.Token | None:
         """The token of `secret` if it may be used now (not revoked, not expired). A token
@@ -102,7 +102,7 @@ class Tokens(service.Service):
         if kept is not None and kept[0] > now:
             found: access.Token | None = kept[1]
         else:
-            found = await self.store.token_find(secret_sha256=digest)
+            found = await self.store.tokens.find(secret_sha256=digest)
             if found is not None:  # unknown secrets are not kept: guesses fill no memory
                 if len(self._tokens) >= TOKENS_KEPT:
                     self._tokens.clear()
@@ -112,7 +112,7 @@ class Tokens(service.Service):
     async def token_revoke(self, token_id: int) -> access.Token:
         """Revoke token `token_id` (NotFound: there is none); refused here at once, and by
         other API processes within TOKEN_FRESH_SECONDS."""
-        done = await self.store.token_revoke(token_id=token_id, now=self.clock.now())
+        done = await self.store.tokens.revoke(token_id=token_id, now=self.clock.now())
         self._tokens.clear()
         self._sessions.clear()  # the sessions signed in with it end with it
         return done

@@ -37,7 +37,7 @@ class Users(tokens.Tokens):
         if len(password) < PASSWORD_MIN:
             raise errors.InvalidInput(f"password: must be at least {PASSWORD_MIN} characters")
         hashed = await asyncio.to_thread(_password_hasher().hash, password)
-        return await self.store.user_add(
+        return await self.store.users.add(
             name=name,
             password_hash=hashed,
             tenant=tenant,
@@ -48,18 +48,18 @@ class Users(tokens.Tokens):
     async def user_remove(self, name: str) -> access.User:
         """Remove a dashboard user (NotFound: there is none); their sessions end at once
         (in other processes within tokens.TOKEN_FRESH_SECONDS)."""
-        removed = await self.store.user_remove(name=name, now=self.clock.now())
+        removed = await self.store.users.remove(name=name, now=self.clock.now())
         self._sessions.clear()
         return removed
 
     async def users(self) -> list[access.User]:
-        return await self.store.user_list()
+        return await self.store.users.list()
 
     async def sign_in(self, name: str, password: str) -> tuple[str, access.WebSession] | None:
         """A new session for the user `name` if `password` is theirs: its secret (for the
         cookie; stored only hashed) and the session; None otherwise. An unknown name costs
         the same hash as a wrong password, so the time taken does not tell names apart."""
-        found = await self.store.user_password(name=name)
+        found = await self.store.users.password(name=name)
         stored = found[1] if found is not None else _decoy_hash()
         if not await asyncio.to_thread(_password_matches, stored, password) or found is None:
             return None
@@ -76,7 +76,7 @@ class Users(tokens.Tokens):
         self, *, user_id: int | None, token_id: int | None
     ) -> tuple[str, access.WebSession] | None:
         secret, now = secrets.token_urlsafe(32), self.clock.now()
-        await self.store.session_add(
+        await self.store.users.session_add(
             secret_sha256=tokens.token_digest(secret),
             user_id=user_id,
             token_id=token_id,
@@ -98,7 +98,7 @@ class Users(tokens.Tokens):
         kept = self._sessions.get(digest)
         if kept is not None and kept[0] > fresh:
             return kept[1] if kept[1].expires_at > now else None
-        found = await self.store.session_find(secret_sha256=digest, now=now)
+        found = await self.store.users.session_find(secret_sha256=digest, now=now)
         if found is not None:  # unknown secrets are not kept: guesses fill no memory
             if len(self._sessions) >= tokens.TOKENS_KEPT:
                 self._sessions.clear()
@@ -108,7 +108,7 @@ class Users(tokens.Tokens):
     async def sign_out(self, secret: str) -> None:
         digest = tokens.token_digest(secret)
         self._sessions.pop(digest, None)
-        await self.store.session_remove(secret_sha256=digest)
+        await self.store.users.session_remove(secret_sha256=digest)
 
 
 def _check_tenant_role(tenant: str | None, role: str) -> None:

@@ -14,23 +14,25 @@ class Workers(service.Service):
 
     async def workers(self, *, every: bool = False) -> list[python_tasks.Worker]:
         """The workers live now (their lease not run out); `every`: the stopped ones too."""
-        return await self.store.worker_list(since=self.since(), live=not every)
+        return await self.store.workers.list(since=self.since(), live=not every)
 
     async def parked(
         self, *, task: str | None = None, tenant: str | None = None, limit: int = 100
     ) -> list[python_tasks.ParkedJob]:
         """The parked jobs, oldest first: of `task`, of `tenant` (None: any)."""
-        return await self.store.parked_list(task=task, tenant=tenant, limit=limit)
+        return await self.store.workers.parked_list(task=task, tenant=tenant, limit=limit)
 
     async def parked_release(
         self, *, job_ids: Sequence[int] = (), task: str | None = None
     ) -> list[int]:
         """Queue parked jobs again by hand (those of `job_ids`, or of `task`): their ids."""
-        return await self.store.parked_release(job_ids=job_ids, task=task, now=self.clock.now())
+        return await self.store.workers.parked_release(
+            job_ids=job_ids, task=task, now=self.clock.now()
+        )
 
     async def payload_versions(
         self, *, tasks: Sequence[str]
     ) -> dict[tuple[str, int], dict[str, int]]:
         """For each (task, version) of `tasks` among jobs not yet run and the schedules
         that make them: how many of each (by job state, and "schedule")."""
-        return await self.store.payload_versions(tasks=tasks)
+        return await self.store.workers.payload_versions(tasks=tasks)

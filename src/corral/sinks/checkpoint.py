@@ -46,7 +46,9 @@ async def save_checkpoint_async(
     db = store_for(settings)
     try:
         now = clock.SystemClock().now()
-        await db.checkpoint_save(job_id=attempt.job_id, fence=attempt.fence, state=state, now=now)
+        await db.sinks.checkpoint_save(
+            job_id=attempt.job_id, fence=attempt.fence, state=state, now=now
+        )
     finally:
         await db.close()
 
@@ -67,7 +69,7 @@ async def load_checkpoint_async(
         return default if found is None else found[1]
     db = store_for(settings)
     try:
-        found = await db.checkpoint_load(job_id=attempt.job_id)
+        found = await db.sinks.checkpoint_load(job_id=attempt.job_id)
     finally:
         await db.close()
     return default if found is None else found[1]

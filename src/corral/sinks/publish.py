@@ -197,7 +197,7 @@ class Publisher:
                 )
         db = store_for(self.settings)
         try:
-            return await db.pointer_swap(
+            return await db.sinks.pointer_swap(
                 dataset=self.dataset,
                 fence=self.writer.fence,
                 location=self.location,
@@ -273,7 +273,7 @@ async def _pointer(
             return await api.pointer_get(dataset)
     db = store_for(settings)
     try:
-        return await db.pointer_get(dataset=dataset, tenant=tenant, fence=fence)
+        return await db.sinks.pointer_get(dataset=dataset, tenant=tenant, fence=fence)
     finally:
         await db.close()
 

@@ -4,10 +4,11 @@ tries, and muted rules."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import (
     ColumnElement,
@@ -37,6 +38,9 @@ from corral.store.tables import (
     job_slas,
     jobs,
 )
+
+if TYPE_CHECKING:
+    from corral.store.database import Database
 
 AL = alerts.c
 J = model.JobState
@@ -568,3 +572,123 @@ def alerts_forget(conn: Connection, *, before: datetime, limit: int) -> int:
         conn.execute(delete(alert_tries).where(dialects.one_of(conn, alert_tries.c.alert_id, ids)))
         conn.execute(delete(alerts).where(dialects.one_of(conn, AL.id, ids)))
     return len(ids)
+
+
+# --- the handle ----------------------------------------------------------------------------
+
+
+class Alerts:
+    """The store's handle on the alerts outbox and what the alerter reads
+    (`store.alerts`): each call one transaction.
+
+    Each method runs the store function its name shortens (`claim`: alerts_claim),
+    named in its body; that function's docstring says what the call does.
+    """
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def cursor(self, *, name: str) -> int | None:
+        return await self._db.tx(functools.partial(alert_cursor, name=name))
+
+    async def event_newest(self) -> int:
+        return await self._db.tx(event_newest)
+
+    async def read(
+        self, *, name: str, limit: int, now: datetime, with_starts: bool = False
+    ) -> AlertRead:
+        return await self._db.read(
+            functools.partial(alert_read, name=name, limit=limit, now=now, with_starts=with_starts)
+        )
+
+    async def successes(
+        self, *, after: int, upto: int, subjects: Collection[str]
+    ) -> list[tuple[model.Event, JobFacts | None]]:
+        return await self._db.read(
+            functools.partial(alert_successes, after=after, upto=upto, subjects=subjects)
+        )
+
+    async def events(self, *, after: int, limit: int, with_starts: bool = False) -> EventsRead:
+        return await self._db.tx(
+            functools.partial(alert_events, after=after, limit=limit, with_starts=with_starts)
+        )
+
+    async def sent(self, *, pairs: Sequence[tuple[str, str]]) -> dict[tuple[str, str], Standing]:
+        return await self._db.read(functools.partial(alert_sent, pairs=pairs))
+
+    async def open(self) -> set[str]:
+        return await self._db.tx(alert_open)
+
+    async def write(
+        self,
+        *,
+        name: str,
+        read_from: int,
+        read_to: int,
+        messages: Sequence[Mapping[str, Any]],
+        digested: Sequence[Mapping[str, Any]],
+        now: datetime,
+        standing: Mapping[tuple[str, str], Standing] | None = None,
+    ) -> bool:
+        return await self._db.tx(
+            functools.partial(
+                alert_write,
+                name=name,
+                read_from=read_from,
+                read_to=read_to,
+                messages=messages,
+                digested=digested,
+                now=now,
+                standing=standing,
+            )
+        )
+
+    async def claim(
+        self, *, now: datetime, limit: int, lease: timedelta, ids: Sequence[int] | None = None
+    ) -> list[Alert]:
+        return await self._db.tx(
+            functools.partial(alerts_claim, now=now, limit=limit, lease=lease, ids=ids)
+        )
+
+    async def forget(self, *, before: datetime, limit: int = 500) -> int:
+        return await self._db.tx(functools.partial(alerts_forget, before=before, limit=limit))
+
+    async def tried(
+        self, *, alert_id: int, now: datetime, error: str | None, retry_at: datetime | None
+    ) -> None:
+        await self._db.tx(
+            functools.partial(
+                alert_tried, alert_id=alert_id, now=now, error=error, retry_at=retry_at
+            )
+        )
+
+    async def add(self, *, message: Mapping[str, Any], now: datetime) -> int:
+        return await self._db.tx(functools.partial(alert_add, message=message, now=now))
+
+    async def tries(self, *, alert_ids: Sequence[int]) -> dict[int, list[Try]]:
+        return await self._db.tx(functools.partial(alert_try_list, alert_ids=alert_ids))
+
+    async def sla_check(self, *, now: datetime, limit: int = 500) -> int:
+        """Note in their run logs the jobs whose SLA passed before they succeeded."""
+        return await self._db.tx(functools.partial(sla_check, now=now, limit=limit))
+
+    async def mute(self, *, rule: str, until: datetime, now: datetime) -> None:
+        await self._db.tx(functools.partial(alert_mute, rule=rule, until=until, now=now))
+
+    async def unmute(self, *, rule: str) -> bool:
+        return await self._db.tx(functools.partial(alert_unmute, rule=rule))
+
+    async def muted(self, *, now: datetime) -> dict[str, datetime]:
+        return await self._db.tx(functools.partial(alert_muted, now=now))
+
+    async def list(
+        self,
+        *,
+        limit: int = 50,
+        rule: str | None = None,
+        before: int | None = None,
+        tenant: str | None = None,
+    ) -> list[Alert]:
+        return await self._db.tx(
+            functools.partial(alert_list, limit=limit, rule=rule, before=before, tenant=tenant)
+        )

@@ -3,21 +3,27 @@ superseded when their state is unknown, and listed for recovery."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from sqlalchemy import Connection, and_, func, or_, select, update
 
-from corral import errors, model
-from corral.store import dialects, tables
+from corral import errors, failpoints, model
+from corral.store import dialects, hotpath, tables, workers
 from corral.store.events import Applied, event_insert, event_row, transition
 from corral.store.rows import ACTIVE, attempt_from_row, job_from_row, per_row
 from corral.store.tables import (
     attempts,
     jobs,
 )
+
+if TYPE_CHECKING:
+    from corral import retry as retry_
+    from corral.store import completions as completions_
+    from corral.store.database import Database
 
 A, J = model.AttemptState, model.JobState
 
@@ -482,3 +488,170 @@ def _current(
 def attempt_list(conn: Connection, *, job_id: int) -> list[model.Attempt]:
     stmt = select(attempts).where(attempts.c.job_id == job_id).order_by(attempts.c.id)
     return [attempt_from_row(r._mapping) for r in conn.execute(stmt)]
+
+
+# --- the handle ----------------------------------------------------------------------------
+
+
+class Attempts:
+    """The store's handle on attempts (`store.attempts`): their ends (completions.py), the
+    news of them, and the reads; each call one transaction.
+
+    Each method runs the store function its name shortens (`heartbeat`: attempt_heartbeat),
+    named in its body; that function's docstring says what the call does.
+    """
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def settle(
+        self,
+        *,
+        launched: Sequence[int],
+        finishes: Sequence[completions_.Finish],
+        now: datetime,
+        retry: retry_.Retry | None = None,
+    ) -> tuple[list[int], list[completions_.Outcome]]:
+        """Apply `finishes`, then record `launched` attempts still launching as running.
+        On PostgreSQL, when every finish is a success, one statement (hotpath.POSTGRESQL.settle)."""
+        from corral.store import completions as completions_  # it imports this module
+
+        if all(f.state == A.SUCCEEDED for f in finishes):  # the hot path (hotpath.py)
+            return await self._settle_won(launched=launched, finishes=finishes, now=now)
+        settle = functools.partial(
+            completions_.attempt_settle, launched=launched, finishes=finishes, now=now, retry=retry
+        )
+        return await self._db.tx(settle)
+
+    async def _settle_won(
+        self, *, launched: Sequence[int], finishes: Sequence[completions_.Finish], now: datetime
+    ) -> tuple[list[int], list[completions_.Outcome]]:
+        from corral.store import completions as completions_
+
+        won = [(f.fence, f.exit_code, f.reason) for f in finishes]
+        logs = {f.fence: f.output for f in finishes if f.output and f.output.kept}
+        if won:
+            failpoints.hit("mid_completion")  # one transaction: nothing half-written
+        ran, done = await self._db.hot(
+            functools.partial(
+                hotpath.SQLITE.settle, launched=launched, won=won, logs=logs, now=now
+            ),
+            functools.partial(
+                hotpath.POSTGRESQL.settle, launched=launched, won=won, logs=logs, now=now
+            ),
+        )
+        outcomes = [completions_.Outcome(j, f, n, A.SUCCEEDED, J.SUCCEEDED) for j, f, n in done]
+        return ran, outcomes
+
+    async def finish(
+        self,
+        *,
+        finishes: Sequence[completions_.Finish],
+        now: datetime,
+        retry: retry_.Retry | None = None,
+    ) -> list[completions_.Outcome]:
+        from corral.store import completions as completions_
+
+        if not finishes:
+            return []
+        if all(f.state == A.SUCCEEDED for f in finishes):
+            _, outcomes = await self.settle(launched=(), finishes=finishes, now=now)
+            return outcomes
+        finish = functools.partial(
+            completions_.attempt_finish, finishes=finishes, now=now, retry=retry
+        )
+        return await self._db.tx(finish)
+
+    async def record_running(
+        self,
+        *,
+        fences: Sequence[int],
+        now: datetime,
+        reason: str = "launched",
+        sent_by: str | None = None,
+    ) -> list[int]:
+        return await self._db.tx(
+            functools.partial(
+                attempt_record_running, fences=fences, now=now, reason=reason, sent_by=sent_by
+            )
+        )
+
+    async def list_for_recovery(
+        self,
+        *,
+        now: datetime,
+        launch_grace: timedelta,
+        lease_timeout: timedelta,
+        attempt_deadline: timedelta,
+        limit: int,
+        after: int = 0,
+    ) -> list[model.Claimed]:
+        return await self._db.tx(
+            functools.partial(
+                attempt_list_for_recovery,
+                now=now,
+                launch_grace=launch_grace,
+                lease_timeout=lease_timeout,
+                attempt_deadline=attempt_deadline,
+                limit=limit,
+                after=after,
+            )
+        )
+
+    async def states(self, *, fences: Sequence[int]) -> dict[int, Status]:
+        return await self._db.tx(functools.partial(attempt_states, fences=fences))
+
+    async def seen(self, *, fences: Sequence[int], now: datetime) -> None:
+        await self._db.tx(functools.partial(attempt_seen, fences=fences, now=now))
+
+    async def note(self, *, notes: Mapping[int, str | None], now: datetime) -> list[int]:
+        return await self._db.tx(functools.partial(attempt_note, notes=notes, now=now))
+
+    async def heartbeat(self, *, job_id: int, fence: int, now: datetime) -> datetime | None:
+        return await self._db.tx(
+            functools.partial(attempt_heartbeat, job_id=job_id, fence=fence, now=now)
+        )
+
+    async def wait(self, *, fences: Sequence[int], now: datetime, reason: str) -> list[int]:
+        return await self._db.tx(
+            functools.partial(attempt_wait, fences=fences, now=now, reason=reason)
+        )
+
+    async def supersede(self, *, fences: Sequence[int], now: datetime, reason: str) -> list[int]:
+        return await self._db.tx(
+            functools.partial(attempt_supersede, fences=fences, now=now, reason=reason)
+        )
+
+    async def check(self, *, job_id: int, fence: int) -> None:
+        await self._db.read(functools.partial(attempt_check, job_id=job_id, fence=fence))
+
+    async def never_launched(
+        self, *, fences: Sequence[int], now: datetime, why: str, recorded: bool = False
+    ) -> list[int]:
+        return await self._db.tx(
+            functools.partial(
+                attempt_never_launched, fences=fences, now=now, why=why, recorded=recorded
+            )
+        )
+
+    async def list_active(
+        self, *, executor: str, limit: int, after: int = 0
+    ) -> list[model.Attempt]:
+        return await self._db.tx(
+            functools.partial(attempt_list_active, executor=executor, limit=limit, after=after)
+        )
+
+    async def hand_back(self, *, fences: Sequence[int], now: datetime) -> list[int]:
+        return await self._db.tx(functools.partial(attempt_hand_back, fences=fences, now=now))
+
+    async def park(
+        self, *, fences: Sequence[int], task: str, version: int, now: datetime, why: str
+    ) -> list[int]:
+        return await self._db.tx(
+            functools.partial(
+                workers.attempt_park, fences=fences, task=task, version=version, now=now, why=why
+            )
+        )
+
+    async def list(self, *, job_id: int) -> list[model.Attempt]:
+        return await self._db.lookup(functools.partial(attempt_list, job_id=job_id))

@@ -101,8 +101,8 @@ def engine_create(url: str, limits: ConnectionLimits | None = None) -> Engine:
         return _sqlite_engine(parsed)
     args = _pg_args(parsed, limits)
     # No ping at checkout (a round trip per transaction): a connection that broke while it
-    # sat in the pool fails its first statement, and the Store tries that once more on a
-    # fresh one (store.Store._run); SQLAlchemy then replaces every older pooled connection.
+    # sat in the pool fails its first statement, and the Database tries that once more on
+    # a fresh one (Database._run); SQLAlchemy then replaces every older pooled connection.
     return create_engine(parsed, pool_size=5, max_overflow=5, connect_args=args)
 
 
@@ -200,7 +200,7 @@ def statements_bounded(conn: Connection) -> None:
 
 
 READ_ONLY = "corral_read_only"
-"""The execution option of a connection whose transactions only read (Store._read)."""
+"""The execution option of a connection whose transactions only read (Database.read)."""
 
 
 def _sqlite_engine(url: Any) -> Engine:

@@ -8,7 +8,7 @@ import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, and_, select, update
 
@@ -19,6 +19,9 @@ from corral.store.tables import (
     events,
     jobs,
 )
+
+if TYPE_CHECKING:
+    from corral.store.database import Database
 
 A, J = model.AttemptState, model.JobState
 
@@ -197,3 +200,76 @@ def event_page(
         mine = select(jobs.c.id).where(jobs.c.tenant == tenant, jobs.c.id == events.c.job_id)
         stmt = stmt.where(mine.exists())
     return ids, [model.Event(**{**r._mapping}) for r in conn.execute(stmt)]
+
+
+# --- the handle ----------------------------------------------------------------------------
+
+
+class Events:
+    """The store's handle on the run log's events (`store.events`): each state change and
+    note in a transaction of its own, and the reads.
+
+    Each method runs the store function its name shortens (`page`: event_page),
+    named in its body; that function's docstring says what the call does.
+    """
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def transition(
+        self,
+        *,
+        entity: model.Entity,
+        ids: Sequence[int],
+        expected: str,
+        to: str,
+        now: datetime,
+        reason: str,
+        values: Mapping[str, Any] | None = None,
+        details: Mapping[str, Any] | None = None,
+    ) -> list[int]:
+        """`transition` in its own transaction; returns the ids that changed."""
+        move = functools.partial(
+            transition,
+            entity=entity,
+            ids=ids,
+            expected=expected,
+            to=to,
+            now=now,
+            reason=reason,
+            values=values,
+            details=details,
+        )
+        return [a.id for a in await self._db.tx(move)]
+
+    async def note(
+        self,
+        *,
+        job_id: int,
+        attempt_id: int | None,
+        state: str,
+        reason: str,
+        now: datetime,
+        details: Mapping[str, Any] | None = None,
+    ) -> None:
+        await self._db.tx(
+            functools.partial(
+                event_note,
+                job_id=job_id,
+                attempt_id=attempt_id,
+                state=state,
+                reason=reason,
+                now=now,
+                details=details,
+            )
+        )
+
+    async def page(
+        self, *, after: int, limit: int, job_id: int | None = None, tenant: str | None = None
+    ) -> tuple[list[int], list[model.Event]]:
+        return await self._db.read(
+            functools.partial(event_page, after=after, limit=limit, job_id=job_id, tenant=tenant)
+        )
+
+    async def list(self, *, job_id: int) -> list[model.Event]:
+        return await self._db.lookup(functools.partial(event_list, job_id=job_id))

@@ -92,10 +92,3 @@ POSTGRESQL: HotPath[
     psycopg.AsyncConnection[Any], Awaitable[list[model.Claimed]], Awaitable[Ended]
 ] = PostgresHotPath()
 SQLITE: HotPath[Connection, list[model.Claimed], Ended] = SqliteHotPath()
-
-# The store's facade (store/__init__.py) names each database's statement by these.
-pg_claim = POSTGRESQL.claim
-pg_worker_claim = POSTGRESQL.worker_claim
-pg_settle = POSTGRESQL.settle
-sqlite_claim = SQLITE.claim
-sqlite_settle = SQLITE.settle

@@ -1,10 +1,9 @@
 """The API's most asked reads on PostgreSQL, a job list and a job's page, on async
 connections of their own (hotpool.py) on the event loop, as the dispatcher's hot path runs.
 
-They read what jobs.job_list and Store.job_record read, by the same statements: the job
-list's conditions are jobs.job_where's, compiled once per set of filters as SQLAlchemy
-sends them (so the planner picks the same indexes: ix_jobs_state, ix_jobs_queue_state,
-ix_jobs_labels), each one round trip outside a transaction. What they
+They read what jobs.job_list and jobs.job_record read, by the same statements (the same
+conditions, in the same form, so the planner picks the same indexes: ix_jobs_state,
+ix_jobs_queue_state, ix_jobs_labels), each one round trip outside a transaction. What they
 leave out is what a read of a hundred jobs felt as much as the database's work: the hop to
 a worker thread and back, SQLAlchemy's execution context and result rows. A row comes as
 the driver's tuple, JSON as text parsed once per distinct text (a page repeats the same
@@ -21,7 +20,7 @@ import dataclasses
 import functools
 import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, cast
@@ -78,32 +77,24 @@ _EQUAL = ("queue", "tenant", "pool", "executor")
 
 async def job_list(
     conn: psycopg.AsyncConnection[Any],
+    given: model.JobFilter,
     *,
-    states: Iterable[str] = (),
     limit: int = 100,
-    queue: str | None = None,
-    tenant: str | None = None,
-    pool: str | None = None,
-    executor: str | None = None,
-    labels: Mapping[str, str] | None = None,
-    schedule: str | None = None,
-    since: datetime | None = None,
-    until: datetime | None = None,
     before: int | None = None,
 ) -> list[model.Job]:
-    """jobs.job_list in one statement: the newest jobs first, those of each filter given."""
+    """jobs.job_list in one statement: the newest jobs first, those `given` matches."""
     from psycopg.types.json import Jsonb
 
-    params: dict[str, Any] = {f"state_{n}": s for n, s in enumerate(states)}
-    given: dict[str, Any] = {"queue": queue, "tenant": tenant, "pool": pool}
-    given |= {"executor": executor, "schedule": schedule, "before": before}
-    params.update({k: v for k, v in given.items() if v is not None})
-    if labels:
-        params["labels"] = Jsonb(dict(labels))
-    if since is not None:
-        params["since"] = _utc(since)
-    if until is not None:
-        params["until"] = _utc(until)
+    params: dict[str, Any] = {f"state_{n}": s for n, s in enumerate(given.states)}
+    equal: dict[str, Any] = {"queue": given.queue, "tenant": given.tenant, "pool": given.pool}
+    equal |= {"executor": given.executor, "schedule": given.schedule, "before": before}
+    params.update({k: v for k, v in equal.items() if v is not None})
+    if given.labels:
+        params["labels"] = Jsonb(dict(given.labels))
+    if given.since is not None:
+        params["since"] = _utc(given.since)
+    if given.until is not None:
+        params["until"] = _utc(given.until)
     params["limit"] = limit
     sql, fixed = _job_list_sql(frozenset(params))
     rows = await _rows(conn, sql, {**fixed, **params})
@@ -130,14 +121,14 @@ def _job_list_sql(names: frozenset[str]) -> tuple[str, Mapping[str, Any]]:
     dialect = postgresql.dialect()  # type: ignore[no-untyped-call]
     conn = cast(Connection, SimpleNamespace(dialect=dialect))  # only its dialect is asked
     states = sorted((n for n in names if n.startswith("state_")), key=lambda n: int(n[6:]))
-    where = jobs.job_where(
-        conn,
+    matching = model.JobFilter(
         states=[named(n, String()) for n in states],
         **{n: given(n) for n in _EQUAL},
         schedule=given("schedule", String()),
         since=given("since"),
         until=given("until"),
     )
+    where = jobs.job_where(conn, matching)
     if "labels" in names:  # (job_where's labels are values: a parameter is named here)
         where.append(dialects.json_has(conn, tables.jobs.c.labels, given("labels", JSONB())))
     if "before" in names:
@@ -157,7 +148,7 @@ async def job_record(
     conn: psycopg.AsyncConnection[Any], *, job_id: int
 ) -> tuple[model.Job, list[model.Attempt], list[model.Event], dict[int, launching.RunLog]]:
     """A job, its attempts, its events and its run logs, four statements on one connection
-    (as Store.job_record reads them); NotFound if there is no such job."""
+    (as jobs.job_record reads them); NotFound if there is no such job."""
     params = {"job_id": job_id}
     read = _Reader()
     found = await _rows(conn, JOB, params)

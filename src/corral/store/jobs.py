@@ -3,21 +3,27 @@ the reads."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime
-from typing import Any
+import functools
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import ColumnElement, Connection, case, func, insert, select
 
-from corral import errors, model, policy, python_tasks, scheduling
-from corral.store import dialects
-from corral.store.events import event_insert, event_row, transition
+from corral import errors, launching, model, policy, python_tasks, retry, scheduling
+from corral.store import attempts as attempts_
+from corral.store import budgets, claims, dialects, hotpath, hotreads, runlogs, tokens, workers
+from corral.store.events import event_insert, event_list, event_row, transition
 from corral.store.rows import attempt_from_row, job_from_row
 from corral.store.tables import (
     attempts,
     job_slas,
     jobs,
 )
+
+if TYPE_CHECKING:
+    from corral.store import overview as overview_
+    from corral.store.database import Database
 
 A, J = model.AttemptState, model.JobState
 
@@ -317,75 +323,37 @@ def job_get_many(conn: Connection, *, job_ids: Sequence[int]) -> list[model.Job]
 
 
 def job_list(
-    conn: Connection,
-    *,
-    states: Iterable[str] = (),
-    limit: int = 100,
-    queue: str | None = None,
-    tenant: str | None = None,
-    pool: str | None = None,
-    executor: str | None = None,
-    labels: Mapping[str, str] | None = None,
-    schedule: str | None = None,
-    since: datetime | None = None,
-    until: datetime | None = None,
-    before: int | None = None,
+    conn: Connection, given: model.JobFilter, *, limit: int = 100, before: int | None = None
 ) -> list[model.Job]:
-    """Newest jobs first, optionally only those in `states`, of `queue`, `tenant`, `pool`,
-    `executor`, with each of `labels`, fired by `schedule`, created in [`since`, `until`),
-    and (keyset pagination) with ids below `before`."""
+    """Newest jobs first, those `given` matches, and (keyset pagination) with ids below
+    `before`."""
     stmt = select(jobs).order_by(jobs.c.id.desc()).limit(limit)
-    stmt = stmt.where(
-        *job_where(
-            conn,
-            states=states,
-            queue=queue,
-            tenant=tenant,
-            pool=pool,
-            executor=executor,
-            labels=labels,
-            schedule=schedule,
-            since=since,
-            until=until,
-        )
-    )
+    stmt = stmt.where(*job_where(conn, given))
     if before is not None:
         stmt = stmt.where(jobs.c.id < before)
     return [job_from_row(m) for m in conn.execute(stmt).mappings().all()]
 
 
-def job_where(
-    conn: Connection,
-    *,
-    states: Iterable[str] = (),
-    queue: str | None = None,
-    tenant: str | None = None,
-    pool: str | None = None,
-    executor: str | None = None,
-    labels: Mapping[str, str] | None = None,
-    schedule: str | None = None,
-    since: datetime | None = None,
-    until: datetime | None = None,
-) -> list[ColumnElement[bool]]:
-    """The conditions of the job list's filters (job_list), for every read that filters
+def job_where(conn: Connection, given: model.JobFilter) -> list[ColumnElement[bool]]:
+    """The conditions of the job list's filter (job_list), for every read that filters
     jobs as it does (a bulk action's preview and snapshot)."""
     where: list[ColumnElement[bool]] = []
-    if states := list(states):
-        where.append(jobs.c.state.in_(states))
-    given = (
-        (jobs.c.queue, queue),
-        (jobs.c.tenant, tenant),
-        (jobs.c.pool, pool),
-        (jobs.c.executor, executor),
-        (dialects.json_text(conn, jobs.c.payload, scheduling.FIRING, "schedule"), schedule),
+    if given.states:
+        where.append(jobs.c.state.in_(list(given.states)))
+    equal = (
+        (jobs.c.queue, given.queue),
+        (jobs.c.tenant, given.tenant),
+        (jobs.c.pool, given.pool),
+        (jobs.c.executor, given.executor),
+        (dialects.json_text(conn, jobs.c.payload, scheduling.FIRING, "schedule"), given.schedule),
     )
-    where += [column == value for column, value in given if value is not None]
-    if labels:
-        where.append(dialects.json_has(conn, jobs.c.labels, labels))
-    if since is not None:
-        where.append(jobs.c.created_at >= since)
-    if until is not None:
-        where.append(jobs.c.created_at < until)
+    where += [column == value for column, value in equal if value is not None]
+    if given.labels:
+        where.append(dialects.json_has(conn, jobs.c.labels, given.labels))
+    if given.since is not None:
+        where.append(jobs.c.created_at >= given.since)
+    if given.until is not None:
+        where.append(jobs.c.created_at < given.until)
     return where
 
 
@@ -413,3 +381,212 @@ def job_count_live(conn: Connection) -> dict[tuple[str, str], int]:
 def analyze(conn: Connection) -> None:
     """Refresh the planner's statistics (after a bulk load)."""
     conn.exec_driver_sql("ANALYZE")
+
+
+def job_record(
+    conn: Connection, *, job_id: int
+) -> tuple[model.Job, list[model.Attempt], list[model.Event], dict[int, launching.RunLog]]:
+    """A job, its attempts, its events and its run logs (what a job's page shows), on one
+    connection; NotFound if there is no such job."""
+    return (
+        job_get(conn, job_id=job_id),
+        attempts_.attempt_list(conn, job_id=job_id),
+        event_list(conn, job_id=job_id),
+        runlogs.run_logs_of(conn, job_id=job_id),
+    )
+
+
+# --- the handle ----------------------------------------------------------------------------
+
+
+class Jobs:
+    """The store's handle on jobs (`store.jobs`): submit, claim, cancel and the reads,
+    each call one transaction (the claim, on PostgreSQL, one statement of the hot path).
+
+    Each method runs the store function its name shortens (`get`: job_get),
+    named in its body; that function's docstring says what the call does.
+    """
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def submit(
+        self,
+        *,
+        new: Sequence[model.NewJob],
+        now: datetime,
+        audit: Callable[[list[tuple[int, bool]]], Iterable[Mapping[str, Any]]] | None = None,
+        since: datetime | None = None,
+    ) -> list[tuple[int, bool]]:
+        """Store jobs (job_submit); with `audit`, the audit rows it makes of what was stored
+        are written in the same transaction. Python tasks' jobs that no worker live `since`
+        then reads are parked at once (a job left queued by a crash in between is parked by
+        the reconciler's pass)."""
+        if audit is None:
+            made = await self._db.tx(functools.partial(job_submit, new=new, now=now))
+        else:
+            made = await self._db.tx(
+                functools.partial(tokens.job_submit_audited, new=new, now=now, audit=audit)
+            )
+        tasks = [
+            job_id
+            for (job_id, created), job in zip(made, new, strict=True)
+            if created and job.executor == python_tasks.PYTHON
+        ]
+        if tasks and since is not None:
+            park = functools.partial(workers.jobs_park_unread, now=now, since=since, job_ids=tasks)
+            await self._db.tx(park)
+        return made
+
+    async def claim(
+        self,
+        *,
+        now: datetime,
+        limit: int,
+        executors: Sequence[str],
+        limits: claims.DefaultLimits | None = None,
+        pools: Mapping[str, int] | None = None,
+        tenants: Mapping[str, int] | None = None,
+    ) -> list[model.Claimed]:
+        """Claim due jobs (claims.job_claim); without pools or tenants to share, the hot
+        path (hotpath.py): one statement on PostgreSQL."""
+        if not pools and not tenants:
+            return await self._claim_hot(now=now, limit=limit, executors=executors, limits=limits)
+        claim = functools.partial(
+            claims.job_claim,
+            now=now,
+            limit=limit,
+            executors=executors,
+            limits=limits,
+            pools=pools,
+            tenants=tenants,
+        )
+        return await self._db.tx(claim)
+
+    async def record(
+        self, *, job_id: int
+    ) -> tuple[model.Job, list[model.Attempt], list[model.Event], dict[int, launching.RunLog]]:
+        """A job, its attempts, its events and its run logs (what a job's page shows), read
+        in one call on one connection; NotFound if there is no such job."""
+        return await self._db.hot_read(
+            functools.partial(job_record, job_id=job_id),
+            functools.partial(hotreads.job_record, job_id=job_id),
+        )
+
+    async def _claim_hot(
+        self,
+        *,
+        now: datetime,
+        limit: int,
+        executors: Sequence[str],
+        limits: claims.DefaultLimits | None,
+    ) -> list[model.Claimed]:
+        deadline = None if limits is None else limits.attempt_deadline.total_seconds()
+        lease = None if limits is None else limits.lease_timeout.total_seconds()
+        return await self._db.hot(
+            functools.partial(
+                hotpath.SQLITE.claim,
+                now=now,
+                limit=limit,
+                executors=executors,
+                deadline=deadline,
+                lease=lease,
+            ),
+            functools.partial(
+                hotpath.POSTGRESQL.claim,
+                now=now,
+                limit=limit,
+                executors=executors,
+                deadline=deadline,
+                lease=lease,
+            ),
+        )
+
+    async def count_capped(self, *, tenant: str | None) -> dict[str, tuple[int, bool]]:
+        from corral.store import overview as overview_  # it imports this module's reads
+
+        return await self._db.lookup(functools.partial(overview_.job_count_capped, tenant=tenant))
+
+    async def ends_counted(
+        self, *, tenant: str | None, since: datetime, width: timedelta, buckets: int
+    ) -> list[tuple[int, int]]:
+        from corral.store import overview as overview_
+
+        ends = functools.partial(
+            overview_.job_ends_counted, tenant=tenant, since=since, width=width, buckets=buckets
+        )
+        return await self._db.lookup(ends)
+
+    async def overview(
+        self,
+        *,
+        tenant: str | None,
+        spans: Sequence[overview_.Span],
+        quarantined: int,
+        pools: Sequence[str] = (),
+        budgets: bool = False,
+    ) -> overview_.Overview:
+        """The dashboard's overview, its statements on one connection in one call."""
+        from corral.store import overview as overview_
+
+        read = functools.partial(
+            overview_.overview_read,
+            tenant=tenant,
+            spans=spans,
+            quarantined=quarantined,
+            pools=pools,
+            budgets=budgets,
+        )
+        return await self._db.lookup(read)
+
+    async def claim_plan(self, *, now: datetime, limit: int, executors: Sequence[str]) -> list[str]:
+        return await self._db.tx(
+            functools.partial(claims.job_claim_plan, now=now, limit=limit, executors=executors)
+        )
+
+    async def pool_running(
+        self, *, pools: Sequence[str], tenant: str | None = None
+    ) -> dict[str, int]:
+        return await self._db.tx(functools.partial(claims.pool_running, pools=pools, tenant=tenant))
+
+    async def cancel(self, *, job_id: int, now: datetime, reason: str) -> model.Attempt | None:
+        return await self._db.tx(
+            functools.partial(job_cancel, job_id=job_id, now=now, reason=reason)
+        )
+
+    async def unquarantine(
+        self, *, job_id: int, to: model.JobState, now: datetime, reason: str
+    ) -> None:
+        await self._db.tx(
+            functools.partial(job_unquarantine, job_id=job_id, to=to, now=now, reason=reason)
+        )
+
+    async def get_many(self, *, job_ids: Sequence[int]) -> list[model.Job]:
+        return await self._db.read(functools.partial(job_get_many, job_ids=job_ids))
+
+    async def get(self, *, job_id: int) -> model.Job:
+        return await self._db.lookup(functools.partial(job_get, job_id=job_id))
+
+    async def count_by_state(self) -> dict[str, int]:
+        return await self._db.tx(job_count_by_state)
+
+    async def count_live(self) -> dict[tuple[str, str], int]:
+        """Jobs in each live state (LIVE), by (state, queue): /metrics."""
+        return await self._db.lookup(job_count_live)
+
+    async def budgets(self) -> dict[str, retry.Bucket]:
+        """Every queue's retry budget as stored: /metrics."""
+        return await self._db.lookup(budgets.budget_list)
+
+    async def promote_due(self, *, now: datetime, limit: int) -> int:
+        return await self._db.tx(functools.partial(claims.jobs_promote_due, now=now, limit=limit))
+
+    async def list(
+        self, given: model.JobFilter | None = None, *, limit: int = 100, before: int | None = None
+    ) -> list[model.Job]:
+        """The newest jobs `given` matches (all jobs without it), ids below `before`."""
+        given = given or model.JobFilter()
+        return await self._db.hot_read(
+            functools.partial(job_list, given=given, limit=limit, before=before),
+            functools.partial(hotreads.job_list, given=given, limit=limit, before=before),
+        )

@@ -4,11 +4,12 @@ can do, and the blind attempts a loop sent.
 A process writes its row at start (`loop_register`), beats it every heartbeat_interval
 (`loop_beat`), and marks it stopped at a clean stop; a row silent for a day is forgotten
 (`loops_forget`). What is alive is decided from these rows elsewhere (corral.loops); here
-are only the reads and writes, and `Loops`, the store's handle for them (`db.loops`).
+are only the reads and writes, and `Loops`, the store's handle for them (`store.loops`).
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -24,7 +25,7 @@ from corral.store.tables import DUE as SCHEDULE_DUE
 from corral.store.tables import SENT, attempts, jobs, loop_warnings, loops, schedules
 
 if TYPE_CHECKING:
-    from corral.store import Store
+    from corral.store.database import Database
 
 J = model.JobState
 
@@ -221,39 +222,43 @@ def warning_list(conn: Connection, *, open_only: bool = False, limit: int = 50) 
 
 
 class Loops:
-    """The store's handle on the loops table (`db.loops`): each call one transaction."""
+    """The store's handle on the loops table (`store.loops`): each call one transaction."""
 
-    def __init__(self, db: Store) -> None:
+    def __init__(self, db: Database) -> None:
         self._db = db
 
     async def register(self, *, loop: Loop) -> None:
-        await self._db._tx(loop_register, loop=loop)
+        await self._db.tx(functools.partial(loop_register, loop=loop))
 
     async def beat(self, *, loop_id: str, now: datetime) -> bool:
-        return await self._db._tx(loop_beat, loop_id=loop_id, now=now)
+        return await self._db.tx(functools.partial(loop_beat, loop_id=loop_id, now=now))
 
     async def stop(self, *, loop_id: str, now: datetime) -> None:
-        await self._db._tx(loop_stop, loop_id=loop_id, now=now)
+        await self._db.tx(functools.partial(loop_stop, loop_id=loop_id, now=now))
 
     async def forget(self, *, before: datetime, warnings_before: datetime) -> int:
-        return await self._db._tx(loops_forget, before=before, warnings_before=warnings_before)
+        return await self._db.tx(
+            functools.partial(loops_forget, before=before, warnings_before=warnings_before)
+        )
 
     async def all(self) -> list[Loop]:
-        return await self._db._lookup(loop_list)
+        return await self._db.lookup(loop_list)
 
     async def waiting(self, *, now: datetime) -> Waiting:
-        return await self._db._read(work_waiting, now=now)
+        return await self._db.read(functools.partial(work_waiting, now=now))
 
     async def sent_by(
         self, *, senders: Sequence[str], limit: int
     ) -> list[tuple[model.Attempt, str]]:
-        return await self._db._read(attempts_sent_by, senders=senders, limit=limit)
+        return await self._db.read(
+            functools.partial(attempts_sent_by, senders=senders, limit=limit)
+        )
 
     async def lost_with_sender(
         self, *, fences: Sequence[int], now: datetime, why: str
     ) -> list[int]:
-        return await self._db._tx(
-            attempts_.attempt_lost_with_sender, fences=fences, now=now, why=why
+        return await self._db.tx(
+            functools.partial(attempts_.attempt_lost_with_sender, fences=fences, now=now, why=why)
         )
 
     async def warnings_update(
@@ -264,13 +269,17 @@ class Loops:
         now: datetime,
         unchecked_before: datetime,
     ) -> list[Warning]:
-        return await self._db._tx(
-            warnings_update,
-            holding=holding,
-            judged=judged,
-            now=now,
-            unchecked_before=unchecked_before,
+        return await self._db.tx(
+            functools.partial(
+                warnings_update,
+                holding=holding,
+                judged=judged,
+                now=now,
+                unchecked_before=unchecked_before,
+            )
         )
 
     async def warnings(self, *, open_only: bool = False, limit: int = 50) -> list[Warning]:
-        return await self._db._lookup(warning_list, open_only=open_only, limit=limit)
+        return await self._db.lookup(
+            functools.partial(warning_list, open_only=open_only, limit=limit)
+        )

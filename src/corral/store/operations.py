@@ -17,9 +17,11 @@ other moves on. A job that no longer fits the action is skipped with a note.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, Select, bindparam, func, insert, literal, select, update
 
@@ -27,6 +29,9 @@ from corral import errors, model
 from corral.store import dialects, jobs
 from corral.store.tables import jobs as jobs_table
 from corral.store.tables import operation_items, operations
+
+if TYPE_CHECKING:
+    from corral.store.database import Database
 
 J, S = model.JobState, model.OperationState
 SAMPLE = 20
@@ -58,17 +63,7 @@ def _matching(
     can touch, at most model.BULK_MAX_JOBS + 1 of them (one more tells there are too many)."""
     fits = model.BULK_STATES[action]
     states = [s for s in given.states if s in fits] if given.states else sorted(fits)
-    where = jobs.job_where(
-        conn,
-        states=states,
-        queue=given.queue,
-        tenant=tenant,
-        executor=given.executor,
-        labels=given.labels,
-        schedule=given.schedule,
-        since=given.since,
-        until=given.until,
-    )
+    where = jobs.job_where(conn, dataclasses.replace(given, states=states, tenant=tenant))
     if not states:  # states were given, and the action touches none of them
         where.append(literal(False))
     return select(jobs_table.c.id).where(*where).limit(model.BULK_MAX_JOBS + 1)
@@ -349,3 +344,81 @@ def operation_items_list(
         )
         for m in conn.execute(stmt).mappings()
     ]
+
+
+# --- the handle ----------------------------------------------------------------------------
+
+
+class Operations:
+    """The store's handle on bulk operations (`store.operations`): each call one
+    transaction.
+
+    Each method runs the store function its name shortens (`step`: operation_step),
+    named in its body; that function's docstring says what the call does.
+    """
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def preview(
+        self, *, tenant: str | None, action: model.BulkAction, given: model.JobFilter
+    ) -> model.Preview:
+        return await self._db.read(
+            functools.partial(operation_preview, tenant=tenant, action=action, given=given)
+        )
+
+    async def create(
+        self,
+        *,
+        tenant: str | None,
+        action: model.BulkAction,
+        given: model.JobFilter,
+        expect: int | None,
+        token_id: int | None,
+        made_by: str,
+        now: datetime,
+    ) -> model.Operation:
+        return await self._db.tx(
+            functools.partial(
+                operation_create,
+                tenant=tenant,
+                action=action,
+                given=given,
+                expect=expect,
+                token_id=token_id,
+                made_by=made_by,
+                now=now,
+            )
+        )
+
+    async def running(self, *, limit: int = 10) -> list[int]:
+        return await self._db.read(functools.partial(operation_running, limit=limit))
+
+    async def step(self, *, operation_id: int, now: datetime, limit: int) -> Step:
+        return await self._db.tx(
+            functools.partial(operation_step, operation_id=operation_id, now=now, limit=limit)
+        )
+
+    async def cancel(self, *, operation_id: int, now: datetime) -> model.Operation:
+        return await self._db.tx(
+            functools.partial(operation_cancel, operation_id=operation_id, now=now)
+        )
+
+    async def get(self, *, operation_id: int) -> model.Operation:
+        return await self._db.read(functools.partial(operation_get, operation_id=operation_id))
+
+    async def items(
+        self, *, operation_id: int, outcome: model.ItemOutcome | None = None, limit: int = 100
+    ) -> list[model.OperationItem]:
+        return await self._db.read(
+            functools.partial(
+                operation_items_list, operation_id=operation_id, outcome=outcome, limit=limit
+            )
+        )
+
+    async def list(
+        self, *, tenant: str | None, limit: int = 100, before: int | None = None
+    ) -> list[model.Operation]:
+        return await self._db.read(
+            functools.partial(operation_list, tenant=tenant, limit=limit, before=before)
+        )

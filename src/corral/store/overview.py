@@ -125,7 +125,9 @@ def overview_read(
     whole jobs table."""
     return Overview(
         counts=job_count_capped(conn, tenant=tenant),
-        quarantined=job_list(conn, states=[J.QUARANTINED], tenant=tenant, limit=quarantined),
+        quarantined=job_list(
+            conn, model.JobFilter(states=(J.QUARANTINED,), tenant=tenant), limit=quarantined
+        ),
         ends=[
             job_ends_counted(conn, tenant=tenant, since=s.since, width=s.width, buckets=s.buckets)
             for s in spans

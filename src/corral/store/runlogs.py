@@ -4,9 +4,10 @@ they hold, once their retention is over."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, delete, func, insert, select
 
@@ -14,6 +15,9 @@ from corral import launching, model
 from corral.store import dialects
 from corral.store.events import NO_JOB
 from corral.store.tables import attempts, checkpoints, events, job_slas, jobs, run_logs
+
+if TYPE_CHECKING:
+    from corral.store.database import Database
 
 J = model.JobState
 
@@ -122,3 +126,27 @@ def _forgettable(conn: Connection, before: datetime, limit: int) -> list[int]:
             .limit(limit)
         ).scalars()
     )
+
+
+# --- the handle ----------------------------------------------------------------------------
+
+
+class RunLogs:
+    """The store's handle on run logs and the retention of finished jobs
+    (`store.runlogs`): each call one transaction.
+
+    Each method runs the store function its name shortens (`of_job`: run_logs_of),
+    named in its body; that function's docstring says what the call does.
+    """
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def of_job(self, *, job_id: int) -> dict[int, launching.RunLog]:
+        """What each ended attempt of a job left to read, by fence."""
+        return await self._db.lookup(functools.partial(run_logs_of, job_id=job_id))
+
+    async def forget(self, *, before: datetime, limit: int = 500) -> int:
+        """Remove up to `limit` jobs that finished before `before`, with their attempts,
+        events and run logs; how many it removed."""
+        return await self._db.tx(functools.partial(jobs_forget, before=before, limit=limit))

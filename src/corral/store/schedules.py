@@ -11,9 +11,10 @@ nothing here computes a time.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, and_, bindparam, delete, func, or_, select, update
 
@@ -24,6 +25,9 @@ from corral.store.events import NO_JOB, event_insert, event_row
 from corral.store.jobs import job_cancel, job_submit
 from corral.store.rows import state_is
 from corral.store.tables import DUE, UTCDateTime, firings, jobs, schedules
+
+if TYPE_CHECKING:
+    from corral.store.database import Database
 
 J, F = model.JobState, scheduling.FiringOutcome
 
@@ -563,3 +567,130 @@ def backfill(
         )
         created += int(made)
     return created, len(fires) - created
+
+
+# --- the handle ----------------------------------------------------------------------------
+
+
+class Schedules:
+    """The store's handle on schedules and their firings (`store.schedules`): each call
+    one transaction.
+
+    Each method runs the store function its name shortens (`pause`: schedule_pause),
+    named in its body; that function's docstring says what the call does.
+    """
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def create(
+        self,
+        *,
+        new: scheduling.NewSchedule,
+        anchor: datetime,
+        next_due: datetime | None,
+        now: datetime,
+    ) -> scheduling.Schedule:
+        return await self._db.tx(
+            functools.partial(schedule_create, new=new, anchor=anchor, next_due=next_due, now=now)
+        )
+
+    async def create_many(
+        self,
+        *,
+        items: Sequence[tuple[scheduling.NewSchedule, datetime, datetime | None]],
+        now: datetime,
+        paused: bool = False,
+    ) -> list[scheduling.Schedule]:
+        return await self._db.tx(
+            functools.partial(schedules_create, items=items, now=now, paused=paused)
+        )
+
+    async def update(
+        self,
+        *,
+        schedule_id: int,
+        changes: Mapping[str, Any],
+        next_due: datetime | None,
+        now: datetime,
+    ) -> scheduling.Schedule:
+        return await self._db.tx(
+            functools.partial(
+                schedule_update,
+                schedule_id=schedule_id,
+                changes=changes,
+                next_due=next_due,
+                now=now,
+            )
+        )
+
+    async def delete(self, *, schedule_id: int) -> None:
+        await self._db.tx(functools.partial(schedule_delete, schedule_id=schedule_id))
+
+    async def pause(self, *, schedule_id: int, now: datetime) -> scheduling.Schedule:
+        return await self._db.tx(
+            functools.partial(schedule_pause, schedule_id=schedule_id, now=now)
+        )
+
+    async def resume(
+        self,
+        *,
+        schedule_id: int,
+        skipped: Sequence[datetime],
+        skipped_count: int,
+        next_due: datetime | None,
+        now: datetime,
+    ) -> scheduling.Schedule:
+        return await self._db.tx(
+            functools.partial(
+                schedule_resume,
+                schedule_id=schedule_id,
+                skipped=skipped,
+                skipped_count=skipped_count,
+                next_due=next_due,
+                now=now,
+            )
+        )
+
+    async def get(self, *, name: str, tenant: str = "default") -> scheduling.Schedule:
+        return await self._db.tx(functools.partial(schedule_get, name=name, tenant=tenant))
+
+    async def by_id(self, *, schedule_id: int) -> scheduling.Schedule:
+        return await self._db.tx(functools.partial(schedule_by_id, schedule_id=schedule_id))
+
+    async def firings(
+        self, *, schedule_id: int, limit: int = 20, before: datetime | None = None
+    ) -> list[scheduling.Firing]:
+        return await self._db.tx(
+            functools.partial(firing_list, schedule_id=schedule_id, limit=limit, before=before)
+        )
+
+    async def firing_counts(self, *, schedule_id: int) -> dict[str, int]:
+        return await self._db.tx(functools.partial(firing_counts, schedule_id=schedule_id))
+
+    async def next_wake(self, *, ahead: timedelta = timedelta(0)) -> datetime | None:
+        return await self._db.tx(functools.partial(schedule_next_wake, ahead=ahead))
+
+    async def fire_due(
+        self,
+        *,
+        now: datetime,
+        limit: int,
+        plan: Callable[[scheduling.Schedule, model.JobState | None], Plan],
+        ahead: timedelta = timedelta(0),
+    ) -> Fired:
+        return await self._db.tx(
+            functools.partial(schedules_fire_due, now=now, limit=limit, plan=plan, ahead=ahead)
+        )
+
+    async def backfill(
+        self, *, schedule: scheduling.Schedule, fires: Sequence[scheduling.Fire], now: datetime
+    ) -> tuple[int, int]:
+        return await self._db.tx(
+            functools.partial(backfill, schedule=schedule, fires=fires, now=now)
+        )
+
+    async def list(
+        self, *, tenant: str | None = None, limit: int = 1000
+    ) -> list[scheduling.Schedule]:
+        return await self._db.tx(functools.partial(schedule_list, tenant=tenant, limit=limit))

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, func, select
 
@@ -15,6 +16,9 @@ from corral.store.tables import (
     jobs,
     publish_pointers,
 )
+
+if TYPE_CHECKING:
+    from corral.store.database import Database
 
 A, J = model.AttemptState, model.JobState
 
@@ -145,3 +149,47 @@ def _pointer(row: Any) -> launching.Pointer:
         code_version=row.code_version,
         published_at=row.published_at,
     )
+
+
+# --- the handle ----------------------------------------------------------------------------
+
+
+class Sinks:
+    """The store's handle on what fenced sinks keep (`store.sinks`): checkpoints and
+    publish pointers; each call one transaction.
+
+    Each method runs the store function its name shortens (`pointer_swap`: pointer_swap),
+    named in its body; that function's docstring says what the call does.
+    """
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def checkpoint_save(self, *, job_id: int, fence: int, state: Any, now: datetime) -> None:
+        await self._db.tx(
+            functools.partial(checkpoint_save, job_id=job_id, fence=fence, state=state, now=now)
+        )
+
+    async def checkpoint_load(self, *, job_id: int) -> tuple[int, Any] | None:
+        return await self._db.tx(functools.partial(checkpoint_load, job_id=job_id))
+
+    async def pointer_swap(
+        self, *, dataset: str, fence: int, location: str, code_version: str | None, now: datetime
+    ) -> launching.Pointer | int:
+        return await self._db.tx(
+            functools.partial(
+                pointer_swap,
+                dataset=dataset,
+                fence=fence,
+                location=location,
+                code_version=code_version,
+                now=now,
+            )
+        )
+
+    async def pointer_get(
+        self, *, dataset: str, tenant: str | None = None, fence: int | None = None
+    ) -> launching.Pointer | None:
+        return await self._db.tx(
+            functools.partial(pointer_get, dataset=dataset, tenant=tenant, fence=fence)
+        )

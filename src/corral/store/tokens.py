@@ -3,15 +3,19 @@ changes made through the API."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from datetime import datetime
-from typing import Any
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, insert, select, update
 
 from corral import access, errors, model
-from corral.store import dialects, jobs
+from corral.store import dialects, jobs, secrets
 from corral.store.tables import audit, tokens
+
+if TYPE_CHECKING:
+    from corral.store.database import Database
 
 T = tokens.c
 
@@ -148,3 +152,115 @@ def audit_list(
     if tenant is not None:
         stmt = stmt.where(audit.c.tenant == tenant)
     return [access.AuditEntry(**r._mapping) for r in conn.execute(stmt)]
+
+
+# --- the handle ----------------------------------------------------------------------------
+
+
+class Tokens:
+    """The store's handle on the API's credentials (`store.tokens`): tokens, the audit
+    log of what they changed, and the signing secrets and service keys (secrets.py);
+    each call one transaction.
+
+    Each method runs the store function its name shortens (`revoke`: token_revoke),
+    named in its body; that function's docstring says what the call does.
+    """
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def add(
+        self,
+        *,
+        name: str,
+        tenant: str | None,
+        role: access.Role,
+        secret_sha256: str,
+        now: datetime,
+        expires_at: datetime | None,
+    ) -> access.Token:
+        return await self._db.tx(
+            functools.partial(
+                token_add,
+                name=name,
+                tenant=tenant,
+                role=role,
+                secret_sha256=secret_sha256,
+                now=now,
+                expires_at=expires_at,
+            )
+        )
+
+    async def add_first_admin(
+        self, *, name: str, secret_sha256: str, now: datetime
+    ) -> access.Token | None:
+        return await self._db.tx(
+            functools.partial(
+                token_add_first_admin, name=name, secret_sha256=secret_sha256, now=now
+            )
+        )
+
+    async def find(self, *, secret_sha256: str) -> access.Token | None:
+        return await self._db.lookup(functools.partial(token_find, secret_sha256=secret_sha256))
+
+    async def revoke(self, *, token_id: int, now: datetime) -> access.Token:
+        return await self._db.tx(functools.partial(token_revoke, token_id=token_id, now=now))
+
+    async def audit_add(
+        self,
+        *,
+        at: datetime,
+        token_id: int | None,
+        tenant: str | None,
+        action: str,
+        target: str,
+        details: Mapping[str, Any] | None = None,
+    ) -> None:
+        await self._db.tx(
+            functools.partial(
+                audit_add,
+                at=at,
+                token_id=token_id,
+                tenant=tenant,
+                action=action,
+                target=target,
+                details=details,
+            )
+        )
+
+    async def audit_list(
+        self, *, tenant: str | None = None, limit: int = 100
+    ) -> list[access.AuditEntry]:
+        return await self._db.read(functools.partial(audit_list, tenant=tenant, limit=limit))
+
+    async def secret_add(
+        self, *, tenant: str, secret: str, now: datetime, overlap: timedelta, rotate: bool
+    ) -> access.SigningSecret:
+        return await self._db.tx(
+            functools.partial(
+                secrets.secret_add,
+                tenant=tenant,
+                secret=secret,
+                now=now,
+                overlap=overlap,
+                rotate=rotate,
+            )
+        )
+
+    async def secrets_signing(self, *, tenants: list[str], now: datetime) -> dict[str, list[str]]:
+        return await self._db.tx(
+            functools.partial(secrets.secrets_signing, tenants=tenants, now=now)
+        )
+
+    async def secrets_list(
+        self, *, tenant: str | None, now: datetime
+    ) -> list[access.SigningSecret]:
+        return await self._db.tx(functools.partial(secrets.secrets_list, tenant=tenant, now=now))
+
+    async def service_key(self, *, name: str, secret: str, now: datetime) -> str:
+        return await self._db.tx(
+            functools.partial(secrets.service_key, name=name, secret=secret, now=now)
+        )
+
+    async def list(self) -> list[access.Token]:
+        return await self._db.read(token_list)

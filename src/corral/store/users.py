@@ -9,13 +9,17 @@ user or token, never trusted alone.
 
 from __future__ import annotations
 
+import functools
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, delete, insert, or_, select, update
 
 from corral import access, errors
 from corral.store.tables import tokens, users, web_sessions
+
+if TYPE_CHECKING:
+    from corral.store.database import Database
 
 U, W, T = users.c, web_sessions.c, tokens.c
 _LISTED = [U.id, U.name, U.tenant, U.role, U.created_at, U.removed_at]
@@ -163,3 +167,66 @@ def session_find(
 def session_remove(conn: Connection, *, secret_sha256: str) -> None:
     """End a session (signing out); nothing when there is none."""
     conn.execute(delete(web_sessions).where(W.secret_sha256 == secret_sha256))
+
+
+# --- the handle ----------------------------------------------------------------------------
+
+
+class Users:
+    """The store's handle on the dashboard's users and sessions (`store.users`): each call
+    one transaction.
+
+    Each method runs the store function its name shortens (`remove`: user_remove),
+    named in its body; that function's docstring says what the call does.
+    """
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def add(
+        self, *, name: str, password_hash: str, tenant: str | None, role: access.Role, now: datetime
+    ) -> access.User:
+        return await self._db.tx(
+            functools.partial(
+                user_add, name=name, password_hash=password_hash, tenant=tenant, role=role, now=now
+            )
+        )
+
+    async def password(self, *, name: str) -> tuple[access.User, str] | None:
+        return await self._db.lookup(functools.partial(user_password, name=name))
+
+    async def remove(self, *, name: str, now: datetime) -> access.User:
+        return await self._db.tx(functools.partial(user_remove, name=name, now=now))
+
+    async def session_add(
+        self,
+        *,
+        secret_sha256: str,
+        user_id: int | None,
+        token_id: int | None,
+        csrf: str,
+        now: datetime,
+        expires_at: datetime,
+    ) -> None:
+        await self._db.tx(
+            functools.partial(
+                session_add,
+                secret_sha256=secret_sha256,
+                user_id=user_id,
+                token_id=token_id,
+                csrf=csrf,
+                now=now,
+                expires_at=expires_at,
+            )
+        )
+
+    async def session_find(self, *, secret_sha256: str, now: datetime) -> access.WebSession | None:
+        return await self._db.lookup(
+            functools.partial(session_find, secret_sha256=secret_sha256, now=now)
+        )
+
+    async def session_remove(self, *, secret_sha256: str) -> None:
+        await self._db.tx(functools.partial(session_remove, secret_sha256=secret_sha256))
+
+    async def list(self) -> list[access.User]:
+        return await self._db.read(user_list)

@@ -13,9 +13,10 @@ each, so it costs neither an attempt nor a token of its queue's retry budget.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import (
     Connection,
@@ -31,10 +32,13 @@ from sqlalchemy import (
 
 from corral import model, python_tasks
 from corral.store import attempts as attempts_
-from corral.store import claims, dialects, task_jobs
+from corral.store import claims, dialects, hotpath, task_jobs
 from corral.store.events import transition
 from corral.store.rows import job_from_row, state_is
 from corral.store.tables import attempts, events, jobs, schedules, worker_tasks, workers
+
+if TYPE_CHECKING:
+    from corral.store.database import Database
 
 A, J, W = model.AttemptState, model.JobState, python_tasks.WorkerState
 
@@ -591,3 +595,132 @@ def payload_versions(
         for task, version, count in rows:
             out.setdefault((task, version), {})[state.value] = count
     return out
+
+
+# --- the handle ----------------------------------------------------------------------------
+
+
+class Workers:
+    """The store's handle on Python workers, the task versions they read and the jobs
+    parked for want of one (`store.workers`): each call one transaction (a worker's
+    claim, on PostgreSQL, one statement of the hot path).
+
+    Each method runs the store function its name shortens (`beat`: worker_beat),
+    named in its body; that function's docstring says what the call does.
+    """
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def claim(
+        self,
+        *,
+        worker_id: str,
+        reads: Sequence[tuple[str, Sequence[int]]],
+        queues: Sequence[str],
+        now: datetime,
+        limit: int,
+        limits: claims.DefaultLimits,
+        pools: Mapping[str, int] | None = None,
+        tenants: Mapping[str, int] | None = None,
+    ) -> list[model.Claimed]:
+        """A worker's claim (worker_claim); without pools or tenants to share, the hot path
+        (hotpath.py): one statement on PostgreSQL."""
+        claim = functools.partial(
+            worker_claim,
+            worker_id=worker_id,
+            reads=reads,
+            queues=queues,
+            now=now,
+            limit=limit,
+            limits=limits,
+        )
+        if not pools and not tenants:
+            on_postgresql = functools.partial(
+                hotpath.POSTGRESQL.worker_claim,
+                worker_id=worker_id,
+                reads=reads,
+                queues=queues,
+                now=now,
+                limit=limit,
+                limits=limits,
+            )
+            return await self._db.hot(claim, on_postgresql)
+        return await self._db.tx(functools.partial(claim, pools=pools, tenants=tenants))
+
+    async def register(self, *, worker: python_tasks.Worker, now: datetime, since: datetime) -> int:
+        return await self._db.tx(
+            functools.partial(worker_register, worker=worker, now=now, since=since)
+        )
+
+    async def beat(
+        self, *, worker_id: str, leases: Mapping[int, float], now: datetime, since: datetime
+    ) -> tuple[python_tasks.WorkerState | None, list[int]]:
+        return await self._db.tx(
+            functools.partial(worker_beat, worker_id=worker_id, leases=leases, now=now, since=since)
+        )
+
+    async def drain(self, *, worker_id: str, now: datetime) -> None:
+        await self._db.tx(functools.partial(worker_drain, worker_id=worker_id, now=now))
+
+    async def stop(self, *, worker_id: str, now: datetime, since: datetime) -> int:
+        return await self._db.tx(
+            functools.partial(worker_stop, worker_id=worker_id, now=now, since=since)
+        )
+
+    async def forget(self, *, before: datetime) -> int:
+        return await self._db.tx(functools.partial(workers_forget, before=before))
+
+    async def task_schemas(
+        self, *, task: str, since: datetime
+    ) -> tuple[dict[int, Mapping[str, Any]], int | None]:
+        return await self._db.read(functools.partial(task_schemas, task=task, since=since))
+
+    async def known_schema(self, *, task: str, version: int) -> Mapping[str, Any] | None:
+        return await self._db.read(functools.partial(known_schema, task=task, version=version))
+
+    async def task_readers(
+        self, *, pairs: Sequence[tuple[str, int, str]], since: datetime
+    ) -> set[tuple[str, int, str]]:
+        return await self._db.read(functools.partial(readers, pairs=pairs, since=since))
+
+    async def unpark_read(self, *, now: datetime, since: datetime) -> int:
+        return await self._db.tx(functools.partial(jobs_unpark_read, now=now, since=since))
+
+    async def lowest_app_versions(
+        self, *, pairs: Sequence[tuple[str, int]]
+    ) -> dict[tuple[str, int], str]:
+        return await self._db.read(functools.partial(lowest_app_versions, pairs=pairs))
+
+    async def park_unread(
+        self, *, now: datetime, since: datetime, job_ids: Sequence[int] | None = None
+    ) -> int:
+        return await self._db.tx(
+            functools.partial(jobs_park_unread, now=now, since=since, job_ids=job_ids)
+        )
+
+    async def parked_release(
+        self, *, job_ids: Sequence[int] = (), task: str | None = None, now: datetime
+    ) -> list[int]:
+        return await self._db.tx(
+            functools.partial(parked_release, job_ids=job_ids, task=task, now=now)
+        )
+
+    async def parked_list(
+        self, *, task: str | None = None, tenant: str | None = None, limit: int = 100
+    ) -> list[python_tasks.ParkedJob]:
+        return await self._db.read(
+            functools.partial(parked_list, task=task, tenant=tenant, limit=limit)
+        )
+
+    async def payload_versions(
+        self, *, tasks: Sequence[str]
+    ) -> dict[tuple[str, int], dict[str, int]]:
+        return await self._db.read(functools.partial(payload_versions, tasks=tasks))
+
+    async def list(
+        self, *, since: datetime, live: bool = True, limit: int = 500
+    ) -> list[python_tasks.Worker]:
+        return await self._db.read(
+            functools.partial(worker_list, since=since, live=live, limit=limit)
+        )

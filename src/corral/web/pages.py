@@ -261,14 +261,13 @@ async def _jobs_page(
     wrong = _wrong_filter(state, label) or wrong
     found: list[model.Job] = []
     if not wrong:
-        found = await c.jobs(
+        given = model.JobFilter(
             states=[state] if state else [],
             queue=queue or None,
             tenant=who.tenant,
-            labels={key: value} if label else None,
-            before=before,
-            limit=JOBS_PAGE,
+            labels={key: value} if label else {},
         )
+        found = await c.jobs(given, before=before, limit=JOBS_PAGE)
     more = found[-1].id if len(found) == JOBS_PAGE else None
     return page(
         request,
@@ -419,9 +418,8 @@ async def dead(
 ) -> Response:
     """Quarantined jobs, the newest first, each with why it was quarantined."""
     c = auth.client_of(request)
-    found = await c.jobs(
-        states=[J.QUARANTINED], tenant=who.tenant, before=before, limit=QUARANTINED_SHOWN
-    )
+    quarantined = model.JobFilter(states=[J.QUARANTINED], tenant=who.tenant)
+    found = await c.jobs(quarantined, before=before, limit=QUARANTINED_SHOWN)
     views = [await c.job(j.id) for j in found]
     shown = [(v.job, client.explain.why(v, c.clock.now())) for v in views]
     more = found[-1].id if len(found) == QUARANTINED_SHOWN else None

@@ -97,7 +97,7 @@ async def heartbeat_async(
     # No revision check: the corral that launched this job runs on this schema, and the
     # heartbeat's one statement is all a job should pay for each beat.
     db = store.Store.connect(settings.database_url, timeouts=settings.timeouts)
-    await db.check_schema(revision=False)
+    await db.database.check_schema(revision=False)
     async with runtime.opened(settings, executors={}, db=db) as rt:
         c = client.Client(store=rt.store, executors={}, settings=settings, clock=rt.clock)
         return await c.heartbeat(attempt.job_id, attempt.fence)

@@ -81,7 +81,7 @@ class TaskContext:
         async def save() -> None:
             assert self._db is not None
             assert self._clock is not None
-            await self._db.checkpoint_save(
+            await self._db.sinks.checkpoint_save(
                 job_id=self.job_id, fence=self.fence, state=state, now=self._clock.now()
             )
 
@@ -92,7 +92,7 @@ class TaskContext:
 
         async def load() -> Any:
             assert self._db is not None
-            found = await self._db.checkpoint_load(job_id=self.job_id)
+            found = await self._db.sinks.checkpoint_load(job_id=self.job_id)
             return default if found is None else found[1]
 
         return await self._on_loop(load)

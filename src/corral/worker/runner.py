@@ -129,7 +129,7 @@ class Worker:
     async def run(self, stop: asyncio.Event) -> None:
         """Register, claim and run until `stop` is set; then drain and hand back."""
         self._stop = stop
-        unparked = await self.db.worker_register(
+        unparked = await self.db.workers.register(
             worker=self.info(), now=self.clock.now(), since=self._since()
         )
         self._log_registered(unparked)
@@ -141,12 +141,12 @@ class Worker:
         )
         try:
             async with pulse.beating():
-                async with self.db.woken() as woke:
+                async with self.db.database.woken() as woke:
                     await self._claim_loop(stop, woke)
                 await self._drain()
         finally:
             await self._end_loops(beats, deadlines, flush)
-        parked = await self.db.worker_stop(
+        parked = await self.db.workers.stop(
             worker_id=self.id, now=self.clock.now(), since=self._since()
         )
         log.info(
@@ -218,7 +218,7 @@ class Worker:
     async def _claim(self, free: int, interval: float) -> int:
         """Claim up to `free` jobs and start what slots allow; how many it claimed."""
         try:
-            claimed = await self.db.worker_claim(
+            claimed = await self.db.workers.claim(
                 worker_id=self.id,
                 reads=self._reads(),
                 queues=self.queues,
@@ -318,7 +318,7 @@ class Worker:
         value = task.read(ctx.version, calls.data_of(job.payload, ctx.task))
         value, fresh = await task.resolve(value, self.calls.in_thread)
         if fresh:
-            await self.db.event_note(
+            await self.db.events.note(
                 job_id=job.id,
                 attempt_id=attempt.id,
                 state=A.RUNNING,
@@ -404,7 +404,7 @@ class Worker:
                     self._done.task_done()
 
     async def _finish(self, batch: list[Finish]) -> Any:
-        return await self.db.attempt_finish(finishes=batch, now=self.clock.now(), retry=self.retry)
+        return await self.db.attempts.finish(finishes=batch, now=self.clock.now(), retry=self.retry)
 
     async def _persist(self, what: str, call: Callable[[], Awaitable[T]]) -> T | None:
         """`call()`, tried again on a store error with growing pauses for up to the lease
@@ -460,11 +460,11 @@ class Worker:
         }
         leases.update({c.attempt.id: c.attempt.lease_seconds or lease for c in self._ready})
         try:
-            state, stale = await self.db.worker_beat(
+            state, stale = await self.db.workers.beat(
                 worker_id=self.id, leases=leases, now=self.clock.now(), since=self._since()
             )
             if state is None:  # forgotten (a long silence): say again who this worker is
-                await self.db.worker_register(
+                await self.db.workers.register(
                     worker=self.info(), now=self.clock.now(), since=self._since()
                 )
         except errors.StoreError as exc:
@@ -495,7 +495,7 @@ class Worker:
     async def _drain(self) -> None:
         self._draining = True
         with contextlib.suppress(errors.StoreError):
-            await self.db.worker_drain(worker_id=self.id, now=self.clock.now())
+            await self.db.workers.drain(worker_id=self.id, now=self.clock.now())
         await self._hand_back_ready()
         if not self._runs:
             return
@@ -520,7 +520,7 @@ class Worker:
             self._forget(run)
         back = await self._persist(
             f"handing back {len(left)} tasks",
-            lambda: self.db.attempt_hand_back(
+            lambda: self.db.attempts.hand_back(
                 fences=[r.ctx.fence for r in left], now=self.clock.now()
             ),
         )
@@ -535,7 +535,7 @@ class Worker:
             return
         back = await self._persist(
             f"handing back {len(ready)} jobs not started",
-            lambda: self.db.attempt_hand_back(fences=ready, now=self.clock.now()),
+            lambda: self.db.attempts.hand_back(fences=ready, now=self.clock.now()),
         )
         if back is not None:
             log.info("handed back %d jobs claimed ahead and not started, not charged", len(back))
