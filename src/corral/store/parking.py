@@ -193,35 +193,40 @@ def parked_list(
     found = [job_from_row(r) for r in conn.execute(stmt)]
     if not found:
         return []
+    parks = _parks(conn, [j.id for j in found])
+    return [_parked(job, parks.get(job.id)) for job in found]
+
+
+def _parks(conn: Connection, job_ids: Sequence[int]) -> dict[int, Any]:
+    """The newest park event of each of `job_ids` (absent: none recorded)."""
     parks: dict[int, Any] = {}
     for e in conn.execute(
         select(events.c.job_id, events.c.at, events.c.reason, events.c.details)
         .where(
-            dialects.one_of(conn, events.c.job_id, [j.id for j in found]),
+            dialects.one_of(conn, events.c.job_id, job_ids),
             events.c.entity == "job",
             events.c.to_state == J.PARKED,
         )
         .order_by(events.c.id)
     ):
         parks[e.job_id] = e  # the newest park of each job
-    out = []
-    for job in found:
-        task_, version = (
-            python_tasks.task_of(job.spec) if job.executor == python_tasks.PYTHON else ("", 0)
-        )
-        park = parks.get(job.id)
-        details = park.details if park is not None else {}
-        out.append(
-            python_tasks.ParkedJob(
-                job=job,
-                task=task_,
-                version=version,
-                needs_app_version=details.get("needs_app_version"),
-                parked_at=park.at if park is not None else None,
-                reason=park.reason if park is not None else "",
-            )
-        )
-    return out
+    return parks
+
+
+def _parked(job: model.Job, park: Any) -> python_tasks.ParkedJob:
+    """A parked job with what its park event `park` recorded (None: no park recorded)."""
+    task, version = (
+        python_tasks.task_of(job.spec) if job.executor == python_tasks.PYTHON else ("", 0)
+    )
+    details = park.details if park is not None else {}
+    return python_tasks.ParkedJob(
+        job=job,
+        task=task,
+        version=version,
+        needs_app_version=details.get("needs_app_version"),
+        parked_at=park.at if park is not None else None,
+        reason=park.reason if park is not None else "",
+    )
 
 
 def payload_versions(
