@@ -176,7 +176,7 @@ class Reconciler(core.Core):
         """Blind attempts (recorded running before they were sent: an HTTP request) whose
         sender the loops table shows dead are lost now, not after recovery_grace: nothing
         will ever record their outcome. Each job gets a new attempt at once (a new fence,
-        the same Idempotency-Key), not charged (store.attempts.attempt_lost_with_sender)."""
+        the same Idempotency-Key), not charged (store.attempt_ends.attempt_lost_with_sender)."""
         now = self.clock.now()
         dead = loops.dead(
             await self.store.loops.all(),

@@ -12,7 +12,7 @@ from sqlalchemy import ColumnElement, Connection, case, func, insert, select
 
 from corral import errors, launching, model, policy, python_tasks, retry, scheduling
 from corral.store import attempts as attempts_
-from corral.store import budgets, claims, dialects, hotpath, hotreads, runlogs, tokens, workers
+from corral.store import budgets, claims, dialects, hotpath, hotreads, parking, runlogs, tokens
 from corral.store.events import event_insert, event_list, event_row, transition
 from corral.store.rows import attempt_from_row, job_from_row
 from corral.store.tables import (
@@ -434,7 +434,7 @@ class Jobs:
             if created and job.executor == python_tasks.PYTHON
         ]
         if tasks and since is not None:
-            park = functools.partial(workers.jobs_park_unread, now=now, since=since, job_ids=tasks)
+            park = functools.partial(parking.jobs_park_unread, now=now, since=since, job_ids=tasks)
             await self._db.tx(park)
         return made
 

@@ -18,8 +18,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Connection, delete, exists, func, insert, select, update
 
 from corral import model
-from corral.store import attempts as attempts_
-from corral.store import dialects
+from corral.store import attempt_ends, dialects
 from corral.store.rows import attempt_from_row, state_is
 from corral.store.tables import DUE as SCHEDULE_DUE
 from corral.store.tables import SENT, attempts, jobs, loop_warnings, loops, schedules
@@ -258,7 +257,9 @@ class Loops:
         self, *, fences: Sequence[int], now: datetime, why: str
     ) -> list[int]:
         return await self._db.tx(
-            functools.partial(attempts_.attempt_lost_with_sender, fences=fences, now=now, why=why)
+            functools.partial(
+                attempt_ends.attempt_lost_with_sender, fences=fences, now=now, why=why
+            )
         )
 
     async def warnings_update(

@@ -109,6 +109,31 @@ def operation_create(
     a job, taken by the preview's query in this transaction. Raises errors.CountChanged
     (nothing made) when their number is not `expect`, InvalidInput when it is past
     model.BULK_MAX_JOBS."""
+    operation_id = _operation_insert(
+        conn, tenant=tenant, action=action, given=given, token_id=token_id, made_by=made_by, now=now
+    )
+    taken = _items_take(conn, operation_id, _matching(conn, tenant, action, given))
+    if taken > model.BULK_MAX_JOBS:
+        raise _too_many()
+    if expect is not None and taken != expect:
+        raise errors.CountChanged(taken, expect)
+    ended = {"state": S.SUCCEEDED, "finished_at": now} if taken == 0 else {}
+    mine = operations.c.id == operation_id
+    conn.execute(update(operations).where(mine).values(total=taken, **ended))
+    return operation_get(conn, operation_id=operation_id)
+
+
+def _operation_insert(
+    conn: Connection,
+    *,
+    tenant: str | None,
+    action: model.BulkAction,
+    given: model.JobFilter,
+    token_id: int | None,
+    made_by: str,
+    now: datetime,
+) -> int:
+    """Insert a running operation with no items yet; its id."""
     made = conn.execute(
         insert(operations).values(
             tenant=tenant,
@@ -125,16 +150,7 @@ def operation_create(
         )
     ).inserted_primary_key
     assert made is not None
-    operation_id = made[0]
-    taken = _items_take(conn, operation_id, _matching(conn, tenant, action, given))
-    if taken > model.BULK_MAX_JOBS:
-        raise _too_many()
-    if expect is not None and taken != expect:
-        raise errors.CountChanged(taken, expect)
-    ended = {"state": S.SUCCEEDED, "finished_at": now} if taken == 0 else {}
-    mine = operations.c.id == operation_id
-    conn.execute(update(operations).where(mine).values(total=taken, **ended))
-    return operation_get(conn, operation_id=operation_id)
+    return int(made[0])
 
 
 def _items_take(conn: Connection, operation_id: int, matching: Any) -> int:

@@ -1,7 +1,7 @@
 """Python tasks' jobs as SQL conditions: which task and payload version a job is (its spec
 says `{"task": ..., "version": ...}`), which of them a worker reads, and which some live
-worker reads. The workers' registrations, their claim and the parking of jobs (workers.py)
-all ask these."""
+worker reads. The workers' registrations and their claim (workers.py) and the parking of
+jobs (parking.py) all ask these."""
 
 from __future__ import annotations
 

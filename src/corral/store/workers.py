@@ -1,20 +1,19 @@
 """Python workers: who is registered and alive, which (task, payload version) each reads,
-their claim of the jobs they read, and parked jobs (jobs no live worker reads).
+and their claim of the jobs they read. A registration, or a worker heard from again after
+a silence, queues again the parked jobs it reads, and a stop parks the jobs no live worker
+reads then: the parking itself is parking.py's.
 
 A worker is live while it is `running` (not draining, not stopped) and its last word is
 younger than `since` (now less the lease). A Python task's job carries its task and
 payload version in its spec (`{"task": ..., "version": ...}`), which every query here
 reads through task_jobs.py; the payload itself is the envelope `{task, version, data}`.
-
-Parking never makes an attempt: a queued job moves to `parked` and back with one event
-each, so it costs neither an attempt nor a token of its queue's retry budget.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -22,8 +21,6 @@ from sqlalchemy import (
     Connection,
     and_,
     delete,
-    exists,
-    func,
     insert,
     or_,
     select,
@@ -32,10 +29,8 @@ from sqlalchemy import (
 
 from corral import model, python_tasks
 from corral.store import attempts as attempts_
-from corral.store import claims, dialects, hotpath, task_jobs
-from corral.store.events import transition
-from corral.store.rows import job_from_row, state_is
-from corral.store.tables import attempts, events, jobs, schedules, worker_tasks, workers
+from corral.store import claims, dialects, hotpath, parking, task_jobs
+from corral.store.tables import attempts, jobs, worker_tasks, workers
 
 if TYPE_CHECKING:
     from corral.store.database import Database
@@ -43,12 +38,6 @@ if TYPE_CHECKING:
 A, J, W = model.AttemptState, model.JobState, python_tasks.WorkerState
 
 CHANNEL = dialects.TASKS
-
-RELEASED = "released by a person: parked no more"
-"""The reason of a manual release; the park pass leaves a job so released alone."""
-
-BATCH = 5000
-"""Jobs parked or released per statement: a backlog of tens of thousands moves in a few."""
 
 # --- registration and liveness --------------------------------------------------------------
 
@@ -74,7 +63,7 @@ def worker_register(
     )
     if worker.reads:
         conn.execute(insert(worker_tasks), [_read_row(worker.id, r) for r in worker.reads])
-    return jobs_unpark(
+    return parking.jobs_unpark(
         conn,
         reads=task_jobs.grouped((r.task, r.version) for r in worker.reads),
         queues=worker.queues,
@@ -126,7 +115,7 @@ def worker_beat(
                 worker_tasks.c.worker_id == worker_id
             )
         ).all()
-        jobs_unpark(
+        parking.jobs_unpark(
             conn,
             reads=task_jobs.grouped((r.task, r.version) for r in reads),
             queues=before.queues,
@@ -175,7 +164,7 @@ def worker_stop(conn: Connection, *, worker_id: str, now: datetime, since: datet
         .where(workers.c.id == worker_id)
         .values(state=W.STOPPED, stopped_at=now, last_seen_at=now)
     )
-    return jobs_park_unread(conn, now=now, since=since)
+    return parking.jobs_park_unread(conn, now=now, since=since)
 
 
 def worker_list(
@@ -269,32 +258,6 @@ def readers(
     return out
 
 
-def lowest_app_versions(
-    conn: Connection, *, pairs: Iterable[tuple[str, int]]
-) -> dict[tuple[str, int], str]:
-    """For each (task, version), the lowest app version of any worker ever registered that
-    reads it (absent: none ever has)."""
-    wanted = set(pairs)
-    if not wanted:
-        return {}
-    rows = conn.execute(
-        select(worker_tasks.c.task, worker_tasks.c.version, workers.c.app_version)
-        .join(workers, workers.c.id == worker_tasks.c.worker_id)
-        .where(
-            or_(*(and_(worker_tasks.c.task == t, worker_tasks.c.version == v) for t, v in wanted))
-        )
-        .distinct()
-    ).all()
-    out: dict[tuple[str, int], str] = {}
-    for r in rows:
-        key = (r.task, r.version)
-        if key not in out or python_tasks.version_key(r.app_version) < python_tasks.version_key(
-            out[key]
-        ):
-            out[key] = r.app_version
-    return out
-
-
 def workers_forget(conn: Connection, *, before: datetime) -> int:
     """Remove workers stopped (or silent) since before `before`, keeping for each (task,
     version) the lowest app version known to read it (one worker row each)."""
@@ -374,227 +337,6 @@ def _started(claimed: model.Claimed, now: datetime) -> model.Claimed:
 def started_by(worker_id: str) -> str:
     """The run log's reason for an attempt a worker claimed and started."""
     return f"started by worker {worker_id}"
-
-
-# --- parked jobs -----------------------------------------------------------------------------
-
-
-def attempt_park(
-    conn: Connection, *, fences: Sequence[int], task: str, version: int, now: datetime, why: str
-) -> list[int]:
-    """Running attempts of (task, version) whose worker went away while no live worker reads
-    it: each is superseded with the reason model.NO_COMPATIBLE_WORKER and its job parked,
-    not charged, until a worker that reads it registers; the park records the lowest app
-    version known to read it. Returns the fences."""
-    need = lowest_app_versions(conn, pairs=[(task, version)]).get((task, version))
-    return attempts_._supersede(
-        conn,
-        fences=fences,
-        expected=A.RUNNING,
-        now=now,
-        reason=f"{model.NO_COMPATIBLE_WORKER}: {why}; not charged",
-        job_reason=f"parked: {model.NO_COMPATIBLE_WORKER} ({why}); not charged",
-        attempt_reason=model.NO_COMPATIBLE_WORKER,
-        job_values={"uncharged_attempts": jobs.c.uncharged_attempts + 1},
-        job_to=J.PARKED,
-        job_details={"task": task, "version": version, "needs_app_version": need},
-    )
-
-
-def jobs_park_unread(
-    conn: Connection, *, now: datetime, since: datetime, job_ids: Sequence[int] | None = None
-) -> int:
-    """Park every queued Python task's job (of `job_ids`, when given) that no live worker
-    reads (before its first pickup, or back in the queue after a retry), unless a person
-    released it. Each park's event records the lowest app version known to read the job.
-    Returns how many parked."""
-    released = exists(
-        select(events.c.id).where(
-            events.c.job_id == jobs.c.id,
-            events.c.entity == "job",
-            events.c.to_state == J.QUEUED,
-            events.c.reason == RELEASED,
-        )
-    )
-    parked = 0
-    while True:
-        rows = conn.execute(
-            select(jobs.c.id, task_jobs.TASK.label("task"), task_jobs.VERSION.label("version"))
-            .where(
-                *task_jobs.python_in(J.QUEUED),
-                *([dialects.one_of(conn, jobs.c.id, job_ids)] if job_ids is not None else []),
-                ~task_jobs.read_by_live(conn, since),
-                ~released,
-            )
-            .order_by(jobs.c.id)
-            .limit(BATCH)
-        ).all()
-        parked += _jobs_park(conn, rows, now)
-        if len(rows) < BATCH:
-            return parked
-
-
-def _jobs_park(conn: Connection, rows: Sequence[Any], now: datetime) -> int:
-    """Park the queued jobs of `rows` (id, task, version), one transition per (task,
-    version), each event naming the lowest app version known to read it; how many parked."""
-    needs = lowest_app_versions(conn, pairs=[(r.task, r.version) for r in rows])
-    by_pair: dict[tuple[str, int], list[int]] = {}
-    for r in rows:
-        by_pair.setdefault((r.task, r.version), []).append(r.id)
-    parked = 0
-    for (task, version), ids in sorted(by_pair.items()):
-        need = needs.get((task, version))
-        wants = f"app version {need} or later reads it" if need else "no worker ever read it"
-        parked += len(
-            transition(
-                conn,
-                entity="job",
-                ids=ids,
-                expected=J.QUEUED,
-                to=J.PARKED,
-                now=now,
-                reason=f"parked: no live worker reads task {task} version {version}"
-                f" ({wants}); no attempt spent",
-                details={"task": task, "version": version, "needs_app_version": need},
-            )
-        )
-    return parked
-
-
-def jobs_unpark(
-    conn: Connection,
-    *,
-    reads: Sequence[tuple[str, Sequence[int]]],
-    now: datetime,
-    reason: str,
-    queues: Sequence[str] = (),
-) -> int:
-    """Queue again every parked job of `reads` (task, versions), of `queues` (all when
-    empty); tell waiting workers. Returns how many."""
-    if not reads:
-        return 0
-    in_queues = [jobs.c.queue.in_(list(queues))] if queues else []
-    return len(
-        _queue_parked(conn, [task_jobs.reads_any(reads), *in_queues], now=now, reason=reason)
-    )
-
-
-def jobs_unpark_read(conn: Connection, *, now: datetime, since: datetime) -> int:
-    """Queue again every parked job some live worker reads (of its queue): what a park
-    that raced a registration, or one made while its worker was silent, left behind.
-    Returns how many."""
-    reason = "a live worker reads it: queued again"
-    return len(_queue_parked(conn, [task_jobs.read_by_live(conn, since)], now=now, reason=reason))
-
-
-def parked_release(
-    conn: Connection, *, job_ids: Sequence[int] = (), task: str | None = None, now: datetime
-) -> list[int]:
-    """A person's release of parked jobs (by id, or every one of `task`): queued again,
-    and left alone by the park pass. Returns the job ids released."""
-    where = []
-    if job_ids:
-        where.append(dialects.one_of(conn, jobs.c.id, job_ids))
-    if task is not None:
-        where.append(task_jobs.TASK == task)
-    return _queue_parked(conn, where, now=now, reason=RELEASED)
-
-
-def _queue_parked(
-    conn: Connection, where: Sequence[Any], *, now: datetime, reason: str
-) -> list[int]:
-    """Move the parked Python tasks' jobs that meet `where` to queued, BATCH a statement,
-    one event each; tell waiting workers. Returns the job ids moved."""
-    moved: list[int] = []
-    while True:
-        ids = (
-            conn.execute(
-                select(jobs.c.id)
-                .where(*task_jobs.python_in(J.PARKED), *where)
-                .order_by(jobs.c.id)
-                .limit(BATCH)
-            )
-            .scalars()
-            .all()
-        )
-        applied = transition(
-            conn, entity="job", ids=ids, expected=J.PARKED, to=J.QUEUED, now=now, reason=reason
-        )
-        moved += [a.id for a in applied]
-        if len(ids) < BATCH:
-            break
-    if moved:
-        dialects.notify(conn, CHANNEL)
-    return moved
-
-
-def parked_list(
-    conn: Connection, *, task: str | None = None, tenant: str | None = None, limit: int = 100
-) -> list[python_tasks.ParkedJob]:
-    """Parked jobs, oldest first, each with what its park recorded."""
-    stmt = select(jobs).where(jobs.c.state == state_is(J.PARKED)).order_by(jobs.c.id).limit(limit)
-    if task is not None:
-        stmt = stmt.where(jobs.c.executor == python_tasks.PYTHON, task_jobs.TASK == task)
-    if tenant is not None:
-        stmt = stmt.where(jobs.c.tenant == tenant)
-    found = [job_from_row(r) for r in conn.execute(stmt)]
-    if not found:
-        return []
-    parks: dict[int, Any] = {}
-    for e in conn.execute(
-        select(events.c.job_id, events.c.at, events.c.reason, events.c.details)
-        .where(
-            dialects.one_of(conn, events.c.job_id, [j.id for j in found]),
-            events.c.entity == "job",
-            events.c.to_state == J.PARKED,
-        )
-        .order_by(events.c.id)
-    ):
-        parks[e.job_id] = e  # the newest park of each job
-    out = []
-    for job in found:
-        task_, version = (
-            python_tasks.task_of(job.spec) if job.executor == python_tasks.PYTHON else ("", 0)
-        )
-        park = parks.get(job.id)
-        details = park.details if park is not None else {}
-        out.append(
-            python_tasks.ParkedJob(
-                job=job,
-                task=task_,
-                version=version,
-                needs_app_version=details.get("needs_app_version"),
-                parked_at=park.at if park is not None else None,
-                reason=park.reason if park is not None else "",
-            )
-        )
-    return out
-
-
-def payload_versions(
-    conn: Connection, *, tasks: Sequence[str]
-) -> dict[tuple[str, int], dict[str, int]]:
-    """For each (task, version) of `tasks` among jobs not yet run (scheduled, queued,
-    parked) and the schedules that make them: how many of each (by job state, and
-    "schedule")."""
-    if not tasks:
-        return {}
-    out: dict[tuple[str, int], dict[str, int]] = {}
-    for (template,) in conn.execute(select(schedules.c.template)):
-        if template.get("executor") == python_tasks.PYTHON:
-            task, version = python_tasks.task_of(template["spec"])
-            if task in tasks:
-                counts = out.setdefault((task, version), {})
-                counts["schedule"] = counts.get("schedule", 0) + 1
-    for state in (J.SCHEDULED, J.QUEUED, J.PARKED):
-        rows = conn.execute(
-            select(task_jobs.TASK.label("task"), task_jobs.VERSION.label("version"), func.count())
-            .where(*task_jobs.python_in(state), task_jobs.TASK.in_(list(tasks)))
-            .group_by(task_jobs.TASK, task_jobs.VERSION)
-        ).all()
-        for task, version, count in rows:
-            out.setdefault((task, version), {})[state.value] = count
-    return out
 
 
 # --- the handle ----------------------------------------------------------------------------
@@ -685,38 +427,38 @@ class Workers:
         return await self._db.read(functools.partial(readers, pairs=pairs, since=since))
 
     async def unpark_read(self, *, now: datetime, since: datetime) -> int:
-        return await self._db.tx(functools.partial(jobs_unpark_read, now=now, since=since))
+        return await self._db.tx(functools.partial(parking.jobs_unpark_read, now=now, since=since))
 
     async def lowest_app_versions(
         self, *, pairs: Sequence[tuple[str, int]]
     ) -> dict[tuple[str, int], str]:
-        return await self._db.read(functools.partial(lowest_app_versions, pairs=pairs))
+        return await self._db.read(functools.partial(parking.lowest_app_versions, pairs=pairs))
 
     async def park_unread(
         self, *, now: datetime, since: datetime, job_ids: Sequence[int] | None = None
     ) -> int:
         return await self._db.tx(
-            functools.partial(jobs_park_unread, now=now, since=since, job_ids=job_ids)
+            functools.partial(parking.jobs_park_unread, now=now, since=since, job_ids=job_ids)
         )
 
     async def parked_release(
         self, *, job_ids: Sequence[int] = (), task: str | None = None, now: datetime
     ) -> list[int]:
         return await self._db.tx(
-            functools.partial(parked_release, job_ids=job_ids, task=task, now=now)
+            functools.partial(parking.parked_release, job_ids=job_ids, task=task, now=now)
         )
 
     async def parked_list(
         self, *, task: str | None = None, tenant: str | None = None, limit: int = 100
     ) -> list[python_tasks.ParkedJob]:
         return await self._db.read(
-            functools.partial(parked_list, task=task, tenant=tenant, limit=limit)
+            functools.partial(parking.parked_list, task=task, tenant=tenant, limit=limit)
         )
 
     async def payload_versions(
         self, *, tasks: Sequence[str]
     ) -> dict[tuple[str, int], dict[str, int]]:
-        return await self._db.read(functools.partial(payload_versions, tasks=tasks))
+        return await self._db.read(functools.partial(parking.payload_versions, tasks=tasks))
 
     async def list(
         self, *, since: datetime, live: bool = True, limit: int = 500
