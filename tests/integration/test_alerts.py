@@ -24,7 +24,7 @@ from aiosmtpd.controller import Controller
 from corral import alert_settings, alerts, config, model, scheduling, store, timeouts
 from corral.alerts import channels, rules
 from corral.store import Finish
-from corral.store.alerts import JobFacts
+from corral.store.alert_reads import JobFacts
 from corral.testing import FrozenClock
 from tests.support.net import free_port, http_server
 

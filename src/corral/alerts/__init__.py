@@ -21,7 +21,8 @@ import httpx
 
 from corral import clock, config, errors, failpoints, metrics, model, store
 from corral.alerts import channels, rules
-from corral.store.alerts import Alert, EventsRead, JobFacts
+from corral.store.alert_reads import EventsRead, JobFacts
+from corral.store.alerts import Alert
 
 log = logging.getLogger("corral.alerts")
 

@@ -10,7 +10,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from corral import alert_settings, model, redaction
-from corral.store.alerts import JobFacts, queue_subject, schedule_subject
+from corral.store.alert_reads import JobFacts
+from corral.store.alerts import queue_subject, schedule_subject
 
 J, A = model.JobState, model.AttemptState
 

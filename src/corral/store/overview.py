@@ -24,7 +24,7 @@ from corral.store import dialects
 from corral.store.budgets import budget_list
 from corral.store.claims import pool_running
 from corral.store.jobs import job_get_many, job_list
-from corral.store.schedules import schedule_from_row
+from corral.store.rows import schedule_from_row
 from corral.store.tables import JOB_ENDS, events, jobs, schedules
 
 J = model.JobState

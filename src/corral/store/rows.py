@@ -8,7 +8,7 @@ from typing import Any
 
 from sqlalchemy import Row, case, literal, literal_column
 
-from corral import model
+from corral import model, scheduling
 from corral.store.tables import (
     UTCDateTime,
 )
@@ -37,6 +37,19 @@ def attempt_from_row(row: Any) -> model.Attempt:
             **fields,
             "state": A(row["state"]),
             "failure_class": model.FailureClass(cls) if cls else None,
+        }
+    )
+
+
+def schedule_from_row(row: Any) -> scheduling.Schedule:
+    """A schedule of a row, or of a row's mapping (read by schedules, firings and the
+    overview alike)."""
+    m = dict(row._mapping if hasattr(row, "_mapping") else row)
+    return scheduling.Schedule(
+        **{
+            **m,
+            "catchup": scheduling.Catchup(m["catchup"]),
+            "overlap": scheduling.Overlap(m["overlap"]),
         }
     )
 

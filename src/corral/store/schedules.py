@@ -1,46 +1,29 @@
-"""Schedules and their firings: create, change, pause, delete; fire what is due; backfill.
+"""Schedules: create, change, pause, resume, delete and read them, and their firings'
+records; the store's handle on them (`store.schedules`).
 
-A firing is a row unique on (schedule, nominal time), written in one transaction with the
-job it creates (whose idempotency key names the schedule and the nominal time) and with the
-schedule's next nominal time, moved by compare-and-set. So any number of schedulers fire
-each nominal time once, with no leader: on PostgreSQL they skip the schedules another one
-holds (SKIP LOCKED), on SQLite they take turns; a late one finds the next nominal time moved
-and does nothing. When to fire, and what a firing is, the scheduler decides (`plan`):
-nothing here computes a time.
+Firing what is due and backfilling, the scheduler's pass, are firings.py's: what a schedule
+is and how it changes is apart from how its nominal times are fired.
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Connection, and_, bindparam, delete, func, or_, select, update
+from sqlalchemy import Connection, delete, func, select, update
 
 from corral import errors, model, scheduling
 from corral.planning import Fired, Plan
-from corral.store import dialects
-from corral.store.events import NO_JOB, event_insert, event_row
-from corral.store.jobs import job_cancel, job_submit
-from corral.store.rows import state_is
-from corral.store.tables import DUE, UTCDateTime, firings, jobs, schedules
+from corral.store import dialects, firings, tables
+from corral.store.rows import schedule_from_row
+from corral.store.tables import schedules
 
 if TYPE_CHECKING:
     from corral.store.database import Database
 
-J, F = model.JobState, scheduling.FiringOutcome
-
-
-def schedule_from_row(row: Any) -> scheduling.Schedule:
-    m = dict(row._mapping if hasattr(row, "_mapping") else row)
-    return scheduling.Schedule(
-        **{
-            **m,
-            "catchup": scheduling.Catchup(m["catchup"]),
-            "overlap": scheduling.Overlap(m["overlap"]),
-        }
-    )
+F = scheduling.FiringOutcome
 
 
 def firing_from_row(row: Any) -> scheduling.Firing:
@@ -169,7 +152,7 @@ def schedule_delete(conn: Connection, *, schedule_id: int) -> None:
     deletes them."""
     if not conn.execute(delete(schedules).where(schedules.c.id == schedule_id)).rowcount:
         raise errors.NotFound(f"no schedule with id {schedule_id}")
-    conn.execute(delete(firings).where(firings.c.schedule_id == schedule_id))
+    conn.execute(delete(tables.firings).where(tables.firings.c.schedule_id == schedule_id))
 
 
 def schedule_pause(conn: Connection, *, schedule_id: int, now: datetime) -> scheduling.Schedule:
@@ -206,7 +189,8 @@ def schedule_resume(
         )
     ).rowcount
     if resumed:
-        _record(conn, [(schedule_id, scheduling.Fire(at, F.SKIPPED)) for at in skipped], {}, now)
+        fires = [(schedule_id, scheduling.Fire(at, F.SKIPPED)) for at in skipped]
+        firings.firings_record(conn, todo=fires, job_ids={}, now=now)
     return schedule_by_id(conn, schedule_id=schedule_id)
 
 
@@ -250,323 +234,23 @@ def firing_list(
 ) -> list[scheduling.Firing]:
     """A schedule's firings, the latest nominal time first."""
     stmt = (
-        select(firings)
-        .where(firings.c.schedule_id == schedule_id)
-        .order_by(firings.c.nominal_at.desc())
+        select(tables.firings)
+        .where(tables.firings.c.schedule_id == schedule_id)
+        .order_by(tables.firings.c.nominal_at.desc())
         .limit(limit)
     )
     if before is not None:
-        stmt = stmt.where(firings.c.nominal_at < before)
+        stmt = stmt.where(tables.firings.c.nominal_at < before)
     return [firing_from_row(r) for r in conn.execute(stmt)]
 
 
 def firing_counts(conn: Connection, *, schedule_id: int) -> dict[str, int]:
     rows = conn.execute(
-        select(firings.c.outcome, func.count())
-        .where(firings.c.schedule_id == schedule_id)
-        .group_by(firings.c.outcome)
+        select(tables.firings.c.outcome, func.count())
+        .where(tables.firings.c.schedule_id == schedule_id)
+        .group_by(tables.firings.c.outcome)
     ).all()
     return {outcome: count for outcome, count in rows}
-
-
-def schedule_next_wake(conn: Connection, *, ahead: timedelta) -> datetime | None:
-    """The earliest time anything is due: a schedule's next nominal time (`ahead` of it
-    for one fired ahead, see schedules_fire_due), or a job in `scheduled` waiting for its
-    run_at."""
-    allow = schedules.c.overlap == scheduling.Overlap.ALLOW.value
-    first = select(func.min(schedules.c.next_due)).where(DUE)
-    ahead_of = conn.execute(first.where(allow)).scalar()
-    on_time = conn.execute(first.where(~allow)).scalar()
-    first_job = conn.execute(
-        select(func.min(jobs.c.run_at)).where(jobs.c.state == state_is(J.SCHEDULED))
-    ).scalar()
-    found = [t for t in (on_time, first_job) if t is not None]
-    if ahead_of is not None:
-        found.append(ahead_of - ahead)
-    return min(found) if found else None
-
-
-# --- firing --------------------------------------------------------------------------------
-
-
-def schedules_fire_due(
-    conn: Connection,
-    *,
-    now: datetime,
-    limit: int,
-    plan: Callable[[scheduling.Schedule, model.JobState | None], Plan],
-    ahead: timedelta = timedelta(0),
-) -> Fired:
-    """Fire up to `limit` due schedules, the most overdue first: `plan(schedule, state of
-    its previous firing's job)` says what to record. One transaction.
-
-    A schedule whose overlap is `allow` is due `ahead` of its nominal time: its firing is
-    recorded early and its job waits in the queue for its run_at (the nominal time), so a
-    burst of firings due at one instant is claimable at that instant. The others decide on
-    their previous job's state, so they fire at their time, not before."""
-    due = _schedules_due(conn, now=now, limit=limit, ahead=ahead)
-    previous = _previous_states(conn, due)
-    out = Fired()
-    news: list[dict[str, Any]] = []
-    todo: list[tuple[scheduling.Schedule, scheduling.Fire]] = []
-    moves: list[dict[str, Any]] = []
-    for schedule in due:
-        decided = plan(schedule, previous.get(schedule.last_job_id or 0))
-        moves.append(_move(schedule, decided))
-        if decided.cancel_previous and schedule.last_job_id is not None:
-            attempt = _cancel_quietly(conn, schedule, now)
-            if attempt is not None:
-                out.cancelled.append(attempt)
-        todo.extend((schedule, f) for f in decided.fires)
-        news.extend(_missed_news(schedule, decided, now))
-    if not moves:
-        return out
-    _schedules_move(conn, moves, now)
-    out.schedules = len(moves)
-    out.firings = _fire(conn, todo, now)
-    if news:
-        event_insert(conn, news)
-    return out
-
-
-def _schedules_due(
-    conn: Connection, *, now: datetime, limit: int, ahead: timedelta
-) -> list[scheduling.Schedule]:
-    """Up to `limit` due schedules, the most overdue first, skipping rows another
-    transaction holds; those whose overlap is `allow` are due `ahead` of their time."""
-    early = and_(
-        schedules.c.overlap == scheduling.Overlap.ALLOW.value, schedules.c.next_due <= now + ahead
-    )
-    pick = (
-        select(schedules)
-        .where(DUE, or_(schedules.c.next_due <= now, early))
-        .order_by(schedules.c.next_due)
-        .limit(limit)
-    )
-    return [schedule_from_row(r) for r in conn.execute(dialects.skip_locked(conn, pick))]
-
-
-def _previous_states(
-    conn: Connection, due: Sequence[scheduling.Schedule]
-) -> dict[int, model.JobState]:
-    """The state of each previous firing's job, by job id, of the schedules that decide on
-    it (all but those whose overlap is `allow`)."""
-    watched = [
-        s.last_job_id for s in due if s.overlap != scheduling.Overlap.ALLOW and s.last_job_id
-    ]
-    if not watched:
-        return {}
-    rows = conn.execute(
-        select(jobs.c.id, jobs.c.state).where(dialects.one_of(conn, jobs.c.id, watched))
-    )
-    return {job_id: J(state) for job_id, state in rows}
-
-
-def _move(schedule: scheduling.Schedule, decided: Plan) -> dict[str, Any]:
-    """The parameters of `_schedules_move` for one schedule: its next due time, its last
-    nominal time and the times it missed."""
-    missed = sum(1 for f in decided.fires if f.outcome == F.MISSED)
-    return {
-        "b_id": schedule.id,
-        "b_old": schedule.next_due,
-        "b_next": decided.next_due,
-        "b_last": max((f.nominal_at for f in decided.fires), default=schedule.last_nominal),
-        "b_missed": decided.missed_count + missed,
-    }
-
-
-def _schedules_move(conn: Connection, moves: Sequence[dict[str, Any]], now: datetime) -> None:
-    """Move each schedule on, compare-and-set on its due time. The rows are ours until
-    commit (locked on PostgreSQL, the one writer on SQLite), so the compare-and-set holds
-    for every one; were one moved meanwhile, nothing of the pass is kept (StoreError)."""
-    moved = conn.execute(
-        update(schedules)
-        .where(schedules.c.id == bindparam("b_id"), schedules.c.next_due == bindparam("b_old"))
-        .values(
-            next_due=bindparam("b_next", type_=UTCDateTime()),
-            last_nominal=bindparam("b_last", type_=UTCDateTime()),
-            missed_total=schedules.c.missed_total + bindparam("b_missed"),
-            updated_at=now,
-        ),
-        moves,
-    ).rowcount
-    if moved != len(moves):
-        raise errors.StoreError(
-            f"{len(moves) - moved} of {len(moves)} schedules moved under this scheduler;"
-            " nothing of this pass is kept"
-        )
-
-
-NOT_RUN = (F.MISSED, F.OVERLAP, F.REFUSED)
-"""What a schedule's run log tells of (a paused schedule's skipped times are asked for)."""
-
-
-def _missed_news(
-    schedule: scheduling.Schedule, decided: Plan, now: datetime
-) -> list[dict[str, Any]]:
-    """The events that tell of the nominal times of `decided` that did not run, one per
-    outcome: a schedule's news has no job (job_id NO_JOB), so it names the schedule and
-    what a firing's job would have been (queue, executor, labels) for rules to match."""
-    out = []
-    template = schedule.template
-    for outcome in NOT_RUN:
-        fires = [f for f in decided.fires if f.outcome == outcome]
-        times = [f.nominal_at for f in fires]
-        count = len(times) + (decided.missed_count if outcome == F.MISSED else 0)
-        if not count:
-            continue
-        why = next((f.note for f in fires if f.note), None) or "no scheduler fired it in time"
-        first = times[0].isoformat() if times else "(not recorded)"
-        out.append(
-            event_row(
-                job_id=NO_JOB,
-                attempt_id=None,
-                entity="schedule",
-                frm=None,
-                to=outcome.value,
-                reason=f"schedule {schedule.name!r}: {count} nominal time(s) from {first}"
-                f" did not run: {why}",
-                now=now,
-                details={
-                    "schedule": schedule.name,
-                    "tenant": schedule.tenant,
-                    "queue": str(template.get("queue") or "default"),
-                    "executor": str(template.get("executor") or ""),
-                    "labels": dict(template.get("labels") or {}),
-                    "nominal_times": [t.isoformat() for t in times],
-                    "count": count,
-                },
-            )
-        )
-    return out
-
-
-def _cancel_quietly(
-    conn: Connection, schedule: scheduling.Schedule, now: datetime
-) -> model.Attempt | None:
-    assert schedule.last_job_id is not None
-    try:
-        return job_cancel(
-            conn,
-            job_id=schedule.last_job_id,
-            now=now,
-            reason=f"replaced by a newer firing of schedule {schedule.name!r} (overlap replace)",
-        )
-    except (errors.InvalidInput, errors.NotFound):  # it ended meanwhile, or was deleted
-        return None
-
-
-def _fire(
-    conn: Connection,
-    todo: Sequence[tuple[scheduling.Schedule, scheduling.Fire]],
-    now: datetime,
-    *,
-    latest: bool = True,
-) -> list[scheduling.Firing]:
-    """Record each firing and create its job, in the order given; a nominal time recorded
-    before (a backfill, a scheduler that lost a race) is left as it is."""
-    with_jobs = [(s, f) for s, f in todo if f.job is not None]
-    made = job_submit(
-        conn, new=[f.job for _, f in with_jobs if f.job is not None], now=now, hold=False
-    )
-    job_ids = {id(f): job_id for (_, f), (job_id, _) in zip(with_jobs, made, strict=True)}
-    recorded = _record(conn, [(s.id, f) for s, f in todo], job_ids, now)
-    last_jobs = {
-        s.id: job_ids[id(f)] for s, f in with_jobs if id(f) in job_ids
-    }  # the newest firing's job, as `todo` is in order
-    if last_jobs and latest:  # the job overlap watches: a backfill's never is
-        conn.execute(
-            update(schedules)
-            .where(schedules.c.id == bindparam("b_id"))
-            .values(last_job_id=bindparam("b_job")),
-            [{"b_id": k, "b_job": v} for k, v in last_jobs.items()],
-        )
-    return recorded
-
-
-def _record(
-    conn: Connection,
-    todo: Sequence[tuple[int, scheduling.Fire]],
-    job_ids: Mapping[int, int],
-    now: datetime,
-) -> list[scheduling.Firing]:
-    rows = [
-        {
-            "schedule_id": schedule_id,
-            "nominal_at": f.nominal_at,
-            "outcome": f.outcome.value,
-            "job_id": job_ids.get(id(f)),
-            "recorded_at": now,
-            "lateness_seconds": (now - f.nominal_at).total_seconds(),
-            "note": f.note,
-        }
-        for schedule_id, f in todo
-    ]
-    if not rows:
-        return []
-    names = [c.name for c in firings.c]
-    inserted = dialects.insert_many(
-        conn,
-        firings,
-        rows,
-        returning=names,
-        on_conflict="ON CONFLICT (schedule_id, nominal_at) DO NOTHING",
-    )
-    return [_firing_from_values(names, values) for values in inserted]
-
-
-def _firing_from_values(names: Sequence[str], values: Sequence[Any]) -> scheduling.Firing:
-    """A firing from a RETURNING row of the driver's own values (times as it gives them)."""
-    m = dict(zip(names, values, strict=True))
-    for name in ("nominal_at", "recorded_at"):
-        m[name] = _as_utc(m[name])
-    return scheduling.Firing(**{**m, "outcome": F(m["outcome"])})
-
-
-def _as_utc(value: Any) -> datetime:
-    at: datetime = datetime.fromisoformat(value) if isinstance(value, str) else value
-    return at.replace(tzinfo=UTC) if at.tzinfo is None else at.astimezone(UTC)
-
-
-def backfill(
-    conn: Connection,
-    *,
-    schedule: scheduling.Schedule,
-    fires: Sequence[scheduling.Fire],
-    now: datetime,
-) -> tuple[int, int]:
-    """Record `fires` (outcome backfilled, each with its job) for nominal times of
-    `schedule`; a nominal time recorded before (fired, backfilled, missed...) keeps its
-    record, and its job, if any, is not made again. Returns (created, already there)."""
-    recorded = {
-        at: job_id
-        for at, job_id in conn.execute(
-            select(firings.c.nominal_at, firings.c.job_id).where(
-                firings.c.schedule_id == schedule.id,
-                firings.c.nominal_at.in_([f.nominal_at for f in fires]),
-            )
-        )
-    }
-    fresh = [f for f in fires if f.nominal_at not in recorded]
-    created = len(_fire(conn, [(schedule, f) for f in fresh], now, latest=False))
-    # A time recorded as missed or skipped has no job: a backfill gives it one, and its
-    # firing row says so.
-    for fire in fires:
-        if fire.nominal_at not in recorded or recorded[fire.nominal_at] is not None:
-            continue
-        if fire.job is None:
-            continue
-        ((job_id, made),) = job_submit(conn, new=[fire.job], now=now, hold=False)
-        conn.execute(
-            update(firings)
-            .where(
-                firings.c.schedule_id == schedule.id,
-                firings.c.nominal_at == fire.nominal_at,
-            )
-            .values(job_id=job_id, outcome=F.BACKFILLED.value, note=fire.note)
-        )
-        created += int(made)
-    return created, len(fires) - created
 
 
 # --- the handle ----------------------------------------------------------------------------
@@ -669,7 +353,7 @@ class Schedules:
         return await self._db.tx(functools.partial(firing_counts, schedule_id=schedule_id))
 
     async def next_wake(self, *, ahead: timedelta = timedelta(0)) -> datetime | None:
-        return await self._db.tx(functools.partial(schedule_next_wake, ahead=ahead))
+        return await self._db.tx(functools.partial(firings.schedule_next_wake, ahead=ahead))
 
     async def fire_due(
         self,
@@ -680,14 +364,16 @@ class Schedules:
         ahead: timedelta = timedelta(0),
     ) -> Fired:
         return await self._db.tx(
-            functools.partial(schedules_fire_due, now=now, limit=limit, plan=plan, ahead=ahead)
+            functools.partial(
+                firings.schedules_fire_due, now=now, limit=limit, plan=plan, ahead=ahead
+            )
         )
 
     async def backfill(
         self, *, schedule: scheduling.Schedule, fires: Sequence[scheduling.Fire], now: datetime
     ) -> tuple[int, int]:
         return await self._db.tx(
-            functools.partial(backfill, schedule=schedule, fires=fires, now=now)
+            functools.partial(firings.backfill, schedule=schedule, fires=fires, now=now)
         )
 
     async def list(
