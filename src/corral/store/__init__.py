@@ -1,14 +1,16 @@
 """The durable store: jobs, attempts and events in SQLite (embedded) or PostgreSQL (scale).
 
 `Store` holds the database (database.py: its connections, transactions and schema) and a
-typed handle per thing stored, each in the module of the functions it runs: `store.jobs`
-(jobs.py), `store.attempts`, `store.events`, `store.schedules`, `store.alerts`,
-`store.tokens` (API tokens, the audit log, signing secrets), `store.users` (the
-dashboard's users and sessions), `store.workers` (Python workers and parked jobs),
-`store.operations` (bulk actions), `store.runlogs`, `store.sinks` (checkpoints and publish
-pointers) and `store.loops`. A handle's call runs one function of its module in one
-transaction on a worker thread, or, on PostgreSQL, a statement of the hot path
-(hotpath.py, hotreads.py) on async connections of its own.
+typed handle per thing stored, each at the end of its noun's module, calling that module's
+functions and those of the modules split from it by concern (schedules.py and firings.py,
+alerts.py and alert_reads.py, workers.py and parking.py, attempts.py and attempt_ends.py):
+`store.jobs` (jobs.py), `store.attempts`, `store.events`, `store.schedules`, `store.alerts`,
+`store.tokens` (API tokens, the audit log, signing secrets), `store.users` (the dashboard's
+users and sessions), `store.workers` (Python workers and parked jobs), `store.operations`
+(bulk actions), `store.runlogs`, `store.sinks` (checkpoints and publish pointers) and
+`store.loops`. A handle's call runs one store function in one transaction on a worker
+thread, or, on PostgreSQL, a statement of the hot path (hotpath.py, hotreads.py) on async
+connections of its own.
 """
 
 from __future__ import annotations
