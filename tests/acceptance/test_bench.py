@@ -159,3 +159,13 @@ def test_workers_report_the_ratio_to_the_dispatcher_and_the_parked_backlog() -> 
     backlog = report["parked_backlog"]
     assert backlog["in_process"]["register_s"] > 0
     assert backlog["worker_process"]["from_registration_to_all_ran_s"] > 0
+
+
+def test_before_after_compares_two_trees_in_turns() -> None:
+    report = _bench(
+        "before_after.py", "--before", str(ROOT), "--after", str(ROOT), "--rounds", "1",
+        "--jobs", "200",
+    )  # fmt: skip
+    assert len(report["corral_jobs_per_s"]["before"]) == 1
+    assert report["median"]["after"] > 0
+    assert report["ratio_after_vs_before"] > 0
