@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, Any
 
 from corral import (
     access,
-    alert_settings,
     cadence,
     launching,
     model,
@@ -20,7 +19,7 @@ from corral import (
 )
 
 if TYPE_CHECKING:
-    from corral import loops, store
+    from corral import alert_settings, loops, store
 
 
 def shown(value: Any) -> Any:

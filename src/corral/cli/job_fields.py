@@ -9,7 +9,7 @@ import json
 from datetime import timedelta
 from typing import Any
 
-from corral import durations, errors, model
+from corral import errors, model
 from corral.cli.common import parse_json
 from corral.executors import registry
 
@@ -74,6 +74,7 @@ def _agree(policy: dict[str, Any], field: str, value: Any, option: str) -> None:
 
 
 def _seconds(value: Any, where: str = "--policy limits.attempt_deadline") -> timedelta | None:
+    from corral import durations
 
     try:
         return durations.parse_duration(value)

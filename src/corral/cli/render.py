@@ -12,12 +12,12 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
-from corral import access, durations, launching, scheduling, timeouts
+from corral import access, launching, scheduling
 from corral.cli.common import out
 from corral.shapes import shown
 
 if TYPE_CHECKING:
-    from corral import cadence, client, config, model
+    from corral import cadence, client, config, model, timeouts
 
 
 def when(at: datetime | None) -> str:
@@ -184,6 +184,7 @@ def _amount(c: timeouts.LinkCheck, units: int) -> float | int:
 def chain_dict(settings: config.Settings) -> dict[str, Any]:
     """`corral check --json`: every link with its values (seconds, or counts), and the
     broken ones in words."""
+    from corral import timeouts
 
     links = []
     for c in timeouts.chain(settings):
@@ -212,6 +213,7 @@ def chain_dict(settings: config.Settings) -> dict[str, Any]:
 def chain_table(settings: config.Settings) -> Table:
     """One row a link; each setting's name on a line of its own, so a narrow terminal
     wraps between names, never inside one."""
+    from corral import timeouts
 
     t = table("inner < outer", "values", "spare", "needs", "", keep=("spare", "needs", ""))
     t.columns[0].min_width = max(
@@ -240,6 +242,7 @@ def chain_table(settings: config.Settings) -> Table:
 
 def _show(c: timeouts.LinkCheck, units: int) -> str:
     """A link's amount as settings are written: 4m, 7d, 500ms, or a count."""
+    from corral import durations
 
     if not c.link.inner.startswith("timeouts.") or units < 0:
         return c.show(units)
