@@ -6,8 +6,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 
-from corral import retry, store
+from corral import retry
 from corral.client import service
+from corral.store.overview import Overview, Span
 
 
 class Counts(service.Service):
@@ -35,13 +36,13 @@ class Counts(service.Service):
         quarantined: int,
         pools: Sequence[str] = (),
         budgets: bool = False,
-    ) -> store.overview.Overview:
+    ) -> Overview:
         """What the overview shows of `tenant` (None: every tenant): job ends counted over
         each span (since, bucket width, buckets), the newest `quarantined` jobs, the
         running jobs of `pools`, and (`budgets`) each queue's retry budget."""
         return await self.store.jobs.overview(
             tenant=tenant,
-            spans=[store.overview.Span(since, width, count) for since, width, count in spans],
+            spans=[Span(since, width, count) for since, width, count in spans],
             quarantined=quarantined,
             pools=pools,
             budgets=budgets,
