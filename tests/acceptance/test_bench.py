@@ -161,6 +161,10 @@ def test_workers_report_the_ratio_to_the_dispatcher_and_the_parked_backlog() -> 
     assert backlog["worker_process"]["from_registration_to_all_ran_s"] > 0
 
 
+@pytest.mark.skipif(
+    importlib.util.find_spec("pgqueuer") is None,
+    reason="bench/peers.py needs PgQueuer, in the bench extra (pip install -e '.[bench]')",
+)
 def test_before_after_compares_two_trees_in_turns() -> None:
     report = _bench(
         "before_after.py", "--before", str(ROOT), "--after", str(ROOT), "--rounds", "1",
