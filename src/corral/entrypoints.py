@@ -18,16 +18,22 @@ EXECUTORS = "corral.executors"
 
 
 @functools.cache
+def _entries(group: str) -> tuple[metadata.EntryPoint, ...]:
+    """The entries of `group`, read once: each read walks every installed distribution."""
+    return tuple(metadata.entry_points(group=group))
+
+
+@functools.cache
 def names(group: str) -> tuple[str, ...]:
     """The names registered in `group`, sorted."""
-    return tuple(sorted({ep.name for ep in metadata.entry_points(group=group)}))
+    return tuple(sorted({ep.name for ep in _entries(group)}))
 
 
 @functools.cache
 def load(group: str, name: str) -> Any:
     """The object entry `name` of `group` points at. ConfigError when there is none, when
     two packages registered the name, or when it cannot be imported."""
-    found = [ep for ep in metadata.entry_points(group=group) if ep.name == name]
+    found = [ep for ep in _entries(group) if ep.name == name]
     if not found:
         known = ", ".join(names(group)) or "none: is corral installed (pip install -e .)?"
         raise errors.ConfigError(f"no {group} entry named {name!r}; registered: {known}")
