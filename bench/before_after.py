@@ -18,8 +18,9 @@ import sys
 from pathlib import Path
 
 
-def one_round(tree: Path, jobs: int, pg_url: str | None) -> float:
-    """Corral's jobs/s in one round of `tree`'s bench/peers.py, on `tree`'s own code."""
+def one_round(tree: Path, jobs: int, pg_url: str | None) -> tuple[float, float]:
+    """Corral's jobs/s, and its dispatcher's CPU a job (µs), in one round of `tree`'s
+    bench/peers.py, on `tree`'s own code."""
     env = {**os.environ, "PYTHONPATH": f"{tree / 'src'}{os.pathsep}{tree}"}
     server = ["--pg-url", pg_url] if pg_url else []
     ran = subprocess.run(
@@ -29,8 +30,8 @@ def one_round(tree: Path, jobs: int, pg_url: str | None) -> float:
     )  # fmt: skip
     if ran.returncode != 0:
         raise SystemExit(f"bench/peers.py of {tree} failed:\n{ran.stderr[-3000:]}")
-    said: float = json.loads(ran.stdout)["median"]["jobs_per_s"]["corral"]
-    return said
+    said = json.loads(ran.stdout)["median"]
+    return float(said["jobs_per_s"]["corral"]), float(said["corral_cpu_us_per_job"])
 
 
 def main() -> None:
@@ -42,16 +43,23 @@ def main() -> None:
     parser.add_argument("--pg-url", help="the server peers.py makes its databases on")
     given = parser.parse_args()
     rounds: dict[str, list[float]] = {"before": [], "after": []}
+    cpu: dict[str, list[float]] = {"before": [], "after": []}
     for n in range(given.rounds):
         for side in ("before", "after") if n % 2 == 0 else ("after", "before"):
-            rounds[side].append(one_round(getattr(given, side).resolve(), given.jobs, given.pg_url))
-            print(f"round {n + 1}: {side} {rounds[side][-1]:,.0f} jobs/s", file=sys.stderr)
+            rate, us = one_round(getattr(given, side).resolve(), given.jobs, given.pg_url)
+            rounds[side].append(rate)
+            cpu[side].append(us)
+            print(f"round {n + 1}: {side} {rate:,.0f} jobs/s, {us:.1f} µs a job", file=sys.stderr)
     medians = {side: statistics.median(values) for side, values in rounds.items()}
+    cpu_medians = {side: statistics.median(values) for side, values in cpu.items()}
     print(json.dumps({
         "jobs": given.jobs,
         "corral_jobs_per_s": rounds,
+        "corral_cpu_us_per_job": cpu,
         "median": medians,
+        "median_cpu_us_per_job": cpu_medians,
         "ratio_after_vs_before": medians["after"] / medians["before"],
+        "ratio_cpu_after_vs_before": cpu_medians["after"] / cpu_medians["before"],
     }, indent=2))  # fmt: skip
 
 
