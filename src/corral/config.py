@@ -182,7 +182,7 @@ class ExecutorSettings(BaseModel):
     def with_tables(cls) -> type[ExecutorSettings]:
         """This model with a field for each registered executor that names a settings
         model: its table, every setting at its default when the table is not given."""
-        return _with_tables(tuple(sorted(_settings_models().items())))
+        return _with_tables(_settings_models())
 
     def section(self, kind: str) -> Mapping[str, Any]:
         """The `[executors.<kind>]` table of an executor without a settings model (empty
@@ -208,14 +208,16 @@ def _registration(kind: str) -> Any:
         return None
 
 
-def _settings_models() -> dict[str, type[BaseModel]]:
-    """The settings model of each registered executor that names one, by kind."""
+@functools.cache
+def _settings_models() -> tuple[tuple[str, type[BaseModel]], ...]:
+    """The settings model of each registered executor that names one, by kind (read once:
+    the registry does not change while corral runs)."""
     found = {}
     for kind in entrypoints.names(entrypoints.EXECUTORS):
         made = getattr(_registration(kind), "settings_model", None)
         if isinstance(made, type) and issubclass(made, BaseModel):
             found[kind] = made
-    return found
+    return tuple(sorted(found.items()))
 
 
 @functools.cache

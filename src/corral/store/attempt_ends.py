@@ -16,7 +16,7 @@ from sqlalchemy import Connection, select
 
 from corral import model
 from corral.store import dialects
-from corral.store.events import Applied, transition
+from corral.store.events import jobs_follow, transition
 from corral.store.tables import attempts, jobs
 
 A, J = model.AttemptState, model.JobState
@@ -143,37 +143,10 @@ def supersede(
         values=values,
     )
     values = {"run_at": now, **(job_values or {})}
-    _jobs_follow(
+    jobs_follow(
         conn, applied, to=job_to, now=now, reason=job_reason, details=job_details, values=values
     )
     return [a.id for a in applied]
-
-
-def _jobs_follow(
-    conn: Connection,
-    applied: Sequence[Applied],
-    *,
-    to: model.JobState,
-    now: datetime,
-    reason: str,
-    details: Mapping[str, Any] | None,
-    values: Mapping[str, Any],
-) -> None:
-    """Move the running jobs of the attempts `applied` ended to `to`, fenced to those
-    attempts (a job that moved on to a newer one is left alone)."""
-    transition(
-        conn,
-        entity="job",
-        ids=[a.job_id for a in applied],
-        expected=J.RUNNING,
-        to=to,
-        now=now,
-        reason=reason,
-        details=details,
-        values=values,
-        attempt_nos=[a.attempt_no for a in applied],
-        attempt_ids=[a.id for a in applied],
-    )
 
 
 def _current(

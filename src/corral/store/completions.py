@@ -15,7 +15,7 @@ from corral import errors, failpoints, launching, model, policy, retry
 from corral.store import dialects, statements
 from corral.store.attempts import attempt_record_running
 from corral.store.budgets import budget_take
-from corral.store.events import Applied, transition
+from corral.store.events import Applied, jobs_follow, transition
 from corral.store.rows import ACTIVE, job_from_row, per_row
 from corral.store.runlogs import run_logs_write
 from corral.store.tables import (
@@ -313,19 +313,7 @@ def _jobs_move(
         values["run_at"] = per_row(jobs.c.id, run_at, now)
     if any(decisions[a.id].extra_attempt for a in group):
         values["max_attempts"] = jobs.c.max_attempts + 1
-    return transition(
-        conn,
-        entity="job",
-        ids=[a.job_id for a in group],
-        expected=J.RUNNING,
-        to=to,
-        now=now,
-        reason=reason,
-        values=values,
-        details=details,
-        attempt_nos=[a.attempt_no for a in group],
-        attempt_ids=[a.id for a in group],
-    )
+    return jobs_follow(conn, group, to=to, now=now, reason=reason, details=details, values=values)
 
 
 def _streaks(

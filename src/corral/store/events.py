@@ -273,3 +273,31 @@ class Events:
 
     async def list(self, *, job_id: int) -> list[model.Event]:
         return await self._db.lookup(functools.partial(event_list, job_id=job_id))
+
+
+def jobs_follow(
+    conn: Connection,
+    applied: Sequence[Applied],
+    *,
+    to: model.JobState,
+    now: datetime,
+    reason: str,
+    details: Mapping[str, Any] | None,
+    values: Mapping[str, Any],
+) -> list[Applied]:
+    """Move the running jobs of the attempts `applied` ended to `to`, fenced to those
+    attempts (a job that moved on to a newer one is left alone): the job's half of every
+    attempt end, a retry's, a loss's and a supersession's alike."""
+    return transition(
+        conn,
+        entity="job",
+        ids=[a.job_id for a in applied],
+        expected=J.RUNNING,
+        to=to,
+        now=now,
+        reason=reason,
+        details=details,
+        values=values,
+        attempt_nos=[a.attempt_no for a in applied],
+        attempt_ids=[a.id for a in applied],
+    )
