@@ -67,6 +67,40 @@ class TenantSettings(BaseModel):
     service_accounts: tuple[str, ...] | None = Field(
         None, description="The service accounts the tenant's cluster jobs may run as."
     )
+    weight: float = Field(
+        1.0,
+        gt=0,
+        le=1000,
+        description="The tenant's share of the claims when tenants wait together: due jobs"
+        " are taken round-robin across tenants, each in proportion to its weight.",
+    )
+    max_queued: int = Field(
+        100_000,
+        ge=0,
+        description="At most this many of the tenant's jobs wait (queued, scheduled or"
+        " parked); a submit past it is refused (403).",
+    )
+    max_schedules: int = Field(
+        1_000, ge=0, description="At most this many schedules of the tenant."
+    )
+    submit_rate: int = Field(
+        6_000,
+        ge=1,
+        description="Jobs the tenant's tokens and dashboard users may submit a minute (a"
+        " token bucket in the store, shared by every API replica); past it, 429.",
+    )
+    max_payload_bytes: int | None = Field(
+        None,
+        ge=1,
+        description="The largest payload of the tenant's jobs (the lower of this and the"
+        " global max_payload_bytes holds).",
+    )
+    run_log_bytes: int = Field(
+        1 << 30,
+        ge=0,
+        description="Run-log bytes kept for the tenant: past it, the reconciler trims the"
+        " oldest finished jobs' logs first (never a quarantined job's).",
+    )
 
 
 def executor_of(template: Mapping[str, object]) -> str:

@@ -156,7 +156,7 @@ async def test_0006_moves_a_database_with_jobs_to_the_new_indexes(empty_url: str
     assert len(await db.jobs.claim(now=clock.now(), limit=100, executors=["noop"])) == 90
     await db.close()
     indexes = _valid_indexes(empty_url, "jobs", "attempts")
-    assert {"ix_jobs_queued", "ix_jobs_pooled", "uq_jobs_idempotency"} <= indexes
+    assert {"ix_jobs_queued_tenant", "ix_jobs_pooled", "uq_jobs_idempotency"} <= indexes
     assert "ix_jobs_claim" not in indexes
     engine = create_engine(empty_url)
     with engine.connect() as conn:

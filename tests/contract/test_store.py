@@ -311,7 +311,7 @@ async def test_claim_uses_the_claim_index(db: store.Store, clock: FrozenClock) -
     await db.jobs.submit(new=[new(executor="other") for _ in range(2000)], now=clock.now())
     await db.database.analyze()
     plan = "\n".join(await db.jobs.claim_plan(now=clock.now(), limit=100, executors=["noop"]))
-    assert "ix_jobs_queued" in plan, plan
+    assert "ix_jobs_queued_tenant" in plan, plan
 
 
 def test_migrations_build_the_same_schema_as_the_tables(db_url: str) -> None:

@@ -35,10 +35,12 @@ __all__ = ["compared_on", "metadata"]
 # of a busy table) cost them nothing, and a job's later updates skip them. Queries state
 # the state as a literal, not a parameter, or a planner cannot match the index's WHERE.
 _QUEUED = text("state = 'queued'")
-# The claim walks this index in order and stops after `limit` rows, so its cost does not
-# grow with the number of finished jobs or of queued ones (LIMIT).
+# The claim finds the tenants with queued jobs by skipping through this index (one probe a
+# tenant), and walks each one's part in order, stopping after `limit` rows, so its cost does
+# not grow with the number of finished jobs or of queued ones (LIMIT).
 Index(
-    "ix_jobs_queued",
+    "ix_jobs_queued_tenant",
+    jobs.c.tenant,
     jobs.c.priority.desc(),
     jobs.c.run_at,
     jobs.c.id,
@@ -96,6 +98,15 @@ Index(
 # queued once due, reading this index by run_at.
 _SCHEDULED = text("state = 'scheduled'")
 Index("ix_jobs_scheduled", jobs.c.run_at, sqlite_where=_SCHEDULED, postgresql_where=_SCHEDULED)
+# The same jobs by tenant: the claim takes each tenant's longest due ones, by its share.
+Index(
+    "ix_jobs_scheduled_tenant",
+    jobs.c.tenant,
+    jobs.c.run_at,
+    jobs.c.id,
+    sqlite_where=_SCHEDULED,
+    postgresql_where=_SCHEDULED,
+)
 
 # Schedules by their next nominal time, but the paused and ended ones (tables.DUE).
 Index("ix_schedules_due", schedules.c.next_due, sqlite_where=DUE, postgresql_where=DUE)

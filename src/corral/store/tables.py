@@ -557,3 +557,26 @@ loop_warnings = Table(
     _at("checked_at"),
     Column("ended_at", UTCDateTime),
 )
+
+# Each tenant's place in the fair share of claims (store/shares.py): `pass` is how far its
+# turns have gone (each job claimed adds 1 / its weight); `clock` the turn the last claim
+# that served it reached. A tenant that comes back after a pause starts from the newest
+# clock, not from where it left off, so it gets its share and no more.
+tenant_shares = Table(
+    "tenant_shares",
+    metadata,
+    Column("tenant", String(200), primary_key=True),
+    Column("pass", Float, nullable=False),
+    Column("clock", Float, nullable=False),
+)
+
+# Each tenant's submit_rate as a token bucket: `tokens` left at `filled_at`, refilled at the
+# tenant's rate up to one minute's worth. Kept in the store, so every API replica takes from
+# the same bucket.
+tenant_buckets = Table(
+    "tenant_buckets",
+    metadata,
+    Column("tenant", String(200), primary_key=True),
+    Column("tokens", Float, nullable=False),
+    _at("filled_at"),
+)
