@@ -45,6 +45,7 @@ from corral import (
     errors,
     failpoints,
     launching,
+    shares,
     tenancy,
     timeouts,
 )
@@ -439,6 +440,11 @@ class Settings(BaseSettings):
         return {
             name: t.max_running for name, t in self.tenants.items() if t.max_running is not None
         }
+
+    @property
+    def tenant_weights(self) -> shares.Weights:
+        """Each tenant's weight in the claims' fair shares (`[tenants.NAME] weight`)."""
+        return tenancy.weights(self.tenants)
 
     def __init__(self, **values: Any) -> None:
         type(self).model_rebuild()  # before the sources read the fields: see model_rebuild

@@ -127,6 +127,7 @@ class Dispatcher(core.Core):
                 limits=self.limits,
                 pools=self.settings.pools,
                 tenants=self.settings.tenant_caps,
+                weights=self.settings.tenant_weights,
             )
 
     async def _launch_and_record(self, todo: list[model.Claimed], *, fresh: int, room: int) -> Tick:

@@ -17,7 +17,7 @@ from collections.abc import Collection, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from corral import errors
+from corral import errors, shares
 
 ANY = "*"
 """The key of the table every tenant not named takes its settings from."""
@@ -118,6 +118,12 @@ def resolved(tenants: Mapping[str, TenantSettings], tenant: str) -> TenantSettin
     if own is None:
         return base
     return base.model_copy(update={k: getattr(own, k) for k in own.model_fields_set})
+
+
+def weights(tenants: Mapping[str, TenantSettings]) -> shares.Weights:
+    """Each named tenant's weight in the claims' fair shares, and every other's."""
+    named = {name: resolved(tenants, name).weight for name in tenants if name != ANY}
+    return shares.Weights(named, resolved(tenants, ANY).weight)
 
 
 def granted(tenants: Mapping[str, TenantSettings], tenant: str) -> tuple[str, ...]:

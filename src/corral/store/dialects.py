@@ -112,11 +112,14 @@ def hot_params(engine: Engine, limits: ConnectionLimits | None = None) -> dict[s
     statements find every row by a key and are prepared once they repeat; a prepared
     statement's generic plan is made from the statistics of the moment, and made on a
     fresh database (tables of a few rows, that will hold millions) it would scan the
-    tables it should look up in, for as long as the connection lives."""
+    tables it should look up in, for as long as the connection lives. No JIT: a scan priced
+    out (of a table that is only ever small, as tenant_shares) prices the whole statement
+    past the JIT's thresholds, and compiling a claim costs a second where running it costs
+    a millisecond."""
     _, params = engine.dialect.create_connect_args(engine.url)
     params.pop("context", None)  # SQLAlchemy's adapters: the hot path reads psycopg's own
     params.update(_pg_args(engine.url, limits))
-    params["options"] += " -c enable_seqscan=off"
+    params["options"] += " -c enable_seqscan=off -c jit=off"
     return dict(params)
 
 

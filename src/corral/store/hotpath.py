@@ -7,8 +7,9 @@ store's one writer's transaction).
 Both keep every promise of the general path (claims.job_claim, completions.attempt_settle):
 compare-and-set on every row, an attempt row whose id is the fence, one run-log event per
 state change, and the settle's rows locked in fence order before anything is written. The
-general path stays for what these do not cover: claims that count pools or tenants, and
-settles with failures (a failure's decision needs its job, its policy and its history).
+general path stays for what these do not cover: claims that count pools or tenants'
+running jobs, and settles with failures (a failure's decision needs its job, its policy
+and its history).
 tests/contract/test_hot_paths.py runs the same scenarios through all three and compares
 the rows they leave.
 """
@@ -21,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from sqlalchemy import Connection
 
-from corral import launching, model
+from corral import launching, model, shares
 from corral.store.claims import DefaultLimits
 from corral.store.postgres.hot import PostgresHotPath
 from corral.store.sqlite.hot import SqliteHotPath
@@ -55,9 +56,11 @@ class HotPath(Protocol[C, Claims, Settled]):
         executors: Sequence[str],
         deadline: float | None,
         lease: float | None,
+        weights: shares.Weights,
     ) -> Claims:
-        """Claim up to `limit` due jobs of `executors` (see claims.job_claim); `deadline`
-        and `lease`: the default limits in seconds, both None for none."""
+        """Claim up to `limit` due jobs of `executors`, shared across tenants by `weights`
+        (see claims.job_claim); `deadline` and `lease`: the default limits in seconds,
+        both None for none."""
 
     def worker_claim(
         self,
@@ -70,6 +73,7 @@ class HotPath(Protocol[C, Claims, Settled]):
         now: datetime,
         limit: int,
         limits: DefaultLimits,
+        weights: shares.Weights,
     ) -> Claims:
         """A worker's claim (workers.worker_claim): each attempt recorded running."""
 

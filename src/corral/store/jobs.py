@@ -10,9 +10,10 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import ColumnElement, Connection, case, func, insert, select
 
-from corral import errors, launching, model, policy, python_tasks, retry, scheduling
+from corral import errors, launching, model, policy, python_tasks, retry, scheduling, shares
 from corral.store import attempts as attempts_
 from corral.store import budgets, claims, dialects, hotpath, hotreads, parking, runlogs, tokens
+from corral.store import caps as claim_caps
 from corral.store.events import event_insert, event_list, event_row, transition
 from corral.store.rows import attempt_from_row, job_from_row
 from corral.store.tables import (
@@ -447,11 +448,16 @@ class Jobs:
         limits: claims.DefaultLimits | None = None,
         pools: Mapping[str, int] | None = None,
         tenants: Mapping[str, int] | None = None,
+        weights: shares.Weights | None = None,
     ) -> list[model.Claimed]:
-        """Claim due jobs (claims.job_claim); without pools or tenants to share, the hot
-        path (hotpath.py): one statement on PostgreSQL."""
+        """Claim due jobs, shared across tenants by `weights` (claims.job_claim); without
+        pools or tenants' running jobs to count, the hot path (hotpath.py): one statement
+        on PostgreSQL."""
+        weights = weights or shares.Weights()
         if not pools and not tenants:
-            return await self._claim_hot(now=now, limit=limit, executors=executors, limits=limits)
+            return await self._claim_hot(
+                now=now, limit=limit, executors=executors, limits=limits, weights=weights
+            )
         claim = functools.partial(
             claims.job_claim,
             now=now,
@@ -460,6 +466,7 @@ class Jobs:
             limits=limits,
             pools=pools,
             tenants=tenants,
+            weights=weights,
         )
         return await self._db.tx(claim)
 
@@ -480,6 +487,7 @@ class Jobs:
         limit: int,
         executors: Sequence[str],
         limits: claims.DefaultLimits | None,
+        weights: shares.Weights,
     ) -> list[model.Claimed]:
         deadline = None if limits is None else limits.attempt_deadline.total_seconds()
         lease = None if limits is None else limits.lease_timeout.total_seconds()
@@ -491,6 +499,7 @@ class Jobs:
                 executors=executors,
                 deadline=deadline,
                 lease=lease,
+                weights=weights,
             ),
             functools.partial(
                 hotpath.POSTGRESQL.claim,
@@ -499,6 +508,7 @@ class Jobs:
                 executors=executors,
                 deadline=deadline,
                 lease=lease,
+                weights=weights,
             ),
         )
 
@@ -547,7 +557,9 @@ class Jobs:
     async def pool_running(
         self, *, pools: Sequence[str], tenant: str | None = None
     ) -> dict[str, int]:
-        return await self._db.tx(functools.partial(claims.pool_running, pools=pools, tenant=tenant))
+        return await self._db.tx(
+            functools.partial(claim_caps.pool_running, pools=pools, tenant=tenant)
+        )
 
     async def cancel(self, *, job_id: int, now: datetime, reason: str) -> model.Attempt | None:
         return await self._db.tx(

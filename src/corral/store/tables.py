@@ -558,7 +558,7 @@ loop_warnings = Table(
     Column("ended_at", UTCDateTime),
 )
 
-# Each tenant's place in the fair share of claims (store/shares.py): `pass` is how far its
+# Each tenant's place in the fair share of claims (store/shares.py): `turn` is how far its
 # turns have gone (each job claimed adds 1 / its weight); `clock` the turn the last claim
 # that served it reached. A tenant that comes back after a pause starts from the newest
 # clock, not from where it left off, so it gets its share and no more.
@@ -566,7 +566,7 @@ tenant_shares = Table(
     "tenant_shares",
     metadata,
     Column("tenant", String(200), primary_key=True),
-    Column("pass", Float, nullable=False),
+    Column("turn", Float, nullable=False),
     Column("clock", Float, nullable=False),
 )
 

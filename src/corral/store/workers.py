@@ -27,7 +27,7 @@ from sqlalchemy import (
     update,
 )
 
-from corral import model, python_tasks
+from corral import model, python_tasks, shares
 from corral.store import attempts as attempts_
 from corral.store import claims, dialects, hotpath, parking, task_jobs
 from corral.store.tables import attempts, jobs, worker_tasks, workers
@@ -298,11 +298,12 @@ def worker_claim(
     limits: claims.DefaultLimits,
     pools: Mapping[str, int] | None = None,
     tenants: Mapping[str, int] | None = None,
+    weights: shares.Weights | None = None,
 ) -> list[model.Claimed]:
     """A worker's claim: up to `limit` due jobs of the tasks and versions it reads (of its
-    `queues`; all when empty), through the dispatcher's own claim (fences, pools, tenant
-    limits, events), each attempt recorded running at once: the worker is its own platform,
-    and starts the function as soon as this transaction commits."""
+    `queues`; all when empty), through the dispatcher's own claim (fences, fair shares,
+    pools, tenant limits, events), each attempt recorded running at once: the worker is
+    its own platform, and starts the function as soon as this transaction commits."""
     also = [task_jobs.claimable(reads)]
     if queues:
         also.append(jobs.c.queue.in_(list(queues)))
@@ -314,6 +315,7 @@ def worker_claim(
         limits=limits,
         pools=pools,
         tenants=tenants,
+        weights=weights,
         also=also,
     )
     if not claimed:
@@ -365,9 +367,12 @@ class Workers:
         limits: claims.DefaultLimits,
         pools: Mapping[str, int] | None = None,
         tenants: Mapping[str, int] | None = None,
+        weights: shares.Weights | None = None,
     ) -> list[model.Claimed]:
-        """A worker's claim (worker_claim); without pools or tenants to share, the hot path
-        (hotpath.py): one statement on PostgreSQL."""
+        """A worker's claim (worker_claim), shared across tenants by `weights`; without
+        pools or tenants' running jobs to count, the hot path (hotpath.py): one statement
+        on PostgreSQL."""
+        weights = weights or shares.Weights()
         claim = functools.partial(
             worker_claim,
             worker_id=worker_id,
@@ -376,6 +381,7 @@ class Workers:
             now=now,
             limit=limit,
             limits=limits,
+            weights=weights,
         )
         if not pools and not tenants:
             on_postgresql = functools.partial(
@@ -386,6 +392,7 @@ class Workers:
                 now=now,
                 limit=limit,
                 limits=limits,
+                weights=weights,
             )
             return await self._db.hot(claim, on_postgresql)
         return await self._db.tx(functools.partial(claim, pools=pools, tenants=tenants))

@@ -227,6 +227,7 @@ class Worker:
                 limits=self.limits,
                 pools=self.settings.pools,
                 tenants=self.settings.tenant_caps,
+                weights=self.settings.tenant_weights,
             )
         except errors.StoreError as exc:
             log.warning("claim failed, trying again in %.1fs: %s", interval, exc)

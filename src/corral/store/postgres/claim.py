@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from corral import model, python_tasks
+from corral import model, python_tasks, shares
 from corral.store import claimed, claims, statements, workers
 from corral.store.postgres import run
 
@@ -21,43 +21,98 @@ if TYPE_CHECKING:
     import psycopg
 
 
-def _due(pick: str) -> str:
-    """`ready` (queued jobs) and `came` (scheduled ones whose time has come), and the most
-    urgent of both, `due`: what the claim takes."""
-    order = statements.CLAIM_ORDER
-    return f"""ready AS MATERIALIZED (
-    SELECT id, priority, run_at, false AS waited FROM jobs
-    WHERE state = 'queued' AND run_at <= %(now)s AND {pick}
-    ORDER BY {order}
+def _shares(pick: str) -> str:
+    """How many jobs each tenant waiting gets, `shares` (corral.shares, in SQL; picks.py
+    in Python). With one tenant waiting it gets them all and nothing else is read. With
+    more, each one's most urgent due jobs are read without locks (`seen`), each with the
+    turn it would be taken at (`turns`, from `places`: its turn or the clock, and its
+    weight), and counted in turn order up to the limit."""
+    return f"""{statements.TENANTS_WAITING}, many AS (
+    SELECT count(*) > 1 AS yes FROM waiting
+), seen AS MATERIALIZED (
+    SELECT t.tenant, d.id, d.run_at,
+        row_number() OVER (PARTITION BY t.tenant ORDER BY d.priority DESC, d.run_at, d.id)
+            - 1 AS place
+    FROM waiting AS t CROSS JOIN LATERAL (
+        (SELECT id, priority, run_at FROM jobs
+        WHERE state = 'queued' AND tenant = t.tenant AND run_at <= %(now)s AND {pick}
+        ORDER BY {statements.CLAIM_ORDER} LIMIT %(limit)s)
+        UNION ALL
+        (SELECT id, priority, run_at FROM jobs
+        WHERE state = 'scheduled' AND tenant = t.tenant AND run_at <= %(now)s AND {pick}
+        ORDER BY run_at, id LIMIT %(limit)s)
+    ) AS d
+    WHERE (SELECT yes FROM many)
+), clock AS (
+    SELECT coalesce(max(clock), 0) AS at FROM tenant_shares WHERE (SELECT yes FROM many)
+), places AS MATERIALIZED (
+    SELECT t.tenant, greatest(coalesce(s.turn, c.at), c.at) AS start,
+        coalesce(w.weight, %(weight)s) AS weight
+    FROM waiting AS t CROSS JOIN clock AS c
+    LEFT JOIN tenant_shares AS s ON s.tenant = t.tenant
+    LEFT JOIN unnest(%(named)s::text[], %(weights)s::float8[]) AS w (tenant, weight)
+        ON w.tenant = t.tenant
+    WHERE (SELECT yes FROM many)
+), turns AS MATERIALIZED (
+    SELECT s.tenant, p.start + s.place / p.weight AS turn
+    FROM seen AS s JOIN places AS p ON p.tenant = s.tenant
+    ORDER BY turn, s.run_at, s.id
     LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
+), shares AS MATERIALIZED (
+    SELECT tenant, count(*) AS n FROM turns GROUP BY tenant
+    UNION ALL
+    SELECT tenant, %(limit)s FROM waiting WHERE NOT (SELECT yes FROM many)
+)"""
+
+
+def _due(pick: str) -> str:
+    """`ready` (queued jobs) and `came` (scheduled ones whose time has come) of each tenant,
+    as many as its share, locked; and of both, each tenant's most urgent, `due`: what the
+    claim takes."""
+    return f"""ready AS MATERIALIZED (
+    SELECT j.id, j.priority, j.run_at, false AS waited, s.tenant, s.n
+    FROM shares AS s CROSS JOIN LATERAL (
+        SELECT id, priority, run_at FROM jobs
+        WHERE state = 'queued' AND tenant = s.tenant AND run_at <= %(now)s AND {pick}
+        ORDER BY {statements.CLAIM_ORDER}
+        LIMIT s.n
+        FOR UPDATE SKIP LOCKED
+    ) AS j
 ), came AS MATERIALIZED (
     -- Scheduled jobs whose time has come, the longest due first: all are queued, and the
-    -- most urgent of them and of `ready` claimed (claims.jobs_promote_due, in one statement).
-    SELECT id, priority, run_at, true AS waited FROM jobs
-    WHERE state = 'scheduled' AND run_at <= %(now)s AND {pick}
-    ORDER BY run_at, id
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
+    -- most urgent of them and of `ready` claimed (picks.py says the same in Python).
+    SELECT j.id, j.priority, j.run_at, true AS waited, s.tenant, s.n
+    FROM shares AS s CROSS JOIN LATERAL (
+        SELECT id, priority, run_at FROM jobs
+        WHERE state = 'scheduled' AND tenant = s.tenant AND run_at <= %(now)s AND {pick}
+        ORDER BY run_at, id
+        LIMIT s.n
+        FOR UPDATE SKIP LOCKED
+    ) AS j
 ), due AS MATERIALIZED (
-    SELECT id, waited FROM (SELECT * FROM ready UNION ALL SELECT * FROM came) AS d
-    ORDER BY {order}
-    LIMIT %(limit)s
+    SELECT id, waited, tenant FROM (
+        SELECT id, waited, tenant, n,
+            row_number() OVER (PARTITION BY tenant ORDER BY {statements.CLAIM_ORDER}) AS place
+        FROM (SELECT * FROM ready UNION ALL SELECT * FROM came) AS d
+    ) AS ranked
+    WHERE place <= n
 )"""
 
 
 _MOVED = """queued AS (
     UPDATE jobs SET state = 'queued', updated_at = %(now)s
     WHERE id = ANY(ARRAY(SELECT id FROM came WHERE id <> ALL(ARRAY(SELECT id FROM due))))
-        AND state = 'scheduled'
+        AND (state = 'scheduled') IS TRUE
     RETURNING id
 ), moved AS (
     -- By primary key, the ids as one array: a lookup per job whatever the planner guesses
     -- of `due`'s size (a prepared statement's generic plan guesses, and a guess of many
-    -- rows would scan the table).
+    -- rows would scan the table). The states are checked as `IS TRUE`, which no index
+    -- answers: on statistics that count few queued jobs, the planner would otherwise walk
+    -- every queued job's entry of ix_jobs_state (as `queued` above would ix_jobs_scheduled).
     UPDATE jobs AS j
     SET state = 'running', attempt_count = j.attempt_count + 1, updated_at = %(now)s
-    WHERE j.id = ANY(ARRAY(SELECT id FROM due)) AND j.state IN ('queued', 'scheduled')
+    WHERE j.id = ANY(ARRAY(SELECT id FROM due)) AND (j.state IN ('queued', 'scheduled')) IS TRUE
     RETURNING j.*
 ), leased AS (
     SELECT m.id, m.attempt_count, m.executor,
@@ -122,6 +177,20 @@ def _logged(started: bool) -> str:
 )"""
 
 
+_SERVED = """served AS (
+    -- Each tenant served moved on by its jobs over its weight from where it stands (its
+    -- turn as the row is now, so two claims at once both count, or the clock if later),
+    -- and the clock on to the turn reached (store/shares.places_move, in SQL).
+    INSERT INTO tenant_shares AS s (tenant, turn, clock)
+    SELECT d.tenant, (SELECT at FROM clock) + count(*) / p.weight, (SELECT max(turn) FROM turns)
+    FROM due AS d JOIN places AS p ON p.tenant = d.tenant
+    GROUP BY d.tenant, p.weight
+    ON CONFLICT (tenant) DO UPDATE SET
+        turn = greatest(s.turn, (SELECT at FROM clock)) + excluded.turn - (SELECT at FROM clock),
+        clock = greatest(s.clock, excluded.clock)
+)"""
+
+
 _JOB = ", ".join(
     f"m.{c}::text" if c in claimed.JSON_COLUMNS else f"m.{c}" for c in claimed.JOB_COLUMNS
 )
@@ -137,8 +206,8 @@ def claim_sql(*, also: str = "", started: bool = False) -> str:
     (SQL) moved to running, each with a new attempt (`started`: recorded running at once,
     as a worker's claim does) and its run-log lines."""
     pick = "executor = ANY(%(executors)s::text[])" + also
-    parts = [_due(pick), _MOVED, _made(started), _logged(started)]
-    return "\nWITH " + ", ".join(parts) + "\n" + _RETURNED + "\n"
+    parts = [_shares(pick), _due(pick), _MOVED, _made(started), _logged(started), _SERVED]
+    return "\nWITH RECURSIVE " + ", ".join(parts) + "\n" + _RETURNED + "\n"
 
 
 CLAIM = claim_sql()
@@ -167,10 +236,13 @@ async def pg_claim(
     executors: Sequence[str],
     deadline: float | None,
     lease: float | None,
+    weights: shares.Weights,
 ) -> list[model.Claimed]:
-    """Claim up to `limit` due jobs in one statement (see claims.job_claim for what a claim
-    is). `deadline` and `lease`: the default limits in seconds; both None sets no limits."""
+    """Claim up to `limit` due jobs in one statement, shared by `weights` (see
+    claims.job_claim for what a claim is). `deadline` and `lease`: the default limits in
+    seconds; both None sets no limits."""
     params = {
+        **_weighed(weights),
         "now": now,
         "executors": list(executors),
         "limit": limit,
@@ -191,11 +263,13 @@ async def pg_worker_claim(
     now: datetime,
     limit: int,
     limits: claims.DefaultLimits,
+    weights: shares.Weights,
 ) -> list[model.Claimed]:
     """A worker's claim (workers.worker_claim) in one statement: up to `limit` due jobs of
     the (task, versions) it `reads`, of its `queues` (all when empty), each attempt
     recorded running."""
     params = {
+        **_weighed(weights),
         "now": now,
         "executors": [python_tasks.PYTHON],
         "limit": limit,
@@ -208,6 +282,15 @@ async def pg_worker_claim(
         "came": claims.TIME_CAME,
     }
     return _claimed(await run.rows(conn, WORKER_CLAIM, params), now, started=True)
+
+
+def _weighed(weights: shares.Weights) -> dict[str, Any]:
+    """The claim's parameters of the tenants' weights."""
+    return {
+        "weight": weights.default,
+        "named": list(weights.named),
+        "weights": list(weights.named.values()),
+    }
 
 
 def _claimed(

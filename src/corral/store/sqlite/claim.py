@@ -1,7 +1,6 @@
-"""SQLite's claim: the due jobs moved to running in one statement (the same pick as
-PostgreSQL's, `UPDATE ... WHERE id IN (SELECT ... LIMIT n)` in place of SKIP LOCKED: there
-is one writer), their attempts inserted in one executemany, and their run-log lines built
-in SQL from the attempts just made."""
+"""SQLite's claim: the general path's fair pick (store/picks.py: there is one writer, so no
+row is locked), the jobs picked moved to running in one statement, their attempts inserted
+in one executemany, and their run-log lines built in SQL from the attempts just made."""
 
 from __future__ import annotations
 
@@ -13,28 +12,16 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from corral import model
-from corral.store import claimed, claims, dialects, statements
+from corral import model, shares
+from corral.store import claimed, claims, dialects, picks, statements
 from corral.store.sqlite import cursor as cursors
 
 CLAIM = f"""
 UPDATE jobs SET state = 'running', attempt_count = attempt_count + 1, updated_at = ?
-WHERE id IN (
-    SELECT id FROM jobs
-    WHERE state = 'queued' AND run_at <= ? AND executor IN (SELECT value FROM json_each(?))
-    ORDER BY {statements.CLAIM_ORDER}
-    LIMIT ?
-)
+WHERE id IN (SELECT value FROM json_each(?)) AND state = 'queued'
 RETURNING {", ".join(claimed.JOB_COLUMNS)}
 """
-"""The due queued jobs of the executors given, most urgent first, moved to running."""
-DUE = """
-SELECT id FROM jobs
-WHERE state = 'scheduled' AND run_at <= ? AND executor IN (SELECT value FROM json_each(?))
-ORDER BY run_at, id
-LIMIT ?
-"""
-"""Scheduled jobs whose time has come, the longest due first: a claim queues them first."""
+"""The jobs picked (store/picks.py), still queued, moved to running."""
 
 ATTEMPT = f"""
 INSERT INTO attempts ({statements.ATTEMPT_COLUMNS})
@@ -60,15 +47,20 @@ def sqlite_claim(
     executors: Sequence[str],
     deadline: float | None,
     lease: float | None,
+    weights: shares.Weights,
 ) -> list[model.Claimed]:
-    """Claim up to `limit` due jobs (see claims.job_claim for what a claim is), inside the
-    caller's (write-locked) transaction. `deadline` and `lease`: the default limits in
-    seconds; both None sets no limits."""
+    """Claim up to `limit` due jobs, shared by `weights` (see claims.job_claim for what a
+    claim is), inside the caller's (write-locked) transaction. `deadline` and `lease`: the
+    default limits in seconds; both None sets no limits."""
     cursor = cursors.of(conn)
-    at, kinds = dialects.sqlite_time(now), json.dumps(list(executors))
-    if due := [job_id for (job_id,) in cursor.execute(DUE, (at, kinds, limit))]:
-        claims.jobs_promote(conn, ids=due, now=now)
-    rows = cursor.execute(CLAIM, (at, at, kinds, limit)).fetchall()
+    ask = picks.Ask(now, limit, executors, weights)
+    picked = picks.fair_pick(conn, ask)
+    if not picked.claim:
+        return []
+    if picked.promote:
+        claims.jobs_promote(conn, ids=picked.promote, now=now)
+    at = dialects.sqlite_time(now)
+    rows = cursor.execute(CLAIM, (at, json.dumps(picked.claim))).fetchall()
     if not rows:
         return []
     read = claimed.Reader()

@@ -32,7 +32,7 @@ def upgrade() -> None:
     op.create_table(
         "tenant_shares",
         sa.Column("tenant", sa.String(200), primary_key=True),
-        sa.Column("pass", sa.Float(), nullable=False),
+        sa.Column("turn", sa.Float(), nullable=False),
         sa.Column("clock", sa.Float(), nullable=False),
     )
     op.create_table(
