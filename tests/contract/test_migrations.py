@@ -100,20 +100,30 @@ LATER_JOB_COLUMNS = {"tenant_made": "BOOLEAN NOT NULL DEFAULT false"}
 """Columns of `jobs` that later revisions add and today's claim reads."""
 
 
+LATER_SHARES = (
+    "CREATE TABLE tenant_shares (tenant VARCHAR(200) PRIMARY KEY, turn FLOAT NOT NULL,"
+    " clock FLOAT NOT NULL)"
+)
+"""The table of fair shares (0026), which today's claim reads."""
+
+
 @contextlib.contextmanager
 def _lent_job_columns(url: str) -> Iterator[None]:
-    """Today's claim, on a database of an old revision: the job columns later revisions add
-    are lent for it and taken back, so the old revision is what the upgrade then finds."""
+    """Today's claim, on a database of an old revision: the job columns and the table of
+    fair shares later revisions add are lent for it and taken back, so the old revision is
+    what the upgrade then finds."""
     engine = create_engine(url)
     with engine.begin() as conn:
         for name, kind in LATER_JOB_COLUMNS.items():
             conn.execute(text(f"ALTER TABLE jobs ADD COLUMN {name} {kind}"))
+        conn.execute(text(LATER_SHARES))
     try:
         yield
     finally:
         with engine.begin() as conn:
             for name in LATER_JOB_COLUMNS:
                 conn.execute(text(f"ALTER TABLE jobs DROP COLUMN {name}"))
+            conn.execute(text("DROP TABLE tenant_shares"))
         engine.dispose()
 
 

@@ -295,6 +295,9 @@ _PARAMETER_TYPES = {
         "deadline": "float8",
         "lease": "float8",
         "came": "text",
+        "weight": "float8",
+        "named": "text[]",
+        "weights": "float8[]",
     },
     "WORKER_CLAIM": {
         "now": "timestamptz",
@@ -307,6 +310,9 @@ _PARAMETER_TYPES = {
         "lease": "float8",
         "ran_reason": "text",
         "came": "text",
+        "weight": "float8",
+        "named": "text[]",
+        "weights": "float8[]",
     },
     "SETTLE": {
         "now": "timestamptz",

@@ -23,7 +23,8 @@ from corral import errors, model, scheduling
 from corral.planning import Fired, Plan
 from corral.store import dialects
 from corral.store.events import NO_JOB, event_insert, event_row
-from corral.store.jobs import job_cancel, job_submit
+from corral.store.job_decisions import job_cancel
+from corral.store.jobs import job_submit
 from corral.store.rows import schedule_from_row, state_is
 from corral.store.tables import DUE, UTCDateTime, firings, jobs, schedules
 

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Connection, Select, bindparam, func, insert, literal, select, update
 
 from corral import errors, model
-from corral.store import dialects, jobs
+from corral.store import dialects, job_decisions, jobs
 from corral.store.tables import jobs as jobs_table
 from corral.store.tables import operation_items, operations
 
@@ -274,12 +274,12 @@ def _apply(
     try:
         with conn.begin_nested():
             if op.action == model.BulkAction.CANCEL:
-                stopped = jobs.job_cancel(conn, job_id=job_id, now=now, reason=reason)
+                stopped = job_decisions.job_cancel(conn, job_id=job_id, now=now, reason=reason)
                 if stopped is not None:
                     step.stopped.append(stopped)
             else:
                 to = J.QUEUED if op.action == model.BulkAction.RETRY else J.CANCELLED
-                jobs.job_unquarantine(conn, job_id=job_id, to=to, now=now, reason=reason)
+                job_decisions.job_unquarantine(conn, job_id=job_id, to=to, now=now, reason=reason)
     except (errors.Conflict, errors.InvalidInput) as exc:
         return model.ItemOutcome.SKIPPED, str(exc)[:300]
     return model.ItemOutcome.APPLIED, None

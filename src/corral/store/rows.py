@@ -6,11 +6,12 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Row, case, literal, literal_column
+from sqlalchemy import Connection, Row, case, literal, literal_column, select
 
-from corral import model, scheduling
+from corral import errors, model, scheduling
 from corral.store.tables import (
     UTCDateTime,
+    jobs,
 )
 
 A, J = model.AttemptState, model.JobState
@@ -64,3 +65,11 @@ def state_is(state: model.JobState) -> Any:
     """A job state as a literal in the SQL: the partial indexes (tables.py) name their state
     so, and a planner uses one only for a query that names the same literal."""
     return literal_column(f"'{model.JobState(state).value}'")
+
+
+def job_get(conn: Connection, *, job_id: int) -> model.Job:
+    """The job `job_id`; NotFound if there is none."""
+    row = conn.execute(select(jobs).where(jobs.c.id == job_id)).first()
+    if row is None:
+        raise errors.NotFound(f"no job with id {job_id}")
+    return job_from_row(row._mapping)

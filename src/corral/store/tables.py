@@ -568,6 +568,7 @@ tenant_shares = Table(
     Column("tenant", String(200), primary_key=True),
     Column("turn", Float, nullable=False),
     Column("clock", Float, nullable=False),
+    Index("ix_tenant_shares_clock", "clock"),  # the clock: the newest, read by a claim
 )
 
 # Each tenant's submit_rate as a token bucket: `tokens` left at `filled_at`, refilled at the

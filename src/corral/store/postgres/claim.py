@@ -21,12 +21,10 @@ if TYPE_CHECKING:
     import psycopg
 
 
-def _shares(pick: str) -> str:
-    """How many jobs each tenant waiting gets, `shares` (corral.shares, in SQL; picks.py
-    in Python). With one tenant waiting it gets them all and nothing else is read. With
-    more, each one's most urgent due jobs are read without locks (`seen`), each with the
-    turn it would be taken at (`turns`, from `places`: its turn or the clock, and its
-    weight), and counted in turn order up to the limit."""
+def _seen(pick: str) -> str:
+    """`waiting` (the tenants with jobs waiting) and, when there are more than one
+    (`many`), `seen`: each one's most urgent due jobs, read without locks, each with its
+    place among its tenant's own."""
     return f"""{statements.TENANTS_WAITING}, many AS (
     SELECT count(*) > 1 AS yes FROM waiting
 ), seen AS MATERIALIZED (
@@ -43,7 +41,10 @@ def _shares(pick: str) -> str:
         ORDER BY run_at, id LIMIT %(limit)s)
     ) AS d
     WHERE (SELECT yes FROM many)
-), clock AS (
+)"""
+
+
+_SHARES = """clock AS (
     SELECT coalesce(max(clock), 0) AS at FROM tenant_shares WHERE (SELECT yes FROM many)
 ), places AS MATERIALIZED (
     SELECT t.tenant, greatest(coalesce(s.turn, c.at), c.at) AS start,
@@ -63,6 +64,10 @@ def _shares(pick: str) -> str:
     UNION ALL
     SELECT tenant, %(limit)s FROM waiting WHERE NOT (SELECT yes FROM many)
 )"""
+"""How many jobs each tenant waiting gets, `shares` (corral.shares, in SQL; picks.py in
+Python). With one tenant waiting it gets them all and nothing more is read. With more, each
+job `seen` gets the turn it would be taken at (`turns`, from `places`: its tenant's turn,
+or the clock if later, and its weight), and they are counted in turn order to the limit."""
 
 
 def _due(pick: str) -> str:
@@ -206,7 +211,7 @@ def claim_sql(*, also: str = "", started: bool = False) -> str:
     (SQL) moved to running, each with a new attempt (`started`: recorded running at once,
     as a worker's claim does) and its run-log lines."""
     pick = "executor = ANY(%(executors)s::text[])" + also
-    parts = [_shares(pick), _due(pick), _MOVED, _made(started), _logged(started), _SERVED]
+    parts = [_seen(pick), _SHARES, _due(pick), _MOVED, _made(started), _logged(started), _SERVED]
     return "\nWITH RECURSIVE " + ", ".join(parts) + "\n" + _RETURNED + "\n"
 
 
