@@ -129,16 +129,12 @@ class Jobs(service.Service):
         could take a tenant past (max_queued; with `schedules`, max_schedules) that the
         tenant is past now. The operator is held to none, so its write stands."""
         named = sorted(set(tenants))
-        waiting = {} if schedules else await self.store.quotas.waiting(tenants=named)
-        out = []
-        for tenant in named:
-            quota = quotas.limits(self.settings.tenants, tenant)
-            if schedules:
-                count = await self.store.quotas.schedules(tenant=tenant)
-                out += quotas.warnings(quota, schedules=count)
-            else:
-                out += quotas.warnings(quota, waiting=waiting.get(tenant, 0))
-        return out
+        of = {t: quotas.limits(self.settings.tenants, t) for t in named}
+        if schedules:
+            counts = {t: await self.store.quotas.schedules(tenant=t) for t in named}
+            return [w for t in named for w in quotas.warnings(of[t], schedules=counts[t])]
+        waiting = await self.store.quotas.waiting(tenants=named)
+        return [w for t in named for w in quotas.warnings(of[t], waiting=waiting.get(t, 0))]
 
     def new_job(self, **args: Unpack[JobArgs]) -> model.NewJob:
         """The job `submit` would store for these arguments, not checked yet (`validate`).
