@@ -80,9 +80,8 @@ async def test_max_queued_holds_at_its_edge_through_the_api(db: store.Store) -> 
 
 async def test_the_operator_is_held_to_none_and_a_retry_is_no_submit(db: store.Store) -> None:
     async with api_with(db, max_queued=2) as api:
-        ids = [
-            (await api.c.submit(**JOB, tenant="a"))[0] for _ in range(3)
-        ]  # over it: the operator
+        # The operator takes tenant a past its quota: its submits stand, with a warning.
+        ids = [(await api.c.submit(**JOB, tenant="a"))[0] for _ in range(3)]
         assert await api.c.quota_warnings(["a", "b"]) == [
             "max_queued: tenant 'a' now has 3 jobs waiting, over its quota of 2 ([tenants.a]"
             " max_queued); the operator is not held to it, but the tenant's own submits are refused"
