@@ -14,6 +14,8 @@
     │   ├── Forbidden          a dashboard action the session may not take (403)
     │   ├── PageMissing        a dashboard page of nothing, or of another tenant's (404)
     │   ├── TooManyStreams     a live page past the streams one process serves (429)
+    │   ├── QuotaExceeded      a tenant's write would break one of its quotas (403)
+    │   │   └── RateLimited    a tenant's submits came faster than its submit_rate (429)
     │   ├── DestinationRefused an address the HTTP executor's guard keeps requests from
     │   └── FieldRefused       a cluster spec's field broke a rule (its executor words it)
     ├── SignatureInvalid       a request said to come from corral is not signed by it
@@ -126,6 +128,24 @@ class PageMissing(Refused):
 class TooManyStreams(Refused):
     """Raised when a dashboard stream is asked for while the most one process serves are
     open: 429."""
+
+
+class QuotaExceeded(Refused):
+    """Raised when a tenant's write (a submit, a schedule made, a firing) would break one of
+    its quotas (`[tenants.NAME]`): 403, naming the quota, the tenant and its limit."""
+
+    def __init__(self, message: str, *, quota: str, tenant: str) -> None:
+        super().__init__(message)
+        self.quota, self.tenant = quota, tenant
+
+
+class RateLimited(QuotaExceeded):
+    """Raised when a tenant's submits came faster than its submit_rate: 429, with how many
+    seconds to wait (`retry_after`, the Retry-After header) before enough tokens are back."""
+
+    def __init__(self, message: str, *, quota: str, tenant: str, retry_after: int) -> None:
+        super().__init__(message, quota=quota, tenant=tenant)
+        self.retry_after = retry_after
 
 
 class DestinationRefused(Refused):

@@ -6,6 +6,8 @@ job and with the schedule's next nominal time by compare-and-set), so each nomin
 fires once with no leader. What a firing does is decided by pure functions over the
 schedule and the time (`planning.plan`), with the maths of time in `cadence`; this module
 runs them against the store, with the grants of tenants, and makes a backfill's firings.
+A tenant's schedule's firings are the tenant's jobs: the store refuses those past its
+max_queued or its submit_rate (each firing takes a token, as a submit's job does).
 """
 
 from __future__ import annotations
@@ -108,8 +110,8 @@ class Scheduler:
         tenants: Mapping[str, tenancy.TenantSettings] | None = None,
         refuse: Refuse | None = None,
     ) -> None:
-        """`tenants`: the settings' tenants, whose grants a tenant's schedule's firings
-        are checked against (none given: every tenant has the default grant); `refuse`,
+        """`tenants`: the settings' tenants, whose grants and quotas a tenant's schedule's
+        firings are checked against (none given: every tenant has the defaults); `refuse`,
         the whole check of such a firing, if more than the grant (see
         executors.references.firing_refusal)."""
         self.store = store
@@ -163,6 +165,7 @@ class Scheduler:
                 limit=limit,
                 plan=functools.partial(_plan_at, now=now, refuse=self.refuse),
                 ahead=self.ahead,
+                tenants=self.tenants,
             )
             # A batch that took long (catching up after an outage walks many missed times)
             # halves the next one, so no transaction outlives the database's limits; a

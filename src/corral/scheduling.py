@@ -39,7 +39,7 @@ class FiringOutcome(StrEnum):
     MISSED = "missed"  # it passed while no scheduler ran, and catch-up did not fire it
     SKIPPED = "skipped"  # it passed while the schedule was paused
     OVERLAP = "overlap"  # the previous firing's job still ran, and overlap is `forbid`
-    REFUSED = "refused"  # a tenant's schedule whose tenant is no longer granted its executor
+    REFUSED = "refused"  # a tenant's schedule: its grant withdrawn, or a quota of its tenant full
     BACKFILLED = "backfilled"  # a job was created for it by `corral backfill`
 
 
@@ -148,6 +148,7 @@ class Fire:
     outcome: FiringOutcome
     job: model.NewJob | None = None
     note: str | None = None
+    quota: str | None = None  # refused: the tenant's quota it would have broken, if that is why
 
 
 def firing_key(schedule_id: int, nominal_at: datetime) -> str:

@@ -141,7 +141,7 @@ def _late(alert: Alert, about: str) -> _Words:
 
 def _not_run(alert: Alert, about: str) -> _Words:
     d = alert.details
-    what = "were refused" if alert.cause == "refused" else "did not run"
+    what = "were refused" if alert.cause in ("refused", "quota") else "did not run"
     title = f"[corral] {about}: nominal times {what}"
     return title, [f"Rule {alert.rule}: {d.get('reason')}", f"At: {_when(d.get('at'))}"]
 
@@ -171,6 +171,7 @@ _BY_CAUSE: Mapping[str, Callable[[Alert, str], _Words]] = {
     "schedule_late": _late,
     "schedule_missed": _not_run,
     "refused": _not_run,
+    "quota": _not_run,
 }
 """The words of the causes that say more than a job's failure."""
 

@@ -21,7 +21,8 @@ STARTED = "started"
 """Not a cause either: a firing's job started; `schedule_late` where it started later
 than a rule's `late_by` after its nominal time."""
 NOT_RUN = {"missed": "schedule_missed", "overlap": "schedule_missed", "refused": "refused"}
-"""A schedule's news (of nominal times that did not run) as causes."""
+"""A schedule's news (of nominal times that did not run) as causes; refused for a quota of
+its tenant (`quota` in the event's details), the cause is `quota`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +128,8 @@ _ENDS: dict[str, str] = {J.QUARANTINED: "quarantined", J.FAILED: "failed", J.SUC
 
 def _schedule_news(event: model.Event, details: Mapping[str, Any]) -> Happening | None:
     cause = NOT_RUN.get(event.to_state)
+    if cause == "refused" and details.get("quota"):
+        cause = "quota"
     labels = details.get("labels")
     if cause is None or not isinstance(details.get("schedule"), str):
         return None
@@ -211,7 +214,7 @@ class Digested:
         return f"{self.rule}|{self.subject}|digest|{self.window_start.isoformat()}|{self.channel}"
 
 
-NOT_FAILURES = frozenset({"schedule_late", "schedule_missed", "refused"})
+NOT_FAILURES = frozenset({"schedule_late", "schedule_missed", "refused", "quota"})
 """Causes that are no job's failure: they have no recovered message to come."""
 
 ENDED_BADLY = frozenset({"failed", "quarantined"})

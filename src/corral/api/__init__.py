@@ -86,6 +86,8 @@ def create_attempt_app(c: client.Client) -> FastAPI:
 _STATUS: dict[type[errors.CorralError], int] = {
     errors.InvalidInput: 422,
     errors.NotGranted: 403,
+    errors.QuotaExceeded: 403,
+    errors.RateLimited: 429,
     errors.Conflict: 409,
     errors.NotFound: 404,
     errors.StaleFence: 409,
@@ -114,7 +116,14 @@ async def _refused(_: Request, exc: errors.RequestRefused) -> Response:
 
 async def _refusal(_: Request, exc: errors.CorralError) -> Response:
     status = next(_STATUS[kind] for kind in type(exc).__mro__ if kind in _STATUS)
-    return _error(status, f"fence: {exc}" if isinstance(exc, errors.StaleFence) else str(exc))
+    headers = None
+    if isinstance(exc, errors.RateLimited):  # when to try again
+        headers = {"Retry-After": str(exc.retry_after)}
+    return _error(
+        status,
+        f"fence: {exc}" if isinstance(exc, errors.StaleFence) else str(exc),
+        headers=headers,
+    )
 
 
 def _http_error(app: FastAPI, request: Request, exc: StarletteHTTPException) -> Response:

@@ -35,7 +35,11 @@ ERRORS: dict[int | str, dict[str, Any]] = {
     for status, what in (
         (400, "The body is not JSON"),
         (401, "No token, or one unknown, expired or revoked"),
-        (403, "The token's role may not do this, or its tenant is not granted the executor"),
+        (
+            403,
+            "The token's role may not do this, its tenant is not granted the executor, or"
+            " the request would break a quota of its tenant",
+        ),
         (404, "Not found (another tenant's is not found either)"),
         (413, "The body is too large"),
         (422, "A field is wrong: the error names it and the rule"),

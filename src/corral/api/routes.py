@@ -22,8 +22,13 @@ from corral.executors import references
 RESPONSES: dict[int | str, dict[str, Any]] = {
     **ERRORS,
     409: {"model": ErrorBody, "description": "The request does not fit the state it is about"},
+    429: {
+        "model": ErrorBody,
+        "description": "The tenant submits faster than its submit_rate: Retry-After says in"
+        " how many seconds to try again",
+    },
 }
-"""ERRORS and 409, which a route that changes a job, a schedule or a token may give."""
+"""ERRORS, 409 and 429, which a route that changes a job, a schedule or a token may give."""
 router = APIRouter(responses=RESPONSES)
 
 MAX_JOBS = 1000
@@ -181,7 +186,7 @@ async def jobs_submit(
             new.append(await _new_job(c, who, one))
         except errors.InvalidInput as exc:
             raise errors.InvalidInput(f"{n}.{exc}" if many else str(exc)) from None
-    made = await c.submit_audited(new, audit=_submitted(c, who, new))
+    made = await c.submit_audited(new, audit=_submitted(c, who, new), limited=True)
     jobs = {j.id: j for j in await c.jobs_by_id([i for i, _ in made])}
     out = [{**shapes.job_dict(jobs[i]), "created": created} for i, created in made]
     return out if many else out[0]
@@ -343,7 +348,7 @@ async def job_rerun(c: Client, who: Operator, job_id: JobId) -> dict[str, Any]:
             f"job {job_id} is {old.job.state}: only a failed or cancelled job is run again"
         )
     tenancy.check(c.settings.tenants, old.job.tenant, old.job.executor)
-    made = await c.rerun(job_id, tenant_made=True)
+    made = await c.rerun(job_id, tenant_made=True, limited=True)
     await audit(c, who, "jobs.rerun", str(job_id), old.job.tenant, new_job=made)
     return shapes.view_dict(await visible_job(c, who, made))
 

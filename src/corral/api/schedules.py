@@ -167,7 +167,7 @@ async def schedule_create(
     spec = _granted(c, args["tenant"], args)
     if "spec" in args:
         args["spec"] = spec
-    made = await c.schedule_create(name, **args, tenant_made=True)
+    made = await c.schedule_create(name, **args, tenant_made=True, limited=True)
     await _audit(c, who, "schedules.create", made)
     return _shown(c, made)
 
@@ -245,7 +245,7 @@ async def schedule_trigger(
 ) -> dict[str, Any]:
     found = await _schedule(c, who, name, tenant)
     _granted(c, found.tenant, found.template)
-    job_id = await c.schedule_trigger(name, tenant=found.tenant)
+    job_id = await c.schedule_trigger(name, tenant=found.tenant, limited=True)
     await _audit(c, who, "schedules.trigger", found, job_id=job_id)
     return {"id": job_id, "schedule": name, "tenant": found.tenant}
 
@@ -290,7 +290,9 @@ async def schedule_backfill(
         )
     if dry_run:
         return {"created": count, "existing": 0, "dry_run": True}
-    created, existing = await c.backfill(name, start=first, end=last, tenant=found.tenant)
+    created, existing = await c.backfill(
+        name, start=first, end=last, tenant=found.tenant, limited=True
+    )
     await _audit(c, who, "schedules.backfill", found, created=created)
     return {"created": created, "existing": existing, "dry_run": False}
 

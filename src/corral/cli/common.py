@@ -111,6 +111,13 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
     return asyncio.run(coro)
 
 
+def warn(lines: list[str]) -> None:
+    """Each line on stderr as a warning, plain (a quota's table, `[tenants.acme]`, is no
+    console markup), so `--json` output on stdout stays one document."""
+    for line in lines:
+        click.echo(f"warning: {line}", err=True)
+
+
 def print_json(data: Any) -> None:
     """One JSON document on stdout, plain (no console wrapping: it is meant for programs)."""
     click.echo(json.dumps(data, indent=2, default=str))

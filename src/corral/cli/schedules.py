@@ -14,7 +14,7 @@ import click
 
 from corral import errors, scheduling, shapes
 from corral.cli import render
-from corral.cli.common import State, config_option, err, out, print_json, run
+from corral.cli.common import State, config_option, err, out, print_json, run, warn
 from corral.cli.job_options import JobCommand, JobOptions, job_options
 
 if TYPE_CHECKING:
@@ -163,13 +163,16 @@ def schedules_add(
     state: State = ctx.obj
     given = rule.given()
     args = job.arguments(command)
+    named = [job.tenant] if _given(ctx, "tenant") else []
 
-    async def go() -> scheduling.Schedule:
+    async def go() -> tuple[scheduling.Schedule, list[str]]:
         async with state.connect(platforms=False) as c:
-            return await c.schedule_create(name, **given, **args)
+            made = await c.schedule_create(name, **given, **args)
+            return made, await c.quota_warnings(named, schedules=True) if named else []
 
-    made = run(go())
+    made, warned = run(go())
     _print_made(made, as_json)
+    warn(warned)
 
 
 @schedules.command("update", cls=ScheduleCommand)

@@ -20,6 +20,7 @@ from corral.cli.common import (
     out,
     print_json,
     run,
+    warn,
 )
 from corral.cli.job_options import JobCommand, JobOptions, job_options
 from corral.executors import registry
@@ -96,20 +97,24 @@ def submit(
         return
     _check_output(output, dry_run=dry_run, as_json=as_json)
     args = {**job.arguments(command), "idempotency_key": idempotency_key}
-    if dry_run and "task" in args:
-        raise errors.InvalidInput(
-            "--dry-run prints the platform object a job makes; a --task runs in a worker"
-        )
     if dry_run:
         print_dry_run(state, args, output=output or "yaml")
         return
 
-    async def go() -> tuple[int, bool]:
+    named = [job.tenant] if _given(ctx, "tenant") else []
+
+    async def go() -> tuple[int, bool, list[str]]:
         async with state.connect(platforms=False) as c:
             run_at = _run_at(at, delay, c.clock.now(), allow_past=allow_past)
-            return await c.submit(**args, run_at=run_at)
+            job_id, created = await c.submit(**args, run_at=run_at)
+            return job_id, created, await c.quota_warnings(named) if named else []
 
-    _print_submitted(*run(go()), as_json=as_json)
+    job_id, created, warned = run(go())
+    _print_submitted(job_id, created, as_json=as_json, warned=warned)
+
+
+def _given(ctx: click.Context, name: str) -> bool:
+    return ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT
 
 
 def _alone_with_file(ctx: click.Context, command: tuple[str, ...]) -> None:
@@ -118,8 +123,7 @@ def _alone_with_file(ctx: click.Context, command: tuple[str, ...]) -> None:
     given = [
         f"--{name.replace('_', '-')}"
         for name in ctx.params
-        if name not in ("from_file", "as_json", "command")
-        and ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT
+        if name not in ("from_file", "as_json", "command") and _given(ctx, name)
     ]
     if command or given:
         raise errors.InvalidInput(
@@ -139,15 +143,18 @@ def _check_output(output: str | None, *, dry_run: bool, as_json: bool) -> None:
         raise errors.InvalidInput("--dry-run prints the object itself: use -o json, not --json")
 
 
-def _print_submitted(job_id: int, created: bool, *, as_json: bool) -> None:
+def _print_submitted(job_id: int, created: bool, *, as_json: bool, warned: list[str]) -> None:
+    """The job's id (or JSON) on stdout; on stderr, that it existed already, and each quota
+    of its tenant it took the tenant past (`warned`)."""
     if as_json:
         print_json({"id": job_id, "created": created})
-        return
-    out.print(job_id)
-    if not created:
+    else:
+        out.print(job_id)
+    if not created and not as_json:
         err.print(
             f"job {job_id} already exists for this idempotency key; nothing new was submitted"
         )
+    warn(warned)
 
 
 def print_dry_run(state: State, args: Mapping[str, Any], *, output: str) -> None:
@@ -157,6 +164,10 @@ def print_dry_run(state: State, args: Mapping[str, Any], *, output: str) -> None
 
     from corral import client, clock
 
+    if "task" in args:
+        raise errors.InvalidInput(
+            "--dry-run prints the platform object a job makes; a --task runs in a worker"
+        )
     settings = state.settings()
     executor = args["executor"]
     dry_run = _dry_run_of(executor)
@@ -246,11 +257,14 @@ def submit_file(state: State, text: Any, *, as_json: bool) -> None:
     except UnicodeDecodeError as exc:
         raise errors.InvalidInput(f"--from-file: not UTF-8 text ({exc.reason})") from None
 
-    async def go() -> list[tuple[int, bool]]:
-        async with state.connect(platforms=False) as c:
-            return await _stored(c, await _checked(c, jobs))
+    named = {args["tenant"] for _, args in jobs if "tenant" in args}
 
-    stored = run(go())
+    async def go() -> tuple[list[tuple[int, bool]], list[str]]:
+        async with state.connect(platforms=False) as c:
+            stored = await _stored(c, await _checked(c, jobs))
+            return stored, await c.quota_warnings(named) if named else []
+
+    stored, warned = run(go())
     created = sum(made for _, made in stored)
     if as_json:
         print_json(
@@ -260,12 +274,13 @@ def submit_file(state: State, text: Any, *, as_json: bool) -> None:
                 "existing": len(stored) - created,
             }
         )
-        return
-    click.echo("\n".join(str(job_id) for job_id, _ in stored))
-    err.print(
-        f"submitted {len(stored)} jobs: {created} new, {len(stored) - created} already there"
-        " (same idempotency key)"
-    )
+    else:
+        click.echo("\n".join(str(job_id) for job_id, _ in stored))
+        err.print(
+            f"submitted {len(stored)} jobs: {created} new, {len(stored) - created} already"
+            " there (same idempotency key)"
+        )
+    warn(warned)
 
 
 async def _checked(c: client.Client, jobs: list[tuple[int, dict[str, Any]]]) -> list[model.NewJob]:

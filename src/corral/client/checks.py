@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from corral import config, errors, model, plain, python_tasks
+from corral import config, errors, model, plain, python_tasks, quotas
 from corral.executors import python as python_executor
 from corral.executors import registry
 from corral.policy import JobPolicy, job_policy
@@ -60,7 +60,7 @@ def check_job(
         )
     for key, value in job.labels.items():
         model.check_label(key, value)
-    _check_payload(job.payload, settings)
+    _check_payload(job, settings)
     if job.executor == python_tasks.PYTHON:
         job = _worker_leased(job)
     policy = job_policy(settings, job.policy)
@@ -120,9 +120,12 @@ def _check_reach(executor: str, policy: JobPolicy, settings: config.Settings) ->
         raise errors.InvalidInput(f"policy.heartbeat: {problem}")
 
 
-def _check_payload(payload: Any, settings: config.Settings) -> None:
+def _check_payload(job: model.NewJob, settings: config.Settings) -> None:
+    """A payload that is JSON within max_payload_bytes, and a tenant's job's (`tenant_made`:
+    the API, the dashboard, a schedule the tenant made) within its tenant's as well: the
+    lower of the two holds."""
     try:
-        size = len(json.dumps(payload, allow_nan=False).encode())
+        size = len(json.dumps(job.payload, allow_nan=False).encode())
     except (TypeError, ValueError) as exc:
         raise errors.InvalidInput(f"payload: must be JSON ({exc})") from None
     if size > settings.max_payload_bytes:
@@ -130,6 +133,10 @@ def _check_payload(payload: Any, settings: config.Settings) -> None:
             f"payload: {size} bytes is over the limit of {settings.max_payload_bytes}"
             " (max_payload_bytes); store large data elsewhere and pass a reference"
         )
+    if job.tenant_made:
+        quota = quotas.limits(settings.tenants, job.tenant)
+        if (why := quotas.payload_refusal(quota, size)) is not None:
+            raise errors.PayloadTooLarge(why)
 
 
 def _check_text(job: model.NewJob) -> None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypedDict, Unpack
 
-from corral import errors, launching, model, python_tasks, scheduling
+from corral import errors, launching, model, python_tasks, quotas, scheduling
 from corral.client import checks, service
 from corral.policy import JobPolicy
 
@@ -81,16 +81,21 @@ class Jobs(service.Service):
         *,
         batch: int = 1000,
         progress: Callable[[int], None] | None = None,
+        limited: bool = False,
     ) -> list[tuple[int, bool]]:
         """Store jobs checked already (`validate`), `batch` to a transaction, in order;
         (job id, created) for each. A repeated idempotency key returns the existing job,
         so running the same jobs again after a failure half-way creates nothing twice.
-        `progress` is told how many were stored after each batch."""
+        `progress` is told how many were stored after each batch. `limited`: a tenant's
+        submit (the dashboard's), held to its quotas (`limits`)."""
         stored: list[tuple[int, bool]] = []
         for start in range(0, len(jobs), batch):
             chunk = list(jobs[start : start + batch])
             stored += await self.store.jobs.submit(
-                new=chunk, now=self.clock.now(), since=self.since()
+                new=chunk,
+                now=self.clock.now(),
+                since=self.since(),
+                limits=self.limits(chunk) if limited else None,
             )
             if progress is not None:
                 progress(len(chunk))
@@ -101,13 +106,35 @@ class Jobs(service.Service):
         new: Sequence[model.NewJob],
         *,
         audit: Callable[[list[tuple[int, bool]]], Iterable[Mapping[str, Any]]],
+        limited: bool = False,
     ) -> list[tuple[int, bool]]:
         """Store jobs checked already (`validate`) in one transaction, with the audit rows
         `audit` makes of what was stored (audit_add's fields, and `at`); (job id, created)
-        for each."""
+        for each. `limited`: a tenant's submit (the API's), held to its tenants' quotas,
+        all or nothing: QuotaExceeded (403) or RateLimited (429) stores none of them."""
         return await self.store.jobs.submit(
-            new=new, now=self.clock.now(), audit=audit, since=self.since()
+            new=new,
+            now=self.clock.now(),
+            audit=audit,
+            since=self.since(),
+            limits=self.limits(new) if limited else None,
         )
+
+    def limits(self, jobs: Sequence[model.NewJob]) -> dict[str, quotas.Limits]:
+        """The quotas of the tenants of `jobs`, as the settings give them."""
+        return {j.tenant: quotas.limits(self.settings.tenants, j.tenant) for j in jobs}
+
+    async def quota_warnings(self, tenants: Iterable[str], *, schedules: bool = False) -> list[str]:
+        """What the operator is told after its write for `tenants`: each quota its write
+        could take a tenant past (max_queued; with `schedules`, max_schedules) that the
+        tenant is past now. The operator is held to none, so its write stands."""
+        named = sorted(set(tenants))
+        of = {t: quotas.limits(self.settings.tenants, t) for t in named}
+        if schedules:
+            counts = {t: await self.store.quotas.schedules(tenant=t) for t in named}
+            return [w for t in named for w in quotas.warnings(of[t], schedules=counts[t])]
+        waiting = await self.store.quotas.waiting(tenants=named)
+        return [w for t in named for w in quotas.warnings(of[t], waiting=waiting.get(t, 0))]
 
     def new_job(self, **args: Unpack[JobArgs]) -> model.NewJob:
         """The job `submit` would store for these arguments, not checked yet (`validate`).
@@ -238,10 +265,11 @@ class Jobs(service.Service):
                 )
         return attempt
 
-    async def rerun(self, job_id: int, *, tenant_made: bool = False) -> int:
+    async def rerun(self, job_id: int, *, tenant_made: bool = False, limited: bool = False) -> int:
         """A failed or cancelled job again, as a new job (the same spec, payload and
         options) labelled with the old one's id: the new job's id. It is a tenant's when
-        the old one was, or `tenant_made` (asked for through the API)."""
+        the old one was, or `tenant_made` (asked for through the API); `limited`, a
+        tenant's submit, held to its quotas."""
         old = await self.store.jobs.get(job_id=job_id)
         if old.state not in (model.JobState.FAILED, model.JobState.CANCELLED):
             raise errors.InvalidInput(
@@ -253,7 +281,11 @@ class Jobs(service.Service):
             labels={**old.labels, RERUN_OF: str(job_id)},
             tenant_made=old.tenant_made or tenant_made,
         )
-        [(made, _)] = await self.store.jobs.submit(new=[self.validate(new)], now=self.clock.now())
+        [(made, _)] = await self.store.jobs.submit(
+            new=[self.validate(new)],
+            now=self.clock.now(),
+            limits=self.limits([new]) if limited else None,
+        )
         return made
 
 

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypedDict, Unpack, cast
 
-from corral import errors, model, python_tasks, scheduling
+from corral import errors, model, python_tasks, quotas, scheduling
 from corral.client import checks, jobs
 
 if TYPE_CHECKING:
@@ -72,7 +72,8 @@ class Schedules(jobs.Jobs):
                 f"name: {name!r} must be 1-200 characters of [A-Za-z0-9_.-], starting alphanumeric"
             )
         when, anchor, end = _when(cron, every, tz, start, until, self.clock.now())
-        template = scheduling.job_template(self.validate(self.new_job(**_template_args(job))))
+        draft = dataclasses.replace(self.new_job(**_template_args(job)), tenant_made=tenant_made)
+        template = scheduling.job_template(self.validate(draft))
         mode, how = _choices(catchup, overlap, catchup_max)
         window = cadence.parse_duration(catchup_window, "catchup_window")
         spread = cadence.parse_duration(jitter, "jitter") if jitter is not None else None
@@ -95,9 +96,12 @@ class Schedules(jobs.Jobs):
         planning.rule(new, anchor)  # every rule builds
         return new, anchor
 
-    async def schedule_create(self, name: str, **args: Unpack[ScheduleArgs]) -> scheduling.Schedule:
+    async def schedule_create(
+        self, name: str, *, limited: bool = False, **args: Unpack[ScheduleArgs]
+    ) -> scheduling.Schedule:
         """Store a schedule (`new_schedule`'s arguments); it fires first at its first
-        nominal time after now (or at its start)."""
+        nominal time after now (or at its start). `limited`: a tenant's request, refused
+        (QuotaExceeded) when the tenant has its max_schedules already."""
         from corral import planning
 
         if isinstance(args.get("task"), str):
@@ -114,7 +118,10 @@ class Schedules(jobs.Jobs):
         first = planning.first_due(
             planning.rule(new, anchor), now=now, anchor=anchor, until=new.until
         )
-        return await self.store.schedules.create(new=new, anchor=anchor, next_due=first, now=now)
+        quota = quotas.limits(self.settings.tenants, new.tenant) if limited else None
+        return await self.store.schedules.create(
+            new=new, anchor=anchor, next_due=first, now=now, quota=quota
+        )
 
     def upcoming(self, found: scheduling.Schedule, count: int = 5) -> list[cadence.Nominal]:
         """A schedule's next `count` nominal times (none while it is paused or over),
@@ -196,9 +203,12 @@ class Schedules(jobs.Jobs):
             schedule_id=old.id, skipped=skipped, skipped_count=more, next_due=first, now=now
         )
 
-    async def schedule_trigger(self, name: str, *, tenant: str = "default") -> int:
+    async def schedule_trigger(
+        self, name: str, *, tenant: str = "default", limited: bool = False
+    ) -> int:
         """Fire a schedule now, outside its times (its next nominal time stays): the job's
-        id. Its firing is recorded at this instant."""
+        id. Its firing is recorded at this instant. `limited`: a tenant's request, its job
+        held to the tenant's quotas (QuotaExceeded or RateLimited: nothing recorded)."""
         from corral import planning
 
         old = await self.store.schedules.get(name=name, tenant=tenant)
@@ -207,7 +217,8 @@ class Schedules(jobs.Jobs):
             old, planning.rule(old, old.anchor), now, scheduling.FiringOutcome.FIRED
         )
         fire = dataclasses.replace(fire, note="triggered by hand")
-        await self.store.schedules.backfill(schedule=old, fires=[fire], now=now)
+        quota = quotas.limits(self.settings.tenants, old.tenant) if limited else None
+        await self.store.schedules.backfill(schedule=old, fires=[fire], now=now, quota=quota)
         [firing] = await self.store.schedules.firings(
             schedule_id=old.id, limit=1, before=now + _TICK
         )

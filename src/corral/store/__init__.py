@@ -7,8 +7,9 @@ alerts.py and alert_reads.py, workers.py and parking.py, attempts.py and attempt
 `store.jobs` (jobs.py), `store.attempts`, `store.events`, `store.schedules`, `store.alerts`,
 `store.tokens` (API tokens, the audit log, signing secrets), `store.users` (the dashboard's
 users and sessions), `store.workers` (Python workers and parked jobs), `store.operations`
-(bulk actions), `store.runlogs`, `store.sinks` (checkpoints and publish pointers) and
-`store.loops`. A handle's call runs one store function in one transaction on a worker
+(bulk actions), `store.quotas` (what tenants' quotas count: their writes are held to them
+by the handles of what they write), `store.runlogs`, `store.sinks` (checkpoints and publish
+pointers) and `store.loops`. A handle's call runs one store function in one transaction on a worker
 thread, or, on PostgreSQL, a statement of the hot path (hotpath.py, hotreads.py) on async
 connections of its own.
 """
@@ -28,6 +29,7 @@ from corral.store import (
     jobs,
     loops,
     operations,
+    quotas,
     runlogs,
     schedules,
     sinks,
@@ -57,6 +59,7 @@ class Store:
         self.users = users.Users(self.database)
         self.workers = workers.Workers(self.database)
         self.operations = operations.Operations(self.database)
+        self.quotas = quotas.Quotas(self.database)
         self.runlogs = runlogs.RunLogs(self.database)
         self.sinks = sinks.Sinks(self.database)
         self.loops = loops.Loops(self.database)

@@ -13,15 +13,18 @@ as this is the scheduler's hot pass and the jobs it makes.
 
 from __future__ import annotations
 
+import functools
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Connection, and_, bindparam, func, or_, select, update
 
-from corral import errors, model, scheduling
+from corral import errors, model, quotas, scheduling, tenancy
 from corral.planning import Fired, Plan
 from corral.store import dialects
+from corral.store import quotas as holds
 from corral.store.events import NO_JOB, event_insert, event_row
 from corral.store.job_decisions import job_cancel
 from corral.store.jobs import job_submit
@@ -55,6 +58,7 @@ def schedules_fire_due(
     limit: int,
     plan: Callable[[scheduling.Schedule, model.JobState | None], Plan],
     ahead: timedelta = timedelta(0),
+    tenants: Mapping[str, tenancy.TenantSettings] | None = None,
 ) -> Fired:
     """Fire up to `limit` due schedules, the most overdue first: `plan(schedule, state of
     its previous firing's job)` says what to record. One transaction.
@@ -62,28 +66,25 @@ def schedules_fire_due(
     A schedule whose overlap is `allow` is due `ahead` of its nominal time: its firing is
     recorded early and its job waits in the queue for its run_at (the nominal time), so a
     burst of firings due at one instant is claimable at that instant. The others decide on
-    their previous job's state, so they fire at their time, not before."""
+    their previous job's state, so they fire at their time, not before. With `tenants`
+    (the settings'), a tenant's schedule's firings that would break its tenant's quotas are
+    refused (store.quotas.firings_admitted)."""
     due = _schedules_due(conn, now=now, limit=limit, ahead=ahead)
     previous = _previous_states(conn, due)
-    out = Fired()
-    news: list[dict[str, Any]] = []
-    todo: list[tuple[scheduling.Schedule, scheduling.Fire]] = []
-    moves: list[dict[str, Any]] = []
-    for schedule in due:
-        decided = plan(schedule, previous.get(schedule.last_job_id or 0))
-        moves.append(_move(schedule, decided))
+    planned = [(s, plan(s, previous.get(s.last_job_id or 0))) for s in due]
+    if not planned:
+        return Fired()
+    if tenants is not None:
+        planned = holds.firings_admitted(conn, planned, tenants=tenants, now=now)
+    out = Fired(schedules=len(planned))
+    for schedule, decided in planned:
         if decided.cancel_previous and schedule.last_job_id is not None:
             attempt = _cancel_quietly(conn, schedule, now)
             if attempt is not None:
                 out.cancelled.append(attempt)
-        todo.extend((schedule, f) for f in decided.fires)
-        news.extend(_missed_news(schedule, decided, now))
-    if not moves:
-        return out
-    _schedules_move(conn, moves, now)
-    out.schedules = len(moves)
-    out.firings = _fire(conn, todo, now)
-    if news:
+    _schedules_move(conn, [_move(s, decided) for s, decided in planned], now)
+    out.firings = _fire(conn, [(s, f) for s, decided in planned for f in decided.fires], now)
+    if news := [n for s, decided in planned for n in _missed_news(s, decided, now)]:
         event_insert(conn, news)
     return out
 
@@ -156,8 +157,16 @@ def _schedules_move(conn: Connection, moves: Sequence[dict[str, Any]], now: date
         )
 
 
-NOT_RUN = (F.MISSED, F.OVERLAP, F.REFUSED)
-"""What a schedule's run log tells of (a paused schedule's skipped times are asked for)."""
+NOT_RUN = (
+    (F.MISSED, None),
+    (F.OVERLAP, None),
+    (F.REFUSED, None),
+    (F.REFUSED, "max_queued"),
+    (F.REFUSED, "submit_rate"),
+)
+"""What a schedule's run log tells of, one event each (a paused schedule's skipped times are
+asked for): its nominal times missed, overlapping, refused by the grant, refused by each
+quota a firing can break."""
 
 
 def _missed_news(
@@ -167,37 +176,48 @@ def _missed_news(
     outcome: a schedule's news has no job (job_id NO_JOB), so it names the schedule and
     what a firing's job would have been (queue, executor, labels) for rules to match."""
     out = []
-    template = schedule.template
-    for outcome in NOT_RUN:
-        fires = [f for f in decided.fires if f.outcome == outcome]
-        times = [f.nominal_at for f in fires]
-        count = len(times) + (decided.missed_count if outcome == F.MISSED else 0)
-        if not count:
-            continue
-        why = next((f.note for f in fires if f.note), None) or "no scheduler fired it in time"
-        first = times[0].isoformat() if times else "(not recorded)"
-        out.append(
-            event_row(
-                job_id=NO_JOB,
-                attempt_id=None,
-                entity="schedule",
-                frm=None,
-                to=outcome.value,
-                reason=f"schedule {schedule.name!r}: {count} nominal time(s) from {first}"
-                f" did not run: {why}",
-                now=now,
-                details={
-                    "schedule": schedule.name,
-                    "tenant": schedule.tenant,
-                    "queue": str(template.get("queue") or "default"),
-                    "executor": str(template.get("executor") or ""),
-                    "labels": dict(template.get("labels") or {}),
-                    "nominal_times": [t.isoformat() for t in times],
-                    "count": count,
-                },
-            )
-        )
+    for outcome, quota in NOT_RUN:
+        fires = [f for f in decided.fires if f.outcome == outcome and f.quota == quota]
+        count = len(fires) + (decided.missed_count if outcome == F.MISSED else 0)
+        if count:
+            out.append(_not_run_news(schedule, fires, count, outcome, quota, now))
     return out
+
+
+def _not_run_news(
+    schedule: scheduling.Schedule,
+    fires: Sequence[scheduling.Fire],
+    count: int,
+    outcome: scheduling.FiringOutcome,
+    quota: str | None,
+    now: datetime,
+) -> dict[str, Any]:
+    """The event of `count` nominal times of one outcome (`fires`, those recorded) that did
+    not run; one refused for a quota names it (`quota` in its details)."""
+    template = schedule.template
+    times = [f.nominal_at for f in fires]
+    why = next((f.note for f in fires if f.note), None) or "no scheduler fired it in time"
+    first = times[0].isoformat() if times else "(not recorded)"
+    return event_row(
+        job_id=NO_JOB,
+        attempt_id=None,
+        entity="schedule",
+        frm=None,
+        to=outcome.value,
+        reason=f"schedule {schedule.name!r}: {count} nominal time(s) from {first}"
+        f" did not run: {why}",
+        now=now,
+        details={
+            "schedule": schedule.name,
+            "tenant": schedule.tenant,
+            "queue": str(template.get("queue") or "default"),
+            "executor": str(template.get("executor") or ""),
+            "labels": dict(template.get("labels") or {}),
+            "nominal_times": [t.isoformat() for t in times],
+            "count": count,
+            **({"quota": quota} if quota else {}),
+        },
+    )
 
 
 def _cancel_quietly(
@@ -330,3 +350,23 @@ def backfill(
         )
         created += int(made)
     return created, len(fires) - created
+
+
+def backfill_held(
+    conn: Connection,
+    *,
+    schedule: scheduling.Schedule,
+    fires: Sequence[scheduling.Fire],
+    now: datetime,
+    quota: quotas.Limits,
+) -> tuple[int, int]:
+    """`backfill` as its tenant's write (a trigger or a backfill asked for through the
+    API): the jobs it makes held to the tenant's max_queued and submit_rate, all or nothing
+    (store.quotas.held_to)."""
+    return holds.held_to(
+        conn,
+        limits={schedule.tenant: quota},
+        now=now,
+        write=functools.partial(backfill, schedule=schedule, fires=fires, now=now),
+        created=lambda made: Counter({schedule.tenant: made[0]}),
+    )

@@ -10,17 +10,15 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import ColumnElement, Connection, func, insert, select
 
-from corral import launching, model, policy, python_tasks, retry, scheduling, shares
+from corral import launching, model, policy, python_tasks, quotas, retry, scheduling, shares
 from corral.store import attempts as attempts_
 from corral.store import budgets, claims, dialects, hotpath, hotreads, parking, runlogs, tokens
 from corral.store import caps as claim_caps
+from corral.store import quotas as holds
 from corral.store.events import event_insert, event_list, event_row
 from corral.store.job_decisions import job_cancel, job_unquarantine
 from corral.store.rows import job_from_row, job_get
-from corral.store.tables import (
-    job_slas,
-    jobs,
-)
+from corral.store.tables import job_slas, jobs
 
 if TYPE_CHECKING:
     from corral.store import overview as overview_
@@ -319,17 +317,21 @@ class Jobs:
         now: datetime,
         audit: Callable[[list[tuple[int, bool]]], Iterable[Mapping[str, Any]]] | None = None,
         since: datetime | None = None,
+        limits: Mapping[str, quotas.Limits] | None = None,
     ) -> list[tuple[int, bool]]:
         """Store jobs (job_submit); with `audit`, the audit rows it makes of what was stored
-        are written in the same transaction. Python tasks' jobs that no worker live `since`
-        then reads are parked at once (a job left queued by a crash in between is parked by
-        the reconciler's pass)."""
-        if audit is None:
-            made = await self._db.tx(functools.partial(job_submit, new=new, now=now))
-        else:
-            made = await self._db.tx(
-                functools.partial(tokens.job_submit_audited, new=new, now=now, audit=audit)
-            )
+        are written in the same transaction; with `limits` (a tenant's submit), held to
+        those tenants' quotas, all or nothing (store.quotas.jobs_held). Python tasks' jobs
+        that no worker live `since` then reads are parked at once (a job left queued by a
+        crash in between is parked by the reconciler's pass)."""
+        write: Callable[[Connection], list[tuple[int, bool]]] = functools.partial(
+            job_submit, new=new, now=now
+        )
+        if audit is not None:
+            write = functools.partial(tokens.job_submit_audited, new=new, now=now, audit=audit)
+        if limits:
+            write = functools.partial(holds.jobs_held, write=write, new=new, limits=limits, now=now)
+        made = await self._db.tx(write)
         tasks = [
             job_id
             for (job_id, created), job in zip(made, new, strict=True)

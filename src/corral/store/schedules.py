@@ -14,9 +14,10 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, delete, func, select, update
 
-from corral import errors, model, scheduling
+from corral import errors, model, quotas, scheduling, tenancy
 from corral.planning import Fired, Plan
 from corral.store import dialects, firings, tables
+from corral.store import quotas as holds
 from corral.store.rows import schedule_from_row
 from corral.store.tables import schedules
 
@@ -274,9 +275,17 @@ class Schedules:
         anchor: datetime,
         next_due: datetime | None,
         now: datetime,
+        quota: quotas.Limits | None = None,
     ) -> scheduling.Schedule:
+        """schedule_create; with `quota` (a tenant's request), refused past the tenant's
+        max_schedules (store.quotas.schedule_held)."""
+        write = functools.partial(
+            schedule_create, new=new, anchor=anchor, next_due=next_due, now=now
+        )
+        if quota is None:
+            return await self._db.tx(write)
         return await self._db.tx(
-            functools.partial(schedule_create, new=new, anchor=anchor, next_due=next_due, now=now)
+            functools.partial(holds.schedule_held, quota=quota, now=now, write=write)
         )
 
     async def create_many(
@@ -362,18 +371,30 @@ class Schedules:
         limit: int,
         plan: Callable[[scheduling.Schedule, model.JobState | None], Plan],
         ahead: timedelta = timedelta(0),
+        tenants: Mapping[str, tenancy.TenantSettings] | None = None,
     ) -> Fired:
-        return await self._db.tx(
-            functools.partial(
-                firings.schedules_fire_due, now=now, limit=limit, plan=plan, ahead=ahead
-            )
+        fire = functools.partial(
+            firings.schedules_fire_due, now=now, limit=limit, plan=plan, ahead=ahead
         )
+        return await self._db.tx(functools.partial(fire, tenants=tenants))
 
     async def backfill(
-        self, *, schedule: scheduling.Schedule, fires: Sequence[scheduling.Fire], now: datetime
+        self,
+        *,
+        schedule: scheduling.Schedule,
+        fires: Sequence[scheduling.Fire],
+        now: datetime,
+        quota: quotas.Limits | None = None,
     ) -> tuple[int, int]:
+        """firings.backfill; with `quota` (a tenant's request), firings.backfill_held."""
+        if quota is None:
+            return await self._db.tx(
+                functools.partial(firings.backfill, schedule=schedule, fires=fires, now=now)
+            )
         return await self._db.tx(
-            functools.partial(firings.backfill, schedule=schedule, fires=fires, now=now)
+            functools.partial(
+                firings.backfill_held, schedule=schedule, fires=fires, now=now, quota=quota
+            )
         )
 
     async def list(

@@ -296,7 +296,8 @@ def _wrong_filter(state: str, label: str) -> str:
 @router.post("/jobs")
 async def job_submit(request: Request, acting: Operator) -> Response:
     """A shell command as a job of the process executor, in the session's tenant: refused
-    (403) unless that tenant is granted `process`."""
+    (403) unless that tenant is granted `process`; held to the tenant's quotas (refused
+    on the page itself: 403 past a count, 429 with Retry-After past its submit_rate)."""
     c, who, form = auth.client_of(request), acting.who, acting.form
     command = form.get("command", "").strip()
     tenant = who.tenant or form.get("tenant", "").strip() or "default"
@@ -311,11 +312,25 @@ async def job_submit(request: Request, acting: Operator) -> Response:
             tenant=tenant,
         )
         made = c.validate(dataclasses.replace(job, tenant_made=True))  # runs as a stranger
-        [(job_id, _)] = await c.submit_many([made])
+        [(job_id, _)] = await c.submit_many([made], limited=True)
     except errors.InvalidInput as exc:  # shown on the page itself, never through a link
         return await _jobs_page(request, who, wrong=str(exc), status=422)
+    except errors.QuotaExceeded as exc:
+        return await _over_quota(request, who, exc)
     await audit(c, who, "jobs.submit", str(job_id), tenant)
     return back(f"/ui/jobs/{job_id}")
+
+
+async def _over_quota(
+    request: Request, who: access.WebSession, exc: errors.QuotaExceeded
+) -> Response:
+    """The jobs page saying which quota refused the form: 403 past a count, 429 past the
+    submit_rate, with Retry-After."""
+    if isinstance(exc, errors.RateLimited):
+        shown = await _jobs_page(request, who, wrong=str(exc), status=429)
+        shown.headers["Retry-After"] = str(exc.retry_after)
+        return shown
+    return await _jobs_page(request, who, wrong=str(exc), status=403)
 
 
 @router.get("/jobs/{job_id}")
