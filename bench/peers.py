@@ -2,7 +2,7 @@
 
     .venv/bin/pip install -e '.[bench]'      # PgQueuer (and asyncpg) are bench-only
     .venv/bin/python bench/peers.py [--jobs 20000] [--rounds 3] [--batch 100] [--pg-url URL]
-                                    [--pgqueuer-drivers psycopg,asyncpg]
+                                    [--pgqueuer-drivers psycopg,asyncpg] [--tenants 10]
 
 Each round runs every phase once, in an order rotated by one place each round, each on a
 fresh database that is analyzed right before its timed part:
@@ -14,6 +14,10 @@ fresh database that is analyzed right before its timed part:
     (statements, COPY as two, the BEGIN/COMMIT/ROLLBACK psycopg sends, pipeline syncs;
     throughput.RoundTrips), the completion writer's between ticks included, divided by
     the ticks the dispatcher reported (on_tick), empty ticks included.
+  * corral_tenants: the same, the N jobs queued by `--tenants` tenants of unequal backlogs
+    (the i-th queues i parts) and weights (throughput.TENANT_WEIGHTS): its rate against
+    corral's, and each tenant's share of the jobs claimed while all still had some
+    waiting, against the share its weight gives it (ratio 1: exactly its weight's).
   * raw and raw_same_writes: the FOR UPDATE SKIP LOCKED claim-and-mark-done loop on one
     connection with the same batch, bare and writing corral's attempt rows and events
     (throughput.raw_phase and raw_same_writes_phase).
@@ -167,6 +171,8 @@ def run_phase(name: str, args: argparse.Namespace, configs: dict[str, PgqConfig]
     try:
         if name == "corral":
             return throughput.run_corral_phase(db, args.jobs, args.batch)
+        if name == "corral_tenants":
+            return throughput.run_corral_phase(db, args.jobs, args.batch, args.tenants)
         if name == "raw":
             return throughput.raw_phase(db, args.jobs, args.batch)
         if name == "raw_same_writes":
@@ -179,7 +185,7 @@ def run_phase(name: str, args: argparse.Namespace, configs: dict[str, PgqConfig]
 def run_round(
     number: int, args: argparse.Namespace, configs: dict[str, PgqConfig]
 ) -> dict[str, Any]:
-    phases = ["corral", "raw", "raw_same_writes", *configs]
+    phases = ["corral", "corral_tenants", "raw", "raw_same_writes", *configs]
     shift = (number - 1) % len(phases)
     order = phases[shift:] + phases[:shift]
     results: dict[str, Any] = {}
@@ -223,6 +229,8 @@ def summarize_round(
         "ratio_corral_vs_raw": rates["corral"] / rates["raw"],
         "ratio_corral_vs_raw_same_writes": rates["corral"] / rates["raw_same_writes"],
         "ratio_raw_same_writes_vs_raw": rates["raw_same_writes"] / rates["raw"],
+        "ratio_corral_tenants_vs_corral": rates["corral_tenants"] / rates["corral"],
+        "corral_tenant_shares": results["corral_tenants"]["tenant_shares"],
     }
     if len(on_psycopg) != len(configs):
         summary["pgqueuer_best_any_driver"] = best_any
@@ -317,6 +325,9 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=20_000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--batch", type=int, default=100, help="corral's and the raw loop's")
+    parser.add_argument(
+        "--tenants", type=int, default=10, help="corral_tenants: tenants of unequal backlogs"
+    )
     parser.add_argument("--pg-url", default=throughput.DEFAULT_PG)
     parser.add_argument(
         "--pgqueuer-drivers",

@@ -55,7 +55,7 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 from tests.support.noop import NoopExecutor
 
-from corral import config, dispatcher, launching, model, store, timeouts
+from corral import config, dispatcher, launching, model, store, tenancy, timeouts
 from corral.clock import SystemClock
 from corral.store import hotpath
 
@@ -238,15 +238,31 @@ def _defining(cls: type, name: str) -> type | None:
     return next((c for c in cls.__mro__ if name in vars(c)), None)
 
 
-def corral_phase(url: str, jobs: int, batch: int, out: Any) -> None:
-    """Submit `jobs` no-op jobs, then dispatch and complete them all (runs in its own process)."""
-    out.put(asyncio.run(_corral_phase(url, jobs, batch)))
+def corral_phase(url: str, jobs: int, batch: int, tenants: int, out: Any) -> None:
+    """Submit `jobs` no-op jobs (of `tenants` tenants: see tenant_backlogs), then dispatch
+    and complete them all (runs in its own process)."""
+    out.put(asyncio.run(_corral_phase(url, jobs, batch, tenants)))
 
 
-def run_corral_phase(db: Database, jobs: int, batch: int) -> dict[str, Any]:
+def run_corral_phase(db: Database, jobs: int, batch: int, tenants: int = 1) -> dict[str, Any]:
     """corral_phase in a fresh process: its CPU time and RSS are the dispatcher's alone."""
-    result: dict[str, Any] = in_own_process(corral_phase, db.url, jobs, batch)
+    result: dict[str, Any] = in_own_process(corral_phase, db.url, jobs, batch, tenants)
     return result
+
+
+TENANT_WEIGHTS = (1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 2.0, 2.0, 4.0)
+"""The weights of the tenants of a phase with many (the first ones' as many as it has)."""
+
+
+def tenant_backlogs(jobs: int, tenants: int) -> dict[str, tuple[int, float]]:
+    """Each tenant's backlog and weight when `jobs` are shared by `tenants` unequally: the
+    i-th (from 1) queues i parts of them, the last what is left."""
+    parts = tenants * (tenants + 1) // 2
+    names = [f"tenant-{i:02d}" for i in range(1, tenants + 1)]
+    backlogs = [jobs * i // parts for i in range(1, tenants)]
+    backlogs.append(jobs - sum(backlogs))
+    weights = TENANT_WEIGHTS[:tenants] if tenants > 1 else (1.0,)
+    return {n: (b, w) for n, b, w in zip(names, backlogs, weights, strict=True)}
 
 
 def in_own_process(phase: Callable[..., None], *args: Any) -> Any:
@@ -266,32 +282,81 @@ def in_own_process(phase: Callable[..., None], *args: Any) -> Any:
     return result
 
 
-async def _corral_phase(url: str, jobs: int, batch: int) -> dict[str, Any]:
+async def _corral_phase(url: str, jobs: int, batch: int, tenants: int = 1) -> dict[str, Any]:
     round_trips = RoundTrips().install()
     clock = SystemClock()
     db = store.Store.connect(url)
     analyze(url)
+    backlogs = tenant_backlogs(jobs, tenants)
+    owners = [name for name, (n, _) in backlogs.items() for _ in range(n)]
     t0 = time.perf_counter()
     for start in range(0, jobs, 1000):
-        chunk = [model.NewJob(executor="noop", spec={}) for _ in range(min(1000, jobs - start))]
+        chunk = [
+            model.NewJob(executor="noop", spec={}, tenant=tenant)
+            for tenant in owners[start : start + 1000]
+        ]
         await db.jobs.submit(new=chunk, now=clock.now())
     submit_s = time.perf_counter() - t0
     analyze(url)
-    dispatched = await _dispatch_all(db, url, jobs, batch, round_trips)
+    weights = {name: w for name, (_, w) in backlogs.items()} if tenants > 1 else None
+    dispatched = await _dispatch_all(db, url, jobs, batch, round_trips, weights)
     await db.close()
+    shares = {"tenant_shares": claimed_shares(url, backlogs)} if tenants > 1 else {}
     return {
         "submit_jobs_per_s": jobs / submit_s,
         **dispatched,
+        **shares,
         "dispatcher_max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
     }
 
 
+def claimed_shares(url: str, backlogs: dict[str, tuple[int, float]]) -> dict[str, Any]:
+    """Each tenant's share of the jobs claimed while every tenant still had some waiting
+    (claims in the order of their fences, up to the claim of the first tenant's last
+    job), against the share its weight gives it."""
+    with raw_connect(url, autocommit=True) as conn:
+        order = [
+            tenant
+            for (tenant,) in conn.execute(
+                "SELECT j.tenant FROM attempts AS a JOIN jobs AS j ON j.id = a.job_id ORDER BY a.id"
+            )
+        ]
+    left = {name: n for name, (n, _) in backlogs.items()}
+    window: Counter[str] = Counter()
+    for tenant in order:
+        window[tenant] += 1
+        left[tenant] -= 1
+        if left[tenant] == 0:
+            break
+    total, weights = sum(window.values()), sum(w for _, w in backlogs.values())
+    return {
+        "window_jobs": total,
+        "by_tenant": {
+            name: {
+                "backlog": n,
+                "weight": w,
+                "share": window[name] / total,
+                "share_by_weight": w / weights,
+                "ratio_share_vs_weight": (window[name] / total) / (w / weights),
+            }
+            for name, (n, w) in backlogs.items()
+        },
+    }
+
+
 async def _dispatch_all(
-    db: store.Store, url: str, jobs: int, batch: int, round_trips: RoundTrips
+    db: store.Store,
+    url: str,
+    jobs: int,
+    batch: int,
+    round_trips: RoundTrips,
+    weights: dict[str, float] | None = None,
 ) -> dict[str, Any]:
-    """Run a Dispatcher until no job is queued or running: its rate, CPU and round trips."""
+    """Run a Dispatcher until no job is queued or running (the tenants shared by
+    `weights`): its rate, CPU and round trips."""
     clock = SystemClock()
     settings = config.Settings(
+        tenants={name: tenancy.TenantSettings(weight=w) for name, w in (weights or {}).items()},
         claim_batch_limit=batch,
         timeouts=timeouts.Timeouts(dispatch_interval=0.05, tick_deadline=0.04, tick_margin=0.01),
     )
