@@ -7,10 +7,10 @@ alerts.py and alert_reads.py, workers.py and parking.py, attempts.py and attempt
 `store.jobs` (jobs.py), `store.attempts`, `store.events`, `store.schedules`, `store.alerts`,
 `store.tokens` (API tokens, the audit log, signing secrets), `store.users` (the dashboard's
 users and sessions), `store.workers` (Python workers and parked jobs), `store.operations`
-(bulk actions), `store.runlogs`, `store.sinks` (checkpoints and publish pointers) and
-`store.loops`. A handle's call runs one store function in one transaction on a worker
-thread, or, on PostgreSQL, a statement of the hot path (hotpath.py, hotreads.py) on async
-connections of its own.
+(bulk actions), `store.runlogs`, `store.sinks` (checkpoints and publish pointers),
+`store.loops` and `store.tenants` (each tenant's use of its quotas). A handle's call runs
+one store function in one transaction on a worker thread, or, on PostgreSQL, a statement of
+the hot path (hotpath.py, hotreads.py) on async connections of its own.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from corral.store import (
     runlogs,
     schedules,
     sinks,
+    tenants,
     tokens,
     users,
     workers,
@@ -60,6 +61,7 @@ class Store:
         self.runlogs = runlogs.RunLogs(self.database)
         self.sinks = sinks.Sinks(self.database)
         self.loops = loops.Loops(self.database)
+        self.tenants = tenants.Tenants(self.database)
 
     @classmethod
     def connect(cls, url: str, *, timeouts: Timeouts | None = None) -> Store:

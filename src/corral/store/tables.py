@@ -160,7 +160,10 @@ JOB_ENDS = text("entity = 'job' AND to_state IN ('succeeded', 'failed', 'quarant
 here, as with LIVE."""
 
 # What each attempt left to read (launching.RunLog): written in the transaction that ends the
-# attempt, once (the attempt's id is the key), and removed with its job.
+# attempt, once (the attempt's id is the key), and removed with its job. Its job's tenant and
+# its size (`bytes`: the UTF-8 bytes of its streams' text) make what a tenant keeps one read of
+# ix_run_logs_tenant; one trimmed for its tenant's run_log_bytes has no streams left, its
+# facts (latency, status, address) and when it was trimmed.
 run_logs = Table(
     "run_logs",
     metadata,
@@ -171,7 +174,11 @@ run_logs = Table(
     Column("status", Integer),
     Column("address", String(100)),
     Column("streams", Json, nullable=False),
+    Column("tenant", String(200), nullable=False, server_default=text("''")),
+    Column("bytes", BigInteger, nullable=False, server_default=text("0")),
+    Column("trimmed_at", UTCDateTime),
     Index("ix_run_logs_job", "job_id", "attempt_id"),
+    Index("ix_run_logs_tenant", "tenant", "bytes"),
 )
 
 # A schedule: when (a cron expression in a zone, or an interval from an anchor) and the job

@@ -1,0 +1,80 @@
+"""What a tenant uses of each of its quotas, as plain values: what the store counts (its jobs
+waiting and running, its schedules, its submit bucket, the run-log bytes it keeps), a
+quota's limit beside its use, and the one sum a use needs (a submit bucket's refill).
+
+Pure: no clock, no settings, no I/O. The client sets these beside a tenant's settings for
+`corral tenants`, GET /api/v1/tenant, the dashboard's overview and /metrics.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Bucket:
+    """A tenant's submit_rate bucket as stored: `tokens` left at `filled_at`."""
+
+    tokens: float
+    filled_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Use:
+    """What one tenant uses, as the store counted it at one moment."""
+
+    waiting: int = 0  # jobs queued, scheduled or parked (max_queued)
+    running: int = 0  # jobs running (max_running)
+    schedules: int = 0  # schedules (max_schedules)
+    bucket: Bucket | None = None  # its submit_rate bucket; None: never drawn from, full
+    log_bytes: int = 0  # run-log bytes kept (run_log_bytes)
+
+
+@dataclass(frozen=True, slots=True)
+class Quota:
+    """One quota of a tenant: its limit (None: none) and what the tenant uses of it (None:
+    nothing to use: max_payload_bytes caps each payload, it adds up to nothing)."""
+
+    name: str
+    limit: float | None
+    use: float | None
+
+    @property
+    def share(self) -> float | None:
+        """The part of the limit in use (1.0: all of it); None without a limit or a use."""
+        if self.limit is None or self.use is None:
+            return None
+        return self.use / self.limit if self.limit else float(self.use > 0)
+
+
+@dataclass(frozen=True, slots=True)
+class View:
+    """A tenant's quotas with their use, and its weight in the claims' fair share."""
+
+    tenant: str
+    weight: float
+    quotas: tuple[Quota, ...]
+
+    def quota(self, name: str) -> Quota:
+        """The quota named `name` (KeyError when there is none)."""
+        for quota in self.quotas:
+            if quota.name == name:
+                return quota
+        raise KeyError(name)
+
+
+def bucket_use(rate: int, bucket: Bucket | None, now: datetime) -> float:
+    """How much of a submit_rate bucket of `rate` jobs a minute is used at `now`: `rate`
+    less the tokens it would hold then (refilled at rate / 60 a second since it was
+    stored, up to `rate`). A bucket never stored is full: none of it is used."""
+    if bucket is None:
+        return 0.0
+    elapsed = max((now - bucket.filled_at).total_seconds(), 0.0)
+    tokens = min(float(rate), bucket.tokens + elapsed * rate / 60.0)
+    return max(float(rate) - tokens, 0.0)
+
+
+def excess(kept: int, limit: int) -> int:
+    """Bytes past `limit` of `kept` (0 when under it): what a trim must take away."""
+    return max(kept - limit, 0)
