@@ -78,3 +78,33 @@ def bucket_use(rate: int, bucket: Bucket | None, now: datetime) -> float:
 def excess(kept: int, limit: int) -> int:
     """Bytes past `limit` of `kept` (0 when under it): what a trim must take away."""
     return max(kept - limit, 0)
+
+
+BYTES = frozenset({"max_payload_bytes", "run_log_bytes"})
+"""The quotas counted in bytes: shown in binary units (KiB, MiB, GiB)."""
+
+
+def said(quota: Quota) -> tuple[str, str]:
+    """A quota's use and limit as a person reads them: bytes in binary units, a submit
+    bucket's use to a tenth, a count with thousands separators; no use "-", no limit
+    "none"."""
+    return _amount(quota.name, quota.use, "-"), _amount(quota.name, quota.limit, "none")
+
+
+def _amount(name: str, value: float | None, missing: str) -> str:
+    if value is None:
+        return missing
+    if name in BYTES:
+        return size_text(int(value))
+    if isinstance(value, float) and not value.is_integer():
+        return f"{value:,.1f}"
+    return f"{int(value):,}"
+
+
+def size_text(n: int) -> str:
+    """`n` bytes in the largest binary unit it fills (B, KiB, MiB, GiB, TiB), to a tenth."""
+    units = ("B", "KiB", "MiB", "GiB", "TiB")
+    amount, unit = float(n), 0
+    while amount >= 1024 and unit < len(units) - 1:
+        amount, unit = amount / 1024, unit + 1
+    return f"{n:,} B" if unit == 0 else f"{amount:.1f}".removesuffix(".0") + f" {units[unit]}"
