@@ -136,6 +136,7 @@ class RunLog:
     address: str | None = None  # the address an HTTP attempt connected to
     fence: int | None = None  # the attempt it belongs to, when read from the store
     recorded_at: datetime | None = None
+    trimmed_at: datetime | None = None  # its streams trimmed for its tenant's run_log_bytes
 
     @property
     def kept(self) -> bool:
@@ -153,6 +154,7 @@ class RunLog:
             "status": self.status,
             "address": self.address,
             "recorded_at": None if self.recorded_at is None else self.recorded_at.isoformat(),
+            "trimmed_at": None if self.trimmed_at is None else self.trimmed_at.isoformat(),
             "streams": [s.as_json() for s in self.streams],
         }
 

@@ -5,7 +5,8 @@ given it (else they would be taken for lost and launched again). After them, eac
 parks the Python tasks' jobs no live worker reads (and unparks those one reads again),
 stops orphans (launches whose attempt has ended or whose job was cancelled, and the parts
 a launch left running when it went), forgets launches past their executor's retention,
-removes jobs past `retention.jobs`, and looks for missed SLAs.
+removes jobs past `retention.jobs`, trims the run logs of each tenant past its
+`run_log_bytes` (its oldest finished jobs' first), and looks for missed SLAs.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from corral import core, errors, launching, model, recovery, store
+from corral import core, errors, launching, model, recovery, store, tenancy, usage
 from corral.executors import base
 from corral.executors.base import Executor
 from corral.recovery import Pass
@@ -28,6 +29,14 @@ RETENTION_EVERY = 600.0
 LABEL_EVERY = 60.0
 """Seconds between two looks for launches an earlier corral made without the installation
 label, once a look labelled none (an upgrade's older processes may still be making them)."""
+TRIM_BATCH = 500
+TRIM_BATCHES = 20
+"""A tenant's run logs trimmed in one transaction, and such batches for one tenant a pass."""
+TRIM_EVERY = 60.0
+"""Seconds between two looks at the run-log bytes each tenant keeps, once a look left every
+tenant under its run_log_bytes (or with nothing more it may trim)."""
+SHOWN_JOBS = 10
+"""The most job ids a line about a trim names."""
 
 
 class Maintenance:
@@ -37,6 +46,8 @@ class Maintenance:
         self.core = loop
         self._label_due = 0.0  # when (clock.monotonic) to look for unlabelled launches
         self._retention_due = 0.0  # when (clock.monotonic) finished jobs are next looked for
+        self._trim_due = 0.0  # when (clock.monotonic) run-log bytes are next looked at
+        self._untrimmable: set[str] = set()  # tenants said to be over with nothing to trim
 
     async def before(self, summary: Pass) -> None:
         """What comes before the repairs: the installation label, when a look is due."""
@@ -54,6 +65,8 @@ class Maintenance:
             await self._stop_orphans(executor, summary)
         if loop.clock.monotonic() >= self._retention_due:
             await self._remove_old_jobs(summary)
+        if loop.clock.monotonic() >= self._trim_due:
+            await self._trim_run_logs(summary)
         summary.slas_missed = await loop.store.alerts.sla_check(now=loop.clock.now())
 
     # --- an upgrade: launches made before the installation label ----------------------------
@@ -210,6 +223,51 @@ class Maintenance:
         if summary.jobs_removed:
             log.info("removed %d jobs that finished before %s", summary.jobs_removed, before)
 
+    # --- each tenant's run_log_bytes ------------------------------------------------------
+
+    async def _trim_run_logs(self, summary: Pass) -> None:
+        """Trim the run logs of each tenant past its run_log_bytes, its oldest finished
+        jobs' first: up to TRIM_BATCHES batches of TRIM_BATCH logs a tenant a pass, then
+        not again for TRIM_EVERY unless a tenant had more to trim."""
+        tenants = self.core.settings.tenants
+        kept = await self.core.store.runlogs.kept()
+        limits = {name: tenancy.resolved(tenants, name).run_log_bytes for name in kept}
+        over = {name: usage.excess(kept[name], limit) for name, limit in limits.items()}
+        more = False
+        for name, excess in sorted(over.items()):
+            if excess:
+                more |= await self._trim_tenant(name, kept[name], limits[name], summary)
+        self._untrimmable &= {name for name, excess in over.items() if excess}
+        self._trim_due = 0.0 if more else self.core.clock.monotonic() + TRIM_EVERY
+
+    async def _trim_tenant(self, tenant: str, kept: int, limit: int, summary: Pass) -> bool:
+        """Trim `tenant`'s run logs down to `limit` bytes where its finished jobs' logs
+        allow, in batches; whether it has more to trim than this pass took."""
+        over, logs, freed = kept - limit, 0, 0
+        jobs: list[int] = []
+        for _ in range(TRIM_BATCHES):
+            done = await self.core.store.runlogs.trim(
+                tenant=tenant, over=over - freed, limit=TRIM_BATCH, now=self.core.clock.now()
+            )
+            logs, freed, jobs = logs + done.logs, freed + done.bytes, [*jobs, *done.jobs]
+            if freed >= over or not done.more:
+                break
+        summary.logs_trimmed += logs
+        if logs:
+            log.info(
+                "tenant %r kept %d bytes of run logs, over its run_log_bytes %d: trimmed %d"
+                " logs (%d bytes) of its oldest finished jobs, %s",
+                tenant, kept, limit, logs, freed, _named(jobs),
+            )  # fmt: skip
+        if freed < over and not done.more and tenant not in self._untrimmable:
+            self._untrimmable.add(tenant)
+            log.warning(
+                "tenant %r keeps %d bytes of run logs past its run_log_bytes %d that no trim"
+                " may take: its quarantined jobs' logs, and those of jobs not finished",
+                tenant, kept - freed - limit, limit,
+            )  # fmt: skip
+        return freed < over and done.more
+
     async def _stop_orphan(
         self, executor: Executor, obs: launching.Observation, status: store.Status, summary: Pass
     ) -> None:
@@ -226,3 +284,10 @@ class Maintenance:
         )
         log.info("%s: %s", obs.name, why)
         summary.orphans_cancelled += 1
+
+
+def _named(jobs: list[int]) -> str:
+    """Job ids for a log line: the first SHOWN_JOBS, and how many more."""
+    shown = ", ".join(str(job_id) for job_id in jobs[:SHOWN_JOBS])
+    more = len(jobs) - SHOWN_JOBS
+    return f"jobs {shown}" + (f" and {more} more" if more > 0 else "")

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
-from corral import errors, model, tenancy
+from corral import errors, model, tenancy, usage
 
 WAITING = (model.JobState.QUEUED, model.JobState.SCHEDULED, model.JobState.PARKED)
 """The states of a tenant's jobs that count toward its max_queued."""
@@ -58,23 +58,12 @@ def limits(tenants: Mapping[str, tenancy.TenantSettings], tenant: str) -> Limits
 # --- the bucket -------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class Bucket:
-    """A tenant's submit_rate bucket: `tokens` left at `at`."""
-
-    tokens: float
-    at: datetime
+Bucket = usage.Bucket
 
 
 def refilled(quota: Limits, stored: Bucket | None, now: datetime) -> Bucket:
-    """The bucket at `now`: none stored is a full one; tokens come back at submit_rate / 60
-    a second, up to submit_rate. A `now` before the stored time (another replica's clock
-    ahead of this one) adds nothing and keeps the later time, so no token is made twice."""
-    if stored is None:
-        return Bucket(float(quota.submit_rate), now)
-    seconds = max((now - stored.at).total_seconds(), 0.0)
-    tokens = min(float(quota.submit_rate), stored.tokens + seconds * quota.submit_rate / 60)
-    return Bucket(tokens, max(now, stored.at))
+    """The tenant's bucket at `now` (usage.refilled at its submit_rate)."""
+    return usage.refilled(quota.submit_rate, stored, now)
 
 
 def taken(quota: Limits, bucket: Bucket, jobs: int) -> Bucket:

@@ -146,6 +146,7 @@ class Reconciler(core.Core):
             summary.orphans_cancelled,
             summary.forgotten,
             summary.jobs_removed,
+            summary.logs_trimmed,
             summary.parked,
             summary.unparked,
         )

@@ -38,6 +38,7 @@ class Pass:
     orphans_cancelled: int = 0
     forgotten: int = 0
     jobs_removed: int = 0
+    logs_trimmed: int = 0  # run logs trimmed for their tenant's run_log_bytes
     slas_missed: int = 0
     parked: int = 0  # Python tasks' jobs no live worker reads (queued, or whose worker went)
     unparked: int = 0  # parked ones a live worker reads after all (a race, a silence ended)

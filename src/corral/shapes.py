@@ -16,6 +16,7 @@ from corral import (
     python_tasks,
     redaction,
     scheduling,
+    usage,
 )
 
 if TYPE_CHECKING:
@@ -122,11 +123,27 @@ def view_dict(view: Any) -> dict[str, Any]:
 
 
 def log_facts(log: launching.RunLog | None) -> dict[str, Any]:
-    """What an attempt's run log says of how it went (its streams: `corral jobs logs`)."""
+    """What an attempt's run log says of how it went (its streams: `corral jobs logs`), and
+    when its output was trimmed for its tenant's run_log_bytes (null: it was not)."""
     return {
         "http_status": log.status if log else None,
         "latency": log.latency if log else None,
         "address": log.address if log else None,
+        "output_trimmed_at": iso(log.trimmed_at) if log else None,
+    }
+
+
+TRIMMED = "trimmed to keep its tenant under its run_log_bytes quota"
+"""What a job's page and `corral jobs show` say of an attempt whose output was trimmed."""
+
+
+def tenant_dict(view: usage.View) -> dict[str, Any]:
+    """A tenant's quotas, each with its limit (null: none) and its use (null: nothing to
+    use), and its weight: `corral tenants --json`, GET /api/v1/tenant."""
+    return {
+        "tenant": view.tenant,
+        "weight": view.weight,
+        "quotas": {q.name: {"limit": q.limit, "use": q.use} for q in view.quotas},
     }
 
 

@@ -64,7 +64,10 @@ def sqlite_env(tmp_path: Path) -> dict[str, str]:
     return env
 
 
-@pytest.mark.parametrize("args", [["--help"], ["submit", "--help"], ["jobs", "list", "--help"]])
+@pytest.mark.parametrize(
+    "args",
+    [["--help"], ["submit", "--help"], ["jobs", "list", "--help"], ["tenants", "list", "--help"]],
+)
 def test_a_help_page_imports_no_settings_or_database_library(
     args: list[str], tmp_path: Path
 ) -> None:
@@ -73,7 +76,13 @@ def test_a_help_page_imports_no_settings_or_database_library(
 
 @pytest.mark.parametrize(
     "args",
-    [["jobs", "list"], ["submit", "--", "true"], ["jobs", "show", "1"], ["dead", "list"]],
+    [
+        ["jobs", "list"],
+        ["submit", "--", "true"],
+        ["jobs", "show", "1"],
+        ["dead", "list"],
+        ["tenants", "list"],
+    ],
 )
 def test_a_command_on_sqlite_imports_no_migration_tool_driver_or_cluster_client(
     args: list[str], tmp_path: Path, sqlite_env: dict[str, str]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -415,3 +416,53 @@ async def test_a_sqlite_file_corral_makes_is_readable_by_its_owner_alone(tmp_pat
     await db.database.migrate()
     await db.close()
     assert stat.S_IMODE(theirs.stat().st_mode) == 0o644
+
+
+async def test_0027_gives_each_run_log_its_job_s_tenant_and_its_size(empty_url: str) -> None:
+    """A database of 0026 with run logs: after the upgrade each counts toward its job's
+    tenant, its size the UTF-8 bytes of its streams' text as a log written now counts it."""
+    from datetime import UTC, datetime
+
+    from sqlalchemy import insert
+
+    from corral import store
+    from corral.store import runlogs
+    from corral.store.tables import jobs
+
+    _migrated_to(empty_url, "0026")
+    t0 = datetime(2026, 12, 1, tzinfo=UTC)
+    streams = {
+        1: [{"name": "stdout", "text": "héllo\n", "bytes": 7, "cut": False}],
+        2: [
+            {"name": "request", "text": "GET /", "bytes": 5, "cut": False},
+            {"name": "response", "text": "HTTP 200 ✓", "bytes": 12, "cut": True},
+        ],
+        3: [],
+    }
+    job = {"queue": "q", "executor": "noop", "spec": {}, "state": "succeeded", "priority": 0}
+    engine = create_engine(empty_url)
+    with engine.begin() as conn:
+        for job_id, tenant in ((1, "a"), (2, "b"), (3, "b")):
+            conn.execute(
+                insert(jobs).values(
+                    id=job_id, tenant=tenant, run_at=t0, max_attempts=1, attempt_count=1,
+                    labels={}, created_at=t0, updated_at=t0, **job,
+                )
+            )  # fmt: skip
+        for job_id, kept in streams.items():
+            conn.execute(
+                text(
+                    "INSERT INTO run_logs (attempt_id, job_id, recorded_at, streams)"
+                    " VALUES (:a, :j, :t, :s)"
+                ),
+                {"a": 10 + job_id, "j": job_id, "t": t0, "s": json.dumps(kept)},
+            )
+    engine.dispose()
+    db = store.Store.connect(empty_url)
+    assert await db.database.migrate() == ("0026", migrate.head())
+    sizes = {job_id: runlogs.size(kept) for job_id, kept in streams.items()}
+    assert sizes == {1: 7, 2: 5 + 12, 3: 0}
+    assert await db.runlogs.kept() == {"a": 7, "b": 17}
+    [log] = (await db.runlogs.of_job(job_id=2)).values()
+    assert (log.trimmed_at, [s.text for s in log.streams]) == (None, ["GET /", "HTTP 200 ✓"])
+    await db.close()

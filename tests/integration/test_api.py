@@ -258,6 +258,16 @@ async def test_no_route_shows_or_changes_another_tenant_s_job_or_schedule(api: A
                 assert f'"job_id": {job["id"]}' not in r.text, f"{method} {path} shows a's"
             checked += 1
     assert checked >= 20
+    # b's own tenant is all it sees of tenants: a's schedule and job are not counted, and
+    # a's numbers are not found, as a tenant that does not exist is not.
+    mine = (await api.http.get("/api/v1/tenant", headers=api.as_("b-op"))).json()
+    assert mine["tenant"] == "b"
+    assert mine["quotas"]["max_schedules"]["use"] == 0
+    waiting = (await api.http.get("/api/v1/jobs?state=queued", headers=api.as_("b-op"))).json()
+    assert mine["quotas"]["max_queued"]["use"] == len(waiting["jobs"])  # b's own submit
+    for name in ("a", "nobody"):
+        theirs = await api.http.get(f"/api/v1/tenant?tenant={name}", headers=api.as_("b-op"))
+        assert (theirs.status_code, theirs.json()) == (404, {"error": f"no tenant {name!r}"})
     assert (await api.c.store.jobs.get(job_id=job["id"])).state == J.CANCELLED  # untouched by b
     assert (await api.c.schedule("a-nightly", tenant="a")).paused_at is None
     admin = await api.http.get(f"/api/v1/jobs/{job['id']}", headers=api.as_("admin"))

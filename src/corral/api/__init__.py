@@ -26,6 +26,7 @@ from corral.api import (
     routes,
     schedules,
     streams,
+    tenants,
     tokens,
     workers,
 )
@@ -67,6 +68,7 @@ def create_app(c: client.Client) -> FastAPI:
     app.include_router(attempts.router, prefix=PREFIX)
     app.include_router(operations.router, prefix=PREFIX)
     app.include_router(workers.router, prefix=PREFIX)
+    app.include_router(tenants.router, prefix=PREFIX)
     app.include_router(metrics.router)  # /metrics, beside /healthz and /readyz
     routes.add_health(app)
     web.mount(app)  # the dashboard, under /ui

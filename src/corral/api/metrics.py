@@ -1,14 +1,15 @@
 """GET /metrics: corral.metrics in Prometheus' text format, with what is read from the
-store at scrape time: jobs in each live state by queue, and each queue's retry budget.
+store at scrape time: jobs in each live state by queue, each queue's retry budget, and
+each tenant's use of its quotas beside their limits (one grouped read for every tenant).
 
-Queue names are tenant data, so it takes a token of every tenant (tenant None), of any
-role. Finished jobs are not counted here (that would scan the table): the dispatcher
-counts the completions it writes (corral_completions_total).
+Queue and tenant names are tenant data, so it takes a token of every tenant (tenant None),
+of any role. Finished jobs are not counted here (that would scan the table): the
+dispatcher counts the completions it writes (corral_completions_total).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 
 import prometheus_client
@@ -17,18 +18,25 @@ from fastapi.responses import Response
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from corral import errors, metrics, retry
+from corral import errors, metrics, retry, usage
 from corral.api.auth import Client, Viewer
 
 router = APIRouter()
 
 
 class Stored(Collector):
-    """Jobs by state and queue, and retry budget tokens by queue, as read for one scrape."""
+    """Jobs by state and queue, retry budget tokens by queue, and each tenant's quotas and
+    their use, as read for one scrape."""
 
-    def __init__(self, jobs: Mapping[tuple[str, str], int], tokens: Mapping[str, float]) -> None:
+    def __init__(
+        self,
+        jobs: Mapping[tuple[str, str], int],
+        tokens: Mapping[str, float],
+        tenants: Sequence[usage.View] = (),
+    ) -> None:
         self.jobs = jobs
         self.tokens = tokens
+        self.tenants = tenants
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         jobs = GaugeMetricFamily(
@@ -49,6 +57,36 @@ class Stored(Collector):
         for queue, left in sorted(self.tokens.items()):
             tokens.add_metric([queue], left)
         yield tokens
+        yield from tenant_gauges(self.tenants)
+
+
+def tenant_gauges(views: Sequence[usage.View]) -> Iterator[GaugeMetricFamily]:
+    """Each tenant's use of each quota (not max_payload_bytes: nothing uses it up), each
+    quota's limit (not a limit of none), and each tenant's weight."""
+    use = GaugeMetricFamily(
+        "corral_tenant_quota_use",
+        "What a tenant uses of a quota now: max_running (jobs running), max_queued (jobs"
+        " queued, scheduled or parked), max_schedules, submit_rate (its bucket's use, jobs a"
+        " minute), run_log_bytes (bytes of run logs kept).",
+        labels=["tenant", "quota"],
+    )
+    limit = GaugeMetricFamily(
+        "corral_tenant_quota_limit",
+        "A tenant's quota, as its settings say (a quota of none has no sample).",
+        labels=["tenant", "quota"],
+    )
+    weight = GaugeMetricFamily(
+        "corral_tenant_weight", "A tenant's share of the claims when tenants wait together.",
+        labels=["tenant"],
+    )  # fmt: skip
+    for view in views:
+        weight.add_metric([view.tenant], view.weight)
+        for quota in view.quotas:
+            if quota.use is not None:
+                use.add_metric([view.tenant, quota.name], quota.use)
+            if quota.limit is not None:
+                limit.add_metric([view.tenant, quota.name], quota.limit)
+    yield from (use, limit, weight)
 
 
 def tokens_now(
@@ -63,12 +101,14 @@ async def scrape(who: Viewer, c: Client) -> Response:
     """The metrics of this process and of the store, for Prometheus."""
     if who.token.tenant is not None:
         raise errors.RequestRefused(
-            403, "tenant: /metrics shows every tenant's queues; it takes a token of every tenant"
+            403,
+            "tenant: /metrics shows every tenant's queues and quotas; it takes a token of every"
+            " tenant (a tenant's own quotas: GET /api/v1/tenant)",
         )
     jobs = await c.jobs_live_count()
     buckets = await c.budgets()
     tokens = tokens_now(buckets, retry.Budget.from_settings(c.settings), c.clock.now())
     stored = prometheus_client.CollectorRegistry(auto_describe=False)
-    stored.register(Stored(jobs, tokens))
+    stored.register(Stored(jobs, tokens, await c.tenant_views()))
     body, content_type = metrics.exposition()
     return Response(body + prometheus_client.generate_latest(stored), media_type=content_type)

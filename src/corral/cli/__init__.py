@@ -12,6 +12,7 @@ one replaced (the job should stop).
     jobs.py     corral jobs ..., corral dead ...
     admin.py    corral db upgrade | check | lint | heartbeat
     deploy.py   corral deploy rbac
+    tenants.py  corral tenants list | show
 """
 
 from __future__ import annotations
@@ -60,6 +61,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "secrets": (
         "corral.cli.secrets:secrets",
         "Make, rotate and list the secrets HTTP requests are signed with.",
+    ),
+    "tenants": (
+        "corral.cli.tenants:tenants",
+        "Each tenant's quotas, what it uses of them, and its weight in the claims.",
     ),
     "tokens": ("corral.cli.tokens:tokens", "Make, list and revoke API tokens."),
     "users": ("corral.cli.users:users", "Add, list and remove dashboard users."),

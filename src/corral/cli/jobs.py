@@ -151,6 +151,8 @@ class _LogPrinter:
         if self.as_json:
             said = {"attempt": a.attempt_no, "fence": a.id, "state": a.state}
             self.parts.append({**said, "stream": part.stream or None, "text": part.text})
+            if part.log is not None and part.log.trimmed_at is not None:
+                self.parts[-1]["trimmed_at"] = part.log.trimmed_at.isoformat()
             if self.lines:
                 click.echo(json.dumps(self.parts.pop()))
             return
@@ -159,7 +161,9 @@ class _LogPrinter:
             gap = "\n" if self.printed else ""
             head = render.outcome(a, part.log) if part.log else str(a.state)
             click.echo(f"{gap}==> attempt {a.attempt_no} (fence {a.id}): {head} <==")
-        if not part.stream:
+        if not part.stream and part.log is not None and part.log.trimmed_at is not None:
+            click.echo(f"(output {shapes.TRIMMED}, {render.when(part.log.trimmed_at)})")
+        elif not part.stream:
             click.echo("(no output)")
         elif self.at != (a.id, part.stream):
             self.end_line()

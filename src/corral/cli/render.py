@@ -12,7 +12,7 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
-from corral import access, launching, scheduling
+from corral import access, launching, scheduling, shapes
 from corral.cli.common import out
 from corral.shapes import shown
 
@@ -141,6 +141,8 @@ def print_attempt(a: model.Attempt, log: launching.RunLog | None = None) -> None
         lines.append(f"reason: {a.reason}")
     if a.state == "failed" and (said := failure_message(log)):
         lines.append(f"message: {said}")
+    if log is not None and log.trimmed_at is not None:
+        lines.append(f"output: {shapes.TRIMMED} ({when(log.trimmed_at)})")
     for s in log.streams if log else ():
         shown = s.text.splitlines()
         lines.append(f"{s.name}:" + (" (cut)" if s.cut else ""))

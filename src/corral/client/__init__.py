@@ -4,8 +4,8 @@
         job_id, created = await client.submit(spec={"command": ["echo", "hello"]})
 
 Each concern is a service in a module of its own (client.jobs, client.schedules,
-client.follow, client.tokens, ...), and `Client` is all of them over one store. It is
-also the only way api/, web/ and cli/ reach the store.
+client.follow, client.tokens, client.tenants, ...), and `Client` is all of them over one
+store. It is also the only way api/, web/ and cli/ reach the store.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from corral.client import (
     schema,
     service,
     signing,
+    tenants,
     tokens,
     users,
     workers,
@@ -47,6 +48,7 @@ class Client(
     workers.Workers,
     alerts.Alerts,
     counts.Counts,
+    tenants.Tenants,
 ):
     """Submit and manage jobs against one store: every service of the client at once."""
 
@@ -69,6 +71,7 @@ __all__ = [
     "schema",
     "service",
     "signing",
+    "tenants",
     "tokens",
     "users",
     "workers",

@@ -9,9 +9,9 @@ alerts.py and alert_reads.py, workers.py and parking.py, attempts.py and attempt
 users and sessions), `store.workers` (Python workers and parked jobs), `store.operations`
 (bulk actions), `store.quotas` (what tenants' quotas count: their writes are held to them
 by the handles of what they write), `store.runlogs`, `store.sinks` (checkpoints and publish
-pointers) and `store.loops`. A handle's call runs one store function in one transaction on a worker
-thread, or, on PostgreSQL, a statement of the hot path (hotpath.py, hotreads.py) on async
-connections of its own.
+pointers), `store.loops` and `store.tenants` (each tenant's use of its quotas). A handle's
+call runs one store function in one transaction on a worker thread, or, on PostgreSQL, a
+statement of the hot path (hotpath.py, hotreads.py) on async connections of its own.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from corral.store import (
     runlogs,
     schedules,
     sinks,
+    tenants,
     tokens,
     users,
     workers,
@@ -63,6 +64,7 @@ class Store:
         self.runlogs = runlogs.RunLogs(self.database)
         self.sinks = sinks.Sinks(self.database)
         self.loops = loops.Loops(self.database)
+        self.tenants = tenants.Tenants(self.database)
 
     @classmethod
     def connect(cls, url: str, *, timeouts: Timeouts | None = None) -> Store:

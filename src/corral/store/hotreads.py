@@ -52,7 +52,7 @@ def _json_at(names: Sequence[str]) -> list[int]:
 _JOB = [f.name for f in dataclasses.fields(model.Job)]  # the columns, in the model's order
 _ATTEMPT = [f.name for f in dataclasses.fields(model.Attempt)]
 _EVENT = [f.name for f in dataclasses.fields(model.Event)]
-_RUN_LOG = ["attempt_id", "latency", "status", "address", "recorded_at", "streams"]
+_RUN_LOG = ["attempt_id", "latency", "status", "address", "recorded_at", "trimmed_at", "streams"]
 
 _JOB_STATE = _JOB.index("state")
 _ATTEMPT_STATE = _ATTEMPT.index("state")

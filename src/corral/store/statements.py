@@ -18,7 +18,9 @@ ATTEMPT_COLUMNS = (
 )
 """The columns of the attempt a claim makes."""
 
-RUN_LOG_COLUMNS = "attempt_id, job_id, recorded_at, latency, status, address, streams"
+RUN_LOG_COLUMNS = (
+    "attempt_id, job_id, recorded_at, latency, status, address, streams, bytes, tenant"
+)
 """The columns of a run log a success keeps."""
 
 CLAIM_ORDER = "priority DESC, run_at, id"

@@ -2,26 +2,20 @@
 
 The migrations in migrations/versions must build exactly this schema; a test diffs them.
 The columns many tables share (their own id, the tenant, the times every row has) are made
-by one function each (`_id`, `_tenant`, `_at`, `_made`), so they are the same everywhere.
+by one function each (`id_column`, `tenant_column`, `at`, `made`: columns.py, with the
+types and the MetaData), so they are the same everywhere.
 """
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-from typing import Any
-
 from sqlalchemy import (
-    JSON,
     BigInteger,
     Boolean,
     Column,
-    DateTime,
-    Dialect,
     Float,
     ForeignKey,
     Index,
     Integer,
-    MetaData,
     String,
     Table,
     Text,
@@ -29,83 +23,18 @@ from sqlalchemy import (
     false,
     text,
 )
-from sqlalchemy.types import TypeDecorator, TypeEngine
 
-metadata = MetaData(
-    naming_convention={
-        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
-        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
-        "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
-        "pk": "pk_%(table_name)s",
-    }
-)
-
-
-class UTCDateTime(TypeDecorator[datetime]):
-    """Timezone-aware UTC datetimes on both databases (SQLite stores naive UTC text)."""
-
-    impl = DateTime(timezone=True)
-    cache_ok = True
-
-    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
-        if value is None:
-            return None
-        if value.tzinfo is None:
-            raise ValueError("corral stores only timezone-aware datetimes")
-        value = value.astimezone(UTC)
-        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
-
-    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
-        if value is None:
-            return None
-        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-
-
-class _Json(TypeDecorator[Any]):
-    """JSON; JSONB on PostgreSQL, whose dialect is imported only there (a large package: a
-    command on SQLite does not pay for it)."""
-
-    impl = JSON
-    cache_ok = True
-
-    def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
-        if dialect.name == "postgresql":
-            from sqlalchemy.dialects.postgresql import JSONB
-
-            return dialect.type_descriptor(JSONB())
-        return dialect.type_descriptor(JSON())
-
-
-Json: Any = _Json()
-# SQLite makes only an INTEGER PRIMARY KEY the rowid alias that autoincrements.
-Id: Any = BigInteger().with_variant(Integer(), "sqlite")
-
-
-def _id() -> Column[Any]:
-    """A table's own id: a number that only grows (on SQLite, the rowid)."""
-    return Column("id", Id, primary_key=True, autoincrement=True)
-
-
-def _tenant(*, nullable: bool = False) -> Column[Any]:
-    """The tenant a row belongs to (nullable: None for every tenant, an operator's)."""
-    return Column("tenant", String(200), nullable=nullable)
-
-
-def _at(name: str) -> Column[Any]:
-    """A time that every row has."""
-    return Column(name, UTCDateTime, nullable=False)
-
-
-def _made() -> tuple[Column[Any], Column[Any]]:
-    """When a row was made and last changed."""
-    return _at("created_at"), _at("updated_at")
-
+from corral.store.columns import Id as Id
+from corral.store.columns import Json as Json
+from corral.store.columns import UTCDateTime as UTCDateTime
+from corral.store.columns import at, id_column, made, tenant_column
+from corral.store.columns import metadata as metadata
 
 jobs = Table(
     "jobs",
     metadata,
-    _id(),
-    _tenant(),
+    id_column(),
+    tenant_column(),
     Column("queue", String(200), nullable=False),
     Column("pool", String(200)),
     Column("priority", Integer, nullable=False),
@@ -113,12 +42,12 @@ jobs = Table(
     Column("spec", Json, nullable=False),
     Column("payload", Json),
     Column("state", String(20), nullable=False),
-    _at("run_at"),
+    at("run_at"),
     Column("idempotency_key", String(500)),
     Column("max_attempts", Integer, nullable=False),
     Column("attempt_count", Integer, nullable=False),
     Column("labels", Json, nullable=False),
-    *_made(),
+    *made(),
     Column("policy", Json, nullable=False, server_default=text("'{}'")),
     Column("code_version", Text),
     # Attempts that never reached their platform: they count toward neither max_attempts
@@ -136,7 +65,7 @@ jobs = Table(
 attempts = Table(
     "attempts",
     metadata,
-    _id(),  # the fence token
+    id_column(),  # the fence token
     # No foreign key: an attempt is only ever made by the claim, from its job's row, and a
     # foreign key's check costs a lookup per attempt on the hot path.
     Column("job_id", Id, nullable=False),
@@ -144,7 +73,7 @@ attempts = Table(
     Column("launch_name", String(63), nullable=False),  # a function of (job_id, attempt_no)
     Column("executor", String(50), nullable=False),
     Column("state", String(20), nullable=False),
-    *_made(),
+    *made(),
     Column("started_at", UTCDateTime),
     Column("finished_at", UTCDateTime),
     Column("exit_code", Integer),
@@ -182,7 +111,7 @@ retry_budgets = Table(
     metadata,
     Column("queue", String(200), primary_key=True),
     Column("tokens", Float, nullable=False),
-    _at("updated_at"),
+    at("updated_at"),
     Column("counted_fence", Id, nullable=False),
 )
 
@@ -192,7 +121,7 @@ checkpoints = Table(
     Column("job_id", Id, primary_key=True),  # no foreign key: checkpoint_save checks the job
     Column("fence", Id, nullable=False),
     Column("state", Json, nullable=False),
-    _at("saved_at"),
+    at("saved_at"),
 )
 
 publish_pointers = Table(
@@ -203,13 +132,13 @@ publish_pointers = Table(
     Column("fence", Id, nullable=False),
     Column("location", Text, nullable=False),
     Column("code_version", Text),
-    _at("published_at"),
+    at("published_at"),
 )
 
 events = Table(
     "events",
     metadata,
-    _id(),
+    id_column(),
     Column(
         "job_id", Id, nullable=False
     ),  # no foreign key: events are written with their job's change
@@ -218,7 +147,7 @@ events = Table(
     Column("from_state", String(20)),
     Column("to_state", String(20), nullable=False),
     Column("reason", Text, nullable=False),
-    _at("at"),
+    at("at"),
     Column("details", Json, nullable=False),
     Index("ix_events_job", "job_id", "id"),
     sqlite_autoincrement=True,
@@ -231,18 +160,25 @@ JOB_ENDS = text("entity = 'job' AND to_state IN ('succeeded', 'failed', 'quarant
 here, as with LIVE."""
 
 # What each attempt left to read (launching.RunLog): written in the transaction that ends the
-# attempt, once (the attempt's id is the key), and removed with its job.
+# attempt, once (the attempt's id is the key), and removed with its job. Its job's tenant and
+# its size (`bytes`: the UTF-8 bytes of its streams' text) make what a tenant keeps one read of
+# ix_run_logs_tenant; one trimmed for its tenant's run_log_bytes has no streams left, its
+# facts (latency, status, address) and when it was trimmed.
 run_logs = Table(
     "run_logs",
     metadata,
     Column("attempt_id", Id, primary_key=True, autoincrement=False),
     Column("job_id", Id, nullable=False),
-    _at("recorded_at"),
+    at("recorded_at"),
     Column("latency", Float),
     Column("status", Integer),
     Column("address", String(100)),
     Column("streams", Json, nullable=False),
+    Column("tenant", String(200), nullable=False, server_default=text("''")),
+    Column("bytes", BigInteger, nullable=False, server_default=text("0")),
+    Column("trimmed_at", UTCDateTime),
     Index("ix_run_logs_job", "job_id", "attempt_id"),
+    Index("ix_run_logs_tenant", "tenant", "bytes"),
 )
 
 # A schedule: when (a cron expression in a zone, or an interval from an anchor) and the job
@@ -252,13 +188,13 @@ run_logs = Table(
 schedules = Table(
     "schedules",
     metadata,
-    _id(),
-    _tenant(),
+    id_column(),
+    tenant_column(),
     Column("name", String(200), nullable=False),
     Column("cron", String(200)),
     Column("tz", String(64), nullable=False),
     Column("every_seconds", BigInteger),
-    _at("anchor"),
+    at("anchor"),
     Column("template", Json, nullable=False),
     Column("catchup", String(10), nullable=False),
     Column("catchup_window_seconds", Float, nullable=False),
@@ -271,7 +207,7 @@ schedules = Table(
     Column("last_nominal", UTCDateTime),
     Column("last_job_id", Id),
     Column("missed_total", BigInteger, nullable=False),
-    *_made(),
+    *made(),
     # Made or changed by a tenant (the API, the dashboard): its firings check the grant.
     Column("tenant_made", Boolean, nullable=False, server_default=false()),
     UniqueConstraint("tenant", "name"),
@@ -287,10 +223,10 @@ firings = Table(
     "firings",
     metadata,
     Column("schedule_id", Id, nullable=False),
-    _at("nominal_at"),
+    at("nominal_at"),
     Column("outcome", String(20), nullable=False),
     Column("job_id", Id),
-    _at("recorded_at"),
+    at("recorded_at"),
     Column("lateness_seconds", Float, nullable=False),
     Column("note", Text),
     UniqueConstraint("schedule_id", "nominal_at"),
@@ -299,10 +235,10 @@ firings = Table(
 signing_secrets = Table(
     "signing_secrets",
     metadata,
-    _id(),
-    _tenant(),
+    id_column(),
+    tenant_column(),
     Column("secret", String(200), nullable=False),
-    _at("created_at"),
+    at("created_at"),
     Column("retires_at", UTCDateTime),
     Index("ix_signing_secrets_tenant", "tenant", "id"),
     # uq_signing_secrets_current, a partial index: indexes.py
@@ -314,7 +250,7 @@ signing_secrets = Table(
 alerts = Table(
     "alerts",
     metadata,
-    _id(),
+    id_column(),
     Column("dedupe_key", String(500), nullable=False),
     Column("rule", String(200), nullable=False),
     Column("channel", String(200), nullable=False),
@@ -324,8 +260,8 @@ alerts = Table(
     Column("job_id", Id),
     Column("details", Json, nullable=False),  # what the message says
     Column("state", String(20), nullable=False),  # pending, delivered, failed
-    _at("created_at"),
-    _at("due_at"),
+    at("created_at"),
+    at("due_at"),
     Column("tries", Integer, nullable=False),
     Column("last_error", Text),
     Column("delivered_at", UTCDateTime),
@@ -339,9 +275,9 @@ PENDING = text("state = 'pending'")
 alert_tries = Table(
     "alert_tries",
     metadata,
-    _id(),
+    id_column(),
     Column("alert_id", Id, nullable=False),
-    _at("at"),
+    at("at"),
     Column("ok", Boolean, nullable=False),
     Column("error", Text),
     Index("ix_alert_tries_alert", "alert_id", "id"),
@@ -353,7 +289,7 @@ alert_cursors = Table(
     metadata,
     Column("name", String(50), primary_key=True),
     Column("event_id", Id, nullable=False),
-    _at("updated_at"),
+    at("updated_at"),
 )
 
 # Where each rule and subject stands (corral.alerts.rules.Sent): its streak of jobs that
@@ -374,7 +310,7 @@ job_slas = Table(
     "job_slas",
     metadata,
     Column("job_id", Id, primary_key=True, autoincrement=False),
-    _at("due_at"),
+    at("due_at"),
     Index("ix_job_slas_due_at", "due_at"),
 )
 
@@ -382,8 +318,8 @@ alert_mutes = Table(
     "alert_mutes",
     metadata,
     Column("rule", String(200), primary_key=True),
-    _at("until"),
-    _at("muted_at"),
+    at("until"),
+    at("muted_at"),
 )
 
 # API credentials (corral.api): the SHA-256 of each secret, never the secret; a token acts
@@ -391,12 +327,12 @@ alert_mutes = Table(
 tokens = Table(
     "tokens",
     metadata,
-    _id(),
+    id_column(),
     Column("name", String(200), nullable=False),
-    _tenant(nullable=True),
+    tenant_column(nullable=True),
     Column("role", String(20), nullable=False),
     Column("secret_sha256", String(64), nullable=False, unique=True),
-    _at("created_at"),
+    at("created_at"),
     Column("expires_at", UTCDateTime),
     Column("revoked_at", UTCDateTime),
     sqlite_autoincrement=True,
@@ -406,10 +342,10 @@ tokens = Table(
 audit = Table(
     "audit",
     metadata,
-    _id(),
-    _at("at"),
+    id_column(),
+    at("at"),
     Column("token_id", Id),
-    _tenant(nullable=True),
+    tenant_column(nullable=True),
     Column("action", String(100), nullable=False),
     Column("target", String(300), nullable=False),
     Column("details", Json, nullable=False),
@@ -424,7 +360,7 @@ service_keys = Table(
     metadata,
     Column("name", String(100), primary_key=True),
     Column("secret", String(200), nullable=False),
-    _at("created_at"),
+    at("created_at"),
 )
 
 # Bulk operations (retry, cancel, discard by filter): each runs on the snapshot of ids its
@@ -432,8 +368,8 @@ service_keys = Table(
 operations = Table(
     "operations",
     metadata,
-    _id(),
-    _tenant(nullable=True),
+    id_column(),
+    tenant_column(nullable=True),
     Column("action", String(20), nullable=False),
     Column("filter", Json, nullable=False),
     Column("state", String(20), nullable=False),
@@ -442,7 +378,7 @@ operations = Table(
     Column("skipped", Integer, nullable=False, server_default="0"),
     Column("token_id", Id),
     Column("made_by", String(200), nullable=False),
-    *_made(),
+    *made(),
     Column("finished_at", UTCDateTime),
     Index("ix_operations_state", "state", "id"),
     sqlite_autoincrement=True,
@@ -469,12 +405,12 @@ operation_items = Table(
 users = Table(
     "users",
     metadata,
-    _id(),
+    id_column(),
     Column("name", String(200), nullable=False, unique=True),
     Column("password_hash", String(300), nullable=False),
-    _tenant(nullable=True),
+    tenant_column(nullable=True),
     Column("role", String(20), nullable=False),
-    _at("created_at"),
+    at("created_at"),
     Column("removed_at", UTCDateTime),
     sqlite_autoincrement=True,
 )
@@ -486,8 +422,8 @@ web_sessions = Table(
     Column("user_id", Id),
     Column("token_id", Id),
     Column("csrf", String(64), nullable=False),
-    _at("created_at"),
-    _at("expires_at"),
+    at("created_at"),
+    at("expires_at"),
     Index("ix_web_sessions_expires_at", "expires_at"),
 )
 
@@ -504,8 +440,8 @@ workers = Table(
     Column("queues", Json, nullable=False),
     Column("concurrency", Integer, nullable=False),
     Column("state", String(20), nullable=False),  # model.WorkerState
-    _at("started_at"),
-    _at("last_seen_at"),
+    at("started_at"),
+    at("last_seen_at"),
     Column("stopped_at", UTCDateTime),
 )
 worker_tasks = Table(
@@ -540,8 +476,8 @@ loops = Table(
     Column("pid", Integer, nullable=False),
     Column("pid_started", String(40)),  # "<pid namespace>:<start time>", where known
     Column("version", String(50), nullable=False),
-    _at("started_at"),
-    _at("beat_at"),
+    at("started_at"),
+    at("beat_at"),
     Column("stopped_at", UTCDateTime),
 )
 
@@ -550,11 +486,11 @@ loops = Table(
 loop_warnings = Table(
     "loop_warnings",
     metadata,
-    _id(),
+    id_column(),
     Column("condition", String(40), nullable=False),
     Column("message", Text, nullable=False),
-    _at("begun_at"),
-    _at("checked_at"),
+    at("begun_at"),
+    at("checked_at"),
     Column("ended_at", UTCDateTime),
 )
 
@@ -579,5 +515,5 @@ tenant_buckets = Table(
     metadata,
     Column("tenant", String(200), primary_key=True),
     Column("tokens", Float, nullable=False),
-    _at("filled_at"),
+    at("filled_at"),
 )

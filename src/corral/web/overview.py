@@ -1,7 +1,8 @@
 """The dashboard's overview (/ui/): jobs by state, the charts of job ends (charts.py), the
-newest quarantined jobs, the pools in use, each queue's retry budget and the failing
-schedules, read in one call of the store and kept for a few seconds; for a session of all
-tenants, also corral's own loops (`corral status`) and the work that waits for one nobody
+newest quarantined jobs, the pools in use, each queue's retry budget, the tenant's quotas
+with its use of them and the failing schedules, read in one call of the store (and one for
+the quotas) and kept for a few seconds; for a session of all tenants, every tenant's
+quotas, and corral's own loops (`corral status`) and the work that waits for one nobody
 runs.
 
 A busy overview (many people, or one page updating live) would read the same numbers over
@@ -24,7 +25,7 @@ from markupsafe import Markup
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from corral import client, loops, model, retry
+from corral import client, errors, loops, model, retry, usage
 from corral.web import auth, charts, live, pages
 from corral.web.auth import Viewer
 
@@ -34,6 +35,16 @@ LIVE_BUCKETS = 2
 """The newest buckets of a chart, read with the rest of the overview; the older ones are
 over (a job end is written as it happens, so a bucket two widths old gains no more) and
 are read once a process, until the window moves past them."""
+TENANTS_SHOWN = 50
+"""The most tenants whose quotas the overview of a session of all tenants shows."""
+QUOTA_COLUMNS = {
+    "max_running": "running",
+    "max_queued": "waiting",
+    "max_schedules": "schedules",
+    "submit_rate": "submits a minute",
+    "run_log_bytes": "run logs kept",
+}
+"""The quotas the overview shows, by their column's heading (use, limit and a bar)."""
 SAFE = frozenset({"GET", "HEAD", "OPTIONS"})
 ATTEMPT_CALLS = "/api/v1/attempt/"
 """A running attempt's own calls (heartbeat, checkpoint): they change nothing shown."""
@@ -172,6 +183,8 @@ async def drawn(c: client.Client, keeper: Keeper, tenant: str | None) -> Kept:
         failing=found.failing,
         pools=[(name, found.running.get(name, 0), size) for name, size in sorted(slots.items())],
         budgets=_budgets(c, found.budgets),
+        quotas=await _quotas(c, tenant),
+        quota_columns=list(QUOTA_COLUMNS.values()),
     )
     kept = Kept(Markup(html), now, monotonic + KEEP_SECONDS)
     if keeper.generation == generation:  # else a change came meanwhile: shown once, not kept
@@ -228,6 +241,38 @@ def _shown_loops(status: loops.Status | None) -> list[tuple[loops.Loop, str, flo
         for loop, state in status.loops
         if state in shown
     ]
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaRow:
+    """A tenant's row of the quotas table: its weight, its payload limit, and of each quota
+    of QUOTA_COLUMNS its use and limit as a person reads them and the part used (a bar)."""
+
+    tenant: str
+    weight: float
+    payload: str
+    cells: list[tuple[str, str, float | None]]
+
+
+async def _quotas(c: client.Client, tenant: str | None) -> tuple[list[QuotaRow], int]:
+    """The quotas table of `tenant` (None: of every tenant, the first TENANTS_SHOWN by
+    name), and how many tenants it leaves out."""
+    try:
+        views = [await c.tenant_view(tenant)] if tenant is not None else await c.tenant_views()
+    except errors.NotFound:  # a session of a tenant corral no longer knows of
+        views = []
+    rows = [
+        QuotaRow(
+            tenant=view.tenant,
+            weight=view.weight,
+            payload=usage.said(view.quota("max_payload_bytes"))[1],
+            cells=[
+                (*usage.said(view.quota(name)), view.quota(name).share) for name in QUOTA_COLUMNS
+            ],
+        )
+        for view in views[:TENANTS_SHOWN]
+    ]
+    return rows, max(len(views) - TENANTS_SHOWN, 0)
 
 
 def _budgets(c: client.Client, buckets: dict[str, retry.Bucket]) -> list[tuple[str, float, float]]:

@@ -23,7 +23,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi import Path as PathParam
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
-from corral import access, client, errors, model, plain, tenancy
+from corral import access, client, errors, model, plain, shapes, tenancy
 from corral.web import auth, live
 from corral.web.auth import Operator, Viewer
 
@@ -382,6 +382,7 @@ async def _job_values(request: Request, view: client.jobs.JobView) -> dict[str, 
         "events": view.events,
         "goes_on": view.job.state in (J.SCHEDULED, J.QUEUED, J.RUNNING, J.PARKED),
         "explained": client.explain.why(view, c.clock.now()),
+        "trimmed": shapes.TRIMMED,
     }
 
 

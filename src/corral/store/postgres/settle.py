@@ -87,12 +87,14 @@ _LOGGED = f"""logged AS (
     FROM ended
 ), kept AS (
     -- The run logs of the attempts that ended here, once each (each ends once).
+    -- Each with its job's tenant, by the job's primary key.
     INSERT INTO run_logs ({statements.RUN_LOG_COLUMNS})
-    SELECT w.id, w.job_id, %(now)s, l.latency, l.status, l.address, l.streams
+    SELECT w.id, w.job_id, %(now)s, l.latency, l.status, l.address, l.streams, l.bytes, j.tenant
     FROM jsonb_to_recordset(%(logs)s) AS l(
-        fence bigint, latency float8, status int, address text, streams jsonb
+        fence bigint, latency float8, status int, address text, streams jsonb, bytes bigint
     )
     JOIN won AS w ON w.id = l.fence
+    JOIN jobs AS j ON j.id = w.job_id
 )"""
 """The run log's lines of every change, and the run logs of the successes."""
 

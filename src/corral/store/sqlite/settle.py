@@ -29,18 +29,18 @@ RETURNING id, job_id, lease_seconds
 """The attempts of the fences given (a JSON list) still launching, recorded running."""
 ACTIVE = """
 SELECT a.id, a.job_id, a.attempt_no, a.state,
-    j.state = 'running' AND j.attempt_count = a.attempt_no
+    j.state = 'running' AND j.attempt_count = a.attempt_no, j.tenant
 FROM attempts AS a JOIN jobs AS j ON j.id = a.job_id
 WHERE a.id IN (SELECT value FROM json_each(?)) AND a.state IN ('launching', 'running')
 """
 """The attempts of the fences given still active, each with whether it is its job's
-current attempt of a running job (so that job succeeds with it)."""
+current attempt of a running job (so that job succeeds with it), and its job's tenant."""
 
 SUCCEEDED = f"UPDATE attempts SET {statements.success_set('?1', '?2', '?3')} WHERE id = ?4"
 """One attempt's success: at ?1, its exit code ?2 and reason ?3, attempt ?4."""
 EVENT = f"INSERT INTO events ({statements.EVENT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, '{{}}')"
 """One run-log line without details."""
-RUN_LOG = f"INSERT INTO run_logs ({statements.RUN_LOG_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)"
+RUN_LOG = f"INSERT INTO run_logs ({statements.RUN_LOG_COLUMNS}) VALUES ({', '.join('?' * 9)})"
 """One success's run log."""
 
 
@@ -101,26 +101,29 @@ def _apply_successes(
     ends = {fence: (code, why) for fence, code, why in won}
     active = cursor.execute(ACTIVE, (json.dumps(sorted(ends)),)).fetchall()
     cursor.executemany(SUCCEEDED, [(at, *ends[fence], fence) for fence, *_ in active])
-    current = [(job_id, fence, n) for fence, job_id, n, _, is_current in active if is_current]
+    current = [(job_id, fence, n) for fence, job_id, n, _, is_current, _ in active if is_current]
     cursor.executemany(
         "UPDATE jobs SET state = 'succeeded', updated_at = ? WHERE id = ?",
         [(at, job_id) for job_id, _, _ in current],
     )
     events = [
         (job_id, fence, "attempt", was, "succeeded", statements.ended(*ends[fence]), at)
-        for fence, job_id, _, was, _ in active
+        for fence, job_id, _, was, _, _ in active
     ]
     events += [
         (job_id, fence, "job", "running", "succeeded", statements.succeeded(n), at)
         for job_id, fence, n in current
     ]
     cursor.executemany(EVENT, events)
-    if kept := [(fence, job_id, logs[fence]) for fence, job_id, *_ in active if fence in logs]:
-        cursor.executemany(RUN_LOG, [(f, job_id, at, *_row(log)) for f, job_id, log in kept])
+    if kept := [(row, logs[row[0]]) for row in active if row[0] in logs]:
+        cursor.executemany(
+            RUN_LOG, [(f, job, at, *_row(log), tenant) for (f, job, *_, tenant), log in kept]
+        )
     return current
 
 
 def _row(log: launching.RunLog) -> tuple[Any, ...]:
-    """latency, status, address and streams (as JSON text) of a run_logs row."""
+    """latency, status, address, streams (as JSON text) and bytes of a run_logs row."""
     fields = runlogs.log_fields(log)
-    return (fields["latency"], fields["status"], fields["address"], json.dumps(fields["streams"]))
+    streams = json.dumps(fields["streams"])
+    return (fields["latency"], fields["status"], fields["address"], streams, fields["bytes"])
