@@ -11,9 +11,10 @@ from datetime import timedelta
 
 import pytest
 
-from corral import model, python_tasks, shares, store
+from corral import config, dispatcher, model, python_tasks, shares, store, tenancy
 from corral.testing import FrozenClock
 from tests.support.jobs import submit
+from tests.support.noop import NoopExecutor
 
 CAPPED = {"elsewhere": 5}  # a pool cap: the claim takes the general path
 LIMITS = store.DefaultLimits(timedelta(seconds=240), timedelta(seconds=60))
@@ -164,3 +165,30 @@ async def test_due_scheduled_jobs_are_shared_too(
     taken = await _claim(db, clock, path, 4)
     assert Counter(j.tenant for j in taken) == {"a": 3, "b": 1}
     assert b_job in {j.id for j in taken}
+
+
+async def test_a_dispatcher_starts_another_tenants_job_within_two_ticks(
+    db: store.Store, clock: FrozenClock
+) -> None:
+    """The issue's case through a real dispatcher: tenant a's backlog is draining when
+    tenant b submits; b's first job is launched within two ticks, a's weight or not."""
+    executor = NoopExecutor()
+    d = dispatcher.Dispatcher(
+        store=db,
+        executors={"noop": executor},
+        clock=clock,
+        settings=config.Settings(
+            claim_batch_limit=20, tenants={"a": tenancy.TenantSettings(weight=5.0)}
+        ),
+    )
+    await _many(db, clock, "hot", "a", 2000)
+    for _ in range(3):
+        await d.run_once()
+    clock.advance(1)
+    [first, *_] = await _many(db, clock, "hot", "b", 10)
+    for _ in range(2):
+        await d.run_once()
+        if (await db.jobs.get(job_id=first)).state != model.JobState.QUEUED:
+            break
+    assert (await db.jobs.get(job_id=first)).state == model.JobState.RUNNING
+    assert model.launch_name(first, 1) in executor.launches
