@@ -55,7 +55,7 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 from tests.support.noop import NoopExecutor
 
-from corral import config, dispatcher, launching, model, store, tenancy, timeouts
+from corral import config, dispatcher, launching, model, shares, store, tenancy, timeouts
 from corral.clock import SystemClock
 from corral.store import hotpath
 
@@ -599,7 +599,13 @@ def _sqlite_claim_timings(engine: Any, batch: int, samples: int) -> list[float]:
             t0 = time.perf_counter()
             tx = conn.begin()
             claimed = hotpath.SQLITE.claim(
-                conn, now=now, limit=batch, executors=["noop"], deadline=3600.0, lease=60.0
+                conn,
+                now=now,
+                limit=batch,
+                executors=["noop"],
+                deadline=3600.0,
+                lease=60.0,
+                weights=shares.Weights(),
             )
             tx.rollback()
             timings.append(time.perf_counter() - t0)
@@ -613,7 +619,13 @@ async def _pg_claim_timings(params: dict[str, Any], batch: int, samples: int) ->
         for _ in range(samples):
             t0 = time.perf_counter()
             claimed = await hotpath.POSTGRESQL.claim(
-                conn, now=now, limit=batch, executors=["noop"], deadline=3600.0, lease=60.0
+                conn,
+                now=now,
+                limit=batch,
+                executors=["noop"],
+                deadline=3600.0,
+                lease=60.0,
+                weights=shares.Weights(),
             )
             await conn.rollback()
             timings.append(time.perf_counter() - t0)

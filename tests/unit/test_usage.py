@@ -27,7 +27,7 @@ T0 = datetime(2026, 12, 1, tzinfo=UTC)
 def test_a_bucket_s_use_is_the_rate_less_what_it_would_hold_now(
     tokens: float, seconds: float, used: float
 ) -> None:
-    bucket = usage.Bucket(tokens=tokens, filled_at=T0)
+    bucket = usage.Bucket(tokens=tokens, at=T0)
     assert usage.bucket_use(60, bucket, T0 + timedelta(seconds=seconds)) == pytest.approx(used)
 
 

@@ -21,30 +21,29 @@ if TYPE_CHECKING:
     import psycopg
 
 
-def _seen(pick: str) -> str:
-    """`waiting` (the tenants with jobs waiting) and, when there are more than one
-    (`many`), `seen`: each one's most urgent due jobs, read without locks, each with its
-    place among its tenant's own."""
-    return f"""{statements.TENANTS_WAITING}, many AS (
-    SELECT count(*) > 1 AS yes FROM waiting
-), seen AS MATERIALIZED (
-    SELECT t.tenant, d.id, d.run_at,
-        row_number() OVER (PARTITION BY t.tenant ORDER BY d.priority DESC, d.run_at, d.id)
-            - 1 AS place
-    FROM waiting AS t CROSS JOIN LATERAL (
+def _due_of(tenant: str, pick: str, most: str) -> str:
+    """A tenant's `most` most urgent due queued jobs and `most` longest due scheduled ones
+    (unlocked), each with its place among them."""
+    return f"""SELECT id, run_at,
+        row_number() OVER (ORDER BY priority DESC, run_at, id) - 1 AS place
+    FROM (
         (SELECT id, priority, run_at FROM jobs
-        WHERE state = 'queued' AND tenant = t.tenant AND run_at <= %(now)s AND {pick}
-        ORDER BY {statements.CLAIM_ORDER} LIMIT %(limit)s)
+        WHERE state = 'queued' AND tenant = {tenant} AND run_at <= %(now)s AND {pick}
+        ORDER BY {statements.CLAIM_ORDER} LIMIT {most})
         UNION ALL
         (SELECT id, priority, run_at FROM jobs
-        WHERE state = 'scheduled' AND tenant = t.tenant AND run_at <= %(now)s AND {pick}
-        ORDER BY run_at, id LIMIT %(limit)s)
-    ) AS d
-    WHERE (SELECT yes FROM many)
-)"""
+        WHERE state = 'scheduled' AND tenant = {tenant} AND run_at <= %(now)s AND {pick}
+        ORDER BY run_at, id LIMIT {most})
+    ) AS u"""
 
 
-_SHARES = """clock AS (
+def _places(pick: str) -> str:
+    """`waiting` (the tenants with jobs waiting), `many` (more than one), and then the
+    `places` of those with a job due: each one's start (its turn, or the clock if later)
+    and weight."""
+    return f"""{statements.TENANTS_WAITING}, many AS (
+    SELECT count(*) > 1 AS yes FROM waiting
+), clock AS (
     SELECT coalesce(max(clock), 0) AS at FROM tenant_shares WHERE (SELECT yes FROM many)
 ), places AS MATERIALIZED (
     SELECT t.tenant, greatest(coalesce(s.turn, c.at), c.at) AS start,
@@ -53,8 +52,44 @@ _SHARES = """clock AS (
     LEFT JOIN tenant_shares AS s ON s.tenant = t.tenant
     LEFT JOIN unnest(%(named)s::text[], %(weights)s::float8[]) AS w (tenant, weight)
         ON w.tenant = t.tenant
-    WHERE (SELECT yes FROM many)
-), turns AS MATERIALIZED (
+    WHERE (SELECT yes FROM many) AND EXISTS ({_due_of("t.tenant", pick, "1")})
+)"""
+
+
+def _seen(pick: str) -> str:
+    """`seen`: the due jobs of each tenant in `places` that a claim could take, with their
+    places. A tenant can get no job whose turn is past the newest start plus the limit
+    over all their weights (were every tenant to have enough, the claim would end there),
+    so `reach` says how many of each to read. Only when a tenant has fewer than that
+    (`short`: then the others may get more) are up to the limit of each read."""
+    return f"""reach AS MATERIALIZED (
+    SELECT tenant, least(
+        %(limit)s::float8,
+        ceil((max(start) OVER () + %(limit)s / sum(weight) OVER () - start) * weight) + 1
+    )::int AS most
+    FROM places
+), seen_few AS MATERIALIZED (
+    SELECT r.tenant, d.id, d.run_at, d.place
+    FROM reach AS r CROSS JOIN LATERAL ({_due_of("r.tenant", pick, "r.most")}) AS d
+    WHERE d.place < r.most
+), short AS (
+    SELECT EXISTS (
+        SELECT 1 FROM reach AS r
+        WHERE r.most < %(limit)s
+            AND r.most > (SELECT count(*) FROM seen_few AS f WHERE f.tenant = r.tenant)
+    ) AS yes
+), seen_all AS MATERIALIZED (
+    SELECT p.tenant, d.id, d.run_at, d.place
+    FROM places AS p CROSS JOIN LATERAL ({_due_of("p.tenant", pick, "%(limit)s")}) AS d
+    WHERE (SELECT yes FROM short)
+), seen AS (
+    SELECT tenant, id, run_at, place FROM seen_few WHERE NOT (SELECT yes FROM short)
+    UNION ALL
+    SELECT tenant, id, run_at, place FROM seen_all
+)"""
+
+
+_SHARES = """turns AS MATERIALIZED (
     SELECT s.tenant, p.start + s.place / p.weight AS turn
     FROM seen AS s JOIN places AS p ON p.tenant = s.tenant
     ORDER BY turn, s.run_at, s.id
@@ -66,8 +101,8 @@ _SHARES = """clock AS (
 )"""
 """How many jobs each tenant waiting gets, `shares` (corral.shares, in SQL; picks.py in
 Python). With one tenant waiting it gets them all and nothing more is read. With more, each
-job `seen` gets the turn it would be taken at (`turns`, from `places`: its tenant's turn,
-or the clock if later, and its weight), and they are counted in turn order to the limit."""
+job `seen` gets the turn it would be taken at (from its tenant's place), and they are
+counted in turn order to the limit."""
 
 
 def _due(pick: str) -> str:
@@ -211,7 +246,16 @@ def claim_sql(*, also: str = "", started: bool = False) -> str:
     (SQL) moved to running, each with a new attempt (`started`: recorded running at once,
     as a worker's claim does) and its run-log lines."""
     pick = "executor = ANY(%(executors)s::text[])" + also
-    parts = [_seen(pick), _SHARES, _due(pick), _MOVED, _made(started), _logged(started), _SERVED]
+    parts = [
+        _places(pick),
+        _seen(pick),
+        _SHARES,
+        _due(pick),
+        _MOVED,
+        _made(started),
+        _logged(started),
+        _SERVED,
+    ]
     return "\nWITH RECURSIVE " + ", ".join(parts) + "\n" + _RETURNED + "\n"
 
 
