@@ -33,7 +33,7 @@ F = scheduling.FiringOutcome
 Made = list[tuple[int, bool]]
 
 
-def tenants_waiting(conn: Connection, *, tenants: Sequence[str]) -> dict[str, int]:
+def jobs_waiting(conn: Connection, *, tenants: Sequence[str]) -> dict[str, int]:
     """How many jobs of each of `tenants` wait (queued, scheduled or parked), read from
     ix_jobs_tenant_state (tenant, state, id) alone."""
     if not tenants:
@@ -90,7 +90,7 @@ def held_to(
     held = {t: bucket_hold(conn, quota=limits[t], now=now) for t in sorted(limits)}
     done = write(conn)
     made = created(done)
-    waiting = tenants_waiting(conn, tenants=[t for t in held if made[t]])
+    waiting = jobs_waiting(conn, tenants=[t for t in held if made[t]])
     for tenant, bucket in held.items():
         if not made[tenant]:
             continue
@@ -148,7 +148,7 @@ def firings_admitted(
         return planned
     limits = {t: quotas.limits(tenants, t) for t in sorted(want)}
     held = {t: bucket_hold(conn, quota=q, now=now) for t, q in limits.items()}
-    waiting = tenants_waiting(conn, tenants=list(limits))
+    waiting = jobs_waiting(conn, tenants=list(limits))
     admitted = {}
     for tenant, quota in limits.items():
         admitted[tenant] = quotas.admitted(
@@ -193,7 +193,7 @@ class Quotas:
         self._db = db
 
     async def waiting(self, *, tenants: Sequence[str]) -> dict[str, int]:
-        return await self._db.lookup(functools.partial(tenants_waiting, tenants=tenants))
+        return await self._db.lookup(functools.partial(jobs_waiting, tenants=tenants))
 
     async def schedules(self, *, tenant: str) -> int:
         return await self._db.lookup(functools.partial(tenant_schedules, tenant=tenant))

@@ -21,14 +21,16 @@ def tenants_waiting(conn: Connection) -> list[str]:
 
 
 def places_read(conn: Connection, *, tenants: Sequence[str]) -> Places:
-    """The turns of `tenants` (those with one) and the clock."""
-    turns = conn.execute(
-        select(tenant_shares.c.tenant, tenant_shares.c.turn).where(
+    """The turns of `tenants` (those with one) and the clock: the newest a claim that
+    served one of them reached. (A tenant back from a pause brings an old clock, the
+    others waiting a new one.)"""
+    rows = conn.execute(
+        select(tenant_shares.c.tenant, tenant_shares.c.turn, tenant_shares.c.clock).where(
             tenant_shares.c.tenant.in_(list(tenants))
         )
-    )
-    clock = conn.execute(select(func.coalesce(func.max(tenant_shares.c.clock), 0.0))).scalar()
-    return Places({t: turn for t, turn in turns}, float(clock or 0.0))
+    ).all()
+    clock = max((row.clock for row in rows), default=0.0)
+    return Places({row.tenant: row.turn for row in rows}, float(clock))
 
 
 def places_move(

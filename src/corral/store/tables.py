@@ -497,14 +497,15 @@ loop_warnings = Table(
 # Each tenant's place in the fair share of claims (store/shares.py): `turn` is how far its
 # turns have gone (each job claimed adds 1 / its weight); `clock` the turn the last claim
 # that served it reached. A tenant that comes back after a pause starts from the newest
-# clock, not from where it left off, so it gets its share and no more.
+# clock of the tenants waiting with it, not from where it left off, so it gets its share
+# and no more. No column but the key is indexed: a claim's update of a row stays on its
+# page and writes no index entry.
 tenant_shares = Table(
     "tenant_shares",
     metadata,
     Column("tenant", String(200), primary_key=True),
     Column("turn", Float, nullable=False),
     Column("clock", Float, nullable=False),
-    Index("ix_tenant_shares_clock", "clock"),  # the clock: the newest, read by a claim
 )
 
 # Each tenant's submit_rate as a token bucket: `tokens` left at `filled_at`, refilled at the

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Column, ColumnElement, Connection, Table, func, select
 
-from corral import model, usage
+from corral import model, quotas, usage
 from corral.store import runlogs
 from corral.store.tables import jobs, schedules, tenant_buckets, tokens, users
 
@@ -23,9 +23,7 @@ if TYPE_CHECKING:
     from corral.store.database import Database
 
 J = model.JobState
-
-WAITING = (J.QUEUED, J.SCHEDULED, J.PARKED)
-"""The states of a tenant's jobs that count toward its max_queued."""
+WAITING = quotas.WAITING
 
 
 def tenant_use(conn: Connection, *, tenant: str | None = None) -> dict[str, usage.Use]:

@@ -1,10 +1,14 @@
 """PostgreSQL's claim, one statement: the dispatcher's (each attempt `launching`) and a
 Python worker's (only the jobs of the tasks it reads, each attempt recorded running).
 
-It keeps every promise of the general claim (claims.job_claim): due jobs picked under
-SKIP LOCKED, compare-and-set on every row, an attempt whose id is the fence, one run-log
-event per state change, built in SQL. The statement is written in parts below, one common
-table expression (or a few that belong together) each, and put together once at import.
+It keeps every promise of the general claim (claims.job_claim): due jobs taken in fair
+shares across tenants (corral.shares; the same choice as store/picks.py makes in Python),
+picked under SKIP LOCKED, compare-and-set on every row, an attempt whose id is the fence,
+one run-log event per state change, built in SQL. The shares are counted first, from reads
+without locks (`places`, `seen`, `shares`); each tenant's jobs are then locked and taken,
+as many as its share (`ready`, `came`, `due`), and the turns of those served moved on
+(`served`). The statement is written in parts below, one common table expression (or a
+few that belong together) each, and put together once at import.
 """
 
 from __future__ import annotations
@@ -44,7 +48,9 @@ def _places(pick: str) -> str:
     return f"""{statements.TENANTS_WAITING}, many AS (
     SELECT count(*) > 1 AS yes FROM waiting
 ), clock AS (
-    SELECT coalesce(max(clock), 0) AS at FROM tenant_shares WHERE (SELECT yes FROM many)
+    SELECT coalesce(max(s.clock), 0) AS at
+    FROM waiting AS t JOIN tenant_shares AS s ON s.tenant = t.tenant
+    WHERE (SELECT yes FROM many)
 ), places AS MATERIALIZED (
     SELECT t.tenant, greatest(coalesce(s.turn, c.at), c.at) AS start,
         coalesce(w.weight, %(weight)s) AS weight
@@ -52,7 +58,12 @@ def _places(pick: str) -> str:
     LEFT JOIN tenant_shares AS s ON s.tenant = t.tenant
     LEFT JOIN unnest(%(named)s::text[], %(weights)s::float8[]) AS w (tenant, weight)
         ON w.tenant = t.tenant
-    WHERE (SELECT yes FROM many) AND EXISTS ({_due_of("t.tenant", pick, "1")})
+    WHERE (SELECT yes FROM many) AND (
+        EXISTS (SELECT FROM jobs
+            WHERE state = 'queued' AND tenant = t.tenant AND run_at <= %(now)s AND {pick})
+        OR EXISTS (SELECT FROM jobs
+            WHERE state = 'scheduled' AND tenant = t.tenant AND run_at <= %(now)s AND {pick})
+    )
 )"""
 
 
@@ -75,8 +86,9 @@ def _seen(pick: str) -> str:
 ), short AS (
     SELECT EXISTS (
         SELECT 1 FROM reach AS r
-        WHERE r.most < %(limit)s
-            AND r.most > (SELECT count(*) FROM seen_few AS f WHERE f.tenant = r.tenant)
+        LEFT JOIN (SELECT tenant, count(*) AS n FROM seen_few GROUP BY tenant) AS f
+            ON f.tenant = r.tenant
+        WHERE r.most < %(limit)s AND coalesce(f.n, 0) < r.most
     ) AS yes
 ), seen_all AS MATERIALIZED (
     SELECT p.tenant, d.id, d.run_at, d.place

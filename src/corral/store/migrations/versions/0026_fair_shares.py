@@ -35,7 +35,6 @@ def upgrade() -> None:
         sa.Column("turn", sa.Float(), nullable=False),
         sa.Column("clock", sa.Float(), nullable=False),
     )
-    op.create_index("ix_tenant_shares_clock", "tenant_shares", ["clock"])
     op.create_table(
         "tenant_buckets",
         sa.Column("tenant", sa.String(200), primary_key=True),
