@@ -1,6 +1,8 @@
-"""SQLite's claim: the general path's fair pick (store/picks.py: there is one writer, so no
-row is locked), the jobs picked moved to running in one statement, their attempts inserted
-in one executemany, and their run-log lines built in SQL from the attempts just made."""
+"""SQLite's claim: with one tenant waiting, its due jobs moved to running in one statement
+(`UPDATE ... WHERE id IN (SELECT ... LIMIT n)`: there is one writer, so no row is locked);
+with more, the general path's fair pick (store/picks.py) and the jobs picked moved. Their
+attempts are inserted in one executemany, and their run-log lines built in SQL from the
+attempts just made."""
 
 from __future__ import annotations
 
@@ -16,12 +18,36 @@ from corral import model, shares
 from corral.store import claimed, claims, dialects, picks, statements
 from corral.store.sqlite import cursor as cursors
 
+WAITING = f"WITH RECURSIVE {statements.TENANTS_WAITING} SELECT tenant FROM waiting LIMIT 2"
+"""Whether one tenant has jobs waiting, or more (statements.TENANTS_WAITING)."""
 CLAIM = f"""
 UPDATE jobs SET state = 'running', attempt_count = attempt_count + 1, updated_at = ?
 WHERE id IN (SELECT value FROM json_each(?)) AND state = 'queued'
 RETURNING {", ".join(claimed.JOB_COLUMNS)}
 """
 """The jobs picked (store/picks.py), still queued, moved to running."""
+CLAIM_ALONE = f"""
+UPDATE jobs SET state = 'running', attempt_count = attempt_count + 1, updated_at = ?
+WHERE id IN (
+    SELECT id FROM jobs
+    WHERE state = 'queued' AND tenant = ? AND run_at <= ?
+        AND executor IN (SELECT value FROM json_each(?))
+    ORDER BY {statements.CLAIM_ORDER}
+    LIMIT ?
+)
+RETURNING {", ".join(claimed.JOB_COLUMNS)}
+"""
+"""The due queued jobs of the one tenant waiting, of the executors given, most urgent first,
+moved to running."""
+DUE_ALONE = """
+SELECT id FROM jobs
+WHERE state = 'scheduled' AND tenant = ? AND run_at <= ?
+    AND executor IN (SELECT value FROM json_each(?))
+ORDER BY run_at, id
+LIMIT ?
+"""
+"""The one tenant's scheduled jobs whose time has come, the longest due first: they are
+queued before its claim picks."""
 
 ATTEMPT = f"""
 INSERT INTO attempts ({statements.ATTEMPT_COLUMNS})
@@ -53,14 +79,19 @@ def sqlite_claim(
     claim is), inside the caller's (write-locked) transaction. `deadline` and `lease`: the
     default limits in seconds; both None sets no limits."""
     cursor = cursors.of(conn)
-    ask = picks.Ask(now, limit, executors, weights)
-    picked = picks.fair_pick(conn, ask)
-    if not picked.claim:
-        return []
-    if picked.promote:
-        claims.jobs_promote(conn, ids=picked.promote, now=now)
-    at = dialects.sqlite_time(now)
-    rows = cursor.execute(CLAIM, (at, json.dumps(picked.claim))).fetchall()
+    at, kinds = dialects.sqlite_time(now), json.dumps(list(executors))
+    waiting = [tenant for (tenant,) in cursor.execute(WAITING)]
+    if len(waiting) > 1:
+        rows = _claim_shared(conn, cursor, picks.Ask(now, limit, executors, weights), at)
+    elif waiting:
+        # One tenant: no share to keep (picks.py). Its longest due scheduled jobs are queued
+        # first, then its most urgent taken, in one statement each.
+        alone = waiting[0]
+        if due := [i for (i,) in cursor.execute(DUE_ALONE, (alone, at, kinds, limit))]:
+            claims.jobs_promote(conn, ids=due, now=now)
+        rows = cursor.execute(CLAIM_ALONE, (at, alone, at, kinds, limit)).fetchall()
+    else:
+        rows = []
     if not rows:
         return []
     read = claimed.Reader()
@@ -74,6 +105,16 @@ def sqlite_claim(
         model.Claimed(job, claimed.launching(job, fences[job.id], name, now, job_limits))
         for job, name, job_limits in made
     ]
+
+
+def _claim_shared(conn: Connection, cursor: Any, ask: picks.Ask, at: str | None) -> list[Any]:
+    """The rows of the jobs claimed when tenants share (picks.fair_pick), moved to running."""
+    picked = picks.fair_pick(conn, ask)
+    if not picked.claim:
+        return []
+    if picked.promote:
+        claims.jobs_promote(conn, ids=picked.promote, now=ask.now)
+    return list(cursor.execute(CLAIM, (at, json.dumps(picked.claim))).fetchall())
 
 
 def _attempts_insert(cursor: Any, made: Sequence[_Made], at: str | None) -> dict[int, int]:
