@@ -53,5 +53,8 @@ def places_move(
     )
     conn.execute(
         stmt,
-        [{"tenant": t, "turn": places.clock + n, "clock": reached} for t, n in added.items()],
+        [
+            {"tenant": t, "turn": places.clock + n, "clock": reached}
+            for t, n in sorted(added.items())  # locked in one order by every claim
+        ],
     )

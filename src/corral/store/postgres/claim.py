@@ -237,6 +237,7 @@ _SERVED = """served AS (
     SELECT d.tenant, (SELECT at FROM clock) + count(*) / p.weight, (SELECT max(turn) FROM turns)
     FROM due AS d JOIN places AS p ON p.tenant = d.tenant
     GROUP BY d.tenant, p.weight
+    ORDER BY d.tenant  -- rows locked in one order by every claim: no deadlock between two
     ON CONFLICT (tenant) DO UPDATE SET
         turn = greatest(s.turn, (SELECT at FROM clock)) + excluded.turn - (SELECT at FROM clock),
         clock = greatest(s.clock, excluded.clock)
