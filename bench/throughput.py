@@ -592,21 +592,24 @@ def claim_latency(db: Database, batch: int, samples: int = 1000) -> dict[str, fl
     }
 
 
+def _claim_args(batch: int) -> dict[str, Any]:
+    """What the latency scenarios' claims ask for, on either database's hot path."""
+    return {
+        "limit": batch,
+        "executors": ["noop"],
+        "deadline": 3600.0,
+        "lease": 60.0,
+        "weights": shares.Weights(),
+    }
+
+
 def _sqlite_claim_timings(engine: Any, batch: int, samples: int) -> list[float]:
     now, timings = SystemClock().now(), []
     with engine.connect() as conn:
         for _ in range(samples):
             t0 = time.perf_counter()
             tx = conn.begin()
-            claimed = hotpath.SQLITE.claim(
-                conn,
-                now=now,
-                limit=batch,
-                executors=["noop"],
-                deadline=3600.0,
-                lease=60.0,
-                weights=shares.Weights(),
-            )
+            claimed = hotpath.SQLITE.claim(conn, now=now, **_claim_args(batch))
             tx.rollback()
             timings.append(time.perf_counter() - t0)
             assert len(claimed) == batch
@@ -618,15 +621,7 @@ async def _pg_claim_timings(params: dict[str, Any], batch: int, samples: int) ->
     async with await psycopg.AsyncConnection.connect(**params) as conn:
         for _ in range(samples):
             t0 = time.perf_counter()
-            claimed = await hotpath.POSTGRESQL.claim(
-                conn,
-                now=now,
-                limit=batch,
-                executors=["noop"],
-                deadline=3600.0,
-                lease=60.0,
-                weights=shares.Weights(),
-            )
+            claimed = await hotpath.POSTGRESQL.claim(conn, now=now, **_claim_args(batch))
             await conn.rollback()
             timings.append(time.perf_counter() - t0)
             assert len(claimed) == batch

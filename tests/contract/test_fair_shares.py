@@ -142,6 +142,19 @@ async def test_a_tenant_back_from_a_pause_gets_its_share_and_no_burst(
 
 
 @pytest.mark.parametrize("path", PATHS)
+async def test_a_tenant_with_few_jobs_leaves_its_room_to_the_others(
+    db: store.Store, clock: FrozenClock, path: str
+) -> None:
+    """A tenant with fewer due jobs than its share gets them all, and the others fill the
+    claim (PostgreSQL reads each tenant's jobs past what its share alone would take)."""
+    await _many(db, clock, path, "a", 100)
+    await _many(db, clock, path, "b", 2)
+    await _many(db, clock, path, "c", 100)
+    taken = await _claim(db, clock, path, 30)
+    assert Counter(j.tenant for j in taken) == {"a": 14, "b": 2, "c": 14}
+
+
+@pytest.mark.parametrize("path", PATHS)
 async def test_max_running_caps_a_tenant_inside_its_share(
     db: store.Store, clock: FrozenClock, path: str
 ) -> None:

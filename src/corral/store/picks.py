@@ -22,7 +22,7 @@ from sqlalchemy import Connection, select, true
 
 from corral import model, shares
 from corral.store import caps as claim_caps
-from corral.store import shares as places
+from corral.store import shares as shares_store
 from corral.store.rows import state_is
 from corral.store.tables import jobs
 
@@ -65,7 +65,7 @@ _COLUMNS = (jobs.c.id, jobs.c.tenant, jobs.c.priority, jobs.c.run_at, jobs.c.poo
 def fair_pick(conn: Connection, ask: Ask, caps: claim_caps.Caps | None = None) -> Picked:
     """The jobs `ask` claims, fairly across tenants, within `caps` (none: no pool or tenant
     is capped)."""
-    waiting = places.tenants_waiting(conn)
+    waiting = shares_store.tenants_waiting(conn)
     due: list[shares.Due] = []
     pools: dict[int, str | None] = {}
     for tenant in waiting:
@@ -78,7 +78,7 @@ def fair_pick(conn: Connection, ask: Ask, caps: claim_caps.Caps | None = None) -
             due.append(shares.Due(row.id, row.tenant, row.priority, row.run_at, waited=True))
             pools[row.id] = row.pool
     many = len(waiting) > 1
-    stood = places.places_read(conn, tenants=waiting) if many else shares.Places()
+    stood = shares_store.places_read(conn, tenants=waiting) if many else shares.Places()
     ordered = shares.in_turn(due, stood, ask.weights)
     if caps is None:
         taken = ordered[: ask.limit]
@@ -86,7 +86,7 @@ def fair_pick(conn: Connection, ask: Ask, caps: claim_caps.Caps | None = None) -
         taken = [t for t in ordered if caps.take(pools[t[1].id], t[1].tenant)][: ask.limit]
     if many and taken:
         added, reached = shares.moved_on(taken, ask.weights)
-        places.places_move(conn, places=stood, added=added, reached=reached)
+        shares_store.places_move(conn, places=stood, added=added, reached=reached)
     return _picked(taken, due, exact=caps is None)
 
 
@@ -148,5 +148,8 @@ def _picked(
     return Picked([j.id for j in claim], sorted(promote))
 
 
-def caps_of(pools: Mapping[str, int] | None, tenants: Mapping[str, int] | None) -> Any:
+def caps_of(
+    pools: Mapping[str, int] | None, tenants: Mapping[str, int] | None
+) -> claim_caps.Caps | None:
+    """The caps a claim keeps, or None when no pool or tenant is capped."""
     return claim_caps.Caps(pools or {}, tenants or {}) if pools or tenants else None

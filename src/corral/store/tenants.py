@@ -23,13 +23,12 @@ if TYPE_CHECKING:
     from corral.store.database import Database
 
 J = model.JobState
-WAITING = quotas.WAITING
 
 
 def tenant_use(conn: Connection, *, tenant: str | None = None) -> dict[str, usage.Use]:
     """What each tenant uses (only `tenant`, when given), a tenant that uses nothing left
     out: five grouped statements."""
-    waiting = _counted(conn, jobs, tenant, jobs.c.state.in_([s.value for s in WAITING]))
+    waiting = _counted(conn, jobs, tenant, jobs.c.state.in_([s.value for s in quotas.WAITING]))
     running = _counted(conn, jobs, tenant, jobs.c.state == J.RUNNING.value)
     made = _counted(conn, schedules, tenant)
     buckets = _buckets(conn, tenant)
