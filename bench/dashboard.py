@@ -51,7 +51,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import api
 from corral import config, runtime
-from corral.web import auth, pages
+from corral.web import auth, jobs
 
 MAX_P95_MS = 300.0
 """The target: a dashboard page's p95 at most this."""
@@ -68,7 +68,7 @@ PAGES: dict[str, tuple[str, dict[str, Any], str]] = {
     "overview_one_tenant_cold": ("/ui/", {"fresh": "1"}, TENANT),
     "jobs": ("/ui/jobs", {}, "every"),
     "jobs_queued": ("/ui/jobs", {"state": "queued"}, "every"),
-    API_LIST: ("/api/v1/jobs", {"limit": pages.JOBS_PAGE}, "every"),
+    API_LIST: ("/api/v1/jobs", {"limit": jobs.JOBS_PAGE}, "every"),
 }
 """Each timed page: its path, its query, and whose session asks (every tenant's, or
 TENANT's); the API list is asked with the token of every tenant's."""

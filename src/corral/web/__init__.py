@@ -17,7 +17,7 @@ from starlette.responses import RedirectResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from corral import errors
-from corral.web import auth, bulk, overview, pages
+from corral.web import auth, bulk, jobs, overview, pages, schedules
 
 __all__ = ["mount"]
 
@@ -76,6 +76,8 @@ def mount(app: FastAPI) -> None:
     app.add_middleware(overview.Changes, keeper=app.state.overview)
     app.include_router(overview.router)
     app.include_router(pages.router)
+    app.include_router(jobs.router)
+    app.include_router(schedules.router)
     app.include_router(bulk.router)
     app.mount("/ui/static", StaticFiles(directory=pages.HERE / "static"), name="ui-static")
 

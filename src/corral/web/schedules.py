@@ -1,0 +1,48 @@
+"""The schedules pages, under /ui/schedules: every schedule of the tenant with its next
+firings and last run, and pause or resume."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from starlette.responses import Response
+
+from corral import errors
+from corral.web import auth
+from corral.web.auth import Operator, Viewer
+from corral.web.pages import audit, back, page
+
+FIRINGS_SHOWN = 3
+"""Next firings shown for each schedule."""
+
+router = APIRouter(prefix="/ui", include_in_schema=False)
+
+
+@router.get("/schedules")
+async def schedules(request: Request, who: Viewer) -> Response:
+    """Every schedule of the tenant: its rule, next firings (those a DST change moved
+    marked), last run, and pause or resume."""
+    c = auth.client_of(request)
+    found = await c.schedules(tenant=who.tenant)
+    last = {j.id: j for j in await c.jobs_by_id(
+        [s.last_job_id for s in found if s.last_job_id is not None]
+    )}  # fmt: skip
+    rows = [(s, c.upcoming(s, FIRINGS_SHOWN), last.get(s.last_job_id or 0)) for s in found]
+    return page(request, "schedules.html", who, schedules=rows)
+
+
+@router.post("/schedules/{tenant}/{name}/{action}")
+async def schedule_change(
+    request: Request, acting: Operator, tenant: str, name: str, action: str
+) -> Response:
+    c, who = auth.client_of(request), acting.who
+    if action not in ("pause", "resume") or not auth.sees(who, tenant):
+        raise errors.PageMissing(f"no schedule {name!r}")
+    try:
+        if action == "pause":
+            await c.schedule_pause(name, tenant=tenant)
+        else:
+            await c.schedule_resume(name, tenant=tenant)
+    except errors.NotFound:
+        raise errors.PageMissing(f"no schedule {name!r}") from None
+    await audit(c, who, f"schedules.{action}", name, tenant)
+    return back("/ui/schedules", "schedule-changed", name=name, did=f"{action}d")
