@@ -109,7 +109,12 @@ def listen(http: str) -> socket.socket:
     host, port = address(http)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     try:
-        return socket.create_server((host, port), family=family, backlog=2048)
+        sock = socket.create_server((host, port), family=family, backlog=2048)
+        # Each accepted connection inherits it. asyncio sets it only on sockets made with
+        # proto IPPROTO_TCP (create_server's are proto 0), and without it an answer on a
+        # kept-alive connection waits ~40 ms for the client's delayed ACK (Nagle).
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return sock
     except OSError as exc:
         busy = " (is another corral serving there?)" if exc.errno == errno.EADDRINUSE else ""
         raise errors.ConfigError(
