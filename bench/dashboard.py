@@ -23,7 +23,8 @@ viewer of every tenant, or of tenant-3), and what it is measured against:
   * the overview (`/ui/`) as people get it and read anew (`?fresh=1`), for every tenant
     and for one, against the API's list `/api/v1/jobs?limit=50` (p95 at most 300 ms and
     3x the list's: the targets they had; kept, an overview reads nothing most times, so
-    its own statements are no measure of it).
+    its own statements are no measure of it);
+  * `/healthz`, which reads nothing: what any request costs through the server and back.
 
 First each page is asked for in this process (bench/page_sql.py): its answer and the
 statements the store ran for it. A page that answers 404, or a filtered one that runs its
@@ -38,9 +39,10 @@ goes on as soon as it has its answer. Then one client alone asks for each page, 
 its statements, `--alone` times.
 
 JSON on stdout: each page's p50/p95 in ms (under load and alone), its statements and their
-bare p50/p95, the ratio, whether it meets its target; `missing`, `warnings` (a page that
-lists nothing where it should list something: the load may not fill what it reads), what
-the server process spent, the load's and the run's seconds. `meets_targets` holds only if
+bare p50/p95, the ratio, whether it meets its target; `missing`; `warnings` (a page that
+lists nothing where it should list something: the load may not fill what it reads; a page
+of which no statement was caught; `/healthz` slow alone: answers held up on their way);
+what the server process spent; the load's and the run's seconds. `meets_targets` holds only if
 every page was measured and each meets its target (the overview as people get it);
 `measured_meet_targets` over those measured; `cold_meets_targets` over the overviews read
 anew.
