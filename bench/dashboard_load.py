@@ -185,11 +185,11 @@ PLAN_JOBS_SQL = """
         SELECT p.id AS sid, k, n.at, n.at + make_interval(secs => 0.02
             + ((p.id * 7919 + k * 104729) % 480) / 1000.0
             + CASE WHEN p.id = 1 AND k % 211 = 0 THEN 12 ELSE 0 END) AS created
-        FROM plan_schedules AS p, generate_series(0, p.fires - 1) AS k,
+        FROM plan_schedules AS p, generate_series(0::bigint, p.fires - 1) AS k,
             LATERAL (SELECT to_timestamp(p.latest - k * p.period) AS at) AS n
         WHERE p.id > 1 OR NOT {skipped}
         UNION ALL
-        SELECT 0, g, t.at, t.at FROM generate_series(1, {one_off}) AS g,
+        SELECT 0, g, t.at, t.at FROM generate_series(1::bigint, {one_off}) AS g,
             LATERAL (SELECT to_timestamp({now}) - make_interval(secs => ({one_off} - g) * {spacing})
                 AS at) AS t
     ) AS x
@@ -304,7 +304,7 @@ FIRINGS_SQL = """
         CASE WHEN k % 97 = 50 THEN 'missed' ELSE 'skipped' END, NULL,
         to_timestamp(p.latest - k * p.period) + interval '30 s', 30,
         CASE WHEN k % 97 = 50 THEN NULL ELSE 'paused' END
-    FROM plan_schedules AS p, generate_series(0, p.fires - 1) AS k
+    FROM plan_schedules AS p, generate_series(0::bigint, p.fires - 1) AS k
     WHERE p.id = 1 AND {skipped}
 """
 
