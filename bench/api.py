@@ -173,9 +173,12 @@ def load(url: str, jobs: int, events: int) -> None:
 
 
 @contextlib.contextmanager
-def loaded(pg_url: str, bench: str, jobs: int, events: int) -> Iterator[tuple[str, float]]:
-    """A fresh database on `pg_url`'s server, migrated and loaded (`load`), dropped after:
-    its URL and the seconds the load took."""
+def loaded(
+    pg_url: str, bench: str, jobs: int, events: int, fill: Callable[[str], None] | None = None
+) -> Iterator[tuple[str, float]]:
+    """A fresh database on `pg_url`'s server, migrated and loaded (`load`, or `fill(url)`
+    when given: bench/dashboard_load.py's), dropped after: its URL and the seconds the
+    load took."""
     name = f"corral_bench_{bench}_{uuid.uuid4().hex[:8]}"
     admin(pg_url, f'CREATE DATABASE "{name}"')
     url = make_url(pg_url).set(database=name).render_as_string(hide_password=False)
@@ -184,7 +187,10 @@ def loaded(pg_url: str, bench: str, jobs: int, events: int) -> Iterator[tuple[st
         asyncio.run(db.database.migrate())
         asyncio.run(db.close())
         t0 = time.monotonic()
-        load(url, jobs, events)
+        if fill is None:
+            load(url, jobs, events)
+        else:
+            fill(url)
         yield url, round(time.monotonic() - t0, 1)
     finally:
         admin(pg_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

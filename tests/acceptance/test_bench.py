@@ -135,19 +135,39 @@ def test_api_reports_each_page_against_its_bare_sql() -> None:
     assert report["api_server"]["cpu_ms_per_request"] > 0
 
 
-def test_dashboard_reports_its_pages_against_the_api_list() -> None:
+def test_dashboard_reports_each_page_against_its_own_sql_or_as_missing() -> None:
+    """Every page of the table is timed (each request answered 200, or the run stops) or
+    listed as missing: not there yet (404), or its filter not read yet (200, the statements
+    of the page without it). A cron page is timed beside its own statements run bare."""
     report = _bench(
         "dashboard.py",
-        *("--jobs", "2000", "--events", "10000", "--clients", "2", "--requests", "8"),
-        *("--alone", "2"),
+        *("--jobs", "2000", "--events", "10000", "--schedules", "50", "--firings", "1000"),
+        *("--clients", "2", "--requests", "20", "--alone", "2"),
     )
-    overviews = {"overview", "overview_one_tenant"}
-    cold = {f"{name}_cold" for name in overviews}  # read anew at each request (?fresh=1)
-    dashboard = {*overviews, *cold, "jobs", "jobs_queued"}
-    assert set(report["pages"]) == {*dashboard, "api_jobs"}
-    for name in dashboard:
-        assert report["pages"][name]["ratio_p95_vs_api_list"] > 0
+    overviews = {"overview", "overview_one_tenant", "overview_cold", "overview_one_tenant_cold"}
+    cron = {
+        *("jobs", "jobs_state", "jobs_queue", "jobs_label", "jobs_url", "jobs_schedule"),
+        *("jobs_schedule_big", "schedules", "schedules_one_tenant", "schedules_after"),
+        *("schedule", "schedule_older"),
+    }
+    missing = {m["page"]: m for m in report["missing"]}
+    assert {m["status"] for m in missing.values()} <= {200, 404}, missing
+    assert set(report["pages"]) | set(missing) == {*overviews, *cron, "api_jobs", "healthz"}
+    assert not set(report["pages"]) & set(missing)
+    assert {"api_jobs", "healthz", "jobs", "jobs_state", "schedules"} <= set(report["pages"])
+    for name, page in report["pages"].items():
+        assert page["requests"] > 0, name
+        assert page["ms"]["p95"] > 0, name
+        if name in cron:
+            assert page["statements"] > 0, name
+            assert page["ratio_p95_vs_bare"] > 0, name
+        if name in overviews:
+            assert page["ratio_p95_vs_api_list"] > 0, name
+    assert report["loaded"]["rows"]["jobs"] == 2000
+    assert report["loaded"]["rows"]["schedules"] == 50
     assert report["server"]["cpu_ms_per_request"] > 0
+    assert report["load_s"] > 0
+    assert report["run_s"] > 0
 
 
 def test_workers_report_the_ratio_to_the_dispatcher_and_the_parked_backlog() -> None:
