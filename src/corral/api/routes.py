@@ -217,6 +217,12 @@ def _iso(value: Any) -> Any:
     "/jobs",
     summary="List jobs, the newest first (keyset: ?before=<id>)",
     response_model=dict[str, Any],
+    description="Each job as GET /jobs/{id} shows it (without its attempts and events), and"
+    " what the list shows beside it: `target` (what it does: an HTTP job's method and URL,"
+    " a command, a task; secrets redacted), `schedule`, its last attempt's `last_status`"
+    " (HTTP), `last_exit_code` and `response_time` (seconds), and `next_run` (its run_at"
+    " while it waits to run). `next` is the `before` of the next page (null: no more); a"
+    " `url` search's page may hold fewer than `limit` jobs and still have a next.",
 )
 async def jobs_list(
     c: Client,
@@ -226,7 +232,16 @@ async def jobs_list(
     tenant: str | None = None,
     executor: str | None = None,
     pool: str | None = None,
-    schedule: str | None = None,
+    schedule: Annotated[
+        str | None, Query(description="The schedule whose firings made them.")
+    ] = None,
+    url: Annotated[
+        str | None,
+        Query(
+            description="HTTP jobs whose URL (as shown, secrets redacted) contains this,"
+            " in any case."
+        ),
+    ] = None,
     label: Labels = None,
     since: Since = None,
     until: Since = None,
@@ -248,14 +263,10 @@ async def jobs_list(
         labels=labels or {},
         since=when(since, "since"),
         until=when(until, "until"),
+        url=url,
     )
-    found = await c.jobs(given, before=before, limit=limit)
-    return answer(
-        {
-            "jobs": shapes.job_dicts(found, times_as_they_are=True),
-            "next": found[-1].id if len(found) == limit else None,
-        }
-    )
+    page = await c.job_page(given, before=before, limit=limit)
+    return answer({"jobs": shapes.listed_dicts(page, times_as_they_are=True), "next": page.next})
 
 
 def _filter_checked(states: list[str], labels: list[str]) -> dict[str, str]:

@@ -8,6 +8,12 @@ extension, made here if the database has it not), so a search reads the jobs it 
 rather than every job. Each index's expression is the one the list's query says
 (store/job_lists.py).
 
+A search's plan depends on how many jobs its text matches: few are read through the
+trigrams, many are found sooner walking the newest ids. The planner can only tell with
+statistics of the URLs, which it reads from no partial index: st_jobs_http_url (extended
+statistics of the URL expression, at the default statistics target; ANALYZE makes them,
+run here once) gives it them.
+
 Run with corral's loops stopped. On PostgreSQL, given a connection outside a transaction
 (`corral db upgrade` does that), the indexes are built CONCURRENTLY; one a failed build
 left invalid is built again. pg_trgm is left in place by the downgrade: something else may
@@ -44,6 +50,8 @@ INDEXES = {
     },
 }
 """Each database's new indexes: name, and what follows ON."""
+STATISTICS = "st_jobs_http_url"
+"""The URLs' statistics (PostgreSQL), by which a search is planned."""
 
 
 def upgrade() -> None:
@@ -69,8 +77,12 @@ def upgrade() -> None:
             if valid.scalar() is False:  # a concurrent build that failed half way
                 op.execute(f"DROP INDEX{how} IF EXISTS {name}")
             op.execute(f"CREATE INDEX{how} IF NOT EXISTS {name} ON {on}")
+        op.execute(f"CREATE STATISTICS IF NOT EXISTS {STATISTICS} ON ((spec ->> 'url')) FROM jobs")
+        op.execute("ANALYZE jobs")
 
 
 def downgrade() -> None:
+    if op.get_bind().dialect.name == "postgresql":
+        op.execute(f"DROP STATISTICS IF EXISTS {STATISTICS}")
     for name in ("ix_jobs_http_url", "ix_jobs_schedule"):
         op.execute(f"DROP INDEX IF EXISTS {name}")
