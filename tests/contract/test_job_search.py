@@ -303,20 +303,20 @@ async def test_a_url_search_never_finds_a_job_by_what_its_redaction_hides(
 async def test_a_page_left_short_by_secrets_reads_on_and_says_where(
     db: store.Store, clock: FrozenClock
 ) -> None:
-    """Most jobs match the search only inside their token: the page reads on past them (at
-    most SEARCH_ROUNDS reads of its length), and its `next` leads to the rest, which still
-    holds every job the search lists, once."""
+    """Most jobs match the search only inside their token: a page reads on past them (at
+    most SEARCH_ROUNDS reads, each SEARCH_GROWTH times the last), and its `next` leads to
+    the rest, which still holds every job the search lists, once."""
     shown = []
-    for i in range(30):
-        (job_id,) = await submit(db, clock, http(f"https://h.test/{i}?token=needle{i}"))
-        if i % 10 == 0:
-            (job_id,) = await submit(db, clock, http(f"https://needle.test/{i}"))
-            shown.append(job_id)
+    for i in range(90):
+        new = [http(f"https://h.test/{i}?token=needle{i}")]
+        new += [http(f"https://needle.test/{i}")] if i % 30 == 0 else []
+        made = await submit(db, clock, *new)
+        shown += made[1:]
     read, pages = await every_page(db, model.JobFilter(url="needle"), limit=2)
     assert read == shown[::-1]
-    assert len(pages) > 2, "short pages, each saying where to read on"
+    assert len(pages) >= 3, "short pages, each saying where to read on"
     first = await db.jobs.page(model.JobFilter(url="needle"), limit=2)
-    assert len(first.jobs) < 2
+    assert [j.id for j in first.jobs] == [shown[-1]]  # 2 + 8 + 32 read, one kept
     assert first.next is not None
 
 

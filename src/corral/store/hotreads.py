@@ -115,7 +115,7 @@ async def _filled(
     conn: psycopg.AsyncConnection[Any], given: model.JobFilter, limit: int, before: int | None
 ) -> job_lists.Filling:
     filling = job_lists.Filling(given, limit, before)
-    while filling.take(await _matched(conn, given, limit, filling.before)):
+    while filling.take(await _matched(conn, given, filling.size, filling.before)):
         pass
     return filling
 

@@ -35,9 +35,12 @@ from corral.store.tables import attempts, jobs, run_logs
 
 HTTP = "http"
 """The executor whose jobs have a URL to search (executors/http_spec.py's KIND)."""
-SEARCH_ROUNDS = 5
-"""The most reads of a page's length one page of a URL search makes, when what the database
-matched is left out for matching only inside a URL's secrets."""
+SEARCH_ROUNDS = 3
+"""The most reads one page of a URL search makes, when what the database matched is left
+out for matching only inside a URL's secrets: the first of the page's length, each next one
+SEARCH_GROWTH times the last (a read through the trigrams costs about the same however
+many rows it returns, so few larger reads cost less than many)."""
+SEARCH_GROWTH = 4
 LIKE_ESCAPE = "\\"
 """The escape character of the URL search's LIKE pattern (PostgreSQL's default)."""
 
@@ -154,29 +157,30 @@ def matched(
 
 class Filling:
     """A page filled from what the database matched, a read at a time: a URL search leaves
-    out what `shows_url` does not list, and reads on (at most SEARCH_ROUNDS reads) until
-    the page is full or no job is left."""
+    out what `shows_url` does not list, and reads on (at most SEARCH_ROUNDS reads, each
+    `size` jobs from `before` on) until the page is full or no job is left."""
 
     def __init__(self, given: model.JobFilter, limit: int, before: int | None) -> None:
         self.given, self.limit = given, limit
         self.jobs: list[model.Job] = []
         self.next: int | None = None
         self.rounds = 0
-        self.before = before
+        self.before, self.size = before, limit
 
     def take(self, read: Sequence[model.Job]) -> bool:
-        """Add a read of `limit` jobs from `before` on; whether to read again (from the new
-        `before`)."""
+        """Add a read of `size` jobs from `before` on; whether to read again (from the new
+        `before`, the new `size`)."""
         self.rounds += 1
         self.jobs += [j for j in read if shows_url(j, self.given.url)]
         if len(self.jobs) >= self.limit:
             del self.jobs[self.limit :]
             self.next = self.jobs[-1].id
             return False
-        if len(read) < self.limit:
+        if len(read) < self.size:
             self.next = None
             return False
         self.before = self.next = read[-1].id
+        self.size *= SEARCH_GROWTH
         return self.rounds < SEARCH_ROUNDS
 
 
@@ -190,7 +194,7 @@ def job_list(
 
 def _filled(conn: Connection, given: model.JobFilter, limit: int, before: int | None) -> Filling:
     filling = Filling(given, limit, before)
-    while filling.take(matched(conn, given, limit=limit, before=filling.before)):
+    while filling.take(matched(conn, given, limit=filling.size, before=filling.before)):
         pass
     return filling
 
