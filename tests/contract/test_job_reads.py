@@ -14,7 +14,17 @@ from typing import Any
 import pytest
 
 from corral import errors, launching, model, scheduling, store
-from corral.store import Finish, attempts, events, hotpool, hotreads, job_lists, jobs, runlogs, tables
+from corral.store import (
+    Finish,
+    attempts,
+    events,
+    hotpool,
+    hotreads,
+    job_lists,
+    jobs,
+    runlogs,
+    tables,
+)
 from corral.testing import FrozenClock
 
 A, J = model.AttemptState, model.JobState

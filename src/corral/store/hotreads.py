@@ -181,12 +181,8 @@ def _job_list_sql(names: frozenset[str]) -> tuple[str, Mapping[str, Any]]:
     if "before" in names:
         where.append(tables.jobs.c.id < bindparam("before"))
     columns = [sa_cast(c, Text) if c.name in JSON_FIELDS else c for c in tables.jobs.c]
-    stmt = (
-        select(*columns)
-        .where(*where)
-        .order_by(tables.jobs.c.id.desc())
-        .limit(bindparam("limit", type_=Integer()))
-    )
+    newest = select(*columns).where(*where).order_by(tables.jobs.c.id.desc())
+    stmt = newest.limit(bindparam("limit", type_=Integer()))
     compiled = stmt.compile(dialect=dialect)
     return str(compiled), {k: v for k, v in compiled.params.items() if k not in names}
 

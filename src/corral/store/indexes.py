@@ -154,14 +154,22 @@ Index(
 # A schedule's jobs, the newest first (the job list's schedule filter): the schedule's name
 # in a firing's payload (job_lists.schedule_of, the same expression on each database), and
 # the id. Only the jobs of firings: any other job has no schedule, and is not in it.
-for _dialect in ("postgresql", "sqlite"):
-    _FIRED = job_lists.schedule_of(_dialect).is_not(None)
-    Index(
-        "ix_jobs_schedule",
-        job_lists.schedule_of(_dialect),
-        jobs.c.id,
-        **{f"{_dialect}_where": _FIRED},
-    ).ddl_if(dialect=_dialect)
+_PG_SCHEDULE, _SQLITE_SCHEDULE = (
+    job_lists.schedule_of("postgresql"),
+    job_lists.schedule_of("sqlite"),
+)
+Index(
+    "ix_jobs_schedule",
+    _PG_SCHEDULE,
+    jobs.c.id,
+    postgresql_where=_PG_SCHEDULE.is_not(None),
+).ddl_if(dialect="postgresql")
+Index(
+    "ix_jobs_schedule",
+    _SQLITE_SCHEDULE,
+    jobs.c.id,
+    sqlite_where=_SQLITE_SCHEDULE.is_not(None),
+).ddl_if(dialect="sqlite")
 
 # HTTP jobs' URLs by their trigrams (pg_trgm): what the job list's URL search (a contains,
 # in any case: ILIKE) reads on PostgreSQL. SQLite reads it with a LIKE, which no index
