@@ -155,7 +155,7 @@ async def test_a_wrong_filter_is_named_beside_its_field(
     page = (await http.get("/ui/jobs", params=query)).text
     beside = re.search(  # the error follows its field (a select: its options), no other
         rf'id="filter-{field}"[^>]*aria-invalid="true" aria-describedby="error-{field}">'
-        rf'(?:(?!<label).)*?<span id="error-{field}" class="warning">{said}',
+        rf'(?:(?!<label).)*?<div id="error-{field}" class="warning">{said}',
         page,
         re.S,
     )
