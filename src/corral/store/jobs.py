@@ -1,5 +1,5 @@
 """Jobs: submit (idempotent by key), cancel, a person's decision on a quarantined job, and
-the reads."""
+the reads (the job list's in job_lists.py)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
-"""The jobs pages, under /ui/jobs: the list with its filters, a page each with its
-attempts as a timeline and its run log (updated live), the command form, the actions on a
-job, and the quarantined jobs (/ui/dead)."""
+"""The jobs pages, under /ui/jobs: the list with its filters (each job's target, schedule,
+last run and next), a page each with what the job sends and when (sends.py), its attempts
+as a timeline and its run log (updated live), the command form, the actions on a job, and
+the quarantined jobs (/ui/dead)."""
 
 from __future__ import annotations
 
