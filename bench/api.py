@@ -284,7 +284,7 @@ class Capture:
             key = json.dumps(args, sort_keys=True)
             if key not in self._lists:
                 self._lists[key] = await self._run(
-                    lambda: self.db.jobs.list(model.JobFilter(tenant=None, **args), limit=100)
+                    lambda: self.db.jobs.page(model.JobFilter(tenant=None, **args), limit=100)
                 )
             return self._lists[key]
         if self._job is None:

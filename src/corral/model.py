@@ -490,8 +490,10 @@ class ItemOutcome(StrEnum):
 @dataclass(frozen=True, slots=True)
 class JobFilter:
     """Which jobs a job list shows, or a bulk action is about: each field given narrows it
-    (states: any of them; labels: each of them; created in [since, until)). The one filter
-    of every job list: the API's, the dashboard's, the CLI's and the client's."""
+    (states: any of them; labels: each of them; created in [since, until); url: HTTP jobs
+    whose URL, as shown, contains it, in any case: the job list's alone, a bulk action
+    does not take it). The one filter of every job list: the API's, the dashboard's, the
+    CLI's and the client's."""
 
     states: Collection[str] = ()
     queue: str | None = None
@@ -502,6 +504,7 @@ class JobFilter:
     schedule: str | None = None
     since: datetime | None = None
     until: datetime | None = None
+    url: str | None = None
 
     def __post_init__(self) -> None:
         # Kept as given would let a caller's list change the filter after it was made.

@@ -4,7 +4,8 @@ written once here."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import shlex
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -80,6 +81,75 @@ def _job_dict(job: model.Job, spec: Any, at: Callable[[datetime], Any]) -> dict[
         "created_at": at(job.created_at),
         "updated_at": at(job.updated_at),
     }
+
+
+HTTP = "http"
+"""The executor of HTTP jobs, whose target is a method and a URL."""
+WAITING = (model.JobState.SCHEDULED, model.JobState.QUEUED, model.JobState.PARKED)
+"""The states of a job still to run: its next run is its run_at."""
+
+
+def listed_dicts(
+    page: store.job_lists.Page, *, times_as_they_are: bool = False
+) -> list[dict[str, Any]]:
+    """The jobs of a page of the job list as the API lists them: job_dicts, and what the
+    list shows of each beside it (listed_facts)."""
+    at: Callable[[datetime], Any] = _as_it_is if times_as_they_are else datetime.isoformat
+    shaped = job_dicts(page.jobs, times_as_they_are=times_as_they_are)
+    for out, job in zip(shaped, page.jobs, strict=True):
+        out.update(listed_facts(job, page.runs.get(job.id), at))
+    return shaped
+
+
+def listed_facts(
+    job: model.Job,
+    run: store.job_lists.LastRun | None,
+    at: Callable[[datetime], Any] = datetime.isoformat,
+) -> dict[str, Any]:
+    """What the job list shows of a job beside its row: what it does (`target`), its
+    schedule, its last attempt's HTTP status, exit code and response time (seconds), and
+    when it runs next (its run_at while it waits to run; null once it has begun)."""
+    return {
+        "target": job_target(job),
+        "schedule": job_schedule(job),
+        "last_status": run.status if run else None,
+        "last_exit_code": run.exit_code if run else None,
+        "response_time": run.response_time if run else None,
+        "next_run": at(job.run_at) if job.state in WAITING else None,
+    }
+
+
+def job_target(job: model.Job) -> dict[str, Any]:
+    """What a job does, its secrets redacted: an HTTP job's method and URL (`kind` http), a
+    command (`kind` command), a Python task (`kind` task), a container's image and command
+    (`kind` its executor); any other job's executor alone."""
+    spec = job.spec
+    if job.executor == HTTP and isinstance(spec.get("url"), str):
+        method = str(spec.get("method", "GET")).upper()
+        return {"kind": "http", "method": method, "url": redaction.redacted(spec["url"])}
+    if job.executor == python_tasks.PYTHON and isinstance(spec.get("task"), str):
+        return {"kind": "task", "task": spec["task"], "version": spec.get("version")}
+    command = command_text(spec.get("command"))
+    if isinstance(spec.get("image"), str):
+        return {"kind": job.executor, "image": shown(spec["image"]), "command": command}
+    if command is not None:
+        return {"kind": "command", "command": command}
+    return {"kind": job.executor}
+
+
+def command_text(command: Any) -> str | None:
+    """A command (a list of arguments) as one line a shell reads back the same, its URLs'
+    secrets redacted; None for what is no command."""
+    if not isinstance(command, list) or not command:
+        return None
+    return redaction.redacted_text(shlex.join(str(part) for part in command))
+
+
+def job_schedule(job: model.Job) -> str | None:
+    """The schedule whose firing made a job (its payload says), or None."""
+    firing = job.payload.get(scheduling.FIRING) if isinstance(job.payload, Mapping) else None
+    named = firing.get("schedule") if isinstance(firing, Mapping) else None
+    return named if isinstance(named, str) else None
 
 
 def attempt_dict(a: model.Attempt) -> dict[str, Any]:

@@ -135,6 +135,15 @@ def test_api_reports_each_page_against_its_bare_sql() -> None:
     assert report["api_server"]["cpu_ms_per_request"] > 0
 
 
+def test_job_search_reports_each_filter_s_first_page() -> None:
+    report = _bench("job_search.py", "--jobs", "2000", "--schedules", "20")
+    assert len(report["filters"]) >= 10
+    for name, read in report["filters"].items():
+        assert read["buffers"] > 0, name
+        assert read["indexes"], name
+    assert "ix_jobs_schedule" in report["filters"]["schedule"]["indexes"]
+
+
 def test_dashboard_reports_each_page_against_its_own_sql_or_as_missing() -> None:
     """Every page of the table is timed (each request answered 200, or the run stops) or
     listed as missing: not there yet (404), or its filter not read yet (200, the statements

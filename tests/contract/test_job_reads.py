@@ -14,7 +14,17 @@ from typing import Any
 import pytest
 
 from corral import errors, launching, model, scheduling, store
-from corral.store import Finish, attempts, events, hotpool, hotreads, jobs, runlogs, tables
+from corral.store import (
+    Finish,
+    attempts,
+    events,
+    hotpool,
+    hotreads,
+    job_lists,
+    jobs,
+    runlogs,
+    tables,
+)
 from corral.testing import FrozenClock
 
 A, J = model.AttemptState, model.JobState
@@ -63,7 +73,7 @@ async def _jobs(db: store.Store, clock: FrozenClock) -> None:
 def _sqlalchemy(db: store.Store, *, limit: int = 100, **given: Any) -> list[model.Job]:
     """The job list as store/jobs.py reads it, whatever the database."""
     with db.database.engine.connect() as conn:
-        return jobs.job_list(conn, model.JobFilter(**given), limit=limit)
+        return job_lists.job_list(conn, model.JobFilter(**given), limit=limit)
 
 
 FILTERS: list[tuple[dict[str, Any], Callable[[model.Job], bool]]] = [

@@ -165,7 +165,9 @@ async def test_the_list_and_a_job_s_page_answer_each_job_as_its_shape_says(api: 
     assert listed.headers["content-type"] == "application/json"
     assert "pw" not in listed.text
     stored = [await api.c.store.jobs.get(job_id=i) for i in reversed(ids)]
-    shaped = json.loads(json.dumps([shapes.job_dict(j) for j in stored]))
+    shaped = json.loads(
+        json.dumps([{**shapes.job_dict(j), **shapes.listed_facts(j, None)} for j in stored])
+    )
     assert listed.json() == {"jobs": shaped, "next": None}
     assert listed.json()["jobs"][0]["payload"] == {"big": 2**70}
     for job_id in ids:

@@ -213,10 +213,28 @@ def _iso(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} is not JSON")
 
 
+LISTED = (
+    "Each job as GET /jobs/{id} shows it (without its attempts and events), and what the list"
+    " shows beside it: `target` (what it does: an HTTP job's method and URL, a command, a"
+    " task; secrets redacted), `schedule`, its last attempt's `last_status` (HTTP),"
+    " `last_exit_code` and `response_time` (seconds), and `next_run` (its run_at while it"
+    " waits to run). `next` is the `before` of the next page (null: no more); a `url`"
+    " search's page may hold fewer than `limit` jobs and still have a next."
+)
+"""The job list's description in the OpenAPI document."""
+UrlSearch = Annotated[
+    str | None,
+    Query(description="HTTP jobs whose URL (as shown, secrets redacted) contains it, in any case."),
+]
+ScheduleName = Annotated[str | None, Query(description="The schedule whose firings made them.")]
+Before = Annotated[int | None, Query(ge=1, le=MAX_ID, description="Only ids below this one.")]
+
+
 @router.get(
     "/jobs",
     summary="List jobs, the newest first (keyset: ?before=<id>)",
     response_model=dict[str, Any],
+    description=LISTED,
 )
 async def jobs_list(
     c: Client,
@@ -226,13 +244,12 @@ async def jobs_list(
     tenant: str | None = None,
     executor: str | None = None,
     pool: str | None = None,
-    schedule: str | None = None,
+    schedule: ScheduleName = None,
+    url: UrlSearch = None,
     label: Labels = None,
     since: Since = None,
     until: Since = None,
-    before: Annotated[
-        int | None, Query(ge=1, le=MAX_ID, description="Only ids below this one.")
-    ] = None,
+    before: Before = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> Response:
     if tenant is not None and not who.sees(tenant):
@@ -248,14 +265,10 @@ async def jobs_list(
         labels=labels or {},
         since=when(since, "since"),
         until=when(until, "until"),
+        url=url,
     )
-    found = await c.jobs(given, before=before, limit=limit)
-    return answer(
-        {
-            "jobs": shapes.job_dicts(found, times_as_they_are=True),
-            "next": found[-1].id if len(found) == limit else None,
-        }
-    )
+    page = await c.job_page(given, before=before, limit=limit)
+    return answer({"jobs": shapes.listed_dicts(page, times_as_they_are=True), "next": page.next})
 
 
 def _filter_checked(states: list[str], labels: list[str]) -> dict[str, str]:

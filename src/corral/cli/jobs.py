@@ -29,6 +29,13 @@ def jobs() -> None:
 @click.option("--queue", default=None, help="Only jobs of this queue.")
 @click.option("--tenant", default=None, help="Only jobs of this tenant.")
 @click.option("--pool", default=None, help="Only jobs of this pool.")
+@click.option("--schedule", default=None, help="Only the jobs this schedule's firings made.")
+@click.option(
+    "--url",
+    default=None,
+    help="Only HTTP jobs whose URL contains this text, in any case (as shown: a secret in a"
+    " URL is never matched).",
+)
 @click.option("--limit", type=click.IntRange(1, 10_000), default=50, show_default=True)
 @json_option
 @config_option
@@ -39,23 +46,28 @@ def jobs_list(
     queue: str | None,
     tenant: str | None,
     pool: str | None,
+    schedule: str | None,
+    url: str | None,
     limit: int,
     as_json: bool,
 ) -> None:
-    """List the newest jobs."""
+    """List the newest jobs: what each does, its schedule, its last attempt's HTTP status or
+    exit code and response time, and when it runs next."""
 
-    async def go() -> list[model.Job]:
+    async def go() -> client.jobs.JobPage:
         from corral import model
 
         async with state.connect(platforms=False) as c:
-            given = model.JobFilter(states=states, queue=queue, tenant=tenant, pool=pool)
-            return await c.jobs(given, limit=limit)
+            given = model.JobFilter(
+                states=states, queue=queue, tenant=tenant, pool=pool, schedule=schedule, url=url
+            )
+            return await c.job_page(given, limit=limit)
 
-    found = run(go())
+    page = run(go())
     if as_json:
-        print_json([shapes.job_dict(j) for j in found])
+        print_json(shapes.listed_dicts(page))
         return
-    out.print(render.jobs_table(found))
+    out.print(render.jobs_table(page))
 
 
 @jobs.command("show")

@@ -43,22 +43,44 @@ def attempts_text(job: model.Job) -> str:
     return text
 
 
-def jobs_table(found: Sequence[model.Job]) -> Table:
-    """The newest jobs, a row each, in 80 columns: times to the second, no priority
-    (`jobs show` and --json have both whole)."""
-    columns = ("id", "state", "queue", "tenant", "executor", "attempts", "updated")
-    t = table(*columns, keep=("id", "state", "updated"))
-    for j in found:
+def jobs_table(page: client.jobs.JobPage) -> Table:
+    """A page of the job list, a row each, in 80 columns: what each job does (secrets
+    redacted), its schedule, its last attempt's HTTP status or exit code and response time,
+    when it runs next (times to the second; `jobs show` and --json have the rest)."""
+    columns = ("id", "state", "what", "schedule", "last", "time", "next run")
+    t = table(*columns, keep=("id", "state", "next run"))
+    for j in page.jobs:
+        facts = shapes.listed_facts(j, page.runs.get(j.id), lambda at: at)
         t.add_row(
             str(j.id),
             j.state,
-            j.queue,
-            j.tenant,
-            j.executor,
-            attempts_text(j),
-            j.updated_at.strftime("%m-%d %H:%M:%S"),
+            Text(what_text(facts["target"])),  # as it is: "[redacted]" is no markup
+            Text(facts["schedule"] or "-"),
+            last_text(facts),
+            "-" if facts["response_time"] is None else f"{facts['response_time']:.3f}s",
+            facts["next_run"].strftime("%m-%d %H:%M:%S") if facts["next_run"] else "-",
         )
     return t
+
+
+def what_text(target: dict[str, Any]) -> str:
+    """A job's target (shapes.job_target) in a few words."""
+    if target["kind"] == "http":
+        return f"{target['method']} {target['url']}"
+    if target["kind"] == "task":
+        return f"task {target['task']}"
+    if "image" in target:
+        return f"{target['image']}: {target['command'] or ''}".rstrip(": ")
+    return str(target.get("command") or target["kind"])
+
+
+def last_text(facts: dict[str, Any]) -> str:
+    """The last attempt's HTTP status, else its exit code ("exit N"), else "-"."""
+    if facts["last_status"] is not None:
+        return str(facts["last_status"])
+    if facts["last_exit_code"] is not None:
+        return f"exit {facts['last_exit_code']}"
+    return "-"
 
 
 def print_view(view: client.jobs.JobView) -> None:

@@ -42,12 +42,34 @@ def why(view: jobs.JobView, now: datetime, *, pool: tuple[int, int] | None = Non
     if job.state == J.PARKED:
         return f"parked: no live worker can run it yet ({last})"
     if job.state == J.QUARANTINED:
-        cause = last.removeprefix("quarantined: ").removesuffix("; waits for a person")
+        cause = last.removeprefix(QUARANTINED).removesuffix(WAITS)
         return (
             f"quarantined: waits for a person ({cause}); `corral dead retry {job.id}` after a fix,"
             f" or `corral dead discard {job.id}`"
         )
     return f"{job.state}: {last}"
+
+
+QUARANTINED = "quarantined: "
+WAITS = "; waits for a person"
+"""The words around a quarantine's run-log line (retry.Decision.reason)."""
+
+
+def quarantine_said(view: jobs.JobView) -> tuple[str, str]:
+    """Why a quarantined job waits, in two parts, for a page that has its own words and
+    buttons around them: what its attempt did ("attempt 2 failed permanently"), and what
+    decided it (the failure rule, or the fingerprint of the failure it repeated), "" when
+    its run log names neither. Its quarantine's run-log line, without the words around it."""
+    quarantines = [e for e in view.events if e.to_state == model.JobState.QUARANTINED]
+    if not quarantines:
+        return "", ""
+    last = quarantines[-1]
+    said = last.reason.removeprefix(QUARANTINED).removesuffix(WAITS)
+    details = last.details or {}
+    for decided in (details.get("rule"), f"fingerprint {details.get('fingerprint')}"):
+        if decided and said.endswith(f" ({decided})"):
+            return said.removesuffix(f" ({decided})"), str(decided)
+    return said, ""
 
 
 def _queued(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -17,6 +18,7 @@ from typing import Any, TypedDict, Unpack
 from corral import errors, launching, model, python_tasks, quotas, scheduling
 from corral.client import checks, service
 from corral.policy import JobPolicy
+from corral.store import job_lists
 
 log = logging.getLogger("corral.client")
 
@@ -57,6 +59,38 @@ SUBMIT_FIELDS = tuple(JobArgs.__annotations__)
 """The arguments of `Client.submit`, which a job given as JSON has as its keys."""
 RERUN_OF = "rerun-of"
 """The label of a job `rerun` made: the id of the job it runs again."""
+JobPage = job_lists.Page
+"""A page of the job list: its jobs, the last run of each, and the id to read on from."""
+LastRun = job_lists.LastRun
+"""What the job list shows of a job's last attempt."""
+URL_SEARCH_CHARS = 200
+"""The longest text the job list's URL search takes."""
+_URL_WORD = re.compile(r"[^\W_]{3}")
+"""Three letters or digits in a row: the least a URL search needs, for its index
+(trigrams) to find the jobs it matches rather than read every one."""
+
+
+def check_filter(given: model.JobFilter) -> None:
+    """InvalidInput naming the field of a job list's filter that is wrong: a state that is
+    not one, a URL search without three letters or digits in a row, too long, or with a
+    control character."""
+    for state in given.states:
+        if state not in model.JobState.__members__.values():
+            raise errors.InvalidInput(
+                f"state: {state!r} is not a job state; use one of {', '.join(model.JobState)}"
+            )
+    url = given.url
+    if url is None:
+        return
+    if not _URL_WORD.search(url):
+        raise errors.InvalidInput(
+            f"url: {url!r} is too short to look for: give at least three letters or digits"
+            " in a row (a part of a host's or a path's name)"
+        )
+    if len(url) > URL_SEARCH_CHARS:
+        raise errors.InvalidInput(f"url: at most {URL_SEARCH_CHARS} characters to look for")
+    if any(ord(c) < 32 or ord(c) == 127 for c in url):
+        raise errors.InvalidInput("url: a control character is in no URL")
 
 
 class Jobs(service.Service):
@@ -209,14 +243,21 @@ class Jobs(service.Service):
     async def jobs(
         self, given: model.JobFilter, *, before: int | None = None, limit: int = 100
     ) -> list[model.Job]:
-        """The newest jobs `given` matches (with ids below `before`); InvalidInput names a
-        state that is not one."""
-        for state in given.states:
-            if state not in model.JobState.__members__.values():
-                raise errors.InvalidInput(
-                    f"state: {state!r} is not a job state; use one of {', '.join(model.JobState)}"
-                )
+        """The newest jobs `given` matches (with ids below `before`); InvalidInput names
+        what is wrong with the filter (check_filter)."""
+        check_filter(given)
         return await self.store.jobs.list(given, limit=limit, before=before)
+
+    async def job_page(
+        self, given: model.JobFilter, *, before: int | None = None, limit: int = 100
+    ) -> JobPage:
+        """A page of the job list: the newest jobs `given` matches (with ids below
+        `before`), the last run of each (its HTTP status, exit code and response time),
+        and the id to read on from (None: no more). A URL search lists a job only by what
+        its URL shows, secrets redacted, so its page may be short of `limit` with more to
+        read. InvalidInput names what is wrong with the filter (check_filter)."""
+        check_filter(given)
+        return await self.store.jobs.page(given, limit=limit, before=before)
 
     async def job_row(self, job_id: int) -> model.Job:
         """A job alone, without its attempts and run log (NotFound if there is none)."""

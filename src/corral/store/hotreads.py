@@ -1,16 +1,17 @@
 """The API's most asked reads on PostgreSQL, a job list and a job's page, on async
 connections of their own (hotpool.py) on the event loop, as the dispatcher's hot path runs.
 
-They read what jobs.job_list and jobs.job_record read, by the same statements (the same
+They read what job_lists.job_page and jobs.job_record read, by the same statements (the same
 conditions, in the same form, so the planner picks the same indexes: ix_jobs_state,
-ix_jobs_queue_state, ix_jobs_labels), each one round trip outside a transaction. What they
+ix_jobs_queue_state, ix_jobs_labels, ix_jobs_schedule, ix_jobs_http_url), each one round
+trip outside a transaction. What they
 leave out is what a read of a hundred jobs felt as much as the database's work: the hop to
 a worker thread and back, SQLAlchemy's execution context and result rows. A row comes as
 the driver's tuple, JSON as text parsed once per distinct text (a page repeats the same
 specs, policies and labels), and becomes the model's value by position: the columns are
 named from the model's own fields.
 
-On SQLite the store reads the same through SQLAlchemy (jobs.job_list), on its reading
+On SQLite the store reads the same through SQLAlchemy (job_lists.job_page), on its reading
 thread: a file has no round trip to save.
 """
 
@@ -26,11 +27,21 @@ from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, cast
 
 import orjson
-from sqlalchemy import Connection, Integer, String, Text, bindparam, select
+from sqlalchemy import (
+    BigInteger,
+    Connection,
+    Integer,
+    String,
+    Text,
+    bindparam,
+    func,
+    select,
+    tuple_,
+)
 from sqlalchemy import cast as sa_cast
 
 from corral import errors, launching, model
-from corral.store import dialects, jobs, runlogs, tables
+from corral.store import dialects, job_lists, runlogs, tables
 
 if TYPE_CHECKING:
     import psycopg
@@ -82,7 +93,39 @@ async def job_list(
     limit: int = 100,
     before: int | None = None,
 ) -> list[model.Job]:
-    """jobs.job_list in one statement: the newest jobs first, those `given` matches."""
+    """job_lists.job_list: the newest jobs first, those `given` matches (one statement,
+    more for a URL search that left jobs out)."""
+    return (await _filled(conn, given, limit, before)).jobs
+
+
+async def job_page(
+    conn: psycopg.AsyncConnection[Any],
+    given: model.JobFilter,
+    *,
+    limit: int = 100,
+    before: int | None = None,
+) -> job_lists.Page:
+    """job_lists.job_page: a page of the job list and the last run of each of its jobs, on
+    one connection."""
+    filling = await _filled(conn, given, limit, before)
+    return job_lists.Page(filling.jobs, await _last_runs(conn, filling.jobs), filling.next)
+
+
+async def _filled(
+    conn: psycopg.AsyncConnection[Any], given: model.JobFilter, limit: int, before: int | None
+) -> job_lists.Filling:
+    filling = job_lists.Filling(given, limit, before)
+    while filling.take(await _matched(conn, given, filling.size, filling.before)):
+        pass
+    return filling
+
+
+async def _matched(
+    conn: psycopg.AsyncConnection[Any], given: model.JobFilter, limit: int, before: int | None
+) -> list[model.Job]:
+    """job_lists.matched in one statement. A URL search's is planned for its own text
+    each time (not prepared): whether its trigrams or the newest ids find a page sooner
+    depends on how many jobs the text matches."""
     from psycopg.types.json import Jsonb
 
     params: dict[str, Any] = {f"state_{n}": s for n, s in enumerate(given.states)}
@@ -95,9 +138,11 @@ async def job_list(
         params["since"] = _utc(given.since)
     if given.until is not None:
         params["until"] = _utc(given.until)
+    if given.url:
+        params["url"] = job_lists.url_pattern(given.url)
     params["limit"] = limit
     sql, fixed = _job_list_sql(frozenset(params))
-    rows = await _rows(conn, sql, {**fixed, **params})
+    rows = await _rows(conn, sql, {**fixed, **params}, prepare=False if given.url else None)
     read = _Reader()
     return [read.job(row) for row in rows]
 
@@ -105,8 +150,8 @@ async def job_list(
 @functools.lru_cache(maxsize=256)
 def _job_list_sql(names: frozenset[str]) -> tuple[str, Mapping[str, Any]]:
     """The job list's statement for the parameters `names` (state_0, state_1, ... for the
-    states), and the values it sets itself (the JSON path to a firing's schedule): the
-    conditions of jobs.job_where, each filter's value a parameter of its own, compiled as
+    states), and any values it sets itself: the conditions of job_lists.job_where (and
+    url_where), each filter's value a parameter of its own, compiled as
     SQLAlchemy sends them to PostgreSQL (so the planner sees what it sees from the store's
     own reads, and picks the same indexes)."""
     from sqlalchemy.dialects.postgresql import JSONB
@@ -128,18 +173,16 @@ def _job_list_sql(names: frozenset[str]) -> tuple[str, Mapping[str, Any]]:
         since=given("since"),
         until=given("until"),
     )
-    where = jobs.job_where(conn, matching)
+    where = job_lists.job_where(conn, matching)
     if "labels" in names:  # (job_where's labels are values: a parameter is named here)
         where.append(dialects.json_has(conn, tables.jobs.c.labels, given("labels", JSONB())))
+    if "url" in names:
+        where += job_lists.url_where("postgresql", named("url", String()))
     if "before" in names:
         where.append(tables.jobs.c.id < bindparam("before"))
     columns = [sa_cast(c, Text) if c.name in JSON_FIELDS else c for c in tables.jobs.c]
-    stmt = (
-        select(*columns)
-        .where(*where)
-        .order_by(tables.jobs.c.id.desc())
-        .limit(bindparam("limit", type_=Integer()))
-    )
+    newest = select(*columns).where(*where).order_by(tables.jobs.c.id.desc())
+    stmt = newest.limit(bindparam("limit", type_=Integer()))
     compiled = stmt.compile(dialect=dialect)
     return str(compiled), {k: v for k, v in compiled.params.items() if k not in names}
 
@@ -162,11 +205,42 @@ async def job_record(
 
 
 async def _rows(
-    conn: psycopg.AsyncConnection[Any], sql: str, params: Mapping[str, Any]
+    conn: psycopg.AsyncConnection[Any],
+    sql: str,
+    params: Mapping[str, Any],
+    *,
+    prepare: bool | None = None,
 ) -> list[tuple[Any, ...]]:
-    """One statement's rows as the driver's tuples (psycopg prepares it once it repeats)."""
-    cursor = await conn.execute(sql, params)
+    """One statement's rows as the driver's tuples (psycopg prepares it once it repeats,
+    unless `prepare` is False)."""
+    cursor = await conn.execute(sql, params, prepare=prepare)
     return await cursor.fetchall()
+
+
+async def _last_runs(
+    conn: psycopg.AsyncConnection[Any], listed: Sequence[model.Job]
+) -> dict[int, job_lists.LastRun]:
+    """job_lists.last_runs in one statement: the job ids and attempt numbers as two arrays."""
+    pairs = job_lists.tried(listed)
+    if not pairs:
+        return {}
+    params = {"job_ids": [p[0] for p in pairs], "attempt_nos": [p[1] for p in pairs]}
+    rows = await _rows(conn, _last_runs_sql(), params)
+    return {row[0]: job_lists.last_run(row) for row in rows}
+
+
+@functools.cache
+def _last_runs_sql() -> str:
+    """job_lists.last_runs_select as dialects.pairs_in writes its pairs on PostgreSQL
+    (unnest of two arrays), the arrays named."""
+    from sqlalchemy.dialects.postgresql import ARRAY
+    from sqlalchemy.dialects.postgresql import psycopg as postgresql
+
+    arrays = [bindparam(n, type_=ARRAY(BigInteger())) for n in ("job_ids", "attempt_nos")]
+    pairs = func.unnest(*arrays).table_valued("a", "b").render_derived("u")
+    key = tuple_(tables.attempts.c.job_id, tables.attempts.c.attempt_no)
+    stmt = job_lists.last_runs_select(key.in_(select(pairs.c.a, pairs.c.b)))
+    return str(stmt.compile(dialect=postgresql.dialect()))  # type: ignore[no-untyped-call]
 
 
 def _utc(at: datetime) -> datetime:

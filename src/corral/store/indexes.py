@@ -11,6 +11,7 @@ from typing import Any
 
 from sqlalchemy import Index, text
 
+from corral.store import job_lists
 from corral.store.tables import (
     DUE,
     JOB_ENDS,
@@ -28,8 +29,13 @@ from corral.store.tables import (
     signing_secrets,
 )
 
-__all__ = ["compared_on", "metadata"]
+__all__ = ["EXPRESSIONS", "compared_on", "metadata"]
 """The whole schema: `tables.metadata` with these indexes."""
+
+EXPRESSIONS = frozenset({"ix_jobs_schedule", "ix_jobs_http_url"})
+"""The indexes of an expression, which `compared_on` leaves out: SQLAlchemy reflects none on
+SQLite (and names one on both databases twice here, an index of each's own expression).
+tests/contract/test_job_search.py compares their definitions instead."""
 
 # Partial indexes: a job is in each only while it is in that state, so finished jobs (most
 # of a busy table) cost them nothing, and a job's later updates skip them. Queries state
@@ -145,12 +151,46 @@ Index(
     postgresql_ops={"labels": "jsonb_path_ops"},
 ).ddl_if(dialect="postgresql")
 
+# A schedule's jobs, the newest first (the job list's schedule filter): the schedule's name
+# in a firing's payload (job_lists.schedule_of, the same expression on each database), and
+# the id. Only the jobs of firings: any other job has no schedule, and is not in it.
+_PG_SCHEDULE, _SQLITE_SCHEDULE = (
+    job_lists.schedule_of("postgresql"),
+    job_lists.schedule_of("sqlite"),
+)
+Index(
+    "ix_jobs_schedule",
+    _PG_SCHEDULE,
+    jobs.c.id,
+    postgresql_where=_PG_SCHEDULE.is_not(None),
+).ddl_if(dialect="postgresql")
+Index(
+    "ix_jobs_schedule",
+    _SQLITE_SCHEDULE,
+    jobs.c.id,
+    sqlite_where=_SQLITE_SCHEDULE.is_not(None),
+).ddl_if(dialect="sqlite")
+
+# HTTP jobs' URLs by their trigrams (pg_trgm): what the job list's URL search (a contains,
+# in any case: ILIKE) reads on PostgreSQL. SQLite reads it with a LIKE, which no index
+# serves.
+Index(
+    "ix_jobs_http_url",
+    job_lists.url_of("postgresql").label("url"),
+    postgresql_using="gin",
+    postgresql_ops={"url": "gin_trgm_ops"},
+    postgresql_where=text("executor = 'http'"),
+).ddl_if(dialect="postgresql")
+
 
 def compared_on(dialect: str) -> Callable[..., bool]:
     """Alembic's `include_object` for comparing a `dialect` database with `metadata`: an
-    index made on other dialects only (ddl_if) is not looked for there."""
+    index made on other dialects only (ddl_if) is not looked for there, nor one of
+    EXPRESSIONS anywhere."""
 
     def include(obj: Any, name: str | None, kind: str, reflected: bool, compare_to: Any) -> bool:
+        if kind == "index" and name in EXPRESSIONS:
+            return False
         only = getattr(obj, "_ddl_if", None) if kind == "index" and not reflected else None
         return only is None or only.dialect in (None, dialect)
 

@@ -1,5 +1,5 @@
 """Jobs: submit (idempotent by key), cancel, a person's decision on a quarantined job, and
-the reads."""
+the reads (the job list's in job_lists.py)."""
 
 from __future__ import annotations
 
@@ -8,11 +8,21 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import ColumnElement, Connection, func, insert, select
+from sqlalchemy import Connection, func, insert, select
 
 from corral import launching, model, policy, python_tasks, quotas, retry, scheduling, shares
 from corral.store import attempts as attempts_
-from corral.store import budgets, claims, dialects, hotpath, hotreads, parking, runlogs, tokens
+from corral.store import (
+    budgets,
+    claims,
+    dialects,
+    hotpath,
+    hotreads,
+    job_lists,
+    parking,
+    runlogs,
+    tokens,
+)
 from corral.store import caps as claim_caps
 from corral.store import quotas as holds
 from corral.store.events import event_insert, event_list, event_row
@@ -220,41 +230,6 @@ def job_get_many(conn: Connection, *, job_ids: Sequence[int]) -> list[model.Job]
         select(jobs).where(dialects.one_of(conn, jobs.c.id, job_ids)).order_by(jobs.c.id)
     )
     return [job_from_row(r._mapping) for r in rows]
-
-
-def job_list(
-    conn: Connection, given: model.JobFilter, *, limit: int = 100, before: int | None = None
-) -> list[model.Job]:
-    """Newest jobs first, those `given` matches, and (keyset pagination) with ids below
-    `before`."""
-    stmt = select(jobs).order_by(jobs.c.id.desc()).limit(limit)
-    stmt = stmt.where(*job_where(conn, given))
-    if before is not None:
-        stmt = stmt.where(jobs.c.id < before)
-    return [job_from_row(m) for m in conn.execute(stmt).mappings().all()]
-
-
-def job_where(conn: Connection, given: model.JobFilter) -> list[ColumnElement[bool]]:
-    """The conditions of the job list's filter (job_list), for every read that filters
-    jobs as it does (a bulk action's preview and snapshot)."""
-    where: list[ColumnElement[bool]] = []
-    if given.states:
-        where.append(jobs.c.state.in_(list(given.states)))
-    equal = (
-        (jobs.c.queue, given.queue),
-        (jobs.c.tenant, given.tenant),
-        (jobs.c.pool, given.pool),
-        (jobs.c.executor, given.executor),
-        (dialects.json_text(conn, jobs.c.payload, scheduling.FIRING, "schedule"), given.schedule),
-    )
-    where += [column == value for column, value in equal if value is not None]
-    if given.labels:
-        where.append(dialects.json_has(conn, jobs.c.labels, given.labels))
-    if given.since is not None:
-        where.append(jobs.c.created_at >= given.since)
-    if given.until is not None:
-        where.append(jobs.c.created_at < given.until)
-    return where
 
 
 def job_count_by_state(conn: Connection) -> dict[str, int]:
@@ -499,9 +474,21 @@ class Jobs:
     async def list(
         self, given: model.JobFilter | None = None, *, limit: int = 100, before: int | None = None
     ) -> list[model.Job]:
-        """The newest jobs `given` matches (all jobs without it), ids below `before`."""
+        """The newest jobs `given` matches (all jobs without it), ids below `before`
+        (job_lists.job_list)."""
         given = given or model.JobFilter()
         return await self._db.hot_read(
-            functools.partial(job_list, given=given, limit=limit, before=before),
+            functools.partial(job_lists.job_list, given=given, limit=limit, before=before),
             functools.partial(hotreads.job_list, given=given, limit=limit, before=before),
+        )
+
+    async def page(
+        self, given: model.JobFilter, *, limit: int = 100, before: int | None = None
+    ) -> job_lists.Page:
+        """A page of the job list with the last run of each of its jobs, and where to read
+        on (job_lists.job_page): on PostgreSQL two statements (more for a URL search that
+        left jobs out) on one connection."""
+        return await self._db.hot_read(
+            functools.partial(job_lists.job_page, given=given, limit=limit, before=before),
+            functools.partial(hotreads.job_page, given=given, limit=limit, before=before),
         )

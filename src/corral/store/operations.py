@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Connection, Select, bindparam, func, insert, literal, select, update
 
 from corral import errors, model
-from corral.store import dialects, job_decisions, jobs
+from corral.store import dialects, job_decisions, job_lists, jobs
 from corral.store.tables import jobs as jobs_table
 from corral.store.tables import operation_items, operations
 
@@ -63,7 +63,7 @@ def _matching(
     can touch, at most model.BULK_MAX_JOBS + 1 of them (one more tells there are too many)."""
     fits = model.BULK_STATES[action]
     states = [s for s in given.states if s in fits] if given.states else sorted(fits)
-    where = jobs.job_where(conn, dataclasses.replace(given, states=states, tenant=tenant))
+    where = job_lists.job_where(conn, dataclasses.replace(given, states=states, tenant=tenant))
     if not states:  # states were given, and the action touches none of them
         where.append(literal(False))
     return select(jobs_table.c.id).where(*where).limit(model.BULK_MAX_JOBS + 1)

@@ -23,7 +23,8 @@ from corral import model, retry, scheduling
 from corral.store import dialects
 from corral.store.budgets import budget_list
 from corral.store.caps import pool_running
-from corral.store.jobs import job_get_many, job_list
+from corral.store.job_lists import job_list
+from corral.store.jobs import job_get_many
 from corral.store.rows import schedule_from_row
 from corral.store.tables import JOB_ENDS, events, jobs, schedules
 

@@ -1,10 +1,12 @@
-"""The jobs pages, under /ui/jobs: the list with its filters, a page each with its
-attempts as a timeline and its run log (updated live), the command form, the actions on a
-job, and the quarantined jobs (/ui/dead)."""
+"""The jobs pages, under /ui/jobs: the list with its filters (each job's target, schedule,
+last run and next), a page each with what the job sends and when (sends.py), its attempts
+as a timeline and its run log (updated live), the command form, the actions on a job, and
+the quarantined jobs (/ui/dead)."""
 
 from __future__ import annotations
 
 import dataclasses
+from datetime import datetime
 from typing import Annotated, Any
 from urllib.parse import urlencode
 
@@ -12,7 +14,7 @@ from fastapi import APIRouter, Query, Request
 from starlette.responses import Response
 
 from corral import access, client, errors, model, shapes, tenancy
-from corral.web import auth, live
+from corral.web import auth, live, sends
 from corral.web.auth import Operator, Viewer
 from corral.web.pages import (
     MAX_ID,
@@ -41,12 +43,54 @@ class Filters:
     """The job list's filters, as the query string gives them."""
 
     state: str = ""
-    queue: str = ""
+    schedule: str = ""
+    url: str = ""
     label: str = ""
+    queue: str = ""
 
     def query(self, **more: Any) -> str:
         given = {**dataclasses.asdict(self), **more}
         return urlencode({k: v for k, v in given.items() if v not in ("", None)})
+
+    def bulk_query(self, action: str) -> str | None:
+        """The bulk preview's query for these filters, or None when one it does not take
+        (schedule, url) is given: it would act on more jobs than the list shows."""
+        if self.schedule or self.url:
+            return None
+        taken = {name: getattr(self, name) for name in BULK}
+        return urlencode({k: v for k, v in taken.items() if v} | {"action": action})
+
+    def matching(self, tenant: str | None) -> model.JobFilter:
+        """The filter these say, for `tenant`'s session (None: every tenant's)."""
+        key, _, value = self.label.partition("=")
+        return model.JobFilter(
+            states=[self.state] if self.state else [],
+            schedule=self.schedule or None,
+            url=self.url or None,
+            labels={key: value} if self.label else {},
+            queue=self.queue or None,
+            tenant=tenant,
+        )
+
+    def wrong(self) -> dict[str, str]:
+        """Why each field the list refuses is wrong, by field ({}: none is)."""
+        found = {}
+        if self.label and not (self.label.partition("=")[0] and "=" in self.label):
+            found["label"] = f"label: {self.label!r} is not KEY=VALUE"
+        checked = (
+            ("state", model.JobFilter(states=[self.state] if self.state else [])),
+            ("url", model.JobFilter(url=self.url or None)),
+        )
+        for field, given in checked:
+            try:
+                client.jobs.check_filter(given)
+            except errors.InvalidInput as exc:
+                found[field] = str(exc)
+        return found
+
+
+BULK = ("state", "queue", "label")
+"""The filters a bulk action's preview takes (web/bulk.py's FIELDS)."""
 
 
 @router.get("/jobs")
@@ -54,62 +98,52 @@ async def jobs(
     request: Request,
     who: Viewer,
     state: str = "",
-    queue: str = "",
+    schedule: str = "",
+    url: str = "",
     label: str = "",
+    queue: str = "",
     before: Annotated[int | None, Query(ge=1, le=MAX_ID)] = None,
 ) -> Response:
-    """Jobs, the newest first, a page at a time (keyset: ?before=<id>)."""
-    return await _jobs_page(request, who, state=state, queue=queue, label=label, before=before)
+    """Jobs, the newest first, a page at a time (keyset: ?before=<id>), each with what it
+    does, its schedule, its last run and its next."""
+    filters = Filters(state=state, schedule=schedule, url=url, label=label, queue=queue)
+    return await _jobs_page(request, who, filters, before=before)
 
 
 async def _jobs_page(
     request: Request,
     who: access.WebSession,
+    filters: Filters,
     *,
-    state: str = "",
-    queue: str = "",
-    label: str = "",
     before: int | None = None,
     wrong: str = "",
     status: int = 200,
 ) -> Response:
-    """The jobs page, saying `wrong` (a refused form's reason) when there is one."""
+    """The jobs page, saying `wrong` (a refused form's reason) when there is one, and each
+    wrong filter beside its field."""
     c = auth.client_of(request)
-    filters = Filters(state=state, queue=queue, label=label)
-    key, _, value = label.partition("=")
-    wrong = _wrong_filter(state, label) or wrong
-    found: list[model.Job] = []
-    if not wrong:
-        given = model.JobFilter(
-            states=[state] if state else [],
-            queue=queue or None,
-            tenant=who.tenant,
-            labels={key: value} if label else {},
-        )
-        found = await c.jobs(given, before=before, limit=JOBS_PAGE)
-    more = found[-1].id if len(found) == JOBS_PAGE else None
+    errors_ = filters.wrong()
+    page_ = client.jobs.JobPage([])
+    if not errors_:
+        page_ = await c.job_page(filters.matching(who.tenant), before=before, limit=JOBS_PAGE)
     return page(
         request,
         "jobs.html",
         who,
-        jobs=found,
+        rows=[_row(j, page_.runs.get(j.id)) for j in page_.jobs],
         filters=filters,
+        errors=errors_,
         wrong=wrong,
-        next_page=filters.query(before=more) if more else None,
+        next_page=filters.query(before=page_.next) if page_.next else None,
         states=list(model.JobState),
         commands=tenancy.offered(c.settings.tenants, who.tenant, "process"),
         status=status,
     )
 
 
-def _wrong_filter(state: str, label: str) -> str:
-    """Why the jobs page's filter is refused, or "" when it is not."""
-    key = label.partition("=")[0]
-    if state and state not in model.JobState.__members__.values():
-        return f"state: {state!r} is not a job state"
-    if label and not (key and "=" in label):
-        return f"label: {label!r} is not KEY=VALUE"
-    return ""
+def _row(job: model.Job, run: client.jobs.LastRun | None) -> dict[str, Any]:
+    """A job as a row of the list: the job, and what the list shows of it (shapes)."""
+    return {"job": job, **shapes.listed_facts(job, run, lambda at: at)}
 
 
 @router.post("/jobs")
@@ -133,7 +167,7 @@ async def job_submit(request: Request, acting: Operator) -> Response:
         made = c.validate(dataclasses.replace(job, tenant_made=True))  # runs as a stranger
         [(job_id, _)] = await c.submit_many([made], limited=True)
     except errors.InvalidInput as exc:  # shown on the page itself, never through a link
-        return await _jobs_page(request, who, wrong=str(exc), status=422)
+        return await _jobs_page(request, who, Filters(), wrong=str(exc), status=422)
     except errors.QuotaExceeded as exc:
         return await _over_quota(request, who, exc)
     await audit(c, who, "jobs.submit", str(job_id), tenant)
@@ -146,16 +180,20 @@ async def _over_quota(
     """The jobs page saying which quota refused the form: 403 past a count, 429 past the
     submit_rate, with Retry-After."""
     if isinstance(exc, errors.RateLimited):
-        shown = await _jobs_page(request, who, wrong=str(exc), status=429)
+        shown = await _jobs_page(request, who, Filters(), wrong=str(exc), status=429)
         shown.headers["Retry-After"] = str(exc.retry_after)
         return shown
-    return await _jobs_page(request, who, wrong=str(exc), status=403)
+    return await _jobs_page(request, who, Filters(), wrong=str(exc), status=403)
 
 
 @router.get("/jobs/{job_id}")
 async def job(request: Request, who: Viewer, job_id: JobId) -> Response:
-    view = await visible_job(auth.client_of(request), who, job_id)
-    return page(request, "job.html", who, **await _job_values(request, view))
+    """A job's page: what it does (an HTTP job's whole request, secrets redacted), when it
+    runs next while it waits, its attempts and its run log (updated live)."""
+    c = auth.client_of(request)
+    view = await visible_job(c, who, job_id)
+    values = await _job_values(request, view)
+    return page(request, "job.html", who, **values, **sends.what_and_when(view.job, c.clock.now()))
 
 
 @router.get("/jobs/{job_id}/stream")
@@ -200,9 +238,21 @@ async def _job_values(request: Request, view: client.jobs.JobView) -> dict[str, 
         "output": await _running_output(c, view),
         "events": view.events,
         "goes_on": view.job.state in (J.SCHEDULED, J.QUEUED, J.RUNNING, J.PARKED),
-        "explained": client.explain.why(view, c.clock.now()),
+        "explained": _explained(view, c.clock.now()),
         "trimmed": shapes.TRIMMED,
     }
+
+
+def _explained(view: client.jobs.JobView, now: datetime) -> str:
+    """Why the job is where it is (client.explain.why); a quarantined one's in the page's
+    own words, beside its Retry and Discard buttons (not the command line's)."""
+    if view.job.state != J.QUARANTINED:
+        return client.explain.why(view, now)
+    what, decided = client.explain.quarantine_said(view)
+    because = f" — {decided}" if decided else ""
+    return (
+        f"quarantined: {what}{because}. It waits for a person: retry it after a fix, or discard it."
+    )
 
 
 async def _running_output(c: client.Client, view: client.jobs.JobView) -> dict[int, list[Any]]:
@@ -256,6 +306,6 @@ async def dead(
     quarantined = model.JobFilter(states=[J.QUARANTINED], tenant=who.tenant)
     found = await c.jobs(quarantined, before=before, limit=QUARANTINED_SHOWN)
     views = [await c.job(j.id) for j in found]
-    shown = [(v.job, client.explain.why(v, c.clock.now())) for v in views]
+    shown = [(v.job, *client.explain.quarantine_said(v)) for v in views]
     more = found[-1].id if len(found) == QUARANTINED_SHOWN else None
     return page(request, "dead.html", who, jobs=shown, next_page=more)
