@@ -307,7 +307,8 @@ async def test_an_edit_shows_secrets_redacted_and_keeps_them_unless_replaced(
     assert SECRET not in edit.text
     shown = values(edit, "schedule-form")
     assert shown["url"] == "https://hooks.example.com/report?token=[redacted]&team=data"
-    assert shown["headers"] == "Authorization: [redacted]\nX-Team: data"
+    # (PostgreSQL's jsonb keeps an object's keys in an order of its own.)
+    assert sorted(shown["headers"].split("\n")) == ["Authorization: [redacted]", "X-Team: data"]
     assert (shown["cron"], shown["tz"], shown["start"]) == (
         "30 2 * * *", "Europe/Paris", "2026-06-01T00:00:00+02:00",
     )  # fmt: skip
