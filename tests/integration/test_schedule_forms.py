@@ -394,7 +394,7 @@ async def test_pause_resume_run_now_duplicate_and_delete(
     token = await signed(http, c)
     assert (await post(http, "/ui/schedules", token, **FORM)).status_code == 303
     here = "/ui/schedules/a/nightly-report"
-    paused = await post(http, f"{here}/pause", token, back=here)
+    paused = await post(http, f"{here}/pause", token, next=here)
     assert (
         paused.headers["location"] == f"{here}?note=schedule-changed&name=nightly-report&did=paused"
     )

@@ -24,8 +24,8 @@ router = APIRouter(prefix="/ui", include_in_schema=False)
 
 
 def _back_to(acting: auth.Acting, default: str) -> str:
-    """Where the form asked to go back to (a dashboard page only), else `default`."""
-    asked = acting.form.get("back", "")
+    """Where the form asked to go next (its `next`: a dashboard page only), else `default`."""
+    asked = acting.form.get("next", "")
     return local(asked) if asked else default
 
 
