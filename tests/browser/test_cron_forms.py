@@ -66,7 +66,7 @@ def receiver() -> Iterator[Receiver]:
             self.end_headers()
             self.wfile.write(b"ok")
 
-        do_GET = do_POST = do_PUT = answer  # noqa: N815
+        do_GET = do_POST = do_PUT = answer
 
         def log_message(self, *args: Any) -> None:
             """Quiet: the test reads what was seen."""
