@@ -83,21 +83,19 @@ class Guarded:
         await self.app(scope, receive, guarded)
 
 
+ROOMS = (overview, pages, job_forms, schedule_forms, schedule_actions, jobs, schedules, bulk)
+"""The modules whose routes the dashboard serves, in the order they are matched: the forms
+before the pages whose paths take an id or a name (/ui/jobs/new is no job)."""
+
+
 def mount(app: FastAPI) -> None:
     """Serve the dashboard on `app` under /ui (none of it in the OpenAPI document)."""
     app.add_middleware(Guarded)
     app.state.overview = overview.Keeper()
     app.state.sign_ins = auth.SignInLimits()
     app.add_middleware(overview.Changes, keeper=app.state.overview)
-    app.include_router(overview.router)
-    app.include_router(pages.router)
-    # Before the pages whose paths take an id or a name: /ui/jobs/new is no job.
-    app.include_router(job_forms.router)
-    app.include_router(schedule_forms.router)
-    app.include_router(schedule_actions.router)
-    app.include_router(jobs.router)
-    app.include_router(schedules.router)
-    app.include_router(bulk.router)
+    for room in ROOMS:
+        app.include_router(room.router)
     app.mount("/ui/static", StaticFiles(directory=pages.HERE / "static"), name="ui-static")
 
     @app.get("/ui", include_in_schema=False)
