@@ -7,8 +7,9 @@ JavaScript off (the Preview button in place of the live preview); a viewer sees 
 the form's errors each beside its field. Deadlines are generous and nothing sleeps: each
 step waits for what the page shows, or what the receiver got.
 
-The screenshots of the form and of a schedule's page in the docs (docs/images/) are taken
-here: written when missing or CORRAL_UPDATE_SCREENSHOTS=1, else to a temporary file."""
+The docs' screenshots of the form and of an HTTP cron's page (docs/images/schedule-form.png,
+http-cron-page.png) are taken here: written when missing or CORRAL_UPDATE_SCREENSHOTS=1,
+else to a temporary file."""
 
 from __future__ import annotations
 
@@ -166,7 +167,7 @@ def walk(page: Any, site: Site, receiver: Receiver, name: str, shots: Path | Non
     assert sent[0][2] == f"Bearer {SECRET}"
     assert SECRET not in page.content()
     if shots is not None:
-        screenshot(page, "schedule-page.png", shots)
+        screenshot(page, "http-cron-page.png", shots)
 
     page.click("#actions #edit")
     playwright.expect(page.locator("#f-url")).to_have_value(
