@@ -219,6 +219,21 @@ async def test_past_max_schedules_the_form_says_so(db: store.Store) -> None:
     assert await c.schedules() == []
 
 
+async def test_a_tenant_not_granted_http_is_told_so_above_the_form(db: store.Store) -> None:
+    python_only = SETTINGS.model_copy(
+        update={"tenants": {"a": TenantSettings(executors=("python",))}}
+    )
+    c = await forms_client(db, python_only)
+    async with over_http(c) as http:
+        token = await signed(http, c)
+        refused = await post(http, "/ui/schedules", token, **FORM)
+    assert refused.status_code == 403
+    found = re.search(r'<p class="error" id="error-form">(.*?)</p>', refused.text)
+    assert found is not None
+    assert "tenant &#39;a&#39; is not granted &#39;http&#39;" in found[1]
+    assert await c.schedules() == []
+
+
 async def test_the_preview_shows_next_firings_to_the_second_with_dst_moves_marked(
     http: httpx.AsyncClient, c: client.Client
 ) -> None:

@@ -234,8 +234,6 @@ def field_of(message: str, form: Mapping[str, str], fields: tuple[str, ...]) -> 
     elif head.startswith("policy"):
         dotted = {"policy." + ".".join(p): f for f, p in POLICY_SHORTCUTS.items()}
         head = dotted.get(head, "policy")
-    elif head in ("spec", "executor"):
-        head = "url"
     return head if head in fields else FORM
 
 

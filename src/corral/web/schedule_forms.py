@@ -130,10 +130,9 @@ def rule_body(form: dict[str, str], errs: forms.Errors, *, creating: bool) -> di
     when = forms.line(form, "when") or "cron"
     if when not in ("cron", "every"):
         errs.setdefault("when", "when: choose a cron expression or an interval")
+    key = "every" if when == "every" else "cron"
     body: dict[str, Any] = {"name": forms.line(form, "name")} if creating else {}
-    body[when if when == "every" else "cron"] = forms.line(
-        form, when if when == "every" else "cron"
-    )
+    body[key] = forms.line(form, key)
     body.update(
         tz=forms.line(form, "tz") or "UTC",
         start=forms.line(form, "start") or None,
@@ -168,12 +167,7 @@ async def schedule_create(request: Request, acting: Operator) -> Response:
         return _draw(request, who, form, errs, status=422 if errs else 200)
     try:
         made = await client.bodies.schedule_create(c, body, acts_for=who.tenant)
-    except (
-        errors.InvalidInput,
-        errors.NotGranted,
-        errors.QuotaExceeded,
-        errors.FieldRefused,
-    ) as exc:
+    except forms.REFUSALS as exc:
         status, headers = forms.refused(exc, form, FIELDS, errs)
         return _draw(request, who, form, errs, status=status, headers=headers)
     await audit(c, who, "schedules.create", f"{made.tenant}/{made.name}", made.tenant)
@@ -181,7 +175,7 @@ async def schedule_create(request: Request, acting: Operator) -> Response:
 
 
 async def _once(request: Request, acting: auth.Acting) -> Response:
-    """ "Once": a one-off HTTP job at the form's time (corral's schedules repeat), to its page."""
+    """Once: a one-off HTTP job at the form's time (corral's schedules repeat), to its page."""
     c, who, form = auth.client_of(request), acting.who, forms.typed(acting.form)
     errs: forms.Errors = {}
     job = forms.job_fields(form, errs)
@@ -192,12 +186,7 @@ async def _once(request: Request, acting: auth.Acting) -> Response:
     try:
         made = await client.bodies.new_job(c, body, acts_for=who.tenant)
         [(job_id, _)] = await c.submit_many([made], limited=True)
-    except (
-        errors.InvalidInput,
-        errors.NotGranted,
-        errors.QuotaExceeded,
-        errors.FieldRefused,
-    ) as exc:
+    except forms.REFUSALS as exc:
         status, headers = forms.refused(exc, form, FIELDS, errs)
         return _draw(request, who, form, errs, status=status, headers=headers)
     await audit(c, who, "jobs.submit", str(job_id), made.tenant)
@@ -257,12 +246,7 @@ async def schedule_save(request: Request, acting: Operator, tenant: str, name: s
         return _draw(request, who, form, errs, editing=found, status=422 if errs else 200)
     try:
         await client.bodies.schedule_update(c, found, body, acts_for=who.tenant)
-    except (
-        errors.InvalidInput,
-        errors.NotGranted,
-        errors.QuotaExceeded,
-        errors.FieldRefused,
-    ) as exc:
+    except forms.REFUSALS as exc:
         status, headers = forms.refused(exc, form, FIELDS, errs)
         return _draw(request, who, form, errs, editing=found, status=status, headers=headers)
     await audit(c, who, "schedules.update", f"{tenant}/{name}", tenant, keys=sorted(body))
