@@ -75,3 +75,54 @@ def _redacted_url(url: str) -> str:
         name, eq, _ = part.partition("=")
         params.append(f"{name}={REDACTED}" if eq and names_a_secret(name) else part)
     return f"{m['head']}{'&'.join(params)}{m['tail'] or ''}"
+
+
+def restored(given: Any, stored: Any) -> Any:
+    """`given` (a value shown `redacted` and sent back, perhaps changed) with each REDACTED
+    left where `redacted` put one over `stored` replaced by what `stored` holds there: a
+    secret-named key's value (a header's name matched in any case), a URL's user
+    information, a secret-named parameter of its query. A REDACTED with nothing stored
+    behind it stays, for the caller to refuse. Nothing is changed in place."""
+    if isinstance(given, Mapping):
+        kept = stored if isinstance(stored, Mapping) else {}
+        return {k: _restored_value(k, v, kept) for k, v in given.items()}
+    if isinstance(given, list) and isinstance(stored, list | tuple) and len(given) == len(stored):
+        return [restored(g, s) for g, s in zip(given, stored, strict=True)]
+    if isinstance(given, str) and REDACTED in given and isinstance(stored, str):
+        return _restored_url(given, stored)
+    return given
+
+
+def _restored_value(key: Any, value: Any, stored: Mapping[Any, Any]) -> Any:
+    """A mapping's value sent back: a secret-named key's REDACTED is its stored value."""
+    if key in stored:
+        before = stored[key]
+    else:  # a header's name in another case
+        lower = key.lower() if isinstance(key, str) else key
+        same = [k for k in stored if isinstance(k, str) and k.lower() == lower]
+        before = stored[same[0]] if same else None
+    if value == REDACTED and isinstance(key, str) and names_a_secret(key) and before:
+        return before
+    return restored(value, before)
+
+
+def _restored_url(given: str, stored: str) -> str:
+    """A URL sent back: its REDACTED user information and secret-named query parameters
+    (by name, in order) are the stored URL's."""
+    if (m := _USERINFO.match(stored)) is not None and given.startswith(f"{m['scheme']}{REDACTED}@"):
+        given = stored[: m.end()] + given[len(m["scheme"]) + len(REDACTED) + 1 :]
+    shown, kept = _URL_QUERY.match(given), _URL_QUERY.match(stored)
+    if shown is None or kept is None:
+        return given
+    values: dict[str, list[str]] = {}
+    for part in kept["query"].split("&"):
+        name, eq, value = part.partition("=")
+        if eq and names_a_secret(name):
+            values.setdefault(name, []).append(value)
+    params = []
+    for part in shown["query"].split("&"):
+        name, eq, value = part.partition("=")
+        if eq and value == REDACTED and values.get(name):
+            part = f"{name}={values[name].pop(0)}"
+        params.append(part)
+    return f"{shown['head']}{'&'.join(params)}{shown['tail'] or ''}"

@@ -55,3 +55,36 @@ def test_a_job_is_shown_without_its_secrets_and_kept_whole() -> None:
     shown = shapes.job_dict(job)
     assert "abc" not in repr(shown)
     assert job.spec["headers"]["Authorization"] == "Bearer abc"
+
+
+SPECS = [
+    {"headers": {"Authorization": "Bearer abc", "X-Team": "d"}},
+    {"url": "https://u:pw@x.example/p?access_token=a&page=2&sig=s#top"},
+    {"json": {"token": "t", "rows": [1, {"api_key": "k"}]}, "body": "https://u:p@x.example/"},
+    {"env": {"DB_PASSWORD": "p"}, "command": ["curl", "https://x.example/?sig=1"]},
+]
+
+
+@pytest.mark.parametrize("stored", SPECS)
+def test_what_was_shown_and_sent_back_as_it_was_is_the_stored_value(
+    stored: dict[str, object],
+) -> None:
+    assert redaction.restored(redaction.redacted(stored), stored) == stored
+
+
+def test_a_marker_keeps_its_secret_beside_what_changed_and_only_where_one_was() -> None:
+    stored = {
+        "url": "https://u:pw@x.example/p?token=a&token=b&page=2",
+        "headers": {"Authorization": "Bearer abc", "X-Team": "d"},
+    }
+    sent = {
+        "url": f"https://{R}@x.example/v2?page=3&token={R}&token={R}&q={R}",
+        "headers": {"authorization": R, "X-Team": "e", "X-Api-Key": R},
+    }
+    assert redaction.restored(sent, stored) == {
+        "url": f"https://u:pw@x.example/v2?page=3&token=a&token=b&q={R}",
+        "headers": {"authorization": "Bearer abc", "X-Team": "e", "X-Api-Key": R},
+    }
+    assert redaction.restored({"url": f"https://x.example/?token={R}"}, {}) == {
+        "url": f"https://x.example/?token={R}"
+    }

@@ -4,20 +4,18 @@ takes a job finds it through `_job`, which answers 404 for another tenant's."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Annotated, Any
 
 import orjson
 from fastapi import APIRouter, Body, FastAPI, Path, Query, Request
 from fastapi.responses import JSONResponse, Response
 
-from corral import client, errors, model, plain, shapes, tenancy
+from corral import client, errors, model, shapes, tenancy
 from corral.api.auth import ERRORS, Caller, Client, ErrorBody, Operator, Since, Viewer
-from corral.executors import references
 
 RESPONSES: dict[int | str, dict[str, Any]] = {
     **ERRORS,
@@ -36,37 +34,15 @@ MAX_JOBS = 1000
 
 MAX_ID = 2**63 - 1
 """The largest id the databases hold (a signed 64-bit integer)."""
-EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
-LATEST = datetime(9000, 1, 1, tzinfo=UTC)
+EARLIEST, LATEST = client.bodies.EARLIEST, client.bodies.LATEST
 """The times the API takes (since, until, run_at, a schedule's start and until, a
 backfill's from and to) lie in [EARLIEST, LATEST): far from where dates overflow."""
 JobId = Annotated[int, Path(ge=1, le=MAX_ID, description="The job's id.")]
 Labels = Annotated[
     list[str] | None, Query(description="KEY=VALUE; the jobs with each label given.")
 ]
-
-
-def instant(value: datetime, field: str) -> datetime:
-    """`value` in UTC; InvalidInput naming `field` when it has no timezone or lies outside
-    [EARLIEST, LATEST)."""
-    if value.utcoffset() is None:
-        raise errors.InvalidInput(f"{field}: must carry a timezone, e.g. 2026-12-01T09:00:00Z")
-    try:
-        at = value.astimezone(UTC)
-    except OverflowError:
-        at = LATEST
-    if not EARLIEST <= at < LATEST:
-        raise errors.InvalidInput(
-            f"{field}: must lie from {EARLIEST.isoformat()} to before {LATEST.isoformat()}"
-        )
-    return at
-
-
-def plain_json(given: Mapping[str, Any], *, prefix: str = "") -> None:
-    """InvalidInput naming the field for what JSON carries but the databases cannot hold
-    (corral.plain): a NUL or a lone surrogate in a string, a NaN or infinite number."""
-    if (why := plain.refusal(given, prefix)) is not None:
-        raise errors.InvalidInput(why)
+instant = client.bodies.instant
+plain_json = client.bodies.plain_json
 
 
 def when(value: datetime | None, field: str) -> datetime | None:
@@ -139,31 +115,6 @@ def _submitted(
     return rows
 
 
-def _tenant_of(who: Caller, given: dict[str, Any]) -> dict[str, Any]:
-    """A submitted job's arguments with its tenant: the caller's when not given; one
-    the caller may not act for is refused naming the field."""
-    tenant = given.get("tenant")
-    if tenant is None:
-        return {**given, "tenant": who.token.tenant or "default"}
-    if not isinstance(tenant, str) or not who.sees(tenant):
-        raise errors.InvalidInput(f"tenant: this token acts for tenant {who.token.tenant!r} only")
-    return given
-
-
-async def _new_job(c: client.Client, who: Caller, given: dict[str, Any]) -> model.NewJob:
-    """A submitted job, checked as any job is and for what the databases cannot hold (a
-    Python task's: against the schema its workers registered)."""
-    plain_json(given)
-    args = client.arguments.submit_arguments(_tenant_of(who, given), now=c.clock.now())
-    if args.get("run_at") is not None:
-        args["run_at"] = instant(args["run_at"], "run_at")
-    job = c.new_job(**args)
-    tenancy.check(c.settings.tenants, job.tenant, job.executor)
-    spec = references.scoped(job.executor, job.spec, job.tenant, c.settings)
-    made = dataclasses.replace(job, spec=spec, tenant_made=True)  # a tenant's: see stranger_of
-    return c.validate(await c.task_checked(made))
-
-
 @router.post("/jobs", status_code=201, summary="Submit one job (an object) or many (an array)")
 async def jobs_submit(
     c: Client,
@@ -183,7 +134,7 @@ async def jobs_submit(
     new = []
     for n, one in enumerate(given):
         try:
-            new.append(await _new_job(c, who, one))
+            new.append(await client.bodies.new_job(c, one, acts_for=who.token.tenant))
         except errors.InvalidInput as exc:
             raise errors.InvalidInput(f"{n}.{exc}" if many else str(exc)) from None
     made = await c.submit_audited(new, audit=_submitted(c, who, new), limited=True)

@@ -6,16 +6,14 @@ tenant with ?tenant= (default: default)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
 from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Path, Query
 
-from corral import cadence, client, errors, model, planning, scheduling, shapes, tenancy
+from corral import cadence, client, errors, model, planning, scheduling, shapes
 from corral.api.auth import Caller, Client, Operator, Viewer
-from corral.api.routes import EARLIEST, LATEST, RESPONSES, audit, instant, plain_json
-from corral.executors import references
+from corral.api.routes import EARLIEST, LATEST, RESPONSES, audit, instant
 
 router = APIRouter(responses=RESPONSES)
 
@@ -24,26 +22,8 @@ Tenant = Annotated[
     str | None, Query(description="A token of every tenant: whose schedule (default: default).")
 ]
 
-RULE_FIELDS = (
-    "cron",
-    "tz",
-    "every",
-    "start",
-    "until",
-    "catchup",
-    "catchup_window",
-    "catchup_max",
-    "overlap",
-    "jitter",
-)
-"""A schedule's own keys; the rest of a body is its job template (as a submit takes it)."""
-NOT_NULL = ("tz", "catchup", "catchup_window", "catchup_max", "overlap")
-"""The keys of a schedule that have a value always (leave one out for its default)."""
 MAX_BACKFILL = 10_000
 """The most firings one backfill makes (or counts, with dry_run)."""
-TEMPLATE_FIELDS = tuple(
-    f for f in client.jobs.SUBMIT_FIELDS if f not in ("run_at", "idempotency_key")
-)
 
 
 def _tenant(who: Caller, given: str | None) -> str:
@@ -62,70 +42,6 @@ async def _schedule(c: client.Client, who: Caller, name: str, tenant: str | None
         return await c.schedule(name, tenant=_tenant(who, tenant))
     except errors.NotFound:
         raise errors.RequestRefused(404, f"no schedule {name!r}") from None
-
-
-def _arguments(
-    who: Caller, body: dict[str, Any], *, creating: bool, spec: Any = None
-) -> dict[str, Any]:
-    """A body as the client's schedule arguments; an unknown key, a value of the wrong
-    type, or a tenant the token does not act for is refused naming the field. `spec`:
-    the schedule's own, to check a change of its template against."""
-    allowed = (*(("name",) if creating else ()), *RULE_FIELDS, *TEMPLATE_FIELDS)
-    unknown = sorted(set(body) - set(allowed))
-    if unknown:
-        raise errors.InvalidInput(f"{unknown[0]}: unknown field (allowed: {', '.join(allowed)})")
-    plain_json(body)
-    for key in RULE_FIELDS:
-        value = body.get(key)
-        if value is None and key in body and key in NOT_NULL:
-            raise errors.InvalidInput(f"{key}: must not be null (leave it out for its default)")
-        wanted = int if key == "catchup_max" else str
-        if value is not None and (type(value) is not wanted):
-            raise errors.InvalidInput(
-                f"{key}: must be {'an integer' if wanted is int else 'a string'}"
-            )
-    for key in ("start", "until"):
-        if isinstance(body.get(key), str):
-            _in_range(body[key], key)
-    args = dict(body)
-    tenant = args.get("tenant")
-    if tenant is not None and (not isinstance(tenant, str) or not who.sees(tenant)):
-        raise errors.InvalidInput(f"tenant: this token acts for tenant {who.token.tenant!r} only")
-    if creating and tenant is None:
-        args["tenant"] = who.token.tenant or "default"
-    template = {k: v for k, v in args.items() if k in TEMPLATE_FIELDS}
-    if creating or template:
-        checked = client.arguments.submit_arguments(
-            {**({} if creating else {"spec": spec}), **template}
-        )
-        args.update({k: checked[k] for k in template})
-    return args
-
-
-def _granted(c: client.Client, tenant: str, template: Mapping[str, Any]) -> dict[str, Any]:
-    """Refuse (403) a schedule whose jobs would run on an executor its tenant is not
-    granted (a Python task's are `python`'s, others name theirs, `process` unnamed), or
-    name on a cluster what the tenant may not; else its spec as it may run (a cluster
-    job's in the tenant's namespace)."""
-    executor = tenancy.executor_of(template)
-    tenancy.check(c.settings.tenants, tenant, executor)
-    return references.scoped(executor, template.get("spec") or {}, tenant, c.settings)
-
-
-def _in_range(text: str, field: str) -> None:
-    """A time of a body (with an offset, or wall time in the schedule's zone) that lies far
-    from where dates overflow; InvalidInput naming `field` if not. Its form is checked
-    where it is read."""
-    try:
-        parsed = datetime.fromisoformat(text.strip())
-    except ValueError:
-        return
-    if parsed.tzinfo is not None:
-        instant(parsed, field)
-    elif not EARLIEST.year < parsed.year < LATEST.year:
-        raise errors.InvalidInput(
-            f"{field}: must lie from {EARLIEST.isoformat()} to before {LATEST.isoformat()}"
-        )
 
 
 async def _audit(c: client.Client, who: Caller, action: str, found: Any, **details: Any) -> None:
@@ -160,14 +76,7 @@ async def schedule_create(
         ),
     ],
 ) -> dict[str, Any]:
-    args = _arguments(who, body, creating=True)
-    name = args.pop("name", None)
-    if not isinstance(name, str):
-        raise errors.InvalidInput("name: required, a string")
-    spec = _granted(c, args["tenant"], args)
-    if "spec" in args:
-        args["spec"] = spec
-    made = await c.schedule_create(name, **args, tenant_made=True, limited=True)
+    made = await client.bodies.schedule_create(c, body, acts_for=who.token.tenant)
     await _audit(c, who, "schedules.create", made)
     return _shown(c, made)
 
@@ -194,13 +103,7 @@ async def schedule_update(
     tenant: Tenant = None,
 ) -> dict[str, Any]:
     found = await _schedule(c, who, name, tenant)
-    args = _arguments(who, body, creating=False, spec=found.template.get("spec"))
-    args.pop("tenant", None)
-    if any(key in args for key in TEMPLATE_FIELDS):
-        spec = _granted(c, found.tenant, {**found.template, **args})
-        if "spec" in args:
-            args["spec"] = spec
-    changed = await c.schedule_update(name, tenant=found.tenant, **args, tenant_made=True)
+    changed = await client.bodies.schedule_update(c, found, body, acts_for=who.token.tenant)
     await _audit(c, who, "schedules.update", found, keys=sorted(body))
     return _shown(c, changed)
 
@@ -244,7 +147,7 @@ async def schedule_trigger(
     c: Client, who: Operator, name: Name, tenant: Tenant = None
 ) -> dict[str, Any]:
     found = await _schedule(c, who, name, tenant)
-    _granted(c, found.tenant, found.template)
+    client.bodies.granted(c, found.tenant, found.template)
     job_id = await c.schedule_trigger(name, tenant=found.tenant, limited=True)
     await _audit(c, who, "schedules.trigger", found, job_id=job_id)
     return {"id": job_id, "schedule": name, "tenant": found.tenant}
@@ -275,7 +178,7 @@ async def schedule_backfill(
     dry_run: bool = False,
 ) -> dict[str, Any]:
     found = await _schedule(c, who, name, tenant)
-    _granted(c, found.tenant, found.template)
+    client.bodies.granted(c, found.tenant, found.template)
     unknown = sorted(set(body) - {"from", "to"})
     if unknown:
         raise errors.InvalidInput(f"{unknown[0]}: unknown field (allowed: from, to)")
@@ -302,7 +205,7 @@ def _backfill_time(given: Any, field: str, tz: str) -> datetime:
     offset); InvalidInput naming the field when it is not a time the API takes."""
     if not isinstance(given, str):
         raise errors.InvalidInput(f"{field}: required, an ISO 8601 time")
-    _in_range(given, field)
+    client.bodies.in_range(given, field)
     try:
         return instant(cadence.parse_instant(given, field, tz), field)
     except OverflowError:
@@ -320,3 +223,47 @@ def _firings(found: scheduling.Schedule, first: datetime, last: datetime) -> int
         if count > MAX_BACKFILL:
             break
     return count
+
+
+@router.post(
+    "/schedules/{name}/duplicate",
+    status_code=201,
+    summary="Copy a schedule under a new name (its rule, options and job template)",
+)
+async def schedule_duplicate(
+    c: Client,
+    who: Operator,
+    name: Name,
+    body: Annotated[dict[str, Any], Body(description='The copy\'s name: {"name": "nightly-2"}')],
+    tenant: Tenant = None,
+) -> dict[str, Any]:
+    found = await _schedule(c, who, name, tenant)
+    if unknown := sorted(set(body) - {"name"}):
+        raise errors.InvalidInput(f"{unknown[0]}: unknown field (allowed: name)")
+    new_name = body.get("name")
+    if not isinstance(new_name, str):
+        raise errors.InvalidInput("name: required, the copy's name, a string")
+    client.bodies.granted(c, found.tenant, found.template)
+    made = await c.schedule_duplicate(
+        name, new_name, tenant=found.tenant, tenant_made=True, limited=True
+    )
+    await _audit(c, who, "schedules.duplicate", made, source=name)
+    return _shown(c, made)
+
+
+@router.post("/schedules/preview", summary="The next nominal times of a rule not saved")
+async def schedule_preview_rule(
+    c: Client,
+    who: Viewer,
+    body: Annotated[
+        dict[str, Any],
+        Body(
+            description='e.g. {"cron": "30 2 * * *", "tz": "Europe/Paris", "count": 5}, or'
+            ' {"every": "10m", "start": "2026-12-24T09:00", "until": "2026-12-25"}: when a'
+            " schedule made now with this rule would fire (start and until as wall time in"
+            " tz when they carry no offset)."
+        ),
+    ],
+) -> list[dict[str, Any]]:
+    args = client.bodies.preview_arguments(body)
+    return [shapes.nominal_dict(n) for n in c.schedule_preview(**args)]

@@ -365,6 +365,24 @@ def schedules_trigger(state: State, name: str, tenant: str, as_json: bool) -> No
     out.print(job_id)
 
 
+@schedules.command("duplicate")
+@click.argument("name")
+@click.argument("new_name", metavar="NEW")
+@TENANT
+@JSON
+@config_option
+@click.pass_obj
+def schedules_duplicate(state: State, name: str, new_name: str, tenant: str, as_json: bool) -> None:
+    """Copy a schedule as NEW (its rule, options and job template): a new schedule that
+    fires from now, even while NAME is paused."""
+
+    async def go() -> scheduling.Schedule:
+        async with state.connect(platforms=False) as c:
+            return await c.schedule_duplicate(name, new_name, tenant=tenant)
+
+    _print_made(run(go()), as_json, verb=f"made (a copy of {name!r})")
+
+
 @schedules.command("preview")
 @click.argument("name", required=False)
 @TENANT

@@ -231,6 +231,49 @@ class Schedules(jobs.Jobs):
         old = await self.store.schedules.get(name=name, tenant=tenant)
         return await self.store.schedules.firings(schedule_id=old.id, limit=limit)
 
+    def schedule_preview(
+        self,
+        *,
+        cron: str | None = None,
+        tz: str = "UTC",
+        every: str | None = None,
+        start: str | datetime | None = None,
+        until: str | datetime | None = None,
+        count: int = 10,
+    ) -> list[cadence.Nominal]:
+        """The first `count` nominal times of a rule not stored: those a schedule made now
+        with it would fire (none before its start, none at or after its until), marking
+        those a DST change moved. InvalidInput names the field, as `schedule_create` does."""
+        from corral import cadence, planning
+
+        now = self.clock.now()
+        when, anchor, end = _when(cron, every, tz, start, until, now)
+        first = planning.first_due(when, now=now, anchor=anchor, until=end)
+        if first is None:
+            return []
+        later = cadence.between(when, first, first + timedelta(days=30 * 366))
+        taken = (n for n in later if end is None or n.at < end)
+        return [n for _, n in zip(range(count), taken, strict=False)]
+
+    async def schedule_duplicate(
+        self,
+        name: str,
+        new_name: str,
+        *,
+        tenant: str = "default",
+        tenant_made: bool = False,
+        limited: bool = False,
+    ) -> scheduling.Schedule:
+        """A copy of `tenant`'s schedule `name`, named `new_name` in the same tenant: its
+        rule, options and job template (secrets too). It is a new schedule made now, so it
+        fires first at its first nominal time from now, even while the original is paused,
+        and its firings are its own. `tenant_made` and `limited` as `schedule_create`'s
+        (a copy of a tenant's schedule is the tenant's)."""
+        old = await self.store.schedules.get(name=name, tenant=tenant)
+        args = _schedule_args(old)
+        args["tenant_made"] = old.tenant_made or tenant_made
+        return await self.schedule_create(new_name, limited=limited, **args)
+
 
 def _when(
     cron: str | None,

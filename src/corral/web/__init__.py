@@ -3,7 +3,12 @@
 
     auth.py     sessions, roles and CSRF
     overview.py the overview, read in one call and kept for a few seconds
-    pages.py    the other pages and the forms they send
+    pages.py    what the pages share, and signing in; jobs.py and schedules.py their lists
+                and pages
+    forms.py    what the forms of HTTP jobs and schedules share: read as the API's body,
+                each error beside its field, secrets shown redacted and kept
+    schedule_forms.py, schedule_actions.py   a schedule made, changed, previewed, and what
+                an operator does to it; job_forms.py a one-off HTTP job, and a rerun
     live.py     live updates: the changing part of a page, pushed over server-sent events
     bulk.py     bulk actions: a preview, its confirm form, and the operations it starts
     charts.py   the overview's charts of job ends, drawn as SVG on the server
@@ -17,7 +22,17 @@ from starlette.responses import RedirectResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from corral import errors
-from corral.web import auth, bulk, jobs, overview, pages, schedules
+from corral.web import (
+    auth,
+    bulk,
+    job_forms,
+    jobs,
+    overview,
+    pages,
+    schedule_actions,
+    schedule_forms,
+    schedules,
+)
 
 __all__ = ["mount"]
 
@@ -68,17 +83,19 @@ class Guarded:
         await self.app(scope, receive, guarded)
 
 
+ROOMS = (overview, pages, job_forms, schedule_forms, schedule_actions, jobs, schedules, bulk)
+"""The modules whose routes the dashboard serves, in the order they are matched: the forms
+before the pages whose paths take an id or a name (/ui/jobs/new is no job)."""
+
+
 def mount(app: FastAPI) -> None:
     """Serve the dashboard on `app` under /ui (none of it in the OpenAPI document)."""
     app.add_middleware(Guarded)
     app.state.overview = overview.Keeper()
     app.state.sign_ins = auth.SignInLimits()
     app.add_middleware(overview.Changes, keeper=app.state.overview)
-    app.include_router(overview.router)
-    app.include_router(pages.router)
-    app.include_router(jobs.router)
-    app.include_router(schedules.router)
-    app.include_router(bulk.router)
+    for room in ROOMS:
+        app.include_router(room.router)
     app.mount("/ui/static", StaticFiles(directory=pages.HERE / "static"), name="ui-static")
 
     @app.get("/ui", include_in_schema=False)

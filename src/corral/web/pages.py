@@ -64,6 +64,14 @@ NOTES = {
     "operation-ended": "operation {op} has already {state}",
     "operation-stopped": "operation {op} stopped: {left} jobs left as they were",
     "schedule-changed": "schedule {name} {did}",
+    "schedule-made": "schedule {name} made",
+    "schedule-saved": "schedule {name} saved",
+    "schedule-copied": "schedule {name} made, a copy of {source}",
+    "schedule-deleted": "schedule {name} deleted, with its firings; the jobs it made stay",
+    "schedule-fired": "schedule {name} fired now: job {job}",
+    "job-once": "job {job} made: a one-off request at its time (schedules repeat)",
+    "job-kept": "job {job} has that idempotency key already: nothing new was made",
+    "job-rerun": "job {job} runs job {old} again",
 }
 """The one-line notes a page shows after a form (`?note=KEY` and its fields): a fixed
 set, so that a link cannot make the dashboard say anything else."""
@@ -73,8 +81,10 @@ _NOTE_FIELDS = {
     "op": re.compile(r"^[1-9][0-9]{0,18}$"),
     "left": re.compile(r"^[0-9]{1,3}(,[0-9]{3})*$"),
     "state": re.compile(r"^[a-z]{1,20}$"),
-    "did": re.compile(r"^(cancelled|sent back to its queue|discarded|paused|resumed)$"),
+    "old": re.compile(r"^[1-9][0-9]{0,18}$"),
+    "did": re.compile(r"^(cancelled|sent back to its queue|discarded|paused|resumed|run again)$"),
     "name": re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,199}$"),
+    "source": re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,199}$"),
 }
 
 

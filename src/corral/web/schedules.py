@@ -1,15 +1,14 @@
 """The schedules pages, under /ui/schedules: every schedule of the tenant with its next
-firings and last run, and pause or resume."""
+firings and last run, and pause or resume (schedule_actions.py takes those forms)."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from corral import errors
 from corral.web import auth
-from corral.web.auth import Operator, Viewer
-from corral.web.pages import audit, back, page
+from corral.web.auth import Viewer
+from corral.web.pages import page
 
 FIRINGS_SHOWN = 3
 """Next firings shown for each schedule."""
@@ -28,21 +27,3 @@ async def schedules(request: Request, who: Viewer) -> Response:
     )}  # fmt: skip
     rows = [(s, c.upcoming(s, FIRINGS_SHOWN), last.get(s.last_job_id or 0)) for s in found]
     return page(request, "schedules.html", who, schedules=rows)
-
-
-@router.post("/schedules/{tenant}/{name}/{action}")
-async def schedule_change(
-    request: Request, acting: Operator, tenant: str, name: str, action: str
-) -> Response:
-    c, who = auth.client_of(request), acting.who
-    if action not in ("pause", "resume") or not auth.sees(who, tenant):
-        raise errors.PageMissing(f"no schedule {name!r}")
-    try:
-        if action == "pause":
-            await c.schedule_pause(name, tenant=tenant)
-        else:
-            await c.schedule_resume(name, tenant=tenant)
-    except errors.NotFound:
-        raise errors.PageMissing(f"no schedule {name!r}") from None
-    await audit(c, who, f"schedules.{action}", name, tenant)
-    return back("/ui/schedules", "schedule-changed", name=name, did=f"{action}d")
