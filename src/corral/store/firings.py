@@ -23,7 +23,7 @@ from sqlalchemy import Connection, and_, bindparam, func, or_, select, update
 
 from corral import errors, model, quotas, scheduling, tenancy
 from corral.planning import Fired, Plan
-from corral.store import dialects
+from corral.store import dialects, firing_stats
 from corral.store import quotas as holds
 from corral.store.events import NO_JOB, event_insert, event_row
 from corral.store.job_decisions import job_cancel
@@ -295,7 +295,10 @@ def firings_record(
         returning=names,
         on_conflict="ON CONFLICT (schedule_id, nominal_at) DO NOTHING",
     )
-    return [_firing_from_values(names, values) for values in inserted]
+    recorded = [_firing_from_values(names, values) for values in inserted]
+    if late := firing_stats.late_hours([(f.schedule_id, f.nominal_at) for f in recorded], now):
+        firing_stats.hours_reopen(conn, late=late)  # a past hour counted may be off now
+    return recorded
 
 
 def _firing_from_values(names: Sequence[str], values: Sequence[Any]) -> scheduling.Firing:
@@ -348,6 +351,8 @@ def backfill(
             )
             .values(job_id=job_id, outcome=F.BACKFILLED.value, note=fire.note)
         )
+        if late := firing_stats.late_hours([(schedule.id, fire.nominal_at)], now):
+            firing_stats.hours_reopen(conn, late=late)
         created += int(made)
     return created, len(fires) - created
 
