@@ -49,6 +49,30 @@ def firing_cursor(text: str, field: str = "before") -> datetime:
     return at.astimezone(UTC)
 
 
+def list_cursor(given: str | None, tenant: str | None) -> tuple[str, str] | None:
+    """The schedules list's `after` as (tenant, name): a name within `tenant`'s list,
+    TENANT/NAME within every tenant's (as `list_next` writes it); InvalidInput naming
+    `after` when it is neither."""
+    if not given:
+        return None
+    if tenant is not None:
+        return tenant, given
+    whose, sep, name = given.partition("/")
+    if not sep:
+        raise errors.InvalidInput(
+            f"after: {given!r} must be TENANT/NAME (a page's next) when the list is every tenant's"
+        )
+    return whose, name
+
+
+def list_next(more: tuple[str, str] | None, tenant: str | None) -> str | None:
+    """The schedules list's next page's `after`: the last name of this one (TENANT/NAME
+    when the list is every tenant's); None on the last page."""
+    if more is None:
+        return None
+    return more[1] if tenant is not None else f"{more[0]}/{more[1]}"
+
+
 def _checked(limit: int, most: int) -> int:
     if not 1 <= limit <= most:
         raise errors.InvalidInput(f"limit: {limit} must be between 1 and {most}")

@@ -4,9 +4,10 @@
     auth.py     sessions, roles and CSRF
     overview.py the overview, read in one call and kept for a few seconds
     pages.py    the other pages and the forms they send
+    schedules.py the schedules list; schedule_page.py a schedule's page, its history and stats
     live.py     live updates: the changing part of a page, pushed over server-sent events
     bulk.py     bulk actions: a preview, its confirm form, and the operations it starts
-    charts.py   the overview's charts of job ends, drawn as SVG on the server
+    charts.py   the charts of job ends (the overview's, a schedule's), drawn as SVG on the server
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from starlette.responses import RedirectResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from corral import errors
-from corral.web import auth, bulk, jobs, overview, pages, schedules
+from corral.web import auth, bulk, jobs, overview, pages, schedule_page, schedules
 
 __all__ = ["mount"]
 
@@ -78,6 +79,7 @@ def mount(app: FastAPI) -> None:
     app.include_router(pages.router)
     app.include_router(jobs.router)
     app.include_router(schedules.router)
+    app.include_router(schedule_page.router)
     app.include_router(bulk.router)
     app.mount("/ui/static", StaticFiles(directory=pages.HERE / "static"), name="ui-static")
 
