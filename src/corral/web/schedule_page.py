@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import zoneinfo
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -21,6 +22,7 @@ from starlette.responses import Response
 
 from corral import (
     access,
+    cadence,
     client,
     config,
     durations,
@@ -71,7 +73,7 @@ async def schedule_page(
         who,
         schedule=found,
         settings=settings_of(found, c.settings),
-        upcoming=c.upcoming(found, UPCOMING_SHOWN),
+        upcoming=[(in_zone(n, found.tz), n) for n in c.upcoming(found, UPCOMING_SHOWN)],
         stats=stats,
         charts=drawn(stats),
         history=history,
@@ -92,6 +94,18 @@ async def _visible(
         return await c.schedule(name, tenant=tenant)
     except errors.NotFound:
         raise errors.PageMissing(f"no schedule {name!r}") from None
+
+
+def in_zone(nominal: cadence.Nominal, tz: str) -> str:
+    """A nominal time as wall time in the schedule's zone, to the second, with the zone's
+    abbreviation (an interval's too: its times are UTC's, shown in its zone)."""
+    try:
+        local = nominal.at.astimezone(zoneinfo.ZoneInfo(tz))
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        local = nominal.local
+    if nominal.local.utcoffset() == local.utcoffset():
+        local = nominal.local  # a cron time keeps its own fold in a repeated hour
+    return local.strftime("%Y-%m-%d %H:%M:%S %Z")
 
 
 # --- its settings --------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from corral.client import schedule_reads
 from corral.web import auth
 from corral.web.auth import Operator, Viewer
 from corral.web.pages import audit, back, local, page
+from corral.web.schedule_page import in_zone
 
 FIRINGS_SHOWN = 3
 """Next firings shown for each schedule."""
@@ -34,7 +35,10 @@ async def schedules(request: Request, who: Viewer, after: str = "") -> Response:
                     status=422)  # fmt: skip
     found, more = await c.schedules_page(tenant=who.tenant, after=cursor, limit=SCHEDULES_PAGE)
     runs = await c.last_runs(found)
-    rows = [(s, c.upcoming(s, FIRINGS_SHOWN), runs.get(s.id)) for s in found]
+    rows = [
+        (s, [(in_zone(n, s.tz), n) for n in c.upcoming(s, FIRINGS_SHOWN)], runs.get(s.id))
+        for s in found
+    ]
     return page(
         request,
         "schedules.html",
