@@ -30,7 +30,8 @@ Pure: no clock (`now` is given), no I/O.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping
+import operator
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -44,10 +45,12 @@ HOURS_SHOWN = 24
 """The hourly buckets of the short window: the last 24 hours, the current one last."""
 DAYS_SHOWN = 30
 """The daily buckets of the long window: the last 30 days (UTC), today last."""
-SETTLE_LIMIT = timedelta(hours=6)
+SETTLE_LIMIT = timedelta(hours=1)
 """How long after its end an hour waits for its jobs to end before it is closed anyway
-(its jobs still running then count as pending for good). Bounds what a view of a
-schedule's stats counts from its firings: at most the hours since the first that is open."""
+(its jobs not ended then count as pending for good). It bounds what a view of a schedule's
+stats counts from its firings, the hours from the first that is open: two at most, however
+many of its jobs wait. An hour's jobs end well within it as a rule (an HTTP request's
+timeout and a job's deadline are minutes, its retries too)."""
 
 SUCCEEDED = frozenset({J.SUCCEEDED})
 FAILED = frozenset({J.FAILED, J.QUARANTINED})
@@ -149,13 +152,7 @@ class Tally:
 
     def plus(self, other: Tally) -> Tally:
         """Both tallies as one."""
-        summed = {
-            f.name: getattr(self, f.name) + getattr(other, f.name)
-            for f in dataclasses.fields(self)
-            if f.name != "latency_max"
-        }
-        tops = [t for t in (self.latency_max, other.latency_max) if t is not None]
-        return Tally(**summed, latency_max=max(tops) if tops else None)
+        return total([self, other])
 
     @property
     def firings(self) -> int:
@@ -185,6 +182,21 @@ class Tally:
         return {o.value: getattr(self, o.value) for o in OUTCOMES}
 
 
+_SUMMED = tuple(f.name for f in dataclasses.fields(Tally) if f.name != "latency_max")
+_summed = operator.attrgetter(*_SUMMED)
+
+
+def total(tallies: Sequence[Tally]) -> Tally:
+    """The tallies as one: their counts and sums added, the highest of their maxima."""
+    if len(tallies) == 1:
+        return tallies[0]
+    tops = [t.latency_max for t in tallies if t.latency_max is not None]
+    sums = [sum(column) for column in zip(*map(_summed, tallies), strict=True)] or [0] * len(
+        _SUMMED
+    )
+    return Tally(**dict(zip(_SUMMED, sums, strict=True)), latency_max=max(tops) if tops else None)
+
+
 def tally(rows: Iterable[FiringRow]) -> Tally:
     """What `rows` came to (the store's sums say the same in SQL)."""
     counts = dict.fromkeys((o.value for o in OUTCOMES), 0)
@@ -210,6 +222,10 @@ def tally(rows: Iterable[FiringRow]) -> Tally:
         latency_sum=sum(times),
         latency_max=max(times) if times else None,
     )
+
+
+EMPTY = Tally()
+"""What no firing comes to."""
 
 
 # --- which hours are closed ----------------------------------------------------------------------
@@ -302,12 +318,10 @@ def stats(found: Counted, now: datetime) -> Stats:
 
 def _span(hours: Mapping[datetime, Tally], start: datetime, width: timedelta, count: int) -> Span:
     """`count` buckets `width` long from `start`, each the sum of the hours in it."""
-    buckets = [Tally()] * count
+    into: list[list[Tally]] = [[] for _ in range(count)]
     for hour, counted in hours.items():
         i = int((hour - start) / width) if hour >= start else -1
         if 0 <= i < count:
-            buckets[i] = buckets[i].plus(counted)
-    total = Tally()
-    for bucket in buckets:
-        total = total.plus(bucket)
-    return Span(start=start, width=width, buckets=buckets, total=total)
+            into[i].append(counted)
+    buckets = [total(some) if some else EMPTY for some in into]
+    return Span(start=start, width=width, buckets=buckets, total=total(buckets))

@@ -66,15 +66,15 @@ def counted(
 
 
 def test_an_hour_closes_when_it_is_over_and_its_jobs_ended() -> None:
-    ten, eleven = NOON - 2 * HOUR, NOON - HOUR
+    eleven, one = NOON - HOUR, NOON + HOUR
     found = counted(
-        {ten: (Tally(fired=1), True), eleven: (Tally(fired=2), False), NOON: (Tally(), True)},
-        until=ten,
+        {eleven: (Tally(fired=1), True), NOON: (Tally(fired=2), True), one: (Tally(), False)},
+        until=eleven,
     )
     closing = firing_stats.closing(found, NOW)
     assert closing is not None
-    assert set(closing.hours) == {ten, NOON}  # 11:00 waits for a job, 12:00 is done
-    assert closing.counted_until == eleven  # the first hour still open
+    assert set(closing.hours) == {eleven, NOON}  # 13:00 waits for a job (till 15:00)
+    assert closing.counted_until == one  # the first hour still open
     assert closing.version == 4
     current = counted({firing_stats.hour_of(NOW): (Tally(fired=1), True)}, until=NOW - 11 * HOUR)
     moved = firing_stats.closing(current, NOW)
@@ -95,7 +95,8 @@ def test_an_hour_waits_no_longer_than_the_settle_limit() -> None:
 def test_nothing_is_written_when_nothing_closed_since() -> None:
     current = firing_stats.hour_of(NOW)
     assert firing_stats.closing(counted({}, until=current), NOW) is None
-    assert firing_stats.closing(counted({NOON: (Tally(), False)}, until=NOON), NOW) is None
+    one = NOON + HOUR
+    assert firing_stats.closing(counted({one: (Tally(), False)}, until=one), NOW) is None
     kept_already = counted({NOON: (Tally(fired=1), True)}, until=NOON, kept={NOON: Tally(fired=1)})
     closing = firing_stats.closing(kept_already, NOW)
     assert closing is not None

@@ -130,21 +130,41 @@ class ScheduleReads(service.Service):
         more, rows = len(rows) > limit, rows[:limit]
         return FiringPage(rows=rows, next=rows[-1].nominal_at if more else None)
 
+    async def page_of(
+        self, found: scheduling.Schedule, *, before: datetime | None, limit: int = FIRINGS_PAGE
+    ) -> tuple[FiringPage, firing_stats.Stats]:
+        """history_of and stats_of of a schedule read already, in one read (its page)."""
+        limit, now = _checked(limit, MAX_FIRINGS_PAGE), self.clock.now()
+        rows, counted = await self.store.schedules.page(
+            schedule_id=found.id, before=before, limit=limit + 1, now=now
+        )
+        more, rows = len(rows) > limit, rows[:limit]
+        await self._keep_closed(found, counted, now)
+        page = FiringPage(rows=rows, next=rows[-1].nominal_at if more else None)
+        return page, firing_stats.stats(counted, now)
+
     async def schedule_stats(self, name: str, *, tenant: str = "default") -> firing_stats.Stats:
         """`tenant`'s schedule `name`'s stats over the last 24 hours and 30 days."""
         return await self.stats_of(await self.store.schedules.get(name=name, tenant=tenant))
 
     async def stats_of(self, found: scheduling.Schedule) -> firing_stats.Stats:
-        """schedule_stats of a schedule read already. The hours found closed are kept on
-        the way (a write only when one closed since the last view); that write is a help,
-        not a need: if it fails, the stats are right all the same."""
+        """schedule_stats of a schedule read already; the hours found closed are kept on
+        the way."""
         now = self.clock.now()
         counted = await self.store.schedules.stats_read(schedule_id=found.id, now=now)
-        if (closing := firing_stats.closing(counted, now)) is not None:
-            try:
-                await self.store.schedules.hours_close(
-                    schedule_id=found.id, closing=closing, keep_from=firing_stats.since(now)
-                )
-            except errors.StoreError as exc:
-                log.warning("schedule %r: its closed hours are not kept now: %s", found.name, exc)
+        await self._keep_closed(found, counted, now)
         return firing_stats.stats(counted, now)
+
+    async def _keep_closed(
+        self, found: scheduling.Schedule, counted: firing_stats.Counted, now: datetime
+    ) -> None:
+        """Keep the hours `counted` found closed (a write only when one closed since the
+        last view). A help, not a need: if it fails, what was counted is right all the same."""
+        if (closing := firing_stats.closing(counted, now)) is None:
+            return
+        try:
+            await self.store.schedules.hours_close(
+                schedule_id=found.id, closing=closing, keep_from=firing_stats.since(now)
+            )
+        except errors.StoreError as exc:
+            log.warning("schedule %r: its closed hours are not kept now: %s", found.name, exc)

@@ -260,6 +260,15 @@ def stats_read(conn: Connection, *, schedule_id: int, now: datetime) -> firing_s
     return firing_stats.Counted(found.kept, found.counted_until, found.version, opened)
 
 
+def page_read(
+    conn: Connection, *, schedule_id: int, before: datetime | None, limit: int, now: datetime
+) -> tuple[list[FiringRow], firing_stats.Counted]:
+    """A schedule's page: a page of its firings (firing_page) and its hours (stats_read),
+    on one connection."""
+    rows = firing_page(conn, schedule_id=schedule_id, before=before, limit=limit)
+    return rows, stats_read(conn, schedule_id=schedule_id, now=now)
+
+
 def hours_close(
     conn: Connection, *, schedule_id: int, closing: firing_stats.Closing, keep_from: datetime
 ) -> bool:

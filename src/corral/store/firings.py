@@ -335,11 +335,22 @@ def backfill(
     }
     fresh = [f for f in fires if f.nominal_at not in recorded]
     created = len(_fire(conn, [(schedule, f) for f in fresh], now, latest=False))
-    # A time recorded as missed or skipped has no job: a backfill gives it one, and its
-    # firing row says so.
+    jobless = [f for f in fires if f.nominal_at in recorded and recorded[f.nominal_at] is None]
+    created += _backfill_jobless(conn, schedule, jobless, now)
+    return created, len(fires) - created
+
+
+def _backfill_jobless(
+    conn: Connection,
+    schedule: scheduling.Schedule,
+    fires: Sequence[scheduling.Fire],
+    now: datetime,
+) -> int:
+    """Give a job to each of `fires`, nominal times recorded before with none (missed or
+    skipped), its firing row saying it is backfilled now (and its hour, if counted already,
+    opened again): the jobs made."""
+    made_count = 0
     for fire in fires:
-        if fire.nominal_at not in recorded or recorded[fire.nominal_at] is not None:
-            continue
         if fire.job is None:
             continue
         ((job_id, made),) = job_submit(conn, new=[fire.job], now=now, hold=False)
@@ -353,8 +364,8 @@ def backfill(
         )
         if late := firing_stats.late_hours([(schedule.id, fire.nominal_at)], now):
             firing_stats.hours_reopen(conn, late=late)
-        created += int(made)
-    return created, len(fires) - created
+        made_count += int(made)
+    return made_count
 
 
 def backfill_held(

@@ -269,7 +269,7 @@ def firing_counts(conn: Connection, *, schedule_id: int) -> dict[str, int]:
 
 class Schedules:
     """The store's handle on schedules and their firings (`store.schedules`): each call
-    one transaction.
+    one transaction (the reads, whose statements each stand alone, none: Database.lookup).
 
     Each method runs the store function its name shortens (`pause`: schedule_pause),
     named in its body; that function's docstring says what the call does.
@@ -356,20 +356,20 @@ class Schedules:
         )
 
     async def get(self, *, name: str, tenant: str = "default") -> scheduling.Schedule:
-        return await self._db.tx(functools.partial(schedule_get, name=name, tenant=tenant))
+        return await self._db.lookup(functools.partial(schedule_get, name=name, tenant=tenant))
 
     async def by_id(self, *, schedule_id: int) -> scheduling.Schedule:
-        return await self._db.tx(functools.partial(schedule_by_id, schedule_id=schedule_id))
+        return await self._db.lookup(functools.partial(schedule_by_id, schedule_id=schedule_id))
 
     async def firings(
         self, *, schedule_id: int, limit: int = 20, before: datetime | None = None
     ) -> list[scheduling.Firing]:
-        return await self._db.tx(
+        return await self._db.lookup(
             functools.partial(firing_list, schedule_id=schedule_id, limit=limit, before=before)
         )
 
     async def firing_counts(self, *, schedule_id: int) -> dict[str, int]:
-        return await self._db.tx(functools.partial(firing_counts, schedule_id=schedule_id))
+        return await self._db.lookup(functools.partial(firing_counts, schedule_id=schedule_id))
 
     async def next_wake(self, *, ahead: timedelta = timedelta(0)) -> datetime | None:
         return await self._db.tx(functools.partial(firings.schedule_next_wake, ahead=ahead))
@@ -412,18 +412,31 @@ class Schedules:
     async def history(
         self, *, schedule_id: int, before: datetime | None, limit: int
     ) -> list[counting.FiringRow]:
-        return await self._db.read(
+        return await self._db.lookup(
             functools.partial(
                 firing_stats.firing_page, schedule_id=schedule_id, before=before, limit=limit
             )
         )
 
     async def job_runs(self, *, job_ids: Sequence[int]) -> dict[int, counting.JobRun]:
-        return await self._db.read(functools.partial(firing_stats.job_runs, job_ids=job_ids))
+        return await self._db.lookup(functools.partial(firing_stats.job_runs, job_ids=job_ids))
 
     async def stats_read(self, *, schedule_id: int, now: datetime) -> counting.Counted:
-        return await self._db.read(
+        return await self._db.lookup(
             functools.partial(firing_stats.stats_read, schedule_id=schedule_id, now=now)
+        )
+
+    async def page(
+        self, *, schedule_id: int, before: datetime | None, limit: int, now: datetime
+    ) -> tuple[list[counting.FiringRow], counting.Counted]:
+        return await self._db.lookup(
+            functools.partial(
+                firing_stats.page_read,
+                schedule_id=schedule_id,
+                before=before,
+                limit=limit,
+                now=now,
+            )
         )
 
     async def hours_close(
@@ -441,6 +454,6 @@ class Schedules:
     async def list(
         self, *, tenant: str | None = None, limit: int = 1000, after: tuple[str, str] | None = None
     ) -> list[scheduling.Schedule]:
-        return await self._db.read(
+        return await self._db.lookup(
             functools.partial(schedule_list, tenant=tenant, limit=limit, after=after)
         )

@@ -61,12 +61,9 @@ async def schedule_page(
         at = schedule_reads.firing_cursor(before) if before else None
     except errors.InvalidInput as exc:
         wrong = str(exc)
-    history = (
-        schedule_reads.FiringPage(rows=[], next=None)
-        if wrong
-        else await c.history_of(found, before=at, limit=FIRINGS_SHOWN)
-    )
-    stats = await c.stats_of(found)
+    history, stats = await c.page_of(found, before=at, limit=FIRINGS_SHOWN)
+    if wrong:
+        history = schedule_reads.FiringPage(rows=[], next=None)
     return page(
         request,
         "schedule.html",
