@@ -88,12 +88,12 @@ class JobRun:
 
     job_id: int
     state: model.JobState
-    first_start: datetime | None = None  # when its first attempt started
+    first_start: datetime | None = None  # when its first attempt started (see below)
     status: int | None = None  # the final attempt's HTTP status (its run log's)
     exit_code: int | None = None  # the final attempt's exit code
     latency: float | None = None  # the final attempt's run log's latency (seconds)
-    started_at: datetime | None = None  # the final attempt's start and end
-    finished_at: datetime | None = None
+    started_at: datetime | None = None  # the final attempt's start and end; an attempt
+    finished_at: datetime | None = None  # that ended unseen running started when launched
 
     @property
     def response_time(self) -> float | None:

@@ -125,6 +125,30 @@ async def test_a_page_of_firings_says_what_each_job_came_to(
     assert runs[made.id].state == J.QUEUED
 
 
+async def test_a_quick_job_s_attempt_started_when_it_was_launched(
+    c: client.Client, clock: FrozenClock, db: store.Store
+) -> None:
+    """Launched and ended in one settle, an attempt is never recorded running (no
+    started_at): it started when it was claimed and launched."""
+    await c.schedule_create("quick", every="1h", **JOB)
+    await fire(c)
+    clock.advance(3)
+    [claimed] = await db.jobs.claim(now=clock.now(), limit=1, executors=["noop"])
+    clock.advance(1.25)
+    done = Finish(claimed.attempt.id, A.SUCCEEDED, 0, None)
+    await db.attempts.settle(launched=[claimed.attempt.id], finishes=[done], now=clock.now())
+    [attempt] = await db.attempts.list(job_id=claimed.job.id)
+    assert attempt.started_at is None
+    [row] = (await c.firing_history("quick")).rows
+    assert row.run is not None
+    assert row.run.state == J.SUCCEEDED
+    assert row.lateness == pytest.approx(3.0)
+    assert row.run.response_time == pytest.approx(1.25)
+    clock.advance(3600)
+    noon = (await c.schedule_stats("quick")).last_24h.buckets[-2]
+    assert noon.latency_max == pytest.approx(1.25)
+
+
 async def _finishes(c: client.Client, ends: Mapping[int, Finish]) -> list[Finish]:
     """`ends` by job id as finishes of each job's running attempt."""
     out = []

@@ -251,6 +251,27 @@ async def test_a_schedule_s_page_shows_settings_next_firings_stats_and_history(
     assert ">Pause</button>" in page.text
 
 
+async def test_a_next_firing_a_clock_change_moved_is_marked(
+    http: httpx.AsyncClient, c: client.Client
+) -> None:
+    """Paris skips 02:00 to 03:00 on 2026-03-29: the 02:30 of that day fires at 03:00."""
+    await c.schedule_create(
+        "night", cron="30 2 * * *", tz="Europe/Paris", start="2026-03-27", tenant="a", **NOOP
+    )
+    await sign_in(http, name="vic", password="correct horse")
+    page = await http.get("/ui/schedules/a/night")
+    rows = re.findall(r'<tr class="nominal">(.*?)</tr>', page.text, re.S)
+    cells = [re.findall(r"<td>(.*?)</td>", row, re.S) for row in rows]
+    assert [c[0] for c in cells[:3]] == [
+        "2026-03-27 02:30:00 CET",
+        "2026-03-28 02:30:00 CET",
+        "2026-03-29 03:00:00 CEST",
+    ]
+    assert cells[2][1] == "2026-03-29 01:00:00 UTC"
+    assert ">DST</span>" in cells[2][2]
+    assert "DST" not in cells[1][2]
+
+
 async def test_the_page_s_history_pages_by_keyset_and_a_bad_before_is_named(
     http: httpx.AsyncClient, c: client.Client
 ) -> None:

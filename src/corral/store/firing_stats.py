@@ -63,16 +63,24 @@ _FIRED = _with_runs(firings.outerjoin(jobs, jobs.c.id == firings.c.job_id))
 """Firings with their jobs, final attempts and run logs."""
 
 
+def _started(attempt: Any) -> Any:
+    """When an attempt started: its started_at, or, for one that ended before it was
+    recorded running (a quick one's launch and end are settled together), when it was made
+    (claimed and launched). NULL for one not started yet."""
+    launched = case((attempt.c.finished_at.is_not(None), attempt.c.created_at))
+    return func.coalesce(attempt.c.started_at, launched)
+
+
 def _run_columns() -> list[Any]:
     """What a JobRun is read from (after the job's id), in its fields' order."""
-    first = select(func.min(_any.c.started_at)).where(_any.c.job_id == jobs.c.id)
+    first = select(func.min(_started(_any))).where(_any.c.job_id == jobs.c.id)
     return [
         jobs.c.state,
         first.scalar_subquery().label("first_start"),
         run_logs.c.status,
         _last.c.exit_code,
         run_logs.c.latency,
-        _last.c.started_at,
+        _started(_last).label("started_at"),
         _last.c.finished_at,
     ]
 
@@ -151,7 +159,7 @@ def hours_counted(
     `start`, a whole hour), each hour with whether every job of it had ended: the sums of
     firing_stats.tally, in SQL. Hours with no firing are left out."""
     ended = jobs.c.state.in_([s.value for s in firing_stats.SUCCEEDED | firing_stats.FAILED])
-    lasted = _seconds(conn, _last.c.started_at, _last.c.finished_at)
+    lasted = _seconds(conn, _started(_last), _last.c.finished_at)
     took = func.coalesce(run_logs.c.latency, lasted)
     settled = or_(
         firings.c.job_id.is_(None),
