@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from corral import (
     access,
     cadence,
+    firing_stats,
     launching,
     model,
     python_tasks,
@@ -435,4 +436,77 @@ def status_dict(status: loops.Status) -> dict[str, Any]:
             for loop, state in status.loops
         ],
         "warnings": [{"condition": c, "message": m} for c, m in status.warnings.items()],
+    }
+
+
+# --- a schedule's history and stats (corral.firing_stats) --------------------------------------
+
+
+def firing_row_dict(row: firing_stats.FiringRow) -> dict[str, Any]:
+    """One firing of a schedule's history: its nominal time (UTC, "Z": it may be given back
+    as a page's `before`), the seconds from it to its job's first start, its job and what
+    that came to (state, HTTP status or exit code, response time in seconds), its outcome."""
+    run = row.run
+    return {
+        "nominal_at": model.iso(row.nominal_at),
+        "outcome": row.outcome.value,
+        "lateness": row.lateness,
+        "job_id": row.job_id,
+        "job_state": run.state.value if run else None,
+        "status": run.status if run else None,
+        "exit_code": run.exit_code if run else None,
+        "response_time": run.response_time if run else None,
+        "note": row.note,
+    }
+
+
+def firing_page_dict(
+    rows: Iterable[firing_stats.FiringRow], after: datetime | None
+) -> dict[str, Any]:
+    """A page of a schedule's firings, the latest first, and `next`: the `before` of the
+    next page (null on the last one)."""
+    return {
+        "firings": [firing_row_dict(r) for r in rows],
+        "next": model.iso(after) if after is not None else None,
+    }
+
+
+def tally_dict(counted: firing_stats.Tally) -> dict[str, Any]:
+    """What some firings came to (corral.firing_stats says what counts as what)."""
+    return {
+        "firings": counted.firings,
+        "outcomes": counted.outcomes(),
+        "jobs": counted.jobs,
+        "succeeded": counted.succeeded,
+        "failed": counted.failed,
+        "cancelled": counted.cancelled,
+        "pending": counted.pending,
+        "success_rate": counted.success_rate,
+        "response_time": {
+            "mean": counted.latency_mean,
+            "max": counted.latency_max,
+            "count": counted.latency_count,
+        },
+    }
+
+
+def firing_stats_dict(stats: firing_stats.Stats) -> dict[str, Any]:
+    """A schedule's stats: the last 24 hours by hour and the last 30 days by day (UTC), each
+    window's sums and its buckets, the current one last."""
+
+    def span(s: firing_stats.Span) -> dict[str, Any]:
+        return {
+            "start": model.iso(s.start),
+            "bucket_seconds": int(s.width.total_seconds()),
+            **tally_dict(s.total),
+            "buckets": [
+                {"start": model.iso(s.start + s.width * i), **tally_dict(b)}
+                for i, b in enumerate(s.buckets)
+            ],
+        }
+
+    return {
+        "at": model.iso(stats.at),
+        "last_24h": span(stats.last_24h),
+        "last_30d": span(stats.last_30d),
     }

@@ -14,6 +14,15 @@ from fastapi import APIRouter, Body, Path, Query
 from corral import cadence, client, errors, model, planning, scheduling, shapes
 from corral.api.auth import Caller, Client, Operator, Viewer
 from corral.api.routes import EARLIEST, LATEST, RESPONSES, audit, instant
+from corral.client.schedule_reads import (
+    FIRINGS_PAGE,
+    MAX_FIRINGS_PAGE,
+    MAX_SCHEDULES_PAGE,
+    SCHEDULES_PAGE,
+    firing_cursor,
+    list_cursor,
+    list_next,
+)
 
 router = APIRouter(responses=RESPONSES)
 
@@ -55,12 +64,36 @@ def _shown(c: client.Client, found: Any) -> dict[str, Any]:
     }
 
 
-@router.get("/schedules", summary="The schedules of the token's tenant")
-async def schedules_list(c: Client, who: Viewer, tenant: Tenant = None) -> list[dict[str, Any]]:
+@router.get(
+    "/schedules",
+    summary="The schedules of the token's tenant, by name (keyset: ?after=<a page's next>)",
+)
+async def schedules_list(
+    c: Client,
+    who: Viewer,
+    tenant: Tenant = None,
+    after: Annotated[
+        str | None,
+        Query(
+            max_length=401,
+            description="Only schedules after this one, by name: a page's `next` (TENANT/NAME"
+            " when the list is every tenant's). With `after` or `limit`, the answer is a page:"
+            ' {"schedules": [...], "next": ...}; with neither, the first 1000 as a list.',
+        ),
+    ] = None,
+    limit: Annotated[int | None, Query(ge=1, le=MAX_SCHEDULES_PAGE)] = None,
+) -> list[dict[str, Any]] | dict[str, Any]:
+    paged = after is not None or limit is not None
     if who.token.tenant is not None and tenant not in (None, who.token.tenant):
-        return []
-    found = await c.schedules(tenant=who.token.tenant or tenant)
-    return [_shown(c, s) for s in found]
+        return {"schedules": [], "next": None} if paged else []
+    whose = who.token.tenant or tenant
+    if not paged:  # the answer of old: a list, bounded
+        found, _ = await c.schedules_page(tenant=whose, limit=MAX_SCHEDULES_PAGE)
+        return [_shown(c, s) for s in found]
+    found, more = await c.schedules_page(
+        tenant=whose, after=list_cursor(after, whose), limit=limit or SCHEDULES_PAGE
+    )
+    return {"schedules": [_shown(c, s) for s in found], "next": list_next(more, whose)}
 
 
 @router.post("/schedules", status_code=201, summary="Make a schedule")
@@ -267,3 +300,50 @@ async def schedule_preview_rule(
 ) -> list[dict[str, Any]]:
     args = client.bodies.preview_arguments(body)
     return [shapes.nominal_dict(n) for n in c.schedule_preview(**args)]
+
+
+# --- the list's pages, a schedule's history and stats ------------------------------------------
+
+
+@router.get(
+    "/schedules/{name}/firings",
+    summary="A schedule's firings, the latest first (keyset: ?before=<a page's next>)",
+)
+async def schedule_firings(
+    c: Client,
+    who: Viewer,
+    name: Name,
+    tenant: Tenant = None,
+    before: Annotated[
+        str | None,
+        Query(
+            max_length=64,
+            description="Only firings with a nominal time before this one (ISO 8601 with an"
+            " offset): a page's `next`.",
+        ),
+    ] = None,
+    limit: Annotated[int, Query(ge=1, le=MAX_FIRINGS_PAGE)] = FIRINGS_PAGE,
+) -> dict[str, Any]:
+    """Each firing with its nominal time, lateness (its job's first start minus the nominal
+    time, in seconds; null before it starts), job, the job's state, its final attempt's
+    HTTP status or exit code, response time (seconds) and outcome."""
+    at = instant(firing_cursor(before), "before") if before is not None else None
+    found = await _schedule(c, who, name, tenant)
+    page = await c.history_of(found, before=at, limit=limit)
+    return shapes.firing_page_dict(page.rows, page.next)
+
+
+@router.get(
+    "/schedules/{name}/stats",
+    summary="A schedule's success rate and response times: 24 hours by hour, 30 days by day",
+)
+async def schedule_stats(
+    c: Client, who: Viewer, name: Name, tenant: Tenant = None
+) -> dict[str, Any]:
+    """Its firings by outcome, their jobs that succeeded, failed (or wait in quarantine),
+    were cancelled or have not ended, the success rate (succeeded / (succeeded + failed))
+    and the mean and max response time, over the last 24 hours by hour and the last 30 days
+    by day (UTC, by nominal time)."""
+    found = await _schedule(c, who, name, tenant)
+    stats = await c.stats_of(found)
+    return {"schedule": found.name, "tenant": found.tenant, **shapes.firing_stats_dict(stats)}

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Self
 import click
 
 from corral import errors, scheduling, shapes
-from corral.cli import render
+from corral.cli import render, schedule_firings
 from corral.cli.common import State, config_option, err, out, print_json, run, warn
 from corral.cli.job_options import JobCommand, JobOptions, job_options
 
@@ -145,6 +145,9 @@ def schedule_options(fn: Any) -> Any:
 @click.group()
 def schedules() -> None:
     """Make and manage schedules (cron, intervals)."""
+
+
+schedules.add_command(schedule_firings.firings)
 
 
 @schedules.command("add", cls=ScheduleCommand)

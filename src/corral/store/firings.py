@@ -23,7 +23,7 @@ from sqlalchemy import Connection, and_, bindparam, func, or_, select, update
 
 from corral import errors, model, quotas, scheduling, tenancy
 from corral.planning import Fired, Plan
-from corral.store import dialects
+from corral.store import dialects, firing_stats
 from corral.store import quotas as holds
 from corral.store.events import NO_JOB, event_insert, event_row
 from corral.store.job_decisions import job_cancel
@@ -295,7 +295,10 @@ def firings_record(
         returning=names,
         on_conflict="ON CONFLICT (schedule_id, nominal_at) DO NOTHING",
     )
-    return [_firing_from_values(names, values) for values in inserted]
+    recorded = [_firing_from_values(names, values) for values in inserted]
+    if late := firing_stats.late_hours([(f.schedule_id, f.nominal_at) for f in recorded], now):
+        firing_stats.hours_reopen(conn, late=late)  # a past hour counted may be off now
+    return recorded
 
 
 def _firing_from_values(names: Sequence[str], values: Sequence[Any]) -> scheduling.Firing:
@@ -332,11 +335,22 @@ def backfill(
     }
     fresh = [f for f in fires if f.nominal_at not in recorded]
     created = len(_fire(conn, [(schedule, f) for f in fresh], now, latest=False))
-    # A time recorded as missed or skipped has no job: a backfill gives it one, and its
-    # firing row says so.
+    jobless = [f for f in fires if f.nominal_at in recorded and recorded[f.nominal_at] is None]
+    created += _backfill_jobless(conn, schedule, jobless, now)
+    return created, len(fires) - created
+
+
+def _backfill_jobless(
+    conn: Connection,
+    schedule: scheduling.Schedule,
+    fires: Sequence[scheduling.Fire],
+    now: datetime,
+) -> int:
+    """Give a job to each of `fires`, nominal times recorded before with none (missed or
+    skipped), its firing row saying it is backfilled now (and its hour, if counted already,
+    opened again): the jobs made."""
+    made_count = 0
     for fire in fires:
-        if fire.nominal_at not in recorded or recorded[fire.nominal_at] is not None:
-            continue
         if fire.job is None:
             continue
         ((job_id, made),) = job_submit(conn, new=[fire.job], now=now, hold=False)
@@ -348,8 +362,10 @@ def backfill(
             )
             .values(job_id=job_id, outcome=F.BACKFILLED.value, note=fire.note)
         )
-        created += int(made)
-    return created, len(fires) - created
+        if late := firing_stats.late_hours([(schedule.id, fire.nominal_at)], now):
+            firing_stats.hours_reopen(conn, late=late)
+        made_count += int(made)
+    return made_count
 
 
 def backfill_held(

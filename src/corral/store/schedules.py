@@ -12,11 +12,12 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Connection, delete, func, select, update
+from sqlalchemy import Connection, delete, func, select, tuple_, update
 
 from corral import errors, model, quotas, scheduling, tenancy
+from corral import firing_stats as counting
 from corral.planning import Fired, Plan
-from corral.store import dialects, firings, tables
+from corral.store import dialects, firing_stats, firings, tables
 from corral.store import quotas as holds
 from corral.store.rows import schedule_from_row
 from corral.store.tables import schedules
@@ -154,6 +155,7 @@ def schedule_delete(conn: Connection, *, schedule_id: int) -> None:
     if not conn.execute(delete(schedules).where(schedules.c.id == schedule_id)).rowcount:
         raise errors.NotFound(f"no schedule with id {schedule_id}")
     conn.execute(delete(tables.firings).where(tables.firings.c.schedule_id == schedule_id))
+    firing_stats.rollups_delete(conn, schedule_id=schedule_id)
 
 
 def schedule_pause(conn: Connection, *, schedule_id: int, now: datetime) -> scheduling.Schedule:
@@ -222,11 +224,19 @@ def schedule_by_id(conn: Connection, *, schedule_id: int) -> scheduling.Schedule
 
 
 def schedule_list(
-    conn: Connection, *, tenant: str | None = None, limit: int = 1000
+    conn: Connection,
+    *,
+    tenant: str | None = None,
+    limit: int = 1000,
+    after: tuple[str, str] | None = None,
 ) -> list[scheduling.Schedule]:
+    """Up to `limit` schedules (of `tenant`; None: of every tenant) by tenant and name,
+    from after `after` (tenant, name) on: a walk of the (tenant, name) key from there."""
     stmt = select(schedules).order_by(schedules.c.tenant, schedules.c.name).limit(limit)
     if tenant is not None:
         stmt = stmt.where(schedules.c.tenant == tenant)
+    if after is not None:
+        stmt = stmt.where(tuple_(schedules.c.tenant, schedules.c.name) > tuple_(*after))
     return [schedule_from_row(r) for r in conn.execute(stmt)]
 
 
@@ -259,7 +269,7 @@ def firing_counts(conn: Connection, *, schedule_id: int) -> dict[str, int]:
 
 class Schedules:
     """The store's handle on schedules and their firings (`store.schedules`): each call
-    one transaction.
+    one transaction (the reads, whose statements each stand alone, none: Database.lookup).
 
     Each method runs the store function its name shortens (`pause`: schedule_pause),
     named in its body; that function's docstring says what the call does.
@@ -346,20 +356,20 @@ class Schedules:
         )
 
     async def get(self, *, name: str, tenant: str = "default") -> scheduling.Schedule:
-        return await self._db.tx(functools.partial(schedule_get, name=name, tenant=tenant))
+        return await self._db.lookup(functools.partial(schedule_get, name=name, tenant=tenant))
 
     async def by_id(self, *, schedule_id: int) -> scheduling.Schedule:
-        return await self._db.tx(functools.partial(schedule_by_id, schedule_id=schedule_id))
+        return await self._db.lookup(functools.partial(schedule_by_id, schedule_id=schedule_id))
 
     async def firings(
         self, *, schedule_id: int, limit: int = 20, before: datetime | None = None
     ) -> list[scheduling.Firing]:
-        return await self._db.tx(
+        return await self._db.lookup(
             functools.partial(firing_list, schedule_id=schedule_id, limit=limit, before=before)
         )
 
     async def firing_counts(self, *, schedule_id: int) -> dict[str, int]:
-        return await self._db.tx(functools.partial(firing_counts, schedule_id=schedule_id))
+        return await self._db.lookup(functools.partial(firing_counts, schedule_id=schedule_id))
 
     async def next_wake(self, *, ahead: timedelta = timedelta(0)) -> datetime | None:
         return await self._db.tx(functools.partial(firings.schedule_next_wake, ahead=ahead))
@@ -397,7 +407,53 @@ class Schedules:
             )
         )
 
+    # --- history and stats (firing_stats.py) ----------------------------------------------
+
+    async def history(
+        self, *, schedule_id: int, before: datetime | None, limit: int
+    ) -> list[counting.FiringRow]:
+        return await self._db.lookup(
+            functools.partial(
+                firing_stats.firing_page, schedule_id=schedule_id, before=before, limit=limit
+            )
+        )
+
+    async def job_runs(self, *, job_ids: Sequence[int]) -> dict[int, counting.JobRun]:
+        return await self._db.lookup(functools.partial(firing_stats.job_runs, job_ids=job_ids))
+
+    async def stats_read(self, *, schedule_id: int, now: datetime) -> counting.Counted:
+        return await self._db.lookup(
+            functools.partial(firing_stats.stats_read, schedule_id=schedule_id, now=now)
+        )
+
+    async def page(
+        self, *, schedule_id: int, before: datetime | None, limit: int, now: datetime
+    ) -> tuple[list[counting.FiringRow], counting.Counted]:
+        return await self._db.lookup(
+            functools.partial(
+                firing_stats.page_read,
+                schedule_id=schedule_id,
+                before=before,
+                limit=limit,
+                now=now,
+            )
+        )
+
+    async def hours_close(
+        self, *, schedule_id: int, closing: counting.Closing, keep_from: datetime
+    ) -> bool:
+        return await self._db.tx(
+            functools.partial(
+                firing_stats.hours_close,
+                schedule_id=schedule_id,
+                closing=closing,
+                keep_from=keep_from,
+            )
+        )
+
     async def list(
-        self, *, tenant: str | None = None, limit: int = 1000
+        self, *, tenant: str | None = None, limit: int = 1000, after: tuple[str, str] | None = None
     ) -> list[scheduling.Schedule]:
-        return await self._db.tx(functools.partial(schedule_list, tenant=tenant, limit=limit))
+        return await self._db.lookup(
+            functools.partial(schedule_list, tenant=tenant, limit=limit, after=after)
+        )

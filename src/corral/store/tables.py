@@ -232,6 +232,48 @@ firings = Table(
     UniqueConstraint("schedule_id", "nominal_at"),
 )
 
+# What each closed hour of a schedule's firings came to (store/firing_stats.py, the sums of
+# corral.firing_stats.Tally): its firings by outcome, their jobs that succeeded, failed (or
+# wait in quarantine) or were cancelled, and the response times of those that ended. An
+# hour is closed once every job of it has ended (or it lies SETTLE_LIMIT in the past): a
+# schedule's stats read these rows and count only the open hours from the firings. Hours
+# with no firing have no row. Deleted with the schedule.
+firing_hours = Table(
+    "firing_hours",
+    metadata,
+    Column("schedule_id", Id, primary_key=True, autoincrement=False),
+    Column("hour", UTCDateTime, primary_key=True),
+    *(
+        Column(name, Integer, nullable=False)
+        for name in (
+            "fired",
+            "missed",
+            "skipped",
+            "overlap",
+            "refused",
+            "backfilled",
+            "succeeded",
+            "failed",
+            "cancelled",
+            "latency_count",
+        )
+    ),
+    Column("latency_sum", Float, nullable=False),
+    Column("latency_max", Float),
+)
+
+# How far each schedule's hours are closed: every hour before `counted_until` that had a
+# firing has its firing_hours row (None: none is counted yet). `version` grows with every
+# change, so one that counted from an older read writes nothing (compare-and-set); a firing
+# recorded late into a past hour (catch-up, resume, backfill) reopens that hour.
+firing_rollups = Table(
+    "firing_rollups",
+    metadata,
+    Column("schedule_id", Id, primary_key=True, autoincrement=False),
+    Column("counted_until", UTCDateTime),
+    Column("version", BigInteger, nullable=False),
+)
+
 signing_secrets = Table(
     "signing_secrets",
     metadata,

@@ -3,15 +3,16 @@
 
     auth.py     sessions, roles and CSRF
     overview.py the overview, read in one call and kept for a few seconds
-    pages.py    what the pages share, and signing in; jobs.py and schedules.py their lists
-                and pages
+    pages.py    what the pages share, and signing in; jobs.py the jobs' pages;
+                schedules.py the schedules list, schedule_page.py a schedule's page, its
+                history and stats
     forms.py    what the forms of HTTP jobs and schedules share: read as the API's body,
                 each error beside its field, secrets shown redacted and kept
     schedule_forms.py, schedule_actions.py   a schedule made, changed, previewed, and what
                 an operator does to it; job_forms.py a one-off HTTP job, and a rerun
     live.py     live updates: the changing part of a page, pushed over server-sent events
     bulk.py     bulk actions: a preview, its confirm form, and the operations it starts
-    charts.py   the overview's charts of job ends, drawn as SVG on the server
+    charts.py   the charts of job ends (the overview's, a schedule's), drawn as SVG on the server
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from corral.web import (
     pages,
     schedule_actions,
     schedule_forms,
+    schedule_page,
     schedules,
 )
 
@@ -83,7 +85,17 @@ class Guarded:
         await self.app(scope, receive, guarded)
 
 
-ROOMS = (overview, pages, job_forms, schedule_forms, schedule_actions, jobs, schedules, bulk)
+ROOMS = (
+    overview,
+    pages,
+    job_forms,
+    schedule_forms,
+    schedule_actions,
+    jobs,
+    schedules,
+    schedule_page,
+    bulk,
+)
 """The modules whose routes the dashboard serves, in the order they are matched: the forms
 before the pages whose paths take an id or a name (/ui/jobs/new is no job)."""
 

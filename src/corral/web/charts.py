@@ -1,9 +1,12 @@
-"""The overview's charts: jobs that succeeded, and that failed or were quarantined, per
-minute over the last hour and per hour over the last day, as bar charts drawn on the
-server (inline SVG: no script, nothing fetched from elsewhere).
+"""The dashboard's charts, drawn on the server (inline SVG: no script, nothing fetched from
+elsewhere): on the overview, jobs that succeeded, and that failed or were quarantined, per
+minute over the last hour and per hour over the last day; on a schedule's page, its
+firings' jobs that succeeded and failed, per hour over the last 24 hours and per day over
+the last 30, with their mean response time as a line beneath.
 
-`windows` says which spans to count, aligned to whole minutes and hours so that a bar's
-count does not change as the clock moves within it; `chart` turns the counts into bars."""
+`windows` says which spans the overview counts, aligned to whole minutes and hours so that
+a bar's count does not change as the clock moves within it; `chart` turns counts into
+bars, `line` values into a line's points."""
 
 from __future__ import annotations
 
@@ -80,3 +83,49 @@ def chart(window: Window, counts: list[tuple[int, int]]) -> Chart:
         for i, (ok, bad) in enumerate(counts)
     ]
     return Chart(window, bars, sum(b.succeeded for b in bars), sum(b.failed for b in bars), top)
+
+
+LINE_TOP, LINE_HEIGHT = 140, 60
+"""Where a line beneath the bars is drawn (its top, in SVG units) and how high it is."""
+
+
+@dataclass(frozen=True, slots=True)
+class Point:
+    """One bucket's value on a line: where it is drawn, and what it says."""
+
+    x: float
+    y: float
+    value: float
+    starts: str
+
+
+@dataclass(frozen=True, slots=True)
+class Line:
+    """A line of a value per bucket beneath the bars (a bucket with none has no point),
+    `top` the value its full height stands for."""
+
+    points: list[Point]
+    top: float
+
+    @property
+    def path(self) -> str:
+        """The points as an SVG polyline's `points`."""
+        return " ".join(f"{p.x},{p.y}" for p in self.points)
+
+
+def line(window: Window, values: list[float | None]) -> Line:
+    """The points of `values` (one a bucket of `window`, None where there is none), each
+    at its bar's middle, its height against the highest value's."""
+    top = max((v for v in values if v is not None), default=0.0)
+    step = WIDTH / window.buckets
+    points = [
+        Point(
+            x=round(i * step + step * 0.4, 2),
+            y=round(LINE_TOP + LINE_HEIGHT - (value / top * LINE_HEIGHT if top else 0.0), 2),
+            value=value,
+            starts=(window.since + window.width * i).strftime(window.label),
+        )
+        for i, value in enumerate(values)
+        if value is not None
+    ]
+    return Line(points=points, top=top)
