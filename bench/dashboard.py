@@ -34,8 +34,9 @@ in silence. Then `--clients` clients, each signed in to the dashboard with a vie
 token of every tenant and of tenant-3 (the sign-in form, as a browser does) and with a
 psycopg connection of its own, each run `--requests` page requests and, beside each
 request of a cron page, one bare run of that page's statements (every row fetched), all
-shuffled: page and bare side by side under the same load, in the same run. Each client
-goes on as soon as it has its answer. Then one client alone asks for each page, and runs
+shuffled: page and bare side by side under the same load, in the same run; the cron's pages
+first, then the overviews with the API's list (PHASES). Each client goes on as soon as it
+has its answer. Then one client alone asks for each page, and runs
 its statements, `--alone` times.
 
 JSON on stdout: each page's p50/p95 in ms (under load and alone), its statements and their
@@ -287,6 +288,17 @@ def slow_floor(shown: dict[str, Any]) -> list[str]:
 
 # --- timing -------------------------------------------------------------------------------------
 
+PHASES = ("cron", "overview")
+"""The load is run twice, each page under one: the cron's pages (with `/healthz`) beside
+their bare statements, then the overviews beside the API's list. An overview read anew
+costs what a hundred cron pages do (it counts the store), so in one mix it would set
+every cron page's wait: each page is measured under the load of its own kind."""
+
+
+def _phase(name: str, page: Page) -> str:
+    return "cron" if page.against == BARE or name == FLOOR else "overview"
+
+
 Item = tuple[str, str]
 """(page name, PAGE or BARE): one request of a page, or one bare run of its statements."""
 
@@ -418,7 +430,8 @@ async def measure(url: str, args: argparse.Namespace) -> dict[str, Any]:
     count = max(args.requests, len(pages))  # each page asked at least once by each client
     rng = random.Random(args.seed)
     warm = [mix(rng, pages, max(len(pages), count // 10)) for _ in range(args.clients)]
-    per = [mix(rng, pages, count) for _ in range(args.clients)]
+    phases = [{n: p for n, p in pages.items() if _phase(n, p) == ph} for ph in PHASES]
+    pers = [[mix(rng, ph, count) for _ in range(args.clients)] for ph in phases if ph]
     lone = [[(n, side) for n, p in pages.items() for _ in range(args.alone)
              for side in ((PAGE, BARE) if p.against == BARE else (PAGE,))]]  # fmt: skip
     timed = functools.partial(time_items, secrets=secrets, pages=pages, caught=caught)
@@ -427,12 +440,14 @@ async def measure(url: str, args: argparse.Namespace) -> dict[str, Any]:
         try:
             await timed(base, url, work=warm)
             cpu, t1 = api.cpu_s(proc.pid), time.monotonic()
-            loaded = await timed(base, url, work=per)
+            loaded: dict[Item, list[float]] = {}
+            for per in pers:
+                loaded |= await timed(base, url, work=per)
             wall, cpu = time.monotonic() - t1, api.cpu_s(proc.pid) - cpu
             alone = await timed(base, url, work=lone)
         finally:
             api.stop(proc)
-    asked, shown = args.clients * count, summary(pages, caught, loaded, alone)
+    asked, shown = args.clients * count * len(pers), summary(pages, caught, loaded, alone)
     report = {
         **{k: getattr(args, k) for k in ("jobs", "events", "schedules", "firings", "clients")},
         "requests_per_client": count,

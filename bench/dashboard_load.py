@@ -405,7 +405,7 @@ def facts(url: str) -> dict[str, Any]:
                 " ORDER BY id LIMIT 1"
             ),
             "middle_schedule": one(
-                "SELECT name FROM schedules ORDER BY name"
+                "SELECT tenant || '/' || name FROM schedules ORDER BY tenant, name"
                 " OFFSET (SELECT count(*) / 2 FROM schedules) LIMIT 1"
             ),
             "rows": {
