@@ -6,8 +6,8 @@ exception, no answer of 400 or more the test did not ask for).
 browser context; `finished(context)` at the test's end gives what was found, each with
 the page's path, and `failed_on` fails the test with it. `checked(page)` checks the page
 as it is now (after an htmx swap) and fails at once. `expected_status(page, path, 404)`
-lets a test visit a page it means to be refused: that answer, and the console line
-Chromium logs for it, are not problems; the page itself is still checked.
+lets a test visit a page it means to be refused: that answer, and the console lines
+Chromium and htmx log for it, are not problems; the page itself is still checked.
 
 How each page is checked:
 
@@ -102,6 +102,7 @@ class Watch:
     expected: set[tuple[str, int]] = field(default_factory=set)
     state: str = "none"
     documents: list[Document] = field(default_factory=list)
+    reading: int = 0  # the documents whose body is being read
     checked: list[str] = field(default_factory=list)  # the paths axe ran on, in order
 
     def expects(self, url: str, status: int) -> bool:
@@ -164,8 +165,7 @@ def _said(seen: Watch, message: Any) -> None:
     if message.type != "error":
         return
     at = message.location.get("url", "") or seen.page.url
-    status = _status_in(message.text)
-    if status is None or not seen.expects(at, status):
+    if _answer_in(message.text, at) not in seen.expected:
         seen.problems.append(f"{_path(at)}: console error: {message.text}")
 
 
@@ -210,17 +210,21 @@ def _kept(seen: Watch, response: Any) -> None:
     kind = response.headers.get("content-type", "")
     if kind.startswith("text/html") and not 300 <= response.status < 400:
         headers = {k: v for k, v in response.headers.items() if k != "set-cookie"}
+        seen.reading += 1  # before the read yields: the twins wait for it
         try:
             body = response.body()
         except Exception as exc:
             seen.problems.append(f"{_path(response.url)}: not read for its check: {exc}")
             return
+        finally:
+            seen.reading -= 1
         seen.documents.append(Document(response.url, response.status, headers, body))
 
 
 def expected_status(page: Any, path: str, status: int) -> None:
     """The test means `path` (its query too, if it has one) to answer `status` on
-    `page`: that answer, and the console line it makes, are not problems."""
+    `page` (a page, a form's answer, an htmx request): that answer, and the console lines
+    Chromium and htmx log for it, are not problems."""
     WATCHES[page].expected.add((_path(path), status))
 
 
@@ -270,6 +274,9 @@ def _twins_checked(seen: Watch) -> list[str]:
     """axe's findings on each document a JavaScript-off page was sent since its last check,
     each shown again in a twin page (scripts on, for axe) as it showed with JavaScript off:
     the dashboard's scripts answered empty, and what <noscript> holds shown."""
+    deadline = time.monotonic() + WAIT_S
+    while seen.reading and not seen.page.is_closed() and time.monotonic() < deadline:
+        seen.page.wait_for_timeout(20)  # the driver's timer: the reads go on meanwhile
     documents, seen.documents = seen.documents, []
     if not documents:
         return []
@@ -319,11 +326,12 @@ def _path(url: str) -> str:
     return parts.path + (f"?{parts.query}" if parts.query else "")
 
 
-def _status_in(text: str) -> int | None:
-    """The status in Chromium's "Failed to load resource: the server responded with a
-    status of 404 (Not Found)"."""
-    marker = "responded with a status of "
-    if marker not in text:
-        return None
-    digits = text.split(marker, 1)[1][:3]
-    return int(digits) if digits.isdigit() else None
+def _answer_in(text: str, at: str) -> tuple[str, int] | None:
+    """The answer a console line tells of, as (path, status): Chromium's "Failed to load
+    resource: the server responded with a status of 404 (Not Found)" (logged at the
+    resource's URL, `at`), or htmx's "Response Status Error Code 422 from /ui/x"."""
+    if found := re.search(r"responded with a status of (\d{3})", text):
+        return _path(at), int(found[1])
+    if found := re.search(r"Response Status Error Code (\d{3}) from (\S+)", text):
+        return _path(found[2]), int(found[1])
+    return None

@@ -186,3 +186,17 @@ def test_the_check_finds_faint_text_and_a_missing_file(
     assert "/probe: axe color-contrast (serious" in said
     assert "/ui/static/no-such.png: answered 404" in said
     assert "/ui/static/no-such.png: console error: Failed to load resource" in said
+
+
+def test_an_answer_a_test_expects_is_told_by_chromium_s_line_and_htmx_s() -> None:
+    chromium = "Failed to load resource: the server responded with a status of 404 (Not Found)"
+    htmx = "Response Status Error Code 422 from /ui/schedules/preview"
+    assert checks._answer_in(chromium, "http://127.0.0.1:1/ui/jobs/9?x=1") == (
+        "/ui/jobs/9?x=1",
+        404,
+    )
+    assert checks._answer_in(htmx, "http://127.0.0.1:1/ui/static/htmx.min.js") == (
+        "/ui/schedules/preview",
+        422,
+    )
+    assert checks._answer_in("Uncaught TypeError: x is undefined", "http://127.0.0.1:1/") is None
