@@ -132,8 +132,8 @@ def watch(context: Any, *, scripts_off: bool = False) -> Any:
         return WATCHES.get(page) or _watched(page, scripts_off)
 
     context.on("page", of)
-    context.on("console", lambda message: _said(of(message.page), message))
-    context.on("weberror", lambda error: _thrown(of(error.page), error.error))
+    context.on("console", lambda message: message.page and _said(of(message.page), message))
+    context.on("weberror", lambda error: error.page and _thrown(of(error.page), error.error))
     context.on("response", lambda response: _answered(of(response.frame.page), response))
     if not scripts_off:
         context.route(

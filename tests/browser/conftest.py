@@ -142,9 +142,11 @@ def open_page(browser: Any, site: Site) -> Iterator[Callable[..., Any]]:
         return made
 
     yield open_
-    problems = [found for context in opened for found in checks.finished(context)]
-    for context in opened:
-        context.close()
+    try:
+        problems = [found for context in opened for found in checks.finished(context)]
+    finally:
+        for context in opened:
+            context.close()
     checks.failed_on(problems)
 
 
