@@ -7,6 +7,8 @@ RUN_STAMP := $(VENV)/.runtime-stamp
 NFT    := /usr/sbin/nft
 CHROMIUM := /usr/bin/chromium
 BWRAP  := /usr/bin/bwrap
+NPM    := /usr/bin/npm
+AXE    := tests/browser/node_modules/.package-lock.json
 
 .PHONY: run test test-under-load lint docs bench bench-peers clean system-packages
 
@@ -27,11 +29,12 @@ $(STAMP): pyproject.toml | system-packages
 	@touch $(STAMP) $(RUN_STAMP)
 
 # The Debian packages the tests drive: Chromium (the dashboard's browser tests, through
-# Playwright: its own browser download fails here), nftables (the partition chaos test)
-# and bubblewrap (the process sandbox's tests). As root, those missing are installed
-# (waiting for another apt's lock); when apt fails, its own words are shown and make stops.
+# Playwright: its own browser download fails here), npm and its nodejs (to install axe-core,
+# which the browser tests run on every page), nftables (the partition chaos test) and
+# bubblewrap (the process sandbox's tests). As root, those missing are installed (waiting
+# for another apt's lock); when apt fails, its own words are shown and make stops.
 # Without root or apt, make says what is missing and those tests skip.
-TEST_PACKAGES := $(CHROMIUM):chromium $(NFT):nftables $(BWRAP):bubblewrap
+TEST_PACKAGES := $(CHROMIUM):chromium $(NPM):npm $(NFT):nftables $(BWRAP):bubblewrap
 system-packages:
 	@missing=""; \
 	for pair in $(TEST_PACKAGES); do [ -x "$${pair%%:*}" ] || missing="$$missing $${pair##*:}"; done; \
@@ -49,6 +52,17 @@ system-packages:
 		echo "make: could not install$$missing; apt said so above" >&2; exit 1; \
 	fi; \
 	rm -f "$$log"
+
+# axe-core for the browser tests, as tests/browser/package-lock.json pins it: `npm ci` there
+# when node_modules is missing or the lock changed (npm writes the target last). Without npm
+# make says so, and the browser tests skip (on CI they fail).
+$(AXE): tests/browser/package-lock.json | system-packages
+	@if command -v npm >/dev/null 2>&1; then \
+		echo "installing axe-core for the browser tests (npm ci in tests/browser) ..."; \
+		npm ci --prefix tests/browser --ignore-scripts --no-audit --no-fund --loglevel=error >/dev/null; \
+	else \
+		echo "npm is missing: install Debian's npm as root, or the browser tests skip"; \
+	fi
 
 run: $(RUN_STAMP)
 	@echo "corral: migrating the embedded database (./corral.db) ..."
@@ -71,7 +85,7 @@ docs: $(STAMP)
 # The tests run on TEST_WORKERS processes at once (pytest-xdist; each has its own PostgreSQL
 # databases and folders); a group of tests that shares one slow set-up stays on one worker.
 TEST_WORKERS ?= 3
-test: lint docs
+test: lint docs $(AXE)
 	@$(BIN)/python -m compileall -q src
 	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup
 
@@ -113,4 +127,4 @@ bench-peers: $(STAMP)
 	$(BIN)/python bench/peers.py
 
 clean:
-	rm -rf $(VENV) corral.db corral.db-wal corral.db-shm .corral site
+	rm -rf $(VENV) corral.db corral.db-wal corral.db-shm .corral site tests/browser/node_modules

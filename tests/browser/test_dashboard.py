@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from tests.browser import checks
 from tests.browser.conftest import DEADLINE_MS, SCREENSHOT, Site, playwright
 from tests.support.cli import run_corral
 from tests.support.wait import eventually_sync
@@ -139,6 +140,7 @@ def test_a_schedule_is_paused_on_the_schedules_page(page: Any, site: Site) -> No
 
 def test_another_tenant_s_job_is_refused(page: Any, site: Site) -> None:
     theirs = site.submit({"spec": {"command": ["true"]}, "tenant": "other"})
+    checks.expected_status(page, f"/ui/jobs/{theirs}", 404)
     answer = page.goto(f"/ui/jobs/{theirs}")
     assert answer.status == 404
     playwright.expect(page.locator("h1")).to_have_text("Not found")
