@@ -124,7 +124,8 @@ def receiver() -> Iterator[Receiver]:
             self.send_response(200)
             self.send_header("Content-Length", "2")
             self.end_headers()
-            self.wfile.write(b"ok")
+            if self.command != "HEAD":
+                self.wfile.write(b"ok")
 
         do_GET = do_HEAD = do_POST = do_PUT = do_PATCH = do_DELETE = answer
 
