@@ -18,7 +18,9 @@ How each page is checked:
   reports through an exposed binding. A navigation of the main frame (a link, a form,
   `goto`, htmx's redirect) waits in a route until the page it leaves has reported: the
   browser holds every DevTools message to a page while it navigates, so the test's side
-  cannot run axe then, but the page's own scripts go on.
+  cannot run axe then, but the page's own scripts go on. A document is waited for from
+  its answer on, not from its DOMContentLoaded: a test may see its heading (and leave it,
+  or end) before the browser has said the document loaded.
 - With JavaScript off, no timer fires, so axe cannot run in the page (nor with scripts
   turned back on through the protocol). Each document the page is sent (its body read
   as it arrives) is checked afterwards, at `checked` or at the end, in a twin: a page of
@@ -176,8 +178,18 @@ def _thrown(seen: Watch, error: Any) -> None:
 def _answered(seen: Watch, response: Any) -> None:
     if seen.scripts_off:
         _kept(seen, response)
+    elif _document(response):
+        seen.moved("loading", frm=None)  # it will be shown, and reported once loaded
     if response.status >= 400 and not seen.expects(response.url, response.status):
         seen.problems.append(f"{_path(response.url)}: answered {response.status}")
+
+
+def _document(response: Any) -> bool:
+    """`response` is a document the page's main frame will show (a navigation's answer,
+    not a redirect)."""
+    request = response.request
+    main = request.is_navigation_request() and request.frame.parent_frame is None
+    return main and not 300 <= response.status < 400
 
 
 def _leaving(seen: Watch, route: Any, request: Any) -> None:
@@ -204,11 +216,8 @@ def _waited(seen: Watch) -> None:
 def _kept(seen: Watch, response: Any) -> None:
     """A JavaScript-off page's document, kept for its twin (not a redirect, which has
     nothing to show)."""
-    request = response.request
-    if not (request.is_navigation_request() and request.frame.parent_frame is None):
-        return
     kind = response.headers.get("content-type", "")
-    if kind.startswith("text/html") and not 300 <= response.status < 400:
+    if _document(response) and kind.startswith("text/html"):
         headers = {k: v for k, v in response.headers.items() if k != "set-cookie"}
         seen.reading += 1  # before the read yields: the twins wait for it
         try:

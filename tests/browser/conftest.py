@@ -2,6 +2,9 @@
 file (`site`, with ada, an operator of tenant default, and vera, its viewer), Debian's
 Chromium driven by Playwright (`browser`), a page signed in as ada (`page`) and a maker of
 other pages (`open_page`: a viewer's, a signed-out one, one with JavaScript disabled).
+A module whose HTTP jobs must reach a server of its own makes `site` its
+`receiving_site`: the same users, no demo jobs, and HTTP jobs allowed to reach `receiver`
+(on 127.0.0.1, it keeps what it got).
 
 Every page those two fixtures open is watched (checks.py): each page it visits must pass
 axe-core with no serious or critical violation and keep the browser's console clean, or
@@ -14,8 +17,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +30,7 @@ import pytest
 from tests.acceptance.test_cli import serve_http, stopped
 from tests.browser import checks
 from tests.support.cli import run_corral
+from tests.support.net import in_thread
 from tests.support.wait import eventually_sync
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -87,7 +93,66 @@ class Site:
 def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
     """`corral serve --demo --http` with users `ada` (operator of tenant default) and
     `vera` (its viewer), and an admin token to set the scene through the API."""
-    root = tmp_path_factory.mktemp("dashboard")
+    yield from served(tmp_path_factory.mktemp("dashboard"), "--demo")
+
+
+@dataclass
+class Receiver:
+    """An HTTP server on 127.0.0.1 that answers 200 ("ok") to every request and keeps each
+    one's method, path and Authorization header."""
+
+    url: str
+    seen: list[tuple[str, str, str]] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def got(self, path: str) -> list[tuple[str, str, str]]:
+        with self.lock:
+            return [s for s in self.seen if s[1] == path]
+
+
+@pytest.fixture(scope="module")
+def receiver() -> Iterator[Receiver]:
+    kept: list[Receiver] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def answer(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            with kept[0].lock:
+                kept[0].seen.append(
+                    (self.command, self.path, self.headers.get("Authorization") or "")
+                )
+            self.send_response(200)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(b"ok")
+
+        do_GET = do_HEAD = do_POST = do_PUT = do_PATCH = do_DELETE = answer
+
+        def log_message(self, *args: Any) -> None:
+            """Quiet: the test reads what was seen."""
+
+    with in_thread(ThreadingHTTPServer(("127.0.0.1", 0), Handler)) as server:
+        kept.append(Receiver(f"http://127.0.0.1:{server.server_address[1]}"))
+        yield kept[0]
+
+
+@pytest.fixture(scope="module")
+def receiving_site(tmp_path_factory: pytest.TempPathFactory, receiver: Receiver) -> Iterator[Site]:
+    """`site` without the demo's jobs, whose HTTP jobs may reach the receiver's port on
+    127.0.0.1 (its corral.toml allows it): a module takes it as its `site` (a fixture of
+    that name returning it), so `page` and `open_page` are its pages."""
+    root = tmp_path_factory.mktemp("receiving")
+    port = receiver.url.rsplit(":", 1)[1]
+    (root / "corral.toml").write_text(
+        f'[executors.http]\nallow_networks = ["127.0.0.1:{port}"]\n', encoding="utf-8"
+    )
+    yield from served(root)
+
+
+def served(root: Path, *args: str) -> Iterator[Site]:
+    """`corral serve [ARGS] --http` in `root` (its database made), with ada and vera and an
+    admin's token, until the module ends."""
     run_corral(root, "db", "upgrade", timeout=120, check=True)
     for user, role in (("ada", "operator"), ("vera", "viewer")):
         run_corral(root, "users", "add", user, "--tenant", "default", "--role", role,
@@ -95,10 +160,9 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
     made = run_corral(
         root, "tokens", "create", "--all-tenants", "--role", "admin", timeout=120, check=True
     )
-    token = made.stdout.split()[-1]
-    server, base = serve_http(root, "--demo")
+    server, base = serve_http(root, *args)
     try:
-        yield Site(base, token, root)
+        yield Site(base, made.stdout.split()[-1], root)
     finally:
         stopped(server)
 

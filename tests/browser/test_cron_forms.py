@@ -1,11 +1,13 @@
 """The cron in the browser, in real Chromium against a real `corral serve --http` whose HTTP
-jobs may reach a receiver this test runs on 127.0.0.1 (its settings file allows that
-address): an HTTP schedule made through the form (the next firings previewed as it is
-typed), its first firings on its page with their status and response time, its URL edited
-(the secret in it kept), paused and resumed, run now, duplicated and deleted; the same with
-JavaScript off (the Preview button in place of the live preview); a viewer sees no action;
-the form's errors each beside its field. Deadlines are generous and nothing sleeps: each
-step waits for what the page shows, or what the receiver got.
+jobs may reach a receiver this test runs on 127.0.0.1 (conftest's `receiving_site`): an
+HTTP schedule made through the form (the next firings previewed as it is typed), its first
+firings on its page with their status and response time, its URL edited (the secret in it
+kept), paused and resumed, run now, duplicated (a name taken first: refused beside its
+field) and deleted; the same with JavaScript off (the Preview button in place of the live
+preview); a viewer sees no action, and is refused one; the form's errors each beside its
+field. Every page visited, and the preview after each swap, passes the checks of checks.py;
+each refusal the test means is declared to them. Deadlines are generous and nothing
+sleeps: each step waits for what the page shows, or what the receiver got.
 
 The docs' screenshots of the form and of an HTTP cron's page (docs/images/schedule-form.png,
 http-cron-page.png) are taken here: written when missing or CORRAL_UPDATE_SCREENSHOTS=1,
@@ -15,19 +17,15 @@ from __future__ import annotations
 
 import os
 import re
-import threading
-from collections.abc import Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.acceptance.test_cli import serve_http, stopped
-from tests.browser.conftest import DEADLINE_MS, PASSWORD, Site, playwright
+from tests.browser import checks
+from tests.browser.conftest import Receiver, Site, playwright
 from tests.support.cli import run_corral
-from tests.support.net import in_thread
 from tests.support.wait import eventually_sync
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600), pytest.mark.xdist_group("browser")]
@@ -36,84 +34,11 @@ IMAGES = Path(__file__).parents[2] / "docs" / "images"
 SECRET = "s3cret-in-the-url"
 
 
-@dataclass
-class Receiver:
-    """An HTTP server on 127.0.0.1 that answers 200 to every request and keeps each one's
-    method, path and Authorization header."""
-
-    url: str
-    seen: list[tuple[str, str, str]] = field(default_factory=list)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def got(self, path: str) -> list[tuple[str, str, str]]:
-        with self.lock:
-            return [s for s in self.seen if s[1] == path]
-
-
 @pytest.fixture(scope="module")
-def receiver() -> Iterator[Receiver]:
-    kept: list[Receiver] = []
-
-    class Handler(BaseHTTPRequestHandler):
-        def answer(self) -> None:
-            size = int(self.headers.get("Content-Length") or 0)
-            self.rfile.read(size)
-            with kept[0].lock:
-                kept[0].seen.append(
-                    (self.command, self.path, self.headers.get("Authorization") or "")
-                )
-            self.send_response(200)
-            self.send_header("Content-Length", "2")
-            self.end_headers()
-            self.wfile.write(b"ok")
-
-        do_GET = do_POST = do_PUT = answer
-
-        def log_message(self, *args: Any) -> None:
-            """Quiet: the test reads what was seen."""
-
-    with in_thread(ThreadingHTTPServer(("127.0.0.1", 0), Handler)) as server:
-        kept.append(Receiver(f"http://127.0.0.1:{server.server_address[1]}"))
-        yield kept[0]
-
-
-@pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory, receiver: Receiver) -> Iterator[Site]:
-    """`corral serve --http` whose HTTP jobs may reach the receiver's port on 127.0.0.1
-    (its corral.toml), with ada (an operator of tenant default, who signs in as `page`),
-    vic (a viewer of it) and an admin's token."""
-    root = tmp_path_factory.mktemp("cron")
-    port = receiver.url.rsplit(":", 1)[1]
-    (root / "corral.toml").write_text(
-        f'[executors.http]\nallow_networks = ["127.0.0.1:{port}"]\n', encoding="utf-8"
-    )
-    run_corral(root, "db", "upgrade", timeout=120, check=True)
-    for name, role in (("ada", "operator"), ("vic", "viewer")):
-        run_corral(root, "users", "add", name, "--tenant", "default", "--role", role,
-                   "--password-stdin", stdin=PASSWORD + "\n", timeout=120, check=True)  # fmt: skip
-    made = run_corral(
-        root, "tokens", "create", "--all-tenants", "--role", "admin", timeout=120, check=True
-    )
-    server, base = serve_http(root)
-    try:
-        yield Site(base, made.stdout.split()[-1], root)
-    finally:
-        stopped(server)
-
-
-def signed_in(browser: Any, site: Site, name: str, *, javascript: bool = True) -> Any:
-    """A page of a new browser context signed in as `name` (JavaScript on or off)."""
-    context = browser.new_context(
-        base_url=site.base, viewport={"width": 1280, "height": 860}, java_script_enabled=javascript
-    )
-    context.set_default_timeout(DEADLINE_MS)
-    opened = context.new_page()
-    opened.goto("/ui/sign-in?next=/ui/schedules")
-    opened.fill("input[name=name]", name)
-    opened.fill("input[name=password]", PASSWORD)
-    opened.click("button:has-text('Sign in')")
-    playwright.expect(opened).to_have_url(re.compile(r"/ui/schedules$"))
-    return opened
+def site(receiving_site: Site) -> Site:
+    """conftest's site whose HTTP jobs may reach the receiver: `page` and `open_page` open
+    its pages."""
+    return receiving_site
 
 
 def screenshot(page: Any, name: str, tmp_path: Path) -> None:
@@ -192,10 +117,7 @@ def walk(page: Any, site: Site, receiver: Receiver, name: str, shots: Path | Non
     playwright.expect(note).to_have_text(re.compile(rf"schedule {name} fired now: job \d+"))
     site.wait_job(int(note.inner_text().rsplit(" ", 1)[1]), "succeeded")
 
-    page.fill("#actions #new-name", f"{name}-copy")
-    page.click("#actions button:has-text('Duplicate')")
-    playwright.expect(page).to_have_url(re.compile(rf"/ui/schedules/default/{name}-copy\?"))
-    playwright.expect(page.locator("h1")).to_have_text(f"{name}-copy")
+    duplicated(page, name)
     for gone in (f"{name}-copy", name):
         page.goto(f"/ui/schedules/default/{gone}")
         page.click("#actions button:has-text('Delete')")
@@ -205,10 +127,25 @@ def walk(page: Any, site: Site, receiver: Receiver, name: str, shots: Path | Non
         playwright.expect(page.locator(f"#schedule-default-{gone}")).to_have_count(0)
 
 
+def duplicated(page: Any, name: str) -> None:
+    """Schedule `name`, on its page, duplicated as NAME-copy: first as NAME itself, a name
+    taken (409, the duplicate form drawn again with the error beside its field)."""
+    checks.expected_status(page, f"/ui/schedules/default/{name}/duplicate", 409)
+    page.fill("#actions #new-name", name)
+    page.click("#actions button:has-text('Duplicate')")
+    playwright.expect(page.locator("h1")).to_have_text(f"Duplicate schedule {name}")
+    playwright.expect(page.locator("#f-new_name + #error-new_name")).to_contain_text("new_name:")
+    page.fill("#f-new_name", f"{name}-copy")
+    page.click("#duplicate-form button:has-text('Duplicate')")
+    playwright.expect(page).to_have_url(re.compile(rf"/ui/schedules/default/{name}-copy\?"))
+    playwright.expect(page.locator("h1")).to_have_text(f"{name}-copy")
+
+
 def test_an_http_cron_is_made_watched_changed_and_deleted_in_the_browser(
     page: Any, site: Site, receiver: Receiver, tmp_path: Path
 ) -> None:
-    """With JavaScript: the next firings appear as the rule is typed (htmx, debounced)."""
+    """With JavaScript: the next firings appear as the rule is typed (htmx, debounced), each
+    preview checked as it was swapped in."""
     page.goto("/ui/schedules/new")
     page.fill("#f-cron", "30 2 * * *")
     page.fill("#f-tz", "Europe/Paris")
@@ -218,51 +155,82 @@ def test_an_http_cron_is_made_watched_changed_and_deleted_in_the_browser(
     playwright.expect(rows.nth(1)).to_contain_text("DST")
     playwright.expect(rows.nth(0)).to_contain_text("2027-03-27 02:30:00 CET")
     playwright.expect(rows.nth(0)).to_contain_text("2027-03-27 01:30:00 UTC")
+    checks.checked(page)
     page.fill("#f-cron", "61 * * * *")
     playwright.expect(page.locator("#preview-error")).to_contain_text("cron: '61 * * * *'")
+    checks.checked(page)
     page.fill("#f-name", "nightly-report")
     page.fill("#f-url", "https://hooks.example.com/report?token=...")
     page.fill("#f-headers", "Authorization: Bearer ...\nX-Team: data")
     page.fill("#f-cron", "*/15 9-17 * * 1-5")
     playwright.expect(rows).to_have_count(5)
     playwright.expect(rows.nth(0)).to_contain_text("09:00:00 CEST")
+    checks.checked(page)
     screenshot(page, "schedule-form.png", tmp_path)
     walk(page, site, receiver, "ping", shots=tmp_path)
 
 
-def test_the_same_without_javascript(browser: Any, site: Site, receiver: Receiver) -> None:
-    """Every form is a plain POST: the Preview button draws the form again with the next
-    firings (saving nothing), and Delete asks on a page of its own."""
-    page = signed_in(browser, site, "ada", javascript=False)
+def test_the_same_without_javascript(
+    open_page: Callable[..., Any], site: Site, receiver: Receiver
+) -> None:
+    """Every form is a plain POST: a refused field draws the form again (422), the Preview
+    button draws it with the next firings (saving nothing), and Delete asks on a page of
+    its own. Each page is checked as a browser without JavaScript shows it."""
+    page = open_page(java_script_enabled=False)
     page.goto("/ui/schedules/new")
     fill_schedule(page, "plain", f"{receiver.url}/plain")
+    page.fill("#f-every", "soon")
+    checks.expected_status(page, "/ui/schedules", 422)
+    page.click("button:has-text('Make it')")
+    playwright.expect(page.locator("#f-every + #error-every")).to_contain_text("every:")
     page.fill("#f-every", "90m")
     page.click("button:has-text('Preview')")
     playwright.expect(page.locator("#preview-firings tr.upcoming")).to_have_count(5)
     playwright.expect(page.locator("#f-name")).to_have_value("plain")
     assert run_corral(site.root, "schedules", "show", "plain", timeout=120).returncode != 0
-    page.context.close()
-    page = signed_in(browser, site, "ada", javascript=False)
-    walk(page, site, receiver, "plain")
-    page.context.close()
+    checks.checked(page)
+    walk(open_page(java_script_enabled=False), site, receiver, "plain")
 
 
-def test_a_viewer_sees_no_action(browser: Any, site: Site, receiver: Receiver) -> None:
+FORGED = """([action, csrf]) => {
+  const form = Object.assign(document.createElement("form"), {method: "post", action});
+  form.append(Object.assign(document.createElement("input"), {name: "csrf", value: csrf}));
+  document.body.append(form);
+  form.submit();
+}"""
+"""A form the page does not offer, posted from it with the session's CSRF token."""
+
+
+def test_a_viewer_sees_no_action(
+    open_page: Callable[..., Any], site: Site, receiver: Receiver
+) -> None:
+    """No action on the schedule's page, no form to reach (403), and an action posted all
+    the same is refused (403), on pages as clean as the others."""
     run_corral(site.root, "schedules", "add", "watched", "--every", "1h", "--http", "GET",
                f"{receiver.url}/watched", timeout=120, check=True)  # fmt: skip
-    page = signed_in(browser, site, "vic")
+    page = open_page("vera")
     page.goto("/ui/schedules/default/watched")
     playwright.expect(page.locator("h1")).to_have_text("watched")
     playwright.expect(page.locator("#actions")).to_have_count(0)
     playwright.expect(page.locator("form[method=post] button")).to_have_text(["Sign out"])
-    assert page.goto("/ui/schedules/new").status == 403
-    playwright.expect(page.locator("#schedule-form")).to_have_count(0)
-    assert page.goto("/ui/jobs/new").status == 403
-    playwright.expect(page.locator("#job-form")).to_have_count(0)
-    page.context.close()
+    for path, form in (("/ui/schedules/new", "#schedule-form"), ("/ui/jobs/new", "#job-form")):
+        checks.expected_status(page, path, 403)
+        assert page.goto(path).status == 403
+        playwright.expect(page.locator("h1")).to_have_text("Refused")
+        playwright.expect(page.locator(form)).to_have_count(0)
+    page.goto("/ui/schedules/default/watched")
+    csrf = page.locator("input[name=csrf]").first.get_attribute("value")
+    pause = "/ui/schedules/default/watched/pause"
+    checks.expected_status(page, pause, 403)
+    page.evaluate(FORGED, [pause, csrf])
+    playwright.expect(page.locator("h1")).to_have_text("Refused")
+    assert site.api("GET", "/schedules/watched")["paused"] is False
 
 
 def test_every_form_error_is_named_beside_its_field(page: Any, site: Site) -> None:
+    """Each refusal draws the form again (422; 409 for a name taken) with the error beside
+    its field, each page checked."""
+    checks.expected_status(page, "/ui/schedules", 422)
     page.goto("/ui/schedules/new")
     fill_schedule(page, "broken", "http://127.0.0.1:9/x")
     page.fill("#f-headers", "no colon here")
@@ -295,6 +263,13 @@ def test_every_form_error_is_named_beside_its_field(page: Any, site: Site) -> No
         page.click("button:has-text('Make it')")
         playwright.expect(page.locator(f"#f-{name} + #error-{name}")).to_contain_text(said)
         page.fill(f"#f-{name}", fixed)
+    site.api("POST", "/schedules", json={"name": "taken", "every": "1h", "executor": "http",
+                                         "spec": {"method": "GET", "url": "https://a.test/"}})  # fmt: skip
+    page.fill("#f-name", "taken")
+    checks.expected_status(page, "/ui/schedules", 409)
+    page.click("button:has-text('Make it')")
+    playwright.expect(page.locator("#f-name + #error-name")).to_contain_text("name:")
+    checks.expected_status(page, "/ui/jobs/http", 422)
     page.goto("/ui/jobs/new")
     page.fill("#f-url", "https://example.com/x")
     page.check("input[name=when][value=at]")

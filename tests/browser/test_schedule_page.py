@@ -1,10 +1,11 @@
-"""A schedule's page in real Chromium against a real `corral serve --http` (its own, allowed
-to send HTTP jobs to a receiver on 127.0.0.1): an HTTP schedule made through the API fires
-against the receiver, and its page shows its request (secrets redacted), its next firings
-to the second in its zone and UTC, its firings with HTTP status and response time, its
-success rate and two charts; Pause comes back to the page; 120 firings page by keyset
-through #older; a viewer sees no action; another tenant's schedule is not found; no page
-breaks the content security policy.
+"""A schedule's page in real Chromium against a real `corral serve --http` (conftest's
+`receiving_site`: its HTTP jobs may reach a receiver on 127.0.0.1): an HTTP schedule made
+through the API fires against the receiver, and its page shows its request (secrets
+redacted), its next firings to the second in its zone and UTC, its firings with HTTP status
+and response time, its success rate and two charts; Pause comes back to the page; 120
+firings page by keyset through #older; a viewer sees no action; another tenant's schedule
+is not found; no page breaks the content security policy. Every page visited passes the
+checks of checks.py.
 
 The schedule page's screenshot in the docs (docs/images/schedule-page.png) is taken here:
 written when it is missing or CORRAL_UPDATE_SCREENSHOTS=1, else to a temporary file."""
@@ -13,18 +14,15 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.acceptance.test_cli import serve_http, stopped
-from tests.browser.conftest import DEADLINE_MS, PASSWORD, Site, playwright
-from tests.support.cli import run_corral
-from tests.support.net import in_thread
+from tests.browser import checks
+from tests.browser.conftest import Receiver, Site, playwright
 from tests.support.wait import eventually_sync
 
 # One worker runs them all (pytest-xdist's loadgroup): the module's corral and browser start once.
@@ -33,55 +31,20 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(600), pytest.mark.xdist_grou
 SCREENSHOT = Path(__file__).parents[2] / "docs" / "images" / "schedule-page.png"
 
 
-class Hook(BaseHTTPRequestHandler):
-    """The receiver: 200 to every POST, at once."""
-
-    def do_POST(self) -> None:
-        self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        self.send_response(200)
-        self.send_header("Content-Length", "2")
-        self.end_headers()
-        self.wfile.write(b"ok")
-
-    def log_message(self, *args: Any) -> None:
-        pass
-
-
 @pytest.fixture(scope="module")
-def receiver() -> Iterator[str]:
-    with in_thread(ThreadingHTTPServer(("127.0.0.1", 0), Hook)) as server:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
+def site(receiving_site: Site) -> Site:
+    """conftest's site whose HTTP jobs may reach the receiver: `page` and `open_page` open
+    its pages."""
+    return receiving_site
 
 
-@pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory, receiver: str) -> Iterator[Site]:
-    """conftest's `site`, with HTTP jobs allowed to reach 127.0.0.1 (the receiver), and a
-    viewer, vic, beside ada."""
-    root = tmp_path_factory.mktemp("schedule-page")
-    (root / "corral.toml").write_text(
-        '[executors.http]\nallow_networks = ["127.0.0.0/8:1024-65535"]\n'
-    )
-    run_corral(root, "db", "upgrade", timeout=120, check=True)
-    for user, role in (("ada", "operator"), ("vic", "viewer")):
-        run_corral(root, "users", "add", user, "--tenant", "default", "--role", role,
-                   "--password-stdin", stdin=PASSWORD + "\n", timeout=120, check=True)  # fmt: skip
-    made = run_corral(
-        root, "tokens", "create", "--all-tenants", "--role", "admin", timeout=120, check=True
-    )
-    server, base = serve_http(root)
-    try:
-        yield Site(base, made.stdout.split()[-1], root)
-    finally:
-        stopped(server)
-
-
-def http_schedule(site: Site, receiver: str, name: str, **more: Any) -> dict[str, Any]:
+def http_schedule(site: Site, receiver: Receiver, name: str, **more: Any) -> dict[str, Any]:
     body = {
         "name": name,
         "executor": "http",
         "spec": {
             "method": "POST",
-            "url": f"{receiver}/hook?token=s3cret&page=2",
+            "url": f"{receiver.url}/hook?token=s3cret&page=2",
             "headers": {"Authorization": "Bearer s3cret"},
             "json": {"hello": "corral"},
         },
@@ -92,7 +55,7 @@ def http_schedule(site: Site, receiver: str, name: str, **more: Any) -> dict[str
 
 
 def test_an_http_schedule_s_page_shows_its_request_firings_and_stats(
-    page: Any, site: Site, receiver: str, tmp_path: Path
+    page: Any, site: Site, receiver: Receiver, tmp_path: Path
 ) -> None:
     http_schedule(site, receiver, "ping", every="2s", tz="Europe/Paris")
 
@@ -107,7 +70,7 @@ def test_an_http_schedule_s_page_shows_its_request_firings_and_stats(
     playwright.expect(page.locator("h1")).to_have_text("ping")
     settings = page.locator("#settings")
     playwright.expect(settings).to_contain_text("POST")
-    playwright.expect(settings).to_contain_text(f"{receiver}/hook?token=[redacted]&page=2")
+    playwright.expect(settings).to_contain_text(f"{receiver.url}/hook?token=[redacted]&page=2")
     playwright.expect(settings).to_contain_text("Authorization: [redacted]")
     assert "s3cret" not in page.content()
     times = page.locator("#upcoming tr.nominal td:nth-child(2)").all_inner_texts()
@@ -135,7 +98,7 @@ def test_an_http_schedule_s_page_shows_its_request_firings_and_stats(
     assert site.api("GET", "/schedules/ping")["paused"] is True
 
 
-def test_120_firings_page_by_keyset(page: Any, site: Site, receiver: str) -> None:
+def test_120_firings_page_by_keyset(page: Any, site: Site, receiver: Receiver) -> None:
     """120 backfilled a day ago, and whatever fired between its making and its pause: every
     one shown once, a page of 50 after another, the latest first."""
     start = datetime.now(UTC).replace(microsecond=0) - timedelta(days=1)
@@ -164,18 +127,13 @@ def test_120_firings_page_by_keyset(page: Any, site: Site, receiver: str) -> Non
 
 
 def test_a_viewer_sees_no_action_and_another_tenant_s_schedule_is_not_found(
-    browser: Any, site: Site, receiver: str
+    open_page: Callable[..., Any], site: Site, receiver: Receiver
 ) -> None:
     http_schedule(site, receiver, "quiet", cron="0 3 * * *")
     http_schedule(site, receiver, "theirs", cron="0 3 * * *", tenant="other")
-    context = browser.new_context(base_url=site.base)
-    context.set_default_timeout(DEADLINE_MS)
-    viewer = context.new_page()
-    viewer.goto("/ui/sign-in?next=/ui/schedules")
-    viewer.fill("input[name=name]", "vic")
-    viewer.fill("input[name=password]", PASSWORD)
-    viewer.click("button:has-text('Sign in')")
-    playwright.expect(viewer.locator("header .who")).to_have_text("vic · viewer of default")
+    viewer = open_page("vera")
+    playwright.expect(viewer.locator("header .who")).to_have_text("vera · viewer of default")
+    viewer.goto("/ui/schedules")
     playwright.expect(viewer.locator("#schedules")).to_contain_text("quiet")
     assert viewer.locator("#new-schedule").count() == 0
     assert viewer.locator("#schedules button").count() == 0
@@ -183,12 +141,12 @@ def test_a_viewer_sees_no_action_and_another_tenant_s_schedule_is_not_found(
     playwright.expect(viewer.locator("h1")).to_have_text("quiet")
     playwright.expect(viewer.locator("#settings")).to_contain_text("0 3 * * *")
     assert viewer.locator("#actions").count() == 0
+    checks.expected_status(viewer, "/ui/schedules/other/theirs", 404)
     answer = viewer.goto("/ui/schedules/other/theirs")
     assert answer.status == 404
     playwright.expect(viewer.locator("h1")).to_have_text("Not found")
     viewer.goto("/ui/schedules")
     playwright.expect(viewer.locator("#schedules")).not_to_contain_text("theirs")
-    context.close()
 
 
 CSP_WATCH = """
@@ -200,7 +158,7 @@ document.addEventListener("securitypolicyviolation", (e) => {
 
 
 def test_the_schedule_pages_keep_the_content_security_policy(
-    page: Any, site: Site, receiver: str
+    page: Any, site: Site, receiver: Receiver
 ) -> None:
     """Inline SVG with patterns, titles and a line, and the list: no inline style or script."""
     http_schedule(site, receiver, "csp", every="1h")
