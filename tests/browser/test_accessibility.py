@@ -17,8 +17,13 @@ from tests.browser import checks
 from tests.browser.conftest import PASSWORD, Site, playwright
 from tests.support.cli import run_corral
 
-# One worker runs them all (pytest-xdist's loadgroup): the module's corral and browser start once.
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(600), pytest.mark.xdist_group("browser")]
+# One worker runs the module (pytest-xdist's loadgroup): its corral and browser start once;
+# the other browser modules may run beside it on other workers.
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.timeout(600),
+    pytest.mark.xdist_group("browser-accessibility"),
+]
 
 QUARANTINE_AT_3 = {
     "failure_rules": [{"on_exit_codes": {"operator": "In", "values": [3]}, "action": "fail"}]

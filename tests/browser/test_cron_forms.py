@@ -28,7 +28,11 @@ from tests.browser.conftest import Receiver, Site, playwright
 from tests.support.cli import run_corral
 from tests.support.wait import eventually_sync
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(600), pytest.mark.xdist_group("browser")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.timeout(600),
+    pytest.mark.xdist_group("browser-cron-forms"),
+]
 
 IMAGES = Path(__file__).parents[2] / "docs" / "images"
 SECRET = "s3cret-in-the-url"

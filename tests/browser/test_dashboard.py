@@ -25,8 +25,13 @@ from tests.browser.conftest import DEADLINE_MS, SCREENSHOT, Site, playwright
 from tests.support.cli import run_corral
 from tests.support.wait import eventually_sync
 
-# One worker runs them all (pytest-xdist's loadgroup): the module's corral and browser start once.
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(600), pytest.mark.xdist_group("browser")]
+# One worker runs the module (pytest-xdist's loadgroup): its corral and browser start once;
+# the other browser modules may run beside it on other workers.
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.timeout(600),
+    pytest.mark.xdist_group("browser-dashboard"),
+]
 
 
 def test_a_job_finishes_live_on_its_page_and_no_command_box_is_offered(

@@ -25,8 +25,13 @@ from tests.browser import checks
 from tests.browser.conftest import Receiver, Site, playwright
 from tests.support.wait import eventually_sync
 
-# One worker runs them all (pytest-xdist's loadgroup): the module's corral and browser start once.
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(600), pytest.mark.xdist_group("browser")]
+# One worker runs the module (pytest-xdist's loadgroup): its corral and browser start once;
+# the other browser modules may run beside it on other workers.
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.timeout(600),
+    pytest.mark.xdist_group("browser-schedule-page"),
+]
 
 SCREENSHOT = Path(__file__).parents[2] / "docs" / "images" / "schedule-page.png"
 
