@@ -20,6 +20,7 @@ from corral.testing import FrozenClock
 from corral.web import auth, live
 from corral.web import overview as shown_overview
 from tests.support.api import granting, noop_client, over_http, sign_in
+from tests.support.forms import csrf
 from tests.support.jobs import quarantine
 from tests.support.wait import eventually
 
@@ -39,12 +40,6 @@ async def c(db: store.Store) -> client.Client:
 async def http(c: client.Client) -> AsyncIterator[httpx.AsyncClient]:
     async with over_http(c) as made:
         yield made
-
-
-def csrf(page: httpx.Response) -> str:
-    found = re.search(r'name="csrf" value="([^"]+)"', page.text)
-    assert found is not None
-    return found[1]
 
 
 async def test_pages_need_a_session_and_signing_in_sets_a_safe_cookie(

@@ -20,6 +20,7 @@ from corral.store import Finish
 from corral.testing import FrozenClock
 from corral.web import schedule_page
 from tests.support.api import Api, noop_client, over_http, serving, sign_in
+from tests.support.forms import csrf
 
 A, J = model.AttemptState, model.JobState
 NOOP = {"spec": {}, "executor": "noop", "max_attempts": 1}
@@ -194,12 +195,6 @@ async def c(db: store.Store) -> client.Client:
 async def http(c: client.Client) -> AsyncIterator[httpx.AsyncClient]:
     async with over_http(c) as made:
         yield made
-
-
-def csrf(page: httpx.Response) -> str:
-    found = re.search(r'name="csrf" value="([^"]+)"', page.text)
-    assert found is not None
-    return found[1]
 
 
 def part(page: httpx.Response, element_id: str) -> str:
