@@ -1202,7 +1202,8 @@ async def test_a_launch_asked_again_of_a_claimed_name_asks_no_supervisor(
     answers from the run folder, with no supervisor started for it."""
     launch = make_launch("again-1", ["sleep", "300"], payload=PAYLOAD)
     await executor.launch(launch)
-    await wait_for(executor, "again-1", finished=False)
+    await started(executor, "again-1", "sleep")
+    assert len(processes_of(executor.root / "again-1")) == 1, "the command has its environment"
     after_restart = process.ProcessExecutor(root=executor.root, clock=clock.SystemClock())
     await after_restart.start()
     try:
