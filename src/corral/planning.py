@@ -11,6 +11,8 @@ client services ask the same functions what a new, changed or resumed schedule d
 from __future__ import annotations
 
 import dataclasses
+import functools
+import itertools
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -48,10 +50,52 @@ class Fired:
 
 def rule(schedule: scheduling.Schedule | scheduling.NewSchedule, anchor: datetime) -> cadence.When:
     """When a schedule fires, as `cadence` reads it."""
-    if schedule.cron is not None:
-        return cadence.Cron(schedule.cron, schedule.tz)
-    assert schedule.every_seconds is not None
-    return cadence.Every(schedule.every_seconds, anchor)
+    return _rule(schedule.cron, schedule.tz, schedule.every_seconds, anchor)
+
+
+def _rule(cron: str | None, tz: str, every_seconds: int | None, anchor: datetime) -> cadence.When:
+    if cron is not None:
+        return cadence.Cron(cron, tz)
+    assert every_seconds is not None
+    return cadence.Every(every_seconds, anchor)
+
+
+UPCOMING_KEPT = 8192
+"""Schedules whose next nominal times are kept (see `upcoming`): a dashboard's lists."""
+_FAR = timedelta(days=30 * 366)
+
+
+def upcoming(schedule: scheduling.Schedule, count: int) -> tuple[cadence.Nominal, ...]:
+    """A schedule's next `count` nominal times from its next due one, before its `until`
+    (none while it is paused or over), marking those a DST change moved."""
+    if schedule.next_due is None or schedule.paused_at is not None:
+        return ()
+    return _upcoming(
+        schedule.cron,
+        schedule.tz,
+        schedule.every_seconds,
+        schedule.anchor,
+        schedule.next_due,
+        schedule.until,
+        count,
+    )
+
+
+@functools.lru_cache(maxsize=UPCOMING_KEPT)
+def _upcoming(
+    cron: str | None,
+    tz: str,
+    every_seconds: int | None,
+    anchor: datetime,
+    next_due: datetime,
+    until: datetime | None,
+    count: int,
+) -> tuple[cadence.Nominal, ...]:
+    """Kept by all it depends on: a page lists the same ones again until the schedule
+    fires, and a cron's next times cost more to find than the page's SQL does to read."""
+    end = next_due + _FAR if until is None else min(until, next_due + _FAR)
+    when = _rule(cron, tz, every_seconds, anchor)
+    return tuple(itertools.islice(cadence.between(when, next_due, end), count))
 
 
 def first_due(

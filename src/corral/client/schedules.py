@@ -126,18 +126,9 @@ class Schedules(jobs.Jobs):
     def upcoming(self, found: scheduling.Schedule, count: int = 5) -> list[cadence.Nominal]:
         """A schedule's next `count` nominal times (none while it is paused or over),
         marking those a DST change moved."""
-        from corral import cadence, planning
+        from corral import planning
 
-        if found.next_due is None or found.paused_at is not None:
-            return []
-        rule = planning.rule(found, found.anchor)
-        far = found.next_due + timedelta(days=30 * 366)
-        taken: list[cadence.Nominal] = []
-        for nominal in cadence.between(rule, found.next_due, far):
-            if len(taken) >= count or (found.until is not None and nominal.at >= found.until):
-                break
-            taken.append(nominal)
-        return taken
+        return list(planning.upcoming(found, count))
 
     async def schedule(self, name: str, *, tenant: str = "default") -> scheduling.Schedule:
         return await self.store.schedules.get(name=name, tenant=tenant)
