@@ -62,6 +62,6 @@ def refusal(given: Any, prefix: str = "") -> str | None:
 
 def shown(text: str) -> str:
     """`text` as it can be sent: a lone surrogate as its escape (`\\ud800`)."""
-    if not _SURROGATE.search(text):
+    if text.isascii() or not _SURROGATE.search(text):  # isascii: a flag, read at once
         return text
     return text.encode("utf-8", "backslashreplace").decode("utf-8")
