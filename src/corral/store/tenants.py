@@ -1,8 +1,10 @@
 """Each tenant's use of its quotas, and the tenants the store knows of.
 
-A use is read in grouped statements, one for each kind (jobs waiting, jobs running,
-schedules, submit buckets, run-log bytes), each grouped by tenant or narrowed to one: never
-a statement per tenant, so one read serves a scrape of every tenant's gauges. The tenants
+A use is read in a few statements (jobs waiting and running, schedules, submit buckets,
+run-log bytes), each over every tenant or narrowed to one: never a statement per tenant, so
+one read serves a scrape of every tenant's gauges. Jobs are counted tenant by tenant
+inside one statement, through the (tenant, state) index, so that the finished jobs beside
+the counted ones are never read. The tenants
 known are those that own a token, a dashboard user, a job or a schedule; jobs and
 schedules are skipped through by their tenant index, a probe a tenant, however many rows
 each tenant has.
@@ -13,7 +15,7 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Column, ColumnElement, Connection, Table, func, select
+from sqlalchemy import Column, ColumnElement, Connection, Table, func, literal, select
 
 from corral import model, quotas, usage
 from corral.store import runlogs
@@ -28,8 +30,7 @@ J = model.JobState
 def tenant_use(conn: Connection, *, tenant: str | None = None) -> dict[str, usage.Use]:
     """What each tenant uses (only `tenant`, when given), a tenant that uses nothing left
     out: five grouped statements."""
-    waiting = _counted(conn, jobs, tenant, jobs.c.state.in_([s.value for s in quotas.WAITING]))
-    running = _counted(conn, jobs, tenant, jobs.c.state == J.RUNNING.value)
+    waiting, running = _jobs_counted(conn, tenant)
     made = _counted(conn, schedules, tenant)
     buckets = _buckets(conn, tenant)
     kept = runlogs.run_log_bytes(conn, tenant=tenant)
@@ -43,6 +44,34 @@ def tenant_use(conn: Connection, *, tenant: str | None = None) -> dict[str, usag
         )
         for name in sorted({*waiting, *running, *made, *buckets, *kept})
     }
+
+
+def _jobs_counted(conn: Connection, tenant: str | None) -> tuple[dict[str, int], dict[str, int]]:
+    """Each tenant's jobs waiting and running: for each tenant (skipped through by
+    ix_jobs_tenant_state, or `tenant` alone) a range of that index read for those states,
+    so the read grows with the jobs counted, never with the finished ones beside them."""
+    waiting_states = [s.value for s in quotas.WAITING]
+    if tenant is None:
+        walk = _tenant_walk(jobs.c.tenant)
+        names: Any = select(walk.c.tenant).where(walk.c.tenant.is_not(None)).subquery()
+    else:
+        names = select(literal(tenant).label("tenant")).subquery()
+
+    def count(*where: ColumnElement[bool]) -> Any:
+        return select(func.count()).where(jobs.c.tenant == names.c.tenant, *where).scalar_subquery()
+
+    stmt = select(
+        names.c.tenant,
+        count(jobs.c.state.in_(waiting_states)),
+        count(jobs.c.state == J.RUNNING.value),
+    )
+    waiting, running = {}, {}
+    for name, waits, runs in conn.execute(stmt):
+        if waits:
+            waiting[name] = int(waits)
+        if runs:
+            running[name] = int(runs)
+    return waiting, running
 
 
 def _counted(
@@ -76,10 +105,15 @@ def _tenants_of(conn: Connection, column: Column[Any]) -> list[str]:
     """The distinct values of an indexed tenant column, skipping through its index: the
     least, then the least above it, and so on (a recursive statement, one probe a tenant;
     neither database skips through an index by itself for DISTINCT)."""
+    walk = _tenant_walk(column)
+    return [name for name in conn.execute(select(walk.c.tenant)).scalars() if name is not None]
+
+
+def _tenant_walk(column: Column[Any]) -> Any:
+    """The recursive statement of `_tenants_of`: its last row's tenant is NULL."""
     walk = select(func.min(column).label("tenant")).cte("walk", recursive=True)
     above = select(func.min(column)).where(column > walk.c.tenant).scalar_subquery()
-    walk = walk.union_all(select(above).where(walk.c.tenant.is_not(None)))
-    return [name for name in conn.execute(select(walk.c.tenant)).scalars() if name is not None]
+    return walk.union_all(select(above).where(walk.c.tenant.is_not(None)))
 
 
 def tenants_every(conn: Connection) -> dict[str, usage.Use]:
