@@ -7,7 +7,8 @@ runs.
 
 A busy overview (many people, or one page updating live) would read the same numbers over
 and over: what it shows of a tenant is kept for KEEP_SECONDS, drawn once, and every view
-in that time shows it with when it was read ("as of 12:30:05 UTC, 3 s ago"). Nothing kept
+in that time shows it with when it was read ("as of 12:30:05 UTC, 3 s ago"); the views
+that find it old at once share one read. Nothing kept
 hides a change made through this process: any request that may change something (not a
 GET), of the dashboard or the API, drops what is kept, so the page after a retry or a
 cancel reads anew; so does `?fresh=1`. What changes elsewhere (the dispatcher, another
@@ -16,6 +17,8 @@ window moves past them, as they gain no more job ends."""
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -73,6 +76,7 @@ class Keeper:
     generation: int = 0
     drawn: dict[str | None, Kept] = field(default_factory=dict)
     past: dict[tuple[str | None, str], tuple[datetime, Buckets]] = field(default_factory=dict)
+    reading: dict[tuple[str | None, int], asyncio.Task[Kept]] = field(default_factory=dict)
 
     def changed(self) -> None:
         """Something may have changed: no drawing kept so far is shown again."""
@@ -82,6 +86,19 @@ class Keeper:
     def fresh(self, tenant: str | None, now: float) -> Kept | None:
         kept = self.drawn.get(tenant)
         return kept if kept is not None and kept.until > now else None
+
+    async def shared(
+        self, tenant: str | None, draw: Callable[[], Coroutine[Any, Any, Kept]]
+    ) -> Kept:
+        """`draw()`'s drawing, or that of the same tenant's read begun already since the
+        last change: the views that find the drawing old at once wait for one read, not a
+        read each (one that is let go does not stop it for the others)."""
+        key = (tenant, self.generation)
+        task = self.reading.get(key)
+        if task is None:
+            task = self.reading[key] = asyncio.create_task(draw())
+            task.add_done_callback(lambda _: self.reading.pop(key, None))
+        return await asyncio.shield(task)
 
 
 class Changes:
@@ -121,9 +138,12 @@ async def overview(request: Request, who: Viewer, fresh: bool = False) -> Respon
     """The overview of the session's tenant: the one kept if it is fresh (and not
     `fresh` asked for), else read and drawn anew."""
     c, keeper = auth.client_of(request), keeper_of(request)
-    kept = None if fresh else keeper.fresh(who.tenant, c.clock.monotonic())
-    if kept is None:
+    if fresh:
         kept = await drawn(c, keeper, who.tenant)
+    else:
+        kept = keeper.fresh(who.tenant, c.clock.monotonic()) or await keeper.shared(
+            who.tenant, lambda: drawn(c, keeper, who.tenant)
+        )
     return pages.page(request, "overview.html", who, parts=kept.parts, **_freshness(c, kept))
 
 
@@ -138,8 +158,9 @@ async def overview_stream(request: Request, who: Viewer) -> Response:
 
     async def look() -> datetime:
         nonlocal latest
-        kept = keeper.fresh(who.tenant, c.clock.monotonic())
-        latest = kept or await drawn(c, keeper, who.tenant)
+        latest = keeper.fresh(who.tenant, c.clock.monotonic()) or await keeper.shared(
+            who.tenant, lambda: drawn(c, keeper, who.tenant)
+        )
         return latest.read_at
 
     async def draw() -> live.Drawn:  # after a look: `latest` is what it saw
