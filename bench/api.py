@@ -460,13 +460,14 @@ def _free_port() -> int:
         return port
 
 
-def serve(url: str, scratch: Path) -> tuple[subprocess.Popen[bytes], str]:
-    """`corral api --http` on a free port of 127.0.0.1: the process and its base URL."""
+def serve(url: str, scratch: Path, workers: int = 1) -> tuple[subprocess.Popen[bytes], str]:
+    """`corral api --http` (with `--workers`) on a free port of 127.0.0.1: the process and
+    its base URL."""
     http = f"127.0.0.1:{_free_port()}"
     env = {**os.environ, "CORRAL_DATABASE_URL": url, "CORRAL_LOG_LEVEL": "WARNING"}
     log = (scratch / "api.log").open("ab")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "corral", "api", "--http", http],
+        [sys.executable, "-m", "corral", "api", "--http", http, "--workers", str(workers)],
         env=env,
         stdout=log,
         stderr=log,
@@ -488,9 +489,15 @@ def serve(url: str, scratch: Path) -> tuple[subprocess.Popen[bytes], str]:
 
 
 def cpu_s(pid: int) -> float:
-    """The CPU time (user and system) process `pid` has used, in seconds."""
+    """The CPU time (user and system) process `pid` and its live children (the workers of
+    `corral api --workers`) have used, in seconds."""
     fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    own = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    children = set()
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError):
+            children.update(int(c) for c in (task / "children").read_text().split())
+    return own + sum(cpu_s(child) for child in children)
 
 
 def stop(proc: subprocess.Popen[bytes]) -> None:

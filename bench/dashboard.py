@@ -55,6 +55,7 @@ import argparse
 import asyncio
 import functools
 import json
+import os
 import random
 import re
 import sys
@@ -436,7 +437,7 @@ async def measure(url: str, args: argparse.Namespace) -> dict[str, Any]:
              for side in ((PAGE, BARE) if p.against == BARE else (PAGE,))]]  # fmt: skip
     timed = functools.partial(time_items, secrets=secrets, pages=pages, caught=caught)
     with tempfile.TemporaryDirectory(prefix="corral-bench-dashboard-") as scratch:
-        proc, base = api.serve(url, Path(scratch))
+        proc, base = api.serve(url, Path(scratch), workers=args.workers)
         try:
             await timed(base, url, work=warm)
             cpu, t1 = api.cpu_s(proc.pid), time.monotonic()
@@ -450,6 +451,7 @@ async def measure(url: str, args: argparse.Namespace) -> dict[str, Any]:
     asked, shown = args.clients * count * len(pers), summary(pages, caught, loaded, alone)
     report = {
         **{k: getattr(args, k) for k in ("jobs", "events", "schedules", "firings", "clients")},
+        "server_workers": args.workers,
         "requests_per_client": count,
         "loaded": facts,
         **verdict(pages, shown, gone),
@@ -493,13 +495,26 @@ def main() -> None:
     parser.add_argument("--alone", type=int, default=20, help="of each page, by one client")
     parser.add_argument("--seed", type=int, default=1, help="of the pages' order")
     parser.add_argument("--sql", action="store_true", help="each page's statements in the JSON")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="corral api --workers: processes serving the pages (default: one a core)",
+    )
     args = parser.parse_args()
     try:
         dashboard_load.sizes(args.jobs, args.schedules, args.firings)
     except ValueError as exc:
         parser.error(str(exc))
-    if args.events < 0 or args.requests < 1 or args.alone < 2 or args.clients < 1:
-        parser.error("--events negative, or --requests, --clients (1) or --alone (2) too small")
+    if (
+        args.events < 0
+        or args.requests < 1
+        or args.alone < 2
+        or min(args.clients, args.workers) < 1
+    ):
+        parser.error(
+            "--events negative, or --requests, --clients, --workers (1) or --alone (2) too small"
+        )
     fill = functools.partial(
         dashboard_load.fill,
         jobs=args.jobs,

@@ -279,11 +279,20 @@ def serve(
 
 @click.command("api")
 @click.option("--http", "http", required=True, metavar="HOST:PORT", help="Where to listen.")
+@click.option(
+    "--workers",
+    type=click.IntRange(1, 64),  # more serve no machine better; refuses 400 for 4
+    default=1,
+    show_default=True,
+    help="Processes serving the one socket, each drawing pages beside the others (about"
+    " one a core the API may use). A worker that dies stops them all.",
+)
 @log_format_option
 @config_option
 @click.pass_obj
-def api_cmd(state: State, http: str) -> None:
+def api_cmd(state: State, http: str, workers: int) -> None:
     """Serve the REST API alone (any number of these may run, on any database)."""
+    from corral.api.processes import serve_forked
     from corral.api.server import address, listen, serve_http
 
     try:
@@ -293,13 +302,21 @@ def api_cmd(state: State, http: str) -> None:
     settings = state.settings()
     setup_logging(settings)
     sock = listen(http)  # bound before anything says it is served (a busy port: exit 2)
-    run(
-        until_signalled(
-            lambda stop: serve_http(
-                settings, http, stop, sock=sock, on_ready=lambda c: announce(c, http)
+
+    def serve_one(index: int) -> int:
+        ready = (lambda c: announce(c, http)) if index == 0 else None
+        run(
+            until_signalled(
+                lambda stop: serve_http(settings, http, stop, sock=sock, on_ready=ready)
             )
         )
-    )
+        return 0
+
+    if workers == 1:
+        serve_one(0)
+        return
+    if status := serve_forked(workers, serve_one):
+        raise SystemExit(status)
 
 
 @click.command("dispatcher")
