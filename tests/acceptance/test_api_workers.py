@@ -17,6 +17,7 @@ import pytest
 from tests.conftest import sqlite_copy
 from tests.support.cli import Run, corral_env, run_corral
 from tests.support.net import free_port
+from tests.support.procs import alive
 from tests.support.wait import PATIENCE, eventually_sync
 
 
@@ -34,14 +35,6 @@ def children(pid: int) -> set[int]:
     for task in Path(f"/proc/{pid}/task").iterdir():
         found.update(int(c) for c in (task / "children").read_text().split())
     return found
-
-
-def alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    return stat.rpartition(")")[2].split()[0] != "Z"
 
 
 def api_loops(corral: Run) -> set[int]:
