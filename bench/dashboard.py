@@ -55,7 +55,6 @@ import argparse
 import asyncio
 import functools
 import json
-import os
 import random
 import re
 import sys
@@ -498,8 +497,9 @@ def main() -> None:
     parser.add_argument(
         "--workers",
         type=int,
-        default=os.cpu_count() or 1,
-        help="corral api --workers: processes serving the pages (default: one a core)",
+        default=1,
+        help="corral api --workers: processes serving the pages (on 2 cores, 2 did not help:"
+        " the clients and PostgreSQL use the other core)",
     )
     args = parser.parse_args()
     try:
