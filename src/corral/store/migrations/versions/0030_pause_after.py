@@ -9,7 +9,7 @@ the operator sets one.
 
 Revision ID: 0030
 Revises: 0029
-Create Date: 2026-12-10
+Create Date: 2026-12-07
 """
 
 from collections.abc import Sequence
