@@ -27,12 +27,14 @@ ALERT_CAUSES = (
     "consecutive_failures",
     "refused",
     "quota",
+    "paused",
 )
 """What a rule may fire `on`: a job quarantined or failed for good, an attempt lost or of
 unknown class, a retry waiting for an empty budget, a firing late or missed, a job past
 its SLA, `after` failures in a row of a schedule or queue, a tenant's schedule's firing
-refused (its tenant no longer granted its executor), and one refused because it would
-break a quota of its tenant (max_queued, submit_rate)."""
+refused (its tenant no longer granted its executor), one refused because it would
+break a quota of its tenant (max_queued, submit_rate), and a schedule corral paused after
+its `pause_after` failed firings in a row (corral.autopause)."""
 
 _EMAIL = re.compile(r"^[^@\s<>]+@[^@\s<>]+\.[^@\s<>]+$|^[^@\s<>]+@localhost$")
 

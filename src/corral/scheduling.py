@@ -94,6 +94,7 @@ class NewSchedule:
     jitter_seconds: float = 0.0
     until: datetime | None = None  # no firing at or after it
     tenant_made: bool = False  # through the API or the dashboard: firings check the grant
+    pause_after: int | None = None  # paused after N failed firings; None: the tenant's; 0: never
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +124,9 @@ class Schedule:
     created_at: datetime
     updated_at: datetime
     tenant_made: bool = False  # its tenant's grant is checked at each firing
+    pause_after: int | None = None  # paused after N failed firings; None: the tenant's; 0: never
+    paused_reason: str | None = None  # why corral paused it (None: paused by hand, or running)
+    counted_from: datetime | None = None  # its last resume: no firing recorded before counts
 
 
 @dataclass(frozen=True, slots=True)

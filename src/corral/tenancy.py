@@ -95,6 +95,13 @@ class TenantSettings(BaseModel):
         description="The largest payload of the tenant's jobs (the lower of this and the"
         " global max_payload_bytes holds).",
     )
+    pause_after: int = Field(
+        0,
+        ge=0,
+        description="A schedule of the tenant made without its own pause_after is paused"
+        " once this many of its firings' jobs in a row ended failed or quarantined (0:"
+        " never).",
+    )
     run_log_bytes: int = Field(
         1 << 30,
         ge=0,

@@ -45,6 +45,7 @@ FORM = {
     "catchup_max": "10",
     "overlap": "forbid",
     "jitter": "30s",
+    "pause_after": "5",
     "queue": "hooks",
     "pool": "nightly",
     "priority": "5",
@@ -80,6 +81,7 @@ BODY = {
     "catchup_max": 10,
     "overlap": "forbid",
     "jitter": "30s",
+    "pause_after": 5,
     "queue": "hooks",
     "pool": "nightly",
     "priority": 5,
@@ -105,7 +107,7 @@ def stored(s: Any) -> tuple[Any, ...]:
     """What a schedule is, but its name and times of its own."""
     return (
         s.tenant, s.cron, s.tz, s.every_seconds, s.anchor, s.until, s.catchup, s.overlap,
-        s.catchup_window_seconds, s.catchup_max, s.jitter_seconds, s.tenant_made,
+        s.catchup_window_seconds, s.catchup_max, s.jitter_seconds, s.tenant_made, s.pause_after,
         {k: v for k, v in s.template.items()},
     )  # fmt: skip
 
@@ -168,6 +170,8 @@ async def test_the_form_makes_the_schedule_the_api_would_make(
         ({"catchup_window": "a week"}, "catchup_window", "catchup_window: 'a week'"),
         ({"catchup_max": "0"}, "catchup_max", "catchup_max: 0 must be between 1 and 10000"),
         ({"jitter": "a bit"}, "jitter", "jitter: 'a bit' is not a duration"),
+        ({"pause_after": "-1"}, "pause_after", "pause_after: -1 must be a whole number, 0 or"),
+        ({"pause_after": "often"}, "pause_after", "pause_after: 'often' is not a whole"),
         ({"queue": "no spaces"}, "queue", "queue: 'no spaces' must be"),
         ({"pool": "backfill"}, "pool", "pool: 'backfill' is not a configured pool"),
         ({"priority": "5000"}, "priority", "priority: 5000 must be between -1000 and 1000"),
@@ -192,7 +196,8 @@ async def test_each_refusal_is_beside_its_field_and_the_form_keeps_what_was_type
     for name in ("name", "cron", "tz", "queue", "jitter", "labels", "json"):
         assert kept[name] == sent[name].replace("\r\n", "\n"), name
     more = {"retry_base", "attempt_deadline", "http_request_timeout", "sla", "catchup_window",
-            "catchup_max", "jitter", "queue", "pool", "priority", "labels", "payload", "policy"}  # fmt: skip
+            "catchup_max", "jitter", "pause_after", "queue", "pool", "priority", "labels",
+            "payload", "policy"}  # fmt: skip
     assert ("<details open>" in refused.text) == (field in more)
     assert await c.schedules() == []
 
@@ -331,6 +336,7 @@ async def test_an_edit_shows_secrets_redacted_and_keeps_them_unless_replaced(
         "1m", "20s", "10s",
     )  # fmt: skip
     assert json.loads(shown["policy"]) == {"quarantine_after": 3}
+    assert shown["pause_after"] == "5"
     # Sent back as shown, with the path and a header changed: the secrets stay.
     moved = shown["url"].replace("/report", "/report-v2")
     saved = await post(http, "/ui/schedules/a/nightly-report/edit", token,

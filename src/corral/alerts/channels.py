@@ -146,6 +146,15 @@ def _not_run(alert: Alert, about: str) -> _Words:
     return title, [f"Rule {alert.rule}: {d.get('reason')}", f"At: {_when(d.get('at'))}"]
 
 
+def _paused(alert: Alert, about: str) -> _Words:
+    """A schedule corral paused: why, and how to resume it (in the event's reason)."""
+    d = alert.details
+    title = (
+        f"[corral] schedule {d.get('schedule')} (tenant {d.get('tenant')}) paused: it kept failing"
+    )
+    return title, [f"Rule {alert.rule}: {d.get('reason')}", f"At: {_when(d.get('at'))}"]
+
+
 def _failed(alert: Alert, about: str) -> _Words:
     """A job's own news (failed, quarantined, ...): the job, where it ran, and why."""
     d = alert.details
@@ -172,6 +181,7 @@ _BY_CAUSE: Mapping[str, Callable[[Alert, str], _Words]] = {
     "schedule_missed": _not_run,
     "refused": _not_run,
     "quota": _not_run,
+    "paused": _paused,
 }
 """The words of the causes that say more than a job's failure."""
 

@@ -20,9 +20,15 @@ SUCCEEDED = "succeeded"
 STARTED = "started"
 """Not a cause either: a firing's job started; `schedule_late` where it started later
 than a rule's `late_by` after its nominal time."""
-NOT_RUN = {"missed": "schedule_missed", "overlap": "schedule_missed", "refused": "refused"}
-"""A schedule's news (of nominal times that did not run) as causes; refused for a quota of
-its tenant (`quota` in the event's details), the cause is `quota`."""
+NOT_RUN = {
+    "missed": "schedule_missed",
+    "overlap": "schedule_missed",
+    "refused": "refused",
+    "paused": "paused",
+}
+"""A schedule's news (of nominal times that did not run, or of its pause by corral) as
+causes; refused for a quota of its tenant (`quota` in the event's details), the cause is
+`quota`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,7 +220,7 @@ class Digested:
         return f"{self.rule}|{self.subject}|digest|{self.window_start.isoformat()}|{self.channel}"
 
 
-NOT_FAILURES = frozenset({"schedule_late", "schedule_missed", "refused", "quota"})
+NOT_FAILURES = frozenset({"schedule_late", "schedule_missed", "refused", "quota", "paused"})
 """Causes that are no job's failure: they have no recovered message to come."""
 
 ENDED_BADLY = frozenset({"failed", "quarantined"})

@@ -11,7 +11,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Path, Query
 
-from corral import cadence, client, errors, model, planning, scheduling, shapes
+from corral import autopause, cadence, client, errors, model, planning, scheduling, shapes
 from corral.api.auth import Caller, Client, Operator, Viewer
 from corral.api.routes import EARLIEST, LATEST, RESPONSES, audit, instant
 from corral.client.schedule_reads import (
@@ -58,8 +58,11 @@ async def _audit(c: client.Client, who: Caller, action: str, found: Any, **detai
 
 
 def _shown(c: client.Client, found: Any) -> dict[str, Any]:
+    """A schedule as the API shows it: its own pause_after (null: its tenant's), and the one
+    in effect."""
     return {
         **shapes.schedule_dict(found),
+        "pause_after_in_effect": autopause.effective(found, c.settings.tenants),
         "upcoming": [shapes.nominal_dict(n) for n in c.upcoming(found)],
     }
 

@@ -314,10 +314,18 @@ def print_schedule(
     s: scheduling.Schedule,
     upcoming: Sequence[cadence.Nominal],
     firings: Sequence[scheduling.Firing],
+    pause_after: int = 0,
 ) -> None:
+    """A schedule for `corral schedules show`; `pause_after` the one in effect (its own,
+    or its tenant's)."""
     out.print(f"schedule {s.name} (tenant {s.tenant}): {schedule_rule(s)}")
     state = "paused since " + when(s.paused_at) if s.paused_at else "active"
     out.print(f"  {state}; catch-up {s.catchup}, overlap {s.overlap}; missed {s.missed_total}")
+    if s.paused_reason:
+        out.print(f"  {s.paused_reason}")
+    whose = "" if s.pause_after is not None else " (its tenant's default)"
+    said = f"after {pause_after} failed firings in a row" if pause_after else "never"
+    out.print(f"  pause_after {pause_after}{whose}: pauses {said}")
     spec = shown(s.template.get("spec"))
     out.print(f"  runs: {json.dumps(spec)} on {s.template.get('executor')}")
     if upcoming:

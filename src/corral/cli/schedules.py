@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 import click
 
-from corral import errors, scheduling, shapes
+from corral import autopause, errors, scheduling, shapes
 from corral.cli import render, schedule_firings
 from corral.cli.common import State, config_option, err, out, print_json, run, warn
 from corral.cli.job_options import JobCommand, JobOptions, job_options
@@ -59,6 +59,13 @@ RULE_OPTIONS = [
         default=None,
         help="Delay each firing's job by up to this much (the same delay on every scheduler).",
     ),
+    click.option(
+        "--pause-after",
+        type=int,
+        default=None,
+        help="Pause the schedule once this many of its firings' jobs in a row ended failed or"
+        " quarantined (0: never; unset: its tenant's [tenants.NAME] pause_after).",
+    ),
 ]
 
 
@@ -77,6 +84,7 @@ class RuleOptions:
     catchup_max: int | None = None
     overlap: str | None = None
     jitter: str | None = None
+    pause_after: int | None = None
 
     @classmethod
     def take(cls, params: dict[str, Any]) -> Self:
@@ -287,22 +295,26 @@ def schedules_list(state: State, tenant: str | None, as_json: bool) -> None:
 def schedules_show(state: State, name: str, tenant: str, limit: int, as_json: bool) -> None:
     """A schedule, its next firings and its latest ones."""
 
-    async def go() -> tuple[scheduling.Schedule, list[scheduling.Firing], list[cadence.Nominal]]:
+    async def go() -> tuple[
+        scheduling.Schedule, list[scheduling.Firing], list[cadence.Nominal], int
+    ]:
         async with state.connect(platforms=False) as c:
             found = await c.schedule(name, tenant=tenant)
-            return found, await c.firings(name, tenant=tenant, limit=limit), c.upcoming(found)
+            firings = await c.firings(name, tenant=tenant, limit=limit)
+            return found, firings, c.upcoming(found), autopause.effective(found, c.settings.tenants)
 
-    found, firings, upcoming = run(go())
+    found, firings, upcoming, pause_after = run(go())
     if as_json:
         print_json(
             {
                 **shapes.schedule_dict(found),
+                "pause_after_in_effect": pause_after,
                 "upcoming": [shapes.nominal_dict(n) for n in upcoming],
                 "firings": [shapes.firing_dict(f) for f in firings],
             }
         )
         return
-    render.print_schedule(found, upcoming, firings)
+    render.print_schedule(found, upcoming, firings, pause_after)
 
 
 def _far(at: datetime) -> datetime:

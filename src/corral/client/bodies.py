@@ -35,6 +35,7 @@ RULE_FIELDS = (
     "catchup_max",
     "overlap",
     "jitter",
+    "pause_after",
 )
 """A schedule's own keys; the rest of a body is its job template (as a submit takes it)."""
 NOT_NULL = ("tz", "catchup", "catchup_window", "catchup_max", "overlap")
@@ -146,12 +147,12 @@ def schedule_arguments(
 
 def _rule_types(given: Mapping[str, Any]) -> None:
     """InvalidInput naming a rule's key that is null where it may not be, or not of its
-    type (catchup_max a whole number, the others text); a time far out of range."""
+    type (catchup_max and pause_after whole numbers, the others text); a time far out of range."""
     for key in RULE_FIELDS:
         value = given.get(key)
         if value is None and key in given and key in NOT_NULL:
             raise errors.InvalidInput(f"{key}: must not be null (leave it out for its default)")
-        wanted = int if key == "catchup_max" else str
+        wanted = int if key in ("catchup_max", "pause_after") else str
         if value is not None and (type(value) is not wanted):
             raise errors.InvalidInput(
                 f"{key}: must be {'an integer' if wanted is int else 'a string'}"

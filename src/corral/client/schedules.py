@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypedDict, Unpack, cast
 
-from corral import errors, model, python_tasks, quotas, scheduling
+from corral import autopause, errors, model, python_tasks, quotas, scheduling
 from corral.client import checks, jobs
 
 if TYPE_CHECKING:
@@ -31,6 +31,7 @@ class RuleArgs(TypedDict, total=False):
     catchup_max: int  # 100
     overlap: str  # "allow", "forbid" or "replace"
     jitter: str | None  # None: no delay
+    pause_after: int | None  # None: the tenant's default; 0: never
     tenant_made: bool  # False: the operator's schedule
 
 
@@ -56,6 +57,7 @@ class Schedules(jobs.Jobs):
         catchup_max: int = 100,
         overlap: str = "allow",
         jitter: str | None = None,
+        pause_after: int | None = None,
         tenant_made: bool = False,
         **job: Unpack[jobs.JobArgs],
     ) -> tuple[scheduling.NewSchedule, datetime]:
@@ -63,7 +65,8 @@ class Schedules(jobs.Jobs):
         origin of an interval, and no firing before it); InvalidInput naming the field and
         the rule otherwise. `job` is its job template, as `submit` takes a job.
         `tenant_made`: made by a tenant (the API, the dashboard), its firings check the
-        tenant's grant; the operator's are checked by none. (Its parameters are RuleArgs',
+        tenant's grant; the operator's are checked by none. `pause_after`: paused after
+        that many failed firings in a row (corral.autopause). (Its parameters are RuleArgs',
         each with its default, hence its length.)"""
         from corral import cadence, planning
 
@@ -92,6 +95,7 @@ class Schedules(jobs.Jobs):
             jitter_seconds=spread.total_seconds() if spread else 0.0,
             until=end,
             tenant_made=tenant_made,
+            pause_after=None if pause_after is None else autopause.checked(pause_after),
         )
         planning.rule(new, anchor)  # every rule builds
         return new, anchor
@@ -353,6 +357,7 @@ def _schedule_args(schedule: scheduling.Schedule) -> ScheduleArgs:
         "overlap": schedule.overlap.value,
         "jitter": _duration_text(schedule.jitter_seconds) if schedule.jitter_seconds else None,
         "tenant_made": schedule.tenant_made,
+        "pause_after": schedule.pause_after,
         **{k: v for k, v in schedule.template.items() if k in jobs.SUBMIT_FIELDS},
     }
     if schedule.cron is not None:

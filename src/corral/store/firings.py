@@ -23,7 +23,7 @@ from sqlalchemy import Connection, and_, bindparam, func, or_, select, update
 
 from corral import errors, model, quotas, scheduling, tenancy
 from corral.planning import Fired, Plan
-from corral.store import dialects, firing_stats
+from corral.store import autopause, dialects, firing_stats
 from corral.store import quotas as holds
 from corral.store.events import NO_JOB, event_insert, event_row
 from corral.store.job_decisions import job_cancel
@@ -68,15 +68,18 @@ def schedules_fire_due(
     burst of firings due at one instant is claimable at that instant. The others decide on
     their previous job's state, so they fire at their time, not before. With `tenants`
     (the settings'), a tenant's schedule's firings that would break its tenant's quotas are
-    refused (store.quotas.firings_admitted)."""
+    refused (store.quotas.firings_admitted). A schedule that keeps failing is paused
+    instead of fired (store.autopause), counted among those moved on."""
     due = _schedules_due(conn, now=now, limit=limit, ahead=ahead)
+    if paused := autopause.schedules_auto_pause(conn, due=due, tenants=tenants or {}, now=now):
+        due = [s for s in due if s.id not in paused]
     previous = _previous_states(conn, due)
     planned = [(s, plan(s, previous.get(s.last_job_id or 0))) for s in due]
     if not planned:
-        return Fired()
+        return Fired(schedules=len(paused))
     if tenants is not None:
         planned = holds.firings_admitted(conn, planned, tenants=tenants, now=now)
-    out = Fired(schedules=len(planned))
+    out = Fired(schedules=len(planned) + len(paused))
     for schedule, decided in planned:
         if decided.cancel_previous and schedule.last_job_id is not None:
             attempt = _cancel_quietly(conn, schedule, now)

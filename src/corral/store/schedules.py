@@ -103,6 +103,7 @@ def _schedule_row(
         "jitter_seconds": new.jitter_seconds,
         "until": new.until,
         "tenant_made": new.tenant_made,
+        "pause_after": new.pause_after,
         "paused_at": now if paused else None,
         "next_due": next_due,
         "last_nominal": None,
@@ -179,12 +180,15 @@ def schedule_resume(
 ) -> scheduling.Schedule:
     """Resume a paused schedule: the nominal times that passed while it was paused are
     recorded as skipped (`skipped`, at most a bounded number of them, of `skipped_count`),
-    never fired; it fires next at `next_due`."""
+    never fired; it fires next at `next_due`. Its failed firings are counted again from
+    `now` on (corral.autopause): those before never count toward a pause again."""
     resumed = conn.execute(
         update(schedules)
         .where(schedules.c.id == schedule_id, schedules.c.paused_at.is_not(None))
         .values(
             paused_at=None,
+            paused_reason=None,
+            counted_from=now,
             next_due=next_due,
             last_nominal=skipped[-1] if skipped else schedules.c.last_nominal,
             missed_total=schedules.c.missed_total + skipped_count,

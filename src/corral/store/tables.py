@@ -210,6 +210,11 @@ schedules = Table(
     *made(),
     # Made or changed by a tenant (the API, the dashboard): its firings check the grant.
     Column("tenant_made", Boolean, nullable=False, server_default=false()),
+    # Paused after this many failed firings in a row (NULL: its tenant's default; 0: never),
+    # why it is paused (NULL: by hand), and since when its firings count (its last resume).
+    Column("pause_after", Integer),
+    Column("paused_reason", Text),
+    Column("counted_from", UTCDateTime),
     UniqueConstraint("tenant", "name"),
     sqlite_autoincrement=True,  # a schedule made again under a deleted one's name is new
 )

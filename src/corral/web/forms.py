@@ -398,6 +398,7 @@ def rule_values(s: scheduling.Schedule) -> dict[str, str]:
         "catchup_max": str(s.catchup_max),
         "overlap": s.overlap.value,
         "jitter": _duration(s.jitter_seconds) if s.jitter_seconds else "",
+        "pause_after": "" if s.pause_after is None else str(s.pause_after),
     }
 
 

@@ -34,7 +34,7 @@ PREVIEW_COUNT = 5
 """Next firings the preview shows."""
 RULE_FIELDS = (
     "name", "tenant", "when", "cron", "tz", "every", "run_at", "start", "until", "catchup",
-    "catchup_window", "catchup_max", "overlap", "jitter",
+    "catchup_window", "catchup_max", "overlap", "jitter", "pause_after",
 )  # fmt: skip
 FIELDS = (*RULE_FIELDS, "method", "url", "headers", "body", "json", "expect", "max_attempts",
           *forms.POLICY_SHORTCUTS, "queue", "pool", "priority", "labels", "payload",
@@ -42,7 +42,7 @@ FIELDS = (*RULE_FIELDS, "method", "url", "headers", "body", "json", "expect", "m
 """The form's fields: each named as the body's field it fills (forms.py)."""
 MORE = (
     *forms.POLICY_SHORTCUTS, "catchup", "catchup_window", "catchup_max", "overlap", "jitter",
-    "queue", "pool", "priority", "labels", "payload", "code_version", "policy",
+    "pause_after", "queue", "pool", "priority", "labels", "payload", "code_version", "policy",
 )  # fmt: skip
 """The fields under "More" (opened when one of them is refused)."""
 NEW = {
@@ -142,6 +142,7 @@ def rule_body(form: dict[str, str], errs: forms.Errors, *, creating: bool) -> di
         catchup_max=100 if (most := forms.whole(form, "catchup_max", errs)) is None else most,
         overlap=forms.line(form, "overlap") or "allow",
         jitter=forms.line(form, "jitter") or None,
+        pause_after=forms.whole(form, "pause_after", errs),  # empty: the tenant's default
     )
     return body
 

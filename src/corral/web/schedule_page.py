@@ -22,6 +22,7 @@ from starlette.responses import Response
 
 from corral import (
     access,
+    autopause,
     cadence,
     client,
     config,
@@ -112,6 +113,8 @@ def settings_of(s: scheduling.Schedule, settings: config.Settings) -> list[Row]:
     """What the page's settings table shows: when it fires, then the job it makes."""
     if s.paused_at is not None:
         state = f"paused since {_when(s.paused_at)}"
+        if s.paused_reason:
+            state += f": {s.paused_reason}"
     else:
         state = "active" if s.next_due is not None else "ended (past its until)"
     rule = f"cron {s.cron}" if s.cron else f"every {_duration(s.every_seconds or 0)}"
@@ -129,9 +132,17 @@ def settings_of(s: scheduling.Schedule, settings: config.Settings) -> list[Row]:
         ("catch-up", catchup),
         ("overlap", s.overlap.value),
         ("jitter", _duration(s.jitter_seconds) if s.jitter_seconds else "none"),
+        ("pause after", _pause_after(s, settings)),
         ("missed so far", str(s.missed_total)),
     ]
     return rows + job_rows(s.template, settings)
+
+
+def _pause_after(s: scheduling.Schedule, settings: config.Settings) -> str:
+    """When corral pauses the schedule (corral.autopause), and whose setting that is."""
+    count = autopause.effective(s, settings.tenants)
+    said = f"{count} failed firings in a row" if count else "never"
+    return said if s.pause_after is not None else f"{said} (the tenant's default)"
 
 
 def job_rows(template: Mapping[str, Any], settings: config.Settings) -> list[Row]:
