@@ -266,3 +266,32 @@ def test_a_tenant_s_digest_period_is_the_same_for_all_its_subjects() -> None:
     assert start <= at < end == start + ten
     assert rules.digest_period(start + timedelta(minutes=9), ten) == (start, end)
     assert rules.digest_period(end, ten) == (end, end + ten)
+
+
+@pytest.mark.parametrize("named_by_id", [1000, 1])
+async def test_a_one_off_job_recovers_after_dead_retry_however_many_are_open(
+    db: store.Store, web_receiver: Web, monkeypatch: pytest.MonkeyPatch, named_by_id: int
+) -> None:
+    """A one-off job quarantined, retried by a person and then succeeding recovers its
+    own subject, and only it: whether the read of successes names the open jobs by id or
+    (past ONE_OFF_IDS of them) reads their tenant's successes and keeps theirs."""
+    from corral.store import alert_reads
+
+    monkeypatch.setattr(alert_reads, "ONE_OFF_IDS", named_by_id)
+    clock = FrozenClock()
+    await listening(db)
+    s = settings(0, web_receiver.base, channels=["hook"])
+    alerter = alerts.Alerter(store=db, clock=clock, settings=s)
+    try:
+        made = [await quarantine(db, clock) for _ in range(3)]
+        await pass_(alerter)
+        await succeed(db, clock)  # another one-off job: no subject of theirs
+        await db.jobs.unquarantine(job_id=made[1], to=J.QUEUED, now=clock.now(), reason="fixed")
+        [c] = await db.jobs.claim(now=clock.now(), limit=1, executors=["noop"])
+        done = Finish(c.attempt.id, A.SUCCEEDED, 0, None)
+        await db.attempts.finish(finishes=[done], now=clock.now())
+        await pass_(alerter)
+    finally:
+        await alerter.close()
+    sent = [json.loads(w["body"]) for w in web_receiver.seen]
+    assert [(m["type"], m["job_id"]) for m in sent][3:] == [("corral.alert.recovered", made[1])]

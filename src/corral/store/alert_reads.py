@@ -154,9 +154,18 @@ def _of_subjects(conn: Connection, subjects: Collection[str]) -> ColumnElement[b
             wanted.append(and_(jobs.c.tenant == tenant, long_key))
         elif kind == "schedule" and tenant:
             wanted.append(and_(jobs.c.tenant == tenant, _schedule_of(conn) == name))
-    if ids:
+    if len(ids) > ONE_OFF_IDS:  # every success of their tenants: alert_successes picks
+        tenants = sorted({alert_subjects.subject_parts(s)[1] for s in subjects})
+        wanted.append(jobs.c.tenant.in_(tenants))
+    elif ids:
         wanted.append(dialects.one_of(conn, jobs.c.id, ids))
     return or_(*wanted) if wanted else None
+
+
+ONE_OFF_IDS = 1000
+"""Most jobs (subjects of their own) a read of successes names by id; past it, the read
+takes their tenants' successes and keeps theirs (a statement stays under SQLite's limit
+of parameters however many jobs were alerted on)."""
 
 
 def _schedule_of(conn: Connection) -> ColumnElement[Any]:
