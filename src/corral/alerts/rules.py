@@ -181,7 +181,7 @@ class Sent:
 
     window_at: datetime | None = None  # when the newest message's window opened
     owes_recovery: bool = False  # a failure was sent, and no recovered message since
-    streak: int = 0  # jobs of the subject that ended badly since its last success
+    streak: int = 0  # the subject's news of the rule's causes in a row (rules._cause)
 
 
 @dataclass(frozen=True, slots=True)
