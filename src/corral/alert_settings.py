@@ -31,10 +31,13 @@ ALERT_CAUSES = (
 )
 """What a rule may fire `on`: a job quarantined or failed for good, an attempt lost or of
 unknown class, a retry waiting for an empty budget, a firing late or missed, a job past
-its SLA, `after` failures in a row of a schedule or queue, a tenant's schedule's firing
-refused (its tenant no longer granted its executor), one refused because it would
-break a quota of its tenant (max_queued, submit_rate), and a schedule corral paused after
-its `pause_after` failed firings in a row (corral.autopause)."""
+its SLA, `after` failures in a row of one subject (a schedule, a key or a job), a
+tenant's schedule's firing refused (its tenant no longer granted its executor), one
+refused because it would break a quota of its tenant (max_queued, submit_rate), and a
+schedule corral paused after its `pause_after` failed firings in a row (corral.autopause)."""
+
+STREAK = 3
+"""consecutive_failures' `after` when a rule does not set it."""
 
 _EMAIL = re.compile(r"^[^@\s<>]+@[^@\s<>]+\.[^@\s<>]+$|^[^@\s<>]+@localhost$")
 
@@ -154,14 +157,26 @@ class AlertRule(BaseModel):
     channels: tuple[str, ...] = Field(min_length=1, description="Where its messages go.")
     throttle: durations.Duration = Field(
         timedelta(minutes=10),
-        description="Per subject (the schedule, or the queue), one message a window; the"
-        " rest go in one digest at its end.",
+        description="Per subject (the schedule, else the idempotency key, else the job), one"
+        " message a window; the rest of the tenant's go in one digest a window.",
     )
-    after: int = Field(3, ge=1, description="consecutive_failures: how many in a row.")
+    after: int | None = Field(
+        None,
+        ge=1,
+        description="How many in a row of the same subject before a message:"
+        " consecutive_failures' streak (3 unless set), every other cause's (1 unless set).",
+    )
     late_by: durations.Duration = Field(
         timedelta(minutes=2),
         description="schedule_late: how long after its nominal time a firing's job may start.",
     )
+
+    def in_a_row(self, cause: str) -> int:
+        """How many of `cause` in a row of one subject make a message: `after`, else 3
+        for consecutive_failures and 1 for any other cause."""
+        if self.after is not None:
+            return self.after
+        return STREAK if cause == "consecutive_failures" else 1
 
 
 class AlertsSettings(BaseModel):

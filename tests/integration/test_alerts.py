@@ -149,23 +149,47 @@ async def listening(db: store.Store) -> None:
     )
 
 
-async def quarantine(
-    db: store.Store, clock: FrozenClock, queue: str = "billing", tenant: str = "default"
-) -> int:
-    """A job of `queue` (of `tenant`) that fails permanently: quarantined at once."""
-    [(job_id, _)] = await db.jobs.submit(
-        new=[model.NewJob(executor="noop", spec={}, queue=queue, tenant=tenant)], now=clock.now()
+def firing(schedule: str | None, clock: FrozenClock) -> Any:
+    """The payload of a firing's job of `schedule` (None: no firing's, a one-off job)."""
+    if schedule is None:
+        return None
+    return scheduling.firing_payload(
+        None, schedule=schedule, nominal=clock.now(), interval_end=clock.now()
     )
+
+
+async def quarantine(
+    db: store.Store,
+    clock: FrozenClock,
+    queue: str = "billing",
+    tenant: str = "default",
+    *,
+    schedule: str | None = None,
+) -> int:
+    """A job of `queue` (of `tenant`, a firing's of `schedule` when given) that fails
+    permanently: quarantined at once."""
+    job = model.NewJob(
+        executor="noop", spec={}, queue=queue, tenant=tenant, payload=firing(schedule, clock)
+    )
+    [(job_id, _)] = await db.jobs.submit(new=[job], now=clock.now())
     [c] = await db.jobs.claim(now=clock.now(), limit=1, executors=["noop"])
     failed = Finish(c.attempt.id, A.FAILED, 2, "exited with code 2", model.FailureClass.PERMANENT)
     await db.attempts.finish(finishes=[failed], now=clock.now())
     return job_id
 
 
-async def succeed(db: store.Store, clock: FrozenClock, queue: str = "billing") -> int:
-    [(job_id, _)] = await db.jobs.submit(
-        new=[model.NewJob(executor="noop", spec={}, queue=queue)], now=clock.now()
+async def succeed(
+    db: store.Store,
+    clock: FrozenClock,
+    queue: str = "billing",
+    *,
+    schedule: str | None = None,
+    tenant: str = "default",
+) -> int:
+    job = model.NewJob(
+        executor="noop", spec={}, queue=queue, tenant=tenant, payload=firing(schedule, clock)
     )
+    [(job_id, _)] = await db.jobs.submit(new=[job], now=clock.now())
     [c] = await db.jobs.claim(now=clock.now(), limit=1, executors=["noop"])
     await db.attempts.finish(finishes=[Finish(c.attempt.id, A.SUCCEEDED, 0, None)], now=clock.now())
     return job_id
@@ -187,17 +211,19 @@ async def test_a_quarantine_reaches_email_slack_and_a_signed_webhook(
         await alerter.close()
 
     [mail] = inbox.messages
-    assert mail["Subject"] == f"[corral] quarantined: job {job_id} in queue billing"
+    assert mail["Subject"] == f"[corral] quarantined: job {job_id} of tenant default"
     assert mail["To"] == "ops@example.com"
     body = mail.get_content()
     assert f"Job: https://corral.example.com/ui/jobs/{job_id}" in body
-    key = "poison|queue:default/billing|quarantined|event:"
+    key = f"poison|job:default/{job_id}|quarantined|event:"
     assert key in body
     assert mail["Message-ID"].endswith("@corral>")
 
     by_path = {s["path"]: s for s in web_receiver.seen}
     slack = json.loads(by_path["/slack"]["body"])
-    assert slack["text"].startswith(f"[corral] quarantined: job {job_id} in queue billing (poison|")
+    assert slack["text"].startswith(
+        f"[corral] quarantined: job {job_id} of tenant default (poison|"
+    )
     kinds = [b["type"] for b in slack["blocks"]]
     assert kinds == ["header", "section", "section", "context"]
     assert f"https://corral.example.com/ui/jobs/{job_id}" in slack["blocks"][2]["text"]["text"]
@@ -221,22 +247,24 @@ async def test_a_quarantine_reaches_email_slack_and_a_signed_webhook(
     }
 
 
-async def test_a_flapping_queue_alerts_once_digests_the_rest_and_recovers_once(
+async def test_a_flapping_schedule_alerts_once_digests_the_rest_and_recovers_once(
     db: store.Store, smtp: tuple[Inbox, int], web_receiver: Web
 ) -> None:
+    """One schedule's jobs failing again and again: one message, the rest in the window's
+    digest, and one recovered message at its next success."""
     inbox, port = smtp
     clock = FrozenClock()
     await listening(db)
     s = settings(port, web_receiver.base, channels=["ops_mail"])
     alerter = alerts.Alerter(store=db, clock=clock, settings=s)
     try:
-        first = await quarantine(db, clock)
+        first = await quarantine(db, clock, schedule="nightly")
         clock.advance(60)
-        more = [await quarantine(db, clock) for _ in range(12)]
+        more = [await quarantine(db, clock, schedule="nightly") for _ in range(12)]
         await alerter.read_once()
         await alerter.deliver_all()
         assert [m["Subject"] for m in inbox.messages] == [
-            f"[corral] quarantined: job {first} in queue billing"
+            f"[corral] quarantined: schedule nightly of tenant default (job {first})"
         ]
         clock.advance(600)  # the window ends: its digest is due
         await alerter.deliver_all()
@@ -244,24 +272,24 @@ async def test_a_flapping_queue_alerts_once_digests_the_rest_and_recovers_once(
         assert (
             digest["Subject"]
             .strip()
-            .startswith("[corral] 12 more quarantined in queue billing since ")
+            .startswith("[corral] 12 more quarantined in schedule nightly of tenant default since ")
         )
         assert ", ".join(f"job {j}" for j in more[:10]) + " and 2 more" in digest.get_content()
-        done = await succeed(db, clock)
-        await succeed(db, clock)  # a second success says nothing more
+        done = await succeed(db, clock, schedule="nightly")
+        await succeed(db, clock, schedule="nightly")  # a second success says nothing more
         await alerter.read_once()
         await alerter.deliver_all()
     finally:
         await alerter.close()
-    assert [m["Subject"] for m in inbox.messages[2:]] == [
-        f"[corral] recovered: queue billing (job {done} succeeded)"
+    assert [m["Subject"].strip() for m in inbox.messages[2:]] == [
+        f"[corral] recovered: schedule nightly of tenant default (job {done} succeeded)"
     ]
 
 
-async def test_each_tenant_s_queue_is_its_own_subject_and_its_digests_its_own(
+async def test_each_tenant_s_schedule_is_its_own_subject_and_its_digests_its_own(
     db: store.Store, smtp: tuple[Inbox, int], web_receiver: Web
 ) -> None:
-    """Two tenants' queues of one name are two subjects: tenant a's failures open no
+    """Two tenants' schedules of one name are two subjects: tenant a's failures open no
     window that folds tenant b's quarantine into a digest, and each tenant's alert list
     shows its own messages and digests, never the other's."""
     inbox, port = smtp
@@ -270,15 +298,15 @@ async def test_each_tenant_s_queue_is_its_own_subject_and_its_digests_its_own(
     s = settings(port, web_receiver.base, channels=["ops_mail"])
     alerter = alerts.Alerter(store=db, clock=clock, settings=s)
     try:
-        first_a = await quarantine(db, clock, tenant="a")
-        more_a = await quarantine(db, clock, tenant="a")
-        first_b = await quarantine(db, clock, tenant="b")
+        first_a = await quarantine(db, clock, tenant="a", schedule="nightly")
+        more_a = await quarantine(db, clock, tenant="a", schedule="nightly")
+        first_b = await quarantine(db, clock, tenant="b", schedule="nightly")
         await alerter.read_once()
         await alerter.deliver_all()
         assert sorted(m["Subject"] for m in inbox.messages) == sorted(
             [
-                f"[corral] quarantined: job {first_a} in queue billing of tenant a",
-                f"[corral] quarantined: job {first_b} in queue billing of tenant b",
+                f"[corral] quarantined: schedule nightly of tenant a (job {first_a})",
+                f"[corral] quarantined: schedule nightly of tenant b (job {first_b})",
             ]
         )
         clock.advance(600)
@@ -287,12 +315,15 @@ async def test_each_tenant_s_queue_is_its_own_subject_and_its_digests_its_own(
         await alerter.close()
     listed = {t: await db.alerts.list(limit=50, tenant=t) for t in ("a", "b")}
     assert {(a.kind, a.subject) for a in listed["a"]} == {
-        ("alert", "queue:a/billing"),
-        ("digest", "queue:a/billing"),
+        ("alert", "schedule:a/nightly"),
+        ("digest", "tenant:a"),
     }
     [digest] = [a for a in listed["a"] if a.kind == "digest"]
-    assert digest.details["jobs"] == [more_a]
-    assert {(a.kind, a.subject) for a in listed["b"]} == {("alert", "queue:b/billing")}
+    assert (digest.details["jobs"], digest.details["subjects"]) == (
+        [more_a],
+        ["schedule:a/nightly"],
+    )
+    assert {(a.kind, a.subject) for a in listed["b"]} == {("alert", "schedule:b/nightly")}
 
 
 async def test_a_crash_before_delivery_delivers_after_and_never_writes_twice(
@@ -433,12 +464,12 @@ def test_bad_alert_settings_are_refused_naming_the_key(
 def test_a_message_s_words_name_what_happened() -> None:
     a = alerts.store.alerts.Alert(  # type: ignore[attr-defined]
         id=1,
-        dedupe_key="poison|queue:billing|quarantined|event:9|c",
+        dedupe_key="poison|job:default/42|quarantined|event:9|c",
         rule="poison",
         channel="c",
         kind="alert",
         cause="quarantined",
-        subject="queue:billing",
+        subject="job:default/42",
         job_id=42,
         details={
             "queue": "billing",
@@ -456,9 +487,14 @@ def test_a_message_s_words_name_what_happened() -> None:
         delivered_at=None,
     )
     said = channels.render(a)
-    assert said.title == "[corral] quarantined: job 42 in queue billing"
+    assert said.title == "[corral] quarantined: job 42 of tenant default"
     assert "Last attempt: permanent: HTTP 404" in said.lines
     assert said.link is None
+    older = dataclasses.replace(a, subject="queue:billing")  # an older corral's, in history
+    assert (
+        channels.render(older).title
+        == "[corral] quarantined: queue billing of tenant default (job 42)"
+    )
     reason = "schedule 'nightly': 1 nominal time(s) from ... did not run: not granted 'argo'"
     refused = dataclasses.replace(
         a,
@@ -468,8 +504,13 @@ def test_a_message_s_words_name_what_happened() -> None:
         details={"reason": reason, "at": "2026-12-03T10:00:00+00:00"},
     )
     said = channels.render(refused)
-    assert said.title == "[corral] schedule b/nightly: nominal times were refused"
-    assert said.lines == (f"Rule poison: {reason}", "At: 2026-12-03 10:00:00 UTC")
+    assert said.title == "[corral] schedule nightly of tenant b: nominal times were refused"
+    assert said.lines == (
+        f"Rule poison: {reason}",
+        "Tenant: b",
+        "Subject: schedule nightly",
+        "At: 2026-12-03 10:00:00 UTC",
+    )
 
 
 async def test_serve_alerts_through_its_own_alerter_and_pings_the_heartbeat(
@@ -539,17 +580,17 @@ async def test_consecutive_failures_alert_from_the_after_th_in_a_row_and_a_succe
     alerter = alerts.Alerter(store=db, clock=clock, settings=s)
     try:
         for _ in range(2):
-            await quarantine(db, clock)
+            await quarantine(db, clock, schedule="nightly")
             clock.advance(1)
         await alerter.read_once()  # two in a row: nothing yet (the count is kept)
         assert await db.alerts.list() == []
-        third = await quarantine(db, clock)
+        third = await quarantine(db, clock, schedule="nightly")
         clock.advance(1)
         await alerter.read_once()
-        await succeed(db, clock)  # resets the count, and recovers the subject
+        await succeed(db, clock, schedule="nightly")  # resets the count, and recovers the subject
         clock.advance(1)
         for _ in range(2):
-            await quarantine(db, clock)
+            await quarantine(db, clock, schedule="nightly")
             clock.advance(1)
         await alerter.read_once()
     finally:
@@ -560,7 +601,8 @@ async def test_consecutive_failures_alert_from_the_after_th_in_a_row_and_a_succe
         ("recovered", "succeeded", third + 1),
     ]
     said = channels.render(made[0])
-    assert said.title == f"[corral] 3 failures in a row in queue billing (job {third})"
+    title = f"[corral] 3 failures in a row in schedule nightly of tenant default (job {third})"
+    assert said.title == title
 
 
 async def test_a_window_read_over_several_passes_has_one_digest(
@@ -572,11 +614,11 @@ async def test_a_window_read_over_several_passes_has_one_digest(
     alerter = alerts.Alerter(store=db, clock=clock, settings=s)
     try:
         for _ in range(2):  # the first opens the window; the second is in its digest
-            await quarantine(db, clock)
+            await quarantine(db, clock, schedule="nightly")
         clock.advance(5)  # read a little after
         await alerter.read_once()
         for _ in range(2):  # each pass later, inside the window
-            await quarantine(db, clock)
+            await quarantine(db, clock, schedule="nightly")
             clock.advance(5)
             await alerter.read_once()
     finally:
@@ -685,12 +727,14 @@ async def test_what_fails_after_its_window_s_digest_went_is_a_digest_of_its_own(
     s = settings(free_port(), web_receiver.base, channels=["hook"])
     alerter = alerts.Alerter(store=db, clock=clock, settings=s)
     try:
-        await quarantine(db, clock)
+        await quarantine(db, clock, schedule="nightly")
         clock.advance(60)
-        await quarantine(db, clock)
+        await quarantine(db, clock, schedule="nightly")
         await alerter.read_once()
         clock.advance(60)
-        late = await quarantine(db, clock)  # inside the window, but read only after...
+        late = await quarantine(
+            db, clock, schedule="nightly"
+        )  # inside the window, but read only after...
         clock.advance(600)  # ... the window ended and its digest went
         await alerter.deliver_all()
         await alerter.read_once()
@@ -724,7 +768,7 @@ async def test_sent_alerts_go_with_the_retention_and_their_subject_still_recover
     alerter = alerts.Alerter(store=db, clock=clock, settings=s)
     try:
         for _ in range(3):
-            await quarantine(db, clock)
+            await quarantine(db, clock, schedule="nightly")
             clock.advance(1)
             await alerter.read_once()
         await alerter.deliver_all()
@@ -734,7 +778,9 @@ async def test_sent_alerts_go_with_the_retention_and_their_subject_still_recover
     clock.advance(3600)
     assert await db.alerts.forget(before=clock.now(), limit=100) == 3
     assert await db.alerts.list() == []
-    done = await succeed(db, clock)  # where the subject stands outlives its messages
+    done = await succeed(
+        db, clock, schedule="nightly"
+    )  # where the subject stands outlives its messages
     again = alerts.Alerter(store=db, clock=clock, settings=s)
     try:
         await again.read_once()
@@ -903,14 +949,22 @@ async def test_the_alerter_reads_every_event_the_rules_can_use_and_skips_starts_
             after=0, upto=read.ids[-1], subjects=["schedule:default/nightly"]
         )
         assert successes == await db.alerts.successes(
-            after=0, upto=read.ids[-1], subjects=["queue:billing"]
+            after=0, upto=read.ids[-1], subjects=[f"job:default/{job_id}"]
+        )
+        assert (
+            await db.alerts.successes(  # an older corral's subject: a queue's
+                after=0, upto=read.ids[-1], subjects=["queue:billing"]
+            )
+            == []
         )
         found |= {e.id: (e, f) for e, f in successes}
         for event in all_events:
             h = rules.happening(event, facts if event.job_id else None)
             if h is not None and (with_starts or h.cause != rules.STARTED):
                 assert event.id in found, (event, h)
-        assert await db.alerts.successes(after=0, upto=read.ids[-1], subjects=["queue:q"]) == []
+        assert (
+            await db.alerts.successes(after=0, upto=read.ids[-1], subjects=["job:default/0"]) == []
+        )
         assert len(read.ids) == len(rows) + 1  # every id, to see gaps by
         assert all(f == facts for e, f in read.found if e.job_id == job_id)
         submits = [e for e, _ in read.found if e.entity == "job" and e.from_state is None]
@@ -977,7 +1031,7 @@ async def test_a_late_firing_and_missed_nominal_times_alert_on_the_schedule(
     ]
     assert (
         sent[0]["title"]
-        == f"[corral] schedule default/nightly: a firing started 45s late (job {late})"
+        == f"[corral] schedule nightly of tenant default: a firing started 45s late (job {late})"
     )
     assert "5 nominal time(s) from" in sent[1]["details"]["reason"]
     assert all(m["type"] == "corral.alert.alert" for m in sent)  # no recovered message
@@ -1010,10 +1064,10 @@ async def test_a_failure_and_a_success_read_in_one_pass_make_an_alert_and_a_reco
     clock = FrozenClock()
     await listening(db)
     s = settings(free_port(), web_receiver.base, channels=["hook"])
-    await succeed(db, clock)  # nothing owed yet: passed over
-    failed = await quarantine(db, clock)
-    await succeed(db, clock, queue="other")  # another queue's: passed over
-    done = await succeed(db, clock)
+    await succeed(db, clock, schedule="nightly")  # nothing owed yet: passed over
+    failed = await quarantine(db, clock, schedule="nightly")
+    await succeed(db, clock, schedule="other")  # another schedule's: passed over
+    done = await succeed(db, clock, schedule="nightly")
     alerter = alerts.Alerter(store=db, clock=clock, settings=s)
     try:
         assert await alerter.read_once() > 0
@@ -1128,8 +1182,8 @@ async def test_on_sqlite_the_alerter_reads_beside_a_writer_without_waiting(
             db.alerts.read(name="alerter", limit=100, now=clock.now()), timeout=10
         )
         assert (got.cursor, len(got.events.ids) > 0) == (0, True)
-        sent = await asyncio.wait_for(db.alerts.sent(pairs=[("poison", "queue:billing")]), 10)
-        assert sent == {("poison", "queue:billing"): (None, False, 0)}
+        sent = await asyncio.wait_for(db.alerts.sent(pairs=[("poison", "job:default/1")]), 10)
+        assert sent == {("poison", "job:default/1"): (None, False, 0)}
     finally:
         writer.rollback()
         writer.close()
@@ -1138,28 +1192,37 @@ async def test_on_sqlite_the_alerter_reads_beside_a_writer_without_waiting(
 
 async def test_every_link_of_an_alert_opens_a_dashboard_page(db: store.Store) -> None:
     """With base_url as the docs show it, each kind of message links to a page of the
-    dashboard that exists: a job's, a queue's jobs (a digest), the schedules (their news)."""
+    dashboard that exists: a job's, a schedule's, the jobs (a digest of several subjects),
+    and an older corral's message about a queue to the queue's jobs."""
     from corral.store.alerts import Alert
     from tests.support.api import noop_client, over_http, sign_in
 
     c = noop_client(db)
     job_id, _ = await c.submit(executor="noop", spec={}, queue="billing")
+    await c.schedule_create("nightly", every="1h", spec={}, executor="noop")
     await c.user_add("ada", password="correct horse", tenant=None, role="admin")
     now = datetime.now(UTC)
 
-    def alert(kind: str, cause: str, subject: str, job: int | None) -> Alert:
+    def alert(
+        kind: str, cause: str, subject: str, job: int | None, subjects: tuple[str, ...] = ()
+    ) -> Alert:
         return Alert(
             id=1, dedupe_key="k", rule="r", channel="ch", kind=kind, cause=cause,
-            subject=subject, job_id=job, details={"count": 2, "jobs": [job_id]},
+            subject=subject, job_id=job,
+            details={"count": 2, "jobs": [job_id], "subjects": list(subjects)},
             state="pending", created_at=now, due_at=now, tries=0, last_error=None,
             delivered_at=None,
         )  # fmt: skip
 
+    nightly = "schedule:default/nightly"
     made = [
-        alert("alert", "quarantined", "queue:default/billing", job_id),
-        alert("recovered", "succeeded", "queue:default/billing", job_id),
-        alert("digest", "quarantined", "queue:default/billing", None),
-        alert("alert", "schedule_missed", "schedule:default/nightly", None),
+        alert("alert", "quarantined", f"job:default/{job_id}", job_id),
+        alert("recovered", "succeeded", f"key:default/k-{job_id}", job_id),
+        alert("alert", "quarantined", nightly, job_id),
+        alert("digest", "quarantined", "tenant:default", None, (nightly, f"job:default/{job_id}")),
+        alert("digest", "quarantined", "tenant:default", None, (nightly,)),
+        alert("alert", "schedule_missed", nightly, None),
+        alert("alert", "quarantined", "queue:default/billing", None),
     ]
     async with over_http(c) as http:
         await sign_in(http, name="ada", password="correct horse")
@@ -1169,6 +1232,8 @@ async def test_every_link_of_an_alert_opens_a_dashboard_page(db: store.Store) ->
             assert link.startswith("http://corral.test/ui/"), link
             opened = await http.get(link)
             assert opened.status_code == 200, (link, opened.status_code)
+    schedule_link = channels.render(made[2], base_url="http://corral.test").link
+    assert schedule_link == "http://corral.test/ui/schedules/default/nightly"
     assert channels.render(alert("test", "test", "channel:ch", None), "http://x").link is None
 
 

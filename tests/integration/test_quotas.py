@@ -236,11 +236,11 @@ async def test_a_firing_of_an_api_made_schedule_past_max_queued_is_refused_and_a
     finally:
         await alerter.close()
     [alert] = await db.alerts.list()
-    assert (alert.rule, alert.cause, alert.subject) == ("full", "quota", "queue:a/default")
+    assert (alert.rule, alert.cause, alert.subject) == ("full", "quota", "schedule:a/mine")
     assert (alert.details["schedule"], alert.details["tenant"]) == ("mine", "a")
     assert "did not run: max_queued: tenant 'a'" in alert.details["reason"]
     said = channels.render(alert)
-    assert said.title == "[corral] queue default of tenant a: nominal times were refused"
+    assert said.title == "[corral] schedule mine of tenant a: nominal times were refused"
 
 
 def _alerting() -> config.Settings:

@@ -181,7 +181,7 @@ class Alerter:
         """What `found` makes (rules.plan), given where its rules and subjects stand."""
         seen = [h for event, job in found if (h := rules.happening(event, job)) is not None]
         pairs = [
-            (name, rules.subject(rule, h))
+            (name, rules.subject(h))
             for h in seen
             for name, rule in self.rules.items()
             if rules.matches(rule, h)
@@ -336,4 +336,5 @@ def _digested(d: rules.Digested) -> dict[str, object]:
         "job_id": d.job_id,
         "cause": d.cause,
         "tenant": d.tenant,
+        "about": d.about,
     }

@@ -14,11 +14,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
+from urllib.parse import quote
 
 import httpx
 
 from corral import alert_settings, config, errors, launching, redaction
 from corral.executors import http_guard, http_outcome, http_request, http_send
+from corral.store.alert_subjects import subject_parts
 from corral.store.alerts import Alert
 
 
@@ -31,10 +33,11 @@ class Rendered:
     link: str | None
     key: str  # the dedupe key: a receiver can spot a repeat by it
     body: Mapping[str, Any]  # the webhook's JSON body
+    link_to: str = "job"  # what the link opens: the job, the schedule, the jobs
 
     @property
     def text(self) -> str:
-        link = [f"Job: {self.link}"] if self.link else []
+        link = [f"{self.link_to.capitalize()}: {self.link}"] if self.link else []
         return "\n".join([*self.lines, *link, "", f"corral alert {self.key}"]) + "\n"
 
 
@@ -44,48 +47,65 @@ def _when(at: str | None) -> str:
     return datetime.fromisoformat(at).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-def _link(alert: Alert, base_url: str | None) -> str | None:
-    """The dashboard's page of what a message is about, under `base_url`: the job's page,
-    else the schedules (a schedule's news) or the queue's jobs (a digest)."""
+def _link(alert: Alert, base_url: str | None) -> tuple[str | None, str]:
+    """The dashboard's page of what a message is about, under `base_url`, and what it is:
+    a schedule's page, else the job's, else (a digest of several subjects) the jobs."""
     if not base_url or alert.kind == "test":
-        return None
+        return None, "job"
     ui = f"{base_url.rstrip('/')}/ui"
+    kind, tenant, name = subject_parts(_one_subject(alert))
+    if kind == "schedule" and tenant:
+        return f"{ui}/schedules/{quote(tenant, safe='')}/{quote(name, safe='')}", "schedule"
     if alert.job_id is not None:
-        return f"{ui}/jobs/{alert.job_id}"
-    kind, _, about = alert.subject.partition(":")
+        return f"{ui}/jobs/{alert.job_id}", "job"
+    if kind == "job" and name.isdigit():
+        return f"{ui}/jobs/{name}", "job"
     if kind == "schedule":
-        return f"{ui}/schedules"
-    name = about.partition("/")[2] or about
-    return f"{ui}/jobs?{urllib.parse.urlencode({'queue': name})}"
+        return f"{ui}/schedules", "schedules"
+    if kind == "queue":  # an older corral's message, read back from its history
+        return f"{ui}/jobs?{urllib.parse.urlencode({'queue': name})}", "jobs"
+    return f"{ui}/jobs", "jobs"
+
+
+def _one_subject(alert: Alert) -> str:
+    """The subject a message is about: a digest's one subject when it names one alone."""
+    named = alert.details.get("subjects") if alert.kind == "digest" else None
+    if isinstance(named, list) and len(named) == 1 and isinstance(named[0], str):
+        return named[0]
+    return alert.subject
 
 
 def _about(subject: str) -> str:
-    """A subject in words: `queue billing` (`of tenant acme` for a tenant but the default),
-    `schedule default/nightly`."""
-    kind, _, about = subject.partition(":")
-    tenant, slash, name = about.partition("/")
-    if kind != "queue" or not slash:
-        return f"{kind} {about}"
-    return f"queue {name}" + ("" if tenant == "default" else f" of tenant {tenant}")
+    """A subject in words, its tenant aside: `schedule nightly`, `key invoice-42`,
+    `job 12` (an older corral's: `queue billing`)."""
+    kind, _, name = subject_parts(subject)
+    return f"{kind} {name}"
+
+
+def _tenant(alert: Alert) -> str:
+    """Whose subject a message is about."""
+    return str(alert.details.get("tenant") or subject_parts(alert.subject)[1] or "default")
 
 
 def render(alert: Alert, base_url: str | None = None) -> Rendered:
-    """The words of a message (pure): what happened, to what, the job and its last
-    attempt's class and message, and a link to the job under `base_url`."""
-    title, lines = _words(alert, _about(alert.subject))
-    link = _link(alert, base_url)
+    """The words of a message (pure): what happened, to which subject of which tenant,
+    what the job runs, its last attempt's status or error, and a link to the subject's
+    page under `base_url`."""
+    title, lines = _words(alert, f"{_about(alert.subject)} of tenant {_tenant(alert)}")
+    link, link_to = _link(alert, base_url)
     body = {
         "type": f"corral.alert.{alert.kind}",
         "key": alert.dedupe_key,
         "rule": alert.rule,
         "cause": alert.cause,
         "subject": alert.subject,
+        "tenant": _tenant(alert),
         "job_id": alert.job_id,
         "title": title,
         "details": dict(alert.details),
         "link": link,
     }
-    return Rendered(title, tuple(lines), link, alert.dedupe_key, body)
+    return Rendered(title, tuple(lines), link, alert.dedupe_key, body, link_to)
 
 
 _Words = tuple[str, list[str]]
@@ -95,27 +115,57 @@ _Words = tuple[str, list[str]]
 def _words(alert: Alert, about: str) -> _Words:
     """What a message says, by its kind (a digest, a recovery, a test) and else its cause."""
     if alert.kind == "digest":
-        return _digest(alert, about)
+        return _digest(alert)
     if alert.kind == "recovered":
         title = f"[corral] recovered: {about} (job {alert.job_id} succeeded)"
-        return title, [f"Rule {alert.rule}: {about} succeeded again after failures."]
+        return title, [
+            f"Rule {alert.rule}: {_about(alert.subject)} succeeded again after failures.",
+            *_facts(alert, with_status=False),
+        ]
     if alert.kind == "test":
         title = f"[corral] test message for channel {alert.channel}"
         return title, ["If you read this, corral can reach you here."]
     return _BY_CAUSE.get(alert.cause, _failed)(alert, about)
 
 
-def _digest(alert: Alert, about: str) -> _Words:
-    """The news a throttle held back: how many, of which causes, and the jobs it names."""
+def _facts(alert: Alert, *, with_status: bool = True) -> list[str]:
+    """What every message of a job says: its tenant and subject, the job and where it
+    ran, what it runs, and its newest attempt's status or error."""
+    d = alert.details
+    job = [
+        f"Job {alert.job_id}, queue {d.get('queue')}, executor {d.get('executor')}"
+        if alert.job_id is not None
+        else None,
+        f"Runs: {d['what']}" if d.get("what") else None,
+    ]
+    status = d.get("attempt_reason") or d.get("reason")
+    if with_status and d.get("attempt") and status:
+        job.append(f"Attempt {d['attempt']}: {status}")
+    return [
+        f"Tenant: {_tenant(alert)}",
+        f"Subject: {_about(alert.subject)}",
+        *[line for line in job if line is not None],
+    ]
+
+
+def _digest(alert: Alert) -> _Words:
+    """The news a rule's throttle held back of a tenant's subjects: how many, of which
+    causes, the subjects and the jobs it names."""
     d = alert.details
     count = int(d.get("count", 0))
     causes = "/".join(d.get("causes", []))
-    title = f"[corral] {count} more {causes} in {about} since {_when(d.get('since'))}"
+    subjects = [_about(s) for s in d.get("subjects", [])]
+    of = ", ".join(subjects) if subjects else _about(alert.subject)
+    title = f"[corral] {count} more {causes} in {of} of tenant {_tenant(alert)}"
+    title += f" since {_when(d.get('since'))}"
     named = [f"job {j}" for j in d.get("jobs", [])]
     rest = count - len(named)
-    if not named:
-        return title, [f"Rule {alert.rule}: {count} more, each of no job."]
-    return title, ["Jobs: " + ", ".join(named) + (f" and {rest} more" if rest > 0 else "")]
+    lines = [f"Rule {alert.rule} held back {count} of tenant {_tenant(alert)}."]
+    if subjects:
+        lines.append("Subjects: " + ", ".join(subjects))
+    if named:
+        lines.append("Jobs: " + ", ".join(named) + (f" and {rest} more" if rest > 0 else ""))
+    return title, lines
 
 
 def _streak(alert: Alert, about: str) -> _Words:
@@ -123,7 +173,8 @@ def _streak(alert: Alert, about: str) -> _Words:
     title = f"[corral] {d.get('streak')} failures in a row in {about} (job {alert.job_id})"
     return title, [
         f"Rule {alert.rule}: {d.get('streak')} jobs in a row ended without succeeding.",
-        f"The last: job {alert.job_id}, {d.get('failure_class') or 'no class'}: {d.get('reason')}",
+        *_facts(alert),
+        f"The last: {d.get('failure_class') or 'no class'}: {d.get('reason')}",
         f"At: {_when(d.get('at'))}",
     ]
 
@@ -133,8 +184,8 @@ def _late(alert: Alert, about: str) -> _Words:
     late = float(d.get("late_seconds") or 0)
     title = f"[corral] {about}: a firing started {late:g}s late (job {alert.job_id})"
     return title, [
-        f"Rule {alert.rule}: job {alert.job_id} of {about} started {late:g}s after its"
-        f" nominal time, in queue {d.get('queue')}.",
+        f"Rule {alert.rule}: job {alert.job_id} started {late:g}s after its nominal time.",
+        *_facts(alert, with_status=False),
         f"Started: {_when(d.get('at'))}",
     ]
 
@@ -143,7 +194,11 @@ def _not_run(alert: Alert, about: str) -> _Words:
     d = alert.details
     what = "were refused" if alert.cause in ("refused", "quota") else "did not run"
     title = f"[corral] {about}: nominal times {what}"
-    return title, [f"Rule {alert.rule}: {d.get('reason')}", f"At: {_when(d.get('at'))}"]
+    return title, [
+        f"Rule {alert.rule}: {d.get('reason')}",
+        *_facts(alert, with_status=False),
+        f"At: {_when(d.get('at'))}",
+    ]
 
 
 def _paused(alert: Alert, about: str) -> _Words:
@@ -158,19 +213,13 @@ def _paused(alert: Alert, about: str) -> _Words:
 def _failed(alert: Alert, about: str) -> _Words:
     """A job's own news (failed, quarantined, ...): the job, where it ran, and why."""
     d = alert.details
-    title = f"[corral] {alert.cause}: job {alert.job_id} in {about}"
+    title = f"[corral] {alert.cause}: {about}" + (
+        f" (job {alert.job_id})" if not alert.subject.startswith("job:") else ""
+    )
     return title, [
         f"Rule {alert.rule}: {alert.cause}.",
-        f"Job {alert.job_id}, queue {d.get('queue')}, tenant {d.get('tenant')}"
-        + (f", schedule {d['schedule']}" if d.get("schedule") else "")
-        + f", executor {d.get('executor')}",
-        *([f"Runs: {d['what']}"] if d.get("what") else []),
+        *_facts(alert),
         f"Last attempt: {d.get('failure_class') or 'no class'}: {d.get('reason')}",
-        *(
-            [f"Attempt {d['attempt']}: {d['attempt_reason']}"]
-            if d.get("attempt") and d.get("attempt_reason")
-            else []
-        ),
         f"At: {_when(d.get('at'))}",
     ]
 
@@ -288,7 +337,8 @@ def slack_body(message: Rendered) -> dict[str, Any]:
         SectionBlock(text=MarkdownTextObject(text="\n".join(message.lines)[:3000])),
     ]
     if message.link:
-        blocks.append(SectionBlock(text=MarkdownTextObject(text=f"<{message.link}|Open the job>")))
+        opens = f"<{message.link}|Open the {message.link_to}>"
+        blocks.append(SectionBlock(text=MarkdownTextObject(text=opens)))
     blocks.append(ContextBlock(elements=[MarkdownTextObject(text=f"corral alert `{message.key}`")]))
     return {
         "text": f"{message.title} ({message.key})",

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from corral import alert_settings, model, redaction
 from corral.store.alert_reads import JobFacts
-from corral.store.alerts import queue_subject, schedule_subject
+from corral.store.alert_subjects import job_subject, key_subject, schedule_subject, tenant_subject
 
 J, A = model.JobState, model.AttemptState
 
@@ -51,6 +51,7 @@ class Happening:
     what: str | None = None  # what the job runs, as a message says it (secrets redacted)
     attempt_no: int | None = None  # its newest attempt, and how that one ended
     attempt_reason: str | None = None
+    idempotency_key: str | None = None
 
 
 def happening(event: model.Event, job: JobFacts | None) -> Happening | None:
@@ -81,6 +82,7 @@ def happening(event: model.Event, job: JobFacts | None) -> Happening | None:
         what=what_it_runs(job.executor, job.spec),
         attempt_no=job.attempt_no,
         attempt_reason=job.attempt_reason,
+        idempotency_key=job.idempotency_key,
     )
 
 
@@ -117,7 +119,7 @@ def what_it_runs(executor: str, spec: Mapping[str, Any]) -> str | None:
     command, an image and its command, a task's name."""
     shown = redaction.redacted(dict(spec))
     if executor == "http" and isinstance(shown.get("url"), str):
-        said = f"{shown.get('method', 'GET')} {shown['url']}"
+        said = f"{str(shown.get('method', 'GET')).upper()} {shown['url']}"
     elif isinstance(shown.get("command"), list):
         said = " ".join(str(part) for part in shown["command"])
         if isinstance(shown.get("image"), str):
@@ -167,13 +169,15 @@ def matches(rule: alert_settings.AlertRule, h: Happening) -> bool:
     return all(h.labels.get(k) == v for k, v in m.labels.items())
 
 
-def subject(rule: alert_settings.AlertRule, h: Happening) -> str:
-    """What a message is about: the schedule, for a rule on a schedule or on its firings;
-    otherwise the job's queue."""
-    on_schedule = rule.match.schedule is not None or any(c.startswith("schedule_") for c in rule.on)
-    if on_schedule and h.schedule is not None:
+def subject(h: Happening) -> str:
+    """What a message is about: the job's schedule when it has one, else its idempotency
+    key, else the job itself; each of its tenant's, never another tenant's of the same
+    name."""
+    if h.schedule is not None:
         return schedule_subject(h.tenant, h.schedule)
-    return queue_subject(h.tenant, h.queue)
+    if h.idempotency_key is not None:
+        return key_subject(h.tenant, h.idempotency_key)
+    return job_subject(h.tenant, h.job_id or 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,7 +187,7 @@ class Sent:
 
     window_at: datetime | None = None  # when the newest message's window opened
     owes_recovery: bool = False  # a failure was sent, and no recovered message since
-    streak: int = 0  # jobs of the subject that ended badly since its last success
+    streak: int = 0  # the subject's news of the rule's causes in a row (rules._cause)
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,21 +207,35 @@ class Message:
 
 @dataclass(frozen=True, slots=True)
 class Digested:
-    """A happening inside a throttle window: counted into the window's digest, sent at
-    its end."""
+    """A happening inside its subject's throttle window: counted into its tenant's digest
+    of the rule for the period it falls in (digest_period), sent at the period's end."""
 
     rule: str
     channel: str
-    subject: str
+    subject: str  # the tenant's (tenant_subject): one digest of all its subjects
     window_start: datetime
     window_end: datetime
     job_id: int | None
     cause: str
     tenant: str
+    about: str = ""  # the subject it is about
 
     @property
     def dedupe_key(self) -> str:
         return f"{self.rule}|{self.subject}|digest|{self.window_start.isoformat()}|{self.channel}"
+
+
+DIGEST_EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
+"""Where digest periods are counted from: a rule's periods are its throttle long."""
+
+
+def digest_period(at: datetime, throttle: timedelta) -> tuple[datetime, datetime]:
+    """The period of a rule's digests `at` falls in: the same for every subject of a
+    tenant, so what the rule holds back of all of them goes in one digest a period."""
+    if throttle <= timedelta(0):
+        return at, at
+    start = DIGEST_EPOCH + throttle * ((at - DIGEST_EPOCH) // throttle)
+    return start, start + throttle
 
 
 NOT_FAILURES = frozenset({"schedule_late", "schedule_missed", "refused", "quota", "paused"})
@@ -245,12 +263,13 @@ def plan(
     muted: frozenset[str] = frozenset(),
 ) -> Plan:
     """The messages and digest entries `found` (in event order) makes, given what was
-    `sent` before for each (rule, subject). A failure outside its subject's throttle
-    window is a message and opens the window; inside it, an entry of the window's digest.
-    `consecutive_failures` counts the subject's jobs that ended badly since its last
-    success, and is a failure from the `after`-th on. A success is a `recovered` message
-    where a failure message was sent (a schedule's or a queue's, never a one-off's: the
-    subject is never the job). Muted rules make nothing, and count nothing."""
+    `sent` before for each (rule, subject). The subject's news of a rule's causes counts
+    in its streak, and makes something from the rule's `after`-th in a row on: outside its
+    subject's throttle window a message, which opens the window; inside it, an entry of
+    the tenant's digest of the rule. `consecutive_failures` counts the subject's jobs that
+    ended badly. A success ends every streak but a lateness one (an on-time start ends
+    that), and is a `recovered` message where a failure message of the same subject was
+    sent. Muted rules make nothing, and count nothing."""
     now = dict(sent)
     out = Plan([], [], {})
     for h in found:
@@ -269,12 +288,13 @@ def _apply(
 ) -> None:
     """What `h` makes under the rule `name`, added to `out`; `now` is where each rule and
     subject stands so far in the pass."""
-    key = (name, subject(rule, h))
+    key = (name, subject(h))
     before = now.get(key, Sent())
     if h.cause == SUCCEEDED:
         if before.owes_recovery:
             out.messages.extend(_each_channel(rule, name, "recovered", h.cause, key[1], h))
-        _stand(out, now, key, before, replace(before, owes_recovery=False, streak=0))
+        ends = before.streak if set(rule.on) <= _LATENESS else 0
+        _stand(out, now, key, before, replace(before, owes_recovery=False, streak=ends))
         return
     cause, counted = _cause(rule, h, before)
     before = _stand(out, now, key, before, counted)
@@ -282,11 +302,12 @@ def _apply(
         return
     opened = before.window_at
     # Inside the window, even after a recovery: a flapping subject is one message,
-    # one digest and one recovered message, not one of each per flap.
+    # digested news and one recovered message, not one of each per flap.
     if opened is not None and h.at < opened + rule.throttle:
-        closes = opened + rule.throttle
+        start, end = digest_period(h.at, rule.throttle)
+        about = tenant_subject(h.tenant)
         out.digested.extend(
-            Digested(name, ch, key[1], opened, closes, h.job_id, cause, h.tenant)
+            Digested(name, ch, about, start, end, h.job_id, cause, h.tenant, key[1])
             for ch in rule.channels
         )
         return
@@ -295,6 +316,10 @@ def _apply(
     out.messages.extend(
         _each_channel(rule, name, "alert", cause, key[1], h, _extra(cause, h, before))
     )
+
+
+_LATENESS = frozenset({"schedule_late"})
+"""A rule on lateness alone: a success ends no streak of it (a late firing may succeed)."""
 
 
 def _stand(
@@ -317,18 +342,23 @@ def _extra(cause: str, h: Happening, before: Sent) -> dict[str, Any]:
 
 
 def _cause(rule: alert_settings.AlertRule, h: Happening, before: Sent) -> tuple[str | None, Sent]:
-    """The cause `h` is to `rule` (None: none it fires on), and the subject's streak
-    after it: a late start is `schedule_late`; a job that ended badly counts toward
-    `consecutive_failures`, the `after`-th in a row on."""
+    """The cause `h` is to `rule` (None: none it makes a message or digest entry of yet),
+    and the subject's streak after it. A late start is `schedule_late` (an on-time one
+    ends a streak of lateness); a job that ended badly counts toward
+    `consecutive_failures`; each counts in the streak, and is a cause from the rule's
+    `after`-th in a row on."""
     cause = h.cause
     if cause == STARTED:
-        late = h.late is not None and h.late > rule.late_by
-        return ("schedule_late" if late and "schedule_late" in rule.on else None), before
-    if cause in ENDED_BADLY and "consecutive_failures" in rule.on:
-        before = replace(before, streak=before.streak + 1)
-        if before.streak >= rule.after and cause not in rule.on:
-            cause = "consecutive_failures"
-    return (cause if cause in rule.on else None), before
+        if h.late is None or h.late <= rule.late_by:
+            ends = "schedule_late" in rule.on and before.streak > 0
+            return None, (replace(before, streak=0) if ends else before)
+        cause = "schedule_late"
+    if cause not in rule.on:
+        if cause not in ENDED_BADLY or "consecutive_failures" not in rule.on:
+            return None, before
+        cause = "consecutive_failures"
+    before = replace(before, streak=before.streak + 1)
+    return (cause if before.streak >= rule.in_a_row(cause) else None), before
 
 
 def _each_channel(

@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, Connection, and_, or_, select
+from sqlalchemy import ColumnElement, Connection, and_, func, or_, select
 
 from corral import model, scheduling
-from corral.store import dialects
+from corral.store import alert_subjects, dialects
 from corral.store.tables import alert_cursors, alert_mutes, alert_streaks, attempts, events, jobs
 
 J = model.JobState
@@ -43,6 +43,7 @@ class JobFacts:
     spec: Mapping[str, Any] = field(default_factory=dict)  # what it runs (a message says it)
     attempt_no: int | None = None  # its newest attempt, and how that one ended
     attempt_reason: str | None = None
+    idempotency_key: str | None = None  # its subject when it is of no schedule
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,22 +120,52 @@ def alert_successes(
     conn: Connection, *, after: int, upto: int, subjects: Collection[str]
 ) -> list[tuple[model.Event, JobFacts | None]]:
     """The successes among the events after `after` up to `upto` of the jobs of
-    `subjects` (their queues and schedules), in id order, with the jobs' facts."""
-    wanted = []
-    for s in sorted(subjects):
-        kind, _, about = s.partition(":")
-        tenant, slash, name = about.partition("/")
-        if kind == "queue" and not slash:  # an older corral's subject: the queue alone
-            wanted.append(jobs.c.queue == about)
-        elif kind in ("queue", "schedule"):
-            what = jobs.c.queue if kind == "queue" else _schedule_of(conn)
-            wanted.append(and_(jobs.c.tenant == tenant, what == name))
-    if not wanted:
+    `subjects` (their schedules, idempotency keys and jobs), in id order, with the jobs'
+    facts. A subject of an older corral (a queue's) has no successes any more."""
+    ours = _of_subjects(conn, subjects)
+    if ours is None:
         return []
-    ours = or_(*wanted)
-    return [
-        _found(r) for r in conn.execute(_events_read(conn, after, upto, and_(_succeeded(), ours)))
-    ]
+    wanted = set(subjects)
+    read = conn.execute(_events_read(conn, after, upto, and_(_succeeded(), ours)))
+    return [f for f in map(_found, read) if f[1] is not None and _subjects_of(f[1]) & wanted]
+
+
+def _subjects_of(job: JobFacts) -> set[str]:
+    return alert_subjects.job_subjects(job.tenant, job.id, job.schedule, job.idempotency_key)
+
+
+KEY_CHARS = alert_subjects.SUBJECT_CHARS - len("key:/")
+"""A key longer than this less its tenant's name is in a subject by its hash."""
+
+
+def _of_subjects(conn: Connection, subjects: Collection[str]) -> ColumnElement[bool] | None:
+    """The jobs of `subjects`, as SQL (None: none): one list of job ids, and a (tenant,
+    name) test for each schedule and key; a superset where a key is hashed."""
+    wanted: list[ColumnElement[bool]] = []
+    ids: list[int] = []
+    for s in sorted(subjects):
+        kind, tenant, name = alert_subjects.subject_parts(s)
+        if kind == "job" and name.isdigit():
+            ids.append(int(name))
+        elif kind == "key" and tenant:
+            wanted.append(and_(jobs.c.tenant == tenant, jobs.c.idempotency_key == name))
+        elif kind == "keyhash" and tenant:  # a long key: its tenant's keyed jobs, then its hash
+            long_key = func.length(jobs.c.idempotency_key) > KEY_CHARS - len(tenant)
+            wanted.append(and_(jobs.c.tenant == tenant, long_key))
+        elif kind == "schedule" and tenant:
+            wanted.append(and_(jobs.c.tenant == tenant, _schedule_of(conn) == name))
+    if len(ids) > ONE_OFF_IDS:  # every success of their tenants: alert_successes picks
+        tenants = sorted({alert_subjects.subject_parts(s)[1] for s in subjects})
+        wanted.append(jobs.c.tenant.in_(tenants))
+    elif ids:
+        wanted.append(dialects.one_of(conn, jobs.c.id, ids))
+    return or_(*wanted) if wanted else None
+
+
+ONE_OFF_IDS = 1000
+"""Most jobs (subjects of their own) a read of successes names by id; past it, the read
+takes their tenants' successes and keeps theirs (a statement stays under SQLite's limit
+of parameters however many jobs were alerted on)."""
 
 
 def _schedule_of(conn: Connection) -> ColumnElement[Any]:
@@ -143,7 +174,14 @@ def _schedule_of(conn: Connection) -> ColumnElement[Any]:
 
 def _events_read(conn: Connection, after: int, upto: int, which: ColumnElement[bool]) -> Any:
     nominal = dialects.json_text(conn, jobs.c.payload, scheduling.FIRING, "nominal_time")
-    facts = (jobs.c.queue, jobs.c.tenant, jobs.c.executor, jobs.c.labels, jobs.c.spec)
+    facts = (
+        jobs.c.queue,
+        jobs.c.tenant,
+        jobs.c.executor,
+        jobs.c.labels,
+        jobs.c.spec,
+        jobs.c.idempotency_key,
+    )
     newest = (
         select(attempts.c.reason)
         .where(attempts.c.job_id == jobs.c.id, attempts.c.attempt_no == jobs.c.attempt_count)
@@ -181,13 +219,16 @@ def _found(row: Any) -> tuple[model.Event, JobFacts | None]:
         spec=m["j_spec"] or {},
         attempt_no=m["j_attempt_no"] or None,
         attempt_reason=m["j_attempt_reason"],
+        idempotency_key=m["j_idempotency_key"],
     )
 
 
 def alert_open(conn: Connection) -> set[str]:
     """The subjects a success can change for some rule: those owing a recovered message
-    or counting a streak."""
-    rows = conn.execute(select(ST.subject).where(or_(ST.owes_recovery, ST.failures > 0)).distinct())
+    or counting a streak. A queue (an older corral's subject) is none: no success is a
+    queue's any more, and its row stays as it was."""
+    owing = or_(ST.owes_recovery, ST.failures > 0)
+    rows = conn.execute(select(ST.subject).where(owing, ~ST.subject.like("queue:%")).distinct())
     return set(rows.scalars())
 
 

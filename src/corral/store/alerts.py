@@ -74,17 +74,6 @@ def event_newest(conn: Connection) -> int:
     return conn.execute(select(func.max(events.c.id))).scalar() or 0
 
 
-def queue_subject(tenant: str, queue: str) -> str:
-    """The subject of a rule's messages about a queue's jobs: a tenant's queue, never
-    another tenant's of the same name."""
-    return f"queue:{tenant}/{queue}"
-
-
-def schedule_subject(tenant: str, schedule: str) -> str:
-    """The subject of a rule's messages about a schedule (its firings and their jobs)."""
-    return f"schedule:{tenant}/{schedule}"
-
-
 Standing = tuple[datetime | None, bool, int]
 """Where a rule and subject stand: when its throttle window opened (None: never), whether
 it owes a "recovered" message, and its streak of jobs that ended badly."""
@@ -146,8 +135,8 @@ def alert_write(
 
 
 def _digest(conn: Connection, digested: Sequence[Mapping[str, Any]], now: datetime) -> None:
-    """Count entries into their windows' digests: one row per (rule, subject, window,
-    channel), due at the window's end, naming the first DIGEST_JOBS jobs."""
+    """Count entries into their digests: one row per (rule, tenant, period, channel), due
+    at the period's end, naming the first DIGEST_JOBS jobs and subjects."""
     by_key: dict[str, list[Mapping[str, Any]]] = {}
     for d in digested:
         by_key.setdefault(d["dedupe_key"], []).append(d)
@@ -168,6 +157,7 @@ def _digest(conn: Connection, digested: Sequence[Mapping[str, Any]], now: dateti
         old["count"] = int(old.get("count", 0)) + len(entries)
         old["jobs"] = [*old.get("jobs", []), *jobs_named][:DIGEST_JOBS]
         old["causes"] = sorted({*old.get("causes", []), *(e["cause"] for e in entries)})
+        old["subjects"] = _subjects([*old.get("subjects", []), *_abouts(entries)])
         conn.execute(update(alerts).where(AL.id == row.id).values(details=old))
 
 
@@ -186,6 +176,7 @@ def _digest_new(
         "jobs": jobs_named[:DIGEST_JOBS],
         "since": first["window_start"].isoformat(),
         "causes": sorted({e["cause"] for e in entries}),
+        "subjects": _subjects(_abouts(entries)),
     }
     conn.execute(
         dialects.insert_ignore_conflict(conn, alerts, ["dedupe_key"]).values(
@@ -203,6 +194,15 @@ def _digest_new(
             tries=0,
         )
     )
+
+
+def _abouts(entries: Sequence[Mapping[str, Any]]) -> list[str]:
+    return [e["about"] for e in entries if e.get("about")]
+
+
+def _subjects(named: Sequence[str]) -> list[str]:
+    """The first DIGEST_JOBS subjects a digest names, each once."""
+    return list(dict.fromkeys(named))[:DIGEST_JOBS]
 
 
 def alerts_claim(

@@ -303,7 +303,7 @@ alerts = Table(
     Column("channel", String(200), nullable=False),
     Column("kind", String(20), nullable=False),  # alert, digest, recovered, test
     Column("cause", String(40), nullable=False),
-    Column("subject", String(300), nullable=False),  # queue:TENANT/NAME, schedule:TENANT/NAME
+    Column("subject", String(300), nullable=False),  # store/alert_subjects.py
     Column("job_id", Id),
     Column("details", Json, nullable=False),  # what the message says
     Column("state", String(20), nullable=False),  # pending, delivered, failed
