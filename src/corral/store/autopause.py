@@ -23,7 +23,7 @@ from typing import Any
 from sqlalchemy import Connection, select, update
 
 from corral import autopause, scheduling, tenancy
-from corral.store.events import NO_JOB, event_insert, event_row
+from corral.store.events import event_insert, schedule_news
 from corral.store.tables import firings, jobs, schedules
 
 F = scheduling.FiringOutcome
@@ -100,21 +100,12 @@ def _paused_news(
 ) -> dict[str, Any]:
     """The event of a schedule corral paused: names the schedule, what its firings' jobs
     are (queue, executor, labels) for alert rules to match, and how to resume it."""
-    template = schedule.template
-    return event_row(
-        job_id=NO_JOB,
-        attempt_id=None,
-        entity="schedule",
-        frm=None,
+    return schedule_news(
+        schedule,
         to=PAUSED,
         reason=f"schedule {schedule.name!r} {why}; {autopause.how_to_resume(schedule)}",
         now=now,
         details={
-            "schedule": schedule.name,
-            "tenant": schedule.tenant,
-            "queue": str(template.get("queue") or "default"),
-            "executor": str(template.get("executor") or ""),
-            "labels": dict(template.get("labels") or {}),
             "pause_after": limit,
             "jobs": list(job_ids),
             "resume": autopause.how_to_resume(schedule),

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, and_, select, update
 
-from corral import model
+from corral import model, scheduling
 from corral.store import dialects
 from corral.store.tables import (
     attempts,
@@ -131,6 +131,37 @@ def event_row(
         "at": now,
         "details": dict(details or {}),
     }
+
+
+def schedule_news(
+    schedule: scheduling.Schedule,
+    *,
+    to: str,
+    reason: str,
+    now: datetime,
+    details: Mapping[str, Any],
+) -> dict[str, Any]:
+    """The event of something that happened to a schedule (no job's): it names the
+    schedule and what its firings' jobs are (queue, executor, labels), which alert rules
+    match on, then `details`."""
+    template = schedule.template
+    about = {
+        "schedule": schedule.name,
+        "tenant": schedule.tenant,
+        "queue": str(template.get("queue") or "default"),
+        "executor": str(template.get("executor") or ""),
+        "labels": dict(template.get("labels") or {}),
+    }
+    return event_row(
+        job_id=NO_JOB,
+        attempt_id=None,
+        entity="schedule",
+        frm=None,
+        to=to,
+        reason=reason,
+        now=now,
+        details={**about, **details},
+    )
 
 
 def event_insert(conn: Connection, rows: Sequence[Mapping[str, Any]]) -> None:

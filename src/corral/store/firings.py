@@ -25,7 +25,7 @@ from corral import errors, model, quotas, scheduling, tenancy
 from corral.planning import Fired, Plan
 from corral.store import autopause, dialects, firing_stats
 from corral.store import quotas as holds
-from corral.store.events import NO_JOB, event_insert, event_row
+from corral.store.events import event_insert, schedule_news
 from corral.store.job_decisions import job_cancel
 from corral.store.jobs import job_submit
 from corral.store.rows import schedule_from_row, state_is
@@ -197,25 +197,16 @@ def _not_run_news(
 ) -> dict[str, Any]:
     """The event of `count` nominal times of one outcome (`fires`, those recorded) that did
     not run; one refused for a quota names it (`quota` in its details)."""
-    template = schedule.template
     times = [f.nominal_at for f in fires]
     why = next((f.note for f in fires if f.note), None) or "no scheduler fired it in time"
     first = times[0].isoformat() if times else "(not recorded)"
-    return event_row(
-        job_id=NO_JOB,
-        attempt_id=None,
-        entity="schedule",
-        frm=None,
+    return schedule_news(
+        schedule,
         to=outcome.value,
         reason=f"schedule {schedule.name!r}: {count} nominal time(s) from {first}"
         f" did not run: {why}",
         now=now,
         details={
-            "schedule": schedule.name,
-            "tenant": schedule.tenant,
-            "queue": str(template.get("queue") or "default"),
-            "executor": str(template.get("executor") or ""),
-            "labels": dict(template.get("labels") or {}),
             "nominal_times": [t.isoformat() for t in times],
             "count": count,
             **({"quota": quota} if quota else {}),
