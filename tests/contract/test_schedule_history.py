@@ -207,6 +207,38 @@ async def test_100000_firings_page_by_keyset_and_count_once(
     assert same_stats == stats
 
 
+async def test_a_long_range_is_counted_in_spans_that_sum_to_one_count(
+    c: client.Client, db: store.Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A busy schedule's first view counts days of firings in spans of whole hours of about
+    CHUNK_FIRINGS each (a statement over them all is planned as scans of whole tables):
+    the spans' hours are the one statement's, hour for hour."""
+    made = await c.schedule_create("spans", every="30s", **JOB)
+    outcomes = [F.FIRED, F.MISSED, F.SKIPPED]
+    rows = [
+        {"nominal_at": START - timedelta(seconds=30 * k), "outcome": outcomes[k % 3].value}
+        for k in range(1, 3 * 24 * 120)
+    ]
+    insert_firings(db, made.id, rows)
+    start, end = START - 3 * firing_stats.DAY, START
+
+    def counted() -> dict[datetime, tuple[firing_stats.Tally, bool]]:
+        with db.database.engine.connect() as conn:
+            return counting.hours_counted(conn, schedule_id=made.id, start=start, end=end)
+
+    monkeypatch.setattr(counting, "CHUNK_FIRINGS", 300)
+    with db.database.engine.connect() as conn:
+        spans = counting._spans(conn, made.id, start, end)
+    assert len(spans) == 3 * 24 // 2, "two hours (240 firings) a span, the third past 300"
+    assert all(high == low + 2 * HOUR for low, high in spans[:-1])
+    in_spans = counted()
+    monkeypatch.setattr(counting, "ONE_STATEMENT", 4 * firing_stats.DAY)
+    whole = counted()
+    assert in_spans == whole
+    assert len(whole) == 3 * 24
+    assert sum(t.missed for t, _ in whole.values()) == sum(r["outcome"] == "missed" for r in rows)
+
+
 def _page(schedule_id: int, before: datetime) -> Any:
     f = tables.firings.c
     return (
