@@ -175,13 +175,13 @@ def owned_every(conn: Connection) -> Owned:
 
 def tests_since(conn: Connection, *, prefix: str, since: datetime) -> list[datetime]:
     """When each test message to a channel whose outbox name begins with `prefix` was
-    made at or after `since`, oldest first."""
+    made after `since`, oldest first."""
     AL = alerts.c
     stmt = (
         select(AL.created_at)
         .where(
             AL.kind == "test",
-            AL.created_at >= since,
+            AL.created_at > since,
             AL.channel.startswith(prefix, autoescape=True),
         )
         .order_by(AL.created_at)
