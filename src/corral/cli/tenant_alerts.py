@@ -145,10 +145,14 @@ def rules_add(
     tenant: str,
     on: tuple[str, ...],
     channel: tuple[str, ...],
+    queue: str | None,
+    schedule: str | None,
+    throttle: str | None,
+    after: int | None,
     as_json: bool,
-    **given: Any,
 ) -> None:
     """Make the tenant's rule NAME: on these causes, through these channels of the tenant."""
+    given = {"queue": queue, "schedule": schedule, "throttle": throttle, "after": after}
     match = {k: given[k] for k in ("queue", "schedule") if given[k] is not None}
     body: dict[str, Any] = {"name": name, "on": list(on), "channels": list(channel)}
     body.update({k: given[k] for k in ("throttle", "after") if given[k] is not None})

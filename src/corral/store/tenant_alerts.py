@@ -74,7 +74,7 @@ def _hold_count(conn: Connection, table: Table, tenant: str, most: int, what: st
         )
 
 
-def _insert(conn: Connection, table: Table, what: str, **values: Any) -> Any:
+def _insert(conn: Connection, table: Table, what: str, values: Mapping[str, Any]) -> Any:
     try:
         with conn.begin_nested():
             return conn.execute(insert(table).values(**values).returning(*table.c)).one()
@@ -97,16 +97,8 @@ def channel_add(
 ) -> TenantChannel:
     """Store a channel of `tenant`: Conflict when the name is taken or it has `most`."""
     _hold_count(conn, tenant_alert_channels, tenant, most, "channels")
-    row = _insert(
-        conn,
-        tenant_alert_channels,
-        "channel",
-        tenant=tenant,
-        name=name,
-        kind=kind,
-        config=dict(config),
-        created_at=now,
-    )
+    values = {"tenant": tenant, "name": name, "kind": kind, "config": dict(config)}
+    row = _insert(conn, tenant_alert_channels, "channel", {**values, "created_at": now})
     return _channel(row)
 
 
@@ -130,9 +122,8 @@ def rule_add(
         raise errors.InvalidInput(
             f"channels: tenant {tenant!r} has no alert channel named {missing[0]!r}"
         )
-    row = _insert(
-        conn, tenant_alert_rules, "rule", tenant=tenant, name=name, rule=dict(rule), created_at=now
-    )
+    values = {"tenant": tenant, "name": name, "rule": dict(rule), "created_at": now}
+    row = _insert(conn, tenant_alert_rules, "rule", values)
     return _rule(row)
 
 
