@@ -48,6 +48,19 @@ def _web_url(url: str) -> str:
     return url
 
 
+def _smtp_url(url: str) -> str:
+    if not re.match(r"^smtps?://([^@/\s]+@)?[^@/:\s]+(:\d+)?/?$", url):
+        raise ValueError(f"{_shown_url(url)!r} is not smtp://[user:password@]HOST[:PORT]")
+    return url
+
+
+def email_address(address: str) -> str:
+    """`address`, when it is an e-mail address; ValueError saying so if not."""
+    if not _EMAIL.match(address):
+        raise ValueError(f"{address!r} is not an e-mail address")
+    return address
+
+
 class EmailChannel(BaseModel):
     """Alerts as e-mail, over SMTP (aiosmtplib)."""
 
@@ -72,16 +85,12 @@ class EmailChannel(BaseModel):
     @field_validator("smtp_url")
     @classmethod
     def _smtp(cls, url: str) -> str:
-        if not re.match(r"^smtps?://([^@/\s]+@)?[^@/:\s]+(:\d+)?/?$", url):
-            raise ValueError(f"{_shown_url(url)!r} is not smtp://[user:password@]HOST[:PORT]")
-        return url
+        return _smtp_url(url)
 
     @field_validator("sender")
     @classmethod
     def _sender(cls, address: str) -> str:
-        if not _EMAIL.match(address):
-            raise ValueError(f"{address!r} is not an e-mail address")
-        return address
+        return email_address(address)
 
     @field_validator("to")
     @classmethod
@@ -179,6 +188,38 @@ class AlertRule(BaseModel):
         return STREAK if cause == "consecutive_failures" else 1
 
 
+class TenantSmtp(BaseModel):
+    """The SMTP server tenants' e-mail channels send through: the operator's, as tenants
+    give only addresses (`[alerts.tenant_smtp]`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    url: str = Field(description="smtp://HOST:PORT or smtps://HOST:PORT; user:password@ to log in.")
+    sender: str = Field(alias="from", description="The From address of tenants' e-mail.")
+    starttls: bool | None = Field(None, description="As an e-mail channel's `starttls`.")
+
+    @field_validator("url")
+    @classmethod
+    def _smtp(cls, url: str) -> str:
+        return _smtp_url(url)
+
+    @field_validator("sender")
+    @classmethod
+    def _sender(cls, address: str) -> str:
+        return email_address(address)
+
+    def channel(self, to: tuple[str, ...]) -> EmailChannel:
+        """A tenant's e-mail channel to `to`, through this server."""
+        return EmailChannel(
+            kind="email", smtp_url=self.url, sender=self.sender, to=to, starttls=self.starttls
+        )
+
+
+TENANT_PREFIX = "tenant:"
+"""How the outbox, the history and mutes name a tenant's rule or channel:
+`tenant:TENANT/NAME`, which no name of the settings may take."""
+
+
 class AlertsSettings(BaseModel):
     """Who is told what went wrong (`[alerts.channels.NAME]`, `[alerts.rules.NAME]`)."""
 
@@ -203,6 +244,12 @@ class AlertsSettings(BaseModel):
         " outside monitor.",
     )
 
+    tenant_smtp: TenantSmtp | None = Field(
+        None,
+        description="The SMTP server (url, from) tenants' e-mail channels send through;"
+        " unset, tenants cannot make e-mail channels.",
+    )
+
     @field_validator("base_url", "heartbeat_url")
     @classmethod
     def _urls(cls, url: str | None) -> str | None:
@@ -210,6 +257,9 @@ class AlertsSettings(BaseModel):
 
     @model_validator(mode="after")
     def _known_channels(self) -> AlertsSettings:
+        for kind, names in (("channels", self.channels), ("rules", self.rules)):
+            if taken := [n for n in names if n.startswith(TENANT_PREFIX)]:
+                raise ValueError(f"{kind}.{taken[0]}: {TENANT_PREFIX!r} begins tenants' names")
         for name, rule in self.rules.items():
             if unknown := [c for c in rule.channels if c not in self.channels]:
                 known = ", ".join(sorted(self.channels)) or "none"

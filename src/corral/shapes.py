@@ -18,6 +18,7 @@ from corral import (
     python_tasks,
     redaction,
     scheduling,
+    tenant_alerts,
     usage,
 )
 
@@ -331,6 +332,31 @@ def alert_rule_dict(rule: alert_settings.AlertRule, muted_until: datetime | None
         "channels": list(rule.channels),
         "throttle": rule.throttle.total_seconds(),
         "muted_until": iso(muted_until),
+    }
+
+
+def tenant_channel_dict(found: store.tenant_alerts.TenantChannel) -> dict[str, Any]:
+    """A tenant's alert channel as it may be shown: never its secret, nor a web URL whole."""
+    return {
+        "name": found.name,
+        "tenant": found.tenant,
+        "kind": found.kind,
+        **tenant_alerts.shown_config(found.kind, found.config),
+        "created_at": iso(found.created_at),
+    }
+
+
+def tenant_rule_dict(
+    found: store.tenant_alerts.TenantRule, muted_until: datetime | None
+) -> dict[str, Any]:
+    """A tenant's alert rule, its name in the outbox and mutes, and until when it is muted."""
+    return {
+        "name": found.name,
+        "tenant": found.tenant,
+        "alerts_as": tenant_alerts.qualified(found.tenant, found.name),
+        **found.rule,
+        "muted_until": iso(muted_until),
+        "created_at": iso(found.created_at),
     }
 
 

@@ -225,6 +225,12 @@ async def test_no_route_shows_or_changes_another_tenant_s_job_or_schedule(api: A
         headers=api.as_("a-op"),
     )
     assert made.status_code == 201, made.text
+    hook = {"name": "a-nightly", "kind": "webhook", "url": "https://93.184.216.34/secret-queue"}
+    made = await api.http.post("/api/v1/alerts/channels", json=hook, headers=api.as_("a-op"))
+    assert made.status_code == 201, made.text
+    rule = {"name": "a-nightly", "on": ["failed"], "channels": ["a-nightly"]}
+    made = await api.http.post("/api/v1/alerts/rules", json=rule, headers=api.as_("a-op"))
+    assert made.status_code == 201, made.text
     [a_token] = [t for t in await api.c.store.tokens.list() if t.name == "a-op"]
     bulk = {"action": "cancel", "filter": {"queue": "secret-queue"}, "expect": 0}
     op = (await api.http.post("/api/v1/operations", json=bulk, headers=api.as_("a-op"))).json()
@@ -272,6 +278,8 @@ async def test_no_route_shows_or_changes_another_tenant_s_job_or_schedule(api: A
         assert (theirs.status_code, theirs.json()) == (404, {"error": f"no tenant {name!r}"})
     assert (await api.c.store.jobs.get(job_id=job["id"])).state == J.CANCELLED  # untouched by b
     assert (await api.c.schedule("a-nightly", tenant="a")).paused_at is None
+    assert [r.name for r in await api.c.tenant_rules("a")] == ["a-nightly"]  # untouched by b
+    assert [ch.name for ch in await api.c.tenant_channels("a")] == ["a-nightly"]
     admin = await api.http.get(f"/api/v1/jobs/{job['id']}", headers=api.as_("admin"))
     assert admin.status_code == 200  # an admin of every tenant sees it
     own = await api.http.get("/api/v1/schedules/a-nightly?tenant=a", headers=api.as_("admin"))

@@ -19,8 +19,8 @@ from datetime import datetime, timedelta
 
 import httpx
 
-from corral import clock, config, errors, failpoints, metrics, model, store
-from corral.alerts import channels, rules
+from corral import alert_settings, clock, config, errors, failpoints, metrics, model, store
+from corral.alerts import channels, owned, rules
 from corral.store.alert_reads import EventsRead, JobFacts
 from corral.store.alerts import Alert
 
@@ -54,7 +54,8 @@ class Alerter:
         self.store = store
         self.clock = clock
         self.settings = settings
-        self.rules = settings.alerts.rules
+        self.rules = settings.alerts.rules  # the settings' and, each pass, tenants' (owned)
+        self.owned = owned.Owned(store=store, settings=settings, now=clock.now)
         self.name = name
         self.every = every
         self.channels = {
@@ -98,6 +99,7 @@ class Alerter:
         for channel in self.channels.values():
             if isinstance(channel, channels._Web):
                 await channel.close()
+        await self.owned.close()
 
     # --- reading ----------------------------------------------------------------------
 
@@ -106,6 +108,7 @@ class Alerter:
         A first alerter starts after the newest event: it alerts on what happens from
         now on, not on the whole history."""
         now = self.clock.now()
+        await self._read_rules()
         got = await self.store.alerts.read(
             name=self.name, limit=BATCH, now=now, with_starts=self._starts
         )
@@ -120,6 +123,12 @@ class Alerter:
         made = await self._plan_batch(cursor, upto, found, read, frozenset(got.muted))
         wrote = await self._write(cursor, upto, made, now)
         return len(read.ids) if wrote else 0
+
+    async def _read_rules(self) -> None:
+        """The rules of this pass: the settings' and every tenant's, as they stand now."""
+        await self.owned.refresh()
+        self.rules = {**self.settings.alerts.rules, **self.owned.rules}
+        self._starts = any("schedule_late" in r.on for r in self.rules.values())
 
     async def _start(self, now: datetime) -> None:
         """Set a first alerter's cursor at the newest event."""
@@ -241,11 +250,8 @@ class Alerter:
         await asyncio.gather(*self._in_flight.values(), return_exceptions=True)
 
     async def _deliver(self, a: Alert) -> None:
-        channel = self.channels.get(a.channel)
-        error: str | None = None
-        if channel is None:
-            error = f"no channel named {a.channel!r} in the settings"
-        else:
+        channel, error = await self._channel(a.channel)
+        if channel is not None:
             try:
                 async with asyncio.timeout(self._seconds.get(a.channel, 30.0)):
                     await channel.send(channels.render(a, self.settings.alerts.base_url))
@@ -271,11 +277,24 @@ class Alerter:
         except errors.CorralError as exc:  # delivered at least once: it may go again
             log.error("alert %d: its try not recorded: %s", a.id, exc)
 
+    async def _channel(
+        self, name: str
+    ) -> tuple[channels.Email | channels.Slack | channels.Webhook | None, str | None]:
+        """The channel `name` (the settings', or a tenant's), or why there is none."""
+        if name in self.channels:
+            return self.channels[name], None
+        if not name.startswith(alert_settings.TENANT_PREFIX):
+            return None, f"no channel named {name!r} in the settings"
+        try:
+            return await self.owned.channel(name), None
+        except errors.Undelivered as exc:
+            return None, str(exc)
+
     def _count(self, name: str, error: str | None, retry_at: datetime | None) -> None:
         """Count a try in corral_alert_deliveries_total, by its channel's kind."""
         configured = self.settings.alerts.channels.get(name)
         outcome = "delivered" if error is None else "given_up" if retry_at is None else "failed"
-        kind = configured.kind if configured is not None else "unknown"
+        kind = configured.kind if configured is not None else self.owned.kind(name) or "unknown"
         metrics.ALERT_DELIVERIES.labels(channel=kind, outcome=outcome).inc()
 
 

@@ -366,7 +366,18 @@ class Webhook(_Web):
 
 def build(name: str, settings: config.Settings, now: Any) -> Email | Slack | Webhook:
     """The channel `name` of the settings, ready to send."""
-    channel = settings.alerts.channels[name]
+    return made(settings.alerts.channels[name], settings, now)
+
+
+def made(
+    channel: alert_settings.EmailChannel
+    | alert_settings.SlackChannel
+    | alert_settings.WebhookChannel,
+    settings: config.Settings,
+    now: Any,
+) -> Email | Slack | Webhook:
+    """`channel` (of the settings, or a tenant's) ready to send: a web one through the
+    HTTP jobs' guard, at every send."""
     guard = http_guard.Guard(settings.executors.http.allow_networks)
     if isinstance(channel, alert_settings.EmailChannel):
         return Email(channel)

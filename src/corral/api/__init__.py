@@ -20,6 +20,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from corral import client, errors, web
 from corral.api import (
+    alerts,
     attempts,
     metrics,
     operations,
@@ -63,6 +64,7 @@ def create_app(c: client.Client) -> FastAPI:
     _answer_errors(app)
     app.include_router(routes.router, prefix=PREFIX)
     app.include_router(schedules.router, prefix=PREFIX)
+    app.include_router(alerts.router, prefix=PREFIX)
     app.include_router(streams.router, prefix=PREFIX)
     app.include_router(tokens.router, prefix=PREFIX)
     app.include_router(attempts.router, prefix=PREFIX)

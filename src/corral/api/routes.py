@@ -351,22 +351,6 @@ async def pools_list(c: Client, who: Viewer) -> list[dict[str, Any]]:
     ]
 
 
-@router.get(
-    "/alerts/rules",
-    summary="The alert rules of the settings that can concern the token's tenant: those of"
-    " every tenant and its own",
-)
-async def alert_rules(c: Client, who: Viewer) -> dict[str, Any]:
-    settings = c.settings.alerts
-    muted = await c.alerts_muted()
-    rules = {
-        name: shapes.alert_rule_dict(r, muted.get(name))
-        for name, r in settings.rules.items()
-        if r.match.tenant is None or who.sees(r.match.tenant)
-    }
-    return {"rules": rules}
-
-
 @router.get("/alerts", summary="The alerts sent about the token's tenant, the newest first")
 async def alerts_history(
     c: Client, who: Viewer, limit: Annotated[int, Query(ge=1, le=1000)] = 50

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING
 
 import click
 
-from corral import durations, shapes
-from corral.cli import render
+from corral import alert_settings, durations, shapes
+from corral.cli import render, tenant_alerts
 from corral.cli.common import State, config_option, err, json_option, out, print_json, run
 
 if TYPE_CHECKING:
@@ -19,6 +19,10 @@ if TYPE_CHECKING:
 @click.group()
 def alerts() -> None:
     """Alert rules and channels: list them, test a channel, see what was sent, mute a rule."""
+
+
+alerts.add_command(tenant_alerts.channels)
+alerts.add_command(tenant_alerts.rules)
 
 
 @alerts.command("list")
@@ -107,9 +111,12 @@ def alerts_mute(state: State, rule: str, for_: str) -> None:
     """Send nothing for RULE for a while (kept in the store: every alerter obeys)."""
 
     settings = state.settings()
-    if rule not in settings.alerts.rules:
+    if rule not in settings.alerts.rules and not _a_tenants(state, rule):
         known = ", ".join(sorted(settings.alerts.rules)) or "none"
-        raise click.BadParameter(f"no rule {rule!r}; defined: {known}", param_hint="RULE")
+        raise click.BadParameter(
+            f"no rule {rule!r}; defined: {known}, or a tenant's as tenant:TENANT/NAME",
+            param_hint="RULE",
+        )
     try:
         span: timedelta = durations.parse_duration(for_)
     except ValueError as exc:
@@ -125,6 +132,20 @@ def alerts_mute(state: State, rule: str, for_: str) -> None:
     out.print(
         f"rule {rule} muted until {render.when(until)} (corral alerts unmute {rule} to end it)"
     )
+
+
+def _a_tenants(state: State, rule: str) -> bool:
+    """Whether `rule` names a rule a tenant owns (tenant:TENANT/NAME)."""
+    prefix = alert_settings.TENANT_PREFIX
+    tenant, slash, name = rule.removeprefix(prefix).partition("/")
+    if not rule.startswith(prefix) or not slash:
+        return False
+
+    async def go() -> bool:
+        async with state.connect(platforms=False) as c:
+            return name in {r.name for r in await c.tenant_rules(tenant)}
+
+    return run(go())
 
 
 @alerts.command("unmute")

@@ -9,9 +9,10 @@ alerts.py and alert_reads.py, workers.py and parking.py, attempts.py and attempt
 users and sessions), `store.workers` (Python workers and parked jobs), `store.operations`
 (bulk actions), `store.quotas` (what tenants' quotas count: their writes are held to them
 by the handles of what they write), `store.runlogs`, `store.sinks` (checkpoints and publish
-pointers), `store.loops` and `store.tenants` (each tenant's use of its quotas). A handle's
-call runs one store function in one transaction on a worker thread, or, on PostgreSQL, a
-statement of the hot path (hotpath.py, hotreads.py) on async connections of its own.
+pointers), `store.loops`, `store.tenants` (each tenant's use of its quotas) and
+`store.tenant_alerts` (the alert channels and rules tenants own). A handle's call
+runs one store function in one transaction on a worker thread, or, on PostgreSQL, a statement of the
+hot path (hotpath.py, hotreads.py) on async connections of its own.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from corral.store import (
     runlogs,
     schedules,
     sinks,
+    tenant_alerts,
     tenants,
     tokens,
     users,
@@ -65,6 +67,7 @@ class Store:
         self.sinks = sinks.Sinks(self.database)
         self.loops = loops.Loops(self.database)
         self.tenants = tenants.Tenants(self.database)
+        self.tenant_alerts = tenant_alerts.TenantAlerts(self.database)
 
     @classmethod
     def connect(cls, url: str, *, timeouts: Timeouts | None = None) -> Store:

@@ -369,6 +369,34 @@ alert_mutes = Table(
     at("muted_at"),
 )
 
+# Alert channels and rules a tenant owns (corral.client.tenant_alerts), each named within its
+# tenant: `config` a channel's kind's fields (addresses, a webhook's URL and secret), `rule`
+# a rule's (on, match, channels, throttle, ...), its match narrowed to the tenant when read.
+tenant_alert_channels = Table(
+    "tenant_alert_channels",
+    metadata,
+    id_column(),
+    tenant_column(),
+    Column("name", String(100), nullable=False),
+    Column("kind", String(20), nullable=False),
+    Column("config", Json, nullable=False),
+    at("created_at"),
+    UniqueConstraint("tenant", "name"),
+    sqlite_autoincrement=True,
+)
+
+tenant_alert_rules = Table(
+    "tenant_alert_rules",
+    metadata,
+    id_column(),
+    tenant_column(),
+    Column("name", String(100), nullable=False),
+    Column("rule", Json, nullable=False),
+    at("created_at"),
+    UniqueConstraint("tenant", "name"),
+    sqlite_autoincrement=True,
+)
+
 # API credentials (corral.api): the SHA-256 of each secret, never the secret; a token acts
 # for one tenant (NULL: every tenant, an admin's) in one role.
 tokens = Table(

@@ -1,0 +1,121 @@
+"""`corral alerts channels | rules` as the operator runs them for a tenant, in a
+subprocess on a real SQLite file, with a real receiver on 127.0.0.1: made, listed (never a
+webhook's URL whole), tested, muted by their outbox name, and deleted."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
+
+import pytest
+
+from tests.support.cli import Run
+
+
+@pytest.fixture
+def receiver() -> Iterator[tuple[str, list[str]]]:
+    seen: list[str] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers["Content-Length"]))
+            seen.append(self.path)
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}", seen
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_the_operator_makes_lists_tests_and_deletes_a_tenant_s_channels_and_rules(
+    corral: Run, tmp_path: Path, receiver: tuple[str, list[str]]
+) -> None:
+    base, seen = receiver
+    port = base.rsplit(":", 1)[1]
+    (tmp_path / "corral.toml").write_text(
+        f'[executors.http]\nallow_networks = ["127.0.0.1:{port}"]\n'
+    )
+    url = f"{base}/services/T0/B0/sekret"
+    corral(
+        "alerts", "channels", "add", "oncall", "--tenant", "acme", "--kind", "slack", "--url", url
+    )
+    listed = corral("alerts", "channels", "list", "--tenant", "acme", "--json").stdout
+    assert "sekret" not in listed
+    assert [c["name"] for c in json.loads(listed)] == ["oncall"]
+    assert "sekret" not in corral("alerts", "channels", "list", "--tenant", "acme").stdout
+    assert (
+        json.loads(corral("alerts", "channels", "list", "--tenant", "beta", "--json").stdout) == []
+    )
+    said = corral("alerts", "channels", "test", "oncall", "--tenant", "acme").stdout
+    assert "test message delivered through oncall of tenant acme" in said
+    assert seen == ["/services/T0/B0/sekret"]
+    elsewhere = corral("alerts", "channels", "test", "oncall", "--tenant", "beta", check=False)
+    assert elsewhere.returncode == 1
+    assert "no alert channel 'oncall'" in elsewhere.stderr
+    corral(
+        "alerts",
+        "rules",
+        "add",
+        "broken",
+        "--tenant",
+        "acme",
+        "--on",
+        "quarantined",
+        "--channel",
+        "oncall",
+        "--schedule",
+        "nightly",
+    )
+    rules = json.loads(corral("alerts", "rules", "list", "--tenant", "acme", "--json").stdout)
+    assert [(r["alerts_as"], r["match"]) for r in rules] == [
+        ("tenant:acme/broken", {"schedule": "nightly"})
+    ]
+    muted = corral("alerts", "mute", "tenant:acme/broken", "--for", "1h").stdout
+    assert "rule tenant:acme/broken muted" in muted
+    corral("alerts", "unmute", "tenant:acme/broken")
+    private = corral(
+        "alerts",
+        "channels",
+        "add",
+        "x",
+        "--tenant",
+        "acme",
+        "--kind",
+        "slack",
+        "--url",
+        "http://10.1.2.3/hook",
+        check=False,
+    )
+    assert private.returncode == 2  # bad input
+    assert "webhook_url" in private.stderr
+    mail = corral(
+        "alerts",
+        "channels",
+        "add",
+        "m",
+        "--tenant",
+        "acme",
+        "--kind",
+        "email",
+        "--to",
+        "a@example.com",
+        check=False,
+    )
+    assert "alerts.tenant_smtp.url" in mail.stderr
+    corral("alerts", "rules", "delete", "broken", "--tenant", "acme")
+    corral("alerts", "channels", "delete", "oncall", "--tenant", "acme")
+    assert (
+        json.loads(corral("alerts", "channels", "list", "--tenant", "acme", "--json").stdout) == []
+    )
