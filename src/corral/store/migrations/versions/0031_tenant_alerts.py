@@ -3,7 +3,7 @@
 Each is named within its tenant (unique on tenant and name); a channel's fields and a
 rule's are kept as JSON, checked where they are made (corral.client.tenant_alerts).
 
-Revision ID: 0032
+Revision ID: 0031
 Revises: 0030
 Create Date: 2026-12-07
 """
@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import postgresql
 
-revision: str = "0032"
+revision: str = "0031"
 down_revision: str | None = "0030"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
