@@ -161,8 +161,9 @@ def conditions(
     *, live: Sequence[Loop], waiting: Waiting, alert_rules: bool
 ) -> tuple[dict[str, str], list[str]]:
     """The conditions of work nobody can do that hold (by name, what to say) and those
-    judged, given the live loops and what waits. Without alert rules in its own settings a
-    process does not judge the alerter's condition (another's settings may have them)."""
+    judged, given the live loops and what waits. Without an alert rule (in its own settings
+    or a tenant's) a process does not judge the alerter's condition (another's settings may
+    have them)."""
     runs = {name for loop in live for name in loop.runs}
     holding: dict[str, str] = {}
     if waiting.schedules_due and SCHEDULER not in runs:
@@ -189,6 +190,12 @@ def _count(n: int) -> str:
 
 
 # --- the pulse -----------------------------------------------------------------------------
+
+
+async def alert_rules_exist(db: store.Store, settings: config.Settings) -> bool:
+    """Whether any alert rule is set: the settings' (the operator's), or a tenant's in the
+    store; without one, nobody is told that no alerter runs."""
+    return bool(settings.alerts.rules) or await db.tenant_alerts.any_rule()
 
 
 @dataclass(frozen=True, slots=True)
@@ -326,7 +333,7 @@ class Pulse:
         ]
         waiting = await self.db.loops.waiting(now=now)
         holding, judged = conditions(
-            live=live, waiting=waiting, alert_rules=bool(self.settings.alerts.rules)
+            live=live, waiting=waiting, alert_rules=await alert_rules_exist(self.db, self.settings)
         )
         return await self.db.loops.warnings_update(
             holding=holding,
@@ -377,7 +384,7 @@ class Service:
         ]
         live = [loop for loop, state in known if state is Liveness.LIVE]
         waiting = await self.db.loops.waiting(now=now)
-        rules = bool(self.settings.alerts.rules)
+        rules = await alert_rules_exist(self.db, self.settings)
         holding, _ = conditions(live=live, waiting=waiting, alert_rules=rules)
         return Status(known, holding, heartbeat, now)
 

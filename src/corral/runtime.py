@@ -180,7 +180,8 @@ async def connect(
 
 @dataclass(frozen=True, slots=True)
 class _Asked:
-    """The loops a process was asked to run (the alerter only when alert rules are set)."""
+    """The loops a process was asked to run (the alerter always, when asked: tenants make
+    their own rules in the store, and it does next to nothing while no rule exists)."""
 
     dispatch: bool
     reconcile: bool
@@ -227,7 +228,7 @@ async def serve(
     a file left by an earlier run is removed first, and the file appears once every loop
     has finished its first round."""
     clk = clk or clock.SystemClock()
-    asked = _Asked(dispatch, reconcile, schedule, alert and bool(settings.alerts.rules), operate)
+    asked = _Asked(dispatch, reconcile, schedule, alert, operate)
     async with health.HealthFile(settings.health_file, clk, asked.names()) as beats:
         db = await reach(settings, clk, stop)
         if db is None:

@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.cli import Run
+from tests.acceptance.test_cli import serve, stopped
+from tests.support.cli import Run, corral_env, run_corral
+from tests.support.wait import eventually_sync
 
 
 @pytest.fixture
@@ -119,3 +121,36 @@ def test_the_operator_makes_lists_tests_and_deletes_a_tenant_s_channels_and_rule
     assert (
         json.loads(corral("alerts", "channels", "list", "--tenant", "acme", "--json").stdout) == []
     )
+
+
+QUARANTINE_AT_3 = {
+    "failure_rules": [{"on_exit_codes": {"operator": "In", "values": [3]}, "action": "fail"}]
+}
+
+
+def test_serve_sends_a_tenant_s_alert_with_no_rule_in_the_settings(
+    corral: Run, tmp_path: Path, receiver: tuple[str, list[str]]
+) -> None:
+    """`corral serve` runs its alerter though the settings name no rule: a tenant's own
+    rule, made with the CLI, sends its quarantine to its own channel."""
+    base, seen = receiver
+    port = base.rsplit(":", 1)[1]
+    (tmp_path / "corral.toml").write_text(
+        f'[executors.http]\nallow_networks = ["127.0.0.1:{port}"]\n'
+    )
+    corral("alerts", "channels", "add", "oncall", "--tenant", "acme", "--kind", "slack",
+           "--url", f"{base}/hooks/acme")  # fmt: skip
+    corral("alerts", "rules", "add", "broken", "--tenant", "acme", "--on", "quarantined",
+           "--channel", "oncall")  # fmt: skip
+    server = serve(tmp_path)
+    try:
+        eventually_sync(
+            lambda: "alerter" in corral("status").stdout, what="serve's alerter recorded"
+        )
+        job = {"spec": {"command": ["sh", "-c", "exit 3"]}, "tenant": "acme",
+               "policy": QUARANTINE_AT_3}  # fmt: skip
+        run_corral(tmp_path, "submit", "--from-file", "-", stdin=json.dumps(job) + "\n",
+                   env=corral_env(), check=True)  # fmt: skip
+        eventually_sync(lambda: seen == ["/hooks/acme"], what="the tenant's Slack message")
+    finally:
+        stopped(server)

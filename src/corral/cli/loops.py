@@ -143,7 +143,7 @@ async def _started(
             ("dispatching", plan.runs("dispatch")),
             ("reconciling", plan.runs("reconcile")),
             ("scheduling", plan.runs("schedule")),
-            ("alerting", plan.runs("alert") and bool(settings.alerts.rules)),
+            ("alerting", plan.runs("alert")),
         )
         if on
     )
@@ -376,8 +376,6 @@ def scheduler_cmd(state: State, health_file: Path | None, metrics_at: str | None
 @click.pass_obj
 def alerter_cmd(state: State, health_file: Path | None, metrics_at: str | None) -> None:
     """Run the alerter alone (reads the run log, sends alerts; any number may run at once)."""
-    if not state.settings().alerts.rules:
-        raise click.UsageError("no alert rules in the settings: [alerts.rules.NAME]")
     _run_loops(
         state, health_file, demo=False, loops=("alert",), metrics_at=metrics_at, kind="alerter"
     )

@@ -164,6 +164,11 @@ def owned_every(conn: Connection) -> Owned:
     return Owned(channels, rules)
 
 
+def rules_exist(conn: Connection) -> bool:
+    """Whether any tenant has an alert rule: one probe of the table."""
+    return conn.execute(select(RU.id).limit(1)).first() is not None
+
+
 def tests_since(conn: Connection, *, prefix: str, since: datetime) -> list[datetime]:
     """When each test message to a channel whose outbox name begins with `prefix` was
     made after `since`, oldest first."""
@@ -230,6 +235,9 @@ class TenantAlerts:
 
     async def every(self) -> Owned:
         return await self._db.read(owned_every)
+
+    async def any_rule(self) -> bool:
+        return await self._db.read(rules_exist)
 
     async def tests_since(self, *, prefix: str, since: datetime) -> list[datetime]:
         return await self._db.read(functools.partial(tests_since, prefix=prefix, since=since))
