@@ -12,22 +12,11 @@ import time
 from pathlib import Path
 
 import httpx
-import pytest
 
-from tests.conftest import sqlite_copy
-from tests.support.cli import Run, corral_env, run_corral
+from tests.support.cli import Run, corral_env
 from tests.support.net import free_port
 from tests.support.procs import alive
 from tests.support.wait import PATIENCE, eventually_sync
-
-
-@pytest.fixture
-def corral(tmp_path: Path, sqlite_template: Path) -> Run:
-    def run(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        return run_corral(tmp_path, *args, env=corral_env(), check=check)
-
-    sqlite_copy(sqlite_template, tmp_path)
-    return run
 
 
 def children(pid: int) -> set[int]:
