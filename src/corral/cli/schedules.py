@@ -18,7 +18,7 @@ from corral.cli.common import State, config_option, err, out, print_json, run, w
 from corral.cli.job_options import JobCommand, JobOptions, job_options
 
 if TYPE_CHECKING:
-    from corral import cadence
+    from corral import cadence, config
 
 TENANT = click.option("--tenant", "tenant", default="default", show_default=True)
 JSON = click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
@@ -182,7 +182,7 @@ def schedules_add(
             return made, await c.quota_warnings(named, schedules=True) if named else []
 
     made, warned = run(go())
-    _print_made(made, as_json)
+    _print_made(state, made, as_json)
     warn(warned)
 
 
@@ -211,7 +211,7 @@ def schedules_update(
                 changes.update(_template_changes(old, fields, command, job))
             return await c.schedule_update(name, tenant=job.tenant, **changes)
 
-    _print_made(run(go()), as_json, verb="updated")
+    _print_made(state, run(go()), as_json, verb="updated")
 
 
 def _fields_given(ctx: click.Context, command: tuple[str, ...], job: JobOptions) -> set[str]:
@@ -257,9 +257,9 @@ def _policy_but(template: Any, job: JobOptions) -> dict[str, Any]:
     return policy
 
 
-def _print_made(made: scheduling.Schedule, as_json: bool, verb: str = "made") -> None:
+def _print_made(state: State, made: scheduling.Schedule, as_json: bool, verb: str = "made") -> None:
     if as_json:
-        print_json(shapes.schedule_dict(made))
+        print_json(_as_json(made, state.settings()))
         return
     out.print(made.name)
     nxt = render.when(made.next_due) if made.next_due else "never (past --until)"
@@ -307,14 +307,23 @@ def schedules_show(state: State, name: str, tenant: str, limit: int, as_json: bo
     if as_json:
         print_json(
             {
-                **shapes.schedule_dict(found),
-                "pause_after_in_effect": pause_after,
+                **_as_json(found, settings=None, pause_after=pause_after),
                 "upcoming": [shapes.nominal_dict(n) for n in upcoming],
                 "firings": [shapes.firing_dict(f) for f in firings],
             }
         )
         return
     render.print_schedule(found, upcoming, firings, pause_after)
+
+
+def _as_json(
+    found: scheduling.Schedule, settings: config.Settings | None, *, pause_after: int = 0
+) -> dict[str, Any]:
+    """A schedule as `--json` prints it: the API's fields, with the pause_after in effect
+    (its own, or its tenant's default from `settings` when given)."""
+    if settings is not None:
+        pause_after = autopause.effective(found, settings.tenants)
+    return {**shapes.schedule_dict(found), "pause_after_in_effect": pause_after}
 
 
 def _far(at: datetime) -> datetime:
@@ -395,7 +404,7 @@ def schedules_duplicate(state: State, name: str, new_name: str, tenant: str, as_
         async with state.connect(platforms=False) as c:
             return await c.schedule_duplicate(name, new_name, tenant=tenant)
 
-    _print_made(run(go()), as_json, verb=f"made (a copy of {name!r})")
+    _print_made(state, run(go()), as_json, verb=f"made (a copy of {name!r})")
 
 
 @schedules.command("preview")
