@@ -84,6 +84,19 @@ def test_the_operator_makes_lists_tests_and_deletes_a_tenant_s_channels_and_rule
     assert [(r["alerts_as"], r["match"]) for r in rules] == [
         ("tenant:acme/broken", {"schedule": "nightly"})
     ]
+    every = corral("alerts", "list", "--json").stdout
+    assert "sekret" not in every
+    listed_all = json.loads(every)
+    assert [r["alerts_as"] for r in listed_all["tenant_rules"]] == ["tenant:acme/broken"]
+    assert [(ch["tenant"], ch["name"]) for ch in listed_all["tenant_channels"]] == [
+        ("acme", "oncall")
+    ]
+    table = corral("alerts", "list").stdout
+    assert "tenant:acme/broken" in table
+    assert "tenant:acme/oncall" in table
+    tested = corral("alerts", "test", "tenant:acme/oncall").stdout
+    assert "test message delivered through tenant:acme/oncall" in tested
+    assert len(seen) == 2
     muted = corral("alerts", "mute", "tenant:acme/broken", "--for", "1h").stdout
     assert "rule tenant:acme/broken muted" in muted
     corral("alerts", "unmute", "tenant:acme/broken")

@@ -4,7 +4,7 @@ what was sent, and muting a rule for a while."""
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -30,24 +30,46 @@ alerts.add_command(tenant_alerts.rules)
 @config_option
 @click.pass_obj
 def alerts_list(state: State, as_json: bool) -> None:
-    """The rules and channels in the settings (no secret shown), and which rules are
+    """The rules and channels in the settings and every tenant's (no secret shown; a
+    tenant's named as history and mute name it, tenant:TENANT/NAME), and which rules are
     muted until when."""
+    from corral import tenant_alerts as owned_by
+
     settings = state.settings().alerts
-    muted: dict[str, datetime] = {}
-    if settings.rules:
 
-        async def go() -> dict[str, datetime]:
-            async with state.connect(platforms=False) as c:
-                return await c.alerts_muted()
+    async def go() -> tuple[dict[str, datetime], Any]:
+        async with state.connect(platforms=False) as c:
+            return await c.alerts_muted(), await c.tenants_alerts()
 
-        muted = run(go())
+    muted, owned = run(go())
     rules = {name: shapes.alert_rule_dict(r, muted.get(name)) for name, r in settings.rules.items()}
     channels = {name: render.channel_dict(c) for name, c in settings.channels.items()}
+    theirs = {owned_by.qualified(r.tenant, r.name): r for r in owned.rules}
     if as_json:
-        print_json({"rules": rules, "channels": channels})
+        print_json(
+            {
+                "rules": rules,
+                "channels": channels,
+                "tenant_rules": [
+                    shapes.tenant_rule_dict(r, muted.get(q)) for q, r in theirs.items()
+                ],
+                "tenant_channels": [shapes.tenant_channel_dict(ch) for ch in owned.channels],
+            }
+        )
         return
+    rules |= {
+        q: shapes.alert_rule_dict(owned_by.rule_of(r.tenant, r.rule), muted.get(q))
+        for q, r in theirs.items()
+    }
+    channels |= {
+        owned_by.qualified(ch.tenant, ch.name): shapes.tenant_channel_dict(ch)
+        for ch in owned.channels
+    }
     if not rules and not channels:
-        err.print("no alert rules or channels: see [alerts] in the settings (docs: Alerts)")
+        err.print(
+            "no alert rules or channels: see [alerts] in the settings, or `corral alerts"
+            " rules add --tenant` (docs: Alerts)"
+        )
         return
     out.print(render.alert_rules_table(rules))
     out.print(render.channels_table(channels))
@@ -58,16 +80,24 @@ def alerts_list(state: State, as_json: bool) -> None:
 @config_option
 @click.pass_obj
 def alerts_test(state: State, channel: str) -> None:
-    """Send a test message through CHANNEL now, and say whether it went."""
+    """Send a test message through CHANNEL now, and say whether it went (a tenant's
+    channel as tenant:TENANT/NAME)."""
 
     settings = state.settings()
-    if channel not in settings.alerts.channels:
+    tenant, name = _tenants_name(channel)
+    if tenant is None and channel not in settings.alerts.channels:
         known = ", ".join(sorted(settings.alerts.channels)) or "none"
-        raise click.BadParameter(f"no channel {channel!r}; defined: {known}", param_hint="CHANNEL")
+        raise click.BadParameter(
+            f"no channel {channel!r}; defined: {known}, or a tenant's as tenant:TENANT/NAME",
+            param_hint="CHANNEL",
+        )
 
     async def go() -> tuple[str, str | None]:
         async with state.connect(platforms=False) as c:
-            sent = await c.alert_test(channel)
+            if tenant is None:
+                sent = await c.alert_test(channel)
+            else:
+                sent = await c.tenant_channel_test(tenant, name)
             return sent.state, sent.last_error
 
     delivered, error = run(go())
@@ -76,6 +106,16 @@ def alerts_test(state: State, channel: str) -> None:
         return
     err.print(f"test message not delivered through {channel}: {error}")
     raise SystemExit(1)
+
+
+def _tenants_name(named: str) -> tuple[str | None, str]:
+    """(tenant, name) of a tenant's rule or channel named tenant:TENANT/NAME; else
+    (None, the name as given)."""
+    prefix = alert_settings.TENANT_PREFIX
+    tenant, slash, name = named.removeprefix(prefix).partition("/")
+    if not named.startswith(prefix) or not slash:
+        return None, named
+    return tenant, name
 
 
 @alerts.command("history")
@@ -136,9 +176,8 @@ def alerts_mute(state: State, rule: str, for_: str) -> None:
 
 def _a_tenants(state: State, rule: str) -> bool:
     """Whether `rule` names a rule a tenant owns (tenant:TENANT/NAME)."""
-    prefix = alert_settings.TENANT_PREFIX
-    tenant, slash, name = rule.removeprefix(prefix).partition("/")
-    if not rule.startswith(prefix) or not slash:
+    tenant, name = _tenants_name(rule)
+    if tenant is None:
         return False
 
     async def go() -> bool:
