@@ -96,6 +96,13 @@ def test_every_page_an_operator_sees(page: Any, scene: dict[str, Any]) -> None:
     checks.checked(page)  # as its stream left it
     visits += [re.sub(r"^https?://[^/]+", "", page.url)]
     visits += [shown(page, "/ui/operations", "Bulk operations")]
+    visits += [shown(page, "/ui/alerts", "Alerts of tenant default")]
+    page.fill("#f-channel", "oncall")
+    page.fill("#f-webhook_url", "http://10.0.0.1/services/x")  # refused, beside its field
+    checks.expected_status(page, "/ui/alerts/channels", 422)
+    page.locator("#channel-form button").click()
+    playwright.expect(page.locator("#error-webhook_url")).to_contain_text("refused")
+    visits += ["/ui/alerts/channels"]
     checks.expected_status(page, f"/ui/jobs/{scene['theirs']}", 404)
     visits += [shown(page, f"/ui/jobs/{scene['theirs']}", "Not found")]
     assert_checked(page, visits)
@@ -121,6 +128,7 @@ def test_every_page_a_viewer_sees(open_page: Callable[..., Any], scene: dict[str
         shown(viewer, "/ui/dead", "Quarantined jobs"),
         shown(viewer, "/ui/schedules", "Schedules"),
         shown(viewer, "/ui/operations", "Bulk operations"),
+        shown(viewer, "/ui/alerts", "Alerts of tenant default"),
     ]
     checks.expected_status(viewer, "/ui/bulk?action=retry&state=quarantined", 403)
     visits += [shown(viewer, "/ui/bulk?action=retry&state=quarantined", "Refused")]
@@ -158,6 +166,7 @@ def test_every_page_with_javascript_off(
         shown(plain, f"/ui/jobs/{scene['running']}", f"Job {scene['running']}"),
         shown(plain, "/ui/dead", "Quarantined jobs"),
         shown(plain, "/ui/bulk?action=retry&state=quarantined&queue=kept", "Retry all…"),
+        shown(plain, "/ui/alerts", "Alerts of tenant default"),
         shown(plain, "/ui/schedules", "Schedules"),
     ]
     plain.locator("#schedule-default-nightly button").click()

@@ -12,6 +12,7 @@
                 an operator does to it; job_forms.py a one-off HTTP job, and a rerun
     live.py     live updates: the changing part of a page, pushed over server-sent events
     bulk.py     bulk actions: a preview, its confirm form, and the operations it starts
+    tenant_alerts.py   the alert channels and rules a tenant owns, and their forms
     charts.py   the charts of job ends (the overview's, a schedule's), drawn as SVG on the server
 """
 
@@ -34,6 +35,7 @@ from corral.web import (
     schedule_forms,
     schedule_page,
     schedules,
+    tenant_alerts,
 )
 
 __all__ = ["mount"]
@@ -95,6 +97,7 @@ ROOMS = (
     schedules,
     schedule_page,
     bulk,
+    tenant_alerts,
 )
 """The modules whose routes the dashboard serves, in the order they are matched: the forms
 before the pages whose paths take an id or a name (/ui/jobs/new is no job)."""

@@ -91,6 +91,11 @@ NOTES = {
     "job-once": "job {job} made: a one-off request at its time (schedules repeat)",
     "job-kept": "job {job} has that idempotency key already: nothing new was made",
     "job-rerun": "job {job} runs job {old} again",
+    "alert-channel-made": "alert channel {name} made",
+    "alert-channel-tested": "a test message went to alert channel {name}: {state}",
+    "alert-channel-deleted": "alert channel {name} deleted",
+    "alert-rule-made": "alert rule {name} made",
+    "alert-rule-deleted": "alert rule {name} deleted",
 }
 """The one-line notes a page shows after a form (`?note=KEY` and its fields): a fixed
 set, so that a link cannot make the dashboard say anything else."""
