@@ -1,13 +1,14 @@
 """Alerts: how much noise a burst of failures makes, and what the alerter costs dispatch.
 
 Two measures, on the embedded default (SQLite):
-  * noise: `--quarantines` jobs of one queue quarantined within a minute, read by an
-    alerter with two webhook channels (throttle 10m): how many messages each channel gets
-    (the target: one message and one digest), and how long reading the events took;
+  * noise: `--quarantines` jobs of one schedule (a broken schedule's firings, each its
+    job; an alert is about the schedule) quarantined within a minute, read by an alerter
+    with two webhook channels (throttle 10m): how many messages each channel gets (the
+    target: one message and one digest), and how long reading the events took;
   * throughput: `--jobs` jobs drained through the real Dispatcher (an executor that ends
     each launch at once, a tenth of them with exit 3, which their policy quarantines),
     with the alerter running beside it as `corral serve` runs it (both channels, the
-    default throttle: a message per queue that fails, its recovered message, then
+    default throttle: a message per subject that fails, its recovered message, then
     digests) and without, in `--rounds` interleaved rounds: jobs/s of each, their
     medians, on/off. Each round drains 20,000 jobs by default (6 s or so here): a
     shorter one is mostly the alerter's first pass.
@@ -85,6 +86,11 @@ async def receiver() -> tuple[web.AppRunner, str, dict[str, list[str]]]:
     return runner, f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}", got  # type: ignore[union-attr]
 
 
+FIRING = {"corral": {"schedule": "billing-sync"}}
+"""The payload of a firing's job of schedule billing-sync (scheduling.FIRING): what makes the
+noise bench's jobs one subject."""
+
+
 async def noise(quarantines: int, scratch: str) -> dict[str, Any]:
     runner, base, got = await receiver()
     clock = FrozenClock()
@@ -96,7 +102,10 @@ async def noise(quarantines: int, scratch: str) -> dict[str, Any]:
     for start in range(0, quarantines, 1000):
         n = min(1000, quarantines - start)
         await db.jobs.submit(
-            new=[model.NewJob(executor="noop", spec={}, queue="billing") for _ in range(n)],
+            new=[
+                model.NewJob(executor="noop", spec={}, queue="billing", payload=FIRING)
+                for _ in range(n)
+            ],
             now=clock.now(),
         )
         claimed = await db.jobs.claim(now=clock.now(), limit=n, executors=["noop"])

@@ -18,7 +18,6 @@ from corral import (
     python_tasks,
     redaction,
     scheduling,
-    tenant_alerts,
     usage,
 )
 
@@ -337,6 +336,8 @@ def alert_rule_dict(rule: alert_settings.AlertRule, muted_until: datetime | None
 
 def tenant_channel_dict(found: store.tenant_alerts.TenantChannel) -> dict[str, Any]:
     """A tenant's alert channel as it may be shown: never its secret, nor a web URL whole."""
+    from corral import tenant_alerts  # its settings' models: not for every command's start
+
     return {
         "name": found.name,
         "tenant": found.tenant,
@@ -350,6 +351,8 @@ def tenant_rule_dict(
     found: store.tenant_alerts.TenantRule, muted_until: datetime | None
 ) -> dict[str, Any]:
     """A tenant's alert rule, its name in the outbox and mutes, and until when it is muted."""
+    from corral import tenant_alerts
+
     return {
         "name": found.name,
         "tenant": found.tenant,

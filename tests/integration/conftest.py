@@ -22,6 +22,8 @@ from tests.support.procs import kill_leftovers
 from tests.support.wait import PATIENCE, eventually
 
 J = model.JobState
+ROUND = (health.DISPATCHER, health.RECONCILER, health.SCHEDULER, health.ALERTER)
+"""The loops `corral serve` runs (the alerter too, with no rule set), each with a round."""
 
 
 @dataclass
@@ -57,14 +59,14 @@ class Corral:
                 loops = dict(health.read(self.health_file).loops)
             except errors.Unhealthy:
                 return None  # not written yet
-            later = len(loops) == 3 and all(at > since.get(name, at) for name, at in loops.items())
+            later = len(loops) == len(ROUND) and all(
+                at > since.get(name, at) for name, at in loops.items()
+            )
             return loops if later else None
 
         now = self.client.clock.now()
         first = await eventually(
-            lambda: ended_after(
-                dict.fromkeys((health.DISPATCHER, health.RECONCILER, health.SCHEDULER), now)
-            ),
+            lambda: ended_after(dict.fromkeys(ROUND, now)),
             what="a tick and a pass of each loop ended",
         )
         await eventually(lambda: ended_after(first), what="a whole tick and pass after that")

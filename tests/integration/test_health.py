@@ -135,7 +135,7 @@ def test_serve_keeps_its_health_file_fresh_and_health_sees_a_frozen_process(
     path = folder / "run" / "health.json"
     proc = start(folder, running, "serve", "--health-file", str(path))
     first = times(path, proc)
-    assert set(first) == {"dispatcher", "reconciler", "scheduler"}
+    assert set(first) == {"dispatcher", "reconciler", "scheduler", "alerter"}
     ready = run_corral(folder, "health", "--file", str(path), "--ready")
     assert ready.returncode == 0, ready.stderr
     assert ready.stdout.startswith("ok: dispatcher tick")

@@ -44,22 +44,14 @@ def alerts_list(state: State, as_json: bool) -> None:
     muted, owned = run(go())
     rules = {name: shapes.alert_rule_dict(r, muted.get(name)) for name, r in settings.rules.items()}
     channels = {name: render.channel_dict(c) for name, c in settings.channels.items()}
-    theirs = {owned_by.qualified(r.tenant, r.name): r for r in owned.rules}
     if as_json:
-        print_json(
-            {
-                "rules": rules,
-                "channels": channels,
-                "tenant_rules": [
-                    shapes.tenant_rule_dict(r, muted.get(q)) for q, r in theirs.items()
-                ],
-                "tenant_channels": [shapes.tenant_channel_dict(ch) for ch in owned.channels],
-            }
-        )
+        print_json({"rules": rules, "channels": channels, **_tenants_json(owned, muted)})
         return
     rules |= {
-        q: shapes.alert_rule_dict(owned_by.rule_of(r.tenant, r.rule), muted.get(q))
-        for q, r in theirs.items()
+        owned_by.qualified(r.tenant, r.name): shapes.alert_rule_dict(
+            owned_by.rule_of(r.tenant, r.rule), muted.get(owned_by.qualified(r.tenant, r.name))
+        )
+        for r in owned.rules
     }
     channels |= {
         owned_by.qualified(ch.tenant, ch.name): shapes.tenant_channel_dict(ch)
@@ -73,6 +65,19 @@ def alerts_list(state: State, as_json: bool) -> None:
         return
     out.print(render.alert_rules_table(rules))
     out.print(render.channels_table(channels))
+
+
+def _tenants_json(owned: Any, muted: dict[str, datetime]) -> dict[str, Any]:
+    """Every tenant's rules and channels in `alerts list --json` (never a secret)."""
+    from corral import tenant_alerts as owned_by
+
+    return {
+        "tenant_rules": [
+            shapes.tenant_rule_dict(r, muted.get(owned_by.qualified(r.tenant, r.name)))
+            for r in owned.rules
+        ],
+        "tenant_channels": [shapes.tenant_channel_dict(ch) for ch in owned.channels],
+    }
 
 
 @alerts.command("test")

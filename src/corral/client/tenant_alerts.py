@@ -14,11 +14,8 @@ from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
-import httpx
-
 from corral import errors, store, tenant_alerts
 from corral.client import alerts
-from corral.executors import http_guard
 
 MINUTE = timedelta(minutes=1)
 
@@ -76,6 +73,10 @@ class TenantAlerts(alerts.Alerts):
 
     async def _guarded(self, url: str, field: str) -> None:
         """InvalidInput naming `field` when the HTTP jobs' guard refuses where `url` goes."""
+        import httpx  # the HTTP client, only where a channel is made: not for every command
+
+        from corral.executors import http_guard
+
         guard = http_guard.Guard(self.settings.executors.http.allow_networks)
         parts = urllib.parse.urlsplit(url)
         try:
