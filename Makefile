@@ -84,7 +84,7 @@ docs: $(STAMP)
 # `corral` processes the tests start then read it, even where PYTHONDONTWRITEBYTECODE is set.
 # The tests run on TEST_WORKERS processes at once (pytest-xdist; each has its own PostgreSQL
 # databases and folders); a group of tests that shares one slow set-up stays on one worker.
-TEST_WORKERS ?= 3
+TEST_WORKERS ?= 4
 test: lint docs $(AXE)
 	@$(BIN)/python -m compileall -q src
 	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup
