@@ -5,7 +5,6 @@ change made through the app."""
 from __future__ import annotations
 
 import asyncio
-import re
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -15,6 +14,7 @@ import pytest
 from corral import client, model, store
 from corral.testing import FrozenClock
 from corral.web import overview as shown_overview
+from tests.integration.test_dashboard import count_of
 from tests.support.api import noop_client, over_http, sign_in
 from tests.support.forms import csrf
 from tests.support.wait import eventually
@@ -50,12 +50,6 @@ class Held:
             return await real(**kwargs)
 
         monkeypatch.setattr(c, "overview", held)
-
-
-def count_of(page: str, state: model.JobState) -> str:
-    found = re.search(rf'<div class="n">([^<]+)</div><span class="state {state}">', page)
-    assert found is not None, state
-    return found[1]
 
 
 async def test_views_that_find_the_overview_old_share_one_read(

@@ -10,9 +10,9 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Path, Query
 
-from corral import client, errors, shapes
+from corral import client, shapes
 from corral.api.auth import Caller, Client, Operator, Viewer
-from corral.api.routes import RESPONSES, audit, plain_json
+from corral.api.routes import RESPONSES, audit, path_tenant, plain_json
 
 router = APIRouter(responses=RESPONSES)
 
@@ -23,15 +23,6 @@ Tenant = Annotated[
 ]
 
 
-def _whose(who: Caller, tenant: str | None, missing: str) -> str:
-    """The tenant a route acts on; another tenant's, asked by a tenant's token, is not
-    found (`missing` says what)."""
-    mine = who.token.tenant
-    if mine is not None and tenant not in (None, mine):
-        raise errors.RequestRefused(404, missing)
-    return client.tenant_alerts.whose(mine, tenant)
-
-
 def _body_tenant(who: Caller, body: dict[str, Any]) -> str:
     plain_json(body)
     return client.tenant_alerts.whose(who.token.tenant, body.get("tenant"))
@@ -39,7 +30,7 @@ def _body_tenant(who: Caller, body: dict[str, Any]) -> str:
 
 @router.get("/alerts/channels", summary="The alert channels of the tenant (no secret shown)")
 async def channels_list(c: Client, who: Viewer, tenant: Tenant = None) -> list[dict[str, Any]]:
-    whose = _whose(who, tenant, f"no tenant {tenant!r}")
+    whose = path_tenant(who, tenant, f"no tenant {tenant!r}")
     return [shapes.tenant_channel_dict(ch) for ch in await c.tenant_channels(whose)]
 
 
@@ -65,7 +56,7 @@ async def channel_create(
 async def channel_delete(
     c: Client, who: Operator, name: Name, tenant: Tenant = None
 ) -> dict[str, Any]:
-    whose = _whose(who, tenant, f"no alert channel {name!r}")
+    whose = path_tenant(who, tenant, f"no alert channel {name!r}")
     await c.tenant_channel_delete(whose, name)
     await audit(c, who, "alerts.channels.delete", f"{whose}/{name}", whose)
     return {"deleted": True}
@@ -78,7 +69,7 @@ async def channel_delete(
 async def channel_test(
     c: Client, who: Operator, name: Name, tenant: Tenant = None
 ) -> dict[str, Any]:
-    whose = _whose(who, tenant, f"no alert channel {name!r}")
+    whose = path_tenant(who, tenant, f"no alert channel {name!r}")
     sent = await c.tenant_channel_test(whose, name)
     await audit(c, who, "alerts.channels.test", f"{whose}/{name}", whose, state=sent.state)
     return {"channel": name, "tenant": whose, "state": sent.state, "error": sent.last_error}
@@ -90,7 +81,7 @@ async def channel_test(
     " its own) and those it owns (`tenant_rules`)",
 )
 async def rules_list(c: Client, who: Viewer, tenant: Tenant = None) -> dict[str, Any]:
-    whose = _whose(who, tenant, f"no tenant {tenant!r}")
+    whose = path_tenant(who, tenant, f"no tenant {tenant!r}")
     settings = c.settings.alerts
     muted = await c.alerts_muted()
     rules = {
@@ -127,7 +118,7 @@ async def rule_create(
 async def rule_delete(
     c: Client, who: Operator, name: Name, tenant: Tenant = None
 ) -> dict[str, Any]:
-    whose = _whose(who, tenant, f"no alert rule {name!r}")
+    whose = path_tenant(who, tenant, f"no alert rule {name!r}")
     await c.tenant_rule_delete(whose, name)
     await audit(c, who, "alerts.rules.delete", f"{whose}/{name}", whose)
     return {"deleted": True}

@@ -62,6 +62,18 @@ async def visible_job(c: client.Client, who: Caller, job_id: int) -> client.jobs
     return view
 
 
+def path_tenant(who: Caller, given: str | None, missing: str) -> str:
+    """The tenant a route's ?tenant= acts on: the token's own, or for a token of every
+    tenant the one it names (default: default). Another tenant's, named by a tenant's
+    token, is not found (404, `missing` saying what), as if it were not there."""
+    mine = who.token.tenant
+    if mine is None:
+        return given or "default"
+    if given not in (None, mine):
+        raise errors.RequestRefused(404, missing)
+    return mine
+
+
 async def audit(
     c: client.Client, who: Caller, action: str, target: str, tenant: str | None, **details: Any
 ) -> None:

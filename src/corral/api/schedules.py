@@ -13,7 +13,7 @@ from fastapi import APIRouter, Body, Path, Query
 
 from corral import autopause, cadence, client, errors, model, planning, scheduling, shapes
 from corral.api.auth import Caller, Client, Operator, Viewer
-from corral.api.routes import EARLIEST, LATEST, RESPONSES, audit, instant
+from corral.api.routes import EARLIEST, LATEST, RESPONSES, audit, instant, path_tenant
 from corral.client.schedule_reads import (
     FIRINGS_PAGE,
     MAX_FIRINGS_PAGE,
@@ -35,20 +35,10 @@ MAX_BACKFILL = 10_000
 """The most firings one backfill makes (or counts, with dry_run)."""
 
 
-def _tenant(who: Caller, given: str | None) -> str:
-    """The tenant a schedule of the path is looked for in."""
-    mine = who.token.tenant
-    if mine is None:
-        return given or "default"
-    return mine
-
-
 async def _schedule(c: client.Client, who: Caller, name: str, tenant: str | None) -> Any:
-    mine = who.token.tenant
-    if mine is not None and tenant not in (None, mine):
-        raise errors.RequestRefused(404, f"no schedule {name!r}")
+    whose = path_tenant(who, tenant, f"no schedule {name!r}")
     try:
-        return await c.schedule(name, tenant=_tenant(who, tenant))
+        return await c.schedule(name, tenant=whose)
     except errors.NotFound:
         raise errors.RequestRefused(404, f"no schedule {name!r}") from None
 
