@@ -73,6 +73,28 @@ async def test_views_that_find_the_overview_old_share_one_read(
     assert {count_of(p.text, J.QUEUED) for p in pages} == {"2"}
 
 
+async def test_a_view_let_go_does_not_stop_the_read_the_others_wait_for(
+    http: httpx.AsyncClient, c: client.Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first view begins the shared read; it is let go (its client went away) while the
+    read waits: the other view still gets the overview, from that one read."""
+    await sign_in(http, name="ada", password="correct horse")
+    held = Held(c, monkeypatch)
+    keeper = http._transport.app.state.overview  # type: ignore[attr-defined]
+    asked, shared = [], keeper.shared
+    monkeypatch.setattr(keeper, "shared", lambda *a: asked.append(1) or shared(*a))
+    first = asyncio.create_task(http.get("/ui/"))
+    await eventually(lambda: held.reads == 1, what="the first view reading")
+    second = asyncio.create_task(http.get("/ui/"))
+    await eventually(lambda: len(asked) == 2, what="the second view waiting for that read")
+    first.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    held.go.set()
+    assert (await second).status_code == 200
+    assert held.reads == 1
+
+
 async def test_a_view_after_a_change_never_shares_a_read_begun_before_it(
     http: httpx.AsyncClient, c: client.Client, monkeypatch: pytest.MonkeyPatch
 ) -> None:
