@@ -52,6 +52,10 @@ class FailureClass(StrEnum):
     TRANSIENT = "transient"  # worth retrying: a timeout, a kill, a lost node
     PERMANENT = "permanent"  # retrying cannot help: quarantine the job at once
     UNKNOWN = "unknown"  # retry, but the same failure again and again makes it a poison pill
+    # An answer that came, with a status that succeeded, failed an assertion the job makes
+    # of it (an HTTP job's expect_body, expect_json, max_response_time): permanent, unless
+    # a failure rule on this class says otherwise.
+    ASSERTION = "assertion"
 
 
 J, A = JobState, AttemptState

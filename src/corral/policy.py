@@ -71,22 +71,42 @@ class HttpStatuses(Codes):
     noun = "HTTP statuses"
 
 
+RULED_CLASSES = ("transient", "permanent", "assertion")
+"""The failure classes a rule may match: those a platform gives (`unknown` is what is left
+when neither a platform nor a rule said anything)."""
+
+
 class FailureRule(BaseModel):
-    """What to do with a failed attempt whose command exited with a matching code, or
-    whose HTTP request got a matching status: `retry` (a transient failure), `fail`
+    """What to do with a failed attempt whose command exited with a matching code, whose
+    HTTP request got a matching status, or that its platform gave a matching class (an
+    HTTP job's failed assertion is `assertion`): `retry` (a transient failure), `fail`
     (permanent: quarantine the job at once) or `ignore` (retry, and the attempt does not
-    count toward max_attempts). A rule has one of on_exit_codes and on_http_statuses."""
+    count toward max_attempts). A rule has one of on_exit_codes, on_http_statuses and
+    on_failure_classes."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     on_exit_codes: ExitCodes | None = None
     on_http_statuses: HttpStatuses | None = None
+    on_failure_classes: tuple[Literal["transient", "permanent", "assertion"], ...] | None = Field(
+        None, min_length=1
+    )
     action: Literal["retry", "fail", "ignore"]
+
+    @field_validator("on_failure_classes")
+    @classmethod
+    def _once_each(cls, classes: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        if classes is not None and len(set(classes)) != len(classes):
+            raise ValueError("failure classes must not repeat")
+        return classes
 
     @model_validator(mode="after")
     def _one_match(self) -> FailureRule:
-        if (self.on_exit_codes is None) == (self.on_http_statuses is None):
-            raise ValueError("a rule matches on_exit_codes or on_http_statuses: give one")
+        matches = (self.on_exit_codes, self.on_http_statuses, self.on_failure_classes)
+        if sum(m is not None for m in matches) != 1:
+            raise ValueError(
+                "a rule matches on_exit_codes, on_http_statuses or on_failure_classes: give one"
+            )
         return self
 
 

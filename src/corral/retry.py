@@ -7,8 +7,8 @@
   `ratio` of one, and time adds `floor_per_minute`. A retry that finds the bucket empty
   is delayed until the floor has paid for it, never dropped, so when everything fails at
   once the retries stay a small share of the traffic instead of multiplying it.
-- classify: every failed attempt gets a class (transient, permanent, unknown) and a
-  fingerprint, from the platform's verdict and the job's exit-code rules.
+- classify: every failed attempt gets a class (transient, permanent, unknown, assertion)
+  and a fingerprint, from the platform's verdict and the job's failure rules.
 - decide: what a failed attempt leads to for its job (quarantine, fail, or retry after a
   backoff, perhaps later for want of a budget token), a pure function over plain values;
   the store reads those values and applies the Decision it returns. The streak of the
@@ -164,37 +164,50 @@ def classify(
 ) -> Failure:
     """Judge a failed (or lost) attempt.
 
-    The job's HTTP status rules come first (a status is the receiver's word, and the job
-    knows its receiver), then the platform's verdict (a deadline, SIGKILL, OOM, a lost node
-    are transient; the http executor's classes of statuses), then the job's exit-code
-    rules in order, first match wins; anything else is `unknown`. A lost attempt is
-    transient: nothing says the job itself is at fault.
+    The job's HTTP status rules and failure-class rules come first, in order, first match
+    wins (a status is the receiver's word, and the job knows its receiver; a class rule
+    matches the platform's verdict), then the platform's verdict (a deadline, SIGKILL, OOM,
+    a lost node are transient; the http executor's classes of statuses; a failed assertion
+    is `assertion`, which quarantines like a permanent failure), then the job's exit-code
+    rules in order; anything else is `unknown`. A status rule does not judge a failed
+    assertion: its status succeeded. A lost attempt is transient: nothing says the job
+    itself is at fault.
     """
     print_ = fingerprint(executor, exit_code, reason, message)
     if state == model.AttemptState.LOST:
         return Failure(FailureClass.TRANSIENT, print_, True, "lost by its platform")
-    if http_status is not None:
-        for n, rule in enumerate(policy.failure_rules):
-            if rule.on_http_statuses is not None and rule.on_http_statuses.match(http_status):
-                return _ruled(n, rule, print_, f"HTTP status {http_status}", rule.on_http_statuses)
+    if hint == FailureClass.ASSERTION:
+        http_status = None
+    for n, rule in enumerate(policy.failure_rules):
+        if (what := _matched(rule, http_status, hint)) is not None:
+            return _ruled(n, rule, print_, what)
     if hint is not None:
         return Failure(hint, print_, True, f"{executor} executor: {reason or hint}")
     if exit_code is not None and exit_code >= 0:
         for n, rule in enumerate(policy.failure_rules):
             if rule.on_exit_codes is not None and rule.on_exit_codes.match(exit_code):
-                return _ruled(n, rule, print_, f"exit code {exit_code}", rule.on_exit_codes)
+                return _ruled(n, rule, print_, _said(f"exit code {exit_code}", rule.on_exit_codes))
     return Failure(FailureClass.UNKNOWN, print_, True, "no rule matched")
 
 
-def _ruled(
-    n: int,
-    rule: policy.FailureRule,
-    print_: str,
-    what: str,
-    matched: policy.Codes,
-) -> Failure:
-    values = ", ".join(map(str, matched.values))
-    why = f"rule {n + 1}: {what} {matched.operator} [{values}] -> {rule.action}"
+def _matched(
+    rule: policy.FailureRule, http_status: int | None, hint: FailureClass | None
+) -> str | None:
+    """What a status or class rule matched of a failure, as its why says it; None: nothing."""
+    statuses, classes = rule.on_http_statuses, rule.on_failure_classes
+    if http_status is not None and statuses is not None and statuses.match(http_status):
+        return _said(f"HTTP status {http_status}", statuses)
+    if hint is not None and classes is not None and hint in classes:
+        return f"failure class {hint} In [{', '.join(classes)}]"
+    return None
+
+
+def _said(what: str, matched: policy.Codes) -> str:
+    return f"{what} {matched.operator} [{', '.join(map(str, matched.values))}]"
+
+
+def _ruled(n: int, rule: policy.FailureRule, print_: str, what: str) -> Failure:
+    why = f"rule {n + 1}: {what} -> {rule.action}"
     cls = FailureClass.PERMANENT if rule.action == "fail" else FailureClass.TRANSIENT
     return Failure(cls, print_, rule.action != "ignore", why)
 
@@ -360,9 +373,10 @@ def decide(
     `max_attempts`, this one included; `streak`: attempts in a row, ending with this one,
     that failed with its fingerprint; `delay`: the backoff a retry would wait.
 
-    A permanent failure quarantines; so does an unknown one `quarantine_after` times in a
-    row. Otherwise a failure that counts and leaves no attempts fails the job, and anything
-    else is retried (an ignored failure gives its attempt back)."""
+    A permanent failure (or a failed assertion) quarantines; so does an unknown one
+    `quarantine_after` times in a row. Otherwise a failure that counts and leaves no
+    attempts fails the job, and anything else is retried (an ignored failure gives its
+    attempt back)."""
     decision = functools.partial(
         Decision,
         attempt_no=attempt_no,
@@ -370,7 +384,7 @@ def decide(
         failure=failure,
         quarantine_after=quarantine_after,
     )
-    if failure.cls == FailureClass.PERMANENT:
+    if failure.cls in (FailureClass.PERMANENT, FailureClass.ASSERTION):
         return decision(Verdict.PERMANENT)
     if failure.cls == FailureClass.UNKNOWN and streak >= quarantine_after:
         return decision(Verdict.REPEATED)

@@ -90,5 +90,5 @@ def test_a_job_s_http_status_rules_come_before_the_executor_s_classes() -> None:
     ],
 )
 def test_a_rule_matches_one_thing(rule: dict[str, object]) -> None:
-    with pytest.raises(ValueError, match="on_exit_codes or on_http_statuses|100-599"):
+    with pytest.raises(ValueError, match="on_http_statuses or on_failure_classes|100-599"):
         policy.JobPolicy.model_validate({"failure_rules": [rule]})

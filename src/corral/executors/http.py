@@ -23,7 +23,10 @@ the name kept for the Host header and TLS. Redirects are followed by corral itse
 most MAX_REDIRECTS, each checked again; only http and https are spoken. Proxies from
 the environment are not used: a proxy would make the lookup the guard cannot see.
 
-Outcomes: a status the spec expects (`expect`, default any 2xx) succeeds. Connection
+Outcomes: a status the spec expects (`expect`, default any 2xx) succeeds, unless one of
+the spec's assertions on the response fails (`expect_body`, `expect_json`,
+`max_response_time`: a failure of class `assertion`, permanent unless a failure rule of
+the job says otherwise). Connection
 errors, timeouts, 5xx, 408 and 429 are transient failures (retried); any other status
 is permanent (the job is quarantined at once); a refusal by the guard is permanent.
 The reason says the status, the time it took and the address; a failure's message is
@@ -254,24 +257,22 @@ class HttpExecutor:
         started: datetime,
         request: launching.Stream | None = None,
     ) -> None:
-        phase, reason, failure = http_outcome.judge(outcome, spec["expect"])
+        judged = http_outcome.verdict(outcome, spec)
         ended = self._clock.now()
         observation = launching.Observation(
             name=launch.name,
-            phase=phase,
+            phase=judged.phase,
             labels=launch.labels,
-            reason=reason,
+            reason=judged.reason,
             started_at=started,
             finished_at=ended,
-            failure_class=failure,
-            message=None
-            if phase is launching.Phase.SUCCEEDED
-            else http_outcome.first_line(outcome.body),
+            failure_class=judged.failure,
+            message=judged.message,
             retry_after=None
-            if phase is launching.Phase.SUCCEEDED
+            if judged.phase is launching.Phase.SUCCEEDED
             else http_outcome.retry_after_seconds(outcome.retry_after, ended),
             http_status=outcome.status,
-            output=http_outcome.run_log(request, outcome),
+            output=http_outcome.run_log(request, outcome, judged.checks),
         )
         self._running.pop(launch.name, None)
         self._ended[launch.name] = observation

@@ -1,6 +1,7 @@
 """Judging an HTTP attempt's answer (pure): its phase, reason and failure class from the
-status and the spec's `expect`, its Retry-After, its message, and the run log of its
-request and response, secrets redacted.
+status and the spec's `expect`, then from its assertions (http_assertions.py), its
+Retry-After, its message, and the run log of its request, response and assertions,
+secrets redacted.
 """
 
 from __future__ import annotations
@@ -10,9 +11,10 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 from corral import launching, model, redaction
-from corral.executors import http_spec
+from corral.executors import http_assertions, http_spec
 
 TRANSIENT_STATUSES = frozenset({408, 429})
 """Besides every 5xx: the server asks to be asked again later."""
@@ -55,6 +57,38 @@ def judge(
     if outcome.status >= 500 or outcome.status in TRANSIENT_STATUSES:
         return launching.Phase.FAILED, reason, model.FailureClass.TRANSIENT
     return launching.Phase.FAILED, reason, model.FailureClass.PERMANENT
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """An outcome judged against its whole spec: the status, then the assertions."""
+
+    phase: launching.Phase
+    reason: str
+    failure: model.FailureClass | None
+    message: str | None  # a failure's: the failed assertion, or the body's first line
+    checks: tuple[http_assertions.Check, ...] = ()
+
+
+def verdict(outcome: Outcome, spec: Mapping[str, Any]) -> Verdict:
+    """The outcome judged by its status (`judge`) and, when that succeeded, by the spec's
+    assertions: the first that fails makes it a failure of class `assertion`, its reason
+    and message saying which and what was seen."""
+    phase, reason, failure = judge(outcome, spec["expect"])
+    if phase is not launching.Phase.SUCCEEDED:
+        return Verdict(phase, reason, failure, first_line(outcome.body))
+    if not http_assertions.given(spec):
+        return Verdict(phase, reason, None, None)
+    encoding = next((v for k, v in outcome.headers if k.lower() == "content-encoding"), None)
+    response = http_assertions.Response(outcome.body, outcome.body_cut, outcome.seconds, encoding)
+    checks = tuple(http_assertions.judge(spec, response))
+    failed = [c for c in checks if not c.ok]
+    if not failed:
+        return Verdict(phase, reason, None, None, checks)
+    said = http_assertions.failure_text(failed[0], len(failed) - 1)
+    return Verdict(
+        launching.Phase.FAILED, f"{said}; {reason}", model.FailureClass.ASSERTION, said, checks
+    )
 
 
 def retry_after_seconds(value: str | None, now: datetime) -> float | None:
@@ -117,10 +151,18 @@ def _message(
     return launching.Stream(name, text, total, cut)
 
 
-def run_log(request: launching.Stream | None, outcome: Outcome) -> launching.RunLog:
+def run_log(
+    request: launching.Stream | None,
+    outcome: Outcome,
+    checks: Sequence[http_assertions.Check] = (),
+) -> launching.RunLog:
     """An HTTP attempt's run log: its request (None when it could not be made), response,
-    status, latency and the address it reached."""
-    streams = tuple(s for s in (request, response_stream(outcome)) if s is not None)
+    the assertions judged (when it has any), status, latency and the address it reached."""
+    judged = None
+    if checks:
+        text = http_assertions.stream_text(checks)
+        judged = launching.Stream("assertions", text, len(text.encode()))
+    streams = tuple(s for s in (request, response_stream(outcome), judged) if s is not None)
     return launching.RunLog(
         streams=streams, latency=outcome.seconds, status=outcome.status, address=outcome.address
     )

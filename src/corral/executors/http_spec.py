@@ -1,6 +1,7 @@
 """The `http` executor's spec, checked and normalised before anything is sent: method,
-url, headers, body or json (at most max_request_body_bytes), and the statuses that mean
-success (`expect`).
+url, headers, body or json (at most max_request_body_bytes), the statuses that mean
+success (`expect`), and the assertions on the response (`expect_body`, `expect_json`,
+`max_response_time`: http_assertions.py).
 """
 
 from __future__ import annotations
@@ -8,13 +9,13 @@ from __future__ import annotations
 import ipaddress
 import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import httpx
 
 from corral import errors
-from corral.executors import base, http_guard
+from corral.executors import base, http_assertions, http_guard
 
 KIND = "http"
 METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
@@ -37,6 +38,13 @@ _SET_BY_CORRAL = frozenset(
 )
 
 
+ASSERTIONS: Mapping[str, Callable[[Any], Any]] = {
+    "expect_body": http_assertions.check_body,
+    "expect_json": http_assertions.check_json,
+    "max_response_time": http_assertions.check_max_time,
+}
+"""The spec's assertions on the response, each with its check (an empty list is none)."""
+
 MAX_REQUEST_BODY = 256 * 1024
 """By default, the largest request body (`body`, or `json` as sent) an HTTP job may carry."""
 
@@ -47,11 +55,11 @@ def check_spec(
     guard: http_guard.Guard | None = None,
     max_body: int = MAX_REQUEST_BODY,
 ) -> dict[str, Any]:
-    """The spec, normalised: method, url, headers, body or json, expect. InvalidInput names
-    the field and the rule. With `guard`, a URL whose host is a literal address the guard
-    refuses is refused now (a name is checked when the request is sent); a body past
-    `max_body` bytes is refused."""
-    allowed = ("method", "url", "headers", "body", "json", "expect")
+    """The spec, normalised: method, url, headers, body or json, expect, and the
+    assertions given (http_assertions). InvalidInput names the field and the rule. With
+    `guard`, a URL whose host is a literal address the guard refuses is refused now (a
+    name is checked when the request is sent); a body past `max_body` bytes is refused."""
+    allowed = ("method", "url", "headers", "body", "json", "expect", *ASSERTIONS)
     if unknown := sorted(set(spec) - set(allowed)):
         raise errors.InvalidInput(
             base.spec_error(KIND, unknown[0], f"unknown field (allowed: {', '.join(allowed)})")
@@ -80,6 +88,18 @@ def check_spec(
     if guard is not None and (why := _literal_refusal(normal["url"], guard)) is not None:
         raise _bad("url", f"{why}: it could never be sent")
     normal["expect"] = check_expect(spec.get("expect", "2xx"))
+    return normal | _checked_assertions(spec)
+
+
+def _checked_assertions(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """The assertions a spec gives, each checked and normalised."""
+    normal = {}
+    for field, check in ASSERTIONS.items():
+        if field in spec and (given := spec[field]) not in ([], ()):
+            try:
+                normal[field] = check(given)
+            except ValueError as exc:
+                raise _bad(field, str(exc)) from None
     return normal
 
 
