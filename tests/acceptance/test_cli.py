@@ -375,7 +375,8 @@ def test_jobs_show_cuts_no_id_state_or_name_in_a_narrow_terminal(
             ["submit", "--policy", '{"failure_rules": [{"action": "fail"}]}', "--", "true"],
             {},
             2,
-            "policy.failure_rules.0: a rule matches on_exit_codes or on_http_statuses: give one",
+            "policy.failure_rules.0: a rule matches on_exit_codes, on_http_statuses or"
+            " on_failure_classes: give one",
         ),
         (["submit", "--policy", "[1]", "--", "true"], {}, 2, "--policy: must be a JSON object"),
         (["heartbeat"], {}, 2, "CORRAL_JOB_ID is not set: this is not running as a corral"),

@@ -19,10 +19,11 @@ import pytest
 from aiohttp import web
 from aiosmtpd.controller import Controller
 
-from corral import alerts, clock, config, dispatcher, launching, model, store
+from corral import alerts, client, clock, config, dispatcher, launching, model, store
 from corral.executors import http
 from corral.testing import FrozenClock
 from tests.support import launches
+from tests.support.api import Api, over_http
 from tests.support.net import free_port, http_server
 from tests.support.wait import PATIENCE
 
@@ -285,3 +286,65 @@ async def test_the_failed_assertion_and_the_value_seen_are_in_the_alert(
         f"Last attempt: assertion: quarantined: attempt 1 failed permanently (http executor: {said}"
         in body
     )
+
+
+# --- through the API --------------------------------------------------------------------------
+
+HTTP_JOB = {"executor": "http", "spec": {"url": "https://example.com/health"}}
+
+
+@pytest.fixture
+async def api(db: store.Store) -> AsyncIterator[Api]:
+    settings = local_settings()
+    c = client.Client(
+        store=db,
+        executors={"http": http.SpecCheck(settings)},
+        settings=settings,
+        clock=FrozenClock(),
+    )
+    async with over_http(c) as made:
+        api = Api(c, made)
+        for name, tenant in (("a-op", "a"), ("b-op", "b")):
+            await api.token(name, tenant, "operator")
+        yield api
+
+
+@pytest.mark.parametrize(
+    ("assertions", "words"),
+    [
+        ({"expect_json": "$.ok = true"}, "http spec: expect_json: '$.ok = true': after the path"),
+        ({"expect_json": ["$.a exists", 7]}, "http spec: expect_json: must be an assertion"),
+        ({"expect_body": "(a)\\1"}, "http spec: expect_body: invalid escape sequence"),
+        ({"max_response_time": "fast"}, "http spec: max_response_time: 'fast' is not"),
+    ],
+)
+async def test_the_api_refuses_a_malformed_assertion_naming_the_field(
+    api: Api, assertions: dict[str, Any], words: str
+) -> None:
+    spec = {**HTTP_JOB["spec"], **assertions}  # type: ignore[dict-item]
+    job = await api.http.post(
+        "/api/v1/jobs", json={**HTTP_JOB, "spec": spec}, headers=api.as_("a-op")
+    )
+    assert job.status_code == 422, job.text
+    assert words in job.json()["error"]
+    schedule = {"name": "health", "every": "1m", **HTTP_JOB, "spec": spec}
+    made = await api.http.post("/api/v1/schedules", json=schedule, headers=api.as_("a-op"))
+    assert made.status_code == 422, made.text
+    assert words in made.json()["error"]
+    assert await api.c.store.jobs.list() == []
+    assert await api.c.schedules() == []
+
+
+async def test_the_api_keeps_a_job_s_assertions_in_their_normal_form_for_its_tenant(
+    api: Api,
+) -> None:
+    spec = {**HTTP_JOB["spec"], "expect_json": "$.ok==true", "max_response_time": 2}  # type: ignore[dict-item]
+    made = await api.http.post(
+        "/api/v1/jobs", json={**HTTP_JOB, "spec": spec}, headers=api.as_("a-op")
+    )
+    assert made.status_code == 201, made.text
+    shown = await api.http.get(f"/api/v1/jobs/{made.json()['id']}", headers=api.as_("a-op"))
+    assert shown.json()["spec"]["expect_json"] == ["$.ok == true"]
+    assert shown.json()["spec"]["max_response_time"] == "2s"
+    other = await api.http.get(f"/api/v1/jobs/{made.json()['id']}", headers=api.as_("b-op"))
+    assert other.status_code == 404

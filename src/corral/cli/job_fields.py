@@ -6,6 +6,7 @@ what it cannot read, naming the option."""
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
@@ -137,8 +138,11 @@ def http_spec(
     data: str | None,
     json_body: str | None,
     expect: str | None,
+    assertions: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The `http` spec of --http and its options (the executor checks it at submit)."""
+    """The `http` spec of --http and its options (the executor checks it at submit);
+    `assertions` the spec's fields of --expect-body, --expect-json and --max-response-time
+    (None: not given)."""
     spec: dict[str, Any] = {"method": method, "url": url}
     if headers:
         spec["headers"] = {}
@@ -154,6 +158,7 @@ def http_spec(
         spec["json"] = parse_json("--json-body", json_body)
     if expect is not None:
         spec["expect"] = expect
+    spec.update({k: v for k, v in (assertions or {}).items() if v is not None})
     return spec
 
 

@@ -124,6 +124,25 @@ JOB_OPTIONS = [
         default=None,
         help="The --http statuses that mean success: 2xx (the default), or e.g. 200,204.",
     ),
+    click.option(
+        "--expect-body",
+        default=None,
+        metavar="REGEX",
+        help="The --http response's body must contain a match of REGEX (RE2 syntax).",
+    ),
+    click.option(
+        "--expect-json",
+        multiple=True,
+        metavar="'PATH OP VALUE'",
+        help="The --http response's body, as JSON, must say so, e.g. '$.ok == true' (OP: =="
+        " != < <= > >= exists; repeatable).",
+    ),
+    click.option(
+        "--max-response-time",
+        default=None,
+        metavar="DURATION",
+        help="The --http response must have come within it, e.g. 2s.",
+    ),
 ]
 """The options that say what a job is: `corral submit`'s, and each firing's job of
 `corral schedules add`."""
@@ -165,6 +184,9 @@ class JobOptions:
     data: str | None = None
     json_body: str | None = None
     expect: str | None = None
+    expect_body: str | None = None
+    expect_json: tuple[str, ...] = ()
+    max_response_time: str | None = None
 
     @classmethod
     def take(cls, params: dict[str, Any]) -> Self:
@@ -229,6 +251,9 @@ class JobOptions:
                 ("--data", self.data),
                 ("--json-body", self.json_body),
                 ("--expect", self.expect),
+                ("--expect-body", self.expect_body),
+                ("--expect-json", self.expect_json or None),
+                ("--max-response-time", self.max_response_time),
             )
             if value is not None
         ]
@@ -258,6 +283,11 @@ class JobOptions:
             data=self.data,
             json_body=self.json_body,
             expect=self.expect,
+            assertions={
+                "expect_body": self.expect_body,
+                "expect_json": list(self.expect_json) or None,
+                "max_response_time": self.max_response_time,
+            },
         )
 
 
