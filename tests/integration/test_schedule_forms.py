@@ -29,6 +29,9 @@ FORM = {
     "headers": f"Authorization: Bearer {SECRET}\r\nX-Team: data",
     "json": '{"report": "daily"}',
     "expect": "200,204",
+    "expect_body": '"queued": *true',
+    "expect_json": "$.ok==true\r\n$.rows > 0",
+    "max_response_time": "2000ms",
     "when": "cron",
     "cron": "30 2 * * *",
     "tz": "Europe/Paris",
@@ -64,6 +67,9 @@ BODY = {
         "headers": {"Authorization": f"Bearer {SECRET}", "X-Team": "data"},
         "json": {"report": "daily"},
         "expect": "200,204",
+        "expect_body": '"queued": *true',
+        "expect_json": ["$.ok == true", "$.rows > 0"],
+        "max_response_time": "2s",
     },
     "cron": "30 2 * * *",
     "tz": "Europe/Paris",
@@ -151,6 +157,9 @@ async def test_the_form_makes_the_schedule_the_api_would_make(
         ({"json": "{not json"}, "json", "json: not valid JSON"),
         ({"body": "text", "json": "{}"}, "body", "give body or json, not both"),
         ({"expect": "ok"}, "expect", "expect: must be statuses"),
+        ({"expect_body": "(?=x)"}, "expect_body", "expect_body: invalid perl operator"),
+        ({"expect_json": "$.ok\r\n"}, "expect_json", "expect_json: '$.ok': after the path"),
+        ({"max_response_time": "soon"}, "max_response_time", "max_response_time: 'soon' is not"),
         ({"cron": "61 * * * *"}, "cron", "cron: '61 * * * *' is not a valid cron"),
         ({"tz": "Mars/Olympus"}, "tz", "tz: 'Mars/Olympus' is not a known time zone"),
         ({"when": "every", "every": "half an hour"}, "every", "every: 'half an hour'"),
@@ -337,6 +346,7 @@ async def test_an_edit_shows_secrets_redacted_and_keeps_them_unless_replaced(
     )  # fmt: skip
     assert json.loads(shown["policy"]) == {"quarantine_after": 3}
     assert shown["pause_after"] == "5"
+    assert (shown["expect_json"], shown["max_response_time"]) == ("$.ok == true\n$.rows > 0", "2s")
     # Sent back as shown, with the path and a header changed: the secrets stay.
     moved = shown["url"].replace("/report", "/report-v2")
     saved = await post(http, "/ui/schedules/a/nightly-report/edit", token,
@@ -347,6 +357,7 @@ async def test_an_edit_shows_secrets_redacted_and_keeps_them_unless_replaced(
     )
     spec = (await c.schedule("nightly-report", tenant="a")).template["spec"]
     assert spec["url"] == f"https://hooks.example.com/report-v2?token={SECRET}&team=data"
+    assert spec["expect_json"] == ["$.ok == true", "$.rows > 0"]  # kept through the edit
     assert spec["headers"] == {
         "Authorization": f"Bearer {SECRET}", "X-Team": "data", "X-Run": "2",
     }  # fmt: skip

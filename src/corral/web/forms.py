@@ -5,7 +5,8 @@ names; a stored job or template shown in the form with its secrets redacted; and
 secrets kept when a field comes back still showing the redaction marker.
 
 Each input is named as the body's field it fills: the request's `method`, `url`,
-`headers` (one `Name: value` a line), `body`, `json` and `expect`; the job's
+`headers` (one `Name: value` a line), `body`, `json`, `expect` and its assertions
+(`expect_body`, `expect_json` one a line, `max_response_time`); the job's
 `max_attempts`, `queue`, `pool`, `priority`, `labels` (one `key=value` a line), `payload`,
 `code_version` and `policy` (JSON: what the fields below do not say); and the policy's
 shortcuts, as `corral submit` has them: `retry_base` and `retry_cap` (the backoff),
@@ -75,6 +76,10 @@ def typed(form: Mapping[str, str]) -> dict[str, str]:
     return {name: value.replace("\r\n", "\n") for name, value in form.items()}
 
 
+ASSERTIONS = ("expect_body", "expect_json", "max_response_time")
+"""The request's assertions on its response, each a field (expect_json one a line)."""
+
+
 def line(form: Mapping[str, str], name: str) -> str:
     """A one-line field, trimmed."""
     return form.get(name, "").strip()
@@ -120,6 +125,12 @@ def request_spec(form: Mapping[str, str], errs: Errors) -> dict[str, Any]:
         spec["json"] = given
     if expect := line(form, "expect"):
         spec["expect"] = expect
+    if pattern := line(form, "expect_body"):
+        spec["expect_body"] = pattern
+    if said := [row.strip() for row in lines(form, "expect_json").split("\n") if row.strip()]:
+        spec["expect_json"] = said
+    if within := line(form, "max_response_time"):
+        spec["max_response_time"] = within
     return spec
 
 
@@ -322,6 +333,9 @@ def template_values(template: Mapping[str, Any], settings: config.Settings) -> d
         "body": str(spec.get("body", "")),
         "json": _shown_json(spec["json"]) if "json" in spec else "",
         "expect": ",".join(spec.get("expect") or []),
+        "expect_body": str(spec.get("expect_body", "")),
+        "expect_json": "\n".join(spec.get("expect_json") or []),
+        "max_response_time": str(spec.get("max_response_time", "")),
         "max_attempts": _text(template.get("max_attempts")),
         "queue": str(template.get("queue") or "default"),
         "pool": _text(template.get("pool")),

@@ -24,8 +24,8 @@ from corral.web.schedule_forms import zones
 
 FIELDS = (
     "tenant", "when", "run_at", "tz", "delay", "allow_past", "method", "url", "headers", "body",
-    "json", "expect", "max_attempts", *forms.POLICY_SHORTCUTS, "queue", "pool", "priority",
-    "labels", "payload", "code_version", "policy", "idempotency_key",
+    "json", "expect", *forms.ASSERTIONS, "max_attempts", *forms.POLICY_SHORTCUTS, "queue",
+    "pool", "priority", "labels", "payload", "code_version", "policy", "idempotency_key",
 )  # fmt: skip
 """The form's fields: each named as the body's field it fills (forms.py)."""
 MORE = (*forms.POLICY_SHORTCUTS, "queue", "pool", "priority", "labels", "payload",

@@ -36,7 +36,8 @@ RULE_FIELDS = (
     "name", "tenant", "when", "cron", "tz", "every", "run_at", "start", "until", "catchup",
     "catchup_window", "catchup_max", "overlap", "jitter", "pause_after",
 )  # fmt: skip
-FIELDS = (*RULE_FIELDS, "method", "url", "headers", "body", "json", "expect", "max_attempts",
+FIELDS = (*RULE_FIELDS, "method", "url", "headers", "body", "json", "expect", *forms.ASSERTIONS,
+          "max_attempts",
           *forms.POLICY_SHORTCUTS, "queue", "pool", "priority", "labels", "payload",
           "code_version", "policy")  # fmt: skip
 """The form's fields: each named as the body's field it fills (forms.py)."""
