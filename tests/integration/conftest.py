@@ -18,6 +18,7 @@ from corral import client, clock, config, errors, health, model, runtime, timeou
 from corral.api.server import serve_attempts
 from corral.testing import PausedClock
 from tests.support.cluster import cluster  # noqa: F401  (the Kubernetes double, a fixture)
+from tests.support.mail import smtp  # noqa: F401  (an SMTP server on 127.0.0.1, a fixture)
 from tests.support.procs import kill_leftovers
 from tests.support.wait import PATIENCE, eventually
 

@@ -8,52 +8,27 @@ import asyncio
 import base64
 import contextlib
 import dataclasses
-import email
-import email.policy
 import json
 import logging
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 from aiohttp import web
-from aiosmtpd.controller import Controller
 
 from corral import alert_settings, alerts, config, model, scheduling, store, timeouts
 from corral.alerts import channels, rules
 from corral.store import Finish
 from corral.store.alert_reads import JobFacts
 from corral.testing import FrozenClock
+from tests.support.mail import Inbox
 from tests.support.net import free_port, http_server
 
 A, J = model.AttemptState, model.JobState
 LOCAL = ["127.0.0.0/8:1024-65535"]
 SECRET = "whsec_" + base64.b64encode(b"s" * 32).decode()
-
-
-class Inbox:
-    """What the SMTP server received."""
-
-    def __init__(self) -> None:
-        self.messages: list[email.message.EmailMessage] = []
-
-    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
-        parsed = email.message_from_bytes(envelope.content, policy=email.policy.default)
-        self.messages.append(parsed)  # type: ignore[arg-type]
-        return "250 OK"
-
-
-@pytest.fixture
-def smtp() -> Iterator[tuple[Inbox, int]]:
-    inbox, port = Inbox(), free_port()
-    controller = Controller(inbox, hostname="127.0.0.1", port=port)
-    controller.start()
-    try:
-        yield inbox, port
-    finally:
-        controller.stop()
 
 
 @dataclass

@@ -7,24 +7,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import email
-import email.policy
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 from aiohttp import web
-from aiosmtpd.controller import Controller
 
 from corral import alerts, client, clock, config, dispatcher, launching, model, store
 from corral.executors import http
 from corral.testing import FrozenClock
 from tests.support import launches
 from tests.support.api import Api, over_http
-from tests.support.net import free_port, http_server
+from tests.support.mail import Inbox
+from tests.support.net import http_server
 from tests.support.wait import PATIENCE
 
 LOCAL = ["127.0.0.0/8:1024-65535"]
@@ -219,29 +217,6 @@ async def test_a_200_that_says_false_is_quarantined_as_an_assertion_unless_a_rul
     frozen.advance(600)  # past any backoff
     await run_jobs(db, settings, frozen, 1)
     assert (await db.jobs.get(job_id=ruled_id)).state == J.SUCCEEDED
-
-
-class Inbox:
-    """What the SMTP server received."""
-
-    def __init__(self) -> None:
-        self.messages: list[email.message.EmailMessage] = []
-
-    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
-        parsed = email.message_from_bytes(envelope.content, policy=email.policy.default)
-        self.messages.append(parsed)  # type: ignore[arg-type]
-        return "250 OK"
-
-
-@pytest.fixture
-def smtp() -> Iterator[tuple[Inbox, int]]:
-    inbox, port = Inbox(), free_port()
-    controller = Controller(inbox, hostname="127.0.0.1", port=port)
-    controller.start()
-    try:
-        yield inbox, port
-    finally:
-        controller.stop()
 
 
 async def test_the_failed_assertion_and_the_value_seen_are_in_the_alert(
