@@ -124,6 +124,18 @@ JOB_OPTIONS = [
         default=None,
         help="The --http statuses that mean success: 2xx (the default), or e.g. 200,204.",
     ),
+    click.option(
+        "--callback",
+        default=None,
+        metavar="URL",
+        help="POST the job's result (JSON) here when it succeeds; '' removes it (update).",
+    ),
+    click.option(
+        "--failure-callback",
+        default=None,
+        metavar="URL",
+        help="POST the job's result here when it fails or is quarantined; '' removes it.",
+    ),
 ]
 """The options that say what a job is: `corral submit`'s, and each firing's job of
 `corral schedules add`."""
@@ -165,6 +177,8 @@ class JobOptions:
     data: str | None = None
     json_body: str | None = None
     expect: str | None = None
+    callback: str | None = None
+    failure_callback: str | None = None
 
     @classmethod
     def take(cls, params: dict[str, Any]) -> Self:
@@ -199,6 +213,8 @@ class JobOptions:
             "tenant": self.tenant,
             "code_version": self.code_version,
             "max_attempts": self.max_attempts,
+            "callback": self.callback or None,
+            "failure_callback": self.failure_callback or None,
         }
 
     def _alone_with_task(self, command: tuple[str, ...]) -> None:
