@@ -26,6 +26,7 @@ NAMES = frozenset(
         "after_launch",  # the first attempt of a tick is on its platform
         "before_record_running",  # every launch of a tick is done; `running` not yet written
         "mid_completion",  # attempts ended inside the completion's transaction, jobs not yet
+        "after_job_end",  # jobs ended (their callback jobs made) and committed; none sent yet
         "mid_repair",  # the reconciler relaunched an attempt and has not recorded it yet
         "after_alerts_written",  # the alerter's messages are in the outbox; none delivered
     }

@@ -137,6 +137,9 @@ class RunLog:
     fence: int | None = None  # the attempt it belongs to, when read from the store
     recorded_at: datetime | None = None
     trimmed_at: datetime | None = None  # its streams trimmed for its tenant's run_log_bytes
+    # What a callback sends of the output beyond the streams (corral.callbacks: an HTTP
+    # response's headers and body, a task's return value), bounded; not kept in the run log.
+    result: Mapping[str, Any] | None = None
 
     @property
     def kept(self) -> bool:

@@ -272,6 +272,9 @@ class NewJob:
     policy: Mapping[str, Any] = field(default_factory=dict)
     code_version: str | None = None  # what the job's code is (a git sha, an image tag)
     tenant_made: bool = False  # made by a tenant, not the operator: see Job.tenant_made
+    callback: str | None = None  # a URL sent the result when the job succeeds (callbacks.py)
+    failure_callback: str | None = None  # the same when it fails or is quarantined
+    callback_of: int | None = None  # a callback job: the job whose result it sends
 
 
 @dataclass(frozen=True, slots=True)
@@ -298,6 +301,9 @@ class Job:
     code_version: str | None = None
     uncharged_attempts: int = 0  # attempts that never reached their platform (see `End`)
     tenant_made: bool = False  # a tenant's (API, dashboard, its schedule): never corral's own
+    callback: str | None = None  # sent the result when the job succeeds (corral.callbacks)
+    failure_callback: str | None = None  # sent the result when it fails or is quarantined
+    callback_of: int | None = None  # a callback job: the job whose result it sends
 
     @property
     def charged_attempts(self) -> int:

@@ -55,17 +55,25 @@ TEMPLATE_FIELDS = (
     "labels",
     "policy",
     "code_version",
+    "callback",
+    "failure_callback",
 )
 """The fields of a model.NewJob a schedule keeps as its job template (run_at and the idempotency
-key are the firing's)."""
+key are the firing's): its callbacks are each firing's job's."""
 
 
 def job_template(new: model.NewJob) -> dict[str, Any]:
-    """A schedule's job template, as JSON: `new`'s fields but run_at and the key."""
-    return {
-        name: dict(value) if isinstance(value := getattr(new, name), Mapping) else value
-        for name in TEMPLATE_FIELDS
-    }
+    """A schedule's job template, as JSON: `new`'s fields but run_at and the key (and a
+    callback only when it has one)."""
+    template = {}
+    for name in TEMPLATE_FIELDS:
+        value = getattr(new, name)
+        if value is not None or name not in _WHEN_SET:
+            template[name] = dict(value) if isinstance(value, Mapping) else value
+    return template
+
+
+_WHEN_SET = frozenset({"callback", "failure_callback"})
 
 
 def job_from_template(template: Mapping[str, Any], **firing: Any) -> model.NewJob:

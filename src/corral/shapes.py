@@ -79,6 +79,9 @@ def _job_dict(job: model.Job, spec: Any, at: Callable[[datetime], Any]) -> dict[
         "labels": job.labels,
         "policy": job.policy,
         "code_version": job.code_version,
+        "callback": shown(job.callback),
+        "failure_callback": shown(job.failure_callback),
+        "callback_of": job.callback_of,
         "created_at": at(job.created_at),
         "updated_at": at(job.updated_at),
     }

@@ -143,6 +143,18 @@ JOB_OPTIONS = [
         metavar="DURATION",
         help="The --http response must have come within it, e.g. 2s.",
     ),
+    click.option(
+        "--callback",
+        default=None,
+        metavar="URL",
+        help="POST the job's result (JSON) here when it succeeds; '' removes it (update).",
+    ),
+    click.option(
+        "--failure-callback",
+        default=None,
+        metavar="URL",
+        help="POST the job's result here when it fails or is quarantined; '' removes it.",
+    ),
 ]
 """The options that say what a job is: `corral submit`'s, and each firing's job of
 `corral schedules add`."""
@@ -187,6 +199,8 @@ class JobOptions:
     expect_body: str | None = None
     expect_json: tuple[str, ...] = ()
     max_response_time: str | None = None
+    callback: str | None = None
+    failure_callback: str | None = None
 
     @classmethod
     def take(cls, params: dict[str, Any]) -> Self:
@@ -221,6 +235,8 @@ class JobOptions:
             "tenant": self.tenant,
             "code_version": self.code_version,
             "max_attempts": self.max_attempts,
+            "callback": self.callback or None,
+            "failure_callback": self.failure_callback or None,
         }
 
     def _alone_with_task(self, command: tuple[str, ...]) -> None:

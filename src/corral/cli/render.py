@@ -4,7 +4,7 @@ cutting an id, a state or a name, however narrow the terminal), and as JSON for 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -101,6 +101,7 @@ def print_view(view: client.jobs.JobView) -> None:
         facts.append(("idempotency key", j.idempotency_key))
     if j.code_version:
         facts.append(("code version", j.code_version))
+    facts += _callbacks(j)
     facts.append(("spec", json.dumps(shown(j.spec))))
     for name, value in facts:
         out.print(f"  {name}: {value}", markup=False, soft_wrap=False)
@@ -111,6 +112,27 @@ def print_view(view: client.jobs.JobView) -> None:
         what = e.entity if e.attempt_id is None else f"{e.entity} (fence {e.attempt_id})"
         events.add_row(when(e.at), what, e.from_state or "-", e.to_state, e.reason)
     out.print(events)
+
+
+def _callbacks(j: model.Job | Any) -> list[tuple[str, str]]:
+    """What a job (or a schedule's template, as a mapping) says of callbacks."""
+    said = (
+        j
+        if isinstance(j, Mapping)
+        else {
+            "callback": j.callback,
+            "failure_callback": j.failure_callback,
+            "callback_of": j.callback_of,
+        }
+    )
+    facts = [
+        (name.replace("_", " "), str(shown(said[name])))
+        for name in ("callback", "failure_callback")
+        if said.get(name)
+    ]
+    if said.get("callback_of") is not None:
+        facts.append(("callback of", f"job {said['callback_of']}"))
+    return facts
 
 
 def took(seconds: float) -> str:
@@ -328,6 +350,8 @@ def print_schedule(
     out.print(f"  pause_after {pause_after}{whose}: pauses {said}")
     spec = shown(s.template.get("spec"))
     out.print(f"  runs: {json.dumps(spec)} on {s.template.get('executor')}")
+    for name, value in _callbacks(s.template):
+        out.print(f"  {name}: {value}", markup=False, soft_wrap=False)
     if upcoming:
         out.print("next firings:")
         out.print(nominals_table(upcoming))

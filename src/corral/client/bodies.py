@@ -114,6 +114,9 @@ async def new_job(c: jobs.Jobs, given: dict[str, Any], *, acts_for: str | None) 
         args["run_at"] = instant(args["run_at"], "run_at")
     job = c.new_job(**args)
     tenancy.check(c.settings.tenants, job.tenant, job.executor)
+    _callbacks_granted(
+        c, job.tenant, {"callback": job.callback, "failure_callback": job.failure_callback}
+    )
     spec = references.scoped(job.executor, job.spec, job.tenant, c.settings)
     made = dataclasses.replace(job, spec=spec, tenant_made=True)  # a tenant's: see stranger_of
     return c.validate(await c.task_checked(made))
@@ -169,7 +172,15 @@ def granted(c: jobs.Jobs, tenant: str, template: Mapping[str, Any]) -> dict[str,
     (a cluster job's in the tenant's namespace)."""
     executor = tenancy.executor_of(template)
     tenancy.check(c.settings.tenants, tenant, executor)
+    _callbacks_granted(c, tenant, template)
     return references.scoped(executor, template.get("spec") or {}, tenant, c.settings)
+
+
+def _callbacks_granted(c: jobs.Jobs, tenant: str, job: Mapping[str, Any]) -> None:
+    """A callback is an HTTP job of the tenant's (corral.callbacks): a tenant not granted
+    `http` may name none (NotGranted)."""
+    if job.get("callback") or job.get("failure_callback"):
+        tenancy.check(c.settings.tenants, tenant, "http")
 
 
 async def schedule_create(

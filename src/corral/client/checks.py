@@ -26,7 +26,7 @@ SpecChecker = registry.SpecChecker
 
 _TEXT_OF_A_JOB = (
     "executor", "spec", "payload", "queue", "pool", "tenant", "idempotency_key", "labels",
-    "policy", "code_version",
+    "policy", "code_version", "callback", "failure_callback",
 )  # fmt: skip
 """The fields of a job that hold text (each checked by corral.plain)."""
 
@@ -61,6 +61,7 @@ def check_job(
     for key, value in job.labels.items():
         model.check_label(key, value)
     _check_payload(job, settings)
+    _check_callbacks(job, executors, settings)
     if job.executor == python_tasks.PYTHON:
         job = _worker_leased(job)
     policy = job_policy(settings, job.policy)
@@ -91,6 +92,34 @@ def _worker_leased(job: model.NewJob) -> model.NewJob:
                 f" (timeouts.{name}), renewed by the worker's heartbeats; it is not set per job"
             )
     return dataclasses.replace(job, policy={**job.policy, "heartbeat": True})
+
+
+def _check_callbacks(
+    job: model.NewJob, executors: Mapping[str, SpecChecker], settings: config.Settings
+) -> None:
+    """A job's callbacks (corral.callbacks) are checked as an HTTP job's URL is: absolute
+    http or https, and no literal address the guard refuses (a name is checked when the
+    callback is sent); they need the http executor, which sends them. Its modules (httpx)
+    are imported here, by a job that names a callback only."""
+    for field in ("callback", "failure_callback"):
+        url = getattr(job, field)
+        if url is None:
+            continue
+        from corral.executors import http_guard, http_spec
+
+        if http_spec.KIND not in executors:
+            raise errors.InvalidInput(
+                f"{field}: a callback is sent by the http executor, which this corral does not"
+                " run; add it to executors.enabled in corral.toml"
+            )
+        try:
+            http_spec.check_spec(
+                {"method": "POST", "url": url},
+                guard=http_guard.Guard(settings.executors.http.allow_networks),
+            )
+        except errors.InvalidInput as exc:
+            rule = str(exc).split("url: ", 1)[-1]
+            raise errors.InvalidInput(f"{field}: {url!r} {rule}") from None
 
 
 def _not_running(kind: str, executors: Mapping[str, SpecChecker]) -> str:

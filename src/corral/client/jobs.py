@@ -53,6 +53,8 @@ class JobArgs(TypedDict, total=False):
     code_version: str | None  # None
     task: Any  # a Python task's name (or corral.worker Task), instead of spec and executor
     task_version: int | None  # its payload's version; None: the newest a live worker writes
+    callback: str | None  # None; a URL sent the job's result when it succeeds (callbacks.md)
+    failure_callback: str | None  # None; sent the result when it fails or is quarantined
 
 
 SUBMIT_FIELDS = tuple(JobArgs.__annotations__)
@@ -195,6 +197,8 @@ class Jobs(service.Service):
             run_at=args.get("run_at"),
             policy=stored_policy,
             code_version=args.get("code_version"),
+            callback=args.get("callback"),
+            failure_callback=args.get("failure_callback"),
         )
 
     def validate(self, job: model.NewJob) -> model.NewJob:

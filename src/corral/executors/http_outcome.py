@@ -6,6 +6,7 @@ secrets redacted.
 
 from __future__ import annotations
 
+import base64
 import email.utils
 import json
 from collections.abc import Iterable, Mapping, Sequence
@@ -13,7 +14,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from corral import launching, model, redaction
+from corral import callbacks, launching, model, redaction
 from corral.executors import http_assertions, http_spec
 
 TRANSIENT_STATUSES = frozenset({408, 429})
@@ -164,8 +165,31 @@ def run_log(
         judged = launching.Stream("assertions", text, len(text.encode()))
     streams = tuple(s for s in (request, response_stream(outcome), judged) if s is not None)
     return launching.RunLog(
-        streams=streams, latency=outcome.seconds, status=outcome.status, address=outcome.address
+        streams=streams,
+        latency=outcome.seconds,
+        status=outcome.status,
+        address=outcome.address,
+        result=callback_result(outcome),
     )
+
+
+def callback_result(outcome: Outcome) -> dict[str, Any] | None:
+    """What a callback sends of the response (corral.callbacks): its headers, secrets
+    redacted as the run log shows them (a name given twice: its values joined by `, `),
+    and the first callbacks.OUTPUT_BYTES of its body as base64; None without a response."""
+    if outcome.status is None:
+        return None
+    headers: dict[str, str] = {}
+    for line in _header_lines(outcome.headers).splitlines():
+        name, _, value = line.partition(": ")
+        name = name.lower()
+        headers[name] = f"{headers[name]}, {value}" if name in headers else value
+    kept = outcome.body[: callbacks.OUTPUT_BYTES]
+    return {
+        "headers": headers,
+        "body_base64": base64.b64encode(kept).decode("ascii"),
+        "body_cut": outcome.body_cut or len(outcome.body) > len(kept),
+    }
 
 
 def first_line(body: bytes) -> str | None:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from sqlalchemy import Connection, and_, func, or_, select, update
 
-from corral import errors, failpoints, model
+from corral import callbacks, errors, failpoints, model
 from corral.store import attempt_ends, dialects, hotpath, parking, tables
 from corral.store.events import event_insert, event_row, transition
 from corral.store.rows import ACTIVE, attempt_from_row, job_from_row, per_row
@@ -318,6 +318,13 @@ def attempt_list(conn: Connection, *, job_id: int) -> list[model.Attempt]:
     return [attempt_from_row(r._mapping) for r in conn.execute(stmt)]
 
 
+def _ended(outcomes: Sequence[completions_.Outcome]) -> None:
+    """The failpoint `after_job_end`, once a write that ended jobs (and made their
+    callback jobs) has committed."""
+    if any(o.job_state in callbacks.SENT_ON for o in outcomes):
+        failpoints.hit("after_job_end")
+
+
 # --- the handle ----------------------------------------------------------------------------
 
 
@@ -345,11 +352,18 @@ class Attempts:
         from corral.store import completions as completions_  # it imports this module
 
         if all(f.state == A.SUCCEEDED for f in finishes):  # the hot path (hotpath.py)
-            return await self._settle_won(launched=launched, finishes=finishes, now=now)
-        settle = functools.partial(
-            completions_.attempt_settle, launched=launched, finishes=finishes, now=now, retry=retry
-        )
-        return await self._db.tx(settle)
+            ran, outcomes = await self._settle_won(launched=launched, finishes=finishes, now=now)
+        else:
+            settle = functools.partial(
+                completions_.attempt_settle,
+                launched=launched,
+                finishes=finishes,
+                now=now,
+                retry=retry,
+            )
+            ran, outcomes = await self._db.tx(settle)
+        _ended(outcomes)
+        return ran, outcomes
 
     async def _settle_won(
         self, *, launched: Sequence[int], finishes: Sequence[completions_.Finish], now: datetime
@@ -360,7 +374,7 @@ class Attempts:
         logs = {f.fence: f.output for f in finishes if f.output and f.output.kept}
         if won:
             failpoints.hit("mid_completion")  # one transaction: nothing half-written
-        ran, done = await self._db.hot(
+        ran, done, later = await self._db.hot(
             functools.partial(
                 hotpath.SQLITE.settle, launched=launched, won=won, logs=logs, now=now
             ),
@@ -369,6 +383,16 @@ class Attempts:
             ),
         )
         outcomes = [completions_.Outcome(j, f, n, A.SUCCEEDED, J.SUCCEEDED) for j, f, n in done]
+        if later:  # jobs with a callback: the general settle makes it with their end
+            left = set(later)
+            settle = functools.partial(
+                completions_.attempt_settle,
+                launched=[fence for fence in launched if fence in left],
+                finishes=[f for f in finishes if f.fence in left],
+                now=now,
+            )
+            more_ran, more = await self._db.tx(settle)
+            ran, outcomes = ran + more_ran, outcomes + more
         return ran, outcomes
 
     async def finish(
@@ -388,7 +412,9 @@ class Attempts:
         finish = functools.partial(
             completions_.attempt_finish, finishes=finishes, now=now, retry=retry
         )
-        return await self._db.tx(finish)
+        outcomes = await self._db.tx(finish)
+        _ended(outcomes)
+        return outcomes
 
     async def record_running(
         self,

@@ -15,6 +15,7 @@ from corral import errors, failpoints, launching, model, policy, retry
 from corral.store import dialects, statements
 from corral.store.attempts import attempt_record_running
 from corral.store.budgets import budget_take
+from corral.store.callbacks import JobEnd, callbacks_make
 from corral.store.events import Applied, jobs_follow, transition
 from corral.store.rows import ACTIVE, job_from_row, per_row
 from corral.store.runlogs import run_logs_write
@@ -138,7 +139,32 @@ def attempt_finish(
     won = [a for a, state in ended if state == A.SUCCEEDED]
     outcomes = _jobs_succeed(conn, won, now)
     lost = [(a, state) for a, state in ended if state != A.SUCCEEDED]
-    return outcomes + _jobs_after_failure(conn, lost, judged, now, rules)
+    outcomes += _jobs_after_failure(conn, lost, judged, now, rules)
+    callbacks_make(conn, ends=_job_ends(outcomes, finishes), now=now)
+    return outcomes
+
+
+def _job_ends(outcomes: Sequence[Outcome], finishes: Sequence[Finish]) -> list[JobEnd]:
+    """What the outcomes did to their jobs (callbacks_make's), with how their attempts
+    ended."""
+    by_fence = {f.fence: f for f in finishes}
+    ends = []
+    for o in outcomes:
+        f = by_fence[o.fence]
+        ends.append(
+            JobEnd(
+                o.job_id,
+                o.job_state,
+                o.fence,
+                o.attempt_no,
+                o.attempt_state,
+                f.exit_code,
+                f.http_status,
+                f.reason,
+                f.output,
+            )
+        )
+    return ends
 
 
 def _attempts_end(
@@ -354,12 +380,13 @@ def _spend_budget(
     rules: retry.Retry,
 ) -> None:
     """Take a token from its queue's budget for every retry (a guarded update of the bucket
-    in this transaction); a retry that finds none waits until the budget has one for it."""
+    in this transaction); a retry that finds none waits until the budget has one for it.
+    A callback job's retries take none: no quota counts a callback (corral.callbacks)."""
     if rules.budget is None:
         return
     by_queue: dict[str, list[Applied]] = defaultdict(list)
     for a, j in retries:
-        if decisions[a.id].verdict == retry.Verdict.RETRY:
+        if decisions[a.id].verdict == retry.Verdict.RETRY and j.job.callback_of is None:
             by_queue[j.job.queue].append(a)
     for queue in sorted(by_queue):  # one order for every writer: no deadlock on PostgreSQL
         group = by_queue[queue]

@@ -37,9 +37,10 @@ Settled = TypeVar("Settled", covariant=True)
 Won = tuple[int, int | None, str | None]
 """A success to apply: its fence, exit code and reason."""
 
-Ended = tuple[list[int], list[tuple[int, int, int]]]
-"""What a settle did: the fences recorded running, and (job id, fence, attempt number) of
-each job that succeeded."""
+Ended = tuple[list[int], list[tuple[int, int, int]], list[int]]
+"""What a settle did: the fences recorded running, (job id, fence, attempt number) of
+each job that succeeded, and the fences of successes it left for the general settle (of
+jobs with a callback: store/callbacks.py)."""
 
 
 class HotPath(Protocol[C, Claims, Settled]):
@@ -89,7 +90,8 @@ class HotPath(Protocol[C, Claims, Settled]):
         reason: str = ...,
     ) -> Settled:
         """Record `launched` attempts as running and apply successes `won` and their run
-        logs (by fence); a fence in both only succeeds."""
+        logs (by fence); a fence in both only succeeds. A success of a job with a callback
+        is left as it is, its fence returned."""
 
 
 POSTGRESQL: HotPath[

@@ -12,6 +12,7 @@ from typing import Any
 from sqlalchemy import Index, text
 
 from corral.store import job_lists
+from corral.store import quotas as quota_counts
 from corral.store.tables import (
     DUE,
     JOB_ENDS,
@@ -66,6 +67,14 @@ Index(
     unique=True,
     sqlite_where=_KEYED,
     postgresql_where=_KEYED,
+)
+
+# Waiting callback jobs by tenant: what a tenant's quota count takes away (store/quotas.py).
+Index(
+    "ix_jobs_callbacks_waiting",
+    jobs.c.tenant,
+    sqlite_where=quota_counts.CALLBACKS_WAITING,
+    postgresql_where=quota_counts.CALLBACKS_WAITING,
 )
 
 # Live attempts by fence (tables.LIVE says which and why).

@@ -189,12 +189,18 @@ def _keyed_existing(
 
 def _job_rows(new: Sequence[model.NewJob], now: datetime, hold: bool) -> list[dict[str, Any]]:
     """The rows of `new`; `tenant_made` named only where one of them is a tenant's (a batch
-    of the operator's leaves it to its default, as every corral before it did)."""
+    of the operator's leaves it to its default, as every corral before it did), and the
+    callbacks only where one of them has one."""
     rows = [_job_row(job, now, hold) for job in new]
-    if any(job.tenant_made for job in new):
-        for row, job in zip(rows, new, strict=True):
-            row["tenant_made"] = job.tenant_made
+    for name in _NAMED_WHEN_SET:
+        if any(getattr(job, name) for job in new):
+            for row, job in zip(rows, new, strict=True):
+                row[name] = getattr(job, name)
     return rows
+
+
+_NAMED_WHEN_SET = ("tenant_made", "callback", "failure_callback", "callback_of")
+"""The columns a batch of jobs names only where one of its jobs has a value there."""
 
 
 def _job_row(job: model.NewJob, now: datetime, hold: bool) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, TypeVar
 
-from sqlalchemy import Connection, func, select, update
+from sqlalchemy import Connection, func, select, text, update
 
 from corral import model, quotas, scheduling, tenancy
 from corral.planning import Plan
@@ -33,9 +33,15 @@ F = scheduling.FiringOutcome
 Made = list[tuple[int, bool]]
 
 
+CALLBACKS_WAITING = text("callback_of IS NOT NULL AND state IN ('queued', 'scheduled', 'parked')")
+"""The predicate of ix_jobs_callbacks_waiting (indexes.py): callback jobs that wait, which
+no quota counts (corral.callbacks). Said as written here, so SQLite uses the index."""
+
+
 def jobs_waiting(conn: Connection, *, tenants: Sequence[str]) -> dict[str, int]:
     """How many jobs of each of `tenants` wait (queued, scheduled or parked), read from
-    ix_jobs_tenant_state (tenant, state, id) alone."""
+    ix_jobs_tenant_state (tenant, state, id) alone, less its callback jobs that wait (read
+    from ix_jobs_callbacks_waiting): a callback is counted by no quota."""
     if not tenants:
         return {}
     rows = conn.execute(
@@ -45,7 +51,15 @@ def jobs_waiting(conn: Connection, *, tenants: Sequence[str]) -> dict[str, int]:
         )
         .group_by(jobs.c.tenant)
     )
-    return {tenant: count for tenant, count in rows}
+    counts = {tenant: count for tenant, count in rows}
+    callbacks = conn.execute(
+        select(jobs.c.tenant, func.count())
+        .where(jobs.c.tenant.in_(list(counts)), CALLBACKS_WAITING)
+        .group_by(jobs.c.tenant)
+    )
+    for tenant, count in callbacks:
+        counts[tenant] -= count
+    return {tenant: count for tenant, count in counts.items() if count}
 
 
 def tenant_schedules(conn: Connection, *, tenant: str) -> int:

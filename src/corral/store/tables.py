@@ -56,6 +56,9 @@ jobs = Table(
     # Made by a tenant (the API, the dashboard, a tenant's schedule): a process job of it
     # runs as a stranger to corral (executors/base.stranger_of).
     Column("tenant_made", Boolean, nullable=False, server_default=false()),
+    Column("callback", Text),  # where its result goes (corral.callbacks), as model.Job says
+    Column("failure_callback", Text),
+    Column("callback_of", Id),
     # A job list reads the newest jobs of a state (of a queue's state) first and stops at
     # its limit: these hand them over in that order, however few of the table they are.
     Index("ix_jobs_state", "state", "id"),

@@ -50,15 +50,15 @@ class Calls:
         """Let the threads go: what still runs is not waited for."""
         self._threads.shutdown(wait=False, cancel_futures=True)
 
-    async def call(self, task: Task[Any], value: Any, ctx: context.TaskContext, run: Run) -> None:
+    async def call(self, task: Task[Any], value: Any, ctx: context.TaskContext, run: Run) -> Any:
         """Call the task's function on `value` (and its context, if it takes one) inside
-        the task's context: an async one on this loop, a plain one in a thread."""
+        the task's context: an async one on this loop, a plain one in a thread. Returns
+        what the function returned."""
         args = (value, ctx) if takes_context(task.fn) else (value,)
         with context.inside(ctx):
             if task.is_async:
-                await task.fn(*args)
-            else:
-                await self.in_thread(lambda: task.fn(*args), run)
+                return await task.fn(*args)
+            return await self.in_thread(lambda: task.fn(*args), run)
 
     async def in_thread(self, fn: Callable[[], T], run: Run | None = None) -> T:
         """Run `fn` in one of the worker's threads, with this task's context (its

@@ -10,7 +10,7 @@ import traceback
 from collections.abc import Mapping
 from typing import Any
 
-from corral import clock, launching, model, redaction
+from corral import callbacks, clock, launching, model, redaction
 from corral.store import Finish
 
 A = model.AttemptState
@@ -33,9 +33,12 @@ def run_log(
     fresh: Mapping[str, Any],
     clk: clock.Clock,
     exc: BaseException | None = None,
+    *,
+    returned: Any = None,
 ) -> launching.RunLog:
     """The run log of a run that began at `started` (clock.monotonic): the fresh values
-    it resolved (redacted), and the traceback of `exc` when it raised one."""
+    it resolved (redacted), the traceback of `exc` when it raised one, and for a callback
+    what it `returned` (`returned`)."""
     streams = []
     if fresh:
         text = json.dumps(redaction.redacted(jsonable(fresh)), sort_keys=True)
@@ -44,7 +47,24 @@ def run_log(
         whole = "".join(traceback.format_exception(exc))
         text = whole[-launching.STREAM_BYTES :]
         streams.append(launching.Stream("traceback", text, len(whole.encode()), cut=text != whole))
-    return launching.RunLog(streams=tuple(streams), latency=clk.monotonic() - started)
+    return launching.RunLog(
+        streams=tuple(streams), latency=clk.monotonic() - started, result=_returned(returned)
+    )
+
+
+def _returned(value: Any) -> dict[str, Any] | None:
+    """What a callback sends of a task's return value (corral.callbacks): the value as JSON
+    (what JSON cannot hold, as text), when it returned one; past callbacks.OUTPUT_BYTES, its
+    size instead."""
+    if value is None:
+        return None
+    try:
+        text = json.dumps(value, default=str)
+    except ValueError as exc:  # a value that holds itself
+        return {"returned_error": f"not JSON: {exc}"}
+    if len(text.encode()) > callbacks.OUTPUT_BYTES:
+        return {"returned_bytes": len(text.encode())}
+    return {"returned": json.loads(text)}
 
 
 def failed(

@@ -286,7 +286,7 @@ class Worker:
         fresh: dict[str, Any] = {}
         try:
             task, value, fresh = await self._prepare(run)
-            await self.calls.call(task, value, ctx, run)
+            returned = await self.calls.call(task, value, ctx, run)
         except BaseException as exc:  # each is judged in _failure
             finish = self._failure(run, exc, started, fresh)
             if finish is None:
@@ -307,7 +307,7 @@ class Worker:
                 A.SUCCEEDED,
                 None,
                 "returned",
-                output=ends.run_log(started, fresh, self.clock),
+                output=ends.run_log(started, fresh, self.clock, returned=returned),
             ),
         )
 

@@ -24,11 +24,15 @@ _NONE: Mapping[int, launching.RunLog] = {}
 
 _LOCKED = """locked AS MATERIALIZED (
     -- The attempts in fence order, each with what the settle does to it: one array element
-    -- each, in the order of `fences`, so every row is found by its primary key.
-    SELECT a.id, a.job_id, a.attempt_no, a.state, f.won, f.code, f.reason
+    -- each, in the order of `fences`, so every row is found by its primary key. A success
+    -- of a job with a callback is left for the general settle (`later`), which makes the
+    -- callback job with the job's end.
+    SELECT a.id, a.job_id, a.attempt_no, a.state, f.won AND j.callback IS NULL AS won,
+        f.won AND j.callback IS NOT NULL AS later, f.code, f.reason
     FROM unnest(%(fences)s::bigint[], %(wins)s::bool[], %(codes)s::int[], %(reasons)s::text[])
         AS f(fence, won, code, reason)
     JOIN attempts AS a ON a.id = f.fence
+    JOIN jobs AS j ON j.id = a.job_id
     ORDER BY a.id
     FOR UPDATE OF a
 )"""
@@ -42,7 +46,9 @@ _RAN_AND_WON = f"""ran AS (
     SET state = 'running', updated_at = %(now)s, started_at = %(now)s, last_seen_at = %(now)s,
         lease_until = CASE WHEN a.lease_seconds IS NULL THEN a.lease_until
             ELSE %(now)s + make_interval(secs => a.lease_seconds) END
-    WHERE a.id = ANY(ARRAY(SELECT id FROM locked WHERE NOT won AND state = 'launching'))
+    WHERE a.id = ANY(
+        ARRAY(SELECT id FROM locked WHERE NOT won AND NOT later AND state = 'launching')
+    )
     RETURNING a.id, a.job_id
 ), won AS (
     UPDATE attempts AS a
@@ -103,9 +109,12 @@ WITH {_LOCKED}, {_RAN_AND_WON}, {_DONE}, {_LOGGED}
 SELECT 0, id, 0, 0 FROM ran
 UNION ALL
 SELECT 1, job_id, fence, attempt_no FROM ended
+UNION ALL
+SELECT 2, id, 0, 0 FROM locked WHERE later
 """
 """The settle: (0, fence) of each attempt recorded running, (1, job id, fence, attempt
-number) of each job that succeeded."""
+number) of each job that succeeded, and (2, fence) of each success left for the general
+settle."""
 
 
 async def pg_settle(
@@ -116,11 +125,12 @@ async def pg_settle(
     now: datetime,
     logs: Mapping[int, launching.RunLog] = _NONE,
     reason: str = "launched",
-) -> tuple[list[int], list[tuple[int, int, int]]]:
+) -> tuple[list[int], list[tuple[int, int, int]], list[int]]:
     """Record `launched` attempts as running and apply successes (fence, exit code, reason)
     and their run logs (by fence) in one statement; a fence in both only succeeds. Returns
-    the fences recorded running and, for each job that succeeded, (job id, fence, attempt
-    number)."""
+    the fences recorded running, for each job that succeeded (job id, fence, attempt
+    number), and the fences of the successes of jobs with a callback, left as they were
+    for the general settle (completions.attempt_settle)."""
     from psycopg.types.json import Jsonb
 
     ends = {fence: (code, why) for fence, code, why in won}
@@ -137,9 +147,12 @@ async def pg_settle(
     }
     ran: list[int] = []
     done: list[tuple[int, int, int]] = []
+    later: list[int] = []
     for kind, job_or_fence, fence, attempt_no in await run.rows(conn, SETTLE, params):
         if kind == 0:
             ran.append(job_or_fence)
-        else:
+        elif kind == 1:
             done.append((job_or_fence, fence, attempt_no))
-    return ran, done
+        else:
+            later.append(job_or_fence)
+    return ran, done, later

@@ -32,9 +32,17 @@ SELECT a.id, a.job_id, a.attempt_no, a.state,
     j.state = 'running' AND j.attempt_count = a.attempt_no, j.tenant
 FROM attempts AS a JOIN jobs AS j ON j.id = a.job_id
 WHERE a.id IN (SELECT value FROM json_each(?)) AND a.state IN ('launching', 'running')
+    AND j.callback IS NULL
 """
 """The attempts of the fences given still active, each with whether it is its job's
-current attempt of a running job (so that job succeeds with it), and its job's tenant."""
+current attempt of a running job (so that job succeeds with it), and its job's tenant;
+but for those of jobs with a callback (LATER)."""
+LATER = """
+SELECT a.id FROM attempts AS a JOIN jobs AS j ON j.id = a.job_id
+WHERE a.id IN (SELECT value FROM json_each(?)) AND j.callback IS NOT NULL
+"""
+"""Of the fences given, those of jobs with a callback: their successes are left for the
+general settle (completions.attempt_settle), which makes the callback job with the end."""
 
 SUCCEEDED = f"UPDATE attempts SET {statements.success_set('?1', '?2', '?3')} WHERE id = ?4"
 """One attempt's success: at ?1, its exit code ?2 and reason ?3, attempt ?4."""
@@ -52,18 +60,22 @@ def sqlite_settle(
     now: datetime,
     logs: Mapping[int, launching.RunLog] = _NONE,
     reason: str = "launched",
-) -> tuple[list[int], list[tuple[int, int, int]]]:
+) -> tuple[list[int], list[tuple[int, int, int]], list[int]]:
     """Record `launched` attempts as running and apply successes (fence, exit code, reason)
     and their run logs (by fence), inside the caller's (write-locked) transaction; a fence
-    in both only succeeds. Returns the fences recorded running and, for each job that
-    succeeded, (job id, fence, attempt number)."""
+    in both only succeeds. Returns the fences recorded running, for each job that
+    succeeded (job id, fence, attempt number), and the fences of successes of jobs with a
+    callback, left as they were for the general settle (LATER)."""
     cursor = cursors.of(conn)
     finished = {fence for fence, _, _ in won}
+    later = []
+    if won:
+        later = [f for (f,) in cursor.execute(LATER, (json.dumps(sorted(finished)),)).fetchall()]
     running = [fence for fence in launched if fence not in finished]
     ran = _record_running(cursor, running, now, reason) if running else []
     if not won:
-        return ran, []
-    return ran, _apply_successes(cursor, won, now, logs)
+        return ran, [], later
+    return ran, _apply_successes(cursor, won, now, logs), later
 
 
 def _record_running(cursor: Any, fences: Sequence[int], now: datetime, reason: str) -> list[int]:
