@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from corral import errors, metrics, model, planning, scheduling, tenancy
+from corral import errors, metrics, model, monitor_judge, planning, scheduling, tenancy
 from corral.clock import Clock, sleep_or_stop
 from corral.executors.base import Executor
 from corral.store import Store
@@ -90,6 +90,7 @@ class PassResult:
     fired: int
     recorded: int
     promoted: int
+    judged: int = 0  # monitors whose check time came
 
 
 class Scheduler:
@@ -109,11 +110,15 @@ class Scheduler:
         ahead: timedelta = AHEAD,
         tenants: Mapping[str, tenancy.TenantSettings] | None = None,
         refuse: Refuse | None = None,
+        loop_id: str | None = None,
+        heartbeat: timedelta = timedelta(seconds=20),
     ) -> None:
         """`tenants`: the settings' tenants, whose grants and quotas a tenant's schedule's
         firings are checked against (none given: every tenant has the defaults); `refuse`,
         the whole check of such a firing, if more than the grant (see
-        executors.references.firing_refusal)."""
+        executors.references.firing_refusal); `loop_id` and `heartbeat`: this process's row
+        in the loops table and its beat, which the judge of monitors reads the others'
+        beside (corral.monitor_judge)."""
         self.store = store
         self.clock = clock
         self.executors = executors or {}
@@ -125,6 +130,9 @@ class Scheduler:
         self.refuse = refuse or functools.partial(_not_granted, self.tenants)
         self._limit = batch
         self.last_pass: PassResult | None = None
+        self.judge = monitor_judge.Judge(
+            store=store, clock=clock, loop_id=loop_id, heartbeat=heartbeat
+        )
 
     async def run(self, stop: asyncio.Event, on_pass: Callable[[], None] | None = None) -> None:
         while not stop.is_set():
@@ -154,7 +162,8 @@ class Scheduler:
                 return
 
     async def pass_once(self) -> PassResult:
-        """Fire everything due now; queue the scheduled jobs whose time came."""
+        """Fire everything due now; queue the scheduled jobs whose time came; judge the
+        monitors whose check time came."""
         schedules = fired = recorded = promoted = 0
         while True:
             now = self.clock.now()
@@ -190,7 +199,8 @@ class Scheduler:
             promoted += moved
             if moved < self.batch:
                 break
-        self.last_pass = PassResult(schedules, fired, recorded, promoted)
+        judged = await self.judge.pass_once()
+        self.last_pass = PassResult(schedules, fired, recorded, promoted, judged)
         return self.last_pass
 
     def _log(self, done: planning.Fired) -> None:

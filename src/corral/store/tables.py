@@ -29,6 +29,9 @@ from corral.store.columns import Json as Json
 from corral.store.columns import UTCDateTime as UTCDateTime
 from corral.store.columns import at, id_column, made, tenant_column
 from corral.store.columns import metadata as metadata
+from corral.store.monitor_tables import monitor_changes as monitor_changes
+from corral.store.monitor_tables import monitor_pings as monitor_pings
+from corral.store.monitor_tables import monitors as monitors
 
 jobs = Table(
     "jobs",
