@@ -10,10 +10,9 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Path, Query, Request
-from fastapi.responses import PlainTextResponse, Response
 
 from corral import client, errors, monitor_shapes, monitoring, proxies
-from corral.api.auth import Client, Operator, Viewer, client_of
+from corral.api.auth import Client, ErrorBody, Operator, Viewer, client_of
 from corral.api.routes import RESPONSES, audit, path_tenant, plain_json
 
 router = APIRouter(responses=RESPONSES)
@@ -132,26 +131,49 @@ Key = Annotated[str, Path(max_length=36, description="The key of the monitor's p
 Action = Annotated[
     str, Path(max_length=10, description="start (a run began), fail, or an exit code (0-255).")
 ]
-PING = ["GET", "HEAD", "POST"]
+PING = ("GET", "HEAD", "POST")
+PING_ANSWERS: dict[int | str, dict[str, Any]] = {
+    status: {"model": ErrorBody, "description": what}
+    for status, what in (
+        (404, "No monitor has this ping URL (a wrong key, or one rotated away)"),
+        (413, "The body is too large"),
+        (422, "The last part is not start, fail nor an exit code 0-255"),
+        (429, "Past 10 pings a second of this monitor: not recorded; Retry-After says when"),
+        (503, "The database cannot be reached"),
+    )
+}
 
 
-@pings.api_route("/ping/{key}", methods=PING, summary="Ping a monitor: its run succeeded")
-async def ping(request: Request, key: Key) -> Response:
+async def ping(request: Request, key: Key) -> dict[str, Any]:
     return await _pinged(request, key, None)
 
 
-@pings.api_route(
-    "/ping/{key}/{action}",
-    methods=PING,
-    summary="Ping a monitor: its run began (start), failed (fail), or ended with an exit code",
-)
-async def ping_action(request: Request, key: Key, action: Action) -> Response:
+async def ping_action(request: Request, key: Key, action: Action) -> dict[str, Any]:
     return await _pinged(request, key, action)
 
 
-async def _pinged(request: Request, key: str, action: str | None) -> Response:
-    """Record the ping: 200, 404 for a key no monitor has, 429 past PINGS_A_SECOND in a
-    second (not recorded)."""
+for _method in PING:  # one route a method: each its own operation in the OpenAPI document
+    pings.add_api_route(
+        "/ping/{key}",
+        ping,
+        methods=[_method],
+        operation_id=f"ping_{_method.lower()}",
+        responses=PING_ANSWERS,
+        summary="Ping a monitor: its run succeeded",
+    )
+    pings.add_api_route(
+        "/ping/{key}/{action}",
+        ping_action,
+        methods=[_method],
+        operation_id=f"ping_action_{_method.lower()}",
+        responses=PING_ANSWERS,
+        summary="Ping a monitor: its run began (start), failed (fail), or ended with an exit code",
+    )
+
+
+async def _pinged(request: Request, key: str, action: str | None) -> dict[str, Any]:
+    """Record the ping: 200 with the monitor's state after it, 404 for a key no monitor
+    has, 429 past PINGS_A_SECOND in a second (not recorded)."""
     c = client_of(request)
     body = await request.body() if request.method == "POST" else b""
     done = await c.monitor_ping(
@@ -170,7 +192,7 @@ async def _pinged(request: Request, key: str, action: str | None) -> Response:
             " was not recorded",
             headers={"Retry-After": "1"},
         )
-    return PlainTextResponse("" if request.method == "HEAD" else "OK\n")
+    return {"ok": True, "state": done.state}
 
 
 def _source(request: Request, c: client.Client) -> str:
