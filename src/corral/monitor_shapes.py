@@ -4,9 +4,12 @@ may be."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from corral import durations, monitoring, store
+from corral import durations, monitoring
+
+if TYPE_CHECKING:  # the store's values, as the type checker sees them: a command imports no SQL
+    from corral import store
 
 
 def _iso(at: Any) -> str | None:

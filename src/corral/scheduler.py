@@ -164,7 +164,7 @@ class Scheduler:
     async def pass_once(self) -> PassResult:
         """Fire everything due now; queue the scheduled jobs whose time came; judge the
         monitors whose check time came."""
-        schedules = fired = recorded = promoted = 0
+        schedules = fired = recorded = 0
         while True:
             now = self.clock.now()
             began = self.clock.monotonic()
@@ -194,14 +194,19 @@ class Scheduler:
             await self._stop_replaced(done.cancelled)
             if done.schedules < limit:
                 break
+        promoted = await self._promote()
+        judged = await self.judge.pass_once()
+        self.last_pass = PassResult(schedules, fired, recorded, promoted, judged)
+        return self.last_pass
+
+    async def _promote(self) -> int:
+        """Queue the scheduled jobs whose time came, a batch at a time: how many."""
+        promoted = 0
         while True:
             moved = await self.store.jobs.promote_due(now=self.clock.now(), limit=self.batch)
             promoted += moved
             if moved < self.batch:
-                break
-        judged = await self.judge.pass_once()
-        self.last_pass = PassResult(schedules, fired, recorded, promoted, judged)
-        return self.last_pass
+                return promoted
 
     def _log(self, done: planning.Fired) -> None:
         for f in done.firings:

@@ -20,7 +20,12 @@ from tests.support.api import Api, serving
 __all__ = ["smtp", "web_receiver"]  # fixtures, used by name
 
 PUBLIC = "https://corral.example.com"
-TOKENS = [("a-op", "a", "operator"), ("a-view", "a", "viewer"), ("b-op", "b", "operator")]
+TOKENS = [
+    ("a-op", "a", "operator"),
+    ("a-view", "a", "viewer"),
+    ("b-op", "b", "operator"),
+    ("admin", None, "admin"),
+]
 
 
 def settings(**more: Any) -> config.Settings:
@@ -96,7 +101,8 @@ async def test_at_most_ten_pings_a_second_and_the_last_thousand_kept(db: store.S
             if n % 10 == 0:
                 clock.advance(1)
             done = await a.c.monitor_ping(key, None, source="x", user_agent="", body=b"")
-            assert done.found and not done.limited
+            assert done.found
+            assert not done.limited
         kept = await a.c.monitor_pings(monitor, 5000)
         assert len(kept) == 1000
         stored = await db.monitor_pings.newest(monitor_id=monitor.id, limit=5000)
@@ -229,6 +235,9 @@ async def test_a_monitor_goes_late_then_down_and_up_again_with_one_message_each(
         assert f"{PUBLIC}/ui/monitors/a/backup" in mail.get_content()
         [slack] = web_receiver.seen
         assert slack["path"] == "/slack"
+        scraped = (await a.http.get("/metrics", headers=a.as_("admin"))).text
+        assert 'corral_monitors{state="down"} 1.0' in scraped
+        assert 'corral_monitors{state="up"} 0.0' in scraped
         assert await at(5.0) == "down"  # stays down: said once
         await _deliver(a)
         assert (len(inbox.messages), len(web_receiver.seen)) == (1, 1)

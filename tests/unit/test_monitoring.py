@@ -46,11 +46,13 @@ def test_time_makes_it_late_past_its_period_and_down_past_its_grace() -> None:
     m = a_monitor()
     late = monitoring.judge(m, now=T0 + 2.5 * S, last_judged=T0 + 2 * S)
     assert (late.state, late.check_at) == (LATE, T0 + 3 * S)
-    assert late.change is not None and late.change.cause is None  # late is no alert
+    assert late.change is not None
+    assert late.change.cause is None
     m = dataclasses.replace(m, state=LATE, check_at=late.check_at)
     down = monitoring.judge(m, now=T0 + 3.2 * S, last_judged=T0 + 2.5 * S)
     assert (down.state, down.check_at) == (DOWN, None)
-    assert down.change is not None and down.change.cause == "monitor_down"
+    assert down.change is not None
+    assert down.change.cause == "monitor_down"
 
 
 def test_a_ping_moves_its_expected_time_and_brings_it_back_up() -> None:
@@ -59,22 +61,29 @@ def test_a_ping_moves_its_expected_time_and_brings_it_back_up() -> None:
     assert (still.state, still.expected_at, still.change) == (UP, T0 + 3.5 * S, None)
     down = a_monitor(state=DOWN, check_at=None)
     back = monitoring.pinged(down, kind=monitoring.SUCCESS, exit_code=None, now=T0 + 9 * S)
-    assert back is not None and back.state == UP and back.expected_at == T0 + 11 * S
-    assert back.change is not None and back.change.cause == "monitor_up"
+    assert back is not None
+    assert back.state == UP
+    assert back.expected_at == T0 + 11 * S
+    assert back.change is not None
+    assert back.change.cause == "monitor_up"
     from_late = monitoring.pinged(
         a_monitor(state=LATE), kind=monitoring.SUCCESS, exit_code=None, now=T0
     )
-    assert from_late is not None and from_late.change is not None
+    assert from_late is not None
+    assert from_late.change is not None
     assert from_late.change.cause is None  # late was never alerted: no monitor_up
 
 
 def test_a_failure_ping_fails_it_and_a_start_or_a_paused_monitor_changes_nothing() -> None:
     failed = monitoring.pinged(a_monitor(), kind=monitoring.FAIL, exit_code=3, now=T0)
-    assert failed is not None and (failed.state, failed.check_at) == (FAILED, None)
-    assert failed.change is not None and failed.change.cause == "monitor_failed"
+    assert failed is not None
+    assert (failed.state, failed.check_at) == (FAILED, None)
+    assert failed.change is not None
+    assert failed.change.cause == "monitor_failed"
     assert "exit code 3" in failed.change.reason
     again = monitoring.pinged(a_monitor(state=FAILED), kind=monitoring.FAIL, exit_code=1, now=T0)
-    assert again is not None and again.change is None  # failed already: no second alert
+    assert again is not None
+    assert again.change is None
     assert monitoring.pinged(a_monitor(), kind=monitoring.START, exit_code=None, now=T0) is None
     quiet = a_monitor(state=PAUSED)
     assert monitoring.pinged(quiet, kind=monitoring.FAIL, exit_code=None, now=T0) is None
@@ -85,7 +94,8 @@ def test_a_deadline_that_passed_while_nothing_judged_gives_a_fresh_period_and_gr
     restart = T0 + 60 * S
     fresh = monitoring.judge(m, now=restart, last_judged=T0 + S)
     assert (fresh.state, fresh.basis_at, fresh.expected_at) == (UP, restart, restart + 2 * S)
-    assert fresh.change is not None and fresh.change.cause is None
+    assert fresh.change is not None
+    assert fresh.change.cause is None
     assert fresh.change.details == {
         "gap_from": (T0 + S).isoformat(),
         "gap_to": restart.isoformat(),

@@ -339,10 +339,8 @@ def _apply(
         ends = before.streak if set(rule.on) <= _LATENESS else 0
         _stand(out, now, key, before, replace(before, owes_recovery=False, streak=ends))
         return
-    if h.cause == BACK_UP:  # ends the streak; told at once where the rule names it
-        _stand(out, now, key, before, replace(before, streak=0))
-        if BACK_UP in rule.on:
-            out.messages.extend(_each_channel(rule, name, "alert", BACK_UP, key[1], h))
+    if h.cause == BACK_UP:
+        _back_up(out, now, name, rule, h, key, before)
         return
     cause, counted = _cause(rule, h, before)
     before = _stand(out, now, key, before, counted)
@@ -364,6 +362,22 @@ def _apply(
     out.messages.extend(
         _each_channel(rule, name, "alert", cause, key[1], h, _extra(cause, h, before))
     )
+
+
+def _back_up(
+    out: Plan,
+    now: dict[tuple[str, str], Sent],
+    name: str,
+    rule: alert_settings.AlertRule,
+    h: Happening,
+    key: tuple[str, str],
+    before: Sent,
+) -> None:
+    """A monitor back up: its streak ends; a rule that names monitor_up tells it at once,
+    whatever its throttle window."""
+    _stand(out, now, key, before, replace(before, streak=0))
+    if BACK_UP in rule.on:
+        out.messages.extend(_each_channel(rule, name, "alert", BACK_UP, key[1], h))
 
 
 _LATENESS = frozenset({"schedule_late"})

@@ -84,19 +84,41 @@ def ping_record(
     if window is None:
         return Recorded(found=True, limited=True)
     monitor = monitor_rows.monitor_of(row)
+    verdict = monitoring.pinged(monitor, kind=kind, exit_code=exit_code, now=now)
+    values = _moved(monitor, verdict, kind=kind, window=window, now=now)
+    conn.execute(update(monitors).where(M.id == monitor.id).values(**values))
+    took = None
+    if kind != monitoring.START and monitor.run_started_at is not None:
+        took = (now - monitor.run_started_at).total_seconds()
+    ping = {"at": now, "kind": kind, "exit_code": exit_code, "body": body}
+    ping.update(source=source[:100], user_agent=user_agent[:300], duration_seconds=took)
+    conn.execute(insert(monitor_pings).values(monitor_id=monitor.id, **ping))
+    if verdict is not None and verdict.change is not None:
+        monitor_rows.history(conn, monitor, verdict.change, now)
+    if (monitor.ping_count + 1) % PRUNE_EVERY == 0:
+        _prune(conn, monitor.id)
+    return Recorded(found=True, state=monitor.state if verdict is None else verdict.state)
+
+
+def _moved(
+    monitor: monitoring.Monitor,
+    verdict: monitoring.Verdict | None,
+    *,
+    kind: str,
+    window: tuple[datetime, int],
+    now: datetime,
+) -> dict[str, Any]:
+    """What a ping changes of its monitor's row: its window of pings a second, its count,
+    its last ping (or, a start, when its run began), and where the verdict leaves it."""
     values: dict[str, Any] = {
         "ping_window_at": window[0],
         "ping_window_count": window[1],
         "ping_count": M.ping_count + 1,
     }
-    duration = None
     if kind == monitoring.START:
         values["run_started_at"] = now
     else:
         values.update(last_ping_at=now, run_started_at=None)
-        if monitor.run_started_at is not None:
-            duration = (now - monitor.run_started_at).total_seconds()
-    verdict = monitoring.pinged(monitor, kind=kind, exit_code=exit_code, now=now)
     if verdict is not None:
         values.update(
             state=verdict.state,
@@ -106,24 +128,7 @@ def ping_record(
         )
         if verdict.state != monitor.state:
             values.update(state_at=now, updated_at=now)
-    conn.execute(update(monitors).where(M.id == monitor.id).values(**values))
-    conn.execute(
-        insert(monitor_pings).values(
-            monitor_id=monitor.id,
-            at=now,
-            kind=kind,
-            exit_code=exit_code,
-            source=source[:100],
-            user_agent=user_agent[:300],
-            body=body,
-            duration_seconds=duration,
-        )
-    )
-    if verdict is not None and verdict.change is not None:
-        monitor_rows.history(conn, monitor, verdict.change, now)
-    if (monitor.ping_count + 1) % PRUNE_EVERY == 0:
-        _prune(conn, monitor.id)
-    return Recorded(found=True, state=monitor.state if verdict is None else verdict.state)
+    return values
 
 
 def _prune(conn: Connection, monitor_id: int) -> None:

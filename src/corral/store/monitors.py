@@ -103,37 +103,11 @@ def monitor_add(
     its --channel makes (monitoring.rule_of), in one transaction: QuotaExceeded when the
     tenant has `most` monitors, Conflict when the name is taken (or the rule's), and
     InvalidInput when a channel of the rule is not the tenant's."""
-    held = conn.execute(select(M.id).where(M.tenant == new.tenant).with_for_update()).all()
-    if len(held) >= most:
-        raise errors.QuotaExceeded(
-            f"max_monitors: tenant {new.tenant!r} has {len(held)} monitors, its quota of"
-            f" {most}; delete one it no longer needs, or ask the operator to raise"
-            " [tenants.NAME] max_monitors",
-            quota="max_monitors",
-            tenant=new.tenant,
-        )
+    _hold(conn, new.tenant, most)
     rule_name = None if rule is None else monitoring.rule_name(new.name)
-    key = str(uuid.uuid4())
-    verdict = monitoring.made(new)
-    values = {
-        "tenant": new.tenant,
-        "name": new.name,
-        "ping_key": key,
-        "period_seconds": None if new.period is None else int(new.period.total_seconds()),
-        "cron": new.cron,
-        "tz": new.tz,
-        "grace_seconds": int(new.grace.total_seconds()),
-        "state": verdict.state,
-        "state_at": now,
-        "basis_at": verdict.basis_at,
-        "expected_at": verdict.expected_at,
-        "check_at": verdict.check_at,
-        "rule": rule_name,
-        "created_at": now,
-        "updated_at": now,
-    }
     try:
         with conn.begin_nested():
+            values = _new_row(new, rule_name, now)
             row = conn.execute(insert(monitors).values(**values).returning(*monitors.c)).one()
     except IntegrityError:
         raise errors.Conflict(
@@ -146,6 +120,43 @@ def monitor_add(
     made = monitor_of(row)
     history(conn, made, monitoring.Change("new", made.state, "made"), now)
     return made
+
+
+def _hold(conn: Connection, tenant: str, most: int) -> None:
+    """QuotaExceeded when `tenant` has `most` monitors already (its rows locked on
+    PostgreSQL until the transaction ends, so two adds wait in turn)."""
+    held = conn.execute(select(M.id).where(M.tenant == tenant).with_for_update()).all()
+    if len(held) >= most:
+        raise errors.QuotaExceeded(
+            f"max_monitors: tenant {tenant!r} has {len(held)} monitors, its quota of"
+            f" {most}; delete one it no longer needs, or ask the operator to raise"
+            " [tenants.NAME] max_monitors",
+            quota="max_monitors",
+            tenant=tenant,
+        )
+
+
+def _new_row(new: monitoring.Monitor, rule: str | None, now: datetime) -> dict[str, Any]:
+    """The row of a new monitor: up, with a key of its own, its first ping expected from
+    now (monitoring.made)."""
+    verdict = monitoring.made(new)
+    return {
+        "tenant": new.tenant,
+        "name": new.name,
+        "ping_key": str(uuid.uuid4()),
+        "period_seconds": None if new.period is None else int(new.period.total_seconds()),
+        "cron": new.cron,
+        "tz": new.tz,
+        "grace_seconds": int(new.grace.total_seconds()),
+        "state": verdict.state,
+        "state_at": now,
+        "basis_at": verdict.basis_at,
+        "expected_at": verdict.expected_at,
+        "check_at": verdict.check_at,
+        "rule": rule,
+        "created_at": now,
+        "updated_at": now,
+    }
 
 
 def history(
