@@ -10,10 +10,11 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Path, Query, Request
+from fastapi.responses import Response
 
 from corral import client, errors, monitor_shapes, monitoring, proxies
 from corral.api.auth import Client, ErrorBody, Operator, Viewer, client_of
-from corral.api.routes import RESPONSES, audit, path_tenant, plain_json
+from corral.api.routes import RESPONSES, answer, audit, path_tenant, plain_json
 
 router = APIRouter(responses=RESPONSES)
 pings = APIRouter()
@@ -144,11 +145,11 @@ PING_ANSWERS: dict[int | str, dict[str, Any]] = {
 }
 
 
-async def ping(request: Request, key: Key) -> dict[str, Any]:
+async def ping(request: Request, key: Key) -> Response:
     return await _pinged(request, key, None)
 
 
-async def ping_action(request: Request, key: Key, action: Action) -> dict[str, Any]:
+async def ping_action(request: Request, key: Key, action: Action) -> Response:
     return await _pinged(request, key, action)
 
 
@@ -158,6 +159,7 @@ for _method in PING:  # one route a method: each its own operation in the OpenAP
         ping,
         methods=[_method],
         operation_id=f"ping_{_method.lower()}",
+        response_model=dict[str, Any],
         responses=PING_ANSWERS,
         summary="Ping a monitor: its run succeeded",
     )
@@ -166,12 +168,13 @@ for _method in PING:  # one route a method: each its own operation in the OpenAP
         ping_action,
         methods=[_method],
         operation_id=f"ping_action_{_method.lower()}",
+        response_model=dict[str, Any],
         responses=PING_ANSWERS,
         summary="Ping a monitor: its run began (start), failed (fail), or ended with an exit code",
     )
 
 
-async def _pinged(request: Request, key: str, action: str | None) -> dict[str, Any]:
+async def _pinged(request: Request, key: str, action: str | None) -> Response:
     """Record the ping: 200 with the monitor's state after it, 404 for a key no monitor
     has, 429 past PINGS_A_SECOND in a second (not recorded)."""
     c = client_of(request)
@@ -192,7 +195,7 @@ async def _pinged(request: Request, key: str, action: str | None) -> dict[str, A
             " was not recorded",
             headers={"Retry-After": "1"},
         )
-    return {"ok": True, "state": done.state}
+    return answer({"ok": True, "state": done.state})  # written at once: the path is hot
 
 
 def _source(request: Request, c: client.Client) -> str:
