@@ -15,7 +15,8 @@ import pytest
 from corral import alerts, config, loops, scheduler, store
 from corral.testing import FrozenClock
 from tests.integration.test_alerts import Inbox, Web, listening, smtp, web_receiver
-from tests.support.api import Api, serving
+from tests.support.api import Api, over_http, serving
+from tests.support.forms import forms_client, signed
 
 __all__ = ["smtp", "web_receiver"]  # fixtures, used by name
 
@@ -286,3 +287,27 @@ async def test_corral_stopped_past_period_and_grace_gives_a_fresh_start_and_reco
         await second.pass_once()
         assert (await a.c.monitor("a", "backup")).state == "down"
         await again.stop()
+
+
+async def test_the_dashboard_lists_a_tenant_s_monitors_and_shows_each_one_s_pings_and_history(
+    db: store.Store,
+) -> None:
+    c = await forms_client(db, settings())
+    monitor = await c.monitor_add("a", {"name": "backup", "period": "1h", "grace": "5m"})
+    await c.monitor_ping(monitor.ping_key, "fail", source="10.0.0.7", user_agent="cron/1",
+                         body=b"<b>disk full</b>")  # fmt: skip
+    async with over_http(c) as http:
+        await signed(http, c, "ada")
+        listed = await http.get("/ui/monitors")
+        assert listed.status_code == 200
+        assert 'href="/ui/monitors/a/backup"' in listed.text
+        assert 'href="/ui/monitors"' in listed.text  # in the nav
+        shown = await http.get("/ui/monitors/a/backup")
+        assert shown.status_code == 200
+        assert f"{PUBLIC}/ping/{monitor.ping_key}" in shown.text
+        assert "&lt;b&gt;disk full&lt;/b&gt;" in shown.text  # a body is text, escaped
+        assert "10.0.0.7" in shown.text
+        assert "a failure ping" in shown.text  # its history
+        for theirs in ("/ui/monitors/b/backup", "/ui/monitors/a/nothing"):
+            assert (await http.get(theirs)).status_code == 404
+        assert (await http.get("/ui/monitors?tenant=b")).status_code == 404
