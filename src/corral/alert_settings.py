@@ -28,13 +28,18 @@ ALERT_CAUSES = (
     "refused",
     "quota",
     "paused",
+    "monitor_down",
+    "monitor_failed",
+    "monitor_up",
 )
 """What a rule may fire `on`: a job quarantined or failed for good, an attempt lost or of
 unknown class, a retry waiting for an empty budget, a firing late or missed, a job past
 its SLA, `after` failures in a row of one subject (a schedule, a key or a job), a
 tenant's schedule's firing refused (its tenant no longer granted its executor), one
 refused because it would break a quota of its tenant (max_queued, submit_rate), and a
-schedule corral paused after its `pause_after` failed firings in a row (corral.autopause)."""
+schedule corral paused after its `pause_after` failed firings in a row (corral.autopause);
+a monitor gone down (no ping by its grace's end), failed (a failure ping) or back up
+(corral.monitoring)."""
 
 STREAK = 3
 """consecutive_failures' `after` when a rule does not set it."""
@@ -149,6 +154,9 @@ class AlertMatch(BaseModel):
     schedule: str | None = Field(None, description="Only the jobs of this schedule's firings.")
     tenant: str | None = Field(None, description="Only jobs of this tenant.")
     executor: str | None = Field(None, description="Only jobs of this executor.")
+    monitor: str | None = Field(
+        None, description="Only this monitor's news (monitor_down, monitor_failed, monitor_up)."
+    )
     labels: dict[str, str] = Field(
         default_factory=dict, description="Only jobs with each of these labels, so valued."
     )
@@ -236,7 +244,9 @@ class AlertsSettings(BaseModel):
         " tenant, executor, labels), `channels`, `throttle`.",
     )
     base_url: str | None = Field(
-        None, description="corral's web address: messages link to the job under it."
+        None,
+        description="Deprecated: set public_url instead. corral's web address, which"
+        " messages link under when public_url is not set.",
     )
     heartbeat_url: str | None = Field(
         None,

@@ -293,6 +293,12 @@ class Settings(BaseSettings):
     default_max_attempts: int = Field(
         3, ge=1, le=1_000, description="Attempts a job gets by default."
     )
+    public_url: str | None = Field(
+        None,
+        description="The URL people and other servers reach corral's API and dashboard at"
+        " (e.g. https://corral.example.com): the base of monitors' ping URLs and of every link"
+        " in an alert. alerts.base_url is its deprecated alias.",
+    )
     api_url: str | None = Field(
         None,
         description="Where jobs reach corral's API: passed to attempts as CORRAL_API_URL with"
@@ -354,6 +360,13 @@ class Settings(BaseSettings):
                 )
         return url
 
+    @field_validator("public_url")
+    @classmethod
+    def _public(cls, url: str | None) -> str | None:
+        if url is not None and not re.match(r"^https?://[^/\s]+(/\S*)?$", url):
+            raise ValueError(f"{url!r} is not an http:// or https:// URL")
+        return None if url is None else url.rstrip("/")
+
     @field_validator("pools")
     @classmethod
     def _pool_slots(cls, pools: dict[str, int]) -> dict[str, int]:
@@ -387,6 +400,13 @@ class Settings(BaseSettings):
         """executors.kubernetes.pod_start_timeout, or, unset, as long as the attempt deadline
         leaves room for (see KubernetesExecutorSettings.start_timeout)."""
         return self.executors.kubernetes.start_timeout(self.timeouts)
+
+    @property
+    def public_base(self) -> str | None:
+        """Where corral is reached from outside: public_url, else the deprecated
+        alerts.base_url; None when neither is set."""
+        base = self.public_url or self.alerts.base_url
+        return None if base is None else base.rstrip("/")
 
     @property
     def database_url_for_jobs(self) -> str | None:

@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from corral import errors
 
-Entity = Literal["job", "attempt", "schedule"]
+Entity = Literal["job", "attempt", "schedule", "monitor"]
 
 
 class JobState(StrEnum):
@@ -392,7 +392,8 @@ class Attempt:
 class Event:
     """One row of a job's run log: a state change of the job or one of its attempts; or
     a schedule's news, of no job (entity "schedule", job_id 0): nominal times that did not
-    run (to_state "missed" or "overlap")."""
+    run (to_state "missed" or "overlap"); or a monitor's going down, failing or coming back
+    up (entity "monitor", job_id 0), which alert rules read."""
 
     id: int
     job_id: int

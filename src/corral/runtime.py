@@ -264,7 +264,7 @@ async def _run_loops(
     if asked.reconcile:
         running.append(_reconciling(rt, stop, beats, rules, pulse))
     if asked.schedule:
-        running.append(_scheduling(rt, stop, beats))
+        running.append(_scheduling(rt, stop, beats, pulse))
     if asked.alert:
         a = alerts.Alerter(store=rt.store, clock=rt.clock, settings=rt.settings)
         running.append(a.run(stop, on_pass=beats.recorder(health.ALERTER)))
@@ -328,9 +328,12 @@ def _reconciling(
     return _closed_after(r.run(stop, on_pass=passed_and_pinged), ping)
 
 
-def _scheduling(rt: Runtime, stop: asyncio.Event, beats: health.HealthFile) -> Awaitable[None]:
+def _scheduling(
+    rt: Runtime, stop: asyncio.Event, beats: health.HealthFile, pulse: loops.Pulse | None
+) -> Awaitable[None]:
     """The scheduler's loop, its passes recorded in the health file; a tenant's firings
-    checked against its grant and its spec's references."""
+    checked against its grant and its spec's references; monitors judged, this process's
+    row (`pulse`) left out of the loops it reads for when they were last judged."""
     from corral import scheduler
     from corral.executors import references  # jsonschema: only where schedules fire
 
@@ -341,6 +344,8 @@ def _scheduling(rt: Runtime, stop: asyncio.Event, beats: health.HealthFile) -> A
         cancel_grace=rt.settings.timeouts.cancel_grace,
         tenants=rt.settings.tenants,
         refuse=references.firing_refusal(rt.settings),
+        loop_id=None if pulse is None else pulse.id,
+        heartbeat=rt.settings.timeouts.heartbeat_interval,
     )
     return s.run(stop, on_pass=beats.recorder(health.SCHEDULER))
 

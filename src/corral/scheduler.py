@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from corral import errors, metrics, model, planning, scheduling, tenancy
+from corral import errors, metrics, model, monitor_judge, planning, scheduling, tenancy
 from corral.clock import Clock, sleep_or_stop
 from corral.executors.base import Executor
 from corral.store import Store
@@ -90,6 +90,7 @@ class PassResult:
     fired: int
     recorded: int
     promoted: int
+    judged: int = 0  # monitors whose check time came
 
 
 class Scheduler:
@@ -109,11 +110,15 @@ class Scheduler:
         ahead: timedelta = AHEAD,
         tenants: Mapping[str, tenancy.TenantSettings] | None = None,
         refuse: Refuse | None = None,
+        loop_id: str | None = None,
+        heartbeat: timedelta = timedelta(seconds=20),
     ) -> None:
         """`tenants`: the settings' tenants, whose grants and quotas a tenant's schedule's
         firings are checked against (none given: every tenant has the defaults); `refuse`,
         the whole check of such a firing, if more than the grant (see
-        executors.references.firing_refusal)."""
+        executors.references.firing_refusal); `loop_id` and `heartbeat`: this process's row
+        in the loops table and its beat, which the judge of monitors reads the others'
+        beside (corral.monitor_judge)."""
         self.store = store
         self.clock = clock
         self.executors = executors or {}
@@ -125,6 +130,9 @@ class Scheduler:
         self.refuse = refuse or functools.partial(_not_granted, self.tenants)
         self._limit = batch
         self.last_pass: PassResult | None = None
+        self.judge = monitor_judge.Judge(
+            store=store, clock=clock, loop_id=loop_id, heartbeat=heartbeat
+        )
 
     async def run(self, stop: asyncio.Event, on_pass: Callable[[], None] | None = None) -> None:
         while not stop.is_set():
@@ -154,8 +162,9 @@ class Scheduler:
                 return
 
     async def pass_once(self) -> PassResult:
-        """Fire everything due now; queue the scheduled jobs whose time came."""
-        schedules = fired = recorded = promoted = 0
+        """Fire everything due now; queue the scheduled jobs whose time came; judge the
+        monitors whose check time came."""
+        schedules = fired = recorded = 0
         while True:
             now = self.clock.now()
             began = self.clock.monotonic()
@@ -185,13 +194,19 @@ class Scheduler:
             await self._stop_replaced(done.cancelled)
             if done.schedules < limit:
                 break
+        promoted = await self._promote()
+        judged = await self.judge.pass_once()
+        self.last_pass = PassResult(schedules, fired, recorded, promoted, judged)
+        return self.last_pass
+
+    async def _promote(self) -> int:
+        """Queue the scheduled jobs whose time came, a batch at a time: how many."""
+        promoted = 0
         while True:
             moved = await self.store.jobs.promote_due(now=self.clock.now(), limit=self.batch)
             promoted += moved
             if moved < self.batch:
-                break
-        self.last_pass = PassResult(schedules, fired, recorded, promoted)
-        return self.last_pass
+                return promoted
 
     def _log(self, done: planning.Fired) -> None:
         for f in done.firings:

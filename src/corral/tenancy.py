@@ -83,6 +83,9 @@ class TenantSettings(BaseModel):
     max_schedules: int = Field(
         1_000, ge=0, description="At most this many schedules of the tenant."
     )
+    max_monitors: int = Field(
+        100, ge=0, description="At most this many monitors of the tenant (corral monitors)."
+    )
     submit_rate: int = Field(
         6_000,
         ge=1,

@@ -202,3 +202,10 @@ def test_before_after_compares_two_trees_in_turns() -> None:
     assert len(report["corral_jobs_per_s"]["before"]) == 1
     assert report["median"]["after"] > 0
     assert report["ratio_after_vs_before"] > 0
+
+
+def test_monitors_reports_pings_a_second_beside_a_bare_insert() -> None:
+    report = _bench("monitors.py", "--monitors", "20", "--clients", "2", "--requests", "20")
+    assert report["corral"]["statuses"] == {"200": 40}  # none past its 10 pings a second
+    assert report["bare_insert"]["pings_per_s"] > 0
+    assert report["ratio_pings_per_s_corral_vs_bare"] > 0

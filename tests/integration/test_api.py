@@ -231,6 +231,10 @@ async def test_no_route_shows_or_changes_another_tenant_s_job_or_schedule(api: A
     rule = {"name": "a-nightly", "on": ["failed"], "channels": ["a-nightly"]}
     made = await api.http.post("/api/v1/alerts/rules", json=rule, headers=api.as_("a-op"))
     assert made.status_code == 201, made.text
+    # A monitor made in the store: these settings have no public_url, which the API wants.
+    await api.c.store.monitors.add(
+        new=(await _a_monitor(api)), rule=None, most=10, rules_most=10, now=api.c.clock.now()
+    )
     [a_token] = [t for t in await api.c.store.tokens.list() if t.name == "a-op"]
     bulk = {"action": "cancel", "filter": {"queue": "secret-queue"}, "expect": 0}
     op = (await api.http.post("/api/v1/operations", json=bulk, headers=api.as_("a-op"))).json()
@@ -244,6 +248,11 @@ async def test_no_route_shows_or_changes_another_tenant_s_job_or_schedule(api: A
     table = app.openapi()["paths"]  # every route of the app, but /healthz and /readyz
     checked = 0
     for path_of, operations in table.items():
+        if path_of.startswith("/ping/"):
+            # The one named exception: a monitor's ping URL is outside /api/v1 and takes no
+            # token; its random key is the authority, and reaches one monitor only
+            # (tests/integration/test_monitors.py: an unknown or rotated key is 404).
+            continue
         for method in (m.upper() for m in operations):
             params = set(re.findall(r"{(\w+)}", path_of))
             if params - set(known):
@@ -280,10 +289,22 @@ async def test_no_route_shows_or_changes_another_tenant_s_job_or_schedule(api: A
     assert (await api.c.schedule("a-nightly", tenant="a")).paused_at is None
     assert [r.name for r in await api.c.tenant_rules("a")] == ["a-nightly"]  # untouched by b
     assert [ch.name for ch in await api.c.tenant_channels("a")] == ["a-nightly"]
+    assert (await api.c.monitor("a", "a-nightly")).state == "up"  # untouched by b
     admin = await api.http.get(f"/api/v1/jobs/{job['id']}", headers=api.as_("admin"))
     assert admin.status_code == 200  # an admin of every tenant sees it
     own = await api.http.get("/api/v1/schedules/a-nightly?tenant=a", headers=api.as_("admin"))
     assert own.status_code == 200
+
+
+async def _a_monitor(api: Api) -> Any:
+    from corral import monitoring
+
+    now = api.c.clock.now()
+    return monitoring.Monitor(
+        id=0, tenant="a", name="a-nightly", ping_key="", period=timedelta(hours=1), cron=None,
+        tz="UTC", grace=timedelta(minutes=5), state="up", state_at=now, basis_at=now,
+        expected_at=None, check_at=None, last_ping_at=None, run_started_at=None, created_at=now,
+    )  # fmt: skip
 
 
 async def test_schedules_are_made_changed_fired_and_backfilled(api: Api) -> None:

@@ -254,7 +254,7 @@ class Alerter:
         if channel is not None:
             try:
                 async with asyncio.timeout(self._seconds.get(a.channel, 30.0)):
-                    await channel.send(channels.render(a, self.settings.alerts.base_url))
+                    await channel.send(channels.render(a, self.settings.public_base))
             except errors.Undelivered as exc:
                 error = str(exc)
             except TimeoutError:

@@ -56,6 +56,8 @@ def _link(alert: Alert, base_url: str | None) -> tuple[str | None, str]:
     kind, tenant, name = subject_parts(_one_subject(alert))
     if kind == "schedule" and tenant:
         return f"{ui}/schedules/{quote(tenant, safe='')}/{quote(name, safe='')}", "schedule"
+    if kind == "monitor" and tenant:
+        return f"{ui}/monitors/{quote(tenant, safe='')}/{quote(name, safe='')}", "monitor"
     if alert.job_id is not None:
         return f"{ui}/jobs/{alert.job_id}", "job"
     if kind == "job" and name.isdigit():
@@ -224,6 +226,24 @@ def _failed(alert: Alert, about: str) -> _Words:
     ]
 
 
+_MONITOR = {
+    "monitor_down": "is down",
+    "monitor_failed": "failed",
+    "monitor_up": "is up again",
+}
+
+
+def _monitor(alert: Alert, about: str) -> _Words:
+    """A monitor gone down, failed or back up: what its last ping (or its silence) says."""
+    d = alert.details
+    title = f"[corral] monitor {d.get('monitor')} (tenant {_tenant(alert)}) {_MONITOR[alert.cause]}"
+    return title, [
+        f"Rule {alert.rule}: {d.get('reason')}",
+        f"Tenant: {_tenant(alert)}",
+        f"At: {_when(d.get('at'))}",
+    ]
+
+
 _BY_CAUSE: Mapping[str, Callable[[Alert, str], _Words]] = {
     "consecutive_failures": _streak,
     "schedule_late": _late,
@@ -231,6 +251,7 @@ _BY_CAUSE: Mapping[str, Callable[[Alert, str], _Words]] = {
     "refused": _not_run,
     "quota": _not_run,
     "paused": _paused,
+    **dict.fromkeys(_MONITOR, _monitor),
 }
 """The words of the causes that say more than a job's failure."""
 

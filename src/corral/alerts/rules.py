@@ -11,7 +11,13 @@ from typing import Any
 
 from corral import alert_settings, model, redaction
 from corral.store.alert_reads import JobFacts
-from corral.store.alert_subjects import job_subject, key_subject, schedule_subject, tenant_subject
+from corral.store.alert_subjects import (
+    job_subject,
+    key_subject,
+    monitor_subject,
+    schedule_subject,
+    tenant_subject,
+)
 
 J, A = model.JobState, model.AttemptState
 
@@ -52,6 +58,7 @@ class Happening:
     attempt_no: int | None = None  # its newest attempt, and how that one ended
     attempt_reason: str | None = None
     idempotency_key: str | None = None
+    monitor: str | None = None  # a monitor's news: its name
 
 
 def happening(event: model.Event, job: JobFacts | None) -> Happening | None:
@@ -60,6 +67,8 @@ def happening(event: model.Event, job: JobFacts | None) -> Happening | None:
     details = event.details or {}
     if event.entity == "schedule":
         return _schedule_news(event, details)
+    if event.entity == "monitor":
+        return _monitor_news(event, details)
     if job is None or event.from_state is None:
         return None  # a job gone, or a job or attempt made: no news to anyone
     cls = details.get("failure_class")
@@ -155,6 +164,31 @@ def _schedule_news(event: model.Event, details: Mapping[str, Any]) -> Happening 
     )
 
 
+MONITOR_CAUSES = {"down": "monitor_down", "failed": "monitor_failed", "up": "monitor_up"}
+"""A monitor's news (the to_state of its event) as causes."""
+
+
+def _monitor_news(event: model.Event, details: Mapping[str, Any]) -> Happening | None:
+    """A monitor gone down, failed or back up (corral.monitoring): about the monitor, of
+    its tenant; no job, queue nor executor."""
+    cause = MONITOR_CAUSES.get(event.to_state)
+    if cause is None or not isinstance(details.get("monitor"), str):
+        return None
+    return Happening(
+        event_id=event.id,
+        at=event.at,
+        cause=cause,
+        job_id=None,
+        queue="",
+        tenant=str(details.get("tenant", "")),
+        executor="",
+        labels={},
+        schedule=None,
+        reason=event.reason,
+        monitor=details["monitor"],
+    )
+
+
 def matches(rule: alert_settings.AlertRule, h: Happening) -> bool:
     """Whether `h` is about what `rule` watches (its cause aside)."""
     m = rule.match
@@ -163,6 +197,7 @@ def matches(rule: alert_settings.AlertRule, h: Happening) -> bool:
         (m.schedule, h.schedule),
         (m.tenant, h.tenant),
         (m.executor, h.executor),
+        (m.monitor, h.monitor),
     )
     if any(want is not None and want != got for want, got in wanted):
         return False
@@ -172,7 +207,9 @@ def matches(rule: alert_settings.AlertRule, h: Happening) -> bool:
 def subject(h: Happening) -> str:
     """What a message is about: the job's schedule when it has one, else its idempotency
     key, else the job itself; each of its tenant's, never another tenant's of the same
-    name."""
+    name; a monitor's news is about the monitor."""
+    if h.monitor is not None:
+        return monitor_subject(h.tenant, h.monitor)
     if h.schedule is not None:
         return schedule_subject(h.tenant, h.schedule)
     if h.idempotency_key is not None:
@@ -238,8 +275,14 @@ def digest_period(at: datetime, throttle: timedelta) -> tuple[datetime, datetime
     return start, start + throttle
 
 
-NOT_FAILURES = frozenset({"schedule_late", "schedule_missed", "refused", "quota", "paused"})
-"""Causes that are no job's failure: they have no recovered message to come."""
+NOT_FAILURES = frozenset(
+    {"schedule_late", "schedule_missed", "refused", "quota", "paused", *MONITOR_CAUSES.values()}
+)
+"""Causes that are no job's failure: they have no recovered message to come (a monitor's
+coming back up is a cause of its own, monitor_up)."""
+BACK_UP = "monitor_up"
+"""A monitor back up: told at once to a rule that names it, whatever its throttle (its
+down or failed message opened the window), and never digested."""
 
 ENDED_BADLY = frozenset({"failed", "quarantined"})
 """What counts toward `consecutive_failures`: a job that ended without succeeding."""
@@ -296,6 +339,9 @@ def _apply(
         ends = before.streak if set(rule.on) <= _LATENESS else 0
         _stand(out, now, key, before, replace(before, owes_recovery=False, streak=ends))
         return
+    if h.cause == BACK_UP:
+        _back_up(out, now, name, rule, h, key, before)
+        return
     cause, counted = _cause(rule, h, before)
     before = _stand(out, now, key, before, counted)
     if cause is None:
@@ -316,6 +362,22 @@ def _apply(
     out.messages.extend(
         _each_channel(rule, name, "alert", cause, key[1], h, _extra(cause, h, before))
     )
+
+
+def _back_up(
+    out: Plan,
+    now: dict[tuple[str, str], Sent],
+    name: str,
+    rule: alert_settings.AlertRule,
+    h: Happening,
+    key: tuple[str, str],
+    before: Sent,
+) -> None:
+    """A monitor back up: its streak ends; a rule that names monitor_up tells it at once,
+    whatever its throttle window."""
+    _stand(out, now, key, before, replace(before, streak=0))
+    if BACK_UP in rule.on:
+        out.messages.extend(_each_channel(rule, name, "alert", BACK_UP, key[1], h))
 
 
 _LATENESS = frozenset({"schedule_late"})
@@ -382,6 +444,7 @@ def _each_channel(
         "what": h.what,
         "attempt": h.attempt_no,
         "attempt_reason": h.attempt_reason,
+        **({"monitor": h.monitor} if h.monitor is not None else {}),
     }
     return [
         Message(

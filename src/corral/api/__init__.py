@@ -1,6 +1,7 @@
 """The REST API (FastAPI), under /api/v1, with its OpenAPI document at /api/v1/openapi.json.
 
-Every route but /healthz and /readyz takes `Authorization: Bearer <token>`: a token acts
+Every route but /healthz, /readyz and a monitor's /ping/<key> (its random key authorises)
+takes `Authorization: Bearer <token>`: a token acts
 for one tenant (or every tenant, an admin's) in one role (corral.access.Role). A job of
 another tenant is not found (404), however it is asked for: by id, in a list, by its
 events or run log. Every change is written to the audit log with the token that made it.
@@ -23,6 +24,7 @@ from corral.api import (
     alerts,
     attempts,
     metrics,
+    monitors,
     operations,
     routes,
     schedules,
@@ -62,6 +64,9 @@ def create_app(c: client.Client) -> FastAPI:
     )
     app.state.client = c
     _answer_errors(app)
+    # /ping/<key> first: the routes are matched in order, and a ping is the hottest request
+    # (its key authorises it, no token).
+    app.include_router(monitors.pings)
     app.include_router(routes.router, prefix=PREFIX)
     app.include_router(schedules.router, prefix=PREFIX)
     app.include_router(alerts.router, prefix=PREFIX)
@@ -71,6 +76,7 @@ def create_app(c: client.Client) -> FastAPI:
     app.include_router(operations.router, prefix=PREFIX)
     app.include_router(workers.router, prefix=PREFIX)
     app.include_router(tenants.router, prefix=PREFIX)
+    app.include_router(monitors.router, prefix=PREFIX)
     app.include_router(metrics.router)  # /metrics, beside /healthz and /readyz
     routes.add_health(app)
     web.mount(app)  # the dashboard, under /ui

@@ -1,6 +1,7 @@
 """GET /metrics: corral.metrics in Prometheus' text format, with what is read from the
-store at scrape time: jobs in each live state by queue, each queue's retry budget, and
-each tenant's use of its quotas beside their limits (one grouped read for every tenant).
+store at scrape time: jobs in each live state by queue, each queue's retry budget, each
+tenant's use of its quotas beside their limits (one grouped read for every tenant), and
+the monitors in each state.
 
 Queue and tenant names are tenant data, so it takes a token of every tenant (tenant None),
 of any role. Finished jobs are not counted here (that would scan the table): the
@@ -33,10 +34,12 @@ class Stored(Collector):
         jobs: Mapping[tuple[str, str], int],
         tokens: Mapping[str, float],
         tenants: Sequence[usage.View] = (),
+        monitors: Mapping[str, int] | None = None,
     ) -> None:
         self.jobs = jobs
         self.tokens = tokens
         self.tenants = tenants
+        self.monitors = monitors or {}
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         jobs = GaugeMetricFamily(
@@ -58,6 +61,14 @@ class Stored(Collector):
             tokens.add_metric([queue], left)
         yield tokens
         yield from tenant_gauges(self.tenants)
+        monitors = GaugeMetricFamily(
+            "corral_monitors",
+            "Monitors (corral monitors) in each state: up, late, down, failed, paused.",
+            labels=["state"],
+        )
+        for state, count in self.monitors.items():
+            monitors.add_metric([state], count)
+        yield monitors
 
 
 def tenant_gauges(views: Sequence[usage.View]) -> Iterator[GaugeMetricFamily]:
@@ -109,6 +120,7 @@ async def scrape(who: Viewer, c: Client) -> Response:
     buckets = await c.budgets()
     tokens = tokens_now(buckets, retry.Budget.from_settings(c.settings), c.clock.now())
     stored = prometheus_client.CollectorRegistry(auto_describe=False)
-    stored.register(Stored(jobs, tokens, await c.tenant_views()))
+    monitors = await c.monitors_counted()
+    stored.register(Stored(jobs, tokens, await c.tenant_views(), monitors))
     body, content_type = metrics.exposition()
     return Response(body + prometheus_client.generate_latest(stored), media_type=content_type)

@@ -58,6 +58,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "Run the scheduler loop alone (fires schedules; any number may run at once).",
     ),
     "schedules": ("corral.cli.schedules:schedules", "Make and manage schedules (cron, intervals)."),
+    "monitors": (
+        "corral.cli.monitors:monitors",
+        "Monitors: a dead man's switch for crons that run elsewhere, pinged at a URL.",
+    ),
     "secrets": (
         "corral.cli.secrets:secrets",
         "Make, rotate and list the secrets HTTP requests are signed with.",

@@ -44,9 +44,10 @@ def check(state: State, as_json: bool) -> None:
     """Show how the limits nest (inner < outer, with the margin); exit 1 if one does not.
 
     Where the database can be reached, also the loops that run and the work that waits for
-    a loop nobody runs (as `corral status`), and what could hand corral's secrets to
-    others (a settings file or database other users can read, jobs given the database's
-    URL); those are warnings, never a failure."""
+    a loop nobody runs (as `corral status`), what could hand corral's secrets to others (a
+    settings file or database other users can read, jobs given the database's URL), and
+    public_url unset while monitors or alert rules need it; those are warnings, never a
+    failure."""
     from corral.cli import exposure, status
 
     settings = state.settings(check_chain=False)
@@ -57,10 +58,9 @@ def check(state: State, as_json: bool) -> None:
         if not broken
         else "not looked at: the limits do not nest"
     )
+    public = [] if isinstance(seen, str) else run_async(_public(settings))
     if as_json:
-        print_json(
-            {**render.chain_dict(settings), "status": _status_json(seen), "exposed": exposed}
-        )
+        print_json(_check_json(settings, seen, exposed, public))
     else:
         out.print(render.chain_table(settings))
         for line in broken:
@@ -73,8 +73,16 @@ def check(state: State, as_json: bool) -> None:
             err.print(f"loops: not looked at ({seen})", markup=False)
         else:
             status.print_status(seen)
-        for line in exposed:
+        for line in [*exposed, *public]:
             err.print(f"warning: {line}", markup=False)
+
+
+async def _public(settings: config.Settings) -> list[str]:
+    """What `corral check` says of public_url (client.monitors.public_warnings)."""
+    from corral import runtime
+
+    async with runtime.connect(settings, platforms=False) as c:
+        return await c.public_warnings()
 
 
 def _print_nested(settings: config.Settings) -> None:
@@ -93,6 +101,18 @@ def _print_nested(settings: config.Settings) -> None:
         f"all {len(timeouts.CHAIN) - unused} limits nest"
         f" (margin {margin:g}s, tick margin {tick:g}s){note}"
     )
+
+
+def _check_json(
+    settings: config.Settings, seen: Any, exposed: list[str], public: list[str]
+) -> dict[str, Any]:
+    """`corral check --json`: the chain, the loops, and the warnings."""
+    return {
+        **render.chain_dict(settings),
+        "status": _status_json(seen),
+        "exposed": exposed,
+        "public_url": public,
+    }
 
 
 def _status_json(seen: Any) -> dict[str, Any]:

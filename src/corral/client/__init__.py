@@ -23,6 +23,7 @@ from corral.client import (
     explain,
     follow,
     jobs,
+    monitors,
     operations,
     schedule_reads,
     schedules,
@@ -51,6 +52,7 @@ class Client(
     audit.Audit,
     workers.Workers,
     tenant_alerts.TenantAlerts,
+    monitors.Monitors,
     counts.Counts,
     tenants.Tenants,
 ):
@@ -71,6 +73,7 @@ __all__ = [
     "explain",
     "follow",
     "jobs",
+    "monitors",
     "operations",
     "schedule_reads",
     "schedules",

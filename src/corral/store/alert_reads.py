@@ -240,15 +240,16 @@ def alert_muted(conn: Connection, *, now: datetime) -> dict[str, datetime]:
 
 def _may_matter(with_starts: bool) -> ColumnElement[bool]:
     """The events `corral.alerts.rules.happening` may make something of, as SQL, but
-    successes (read apart): a lost attempt, a schedule's news, and any change or note of
-    a job but its submission and (unless `with_starts`) its start. A superset:
-    `happening` decides on each one read."""
+    successes (read apart): a lost attempt, a schedule's or a monitor's news, and any
+    change or note of a job but its submission and (unless `with_starts`) its start. A
+    superset: `happening` decides on each one read."""
     e = events.c
     started = and_(e.to_state == J.RUNNING.value, e.from_state != J.RUNNING.value)
     job = and_(e.entity == "job", e.from_state.is_not(None), ~_succeeded())
     return or_(
         and_(e.entity == "attempt", e.to_state == model.AttemptState.LOST.value),
         e.entity == "schedule",
+        e.entity == "monitor",
         and_(job, ~started) if not with_starts else job,
     )
 

@@ -31,6 +31,11 @@ def job_subject(tenant: str, job_id: int) -> str:
     return f"job:{tenant}/{job_id}"
 
 
+def monitor_subject(tenant: str, monitor: str) -> str:
+    """The subject of messages about a monitor (corral.monitoring)."""
+    return f"monitor:{tenant}/{monitor}"
+
+
 def tenant_subject(tenant: str) -> str:
     """The subject of a digest: what a rule held back of all of a tenant's subjects."""
     return f"tenant:{tenant}"

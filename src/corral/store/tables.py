@@ -24,11 +24,22 @@ from sqlalchemy import (
     text,
 )
 
+from corral.store.alert_tables import PENDING as PENDING
+from corral.store.alert_tables import alert_cursors as alert_cursors
+from corral.store.alert_tables import alert_mutes as alert_mutes
+from corral.store.alert_tables import alert_streaks as alert_streaks
+from corral.store.alert_tables import alert_tries as alert_tries
+from corral.store.alert_tables import alerts as alerts
+from corral.store.alert_tables import tenant_alert_channels as tenant_alert_channels
+from corral.store.alert_tables import tenant_alert_rules as tenant_alert_rules
 from corral.store.columns import Id as Id
 from corral.store.columns import Json as Json
 from corral.store.columns import UTCDateTime as UTCDateTime
 from corral.store.columns import at, id_column, made, tenant_column
 from corral.store.columns import metadata as metadata
+from corral.store.monitor_tables import monitor_changes as monitor_changes
+from corral.store.monitor_tables import monitor_pings as monitor_pings
+from corral.store.monitor_tables import monitors as monitors
 
 jobs = Table(
     "jobs",
@@ -295,65 +306,6 @@ signing_secrets = Table(
     sqlite_autoincrement=True,
 )
 
-# The alerts outbox (corral.alerts): one row per message per channel, unique on its dedupe
-# key, written with the alerter's cursor move; pending until delivered or given up.
-alerts = Table(
-    "alerts",
-    metadata,
-    id_column(),
-    Column("dedupe_key", String(500), nullable=False),
-    Column("rule", String(200), nullable=False),
-    Column("channel", String(200), nullable=False),
-    Column("kind", String(20), nullable=False),  # alert, digest, recovered, test
-    Column("cause", String(40), nullable=False),
-    Column("subject", String(300), nullable=False),  # store/alert_subjects.py
-    Column("job_id", Id),
-    Column("details", Json, nullable=False),  # what the message says
-    Column("state", String(20), nullable=False),  # pending, delivered, failed
-    at("created_at"),
-    at("due_at"),
-    Column("tries", Integer, nullable=False),
-    Column("last_error", Text),
-    Column("delivered_at", UTCDateTime),
-    UniqueConstraint("dedupe_key"),
-    Index("ix_alerts_subject", "rule", "subject", "id"),
-    sqlite_autoincrement=True,
-)
-PENDING = text("state = 'pending'")
-"""The predicate of ix_alerts_pending (indexes.py), as its readers write it."""
-
-alert_tries = Table(
-    "alert_tries",
-    metadata,
-    id_column(),
-    Column("alert_id", Id, nullable=False),
-    at("at"),
-    Column("ok", Boolean, nullable=False),
-    Column("error", Text),
-    Index("ix_alert_tries_alert", "alert_id", "id"),
-    sqlite_autoincrement=True,
-)
-
-alert_cursors = Table(
-    "alert_cursors",
-    metadata,
-    Column("name", String(50), primary_key=True),
-    Column("event_id", Id, nullable=False),
-    at("updated_at"),
-)
-
-# Where each rule and subject stands (corral.alerts.rules.Sent): its streak of jobs that
-# ended badly, when its throttle window opened, whether it owes a "recovered" message.
-alert_streaks = Table(
-    "alert_streaks",
-    metadata,
-    Column("rule", String(200), primary_key=True),
-    Column("subject", String(300), primary_key=True),
-    Column("failures", Integer, nullable=False),
-    Column("window_at", UTCDateTime),
-    Column("owes_recovery", Boolean, nullable=False, server_default=false()),
-)
-
 # A job's SLA (its policy's `sla`): when it must have succeeded by. The reconciler reads
 # the rows that are due, notes a miss in the job's run log, and removes them.
 job_slas = Table(
@@ -362,42 +314,6 @@ job_slas = Table(
     Column("job_id", Id, primary_key=True, autoincrement=False),
     at("due_at"),
     Index("ix_job_slas_due_at", "due_at"),
-)
-
-alert_mutes = Table(
-    "alert_mutes",
-    metadata,
-    Column("rule", String(200), primary_key=True),
-    at("until"),
-    at("muted_at"),
-)
-
-# Alert channels and rules a tenant owns (corral.client.tenant_alerts), each named within its
-# tenant: `config` a channel's kind's fields (addresses, a webhook's URL and secret), `rule`
-# a rule's (on, match, channels, throttle, ...), its match narrowed to the tenant when read.
-tenant_alert_channels = Table(
-    "tenant_alert_channels",
-    metadata,
-    id_column(),
-    tenant_column(),
-    Column("name", String(100), nullable=False),
-    Column("kind", String(20), nullable=False),
-    Column("config", Json, nullable=False),
-    at("created_at"),
-    UniqueConstraint("tenant", "name"),
-    sqlite_autoincrement=True,
-)
-
-tenant_alert_rules = Table(
-    "tenant_alert_rules",
-    metadata,
-    id_column(),
-    tenant_column(),
-    Column("name", String(100), nullable=False),
-    Column("rule", Json, nullable=False),
-    at("created_at"),
-    UniqueConstraint("tenant", "name"),
-    sqlite_autoincrement=True,
 )
 
 # API credentials (corral.api): the SHA-256 of each secret, never the secret; a token acts

@@ -13,6 +13,7 @@
     live.py     live updates: the changing part of a page, pushed over server-sent events
     bulk.py     bulk actions: a preview, its confirm form, and the operations it starts
     tenant_alerts.py   the alert channels and rules a tenant owns, and their forms
+    monitors.py        a tenant's monitors, and a page per monitor: its pings and history
     charts.py   the charts of job ends (the overview's, a schedule's), drawn as SVG on the server
 """
 
@@ -29,6 +30,7 @@ from corral.web import (
     bulk,
     job_forms,
     jobs,
+    monitors,
     overview,
     pages,
     schedule_actions,
@@ -98,6 +100,7 @@ ROOMS = (
     schedule_page,
     bulk,
     tenant_alerts,
+    monitors,
 )
 """The modules whose routes the dashboard serves, in the order they are matched: the forms
 before the pages whose paths take an id or a name (/ui/jobs/new is no job)."""

@@ -1,0 +1,313 @@
+"""Monitors through the API, on both databases: made, pinged at their ping URL (no token),
+judged by the scheduler's pass, alerted through a tenant's channels (a real SMTP server and
+a real receiver as Slack), kept within their tenant; and a corral stopped longer than a
+monitor's period and grace that does not call it down when it starts again."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from corral import alerts, config, loops, scheduler, store
+from corral.testing import FrozenClock
+from tests.integration.test_alerts import Inbox, Web, listening, smtp, web_receiver
+from tests.support.api import Api, over_http, serving
+from tests.support.forms import forms_client, signed
+
+__all__ = ["smtp", "web_receiver"]  # fixtures, used by name
+
+PUBLIC = "https://corral.example.com"
+TOKENS = [
+    ("a-op", "a", "operator"),
+    ("a-view", "a", "viewer"),
+    ("b-op", "b", "operator"),
+    ("admin", None, "admin"),
+]
+
+
+def settings(**more: Any) -> config.Settings:
+    return config.Settings(public_url=PUBLIC, **more)
+
+
+@contextlib.asynccontextmanager
+async def api(db: store.Store, s: config.Settings | None = None) -> AsyncIterator[Api]:
+    clock = FrozenClock(datetime(2026, 12, 8, 12, 0, tzinfo=UTC))
+    async with serving(db, TOKENS, settings=s or settings(), clock_=clock) as made:
+        yield made
+
+
+def key_of(monitor: dict[str, Any]) -> str:
+    url = str(monitor["ping_url"])
+    assert url.startswith(f"{PUBLIC}/ping/")
+    return url.removeprefix(PUBLIC)
+
+
+async def made(a: Api, **body: Any) -> dict[str, Any]:
+    r = await a.http.post("/api/v1/monitors", json=body, headers=a.as_("a-op"))
+    assert r.status_code == 201, r.text
+    return dict(r.json())
+
+
+async def test_a_monitor_is_made_pinged_and_shown_with_its_pings_and_history(
+    db: store.Store,
+) -> None:
+    async with api(db) as a:
+        m = await made(a, name="backup", period="1h", grace="5m")
+        assert (m["state"], m["period"], m["grace"], m["tenant"]) == ("up", "1h", "5m", "a")
+        path = key_of(m)
+        clock: Any = a.c.clock
+        agent = {"User-Agent": "cron/1"}
+        assert (await a.http.post(f"{path}/start", headers=agent)).status_code == 200
+        clock.advance(90)
+        done = await a.http.post(path, content=b"x" * 20_000 + b"tail", headers=agent)
+        assert (done.status_code, done.json()) == (200, {"ok": True, "state": "up"})
+        assert (await a.http.head(path)).status_code == 200
+        assert (await a.http.get(f"{path}/fail")).status_code == 200
+        assert (await a.http.get(f"{path}/0")).status_code == 200
+        shown = (await a.http.get("/api/v1/monitors/backup", headers=a.as_("a-view"))).json()
+        assert shown["state"] == "up"
+        kinds = [(p["kind"], p["exit_code"]) for p in shown["pings"]]
+        assert kinds == [("success", 0), ("fail", None), ("success", None), ("success", None),
+                         ("start", None)]  # fmt: skip
+        big = shown["pings"][3]
+        assert (len(big["body"]), big["user_agent"], big["duration_seconds"]) == (
+            10 * 1024,
+            "cron/1",
+            90.0,
+        )
+        assert big["source"] == "127.0.0.1"
+        states = [(h["from"], h["to"]) for h in shown["history"]]
+        assert states == [("failed", "up"), ("up", "failed"), ("new", "up")]
+        assert (await a.http.get("/ping/00000000-0000-0000-0000-000000000000")).status_code == 404
+        bad = await a.http.get(f"{path}/reboot")
+        assert (bad.status_code, bad.json()["field"]) == (422, "path")
+
+
+async def test_at_most_ten_pings_a_second_and_the_last_thousand_kept(db: store.Store) -> None:
+    async with api(db) as a:
+        path = key_of(await made(a, name="busy", period="1m", grace="1m"))
+        said = [(await a.http.get(path)).status_code for _ in range(11)]
+        assert said == [200] * 10 + [429]
+        limited = await a.http.get(path)
+        assert limited.headers["retry-after"] == "1"
+        monitor = await a.c.monitor("a", "busy")
+        assert len(await a.c.monitor_pings(monitor, 1000)) == 10
+        clock: Any = a.c.clock
+        key = path.rsplit("/", 1)[1]
+        for n in range(1100):
+            if n % 10 == 0:
+                clock.advance(1)
+            done = await a.c.monitor_ping(key, None, source="x", user_agent="", body=b"")
+            assert done.found
+            assert not done.limited
+        kept = await a.c.monitor_pings(monitor, 5000)
+        assert len(kept) == 1000
+        stored = await db.monitor_pings.newest(monitor_id=monitor.id, limit=5000)
+        assert len(stored) == 1000
+
+
+async def test_rotate_pause_resume_delete_and_another_tenant_sees_none_of_it(
+    db: store.Store,
+) -> None:
+    async with api(db) as a:
+        op, b = a.as_("a-op"), a.as_("b-op")
+        old = key_of(await made(a, name="nightly", cron="0 2 * * *", tz="Europe/Paris", grace="1h"))
+        for method, path in (
+            ("GET", "/api/v1/monitors/nightly"),
+            ("GET", "/api/v1/monitors/nightly?tenant=a"),
+            ("POST", "/api/v1/monitors/nightly/pause"),
+            ("POST", "/api/v1/monitors/nightly/rotate"),
+            ("DELETE", "/api/v1/monitors/nightly"),
+        ):
+            r = await a.http.request(method, path, headers=b)
+            assert r.status_code == 404, (method, path, r.text)
+        assert (await a.http.get("/api/v1/monitors", headers=b)).json() == []
+        rotated = (await a.http.post("/api/v1/monitors/nightly/rotate", headers=op)).json()
+        assert (await a.http.get(old)).status_code == 404
+        assert (await a.http.get(key_of(rotated))).status_code == 200
+        paused = (await a.http.post("/api/v1/monitors/nightly/pause", headers=op)).json()
+        assert paused["state"] == "paused"
+        resumed = (await a.http.post("/api/v1/monitors/nightly/resume", headers=op)).json()
+        assert resumed["state"] == "up"
+        viewer = await a.http.delete("/api/v1/monitors/nightly", headers=a.as_("a-view"))
+        assert viewer.status_code == 403
+        assert (await a.http.delete("/api/v1/monitors/nightly", headers=op)).status_code == 200
+        assert (await a.http.get(key_of(rotated))).status_code == 404
+        actions = [e["action"] for e in (await a.http.get("/api/v1/audit", headers=op)).json()]
+        assert actions[:2] == ["monitors.delete", "monitors.resume"]
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"name": "x", "period": "1h"}, "grace"),
+        ({"name": "x y", "period": "1h", "grace": "1m"}, "name"),
+        ({"name": "x", "period": "1h", "grace": "1m", "colour": "red"}, "colour"),
+        ({"name": "x", "period": "1h", "grace": "1m", "channels": ["nope"]}, "channels"),
+        ({"name": "x", "period": "1h", "grace": "1m", "tenant": "b"}, "tenant"),
+    ],
+)
+async def test_a_bad_monitor_is_refused_naming_the_field_and_nothing_is_stored(
+    db: store.Store, body: dict[str, Any], field: str
+) -> None:
+    async with api(db) as a:
+        r = await a.http.post("/api/v1/monitors", json=body, headers=a.as_("a-op"))
+        assert (r.status_code, r.json()["field"]) == (422, field), r.text
+        assert await a.c.monitors(None) == []
+        assert await a.c.tenant_rules("a") == []
+
+
+async def test_no_monitor_without_public_url_nor_past_max_monitors(db: store.Store) -> None:
+    async with api(db, config.Settings()) as a:
+        body = {"name": "x", "period": "1h", "grace": "1m"}
+        r = await a.http.post("/api/v1/monitors", json=body, headers=a.as_("a-op"))
+        assert (r.status_code, r.json()["field"]) == (409, "public_url")
+    capped = settings(tenants={"a": {"max_monitors": 1}})
+    async with api(db, capped) as a:
+        await made(a, name="one", period="1h", grace="1m")
+        r = await a.http.post(
+            "/api/v1/monitors", json={"name": "two", "period": "1h", "grace": "1m"},
+            headers=a.as_("a-op"),
+        )  # fmt: skip
+        assert (r.status_code, r.json()["field"]) == (403, "max_monitors")
+        theirs = await a.http.post(
+            "/api/v1/monitors", json={"name": "two", "period": "1h", "grace": "1m"},
+            headers=a.as_("b-op"),
+        )  # fmt: skip
+        assert theirs.status_code == 201  # b's own quota
+
+
+async def _deliver(a: Api) -> None:
+    alerter = alerts.Alerter(store=a.c.store, clock=a.c.clock, settings=a.c.settings)
+    try:
+        await alerter.read_once()
+        await alerter.deliver_all()
+    finally:
+        await alerter.close()
+
+
+async def test_a_monitor_goes_late_then_down_and_up_again_with_one_message_each(
+    db: store.Store, smtp: tuple[Inbox, int], web_receiver: Web
+) -> None:
+    inbox, port = smtp
+    s = settings(
+        executors={
+            "http": {"allow_networks": [f"127.0.0.1:{web_receiver.base.rsplit(':', 1)[1]}"]}
+        },
+        alerts={"tenant_smtp": {"url": f"smtp://127.0.0.1:{port}", "from": "corral@example.com"}},
+    )
+    async with api(db, s) as a:
+        op = a.as_("a-op")
+        for channel in (
+            {"name": "mail", "kind": "email", "to": ["oncall@a.example"]},
+            {"name": "slack", "kind": "slack", "webhook_url": f"{web_receiver.base}/slack"},
+        ):
+            assert (
+                await a.http.post("/api/v1/alerts/channels", json=channel, headers=op)
+            ).status_code == 201
+        m = await made(a, name="backup", period="2s", grace="1s", channels=["mail", "slack"])
+        assert m["alert_rule"] == "monitor-backup"
+        rules = (await a.http.get("/api/v1/alerts/rules", headers=op)).json()["tenant_rules"]
+        assert [(r["name"], r["match"]) for r in rules] == [
+            ("monitor-backup", {"monitor": "backup"})
+        ]
+        await listening(db)
+        clock: Any = a.c.clock
+        s_ = scheduler.Scheduler(store=db, clock=clock)
+
+        async def at(seconds: float) -> str:
+            clock.advance(seconds)
+            await s_.pass_once()
+            return (await a.c.monitor("a", "backup")).state
+
+        assert await at(0.5) == "up"
+        assert await at(1.0) == "up"
+        assert await at(1.0) == "late"  # 2.5 s: past its period
+        await _deliver(a)
+        assert (inbox.messages, web_receiver.seen) == ([], [])  # late is no alert
+        assert await at(1.0) == "down"  # 3.5 s: past its grace
+        await _deliver(a)
+        [mail] = inbox.messages
+        assert mail["Subject"] == "[corral] monitor backup (tenant a) is down"
+        assert f"{PUBLIC}/ui/monitors/a/backup" in mail.get_content()
+        [slack] = web_receiver.seen
+        assert slack["path"] == "/slack"
+        scraped = (await a.http.get("/metrics", headers=a.as_("admin"))).text
+        assert 'corral_monitors{state="down"} 1.0' in scraped
+        assert 'corral_monitors{state="up"} 0.0' in scraped
+        assert await at(5.0) == "down"  # stays down: said once
+        await _deliver(a)
+        assert (len(inbox.messages), len(web_receiver.seen)) == (1, 1)
+        assert (await a.http.get(key_of(m))).status_code == 200
+        assert (await a.c.monitor("a", "backup")).state == "up"
+        await _deliver(a)
+        assert inbox.messages[1]["Subject"] == "[corral] monitor backup (tenant a) is up again"
+        assert (len(inbox.messages), len(web_receiver.seen)) == (2, 2)
+        gone = await a.http.delete("/api/v1/monitors/backup", headers=op)
+        assert gone.status_code == 200
+        assert await a.c.tenant_rules("a") == []  # its --channel rule goes with it
+
+
+async def test_corral_stopped_past_period_and_grace_gives_a_fresh_start_and_records_the_gap(
+    db: store.Store,
+) -> None:
+    async with api(db) as a:
+        await made(a, name="backup", period="2s", grace="1s")
+        clock: Any = a.c.clock
+        await listening(db)
+        pulse = loops.Service(db, a.c.settings, clock).pulse(kind="serve", runs=["scheduler"])
+        await pulse.start()
+        first = scheduler.Scheduler(store=db, clock=clock, loop_id=pulse.id)
+        clock.advance(1)
+        await first.pass_once()
+        await pulse.stop()  # corral stops, 1 s after the monitor was made...
+        clock.advance(30)  # ...for 30 s, far past its period and grace
+        again = loops.Service(db, a.c.settings, clock).pulse(kind="serve", runs=["scheduler"])
+        await again.start()
+        second = scheduler.Scheduler(store=db, clock=clock, loop_id=again.id)
+        await second.pass_once()
+        monitor = await a.c.monitor("a", "backup")
+        assert monitor.state == "up"
+        assert monitor.expected_at == clock.now() + (monitor.period or monitor.grace)
+        [gap, _made] = await a.c.monitor_changes(monitor)
+        assert (gap.frm, gap.to) == ("up", "up")
+        assert "nothing judged monitors" in gap.reason
+        assert gap.details["gap_to"] == clock.now().isoformat()
+        assert await db.alerts.list() == []
+        read = await db.alerts.read(name="alerter", limit=100, now=clock.now())
+        assert [e.entity for e, _ in read.events.found] == []  # no monitor_down event
+        # From the restart on it is judged as ever: down once its fresh grace is past.
+        clock.advance(2.5)
+        await second.pass_once()
+        clock.advance(1)
+        await second.pass_once()
+        assert (await a.c.monitor("a", "backup")).state == "down"
+        await again.stop()
+
+
+async def test_the_dashboard_lists_a_tenant_s_monitors_and_shows_each_one_s_pings_and_history(
+    db: store.Store,
+) -> None:
+    c = await forms_client(db, settings())
+    monitor = await c.monitor_add("a", {"name": "backup", "period": "1h", "grace": "5m"})
+    await c.monitor_ping(monitor.ping_key, "fail", source="10.0.0.7", user_agent="cron/1",
+                         body=b"<b>disk full</b>")  # fmt: skip
+    async with over_http(c) as http:
+        await signed(http, c, "ada")
+        listed = await http.get("/ui/monitors")
+        assert listed.status_code == 200
+        assert 'href="/ui/monitors/a/backup"' in listed.text
+        assert 'href="/ui/monitors"' in listed.text  # in the nav
+        shown = await http.get("/ui/monitors/a/backup")
+        assert shown.status_code == 200
+        assert f"{PUBLIC}/ping/{monitor.ping_key}" in shown.text
+        assert "&lt;b&gt;disk full&lt;/b&gt;" in shown.text  # a body is text, escaped
+        assert "10.0.0.7" in shown.text
+        assert "a failure ping" in shown.text  # its history
+        for theirs in ("/ui/monitors/b/backup", "/ui/monitors/a/nothing"):
+            assert (await http.get(theirs)).status_code == 404
+        assert (await http.get("/ui/monitors?tenant=b")).status_code == 404
