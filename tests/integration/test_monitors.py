@@ -14,11 +14,12 @@ import pytest
 
 from corral import alerts, config, loops, scheduler, store
 from corral.testing import FrozenClock
-from tests.integration.test_alerts import Inbox, Web, listening, smtp, web_receiver
+from tests.integration.test_alerts import Web, listening, web_receiver
 from tests.support.api import Api, over_http, serving
 from tests.support.forms import forms_client, signed
+from tests.support.mail import Inbox
 
-__all__ = ["smtp", "web_receiver"]  # fixtures, used by name
+__all__ = ["web_receiver"]  # a fixture, used by name (smtp: the integration conftest's)
 
 PUBLIC = "https://corral.example.com"
 TOKENS = [
