@@ -39,6 +39,7 @@ class Use:
     waiting: int = 0  # jobs queued, scheduled or parked (max_queued)
     running: int = 0  # jobs running (max_running)
     schedules: int = 0  # schedules (max_schedules)
+    monitors: int = 0  # monitors (max_monitors)
     bucket: Bucket | None = None  # its submit_rate bucket; None: never drawn from, full
     log_bytes: int = 0  # run-log bytes kept (run_log_bytes)
 

@@ -39,6 +39,7 @@ def test_tenants_are_listed_and_shown_with_their_quotas_and_use(
         "max_running": {"limit": 4, "use": 0},
         "max_queued": {"limit": 50, "use": 2},
         "max_schedules": {"limit": 1000, "use": 0},
+        "max_monitors": {"limit": 100, "use": 0},
         "submit_rate": {"limit": 6000, "use": 0.0},  # the operator's submits draw on none
         "max_payload_bytes": {"limit": 1048576, "use": None},
         "run_log_bytes": {"limit": 1048576, "use": 0},

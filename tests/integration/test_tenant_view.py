@@ -20,10 +20,13 @@ from tests.support.api import JOB, Api, serving, sign_in
 
 A = model.AttemptState
 SETTINGS = config.Settings(
+    public_url="https://corral.example.com",
     tenants={
         tenancy.ANY: tenancy.TenantSettings(run_log_bytes=1 << 20),
-        "a": tenancy.TenantSettings(weight=3, max_running=5, max_queued=10, max_schedules=2),
-    }
+        "a": tenancy.TenantSettings(
+            weight=3, max_running=5, max_queued=10, max_schedules=2, max_monitors=3
+        ),
+    },
 )
 """Tenant a has quotas of its own; every other tenant takes `"*"`'s."""
 
@@ -42,8 +45,8 @@ async def api(db: store.Store) -> AsyncIterator[Api]:
 
 
 async def _use(api: Api) -> tuple[int, int]:
-    """Tenant a: two jobs queued, one that succeeded with 2,000 bytes of output, one schedule;
-    tenant b: one job queued. The finished job's id, and the fence of its attempt."""
+    """Tenant a: two jobs queued, one that succeeded with 2,000 bytes of output, one schedule,
+    one monitor; tenant b: one job queued. The finished job's id, and the fence of its attempt."""
     for tenant, count in (("a", 3), ("b", 1)):
         op = api.as_(f"{tenant}-op")
         for _ in range(count):
@@ -52,6 +55,9 @@ async def _use(api: Api) -> tuple[int, int]:
     made = await api.http.post(
         "/api/v1/schedules", json={"name": "n", "every": "1h", **JOB}, headers=api.as_("a-op")
     )
+    assert made.status_code == 201, made.text
+    watch = {"name": "backup", "period": "1h", "grace": "5m"}
+    made = await api.http.post("/api/v1/monitors", json=watch, headers=api.as_("a-op"))
     assert made.status_code == 201, made.text
     [c] = await api.c.store.jobs.claim(now=api.c.clock.now(), limit=1, executors=["noop"])
     assert c.job.tenant == "a"
@@ -74,6 +80,7 @@ async def test_a_token_sees_its_own_tenant_s_quotas_and_use_and_no_other_s(api: 
         "max_running": (0, 5),
         "max_queued": (2, 10),
         "max_schedules": (1, 2),
+        "max_monitors": (1, 3),
         "submit_rate": (pytest.approx(a.json()["quotas"]["submit_rate"]["use"]), 6000),
         "max_payload_bytes": (None, 1 << 20),
         "run_log_bytes": (2000, 1 << 20),
@@ -83,6 +90,7 @@ async def test_a_token_sees_its_own_tenant_s_quotas_and_use_and_no_other_s(api: 
     assert _quotas(b)["max_queued"] == (1, 100_000)
     assert _quotas(b)["run_log_bytes"] == (0, 1 << 20)
     assert _quotas(b)["max_schedules"] == (0, 1000)
+    assert _quotas(b)["max_monitors"] == (0, 100)
     # Naming another tenant, or one that does not exist, is the same 404.
     for name in ("a", "nobody"):
         other = await api.http.get(f"/api/v1/tenant?tenant={name}", headers=api.as_("b-view"))

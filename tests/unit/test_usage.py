@@ -64,13 +64,14 @@ def test_a_tenant_s_view_takes_its_table_over_the_default_s() -> None:
             "a": tenancy.TenantSettings(weight=2, max_running=4, max_payload_bytes=1 << 10),
         },
     )
-    use = usage.Use(waiting=3, running=1, schedules=2, log_bytes=10)
+    use = usage.Use(waiting=3, running=1, schedules=2, monitors=5, log_bytes=10)
     a = view_of(settings, "a", use, T0)
     assert (a.tenant, a.weight) == ("a", 2.0)
     assert {q.name: (q.use, q.limit) for q in a.quotas} == {
         "max_running": (1, 4),
         "max_queued": (3, 100_000),
         "max_schedules": (2, 1000),
+        "max_monitors": (5, 100),
         "submit_rate": (0.0, 6000),
         "max_payload_bytes": (None, 1 << 10),  # the lower of its own and the global one
         "run_log_bytes": (10, 1 << 20),  # "*"'s, as a does not set its own

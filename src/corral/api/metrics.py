@@ -77,8 +77,8 @@ def tenant_gauges(views: Sequence[usage.View]) -> Iterator[GaugeMetricFamily]:
     use = GaugeMetricFamily(
         "corral_tenant_quota_use",
         "What a tenant uses of a quota now: max_running (jobs running), max_queued (jobs"
-        " queued, scheduled or parked), max_schedules, submit_rate (its bucket's use, jobs a"
-        " minute), run_log_bytes (bytes of run logs kept).",
+        " queued, scheduled or parked), max_schedules, max_monitors, submit_rate (its"
+        " bucket's use, jobs a minute), run_log_bytes (bytes of run logs kept).",
         labels=["tenant", "quota"],
     )
     limit = GaugeMetricFamily(

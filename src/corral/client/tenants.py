@@ -29,6 +29,7 @@ def view_of(settings: config.Settings, tenant: str, use: usage.Use, now: datetim
             usage.Quota("max_running", mine.max_running, use.running),
             usage.Quota("max_queued", mine.max_queued, use.waiting),
             usage.Quota("max_schedules", mine.max_schedules, use.schedules),
+            usage.Quota("max_monitors", mine.max_monitors, use.monitors),
             usage.Quota("submit_rate", mine.submit_rate, submitted),
             usage.Quota("max_payload_bytes", payload, None),
             usage.Quota("run_log_bytes", mine.run_log_bytes, use.log_bytes),

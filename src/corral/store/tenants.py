@@ -1,8 +1,8 @@
 """Each tenant's use of its quotas, and the tenants the store knows of.
 
-A use is read in a few statements (jobs waiting and running, schedules, submit buckets,
-run-log bytes), each over every tenant or narrowed to one: never a statement per tenant, so
-one read serves a scrape of every tenant's gauges. Jobs are counted tenant by tenant
+A use is read in a few statements (jobs waiting and running, schedules, monitors, submit
+buckets, run-log bytes), each over every tenant or narrowed to one: never a statement per
+tenant, so one read serves a scrape of every tenant's gauges. Jobs are counted tenant by tenant
 inside one statement, through the (tenant, state) index, so that the finished jobs beside
 the counted ones are never read. The tenants
 known are those that own a token, a dashboard user, a job or a schedule; jobs and
@@ -19,7 +19,7 @@ from sqlalchemy import Column, ColumnElement, Connection, Table, func, literal, 
 
 from corral import model, quotas, usage
 from corral.store import runlogs
-from corral.store.tables import jobs, schedules, tenant_buckets, tokens, users
+from corral.store.tables import jobs, monitors, schedules, tenant_buckets, tokens, users
 
 if TYPE_CHECKING:
     from corral.store.database import Database
@@ -29,9 +29,10 @@ J = model.JobState
 
 def tenant_use(conn: Connection, *, tenant: str | None = None) -> dict[str, usage.Use]:
     """What each tenant uses (only `tenant`, when given), a tenant that uses nothing left
-    out: five grouped statements."""
+    out: six grouped statements."""
     waiting, running = _jobs_counted(conn, tenant)
     made = _counted(conn, schedules, tenant)
+    watching = _counted(conn, monitors, tenant)
     buckets = _buckets(conn, tenant)
     kept = runlogs.run_log_bytes(conn, tenant=tenant)
     return {
@@ -39,10 +40,11 @@ def tenant_use(conn: Connection, *, tenant: str | None = None) -> dict[str, usag
             waiting=waiting.get(name, 0),
             running=running.get(name, 0),
             schedules=made.get(name, 0),
+            monitors=watching.get(name, 0),
             bucket=buckets.get(name),
             log_bytes=kept.get(name, 0),
         )
-        for name in sorted({*waiting, *running, *made, *buckets, *kept})
+        for name in sorted({*waiting, *running, *made, *watching, *buckets, *kept})
     }
 
 
