@@ -353,6 +353,7 @@ async def test_pausing_from_the_schedule_s_page_comes_back_to_it(
 
 
 def test_an_http_job_s_settings_show_its_request_with_secrets_redacted() -> None:
+    """And what it asserts of the response, and where its result goes (callbacks)."""
     template: dict[str, Any] = {
         "executor": "http",
         "spec": {
@@ -361,7 +362,11 @@ def test_an_http_job_s_settings_show_its_request_with_secrets_redacted() -> None
             "headers": {"Authorization": "Bearer s3cret", "X-Team": "web"},
             "json": {"a": 1},
             "expect": ["2xx", "304"],
+            "expect_body": "done",
+            "expect_json": ["$.ok == true"],
+            "max_response_time": "2s",
         },
+        "callback": "https://example.com/done?token=s3cret",
         "policy": {"limits": {"http_request_timeout": "5s"}},
         "queue": "hooks",
         "priority": 3,
@@ -372,6 +377,9 @@ def test_an_http_job_s_settings_show_its_request_with_secrets_redacted() -> None
     assert rows["URL"] == "https://[redacted]@example.com/hook?token=[redacted]&page=2"
     assert rows["headers"] == ["Authorization: [redacted]", "X-Team: web"]
     assert rows["expected statuses"] == "2xx, 304"
+    assert rows["assertions"] == ["body matches done", "JSON $.ok == true", "response within 2s"]
+    assert rows["callback"] == "https://example.com/done?token=[redacted]"
+    assert "failure callback" not in rows
     assert rows["request timeout"] == "5s"
     assert rows["deadline"].endswith("(default)")
     assert (rows["queue"], rows["priority"], rows["labels"]) == ("hooks", "3", ["team=web"])

@@ -166,6 +166,9 @@ def job_rows(template: Mapping[str, Any], settings: config.Settings) -> list[Row
         ("max attempts", str(tries) if tries else f"{settings.default_max_attempts} (default)"),
         ("labels", [f"{k}={v}" for k, v in labels.items()] or "none"),
     ]
+    for field, label in (("callback", "callback"), ("failure_callback", "failure callback")):
+        if template.get(field):
+            rows.append((label, redaction.redacted(str(template[field]))))
     return rows
 
 
@@ -184,6 +187,7 @@ def _what_runs(executor: str, spec: Mapping[str, Any]) -> list[Row]:
             ("headers", headers or "none"),
             ("body", body),
             ("expected statuses", ", ".join(spec.get("expect") or ["2xx"])),
+            ("assertions", _assertions(spec) or "none"),
         ]
     if "task" in spec:
         return [("task", f"{spec['task']} (payload version {spec.get('version', '?')})")]
@@ -194,6 +198,15 @@ def _what_runs(executor: str, spec: Mapping[str, Any]) -> list[Row]:
     if isinstance(command, list):
         rows.append(("command", shlex.join(str(part) for part in command)))
     return rows
+
+
+def _assertions(spec: Mapping[str, Any]) -> list[str]:
+    """What an HTTP job asserts of its response besides its status, one line each."""
+    lines = [f"body matches {spec['expect_body']}"] if spec.get("expect_body") else []
+    lines += [f"JSON {check}" for check in spec.get("expect_json") or ()]
+    if spec.get("max_response_time"):
+        lines.append(f"response within {spec['max_response_time']}")
+    return lines
 
 
 def _limit(given: timedelta | None, default: timedelta) -> str:
