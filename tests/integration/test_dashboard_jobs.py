@@ -215,7 +215,12 @@ async def test_a_job_still_to_run_shows_what_it_will_send_and_when(
     body = {"password": "pa55", "n": 1, "callback": "https://u:pw@cb.test/?sig=xyz"}
     sent, form, cmd = await stored(
         c,
-        hook(run_at=at, spec={"headers": headers, "json": body, "expect": ["200", "204"]}),
+        hook(
+            run_at=at,
+            spec={"headers": headers, "json": body, "expect": ["200", "204"]}
+            | {"expect_json": ["$.ok == true"], "max_response_time": "2s"},
+            failure_callback="https://cb.test/failed?token=hunter2",
+        ),
         hook("https://form.test/", spec={"body": "grant=x&client_secret=s3c&scope=a+b"}),
         model.NewJob(executor="noop", spec={"command": ["backup", "--all"]}, tenant="a"),
     )
@@ -232,8 +237,13 @@ async def test_a_job_still_to_run_shows_what_it_will_send_and_when(
         "&#34;n&#34;: 1",
         "https://[redacted]@cb.test/?sig=[redacted]",
         "expected statuses 200, 204",
+        "assertions JSON $.ok == true response within 2s",
     ):
         assert shown in said, (shown, said)
+    assert (
+        '<th>failure callback</th><td colspan="5"><code>https://cb.test/failed?token=[redacted]'
+        in page
+    )
     for secret in ("hunter2", "abc123", "t0ken", "pa55", "xyz", ":pw@"):
         assert secret not in page
     assert "What it will send" in page

@@ -35,7 +35,7 @@ from corral import (
     scheduling,
 )
 from corral.client import schedule_reads
-from corral.web import auth, charts
+from corral.web import auth, charts, sends
 from corral.web.auth import Viewer
 from corral.web.pages import page
 
@@ -187,7 +187,7 @@ def _what_runs(executor: str, spec: Mapping[str, Any]) -> list[Row]:
             ("headers", headers or "none"),
             ("body", body),
             ("expected statuses", ", ".join(spec.get("expect") or ["2xx"])),
-            ("assertions", _assertions(spec) or "none"),
+            ("assertions", sends.assertions(spec) or "none"),
         ]
     if "task" in spec:
         return [("task", f"{spec['task']} (payload version {spec.get('version', '?')})")]
@@ -198,15 +198,6 @@ def _what_runs(executor: str, spec: Mapping[str, Any]) -> list[Row]:
     if isinstance(command, list):
         rows.append(("command", shlex.join(str(part) for part in command)))
     return rows
-
-
-def _assertions(spec: Mapping[str, Any]) -> list[str]:
-    """What an HTTP job asserts of its response besides its status, one line each."""
-    lines = [f"body matches {spec['expect_body']}"] if spec.get("expect_body") else []
-    lines += [f"JSON {check}" for check in spec.get("expect_json") or ()]
-    if spec.get("max_response_time"):
-        lines.append(f"response within {spec['max_response_time']}")
-    return lines
 
 
 def _limit(given: timedelta | None, default: timedelta) -> str:

@@ -1,5 +1,6 @@
 """What a job's page shows of what the job does and when: an HTTP job's whole request as it
-will be sent (method, URL, headers, the body or JSON, the statuses that mean success), its
+will be sent (method, URL, headers, the body or JSON, the statuses that mean success and
+what else it asserts of the response), its
 secrets redacted (shapes.shown); a command, a task or an image otherwise; and, while it
 waits to run, when it runs, also as words ("in 5 min"). Pure: the page passes its clock's
 now."""
@@ -21,11 +22,13 @@ _FORM = re.compile(r"^[^=&\s]+=[^&\s]*(&[^=&\s]+=[^&\s]*)*$")
 
 def what_and_when(job: model.Job, now: datetime) -> dict[str, Any]:
     """The page's values: `target` (shapes.job_target), `sends` (an HTTP job's request, else
-    None), `next_run` (its run_at while it waits to run, else None) and `from_now`."""
+    None), `callbacks` (callbacks_of), `next_run` (its run_at while it waits to run, else
+    None) and `from_now`."""
     waits = job.state in shapes.WAITING
     return {
         "target": shapes.job_target(job),
         "sends": request_of(job),
+        "callbacks": callbacks_of(job),
         "next_run": job.run_at if waits else None,
         "from_now": from_now(job.run_at, now) if waits else "",
     }
@@ -44,7 +47,24 @@ def request_of(job: model.Job) -> dict[str, Any] | None:
         "body": body_shown(spec["body"]) if isinstance(spec.get("body"), str) else None,
         "json": json.dumps(shown["json"], indent=2, ensure_ascii=False) if "json" in spec else None,
         "expect": ", ".join(str(e) for e in spec.get("expect", ["2xx"])),
+        "assertions": assertions(spec),
     }
+
+
+def callbacks_of(job: model.Job) -> list[tuple[str, str]]:
+    """Where the job's result goes when it ends (docs/callbacks.md), secrets redacted."""
+    named = (("callback", job.callback), ("failure callback", job.failure_callback))
+    return [(label, redaction.redacted(url)) for label, url in named if url]
+
+
+def assertions(spec: Mapping[str, Any]) -> list[str]:
+    """What an HTTP job asserts of its response besides its status (docs/assertions.md),
+    one line each."""
+    lines = [f"body matches {spec['expect_body']}"] if spec.get("expect_body") else []
+    lines += [f"JSON {check}" for check in spec.get("expect_json") or ()]
+    if spec.get("max_response_time"):
+        lines.append(f"response within {spec['max_response_time']}")
+    return lines
 
 
 def body_shown(body: str) -> str:
