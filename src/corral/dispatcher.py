@@ -65,6 +65,7 @@ class Dispatcher(core.Core):
         self._overlap = False  # on while run() runs (not for a lone run_once), off at its stop
         self._unrecorded: list[int] = []  # launched, `running` not written yet (a failed settle)
         self._stopping: set[asyncio.Task[None]] = set()  # cancels of attempts cancelled mid-launch
+        self._flows_next = float("-inf")  # when (monotonic) the next flow claim is due
         self.launches = launches.Launches(self)
 
     # --- the cycle -------------------------------------------------------------------------
@@ -119,8 +120,12 @@ class Dispatcher(core.Core):
         return tick
 
     async def _claim(self, room: int) -> list[model.Claimed]:
+        flowed = await self._flow_claim(room)
+        room -= len(flowed)
+        if room <= 0:
+            return flowed
         with metrics.timed(metrics.CLAIM, self.clock):
-            return await self.store.jobs.claim(
+            return flowed + await self.store.jobs.claim(
                 now=self.clock.now(),
                 limit=room,
                 executors=list(self.executors),
@@ -129,6 +134,22 @@ class Dispatcher(core.Core):
                 tenants=self.settings.tenant_caps,
                 weights=self.settings.tenant_weights,
             )
+
+    async def _flow_claim(self, room: int) -> list[model.Claimed]:
+        """The flows' jobs with room (store/flow_claims.py), claimed first: while the last
+        flow claim took some, every claim; else once a dispatch_interval, so a tick of jobs
+        of no flow makes no flow claim (a flow's job waits at most that long for one)."""
+        at = self.clock.monotonic()
+        if at < self._flows_next:
+            return []
+        flowed = await self.store.flows.claim(
+            now=self.clock.now(), limit=room, executors=list(self.executors), limits=self.limits
+        )
+        interval = self.settings.timeouts.dispatch_interval.total_seconds()
+        # Half an interval: the idle tick after this one, an interval from its start, is
+        # past it however long this one took.
+        self._flows_next = at if flowed else at + interval / 2
+        return flowed
 
     async def _launch_and_record(self, todo: list[model.Claimed], *, fresh: int, room: int) -> Tick:
         if not todo and not self._unrecorded:

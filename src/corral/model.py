@@ -268,6 +268,7 @@ class NewJob:
     policy: Mapping[str, Any] = field(default_factory=dict)
     code_version: str | None = None  # what the job's code is (a git sha, an image tag)
     tenant_made: bool = False  # made by a tenant, not the operator: see Job.tenant_made
+    flow: str | None = None  # the tenant's flow it goes through (corral.flows); None: none
 
 
 @dataclass(frozen=True, slots=True)
@@ -294,6 +295,7 @@ class Job:
     code_version: str | None = None
     uncharged_attempts: int = 0  # attempts that never reached their platform (see `End`)
     tenant_made: bool = False  # a tenant's (API, dashboard, its schedule): never corral's own
+    flow: str | None = None  # the tenant's flow it goes through (corral.flows)
 
     @property
     def charged_attempts(self) -> int:

@@ -97,7 +97,7 @@ def _migrated_to(url: str, revision: str) -> None:
     engine.dispose()
 
 
-LATER_JOB_COLUMNS = {"tenant_made": "BOOLEAN NOT NULL DEFAULT false"}
+LATER_JOB_COLUMNS = {"tenant_made": "BOOLEAN NOT NULL DEFAULT false", "flow": "VARCHAR(100)"}
 """Columns of `jobs` that later revisions add and today's claim reads."""
 
 

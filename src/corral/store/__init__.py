@@ -10,7 +10,8 @@ users and sessions), `store.workers` (Python workers and parked jobs), `store.op
 (bulk actions), `store.quotas` (what tenants' quotas count: their writes are held to them
 by the handles of what they write), `store.runlogs`, `store.sinks` (checkpoints and publish
 pointers), `store.loops`, `store.tenants` (each tenant's use of its quotas) and
-`store.tenant_alerts` (the alert channels and rules tenants own). A handle's call
+`store.tenant_alerts` (the alert channels and rules tenants own), `store.flows` (tenants'
+flows, and their claim). A handle's call
 runs one store function in one transaction on a worker thread, or, on PostgreSQL, a statement of the
 hot path (hotpath.py, hotreads.py) on async connections of its own.
 """
@@ -27,6 +28,7 @@ from corral.store import (
     database,
     dialects,
     events,
+    flows,
     jobs,
     loops,
     operations,
@@ -68,6 +70,7 @@ class Store:
         self.loops = loops.Loops(self.database)
         self.tenants = tenants.Tenants(self.database)
         self.tenant_alerts = tenant_alerts.TenantAlerts(self.database)
+        self.flows = flows.Flows(self.database)
 
     @classmethod
     def connect(cls, url: str, *, timeouts: Timeouts | None = None) -> Store:

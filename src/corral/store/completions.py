@@ -12,7 +12,7 @@ from typing import Any
 from sqlalchemy import Connection, and_, or_, select
 
 from corral import errors, failpoints, launching, model, policy, retry
-from corral.store import dialects, statements
+from corral.store import dialects, flows, statements
 from corral.store.attempts import attempt_record_running
 from corral.store.budgets import budget_take
 from corral.store.events import Applied, jobs_follow, transition
@@ -106,6 +106,7 @@ class _Judged:
     policy: policy.JobPolicy
     failure: retry.Failure
     retry_after: float | None = None
+    http_status: int | None = None
 
 
 def attempt_finish(
@@ -138,7 +139,10 @@ def attempt_finish(
     won = [a for a, state in ended if state == A.SUCCEEDED]
     outcomes = _jobs_succeed(conn, won, now)
     lost = [(a, state) for a, state in ended if state != A.SUCCEEDED]
-    return outcomes + _jobs_after_failure(conn, lost, judged, now, rules)
+    outcomes += _jobs_after_failure(conn, lost, judged, now, rules)
+    asked = [judged[a.id] for a, _ in lost if judged[a.id].job.flow is not None]
+    flows.flows_hold(conn, holds=[(j.job, j.http_status, j.retry_after) for j in asked], now=now)
+    return outcomes
 
 
 def _attempts_end(
@@ -216,7 +220,7 @@ def _judge(conn: Connection, failed: Sequence[Finish]) -> dict[int, _Judged]:
             message=f.message,
             http_status=f.http_status,
         )
-        out[f.fence] = _Judged(job, own, failure, f.retry_after)
+        out[f.fence] = _Judged(job, own, failure, f.retry_after, f.http_status)
     return out
 
 

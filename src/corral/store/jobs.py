@@ -16,6 +16,7 @@ from corral.store import (
     budgets,
     claims,
     dialects,
+    flows,
     hotpath,
     hotreads,
     job_lists,
@@ -49,6 +50,8 @@ def job_submit(
 
     Returns (job id, created) in the order of `new`.
     """
+    if any(j.flow is not None for j in new):
+        flows.flows_named(conn, named={(j.tenant, j.flow) for j in new if j.flow is not None})
     out: list[tuple[int, bool] | None] = [None] * len(new)
     plain = [i for i, j in enumerate(new) if j.idempotency_key is None]
     keyed = [i for i, j in enumerate(new) if j.idempotency_key is not None]
@@ -189,11 +192,15 @@ def _keyed_existing(
 
 def _job_rows(new: Sequence[model.NewJob], now: datetime, hold: bool) -> list[dict[str, Any]]:
     """The rows of `new`; `tenant_made` named only where one of them is a tenant's (a batch
-    of the operator's leaves it to its default, as every corral before it did)."""
+    of the operator's leaves it to its default, as every corral before it did), `flow`
+    only where one of them names one."""
     rows = [_job_row(job, now, hold) for job in new]
     if any(job.tenant_made for job in new):
         for row, job in zip(rows, new, strict=True):
             row["tenant_made"] = job.tenant_made
+    if any(job.flow is not None for job in new):
+        for row, job in zip(rows, new, strict=True):
+            row["flow"] = job.flow
     return rows
 
 

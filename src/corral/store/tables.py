@@ -29,6 +29,8 @@ from corral.store.columns import Json as Json
 from corral.store.columns import UTCDateTime as UTCDateTime
 from corral.store.columns import at, id_column, made, tenant_column
 from corral.store.columns import metadata as metadata
+from corral.store.flow_tables import flow_starts as flow_starts
+from corral.store.flow_tables import flows as flows
 
 jobs = Table(
     "jobs",
@@ -56,6 +58,9 @@ jobs = Table(
     # Made by a tenant (the API, the dashboard, a tenant's schedule): a process job of it
     # runs as a stranger to corral (executors/base.stranger_of).
     Column("tenant_made", Boolean, nullable=False, server_default=false()),
+    # The flow it goes through (corral.flows), named within its tenant; NULL: none. Its
+    # jobs are claimed apart (store/flow_claims.py), in the partial indexes of indexes.py.
+    Column("flow", String(100)),
     # A job list reads the newest jobs of a state (of a queue's state) first and stops at
     # its limit: these hand them over in that order, however few of the table they are.
     Index("ix_jobs_state", "state", "id"),
