@@ -55,16 +55,19 @@ TEMPLATE_FIELDS = (
     "labels",
     "policy",
     "code_version",
+    "flow",
 )
 """The fields of a model.NewJob a schedule keeps as its job template (run_at and the idempotency
 key are the firing's)."""
 
 
 def job_template(new: model.NewJob) -> dict[str, Any]:
-    """A schedule's job template, as JSON: `new`'s fields but run_at and the key."""
+    """A schedule's job template, as JSON: `new`'s fields but run_at and the key (and its
+    flow only when it names one, as templates made before flows have none)."""
     return {
         name: dict(value) if isinstance(value := getattr(new, name), Mapping) else value
         for name in TEMPLATE_FIELDS
+        if name != "flow" or new.flow is not None
     }
 
 

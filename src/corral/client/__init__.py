@@ -21,6 +21,7 @@ from corral.client import (
     counts,
     events,
     explain,
+    flows,
     follow,
     jobs,
     operations,
@@ -51,6 +52,7 @@ class Client(
     audit.Audit,
     workers.Workers,
     tenant_alerts.TenantAlerts,
+    flows.Flows,
     counts.Counts,
     tenants.Tenants,
 ):
@@ -69,6 +71,7 @@ __all__ = [
     "counts",
     "events",
     "explain",
+    "flows",
     "follow",
     "jobs",
     "operations",

@@ -9,9 +9,9 @@ from typing import Any
 from corral import durations, errors
 from corral.client import jobs
 
-_TEXT_FIELDS = ("executor", "queue", "tenant", "pool", "idempotency_key", "code_version")
+_TEXT_FIELDS = ("executor", "queue", "tenant", "pool", "idempotency_key", "code_version", "flow")
 _NULLABLE = frozenset(
-    {"pool", "idempotency_key", "code_version", "max_attempts", "run_at", "task_version"}
+    {"pool", "idempotency_key", "code_version", "max_attempts", "run_at", "task_version", "flow"}
 )
 
 

@@ -13,6 +13,7 @@
     live.py     live updates: the changing part of a page, pushed over server-sent events
     bulk.py     bulk actions: a preview, its confirm form, and the operations it starts
     tenant_alerts.py   the alert channels and rules a tenant owns, and their forms
+    flows.py           the flows a tenant owns, and what each uses now
     charts.py   the charts of job ends (the overview's, a schedule's), drawn as SVG on the server
 """
 
@@ -27,6 +28,7 @@ from corral import errors
 from corral.web import (
     auth,
     bulk,
+    flows,
     job_forms,
     jobs,
     overview,
@@ -98,6 +100,7 @@ ROOMS = (
     schedule_page,
     bulk,
     tenant_alerts,
+    flows,
 )
 """The modules whose routes the dashboard serves, in the order they are matched: the forms
 before the pages whose paths take an id or a name (/ui/jobs/new is no job)."""
