@@ -32,6 +32,9 @@ _STOP_IF_LAUNCHED = frozenset({A.CANCELLED, A.SUPERSEDED})
 """Attempt states that, reached while the attempt was being launched, mean it must stop."""
 
 
+FLOWS_PROBE = 1.0
+"""How often (seconds) a dispatcher reads whether any tenant has a flow: a flow made now has
+its jobs claimed within that, and a store without flows is asked nothing more."""
 UNSENT_PAST_GRACE = "claimed longer ago than launch_grace before its turn to be sent"
 
 
@@ -66,6 +69,7 @@ class Dispatcher(core.Core):
         self._unrecorded: list[int] = []  # launched, `running` not written yet (a failed settle)
         self._stopping: set[asyncio.Task[None]] = set()  # cancels of attempts cancelled mid-launch
         self._flows_next = float("-inf")  # when (monotonic) the next flow claim is due
+        self._flows_probed, self._flows_exist = float("-inf"), False  # has any tenant a flow?
         self.launches = launches.Launches(self)
 
     # --- the cycle -------------------------------------------------------------------------
@@ -137,10 +141,13 @@ class Dispatcher(core.Core):
 
     async def _flow_claim(self, room: int) -> list[model.Claimed]:
         """The flows' jobs with room (store/flow_claims.py), claimed first: while the last
-        flow claim took some, every claim; else once a dispatch_interval, so a tick of jobs
-        of no flow makes no flow claim (a flow's job waits at most that long for one)."""
+        flow claim took some, every claim; else once a dispatch_interval (a flow's job waits
+        at most that long for one). None at all while no tenant has a flow: whether one has
+        is read once every FLOWS_PROBE, so jobs of no flow pay nothing more per tick."""
         at = self.clock.monotonic()
-        if at < self._flows_next:
+        if at >= self._flows_probed + FLOWS_PROBE:
+            self._flows_probed, self._flows_exist = at, await self.store.flows.exist()
+        if at < self._flows_next or not self._flows_exist:
             return []
         flowed = await self.store.flows.claim(
             now=self.clock.now(), limit=room, executors=list(self.executors), limits=self.limits

@@ -142,6 +142,11 @@ def flow_delete(conn: Connection, *, tenant: str, name: str) -> bool:
     return True
 
 
+def flows_exist(conn: Connection) -> bool:
+    """Whether any tenant has a flow: one probe of the table."""
+    return conn.execute(select(F.id).limit(1)).first() is not None
+
+
 def flows_named(conn: Connection, *, named: Collection[tuple[str, str]]) -> None:
     """InvalidInput naming `flow` unless each (tenant, flow) of `named` is a flow of that
     tenant. On PostgreSQL the flows are kept (FOR SHARE) until the submit commits, so a
@@ -256,6 +261,9 @@ class Flows:
 
     async def delete(self, *, tenant: str, name: str) -> bool:
         return await self._db.tx(functools.partial(flow_delete, tenant=tenant, name=name))
+
+    async def exist(self) -> bool:
+        return await self._db.read(flows_exist)
 
     async def use(self, *, flow: flows.Flow, now: datetime) -> flows.Use:
         return await self._db.read(functools.partial(flow_use, flow=flow, now=now))
