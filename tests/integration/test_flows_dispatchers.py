@@ -1,7 +1,7 @@
-"""Flows held across dispatcher processes on one PostgreSQL: three dispatchers never start
-more than a flow's rate of its jobs within any window (measured from the attempts' starts:
-their claims, `created_at`), nor run more than its parallelism at once, while a flow with no
-limit and jobs of no flow go through unthrottled."""
+"""Flows held across dispatcher processes on one PostgreSQL (and by one on SQLite): three
+dispatchers never start more than a flow's rate of its jobs within any window (measured
+from the attempts' starts: their claims, `created_at`), nor run more than its parallelism
+at once, while a flow with no limit and jobs of no flow go through unthrottled."""
 
 from __future__ import annotations
 
@@ -26,14 +26,24 @@ SLEEP = 0.2
 @pytest.mark.slow
 def test_three_dispatchers_keep_a_flow_s_rate_and_parallelism(pg_url: str, tmp_path: Path) -> None:
     pg_empty(pg_url)
-    asyncio.run(_submit(pg_url))
+    _check(_dispatched(pg_url, tmp_path, DISPATCHERS))
+
+
+@pytest.mark.slow
+def test_a_dispatcher_on_sqlite_keeps_them_too(sqlite_url: str, tmp_path: Path) -> None:
+    _check(_dispatched(sqlite_url, tmp_path, 1))
+
+
+def _dispatched(
+    url: str, tmp_path: Path, dispatchers: int
+) -> dict[str | None, list[tuple[datetime, datetime]]]:
+    """The jobs submitted, run by `dispatchers` processes to their end: what each ran."""
+    asyncio.run(_submit(url))
     ctx = multiprocessing.get_context("spawn")
-    start = ctx.Barrier(DISPATCHERS)  # all import corral first, then all dispatch together
+    start = ctx.Barrier(dispatchers)  # all import corral first, then all dispatch together
     procs = [
-        ctx.Process(
-            target=dispatch_worker.run, args=(pg_url, str(tmp_path / f"d{i}.txt"), 50, start)
-        )
-        for i in range(DISPATCHERS)
+        ctx.Process(target=dispatch_worker.run, args=(url, str(tmp_path / f"d{i}.txt"), 50, start))
+        for i in range(dispatchers)
     ]
     for p in procs:
         p.start()
@@ -46,7 +56,10 @@ def test_three_dispatchers_keep_a_flow_s_rate_and_parallelism(pg_url: str, tmp_p
             if p.is_alive():
                 p.terminate()
                 p.join()
-    ran = asyncio.run(_ran(pg_url))
+    return asyncio.run(_ran(url))
+
+
+def _check(ran: dict[str | None, list[tuple[datetime, datetime]]]) -> None:
     assert {flow: len(spans) for flow, spans in ran.items()} == {
         "rated": RATED, "slow": SLOW, "free": FREE, None: PLAIN,
     }  # fmt: skip
