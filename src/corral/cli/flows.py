@@ -50,6 +50,24 @@ def _said(flow: dict[str, Any]) -> str:
     return ", ".join(limits)
 
 
+def _write(
+    state: State, name: str, tenant: str, body: dict[str, Any], as_json: bool, verb: str
+) -> None:
+    """Make (`verb` made) or change the tenant's flow, and say what it is now."""
+
+    async def go() -> dict[str, Any]:
+        async with state.connect(platforms=False) as c:
+            if verb == "made":
+                return shapes.flow_dict(await c.flow_add(tenant, body))
+            return shapes.flow_dict(await c.flow_update(tenant, name, body))
+
+    written = run(go())
+    if as_json:
+        print_json(written)
+        return
+    out.print(f"flow {name} of tenant {tenant} {verb}: {_said(written)}")
+
+
 @flows.command("add")
 @click.argument("name")
 @tenant_option
@@ -62,17 +80,7 @@ def flows_add(
     state: State, name: str, tenant: str, rate: str | None, parallelism: str | None, as_json: bool
 ) -> None:
     """Make the tenant's flow NAME."""
-    body = {"name": name, **_body(rate, parallelism)}
-
-    async def go() -> dict[str, Any]:
-        async with state.connect(platforms=False) as c:
-            return shapes.flow_dict(await c.flow_add(tenant, body))
-
-    made = run(go())
-    if as_json:
-        print_json(made)
-        return
-    out.print(f"flow {name} of tenant {tenant} made: {_said(made)}")
+    _write(state, name, tenant, {"name": name, **_body(rate, parallelism)}, as_json, "made")
 
 
 @flows.command("update")
@@ -87,17 +95,7 @@ def flows_update(
     state: State, name: str, tenant: str, rate: str | None, parallelism: str | None, as_json: bool
 ) -> None:
     """Change the tenant's flow NAME: the limits given replace its own."""
-    body = _body(rate, parallelism)
-
-    async def go() -> dict[str, Any]:
-        async with state.connect(platforms=False) as c:
-            return shapes.flow_dict(await c.flow_update(tenant, name, body))
-
-    changed = run(go())
-    if as_json:
-        print_json(changed)
-        return
-    out.print(f"flow {name} of tenant {tenant} changed: {_said(changed)}")
+    _write(state, name, tenant, _body(rate, parallelism), as_json, "changed")
 
 
 @flows.command("list")

@@ -73,18 +73,7 @@ def flow_claim(
 def _flows_waiting(conn: Connection, now: datetime, executors: Sequence[str]) -> list[flows.Flow]:
     """The flows with a due queued job of `executors` that no Retry-After holds, locked
     (those another transaction holds are skipped)."""
-    due = (
-        select(JC.id)
-        .where(
-            JC.state == state_is(J.QUEUED),
-            JC.flow.is_not(None),
-            JC.tenant == F.tenant,
-            JC.flow == F.name,
-            JC.run_at <= now,
-            JC.executor.in_(list(executors)),
-        )
-        .exists()
-    )
+    due = select(JC.id).where(*_due(F.tenant, F.name, now, executors)).exists()
     stmt = (
         select(flows_table)
         .where(or_(F.held_until.is_(None), F.held_until <= now), due)
@@ -133,18 +122,24 @@ def _queued(
     ix_jobs_flow_queued that stops there)."""
     stmt = (
         select(JC.id, JC.priority, JC.run_at)
-        .where(
-            JC.state == state_is(J.QUEUED),
-            JC.flow.is_not(None),
-            JC.tenant == flow.tenant,
-            JC.flow == flow.name,
-            JC.run_at <= now,
-            JC.executor.in_(list(executors)),
-        )
+        .where(*_due(flow.tenant, flow.name, now, executors))
         .order_by(JC.priority.desc(), JC.run_at, JC.id)
         .limit(most)
     )
     return list(conn.execute(dialects.skip_locked(conn, stmt)).all())
+
+
+def _due(tenant: Any, flow: Any, now: datetime, executors: Sequence[str]) -> list[Any]:
+    """A flow's due queued jobs of `executors`, as ix_jobs_flow_queued's WHERE reads them
+    (`flow IS NOT NULL` said, for the planner to match it)."""
+    return [
+        JC.state == state_is(J.QUEUED),
+        JC.flow.is_not(None),
+        JC.tenant == tenant,
+        JC.flow == flow,
+        JC.run_at <= now,
+        JC.executor.in_(list(executors)),
+    ]
 
 
 def _starts_record(
