@@ -33,8 +33,9 @@ _STOP_IF_LAUNCHED = frozenset({A.CANCELLED, A.SUPERSEDED})
 
 
 FLOWS_PROBE = 1.0
-"""How often (seconds) a dispatcher reads whether any tenant has a flow: a flow made now has
-its jobs claimed within that, and a store without flows is asked nothing more."""
+"""How often (seconds) a running dispatcher reads whether any tenant has a flow, beside its
+ticks: a flow made now has its jobs claimed within that, and a store without flows is asked
+nothing more."""
 UNSENT_PAST_GRACE = "claimed longer ago than launch_grace before its turn to be sent"
 
 
@@ -69,7 +70,7 @@ class Dispatcher(core.Core):
         self._unrecorded: list[int] = []  # launched, `running` not written yet (a failed settle)
         self._stopping: set[asyncio.Task[None]] = set()  # cancels of attempts cancelled mid-launch
         self._flows_next = float("-inf")  # when (monotonic) the next flow claim is due
-        self._flows_probed, self._flows_exist = float("-inf"), False  # has any tenant a flow?
+        self._flows_exist = False  # has any tenant a flow? (`_flows_seen`, while run() runs)
         self.launches = launches.Launches(self)
 
     # --- the cycle -------------------------------------------------------------------------
@@ -143,10 +144,9 @@ class Dispatcher(core.Core):
         """The flows' jobs with room (store/flow_claims.py), claimed first: while the last
         flow claim took some, every claim; else once a dispatch_interval (a flow's job waits
         at most that long for one). None at all while no tenant has a flow: whether one has
-        is read once every FLOWS_PROBE, so jobs of no flow pay nothing more per tick."""
+        is read beside the ticks (`_flows_seen`), so a tick of jobs of no flow is the same
+        two statements as ever."""
         at = self.clock.monotonic()
-        if at >= self._flows_probed + FLOWS_PROBE:
-            self._flows_probed, self._flows_exist = at, await self.store.flows.exist()
         if at < self._flows_next or not self._flows_exist:
             return []
         flowed = await self.store.flows.claim(
@@ -269,6 +269,7 @@ class Dispatcher(core.Core):
         (corral.health). It runs on the event loop, so it must return at once."""
         helpers = [asyncio.create_task(self.completions.write_forever(), name="completions")]
         helpers.append(asyncio.create_task(self.completions.poll_forever(), name="poll"))
+        helpers.append(asyncio.create_task(self._flows_seen(stop), name="flows"))
         helpers += [
             asyncio.create_task(self.completions.watch(e), name=f"watch-{e.kind}")
             for e in self.executors.values()
@@ -291,6 +292,16 @@ class Dispatcher(core.Core):
             await asyncio.gather(*helpers, *self._stopping, return_exceptions=True)
             await self._final_flush()
             log.info("dispatcher stopped")
+
+    async def _flows_seen(self, stop: asyncio.Event) -> None:
+        """Read whether any tenant has a flow, once every FLOWS_PROBE, until `stop`: the
+        flow claim is made only while one has."""
+        while not stop.is_set():
+            try:
+                self._flows_exist = await self.store.flows.exist()
+            except errors.StoreError as exc:
+                log.warning("could not read whether any flow exists (%s); again soon", exc)
+            await clock.sleep_or_stop(self.clock, stop, FLOWS_PROBE)
 
     async def _drain_executors(self) -> None:
         """Let the launches that run inside this process (HTTP requests) end, and queue their
