@@ -32,6 +32,10 @@ _STOP_IF_LAUNCHED = frozenset({A.CANCELLED, A.SUPERSEDED})
 """Attempt states that, reached while the attempt was being launched, mean it must stop."""
 
 
+FLOWS_PROBE = 1.0
+"""How often (seconds) a running dispatcher reads whether any tenant has a flow, beside its
+ticks: a flow made now has its jobs claimed within that, and a store without flows is asked
+nothing more."""
 UNSENT_PAST_GRACE = "claimed longer ago than launch_grace before its turn to be sent"
 
 
@@ -65,6 +69,8 @@ class Dispatcher(core.Core):
         self._overlap = False  # on while run() runs (not for a lone run_once), off at its stop
         self._unrecorded: list[int] = []  # launched, `running` not written yet (a failed settle)
         self._stopping: set[asyncio.Task[None]] = set()  # cancels of attempts cancelled mid-launch
+        self._flows_next = float("-inf")  # when (monotonic) the next flow claim is due
+        self._flows_exist = False  # has any tenant a flow? (`_flows_seen`, while run() runs)
         self.launches = launches.Launches(self)
 
     # --- the cycle -------------------------------------------------------------------------
@@ -119,8 +125,12 @@ class Dispatcher(core.Core):
         return tick
 
     async def _claim(self, room: int) -> list[model.Claimed]:
+        flowed = await self._flow_claim(room)
+        room -= len(flowed)
+        if room <= 0:
+            return flowed
         with metrics.timed(metrics.CLAIM, self.clock):
-            return await self.store.jobs.claim(
+            return flowed + await self.store.jobs.claim(
                 now=self.clock.now(),
                 limit=room,
                 executors=list(self.executors),
@@ -129,6 +139,24 @@ class Dispatcher(core.Core):
                 tenants=self.settings.tenant_caps,
                 weights=self.settings.tenant_weights,
             )
+
+    async def _flow_claim(self, room: int) -> list[model.Claimed]:
+        """The flows' jobs with room (store/flow_claims.py), claimed first: while the last
+        flow claim took some, every claim; else once a dispatch_interval (a flow's job waits
+        at most that long for one). None at all while no tenant has a flow: whether one has
+        is read beside the ticks (`_flows_seen`), so a tick of jobs of no flow is the same
+        two statements as ever."""
+        at = self.clock.monotonic()
+        if at < self._flows_next or not self._flows_exist:
+            return []
+        flowed = await self.store.flows.claim(
+            now=self.clock.now(), limit=room, executors=list(self.executors), limits=self.limits
+        )
+        interval = self.settings.timeouts.dispatch_interval.total_seconds()
+        # Half an interval: the idle tick after this one, an interval from its start, is
+        # past it however long this one took.
+        self._flows_next = at if flowed else at + interval / 2
+        return flowed
 
     async def _launch_and_record(self, todo: list[model.Claimed], *, fresh: int, room: int) -> Tick:
         if not todo and not self._unrecorded:
@@ -241,6 +269,7 @@ class Dispatcher(core.Core):
         (corral.health). It runs on the event loop, so it must return at once."""
         helpers = [asyncio.create_task(self.completions.write_forever(), name="completions")]
         helpers.append(asyncio.create_task(self.completions.poll_forever(), name="poll"))
+        helpers.append(asyncio.create_task(self._flows_seen(stop), name="flows"))
         helpers += [
             asyncio.create_task(self.completions.watch(e), name=f"watch-{e.kind}")
             for e in self.executors.values()
@@ -263,6 +292,16 @@ class Dispatcher(core.Core):
             await asyncio.gather(*helpers, *self._stopping, return_exceptions=True)
             await self._final_flush()
             log.info("dispatcher stopped")
+
+    async def _flows_seen(self, stop: asyncio.Event) -> None:
+        """Read whether any tenant has a flow, once every FLOWS_PROBE, until `stop`: the
+        flow claim is made only while one has."""
+        while not stop.is_set():
+            try:
+                self._flows_exist = await self.store.flows.exist()
+            except errors.StoreError as exc:
+                log.warning("could not read whether any flow exists (%s); again soon", exc)
+            await clock.sleep_or_stop(self.clock, stop, FLOWS_PROBE)
 
     async def _drain_executors(self) -> None:
         """Let the launches that run inside this process (HTTP requests) end, and queue their

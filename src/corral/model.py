@@ -275,6 +275,7 @@ class NewJob:
     callback: str | None = None  # a URL sent the result when the job succeeds (callbacks.py)
     failure_callback: str | None = None  # the same when it fails or is quarantined
     callback_of: int | None = None  # a callback job: the job whose result it sends
+    flow: str | None = None  # the tenant's flow it goes through (corral.flows); None: none
 
 
 @dataclass(frozen=True, slots=True)
@@ -304,6 +305,7 @@ class Job:
     callback: str | None = None  # sent the result when the job succeeds (corral.callbacks)
     failure_callback: str | None = None  # sent the result when it fails or is quarantined
     callback_of: int | None = None  # a callback job: the job whose result it sends
+    flow: str | None = None  # the tenant's flow it goes through (corral.flows)
 
     @property
     def charged_attempts(self) -> int:

@@ -57,14 +57,15 @@ TEMPLATE_FIELDS = (
     "code_version",
     "callback",
     "failure_callback",
+    "flow",
 )
 """The fields of a model.NewJob a schedule keeps as its job template (run_at and the idempotency
 key are the firing's): its callbacks are each firing's job's."""
 
 
 def job_template(new: model.NewJob) -> dict[str, Any]:
-    """A schedule's job template, as JSON: `new`'s fields but run_at and the key (and a
-    callback only when it has one)."""
+    """A schedule's job template, as JSON: `new`'s fields but run_at and the key (and its
+    callbacks and flow only when it has one, as templates made before them have none)."""
     template = {}
     for name in TEMPLATE_FIELDS:
         value = getattr(new, name)
@@ -73,7 +74,7 @@ def job_template(new: model.NewJob) -> dict[str, Any]:
     return template
 
 
-_WHEN_SET = frozenset({"callback", "failure_callback"})
+_WHEN_SET = frozenset({"callback", "failure_callback", "flow"})
 
 
 def job_from_template(template: Mapping[str, Any], **firing: Any) -> model.NewJob:

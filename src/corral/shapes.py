@@ -22,7 +22,7 @@ from corral import (
 )
 
 if TYPE_CHECKING:
-    from corral import alert_settings, loops, store
+    from corral import alert_settings, flows, loops, store
 
 
 def shown(value: Any) -> Any:
@@ -66,6 +66,7 @@ def _job_dict(job: model.Job, spec: Any, at: Callable[[datetime], Any]) -> dict[
         "state": job.state,
         "queue": job.queue,
         "pool": job.pool,
+        "flow": job.flow,
         "tenant": job.tenant,
         "priority": job.priority,
         "executor": job.executor,
@@ -335,6 +336,24 @@ def alert_rule_dict(rule: alert_settings.AlertRule, muted_until: datetime | None
         "throttle": rule.throttle.total_seconds(),
         "muted_until": iso(muted_until),
     }
+
+
+def flow_dict(found: flows.Flow, use: flows.Use | None = None) -> dict[str, Any]:
+    """A tenant's flow: its limits (`rate` as N/PERIOD, null for none), its hold, and with
+    `use` what it uses now (its starts in its window, its jobs running)."""
+    shown: dict[str, Any] = {
+        "name": found.name,
+        "tenant": found.tenant,
+        "rate": None if found.rate is None else str(found.rate),
+        "parallelism": found.parallelism,
+        "held_until": None if found.held_until is None else iso(found.held_until),
+        "held_reason": found.held_reason,
+        "created_at": iso(found.created_at),
+        "updated_at": iso(found.updated_at),
+    }
+    if use is not None:
+        shown |= {"started_in_window": len(use.starts), "running": use.running}
+    return shown
 
 
 def tenant_channel_dict(found: store.tenant_alerts.TenantChannel) -> dict[str, Any]:

@@ -104,6 +104,7 @@ def test_every_page_an_operator_sees(page: Any, scene: dict[str, Any]) -> None:
     playwright.expect(page.locator("#error-webhook_url")).to_contain_text("refused")
     visits += ["/ui/alerts/channels"]
     visits += [shown(page, "/ui/monitors", "Monitors of tenant default")]
+    visits += [shown(page, "/ui/flows", "Flows of tenant default")]
     checks.expected_status(page, f"/ui/jobs/{scene['theirs']}", 404)
     visits += [shown(page, f"/ui/jobs/{scene['theirs']}", "Not found")]
     assert_checked(page, visits)

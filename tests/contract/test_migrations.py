@@ -102,6 +102,7 @@ LATER_JOB_COLUMNS = {
     "callback": "TEXT",
     "failure_callback": "TEXT",
     "callback_of": "BIGINT",
+    "flow": "VARCHAR(100)",
 }
 """Columns of `jobs` that later revisions add and today's claim reads."""
 

@@ -235,6 +235,9 @@ async def test_no_route_shows_or_changes_another_tenant_s_job_or_schedule(api: A
     await api.c.store.monitors.add(
         new=(await _a_monitor(api)), rule=None, most=10, rules_most=10, now=api.c.clock.now()
     )
+    flow = {"name": "a-nightly", "rate": "7/1m"}
+    made = await api.http.post("/api/v1/flows", json=flow, headers=api.as_("a-op"))
+    assert made.status_code == 201, made.text
     [a_token] = [t for t in await api.c.store.tokens.list() if t.name == "a-op"]
     bulk = {"action": "cancel", "filter": {"queue": "secret-queue"}, "expect": 0}
     op = (await api.http.post("/api/v1/operations", json=bulk, headers=api.as_("a-op"))).json()
@@ -290,6 +293,8 @@ async def test_no_route_shows_or_changes_another_tenant_s_job_or_schedule(api: A
     assert [r.name for r in await api.c.tenant_rules("a")] == ["a-nightly"]  # untouched by b
     assert [ch.name for ch in await api.c.tenant_channels("a")] == ["a-nightly"]
     assert (await api.c.monitor("a", "a-nightly")).state == "up"  # untouched by b
+    assert [str(f.rate) for f in await api.c.flows("a")] == ["7/1m"]  # untouched by b
+    assert [f.name for f in await api.c.flows("b")] == []
     admin = await api.http.get(f"/api/v1/jobs/{job['id']}", headers=api.as_("admin"))
     assert admin.status_code == 200  # an admin of every tenant sees it
     own = await api.http.get("/api/v1/schedules/a-nightly?tenant=a", headers=api.as_("admin"))

@@ -1,4 +1,5 @@
-"""A dispatcher in its own OS process, with the no-op executor, for multi-dispatcher tests."""
+"""A dispatcher in its own OS process, with the no-op executor, for multi-dispatcher tests.
+A job whose spec says `{"sleep": SECONDS}` runs that long (its work: no test waits on it)."""
 
 from __future__ import annotations
 
@@ -6,9 +7,36 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from corral import config, dispatcher, model, store, timeouts
+from corral import config, dispatcher, launching, model, store, timeouts
 from corral.clock import SystemClock
 from tests.support.noop import NoopExecutor
+
+
+class SleepyExecutor(NoopExecutor):
+    """The no-op executor, but a launch whose spec has `sleep` finishes that many seconds
+    later."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._runs: set[asyncio.Task[None]] = set()
+
+    async def launch(self, launch: launching.Launch) -> None:
+        seconds = float(launch.spec.get("sleep", 0))
+        if not seconds or launch.name in self.launches:
+            await super().launch(launch)
+            return
+        if launch.name in self._seen:
+            return  # sleeping already
+        self._seen[launch.name] = launching.Observation(
+            launch.name, launching.Phase.RUNNING, labels=launch.labels
+        )
+        run = asyncio.create_task(self._later(launch, seconds))
+        self._runs.add(run)
+        run.add_done_callback(self._runs.discard)
+
+    async def _later(self, launch: launching.Launch, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+        await super().launch(launch)
 
 
 def run(url: str, ledger: str, claim_batch_limit: int, start: Any = None) -> None:
@@ -21,7 +49,7 @@ def run(url: str, ledger: str, claim_batch_limit: int, start: Any = None) -> Non
 
 async def _run(url: str, ledger: Path, claim_batch_limit: int) -> None:
     db = store.Store.connect(url)
-    executor = NoopExecutor()
+    executor = SleepyExecutor()
     settings = config.Settings(
         database_url=url,
         claim_batch_limit=claim_batch_limit,

@@ -23,6 +23,7 @@ from corral import client, errors, web
 from corral.api import (
     alerts,
     attempts,
+    flows,
     metrics,
     monitors,
     operations,
@@ -70,6 +71,7 @@ def create_app(c: client.Client) -> FastAPI:
     app.include_router(routes.router, prefix=PREFIX)
     app.include_router(schedules.router, prefix=PREFIX)
     app.include_router(alerts.router, prefix=PREFIX)
+    app.include_router(flows.router, prefix=PREFIX)
     app.include_router(streams.router, prefix=PREFIX)
     app.include_router(tokens.router, prefix=PREFIX)
     app.include_router(attempts.router, prefix=PREFIX)

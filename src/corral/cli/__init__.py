@@ -49,6 +49,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "Alert rules and channels: list them, test a channel, see what was sent, mute a rule.",
     ),
     "dispatcher": ("corral.cli.loops:dispatcher_cmd", "Run the dispatcher loop alone."),
+    "flows": (
+        "corral.cli.flows:flows",
+        "Flows: a rate and a parallelism the jobs that name one are held to, per tenant.",
+    ),
     "reconciler": (
         "corral.cli.loops:reconciler_cmd",
         "Run the reconciler loop alone (recovery: adopt, relaunch, complete, time out, lost).",

@@ -22,6 +22,9 @@ def _executor_help() -> str:
 JOB_OPTIONS = [
     click.option("--queue", default="default", show_default=True),
     click.option("--pool", default=None, help="A pool from [pools]: caps how many run at once."),
+    click.option(
+        "--flow", default=None, help="A flow of its tenant (`corral flows`): how fast it starts."
+    ),
     click.option("--priority", type=int, default=0, show_default=True, help="Higher runs first."),
     click.option("--tenant", default="default", show_default=True),
     click.option(
@@ -173,6 +176,7 @@ class JobOptions:
 
     queue: str = "default"
     pool: str | None = None
+    flow: str | None = None
     priority: int = 0
     tenant: str = "default"
     code_version: str | None = None
@@ -231,6 +235,7 @@ class JobOptions:
             "policy": policy,
             "queue": self.queue,
             "pool": self.pool,
+            "flow": self.flow,
             "priority": self.priority,
             "tenant": self.tenant,
             "code_version": self.code_version,

@@ -21,6 +21,7 @@ from corral.client import (
     counts,
     events,
     explain,
+    flows,
     follow,
     jobs,
     monitors,
@@ -53,6 +54,7 @@ class Client(
     workers.Workers,
     tenant_alerts.TenantAlerts,
     monitors.Monitors,
+    flows.Flows,
     counts.Counts,
     tenants.Tenants,
 ):
@@ -71,6 +73,7 @@ __all__ = [
     "counts",
     "events",
     "explain",
+    "flows",
     "follow",
     "jobs",
     "monitors",

@@ -11,11 +11,11 @@ from corral.client import jobs
 
 _TEXT_FIELDS = (
     "executor", "queue", "tenant", "pool", "idempotency_key", "code_version", "callback",
-    "failure_callback",
+    "failure_callback", "flow",
 )  # fmt: skip
 _NULLABLE = frozenset(
     {"pool", "idempotency_key", "code_version", "max_attempts", "run_at", "task_version"}
-    | {"callback", "failure_callback"}
+    | {"callback", "failure_callback", "flow"}
 )
 
 

@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from corral import config, errors, model, plain, python_tasks, quotas
+from corral import config, errors, flows, model, plain, python_tasks, quotas
 from corral.executors import python as python_executor
 from corral.executors import registry
 from corral.policy import JobPolicy, job_policy
@@ -38,12 +38,8 @@ def check_job(
     _check_text(job)
     if job.executor not in executors and job.executor != python_tasks.PYTHON:
         raise errors.InvalidInput(_not_running(job.executor, executors))
-    if job.pool is not None and job.pool not in settings.pools:
-        known = ", ".join(sorted(settings.pools)) or "none are configured"
-        raise errors.InvalidInput(
-            f"pool: {job.pool!r} is not a configured pool ({known}); add it to [pools]"
-            " in corral.toml with its number of slots"
-        )
+    _check_pool(job, settings)
+    _check_flow(job)
     low, high = PRIORITY_RANGE
     if not low <= job.priority <= high:
         raise errors.InvalidInput(f"priority: {job.priority} must be between {low} and {high}")
@@ -71,6 +67,31 @@ def check_job(
     )
     spec = checker.validate_spec(job.spec)
     return dataclasses.replace(job, spec=spec, policy=policy.stored())
+
+
+def _check_pool(job: model.NewJob, settings: config.Settings) -> None:
+    """InvalidInput for a pool the settings do not configure."""
+    if job.pool is not None and job.pool not in settings.pools:
+        known = ", ".join(sorted(settings.pools)) or "none are configured"
+        raise errors.InvalidInput(
+            f"pool: {job.pool!r} is not a configured pool ({known}); add it to [pools]"
+            " in corral.toml with its number of slots"
+        )
+
+
+def _check_flow(job: model.NewJob) -> None:
+    """InvalidInput for a flow that is not a name, or named by a Python task's job (a
+    worker's claim keeps no flow). Whether the tenant has it is the store's to say."""
+    if job.flow is None:
+        return
+    if not isinstance(job.flow, str) or not flows.NAME.match(job.flow):
+        raise errors.InvalidInput(
+            f"flow: {job.flow!r} must be 1-100 characters of [A-Za-z0-9_.-], starting alphanumeric"
+        )
+    if job.executor == python_tasks.PYTHON:
+        raise errors.InvalidInput(
+            "flow: a Python task's job goes through no flow (workers claim it); give no flow"
+        )
 
 
 def _worker_leased(job: model.NewJob) -> model.NewJob:

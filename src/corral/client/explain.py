@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from corral import model, python_tasks
+from corral import flows, model, python_tasks
 from corral.client import jobs
 
 
@@ -21,12 +21,31 @@ class Explain(jobs.Jobs):
     async def explain_view(self, view: jobs.JobView, *, tenant: str | None = None) -> str:
         """`explain` of a job read already; a queued job in a pool is told the pool's
         running jobs of `tenant` (None: of every tenant)."""
+        now = self.clock.now()
+        held = None
+        if view.job.flow is not None and view.job.state == model.JobState.QUEUED:
+            held = await self._flow_holds(view.job, now)
+        if held is not None:
+            return held
         pool = view.job.pool or ""
         slots = self.settings.pools.get(pool)
         if slots is None or view.job.state != model.JobState.QUEUED:
             return why(view, self.clock.now())
         running = await self.store.jobs.pool_running(pools=[pool], tenant=tenant)
         return why(view, self.clock.now(), pool=(running.get(pool, 0), slots))
+
+    async def _flow_holds(self, job: model.Job, now: datetime) -> str | None:
+        """Why `job`'s flow holds it now, and when it may start (corral.flows.why_waiting);
+        None when the job is not due yet or its flow has room."""
+        if job.run_at > now or job.flow is None:
+            return None
+        flow = await self.store.flows.get(tenant=job.tenant, name=job.flow)
+        if flow is None:
+            return (
+                f"{flows.HELD}: flow {job.flow!r} no longer exists; cancel the job, or add"
+                f" the flow again (`corral flows add {job.flow} --tenant {job.tenant}`)"
+            )
+        return flows.why_waiting(flow, await self.store.flows.use(flow=flow, now=now), now)
 
 
 def why(view: jobs.JobView, now: datetime, *, pool: tuple[int, int] | None = None) -> str:

@@ -51,6 +51,7 @@ class JobArgs(TypedDict, total=False):
     run_at: datetime | None  # None: now
     policy: Mapping[str, Any] | JobPolicy | None  # None: the settings' policy
     code_version: str | None  # None
+    flow: str | None  # None: no flow; else the name of one of the tenant's flows
     task: Any  # a Python task's name (or corral.worker Task), instead of spec and executor
     task_version: int | None  # its payload's version; None: the newest a live worker writes
     callback: str | None  # None; a URL sent the job's result when it succeeds (callbacks.md)
@@ -199,6 +200,7 @@ class Jobs(service.Service):
             code_version=args.get("code_version"),
             callback=args.get("callback"),
             failure_callback=args.get("failure_callback"),
+            flow=args.get("flow"),
         )
 
     def validate(self, job: model.NewJob) -> model.NewJob:

@@ -118,6 +118,7 @@ class Schedules(jobs.Jobs):
             )
             args["task_version"] = python_tasks.task_of((await self.task_checked(draft)).spec)[1]
         new, anchor = self.new_schedule(name, **args)
+        await self._flow_known(new)
         now = self.clock.now()
         first = planning.first_due(
             planning.rule(new, anchor), now=now, anchor=anchor, until=new.until
@@ -126,6 +127,16 @@ class Schedules(jobs.Jobs):
         return await self.store.schedules.create(
             new=new, anchor=anchor, next_due=first, now=now, quota=quota
         )
+
+    async def _flow_known(self, new: scheduling.NewSchedule) -> None:
+        """InvalidInput naming `flow` when the schedule's jobs name a flow its tenant has
+        not (corral.flows)."""
+        flow = new.template.get("flow")
+        if flow is not None and await self.store.flows.get(tenant=new.tenant, name=flow) is None:
+            raise errors.InvalidInput(
+                f"flow: tenant {new.tenant!r} has no flow named {flow!r}; add it first with"
+                f" `corral flows add {flow} --tenant {new.tenant}` (or POST /api/v1/flows)"
+            )
 
     def upcoming(self, found: scheduling.Schedule, count: int = 5) -> list[cadence.Nominal]:
         """A schedule's next `count` nominal times (none while it is paused or over),
@@ -156,6 +167,7 @@ class Schedules(jobs.Jobs):
         new, anchor = self.new_schedule(name, **given)
         if new.tenant != old.tenant:
             raise errors.InvalidInput("tenant: a schedule cannot move to another tenant")
+        await self._flow_known(new)
         now = self.clock.now()
         first = planning.first_due(
             planning.rule(new, anchor),

@@ -71,7 +71,18 @@ def job_claim(
     if not picked.claim:
         return []
     jobs_promote(conn, ids=picked.promote, now=now)
-    stmt = _claim_update(dialects.one_of(conn, jobs.c.id, picked.claim), now)
+    return jobs_claim(conn, ids=picked.claim, now=now, limits=limits)
+
+
+def jobs_claim(
+    conn: Connection, *, ids: Sequence[int], now: datetime, limits: DefaultLimits | None
+) -> list[model.Claimed]:
+    """Move the jobs of `ids` still queued to running, each with a new attempt in
+    `launching` and its claim's run-log line (the pick is the caller's: job_claim's, or
+    the flow claim's); most urgent first."""
+    if not ids:
+        return []
+    stmt = _claim_update(dialects.one_of(conn, jobs.c.id, ids), now)
     claimed_jobs = sorted((job_from_row(r) for r in conn.execute(stmt)), key=urgency)
     if not claimed_jobs:
         return []

@@ -12,7 +12,7 @@ from typing import Any
 from sqlalchemy import Connection, and_, or_, select
 
 from corral import errors, failpoints, launching, model, policy, retry
-from corral.store import dialects, statements
+from corral.store import dialects, flows, statements
 from corral.store.attempts import attempt_record_running
 from corral.store.budgets import budget_take
 from corral.store.callbacks import JobEnd, callbacks_make
@@ -107,6 +107,7 @@ class _Judged:
     policy: policy.JobPolicy
     failure: retry.Failure
     retry_after: float | None = None
+    http_status: int | None = None
 
 
 def attempt_finish(
@@ -140,6 +141,8 @@ def attempt_finish(
     outcomes = _jobs_succeed(conn, won, now)
     lost = [(a, state) for a, state in ended if state != A.SUCCEEDED]
     outcomes += _jobs_after_failure(conn, lost, judged, now, rules)
+    asked = [judged[a.id] for a, _ in lost if judged[a.id].job.flow is not None]
+    flows.flows_hold(conn, holds=[(j.job, j.http_status, j.retry_after) for j in asked], now=now)
     callbacks_make(conn, ends=_job_ends(outcomes, finishes), now=now)
     return outcomes
 
@@ -242,7 +245,7 @@ def _judge(conn: Connection, failed: Sequence[Finish]) -> dict[int, _Judged]:
             message=f.message,
             http_status=f.http_status,
         )
-        out[f.fence] = _Judged(job, own, failure, f.retry_after)
+        out[f.fence] = _Judged(job, own, failure, f.retry_after, f.http_status)
     return out
 
 

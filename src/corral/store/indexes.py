@@ -58,6 +58,27 @@ Index(
 # is never in it, and no other query can pick it by mistake.
 _POOLED = text("state = 'running' AND pool IS NOT NULL")
 Index("ix_jobs_pooled", jobs.c.pool, sqlite_where=_POOLED, postgresql_where=_POOLED)
+# Jobs of a flow (corral.flows), queued and running: what the flow claim walks and counts
+# (store/flow_claims.py). Jobs of no flow are in neither, so they cost them nothing.
+_FLOW_QUEUED = text("state = 'queued' AND flow IS NOT NULL")
+Index(
+    "ix_jobs_flow_queued",
+    jobs.c.tenant,
+    jobs.c.flow,
+    jobs.c.priority.desc(),
+    jobs.c.run_at,
+    jobs.c.id,
+    sqlite_where=_FLOW_QUEUED,
+    postgresql_where=_FLOW_QUEUED,
+)
+_FLOW_RUNNING = text("state = 'running' AND flow IS NOT NULL")
+Index(
+    "ix_jobs_flow_running",
+    jobs.c.tenant,
+    jobs.c.flow,
+    sqlite_where=_FLOW_RUNNING,
+    postgresql_where=_FLOW_RUNNING,
+)
 # A key is unique per tenant; most jobs have none, and those are not in the index.
 _KEYED = text("idempotency_key IS NOT NULL")
 Index(

@@ -16,6 +16,7 @@ from corral.store import (
     budgets,
     claims,
     dialects,
+    flows,
     hotpath,
     hotreads,
     job_lists,
@@ -49,6 +50,8 @@ def job_submit(
 
     Returns (job id, created) in the order of `new`.
     """
+    if any(j.flow is not None for j in new):
+        flows.flows_named(conn, named={(j.tenant, j.flow) for j in new if j.flow is not None})
     out: list[tuple[int, bool] | None] = [None] * len(new)
     plain = [i for i, j in enumerate(new) if j.idempotency_key is None]
     keyed = [i for i, j in enumerate(new) if j.idempotency_key is not None]
@@ -190,7 +193,7 @@ def _keyed_existing(
 def _job_rows(new: Sequence[model.NewJob], now: datetime, hold: bool) -> list[dict[str, Any]]:
     """The rows of `new`; `tenant_made` named only where one of them is a tenant's (a batch
     of the operator's leaves it to its default, as every corral before it did), and the
-    callbacks only where one of them has one."""
+    callbacks and `flow` only where one of them has one."""
     rows = [_job_row(job, now, hold) for job in new]
     for name in _NAMED_WHEN_SET:
         if any(getattr(job, name) for job in new):
@@ -199,7 +202,7 @@ def _job_rows(new: Sequence[model.NewJob], now: datetime, hold: bool) -> list[di
     return rows
 
 
-_NAMED_WHEN_SET = ("tenant_made", "callback", "failure_callback", "callback_of")
+_NAMED_WHEN_SET = ("tenant_made", "callback", "failure_callback", "callback_of", "flow")
 """The columns a batch of jobs names only where one of its jobs has a value there."""
 
 

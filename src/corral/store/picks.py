@@ -54,6 +54,7 @@ class Ask:
             jobs.c.tenant == tenant,
             jobs.c.run_at <= self.now,
             jobs.c.executor.in_(list(self.executors)),
+            jobs.c.flow.is_(None),  # a flow's jobs are the flow claim's (flow_claims.py)
             *self.also,
             *more,
         ]

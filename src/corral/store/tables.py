@@ -37,6 +37,8 @@ from corral.store.columns import Json as Json
 from corral.store.columns import UTCDateTime as UTCDateTime
 from corral.store.columns import at, id_column, made, tenant_column
 from corral.store.columns import metadata as metadata
+from corral.store.flow_tables import flow_starts as flow_starts
+from corral.store.flow_tables import flows as flows
 from corral.store.monitor_tables import monitor_changes as monitor_changes
 from corral.store.monitor_tables import monitor_pings as monitor_pings
 from corral.store.monitor_tables import monitors as monitors
@@ -70,6 +72,9 @@ jobs = Table(
     Column("callback", Text),  # where its result goes (corral.callbacks), as model.Job says
     Column("failure_callback", Text),
     Column("callback_of", Id),
+    # The flow it goes through (corral.flows), named within its tenant; NULL: none. Its
+    # jobs are claimed apart (store/flow_claims.py), in the partial indexes of indexes.py.
+    Column("flow", String(100)),
     # A job list reads the newest jobs of a state (of a queue's state) first and stops at
     # its limit: these hand them over in that order, however few of the table they are.
     Index("ix_jobs_state", "state", "id"),

@@ -14,6 +14,7 @@
     bulk.py     bulk actions: a preview, its confirm form, and the operations it starts
     tenant_alerts.py   the alert channels and rules a tenant owns, and their forms
     monitors.py        a tenant's monitors, and a page per monitor: its pings and history
+    flows.py           the flows a tenant owns, and what each uses now
     charts.py   the charts of job ends (the overview's, a schedule's), drawn as SVG on the server
 """
 
@@ -28,6 +29,7 @@ from corral import errors
 from corral.web import (
     auth,
     bulk,
+    flows,
     job_forms,
     jobs,
     monitors,
@@ -101,6 +103,7 @@ ROOMS = (
     bulk,
     tenant_alerts,
     monitors,
+    flows,
 )
 """The modules whose routes the dashboard serves, in the order they are matched: the forms
 before the pages whose paths take an id or a name (/ui/jobs/new is no job)."""

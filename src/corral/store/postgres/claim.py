@@ -258,7 +258,8 @@ def claim_sql(*, also: str = "", started: bool = False) -> str:
     """The claim as one statement: the due jobs of %(executors)s that also meet `also`
     (SQL) moved to running, each with a new attempt (`started`: recorded running at once,
     as a worker's claim does) and its run-log lines."""
-    pick = "executor = ANY(%(executors)s::text[])" + also
+    # A flow's jobs are the flow claim's (store/flow_claims.py): none of them is picked here.
+    pick = "executor = ANY(%(executors)s::text[]) AND flow IS NULL" + also
     parts = [
         _places(pick),
         _seen(pick),

@@ -31,18 +31,18 @@ UPDATE jobs SET state = 'running', attempt_count = attempt_count + 1, updated_at
 WHERE id IN (
     SELECT id FROM jobs
     WHERE state = 'queued' AND tenant = ? AND run_at <= ?
-        AND executor IN (SELECT value FROM json_each(?))
+        AND executor IN (SELECT value FROM json_each(?)) AND flow IS NULL
     ORDER BY {statements.CLAIM_ORDER}
     LIMIT ?
 )
 RETURNING {", ".join(claimed.JOB_COLUMNS)}
 """
 """The due queued jobs of the one tenant waiting, of the executors given, most urgent first,
-moved to running."""
+moved to running (none of a flow: those are the flow claim's, store/flow_claims.py)."""
 DUE_ALONE = """
 SELECT id FROM jobs
 WHERE state = 'scheduled' AND tenant = ? AND run_at <= ?
-    AND executor IN (SELECT value FROM json_each(?))
+    AND executor IN (SELECT value FROM json_each(?)) AND flow IS NULL
 ORDER BY run_at, id
 LIMIT ?
 """
