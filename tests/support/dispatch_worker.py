@@ -1,9 +1,12 @@
 """A dispatcher in its own OS process, with the no-op executor, for multi-dispatcher tests.
-A job whose spec says `{"sleep": SECONDS}` runs that long (its work: no test waits on it)."""
+A job whose spec says `{"sleep": SECONDS}` runs that long (its work: no test waits on it),
+and when each such run began and ended, by the wall clock, is written beside the ledger
+(`LEDGER.slept`): what a test of how many ran at once reads."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +22,7 @@ class SleepyExecutor(NoopExecutor):
     def __init__(self) -> None:
         super().__init__()
         self._runs: set[asyncio.Task[None]] = set()
+        self.slept: list[tuple[float, float]] = []  # each sleeping run's (begin, end)
 
     async def launch(self, launch: launching.Launch) -> None:
         seconds = float(launch.spec.get("sleep", 0))
@@ -35,7 +39,9 @@ class SleepyExecutor(NoopExecutor):
         run.add_done_callback(self._runs.discard)
 
     async def _later(self, launch: launching.Launch, seconds: float) -> None:
+        begun = time.time()  # the wall clock: the same in every dispatcher process
         await asyncio.sleep(seconds)
+        self.slept.append((begun, time.time()))
         await super().launch(launch)
 
 
@@ -68,3 +74,5 @@ async def _run(url: str, ledger: Path, claim_batch_limit: int) -> None:
     await runner
     await db.close()
     ledger.write_text("".join(f"{name}\n" for name in executor.launches))
+    slept = ledger.with_suffix(".slept")
+    slept.write_text("".join(f"{begun} {ended}\n" for begun, ended in executor.slept))
