@@ -36,7 +36,7 @@ cases = st.fixed_dictionaries(
 def expected_verdict(c: dict) -> retry.Verdict:  # type: ignore[type-arg]
     """The table, written out plainly."""
     f = c["failure"]
-    if f.cls == FC.PERMANENT:
+    if f.cls in (FC.PERMANENT, FC.ASSERTION):  # a failed assertion is permanent too
         return retry.Verdict.PERMANENT
     if f.cls == FC.UNKNOWN and c["streak"] >= c["quarantine_after"]:
         return retry.Verdict.REPEATED

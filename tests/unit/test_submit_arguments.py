@@ -26,9 +26,9 @@ def test_every_field_is_an_argument_of_submit_and_nothing_else_is() -> None:
         "run_at": datetime(2026, 12, 1, tzinfo=UTC),
         "policy": {"heartbeat": True},
         "code_version": "v1",
+        "flow": "api",
         "callback": "https://example.com/done",
         "failure_callback": "https://example.com/failed",
-        "flow": "api",
     }
     task = ("task", "task_version")  # a Python task's, instead of spec and executor
     assert tuple(given) == tuple(f for f in client.jobs.SUBMIT_FIELDS if f not in task)
