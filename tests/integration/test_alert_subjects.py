@@ -18,7 +18,6 @@ from corral.store import Finish
 from corral.testing import FrozenClock
 from tests.integration import test_alerts as base
 from tests.integration.test_alerts import (
-    Inbox,
     Web,
     firing,
     listening,
@@ -26,8 +25,8 @@ from tests.integration.test_alerts import (
     settings,
     succeed,
 )
+from tests.support.mail import Inbox
 
-smtp = base.smtp  # the real SMTP server and HTTP receiver of the alert tests
 web_receiver = base.web_receiver
 
 A, J = model.AttemptState, model.JobState

@@ -15,10 +15,11 @@ import pytest
 
 from corral import alerts, config, store, tenant_alerts
 from corral.testing import FrozenClock
-from tests.integration.test_alerts import Inbox, Web, listening, quarantine, smtp, web_receiver
+from tests.integration.test_alerts import Web, listening, quarantine, web_receiver
 from tests.support.api import noop_client, over_http
+from tests.support.mail import Inbox
 
-__all__ = ["smtp", "web_receiver"]  # fixtures, used by name
+__all__ = ["web_receiver"]  # a fixture, used by name (smtp: the integration conftest's)
 
 
 def settings(web_base: str, smtp_port: int | None) -> config.Settings:
