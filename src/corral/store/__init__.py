@@ -11,7 +11,8 @@ users and sessions), `store.workers` (Python workers and parked jobs), `store.op
 by the handles of what they write), `store.runlogs`, `store.sinks` (checkpoints and publish
 pointers), `store.loops`, `store.tenants` (each tenant's use of its quotas) and
 `store.tenant_alerts` (the alert channels and rules tenants own), `store.monitors` and
-`store.monitor_pings` (monitors, their history and their pings). A handle's call
+`store.monitor_pings` (monitors, their history and their pings) and `store.manifests` (a
+plan of `corral apply`, written whole, and which objects apply made). A handle's call
 runs one store function in one transaction on a worker thread, or, on PostgreSQL, a statement of the
 hot path (hotpath.py, hotreads.py) on async connections of its own.
 """
@@ -30,6 +31,7 @@ from corral.store import (
     events,
     jobs,
     loops,
+    manifests,
     monitor_pings,
     monitors,
     operations,
@@ -73,6 +75,7 @@ class Store:
         self.tenant_alerts = tenant_alerts.TenantAlerts(self.database)
         self.monitors = monitors.Monitors(self.database)
         self.monitor_pings = monitor_pings.MonitorPings(self.database)
+        self.manifests = manifests.Manifests(self.database)
 
     @classmethod
     def connect(cls, url: str, *, timeouts: Timeouts | None = None) -> Store:
