@@ -36,8 +36,8 @@ SUFFIXES = (".yaml", ".yml", ".json", ".toml")
 
 @dataclass(frozen=True, slots=True)
 class Document:
-    """One document: `source` the file it came from (or "-", or "request"), `index` its
-    place in it (from 1)."""
+    """One document: `source` the file it came from ("-": standard input; "documents": a
+    request's list of them), `index` its place in it (from 1)."""
 
     kind: str
     name: str

@@ -39,14 +39,14 @@ MAX_PROBLEMS = 20
 
 def documents_of(body: Mapping[str, Any]) -> list[documents.Document]:
     """The documents of `POST /api/v1/apply`'s body: `documents`, a list of objects (each
-    numbered in "request"), or `files`, a list of {"name", "text"} read as files are."""
+    numbered in "documents"), or `files`, a list of {"name", "text"} read as files are."""
     given, files = body.get("documents"), body.get("files")
     if (given is None) == (files is None):
         raise errors.InvalidInput("documents: give documents (a list of objects) or files")
     if given is not None:
         if not isinstance(given, list):
             raise errors.InvalidInput("documents: a list of objects, each with kind and name")
-        return [documents.document(raw, "request", i) for i, raw in enumerate(given, start=1)]
+        return [documents.document(raw, "documents", i) for i, raw in enumerate(given, start=1)]
     if not isinstance(files, list) or not all(
         isinstance(f, dict) and isinstance(f.get("name"), str) and isinstance(f.get("text"), str)
         for f in files
@@ -102,12 +102,13 @@ class Apply(apply_kinds.Services):
         self, tenant: str, given: Sequence[documents.Document], *, prune: bool, limited: bool
     ) -> tuple[list[documents.Step], list[store.manifests.Write]]:
         """Each object's step, and the writes: makes and changes kind by kind in KINDS'
-        order, then deletes in the other order. InvalidInput names every bad document."""
+        order, then deletes in the other order. InvalidInput names every bad document (up
+        to MAX_PROBLEMS), in the order given."""
         managed = await self.store.manifests.managed(tenant=tenant)
         steps: list[documents.Step] = []
         writes: list[store.manifests.Write] = []
         deletes: list[store.manifests.Write] = []
-        problems: list[str] = []
+        problems: list[tuple[int, str]] = []  # (its place among the documents, the refusal)
         for kind in KINDS:
             mine = [d for d in given if d.kind == kind.name]
             if not mine and not (prune and managed[kind.what]):
@@ -117,7 +118,7 @@ class Apply(apply_kinds.Services):
                 try:
                     step, write = await self._planned(kind, doc, tenant, held, managed, limited)
                 except errors.InvalidInput as exc:
-                    problems.append(str(documents.located(exc, doc.where)))
+                    problems.append((given.index(doc), str(documents.located(exc, doc.where))))
                     continue
                 except errors.CorralError as exc:
                     raise documents.located(exc, doc.where) from exc
@@ -128,7 +129,8 @@ class Apply(apply_kinds.Services):
                 steps.extend(documents.Step(A.DELETE, kind.name, name) for name in gone)
                 deletes[:0] = [_deleted(kind, tenant, name) for name in gone]
         if problems:
-            raise errors.InvalidInput("\n".join(problems[:MAX_PROBLEMS]))
+            said = [why for _, why in sorted(problems)[:MAX_PROBLEMS]]
+            raise errors.InvalidInput("\n".join(said))
         return steps, [*writes, *deletes]
 
     async def _planned(
