@@ -4,7 +4,8 @@ body is (client.bodies, client.schedules), and is what a schedule of its tenant 
 
 Its secrets (a header's value, a URL's password or token) are exported as KEPT, as
 corral.redaction hides them everywhere else. A document without `start` keeps the
-schedule's own (its interval's origin); an export writes it when it was given.
+schedule's own (its interval's origin); an export writes it for an interval, and for a
+cron expression when one was given.
 """
 
 from __future__ import annotations
