@@ -7,7 +7,6 @@ POST /api/v1/apply acts on its token's tenant only."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -86,12 +85,12 @@ def unchanged(lines: list[str]) -> list[str]:
 
 
 @pytest.fixture
-async def c(db: store.Store) -> AsyncIterator[client.Client]:
+async def c(db: store.Store) -> client.Client:
     """A client that checks process and HTTP jobs as `corral apply` does (and runs none)."""
     settings = config.Settings(public_url=PUBLIC, executors={"enabled": ["process", "http"]})
     clock = FrozenClock()
     checkers = {kind: registry.checker(kind, settings, clock) for kind in ("process", "http")}
-    yield client.Client(store=db, executors={}, checkers=checkers, settings=settings, clock=clock)
+    return client.Client(store=db, executors={}, checkers=checkers, settings=settings, clock=clock)
 
 
 def folder(path: Path, files: dict[str, str]) -> Path:
@@ -155,7 +154,9 @@ async def test_an_export_applied_again_is_nothing_to_do_and_keeps_its_secrets(
     exported = await c.export("a")
     for as_json in (False, True):
         text = documents.dumped(exported, as_json=as_json)
-        assert "s3cr3t" not in text and "whsec_" not in text and "T000" not in text
+        assert "s3cr3t" not in text
+        assert "whsec_" not in text
+        assert "T000" not in text
         assert text.count(documents.KEPT) == 4  # the channel's url and secret, the token
         again = await c.apply("a", documents.parse(text, "-"), dry_run=True)
         assert {s.action for s in again} == {documents.Action.UNCHANGED}
@@ -167,7 +168,8 @@ async def test_an_export_applied_again_is_nothing_to_do_and_keeps_its_secrets(
     assert channel == {"kind": "AlertChannel", "name": "oncall", "type": "webhook",
                        "url": "kept", "secret": "kept"}  # fmt: skip
     stored = (await c.tenant_channels("a"))[0].config
-    assert stored["url"] == HOOK and stored["secret"].startswith("whsec_")  # kept as they were
+    assert stored["url"] == HOOK
+    assert stored["secret"].startswith("whsec_")
 
 
 async def test_a_document_of_another_tenant_is_refused_and_nothing_is_applied(
@@ -209,7 +211,8 @@ graceful: 5m
     first, second = str(refused.value).splitlines()
     assert first.startswith("bad.yaml: document 2 (Schedule 'broken'): cron: ")
     assert second.startswith("bad.yaml: document 3 (Monitor 'backup'): graceful: unknown field")
-    assert await c.schedules(tenant="a") == [] and await c.monitors("a") == []
+    assert await c.schedules(tenant="a") == []
+    assert await c.monitors("a") == []
 
     # What only the transaction tells (a rule's channel missing) undoes the documents before.
     missing = FILES["alerts.yaml"].split("---")[1]
@@ -265,7 +268,8 @@ async def test_a_monitor_changed_keeps_its_ping_url_and_one_made_by_hand_is_take
     (conf / "m.yaml").unlink()
     (conf / "c.yaml").unlink()
     assert await c.apply("a", [], prune=True) != []
-    assert await c.monitors("a") == [] and await c.tenant_rules("a") == []
+    assert await c.monitors("a") == []
+    assert await c.tenant_rules("a") == []
     assert await c.tenant_channels("a") == []  # taken over, so managed, so pruned
 
 
@@ -299,7 +303,8 @@ async def test_the_api_applies_to_its_token_s_tenant_only(db: store.Store) -> No
             "/api/v1/apply", json={"documents": [], "tenant": "a", "prune": True},
             headers=api.as_("b-op"),
         )  # fmt: skip
-        assert r.status_code == 422 and r.json()["field"] == "tenant"
+        assert r.status_code == 422
+        assert r.json()["field"] == "tenant"
         r = await api.http.post(
             "/api/v1/apply", json={"documents": [], "prune": True}, headers=api.as_("b-op")
         )
