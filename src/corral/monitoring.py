@@ -240,6 +240,17 @@ def paused(monitor: Monitor) -> Verdict:
     return Verdict(PAUSED, monitor.basis_at, None, None, Change(monitor.state, PAUSED, "paused"))
 
 
+def reshaped(monitor: Monitor, now: datetime) -> Verdict:
+    """A monitor given another period, cron or grace (`corral apply`): an up or late one's
+    next ping expected by them from its basis (its last ping when newer), and judged again
+    at `now`, so that the judge settles its state by them; a down, failed or paused one
+    waits for a ping or a resume, as before."""
+    if monitor.state not in (UP, LATE):
+        return Verdict(monitor.state, monitor.basis_at, monitor.expected_at, monitor.check_at)
+    basis = max(monitor.basis_at, monitor.last_ping_at or monitor.basis_at)
+    return Verdict(monitor.state, monitor.basis_at, expected_after(monitor, basis), now)
+
+
 def resumed(monitor: Monitor, now: datetime) -> Verdict:
     """Resumed: up, its next ping expected from now."""
     return fresh(monitor, now, Change(PAUSED, UP, "resumed"))

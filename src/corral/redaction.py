@@ -49,68 +49,104 @@ def redacted_text(text: str) -> str:
     return _URL_IN_TEXT.sub(lambda m: _redacted_url(m[0]), text)
 
 
-def redacted(value: Any) -> Any:
+def redacted(value: Any, placeholder: str = REDACTED) -> Any:
     """`value` (a spec, a template) as it may be shown: the values of keys that name a
     secret (Authorization, cookies, tokens, keys, passwords), the password of a URL and
-    the secret-named parameters of its query replaced by REDACTED. Nothing is changed in
-    place; what is stored stays whole, for the executor."""
+    the secret-named parameters of its query replaced by `placeholder` (REDACTED; an
+    export's KEPT). Nothing is changed in place; what is stored stays whole, for the
+    executor."""
     if isinstance(value, Mapping):
         return {
-            k: REDACTED if isinstance(k, str) and names_a_secret(k) and v else redacted(v)
+            k: placeholder
+            if isinstance(k, str) and names_a_secret(k) and v
+            else redacted(v, placeholder)
             for k, v in value.items()
         }
     if isinstance(value, list | tuple):
-        return [redacted(v) for v in value]
+        return [redacted(v, placeholder) for v in value]
     if isinstance(value, str) and "://" in value:
-        return _redacted_url(value)
+        return _redacted_url(value, placeholder)
     return value
 
 
-def _redacted_url(url: str) -> str:
-    url = _USERINFO.sub(lambda m: f"{m['scheme']}{REDACTED}@", url)
+def _redacted_url(url: str, placeholder: str = REDACTED) -> str:
+    url = _USERINFO.sub(lambda m: f"{m['scheme']}{placeholder}@", url)
     if (m := _URL_QUERY.match(url)) is None:
         return url
     params = []
     for part in m["query"].split("&"):
         name, eq, _ = part.partition("=")
-        params.append(f"{name}={REDACTED}" if eq and names_a_secret(name) else part)
+        params.append(f"{name}={placeholder}" if eq and names_a_secret(name) else part)
     return f"{m['head']}{'&'.join(params)}{m['tail'] or ''}"
 
 
-def restored(given: Any, stored: Any) -> Any:
-    """`given` (a value shown `redacted` and sent back, perhaps changed) with each REDACTED
-    left where `redacted` put one over `stored` replaced by what `stored` holds there: a
-    secret-named key's value (a header's name matched in any case), a URL's user
-    information, a secret-named parameter of its query. A REDACTED with nothing stored
-    behind it stays, for the caller to refuse. Nothing is changed in place."""
+def restored(given: Any, stored: Any, placeholder: str = REDACTED) -> Any:
+    """`given` (a value shown `redacted` and sent back, perhaps changed) with each
+    `placeholder` left where `redacted` put one over `stored` replaced by what `stored`
+    holds there: a secret-named key's value (a header's name matched in any case), a URL's
+    user information, a secret-named parameter of its query. A placeholder with nothing
+    stored behind it stays, for the caller to refuse (`left`). Nothing is changed in place."""
     if isinstance(given, Mapping):
         kept = stored if isinstance(stored, Mapping) else {}
-        return {k: _restored_value(k, v, kept) for k, v in given.items()}
+        return {k: _restored_value(k, v, kept, placeholder) for k, v in given.items()}
     if isinstance(given, list) and isinstance(stored, list | tuple) and len(given) == len(stored):
-        return [restored(g, s) for g, s in zip(given, stored, strict=True)]
-    if isinstance(given, str) and REDACTED in given and isinstance(stored, str):
-        return _restored_url(given, stored)
+        return [restored(g, s, placeholder) for g, s in zip(given, stored, strict=True)]
+    if isinstance(given, str) and placeholder in given and isinstance(stored, str):
+        return _restored_url(given, stored, placeholder)
     return given
 
 
-def _restored_value(key: Any, value: Any, stored: Mapping[Any, Any]) -> Any:
-    """A mapping's value sent back: a secret-named key's REDACTED is its stored value."""
+def _restored_value(key: Any, value: Any, stored: Mapping[Any, Any], placeholder: str) -> Any:
+    """A mapping's value sent back: a secret-named key's placeholder is its stored value."""
     if key in stored:
         before = stored[key]
     else:  # a header's name in another case
         lower = key.lower() if isinstance(key, str) else key
         same = [k for k in stored if isinstance(k, str) and k.lower() == lower]
         before = stored[same[0]] if same else None
-    if value == REDACTED and isinstance(key, str) and names_a_secret(key) and before:
+    if value == placeholder and isinstance(key, str) and names_a_secret(key) and before:
         return before
-    return restored(value, before)
+    return restored(value, before, placeholder)
 
 
-def _restored_url(given: str, stored: str) -> str:
-    """A URL sent back: its REDACTED user information and secret-named query parameters
+def left(value: Any, placeholder: str, path: str = "") -> str | None:
+    """Where (a dotted path) a `placeholder` stands that `restored` found nothing stored
+    behind: a secret-named key's value, or a URL's user information or secret-named
+    parameter; None when there is none."""
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            where = f"{path}.{k}" if path else str(k)
+            if v == placeholder and isinstance(k, str) and names_a_secret(k):
+                return where
+            if (found := left(v, placeholder, where)) is not None:
+                return found
+    elif isinstance(value, list | tuple):
+        for i, v in enumerate(value):
+            if (found := left(v, placeholder, f"{path}[{i}]")) is not None:
+                return found
+    elif isinstance(value, str) and "://" in value and _url_holds(value, placeholder):
+        return path
+    return None
+
+
+def _url_holds(url: str, placeholder: str) -> bool:
+    """Whether `placeholder` stands as a URL's user information or a secret-named
+    parameter's value."""
+    if (m := _USERINFO.match(url)) is not None and url.startswith(f"{m['scheme']}{placeholder}@"):
+        return True
+    if (q := _URL_QUERY.match(url)) is None:
+        return False
+    pairs = (part.partition("=") for part in q["query"].split("&"))
+    return any(eq and value == placeholder and names_a_secret(name) for name, eq, value in pairs)
+
+
+def _restored_url(given: str, stored: str, placeholder: str = REDACTED) -> str:
+    """A URL sent back: its placeholder user information and secret-named query parameters
     (by name, in order) are the stored URL's."""
-    if (m := _USERINFO.match(stored)) is not None and given.startswith(f"{m['scheme']}{REDACTED}@"):
-        given = stored[: m.end()] + given[len(m["scheme"]) + len(REDACTED) + 1 :]
+    if (m := _USERINFO.match(stored)) is not None and given.startswith(
+        f"{m['scheme']}{placeholder}@"
+    ):
+        given = stored[: m.end()] + given[len(m["scheme"]) + len(placeholder) + 1 :]
     shown, kept = _URL_QUERY.match(given), _URL_QUERY.match(stored)
     if shown is None or kept is None:
         return given
@@ -122,7 +158,7 @@ def _restored_url(given: str, stored: str) -> str:
     params = []
     for part in shown["query"].split("&"):
         name, eq, value = part.partition("=")
-        if eq and value == REDACTED and values.get(name):
+        if eq and value == placeholder and values.get(name):
             part = f"{name}={values[name].pop(0)}"
         params.append(part)
     return f"{shown['head']}{'&'.join(params)}{shown['tail'] or ''}"

@@ -136,6 +136,7 @@ class Schedule:
     pause_after: int | None = None  # paused after N failed firings; None: the tenant's; 0: never
     paused_reason: str | None = None  # why corral paused it (None: paused by hand, or running)
     counted_from: datetime | None = None  # its last resume: no firing recorded before counts
+    managed: bool = False  # made or changed by `corral apply`: `apply --prune` may delete it
 
 
 @dataclass(frozen=True, slots=True)

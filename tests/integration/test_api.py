@@ -238,6 +238,10 @@ async def test_no_route_shows_or_changes_another_tenant_s_job_or_schedule(api: A
     flow = {"name": "a-nightly", "rate": "7/1m"}
     made = await api.http.post("/api/v1/flows", json=flow, headers=api.as_("a-op"))
     assert made.status_code == 201, made.text
+    # A schedule apply made (managed): b's apply with prune must not reach it.
+    kept = {"kind": "Schedule", "name": "a-applied", "every": "1h", **JOB, "queue": "secret-queue"}
+    made = await api.http.post("/api/v1/apply", json={"documents": [kept]}, headers=api.as_("a-op"))
+    assert made.status_code == 200, made.text
     [a_token] = [t for t in await api.c.store.tokens.list() if t.name == "a-op"]
     bulk = {"action": "cancel", "filter": {"queue": "secret-queue"}, "expect": 0}
     op = (await api.http.post("/api/v1/operations", json=bulk, headers=api.as_("a-op"))).json()
@@ -266,6 +270,8 @@ async def test_no_route_shows_or_changes_another_tenant_s_job_or_schedule(api: A
             if path.endswith("/stream"):
                 path += "?follow=false&after=0"  # all of it, then the end
             body = (JOB if not params else {}) if method in ("POST", "PATCH") else None
+            if path == "/api/v1/apply":  # b's own documents: none, and prune what it made
+                body = {"documents": [], "prune": True}
             who = "b-admin" if "/tokens" in path else "b-op"
             r = await api.http.request(method, path, json=body, headers=api.as_(who))
             if params:
@@ -295,6 +301,7 @@ async def test_no_route_shows_or_changes_another_tenant_s_job_or_schedule(api: A
     assert (await api.c.monitor("a", "a-nightly")).state == "up"  # untouched by b
     assert [str(f.rate) for f in await api.c.flows("a")] == ["7/1m"]  # untouched by b
     assert [f.name for f in await api.c.flows("b")] == []
+    assert (await api.c.schedule("a-applied", tenant="a")).managed  # not pruned by b
     admin = await api.http.get(f"/api/v1/jobs/{job['id']}", headers=api.as_("admin"))
     assert admin.status_code == 200  # an admin of every tenant sees it
     own = await api.http.get("/api/v1/schedules/a-nightly?tenant=a", headers=api.as_("admin"))

@@ -22,6 +22,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from corral import client, errors, web
 from corral.api import (
     alerts,
+    apply,
     attempts,
     flows,
     metrics,
@@ -79,6 +80,7 @@ def create_app(c: client.Client) -> FastAPI:
     app.include_router(workers.router, prefix=PREFIX)
     app.include_router(tenants.router, prefix=PREFIX)
     app.include_router(monitors.router, prefix=PREFIX)
+    app.include_router(apply.router, prefix=PREFIX)
     app.include_router(metrics.router)  # /metrics, beside /healthz and /readyz
     routes.add_health(app)
     web.mount(app)  # the dashboard, under /ui

@@ -62,6 +62,14 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "Run the scheduler loop alone (fires schedules; any number may run at once).",
     ),
     "schedules": ("corral.cli.schedules:schedules", "Make and manage schedules (cron, intervals)."),
+    "apply": (
+        "corral.cli.apply:apply",
+        "Make a tenant's schedules, monitors, alert channels and rules what files say, at once.",
+    ),
+    "export": (
+        "corral.cli.apply:export",
+        "Write a tenant's objects as YAML documents `corral apply` reads (secrets as `kept`).",
+    ),
     "monitors": (
         "corral.cli.monitors:monitors",
         "Monitors: a dead man's switch for crons that run elsewhere, pinged at a URL.",

@@ -12,6 +12,11 @@ from __future__ import annotations
 
 from corral.client import (
     alerts,
+    apply,
+    apply_alerts,
+    apply_kinds,
+    apply_monitors,
+    apply_schedules,
     arguments,
     attempts,
     audit,
@@ -40,6 +45,7 @@ from corral.client import (
 
 
 class Client(
+    apply.Apply,
     explain.Explain,
     follow.Follow,
     schedules.Schedules,
@@ -64,6 +70,11 @@ class Client(
 __all__ = [
     "Client",
     "alerts",
+    "apply",
+    "apply_alerts",
+    "apply_kinds",
+    "apply_monitors",
+    "apply_schedules",
     "arguments",
     "attempts",
     "audit",

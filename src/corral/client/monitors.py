@@ -43,6 +43,24 @@ class Monitors(service.Service):
         """Make a monitor of `tenant` from a request's body (name, period or cron and tz,
         grace, channels): InvalidInput naming the field, QuotaExceeded past the tenant's
         max_monitors, Conflict when the name is taken or public_url is not set."""
+        new, rule = self.monitor_new(tenant, body)
+        return await self.store.monitors.add(
+            new=new,
+            rule=rule,
+            most=self.monitors_most(tenant),
+            rules_most=tenant_alerts.MAX_RULES,
+            now=new.created_at,
+        )
+
+    def monitors_most(self, tenant: str) -> int:
+        """The most monitors `tenant` may have (its max_monitors)."""
+        return tenancy.resolved(self.settings.tenants, tenant).max_monitors
+
+    def monitor_new(
+        self, tenant: str, body: Mapping[str, Any]
+    ) -> tuple[monitoring.Monitor, dict[str, Any] | None]:
+        """The monitor `monitor_add` would store of a request's body, checked, made now,
+        and the alert rule its channels make (None: it names none)."""
         if unknown := sorted(set(body) - set(FIELDS)):
             raise errors.InvalidInput(f"{unknown[0]}: unknown field (allowed: {', '.join(FIELDS)})")
         if self.settings.public_base is None:
@@ -74,10 +92,7 @@ class Monitors(service.Service):
             run_started_at=None,
             created_at=now,
         )
-        most = tenancy.resolved(self.settings.tenants, tenant).max_monitors
-        return await self.store.monitors.add(
-            new=new, rule=rule, most=most, rules_most=tenant_alerts.MAX_RULES, now=now
-        )
+        return new, rule
 
     @staticmethod
     def _rule(tenant: str, name: str, channels: Any) -> dict[str, Any] | None:

@@ -100,12 +100,12 @@ class Schedules(jobs.Jobs):
         planning.rule(new, anchor)  # every rule builds
         return new, anchor
 
-    async def schedule_create(
-        self, name: str, *, limited: bool = False, **args: Unpack[ScheduleArgs]
-    ) -> scheduling.Schedule:
-        """Store a schedule (`new_schedule`'s arguments); it fires first at its first
-        nominal time after now (or at its start). `limited`: a tenant's request, refused
-        (QuotaExceeded) when the tenant has its max_schedules already."""
+    async def schedule_prepared(
+        self, name: str, *, recorded: datetime | None = None, **args: Unpack[ScheduleArgs]
+    ) -> tuple[scheduling.NewSchedule, datetime, datetime | None]:
+        """The schedule `schedule_create` would store (`new_schedule`'s arguments), checked,
+        with its anchor and its first nominal time from now (after `recorded`: the latest
+        one a schedule being changed has recorded, never fired twice)."""
         from corral import planning
 
         if isinstance(args.get("task"), str):
@@ -119,13 +119,25 @@ class Schedules(jobs.Jobs):
             args["task_version"] = python_tasks.task_of((await self.task_checked(draft)).spec)[1]
         new, anchor = self.new_schedule(name, **args)
         await self._flow_known(new)
-        now = self.clock.now()
         first = planning.first_due(
-            planning.rule(new, anchor), now=now, anchor=anchor, until=new.until
+            planning.rule(new, anchor),
+            now=self.clock.now(),
+            anchor=anchor,
+            until=new.until,
+            recorded=recorded,
         )
+        return new, anchor, first
+
+    async def schedule_create(
+        self, name: str, *, limited: bool = False, **args: Unpack[ScheduleArgs]
+    ) -> scheduling.Schedule:
+        """Store a schedule (`new_schedule`'s arguments); it fires first at its first
+        nominal time after now (or at its start). `limited`: a tenant's request, refused
+        (QuotaExceeded) when the tenant has its max_schedules already."""
+        new, anchor, first = await self.schedule_prepared(name, **args)
         quota = quotas.limits(self.settings.tenants, new.tenant) if limited else None
         return await self.store.schedules.create(
-            new=new, anchor=anchor, next_due=first, now=now, quota=quota
+            new=new, anchor=anchor, next_due=first, now=self.clock.now(), quota=quota
         )
 
     async def _flow_known(self, new: scheduling.NewSchedule) -> None:
@@ -176,16 +188,8 @@ class Schedules(jobs.Jobs):
             until=new.until,
             recorded=old.last_nominal,
         )
-        changes = {
-            f.name: getattr(new, f.name)
-            for f in dataclasses.fields(new)
-            if f.name not in ("name", "tenant")
-        }
         return await self.store.schedules.update(
-            schedule_id=old.id,
-            changes={**changes, "template": dict(new.template)},
-            next_due=first,
-            now=now,
+            schedule_id=old.id, changes=changes_of(new), next_due=first, now=now
         )
 
     async def schedule_delete(self, name: str, *, tenant: str = "default") -> None:
@@ -280,6 +284,17 @@ class Schedules(jobs.Jobs):
         args = _schedule_args(old)
         args["tenant_made"] = old.tenant_made or tenant_made
         return await self.schedule_create(new_name, limited=limited, **args)
+
+
+def changes_of(new: scheduling.NewSchedule) -> dict[str, Any]:
+    """A schedule's every field but its name and tenant, as `store.schedules.update` takes
+    them: what a change of it writes."""
+    changes = {
+        f.name: getattr(new, f.name)
+        for f in dataclasses.fields(new)
+        if f.name not in ("name", "tenant")
+    }
+    return {**changes, "template": dict(new.template)}
 
 
 def _when(

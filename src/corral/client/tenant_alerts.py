@@ -56,12 +56,7 @@ class TenantAlerts(alerts.Alerts):
         self, tenant: str, body: Mapping[str, Any]
     ) -> store.tenant_alerts.TenantChannel:
         """Make a channel of `tenant` from a request's body (name, kind and its fields)."""
-        given = {k: v for k, v in body.items() if k not in ("name", "tenant")}
-        name = tenant_alerts.name_checked(body.get("name"))
-        kind, config = tenant_alerts.channel_config(given, self.settings.alerts)
-        url = tenant_alerts.channel_url(kind, config)
-        if url is not None:
-            await self._guarded(url, "webhook_url" if kind == "slack" else "url")
+        name, kind, config = await self.tenant_channel_checked(body)
         return await self.store.tenant_alerts.channel_add(
             tenant=tenant,
             name=name,
@@ -70,6 +65,20 @@ class TenantAlerts(alerts.Alerts):
             now=self.clock.now(),
             most=tenant_alerts.MAX_CHANNELS,
         )
+
+    async def tenant_channel_checked(
+        self, body: Mapping[str, Any], *, stored: str | None = None
+    ) -> tuple[str, str, dict[str, Any]]:
+        """A channel's name, kind and fields to store, from a request's body (name, kind and
+        its fields); InvalidInput naming the field. Where a web channel posts is checked
+        through the HTTP jobs' guard, unless it is `stored`, where it posts already."""
+        given = {k: v for k, v in body.items() if k not in ("name", "tenant")}
+        name = tenant_alerts.name_checked(body.get("name"))
+        kind, config = tenant_alerts.channel_config(given, self.settings.alerts)
+        url = tenant_alerts.channel_url(kind, config)
+        if url is not None and url != stored:
+            await self._guarded(url, "webhook_url" if kind == "slack" else "url")
+        return name, kind, config
 
     async def _guarded(self, url: str, field: str) -> None:
         """InvalidInput naming `field` when the HTTP jobs' guard refuses where `url` goes."""

@@ -12,7 +12,8 @@ by the handles of what they write), `store.runlogs`, `store.sinks` (checkpoints 
 pointers), `store.loops`, `store.tenants` (each tenant's use of its quotas) and
 `store.tenant_alerts` (the alert channels and rules tenants own), `store.monitors` and
 `store.monitor_pings` (monitors, their history and their pings), `store.flows` (tenants'
-flows, and their claim). A handle's call
+flows, and their claim) and `store.manifests` (a plan of `corral apply`, written whole, and
+which objects apply made). A handle's call
 runs one store function in one transaction on a worker thread, or, on PostgreSQL, a statement of the
 hot path (hotpath.py, hotreads.py) on async connections of its own.
 """
@@ -32,6 +33,7 @@ from corral.store import (
     flows,
     jobs,
     loops,
+    manifests,
     monitor_pings,
     monitors,
     operations,
@@ -76,6 +78,7 @@ class Store:
         self.monitors = monitors.Monitors(self.database)
         self.monitor_pings = monitor_pings.MonitorPings(self.database)
         self.flows = flows.Flows(self.database)
+        self.manifests = manifests.Manifests(self.database)
 
     @classmethod
     def connect(cls, url: str, *, timeouts: Timeouts | None = None) -> Store:

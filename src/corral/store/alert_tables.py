@@ -100,6 +100,7 @@ tenant_alert_channels = Table(
     Column("kind", String(20), nullable=False),
     Column("config", Json, nullable=False),
     at("created_at"),
+    Column("managed", Boolean, nullable=False, server_default=false()),  # made by apply
     UniqueConstraint("tenant", "name"),
     sqlite_autoincrement=True,
 )
@@ -112,6 +113,7 @@ tenant_alert_rules = Table(
     Column("name", String(100), nullable=False),
     Column("rule", Json, nullable=False),
     at("created_at"),
+    Column("managed", Boolean, nullable=False, server_default=false()),  # made by apply
     UniqueConstraint("tenant", "name"),
     sqlite_autoincrement=True,
 )

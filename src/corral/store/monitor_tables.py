@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     Column,
     Float,
     Index,
@@ -14,6 +15,7 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    false,
     text,
 )
 
@@ -45,6 +47,7 @@ monitors = Table(
     Column("ping_count", BigInteger, nullable=False, server_default=text("0")),
     Column("rule", String(100)),  # the tenant's alert rule its --channel made
     *made(),
+    Column("managed", Boolean, nullable=False, server_default=false()),  # made by apply
     UniqueConstraint("tenant", "name"),
     sqlite_autoincrement=True,
 )

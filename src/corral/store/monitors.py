@@ -9,6 +9,7 @@ corral.monitoring. Its pings are in monitor_pings.py.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import uuid
 from collections.abc import Mapping
@@ -277,6 +278,48 @@ def monitor_rotate(conn: Connection, *, tenant: str, name: str, now: datetime) -
     key = str(uuid.uuid4())
     conn.execute(update(monitors).where(M.id == monitor.id).values(ping_key=key, updated_at=now))
     return key
+
+
+def monitor_update(
+    conn: Connection,
+    *,
+    changed: monitoring.Monitor,
+    rule: Mapping[str, Any] | None,
+    rules_most: int,
+    now: datetime,
+) -> None:
+    """Give `tenant`'s monitor `changed.name` the period, cron, zone and grace of `changed`
+    (corral.monitoring.reshaped says what that makes of its state), and its --channel rule
+    `rule`: made, changed, or deleted when None. NotFound when it has none so named."""
+    monitor = _get(conn, changed.tenant, changed.name, lock=True)
+    shaped = dataclasses.replace(
+        monitor, period=changed.period, cron=changed.cron, tz=changed.tz, grace=changed.grace
+    )
+    verdict = monitoring.reshaped(shaped, now)
+    rule_name = None if rule is None else monitoring.rule_name(monitor.name)
+    if monitor.rule is not None and monitor.rule != rule_name:
+        tenant_alerts.rule_delete(conn, tenant=monitor.tenant, name=monitor.rule)
+    if rule is not None and rule_name is not None:
+        if monitor.rule == rule_name:
+            tenant_alerts.rule_change(conn, tenant=monitor.tenant, name=rule_name, rule=rule)
+        else:
+            tenant_alerts.rule_add(
+                conn, tenant=monitor.tenant, name=rule_name, rule=rule, now=now, most=rules_most
+            )
+    conn.execute(
+        update(monitors)
+        .where(M.id == monitor.id)
+        .values(
+            period_seconds=None if shaped.period is None else int(shaped.period.total_seconds()),
+            cron=shaped.cron,
+            tz=shaped.tz,
+            grace_seconds=int(shaped.grace.total_seconds()),
+            rule=rule_name,
+            expected_at=verdict.expected_at,
+            check_at=verdict.check_at,
+            updated_at=now,
+        )
+    )
 
 
 def monitor_delete(conn: Connection, *, tenant: str, name: str) -> bool:

@@ -234,6 +234,8 @@ schedules = Table(
     Column("pause_after", Integer),
     Column("paused_reason", Text),
     Column("counted_from", UTCDateTime),
+    # Made or changed by `corral apply`: `apply --prune` deletes only these (0035).
+    Column("managed", Boolean, nullable=False, server_default=false()),
     UniqueConstraint("tenant", "name"),
     sqlite_autoincrement=True,  # a schedule made again under a deleted one's name is new
 )

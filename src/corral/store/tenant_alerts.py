@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Connection, Table, delete, insert, select
+from sqlalchemy import Connection, Table, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from corral import errors
@@ -114,6 +114,14 @@ def rule_add(
     """Store a rule of `tenant`: InvalidInput when a channel it names is not the tenant's,
     Conflict when the name is taken or it has `most`."""
     _hold_count(conn, tenant_alert_rules, tenant, most, "rules")
+    _channels_own(conn, tenant, rule)
+    values = {"tenant": tenant, "name": name, "rule": dict(rule), "created_at": now}
+    row = _insert(conn, tenant_alert_rules, "rule", values)
+    return _rule(row)
+
+
+def _channels_own(conn: Connection, tenant: str, rule: Mapping[str, Any]) -> None:
+    """InvalidInput naming the first channel of `rule` that is not `tenant`'s."""
     named = list(rule.get("channels", ()))
     own = set(
         conn.execute(select(CH.name).where(CH.tenant == tenant, CH.name.in_(named))).scalars()
@@ -122,9 +130,33 @@ def rule_add(
         raise errors.InvalidInput(
             f"channels: tenant {tenant!r} has no alert channel named {missing[0]!r}"
         )
-    values = {"tenant": tenant, "name": name, "rule": dict(rule), "created_at": now}
-    row = _insert(conn, tenant_alert_rules, "rule", values)
-    return _rule(row)
+
+
+def channel_change(
+    conn: Connection, *, tenant: str, name: str, kind: str, config: Mapping[str, Any]
+) -> None:
+    """Give `tenant`'s channel `name` another kind or fields (checked as a new one's are);
+    NotFound when it has none so named."""
+    done = conn.execute(
+        update(tenant_alert_channels)
+        .where(CH.tenant == tenant, CH.name == name)
+        .values(kind=kind, config=dict(config))
+    )
+    if not done.rowcount:
+        raise errors.NotFound(f"no alert channel {name!r}")
+
+
+def rule_change(conn: Connection, *, tenant: str, name: str, rule: Mapping[str, Any]) -> None:
+    """Give `tenant`'s rule `name` other fields: InvalidInput when a channel it names is not
+    the tenant's, NotFound when it has none so named."""
+    _channels_own(conn, tenant, rule)
+    done = conn.execute(
+        update(tenant_alert_rules)
+        .where(RU.tenant == tenant, RU.name == name)
+        .values(rule=dict(rule))
+    )
+    if not done.rowcount:
+        raise errors.NotFound(f"no alert rule {name!r}")
 
 
 def channels_list(conn: Connection, *, tenant: str) -> list[TenantChannel]:
