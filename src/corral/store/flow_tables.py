@@ -3,13 +3,25 @@ Apart from tables.py, which re-exports them, for its length; on the same MetaDat
 
 from __future__ import annotations
 
-from sqlalchemy import Column, Float, Index, Integer, String, Table, Text, UniqueConstraint
+from sqlalchemy import (
+    Boolean,
+    Column,
+    Float,
+    Index,
+    Integer,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+    false,
+)
 
 from corral.store.columns import Id, UTCDateTime, at, id_column, made, metadata, tenant_column
 
 # Flows a tenant owns (corral.flows), each named within its tenant: a rate (`rate` starts
 # within any window of `per_seconds`) and a parallelism, either or both (NULL: none), and
-# the hold a Retry-After puts on the whole flow (`held_until`, and what it was).
+# the hold a Retry-After puts on the whole flow (`held_until`, and what it was); `managed`:
+# made or changed by `corral apply`, which `apply --prune` may delete.
 flows = Table(
     "flows",
     metadata,
@@ -21,6 +33,7 @@ flows = Table(
     Column("parallelism", Integer),
     Column("held_until", UTCDateTime),
     Column("held_reason", Text),
+    Column("managed", Boolean, nullable=False, server_default=false()),  # made by apply
     *made(),
     UniqueConstraint("tenant", "name"),
     sqlite_autoincrement=True,

@@ -8,9 +8,9 @@ not at all. An error of one write names the document it is for first, and undoes
 a dry run writes the plan and then undoes it, so that what only the transaction can tell
 (a name taken, a quota full, a rule's channel missing) is found without changing anything.
 
-Each kind of object is a key of TABLES: the table whose `managed` column marks it. A kind
-to come (a tenant's flows) adds its table there, its delete to DELETES and its writes as
-Write classes.
+Each kind of object is a key of TABLES: the table whose `managed` column marks it, its
+delete in DELETES and its writes as Write classes. A schedule's flow is checked again here
+(flows.flows_named), so a flow the same plan makes, written before it, counts.
 """
 
 from __future__ import annotations
@@ -23,9 +23,11 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from sqlalchemy import Connection, Table, select, update
 
-from corral import documents, errors, monitoring, quotas, scheduling
+from corral import documents, errors, flows, monitoring, quotas, scheduling
+from corral.store import flows as flow_store
 from corral.store import monitors, schedules, tenant_alerts
 from corral.store import quotas as holds
+from corral.store.tables import flows as flow_table
 from corral.store.tables import monitors as monitor_table
 from corral.store.tables import schedules as schedule_table
 from corral.store.tables import tenant_alert_channels, tenant_alert_rules
@@ -38,6 +40,7 @@ TABLES: Mapping[str, Table] = {
     "monitor": monitor_table,
     "channel": tenant_alert_channels,
     "rule": tenant_alert_rules,
+    "flow": flow_table,
 }
 """Each kind of object a plan writes, and the table whose `managed` column marks it."""
 
@@ -67,6 +70,7 @@ class ScheduleMade(Write):
     quota: quotas.Limits | None  # a tenant's request: held to its max_schedules
 
     def run(self, conn: Connection, now: datetime) -> None:
+        _flow_named(conn, self.tenant, self.new.template)
         write = functools.partial(
             schedules.schedule_create,
             new=self.new,
@@ -87,6 +91,7 @@ class ScheduleChanged(Write):
     next_due: datetime | None
 
     def run(self, conn: Connection, now: datetime) -> None:
+        _flow_named(conn, self.tenant, self.changes.get("template") or {})
         schedules.schedule_update(
             conn,
             schedule_id=self.schedule_id,
@@ -94,6 +99,13 @@ class ScheduleChanged(Write):
             next_due=self.next_due,
             now=now,
         )
+
+
+def _flow_named(conn: Connection, tenant: str, template: Mapping[str, Any]) -> None:
+    """InvalidInput naming `flow` unless the flow a schedule's jobs name is `tenant`'s, as
+    the transaction sees it (a flow the plan made before counts)."""
+    if (flow := template.get("flow")) is not None:
+        flow_store.flows_named(conn, named=[(tenant, flow)])
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +181,29 @@ class RuleChanged(Write):
         tenant_alerts.rule_change(conn, tenant=self.tenant, name=self.name, rule=self.rule)
 
 
+@dataclass(frozen=True, slots=True)
+class FlowMade(Write):
+    limits: flows.Limits
+    most: int
+
+    def run(self, conn: Connection, now: datetime) -> None:
+        flow_store.flow_add(
+            conn, tenant=self.tenant, name=self.name, limits=self.limits, now=now, most=self.most
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class FlowChanged(Write):
+    limits: flows.Limits
+
+    def run(self, conn: Connection, now: datetime) -> None:
+        changed = flow_store.flow_update(
+            conn, tenant=self.tenant, name=self.name, limits=self.limits, now=now
+        )
+        if changed is None:
+            raise errors.NotFound(f"no flow {self.name!r}: deleted meanwhile")
+
+
 def _schedule_delete(conn: Connection, *, tenant: str, name: str) -> bool:
     found = schedules.schedule_get(conn, name=name, tenant=tenant)
     schedules.schedule_delete(conn, schedule_id=found.id)
@@ -180,6 +215,7 @@ DELETES: Mapping[str, Callable[..., bool]] = {
     "monitor": monitors.monitor_delete,
     "channel": tenant_alerts.channel_delete,
     "rule": tenant_alerts.rule_delete,
+    "flow": flow_store.flow_delete,
 }
 """How each kind of object is deleted (False: there was none so named)."""
 

@@ -1,4 +1,4 @@
-"""schedules, monitors, tenant_alert_channels and tenant_alert_rules .managed: made by apply
+"""managed on schedules, monitors, tenants' alert channels and rules, flows: made by apply
 
 An object made or changed by `corral apply` (or POST /api/v1/apply) is marked managed, and
 `apply --prune` deletes only managed objects that the files no longer hold: one made by
@@ -20,7 +20,7 @@ down_revision: str | None = "0034"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
-TABLES = ("schedules", "monitors", "tenant_alert_channels", "tenant_alert_rules")
+TABLES = ("schedules", "monitors", "tenant_alert_channels", "tenant_alert_rules", "flows")
 
 
 def upgrade() -> None:
