@@ -62,17 +62,26 @@ class Action(StrEnum):
 
 
 SIGNS = {Action.CREATE: "+", Action.CHANGE: "~", Action.DELETE: "-", Action.UNCHANGED: "="}
+ADOPTED = "(taken over)"
+"""What a plan's line says after an object made by hand that the apply takes over."""
 
 
 @dataclass(frozen=True, slots=True)
 class Step:
     """One object of the plan: what apply does to it, and (a change) the fields that change,
-    as dotted paths (`spec.command`); `managed` when it was made by hand and is taken over."""
+    as dotted paths (`spec.command`). `adopted`: made by hand, and taken over by this apply
+    (managed from now on, so `--prune` may delete it), whether its fields change or not."""
 
     action: Action
     kind: str
     name: str
     fields: tuple[str, ...] = field(default=())
+    adopted: bool = False
+
+    @property
+    def writes(self) -> bool:
+        """Whether applying it writes anything: all but an unchanged managed object."""
+        return self.action != Action.UNCHANGED or self.adopted
 
 
 # --- reading ---------------------------------------------------------------------------------
@@ -222,7 +231,13 @@ def plan_dict(tenant: str, steps: Iterable[Step], *, dry_run: bool) -> dict[str,
         "tenant": tenant,
         "dry_run": dry_run,
         "steps": [
-            {"action": s.action.value, "kind": s.kind, "name": s.name, "fields": list(s.fields)}
+            {
+                "action": s.action.value,
+                "kind": s.kind,
+                "name": s.name,
+                "fields": list(s.fields),
+                "adopted": s.adopted,
+            }
             for s in steps
         ],
         "counts": {a.value: sum(1 for s in steps if s.action == a) for a in Action},
@@ -231,23 +246,28 @@ def plan_dict(tenant: str, steps: Iterable[Step], *, dry_run: bool) -> dict[str,
 
 def plan_lines(steps: Iterable[Step]) -> list[str]:
     """A plan as the CLI prints it: one line per object, `+` create, `~` change (with its
-    fields), `-` delete, `=` unchanged."""
+    fields), `-` delete, `=` unchanged; ` (taken over)` after one made by hand that the
+    apply takes over."""
     lines = []
     for s in steps:
         said = f"{SIGNS[s.action]} {s.kind} {s.name}"
-        lines.append(f"{said}: {', '.join(s.fields)}" if s.fields else said)
+        said = f"{said}: {', '.join(s.fields)}" if s.fields else said
+        lines.append(f"{said} {ADOPTED}" if s.adopted else said)
     return lines
 
 
 def summary(steps: Iterable[Step]) -> str:
-    """How many objects each action touches, in words."""
+    """How many objects each action touches, in words (and how many are taken over)."""
     counted = {a: 0 for a in Action}
+    adopted = 0
     for s in steps:
         counted[s.action] += 1
-    return (
+        adopted += s.adopted
+    said = (
         f"{counted[Action.CREATE]} to create, {counted[Action.CHANGE]} to change,"
         f" {counted[Action.DELETE]} to delete, {counted[Action.UNCHANGED]} unchanged"
     )
+    return f"{said}; {adopted} made by hand taken over" if adopted else said
 
 
 # --- writing ---------------------------------------------------------------------------------

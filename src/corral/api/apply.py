@@ -1,6 +1,6 @@
-"""The route of /api/v1/apply: a tenant's schedules, monitors, alert channels and rules made
-what documents say, in one transaction (corral.client.apply), checked and held to quotas as
-the tenant's own requests of each kind are. A token of one tenant applies to its own (a
+"""The route of /api/v1/apply: a tenant's flows, schedules, monitors, alert channels and
+rules made what documents say, in one transaction (corral.client.apply), checked and held
+to quotas as the tenant's own requests of each kind are. A token of one tenant applies to its own (a
 document naming another is refused); a token of every tenant names the tenant with a
 `tenant` field (default: default). Operators and admins apply; a dry run changes nothing."""
 
@@ -22,8 +22,8 @@ FIELDS = ("documents", "files", "tenant", "prune", "dry_run")
 
 @router.post(
     "/apply",
-    summary="Make the tenant's schedules, monitors, alert channels and rules what documents"
-    " say, in one transaction: what was done to each (with dry_run, what would be)",
+    summary="Make the tenant's flows, schedules, monitors, alert channels and rules what"
+    " documents say, in one transaction: what was done to each (with dry_run, what would be)",
 )
 async def apply(
     c: Client,
@@ -49,6 +49,6 @@ async def apply(
     given = client.apply.documents_of(body)
     steps = await c.apply(tenant, given, prune=prune, dry_run=dry_run, limited=True)
     plan = documents.plan_dict(tenant, steps, dry_run=dry_run)
-    if not dry_run and any(s.action != documents.Action.UNCHANGED for s in steps):
+    if not dry_run and any(s.writes for s in steps):
         await audit(c, who, "apply", tenant, tenant, counts=plan["counts"])
     return plan

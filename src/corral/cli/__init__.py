@@ -64,7 +64,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "schedules": ("corral.cli.schedules:schedules", "Make and manage schedules (cron, intervals)."),
     "apply": (
         "corral.cli.apply:apply",
-        "Make a tenant's schedules, monitors, alert channels and rules what files say, at once.",
+        "Make a tenant's flows, schedules, monitors, alert channels and rules what files say.",
     ),
     "export": (
         "corral.cli.apply:export",

@@ -1,5 +1,5 @@
-"""`corral apply` (make a tenant's schedules, monitors, alert channels and rules what YAML
-or TOML files say, in one transaction, printing what it does to each) and `corral export`
+"""`corral apply` (make a tenant's flows, schedules, monitors, alert channels and rules what
+YAML or TOML files say, in one transaction, printing what it does to each) and `corral export`
 (what a tenant has, as documents apply reads back as nothing to do). The operator's
 commands: `--tenant` names the tenant (default: default); a tenant applies its own through
 the API (POST /api/v1/apply)."""
@@ -70,7 +70,7 @@ def _read(paths: tuple[str, ...]) -> list[documents.Document]:
 def apply(
     state: State, paths: tuple[str, ...], tenant: str, prune: bool, dry_run: bool, as_json: bool
 ) -> None:
-    """Make a tenant's schedules, monitors, alert channels and rules what files say, at once."""
+    """Make a tenant's flows, schedules, monitors, alert channels and rules what files say."""
     from corral import documents
 
     given = _read(paths)
@@ -95,7 +95,7 @@ def apply(
     "--kind",
     "kinds",
     multiple=True,
-    help="Only objects of this kind, e.g. Schedule or AlertRule (repeat for more).",
+    help="Only objects of this kind, e.g. Flow, Schedule or AlertRule (repeat for more).",
 )
 @json_option
 @config_option

@@ -1,16 +1,19 @@
-"""Objects kept as code: `apply` makes a tenant's schedules, monitors, alert channels and
-rules what documents say (corral.documents), in one transaction, and says what it did to
-each (create, change with the fields that change, delete, unchanged); `export` writes what
-a tenant has as documents that apply reads back as nothing to do.
+"""Objects kept as code: `apply` makes a tenant's flows, schedules, monitors, alert
+channels and rules what documents say (corral.documents), in one transaction, and says what
+it did to each (create, change with the fields that change, delete, unchanged); `export`
+writes what a tenant has as documents that apply reads back as nothing to do.
 
 Every document is checked first, each with the checks of its kind (client.apply_kinds),
 and a bad one refuses the whole plan, naming its file, its number, its name and the field.
 Objects apply makes or changes are marked managed; with `prune`, the managed objects that
-no document holds any longer are deleted (one made by hand never is).
+no document holds any longer are deleted (one made by hand never is). An object made by
+hand that a document names is taken over (`adopted`): marked managed in the transaction,
+and, when the document says it as it is, unchanged in the plan, so an export applied again
+has nothing to do.
 
 KINDS is the one table of kinds, in the order they are written: an object is written
-after those it names (a rule after its channels, a monitor after the channels of its rule),
-and deleted before them.
+after those it names (a schedule after its flow, a rule after its channels, a monitor after
+the channels of its rule), and deleted before them.
 """
 
 from __future__ import annotations
@@ -19,11 +22,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from corral import documents, errors, store
-from corral.client import apply_alerts, apply_kinds, apply_monitors, apply_schedules
+from corral.client import apply_alerts, apply_flows, apply_kinds, apply_monitors, apply_schedules
 
 A = documents.Action
 
 KINDS: tuple[apply_kinds.Kind, ...] = (
+    apply_flows.FlowKind(),
     apply_alerts.ChannelKind(),
     apply_alerts.RuleKind(),
     apply_monitors.MonitorKind(),
@@ -105,6 +109,7 @@ class Apply(apply_kinds.Services):
         order, then deletes in the other order. InvalidInput names every bad document (up
         to MAX_PROBLEMS), in the order given."""
         managed = await self.store.manifests.managed(tenant=tenant)
+        named = {k.name: {d.name for d in given if d.kind == k.name} for k in KINDS}
         steps: list[documents.Step] = []
         writes: list[store.manifests.Write] = []
         deletes: list[store.manifests.Write] = []
@@ -116,7 +121,10 @@ class Apply(apply_kinds.Services):
             held = await kind.held(self, tenant)
             for doc in mine:
                 try:
-                    step, write = await self._planned(kind, doc, tenant, held, managed, limited)
+                    by_hand = doc.name not in managed[kind.what]
+                    step, write = await self._planned(
+                        kind, doc, tenant, held, by_hand, limited, named
+                    )
                 except errors.InvalidInput as exc:
                     problems.append((given.index(doc), str(documents.located(exc, doc.where))))
                     continue
@@ -139,21 +147,25 @@ class Apply(apply_kinds.Services):
         doc: documents.Document,
         tenant: str,
         held: Mapping[str, apply_kinds.Held],
-        managed: Mapping[str, set[str]],
+        by_hand: bool,
         limited: bool,
+        named: apply_kinds.Named,
     ) -> tuple[documents.Step, store.manifests.Write | None]:
-        """One document's step, and its write (None: nothing to do)."""
+        """One document's step, and its write (None: nothing to do). `by_hand`: no managed
+        object of the kind has its name, so one stored is taken over (`adopted`), and marked
+        managed even when the document says it as it is."""
         stored = held.get(doc.name)
-        wanted = await kind.wanted(self, doc, tenant, stored, limited=limited)
+        wanted = await kind.wanted(self, doc, tenant, stored, limited=limited, named=named)
         if stored is None:
             return documents.Step(A.CREATE, kind.name, doc.name), wanted.write
-        fields = documents.changed(wanted.fields, stored.fields)
+        fields = tuple(documents.changed(wanted.fields, stored.fields))
+        action = A.CHANGE if fields else A.UNCHANGED
+        step = documents.Step(action, kind.name, doc.name, fields, adopted=by_hand)
         if fields:
-            return documents.Step(A.CHANGE, kind.name, doc.name, tuple(fields)), wanted.write
-        if doc.name not in managed[kind.what]:  # made by hand, as the document says: taken over
-            mark = store.manifests.Write(doc.where, kind.what, tenant, doc.name)
-            return documents.Step(A.CHANGE, kind.name, doc.name, ("managed",)), mark
-        return documents.Step(A.UNCHANGED, kind.name, doc.name), None
+            return step, wanted.write
+        if by_hand:  # as the document says: only the mark is written
+            return step, store.manifests.Write(doc.where, kind.what, tenant, doc.name)
+        return step, None
 
     async def export(self, tenant: str, kinds: Sequence[str] = ()) -> list[dict[str, Any]]:
         """`tenant`'s objects (of `kinds`; none named: of every kind) as documents, by kind

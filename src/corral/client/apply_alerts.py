@@ -46,6 +46,7 @@ class ChannelKind(apply_kinds.Kind):
         held: apply_kinds.Held | None,
         *,
         limited: bool,
+        named: apply_kinds.Named,
     ) -> apply_kinds.Wanted:
         given = self.restored(doc.fields, held)
         if "kind" in given:
@@ -107,6 +108,7 @@ class RuleKind(apply_kinds.Kind):
         held: apply_kinds.Held | None,
         *,
         limited: bool,
+        named: apply_kinds.Named,
     ) -> apply_kinds.Wanted:
         name = tenant_alerts.name_checked(doc.name)
         rule = tenant_alerts.rule_config(doc.fields, tenant)

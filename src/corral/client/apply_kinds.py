@@ -2,25 +2,30 @@
 tenant's objects as documents' fields, checks a document with the checks the CLI and the
 API use for that kind (never a second set), and says the write that makes or changes it.
 
-One class per kind, each in the module of its noun (apply_schedules.py, apply_monitors.py,
-apply_alerts.py), and the one table of them in client/apply.py (KINDS). A kind to come (a
-tenant's flows) is one more class there and its writes in store/manifests.py: it reads its
-objects (`held`), checks a document (`wanted`), and says which of its fields are secret
-(`exported`, `restored`).
+One class per kind, each in the module of its noun (apply_flows.py, apply_schedules.py,
+apply_monitors.py, apply_alerts.py), and the one table of them in client/apply.py (KINDS),
+with its writes in store/manifests.py: it reads its objects (`held`), checks a document
+(`wanted`, which also sees the names the apply's other documents give: a schedule may name
+a flow the same apply makes), and says which of its fields are secret (`exported`,
+`restored`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from corral import documents, errors, redaction, store
-from corral.client import monitors, schedules, tenant_alerts
+from corral.client import flows, monitors, schedules, tenant_alerts
 
 
-class Services(schedules.Schedules, tenant_alerts.TenantAlerts, monitors.Monitors):
+class Services(schedules.Schedules, tenant_alerts.TenantAlerts, monitors.Monitors, flows.Flows):
     """The services of the client the kinds read and check with."""
+
+
+Named = Mapping[str, Collection[str]]
+"""The names an apply's documents give, by kind (as documents name it: "Flow")."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,10 +66,12 @@ class Kind:
         held: Held | None,
         *,
         limited: bool,
+        named: Named,
     ) -> Wanted:
         """`doc` checked, as `tenant`'s (`held`: as stored now, None: to be made);
         InvalidInput naming the field and the rule. `limited`: a tenant's request (the API),
-        checked and held to quotas as the tenant's own requests for this kind are."""
+        checked and held to quotas as the tenant's own requests for this kind are. `named`:
+        the objects the apply's documents give, made before this one if it names them."""
         raise NotImplementedError
 
     def exported(self, held: Held) -> dict[str, Any]:

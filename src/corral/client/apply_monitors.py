@@ -53,6 +53,7 @@ class MonitorKind(apply_kinds.Kind):
         held: apply_kinds.Held | None,
         *,
         limited: bool,
+        named: apply_kinds.Named,
     ) -> apply_kinds.Wanted:
         new, rule = c.monitor_new(tenant, {**doc.fields, "name": doc.name})
         channels = None if rule is None else list(rule["channels"])

@@ -5,7 +5,8 @@ body is (client.bodies, client.schedules), and is what a schedule of its tenant 
 Its secrets (a header's value, a URL's password or token) are exported as KEPT, as
 corral.redaction hides them everywhere else. A document without `start` keeps the
 schedule's own (its interval's origin); an export writes it for an interval, and for a
-cron expression when one was given.
+cron expression when one was given. Its `flow` may be one a `Flow` document of the same
+apply makes: flows are written first, and the flow is checked again in the transaction.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ _DEFAULTS = {
 
 def fields_of(s: scheduling.NewSchedule | scheduling.Schedule, anchor: datetime) -> dict[str, Any]:
     """A schedule (made or stored) as a document's fields: those at their default, and
-    those the template leaves empty, left out."""
+    those the template leaves empty (but its spec), left out."""
     found: dict[str, Any] = {}
     if s.cron is not None:
         found["cron"] = s.cron
@@ -54,7 +55,9 @@ def fields_of(s: scheduling.NewSchedule | scheduling.Schedule, anchor: datetime)
     return {
         k: v
         for k, v in found.items()
-        if v is not None and v != {} and not (k in _DEFAULTS and _DEFAULTS[k] == v)
+        if v is not None
+        and (v != {} or k == "spec")  # a spec is required, even an empty one
+        and not (k in _DEFAULTS and _DEFAULTS[k] == v)
     }
 
 
@@ -83,6 +86,7 @@ class ScheduleKind(apply_kinds.Kind):
         held: apply_kinds.Held | None,
         *,
         limited: bool,
+        named: apply_kinds.Named,
     ) -> apply_kinds.Wanted:
         given = self.restored(doc.fields, held)
         old: scheduling.Schedule | None = held.stored if held else None
@@ -100,6 +104,7 @@ class ScheduleKind(apply_kinds.Kind):
         new, anchor, first = await c.schedule_prepared(
             doc.name,
             recorded=old.last_nominal if old else None,
+            flows_made=named.get("Flow", ()),  # made first, in the same transaction
             tenant_made=tenant_made,
             **args,
         )

@@ -4,7 +4,7 @@ changed, paused, resumed, fired by hand; the time maths is corral.cadence's."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypedDict, Unpack, cast
 
@@ -101,11 +101,18 @@ class Schedules(jobs.Jobs):
         return new, anchor
 
     async def schedule_prepared(
-        self, name: str, *, recorded: datetime | None = None, **args: Unpack[ScheduleArgs]
+        self,
+        name: str,
+        *,
+        recorded: datetime | None = None,
+        flows_made: Collection[str] = (),
+        **args: Unpack[ScheduleArgs],
     ) -> tuple[scheduling.NewSchedule, datetime, datetime | None]:
         """The schedule `schedule_create` would store (`new_schedule`'s arguments), checked,
         with its anchor and its first nominal time from now (after `recorded`: the latest
-        one a schedule being changed has recorded, never fired twice)."""
+        one a schedule being changed has recorded, never fired twice). `flows_made`: flows
+        of its tenant that the same transaction makes first (`corral apply`), which its
+        jobs may name too."""
         from corral import planning
 
         if isinstance(args.get("task"), str):
@@ -118,7 +125,7 @@ class Schedules(jobs.Jobs):
             )
             args["task_version"] = python_tasks.task_of((await self.task_checked(draft)).spec)[1]
         new, anchor = self.new_schedule(name, **args)
-        await self._flow_known(new)
+        await self._flow_known(new, flows_made)
         first = planning.first_due(
             planning.rule(new, anchor),
             now=self.clock.now(),
@@ -140,11 +147,13 @@ class Schedules(jobs.Jobs):
             new=new, anchor=anchor, next_due=first, now=self.clock.now(), quota=quota
         )
 
-    async def _flow_known(self, new: scheduling.NewSchedule) -> None:
+    async def _flow_known(self, new: scheduling.NewSchedule, made: Collection[str] = ()) -> None:
         """InvalidInput naming `flow` when the schedule's jobs name a flow its tenant has
-        not (corral.flows)."""
+        not (corral.flows), nor is about to make (`made`)."""
         flow = new.template.get("flow")
-        if flow is not None and await self.store.flows.get(tenant=new.tenant, name=flow) is None:
+        if flow is None or flow in made:
+            return
+        if await self.store.flows.get(tenant=new.tenant, name=flow) is None:
             raise errors.InvalidInput(
                 f"flow: tenant {new.tenant!r} has no flow named {flow!r}; add it first with"
                 f" `corral flows add {flow} --tenant {new.tenant}` (or POST /api/v1/flows)"
