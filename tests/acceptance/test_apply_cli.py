@@ -1,7 +1,8 @@
 """`corral apply` and `corral export` as the operator runs them, in a subprocess on a real
 SQLite file: a folder of YAML and TOML files applied (`--json`: the plan), again (nothing
 to do), `export` piped into `apply -f - --dry-run` (nothing to do), pruned once a file is
-gone, and refusals that exit 2 naming the file, the document and the field."""
+gone, and refusals that exit 2 naming the file, the document and the field; a flow made
+by hand and a schedule naming it, exported and applied again: taken over, nothing to do."""
 
 from __future__ import annotations
 
@@ -98,3 +99,28 @@ def test_refusals_exit_2_naming_the_file_the_document_and_the_field(
         2,
         True,
     )
+
+
+def test_a_flow_and_its_schedule_made_by_hand_are_taken_over_as_they_are(
+    corral: Run, tmp_path: Path
+) -> None:
+    corral("flows", "add", "stripe", "--rate", "10/1s", "--tenant", "acme")
+    corral("schedules", "add", "sync", "--every", "1h", "--flow", "stripe", "--tenant", "acme",
+           "--", "true")  # fmt: skip
+    exported = corral("export", "--tenant", "acme").stdout
+    assert exported.startswith("---\nkind: Flow\nname: stripe\nrate: 10/1s\n---\nkind: Schedule")
+    assert "flow: stripe\n" in exported
+    args = ("apply", "-f", "-", "--tenant", "acme")
+    dry = run_corral(tmp_path, *args, "--dry-run", env=corral_env(), stdin=exported, check=True)
+    taken = ["= Flow stripe (taken over)", "= Schedule sync (taken over)"]
+    assert dry.stdout.splitlines() == taken
+    assert "2 unchanged; 2 made by hand taken over; dry run: nothing changed" in dry.stderr
+    plan = run_corral(tmp_path, *args, "--json", env=corral_env(), stdin=exported, check=True)
+    assert [(s["action"], s["adopted"]) for s in json.loads(plan.stdout)["steps"]] == [
+        ("unchanged", True),
+        ("unchanged", True),
+    ]
+    again = run_corral(tmp_path, *args, env=corral_env(), stdin=exported, check=True)
+    assert again.stdout.splitlines() == [line.split(" (")[0] for line in taken]
+    pruned = run_corral(tmp_path, *args, "--prune", env=corral_env(), stdin="", check=True)
+    assert pruned.stdout.splitlines() == ["- Flow stripe", "- Schedule sync"]

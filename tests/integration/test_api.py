@@ -238,9 +238,12 @@ async def test_no_route_shows_or_changes_another_tenant_s_job_or_schedule(api: A
     flow = {"name": "a-nightly", "rate": "7/1m"}
     made = await api.http.post("/api/v1/flows", json=flow, headers=api.as_("a-op"))
     assert made.status_code == 201, made.text
-    # A schedule apply made (managed): b's apply with prune must not reach it.
+    # A schedule and a flow apply made (managed): b's apply with prune must not reach them.
     kept = {"kind": "Schedule", "name": "a-applied", "every": "1h", **JOB, "queue": "secret-queue"}
-    made = await api.http.post("/api/v1/apply", json={"documents": [kept]}, headers=api.as_("a-op"))
+    applied = [kept, {"kind": "Flow", "name": "a-applied", "parallelism": 3}]
+    made = await api.http.post(
+        "/api/v1/apply", json={"documents": applied}, headers=api.as_("a-op")
+    )
     assert made.status_code == 200, made.text
     [a_token] = [t for t in await api.c.store.tokens.list() if t.name == "a-op"]
     bulk = {"action": "cancel", "filter": {"queue": "secret-queue"}, "expect": 0}
@@ -299,7 +302,10 @@ async def test_no_route_shows_or_changes_another_tenant_s_job_or_schedule(api: A
     assert [r.name for r in await api.c.tenant_rules("a")] == ["a-nightly"]  # untouched by b
     assert [ch.name for ch in await api.c.tenant_channels("a")] == ["a-nightly"]
     assert (await api.c.monitor("a", "a-nightly")).state == "up"  # untouched by b
-    assert [str(f.rate) for f in await api.c.flows("a")] == ["7/1m"]  # untouched by b
+    assert [(f.name, str(f.rate)) for f in await api.c.flows("a")] == [
+        ("a-applied", "None"),
+        ("a-nightly", "7/1m"),
+    ]  # untouched by b, the one apply made too
     assert [f.name for f in await api.c.flows("b")] == []
     assert (await api.c.schedule("a-applied", tenant="a")).managed  # not pruned by b
     admin = await api.http.get(f"/api/v1/jobs/{job['id']}", headers=api.as_("admin"))

@@ -251,7 +251,7 @@ async def test_a_monitor_changed_keeps_its_ping_url_and_one_made_by_hand_is_take
     )
     doc = "kind: AlertChannel\nname: oncall\ntype: webhook\nurl: " + HOOK
     folder(conf, {"c.yaml": doc})
-    assert await applied(c, conf) == ["~ AlertChannel oncall: managed", "+ Monitor backup"]
+    assert await applied(c, conf) == ["= AlertChannel oncall (taken over)", "+ Monitor backup"]
     key = (await c.monitor("a", "backup")).ping_key
     folder(conf, {"m.yaml": FILES["monitors.yaml"].replace("5m", "10m")})
     assert await applied(c, conf) == [
@@ -283,7 +283,7 @@ async def test_the_api_applies_to_its_token_s_tenant_only(db: store.Store) -> No
         r = await api.http.post("/api/v1/apply", json=body, headers=api.as_("a-op"))
         assert r.status_code == 200, r.text
         assert r.json()["steps"] == [
-            {"action": "create", "kind": "Schedule", "name": "n", "fields": []}
+            {"action": "create", "kind": "Schedule", "name": "n", "fields": [], "adopted": False}
         ]
         assert await api.c.schedules(tenant="a") == []
         text = "kind: Schedule\nname: n\nevery: 1h\nexecutor: noop\nspec: {}\n"

@@ -1,10 +1,10 @@
 """Flows kept as code (client/apply_flows.py) on both databases: made, changed (a rate as
 it is written or as it is said again, a limit left out cleared) and pruned; exported; a
-schedule naming a flow the same apply makes; a flow still named by a schedule or an
-unfinished job never pruned, the whole apply refused; another tenant's flow document
-refused, and two tenants' flows of one name apart. And objects made by hand of every kind,
-exported and applied again, have nothing to do: each is taken over (`adopted`), marked
-managed by the apply, never by a dry run."""
+schedule naming a flow the same apply makes (and a flow gone before the transaction found
+by it); a flow still named by a schedule or an unfinished job never pruned, the whole
+apply refused; another tenant's flow document refused, and two tenants' flows of one name
+apart. And objects made by hand of every kind, exported and applied again, have nothing to
+do: each is taken over (`adopted`), marked managed by the apply, never by a dry run."""
 
 from __future__ import annotations
 
@@ -124,6 +124,22 @@ async def test_a_schedule_names_a_flow_the_same_apply_makes(c: client.Client) ->
     assert str(refused.value).startswith(
         "f.yaml: document 1 (Schedule 'sync'): flow: tenant 'a' has no flow named 'nowhere'"
     )
+
+
+async def test_a_flow_gone_between_the_plan_and_its_transaction_is_found_there(
+    c: client.Client,
+) -> None:
+    new, anchor = c.new_schedule(
+        "sync", every="1h", executor="noop", spec={}, flow="gone", tenant="a"
+    )
+    where = ("f.yaml: document 1 (Schedule 'sync')", "schedule", "a", "sync")
+    write = store.manifests.ScheduleMade(*where, new, anchor, None, None)
+    with pytest.raises(errors.InvalidInput) as refused:
+        await c.store.manifests.apply(tenant="a", writes=[write], now=c.clock.now(), dry_run=False)
+    assert str(refused.value).startswith(
+        "f.yaml: document 1 (Schedule 'sync'): flow: tenant 'a' has no flow named 'gone'"
+    )
+    assert await c.schedules(tenant="a") == []
 
 
 async def test_a_flow_still_named_is_never_pruned_and_the_apply_is_refused_whole(

@@ -1,7 +1,7 @@
 """corral.documents, pure: YAML and TOML read into documents (YAML 1.2's booleans, so a
 rule's `on` is a key; dates as ISO text), refusals naming the file and the document, the
-fields that differ as paths; and a placeholder (`kept`) that redaction.left finds where no
-stored value stood behind it."""
+fields that differ as paths; a plan's lines and summary, saying what it takes over; and a
+placeholder (`kept`) that redaction.left finds where no stored value stood behind it."""
 
 from __future__ import annotations
 
@@ -72,3 +72,26 @@ def test_a_placeholder_is_restored_where_a_secret_was_and_found_where_none_was()
         == "headers.Authorization"
     )
     assert redaction.left({"url": "https://h/kept?a=kept"}, documents.KEPT) is None  # not secrets
+
+
+def test_a_plan_says_what_it_takes_over() -> None:
+    A = documents.Action
+    steps = [
+        documents.Step(A.CREATE, "Flow", "stripe"),
+        documents.Step(A.CHANGE, "Schedule", "sync", ("cron",), adopted=True),
+        documents.Step(A.UNCHANGED, "Monitor", "backup", adopted=True),
+        documents.Step(A.UNCHANGED, "AlertRule", "broken"),
+    ]
+    assert documents.plan_lines(steps) == [
+        "+ Flow stripe",
+        "~ Schedule sync: cron (taken over)",
+        "= Monitor backup (taken over)",
+        "= AlertRule broken",
+    ]
+    assert documents.summary(steps) == (
+        "1 to create, 1 to change, 0 to delete, 2 unchanged; 2 made by hand taken over"
+    )
+    assert [s["adopted"] for s in documents.plan_dict("t", steps, dry_run=True)["steps"]] == [
+        False, True, True, False,
+    ]  # fmt: skip
+    assert [s.writes for s in steps] == [True, True, True, False]
