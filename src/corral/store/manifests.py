@@ -2,7 +2,7 @@
 transaction, and which of its objects apply made (`managed`), the ones `apply --prune` may
 delete.
 
-The client works out the plan (corral.client.manifests: each document checked as the CLI
+The client works out the plan (corral.client.apply: each document checked as the CLI
 and the API check that kind, compared with what is stored); here it is written whole or
 not at all. An error of one write names the document it is for first, and undoes them all;
 a dry run writes the plan and then undoes it, so that what only the transaction can tell
