@@ -96,6 +96,9 @@ NOTES = {
     "alert-channel-deleted": "alert channel {name} deleted",
     "alert-rule-made": "alert rule {name} made",
     "alert-rule-deleted": "alert rule {name} deleted",
+    "flow-made": "flow {name} made",
+    "flow-changed": "flow {name} changed",
+    "flow-deleted": "flow {name} deleted",
 }
 """The one-line notes a page shows after a form (`?note=KEY` and its fields): a fixed
 set, so that a link cannot make the dashboard say anything else."""
