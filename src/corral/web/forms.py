@@ -8,7 +8,8 @@ Each input is named as the body's field it fills: the request's `method`, `url`,
 `headers` (one `Name: value` a line), `body`, `json`, `expect` and its assertions
 (`expect_body`, `expect_json` one a line, `max_response_time`); the job's
 `max_attempts`, `queue`, `pool`, `priority`, `labels` (one `key=value` a line), `payload`,
-`code_version` and `policy` (JSON: what the fields below do not say); and the policy's
+`code_version`, `flow` (one of the tenant's flows; empty: none) and `policy` (JSON: what
+the fields below do not say); and the policy's
 shortcuts, as `corral submit` has them: `retry_base` and `retry_cap` (the backoff),
 `http_request_timeout` (the request's timeout) and `attempt_deadline` (the job's
 deadline), `sla`. An error is shown in `#error-{field}` right after its input; one no
@@ -202,6 +203,7 @@ def job_fields(form: Mapping[str, str], errs: Errors) -> dict[str, Any]:
         "payload": _json(form, "payload", errs),
         "code_version": line(form, "code_version") or None,
         "policy": policy(form, errs),
+        "flow": line(form, "flow") or None,
     }
 
 
@@ -343,6 +345,7 @@ def template_values(template: Mapping[str, Any], settings: config.Settings) -> d
         "labels": "\n".join(f"{k}={v}" for k, v in (template.get("labels") or {}).items()),
         "payload": _shown_json(redaction.redacted(payload)) if payload is not None else "",
         "code_version": _text(template.get("code_version")),
+        "flow": _text(template.get("flow")),
         **policy_values(template.get("policy") or {}, settings),
     }
 

@@ -25,11 +25,11 @@ from corral.web.schedule_forms import zones
 FIELDS = (
     "tenant", "when", "run_at", "tz", "delay", "allow_past", "method", "url", "headers", "body",
     "json", "expect", *forms.ASSERTIONS, "max_attempts", *forms.POLICY_SHORTCUTS, "queue",
-    "pool", "priority", "labels", "payload", "code_version", "policy", "idempotency_key",
+    "pool", "priority", "labels", "payload", "code_version", "policy", "idempotency_key", "flow",
 )  # fmt: skip
 """The form's fields: each named as the body's field it fills (forms.py)."""
 MORE = (*forms.POLICY_SHORTCUTS, "queue", "pool", "priority", "labels", "payload",
-        "code_version", "policy", "idempotency_key")  # fmt: skip
+        "code_version", "policy", "idempotency_key", "flow")  # fmt: skip
 """The fields under "More" (opened when one of them is refused)."""
 NEW = {"when": "now", "tz": "UTC", "method": "POST", "expect": "2xx", "queue": "default",
        "priority": "0"}  # fmt: skip
@@ -67,7 +67,7 @@ async def _copied(c: client.Client, who: access.WebSession, job_id: int) -> mode
 def _template(job: model.Job) -> dict[str, Any]:
     """A job's fields as a template (as forms.template_values and keep_secrets read it)."""
     names = ("executor", "spec", "payload", "queue", "pool", "tenant", "priority",
-             "max_attempts", "labels", "policy", "code_version")  # fmt: skip
+             "max_attempts", "labels", "policy", "code_version", "flow")  # fmt: skip
     return {name: getattr(job, name) for name in names}
 
 

@@ -39,11 +39,12 @@ RULE_FIELDS = (
 FIELDS = (*RULE_FIELDS, "method", "url", "headers", "body", "json", "expect", *forms.ASSERTIONS,
           "max_attempts",
           *forms.POLICY_SHORTCUTS, "queue", "pool", "priority", "labels", "payload",
-          "code_version", "policy")  # fmt: skip
+          "code_version", "policy", "flow")  # fmt: skip
 """The form's fields: each named as the body's field it fills (forms.py)."""
 MORE = (
     *forms.POLICY_SHORTCUTS, "catchup", "catchup_window", "catchup_max", "overlap", "jitter",
     "pause_after", "queue", "pool", "priority", "labels", "payload", "code_version", "policy",
+    "flow",
 )  # fmt: skip
 """The fields under "More" (opened when one of them is refused)."""
 NEW = {
