@@ -105,6 +105,16 @@ def test_every_page_an_operator_sees(page: Any, scene: dict[str, Any]) -> None:
     visits += ["/ui/alerts/channels"]
     visits += [shown(page, "/ui/monitors", "Monitors of tenant default")]
     visits += [shown(page, "/ui/flows", "Flows of tenant default")]
+    page.fill("#f-flow", "stripe")
+    page.fill("#f-rate", "fast")  # refused, beside its field
+    checks.expected_status(page, "/ui/flows", 422)
+    page.locator("#flow-form button").click()
+    playwright.expect(page.locator("#error-rate")).to_contain_text("N/PERIOD")
+    page.fill("#f-rate", "10/1s")
+    page.locator("#flow-form button").click()
+    playwright.expect(page.locator(".note")).to_contain_text("flow stripe made")
+    visits += ["/ui/flows?note=flow-made&name=stripe"]
+    visits += [shown(page, "/ui/flows/default/stripe", "Flow stripe")]
     checks.expected_status(page, f"/ui/jobs/{scene['theirs']}", 404)
     visits += [shown(page, f"/ui/jobs/{scene['theirs']}", "Not found")]
     assert_checked(page, visits)
