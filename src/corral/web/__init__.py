@@ -14,7 +14,7 @@
     bulk.py     bulk actions: a preview, its confirm form, and the operations it starts
     tenant_alerts.py   the alert channels and rules a tenant owns, and their forms
     monitors.py        a tenant's monitors, and a page per monitor: its pings and history
-    flows.py           the flows a tenant owns, and what each uses now
+    flows.py           the flows a tenant owns, what each uses now, and their forms
     charts.py   the charts of job ends (the overview's, a schedule's), drawn as SVG on the server
 """
 
