@@ -80,3 +80,20 @@ async def test_a_schedule_whose_flow_is_gone_is_refused_and_the_others_fire(
     assert "did not run: its jobs name flow 'x', which tenant 'a' no longer has" in said[0].reason
     assert "corral flows add x --tenant a" in said[0].reason
     assert {j.flow for j in await c.store.jobs.list()} == {"y", None}
+
+
+@pytest.mark.parametrize("state", [J.QUARANTINED, J.PARKED])
+async def test_a_flow_with_jobs_quarantined_or_parked_is_not_deleted(
+    c: client.Client, state: model.JobState
+) -> None:
+    """Such a job may go back to the queue (unquarantined, or its worker back): the flow it
+    names must still be there then."""
+    await c.flow_add("a", {"name": "x"})
+    job_id, _ = await c.submit(flow="x", tenant="a", **JOB)
+    jobs = tables.jobs.c
+    with c.store.database.engine.begin() as conn:
+        conn.execute(tables.jobs.update().where(jobs.id == job_id).values(state=state.value))
+    with pytest.raises(errors.Conflict, match="1 jobs of flow 'x' have not ended yet") as refused:
+        await c.flow_delete("a", "x")
+    assert "quarantined or parked" in str(refused.value)
+    assert [f.name for f in await c.flows("a")] == ["x"]
