@@ -67,20 +67,18 @@ def schedules_fire_due(
     A schedule whose overlap is `allow` is due `ahead` of its nominal time: its firing is
     recorded early and its job waits in the queue for its run_at (the nominal time), so a
     burst of firings due at one instant is claimable at that instant. The others decide on
-    their previous job's state, so they fire at their time, not before. With `tenants`
-    (the settings'), a tenant's schedule's firings that would break its tenant's quotas are
-    refused (store.quotas.firings_admitted), and so are the firings of a schedule whose
-    jobs name a flow its tenant no longer has (_flows_kept): one schedule never fails the
-    pass of all. A schedule that keeps failing is paused instead of fired
-    (store.autopause), counted among those moved on."""
+    their previous job's state, so they fire at their time, not before. A schedule whose
+    flow is gone has its firings refused (_flows_kept), never failing the pass. With
+    `tenants` (the settings'), a tenant's schedule's firings that would break its tenant's
+    quotas are refused (store.quotas.firings_admitted). A schedule that keeps failing is
+    paused instead of fired (store.autopause), counted among those moved on."""
     due = _schedules_due(conn, now=now, limit=limit, ahead=ahead)
     if paused := autopause.schedules_auto_pause(conn, due=due, tenants=tenants or {}, now=now):
         due = [s for s in due if s.id not in paused]
     previous = _previous_states(conn, due)
-    planned = [(s, plan(s, previous.get(s.last_job_id or 0))) for s in due]
+    planned = _flows_kept(conn, [(s, plan(s, previous.get(s.last_job_id or 0))) for s in due])
     if not planned:
         return Fired(schedules=len(paused))
-    planned = _flows_kept(conn, planned)
     if tenants is not None:
         planned = holds.firings_admitted(conn, planned, tenants=tenants, now=now)
     out = Fired(schedules=len(planned) + len(paused))
