@@ -10,6 +10,7 @@ and a 429 or 503 with Retry-After from any of them holds the whole flow until th
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -67,6 +68,13 @@ class Flow:
     def held(self, now: datetime) -> bool:
         """Whether a Retry-After holds the flow at `now`."""
         return self.held_until is not None and self.held_until > now
+
+    def as_at(self, now: datetime) -> Flow:
+        """The flow as shown at `now`: a hold that has ended (its time stays stored, as no
+        write clears it) is no hold."""
+        if self.held(now) or self.held_until is None:
+            return self
+        return dataclasses.replace(self, held_until=None, held_reason=None)
 
 
 @dataclass(frozen=True, slots=True)

@@ -57,6 +57,14 @@ def name_checked(name: Any) -> str:
     return name
 
 
+def channel_kind(kind: Any, field: str = "kind") -> str:
+    """`kind`, when it is a channel's kind; InvalidInput naming `field` if not (a list or a
+    mapping too, never looked up as a key)."""
+    if not isinstance(kind, str) or kind not in CHANNEL_FIELDS:
+        raise errors.InvalidInput(f"{field}: required, one of {', '.join(CHANNEL_FIELDS)}")
+    return kind
+
+
 def _only(given: Mapping[str, Any], allowed: tuple[str, ...]) -> None:
     if unknown := sorted(set(given) - set(allowed)):
         raise errors.InvalidInput(f"{unknown[0]}: unknown field (allowed: {', '.join(allowed)})")
@@ -76,9 +84,7 @@ def channel_config(
 ) -> tuple[str, dict[str, Any]]:
     """A channel's kind and its fields to store, from a request's body (without name and
     tenant); InvalidInput naming the field and the rule."""
-    kind = given.get("kind")
-    if kind not in CHANNEL_FIELDS:
-        raise errors.InvalidInput("kind: required, one of email, slack, webhook")
+    kind = channel_kind(given.get("kind"))
     _only(given, ("kind", *CHANNEL_FIELDS[kind]))
     if kind == "email":
         if settings.tenant_smtp is None:

@@ -93,6 +93,12 @@ def test_refusals_exit_2_naming_the_file_the_document_and_the_field(
     refused = corral("apply", "-f", "conf", "--tenant", "acme", check=False)
     assert refused.returncode == 2
     assert "document 1 (Schedule 'nightly'): tenant: 'other' is not the tenant" in refused.stderr
+    (conf / "schedules.yaml").unlink()
+    (conf / "rules.toml").write_text(RULES.replace('type = "webhook"', 'type = ["webhook"]'))
+    refused = corral("apply", "-f", "conf", check=False)
+    assert refused.returncode == 2
+    said = "conf/rules.toml: document 1 (AlertChannel 'oncall'): type: required, one of email,"
+    assert said in refused.stderr
     assert json.loads(corral("schedules", "list", "--json").stdout) == []
     missing = corral("apply", "-f", "nowhere", check=False)
     assert (missing.returncode, "-f: nowhere: no such file or folder" in missing.stderr) == (

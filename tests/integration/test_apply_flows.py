@@ -160,8 +160,9 @@ async def test_a_flow_still_named_is_never_pruned_and_the_apply_is_refused_whole
     with pytest.raises(errors.Conflict) as refused:
         await applied(c, partner, prune=True)
     assert str(refused.value) == (
-        "--prune: Flow 'stripe': name: 1 jobs of flow 'stripe' have not ended yet; wait for"
-        " them, or cancel them, then delete the flow"
+        "--prune: Flow 'stripe': name: 1 jobs of flow 'stripe' have not ended yet (queued,"
+        " scheduled, running, quarantined or parked); wait for them, or cancel them, then"
+        " delete the flow"
     )
     assert [s.name for s in await c.schedules(tenant="a")] == ["sync"]  # nothing was deleted
     await c.cancel(job_id)

@@ -53,9 +53,7 @@ class ChannelKind(apply_kinds.Kind):
             raise errors.InvalidInput(
                 "kind: a channel says its kind as `type` (email, slack, webhook)"
             )
-        kind = given.pop("type", None)
-        if kind not in tenant_alerts.CHANNEL_FIELDS:
-            raise errors.InvalidInput("type: required, one of email, slack, webhook")
+        kind = tenant_alerts.channel_kind(given.pop("type", None), "type")
         stored = (
             None
             if held is None

@@ -3,6 +3,7 @@ they use now, changed and deleted, always within one tenant (another's is not fo
 
 `tenant` is the tenant the caller acts on: the API and the dashboard settle it from the
 token or the session (client.tenant_alerts.whose), the CLI from `--tenant` (the operator).
+A flow is read as at the client's clock: a hold that has ended is shown as none.
 """
 
 from __future__ import annotations
@@ -20,14 +21,16 @@ class Flows(service.Service):
 
     async def flows(self, tenant: str) -> list[flow_rules.Flow]:
         """`tenant`'s flows, by name."""
-        return await self.store.flows.of(tenant=tenant)
+        now = self.clock.now()
+        return [f.as_at(now) for f in await self.store.flows.of(tenant=tenant)]
 
     async def flow(self, tenant: str, name: str) -> tuple[flow_rules.Flow, flow_rules.Use]:
         """`tenant`'s flow `name` and what it uses now; NotFound when it has none so named."""
         found = await self.store.flows.get(tenant=tenant, name=name)
         if found is None:
             raise errors.NotFound(f"no flow {name!r}")
-        return found, await self.store.flows.use(flow=found, now=self.clock.now())
+        now = self.clock.now()
+        return found.as_at(now), await self.store.flows.use(flow=found, now=now)
 
     async def flow_add(self, tenant: str, body: Mapping[str, Any]) -> flow_rules.Flow:
         """Make `tenant`'s flow of a request's body (`name`, `rate` N/PERIOD, `parallelism`);
@@ -52,7 +55,7 @@ class Flows(service.Service):
         )
         if changed is None:
             raise errors.NotFound(f"no flow {name!r}")
-        return changed
+        return changed.as_at(self.clock.now())
 
     async def flow_delete(self, tenant: str, name: str) -> None:
         """Delete `tenant`'s flow `name`: NotFound when it has none so named, Conflict while

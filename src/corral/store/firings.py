@@ -21,9 +21,10 @@ from typing import Any
 
 from sqlalchemy import Connection, and_, bindparam, func, or_, select, update
 
-from corral import errors, model, quotas, scheduling, tenancy
+from corral import errors, model, planning, quotas, scheduling, tenancy
 from corral.planning import Fired, Plan
 from corral.store import autopause, dialects, firing_stats
+from corral.store import flows as flow_store
 from corral.store import quotas as holds
 from corral.store.events import event_insert, schedule_news
 from corral.store.job_decisions import job_cancel
@@ -66,15 +67,16 @@ def schedules_fire_due(
     A schedule whose overlap is `allow` is due `ahead` of its nominal time: its firing is
     recorded early and its job waits in the queue for its run_at (the nominal time), so a
     burst of firings due at one instant is claimable at that instant. The others decide on
-    their previous job's state, so they fire at their time, not before. With `tenants`
-    (the settings'), a tenant's schedule's firings that would break its tenant's quotas are
-    refused (store.quotas.firings_admitted). A schedule that keeps failing is paused
-    instead of fired (store.autopause), counted among those moved on."""
+    their previous job's state, so they fire at their time, not before. A schedule whose
+    flow is gone has its firings refused (_flows_kept), never failing the pass. With
+    `tenants` (the settings'), a tenant's schedule's firings that would break its tenant's
+    quotas are refused (store.quotas.firings_admitted). A schedule that keeps failing is
+    paused instead of fired (store.autopause), counted among those moved on."""
     due = _schedules_due(conn, now=now, limit=limit, ahead=ahead)
     if paused := autopause.schedules_auto_pause(conn, due=due, tenants=tenants or {}, now=now):
         due = [s for s in due if s.id not in paused]
     previous = _previous_states(conn, due)
-    planned = [(s, plan(s, previous.get(s.last_job_id or 0))) for s in due]
+    planned = _flows_kept(conn, [(s, plan(s, previous.get(s.last_job_id or 0))) for s in due])
     if not planned:
         return Fired(schedules=len(paused))
     if tenants is not None:
@@ -107,6 +109,49 @@ def _schedules_due(
         .limit(limit)
     )
     return [schedule_from_row(r) for r in conn.execute(dialects.skip_locked(conn, pick))]
+
+
+def _flows_kept(
+    conn: Connection, planned: Sequence[tuple[scheduling.Schedule, Plan]]
+) -> list[tuple[scheduling.Schedule, Plan]]:
+    """`planned` with the firings whose jobs name a flow their tenant no longer has refused
+    instead (planning.refused, the flow in the note), so the jobs of the others are
+    submitted. The flows named are kept as a submit keeps them (flows_named); only when one
+    is missing is each looked at on its own, to tell which."""
+    named = set().union(*(_flows_of(plan) for _, plan in planned))
+    if not named:
+        return list(planned)
+    try:
+        flow_store.flows_named(conn, named=named)
+        return list(planned)
+    except errors.InvalidInput:
+        missing = {pair for pair in named if not _flow_kept(conn, pair)}
+    out = []
+    for schedule, plan in planned:
+        if gone := sorted(_flows_of(plan) & missing):
+            tenant, flow = gone[0]
+            why = (
+                f"its jobs name flow {flow!r}, which tenant {tenant!r} no longer has; add the"
+                f" flow again (`corral flows add {flow} --tenant {tenant}`) or change the"
+                " schedule's flow"
+            )
+            plan = planning.refused(plan, why)
+        out.append((schedule, plan))
+    return out
+
+
+def _flows_of(plan: Plan) -> set[tuple[str, str]]:
+    """The (tenant, flow) pairs the jobs of `plan` name."""
+    return {(f.job.tenant, f.job.flow) for f in plan.fires if f.job and f.job.flow is not None}
+
+
+def _flow_kept(conn: Connection, pair: tuple[str, str]) -> bool:
+    """Whether `pair` (tenant, flow) is a flow of that tenant, kept as flows_named keeps it."""
+    try:
+        flow_store.flows_named(conn, named=[pair])
+    except errors.InvalidInput:
+        return False
+    return True
 
 
 def _previous_states(

@@ -29,8 +29,9 @@ if TYPE_CHECKING:
 
 F, S = flows_table.c, flow_starts.c
 J = model.JobState
-UNFINISHED = (J.QUEUED, J.SCHEDULED, J.RUNNING)
-"""The states of a job that a flow's deletion waits for."""
+UNFINISHED = (J.QUEUED, J.SCHEDULED, J.RUNNING, J.QUARANTINED, J.PARKED)
+"""The states of a job that a flow's deletion waits for: a quarantined job may be sent back
+to the queue, and a parked one goes back when its worker does, each still naming its flow."""
 
 
 def flow_of(row: Any) -> flows.Flow:
@@ -127,8 +128,9 @@ def flow_delete(conn: Connection, *, tenant: str, name: str) -> bool:
     ).scalar_one()
     if waiting:
         raise errors.Conflict(
-            f"name: {waiting} jobs of flow {name!r} have not ended yet; wait for them, or"
-            " cancel them, then delete the flow"
+            f"name: {waiting} jobs of flow {name!r} have not ended yet (queued, scheduled,"
+            " running, quarantined or parked); wait for them, or cancel them, then delete"
+            " the flow"
         )
     templates = conn.execute(
         select(schedules.c.name, schedules.c.template).where(schedules.c.tenant == tenant)

@@ -9,8 +9,9 @@ a dry run writes the plan and then undoes it, so that what only the transaction 
 (a name taken, a quota full, a rule's channel missing) is found without changing anything.
 
 Each kind of object is a key of TABLES: the table whose `managed` column marks it, its
-delete in DELETES and its writes as Write classes. A schedule's flow is checked again here
-(flows.flows_named), so a flow the same plan makes, written before it, counts.
+delete in DELETES and its writes as Write classes. A schedule's flow is checked again by
+the schedule's own write (store.schedules), so a flow the same plan makes, written before
+it, counts.
 """
 
 from __future__ import annotations
@@ -70,7 +71,6 @@ class ScheduleMade(Write):
     quota: quotas.Limits | None  # a tenant's request: held to its max_schedules
 
     def run(self, conn: Connection, now: datetime) -> None:
-        _flow_named(conn, self.tenant, self.new.template)
         write = functools.partial(
             schedules.schedule_create,
             new=self.new,
@@ -91,7 +91,6 @@ class ScheduleChanged(Write):
     next_due: datetime | None
 
     def run(self, conn: Connection, now: datetime) -> None:
-        _flow_named(conn, self.tenant, self.changes.get("template") or {})
         schedules.schedule_update(
             conn,
             schedule_id=self.schedule_id,
@@ -99,13 +98,6 @@ class ScheduleChanged(Write):
             next_due=self.next_due,
             now=now,
         )
-
-
-def _flow_named(conn: Connection, tenant: str, template: Mapping[str, Any]) -> None:
-    """InvalidInput naming `flow` unless the flow a schedule's jobs name is `tenant`'s, as
-    the transaction sees it (a flow the plan made before counts)."""
-    if (flow := template.get("flow")) is not None:
-        flow_store.flows_named(conn, named=[(tenant, flow)])
 
 
 @dataclass(frozen=True, slots=True)

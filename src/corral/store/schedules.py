@@ -18,6 +18,7 @@ from corral import errors, model, quotas, scheduling, tenancy
 from corral import firing_stats as counting
 from corral.planning import Fired, Plan
 from corral.store import dialects, firing_stats, firings, tables
+from corral.store import flows as flow_store
 from corral.store import quotas as holds
 from corral.store.rows import schedule_from_row
 from corral.store.tables import schedules
@@ -58,10 +59,14 @@ def schedules_create(
     paused: bool = False,
 ) -> list[scheduling.Schedule]:
     """Store new schedules, each with its anchor and first nominal time, in one statement
-    (`paused`: made paused); refused, all of them, when a name is taken (per tenant)."""
+    (`paused`: made paused); refused, all of them, when a name is taken (per tenant), or
+    when a flow their jobs name is not their tenant's (checked here, in the transaction that
+    writes them, so a flow deleted meanwhile is never left named: flows_named)."""
     names = {(new.tenant, new.name) for new, _, _ in items}
     if len(names) < len(items):
         raise errors.InvalidInput("name: the same schedule twice in one request")
+    if named := {(new.tenant, flow) for new, _, _ in items if (flow := _flow(new.template))}:
+        flow_store.flows_named(conn, named=named)
     rows = [_schedule_row(new, anchor, next_due, now, paused) for new, anchor, next_due in items]
     inserted = dialects.insert_many(
         conn,
@@ -133,7 +138,9 @@ def schedule_update(
     now: datetime,
 ) -> scheduling.Schedule:
     """Change a schedule's rule, template or options; its next nominal time is `next_due`
-    (the scheduler computed it from the changed rule). Firings already recorded stay."""
+    (the scheduler computed it from the changed rule). Firings already recorded stay. A
+    changed template's flow must be the schedule's tenant's, as this transaction sees it
+    (flows_named)."""
     values = {
         k: (v.value if isinstance(v, scheduling.Catchup | scheduling.Overlap) else v)
         for k, v in changes.items()
@@ -146,7 +153,15 @@ def schedule_update(
     ).first()
     if row is None:
         raise errors.NotFound(f"no schedule with id {schedule_id}")
+    if "template" in changes and (flow := _flow(row.template)):
+        flow_store.flows_named(conn, named=[(row.tenant, flow)])
     return schedule_from_row(row)
+
+
+def _flow(template: Mapping[str, Any] | None) -> str | None:
+    """The flow a schedule's jobs name (corral.flows), if any."""
+    flow: str | None = (template or {}).get("flow")
+    return flow
 
 
 def schedule_delete(conn: Connection, *, schedule_id: int) -> None:
