@@ -140,6 +140,8 @@ def _client(**settings: Any) -> client.Client:
         ("failure_callback", "not a url", "must"),
         ("callback", "http://127.0.0.1:9/x", "loopback address"),
         ("failure_callback", "http://169.254.169.254/", "link-local address"),
+        ("callback", "https://example.com/{{job}}", r"holds a placeholder \({{...}}\)"),
+        ("failure_callback", "https://example.com/?to={{ state }}", "holds a placeholder"),
     ],
 )
 def test_a_bad_callback_is_refused_naming_the_field(field: str, url: str, rule: str) -> None:
