@@ -1,8 +1,8 @@
 """Callbacks on both databases: the callback job is made in the transaction that ends its
 job, by every path that ends one (the hot settle and the general one, a success, a failure,
 a quarantine), never for a cancel, never for a callback job itself; it belongs to the job's
-tenant and counts toward no quota. What a job made that PostgreSQL cannot hold (a NUL)
-never keeps an end from being written."""
+tenant and counts toward no quota (max_queued, max_running, run_log_bytes). What a job made
+that PostgreSQL cannot hold (a NUL) never keeps an end from being written."""
 
 from __future__ import annotations
 
@@ -286,3 +286,50 @@ async def test_a_failure_quoting_a_nul_is_written_with_the_rest_of_its_batch(
     assert attempt.reason.startswith("assertion failed: expect_body /ok/ (not in the body")
     assert "\x00" not in attempt.reason
     assert len(await _callbacks(db)) == 2
+
+
+# --- no quota counts a callback job ---------------------------------------------------------
+
+
+async def test_a_tenant_at_its_max_running_still_has_its_callback_delivered(
+    db: store.Store, clock: FrozenClock
+) -> None:
+    """max_running 1: with one job running, the tenant's callback job is still claimed (the
+    tenant's other jobs wait), and a callback job running takes none of its room."""
+    caps = {"acme": 1}
+    c = await _claimed(db, clock)
+    await db.attempts.finish(finishes=[Finish(c.attempt.id, A.SUCCEEDED, 0, None)], now=clock.now())
+    [cb] = await _callbacks(db)
+    plain = [model.NewJob(executor="noop", spec={}, tenant="acme") for _ in range(2)]
+    first, second = [i for i, _ in await db.jobs.submit(new=plain, now=clock.now())]
+    assert (await db.tenants.use(tenant="acme")).waiting == 2  # the callback not counted
+    [running] = await db.jobs.claim(now=clock.now(), limit=1, executors=["noop"], tenants=caps)
+    assert running.job.id == first
+    taken = await db.jobs.claim(now=clock.now(), limit=5, executors=["noop", "http"], tenants=caps)
+    assert [t.job.id for t in taken] == [cb.id], "the callback, and no other job of acme"
+    assert (await db.tenants.use(tenant="acme")).running == 1  # the callback not counted
+    done = Finish(running.attempt.id, A.SUCCEEDED, 0, None)
+    await db.attempts.finish(finishes=[done], now=clock.now())
+    [then] = await db.jobs.claim(now=clock.now(), limit=5, executors=["noop"], tenants=caps)
+    assert then.job.id == second, "the callback running holds none of acme's room"
+
+
+@pytest.mark.parametrize("state", [A.SUCCEEDED, A.FAILED])
+async def test_a_callback_jobs_run_log_counts_toward_no_run_log_bytes(
+    db: store.Store, clock: FrozenClock, state: model.AttemptState
+) -> None:
+    """Its delivery's run log is kept (a success by the hot settle, a failure by the general
+    one) and shown, but of 0 bytes as the tenant's run_log_bytes counts it."""
+    out = launching.RunLog(streams=(launching.Stream("stdout", "x" * 100, 100),))
+    c = await _claimed(db, clock)
+    await db.attempts.finish(
+        finishes=[Finish(c.attempt.id, A.SUCCEEDED, 0, None, output=out)], now=clock.now()
+    )
+    assert await db.runlogs.kept(tenant="acme") == {"acme": 100}
+    [delivery] = await db.jobs.claim(now=clock.now(), limit=1, executors=["http"])
+    said = Finish(delivery.attempt.id, state, None, "HTTP 200", output=_response())
+    await db.attempts.settle(launched=[], finishes=[said], now=clock.now())
+    assert await db.runlogs.kept(tenant="acme") == {"acme": 100}
+    [log] = (await db.runlogs.of_job(job_id=delivery.job.id)).values()
+    assert log.stream("response") is not None
+    assert (await db.tenants.use(tenant="acme")).log_bytes == 100
