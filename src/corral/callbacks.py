@@ -15,6 +15,9 @@ exit_code, reason, response_time (seconds, as the executor measured it), schedul
 nominal_time (a firing's job's), ended_at, and output: an HTTP job's response headers
 (secrets redacted, as the run log shows them) and the first OUTPUT_BYTES of its body as
 base64, a command's last OUTPUT_BYTES of stdout, a Python task's return value as JSON.
+The result is what a job's program or a server made, so what a database cannot hold in it
+(a NUL of binary stdout, a lone surrogate, NaN) is mended (corral.plain.mended): it becomes
+the callback job's payload in the transaction that ends the job, which it must not fail.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from corral import launching, model, scheduling
+from corral import launching, model, plain, scheduling
 
 J = model.JobState
 
@@ -99,10 +102,11 @@ def callback_job(ended: Ended, now: datetime) -> model.NewJob | None:
 
 
 def body(ended: Ended, now: datetime) -> dict[str, Any]:
-    """The result a callback sends, as JSON (the module's docstring lists its fields)."""
+    """The result a callback sends, as JSON (the module's docstring lists its fields), as a
+    database can hold it (corral.plain.mended)."""
     log = ended.output
     firing = _firing(ended.job.payload)
-    return {
+    result = {
         "job": ended.job.id,
         "attempt": ended.attempt_no,
         "fence": ended.fence,
@@ -116,6 +120,8 @@ def body(ended: Ended, now: datetime) -> dict[str, Any]:
         "ended_at": model.iso(now),
         "output": output(log),
     }
+    held: dict[str, Any] = plain.mended(result)
+    return held
 
 
 def output(log: launching.RunLog | None) -> dict[str, Any]:

@@ -52,7 +52,12 @@ async def test_a_jobs_callback_is_shown_and_its_callback_job_is_its_tenants_alon
 
 
 @pytest.mark.parametrize(
-    ("field", "url"), [("callback", "ftp://x.example/"), ("failure_callback", "http://10.0.0.1/")]
+    ("field", "url"),
+    [
+        ("callback", "ftp://x.example/"),
+        ("failure_callback", "http://10.0.0.1/"),
+        ("callback", "https://hooks.example.com/{{job}}"),
+    ],
 )
 async def test_a_bad_callback_is_refused_naming_the_field(api: Api, field: str, url: str) -> None:
     r = await api.http.post("/api/v1/jobs", json={**JOB, field: url}, headers=api.as_("a-op"))

@@ -219,6 +219,30 @@ async def test_a_200_that_says_false_is_quarantined_as_an_assertion_unless_a_rul
     assert (await db.jobs.get(job_id=ruled_id)).state == J.SUCCEEDED
 
 
+@pytest.mark.parametrize("assertion", [{"expect_body": "ok"}, {"expect_json": "$.ok == true"}])
+async def test_a_failed_assertion_on_a_body_with_a_nul_ends_with_its_reason_written(
+    db: store.Store, server: Server, assertion: dict[str, str]
+) -> None:
+    """The failed check quotes the body's start, NUL and all, into the attempt's reason and
+    message (PostgreSQL's text holds no NUL): the job ends, its reason written with U+FFFD,
+    and its failure callback made."""
+    server.says["/bin"] = "\x00\x01 binary"
+    frozen = FrozenClock()
+    spec = {"url": server.url("/bin"), **assertion}
+    hook = server.url("/hook")
+    [(job_id, _)] = await db.jobs.submit(
+        new=[model.NewJob(executor="http", spec=spec, failure_callback=hook)], now=frozen.now()
+    )
+    await run_jobs(db, local_settings(), frozen, 1)
+    assert (await db.jobs.get(job_id=job_id)).state == J.QUARANTINED
+    [attempt] = await db.attempts.list(job_id=job_id)
+    assert attempt.failure_class == FC.ASSERTION
+    assert attempt.reason is not None
+    assert "begins \ufffd\x01 binary" in attempt.reason
+    [callback] = [j for j in await db.jobs.list() if j.callback_of == job_id]
+    assert callback.payload["reason"] == attempt.reason
+
+
 async def test_the_failed_assertion_and_the_value_seen_are_in_the_alert(
     db: store.Store, server: Server, smtp: tuple[Inbox, int]
 ) -> None:
@@ -291,6 +315,8 @@ async def api(db: store.Store) -> AsyncIterator[Api]:
         ({"expect_json": ["$.a exists", 7]}, "http spec: expect_json: must be an assertion"),
         ({"expect_body": "(a)\\1"}, "http spec: expect_body: invalid escape sequence"),
         ({"max_response_time": "fast"}, "http spec: max_response_time: 'fast' is not"),
+        ({"expect_json": "$.n < 1e999"}, "http spec: expect_json: '$.n < 1e999': 1e999 is not a"),
+        ({"expect_body": "\\pL{239}x"}, "http spec: expect_body: compiles to an RE2 program"),
     ],
 )
 async def test_the_api_refuses_a_malformed_assertion_naming_the_field(

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from corral import callbacks, client, config, errors, launching, model, scheduling
+from corral import callbacks, client, config, errors, launching, model, plain, scheduling
 from corral.clock import SystemClock
 from corral.executors import http, http_outcome
 from corral.worker import ends
@@ -98,6 +98,25 @@ def test_an_http_result_carries_headers_and_the_first_64_kib_of_the_body() -> No
     assert http_outcome.run_log(None, http_outcome.Outcome(error="refused")).result is None
 
 
+def test_what_a_database_cannot_hold_of_a_result_is_mended() -> None:
+    """A NUL of binary stdout, a task's returned NUL, lone surrogate or NaN, a reason with a
+    NUL: each becomes what PostgreSQL's JSONB holds (U+FFFD; NaN as text), so the result
+    can be the callback job's payload in the transaction that ends the job."""
+    clk = SystemClock()
+    returned = {"k\x00": ["a\x00b", "\ud800", float("nan")], "n": 1}
+    log = ends.run_log(clk.monotonic(), {}, clk, returned=returned)
+    out = launching.RunLog(
+        streams=(launching.Stream("stdout", "bin\x00ary\n", 8),), result=log.result
+    )
+    ended = callbacks.Ended(_job(), J.SUCCEEDED, 41, 1, 0, None, "said \x00", out)
+    body = callbacks.body(ended, NOW)
+    assert body["output"]["stdout"] == "bin\ufffdary\n"
+    assert body["output"]["returned"] == {"k\ufffd": ["a\ufffdb", "\ufffd", "NaN"], "n": 1}
+    assert body["reason"] == "said \ufffd"
+    assert plain.refusal(body) is None
+    json.dumps(body, allow_nan=False).encode()  # strict JSON, and UTF-8 throughout
+
+
 def test_a_tasks_return_value_is_its_result_as_json() -> None:
     clk = SystemClock()
     assert ends.run_log(clk.monotonic(), {}, clk, returned={"rows": 3}).result == {
@@ -121,6 +140,8 @@ def _client(**settings: Any) -> client.Client:
         ("failure_callback", "not a url", "must"),
         ("callback", "http://127.0.0.1:9/x", "loopback address"),
         ("failure_callback", "http://169.254.169.254/", "link-local address"),
+        ("callback", "https://example.com/{{job}}", r"holds a placeholder \({{...}}\)"),
+        ("failure_callback", "https://example.com/?to={{ state }}", "holds a placeholder"),
     ],
 )
 def test_a_bad_callback_is_refused_naming_the_field(field: str, url: str, rule: str) -> None:

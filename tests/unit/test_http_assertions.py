@@ -187,6 +187,18 @@ def test_a_spec_s_assertions_are_normalised_and_others_left_out() -> None:
         ("expect_body", "(", "http spec: expect_body: missing )"),
         ("expect_body", "x" * 1001, "a pattern has at most 1,000"),
         ("expect_body", "((((a{100}){100}){100}){100})", "http spec: expect_body:"),
+        (
+            "expect_body",
+            r"\pL{239}x",
+            "http spec: expect_body: compiles to an RE2 program of 285,849 instructions;"
+            " at most 10,000",
+        ),
+        (
+            "expect_json",
+            "$.n < 1e999",
+            "http spec: expect_json: '$.n < 1e999': 1e999 is not a finite number",
+        ),
+        ("expect_json", "$.n == [1, -1e400]", "-1e400 is not a finite number"),
         ("expect_json", 1, "http spec: expect_json: must be an assertion 'PATH OP VALUE'"),
         ("expect_json", ["$.a exists", 2], "must be an assertion"),
         ("expect_json", "$.ok = true", "http spec: expect_json: '$.ok = true': after the path"),
@@ -214,6 +226,20 @@ def test_a_pattern_that_backtracks_for_ever_in_python_is_matched_in_linear_time(
     [check] = http_assertions.judge(made, response(body))
     assert time.perf_counter() - began < 1.0
     assert not check.ok
+
+
+def test_the_program_size_bound_takes_a_long_class_repeated() -> None:
+    """`[^x]{999}` (7,996 instructions) is within MAX_PROGRAM_SIZE; `\\pL{239}x`, which
+    held the event loop ~0.4 s on 64 KiB of ASCII, is refused (above)."""
+    assert spec(expect_body="[^x]{999}")["expect_body"] == "[^x]{999}"
+    assert http_assertions.compiled("[^x]{999}").programsize <= http_assertions.MAX_PROGRAM_SIZE
+
+
+def test_a_numbers_written_back_form_parses_again() -> None:
+    """What the spec keeps is read again at each attempt: a number written back must parse."""
+    for text in ("$.n < 1e308", "$.n == -0.5e-300", "$.n >= 12345678901234567890"):
+        kept = http_assertions.parse(text).text
+        assert http_assertions.parse(kept).text == kept
 
 
 # --- judged on a response -----------------------------------------------------------------
@@ -250,6 +276,22 @@ def test_a_body_that_cannot_be_read_as_json_fails_saying_why(
     [check] = http_assertions.judge(spec(expect_json="$.ok == true"), response(body, **kw))
     assert not check.ok
     assert check.seen.startswith(seen)
+
+
+def test_a_nul_of_a_body_is_quoted_as_a_replacement_character() -> None:
+    """What a failed check quotes goes into the attempt's reason and message, which
+    PostgreSQL's text columns hold only without a NUL."""
+    made = spec(expect_body="ok")
+    outcome = http_outcome.Outcome(200, "OK", "203.0.113.7", 0.01, b"\x00\x01 binary")
+    judged = http_outcome.verdict(outcome, made)
+    assert "\x00" not in judged.reason
+    assert "which begins \ufffd\x01 binary" in judged.reason
+    not_json = http_outcome.verdict(outcome, spec(expect_json="$.ok == true"))
+    assert "\x00" not in not_json.reason
+    failed = http_outcome.verdict(
+        http_outcome.Outcome(500, "", "203.0.113.7", 0.01, b"\x00x"), made
+    )
+    assert failed.message == "\ufffdx"
 
 
 def test_a_long_value_seen_is_quoted_in_part() -> None:

@@ -120,12 +120,18 @@ def _check_callbacks(
 ) -> None:
     """A job's callbacks (corral.callbacks) are checked as an HTTP job's URL is: absolute
     http or https, and no literal address the guard refuses (a name is checked when the
-    callback is sent); they need the http executor, which sends them. Its modules (httpx)
-    are imported here, by a job that names a callback only."""
+    callback is sent); they need the http executor, which sends them. A callback's URL takes
+    no placeholders: `{{` in one is refused here rather than failing each delivery. Its
+    modules (httpx) are imported here, by a job that names a callback only."""
     for field in ("callback", "failure_callback"):
         url = getattr(job, field)
         if url is None:
             continue
+        if "{{" in url:
+            raise errors.InvalidInput(
+                f"{field}: {url!r} holds a placeholder ({{{{...}}}}), which a callback's URL"
+                " does not take: give the URL as it is to be called"
+            )
         from corral.executors import http_guard, http_spec
 
         if http_spec.KIND not in executors:

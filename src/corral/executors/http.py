@@ -247,7 +247,7 @@ class HttpExecutor:
             if self._closed:
                 raise
             outcome = http_outcome.Outcome(error="cancelled")
-        self._record(launch, spec, outcome, started, request)
+        self._record(launch, spec, outcome, started, request, await _judged(outcome, spec))
 
     def _record(
         self,
@@ -256,8 +256,9 @@ class HttpExecutor:
         outcome: http_outcome.Outcome,
         started: datetime,
         request: launching.Stream | None = None,
+        judged: http_outcome.Verdict | None = None,
     ) -> None:
-        judged = http_outcome.verdict(outcome, spec)
+        judged = judged or http_outcome.verdict(outcome, spec)
         ended = self._clock.now()
         observation = launching.Observation(
             name=launch.name,
@@ -320,3 +321,14 @@ def build(settings: config.Settings, clk: clock.Clock) -> HttpExecutor:
         body_bytes=http.body_bytes,
         max_body=http.max_request_body_bytes,
     )
+
+
+async def _judged(
+    outcome: http_outcome.Outcome, spec: Mapping[str, Any]
+) -> http_outcome.Verdict | None:
+    """The verdict of a response with `expect_body`, judged off the event loop (None for
+    any other: `_record` judges it). A match is linear in the body, yet a large pattern on
+    64 KiB takes a while (http_assertions.MAX_PROGRAM_SIZE), and RE2 lets the GIL go."""
+    if "expect_body" not in spec or outcome.status is None:
+        return None
+    return await asyncio.to_thread(http_outcome.verdict, outcome, spec)

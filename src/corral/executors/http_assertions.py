@@ -7,9 +7,11 @@ body must contain), `expect_json` (`PATH OP VALUE` about the body as JSON) and
 A stranger writes the pattern, and Python's `re` can take exponential time on one
 (`(a+)+$`) with no way to stop it: it would hold the dispatcher's event loop. So the
 pattern is RE2's (linear in the body, no backreferences or lookaround), at most
-MAX_PATTERN_CHARS long and compiled within PATTERN_MEMORY (one past either is refused at
-submit), and it is matched against what corral read of the body: at most
-`executors.http.body_bytes` (64 KiB by default).
+MAX_PATTERN_CHARS long, compiled within PATTERN_MEMORY to at most MAX_PROGRAM_SIZE
+instructions (one past any is refused at submit), and it is matched against what corral
+read of the body: at most `executors.http.body_bytes` (64 KiB by default). Linear is not
+free: a match takes up to the body's length times the program's size, so the HTTP
+executor judges a response with `expect_body` off its event loop (RE2 lets the GIL go).
 
 The JSONPath subset: `$` (the whole body), `.name` (a key: letters, digits, `_`, `-`),
 `["any key"]` (a key as a JSON string) and `[N]` (an index, `[-1]` the last), e.g.
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -30,7 +33,7 @@ from typing import Any
 
 import re2
 
-from corral import durations
+from corral import durations, plain
 
 MAX_ASSERTIONS = 20
 """The most `expect_json` assertions one job has."""
@@ -42,6 +45,10 @@ MAX_PATTERN_CHARS = 1_000
 """The longest `expect_body` pattern."""
 PATTERN_MEMORY = 8 * 1024 * 1024
 """What RE2 may take to compile and run one pattern; a pattern that needs more is refused."""
+MAX_PROGRAM_SIZE = 10_000
+"""The most instructions an `expect_body` pattern compiles to (RE2's program size): the
+time a match takes grows with it, up to the body's length times it. `[^x]{999}` is 7,996;
+`\\pL{239}x` (285,849) is refused."""
 SEEN_CHARS = 200
 """How much of a value seen a failed assertion quotes."""
 
@@ -100,9 +107,15 @@ def check_body(pattern: Any) -> str:
             f"is {len(pattern):,} characters; a pattern has at most {MAX_PATTERN_CHARS:,}"
         )
     try:
-        compiled(pattern)
+        size = compiled(pattern).programsize
     except re2.error as exc:
         raise ValueError(f"{_said(exc)} (RE2 syntax: no backreferences or lookaround)") from None
+    if size > MAX_PROGRAM_SIZE:
+        raise ValueError(
+            f"compiles to an RE2 program of {size:,} instructions; at most"
+            f" {MAX_PROGRAM_SIZE:,} (a count such as {{200}} repeats its class, and a class"
+            " such as \\pL is large: use a smaller count or a narrower class)"
+        )
     return pattern
 
 
@@ -166,7 +179,11 @@ def parse(text: str) -> JsonAssertion:
     if not literal:
         raise ValueError(f'{op} needs a value: a JSON literal (1, "text", true, null, ...)')
     try:
-        value = json.loads(literal, parse_constant=_no_constant)
+        value = json.loads(literal, parse_constant=_no_constant, parse_float=_finite)
+    except _NotFinite as exc:
+        raise ValueError(
+            f"{exc} is not a finite number (a number here is at most about 1.8e308)"
+        ) from None
     except ValueError:
         raise ValueError(
             f"{literal!r} is not a JSON literal (a string is in double quotes)"
@@ -279,6 +296,18 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
+class _NotFinite(ValueError):
+    """A number of an assertion's value that a float cannot hold (`1e999`): it would be
+    written back as `Infinity`, which is not JSON."""
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise _NotFinite(text)
+    return value
+
+
 def _dumped(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(", ", ": "))
 
@@ -360,6 +389,9 @@ def _unreadable(response: Response) -> str | None:
 
 
 def _quoted(text: str) -> str:
+    """What was seen as a failed check quotes it: its first SEEN_CHARS, a NUL of a binary
+    body as U+FFFD (corral.plain: it goes into the attempt's reason and message)."""
+    text = plain.mended_text(text)
     return text if len(text) <= SEEN_CHARS else f"{text[:SEEN_CHARS]}..."
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from corral import callbacks, launching, model, redaction
+from corral import callbacks, launching, model, plain, redaction
 from corral.executors import http_assertions, http_spec
 
 TRANSIENT_STATUSES = frozenset({408, 429})
@@ -193,7 +193,9 @@ def callback_result(outcome: Outcome) -> dict[str, Any] | None:
 
 
 def first_line(body: bytes) -> str | None:
+    """A failure's message: the body's first line that is not blank, a NUL of a binary
+    body as U+FFFD (corral.plain)."""
     for line in body.decode("utf-8", "replace").splitlines():
         if line := line.strip():
-            return line[:MESSAGE_CHARS]
+            return plain.mended_text(line[:MESSAGE_CHARS])
     return None

@@ -1,5 +1,7 @@
 """The caps a claim keeps: each pool's slots and each tenant's max_running, counted against
-the jobs running now, and taken one job at a time as a claim picks (store/picks.py)."""
+the jobs running now, and taken one job at a time as a claim picks (store/picks.py). A
+callback job (corral.callbacks) counts against no quota: max_running neither counts it
+running nor holds it back (a pool's slots, the operator's, do)."""
 
 from __future__ import annotations
 
@@ -45,13 +47,15 @@ class Caps:
         ]
         return groups
 
-    def take(self, pool: str | None, tenant: str) -> bool:
-        """Whether a job of `pool` and `tenant` fits, counting it in when it does."""
-        if self.pool_room.get(pool, 1) <= 0 or self.tenant_room.get(tenant, 1) <= 0:
+    def take(self, pool: str | None, tenant: str, *, callback: bool = False) -> bool:
+        """Whether a job of `pool` and `tenant` fits, counting it in when it does (a
+        `callback` job against its pool only)."""
+        capped = not callback and tenant in self.tenant_room
+        if self.pool_room.get(pool, 1) <= 0 or (capped and self.tenant_room[tenant] <= 0):
             return False
         if pool in self.pool_room:
             self.pool_room[pool] -= 1
-        if tenant in self.tenant_room:
+        if capped:
             self.tenant_room[tenant] -= 1
         return True
 
@@ -73,12 +77,17 @@ def pool_running(
 
 
 def tenant_running(conn: Connection, *, tenants: Sequence[str]) -> dict[str, int]:
-    """How many jobs of each tenant are running now."""
+    """How many jobs of each tenant are running now, as max_running counts them (no
+    callback job)."""
     if not tenants:
         return {}
     stmt = (
         select(jobs.c.tenant, func.count())
-        .where(jobs.c.state == state_is(J.RUNNING), jobs.c.tenant.in_(list(tenants)))
+        .where(
+            jobs.c.state == state_is(J.RUNNING),
+            jobs.c.tenant.in_(list(tenants)),
+            jobs.c.callback_of.is_(None),
+        )
         .group_by(jobs.c.tenant)
     )
     return {tenant: count for tenant, count in conn.execute(stmt)}

@@ -11,7 +11,7 @@ from typing import Any
 
 from sqlalchemy import Connection, and_, or_, select
 
-from corral import errors, failpoints, launching, model, policy, retry
+from corral import errors, failpoints, launching, model, plain, policy, retry
 from corral.store import dialects, flows, statements
 from corral.store.attempts import attempt_record_running
 from corral.store.budgets import budget_take
@@ -63,6 +63,17 @@ class Finish:
     retry_after: float | None = None  # seconds the platform asked to wait before a retry
     http_status: int | None = None  # an HTTP attempt's status: the job's status rules read it
     output: launching.RunLog | None = None  # what the attempt left to read: kept in its run log
+
+    def __post_init__(self) -> None:
+        """The reason and message as a database can hold them (corral.plain.mended_text):
+        they quote what a job's program or a server said (an exception, a body), and one
+        that could not be written would keep this end, and every end written with it, from
+        being written. Every end of an attempt with its outcome is written from a Finish
+        (the hot settles' too), so this is the one place."""
+        for name in ("reason", "message"):
+            said = getattr(self, name)
+            if said is not None and (held := plain.mended_text(said)) is not said:
+                object.__setattr__(self, name, held)
 
     @classmethod
     def seen(cls, fence: int, obs: launching.Observation) -> Finish:

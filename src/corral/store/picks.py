@@ -1,6 +1,7 @@
 """What a claim takes, on the general path and SQLite's hot one: the due jobs of each tenant
 waiting, in fair shares across tenants (corral.shares), within the caps of pools and
-tenants' max_running. PostgreSQL's hot claim makes the same choice in one statement
+tenants' max_running (a tenant at its max_running still runs its callback jobs, which no
+quota counts: corral.callbacks). PostgreSQL's hot claim makes the same choice in one statement
 (store/postgres/claim.py); tests/contract/test_hot_paths.py holds them to it.
 
 A pick reads each tenant's most urgent queued jobs and its longest due scheduled ones (the
@@ -14,7 +15,7 @@ claim does with the ones it locked.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -22,6 +23,7 @@ from sqlalchemy import Connection, select, true
 
 from corral import model, shares
 from corral.store import caps as claim_caps
+from corral.store import quotas as store_quotas
 from corral.store import shares as shares_store
 from corral.store.rows import state_is
 from corral.store.tables import jobs
@@ -49,6 +51,11 @@ class Ask:
     weights: shares.Weights
     also: Sequence[Any] = ()
 
+    def callbacks(self) -> Ask:
+        """This ask of callback jobs only: all a tenant at its max_running may still run
+        (store/caps.py), read from ix_jobs_callbacks_waiting (store/quotas.py)."""
+        return replace(self, also=(*self.also, store_quotas.CALLBACKS_WAITING))
+
     def where(self, tenant: str, *more: Any) -> list[Any]:
         return [
             jobs.c.tenant == tenant,
@@ -60,7 +67,14 @@ class Ask:
         ]
 
 
-_COLUMNS = (jobs.c.id, jobs.c.tenant, jobs.c.priority, jobs.c.run_at, jobs.c.pool)
+_COLUMNS = (
+    jobs.c.id,
+    jobs.c.tenant,
+    jobs.c.priority,
+    jobs.c.run_at,
+    jobs.c.pool,
+    jobs.c.callback_of,
+)
 
 
 def fair_pick(conn: Connection, ask: Ask, caps: claim_caps.Caps | None = None) -> Picked:
@@ -68,27 +82,32 @@ def fair_pick(conn: Connection, ask: Ask, caps: claim_caps.Caps | None = None) -
     is capped)."""
     waiting = shares_store.tenants_waiting(conn)
     due: list[shares.Due] = []
-    pools: dict[int, str | None] = {}
+    pools: dict[int, tuple[str | None, bool]] = {}
     for tenant in waiting:
-        if caps is not None and not caps.tenant_has_room(tenant):
-            continue
-        for row in _queued(conn, ask, tenant, caps):
+        room = ask if caps is None or caps.tenant_has_room(tenant) else ask.callbacks()
+        for row in _queued(conn, room, tenant, caps):
             due.append(shares.Due(row.id, row.tenant, row.priority, row.run_at))
-            pools[row.id] = row.pool
-        for row in _scheduled(conn, ask, tenant):
+            pools[row.id] = (row.pool, row.callback_of is not None)
+        for row in _scheduled(conn, room, tenant):
             due.append(shares.Due(row.id, row.tenant, row.priority, row.run_at, waited=True))
-            pools[row.id] = row.pool
+            pools[row.id] = (row.pool, row.callback_of is not None)
     many = len(waiting) > 1
     stood = shares_store.places_read(conn, tenants=waiting) if many else shares.Places()
     ordered = shares.in_turn(due, stood, ask.weights)
     if caps is None:
         taken = ordered[: ask.limit]
     else:
-        taken = [t for t in ordered if caps.take(pools[t[1].id], t[1].tenant)][: ask.limit]
+        taken = [t for t in ordered if _fits(caps, pools[t[1].id], t[1].tenant)][: ask.limit]
     if many and taken:
         added, reached = shares.moved_on(taken, ask.weights)
         shares_store.places_move(conn, places=stood, added=added, reached=reached)
     return _picked(taken, due, exact=caps is None)
+
+
+def _fits(caps: claim_caps.Caps, of: tuple[str | None, bool], tenant: str) -> bool:
+    """Whether a job (its pool, and whether it is a callback job) fits `caps`."""
+    pool, callback = of
+    return caps.take(pool, tenant, callback=callback)
 
 
 def _queued(conn: Connection, ask: Ask, tenant: str, caps: claim_caps.Caps | None) -> list[Any]:

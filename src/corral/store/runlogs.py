@@ -43,20 +43,25 @@ def log_fields(log: launching.RunLog) -> dict[str, Any]:
 
 def size(streams: Sequence[Mapping[str, Any]]) -> int:
     """A run log's size, as its tenant's run_log_bytes counts it: the UTF-8 bytes of its
-    streams' text as stored (migration 0027 counted the rows stored before it alike)."""
+    streams' text as stored (migration 0027 counted the rows stored before it alike). A
+    callback job's log is stored as of 0 bytes (no quota counts a callback job), so no trim
+    takes it: it goes with its job, at the end of its retention."""
     return sum(len(str(s["text"]).encode("utf-8", "surrogatepass")) for s in streams)
 
 
 def run_log_values(
-    fence: int, job_id: int, tenant: str, log: launching.RunLog, now: datetime
+    fence: int, job_id: int, tenant: str, log: launching.RunLog, now: datetime, *, counted: bool
 ) -> dict[str, Any]:
-    """One run_logs row."""
+    """One run_logs row; one not `counted` (a callback job's) is of 0 bytes, as its tenant's
+    run_log_bytes counts it."""
+    fields = log_fields(log)
     return {
         "attempt_id": fence,
         "job_id": job_id,
         "tenant": tenant,
         "recorded_at": now,
-        **log_fields(log),
+        **fields,
+        "bytes": fields["bytes"] if counted else 0,
     }
 
 
@@ -64,18 +69,23 @@ def run_logs_write(
     conn: Connection, logs: Sequence[tuple[int, int, launching.RunLog]], now: datetime
 ) -> None:
     """Keep the output of attempts that just ended: (fence, job id, log) each, under its
-    job's tenant. The caller ended these attempts in this transaction, so each is written
-    once."""
+    job's tenant (a callback job's counted as 0 bytes: no quota counts it). The caller ended
+    these attempts in this transaction, so each is written once."""
     if not logs:
         return
     ids = sorted({job_id for _, job_id, _ in logs})
-    owners: dict[int, str] = {
-        job_id: tenant
-        for job_id, tenant in conn.execute(
-            select(jobs.c.id, jobs.c.tenant).where(dialects.one_of(conn, jobs.c.id, ids))
+    owners: dict[int, tuple[str, bool]] = {
+        job_id: (tenant, callback_of is None)
+        for job_id, tenant, callback_of in conn.execute(
+            select(jobs.c.id, jobs.c.tenant, jobs.c.callback_of).where(
+                dialects.one_of(conn, jobs.c.id, ids)
+            )
         )
     }
-    rows = [run_log_values(f, j, owners.get(j, ""), log, now) for f, j, log in logs]
+    rows = []
+    for f, j, log in logs:
+        tenant, counted = owners.get(j, ("", True))
+        rows.append(run_log_values(f, j, tenant, log, now, counted=counted))
     conn.execute(insert(run_logs), rows)
 
 

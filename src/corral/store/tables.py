@@ -180,9 +180,10 @@ here, as with LIVE."""
 
 # What each attempt left to read (launching.RunLog): written in the transaction that ends the
 # attempt, once (the attempt's id is the key), and removed with its job. Its job's tenant and
-# its size (`bytes`: the UTF-8 bytes of its streams' text) make what a tenant keeps one read of
-# ix_run_logs_tenant; one trimmed for its tenant's run_log_bytes has no streams left, its
-# facts (latency, status, address) and when it was trimmed.
+# its size (`bytes`: the UTF-8 bytes of its streams' text; 0 for a callback job's, which no
+# quota counts) make what a tenant keeps one read of ix_run_logs_tenant; one trimmed for its
+# tenant's run_log_bytes has no streams left, its facts (latency, status, address) and when
+# it was trimmed.
 run_logs = Table(
     "run_logs",
     metadata,

@@ -15,9 +15,10 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Column, ColumnElement, Connection, Table, func, literal, select
+from sqlalchemy import Column, ColumnElement, Connection, Table, TextClause, func, literal, select
 
 from corral import model, quotas, usage
+from corral.store import quotas as store_quotas
 from corral.store import runlogs
 from corral.store.tables import jobs, monitors, schedules, tenant_buckets, tokens, users
 
@@ -49,9 +50,12 @@ def tenant_use(conn: Connection, *, tenant: str | None = None) -> dict[str, usag
 
 
 def _jobs_counted(conn: Connection, tenant: str | None) -> tuple[dict[str, int], dict[str, int]]:
-    """Each tenant's jobs waiting and running: for each tenant (skipped through by
-    ix_jobs_tenant_state, or `tenant` alone) a range of that index read for those states,
-    so the read grows with the jobs counted, never with the finished ones beside them."""
+    """Each tenant's jobs waiting and running, as its quotas count them (no callback job):
+    for each tenant (skipped through by ix_jobs_tenant_state, or `tenant` alone) a range of
+    that index read for those states, so the read grows with the jobs counted, never with
+    the finished ones beside them; its callbacks that wait read from
+    ix_jobs_callbacks_waiting (store/quotas.py), and its running jobs' rows, to leave out
+    the callbacks among them."""
     waiting_states = [s.value for s in quotas.WAITING]
     if tenant is None:
         walk = _tenant_walk(jobs.c.tenant)
@@ -59,17 +63,18 @@ def _jobs_counted(conn: Connection, tenant: str | None) -> tuple[dict[str, int],
     else:
         names = select(literal(tenant).label("tenant")).subquery()
 
-    def count(*where: ColumnElement[bool]) -> Any:
+    def count(*where: ColumnElement[bool] | TextClause) -> Any:
         return select(func.count()).where(jobs.c.tenant == names.c.tenant, *where).scalar_subquery()
 
     stmt = select(
         names.c.tenant,
         count(jobs.c.state.in_(waiting_states)),
-        count(jobs.c.state == J.RUNNING.value),
+        count(store_quotas.CALLBACKS_WAITING),
+        count(jobs.c.state == J.RUNNING.value, jobs.c.callback_of.is_(None)),
     )
     waiting, running = {}, {}
-    for name, waits, runs in conn.execute(stmt):
-        if waits:
+    for name, waits, callbacks, runs in conn.execute(stmt):
+        if waits := waits - callbacks:
             waiting[name] = int(waits)
         if runs:
             running[name] = int(runs)

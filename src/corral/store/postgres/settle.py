@@ -93,9 +93,11 @@ _LOGGED = f"""logged AS (
     FROM ended
 ), kept AS (
     -- The run logs of the attempts that ended here, once each (each ends once).
-    -- Each with its job's tenant, by the job's primary key.
+    -- Each with its job's tenant, by the job's primary key; a callback job's of 0 bytes,
+    -- as its tenant's run_log_bytes counts it (store/runlogs.py).
     INSERT INTO run_logs ({statements.RUN_LOG_COLUMNS})
-    SELECT w.id, w.job_id, %(now)s, l.latency, l.status, l.address, l.streams, l.bytes, j.tenant
+    SELECT w.id, w.job_id, %(now)s, l.latency, l.status, l.address, l.streams,
+        CASE WHEN j.callback_of IS NULL THEN l.bytes ELSE 0 END, j.tenant
     FROM jsonb_to_recordset(%(logs)s) AS l(
         fence bigint, latency float8, status int, address text, streams jsonb, bytes bigint
     )

@@ -29,14 +29,15 @@ RETURNING id, job_id, lease_seconds
 """The attempts of the fences given (a JSON list) still launching, recorded running."""
 ACTIVE = """
 SELECT a.id, a.job_id, a.attempt_no, a.state,
-    j.state = 'running' AND j.attempt_count = a.attempt_no, j.tenant
+    j.state = 'running' AND j.attempt_count = a.attempt_no, j.tenant, j.callback_of IS NULL
 FROM attempts AS a JOIN jobs AS j ON j.id = a.job_id
 WHERE a.id IN (SELECT value FROM json_each(?)) AND a.state IN ('launching', 'running')
     AND j.callback IS NULL
 """
 """The attempts of the fences given still active, each with whether it is its job's
-current attempt of a running job (so that job succeeds with it), and its job's tenant;
-but for those of jobs with a callback (LATER)."""
+current attempt of a running job (so that job succeeds with it), its job's tenant and
+whether its run log counts toward it (not a callback job's: store/runlogs.py); but for
+those of jobs with a callback (LATER)."""
 LATER = """
 SELECT a.id FROM attempts AS a JOIN jobs AS j ON j.id = a.job_id
 WHERE a.id IN (SELECT value FROM json_each(?)) AND j.callback IS NOT NULL
@@ -113,14 +114,14 @@ def _apply_successes(
     ends = {fence: (code, why) for fence, code, why in won}
     active = cursor.execute(ACTIVE, (json.dumps(sorted(ends)),)).fetchall()
     cursor.executemany(SUCCEEDED, [(at, *ends[fence], fence) for fence, *_ in active])
-    current = [(job_id, fence, n) for fence, job_id, n, _, is_current, _ in active if is_current]
+    current = [(job_id, fence, n) for fence, job_id, n, _, is_current, *_ in active if is_current]
     cursor.executemany(
         "UPDATE jobs SET state = 'succeeded', updated_at = ? WHERE id = ?",
         [(at, job_id) for job_id, _, _ in current],
     )
     events = [
         (job_id, fence, "attempt", was, "succeeded", statements.ended(*ends[fence]), at)
-        for fence, job_id, _, was, _, _ in active
+        for fence, job_id, _, was, *_ in active
     ]
     events += [
         (job_id, fence, "job", "running", "succeeded", statements.succeeded(n), at)
@@ -129,13 +130,19 @@ def _apply_successes(
     cursor.executemany(EVENT, events)
     if kept := [(row, logs[row[0]]) for row in active if row[0] in logs]:
         cursor.executemany(
-            RUN_LOG, [(f, job, at, *_row(log), tenant) for (f, job, *_, tenant), log in kept]
+            RUN_LOG,
+            [
+                (f, job, at, *_row(log, counted), tenant)
+                for (f, job, *_, tenant, counted), log in kept
+            ],
         )
     return current
 
 
-def _row(log: launching.RunLog) -> tuple[Any, ...]:
-    """latency, status, address, streams (as JSON text) and bytes of a run_logs row."""
+def _row(log: launching.RunLog, counted: bool) -> tuple[Any, ...]:
+    """latency, status, address, streams (as JSON text) and bytes of a run_logs row (0 when
+    not `counted`: a callback job's)."""
     fields = runlogs.log_fields(log)
     streams = json.dumps(fields["streams"])
-    return (fields["latency"], fields["status"], fields["address"], streams, fields["bytes"])
+    size = fields["bytes"] if counted else 0
+    return (fields["latency"], fields["status"], fields["address"], streams, size)
