@@ -7,17 +7,21 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from corral import alerts, config, loops, scheduler, store
+from corral import alerts, config, errors, loops, monitoring, scheduler, store
+from corral.clock import SystemClock
 from corral.testing import FrozenClock
 from tests.integration.test_alerts import Web, listening, web_receiver
+from tests.support import crash
 from tests.support.api import Api, over_http, serving
 from tests.support.forms import forms_client, signed
 from tests.support.mail import Inbox
+from tests.support.wait import eventually
 
 __all__ = ["web_receiver"]  # a fixture, used by name (smtp: the integration conftest's)
 
@@ -288,6 +292,93 @@ async def test_corral_stopped_past_period_and_grace_gives_a_fresh_start_and_reco
         await second.pass_once()
         assert (await a.c.monitor("a", "backup")).state == "down"
         await again.stop()
+
+
+def _a_monitor(name: str, now: datetime, period: float, grace: float) -> monitoring.Monitor:
+    return monitoring.Monitor(
+        id=0, tenant="a", name=name, ping_key="", period=timedelta(seconds=period), cron=None,
+        tz="UTC", grace=timedelta(seconds=grace), state="up", state_at=now, basis_at=now,
+        expected_at=None, check_at=None, last_ping_at=None, run_started_at=None,
+        created_at=now,
+    )  # fmt: skip
+
+
+@pytest.mark.slow
+async def test_a_scheduler_sigkilled_and_started_again_at_once_calls_no_monitor_down(
+    db: store.Store, db_url: str, tmp_path: Path
+) -> None:
+    """The process that judged last is SIGKILLed (its loops row never stopped, its beat
+    still fresh) and another starts within seconds, past a monitor's period and grace: a
+    gap since the dead one's last pass, not a down."""
+    site = crash.Site(tmp_path, db_url)
+    killed = site.start("scheduler")
+    try:
+        first = await eventually(db.monitors.judged_last, what="the first pass noted")
+        clock = SystemClock()
+        await db.monitors.add(
+            new=_a_monitor("backup", clock.now(), 3, 2), rule=None, most=10, rules_most=10,
+            now=clock.now(),
+        )  # fmt: skip
+    finally:
+        killed.kill()  # SIGKILL: its row in loops is left as it was
+        crash.wait_exit(killed)
+    last = await db.monitors.judged_last()
+    assert last is not None
+    assert last.loop_id == first.loop_id
+    monitor = await db.monitors.get(tenant="a", name="backup")
+    assert monitor.down_at is not None
+    await eventually(lambda: clock.now() > monitor.down_at, what="its grace to pass")
+    [dead] = [loop for loop in await db.loops.all() if loop.id == last.loop_id]
+    assert dead.stopped_at is None
+    heartbeat = config.Settings().timeouts.heartbeat_interval
+    assert dead.beat_at + loops.STALE_BEATS * heartbeat > clock.now()  # still "beating"
+    again = loops.Service(db, config.Settings(), clock).pulse(kind="serve", runs=["scheduler"])
+    await again.start()
+    try:
+        await scheduler.Scheduler(store=db, clock=clock, loop_id=again.id).pass_once()
+    finally:
+        await again.stop()
+    after = await db.monitors.get(tenant="a", name="backup")
+    assert after.state == "up"
+    [gap, _made] = await db.monitors.changes(monitor_id=after.id, limit=10)
+    assert "nothing judged monitors" in gap.reason
+    assert gap.details["gap_from"] == last.at.isoformat()
+    read = await db.alerts.read(name="alerter", limit=100, now=clock.now())
+    assert [e.entity for e, _ in read.events.found] == []  # no monitor_down event
+
+
+async def test_slow_passes_do_not_reset_monitors_and_a_failed_firing_still_judges_them(
+    db: store.Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = FrozenClock(datetime(2026, 12, 8, 12, 0, tzinfo=UTC))
+    made = await db.monitors.add(
+        new=_a_monitor("slow", clock.now(), 2, 1), rule=None, most=10, rules_most=10,
+        now=clock.now(),
+    )  # fmt: skip
+    s = scheduler.Scheduler(store=db, clock=clock)
+    clock.advance(1)
+    await s.pass_once()
+    clock.advance(30)  # a pass that took 30 s (a catch-up): the monitor's grace passed
+    await s.pass_once()
+    down = await db.monitors.get(tenant="a", name="slow")
+    assert down.state == "down"
+    [change, _made] = await db.monitors.changes(monitor_id=made.id, limit=10)
+    assert (change.frm, change.to) == ("up", "down")
+    # Firing fails pass after pass: the monitors are judged all the same.
+    await db.monitors.add(
+        new=_a_monitor("other", clock.now(), 2, 1), rule=None, most=10, rules_most=10,
+        now=clock.now(),
+    )  # fmt: skip
+
+    async def broken(**_: object) -> None:
+        raise errors.StoreError("the firing's transaction failed")
+
+    monkeypatch.setattr(db.schedules, "fire_due", broken)
+    for _ in range(4):
+        clock.advance(1)
+        with pytest.raises(errors.StoreError):
+            await s.pass_once()
+    assert (await db.monitors.get(tenant="a", name="other")).state == "down"
 
 
 async def test_the_dashboard_lists_a_tenant_s_monitors_and_shows_each_one_s_pings_and_history(

@@ -21,9 +21,9 @@ from sqlalchemy import Connection, delete, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from corral import errors, monitoring
-from corral.store import tenant_alerts
+from corral.store import dialects, tenant_alerts
 from corral.store.events import NO_JOB, event_insert, event_row
-from corral.store.tables import monitor_changes, monitor_pings, monitors
+from corral.store.tables import monitor_changes, monitor_pings, monitors, monitors_judged
 
 if TYPE_CHECKING:
     from corral.store.database import Database
@@ -31,6 +31,15 @@ if TYPE_CHECKING:
 M, CH = monitors.c, monitor_changes.c
 BATCH = 500
 """Monitors judged in one transaction."""
+
+
+@dataclass(frozen=True, slots=True)
+class Judged:
+    """When monitors were last judged, and by which process (its id in loops; None: one
+    that has no row there)."""
+
+    at: datetime
+    loop_id: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,11 +243,11 @@ def _same(column: Any, value: datetime | None) -> Any:
 
 
 def monitors_judge(
-    conn: Connection, *, now: datetime, last_judged: datetime | None, limit: int = BATCH
+    conn: Connection, *, now: datetime, gap: monitoring.Gap | None, limit: int = BATCH
 ) -> tuple[int, list[tuple[monitoring.Monitor, monitoring.Change]]]:
-    """Judge up to `limit` monitors whose check time came (corral.monitoring.judge), each
-    held by this transaction (SKIP LOCKED on PostgreSQL: two judges share the work); how
-    many were judged, and the changes made."""
+    """Judge up to `limit` monitors whose check time came (corral.monitoring.judge) in a
+    pass that follows `gap`, each held by this transaction (SKIP LOCKED on PostgreSQL: two
+    judges share the work); how many were judged, and the changes made."""
     stmt = (
         select(monitors)
         .where(M.check_at <= now, M.state.in_([monitoring.UP, monitoring.LATE]))
@@ -249,10 +258,29 @@ def monitors_judge(
     due = [monitor_of(r) for r in conn.execute(stmt)]
     changed = []
     for monitor in due:
-        verdict = monitoring.judge(monitor, now=now, last_judged=last_judged)
+        verdict = monitoring.judge(monitor, now=now, gap=gap)
         if apply(conn, monitor, verdict, now) and verdict.change is not None:
             changed.append((monitor, verdict.change))
     return len(due), changed
+
+
+def judged_last(conn: Connection) -> Judged | None:
+    """When monitors were last judged, and by which process (None: never)."""
+    row = conn.execute(select(monitors_judged).where(monitors_judged.c.id == 1)).first()
+    return None if row is None else Judged(row.judged_at, row.loop_id)
+
+
+def judged_note(conn: Connection, *, at: datetime, loop_id: str | None) -> None:
+    """Note that process `loop_id` judged monitors at `at` (a pass of another that began
+    later and ended first keeps its time)."""
+    J = monitors_judged.c
+    stmt = dialects.upsert(conn, monitors_judged).values(id=1, judged_at=at, loop_id=loop_id)
+    stmt = stmt.on_conflict_do_update(
+        index_elements=[J.id],
+        set_={"judged_at": stmt.excluded.judged_at, "loop_id": stmt.excluded.loop_id},
+        where=J.judged_at <= stmt.excluded.judged_at,
+    )
+    conn.execute(stmt)
 
 
 def monitor_pause(conn: Connection, *, tenant: str, name: str, now: datetime) -> bool:
@@ -394,11 +422,15 @@ class Monitors:
         return await self._db.read(functools.partial(monitors_list, tenant=tenant))
 
     async def judge(
-        self, *, now: datetime, last_judged: datetime | None, limit: int = BATCH
+        self, *, now: datetime, gap: monitoring.Gap | None, limit: int = BATCH
     ) -> tuple[int, list[tuple[monitoring.Monitor, monitoring.Change]]]:
-        return await self._db.tx(
-            functools.partial(monitors_judge, now=now, last_judged=last_judged, limit=limit)
-        )
+        return await self._db.tx(functools.partial(monitors_judge, now=now, gap=gap, limit=limit))
+
+    async def judged_last(self) -> Judged | None:
+        return await self._db.read(judged_last)
+
+    async def judged_note(self, *, at: datetime, loop_id: str | None) -> None:
+        await self._db.tx(functools.partial(judged_note, at=at, loop_id=loop_id))
 
     async def pause(self, *, tenant: str, name: str, now: datetime) -> bool:
         return await self._db.tx(
