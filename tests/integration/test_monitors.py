@@ -5,6 +5,7 @@ monitor's period and grace that does not call it down when it starts again."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
@@ -184,6 +185,29 @@ async def test_no_monitor_without_public_url_nor_past_max_monitors(db: store.Sto
             headers=a.as_("b-op"),
         )  # fmt: skip
         assert theirs.status_code == 201  # b's own quota
+
+
+async def test_adds_at_once_never_pass_max_monitors(db: store.Store) -> None:
+    """Four adds of one tenant at once, each on a connection of its own: on PostgreSQL a
+    lock of the existing rows let every one of them count none (or the same few)."""
+    now = datetime(2026, 12, 8, 12, 0, tzinfo=UTC)
+
+    async def add(name: str, most: int) -> monitoring.Monitor:
+        new = _a_monitor(name, now, 3600, 60)
+        return await db.monitors.add(new=new, rule=None, most=most, rules_most=10, now=now)
+
+    for n in range(3):
+        for old in await db.monitors.listed(tenant="a"):
+            await db.monitors.delete(tenant="a", name=old.name)
+        if n == 2:  # with one there already, and room for two more
+            await add("there", 3)
+        most = 3 if n == 2 else 1
+        done = await asyncio.gather(*(add(f"m{n}-{i}", most) for i in range(4)),
+                                    return_exceptions=True)  # fmt: skip
+        refused = [d for d in done if isinstance(d, BaseException)]
+        assert all(isinstance(d, errors.QuotaExceeded) for d in refused), refused
+        assert len(await db.monitors.listed(tenant="a")) == most
+        assert len(done) - len(refused) == (2 if n == 2 else 1)
 
 
 async def _deliver(a: Api) -> None:

@@ -133,12 +133,17 @@ def monitor_add(
 
 
 def _hold(conn: Connection, tenant: str, most: int) -> None:
-    """QuotaExceeded when `tenant` has `most` monitors already (its rows locked on
-    PostgreSQL until the transaction ends, so two adds wait in turn)."""
-    held = conn.execute(select(M.id).where(M.tenant == tenant).with_for_update()).all()
-    if len(held) >= most:
+    """QuotaExceeded when `tenant` has `most` monitors already. The adds of one tenant take
+    turns (on PostgreSQL a lock of the tenant's name, held until the transaction ends), so
+    each counts the monitors of those before it: locking the rows there are would not stop
+    an insert, and with none there is nothing to lock."""
+    dialects.take_turns(conn, f"max_monitors:{tenant}")
+    held = conn.execute(
+        select(func.count()).select_from(monitors).where(M.tenant == tenant)
+    ).scalar_one()
+    if held >= most:
         raise errors.QuotaExceeded(
-            f"max_monitors: tenant {tenant!r} has {len(held)} monitors, its quota of"
+            f"max_monitors: tenant {tenant!r} has {held} monitors, its quota of"
             f" {most}; delete one it no longer needs, or ask the operator to raise"
             " [tenants.NAME] max_monitors",
             quota="max_monitors",

@@ -14,10 +14,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Connection, Table, delete, insert, select, update
+from sqlalchemy import Connection, Table, delete, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from corral import errors
+from corral.store import dialects
 from corral.store.tables import alerts, tenant_alert_channels, tenant_alert_rules
 
 if TYPE_CHECKING:
@@ -64,12 +65,16 @@ def _rule(row: Any) -> TenantRule:
 
 
 def _hold_count(conn: Connection, table: Table, tenant: str, most: int, what: str) -> None:
-    """Conflict naming the limit when `tenant` has `most` rows of `table` already (its
-    rows locked on PostgreSQL until the transaction ends, so two adds wait in turn)."""
-    rows = conn.execute(select(table.c.id).where(table.c.tenant == tenant).with_for_update()).all()
-    if len(rows) >= most:
+    """Conflict naming the limit when `tenant` has `most` rows of `table` already. The adds
+    of one tenant take turns (on PostgreSQL a lock of the table's and the tenant's names,
+    held until the transaction ends), so each counts the rows of those before it: locking
+    the rows there are would not stop an insert, and with none there is nothing to lock."""
+    dialects.take_turns(conn, f"{table.name}:{tenant}")
+    count = select(func.count()).select_from(table).where(table.c.tenant == tenant)
+    rows = conn.execute(count).scalar_one()
+    if rows >= most:
         raise errors.Conflict(
-            f"name: tenant {tenant!r} has {len(rows)} alert {what} already, the most a"
+            f"name: tenant {tenant!r} has {rows} alert {what} already, the most a"
             f" tenant may have ({most}); delete one first"
         )
 
