@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from corral import alerts, config, errors, loops, monitoring, scheduler, store
+from corral import alerts, config, documents, errors, loops, monitoring, scheduler, store
 from corral.clock import SystemClock
 from corral.testing import FrozenClock
 from tests.integration.test_alerts import Web, listening, web_receiver
@@ -208,6 +208,36 @@ async def test_adds_at_once_never_pass_max_monitors(db: store.Store) -> None:
         assert all(isinstance(d, errors.QuotaExceeded) for d in refused), refused
         assert len(await db.monitors.listed(tenant="a")) == most
         assert len(done) - len(refused) == (2 if n == 2 else 1)
+
+
+async def test_a_monitor_s_rule_deleted_by_hand_is_forgotten_and_made_again_by_apply(
+    db: store.Store,
+) -> None:
+    async with api(db) as a:
+        op = a.as_("a-op")
+        hook = {
+            "name": "hook",
+            "kind": "webhook",
+            "url": "https://93.184.216.34/a",
+        }  # never sent to
+        assert (await a.http.post("/api/v1/alerts/channels", json=hook, headers=op)).is_success
+        await made(a, name="backup", period="1h", grace="5m", channels=["hook"])
+        gone = await a.http.delete("/api/v1/alerts/rules/monitor-backup", headers=op)
+        assert gone.status_code == 200, gone.text
+        assert (await a.c.monitor("a", "backup")).rule is None  # forgotten with it
+        # `corral apply` of the monitor with its channel makes its rule again.
+        text = "kind: Monitor\nname: backup\nperiod: 1h\ngrace: 5m\nchannels: [hook]\n"
+        await a.c.apply("a", documents.parse(text, "m.yaml"))
+        assert (await a.c.monitor("a", "backup")).rule == "monitor-backup"
+        assert [r.name for r in await a.c.tenant_rules("a")] == ["monitor-backup"]
+        # A rule of the same name made by hand after the monitor's went is the user's own:
+        # deleting the monitor leaves it.
+        await a.http.delete("/api/v1/alerts/rules/monitor-backup", headers=op)
+        own = {"name": "monitor-backup", "on": ["failed"], "channels": ["hook"]}
+        assert (await a.http.post("/api/v1/alerts/rules", json=own, headers=op)).is_success
+        assert (await a.http.delete("/api/v1/monitors/backup", headers=op)).is_success
+        [kept] = await a.c.tenant_rules("a")
+        assert (kept.name, kept.rule["on"]) == ("monitor-backup", ["failed"])
 
 
 async def _deliver(a: Api) -> None:

@@ -329,16 +329,7 @@ def monitor_update(
         monitor, period=changed.period, cron=changed.cron, tz=changed.tz, grace=changed.grace
     )
     verdict = monitoring.reshaped(shaped, now)
-    rule_name = None if rule is None else monitoring.rule_name(monitor.name)
-    if monitor.rule is not None and monitor.rule != rule_name:
-        tenant_alerts.rule_delete(conn, tenant=monitor.tenant, name=monitor.rule)
-    if rule is not None and rule_name is not None:
-        if monitor.rule == rule_name:
-            tenant_alerts.rule_change(conn, tenant=monitor.tenant, name=rule_name, rule=rule)
-        else:
-            tenant_alerts.rule_add(
-                conn, tenant=monitor.tenant, name=rule_name, rule=rule, now=now, most=rules_most
-            )
+    rule_name = _rule_kept(conn, monitor, rule, rules_most=rules_most, now=now)
     conn.execute(
         update(monitors)
         .where(M.id == monitor.id)
@@ -353,6 +344,33 @@ def monitor_update(
             updated_at=now,
         )
     )
+
+
+def _rule_kept(
+    conn: Connection,
+    monitor: monitoring.Monitor,
+    rule: Mapping[str, Any] | None,
+    *,
+    rules_most: int,
+    now: datetime,
+) -> str | None:
+    """Make the monitor's --channel rule `rule`: changed, made (also when the one it had is
+    gone), or deleted when None; the rule's name."""
+    name = None if rule is None else monitoring.rule_name(monitor.name)
+    if monitor.rule is not None and monitor.rule != name:
+        tenant_alerts.rule_delete(conn, tenant=monitor.tenant, name=monitor.rule)
+    if rule is None or name is None:
+        return None
+    if monitor.rule == name:
+        try:
+            tenant_alerts.rule_change(conn, tenant=monitor.tenant, name=name, rule=rule)
+            return name
+        except errors.NotFound:
+            pass  # deleted by hand before its monitor forgot it: made again
+    tenant_alerts.rule_add(
+        conn, tenant=monitor.tenant, name=name, rule=rule, now=now, most=rules_most
+    )
+    return name
 
 
 def monitor_delete(conn: Connection, *, tenant: str, name: str) -> bool:

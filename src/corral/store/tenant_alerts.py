@@ -19,7 +19,7 @@ from sqlalchemy.exc import IntegrityError
 
 from corral import errors
 from corral.store import dialects
-from corral.store.tables import alerts, tenant_alert_channels, tenant_alert_rules
+from corral.store.tables import alerts, monitors, tenant_alert_channels, tenant_alert_rules
 
 if TYPE_CHECKING:
     from corral.store.database import Database
@@ -189,8 +189,12 @@ def channel_delete(conn: Connection, *, tenant: str, name: str) -> bool:
 
 
 def rule_delete(conn: Connection, *, tenant: str, name: str) -> bool:
-    """Delete `tenant`'s rule `name` (False: it has none so named)."""
+    """Delete `tenant`'s rule `name` (False: it has none so named). A monitor whose
+    --channel made it forgets it: the monitor's delete leaves alone a rule made later under
+    the name, and its next `corral apply` makes its rule again."""
     gone = conn.execute(delete(tenant_alert_rules).where(RU.tenant == tenant, RU.name == name))
+    M = monitors.c
+    conn.execute(update(monitors).where(M.tenant == tenant, M.rule == name).values(rule=None))
     return bool(gone.rowcount)
 
 
