@@ -91,6 +91,14 @@ async def test_a_monitor_is_made_pinged_and_shown_with_its_pings_and_history(
         assert (await a.http.get("/ping/00000000-0000-0000-0000-000000000000")).status_code == 404
         bad = await a.http.get(f"{path}/reboot")
         assert (bad.status_code, bad.json()["field"]) == (422, "path")
+        # Whoever holds the ping URL may ping: a viewer is shown it with its key redacted.
+        key = path.removeprefix("/ping/")
+        assert shown["ping_url"] == f"{PUBLIC}/ping/[redacted]"
+        listed = await a.http.get("/api/v1/monitors", headers=a.as_("a-view"))
+        assert key not in listed.text
+        assert listed.json()[0]["ping_url"] == f"{PUBLIC}/ping/[redacted]"
+        mine = await a.http.get("/api/v1/monitors/backup", headers=a.as_("a-op"))
+        assert mine.json()["ping_url"] == m["ping_url"]
 
 
 async def test_at_most_ten_pings_a_second_and_the_last_thousand_kept(db: store.Store) -> None:
@@ -457,3 +465,10 @@ async def test_the_dashboard_lists_a_tenant_s_monitors_and_shows_each_one_s_ping
         for theirs in ("/ui/monitors/b/backup", "/ui/monitors/a/nothing"):
             assert (await http.get(theirs)).status_code == 404
         assert (await http.get("/ui/monitors?tenant=b")).status_code == 404
+    async with over_http(c) as http:  # a viewer: the ping URL's key redacted (it may ping)
+        await signed(http, c, "vic")
+        for page in ("/ui/monitors", "/ui/monitors/a/backup"):
+            seen = await http.get(page)
+            assert seen.status_code == 200
+            assert monitor.ping_key not in seen.text
+        assert f"{PUBLIC}/ping/[redacted]" in seen.text
