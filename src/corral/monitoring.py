@@ -16,9 +16,10 @@ a non-zero exit code) makes it failed, and the next success ping makes it up aga
     paused  none                                           resume: up, counted from then
 
 The gap rule: no monitor goes down (or late) for a deadline that passed while nothing judged
-monitors. When the judge finds a monitor due whose deadline came after monitors were last
-judged, and that was more than GAP ago (corral was stopped), the monitor gets a fresh period
-plus grace from now, and the gap goes in its history.
+monitors. When a pass of the judge begins after a gap (a `Gap`: corral was stopped, or the
+scheduler that judged last died; corral.monitor_judge says when there was one), a monitor
+due whose deadline came in the gap gets a fresh period plus grace from now, and the gap
+goes in its history.
 """
 
 from __future__ import annotations
@@ -46,9 +47,6 @@ NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,91}$")
 SHORTEST = timedelta(seconds=1)
 LONGEST = timedelta(days=365)
 """The shortest and longest period and grace."""
-GAP = timedelta(seconds=10)
-"""How long nothing may judge monitors (the scheduler's passes are a second apart) before a
-deadline that passed meanwhile counts as passed in a gap, not as missed by the cron."""
 PINGS_A_SECOND = 10
 """The most pings one monitor records a second; past it, 429 and nothing recorded."""
 PINGS_KEPT = 1000
@@ -104,6 +102,14 @@ class Change:
         if self.to == UP and self.frm not in (DOWN, FAILED):
             return None
         return CAUSES.get(self.to) if self.frm != self.to else None
+
+
+@dataclass(frozen=True, slots=True)
+class Gap:
+    """A time nothing judged monitors, ending at the pass that finds it: since `since`, the
+    last pass before it (None: nothing ever judged them)."""
+
+    since: datetime | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,10 +188,10 @@ def made(monitor: Monitor) -> Verdict:
     return fresh(monitor, monitor.created_at)
 
 
-def judge(monitor: Monitor, *, now: datetime, last_judged: datetime | None) -> Verdict:
-    """Where a monitor whose check time has come stands at `now`, monitors having last
-    been judged at `last_judged` (None: never, that anyone knows of). Its basis is its
-    last ping when that is newer (the pings of an up monitor move only that)."""
+def judge(monitor: Monitor, *, now: datetime, gap: Gap | None) -> Verdict:
+    """Where a monitor whose check time has come stands at `now`, in a pass that follows
+    `gap` (None: the passes before it judged monitors as ever). Its basis is its last ping
+    when that is newer (the pings of an up monitor move only that)."""
     basis = max(monitor.basis_at, monitor.last_ping_at or monitor.basis_at)
     expected = expected_after(monitor, basis)
     down_at = expected + monitor.grace
@@ -196,24 +202,22 @@ def judge(monitor: Monitor, *, now: datetime, last_judged: datetime | None) -> V
     if state == monitor.state:
         return Verdict(state, basis, expected, down_at if state == LATE else None)
     due = expected if state == LATE else down_at
-    if in_gap(due, now=now, last_judged=last_judged):
-        since = None if last_judged is None else last_judged.isoformat()
+    if gap is not None and in_gap(due, gap):
+        since = None if gap.since is None else gap.since.isoformat()
         why = (
             f"nothing judged monitors from {since or 'its start'} to {now.isoformat()} (corral"
-            " was stopped): a fresh period and grace from now"
+            " was stopped, or the scheduler that judged them died): a fresh period and grace"
+            " from now"
         )
-        gap = Change(monitor.state, UP, why, {"gap_from": since, "gap_to": now.isoformat()})
-        return fresh(monitor, now, gap)
+        noted = Change(monitor.state, UP, why, {"gap_from": since, "gap_to": now.isoformat()})
+        return fresh(monitor, now, noted)
     change = _late(monitor.state, state, due)
     return Verdict(state, basis, expected, down_at if state == LATE else None, change)
 
 
-def in_gap(due: datetime, *, now: datetime, last_judged: datetime | None) -> bool:
-    """Whether a deadline `due` passed while nothing judged monitors: after they were last
-    judged, which was more than GAP before `now`."""
-    if last_judged is None:
-        return True
-    return due > last_judged and now - last_judged > GAP
+def in_gap(due: datetime, gap: Gap) -> bool:
+    """Whether a deadline `due` passed in `gap`: after the last pass before it."""
+    return gap.since is None or due > gap.since
 
 
 def _late(frm: str, state: str, due: datetime) -> Change:

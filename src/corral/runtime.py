@@ -332,8 +332,8 @@ def _scheduling(
     rt: Runtime, stop: asyncio.Event, beats: health.HealthFile, pulse: loops.Pulse | None
 ) -> Awaitable[None]:
     """The scheduler's loop, its passes recorded in the health file; a tenant's firings
-    checked against its grant and its spec's references; monitors judged, this process's
-    row (`pulse`) left out of the loops it reads for when they were last judged."""
+    checked against its grant and its spec's references; monitors judged, each pass noted
+    with this process's row (`pulse`), which the gap rule reads (corral.monitor_judge)."""
     from corral import scheduler
     from corral.executors import references  # jsonschema: only where schedules fire
 

@@ -117,8 +117,8 @@ class Scheduler:
         firings are checked against (none given: every tenant has the defaults); `refuse`,
         the whole check of such a firing, if more than the grant (see
         executors.references.firing_refusal); `loop_id` and `heartbeat`: this process's row
-        in the loops table and its beat, which the judge of monitors reads the others'
-        beside (corral.monitor_judge)."""
+        in the loops table and its beat, which the judge of monitors notes with each pass
+        and judges the row of the process that judged before it by (corral.monitor_judge)."""
         self.store = store
         self.clock = clock
         self.executors = executors or {}
@@ -162,8 +162,30 @@ class Scheduler:
                 return
 
     async def pass_once(self) -> PassResult:
-        """Fire everything due now; queue the scheduled jobs whose time came; judge the
-        monitors whose check time came."""
+        """Fire everything due now and queue the scheduled jobs whose time came; then judge
+        the monitors whose check time came, even when firing failed (its error is raised
+        after): monitors are judged whatever the schedules do."""
+        try:
+            schedules, fired, recorded = await self._fire_all()
+            promoted = await self._promote()
+        except Exception:
+            await self._judge_anyway()
+            raise
+        judged = await self.judge.pass_once()
+        self.last_pass = PassResult(schedules, fired, recorded, promoted, judged)
+        return self.last_pass
+
+    async def _judge_anyway(self) -> None:
+        """Judge the monitors in a pass whose firing failed; a failure of the judge too is
+        said in the log, and the firing's error is the one the pass raises."""
+        try:
+            await self.judge.pass_once()
+        except Exception:
+            log.exception("monitors could not be judged in this pass either; trying again")
+
+    async def _fire_all(self) -> tuple[int, int, int]:
+        """Fire everything due now, a batch at a time: the schedules, firings recorded and
+        jobs fired."""
         schedules = fired = recorded = 0
         while True:
             now = self.clock.now()
@@ -193,11 +215,7 @@ class Scheduler:
                     metrics.LATENESS.observe(max(f.lateness_seconds, 0.0))
             await self._stop_replaced(done.cancelled)
             if done.schedules < limit:
-                break
-        promoted = await self._promote()
-        judged = await self.judge.pass_once()
-        self.last_pass = PassResult(schedules, fired, recorded, promoted, judged)
-        return self.last_pass
+                return schedules, fired, recorded
 
     async def _promote(self) -> int:
         """Queue the scheduled jobs whose time came, a batch at a time: how many."""

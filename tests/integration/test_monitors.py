@@ -5,19 +5,24 @@ monitor's period and grace that does not call it down when it starts again."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from corral import alerts, config, loops, scheduler, store
+from corral import alerts, config, documents, errors, loops, monitoring, scheduler, store
+from corral.clock import SystemClock
 from corral.testing import FrozenClock
 from tests.integration.test_alerts import Web, listening, web_receiver
+from tests.support import crash
 from tests.support.api import Api, over_http, serving
 from tests.support.forms import forms_client, signed
 from tests.support.mail import Inbox
+from tests.support.wait import eventually
 
 __all__ = ["web_receiver"]  # a fixture, used by name (smtp: the integration conftest's)
 
@@ -86,6 +91,14 @@ async def test_a_monitor_is_made_pinged_and_shown_with_its_pings_and_history(
         assert (await a.http.get("/ping/00000000-0000-0000-0000-000000000000")).status_code == 404
         bad = await a.http.get(f"{path}/reboot")
         assert (bad.status_code, bad.json()["field"]) == (422, "path")
+        # Whoever holds the ping URL may ping: a viewer is shown it with its key redacted.
+        key = path.removeprefix("/ping/")
+        assert shown["ping_url"] == f"{PUBLIC}/ping/[redacted]"
+        listed = await a.http.get("/api/v1/monitors", headers=a.as_("a-view"))
+        assert key not in listed.text
+        assert listed.json()[0]["ping_url"] == f"{PUBLIC}/ping/[redacted]"
+        mine = await a.http.get("/api/v1/monitors/backup", headers=a.as_("a-op"))
+        assert mine.json()["ping_url"] == m["ping_url"]
 
 
 async def test_at_most_ten_pings_a_second_and_the_last_thousand_kept(db: store.Store) -> None:
@@ -180,6 +193,59 @@ async def test_no_monitor_without_public_url_nor_past_max_monitors(db: store.Sto
             headers=a.as_("b-op"),
         )  # fmt: skip
         assert theirs.status_code == 201  # b's own quota
+
+
+async def test_adds_at_once_never_pass_max_monitors(db: store.Store) -> None:
+    """Four adds of one tenant at once, each on a connection of its own: on PostgreSQL a
+    lock of the existing rows let every one of them count none (or the same few)."""
+    now = datetime(2026, 12, 8, 12, 0, tzinfo=UTC)
+
+    async def add(name: str, most: int) -> monitoring.Monitor:
+        new = _a_monitor(name, now, 3600, 60)
+        return await db.monitors.add(new=new, rule=None, most=most, rules_most=10, now=now)
+
+    for n in range(3):
+        for old in await db.monitors.listed(tenant="a"):
+            await db.monitors.delete(tenant="a", name=old.name)
+        if n == 2:  # with one there already, and room for two more
+            await add("there", 3)
+        most = 3 if n == 2 else 1
+        done = await asyncio.gather(*(add(f"m{n}-{i}", most) for i in range(4)),
+                                    return_exceptions=True)  # fmt: skip
+        refused = [d for d in done if isinstance(d, BaseException)]
+        assert all(isinstance(d, errors.QuotaExceeded) for d in refused), refused
+        assert len(await db.monitors.listed(tenant="a")) == most
+        assert len(done) - len(refused) == (2 if n == 2 else 1)
+
+
+async def test_a_monitor_s_rule_deleted_by_hand_is_forgotten_and_made_again_by_apply(
+    db: store.Store,
+) -> None:
+    async with api(db) as a:
+        op = a.as_("a-op")
+        hook = {
+            "name": "hook",
+            "kind": "webhook",
+            "url": "https://93.184.216.34/a",
+        }  # never sent to
+        assert (await a.http.post("/api/v1/alerts/channels", json=hook, headers=op)).is_success
+        await made(a, name="backup", period="1h", grace="5m", channels=["hook"])
+        gone = await a.http.delete("/api/v1/alerts/rules/monitor-backup", headers=op)
+        assert gone.status_code == 200, gone.text
+        assert (await a.c.monitor("a", "backup")).rule is None  # forgotten with it
+        # `corral apply` of the monitor with its channel makes its rule again.
+        text = "kind: Monitor\nname: backup\nperiod: 1h\ngrace: 5m\nchannels: [hook]\n"
+        await a.c.apply("a", documents.parse(text, "m.yaml"))
+        assert (await a.c.monitor("a", "backup")).rule == "monitor-backup"
+        assert [r.name for r in await a.c.tenant_rules("a")] == ["monitor-backup"]
+        # A rule of the same name made by hand after the monitor's went is the user's own:
+        # deleting the monitor leaves it.
+        await a.http.delete("/api/v1/alerts/rules/monitor-backup", headers=op)
+        own = {"name": "monitor-backup", "on": ["failed"], "channels": ["hook"]}
+        assert (await a.http.post("/api/v1/alerts/rules", json=own, headers=op)).is_success
+        assert (await a.http.delete("/api/v1/monitors/backup", headers=op)).is_success
+        [kept] = await a.c.tenant_rules("a")
+        assert (kept.name, kept.rule["on"]) == ("monitor-backup", ["failed"])
 
 
 async def _deliver(a: Api) -> None:
@@ -290,6 +356,93 @@ async def test_corral_stopped_past_period_and_grace_gives_a_fresh_start_and_reco
         await again.stop()
 
 
+def _a_monitor(name: str, now: datetime, period: float, grace: float) -> monitoring.Monitor:
+    return monitoring.Monitor(
+        id=0, tenant="a", name=name, ping_key="", period=timedelta(seconds=period), cron=None,
+        tz="UTC", grace=timedelta(seconds=grace), state="up", state_at=now, basis_at=now,
+        expected_at=None, check_at=None, last_ping_at=None, run_started_at=None,
+        created_at=now,
+    )  # fmt: skip
+
+
+@pytest.mark.slow
+async def test_a_scheduler_sigkilled_and_started_again_at_once_calls_no_monitor_down(
+    db: store.Store, db_url: str, tmp_path: Path
+) -> None:
+    """The process that judged last is SIGKILLed (its loops row never stopped, its beat
+    still fresh) and another starts within seconds, past a monitor's period and grace: a
+    gap since the dead one's last pass, not a down."""
+    site = crash.Site(tmp_path, db_url)
+    killed = site.start("scheduler")
+    try:
+        first = await eventually(db.monitors.judged_last, what="the first pass noted")
+        clock = SystemClock()
+        await db.monitors.add(
+            new=_a_monitor("backup", clock.now(), 3, 2), rule=None, most=10, rules_most=10,
+            now=clock.now(),
+        )  # fmt: skip
+    finally:
+        killed.kill()  # SIGKILL: its row in loops is left as it was
+        crash.wait_exit(killed)
+    last = await db.monitors.judged_last()
+    assert last is not None
+    assert last.loop_id == first.loop_id
+    monitor = await db.monitors.get(tenant="a", name="backup")
+    assert monitor.down_at is not None
+    await eventually(lambda: clock.now() > monitor.down_at, what="its grace to pass")
+    [dead] = [loop for loop in await db.loops.all() if loop.id == last.loop_id]
+    assert dead.stopped_at is None
+    heartbeat = config.Settings().timeouts.heartbeat_interval
+    assert dead.beat_at + loops.STALE_BEATS * heartbeat > clock.now()  # still "beating"
+    again = loops.Service(db, config.Settings(), clock).pulse(kind="serve", runs=["scheduler"])
+    await again.start()
+    try:
+        await scheduler.Scheduler(store=db, clock=clock, loop_id=again.id).pass_once()
+    finally:
+        await again.stop()
+    after = await db.monitors.get(tenant="a", name="backup")
+    assert after.state == "up"
+    [gap, _made] = await db.monitors.changes(monitor_id=after.id, limit=10)
+    assert "nothing judged monitors" in gap.reason
+    assert gap.details["gap_from"] == last.at.isoformat()
+    read = await db.alerts.read(name="alerter", limit=100, now=clock.now())
+    assert [e.entity for e, _ in read.events.found] == []  # no monitor_down event
+
+
+async def test_slow_passes_do_not_reset_monitors_and_a_failed_firing_still_judges_them(
+    db: store.Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = FrozenClock(datetime(2026, 12, 8, 12, 0, tzinfo=UTC))
+    made = await db.monitors.add(
+        new=_a_monitor("slow", clock.now(), 2, 1), rule=None, most=10, rules_most=10,
+        now=clock.now(),
+    )  # fmt: skip
+    s = scheduler.Scheduler(store=db, clock=clock)
+    clock.advance(1)
+    await s.pass_once()
+    clock.advance(30)  # a pass that took 30 s (a catch-up): the monitor's grace passed
+    await s.pass_once()
+    down = await db.monitors.get(tenant="a", name="slow")
+    assert down.state == "down"
+    [change, _made] = await db.monitors.changes(monitor_id=made.id, limit=10)
+    assert (change.frm, change.to) == ("up", "down")
+    # Firing fails pass after pass: the monitors are judged all the same.
+    await db.monitors.add(
+        new=_a_monitor("other", clock.now(), 2, 1), rule=None, most=10, rules_most=10,
+        now=clock.now(),
+    )  # fmt: skip
+
+    async def broken(**_: object) -> None:
+        raise errors.StoreError("the firing's transaction failed")
+
+    monkeypatch.setattr(db.schedules, "fire_due", broken)
+    for _ in range(4):
+        clock.advance(1)
+        with pytest.raises(errors.StoreError):
+            await s.pass_once()
+    assert (await db.monitors.get(tenant="a", name="other")).state == "down"
+
+
 async def test_the_dashboard_lists_a_tenant_s_monitors_and_shows_each_one_s_pings_and_history(
     db: store.Store,
 ) -> None:
@@ -312,3 +465,10 @@ async def test_the_dashboard_lists_a_tenant_s_monitors_and_shows_each_one_s_ping
         for theirs in ("/ui/monitors/b/backup", "/ui/monitors/a/nothing"):
             assert (await http.get(theirs)).status_code == 404
         assert (await http.get("/ui/monitors?tenant=b")).status_code == 404
+    async with over_http(c) as http:  # a viewer: the ping URL's key redacted (it may ping)
+        await signed(http, c, "vic")
+        for page in ("/ui/monitors", "/ui/monitors/a/backup"):
+            seen = await http.get(page)
+            assert seen.status_code == 200
+            assert monitor.ping_key not in seen.text
+        assert f"{PUBLIC}/ping/[redacted]" in seen.text

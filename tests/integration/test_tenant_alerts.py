@@ -5,6 +5,7 @@ limits hold."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
@@ -13,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from corral import alerts, config, store, tenant_alerts
+from corral import alerts, config, errors, store, tenant_alerts
 from corral.testing import FrozenClock
 from tests.integration.test_alerts import Web, listening, quarantine, web_receiver
 from tests.support.api import noop_client, over_http
@@ -247,3 +248,30 @@ async def test_limits_channels_rules_and_tests_a_minute(db: store.Store, web_rec
         t.c.clock.advance(55)
         again = await t.http.post("/api/v1/alerts/channels/c2/test", headers=a)
         assert again.status_code == 200
+
+
+async def test_adds_at_once_never_pass_a_tenant_s_limits_of_channels_and_rules(
+    db: store.Store,
+) -> None:
+    """Four adds of one tenant at once, each on a connection of its own: on PostgreSQL a
+    lock of the existing rows let every one of them count none."""
+    now = datetime(2026, 12, 8, 12, 0, tzinfo=UTC)
+    hook = {"url": "https://hooks.example.com/a"}
+
+    async def channel(name: str) -> object:
+        return await db.tenant_alerts.channel_add(
+            tenant="a", name=name, kind="webhook", config=hook, now=now, most=1
+        )
+
+    async def rule(name: str) -> object:
+        [made] = await db.tenant_alerts.channels(tenant="a")  # whichever add came first
+        fields = {"on": ["failed"], "channels": [made.name]}
+        return await db.tenant_alerts.rule_add(tenant="a", name=name, rule=fields, now=now, most=2)
+
+    for add, many, most in ((channel, db.tenant_alerts.channels, 1),
+                            (rule, db.tenant_alerts.rules, 2)):  # fmt: skip
+        done = await asyncio.gather(*(add(f"n{i}") for i in range(4)), return_exceptions=True)
+        refused = [d for d in done if isinstance(d, BaseException)]
+        assert all(isinstance(d, errors.Conflict) for d in refused), refused
+        assert all("the most a tenant may have" in str(d) for d in refused)
+        assert len(await many(tenant="a")) == most

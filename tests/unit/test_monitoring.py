@@ -8,8 +8,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from corral import errors, monitoring
+from corral import errors, loops, monitor_judge, monitoring
 from corral.monitoring import DOWN, FAILED, LATE, PAUSED, UP
+from corral.store import monitors as monitor_store
 
 T0 = datetime(2026, 12, 8, 12, 0, tzinfo=UTC)
 S = timedelta(seconds=1)
@@ -44,12 +45,12 @@ def test_a_new_monitor_is_up_and_expects_its_first_ping_a_period_after_it_was_ma
 
 def test_time_makes_it_late_past_its_period_and_down_past_its_grace() -> None:
     m = a_monitor()
-    late = monitoring.judge(m, now=T0 + 2.5 * S, last_judged=T0 + 2 * S)
+    late = monitoring.judge(m, now=T0 + 2.5 * S, gap=None)
     assert (late.state, late.check_at) == (LATE, T0 + 3 * S)
     assert late.change is not None
     assert late.change.cause is None
     m = dataclasses.replace(m, state=LATE, check_at=late.check_at)
-    down = monitoring.judge(m, now=T0 + 3.2 * S, last_judged=T0 + 2.5 * S)
+    down = monitoring.judge(m, now=T0 + 3.2 * S, gap=None)
     assert (down.state, down.check_at) == (DOWN, None)
     assert down.change is not None
     assert down.change.cause == "monitor_down"
@@ -57,7 +58,7 @@ def test_time_makes_it_late_past_its_period_and_down_past_its_grace() -> None:
 
 def test_a_ping_moves_its_expected_time_and_brings_it_back_up() -> None:
     m = a_monitor(last_ping_at=T0 + 1.5 * S)
-    still = monitoring.judge(m, now=T0 + 2.5 * S, last_judged=T0 + 2 * S)
+    still = monitoring.judge(m, now=T0 + 2.5 * S, gap=None)
     assert (still.state, still.expected_at, still.change) == (UP, T0 + 3.5 * S, None)
     down = a_monitor(state=DOWN, check_at=None)
     back = monitoring.pinged(down, kind=monitoring.SUCCESS, exit_code=None, now=T0 + 9 * S)
@@ -92,7 +93,7 @@ def test_a_failure_ping_fails_it_and_a_start_or_a_paused_monitor_changes_nothing
 def test_a_deadline_that_passed_while_nothing_judged_gives_a_fresh_period_and_grace() -> None:
     m = a_monitor()
     restart = T0 + 60 * S
-    fresh = monitoring.judge(m, now=restart, last_judged=T0 + S)
+    fresh = monitoring.judge(m, now=restart, gap=monitoring.Gap(T0 + S))
     assert (fresh.state, fresh.basis_at, fresh.expected_at) == (UP, restart, restart + 2 * S)
     assert fresh.change is not None
     assert fresh.change.cause is None
@@ -101,12 +102,46 @@ def test_a_deadline_that_passed_while_nothing_judged_gives_a_fresh_period_and_gr
         "gap_to": restart.isoformat(),
     }
     # Nobody ever judged (a first start): the same.
-    assert monitoring.judge(m, now=restart, last_judged=None).state == UP
+    assert monitoring.judge(m, now=restart, gap=monitoring.Gap(None)).state == UP
     # A deadline that passed before the gap began was judged then: down now.
     late = a_monitor(state=LATE, check_at=T0 + 3 * S)
-    assert monitoring.judge(late, now=restart, last_judged=T0 + 4 * S).state == DOWN
-    # Judged a moment ago: an ordinary pass, no gap.
-    assert monitoring.judge(m, now=T0 + 3.5 * S, last_judged=T0 + 2.9 * S).state == DOWN
+    assert monitoring.judge(late, now=restart, gap=monitoring.Gap(T0 + 4 * S)).state == DOWN
+    # No gap: an ordinary pass, however long since the deadline.
+    assert monitoring.judge(m, now=restart, gap=None).state == DOWN
+
+
+HEARTBEAT = 20 * S  # loops.STALE_BEATS of them: 60 s
+
+
+def _gap(
+    last: datetime | None,
+    *,
+    own: datetime | None = None,
+    writer: loops.Liveness | None = loops.Liveness.LIVE,
+    now: datetime,
+) -> monitoring.Gap | None:
+    noted = None if last is None else monitor_store.Judged(last, "old")
+    return monitor_judge.gap(noted, own=own, writer=writer, now=now, heartbeat=HEARTBEAT)
+
+
+def test_a_gap_is_a_time_nothing_judged_not_a_slow_pass() -> None:
+    # Never judged: a gap since ever.
+    assert _gap(None, now=T0) == monitoring.Gap(None)
+    # This process judged 30 s ago (a slow pass, a catch-up): no gap, deadlines missed.
+    assert _gap(T0, own=T0, now=T0 + 30 * S) is None
+    # ...but past STALE_BEATS heartbeats of silence (its passes failed): a gap.
+    assert _gap(T0, own=T0, now=T0 + 61 * S) == monitoring.Gap(T0)
+    # Another scheduler that runs judged a moment ago: no gap.
+    assert _gap(T0, writer=loops.Liveness.LIVE, now=T0 + 2 * S) is None
+    # The one that judged last was SIGKILLed (its pid gone), stopped, or is silent: a gap
+    # since its last pass, however short (a serve restarted at once).
+    for dead in (loops.Liveness.GONE, loops.Liveness.STOPPED, loops.Liveness.STALE):
+        assert _gap(T0, writer=dead, now=T0 + 5 * S) == monitoring.Gap(T0)
+    # Not known who judged (a process without a loops row): alive until the silence is long.
+    assert _gap(T0, writer=None, now=T0 + 30 * S) is None
+    assert _gap(T0, writer=None, now=T0 + 61 * S) == monitoring.Gap(T0)
+    # This process judged since: whoever judged before it no longer matters.
+    assert _gap(T0, own=T0 + S, writer=loops.Liveness.GONE, now=T0 + 9 * S) is None
 
 
 def test_a_cron_monitor_expects_the_cron_s_next_time_in_its_zone() -> None:

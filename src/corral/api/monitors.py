@@ -3,7 +3,8 @@ resumed, rotated and deleted within its tenant; another's is not found, 404), an
 routes, /ping/<key>[/start|/fail|/<exit code>], outside /api/v1 and without a token: the
 random key of a monitor's ping URL is what authorises a ping. A token of every tenant
 names the tenant with a `tenant` field or ?tenant= (default: default). Viewers list and
-show; operators and admins change."""
+show (a ping URL with its key redacted: who holds it may ping); operators and admins
+change."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Path, Query, Request
 from fastapi.responses import Response
 
-from corral import client, errors, monitor_shapes, monitoring, proxies
-from corral.api.auth import Client, ErrorBody, Operator, Viewer, client_of
+from corral import access, client, errors, monitor_shapes, monitoring, proxies
+from corral.api.auth import Caller, Client, ErrorBody, Operator, Viewer, client_of
 from corral.api.routes import RESPONSES, answer, audit, path_tenant, plain_json
 
 router = APIRouter(responses=RESPONSES)
@@ -29,14 +30,16 @@ Limit = Annotated[
 ]
 
 
-def _shown(c: client.Client, monitor: monitoring.Monitor) -> dict[str, Any]:
-    return monitor_shapes.monitor_dict(monitor, c.ping_url(monitor))
+def _shown(c: client.Client, monitor: monitoring.Monitor, who: Caller) -> dict[str, Any]:
+    """A monitor as the caller may see it: its ping URL's key redacted for a viewer."""
+    secret = who.token.role.allows(access.Role.OPERATOR)
+    return monitor_shapes.monitor_dict(monitor, c.ping_url(monitor, secret=secret))
 
 
 @router.get("/monitors", summary="The monitors of the tenant")
 async def monitors_list(c: Client, who: Viewer, tenant: Tenant = None) -> list[dict[str, Any]]:
     whose = path_tenant(who, tenant, f"no tenant {tenant!r}")
-    return [_shown(c, m) for m in await c.monitors(whose)]
+    return [_shown(c, m, who) for m in await c.monitors(whose)]
 
 
 @router.post(
@@ -60,7 +63,7 @@ async def monitor_create(
     tenant = client.tenant_alerts.whose(who.token.tenant, body.get("tenant"))
     made = await c.monitor_add(tenant, body)
     await audit(c, who, "monitors.create", f"{tenant}/{made.name}", tenant)
-    return _shown(c, made)
+    return _shown(c, made, who)
 
 
 @router.get("/monitors/{name}", summary="A monitor, its newest pings and its state history")
@@ -70,7 +73,7 @@ async def monitor_get(
     whose = path_tenant(who, tenant, f"no monitor {name!r}")
     found = await c.monitor(whose, name)
     return {
-        **_shown(c, found),
+        **_shown(c, found, who),
         "pings": [monitor_shapes.ping_dict(p) for p in await c.monitor_pings(found, limit)],
         "history": [monitor_shapes.change_dict(h) for h in await c.monitor_changes(found, limit)],
     }
@@ -87,7 +90,7 @@ async def _changed(
     else:
         await c.monitor_rotate(whose, name)
     await audit(c, who, f"monitors.{action}", f"{whose}/{name}", whose)
-    return _shown(c, await c.monitor(whose, name))
+    return _shown(c, await c.monitor(whose, name), who)
 
 
 @router.post("/monitors/{name}/pause", summary="Pause a monitor: not judged, whatever its pings")

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from corral import errors, monitoring, store, tenancy, tenant_alerts
+from corral import errors, monitoring, redaction, store, tenancy, tenant_alerts
 from corral.client import service
 
 NO_PUBLIC_URL = (
@@ -34,10 +34,14 @@ def body_text(body: bytes) -> str:
 class Monitors(service.Service):
     """Make, list, show, pause, resume, rotate and delete monitors; record their pings."""
 
-    def ping_url(self, monitor: monitoring.Monitor) -> str | None:
-        """Where the monitor is pinged (None: public_url is not set)."""
+    def ping_url(self, monitor: monitoring.Monitor, *, secret: bool = True) -> str | None:
+        """Where the monitor is pinged (None: public_url is not set). Whoever holds the URL
+        may ping, so a caller who may only look (a viewer) is shown it with its key
+        redacted (`secret` False)."""
         base = self.settings.public_base
-        return None if base is None else monitoring.ping_url(base, monitor.ping_key)
+        if base is None:
+            return None
+        return monitoring.ping_url(base, monitor.ping_key if secret else redaction.REDACTED)
 
     async def monitor_add(self, tenant: str, body: Mapping[str, Any]) -> monitoring.Monitor:
         """Make a monitor of `tenant` from a request's body (name, period or cron and tz,

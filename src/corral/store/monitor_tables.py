@@ -1,6 +1,7 @@
 """The tables of monitors (corral.monitoring): the monitors tenants keep, each one's pings
-(the last PINGS_KEPT) and its state history. Apart from tables.py, which imports them into
-the one schema, as that module is as long as a module may be."""
+(the last PINGS_KEPT) and its state history, and when monitors were last judged. Apart from
+tables.py, which imports them into the one schema, as that module is as long as a module
+may be."""
 
 from __future__ import annotations
 
@@ -82,4 +83,14 @@ monitor_changes = Table(
     Column("details", Json, nullable=False),
     Index("ix_monitor_changes_monitor_id", "monitor_id", "id"),
     sqlite_autoincrement=True,
+)
+
+# When monitors were last judged, and by which process (its row in loops): one row (id 1),
+# written by every pass of the judge; the gap rule reads it (corral.monitor_judge).
+monitors_judged = Table(
+    "monitors_judged",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=False),
+    at("judged_at"),
+    Column("loop_id", String(32)),
 )

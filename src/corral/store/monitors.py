@@ -21,9 +21,9 @@ from sqlalchemy import Connection, delete, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from corral import errors, monitoring
-from corral.store import tenant_alerts
+from corral.store import dialects, tenant_alerts
 from corral.store.events import NO_JOB, event_insert, event_row
-from corral.store.tables import monitor_changes, monitor_pings, monitors
+from corral.store.tables import monitor_changes, monitor_pings, monitors, monitors_judged
 
 if TYPE_CHECKING:
     from corral.store.database import Database
@@ -31,6 +31,15 @@ if TYPE_CHECKING:
 M, CH = monitors.c, monitor_changes.c
 BATCH = 500
 """Monitors judged in one transaction."""
+
+
+@dataclass(frozen=True, slots=True)
+class Judged:
+    """When monitors were last judged, and by which process (its id in loops; None: one
+    that has no row there)."""
+
+    at: datetime
+    loop_id: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,12 +133,17 @@ def monitor_add(
 
 
 def _hold(conn: Connection, tenant: str, most: int) -> None:
-    """QuotaExceeded when `tenant` has `most` monitors already (its rows locked on
-    PostgreSQL until the transaction ends, so two adds wait in turn)."""
-    held = conn.execute(select(M.id).where(M.tenant == tenant).with_for_update()).all()
-    if len(held) >= most:
+    """QuotaExceeded when `tenant` has `most` monitors already. The adds of one tenant take
+    turns (on PostgreSQL a lock of the tenant's name, held until the transaction ends), so
+    each counts the monitors of those before it: locking the rows there are would not stop
+    an insert, and with none there is nothing to lock."""
+    dialects.take_turns(conn, f"max_monitors:{tenant}")
+    held = conn.execute(
+        select(func.count()).select_from(monitors).where(M.tenant == tenant)
+    ).scalar_one()
+    if held >= most:
         raise errors.QuotaExceeded(
-            f"max_monitors: tenant {tenant!r} has {len(held)} monitors, its quota of"
+            f"max_monitors: tenant {tenant!r} has {held} monitors, its quota of"
             f" {most}; delete one it no longer needs, or ask the operator to raise"
             " [tenants.NAME] max_monitors",
             quota="max_monitors",
@@ -234,11 +248,11 @@ def _same(column: Any, value: datetime | None) -> Any:
 
 
 def monitors_judge(
-    conn: Connection, *, now: datetime, last_judged: datetime | None, limit: int = BATCH
+    conn: Connection, *, now: datetime, gap: monitoring.Gap | None, limit: int = BATCH
 ) -> tuple[int, list[tuple[monitoring.Monitor, monitoring.Change]]]:
-    """Judge up to `limit` monitors whose check time came (corral.monitoring.judge), each
-    held by this transaction (SKIP LOCKED on PostgreSQL: two judges share the work); how
-    many were judged, and the changes made."""
+    """Judge up to `limit` monitors whose check time came (corral.monitoring.judge) in a
+    pass that follows `gap`, each held by this transaction (SKIP LOCKED on PostgreSQL: two
+    judges share the work); how many were judged, and the changes made."""
     stmt = (
         select(monitors)
         .where(M.check_at <= now, M.state.in_([monitoring.UP, monitoring.LATE]))
@@ -249,10 +263,29 @@ def monitors_judge(
     due = [monitor_of(r) for r in conn.execute(stmt)]
     changed = []
     for monitor in due:
-        verdict = monitoring.judge(monitor, now=now, last_judged=last_judged)
+        verdict = monitoring.judge(monitor, now=now, gap=gap)
         if apply(conn, monitor, verdict, now) and verdict.change is not None:
             changed.append((monitor, verdict.change))
     return len(due), changed
+
+
+def judged_last(conn: Connection) -> Judged | None:
+    """When monitors were last judged, and by which process (None: never)."""
+    row = conn.execute(select(monitors_judged).where(monitors_judged.c.id == 1)).first()
+    return None if row is None else Judged(row.judged_at, row.loop_id)
+
+
+def judged_note(conn: Connection, *, at: datetime, loop_id: str | None) -> None:
+    """Note that process `loop_id` judged monitors at `at` (a pass of another that began
+    later and ended first keeps its time)."""
+    J = monitors_judged.c
+    stmt = dialects.upsert(conn, monitors_judged).values(id=1, judged_at=at, loop_id=loop_id)
+    stmt = stmt.on_conflict_do_update(
+        index_elements=[J.id],
+        set_={"judged_at": stmt.excluded.judged_at, "loop_id": stmt.excluded.loop_id},
+        where=J.judged_at <= stmt.excluded.judged_at,
+    )
+    conn.execute(stmt)
 
 
 def monitor_pause(conn: Connection, *, tenant: str, name: str, now: datetime) -> bool:
@@ -296,16 +329,7 @@ def monitor_update(
         monitor, period=changed.period, cron=changed.cron, tz=changed.tz, grace=changed.grace
     )
     verdict = monitoring.reshaped(shaped, now)
-    rule_name = None if rule is None else monitoring.rule_name(monitor.name)
-    if monitor.rule is not None and monitor.rule != rule_name:
-        tenant_alerts.rule_delete(conn, tenant=monitor.tenant, name=monitor.rule)
-    if rule is not None and rule_name is not None:
-        if monitor.rule == rule_name:
-            tenant_alerts.rule_change(conn, tenant=monitor.tenant, name=rule_name, rule=rule)
-        else:
-            tenant_alerts.rule_add(
-                conn, tenant=monitor.tenant, name=rule_name, rule=rule, now=now, most=rules_most
-            )
+    rule_name = _rule_kept(conn, monitor, rule, rules_most=rules_most, now=now)
     conn.execute(
         update(monitors)
         .where(M.id == monitor.id)
@@ -320,6 +344,33 @@ def monitor_update(
             updated_at=now,
         )
     )
+
+
+def _rule_kept(
+    conn: Connection,
+    monitor: monitoring.Monitor,
+    rule: Mapping[str, Any] | None,
+    *,
+    rules_most: int,
+    now: datetime,
+) -> str | None:
+    """Make the monitor's --channel rule `rule`: changed, made (also when the one it had is
+    gone), or deleted when None; the rule's name."""
+    name = None if rule is None else monitoring.rule_name(monitor.name)
+    if monitor.rule is not None and monitor.rule != name:
+        tenant_alerts.rule_delete(conn, tenant=monitor.tenant, name=monitor.rule)
+    if rule is None or name is None:
+        return None
+    if monitor.rule == name:
+        try:
+            tenant_alerts.rule_change(conn, tenant=monitor.tenant, name=name, rule=rule)
+            return name
+        except errors.NotFound:
+            pass  # deleted by hand before its monitor forgot it: made again
+    tenant_alerts.rule_add(
+        conn, tenant=monitor.tenant, name=name, rule=rule, now=now, most=rules_most
+    )
+    return name
 
 
 def monitor_delete(conn: Connection, *, tenant: str, name: str) -> bool:
@@ -394,11 +445,15 @@ class Monitors:
         return await self._db.read(functools.partial(monitors_list, tenant=tenant))
 
     async def judge(
-        self, *, now: datetime, last_judged: datetime | None, limit: int = BATCH
+        self, *, now: datetime, gap: monitoring.Gap | None, limit: int = BATCH
     ) -> tuple[int, list[tuple[monitoring.Monitor, monitoring.Change]]]:
-        return await self._db.tx(
-            functools.partial(monitors_judge, now=now, last_judged=last_judged, limit=limit)
-        )
+        return await self._db.tx(functools.partial(monitors_judge, now=now, gap=gap, limit=limit))
+
+    async def judged_last(self) -> Judged | None:
+        return await self._db.read(judged_last)
+
+    async def judged_note(self, *, at: datetime, loop_id: str | None) -> None:
+        await self._db.tx(functools.partial(judged_note, at=at, loop_id=loop_id))
 
     async def pause(self, *, tenant: str, name: str, now: datetime) -> bool:
         return await self._db.tx(

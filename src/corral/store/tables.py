@@ -42,6 +42,7 @@ from corral.store.flow_tables import flows as flows
 from corral.store.monitor_tables import monitor_changes as monitor_changes
 from corral.store.monitor_tables import monitor_pings as monitor_pings
 from corral.store.monitor_tables import monitors as monitors
+from corral.store.monitor_tables import monitors_judged as monitors_judged
 
 jobs = Table(
     "jobs",

@@ -14,11 +14,12 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Connection, Table, delete, insert, select, update
+from sqlalchemy import Connection, Table, delete, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from corral import errors
-from corral.store.tables import alerts, tenant_alert_channels, tenant_alert_rules
+from corral.store import dialects
+from corral.store.tables import alerts, monitors, tenant_alert_channels, tenant_alert_rules
 
 if TYPE_CHECKING:
     from corral.store.database import Database
@@ -64,12 +65,16 @@ def _rule(row: Any) -> TenantRule:
 
 
 def _hold_count(conn: Connection, table: Table, tenant: str, most: int, what: str) -> None:
-    """Conflict naming the limit when `tenant` has `most` rows of `table` already (its
-    rows locked on PostgreSQL until the transaction ends, so two adds wait in turn)."""
-    rows = conn.execute(select(table.c.id).where(table.c.tenant == tenant).with_for_update()).all()
-    if len(rows) >= most:
+    """Conflict naming the limit when `tenant` has `most` rows of `table` already. The adds
+    of one tenant take turns (on PostgreSQL a lock of the table's and the tenant's names,
+    held until the transaction ends), so each counts the rows of those before it: locking
+    the rows there are would not stop an insert, and with none there is nothing to lock."""
+    dialects.take_turns(conn, f"{table.name}:{tenant}")
+    count = select(func.count()).select_from(table).where(table.c.tenant == tenant)
+    rows = conn.execute(count).scalar_one()
+    if rows >= most:
         raise errors.Conflict(
-            f"name: tenant {tenant!r} has {len(rows)} alert {what} already, the most a"
+            f"name: tenant {tenant!r} has {rows} alert {what} already, the most a"
             f" tenant may have ({most}); delete one first"
         )
 
@@ -184,8 +189,12 @@ def channel_delete(conn: Connection, *, tenant: str, name: str) -> bool:
 
 
 def rule_delete(conn: Connection, *, tenant: str, name: str) -> bool:
-    """Delete `tenant`'s rule `name` (False: it has none so named)."""
+    """Delete `tenant`'s rule `name` (False: it has none so named). A monitor whose
+    --channel made it forgets it: the monitor's delete leaves alone a rule made later under
+    the name, and its next `corral apply` makes its rule again."""
     gone = conn.execute(delete(tenant_alert_rules).where(RU.tenant == tenant, RU.name == name))
+    M = monitors.c
+    conn.execute(update(monitors).where(M.tenant == tenant, M.rule == name).values(rule=None))
     return bool(gone.rowcount)
 
 

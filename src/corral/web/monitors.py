@@ -1,7 +1,7 @@
 """A tenant's monitors under /ui/monitors, and a page per monitor,
-/ui/monitors/TENANT/NAME (where alerts link): where it stands, its ping URL, its ping log
-and its state history. Read-only: monitors are made and changed with `corral monitors` or
-the API.
+/ui/monitors/TENANT/NAME (where alerts link): where it stands, its ping URL (its key
+redacted for a viewer: who holds it may ping), its ping log and its state history.
+Read-only: monitors are made and changed with `corral monitors` or the API.
 
 A session of one tenant sees its own (another tenant's monitor, or list, is not found:
 404); one of every tenant picks the tenant with ?tenant=NAME (default: default)."""
@@ -11,7 +11,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from corral import errors, monitor_shapes
+from corral import access, client, errors, monitor_shapes, monitoring
 from corral.web import auth
 from corral.web.auth import Viewer
 from corral.web.pages import page
@@ -28,7 +28,7 @@ async def monitors_page(request: Request, who: Viewer, tenant: str = "") -> Resp
     """The tenant's monitors and where each stands."""
     mine = whose(who, tenant)
     c = auth.client_of(request)
-    shown = [monitor_shapes.monitor_dict(m, c.ping_url(m)) for m in await c.monitors(mine)]
+    shown = [_shown(c, m, who) for m in await c.monitors(mine)]
     return page(request, "monitors.html", who, tenant=mine, monitors=shown)
 
 
@@ -44,5 +44,13 @@ async def monitor_page(request: Request, who: Viewer, tenant: str, name: str) ->
         raise errors.PageMissing(f"no monitor {name!r}") from None
     pings = [monitor_shapes.ping_dict(p) for p in await c.monitor_pings(found, SHOWN)]
     history = [monitor_shapes.change_dict(h) for h in await c.monitor_changes(found, SHOWN)]
-    shown = monitor_shapes.monitor_dict(found, c.ping_url(found))
+    shown = _shown(c, found, who)
     return page(request, "monitor.html", who, monitor=shown, pings=pings, history=history)
+
+
+def _shown(
+    c: client.Client, monitor: monitoring.Monitor, who: access.WebSession
+) -> dict[str, object]:
+    """A monitor as the session may see it: its ping URL's key redacted for a viewer."""
+    secret = who.role.allows(access.Role.OPERATOR)
+    return monitor_shapes.monitor_dict(monitor, c.ping_url(monitor, secret=secret))
