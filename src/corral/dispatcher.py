@@ -141,16 +141,23 @@ class Dispatcher(core.Core):
             )
 
     async def _flow_claim(self, room: int) -> list[model.Claimed]:
-        """The flows' jobs with room (store/flow_claims.py), claimed first: while the last
-        flow claim took some, every claim; else once a dispatch_interval (a flow's job waits
-        at most that long for one). None at all while no tenant has a flow: whether one has
-        is read beside the ticks (`_flows_seen`), so a tick of jobs of no flow is the same
-        two statements as ever."""
+        """The flows' jobs with room (store/flow_claims.py), claimed first, within the same
+        pools, tenants' max_running and fair shares as the claim after it, and at most
+        their tenants' fair part of `room`: while the last flow claim took some, every
+        claim; else once a dispatch_interval (a flow's job waits at most that long for one).
+        None at all while no tenant has a flow: whether one has is read beside the ticks
+        (`_flows_seen`), so a tick of jobs of no flow is the same two statements as ever."""
         at = self.clock.monotonic()
         if at < self._flows_next or not self._flows_exist:
             return []
         flowed = await self.store.flows.claim(
-            now=self.clock.now(), limit=room, executors=list(self.executors), limits=self.limits
+            now=self.clock.now(),
+            limit=room,
+            executors=list(self.executors),
+            limits=self.limits,
+            pools=self.settings.pools,
+            tenants=self.settings.tenant_caps,
+            weights=self.settings.tenant_weights,
         )
         interval = self.settings.timeouts.dispatch_interval.total_seconds()
         # Half an interval: the idle tick after this one, an interval from its start, is

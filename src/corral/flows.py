@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -79,10 +79,13 @@ class Flow:
 
 @dataclass(frozen=True, slots=True)
 class Use:
-    """What a flow uses now: the starts in its window (oldest first) and its jobs running."""
+    """What a flow uses now: how many starts its window counts, its jobs running, and (once
+    its rate is reached) `holding_start`: the start that must leave the window before the
+    next may start (of those counted, the rate's count-th newest)."""
 
-    starts: Sequence[datetime]
+    started: int
     running: int
+    holding_start: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,8 +169,7 @@ def room(flow: Flow, use: Use, now: datetime) -> int | None:
         return 0
     left: list[int] = []
     if flow.rate is not None:
-        since = now - flow.rate.per
-        left.append(flow.rate.count - sum(1 for s in use.starts if s > since))
+        left.append(flow.rate.count - use.started)
     if flow.parallelism is not None:
         left.append(flow.parallelism - use.running)
     return max(min(left), 0) if left else None
@@ -175,14 +177,11 @@ def room(flow: Flow, use: Use, now: datetime) -> int | None:
 
 def next_start(flow: Flow, use: Use, now: datetime) -> datetime | None:
     """When the rate lets the next of `flow`'s jobs start (None: its rate has room now, or
-    it has none): when the oldest start its window counts leaves it."""
-    if flow.rate is None:
+    it has none): when the start that fills its rate (`use.holding_start`) leaves its
+    window."""
+    if flow.rate is None or use.started < flow.rate.count or use.holding_start is None:
         return None
-    since = now - flow.rate.per
-    counted = sorted(s for s in use.starts if s > since)
-    if len(counted) < flow.rate.count:
-        return None
-    return counted[len(counted) - flow.rate.count] + flow.rate.per
+    return use.holding_start + flow.rate.per
 
 
 def why_waiting(flow: Flow, use: Use, now: datetime) -> str | None:

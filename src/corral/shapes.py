@@ -352,7 +352,7 @@ def flow_dict(found: flows.Flow, use: flows.Use | None = None) -> dict[str, Any]
         "updated_at": iso(found.updated_at),
     }
     if use is not None:
-        shown |= {"started_in_window": len(use.starts), "running": use.running}
+        shown |= {"started_in_window": use.started, "running": use.running}
     return shown
 
 

@@ -13,6 +13,7 @@ clock (the turn the newest claim reached), never from behind it: a pause earns n
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -82,3 +83,21 @@ def moved_on(
     for _, job in taken:
         counts[job.tenant] = counts.get(job.tenant, 0) + 1
     return {t: n / weights.of(t) for t, n in counts.items()}, max(turn for turn, _ in taken)
+
+
+def fair_part(limit: int, mine: Iterable[str], others: Mapping[str, int], weights: Weights) -> int:
+    """How many of a claim's `limit` jobs may go to the tenants `mine` while the tenants of
+    `others` wait too, each with as many jobs due as it says (counted up to `limit`): the
+    part their weights make of all theirs, rounded up and at least one, or all the room
+    the others' jobs leave, if more. The flow claim's part of a tick's room
+    (store/flow_claims.py): the rest is the main claim's."""
+    own = set(mine)
+    rest = {t: n for t, n in others.items() if n > 0 and t not in own}
+    if limit <= 0:
+        return 0
+    weighed = sum(weights.of(t) for t in own)
+    weighed_rest = sum(weights.of(t) for t in rest)
+    if weighed_rest <= 0:
+        return limit
+    part = max(1, math.ceil(limit * weighed / (weighed + weighed_rest)))
+    return min(limit, max(part, limit - sum(rest.values())))

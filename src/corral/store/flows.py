@@ -10,14 +10,14 @@ flows a submit names being the tenant's own. The claim of flows' jobs is flow_cl
 from __future__ import annotations
 
 import functools
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, delete, func, insert, select, tuple_, update
 from sqlalchemy.exc import IntegrityError
 
-from corral import errors, flows, model
+from corral import errors, flows, model, shares
 from corral.store import claims
 from corral.store.events import event_insert, event_row
 from corral.store.rows import state_is
@@ -151,13 +151,14 @@ def flows_exist(conn: Connection) -> bool:
 
 def flows_named(conn: Connection, *, named: Collection[tuple[str, str]]) -> None:
     """InvalidInput naming `flow` unless each (tenant, flow) of `named` is a flow of that
-    tenant. On PostgreSQL the flows are kept (FOR SHARE) until the submit commits, so a
-    deletion waits for it, and then sees its jobs."""
+    tenant. On PostgreSQL the flows are kept (FOR KEY SHARE) until the submit commits, so a
+    deletion (FOR UPDATE) waits for it, and then sees its jobs; the flow claim's lock (FOR
+    NO KEY UPDATE) and a hold's update do not wait for it, nor it for them."""
     wanted = sorted(named)
     found = conn.execute(
         select(F.tenant, F.name)
         .where(tuple_(F.tenant, F.name).in_(wanted))
-        .with_for_update(read=True)
+        .with_for_update(read=True, key_share=True)
     ).all()
     have = {(r.tenant, r.name) for r in found}
     for tenant, name in wanted:
@@ -169,16 +170,21 @@ def flows_named(conn: Connection, *, named: Collection[tuple[str, str]]) -> None
 
 
 def flow_use(conn: Connection, *, flow: flows.Flow, now: datetime) -> flows.Use:
-    """What `flow` uses at `now`: the starts its rate counts, and its jobs running."""
-    starts: list[datetime] = []
+    """What `flow` uses at `now`: how many starts its rate counts (counted in the database),
+    the one that holds its next start once they reach the rate (one row, at OFFSET count -
+    rate of them oldest first), and its jobs running."""
+    started, holding = 0, None
     if flow.rate is not None:
-        starts = list(
-            conn.execute(
+        window = (S.flow_id == flow.id, S.started_at > now - flow.rate.per)
+        started = conn.execute(select(func.count()).where(*window)).scalar_one()
+        if started >= flow.rate.count:
+            holding = conn.execute(
                 select(S.started_at)
-                .where(S.flow_id == flow.id, S.started_at > now - flow.rate.per)
+                .where(*window)
                 .order_by(S.started_at)
-            ).scalars()
-        )
+                .offset(started - flow.rate.count)
+                .limit(1)
+            ).scalar()
     running = conn.execute(
         select(func.count()).where(
             jobs.c.state == state_is(J.RUNNING),
@@ -186,7 +192,7 @@ def flow_use(conn: Connection, *, flow: flows.Flow, now: datetime) -> flows.Use:
             jobs.c.tenant == flow.tenant,
         )
     ).scalar_one()
-    return flows.Use(starts, running)
+    return flows.Use(started, running, holding)
 
 
 def flows_hold(
@@ -197,9 +203,10 @@ def flows_hold(
 ) -> None:
     """Hold the flow of each job of `holds` whose attempt ended with a 429 or 503 and a
     Retry-After (job, HTTP status, seconds) until then (a hold already longer stays), each
-    with an event on the job that brought it; the others are left alone."""
+    with an event on the job that brought it; the others are left alone. The flows are
+    updated in (tenant, flow) order, as by every writer: two never wait for each other's."""
     rows = []
-    for job, status, seconds in holds:
+    for job, status, seconds in sorted(holds, key=lambda h: (h[0].tenant, h[0].flow or "")):
         if job.flow is None or seconds is None or status not in flows.HOLD_STATUSES:
             continue
         until = flows.hold_until(now, seconds)
@@ -277,10 +284,20 @@ class Flows:
         limit: int,
         executors: Sequence[str],
         limits: claims.DefaultLimits | None = None,
+        pools: Mapping[str, int] | None = None,
+        tenants: Mapping[str, int] | None = None,
+        weights: shares.Weights | None = None,
     ) -> list[model.Claimed]:
         from corral.store import flow_claims  # it reads flows through this module
 
         claim = functools.partial(
-            flow_claims.flow_claim, now=now, limit=limit, executors=executors, limits=limits
+            flow_claims.flow_claim,
+            now=now,
+            limit=limit,
+            executors=executors,
+            limits=limits,
+            pools=pools,
+            tenants=tenants,
+            weights=weights,
         )
         return await self._db.tx(claim)

@@ -67,25 +67,28 @@ def success_set(now: str, code: str, reason: str) -> str:
     )
 
 
-def _tenants_in(state: str, name: str) -> str:
+def _tenants_in(state: str, name: str, also: str = "") -> str:
     return f"""{name}(tenant) AS (
-    SELECT (SELECT tenant FROM jobs WHERE state = '{state}' ORDER BY tenant LIMIT 1)
+    SELECT (SELECT tenant FROM jobs WHERE state = '{state}'{also} ORDER BY tenant LIMIT 1)
     UNION ALL
     SELECT (
         SELECT j.tenant FROM jobs AS j
-        WHERE j.state = '{state}' AND j.tenant > t.tenant ORDER BY j.tenant LIMIT 1
+        WHERE j.state = '{state}'{also} AND j.tenant > t.tenant ORDER BY j.tenant LIMIT 1
     )
     FROM {name} AS t WHERE t.tenant IS NOT NULL
 )"""
 
 
-TENANTS_WAITING = f"""{_tenants_in("queued", "queued_tenants")},
+# Queued jobs of a flow are not in ix_jobs_queued_tenant (they are the flow claim's), so
+# the queued tenants are those with a queued job of no flow, as its WHERE says.
+TENANTS_WAITING = f"""{_tenants_in("queued", "queued_tenants", " AND flow IS NULL")},
 {_tenants_in("scheduled", "scheduled_tenants")},
 waiting AS (
     SELECT tenant FROM queued_tenants WHERE tenant IS NOT NULL
     UNION
     SELECT tenant FROM scheduled_tenants WHERE tenant IS NOT NULL
 )"""
-"""`waiting`: the tenants with queued or scheduled jobs (common table expressions of a WITH
-RECURSIVE), found by skipping through the claim's indexes (ix_jobs_queued_tenant,
-ix_jobs_scheduled_tenant): one probe a tenant, whatever the number of jobs."""
+"""`waiting`: the tenants with queued jobs of no flow or scheduled jobs (common table
+expressions of a WITH RECURSIVE), found by skipping through the claim's indexes
+(ix_jobs_queued_tenant, ix_jobs_scheduled_tenant): one probe a tenant, whatever the number
+of jobs."""

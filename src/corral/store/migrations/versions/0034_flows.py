@@ -4,7 +4,9 @@ A flow is a tenant's object, named within its tenant (unique on tenant and name)
 (`rate` starts within any window of `per_seconds`), a parallelism, and the hold a
 Retry-After puts on it. `flow_starts` keeps the starts its rate counts. A job names its flow
 in `jobs.flow`; every job stored before this revision has none. The jobs of a flow have two
-partial indexes of their own (queued, running), which no job of no flow is in.
+partial indexes of their own (queued, running), which no job of no flow is in; and the main
+claim's ix_jobs_queued_tenant is made again without them (`AND flow IS NULL`), so a backlog
+a flow holds is never walked by the claim of every other job.
 
 Revision ID: 0034
 Revises: 0033
@@ -25,6 +27,8 @@ Id = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 When = sa.DateTime(timezone=True)
 QUEUED = "state = 'queued' AND flow IS NOT NULL"
 RUNNING = "state = 'running' AND flow IS NOT NULL"
+QUEUED_TENANT = "jobs (tenant, priority DESC, run_at, id) WHERE state = 'queued'"
+"""ix_jobs_queued_tenant as 0026 made it; from here, of the jobs of no flow only."""
 
 
 def upgrade() -> None:
@@ -66,9 +70,13 @@ def upgrade() -> None:
         sqlite_where=sa.text(RUNNING),
         postgresql_where=sa.text(RUNNING),
     )
+    op.execute("DROP INDEX IF EXISTS ix_jobs_queued_tenant")
+    op.execute(f"CREATE INDEX ix_jobs_queued_tenant ON {QUEUED_TENANT} AND flow IS NULL")
 
 
 def downgrade() -> None:
+    op.execute("DROP INDEX IF EXISTS ix_jobs_queued_tenant")
+    op.execute(f"CREATE INDEX ix_jobs_queued_tenant ON {QUEUED_TENANT}")
     op.drop_index("ix_jobs_flow_running", table_name="jobs")
     op.drop_index("ix_jobs_flow_queued", table_name="jobs")
     with op.batch_alter_table("jobs") as batch:
