@@ -86,18 +86,32 @@ def ping_record(
     monitor = monitor_rows.monitor_of(row)
     verdict = monitoring.pinged(monitor, kind=kind, exit_code=exit_code, now=now)
     values = _moved(monitor, verdict, kind=kind, window=window, now=now)
-    conn.execute(update(monitors).where(M.id == monitor.id).values(**values))
     took = None
     if kind != monitoring.START and monitor.run_started_at is not None:
         took = (now - monitor.run_started_at).total_seconds()
     ping = {"at": now, "kind": kind, "exit_code": exit_code, "body": body}
     ping.update(source=source[:100], user_agent=user_agent[:300], duration_seconds=took)
-    conn.execute(insert(monitor_pings).values(monitor_id=monitor.id, **ping))
+    _written(conn, monitor.id, values, ping)
     if verdict is not None and verdict.change is not None:
         monitor_rows.history(conn, monitor, verdict.change, now)
     if (monitor.ping_count + 1) % PRUNE_EVERY == 0:
         _prune(conn, monitor.id)
     return Recorded(found=True, state=monitor.state if verdict is None else verdict.state)
+
+
+def _written(
+    conn: Connection, monitor_id: int, moved: dict[str, Any], ping: dict[str, Any]
+) -> None:
+    """The monitor moved and its ping recorded: one statement on PostgreSQL (the update a
+    data-modifying CTE of the insert; a round trip less on the ping's path), two on SQLite,
+    which has no such CTE."""
+    moving = update(monitors).where(M.id == monitor_id).values(**moved)
+    recording = insert(monitor_pings).values(monitor_id=monitor_id, **ping)
+    if conn.dialect.name == "postgresql":
+        conn.execute(recording.add_cte(moving.cte("moved")))
+        return
+    conn.execute(moving)
+    conn.execute(recording)
 
 
 def _moved(
