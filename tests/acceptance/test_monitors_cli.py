@@ -44,7 +44,11 @@ def test_the_operator_makes_pings_and_manages_a_monitor(corral: Run, tmp_path: P
         assert [(p["kind"], p["body"]) for p in found["pings"]] == [("fail", "disk full")]  # type: ignore[index]
     finally:
         stopped(proc)
-    assert "disk full" in corral("monitors", "show", "backup").stdout
+    page = corral("monitors", "show", "backup").stdout
+    assert "disk full" in page
+    pinged = found["pings"][0]["at"]  # type: ignore[index]
+    assert pinged[:19].replace("T", " ") in page  # to the second, as a person reads it
+    assert pinged not in page
 
     corral("monitors", "pause", "backup")
     assert json.loads(corral("monitors", "show", "backup", "--json").stdout)["state"] == "paused"

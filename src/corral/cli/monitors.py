@@ -105,8 +105,8 @@ def list_cmd(state: State, tenant: str, as_json: bool) -> None:
             m["state"],
             expects,
             m["grace"],
-            m["last_ping_at"] or "-",
-            m["down_at"] or "-",
+            _at(m["last_ping_at"]),
+            _at(m["down_at"]),
         )
     out.print(t)
 
@@ -140,24 +140,31 @@ def show(state: State, name: str, tenant: str, limit: int, as_json: bool) -> Non
     _print_shown(found)
 
 
+def _at(iso: str | None) -> str:
+    """A time of the JSON shape (ISO 8601, UTC) as a table shows it: to the second."""
+    return iso[:19].replace("T", " ") if iso else "-"
+
+
 def _print_shown(found: dict[str, Any]) -> None:
     from corral.cli import render
 
-    for key in ("name", "tenant", "state", "state_since", "period", "cron", "tz", "grace"):
+    for key in ("name", "tenant", "state", "period", "cron", "tz", "grace"):
         if found[key] is not None:
             out.print(f"{key}: {found[key]}", markup=False)
-    for key in ("last_ping_at", "expected_at", "down_at", "alert_rule", "ping_url"):
+    for key in ("state_since", "last_ping_at", "expected_at", "down_at"):
+        out.print(f"{key}: {_at(found[key])} UTC" if found[key] else f"{key}: -", markup=False)
+    for key in ("alert_rule", "ping_url"):
         out.print(f"{key}: {found[key] or '-'}", markup=False)
     pings = render.table("at", "kind", "exit code", "duration", "from", "user agent", "body")
     for p in found["pings"]:
         took = "-" if p["duration_seconds"] is None else f"{p['duration_seconds']:g}s"
         code = "-" if p["exit_code"] is None else str(p["exit_code"])
         body = p["body"] if len(p["body"]) <= 60 else p["body"][:59] + "…"
-        pings.add_row(p["at"], p["kind"], code, took, p["source"], p["user_agent"], body)
+        pings.add_row(_at(p["at"]), p["kind"], code, took, p["source"], p["user_agent"], body)
     out.print(pings)
     history = render.table("at", "from", "to", "why")
     for h in found["history"]:
-        history.add_row(h["at"], h["from"], h["to"], h["reason"])
+        history.add_row(_at(h["at"]), h["from"], h["to"], h["reason"])
     out.print(history)
 
 
