@@ -12,6 +12,7 @@ a flow the same apply makes), and says which of its fields are secret (`exported
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -47,17 +48,18 @@ class Wanted:
     write: store.manifests.Write
 
 
-class Kind:
+class Kind(abc.ABC):
     """A kind of object kept as code. `name` as documents name it, `what` as the store's
     plan does (a key of store.manifests.TABLES)."""
 
     name: ClassVar[str]
     what: ClassVar[str]
 
+    @abc.abstractmethod
     async def held(self, c: Services, tenant: str) -> dict[str, Held]:
         """`tenant`'s objects of this kind, by name."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     async def wanted(
         self,
         c: Services,
@@ -72,7 +74,6 @@ class Kind:
         InvalidInput naming the field and the rule. `limited`: a tenant's request (the API),
         checked and held to quotas as the tenant's own requests for this kind are. `named`:
         the objects the apply's documents give, made before this one if it names them."""
-        raise NotImplementedError
 
     def exported(self, held: Held) -> dict[str, Any]:
         """What an export writes of `held`: its fields, each secret as KEPT."""
